@@ -1,0 +1,5 @@
+import sys
+
+from iris_desktop.cli import main
+
+sys.exit(main())

@@ -1,0 +1,162 @@
+"""Reading and writing conversations in the OpenAI chat-message format.
+
+Accepted on import: a JSON array of messages, a JSON object with a ``messages`` array
+(other keys ignored, as in the test corpus), or JSONL with one message per line. Every
+message is checked before anything is written; the error names the line or index.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from iris_desktop.core.tokens import Message
+
+ROLES = ("system", "user", "assistant", "tool")
+MAX_IMPORT_BYTES = 512 * 1024 * 1024
+
+
+class ConversationFormatError(ValueError):
+    """A malformed conversation; the message says where."""
+
+
+def load_conversation(path: str | Path) -> tuple[list[Message], str | None]:
+    """Parse and validate a conversation file. Returns (messages, title from the file)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ConversationFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    if size > MAX_IMPORT_BYTES:
+        raise ConversationFormatError(f"{path}: {size:,} bytes is larger than the import limit")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConversationFormatError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    messages, title, where = _parse(path, text)
+    validate_messages(messages, where)
+    return messages, title
+
+
+def _parse(path: Path, text: str):
+    stripped = text.lstrip()
+    if not stripped:
+        raise ConversationFormatError(f"{path}: the file is empty")
+    if stripped[0] in "[{":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if stripped[0] == "{" and "\n" in stripped.strip():
+                return _parse_jsonl(path, text)  # JSONL whose first line is an object
+            raise ConversationFormatError(
+                f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from None
+        if isinstance(data, list):
+            return data, None, lambda i: f"{path}: message index {i}"
+        if isinstance(data, dict) and isinstance(data.get("messages"), list):
+            title = data.get("title") if isinstance(data.get("title"), str) else None
+            return data["messages"], title, lambda i: f"{path}: messages[{i}]"
+        if isinstance(data, dict) and "role" in data:
+            return [data], None, lambda i: f"{path}: line 1"
+        raise ConversationFormatError(
+            f"{path}: expected a JSON array of messages or an object with a 'messages' array"
+        )
+    return _parse_jsonl(path, text)
+
+
+def _parse_jsonl(path: Path, text: str):
+    messages: list[Any] = []
+    lines: list[int] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            messages.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ConversationFormatError(
+                f"{path}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
+            ) from None
+        lines.append(number)
+    return messages, None, lambda i: f"{path}: line {lines[i]}"
+
+
+def validate_messages(messages: list[Any], where=lambda i: f"message index {i}") -> None:
+    """Check roles, field types and that every tool result answers an earlier call."""
+    if not messages:
+        raise ConversationFormatError(f"{where(0).rsplit(':', 1)[0]}: no messages")
+    open_calls: set[str] = set()
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ConversationFormatError(f"{where(i)}: a message must be a JSON object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise ConversationFormatError(
+                f"{where(i)}: unknown role {role!r}; expected one of {', '.join(ROLES)}"
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise ConversationFormatError(f"{where(i)}: content must be a string, a list or null")
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if role != "assistant" or not isinstance(calls, list):
+                raise ConversationFormatError(
+                    f"{where(i)}: tool_calls must be a list on an assistant message"
+                )
+            for call in calls:
+                if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+                    raise ConversationFormatError(f"{where(i)}: every tool call needs an 'id'")
+                function = call.get("function")
+                if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                    raise ConversationFormatError(
+                        f"{where(i)}: tool call {call.get('id')} needs function.name"
+                    )
+                open_calls.add(call["id"])
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise ConversationFormatError(f"{where(i)}: a tool result needs a tool_call_id")
+            if call_id not in open_calls:
+                raise ConversationFormatError(
+                    f"{where(i)}: tool result {call_id!r} has no matching tool call before it"
+                )
+        for key in ("tool_call_id", "name"):
+            if message.get(key) is not None and not isinstance(message[key], str):
+                raise ConversationFormatError(f"{where(i)}: {key} must be a string")
+
+
+def title_from(messages: list[Message], limit: int = 60) -> str:
+    """A thread title from the first user message."""
+    for message in messages:
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            text = " ".join(message["content"].split())
+            if text:
+                return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return "Imported chat"
+
+
+def to_markdown(title: str, messages: list[Message]) -> str:
+    """A readable export; the JSON export is the exact one."""
+    out = [f"# {title}", ""]
+    for message in messages:
+        role = message["role"]
+        heading = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}[
+            role
+        ]
+        if role == "tool" and message.get("name"):
+            heading += f" ({message['name']})"
+        out.append(f"## {heading}")
+        out.append("")
+        content = message.get("content")
+        if isinstance(content, list):
+            content = json.dumps(content, ensure_ascii=False)
+        if content:
+            out.append(content if role != "tool" else f"```\n{content}\n```")
+            out.append("")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            out.append(f"Tool call `{function.get('name')}`:")
+            out.append("")
+            out.append(f"```json\n{function.get('arguments')}\n```")
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,517 @@
+"""The context engine: what the model sees next, and why.
+
+One request is built in this order (seed 1 and ADR-0079 as one design):
+
+1. ``TokenBudgetCalculator``: available = window × token_budget_ratio − system − tools.
+2. The latest summary (if any) is injected into the system prompt and paid from
+   ``available``; the rest is the history budget.
+3. Tool-output pruning: tool results outside the newest ``prune_protect_turns`` turns are
+   replaced by ``[Tool output cleared]`` *in the request only*.
+4. Budget-based loading: whole turns, newest first, until the next one does not fit; then
+   back to chronological order. The newest turn is always included.
+5. The invariant: no turn leaves the request unless a summary covers it. A turn that does
+   not fit is marked ``dropped`` and the request says ``compaction_due`` (trigger
+   ``budget``); compaction makes that state unreachable.
+6. Progressive truncation: when the summary plus the protected turns do not fit, the
+   protection shrinks (configured → 1 → 0); when even the newest turn with every tool
+   output cleared does not fit, :class:`ConversationTooLargeException`.
+
+Building a request never writes messages; it only fills the token-count cache.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Iterator, Sequence
+
+from iris_desktop.core.store import MessageMeta, Store, SummaryRow, row_to_message
+from iris_desktop.core.tokens import Message, TokenCounter
+
+PRUNED_PLACEHOLDER = "[Tool output cleared]"
+SUMMARY_HEADER = "## Summary of the earlier conversation"
+STATES = ("verbatim", "pruned", "summarized", "dropped")
+TRIGGERS = ("none", "tokens", "budget", "turns")
+#: messages read per batch while walking a thread newest-first
+_BATCH = 128
+
+
+class ConversationTooLargeException(Exception):
+    """Even the newest turn, with every tool output cleared, does not fit the budget."""
+
+    def __init__(self, message: str, needed: int, allowed: int):
+        super().__init__(message)
+        self.needed = needed
+        self.allowed = allowed
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    """The settings the engine reads, as plain values."""
+
+    window: int
+    token_budget_ratio: float = 0.70
+    compaction_threshold: float = 0.75
+    prune_protect_turns: int = 2
+    compaction_min_turns: int = 20
+    system_prompt: str = ""
+    window_source: str = "config"
+
+    @classmethod
+    def from_settings(cls, settings: Any, window: int, window_source: str) -> "ContextParams":
+        return cls(
+            window=window,
+            token_budget_ratio=settings["context.token_budget_ratio"],
+            compaction_threshold=settings["context.compaction_threshold"],
+            prune_protect_turns=settings["context.prune_protect_turns"],
+            compaction_min_turns=settings["context.compaction_min_turns"],
+            system_prompt=settings["chat.system_prompt"],
+            window_source=window_source,
+        )
+
+
+@dataclass
+class Breakdown:
+    """Where the window goes. The GUI's meter draws exactly these numbers."""
+
+    window: int
+    ratio: float
+    budget: int  # floor(window × ratio)
+    system: int  # system prompt + template framing (BOS, generation prompt)
+    tools: int
+    summary: int
+    history: int  # the included history turns, draft excluded
+    draft: int
+    available: int  # budget − system − tools
+    threshold: int  # floor(window × compaction_threshold)
+
+    @property
+    def used(self) -> int:
+        return self.system + self.tools + self.summary + self.history + self.draft
+
+    @property
+    def free(self) -> int:
+        return self.window - self.used
+
+    def as_dict(self) -> dict[str, int | float]:
+        return {**asdict(self), "used": self.used, "free": self.free}
+
+
+class TokenBudgetCalculator:
+    """available = window × ratio − system − tools."""
+
+    def __init__(self, window: int, ratio: float, threshold: float):
+        self.window = window
+        self.ratio = ratio
+        self.threshold = threshold
+
+    @property
+    def budget(self) -> int:
+        return math.floor(self.window * self.ratio)
+
+    def available(self, system: int, tools: int) -> int:
+        return self.budget - system - tools
+
+    def breakdown(
+        self, system: int, tools: int, summary: int, history: int, draft: int
+    ) -> Breakdown:
+        return Breakdown(
+            window=self.window,
+            ratio=self.ratio,
+            budget=self.budget,
+            system=system,
+            tools=tools,
+            summary=summary,
+            history=history,
+            draft=draft,
+            available=self.available(system, tools),
+            threshold=math.floor(self.window * self.threshold),
+        )
+
+
+@dataclass
+class Turn:
+    """One user message plus everything up to the next user message.
+
+    A draft (the message about to be sent) is a turn of its own with ``extra`` tokens.
+    """
+
+    number: int
+    messages: list[MessageMeta] = field(default_factory=list)  # chronological
+    extra: int = 0
+
+    def cost(self, pruned: bool, pruned_cost: dict[int, int], keep: set[int]) -> int:
+        total = self.extra
+        for m in self.messages:
+            if pruned and m.role == "tool" and m.id not in keep:
+                total += pruned_cost[m.id]
+            else:
+                total += m.tokens or 0
+        return total
+
+
+@dataclass
+class ContextRequest:
+    """The request that would be sent next, and the accounting behind it."""
+
+    thread_id: int
+    messages: list[Message]  # what the model sees, system first
+    breakdown: Breakdown
+    counter: str
+    window_source: str
+    protect_turns: int  # after any fallback
+    configured_protect_turns: int
+    fallback: bool
+    compaction_due: bool
+    trigger: str
+    triggers: list[str]
+    included_ids: list[int]
+    pruned_ids: list[int]
+    dropped_turns: int
+    unsummarized_turns: int
+    summary: SummaryRow | None
+    last_prompt_tokens: int | None
+    pinned_ids: list[int]
+
+    @property
+    def predicted_prompt_tokens(self) -> int:
+        return self.breakdown.used
+
+
+class _CountCache:
+    """Counts of synthetic messages (system prompt, placeholders), per counter."""
+
+    def __init__(self, size: int = 256):
+        self._data: OrderedDict[tuple, int] = OrderedDict()
+        self._size = size
+
+    def count(self, counter: TokenCounter, message: Message) -> int:
+        key = (
+            counter.name,
+            message.get("role"),
+            message.get("content"),
+            message.get("name"),
+            message.get("tool_call_id"),
+        )
+        if key in self._data:
+            self._data.move_to_end(key)
+            return self._data[key]
+        value = counter.count_message(message)
+        self._data[key] = value
+        if len(self._data) > self._size:
+            self._data.popitem(last=False)
+        return value
+
+
+_synthetic = _CountCache()
+
+
+def compose_system(base: str, tools_text: str = "", summary_text: str = "") -> str:
+    """The system message: the prompt, then tool descriptions, then the summary.
+
+    This order keeps the prefix stable: the summary changes only at a compaction.
+    """
+    parts = [p for p in (base.strip(), tools_text.strip(), summary_text.strip()) if p]
+    return "\n\n".join(parts)
+
+
+def wire_message(message: Message) -> Message:
+    """Only the keys a chat template understands."""
+    wire: Message = {"role": message["role"], "content": message.get("content")}
+    for key in ("tool_calls", "tool_call_id", "name"):
+        if message.get(key) is not None:
+            wire[key] = message[key]
+    return wire
+
+
+def ensure_counts(
+    store: Store, counter: TokenCounter, metas: Sequence[MessageMeta]
+) -> list[MessageMeta]:
+    """Fill in missing token counts (tokenizing only those messages) and cache them."""
+    missing = [m.id for m in metas if m.tokens is None]
+    if not missing:
+        return list(metas)
+    rows = store.messages_by_id(missing)
+    counts = {mid: counter.count_message(wire_message(row_to_message(rows[mid]))) for mid in missing}
+    store.cache_counts(counter.name, counts)
+    return [
+        m if m.tokens is not None else MessageMeta(
+            m.id, m.turn, m.role, counts[m.id], m.has_tool_calls, m.tool_call_id, m.status
+        )
+        for m in metas
+    ]
+
+
+class ContextEngine:
+    """Builds requests for one thread. Never modifies stored messages."""
+
+    def __init__(self, store: Store, counter: TokenCounter, params: ContextParams):
+        self.store = store
+        self.counter = counter
+        self.params = params
+        self.calc = TokenBudgetCalculator(
+            params.window, params.token_budget_ratio, params.compaction_threshold
+        )
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    def pinned_system(self, thread_id: int) -> tuple[list[int], str | None]:
+        """The thread's own leading system message(s): always sent, never summarized."""
+        ids: list[int] = []
+        texts: list[str] = []
+        for row in self.store.db.query(
+            "SELECT id, role, content FROM messages WHERE thread_id = ? ORDER BY id LIMIT 8",
+            [thread_id],
+        ):
+            if row["role"] != "system":
+                break
+            ids.append(row["id"])
+            texts.append(row["content"] or "")
+        return ids, ("\n\n".join(texts) if ids else None)
+
+    def summary_text(self, summary: SummaryRow | None) -> str:
+        return f"{SUMMARY_HEADER}\n{summary.text}" if summary else ""
+
+    def system_costs(
+        self, base: str, tools_text: str, summary_text: str
+    ) -> tuple[int, int, int, Message]:
+        """(system, tools, summary) tokens, exact by differencing, plus the message."""
+        count = lambda text: _synthetic.count(self.counter, {"role": "system", "content": text})  # noqa: E731
+        overhead = self.counter.prompt_overhead()
+        base_only = count(compose_system(base)) + overhead
+        with_tools = count(compose_system(base, tools_text)) + overhead
+        full_text = compose_system(base, tools_text, summary_text)
+        full = count(full_text) + overhead
+        return base_only, with_tools - base_only, full - with_tools, {
+            "role": "system",
+            "content": full_text,
+        }
+
+    def pruned_cost(self, meta: MessageMeta) -> int:
+        placeholder: Message = {"role": "tool", "content": PRUNED_PLACEHOLDER}
+        if meta.tool_call_id:
+            placeholder["tool_call_id"] = meta.tool_call_id
+        if meta.name:
+            placeholder["name"] = meta.name
+        return _synthetic.count(self.counter, placeholder)
+
+    def _turns_newest_first(
+        self, thread_id: int, after_id: int, skip: set[int]
+    ) -> Iterator[Turn]:
+        """Whole turns, newest first, read lazily in batches with counts filled in."""
+        cursor = self.store.iter_meta_desc(thread_id, self.counter.name, after_id)
+        current: Turn | None = None
+        while True:
+            batch = [m for m in _take(cursor, _BATCH) if m.id not in skip]
+            if not batch:
+                break
+            for meta in ensure_counts(self.store, self.counter, batch):
+                if current is not None and meta.turn != current.number:
+                    yield current
+                    current = None
+                if current is None:
+                    current = Turn(meta.turn)
+                current.messages.insert(0, meta)
+        if current is not None:
+            yield current
+
+    # -- the request ----------------------------------------------------------------------
+
+    def build(
+        self, thread_id: int, *, tools_text: str = "", draft: str | None = None
+    ) -> ContextRequest:
+        """The request that would be sent next. Raises ConversationTooLargeException."""
+        params = self.params
+        summary = self.store.latest_summary(thread_id)
+        after_id = summary.covers_through_id if summary else 0
+        pinned_ids, thread_system = self.pinned_system(thread_id)
+        base = thread_system if thread_system is not None else params.system_prompt
+        system_tokens, tool_tokens, summary_tokens, system_message = self.system_costs(
+            base, tools_text, self.summary_text(summary)
+        )
+        available = self.calc.available(system_tokens, tool_tokens)
+        history_budget = available - summary_tokens
+
+        draft_tokens = 0
+        draft_message: Message | None = None
+        if draft is not None:
+            draft_message = {"role": "user", "content": draft}
+            draft_tokens = self.counter.count_message(draft_message)
+
+        source = self._turns_newest_first(thread_id, after_id, set(pinned_ids))
+        if draft_message is not None:
+            last_turn = self.store.conn.execute(
+                "SELECT max(turn) FROM messages WHERE thread_id = ?", (thread_id,)
+            ).fetchone()[0]
+            source = _chain(Turn((last_turn or 0) + 1, extra=draft_tokens), source)
+        loaded: list[Turn] = []  # newest first
+        pruned_cost: dict[int, int] = {}
+
+        def get(index: int) -> Turn | None:
+            while len(loaded) <= index:
+                turn = next(source, None)
+                if turn is None:
+                    return None
+                for m in turn.messages:
+                    if m.role == "tool":
+                        pruned_cost[m.id] = self.pruned_cost(m)
+                loaded.append(turn)
+            return loaded[index]
+
+        # the in-flight tool results: the model asked for them and must see them
+        keep: set[int] = set()
+        newest = get(0)
+        if newest is not None:
+            for meta in reversed(newest.messages):
+                if meta.role != "tool":
+                    break
+                keep.add(meta.id)
+
+        def cost(index: int, protect: int) -> int:
+            turn = get(index)
+            return 0 if turn is None else turn.cost(index >= protect, pruned_cost, keep)
+
+        configured = params.prune_protect_turns
+        chosen: int | None = None
+        for protect in sorted({configured, min(configured, 1), 0}, reverse=True):
+            # the newest `protect` turns (at least the newest one) must fit together
+            if sum(cost(i, protect) for i in range(max(protect, 1))) <= history_budget:
+                chosen = protect
+                break
+        if chosen is None:
+            needed = cost(0, 0)
+            allowed = max(history_budget, 0)
+            raise ConversationTooLargeException(
+                f"the newest turn alone is {needed:,} tokens even with every tool output "
+                f"cleared; the window allows {allowed:,} (window {params.window:,} × ratio "
+                f"{params.token_budget_ratio} − system {system_tokens:,} − tools "
+                f"{tool_tokens:,} − summary {summary_tokens:,})",
+                needed=needed,
+                allowed=allowed,
+            )
+
+        # whole turns, newest first, until one does not fit
+        spent = 0
+        index = 0
+        dropped_turns = 0
+        while (turn := get(index)) is not None:
+            turn_cost = cost(index, chosen)
+            if index > 0 and spent + turn_cost > history_budget:
+                dropped_turns = self._count_turns_through(thread_id, after_id, pinned_ids, turn)
+                break
+            spent += turn_cost
+            index += 1
+        included = list(reversed(loaded[:index]))
+
+        included_ids = [m.id for t in included for m in t.messages]
+        rows = self.store.messages_by_id(included_ids)
+        history: list[Message] = []
+        pruned_ids: list[int] = []
+        for position, turn in zip(range(len(included) - 1, -1, -1), included):
+            for meta in turn.messages:
+                message = wire_message(row_to_message(rows[meta.id]))
+                if position >= chosen and meta.role == "tool" and meta.id not in keep:
+                    message = {**message, "content": PRUNED_PLACEHOLDER}
+                    pruned_ids.append(meta.id)
+                history.append(message)
+        if draft_message is not None:
+            history.append(draft_message)
+
+        unsummarized_turns = self.store.count_turns(thread_id, after_id) + (
+            1 if draft_message is not None else 0
+        )
+        last = self.store.last_request(thread_id, summary.id if summary else None)
+        last_prompt = last["prompt_tokens"] if last else None
+        triggers = []
+        if dropped_turns:
+            triggers.append("budget")
+        if last_prompt is not None and last_prompt >= params.window * params.compaction_threshold:
+            triggers.append("tokens")
+        if params.compaction_min_turns and unsummarized_turns >= params.compaction_min_turns:
+            triggers.append("turns")
+
+        breakdown = self.calc.breakdown(
+            system_tokens, tool_tokens, summary_tokens, spent - draft_tokens, draft_tokens
+        )
+        return ContextRequest(
+            thread_id=thread_id,
+            messages=[system_message, *history],
+            breakdown=breakdown,
+            counter=self.counter.name,
+            window_source=params.window_source,
+            protect_turns=chosen,
+            configured_protect_turns=configured,
+            fallback=chosen != configured,
+            compaction_due=bool(triggers),
+            trigger=triggers[0] if triggers else "none",
+            triggers=triggers,
+            included_ids=included_ids,
+            pruned_ids=pruned_ids,
+            dropped_turns=dropped_turns,
+            unsummarized_turns=unsummarized_turns,
+            summary=summary,
+            last_prompt_tokens=last_prompt,
+            pinned_ids=pinned_ids,
+        )
+
+    def _count_turns_through(
+        self, thread_id: int, after_id: int, pinned_ids: list[int], turn: Turn
+    ) -> int:
+        """Unsummarized turns from ``turn`` back to the summary boundary (all dropped)."""
+        if not turn.messages:
+            return 0
+        lower = max([after_id, *pinned_ids])
+        row = self.store.conn.execute(
+            "SELECT count(DISTINCT turn) FROM messages WHERE thread_id = ? AND id > ? AND id <= ?",
+            (thread_id, lower, turn.messages[-1].id),
+        ).fetchone()
+        return int(row[0])
+
+    # -- the full picture -----------------------------------------------------------------
+
+    def describe(self, request: ContextRequest) -> list[dict[str, Any]]:
+        """Every stored message, in order, with its turn, tokens and state."""
+        thread_id = request.thread_id
+        last = self.store.conn.execute(
+            "SELECT max(id) FROM messages WHERE thread_id = ?", (thread_id,)
+        ).fetchone()[0]
+        if last is None:
+            return []
+        metas = ensure_counts(
+            self.store, self.counter, self.store.meta_range(thread_id, self.counter.name, last)
+        )
+        included = set(request.included_ids)
+        pruned = set(request.pruned_ids)
+        pinned = set(request.pinned_ids)
+        covered = request.summary.covers_through_id if request.summary else 0
+        result = []
+        for m in metas:
+            if m.id in pinned:
+                state = "verbatim"
+            elif m.id <= covered:
+                state = "summarized"
+            elif m.id in pruned:
+                state = "pruned"
+            elif m.id in included:
+                state = "verbatim"
+            else:
+                state = "dropped"
+            result.append(
+                {"id": m.id, "role": m.role, "turn": m.turn, "tokens": m.tokens, "state": state}
+            )
+        return result
+
+
+def _chain(first: Turn, rest: Iterator[Turn]) -> Iterator[Turn]:
+    yield first
+    yield from rest
+
+
+def _take(iterator: Iterator[MessageMeta], n: int) -> list[MessageMeta]:
+    out = []
+    for item in iterator:
+        out.append(item)
+        if len(out) >= n:
+            break
+    return out

@@ -1,0 +1,444 @@
+"""One typed settings model: every key, its type, range, default and help text.
+
+The TOML file, the environment (``IRIS_<KEY>``), the CLI (``--set`` and ``config``) and the
+settings dialog are all generated from :data:`SETTINGS`. Adding a key here adds it
+everywhere.
+
+Sources are layered: defaults < TOML file < environment < CLI ``--set``. A bad value in
+the file or the environment is reported in :attr:`Settings.problems` and that key falls
+back to the layer below; the file is never rewritten behind the user's back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import tomli_w
+
+BUNDLED = "bundled"
+AUTO = "auto"
+
+
+class SettingsError(ValueError):
+    """An invalid key or value. The message names the key, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    kind: str  # "int" | "float" | "bool" | "str" | "choice" | "list" | "path" | "window"
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    unit: str = ""
+    #: changing it needs the model to be reloaded
+    needs_reload: bool = False
+    #: for "list": the values allowed in the list (empty = any string)
+    item_choices: tuple[str, ...] = ()
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".", 1)[0]
+
+    @property
+    def env_var(self) -> str:
+        return "IRIS_" + self.key.upper().replace(".", "_")
+
+    def describe_allowed(self) -> str:
+        """The allowed values in words, for error messages and the dialog."""
+        if self.kind == "window":
+            return f"'auto' or an integer from {int(self.minimum)} to {int(self.maximum)}"
+        if self.kind in ("int", "float"):
+            return f"a{'n integer' if self.kind == 'int' else ' number'} from {_fmt(self.minimum)} to {_fmt(self.maximum)}"
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "list":
+            if self.item_choices:
+                return "a list drawn from " + ", ".join(self.item_choices)
+            return "a list of strings"
+        if self.kind == "path":
+            return f"'{BUNDLED}' or a path to a file"
+        return "any text"
+
+    def parse(self, raw: Any) -> Any:
+        """Convert a raw value (a string from the environment/CLI, or a TOML value) and validate it."""
+        try:
+            value = self._convert(raw)
+        except (TypeError, ValueError) as exc:
+            raise SettingsError(
+                f"{self.key}: invalid value {raw!r}: expected {self.describe_allowed()}"
+                + (f" ({exc})" if str(exc) else "")
+            ) from None
+        self.validate(value)
+        return value
+
+    def validate(self, value: Any) -> None:
+        bad = f"{self.key}: invalid value {value!r}: expected {self.describe_allowed()}"
+        if self.kind == "window":
+            if value == AUTO:
+                return
+            value = value  # int, range checked below
+        if self.kind in ("int", "float", "window"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SettingsError(bad)
+            if self.kind in ("int", "window") and not isinstance(value, int):
+                raise SettingsError(bad)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SettingsError(bad)
+            if (self.minimum is not None and value < self.minimum) or (
+                self.maximum is not None and value > self.maximum
+            ):
+                raise SettingsError(bad)
+        elif self.kind == "bool":
+            if not isinstance(value, bool):
+                raise SettingsError(bad)
+        elif self.kind == "choice":
+            if value not in self.choices:
+                raise SettingsError(bad)
+        elif self.kind == "list":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SettingsError(bad)
+            unknown = [v for v in value if self.item_choices and v not in self.item_choices]
+            if unknown:
+                raise SettingsError(bad + f" (unknown: {', '.join(unknown)})")
+        elif self.kind in ("str", "path"):
+            if not isinstance(value, str):
+                raise SettingsError(bad)
+            if self.kind == "path" and not value.strip():
+                raise SettingsError(bad)
+
+    def _convert(self, raw: Any) -> Any:
+        if not isinstance(raw, str):
+            if self.kind == "float" and isinstance(raw, int) and not isinstance(raw, bool):
+                return float(raw)
+            return raw
+        text = raw.strip()
+        if self.kind == "window":
+            return AUTO if text.lower() == AUTO else int(text)
+        if self.kind == "int":
+            return int(text)
+        if self.kind == "float":
+            return float(text)
+        if self.kind == "bool":
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("")
+        if self.kind == "list":
+            if text.startswith("["):
+                value = json.loads(text)
+                if not isinstance(value, list):
+                    raise ValueError("not a list")
+                return value
+            return [part.strip() for part in text.split(",") if part.strip()]
+        if self.kind == "choice":
+            return text.lower()
+        return raw
+
+    def to_text(self, value: Any) -> str:
+        """The value as a user would type it on the CLI."""
+        if self.kind == "list":
+            return ",".join(value)
+        if self.kind == "bool":
+            return "true" if value else "false"
+        return str(value)
+
+
+def _fmt(number: float | None) -> str:
+    if number is None:
+        return "?"
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+TOOL_CHOICES = ("read_file", "list_directory", "search_files", "run_shell")
+
+_ALL: tuple[Setting, ...] = (
+    # -- context ---------------------------------------------------------------------------
+    Setting(
+        "context.window", "window", AUTO,
+        "Context window in tokens. 'auto' uses the loaded model's n_ctx (without a loaded "
+        "model: model.n_ctx).",
+        minimum=512, maximum=1_048_576, unit="tokens",
+    ),
+    Setting(
+        "context.token_budget_ratio", "float", 0.70,
+        "Fraction of the context window allocated to conversation history (system prompt "
+        "and tool definitions are subtracted from it).",
+        minimum=0.1, maximum=0.95, unit="× window",
+    ),
+    Setting(
+        "context.compaction_threshold", "float", 0.75,
+        "Compact when the last request's prompt_tokens reach this fraction of the window.",
+        minimum=0.2, maximum=0.98, unit="× window",
+    ),
+    Setting(
+        "context.prune_protect_turns", "int", 2,
+        "Number of recent turns whose tool outputs are never pruned.",
+        minimum=0, maximum=100, unit="turns",
+    ),
+    Setting(
+        "context.compaction_min_turns", "int", 20,
+        "Count floor: compact once this many unsummarized turns exist (0 = off).",
+        minimum=0, maximum=10_000, unit="turns",
+    ),
+    Setting(
+        "context.keep_recent_ratio", "float", 0.5,
+        "After compaction, the verbatim tail is bounded by this fraction of the trigger "
+        "tokens; at least one turn is always kept.",
+        minimum=0.05, maximum=0.95, unit="× trigger tokens",
+    ),
+    Setting(
+        "context.summary_max_tokens", "int", 768,
+        "Cap on the tokens of a generated summary.",
+        minimum=64, maximum=8192, unit="tokens",
+    ),
+    Setting(
+        "context.token_counter", "choice", AUTO,
+        "How tokens are counted: auto (the model's tokenizer when a model is loaded, else "
+        "the heuristic), model, tiktoken (cl100k_base, offline), heuristic (ceil(chars/4); "
+        "under-counts tool output by ~20%).",
+        choices=(AUTO, "model", "tiktoken", "heuristic"),
+    ),
+    # -- model -----------------------------------------------------------------------------
+    Setting(
+        "model.path", "path", BUNDLED,
+        "GGUF model file. 'bundled' is the small offline gemma-3-270m base model.",
+        needs_reload=True,
+    ),
+    Setting(
+        "model.n_ctx", "int", 8192,
+        "llama.cpp context size in tokens; 0 = the model's trained maximum.",
+        minimum=0, maximum=1_048_576, unit="tokens", needs_reload=True,
+    ),
+    Setting(
+        "model.temperature", "float", 0.7,
+        "Sampling temperature; 0 is greedy.",
+        minimum=0.0, maximum=2.0,
+    ),
+    Setting(
+        "model.max_tokens", "int", 1024,
+        "Maximum tokens generated for one reply.",
+        minimum=1, maximum=32_768, unit="tokens",
+    ),
+    Setting(
+        "model.n_threads", "int", 0,
+        "CPU threads for llama.cpp; 0 = automatic.",
+        minimum=0, maximum=256, unit="threads", needs_reload=True,
+    ),
+    Setting(
+        "model.n_gpu_layers", "int", 0,
+        "Layers offloaded to the GPU; 0 = CPU only, -1 = all.",
+        minimum=-1, maximum=1000, unit="layers", needs_reload=True,
+    ),
+    # -- tools -----------------------------------------------------------------------------
+    Setting(
+        "tools.enabled", "list", ["read_file", "list_directory", "search_files"],
+        "Tools the model may call. File tools work only inside tools.allowed_paths.",
+        item_choices=TOOL_CHOICES,
+    ),
+    Setting(
+        "tools.allowed_paths", "list", [],
+        "Folders the tools may read. Nothing is allowed until you add a folder.",
+    ),
+    Setting(
+        "tools.shell", "bool", False,
+        "Allow run_shell. Every command still needs your confirmation.",
+    ),
+    Setting(
+        "tools.max_calls_per_turn", "int", 8,
+        "Maximum tool calls the model may make in one turn.",
+        minimum=0, maximum=64, unit="calls",
+    ),
+    # -- chat ------------------------------------------------------------------------------
+    Setting(
+        "chat.system_prompt", "str",
+        "You are Iris, a helpful assistant running locally and offline on the user's computer.",
+        "System prompt sent at the start of every request (unless the thread has its own).",
+    ),
+)
+
+SETTINGS: dict[str, Setting] = {s.key: s for s in _ALL}
+
+
+def lookup(key: str) -> Setting:
+    try:
+        return SETTINGS[key]
+    except KeyError:
+        close = [k for k in SETTINGS if k.split(".")[-1] == key.split(".")[-1]]
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise SettingsError(f"unknown setting {key!r}{hint} (see 'iris-desktop config list')") from None
+
+
+SOURCES = ("default", "file", "env", "cli")
+
+
+@dataclass
+class Settings:
+    """Resolved values, where each came from, and the problems met on the way."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+    config_path: Path | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        lookup(key)
+        return self.values[key]
+
+    def get(self, key: str) -> Any:
+        return self[key]
+
+    def source(self, key: str) -> str:
+        return self.sources[key]
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "Settings":
+        """A copy with validated overrides applied (source 'cli'); raises SettingsError."""
+        values = dict(self.values)
+        sources = dict(self.sources)
+        for key, raw in overrides.items():
+            values[key] = lookup(key).parse(raw)
+            sources[key] = "cli"
+        return Settings(values, sources, list(self.problems), self.config_path)
+
+
+def defaults() -> Settings:
+    return Settings(
+        {k: _copy(s.default) for k, s in SETTINGS.items()}, {k: "default" for k in SETTINGS}
+    )
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"context": {"window": 1}}`` → ``{"context.window": 1}``."""
+    flat: dict[str, Any] = {}
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, key + "."))
+        else:
+            flat[key] = value
+    return flat
+
+
+def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Raw key → value pairs from a TOML file, and problems reading it. Never raises."""
+    if not path.exists():
+        return {}, []
+    try:
+        with path.open("rb") as handle:
+            return flatten(tomllib.load(handle)), []
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return {}, [f"{path}: cannot read the settings file ({exc}); using defaults"]
+
+
+def load_settings(
+    config_path: Path | None,
+    env: Mapping[str, str] | None = None,
+    cli: Mapping[str, str] | None = None,
+) -> Settings:
+    """Layer defaults < file < environment < CLI.
+
+    Bad file or environment values are reported and skipped. Bad CLI values raise
+    :class:`SettingsError`, because the user typed them just now.
+    """
+    env = os.environ if env is None else env
+    settings = defaults()
+    settings.config_path = config_path
+    if config_path is not None:
+        raw, problems = read_config_file(config_path)
+        settings.problems.extend(problems)
+        for key, value in raw.items():
+            try:
+                settings.values[key] = lookup(key).parse(value)
+                settings.sources[key] = "file"
+            except SettingsError as exc:
+                settings.problems.append(f"{config_path}: {exc}; using the default")
+    for key, setting in SETTINGS.items():
+        if setting.env_var in env:
+            try:
+                settings.values[key] = setting.parse(env[setting.env_var])
+                settings.sources[key] = "env"
+            except SettingsError as exc:
+                settings.problems.append(f"environment {setting.env_var}: {exc}; ignored")
+    if cli:
+        settings = settings.with_overrides(cli)
+    return settings
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, str]:
+    """``["a.b=1", ...]`` → ``{"a.b": "1"}``; raises SettingsError on a malformed item."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SettingsError(f"--set expects KEY=VALUE, got {item!r}")
+        lookup(key.strip())
+        result[key.strip()] = value
+    return result
+
+
+def write_config_value(path: Path, key: str, raw: Any | None) -> Any:
+    """Set (or, with ``raw=None``, remove) one key in the TOML file, atomically.
+
+    The value is validated first: on error nothing is written. Other keys in the file,
+    even invalid ones, are kept as they were. Returns the parsed value.
+    """
+    setting = lookup(key)
+    value = None if raw is None else setting.parse(raw)
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            with path.open("rb") as handle:
+                data = tomllib.load(handle)
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(
+                f"{path} is not valid TOML ({exc}); fix or remove it before 'config set'"
+            ) from None
+    section, name = key.split(".", 1)
+    table = data.setdefault(section, {})
+    if value is None:
+        table.pop(name, None)
+        if not table:
+            data.pop(section, None)
+    else:
+        table[name] = value
+    atomic_write_bytes(path, tomli_w.dumps(data).encode("utf-8"))
+    return value
+
+
+def reset_config(path: Path, key: str | None = None) -> None:
+    if key is not None:
+        write_config_value(path, key, None)
+    elif path.exists():
+        atomic_write_bytes(path, b"")
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write via a temp file + fsync + rename, so a crash never leaves a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
