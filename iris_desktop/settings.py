@@ -79,15 +79,17 @@ class Setting:
                 f"{self.key}: invalid value {raw!r}: expected {self.describe_allowed()}"
                 + (f" ({exc})" if str(exc) else "")
             ) from None
-        self.validate(value)
+        self.validate(value, shown=raw)
         return value
 
-    def validate(self, value: Any) -> None:
-        bad = f"{self.key}: invalid value {value!r}: expected {self.describe_allowed()}"
-        if self.kind == "window":
-            if value == AUTO:
-                return
-            value = value  # int, range checked below
+    def validate(self, value: Any, shown: Any = None) -> None:
+        """Raise SettingsError unless ``value`` (already converted) is allowed."""
+        bad = (
+            f"{self.key}: invalid value {value if shown is None else shown!r}: "
+            f"expected {self.describe_allowed()}"
+        )
+        if self.kind == "window" and value == AUTO:
+            return
         if self.kind in ("int", "float", "window"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise SettingsError(bad)

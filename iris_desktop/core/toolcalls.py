@@ -268,6 +268,12 @@ def _join(pieces: Any) -> str:
 
 # --- prompt ----------------------------------------------------------------------------
 
+_CALL_FORMAT = """\
+To call a tool, write exactly this, one line per call, with nothing else on those lines:
+<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>
+Then stop: the result comes back in a tool message. Use only the tools above, never \
+invent a result, and answer normally when no tool is needed."""
+
 
 def tools_system_prompt(definitions: list[dict[str, Any]]) -> str:
     """System-prompt text describing ``definitions`` (OpenAI ``tools`` entries, or bare
@@ -283,20 +289,8 @@ def tools_system_prompt(definitions: list[dict[str, Any]]) -> str:
         parameters = function.get("parameters") or {"type": "object", "properties": {}}
         lines.append(f"- {function['name']}: {description}".rstrip())
         lines.append(
-            "  parameters: "
-            + json.dumps(parameters, ensure_ascii=False, separators=(",", ":"))
+            "  parameters: " + json.dumps(parameters, ensure_ascii=False, separators=(",", ":"))
         )
     if not lines:
         return ""
-    return "\n".join(
-        [
-            "You can call these tools:",
-            *lines,
-            "",
-            "To call a tool, write exactly this, one line per call, with nothing else on "
-            "those lines:",
-            '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>',
-            "Then stop: the result comes back in a tool message. Use only the tools above, "
-            "never invent a result, and answer normally when no tool is needed.",
-        ]
-    )
+    return "\n".join(["You can call these tools:", *lines, "", _CALL_FORMAT])

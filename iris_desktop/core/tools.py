@@ -20,11 +20,13 @@ switch, shell confirmation) and runs one tool call at a time. Contracts:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import signal
 import subprocess
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,19 +159,20 @@ _SPECS: dict[str, _Spec] = {
 }
 
 
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "boolean"),  # before int: bool is an int subclass
+    ((int, float), "number"),
+    (str, "string"),
+    ((list, tuple), "array"),
+    (dict, "object"),
+    (type(None), "null"),
+)
+
+
 def _json_type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
+    for kinds, name in _JSON_TYPES:
+        if isinstance(value, kinds):
+            return name
     return type(value).__name__
 
 
@@ -263,6 +266,35 @@ def _folders(roots: Sequence[Path]) -> str:
 
 def _is_binary(head: bytes) -> bool:
     return b"\0" in head[:BINARY_SNIFF_BYTES]
+
+
+_SKIP_NOTES = {
+    "files_capped": f"[stopped after scanning {MAX_SEARCH_FILES} files]",
+    "not_text": "[skipped {count} binary or non-UTF-8 files]",
+    "too_big": f"[skipped {{count}} files over {MAX_SEARCH_FILE_BYTES} bytes]",
+    "unreadable": "[skipped {count} unreadable files]",
+}
+
+
+def _text_lines(path: Path) -> tuple[list[str], str | None]:
+    """The lines of a UTF-8 text file, or ``([], reason)`` with a ``_SKIP_NOTES`` key."""
+    try:
+        if path.stat().st_size > MAX_SEARCH_FILE_BYTES:
+            return [], "too_big"
+        data = path.read_bytes()
+    except OSError:
+        return [], "unreadable"
+    if _is_binary(data):
+        return [], "not_text"
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        return [], "not_text"
+    # Split on "\n" only, so line numbers agree with read_file.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines[-1] == "":
+        lines.pop()
+    return lines, None
 
 
 def _decode_output(data: bytes | None) -> str:
@@ -452,8 +484,7 @@ class Sandbox:
                         line = raw_line.decode("utf-8")
                     except UnicodeDecodeError:
                         return (
-                            f"{shown} is a binary file ({size} bytes, not valid UTF-8); "
-                            "not shown"
+                            f"{shown} is a binary file ({size} bytes, not valid UTF-8); not shown"
                         )
                     if offset < total <= offset + limit:
                         if total == 1:
@@ -524,7 +555,7 @@ class Sandbox:
             dirnames[:] = sorted(
                 name
                 for name in dirnames
-                if name not in SKIPPED_DIRS and not os.path.islink(os.path.join(dirpath, name))
+                if name not in SKIPPED_DIRS and not Path(dirpath, name).is_symlink()
             )
             for name in sorted(filenames):
                 path = Path(dirpath, name)
@@ -553,68 +584,48 @@ class Sandbox:
         except re.error:
             regex, literal = re.compile(re.escape(pattern)), True
 
+        skipped: Counter[str] = Counter()
+        found = self._matches(target, roots, regex, skipped)
         body = _CappedText()
-        matches = scanned = not_text = too_big = unreadable = 0
-        capped = files_capped = False
-        for display_path, real in self._walk_files(target, roots):
-            if scanned >= MAX_SEARCH_FILES:
-                files_capped = True
-                break
-            scanned += 1
-            try:
-                if real.stat().st_size > MAX_SEARCH_FILE_BYTES:
-                    too_big += 1
-                    continue
-                data = real.read_bytes()
-            except OSError:
-                unreadable += 1
-                continue
-            if _is_binary(data):
-                not_text += 1
-                continue
-            try:
-                text = data.decode("utf-8").removeprefix("\ufeff")
-            except UnicodeDecodeError:
-                not_text += 1
-                continue
-            # Split on "\n" only, so line numbers agree with read_file.
-            lines = text.split("\n")
-            if lines[-1] == "":
-                lines.pop()
-            rel = self._display(display_path, roots)
-            for lineno, line in enumerate(lines, start=1):
-                if not regex.search(line):
-                    continue
-                if matches == MAX_SEARCH_MATCHES:
-                    capped = True
-                    break
-                matches += 1
-                line = line.rstrip("\r")
-                if len(line) > MAX_MATCH_LINE_CHARS:
-                    line = line[:MAX_MATCH_LINE_CHARS] + "…"
-                body.write(f"{rel}:{lineno}: {line}\n")
-            if capped:
-                break
+        matches = 0
+        for rel, lineno, line in itertools.islice(found, MAX_SEARCH_MATCHES):
+            matches += 1
+            body.write(f"{rel}:{lineno}: {line}\n")
+        capped = next(found, None) is not None
 
         how = " (invalid regex, searched as literal text)" if literal else ""
-        lines_out = [
-            f"{matches} match{'es' if matches != 1 else ''} for {pattern!r} under {shown}{how}"
-        ]
+        out = [f"{matches} match{'' if matches == 1 else 'es'} for {pattern!r} under {shown}{how}"]
         if matches:
-            lines_out.append(body.getvalue().rstrip("\n"))
+            out.append(body.getvalue().rstrip("\n"))
         if capped:
-            lines_out.append(
+            out.append(
                 f"[stopped after {MAX_SEARCH_MATCHES} matches; narrow the pattern or the path]"
             )
-        if files_capped:
-            lines_out.append(f"[stopped after scanning {MAX_SEARCH_FILES} files]")
-        if not_text:
-            lines_out.append(f"[skipped {not_text} binary or non-UTF-8 files]")
-        if too_big:
-            lines_out.append(f"[skipped {too_big} files over {MAX_SEARCH_FILE_BYTES} bytes]")
-        if unreadable:
-            lines_out.append(f"[skipped {unreadable} unreadable files]")
-        return "\n".join(lines_out)
+        out.extend(
+            note.format(count=skipped[reason])
+            for reason, note in _SKIP_NOTES.items()
+            if skipped[reason]
+        )
+        return "\n".join(out)
+
+    def _matches(
+        self, top: Path, roots: Sequence[Path], regex: re.Pattern[str], skipped: Counter[str]
+    ) -> Iterator[tuple[str, int, str]]:
+        """(shown path, line number, clipped line) of each match under ``top``; files left
+        out are counted in ``skipped`` by reason (keys of ``_SKIP_NOTES``)."""
+        for scanned, (path, real) in enumerate(self._walk_files(top, roots)):
+            if scanned == MAX_SEARCH_FILES:
+                skipped["files_capped"] += 1
+                return
+            lines, reason = _text_lines(real)
+            if reason:
+                skipped[reason] += 1
+                continue
+            rel = self._display(path, roots)
+            for lineno, line in enumerate(lines, start=1):
+                if regex.search(line):
+                    clipped = line[:MAX_MATCH_LINE_CHARS]
+                    yield rel, lineno, clipped + ("…" if len(line) > len(clipped) else "")
 
     def _tool_run_shell(self, command: str) -> str:
         if not command.strip():

@@ -171,6 +171,14 @@ class GGUFInfo:
     tensor_count: int = 0
     #: ``<arch>.attention.sliding_window`` (0 when the model has no SWA layers)
     sliding_window: int = 0
+    #: bytes before the (aligned) tensor data: magic, metadata and tensor infos. The
+    #: header holds the whole tokenizer and template, so hashing it identifies the
+    #: tokenization cheaply.
+    header_size: int = 0
+    #: the file length the header implies (a lower bound when a tensor type is unknown)
+    expected_size: int = 0
+    #: text of the special tokens named in the metadata: {"bos": "<bos>", "eos": ...}
+    special_tokens: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def arch_key(self, suffix: str) -> Any:
         """``metadata[f"{architecture}.{suffix}"]`` or None."""
@@ -327,10 +335,13 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
 
     metadata: dict[str, Any] = {}
     chat_template: str | None = None
+    tokens_at: int | None = None
     for _ in range(kv_count):
         key = r.string("a metadata key")
         vtype = r.u32(f"the type of {key!r}")
         keep = _keep_in_metadata(key)
+        if key == "tokenizer.ggml.tokens" and vtype == _ARRAY:
+            tokens_at = r.pos
         value = r.value(vtype, key, keep)
         if key == "tokenizer.chat_template" and isinstance(value, str):
             chat_template = value
@@ -376,6 +387,8 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
             f"but the file ends at byte {size}",
         )
 
+    special_tokens = _special_tokens(r, tokens_at, metadata) if tokens_at else {}
+
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(p, "not a model: general.architecture is missing")
@@ -396,4 +409,46 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
         version=version,
         tensor_count=tensor_count,
         sliding_window=int(swa) if isinstance(swa, int) else 0,
+        header_size=data_start,
+        expected_size=needed,
+        special_tokens=special_tokens,
     )
+
+
+_SPECIAL_IDS = {
+    "bos": "tokenizer.ggml.bos_token_id",
+    "eos": "tokenizer.ggml.eos_token_id",
+    "eot": "tokenizer.ggml.eot_token_id",
+    "eom": "tokenizer.ggml.eom_token_id",
+    "unk": "tokenizer.ggml.unknown_token_id",
+    "sep": "tokenizer.ggml.seperator_token_id",
+    "pad": "tokenizer.ggml.padding_token_id",
+}
+
+
+def _special_tokens(r: _Reader, tokens_at: int, metadata: dict[str, Any]) -> dict[str, str]:
+    """Look up the text of the special tokens (bos, eos, ...) in the vocabulary array."""
+    wanted = {
+        name: metadata[key]
+        for name, key in _SPECIAL_IDS.items()
+        if isinstance(metadata.get(key), int) and metadata[key] >= 0
+    }
+    if not wanted:
+        return {}
+    saved = r.pos
+    try:
+        r.pos = tokens_at
+        etype = r.u32("the vocabulary")
+        count = r.u64("the vocabulary")
+        if etype != _STRING:
+            return {}
+        by_id = {}
+        last = max(wanted.values())
+        for i in range(min(count, last + 1)):
+            if i in wanted.values():
+                by_id[i] = r.string("a vocabulary entry")
+            else:
+                r.skip_string("a vocabulary entry")
+        return {name: by_id[i] for name, i in wanted.items() if i in by_id}
+    finally:
+        r.pos = saved

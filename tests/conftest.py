@@ -1,0 +1,38 @@
+"""Shared fixtures: a real SQLite file in a temp dir, the corpus, a clean environment."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus"
+AGENT_FILES = sorted((CORPUS / "agent-transcripts").glob("*.json"))
+CHAT_FILES = sorted((CORPUS / "long-chats").glob("*.json"))
+
+
+def load_corpus(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["messages"]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """No IRIS_* variable leaks in from the developer's shell; IRIS_HOME is a temp dir."""
+    for key in list(os.environ):
+        if key.startswith("IRIS_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("IRIS_HOME", str(tmp_path / "iris-home"))
+
+
+@pytest.fixture
+def fresh_store(tmp_path):
+    from iris_desktop.core.store import Store
+
+    store = Store(tmp_path / "test.db")
+    yield store
+    store.close()

@@ -1,0 +1,270 @@
+"""The context engine on hand-made, random (hypothesis) and real conversations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import AGENT_FILES, CHAT_FILES, load_corpus
+from invariants import check_request, snapshot
+from iris_desktop.core.engine import (
+    PRUNED_PLACEHOLDER,
+    ContextEngine,
+    ContextParams,
+    ConversationTooLargeException,
+    TokenBudgetCalculator,
+)
+from iris_desktop.core.store import Store
+from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
+
+
+def call(cid: str, name: str = "bash") -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def agent_turn(n: int, steps: int, size: int) -> list[dict]:
+    msgs = [{"role": "user", "content": f"task {n} " + "u" * size}]
+    for s in range(steps):
+        cid = f"c{n}_{s}"
+        msgs.append({"role": "assistant", "content": f"step {s}", "tool_calls": [call(cid)]})
+        msgs.append({"role": "tool", "tool_call_id": cid, "name": "bash", "content": "o" * size * 4})
+    msgs.append({"role": "assistant", "content": f"done {n}"})
+    return msgs
+
+
+def engine_for(store, window, ratio=0.7, protect=2, min_turns=20, counter=None, prompt="sys"):
+    params = ContextParams(window=window, token_budget_ratio=ratio, prune_protect_turns=protect,
+                           compaction_min_turns=min_turns, system_prompt=prompt)
+    return ContextEngine(store, counter or HeuristicCounter(), params)
+
+
+def test_budget_formula():
+    calc = TokenBudgetCalculator(8192, 0.7, 0.75)
+    assert calc.budget == 5734
+    assert calc.available(system=300, tools=200) == 5234
+    b = calc.breakdown(300, 200, 100, 1000, 10)
+    assert b.free == 8192 - 1610 and b.threshold == 6144
+
+
+def test_prunes_outside_protected_turns_only(fresh_store):
+    thread = fresh_store.create_thread("t")
+    for n in range(4):
+        fresh_store.add_messages(thread, agent_turn(n, 2, 20))
+    engine = engine_for(fresh_store, 32768, protect=2)
+    request = engine.build(thread)
+    check_request(engine, request)
+    turns = {r["id"]: r["turn"] for r in fresh_store.messages(thread)}
+    assert {turns[i] for i in request.pruned_ids} == {1, 2}
+    assert sum(m["content"] == PRUNED_PLACEHOLDER for m in request.messages) == 4
+    assert request.trigger == "none" and not request.fallback
+
+
+def test_loads_newest_first_and_marks_dropped(fresh_store):
+    thread = fresh_store.create_thread("t")
+    for n in range(30):
+        fresh_store.add_messages(thread, [{"role": "user", "content": f"q{n} " + "x" * 400},
+                                          {"role": "assistant", "content": "a" * 400}])
+    before = snapshot(fresh_store, thread)
+    engine = engine_for(fresh_store, 4096, min_turns=0)
+    request = engine.build(thread)
+    described = check_request(engine, request)
+    assert request.compaction_due and request.trigger == "budget"
+    assert request.dropped_turns > 0
+    states = [m["state"] for m in described]
+    assert states[: 2 * request.dropped_turns] == ["dropped"] * (2 * request.dropped_turns)
+    assert set(states[2 * request.dropped_turns:]) == {"verbatim"}
+    assert request.messages[-1]["content"] == "a" * 400
+    assert snapshot(fresh_store, thread) == before
+
+
+def test_turns_trigger(fresh_store):
+    thread = fresh_store.create_thread("t")
+    for n in range(5):
+        fresh_store.add_messages(thread, [{"role": "user", "content": "q"},
+                                          {"role": "assistant", "content": "a"}])
+    assert engine_for(fresh_store, 8192, min_turns=5).build(thread).triggers == ["turns"]
+    assert engine_for(fresh_store, 8192, min_turns=6).build(thread).trigger == "none"
+    assert engine_for(fresh_store, 8192, min_turns=0).build(thread).trigger == "none"
+
+
+def test_tokens_trigger_uses_last_reported_prompt_tokens(fresh_store):
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "q"}])
+    fresh_store.add_request(thread, {"prompt_tokens": 6144, "summary_id": None})
+    assert engine_for(fresh_store, 8192).build(thread).trigger == "tokens"
+    fresh_store.add_request(thread, {"prompt_tokens": 6143, "summary_id": None})
+    assert engine_for(fresh_store, 8192).build(thread).trigger == "none"
+
+
+def test_fallback_reduces_protection_step_by_step(fresh_store):
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, agent_turn(0, 3, 300))
+    fresh_store.add_messages(thread, [{"role": "user", "content": "next"}])
+    engine = engine_for(fresh_store, 2048, ratio=0.5, protect=3)
+    request = engine.build(thread)
+    check_request(engine, request)
+    assert request.fallback and request.protect_turns == 1
+    assert len(request.pruned_ids) == 3
+
+
+def test_newest_turn_pruned_when_nothing_else_fits_but_keeps_in_flight_result(fresh_store):
+    thread = fresh_store.create_thread("t")
+    msgs = agent_turn(0, 3, 150)[:-1]  # ends on a tool result the model must see
+    fresh_store.add_messages(thread, msgs)
+    engine = engine_for(fresh_store, 600, ratio=0.9, protect=2)
+    request = engine.build(thread)
+    check_request(engine, request)
+    assert request.protect_turns == 0 and request.fallback
+    assert request.messages[-1]["content"] == "o" * 600  # the result it just asked for
+    assert len(request.pruned_ids) == 2
+
+
+def test_too_large_raises_with_numbers_and_writes_nothing(fresh_store):
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "x" * 40000}])
+    before = snapshot(fresh_store, thread)
+    with pytest.raises(ConversationTooLargeException) as err:
+        engine_for(fresh_store, 2048).build(thread)
+    assert "the newest turn alone is 10,004 tokens" in str(err.value)
+    assert "the window allows 1,4" in str(err.value)
+    assert err.value.needed > err.value.allowed
+    assert snapshot(fresh_store, thread) == before
+
+
+def test_draft_is_the_newest_turn(fresh_store):
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, agent_turn(0, 2, 10))
+    engine = engine_for(fresh_store, 8192, protect=1)
+    request = engine.build(thread, draft="hello there")
+    check_request(engine, request)
+    assert request.messages[-1] == {"role": "user", "content": "hello there"}
+    assert request.breakdown.draft == HeuristicCounter().count_message(request.messages[-1])
+    assert len(request.pruned_ids) == 2  # the stored turn is no longer protected
+
+
+def test_thread_system_message_is_pinned(fresh_store):
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "system", "content": "be terse"},
+                                      {"role": "user", "content": "hi"}])
+    engine = engine_for(fresh_store, 8192, prompt="default prompt")
+    request = engine.build(thread)
+    assert request.messages[0]["content"] == "be terse"
+    assert [m["state"] for m in check_request(engine, request)] == ["verbatim", "verbatim"]
+
+
+def test_build_reads_only_what_fits(tmp_path):
+    """Cost follows the window: a long thread is not read past the budget."""
+    store = Store(tmp_path / "long.db")
+    thread = store.create_thread("t")
+    rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": "m" * 200}
+            for i in range(4000)]
+    store.add_messages(thread, rows)
+    engine = engine_for(store, 4096, min_turns=0)
+    engine.build(thread)  # fills the count cache for what it read
+    cached = store.conn.execute("SELECT count(*) FROM token_counts").fetchone()[0]
+    assert cached < 300
+    store.close()
+
+
+# -- property-based -------------------------------------------------------------------------
+
+message_sizes = st.integers(min_value=0, max_value=3000)
+
+
+@st.composite
+def conversations(draw):
+    turns = []
+    for n in range(draw(st.integers(min_value=1, max_value=12))):
+        msgs = [{"role": "user", "content": "u" * draw(message_sizes)}]
+        for s in range(draw(st.integers(min_value=0, max_value=4))):
+            cids = [f"c{n}_{s}_{k}" for k in range(draw(st.integers(min_value=1, max_value=2)))]
+            msgs.append({"role": "assistant", "content": None,
+                         "tool_calls": [call(c) for c in cids]})
+            for c in cids:
+                msgs.append({"role": "tool", "tool_call_id": c, "name": "bash",
+                             "content": "o" * draw(message_sizes)})
+        if draw(st.booleans()):
+            msgs.append({"role": "assistant", "content": "a" * draw(message_sizes)})
+        turns.append(msgs)
+    if draw(st.booleans()):
+        turns[0].insert(0, {"role": "system", "content": "s" * draw(st.integers(0, 800))})
+    return turns
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    conversation=conversations(),
+    window=st.integers(min_value=512, max_value=16384),
+    ratio=st.floats(min_value=0.1, max_value=0.95),
+    protect=st.integers(min_value=0, max_value=5),
+    draft=st.one_of(st.none(), st.text(max_size=200)),
+)
+def test_invariants_hold_for_random_conversations(tmp_path_factory, conversation, window, ratio,
+                                                  protect, draft):
+    store = Store(tmp_path_factory.mktemp("prop") / "p.db")
+    try:
+        thread = store.create_thread("t")
+        for turn in conversation:
+            store.add_messages(thread, turn)
+        before = snapshot(store, thread)
+        engine = engine_for(store, window, ratio=ratio, protect=protect)
+        try:
+            request = engine.build(thread, draft=draft)
+        except ConversationTooLargeException as exc:
+            assert exc.needed > exc.allowed
+            assert "the newest turn alone is" in str(exc)
+        else:
+            check_request(engine, request)
+        assert snapshot(store, thread) == before
+    finally:
+        store.close()
+
+
+# -- the real corpus ------------------------------------------------------------------------
+
+CORPUS_FILES = AGENT_FILES + CHAT_FILES
+SETTINGS_GRID = [(0.7, 2), (0.1, 0), (0.95, 5), (0.5, 1)]
+WINDOWS = [2048, 4096, 8192, 16384, 32768]
+
+
+@pytest.fixture(scope="module")
+def corpus_store(tmp_path_factory):
+    store = Store(tmp_path_factory.mktemp("corpus") / "corpus.db")
+    ids = {}
+    for path in CORPUS_FILES:
+        thread = store.create_thread(path.stem)
+        store.add_messages(thread, load_corpus(path))
+        ids[path.stem] = thread
+    # several transcripts in one thread: each task starts a new user turn
+    multi = store.create_thread("multi")
+    for path in AGENT_FILES[:5]:
+        store.add_messages(multi, [m for m in load_corpus(path) if m["role"] != "system"])
+    ids["multi"] = multi
+    yield store, ids
+    store.close()
+
+
+@pytest.mark.parametrize("name", [p.stem for p in CORPUS_FILES] + ["multi"])
+def test_invariants_on_every_corpus_file(corpus_store, name):
+    store, ids = corpus_store
+    thread = ids[name]
+    before = snapshot(store, thread)
+    for window in WINDOWS:
+        for ratio, protect in SETTINGS_GRID:
+            engine = engine_for(store, window, ratio=ratio, protect=protect)
+            try:
+                request = engine.build(thread)
+            except ConversationTooLargeException as exc:
+                assert exc.needed > exc.allowed
+                continue
+            check_request(engine, request)
+    assert snapshot(store, thread) == before
+
+
+def test_exact_tiktoken_counting_on_corpus(corpus_store):
+    store, ids = corpus_store
+    engine = engine_for(store, 8192, counter=TiktokenCounter())
+    request = engine.build(ids["multi"])
+    check_request(engine, request)

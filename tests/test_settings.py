@@ -1,0 +1,103 @@
+import pytest
+
+from iris_desktop import settings as S
+from iris_desktop.settings import SETTINGS, SettingsError, load_settings, write_config_value
+
+
+def test_every_key_has_type_default_help_and_valid_default():
+    assert {"context.window", "context.token_budget_ratio", "context.compaction_threshold",
+            "context.prune_protect_turns", "context.compaction_min_turns",
+            "context.keep_recent_ratio", "context.summary_max_tokens", "context.token_counter",
+            "model.path", "model.n_ctx", "model.temperature", "model.max_tokens",
+            "model.n_threads", "model.n_gpu_layers", "tools.enabled", "tools.allowed_paths",
+            "tools.shell", "tools.max_calls_per_turn", "chat.system_prompt"} <= set(SETTINGS)
+    for s in SETTINGS.values():
+        assert s.help and s.kind
+        s.validate(s.default)
+        assert s.env_var == "IRIS_" + s.key.upper().replace(".", "_")
+
+
+def test_seed_defaults():
+    d = S.defaults()
+    assert d["context.window"] == "auto"
+    assert d["context.token_budget_ratio"] == 0.70
+    assert d["context.compaction_threshold"] == 0.75
+    assert d["context.prune_protect_turns"] == 2
+    assert d["context.compaction_min_turns"] == 20
+    assert d["context.keep_recent_ratio"] == 0.5
+    assert d["context.summary_max_tokens"] == 768
+    assert d["model.n_ctx"] == 8192 and d["model.max_tokens"] == 1024
+    assert d["tools.shell"] is False and d["tools.max_calls_per_turn"] == 8
+    assert d["tools.allowed_paths"] == []
+
+
+def test_layering_defaults_file_env_cli(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[context]\ntoken_budget_ratio = 0.6\nprune_protect_turns = 3\n")
+    env = {"IRIS_CONTEXT_PRUNE_PROTECT_TURNS": "4", "IRIS_MODEL_N_CTX": "4096"}
+    s = load_settings(cfg, env, {"model.n_ctx": "2048"})
+    assert s["context.token_budget_ratio"] == 0.6 and s.source("context.token_budget_ratio") == "file"
+    assert s["context.prune_protect_turns"] == 4 and s.source("context.prune_protect_turns") == "env"
+    assert s["model.n_ctx"] == 2048 and s.source("model.n_ctx") == "cli"
+    assert s.source("context.window") == "default"
+
+
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("context.token_budget_ratio", "1.5", "from 0.1 to 0.95"),
+        ("context.token_budget_ratio", "lots", "a number"),
+        ("context.window", "12", "'auto' or an integer from 512"),
+        ("context.token_counter", "words", "one of auto, model, tiktoken, heuristic"),
+        ("tools.enabled", "read_file,format_disk", "unknown: format_disk"),
+        ("tools.shell", "maybe", "true or false"),
+        ("model.n_ctx", "-5", "from 0 to"),
+    ],
+)
+def test_invalid_values_name_key_value_and_range(key, value, fragment):
+    with pytest.raises(SettingsError) as err:
+        SETTINGS[key].parse(value)
+    message = str(err.value)
+    assert key in message and repr(value) in message and fragment in message
+
+
+def test_unknown_key_is_refused():
+    with pytest.raises(SettingsError, match="unknown setting 'context.ratio'"):
+        S.lookup("context.ratio")
+
+
+def test_bad_file_and_env_values_fall_back_and_are_reported(tmp_path):
+    cfg = tmp_path / "config.toml"
+    original = "[context]\ntoken_budget_ratio = 7\nwindow = 4096\nbogus = 1\n"
+    cfg.write_text(original)
+    s = load_settings(cfg, {"IRIS_CONTEXT_COMPACTION_THRESHOLD": "high"})
+    assert s["context.token_budget_ratio"] == 0.70
+    assert s["context.window"] == 4096
+    assert s["context.compaction_threshold"] == 0.75
+    text = "\n".join(s.problems)
+    assert "context.token_budget_ratio" in text and "bogus" in text
+    assert "IRIS_CONTEXT_COMPACTION_THRESHOLD" in text
+    assert cfg.read_text() == original  # never rewritten silently
+
+
+def test_unreadable_toml_is_reported_not_fatal(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("this is = = not toml")
+    s = load_settings(cfg, {})
+    assert s["context.token_budget_ratio"] == 0.70
+    assert "cannot read the settings file" in s.problems[0]
+
+
+def test_write_validates_first_and_keeps_other_keys(tmp_path):
+    cfg = tmp_path / "config.toml"
+    write_config_value(cfg, "context.token_budget_ratio", "0.8")
+    write_config_value(cfg, "tools.allowed_paths", "/a,/b")
+    before = cfg.read_bytes()
+    with pytest.raises(SettingsError):
+        write_config_value(cfg, "context.token_budget_ratio", "2")
+    assert cfg.read_bytes() == before
+    s = load_settings(cfg, {})
+    assert s["context.token_budget_ratio"] == 0.8
+    assert s["tools.allowed_paths"] == ["/a", "/b"]
+    write_config_value(cfg, "context.token_budget_ratio", None)
+    assert load_settings(cfg, {})["context.token_budget_ratio"] == 0.7
