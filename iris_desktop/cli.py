@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("threads", help="list threads with message and token counts")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-model", action="store_true",
+                   help="count without loading the model (approximate counter)")
 
     p = sub.add_parser("context", help="the request that would be sent next, without sending it")
     p.add_argument("thread", type=int)
@@ -192,11 +194,17 @@ def _export(args, overrides) -> int:
 
 
 def _threads(args, overrides) -> int:
+    from iris_desktop.core.engine import ensure_counts
+
     with _session(args, overrides) as session:
+        _maybe_load_model(session, args)
         counter = session.counter()
+        store = session.store
         rows = []
-        for thread in session.store.threads():
-            tokens, uncounted = session.store.thread_token_total(thread["id"], counter.name)
+        for thread in store.threads():
+            # count what is not cached yet (once), so the totals are complete
+            ensure_counts(store, counter, store.meta_range(thread["id"], counter.name, None))
+            tokens, uncounted = store.thread_token_total(thread["id"], counter.name)
             rows.append({**thread, "tokens": tokens, "uncounted_messages": uncounted,
                          "counter": counter.name})
     if args.json:
@@ -264,10 +272,7 @@ def _context(args, overrides) -> int:
 
     with _session(args, overrides) as session:
         _thread(session, args.thread)
-        if not args.no_model and _wants_model(session):
-            if session.try_load_model() is None:
-                print(f"iris-desktop: warning: no model ({session.model_error}); "
-                      "counting without it", file=sys.stderr)
+        _maybe_load_model(session, args)
         try:
             report = context_report(session, args.thread, args.draft, args.show_request)
         except ConversationTooLargeException as exc:
@@ -280,9 +285,15 @@ def _context(args, overrides) -> int:
     return EXIT_OK
 
 
-def _wants_model(session) -> bool:
+def _maybe_load_model(session, args) -> None:
+    """Load the model when the settings want its window or tokenizer (unless --no-model)."""
     s = session.settings
-    return s["context.token_counter"] in ("auto", "model") or s["context.window"] == "auto"
+    wanted = s["context.token_counter"] in ("auto", "model") or s["context.window"] == "auto"
+    if args.no_model or not wanted:
+        return
+    if session.try_load_model() is None:
+        print(f"iris-desktop: warning: no model ({session.model_error}); counting without it",
+              file=sys.stderr)
 
 
 def _print_context(r: dict[str, Any]) -> None:

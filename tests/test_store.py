@@ -51,7 +51,8 @@ def test_turns_are_numbered_by_user_messages(fresh_store):
         msgs.append(m)
     fresh_store.add_messages(thread, msgs)
     assert [r["turn"] for r in fresh_store.messages(thread)] == [0, 1, 1, 2, 2, 2, 2]
-    assert fresh_store.count_turns(thread) == 2
+    assert fresh_store.count_turns(thread) == 3  # turn 0 holds the system message
+    assert fresh_store.count_turns(thread, after_id=1) == 2
 
 
 def test_add_messages_is_atomic(fresh_store):

@@ -289,3 +289,15 @@ def test_round_trip_prompt_parse_run(tmp_path: Path) -> None:
     call = reply.calls[0]
     result = box.run(call.name, call.to_openai()["function"]["arguments"])
     assert result.ok and "     1\thello" in result.content
+
+
+def test_absurd_nesting_is_malformed_not_a_crash() -> None:
+    deep = "[" * 100_000
+    for text in (
+        f"<tool_call>{deep}",
+        deep,
+        '[TOOL_CALLS]read_file[ARGS]{"a":' * 2 + deep,
+        '<tool_call>{"name": "read_file", "arguments": "' + deep + '"}</tool_call>',
+    ):
+        reply = parse_tool_calls(text)
+        assert all(call.arguments is None and call.error for call in reply.calls)

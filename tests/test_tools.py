@@ -509,3 +509,8 @@ def test_file_tools_work_with_network_blocked(
     assert "sub/" in _ok(box.run("list_directory", {"path": "."}))
     assert "needle" in _ok(box.run("search_files", {"pattern": "needle"}))
     assert len(box.definitions()) == 3
+
+
+def test_absurdly_nested_arguments_are_refused(box: Sandbox) -> None:
+    content = _refused(box.run("read_file", "[" * 100_000))
+    assert "bad arguments for read_file" in content

@@ -341,10 +341,8 @@ class ContextEngine:
 
         source = self._turns_newest_first(thread_id, after_id, set(pinned_ids))
         if draft_message is not None:
-            last_turn = self.store.conn.execute(
-                "SELECT max(turn) FROM messages WHERE thread_id = ?", (thread_id,)
-            ).fetchone()[0]
-            source = _chain(Turn((last_turn or 0) + 1, extra=draft_tokens), source)
+            span = self.store.turn_span(thread_id)
+            source = _chain(Turn((span[1] if span else 0) + 1, extra=draft_tokens), source)
         loaded: list[Turn] = []  # newest first
         pruned_cost: dict[int, int] = {}
 
@@ -398,7 +396,9 @@ class ContextEngine:
         while (turn := get(index)) is not None:
             turn_cost = cost(index, chosen)
             if index > 0 and spent + turn_cost > history_budget:
-                dropped_turns = self._count_turns_through(thread_id, after_id, pinned_ids, turn)
+                lower = max([after_id, *pinned_ids])
+                span = self.store.turn_span(thread_id, lower)
+                dropped_turns = turn.number - span[0] + 1 if span and turn.messages else 0
                 break
             spent += turn_cost
             index += 1
@@ -418,7 +418,7 @@ class ContextEngine:
         if draft_message is not None:
             history.append(draft_message)
 
-        unsummarized_turns = self.store.count_turns(thread_id, after_id) + (
+        unsummarized_turns = self.store.count_turns(thread_id, max([after_id, *pinned_ids])) + (
             1 if draft_message is not None else 0
         )
         last = self.store.last_request(thread_id, summary.id if summary else None)
@@ -454,19 +454,6 @@ class ContextEngine:
             last_prompt_tokens=last_prompt,
             pinned_ids=pinned_ids,
         )
-
-    def _count_turns_through(
-        self, thread_id: int, after_id: int, pinned_ids: list[int], turn: Turn
-    ) -> int:
-        """Unsummarized turns from ``turn`` back to the summary boundary (all dropped)."""
-        if not turn.messages:
-            return 0
-        lower = max([after_id, *pinned_ids])
-        row = self.store.conn.execute(
-            "SELECT count(DISTINCT turn) FROM messages WHERE thread_id = ? AND id > ? AND id <= ?",
-            (thread_id, lower, turn.messages[-1].id),
-        ).fetchone()
-        return int(row[0])
 
     # -- the full picture -----------------------------------------------------------------
 

@@ -412,8 +412,12 @@ class Store:
         for row in cur:
             yield MessageMeta(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
 
-    def meta_range(self, thread_id: int, counter: str, through_id: int) -> list[MessageMeta]:
-        """Messages with id ≤ through_id, oldest first, without their text."""
+    def meta_range(
+        self, thread_id: int, counter: str, through_id: int | None = None
+    ) -> list[MessageMeta]:
+        """Messages with id ≤ through_id (default: all), oldest first, without their text."""
+        if through_id is None:
+            through_id = 2**62
         cur = self.conn.execute(
             """
             SELECT m.id, m.turn, m.role, c.tokens, m.tool_calls IS NOT NULL, m.tool_call_id,
@@ -425,12 +429,27 @@ class Store:
         )
         return [MessageMeta(r[0], r[1], r[2], r[3], bool(r[4]), *r[5:]) for r in cur]
 
-    def count_turns(self, thread_id: int, after_id: int = 0) -> int:
-        row = self.conn.execute(
-            "SELECT count(*) FROM messages WHERE thread_id = ? AND role = 'user' AND id > ?",
+    def turn_span(self, thread_id: int, after_id: int = 0) -> tuple[int, int] | None:
+        """(first, last) turn number of the messages after ``after_id``; two index lookups.
+
+        Turn numbers grow by one at each user message, so the number of turns in a range
+        is ``last - first + 1`` without counting rows.
+        """
+        first = self.conn.execute(
+            "SELECT turn FROM messages WHERE thread_id = ? AND id > ? ORDER BY id LIMIT 1",
             (thread_id, after_id),
         ).fetchone()
-        return int(row[0])
+        if first is None:
+            return None
+        last = self.conn.execute(
+            "SELECT turn FROM messages WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
+        ).fetchone()
+        return int(first[0]), int(last[0])
+
+    def count_turns(self, thread_id: int, after_id: int = 0) -> int:
+        """Turns with at least one message after ``after_id``."""
+        span = self.turn_span(thread_id, after_id)
+        return 0 if span is None else span[1] - span[0] + 1
 
     def cache_counts(self, counter: str, counts: dict[int, int]) -> None:
         """Remember token counts; a derived cache, safe to write at any time."""

@@ -43,6 +43,14 @@ _SNIPPET_CHARS = 200
 _decoder = json.JSONDecoder()
 
 
+def _raw_decode(text: str, pos: int = 0) -> tuple[Any, int]:
+    """``JSONDecoder.raw_decode`` where absurd nesting is a decode error too."""
+    try:
+        return _decoder.raw_decode(text, pos)
+    except RecursionError:
+        raise json.JSONDecodeError("JSON nested too deeply", text, pos) from None
+
+
 @dataclass
 class ToolCall:
     """One call the model asked for. ``arguments`` is None exactly when ``error`` is set."""
@@ -146,7 +154,7 @@ def _parse_mistral(text: str) -> tuple[str, list[_Found]]:
         elif match := _MISTRAL_NAMED.match(segment):
             name = match.group(1)
             try:
-                arguments, end = _decoder.raw_decode(segment, _skip_space(segment, match.end()))
+                arguments, end = _raw_decode(segment, _skip_space(segment, match.end()))
             except json.JSONDecodeError as exc:
                 found.append((name, None, f"invalid JSON arguments for {name}: {exc.msg}"))
                 continue
@@ -168,7 +176,7 @@ def _parse_bare(text: str, known_tools: Collection[str] | None) -> list[_Found] 
     pos = 0
     try:
         while pos < len(body):
-            value, pos = _decoder.raw_decode(body, pos)
+            value, pos = _raw_decode(body, pos)
             items.extend(value if isinstance(value, list) else [value])
             # Llama 3.2 separates parallel calls with ";" (or newlines).
             while pos < len(body) and body[pos] in " \t\r\n;,":
@@ -211,7 +219,7 @@ def _calls_from_json_text(body: str, where: str) -> tuple[list[_Found], str]:
     if not stripped:
         return [("", None, f"empty {where} block")], ""
     try:
-        value, end = _decoder.raw_decode(stripped)
+        value, end = _raw_decode(stripped)
     except json.JSONDecodeError as exc:
         return [_malformed(stripped, f"invalid JSON in {where}: {exc.msg} at char {exc.pos}")], ""
     items = value if isinstance(value, list) else [value]
@@ -242,6 +250,8 @@ def _with_arguments(name: str, arguments: Any) -> _Found:
             return name, {}, None
         try:
             arguments = json.loads(arguments)
+        except RecursionError:
+            return name, None, f"the arguments of {name} are nested too deeply"
         except json.JSONDecodeError as exc:
             return name, None, f"the arguments of {name} are not valid JSON: {exc.msg}"
     if not isinstance(arguments, dict):
@@ -286,7 +296,11 @@ def tools_system_prompt(definitions: list[dict[str, Any]]) -> str:
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             continue
         description = " ".join(str(function.get("description", "")).split())
-        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        parameters = dict(function.get("parameters") or {"type": "object", "properties": {}})
+        # Schema bookkeeping that tells the model nothing costs tokens on every request.
+        parameters.pop("additionalProperties", None)
+        if not parameters.get("required", True):
+            del parameters["required"]
         lines.append(f"- {function['name']}: {description}".rstrip())
         lines.append(
             "  parameters: " + json.dumps(parameters, ensure_ascii=False, separators=(",", ":"))

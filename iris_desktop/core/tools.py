@@ -13,8 +13,12 @@ switch, shell confirmation) and runs one tool call at a time. Contracts:
   valid UTF-8 are reported as such, never decoded into garbage.
 * Output is never shortened except at a hard cap of :data:`MAX_OUTPUT_BYTES` UTF-8 bytes,
   marked with ``[output truncated at N bytes of M]``.
+* Paths in output are relative to the first allowed folder when under it (so they can be
+  passed straight back to a tool), absolute otherwise.
 * ``run_shell`` is off unless ``shell=True`` *and* it is enabled, and every call asks
-  ``confirm_shell(command)`` first; only ``True`` lets it run.
+  ``confirm_shell(command)`` first; only ``True`` lets it run. It runs in the first
+  allowed folder (the home folder when there is none), in its own process group so a
+  timeout kills everything it started. A command that ran is ``ok`` whatever its exit code.
 * Nothing here opens a network connection.
 """
 
@@ -189,6 +193,8 @@ def _parse_arguments(spec: _Spec, arguments: Any) -> dict[str, Any]:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
             raise _bad_arguments(spec, f"arguments are not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise _bad_arguments(spec, "arguments are nested too deeply") from None
     if not isinstance(arguments, dict):
         raise _bad_arguments(
             spec, f"arguments must be a JSON object, got {_json_type_name(arguments)}"
