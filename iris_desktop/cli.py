@@ -10,8 +10,9 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from iris_desktop import __version__
 from iris_desktop.settings import (
@@ -160,7 +161,11 @@ def _thread(session, thread_id: int) -> dict[str, Any]:
 
 
 def _import(args, overrides) -> int:
-    from iris_desktop.core.conversation import ConversationFormatError, load_conversation, title_from
+    from iris_desktop.core.conversation import (
+        ConversationFormatError,
+        load_conversation,
+        title_from,
+    )
 
     try:
         messages, file_title = load_conversation(args.file)

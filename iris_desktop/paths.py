@@ -38,7 +38,7 @@ class AppPaths:
     def log_path(self) -> Path:
         return self.log_dir / "iris.log"
 
-    def ensure(self) -> "AppPaths":
+    def ensure(self) -> AppPaths:
         for folder in (self.data_dir, self.config_dir, self.log_dir):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self

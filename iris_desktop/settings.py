@@ -15,9 +15,10 @@ import json
 import math
 import os
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import tomli_w
 
@@ -57,7 +58,8 @@ class Setting:
         if self.kind == "window":
             return f"'auto' or an integer from {int(self.minimum)} to {int(self.maximum)}"
         if self.kind in ("int", "float"):
-            return f"a{'n integer' if self.kind == 'int' else ' number'} from {_fmt(self.minimum)} to {_fmt(self.maximum)}"
+            noun = "an integer" if self.kind == "int" else "a number"
+            return f"{noun} from {_fmt(self.minimum)} to {_fmt(self.maximum)}"
         if self.kind == "bool":
             return "true or false"
         if self.kind == "choice":
@@ -305,7 +307,7 @@ class Settings:
     def source(self, key: str) -> str:
         return self.sources[key]
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "Settings":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
         """A copy with validated overrides applied (source 'cli'); raises SettingsError."""
         values = dict(self.values)
         sources = dict(self.sources)

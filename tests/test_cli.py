@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
+
 from iris_desktop.cli import main
 
 

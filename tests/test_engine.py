@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 from invariants import check_request, snapshot
+
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
     ContextEngine,
@@ -80,7 +80,7 @@ def test_loads_newest_first_and_marks_dropped(fresh_store):
 
 def test_turns_trigger(fresh_store):
     thread = fresh_store.create_thread("t")
-    for n in range(5):
+    for _ in range(5):
         fresh_store.add_messages(thread, [{"role": "user", "content": "q"},
                                           {"role": "assistant", "content": "a"}])
     assert engine_for(fresh_store, 8192, min_turns=5).build(thread).triggers == ["turns"]

@@ -3,8 +3,8 @@ import os
 import stat
 
 import pytest
-
 from conftest import AGENT_FILES, load_corpus
+
 from iris_desktop.core.store import SCHEMA_VERSION, Store, StoreError, row_to_message
 
 
@@ -119,9 +119,9 @@ def test_newer_schema_is_refused(tmp_path):
 
 
 def test_migration_from_version_1(tmp_path):
-    from iris_desktop.core import store as store_module
-
     import sqlite3
+
+    from iris_desktop.core import store as store_module
     conn = sqlite3.connect(tmp_path / "old.db")
     for statement in store_module._split_sql(store_module.MIGRATIONS[0]):
         conn.execute(statement)

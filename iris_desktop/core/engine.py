@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from iris_desktop.core.store import MessageMeta, Store, SummaryRow, row_to_message
 from iris_desktop.core.tokens import Message, TokenCounter
@@ -59,7 +60,7 @@ class ContextParams:
     window_source: str = "config"
 
     @classmethod
-    def from_settings(cls, settings: Any, window: int, window_source: str) -> "ContextParams":
+    def from_settings(cls, settings: Any, window: int, window_source: str) -> ContextParams:
         return cls(
             window=window,
             token_budget_ratio=settings["context.token_budget_ratio"],
@@ -277,7 +278,7 @@ class ContextEngine:
         self, base: str, tools_text: str, summary_text: str
     ) -> tuple[int, int, int, Message]:
         """(system, tools, summary) tokens, exact by differencing, plus the message."""
-        count = lambda text: _synthetic.count(self.counter, {"role": "system", "content": text})  # noqa: E731
+        count = lambda text: _synthetic.count(self.counter, {"role": "system", "content": text})
         overhead = self.counter.prompt_overhead()
         base_only = count(compose_system(base)) + overhead
         with_tools = count(compose_system(base, tools_text)) + overhead

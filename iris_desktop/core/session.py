@@ -7,8 +7,9 @@ No Qt here. The model is loaded lazily, once, and owned by whoever owns the Sess
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from iris_desktop.core.engine import ContextEngine, ContextParams
 from iris_desktop.core.store import Store
@@ -47,7 +48,7 @@ class Session:
             self.model = None
         self.store.close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "FILE_TYPES",
+    "GGML_TYPE_SIZES",
     "GGUFError",
     "GGUFInfo",
     "read_gguf_info",
-    "FILE_TYPES",
-    "GGML_TYPE_SIZES",
 ]
 
 GGUF_MAGIC = b"GGUF"
