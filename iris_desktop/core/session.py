@@ -139,6 +139,23 @@ class Session:
 
         return tools_system_prompt(definitions)
 
+    def agent(self, confirm_shell=None, compactor=None):
+        """An Agent on the loaded model (loads it if needed; raises ModelError)."""
+        from iris_desktop.core.agent import Agent, AgentConfig
+
+        model = self.load_model()
+        window, source = self.window()
+        return Agent(
+            self.store,
+            model,
+            ContextParams.from_settings(self.settings, window, source),
+            AgentConfig.from_settings(self.settings),
+            sandbox=self.sandbox(confirm_shell),
+            compactor=compactor,
+            counter=self.counter(),
+            model_name=model.path.name,
+        )
+
     def engine(self, settings: Settings | None = None) -> ContextEngine:
         settings = settings or self.settings
         window, source = self.window(settings)

@@ -1,0 +1,64 @@
+"""A scripted runtime for what the real model cannot do on demand (a given tool call)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from iris_desktop.core.tokens import HeuristicCounter
+
+
+@dataclass
+class FakeStats:
+    prompt_tokens: int
+    reused_tokens: int
+    evaluated_tokens: int
+    completion_tokens: int
+    time_to_first_token_s: float
+    tokens_per_s: float
+    duration_s: float
+    finish_reason: str
+
+
+class ScriptedRuntime:
+    """Replies with the scripted texts in order; each reply streams word by word.
+
+    A script item may be a string, an Exception (raised mid-stream after one word), or a
+    callable taking the request messages and returning a string.
+    """
+
+    def __init__(self, replies, n_ctx: int = 8192, counter=None, delay_s: float = 0.0):
+        self.replies = list(replies)
+        self.n_ctx = n_ctx
+        self._counter = counter or HeuristicCounter()
+        self.delay_s = delay_s
+        self.requests: list[list[dict]] = []
+        self.last_stats: FakeStats | None = None
+        self.started = threading.Event()
+
+    def counter(self):
+        return self._counter
+
+    def stream(self, messages, *, max_tokens, temperature=0.7, cancel=None, **_):
+        self.requests.append(messages)
+        item = self.replies.pop(0) if self.replies else "(no more scripted replies)"
+        text = item(messages) if callable(item) and not isinstance(item, Exception) else item
+        prompt = self._counter.prompt_overhead() + sum(
+            self._counter.count_message(m) for m in messages
+        )
+        pieces = (text if isinstance(text, str) else "partial reply").split(" ")
+        finish = "stop"
+        produced = 0
+        for i, word in enumerate(pieces):
+            if cancel is not None and cancel.is_set():
+                finish = "cancelled"
+                break
+            if isinstance(text, Exception) and i == 1:
+                raise text
+            self.started.set()
+            produced += 1
+            yield word if i == 0 else " " + word
+            if self.delay_s:
+                time.sleep(self.delay_s)
+        self.last_stats = FakeStats(prompt, 0, prompt, produced, 0.0, 0.0, 0.0, finish)

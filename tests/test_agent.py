@@ -1,0 +1,160 @@
+"""The turn loop with a scripted runtime: tool loop, malformed calls, the limit, cancel."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from fakes import ScriptedRuntime
+from iris_desktop.core.agent import Agent, AgentConfig
+from iris_desktop.core.engine import ContextParams
+from iris_desktop.core.tools import Sandbox
+
+
+def call(name: str, **arguments) -> str:
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+
+@pytest.fixture
+def folder(tmp_path):
+    root = tmp_path / "allowed"
+    root.mkdir()
+    (root / "notes.txt").write_text("the launch code is 1234\n" * 3)
+    return root
+
+
+def make_agent(store, replies, folder=None, **config):
+    runtime = ScriptedRuntime(replies)
+    sandbox = Sandbox([folder] if folder else [])
+    agent = Agent(store, runtime, ContextParams(window=8192, system_prompt="You are Iris."),
+                  AgentConfig(**config), sandbox=sandbox)
+    return agent, runtime
+
+
+def kinds(events):
+    return [e.kind for e in events]
+
+
+def test_plain_answer(fresh_store):
+    thread = fresh_store.create_thread("New chat")
+    agent, runtime = make_agent(fresh_store, ["Hello there, friend."])
+    events = list(agent.send(thread, "Hi Iris"))
+    assert kinds(events)[:3] == ["user", "request", "assistant_start"]
+    assert kinds(events)[-2:] == ["assistant", "done"]
+    assert "".join(e.text for e in events if e.kind == "token") == "Hello there, friend."
+    rows = fresh_store.messages(thread)
+    assert [(r["role"], r["content"], r["status"]) for r in rows] == [
+        ("user", "Hi Iris", "complete"), ("assistant", "Hello there, friend.", "complete")]
+    assert fresh_store.thread(thread)["title"] == "Hi Iris"
+    request = fresh_store.requests(thread)[0]
+    assert request["prompt_tokens"] == request["predicted_prompt_tokens"]
+
+
+def test_tool_loop_call_result_answer(fresh_store, folder):
+    thread = fresh_store.create_thread("t")
+    agent, runtime = make_agent(
+        fresh_store, [call("read_file", path="notes.txt"), "The code is 1234."], folder)
+    events = list(agent.send(thread, "What is the launch code?"))
+    assert "tool" in kinds(events)
+    rows = fresh_store.messages(thread)
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
+    calls = json.loads(rows[1]["tool_calls"])
+    assert calls[0]["function"]["name"] == "read_file"
+    assert rows[2]["tool_call_id"] == calls[0]["id"] and "1234" in rows[2]["content"]
+    # the second request showed the model its call and the full result
+    second = runtime.requests[1]
+    assert second[-1]["role"] == "tool" and "launch code is 1234" in second[-1]["content"]
+    assert "read_file" in runtime.requests[0][0]["content"]  # tools described in the system prompt
+    assert rows[3]["content"] == "The code is 1234."
+
+
+def test_malformed_call_goes_back_as_a_tool_error(fresh_store, folder):
+    thread = fresh_store.create_thread("t")
+    agent, runtime = make_agent(
+        fresh_store, ['<tool_call>{"name": "read_file", "arguments": {oops}</tool_call>', "Sorry."],
+        folder)
+    events = list(agent.send(thread, "read it"))
+    tool = [e for e in events if e.kind == "tool"][0]
+    assert not tool.data["ok"] and "malformed tool call" in tool.text
+    assert kinds(events)[-1] == "done"
+    assert fresh_store.messages(thread)[-1]["content"] == "Sorry."
+
+
+def test_tool_call_limit(fresh_store, folder):
+    thread = fresh_store.create_thread("t")
+    agent, runtime = make_agent(
+        fresh_store, [call("list_directory", path=".")] * 3 + ["Done."], folder,
+        max_calls_per_turn=2)
+    events = list(agent.send(thread, "look around"))
+    tools = [e for e in events if e.kind == "tool"]
+    assert [t.data["ok"] for t in tools] == [True, True]
+    # after the limit the model answers without tools
+    assert "list_directory" not in runtime.requests[2][0]["content"]
+    assert kinds(events)[-1] == "done"
+    assert len(runtime.requests) == 3
+
+
+def test_cancel_keeps_partial_reply_marked_interrupted(fresh_store):
+    thread = fresh_store.create_thread("t")
+    cancel = threading.Event()
+    agent, runtime = make_agent(fresh_store, [" ".join(["word"] * 200)])
+    events = []
+    for event in agent.send(thread, "talk", cancel):
+        events.append(event)
+        if event.kind == "token" and len(events) > 6:
+            cancel.set()
+    assert events[-1].data["finish_reason"] == "cancelled"
+    reply = fresh_store.messages(thread)[-1]
+    assert reply["status"] == "interrupted" and 0 < len(reply["content"]) < 200 * 5
+    assert fresh_store.messages(thread)[0]["content"] == "talk"
+
+
+def test_partial_text_is_saved_while_streaming(fresh_store):
+    thread = fresh_store.create_thread("t")
+    ticks = iter(range(1000))
+    runtime = ScriptedRuntime([" ".join(f"w{i}" for i in range(10))])
+    agent = Agent(fresh_store, runtime, ContextParams(window=8192),
+                  AgentConfig(save_interval_s=2.0), clock=lambda: next(ticks))
+    seen = []
+    for event in agent.send(thread, "go"):
+        if event.kind == "token":
+            seen.append(fresh_store.messages(thread)[-1]["content"])
+    # saved every 2 clock ticks, so the stored text trails the stream by at most one save
+    assert any(s.startswith("w0 w1") for s in seen)
+    assert fresh_store.messages(thread)[-1]["status"] == "complete"
+
+
+def test_model_failure_mid_reply_keeps_everything(fresh_store):
+    thread = fresh_store.create_thread("t")
+    agent, _ = make_agent(fresh_store, [RuntimeError("GPU on fire")])
+    events = list(agent.send(thread, "hello"))
+    assert [e for e in events if e.kind == "error"][0].text.endswith("GPU on fire")
+    rows = fresh_store.messages(thread)
+    assert rows[0]["content"] == "hello" and rows[1]["status"] == "error"
+
+
+def test_too_large_is_reported_and_user_message_kept(fresh_store):
+    thread = fresh_store.create_thread("t")
+    runtime = ScriptedRuntime(["never"])
+    agent = Agent(fresh_store, runtime, ContextParams(window=1024), AgentConfig())
+    events = list(agent.send(thread, "x" * 20000))
+    error = [e for e in events if e.kind == "error"][0]
+    assert error.data["kind"] == "too_large" and "the window allows" in error.text
+    assert runtime.requests == []
+    assert fresh_store.messages(thread)[0]["content"] == "x" * 20000
+
+
+def test_full_turn_opens_no_network_connection(fresh_store, folder, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    thread = fresh_store.create_thread("t")
+    agent, _ = make_agent(fresh_store, [call("search_files", pattern="launch", path="."), "ok"],
+                          folder)
+    events = list(agent.send(thread, "search"))
+    assert [e for e in events if e.kind == "tool"][0].data["ok"]
