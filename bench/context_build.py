@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus import synthetic_thread
-
 from iris_desktop.core.engine import ContextEngine, ContextParams, ensure_counts
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import TiktokenCounter
+
+from _corpus import synthetic_thread
 
 SIZES = (1_000, 10_000, 100_000)
 

@@ -8,10 +8,11 @@ import threading
 
 import pytest
 
-from fakes import ScriptedRuntime
 from iris_desktop.core.agent import Agent, AgentConfig
 from iris_desktop.core.engine import ContextParams
 from iris_desktop.core.tools import Sandbox
+
+from fakes import ScriptedRuntime
 
 
 def call(name: str, **arguments) -> str:

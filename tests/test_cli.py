@@ -7,9 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 
 from iris_desktop.cli import main
+
+from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import check_request, snapshot
 
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
@@ -17,6 +15,9 @@ from iris_desktop.core.engine import (
 )
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
+
+from conftest import AGENT_FILES, CHAT_FILES, load_corpus
+from invariants import check_request, snapshot
 
 
 def call(cid: str, name: str = "bash") -> dict:

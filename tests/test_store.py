@@ -3,9 +3,10 @@ import os
 import stat
 
 import pytest
-from conftest import AGENT_FILES, load_corpus
 
 from iris_desktop.core.store import SCHEMA_VERSION, Store, StoreError, row_to_message
+
+from conftest import AGENT_FILES, load_corpus
 
 
 def test_pragmas_wal_foreign_keys_full_sync(fresh_store):
