@@ -429,7 +429,8 @@ class ContextEngine:
             triggers.append("budget")
         if last_prompt is not None and last_prompt >= params.window * params.compaction_threshold:
             triggers.append("tokens")
-        if params.compaction_min_turns and unsummarized_turns >= params.compaction_min_turns:
+        # the newest turn is always kept, so one unsummarized turn can never be compacted
+        if params.compaction_min_turns and unsummarized_turns >= max(params.compaction_min_turns, 2):
             triggers.append("turns")
 
         breakdown = self.calc.breakdown(

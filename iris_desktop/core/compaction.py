@@ -1,0 +1,456 @@
+"""Compaction: fold the oldest turns into a chained ConversationSummary.
+
+When (any of):
+- ``tokens``: the last request's reported prompt_tokens ≥ window × compaction_threshold;
+- ``budget``: the unsummarized history (plus the new message) no longer fits;
+- ``turns``: unsummarized turns ≥ compaction_min_turns.
+
+What:
+1. split: a verbatim tail ≤ keep_recent_ratio × the trigger line, in whole turns (or, in
+   one long turn, at a step boundary after a complete tool call/result), with fewer than
+   compaction_min_turns turns, and always the newest turn (or step); the rest is archived;
+2. input: the previous summary, then the archived turns with tool outputs cleared and
+   empty turns dropped; chunked and folded in order when it does not fit the model;
+3. generate a ConversationSummary with grammar-constrained JSON, capped at
+   summary_max_tokens; the extractive summarizer when that fails, times out or is
+   unusable; a dated fact ledger is added either way;
+4. verify (smaller than before, nothing dropped, under the threshold) and commit the
+   summary and its event atomically; on failure nothing is saved and the event says why;
+   three failures in a row open a circuit breaker;
+5. record one telemetry row per event and log it as one line.
+
+Stored messages are never modified or deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from iris_desktop.core.engine import (
+    PRUNED_PLACEHOLDER,
+    ContextEngine,
+    ContextParams,
+    ContextRequest,
+    ConversationTooLargeException,
+    ensure_counts,
+)
+from iris_desktop.core.extractive import ExtractiveSummarizer
+from iris_desktop.core.store import MessageMeta, Store, row_to_message
+from iris_desktop.core.summary import JSON_SCHEMA, ConversationSummary, SummaryInvalid
+from iris_desktop.core.tokens import Message, TokenCounter, message_text
+
+log = logging.getLogger("iris.compaction")
+
+BREAKER_FAILURES = 3
+SUMMARY_INSTRUCTIONS = (
+    "You maintain the running summary of a long conversation between a user and an "
+    "assistant. Read the previous summary (if any) and the new part of the conversation, "
+    "and write ONE updated summary as JSON with these fields: summary (a 150-300 word "
+    "narrative of everything so far), accomplishments, key_decisions, relevant_files, "
+    "active_goals, emotional_thread, relationship_dynamics, evolving_themes. Keep names, "
+    "dates, numbers and file paths exactly. The new summary replaces the previous one."
+)
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    keep_recent_ratio: float = 0.5
+    summary_max_tokens: int = 768
+    timeout_s: float = 180.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> CompactionSettings:
+        return cls(
+            keep_recent_ratio=settings["context.keep_recent_ratio"],
+            summary_max_tokens=settings["context.summary_max_tokens"],
+        )
+
+
+class CompactionFailed(Exception):
+    pass
+
+
+@dataclass
+class _Unit:
+    """A run of messages that is archived or kept as a whole (a turn, or one step)."""
+
+    metas: list[MessageMeta]
+    turn: int
+
+
+class Compactor:
+    """Decides when to compact a thread, and does it. One per store (one thread of use)."""
+
+    def __init__(
+        self,
+        store: Store,
+        counter: TokenCounter,
+        params: ContextParams,
+        settings: CompactionSettings | None = None,
+        runtime: Any = None,
+        summarizer_window: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.store = store
+        self.counter = counter
+        self.params = params
+        self.settings = settings or CompactionSettings()
+        self.runtime = runtime
+        self.summarizer_window = summarizer_window or getattr(runtime, "n_ctx", None)
+        self.clock = clock
+        self.extractive = ExtractiveSummarizer(counter)
+
+    # -- when -----------------------------------------------------------------------------
+
+    def engine(self) -> ContextEngine:
+        return ContextEngine(self.store, self.counter, self.params)
+
+    @property
+    def trigger_tokens(self) -> int:
+        return math.floor(self.params.window * self.params.compaction_threshold)
+
+    def check(self, thread_id: int, tools_text: str = "") -> tuple[str, ContextRequest | None]:
+        """The trigger that makes compaction due now ('none' if none)."""
+        try:
+            request = self.engine().build(thread_id, tools_text=tools_text)
+        except ConversationTooLargeException:
+            return "budget", None
+        return request.trigger, request
+
+    def breaker_open(self, thread_id: int) -> bool:
+        """True after BREAKER_FAILURES failed compactions in a row."""
+        events = self.store.compaction_events(thread_id)[-BREAKER_FAILURES:]
+        return len(events) == BREAKER_FAILURES and all(e["outcome"] == "failed" for e in events)
+
+    def before_request(self, thread_id: int, tools_text: str = "") -> Iterator[Any]:
+        """Agent hook: compact first when the next request is due."""
+        trigger, _ = self.check(thread_id, tools_text)
+        if trigger != "none":
+            yield from self._run(thread_id, trigger, tools_text)
+
+    def after_reply(self, thread_id: int, tools_text: str = "") -> Iterator[Any]:
+        """Agent hook (background compaction): compact right after a reply when the next
+        request would be due, or would be within one typical turn of the threshold."""
+        trigger, request = self.check(thread_id, tools_text)
+        if trigger == "none" and request is not None:
+            typical = self._typical_turn_tokens(thread_id)
+            if request.predicted_prompt_tokens + typical >= self.trigger_tokens:
+                trigger = "early"
+        if trigger != "none":
+            yield from self._run(thread_id, trigger, tools_text)
+
+    def _run(self, thread_id: int, trigger: str, tools_text: str) -> Iterator[Any]:
+        from iris_desktop.core.agent import AgentEvent
+
+        yield AgentEvent("compaction", thread_id, data={"state": "started", "trigger": trigger})
+        event = self.compact(thread_id, trigger, tools_text)
+        yield AgentEvent("compaction", thread_id, text=describe_event(event),
+                         data={"state": "finished", **event})
+
+    def _typical_turn_tokens(self, thread_id: int) -> int:
+        rows = self.store.requests(thread_id)[-4:]
+        prompts = [r["prompt_tokens"] for r in rows if r["prompt_tokens"]]
+        growth = [b - a for a, b in zip(prompts, prompts[1:]) if b > a]
+        return int(sum(growth) / len(growth)) if growth else 0
+
+    # -- what -----------------------------------------------------------------------------
+
+    def compact(self, thread_id: int, trigger: str = "manual", tools_text: str = "",
+                force: bool = False) -> dict[str, Any]:
+        """Compact now. Returns the event (also stored). Never raises for a failed summary."""
+        started = self.clock()
+        if not force and self.breaker_open(thread_id):
+            event = {"trigger": trigger, "outcome": "skipped", "path": None,
+                     "error": f"circuit breaker open: the last {BREAKER_FAILURES} compactions "
+                              "failed; run 'iris-desktop compact' to try again"}
+            log.warning("compaction thread=%s %s", thread_id, event["error"])
+            return event
+        event: dict[str, Any] = {"trigger": trigger}
+        try:
+            event.update(self._compact(thread_id, tools_text))
+            event["outcome"] = "ok"
+        except CompactionFailed as exc:
+            event.update(outcome="failed", error=str(exc))
+        except Exception as exc:  # a bug must not lose history either: record and go on
+            log.exception("compaction crashed")
+            event.update(outcome="failed", error=f"{type(exc).__name__}: {exc}")
+        event["duration_s"] = round(self.clock() - started, 3)
+        stored = {k: v for k, v in event.items() if k in _EVENT_COLUMNS}
+        if event["outcome"] == "ok":
+            with self.store.transaction():
+                summary_id = self.store.add_summary(thread_id, event.pop("_summary"))
+                stored["summary_id"] = event["summary_id"] = summary_id
+                event["id"] = self.store.add_compaction_event(thread_id, stored)
+        else:
+            event.pop("_summary", None)
+            event["id"] = self.store.add_compaction_event(thread_id, stored)
+        log.info("compaction thread=%s %s", thread_id, describe_event(event))
+        return event
+
+    def _compact(self, thread_id: int, tools_text: str) -> dict[str, Any]:
+        engine = self.engine()
+        previous_row = self.store.latest_summary(thread_id)
+        previous = (ConversationSummary.from_fields(previous_row.fields)
+                    if previous_row else None)
+        after_id = previous_row.covers_through_id if previous_row else 0
+        pinned_ids, thread_system = engine.pinned_system(thread_id)
+        metas = [m for m in ensure_counts(
+            self.store, self.counter, self.store.meta_range(thread_id, self.counter.name))
+            if m.id > after_id and m.id not in pinned_ids]
+        if not metas:
+            raise CompactionFailed("nothing to compact: every message is already summarized")
+
+        base = thread_system if thread_system is not None else self.params.system_prompt
+        system, tools, old_summary_tokens, _ = engine.system_costs(
+            base, tools_text, engine.summary_text(previous_row))
+        cost = self._costs(engine, metas)
+        archived, tail = self._split(metas, cost, system + tools)
+        if not archived:
+            raise CompactionFailed(
+                "nothing to archive: the unsummarized history is one step of one turn")
+
+        rows = self.store.messages_by_id([m.id for m in archived])
+        messages = [row_to_message(rows[m.id]) for m in archived]
+        tokens_before = (system + tools + old_summary_tokens
+                         + sum(cost[m.id] for m in archived) + sum(cost[m.id] for m in tail))
+
+        cap = self.settings.summary_max_tokens
+        summary, path, note = self._summarize(previous, messages, archived, cap)
+        text = summary.render()
+        summary_tokens = engine.system_costs(base, tools_text, f"{_header()}\n{text}")[2]
+
+        record = {
+            "prev_id": previous_row.id if previous_row else None,
+            "first_message_id": archived[0].id,
+            "covers_through_id": archived[-1].id,
+            "first_turn": (previous_row.first_turn if previous_row else archived[0].turn),
+            "last_turn": archived[-1].turn,
+            "fields": summary.as_fields(),
+            "text": text,
+            "tokens": summary_tokens,
+            "counter": self.counter.name,
+            "path": path,
+        }
+        tokens_after = self._verify(thread_id, engine, record, tools_text, tokens_before)
+        kept_turns = len({m.turn for m in tail})
+        return {
+            "_summary": record,
+            "path": path,
+            "turns_archived": len({m.turn for m in archived}),
+            "messages_archived": len(archived),
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_after,
+            "kept_turns": kept_turns,
+            "summary_tokens": summary_tokens,
+            "error": note,
+            "first_turn": record["first_turn"],
+            "last_turn": record["last_turn"],
+        }
+
+    def _costs(self, engine: ContextEngine, metas: list[MessageMeta]) -> dict[int, int]:
+        """Tokens each message costs in a request: tool outputs outside the protected
+        turns are counted as cleared, as the engine would send them."""
+        turns = sorted({m.turn for m in metas}, reverse=True)
+        protected = set(turns[: self.params.prune_protect_turns])
+        return {
+            m.id: (engine.pruned_cost(m) if m.role == "tool" and m.turn not in protected
+                   else m.tokens or 0)
+            for m in metas
+        }
+
+    def _split(self, metas: list[MessageMeta], cost: dict[int, int], fixed: int):
+        """(archived, tail): the largest allowed tail within the bounds."""
+        units = _units(metas)
+        bound = min(
+            self.settings.keep_recent_ratio * self.trigger_tokens,
+            self.params.window * self.params.token_budget_ratio - fixed
+            - self.settings.summary_max_tokens,
+        )
+        max_turns = self.params.compaction_min_turns - 1 if self.params.compaction_min_turns else None
+        chosen = len(units) - 1  # at least the newest unit is kept
+        spent = 0
+        turns: set[int] = set()
+        for start in range(len(units) - 1, 0, -1):
+            spent += sum(cost[m.id] for m in units[start].metas)
+            turns.add(units[start].turn)
+            if spent > bound or (max_turns is not None and len(turns) > max(max_turns, 1)):
+                break
+            chosen = start
+        archived = [m for u in units[:chosen] for m in u.metas]
+        tail = [m for u in units[chosen:] for m in u.metas]
+        return archived, tail
+
+    def _summarize(self, previous, messages, archived, cap):
+        """(summary, path, note): the LLM when it works, else extractive; facts added."""
+        turns = (archived[0].turn, archived[-1].turn)
+        note = None
+        if self.runtime is not None:
+            try:
+                summary, chunks = self._llm_summary(previous, messages, cap)
+                summary.facts = list(previous.facts) if previous else []
+                summary = self.extractive.fill_facts(summary, messages, cap)
+                return summary, ("chunked" if chunks > 1 else "llm"), None
+            except (SummaryInvalid, CompactionFailed) as exc:
+                note = f"LLM summary unusable ({exc}); extractive fallback used"
+            except Exception as exc:  # the model failed; the extractive path still works
+                note = f"LLM summary failed ({type(exc).__name__}: {exc}); extractive fallback used"
+            log.warning("compaction: %s", note)
+        summary = self.extractive.summarize(previous, messages, cap, turns)
+        return summary, "extractive", note
+
+    def _llm_summary(self, previous, messages, cap) -> tuple[ConversationSummary, int]:
+        runtime = self.runtime
+        window = self.summarizer_window or 4096
+        llm_cap = max(128, cap // 2)
+        lines = _transcript_lines(messages)
+        summary = previous
+        chunks = 0
+        deadline = self.clock() + self.settings.timeout_s
+        for chunk in self._chunks(lines, summary, window, llm_cap):
+            chunks += 1
+            prompt = _summary_prompt(summary, chunk)
+            cancel = threading.Event()
+            pieces = []
+            for piece in runtime.stream(prompt, max_tokens=llm_cap, temperature=0.0,
+                                        cancel=cancel, json_schema=JSON_SCHEMA):
+                pieces.append(piece)
+                if self.clock() > deadline:
+                    cancel.set()
+            stats = getattr(runtime, "last_stats", None)
+            if stats is not None and stats.finish_reason == "cancelled":
+                raise CompactionFailed(f"timed out after {self.settings.timeout_s:.0f} s")
+            summary = ConversationSummary.parse("".join(pieces))
+        if summary is None:
+            raise CompactionFailed("no input to summarize")
+        return summary, chunks
+
+    def _chunks(self, lines: list[str], previous, window: int, llm_cap: int) -> Iterator[list[str]]:
+        """Transcript lines in groups that fit the summarizer's window with the previous
+        summary, the instructions and the reply: the compaction call never overflows."""
+        overhead = self.counter.count_message({"role": "system", "content": SUMMARY_INSTRUCTIONS})
+        overhead += self.counter.prompt_overhead() + 64
+        prior = self.counter.count_text(previous.render()) if previous else 0
+        # the previous summary of a later chunk is at most llm_cap (plus its facts)
+        room = window - overhead - llm_cap - max(prior, llm_cap) - 16
+        if room < 128:
+            raise CompactionFailed(f"the model's window ({window}) is too small to summarize")
+        chunk: list[str] = []
+        used = 0
+        for line in lines:
+            size = self.counter.count_text(line) + 1
+            if size > room:  # one giant message: keep its start, it is cleared anyway
+                line = line[: room * 3] + " …"
+                size = self.counter.count_text(line) + 1
+            if chunk and used + size > room:
+                yield chunk
+                chunk, used = [], 0
+            chunk.append(line)
+            used += size
+        if chunk:
+            yield chunk
+
+    def _verify(self, thread_id: int, engine: ContextEngine, record: dict, tools_text: str,
+                tokens_before: int) -> int:
+        """Build the next request with the new summary in place (rolled back): it must be
+        smaller than before, drop nothing and stay under the threshold."""
+        self.store.conn.execute("SAVEPOINT verify")
+        try:
+            self.store.add_summary(thread_id, record)
+            try:
+                request = engine.build(thread_id, tools_text=tools_text)
+            except ConversationTooLargeException as exc:
+                raise CompactionFailed(f"still too large after compaction: {exc}") from None
+        finally:
+            self.store.conn.execute("ROLLBACK TO verify")
+            self.store.conn.execute("RELEASE verify")
+        after = request.predicted_prompt_tokens
+        if request.dropped_turns:
+            raise CompactionFailed(
+                f"{request.dropped_turns} turns would still be dropped after compaction")
+        if after >= tokens_before:
+            raise CompactionFailed(
+                f"compaction would not shrink the context ({tokens_before} → {after} tokens)")
+        if after >= self.trigger_tokens:
+            raise CompactionFailed(
+                f"the context would stay above the threshold ({after} ≥ {self.trigger_tokens})")
+        return after
+
+
+_EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",
+                  "tokens_before", "tokens_after", "kept_turns", "summary_tokens", "duration_s",
+                  "error", "summary_id")
+
+
+def _header() -> str:
+    from iris_desktop.core.engine import SUMMARY_HEADER
+
+    return SUMMARY_HEADER
+
+
+def _units(metas: list[MessageMeta]) -> list[_Unit]:
+    """Whole turns; the newest turn is split further at step boundaries (after a complete
+    tool call/result group), so one long agent turn can still be compacted."""
+    turns: list[_Unit] = []
+    for meta in metas:
+        if not turns or meta.turn != turns[-1].turn:
+            turns.append(_Unit([], meta.turn))
+        turns[-1].metas.append(meta)
+    if not turns:
+        return []
+    newest = turns.pop()
+    steps: list[_Unit] = [_Unit([], newest.turn)]
+    for i, meta in enumerate(newest.metas):
+        previous = newest.metas[i - 1] if i else None
+        if meta.role == "assistant" and previous is not None and previous.role == "tool":
+            steps.append(_Unit([], newest.turn))
+        steps[-1].metas.append(meta)
+    return [*turns, *steps]
+
+
+def _transcript_lines(messages: list[Message]) -> list[str]:
+    """The summarizer's input: old tool outputs cleared, empty turns dropped."""
+    lines: list[str] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            lines.append(f"Tool result ({message.get('name') or 'tool'}): {PRUNED_PLACEHOLDER}")
+            continue
+        text = " ".join((message_text({**message, "tool_calls": None})).split())
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            text += f" [calls {function.get('name')}({function.get('arguments')})]"
+        if text.strip():
+            label = {"user": "User", "assistant": "Assistant", "system": "System"}.get(role, role)
+            lines.append(f"{label}: {text.strip()}")
+    return lines
+
+
+def _summary_prompt(previous: ConversationSummary | None, chunk: list[str]) -> list[Message]:
+    prior = json.dumps({k: v for k, v in previous.as_fields().items() if k != "facts"},
+                       ensure_ascii=False) if previous else "(none)"
+    body = f"Previous summary:\n{prior}\n\nNew part of the conversation:\n" + "\n".join(chunk)
+    return [
+        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+        {"role": "user", "content": body},
+    ]
+
+
+def describe_event(event: dict[str, Any]) -> str:
+    """One line for logs, the CLI and the GUI."""
+    if event.get("outcome") == "ok":
+        return (f"compacted ({event['trigger']}, {event['path']}): turns "
+                f"{event.get('first_turn', '?')}–{event.get('last_turn', '?')}, "
+                f"{event['messages_archived']} messages archived, "
+                f"{event['tokens_before']:,} → {event['tokens_after']:,} tokens, "
+                f"summary {event['summary_tokens']:,} tokens, kept {event['kept_turns']} turns, "
+                f"{event.get('duration_s', 0):.1f} s"
+                + (f" ({event['error']})" if event.get("error") else ""))
+    return f"compaction {event.get('outcome')} ({event.get('trigger')}): {event.get('error')}"
+

@@ -1,0 +1,159 @@
+"""ConversationSummary: the eight fields of seed 1, plus Iris's dated fact ledger.
+
+The summary is injected into the system prompt, so its rendering is what the model sees
+and what the budget counts. ``facts`` is Iris's addition to the seed: short, dated,
+deterministic lines (who, what, when) that survive chaining better than prose.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from iris_desktop.core.tokens import TokenCounter
+
+TEXT_FIELDS = ("summary", "emotional_thread", "relationship_dynamics")
+LIST_FIELDS = ("accomplishments", "key_decisions", "relevant_files", "active_goals",
+               "evolving_themes")
+FIELDS = ("summary", "accomplishments", "key_decisions", "relevant_files", "active_goals",
+          "emotional_thread", "relationship_dynamics", "evolving_themes")
+LABELS = {
+    "summary": "Summary",
+    "accomplishments": "Accomplishments",
+    "key_decisions": "Key decisions",
+    "relevant_files": "Relevant files",
+    "active_goals": "Active goals",
+    "emotional_thread": "Emotional thread",
+    "relationship_dynamics": "Relationship dynamics",
+    "evolving_themes": "Evolving themes",
+    "facts": "Facts (dated)",
+}
+
+#: what the grammar-constrained generation must produce (llama.cpp JSON-schema format)
+JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **{name: {"type": "string"} for name in TEXT_FIELDS},
+        **{name: {"type": "array", "items": {"type": "string"}, "maxItems": 8}
+           for name in LIST_FIELDS},
+    },
+    "required": list(FIELDS),
+}
+
+
+class SummaryInvalid(ValueError):
+    """Generated output that cannot be used as a summary."""
+
+
+@dataclass
+class ConversationSummary:
+    summary: str = ""
+    accomplishments: list[str] = field(default_factory=list)
+    key_decisions: list[str] = field(default_factory=list)
+    relevant_files: list[str] = field(default_factory=list)
+    active_goals: list[str] = field(default_factory=list)
+    emotional_thread: str = ""
+    relationship_dynamics: str = ""
+    evolving_themes: list[str] = field(default_factory=list)
+    facts: list[str] = field(default_factory=list)
+
+    def as_fields(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_fields(cls, data: dict[str, Any]) -> ConversationSummary:
+        known = {k: data[k] for k in (*FIELDS, "facts") if k in data}
+        return cls(**known)
+
+    @classmethod
+    def parse(cls, text: str) -> ConversationSummary:
+        """Parse model output; raises SummaryInvalid for unusable structure or content."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SummaryInvalid(f"not JSON ({exc.msg} at {exc.pos})") from None
+        if not isinstance(data, dict):
+            raise SummaryInvalid("not a JSON object")
+        missing = [f for f in FIELDS if f not in data]
+        if missing:
+            raise SummaryInvalid("missing fields: " + ", ".join(missing))
+        clean: dict[str, Any] = {}
+        for name in TEXT_FIELDS:
+            if not isinstance(data[name], str):
+                raise SummaryInvalid(f"{name} is not text")
+            clean[name] = " ".join(data[name].split())
+        for name in LIST_FIELDS:
+            value = data[name]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SummaryInvalid(f"{name} is not a list of text")
+            clean[name] = _dedupe(" ".join(v.split()) for v in value)
+        summary = cls(**clean)
+        summary.check_usable()
+        return summary
+
+    def check_usable(self) -> None:
+        """Empty or degenerate output (a small model's loop) is not a summary."""
+        words = self.summary.split()
+        if len(words) < 20:
+            raise SummaryInvalid(f"the narrative has {len(words)} words; at least 20 are needed")
+        distinct = len({w.lower() for w in words})
+        if distinct < max(8, len(words) // 5):
+            raise SummaryInvalid("the narrative repeats itself")
+
+    def render(self) -> str:
+        """The text injected into the system prompt."""
+        lines: list[str] = []
+        for name in (*FIELDS, "facts"):
+            value = getattr(self, name)
+            if not value:
+                continue
+            if isinstance(value, str):
+                lines.append(f"{LABELS[name]}: {value}")
+            else:
+                lines.append(f"{LABELS[name]}:")
+                lines.extend(f"- {item}" for item in value)
+        return "\n".join(lines)
+
+    def fit(self, counter: TokenCounter, max_tokens: int) -> ConversationSummary:
+        """A copy whose rendering is at most ``max_tokens``: drops list items from the end
+        (facts first, oldest facts last kept... newest last), then trims the narrative."""
+        fitted = ConversationSummary.from_fields(json.loads(json.dumps(self.as_fields())))
+
+        def size() -> int:
+            return counter.count_text(fitted.render())
+
+        order = ("facts", "evolving_themes", "relationship_dynamics", "emotional_thread",
+                 "key_decisions", "accomplishments", "active_goals", "relevant_files")
+        while size() > max_tokens:
+            for name in order:
+                value = getattr(fitted, name)
+                if isinstance(value, list) and len(value) > 1:
+                    value.pop(0 if name == "facts" else -1)
+                    break
+                if isinstance(value, str) and value and name != "summary":
+                    setattr(fitted, name, "")
+                    break
+            else:
+                words = fitted.summary.split()
+                if len(words) <= 20:
+                    for name in order:
+                        if isinstance(getattr(fitted, name), list) and getattr(fitted, name):
+                            setattr(fitted, name, [])
+                            break
+                    else:
+                        break
+                else:
+                    fitted.summary = " ".join(words[: int(len(words) * 0.85)]) + " …"
+        return fitted
+
+
+def _dedupe(items) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
+    for item in items:
+        key = item.lower()
+        if item and key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out

@@ -1,0 +1,600 @@
+"""What the desktop app shows, computed without Qt.
+
+The GUI (``iris_desktop.ui``) only draws what these functions return: the transcript
+entries with each message's state, the compaction divider text, the budget meter's
+segments (the engine's own :class:`Breakdown`, never a separate estimate), the live
+breakdown under the settings fields, and the inspector's tables. Every function here
+takes a Store or plain rows, so it runs on whichever worker thread owns the Store and is
+tested with no display. None of them modifies the database (the engine may fill its
+token-count cache).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from iris_desktop.core.engine import (
+    PRUNED_PLACEHOLDER,
+    Breakdown,
+    ContextEngine,
+    ContextParams,
+    ContextRequest,
+    ConversationTooLargeException,
+)
+from iris_desktop.core.store import Store, SummaryRow, row_to_message
+from iris_desktop.core.tokens import HeuristicCounter, TokenCounter, message_text
+from iris_desktop.settings import AUTO, SETTINGS, Setting, Settings, SettingsError
+
+#: a window used when nothing else says how large it is (same as core.session)
+FALLBACK_WINDOW = 8192
+
+#: the summary's eight fields, in the order the divider shows them
+SUMMARY_FIELDS: tuple[tuple[str, str], ...] = (
+    ("summary", "Summary"),
+    ("accomplishments", "Accomplishments"),
+    ("key_decisions", "Key decisions"),
+    ("relevant_files", "Relevant files"),
+    ("active_goals", "Active goals"),
+    ("emotional_thread", "Emotional thread"),
+    ("relationship_dynamics", "Relationship dynamics"),
+    ("evolving_themes", "Evolving themes"),
+)
+
+#: states in which the model no longer sees a message verbatim (the view dims them)
+DIMMED_STATES = frozenset({"summarized", "dropped"})
+
+#: the meter's segments, left to right, then "free"
+METER_PARTS: tuple[str, ...] = ("system", "tools", "summary", "history", "draft")
+
+ROLE_LABELS = {"user": "You", "assistant": "Iris", "system": "System", "tool": "Tool"}
+
+
+def tokens(n: int | float | None) -> str:
+    """12345 → '12,345'; None → '–'."""
+    return "–" if n is None else f"{int(n):,}"
+
+
+# -- settings that feed the engine ----------------------------------------------------------
+
+
+def counter_for(settings: Settings, model: Any = None, tiktoken: Any = None) -> TokenCounter:
+    """The counter ``context.token_counter`` asks for, without ever loading a model.
+
+    ``model`` is the loaded model (or None); before it loads, ``auto`` and ``model``
+    count with the heuristic, so the GUI never blocks on a load to show a number.
+    ``tiktoken`` is a zero-argument factory for the (cached) tiktoken counter.
+    """
+    kind = settings["context.token_counter"]
+    if kind in (AUTO, "model") and model is not None and hasattr(model, "counter"):
+        return model.counter()
+    if kind == "tiktoken" and tiktoken is not None:
+        return tiktoken()
+    return HeuristicCounter()
+
+
+def window_for(settings: Settings, model_n_ctx: int | None = None) -> tuple[int, str]:
+    """(window, source) by the rule of ``Session.window``, for any candidate settings.
+
+    ``model_n_ctx`` is the loaded model's n_ctx, or None when no model is loaded or the
+    candidate changes ``model.n_ctx`` (the window after the reload is then the new value).
+    """
+    configured = settings["context.window"]
+    if configured != AUTO:
+        return int(configured), "config"
+    if model_n_ctx:
+        return int(model_n_ctx), "model"
+    return (settings["model.n_ctx"] or FALLBACK_WINDOW), "config"
+
+
+def tools_text_for(settings: Settings) -> str:
+    """The tool descriptions the agent would put in the system prompt ('' for none)."""
+    from iris_desktop.core.toolcalls import tools_system_prompt
+    from iris_desktop.core.tools import Sandbox
+
+    if settings["tools.max_calls_per_turn"] == 0:
+        return ""
+    definitions = Sandbox(
+        settings["tools.allowed_paths"],
+        enabled=settings["tools.enabled"],
+        shell=settings["tools.shell"],
+    ).definitions()
+    return tools_system_prompt(definitions) if definitions else ""
+
+
+def engine_for(store: Store, counter: TokenCounter, settings: Settings,
+               model_n_ctx: int | None = None) -> ContextEngine:
+    window, source = window_for(settings, model_n_ctx)
+    return ContextEngine(store, counter, ContextParams.from_settings(settings, window, source))
+
+
+# -- the transcript ------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """One row of the transcript: a message, a tool card or a compaction divider."""
+
+    kind: str  # "message" | "tool" | "divider"
+    key: str  # stable identity across reloads: "m:<id>" or "s:<summary id>"
+    message_id: int | None = None
+    role: str = ""
+    turn: int = 0
+    text: str = ""
+    status: str = "complete"  # complete | streaming | interrupted | error
+    state: str = "verbatim"  # verbatim | pruned | summarized | dropped
+    #: assistant rows: the calls it made, as "name(arguments)"
+    calls: list[str] = field(default_factory=list)
+    #: tool rows: name, pretty arguments, whether the result is an error
+    tool_name: str = ""
+    arguments: str = ""
+    error: bool = False
+    #: dividers: the heading and the summary's fields, in SUMMARY_FIELDS order
+    title: str = ""
+    fields: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def dimmed(self) -> bool:
+        return self.state in DIMMED_STATES
+
+    @property
+    def pruned(self) -> bool:
+        return self.state == "pruned"
+
+    def copy_text(self) -> str:
+        """What "Copy" puts on the clipboard."""
+        if self.kind == "tool":
+            return f"{self.tool_name}({self.arguments})\n\n{self.text}"
+        if self.kind == "divider":
+            return self.title + "\n\n" + "\n\n".join(f"{k}:\n{v}" for k, v in self.fields)
+        extra = "".join(f"\n→ {c}" for c in self.calls)
+        return self.text + extra
+
+
+def _pretty_arguments(raw: Any) -> str:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return raw
+    return json.dumps(raw, ensure_ascii=False, indent=2)
+
+
+def _call_label(call: Mapping[str, Any]) -> tuple[str, str]:
+    function = call.get("function") or {}
+    name = str(function.get("name") or call.get("name") or "?")
+    raw = function.get("arguments", call.get("arguments", {}))
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return name, raw
+    if isinstance(raw, dict):
+        short = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in raw.items())
+    else:
+        short = json.dumps(raw, ensure_ascii=False)
+    return name, short
+
+
+def field_text(value: Any) -> str:
+    """A summary field as readable text (lists become bullet lines)."""
+    if value is None or value == "" or value == []:
+        return "—"
+    if isinstance(value, list):
+        return "\n".join(f"• {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+                         for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, indent=2)
+    return str(value)
+
+
+def divider_text(summary: SummaryRow, event: Mapping[str, Any] | None = None) -> str:
+    """'Earlier turns summarized (turns 1–18, 41,200 → 3,100 tokens)'."""
+    turns = (f"turn {summary.first_turn}" if summary.first_turn == summary.last_turn
+             else f"turns {summary.first_turn}–{summary.last_turn}")
+    before = event.get("tokens_before") if event else None
+    after = event.get("tokens_after") if event else None
+    if before is not None and after is not None:
+        size = f"{tokens(before)} → {tokens(after)} tokens"
+    else:
+        size = f"summary {tokens(summary.tokens)} tokens"
+    return f"Earlier turns summarized ({turns}, {size})"
+
+
+def divider_entry(summary: SummaryRow, event: Mapping[str, Any] | None = None) -> Entry:
+    fields = [(label, field_text(summary.fields.get(key))) for key, label in SUMMARY_FIELDS]
+    # fields a newer compactor adds still show, after the known eight
+    known = {k for k, _ in SUMMARY_FIELDS}
+    fields += [(k, field_text(v)) for k, v in summary.fields.items() if k not in known]
+    return Entry("divider", f"s:{summary.id}", title=divider_text(summary, event), fields=fields,
+                 turn=summary.last_turn)
+
+
+def transcript_entries(
+    rows: Sequence[Mapping[str, Any]],
+    summaries: Sequence[SummaryRow] = (),
+    events: Sequence[Mapping[str, Any]] = (),
+    states: Mapping[int, str] | None = None,
+) -> list[Entry]:
+    """Stored rows (oldest first) → transcript entries, with a divider after the last
+    message each summary covers. Tool results become cards that carry their call's
+    arguments; their text is always the full stored output."""
+    events_by_summary = {e.get("summary_id"): e for e in events if e.get("summary_id")}
+    pending = sorted(summaries, key=lambda s: (s.covers_through_id, s.id))
+    calls: dict[str, tuple[str, str]] = {}
+    entries: list[Entry] = []
+
+    def flush_dividers(before_id: int | None) -> None:
+        while pending and (before_id is None or pending[0].covers_through_id < before_id):
+            summary = pending.pop(0)
+            entries.append(divider_entry(summary, events_by_summary.get(summary.id)))
+
+    for row in rows:
+        flush_dividers(row["id"])
+        message = row_to_message(dict(row))
+        content = message.get("content")
+        text = content if isinstance(content, str) else (
+            "" if content is None else message_text({"content": content}))
+        entry = Entry("message", f"m:{row['id']}", row["id"], row["role"], row["turn"], text,
+                      row.get("status") or "complete")
+        if row["role"] == "assistant":
+            for call in message.get("tool_calls") or []:
+                name, short = _call_label(call)
+                function = call.get("function") or {}
+                calls[str(call.get("id"))] = (name, _pretty_arguments(function.get("arguments", {})))
+                entry.calls.append(f"{name}({short})")
+        elif row["role"] == "tool":
+            name, arguments = calls.get(str(message.get("tool_call_id")), ("", ""))
+            entry.kind = "tool"
+            entry.tool_name = message.get("name") or name or "tool"
+            entry.arguments = arguments
+            entry.error = text.lstrip().startswith("error")
+        if states:
+            entry.state = states.get(row["id"], entry.state)
+        entries.append(entry)
+    flush_dividers(None)
+    return entries
+
+
+def load_transcript(store: Store, thread_id: int) -> list[Entry]:
+    """Every stored message of a thread with its dividers (states not applied yet)."""
+    return transcript_entries(
+        store.messages(thread_id), store.summaries(thread_id), store.compaction_events(thread_id)
+    )
+
+
+def message_states(engine: ContextEngine, request: ContextRequest) -> dict[int, str]:
+    """message id → verbatim | pruned | summarized | dropped, from ``engine.describe``."""
+    return {m["id"]: m["state"] for m in engine.describe(request)}
+
+
+# -- the budget meter ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeterPart:
+    name: str
+    tokens: int
+    fraction: float  # of the window
+
+
+def _b(breakdown: Breakdown | Mapping[str, Any]) -> dict[str, Any]:
+    return breakdown.as_dict() if isinstance(breakdown, Breakdown) else dict(breakdown)
+
+
+def meter_parts(breakdown: Breakdown | Mapping[str, Any]) -> list[MeterPart]:
+    """The stacked bar: system | tools | summary | history | draft | free, exactly the
+    engine's numbers (free may be negative when a request overflows; drawn as 0)."""
+    b = _b(breakdown)
+    window = max(int(b["window"]), 1)
+    parts = [MeterPart(n, int(b[n]), int(b[n]) / window) for n in METER_PARTS]
+    free = int(b["free"])
+    parts.append(MeterPart("free", free, max(free, 0) / window))
+    return parts
+
+
+def threshold_fraction(breakdown: Breakdown | Mapping[str, Any]) -> float:
+    b = _b(breakdown)
+    return int(b["threshold"]) / max(int(b["window"]), 1)
+
+
+def meter_tooltip(breakdown: Breakdown | Mapping[str, Any]) -> str:
+    """Exact numbers, one per line, for the meter's tooltip."""
+    b = _b(breakdown)
+    lines = [f"Context window: {tokens(b['window'])} tokens"]
+    for name in METER_PARTS:
+        lines.append(f"{name.capitalize():<8} {tokens(b[name]):>9}")
+    lines.append(f"{'Used':<8} {tokens(b['used']):>9}")
+    lines.append(f"{'Free':<8} {tokens(b['free']):>9}")
+    lines.append(f"Budget: window × {b['ratio']} = {tokens(b['budget'])}; "
+                 f"available for summary + history: {tokens(b['available'])}")
+    lines.append(f"Compaction threshold: {tokens(b['threshold'])} tokens")
+    return "\n".join(lines)
+
+
+# -- the live breakdown under the settings fields ------------------------------------------
+
+
+@dataclass
+class BudgetPreview:
+    """What candidate settings would do to the current thread's next request."""
+
+    window: int
+    window_source: str
+    ratio: float
+    threshold_ratio: float
+    breakdown: Breakdown | None = None
+    error: str | None = None
+    counter: str = ""
+    counter_exact: bool = False
+    history_turns: int = 0  # turns in the request
+    unsummarized_turns: int = 0
+    dropped_turns: int = 0
+    protect_configured: int = 0
+    protect_turns: int = 0
+    fallback: bool = False
+    protected_outputs: int = 0
+    pruned_outputs: int = 0
+    compaction_due: bool = False
+    triggers: list[str] = field(default_factory=list)
+    last_prompt_tokens: int | None = None
+    min_turns: int = 0
+
+    def lines(self) -> list[str]:
+        """Plain sentences, one per fact, for the dialog."""
+        budget = int(self.window * self.ratio)
+        out = [f"Window {tokens(self.window)} tokens ({self.window_source}) × ratio "
+               f"{self.ratio:g} = budget {tokens(budget)}"]
+        if self.breakdown is None:
+            out.append(self.error or "No thread is open: only the budget is shown.")
+            return out
+        b = self.breakdown
+        out.append(f"− system {tokens(b.system)} − tools {tokens(b.tools)} = available "
+                   f"{tokens(b.available)} tokens")
+        history_budget = b.available - b.summary
+        if b.summary:
+            out.append(f"− summary {tokens(b.summary)} = {tokens(history_budget)} tokens for "
+                       "verbatim history")
+        if self.unsummarized_turns:
+            fit = ("all of them fit" if not self.dropped_turns else
+                   f"{self.dropped_turns} older turn(s) do not fit and wait for compaction")
+            out.append(f"History: {self.history_turns} of {self.unsummarized_turns} unsummarized "
+                       f"turn(s) in the request, {tokens(b.history)} tokens; {fit}")
+        else:
+            out.append("History: this thread has no messages yet")
+        last = ("" if self.last_prompt_tokens is None
+                else f"; the last request was {tokens(self.last_prompt_tokens)}")
+        due = (f"compaction is due ({', '.join(self.triggers)})" if self.compaction_due
+               else "compaction is not due")
+        out.append(f"Compaction threshold: {tokens(b.threshold)} tokens "
+                   f"({self.threshold_ratio:g} × window){last}; {due}")
+        if self.min_turns:
+            out.append(f"Turn floor: compaction also runs at {self.min_turns} unsummarized turns "
+                       f"(now {self.unsummarized_turns})")
+        shielded = (f"the newest {self.protect_turns} turn(s) keep their tool outputs "
+                    f"({self.protected_outputs} output(s)); {self.pruned_outputs} older output(s) "
+                    f"are cleared for the model")
+        if self.fallback:
+            shielded += (f" — protection fell back from {self.protect_configured} to "
+                         f"{self.protect_turns} turn(s) because they did not fit")
+        out.append("Protect: " + shielded)
+        out.append(f"Counted with {self.counter}" + ("" if self.counter_exact else " (approximate)"))
+        return out
+
+
+def budget_preview(
+    store: Store,
+    counter: TokenCounter,
+    settings: Settings,
+    thread_id: int | None,
+    model_n_ctx: int | None = None,
+    draft: str | None = None,
+) -> BudgetPreview:
+    """Build the next request of ``thread_id`` under ``settings`` and explain it.
+
+    Never modifies stored messages; ``thread_id`` None shows only the budget.
+    """
+    window, source = window_for(settings, model_n_ctx)
+    preview = BudgetPreview(
+        window=window, window_source=source, ratio=settings["context.token_budget_ratio"],
+        threshold_ratio=settings["context.compaction_threshold"], counter=counter.name,
+        counter_exact=bool(getattr(counter, "exact", False)),
+        protect_configured=settings["context.prune_protect_turns"],
+        min_turns=settings["context.compaction_min_turns"],
+    )
+    engine = engine_for(store, counter, settings, model_n_ctx)
+    try:
+        request = engine.build(thread_id if thread_id is not None else -1,
+                               tools_text=tools_text_for(settings), draft=draft)
+    except ConversationTooLargeException as exc:
+        preview.error = f"Conversation too large: {exc}"
+        return preview
+    preview.breakdown = request.breakdown
+    if thread_id is None:
+        return preview
+    described = engine.describe(request)
+    included = set(request.included_ids)
+    preview.history_turns = len({m["turn"] for m in described if m["id"] in included})
+    preview.unsummarized_turns = request.unsummarized_turns - (1 if draft is not None else 0)
+    preview.dropped_turns = request.dropped_turns
+    preview.protect_turns = request.protect_turns
+    preview.fallback = request.fallback
+    preview.pruned_outputs = len(request.pruned_ids)
+    preview.protected_outputs = sum(
+        1 for m in described if m["role"] == "tool" and m["state"] == "verbatim")
+    preview.compaction_due = request.compaction_due
+    preview.triggers = list(request.triggers)
+    preview.last_prompt_tokens = request.last_prompt_tokens
+    return preview
+
+
+# -- the settings dialog -------------------------------------------------------------------
+
+SECTION_TITLES = {"context": "Context", "model": "Model", "tools": "Tools", "chat": "Chat"}
+
+
+def settings_sections(
+    settings: Mapping[str, Setting] | None = None,
+) -> list[tuple[str, str, list[Setting]]]:
+    """(section, page title, settings) for every section in SETTINGS, known ones first.
+
+    The dialog makes one page per section and one field per setting, so a key added to
+    SETTINGS appears with no UI change.
+    """
+    settings = SETTINGS if settings is None else settings
+    by_section: dict[str, list[Setting]] = {}
+    for setting in settings.values():
+        by_section.setdefault(setting.section, []).append(setting)
+    order = [s for s in SECTION_TITLES if s in by_section]
+    order += sorted(s for s in by_section if s not in SECTION_TITLES)
+    return [(s, SECTION_TITLES.get(s, s.replace("_", " ").capitalize()), by_section[s])
+            for s in order]
+
+
+def field_label(setting: Setting) -> str:
+    """'context.token_budget_ratio' → 'Token budget ratio'."""
+    return setting.key.split(".", 1)[1].replace("_", " ").capitalize()
+
+
+def field_hint(setting: Setting) -> str:
+    """The help text plus the allowed values and unit, for under the field."""
+    unit = f" ({setting.unit})" if setting.unit else ""
+    reload = " Changing it reloads the model." if setting.needs_reload else ""
+    return f"{setting.help} Allowed: {setting.describe_allowed()}{unit}.{reload}"
+
+
+def locked_reason(settings: Settings, key: str) -> str | None:
+    """Why a field cannot be edited here (set by the environment or --set), or None."""
+    source = settings.source(key)
+    if source == "env":
+        return f"Set by the environment variable {SETTINGS[key].env_var}; unset it to edit here."
+    if source == "cli":
+        return f"Set for this run with --set {key}=…; it is not saved."
+    return None
+
+
+def parse_fields(
+    base: Settings, raw: Mapping[str, Any]
+) -> tuple[Settings, dict[str, str]]:
+    """Candidate settings from the dialog's raw field values, and an error per bad key.
+
+    A bad value keeps the base value in the candidate; the error is SettingsError's text.
+    """
+    values = dict(base.values)
+    sources = dict(base.sources)
+    errors: dict[str, str] = {}
+    for key, value in raw.items():
+        try:
+            parsed = SETTINGS[key].parse(value)
+        except SettingsError as exc:
+            errors[key] = str(exc)
+            continue
+        if parsed != base.values.get(key):
+            values[key] = parsed
+            sources[key] = "file"
+    return Settings(values, sources, list(base.problems), base.config_path), errors
+
+
+def changed_keys(base: Settings, candidate: Settings) -> list[str]:
+    """Keys whose value differs, in SETTINGS order, leaving out locked ones."""
+    return [k for k in SETTINGS
+            if candidate.values.get(k) != base.values.get(k) and locked_reason(base, k) is None]
+
+
+def needs_reload(keys: Iterable[str]) -> list[str]:
+    return [k for k in keys if k in SETTINGS and SETTINGS[k].needs_reload]
+
+
+# -- the context inspector -----------------------------------------------------------------
+
+
+def inspector_report(
+    store: Store, engine: ContextEngine, thread_id: int, tools_text: str = "",
+    draft: str | None = None,
+) -> dict[str, Any]:
+    """Everything the inspector dock shows for one thread. Never modifies messages.
+
+    ``request``: one row per message of the exact next request (system first), with its
+    state and the tokens it costs there; ``states``: how many stored messages are in
+    each state; ``summaries``, ``events``, ``requests``: the stored telemetry.
+    """
+    report: dict[str, Any] = {"thread_id": thread_id, "error": None, "request": [],
+                              "states": {}, "breakdown": None}
+    try:
+        request = engine.build(thread_id, tools_text=tools_text, draft=draft)
+    except ConversationTooLargeException as exc:
+        report["error"] = f"Conversation too large: {exc}"
+        request = None
+    if request is not None:
+        described = {m["id"]: m for m in engine.describe(request)}
+        b = request.breakdown
+        rows: list[dict[str, Any]] = [{
+            "id": None, "role": "system", "turn": None, "state": "verbatim",
+            "tokens": b.system + b.tools + b.summary,
+            "preview": _preview(request.messages[0].get("content")),
+        }]
+        pruned = set(request.pruned_ids)
+        for mid, message in zip(request.included_ids, request.messages[1:]):
+            meta = described.get(mid, {})
+            cost = (engine.counter.count_message(message) if mid in pruned
+                    else meta.get("tokens"))
+            rows.append({"id": mid, "role": message["role"], "turn": meta.get("turn"),
+                         "state": meta.get("state", "verbatim"), "tokens": cost,
+                         "preview": _preview(message.get("content") or message_text(message))})
+        if draft is not None:
+            rows.append({"id": None, "role": "user", "turn": None, "state": "draft",
+                         "tokens": b.draft, "preview": _preview(draft)})
+        counts: dict[str, int] = {}
+        for m in described.values():
+            counts[m["state"]] = counts.get(m["state"], 0) + 1
+        report.update(
+            request=rows, states=counts, breakdown=b.as_dict(), protect_turns=request.protect_turns,
+            fallback=request.fallback, compaction_due=request.compaction_due,
+            triggers=list(request.triggers), counter=request.counter,
+            predicted_prompt_tokens=request.predicted_prompt_tokens,
+        )
+    report["summaries"] = [
+        {"id": s.id, "prev_id": s.prev_id, "turns": f"{s.first_turn}–{s.last_turn}",
+         "covers_through_id": s.covers_through_id, "tokens": s.tokens, "path": s.path,
+         "created_at": s.created_at,
+         "fields": [(label, field_text(s.fields.get(key))) for key, label in SUMMARY_FIELDS]}
+        for s in store.summaries(thread_id)
+    ]
+    report["events"] = store.compaction_events(thread_id)
+    report["requests"] = [
+        {"id": r["id"], "created_at": r["created_at"],
+         "prompt_tokens": r.get("prompt_tokens"),
+         "predicted": r.get("predicted_prompt_tokens"), "window": r.get("window"),
+         "reused": r.get("reused_tokens"), "evaluated": r.get("evaluated_tokens"),
+         "ttft": r.get("time_to_first_token_s"), "tps": r.get("tokens_per_s")}
+        for r in store.requests(thread_id)
+    ]
+    report["chart"] = chart_points(report["requests"], report["events"])
+    return report
+
+
+def _preview(content: Any, limit: int = 160) -> str:
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    text = " ".join((text or "").split())
+    if text == PRUNED_PLACEHOLDER:
+        return text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def chart_points(
+    requests: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Prompt tokens per request (reported, else predicted) and the request index at
+    which each compaction happened (it falls between two requests)."""
+    values = [int(r.get("prompt_tokens") or r.get("predicted") or 0) for r in requests]
+    times = [r.get("created_at") or 0 for r in requests]
+    marks = []
+    for event in events:
+        at = event.get("created_at") or 0
+        index = sum(1 for t in times if t <= at)
+        marks.append({"index": index, "outcome": event.get("outcome"),
+                      "trigger": event.get("trigger")})
+    window = max([int(r.get("window") or 0) for r in requests] or [0])
+    return {"values": values, "compactions": marks, "window": window}
