@@ -36,3 +36,24 @@ def fresh_store(tmp_path):
     store = Store(tmp_path / "test.db")
     yield store
     store.close()
+
+
+MODEL_CACHE = Path(os.environ.get("IRIS_TEST_MODEL_CACHE", Path.home() / ".cache" / "iris-desktop-tests"))
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The bundled GGUF, written once per machine (sha256-checked) and shared by tests."""
+    from iris_desktop.runtime.model import ensure_bundled_model
+
+    return ensure_bundled_model(MODEL_CACHE / "models")
+
+
+@pytest.fixture(scope="session")
+def real_model(model_path):
+    """One loaded bundled model for the whole session (it loads in about a second)."""
+    from iris_desktop.runtime.model import LocalModel
+
+    model = LocalModel.load(model_path, n_ctx=8192)
+    yield model
+    model.close()

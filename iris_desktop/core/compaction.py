@@ -221,7 +221,20 @@ class Compactor:
         tokens_before = (system + tools + old_summary_tokens
                          + sum(cost[m.id] for m in archived) + sum(cost[m.id] for m in tail))
 
-        cap = self.settings.summary_max_tokens
+        # the summary may never outgrow what it replaces: compaction must shrink the context
+        replaced = old_summary_tokens + sum(cost[m.id] for m in archived)
+        # ... and must leave room for the tail it keeps
+        room = math.floor(self.params.window * self.params.token_budget_ratio) - system - tools \
+            - sum(cost[m.id] for m in tail) - 16
+        cap = min(self.settings.summary_max_tokens, int(replaced * 0.8), room)
+        if int(replaced * 0.8) < 48:
+            raise CompactionFailed(
+                f"compaction would not shrink the context: only {replaced:,} tokens to replace")
+        if cap < 48:
+            raise CompactionFailed(
+                f"no room for a summary: the kept tail needs {sum(cost[m.id] for m in tail):,} "
+                f"of the {math.floor(self.params.window * self.params.token_budget_ratio):,}-token "
+                f"budget after the system prompt ({system + tools:,})")
         summary, path, note = self._summarize(previous, messages, archived, cap)
         text = summary.render()
         summary_tokens = engine.system_costs(base, tools_text, f"{_header()}\n{text}")[2]
@@ -308,7 +321,8 @@ class Compactor:
     def _llm_summary(self, previous, messages, cap) -> tuple[ConversationSummary, int]:
         runtime = self.runtime
         window = self.summarizer_window or 4096
-        llm_cap = max(128, cap // 2)
+        # generation may run past the cap: fit() trims the rendering to it afterwards
+        llm_cap = min(max(128, cap * 2), 1536, window // 4)
         lines = _transcript_lines(messages)
         summary = previous
         chunks = 0
@@ -319,7 +333,8 @@ class Compactor:
             cancel = threading.Event()
             pieces = []
             for piece in runtime.stream(prompt, max_tokens=llm_cap, temperature=0.0,
-                                        cancel=cancel, json_schema=JSON_SCHEMA):
+                                        cancel=cancel, json_schema=JSON_SCHEMA,
+                                        repeat_penalty=1.15):
                 pieces.append(piece)
                 if self.clock() > deadline:
                     cancel.set()

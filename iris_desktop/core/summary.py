@@ -30,13 +30,18 @@ LABELS = {
     "facts": "Facts (dated)",
 }
 
-#: what the grammar-constrained generation must produce (llama.cpp JSON-schema format)
+#: what the grammar-constrained generation must produce (llama.cpp JSON-schema format).
+#: Bounded lists keep a small model that repeats itself from filling the reply; long
+#: ``maxLength`` bounds are avoided because llama.cpp expands them into huge grammars.
 JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        **{name: {"type": "string"} for name in TEXT_FIELDS},
-        **{name: {"type": "array", "items": {"type": "string"}, "maxItems": 8}
-           for name in LIST_FIELDS},
+        name: (
+            {"type": "string"}
+            if name in TEXT_FIELDS
+            else {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 120}}
+        )
+        for name in FIELDS
     },
     "required": list(FIELDS),
 }

@@ -153,7 +153,7 @@ class Entry:
         return self.text + extra
 
 
-def _pretty_arguments(raw: Any) -> str:
+def pretty_arguments(raw: Any) -> str:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
@@ -162,7 +162,7 @@ def _pretty_arguments(raw: Any) -> str:
     return json.dumps(raw, ensure_ascii=False, indent=2)
 
 
-def _call_label(call: Mapping[str, Any]) -> tuple[str, str]:
+def call_label(call: Mapping[str, Any]) -> tuple[str, str]:
     function = call.get("function") or {}
     name = str(function.get("name") or call.get("name") or "?")
     raw = function.get("arguments", call.get("arguments", {}))
@@ -241,9 +241,9 @@ def transcript_entries(
                       row.get("status") or "complete")
         if row["role"] == "assistant":
             for call in message.get("tool_calls") or []:
-                name, short = _call_label(call)
+                name, short = call_label(call)
                 function = call.get("function") or {}
-                calls[str(call.get("id"))] = (name, _pretty_arguments(function.get("arguments", {})))
+                calls[str(call.get("id"))] = (name, pretty_arguments(function.get("arguments", {})))
                 entry.calls.append(f"{name}({short})")
         elif row["role"] == "tool":
             name, arguments = calls.get(str(message.get("tool_call_id")), ("", ""))

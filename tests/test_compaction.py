@@ -1,0 +1,248 @@
+"""Compaction: triggers, split, chain, fallback, verify-then-commit, breaker, in-loop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from iris_desktop.core.compaction import (
+    CompactionSettings,
+    Compactor,
+    _transcript_lines,
+)
+from iris_desktop.core.engine import PRUNED_PLACEHOLDER, ContextEngine, ContextParams
+from iris_desktop.core.store import Store, row_to_message
+from iris_desktop.core.summary import FIELDS, ConversationSummary
+from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
+
+from conftest import AGENT_FILES, CHAT_FILES, load_corpus
+from fakes import ScriptedRuntime
+from invariants import check_request, snapshot
+
+
+def params(window=4096, **kw):
+    return ContextParams(window=window, system_prompt="You are Iris.", **kw)
+
+
+def llm_json(words=60, **fields):
+    data = {f: [] for f in FIELDS}
+    data.update(summary=" ".join(f"fact{i}" for i in range(words)), emotional_thread="calm",
+                relationship_dynamics="friendly")
+    data.update(fields)
+    return json.dumps(data)
+
+
+def chat_thread(store, n_turns=40, size=300):
+    thread = store.create_thread("chat")
+    for n in range(n_turns):
+        store.add_messages(thread, [
+            {"role": "user", "content": f"[1:00 pm on {1 + n % 28} May, 2023] Yesterday I visited "
+                                        f"Lisbon with Maria and bought {n + 3} books. " + "u" * size},
+            {"role": "assistant", "content": f"That sounds lovely, {n} books is a lot! " + "a" * size},
+        ])
+    return thread
+
+
+def test_budget_trigger_compacts_and_nothing_is_dropped(fresh_store):
+    thread = chat_thread(fresh_store)
+    engine = ContextEngine(fresh_store, HeuristicCounter(), params())
+    assert engine.build(thread).trigger == "budget"
+    before = snapshot(fresh_store, thread)
+    compactor = Compactor(fresh_store, HeuristicCounter(), params())
+    event = compactor.compact(thread, "budget")
+    assert event["outcome"] == "ok" and event["path"] == "extractive"
+    assert event["tokens_after"] < event["tokens_before"]
+    request = engine.build(thread)
+    described = check_request(engine, request)
+    assert {m["state"] for m in described} == {"summarized", "verbatim"}
+    assert request.predicted_prompt_tokens < 4096 * 0.75
+    assert request.trigger == "none"
+    assert snapshot(fresh_store, thread) == before  # stored messages untouched
+    assert request.messages[0]["content"].count("Summary of the earlier conversation") == 1
+    row = fresh_store.compaction_events(thread)[0]
+    for key in ("trigger", "turns_archived", "tokens_before", "tokens_after", "kept_turns",
+                "summary_tokens", "path", "duration_s", "outcome"):
+        assert row[key] is not None
+
+
+def test_summaries_chain(fresh_store):
+    thread = chat_thread(fresh_store, 30)
+    compactor = Compactor(fresh_store, HeuristicCounter(), params())
+    first = compactor.compact(thread, "budget")
+    chat_more = [{"role": "user", "content": "more " * 300}, {"role": "assistant", "content": "ok " * 300}]
+    for _ in range(8):
+        fresh_store.add_messages(thread, chat_more)
+    second = compactor.compact(thread, "budget")
+    assert first["outcome"] == second["outcome"] == "ok"
+    chain = fresh_store.summaries(thread)
+    assert chain[1].prev_id == chain[0].id
+    assert chain[1].first_turn == chain[0].first_turn == 1
+    assert chain[1].covers_through_id > chain[0].covers_through_id
+
+
+def test_short_turns_do_not_loop_on_the_turns_trigger(fresh_store):
+    thread = fresh_store.create_thread("t")
+    for n in range(25):
+        fresh_store.add_messages(thread, [{"role": "user", "content": f"hi {n}"},
+                                          {"role": "assistant", "content": f"hello {n}"}])
+    p = params(compaction_min_turns=20)
+    engine = ContextEngine(fresh_store, HeuristicCounter(), p)
+    assert engine.build(thread).trigger == "turns"
+    compactor = Compactor(fresh_store, HeuristicCounter(), p)
+    assert compactor.compact(thread, "turns")["outcome"] == "ok"
+    request = engine.build(thread)
+    assert request.trigger == "none" and request.unsummarized_turns < 20
+    assert list(compactor.before_request(thread)) == []  # nothing due: no second compaction
+
+
+def test_llm_path_and_the_compaction_call_never_overflows(fresh_store):
+    thread = chat_thread(fresh_store, 60, 400)
+    runtime = ScriptedRuntime([llm_json()] * 100, n_ctx=1024)
+    compactor = Compactor(fresh_store, HeuristicCounter(), params(), runtime=runtime,
+                          settings=CompactionSettings(summary_max_tokens=256))
+    event = compactor.compact(thread, "budget")
+    assert event["outcome"] == "ok" and event["path"] == "chunked"
+    assert len(runtime.requests) > 1
+    counter = HeuristicCounter()
+    for request in runtime.requests:
+        prompt = counter.prompt_overhead() + sum(counter.count_message(m) for m in request)
+        assert prompt + 256 <= 1024  # the reply (llm cap 256 here) always has room
+    # chained folding: every chunk after the first sees the previous summary
+    assert all("fact0" in r[1]["content"] for r in runtime.requests[1:])
+    fields = fresh_store.latest_summary(thread).fields
+    assert fields["summary"].startswith("fact0") and fields["facts"]
+
+
+@pytest.mark.parametrize("reply", [
+    "not json at all",
+    json.dumps({"summary": "too short"}),
+    llm_json(words=0),
+    llm_json(summary="same " * 100),
+    RuntimeError("model crashed"),
+])
+def test_unusable_llm_output_falls_back_to_extractive(fresh_store, reply):
+    thread = chat_thread(fresh_store)
+    compactor = Compactor(fresh_store, HeuristicCounter(), params(),
+                          runtime=ScriptedRuntime([reply] * 5, n_ctx=8192))
+    event = compactor.compact(thread, "budget")
+    assert event["outcome"] == "ok" and event["path"] == "extractive"
+    assert "extractive fallback used" in event["error"]
+
+
+def test_timeout_falls_back_to_extractive(fresh_store):
+    thread = chat_thread(fresh_store)
+    ticks = iter(range(0, 10_000, 100))
+    compactor = Compactor(fresh_store, HeuristicCounter(), params(),
+                          runtime=ScriptedRuntime([llm_json(words=400)], n_ctx=8192),
+                          settings=CompactionSettings(timeout_s=150), clock=lambda: next(ticks))
+    event = compactor.compact(thread, "budget")
+    assert event["path"] == "extractive" and "timed out" in event["error"]
+
+
+def test_growth_is_refused_and_nothing_saved(fresh_store):
+    thread = fresh_store.create_thread("t")
+    for n in range(3):
+        fresh_store.add_messages(thread, [{"role": "user", "content": f"q{n}"},
+                                          {"role": "assistant", "content": f"a{n}"}])
+    big = llm_json(words=250)
+    compactor = Compactor(fresh_store, HeuristicCounter(), params(), runtime=ScriptedRuntime([big]),
+                          settings=CompactionSettings(summary_max_tokens=2000))
+    event = compactor.compact(thread, "manual")
+    assert event["outcome"] == "failed" and "would not shrink" in event["error"]
+    assert fresh_store.summaries(thread) == []
+    assert fresh_store.compaction_events(thread)[0]["outcome"] == "failed"
+
+
+def test_circuit_breaker_after_three_failures(fresh_store):
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "only one turn"}])
+    compactor = Compactor(fresh_store, HeuristicCounter(), params())
+    for _ in range(3):
+        assert compactor.compact(thread, "budget")["outcome"] == "failed"
+    assert compactor.breaker_open(thread)
+    skipped = compactor.compact(thread, "budget")
+    assert skipped["outcome"] == "skipped" and "circuit breaker" in skipped["error"]
+    assert len(fresh_store.compaction_events(thread)) == 3  # no fourth attempt recorded
+    assert compactor.compact(thread, "manual", force=True)["outcome"] == "failed"
+
+
+def test_summarizer_input_clears_tool_output_and_drops_empty_turns():
+    lines = _transcript_lines([
+        {"role": "user", "content": "   "},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{\"c\": 1}"}}]},
+        {"role": "tool", "tool_call_id": "c", "name": "bash", "content": "SECRET OUTPUT"},
+    ])
+    assert not any("SECRET" in line for line in lines)
+    assert any(PRUNED_PLACEHOLDER in line for line in lines)
+    assert not any(line.strip() == "User:" for line in lines)
+
+
+def test_in_loop_compaction_on_a_replayed_swe_transcript(fresh_store):
+    """One long agent turn in a 4,096 window: before every model call, the result just
+    asked for is verbatim and no call is without its result."""
+    # 12.5k tokens over 44 messages: three times the window, in one turn
+    messages = load_corpus(next(p for p in AGENT_FILES if "i_got_id_demo" in p.name))
+    thread = fresh_store.create_thread("swe")
+    p = params(4096)
+    counter = TiktokenCounter()
+    compactor = Compactor(fresh_store, counter, p)
+    engine = ContextEngine(fresh_store, counter, p)
+    compactions = 0
+    for message in messages:
+        fresh_store.add_message(thread, message)
+        if message["role"] != "tool":
+            continue
+        events = list(compactor.before_request(thread))
+        compactions += sum(1 for e in events if e.data.get("state") == "finished")
+        request = engine.build(thread)
+        check_request(engine, request)
+        assert request.messages[-1]["content"] == message["content"]  # never lost
+        assert not request.dropped_turns
+    assert compactions >= 1
+    assert all(e["outcome"] == "ok" for e in fresh_store.compaction_events(thread))
+
+
+@pytest.mark.parametrize("path", AGENT_FILES + CHAT_FILES, ids=lambda p: p.stem)
+def test_every_corpus_conversation_compacts_cleanly(tmp_path, path):
+    store = Store(tmp_path / "c.db")
+    original = load_corpus(path)
+    thread = store.create_thread(path.stem)
+    store.add_messages(thread, original)
+    p = params(8192)
+    counter = TiktokenCounter()
+    compactor = Compactor(store, counter, p)
+    engine = ContextEngine(store, counter, p)
+    for _ in range(10):
+        trigger, _ = compactor.check(thread)
+        if trigger == "none":
+            break
+        assert compactor.compact(thread, trigger)["outcome"] == "ok"
+    request = engine.build(thread)
+    described = check_request(engine, request)
+    assert request.trigger == "none"
+    assert "dropped" not in {m["state"] for m in described}
+    assert request.predicted_prompt_tokens < 8192 * 0.75
+    assert [row_to_message(r) for r in store.messages(thread)] == original
+    store.close()
+
+
+def test_real_model_produces_structured_json(real_model, fresh_store):
+    """The grammar keeps even the 270M base model to the schema."""
+    thread = chat_thread(fresh_store, 12, 120)
+    compactor = Compactor(fresh_store, real_model.counter(), params(8192), runtime=real_model,
+                          settings=CompactionSettings(summary_max_tokens=64))
+    text, _ = real_model.complete(
+        [{"role": "system", "content": "Summarize as JSON."},
+         {"role": "user", "content": "User: I moved to Lisbon in May 2023.\nAssistant: Nice!"}],
+        max_tokens=600, temperature=0.0, repeat_penalty=1.15, json_schema=__import__(
+            "iris_desktop.core.summary", fromlist=["JSON_SCHEMA"]).JSON_SCHEMA)
+    data = json.loads(text)
+    assert set(FIELDS) <= set(data)
+    event = compactor.compact(thread, "manual")
+    assert event["outcome"] == "ok" and event["path"] in ("llm", "chunked", "extractive")
+    row = fresh_store.latest_summary(thread)
+    summary = ConversationSummary.from_fields(row.fields)
+    assert summary.summary and row.path == event["path"]
+    assert event["summary_tokens"] <= 64 + 8  # the cap holds (plus the injection header)
