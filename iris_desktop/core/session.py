@@ -54,6 +54,9 @@ class Session:
         for problem in self.settings.problems:
             log.warning("settings: %s", problem)
         self.store = Store(self.paths.db_path)
+        recovered = self.store.mark_interrupted_streams()
+        if recovered:
+            log.warning("%d reply(ies) cut off by an earlier crash marked interrupted", recovered)
         self.model: Any = None  # runtime.model.LocalModel once loaded
         self.model_error: str | None = None
         self._tiktoken: TiktokenCounter | None = None

@@ -133,6 +133,14 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
     """,
+    # 3: which process is streaming a reply, so that a crash can be told from a live writer
+    """
+    CREATE TABLE streams (
+        message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -342,6 +350,15 @@ class Store:
             return [self._insert(thread_id, row, "complete") for row in rows]
 
     def _insert(self, thread_id: int, row: dict[str, Any], status: str) -> int:
+        message_id = self._insert_row(thread_id, row, status)
+        if status == "streaming":
+            self.conn.execute(
+                "INSERT INTO streams(message_id, pid, started_at) VALUES (?, ?, ?)",
+                (message_id, os.getpid(), time.time()),
+            )
+        return message_id
+
+    def _insert_row(self, thread_id: int, row: dict[str, Any], status: str) -> int:
         last = self.conn.execute(
             "SELECT turn FROM messages WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
         ).fetchone()
@@ -373,13 +390,25 @@ class Store:
         )
         if cur.rowcount != 1:
             raise StoreError(f"message {message_id} is not a reply in progress")
+        if status != "streaming":
+            self.conn.execute("DELETE FROM streams WHERE message_id = ?", (message_id,))
 
     def mark_interrupted_streams(self) -> int:
-        """At start-up: replies left 'streaming' by a crash become 'interrupted'."""
-        cur = self.conn.execute(
-            "UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'"
-        )
-        return cur.rowcount
+        """At start-up: replies left 'streaming' by a process that is gone (a crash, a
+        kill -9) become 'interrupted'. Replies a live process is writing are left alone."""
+        rows = self.conn.execute(
+            """
+            SELECT m.id, s.pid FROM messages m LEFT JOIN streams s ON s.message_id = m.id
+            WHERE m.status = 'streaming'
+            """
+        ).fetchall()
+        dead = [mid for mid, pid in rows if pid is None or not _alive(pid)]
+        with self.transaction():
+            for mid in dead:
+                self.conn.execute(
+                    "UPDATE messages SET status = 'interrupted' WHERE id = ?", (mid,))
+                self.conn.execute("DELETE FROM streams WHERE message_id = ?", (mid,))
+        return len(dead)
 
     def messages(
         self, thread_id: int, after_id: int = 0, through_id: int | None = None
@@ -539,6 +568,20 @@ class Store:
             )
         )
         return rows[0] if rows else None
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process is only starting: nothing of it is streaming yet
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _split_sql(script: str) -> list[str]:
