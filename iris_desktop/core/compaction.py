@@ -7,8 +7,9 @@ When (any of):
 
 What:
 1. split: a verbatim tail ≤ keep_recent_ratio × the trigger line, in whole turns (or, in
-   one long turn, at a step boundary after a complete tool call/result), with fewer than
-   compaction_min_turns turns, and always the newest turn (or step); the rest is archived;
+   one long turn, at a step boundary after a complete tool call/result), with at most
+   half of compaction_min_turns turns, and always the newest turn (or step); the rest is
+   archived;
 2. input: the previous summary, then the archived turns with tool outputs cleared and
    empty turns dropped; chunked and folded in order when it does not fit the model;
 3. generate a ConversationSummary with grammar-constrained JSON, capped at
@@ -286,14 +287,17 @@ class Compactor:
             self.params.window * self.params.token_budget_ratio - fixed
             - self.settings.summary_max_tokens,
         )
-        max_turns = self.params.compaction_min_turns - 1 if self.params.compaction_min_turns else None
+        # half the count floor: the `turns` trigger then fires again only after as many new
+        # turns, instead of on the very next one (a tail of floor − 1 turns would do that)
+        floor = self.params.compaction_min_turns
+        max_turns = max(floor // 2, 1) if floor else None
         chosen = len(units) - 1  # at least the newest unit is kept
         spent = 0
         turns: set[int] = set()
         for start in range(len(units) - 1, 0, -1):
             spent += sum(cost[m.id] for m in units[start].metas)
             turns.add(units[start].turn)
-            if spent > bound or (max_turns is not None and len(turns) > max(max_turns, 1)):
+            if spent > bound or (max_turns is not None and len(turns) > max_turns):
                 break
             chosen = start
         archived = [m for u in units[:chosen] for m in u.metas]

