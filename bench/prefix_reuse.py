@@ -23,13 +23,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus import CORPUS  # noqa: E402
-
 from iris_desktop.core.compaction import Compactor  # noqa: E402
 from iris_desktop.core.engine import ContextEngine, ContextParams  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.model import LocalModel, ensure_bundled_model  # noqa: E402
+
+from _corpus import CORPUS  # noqa: E402
 
 SYSTEM = "You are Iris, a helpful assistant running locally and offline on the user's computer."
 

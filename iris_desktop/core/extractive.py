@@ -126,15 +126,20 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in SENTENCE_RE.split(text) if s.strip()]
 
 
+FIRST_PERSON_RE = re.compile(r"\b(?:I|my|I'm|I've|we|our)\b")
+
+
 def _score(sentence: str) -> float:
+    """How much checkable fact a sentence holds: names, numbers, resolved dates, and
+    first-person events ("I went…", "my sister…"), which is what people ask about later."""
     words = sentence.split()
     if len(words) < 3:
         return 0.0
     names = len(NAME_RE.findall(sentence))
     numbers = len(NUMBER_RE.findall(sentence))
-    content = sum(1 for w in words if w.lower().strip(".,!?'\"") not in STOPWORDS)
-    dated = 2.0 if "(" in sentence and re.search(r"\d{4}\)", sentence) else 0.0
-    return (2.0 * names + 2.0 * numbers + dated + 0.5 * content) / (len(words) ** 0.5)
+    dated = 2.0 if re.search(r"\d{4}\)", sentence) else 0.0
+    first_person = len(FIRST_PERSON_RE.findall(sentence))
+    return 2.0 * names + 2.0 * numbers + dated + first_person + 0.3 * len(words)
 
 
 class ExtractiveSummarizer:

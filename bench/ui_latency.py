@@ -1,0 +1,207 @@
+"""How long the GUI's event loop stalls while the real app loads, generates and compacts.
+
+A QTimer probe on the GUI thread asks to fire every 5 ms; a stall is how much later than
+that it fires. The goal is a max stall under 50 ms in every phase: the model, the agent
+and compaction run on the model thread, DB work on the DB thread.
+
+Phases, on a fresh data dir with the real bundled model:
+  first run   assemble the bundled model into the data dir, then load it
+  reload      Model ▸ Reload
+  open        open a 5,000-message thread (the GUI thread lays out its newest page)
+  generation  one reply streamed token by token
+  compaction  a LoCoMo chat compacted before its next request (extractive summarizer;
+              --llm-compaction uses the model, which takes minutes on a small CPU)
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/ui_latency.py [--tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
+
+from iris_desktop.core.session import Session  # noqa: E402
+from iris_desktop.ui.app import application  # noqa: E402
+from iris_desktop.ui.main_window import main_window  # noqa: E402
+
+LOCOMO = REPO.parent / "shared" / "corpus" / "long-chats" / "locomo-26.json"
+INTERVAL_MS = 5
+GOAL_MS = 50
+
+
+class Probe:
+    """Records (time, stall) for every tick of a 5 ms timer on the GUI thread."""
+
+    def __init__(self) -> None:
+        self.timer = QTimer()
+        self.timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self.timer.setInterval(INTERVAL_MS)
+        self.timer.timeout.connect(self._tick)
+        self.samples: list[tuple[float, float]] = []
+        self._last = 0.0
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+        self.timer.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.samples.append((now, max(0.0, (now - self._last) * 1000 - INTERVAL_MS)))
+        self._last = now
+
+    def between(self, start: float, end: float) -> list[float]:
+        return [stall for t, stall in self.samples if start <= t <= end]
+
+
+def run_until(condition, timeout_s: float) -> None:
+    """Spin a real event loop (not processEvents) until ``condition()`` holds."""
+    loop = QEventLoop()
+    check = QTimer()
+    check.setInterval(10)
+    check.timeout.connect(lambda: condition() and loop.quit())
+    deadline = QTimer(singleShot=True)
+    deadline.timeout.connect(loop.quit)
+    check.start()
+    deadline.start(int(timeout_s * 1000))
+    loop.exec()
+    check.stop()
+    if not condition():
+        raise TimeoutError(f"timed out after {timeout_s:.0f} s")
+
+
+def extractive_compactor(session):
+    """The Compactor without the model (its extractive summarizer)."""
+    from iris_desktop.core.compaction import CompactionSettings, Compactor
+    from iris_desktop.core.engine import ContextParams
+
+    def make(store, model, settings, counter):
+        window, source = session.window(settings)
+        return Compactor(store, counter, ContextParams.from_settings(settings, window, source),
+                         CompactionSettings.from_settings(settings), runtime=None)
+
+    return make
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=128, help="max tokens of the reply")
+    parser.add_argument("--llm-compaction", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    _app = application()  # kept alive for the whole run
+    data_dir = Path(tempfile.mkdtemp(prefix="iris-latency-"))
+    session = Session(data_dir, {"model.max_tokens": str(args.tokens), "model.temperature": "0.7"})
+    store = session.store
+    big = store.create_thread("5,000 messages")
+    store.add_messages(big, [
+        {"role": "user" if i % 2 == 0 else "assistant",
+         "content": f"message {i}: " + "some words of a long conversation " * 4}
+        for i in range(5000)])
+    chat = store.create_thread("LoCoMo 26")
+    store.add_messages(chat, json.loads(LOCOMO.read_text())["messages"])
+
+    window = main_window(session, load=False,
+                         compactor_factory=None if args.llm_compaction else
+                         extractive_compactor(session))
+    window.show()
+    probe = Probe()
+    probe.start()
+    phases: list[tuple[str, float, float, str]] = []
+
+    def phase(name, start, note=""):
+        phases.append((name, start, time.perf_counter(), note))
+
+    run_until(lambda: window.background.idle, 30)
+
+    t0 = time.perf_counter()
+    window.load_model()
+    run_until(lambda: window.model_state != "loading", 600)
+    if window.model_state != "ready":
+        print(f"model: {session.model_error}", file=sys.stderr)
+        return 1
+    phase("first run", t0, "assemble + sha256 + load")
+
+    t0 = time.perf_counter()
+    window.load_model()
+    run_until(lambda: window.model_state == "ready", 120)
+    phase("reload", t0, f"{window.model_info['name']}, n_ctx {window.model_info['n_ctx']:,}")
+
+    t0 = time.perf_counter()
+    window.open_thread(big)
+    run_until(lambda: window.view.transcript.total == 5000 and window.background.idle, 60)
+    phase("open", t0, f"{window.view.transcript.rowCount()} of 5,000 rows laid out")
+
+    marks: dict[str, float] = {}
+
+    def on_event(event):
+        now = time.perf_counter()
+        if event.kind == "compaction":
+            marks["compaction_" + event.data.get("state", "")] = now
+            marks["compaction_text"] = event.text
+        elif event.kind == "token":
+            marks.setdefault("first_token", now)
+            marks["last_token"] = now
+            marks["tokens"] = marks.get("tokens", 0) + 1
+
+    window.model.worker.agentEvent.connect(on_event)
+
+    window.new_chat()
+    t0 = time.perf_counter()
+    window.send("Write a short story about a lighthouse keeper and a storm.")
+    run_until(lambda: not window.generating, 600)
+    run_until(lambda: window.background.idle, 60)
+    rate = window.state_label.text()
+    phase("generation", t0, f"{marks.get('tokens', 0)} tokens; {rate}")
+
+    marks.clear()
+    window.open_thread(chat)
+    run_until(lambda: window.background.idle, 60)
+    t0 = time.perf_counter()
+    window.send("Do you remember the support group you told me about?")
+    run_until(lambda: "compaction_finished" in marks or not window.generating, 1800)
+    if "compaction_started" in marks and "compaction_finished" in marks:
+        phases.append(("compaction", marks["compaction_started"], marks["compaction_finished"],
+                       marks.get("compaction_text", "")[:70]))
+    run_until(lambda: not window.generating, 600)
+    phase("turn after", t0, "compaction + the reply")
+
+    window.shutdown()
+    probe.timer.stop()
+    rows = []
+    for name, start, end, note in phases:
+        stalls = probe.between(start, end)
+        if not stalls:
+            continue
+        ordered = sorted(stalls)
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        rows.append({"phase": name, "seconds": round(end - start, 2), "ticks": len(stalls),
+                     "max_ms": round(max(stalls), 1), "p99_ms": round(p99, 1),
+                     "median_ms": round(statistics.median(stalls), 2), "note": note})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"GUI event-loop stalls (5 ms probe; goal: max < {GOAL_MS} ms)")
+        print(f"{'phase':<12} {'time s':>7} {'ticks':>6} {'max ms':>7} {'p99 ms':>7} {'median':>7}  note")
+        for r in rows:
+            flag = "" if r["max_ms"] < GOAL_MS else "  <-- over the goal"
+            print(f"{r['phase']:<12} {r['seconds']:>7} {r['ticks']:>6} {r['max_ms']:>7} "
+                  f"{r['p99_ms']:>7} {r['median_ms']:>7}  {r['note']}{flag}")
+    session.close()
+    return 0 if all(r["max_ms"] < GOAL_MS for r in rows) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
