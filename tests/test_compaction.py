@@ -246,3 +246,18 @@ def test_real_model_produces_structured_json(real_model, fresh_store):
     summary = ConversationSummary.from_fields(row.fields)
     assert summary.summary and row.path == event["path"]
     assert event["summary_tokens"] <= 64 + 8  # the cap holds (plus the injection header)
+
+
+def test_background_compaction_runs_after_the_reply_not_before_the_send(fresh_store):
+    thread = fresh_store.create_thread("t")
+    for n in range(19):
+        fresh_store.add_messages(thread, [{"role": "user", "content": f"hi {n}"},
+                                          {"role": "assistant", "content": f"hello {n}"}])
+    p = params(compaction_min_turns=20)
+    compactor = Compactor(fresh_store, HeuristicCounter(), p)
+    assert list(compactor.before_request(thread)) == []  # 19 turns: not due yet
+    events = list(compactor.after_reply(thread))  # the next user turn would make it due
+    assert [e.data["state"] for e in events] == ["started", "finished"]
+    assert events[-1].data["trigger"] == "early" and events[-1].data["outcome"] == "ok"
+    fresh_store.add_messages(thread, [{"role": "user", "content": "next"}])
+    assert list(compactor.before_request(thread)) == []  # the send does not wait

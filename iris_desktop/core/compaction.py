@@ -141,8 +141,12 @@ class Compactor:
         request would be due, or would be within one typical turn of the threshold."""
         trigger, request = self.check(thread_id, tools_text)
         if trigger == "none" and request is not None:
+            # the next request adds a turn: compact now if that one would be due
             typical = self._typical_turn_tokens(thread_id)
-            if request.predicted_prompt_tokens + typical >= self.trigger_tokens:
+            floor = self.params.compaction_min_turns
+            if request.predicted_prompt_tokens + typical >= self.trigger_tokens or (
+                floor and request.unsummarized_turns + 1 >= max(floor, 2)
+            ):
                 trigger = "early"
         if trigger != "none":
             yield from self._run(thread_id, trigger, tools_text)
