@@ -159,3 +159,28 @@ def test_full_turn_opens_no_network_connection(fresh_store, folder, monkeypatch)
                           folder)
     events = list(agent.send(thread, "search"))
     assert [e for e in events if e.kind == "tool"][0].data["ok"]
+
+
+def test_native_tool_templates_get_the_definitions(fresh_store, folder):
+    class NativeRuntime(ScriptedRuntime):
+        native_tools = True
+
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.tools_seen = []
+
+        def tool_tokens(self, tools):
+            return 123
+
+        def stream(self, messages, *, tools=None, **kw):
+            self.tools_seen.append(tools)
+            yield from super().stream(messages, **kw)
+
+    runtime = NativeRuntime([call("read_file", path="notes.txt"), "done"])
+    agent = Agent(fresh_store, runtime, ContextParams(window=8192, system_prompt="S"),
+                  AgentConfig(), sandbox=Sandbox([folder]))
+    events = list(agent.send(fresh_store.create_thread("t"), "go"))
+    request = [e for e in events if e.kind == "request"][0]
+    assert request.data["breakdown"]["tools"] == 123
+    assert runtime.requests[0][0]["content"] == "S"  # not described in the system prompt
+    assert runtime.tools_seen[0][0]["function"]["name"] == "read_file"

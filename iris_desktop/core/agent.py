@@ -125,12 +125,22 @@ class Agent:
             return []
         return self.sandbox.definitions()
 
-    def tools_text(self, definitions: list[dict] | None = None) -> str:
-        definitions = self.tool_definitions() if definitions is None else definitions
-        return tools_system_prompt(definitions) if definitions else ""
+    @property
+    def native_tools(self) -> bool:
+        """The model's chat template renders tool definitions itself."""
+        return bool(getattr(self.runtime, "native_tools", False))
 
-    def build(self, thread_id: int, tools_text: str) -> ContextRequest:
-        return self.engine().build(thread_id, tools_text=tools_text)
+    def tools_text(self, definitions: list[dict] | None = None) -> str:
+        """Tool descriptions for the system prompt, unless the template takes them."""
+        definitions = self.tool_definitions() if definitions is None else definitions
+        if not definitions or self.native_tools:
+            return ""
+        return tools_system_prompt(definitions)
+
+    def build(self, thread_id: int, tools_text: str, tools: list[dict] | None = None
+              ) -> ContextRequest:
+        native = self.runtime.tool_tokens(tools) if tools and self.native_tools else 0
+        return self.engine().build(thread_id, tools_text=tools_text, native_tool_tokens=native)
 
     # -- the turn ---------------------------------------------------------------------------
 
@@ -153,10 +163,11 @@ class Agent:
         while True:
             tools_allowed = bool(definitions) and calls_made < self.config.max_calls_per_turn
             tools_text = self.tools_text(definitions) if tools_allowed else ""
+            native = definitions if tools_allowed and self.native_tools else None
             if self.compactor is not None:
                 yield from self.compactor.before_request(thread_id, tools_text)
             try:
-                request = self.build(thread_id, tools_text)
+                request = self.build(thread_id, tools_text, native)
             except ConversationTooLargeException as exc:
                 yield AgentEvent("error", thread_id, text=f"Conversation too large: {exc}",
                                  data={"kind": "too_large", "needed": exc.needed,
@@ -164,7 +175,8 @@ class Agent:
                 yield AgentEvent("done", thread_id, data={"finish_reason": "error"})
                 return
             yield AgentEvent("request", thread_id, data=_request_data(request))
-            reply_id, reply_text, stats, error = yield from self._stream(thread_id, request, cancel)
+            reply_id, reply_text, stats, error = yield from self._stream(
+                thread_id, request, cancel, native)
             if error is not None:
                 yield AgentEvent("error", thread_id, reply_id, error, data={"kind": "model"})
                 yield AgentEvent("done", thread_id, data={"finish_reason": "error"})
@@ -214,7 +226,8 @@ class Agent:
                 yield AgentEvent("done", thread_id, data={"finish_reason": "cancelled"})
                 return
 
-    def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event):
+    def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event,
+                tools: list[dict] | None = None):
         reply_id = self.store.add_message(
             thread_id, {"role": "assistant", "content": ""}, status="streaming"
         )
@@ -223,9 +236,10 @@ class Agent:
         last_save = self.clock()
         saved_len = 0
         try:
+            extra = {"tools": tools} if tools else {}
             for piece in self.runtime.stream(
                 request.messages, max_tokens=self.config.max_tokens,
-                temperature=self.config.temperature, cancel=cancel,
+                temperature=self.config.temperature, cancel=cancel, **extra,
             ):
                 pieces.append(piece)
                 yield AgentEvent("token", thread_id, reply_id, piece)

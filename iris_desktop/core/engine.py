@@ -320,9 +320,14 @@ class ContextEngine:
     # -- the request ----------------------------------------------------------------------
 
     def build(
-        self, thread_id: int, *, tools_text: str = "", draft: str | None = None
+        self, thread_id: int, *, tools_text: str = "", draft: str | None = None,
+        native_tool_tokens: int = 0,
     ) -> ContextRequest:
-        """The request that would be sent next. Raises ConversationTooLargeException."""
+        """The request that would be sent next. Raises ConversationTooLargeException.
+
+        Tools are either described in the system prompt (``tools_text``) or rendered by
+        the chat template itself, which then adds ``native_tool_tokens``.
+        """
         params = self.params
         summary = self.store.latest_summary(thread_id)
         after_id = summary.covers_through_id if summary else 0
@@ -331,6 +336,7 @@ class ContextEngine:
         system_tokens, tool_tokens, summary_tokens, system_message = self.system_costs(
             base, tools_text, self.summary_text(summary)
         )
+        tool_tokens += native_tool_tokens
         available = self.calc.available(system_tokens, tool_tokens)
         history_budget = available - summary_tokens
 

@@ -162,6 +162,21 @@ def pretty_arguments(raw: Any) -> str:
     return json.dumps(raw, ensure_ascii=False, indent=2)
 
 
+def arguments_text(arguments: str) -> str:
+    """Tool arguments for reading: one ``name: value`` per argument, strings unescaped
+    (an edit command shows as the lines it writes, not as one JSON string)."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return arguments
+    if not isinstance(value, dict):
+        return arguments
+    if not value:
+        return "(no arguments)"
+    return "\n".join(f"{k}: {v}" if isinstance(v, str) else
+                     f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in value.items())
+
+
 def call_label(call: Mapping[str, Any]) -> tuple[str, str]:
     function = call.get("function") or {}
     name = str(function.get("name") or call.get("name") or "?")
@@ -240,7 +255,11 @@ def transcript_entries(
         entry = Entry("message", f"m:{row['id']}", row["id"], row["role"], row["turn"], text,
                       row.get("status") or "complete")
         if row["role"] == "assistant":
-            for call in message.get("tool_calls") or []:
+            # the column, not row_to_message: a streamed reply's key list predates its calls
+            raw_calls = row.get("tool_calls")
+            tool_calls = json.loads(raw_calls) if isinstance(raw_calls, str) else (
+                message.get("tool_calls") or [])
+            for call in tool_calls:
                 name, short = call_label(call)
                 function = call.get("function") or {}
                 calls[str(call.get("id"))] = (name, pretty_arguments(function.get("arguments", {})))
@@ -373,9 +392,13 @@ class BudgetPreview:
         if self.min_turns:
             out.append(f"Turn floor: compaction also runs at {self.min_turns} unsummarized turns "
                        f"(now {self.unsummarized_turns})")
-        shielded = (f"the newest {self.protect_turns} turn(s) keep their tool outputs "
-                    f"({self.protected_outputs} output(s)); {self.pruned_outputs} older output(s) "
-                    f"are cleared for the model")
+        if self.protect_turns:
+            shielded = (f"the newest {self.protect_turns} turn(s) keep their tool outputs "
+                        f"({self.protected_outputs} output(s)); {self.pruned_outputs} older "
+                        "output(s) are cleared for the model")
+        else:
+            shielded = (f"no turn is protected: {self.pruned_outputs} finished tool output(s) "
+                        "are cleared for the model")
         if self.fallback:
             shielded += (f" — protection fell back from {self.protect_configured} to "
                          f"{self.protect_turns} turn(s) because they did not fit")

@@ -304,9 +304,10 @@ class JinjaFormat:
             fixed.append({**call, "function": fn})
         return {**message, "tool_calls": fixed}
 
-    def _render(self, messages: list[Message], add_generation_prompt: bool) -> str:
+    def _render(self, messages: list[Message], add_generation_prompt: bool,
+                tools: list[dict] | None = None) -> str:
         fmt = self._with_prompt if add_generation_prompt else self._without_prompt
-        return fmt(messages=[self._normalize(m) for m in messages]).prompt
+        return fmt(messages=[self._normalize(m) for m in messages], tools=tools).prompt
 
     def _safe_render(self, messages: list[Message], add_generation_prompt: bool) -> str:
         try:
@@ -345,8 +346,9 @@ class JinjaFormat:
     def stop(self) -> list[str]:
         return [self._eos] if self._eos else []
 
-    def render_prompt(self, messages: list[Message]) -> str:
-        return self._render(list(messages), True)
+    def render_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The whole prompt; ``tools`` go to a template that renders them itself."""
+        return self._render(list(messages), True, tools if self.supports_tools else None)
 
     def __repr__(self) -> str:
         return f"<JinjaFormat tools={self.supports_tools}>"

@@ -476,8 +476,23 @@ class LocalModel:
         """The exact tokens ``message`` contributes to a prompt."""
         return self._parts_tokens(self.chat_format.message_parts(message, index))
 
-    def prompt_tokens(self, messages: list[Message]) -> list[int]:
+    @property
+    def native_tools(self) -> bool:
+        """The chat template renders tool definitions itself."""
+        return bool(getattr(self.chat_format, "supports_tools", False))
+
+    def tool_tokens(self, tools: list[dict]) -> int:
+        """What passing ``tools`` to the template adds to a prompt (0 without native tools)."""
+        if not tools or not self.native_tools:
+            return 0
+        probe = [{"role": "user", "content": "."}]
+        return len(self.prompt_tokens(probe, tools)) - len(self.prompt_tokens(probe))
+
+    def prompt_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
         """The exact token list :meth:`stream` evaluates for ``messages``."""
+        if tools and self.native_tools:
+            text = self.chat_format.render_prompt(list(messages), tools=tools)
+            return self._with_bos(self.tokenize(text, special=True))
         if self.chat_format.additive:
             tokens = list(self._prefix_tokens)
             for i, m in enumerate(messages):
@@ -594,8 +609,13 @@ class LocalModel:
         repeat_penalty: float = 1.0,
         seed: int | None = None,
         stop: list[str] | None = None,
+        tools: list[dict] | None = None,
     ) -> Iterator[str]:
         """Generate a reply to ``messages``, yielding text pieces as they come.
+
+        ``tools`` (OpenAI definitions) are passed to a chat template that renders tools
+        itself (:attr:`native_tools`); other formats get them in the system prompt from
+        the caller, and ignore this argument.
 
         ``cancel`` is checked between tokens; when set, generation stops with
         ``finish_reason == "cancelled"`` (closing the iterator early counts as a
@@ -614,18 +634,20 @@ class LocalModel:
             grammar=self._grammar(json_schema, response_format, grammar),
             sampling=dict(top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty),
             seed=self.seed if seed is None else seed, extra_stop=stop or [],
+            tools=tools if self.native_tools else None,
         )
 
     def _stream(self, messages: list[Message], *, max_tokens: int, temperature: float,
                 cancel: threading.Event | None, grammar: Any, sampling: dict,
-                seed: int, extra_stop: list[str]) -> Iterator[str]:
+                seed: int, extra_stop: list[str], tools: list[dict] | None = None
+                ) -> Iterator[str]:
         import llama_cpp
 
         with self._lock:
             self._check_open()
             llm = self._llm
             t0 = time.perf_counter()
-            tokens = self.prompt_tokens(messages)
+            tokens = self.prompt_tokens(messages, tools)
             n_prompt = len(tokens)
             n_ctx = int(llm.n_ctx())
             if n_prompt >= n_ctx:
