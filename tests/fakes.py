@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 from iris_desktop.core.tokens import HeuristicCounter
-
-
-@dataclass
-class FakeStats:
-    prompt_tokens: int
-    reused_tokens: int
-    evaluated_tokens: int
-    completion_tokens: int
-    time_to_first_token_s: float
-    tokens_per_s: float
-    duration_s: float
-    finish_reason: str
+from iris_desktop.runtime.model import GenerationStats
 
 
 class ScriptedRuntime:
@@ -34,7 +22,7 @@ class ScriptedRuntime:
         self._counter = counter or HeuristicCounter()
         self.delay_s = delay_s
         self.requests: list[list[dict]] = []
-        self.last_stats: FakeStats | None = None
+        self.last_stats: GenerationStats | None = None
         self.started = threading.Event()
 
     def counter(self):
@@ -61,4 +49,4 @@ class ScriptedRuntime:
             yield word if i == 0 else " " + word
             if self.delay_s:
                 time.sleep(self.delay_s)
-        self.last_stats = FakeStats(prompt, 0, prompt, produced, 0.0, 0.0, 0.0, finish)
+        self.last_stats = GenerationStats(prompt, 0, prompt, produced, 0.0, 0.0, 0.0, finish)

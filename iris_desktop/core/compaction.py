@@ -330,7 +330,7 @@ class Compactor:
         runtime = self.runtime
         window = self.summarizer_window or 4096
         # generation may run past the cap: fit() trims the rendering to it afterwards
-        llm_cap = min(max(128, cap * 2), 1536, window // 4)
+        llm_cap = min(max(128, cap), 1536, window // 4)
         lines = _transcript_lines(messages)
         summary = previous
         chunks = 0
