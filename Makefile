@@ -29,13 +29,23 @@ run: $(STAMP)
 ## make test: create .venv, install with dev extras, run the whole suite
 test: $(DEV_STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
-	$(BIN)/ruff check iris_desktop tests bench packaging
+	$(BIN)/ruff check iris_desktop tests bench packaging tools
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check iris_desktop tests bench packaging
+	$(BIN)/ruff check iris_desktop tests bench packaging tools
 
+## make bench: every benchmark (the model-based ones take minutes on two cores)
 bench: $(DEV_STAMP)
 	$(BIN)/python bench/context_build.py
+	$(BIN)/python bench/prefix_reuse.py
+	$(BIN)/python bench/sawtooth.py
+	$(BIN)/python bench/retention.py
+	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/ui_latency.py
+
+## make screenshots: the real app under Xvfb with a prepared data dir -> docs/img/*.png
+screenshots: $(DEV_STAMP)
+	@command -v xvfb-run >/dev/null || { echo "needs: apt-get install xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0"; exit 1; }
+	$(BIN)/python tools/screenshots.py --out docs/img
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache

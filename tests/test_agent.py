@@ -184,3 +184,16 @@ def test_native_tool_templates_get_the_definitions(fresh_store, folder):
     assert request.data["breakdown"]["tools"] == 123
     assert runtime.requests[0][0]["content"] == "S"  # not described in the system prompt
     assert runtime.tools_seen[0][0]["function"]["name"] == "read_file"
+
+
+def test_the_models_own_tool_calls_stay_in_history(fresh_store, folder):
+    from iris_desktop.core.store import row_to_message
+
+    thread = fresh_store.create_thread("t")
+    agent, runtime = make_agent(
+        fresh_store, [call("read_file", path="notes.txt"), "The code is 1234."], folder)
+    list(agent.send(thread, "What is the launch code?"))
+    stored = [row_to_message(r) for r in fresh_store.messages(thread)]
+    assert stored[1]["tool_calls"][0]["function"]["name"] == "read_file"
+    second = runtime.requests[1]
+    assert second[-2]["role"] == "assistant" and second[-2]["tool_calls"]

@@ -194,7 +194,7 @@ class ExtractiveSummarizer:
         requests = [_clip(SESSION_DATE_RE.sub("", message_text(m)), 160) for m in users[-3:]]
         conclusions = [_clip(a["content"], 200) for a in assistants[-2:]]
         decisions = [_clip(s, 160) for m in assistants for s in _sentences(m["content"])
-                     if DECISION_WORDS.search(s)][-4:]
+                     if DECISION_WORDS.search(s) and not s.endswith("?")][-4:]
         emotions = [s for m in messages if m.get("role") in ("user", "assistant")
                     for s in _sentences(message_text(m))
                     if EMOTION_WORDS & {w.lower().strip(".,!?") for w in s.split()}]

@@ -639,7 +639,8 @@ def row_to_message(row: dict[str, Any]) -> Message:
         "name": row["name"],
     }
     for key in ("content", "tool_calls", "tool_call_id", "name"):
-        if key in present:
+        # a reply that made calls while streaming gains tool_calls after its insert
+        if key in present or (key == "tool_calls" and values[key] is not None):
             message[key] = values[key]
     message.update(extra)
     return message

@@ -1,0 +1,183 @@
+"""The context inspector dock: the exact next request, the summary chain, compaction
+events and a chart of prompt tokens per request. It shows ``views.inspector_report``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDockWidget,
+    QGroupBox,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from iris_desktop.core.views import tokens
+from iris_desktop.ui.meter import PromptChart
+
+EVENT_COLUMNS = (
+    ("created_at", "When"), ("trigger", "Trigger"), ("outcome", "Outcome"), ("path", "Path"),
+    ("turns_archived", "Turns archived"), ("tokens_before", "Tokens before"),
+    ("tokens_after", "Tokens after"), ("kept_turns", "Kept turns"),
+    ("summary_tokens", "Summary tokens"), ("duration_s", "Duration (s)"), ("error", "Error"),
+)
+
+
+def _item(value: Any, align_right: bool = False) -> QTableWidgetItem:
+    if isinstance(value, float) and value > 1e9:  # a timestamp
+        text = time.strftime("%Y-%m-%d %H:%M", time.localtime(value))
+    elif isinstance(value, float):
+        text = f"{value:.2f}"
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    else:
+        text = "" if value is None else str(value)
+    item = QTableWidgetItem(text)
+    item.setFlags(Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled)
+    if align_right:
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+def _table(columns: list[str]) -> QTableWidget:
+    table = QTableWidget(0, len(columns))
+    table.setHorizontalHeaderLabels(columns)
+    table.verticalHeader().setVisible(False)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setWordWrap(False)
+    table.horizontalHeader().setStretchLastSection(True)
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    return table
+
+
+class InspectorDock(QDockWidget):
+    def __init__(self, parent=None):
+        super().__init__("Context inspector", parent)
+        self.setObjectName("inspector")
+        self.report: dict[str, Any] | None = None
+        self.tabs = QTabWidget()
+
+        request_page = QWidget()
+        self.request_label = QLabel("Open a thread to see its next request.")
+        self.request_label.setWordWrap(True)
+        self.request_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.request_table = _table(["#", "Role", "Turn", "State", "Tokens", "Content"])
+        layout = QVBoxLayout(request_page)
+        layout.addWidget(self.request_label)
+        layout.addWidget(self.request_table, 1)
+        self.tabs.addTab(request_page, "Next request")
+
+        self.summaries = QTreeWidget()
+        self.summaries.setHeaderLabels(["Summary", "Turns", "Tokens", "Path", "Created"])
+        self.summaries.setWordWrap(True)
+        self.tabs.addTab(self.summaries, "Summaries")
+
+        self.events = _table([label for _, label in EVENT_COLUMNS])
+        self.tabs.addTab(self.events, "Compactions")
+
+        # the chart stays in view under whichever table is open
+        chart_box = QGroupBox("Prompt tokens per request")
+        self.chart = PromptChart()
+        self.chart_label = QLabel("")
+        self.chart_label.setWordWrap(True)
+        layout = QVBoxLayout(chart_box)
+        layout.addWidget(self.chart, 1)
+        layout.addWidget(self.chart_label)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("inspector-splitter")
+        splitter.addWidget(self.tabs)
+        splitter.addWidget(chart_box)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 1)
+        self.setWidget(splitter)
+
+    def show_report(self, report: dict[str, Any] | None) -> None:
+        self.report = report
+        if report is None:
+            self.request_label.setText("Open a thread to see its next request.")
+            for table in (self.request_table, self.events):
+                table.setRowCount(0)
+            self.summaries.clear()
+            self.chart.set_points({"values": [], "compactions": [], "window": 0})
+            return
+        self._show_request(report)
+        self._show_summaries(report["summaries"])
+        self._show_events(report["events"])
+        b = report.get("breakdown") or {}
+        self.chart.set_points(report["chart"], b.get("threshold"))
+        values = report["chart"]["values"]
+        self.chart_label.setText(
+            f"{len(values)} request(s), last {tokens(values[-1])} prompt tokens; "
+            f"{len(report['chart']['compactions'])} compaction(s). Dashed: the compaction "
+            "threshold." if values else "")
+
+    def _show_request(self, report: dict[str, Any]) -> None:
+        b = report.get("breakdown")
+        if report.get("error"):
+            text = report["error"]
+        elif b:
+            states = ", ".join(f"{n:,} {s}" for s, n in sorted(report["states"].items()))
+            text = (
+                f"{len(report['request'])} messages, {tokens(report['predicted_prompt_tokens'])} "
+                f"tokens of a {tokens(b['window'])} window (counted with {report['counter']}). "
+                f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
+                f"{tokens(b['summary'])}, history {tokens(b['history'])}, draft {tokens(b['draft'])}. "
+                f"Protected turns: {report['protect_turns']}"
+                + (" (fallback)" if report["fallback"] else "")
+                + (f". Compaction due ({', '.join(report['triggers'])})."
+                   if report["compaction_due"] else ". Compaction not due.")
+                + (f"\nStored messages: {states}." if states else ""))
+        else:
+            text = ""
+        self.request_label.setText(text)
+        rows = report.get("request") or []
+        table = self.request_table
+        table.setUpdatesEnabled(False)
+        table.setRowCount(len(rows))
+        for i, row in enumerate(rows):
+            table.setItem(i, 0, _item(row["id"] if row["id"] is not None else "–"))
+            table.setItem(i, 1, _item(row["role"]))
+            table.setItem(i, 2, _item(row["turn"]))
+            table.setItem(i, 3, _item(row["state"]))
+            table.setItem(i, 4, _item(row["tokens"], align_right=True))
+            table.setItem(i, 5, _item(row["preview"]))
+        table.setUpdatesEnabled(True)
+
+    def _show_summaries(self, summaries: list[dict[str, Any]]) -> None:
+        self.summaries.clear()
+        for s in summaries:
+            created = time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_at"]))
+            prev = f" (after #{s['prev_id']})" if s["prev_id"] else ""
+            top = QTreeWidgetItem([f"#{s['id']}{prev}", s["turns"], f"{s['tokens']:,}", s["path"],
+                                   created])
+            for label, value in s["fields"]:
+                child = QTreeWidgetItem([label, "", "", "", ""])
+                child.setFirstColumnSpanned(True)
+                leaf = QTreeWidgetItem([value])
+                leaf.setFirstColumnSpanned(True)
+                child.addChild(leaf)
+                top.addChild(child)
+            self.summaries.addTopLevelItem(top)
+            top.setExpanded(s is summaries[-1])
+        if not summaries:
+            item = QTreeWidgetItem(["No summary yet: nothing has been compacted."])
+            self.summaries.addTopLevelItem(item)
+
+    def _show_events(self, events: list[dict[str, Any]]) -> None:
+        self.events.setRowCount(len(events))
+        for i, event in enumerate(events):
+            for j, (key, _) in enumerate(EVENT_COLUMNS):
+                value = event.get(key)
+                self.events.setItem(i, j, _item(value, align_right=isinstance(value, (int, float))))

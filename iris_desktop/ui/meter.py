@@ -1,0 +1,142 @@
+"""Two small painted widgets: the budget meter and the prompt-tokens chart.
+
+Both draw numbers computed in core (``views.meter_parts``, ``views.chart_points``); the
+meter's numbers are the engine's own Breakdown, so it can never disagree with the request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPalette, QPen
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from iris_desktop.core.views import meter_parts, meter_tooltip, threshold_fraction, tokens
+
+#: one colour per segment, readable on light and dark palettes
+PART_COLORS = {
+    "system": QColor(120, 130, 150),
+    "tools": QColor(160, 110, 200),
+    "summary": QColor(220, 150, 40),
+    "history": QColor(60, 140, 220),
+    "draft": QColor(60, 180, 120),
+}
+
+
+class BudgetMeter(QWidget):
+    """Stacked bar system | tools | summary | history | draft | free, threshold marked."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.breakdown: dict[str, Any] | None = None
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.setToolTip("Context budget: no request built yet")
+
+    def sizeHint(self) -> QSize:
+        fm = QFontMetrics(self.font())
+        return QSize(fm.horizontalAdvance("0") * 44, fm.height() + 4)
+
+    def set_breakdown(self, breakdown: Any) -> None:
+        self.breakdown = None if breakdown is None else (
+            breakdown.as_dict() if hasattr(breakdown, "as_dict") else dict(breakdown))
+        self.setToolTip(meter_tooltip(self.breakdown) if self.breakdown else
+                        "Context budget: no request built yet")
+        self.update()
+
+    def parts(self):
+        return meter_parts(self.breakdown) if self.breakdown else []
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pal = self.palette()
+        fm = QFontMetrics(self.font())
+        label_w = fm.horizontalAdvance("000,000 / 000,000") + 8
+        bar = QRectF(1, 3, self.width() - label_w - 2, self.height() - 6)
+        painter.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
+        painter.setBrush(pal.color(QPalette.ColorRole.Base))
+        painter.drawRoundedRect(bar, 3, 3)
+        if not self.breakdown:
+            return
+        x = bar.left()
+        clip = QPainterPath()
+        clip.addRoundedRect(bar, 3, 3)
+        painter.setClipPath(clip)
+        painter.setPen(Qt.PenStyle.NoPen)
+        for part in self.parts():
+            if part.name == "free":
+                continue
+            w = bar.width() * part.fraction
+            painter.setBrush(PART_COLORS[part.name])
+            painter.drawRect(QRectF(x, bar.top(), w, bar.height()))
+            x += w
+        painter.setClipping(False)
+        tx = bar.left() + bar.width() * min(threshold_fraction(self.breakdown), 1.0)
+        painter.setPen(QPen(QColor(210, 50, 40), 2))
+        painter.drawLine(QPointF(tx, 0), QPointF(tx, self.height()))
+        painter.setPen(pal.color(QPalette.ColorRole.WindowText))
+        b = self.breakdown
+        painter.drawText(QRectF(bar.right() + 6, 0, label_w, self.height()),
+                         Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                         f"{tokens(b['used'])} / {tokens(b['window'])}")
+
+
+class PromptChart(QWidget):
+    """Prompt tokens per request for one thread, compactions as vertical marks."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.points: dict[str, Any] = {"values": [], "compactions": [], "window": 0}
+        self.threshold: int | None = None
+        self.setMinimumHeight(QFontMetrics(self.font()).height() * 8)
+
+    def set_points(self, points: dict[str, Any], threshold: int | None = None) -> None:
+        self.points = points
+        self.threshold = threshold
+        self.update()
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pal = self.palette()
+        fm = QFontMetrics(self.font())
+        values: list[int] = self.points.get("values", [])
+        left = fm.horizontalAdvance("000,000") + 8
+        area = QRectF(left, fm.height(), self.width() - left - 8, self.height() - 2.5 * fm.height())
+        painter.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
+        painter.drawRect(area)
+        if not values:
+            painter.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
+            painter.drawText(area, Qt.AlignmentFlag.AlignCenter, "No requests in this thread yet")
+            return
+        top = max([*values, self.points.get("window") or 0, self.threshold or 0, 1])
+        n = len(values)
+        x_of = lambda i: area.left() + (area.width() * (i + 0.5) / n)
+        y_of = lambda v: area.bottom() - area.height() * v / top
+        painter.setPen(pal.color(QPalette.ColorRole.WindowText))
+        painter.drawText(QRectF(0, area.top() - fm.height() / 2, left - 4, fm.height()),
+                         Qt.AlignmentFlag.AlignRight, f"{top:,}")
+        painter.drawText(QRectF(0, area.bottom() - fm.height() / 2, left - 4, fm.height()),
+                         Qt.AlignmentFlag.AlignRight, "0")
+        painter.drawText(QRectF(area.left(), area.bottom() + 2, area.width(), fm.height()),
+                         Qt.AlignmentFlag.AlignCenter, f"{n} request(s); ┃ = compaction")
+        if self.threshold:
+            painter.setPen(QPen(QColor(210, 50, 40), 1, Qt.PenStyle.DashLine))
+            y = y_of(self.threshold)
+            painter.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
+        painter.setPen(QPen(QColor(220, 150, 40), 2))
+        for mark in self.points.get("compactions", []):
+            x = area.left() + area.width() * mark["index"] / n
+            painter.drawLine(QPointF(x, area.top()), QPointF(x, area.bottom()))
+        path = QPainterPath()
+        for i, v in enumerate(values):
+            point = QPointF(x_of(i), y_of(v))
+            path.moveTo(point) if i == 0 else path.lineTo(point)
+        painter.setPen(QPen(PART_COLORS["history"], 2))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPath(path)
+        painter.setBrush(PART_COLORS["history"])
+        if n <= 200:
+            for i, v in enumerate(values):
+                painter.drawEllipse(QPointF(x_of(i), y_of(v)), 2.5, 2.5)

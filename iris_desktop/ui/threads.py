@@ -1,0 +1,110 @@
+"""The left panel: "New chat", the search box and the thread list (or search results)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+THREAD_ROLE = Qt.ItemDataRole.UserRole + 1
+MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 2
+
+
+class ThreadPanel(QWidget):
+    newChat = Signal()
+    threadChosen = Signal(int, object)  # thread id, message id to show (or None)
+    searchChanged = Signal(str)  # debounced; '' = show all threads
+    renameRequested = Signal(int, str)
+    deleteRequested = Signal(int, str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.new_button = QPushButton("New chat", self)
+        self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
+        self.search = QLineEdit(self)
+        self.search.setPlaceholderText("Search titles and messages (Ctrl+F)")
+        self.search.setClearButtonEnabled(True)
+        self.list = QListWidget(self)
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.setWordWrap(True)
+        self.list.setUniformItemSizes(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 0, 6)
+        layout.addWidget(self.new_button)
+        layout.addWidget(self.search)
+        layout.addWidget(self.list, 1)
+        self.current_id: int | None = None
+        self._debounce = QTimer(self, singleShot=True, interval=200)
+        self._debounce.timeout.connect(lambda: self.searchChanged.emit(self.query()))
+        self.search.textChanged.connect(self._debounce.start)
+        self.new_button.clicked.connect(self.newChat)
+        self.list.itemActivated.connect(self._chosen)
+        self.list.itemClicked.connect(self._chosen)
+        self.list.customContextMenuRequested.connect(self._menu)
+
+    def query(self) -> str:
+        return self.search.text().strip()
+
+    def show_threads(self, threads: list[dict[str, Any]]) -> None:
+        if self.query():
+            return  # search results stay until the search is cleared
+        self.list.clear()
+        for thread in threads:
+            item = QListWidgetItem(thread["title"])
+            item.setToolTip(f"{thread['title']}\n{thread['messages']:,} messages")
+            item.setData(THREAD_ROLE, thread["id"])
+            self.list.addItem(item)
+            if thread["id"] == self.current_id:
+                item.setSelected(True)
+                self.list.setCurrentItem(item)
+
+    def show_results(self, query: str, rows: list[dict[str, Any]]) -> None:
+        if query != self.query():
+            return
+        self.list.clear()
+        if not rows:
+            item = QListWidgetItem(f"No match for “{query}”")
+            item.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.list.addItem(item)
+        for row in rows:
+            snippet = " ".join((row.get("snippet") or "").split())
+            text = row["title"] if row.get("message_id") is None else f"{row['title']}\n   {snippet}"
+            item = QListWidgetItem(text)
+            item.setToolTip(snippet)
+            item.setData(THREAD_ROLE, row["thread_id"])
+            item.setData(MESSAGE_ROLE, row.get("message_id"))
+            self.list.addItem(item)
+
+    def select(self, thread_id: int | None) -> None:
+        self.current_id = thread_id
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            if item.data(THREAD_ROLE) == thread_id and item.data(MESSAGE_ROLE) is None:
+                self.list.setCurrentItem(item)
+                return
+        self.list.clearSelection()
+
+    def _chosen(self, item: QListWidgetItem) -> None:
+        thread_id = item.data(THREAD_ROLE)
+        if thread_id is not None:
+            self.threadChosen.emit(int(thread_id), item.data(MESSAGE_ROLE))
+
+    def _menu(self, pos) -> None:
+        item = self.list.itemAt(pos)
+        if item is None or item.data(THREAD_ROLE) is None:
+            return
+        thread_id = int(item.data(THREAD_ROLE))
+        title = item.text().split("\n", 1)[0]
+        menu = QMenu(self)
+        menu.addAction("Rename…", lambda: self.renameRequested.emit(thread_id, title))
+        menu.addAction("Delete…", lambda: self.deleteRequested.emit(thread_id, title))
+        menu.exec(self.list.viewport().mapToGlobal(pos))

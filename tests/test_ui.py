@@ -1,0 +1,546 @@
+"""The desktop GUI with pytest-qt (QT_QPA_PLATFORM=offscreen), on a real SQLite file.
+
+The real bundled model answers where any answer will do; the scripted runtime is used
+only for what the model cannot produce on demand (a tool call, a slow fixed reply).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QPoint, Qt  # noqa: E402
+from PySide6.QtWidgets import QMessageBox, QWidget  # noqa: E402
+
+from iris_desktop.core.session import Session  # noqa: E402
+from iris_desktop.core.views import SUMMARY_FIELDS, engine_for, tools_text_for  # noqa: E402
+from iris_desktop.settings import SETTINGS, Setting  # noqa: E402
+from iris_desktop.ui.main_window import main_window  # noqa: E402
+from iris_desktop.ui.settings_dialog import SettingsDialog  # noqa: E402
+from iris_desktop.ui.transcript import PAGE  # noqa: E402
+
+from fakes import ScriptedRuntime  # noqa: E402
+
+FIELDS = {key: f"{label} of the early conversation" for key, label in SUMMARY_FIELDS}
+
+
+def call(name: str, **arguments) -> str:
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir):
+    """main_window on a fresh data dir; with ``runtime`` no model file is loaded."""
+    made = []
+
+    def make(runtime=None, overrides=None, load=True):
+        session = Session(data_dir, overrides or {})
+        # compaction is tested in core; a scripted runtime must not be asked for a summary
+        no_compactor = (lambda *a: None) if runtime is not None else None
+        window = main_window(session, runtime=runtime, compactor_factory=no_compactor, load=load)
+        qtbot.addWidget(window)
+        window.show()
+        made.append((window, session))
+        if load:
+            qtbot.waitUntil(lambda: window.model_state in ("ready", "failed"), timeout=60_000)
+        settle(qtbot, window)
+        return window
+
+    yield make
+    for window, session in made:
+        window.shutdown()
+        session.close()
+
+
+def settle(qtbot, window) -> None:
+    """Wait until the DB thread has answered everything asked so far."""
+    qtbot.waitUntil(lambda: window.background.idle, timeout=20_000)
+    qtbot.wait(10)
+    qtbot.waitUntil(lambda: window.background.idle, timeout=20_000)
+
+
+def send(qtbot, window, text: str) -> None:
+    window.composer.edit.setFocus()
+    window.composer.set_text(text)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+
+
+def wait_turn(qtbot, window, timeout=30_000) -> None:
+    qtbot.waitUntil(lambda: not window.generating, timeout=timeout)
+    settle(qtbot, window)
+
+
+def entries(window):
+    return window.view.transcript.entries()
+
+
+def seed_thread(data_dir, messages, title="seeded") -> int:
+    from iris_desktop.core.store import Store
+
+    with Store(Session(data_dir).paths.db_path) as store:
+        thread = store.create_thread(title)
+        store.add_messages(thread, messages)
+    return thread
+
+
+def chat(turns: int, words: int = 20) -> list[dict]:
+    out = []
+    for i in range(turns):
+        out.append({"role": "user", "content": f"question {i} " + "word " * words})
+        out.append({"role": "assistant", "content": f"answer {i} " + "word " * words})
+    return out
+
+
+# -- sending ----------------------------------------------------------------------------------
+
+
+def test_send_streams_a_reply_from_the_real_model(make_window, qtbot, model_path):
+    window = make_window(overrides={"model.path": str(model_path), "model.max_tokens": "24",
+                                    "model.temperature": "0", "model.n_ctx": "4096"})
+    assert window.model_state == "ready", window.session.model_error
+    assert "n_ctx 4,096" in window.model_label.text()
+    tokens, statuses = [], []
+    window.model.worker.agentEvent.connect(
+        lambda e: e.kind == "token" and tokens.append(e.text))
+    window.view.transcript.dataChanged.connect(
+        lambda a, b: statuses.append(window.view.transcript.entry(a.row()).status))
+    send(qtbot, window, "Hello! What is the capital of France?")
+    assert window.composer.button.text() == "Stop"
+    wait_turn(qtbot, window)
+    assert window.composer.button.text() == "Send"
+    shown = entries(window)
+    assert [(e.role, e.kind) for e in shown] == [("user", "message"), ("assistant", "message")]
+    assert shown[0].text == "Hello! What is the capital of France?"
+    assert len(tokens) > 1 and "streaming" in statuses  # it grew token by token
+    assert shown[1].status == "complete" and shown[1].text.strip()
+    assert shown[1].text == "".join(tokens)
+    assert window.composer.text() == ""
+
+
+def test_stop_cancels_the_reply(make_window, qtbot):
+    runtime = ScriptedRuntime([" ".join(f"w{i}" for i in range(400))], delay_s=0.01)
+    window = make_window(runtime)
+    send(qtbot, window, "Tell me a long story")
+    qtbot.waitUntil(lambda: runtime.started.is_set(), timeout=10_000)
+    qtbot.waitUntil(lambda: len(entries(window)) == 2 and bool(entries(window)[1].text),
+                    timeout=10_000)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Escape)
+    wait_turn(qtbot, window)
+    reply = entries(window)[1]
+    assert reply.status == "interrupted"
+    assert 0 < len(reply.text.split()) < 400
+    assert window.state_label.text() == "Stopped"
+    assert window.composer.button.text() == "Send"
+
+
+def test_tool_card_shows_full_output_after_pruning(make_window, qtbot, tmp_path):
+    folder = tmp_path / "allowed"
+    folder.mkdir()
+    (folder / "a.txt").write_text("".join(f"row {i}: the secret is {i * 7}\n" for i in range(60)))
+    runtime = ScriptedRuntime([call("read_file", path="a.txt"), "The secret is 0.",
+                               "Anything else?"])
+    window = make_window(runtime, overrides={"tools.allowed_paths": json.dumps([str(folder)]),
+                                             "context.prune_protect_turns": "0"})
+    send(qtbot, window, "What is in a.txt?")
+    wait_turn(qtbot, window)
+    send(qtbot, window, "Thanks")
+    wait_turn(qtbot, window)
+    card = next(e for e in entries(window) if e.kind == "tool")
+    assert card.tool_name == "read_file" and json.loads(card.arguments) == {"path": "a.txt"}
+    assert card.state == "pruned"  # the engine cleared it for the model...
+    assert "row 59: the secret is 413" in card.text  # ...the card still has all of it
+    assert runtime.requests[-1][3]["content"] == "[Tool output cleared]"
+    row = window.view.transcript.row_of(card.key)
+    index = window.view.transcript.index(row)
+    collapsed = window.view.delegate.sizeHint(None, index).height()
+    click(qtbot, window, row)
+    assert card.key in window.view.transcript.expanded
+    assert window.view.delegate.sizeHint(None, index).height() > collapsed * 5
+
+
+def test_tool_error_shows_in_its_card(make_window, qtbot, tmp_path):
+    folder = tmp_path / "allowed"
+    folder.mkdir()
+    runtime = ScriptedRuntime([call("read_file", path="missing.txt"), "It is not there."])
+    window = make_window(runtime, overrides={"tools.allowed_paths": json.dumps([str(folder)])})
+    send(qtbot, window, "Read missing.txt")
+    wait_turn(qtbot, window)
+    card = next(e for e in entries(window) if e.kind == "tool")
+    assert card.error and "does not exist" in card.text
+
+
+def test_shell_command_asks_with_the_exact_command(make_window, qtbot, tmp_path):
+    folder = tmp_path / "allowed"
+    folder.mkdir()
+    command = "echo iris-was-here && echo $((6 * 7))"
+    runtime = ScriptedRuntime([call("run_shell", command=command), "Done."])
+    window = make_window(runtime, overrides={
+        "tools.allowed_paths": json.dumps([str(folder)]), "tools.shell": "true",
+        "tools.enabled": "read_file,run_shell"})
+    send(qtbot, window, "Run it")
+    qtbot.waitUntil(lambda: window.shell_box is not None and window.shell_box.isVisible(),
+                    timeout=10_000)
+    box = window.shell_box
+    assert command in box.informativeText().replace("&amp;", "&")
+    run = next(b for b in box.buttons() if b.text() == "Run")
+    qtbot.mouseClick(run, Qt.MouseButton.LeftButton)
+    wait_turn(qtbot, window)
+    card = next(e for e in entries(window) if e.kind == "tool")
+    assert "iris-was-here" in card.text and "42" in card.text
+
+
+def test_too_large_message_is_explained_and_kept(make_window, qtbot):
+    runtime = ScriptedRuntime(["never sent"])
+    window = make_window(runtime, overrides={"context.window": "512",
+                                             "context.token_budget_ratio": "0.2"})
+    send(qtbot, window, "long " * 600)
+    wait_turn(qtbot, window)
+    shown = entries(window)
+    assert shown[0].role == "user" and shown[0].text.startswith("long long")
+    notice = shown[-1]
+    assert notice.kind == "notice" and notice.text.startswith("Conversation too large")
+    assert runtime.requests == []
+    from iris_desktop.core.store import Store
+
+    with Store(window.session.paths.db_path) as store:
+        rows = store.messages(window.thread_id)
+    assert [r["role"] for r in rows] == ["user"]
+
+
+# -- history, dividers, meter -----------------------------------------------------------------
+
+
+def click(qtbot, window, row: int, pos: QPoint | None = None) -> None:
+    view = window.view
+    index = view.transcript.index(row)
+    view.scrollTo(index)
+    qtbot.wait(20)
+    rect = view.visualRect(index)
+    point = pos or QPoint(rect.center().x(), rect.top() + rect.height() // 3)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=point)
+
+
+def test_compaction_divider_appears_and_expands(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(12))
+    from iris_desktop.core.store import Store
+
+    with Store(Session(data_dir).paths.db_path) as store:
+        ids = [r["id"] for r in store.messages(thread)]
+        summary = store.add_summary(thread, {
+            "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[15],
+            "first_turn": 1, "last_turn": 8, "fields": FIELDS, "text": "Early talk.",
+            "tokens": 60, "counter": "heuristic", "path": "llm"})
+        store.add_compaction_event(thread, {
+            "trigger": "tokens", "outcome": "ok", "path": "llm", "turns_archived": 8,
+            "tokens_before": 41200, "tokens_after": 3100, "kept_turns": 4,
+            "summary_tokens": 60, "duration_s": 2.0, "summary_id": summary})
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    settle(qtbot, window)
+    shown = entries(window)
+    divider = shown[16]
+    assert divider.kind == "divider"
+    assert divider.title == "Earlier turns summarized (turns 1–8, 41,200 → 3,100 tokens)"
+    assert all(e.state == "summarized" and e.dimmed for e in shown[:16])
+    assert not any(e.dimmed for e in shown[17:])
+    row = window.view.transcript.row_of(divider.key)
+    index = window.view.transcript.index(row)
+    before = window.view.delegate.sizeHint(None, index).height()
+    click(qtbot, window, row)
+    assert divider.key in window.view.transcript.expanded
+    assert window.view.delegate.sizeHint(None, index).height() > before * 4
+    doc = window.view.delegate._doc(divider, window.view.delegate.body_width())
+    assert all(label in doc.toPlainText() for _, label in SUMMARY_FIELDS)
+
+
+def test_meter_equals_the_engine_breakdown(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(8))
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    window.composer.set_text("a draft that is being typed")
+    qtbot.waitUntil(lambda: bool(window.meter.breakdown) and window.meter.breakdown["draft"] > 0,
+                    timeout=5_000)
+    settle(qtbot, window)
+    from iris_desktop.core.store import Store
+
+    settings = window.session.settings
+    with Store(window.session.paths.db_path) as store:
+        engine = engine_for(store, window.session.model.counter(), settings, 8192)
+        expected = engine.build(thread, tools_text=tools_text_for(settings),
+                                draft="a draft that is being typed").breakdown
+    assert window.meter.breakdown == expected.as_dict()
+    assert window.composer.tokens.text() == f"Draft: {expected.draft:,} tokens"
+    tip = window.meter.toolTip()
+    assert f"{expected.history:,}" in tip and f"{expected.threshold:,}" in tip
+
+
+def test_search_finds_a_message_and_opens_it(make_window, qtbot, data_dir):
+    seed_thread(data_dir, chat(3), title="other")
+    messages = chat(30)
+    messages[41]["content"] = "we talked about the purple elephant in the garden"
+    target = seed_thread(data_dir, messages, title="zoo")
+    window = make_window(ScriptedRuntime([]))
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert window.threads.search.hasFocus()
+    qtbot.keyClicks(window.threads.search, "elephant")
+    qtbot.waitUntil(lambda: window.threads.list.count() >= 1
+                    and "elephant" in window.threads.list.item(0).text(), timeout=5_000)
+    item = window.threads.list.item(0)
+    qtbot.mouseClick(window.threads.list.viewport(), Qt.MouseButton.LeftButton,
+                     pos=window.threads.list.visualItemRect(item).center())
+    settle(qtbot, window)
+    assert window.thread_id == target
+    current = window.view.current_entry()
+    assert current is not None and "purple elephant" in current.text
+
+
+def test_a_5000_message_thread_opens_without_5000_widgets(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(2500, words=12))
+    window = make_window(ScriptedRuntime([]))
+    widgets_before = len(window.findChildren(QWidget))
+    started = time.perf_counter()
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: window.view.transcript.total == 5000, timeout=10_000)
+    opened = time.perf_counter() - started
+    settle(qtbot, window)
+    assert opened < 5.0
+    assert window.view.transcript.rowCount() == PAGE
+    assert len(window.findChildren(QWidget)) - widgets_before < 10
+    bar = window.view.verticalScrollBar()
+    assert bar.value() == bar.maximum() > 0  # opened at the newest message
+    bar.setValue(0)  # scrolling to the top reveals the previous page
+    qtbot.waitUntil(lambda: window.view.transcript.rowCount() == 2 * PAGE, timeout=5_000)
+
+
+def test_rename_and_delete_a_thread(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(2), title="old title")
+    window = make_window(ScriptedRuntime([]))
+    window.rename_thread(thread, "new title")
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1
+                    and window.threads.list.item(0).text() == "new title", timeout=5_000)
+    window.delete_thread(thread)
+    qtbot.waitUntil(lambda: window.threads.list.count() == 0, timeout=5_000)
+
+
+# -- preferences ------------------------------------------------------------------------------
+
+
+def open_preferences(window, qtbot) -> SettingsDialog:
+    dialog = window.preferences()
+    qtbot.waitUntil(lambda: dialog.last_preview is not None, timeout=5_000)
+    return dialog
+
+
+def test_every_context_key_has_a_field(make_window, qtbot):
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    assert {k for k in SETTINGS if k.startswith("context.")} <= set(dialog.fields)
+    assert set(dialog.fields) == set(SETTINGS)
+    assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == [
+        "Context", "Model", "Tools", "Chat"]
+    ratio = dialog.fields["context.token_budget_ratio"]
+    assert "× window" in ratio.hint.text() and "0.1 to 0.95" in ratio.hint.text()
+    dialog.reject()
+
+
+def test_a_new_setting_key_gets_a_field_with_no_ui_change(make_window, qtbot, monkeypatch):
+    fake = Setting("context.fake_knob", "int", 3, "A knob added by a test.", minimum=0,
+                   maximum=9, unit="knobs")
+    monkeypatch.setitem(SETTINGS, fake.key, fake)
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    field = dialog.fields["context.fake_knob"]
+    assert field.raw() == "3" and "A knob added by a test." in field.hint.text()
+    field._line.setText("12")
+    assert not dialog.ok_button.isEnabled()
+    assert "context.fake_knob" in field.error.text()
+    dialog.reject()
+
+
+def test_an_invalid_value_is_marked_and_disables_ok(make_window, qtbot):
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    field = dialog.fields["context.token_budget_ratio"]
+    field._line.setText("3")
+    assert not dialog.ok_button.isEnabled()
+    assert field.error.isVisibleTo(dialog)
+    assert "context.token_budget_ratio: invalid value '3'" in field.error.text()
+    assert "a number from 0.1 to 0.95" in field.error.text()
+    field._line.setText("0.6")
+    assert dialog.ok_button.isEnabled() and not field.error.isVisibleTo(dialog)
+    dialog.reject()
+
+
+def test_the_budget_breakdown_updates_live_before_apply(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(40, words=40))
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    settle(qtbot, window)
+    dialog = open_preferences(window, qtbot)
+    assert dialog.last_preview.window == 8192
+    dialog.fields["context.window"]._line.setText("2048")
+    qtbot.waitUntil(lambda: dialog.last_preview.window == 2048, timeout=5_000)
+    text = dialog.breakdown.text()
+    assert "Window 2,048 tokens" in text and "budget 1,433" in text
+    assert dialog.last_preview.dropped_turns > 0
+    dialog.fields["context.token_budget_ratio"]._line.setText("0.5")
+    qtbot.waitUntil(lambda: "budget 1,024" in dialog.breakdown.text(), timeout=5_000)
+    dialog.fields["context.prune_protect_turns"]._line.setText("5")
+    qtbot.waitUntil(lambda: dialog.last_preview.protect_configured == 5, timeout=5_000)
+    assert not window.session.paths.config_path.exists()  # nothing saved before Apply
+    dialog.reject()
+
+
+def test_apply_persists_and_offers_a_reload(make_window, qtbot):
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    dialog.fields["model.n_ctx"]._line.setText("4096")
+    dialog.fields["context.compaction_threshold"]._line.setText("0.8")
+    qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+    text = window.session.paths.config_path.read_text()
+    assert "n_ctx = 4096" in text and "compaction_threshold = 0.8" in text
+    assert window.session.settings["model.n_ctx"] == 4096
+    qtbot.waitUntil(lambda: getattr(window, "reload_box", None) is not None
+                    and window.reload_box.isVisible(), timeout=5_000)
+    assert "model.n_ctx" in window.reload_box.text()
+    loads = []
+    window.model.worker.loaded.connect(loads.append)
+    window.reload_box.done(QMessageBox.StandardButton.Yes)
+    assert window.model_state == "loading"  # reloading in the background
+    qtbot.waitUntil(lambda: window.model_state == "ready" and len(loads) == 1, timeout=10_000)
+
+
+def test_environment_overrides_are_locked(make_window, qtbot, monkeypatch):
+    monkeypatch.setenv("IRIS_CONTEXT_TOKEN_BUDGET_RATIO", "0.5")
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    field = dialog.fields["context.token_budget_ratio"]
+    assert not field.editor.isEnabled()
+    assert "IRIS_CONTEXT_TOKEN_BUDGET_RATIO" in field.hint.text()
+    assert field.raw() == "0.5"
+    dialog.restore_defaults("context")
+    assert field.raw() == "0.5"  # a locked field is left alone
+    dialog.reject()
+
+
+def test_restore_defaults_per_page(make_window, qtbot):
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    dialog.fields["context.window"]._line.setText("4096")
+    dialog.fields["model.max_tokens"]._line.setText("99")
+    dialog.restore_defaults("context")
+    assert dialog.fields["context.window"].raw() == "auto"
+    assert dialog.fields["model.max_tokens"].raw() == "99"
+    dialog.reject()
+
+
+# -- the model, the inspector, the window -----------------------------------------------------
+
+
+def test_a_missing_model_explains_and_history_stays_usable(make_window, qtbot, data_dir, tmp_path):
+    seed_thread(data_dir, chat(2), title="still here")
+    missing = tmp_path / "nope.gguf"
+    window = make_window(overrides={"model.path": str(missing)})
+    assert window.model_state == "failed"
+    box = window.model_box
+    assert box is not None and box.isVisible()
+    assert str(missing) in box.informativeText()
+    assert any(b.text() == "Choose model file…" for b in box.buttons())
+    assert not window.composer.button.isEnabled()
+    box.done(0)
+    settle(qtbot, window)
+    assert window.threads.list.item(0).text() == "still here"
+    assert window.model_state == "failed"  # "Continue without a model": browsing only
+
+
+def test_choose_model_file_after_a_failure_loads_it(make_window, qtbot, tmp_path, model_path,
+                                                    monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    window = make_window(overrides={"model.path": str(tmp_path / "nope.gguf")})
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: (str(model_path), "GGUF models (*.gguf)")))
+    box = window.model_box
+    choose = next(b for b in box.buttons() if b.text() == "Choose model file…")
+    qtbot.mouseClick(choose, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.model_state == "ready", timeout=60_000)
+    assert window.composer.button.isEnabled()
+    assert str(model_path) in window.session.paths.config_path.read_text()
+
+
+def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(6))
+    from iris_desktop.core.store import Store
+
+    with Store(Session(data_dir).paths.db_path) as store:
+        ids = [r["id"] for r in store.messages(thread)]
+        summary = store.add_summary(thread, {
+            "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[3],
+            "first_turn": 1, "last_turn": 2, "fields": FIELDS, "text": "x", "tokens": 30,
+            "counter": "heuristic", "path": "extractive"})
+        store.add_request(thread, {"prompt_tokens": 700, "window": 8192})
+        store.add_compaction_event(thread, {"trigger": "turns", "outcome": "ok",
+                                            "tokens_before": 700, "tokens_after": 300,
+                                            "summary_id": summary})
+        store.add_request(thread, {"prompt_tokens": 320, "window": 8192})
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    window.inspector.toggleViewAction().trigger()
+    qtbot.waitUntil(lambda: window.inspector.report is not None, timeout=5_000)
+    settle(qtbot, window)
+    dock = window.inspector
+    assert dock.request_table.rowCount() == 1 + 8  # system + the 4 unsummarized turns
+    states = {dock.request_table.item(r, 3).text() for r in range(dock.request_table.rowCount())}
+    assert states == {"verbatim"}
+    assert dock.summaries.topLevelItemCount() == 1 and dock.events.rowCount() == 1
+    assert dock.chart.points["values"] == [700, 320]
+    assert dock.chart.points["compactions"][0]["index"] == 1
+    assert "4 summarized" in dock.request_label.text()
+
+
+def test_about_names_every_version(make_window):
+    import llama_cpp
+    from PySide6.QtCore import qVersion
+
+    window = make_window(ScriptedRuntime([]))
+    text = window.about_text()
+    assert llama_cpp.__version__ in text and qVersion() in text and "Iris Desktop 0.1.0" in text
+
+
+def test_geometry_and_splitter_are_remembered(make_window, qtbot, data_dir):
+    window = make_window(ScriptedRuntime([]), load=False)
+    assert (window.width(), window.height()) == (1280, 800)
+    window.resize(760, 560)  # inside the offscreen platform's 800×600 screen
+    window.splitter.setSizes([300, 400])
+    window.shutdown()
+    assert (data_dir / "ui-state.ini").exists()
+    again = make_window(ScriptedRuntime([]), load=False)
+    assert (again.width(), again.height()) == (760, 560)
+    assert abs(again.splitter.sizes()[0] - 300) <= 2
+
+
+def test_interrupted_streams_are_marked_at_start(make_window, qtbot, data_dir):
+    from iris_desktop.core.store import Store
+
+    with Store(Session(data_dir).paths.db_path) as store:
+        thread = store.create_thread("crashed")
+        store.add_message(thread, {"role": "user", "content": "hi"})
+        reply = store.add_message(thread, {"role": "assistant", "content": "half"},
+                                  status="streaming")
+    window = make_window(ScriptedRuntime([]), load=False)
+    window.open_thread(thread)
+    settle(qtbot, window)
+    assert entries(window)[-1].status == "interrupted"
+    with Store(Session(data_dir).paths.db_path) as store:
+        assert store.messages(thread)[-1]["id"] == reply
+        assert store.messages(thread)[-1]["status"] == "interrupted"

@@ -1,0 +1,186 @@
+"""The GUI's parts on their own: workers called synchronously, the composer's keys,
+menus and shortcuts, import/export, logging, and run_gui end to end."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt, QTimer  # noqa: E402
+from PySide6.QtGui import QAction, QKeySequence  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from iris_desktop.core.session import Session  # noqa: E402
+from iris_desktop.ui.composer import Composer  # noqa: E402
+from iris_desktop.ui.main_window import main_window  # noqa: E402
+from iris_desktop.ui.workers import Background, ModelWorker, SendJob  # noqa: E402
+
+from fakes import ScriptedRuntime  # noqa: E402
+
+
+@pytest.fixture
+def session(tmp_path):
+    s = Session(tmp_path / "data")
+    yield s
+    s.close()
+
+
+def test_model_worker_runs_a_turn_synchronously(session):
+    """The worker is a plain QObject: called directly, it emits one signal per event."""
+    worker = ModelWorker(session, runtime=ScriptedRuntime(["Hi, how can I help?"]),
+                         compactor_factory=lambda *a: None)
+    events, created, loaded = [], [], []
+    worker.agentEvent.connect(events.append)
+    worker.threadCreated.connect(created.append)
+    worker.loaded.connect(loaded.append)
+    worker.load(session.settings)
+    assert loaded[0]["n_ctx"] == 8192
+    worker.send(SendJob(None, "Hello", session.settings))
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "user" and kinds[-1] == "done" and "token" in kinds
+    assert created and all(e.thread_id == created[0] for e in events)
+    assert "".join(e.text for e in events if e.kind == "token") == "Hi, how can I help?"
+    worker.release()
+    assert session.model is None
+
+
+def test_model_worker_without_a_model_reports_instead_of_raising(session):
+    worker = ModelWorker(session)
+    events = []
+    worker.agentEvent.connect(events.append)
+    worker.send(SendJob(None, "Hello", session.settings))
+    assert [e.kind for e in events] == ["error", "done"]
+    assert "no model is loaded" in events[0].text
+    worker.release()
+
+
+def test_background_runs_off_the_gui_thread_and_coalesces(qtbot, session):
+    background = Background(session)
+    gui = threading.get_ident()
+    seen, results = [], []
+    background.run(lambda ctx: seen.append(threading.get_ident()) or ctx.store.threads(),
+                   results.append)
+    for i in range(5):
+        background.run(lambda ctx, i=i: i, results.append, key="meter")
+    failures = []
+    background.run(lambda ctx: 1 / 0, results.append, failures.append)
+    qtbot.waitUntil(lambda: background.idle, timeout=5_000)
+    assert seen and seen[0] != gui
+    assert results[0] == [] and results[1:] == [4]  # only the newest "meter" job answered
+    assert isinstance(failures[0], ZeroDivisionError)
+    background.close()
+
+
+def test_enter_sends_shift_enter_adds_a_line_esc_stops(qtbot):
+    composer = Composer()
+    qtbot.addWidget(composer)
+    sent, stops = [], []
+    composer.sendRequested.connect(sent.append)
+    composer.stopRequested.connect(lambda: stops.append(1))
+    qtbot.keyClicks(composer.edit, "first line")
+    qtbot.keyClick(composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(composer.edit, "second line")
+    assert sent == []
+    qtbot.keyClick(composer.edit, Qt.Key.Key_Return)
+    assert sent == ["first line\nsecond line"]
+    composer.set_generating(True)
+    assert composer.button.text() == "Stop"
+    qtbot.keyClick(composer.edit, Qt.Key.Key_Return)
+    assert len(sent) == 1  # no second send while generating
+    qtbot.keyClick(composer.edit, Qt.Key.Key_Escape)
+    qtbot.mouseClick(composer.button, Qt.MouseButton.LeftButton)
+    assert stops == [1, 1]
+
+
+@pytest.fixture
+def window(qtbot, session):
+    w = main_window(session, runtime=ScriptedRuntime([]), compactor_factory=lambda *a: None)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.model_state == "ready", timeout=10_000)
+    yield w
+    w.shutdown()
+
+
+def test_menus_and_shortcuts(window):
+    actions = {a.text().replace("&", ""): a for a in window.findChildren(QAction)}
+    assert actions["New chat"].shortcut() == QKeySequence("Ctrl+N")
+    assert actions["Find…"].shortcut() == QKeySequence("Ctrl+F")
+    assert actions["Preferences…"].shortcut() == QKeySequence("Ctrl+,")
+    assert actions["Quit"].shortcut() == QKeySequence("Ctrl+Q")
+    for name in ("Import conversation…", "Export chat…", "Copy", "Context inspector",
+                 "Load model…", "Reload", "About Iris Desktop", "Open data folder", "Open log"):
+        assert name in actions, name
+    menus = [a.text().replace("&", "") for a in window.menuBar().actions()]
+    assert menus == ["File", "Edit", "View", "Model", "Help"]
+
+
+def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
+    source = tmp_path / "chat.json"
+    messages = [{"role": "user", "content": "What is a turn?"},
+                {"role": "assistant", "content": "A user message and everything after it."}]
+    source.write_text(json.dumps({"title": "Imported turns", "messages": messages}))
+    window.import_file(str(source))
+    qtbot.waitUntil(lambda: window.thread_id is not None
+                    and len(window.view.transcript.entries()) == 2, timeout=5_000)
+    assert window.threads.list.item(0).text() == "Imported turns"
+    window.export_thread(window.thread_id, str(tmp_path / "out.json"), "json")
+    window.export_thread(window.thread_id, str(tmp_path / "out.md"), "md")
+    qtbot.waitUntil(lambda: window.background.idle, timeout=5_000)
+    assert json.loads((tmp_path / "out.json").read_text()) == messages
+    assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
+
+
+def test_setup_logging_writes_a_rotating_file(tmp_path):
+    from logging.handlers import RotatingFileHandler
+
+    from iris_desktop.ui.app import setup_logging
+
+    root = logging.getLogger()
+    handler = setup_logging(tmp_path / "logs" / "iris.log")
+    try:
+        assert isinstance(handler, RotatingFileHandler)
+        logging.getLogger("iris.test").warning("hello from the test")
+        handler.flush()
+        assert "hello from the test" in (tmp_path / "logs" / "iris.log").read_text()
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def test_run_gui_starts_loads_and_closes_the_model(qtbot, tmp_path, model_path, monkeypatch):
+    from iris_desktop.ui import app as app_module
+
+    windows = []
+    real = app_module.main_window
+
+    def spy(session):
+        window = real(session)
+        windows.append(window)
+        return window
+
+    monkeypatch.setattr(app_module, "main_window", spy)
+    closed = []
+
+    def quit_when_ready():
+        if windows and windows[0].model_state in ("ready", "failed"):
+            model = windows[0].session.model
+            closed.append(model)
+            QApplication.instance().quit()
+        else:
+            QTimer.singleShot(50, quit_when_ready)
+
+    QTimer.singleShot(50, quit_when_ready)
+    code = app_module.run_gui(tmp_path / "gui", {"model.path": str(model_path)})
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "_iris", False)]:
+        root.removeHandler(handler)
+        handler.close()
+    assert code == 0
+    assert windows[0].model_state == "ready"
+    assert closed[0] is not None and closed[0].closed  # model.close() ran before exit
+    assert "Iris Desktop 0.1.0 starting" in (tmp_path / "gui" / "logs" / "iris.log").read_text()

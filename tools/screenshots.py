@@ -1,0 +1,239 @@
+"""Screenshots of the real app for the docs: docs/img/main-window.png, settings.png and
+inspector.png.
+
+1. Prepare a data dir: import a long LoCoMo chat (one real request on the bundled model,
+   then a real compaction with the extractive summarizer) and a SWE-agent transcript
+   with its tool calls.
+2. Run the real app on it under Xvfb (``xvfb-run``; the script re-runs itself there
+   when no display is set), send a real message in each thread, and grab the windows.
+
+    .venv/bin/python tools/screenshots.py [--out docs/img] [--data-dir DIR] [--scale 1.25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus"
+LONG_CHAT = CORPUS / "long-chats" / "locomo-26.json"
+AGENT_RUN = CORPUS / "agent-transcripts" / "swe-marshmallow-code__marshmallow-1867-10df00.json"
+CHAT_TITLE = "Caroline & Melanie (LoCoMo 26)"
+AGENT_TITLE = "SWE-agent: marshmallow TimeDelta precision"
+SCREEN = "1600x1000x24"
+
+sys.path.insert(0, str(REPO))
+
+
+def prepare(data_dir: Path) -> dict[str, int]:
+    """Import the two conversations; one real request and one real compaction."""
+    from iris_desktop.core.agent import Agent, AgentConfig
+    from iris_desktop.core.compaction import CompactionSettings, Compactor, describe_event
+    from iris_desktop.core.conversation import load_conversation
+    from iris_desktop.core.engine import ContextParams
+    from iris_desktop.core.session import Session
+    from iris_desktop.settings import write_config_value
+
+    session = Session(data_dir)
+    # the agent transcript is one long turn: with no turn protected, the engine clears its
+    # finished tool outputs for the model, and the cards say so
+    write_config_value(session.paths.config_path, "context.prune_protect_turns", 0)
+    session = Session(data_dir)
+    store = session.store
+    ids = {}
+    messages, _ = load_conversation(LONG_CHAT)
+    ids["chat"] = store.create_thread(CHAT_TITLE)
+    store.add_messages(ids["chat"], messages)
+    messages, _ = load_conversation(AGENT_RUN)
+    ids["agent"] = store.create_thread(AGENT_TITLE)
+    store.add_messages(ids["agent"], messages)
+
+    model = session.load_model()
+    window, source = session.window()
+    params = ContextParams.from_settings(session.settings, window, source)
+    counter = model.counter()
+    agent = Agent(store, model, params, AgentConfig(max_tokens=48, temperature=0.0),
+                  counter=counter, model_name=model.path.name)
+    for event in agent.send(ids["chat"], "Melanie, do you remember what we talked about at "
+                                         "the start, the support group?"):
+        if event.kind == "done":
+            print("prepare: request 1 done", event.data.get("stats", {}))
+    compactor = Compactor(store, counter, params, CompactionSettings.from_settings(session.settings),
+                          runtime=None)  # the extractive summarizer: fast and deterministic
+    event = compactor.compact(ids["chat"], "tokens", session.tools_text(), force=True)
+    print("prepare:", describe_event(event))
+    session.close()
+    return ids
+
+
+def existing(data_dir: Path) -> dict[str, int] | None:
+    """The two threads of an already prepared data dir (re-running is then quick)."""
+    from iris_desktop.core.store import Store
+
+    db = data_dir / "iris.db"
+    if not db.exists():
+        return None
+    with Store(db) as store:
+        titles = {t["title"]: t["id"] for t in store.threads()}
+    if CHAT_TITLE in titles and AGENT_TITLE in titles:
+        return {"chat": titles[CHAT_TITLE], "agent": titles[AGENT_TITLE]}
+    return None
+
+
+def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -> None:
+    from PySide6.QtCore import QEventLoop, Qt
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    from iris_desktop.core.session import Session
+    from iris_desktop.ui.app import application
+    from iris_desktop.ui.main_window import main_window
+
+    app = application()
+    session = Session(data_dir)
+    window = main_window(session)
+    window.show()
+
+    def wait(condition, timeout=120.0, step_ms=20):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, step_ms)
+            if condition():
+                return True
+            time.sleep(step_ms / 1000)
+        raise TimeoutError(getattr(condition, "__name__", "condition"))
+
+    def idle():
+        wait(lambda: window.background.idle)
+        pause(0.3)
+        wait(lambda: window.background.idle)
+
+    def pause(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+            time.sleep(0.01)
+
+    def shoot(widget, name):
+        pause(0.4)
+        screen = widget.screen() or QGuiApplication.primaryScreen()
+        image = screen.grabWindow(widget.winId())
+        if image.isNull() or image.width() < 10:
+            image = widget.grab()
+        path = out / name
+        image.save(str(path))
+        print(f"capture: {path} ({image.width()}×{image.height()})")
+
+    def say(text):
+        if not send:
+            return
+        window.composer.edit.setFocus()
+        window.composer.set_text(text)
+        window.composer.edit.submitted.emit()
+        wait(lambda: window.generating, timeout=10)
+        wait(lambda: not window.generating and not window._compacting, timeout=300)
+        idle()
+
+    wait(lambda: window.model_state in ("ready", "failed"))
+    if window.model_state != "ready":
+        raise SystemExit(f"the model did not load: {session.model_error}")
+
+    # main window: the agent transcript, its older tool outputs cleared, one card open
+    window.inspector.hide()
+    window.open_thread(ids["agent"])
+    idle()
+    transcript = window.view.transcript
+    # open the last tool card of a readable size, then show the end of the thread
+    cards = [e for e in transcript.entries() if e.kind == "tool" and 4 <= e.text.count("\n") <= 14]
+    if cards:
+        row = transcript.row_of(cards[-1].key)
+        window.view.delegate.toggle(transcript.index(row))
+    idle()
+    window.view.doItemsLayout()
+    window.view.scrollToBottom()
+    idle()
+    shoot(window, "main-window.png")
+
+    # preferences over the long chat: the live budget for this thread
+    window.open_thread(ids["chat"])
+    idle()
+    dialog = window.preferences()
+    wait(lambda: dialog.last_preview is not None)
+    dialog.fields["context.token_budget_ratio"]._line.setText("0.6")
+    wait(lambda: dialog.last_preview is not None and abs(dialog.last_preview.ratio - 0.6) < 1e-9)
+    idle()
+    shoot(dialog, "settings.png")
+    dialog.reject()
+    idle()
+
+    # inspector: the long chat after its compaction and one more real request
+    say("And how is your pottery class going?")
+    window.inspector.show()
+    window.resizeDocks([window.inspector], [620], Qt.Orientation.Horizontal)
+    idle()
+    window.refresh_inspector()
+    idle()
+    entries = transcript.entries()
+    divider = next((e for e in entries if e.kind == "divider"), None)
+    if divider is not None:
+        row = transcript.row_of(divider.key)
+        if row is not None:
+            window.view.delegate.toggle(transcript.index(row))
+            idle()
+            window.view.scrollTo(transcript.index(max(row - 1, 0)),
+                                 window.view.ScrollHint.PositionAtTop)
+    idle()
+    shoot(window, "inspector.png")
+
+    window.close()
+    session.close()
+    QApplication.processEvents()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "docs" / "img"))
+    parser.add_argument("--data-dir", help="reuse this data dir (default: a fresh temp dir)")
+    parser.add_argument("--scale", help="QT_SCALE_FACTOR, e.g. 1.25 or 2")
+    parser.add_argument("--no-send", action="store_true",
+                        help="do not send the two live messages (a quick look at the layout)")
+    parser.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ids", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    if args.capture:
+        capture(Path(args.data_dir), out, json.loads(args.ids), send=not args.no_send)
+        return 0
+
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="iris-shots-"))
+    os.environ["IRIS_HOME"] = str(data_dir)
+    ids = existing(data_dir) or prepare(data_dir)
+    env = dict(os.environ, IRIS_HOME=str(data_dir))
+    env.pop("QT_QPA_PLATFORM", None)
+    if args.scale:
+        env["QT_SCALE_FACTOR"] = args.scale
+    command = [sys.executable, __file__, "--capture", "--data-dir", str(data_dir), "--out",
+               str(out), "--ids", json.dumps(ids)] + (["--no-send"] if args.no_send else [])
+    if not env.get("DISPLAY"):
+        xvfb = shutil.which("xvfb-run")
+        if xvfb is None:
+            print("xvfb-run not found (apt-get install xvfb); using the offscreen platform",
+                  file=sys.stderr)
+            env["QT_QPA_PLATFORM"] = "offscreen"
+        else:
+            command = [xvfb, "-a", "-s", f"-screen 0 {SCREEN}", *command]
+    return subprocess.call(command, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
