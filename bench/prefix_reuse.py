@@ -68,17 +68,15 @@ def run_iris(model, pairs, window) -> list[dict]:
             stats = one_token(model, request.messages)
             store.add_request(thread, {"prompt_tokens": stats.prompt_tokens,
                                        "summary_id": request.summary.id if request.summary else None})
-            protected = sum(
-                m.tokens for m in store.meta_range(thread, counter.name)
-                if m.id in set(request.included_ids)
-            ) if False else 0
             rows.append({
                 "turn": n, "prompt": stats.prompt_tokens, "evaluated": stats.evaluated_tokens,
                 "reused": stats.reused_tokens, "ttft": stats.time_to_first_token_s,
                 "new": max(stats.prompt_tokens - previous_prompt, 0), "compacted": compacted,
-                "predicted": request.predicted_prompt_tokens, "protected": protected,
+                "predicted": request.predicted_prompt_tokens,
             })
             previous_prompt = stats.prompt_tokens
+            print(f"iris turn {n}: prompt {stats.prompt_tokens}, evaluated {stats.evaluated_tokens}",
+                  file=sys.stderr, flush=True)
             if reply:
                 store.add_message(thread, reply)
         store.close()
@@ -105,6 +103,8 @@ def run_rolling(model, pairs, window) -> list[dict]:
         rows.append({"turn": n, "prompt": stats.prompt_tokens, "evaluated": stats.evaluated_tokens,
                      "reused": stats.reused_tokens, "ttft": stats.time_to_first_token_s,
                      "dropped": dropped})
+        print(f"rolling turn {n}: prompt {stats.prompt_tokens}, evaluated {stats.evaluated_tokens}",
+              file=sys.stderr, flush=True)
         if reply:
             history[-1].append(reply)
     return rows
