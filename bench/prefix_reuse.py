@@ -10,7 +10,10 @@ and time to first token. The corpus supplies the assistant replies.
   Studio's "rolling window" and Ollama's front cut do; its prefix changes every turn
   once the window is full.
 
-    .venv/bin/python bench/prefix_reuse.py [--turns 120] [--chat locomo-26]
+    .venv/bin/python bench/prefix_reuse.py [--turns 100] [--skip 80] [--chat locomo-26]
+
+With --skip 80 the first 80 turns are already history when the measured session starts,
+so the window is full from the first measured request.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def one_token(model: LocalModel, messages: list[dict]):
     return model.last_stats
 
 
-def run_iris(model, pairs, window) -> list[dict]:
+def run_iris(model, pairs, window, skip=0) -> list[dict]:
     rows = []
     counter = model.counter()
     params = ContextParams(window=window, system_prompt=SYSTEM)
@@ -61,6 +64,10 @@ def run_iris(model, pairs, window) -> list[dict]:
         previous_prompt = 0
         for n, (user, reply) in enumerate(pairs, start=1):
             store.add_message(thread, user)
+            if n <= skip:  # history that exists before the measured session
+                if reply:
+                    store.add_message(thread, reply)
+                continue
             events = list(compactor.before_request(thread))
             compacted = any(e.data.get("state") == "finished" and e.data.get("outcome") == "ok"
                             for e in events)
@@ -83,7 +90,7 @@ def run_iris(model, pairs, window) -> list[dict]:
     return rows
 
 
-def run_rolling(model, pairs, window) -> list[dict]:
+def run_rolling(model, pairs, window, skip=0) -> list[dict]:
     rows = []
     counter = model.counter()
     budget = math.floor(window * 0.70)
@@ -98,6 +105,10 @@ def run_rolling(model, pairs, window) -> list[dict]:
         while size() > budget and len(history) > 1:
             history.pop(0)  # silently drop the oldest turn
             dropped += 1
+        if n <= skip:
+            if reply:
+                history[-1].append(reply)
+            continue
         messages = [system, *(m for turn in history for m in turn)]
         stats = one_token(model, messages)
         rows.append({"turn": n, "prompt": stats.prompt_tokens, "evaluated": stats.evaluated_tokens,
@@ -112,7 +123,9 @@ def run_rolling(model, pairs, window) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=120)
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--skip", type=int, default=80,
+                        help="turns that are already history when the measured session starts")
     parser.add_argument("--chat", default="locomo-26")
     parser.add_argument("--window", type=int, default=8192)
     args = parser.parse_args()
@@ -122,27 +135,29 @@ def main() -> None:
     pairs = turns_of(messages)[: args.turns]
     model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=args.window)
     try:
-        iris = run_iris(model, pairs, args.window)
+        iris = run_iris(model, pairs, args.window, args.skip)
         model.llm.reset()
-        rolling = run_rolling(model, pairs, args.window)
+        rolling = run_rolling(model, pairs, args.window, args.skip)
     finally:
         model.close()
 
     full_from = next((r["turn"] for r in rolling if r["dropped"]), None)
-    print(f"chat {args.chat}, {len(pairs)} turns, window {args.window}, model {model.path.name}")
+    print(f"chat {args.chat}, turns {args.skip + 1}–{len(pairs)} measured (turns 1–{args.skip} "
+          f"already history), window {args.window}, model {model.path.name}")
     print(f"rolling window starts dropping turns at turn {full_from}\n")
     print("| turn | Iris prompt | Iris evaluated | Iris TTFT (s) | rolling prompt | rolling evaluated "
           "| rolling TTFT (s) | note |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|")
-    step = max(1, len(pairs) // 24)
+    step = max(1, len(iris) // 24)
     for a, b in zip(iris, rolling):
-        if a["turn"] % step and not a["compacted"] and a["turn"] != len(pairs):
+        if (a["turn"] - args.skip) % step and not a["compacted"] and a["turn"] != len(pairs):
             continue
         note = "Iris compacted" if a["compacted"] else ""
         print(f"| {a['turn']} | {a['prompt']:,} | {a['evaluated']:,} | {a['ttft']:.3f} | "
               f"{b['prompt']:,} | {b['evaluated']:,} | {b['ttft']:.3f} | {note} |")
 
-    steady = [(a, b) for a, b in zip(iris, rolling)
+    # the first measured request is cold for both clients
+    steady = [(a, b) for a, b in zip(iris[1:], rolling[1:])
               if full_from and a["turn"] >= full_from and not a["compacted"]]
     if steady:
         iris_ttft = statistics.median(a["ttft"] for a, _ in steady)
@@ -154,7 +169,7 @@ def main() -> None:
               f"({iris_eval / roll_eval:.3f}×)")
         print(f"  median time to first token: Iris {iris_ttft:.3f} s, rolling {roll_ttft:.3f} s "
               f"({iris_ttft / roll_ttft:.3f}×; goal ≤ 0.1×)")
-    over = [a for a in iris if not a["compacted"] and a["turn"] > 1 and a["evaluated"] > a["new"] + 2]
+    over = [a for a in iris[1:] if not a["compacted"] and a["evaluated"] > a["new"] + 2]
     print(f"\nIris turns (outside compaction) that evaluated more than the new tokens: {len(over)}")
     comp = [a for a in iris if a["compacted"]]
     print(f"Iris compactions: {len(comp)}; evaluated on those turns: "
