@@ -255,7 +255,7 @@ def test_desktop_entry(build_py):
 def test_desktop_entry_validates(build_py, tmp_path):
     validate = shutil.which("desktop-file-validate")
     if validate is None:
-        pytest.skip("desktop-file-validate not installed")
+        pytest.skip(reason="desktop-file-validate not installed")
     path = tmp_path / "iris-desktop.desktop"
     path.write_text(build_py.desktop_entry())
     proc = subprocess.run([validate, str(path)], capture_output=True, text=True)

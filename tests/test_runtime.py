@@ -42,7 +42,7 @@ SYSTEM = {"role": "system", "content": "You are Melanie. Reply to your friend Ca
 def locomo(n: int) -> list[dict]:
     path = CORPUS / "locomo-26.json"
     if not path.exists():
-        pytest.skip(f"corpus file {path} is not available")
+        pytest.skip(reason=f"corpus file {path} is not available")
     return json.loads(path.read_text())["messages"][:n]
 
 

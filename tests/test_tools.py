@@ -23,7 +23,7 @@ def _symlink(link: Path, target: Path) -> None:
     try:
         link.symlink_to(target, target_is_directory=target.is_dir())
     except (OSError, NotImplementedError):
-        pytest.skip("symlinks are not available here")
+        pytest.skip(reason="symlinks are not available here")
 
 
 def _build_tree(base: Path) -> tuple[Path, Path]:
