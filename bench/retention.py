@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import Compactor, _transcript_lines  # noqa: E402
+from iris_desktop.core.compaction import CompactionSettings, Compactor, _transcript_lines  # noqa: E402
 from iris_desktop.core.engine import ContextEngine, ContextParams  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
@@ -163,15 +163,19 @@ def main() -> None:
             if index < args.llm_chats:
                 llm_thread = store.create_thread("llm")
                 store.add_messages(llm_thread, data["messages"])
-                with_llm = Compactor(store, counter, params, runtime=model)
+                # the app gives up after 180 s; here the LLM path is measured to the end
+                with_llm = Compactor(store, counter, params, runtime=model,
+                                     settings=CompactionSettings(timeout_s=3600))
                 llm_events = compact_fully(store, llm_thread, with_llm)
                 llm_row = store.latest_summary(llm_thread)
                 shipped = ConversationSummary.from_fields(llm_row.fields)
                 llm_only = ConversationSummary.from_fields({**llm_row.fields, "facts": []})
                 row["llm_path"] = llm_row.path
                 row["llm_paths"] = [e.get("path") for e in llm_events]
-                row["llm"] = score("LLM", View(llm_only.render() + "\n" + tail_text), probes,
-                                   counter.count_text(llm_only.render()) + tail_tokens)
+                row["llm_notes"] = [e.get("error") for e in llm_events]
+                if llm_row.path != "extractive":  # only a real LLM summary counts as one
+                    row["llm"] = score("LLM", View(llm_only.render() + "\n" + tail_text), probes,
+                                       counter.count_text(llm_only.render()) + tail_tokens)
                 row["shipped"] = score("Iris ships (LLM + ledger)",
                                        View(shipped.render() + "\n" + tail_text), probes,
                                        llm_row.tokens + tail_tokens)
