@@ -164,14 +164,22 @@ class Agent:
             tools_allowed = bool(definitions) and calls_made < self.config.max_calls_per_turn
             tools_text = self.tools_text(definitions) if tools_allowed else ""
             native = definitions if tools_allowed and self.native_tools else None
-            if self.compactor is not None:
-                yield from self.compactor.before_request(thread_id, tools_text)
             try:
-                request = self.build(thread_id, tools_text, native)
+                request: ContextRequest | None = self.build(thread_id, tools_text, native)
+                trigger = request.trigger
             except ConversationTooLargeException as exc:
-                yield AgentEvent("error", thread_id, text=f"Conversation too large: {exc}",
-                                 data={"kind": "too_large", "needed": exc.needed,
-                                       "allowed": exc.allowed})
+                request, trigger, too_large = None, "budget", exc
+            if self.compactor is not None and trigger != "none":
+                # compact first, then build once more with the new summary in place
+                yield from self.compactor.run_events(thread_id, trigger, tools_text)
+                try:
+                    request = self.build(thread_id, tools_text, native)
+                except ConversationTooLargeException as exc:
+                    request, too_large = None, exc
+            if request is None:
+                yield AgentEvent("error", thread_id, text=f"Conversation too large: {too_large}",
+                                 data={"kind": "too_large", "needed": too_large.needed,
+                                       "allowed": too_large.allowed})
                 yield AgentEvent("done", thread_id, data={"finish_reason": "error"})
                 return
             yield AgentEvent("request", thread_id, data=_request_data(request))

@@ -41,6 +41,7 @@ from iris_desktop.core.engine import (
     ContextRequest,
     ConversationTooLargeException,
     ensure_counts,
+    summary_block,
 )
 from iris_desktop.core.extractive import ExtractiveSummarizer
 from iris_desktop.core.store import MessageMeta, Store, row_to_message
@@ -134,7 +135,7 @@ class Compactor:
         """Agent hook: compact first when the next request is due."""
         trigger, _ = self.check(thread_id, tools_text)
         if trigger != "none":
-            yield from self._run(thread_id, trigger, tools_text)
+            yield from self.run_events(thread_id, trigger, tools_text)
 
     def after_reply(self, thread_id: int, tools_text: str = "") -> Iterator[Any]:
         """Agent hook (background compaction): compact right after a reply when the next
@@ -149,9 +150,10 @@ class Compactor:
             ):
                 trigger = "early"
         if trigger != "none":
-            yield from self._run(thread_id, trigger, tools_text)
+            yield from self.run_events(thread_id, trigger, tools_text)
 
-    def _run(self, thread_id: int, trigger: str, tools_text: str) -> Iterator[Any]:
+    def run_events(self, thread_id: int, trigger: str, tools_text: str = "") -> Iterator[Any]:
+        """Compact now, as the agent events 'started' and 'finished' (with the event)."""
         from iris_desktop.core.agent import AgentEvent
 
         yield AgentEvent("compaction", thread_id, data={"state": "started", "trigger": trigger})
@@ -207,8 +209,9 @@ class Compactor:
         after_id = previous_row.covers_through_id if previous_row else 0
         pinned_ids, thread_system = engine.pinned_system(thread_id)
         metas = [m for m in ensure_counts(
-            self.store, self.counter, self.store.meta_range(thread_id, self.counter.name))
-            if m.id > after_id and m.id not in pinned_ids]
+            self.store, self.counter,
+            self.store.meta_range(thread_id, self.counter.name, after_id=after_id))
+            if m.id not in pinned_ids]
         if not metas:
             raise CompactionFailed("nothing to compact: every message is already summarized")
 
@@ -242,7 +245,7 @@ class Compactor:
                 f"budget after the system prompt ({system + tools:,})")
         summary, path, note = self._summarize(previous, messages, archived, cap)
         text = summary.render()
-        summary_tokens = engine.system_costs(base, tools_text, f"{_header()}\n{text}")[2]
+        summary_tokens = engine.system_costs(base, tools_text, summary_block(text))[2]
 
         record = {
             "prev_id": previous_row.id if previous_row else None,
@@ -409,12 +412,6 @@ class Compactor:
 _EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",
                   "tokens_before", "tokens_after", "kept_turns", "summary_tokens", "duration_s",
                   "error", "summary_id")
-
-
-def _header() -> str:
-    from iris_desktop.core.engine import SUMMARY_HEADER
-
-    return SUMMARY_HEADER
 
 
 def _units(metas: list[MessageMeta]) -> list[_Unit]:

@@ -208,6 +208,11 @@ class _CountCache:
 _synthetic = _CountCache()
 
 
+def summary_block(text: str) -> str:
+    """A summary as it is injected into the system prompt."""
+    return f"{SUMMARY_HEADER}\n{text}"
+
+
 def compose_system(base: str, tools_text: str = "", summary_text: str = "") -> str:
     """The system message: the prompt, then tool descriptions, then the summary.
 
@@ -272,7 +277,7 @@ class ContextEngine:
         return ids, ("\n\n".join(texts) if ids else None)
 
     def summary_text(self, summary: SummaryRow | None) -> str:
-        return f"{SUMMARY_HEADER}\n{summary.text}" if summary else ""
+        return summary_block(summary.text) if summary else ""
 
     def system_costs(
         self, base: str, tools_text: str, summary_text: str

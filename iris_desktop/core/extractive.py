@@ -281,18 +281,15 @@ def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
 
 
 def _paths(messages: list[Message]) -> list[str]:
+    """File paths from tool calls, outputs and text, most mentioned first."""
+    texts = [message_text(m) for m in messages]
     found: list[str] = []
-    for message in messages:
-        text = message_text(message)
+    for text in texts:
         for match in PATH_RE.findall(text):
             path = match.rstrip(".,:;)")
             if len(path) > 2 and path not in found and not path.startswith("//"):
                 found.append(path)
-    counts = Counter()
-    for message in messages:
-        for path in found:
-            if path in message_text(message):
-                counts[path] += 1
+    counts = Counter({path: sum(path in text for text in texts) for path in found})
     return sorted(found, key=lambda p: (-counts[p], found.index(p)))[:20]
 
 

@@ -140,6 +140,7 @@ MIGRATIONS: tuple[str, ...] = (
         pid INTEGER NOT NULL,
         started_at REAL NOT NULL
     );
+    CREATE INDEX messages_streaming ON messages(id) WHERE status = 'streaming';
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -449,9 +450,10 @@ class Store:
             yield MessageMeta(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
 
     def meta_range(
-        self, thread_id: int, counter: str, through_id: int | None = None
+        self, thread_id: int, counter: str, through_id: int | None = None, after_id: int = 0
     ) -> list[MessageMeta]:
-        """Messages with id ≤ through_id (default: all), oldest first, without their text."""
+        """Messages with after_id < id ≤ through_id (default: all), oldest first, without
+        their text."""
         if through_id is None:
             through_id = 2**62
         cur = self.conn.execute(
@@ -459,9 +461,9 @@ class Store:
             SELECT m.id, m.turn, m.role, c.tokens, m.tool_calls IS NOT NULL, m.tool_call_id,
                    m.status, m.name
             FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
-            WHERE m.thread_id = ? AND m.id <= ? ORDER BY m.id
+            WHERE m.thread_id = ? AND m.id > ? AND m.id <= ? ORDER BY m.id
             """,
-            (counter, thread_id, through_id),
+            (counter, thread_id, after_id, through_id),
         )
         return [MessageMeta(r[0], r[1], r[2], r[3], bool(r[4]), *r[5:]) for r in cur]
 

@@ -121,8 +121,8 @@ class ConversationSummary:
         return "\n".join(lines)
 
     def fit(self, counter: TokenCounter, max_tokens: int) -> ConversationSummary:
-        """A copy whose rendering is at most ``max_tokens``: drops list items from the end
-        (facts first, oldest facts last kept... newest last), then trims the narrative."""
+        """A copy whose rendering is at most ``max_tokens``. Drops the oldest facts first,
+        then list items from the end and the short text fields, then trims the narrative."""
         fitted = ConversationSummary.from_fields(json.loads(json.dumps(self.as_fields())))
 
         def size() -> int:
