@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from iris_desktop.core.summary import ConversationSummary
+from iris_desktop.core.summary import ConversationSummary, split_date
 from iris_desktop.core.tokens import Message, TokenCounter, message_text
 
 PATH_RE = re.compile(
@@ -82,9 +82,13 @@ def fmt_date(date: dt.date) -> str:
 
 
 def resolve_relative(sentence: str, today: dt.date | None) -> str:
-    """Append absolute dates for relative expressions, e.g. 'yesterday (7 May 2023)'."""
+    """Anchor relative dates to the session's date, so they keep their meaning once the
+    message is gone: 'yesterday (7 May 2023)', 'last week (the week before 9 June
+    2023)', 'last Friday (the Friday before 27 July 2023)'. An anchored phrase is never
+    wrong, where a computed day would be a guess for 'last week' or 'a few days ago'."""
     if today is None:
         return sentence
+    anchor = fmt_date(today)
 
     def sub(pattern: str, value) -> None:
         nonlocal sentence
@@ -94,30 +98,34 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
     lowered = sentence.lower()
     if "yesterday" in lowered:
         sub(r"\byesterday\b", fmt_date(today - dt.timedelta(days=1)))
-    if "today" in lowered or "tonight" in lowered:
-        sub(r"\b(?:today|tonight)\b", fmt_date(today))
-    if "last week" in lowered:
-        sub(r"\blast week\b", f"the week before {fmt_date(today)}")
-    if "last weekend" in lowered:
-        sub(r"\blast weekend\b", f"the weekend before {fmt_date(today)}")
+    if "tomorrow" in lowered:
+        sub(r"\btomorrow\b", fmt_date(today + dt.timedelta(days=1)))
+    if re.search(r"\b(?:today|tonight|this morning|this afternoon)\b", lowered):
+        sub(r"\b(?:today|tonight|this morning|this afternoon)\b", anchor)
+    match = re.search(r"\b(?:last|this past) (week(?:end)?|" + "|".join(WEEKDAYS) + r")\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"the {match.group(1)} before {anchor}")
+    match = re.search(r"\bnext (week(?:end)?|" + "|".join(WEEKDAYS) + r")\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"the {match.group(1)} after {anchor}")
     if "last month" in lowered:
         prev = today.replace(day=1) - dt.timedelta(days=1)
         sub(r"\blast month\b", f"{MONTH_NAMES[prev.month - 1]} {prev.year}")
+    if "next month" in lowered:
+        nxt = (today.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+        sub(r"\bnext month\b", f"{MONTH_NAMES[nxt.month - 1]} {nxt.year}")
+    match = re.search(r"\blast (spring|summer|fall|autumn|winter)\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"{match.group(1)} {today.year - 1}")
     if "last year" in lowered:
         sub(r"\blast year\b", str(today.year - 1))
     if "this year" in lowered:
         sub(r"\bthis year\b", str(today.year))
-    if "next month" in lowered:
-        nxt = (today.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
-        sub(r"\bnext month\b", f"{MONTH_NAMES[nxt.month - 1]} {nxt.year}")
-    match = re.search(r"\b(\w+) (days|weeks|months|years) ago\b", lowered)
+    if "next year" in lowered:
+        sub(r"\bnext year\b", str(today.year + 1))
+    match = re.search(r"\b(?:a few|a couple of|\w+) (?:days|weeks|months|years) ago\b", lowered)
     if match:
-        sub(re.escape(match.group(0)), f"before {fmt_date(today)}")
-    match = re.search(r"\blast (" + "|".join(WEEKDAYS) + r")\b", lowered)
-    if match:
-        target = WEEKDAYS.index(match.group(1))
-        delta = (today.weekday() - target) % 7 or 7
-        sub(re.escape(match.group(0)), fmt_date(today - dt.timedelta(days=delta)))
+        sub(re.escape(match.group(0)), f"before {anchor}")
     return sentence
 
 
@@ -126,20 +134,86 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in SENTENCE_RE.split(text) if s.strip()]
 
 
-FIRST_PERSON_RE = re.compile(r"\b(?:I|my|I'm|I've|we|our)\b")
+FIRST_PERSON_RE = re.compile(r"\b(?:I|my|I'm|I've|I'd|we|our|me)\b")
+PHOTO_RE = re.compile(
+    r"\[shares? an? (?:photo|image|picture)[^:\]]*:\s*(?:an? (?:photo|photograph|photography|"
+    r"picture|image|close up|closeup)(?: of)?\s+)?([^\]]*)\]", re.IGNORECASE)
+LEAD_RE = re.compile(
+    r"^(?:by the way|btw|anyway|also|plus|and|but|so|oh|well|actually|honestly|guess what|"
+    r"since (?:we|I) last (?:spoke|chatted|talked))[,\s]+", re.IGNORECASE)
+GREETING_NAME_RE = re.compile(
+    r"^(?i:hey|hi|hello|hiya|thanks|thank you|thx|wow|congrats|congratulations|aw+|oh|yes|yeah|"
+    r"sure|good to see you|great to hear from you|long time no (?:see|talk))[,!.]?\s+([A-Z][a-z]+)\b")
+GENERIC = set(
+    "great awesome amazing love loved lovely cool nice good really thanks thank glad happy "
+    "wow photo shares shared picture pic pics sounds sound looks look fun time things thing "
+    "stuff totally definitely absolutely super pretty lot lots keep keeping wonderful "
+    "incredible special sure yeah hey hope hoping glad feel feeling felt".split())
+WORD_RE = re.compile(r"[A-Za-z][A-Za-z'+\-]*")
+
+
+def speaker_names(messages: list[Message]) -> dict[str, str]:
+    """Who 'user' and 'assistant' are, when the chat says so: each side greets the other
+    by name ("Hey Mel!", "Thanks, Caroline")."""
+    votes: dict[str, Counter] = {"user": Counter(), "assistant": Counter()}
+    other = {"user": "assistant", "assistant": "user"}
+    for message in messages:
+        role = message.get("role")
+        if role not in other:
+            continue
+        text = SESSION_DATE_RE.sub("", message_text(message)).strip()
+        match = GREETING_NAME_RE.match(text)
+        if match and match.group(1).lower() not in STOPWORDS:
+            votes[other[role]][match.group(1)] += 1
+    names = {}
+    for role, counter in votes.items():
+        if counter:
+            name, count = counter.most_common(1)[0]
+            if count >= 3:
+                names[role] = name
+    if len(set(names.values())) < len(names):
+        return {}
+    return names
+
+
+def _content_words(sentence: str) -> set[str]:
+    return {w for w in (m.lower().strip("'-") for m in WORD_RE.findall(sentence))
+            if len(w) > 2 and w not in STOPWORDS and w not in GENERIC}
+
+
+def _clean(text: str) -> str:
+    """Message text as a fact source: photos become short captions."""
+    return PHOTO_RE.sub(lambda m: f"(photo: {m.group(1).strip()})", text)
+
+
+class _Scorer:
+    """How much checkable fact a sentence holds, per token: rare content words (what this
+    chat mentions seldom is what people later ask about), names, numbers, anchored dates
+    and first-person events ("I went…", "my sister…")."""
+
+    def __init__(self, texts: list[str]):
+        documents = [_content_words(t) for t in texts if t]
+        self.total = max(len(documents), 1)
+        self.frequency = Counter(w for d in documents for w in d)
+
+    def idf(self, word: str) -> float:
+        import math
+        return min(math.log((self.total + 1) / (self.frequency.get(word, 0) + 1)) + 0.5, 5.0)
+
+    def __call__(self, sentence: str) -> float:
+        words = _content_words(sentence)
+        if len(words) < 2:
+            return 0.0
+        names = len(NAME_RE.findall(sentence))
+        numbers = len(NUMBER_RE.findall(sentence))
+        dated = 3.0 if re.search(r"\d{4}\)", sentence) else 0.0
+        first_person = min(len(FIRST_PERSON_RE.findall(sentence)), 2)
+        return sum(self.idf(w) for w in words) + 1.5 * names + 1.5 * numbers + dated + first_person
 
 
 def _score(sentence: str) -> float:
-    """How much checkable fact a sentence holds: names, numbers, resolved dates, and
-    first-person events ("I went…", "my sister…"), which is what people ask about later."""
-    words = sentence.split()
-    if len(words) < 3:
-        return 0.0
-    names = len(NAME_RE.findall(sentence))
-    numbers = len(NUMBER_RE.findall(sentence))
-    dated = 2.0 if re.search(r"\d{4}\)", sentence) else 0.0
-    first_person = len(FIRST_PERSON_RE.findall(sentence))
-    return 2.0 * names + 2.0 * numbers + dated + first_person + 0.3 * len(words)
+    """The context-free score, for callers without a scorer."""
+    return _Scorer([])(sentence)
 
 
 class ExtractiveSummarizer:
@@ -150,11 +224,14 @@ class ExtractiveSummarizer:
     def __init__(self, counter: TokenCounter):
         self.counter = counter
 
-    def facts(self, messages: list[Message], start_turn: int = 0) -> list[Fact]:
+    def facts(self, messages: list[Message], scorer: _Scorer | None = None,
+              names: dict[str, str] | None = None) -> list[Fact]:
+        scorer = scorer or _Scorer([message_text(m) for m in messages])
+        names = names if names is not None else speaker_names(messages)
+        speaker = {"user": names.get("user", "U"), "assistant": names.get("assistant", "A")}
         today: dt.date | None = None
         facts: list[Fact] = []
         order = 0
-        speaker = {"user": "U", "assistant": "A"}
         for message in messages:
             role = message.get("role")
             text = message_text(message) if role != "tool" else ""
@@ -164,17 +241,19 @@ class ExtractiveSummarizer:
                 text = SESSION_DATE_RE.sub("", text)
             if role not in speaker:
                 continue
-            for sentence in _sentences(text):
-                sentence = FILLER_RE.sub("", sentence).strip()
-                if not sentence:
+            for sentence in _sentences(_clean(text)):
+                sentence = LEAD_RE.sub("", FILLER_RE.sub("", sentence).strip()).strip()
+                if not sentence or sentence.endswith("?"):
                     continue
+                sentence = sentence[0].upper() + sentence[1:]
                 sentence = resolve_relative(sentence, today)
-                score = _score(sentence)
+                score = scorer(sentence)
                 if score <= 0:
                     continue
                 when = f"{fmt_date(today)} " if today else ""
                 line = f"{when}{speaker[role]}: {sentence}"
-                facts.append(Fact(line, score, order, self.counter.count_text(line)))
+                body = line[len(when):]
+                facts.append(Fact(line, score, order, self.counter.count_text(body)))
                 order += 1
         return facts
 
@@ -185,86 +264,101 @@ class ExtractiveSummarizer:
         max_tokens: int,
         turns: tuple[int, int] = (0, 0),
     ) -> ConversationSummary:
+        """The eight fields kept short (a few clipped items each), so that most of the cap
+        goes to the dated fact ledger, which is what questions about the past need."""
         users = [m for m in messages if m.get("role") == "user" and (m.get("content") or "").strip()]
         assistants = [m for m in messages if m.get("role") == "assistant"
                       and isinstance(m.get("content"), str) and m["content"].strip()]
         paths = _paths(messages)
         previous = previous or ConversationSummary()
+        names = speaker_names(messages) or names_from(previous.relationship_dynamics)
 
-        requests = [_clip(SESSION_DATE_RE.sub("", message_text(m)), 160) for m in users[-3:]]
-        conclusions = [_clip(a["content"], 200) for a in assistants[-2:]]
-        decisions = [_clip(s, 160) for m in assistants for s in _sentences(m["content"])
-                     if DECISION_WORDS.search(s) and not s.endswith("?")][-4:]
+        requests = [_clip(SESSION_DATE_RE.sub("", message_text(m)), 100) for m in users[-1:]]
+        conclusions = [_clip(a["content"], 100) for a in assistants[-1:]]
+        decisions = [_clip(s, 100) for m in assistants for s in _sentences(m["content"])
+                     if DECISION_WORDS.search(s) and not s.endswith("?")
+                     and len(_content_words(s)) >= 3][-1:]
         emotions = [s for m in messages if m.get("role") in ("user", "assistant")
                     for s in _sentences(message_text(m))
                     if EMOTION_WORDS & {w.lower().strip(".,!?") for w in s.split()}]
-        themes = _themes(messages)
+        themes = _themes(messages, names)
         dates = [session_date(message_text(m)) for m in messages]
         dates = [d for d in dates if d]
 
-        narrative = self._narrative(previous, users, assistants, paths, dates, turns)
+        narrative = self._narrative(previous, users, assistants, paths, dates, turns, names)
         summary = ConversationSummary(
             summary=narrative,
-            accomplishments=_merge(previous.accomplishments, conclusions, 4),
-            key_decisions=_merge(previous.key_decisions, decisions, 4),
+            accomplishments=_merge(previous.accomplishments, conclusions, 2),
+            key_decisions=_merge(previous.key_decisions, decisions, 2),
             relevant_files=_merge(previous.relevant_files, paths, 12),
             active_goals=requests or previous.active_goals,
-            emotional_thread=_clip(emotions[-1], 200) if emotions else previous.emotional_thread,
-            relationship_dynamics=previous.relationship_dynamics
-            or _dynamics(users, assistants),
+            emotional_thread=_clip(emotions[-1], 80) if emotions else previous.emotional_thread,
+            relationship_dynamics=_dynamics(users, assistants, names)
+            or previous.relationship_dynamics,
             evolving_themes=_merge(previous.evolving_themes, themes, 6),
             facts=list(previous.facts),
         )
-        return self.fill_facts(summary, messages, max_tokens)
+        return self.fill_facts(summary, messages, max_tokens, names)
 
     def fill_facts(
-        self, summary: ConversationSummary, messages: list[Message], max_tokens: int
+        self, summary: ConversationSummary, messages: list[Message], max_tokens: int,
+        names: dict[str, str] | None = None,
     ) -> ConversationSummary:
         """Choose the densest facts (score per token), old and new together, to fill what
-        the other fields leave of the cap. Old facts come first, then new ones, in order."""
-        old = [Fact(text, _score(text.split(": ", 1)[-1]), i - len(summary.facts),
-                    self.counter.count_text(text))
-               for i, text in enumerate(summary.facts)]
+        the other fields leave of the cap; near-duplicates are kept once. The ledger is
+        rendered in order, grouped under its dates."""
+        scorer = _Scorer([message_text(m) for m in messages] + list(summary.facts))
+        if names is None:
+            names = speaker_names(messages) or names_from(summary.relationship_dynamics)
+        old = []
+        for i, text in enumerate(summary.facts):
+            date, body = split_date(text)
+            old.append(Fact(text, scorer(body.split(": ", 1)[-1]), i - len(summary.facts),
+                            self.counter.count_text(body)))
         base = ConversationSummary.from_fields({**summary.as_fields(), "facts": []})
         base = base.fit(self.counter, max_tokens)
         spare = max_tokens - self.counter.count_text(base.render()) - 8  # the facts heading
-        candidates = sorted([*old, *self.facts(messages)],
+        candidates = sorted([*old, *self.facts(messages, scorer, names)],
                             key=lambda f: f.score / max(f.tokens, 1), reverse=True)
         chosen: list[Fact] = []
+        dates: set[str] = set()
+        seen: list[set[str]] = []
         for fact in candidates:
+            date, body = split_date(fact.text)
             cost = fact.tokens + 2  # "- " and the newline
-            if fact.score > 0 and cost <= spare:
-                chosen.append(fact)
-                spare -= cost
+            if date not in dates:
+                cost += self.counter.count_text(date) + 2
+            if fact.score <= 0 or cost > spare:
+                continue
+            words = _content_words(body)
+            if any(len(words & other) >= 0.6 * min(len(words), len(other)) for other in seen):
+                continue
+            chosen.append(fact)
+            seen.append(words)
+            dates.add(date)
+            spare -= cost
         chosen.sort(key=lambda f: f.order)
         base.facts = [f.text for f in chosen]
         return base.fit(self.counter, max_tokens)
 
-    def _narrative(self, previous, users, assistants, paths, dates, turns) -> str:
+    def _narrative(self, previous, users, assistants, paths, dates, turns, names) -> str:
         parts: list[str] = []
         if previous.summary:
-            parts.append(_clip(previous.summary, 600))
+            parts.append(_clip(previous.summary, 300))
         span = f"turns {turns[0]}–{turns[1]}" if turns[1] else "the earlier turns"
         when = ""
         if dates:
             when = f", from {fmt_date(dates[0])} to {fmt_date(dates[-1])}"
-        parts.append(
-            f"In {span}{when} the user wrote {len(users)} messages and the assistant "
-            f"{len(assistants)} replies."
-        )
+        user, assistant = names.get("user", "the user"), names.get("assistant", "the assistant")
+        parts.append(f"In {span}{when} {user} wrote {len(users)} messages and {assistant} "
+                     f"{len(assistants)} replies.")
         if users:
-            first = _clip(SESSION_DATE_RE.sub("", message_text(users[0])), 220)
-            last = _clip(SESSION_DATE_RE.sub("", message_text(users[-1])), 220)
-            parts.append(f"The user began with: \"{first}\"")
-            if len(users) > 1:
-                parts.append(f"Most recently the user said: \"{last}\"")
-        if assistants:
-            parts.append(f"The assistant's last conclusion: \"{_clip(assistants[-1]['content'], 260)}\"")
+            last = _clip(SESSION_DATE_RE.sub("", message_text(users[-1])), 100)
+            parts.append(f"Most recently {user} said: \"{last}\"")
         if paths:
             parts.append("Files involved: " + ", ".join(paths[:8]) + ".")
         text = " ".join(parts)
-        words = text.split()
-        return " ".join(words[:300])
+        return " ".join(text.split()[:300])
 
 
 def _clip(text: str, limit: int) -> str:
@@ -293,20 +387,32 @@ def _paths(messages: list[Message]) -> list[str]:
     return sorted(found, key=lambda p: (-counts[p], found.index(p)))[:20]
 
 
-def _themes(messages: list[Message]) -> list[str]:
+def _themes(messages: list[Message], names: dict[str, str] | None = None) -> list[str]:
+    skip = {n.lower() for n in (names or {}).values()}
     words = Counter()
     for message in messages:
         if message.get("role") not in ("user", "assistant"):
             continue
-        for word in re.findall(r"[A-Za-z][a-z]{3,}", message_text(message)):
-            lowered = word.lower()
-            if lowered not in STOPWORDS:
-                words[lowered] += 1
+        words.update(w for w in _content_words(_clean(message_text(message)))
+                     if w not in skip and len(w) > 3)
     return [w for w, _ in words.most_common(6)]
 
 
-def _dynamics(users, assistants) -> str:
+DYNAMICS_RE = re.compile(r"^The user is (\w+)(?: and the assistant is (\w+))?")
+
+
+def _dynamics(users, assistants, names: dict[str, str]) -> str:
     if not users and not assistants:
         return ""
+    if names:
+        who = " and ".join(f"the {role} is {name}" for role, name in sorted(
+            names.items(), key=lambda item: item[0] != "user"))
+        return f"{who[0].upper()}{who[1:]}; {len(users)} and {len(assistants)} messages archived."
     return (f"{len(users)} user messages and {len(assistants)} assistant replies in the "
             "archived part.")
+
+
+def names_from(dynamics: str) -> dict[str, str]:
+    """The speaker names an earlier summary recorded (see ``_dynamics``)."""
+    found = dict(re.findall(r"\bthe (user|assistant) is ([A-Z][a-z]+)", dynamics or "", re.IGNORECASE))
+    return {role.lower(): name for role, name in found.items()}

@@ -8,6 +8,7 @@ deterministic lines (who, what, when) that survive chaining better than prose.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,6 +46,15 @@ JSON_SCHEMA: dict[str, Any] = {
     },
     "required": list(FIELDS),
 }
+
+
+DATE_PREFIX_RE = re.compile(r"^(\d{1,2} [A-Z][a-z]+ \d{4}) (.+)$", re.DOTALL)
+
+
+def split_date(fact: str) -> tuple[str, str]:
+    """('8 May 2023', 'Caroline: …') for a dated ledger line; ('', line) otherwise."""
+    match = DATE_PREFIX_RE.match(fact)
+    return (match.group(1), match.group(2)) if match else ("", fact)
 
 
 class SummaryInvalid(ValueError):
@@ -115,6 +125,15 @@ class ConversationSummary:
                 continue
             if isinstance(value, str):
                 lines.append(f"{LABELS[name]}: {value}")
+            elif name == "facts":  # grouped under their dates, each date said once
+                lines.append(f"{LABELS[name]}:")
+                current = None
+                for item in value:
+                    date, body = split_date(item)
+                    if date and date != current:
+                        lines.append(f"{date}:")
+                    current = date or current
+                    lines.append(f"- {body}")
             else:
                 lines.append(f"{LABELS[name]}:")
                 lines.extend(f"- {item}" for item in value)
