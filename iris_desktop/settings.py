@@ -209,6 +209,13 @@ _ALL: tuple[Setting, ...] = (
         minimum=64, maximum=8192, unit="tokens",
     ),
     Setting(
+        "context.recall_max_tokens", "int", 512,
+        "Tokens for recall: earlier messages that a summary replaced, found by full-text "
+        "search on your newest message and shown to the model with it, dated. Recall only "
+        "uses space the verbatim history leaves free (0 = off).",
+        minimum=0, maximum=8192, unit="tokens",
+    ),
+    Setting(
         "context.token_counter", "choice", AUTO,
         "How tokens are counted: auto (the model's tokenizer when a model is loaded, else "
         "the heuristic), model, tiktoken (cl100k_base, offline), heuristic (ceil(chars/4); "

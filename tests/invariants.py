@@ -18,7 +18,12 @@ def check_request(engine: ContextEngine, request: ContextRequest) -> list[dict]:
     store = engine.store
     b = request.breakdown
     # the budget is never exceeded
-    assert b.summary + b.history + b.draft <= b.available, b
+    assert b.summary + b.recall + b.history + b.draft <= b.available, b
+    # recall shows only summarized messages, within its cap
+    covered_id = request.summary.covers_through_id if request.summary else 0
+    assert all(i <= covered_id for i in request.recall.ids)
+    assert b.recall <= engine.params.recall_max_tokens
+    assert bool(request.recall.ids) == (b.recall > 0)
     rows = store.messages(request.thread_id)
     by_id = {r["id"]: r for r in rows}
     described = engine.describe(request)
@@ -74,6 +79,6 @@ def check_request(engine: ContextEngine, request: ContextRequest) -> list[dict]:
         b.system + b.tools + b.summary
     )
     assert sum(counter.count_message(wire_message(m)) for m in request.messages[1:]) == (
-        b.history + b.draft
+        b.history + b.draft + b.recall
     )
     return described

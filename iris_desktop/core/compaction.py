@@ -31,7 +31,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from iris_desktop.core.engine import (
@@ -112,7 +112,9 @@ class Compactor:
     # -- when -----------------------------------------------------------------------------
 
     def engine(self) -> ContextEngine:
-        return ContextEngine(self.store, self.counter, self.params)
+        """The engine without recall: compaction compares what the summary and tail cost
+        (recall depends on the next message, and only fills space they leave free)."""
+        return ContextEngine(self.store, self.counter, replace(self.params, recall_max_tokens=0))
 
     @property
     def trigger_tokens(self) -> int:

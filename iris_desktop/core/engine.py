@@ -15,6 +15,9 @@ One request is built in this order (seed 1 and ADR-0079 as one design):
 6. Progressive truncation: when the summary plus the protected turns do not fit, the
    protection shrinks (configured → 1 → 0); when even the newest turn with every tool
    output cleared does not fit, :class:`ConversationTooLargeException`.
+7. Recall (``core.recall``): once a summary exists, the summarized messages that best
+   match the newest user message are shown with it, dated, in the space the history
+   left free (at most ``recall_max_tokens``). It never displaces verbatim history.
 
 Building a request never writes messages; it only fills the token-count cache.
 """
@@ -27,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from iris_desktop.core.recall import Recall, Recaller, attach
 from iris_desktop.core.store import MessageMeta, Store, SummaryRow, row_to_message
 from iris_desktop.core.tokens import Message, TokenCounter
 
@@ -58,6 +62,7 @@ class ContextParams:
     compaction_min_turns: int = 20
     system_prompt: str = ""
     window_source: str = "config"
+    recall_max_tokens: int = 0
 
     @classmethod
     def from_settings(cls, settings: Any, window: int, window_source: str) -> ContextParams:
@@ -69,6 +74,7 @@ class ContextParams:
             compaction_min_turns=settings["context.compaction_min_turns"],
             system_prompt=settings["chat.system_prompt"],
             window_source=window_source,
+            recall_max_tokens=settings["context.recall_max_tokens"],
         )
 
 
@@ -86,10 +92,11 @@ class Breakdown:
     draft: int
     available: int  # budget − system − tools
     threshold: int  # floor(window × compaction_threshold)
+    recall: int = 0  # recalled summarized messages, shown with the newest user message
 
     @property
     def used(self) -> int:
-        return self.system + self.tools + self.summary + self.history + self.draft
+        return self.system + self.tools + self.summary + self.recall + self.history + self.draft
 
     @property
     def free(self) -> int:
@@ -115,7 +122,7 @@ class TokenBudgetCalculator:
         return self.budget - system - tools
 
     def breakdown(
-        self, system: int, tools: int, summary: int, history: int, draft: int
+        self, system: int, tools: int, summary: int, history: int, draft: int, recall: int = 0
     ) -> Breakdown:
         return Breakdown(
             window=self.window,
@@ -128,6 +135,7 @@ class TokenBudgetCalculator:
             draft=draft,
             available=self.available(system, tools),
             threshold=math.floor(self.window * self.threshold),
+            recall=recall,
         )
 
 
@@ -174,6 +182,7 @@ class ContextRequest:
     summary: SummaryRow | None
     last_prompt_tokens: int | None
     pinned_ids: list[int]
+    recall: Recall = field(default_factory=Recall)
 
     @property
     def predicted_prompt_tokens(self) -> int:
@@ -429,6 +438,10 @@ class ContextEngine:
                 history.append(message)
         if draft_message is not None:
             history.append(draft_message)
+        recall, recall_tokens = self._recall(
+            thread_id, summary, history, included, draft_message, history_budget - spent,
+            set(pinned_ids),
+        )
 
         unsummarized_turns = self.store.count_turns(thread_id, max([after_id, *pinned_ids])) + (
             1 if draft_message is not None else 0
@@ -445,7 +458,8 @@ class ContextEngine:
             triggers.append("turns")
 
         breakdown = self.calc.breakdown(
-            system_tokens, tool_tokens, summary_tokens, spent - draft_tokens, draft_tokens
+            system_tokens, tool_tokens, summary_tokens, spent - draft_tokens, draft_tokens,
+            recall_tokens,
         )
         return ContextRequest(
             thread_id=thread_id,
@@ -466,7 +480,45 @@ class ContextEngine:
             summary=summary,
             last_prompt_tokens=last_prompt,
             pinned_ids=pinned_ids,
+            recall=recall,
         )
+
+    def _recall(
+        self, thread_id: int, summary: SummaryRow | None, history: list[Message],
+        included: list[Turn], draft: Message | None, leftover: int, pinned: set[int],
+    ) -> tuple[Recall, int]:
+        """Recall for the newest user message (the draft, or the user message that opens
+        the newest turn), in place in ``history``; (recall, its exact tokens).
+
+        The block is searched with the full ``recall_max_tokens`` first, so every step of
+        one agent turn gets the same block (a stable prefix); only when the turn has grown
+        so much that it no longer fits is it searched again within what is left."""
+        limit = self.params.recall_max_tokens
+        if limit <= 0 or summary is None or leftover <= 0:
+            return Recall(), 0
+        if draft is not None:
+            index = len(history) - 1
+        elif included and _in_progress(included[-1]):
+            index = len(history) - len(included[-1].messages)
+        else:  # a finished turn: the next message will get its own recall
+            return Recall(), 0
+        message = history[index]
+        content = message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            return Recall(), 0
+        plain = self.counter.count_message(message)
+        recaller = Recaller(self.store, self.counter)
+        for budget in (limit, min(limit, leftover)):
+            found = recaller.recall(thread_id, summary.covers_through_id, content, budget,
+                                    summary.fields.get("relationship_dynamics", ""),
+                                    frozenset(pinned))
+            if not found.text:
+                return found, 0
+            tokens = self.counter.count_message({**message, "content": attach(found.text, content)}) - plain
+            if tokens <= leftover:
+                history[index] = {**message, "content": attach(found.text, content)}
+                return found, tokens
+        return Recall(terms=found.terms), 0
 
     # -- the full picture -----------------------------------------------------------------
 
@@ -484,6 +536,7 @@ class ContextEngine:
         included = set(request.included_ids)
         pruned = set(request.pruned_ids)
         pinned = set(request.pinned_ids)
+        recalled = set(request.recall.ids)
         covered = request.summary.covers_through_id if request.summary else 0
         result = []
         for m in metas:
@@ -498,9 +551,18 @@ class ContextEngine:
             else:
                 state = "dropped"
             result.append(
-                {"id": m.id, "role": m.role, "turn": m.turn, "tokens": m.tokens, "state": state}
+                {"id": m.id, "role": m.role, "turn": m.turn, "tokens": m.tokens, "state": state,
+                 "recalled": m.id in recalled}
             )
         return result
+
+
+def _in_progress(turn: Turn) -> bool:
+    """A turn opened by a user message and not yet answered: the user message alone, or
+    tool steps after it (the final reply is an assistant message without tool calls)."""
+    first, last = turn.messages[0], turn.messages[-1]
+    return first.role == "user" and (
+        last.role in ("user", "tool") or (last.role == "assistant" and last.has_tool_calls))
 
 
 def _chain(first: Turn, rest: Iterator[Turn]) -> Iterator[Turn]:

@@ -311,6 +311,34 @@ class Store:
         ).fetchone()
         return int(row[0]), int(row[1] or 0)
 
+    def recall_hits(
+        self, thread_id: int, through_id: int, fts: str, limit: int = 60
+    ) -> list[tuple[int, str, float]]:
+        """(id, role, bm25 rank) of the thread's user and assistant messages up to
+        ``through_id`` that match the FTS5 query ``fts``, best first."""
+        if through_id <= 0 or not fts:
+            return []
+        rows = self.conn.execute(
+            """
+            SELECT m.id, m.role, rank FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+            WHERE messages_fts MATCH ? AND m.thread_id = ? AND m.id <= ?
+              AND m.role IN ('user', 'assistant')
+            ORDER BY rank LIMIT ?
+            """,
+            (fts, thread_id, through_id, limit),
+        ).fetchall()
+        return [(int(r[0]), r[1], float(r[2])) for r in rows]
+
+    def bracketed_starts(self, thread_id: int, through_id: int) -> list[tuple[int, str]]:
+        """(id, first 64 characters) of the messages up to ``through_id`` that start with
+        '[', where a chat states its date ('[1:56 pm on 8 May, 2023] …')."""
+        rows = self.conn.execute(
+            "SELECT id, substr(content, 1, 64) FROM messages WHERE thread_id = ? AND id <= ? "
+            "AND substr(content, 1, 1) = '[' ORDER BY id",
+            (thread_id, through_id),
+        ).fetchall()
+        return [(int(r[0]), r[1]) for r in rows]
+
     def search(self, query: str, limit: int = 50) -> list[dict[str, Any]]:
         """Threads whose title or message text matches ``query`` (FTS5), best first."""
         terms = [t for t in query.replace('"', " ").split() if t]

@@ -1,0 +1,204 @@
+"""Recall: earlier messages that a summary replaced, found again for the newest message.
+
+A summary of a few hundred tokens cannot hold everything a long chat said, but the
+full history stays in SQLite. Before each request Iris searches the *summarized*
+messages (FTS5, bm25) for the words of the user's newest message and shows the best
+matches to the model with that message, dated and verbatim, each with the reply that
+followed it (the answer to "what dance did you do?" is in the next message):
+
+    [Recalled from earlier in this chat: messages the summary replaced, dated]
+    - 25 May 2023, Melanie: I ran a charity race for mental health last Saturday (the
+      Saturday before 25 May 2023)
+    - 25 May 2023, Caroline: That's awesome! …
+    [End of recalled messages]
+
+Recall never displaces verbatim history: it uses only what the history budget leaves
+free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
+same turn always gets the same block (and the KV cache its prefix). The stored messages
+are never changed; the block exists only in the request, and the inspector lists which
+messages it recalled.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from iris_desktop.core.extractive import (
+    SESSION_DATE_RE,
+    STOPWORDS,
+    _clean,
+    fmt_date,
+    names_from,
+    resolve_relative,
+    session_date,
+)
+from iris_desktop.core.store import Store
+from iris_desktop.core.tokens import TokenCounter
+
+RECALL_HEADER = "[Recalled from earlier in this chat: messages the summary replaced, dated]"
+RECALL_FOOTER = "[End of recalled messages]"
+QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "which", "kind",
+                  "type", "has", "have", "tell", "remember", "please", "said", "say"}
+WORD_RE = re.compile(r"[A-Za-z0-9]+")
+MAX_TERMS = 24
+MAX_CHARS = 600  # one recalled message at most (a long agent message is clipped)
+NAMED_SPEAKER_BOOST = 2.5  # "what did Caroline say…": Caroline's own messages first
+
+
+@dataclass
+class Recall:
+    text: str = ""  # the block put before the newest user message ('' = none)
+    ids: list[int] = field(default_factory=list)  # the messages it shows, in order
+    terms: list[str] = field(default_factory=list)  # what was searched for
+
+
+def query_terms(text: str, names: dict[str, str] | None = None) -> list[str]:
+    """The searchable words of a message: no stopwords, no question words, no speaker
+    names (a name is who speaks, not what is said), crude stems ('painting' → 'paint')."""
+    skip = STOPWORDS | QUESTION_WORDS | {n.lower() for n in (names or {}).values()}
+    terms: list[str] = []
+    for word in WORD_RE.findall(text or ""):
+        lowered = word.lower()
+        if len(lowered) < 2 or lowered in skip:
+            continue
+        stem = _stem(lowered)
+        if stem not in terms:
+            terms.append(stem)
+        if len(terms) >= MAX_TERMS:
+            break
+    return terms
+
+
+def _stem(word: str) -> str:
+    """A plural, then a verb ending: 'paintings' → 'painting' → 'paint'."""
+    for suffixes in (("es", "s"), ("ing", "ed")):
+        for suffix in suffixes:
+            if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+                word = word[: -len(suffix)]
+                break
+    return word
+
+
+def fts_query(terms: list[str]) -> str:
+    """An FTS5 OR query; words of four letters or more match as prefixes (their stems)."""
+    return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
+
+
+class _Dates:
+    """The date each message was written under, from the chat's own date lines, cached
+    per (store, thread, summarized-through id): those messages never change."""
+
+    _cache: OrderedDict[tuple, tuple[list[int], list[dt.date]]] = OrderedDict()
+
+    @classmethod
+    def get(cls, store: Store, thread_id: int, through_id: int) -> tuple[list[int], list[dt.date]]:
+        key = (id(store.conn), thread_id, through_id)
+        if key in cls._cache:
+            cls._cache.move_to_end(key)
+            return cls._cache[key]
+        ids: list[int] = []
+        dates: list[dt.date] = []
+        for message_id, start in store.bracketed_starts(thread_id, through_id):
+            date = session_date(start)
+            if date is not None:
+                ids.append(message_id)
+                dates.append(date)
+        cls._cache[key] = (ids, dates)
+        if len(cls._cache) > 32:
+            cls._cache.popitem(last=False)
+        return ids, dates
+
+
+def _date_of(dates: tuple[list[int], list[dt.date]], message_id: int) -> dt.date | None:
+    ids, values = dates
+    index = bisect.bisect_right(ids, message_id) - 1
+    return values[index] if index >= 0 else None
+
+
+class Recaller:
+    """Finds and formats recall for one thread."""
+
+    def __init__(self, store: Store, counter: TokenCounter):
+        self.store = store
+        self.counter = counter
+
+    def recall(
+        self,
+        thread_id: int,
+        through_id: int,
+        query: str,
+        budget: int,
+        names_text: str = "",
+        exclude: frozenset[int] = frozenset(),
+    ) -> Recall:
+        """The best-matching summarized messages (≤ ``through_id``), each with its reply,
+        as one block of at most ``budget`` tokens (by ``count_text``)."""
+        names = names_from(names_text)
+        terms = query_terms(query, names)
+        if budget <= 0 or not terms or through_id <= 0:
+            return Recall(terms=terms)
+        hits = self.store.recall_hits(thread_id, through_id, fts_query(terms))
+        asked = {role for role, name in names.items()
+                 if re.search(rf"\b{re.escape(name)}\b", query or "", re.IGNORECASE)}
+        if len(asked) == 1:  # a question about one speaker: that speaker's words first
+            hits.sort(key=lambda h: h[2] * (NAMED_SPEAKER_BOOST if h[1] in asked else 1.0))
+        dates = _Dates.get(self.store, thread_id, through_id)
+        speakers = {"user": names.get("user", "User"), "assistant": names.get("assistant", "Assistant")}
+
+        fixed = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
+        spent = fixed
+        chosen: dict[int, str] = {}
+        for hit_id, _role, _rank in hits:
+            if hit_id in chosen or hit_id in exclude:
+                continue
+            group = [hit_id]
+            reply = self._next(thread_id, hit_id, through_id)
+            if reply is not None and reply not in chosen and reply not in exclude:
+                group.append(reply)
+            rows = self.store.messages_by_id(group)
+            lines = {}
+            for message_id in group:
+                row = rows.get(message_id)
+                if row is None or not isinstance(row.get("content"), str):
+                    continue
+                lines[message_id] = self._line(row, _date_of(dates, message_id), speakers)
+            if hit_id not in lines:
+                continue
+            cost = self.counter.count_text("\n".join(lines.values())) + 1
+            if spent + cost > budget:
+                continue
+            chosen.update(lines)
+            spent += cost
+        if not chosen:
+            return Recall(terms=terms)
+        ordered = sorted(chosen)
+        text = "\n".join([RECALL_HEADER, *(chosen[i] for i in ordered), RECALL_FOOTER])
+        return Recall(text=text, ids=ordered, terms=terms)
+
+    def _next(self, thread_id: int, message_id: int, through_id: int) -> int | None:
+        row = self.store.conn.execute(
+            "SELECT id, role FROM messages WHERE thread_id = ? AND id > ? ORDER BY id LIMIT 1",
+            (thread_id, message_id),
+        ).fetchone()
+        if row is None or row[0] > through_id or row[1] not in ("user", "assistant"):
+            return None
+        return int(row[0])
+
+    @staticmethod
+    def _line(row: dict, date: dt.date | None, speakers: dict[str, str]) -> str:
+        text = SESSION_DATE_RE.sub("", row["content"])
+        text = " ".join(_clean(text).split())
+        if len(text) > MAX_CHARS:
+            text = text[: MAX_CHARS - 1].rstrip() + "…"
+        text = resolve_relative(text, date)
+        when = f"{fmt_date(date)}, " if date else ""
+        return f"- {when}{speakers.get(row['role'], row['role'])}: {text}"
+
+
+def attach(block: str, content: str) -> str:
+    """The newest user message as the model sees it, recall first."""
+    return f"{block}\n\n{content}" if block else content
