@@ -106,6 +106,8 @@ def _add_runtime_commands(sub: Any) -> None:
     p = sub.add_parser("compact", help="compact a thread now and print the event")
     p.add_argument("thread", type=int)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-model", action="store_true",
+                   help="do not load the model: the extractive summarizer, heuristic counts")
 
     sub.add_parser("gui", help="start the desktop app (the default)")
 
@@ -245,6 +247,7 @@ def context_report(session, thread_id: int, draft: str | None = None,
         "system_tokens": b.system,
         "tool_tokens": b.tools,
         "summary_tokens": b.summary,
+        "recall_tokens": b.recall,
         "history_tokens": b.history,
         "draft_tokens": b.draft,
         "available": b.available,
@@ -262,6 +265,8 @@ def context_report(session, thread_id: int, draft: str | None = None,
         "dropped_turns": request.dropped_turns,
         "summary_id": summary.id if summary else None,
         "summary_fields": summary.fields if summary else None,
+        "recall": {"ids": request.recall.ids, "terms": request.recall.terms,
+                   "max_tokens": session.settings["context.recall_max_tokens"]},
         "compactions": session.store.compaction_events(thread_id),
         "messages": engine.describe(request),
     }
@@ -309,12 +314,17 @@ def _print_context(r: dict[str, Any]) -> None:
           + (f"; format {r['chat_format']}" if r["chat_format"] else "") + ")")
     print(f"budget      {r['budget']:>8,}  (window × {r['token_budget_ratio']})")
     for label, key in (("system", "system_tokens"), ("tools", "tool_tokens"),
-                       ("summary", "summary_tokens"), ("history", "history_tokens"),
+                       ("summary", "summary_tokens"), ("recall", "recall_tokens"),
+                       ("history", "history_tokens"),
                        ("draft", "draft_tokens"), ("available", "available"), ("free", "free")):
         print(f"{label:<11} {r[key]:>8,}")
     print(f"prompt      {r['predicted_prompt_tokens']:>8,}  (predicted)")
     print(f"protect     {r['protect_turns']:>8}  turns" + ("  (fallback)" if r["fallback"] else ""))
     print("messages    " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    recall = r.get("recall") or {}
+    if recall.get("ids"):
+        print(f"recall      {len(recall['ids'])} summarized messages shown with the newest message "
+              f"(searched: {' '.join(recall['terms'][:10])})")
     due = f"yes ({', '.join(r['triggers'])})" if r["compaction_due"] else "no"
     print(f"compaction  {due}")
 

@@ -135,3 +135,30 @@ def test_console_script_runs_as_a_subprocess(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0 and "no threads yet" in result.stdout
+
+
+def test_context_shows_recall_for_a_draft_after_compaction(capsys):
+    locomo = next(p for p in CHAT_FILES if p.stem == "locomo-26")
+    _, out, _ = run(capsys, "import", str(locomo))
+    thread = out.strip()
+    small = ("--set", "context.window=4096")
+    code, out, err = run(capsys, *small, "compact", thread, "--json", "--no-model")
+    assert code == 0 and json.loads(out)["outcome"] == "ok", err
+    question = "When did Caroline go to the LGBTQ support group?"
+    code, out, err = run(capsys, *small, "context", thread, "--json", "--no-model",
+                         "--draft", question)
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["recall"]["max_tokens"] == 512 and r["recall"]["terms"] == ["lgbtq", "support", "group"]
+    assert 0 < r["recall_tokens"] <= 512 and r["recall"]["ids"]
+    recalled = [m for m in r["messages"] if m["recalled"]]
+    assert [m["id"] for m in recalled] == r["recall"]["ids"]
+    assert {m["state"] for m in recalled} == {"summarized"}
+    assert r["predicted_prompt_tokens"] == (r["system_tokens"] + r["tool_tokens"] + r["summary_tokens"]
+                                            + r["recall_tokens"] + r["history_tokens"] + r["draft_tokens"])
+    code, out, _ = run(capsys, *small, "context", thread, "--no-model", "--draft", question)
+    assert code == 0 and f"recall      {len(r['recall']['ids'])} summarized messages" in out
+    # off is off
+    code, out, _ = run(capsys, *small, "--set", "context.recall_max_tokens=0", "context", thread,
+                       "--json", "--no-model", "--draft", question)
+    assert json.loads(out)["recall_tokens"] == 0 and json.loads(out)["recall"]["ids"] == []

@@ -501,7 +501,8 @@ def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, 
     dock = window.inspector
     assert dock.request_table.rowCount() == 1 + 8  # system + the 4 unsummarized turns
     states = {dock.request_table.item(r, 3).text() for r in range(dock.request_table.rowCount())}
-    assert states == {"verbatim"}
+    assert states == {"verbatim"}  # the newest turn is answered: nothing to recall for
+    assert dock.report["recalled_ids"] == []
     assert dock.summaries.topLevelItemCount() == 1 and dock.events.rowCount() == 1
     assert dock.chart.points["values"] == [700, 320]
     assert dock.chart.points["compactions"][0]["index"] == 1

@@ -122,7 +122,7 @@ def test_meter_parts_are_the_breakdown(fresh_store):
     b = engine.build(thread, draft="a draft message").breakdown
     parts = {p.name: p.tokens for p in meter_parts(b)}
     assert parts == {"system": b.system, "tools": b.tools, "summary": b.summary,
-                     "history": b.history, "draft": b.draft, "free": b.free}
+                     "recall": b.recall, "history": b.history, "draft": b.draft, "free": b.free}
     assert sum(p.fraction for p in meter_parts(b)) == pytest.approx(1.0)
 
 
@@ -185,3 +185,22 @@ def test_inspector_report_lists_the_exact_request(fresh_store, tmp_path):
     assert report["summaries"][0]["turns"] == "1–2"
     assert report["chart"]["values"] == [900]
     assert report["events"][0]["tokens_before"] == 41200
+
+
+def test_inspector_report_shows_what_recall_adds(fresh_store, tmp_path):
+    thread = add_chat(fresh_store, 5)
+    ids = [r["id"] for r in fresh_store.messages(thread)]
+    add_summary(fresh_store, thread, ids[3])
+    settings = load_settings(tmp_path / "c.toml", env={}).with_overrides({"context.window": "4096"})
+    engine = engine_for(fresh_store, HeuristicCounter(), settings)
+    draft = fresh_store.messages(thread)[0]["content"]  # asks again what a summarized one said
+    report = inspector_report(fresh_store, engine, thread, draft=draft)
+    request = engine.build(thread, draft=draft)
+    assert request.recall.ids and report["recalled_ids"] == request.recall.ids
+    assert all(i <= ids[3] for i in request.recall.ids)
+    # one row for the block, just before the message it travels with, at its exact cost
+    assert [r["state"] for r in report["request"][-2:]] == ["recalled", "draft"]
+    assert report["request"][-2]["tokens"] == report["breakdown"]["recall"] > 0
+    assert sum(r["tokens"] for r in report["request"]) == request.predicted_prompt_tokens
+    assert [p.name for p in meter_parts(report["breakdown"])][:4] == [
+        "system", "tools", "summary", "recall"]

@@ -47,7 +47,7 @@ SUMMARY_FIELDS: tuple[tuple[str, str], ...] = (
 DIMMED_STATES = frozenset({"summarized", "dropped"})
 
 #: the meter's segments, left to right, then "free"
-METER_PARTS: tuple[str, ...] = ("system", "tools", "summary", "history", "draft")
+METER_PARTS: tuple[str, ...] = ("system", "tools", "summary", "recall", "history", "draft")
 
 ROLE_LABELS = {"user": "You", "assistant": "Iris", "system": "System", "tool": "Tool"}
 
@@ -304,7 +304,7 @@ def _b(breakdown: Breakdown | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def meter_parts(breakdown: Breakdown | Mapping[str, Any]) -> list[MeterPart]:
-    """The stacked bar: system | tools | summary | history | draft | free, exactly the
+    """The stacked bar: system | tools | summary | recall | history | draft | free, exactly the
     engine's numbers (free may be negative when a request overflows; drawn as 0)."""
     b = _b(breakdown)
     window = max(int(b["window"]), 1)
@@ -569,6 +569,14 @@ def inspector_report(
         if draft is not None:
             rows.append({"id": None, "role": "user", "turn": None, "state": "draft",
                          "tokens": b.draft, "preview": _preview(draft)})
+        if request.recall.ids:  # the block travels with the newest user message
+            at = max(i for i, r in enumerate(rows) if r["role"] == "user")
+            rows.insert(at, {
+                "id": None, "role": "recall", "turn": None, "state": "recalled",
+                "tokens": b.recall,
+                "preview": f"{len(request.recall.ids)} summarized messages recalled for "
+                           f"“{' '.join(request.recall.terms[:8])}”: ids "
+                           + ", ".join(str(i) for i in request.recall.ids)})
         counts: dict[str, int] = {}
         for m in described.values():
             counts[m["state"]] = counts.get(m["state"], 0) + 1
@@ -577,6 +585,7 @@ def inspector_report(
             fallback=request.fallback, compaction_due=request.compaction_due,
             triggers=list(request.triggers), counter=request.counter,
             predicted_prompt_tokens=request.predicted_prompt_tokens,
+            recalled_ids=list(request.recall.ids),
         )
     report["summaries"] = [
         {"id": s.id, "prev_id": s.prev_id, "turns": f"{s.first_turn}–{s.last_turn}",

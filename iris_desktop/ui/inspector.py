@@ -133,7 +133,10 @@ class InspectorDock(QDockWidget):
                 f"{len(report['request'])} messages, {tokens(report['predicted_prompt_tokens'])} "
                 f"tokens of a {tokens(b['window'])} window (counted with {report['counter']}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
-                f"{tokens(b['summary'])}, history {tokens(b['history'])}, draft {tokens(b['draft'])}. "
+                f"{tokens(b['summary'])}, recall {tokens(b.get('recall', 0))}"
+                + (f" ({len(report.get('recalled_ids') or [])} summarized messages)"
+                   if report.get("recalled_ids") else "")
+                + f", history {tokens(b['history'])}, draft {tokens(b['draft'])}. "
                 f"Protected turns: {report['protect_turns']}"
                 + (" (fallback)" if report["fallback"] else "")
                 + (f". Compaction due ({', '.join(report['triggers'])})."

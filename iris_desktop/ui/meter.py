@@ -19,13 +19,14 @@ PART_COLORS = {
     "system": QColor(120, 130, 150),
     "tools": QColor(160, 110, 200),
     "summary": QColor(220, 150, 40),
+    "recall": QColor(200, 90, 110),
     "history": QColor(60, 140, 220),
     "draft": QColor(60, 180, 120),
 }
 
 
 class BudgetMeter(QWidget):
-    """Stacked bar system | tools | summary | history | draft | free, threshold marked."""
+    """Stacked bar system | tools | summary | recall | history | draft | free, threshold marked."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
