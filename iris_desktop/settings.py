@@ -212,7 +212,9 @@ _ALL: tuple[Setting, ...] = (
         "context.recall_max_tokens", "int", 512,
         "Tokens for recall: earlier messages that a summary replaced, found by full-text "
         "search on your newest message and shown to the model with it, dated. Recall only "
-        "uses space the verbatim history leaves free (0 = off).",
+        "uses space the verbatim history leaves free. The block changes with every message, "
+        "so each request evaluates it anew: on a slow CPU a smaller value answers sooner "
+        "(0 = off).",
         minimum=0, maximum=8192, unit="tokens",
     ),
     Setting(

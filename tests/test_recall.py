@@ -41,7 +41,7 @@ def locomo():
 
 
 def test_query_terms_skip_stopwords_question_words_and_speakers(fresh_store):
-    names = {"user": "Caroline", "assistant": "Melanie"}
+    names = {"user": ["Caroline"], "assistant": ["Mel", "Melanie"]}
     assert query_terms(QUESTION, names) == ["lgbtq", "support", "group"]
     assert query_terms("What paintings did Melanie make?", names) == ["paint", "make"]
     assert query_terms("", names) == [] and query_terms("did you? what!", names) == []
@@ -70,7 +70,7 @@ def test_recall_finds_the_summarized_answer_dated(fresh_store, locomo):
     assert block.startswith(RECALL_HEADER) and block.endswith(f"{RECALL_FOOTER}\n\n{QUESTION}")
     # the message that says it, with "yesterday" anchored to the session's date
     assert "LGBTQ support group yesterday (7 May 2023)" in block
-    assert "- 8 May 2023, Caroline: " in block  # dated, and named as the chat names her
+    assert "\n8 May 2023:\n- Caroline: " in block  # dated, and named as the chat names her
     assert {m["id"] for m in described if m["recalled"]} == set(recall.ids)
     assert all(m["state"] == "summarized" for m in described if m["recalled"])
     assert snapshot(fresh_store, thread) == before  # only the request carries the block

@@ -29,6 +29,18 @@ MONTHS = {m: i for i, m in enumerate(
      "october", "november", "december"], start=1)}
 MONTH_NAMES = [m.capitalize() for m in MONTHS]
 WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+WEEKDAY_ABBREVIATIONS = {"mon": "monday", "tue": "tuesday", "tues": "tuesday", "wed": "wednesday",
+                         "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday",
+                         "sat": "saturday", "sun": "sunday"}
+WEEKDAY_WORDS = WEEKDAYS + sorted(WEEKDAY_ABBREVIATIONS, key=len, reverse=True)
+NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+                "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2}
+
+
+def _weekday(word: str) -> str:
+    """'fri' → 'Friday'; 'week' and 'weekend' stay as they are."""
+    word = WEEKDAY_ABBREVIATIONS.get(word, word)
+    return word.capitalize() if word in WEEKDAYS else word
 NUMBER_RE = re.compile(r"\b\d[\d,.:]*\b")
 NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*")
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(\[])")
@@ -102,12 +114,16 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
         sub(r"\btomorrow\b", fmt_date(today + dt.timedelta(days=1)))
     if re.search(r"\b(?:today|tonight|this morning|this afternoon)\b", lowered):
         sub(r"\b(?:today|tonight|this morning|this afternoon)\b", anchor)
-    match = re.search(r"\b(?:last|this past) (week(?:end)?|" + "|".join(WEEKDAYS) + r")\b", lowered)
+    day = r"(week(?:end)?|" + "|".join(WEEKDAY_WORDS) + r")"
+    match = re.search(r"\b(?:last|this past) " + day + r"\b", lowered)
     if match:
-        sub(re.escape(match.group(0)), f"the {match.group(1)} before {anchor}")
-    match = re.search(r"\bnext (week(?:end)?|" + "|".join(WEEKDAYS) + r")\b", lowered)
+        sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} before {anchor}")
+    match = re.search(r"\bnext " + day + r"\b", lowered)
     if match:
-        sub(re.escape(match.group(0)), f"the {match.group(1)} after {anchor}")
+        sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} after {anchor}")
+    match = re.search(r"\bthis (week(?:end)?)\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"the {match.group(1)} of {anchor}")
     if "last month" in lowered:
         prev = today.replace(day=1) - dt.timedelta(days=1)
         sub(r"\blast month\b", f"{MONTH_NAMES[prev.month - 1]} {prev.year}")
@@ -116,16 +132,23 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
         sub(r"\bnext month\b", f"{MONTH_NAMES[nxt.month - 1]} {nxt.year}")
     match = re.search(r"\blast (spring|summer|fall|autumn|winter)\b", lowered)
     if match:
-        sub(re.escape(match.group(0)), f"{match.group(1)} {today.year - 1}")
+        sub(re.escape(match.group(0)), f"the {match.group(1)} of {today.year - 1}")
     if "last year" in lowered:
         sub(r"\blast year\b", str(today.year - 1))
     if "this year" in lowered:
         sub(r"\bthis year\b", str(today.year))
     if "next year" in lowered:
         sub(r"\bnext year\b", str(today.year + 1))
-    match = re.search(r"\b(?:a few|a couple of|\w+) (?:days|weeks|months|years) ago\b", lowered)
+    match = re.search(r"\b(a few|a couple of|\w+) (days?|weeks?|months?|years?) ago\b", lowered)
     if match:
-        sub(re.escape(match.group(0)), f"before {anchor}")
+        count = NUMBER_WORDS.get(match.group(1), int(match.group(1)) if match.group(1).isdigit() else None)
+        unit = match.group(2).rstrip("s")
+        if unit == "day" and count is not None:  # an exact day
+            sub(re.escape(match.group(0)), fmt_date(today - dt.timedelta(days=count)))
+        elif unit == "year" and count is not None:
+            sub(re.escape(match.group(0)), f"{count} years ago from {anchor}, about {today.year - count}")
+        else:
+            sub(re.escape(match.group(0)), f"before {anchor}")
     return sentence
 
 
@@ -152,9 +175,10 @@ GENERIC = set(
 WORD_RE = re.compile(r"[A-Za-z][A-Za-z'+\-]*")
 
 
-def speaker_names(messages: list[Message]) -> dict[str, str]:
+def speaker_aliases(messages: list[Message]) -> dict[str, list[str]]:
     """Who 'user' and 'assistant' are, when the chat says so: each side greets the other
-    by name ("Hey Mel!", "Thanks, Caroline")."""
+    by name ("Hey Mel!", "Thanks, Caroline"). The most used name first, then others used
+    at least twice ("Melanie")."""
     votes: dict[str, Counter] = {"user": Counter(), "assistant": Counter()}
     other = {"user": "assistant", "assistant": "user"}
     for message in messages:
@@ -165,15 +189,20 @@ def speaker_names(messages: list[Message]) -> dict[str, str]:
         match = GREETING_NAME_RE.match(text)
         if match and match.group(1).lower() not in STOPWORDS:
             votes[other[role]][match.group(1)] += 1
-    names = {}
+    aliases: dict[str, list[str]] = {}
     for role, counter in votes.items():
-        if counter:
-            name, count = counter.most_common(1)[0]
-            if count >= 3:
-                names[role] = name
-    if len(set(names.values())) < len(names):
+        ranked = counter.most_common()
+        if ranked and ranked[0][1] >= 3:
+            aliases[role] = [name for name, count in ranked if count >= 2][:3]
+    primary = [names[0] for names in aliases.values()]
+    if len(set(primary)) < len(primary):
         return {}
-    return names
+    return aliases
+
+
+def speaker_names(messages: list[Message]) -> dict[str, str]:
+    """{role: the name the chat uses most for it}; see ``speaker_aliases``."""
+    return {role: names[0] for role, names in speaker_aliases(messages).items()}
 
 
 def _content_words(sentence: str) -> set[str]:
@@ -271,7 +300,8 @@ class ExtractiveSummarizer:
                       and isinstance(m.get("content"), str) and m["content"].strip()]
         paths = _paths(messages)
         previous = previous or ConversationSummary()
-        names = speaker_names(messages) or names_from(previous.relationship_dynamics)
+        aliases = speaker_aliases(messages) or aliases_from(previous.relationship_dynamics)
+        names = {role: found[0] for role, found in aliases.items()}
 
         requests = [_clip(SESSION_DATE_RE.sub("", message_text(m)), 100) for m in users[-1:]]
         conclusions = [_clip(a["content"], 100) for a in assistants[-1:]]
@@ -293,7 +323,7 @@ class ExtractiveSummarizer:
             relevant_files=_merge(previous.relevant_files, paths, 12),
             active_goals=requests or previous.active_goals,
             emotional_thread=_clip(emotions[-1], 80) if emotions else previous.emotional_thread,
-            relationship_dynamics=_dynamics(users, assistants, names)
+            relationship_dynamics=_dynamics(users, assistants, aliases)
             or previous.relationship_dynamics,
             evolving_themes=_merge(previous.evolving_themes, themes, 6),
             facts=list(previous.facts),
@@ -401,18 +431,25 @@ def _themes(messages: list[Message], names: dict[str, str] | None = None) -> lis
 DYNAMICS_RE = re.compile(r"^The user is (\w+)(?: and the assistant is (\w+))?")
 
 
-def _dynamics(users, assistants, names: dict[str, str]) -> str:
+def _dynamics(users, assistants, names: dict[str, list[str]]) -> str:
     if not users and not assistants:
         return ""
     if names:
-        who = " and ".join(f"the {role} is {name}" for role, name in sorted(
-            names.items(), key=lambda item: item[0] != "user"))
+        who = " and ".join(
+            f"the {role} is {aliases[0]}" + (f" (also {', '.join(aliases[1:])})" if aliases[1:] else "")
+            for role, aliases in sorted(names.items(), key=lambda item: item[0] != "user"))
         return f"{who[0].upper()}{who[1:]}; {len(users)} and {len(assistants)} messages archived."
     return (f"{len(users)} user messages and {len(assistants)} assistant replies in the "
             "archived part.")
 
 
-def names_from(dynamics: str) -> dict[str, str]:
+def aliases_from(dynamics: str) -> dict[str, list[str]]:
     """The speaker names an earlier summary recorded (see ``_dynamics``)."""
-    found = dict(re.findall(r"\bthe (user|assistant) is ([A-Z][a-z]+)", dynamics or "", re.IGNORECASE))
-    return {role.lower(): name for role, name in found.items()}
+    found = re.findall(r"\bthe (user|assistant) is ([A-Z][a-z]+)(?: \(also ([A-Za-z, ]+)\))?",
+                       dynamics or "", re.IGNORECASE)
+    return {role.lower(): [name, *(a.strip() for a in more.split(",") if a.strip())]
+            for role, name, more in found}
+
+
+def names_from(dynamics: str) -> dict[str, str]:
+    return {role: aliases[0] for role, aliases in aliases_from(dynamics).items()}

@@ -3,13 +3,15 @@
 A summary of a few hundred tokens cannot hold everything a long chat said, but the
 full history stays in SQLite. Before each request Iris searches the *summarized*
 messages (FTS5, bm25) for the words of the user's newest message and shows the best
-matches to the model with that message, dated and verbatim, each with the reply that
-followed it (the answer to "what dance did you do?" is in the next message):
+matches to the model with that message, dated and verbatim, each with the two messages
+that follow it: what a question asks is usually in the reply, and the details in the
+speaker's next words ("we did a contemporary piece called 'Finding Freedom'"):
 
     [Recalled from earlier in this chat: messages the summary replaced, dated]
-    - 25 May 2023, Melanie: I ran a charity race for mental health last Saturday (the
-      Saturday before 25 May 2023)
-    - 25 May 2023, Caroline: That's awesome! …
+    25 May 2023:
+    - Mel: I ran a charity race for mental health last Saturday (the Saturday before 25
+      May 2023) …
+    - Caroline: That's awesome! …
     [End of recalled messages]
 
 Recall never displaces verbatim history: it uses only what the history budget leaves
@@ -31,8 +33,8 @@ from iris_desktop.core.extractive import (
     SESSION_DATE_RE,
     STOPWORDS,
     _clean,
+    aliases_from,
     fmt_date,
-    names_from,
     resolve_relative,
     session_date,
 )
@@ -46,7 +48,8 @@ QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "
 WORD_RE = re.compile(r"[A-Za-z0-9]+")
 MAX_TERMS = 24
 MAX_CHARS = 600  # one recalled message at most (a long agent message is clipped)
-NAMED_SPEAKER_BOOST = 2.5  # "what did Caroline say…": Caroline's own messages first
+FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker again
+NAMED_SPEAKER_BOOST = 1.5  # "what did Caroline say…": Caroline's own messages first
 
 
 @dataclass
@@ -56,10 +59,10 @@ class Recall:
     terms: list[str] = field(default_factory=list)  # what was searched for
 
 
-def query_terms(text: str, names: dict[str, str] | None = None) -> list[str]:
+def query_terms(text: str, names: dict[str, list[str]] | None = None) -> list[str]:
     """The searchable words of a message: no stopwords, no question words, no speaker
     names (a name is who speaks, not what is said), crude stems ('painting' → 'paint')."""
-    skip = STOPWORDS | QUESTION_WORDS | {n.lower() for n in (names or {}).values()}
+    skip = STOPWORDS | QUESTION_WORDS | {n.lower() for found in (names or {}).values() for n in found}
     terms: list[str] = []
     for word in WORD_RE.findall(text or ""):
         lowered = word.lower()
@@ -135,49 +138,66 @@ class Recaller:
         names_text: str = "",
         exclude: frozenset[int] = frozenset(),
     ) -> Recall:
-        """The best-matching summarized messages (≤ ``through_id``), each with its reply,
-        as one block of at most ``budget`` tokens (by ``count_text``)."""
-        names = names_from(names_text)
+        """The best-matching summarized messages (≤ ``through_id``), each with the messages
+        that follow it, as one block of at most ``budget`` tokens (by ``count_text``)."""
+        names = aliases_from(names_text)
         terms = query_terms(query, names)
         if budget <= 0 or not terms or through_id <= 0:
             return Recall(terms=terms)
         hits = self.store.recall_hits(thread_id, through_id, fts_query(terms))
-        asked = {role for role, name in names.items()
+        asked = {role for role, found in names.items() for name in found
                  if re.search(rf"\b{re.escape(name)}\b", query or "", re.IGNORECASE)}
         if len(asked) == 1:  # a question about one speaker: that speaker's words first
             hits.sort(key=lambda h: h[2] * (NAMED_SPEAKER_BOOST if h[1] in asked else 1.0))
         dates = _Dates.get(self.store, thread_id, through_id)
-        speakers = {"user": names.get("user", "User"), "assistant": names.get("assistant", "Assistant")}
+        speakers = {"user": names.get("user", ["User"])[0],
+                    "assistant": names.get("assistant", ["Assistant"])[0]}
 
-        fixed = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
-        spent = fixed
-        chosen: dict[int, str] = {}
+        spent = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
+        chosen: dict[int, tuple[str, str]] = {}  # id → (date heading, line)
+        headings: set[str] = set()
         for hit_id, _role, _rank in hits:
             if hit_id in chosen or hit_id in exclude:
                 continue
             group = [hit_id]
-            reply = self._next(thread_id, hit_id, through_id)
-            if reply is not None and reply not in chosen and reply not in exclude:
-                group.append(reply)
+            current = hit_id
+            for _ in range(FOLLOWING):
+                current = self._next(thread_id, current, through_id)
+                if current is None or current in exclude:
+                    break
+                if current not in chosen:
+                    group.append(current)
             rows = self.store.messages_by_id(group)
-            lines = {}
+            lines: dict[int, tuple[str, str]] = {}
             for message_id in group:
                 row = rows.get(message_id)
                 if row is None or not isinstance(row.get("content"), str):
                     continue
-                lines[message_id] = self._line(row, _date_of(dates, message_id), speakers)
+                date = _date_of(dates, message_id)
+                lines[message_id] = (fmt_date(date) if date else "", self._line(row, date, speakers))
             if hit_id not in lines:
                 continue
-            cost = self.counter.count_text("\n".join(lines.values())) + 1
+            new_headings = {h for h, _ in lines.values() if h and h not in headings}
+            cost = self.counter.count_text("\n".join(
+                [*(f"{h}:" for h in sorted(new_headings)), *(line for _, line in lines.values())])) + 1
             if spent + cost > budget:
                 continue
             chosen.update(lines)
+            headings |= new_headings
             spent += cost
         if not chosen:
             return Recall(terms=terms)
         ordered = sorted(chosen)
-        text = "\n".join([RECALL_HEADER, *(chosen[i] for i in ordered), RECALL_FOOTER])
-        return Recall(text=text, ids=ordered, terms=terms)
+        out = [RECALL_HEADER]
+        current_heading = None
+        for message_id in ordered:  # dated once per session, as the ledger is
+            heading, line = chosen[message_id]
+            if heading and heading != current_heading:
+                out.append(f"{heading}:")
+                current_heading = heading
+            out.append(line)
+        out.append(RECALL_FOOTER)
+        return Recall(text="\n".join(out), ids=ordered, terms=terms)
 
     def _next(self, thread_id: int, message_id: int, through_id: int) -> int | None:
         row = self.store.conn.execute(
@@ -195,8 +215,7 @@ class Recaller:
         if len(text) > MAX_CHARS:
             text = text[: MAX_CHARS - 1].rstrip() + "…"
         text = resolve_relative(text, date)
-        when = f"{fmt_date(date)}, " if date else ""
-        return f"- {when}{speakers.get(row['role'], row['role'])}: {text}"
+        return f"- {speakers.get(row['role'], row['role'])}: {text}"
 
 
 def attach(block: str, content: str) -> str:
