@@ -52,10 +52,10 @@ def one_token(model: LocalModel, messages: list[dict]):
     return model.last_stats
 
 
-def run_iris(model, pairs, window, skip=0) -> list[dict]:
+def run_iris(model, pairs, window, skip=0, recall=512) -> list[dict]:
     rows = []
     counter = model.counter()
-    params = ContextParams(window=window, system_prompt=SYSTEM)
+    params = ContextParams(window=window, system_prompt=SYSTEM, recall_max_tokens=recall)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.db")
         thread = store.create_thread("bench")
@@ -80,6 +80,7 @@ def run_iris(model, pairs, window, skip=0) -> list[dict]:
                 "reused": stats.reused_tokens, "ttft": stats.time_to_first_token_s,
                 "new": max(stats.prompt_tokens - previous_prompt, 0), "compacted": compacted,
                 "predicted": request.predicted_prompt_tokens,
+                "recall": request.breakdown.recall,
             })
             previous_prompt = stats.prompt_tokens
             print(f"iris turn {n}: prompt {stats.prompt_tokens}, evaluated {stats.evaluated_tokens}",
@@ -128,6 +129,8 @@ def main() -> None:
                         help="turns that are already history when the measured session starts")
     parser.add_argument("--chat", default="locomo-26")
     parser.add_argument("--window", type=int, default=8192)
+    parser.add_argument("--recall", type=int, default=512,
+                        help="context.recall_max_tokens for Iris (the shipped default is 512)")
     args = parser.parse_args()
     import json
 
@@ -135,7 +138,7 @@ def main() -> None:
     pairs = turns_of(messages)[: args.turns]
     model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=args.window)
     try:
-        iris = run_iris(model, pairs, args.window, args.skip)
+        iris = run_iris(model, pairs, args.window, args.skip, args.recall)
         model.llm.reset()
         rolling = run_rolling(model, pairs, args.window, args.skip)
     finally:
@@ -171,6 +174,11 @@ def main() -> None:
               f"({iris_ttft / roll_ttft:.3f}×; goal ≤ 0.1×)")
     over = [a for a in iris[1:] if not a["compacted"] and a["evaluated"] > a["new"] + 2]
     print(f"\nIris turns (outside compaction) that evaluated more than the new tokens: {len(over)}")
+    recalled = [a["recall"] for a in iris if a["recall"]]
+    if recalled:  # the previous message loses its block, so evaluation restarts there
+        print(f"Iris requests with recall: {len(recalled)}/{len(iris)}, median block "
+              f"{statistics.median(recalled):,.0f} tokens (re-evaluated each turn, with the "
+              "previous message and reply)")
     comp = [a for a in iris if a["compacted"]]
     print(f"Iris compactions: {len(comp)}; evaluated on those turns: "
           + ", ".join(f"{a['evaluated']:,}" for a in comp))

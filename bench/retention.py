@@ -7,7 +7,12 @@ the model would see (summary fields + verbatim tail): normalized text match, or
 token-F1 ≥ 0.5 against any sentence.
 
 Compared in one table:
-- extractive: Iris's deterministic summarizer (eight fields + dated fact ledger);
+- extractive: Iris's deterministic summarizer (eight fields + dated fact ledger), summary
+  and tail only, the issue's definition of what the model sees;
+- Iris ships (summary + recall): the question is sent as the next message, and the
+  request the engine builds is searched: summary, tail, and the summarized messages
+  recalled for the question (``context.recall_max_tokens``, default 512), without the
+  question's own words;
 - LLM: the bundled model's grammar-constrained eight fields, without the ledger;
 - Iris ships: the LLM fields plus the ledger (what Iris really injects);
 - truncation: the tail alone;
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,8 +121,10 @@ def bullets(model, lines: list[str], max_tokens: int = 512) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=4096)
-    parser.add_argument("--llm-chats", type=int, default=2)
+    parser.add_argument("--llm-chats", type=int, default=0)
     parser.add_argument("--chats", type=int, default=10)
+    parser.add_argument("--recall", type=int, nargs="*", default=[512],
+                        help="recall budgets to measure (tokens; the default setting is 512)")
     args = parser.parse_args()
 
     model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=8192)
@@ -127,8 +135,17 @@ def main() -> None:
     tokens: dict[str, list[int]] = {}
     per_chat = []
 
+    by_category: dict[str, Counter] = {}
+    CATEGORY = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+
+    def tally(name: str, probe: dict, found: bool) -> bool:
+        counts = by_category.setdefault(name, Counter())
+        counts[(probe["category"], "n")] += 1
+        counts[(probe["category"], "hit")] += found
+        return found
+
     def score(name: str, view: View, probes: list[dict], used: int) -> int:
-        hits = sum(view.finds(p["answer"]) for p in probes)
+        hits = sum(tally(name, p, view.finds(p["answer"])) for p in probes)
         totals.setdefault(name, [0, 0])
         totals[name][0] += hits
         totals[name][1] += len(probes)
@@ -160,6 +177,23 @@ def main() -> None:
             row["extractive"] = score("extractive", View(ext.render() + "\n" + tail_text), probes,
                                       summary_row.tokens + tail_tokens)
             row["truncation"] = score("truncation", View(tail_text), probes, tail_tokens)
+            for budget in args.recall:
+                recaller = ContextEngine(store, counter, replace(params, recall_max_tokens=budget))
+                hits, seen = 0, []
+                for probe in probes:
+                    asked = recaller.build(thread, draft=probe["question"])
+                    *earlier, last = asked.messages
+                    block = last["content"][: -len(probe["question"])]  # not the question itself
+                    text = "\n".join([*(m["content"] or "" for m in earlier), block])
+                    name = f"Iris ships (summary + recall {budget})"
+                    hits += tally(name, probe, View(text).finds(probe["answer"]))
+                    b = asked.breakdown
+                    seen.append(b.summary + b.recall + b.history)
+                totals.setdefault(name, [0, 0])
+                totals[name][0] += hits
+                totals[name][1] += len(probes)
+                tokens.setdefault(name, []).append(sum(seen) / max(len(seen), 1))
+                row[f"recall_{budget}"] = hits
             if index < args.llm_chats:
                 llm_thread = store.create_thread("llm")
                 store.add_messages(llm_thread, data["messages"])
@@ -188,12 +222,14 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     model.close()
 
-    print(f"\nwindow {args.window}, summary cap 768, counter {counter.name}, "
+    print(f"\nwindow {args.window}, summary cap 768, tokens seen = summary + recall + tail; "
+          f"counter {counter.name}, "
           f"{time.perf_counter() - started:.0f} s\n")
     print("| method | chats | probes (evidence summarized) | found | retention | "
           "tokens seen (mean) |")
     print("|---|---:|---:|---:|---:|---:|")
-    order = ["truncation", "bullets-512", "LLM", "extractive", "Iris ships (LLM + ledger)"]
+    order = ["truncation", "bullets-512", "LLM", "extractive", "Iris ships (LLM + ledger)",
+             *(f"Iris ships (summary + recall {b})" for b in args.recall)]
     for name in order:
         if name not in totals:
             continue
@@ -201,6 +237,15 @@ def main() -> None:
         chats = len(tokens[name])
         print(f"| {name} | {chats} | {n:,} | {hit:,} | {hit / max(n, 1):.1%} | "
               f"{sum(tokens[name]) / chats:,.0f} |")
+    print("\n| method | " + " | ".join(CATEGORY.values()) + " |")
+    print("|---|" + "---:|" * len(CATEGORY))
+    for name in order:
+        if name not in by_category:
+            continue
+        counts = by_category[name]
+        cells = [f"{counts[(c, 'hit')]}/{counts[(c, 'n')]} ({counts[(c, 'hit')] / max(counts[(c, 'n')], 1):.0%})"
+                 for c in CATEGORY]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -34,13 +34,15 @@ def main() -> None:
     parser.add_argument("--chat", default="locomo-26")
     parser.add_argument("--window", type=int, default=8192)
     parser.add_argument("--llm", action="store_true", help="LLM summaries (slow); default extractive")
+    parser.add_argument("--recall", type=int, default=512,
+                        help="context.recall_max_tokens for Iris (the shipped default is 512)")
     parser.add_argument("--plot", default=str(REPO / "docs" / "img" / "sawtooth.png"))
     args = parser.parse_args()
 
     data = json.loads((CORPUS / "long-chats" / f"{args.chat}.json").read_text())
     model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=args.window)
     counter = model.counter()
-    params = ContextParams(window=args.window, system_prompt=SYSTEM)
+    params = ContextParams(window=args.window, system_prompt=SYSTEM, recall_max_tokens=args.recall)
     series: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "s.db")
