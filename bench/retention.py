@@ -81,18 +81,6 @@ class View:
         return any(f1(words, s) >= 0.5 for s in self.sentences if s)
 
 
-def compact_fully(store, thread, compactor) -> list[dict]:
-    events = []
-    for _ in range(12):
-        trigger, _ = compactor.check(thread)
-        if trigger == "none":
-            break
-        events.append(compactor.compact(thread, trigger))
-        if events[-1]["outcome"] != "ok":
-            break
-    return events
-
-
 def bullets(model, lines: list[str], max_tokens: int = 512) -> str:
     """Jan-style baseline: a bullet summary, folded chunk by chunk, ≤ 512 tokens."""
     counter = model.counter()
@@ -160,7 +148,7 @@ def main() -> None:
             thread = store.create_thread(path.stem)
             ids = store.add_messages(thread, data["messages"])
             extractive = Compactor(store, counter, params)
-            events = compact_fully(store, thread, extractive)
+            events = extractive.compact_while_due(thread)
             engine = ContextEngine(store, counter, params)
             request = engine.build(thread)
             summary_row = store.latest_summary(thread)
@@ -200,7 +188,7 @@ def main() -> None:
                 # the app gives up after 180 s; here the LLM path is measured to the end
                 with_llm = Compactor(store, counter, params, runtime=model,
                                      settings=CompactionSettings(timeout_s=3600))
-                llm_events = compact_fully(store, llm_thread, with_llm)
+                llm_events = with_llm.compact_while_due(llm_thread)
                 llm_row = store.latest_summary(llm_thread)
                 shipped = ConversationSummary.from_fields(llm_row.fields)
                 llm_only = ConversationSummary.from_fields({**llm_row.fields, "facts": []})

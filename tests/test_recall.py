@@ -26,12 +26,8 @@ def params(window=4096, recall=512, **kw):
 def compacted(store, messages, counter, p):
     thread = store.create_thread("t")
     store.add_messages(thread, messages)
-    compactor = Compactor(store, counter, p)
-    for _ in range(12):
-        trigger, _ = compactor.check(thread)
-        if trigger == "none":
-            break
-        assert compactor.compact(thread, trigger)["outcome"] == "ok"
+    events = Compactor(store, counter, p).compact_while_due(thread)
+    assert all(e["outcome"] == "ok" for e in events)
     return thread
 
 

@@ -509,6 +509,31 @@ def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, 
     assert "4 summarized" in dock.request_label.text()
 
 
+def test_typed_question_shows_recall_in_the_meter_and_inspector(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(6))
+    from iris_desktop.core.store import Store
+
+    with Store(Session(data_dir).paths.db_path) as store:
+        ids = [r["id"] for r in store.messages(thread)]
+        store.add_summary(thread, {
+            "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[3],
+            "first_turn": 1, "last_turn": 2, "fields": FIELDS, "text": "x", "tokens": 30,
+            "counter": "heuristic", "path": "extractive"})
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    window.inspector.toggleViewAction().trigger()
+    window.composer.set_text("What was question 1 about?")
+    qtbot.waitUntil(lambda: (window.inspector.report or {}).get("recalled_ids"), timeout=10_000)
+    qtbot.waitUntil(lambda: window.meter.breakdown and window.meter.breakdown["recall"] > 0,
+                    timeout=10_000)
+    dock = window.inspector
+    settle(qtbot, window)
+    states = [dock.request_table.item(r, 3).text() for r in range(dock.request_table.rowCount())]
+    assert states[-2:] == ["recalled", "draft"]
+    assert all(i <= ids[3] for i in dock.report["recalled_ids"])
+    assert window.meter.breakdown["recall"] == dock.report["breakdown"]["recall"]
+
+
 def test_about_names_every_version(make_window):
     import llama_cpp
     from PySide6.QtCore import qVersion

@@ -174,12 +174,17 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     dialog.reject()
     idle()
 
-    # inspector: the long chat after its compaction and one more real request
+    # inspector: the long chat after its compaction and one more real request, then a
+    # question typed (not sent) about a summarized message: the meter and the inspector
+    # show what recall adds to the next request
     say("And how is your pottery class going?")
+    window.composer.set_text("When did you go to the LGBTQ support group?")
     window.inspector.show()
     window.resizeDocks([window.inspector], [620], Qt.Orientation.Horizontal)
     idle()
     window.refresh_inspector()
+    wait(lambda: window.inspector.report is not None
+         and window.inspector.report.get("recalled_ids") is not None)
     idle()
     entries = transcript.entries()
     divider = next((e for e in entries if e.kind == "divider"), None)

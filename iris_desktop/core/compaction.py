@@ -128,6 +128,19 @@ class Compactor:
             return "budget", None
         return request.trigger, request
 
+    def compact_while_due(self, thread_id: int, tools_text: str = "", limit: int = 12) -> list[dict]:
+        """Compact until no trigger is due (a chain, for an imported long chat); stops at the
+        first event that is not ``ok``. Returns the events."""
+        events: list[dict] = []
+        for _ in range(limit):
+            trigger, _ = self.check(thread_id, tools_text)
+            if trigger == "none":
+                break
+            events.append(self.compact(thread_id, trigger, tools_text))
+            if events[-1]["outcome"] != "ok":
+                break
+        return events
+
     def breaker_open(self, thread_id: int) -> bool:
         """True after BREAKER_FAILURES failed compactions in a row."""
         events = self.store.compaction_events(thread_id)[-BREAKER_FAILURES:]

@@ -185,7 +185,7 @@ class MainWindow(QMainWindow):
         w.shellQuestion.connect(self.ask_shell)
         self.composer.sendRequested.connect(self.send)
         self.composer.stopRequested.connect(self.stop)
-        self.composer.draftChanged.connect(lambda _: self.refresh_meter())
+        self.composer.draftChanged.connect(lambda _: (self.refresh_meter(), self.refresh_inspector()))
         self.threads.newChat.connect(self.new_chat)
         self.threads.threadChosen.connect(self.open_thread)
         self.threads.searchChanged.connect(self.search)
@@ -432,10 +432,11 @@ class MainWindow(QMainWindow):
         if tid is None:
             self.inspector.show_report(None)
             return
+        draft = self.composer.text() or None  # the next request includes what is typed
 
         def job(ctx):
             engine = engine_for(ctx.store, ctx.counter(settings), settings, n_ctx)
-            return inspector_report(ctx.store, engine, tid, tools_text_for(settings))
+            return inspector_report(ctx.store, engine, tid, tools_text_for(settings), draft)
 
         self.background.run(job, lambda r: tid == self.thread_id and self.inspector.show_report(r),
                             key="inspector")
