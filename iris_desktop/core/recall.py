@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import re
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from iris_desktop.core.extractive import (
@@ -91,29 +90,17 @@ def fts_query(terms: list[str]) -> str:
     return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
 
 
-class _Dates:
-    """The date each message was written under, from the chat's own date lines, cached
-    per (store, thread, summarized-through id): those messages never change."""
-
-    _cache: OrderedDict[tuple, tuple[list[int], list[dt.date]]] = OrderedDict()
-
-    @classmethod
-    def get(cls, store: Store, thread_id: int, through_id: int) -> tuple[list[int], list[dt.date]]:
-        key = (id(store.conn), thread_id, through_id)
-        if key in cls._cache:
-            cls._cache.move_to_end(key)
-            return cls._cache[key]
-        ids: list[int] = []
-        dates: list[dt.date] = []
-        for message_id, start in store.bracketed_starts(thread_id, through_id):
-            date = session_date(start)
-            if date is not None:
-                ids.append(message_id)
-                dates.append(date)
-        cls._cache[key] = (ids, dates)
-        if len(cls._cache) > 32:
-            cls._cache.popitem(last=False)
-        return ids, dates
+def _dates(store: Store, thread_id: int, through_id: int) -> tuple[list[int], list[dt.date]]:
+    """(ids, dates) of the chat's own date lines up to ``through_id``: each message was
+    written under the last one before it. One indexed scan of the thread per request."""
+    ids: list[int] = []
+    dates: list[dt.date] = []
+    for message_id, start in store.bracketed_starts(thread_id, through_id):
+        date = session_date(start)
+        if date is not None:
+            ids.append(message_id)
+            dates.append(date)
+    return ids, dates
 
 
 def _date_of(dates: tuple[list[int], list[dt.date]], message_id: int) -> dt.date | None:
@@ -149,7 +136,7 @@ class Recaller:
                  if re.search(rf"\b{re.escape(name)}\b", query or "", re.IGNORECASE)}
         if len(asked) == 1:  # a question about one speaker: that speaker's words first
             hits.sort(key=lambda h: h[2] * (NAMED_SPEAKER_BOOST if h[1] in asked else 1.0))
-        dates = _Dates.get(self.store, thread_id, through_id)
+        dates = _dates(self.store, thread_id, through_id)
         speakers = {"user": names.get("user", ["User"])[0],
                     "assistant": names.get("assistant", ["Assistant"])[0]}
 
@@ -157,6 +144,8 @@ class Recaller:
         chosen: dict[int, tuple[str, str]] = {}  # id → (date heading, line)
         headings: set[str] = set()
         for hit_id, _role, _rank in hits:
+            if budget - spent < 16:  # nothing more will fit
+                break
             if hit_id in chosen or hit_id in exclude:
                 continue
             group = [hit_id]
