@@ -165,6 +165,23 @@ def test_budget_preview_explains_the_window(fresh_store, tmp_path):
     text = "\n".join(preview.lines())
     assert "4,096" in text and "2,048" in text and f"available {b.available:,}" in text
     assert "Protect:" in text and "Compaction threshold: 3,072" in text
+    assert "Recall: up to 512 tokens, once a summary exists" in text
+
+
+def test_budget_preview_says_what_recall_adds_for_the_draft(fresh_store, tmp_path):
+    thread = add_chat(fresh_store, 5)
+    ids = [r["id"] for r in fresh_store.messages(thread)]
+    add_summary(fresh_store, thread, ids[3])
+    settings = load_settings(tmp_path / "c.toml", env={}).with_overrides({"context.window": "4096"})
+    draft = fresh_store.messages(thread)[0]["content"]
+    preview = budget_preview(fresh_store, HeuristicCounter(), settings, thread, draft=draft)
+    text = "\n".join(preview.lines())
+    assert preview.recalled > 0 and preview.breakdown.recall > 0
+    assert (f"Recall: {preview.breakdown.recall:,} tokens, {preview.recalled} summarized "
+            "message(s) found for the draft") in text
+    off = budget_preview(fresh_store, HeuristicCounter(),
+                         settings.with_overrides({"context.recall_max_tokens": "0"}), thread, draft=draft)
+    assert "Recall: off" in off.lines() and off.breakdown.recall == 0
 
 
 def test_inspector_report_lists_the_exact_request(fresh_store, tmp_path):

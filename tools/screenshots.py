@@ -186,6 +186,7 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     wait(lambda: window.inspector.report is not None
          and window.inspector.report.get("recalled_ids") is not None)
     idle()
+    window.inspector.request_table.scrollToBottom()  # the recalled row, then the draft
     entries = transcript.entries()
     divider = next((e for e in entries if e.kind == "divider"), None)
     if divider is not None:

@@ -172,6 +172,8 @@ GENERIC = set(
     "wow photo shares shared picture pic pics sounds sound looks look fun time things thing "
     "stuff totally definitely absolutely super pretty lot lots keep keeping wonderful "
     "incredible special sure yeah hey hope hoping glad feel feeling felt".split())
+#: words too general to name a theme (they still count as facts' content)
+THEME_SKIP = set("made make making last people getting want wanted know knew think thought".split())
 WORD_RE = re.compile(r"[A-Za-z][A-Za-z'+\-]*")
 
 
@@ -311,7 +313,7 @@ class ExtractiveSummarizer:
         emotions = [s for m in messages if m.get("role") in ("user", "assistant")
                     for s in _sentences(message_text(m))
                     if EMOTION_WORDS & {w.lower().strip(".,!?") for w in s.split()}]
-        themes = _themes(messages, names)
+        themes = _themes(messages, aliases)
         dates = [session_date(message_text(m)) for m in messages]
         dates = [d for d in dates if d]
 
@@ -417,8 +419,8 @@ def _paths(messages: list[Message]) -> list[str]:
     return sorted(found, key=lambda p: (-counts[p], found.index(p)))[:20]
 
 
-def _themes(messages: list[Message], names: dict[str, str] | None = None) -> list[str]:
-    skip = {n.lower() for n in (names or {}).values()}
+def _themes(messages: list[Message], names: dict[str, list[str]] | None = None) -> list[str]:
+    skip = THEME_SKIP | {n.lower() for found in (names or {}).values() for n in found}
     words = Counter()
     for message in messages:
         if message.get("role") not in ("user", "assistant"):

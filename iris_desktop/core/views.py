@@ -43,6 +43,9 @@ SUMMARY_FIELDS: tuple[tuple[str, str], ...] = (
     ("evolving_themes", "Evolving themes"),
 )
 
+#: labels for fields beyond the eight (Iris's own additions)
+EXTRA_FIELD_LABELS = {"facts": "Facts (dated)"}
+
 #: states in which the model no longer sees a message verbatim (the view dims them)
 DIMMED_STATES = frozenset({"summarized", "dropped"})
 
@@ -222,7 +225,8 @@ def divider_entry(summary: SummaryRow, event: Mapping[str, Any] | None = None) -
     fields = [(label, field_text(summary.fields.get(key))) for key, label in SUMMARY_FIELDS]
     # fields a newer compactor adds still show, after the known eight
     known = {k for k, _ in SUMMARY_FIELDS}
-    fields += [(k, field_text(v)) for k, v in summary.fields.items() if k not in known]
+    fields += [(EXTRA_FIELD_LABELS.get(k, k), field_text(v)) for k, v in summary.fields.items()
+               if k not in known]
     return Entry("divider", f"s:{summary.id}", title=divider_text(summary, event), fields=fields,
                  turn=summary.last_turn)
 
@@ -360,6 +364,8 @@ class BudgetPreview:
     triggers: list[str] = field(default_factory=list)
     last_prompt_tokens: int | None = None
     min_turns: int = 0
+    recall_max: int = 0
+    recalled: int = 0  # summarized messages recalled for the draft
 
     def lines(self) -> list[str]:
         """Plain sentences, one per fact, for the dialog."""
@@ -383,6 +389,18 @@ class BudgetPreview:
                        f"turn(s) in the request, {tokens(b.history)} tokens; {fit}")
         else:
             out.append("History: this thread has no messages yet")
+        if not self.recall_max:
+            out.append("Recall: off")
+        elif b.recall:
+            out.append(f"Recall: {tokens(b.recall)} tokens, {self.recalled} summarized message(s) "
+                       f"found for the draft (at most {tokens(self.recall_max)}, from what the "
+                       "history leaves free)")
+        elif b.summary:
+            left = max(history_budget - b.history - b.draft, 0)
+            out.append(f"Recall: up to {tokens(min(self.recall_max, left))} tokens of summarized "
+                       "messages that match your next message")
+        else:
+            out.append(f"Recall: up to {tokens(self.recall_max)} tokens, once a summary exists")
         last = ("" if self.last_prompt_tokens is None
                 else f"; the last request was {tokens(self.last_prompt_tokens)}")
         due = (f"compaction is due ({', '.join(self.triggers)})" if self.compaction_due
@@ -426,6 +444,7 @@ def budget_preview(
         counter_exact=bool(getattr(counter, "exact", False)),
         protect_configured=settings["context.prune_protect_turns"],
         min_turns=settings["context.compaction_min_turns"],
+        recall_max=settings["context.recall_max_tokens"],
     )
     engine = engine_for(store, counter, settings, model_n_ctx)
     try:
@@ -442,6 +461,7 @@ def budget_preview(
     preview.history_turns = len({m["turn"] for m in described if m["id"] in included})
     preview.unsummarized_turns = request.unsummarized_turns - (1 if draft is not None else 0)
     preview.dropped_turns = request.dropped_turns
+    preview.recalled = len(request.recall.ids)
     preview.protect_turns = request.protect_turns
     preview.fallback = request.fallback
     preview.pruned_outputs = len(request.pruned_ids)
