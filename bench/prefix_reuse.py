@@ -52,7 +52,7 @@ def one_token(model: LocalModel, messages: list[dict]):
     return model.last_stats
 
 
-def run_iris(model, pairs, window, skip=0, recall=512) -> list[dict]:
+def run_iris(model, pairs, window, skip=0, recall=1024) -> list[dict]:
     rows = []
     counter = model.counter()
     params = ContextParams(window=window, system_prompt=SYSTEM, recall_max_tokens=recall)
@@ -129,8 +129,8 @@ def main() -> None:
                         help="turns that are already history when the measured session starts")
     parser.add_argument("--chat", default="locomo-26")
     parser.add_argument("--window", type=int, default=8192)
-    parser.add_argument("--recall", type=int, default=512,
-                        help="context.recall_max_tokens for Iris (the shipped default is 512)")
+    parser.add_argument("--recall", type=int, default=1024,
+                        help="context.recall_max_tokens for Iris (the shipped default is 1024)")
     args = parser.parse_args()
     import json
 

@@ -11,7 +11,7 @@ Compared in one table:
   and tail only, the issue's definition of what the model sees;
 - Iris ships (summary + recall): the question is sent as the next message, and the
   request the engine builds is searched: summary, tail, and the summarized messages
-  recalled for the question (``context.recall_max_tokens``, default 512), without the
+  recalled for the question (``context.recall_max_tokens``, default 1024), without the
   question's own words;
 - LLM: the bundled model's grammar-constrained eight fields, without the ledger;
 - Iris ships: the LLM fields plus the ledger (what Iris really injects);
@@ -111,8 +111,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=4096)
     parser.add_argument("--llm-chats", type=int, default=0)
     parser.add_argument("--chats", type=int, default=10)
-    parser.add_argument("--recall", type=int, nargs="*", default=[512],
-                        help="recall budgets to measure (tokens; the default setting is 512)")
+    parser.add_argument("--recall", type=int, nargs="*", default=[1024],
+                        help="recall budgets to measure (tokens; the default setting is 1024)")
     args = parser.parse_args()
 
     model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=8192)

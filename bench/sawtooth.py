@@ -34,8 +34,8 @@ def main() -> None:
     parser.add_argument("--chat", default="locomo-26")
     parser.add_argument("--window", type=int, default=8192)
     parser.add_argument("--llm", action="store_true", help="LLM summaries (slow); default extractive")
-    parser.add_argument("--recall", type=int, default=512,
-                        help="context.recall_max_tokens for Iris (the shipped default is 512)")
+    parser.add_argument("--recall", type=int, default=1024,
+                        help="context.recall_max_tokens for Iris (the shipped default is 1024)")
     parser.add_argument("--plot", default=str(REPO / "docs" / "img" / "sawtooth.png"))
     args = parser.parse_args()
 

@@ -266,6 +266,7 @@ def context_report(session, thread_id: int, draft: str | None = None,
         "summary_id": summary.id if summary else None,
         "summary_fields": summary.fields if summary else None,
         "recall": {"ids": request.recall.ids, "terms": request.recall.terms,
+                   "reason": request.recall.reason,
                    "max_tokens": session.settings["context.recall_max_tokens"]},
         "compactions": session.store.compaction_events(thread_id),
         "messages": engine.describe(request),
@@ -325,6 +326,8 @@ def _print_context(r: dict[str, Any]) -> None:
     if recall.get("ids"):
         print(f"recall      {len(recall['ids'])} summarized messages shown with the newest message "
               f"(searched: {' '.join(recall['terms'][:10])})")
+    elif recall.get("reason") and r["summary_id"] is not None:
+        print(f"recall      none ({recall['reason']})")
     due = f"yes ({', '.join(r['triggers'])})" if r["compaction_due"] else "no"
     print(f"compaction  {due}")
 

@@ -209,12 +209,12 @@ _ALL: tuple[Setting, ...] = (
         minimum=64, maximum=8192, unit="tokens",
     ),
     Setting(
-        "context.recall_max_tokens", "int", 512,
-        "Tokens for recall: earlier messages that a summary replaced, found by full-text "
-        "search on your newest message and shown to the model with it, dated. Recall only "
-        "uses space the verbatim history leaves free. The block changes with every message, "
-        "so each request evaluates it anew: on a slow CPU a smaller value answers sooner "
-        "(0 = off).",
+        "context.recall_max_tokens", "int", 1024,
+        "Tokens for recall: when your newest message asks something, earlier messages that a "
+        "summary replaced, found by full-text search on it and shown to the model with it, "
+        "dated. Recall only uses space the verbatim history leaves free. Each block is new "
+        "to the model, so a question takes longer to start answering: on a slow CPU a "
+        "smaller value answers sooner (0 = off).",
         minimum=0, maximum=8192, unit="tokens",
     ),
     Setting(

@@ -149,8 +149,8 @@ def test_context_shows_recall_for_a_draft_after_compaction(capsys):
                          "--draft", question)
     assert code == 0, err
     r = json.loads(out)
-    assert r["recall"]["max_tokens"] == 512 and r["recall"]["terms"] == ["lgbtq", "support", "group"]
-    assert 0 < r["recall_tokens"] <= 512 and r["recall"]["ids"]
+    assert r["recall"]["max_tokens"] == 1024 and r["recall"]["terms"] == ["lgbtq", "support", "group"]
+    assert 0 < r["recall_tokens"] <= 1024 and r["recall"]["ids"] and r["recall"]["reason"] == ""
     recalled = [m for m in r["messages"] if m["recalled"]]
     assert [m["id"] for m in recalled] == r["recall"]["ids"]
     assert {m["state"] for m in recalled} == {"summarized"}
@@ -158,6 +158,8 @@ def test_context_shows_recall_for_a_draft_after_compaction(capsys):
                                             + r["recall_tokens"] + r["history_tokens"] + r["draft_tokens"])
     code, out, _ = run(capsys, *small, "context", thread, "--no-model", "--draft", question)
     assert code == 0 and f"recall      {len(r['recall']['ids'])} summarized messages" in out
+    code, out, _ = run(capsys, *small, "context", thread, "--no-model", "--draft", "I love pottery.")
+    assert code == 0 and "recall      none (the message asks nothing)" in out
     # off is off
     code, out, _ = run(capsys, *small, "--set", "context.recall_max_tokens=0", "context", thread,
                        "--json", "--no-model", "--draft", question)

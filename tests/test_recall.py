@@ -9,7 +9,7 @@ import pytest
 
 from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.engine import ContextEngine, ContextParams
-from iris_desktop.core.recall import RECALL_FOOTER, RECALL_HEADER, fts_query, query_terms
+from iris_desktop.core.recall import RECALL_FOOTER, RECALL_HEADER, asks, fts_query, query_terms
 from iris_desktop.core.tokens import HeuristicCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, CORPUS, load_corpus
@@ -72,6 +72,19 @@ def test_recall_finds_the_summarized_answer_dated(fresh_store, locomo):
     assert snapshot(fresh_store, thread) == before  # only the request carries the block
 
 
+def test_recall_runs_for_messages_that_ask(fresh_store, locomo):
+    assert asks(QUESTION) and asks("what did I say about pottery") and asks("Remind me of the race")
+    assert not asks("I went to a LGBTQ support group yesterday.") and not asks("")
+    counter = HeuristicCounter()
+    thread = compacted(fresh_store, locomo["messages"], counter, params())
+    engine = ContextEngine(fresh_store, counter, params())
+    statement = engine.build(thread, draft="I went to a LGBTQ support group again.")
+    assert not statement.recall.ids and statement.breakdown.recall == 0
+    assert statement.recall.reason == "the message asks nothing"
+    assert statement.messages[-1]["content"] == "I went to a LGBTQ support group again."
+    assert engine.build(thread, draft=QUESTION).recall.ids
+
+
 def test_recall_never_displaces_history_and_is_off_without_a_summary(fresh_store, locomo):
     counter = HeuristicCounter()
     thread = compacted(fresh_store, locomo["messages"], counter, params())
@@ -86,6 +99,7 @@ def test_recall_never_displaces_history_and_is_off_without_a_summary(fresh_store
     fresh_store.add_messages(fresh, locomo["messages"][:20])
     request = ContextEngine(fresh_store, counter, params()).build(fresh, draft=QUESTION)
     assert request.summary is None and not request.recall.ids and request.breakdown.recall == 0
+    assert request.recall.reason == "nothing is summarized yet"
 
 
 def test_recall_uses_only_the_space_history_leaves(fresh_store, locomo):

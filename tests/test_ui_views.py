@@ -165,7 +165,7 @@ def test_budget_preview_explains_the_window(fresh_store, tmp_path):
     text = "\n".join(preview.lines())
     assert "4,096" in text and "2,048" in text and f"available {b.available:,}" in text
     assert "Protect:" in text and "Compaction threshold: 3,072" in text
-    assert "Recall: up to 512 tokens, once a summary exists" in text
+    assert "Recall: up to 1,024 tokens, once a summary exists" in text
 
 
 def test_budget_preview_says_what_recall_adds_for_the_draft(fresh_store, tmp_path):
@@ -173,7 +173,7 @@ def test_budget_preview_says_what_recall_adds_for_the_draft(fresh_store, tmp_pat
     ids = [r["id"] for r in fresh_store.messages(thread)]
     add_summary(fresh_store, thread, ids[3])
     settings = load_settings(tmp_path / "c.toml", env={}).with_overrides({"context.window": "4096"})
-    draft = fresh_store.messages(thread)[0]["content"]
+    draft = "What was question 0 about?"
     preview = budget_preview(fresh_store, HeuristicCounter(), settings, thread, draft=draft)
     text = "\n".join(preview.lines())
     assert preview.recalled > 0 and preview.breakdown.recall > 0
@@ -210,7 +210,7 @@ def test_inspector_report_shows_what_recall_adds(fresh_store, tmp_path):
     add_summary(fresh_store, thread, ids[3])
     settings = load_settings(tmp_path / "c.toml", env={}).with_overrides({"context.window": "4096"})
     engine = engine_for(fresh_store, HeuristicCounter(), settings)
-    draft = fresh_store.messages(thread)[0]["content"]  # asks again what a summarized one said
+    draft = "What was question 0 about?"  # asks about a summarized message
     report = inspector_report(fresh_store, engine, thread, draft=draft)
     request = engine.build(thread, draft=draft)
     assert request.recall.ids and report["recalled_ids"] == request.recall.ids

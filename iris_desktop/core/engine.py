@@ -494,18 +494,22 @@ class ContextEngine:
         one agent turn gets the same block (a stable prefix); only when the turn has grown
         so much that it no longer fits is it searched again within what is left."""
         limit = self.params.recall_max_tokens
-        if limit <= 0 or summary is None or leftover <= 0:
-            return Recall(), 0
+        if limit <= 0:
+            return Recall(reason="off"), 0
+        if summary is None:
+            return Recall(reason="nothing is summarized yet"), 0
+        if leftover <= 0:
+            return Recall(reason="no room"), 0
         if draft is not None:
             index = len(history) - 1
         elif included and _in_progress(included[-1]):
             index = len(history) - len(included[-1].messages)
         else:  # a finished turn: the next message will get its own recall
-            return Recall(), 0
+            return Recall(reason="the newest turn is answered"), 0
         message = history[index]
         content = message.get("content")
         if not isinstance(content, str) or not content.strip():
-            return Recall(), 0
+            return Recall(reason="no text to search"), 0
         plain = self.counter.count_message(message)
         recaller = Recaller(self.store, self.counter)
         for budget in (limit, min(limit, leftover)):
@@ -518,7 +522,7 @@ class ContextEngine:
             if tokens <= leftover:
                 history[index] = {**message, "content": attach(found.text, content)}
                 return found, tokens
-        return Recall(terms=found.terms), 0
+        return Recall(terms=found.terms, reason="no room"), 0
 
     # -- the full picture -----------------------------------------------------------------
 

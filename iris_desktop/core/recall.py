@@ -14,8 +14,10 @@ speaker's next words ("we did a contemporary piece called 'Finding Freedom'"):
     - Caroline: That's awesome! …
     [End of recalled messages]
 
-Recall never displaces verbatim history: it uses only what the history budget leaves
-free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
+Recall runs when the newest message asks something (a question mark, a question word
+first, "remind me…"): a statement is answered from what is in view, and a block costs
+its tokens on every turn that has one. It never displaces verbatim history: it uses only
+what the history budget leaves free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
 same turn always gets the same block (and the KV cache its prefix). The stored messages
 are never changed; the block exists only in the request, and the inspector lists which
 messages it recalled.
@@ -51,11 +53,27 @@ FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker
 NAMED_SPEAKER_BOOST = 1.5  # "what did Caroline say…": Caroline's own messages first
 
 
+QUESTION_START_RE = re.compile(
+    r"^\W*(?:what|when|where|who|whom|whose|why|how|which|did|do|does|is|are|was|were|can|"
+    r"could|would|will|should|have|has|had)\b", re.IGNORECASE)
+RECALL_ASK_RE = re.compile(r"\b(?:remember|recall|remind me|tell me|you said|I said|we talked)\b",
+                           re.IGNORECASE)
+
+
+def asks(text: str) -> bool:
+    """Does a message ask something? A question mark, a question word first, or an ask
+    to remember ("remind me what…"). Recall runs for these only: a statement is answered
+    from what is in view, and every recall block costs its tokens on that turn."""
+    text = text or ""
+    return "?" in text or bool(QUESTION_START_RE.match(text)) or bool(RECALL_ASK_RE.search(text))
+
+
 @dataclass
 class Recall:
     text: str = ""  # the block put before the newest user message ('' = none)
     ids: list[int] = field(default_factory=list)  # the messages it shows, in order
     terms: list[str] = field(default_factory=list)  # what was searched for
+    reason: str = ""  # why there is no block, when there is none
 
 
 def query_terms(text: str, names: dict[str, list[str]] | None = None) -> list[str]:
@@ -129,8 +147,12 @@ class Recaller:
         that follow it, as one block of at most ``budget`` tokens (by ``count_text``)."""
         names = aliases_from(names_text)
         terms = query_terms(query, names)
-        if budget <= 0 or not terms or through_id <= 0:
-            return Recall(terms=terms)
+        if budget <= 0 or through_id <= 0:
+            return Recall(terms=terms, reason="no room")
+        if not asks(query):
+            return Recall(terms=terms, reason="the message asks nothing")
+        if not terms:
+            return Recall(terms=terms, reason="no searchable words")
         hits = self.store.recall_hits(thread_id, through_id, fts_query(terms))
         asked = {role for role, found in names.items() for name in found
                  if re.search(rf"\b{re.escape(name)}\b", query or "", re.IGNORECASE)}
@@ -175,7 +197,7 @@ class Recaller:
             headings |= new_headings
             spent += cost
         if not chosen:
-            return Recall(terms=terms)
+            return Recall(terms=terms, reason="nothing summarized matches")
         ordered = sorted(chosen)
         out = [RECALL_HEADER]
         current_heading = None
