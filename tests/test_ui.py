@@ -478,8 +478,8 @@ def test_choose_model_file_after_a_failure_loads_it(make_window, qtbot, tmp_path
     assert str(model_path) in window.session.paths.config_path.read_text()
 
 
-def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, data_dir):
-    thread = seed_thread(data_dir, chat(6))
+def summarize_first_turns(data_dir, thread: int) -> tuple[list[int], int]:
+    """A stored summary over the first two turns (four messages): (message ids, its id)."""
     from iris_desktop.core.store import Store
 
     with Store(Session(data_dir).paths.db_path) as store:
@@ -488,6 +488,15 @@ def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, 
             "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[3],
             "first_turn": 1, "last_turn": 2, "fields": FIELDS, "text": "x", "tokens": 30,
             "counter": "heuristic", "path": "extractive"})
+    return ids, summary
+
+
+def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(6))
+    ids, summary = summarize_first_turns(data_dir, thread)
+    from iris_desktop.core.store import Store
+
+    with Store(Session(data_dir).paths.db_path) as store:
         store.add_request(thread, {"prompt_tokens": 700, "window": 8192})
         store.add_compaction_event(thread, {"trigger": "turns", "outcome": "ok",
                                             "tokens_before": 700, "tokens_after": 300,
@@ -511,14 +520,7 @@ def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, 
 
 def test_typed_question_shows_recall_in_the_meter_and_inspector(make_window, qtbot, data_dir):
     thread = seed_thread(data_dir, chat(6))
-    from iris_desktop.core.store import Store
-
-    with Store(Session(data_dir).paths.db_path) as store:
-        ids = [r["id"] for r in store.messages(thread)]
-        store.add_summary(thread, {
-            "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[3],
-            "first_turn": 1, "last_turn": 2, "fields": FIELDS, "text": "x", "tokens": 30,
-            "counter": "heuristic", "path": "extractive"})
+    ids, _ = summarize_first_turns(data_dir, thread)
     window = make_window(ScriptedRuntime([]))
     window.open_thread(thread)
     window.inspector.toggleViewAction().trigger()
