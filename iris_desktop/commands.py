@@ -172,9 +172,8 @@ def compact(args, overrides) -> int:
 
     with _session(args, overrides) as session:
         _thread(session, args.thread)
-        if getattr(args, "no_model", False):
-            pass  # the extractive summarizer, counting without the model's tokenizer
-        elif session.try_load_model() is None:
+        # --no-model: the extractive summarizer, counting without the model's tokenizer
+        if not args.no_model and session.try_load_model() is None:
             print(f"iris-desktop: warning: no model ({session.model_error}); "
                   "using the extractive summarizer", file=sys.stderr)
         compactor = session.compactor()

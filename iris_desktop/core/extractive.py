@@ -242,11 +242,6 @@ class _Scorer:
         return sum(self.idf(w) for w in words) + 1.5 * names + 1.5 * numbers + dated + first_person
 
 
-def _score(sentence: str) -> float:
-    """The context-free score, for callers without a scorer."""
-    return _Scorer([])(sentence)
-
-
 class ExtractiveSummarizer:
     """Deterministic summaries from the archived messages (and the previous summary)."""
 
@@ -428,9 +423,6 @@ def _themes(messages: list[Message], names: dict[str, list[str]] | None = None) 
         words.update(w for w in _content_words(_clean(message_text(message)))
                      if w not in skip and len(w) > 3)
     return [w for w, _ in words.most_common(6)]
-
-
-DYNAMICS_RE = re.compile(r"^The user is (\w+)(?: and the assistant is (\w+))?")
 
 
 def _dynamics(users, assistants, names: dict[str, list[str]]) -> str:

@@ -17,10 +17,10 @@ speaker's next words ("we did a contemporary piece called 'Finding Freedom'"):
 Recall runs when the newest message asks something (a question mark, a question word
 first, "remind me…"): a statement is answered from what is in view, and a block costs
 its tokens on every turn that has one. It never displaces verbatim history: it uses only
-what the history budget leaves free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
-same turn always gets the same block (and the KV cache its prefix). The stored messages
-are never changed; the block exists only in the request, and the inspector lists which
-messages it recalled.
+what the history budget leaves free, up to ``context.recall_max_tokens``. It is
+deterministic for a given store, so the same turn always gets the same block (and the KV
+cache its prefix). The stored messages are never changed; the block exists only in the
+request, and the inspector lists which messages it recalled.
 """
 
 from __future__ import annotations
@@ -154,6 +154,8 @@ class Recaller:
         if not terms:
             return Recall(terms=terms, reason="no searchable words")
         hits = self.store.recall_hits(thread_id, through_id, fts_query(terms))
+        if not hits:  # before reading the thread's date lines
+            return Recall(terms=terms, reason="nothing summarized matches")
         asked = {role for role, found in names.items() for name in found
                  if re.search(rf"\b{re.escape(name)}\b", query or "", re.IGNORECASE)}
         if len(asked) == 1:  # a question about one speaker: that speaker's words first
