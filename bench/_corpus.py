@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus"
+
+sys.path.insert(0, str(REPO / "tests"))  # the helpers the tests use, shared, not copied
+from helpers import compact_while_due, complete  # noqa: E402
+
+__all__ = ["REPO", "CORPUS", "compact_while_due", "complete", "corpus_messages",
+           "synthetic_thread"]
 
 
 def corpus_messages(kind: str) -> list[list[dict]]:

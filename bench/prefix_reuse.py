@@ -26,8 +26,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import Compactor  # noqa: E402
-from iris_desktop.core.engine import ContextEngine, ContextParams  # noqa: E402
+from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.events import CompactionFinished  # noqa: E402
+from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.model import LocalModel, ensure_bundled_model  # noqa: E402
@@ -59,8 +60,8 @@ def run_iris(model, pairs, window, skip=0, recall=1024) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.db")
         thread = store.create_thread("bench")
-        compactor = Compactor(store, counter, params)
-        engine = ContextEngine(store, counter, params)
+        planner = Planner(params, counter)
+        compactor = planner.compactor(store)
         previous_prompt = 0
         for n, (user, reply) in enumerate(pairs, start=1):
             store.add_message(thread, user)
@@ -69,9 +70,9 @@ def run_iris(model, pairs, window, skip=0, recall=1024) -> list[dict]:
                     store.add_message(thread, reply)
                 continue
             events = list(compactor.before_request(thread))
-            compacted = any(e.data.get("state") == "finished" and e.data.get("outcome") == "ok"
+            compacted = any(isinstance(e, CompactionFinished) and e.event.outcome == "ok"
                             for e in events)
-            request = engine.build(thread)
+            request = planner.plan(store, thread)
             stats = one_token(model, request.messages)
             store.add_request(thread, {"prompt_tokens": stats.prompt_tokens,
                                        "summary_id": request.summary.id if request.summary else None})

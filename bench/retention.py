@@ -38,14 +38,15 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import CompactionSettings, Compactor, _transcript_lines  # noqa: E402
+from iris_desktop.core.compaction import CompactionSettings, _transcript_lines  # noqa: E402
 from iris_desktop.core.engine import ContextEngine, ContextParams  # noqa: E402
+from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.model import LocalModel, ensure_bundled_model  # noqa: E402
 
-from _corpus import CORPUS  # noqa: E402
+from _corpus import CORPUS, compact_while_due, complete  # noqa: E402
 
 SYSTEM = "You are Iris, a helpful assistant running locally and offline on the user's computer."
 ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -101,8 +102,8 @@ def bullets(model, lines: list[str], max_tokens: int = 512) -> str:
                    "points. Keep names, dates and numbers."},
                   {"role": "user", "content": f"Summary so far:\n{summary or '(none)'}\n\n"
                    "Conversation:\n" + "\n".join(chunk)}]
-        summary, _ = model.complete(prompt, max_tokens=max_tokens, temperature=0.0,
-                                    repeat_penalty=1.15)
+        summary, _ = complete(model, prompt, max_tokens=max_tokens, temperature=0.0,
+                              repeat_penalty=1.15)
     return summary
 
 
@@ -147,8 +148,8 @@ def main() -> None:
             store = Store(Path(tmp) / "r.db")
             thread = store.create_thread(path.stem)
             ids = store.add_messages(thread, data["messages"])
-            extractive = Compactor(store, counter, params)
-            events = extractive.compact_while_due(thread)
+            extractive = Planner(params, counter).compactor(store)
+            events = compact_while_due(extractive, thread)
             engine = ContextEngine(store, counter, params)
             request = engine.build(thread)
             summary_row = store.latest_summary(thread)
@@ -186,15 +187,15 @@ def main() -> None:
                 llm_thread = store.create_thread("llm")
                 store.add_messages(llm_thread, data["messages"])
                 # the app gives up after 180 s; here the LLM path is measured to the end
-                with_llm = Compactor(store, counter, params, runtime=model,
-                                     settings=CompactionSettings(timeout_s=3600))
-                llm_events = with_llm.compact_while_due(llm_thread)
+                with_llm = Planner(params, counter, compaction=CompactionSettings(
+                    timeout_s=3600)).compactor(store, runtime=model)
+                llm_events = compact_while_due(with_llm, llm_thread)
                 llm_row = store.latest_summary(llm_thread)
                 shipped = ConversationSummary.from_fields(llm_row.fields)
                 llm_only = ConversationSummary.from_fields({**llm_row.fields, "facts": []})
                 row["llm_path"] = llm_row.path
-                row["llm_paths"] = [e.get("path") for e in llm_events]
-                row["llm_notes"] = [e.get("error") for e in llm_events]
+                row["llm_paths"] = [e.path for e in llm_events]
+                row["llm_notes"] = [e.error for e in llm_events]
                 if llm_row.path != "extractive":  # only a real LLM summary counts as one
                     row["llm"] = score("LLM", View(llm_only.render() + "\n" + tail_text), probes,
                                        counter.count_text(llm_only.render()) + tail_tokens)

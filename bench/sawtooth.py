@@ -18,8 +18,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import Compactor  # noqa: E402
-from iris_desktop.core.engine import ContextEngine, ContextParams  # noqa: E402
+from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.events import CompactionFinished  # noqa: E402
+from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.model import LocalModel, ensure_bundled_model  # noqa: E402
@@ -47,16 +48,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "s.db")
         thread = store.create_thread(args.chat)
-        compactor = Compactor(store, counter, params, runtime=model if args.llm else None)
-        engine = ContextEngine(store, counter, params)
+        planner = Planner(params, counter)
+        compactor = planner.compactor(store, runtime=model if args.llm else None)
         messages = data["messages"]
         for i, message in enumerate(messages):
             store.add_message(thread, message)
             if message["role"] != "user":
                 continue
-            before = [e for e in compactor.before_request(thread)
-                      if e.data.get("state") == "finished"]
-            request = engine.build(thread)
+            before = [e.event for e in compactor.before_request(thread)
+                      if isinstance(e, CompactionFinished)]
+            request = planner.plan(store, thread)
             for _ in model.stream(request.messages, max_tokens=1, temperature=0.0):
                 pass
             stats = model.last_stats
@@ -69,15 +70,15 @@ def main() -> None:
             after = []
             if reply is not None:
                 store.add_message(thread, reply)
-                after = [e for e in compactor.after_reply(thread)
-                         if e.data.get("state") == "finished"]
+                after = [e.event for e in compactor.after_reply(thread)
+                         if isinstance(e, CompactionFinished)]
                 messages = messages  # the reply is consumed here, skip it in the loop
             series.append({
                 "request": len(series) + 1, "prompt_tokens": stats.prompt_tokens,
                 "predicted": request.predicted_prompt_tokens, "evaluated": stats.evaluated_tokens,
-                "compaction_before": [e.data.get("trigger") for e in before],
-                "compaction_after": [e.data.get("trigger") for e in after],
-                "outcomes": [e.data.get("outcome") for e in before + after],
+                "compaction_before": [e.trigger for e in before],
+                "compaction_after": [e.trigger for e in after],
+                "outcomes": [e.outcome for e in before + after],
             })
         events = store.compaction_events(thread)
         store.close()

@@ -33,6 +33,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 
+from iris_desktop.core.events import CompactionFinished, CompactionStarted, ReplyToken  # noqa: E402
 from iris_desktop.core.session import Session  # noqa: E402
 from iris_desktop.ui.app import application  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
@@ -82,19 +83,6 @@ def run_until(condition, timeout_s: float) -> None:
         raise TimeoutError(f"timed out after {timeout_s:.0f} s")
 
 
-def extractive_compactor(session):
-    """The Compactor without the model (its extractive summarizer)."""
-    from iris_desktop.core.compaction import CompactionSettings, Compactor
-    from iris_desktop.core.engine import ContextParams
-
-    def make(store, model, settings, counter):
-        window, source = session.window(settings)
-        return Compactor(store, counter, ContextParams.from_settings(settings, window, source),
-                         CompactionSettings.from_settings(settings), runtime=None)
-
-    return make
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128, help="max tokens of the reply")
@@ -104,7 +92,9 @@ def main() -> int:
 
     _app = application()  # kept alive for the whole run
     data_dir = Path(tempfile.mkdtemp(prefix="iris-latency-"))
-    session = Session(data_dir, {"model.max_tokens": str(args.tokens), "model.temperature": "0.7"})
+    session = Session(data_dir, {"model.max_tokens": str(args.tokens), "model.temperature": "0.7",
+                                 "context.summarizer": "auto" if args.llm_compaction
+                                 else "extractive"})
     store = session.store
     big = store.create_thread("5,000 messages")
     store.add_messages(big, [
@@ -114,9 +104,7 @@ def main() -> int:
     chat = store.create_thread("LoCoMo 26")
     store.add_messages(chat, json.loads(LOCOMO.read_text())["messages"])
 
-    window = main_window(session, load=False,
-                         compactor_factory=None if args.llm_compaction else
-                         extractive_compactor(session))
+    window = main_window(session, load=False)
     window.show()
     probe = Probe()
     probe.start()
@@ -143,7 +131,8 @@ def main() -> int:
     t0 = time.perf_counter()
     window.load_model()
     run_until(lambda: window.model_state == "ready", 120)
-    phase("reload", t0, f"{window.model_info['name']}, n_ctx {window.model_info['n_ctx']:,}")
+    info = window.models.info
+    phase("reload", t0, f"{info['name']}, n_ctx {info['n_ctx']:,}")
 
     t0 = time.perf_counter()
     window.open_thread(big)
@@ -154,17 +143,19 @@ def main() -> int:
 
     def on_event(event):
         now = time.perf_counter()
-        if event.kind == "compaction":
-            marks["compaction_" + event.data.get("state", "")] = now
+        if isinstance(event, CompactionStarted):
+            marks["compaction_started"] = now
+        elif isinstance(event, CompactionFinished):
+            marks["compaction_finished"] = now
             marks["compaction_text"] = event.text
-        elif event.kind == "token":
+        elif isinstance(event, ReplyToken):
             marks.setdefault("first_token", now)
             marks["last_token"] = now
             marks["tokens"] = marks.get("tokens", 0) + 1
 
-    window.model.worker.agentEvent.connect(on_event)
+    window.model.worker.turnEvent.connect(on_event)
 
-    window.new_chat()
+    window.threads_control.new_chat()
     t0 = time.perf_counter()
     window.send("Write a short story about a lighthouse keeper and a storm.")
     run_until(lambda: not window.generating, 600)

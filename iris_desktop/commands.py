@@ -1,15 +1,61 @@
-"""CLI commands that use the model: chat, models, compact."""
+"""What each ``iris-desktop`` command does; ``cli`` parses the arguments and calls these.
+
+Every command that shows or sends a request goes through the session's planner
+(``core.planner``), so ``context --draft`` predicts what ``chat`` then sends.
+Exit codes: 0 success; 1 a runtime failure (for example a model that will not load);
+2 bad usage, invalid settings or a malformed file; 3 ConversationTooLargeException.
+"""
 
 from __future__ import annotations
 
 import json
-import queue
+import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.cli import EXIT_FAIL, EXIT_OK, EXIT_TOO_LARGE, CliError, _session, _thread
+from iris_desktop.core.events import (
+    CompactionFinished,
+    ReplySaved,
+    ReplyStarted,
+    ReplyToken,
+    ToolFinished,
+    TurnDone,
+    TurnFailed,
+    TurnListener,
+    dispatch,
+)
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TOO_LARGE = 0, 1, 2, 3
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+def open_session(args: Any, overrides: dict[str, str]):
+    from iris_desktop.core.session import Session
+    from iris_desktop.core.store import StoreError
+
+    try:
+        session = Session(args.data_dir, overrides)
+    except StoreError as exc:
+        raise CliError(str(exc), EXIT_FAIL) from None
+    for problem in session.settings.problems:
+        print(f"iris-desktop: warning: {problem}", file=sys.stderr)
+    return session
+
+
+def _thread(session, thread_id: int) -> dict[str, Any]:
+    try:
+        return session.store.thread(thread_id)
+    except KeyError:
+        raise CliError(f"no thread {thread_id} (see 'iris-desktop threads')") from None
 
 
 def _load(session) -> Any:
@@ -19,6 +65,245 @@ def _load(session) -> Any:
         return session.load_model()
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
+
+
+def _maybe_load_model(session, args) -> None:
+    """Load the model when the settings want its window or tokenizer (unless --no-model)."""
+    s = session.settings
+    wanted = s["context.token_counter"] in ("auto", "model") or s["context.window"] == "auto"
+    if getattr(args, "no_model", False) or not wanted:
+        return
+    if session.try_load_model() is None:
+        print(f"iris-desktop: warning: no model ({session.model_error}); counting without it",
+              file=sys.stderr)
+
+
+# -- conversations -------------------------------------------------------------------------
+
+
+def import_(args, overrides) -> int:
+    from iris_desktop.core.conversation import (
+        ConversationFormatError,
+        load_conversation,
+        title_from,
+    )
+
+    try:
+        messages, file_title = load_conversation(args.file)
+    except ConversationFormatError as exc:
+        raise CliError(f"import refused, nothing was written: {exc}") from None
+    with open_session(args, overrides) as session:
+        store = session.store
+        with store.transaction():
+            thread_id = store.create_thread(args.title or file_title or title_from(messages))
+            store.add_messages(thread_id, messages)
+    print(thread_id)
+    return EXIT_OK
+
+
+def export(args, overrides) -> int:
+    from iris_desktop.core.conversation import to_markdown
+    from iris_desktop.core.store import row_to_message
+
+    with open_session(args, overrides) as session:
+        thread = _thread(session, args.thread)
+        messages = [row_to_message(r) for r in session.store.messages(args.thread)]
+    if args.format == "json":
+        text = json.dumps(messages, ensure_ascii=False, indent=2) + "\n"
+    else:
+        text = to_markdown(thread["title"], messages)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def threads(args, overrides) -> int:
+    from iris_desktop.core.engine import ensure_counts
+
+    with open_session(args, overrides) as session:
+        _maybe_load_model(session, args)
+        counter = session.planner().counter
+        store = session.store
+        rows = []
+        for thread in store.threads():
+            # count what is not cached yet (once), so the totals are complete
+            ensure_counts(store, counter, store.meta_range(thread["id"], counter.name, None))
+            tokens, uncounted = store.thread_token_total(thread["id"], counter.name)
+            rows.append({**thread, "tokens": tokens, "uncounted_messages": uncounted,
+                         "counter": counter.name})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no threads yet")
+    for row in rows:
+        tokens = f"{row['tokens']:,} tokens" + (
+            f" (+{row['uncounted_messages']} not yet counted)" if row["uncounted_messages"] else ""
+        )
+        print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<28} {row['title']}")
+    return EXIT_OK
+
+
+# -- the context ---------------------------------------------------------------------------
+
+
+def context_report(session, thread_id: int, draft: str | None = None,
+                   show_request: bool = False) -> dict[str, Any]:
+    """What ``context --json`` prints; raises ConversationTooLargeException."""
+    planner = session.planner()
+    request = planner.plan(session.store, thread_id, draft)
+    b = request.breakdown
+    summary = request.summary
+    report: dict[str, Any] = {
+        "thread_id": thread_id,
+        "window": b.window,
+        "window_source": request.window_source,
+        "token_budget_ratio": b.ratio,
+        "compaction_threshold": planner.params.compaction_threshold,
+        "counter": request.counter,
+        "counter_exact": planner.counter.exact,
+        "prompt_exact": request.exact or planner.counter.exact,
+        "chat_format": session.chat_format,
+        "budget": b.budget,
+        "system_tokens": b.system,
+        "tool_tokens": b.tools,
+        "summary_tokens": b.summary,
+        "recall_tokens": b.recall,
+        "history_tokens": b.history,
+        "draft_tokens": b.draft,
+        "template_framing_tokens": request.framing,
+        "available": b.available,
+        "free": b.free,
+        "threshold_tokens": b.threshold,
+        "predicted_prompt_tokens": request.predicted_prompt_tokens,
+        "last_prompt_tokens": request.last_prompt_tokens,
+        "protect_turns": request.protect_turns,
+        "configured_protect_turns": request.configured_protect_turns,
+        "fallback": request.fallback,
+        "compaction_due": request.compaction_due,
+        "trigger": request.trigger,
+        "triggers": request.triggers,
+        "unsummarized_turns": request.unsummarized_turns,
+        "dropped_turns": request.dropped_turns,
+        "tools": [d["function"]["name"] for d in planner.tool_prompt().definitions],
+        "tools_native": planner.tool_prompt().native,
+        "summary_id": summary.id if summary else None,
+        "summary_fields": summary.fields if summary else None,
+        "recall": {"ids": request.recall.ids, "terms": request.recall.terms,
+                   "reason": request.recall.reason,
+                   "max_tokens": planner.params.recall_max_tokens},
+        "compactions": session.store.compaction_events(thread_id),
+        "messages": planner.engine(session.store).describe(request),
+    }
+    if session.model_error:
+        report["model_error"] = session.model_error
+    if show_request:
+        report["request"] = request.messages
+    return report
+
+
+def context(args, overrides) -> int:
+    from iris_desktop.core.engine import ConversationTooLargeException
+
+    with open_session(args, overrides) as session:
+        _thread(session, args.thread)
+        _maybe_load_model(session, args)
+        try:
+            report = context_report(session, args.thread, args.draft, args.show_request)
+        except ConversationTooLargeException as exc:
+            print(f"iris-desktop: conversation too large: {exc}", file=sys.stderr)
+            return EXIT_TOO_LARGE
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    _print_context(report)
+    return EXIT_OK
+
+
+def _print_context(r: dict[str, Any]) -> None:
+    states: dict[str, int] = {}
+    for m in r["messages"]:
+        states[m["state"]] = states.get(m["state"], 0) + 1
+    print(f"window      {r['window']:>8,}  ({r['window_source']}; counter {r['counter']}"
+          + (f"; format {r['chat_format']}" if r["chat_format"] else "") + ")")
+    print(f"budget      {r['budget']:>8,}  (window × {r['token_budget_ratio']})")
+    for label, key in (("system", "system_tokens"), ("tools", "tool_tokens"),
+                       ("summary", "summary_tokens"), ("recall", "recall_tokens"),
+                       ("history", "history_tokens"),
+                       ("draft", "draft_tokens"), ("available", "available"), ("free", "free")):
+        print(f"{label:<11} {r[key]:>8,}")
+    exact = "exact" if r["prompt_exact"] else "estimated"
+    print(f"prompt      {r['predicted_prompt_tokens']:>8,}  (predicted, {exact})")
+    print(f"protect     {r['protect_turns']:>8}  turns" + ("  (fallback)" if r["fallback"] else ""))
+    print("messages    " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    recall = r.get("recall") or {}
+    if recall.get("ids"):
+        print(f"recall      {len(recall['ids'])} summarized messages shown with the newest message "
+              f"(searched: {' '.join(recall['terms'][:10])})")
+    elif recall.get("reason") and r["summary_id"] is not None:
+        print(f"recall      none ({recall['reason']})")
+    due = f"yes ({', '.join(r['triggers'])})" if r["compaction_due"] else "no"
+    print(f"compaction  {due}")
+
+
+# -- the model -----------------------------------------------------------------------------
+
+
+class _ChatPrinter(TurnListener):
+    """How ``chat`` shows a turn: tokens on stdout (unless --json), the rest on stderr."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self.reply = ""
+        self.stats: Any = None
+        self.code = EXIT_OK
+
+    def on_reply_started(self, event: ReplyStarted) -> None:
+        self.reply = ""
+
+    def on_token(self, event: ReplyToken) -> None:
+        if not self.as_json:
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+
+    def on_reply(self, event: ReplySaved) -> None:
+        self.reply, self.stats = event.text, event.stats
+
+    def on_tool(self, event: ToolFinished) -> None:
+        print(f"\n[tool {event.name}: {'ok' if event.ok else 'error'}]", file=sys.stderr)
+
+    def on_compaction_finished(self, event: CompactionFinished) -> None:
+        print(f"\n[{event.text}]", file=sys.stderr)
+
+    def on_failed(self, event: TurnFailed) -> None:
+        print(f"\niris-desktop: {event.text}", file=sys.stderr)
+        self.code = EXIT_TOO_LARGE if event.kind == "too_large" else EXIT_FAIL
+
+    def on_done(self, event: TurnDone) -> None:
+        if event.finish_reason == "cancelled":
+            print("\n[stopped]", file=sys.stderr)
+
+
+@contextmanager
+def _cancel_on_interrupt(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl+C stops the reply at the next token (cooperatively) instead of killing the
+    turn half-way; a second Ctrl+C interrupts for real."""
+    def handler(signum, frame) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\n[stopping…]", file=sys.stderr)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _shell_confirmation(args):
@@ -41,7 +326,7 @@ def _shell_confirmation(args):
 def chat(args, overrides) -> int:
     if args.model:
         overrides = {**overrides, "model.path": args.model}
-    with _session(args, overrides) as session:
+    with open_session(args, overrides) as session:
         model = _load(session)
         store = session.store
         if args.thread is not None:
@@ -49,75 +334,34 @@ def chat(args, overrides) -> int:
             thread_id = args.thread
         else:
             thread_id = store.create_thread("New chat")
-        agent = session.agent(confirm_shell=_shell_confirmation(args))
+        agent = session.planner().agent(store, confirm_shell=_shell_confirmation(args))
+        printer = _ChatPrinter(args.json)
         cancel = threading.Event()
-        events: queue.Queue = queue.Queue()
-
-        def work() -> None:
-            try:
-                for event in agent.send(thread_id, args.message, cancel):
-                    events.put(event)
-            except BaseException as exc:  # surfaced on the main thread
-                events.put(exc)
-            events.put(None)
-
-        # the turn runs on a worker so that Ctrl+C can cancel it cooperatively
-        worker = threading.Thread(target=work, name="iris-turn", daemon=True)
-        worker.start()
-        reply, code, last_stats = "", EXIT_OK, {}
-        while True:
-            try:
-                event = events.get()
-            except KeyboardInterrupt:
-                cancel.set()
-                print("\n[stopping…]", file=sys.stderr)
-                continue
-            if event is None:
-                break
-            if isinstance(event, BaseException):
-                raise event
-            if event.kind == "token" and not args.json:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif event.kind == "assistant_start":
-                reply = ""
-            elif event.kind == "assistant":
-                reply = event.text
-                last_stats = event.data.get("stats") or {}
-            elif event.kind == "tool":
-                state = "ok" if event.data.get("ok") else "error"
-                print(f"\n[tool {event.data.get('name')}: {state}]", file=sys.stderr)
-            elif event.kind == "compaction" and event.text:
-                print(f"\n[{event.text}]", file=sys.stderr)
-            elif event.kind == "error":
-                print(f"\niris-desktop: {event.text}", file=sys.stderr)
-                code = EXIT_TOO_LARGE if event.data.get("kind") == "too_large" else EXIT_FAIL
-        worker.join()
+        with _cancel_on_interrupt(cancel):
+            for event in agent.send(thread_id, args.message, cancel):
+                dispatch(event, printer)
+        stats = printer.stats
         if args.json:
             print(json.dumps({
                 "thread_id": thread_id,
-                "reply": reply,
+                "reply": printer.reply,
                 "model": model.path.name,
                 "chat_format": model.chat_format.name,
-                "prompt_tokens": last_stats.get("prompt_tokens"),
-                "reused_tokens": last_stats.get("reused_tokens"),
-                "evaluated_tokens": last_stats.get("evaluated_tokens"),
-                "completion_tokens": last_stats.get("completion_tokens"),
-                "time_to_first_token_s": last_stats.get("time_to_first_token_s"),
-                "tokens_per_s": last_stats.get("tokens_per_s"),
-                "finish_reason": last_stats.get("finish_reason"),
+                **{key: getattr(stats, key, None) for key in (
+                    "prompt_tokens", "reused_tokens", "evaluated_tokens", "completion_tokens",
+                    "time_to_first_token_s", "tokens_per_s", "finish_reason")},
             }, indent=2, ensure_ascii=False))
         else:
             print()
             print(f"[thread {thread_id}]", file=sys.stderr)
-        return code
+        return printer.code
 
 
 def models(args, overrides) -> int:
     from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
     from iris_desktop.settings import BUNDLED
 
-    with _session(args, overrides) as session:
+    with open_session(args, overrides) as session:
         candidates: list[tuple[str, Path]] = []
         bundled_name = None
         try:
@@ -168,18 +412,81 @@ def models(args, overrides) -> int:
 
 
 def compact(args, overrides) -> int:
-    from iris_desktop.core.compaction import describe_event
-
-    with _session(args, overrides) as session:
+    with open_session(args, overrides) as session:
         _thread(session, args.thread)
         # --no-model: the extractive summarizer, counting without the model's tokenizer
         if not args.no_model and session.try_load_model() is None:
             print(f"iris-desktop: warning: no model ({session.model_error}); "
                   "using the extractive summarizer", file=sys.stderr)
-        compactor = session.compactor()
-        event = compactor.compact(args.thread, "manual", session.tools_text(), force=True)
+        compactor = session.planner().compactor(session.store)
+        event = compactor.compact(args.thread, "manual", force=True)
     if args.json:
-        print(json.dumps(event, indent=2, ensure_ascii=False, default=str))
+        print(json.dumps(event.as_dict(), indent=2, ensure_ascii=False, default=str))
     else:
-        print(describe_event(event))
-    return EXIT_OK if event.get("outcome") == "ok" else EXIT_FAIL
+        print(event.describe())
+    return EXIT_OK if event.outcome == "ok" else EXIT_FAIL
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+def config(args, overrides) -> int:
+    from iris_desktop.paths import app_paths
+    from iris_desktop.settings import (
+        SETTINGS,
+        load_settings,
+        lookup,
+        reset_config,
+        write_config_value,
+    )
+
+    config_path = app_paths(args.data_dir).config_path
+    if args.action == "path":
+        print(config_path)
+        return EXIT_OK
+    if args.action == "set":
+        value = write_config_value(config_path, args.key, args.value)
+        print(f"{args.key} = {lookup(args.key).to_text(value)}  ({config_path})")
+        return EXIT_OK
+    if args.action == "reset":
+        if args.key:
+            lookup(args.key)
+        reset_config(config_path, args.key)
+        return EXIT_OK
+    settings = load_settings(config_path, cli=overrides)
+    for problem in settings.problems:
+        print(f"iris-desktop: warning: {problem}", file=sys.stderr)
+    if args.action == "get":
+        print(lookup(args.key).to_text(settings[args.key]))
+        return EXIT_OK
+    rows = [
+        {"key": key, "value": settings[key], "source": settings.source(key),
+         "default": s.default, "allowed": s.describe_allowed(), "env": s.env_var, "help": s.help}
+        for key, s in SETTINGS.items()
+    ]
+    if getattr(args, "json", False):
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    for row in rows:
+        value = lookup(row["key"]).to_text(row["value"])
+        print(f"{row['key']:<30} {value:<24} [{row['source']}]")
+    return EXIT_OK
+
+
+def gui(args, overrides) -> int:
+    from iris_desktop.ui.app import run_gui
+
+    return run_gui(args.data_dir, overrides)
+
+
+COMMANDS = {
+    "import": import_,
+    "export": export,
+    "threads": threads,
+    "context": context,
+    "chat": chat,
+    "models": models,
+    "compact": compact,
+    "config": config,
+    "gui": gui,
+}

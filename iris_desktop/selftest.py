@@ -13,6 +13,7 @@ import time
 
 
 def run_self_test(data_dir=None, overrides=None) -> int:
+    from iris_desktop.core.events import ReplySaved, TurnFailed
     from iris_desktop.core.session import Session, bundled_model_path
     from iris_desktop.paths import app_paths
 
@@ -27,12 +28,13 @@ def run_self_test(data_dir=None, overrides=None) -> int:
             loaded = time.perf_counter() - started
             thread = session.store.create_thread("self-test")
             reply = ""
-            for event in session.agent().send(thread, "The capital of France is"):
-                if event.kind == "assistant":
+            planner = session.planner()
+            for event in planner.agent(session.store).send(thread, "The capital of France is"):
+                if isinstance(event, ReplySaved):
                     reply = event.text
-                elif event.kind == "error":
+                elif isinstance(event, TurnFailed):
                     raise RuntimeError(event.text)
-            request = session.engine().build(thread)
+            request = planner.plan(session.store, thread)
             stats = session.store.requests(thread)[-1]
             exact = stats["prompt_tokens"] == stats["predicted_prompt_tokens"]
             ok = bool(reply.strip()) and exact

@@ -209,6 +209,13 @@ _ALL: tuple[Setting, ...] = (
         minimum=64, maximum=8192, unit="tokens",
     ),
     Setting(
+        "context.summarizer", "choice", AUTO,
+        "Who writes the summary when old turns are compacted: auto (the model, unless it is "
+        "a base model that cannot follow instructions), model, or extractive (Iris's own "
+        "deterministic summary of names, dates, numbers and files: fast, no model call).",
+        choices=(AUTO, "model", "extractive"),
+    ),
+    Setting(
         "context.recall_max_tokens", "int", 1024,
         "Tokens for recall: when your newest message asks something, earlier messages that a "
         "summary replaced, found by full-text search on it and shown to the model with it, "

@@ -10,7 +10,14 @@ import pytest
 
 from iris_desktop.core.agent import Agent, AgentConfig
 from iris_desktop.core.engine import ContextParams
-from iris_desktop.core.tools import Sandbox
+from iris_desktop.core.events import (
+    ReplyToken,
+    RequestSent,
+    ToolFinished,
+    TurnDone,
+    TurnFailed,
+)
+from iris_desktop.core.planner import Planner, ToolsConfig
 
 from fakes import ScriptedRuntime
 
@@ -27,25 +34,30 @@ def folder(tmp_path):
     return root
 
 
+def planner_for(runtime, params, folder=None, **config) -> Planner:
+    tools = ToolsConfig(allowed_paths=(str(folder),) if folder else ())
+    return Planner(params, runtime.counter(), runtime=runtime, agent=AgentConfig(**config),
+                   tools=tools)
+
+
 def make_agent(store, replies, folder=None, **config):
     runtime = ScriptedRuntime(replies)
-    sandbox = Sandbox([folder] if folder else [])
-    agent = Agent(store, runtime, ContextParams(window=8192, system_prompt="You are Iris."),
-                  AgentConfig(**config), sandbox=sandbox)
-    return agent, runtime
+    planner = planner_for(runtime, ContextParams(window=8192, system_prompt="You are Iris."),
+                          folder, **config)
+    return planner.agent(store, compact=False), runtime
 
 
 def kinds(events):
-    return [e.kind for e in events]
+    return [type(e).__name__ for e in events]
 
 
 def test_plain_answer(fresh_store):
     thread = fresh_store.create_thread("New chat")
     agent, runtime = make_agent(fresh_store, ["Hello there, friend."])
     events = list(agent.send(thread, "Hi Iris"))
-    assert kinds(events)[:3] == ["user", "request", "assistant_start"]
-    assert kinds(events)[-2:] == ["assistant", "done"]
-    assert "".join(e.text for e in events if e.kind == "token") == "Hello there, friend."
+    assert kinds(events)[:3] == ["UserSaved", "RequestSent", "ReplyStarted"]
+    assert kinds(events)[-2:] == ["ReplySaved", "TurnDone"]
+    assert "".join(e.text for e in events if isinstance(e, ReplyToken)) == "Hello there, friend."
     rows = fresh_store.messages(thread)
     assert [(r["role"], r["content"], r["status"]) for r in rows] == [
         ("user", "Hi Iris", "complete"), ("assistant", "Hello there, friend.", "complete")]
@@ -59,7 +71,7 @@ def test_tool_loop_call_result_answer(fresh_store, folder):
     agent, runtime = make_agent(
         fresh_store, [call("read_file", path="notes.txt"), "The code is 1234."], folder)
     events = list(agent.send(thread, "What is the launch code?"))
-    assert "tool" in kinds(events)
+    assert "ToolFinished" in kinds(events)
     rows = fresh_store.messages(thread)
     assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
     calls = json.loads(rows[1]["tool_calls"])
@@ -78,9 +90,9 @@ def test_malformed_call_goes_back_as_a_tool_error(fresh_store, folder):
         fresh_store, ['<tool_call>{"name": "read_file", "arguments": {oops}</tool_call>', "Sorry."],
         folder)
     events = list(agent.send(thread, "read it"))
-    tool = [e for e in events if e.kind == "tool"][0]
-    assert not tool.data["ok"] and "malformed tool call" in tool.text
-    assert kinds(events)[-1] == "done"
+    tool = [e for e in events if isinstance(e, ToolFinished)][0]
+    assert not tool.ok and "malformed tool call" in tool.text
+    assert isinstance(events[-1], TurnDone)
     assert fresh_store.messages(thread)[-1]["content"] == "Sorry."
 
 
@@ -90,11 +102,11 @@ def test_tool_call_limit(fresh_store, folder):
         fresh_store, [call("list_directory", path=".")] * 3 + ["Done."], folder,
         max_calls_per_turn=2)
     events = list(agent.send(thread, "look around"))
-    tools = [e for e in events if e.kind == "tool"]
-    assert [t.data["ok"] for t in tools] == [True, True]
+    tools = [e for e in events if isinstance(e, ToolFinished)]
+    assert [t.ok for t in tools] == [True, True]
     # after the limit the model answers without tools
     assert "list_directory" not in runtime.requests[2][0]["content"]
-    assert kinds(events)[-1] == "done"
+    assert isinstance(events[-1], TurnDone)
     assert len(runtime.requests) == 3
 
 
@@ -105,9 +117,9 @@ def test_cancel_keeps_partial_reply_marked_interrupted(fresh_store):
     events = []
     for event in agent.send(thread, "talk", cancel):
         events.append(event)
-        if event.kind == "token" and len(events) > 6:
+        if isinstance(event, ReplyToken) and len(events) > 6:
             cancel.set()
-    assert events[-1].data["finish_reason"] == "cancelled"
+    assert events[-1].finish_reason == "cancelled"
     reply = fresh_store.messages(thread)[-1]
     assert reply["status"] == "interrupted" and 0 < len(reply["content"]) < 200 * 5
     assert fresh_store.messages(thread)[0]["content"] == "talk"
@@ -117,11 +129,11 @@ def test_partial_text_is_saved_while_streaming(fresh_store):
     thread = fresh_store.create_thread("t")
     ticks = iter(range(1000))
     runtime = ScriptedRuntime([" ".join(f"w{i}" for i in range(10))])
-    agent = Agent(fresh_store, runtime, ContextParams(window=8192),
-                  AgentConfig(save_interval_s=2.0), clock=lambda: next(ticks))
+    agent = Agent(fresh_store, planner_for(runtime, ContextParams(window=8192), save_interval_s=2.0),
+                  clock=lambda: next(ticks))
     seen = []
     for event in agent.send(thread, "go"):
-        if event.kind == "token":
+        if isinstance(event, ReplyToken):
             seen.append(fresh_store.messages(thread)[-1]["content"])
     # saved every 2 clock ticks, so the stored text trails the stream by at most one save
     assert any(s.startswith("w0 w1") for s in seen)
@@ -132,7 +144,7 @@ def test_model_failure_mid_reply_keeps_everything(fresh_store):
     thread = fresh_store.create_thread("t")
     agent, _ = make_agent(fresh_store, [RuntimeError("GPU on fire")])
     events = list(agent.send(thread, "hello"))
-    assert [e for e in events if e.kind == "error"][0].text.endswith("GPU on fire")
+    assert [e for e in events if isinstance(e, TurnFailed)][0].text.endswith("GPU on fire")
     rows = fresh_store.messages(thread)
     assert rows[0]["content"] == "hello" and rows[1]["status"] == "error"
 
@@ -140,10 +152,10 @@ def test_model_failure_mid_reply_keeps_everything(fresh_store):
 def test_too_large_is_reported_and_user_message_kept(fresh_store):
     thread = fresh_store.create_thread("t")
     runtime = ScriptedRuntime(["never"])
-    agent = Agent(fresh_store, runtime, ContextParams(window=1024), AgentConfig())
+    agent = Agent(fresh_store, planner_for(runtime, ContextParams(window=1024)))
     events = list(agent.send(thread, "x" * 20000))
-    error = [e for e in events if e.kind == "error"][0]
-    assert error.data["kind"] == "too_large" and "the window allows" in error.text
+    error = [e for e in events if isinstance(e, TurnFailed)][0]
+    assert error.kind == "too_large" and "the window allows" in error.text
     assert runtime.requests == []
     assert fresh_store.messages(thread)[0]["content"] == "x" * 20000
 
@@ -158,7 +170,7 @@ def test_full_turn_opens_no_network_connection(fresh_store, folder, monkeypatch)
     agent, _ = make_agent(fresh_store, [call("search_files", pattern="launch", path="."), "ok"],
                           folder)
     events = list(agent.send(thread, "search"))
-    assert [e for e in events if e.kind == "tool"][0].data["ok"]
+    assert [e for e in events if isinstance(e, ToolFinished)][0].ok
 
 
 def test_native_tool_templates_get_the_definitions(fresh_store, folder):
@@ -177,11 +189,11 @@ def test_native_tool_templates_get_the_definitions(fresh_store, folder):
             yield from super().stream(messages, **kw)
 
     runtime = NativeRuntime([call("read_file", path="notes.txt"), "done"])
-    agent = Agent(fresh_store, runtime, ContextParams(window=8192, system_prompt="S"),
-                  AgentConfig(), sandbox=Sandbox([folder]))
+    agent = planner_for(runtime, ContextParams(window=8192, system_prompt="S"), folder).agent(
+        fresh_store, compact=False)
     events = list(agent.send(fresh_store.create_thread("t"), "go"))
-    request = [e for e in events if e.kind == "request"][0]
-    assert request.data["breakdown"]["tools"] == 123
+    request = [e for e in events if isinstance(e, RequestSent)][0].request
+    assert request.breakdown.tools == 123 and request.tool_definitions
     assert runtime.requests[0][0]["content"] == "S"  # not described in the system prompt
     assert runtime.tools_seen[0][0]["function"]["name"] == "read_file"
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import compact_while_due, compactor_for
 
-from iris_desktop.core.compaction import (
-    CompactionSettings,
-    Compactor,
-    _transcript_lines,
-)
+from iris_desktop.core.compaction import CompactionSettings, _transcript_lines
 from iris_desktop.core.engine import PRUNED_PLACEHOLDER, ContextEngine, ContextParams
+from iris_desktop.core.events import CompactionFinished, CompactionStarted
 from iris_desktop.core.store import Store, row_to_message
 from iris_desktop.core.summary import FIELDS, ConversationSummary
 from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
@@ -49,10 +47,10 @@ def test_budget_trigger_compacts_and_nothing_is_dropped(fresh_store):
     engine = ContextEngine(fresh_store, HeuristicCounter(), params())
     assert engine.build(thread).trigger == "budget"
     before = snapshot(fresh_store, thread)
-    compactor = Compactor(fresh_store, HeuristicCounter(), params())
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params())
     event = compactor.compact(thread, "budget")
-    assert event["outcome"] == "ok" and event["path"] == "extractive"
-    assert event["tokens_after"] < event["tokens_before"]
+    assert event.outcome == "ok" and event.path == "extractive"
+    assert event.tokens_after < event.tokens_before
     request = engine.build(thread)
     described = check_request(engine, request)
     assert {m["state"] for m in described} == {"summarized", "verbatim"}
@@ -68,13 +66,13 @@ def test_budget_trigger_compacts_and_nothing_is_dropped(fresh_store):
 
 def test_summaries_chain(fresh_store):
     thread = chat_thread(fresh_store, 30)
-    compactor = Compactor(fresh_store, HeuristicCounter(), params())
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params())
     first = compactor.compact(thread, "budget")
     chat_more = [{"role": "user", "content": "more " * 300}, {"role": "assistant", "content": "ok " * 300}]
     for _ in range(8):
         fresh_store.add_messages(thread, chat_more)
     second = compactor.compact(thread, "budget")
-    assert first["outcome"] == second["outcome"] == "ok"
+    assert first.outcome == second.outcome == "ok"
     chain = fresh_store.summaries(thread)
     assert chain[1].prev_id == chain[0].id
     assert chain[1].first_turn == chain[0].first_turn == 1
@@ -89,8 +87,8 @@ def test_short_turns_do_not_loop_on_the_turns_trigger(fresh_store):
     p = params(compaction_min_turns=20)
     engine = ContextEngine(fresh_store, HeuristicCounter(), p)
     assert engine.build(thread).trigger == "turns"
-    compactor = Compactor(fresh_store, HeuristicCounter(), p)
-    assert compactor.compact(thread, "turns")["outcome"] == "ok"
+    compactor = compactor_for(fresh_store, HeuristicCounter(), p)
+    assert compactor.compact(thread, "turns").outcome == "ok"
     request = engine.build(thread)
     assert request.trigger == "none" and request.unsummarized_turns < 20
     assert list(compactor.before_request(thread)) == []  # nothing due: no second compaction
@@ -99,10 +97,10 @@ def test_short_turns_do_not_loop_on_the_turns_trigger(fresh_store):
 def test_llm_path_and_the_compaction_call_never_overflows(fresh_store):
     thread = chat_thread(fresh_store, 60, 400)
     runtime = ScriptedRuntime([llm_json()] * 100, n_ctx=1024)
-    compactor = Compactor(fresh_store, HeuristicCounter(), params(), runtime=runtime,
-                          settings=CompactionSettings(summary_max_tokens=256))
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
+                              CompactionSettings(summary_max_tokens=256), runtime=runtime)
     event = compactor.compact(thread, "budget")
-    assert event["outcome"] == "ok" and event["path"] == "chunked"
+    assert event.outcome == "ok" and event.path == "chunked"
     assert len(runtime.requests) > 1
     counter = HeuristicCounter()
     for request in runtime.requests:
@@ -123,21 +121,22 @@ def test_llm_path_and_the_compaction_call_never_overflows(fresh_store):
 ])
 def test_unusable_llm_output_falls_back_to_extractive(fresh_store, reply):
     thread = chat_thread(fresh_store)
-    compactor = Compactor(fresh_store, HeuristicCounter(), params(),
-                          runtime=ScriptedRuntime([reply] * 5, n_ctx=8192))
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
+                              runtime=ScriptedRuntime([reply] * 5, n_ctx=8192))
     event = compactor.compact(thread, "budget")
-    assert event["outcome"] == "ok" and event["path"] == "extractive"
-    assert "extractive fallback used" in event["error"]
+    assert event.outcome == "ok" and event.path == "extractive"
+    assert "extractive fallback used" in event.error
 
 
 def test_timeout_falls_back_to_extractive(fresh_store):
     thread = chat_thread(fresh_store)
     ticks = iter(range(0, 10_000, 100))
-    compactor = Compactor(fresh_store, HeuristicCounter(), params(),
-                          runtime=ScriptedRuntime([llm_json(words=400)], n_ctx=8192),
-                          settings=CompactionSettings(timeout_s=150), clock=lambda: next(ticks))
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
+                              CompactionSettings(timeout_s=150),
+                              runtime=ScriptedRuntime([llm_json(words=400)], n_ctx=8192),
+                              clock=lambda: next(ticks))
     event = compactor.compact(thread, "budget")
-    assert event["path"] == "extractive" and "timed out" in event["error"]
+    assert event.path == "extractive" and "timed out" in event.error
 
 
 def test_growth_is_refused_and_nothing_saved(fresh_store):
@@ -146,10 +145,11 @@ def test_growth_is_refused_and_nothing_saved(fresh_store):
         fresh_store.add_messages(thread, [{"role": "user", "content": f"q{n}"},
                                           {"role": "assistant", "content": f"a{n}"}])
     big = llm_json(words=250)
-    compactor = Compactor(fresh_store, HeuristicCounter(), params(), runtime=ScriptedRuntime([big]),
-                          settings=CompactionSettings(summary_max_tokens=2000))
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
+                              CompactionSettings(summary_max_tokens=2000),
+                              runtime=ScriptedRuntime([big]))
     event = compactor.compact(thread, "manual")
-    assert event["outcome"] == "failed" and "would not shrink" in event["error"]
+    assert event.outcome == "failed" and "would not shrink" in event.error
     assert fresh_store.summaries(thread) == []
     assert fresh_store.compaction_events(thread)[0]["outcome"] == "failed"
 
@@ -157,14 +157,14 @@ def test_growth_is_refused_and_nothing_saved(fresh_store):
 def test_circuit_breaker_after_three_failures(fresh_store):
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, [{"role": "user", "content": "only one turn"}])
-    compactor = Compactor(fresh_store, HeuristicCounter(), params())
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params())
     for _ in range(3):
-        assert compactor.compact(thread, "budget")["outcome"] == "failed"
+        assert compactor.compact(thread, "budget").outcome == "failed"
     assert compactor.breaker_open(thread)
     skipped = compactor.compact(thread, "budget")
-    assert skipped["outcome"] == "skipped" and "circuit breaker" in skipped["error"]
+    assert skipped.outcome == "skipped" and "circuit breaker" in skipped.error
     assert len(fresh_store.compaction_events(thread)) == 3  # no fourth attempt recorded
-    assert compactor.compact(thread, "manual", force=True)["outcome"] == "failed"
+    assert compactor.compact(thread, "manual", force=True).outcome == "failed"
 
 
 def test_summarizer_input_clears_tool_output_and_drops_empty_turns():
@@ -187,7 +187,7 @@ def test_in_loop_compaction_on_a_replayed_swe_transcript(fresh_store):
     thread = fresh_store.create_thread("swe")
     p = params(4096)
     counter = TiktokenCounter()
-    compactor = Compactor(fresh_store, counter, p)
+    compactor = compactor_for(fresh_store, counter, p)
     engine = ContextEngine(fresh_store, counter, p)
     compactions = 0
     for message in messages:
@@ -195,7 +195,7 @@ def test_in_loop_compaction_on_a_replayed_swe_transcript(fresh_store):
         if message["role"] != "tool":
             continue
         events = list(compactor.before_request(thread))
-        compactions += sum(1 for e in events if e.data.get("state") == "finished")
+        compactions += sum(1 for e in events if isinstance(e, CompactionFinished))
         request = engine.build(thread)
         check_request(engine, request)
         assert request.messages[-1]["content"] == message["content"]  # never lost
@@ -212,9 +212,9 @@ def test_every_corpus_conversation_compacts_cleanly(tmp_path, path):
     store.add_messages(thread, original)
     p = params(8192)
     counter = TiktokenCounter()
-    compactor = Compactor(store, counter, p)
+    compactor = compactor_for(store, counter, p)
     engine = ContextEngine(store, counter, p)
-    assert all(e["outcome"] == "ok" for e in compactor.compact_while_due(thread))
+    assert all(e.outcome == "ok" for e in compact_while_due(compactor, thread))
     request = engine.build(thread)
     described = check_request(engine, request)
     assert request.trigger == "none"
@@ -227,21 +227,21 @@ def test_every_corpus_conversation_compacts_cleanly(tmp_path, path):
 def test_real_model_produces_structured_json(real_model, fresh_store):
     """The grammar keeps even the 270M base model to the schema."""
     thread = chat_thread(fresh_store, 12, 120)
-    compactor = Compactor(fresh_store, real_model.counter(), params(8192), runtime=real_model,
-                          settings=CompactionSettings(summary_max_tokens=64))
-    text, _ = real_model.complete(
+    compactor = compactor_for(fresh_store, real_model.counter(), params(8192),
+                              CompactionSettings(summary_max_tokens=64), runtime=real_model)
+    text = "".join(real_model.stream(
         [{"role": "system", "content": "Summarize as JSON."},
          {"role": "user", "content": "User: I moved to Lisbon in May 2023.\nAssistant: Nice!"}],
         max_tokens=600, temperature=0.0, repeat_penalty=1.15, json_schema=__import__(
-            "iris_desktop.core.summary", fromlist=["JSON_SCHEMA"]).JSON_SCHEMA)
+            "iris_desktop.core.summary", fromlist=["JSON_SCHEMA"]).JSON_SCHEMA))
     data = json.loads(text)
     assert set(FIELDS) <= set(data)
     event = compactor.compact(thread, "manual")
-    assert event["outcome"] == "ok" and event["path"] in ("llm", "chunked", "extractive")
+    assert event.outcome == "ok" and event.path in ("llm", "chunked", "extractive")
     row = fresh_store.latest_summary(thread)
     summary = ConversationSummary.from_fields(row.fields)
-    assert summary.summary and row.path == event["path"]
-    assert event["summary_tokens"] <= 64 + 8  # the cap holds (plus the injection header)
+    assert summary.summary and row.path == event.path
+    assert event.summary_tokens <= 64 + 8  # the cap holds (plus the injection header)
 
 
 def test_background_compaction_runs_after_the_reply_not_before_the_send(fresh_store):
@@ -250,10 +250,10 @@ def test_background_compaction_runs_after_the_reply_not_before_the_send(fresh_st
         fresh_store.add_messages(thread, [{"role": "user", "content": f"hi {n}"},
                                           {"role": "assistant", "content": f"hello {n}"}])
     p = params(compaction_min_turns=20)
-    compactor = Compactor(fresh_store, HeuristicCounter(), p)
+    compactor = compactor_for(fresh_store, HeuristicCounter(), p)
     assert list(compactor.before_request(thread)) == []  # 19 turns: not due yet
     events = list(compactor.after_reply(thread))  # the next user turn would make it due
-    assert [e.data["state"] for e in events] == ["started", "finished"]
-    assert events[-1].data["trigger"] == "early" and events[-1].data["outcome"] == "ok"
+    assert [type(e) for e in events] == [CompactionStarted, CompactionFinished]
+    assert events[-1].event.trigger == "early" and events[-1].event.outcome == "ok"
     fresh_store.add_messages(thread, [{"role": "user", "content": "next"}])
     assert list(compactor.before_request(thread)) == []  # the send does not wait

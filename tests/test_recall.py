@@ -6,8 +6,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from helpers import compact_while_due, compactor_for
 
-from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.engine import ContextEngine, ContextParams
 from iris_desktop.core.recall import RECALL_FOOTER, RECALL_HEADER, asks, fts_query, query_terms
 from iris_desktop.core.tokens import HeuristicCounter
@@ -26,8 +26,8 @@ def params(window=4096, recall=512, **kw):
 def compacted(store, messages, counter, p):
     thread = store.create_thread("t")
     store.add_messages(thread, messages)
-    events = Compactor(store, counter, p).compact_while_due(thread)
-    assert all(e["outcome"] == "ok" for e in events)
+    events = compact_while_due(compactor_for(store, counter, p), thread)
+    assert all(e.outcome == "ok" for e in events)
     return thread
 
 
@@ -164,5 +164,6 @@ def test_real_model_counts_the_recalled_prompt_exactly(fresh_store, locomo, real
     request = engine.build(thread)
     check_request(engine, request)
     assert request.breakdown.recall > 0
-    _, stats = real_model.complete(request.messages, max_tokens=2, temperature=0)
+    "".join(real_model.stream(request.messages, max_tokens=2, temperature=0))
+    stats = real_model.last_stats
     assert stats.prompt_tokens == request.predicted_prompt_tokens

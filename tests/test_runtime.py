@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import complete
 
 from iris_desktop.core.tokens import TokenCounter
 from iris_desktop.runtime import chat_format as cf
@@ -370,7 +371,7 @@ def test_predicted_prompt_tokens_equal_llamas(model):
     counter = model.counter()
     predicted = counter.prompt_overhead() + sum(counter.count_message(m) for m in msgs)
 
-    text, stats = model.complete(msgs, max_tokens=4, temperature=0)
+    text, stats = complete(model, msgs, max_tokens=4, temperature=0)
     assert stats.prompt_tokens == predicted
     assert stats.reused_tokens + stats.evaluated_tokens == stats.prompt_tokens
 
@@ -392,17 +393,17 @@ def test_counts_match_whole_prompt_tokenization_on_a_long_chat(model):
 
 def test_second_turn_reuses_the_first_turns_kv_cache(model):
     msgs = [SYSTEM, *locomo(8)]
-    reply, first = model.complete(msgs, max_tokens=12, temperature=0)
+    reply, first = complete(model, msgs, max_tokens=12, temperature=0)
     assert first.finish_reason in ("stop", "length")
     follow = [*msgs, {"role": "assistant", "content": reply},
               {"role": "user", "content": "What did you do last weekend?"}]
-    _, second = model.complete(follow, max_tokens=4, temperature=0)
+    _, second = complete(model, follow, max_tokens=4, temperature=0)
     assert second.prompt_tokens > first.prompt_tokens
     assert second.reused_tokens >= first.prompt_tokens - 1
     assert second.evaluated_tokens == second.prompt_tokens - second.reused_tokens
     assert second.evaluated_tokens < 40
     # the same request again: everything but the last token is reused
-    _, again = model.complete(follow, max_tokens=2, temperature=0)
+    _, again = complete(model, follow, max_tokens=2, temperature=0)
     assert again.reused_tokens == again.prompt_tokens - 1 and again.evaluated_tokens == 1
 
 
@@ -434,11 +435,11 @@ def test_streams_pieces_and_cancels_between_tokens(model):
     next(it)
     it.close()
     assert model.last_stats.finish_reason == "cancelled"
-    assert model.complete(msgs, max_tokens=1)[1].completion_tokens <= 1
+    assert complete(model, msgs, max_tokens=1)[1].completion_tokens <= 1
 
 
 def test_max_tokens_gives_length(model):
-    _, stats = model.complete([SYSTEM, *locomo(2)], max_tokens=3, temperature=0)
+    _, stats = complete(model, [SYSTEM, *locomo(2)], max_tokens=3, temperature=0)
     assert stats.completion_tokens <= 3
     if stats.completion_tokens == 3:
         assert stats.finish_reason == "length"
@@ -452,7 +453,7 @@ def test_json_schema_output_parses(model):
         "required": ["mood", "happy"],
     }
     msgs = [*locomo(3), {"role": "user", "content": "Describe Caroline's mood as JSON."}]
-    text, stats = model.complete(msgs, max_tokens=60, temperature=0, json_schema=schema)
+    text, stats = complete(model, msgs, max_tokens=60, temperature=0, json_schema=schema)
     data = json.loads(text)
     assert set(data) == {"mood", "happy"} and isinstance(data["happy"], bool)
     assert stats.finish_reason == "stop"
@@ -467,7 +468,7 @@ def test_prompt_too_long(model):
 
 def test_close_is_idempotent(bundled_model):
     m = LocalModel.load(bundled_model, n_ctx=512)
-    assert m.complete([{"role": "user", "content": "Hi"}], max_tokens=2)[1].prompt_tokens > 0
+    assert complete(m, [{"role": "user", "content": "Hi"}], max_tokens=2)[1].prompt_tokens > 0
     m.close()
     m.close()
     assert m.closed
@@ -501,13 +502,13 @@ def test_swa_cache_without_full_size_falls_back_to_full_reevaluation(bundled_mod
     msgs = [SYSTEM, *locomo(30)]  # ~1000 tokens > 512 + 64 -> the window has moved
     m = LocalModel.load(bundled_model, n_ctx=2048, n_batch=64, swa_full=False)
     try:
-        _, first = m.complete(msgs, max_tokens=1, temperature=0)
+        _, first = complete(m, msgs, max_tokens=1, temperature=0)
         assert first.prompt_tokens > 900
-        _, near = m.complete([*msgs, {"role": "user", "content": "ok"}], max_tokens=1)
+        _, near = complete(m, [*msgs, {"role": "user", "content": "ok"}], max_tokens=1)
         # all but "model\n" of the generation prompt (the window covers the end)
         assert near.reused_tokens == first.prompt_tokens - 2
         edited = [SYSTEM, {"role": "user", "content": "Something else."}, *msgs[2:]]
-        _, far = m.complete(edited, max_tokens=1, temperature=0)
+        _, far = complete(m, edited, max_tokens=1, temperature=0)
         assert far.reused_tokens == 0 and far.evaluated_tokens == far.prompt_tokens
         assert "not reusable" in caplog.text
     finally:

@@ -17,8 +17,9 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox, QWidget  # noqa: E402
 
+from iris_desktop.core.events import ReplyToken  # noqa: E402
 from iris_desktop.core.session import Session  # noqa: E402
-from iris_desktop.core.views import SUMMARY_FIELDS, engine_for, tools_text_for  # noqa: E402
+from iris_desktop.core.views import SUMMARY_FIELDS  # noqa: E402
 from iris_desktop.settings import SETTINGS, Setting  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.settings_dialog import SettingsDialog  # noqa: E402
@@ -46,8 +47,7 @@ def make_window(qtbot, data_dir):
     def make(runtime=None, overrides=None, load=True):
         session = Session(data_dir, overrides or {})
         # compaction is tested in core; a scripted runtime must not be asked for a summary
-        no_compactor = (lambda *a: None) if runtime is not None else None
-        window = main_window(session, runtime=runtime, compactor_factory=no_compactor, load=load)
+        window = main_window(session, runtime=runtime, compact=runtime is None, load=load)
         qtbot.addWidget(window)
         window.show()
         made.append((window, session))
@@ -107,11 +107,11 @@ def chat(turns: int, words: int = 20) -> list[dict]:
 def test_send_streams_a_reply_from_the_real_model(make_window, qtbot, model_path):
     window = make_window(overrides={"model.path": str(model_path), "model.max_tokens": "24",
                                     "model.temperature": "0", "model.n_ctx": "4096"})
-    assert window.model_state == "ready", window.session.model_error
+    assert window.model_state == "ready", window.models.error
     assert "n_ctx 4,096" in window.model_label.text()
     tokens, statuses = [], []
-    window.model.worker.agentEvent.connect(
-        lambda e: e.kind == "token" and tokens.append(e.text))
+    window.model.worker.turnEvent.connect(
+        lambda e: isinstance(e, ReplyToken) and tokens.append(e.text))
     window.view.transcript.dataChanged.connect(
         lambda a, b: statuses.append(window.view.transcript.entry(a.row()).status))
     send(qtbot, window, "Hello! What is the capital of France?")
@@ -188,9 +188,9 @@ def test_shell_command_asks_with_the_exact_command(make_window, qtbot, tmp_path)
         "tools.allowed_paths": json.dumps([str(folder)]), "tools.shell": "true",
         "tools.enabled": "read_file,run_shell"})
     send(qtbot, window, "Run it")
-    qtbot.waitUntil(lambda: window.shell_box is not None and window.shell_box.isVisible(),
+    qtbot.waitUntil(lambda: window.turns.shell_box is not None and window.turns.shell_box.isVisible(),
                     timeout=10_000)
-    box = window.shell_box
+    box = window.turns.shell_box
     assert command in box.informativeText().replace("&amp;", "&")
     run = next(b for b in box.buttons() if b.text() == "Run")
     qtbot.mouseClick(run, Qt.MouseButton.LeftButton)
@@ -273,11 +273,9 @@ def test_meter_equals_the_engine_breakdown(make_window, qtbot, data_dir):
     settle(qtbot, window)
     from iris_desktop.core.store import Store
 
-    settings = window.session.settings
     with Store(window.session.paths.db_path) as store:
-        engine = engine_for(store, window.session.model.counter(), settings, 8192)
-        expected = engine.build(thread, tools_text=tools_text_for(settings),
-                                draft="a draft that is being typed").breakdown
+        expected = window.context.planner.plan(store, thread, "a draft that is being typed"
+                                               ).breakdown
     assert window.meter.breakdown == expected.as_dict()
     assert window.composer.tokens.text() == f"Draft: {expected.draft:,} tokens"
     tip = window.meter.toolTip()
@@ -325,10 +323,10 @@ def test_a_5000_message_thread_opens_without_5000_widgets(make_window, qtbot, da
 def test_rename_and_delete_a_thread(make_window, qtbot, data_dir):
     thread = seed_thread(data_dir, chat(2), title="old title")
     window = make_window(ScriptedRuntime([]))
-    window.rename_thread(thread, "new title")
+    window.threads_control.rename_thread(thread, "new title")
     qtbot.waitUntil(lambda: window.threads.list.count() == 1
                     and window.threads.list.item(0).text() == "new title", timeout=5_000)
-    window.delete_thread(thread)
+    window.threads_control.delete_thread(thread)
     qtbot.waitUntil(lambda: window.threads.list.count() == 0, timeout=5_000)
 
 
@@ -410,12 +408,12 @@ def test_apply_persists_and_offers_a_reload(make_window, qtbot):
     text = window.session.paths.config_path.read_text()
     assert "n_ctx = 4096" in text and "compaction_threshold = 0.8" in text
     assert window.session.settings["model.n_ctx"] == 4096
-    qtbot.waitUntil(lambda: getattr(window, "reload_box", None) is not None
-                    and window.reload_box.isVisible(), timeout=5_000)
-    assert "model.n_ctx" in window.reload_box.text()
+    qtbot.waitUntil(lambda: getattr(window.menus, "reload_box", None) is not None
+                    and window.menus.reload_box.isVisible(), timeout=5_000)
+    assert "model.n_ctx" in window.menus.reload_box.text()
     loads = []
     window.model.worker.loaded.connect(loads.append)
-    window.reload_box.done(QMessageBox.StandardButton.Yes)
+    window.menus.reload_box.done(QMessageBox.StandardButton.Yes)
     assert window.model_state == "loading"  # reloading in the background
     qtbot.waitUntil(lambda: window.model_state == "ready" and len(loads) == 1, timeout=10_000)
 
@@ -452,7 +450,7 @@ def test_a_missing_model_explains_and_history_stays_usable(make_window, qtbot, d
     missing = tmp_path / "nope.gguf"
     window = make_window(overrides={"model.path": str(missing)})
     assert window.model_state == "failed"
-    box = window.model_box
+    box = window.models.box
     assert box is not None and box.isVisible()
     assert str(missing) in box.informativeText()
     assert any(b.text() == "Choose model file…" for b in box.buttons())
@@ -470,7 +468,7 @@ def test_choose_model_file_after_a_failure_loads_it(make_window, qtbot, tmp_path
     window = make_window(overrides={"model.path": str(tmp_path / "nope.gguf")})
     monkeypatch.setattr(QFileDialog, "getOpenFileName",
                         staticmethod(lambda *a, **k: (str(model_path), "GGUF models (*.gguf)")))
-    box = window.model_box
+    box = window.models.box
     choose = next(b for b in box.buttons() if b.text() == "Choose model file…")
     qtbot.mouseClick(choose, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.model_state == "ready", timeout=60_000)
@@ -541,7 +539,7 @@ def test_about_names_every_version(make_window):
     from PySide6.QtCore import qVersion
 
     window = make_window(ScriptedRuntime([]))
-    text = window.about_text()
+    text = window.menus.about_text()
     assert llama_cpp.__version__ in text and qVersion() in text and "Iris Desktop 0.1.0" in text
 
 

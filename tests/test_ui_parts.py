@@ -15,10 +15,13 @@ from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QAction, QKeySequence  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from iris_desktop.core.events import ReplyToken, TurnDone, TurnFailed, UserSaved  # noqa: E402
+from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.session import Session  # noqa: E402
+from iris_desktop.ui.background import Background  # noqa: E402
 from iris_desktop.ui.composer import Composer  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
-from iris_desktop.ui.workers import Background, ModelWorker, SendJob  # noqa: E402
+from iris_desktop.ui.model_thread import ModelWorker, SendJob  # noqa: E402
 
 from fakes import ScriptedRuntime  # noqa: E402
 
@@ -32,43 +35,44 @@ def session(tmp_path):
 
 def test_model_worker_runs_a_turn_synchronously(session):
     """The worker is a plain QObject: called directly, it emits one signal per event."""
-    worker = ModelWorker(session, runtime=ScriptedRuntime(["Hi, how can I help?"]),
-                         compactor_factory=lambda *a: None)
+    runtime = ScriptedRuntime(["Hi, how can I help?"])
+    worker = ModelWorker(session.paths.db_path, session.paths.models_dir, runtime, compact=False)
     events, created, loaded = [], [], []
-    worker.agentEvent.connect(events.append)
+    worker.turnEvent.connect(events.append)
     worker.threadCreated.connect(created.append)
     worker.loaded.connect(loaded.append)
     worker.load(session.settings)
-    assert loaded[0]["n_ctx"] == 8192
-    worker.send(SendJob(None, "Hello", session.settings))
-    kinds = [e.kind for e in events]
-    assert kinds[0] == "user" and kinds[-1] == "done" and "token" in kinds
+    assert loaded[0].info["n_ctx"] == 8192 and loaded[0].runtime is runtime
+    planner = Planner.from_settings(session.settings, runtime)
+    worker.send(SendJob(None, "Hello", planner))
+    assert isinstance(events[0], UserSaved) and isinstance(events[-1], TurnDone)
     assert created and all(e.thread_id == created[0] for e in events)
-    assert "".join(e.text for e in events if e.kind == "token") == "Hi, how can I help?"
+    tokens = [e.text for e in events if isinstance(e, ReplyToken)]
+    assert len(tokens) > 1 and "".join(tokens) == "Hi, how can I help?"
     worker.release()
-    assert session.model is None
+    assert worker.model is None
 
 
 def test_model_worker_without_a_model_reports_instead_of_raising(session):
-    worker = ModelWorker(session)
+    worker = ModelWorker(session.paths.db_path, session.paths.models_dir)
     events = []
-    worker.agentEvent.connect(events.append)
-    worker.send(SendJob(None, "Hello", session.settings))
-    assert [e.kind for e in events] == ["error", "done"]
+    worker.turnEvent.connect(events.append)
+    worker.send(SendJob(None, "Hello", Planner.from_settings(session.settings)))
+    assert [type(e) for e in events] == [TurnFailed, TurnDone]
     assert "no model is loaded" in events[0].text
     worker.release()
 
 
 def test_background_runs_off_the_gui_thread_and_coalesces(qtbot, session):
-    background = Background(session)
+    background = Background(session.paths.db_path)
     gui = threading.get_ident()
     seen, results = [], []
-    background.run(lambda ctx: seen.append(threading.get_ident()) or ctx.store.threads(),
+    background.run(lambda store: seen.append(threading.get_ident()) or store.threads(),
                    results.append)
     for i in range(5):
-        background.run(lambda ctx, i=i: i, results.append, key="meter")
+        background.run(lambda store, i=i: i, results.append, key="meter")
     failures = []
-    background.run(lambda ctx: 1 / 0, results.append, failures.append)
+    background.run(lambda store: 1 / 0, results.append, failures.append)
     qtbot.waitUntil(lambda: background.idle, timeout=5_000)
     assert seen and seen[0] != gui
     assert results[0] == [] and results[1:] == [4]  # only the newest "meter" job answered
@@ -99,7 +103,7 @@ def test_enter_sends_shift_enter_adds_a_line_esc_stops(qtbot):
 
 @pytest.fixture
 def window(qtbot, session):
-    w = main_window(session, runtime=ScriptedRuntime([]), compactor_factory=lambda *a: None)
+    w = main_window(session, runtime=ScriptedRuntime([]), compact=False)
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.model_state == "ready", timeout=10_000)
     yield w
@@ -124,12 +128,12 @@ def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
     messages = [{"role": "user", "content": "What is a turn?"},
                 {"role": "assistant", "content": "A user message and everything after it."}]
     source.write_text(json.dumps({"title": "Imported turns", "messages": messages}))
-    window.import_file(str(source))
+    window.threads_control.import_file(str(source))
     qtbot.waitUntil(lambda: window.thread_id is not None
                     and len(window.view.transcript.entries()) == 2, timeout=5_000)
     assert window.threads.list.item(0).text() == "Imported turns"
-    window.export_thread(window.thread_id, str(tmp_path / "out.json"), "json")
-    window.export_thread(window.thread_id, str(tmp_path / "out.md"), "md")
+    window.threads_control.export_thread(window.thread_id, str(tmp_path / "out.json"), "json")
+    window.threads_control.export_thread(window.thread_id, str(tmp_path / "out.md"), "md")
     qtbot.waitUntil(lambda: window.background.idle, timeout=5_000)
     assert json.loads((tmp_path / "out.json").read_text()) == messages
     assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
@@ -168,7 +172,7 @@ def test_run_gui_starts_loads_and_closes_the_model(qtbot, tmp_path, model_path, 
 
     def quit_when_ready():
         if windows and windows[0].model_state in ("ready", "failed"):
-            model = windows[0].session.model
+            model = windows[0].model.worker.model
             closed.append(model)
             QApplication.instance().quit()
         else:

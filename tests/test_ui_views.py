@@ -7,6 +7,7 @@ import json
 import pytest
 
 from iris_desktop.core.engine import ContextEngine, ContextParams
+from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import SummaryRow
 from iris_desktop.core.tokens import HeuristicCounter
 from iris_desktop.core.views import (
@@ -14,7 +15,6 @@ from iris_desktop.core.views import (
     budget_preview,
     changed_keys,
     divider_text,
-    engine_for,
     inspector_report,
     load_transcript,
     locked_reason,
@@ -157,7 +157,7 @@ def test_budget_preview_explains_the_window(fresh_store, tmp_path):
     thread = add_chat(fresh_store, 30, words=60)
     settings = load_settings(tmp_path / "c.toml", env={}).with_overrides(
         {"context.window": "4096", "context.token_budget_ratio": "0.5"})
-    preview = budget_preview(fresh_store, HeuristicCounter(), settings, thread)
+    preview = budget_preview(fresh_store, Planner.from_settings(settings), thread)
     b = preview.breakdown
     assert b.window == 4096 and b.budget == 2048
     assert b.available == 2048 - b.system - b.tools
@@ -174,13 +174,13 @@ def test_budget_preview_says_what_recall_adds_for_the_draft(fresh_store, tmp_pat
     add_summary(fresh_store, thread, ids[3])
     settings = load_settings(tmp_path / "c.toml", env={}).with_overrides({"context.window": "4096"})
     draft = "What was question 0 about?"
-    preview = budget_preview(fresh_store, HeuristicCounter(), settings, thread, draft=draft)
+    preview = budget_preview(fresh_store, Planner.from_settings(settings), thread, draft=draft)
     text = "\n".join(preview.lines())
     assert preview.recalled > 0 and preview.breakdown.recall > 0
     assert (f"Recall: {preview.breakdown.recall:,} tokens, {preview.recalled} summarized "
             "message(s) found for the draft") in text
-    off = budget_preview(fresh_store, HeuristicCounter(),
-                         settings.with_overrides({"context.recall_max_tokens": "0"}), thread, draft=draft)
+    off = budget_preview(fresh_store, Planner.from_settings(
+        settings.with_overrides({"context.recall_max_tokens": "0"})), thread, draft=draft)
     assert "Recall: off" in off.lines() and off.breakdown.recall == 0
 
 
@@ -191,9 +191,9 @@ def test_inspector_report_lists_the_exact_request(fresh_store, tmp_path):
     fresh_store.add_request(thread, {"prompt_tokens": 900, "predicted_prompt_tokens": 890,
                                      "window": 4096})
     settings = load_settings(tmp_path / "c.toml", env={}).with_overrides({"context.window": "4096"})
-    engine = engine_for(fresh_store, HeuristicCounter(), settings)
-    report = inspector_report(fresh_store, engine, thread, draft="next")
-    request = engine.build(thread, draft="next")
+    planner = Planner.from_settings(settings)
+    report = inspector_report(fresh_store, planner, thread, draft="next")
+    request = planner.plan(fresh_store, thread, "next")
     assert len(report["request"]) == len(request.messages)
     assert report["request"][0]["role"] == "system"
     assert [r["id"] for r in report["request"][1:-1]] == request.included_ids
@@ -209,10 +209,10 @@ def test_inspector_report_shows_what_recall_adds(fresh_store, tmp_path):
     ids = [r["id"] for r in fresh_store.messages(thread)]
     add_summary(fresh_store, thread, ids[3])
     settings = load_settings(tmp_path / "c.toml", env={}).with_overrides({"context.window": "4096"})
-    engine = engine_for(fresh_store, HeuristicCounter(), settings)
+    planner = Planner.from_settings(settings)
     draft = "What was question 0 about?"  # asks about a summarized message
-    report = inspector_report(fresh_store, engine, thread, draft=draft)
-    request = engine.build(thread, draft=draft)
+    report = inspector_report(fresh_store, planner, thread, draft=draft)
+    request = planner.plan(fresh_store, thread, draft)
     assert request.recall.ids and report["recalled_ids"] == request.recall.ids
     assert all(i <= ids[3] for i in request.recall.ids)
     # one row for the block, just before the message it travels with, at its exact cost

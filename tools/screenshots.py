@@ -35,10 +35,8 @@ sys.path.insert(0, str(REPO))
 
 def prepare(data_dir: Path) -> dict[str, int]:
     """Import the two conversations; one real request and one real compaction."""
-    from iris_desktop.core.agent import Agent, AgentConfig
-    from iris_desktop.core.compaction import CompactionSettings, Compactor, describe_event
     from iris_desktop.core.conversation import load_conversation
-    from iris_desktop.core.engine import ContextParams
+    from iris_desktop.core.events import TurnDone
     from iris_desktop.core.session import Session
     from iris_desktop.settings import write_config_value
 
@@ -56,20 +54,18 @@ def prepare(data_dir: Path) -> dict[str, int]:
     ids["agent"] = store.create_thread(AGENT_TITLE)
     store.add_messages(ids["agent"], messages)
 
-    model = session.load_model()
-    window, source = session.window()
-    params = ContextParams.from_settings(session.settings, window, source)
-    counter = model.counter()
-    agent = Agent(store, model, params, AgentConfig(max_tokens=48, temperature=0.0),
-                  counter=counter, model_name=model.path.name)
+    # the extractive summarizer: fast and deterministic
+    session.settings = session.settings.with_overrides(
+        {"model.max_tokens": "48", "model.temperature": "0", "context.summarizer": "extractive"})
+    session.load_model()
+    planner = session.planner()
+    agent = planner.agent(store, compact=False)
     for event in agent.send(ids["chat"], "Melanie, do you remember what we talked about at "
                                          "the start, the support group?"):
-        if event.kind == "done":
-            print("prepare: request 1 done", event.data.get("stats", {}))
-    compactor = Compactor(store, counter, params, CompactionSettings.from_settings(session.settings),
-                          runtime=None)  # the extractive summarizer: fast and deterministic
-    event = compactor.compact(ids["chat"], "tokens", session.tools_text(), force=True)
-    print("prepare:", describe_event(event))
+        if isinstance(event, TurnDone):
+            print("prepare: request 1 done", event.stats)
+    event = planner.compactor(store).compact(ids["chat"], "tokens", force=True)
+    print("prepare:", event.describe())
     session.close()
     return ids
 
@@ -139,12 +135,12 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
         window.composer.set_text(text)
         window.composer.edit.submitted.emit()
         wait(lambda: window.generating, timeout=10)
-        wait(lambda: not window.generating and not window._compacting, timeout=300)
+        wait(lambda: not window.generating and not window.turns.compacting, timeout=300)
         idle()
 
     wait(lambda: window.model_state in ("ready", "failed"))
     if window.model_state != "ready":
-        raise SystemExit(f"the model did not load: {session.model_error}")
+        raise SystemExit(f"the model did not load: {window.models.error}")
 
     # main window: the agent transcript, its older tool outputs cleared, one card open
     window.inspector.hide()
@@ -182,7 +178,7 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     window.inspector.show()
     window.resizeDocks([window.inspector], [620], Qt.Orientation.Horizontal)
     idle()
-    window.refresh_inspector()
+    window.context.refresh_inspector()
     wait(lambda: window.inspector.report is not None
          and window.inspector.report.get("recalled_ids") is not None)
     idle()

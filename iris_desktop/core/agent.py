@@ -3,15 +3,17 @@
 Order of one turn:
 
 1. commit the user message;
-2. build the request through the engine (compacting first when it is due);
+2. plan the request through the planner (compacting first when it is due) and report
+   it (``RequestSent``);
 3. stream the reply, saving the partial text at least every ``save_interval_s``;
 4. commit the reply;
 5. if it holds tool calls, run them in the sandbox, commit each full result, and loop
    (at most ``tools.max_calls_per_turn`` calls);
-6. the final answer ends the turn.
+6. the final answer ends the turn; background compaction runs if the next request would
+   need it, and ``TurnDone`` carries that next request for the views.
 
-:meth:`Agent.send` is a generator of :class:`AgentEvent`: each ``yield`` is one thing the
-UI can show (napari's ``thread_worker`` shape). Cancel is cooperative: set the
+:meth:`Agent.send` is a generator of typed events (``core.events``): each ``yield`` is one
+thing the UI can show (napari's ``thread_worker`` shape). Cancel is cooperative: set the
 ``threading.Event`` and the runtime stops between two tokens.
 """
 
@@ -21,64 +23,40 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from iris_desktop.core.conversation import title_from
-from iris_desktop.core.engine import (
-    ContextEngine,
-    ContextParams,
-    ContextRequest,
-    ConversationTooLargeException,
+from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
+from iris_desktop.core.events import (
+    ReplySaved,
+    ReplyStarted,
+    ReplyToken,
+    RequestSent,
+    ToolFinished,
+    TurnDone,
+    TurnEvent,
+    TurnFailed,
+    UserSaved,
 )
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import Message, TokenCounter
-from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls, tools_system_prompt
+from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
+
+if TYPE_CHECKING:  # the planner makes agents; an agent only calls it
+    from iris_desktop.core.planner import Planner
 
 log = logging.getLogger("iris.agent")
 
 DEFAULT_TITLE = "New chat"
 
 
-class Runtime(Protocol):
-    """What the agent needs from a model (``runtime.model.LocalModel`` or a scripted fake)."""
-
-    n_ctx: int
-    last_stats: Any
-
-    def counter(self) -> TokenCounter: ...
-
-    def stream(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int,
-        temperature: float = 0.7,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[str]: ...
-
-
-@dataclass
-class AgentEvent:
-    """One step of a turn, for the UI.
-
-    kinds: ``user``, ``request``, ``compaction``, ``assistant_start``, ``token``,
-    ``assistant``, ``tool``, ``error``, ``done``.
-    """
-
-    kind: str
-    thread_id: int
-    message_id: int | None = None
-    text: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
+@dataclass(frozen=True)
 class AgentConfig:
     max_tokens: int = 1024
     temperature: float = 0.7
     max_calls_per_turn: int = 8
+    #: a streaming reply is saved at least this often, so a crash loses at most this much
     save_interval_s: float = 1.0
 
     @classmethod
@@ -91,166 +69,148 @@ class AgentConfig:
 
 
 class Agent:
-    """Runs turns for one store and one runtime. Not thread-safe: one turn at a time."""
+    """Runs turns for one store on the planner's runtime. Not thread-safe: one turn at a
+    time. Every request it sends is the planner's, and it reports it (``RequestSent``)."""
 
     def __init__(
         self,
         store: Store,
-        runtime: Runtime,
-        params: ContextParams,
-        config: AgentConfig | None = None,
+        planner: Planner,
         sandbox: Sandbox | None = None,
         compactor: Any = None,
-        counter: TokenCounter | None = None,
         clock: Callable[[], float] = time.monotonic,
         model_name: str = "",
     ):
         self.store = store
-        self.runtime = runtime
-        self.params = params
-        self.config = config or AgentConfig()
+        self.planner = planner
+        self.runtime = planner.runtime
+        self.config = planner.agent_config
         self.sandbox = sandbox
         self.compactor = compactor
-        self.counter = counter or runtime.counter()
         self.clock = clock
         self.model_name = model_name
-
-    # -- pieces -----------------------------------------------------------------------------
-
-    def engine(self) -> ContextEngine:
-        return ContextEngine(self.store, self.counter, self.params)
-
-    def tool_definitions(self) -> list[dict]:
-        if self.sandbox is None or self.config.max_calls_per_turn == 0:
-            return []
-        return self.sandbox.definitions()
-
-    @property
-    def native_tools(self) -> bool:
-        """The model's chat template renders tool definitions itself."""
-        return bool(getattr(self.runtime, "native_tools", False))
-
-    def tools_text(self, definitions: list[dict] | None = None) -> str:
-        """Tool descriptions for the system prompt, unless the template takes them."""
-        definitions = self.tool_definitions() if definitions is None else definitions
-        if not definitions or self.native_tools:
-            return ""
-        return tools_system_prompt(definitions)
-
-    def build(self, thread_id: int, tools_text: str, tools: list[dict] | None = None
-              ) -> ContextRequest:
-        native = self.runtime.tool_tokens(tools) if tools and self.native_tools else 0
-        return self.engine().build(thread_id, tools_text=tools_text, native_tool_tokens=native)
 
     # -- the turn ---------------------------------------------------------------------------
 
     def send(
         self, thread_id: int, text: str, cancel: threading.Event | None = None
-    ) -> Iterator[AgentEvent]:
+    ) -> Iterator[TurnEvent]:
         """Commit ``text`` as the user's message and run the turn it starts."""
         cancel = cancel or threading.Event()
         thread = self.store.thread(thread_id)
         user_id = self.store.add_message(thread_id, {"role": "user", "content": text})
         if thread["title"] == DEFAULT_TITLE:
             self.store.rename_thread(thread_id, title_from([{"role": "user", "content": text}]))
-        yield AgentEvent("user", thread_id, user_id, text)
+        yield UserSaved(thread_id, user_id, text)
         yield from self.run(thread_id, cancel)
 
-    def run(self, thread_id: int, cancel: threading.Event) -> Iterator[AgentEvent]:
+    def run(self, thread_id: int, cancel: threading.Event) -> Iterator[TurnEvent]:
         """Answer the newest stored turn (after a user message or a tool result)."""
         calls_made = 0
-        definitions = self.tool_definitions()
         while True:
-            tools_allowed = bool(definitions) and calls_made < self.config.max_calls_per_turn
-            tools_text = self.tools_text(definitions) if tools_allowed else ""
-            native = definitions if tools_allowed and self.native_tools else None
-            try:
-                request: ContextRequest | None = self.build(thread_id, tools_text, native)
-                trigger = request.trigger
-            except ConversationTooLargeException as exc:
-                request, trigger, too_large = None, "budget", exc
-            if self.compactor is not None and trigger != "none":
-                # compact first, then build once more with the new summary in place
-                yield from self.compactor.run_events(thread_id, trigger, tools_text)
-                try:
-                    request = self.build(thread_id, tools_text, native)
-                except ConversationTooLargeException as exc:
-                    request, too_large = None, exc
-            if request is None:
-                yield AgentEvent("error", thread_id, text=f"Conversation too large: {too_large}",
-                                 data={"kind": "too_large", "needed": too_large.needed,
-                                       "allowed": too_large.allowed})
-                yield AgentEvent("done", thread_id, data={"finish_reason": "error"})
+            tools_allowed = calls_made < self.config.max_calls_per_turn
+            request = yield from self._request(thread_id, tools_allowed)
+            if isinstance(request, ConversationTooLargeException):
+                yield TurnFailed(thread_id, f"Conversation too large: {request}", "too_large",
+                                 needed=request.needed, allowed=request.allowed)
+                yield TurnDone(thread_id, "error")
                 return
-            yield AgentEvent("request", thread_id, data=_request_data(request))
-            reply_id, reply_text, stats, error = yield from self._stream(
-                thread_id, request, cancel, native)
+            yield RequestSent(thread_id, request)
+            reply_id, reply_text, stats, error = yield from self._stream(thread_id, request, cancel)
             if error is not None:
-                yield AgentEvent("error", thread_id, reply_id, error, data={"kind": "model"})
-                yield AgentEvent("done", thread_id, data={"finish_reason": "error"})
+                yield TurnFailed(thread_id, error, "model", message_id=reply_id)
+                yield TurnDone(thread_id, "error")
                 return
             cancelled = stats is not None and stats.finish_reason == "cancelled"
-            parsed = (
-                parse_tool_calls(reply_text, {d["function"]["name"] for d in definitions})
-                if tools_allowed and not cancelled
-                else ParsedReply(reply_text, [])
-            )
-            calls = self._number_calls(reply_id, parsed.calls)
-            status = "interrupted" if cancelled else "complete"
-            content = parsed.content if calls else reply_text
-            self.store.update_streaming(
-                reply_id, content, status=status, tool_calls=[c.to_openai() for c in calls] or None
-            )
+            offered = self.planner.tool_prompt(tools_allowed).definitions
+            content, calls = self._save_reply(reply_id, reply_text, offered, cancelled)
             self._record(thread_id, request, stats)
-            yield AgentEvent("assistant", thread_id, reply_id, content,
-                             data={"status": status, "stats": _stats_dict(stats),
-                                   "tool_calls": [c.to_openai() for c in calls]})
+            yield ReplySaved(thread_id, reply_id, content,
+                             "interrupted" if cancelled else "complete", stats,
+                             tuple(c.to_openai() for c in calls))
             if cancelled or not calls:
                 reason = "cancelled" if cancelled else (stats.finish_reason if stats else "stop")
-                yield AgentEvent("done", thread_id, data={"finish_reason": reason,
-                                                          "stats": _stats_dict(stats)})
-                if self.compactor is not None and not cancelled:
-                    yield from self.compactor.after_reply(thread_id, tools_text)
+                following = None if cancelled else (yield from self._after_reply(thread_id))
+                yield TurnDone(thread_id, reason, stats, following)
                 return
             for call in calls:
-                if cancel.is_set():
-                    # a result for every call, so that no call is left without one
-                    result, ok = "error: cancelled by the user before it ran", False
-                elif calls_made >= self.config.max_calls_per_turn:
-                    result, ok = (
-                        f"error: tool call limit reached (tools.max_calls_per_turn = "
-                        f"{self.config.max_calls_per_turn}); answer with what you have", False)
-                else:
-                    calls_made += 1
-                    result, ok = self._run_tool(call)
+                text, ok, ran = self._tool_result(call, cancel, calls_made)
+                calls_made += ran
                 tool_id = self.store.add_message(thread_id, {
                     "role": "tool", "tool_call_id": call.id, "name": call.name or "unknown",
-                    "content": result,
+                    "content": text,
                 })
-                yield AgentEvent("tool", thread_id, tool_id, result,
-                                 data={"name": call.name, "ok": ok, "arguments": call.arguments,
-                                       "tool_call_id": call.id})
+                yield ToolFinished(thread_id, tool_id, call.name or "unknown", call.arguments,
+                                   ok, text, call.id)
             if cancel.is_set():
-                yield AgentEvent("done", thread_id, data={"finish_reason": "cancelled"})
+                yield TurnDone(thread_id, "cancelled")
                 return
 
-    def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event,
-                tools: list[dict] | None = None):
+    def _request(self, thread_id: int, tools_allowed: bool):
+        """The planner's request, compacting first when it says compaction is due.
+        Returns the request, or the ConversationTooLargeException that stops the turn."""
+        if self.compactor is not None:
+            yield from self.compactor.before_request(thread_id)
+        return self._plan(thread_id, tools_allowed)
+
+    def _plan(self, thread_id: int, tools_allowed: bool
+              ) -> ContextRequest | ConversationTooLargeException:
+        try:
+            return self.planner.plan(self.store, thread_id, tools_allowed=tools_allowed)
+        except ConversationTooLargeException as exc:
+            return exc
+
+    def _after_reply(self, thread_id: int):
+        """Background compaction when the next request would need it; returns the next
+        request (what the views show until the user types), or None if it is too large."""
+        if self.compactor is not None:
+            yield from self.compactor.after_reply(thread_id)
+        planned = self._plan(thread_id, True)
+        return planned if isinstance(planned, ContextRequest) else None
+
+    def _save_reply(self, reply_id: int, reply_text: str, offered: tuple[dict, ...],
+                    cancelled: bool) -> tuple[str, list[ToolCall]]:
+        """Commit the finished reply with the tool calls it makes (only tools that were
+        offered count); returns (the stored content, the calls)."""
+        names = {d["function"]["name"] for d in offered}
+        parsed = (parse_tool_calls(reply_text, names) if names and not cancelled
+                  else ParsedReply(reply_text, []))
+        calls = self._number_calls(reply_id, parsed.calls)
+        content = parsed.content if calls else reply_text
+        self.store.update_streaming(
+            reply_id, content, status="interrupted" if cancelled else "complete",
+            tool_calls=[c.to_openai() for c in calls] or None)
+        return content, calls
+
+    def _tool_result(self, call: ToolCall, cancel: threading.Event, calls_made: int
+                     ) -> tuple[str, bool, bool]:
+        """(result, ok, ran) for one call; every call gets a result, so none is orphaned."""
+        if cancel.is_set():
+            return "error: cancelled by the user before it ran", False, False
+        if calls_made >= self.config.max_calls_per_turn:
+            return (f"error: tool call limit reached (tools.max_calls_per_turn = "
+                    f"{self.config.max_calls_per_turn}); answer with what you have", False, False)
+        text, ok = self._run_tool(call)
+        return text, ok, True
+
+    def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event):
+        """Stream the reply to ``request``, saving it as it grows; returns (reply id, text,
+        stats, error). A failing model keeps the partial text, marked ``error``."""
         reply_id = self.store.add_message(
             thread_id, {"role": "assistant", "content": ""}, status="streaming"
         )
-        yield AgentEvent("assistant_start", thread_id, reply_id)
+        yield ReplyStarted(thread_id, reply_id)
         pieces: list[str] = []
         last_save = self.clock()
         saved_len = 0
         try:
-            extra = {"tools": tools} if tools else {}
+            extra = {"tools": request.tool_definitions} if request.tool_definitions else {}
             for piece in self.runtime.stream(
                 request.messages, max_tokens=self.config.max_tokens,
                 temperature=self.config.temperature, cancel=cancel, **extra,
             ):
                 pieces.append(piece)
-                yield AgentEvent("token", thread_id, reply_id, piece)
+                yield ReplyToken(thread_id, reply_id, piece)
                 now = self.clock()
                 if now - last_save >= self.config.save_interval_s:
                     text = "".join(pieces)
@@ -299,26 +259,3 @@ class Agent:
             )
         self.store.add_request(thread_id, row)
 
-
-def _request_data(request: ContextRequest) -> dict[str, Any]:
-    return {
-        "breakdown": request.breakdown.as_dict(),
-        "trigger": request.trigger,
-        "compaction_due": request.compaction_due,
-        "predicted_prompt_tokens": request.predicted_prompt_tokens,
-        "protect_turns": request.protect_turns,
-        "fallback": request.fallback,
-        "dropped_turns": request.dropped_turns,
-    }
-
-
-def _stats_dict(stats: Any) -> dict[str, Any]:
-    if stats is None:
-        return {}
-    return {
-        key: getattr(stats, key)
-        for key in (
-            "prompt_tokens", "reused_tokens", "evaluated_tokens", "completion_tokens",
-            "time_to_first_token_s", "tokens_per_s", "duration_s", "finish_reason",
-        )
-    }

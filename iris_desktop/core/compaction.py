@@ -31,26 +31,46 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
     ContextEngine,
-    ContextParams,
     ContextRequest,
     ConversationTooLargeException,
     ensure_counts,
     summary_block,
 )
+from iris_desktop.core.events import CompactionFinished, CompactionStarted, TurnEvent
 from iris_desktop.core.extractive import ExtractiveSummarizer
 from iris_desktop.core.store import MessageMeta, Store, row_to_message
 from iris_desktop.core.summary import JSON_SCHEMA, ConversationSummary, SummaryInvalid
-from iris_desktop.core.tokens import Message, TokenCounter, message_text
+from iris_desktop.core.tokens import Message, message_text
+
+if TYPE_CHECKING:  # the planner makes compactors; a compactor only calls it
+    from iris_desktop.core.planner import Planner
 
 log = logging.getLogger("iris.compaction")
 
 BREAKER_FAILURES = 3
+#: a summary below this cannot hold the eight fields in a sentence each: refuse to compact
+MIN_SUMMARY_TOKENS = 48
+#: a summary takes at most this share of what it replaces, so compaction always shrinks
+MAX_SUMMARY_SHARE = 0.8
+#: room kept between the split's arithmetic and the verification build (template edges)
+SPLIT_SLACK_TOKENS = 16
+#: the LLM writes at least this many tokens (fit() trims to the cap afterwards) ...
+MIN_LLM_SUMMARY_TOKENS = 128
+#: ... and at most this many, or a quarter of its window: a small model that repeats
+#: itself stops in bounded time
+MAX_LLM_SUMMARY_TOKENS = 1536
+#: slack for the summarizer's own prompt framing beyond the counted instructions
+SUMMARIZER_PROMPT_SLACK = 64
+#: a chunk smaller than this cannot carry a meaningful part of the conversation
+MIN_CHUNK_TOKENS = 128
+#: one message larger than a chunk keeps its start: at most this many chars per token
+CHARS_PER_TOKEN_CEILING = 3
 SUMMARY_INSTRUCTIONS = (
     "You maintain the running summary of a long conversation between a user and an "
     "assistant. Read the previous summary (if any) and the new part of the conversation, "
@@ -66,17 +86,59 @@ class CompactionSettings:
     keep_recent_ratio: float = 0.5
     summary_max_tokens: int = 768
     timeout_s: float = 180.0
+    #: auto | model | extractive (``context.summarizer``)
+    summarizer: str = "auto"
 
     @classmethod
     def from_settings(cls, settings: Any) -> CompactionSettings:
         return cls(
             keep_recent_ratio=settings["context.keep_recent_ratio"],
             summary_max_tokens=settings["context.summary_max_tokens"],
+            summarizer=settings["context.summarizer"],
         )
 
 
 class CompactionFailed(Exception):
     pass
+
+
+@dataclass
+class CompactionEvent:
+    """One compaction attempt, as stored in ``compaction_events`` (plus its id and the
+    turns it covered). ``outcome``: ok | failed | skipped."""
+
+    trigger: str
+    outcome: str = "failed"
+    path: str | None = None
+    turns_archived: int | None = None
+    messages_archived: int | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    kept_turns: int | None = None
+    summary_tokens: int | None = None
+    duration_s: float | None = None
+    error: str | None = None
+    summary_id: int | None = None
+    id: int | None = None
+    first_turn: int | None = None
+    last_turn: int | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The columns stored in ``compaction_events``."""
+        return {k: v for k, v in asdict(self).items() if k in _EVENT_COLUMNS}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for logs, the CLI and the GUI."""
+        if self.outcome == "ok":
+            return (f"compacted ({self.trigger}, {self.path}): turns {self.first_turn}–"
+                    f"{self.last_turn}, {self.messages_archived} messages archived, "
+                    f"{self.tokens_before:,} → {self.tokens_after:,} tokens, summary "
+                    f"{self.summary_tokens:,} tokens, kept {self.kept_turns} turns, "
+                    f"{self.duration_s or 0:.1f} s" + (f" ({self.error})" if self.error else ""))
+        return f"compaction {self.outcome} ({self.trigger}): {self.error}"
 
 
 @dataclass
@@ -87,75 +149,82 @@ class _Unit:
     turn: int
 
 
+@dataclass
+class _Plan:
+    """What one compaction archives and keeps, and the arithmetic behind it."""
+
+    archived: list[MessageMeta]
+    tail: list[MessageMeta]
+    cost: dict[int, int]
+    fixed: int  # system + tools
+    base: str  # the system prompt the summary is injected into
+    old_summary: int
+    cap: int = 0
+    tools: Any = field(default=None, repr=False)
+
+    @property
+    def tokens_before(self) -> int:
+        return (self.fixed + self.old_summary + sum(self.cost[m.id] for m in self.archived)
+                + sum(self.cost[m.id] for m in self.tail))
+
+
 class Compactor:
-    """Decides when to compact a thread, and does it. One per store (one thread of use)."""
+    """Decides when to compact a thread, and does it, with the planner's arithmetic."""
 
     def __init__(
         self,
         store: Store,
-        counter: TokenCounter,
-        params: ContextParams,
-        settings: CompactionSettings | None = None,
+        planner: Planner,
         runtime: Any = None,
         summarizer_window: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.store = store
-        self.counter = counter
-        self.params = params
-        self.settings = settings or CompactionSettings()
+        self.planner = planner
+        self.counter = planner.counter
+        self.params = planner.params
+        self.settings = planner.compaction
         self.runtime = runtime
         self.summarizer_window = summarizer_window or getattr(runtime, "n_ctx", None)
         self.clock = clock
-        self.extractive = ExtractiveSummarizer(counter)
+        self.extractive = ExtractiveSummarizer(self.counter)
 
     # -- when -----------------------------------------------------------------------------
 
     def engine(self) -> ContextEngine:
         """The engine without recall: compaction compares what the summary and tail cost
         (recall depends on the next message, and only fills space they leave free)."""
-        return ContextEngine(self.store, self.counter, replace(self.params, recall_max_tokens=0))
+        return self.planner.engine(self.store, recall=False)
 
     @property
     def trigger_tokens(self) -> int:
         return math.floor(self.params.window * self.params.compaction_threshold)
 
-    def check(self, thread_id: int, tools_text: str = "") -> tuple[str, ContextRequest | None]:
-        """The trigger that makes compaction due now ('none' if none)."""
+    def check(self, thread_id: int) -> tuple[str, ContextRequest | None]:
+        """The trigger that makes compaction due now ('none' if none), and the planner's
+        next request (recall never changes a trigger)."""
         try:
-            request = self.engine().build(thread_id, tools_text=tools_text)
+            request = self.planner.plan(self.store, thread_id)
         except ConversationTooLargeException:
             return "budget", None
         return request.trigger, request
-
-    def compact_while_due(self, thread_id: int, tools_text: str = "", limit: int = 12) -> list[dict]:
-        """Compact until no trigger is due (a chain, for an imported long chat); stops at the
-        first event that is not ``ok``. Returns the events."""
-        events: list[dict] = []
-        for _ in range(limit):
-            trigger, _ = self.check(thread_id, tools_text)
-            if trigger == "none":
-                break
-            events.append(self.compact(thread_id, trigger, tools_text))
-            if events[-1]["outcome"] != "ok":
-                break
-        return events
 
     def breaker_open(self, thread_id: int) -> bool:
         """True after BREAKER_FAILURES failed compactions in a row."""
         events = self.store.compaction_events(thread_id)[-BREAKER_FAILURES:]
         return len(events) == BREAKER_FAILURES and all(e["outcome"] == "failed" for e in events)
 
-    def before_request(self, thread_id: int, tools_text: str = "") -> Iterator[Any]:
-        """Agent hook: compact first when the next request is due."""
-        trigger, _ = self.check(thread_id, tools_text)
+    def before_request(self, thread_id: int) -> Iterator[TurnEvent]:
+        """Agent hook: compact first when the next request is due (the planner caches
+        that request, so the agent's own plan afterwards costs no second build)."""
+        trigger, _ = self.check(thread_id)
         if trigger != "none":
-            yield from self.run_events(thread_id, trigger, tools_text)
+            yield from self.run_events(thread_id, trigger)
 
-    def after_reply(self, thread_id: int, tools_text: str = "") -> Iterator[Any]:
+    def after_reply(self, thread_id: int) -> Iterator[TurnEvent]:
         """Agent hook (background compaction): compact right after a reply when the next
         request would be due, or would be within one typical turn of the threshold."""
-        trigger, request = self.check(thread_id, tools_text)
+        trigger, request = self.check(thread_id)
         if trigger == "none" and request is not None:
             # the next request adds a turn: compact now if that one would be due
             typical = self._typical_turn_tokens(thread_id)
@@ -165,16 +234,12 @@ class Compactor:
             ):
                 trigger = "early"
         if trigger != "none":
-            yield from self.run_events(thread_id, trigger, tools_text)
+            yield from self.run_events(thread_id, trigger)
 
-    def run_events(self, thread_id: int, trigger: str, tools_text: str = "") -> Iterator[Any]:
-        """Compact now, as the agent events 'started' and 'finished' (with the event)."""
-        from iris_desktop.core.agent import AgentEvent
-
-        yield AgentEvent("compaction", thread_id, data={"state": "started", "trigger": trigger})
-        event = self.compact(thread_id, trigger, tools_text)
-        yield AgentEvent("compaction", thread_id, text=describe_event(event),
-                         data={"state": "finished", **event})
+    def run_events(self, thread_id: int, trigger: str) -> Iterator[TurnEvent]:
+        """Compact now, reported as CompactionStarted then CompactionFinished."""
+        yield CompactionStarted(thread_id, trigger)
+        yield CompactionFinished(thread_id, self.compact(thread_id, trigger))
 
     def _typical_turn_tokens(self, thread_id: int) -> int:
         rows = self.store.requests(thread_id)[-4:]
@@ -184,122 +249,96 @@ class Compactor:
 
     # -- what -----------------------------------------------------------------------------
 
-    def compact(self, thread_id: int, trigger: str = "manual", tools_text: str = "",
-                force: bool = False) -> dict[str, Any]:
+    def compact(self, thread_id: int, trigger: str = "manual", force: bool = False
+                ) -> CompactionEvent:
         """Compact now. Returns the event (also stored). Never raises for a failed summary."""
         started = self.clock()
         if not force and self.breaker_open(thread_id):
-            event = {"trigger": trigger, "outcome": "skipped", "path": None,
-                     "error": f"circuit breaker open: the last {BREAKER_FAILURES} compactions "
-                              "failed; run 'iris-desktop compact' to try again"}
-            log.warning("compaction thread=%s %s", thread_id, event["error"])
+            event = CompactionEvent(
+                trigger, "skipped", error=f"circuit breaker open: the last {BREAKER_FAILURES} "
+                "compactions failed; run 'iris-desktop compact' to try again")
+            log.warning("compaction thread=%s %s", thread_id, event.error)
             return event
-        event: dict[str, Any] = {"trigger": trigger}
+        event, record = CompactionEvent(trigger), None
         try:
-            event.update(self._compact(thread_id, tools_text))
-            event["outcome"] = "ok"
+            event, record = self._compact(thread_id, trigger)
         except CompactionFailed as exc:
-            event.update(outcome="failed", error=str(exc))
+            event.error = str(exc)
         except Exception as exc:  # a bug must not lose history either: record and go on
             log.exception("compaction crashed")
-            event.update(outcome="failed", error=f"{type(exc).__name__}: {exc}")
-        event["duration_s"] = round(self.clock() - started, 3)
-        stored = {k: v for k, v in event.items() if k in _EVENT_COLUMNS}
-        if event["outcome"] == "ok":
-            with self.store.transaction():
-                summary_id = self.store.add_summary(thread_id, event.pop("_summary"))
-                stored["summary_id"] = event["summary_id"] = summary_id
-                event["id"] = self.store.add_compaction_event(thread_id, stored)
-        else:
-            event.pop("_summary", None)
-            event["id"] = self.store.add_compaction_event(thread_id, stored)
-        log.info("compaction thread=%s %s", thread_id, describe_event(event))
+            event.error = f"{type(exc).__name__}: {exc}"
+        event.duration_s = round(self.clock() - started, 3)
+        with self.store.transaction():
+            if record is not None:
+                event.summary_id = self.store.add_summary(thread_id, record)
+            event.id = self.store.add_compaction_event(thread_id, event.row())
+        log.info("compaction thread=%s %s", thread_id, event.describe())
         return event
 
-    def _compact(self, thread_id: int, tools_text: str) -> dict[str, Any]:
-        engine = self.engine()
+    def _compact(self, thread_id: int, trigger: str) -> tuple[CompactionEvent, dict]:
+        """(the event, the summary record to commit with it); raises CompactionFailed."""
         previous_row = self.store.latest_summary(thread_id)
-        previous = (ConversationSummary.from_fields(previous_row.fields)
-                    if previous_row else None)
-        after_id = previous_row.covers_through_id if previous_row else 0
-        pinned_ids, thread_system = engine.pinned_system(thread_id)
-        metas = [m for m in ensure_counts(
-            self.store, self.counter,
-            self.store.meta_range(thread_id, self.counter.name, after_id=after_id))
-            if m.id not in pinned_ids]
-        if not metas:
-            raise CompactionFailed("nothing to compact: every message is already summarized")
-
-        base = thread_system if thread_system is not None else self.params.system_prompt
-        system, tools, old_summary_tokens, _ = engine.system_costs(
-            base, tools_text, engine.summary_text(previous_row))
-        cost = self._costs(engine, metas)
-        archived, tail = self._split(metas, cost, system + tools)
-        if not archived:
-            raise CompactionFailed(
-                "nothing to archive: the unsummarized history is one step of one turn")
-
-        rows = self.store.messages_by_id([m.id for m in archived])
-        messages = [row_to_message(rows[m.id]) for m in archived]
-        tokens_before = (system + tools + old_summary_tokens
-                         + sum(cost[m.id] for m in archived) + sum(cost[m.id] for m in tail))
-
-        # the summary may never outgrow what it replaces: compaction must shrink the context
-        replaced = old_summary_tokens + sum(cost[m.id] for m in archived)
-        # ... and must leave room for the tail it keeps
-        room = math.floor(self.params.window * self.params.token_budget_ratio) - system - tools \
-            - sum(cost[m.id] for m in tail) - 16
-        cap = min(self.settings.summary_max_tokens, int(replaced * 0.8), room)
-        if int(replaced * 0.8) < 48:
-            raise CompactionFailed(
-                f"compaction would not shrink the context: only {replaced:,} tokens to replace")
-        if cap < 48:
-            raise CompactionFailed(
-                f"no room for a summary: the kept tail needs {sum(cost[m.id] for m in tail):,} "
-                f"of the {math.floor(self.params.window * self.params.token_budget_ratio):,}-token "
-                f"budget after the system prompt ({system + tools:,})")
-        summary, path, note = self._summarize(previous, messages, archived, cap)
+        previous = ConversationSummary.from_fields(previous_row.fields) if previous_row else None
+        plan = self._plan(thread_id, previous_row)
+        rows = self.store.messages_by_id([m.id for m in plan.archived])
+        messages = [row_to_message(rows[m.id]) for m in plan.archived]
+        summary, path, note = self._summarize(previous, messages, plan.archived, plan.cap)
         text = summary.render()
-        summary_tokens = engine.system_costs(base, tools_text, summary_block(text))[2]
-
+        engine = self.engine()
+        summary_tokens = engine.system_costs(plan.base, plan.tools.text, summary_block(text))[2]
         record = {
             "prev_id": previous_row.id if previous_row else None,
-            "first_message_id": archived[0].id,
-            "covers_through_id": archived[-1].id,
-            "first_turn": (previous_row.first_turn if previous_row else archived[0].turn),
-            "last_turn": archived[-1].turn,
+            "first_message_id": plan.archived[0].id,
+            "covers_through_id": plan.archived[-1].id,
+            "first_turn": previous_row.first_turn if previous_row else plan.archived[0].turn,
+            "last_turn": plan.archived[-1].turn,
             "fields": summary.as_fields(),
             "text": text,
             "tokens": summary_tokens,
             "counter": self.counter.name,
             "path": path,
         }
-        tokens_after = self._verify(thread_id, engine, record, tools_text, tokens_before)
-        kept_turns = len({m.turn for m in tail})
-        return {
-            "_summary": record,
-            "path": path,
-            "turns_archived": len({m.turn for m in archived}),
-            "messages_archived": len(archived),
-            "tokens_before": tokens_before,
-            "tokens_after": tokens_after,
-            "kept_turns": kept_turns,
-            "summary_tokens": summary_tokens,
-            "error": note,
-            "first_turn": record["first_turn"],
-            "last_turn": record["last_turn"],
-        }
+        tokens_after = self._verify(thread_id, record, plan.tokens_before)
+        event = CompactionEvent(
+            trigger, "ok", path=path, turns_archived=len({m.turn for m in plan.archived}),
+            messages_archived=len(plan.archived), tokens_before=plan.tokens_before,
+            tokens_after=tokens_after, kept_turns=len({m.turn for m in plan.tail}),
+            summary_tokens=summary_tokens, error=note, first_turn=record["first_turn"],
+            last_turn=record["last_turn"])
+        return event, record
 
-    def _costs(self, engine: ContextEngine, metas: list[MessageMeta]) -> dict[int, int]:
-        """Tokens each message costs in a request: tool outputs outside the protected
-        turns are counted as cleared, as the engine would send them."""
-        turns = sorted({m.turn for m in metas}, reverse=True)
-        protected = set(turns[: self.params.prune_protect_turns])
-        return {
-            m.id: (engine.pruned_cost(m) if m.role == "tool" and m.turn not in protected
-                   else m.tokens or 0)
-            for m in metas
-        }
+    def _plan(self, thread_id: int, previous_row: Any) -> _Plan:
+        """Split the unsummarized history into archived and kept, and size the summary:
+        at most ``summary_max_tokens``, MAX_SUMMARY_SHARE of what it replaces, and what the
+        budget leaves beside the kept tail."""
+        engine = self.engine()
+        tools = self.planner.tool_prompt()
+        frame = engine.frame(thread_id, tools.text, tools.native_tokens)
+        metas = [m for m in ensure_counts(
+            self.store, self.counter,
+            self.store.meta_range(thread_id, self.counter.name, after_id=frame.lower_id))]
+        if not metas:
+            raise CompactionFailed("nothing to compact: every message is already summarized")
+        plan = _Plan([], [], engine.request_costs(metas), frame.system_tokens + frame.tool_tokens,
+                     _base_prompt(engine, thread_id, self.params.system_prompt),
+                     frame.summary_tokens, tools=tools)
+        plan.archived, plan.tail = self._split(metas, plan.cost, plan.fixed)
+        if not plan.archived:
+            raise CompactionFailed(
+                "nothing to archive: the unsummarized history is one step of one turn")
+        replaced = plan.old_summary + sum(plan.cost[m.id] for m in plan.archived)
+        budget = math.floor(self.params.window * self.params.token_budget_ratio)
+        tail = sum(plan.cost[m.id] for m in plan.tail)
+        room = budget - plan.fixed - tail - SPLIT_SLACK_TOKENS
+        plan.cap = min(self.settings.summary_max_tokens, int(replaced * MAX_SUMMARY_SHARE), room)
+        if int(replaced * MAX_SUMMARY_SHARE) < MIN_SUMMARY_TOKENS:
+            raise CompactionFailed(
+                f"compaction would not shrink the context: only {replaced:,} tokens to replace")
+        if plan.cap < MIN_SUMMARY_TOKENS:
+            raise CompactionFailed(
+                f"no room for a summary: the kept tail needs {tail:,} of the {budget:,}-token "
+                f"budget after the system prompt ({plan.fixed:,})")
+        return plan
 
     def _split(self, metas: list[MessageMeta], cost: dict[int, int], fixed: int):
         """(archived, tail): the largest allowed tail within the bounds."""
@@ -348,7 +387,7 @@ class Compactor:
         runtime = self.runtime
         window = self.summarizer_window or 4096
         # generation may run past the cap: fit() trims the rendering to it afterwards
-        llm_cap = min(max(128, cap), 1536, window // 4)
+        llm_cap = min(max(MIN_LLM_SUMMARY_TOKENS, cap), MAX_LLM_SUMMARY_TOKENS, window // 4)
         lines = _transcript_lines(messages)
         summary = previous
         chunks = 0
@@ -376,18 +415,18 @@ class Compactor:
         """Transcript lines in groups that fit the summarizer's window with the previous
         summary, the instructions and the reply: the compaction call never overflows."""
         overhead = self.counter.count_message({"role": "system", "content": SUMMARY_INSTRUCTIONS})
-        overhead += self.counter.prompt_overhead() + 64
+        overhead += self.counter.prompt_overhead() + SUMMARIZER_PROMPT_SLACK
         prior = self.counter.count_text(previous.render()) if previous else 0
         # the previous summary of a later chunk is at most llm_cap (plus its facts)
-        room = window - overhead - llm_cap - max(prior, llm_cap) - 16
-        if room < 128:
+        room = window - overhead - llm_cap - max(prior, llm_cap) - SPLIT_SLACK_TOKENS
+        if room < MIN_CHUNK_TOKENS:
             raise CompactionFailed(f"the model's window ({window}) is too small to summarize")
         chunk: list[str] = []
         used = 0
         for line in lines:
             size = self.counter.count_text(line) + 1
             if size > room:  # one giant message: keep its start, it is cleared anyway
-                line = line[: room * 3] + " …"
+                line = line[: room * CHARS_PER_TOKEN_CEILING] + " …"
                 size = self.counter.count_text(line) + 1
             if chunk and used + size > room:
                 yield chunk
@@ -397,20 +436,15 @@ class Compactor:
         if chunk:
             yield chunk
 
-    def _verify(self, thread_id: int, engine: ContextEngine, record: dict, tools_text: str,
-                tokens_before: int) -> int:
+    def _verify(self, thread_id: int, record: dict, tokens_before: int) -> int:
         """Build the next request with the new summary in place (rolled back): it must be
         smaller than before, drop nothing and stay under the threshold."""
-        self.store.conn.execute("SAVEPOINT verify")
-        try:
+        with self.store.trial():
             self.store.add_summary(thread_id, record)
             try:
-                request = engine.build(thread_id, tools_text=tools_text)
+                request = self.planner.plan(self.store, thread_id, recall=False, cache=False)
             except ConversationTooLargeException as exc:
                 raise CompactionFailed(f"still too large after compaction: {exc}") from None
-        finally:
-            self.store.conn.execute("ROLLBACK TO verify")
-            self.store.conn.execute("RELEASE verify")
         after = request.predicted_prompt_tokens
         if request.dropped_turns:
             raise CompactionFailed(
@@ -422,6 +456,12 @@ class Compactor:
             raise CompactionFailed(
                 f"the context would stay above the threshold ({after} ≥ {self.trigger_tokens})")
         return after
+
+
+def _base_prompt(engine: ContextEngine, thread_id: int, default: str) -> str:
+    """The system prompt the summary goes into: the thread's own, else the setting."""
+    _, thread_system = engine.pinned_system(thread_id)
+    return thread_system if thread_system is not None else default
 
 
 _EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",
@@ -475,17 +515,3 @@ def _summary_prompt(previous: ConversationSummary | None, chunk: list[str]) -> l
         {"role": "system", "content": SUMMARY_INSTRUCTIONS},
         {"role": "user", "content": body},
     ]
-
-
-def describe_event(event: dict[str, Any]) -> str:
-    """One line for logs, the CLI and the GUI."""
-    if event.get("outcome") == "ok":
-        return (f"compacted ({event['trigger']}, {event['path']}): turns "
-                f"{event.get('first_turn', '?')}–{event.get('last_turn', '?')}, "
-                f"{event['messages_archived']} messages archived, "
-                f"{event['tokens_before']:,} → {event['tokens_after']:,} tokens, "
-                f"summary {event['summary_tokens']:,} tokens, kept {event['kept_turns']} turns, "
-                f"{event.get('duration_s', 0):.1f} s"
-                + (f" ({event['error']})" if event.get("error") else ""))
-    return f"compaction {event.get('outcome')} ({event.get('trigger')}): {event.get('error')}"
-

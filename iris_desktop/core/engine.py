@@ -183,6 +183,13 @@ class ContextRequest:
     last_prompt_tokens: int | None
     pinned_ids: list[int]
     recall: Recall = field(default_factory=Recall)
+    #: tool definitions passed to a chat template that renders them itself
+    tool_definitions: list[dict] = field(default_factory=list)
+    #: the prompt size is the runtime's count of this exact rendering (not a sum of parts)
+    exact: bool = False
+    #: template tokens the per-message counts miss (merged turns, inserted text); they
+    #: are part of ``breakdown.system``
+    framing: int = 0
 
     @property
     def predicted_prompt_tokens(self) -> int:
@@ -258,6 +265,69 @@ def ensure_counts(
     ]
 
 
+@dataclass
+class Frame:
+    """The fixed part of one request and the history budget it leaves."""
+
+    summary: SummaryRow | None
+    pinned_ids: list[int]
+    system_message: Message
+    system_tokens: int
+    tool_tokens: int
+    summary_tokens: int
+    history_budget: int
+
+    @property
+    def lower_id(self) -> int:
+        """Messages at or below this id are summarized or pinned: not history."""
+        covered = self.summary.covers_through_id if self.summary else 0
+        return max([covered, *self.pinned_ids])
+
+
+class _TurnSource:
+    """The thread's unsummarized turns, newest first, read lazily (a build's cost follows
+    the window, not the history). The draft, if any, is the newest turn. ``keep`` holds
+    the in-flight tool results (after the last assistant message): the model asked for
+    them, so they are never pruned."""
+
+    def __init__(self, engine: ContextEngine, thread_id: int, frame: Frame,
+                 draft: Message | None):
+        self.engine = engine
+        self.thread_id = thread_id
+        self.draft_tokens = engine.counter.count_message(draft) if draft is not None else 0
+        covered = frame.summary.covers_through_id if frame.summary else 0
+        source = engine._turns_newest_first(thread_id, covered, set(frame.pinned_ids))
+        if draft is not None:
+            span = engine.store.turn_span(thread_id)
+            source = _chain(Turn((span[1] if span else 0) + 1, extra=self.draft_tokens), source)
+        self._source = source
+        self.loaded: list[Turn] = []  # newest first
+        self._pruned_cost: dict[int, int] = {}
+        self.keep: set[int] = set()
+        newest = self.get(0)
+        for meta in reversed(newest.messages if newest is not None else []):
+            if meta.role != "tool":
+                break
+            self.keep.add(meta.id)
+
+    def get(self, index: int) -> Turn | None:
+        while len(self.loaded) <= index:
+            turn = next(self._source, None)
+            if turn is None:
+                return None
+            for m in turn.messages:
+                if m.role == "tool":
+                    self._pruned_cost[m.id] = self.engine.pruned_cost(m)
+            self.loaded.append(turn)
+        return self.loaded[index]
+
+    def cost(self, index: int, protect: int) -> int:
+        """Tokens of turn ``index`` (0 = newest) when the newest ``protect`` keep their
+        tool outputs."""
+        turn = self.get(index)
+        return 0 if turn is None else turn.cost(index >= protect, self._pruned_cost, self.keep)
+
+
 class ContextEngine:
     """Builds requests for one thread. Never modifies stored messages."""
 
@@ -311,6 +381,15 @@ class ContextEngine:
             placeholder["name"] = meta.name
         return _synthetic.count(self.counter, placeholder)
 
+    def request_costs(self, metas: Sequence[MessageMeta]) -> dict[int, int]:
+        """What each message costs in a request at the configured protection: tool
+        outputs outside the newest ``prune_protect_turns`` turns count as cleared (the
+        rule of :meth:`_prune`; compaction sizes its split with it)."""
+        turns = sorted({m.turn for m in metas}, reverse=True)
+        protected = set(turns[: self.params.prune_protect_turns])
+        return {m.id: (self.pruned_cost(m) if m.role == "tool" and m.turn not in protected
+                       else m.tokens or 0) for m in metas}
+
     def _turns_newest_first(
         self, thread_id: int, after_id: int, skip: set[int]
     ) -> Iterator[Turn]:
@@ -335,153 +414,148 @@ class ContextEngine:
 
     def build(
         self, thread_id: int, *, tools_text: str = "", draft: str | None = None,
-        native_tool_tokens: int = 0,
+        native_tool_tokens: int = 0, reserve: int = 0,
     ) -> ContextRequest:
         """The request that would be sent next. Raises ConversationTooLargeException.
 
-        Tools are either described in the system prompt (``tools_text``) or rendered by
-        the chat template itself, which then adds ``native_tool_tokens``.
+        The steps, in order: frame (system, tools, summary, budget) → load (whole turns
+        newest first) with prune (which tool outputs are cleared) and progressive
+        truncation → recall → triggers. Tools are either described in the system prompt
+        (``tools_text``) or rendered by the chat template itself, which then adds
+        ``native_tool_tokens``. ``reserve`` tokens are kept out of the history budget
+        (the planner's room for template framing it measured on a full rendering).
         """
-        params = self.params
-        summary = self.store.latest_summary(thread_id)
-        after_id = summary.covers_through_id if summary else 0
-        pinned_ids, thread_system = self.pinned_system(thread_id)
-        base = thread_system if thread_system is not None else params.system_prompt
-        system_tokens, tool_tokens, summary_tokens, system_message = self.system_costs(
-            base, tools_text, self.summary_text(summary)
-        )
-        tool_tokens += native_tool_tokens
-        available = self.calc.available(system_tokens, tool_tokens)
-        history_budget = available - summary_tokens
-
-        draft_tokens = 0
-        draft_message: Message | None = None
-        if draft is not None:
-            draft_message = {"role": "user", "content": draft}
-            draft_tokens = self.counter.count_message(draft_message)
-
-        source = self._turns_newest_first(thread_id, after_id, set(pinned_ids))
-        if draft_message is not None:
-            span = self.store.turn_span(thread_id)
-            source = _chain(Turn((span[1] if span else 0) + 1, extra=draft_tokens), source)
-        loaded: list[Turn] = []  # newest first
-        pruned_cost: dict[int, int] = {}
-
-        def get(index: int) -> Turn | None:
-            while len(loaded) <= index:
-                turn = next(source, None)
-                if turn is None:
-                    return None
-                for m in turn.messages:
-                    if m.role == "tool":
-                        pruned_cost[m.id] = self.pruned_cost(m)
-                loaded.append(turn)
-            return loaded[index]
-
-        # the in-flight tool results: the model asked for them and must see them
-        keep: set[int] = set()
-        newest = get(0)
-        if newest is not None:
-            for meta in reversed(newest.messages):
-                if meta.role != "tool":
-                    break
-                keep.add(meta.id)
-
-        def cost(index: int, protect: int) -> int:
-            turn = get(index)
-            return 0 if turn is None else turn.cost(index >= protect, pruned_cost, keep)
-
-        configured = params.prune_protect_turns
-        chosen: int | None = None
-        for protect in sorted({configured, min(configured, 1), 0}, reverse=True):
-            # the newest `protect` turns (at least the newest one) must fit together
-            if sum(cost(i, protect) for i in range(max(protect, 1))) <= history_budget:
-                chosen = protect
-                break
-        if chosen is None:
-            needed = cost(0, 0)
-            allowed = max(history_budget, 0)
-            raise ConversationTooLargeException(
-                f"the newest turn alone is {needed:,} tokens even with every tool output "
-                f"cleared; the window allows {allowed:,} (window {params.window:,} × ratio "
-                f"{params.token_budget_ratio} − system {system_tokens:,} − tools "
-                f"{tool_tokens:,} − summary {summary_tokens:,})",
-                needed=needed,
-                allowed=allowed,
-            )
-
-        # whole turns, newest first, until one does not fit
-        spent = 0
-        index = 0
-        dropped_turns = 0
-        while (turn := get(index)) is not None:
-            turn_cost = cost(index, chosen)
-            if index > 0 and spent + turn_cost > history_budget:
-                lower = max([after_id, *pinned_ids])
-                span = self.store.turn_span(thread_id, lower)
-                dropped_turns = turn.number - span[0] + 1 if span and turn.messages else 0
-                break
-            spent += turn_cost
-            index += 1
-        included = list(reversed(loaded[:index]))
-
-        included_ids = [m.id for t in included for m in t.messages]
-        rows = self.store.messages_by_id(included_ids)
-        history: list[Message] = []
-        pruned_ids: list[int] = []
-        for position, turn in zip(range(len(included) - 1, -1, -1), included):
-            for meta in turn.messages:
-                message = wire_message(row_to_message(rows[meta.id]))
-                if position >= chosen and meta.role == "tool" and meta.id not in keep:
-                    message = {**message, "content": PRUNED_PLACEHOLDER}
-                    pruned_ids.append(meta.id)
-                history.append(message)
+        frame = self.frame(thread_id, tools_text, native_tool_tokens, reserve)
+        draft_message = {"role": "user", "content": draft} if draft is not None else None
+        turns = _TurnSource(self, thread_id, frame, draft_message)
+        protect = self._choose_protection(turns, frame)
+        included, spent, dropped_turns = self._load(turns, frame, protect)
+        history, pruned_ids = self._prune(included, protect, turns.keep)
         if draft_message is not None:
             history.append(draft_message)
         recall, recall_tokens = self._recall(
-            thread_id, summary, history, included, draft_message, history_budget - spent,
-            set(pinned_ids),
+            thread_id, frame.summary, history, included, draft_message,
+            frame.history_budget - spent, set(frame.pinned_ids),
         )
-
-        unsummarized_turns = self.store.count_turns(thread_id, max([after_id, *pinned_ids])) + (
-            1 if draft_message is not None else 0
-        )
-        last = self.store.last_request(thread_id, summary.id if summary else None)
+        unsummarized = self.store.count_turns(thread_id, frame.lower_id) + (
+            1 if draft_message is not None else 0)
+        last = self.store.last_request(thread_id, frame.summary.id if frame.summary else None)
         last_prompt = last["prompt_tokens"] if last else None
-        triggers = []
-        if dropped_turns:
-            triggers.append("budget")
-        if last_prompt is not None and last_prompt >= params.window * params.compaction_threshold:
-            triggers.append("tokens")
-        # the newest turn is always kept, so one unsummarized turn can never be compacted
-        if params.compaction_min_turns and unsummarized_turns >= max(params.compaction_min_turns, 2):
-            triggers.append("turns")
-
+        triggers = self._triggers(dropped_turns, last_prompt, unsummarized)
         breakdown = self.calc.breakdown(
-            system_tokens, tool_tokens, summary_tokens, spent - draft_tokens, draft_tokens,
-            recall_tokens,
+            frame.system_tokens, frame.tool_tokens, frame.summary_tokens,
+            spent - turns.draft_tokens, turns.draft_tokens, recall_tokens,
         )
         return ContextRequest(
             thread_id=thread_id,
-            messages=[system_message, *history],
+            messages=[frame.system_message, *history],
             breakdown=breakdown,
             counter=self.counter.name,
-            window_source=params.window_source,
-            protect_turns=chosen,
-            configured_protect_turns=configured,
-            fallback=chosen != configured,
+            window_source=self.params.window_source,
+            protect_turns=protect,
+            configured_protect_turns=self.params.prune_protect_turns,
+            fallback=protect != self.params.prune_protect_turns,
             compaction_due=bool(triggers),
             trigger=triggers[0] if triggers else "none",
             triggers=triggers,
-            included_ids=included_ids,
+            included_ids=[m.id for t in included for m in t.messages],
             pruned_ids=pruned_ids,
             dropped_turns=dropped_turns,
-            unsummarized_turns=unsummarized_turns,
-            summary=summary,
+            unsummarized_turns=unsummarized,
+            summary=frame.summary,
             last_prompt_tokens=last_prompt,
-            pinned_ids=pinned_ids,
+            pinned_ids=frame.pinned_ids,
             recall=recall,
         )
+
+    def frame(self, thread_id: int, tools_text: str = "", native_tool_tokens: int = 0,
+              reserve: int = 0) -> Frame:
+        """Step 1, the budget: what the system message, tools and summary cost, and what
+        is left for verbatim history (``TokenBudgetCalculator``)."""
+        summary = self.store.latest_summary(thread_id)
+        pinned_ids, thread_system = self.pinned_system(thread_id)
+        base = thread_system if thread_system is not None else self.params.system_prompt
+        system_tokens, tool_tokens, summary_tokens, system_message = self.system_costs(
+            base, tools_text, self.summary_text(summary))
+        tool_tokens += native_tool_tokens
+        available = self.calc.available(system_tokens, tool_tokens)
+        return Frame(
+            summary=summary, pinned_ids=pinned_ids, system_message=system_message,
+            system_tokens=system_tokens, tool_tokens=tool_tokens, summary_tokens=summary_tokens,
+            history_budget=available - summary_tokens - reserve,
+        )
+
+    def _choose_protection(self, turns: _TurnSource, frame: Frame) -> int:
+        """Progressive truncation: the newest ``protect`` turns keep their tool outputs,
+        configured → 1 → 0, whichever first fits together with the newest turn. Raises
+        ConversationTooLargeException when even 0 does not fit."""
+        configured = self.params.prune_protect_turns
+        for protect in sorted({configured, min(configured, 1), 0}, reverse=True):
+            needed = sum(turns.cost(i, protect) for i in range(max(protect, 1)))
+            if needed <= frame.history_budget:
+                return protect
+        needed = turns.cost(0, 0)
+        allowed = max(frame.history_budget, 0)
+        cleared = ("every finished tool output cleared (the result the model just asked for "
+                   "is kept)" if turns.keep else "every tool output cleared")
+        p = self.params
+        raise ConversationTooLargeException(
+            f"the newest turn alone is {needed:,} tokens even with {cleared}; the window "
+            f"allows {allowed:,} (window {p.window:,} × ratio {p.token_budget_ratio} − system "
+            f"{frame.system_tokens:,} − tools {frame.tool_tokens:,} − summary "
+            f"{frame.summary_tokens:,})",
+            needed=needed, allowed=allowed,
+        )
+
+    def _load(self, turns: _TurnSource, frame: Frame, protect: int
+              ) -> tuple[list[Turn], int, int]:
+        """Step 2, load: whole turns newest first until the next one does not fit.
+
+        Returns (the included turns in chronological order, their tokens, the number of
+        unsummarized turns left out: ``dropped``, which makes compaction due)."""
+        spent = 0
+        index = 0
+        dropped = 0
+        while (turn := turns.get(index)) is not None:
+            cost = turns.cost(index, protect)
+            if index > 0 and spent + cost > frame.history_budget:
+                span = self.store.turn_span(turns.thread_id, frame.lower_id)
+                dropped = turn.number - span[0] + 1 if span and turn.messages else 0
+                break
+            spent += cost
+            index += 1
+        return list(reversed(turns.loaded[:index])), spent, dropped
+
+    def _prune(self, included: list[Turn], protect: int, keep: set[int]
+               ) -> tuple[list[Message], list[int]]:
+        """Step 3, prune: the included messages as sent, with tool outputs outside the
+        newest ``protect`` turns replaced by ``[Tool output cleared]`` (never the
+        in-flight results in ``keep``). Stored messages are not touched."""
+        rows = self.store.messages_by_id([m.id for t in included for m in t.messages])
+        history: list[Message] = []
+        pruned_ids: list[int] = []
+        for age, turn in zip(range(len(included) - 1, -1, -1), included):
+            for meta in turn.messages:
+                message = wire_message(row_to_message(rows[meta.id]))
+                if age >= protect and meta.role == "tool" and meta.id not in keep:
+                    message = {**message, "content": PRUNED_PLACEHOLDER}
+                    pruned_ids.append(meta.id)
+                history.append(message)
+        return history, pruned_ids
+
+    def _triggers(self, dropped_turns: int, last_prompt: int | None,
+                  unsummarized_turns: int) -> list[str]:
+        """Step 5, triggers: every reason compaction is due now, strongest first."""
+        p = self.params
+        triggers = []
+        if dropped_turns:
+            triggers.append("budget")
+        if last_prompt is not None and last_prompt >= p.window * p.compaction_threshold:
+            triggers.append("tokens")
+        # the newest turn is always kept, so one unsummarized turn can never be compacted
+        if p.compaction_min_turns and unsummarized_turns >= max(p.compaction_min_turns, 2):
+            triggers.append("turns")
+        return triggers
 
     def _recall(
         self, thread_id: int, summary: SummaryRow | None, history: list[Message],

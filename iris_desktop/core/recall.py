@@ -164,30 +164,24 @@ class Recaller:
         speakers = {"user": names.get("user", ["User"])[0],
                     "assistant": names.get("assistant", ["Assistant"])[0]}
 
+        chosen = self._choose(thread_id, through_id, hits, budget, exclude, dates, speakers)
+        if not chosen:
+            return Recall(terms=terms, reason="nothing summarized matches")
+        return Recall(text=_render(chosen), ids=sorted(chosen), terms=terms)
+
+    def _choose(self, thread_id, through_id, hits, budget, exclude, dates, speakers
+                ) -> dict[int, tuple[str, str]]:
+        """id → (date heading, line) of the hits and the messages that follow each, in
+        rank order while they fit ``budget``."""
         spent = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
-        chosen: dict[int, tuple[str, str]] = {}  # id → (date heading, line)
+        chosen: dict[int, tuple[str, str]] = {}
         headings: set[str] = set()
         for hit_id, _role, _rank in hits:
             if budget - spent < 16:  # nothing more will fit
                 break
             if hit_id in chosen or hit_id in exclude:
                 continue
-            group = [hit_id]
-            current = hit_id
-            for _ in range(FOLLOWING):
-                current = self._next(thread_id, current, through_id)
-                if current is None or current in exclude:
-                    break
-                if current not in chosen:
-                    group.append(current)
-            rows = self.store.messages_by_id(group)
-            lines: dict[int, tuple[str, str]] = {}
-            for message_id in group:
-                row = rows.get(message_id)
-                if row is None or not isinstance(row.get("content"), str):
-                    continue
-                date = _date_of(dates, message_id)
-                lines[message_id] = (fmt_date(date) if date else "", self._line(row, date, speakers))
+            lines = self._group(thread_id, through_id, hit_id, chosen, exclude, dates, speakers)
             if hit_id not in lines:
                 continue
             new_headings = {h for h, _ in lines.values() if h and h not in headings}
@@ -198,19 +192,28 @@ class Recaller:
             chosen.update(lines)
             headings |= new_headings
             spent += cost
-        if not chosen:
-            return Recall(terms=terms, reason="nothing summarized matches")
-        ordered = sorted(chosen)
-        out = [RECALL_HEADER]
-        current_heading = None
-        for message_id in ordered:  # dated once per session, as the ledger is
-            heading, line = chosen[message_id]
-            if heading and heading != current_heading:
-                out.append(f"{heading}:")
-                current_heading = heading
-            out.append(line)
-        out.append(RECALL_FOOTER)
-        return Recall(text="\n".join(out), ids=ordered, terms=terms)
+        return chosen
+
+    def _group(self, thread_id, through_id, hit_id, chosen, exclude, dates, speakers
+               ) -> dict[int, tuple[str, str]]:
+        """A hit and the FOLLOWING messages after it, as dated lines."""
+        group = [hit_id]
+        current = hit_id
+        for _ in range(FOLLOWING):
+            current = self._next(thread_id, current, through_id)
+            if current is None or current in exclude:
+                break
+            if current not in chosen:
+                group.append(current)
+        rows = self.store.messages_by_id(group)
+        lines: dict[int, tuple[str, str]] = {}
+        for message_id in group:
+            row = rows.get(message_id)
+            if row is None or not isinstance(row.get("content"), str):
+                continue
+            date = _date_of(dates, message_id)
+            lines[message_id] = (fmt_date(date) if date else "", self._line(row, date, speakers))
+        return lines
 
     def _next(self, thread_id: int, message_id: int, through_id: int) -> int | None:
         row = self.store.conn.execute(
@@ -229,6 +232,20 @@ class Recaller:
             text = text[: MAX_CHARS - 1].rstrip() + "…"
         text = resolve_relative(text, date)
         return f"- {speakers.get(row['role'], row['role'])}: {text}"
+
+
+def _render(chosen: dict[int, tuple[str, str]]) -> str:
+    """The block, in message order, dated once per session as the ledger is."""
+    out = [RECALL_HEADER]
+    current_heading = None
+    for message_id in sorted(chosen):
+        heading, line = chosen[message_id]
+        if heading and heading != current_heading:
+            out.append(f"{heading}:")
+            current_heading = heading
+        out.append(line)
+    out.append(RECALL_FOOTER)
+    return "\n".join(out)
 
 
 def attach(block: str, content: str) -> str:

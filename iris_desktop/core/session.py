@@ -1,7 +1,8 @@
-"""Wiring shared by the CLI and the GUI: folders, settings, store, model, counter, engine.
+"""What the CLI works with: folders, settings, the store and (lazily) the model.
 
-No Qt here. The model is loaded lazily, once, and owned by whoever owns the Session
-(the GUI gives that to its single model thread).
+No Qt here. Requests, agents and compactors come from :meth:`Session.planner`, the one
+place that computes windows, counters and tool prompts. The GUI does not use a Session's
+model: its model thread owns the model (``ui.model_thread``).
 """
 
 from __future__ import annotations
@@ -11,16 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.engine import ContextEngine, ContextParams
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter, TokenCounter
 from iris_desktop.paths import AppPaths, app_paths
-from iris_desktop.settings import AUTO, BUNDLED, Settings, load_settings
+from iris_desktop.settings import BUNDLED, Settings, load_settings
 
 log = logging.getLogger("iris.session")
-
-#: a window used when nothing else says how large it is (no model, model.n_ctx = 0)
-FALLBACK_WINDOW = 8192
 
 
 def bundled_model_path(models_dir: Path) -> Path:
@@ -37,6 +33,27 @@ def bundled_model_path(models_dir: Path) -> Path:
     from iris_desktop.runtime.model import ensure_bundled_model
 
     return ensure_bundled_model(models_dir)
+
+
+def model_path_for(settings: Settings, models_dir: Path) -> Path:
+    """The GGUF ``model.path`` names; the bundled one is assembled on first use."""
+    configured = settings["model.path"]
+    if configured == BUNDLED:
+        return bundled_model_path(models_dir)
+    return Path(configured).expanduser()
+
+
+def load_model(settings: Settings, models_dir: Path):
+    """Load the model the settings name (the CLI's session and the GUI's model thread
+    both load through here). Raises runtime.model.ModelError."""
+    from iris_desktop.runtime.model import LocalModel
+
+    return LocalModel.load(
+        model_path_for(settings, models_dir),
+        n_ctx=settings["model.n_ctx"],
+        n_threads=settings["model.n_threads"] or None,
+        n_gpu_layers=settings["model.n_gpu_layers"],
+    )
 
 
 class Session:
@@ -59,7 +76,6 @@ class Session:
             log.warning("%d reply(ies) cut off by an earlier crash marked interrupted", recovered)
         self.model: Any = None  # runtime.model.LocalModel once loaded
         self.model_error: str | None = None
-        self._tiktoken: TiktokenCounter | None = None
 
     def close(self) -> None:
         if self.model is not None:
@@ -77,23 +93,12 @@ class Session:
 
     def model_path(self) -> Path:
         """The GGUF to load; the bundled one is assembled into the data dir on first use."""
-        configured = self.settings["model.path"]
-        if configured == BUNDLED:
-            return bundled_model_path(self.paths.models_dir)
-        return Path(configured).expanduser()
+        return model_path_for(self.settings, self.paths.models_dir)
 
     def load_model(self):
         """Load the configured model once; raises runtime.model.ModelError."""
         if self.model is None:
-            from iris_desktop.runtime.model import LocalModel
-
-            s = self.settings
-            self.model = LocalModel.load(
-                self.model_path(),
-                n_ctx=s["model.n_ctx"],
-                n_threads=s["model.n_threads"] or None,
-                n_gpu_layers=s["model.n_gpu_layers"],
-            )
+            self.model = load_model(self.settings, self.paths.models_dir)
             self.model_error = None
         return self.model
 
@@ -106,90 +111,14 @@ class Session:
             log.error("model: %s", exc)
             return None
 
-    # -- context ----------------------------------------------------------------------------
+    # -- the planner ----------------------------------------------------------------------
 
-    def window(self, settings: Settings | None = None) -> tuple[int, str]:
-        """(window, source): ``model`` when it comes from the loaded model's n_ctx."""
-        settings = settings or self.settings
-        configured = settings["context.window"]
-        if configured != AUTO:
-            return int(configured), "config"
-        if self.model is not None:
-            return int(self.model.n_ctx), "model"
-        n_ctx = settings["model.n_ctx"]
-        return (n_ctx or FALLBACK_WINDOW), "config"
+    def planner(self):
+        """The request planner for the current settings on the loaded model (if any)."""
+        from iris_desktop.core.planner import Planner
 
-    def counter(self) -> TokenCounter:
-        kind = self.settings["context.token_counter"]
-        if kind == "model" or (kind == AUTO and self.model is not None):
-            return self.load_model().counter()
-        if kind == "tiktoken":
-            if self._tiktoken is None:
-                self._tiktoken = TiktokenCounter()
-            return self._tiktoken
-        return HeuristicCounter()
+        return Planner.from_settings(self.settings, self.model)
 
     @property
     def chat_format(self) -> str | None:
         return self.model.chat_format.name if self.model is not None else None
-
-    def tool_definitions(self) -> list[dict]:
-        return self.sandbox().definitions()
-
-    def sandbox(self, confirm_shell=None):
-        from iris_desktop.core.tools import Sandbox
-
-        s = self.settings
-        return Sandbox(
-            s["tools.allowed_paths"],
-            enabled=s["tools.enabled"],
-            shell=s["tools.shell"],
-            confirm_shell=confirm_shell,
-        )
-
-    def tools_text(self) -> str:
-        """Tool descriptions for the system prompt ('' when no tool is usable)."""
-        definitions = self.tool_definitions()
-        if not definitions or self.settings["tools.max_calls_per_turn"] == 0:
-            return ""
-        from iris_desktop.core.toolcalls import tools_system_prompt
-
-        return tools_system_prompt(definitions)
-
-    def agent(self, confirm_shell=None, compactor=None):
-        """An Agent on the loaded model (loads it if needed; raises ModelError)."""
-        from iris_desktop.core.agent import Agent, AgentConfig
-
-        model = self.load_model()
-        window, source = self.window()
-        return Agent(
-            self.store,
-            model,
-            ContextParams.from_settings(self.settings, window, source),
-            AgentConfig.from_settings(self.settings),
-            sandbox=self.sandbox(confirm_shell),
-            compactor=compactor if compactor is not None else self.compactor(model),
-            counter=self.counter(),
-            model_name=model.path.name,
-        )
-
-    def compactor(self, runtime: Any = None):
-        """A Compactor for this session; the LLM path uses ``runtime`` (default: the
-        loaded model), else only the extractive summarizer runs."""
-        from iris_desktop.core.compaction import CompactionSettings, Compactor
-
-        runtime = runtime if runtime is not None else self.model
-        window, source = self.window()
-        return Compactor(
-            self.store,
-            self.counter(),
-            ContextParams.from_settings(self.settings, window, source),
-            CompactionSettings.from_settings(self.settings),
-            runtime=runtime,
-        )
-
-    def engine(self, settings: Settings | None = None) -> ContextEngine:
-        settings = settings or self.settings
-        window, source = self.window(settings)
-        params = ContextParams.from_settings(settings, window, source)
-        return ContextEngine(self.store, self.counter(), params)

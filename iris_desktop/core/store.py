@@ -240,6 +240,30 @@ class Store:
             raise
         self.conn.execute("COMMIT")
 
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """A savepoint that is always rolled back: try a change, look, leave no trace."""
+        self.conn.execute("SAVEPOINT trial")
+        try:
+            yield
+        finally:
+            self.conn.execute("ROLLBACK TO trial")
+            self.conn.execute("RELEASE trial")
+
+    def thread_state(self, thread_id: int) -> tuple:
+        """What a request of the thread depends on, cheaply: the newest message (and how
+        far a streaming one got), the newest summary and the newest recorded request."""
+        return self.conn.execute(
+            """
+            SELECT m.id, m.status, length(m.content), m.tool_calls IS NOT NULL,
+                   (SELECT max(id) FROM summaries WHERE thread_id = :t),
+                   (SELECT max(id) FROM requests WHERE thread_id = :t)
+            FROM (SELECT 1) LEFT JOIN messages m ON m.id =
+                (SELECT max(id) FROM messages WHERE thread_id = :t)
+            """,
+            {"t": thread_id},
+        ).fetchone()
+
     def _migrate(self) -> None:
         try:
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]

@@ -20,16 +20,13 @@ from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
     Breakdown,
     ContextEngine,
-    ContextParams,
     ContextRequest,
     ConversationTooLargeException,
 )
+from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store, SummaryRow, row_to_message
-from iris_desktop.core.tokens import HeuristicCounter, TokenCounter, message_text
-from iris_desktop.settings import AUTO, SETTINGS, Setting, Settings, SettingsError
-
-#: a window used when nothing else says how large it is (same as core.session)
-FALLBACK_WINDOW = 8192
+from iris_desktop.core.tokens import message_text
+from iris_desktop.settings import SETTINGS, Setting, Settings, SettingsError
 
 #: the summary's eight fields, in the order the divider shows them
 SUMMARY_FIELDS: tuple[tuple[str, str], ...] = (
@@ -58,59 +55,6 @@ ROLE_LABELS = {"user": "You", "assistant": "Iris", "system": "System", "tool": "
 def tokens(n: int | float | None) -> str:
     """12345 → '12,345'; None → '–'."""
     return "–" if n is None else f"{int(n):,}"
-
-
-# -- settings that feed the engine ----------------------------------------------------------
-
-
-def counter_for(settings: Settings, model: Any = None, tiktoken: Any = None) -> TokenCounter:
-    """The counter ``context.token_counter`` asks for, without ever loading a model.
-
-    ``model`` is the loaded model (or None); before it loads, ``auto`` and ``model``
-    count with the heuristic, so the GUI never blocks on a load to show a number.
-    ``tiktoken`` is a zero-argument factory for the (cached) tiktoken counter.
-    """
-    kind = settings["context.token_counter"]
-    if kind in (AUTO, "model") and model is not None and hasattr(model, "counter"):
-        return model.counter()
-    if kind == "tiktoken" and tiktoken is not None:
-        return tiktoken()
-    return HeuristicCounter()
-
-
-def window_for(settings: Settings, model_n_ctx: int | None = None) -> tuple[int, str]:
-    """(window, source) by the rule of ``Session.window``, for any candidate settings.
-
-    ``model_n_ctx`` is the loaded model's n_ctx, or None when no model is loaded or the
-    candidate changes ``model.n_ctx`` (the window after the reload is then the new value).
-    """
-    configured = settings["context.window"]
-    if configured != AUTO:
-        return int(configured), "config"
-    if model_n_ctx:
-        return int(model_n_ctx), "model"
-    return (settings["model.n_ctx"] or FALLBACK_WINDOW), "config"
-
-
-def tools_text_for(settings: Settings) -> str:
-    """The tool descriptions the agent would put in the system prompt ('' for none)."""
-    from iris_desktop.core.toolcalls import tools_system_prompt
-    from iris_desktop.core.tools import Sandbox
-
-    if settings["tools.max_calls_per_turn"] == 0:
-        return ""
-    definitions = Sandbox(
-        settings["tools.allowed_paths"],
-        enabled=settings["tools.enabled"],
-        shell=settings["tools.shell"],
-    ).definitions()
-    return tools_system_prompt(definitions) if definitions else ""
-
-
-def engine_for(store: Store, counter: TokenCounter, settings: Settings,
-               model_n_ctx: int | None = None) -> ContextEngine:
-    window, source = window_for(settings, model_n_ctx)
-    return ContextEngine(store, counter, ContextParams.from_settings(settings, window, source))
 
 
 # -- the transcript ------------------------------------------------------------------------
@@ -323,10 +267,12 @@ def threshold_fraction(breakdown: Breakdown | Mapping[str, Any]) -> float:
     return int(b["threshold"]) / max(int(b["window"]), 1)
 
 
-def meter_tooltip(breakdown: Breakdown | Mapping[str, Any]) -> str:
-    """Exact numbers, one per line, for the meter's tooltip."""
+def meter_tooltip(breakdown: Breakdown | Mapping[str, Any], estimated: bool = False) -> str:
+    """The numbers, one per line, for the meter's tooltip; says when they are estimates
+    (no model tokenizer, or a server that cannot count)."""
     b = _b(breakdown)
-    lines = [f"Context window: {tokens(b['window'])} tokens"]
+    lines = [f"Context window: {tokens(b['window'])} tokens"
+             + (" (counts estimated, not the model's own)" if estimated else " (exact counts)")]
     for name in METER_PARTS:
         lines.append(f"{name.capitalize():<8} {tokens(b[name]):>9}")
     lines.append(f"{'Used':<8} {tokens(b['used']):>9}")
@@ -427,36 +373,31 @@ class BudgetPreview:
 
 def budget_preview(
     store: Store,
-    counter: TokenCounter,
-    settings: Settings,
+    planner: Planner,
     thread_id: int | None,
-    model_n_ctx: int | None = None,
     draft: str | None = None,
 ) -> BudgetPreview:
-    """Build the next request of ``thread_id`` under ``settings`` and explain it.
-
-    Never modifies stored messages; ``thread_id`` None shows only the budget.
-    """
-    window, source = window_for(settings, model_n_ctx)
+    """The next request of ``thread_id`` under the candidate settings ``planner`` was
+    made from, explained. Never modifies stored messages; ``thread_id`` None shows only
+    the budget."""
+    p = planner.params
     preview = BudgetPreview(
-        window=window, window_source=source, ratio=settings["context.token_budget_ratio"],
-        threshold_ratio=settings["context.compaction_threshold"], counter=counter.name,
-        counter_exact=bool(getattr(counter, "exact", False)),
-        protect_configured=settings["context.prune_protect_turns"],
-        min_turns=settings["context.compaction_min_turns"],
-        recall_max=settings["context.recall_max_tokens"],
+        window=p.window, window_source=p.window_source, ratio=p.token_budget_ratio,
+        threshold_ratio=p.compaction_threshold, counter=planner.counter.name,
+        counter_exact=bool(getattr(planner.counter, "exact", False)),
+        protect_configured=p.prune_protect_turns, min_turns=p.compaction_min_turns,
+        recall_max=p.recall_max_tokens,
     )
-    engine = engine_for(store, counter, settings, model_n_ctx)
     try:
-        request = engine.build(thread_id if thread_id is not None else -1,
-                               tools_text=tools_text_for(settings), draft=draft)
+        request = planner.plan(store, thread_id if thread_id is not None else -1, draft)
     except ConversationTooLargeException as exc:
         preview.error = f"Conversation too large: {exc}"
         return preview
+    preview.counter_exact = preview.counter_exact or request.exact
     preview.breakdown = request.breakdown
     if thread_id is None:
         return preview
-    described = engine.describe(request)
+    described = planner.engine(store).describe(request)
     included = set(request.included_ids)
     preview.history_turns = len({m["turn"] for m in described if m["id"] in included})
     preview.unsummarized_turns = request.unsummarized_turns - (1 if draft is not None else 0)
@@ -554,68 +495,84 @@ def needs_reload(keys: Iterable[str]) -> list[str]:
 
 
 def inspector_report(
-    store: Store, engine: ContextEngine, thread_id: int, tools_text: str = "",
-    draft: str | None = None,
+    store: Store, planner: Planner, thread_id: int, draft: str | None = None,
+    request: ContextRequest | ConversationTooLargeException | None = None,
 ) -> dict[str, Any]:
     """Everything the inspector dock shows for one thread. Never modifies messages.
 
     ``request``: one row per message of the exact next request (system first), with its
     state and the tokens it costs there; ``states``: how many stored messages are in
-    each state; ``summaries``, ``events``, ``requests``: the stored telemetry.
+    each state; ``summaries``, ``events``, ``requests``: the stored telemetry. Pass the
+    planner's ``request`` when one is at hand (the agent reported it), else it is planned.
     """
     report: dict[str, Any] = {"thread_id": thread_id, "error": None, "request": [],
                               "states": {}, "breakdown": None}
-    try:
-        request = engine.build(thread_id, tools_text=tools_text, draft=draft)
-    except ConversationTooLargeException as exc:
-        report["error"] = f"Conversation too large: {exc}"
-        request = None
-    if request is not None:
+    if request is None:
+        request = planner.plan_or_error(store, thread_id, draft)
+    if isinstance(request, ConversationTooLargeException):
+        report["error"] = f"Conversation too large: {request}"
+    else:
+        engine = planner.engine(store)
         described = {m["id"]: m for m in engine.describe(request)}
-        b = request.breakdown
-        rows: list[dict[str, Any]] = [{
-            "id": None, "role": "system", "turn": None, "state": "verbatim",
-            "tokens": b.system + b.tools + b.summary,
-            "preview": _preview(request.messages[0].get("content")),
-        }]
-        pruned = set(request.pruned_ids)
-        for mid, message in zip(request.included_ids, request.messages[1:]):
-            meta = described.get(mid, {})
-            cost = (engine.counter.count_message(message) if mid in pruned
-                    else meta.get("tokens"))
-            rows.append({"id": mid, "role": message["role"], "turn": meta.get("turn"),
-                         "state": meta.get("state", "verbatim"), "tokens": cost,
-                         "preview": _preview(message.get("content") or message_text(message))})
-        if draft is not None:
-            rows.append({"id": None, "role": "user", "turn": None, "state": "draft",
-                         "tokens": b.draft, "preview": _preview(draft)})
-        if request.recall.ids:  # the block travels with the newest user message
-            at = max(i for i, r in enumerate(rows) if r["role"] == "user")
-            rows.insert(at, {
-                "id": None, "role": "recall", "turn": None, "state": "recalled",
-                "tokens": b.recall,
-                "preview": f"{len(request.recall.ids)} summarized messages recalled for "
-                           f"“{' '.join(request.recall.terms[:8])}”: ids "
-                           + ", ".join(str(i) for i in request.recall.ids)})
         counts: dict[str, int] = {}
         for m in described.values():
             counts[m["state"]] = counts.get(m["state"], 0) + 1
         report.update(
-            request=rows, states=counts, breakdown=b.as_dict(), protect_turns=request.protect_turns,
+            request=_request_rows(engine, request, described, draft), states=counts,
+            breakdown=request.breakdown.as_dict(), protect_turns=request.protect_turns,
             fallback=request.fallback, compaction_due=request.compaction_due,
             triggers=list(request.triggers), counter=request.counter,
             predicted_prompt_tokens=request.predicted_prompt_tokens,
+            exact=request.exact or bool(getattr(planner.counter, "exact", False)),
             recalled_ids=list(request.recall.ids),
         )
-    report["summaries"] = [
+    report.update(_telemetry(store, thread_id))
+    return report
+
+
+def _request_rows(engine: ContextEngine, request: ContextRequest,
+                  described: Mapping[int, dict[str, Any]], draft: str | None
+                  ) -> list[dict[str, Any]]:
+    """One row per message of the request as sent; the rows' tokens add up to the
+    predicted prompt (template framing is in the system row)."""
+    b = request.breakdown
+    rows: list[dict[str, Any]] = [{
+        "id": None, "role": "system", "turn": None, "state": "verbatim",
+        "tokens": b.system + b.tools + b.summary,
+        "preview": _preview(request.messages[0].get("content")),
+    }]
+    pruned = set(request.pruned_ids)
+    for mid, message in zip(request.included_ids, request.messages[1:]):
+        meta = described.get(mid, {})
+        cost = engine.counter.count_message(message) if mid in pruned else meta.get("tokens")
+        rows.append({"id": mid, "role": message["role"], "turn": meta.get("turn"),
+                     "state": meta.get("state", "verbatim"), "tokens": cost,
+                     "preview": _preview(message.get("content") or message_text(message))})
+    if draft is not None:
+        rows.append({"id": None, "role": "user", "turn": None, "state": "draft",
+                     "tokens": b.draft, "preview": _preview(draft)})
+    if request.recall.ids:  # the block travels with the newest user message
+        at = max(i for i, r in enumerate(rows) if r["role"] == "user")
+        rows.insert(at, {
+            "id": None, "role": "recall", "turn": None, "state": "recalled",
+            "tokens": b.recall,
+            "preview": f"{len(request.recall.ids)} summarized messages recalled for "
+                       f"“{' '.join(request.recall.terms[:8])}”: ids "
+                       + ", ".join(str(i) for i in request.recall.ids)})
+    return rows
+
+
+def _telemetry(store: Store, thread_id: int) -> dict[str, Any]:
+    """The stored history of a thread's context: summaries, compactions, requests."""
+    summaries = [
         {"id": s.id, "prev_id": s.prev_id, "turns": f"{s.first_turn}–{s.last_turn}",
          "covers_through_id": s.covers_through_id, "tokens": s.tokens, "path": s.path,
          "created_at": s.created_at,
          "fields": [(label, field_text(s.fields.get(key))) for key, label in SUMMARY_FIELDS]}
         for s in store.summaries(thread_id)
     ]
-    report["events"] = store.compaction_events(thread_id)
-    report["requests"] = [
+    events = store.compaction_events(thread_id)
+    requests = [
         {"id": r["id"], "created_at": r["created_at"],
          "prompt_tokens": r.get("prompt_tokens"),
          "predicted": r.get("predicted_prompt_tokens"), "window": r.get("window"),
@@ -623,8 +580,8 @@ def inspector_report(
          "ttft": r.get("time_to_first_token_s"), "tps": r.get("tokens_per_s")}
         for r in store.requests(thread_id)
     ]
-    report["chart"] = chart_points(report["requests"], report["events"])
-    return report
+    return {"summaries": summaries, "events": events, "requests": requests,
+            "chart": chart_points(requests, events)}
 
 
 def _preview(content: Any, limit: int = 160) -> str:

@@ -288,8 +288,7 @@ class JinjaFormat:
         self._without_prompt = Jinja2ChatFormatter(template, eos_token, bos_token, False)
         self.supports_tools = "tools" in template
         self._prefix = self._safe_render([], False)
-        full = self._safe_render([], True)
-        self._gen = full[len(self._prefix):] if full.startswith(self._prefix) else full
+        self._gen = self._generation_text()
 
     @staticmethod
     def _normalize(message: Message) -> Message:
@@ -309,6 +308,19 @@ class JinjaFormat:
         fmt = self._with_prompt if add_generation_prompt else self._without_prompt
         return fmt(messages=[self._normalize(m) for m in messages], tools=tools).prompt
 
+    def _generation_text(self) -> str:
+        """What ``add_generation_prompt`` appends, after the first conversation the
+        template accepts (some refuse an empty one)."""
+        for before in ([], [_PROBE_SYSTEM], [_PROBE_USER]):
+            try:
+                bare = self._render(before, False)
+                full = self._render(before, True)
+            except Exception:
+                continue
+            if full.startswith(bare) and full != bare:
+                return full[len(bare):]
+        return ""
+
     def _safe_render(self, messages: list[Message], add_generation_prompt: bool) -> str:
         try:
             return self._render(messages, add_generation_prompt)
@@ -317,22 +329,26 @@ class JinjaFormat:
 
     def render_message(self, message: Message, index: int = 0) -> str:
         try:
-            text = self._render([message], False)
-            if text.startswith(self._prefix):
-                return text[len(self._prefix):]
-            return text
-        except Exception:
-            pass
-        placeholder = {"role": "user", "content": "."}
-        try:
-            before = self._render([placeholder], False)
-            after = self._render([placeholder, message], False)
-            if after.startswith(before):
-                return after[len(before):]
-        except Exception:
-            pass
-        # last resort: a neutral approximation so that counting never fails
-        return f"{message.get('role', 'user')}\n{content_text(message)}\n"
+            return self._delta(_contexts_for(message), message)
+        except ValueError:
+            # last resort: a neutral approximation so that counting never fails
+            return f"{message.get('role', 'user')}\n{content_text(message)}\n"
+
+    def _delta(self, contexts: list[list[Message]], message: Message) -> str:
+        """What ``message`` adds after the first context the template accepts: a system
+        message at the start, anything else after a system message (so that a template
+        that inserts a default system prompt before a lone user message, as Qwen's does,
+        is not counted once per message) or after a user message (templates that insist
+        on alternation). Raises ValueError when no context renders."""
+        for before in contexts:
+            try:
+                head = self._render(before, False) if before else self._prefix
+                text = self._render([*before, message], False)
+            except Exception:  # this template refuses that shape: try the next one
+                continue
+            if text.startswith(head):
+                return text[len(head):]
+        raise ValueError("no rendering")
 
     def message_parts(self, message: Message, index: int = 0) -> list[Part]:
         return [(self.render_message(message, index), True)]
@@ -352,6 +368,17 @@ class JinjaFormat:
 
     def __repr__(self) -> str:
         return f"<JinjaFormat tools={self.supports_tools}>"
+
+
+#: probe messages for measuring what a template adds around one message
+_PROBE_SYSTEM: Message = {"role": "system", "content": "."}
+_PROBE_USER: Message = {"role": "user", "content": "."}
+
+
+def _contexts_for(message: Message) -> list[list[Message]]:
+    if message.get("role") == "system":
+        return [[]]
+    return [[_PROBE_SYSTEM], [], [_PROBE_USER], [_PROBE_SYSTEM, _PROBE_USER]]
 
 
 def select_chat_format(info: GGUFInfo) -> ChatFormat:

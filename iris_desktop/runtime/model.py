@@ -321,8 +321,11 @@ class _StopMatcher:
 class LocalModel:
     """One loaded GGUF model. Create with :meth:`load`; call :meth:`close` when done.
 
-    Generation is serialized by a lock (one KV cache); tokenizing and counting are safe
-    from any thread while a generation runs.
+    Threads: generation is serialized by ``_lock`` (one KV cache), normally on the model
+    thread. Tokenizing and counting are safe from any thread, also while a generation
+    runs (llama.cpp's vocabulary is read-only after loading): they hold ``_life``, which
+    :meth:`close` takes before it frees anything, so a model closed during a meter
+    refresh raises a clean ``RuntimeError("... closed")`` instead of using freed memory.
     """
 
     #: statistics of the last finished (or cancelled) :meth:`stream`
@@ -347,11 +350,13 @@ class LocalModel:
         self.seed = seed
         self.last_stats = None
         self._lock = threading.Lock()
+        self._life = threading.RLock()
         self._closing = threading.Event()
         self._closed = False
         self._grammars: dict[str, Any] = {}
         import llama_cpp
 
+        self._n_ctx = int(llm.n_ctx())
         self._n_swa = int(llama_cpp.llama_model_n_swa(llm.model))
         # the model's own BOS rule (llama.cpp's add_bos_token) wins over the format's text
         bos = int(llm.token_bos())
@@ -438,8 +443,8 @@ class LocalModel:
 
     @property
     def n_ctx(self) -> int:
-        self._check_open()
-        return int(self._llm.n_ctx())
+        """The context size llama.cpp allocated (fixed at load; readable after close)."""
+        return self._n_ctx
 
     @property
     def closed(self) -> bool:
@@ -452,14 +457,16 @@ class LocalModel:
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         """Tokens of ``text``, without BOS. ``special``: recognize control-token text
         such as ``<start_of_turn>`` (template text) or not (user content)."""
-        self._check_open()
         if not text:
             return []
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        with self._life:
+            self._check_open()
+            return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
 
     def detokenize(self, tokens: list[int]) -> str:
-        self._check_open()
-        return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+        with self._life:
+            self._check_open()
+            return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
 
     def _parts_tokens(self, parts: list[tuple[str, bool]]) -> list[int]:
         out: list[int] = []
@@ -485,7 +492,8 @@ class LocalModel:
         """What passing ``tools`` to the template adds to a prompt (0 without native tools)."""
         if not tools or not self.native_tools:
             return 0
-        probe = [{"role": "user", "content": "."}]
+        # Iris always sends a system message first; templates fold the tools into it
+        probe = [{"role": "system", "content": "."}, {"role": "user", "content": "."}]
         return len(self.prompt_tokens(probe, tools)) - len(self.prompt_tokens(probe))
 
     def prompt_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
@@ -500,6 +508,10 @@ class LocalModel:
             tokens.extend(self._generation_tokens)
             return tokens
         return self._with_bos(self.tokenize(self.chat_format.render_prompt(list(messages)), special=True))
+
+    def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        """The exact number of prompt tokens :meth:`stream` evaluates for ``messages``."""
+        return len(self.prompt_tokens(messages, tools))
 
     def render_prompt(self, messages: list[Message]) -> str:
         """The prompt as text (for display and debugging; generation uses
@@ -743,17 +755,11 @@ class LocalModel:
                 )
                 log.debug("generation: %s", self.last_stats)
 
-    def complete(self, messages: list[Message], **kw: Any) -> tuple[str, GenerationStats]:
-        """Non-streaming :meth:`stream`: the whole reply and its statistics."""
-        text = "".join(self.stream(messages, **kw))
-        assert self.last_stats is not None
-        return text, self.last_stats
-
     def close(self) -> None:
         """Free the model and its context. Idempotent. A generation running in another
         thread is stopped at its next token first."""
         self._closing.set()
-        with self._lock:
+        with self._lock, self._life:  # no generation, no tokenizing while it is freed
             if self._closed:
                 return
             self._closed = True
@@ -786,6 +792,11 @@ def _header_identity(info: GGUFInfo) -> str:
     return digest.hexdigest()
 
 
+#: how messages are rendered for counting; 2: Jinja messages measured after a system
+#: message, so a template's default system prompt is not counted with every message
+COUNT_SCHEME = 2
+
+
 class ModelTokenCounter:
     """Exact token counts for one model and chat format (``core.tokens.TokenCounter``).
 
@@ -799,7 +810,9 @@ class ModelTokenCounter:
 
     def __init__(self, model: LocalModel) -> None:
         self._model = model
-        self.name = f"model:{model.identity[:12]}:{model.chat_format.name}"
+        # the scheme number changes whenever the way messages are counted changes, so the
+        # store's cached counts from an older scheme are never mixed in
+        self.name = f"model:{model.identity[:12]}:{COUNT_SCHEME}:{model.chat_format.name}"
         self.exact = bool(model.chat_format.additive)
 
     def count_text(self, text: str) -> int:

@@ -74,8 +74,12 @@ class Composer(QWidget):
     def set_text(self, text: str) -> None:
         self.edit.setPlainText(text)
 
-    def clear(self) -> None:
+    def clear(self, quiet: bool = False) -> None:
+        """Empty the draft; ``quiet``: without announcing a draft change (a send, whose
+        reported request redraws everything that shows the draft)."""
         self.edit.clear()
+        if quiet:
+            self._debounce.stop()
 
     def set_generating(self, generating: bool) -> None:
         self.generating = generating

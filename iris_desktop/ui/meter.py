@@ -31,6 +31,7 @@ class BudgetMeter(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.breakdown: dict[str, Any] | None = None
+        self.estimated = False
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.setToolTip("Context budget: no request built yet")
 
@@ -38,10 +39,12 @@ class BudgetMeter(QWidget):
         fm = QFontMetrics(self.font())
         return QSize(fm.horizontalAdvance("0") * 44, fm.height() + 4)
 
-    def set_breakdown(self, breakdown: Any) -> None:
+    def set_breakdown(self, breakdown: Any, estimated: bool = False) -> None:
+        """Draw ``breakdown``; ``estimated`` when the counts are not the model's own."""
         self.breakdown = None if breakdown is None else (
             breakdown.as_dict() if hasattr(breakdown, "as_dict") else dict(breakdown))
-        self.setToolTip(meter_tooltip(self.breakdown) if self.breakdown else
+        self.estimated = estimated
+        self.setToolTip(meter_tooltip(self.breakdown, estimated) if self.breakdown else
                         "Context budget: no request built yet")
         self.update()
 
@@ -80,7 +83,7 @@ class BudgetMeter(QWidget):
         b = self.breakdown
         painter.drawText(QRectF(bar.right() + 6, 0, label_w, self.height()),
                          Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                         f"{tokens(b['used'])} / {tokens(b['window'])}")
+                         ("≈" if self.estimated else "") + f"{tokens(b['used'])} / {tokens(b['window'])}")
 
 
 class PromptChart(QWidget):

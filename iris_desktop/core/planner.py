@@ -1,0 +1,334 @@
+"""The request planner: the one place that decides what the model sees next.
+
+A :class:`Planner` is an immutable snapshot of everything a request depends on — the
+window, the token counter, the tool prompt, the context and compaction parameters — for
+one settings version and one loaded runtime. It builds the typed
+:class:`~iris_desktop.core.engine.ContextRequest` for a thread (and a draft), and it
+makes the agent and the compactor, which build through it too. The GUI's meter,
+inspector and message states, the CLI's ``context`` and ``compact``, the agent and the
+compactor's checks therefore all see the same request, and the request that is shown is
+the request that is sent.
+
+When settings or the model change, the owner makes a new Planner; nothing in one ever
+changes. It may be shared between threads: each build uses the caller's own Store, and
+the runtime's counting methods are safe from any thread (see ``runtime.model``).
+
+Exact prompt size: when the runtime can count a whole rendered prompt (its chat template
+is not a plain concatenation of messages, or it renders tool definitions itself), the
+planner counts the request exactly as it will be sent and folds the difference from the
+per-message counts into ``breakdown.system`` (``framing``), rebuilding once with that
+much less history budget if the difference would overrun the budget.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from iris_desktop.core.agent import Agent, AgentConfig
+from iris_desktop.core.compaction import CompactionSettings, Compactor
+from iris_desktop.core.engine import (
+    ContextEngine,
+    ContextParams,
+    ContextRequest,
+    ConversationTooLargeException,
+)
+from iris_desktop.core.store import Store
+from iris_desktop.core.tokens import HeuristicCounter, Message, TiktokenCounter, TokenCounter
+from iris_desktop.core.toolcalls import tools_system_prompt
+from iris_desktop.core.tools import Sandbox
+from iris_desktop.settings import AUTO, Settings
+
+#: the window when nothing says how large it is (no model loaded and model.n_ctx = 0)
+FALLBACK_WINDOW = 8192
+#: requests kept per planner; the GUI asks for a handful (meter, states, inspector, draft)
+CACHE_SIZE = 32
+
+
+class Runtime(Protocol):
+    """What the planner may ask of a runtime. All of it is safe from any thread."""
+
+    n_ctx: int
+
+    def counter(self) -> TokenCounter: ...
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    """The tool settings, as plain values."""
+
+    enabled: tuple[str, ...] = ("read_file", "list_directory", "search_files")
+    allowed_paths: tuple[str, ...] = ()
+    shell: bool = False
+    max_calls_per_turn: int = 8
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ToolsConfig:
+        return cls(
+            enabled=tuple(settings["tools.enabled"]),
+            allowed_paths=tuple(settings["tools.allowed_paths"]),
+            shell=settings["tools.shell"],
+            max_calls_per_turn=settings["tools.max_calls_per_turn"],
+        )
+
+
+@dataclass(frozen=True)
+class ToolPrompt:
+    """How the tools reach the model: described in the system prompt (``text``), or
+    passed to a chat template that renders them itself (``native``)."""
+
+    definitions: tuple[dict, ...] = ()
+    text: str = ""
+    native: bool = False
+    native_tokens: int = 0
+
+    @property
+    def template_definitions(self) -> list[dict]:
+        """What goes to the template's ``tools`` argument ([] unless native)."""
+        return list(self.definitions) if self.native else []
+
+
+_tiktoken_lock = threading.Lock()
+_tiktoken: TiktokenCounter | None = None
+
+
+def shared_tiktoken() -> TiktokenCounter:
+    """One offline cl100k_base table per process (loading it takes a moment)."""
+    global _tiktoken
+    with _tiktoken_lock:
+        if _tiktoken is None:
+            _tiktoken = TiktokenCounter()
+        return _tiktoken
+
+
+def window_for(settings: Any, n_ctx: int | None) -> tuple[int, str]:
+    """(window, source): ``context.window``, else the runtime's ``n_ctx`` ("model"),
+    else ``model.n_ctx`` ("config")."""
+    configured = settings["context.window"]
+    if configured != AUTO:
+        return int(configured), "config"
+    if n_ctx:
+        return int(n_ctx), "model"
+    return (settings["model.n_ctx"] or FALLBACK_WINDOW), "config"
+
+
+def counter_for(settings: Any, runtime: Any) -> TokenCounter:
+    """The counter ``context.token_counter`` asks for. Never loads a model: before one
+    is loaded, ``auto`` and ``model`` count with the heuristic."""
+    kind = settings["context.token_counter"]
+    if kind in (AUTO, "model") and runtime is not None:
+        return runtime.counter()
+    if kind == "tiktoken":
+        return shared_tiktoken()
+    return HeuristicCounter()
+
+
+class Planner:
+    """Builds the requests of one settings snapshot on one runtime (or none).
+
+    ``builds`` counts the engine builds it ran (cache hits excluded), so tests can hold
+    the GUI and the agent to a number of builds per sent message.
+    """
+
+    def __init__(
+        self,
+        params: ContextParams,
+        counter: TokenCounter,
+        *,
+        runtime: Any = None,
+        compaction: CompactionSettings | None = None,
+        agent: AgentConfig | None = None,
+        tools: ToolsConfig | None = None,
+        values: Mapping[str, Any] | None = None,
+    ):
+        self.params = params
+        self.counter = counter
+        self.runtime = runtime
+        self.compaction = compaction or CompactionSettings()
+        self.agent_config = agent or AgentConfig()
+        self.tools = tools or ToolsConfig()
+        #: the settings values this planner was made from (read-only)
+        self.values: Mapping[str, Any] = MappingProxyType(dict(values or {}))
+        self.builds = 0
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple, ContextRequest | ConversationTooLargeException] = (
+            OrderedDict())
+        self._tool_prompts: dict[bool, ToolPrompt] = {}
+        # the runtime can count a whole rendering, and this planner counts with its tokenizer
+        self._counts_exactly = (hasattr(runtime, "count_prompt")
+                                and counter.name == runtime.counter().name)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, runtime: Any = None, *,
+                      n_ctx: int | None = None) -> Planner:
+        """The planner for ``settings`` on ``runtime``. ``n_ctx`` overrides the runtime's
+        window (a candidate ``model.n_ctx`` that a reload would apply)."""
+        window, source = window_for(settings, n_ctx or getattr(runtime, "n_ctx", None))
+        return cls(
+            ContextParams.from_settings(settings, window, source),
+            counter_for(settings, runtime),
+            runtime=runtime,
+            compaction=CompactionSettings.from_settings(settings),
+            agent=AgentConfig.from_settings(settings),
+            tools=ToolsConfig.from_settings(settings),
+            values=settings.values,
+        )
+
+    @property
+    def window(self) -> int:
+        return self.params.window
+
+    @property
+    def window_source(self) -> str:
+        return self.params.window_source
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def sandbox(self, confirm_shell: Callable[[str], bool] | None = None) -> Sandbox:
+        return Sandbox(list(self.tools.allowed_paths), enabled=list(self.tools.enabled),
+                       shell=self.tools.shell, confirm_shell=confirm_shell)
+
+    def tool_prompt(self, tools_allowed: bool = True) -> ToolPrompt:
+        """The tools of a request; ``tools_allowed`` False once a turn used all its calls."""
+        with self._lock:
+            if tools_allowed in self._tool_prompts:
+                return self._tool_prompts[tools_allowed]
+        prompt = ToolPrompt()
+        if tools_allowed and self.tools.max_calls_per_turn > 0:
+            definitions = tuple(self.sandbox().definitions())
+            native = bool(definitions) and bool(getattr(self.runtime, "native_tools", False))
+            if native:
+                tokens = self.runtime.tool_tokens(list(definitions))
+                prompt = ToolPrompt(definitions, "", True, tokens)
+            elif definitions:
+                prompt = ToolPrompt(definitions, tools_system_prompt(list(definitions)))
+        with self._lock:
+            self._tool_prompts[tools_allowed] = prompt
+        return prompt
+
+    # -- requests -------------------------------------------------------------------------
+
+    def engine(self, store: Store, *, recall: bool = True) -> ContextEngine:
+        """An engine on ``store`` with this planner's counter and parameters; without
+        recall for compaction's arithmetic (recall only fills what the tail leaves)."""
+        params = self.params if recall else replace(self.params, recall_max_tokens=0)
+        return ContextEngine(store, self.counter, params)
+
+    def plan(self, store: Store, thread_id: int, draft: str | None = None, *,
+             tools_allowed: bool = True, recall: bool = True, cache: bool = True,
+             ) -> ContextRequest:
+        """The request ``thread_id`` sends next (with ``draft`` as the newest message).
+
+        Cached by the thread's state (newest message, summary and request), the draft and
+        the options; ``cache=False`` for a database state that will be rolled back.
+        Raises ConversationTooLargeException.
+        """
+        key = None
+        if cache:
+            key = (thread_id, store.thread_state(thread_id), draft, tools_allowed, recall)
+            with self._lock:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+            if isinstance(hit, ConversationTooLargeException):
+                raise hit
+            if hit is not None:
+                return hit
+        try:
+            request = self._build(store, thread_id, draft, tools_allowed, recall)
+        except ConversationTooLargeException as exc:
+            self._remember(key, exc)
+            raise
+        self._remember(key, request)
+        return request
+
+    def plan_or_error(self, store: Store, thread_id: int, draft: str | None = None
+                      ) -> ContextRequest | ConversationTooLargeException:
+        """:meth:`plan`, with a too-large conversation returned instead of raised."""
+        try:
+            return self.plan(store, thread_id, draft)
+        except ConversationTooLargeException as exc:
+            return exc
+
+    def _remember(self, key: tuple | None, value: Any) -> None:
+        if key is None:
+            return
+        with self._lock:
+            self._cache[key] = value
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+
+    def _build(self, store: Store, thread_id: int, draft: str | None, tools_allowed: bool,
+               recall: bool) -> ContextRequest:
+        tools = self.tool_prompt(tools_allowed)
+        engine = self.engine(store, recall=recall)
+        request = self._engine_build(engine, thread_id, draft, tools, 0)
+        exact = self._exact_size(request.messages, tools)
+        if exact is None:
+            return replace(request, tool_definitions=tools.template_definitions)
+        framing = exact - request.predicted_prompt_tokens
+        if framing > 0 and request.predicted_prompt_tokens + framing > request.breakdown.budget:
+            # the template adds more than the per-message counts: make room and build again
+            request = self._engine_build(engine, thread_id, draft, tools, framing)
+            exact = self._exact_size(request.messages, tools)
+            framing = exact - request.predicted_prompt_tokens
+        breakdown = replace(request.breakdown, system=request.breakdown.system + framing)
+        return replace(request, breakdown=breakdown, exact=True, framing=framing,
+                       tool_definitions=tools.template_definitions)
+
+    def _engine_build(self, engine: ContextEngine, thread_id: int, draft: str | None,
+                      tools: ToolPrompt, reserve: int) -> ContextRequest:
+        with self._lock:
+            self.builds += 1
+        return engine.build(thread_id, tools_text=tools.text, draft=draft,
+                            native_tool_tokens=tools.native_tokens, reserve=reserve)
+
+    def _exact_size(self, messages: list[Message], tools: ToolPrompt) -> int | None:
+        """The runtime's exact count of this rendering, when per-message counts are not
+        already exact; None when the runtime cannot count (or counts another way)."""
+        if not self._counts_exactly:
+            return None
+        if self.counter.exact and not tools.native:
+            return None  # additive formats: the sum of the parts is the prompt, to the token
+        return self.runtime.count_prompt(messages, tools.template_definitions or None)
+
+    # -- the agent and the compactor ------------------------------------------------------
+
+    def compactor(self, store: Store, runtime: Any = None) -> Compactor:
+        """A Compactor on ``store``: the LLM path on ``runtime`` (default: this planner's,
+        as ``context.summarizer`` allows), else only the extractive summarizer."""
+        return Compactor(store, self, runtime=runtime if runtime is not None else self.summarizer())
+
+    def summarizer(self) -> Any:
+        """The runtime that writes summaries, or None for the extractive summarizer: a base
+        model cannot follow the summary instructions, so ``auto`` skips it."""
+        choice = self.compaction.summarizer
+        if choice == "extractive" or self.runtime is None:
+            return None
+        if choice == "auto" and getattr(self.runtime, "base_model", False):
+            return None
+        return self.runtime
+
+    def agent(self, store: Store, *, confirm_shell: Callable[[str], bool] | None = None,
+              compact: bool = True, compactor: Compactor | None = None,
+              model_name: str = "") -> Agent:
+        """An Agent on ``store`` and this planner's runtime (which must be loaded).
+        ``compact=False``: no compaction at all (a scripted runtime writes no summary)."""
+        if self.runtime is None:
+            raise RuntimeError("no model is loaded")
+        if compact and compactor is None:
+            compactor = self.compactor(store)
+        return Agent(
+            store, self, sandbox=self.sandbox(confirm_shell),
+            compactor=compactor if compact else None,
+            model_name=model_name or _model_name(self.runtime),
+        )
+
+
+def _model_name(runtime: Any) -> str:
+    path = getattr(runtime, "path", None)
+    return getattr(path, "name", None) or type(runtime).__name__

@@ -1,0 +1,134 @@
+"""The DB thread (Anki's ``QueryOp`` shape): one long-lived thread with its own Store
+runs DB work — loading transcripts, planning requests for the meter and the inspector,
+search, import and export — and calls back on the GUI thread with the result or the
+error. It never touches a widget, and a job never touches the model: requests come from
+the planner a job was given (its counting methods are safe from any thread).
+
+A sqlite3 connection belongs to the thread that opened it, so this thread opens its own
+``Store`` on the database file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from iris_desktop.core.store import Store
+
+log = logging.getLogger("iris.ui.background")
+
+
+@dataclass
+class Job:
+    fn: Callable[[Store], Any]
+    on_success: Callable[[Any], None] | None
+    on_failure: Callable[[BaseException], None] | None
+    key: str | None
+    seq: int
+    result: Any = None
+    error: BaseException | None = None
+    skipped: bool = False
+
+
+class _DbRunner(QObject):
+    finished = Signal(object)
+
+    def __init__(self, db_path: Path, latest: dict[str, int]):
+        super().__init__()
+        self.db_path = db_path
+        self.latest = latest
+        self.store: Store | None = None
+
+    @Slot(object)
+    def run(self, job: Job) -> None:
+        if job.key is not None and self.latest.get(job.key) != job.seq:
+            job.skipped = True  # a newer job with the same key is queued: this one is stale
+        else:
+            try:
+                if self.store is None:
+                    self.store = Store(self.db_path)
+                job.result = job.fn(self.store)
+            except Exception as exc:  # one place for errors: the job's on_failure
+                log.exception("background job failed")
+                job.error = exc
+        self.finished.emit(job)
+
+    @Slot()
+    def stop(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        QThread.currentThread().quit()
+
+
+class Background(QObject):
+    """Run ``fn(store)`` on the DB thread; ``on_success(result)`` back on the GUI thread.
+
+    Jobs run one at a time in order. Jobs sharing a ``key`` coalesce: only the newest
+    runs (typing in the composer asks for many meter updates; only the last matters).
+    """
+
+    _submit = Signal(object)
+    _stop = Signal()
+
+    def __init__(self, db_path: Path, parent: QObject | None = None):
+        super().__init__(parent)
+        self._latest: dict[str, int] = {}
+        self._seq = itertools.count(1)
+        self._pending = 0
+        self._thread = QThread()
+        self._thread.setObjectName("iris-db")
+        self._runner = _DbRunner(Path(db_path), self._latest)
+        self._runner.moveToThread(self._thread)
+        self._submit.connect(self._runner.run)
+        self._stop.connect(self._runner.stop)
+        # queued: callbacks always run on the GUI thread, never on the DB thread
+        self._runner.finished.connect(self._done, Qt.ConnectionType.QueuedConnection)
+        self._thread.start()
+        self._closed = False
+
+    @property
+    def idle(self) -> bool:
+        return self._pending == 0
+
+    def run(
+        self,
+        fn: Callable[[Store], Any],
+        on_success: Callable[[Any], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+        key: str | None = None,
+    ) -> None:
+        if self._closed:
+            return
+        job = Job(fn, on_success, on_failure, key, next(self._seq))
+        if key is not None:
+            self._latest[key] = job.seq
+        self._pending += 1
+        self._submit.emit(job)
+
+    @Slot(object)
+    def _done(self, job: Job) -> None:
+        self._pending -= 1
+        if job.skipped or self._closed:
+            return
+        if job.key is not None and self._latest.get(job.key) != job.seq:
+            return  # superseded while it ran
+        if job.error is not None:
+            if job.on_failure is not None:
+                job.on_failure(job.error)
+        elif job.on_success is not None:
+            job.on_success(job.result)
+
+    def close(self) -> None:
+        """Finish the queued jobs, close the thread's Store and stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.emit()
+        self._thread.wait()

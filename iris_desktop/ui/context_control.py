@@ -1,0 +1,136 @@
+"""The views of the next request: the budget meter, the message states in the transcript,
+the context inspector and the settings dialog's live breakdown.
+
+All of them draw one :class:`~iris_desktop.core.engine.ContextRequest` from the current
+planner. The request the agent reported (``RequestSent``, ``TurnDone.next_request``) is
+drawn as it is; only a change of draft, settings or model asks the planner for a new
+one, on the DB thread, where the planner's cache answers repeated asks without a build.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject
+
+from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
+from iris_desktop.core.planner import Planner
+from iris_desktop.core.views import budget_preview, inspector_report, message_states
+from iris_desktop.settings import Settings
+
+if TYPE_CHECKING:
+    from iris_desktop.ui.main_window import MainWindow
+
+log = logging.getLogger("iris.ui.context")
+
+
+class ContextControl(QObject):
+    """Owns the current planner and keeps the meter, states and inspector in step."""
+
+    def __init__(self, window: MainWindow):
+        super().__init__(window)
+        self.window = window
+        self.planner = Planner.from_settings(window.session.settings)
+        self.runtime: Any = None  # the loaded model's runtime, once there is one
+
+    # -- the planner --------------------------------------------------------------------
+
+    def set_runtime(self, runtime: Any) -> None:
+        """A model was loaded (or unloaded: None)."""
+        self.runtime = runtime
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """A new planner for the current settings and model; the views follow."""
+        self.planner = Planner.from_settings(self.window.session.settings, self.runtime)
+        self.refresh()
+
+    def candidate(self, settings: Settings) -> Planner:
+        """The planner candidate settings would make (the settings dialog's preview):
+        with this model, unless they change what loading it would give."""
+        current = self.window.session.settings
+        reload = any(settings[k] != current[k] for k in ("model.path", "model.n_ctx"))
+        if not reload:
+            return Planner.from_settings(settings, self.runtime)
+        n_ctx = settings["model.n_ctx"] if settings["model.path"] == current["model.path"] else None
+        runtime = self.runtime if settings["model.path"] == current["model.path"] else None
+        return Planner.from_settings(settings, runtime, n_ctx=n_ctx)
+
+    # -- drawing ------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Plan the next request (with the draft) and draw every view from it."""
+        self.refresh_meter()
+        self.refresh_states()
+        self.refresh_inspector()
+
+    def show_request(self, request: ContextRequest | None) -> None:
+        """Draw a request the agent reported; a draft being typed still gets its own."""
+        if request is None or self.window.composer.text():
+            self.refresh()
+            return
+        self._show_breakdown(request)
+        self.refresh_states(request)
+        self.refresh_inspector(request)
+
+    def _show_breakdown(self, result: ContextRequest | ConversationTooLargeException) -> None:
+        meter, composer = self.window.meter, self.window.composer
+        if isinstance(result, ConversationTooLargeException):
+            meter.set_breakdown(None)
+            meter.setToolTip(f"Conversation too large: {result}")
+            composer.set_draft_tokens(None)
+            return
+        meter.set_breakdown(result.breakdown, estimated=not (result.exact or self.planner.counter.exact))
+        composer.set_draft_tokens(result.breakdown.draft)
+
+    def refresh_meter(self) -> None:
+        tid, planner = self.window.thread_id, self.planner
+        draft = self.window.composer.text() or None
+        self.window.background.run(
+            lambda store: planner.plan_or_error(store, -1 if tid is None else tid, draft),
+            self._show_breakdown, self._counting_failed, key="meter")
+
+    def refresh_states(self, request: ContextRequest | None = None) -> None:
+        tid, planner = self.window.thread_id, self.planner
+        if tid is None:
+            return
+
+        def job(store):
+            planned = request if request is not None else planner.plan_or_error(store, tid)
+            if isinstance(planned, ConversationTooLargeException):
+                return {}
+            return message_states(planner.engine(store), planned)
+
+        def show(states: dict[int, str]) -> None:
+            if tid == self.window.thread_id:
+                self.window.threads_control.apply_states(states)
+
+        self.window.background.run(job, show, self._counting_failed, key="states")
+
+    def refresh_inspector(self, request: ContextRequest | None = None) -> None:
+        inspector = self.window.inspector
+        if not inspector.isVisible():
+            return
+        tid, planner = self.window.thread_id, self.planner
+        if tid is None:
+            inspector.show_report(None)
+            return
+        draft = self.window.composer.text() or None  # the next request includes what is typed
+        self.window.background.run(
+            lambda store: inspector_report(store, planner, tid, draft, request),
+            lambda r: tid == self.window.thread_id and inspector.show_report(r),
+            self._counting_failed, key="inspector")
+
+    def preview(self, candidate: Settings, callback) -> None:
+        """For the settings dialog: the live breakdown of ``candidate`` (off the GUI thread)."""
+        tid, planner = self.window.thread_id, self.candidate(candidate)
+        draft = self.window.composer.text() or None
+        self.window.background.run(lambda store: budget_preview(store, planner, tid, draft),
+                                   callback, self._counting_failed, key="preview")
+
+    @staticmethod
+    def _counting_failed(exc: BaseException) -> None:
+        # e.g. the model was closed by a reload while the DB thread counted with it: the
+        # new planner's refresh follows
+        log.info("a view could not be computed: %s", exc)

@@ -1,0 +1,227 @@
+"""The model thread (Open Data Editor's shape: a ``QObject`` moved to a ``QThread``
+instead of subclassing it). :class:`ModelWorker` is the only owner of the model: it
+loads and closes it and runs every generation. A turn runs ``Agent.send`` from the
+planner the GUI handed over with the message, and each typed event (``core.events``) is
+emitted as one signal (napari's ``thread_worker`` shape). Cancel is cooperative (a
+``threading.Event``); the thread is never terminated.
+
+The GUI thread keeps a reference to the loaded runtime only inside its planner, which
+calls the runtime's counting methods; those are safe from any thread and fail cleanly
+once the model is closed (see ``runtime.model.LocalModel``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from iris_desktop.core.events import TurnDone, TurnFailed
+from iris_desktop.core.planner import Planner
+from iris_desktop.core.session import load_model
+from iris_desktop.core.store import Store
+from iris_desktop.settings import BUNDLED, Settings
+
+log = logging.getLogger("iris.ui.model")
+
+
+@dataclass(frozen=True)
+class SendJob:
+    """One message to answer: the thread (None: a new one), the text, and the planner
+    (settings snapshot and model) it is planned with."""
+
+    thread_id: int | None
+    text: str
+    planner: Planner
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class ShellQuestion:
+    """A shell command waiting for the user's yes or no (asked from the model thread)."""
+
+    command: str
+    answer: bool = False
+    answered: threading.Event = field(default_factory=threading.Event)
+
+    def reply(self, answer: bool) -> None:
+        self.answer = bool(answer)
+        self.answered.set()
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the GUI learns of a loaded model: the runtime (for its planner) and facts."""
+
+    runtime: Any
+    info: dict[str, Any]
+
+
+def model_info(model: Any) -> dict[str, Any]:
+    """Plain facts about a loaded model for the status bar and About."""
+    info = getattr(model, "info", None)
+    path = getattr(model, "path", None)
+    chat_format = getattr(model, "chat_format", None)
+    return {
+        "name": (getattr(info, "name", None) or (Path(path).stem if path else None)
+                 or type(model).__name__),
+        "file": Path(path).name if path else "",
+        "path": str(path) if path else "",
+        "n_ctx": int(getattr(model, "n_ctx", 0) or 0),
+        "architecture": getattr(info, "architecture", "") or "",
+        "file_type": getattr(info, "file_type", "") or "",
+        "size_bytes": getattr(info, "size_bytes", 0) or 0,
+        "chat_format": getattr(chat_format, "name", "") or "",
+        "load_time_s": getattr(model, "load_time_s", None),
+    }
+
+
+class ModelWorker(QObject):
+    """Owns the model on its own thread; runs one turn at a time."""
+
+    loading = Signal(str)  # what is happening now, in words
+    loaded = Signal(object)  # LoadedModel
+    loadFailed = Signal(str)
+    threadCreated = Signal(int)
+    turnEvent = Signal(object)  # a core.events TurnEvent
+    turnFinished = Signal(int)  # thread id
+    shellQuestion = Signal(object)  # ShellQuestion
+
+    def __init__(self, db_path: Path, models_dir: Path, runtime: Any = None,
+                 compact: bool = True):
+        super().__init__()
+        self.db_path = db_path
+        self.models_dir = models_dir
+        self._scripted = runtime  # a ready runtime (tests: a ScriptedRuntime)
+        self.compact = compact
+        self.model: Any = None
+        self._store: Store | None = None
+        self._closing = threading.Event()
+        self._cancel: threading.Event | None = None
+
+    # -- loading --
+
+    @Slot(object)
+    def load(self, settings: Settings) -> None:
+        """(Re)load the model for ``settings``; the old one is closed first."""
+        self._close_model()
+        if self._scripted is not None:
+            self.model = self._scripted
+            self.loaded.emit(LoadedModel(self.model, model_info(self.model)))
+            return
+        try:
+            if settings["model.path"] == BUNDLED:
+                self.loading.emit("Preparing the bundled model…")
+            self.loading.emit("Loading the model…")
+            model = load_model(settings, self.models_dir)
+        except Exception as exc:  # a bad model must never take the app down
+            log.error("model: %s", exc)
+            self.loadFailed.emit(str(exc))
+            return
+        self.model = model
+        self.loaded.emit(LoadedModel(model, model_info(model)))
+
+    def _close_model(self) -> None:
+        model, self.model = self.model, None
+        if model is not None and model is not self._scripted and hasattr(model, "close"):
+            try:
+                model.close()
+            except Exception:
+                log.exception("closing the model")
+
+    # -- one turn --
+
+    def _db(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.db_path)
+        return self._store
+
+    def _confirm_shell(self, command: str) -> bool:
+        """Called by the Sandbox on this thread; blocks until the GUI answers."""
+        question = ShellQuestion(command)
+        self.shellQuestion.emit(question)
+        cancel = self._cancel
+        while not question.answered.wait(0.05):
+            if self._closing.is_set() or (cancel is not None and cancel.is_set()):
+                return False
+        return question.answer
+
+    @Slot(object)
+    def send(self, job: SendJob) -> None:
+        thread_id = job.thread_id
+        self._cancel = job.cancel
+        try:
+            if self.model is None or job.planner.runtime is not self.model:
+                raise RuntimeError("no model is loaded")
+            store = self._db()
+            if thread_id is None:
+                thread_id = store.create_thread("New chat")
+                self.threadCreated.emit(thread_id)
+            agent = job.planner.agent(store, confirm_shell=self._confirm_shell,
+                                      compact=self.compact)
+            for event in agent.send(thread_id, job.text, job.cancel):
+                self.turnEvent.emit(event)
+        except Exception as exc:  # the turn failed outside the agent's own handling
+            log.exception("turn failed")
+            tid = thread_id if thread_id is not None else -1
+            self.turnEvent.emit(TurnFailed(tid, f"The turn failed: {exc}", "internal"))
+            self.turnEvent.emit(TurnDone(tid, "error"))
+        finally:
+            self._cancel = None
+        if thread_id is not None:
+            self.turnFinished.emit(thread_id)
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Close the model and the Store, then end this thread's loop."""
+        self.release()
+        QThread.currentThread().quit()
+
+    def release(self) -> None:
+        """Close the model and this worker's Store (on the thread that owns them)."""
+        self._closing.set()
+        self._close_model()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+class ModelThread(QObject):
+    """The GUI side of the model worker: starts the thread, forwards requests."""
+
+    _load = Signal(object)
+    _send = Signal(object)
+    _shutdown = Signal()
+
+    def __init__(self, worker: ModelWorker, parent: QObject | None = None):
+        super().__init__(parent)
+        self.worker = worker
+        self.thread = QThread()
+        self.thread.setObjectName("iris-model")
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load)
+        self._send.connect(self.worker.send)
+        self._shutdown.connect(self.worker.shutdown)
+        self.thread.start()
+        self._closed = False
+
+    def load(self, settings: Settings) -> None:
+        self._load.emit(settings)
+
+    def send(self, job: SendJob) -> None:
+        self._send.emit(job)
+
+    def close(self, cancel: threading.Event | None = None) -> None:
+        """Stop at the next token, close the model, and wait for the thread to end."""
+        if self._closed:
+            return
+        self._closed = True
+        if cancel is not None:
+            cancel.set()
+        self.worker._closing.set()
+        self._shutdown.emit()
+        self.thread.wait()

@@ -1,0 +1,168 @@
+"""The transcript's data: every entry of one thread (plain data from ``core.views``),
+of which the newest ``PAGE``-sized window is shown; scrolling to the top reveals older
+pages. No painting here (``transcript_delegate``), no widget (``transcript``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt
+
+from iris_desktop.core.views import ROLE_LABELS, Entry
+
+ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
+PAGE = 40  # entries laid out at first (a few screens), and revealed per scroll to the top
+
+
+class TranscriptModel(QAbstractListModel):
+    """Entries of one thread; rows are the newest ``len(all) - offset`` of them."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._all: list[Entry] = []
+        self._offset = 0
+        self.expanded: set[str] = set()
+        self._notices: list[tuple[int, Entry]] = []  # (anchor message id, entry)
+        self._notice_seq = itertools.count(1)
+
+    # -- Qt ------------------------------------------------------------------------------
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(self._all) - self._offset
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < self.rowCount():
+            return None
+        entry = self._all[self._offset + index.row()]
+        if role == ENTRY_ROLE:
+            return entry
+        if role == Qt.ItemDataRole.DisplayRole:
+            return entry.copy_text()
+        if role == Qt.ItemDataRole.AccessibleTextRole:
+            return f"{ROLE_LABELS.get(entry.role, entry.kind)}: {entry.text[:500]}"
+        return None
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def total(self) -> int:
+        return len(self._all)
+
+    @property
+    def has_older(self) -> bool:
+        return self._offset > 0
+
+    def entries(self) -> list[Entry]:
+        return list(self._all)
+
+    def entry(self, row: int) -> Entry:
+        return self._all[self._offset + row]
+
+    def row_of(self, key: str) -> int | None:
+        for i in range(len(self._all) - 1, self._offset - 1, -1):
+            if self._all[i].key == key:
+                return i - self._offset
+        return None
+
+    def last_message_id(self) -> int:
+        for entry in reversed(self._all):
+            if entry.message_id is not None:
+                return entry.message_id
+        return 0
+
+    # -- changing ------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        self.beginResetModel()
+        self._all, self._offset = [], 0
+        self._notices.clear()
+        self.expanded.clear()
+        self.endResetModel()
+
+    def set_entries(self, entries: list[Entry]) -> None:
+        """Show ``entries`` (plus this session's notices). When the rows are the same
+        ones as now (a reload after a turn), only changed rows repaint: no flicker."""
+        merged = self._with_notices(entries)
+        if [e.key for e in merged] == [e.key for e in self._all]:
+            for i, (old, new) in enumerate(zip(self._all, merged)):
+                if old != new:
+                    self._all[i] = new
+                    if i >= self._offset:
+                        index = self.index(i - self._offset)
+                        self.dataChanged.emit(index, index)
+            return
+        self.beginResetModel()
+        self._all = merged
+        self._offset = max(0, len(merged) - PAGE)
+        self.endResetModel()
+
+    def _with_notices(self, entries: list[Entry]) -> list[Entry]:
+        if not self._notices:
+            return list(entries)
+        out: list[Entry] = []
+        pending = sorted(self._notices, key=lambda n: n[0])
+        for entry in entries:
+            while pending and entry.message_id is not None and pending[0][0] < entry.message_id:
+                out.append(pending.pop(0)[1])
+            out.append(entry)
+        out.extend(n[1] for n in pending)
+        return out
+
+    def apply_states(self, states: dict[int, str]) -> None:
+        """Set each message's state (verbatim | pruned | summarized | dropped)."""
+        first = last = None
+        for i, entry in enumerate(self._all):
+            state = states.get(entry.message_id) if entry.message_id is not None else None
+            if state is not None and state != entry.state:
+                entry.state = state  # in place: a 5,000-entry thread changes thousands at once
+                if i >= self._offset:
+                    first = i if first is None else first
+                    last = i
+        if first is not None:
+            self.dataChanged.emit(self.index(first - self._offset), self.index(last - self._offset))
+
+    def append(self, entry: Entry) -> int:
+        row = self.rowCount()
+        self.beginInsertRows(QModelIndex(), row, row)
+        self._all.append(entry)
+        self.endInsertRows()
+        return row
+
+    def add_notice(self, text: str) -> int:
+        """A message of the app's own (an error), kept in place across reloads."""
+        entry = Entry("notice", f"n:{next(self._notice_seq)}", text=text, role="notice")
+        self._notices.append((self.last_message_id(), entry))
+        return self.append(entry)
+
+    def update(self, row: int, **changes) -> None:
+        i = self._offset + row
+        self._all[i] = replace(self._all[i], **changes)
+        index = self.index(row)
+        self.dataChanged.emit(index, index)
+
+    def append_text(self, row: int, text: str) -> None:
+        i = self._offset + row
+        self.update(row, text=self._all[i].text + text)
+
+    def toggle(self, key: str) -> None:
+        self.expanded.symmetric_difference_update({key})
+
+    def load_older(self, count: int = PAGE) -> int:
+        """Reveal up to ``count`` older entries at the top; returns how many."""
+        count = min(count, self._offset)
+        if count:
+            self.beginInsertRows(QModelIndex(), 0, count - 1)
+            self._offset -= count
+            self.endInsertRows()
+        return count
+
+    def reveal(self, key: str) -> int | None:
+        """Make sure the entry ``key`` is a row (revealing older pages); its row."""
+        for i, entry in enumerate(self._all):
+            if entry.key == key:
+                if i < self._offset:
+                    self.load_older(self._offset - i)
+                return i - self._offset
+        return None

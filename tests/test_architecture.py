@@ -1,0 +1,139 @@
+"""The shape of the code, checked: no import cycles, small UI modules, short core
+functions (or a stated reason), and one place that computes windows and counters."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "iris_desktop"
+#: "about 400 lines" per UI module (issue 10), with a little slack for a docstring
+UI_MODULE_LINES = 420
+#: "about 60 lines" per core function, unless its docstring says why it is longer
+CORE_FUNCTION_LINES = 60
+LONG_REASON = "Long because"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """Modules of the package that ``path`` imports when it runs (module level and inside
+    functions alike; only ``if TYPE_CHECKING:`` blocks are left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else \
+        module_name(path)
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("iris_desktop"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.startswith("iris_desktop"):
+                found.add(name)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in runtime_imports(path):
+            # "from iris_desktop.core import x" may name a module or an attribute
+            while imported not in modules and "." in imported:
+                imported = imported.rsplit(".", 1)[0]
+            if imported in modules and imported != name:
+                targets.add(imported)
+        edges[name] = targets
+    return edges
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    edges = graph()
+    # package __init__ files re-export their modules; a cycle through them is not a design
+    # cycle, so they are left out of the walk
+    edges = {k: {t for t in v if not PACKAGE.joinpath(*t.split(".")[1:], "__init__.py").exists()}
+             for k, v in edges.items()}
+    assert find_cycle(edges) is None, " → ".join(find_cycle(edges) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_ui_module_is_over_about_400_lines():
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
+             for p in (PACKAGE / "ui").glob("*.py")}
+    assert {n: s for n, s in sizes.items() if s > UI_MODULE_LINES} == {}
+
+
+def test_core_functions_are_short_or_say_why():
+    long = []
+    for path in (PACKAGE / "core").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            length = node.end_lineno - node.lineno + 1
+            doc = ast.get_docstring(node) or ""
+            if length > CORE_FUNCTION_LINES and LONG_REASON not in doc:
+                long.append(f"{path.name}:{node.name} ({length} lines)")
+    assert long == []
+
+
+def test_only_the_planner_computes_windows_and_counters():
+    """window_for / counter_for live in core.planner and nowhere else calls them."""
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "planner.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for name in ("window_for(", "counter_for(", "tools_system_prompt("):
+            if name == "tools_system_prompt(" and path.name == "toolcalls.py":
+                continue
+            assert name not in text, f"{path.relative_to(PACKAGE)} calls {name}"
