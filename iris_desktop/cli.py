@@ -84,7 +84,9 @@ def _add_runtime_commands(sub: Any) -> None:
                    help="approve every run_shell call without asking (tools.shell must be on)")
     p.add_argument("message")
 
-    sub.add_parser("models", help="list known models")
+    p = sub.add_parser("models", help="the model library: the bundled model, other apps' GGUFs "
+                       "(LM Studio, Ollama, Hugging Face, GPT4All, Jan) and files opened before")
+    p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("compact", help="compact a thread now and print the event")
     p.add_argument("thread", type=int)

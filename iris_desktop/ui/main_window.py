@@ -61,7 +61,7 @@ class MainWindow(QMainWindow):
         self._cli = {k: SETTINGS[k].to_text(v) for k, v in session.settings.values.items()
                      if session.settings.source(k) == "cli"}
         self.background = Background(session.paths.db_path, self)
-        worker = ModelWorker(session.paths.db_path, session.paths.models_dir, runtime, compact)
+        worker = ModelWorker(session.paths, runtime, compact)
         self.model = ModelThread(worker, self)
         self._closed = False
 

@@ -24,6 +24,7 @@ from iris_desktop.core.events import TurnDone, TurnFailed
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.session import load_model
 from iris_desktop.core.store import Store
+from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, Settings
 
 log = logging.getLogger("iris.ui.model")
@@ -91,11 +92,9 @@ class ModelWorker(QObject):
     turnFinished = Signal(int)  # thread id
     shellQuestion = Signal(object)  # ShellQuestion
 
-    def __init__(self, db_path: Path, models_dir: Path, runtime: Any = None,
-                 compact: bool = True):
+    def __init__(self, paths: AppPaths, runtime: Any = None, compact: bool = True):
         super().__init__()
-        self.db_path = db_path
-        self.models_dir = models_dir
+        self.paths = paths
         self._scripted = runtime  # a ready runtime (tests: a ScriptedRuntime)
         self.compact = compact
         self.model: Any = None
@@ -117,7 +116,7 @@ class ModelWorker(QObject):
             if settings["model.path"] == BUNDLED:
                 self.loading.emit("Preparing the bundled model…")
             self.loading.emit("Loading the model…")
-            model = load_model(settings, self.models_dir)
+            model = load_model(settings, self.paths)
         except Exception as exc:  # a bad model must never take the app down
             log.error("model: %s", exc)
             self.loadFailed.emit(str(exc))
@@ -137,7 +136,7 @@ class ModelWorker(QObject):
 
     def _db(self) -> Store:
         if self._store is None:
-            self._store = Store(self.db_path)
+            self._store = Store(self.paths.db_path)
         return self._store
 
     def _confirm_shell(self, command: str) -> bool:
