@@ -225,3 +225,17 @@ def test_the_default_model_answers_offline(capsys, tmp_path, model_path):
                          "--json")
     context = json.loads(out)
     assert context["chat_format"] == "jinja" and context["counter"].startswith("model:")
+
+
+def test_a_window_or_n_ctx_the_model_cannot_hold_is_refused_with_both_numbers(capsys, tmp_path,
+                                                                              model_path):
+    data = str(tmp_path / "data")
+    code, out, _ = run(capsys, "--data-dir", data, "import", str(AGENT_FILES[0]))
+    thread = out.strip()
+    model = ["--set", f"model.path={model_path}", "--set", "model.n_ctx=4096"]
+    code, out, err = run(capsys, "--data-dir", data, *model, "--set", "context.window=16384",
+                         "context", thread)
+    assert code == 2 and "16,384" in err and "n_ctx of 4,096" in err
+    code, out, err = run(capsys, "--data-dir", data, "--set", f"model.path={model_path}",
+                         "--set", "model.n_ctx=65536", "chat", "--new", "hi")
+    assert code == 2 and "65,536" in err and "(32,768)" in err

@@ -14,15 +14,22 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPoint, Qt  # noqa: E402
+from PySide6.QtCore import QPoint, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QMessageBox, QWidget  # noqa: E402
 
-from iris_desktop.core.events import ReplyToken  # noqa: E402
+from iris_desktop.core.events import ReplyToken, RequestSent  # noqa: E402
 from iris_desktop.core.session import Session  # noqa: E402
+from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.views import SUMMARY_FIELDS  # noqa: E402
 from iris_desktop.settings import SETTINGS, Setting  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.settings_dialog import SettingsDialog  # noqa: E402
+from iris_desktop.ui.settings_editors import (  # noqa: E402
+    ChoiceEditor,
+    IntEditor,
+    PathEditor,
+    RatioEditor,
+)
 from iris_desktop.ui.transcript import PAGE  # noqa: E402
 
 from fakes import ScriptedRuntime  # noqa: E402
@@ -348,6 +355,17 @@ def test_every_context_key_has_a_field(make_window, qtbot):
         "Context", "Model", "Tools", "Chat"]
     ratio = dialog.fields["context.token_budget_ratio"]
     assert "× window" in ratio.hint.text() and "0.1 to 0.95" in ratio.hint.text()
+    # editors generated from the settings model: slider + spin box, spin box, combo, file
+    assert isinstance(ratio.editor, RatioEditor)
+    assert (ratio.editor.spin.minimum(), ratio.editor.spin.maximum()) == (0.1, 0.95)
+    assert ratio.editor.meaning.text() == "= 5,734 of 8,192 tokens"
+    turns = dialog.fields["context.prune_protect_turns"].editor
+    assert isinstance(turns, IntEditor) and turns.spin.suffix() == " turns"
+    assert (turns.spin.minimum(), turns.spin.maximum()) == (0, 100)
+    assert isinstance(dialog.fields["context.token_counter"].editor, ChoiceEditor)
+    assert isinstance(dialog.fields["model.path"].editor, PathEditor)
+    window_field = dialog.fields["context.window"].editor
+    assert window_field.spin.text().startswith("auto")
     dialog.reject()
 
 
@@ -359,23 +377,32 @@ def test_a_new_setting_key_gets_a_field_with_no_ui_change(make_window, qtbot, mo
     dialog = open_preferences(window, qtbot)
     field = dialog.fields["context.fake_knob"]
     assert field.raw() == "3" and "A knob added by a test." in field.hint.text()
-    field._line.setText("12")
-    assert not dialog.ok_button.isEnabled()
-    assert "context.fake_knob" in field.error.text()
+    assert isinstance(field.editor, IntEditor)
+    assert (field.editor.spin.maximum(), field.editor.spin.suffix()) == (9, " knobs")
+    field.editor.spin.setValue(12)  # the spin box keeps it in range
+    assert field.raw() == "9" and dialog.ok_button.isEnabled()
     dialog.reject()
 
 
 def test_an_invalid_value_is_marked_and_disables_ok(make_window, qtbot):
     window = make_window(ScriptedRuntime([]))
     dialog = open_preferences(window, qtbot)
-    field = dialog.fields["context.token_budget_ratio"]
-    field._line.setText("3")
+    path = dialog.fields["model.path"]
+    path.editor.line.setText("   ")
     assert not dialog.ok_button.isEnabled()
-    assert field.error.isVisibleTo(dialog)
-    assert "context.token_budget_ratio: invalid value '3'" in field.error.text()
-    assert "a number from 0.1 to 0.95" in field.error.text()
-    field._line.setText("0.6")
-    assert dialog.ok_button.isEnabled() and not field.error.isVisibleTo(dialog)
+    assert not path.error.isHidden()  # on the Model page
+    assert "model.path: invalid value '   '" in path.error.text()
+    path.editor.line.setText("bundled")
+    assert dialog.ok_button.isEnabled() and path.error.isHidden()
+    # more than the loaded model's n_ctx (8,192 here) is refused, with both numbers
+    window_field = dialog.fields["context.window"]
+    window_field.editor.spin.setValue(16384)
+    assert not dialog.ok_button.isEnabled()
+    assert window_field.error.text() == (
+        "context.window: 16,384 tokens is more than the loaded model's n_ctx of 8,192; "
+        "lower it, or raise model.n_ctx and reload the model")
+    dialog.fields["model.n_ctx"].editor.spin.setValue(16384)  # applies after a reload
+    assert dialog.ok_button.isEnabled()
     dialog.reject()
 
 
@@ -386,14 +413,17 @@ def test_the_budget_breakdown_updates_live_before_apply(make_window, qtbot, data
     settle(qtbot, window)
     dialog = open_preferences(window, qtbot)
     assert dialog.last_preview.window == 8192
-    dialog.fields["context.window"]._line.setText("2048")
+    dialog.fields["context.window"].editor.spin.setValue(2048)
     qtbot.waitUntil(lambda: dialog.last_preview.window == 2048, timeout=5_000)
     text = dialog.breakdown.text()
     assert "Window 2,048 tokens" in text and "budget 1,433" in text
     assert dialog.last_preview.dropped_turns > 0
-    dialog.fields["context.token_budget_ratio"]._line.setText("0.5")
+    ratio = dialog.fields["context.token_budget_ratio"].editor
+    ratio.slider.setValue(50)  # the slider moves the spin box, and the other way round
+    assert ratio.spin.value() == 0.5
     qtbot.waitUntil(lambda: "budget 1,024" in dialog.breakdown.text(), timeout=5_000)
-    dialog.fields["context.prune_protect_turns"]._line.setText("5")
+    assert ratio.meaning.text() == "= 1,024 of 2,048 tokens"
+    dialog.fields["context.prune_protect_turns"].editor.spin.setValue(5)
     qtbot.waitUntil(lambda: dialog.last_preview.protect_configured == 5, timeout=5_000)
     assert not window.session.paths.config_path.exists()  # nothing saved before Apply
     dialog.reject()
@@ -402,8 +432,8 @@ def test_the_budget_breakdown_updates_live_before_apply(make_window, qtbot, data
 def test_apply_persists_and_offers_a_reload(make_window, qtbot):
     window = make_window(ScriptedRuntime([]))
     dialog = open_preferences(window, qtbot)
-    dialog.fields["model.n_ctx"]._line.setText("4096")
-    dialog.fields["context.compaction_threshold"]._line.setText("0.8")
+    dialog.fields["model.n_ctx"].editor.spin.setValue(4096)
+    dialog.fields["context.compaction_threshold"].editor.spin.setValue(0.8)
     qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
     text = window.session.paths.config_path.read_text()
     assert "n_ctx = 4096" in text and "compaction_threshold = 0.8" in text
@@ -434,8 +464,8 @@ def test_environment_overrides_are_locked(make_window, qtbot, monkeypatch):
 def test_restore_defaults_per_page(make_window, qtbot):
     window = make_window(ScriptedRuntime([]))
     dialog = open_preferences(window, qtbot)
-    dialog.fields["context.window"]._line.setText("4096")
-    dialog.fields["model.max_tokens"]._line.setText("99")
+    dialog.fields["context.window"].editor.spin.setValue(4096)
+    dialog.fields["model.max_tokens"].editor.spin.setValue(99)
     dialog.restore_defaults("context")
     assert dialog.fields["context.window"].raw() == "auto"
     assert dialog.fields["model.max_tokens"].raw() == "99"
@@ -570,3 +600,80 @@ def test_interrupted_streams_are_marked_at_start(make_window, qtbot, data_dir):
     with Store(Session(data_dir).paths.db_path) as store:
         assert store.messages(thread)[-1]["id"] == reply
         assert store.messages(thread)[-1]["status"] == "interrupted"
+
+
+# -- one planner: what is shown is what is sent -----------------------------------------------
+
+
+def test_a_sent_message_costs_at_most_two_builds(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(6))
+    window = make_window(ScriptedRuntime(["Sure, here it is."]))
+    window.inspector.toggleViewAction().trigger()
+    window.open_thread(thread)
+    settle(qtbot, window)
+    planner = window.context.planner
+    before = planner.builds
+    send(qtbot, window, "One more question, please.")
+    wait_turn(qtbot, window)
+    assert window.context.planner is planner
+    assert planner.builds - before <= 2  # the request sent, and the next one the views draw
+    with Store(window.session.paths.db_path) as store:
+        shown = planner.plan(store, thread)  # a cache hit: what the views drew
+    assert planner.builds - before <= 2
+    assert window.meter.breakdown == shown.breakdown.as_dict()
+    assert window.inspector.report["predicted_prompt_tokens"] == shown.predicted_prompt_tokens
+
+
+def test_meter_and_inspector_show_the_request_the_model_then_reports(make_window, qtbot,
+                                                                    model_path, tmp_path):
+    """Qwen's template renders the tools itself; with a tools folder set, the draft's
+    meter and inspector equal the prompt tokens llama.cpp reports for it, to the token."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "plan.txt").write_text("Water the tomatoes on Sunday.\n")
+    window = make_window(overrides={
+        "model.path": str(model_path), "model.max_tokens": "8", "model.temperature": "0",
+        "model.n_ctx": "4096", "tools.allowed_paths": json.dumps([str(folder)])})
+    assert window.model_state == "ready", window.models.error
+    window.inspector.toggleViewAction().trigger()
+    send(qtbot, window, "Hello!")
+    wait_turn(qtbot, window, timeout=120_000)
+    draft = "Say goodbye."
+    window.composer.set_text(draft)
+    qtbot.waitUntil(lambda: bool(window.meter.breakdown) and window.meter.breakdown["draft"] > 0
+                    and window.inspector.report and window.inspector.report["request"][-1]
+                    ["state"] == "draft", timeout=20_000)
+    settle(qtbot, window)
+    meter = window.meter.breakdown["used"]
+    report = window.inspector.report
+    assert sum(r["tokens"] for r in report["request"]) == report["predicted_prompt_tokens"] == meter
+    assert not window.meter.estimated
+    sent = []
+    window.model.worker.turnEvent.connect(
+        lambda e: isinstance(e, RequestSent) and sent.append(e.request))
+    send(qtbot, window, draft)
+    wait_turn(qtbot, window, timeout=120_000)
+    assert sent[0].predicted_prompt_tokens == meter and sent[0].exact
+    with Store(window.session.paths.db_path) as store:
+        recorded = store.requests(window.thread_id)[-1]
+    assert recorded["prompt_tokens"] == recorded["predicted_prompt_tokens"] == meter
+
+
+def test_reloading_the_model_while_the_meter_refreshes_does_not_crash(make_window, qtbot,
+                                                                      model_path, data_dir):
+    thread = seed_thread(data_dir, chat(20, words=60))
+    window = make_window(overrides={"model.path": str(model_path), "model.n_ctx": "2048"})
+    window.open_thread(thread)
+    settle(qtbot, window)
+    timer = QTimer(window, interval=2)
+    timer.timeout.connect(window.context.refresh_meter)
+    timer.start()
+    for _ in range(3):  # each reload closes the model the DB thread may be counting with
+        window.load_model()
+        qtbot.waitUntil(lambda: window.model_state == "ready", timeout=60_000)
+        qtbot.wait(50)
+    timer.stop()
+    settle(qtbot, window)
+    window.context.refresh_meter()
+    settle(qtbot, window)
+    assert window.meter.breakdown and window.meter.breakdown["history"] > 0

@@ -163,7 +163,7 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     idle()
     dialog = window.preferences()
     wait(lambda: dialog.last_preview is not None)
-    dialog.fields["context.token_budget_ratio"]._line.setText("0.6")
+    dialog.fields["context.token_budget_ratio"].editor.spin.setValue(0.6)
     wait(lambda: dialog.last_preview is not None and abs(dialog.last_preview.ratio - 0.6) < 1e-9)
     idle()
     shoot(dialog, "settings.png")

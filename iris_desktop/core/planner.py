@@ -41,7 +41,7 @@ from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import HeuristicCounter, Message, TiktokenCounter, TokenCounter
 from iris_desktop.core.toolcalls import tools_system_prompt
 from iris_desktop.core.tools import Sandbox
-from iris_desktop.settings import AUTO, Settings
+from iris_desktop.settings import AUTO, Settings, SettingsError
 
 #: the window when nothing says how large it is (no model loaded and model.n_ctx = 0)
 FALLBACK_WINDOW = 8192
@@ -116,6 +116,24 @@ def window_for(settings: Any, n_ctx: int | None) -> tuple[int, str]:
     return (settings["model.n_ctx"] or FALLBACK_WINDOW), "config"
 
 
+def limit_problems(settings: Any, n_ctx: int | None, trained: int | None) -> dict[str, str]:
+    """Settings a model cannot honour, each named with both numbers: a window larger than
+    the context llama.cpp allocated (``n_ctx``), or an ``n_ctx`` beyond what the model
+    was trained for. Such a request would otherwise fail inside llama.cpp mid-chat."""
+    problems: dict[str, str] = {}
+    window = settings["context.window"]
+    if window != AUTO and n_ctx and int(window) > n_ctx:
+        problems["context.window"] = (
+            f"context.window: {int(window):,} tokens is more than the loaded model's n_ctx "
+            f"of {n_ctx:,}; lower it, or raise model.n_ctx and reload the model")
+    requested = settings["model.n_ctx"]
+    if trained and requested > trained:
+        problems["model.n_ctx"] = (
+            f"model.n_ctx: {requested:,} tokens is more than the model was trained for "
+            f"({trained:,}); use at most {trained:,}, or 0 for that maximum")
+    return problems
+
+
 def counter_for(settings: Any, runtime: Any) -> TokenCounter:
     """The counter ``context.token_counter`` asks for. Never loads a model: before one
     is loaded, ``auto`` and ``model`` count with the heuristic."""
@@ -166,8 +184,13 @@ class Planner:
     def from_settings(cls, settings: Settings, runtime: Any = None, *,
                       n_ctx: int | None = None) -> Planner:
         """The planner for ``settings`` on ``runtime``. ``n_ctx`` overrides the runtime's
-        window (a candidate ``model.n_ctx`` that a reload would apply)."""
-        window, source = window_for(settings, n_ctx or getattr(runtime, "n_ctx", None))
+        window (a candidate ``model.n_ctx`` that a reload would apply). Raises
+        SettingsError when ``context.window`` exceeds the runtime's n_ctx."""
+        n_ctx = n_ctx or getattr(runtime, "n_ctx", None)
+        problem = limit_problems(settings, n_ctx, None).get("context.window")
+        if problem:
+            raise SettingsError(problem)
+        window, source = window_for(settings, n_ctx)
         return cls(
             ContextParams.from_settings(settings, window, source),
             counter_for(settings, runtime),

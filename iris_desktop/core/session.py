@@ -14,7 +14,7 @@ from typing import Any
 
 from iris_desktop.core.store import Store
 from iris_desktop.paths import AppPaths, app_paths
-from iris_desktop.settings import BUNDLED, Settings, load_settings
+from iris_desktop.settings import BUNDLED, Settings, SettingsError, load_settings
 
 log = logging.getLogger("iris.session")
 
@@ -55,10 +55,19 @@ def load_model(settings: Settings, paths: AppPaths):
     """Load the model the settings name (the CLI's session and the GUI's model thread
     both load through here); a file of the user's own joins the library's recent list.
     Raises runtime.model.ModelError."""
+    from iris_desktop.core.planner import limit_problems
+    from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
     from iris_desktop.runtime.library import remember_recent
     from iris_desktop.runtime.model import LocalModel
 
     path = model_path_for(settings, paths.models_dir)
+    try:
+        trained = read_gguf_info(path).context_length
+    except GGUFError:
+        trained = None  # LocalModel.load says what is wrong with the file
+    problem = limit_problems(settings, None, trained).get("model.n_ctx")
+    if problem:
+        raise SettingsError(problem)
     model = LocalModel.load(
         path,
         n_ctx=settings["model.n_ctx"],

@@ -12,6 +12,7 @@ token-count cache).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -435,6 +436,15 @@ def settings_sections(
     order += sorted(s for s in by_section if s not in SECTION_TITLES)
     return [(s, SECTION_TITLES.get(s, s.replace("_", " ").capitalize()), by_section[s])
             for s in order]
+
+
+def ratio_meaning(key: str, values: Mapping[str, Any], window: int) -> str:
+    """What a ratio setting means in tokens for ``window``, for beside its slider."""
+    value = float(values[key])
+    if key == "context.keep_recent_ratio":
+        trigger = window * float(values.get("context.compaction_threshold", 0.75))
+        return f"≈ {tokens(value * trigger)} tokens of the {tokens(trigger)}-token trigger"
+    return f"= {tokens(math.floor(window * value))} of {tokens(window)} tokens"
 
 
 def field_label(setting: Setting) -> str:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject
 
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
-from iris_desktop.core.planner import Planner
+from iris_desktop.core.planner import Planner, limit_problems
 from iris_desktop.core.views import budget_preview, inspector_report, message_states
-from iris_desktop.settings import Settings
+from iris_desktop.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from iris_desktop.ui.main_window import MainWindow
@@ -42,20 +42,41 @@ class ContextControl(QObject):
         self.rebuild()
 
     def rebuild(self) -> None:
-        """A new planner for the current settings and model; the views follow."""
-        self.planner = Planner.from_settings(self.window.session.settings, self.runtime)
+        """A new planner for the current settings and model; the views follow. A window
+        the model cannot hold (set in the file or the environment) is said, and the
+        model's own n_ctx used instead, rather than failing inside llama.cpp later."""
+        settings = self.window.session.settings
+        try:
+            self.planner = Planner.from_settings(settings, self.runtime)
+        except SettingsError as exc:
+            self.window.statusBar().showMessage(f"{exc} — using the model's n_ctx", 15000)
+            self.planner = Planner.from_settings(
+                settings.with_overrides({"context.window": "auto"}), self.runtime)
         self.refresh()
+
+    def _reloads(self, settings: Settings) -> tuple[bool, bool]:
+        """(the model would be reloaded, with the same file)."""
+        current = self.window.session.settings
+        same_file = settings["model.path"] == current["model.path"]
+        return not same_file or settings["model.n_ctx"] != current["model.n_ctx"], same_file
+
+    def limit_problems(self, settings: Settings) -> dict[str, str]:
+        """Candidate settings the model cannot honour (the settings dialog marks them)."""
+        info = self.window.models.info or {}
+        reload, same_file = self._reloads(settings)
+        n_ctx = (settings["model.n_ctx"] or info.get("context_length")) if reload \
+            else info.get("n_ctx")
+        return limit_problems(settings, n_ctx if same_file else None,
+                              info.get("context_length") if same_file else None)
 
     def candidate(self, settings: Settings) -> Planner:
         """The planner candidate settings would make (the settings dialog's preview):
         with this model, unless they change what loading it would give."""
-        current = self.window.session.settings
-        reload = any(settings[k] != current[k] for k in ("model.path", "model.n_ctx"))
+        reload, same_file = self._reloads(settings)
         if not reload:
             return Planner.from_settings(settings, self.runtime)
-        n_ctx = settings["model.n_ctx"] if settings["model.path"] == current["model.path"] else None
-        runtime = self.runtime if settings["model.path"] == current["model.path"] else None
-        return Planner.from_settings(settings, runtime, n_ctx=n_ctx)
+        return Planner.from_settings(settings, self.runtime if same_file else None,
+                                     n_ctx=settings["model.n_ctx"] if same_file else None)
 
     # -- drawing ------------------------------------------------------------------------
 

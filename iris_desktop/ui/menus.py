@@ -90,7 +90,8 @@ class Menus(QObject):
 
     def preferences(self) -> SettingsDialog:
         w = self.window
-        dialog = SettingsDialog(w.session.settings, w.context.preview, w)
+        dialog = SettingsDialog(w.session.settings, w.context.preview, w,
+                                limits=w.context.limit_problems)
         dialog.applied.connect(self.settings_applied)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.settings_dialog = dialog

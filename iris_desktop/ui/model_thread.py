@@ -73,6 +73,8 @@ def model_info(model: Any) -> dict[str, Any]:
         "file": Path(path).name if path else "",
         "path": str(path) if path else "",
         "n_ctx": int(getattr(model, "n_ctx", 0) or 0),
+        "context_length": getattr(info, "context_length", None),
+        "base_model": bool(getattr(model, "base_model", False)),
         "architecture": getattr(info, "architecture", "") or "",
         "file_type": getattr(info, "file_type", "") or "",
         "size_bytes": getattr(info, "size_bytes", 0) or 0,

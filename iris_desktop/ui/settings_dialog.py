@@ -9,23 +9,17 @@ the candidate values do to the current thread's next request, before anything is
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
-    QPlainTextEdit,
     QPushButton,
     QScrollArea,
     QSizePolicy,
@@ -43,12 +37,13 @@ from iris_desktop.core.views import (
     parse_fields,
     settings_sections,
 )
-from iris_desktop.settings import BUNDLED, SETTINGS, Setting, Settings, write_config_value
+from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
 from iris_desktop.ui.meter import BudgetMeter
+from iris_desktop.ui.settings_editors import make_editor
 
 
 class SettingField(QWidget):
-    """The editor for one Setting, its help text, and its error (if any)."""
+    """The editor for one Setting (``settings_editors``), its help text, and its error."""
 
     changed = Signal()
 
@@ -77,135 +72,30 @@ class SettingField(QWidget):
             pal.setColor(QPalette.ColorRole.WindowText, text)
             hint.setPalette(pal)
         self.hint = hint
+        self.editor = make_editor(setting, value)
+        self.editor.changed.connect(self.changed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 8)
         layout.setSpacing(2)
         layout.addWidget(title)
-        layout.addWidget(self._make_editor(value))
+        layout.addWidget(self.editor)
         layout.addWidget(hint)
         layout.addWidget(self.error)
         if locked:
             self.editor.setEnabled(False)
             self.editor.setToolTip(locked)
 
-    # -- editors by kind --
-
-    def _make_editor(self, value: Any) -> QWidget:
-        s = self.setting
-        if s.kind == "bool":
-            self.editor = QCheckBox("Enabled")
-            self.editor.toggled.connect(self.changed)
-            self.set_value(value)
-            return self.editor
-        if s.kind == "choice":
-            self.editor = QComboBox()
-            self.editor.addItems(list(s.choices))
-            self.set_value(value)
-            self.editor.currentIndexChanged.connect(self.changed)
-            return self.editor
-        if s.kind == "list" and s.item_choices:
-            self.editor = QWidget()
-            row = QHBoxLayout(self.editor)
-            row.setContentsMargins(0, 0, 0, 0)
-            self._boxes = {}
-            for choice in s.item_choices:
-                box = QCheckBox(choice)
-                box.toggled.connect(self.changed)
-                row.addWidget(box)
-                self._boxes[choice] = box
-            row.addStretch(1)
-            self.set_value(value)
-            return self.editor
-        if s.kind == "list" or s.kind == "str":
-            self._text = QPlainTextEdit()
-            lines = 3 if s.kind == "list" else 4
-            self._text.setFixedHeight(self._text.fontMetrics().lineSpacing() * lines + 14)
-            if s.kind == "list":
-                self._text.setPlaceholderText("One per line")
-            self.set_value(value)
-            self._text.textChanged.connect(self.changed)
-            if s.kind == "str":
-                self.editor = self._text
-                return self.editor
-            self.editor = QWidget()
-            row = QHBoxLayout(self.editor)
-            row.setContentsMargins(0, 0, 0, 0)
-            row.addWidget(self._text, 1)
-            add = QPushButton("Add folder…")
-            add.clicked.connect(self._add_folder)
-            row.addWidget(add, 0, Qt.AlignmentFlag.AlignTop)
-            return self.editor
-        self._line = QLineEdit()
-        self.set_value(value)
-        self._line.textChanged.connect(self.changed)
-        if s.kind != "path":
-            self.editor = self._line
-            return self.editor
-        self.editor = QWidget()
-        row = QHBoxLayout(self.editor)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self._line, 1)
-        choose = QPushButton("Choose…")
-        choose.clicked.connect(self._choose_file)
-        bundled = QPushButton("Bundled")
-        bundled.setToolTip("Use the bundled gemma-3-270m model")
-        bundled.clicked.connect(lambda: self._line.setText(BUNDLED))
-        row.addWidget(choose)
-        row.addWidget(bundled)
-        return self.editor
-
-    def _add_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Allow a folder for the tools")
-        if folder:
-            current = self._text.toPlainText().rstrip("\n")
-            self._text.setPlainText((current + "\n" if current else "") + folder)
-
-    def _choose_file(self) -> None:
-        start = self._line.text() if self._line.text() not in ("", BUNDLED) else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", start,
-                                              "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self._line.setText(path)
-
-    # -- values --
-
     def raw(self) -> Any:
         """The field's value as Setting.parse takes it."""
-        s = self.setting
-        if s.kind == "bool":
-            return self.editor.isChecked()
-        if s.kind == "choice":
-            return self.editor.currentText()
-        if s.kind == "list" and s.item_choices:
-            return [c for c, box in self._boxes.items() if box.isChecked()]
-        if s.kind == "list":
-            return [line.strip() for line in self._text.toPlainText().splitlines() if line.strip()]
-        if s.kind == "str":
-            return self._text.toPlainText()
-        return self._line.text()
+        return self.editor.raw()
 
     def set_value(self, value: Any) -> None:
-        s = self.setting
-        if s.kind == "bool":
-            self.editor.setChecked(bool(value))
-        elif s.kind == "choice":
-            self.editor.setCurrentText(str(value))
-        elif s.kind == "list" and s.item_choices:
-            for choice, box in self._boxes.items():
-                box.setChecked(choice in (value or []))
-        elif s.kind == "list":
-            self._text.setPlainText("\n".join(value or []))
-        elif s.kind == "str":
-            self._text.setPlainText(str(value))
-        else:
-            self._line.setText(s.to_text(value))
+        self.editor.set_value(value)
 
     def set_error(self, message: str | None) -> None:
         self.error.setText(message or "")
         self.error.setVisible(bool(message))
-        target = getattr(self, "_line", None) or getattr(self, "_text", None)
-        if target is not None:
-            target.setStyleSheet("border: 1px solid #c0392b;" if message else "")
+        self.editor.set_invalid(bool(message))
 
 
 class SettingsDialog(QDialog):
@@ -218,12 +108,14 @@ class SettingsDialog(QDialog):
         settings: Settings,
         preview: Callable[[Settings, Callable[[BudgetPreview], None]], None] | None = None,
         parent=None,
+        limits: Callable[[Settings], dict[str, str]] | None = None,
     ):
         super().__init__(parent)
         self.setWindowTitle("Preferences")
         self.setObjectName("preferences")
         self.settings = settings
         self._preview = preview
+        self._limits = limits
         self.fields: dict[str, SettingField] = {}
         self.errors: dict[str, str] = {}
         self.tabs = QTabWidget()
@@ -303,7 +195,9 @@ class SettingsDialog(QDialog):
         return changed_keys(self.settings, self.candidate())
 
     def validate(self) -> bool:
-        _, self.errors = parse_fields(self.settings, self.raw_values())
+        candidate, self.errors = parse_fields(self.settings, self.raw_values())
+        if self._limits is not None:  # what the model cannot honour, with both numbers
+            self.errors = {**self._limits(candidate), **self.errors}
         for key, field in self.fields.items():
             field.set_error(self.errors.get(key))
         ok = not self.errors
@@ -335,7 +229,10 @@ class SettingsDialog(QDialog):
         if self._finished:
             return  # the answer came back after the dialog closed
         self.last_preview = preview
-        self.meter.set_breakdown(preview.breakdown)
+        values = self.candidate().values
+        for field in self.fields.values():
+            field.editor.set_window(preview.window, values)
+        self.meter.set_breakdown(preview.breakdown, estimated=not preview.counter_exact)
         self.breakdown.setText("\n".join(preview.lines()))
 
     # -- saving --

@@ -1,0 +1,292 @@
+"""One editor per setting kind, generated from the typed settings model: spin boxes with
+the allowed range and unit for integers, a slider with a spin box for ratios (and what
+the ratio means in tokens for the current window), combo boxes for choices, check boxes,
+a file picker for paths, a folder list for the tools' folders.
+
+Every editor has the same small interface (``changed``, ``raw()``, ``set_value()``,
+``set_invalid()``, ``set_window()``), so the dialog treats them alike; ``raw()`` returns
+what ``Setting.parse`` takes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QWidget,
+)
+
+from iris_desktop.core.views import ratio_meaning
+from iris_desktop.settings import AUTO, BUNDLED, Setting
+
+#: ratios move in steps of one hundredth on the slider
+RATIO_STEPS = 100
+#: QSpinBox holds a C int: larger settings are capped for the editor (none is near it)
+INT_LIMIT = 2**31 - 1
+INVALID_STYLE = "border: 1px solid #c0392b;"
+
+
+class Editor(QWidget):
+    changed = Signal()
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setting = setting
+        self.row = QHBoxLayout(self)
+        self.row.setContentsMargins(0, 0, 0, 0)
+
+    def raw(self) -> Any:
+        raise NotImplementedError
+
+    def set_value(self, value: Any) -> None:
+        raise NotImplementedError
+
+    def set_invalid(self, invalid: bool) -> None:
+        self.setStyleSheet(INVALID_STYLE if invalid else "")
+
+    def set_window(self, window: int, values: dict[str, Any]) -> None:
+        """The current window and candidate values (ratios show what they mean)."""
+
+
+class IntEditor(Editor):
+    """A spin box over the allowed range, with the unit as suffix."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.spin = QSpinBox()
+        self.spin.setRange(int(setting.minimum or 0), int(min(setting.maximum or INT_LIMIT, INT_LIMIT)))
+        self.spin.setGroupSeparatorShown(True)
+        if setting.unit:
+            self.spin.setSuffix(f" {setting.unit}")
+        self.spin.setAccelerated(True)
+        self.spin.valueChanged.connect(self.changed)
+        self.row.addWidget(self.spin)
+        self.row.addStretch(1)
+
+    def raw(self) -> Any:
+        return str(self.spin.value())
+
+    def set_value(self, value: Any) -> None:
+        self.spin.setValue(int(value))
+
+
+class WindowEditor(IntEditor):
+    """'auto' (the loaded model's n_ctx) or a number of tokens: 'auto' is the spin box's
+    special value just below the minimum."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.spin.setMinimum(int(setting.minimum or 1) - 1)
+        self.spin.setSpecialValueText("auto (the model's n_ctx)")
+
+    def raw(self) -> Any:
+        value = self.spin.value()
+        return AUTO if value == self.spin.minimum() else str(value)
+
+    def set_value(self, value: Any) -> None:
+        self.spin.setValue(self.spin.minimum() if value == AUTO else int(value))
+
+
+class FloatEditor(Editor):
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.spin = QDoubleSpinBox()
+        self.spin.setDecimals(2)
+        self.spin.setSingleStep(0.05)
+        self.spin.setRange(setting.minimum or 0.0, setting.maximum or 1e9)
+        if setting.unit:
+            self.spin.setSuffix(f" {setting.unit}")
+        self.spin.valueChanged.connect(self.changed)
+        self.row.addWidget(self.spin)
+        self.row.addStretch(1)
+
+    def raw(self) -> Any:
+        return f"{self.spin.value():g}"
+
+    def set_value(self, value: Any) -> None:
+        self.spin.setValue(float(value))
+
+
+class RatioEditor(FloatEditor):
+    """A slider and a spin box kept together, and what the ratio means in tokens."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.spin.setSuffix("")
+        self.spin.setButtonSymbols(QAbstractSpinBox.ButtonSymbols.UpDownArrows)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(round((setting.minimum or 0) * RATIO_STEPS),
+                             round((setting.maximum or 1) * RATIO_STEPS))
+        self.meaning = QLabel("")
+        self.meaning.setObjectName("ratio-meaning")
+        self.row.insertWidget(0, self.slider, 3)
+        self.row.insertWidget(2, self.meaning, 2)
+        self.slider.valueChanged.connect(lambda v: self.spin.setValue(v / RATIO_STEPS))
+        self.spin.valueChanged.connect(
+            lambda v: self.slider.setValue(round(v * RATIO_STEPS)))
+        self._window: tuple[int, dict[str, Any]] | None = None
+
+    def set_value(self, value: Any) -> None:
+        super().set_value(value)
+        self.slider.setValue(round(float(value) * RATIO_STEPS))
+
+    def set_window(self, window: int, values: dict[str, Any]) -> None:
+        values = {**values, self.setting.key: self.spin.value()}
+        self.meaning.setText(ratio_meaning(self.setting.key, values, window))
+
+
+class ChoiceEditor(Editor):
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.combo = QComboBox()
+        self.combo.addItems(list(setting.choices))
+        self.combo.currentIndexChanged.connect(self.changed)
+        self.row.addWidget(self.combo)
+        self.row.addStretch(1)
+
+    def raw(self) -> Any:
+        return self.combo.currentText()
+
+    def set_value(self, value: Any) -> None:
+        self.combo.setCurrentText(str(value))
+
+
+class BoolEditor(Editor):
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.box = QCheckBox("Enabled")
+        self.box.toggled.connect(self.changed)
+        self.row.addWidget(self.box)
+        self.row.addStretch(1)
+
+    def raw(self) -> Any:
+        return self.box.isChecked()
+
+    def set_value(self, value: Any) -> None:
+        self.box.setChecked(bool(value))
+
+
+class ChecklistEditor(Editor):
+    """A list drawn from fixed choices: one check box each."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.boxes: dict[str, QCheckBox] = {}
+        for choice in setting.item_choices:
+            box = QCheckBox(choice)
+            box.toggled.connect(self.changed)
+            self.row.addWidget(box)
+            self.boxes[choice] = box
+        self.row.addStretch(1)
+
+    def raw(self) -> Any:
+        return [c for c, box in self.boxes.items() if box.isChecked()]
+
+    def set_value(self, value: Any) -> None:
+        for choice, box in self.boxes.items():
+            box.setChecked(choice in (value or []))
+
+
+class TextEditor(Editor):
+    """Free text (the system prompt), or a list of strings one per line (folders)."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.text = QPlainTextEdit()
+        lines = 3 if setting.kind == "list" else 4
+        self.text.setFixedHeight(self.text.fontMetrics().lineSpacing() * lines + 14)
+        self.text.textChanged.connect(self.changed)
+        self.row.addWidget(self.text, 1)
+        if setting.kind == "list":
+            self.text.setPlaceholderText("One per line")
+            add = QPushButton("Add folder…")
+            add.clicked.connect(self._add_folder)
+            self.row.addWidget(add, 0, Qt.AlignmentFlag.AlignTop)
+
+    def raw(self) -> Any:
+        if self.setting.kind == "list":
+            return [line.strip() for line in self.text.toPlainText().splitlines() if line.strip()]
+        return self.text.toPlainText()
+
+    def set_value(self, value: Any) -> None:
+        self.text.setPlainText("\n".join(value or []) if self.setting.kind == "list" else str(value))
+
+    def set_invalid(self, invalid: bool) -> None:
+        self.text.setStyleSheet(INVALID_STYLE if invalid else "")
+
+    def _add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Allow a folder for the tools")
+        if folder:
+            current = self.text.toPlainText().rstrip("\n")
+            self.text.setPlainText((current + "\n" if current else "") + folder)
+
+
+class PathEditor(Editor):
+    """A GGUF file: typed, chosen in a file dialog, or the bundled model."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.line = QLineEdit()
+        self.line.textChanged.connect(self.changed)
+        choose = QPushButton("Choose…")
+        choose.clicked.connect(self._choose_file)
+        bundled = QPushButton("Bundled")
+        bundled.setToolTip("Use the bundled model (Qwen2.5-Coder-0.5B-Instruct)")
+        bundled.clicked.connect(lambda: self.line.setText(BUNDLED))
+        self.row.addWidget(self.line, 1)
+        self.row.addWidget(choose)
+        self.row.addWidget(bundled)
+
+    def raw(self) -> Any:
+        return self.line.text()
+
+    def set_value(self, value: Any) -> None:
+        self.line.setText(str(value))
+
+    def set_invalid(self, invalid: bool) -> None:
+        self.line.setStyleSheet(INVALID_STYLE if invalid else "")
+
+    def _choose_file(self) -> None:
+        start = self.line.text() if self.line.text() not in ("", BUNDLED) else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", start,
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.line.setText(path)
+
+
+def make_editor(setting: Setting, value: Any) -> Editor:
+    """The editor for ``setting``'s kind, showing ``value``."""
+    if setting.kind == "window":
+        editor: Editor = WindowEditor(setting)
+    elif setting.kind == "int":
+        editor = IntEditor(setting)
+    elif setting.kind == "float" and setting.unit.startswith("×"):
+        editor = RatioEditor(setting)
+    elif setting.kind == "float":
+        editor = FloatEditor(setting)
+    elif setting.kind == "choice":
+        editor = ChoiceEditor(setting)
+    elif setting.kind == "bool":
+        editor = BoolEditor(setting)
+    elif setting.kind == "list" and setting.item_choices:
+        editor = ChecklistEditor(setting)
+    elif setting.kind in ("list", "str"):
+        editor = TextEditor(setting)
+    else:
+        editor = PathEditor(setting)
+    editor.set_value(value)
+    return editor
