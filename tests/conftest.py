@@ -1,4 +1,9 @@
-"""Shared fixtures: a real SQLite file in a temp dir, the corpus, a clean environment."""
+"""Shared fixtures: a real SQLite file in a temp dir, the conversations, a clean environment.
+
+The conversations the suite needs live in ``tests/fixtures`` (five SWE-agent transcripts,
+MIT; synthetic long chats). ``../shared/corpus``, when present beside the checkout, adds
+its files as extra cases; nothing requires it.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,22 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
 CORPUS = REPO.parent / "shared" / "corpus"
-AGENT_FILES = sorted((CORPUS / "agent-transcripts").glob("*.json"))
-CHAT_FILES = sorted((CORPUS / "long-chats").glob("*.json"))
+
+
+def conversation_files(kind: str) -> list[Path]:
+    """The bundled fixtures of ``kind``, then the corpus's other files when present."""
+    bundled = sorted((FIXTURES / kind).glob("*.json"))
+    names = {p.name for p in bundled}
+    extra = sorted(p for p in (CORPUS / kind).glob("*.json") if p.name not in names)
+    return bundled + extra
+
+
+AGENT_FILES = conversation_files("agent-transcripts")
+CHAT_FILES = conversation_files("long-chats")
+SYNTHETIC_CHAT = FIXTURES / "long-chats" / "synthetic-friends.json"
+ASSISTANT_CHAT = FIXTURES / "long-chats" / "synthetic-assistant.json"
 
 
 def load_corpus(path: Path) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 
 from iris_desktop.cli import main
 
-from conftest import AGENT_FILES, CHAT_FILES, load_corpus
+from conftest import AGENT_FILES, CHAT_FILES, SYNTHETIC_CHAT, load_corpus
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -138,18 +138,17 @@ def test_console_script_runs_as_a_subprocess(tmp_path):
 
 
 def test_context_shows_recall_for_a_draft_after_compaction(capsys):
-    locomo = next(p for p in CHAT_FILES if p.stem == "locomo-26")
-    _, out, _ = run(capsys, "import", str(locomo))
+    _, out, _ = run(capsys, "import", str(SYNTHETIC_CHAT))
     thread = out.strip()
-    small = ("--set", "context.window=4096")
+    small = ("--set", "context.window=2048")
     code, out, err = run(capsys, *small, "compact", thread, "--json", "--no-model")
     assert code == 0 and json.loads(out)["outcome"] == "ok", err
-    question = "When did Caroline go to the LGBTQ support group?"
+    question = "Which city did Rosa move to?"
     code, out, err = run(capsys, *small, "context", thread, "--json", "--no-model",
                          "--draft", question)
     assert code == 0, err
     r = json.loads(out)
-    assert r["recall"]["max_tokens"] == 1024 and r["recall"]["terms"] == ["lgbtq", "support", "group"]
+    assert r["recall"]["max_tokens"] == 1024 and r["recall"]["terms"]
     assert 0 < r["recall_tokens"] <= 1024 and r["recall"]["ids"] and r["recall"]["reason"] == ""
     recalled = [m for m in r["messages"] if m["recalled"]]
     assert [m["id"] for m in recalled] == r["recall"]["ids"]

@@ -27,19 +27,19 @@ from iris_desktop.runtime.chat_format import (
 from iris_desktop.runtime.gguf import GGUFError, GGUFInfo, read_gguf_info
 from iris_desktop.runtime.model import LocalModel, ModelError, PromptTooLongError
 
+from conftest import SYNTHETIC_CHAT
 from helpers import complete
 
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "long-chats"
 LLAMA2_MARKERS = ("<</SYS>>", "[INST]", "<<SYS>>", "[/INST]")
 
 SYSTEM = {"role": "system", "content": "You are Melanie. Reply to your friend Caroline."}
 
 
 def locomo(n: int) -> list[dict]:
-    path = CORPUS / "locomo-26.json"
-    if not path.exists():
-        pytest.skip(reason=f"corpus file {path} is not available")
-    return json.loads(path.read_text())["messages"][:n]
+    """The first ``n`` messages of a long two-person chat (a bundled fixture)."""
+    from iris_desktop.core.engine import wire_message
+
+    return [wire_message(m) for m in json.loads(SYNTHETIC_CHAT.read_text())["messages"][:n]]
 
 
 # ---------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def test_swa_cache_without_full_size_falls_back_to_full_reevaluation(bundled_mod
     wrong logits, so the runtime re-evaluates (llama-server's rule). A prefix inside the
     window is still reused."""
     caplog.set_level("INFO", logger="iris.runtime")
-    msgs = [SYSTEM, *locomo(30)]  # ~1000 tokens > 512 + 64 -> the window has moved
+    msgs = [SYSTEM, *locomo(70)]  # ~1000 tokens > 512 + 64 -> the window has moved
     m = LocalModel.load(bundled_model, n_ctx=2048, n_batch=64, swa_full=False)
     try:
         _, first = complete(m, msgs, max_tokens=1, temperature=0)
