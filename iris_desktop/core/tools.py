@@ -8,11 +8,20 @@ switch, shell confirmation) and runs one tool call at a time. Contracts:
 * File tools only touch paths that, after ``resolve()`` (symlinks followed), lie inside
   one of the resolved allowed folders. Relative paths start at the first allowed folder.
   Directory recursion never follows symlinks, and a symlinked file is only read when its
-  target is inside the allowed folders.
+  target is inside the allowed folders. The checked path is then opened without following
+  any link (see :func:`_open_folder`), so swapping a name for a link meanwhile cannot
+  lead outside.
+* File tools stop at their next file, line or entry once the ``cancel`` event passed to
+  :meth:`Sandbox.run` is set. A search also stops after :data:`SEARCH_TIME_LIMIT_S`, or
+  when the pattern takes over :data:`REGEX_LINE_TIME_LIMIT_S` on one line (the regex
+  engine releases the GIL meanwhile); it then says it was cut short.
 * Text is UTF-8. Binary files (a NUL byte in the first 8 KiB) and files that are not
   valid UTF-8 are reported as such, never decoded into garbage.
 * Output is never shortened except at a hard cap of :data:`MAX_OUTPUT_BYTES` UTF-8 bytes,
-  marked with ``[output truncated at N bytes of M]``.
+  marked with ``[output truncated at N bytes of M]``, and ``read_file`` lines over
+  :data:`MAX_READ_LINE_BYTES`, marked with ``[line cut at N of M bytes]``. ``read_file``
+  reads only as far as the lines it shows, except that it counts the lines of files up to
+  :data:`LINE_COUNT_MAX_BYTES`; memory stays bounded however long a line is.
 * Paths in output are relative to the first allowed folder when under it (so they can be
   passed straight back to a tool), absolute otherwise.
 * ``run_shell`` is off unless ``shell=True`` *and* it is enabled, and every call asks
@@ -24,17 +33,25 @@ switch, shell confirmation) and runs one tool call at a time. Contracts:
 
 from __future__ import annotations
 
+import codecs
+import errno
+import io
 import itertools
 import json
 import os
-import re
 import signal
+import stat
 import subprocess
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import regex
 
 TOOL_NAMES = ("read_file", "list_directory", "search_files", "run_shell")
 FILE_TOOLS = frozenset({"read_file", "list_directory", "search_files"})
@@ -43,7 +60,16 @@ DEFAULT_ENABLED = ("read_file", "list_directory", "search_files")
 MAX_OUTPUT_BYTES = 1 << 20
 """Hard cap on one tool output, in UTF-8 bytes (the marker comes on top)."""
 DEFAULT_READ_LIMIT = 200
+MAX_READ_LINE_BYTES = 4096
+"""read_file shows at most this many bytes of a line, then marks the cut and its length."""
+LINE_COUNT_MAX_BYTES = 8 << 20
+"""read_file counts the lines of files up to this size; of larger ones it gives the size."""
+READ_CHUNK_BYTES = 1 << 20
 MAX_SEARCH_MATCHES = 200
+SEARCH_TIME_LIMIT_S = 20.0
+"""A search stops after this long and says it was cut short."""
+REGEX_LINE_TIME_LIMIT_S = 0.5
+"""A pattern that takes longer on one line (catastrophic backtracking) stops the search."""
 MAX_SEARCH_FILES = 50_000
 MAX_SEARCH_FILE_BYTES = 16 << 20
 MAX_MATCH_LINE_CHARS = 400
@@ -52,6 +78,7 @@ SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 
 NO_ROOTS = "no folders are allowed yet; add one in tools.allowed_paths"
 SHELL_DISABLED = "run_shell is disabled (tools.shell = false)"
+STOPPED = "stopped by the user before it finished"
 
 
 class ToolError(Exception):
@@ -119,7 +146,8 @@ _SPECS: dict[str, _Spec] = {
         _Spec(
             "read_file",
             "Read a UTF-8 text file. Returns lines offset+1 to offset+limit, each prefixed "
-            "with its line number, and the file's total number of lines.",
+            "with its line number, and the file's total number of lines (its size in bytes "
+            f"when it is large). Lines over {MAX_READ_LINE_BYTES} bytes are cut.",
             (
                 _Param("path", str, "File path, relative to the first allowed folder or absolute."),
                 _Param("offset", int, "Lines to skip from the start.", 0, minimum=0),
@@ -274,22 +302,43 @@ def _is_binary(head: bytes) -> bool:
     return b"\0" in head[:BINARY_SNIFF_BYTES]
 
 
+def _check_cancel(cancel: threading.Event) -> None:
+    if cancel.is_set():
+        raise ToolError(STOPPED)
+
+
+def _reason(exc: OSError) -> str:
+    """Why an open or read failed, in words for the model."""
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link where resolve() had found none
+        return "it was swapped for a link while being opened; refused"
+    return exc.strerror or str(exc)
+
+
 _SKIP_NOTES = {
     "files_capped": f"[stopped after scanning {MAX_SEARCH_FILES} files]",
+    "timed_out": f"[search cut short after {SEARCH_TIME_LIMIT_S:g} s; narrow the path or pattern]",
+    "too_slow": (
+        f"[search cut short: the pattern took over {REGEX_LINE_TIME_LIMIT_S:g} s on one line; "
+        "simplify it (nested repeats such as (a|aa)+ can take exponential time)]"
+    ),
     "not_text": "[skipped {count} binary or non-UTF-8 files]",
     "too_big": f"[skipped {{count}} files over {MAX_SEARCH_FILE_BYTES} bytes]",
     "unreadable": "[skipped {count} unreadable files]",
 }
 
 
-def _text_lines(path: Path) -> tuple[list[str], str | None]:
-    """The lines of a UTF-8 text file, or ``([], reason)`` with a ``_SKIP_NOTES`` key."""
+def _text_lines(fd: int) -> tuple[list[str], str | None]:
+    """The lines of the open file ``fd`` if it is UTF-8 text, or ``([], reason)`` with a
+    ``_SKIP_NOTES`` key. Leaves ``fd`` open."""
     try:
-        if path.stat().st_size > MAX_SEARCH_FILE_BYTES:
+        if os.fstat(fd).st_size > MAX_SEARCH_FILE_BYTES:
             return [], "too_big"
-        data = path.read_bytes()
+        with open(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_SEARCH_FILE_BYTES + 1)
     except OSError:
         return [], "unreadable"
+    if len(data) > MAX_SEARCH_FILE_BYTES:  # it grew after fstat
+        return [], "too_big"
     if _is_binary(data):
         return [], "not_text"
     try:
@@ -301,6 +350,178 @@ def _text_lines(path: Path) -> tuple[list[str], str | None]:
     if lines[-1] == "":
         lines.pop()
     return lines, None
+
+
+def _capped_lines(
+    handle: io.BufferedReader, cancel: threading.Event
+) -> Iterator[tuple[bytes, int]]:
+    """Each line of ``handle`` as (its first :data:`MAX_READ_LINE_BYTES` bytes, its length in
+    bytes), both without the newline.
+
+    Memory stays bounded however long a line is: past the cap, the line is read in chunks
+    and only counted.
+    """
+    cap = MAX_READ_LINE_BYTES
+    while True:
+        _check_cancel(cancel)
+        line = handle.readline(cap + 1)
+        if not line:
+            return
+        length, piece = len(line), line
+        while piece and not piece.endswith(b"\n"):  # longer than the cap, or the last line
+            _check_cancel(cancel)
+            piece = handle.readline(READ_CHUNK_BYTES)
+            length += len(piece)
+        if piece.endswith(b"\n"):
+            length -= 1
+        yield line[: min(cap, length)], length
+
+
+def _shown_line(head: bytes, length: int, first: bool) -> str:
+    """A line as read_file shows it, from :func:`_capped_lines`: the byte-order mark and a
+    final carriage return dropped, a cut marked. Raises UnicodeDecodeError unless UTF-8."""
+    if length > len(head):
+        # Not final: the cut may split a character, whose first bytes are then left out.
+        text = codecs.getincrementaldecoder("utf-8")().decode(head)
+        text += f"… [line cut at {len(head):,} of {length:,} bytes]"
+    else:
+        text = head.decode("utf-8").removesuffix("\r")
+    return text.removeprefix("\ufeff") if first else text
+
+
+def _numbered_lines(
+    handle: io.BufferedReader, offset: int, limit: int, count_all: bool, cancel: threading.Event
+) -> tuple[str, int, bool]:
+    """Lines ``offset+1`` to ``offset+limit`` of ``handle``, numbered as read_file shows them.
+
+    Returns (that text, the number of lines read, whether the end was reached). Reads no
+    further than the last line shown unless ``count_all``. Raises UnicodeDecodeError when a
+    shown line is not UTF-8.
+    """
+    body = _CappedText()
+    number = 0
+    for number, (head, length) in enumerate(_capped_lines(handle, cancel), start=1):
+        if offset < number <= offset + limit:
+            body.write(f"{number:>6}\t{_shown_line(head, length, first=number == 1)}\n")
+        if number == offset + limit and not count_all:
+            return body.getvalue(), number, not handle.peek(1)
+    return body.getvalue(), number, True
+
+
+# --- opening inside the allowed folders ------------------------------------------------
+#
+# resolve() checks a path, but the name can be swapped for a link before it is opened.
+# * Linux and macOS (os.open takes dir_fd): the checked, link-free path is opened one name
+#   at a time from its allowed folder's descriptor with O_NOFOLLOW, so no link is followed
+#   after the check; a name swapped for one fails to open instead of leading outside.
+# * Windows (no dir_fd): a file is opened by path, then the handle's final path
+#   (GetFinalPathNameByHandleW) must lie inside the allowed folders. Folders are listed by
+#   path, so a folder swapped for a link mid-call can show names, never contents, outside.
+# The allowed folders themselves are trusted, and opened by path.
+
+_OPEN_BY_DIR_FD = (
+    os.open in os.supports_dir_fd and os.scandir in os.supports_fd and hasattr(os, "O_NOFOLLOW")
+)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+# O_NONBLOCK: opening a FIFO must not wait for a writer. O_BINARY: no newline translation.
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+
+
+class _Folder:
+    """A folder being looked into: by descriptor where ``os.open`` takes ``dir_fd``, by path
+    elsewhere. Names in it are opened without following links. Closes on exit."""
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path = path  # for showing, and for resolving the links found in it
+        self.fd = fd
+
+    def __enter__(self) -> _Folder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+    def entries(self) -> list[os.DirEntry[str]]:
+        """Its entries, unsorted; their ``stat()`` goes through the descriptor."""
+        with os.scandir(self.path if self.fd is None else self.fd) as scan:
+            return list(scan)
+
+    def subfolder(self, name: str) -> _Folder:
+        """The folder ``name`` in this one, open; OSError when it is a link or not a folder."""
+        if self.fd is None:
+            return _Folder(self.path / name, None)
+        fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=self.fd)
+        return _Folder(self.path / name, fd)
+
+    def open_file(self, name: str, roots: Sequence[Path]) -> int:
+        """A descriptor to read ``name`` in this folder; OSError when it is a link (on
+        Windows: a link that leads outside ``roots``)."""
+        if self.fd is not None:
+            return os.open(name, _FILE_FLAGS | os.O_NOFOLLOW, dir_fd=self.fd)
+        fd = os.open(self.path / name, _FILE_FLAGS)
+        try:
+            if not _inside(_final_path(fd), roots):
+                raise PermissionError(errno.EACCES, "it leads outside the allowed folders", name)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def lstat(self, name: str) -> os.stat_result:
+        """``lstat`` of ``name`` in this folder."""
+        where = self.path / name if self.fd is None else name
+        return os.stat(where, dir_fd=self.fd, follow_symlinks=False)
+
+
+def _open_folder(path: Path, roots: Sequence[Path]) -> _Folder:
+    """The folder at ``path`` (resolved, inside ``roots``), reached from its allowed folder
+    one name at a time without following a link. OSError when that fails."""
+    if not _OPEN_BY_DIR_FD:
+        return _Folder(path, None)
+    root = next((root for root in roots if path.is_relative_to(root)), None)
+    if root is None:
+        raise PermissionError(errno.EACCES, "outside the allowed folders", str(path))
+    folder = _Folder(root, os.open(root, _DIR_FLAGS))
+    for name in path.relative_to(root).parts:
+        with folder:  # the parent closes once its child is open, or failed to open
+            folder = folder.subfolder(name)
+    return folder
+
+
+def _open_file_inside(path: Path, roots: Sequence[Path]) -> int:
+    """A descriptor to read the file at ``path`` (resolved, inside ``roots``, not an allowed
+    folder itself), reached without following a link. OSError when that fails."""
+    with _open_folder(path.parent, roots) as folder:
+        return folder.open_file(path.name, roots)
+
+
+def _lstat_inside(path: Path, roots: Sequence[Path]) -> os.stat_result:
+    """``lstat`` of ``path`` (resolved, inside ``roots``), reached without following a link."""
+    if path in roots:  # its parent is outside, and the allowed folders are trusted
+        return os.stat(path)
+    with _open_folder(path.parent, roots) as folder:
+        return folder.lstat(path.name)
+
+
+def _final_path(fd: int) -> Path:
+    """Where the open file ``fd`` really is, links resolved (Windows only)."""
+    import ctypes
+    import msvcrt
+    from ctypes import wintypes
+
+    get_path = ctypes.WinDLL("kernel32", use_last_error=True).GetFinalPathNameByHandleW
+    get_path.argtypes = (wintypes.HANDLE, wintypes.LPWSTR, wintypes.DWORD, wintypes.DWORD)
+    get_path.restype = wintypes.DWORD
+    buffer = ctypes.create_unicode_buffer(32768)  # the longest path Windows allows
+    length = get_path(msvcrt.get_osfhandle(fd), buffer, len(buffer), 0)
+    if not 0 < length < len(buffer):
+        raise ctypes.WinError(ctypes.get_last_error())
+    # An extended path, \\?\C:\dir or \\?\UNC\server\share\dir, as resolve() does not give.
+    path = buffer.value
+    if path.startswith("\\\\?\\UNC\\"):
+        return Path("\\\\" + path[len("\\\\?\\UNC\\") :])
+    return Path(path.removeprefix("\\\\?\\"))
 
 
 def _decode_output(data: bytes | None) -> str:
@@ -402,10 +623,16 @@ class Sandbox:
             )
         return definitions
 
-    def run(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
-        """Run tool ``name``; ``arguments`` is a dict or its JSON text. Never raises."""
+    def run(
+        self, name: str, arguments: dict[str, Any] | str, cancel: threading.Event | None = None
+    ) -> ToolResult:
+        """Run tool ``name``; ``arguments`` is a dict or its JSON text. Never raises.
+
+        Setting ``cancel`` (from another thread, e.g. the turn's Stop) ends a file tool at
+        its next file, line or entry, with ``error: stopped by the user before it finished``.
+        """
         try:
-            ok, content = True, self._dispatch(name, arguments)
+            ok, content = True, self._dispatch(name, arguments, cancel or threading.Event())
         except ToolError as exc:
             ok, content = False, f"error: {exc}"
         except Exception as exc:  # noqa: BLE001 - a tool bug must not take the chat down
@@ -420,7 +647,7 @@ class Sandbox:
             return False
         return bool(roots) if name in FILE_TOOLS else self._shell
 
-    def _dispatch(self, name: str, arguments: Any) -> str:
+    def _dispatch(self, name: str, arguments: Any, cancel: threading.Event) -> str:
         spec = _SPECS.get(name) if isinstance(name, str) else None
         if spec is None:
             raise ToolError(f"unknown tool {name!r}; known tools: {', '.join(TOOL_NAMES)}")
@@ -429,6 +656,8 @@ class Sandbox:
         if name not in self._enabled:
             raise ToolError(f"tool {name} is not enabled")
         kwargs = _parse_arguments(spec, arguments)
+        if name in FILE_TOOLS:
+            kwargs["cancel"] = cancel
         handler: Callable[..., str] = getattr(self, f"_tool_{name}")
         return handler(**kwargs)
 
@@ -466,117 +695,168 @@ class Sandbox:
 
     # -- tools --
 
-    def _tool_read_file(self, path: str, offset: int, limit: int) -> str:
+    def _tool_read_file(self, path: str, offset: int, limit: int, cancel: threading.Event) -> str:
         roots = self._require_roots()
         target = self._resolve(path, roots)
         shown = self._display(target, roots)
-        if target.is_dir():
-            raise ToolError(f"{shown} is a folder; use list_directory")
-        if not target.exists():
-            raise ToolError(f"{shown} does not exist")
-        if not target.is_file():  # FIFOs and devices would block or never end
-            raise ToolError(f"{shown} is not a regular file")
-        body = _CappedText()
-        total = 0
-        try:
-            with target.open("rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if _is_binary(handle.read(BINARY_SNIFF_BYTES)):
-                    return f"{shown} is a binary file ({size} bytes); not shown"
-                handle.seek(0)
-                # UTF-8 never puts a newline byte inside a character: decoding per line is exact.
-                for total, raw_line in enumerate(handle, start=1):
-                    try:
-                        line = raw_line.decode("utf-8")
-                    except UnicodeDecodeError:
-                        return (
-                            f"{shown} is a binary file ({size} bytes, not valid UTF-8); not shown"
-                        )
-                    if offset < total <= offset + limit:
-                        if total == 1:
-                            line = line.removeprefix("\ufeff")
-                        line = line.rstrip("\r\n")
-                        body.write(f"{total:>6}\t{line}\n")
-        except OSError as exc:
-            raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from None
-        if total == 0:
+        with self._open_regular_file(target, roots, shown) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if _is_binary(handle.read(BINARY_SNIFF_BYTES)):
+                return f"{shown} is a binary file ({size} bytes); not shown"
+            handle.seek(0)
+            try:
+                body, lines_read, at_end = _numbered_lines(
+                    handle, offset, limit, size <= LINE_COUNT_MAX_BYTES, cancel
+                )
+            except UnicodeDecodeError:
+                return f"{shown} is a binary file ({size} bytes, not valid UTF-8); not shown"
+            except OSError as exc:
+                raise ToolError(f"cannot read {shown}: {_reason(exc)}") from None
+        if lines_read == 0:
             return f"{shown} is empty (0 lines)"
-        if offset >= total:
-            return f"{shown} has {total} lines; offset {offset} is past the end"
-        last = min(total, offset + limit)
-        header = f"{shown}: lines {offset + 1}-{last} of {total}"
-        if last < total:
-            header += f" (continue with offset={last})"
-        return header + "\n" + body.getvalue().rstrip("\n")
+        if offset >= lines_read:
+            return f"{shown} has {lines_read} lines; offset {offset} is past the end"
+        last = min(lines_read, offset + limit)
+        if not at_end:  # a large file, read only this far: its size tells how much is left
+            header = (
+                f"{shown}: lines {offset + 1}-{last} "
+                f"(file is {size:,} bytes; continue with offset={last})"
+            )
+        else:
+            header = f"{shown}: lines {offset + 1}-{last} of {lines_read}"
+            if last < lines_read:
+                header += f" (continue with offset={last})"
+        return header + "\n" + body.rstrip("\n")
 
-    def _tool_list_directory(self, path: str) -> str:
+    @staticmethod
+    def _open_regular_file(target: Path, roots: Sequence[Path], shown: str) -> io.BufferedReader:
+        """``target`` (resolved, inside ``roots``) open for reading; ToolError unless it is a
+        regular file reached without following a link."""
+        if target.is_dir():  # the allowed folders too; fstat below catches a folder swapped in
+            raise ToolError(f"{shown} is a folder; use list_directory")
+        try:
+            handle = open(_open_file_inside(target, roots), "rb")
+        except FileNotFoundError:
+            raise ToolError(f"{shown} does not exist") from None
+        except OSError as exc:
+            raise ToolError(f"cannot read {shown}: {_reason(exc)}") from None
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):  # FIFOs, devices: may never end
+            handle.close()
+            raise ToolError(f"{shown} is not a regular file")
+        return handle
+
+    def _tool_list_directory(self, path: str, cancel: threading.Event) -> str:
         roots = self._require_roots()
         target = self._resolve(path, roots)
         shown = self._display(target, roots)
-        if not target.exists():
-            raise ToolError(f"{shown} does not exist")
-        if not target.is_dir():
-            raise ToolError(f"{shown} is not a folder; use read_file")
+        body = _CappedText()
         try:
-            with os.scandir(target) as scan:
-                entries = sorted(scan, key=lambda entry: (entry.name.casefold(), entry.name))
+            with _open_folder(target, roots) as folder:
+                entries = sorted(folder.entries(), key=lambda e: (e.name.casefold(), e.name))
+                for entry in entries:
+                    _check_cancel(cancel)
+                    body.write(self._describe_entry(folder, entry, roots) + "\n")
+        except FileNotFoundError:
+            raise ToolError(f"{shown} does not exist") from None
+        except NotADirectoryError:
+            raise ToolError(f"{shown} is not a folder; use read_file") from None
         except OSError as exc:
-            raise ToolError(f"cannot list {shown}: {exc.strerror or exc}") from None
+            raise ToolError(f"cannot list {shown}: {_reason(exc)}") from None
         if not entries:
             return f"{shown}: empty folder"
-        body = _CappedText()
-        for entry in entries:
-            body.write(self._describe_entry(entry, roots) + "\n")
         noun = "entry" if len(entries) == 1 else "entries"
         return f"{shown}: {len(entries)} {noun}\n" + body.getvalue().rstrip("\n")
 
     @staticmethod
-    def _describe_entry(entry: os.DirEntry[str], roots: Sequence[Path]) -> str:
+    def _describe_entry(folder: _Folder, entry: os.DirEntry[str], roots: Sequence[Path]) -> str:
+        """One line of a listing. A link is described by its target when that is inside
+        ``roots``, found without following links again."""
         try:
             if entry.is_symlink():
-                target = Path(entry.path).resolve()
-                if not target.exists():
-                    return f"{entry.name} -> (broken link)"
+                target = (folder.path / entry.name).resolve()
                 if not _inside(target, roots):
                     # Name it, but say nothing about what lies outside.
                     return f"{entry.name} -> (link outside the allowed folders)"
-            if entry.is_dir():
-                return f"{entry.name}/"
-            if entry.is_file():
-                return f"{entry.name} ({entry.stat().st_size} bytes)"
-            return f"{entry.name} (special file)"
+                try:
+                    info = _lstat_inside(target, roots)
+                except FileNotFoundError:
+                    return f"{entry.name} -> (broken link)"
+            else:
+                info = entry.stat(follow_symlinks=False)
         except (OSError, RuntimeError):
             return f"{entry.name} (unreadable)"
+        if stat.S_ISDIR(info.st_mode):
+            return f"{entry.name}/"
+        if stat.S_ISREG(info.st_mode):
+            return f"{entry.name} ({info.st_size} bytes)"
+        if stat.S_ISLNK(info.st_mode):  # swapped for a link after it was listed or resolved
+            return f"{entry.name} (changed while listing)"
+        return f"{entry.name} (special file)"
 
-    def _walk_files(self, top: Path, roots: Sequence[Path]) -> Iterator[tuple[Path, Path]]:
-        """(shown path, real path) of each regular file under ``top``, in sorted order.
+    def _walk_files(self, top: Path, roots: Sequence[Path]) -> Iterator[tuple[Path, int | None]]:
+        """(path, descriptor) of each regular file under ``top`` (a folder or one file), in
+        sorted order. A descriptor stays open until the next item is asked for; it is None
+        for a file that could not be opened.
 
-        Never descends into symlinked folders; yields a symlinked file only when its
-        target is inside ``roots``.
+        Never descends into symlinked folders; yields a symlinked file only when its target
+        is inside ``roots``. Nothing is reached through a link swapped in meanwhile.
         """
-        if top.is_file():
-            yield top, top
+        if not top.is_dir():
+            with _open_folder(top.parent, roots) as folder:
+                yield from self._file_in(folder, top.name, roots, is_link=False)
             return
-        for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-            dirnames[:] = sorted(
-                name
-                for name in dirnames
-                if name not in SKIPPED_DIRS and not Path(dirpath, name).is_symlink()
-            )
-            for name in sorted(filenames):
-                path = Path(dirpath, name)
-                real = path
-                if path.is_symlink():
-                    try:
-                        real = path.resolve()
-                    except (OSError, RuntimeError):
-                        continue
-                    if not _inside(real, roots):
-                        continue
-                if real.is_file():
-                    yield path, real
+        with _open_folder(top, roots) as folder:
+            yield from self._walk_folder(folder, roots)
 
-    def _tool_search_files(self, pattern: str, path: str) -> str:
+    def _walk_folder(
+        self, folder: _Folder, roots: Sequence[Path]
+    ) -> Iterator[tuple[Path, int | None]]:
+        try:
+            entries = sorted(folder.entries(), key=lambda entry: entry.name)
+        except OSError:
+            return  # vanished or unreadable: left out, as os.walk does
+        subfolders = []
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in SKIPPED_DIRS:
+                    subfolders.append(entry.name)
+            else:
+                yield from self._file_in(folder, entry.name, roots, is_link=entry.is_symlink())
+        for name in subfolders:
+            try:
+                subfolder = folder.subfolder(name)
+            except OSError:
+                continue  # gone, unreadable, or swapped for a link since it was listed
+            with subfolder:
+                yield from self._walk_folder(subfolder, roots)
+
+    @staticmethod
+    def _file_in(
+        folder: _Folder, name: str, roots: Sequence[Path], is_link: bool
+    ) -> Iterator[tuple[Path, int | None]]:
+        """The walk's item for ``name`` in ``folder``, if it is a regular file (see
+        :meth:`_walk_files`)."""
+        path = folder.path / name
+        try:
+            if is_link:
+                real = path.resolve()
+                if not _inside(real, roots) or real.is_dir():  # links to folders are not followed
+                    return
+                fd = _open_file_inside(real, roots)
+            else:
+                fd = folder.open_file(name, roots)
+        except (FileNotFoundError, RuntimeError):  # deleted since listed, broken link, link loop
+            return
+        except OSError:
+            yield path, None
+            return
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                yield path, fd
+        finally:
+            os.close(fd)
+
+    def _tool_search_files(self, pattern: str, path: str, cancel: threading.Event) -> str:
         roots = self._require_roots()
         if not pattern:
             raise ToolError("pattern must not be empty")
@@ -586,18 +866,21 @@ class Sandbox:
             raise ToolError(f"{shown} does not exist")
         literal = False
         try:
-            regex = re.compile(pattern)
-        except re.error:
-            regex, literal = re.compile(re.escape(pattern)), True
+            compiled = regex.compile(pattern)
+        except regex.error:
+            compiled, literal = regex.compile(regex.escape(pattern)), True
 
         skipped: Counter[str] = Counter()
-        found = self._matches(target, roots, regex, skipped)
         body = _CappedText()
         matches = 0
-        for rel, lineno, line in itertools.islice(found, MAX_SEARCH_MATCHES):
-            matches += 1
-            body.write(f"{rel}:{lineno}: {line}\n")
-        capped = next(found, None) is not None
+        try:
+            with closing(self._matches(target, roots, compiled, skipped, cancel)) as found:
+                for rel, lineno, line in itertools.islice(found, MAX_SEARCH_MATCHES):
+                    matches += 1
+                    body.write(f"{rel}:{lineno}: {line}\n")
+                capped = next(found, None) is not None
+        except OSError as exc:  # the folder or file searched could not be opened
+            raise ToolError(f"cannot search {shown}: {_reason(exc)}") from None
 
         how = " (invalid regex, searched as literal text)" if literal else ""
         out = [f"{matches} match{'' if matches == 1 else 'es'} for {pattern!r} under {shown}{how}"]
@@ -615,21 +898,41 @@ class Sandbox:
         return "\n".join(out)
 
     def _matches(
-        self, top: Path, roots: Sequence[Path], regex: re.Pattern[str], skipped: Counter[str]
+        self,
+        top: Path,
+        roots: Sequence[Path],
+        compiled: regex.Pattern[str],
+        skipped: Counter[str],
+        cancel: threading.Event,
     ) -> Iterator[tuple[str, int, str]]:
-        """(shown path, line number, clipped line) of each match under ``top``; files left
-        out are counted in ``skipped`` by reason (keys of ``_SKIP_NOTES``)."""
-        for scanned, (path, real) in enumerate(self._walk_files(top, roots)):
-            if scanned == MAX_SEARCH_FILES:
-                skipped["files_capped"] += 1
+        """(shown path, line number, clipped line) of each match under ``top``. Files left
+        out, and why the search ended early if it did, are counted in ``skipped`` (keys of
+        ``_SKIP_NOTES``). Raises ToolError once ``cancel`` is set."""
+        deadline = time.monotonic() + SEARCH_TIME_LIMIT_S
+        for scanned, (path, fd) in enumerate(self._walk_files(top, roots)):
+            _check_cancel(cancel)
+            if scanned == MAX_SEARCH_FILES or time.monotonic() >= deadline:
+                skipped["files_capped" if scanned == MAX_SEARCH_FILES else "timed_out"] += 1
                 return
-            lines, reason = _text_lines(real)
+            lines, reason = ([], "unreadable") if fd is None else _text_lines(fd)
             if reason:
                 skipped[reason] += 1
                 continue
             rel = self._display(path, roots)
             for lineno, line in enumerate(lines, start=1):
-                if regex.search(line):
+                _check_cancel(cancel)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    skipped["timed_out"] += 1
+                    return
+                try:
+                    # concurrent=True releases the GIL while matching: the GUI keeps running.
+                    timeout = min(left, REGEX_LINE_TIME_LIMIT_S)
+                    found = compiled.search(line, concurrent=True, timeout=timeout)
+                except TimeoutError:
+                    skipped["too_slow" if left > REGEX_LINE_TIME_LIMIT_S else "timed_out"] += 1
+                    return
+                if found:
                     clipped = line[:MAX_MATCH_LINE_CHARS]
                     yield rel, lineno, clipped + ("…" if len(line) > len(clipped) else "")
 
