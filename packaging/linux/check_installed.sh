@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Check an installed Iris Desktop (.deb) the way a person meets it, on a virtual screen:
-#   1. /opt/iris-desktop/iris-desktop --self-test (offline, a fresh data dir)
+#   1. /opt/iris-desktop/iris-desktop --self-test (offline: in a new network namespace,
+#      `unshare -n`, where that is permitted; a fresh data dir), and the bundled model's
+#      license in /usr/share/doc/iris-desktop
 #   2. first launch under Xvfb with a fresh data dir: time to the main window, time until
 #      the bundled model is loaded (the "loaded" line of the app's log), a screenshot
 #
@@ -33,6 +35,16 @@ done
 [ -x "$EXE" ] || { echo "check_installed.sh: $EXE is not installed" >&2; exit 2; }
 [ -L /usr/bin/iris-desktop ] || echo "check_installed.sh: WARNING: /usr/bin/iris-desktop is not a symlink" >&2
 [ -f /usr/share/applications/iris-desktop.desktop ] || { echo "no .desktop entry" >&2; exit 1; }
+ls /usr/share/doc/iris-desktop/LICENSE-*.txt >/dev/null 2>&1 \
+  || { echo "no model license in /usr/share/doc/iris-desktop" >&2; exit 1; }
+ls "$APP_DIR"/_internal/models/*.gguf "$APP_DIR"/_internal/models/LICENSE-*.txt >/dev/null \
+  || { echo "no bundled model or no license beside it in $APP_DIR/_internal/models" >&2; exit 1; }
+OFFLINE=()  # no network for the self-test: a new network namespace (root, or a user namespace)
+if command -v unshare >/dev/null 2>&1; then
+  if unshare -n true 2>/dev/null; then OFFLINE=(unshare -n)
+  elif unshare -rn true 2>/dev/null; then OFFLINE=(unshare -rn)
+  fi
+fi
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
@@ -64,10 +76,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== self-test (fresh data dir, offline)"
+echo "== self-test (fresh data dir, ${OFFLINE[*]:-network not isolated: unshare -n is not permitted})"
 evict
 t0=$(now)
-IRIS_HOME="$WORK/selftest" QT_QPA_PLATFORM=offscreen "$EXE" --self-test
+IRIS_HOME="$WORK/selftest" QT_QPA_PLATFORM=offscreen ${OFFLINE[@]+"${OFFLINE[@]}"} "$EXE" --self-test
 echo "self-test: exit 0 in $(elapsed "$t0" "$(now)") s"
 
 echo "== first launch under Xvfb ($DISPLAY_NO)"

@@ -2,12 +2,18 @@
 ;
 ; Built by packaging/build.py on Windows, which passes the version and the paths:
 ;   ISCC.exe /DAppVersion=0.1.0 /DSourceDir=...\dist\iris-desktop /DOutputDir=...\dist
-;            /DIconFile=...\build\icons\iris.ico packaging\windows\iris-desktop.iss
+;            /DIconFile=...\build\icons\iris.ico
+;            /DModelLicense=LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt packaging\windows\iris-desktop.iss
 ;
 ; Installs per user (no administrator rights, no UAC prompt) into
 ; %LOCALAPPDATA%\Programs\Iris Desktop, with a Start menu shortcut, an optional (checked)
 ; desktop shortcut, and an uninstaller in "Apps & features". The user's data (conversations,
 ; settings, logs in %LOCALAPPDATA%\iris-desktop) is kept on uninstall.
+;
+; Licenses: the bundled model, Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), ships with its
+; license as _internal\models\<ModelLicense> (beside the GGUF) and in the package data
+; (_internal\iris_desktop\resources\licenses, read by Help -> About); [Files] puts a copy
+; next to iris-desktop.exe.
 
 #ifndef AppVersion
   #define AppVersion "0.0.0"
@@ -20,6 +26,9 @@
 #endif
 #ifndef IconFile
   #define IconFile "..\..\build\icons\iris.ico"
+#endif
+#ifndef ModelLicense
+  #define ModelLicense "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt"
 #endif
 #define AppName "Iris Desktop"
 #define AppExeName "iris-desktop.exe"
@@ -45,7 +54,7 @@ OutputBaseFilename=iris-desktop-{#AppVersion}-windows-x64-setup
 SetupIconFile={#IconFile}
 UninstallDisplayIcon={app}\{#AppExeName}
 UninstallDisplayName={#AppName}
-; the model (253 MB) does not compress; lzma2 still shrinks Qt, Python and numpy
+; the model (491 MB, Q4_K_M) barely compresses; lzma2 still shrinks Qt, Python and numpy
 Compression=lzma2/normal
 SolidCompression=yes
 WizardStyle=modern
@@ -60,6 +69,8 @@ Name: "desktopicon"; Description: "{cm:CreateDesktopIcon}"; GroupDescription: "{
 
 [Files]
 Source: "{#SourceDir}\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs createallsubdirs
+; the bundled model's license (Apache-2.0), also next to the executable
+Source: "{#SourceDir}\_internal\models\{#ModelLicense}"; DestDir: "{app}"; Flags: ignoreversion
 
 [Icons]
 ; Start menu ({autoprograms} is the user's Programs folder with PrivilegesRequired=lowest)
