@@ -13,7 +13,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the helpers the tests use, shared, no
 from helpers import compact_while_due, complete  # noqa: E402
 
 __all__ = ["REPO", "CORPUS", "compact_while_due", "complete", "corpus_messages",
-           "synthetic_thread"]
+           "locomo_messages", "synthetic_thread"]
 
 
 def corpus_messages(kind: str) -> list[list[dict]]:
@@ -51,4 +51,47 @@ def synthetic_thread(n_messages: int) -> list[dict]:
     # never end on an assistant call whose result was cut off
     while out and out[-1].get("tool_calls"):
         out.pop()
+    return out
+
+
+# -- LoCoMo as a user would have it ---------------------------------------------------------
+
+import datetime as _dt  # noqa: E402
+import re as _re  # noqa: E402
+
+_SESSION_LINE = _re.compile(
+    r"^\[(?:(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*(?P<ampm>[ap]m)\s+on\s+)?"
+    r"(?P<day>\d{1,2})\s+(?P<month>[A-Za-z]+),?\s+(?P<year>\d{4})\]\s*")
+_MONTHS = {m: i for i, m in enumerate(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
+     "october", "november", "december"], start=1)}
+
+
+def locomo_messages(data: dict) -> list[dict]:
+    """A LoCoMo chat converted the way an exporter would write it: each message named by
+    its speaker (``name``) and timestamped (``created_at``) from its session's date line,
+    which leaves the text. Indices are unchanged, so ``dia_index`` still applies.
+
+    This is the only place that knows LoCoMo's layout; Iris itself reads records."""
+    speakers = data.get("speakers") or {}
+    when: _dt.datetime | None = None
+    since = 0  # messages since the session's date line (seconds apart, same day)
+    out = []
+    for message in data["messages"]:
+        message = dict(message)
+        content = message.get("content") or ""
+        match = _SESSION_LINE.match(content)
+        if match:
+            hour = int(match["hour"] or 12) % 12 + (12 if (match["ampm"] or "pm") == "pm" else 0)
+            when = _dt.datetime(int(match["year"]), _MONTHS[match["month"].lower()],
+                                int(match["day"]), hour, int(match["minute"] or 0),
+                                tzinfo=_dt.UTC)
+            message["content"] = content[match.end():]
+            since = 0
+        if when is not None:
+            message["created_at"] = (when + _dt.timedelta(seconds=since)).isoformat()
+            since += 1
+        if message.get("role") in speakers:
+            message["name"] = speakers[message["role"]]
+        out.append(message)
     return out

@@ -216,6 +216,12 @@ _ALL: tuple[Setting, ...] = (
         choices=(AUTO, "model", "extractive"),
     ),
     Setting(
+        "context.summary_timeout_s", "int", 180,
+        "Longest time the model may take to write a summary; after it (or when you press "
+        "Stop) the extractive summary is used, so the context still shrinks.",
+        minimum=10, maximum=3600, unit="seconds",
+    ),
+    Setting(
         "context.recall_max_tokens", "int", 1024,
         "Tokens for recall: when your newest message asks something, earlier messages that a "
         "summary replaced, found by full-text search on it and shown to the model with it, "

@@ -28,7 +28,7 @@ class ScriptedRuntime:
     def counter(self):
         return self._counter
 
-    def stream(self, messages, *, max_tokens, temperature=0.7, cancel=None, **_):
+    def stream(self, messages, *, max_tokens, temperature=0.7, cancel=None, deadline=None, **_):
         self.requests.append(messages)
         item = self.replies.pop(0) if self.replies else "(no more scripted replies)"
         text = item(messages) if callable(item) and not isinstance(item, Exception) else item
@@ -39,7 +39,8 @@ class ScriptedRuntime:
         finish = "stop"
         produced = 0
         for i, word in enumerate(pieces):
-            if cancel is not None and cancel.is_set():
+            if (cancel is not None and cancel.is_set()) or (
+                    deadline is not None and time.monotonic() > deadline):
                 finish = "cancelled"
                 break
             if isinstance(text, Exception) and i == 1:

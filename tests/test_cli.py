@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +240,28 @@ def test_a_window_or_n_ctx_the_model_cannot_hold_is_refused_with_both_numbers(ca
     code, out, err = run(capsys, "--data-dir", data, "--set", f"model.path={model_path}",
                          "--set", "model.n_ctx=65536", "chat", "--new", "hi")
     assert code == 2 and "65,536" in err and "(32,768)" in err
+
+
+def test_a_plain_openai_chat_keeps_its_dates_and_names_in_summary_and_recall(capsys):
+    """Plain OpenAI format: name fields and created_at timestamps, no date lines or markers
+    in the text. Who and when reach the summary and recall from the records."""
+    _, out, _ = run(capsys, "import", str(SYNTHETIC_CHAT))
+    thread = out.strip()
+    small = ("--set", "context.window=2048")
+    code, out, err = run(capsys, *small, "compact", thread, "--json", "--no-model")
+    assert code == 0, err
+    code, out, err = run(capsys, *small, "context", thread, "--json", "--no-model",
+                         "--show-request", "--draft", "Which city did Rosa move to?")
+    r = json.loads(out)
+    facts = r["summary_fields"]["facts"]
+    assert any(re.match(r"\d{1,2} (March|April|May) 2024 (Rosa|Tomas): ", f) for f in facts)
+    block = r["request"][-1]["content"]
+    assert "4 March 2024:\n- Rosa: We finally moved to Tallinn" in block
+
+
+def test_core_holds_no_rule_shaped_to_one_corpus():
+    """Dates and speakers come from records; nothing in core parses a dataset's layout."""
+    core = Path(__file__).resolve().parent.parent / "iris_desktop" / "core"
+    text = "\n".join(p.read_text() for p in core.glob("*.py")).lower()
+    for shape in ("shares a photo", "session_date", "bracketed", "greet", "locomo", "caroline"):
+        assert shape not in text, shape

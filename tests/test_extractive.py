@@ -1,4 +1,5 @@
-"""The extractive summarizer's parts: anchored dates, speaker names, the dated ledger."""
+"""The extractive summarizer's parts: dates and names from the records, anchored relative
+dates, the dated ledger, chaining without duplicates."""
 
 from __future__ import annotations
 
@@ -8,16 +9,12 @@ import re
 
 import pytest
 
-from iris_desktop.core.extractive import (
-    ExtractiveSummarizer,
-    aliases_from,
-    resolve_relative,
-    speaker_aliases,
-)
+from iris_desktop.core.extractive import ExtractiveSummarizer
+from iris_desktop.core.records import Said, resolve_relative, said_from_row
 from iris_desktop.core.summary import ConversationSummary
 from iris_desktop.core.tokens import HeuristicCounter
 
-from conftest import CORPUS
+from conftest import ASSISTANT_CHAT, SYNTHETIC_CHAT
 
 SESSION = dt.date(2023, 7, 12)  # a Wednesday
 
@@ -35,36 +32,55 @@ SESSION = dt.date(2023, 7, 12)  # a Wednesday
     ("last summer we camped", "last summer (the summer of 2022)"),
     ("last month", "last month (June 2023)"),
 ])
-def test_relative_dates_are_anchored_to_the_session(text, expected):
+def test_relative_dates_are_anchored_to_the_day_it_was_written(text, expected):
     assert expected in resolve_relative(text, SESSION)
 
 
-def test_no_session_date_leaves_text_alone():
+def test_no_date_leaves_text_alone():
     assert resolve_relative("I went yesterday", None) == "I went yesterday"
 
 
-def test_speakers_are_named_from_how_they_greet_each_other():
-    data = json.loads((CORPUS / "long-chats" / "locomo-26.json").read_text())
-    aliases = speaker_aliases(data["messages"])
-    assert aliases["user"][0] == "Caroline"
-    assert aliases["assistant"][:2] == ["Mel", "Melanie"]
-    assert speaker_aliases([{"role": "user", "content": "hi"}]) == {}
+def stored(store, path, count=None) -> list[Said]:
+    """The chat imported as a user would import it, read back as records."""
+    messages = json.loads(path.read_text())["messages"][:count]
+    thread = store.create_thread("t")
+    store.add_messages(thread, messages)
+    return [said_from_row(r) for r in store.messages(thread)]
 
 
-def test_ledger_is_dated_named_and_within_the_cap():
-    data = json.loads((CORPUS / "long-chats" / "locomo-26.json").read_text())
+def test_who_and_when_come_from_the_records(fresh_store):
+    said = stored(fresh_store, SYNTHETIC_CHAT, 40)
+    assert said[0].speaker == "Rosa" and said[0].named and said[0].date == dt.date(2024, 3, 4)
+    assert said[1].speaker == "Tomas"
+    # without a name, the role; without a timestamp, no date (never the import time)
+    thread = fresh_store.create_thread("plain")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "I moved to Ghent yesterday."}])
+    plain = said_from_row(fresh_store.messages(thread)[0])
+    assert (plain.speaker, plain.named, plain.date) == ("User", False, None)
+
+
+def test_ledger_is_dated_named_and_within_the_cap(fresh_store):
+    said = stored(fresh_store, SYNTHETIC_CHAT)
     counter = HeuristicCounter()
-    summary = ExtractiveSummarizer(counter).summarize(None, data["messages"][:200], 768)
+    summary = ExtractiveSummarizer(counter).summarize(None, said[:200], 768)
     text = summary.render()
     assert counter.count_text(text) <= 768
-    assert summary.facts and all(f.split(" ", 3)[2].isdigit() for f in summary.facts)  # dated
-    # grouped under session dates, each line named by its speaker
-    assert re.search(r"Facts \(dated\):\n\d{1,2} [A-Z][a-z]+ 2023:\n- (Caroline|Mel|Melanie): ", text)
+    assert summary.facts and all(re.match(r"\d{1,2} [A-Z][a-z]+ 2024 (Rosa|Tomas): ", f)
+                                 for f in summary.facts)
+    # grouped under dates; a relative date anchored to the day it was said
+    assert re.search(r"Facts \(dated\):\n\d{1,2} [A-Z][a-z]+ 2024:\n- (Rosa|Tomas): ", text)
+    assert "moved to Tallinn last week (the week before 4 March 2024)" in text
     assert not any(f.endswith("?") for f in summary.facts)  # questions hold no facts
-    names = aliases_from(summary.relationship_dynamics)
-    assert names["user"] == ["Caroline"] and set(names["assistant"]) == {"Mel", "Melanie"}
-    # chained: the next summary keeps the names and stays within the cap
+    assert "Rosa (user)" in summary.relationship_dynamics
+    # chained: the next summary keeps what it kept, once, and stays within the cap
     chained = ExtractiveSummarizer(counter).summarize(
-        ConversationSummary.from_fields(summary.as_fields()), data["messages"][200:300], 768)
+        ConversationSummary.from_fields(summary.as_fields()), said[200:], 768)
     assert counter.count_text(chained.render()) <= 768
-    assert "Caroline" in chained.relationship_dynamics
+    assert len(chained.facts) == len(set(chained.facts))
+
+
+def test_an_assistant_chat_without_names_is_summarized_by_role(fresh_store):
+    said = stored(fresh_store, ASSISTANT_CHAT)
+    summary = ExtractiveSummarizer(HeuristicCounter()).summarize(None, said, 512)
+    assert any(f.split(" ", 3)[3].startswith("Dana: ") for f in summary.facts)
+    assert "the assistant" in summary.summary or "Assistant" in summary.render()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -416,3 +417,41 @@ def test_swa_cache_without_full_size_falls_back_to_full_reevaluation(bundled_mod
         assert "not reusable" in caplog.text
     finally:
         m.close()
+
+
+def test_stop_acts_during_a_long_prompt_evaluation(model_path):
+    """A cancel during a 4,000-token prompt stops llama.cpp between two graph nodes (its
+    abort callback): nothing more is evaluated after it (counted, not timed; the latency
+    is measured in bench/stop_latency.py), and the part done stays cached, so the next
+    request reuses it."""
+    model = LocalModel.load(model_path, n_ctx=8192)
+    try:
+        text = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(300))
+        messages = [{"role": "user", "content": text}]
+        assert model.count_prompt(messages) > 4000
+        llm = model.llm
+        cancel = threading.Event()
+        at_cancel: list[int] = []
+
+        def stop_part_way() -> None:
+            while llm.iris_evaluated < llm.n_batch:  # the first batch is in
+                time.sleep(0.01)
+            at_cancel.append(llm.iris_evaluated)
+            cancel.set()
+
+        threading.Thread(target=stop_part_way, daemon=True).start()
+        pieces = list(model.stream(messages, max_tokens=4, cancel=cancel))
+        stats = model.last_stats
+        assert pieces == [] and stats.finish_reason == "cancelled"
+        assert at_cancel and stats.evaluated_tokens < stats.prompt_tokens  # stopped part-way
+        assert stats.evaluated_tokens - at_cancel[0] <= llm.n_batch  # the batch under way at most
+        evaluated = stats.evaluated_tokens
+        list(model.stream(messages, max_tokens=1))
+        assert model.last_stats.reused_tokens >= evaluated - 1  # the part done is kept
+        # a deadline stops it the same way
+        llm.reset()
+        list(model.stream(messages, max_tokens=4, deadline=time.monotonic() + 0.2))
+        assert model.last_stats.finish_reason == "cancelled"
+        assert model.last_stats.evaluated_tokens < model.last_stats.prompt_tokens
+    finally:
+        model.close()

@@ -109,7 +109,7 @@ class Agent:
         calls_made = 0
         while True:
             tools_allowed = calls_made < self.config.max_calls_per_turn
-            request = yield from self._request(thread_id, tools_allowed)
+            request = yield from self._request(thread_id, tools_allowed, cancel)
             if isinstance(request, ConversationTooLargeException):
                 yield TurnFailed(thread_id, f"Conversation too large: {request}", "too_large",
                                  needed=request.needed, allowed=request.allowed)
@@ -130,7 +130,7 @@ class Agent:
                              tuple(c.to_openai() for c in calls))
             if cancelled or not calls:
                 reason = "cancelled" if cancelled else (stats.finish_reason if stats else "stop")
-                following = None if cancelled else (yield from self._after_reply(thread_id))
+                following = None if cancelled else (yield from self._after_reply(thread_id, cancel))
                 yield TurnDone(thread_id, reason, stats, following)
                 return
             for call in calls:
@@ -146,11 +146,11 @@ class Agent:
                 yield TurnDone(thread_id, "cancelled")
                 return
 
-    def _request(self, thread_id: int, tools_allowed: bool):
+    def _request(self, thread_id: int, tools_allowed: bool, cancel: threading.Event):
         """The planner's request, compacting first when it says compaction is due.
         Returns the request, or the ConversationTooLargeException that stops the turn."""
         if self.compactor is not None:
-            yield from self.compactor.before_request(thread_id)
+            yield from self.compactor.before_request(thread_id, cancel)
         return self._plan(thread_id, tools_allowed)
 
     def _plan(self, thread_id: int, tools_allowed: bool
@@ -160,11 +160,11 @@ class Agent:
         except ConversationTooLargeException as exc:
             return exc
 
-    def _after_reply(self, thread_id: int):
+    def _after_reply(self, thread_id: int, cancel: threading.Event):
         """Background compaction when the next request would need it; returns the next
         request (what the views show until the user types), or None if it is too large."""
         if self.compactor is not None:
-            yield from self.compactor.after_reply(thread_id)
+            yield from self.compactor.after_reply(thread_id, cancel)
         planned = self._plan(thread_id, True)
         return planned if isinstance(planned, ContextRequest) else None
 
@@ -190,7 +190,7 @@ class Agent:
         if calls_made >= self.config.max_calls_per_turn:
             return (f"error: tool call limit reached (tools.max_calls_per_turn = "
                     f"{self.config.max_calls_per_turn}); answer with what you have", False, False)
-        text, ok = self._run_tool(call)
+        text, ok = self._run_tool(call, cancel)
         return text, ok, True
 
     def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event):
@@ -231,11 +231,12 @@ class Agent:
             call.id = f"call_{reply_id}_{index}"
         return calls
 
-    def _run_tool(self, call: ToolCall) -> tuple[str, bool]:
+    def _run_tool(self, call: ToolCall, cancel: threading.Event) -> tuple[str, bool]:
+        """Run one call in the sandbox; Stop reaches a running tool through ``cancel``."""
         if call.arguments is None:
             return f"error: malformed tool call: {call.error}", False
         assert self.sandbox is not None
-        result = self.sandbox.run(call.name, call.arguments)
+        result = self.sandbox.run(call.name, call.arguments, cancel=cancel)
         return result.content, result.ok
 
     def _record(self, thread_id: int, request: ContextRequest, stats: Any) -> None:

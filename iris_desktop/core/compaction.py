@@ -10,11 +10,13 @@ What:
    one long turn, at a step boundary after a complete tool call/result), with at most
    half of compaction_min_turns turns, and always the newest turn (or step); the rest is
    archived;
-2. input: the previous summary, then the archived turns with tool outputs cleared and
-   empty turns dropped; chunked and folded in order when it does not fit the model;
-3. generate a ConversationSummary with grammar-constrained JSON, capped at
-   summary_max_tokens; the extractive summarizer when that fails, times out or is
-   unusable; a dated fact ledger is added either way;
+2. input: the previous summary, then the archived messages as dated, named lines (tool
+   outputs clipped, empty messages dropped); chunked and folded in order when it does
+   not fit the model;
+3. generate a ConversationSummary with grammar-constrained JSON (each field described
+   by its meaning, list lengths from the cap), capped at summary_max_tokens; the
+   extractive summarizer when that fails, times out (summary_timeout_s), is stopped or
+   is unusable; a dated fact ledger is added either way;
 4. verify (smaller than before, nothing dropped, under the threshold) and commit the
    summary and its event atomically; on failure nothing is saved and the event says why;
    three failures in a row open a circuit breaker;
@@ -35,7 +37,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from iris_desktop.core.engine import (
-    PRUNED_PLACEHOLDER,
     ContextEngine,
     ContextRequest,
     ConversationTooLargeException,
@@ -43,10 +44,17 @@ from iris_desktop.core.engine import (
     summary_block,
 )
 from iris_desktop.core.events import CompactionFinished, CompactionStarted, TurnEvent
-from iris_desktop.core.extractive import ExtractiveSummarizer
-from iris_desktop.core.store import MessageMeta, Store, row_to_message
-from iris_desktop.core.summary import JSON_SCHEMA, ConversationSummary, SummaryInvalid
-from iris_desktop.core.tokens import Message, message_text
+from iris_desktop.core.extractive import ExtractiveSummarizer, paths_in
+from iris_desktop.core.records import Said, fmt_date, said_from_row
+from iris_desktop.core.store import MessageMeta, Store
+from iris_desktop.core.summary import (
+    FIELD_MEANINGS,
+    FIELDS,
+    ConversationSummary,
+    SummaryInvalid,
+    json_schema,
+)
+from iris_desktop.core.tokens import Message
 
 if TYPE_CHECKING:  # the planner makes compactors; a compactor only calls it
     from iris_desktop.core.planner import Planner
@@ -71,14 +79,12 @@ SUMMARIZER_PROMPT_SLACK = 64
 MIN_CHUNK_TOKENS = 128
 #: one message larger than a chunk keeps its start: at most this many chars per token
 CHARS_PER_TOKEN_CEILING = 3
-SUMMARY_INSTRUCTIONS = (
-    "You maintain the running summary of a long conversation between a user and an "
-    "assistant. Read the previous summary (if any) and the new part of the conversation, "
-    "and write ONE updated summary as JSON with these fields: summary (a 150-300 word "
-    "narrative of everything so far), accomplishments, key_decisions, relevant_files, "
-    "active_goals, emotional_thread, relationship_dynamics, evolving_themes. Keep names, "
-    "dates, numbers and file paths exactly. The new summary replaces the previous one."
-)
+#: a tool output reaches the summarizer clipped to this many characters
+TOOL_OUTPUT_CHARS = 600
+TOOL_CALL_CHARS = 200
+#: the narrative's share of the summary cap, and English's tokens per word
+NARRATIVE_SHARE = 0.5
+TOKENS_PER_WORD = 1.3
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class CompactionSettings:
         return cls(
             keep_recent_ratio=settings["context.keep_recent_ratio"],
             summary_max_tokens=settings["context.summary_max_tokens"],
+            timeout_s=settings["context.summary_timeout_s"],
             summarizer=settings["context.summarizer"],
         )
 
@@ -214,14 +221,16 @@ class Compactor:
         events = self.store.compaction_events(thread_id)[-BREAKER_FAILURES:]
         return len(events) == BREAKER_FAILURES and all(e["outcome"] == "failed" for e in events)
 
-    def before_request(self, thread_id: int) -> Iterator[TurnEvent]:
+    def before_request(self, thread_id: int, cancel: threading.Event | None = None
+                       ) -> Iterator[TurnEvent]:
         """Agent hook: compact first when the next request is due (the planner caches
         that request, so the agent's own plan afterwards costs no second build)."""
         trigger, _ = self.check(thread_id)
         if trigger != "none":
-            yield from self.run_events(thread_id, trigger)
+            yield from self.run_events(thread_id, trigger, cancel)
 
-    def after_reply(self, thread_id: int) -> Iterator[TurnEvent]:
+    def after_reply(self, thread_id: int, cancel: threading.Event | None = None
+                    ) -> Iterator[TurnEvent]:
         """Agent hook (background compaction): compact right after a reply when the next
         request would be due, or would be within one typical turn of the threshold."""
         trigger, request = self.check(thread_id)
@@ -234,12 +243,13 @@ class Compactor:
             ):
                 trigger = "early"
         if trigger != "none":
-            yield from self.run_events(thread_id, trigger)
+            yield from self.run_events(thread_id, trigger, cancel)
 
-    def run_events(self, thread_id: int, trigger: str) -> Iterator[TurnEvent]:
+    def run_events(self, thread_id: int, trigger: str, cancel: threading.Event | None = None
+                   ) -> Iterator[TurnEvent]:
         """Compact now, reported as CompactionStarted then CompactionFinished."""
         yield CompactionStarted(thread_id, trigger)
-        yield CompactionFinished(thread_id, self.compact(thread_id, trigger))
+        yield CompactionFinished(thread_id, self.compact(thread_id, trigger, cancel=cancel))
 
     def _typical_turn_tokens(self, thread_id: int) -> int:
         rows = self.store.requests(thread_id)[-4:]
@@ -249,9 +259,11 @@ class Compactor:
 
     # -- what -----------------------------------------------------------------------------
 
-    def compact(self, thread_id: int, trigger: str = "manual", force: bool = False
-                ) -> CompactionEvent:
-        """Compact now. Returns the event (also stored). Never raises for a failed summary."""
+    def compact(self, thread_id: int, trigger: str = "manual", force: bool = False,
+                cancel: threading.Event | None = None) -> CompactionEvent:
+        """Compact now. Returns the event (also stored). Never raises for a failed summary.
+        ``cancel`` (the user's Stop) ends a model-written summary early: the extractive
+        summary is used instead, so the context still shrinks."""
         started = self.clock()
         if not force and self.breaker_open(thread_id):
             event = CompactionEvent(
@@ -261,7 +273,7 @@ class Compactor:
             return event
         event, record = CompactionEvent(trigger), None
         try:
-            event, record = self._compact(thread_id, trigger)
+            event, record = self._compact(thread_id, trigger, cancel)
         except CompactionFailed as exc:
             event.error = str(exc)
         except Exception as exc:  # a bug must not lose history either: record and go on
@@ -275,14 +287,15 @@ class Compactor:
         log.info("compaction thread=%s %s", thread_id, event.describe())
         return event
 
-    def _compact(self, thread_id: int, trigger: str) -> tuple[CompactionEvent, dict]:
+    def _compact(self, thread_id: int, trigger: str, cancel: threading.Event | None = None
+                 ) -> tuple[CompactionEvent, dict]:
         """(the event, the summary record to commit with it); raises CompactionFailed."""
         previous_row = self.store.latest_summary(thread_id)
         previous = ConversationSummary.from_fields(previous_row.fields) if previous_row else None
         plan = self._plan(thread_id, previous_row)
         rows = self.store.messages_by_id([m.id for m in plan.archived])
-        messages = [row_to_message(rows[m.id]) for m in plan.archived]
-        summary, path, note = self._summarize(previous, messages, plan.archived, plan.cap)
+        said = [said_from_row(rows[m.id]) for m in plan.archived]
+        summary, path, note = self._summarize(previous, said, plan.archived, plan.cap, cancel)
         text = summary.render()
         engine = self.engine()
         summary_tokens = engine.system_costs(plan.base, plan.tools.text, summary_block(text))[2]
@@ -365,56 +378,62 @@ class Compactor:
         tail = [m for u in units[chosen:] for m in u.metas]
         return archived, tail
 
-    def _summarize(self, previous, messages, archived, cap):
+    def _summarize(self, previous, said, archived, cap, cancel=None):
         """(summary, path, note): the LLM when it works, else extractive; facts added."""
         turns = (archived[0].turn, archived[-1].turn)
         note = None
         if self.runtime is not None:
             try:
-                summary, chunks = self._llm_summary(previous, messages, cap)
+                summary, chunks = self._llm_summary(previous, said, cap, cancel)
                 summary.facts = list(previous.facts) if previous else []
-                summary = self.extractive.fill_facts(summary, messages, cap)
+                # files must survive a chain even when the model drops them
+                summary.relevant_files = _merge_files(
+                    previous.relevant_files if previous else [], summary.relevant_files,
+                    paths_in(said))
+                summary = self.extractive.fill_facts(summary, said, cap)
                 return summary, ("chunked" if chunks > 1 else "llm"), None
             except (SummaryInvalid, CompactionFailed) as exc:
                 note = f"LLM summary unusable ({exc}); extractive fallback used"
             except Exception as exc:  # the model failed; the extractive path still works
                 note = f"LLM summary failed ({type(exc).__name__}: {exc}); extractive fallback used"
             log.warning("compaction: %s", note)
-        summary = self.extractive.summarize(previous, messages, cap, turns)
+        summary = self.extractive.summarize(previous, said, cap, turns)
         return summary, "extractive", note
 
-    def _llm_summary(self, previous, messages, cap) -> tuple[ConversationSummary, int]:
+    def _llm_summary(self, previous, said, cap, cancel=None) -> tuple[ConversationSummary, int]:
+        """The model writes the eight fields as grammar-constrained JSON, chunk by chunk,
+        each fold chained on the last. A deadline (``context.summary_timeout_s``) and
+        ``cancel`` act within about half a second, also during prompt evaluation."""
         runtime = self.runtime
         window = self.summarizer_window or 4096
         # generation may run past the cap: fit() trims the rendering to it afterwards
         llm_cap = min(max(MIN_LLM_SUMMARY_TOKENS, cap), MAX_LLM_SUMMARY_TOKENS, window // 4)
-        lines = _transcript_lines(messages)
+        schema = json_schema(cap)
+        instructions = summary_instructions(cap)
         summary = previous
         chunks = 0
-        deadline = self.clock() + self.settings.timeout_s
-        for chunk in self._chunks(lines, summary, window, llm_cap):
+        deadline = time.monotonic() + self.settings.timeout_s
+        for chunk in self._chunks(_transcript_lines(said), summary, window, llm_cap, instructions):
             chunks += 1
-            prompt = _summary_prompt(summary, chunk)
-            cancel = threading.Event()
-            pieces = []
-            for piece in runtime.stream(prompt, max_tokens=llm_cap, temperature=0.0,
-                                        cancel=cancel, json_schema=JSON_SCHEMA,
-                                        repeat_penalty=1.15):
-                pieces.append(piece)
-                if self.clock() > deadline:
-                    cancel.set()
+            text = "".join(runtime.stream(
+                _summary_prompt(summary, chunk, instructions), max_tokens=llm_cap,
+                temperature=0.0, cancel=cancel, json_schema=schema, repeat_penalty=1.15,
+                deadline=deadline))
             stats = getattr(runtime, "last_stats", None)
             if stats is not None and stats.finish_reason == "cancelled":
+                if cancel is not None and cancel.is_set():
+                    raise CompactionFailed("stopped by the user")
                 raise CompactionFailed(f"timed out after {self.settings.timeout_s:.0f} s")
-            summary = ConversationSummary.parse("".join(pieces))
+            summary = ConversationSummary.parse(text)
         if summary is None:
             raise CompactionFailed("no input to summarize")
         return summary, chunks
 
-    def _chunks(self, lines: list[str], previous, window: int, llm_cap: int) -> Iterator[list[str]]:
+    def _chunks(self, lines: list[str], previous, window: int, llm_cap: int,
+                instructions: str) -> Iterator[list[str]]:
         """Transcript lines in groups that fit the summarizer's window with the previous
         summary, the instructions and the reply: the compaction call never overflows."""
-        overhead = self.counter.count_message({"role": "system", "content": SUMMARY_INSTRUCTIONS})
+        overhead = self.counter.count_message({"role": "system", "content": instructions})
         overhead += self.counter.prompt_overhead() + SUMMARIZER_PROMPT_SLACK
         prior = self.counter.count_text(previous.render()) if previous else 0
         # the previous summary of a later chunk is at most llm_cap (plus its facts)
@@ -489,29 +508,64 @@ def _units(metas: list[MessageMeta]) -> list[_Unit]:
     return [*turns, *steps]
 
 
-def _transcript_lines(messages: list[Message]) -> list[str]:
-    """The summarizer's input: old tool outputs cleared, empty turns dropped."""
+def _transcript_lines(said: list[Said]) -> list[str]:
+    """The summarizer's input, one line per message: '[date] Speaker: text', the date
+    when it changes. Tool outputs come clipped (what a tool found survives even when the
+    assistant never restated it); empty messages are dropped."""
     lines: list[str] = []
-    for message in messages:
-        role = message.get("role")
-        if role == "tool":
-            lines.append(f"Tool result ({message.get('name') or 'tool'}): {PRUNED_PLACEHOLDER}")
+    current = None
+    for message in said:
+        text = " ".join(message.text.split())
+        if message.role == "tool":
+            text = _clip(text, TOOL_OUTPUT_CHARS) or "(no output)"
+        for call in message.calls:
+            text += f" [calls {_clip(call, TOOL_CALL_CHARS)}]"
+        if not text.strip():
             continue
-        text = " ".join((message_text({**message, "tool_calls": None})).split())
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {})
-            text += f" [calls {function.get('name')}({function.get('arguments')})]"
-        if text.strip():
-            label = {"user": "User", "assistant": "Assistant", "system": "System"}.get(role, role)
-            lines.append(f"{label}: {text.strip()}")
+        date = fmt_date(message.date) if message.date else None
+        prefix = f"[{date}] " if date and date != current else ""
+        current = date or current
+        lines.append(f"{prefix}{message.speaker}: {text.strip()}")
     return lines
 
 
-def _summary_prompt(previous: ConversationSummary | None, chunk: list[str]) -> list[Message]:
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _merge_files(*lists: list[str], limit: int = 24) -> list[str]:
+    out: list[str] = []
+    for item in (i for items in lists for i in items):
+        if item and item not in out:
+            out.append(item)
+    return out[:limit]
+
+
+def summary_instructions(cap: int) -> str:
+    """What the model is told: each field with its meaning, and a narrative length the
+    token cap allows (150–300 words at the default cap)."""
+    words = max(40, min(300, int(cap * NARRATIVE_SHARE / TOKENS_PER_WORD)))
+    lower = min(150, max(30, words // 2))
+    fields = "\n".join(f"- {name}: {FIELD_MEANINGS[name]}"
+                        + (f" ({lower}-{words} words)" if name == "summary" else "")
+                        for name in FIELDS)
+    return (
+        "You keep the running summary of a long conversation. You get the previous "
+        "summary (JSON, or none) and the next part of the conversation, one message per "
+        "line as 'Speaker: text', with '[date]' where a new day starts. Write ONE updated "
+        "summary as a JSON object with these fields:\n" + fields + "\n"
+        "Rules: keep every name, date, number, place and file path exactly as written; say "
+        "who did what and when; carry over from the previous summary what still matters, "
+        "because the new summary replaces it; write lists as short items."
+    )
+
+
+def _summary_prompt(previous: ConversationSummary | None, chunk: list[str],
+                    instructions: str) -> list[Message]:
     prior = json.dumps({k: v for k, v in previous.as_fields().items() if k != "facts"},
                        ensure_ascii=False) if previous else "(none)"
-    body = f"Previous summary:\n{prior}\n\nNew part of the conversation:\n" + "\n".join(chunk)
+    body = f"Previous summary:\n{prior}\n\nNext part of the conversation:\n" + "\n".join(chunk)
     return [
-        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+        {"role": "system", "content": instructions},
         {"role": "user", "content": body},
     ]

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.core.store import ROLES, sent_at_of
 from iris_desktop.core.tokens import Message
 
-ROLES = ("system", "user", "assistant", "tool")
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
 
 
@@ -123,6 +123,12 @@ def validate_messages(messages: list[Any], where=lambda i: f"message index {i}")
         for key in ("tool_call_id", "name"):
             if message.get(key) is not None and not isinstance(message[key], str):
                 raise ConversationFormatError(f"{where(i)}: {key} must be a string")
+        try:
+            sent_at_of(message)
+        except (ValueError, OverflowError, OSError) as exc:
+            raise ConversationFormatError(
+                f"{where(i)}: its time is not a date ({exc}); use ISO 8601 such as "
+                "2024-03-04T19:30:00+01:00, or seconds since 1970") from None
 
 
 def title_from(messages: list[Message], limit: int = 60) -> str:

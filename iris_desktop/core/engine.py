@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from iris_desktop.core.recall import Recall, Recaller, attach
+from iris_desktop.core.recall import Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.store import MessageMeta, Store, SummaryRow, row_to_message
 from iris_desktop.core.tokens import Message, TokenCounter
 
@@ -331,10 +331,12 @@ class _TurnSource:
 class ContextEngine:
     """Builds requests for one thread. Never modifies stored messages."""
 
-    def __init__(self, store: Store, counter: TokenCounter, params: ContextParams):
+    def __init__(self, store: Store, counter: TokenCounter, params: ContextParams,
+                 semantic: SemanticSearch | None = None):
         self.store = store
         self.counter = counter
         self.params = params
+        self.semantic = semantic  # recall's ranking by meaning, when an embedder exists
         self.calc = TokenBudgetCalculator(
             params.window, params.token_budget_ratio, params.compaction_threshold
         )
@@ -585,10 +587,9 @@ class ContextEngine:
         if not isinstance(content, str) or not content.strip():
             return Recall(reason="no text to search"), 0
         plain = self.counter.count_message(message)
-        recaller = Recaller(self.store, self.counter)
+        recaller = Recaller(self.store, self.counter, self.semantic)
         for budget in (limit, min(limit, leftover)):
             found = recaller.recall(thread_id, summary.covers_through_id, content, budget,
-                                    summary.fields.get("relationship_dynamics", ""),
                                     frozenset(pinned))
             if not found.text:
                 return found, 0

@@ -37,6 +37,7 @@ from iris_desktop.core.engine import (
     ContextRequest,
     ConversationTooLargeException,
 )
+from iris_desktop.core.recall import SemanticSearch
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import HeuristicCounter, Message, TiktokenCounter, TokenCounter
 from iris_desktop.core.toolcalls import tools_system_prompt
@@ -162,10 +163,13 @@ class Planner:
         agent: AgentConfig | None = None,
         tools: ToolsConfig | None = None,
         values: Mapping[str, Any] | None = None,
+        semantic: SemanticSearch | None = None,
     ):
         self.params = params
         self.counter = counter
         self.runtime = runtime
+        #: recall's ranking by meaning (``core.semantic``), when an embedding model is loaded
+        self.semantic = semantic
         self.compaction = compaction or CompactionSettings()
         self.agent_config = agent or AgentConfig()
         self.tools = tools or ToolsConfig()
@@ -239,7 +243,7 @@ class Planner:
         """An engine on ``store`` with this planner's counter and parameters; without
         recall for compaction's arithmetic (recall only fills what the tail leaves)."""
         params = self.params if recall else replace(self.params, recall_max_tokens=0)
-        return ContextEngine(store, self.counter, params)
+        return ContextEngine(store, self.counter, params, self.semantic)
 
     def plan(self, store: Store, thread_id: int, draft: str | None = None, *,
              tools_allowed: bool = True, recall: bool = True, cache: bool = True,

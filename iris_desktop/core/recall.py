@@ -1,44 +1,37 @@
 """Recall: earlier messages that a summary replaced, found again for the newest message.
 
 A summary of a few hundred tokens cannot hold everything a long chat said, but the
-full history stays in SQLite. Before each request Iris searches the *summarized*
-messages (FTS5, bm25) for the words of the user's newest message and shows the best
-matches to the model with that message, dated and verbatim, each with the two messages
-that follow it: what a question asks is usually in the reply, and the details in the
-speaker's next words ("we did a contemporary piece called 'Finding Freedom'"):
+full history stays in SQLite. When the newest user message asks something, Iris
+searches the *summarized* messages for it and shows the best matches to the model with
+that message, verbatim, each with the messages that follow it (what a question asks is
+usually in the reply, and the details in the speaker's next words):
 
     [Recalled from earlier in this chat: messages the summary replaced, dated]
-    25 May 2023:
-    - Mel: I ran a charity race for mental health last Saturday (the Saturday before 25
-      May 2023) …
-    - Caroline: That's awesome! …
+    4 March 2024:
+    - Rosa: We finally moved to Tallinn last week (the week before 4 March 2024) …
+    - Tomas: Oh wow, good for you.
     [End of recalled messages]
 
-Recall runs when the newest message asks something (a question mark, a question word
-first, "remind me…"): a statement is answered from what is in view, and a block costs
-its tokens on every turn that has one. It never displaces verbatim history: it uses only
-what the history budget leaves free, up to ``context.recall_max_tokens``. It is
-deterministic for a given store, so the same turn always gets the same block (and the KV
-cache its prefix). The stored messages are never changed; the block exists only in the
-request, and the inspector lists which messages it recalled.
+Who and when come from each message's record (its ``name`` and ``sent_at``, see
+:mod:`.records`), never from the text's layout. Two rankings are fused by reciprocal
+rank fusion: lexical (FTS5 bm25 over the words of the question) and, when an embedder
+is available, semantic (the vectors of :mod:`.semantic`), which finds a paraphrase that
+shares no word with the question ("what pets does she have?" → "we got another cat").
+
+Recall never displaces verbatim history: it uses only what the history budget leaves
+free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
+same turn always gets the same block (and the KV cache its prefix). The stored messages
+are never changed; the block exists only in the request.
 """
 
 from __future__ import annotations
 
-import bisect
-import datetime as dt
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from iris_desktop.core.extractive import (
-    SESSION_DATE_RE,
-    STOPWORDS,
-    _clean,
-    aliases_from,
-    fmt_date,
-    resolve_relative,
-    session_date,
-)
+from iris_desktop.core.extractive import STOPWORDS
+from iris_desktop.core.records import Said, fmt_date, resolve_relative, said_from_row
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import TokenCounter
 
@@ -50,14 +43,22 @@ WORD_RE = re.compile(r"[A-Za-z0-9]+")
 MAX_TERMS = 24
 MAX_CHARS = 600  # one recalled message at most (a long agent message is clipped)
 FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker again
-NAMED_SPEAKER_BOOST = 1.5  # "what did Caroline say…": Caroline's own messages first
-
+LEXICAL_HITS = 60  # bm25 candidates considered
+#: reciprocal rank fusion's constant (Cormack et al. 2009): ranks past ~60 weigh little
+RRF_K = 60
+#: a question naming one speaker ranks that speaker's own messages up by this factor
+NAMED_SPEAKER_BOOST = 1.5
+#: below this much room nothing more fits (a date heading and a short line)
+MIN_ROOM_TOKENS = 16
 
 QUESTION_START_RE = re.compile(
     r"^\W*(?:what|when|where|who|whom|whose|why|how|which|did|do|does|is|are|was|were|can|"
     r"could|would|will|should|have|has|had)\b", re.IGNORECASE)
 RECALL_ASK_RE = re.compile(r"\b(?:remember|recall|remind me|tell me|you said|I said|we talked)\b",
                            re.IGNORECASE)
+
+#: (thread id, through id, question, limit) → message ids, best first
+SemanticSearch = Callable[[int, int, str, int], list[int]]
 
 
 def asks(text: str) -> bool:
@@ -74,12 +75,13 @@ class Recall:
     ids: list[int] = field(default_factory=list)  # the messages it shows, in order
     terms: list[str] = field(default_factory=list)  # what was searched for
     reason: str = ""  # why there is no block, when there is none
+    semantic: bool = False  # a semantic ranking was fused in
 
 
-def query_terms(text: str, names: dict[str, list[str]] | None = None) -> list[str]:
+def query_terms(text: str, names: Sequence[str] = ()) -> list[str]:
     """The searchable words of a message: no stopwords, no question words, no speaker
     names (a name is who speaks, not what is said), crude stems ('painting' → 'paint')."""
-    skip = STOPWORDS | QUESTION_WORDS | {n.lower() for found in (names or {}).values() for n in found}
+    skip = STOPWORDS | QUESTION_WORDS | {n.lower() for name in names for n in name.split()}
     terms: list[str] = []
     for word in WORD_RE.findall(text or ""):
         lowered = word.lower()
@@ -108,142 +110,116 @@ def fts_query(terms: list[str]) -> str:
     return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
 
 
-def _dates(store: Store, thread_id: int, through_id: int) -> tuple[list[int], list[dt.date]]:
-    """(ids, dates) of the chat's own date lines up to ``through_id``: each message was
-    written under the last one before it. One indexed scan of the thread per request."""
-    ids: list[int] = []
-    dates: list[dt.date] = []
-    for message_id, start in store.bracketed_starts(thread_id, through_id):
-        date = session_date(start)
-        if date is not None:
-            ids.append(message_id)
-            dates.append(date)
-    return ids, dates
-
-
-def _date_of(dates: tuple[list[int], list[dt.date]], message_id: int) -> dt.date | None:
-    ids, values = dates
-    index = bisect.bisect_right(ids, message_id) - 1
-    return values[index] if index >= 0 else None
+def fuse(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
+    """Reciprocal rank fusion: id → Σ 1 / (k + rank) over the rankings it appears in."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return scores
 
 
 class Recaller:
-    """Finds and formats recall for one thread."""
+    """Finds and formats recall for one thread. ``semantic`` (optional) ranks messages
+    by meaning; without it recall is lexical only."""
 
-    def __init__(self, store: Store, counter: TokenCounter):
+    def __init__(self, store: Store, counter: TokenCounter, semantic: SemanticSearch | None = None):
         self.store = store
         self.counter = counter
+        self.semantic = semantic
 
-    def recall(
-        self,
-        thread_id: int,
-        through_id: int,
-        query: str,
-        budget: int,
-        names_text: str = "",
-        exclude: frozenset[int] = frozenset(),
-    ) -> Recall:
+    def recall(self, thread_id: int, through_id: int, query: str, budget: int,
+               exclude: frozenset[int] = frozenset()) -> Recall:
         """The best-matching summarized messages (≤ ``through_id``), each with the messages
         that follow it, as one block of at most ``budget`` tokens (by ``count_text``)."""
-        names = aliases_from(names_text)
+        names = self.store.thread_speakers(thread_id)
         terms = query_terms(query, names)
         if budget <= 0 or through_id <= 0:
             return Recall(terms=terms, reason="no room")
         if not asks(query):
             return Recall(terms=terms, reason="the message asks nothing")
-        if not terms:
-            return Recall(terms=terms, reason="no searchable words")
-        hits = self.store.recall_hits(thread_id, through_id, fts_query(terms))
-        if not hits:  # before reading the thread's date lines
-            return Recall(terms=terms, reason="nothing summarized matches")
-        asked = {role for role, found in names.items() for name in found
-                 if re.search(rf"\b{re.escape(name)}\b", query or "", re.IGNORECASE)}
-        if len(asked) == 1:  # a question about one speaker: that speaker's words first
-            hits.sort(key=lambda h: h[2] * (NAMED_SPEAKER_BOOST if h[1] in asked else 1.0))
-        dates = _dates(self.store, thread_id, through_id)
-        speakers = {"user": names.get("user", ["User"])[0],
-                    "assistant": names.get("assistant", ["Assistant"])[0]}
-
-        chosen = self._choose(thread_id, through_id, hits, budget, exclude, dates, speakers)
+        ranked, semantic = self._rank(thread_id, through_id, query, terms, names)
+        if not ranked:
+            return Recall(terms=terms, reason="nothing summarized matches" if terms or semantic
+                          else "no searchable words", semantic=semantic)
+        chosen = self._choose(thread_id, through_id, ranked, budget, exclude)
         if not chosen:
-            return Recall(terms=terms, reason="nothing summarized matches")
-        return Recall(text=_render(chosen), ids=sorted(chosen), terms=terms)
+            return Recall(terms=terms, reason="nothing summarized matches", semantic=semantic)
+        return Recall(text=_render(chosen), ids=sorted(chosen), terms=terms, semantic=semantic)
 
-    def _choose(self, thread_id, through_id, hits, budget, exclude, dates, speakers
-                ) -> dict[int, tuple[str, str]]:
-        """id → (date heading, line) of the hits and the messages that follow each, in
-        rank order while they fit ``budget``."""
+    def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
+              names: list[str]) -> tuple[list[int], bool]:
+        """Message ids, best first: bm25 and (if available) semantic rankings fused; a
+        question that names one speaker puts that speaker's messages first."""
+        lexical = self.store.recall_hits(thread_id, through_id, fts_query(terms), LEXICAL_HITS) \
+            if terms else []
+        rankings = [[hit_id for hit_id, _ in lexical]]
+        semantic = False
+        if self.semantic is not None:
+            found = self.semantic(thread_id, through_id, query, LEXICAL_HITS)
+            semantic = bool(found)
+            rankings.append(found)
+        scores = fuse(rankings)
+        asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
+        if len(asked) == 1 and scores:
+            speakers = self.store.speakers_of(list(scores))
+            scores = {i: s * (NAMED_SPEAKER_BOOST if speakers.get(i) in asked else 1.0)
+                      for i, s in scores.items()}
+        return sorted(scores, key=lambda i: (-scores[i], i)), semantic
+
+    def _choose(self, thread_id: int, through_id: int, ranked: list[int], budget: int,
+                exclude: frozenset[int]) -> dict[int, Said]:
+        """The hits and the messages that follow each, in rank order while they fit."""
         spent = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
-        chosen: dict[int, tuple[str, str]] = {}
+        chosen: dict[int, Said] = {}
         headings: set[str] = set()
-        for hit_id, _role, _rank in hits:
-            if budget - spent < 16:  # nothing more will fit
+        for hit_id in ranked:
+            if budget - spent < MIN_ROOM_TOKENS:
                 break
             if hit_id in chosen or hit_id in exclude:
                 continue
-            lines = self._group(thread_id, through_id, hit_id, chosen, exclude, dates, speakers)
-            if hit_id not in lines:
+            group = [s for s in self._group(thread_id, through_id, hit_id, exclude)
+                     if s.id not in chosen]
+            if not group or group[0].id != hit_id:
                 continue
-            new_headings = {h for h, _ in lines.values() if h and h not in headings}
+            new_headings = {fmt_date(s.date) for s in group if s.date} - headings
             cost = self.counter.count_text("\n".join(
-                [*(f"{h}:" for h in sorted(new_headings)), *(line for _, line in lines.values())])) + 1
+                [*(f"{h}:" for h in sorted(new_headings)), *(_line(s) for s in group)])) + 1
             if spent + cost > budget:
                 continue
-            chosen.update(lines)
+            chosen.update((s.id, s) for s in group)
             headings |= new_headings
             spent += cost
         return chosen
 
-    def _group(self, thread_id, through_id, hit_id, chosen, exclude, dates, speakers
-               ) -> dict[int, tuple[str, str]]:
-        """A hit and the FOLLOWING messages after it, as dated lines."""
-        group = [hit_id]
-        current = hit_id
-        for _ in range(FOLLOWING):
-            current = self._next(thread_id, current, through_id)
-            if current is None or current in exclude:
-                break
-            if current not in chosen:
-                group.append(current)
-        rows = self.store.messages_by_id(group)
-        lines: dict[int, tuple[str, str]] = {}
-        for message_id in group:
-            row = rows.get(message_id)
-            if row is None or not isinstance(row.get("content"), str):
-                continue
-            date = _date_of(dates, message_id)
-            lines[message_id] = (fmt_date(date) if date else "", self._line(row, date, speakers))
-        return lines
-
-    def _next(self, thread_id: int, message_id: int, through_id: int) -> int | None:
-        row = self.store.conn.execute(
-            "SELECT id, role FROM messages WHERE thread_id = ? AND id > ? ORDER BY id LIMIT 1",
-            (thread_id, message_id),
-        ).fetchone()
-        if row is None or row[0] > through_id or row[1] not in ("user", "assistant"):
-            return None
-        return int(row[0])
-
-    @staticmethod
-    def _line(row: dict, date: dt.date | None, speakers: dict[str, str]) -> str:
-        text = SESSION_DATE_RE.sub("", row["content"])
-        text = " ".join(_clean(text).split())
-        if len(text) > MAX_CHARS:
-            text = text[: MAX_CHARS - 1].rstrip() + "…"
-        text = resolve_relative(text, date)
-        return f"- {speakers.get(row['role'], row['role'])}: {text}"
+    def _group(self, thread_id: int, through_id: int, hit_id: int,
+               exclude: frozenset[int]) -> list[Said]:
+        """A hit and up to FOLLOWING user/assistant messages after it."""
+        ids = [hit_id, *self.store.following(thread_id, hit_id, through_id, FOLLOWING)]
+        ids = [i for i in ids if i == hit_id or i not in exclude]
+        rows = self.store.messages_by_id(ids)
+        return [said_from_row(rows[i]) for i in ids
+                if i in rows and isinstance(rows[i].get("content"), str)]
 
 
-def _render(chosen: dict[int, tuple[str, str]]) -> str:
-    """The block, in message order, dated once per session as the ledger is."""
+def _line(said: Said) -> str:
+    text = " ".join(said.text.split())
+    if len(text) > MAX_CHARS:
+        text = text[: MAX_CHARS - 1].rstrip() + "…"
+    return f"- {said.speaker}: {resolve_relative(text, said.date)}"
+
+
+def _render(chosen: dict[int, Said]) -> str:
+    """The block, in message order, each date said once (as the ledger does)."""
     out = [RECALL_HEADER]
-    current_heading = None
+    current = None
     for message_id in sorted(chosen):
-        heading, line = chosen[message_id]
-        if heading and heading != current_heading:
+        said = chosen[message_id]
+        heading = fmt_date(said.date) if said.date else None
+        if heading and heading != current:
             out.append(f"{heading}:")
-            current_heading = heading
-        out.append(line)
+            current = heading
+        out.append(_line(said))
     out.append(RECALL_FOOTER)
     return "\n".join(out)
 

@@ -10,6 +10,7 @@ can use one data dir at once. The files are created 0600 on POSIX.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sqlite3
@@ -141,6 +142,13 @@ MIGRATIONS: tuple[str, ...] = (
         started_at REAL NOT NULL
     );
     CREATE INDEX messages_streaming ON messages(id) WHERE status = 'streaming';
+    """,
+    # 4: when a message was written, as ISO 8601 with its UTC offset (the writer's local
+    # day), NULL when unknown (an import without timestamps): summaries and recall date
+    # facts from it, never from the text's layout
+    """
+    ALTER TABLE messages ADD COLUMN sent_at TEXT;
+    CREATE INDEX messages_thread_name ON messages(thread_id, name);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -337,31 +345,53 @@ class Store:
 
     def recall_hits(
         self, thread_id: int, through_id: int, fts: str, limit: int = 60
-    ) -> list[tuple[int, str, float]]:
-        """(id, role, bm25 rank) of the thread's user and assistant messages up to
+    ) -> list[tuple[int, float]]:
+        """(id, bm25 rank) of the thread's user and assistant messages up to
         ``through_id`` that match the FTS5 query ``fts``, best first."""
         if through_id <= 0 or not fts:
             return []
         rows = self.conn.execute(
             """
-            SELECT m.id, m.role, rank FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+            SELECT m.id, rank FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
             WHERE messages_fts MATCH ? AND m.thread_id = ? AND m.id <= ?
               AND m.role IN ('user', 'assistant')
             ORDER BY rank LIMIT ?
             """,
             (fts, thread_id, through_id, limit),
         ).fetchall()
-        return [(int(r[0]), r[1], float(r[2])) for r in rows]
+        return [(int(r[0]), float(r[1])) for r in rows]
 
-    def bracketed_starts(self, thread_id: int, through_id: int) -> list[tuple[int, str]]:
-        """(id, first 64 characters) of the messages up to ``through_id`` that start with
-        '[', where a chat states its date ('[1:56 pm on 8 May, 2023] …')."""
+    def thread_speakers(self, thread_id: int, limit: int = 32) -> list[str]:
+        """The names the thread's messages carry (OpenAI's ``name`` field), most used
+        first; read from an index, so it costs little on a long thread."""
         rows = self.conn.execute(
-            "SELECT id, substr(content, 1, 64) FROM messages WHERE thread_id = ? AND id <= ? "
-            "AND substr(content, 1, 1) = '[' ORDER BY id",
-            (thread_id, through_id),
+            """
+            SELECT name FROM messages INDEXED BY messages_thread_name
+            WHERE thread_id = ? AND name IS NOT NULL AND role IN ('user', 'assistant')
+            GROUP BY name ORDER BY count(*) DESC LIMIT ?
+            """,
+            (thread_id, limit),
         ).fetchall()
-        return [(int(r[0]), r[1]) for r in rows]
+        return [r[0] for r in rows if r[0]]
+
+    def speakers_of(self, ids: Sequence[int]) -> dict[int, str | None]:
+        """id → the message's ``name``."""
+        return {mid: row.get("name") for mid, row in self.messages_by_id(list(ids)).items()}
+
+    def following(self, thread_id: int, message_id: int, through_id: int, count: int) -> list[int]:
+        """Up to ``count`` user or assistant messages right after ``message_id`` (≤
+        ``through_id``); stops at anything else (a tool result)."""
+        rows = self.conn.execute(
+            "SELECT id, role FROM messages WHERE thread_id = ? AND id > ? AND id <= ? "
+            "ORDER BY id LIMIT ?",
+            (thread_id, message_id, through_id, count),
+        ).fetchall()
+        out: list[int] = []
+        for mid, role in rows:
+            if role not in ("user", "assistant"):
+                break
+            out.append(int(mid))
+        return out
 
     def search(self, query: str, limit: int = 50) -> list[dict[str, Any]]:
         """Threads whose title or message text matches ``query`` (FTS5), best first."""
@@ -391,14 +421,17 @@ class Store:
     # -- messages ---------------------------------------------------------------------------
 
     def add_message(self, thread_id: int, message: Message, status: str = "complete") -> int:
-        """Append one message and commit it. Returns its id."""
-        row = _message_row(message)
+        """Append one message (written now, unless it carries its own timestamp) and
+        commit it. Returns its id."""
+        row = _message_row(message, now_iso())
         with self.transaction():
             return self._insert(thread_id, row, status)
 
     def add_messages(self, thread_id: int, messages: Sequence[Message]) -> list[int]:
-        """Append many messages atomically: all or none."""
-        rows = [_message_row(m) for m in messages]
+        """Append many messages atomically: all or none. An imported message keeps the
+        time its source gives (``created_at``, ``create_time`` or ``timestamp``); without
+        one, when it was written is unknown (``sent_at`` NULL), not the import time."""
+        rows = [_message_row(m, None) for m in messages]
         with self.transaction():
             return [self._insert(thread_id, row, "complete") for row in rows]
 
@@ -420,9 +453,9 @@ class Store:
         cur = self.conn.execute(
             """
             INSERT INTO messages(thread_id, turn, role, content, content_is_json, tool_calls,
-                                 tool_call_id, name, extra, status, created_at)
+                                 tool_call_id, name, extra, status, created_at, sent_at)
             VALUES (:thread_id, :turn, :role, :content, :content_is_json, :tool_calls,
-                    :tool_call_id, :name, :extra, :status, :created_at)
+                    :tool_call_id, :name, :extra, :status, :created_at, :sent_at)
             """,
             {**row, "thread_id": thread_id, "turn": turn, "status": status, "created_at": now},
         )
@@ -653,7 +686,41 @@ def _split_sql(script: str) -> list[str]:
     return statements
 
 
-def _message_row(message: Message) -> dict[str, Any]:
+#: the message keys a source may carry its time in (OpenAI-style exports differ)
+TIMESTAMP_KEYS = ("created_at", "create_time", "timestamp")
+
+
+def now_iso() -> str:
+    """Now, as ISO 8601 with the local UTC offset."""
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def iso_timestamp(value: Any) -> str:
+    """A source's timestamp as ISO 8601 with an offset: ISO text (a missing offset reads as
+    local time) or seconds (or milliseconds) since the epoch. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a time: {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = value / 1000 if value > 1e11 else value  # milliseconds, from JavaScript
+        when = dt.datetime.fromtimestamp(seconds).astimezone()
+    elif isinstance(value, str):
+        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            when = when.astimezone()
+    else:
+        raise ValueError(f"not a time: {value!r}")
+    return when.isoformat(timespec="seconds")
+
+
+def sent_at_of(message: Message) -> str | None:
+    """The time a message says it was written, if it says (see TIMESTAMP_KEYS)."""
+    for key in TIMESTAMP_KEYS:
+        if message.get(key) is not None:
+            return iso_timestamp(message[key])
+    return None
+
+
+def _message_row(message: Message, default_sent_at: str | None = None) -> dict[str, Any]:
     role = message.get("role")
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
@@ -675,6 +742,7 @@ def _message_row(message: Message) -> dict[str, Any]:
         "tool_call_id": message.get("tool_call_id"),
         "name": message.get("name"),
         "extra": json.dumps(extra, ensure_ascii=False),
+        "sent_at": sent_at_of(message) or default_sent_at,
     }
 
 

@@ -31,28 +31,56 @@ LABELS = {
     "facts": "Facts (dated)",
 }
 
-#: what the grammar-constrained generation must produce (llama.cpp JSON-schema format).
-#: Bounded lists keep a small model that repeats itself from filling the reply; long
-#: ``maxLength`` bounds are avoided because llama.cpp expands them into huge grammars.
-JSON_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        name: (
-            {"type": "string"}
-            if name in TEXT_FIELDS
-            else {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 120}}
-        )
-        for name in FIELDS
-    },
-    "required": list(FIELDS),
+#: what each field holds (the seed's meanings), for the summarizer's instructions
+FIELD_MEANINGS = {
+    "summary": "a narrative of the whole conversation so far, in order: who said or did "
+               "what, when, and what came of it",
+    "accomplishments": "what has been done or completed (tasks finished, problems solved, "
+                       "things the user achieved or told about)",
+    "key_decisions": "decisions made, and why",
+    "relevant_files": "file paths that were read, searched, created or changed",
+    "active_goals": "what the user is working toward or asked for and is still open",
+    "emotional_thread": "how the user has been feeling, and how that changed",
+    "relationship_dynamics": "who the people in the conversation are (their names) and how "
+                             "they relate to each other and to the assistant",
+    "evolving_themes": "topics that keep coming back",
 }
+#: a list item the schema allows: long enough for a path or a short fact
+LIST_ITEM_CHARS = 120
+#: a list item costs about this many tokens when a cap is shared out
+LIST_ITEM_TOKENS = 24
+#: bounds on the items per list, whatever the cap
+MIN_LIST_ITEMS, MAX_LIST_ITEMS = 2, 12
+
+
+def json_schema(max_tokens: int = 768) -> dict[str, Any]:
+    """What the grammar-constrained generation must produce (llama.cpp JSON-schema form).
+    Lists are bounded from the token cap (half of it shared by the five lists), so a
+    small model that repeats itself still stops, and a large cap allows long lists.
+    Long ``maxLength`` bounds are avoided because llama.cpp expands them into huge
+    grammars."""
+    items = max(MIN_LIST_ITEMS, min(MAX_LIST_ITEMS,
+                                    max_tokens // 2 // (len(LIST_FIELDS) * LIST_ITEM_TOKENS)))
+    return {
+        "type": "object",
+        "properties": {
+            name: ({"type": "string"} if name in TEXT_FIELDS else
+                   {"type": "array", "maxItems": items,
+                    "items": {"type": "string", "maxLength": LIST_ITEM_CHARS}})
+            for name in FIELDS
+        },
+        "required": list(FIELDS),
+    }
+
+
+JSON_SCHEMA: dict[str, Any] = json_schema()
 
 
 DATE_PREFIX_RE = re.compile(r"^(\d{1,2} [A-Z][a-z]+ \d{4}) (.+)$", re.DOTALL)
 
 
 def split_date(fact: str) -> tuple[str, str]:
-    """('8 May 2023', 'Caroline: …') for a dated ledger line; ('', line) otherwise."""
+    """('4 March 2024', 'Rosa: …') for a dated ledger line; ('', line) otherwise."""
     match = DATE_PREFIX_RE.match(fact)
     return (match.group(1), match.group(2)) if match else ("", fact)
 

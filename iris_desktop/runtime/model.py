@@ -83,6 +83,15 @@ class PromptTooLongError(ValueError):
 # ---------------------------------------------------------------------------
 # llama.cpp plumbing
 
+
+class EvalStopped(Exception):
+    """A prompt evaluation was stopped between two chunks (cancel, deadline or close)."""
+
+    def __init__(self, evaluated: int, total: int) -> None:
+        super().__init__(f"stopped after {evaluated} of {total} prompt tokens")
+        self.evaluated = evaluated
+
+
 _llama_class: Any = None
 _log_state: dict[str, Any] = {}
 llama_log = logging.getLogger("iris.runtime.llama")
@@ -96,11 +105,33 @@ def _counting_llama_class() -> Any:
         import llama_cpp
 
         class CountingLlama(llama_cpp.Llama):
+            """Counts the tokens it evaluates, and stops a long prompt part-way when
+            ``iris_should_stop`` says so: llama.cpp's abort callback asks it between two
+            nodes of the compute graph, so Stop, a timeout or a closing app act within a
+            fraction of a second while batches stay full size (small batches would make
+            every prompt slower). The ubatches already computed stay in the KV cache up
+            to ``n_tokens``; the next evaluation clears the rest and reuses that part."""
+
             iris_evaluated = 0
+            iris_should_stop: Any = None
 
             def eval(self, tokens):  # type: ignore[override]
-                self.iris_evaluated += len(tokens)
-                return super().eval(tokens)
+                tokens = list(tokens)
+                for start in range(0, len(tokens), self.n_batch):
+                    part = tokens[start:start + self.n_batch]
+                    if start and self._iris_stopping():
+                        raise EvalStopped(start, len(tokens))
+                    try:
+                        super().eval(part)
+                    except RuntimeError as exc:
+                        if "returned 2" in str(exc):  # llama_decode: aborted by the callback
+                            raise EvalStopped(start, len(tokens)) from None
+                        raise
+                    self.iris_evaluated += len(part)
+
+            def _iris_stopping(self) -> bool:
+                check = self.iris_should_stop
+                return bool(check is not None and check())
 
         _llama_class = CountingLlama
     return _llama_class
@@ -258,6 +289,10 @@ class LocalModel:
         import llama_cpp
 
         self._n_ctx = int(llm.n_ctx())
+        # llama.cpp asks this between graph nodes; a ctypes callback must stay referenced
+        self._abort_callback = llama_cpp.ggml_abort_callback(
+            lambda _data: llm._iris_stopping())
+        llama_cpp.llama_set_abort_callback(llm.ctx, self._abort_callback, None)
         self._n_swa = int(llama_cpp.llama_model_n_swa(llm.model))
         # the model's own BOS rule (llama.cpp's add_bos_token) wins over the format's text
         bos = int(llm.token_bos())
@@ -523,6 +558,7 @@ class LocalModel:
         seed: int | None = None,
         stop: list[str] | None = None,
         tools: list[dict] | None = None,
+        deadline: float | None = None,
     ) -> Iterator[str]:
         """Generate a reply to ``messages``, yielding text pieces as they come.
 
@@ -530,9 +566,10 @@ class LocalModel:
         itself (:attr:`native_tools`); other formats get them in the system prompt from
         the caller, and ignore this argument.
 
-        ``cancel`` is checked between tokens; when set, generation stops with
-        ``finish_reason == "cancelled"`` (closing the iterator early counts as a
-        cancel too). ``json_schema`` (or an OpenAI ``response_format``, or a GBNF
+        ``cancel`` is checked between tokens and between chunks of the prompt's
+        evaluation; when set, or once ``time.monotonic()`` passes ``deadline``,
+        generation stops with ``finish_reason == "cancelled"`` (closing the iterator
+        early counts as a cancel too). ``json_schema`` (or an OpenAI ``response_format``, or a GBNF
         ``grammar``) constrains the output. ``temperature=0`` is greedy. After the
         iterator ends, :attr:`last_stats` holds the :class:`GenerationStats`.
 
@@ -547,13 +584,13 @@ class LocalModel:
             grammar=self._grammar(json_schema, response_format, grammar),
             sampling=dict(top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty),
             seed=self.seed if seed is None else seed, extra_stop=stop or [],
-            tools=tools if self.native_tools else None,
+            tools=tools if self.native_tools else None, deadline=deadline,
         )
 
     def _stream(self, messages: list[Message], *, max_tokens: int, temperature: float,
                 cancel: threading.Event | None, grammar: Any, sampling: dict,
-                seed: int, extra_stop: list[str], tools: list[dict] | None = None
-                ) -> Iterator[str]:
+                seed: int, extra_stop: list[str], tools: list[dict] | None = None,
+                deadline: float | None = None) -> Iterator[str]:
         import llama_cpp
 
         with self._lock:
@@ -576,6 +613,10 @@ class LocalModel:
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             vocab = llm._model.vocab
 
+            def should_stop() -> bool:
+                return (self._closing.is_set() or (cancel is not None and cancel.is_set())
+                        or (deadline is not None and time.monotonic() > deadline))
+
             predicted_reuse = 0
             evaluated = 0
             completion = 0
@@ -589,15 +630,21 @@ class LocalModel:
                 predicted_reuse = self._plan_reuse(tokens)
                 llm.set_seed(seed)
                 llm.iris_evaluated = 0
+                llm.iris_should_stop = should_stop
                 gen = llm.generate(tokens, temp=temperature, grammar=grammar, **sampling)
                 while True:
-                    if self._closing.is_set() or (cancel is not None and cancel.is_set()):
+                    if should_stop():
                         finish = "cancelled"
                         break
                     try:
                         token = next(gen)
                     except StopIteration:
                         finish = "stop"
+                        break
+                    except EvalStopped as stopped:
+                        evaluated = int(llm.iris_evaluated)
+                        log.info("prompt evaluation %s", stopped)
+                        finish = "cancelled"
                         break
                     now = time.perf_counter()
                     if t_first is None:
@@ -630,12 +677,14 @@ class LocalModel:
                 finish = "error"
                 raise
             finally:
+                llm.iris_should_stop = None
                 if gen is not None:
                     gen.close()
                 t_end = time.perf_counter()
                 if t_first is None:
                     reused = 0 if gen is None else predicted_reuse
-                    evaluated = 0 if gen is None else n_prompt - predicted_reuse
+                    # stopped during the prompt: what llama.cpp really evaluated
+                    evaluated = 0 if gen is None else int(llm.iris_evaluated)
                 else:
                     reused = n_prompt - evaluated
                     if reused != predicted_reuse:

@@ -1,0 +1,158 @@
+"""What the summarizer and recall read of a stored message: who said it, when, and what.
+
+Everything here comes from the message's record, never from the layout of its text:
+the speaker is the message's ``name`` (OpenAI's field) or, without one, its role; the
+date is ``sent_at``, the time the message was written (an imported chat keeps its
+source's timestamps). Relative dates in the text ("yesterday", "last Saturday") are
+anchored to that date, so a fact keeps its "when" after the message is gone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MONTH_NAMES = ["January", "February", "March", "April", "May", "June", "July", "August",
+               "September", "October", "November", "December"]
+WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+WEEKDAY_ABBREVIATIONS = {"mon": "monday", "tue": "tuesday", "tues": "tuesday", "wed": "wednesday",
+                         "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday",
+                         "sat": "saturday", "sun": "sunday"}
+WEEKDAY_WORDS = WEEKDAYS + sorted(WEEKDAY_ABBREVIATIONS, key=len, reverse=True)
+NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+                "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2}
+#: how a role is named when its messages carry no ``name``
+ROLE_SPEAKERS = {"user": "User", "assistant": "Assistant", "system": "System"}
+
+
+@dataclass(frozen=True)
+class Said:
+    """One stored message as read for memory: who, when, what."""
+
+    id: int
+    role: str
+    speaker: str
+    text: str
+    date: dt.date | None
+    #: the speaker was named by the message itself (its ``name``), not guessed from its role
+    named: bool = False
+    #: an assistant message's tool calls, as "name(arguments)"
+    calls: tuple[str, ...] = ()
+
+
+def day_of(sent_at: str | None) -> dt.date | None:
+    """The writer's local day of an ISO-8601 ``sent_at`` (None when unknown or unreadable)."""
+    if not sent_at:
+        return None
+    try:
+        return dt.datetime.fromisoformat(sent_at).date()
+    except ValueError:
+        return None
+
+
+def said_from_row(row: Mapping[str, Any]) -> Said:
+    """A ``messages`` row (with ``sent_at`` and ``name``) as a Said."""
+    role = row["role"]
+    text = row.get("content") or ""
+    if row.get("content_is_json"):
+        try:
+            parts = json.loads(text)
+            text = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in parts)
+        except (ValueError, TypeError, AttributeError):
+            pass
+    name = row.get("name")
+    if role == "tool":
+        speaker = f"Tool {name}" if name else "Tool"
+    else:
+        speaker = name or ROLE_SPEAKERS.get(role, role)
+    return Said(int(row["id"]), role, speaker, text, day_of(row.get("sent_at")),
+                named=bool(name) and role != "tool", calls=_calls(row.get("tool_calls")))
+
+
+def _calls(raw: str | None) -> tuple[str, ...]:
+    try:
+        calls = json.loads(raw) if raw else []
+    except ValueError:
+        return ()
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        out.append(f"{function.get('name')}({function.get('arguments')})")
+    return tuple(out)
+
+
+def fmt_date(date: dt.date) -> str:
+    return f"{date.day} {MONTH_NAMES[date.month - 1]} {date.year}"
+
+
+def _weekday(word: str) -> str:
+    """'fri' → 'Friday'; 'week' and 'weekend' stay as they are."""
+    word = WEEKDAY_ABBREVIATIONS.get(word, word)
+    return word.capitalize() if word in WEEKDAYS else word
+
+
+def resolve_relative(sentence: str, today: dt.date | None) -> str:
+    """Anchor relative dates to the day the sentence was written, so they keep their
+    meaning once the message is gone: 'yesterday (7 May 2023)', 'last week (the week
+    before 9 June 2023)', 'last Friday (the Friday before 27 July 2023)'. An anchored
+    phrase is never wrong, where a computed day would be a guess for 'last week' or 'a
+    few days ago'. Long because each English form gets one readable line."""
+    if today is None:
+        return sentence
+    anchor = fmt_date(today)
+
+    def sub(pattern: str, value) -> None:
+        nonlocal sentence
+        sentence = re.sub(pattern, lambda m: f"{m.group(0)} ({value})", sentence, count=1,
+                          flags=re.IGNORECASE)
+
+    lowered = sentence.lower()
+    if "yesterday" in lowered:
+        sub(r"\byesterday\b", fmt_date(today - dt.timedelta(days=1)))
+    if "tomorrow" in lowered:
+        sub(r"\btomorrow\b", fmt_date(today + dt.timedelta(days=1)))
+    if re.search(r"\b(?:today|tonight|this morning|this afternoon)\b", lowered):
+        sub(r"\b(?:today|tonight|this morning|this afternoon)\b", anchor)
+    day = r"(week(?:end)?|" + "|".join(WEEKDAY_WORDS) + r")"
+    match = re.search(r"\b(?:last|this past) " + day + r"\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} before {anchor}")
+    match = re.search(r"\bnext " + day + r"\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} after {anchor}")
+    match = re.search(r"\bthis (week(?:end)?)\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"the {match.group(1)} of {anchor}")
+    match = re.search(r"\bon (" + "|".join(WEEKDAYS) + r")\b", lowered)
+    if match and not re.search(r"\b(?:next|last|this past) " + match.group(1), lowered):
+        sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} before or on {anchor}")
+    if "last month" in lowered:
+        prev = today.replace(day=1) - dt.timedelta(days=1)
+        sub(r"\blast month\b", f"{MONTH_NAMES[prev.month - 1]} {prev.year}")
+    if "next month" in lowered:
+        nxt = (today.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+        sub(r"\bnext month\b", f"{MONTH_NAMES[nxt.month - 1]} {nxt.year}")
+    match = re.search(r"\blast (spring|summer|fall|autumn|winter)\b", lowered)
+    if match:
+        sub(re.escape(match.group(0)), f"the {match.group(1)} of {today.year - 1}")
+    if "last year" in lowered:
+        sub(r"\blast year\b", str(today.year - 1))
+    if "this year" in lowered:
+        sub(r"\bthis year\b", str(today.year))
+    if "next year" in lowered:
+        sub(r"\bnext year\b", str(today.year + 1))
+    match = re.search(r"\b(a few|a couple of|\w+) (days?|weeks?|months?|years?) ago\b", lowered)
+    if match:
+        count = NUMBER_WORDS.get(match.group(1), int(match.group(1)) if match.group(1).isdigit() else None)
+        unit = match.group(2).rstrip("s")
+        if unit == "day" and count is not None:  # an exact day
+            sub(re.escape(match.group(0)), fmt_date(today - dt.timedelta(days=count)))
+        elif unit == "year" and count is not None:
+            sub(re.escape(match.group(0)), f"{count} years ago from {anchor}, about {today.year - count}")
+        else:
+            sub(re.escape(match.group(0)), f"before {anchor}")
+    return sentence
