@@ -175,8 +175,28 @@ def test_circuit_breaker_after_three_failures(fresh_store):
     assert compactor.breaker_open(thread)
     skipped = compactor.compact(thread, "budget")
     assert skipped.outcome == "skipped" and "circuit breaker" in skipped.error
-    assert len(fresh_store.compaction_events(thread)) == 3  # no fourth attempt recorded
+    outcomes = [e["outcome"] for e in fresh_store.compaction_events(thread)]
+    assert outcomes == ["failed"] * 3 + ["skipped"]  # the skip is recorded, not attempted
     assert compactor.compact(thread, "manual", force=True).outcome == "failed"
+
+
+def test_the_breaker_half_opens_after_a_cool_down_of_turns(fresh_store):
+    from iris_desktop.core.compaction import BREAKER_COOLDOWN_TURNS
+
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "only one turn"}])
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params())
+    for _ in range(3):
+        compactor.compact(thread, "budget")
+    assert compactor.breaker_open(thread)
+    fresh_store.add_messages(thread, [
+        m for n in range(BREAKER_COOLDOWN_TURNS)
+        for m in ({"role": "assistant", "content": f"a{n}"}, {"role": "user", "content": f"u{n}"})])
+    assert not compactor.breaker_open(thread)  # half-open: one attempt goes through
+    attempt = compactor.compact(thread, "budget")
+    assert attempt.outcome != "skipped"
+    if attempt.outcome == "failed":
+        assert compactor.breaker_open(thread)  # and its failure opens it again
 
 
 def test_summarizer_input_is_dated_named_and_keeps_tool_findings_clipped(fresh_store):
@@ -200,7 +220,9 @@ def test_summarizer_input_is_dated_named_and_keeps_tool_findings_clipped(fresh_s
 
 def test_in_loop_compaction_on_a_replayed_swe_transcript(fresh_store):
     """One long agent turn in a 4,096 window: before every model call, the result just
-    asked for is verbatim and no call is without its result."""
+    asked for is there (verbatim, or shortened with a marker when even after compaction
+    the task and the result do not both fit), the task stays verbatim, and no call is
+    without its result."""
     # 12.5k tokens over 44 messages: three times the window, in one turn
     messages = load_corpus(next(p for p in AGENT_FILES if "i_got_id_demo" in p.name))
     thread = fresh_store.create_thread("swe")
@@ -217,8 +239,15 @@ def test_in_loop_compaction_on_a_replayed_swe_transcript(fresh_store):
         compactions += sum(1 for e in events if isinstance(e, CompactionFinished))
         request = engine.build(thread)
         check_request(engine, request)
-        assert request.messages[-1]["content"] == message["content"]  # never lost
+        sent = request.messages[-1]["content"]
+        if request.clipped_ids:  # shortened for the model, never lost: the store has it all
+            head = sent.split("\n[… output shortened for the model")[0]
+            assert message["content"].startswith(head) and len(head) > 100
+        else:
+            assert sent == message["content"]
         assert not request.dropped_turns
+        if request.summary is not None and request.kept_ids:
+            assert request.messages[1]["content"] == messages[1]["content"]  # the task
     assert compactions >= 1
     assert all(e["outcome"] == "ok" for e in fresh_store.compaction_events(thread))
 

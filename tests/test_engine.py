@@ -269,3 +269,64 @@ def test_exact_tiktoken_counting_on_corpus(corpus_store):
     engine = engine_for(store, 8192, counter=TiktokenCounter())
     request = engine.build(ids["multi"])
     check_request(engine, request)
+
+
+# -- a large in-flight tool result, and the task a summary cut through --------------------------
+
+
+def test_a_huge_in_flight_result_is_shortened_for_the_model_not_the_store(fresh_store):
+    """The model asked for it, so it is never cleared; when it alone overflows the window it
+    is shortened, with a marker, in the request only, and the agent can go on."""
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [
+        {"role": "user", "content": "Read the log."},
+        {"role": "assistant", "content": "Reading.", "tool_calls": [call("c1", "read_file")]},
+        {"role": "tool", "tool_call_id": "c1", "name": "read_file",
+         "content": "".join(f"line {i}: something happened\n" for i in range(3000))},
+    ])
+    before = snapshot(fresh_store, thread)
+    engine = engine_for(fresh_store, 2048)
+    request = engine.build(thread)
+    described = check_request(engine, request)
+    result_id = fresh_store.messages(thread)[-1]["id"]
+    assert request.clipped_ids == [result_id]
+    sent = request.messages[-1]["content"]
+    assert sent.startswith("line 0: something happened")
+    assert "output shortened for the model" in sent and "the full output is stored" in sent
+    assert {m["id"]: m["state"] for m in described}[result_id] == "clipped"
+    assert snapshot(fresh_store, thread) == before  # the store keeps every line
+
+
+def test_too_large_says_what_was_tried(fresh_store):
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [
+        {"role": "user", "content": "x " * 5000},  # the user's own message cannot be shortened
+        {"role": "assistant", "content": "", "tool_calls": [call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "name": "bash", "content": "y " * 5000},
+    ])
+    with pytest.raises(ConversationTooLargeException) as err:
+        engine_for(fresh_store, 1024).build(thread)
+    assert "too large to shorten into what is left" in str(err.value)
+    thread = fresh_store.create_thread("plain")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "z " * 5000}])
+    with pytest.raises(ConversationTooLargeException) as err:
+        engine_for(fresh_store, 1024).build(thread)
+    assert "every tool output cleared" in str(err.value) and "asked for" not in str(err.value)
+
+
+def test_the_current_tasks_request_stays_verbatim_when_its_first_steps_are_summarized(fresh_store):
+    from helpers import compactor_for
+
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, agent_turn(1, 12, 120)[:-1])  # one long turn, in progress
+    task_id = fresh_store.messages(thread)[0]["id"]
+    engine = engine_for(fresh_store, 4096, min_turns=0)
+    assert compactor_for(fresh_store, HeuristicCounter(), engine.params).compact(
+        thread, "budget").outcome == "ok"
+    summary = fresh_store.latest_summary(thread)
+    assert summary.covers_through_id > task_id  # the early steps of this turn are summarized
+    request = engine.build(thread)
+    described = check_request(engine, request)
+    assert request.kept_ids == [task_id]
+    assert request.messages[1]["content"].startswith("task 1")  # right after the system prompt
+    assert {m["id"]: m["state"] for m in described}[task_id] == "verbatim"

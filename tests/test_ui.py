@@ -15,6 +15,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QPoint, Qt, QTimer  # noqa: E402
+from PySide6.QtGui import QAction, QKeySequence  # noqa: E402
 from PySide6.QtWidgets import QMessageBox, QWidget  # noqa: E402
 
 from iris_desktop.core.events import ReplyToken, RequestSent  # noqa: E402
@@ -677,3 +678,20 @@ def test_reloading_the_model_while_the_meter_refreshes_does_not_crash(make_windo
     window.context.refresh_meter()
     settle(qtbot, window)
     assert window.meter.breakdown and window.meter.breakdown["history"] > 0
+
+
+def test_compact_now_summarizes_the_open_chat(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, chat(30, words=40))
+    window = make_window(ScriptedRuntime([]), overrides={"context.summarizer": "extractive",
+                                                         "context.window": "4096"})
+    window.open_thread(thread)
+    settle(qtbot, window)
+    action = window.findChild(QAction, "compact-now")
+    assert action.shortcut() == QKeySequence("Ctrl+Shift+K")
+    action.trigger()
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    settle(qtbot, window)
+    shown = entries(window)
+    assert any(e.kind == "divider" for e in shown)
+    assert any(e.state == "summarized" for e in shown)
+    assert "compacted (manual, extractive)" in window.state_label.text()

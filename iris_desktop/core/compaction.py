@@ -62,6 +62,9 @@ if TYPE_CHECKING:  # the planner makes compactors; a compactor only calls it
 log = logging.getLogger("iris.compaction")
 
 BREAKER_FAILURES = 3
+#: a tripped breaker lets one attempt through after this many new turns, or this long
+BREAKER_COOLDOWN_TURNS = 5
+BREAKER_COOLDOWN_S = 600
 #: a summary below this cannot hold the eight fields in a sentence each: refuse to compact
 MIN_SUMMARY_TOKENS = 48
 #: a summary takes at most this share of what it replaces, so compaction always shrinks
@@ -217,9 +220,21 @@ class Compactor:
         return request.trigger, request
 
     def breaker_open(self, thread_id: int) -> bool:
-        """True after BREAKER_FAILURES failed compactions in a row."""
-        events = self.store.compaction_events(thread_id)[-BREAKER_FAILURES:]
-        return len(events) == BREAKER_FAILURES and all(e["outcome"] == "failed" for e in events)
+        """True after BREAKER_FAILURES failed attempts in a row (skips do not count),
+        until a cool-down passes: BREAKER_COOLDOWN_TURNS new turns or BREAKER_COOLDOWN_S
+        seconds since the last failure. Then it is half-open: one attempt is let through,
+        and its failure opens it again for another cool-down."""
+        attempts = [e for e in self.store.compaction_events(thread_id)
+                    if e["outcome"] in ("ok", "failed")][-BREAKER_FAILURES:]
+        if len(attempts) < BREAKER_FAILURES or any(e["outcome"] != "failed" for e in attempts):
+            return False
+        failed_at = attempts[-1]["created_at"]
+        if time.time() - failed_at >= BREAKER_COOLDOWN_S:
+            return False
+        new_turns = self.store.conn.execute(
+            "SELECT count(*) FROM messages WHERE thread_id = ? AND role = 'user' "
+            "AND created_at > ?", (thread_id, failed_at)).fetchone()[0]
+        return new_turns < BREAKER_COOLDOWN_TURNS
 
     def before_request(self, thread_id: int, cancel: threading.Event | None = None
                        ) -> Iterator[TurnEvent]:
@@ -245,11 +260,11 @@ class Compactor:
         if trigger != "none":
             yield from self.run_events(thread_id, trigger, cancel)
 
-    def run_events(self, thread_id: int, trigger: str, cancel: threading.Event | None = None
-                   ) -> Iterator[TurnEvent]:
+    def run_events(self, thread_id: int, trigger: str, cancel: threading.Event | None = None,
+                   force: bool = False) -> Iterator[TurnEvent]:
         """Compact now, reported as CompactionStarted then CompactionFinished."""
         yield CompactionStarted(thread_id, trigger)
-        yield CompactionFinished(thread_id, self.compact(thread_id, trigger, cancel=cancel))
+        yield CompactionFinished(thread_id, self.compact(thread_id, trigger, force, cancel))
 
     def _typical_turn_tokens(self, thread_id: int) -> int:
         rows = self.store.requests(thread_id)[-4:]
@@ -268,7 +283,10 @@ class Compactor:
         if not force and self.breaker_open(thread_id):
             event = CompactionEvent(
                 trigger, "skipped", error=f"circuit breaker open: the last {BREAKER_FAILURES} "
-                "compactions failed; run 'iris-desktop compact' to try again")
+                f"compactions failed; it tries again after {BREAKER_COOLDOWN_TURNS} more turns "
+                f"or {BREAKER_COOLDOWN_S // 60} minutes, or now with Compact now "
+                "('iris-desktop compact')")
+            event.id = self.store.add_compaction_event(thread_id, event.row())
             log.warning("compaction thread=%s %s", thread_id, event.error)
             return event
         event, record = CompactionEvent(trigger), None
@@ -335,23 +353,37 @@ class Compactor:
         plan = _Plan([], [], engine.request_costs(metas), frame.system_tokens + frame.tool_tokens,
                      _base_prompt(engine, thread_id, self.params.system_prompt),
                      frame.summary_tokens, tools=tools)
-        plan.archived, plan.tail = self._split(metas, plan.cost, plan.fixed)
+        # a split inside the newest turn keeps that turn's request verbatim (the engine's
+        # anchor), so its cost is held back from the tail's share; when it cannot fit
+        # beside the tail and a summary, the engine leaves it out, and so does this plan
+        task = _newest_task(metas)
+        for anchor in ([plan.cost[task.id]] if task is not None else []) + [0]:
+            plan.archived, plan.tail = self._split(metas, plan.cost, plan.fixed + anchor)
+            tail = sum(plan.cost[m.id] for m in plan.tail)
+            if anchor and task in plan.archived:
+                tail += anchor
+            if self._summary_room(plan, tail) >= MIN_SUMMARY_TOKENS:
+                break
         if not plan.archived:
             raise CompactionFailed(
                 "nothing to archive: the unsummarized history is one step of one turn")
         replaced = plan.old_summary + sum(plan.cost[m.id] for m in plan.archived)
-        budget = math.floor(self.params.window * self.params.token_budget_ratio)
-        tail = sum(plan.cost[m.id] for m in plan.tail)
-        room = budget - plan.fixed - tail - SPLIT_SLACK_TOKENS
-        plan.cap = min(self.settings.summary_max_tokens, int(replaced * MAX_SUMMARY_SHARE), room)
+        plan.cap = min(self.settings.summary_max_tokens, int(replaced * MAX_SUMMARY_SHARE),
+                       self._summary_room(plan, tail))
         if int(replaced * MAX_SUMMARY_SHARE) < MIN_SUMMARY_TOKENS:
             raise CompactionFailed(
                 f"compaction would not shrink the context: only {replaced:,} tokens to replace")
         if plan.cap < MIN_SUMMARY_TOKENS:
+            budget = math.floor(self.params.window * self.params.token_budget_ratio)
             raise CompactionFailed(
                 f"no room for a summary: the kept tail needs {tail:,} of the {budget:,}-token "
                 f"budget after the system prompt ({plan.fixed:,})")
         return plan
+
+    def _summary_room(self, plan: _Plan, tail: int) -> int:
+        """What the budget leaves for the summary beside the fixed part and the tail."""
+        budget = math.floor(self.params.window * self.params.token_budget_ratio)
+        return budget - plan.fixed - tail - SPLIT_SLACK_TOKENS
 
     def _split(self, metas: list[MessageMeta], cost: dict[int, int], fixed: int):
         """(archived, tail): the largest allowed tail within the bounds."""
@@ -468,7 +500,9 @@ class Compactor:
         if request.dropped_turns:
             raise CompactionFailed(
                 f"{request.dropped_turns} turns would still be dropped after compaction")
-        if after >= tokens_before:
+        # a shortened in-flight result fills what is left by design: growth is then only
+        # the result getting more room, and the check is the threshold's
+        if after >= tokens_before and not request.clipped_ids:
             raise CompactionFailed(
                 f"compaction would not shrink the context ({tokens_before} → {after} tokens)")
         if after >= self.trigger_tokens:
@@ -486,6 +520,14 @@ def _base_prompt(engine: ContextEngine, thread_id: int, default: str) -> str:
 _EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",
                   "tokens_before", "tokens_after", "kept_turns", "summary_tokens", "duration_s",
                   "error", "summary_id")
+
+
+def _newest_task(metas: list[MessageMeta]) -> MessageMeta | None:
+    """The user message that opens the newest turn, if it is among ``metas``."""
+    if not metas:
+        return None
+    newest = [m for m in metas if m.turn == metas[-1].turn]
+    return newest[0] if newest[0].role == "user" else None
 
 
 def _units(metas: list[MessageMeta]) -> list[_Unit]:

@@ -36,7 +36,11 @@ from iris_desktop.core.tokens import Message, TokenCounter
 
 PRUNED_PLACEHOLDER = "[Tool output cleared]"
 SUMMARY_HEADER = "## Summary of the earlier conversation"
-STATES = ("verbatim", "pruned", "summarized", "dropped")
+STATES = ("verbatim", "pruned", "clipped", "summarized", "dropped")
+#: an in-flight tool result is never clipped below this (it would say nothing)
+MIN_CLIP_TOKENS = 64
+CLIP_MARKER = ("\n[… output shortened for the model: {shown:,} of {total:,} characters shown; "
+               "the full output is stored]")
 TRIGGERS = ("none", "tokens", "budget", "turns")
 #: messages read per batch while walking a thread newest-first
 _BATCH = 128
@@ -150,11 +154,14 @@ class Turn:
     messages: list[MessageMeta] = field(default_factory=list)  # chronological
     extra: int = 0
 
-    def cost(self, pruned: bool, pruned_cost: dict[int, int], keep: set[int]) -> int:
+    def cost(self, pruned: bool, pruned_cost: dict[int, int], keep: set[int],
+             clipped: dict[int, int] | None = None) -> int:
         total = self.extra
         for m in self.messages:
             if pruned and m.role == "tool" and m.id not in keep:
                 total += pruned_cost[m.id]
+            elif clipped and m.id in clipped:
+                total += clipped[m.id]
             else:
                 total += m.tokens or 0
         return total
@@ -190,6 +197,12 @@ class ContextRequest:
     #: template tokens the per-message counts miss (merged turns, inserted text); they
     #: are part of ``breakdown.system``
     framing: int = 0
+    #: in-flight tool results shown shortened (too large for the window); the store keeps
+    #: them whole
+    clipped_ids: list[int] = field(default_factory=list)
+    #: the current turn's user message, shown verbatim although the summary covers it
+    #: (the steps after it were summarized in the middle of the task)
+    kept_ids: list[int] = field(default_factory=list)
 
     @property
     def predicted_prompt_tokens(self) -> int:
@@ -291,12 +304,16 @@ class _TurnSource:
     them, so they are never pruned."""
 
     def __init__(self, engine: ContextEngine, thread_id: int, frame: Frame,
-                 draft: Message | None):
+                 draft: Message | None, anchored: bool = True):
         self.engine = engine
         self.thread_id = thread_id
         self.draft_tokens = engine.counter.count_message(draft) if draft is not None else 0
         covered = frame.summary.covers_through_id if frame.summary else 0
-        source = engine._turns_newest_first(thread_id, covered, set(frame.pinned_ids))
+        found = engine.open_turn_anchor(thread_id, covered)
+        self.anchor = found if anchored else None
+        self.anchor_skipped = None if anchored else found
+        source = engine._turns_newest_first(thread_id, covered, set(frame.pinned_ids),
+                                            self.anchor)
         if draft is not None:
             span = engine.store.turn_span(thread_id)
             source = _chain(Turn((span[1] if span else 0) + 1, extra=self.draft_tokens), source)
@@ -304,6 +321,7 @@ class _TurnSource:
         self.loaded: list[Turn] = []  # newest first
         self._pruned_cost: dict[int, int] = {}
         self.keep: set[int] = set()
+        self.clipped: dict[int, tuple[Message, int]] = {}  # id → (shortened, its tokens)
         newest = self.get(0)
         for meta in reversed(newest.messages if newest is not None else []):
             if meta.role != "tool":
@@ -325,7 +343,9 @@ class _TurnSource:
         """Tokens of turn ``index`` (0 = newest) when the newest ``protect`` keep their
         tool outputs."""
         turn = self.get(index)
-        return 0 if turn is None else turn.cost(index >= protect, self._pruned_cost, self.keep)
+        clipped = {i: tokens for i, (_, tokens) in self.clipped.items()}
+        return 0 if turn is None else turn.cost(index >= protect, self._pruned_cost, self.keep,
+                                                clipped)
 
 
 class ContextEngine:
@@ -392,14 +412,38 @@ class ContextEngine:
         return {m.id: (self.pruned_cost(m) if m.role == "tool" and m.turn not in protected
                        else m.tokens or 0) for m in metas}
 
+    def open_turn_anchor(self, thread_id: int, covered: int) -> MessageMeta | None:
+        """The user message that opens a turn the summary boundary cuts through (its
+        first steps summarized in the middle of the task, later ones not): the request
+        keeps it verbatim, so the model never loses what it was asked to do."""
+        if covered <= 0:
+            return None
+        row = self.store.conn.execute(
+            """
+            SELECT o.id FROM messages c
+            JOIN messages o ON o.thread_id = c.thread_id AND o.turn = c.turn
+            WHERE c.id = ? AND o.role = 'user'
+              AND EXISTS (SELECT 1 FROM messages n WHERE n.thread_id = c.thread_id
+                          AND n.turn = c.turn AND n.id > c.id)
+            ORDER BY o.id LIMIT 1
+            """, (covered,)).fetchone()
+        if row is None:
+            return None
+        metas = self.store.meta_range(thread_id, self.counter.name, through_id=row[0],
+                                      after_id=row[0] - 1)
+        return ensure_counts(self.store, self.counter, metas)[0] if metas else None
+
     def _turns_newest_first(
-        self, thread_id: int, after_id: int, skip: set[int]
+        self, thread_id: int, after_id: int, skip: set[int], anchor: MessageMeta | None = None
     ) -> Iterator[Turn]:
-        """Whole turns, newest first, read lazily in batches with counts filled in."""
+        """Whole turns, newest first, read lazily in batches with counts filled in. A
+        reply another process is still streaming is not history yet and is left out.
+        ``anchor`` (see :meth:`open_turn_anchor`) opens the oldest turn."""
         cursor = self.store.iter_meta_desc(thread_id, self.counter.name, after_id)
         current: Turn | None = None
         while True:
-            batch = [m for m in _take(cursor, _BATCH) if m.id not in skip]
+            batch = [m for m in _take(cursor, _BATCH)
+                     if m.id not in skip and m.status != "streaming"]
             if not batch:
                 break
             for meta in ensure_counts(self.store, self.counter, batch):
@@ -409,6 +453,8 @@ class ContextEngine:
                 if current is None:
                     current = Turn(meta.turn)
                 current.messages.insert(0, meta)
+        if anchor is not None and current is not None and current.number == anchor.turn:
+            current.messages.insert(0, anchor)
         if current is not None:
             yield current
 
@@ -429,10 +475,9 @@ class ContextEngine:
         """
         frame = self.frame(thread_id, tools_text, native_tool_tokens, reserve)
         draft_message = {"role": "user", "content": draft} if draft is not None else None
-        turns = _TurnSource(self, thread_id, frame, draft_message)
-        protect = self._choose_protection(turns, frame)
+        turns, protect = self._fit(thread_id, frame, draft_message)
         included, spent, dropped_turns = self._load(turns, frame, protect)
-        history, pruned_ids = self._prune(included, protect, turns.keep)
+        history, pruned_ids = self._prune(included, protect, turns)
         if draft_message is not None:
             history.append(draft_message)
         recall, recall_tokens = self._recall(
@@ -443,7 +488,8 @@ class ContextEngine:
             1 if draft_message is not None else 0)
         last = self.store.last_request(thread_id, frame.summary.id if frame.summary else None)
         last_prompt = last["prompt_tokens"] if last else None
-        triggers = self._triggers(dropped_turns, last_prompt, unsummarized)
+        # shortening the result the model asked for is the last resort, after compaction
+        triggers = self._triggers(dropped_turns or bool(turns.clipped), last_prompt, unsummarized)
         breakdown = self.calc.breakdown(
             frame.system_tokens, frame.tool_tokens, frame.summary_tokens,
             spent - turns.draft_tokens, turns.draft_tokens, recall_tokens,
@@ -468,6 +514,9 @@ class ContextEngine:
             last_prompt_tokens=last_prompt,
             pinned_ids=frame.pinned_ids,
             recall=recall,
+            clipped_ids=sorted(turns.clipped),
+            kept_ids=[turns.anchor.id] if turns.anchor is not None and any(
+                m.id == turns.anchor.id for t in included for m in t.messages) else [],
         )
 
     def frame(self, thread_id: int, tools_text: str = "", native_tool_tokens: int = 0,
@@ -487,6 +536,27 @@ class ContextEngine:
             history_budget=available - summary_tokens - reserve,
         )
 
+    def _fit(self, thread_id: int, frame: Frame, draft: Message | None
+             ) -> tuple[_TurnSource, int]:
+        """The newest turn must fit. What gives way, in order: finished tool outputs
+        (progressive truncation), then the in-flight results (shortened), then the current
+        task's opening message that a summary already covers. Raises
+        ConversationTooLargeException when even that does not fit."""
+        for anchored in (True, False):
+            turns = _TurnSource(self, thread_id, frame, draft, anchored)
+            if not anchored and turns.anchor_skipped is None:
+                break  # there was no anchor to leave out
+            try:
+                return turns, self._choose_protection(turns, frame)
+            except ConversationTooLargeException as exc:
+                error = exc
+                if self._clip_in_flight(turns, frame):
+                    try:
+                        return turns, self._choose_protection(turns, frame)
+                    except ConversationTooLargeException as clipped:
+                        error = clipped
+        raise error
+
     def _choose_protection(self, turns: _TurnSource, frame: Frame) -> int:
         """Progressive truncation: the newest ``protect`` turns keep their tool outputs,
         configured → 1 → 0, whichever first fits together with the newest turn. Raises
@@ -498,8 +568,14 @@ class ContextEngine:
                 return protect
         needed = turns.cost(0, 0)
         allowed = max(frame.history_budget, 0)
-        cleared = ("every finished tool output cleared (the result the model just asked for "
-                   "is kept)" if turns.keep else "every tool output cleared")
+        if turns.clipped:
+            cleared = ("every finished tool output cleared and the result the model just "
+                       "asked for shortened")
+        elif turns.keep:
+            cleared = ("every finished tool output cleared (the result the model just asked for "
+                       "is too large to shorten into what is left)")
+        else:
+            cleared = "every tool output cleared"
         p = self.params
         raise ConversationTooLargeException(
             f"the newest turn alone is {needed:,} tokens even with {cleared}; the window "
@@ -528,22 +604,63 @@ class ContextEngine:
             index += 1
         return list(reversed(turns.loaded[:index])), spent, dropped
 
-    def _prune(self, included: list[Turn], protect: int, keep: set[int]
+    def _prune(self, included: list[Turn], protect: int, turns: _TurnSource
                ) -> tuple[list[Message], list[int]]:
         """Step 3, prune: the included messages as sent, with tool outputs outside the
         newest ``protect`` turns replaced by ``[Tool output cleared]`` (never the
-        in-flight results in ``keep``). Stored messages are not touched."""
+        in-flight results, which are shortened only if they alone overflow). Stored
+        messages are not touched."""
         rows = self.store.messages_by_id([m.id for t in included for m in t.messages])
         history: list[Message] = []
         pruned_ids: list[int] = []
         for age, turn in zip(range(len(included) - 1, -1, -1), included):
             for meta in turn.messages:
                 message = wire_message(row_to_message(rows[meta.id]))
-                if age >= protect and meta.role == "tool" and meta.id not in keep:
+                if meta.id in turns.clipped:
+                    message = turns.clipped[meta.id][0]
+                elif age >= protect and meta.role == "tool" and meta.id not in turns.keep:
                     message = {**message, "content": PRUNED_PLACEHOLDER}
                     pruned_ids.append(meta.id)
                 history.append(message)
         return history, pruned_ids
+
+    def _clip_in_flight(self, turns: _TurnSource, frame: Frame) -> bool:
+        """The in-flight tool results, shortened to share what the newest turn leaves of
+        the history budget (each at least MIN_CLIP_TOKENS), so the agent can go on. Only
+        the request changes: the store keeps the whole output. False when even that does
+        not fit."""
+        newest = turns.get(0)
+        if newest is None or not turns.keep:
+            return False
+        kept = [m for m in newest.messages if m.id in turns.keep]
+        others = turns.cost(0, 0) - sum(m.tokens or 0 for m in kept)
+        share = (frame.history_budget - others) // len(kept)
+        if share < MIN_CLIP_TOKENS:
+            return False
+        rows = self.store.messages_by_id([m.id for m in kept])
+        for meta in kept:
+            if (meta.tokens or 0) > share:
+                message = wire_message(row_to_message(rows[meta.id]))
+                turns.clipped[meta.id] = self._shorten(message, share)
+        return bool(turns.clipped)
+
+    def _shorten(self, message: Message, limit: int) -> tuple[Message, int]:
+        """``message`` with its content cut (at a character found by bisection) and a
+        marker, so that it costs at most ``limit`` tokens; (message, its tokens)."""
+        content = str(message.get("content") or "")
+        low, high = 0, len(content)
+        best = ({**message, "content": CLIP_MARKER.format(shown=0, total=len(content))}, None)
+        while low <= high:
+            middle = (low + high) // 2
+            shortened = {**message, "content": content[:middle]
+                         + CLIP_MARKER.format(shown=middle, total=len(content))}
+            tokens = self.counter.count_message(shortened)
+            if tokens <= limit:
+                best, low = (shortened, tokens), middle + 1
+            else:
+                high = middle - 1
+        shortened, tokens = best
+        return shortened, tokens if tokens is not None else self.counter.count_message(shortened)
 
     def _triggers(self, dropped_turns: int, last_prompt: int | None,
                   unsummarized_turns: int) -> list[str]:
@@ -614,6 +731,7 @@ class ContextEngine:
         )
         included = set(request.included_ids)
         pruned = set(request.pruned_ids)
+        clipped = set(request.clipped_ids)
         pinned = set(request.pinned_ids)
         recalled = set(request.recall.ids)
         covered = request.summary.covers_through_id if request.summary else 0
@@ -621,12 +739,14 @@ class ContextEngine:
         for m in metas:
             if m.id in pinned:
                 state = "verbatim"
-            elif m.id <= covered:
-                state = "summarized"
             elif m.id in pruned:
                 state = "pruned"
+            elif m.id in clipped:
+                state = "clipped"
             elif m.id in included:
-                state = "verbatim"
+                state = "verbatim"  # a kept anchor is included although it is covered
+            elif m.id <= covered:
+                state = "summarized"
             else:
                 state = "dropped"
             result.append(

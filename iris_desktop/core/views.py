@@ -72,7 +72,7 @@ class Entry:
     turn: int = 0
     text: str = ""
     status: str = "complete"  # complete | streaming | interrupted | error
-    state: str = "verbatim"  # verbatim | pruned | summarized | dropped
+    state: str = "verbatim"  # verbatim | pruned | clipped | summarized | dropped
     #: assistant rows: the calls it made, as "name(arguments)"
     calls: list[str] = field(default_factory=list)
     #: tool rows: name, pretty arguments, whether the result is an error
@@ -234,7 +234,7 @@ def load_transcript(store: Store, thread_id: int) -> list[Entry]:
 
 
 def message_states(engine: ContextEngine, request: ContextRequest) -> dict[int, str]:
-    """message id → verbatim | pruned | summarized | dropped, from ``engine.describe``."""
+    """message id → verbatim | pruned | clipped | summarized | dropped (``describe``)."""
     return {m["id"]: m["state"] for m in engine.describe(request)}
 
 
@@ -551,10 +551,10 @@ def _request_rows(engine: ContextEngine, request: ContextRequest,
         "tokens": b.system + b.tools + b.summary,
         "preview": _preview(request.messages[0].get("content")),
     }]
-    pruned = set(request.pruned_ids)
+    changed = set(request.pruned_ids) | set(request.clipped_ids)  # sent other than stored
     for mid, message in zip(request.included_ids, request.messages[1:]):
         meta = described.get(mid, {})
-        cost = engine.counter.count_message(message) if mid in pruned else meta.get("tokens")
+        cost = engine.counter.count_message(message) if mid in changed else meta.get("tokens")
         rows.append({"id": mid, "role": message["role"], "turn": meta.get("turn"),
                      "state": meta.get("state", "verbatim"), "tokens": cost,
                      "preview": _preview(message.get("content") or message_text(message))})

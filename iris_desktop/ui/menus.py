@@ -47,6 +47,7 @@ class Menus(QObject):
         self._action(m, "&New chat", threads.new_chat, "Ctrl+N", "new-chat")
         self._action(m, "&Import conversation…", threads.import_dialog, None, "import")
         self._action(m, "&Export chat…", threads.export_dialog, None, "export")
+        self._action(m, "&Compact chat now", w.turns.compact_now, "Ctrl+Shift+K", "compact-now")
         m.addSeparator()
         self._action(m, "&Quit", w.close, "Ctrl+Q", "quit")
         m = bar.addMenu("&Edit")

@@ -98,7 +98,7 @@ class ModelWorker(QObject):
         super().__init__()
         self.paths = paths
         self._scripted = runtime  # a ready runtime (tests: a ScriptedRuntime)
-        self.compact = compact
+        self.compacts = compact  # False: no compaction in turns (a scripted runtime)
         self.model: Any = None
         self._store: Store | None = None
         self._closing = threading.Event()
@@ -163,7 +163,7 @@ class ModelWorker(QObject):
                 thread_id = store.create_thread("New chat")
                 self.threadCreated.emit(thread_id)
             agent = job.planner.agent(store, confirm_shell=self._confirm_shell,
-                                      compact=self.compact)
+                                      compact=self.compacts)
             for event in agent.send(thread_id, job.text, job.cancel):
                 self.turnEvent.emit(event)
         except Exception as exc:  # the turn failed outside the agent's own handling
@@ -175,6 +175,28 @@ class ModelWorker(QObject):
             self._cancel = None
         if thread_id is not None:
             self.turnFinished.emit(thread_id)
+
+    @Slot(object)
+    def compact(self, job: SendJob) -> None:
+        """Compact ``job.thread_id`` now (Compact now), whatever the triggers and the
+        circuit breaker say; reported like a turn, ending with TurnDone."""
+        thread_id = job.thread_id
+        self._cancel = job.cancel
+        try:
+            store = self._db()
+            compactor = job.planner.compactor(store)
+            for event in compactor.run_events(thread_id, "manual", job.cancel, force=True):
+                self.turnEvent.emit(event)
+            planned = job.planner.plan_or_error(store, thread_id)
+            self.turnEvent.emit(TurnDone(thread_id, "stop", next_request=None
+                                         if isinstance(planned, Exception) else planned))
+        except Exception as exc:  # a compaction bug must not take the app down
+            log.exception("compaction failed")
+            self.turnEvent.emit(TurnFailed(thread_id, f"Compaction failed: {exc}", "internal"))
+            self.turnEvent.emit(TurnDone(thread_id, "error"))
+        finally:
+            self._cancel = None
+        self.turnFinished.emit(thread_id)
 
     @Slot()
     def shutdown(self) -> None:
@@ -196,6 +218,7 @@ class ModelThread(QObject):
 
     _load = Signal(object)
     _send = Signal(object)
+    _compact = Signal(object)
     _shutdown = Signal()
 
     def __init__(self, worker: ModelWorker, parent: QObject | None = None):
@@ -206,6 +229,7 @@ class ModelThread(QObject):
         self.worker.moveToThread(self.thread)
         self._load.connect(self.worker.load)
         self._send.connect(self.worker.send)
+        self._compact.connect(self.worker.compact)
         self._shutdown.connect(self.worker.shutdown)
         self.thread.start()
         self._closed = False
@@ -215,6 +239,9 @@ class ModelThread(QObject):
 
     def send(self, job: SendJob) -> None:
         self._send.emit(job)
+
+    def compact(self, job: SendJob) -> None:
+        self._compact.emit(job)
 
     def close(self, cancel: threading.Event | None = None) -> None:
         """Stop at the next token, close the model, and wait for the thread to end."""

@@ -45,6 +45,8 @@ def _badges(entry: Entry) -> list[tuple[str, str]]:
     badges = []
     if entry.state == "pruned":
         badges.append(("cleared for the model", "info"))
+    elif entry.state == "clipped":
+        badges.append(("shortened for the model", "warn"))
     elif entry.state == "summarized":
         badges.append(("summarized", "dim"))
     elif entry.state == "dropped":

@@ -46,6 +46,7 @@ class TurnControl(QObject, TurnListener):
         self.cancel: threading.Event | None = None
         self.shell_box: QMessageBox | None = None
         self.compacting = False
+        self._compacted = ""  # what the last compaction of this turn did, for the status bar
         self._stream_key: str | None = None  # the reply being streamed ("m:<id>")
         self._pending = ""
         self._stream_tokens = 0
@@ -70,6 +71,20 @@ class TurnControl(QObject, TurnListener):
         w.state_label.setText("Thinking…")
         w.view.follow_bottom()
         w.model.send(SendJob(w.thread_id, text, w.context.planner, self.cancel))
+
+    def compact_now(self) -> None:
+        """Compact the open thread now, on the model thread (the model may write the
+        summary); Stop ends a model-written summary early."""
+        w = self.window
+        if w.thread_id is None:
+            w.statusBar().showMessage("Open a chat to compact it", 4000)
+            return
+        if self.generating or w.models.state != "ready":
+            w.statusBar().showMessage("Wait for the reply (or the model) before compacting", 4000)
+            return
+        self.cancel = threading.Event()
+        self.set_generating(True)
+        w.model.compact(SendJob(w.thread_id, "", w.context.planner, self.cancel))
 
     def stop(self) -> None:
         if self.generating and self.cancel is not None:
@@ -148,15 +163,17 @@ class TurnControl(QObject, TurnListener):
     def on_compaction_finished(self, event: CompactionFinished) -> None:
         self.compacting = False
         self.window.busy(None)
-        self.window.state_label.setText(event.text or "Compaction finished")
+        self._compacted = event.text or "Compaction finished"
+        self.window.state_label.setText(self._compacted)
 
     def on_done(self, event: TurnDone) -> None:
         self._flush_tokens()
         self._stream_key = None
         self.set_generating(False)
-        if not self.compacting:
+        if not self.compacting:  # what the turn ended with; a compaction says what it did
             self.window.state_label.setText({"cancelled": "Stopped", "error": "Failed"}.get(
-                event.finish_reason, self._rate_text() or "Ready"))
+                event.finish_reason, self._compacted or self._rate_text() or "Ready"))
+        self._compacted = ""
         w = self.window
         w.threads_control.refresh_threads()
         if event.thread_id == w.thread_id:
