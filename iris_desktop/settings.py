@@ -250,6 +250,13 @@ _ALL: tuple[Setting, ...] = (
         minimum=0, maximum=1_048_576, unit="tokens", needs_reload=True,
     ),
     Setting(
+        "model.kv_cache_mb", "int", 1024,
+        "Disk space for each chat's evaluated prompt (the model's KV state), saved when you "
+        "leave a chat or quit and restored when you come back, so a long chat starts at "
+        "once; the least recently used go first (0 = off).",
+        minimum=0, maximum=65_536, unit="MB",
+    ),
+    Setting(
         "model.temperature", "float", 0.7,
         "Sampling temperature; 0 is greedy.",
         minimum=0.0, maximum=2.0,

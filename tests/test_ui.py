@@ -695,3 +695,89 @@ def test_compact_now_summarizes_the_open_chat(make_window, qtbot, data_dir):
     assert any(e.kind == "divider" for e in shown)
     assert any(e.state == "summarized" for e in shown)
     assert "compacted (manual, extractive)" in window.state_label.text()
+
+
+# -- every turn starts fast: prefill, warm-up, each thread's KV state --------------------------
+
+
+def real_window(make_window, model_path, **extra):
+    overrides = {"model.path": str(model_path), "model.max_tokens": "4",
+                 "model.temperature": "0", "model.n_ctx": "4096", **extra}
+    window = make_window(overrides=overrides)
+    assert window.model_state == "ready", window.models.error
+    return window
+
+
+def last_request(window) -> dict:
+    with Store(window.session.paths.db_path) as store:
+        return store.requests(window.thread_id)[-1]
+
+
+def test_a_prefilled_draft_is_sent_evaluating_only_a_few_tokens(make_window, qtbot, model_path,
+                                                                data_dir):
+    thread = seed_thread(data_dir, chat(6, words=30))
+    window = real_window(make_window, model_path)
+    statuses: list[str] = []
+    window.model.worker.cacheStatus.connect(statuses.append)
+    window.open_thread(thread)
+    settle(qtbot, window)
+    window.composer.set_text("What was the second question about, in one word?")
+    qtbot.waitUntil(lambda: "Prefilled" in statuses, timeout=120_000)
+    assert any(s.startswith("Prefilling…") for s in statuses)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    wait_turn(qtbot, window, timeout=120_000)
+    sent = last_request(window)
+    assert sent["prompt_tokens"] > 300
+    assert sent["evaluated_tokens"] <= 8  # the draft's prompt was evaluated while typing
+
+
+def test_each_thread_keeps_its_kv_state_when_the_user_comes_back(make_window, qtbot, model_path,
+                                                                data_dir):
+    first = seed_thread(data_dir, chat(6, words=30), title="first")
+    second = seed_thread(data_dir, chat(6, words=30), title="second")
+    window = real_window(make_window, model_path)
+    statuses: list[str] = []
+    window.model.worker.cacheStatus.connect(statuses.append)
+    for thread, text in ((first, "Hello"), (second, "Hi"), (first, "Thanks")):
+        window.open_thread(thread)
+        settle(qtbot, window)
+        send(qtbot, window, text)
+        wait_turn(qtbot, window, timeout=120_000)
+    assert "Restored from cache" in statuses
+    back = last_request(window)
+    assert back["prompt_tokens"] > 300 and back["evaluated_tokens"] < 40
+    kv = list((window.session.paths.data_dir / "kv-cache").glob("*.kv"))
+    assert {p.name.split("-")[0] for p in kv} == {str(first), str(second)}
+
+
+def test_a_warm_up_gives_way_to_a_queued_send(model_path, tmp_path):
+    """The worker called directly: a warm-up stops as soon as a job is queued behind it."""
+    import threading as th
+
+    from iris_desktop.core.engine import ContextParams
+    from iris_desktop.core.planner import Planner
+    from iris_desktop.core.session import Session
+    from iris_desktop.ui.model_thread import ModelWorker
+
+    session = Session(tmp_path / "data", {"model.path": str(model_path), "model.n_ctx": "4096"})
+    worker = ModelWorker(session.paths)
+    worker.load(session.settings)
+    statuses: list[str] = []
+    # the warm-up runs on a Python thread here: take its signals as they are emitted
+    worker.cacheStatus.connect(statuses.append, Qt.ConnectionType.DirectConnection)
+    planner = Planner(ContextParams(window=4096), worker.model.counter(), runtime=worker.model)
+    thread = session.store.create_thread("t")
+    session.store.add_messages(thread, chat(40, words=40))
+    request = planner.plan(session.store, thread)
+    runner = th.Thread(target=worker._warm, args=(request,))
+    runner.start()
+    for _ in range(60_000):  # until the first batch is in (bounded by count, not time)
+        if any(s.startswith("Warming up…") for s in statuses) or not runner.is_alive():
+            break
+        runner.join(0.01)
+    worker.waiting.queued()  # a send arrives
+    runner.join()
+    assert "Ready (warmed up)" not in statuses
+    assert len(worker.model.kv_tokens()) < request.predicted_prompt_tokens
+    worker.release()
+    session.close()

@@ -114,6 +114,7 @@ def _counting_llama_class() -> Any:
 
             iris_evaluated = 0
             iris_should_stop: Any = None
+            iris_progress: Any = None  # called with (evaluated, total) after each batch
 
             def eval(self, tokens):  # type: ignore[override]
                 tokens = list(tokens)
@@ -128,6 +129,8 @@ def _counting_llama_class() -> Any:
                             raise EvalStopped(start, len(tokens)) from None
                         raise
                     self.iris_evaluated += len(part)
+                    if self.iris_progress is not None:
+                        self.iris_progress(start + len(part), len(tokens))
 
             def _iris_stopping(self) -> bool:
                 check = self.iris_should_stop
@@ -209,6 +212,14 @@ class GenerationStats:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class PrefillStats:
+    prompt_tokens: int
+    reused_tokens: int  # already in the KV cache
+    evaluated_tokens: int  # evaluated by this prefill
+    stopped: bool  # preempted or cancelled before the end
 
 
 class _StopMatcher:
@@ -704,6 +715,43 @@ class LocalModel:
                     finish_reason=finish,
                 )
                 log.debug("generation: %s", self.last_stats)
+
+    def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,
+                cancel: threading.Event | None = None,
+                progress: Any = None) -> PrefillStats:
+        """Evaluate the prompt of ``messages`` into the KV cache without generating, so
+        that a request for them (or for them and more) starts at once. Only what differs
+        from the cache is evaluated. ``cancel`` stops it between two graph nodes (a
+        send preempts a warm-up this way); what was evaluated stays cached.
+        ``progress(evaluated, total)`` follows it batch by batch."""
+        with self._lock:
+            self._check_open()
+            llm = self._llm
+            tokens = self.prompt_tokens(messages, tools)
+            if len(tokens) >= self.n_ctx:
+                raise PromptTooLongError(len(tokens), self.n_ctx)
+            reuse = self._plan_reuse(tokens)
+            todo = tokens[reuse:]
+            llm.n_tokens = reuse
+            llm.iris_evaluated = 0
+            llm.iris_should_stop = lambda: self._closing.is_set() or bool(
+                cancel is not None and cancel.is_set())
+            llm.iris_progress = None if progress is None else (
+                lambda done, total: progress(reuse + done, len(tokens)))
+            stopped = False
+            try:
+                llm.eval(todo)
+            except EvalStopped:
+                stopped = True
+            finally:
+                llm.iris_should_stop = llm.iris_progress = None
+            return PrefillStats(len(tokens), reuse, int(llm.iris_evaluated), stopped)
+
+    def kv_tokens(self) -> list[int]:
+        """The tokens whose keys and values are in the KV cache, in order."""
+        with self._life:
+            self._check_open()
+            return [int(t) for t in self._llm.input_ids[: self._llm.n_tokens]]
 
     def close(self) -> None:
         """Free the model and its context. Idempotent. A generation running in another

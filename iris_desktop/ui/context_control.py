@@ -12,17 +12,21 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QTimer
 
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
 from iris_desktop.core.planner import Planner, limit_problems
 from iris_desktop.core.views import budget_preview, inspector_report, message_states
 from iris_desktop.settings import Settings, SettingsError
+from iris_desktop.ui.model_thread import SendJob
 
 if TYPE_CHECKING:
     from iris_desktop.ui.main_window import MainWindow
 
 log = logging.getLogger("iris.ui.context")
+
+#: the pause in typing after which the draft's request is prefilled
+PREFILL_PAUSE_MS = 300
 
 
 class ContextControl(QObject):
@@ -33,6 +37,9 @@ class ContextControl(QObject):
         self.window = window
         self.planner = Planner.from_settings(window.session.settings)
         self.runtime: Any = None  # the loaded model's runtime, once there is one
+        # the draft's request is evaluated after a pause in typing, so a send starts at once
+        self._prefill_timer = QTimer(self, singleShot=True, interval=PREFILL_PAUSE_MS)
+        self._prefill_timer.timeout.connect(self._prefill_draft)
 
     # -- the planner --------------------------------------------------------------------
 
@@ -149,6 +156,28 @@ class ContextControl(QObject):
         draft = self.window.composer.text() or None
         self.window.background.run(lambda store: budget_preview(store, planner, tid, draft),
                                    callback, self._counting_failed, key="preview")
+
+    # -- prefilling the draft --
+
+    def draft_edited(self) -> None:
+        """The draft changed: a prefill under way gives way now, a new one follows
+        after a pause in typing."""
+        self.window.model.worker.waiting.interrupt()
+        self._prefill_timer.start()
+
+    def _prefill_draft(self) -> None:
+        w = self.window
+        tid, planner, draft = w.thread_id, self.planner, w.composer.text()
+        if tid is None or not draft.strip() or w.turns.generating or w.models.state != "ready":
+            return
+
+        def prefill(request) -> None:
+            if (isinstance(request, ContextRequest) and tid == w.thread_id
+                    and draft == w.composer.text() and not w.turns.generating):
+                w.model.prefill(SendJob(tid, draft, planner, request=request))
+
+        w.background.run(lambda store: planner.plan_or_error(store, tid, draft), prefill,
+                         self._counting_failed, key="prefill")
 
     @staticmethod
     def _counting_failed(exc: BaseException) -> None:

@@ -131,6 +131,8 @@ class MainWindow(QMainWindow):
         self.composer.stopRequested.connect(self.turns.stop)
         self.composer.draftChanged.connect(lambda _: (self.context.refresh_meter(),
                                                       self.context.refresh_inspector()))
+        self.composer.edit.textChanged.connect(self.context.draft_edited)
+        w.cacheStatus.connect(lambda text: self.turns.generating or self.state_label.setText(text))
         t = self.threads_control
         self.threads.newChat.connect(t.new_chat)
         self.threads.threadChosen.connect(t.open_thread)

@@ -20,11 +20,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from iris_desktop.core.events import TurnDone, TurnFailed
+from iris_desktop.core.events import CompactionFinished, TurnDone, TurnFailed
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.session import load_model
 from iris_desktop.core.store import Store
 from iris_desktop.paths import AppPaths
+from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache
 from iris_desktop.settings import BUNDLED, Settings
 
 log = logging.getLogger("iris.ui.model")
@@ -39,6 +40,8 @@ class SendJob:
     text: str
     planner: Planner
     cancel: threading.Event = field(default_factory=threading.Event)
+    #: a prefill's planned request (the draft's)
+    request: Any = None
 
 
 @dataclass
@@ -52,6 +55,33 @@ class ShellQuestion:
     def reply(self, answer: bool) -> None:
         self.answer = bool(answer)
         self.answered.set()
+
+
+class Waiting:
+    """How many jobs are queued for the model thread (counted across threads). A warm-up
+    polls ``is_set()`` as its cancel: true as soon as anything else waits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._interrupted = False
+
+    def queued(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def interrupt(self) -> None:
+        """Stop the warm-up under way although nothing is queued yet (the draft changed:
+        its prefill will follow)."""
+        self._interrupted = True
+
+    def started(self) -> None:
+        with self._lock:
+            self._count = max(0, self._count - 1)
+            self._interrupted = False
+
+    def is_set(self) -> bool:
+        return self._count > 0 or self._interrupted
 
 
 @dataclass(frozen=True)
@@ -93,6 +123,7 @@ class ModelWorker(QObject):
     turnEvent = Signal(object)  # a core.events TurnEvent
     turnFinished = Signal(int)  # thread id
     shellQuestion = Signal(object)  # ShellQuestion
+    cacheStatus = Signal(str)  # "Warming up… 40%", "Prefilled", "Restored from cache"
 
     def __init__(self, paths: AppPaths, runtime: Any = None, compact: bool = True):
         super().__init__()
@@ -100,15 +131,20 @@ class ModelWorker(QObject):
         self._scripted = runtime  # a ready runtime (tests: a ScriptedRuntime)
         self.compacts = compact  # False: no compaction in turns (a scripted runtime)
         self.model: Any = None
+        self.cache: ThreadCache | None = None
         self._store: Store | None = None
         self._closing = threading.Event()
         self._cancel: threading.Event | None = None
+        #: jobs queued behind the one running: a warm-up or a prefill under way stops
+        #: between two graph nodes as soon as anything else is waiting
+        self.waiting = Waiting()
 
     # -- loading --
 
     @Slot(object)
     def load(self, settings: Settings) -> None:
         """(Re)load the model for ``settings``; the old one is closed first."""
+        self.waiting.started()
         self._close_model()
         if self._scripted is not None:
             self.model = self._scripted
@@ -124,9 +160,14 @@ class ModelWorker(QObject):
             self.loadFailed.emit(str(exc))
             return
         self.model = model
+        limit = settings["model.kv_cache_mb"] * 2**20
+        self.cache = ThreadCache(KVStateStore(self.paths.data_dir / "kv-cache", limit), model)
         self.loaded.emit(LoadedModel(model, model_info(model)))
 
     def _close_model(self) -> None:
+        if self.cache is not None:
+            self.cache.leave()  # each thread keeps its KV state across a reload or quit
+            self.cache = None
         model, self.model = self.model, None
         if model is not None and model is not self._scripted and hasattr(model, "close"):
             try:
@@ -153,6 +194,7 @@ class ModelWorker(QObject):
 
     @Slot(object)
     def send(self, job: SendJob) -> None:
+        self.waiting.started()
         thread_id = job.thread_id
         self._cancel = job.cancel
         try:
@@ -162,10 +204,15 @@ class ModelWorker(QObject):
             if thread_id is None:
                 thread_id = store.create_thread("New chat")
                 self.threadCreated.emit(thread_id)
+            self._enter(thread_id)
             agent = job.planner.agent(store, confirm_shell=self._confirm_shell,
                                       compact=self.compacts)
+            compacted = False
             for event in agent.send(thread_id, job.text, job.cancel):
+                compacted = compacted or isinstance(event, CompactionFinished)
                 self.turnEvent.emit(event)
+                if isinstance(event, TurnDone) and compacted and event.next_request:
+                    self._warm(event.next_request)
         except Exception as exc:  # the turn failed outside the agent's own handling
             log.exception("turn failed")
             tid = thread_id if thread_id is not None else -1
@@ -176,10 +223,44 @@ class ModelWorker(QObject):
         if thread_id is not None:
             self.turnFinished.emit(thread_id)
 
+    # -- work done while the user reads and types --
+
+    def _enter(self, thread_id: int | None) -> None:
+        if self.cache is not None and self.cache.enter(thread_id):
+            self.cacheStatus.emit("Restored from cache")
+
+    def _warm(self, request: Any, label: str = "Warming up") -> None:
+        """Evaluate ``request``'s prompt now, at idle (after a compaction, or for a draft),
+        so that the next send evaluates only what is new. Gives way to any queued job."""
+        prefill = getattr(self.model, "prefill", None)
+        if prefill is None:
+            return
+        try:
+            stats = prefill(request.messages, request.tool_definitions or None,
+                            cancel=self.waiting, progress=lambda done, total: self.cacheStatus
+                            .emit(f"{label}… {100 * done // max(total, 1)}%"))
+        except Exception as exc:  # a warm-up is an optimisation: never a failure
+            log.info("warm-up skipped: %s", exc)
+            return
+        if not stats.stopped:
+            self.cacheStatus.emit("Prefilled" if label == "Prefilling" else "Ready (warmed up)")
+
+    @Slot(object)
+    def prefill(self, job: SendJob) -> None:
+        """Evaluate the request planned for the draft while the user types."""
+        self.waiting.started()
+        if self.waiting.is_set():
+            return  # a newer draft or a send is queued: this draft is stale
+        if self.model is None or job.planner.runtime is not self.model or job.request is None:
+            return
+        self._enter(job.thread_id)
+        self._warm(job.request, "Prefilling")
+
     @Slot(object)
     def compact(self, job: SendJob) -> None:
         """Compact ``job.thread_id`` now (Compact now), whatever the triggers and the
         circuit breaker say; reported like a turn, ending with TurnDone."""
+        self.waiting.started()
         thread_id = job.thread_id
         self._cancel = job.cancel
         try:
@@ -219,6 +300,7 @@ class ModelThread(QObject):
     _load = Signal(object)
     _send = Signal(object)
     _compact = Signal(object)
+    _prefill = Signal(object)
     _shutdown = Signal()
 
     def __init__(self, worker: ModelWorker, parent: QObject | None = None):
@@ -230,18 +312,27 @@ class ModelThread(QObject):
         self._load.connect(self.worker.load)
         self._send.connect(self.worker.send)
         self._compact.connect(self.worker.compact)
+        self._prefill.connect(self.worker.prefill)
         self._shutdown.connect(self.worker.shutdown)
         self.thread.start()
         self._closed = False
 
     def load(self, settings: Settings) -> None:
+        self.worker.waiting.queued()
         self._load.emit(settings)
 
     def send(self, job: SendJob) -> None:
+        """A send never waits for a warm-up: the one under way stops at once."""
+        self.worker.waiting.queued()
         self._send.emit(job)
 
     def compact(self, job: SendJob) -> None:
+        self.worker.waiting.queued()
         self._compact.emit(job)
+
+    def prefill(self, job: SendJob) -> None:
+        self.worker.waiting.queued()  # a prefill for an older draft gives way to this one
+        self._prefill.emit(job)
 
     def close(self, cancel: threading.Event | None = None) -> None:
         """Stop at the next token, close the model, and wait for the thread to end."""

@@ -1,0 +1,233 @@
+"""Each thread keeps its KV state: the evaluated prompt prefix of a thread, saved to disk
+when the user leaves it (or quits) and restored on return, so a long thread never has
+to be evaluated cold again, across restarts and in a new ``iris-desktop chat`` process.
+
+One file per thread and model (``<thread>-<model id>.kv``, 0600) in a private folder:
+
+    MAGIC | header length (u32) | header (JSON) | tokens (int32 × n) | llama.cpp state
+
+The header names the model (its identity: a hash of the GGUF header, and the file
+size), the number of tokens, and the sha256 of the tokens and of the state. A file is
+restored only when all of them match: a corrupt, truncated or foreign file is deleted,
+never handed to llama.cpp (a bad state blob could crash it). The state is llama.cpp's
+per-sequence copy of the KV cache (``llama_state_seq_get_data``): the keys and values
+only, no logits. Disk use is bounded by ``model.kv_cache_mb``: the least recently used
+files go first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("iris.runtime.kv")
+
+MAGIC = b"IRIS-KV1"
+#: a header larger than this is not ours
+MAX_HEADER_BYTES = 4096
+SEQ_ID = 0
+
+
+@dataclass
+class Restored:
+    tokens: int  # how many prompt tokens are now in the KV cache
+    path: Path | None = None
+
+
+def model_key(model: Any) -> str:
+    """Who may read a saved state: the same GGUF (its header hash and size)."""
+    return f"{model.identity[:24]}-{model.info.size_bytes}"
+
+
+class KVStateStore:
+    """Saved KV states under ``folder``, at most ``limit_bytes`` in all (LRU)."""
+
+    def __init__(self, folder: Path, limit_bytes: int):
+        self.folder = Path(folder)
+        self.limit_bytes = max(0, int(limit_bytes))
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit_bytes > 0
+
+    def path_for(self, model: Any, thread_id: int) -> Path:
+        return self.folder / f"{int(thread_id)}-{model_key(model)}.kv"
+
+    # -- saving --
+
+    def save(self, model: Any, thread_id: int) -> Path | None:
+        """Write the model's current KV prefix as ``thread_id``'s state (replacing the old
+        one atomically), then evict the least recently used files beyond the limit. None
+        when off, or when there is nothing to save or it does not fit the limit."""
+        if not self.enabled:
+            return None
+        tokens, blob = _capture(model)
+        if not tokens or len(blob) > self.limit_bytes:
+            return None
+        header = json.dumps({
+            "version": 1, "model": model_key(model), "n_tokens": len(tokens),
+            "tokens_sha256": hashlib.sha256(_pack(tokens)).hexdigest(),
+            "state_bytes": len(blob), "state_sha256": hashlib.sha256(blob).hexdigest(),
+        }).encode()
+        path = self.path_for(model, thread_id)
+        _write_private(path, MAGIC + struct.pack("<I", len(header)) + header + _pack(tokens) + blob)
+        self._evict(keep=path)
+        log.info("saved the KV state of thread %s: %d tokens, %.1f MB", thread_id, len(tokens),
+                 len(blob) / 1e6)
+        return path
+
+    def _evict(self, keep: Path) -> None:
+        files = sorted(self.folder.glob("*.kv"), key=lambda p: p.stat().st_mtime, reverse=True)
+        total = 0
+        for path in files:
+            size = path.stat().st_size
+            if path != keep and total + size > self.limit_bytes:
+                path.unlink(missing_ok=True)
+                log.info("evicted %s (the KV cache is limited to %d MB)", path.name,
+                         self.limit_bytes // 2**20)
+                continue
+            total += size
+
+    # -- restoring --
+
+    def restore(self, model: Any, thread_id: int) -> Restored:
+        """Load ``thread_id``'s saved state into the model's KV cache if it is sound and
+        made by this model; any other file there is deleted. Returns how many tokens the
+        cache then holds from it (0: nothing restored, the cache is as it was)."""
+        path = self.path_for(model, thread_id)
+        if not self.enabled or not path.is_file():
+            return Restored(0)
+        try:
+            tokens, blob = _read(path, model_key(model))
+        except (OSError, ValueError) as exc:
+            log.warning("%s: not a usable KV state (%s); deleted", path.name, exc)
+            path.unlink(missing_ok=True)
+            return Restored(0)
+        if not _load(model, tokens, blob):
+            log.warning("%s: llama.cpp refused the KV state; deleted", path.name)
+            path.unlink(missing_ok=True)
+            return Restored(0)
+        os.utime(path)  # most recently used
+        return Restored(len(tokens), path)
+
+    def forget(self, thread_id: int) -> None:
+        """Delete every saved state of a thread (it was deleted)."""
+        for path in self.folder.glob(f"{int(thread_id)}-*.kv"):
+            path.unlink(missing_ok=True)
+
+
+def _pack(tokens: list[int]) -> bytes:
+    return struct.pack(f"<{len(tokens)}i", *tokens)
+
+
+def _read(path: Path, key: str) -> tuple[list[int], bytes]:
+    """(tokens, state) of a file that passes every check; raises ValueError."""
+    data = path.read_bytes()
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
+        raise ValueError("not a KV state file")
+    (length,) = struct.unpack_from("<I", data, len(MAGIC))
+    if length > MAX_HEADER_BYTES:
+        raise ValueError("header too large")
+    start = len(MAGIC) + 4
+    header = json.loads(data[start:start + length])
+    if header.get("model") != key:
+        raise ValueError("saved by another model")
+    n = int(header["n_tokens"])
+    token_bytes = data[start + length:start + length + 4 * n]
+    blob = data[start + length + 4 * n:]
+    if len(token_bytes) != 4 * n or len(blob) != int(header["state_bytes"]):
+        raise ValueError("truncated")
+    if hashlib.sha256(token_bytes).hexdigest() != header["tokens_sha256"] or \
+            hashlib.sha256(blob).hexdigest() != header["state_sha256"]:
+        raise ValueError("checksum mismatch")
+    return list(struct.unpack(f"<{n}i", token_bytes)), blob
+
+
+def _capture(model: Any) -> tuple[list[int], bytes]:
+    """(tokens in the KV cache, llama.cpp's copy of that sequence's keys and values)."""
+    import llama_cpp
+
+    tokens = model.kv_tokens()
+    if not tokens:
+        return [], b""
+    with model._lock:
+        ctx = model.llm.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, SEQ_ID)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, SEQ_ID)
+        return tokens, bytes(buffer)[:written]
+
+
+def _load(model: Any, tokens: list[int], blob: bytes) -> bool:
+    """Put a checked state into the model's (cleared) cache; False if llama.cpp refuses."""
+    import llama_cpp
+
+    if len(tokens) >= model.n_ctx:
+        return False
+    with model._lock:
+        llm = model.llm
+        llm.reset()
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+        llama_cpp.llama_memory_clear(memory, True)
+        buffer = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        if llama_cpp.llama_state_seq_set_data(llm.ctx, buffer, len(blob), SEQ_ID) == 0:
+            llama_cpp.llama_memory_clear(memory, True)
+            return False
+        llm.input_ids[: len(tokens)] = tokens
+        llm.n_tokens = len(tokens)
+        llm._requires_eval = True  # no logits were saved: the next request computes them
+        return True
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class ThreadCache:
+    """Which thread's prompt prefix is in the model's KV cache: entering another thread
+    saves the current one's state and restores the new one's, so each keeps its own.
+    Used by the thread that owns the model (the GUI's model thread, the CLI)."""
+
+    def __init__(self, store: KVStateStore, model: Any):
+        self.store = store
+        self.model = model
+        self.thread_id: int | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Only a local model has a KV cache to keep (not a scripted or remote one)."""
+        return self.store.enabled and hasattr(self.model, "kv_tokens")
+
+    def enter(self, thread_id: int | None) -> int:
+        """Make ``thread_id`` the cached thread; returns the tokens restored (0 if none)."""
+        if thread_id == self.thread_id or not self.usable:
+            self.thread_id = thread_id
+            return 0
+        self.leave()
+        self.thread_id = thread_id
+        return self.store.restore(self.model, thread_id).tokens if thread_id is not None else 0
+
+    def leave(self) -> None:
+        """Save the cached thread's state (the app quits, or another thread comes)."""
+        if self.thread_id is not None and self.usable:
+            try:
+                self.store.save(self.model, self.thread_id)
+            except OSError as exc:  # a full disk must not stop the app: the cache is optional
+                log.warning("could not save the KV state of thread %s: %s", self.thread_id, exc)
+        self.thread_id = None

@@ -1,0 +1,97 @@
+"""Each thread keeps its KV state on disk: restored, the next request evaluates only what
+is new; a corrupt, truncated or foreign file is deleted, never loaded; disk use is
+bounded; a prefill warms the cache and gives way to a cancel."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import pytest
+
+from iris_desktop.runtime.kv_store import KVStateStore
+from iris_desktop.runtime.model import LocalModel
+
+SYSTEM = {"role": "system", "content": "You are Iris, a helpful assistant."}
+
+
+def conversation(turns: int) -> list[dict]:
+    out = [SYSTEM]
+    for i in range(turns):
+        out += [{"role": "user", "content": f"Tell me fact number {i} about the ocean."},
+                {"role": "assistant", "content": f"Fact {i}: the ocean covers most of Earth."}]
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(model_path):
+    m = LocalModel.load(model_path, n_ctx=4096)
+    yield m
+    m.close()
+
+
+def test_a_restored_thread_evaluates_only_what_is_new(model, tmp_path):
+    store = KVStateStore(tmp_path / "kv", 256 * 2**20)
+    history = conversation(12)
+    stats = model.prefill(history)
+    assert stats.evaluated_tokens > 300 and not stats.stopped
+    path = store.save(model, 7)
+    assert path is not None and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    model.llm.reset()  # another thread's prompt took the cache
+    restored = store.restore(model, 7)
+    assert restored.tokens == stats.prompt_tokens
+    nxt = [*history, {"role": "user", "content": "And one more?"}]
+    "".join(model.stream(nxt, max_tokens=1, temperature=0))
+    new = model.last_stats
+    assert new.reused_tokens >= stats.prompt_tokens - 4  # only the new message is evaluated
+    assert new.evaluated_tokens < 40
+
+
+def test_corrupt_truncated_and_foreign_states_are_deleted_not_loaded(model, tmp_path):
+    store = KVStateStore(tmp_path / "kv", 256 * 2**20)
+    model.prefill(conversation(3))
+    for damage in ("flip", "truncate", "foreign"):
+        path = store.save(model, 1)
+        data = bytearray(path.read_bytes())
+        if damage == "flip":
+            data[-100] ^= 0xFF
+        elif damage == "truncate":
+            data = data[: len(data) // 2]
+        else:
+            data = data.replace(b'"model": "', b'"model": "x', 1)
+        path.write_bytes(bytes(data))
+        before = model.kv_tokens()
+        assert store.restore(model, 1).tokens == 0
+        assert not path.exists() and model.kv_tokens() == before  # the cache is untouched
+
+
+def test_disk_use_is_bounded_least_recently_used_first(model, tmp_path):
+    model.prefill(conversation(6))
+    one = KVStateStore(tmp_path / "probe", 2**30).save(model, 0).stat().st_size
+    store = KVStateStore(tmp_path / "kv", int(one * 2.5))  # room for two
+    for thread in (1, 2):
+        store.save(model, thread)
+    store.restore(model, 1)  # thread 1 was used since: thread 2 is now the oldest
+    store.save(model, 3)
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "kv").glob("*.kv")) == ["1", "3"]
+    assert sum(p.stat().st_size for p in (tmp_path / "kv").glob("*.kv")) <= one * 2.5
+    off = KVStateStore(tmp_path / "off", 0)
+    assert off.save(model, 1) is None and off.restore(model, 1).tokens == 0
+
+
+def test_a_prefill_gives_way_to_a_cancel_and_keeps_what_it_did(model):
+    model.llm.reset()
+    long = conversation(60)
+    cancel = threading.Event()
+    seen: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        seen.append(done)
+        cancel.set()  # the draft changed (or a send came) after the first batch
+
+    stats = model.prefill(long, cancel=cancel, progress=progress)
+    assert stats.stopped and 0 < stats.evaluated_tokens < stats.prompt_tokens
+    assert len(model.kv_tokens()) == stats.evaluated_tokens
+    again = model.prefill(long)  # continues from there
+    assert again.reused_tokens >= stats.evaluated_tokens - 1 and not again.stopped
