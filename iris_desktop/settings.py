@@ -231,6 +231,12 @@ _ALL: tuple[Setting, ...] = (
         minimum=0, maximum=8192, unit="tokens",
     ),
     Setting(
+        "context.recall_semantic", "bool", True,
+        "Recall also by meaning: a small embedding model (all-MiniLM-L6-v2, shipped with "
+        "Iris) finds earlier messages that answer your question in other words ('what "
+        "pets does she have?' finds 'we adopted a kitten'). Off: recall matches words only.",
+    ),
+    Setting(
         "context.token_counter", "choice", AUTO,
         "How tokens are counted: auto (the model's tokenizer when a model is loaded, else "
         "the heuristic), model, tiktoken (cl100k_base, offline), heuristic (ceil(chars/4); "

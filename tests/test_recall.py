@@ -180,3 +180,31 @@ def test_real_model_counts_the_recalled_prompt_exactly(fresh_store, chat, real_m
     "".join(real_model.stream(request.messages, max_tokens=2, temperature=0))
     stats = real_model.last_stats
     assert stats.prompt_tokens == request.predicted_prompt_tokens
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
+
+    from conftest import MODEL_CACHE
+
+    model = Embedder.load(ensure_embedding_model(MODEL_CACHE / "models"))
+    yield model
+    model.close()
+
+
+def test_recall_by_meaning_finds_a_paraphrase_that_shares_no_word(fresh_store, chat, embedder):
+    """'Where is Rosa's new home?' shares no content word with 'We finally moved to Tallinn
+    last week': bm25 alone finds other things; fused with the embedder it finds it."""
+    counter = HeuristicCounter()
+    thread = compacted(fresh_store, chat["messages"], counter, params())
+    question = "Where is Rosa's new home?"
+    words = Planner(params(), counter).plan(fresh_store, thread, question)
+    assert "Tallinn" not in words.messages[-1]["content"]
+    meaning = Planner(params(), counter, embedder=embedder)
+    index = meaning.index(fresh_store)
+    while index.index_pending(limit=64):
+        pass
+    request = meaning.plan(fresh_store, thread, question)
+    check_request(meaning.engine(fresh_store), request)
+    assert request.recall.semantic and "moved to Tallinn" in request.messages[-1]["content"]

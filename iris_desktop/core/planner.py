@@ -23,6 +23,7 @@ much less history budget if the difference would overrun the budget.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ from iris_desktop.core.engine import (
     ConversationTooLargeException,
 )
 from iris_desktop.core.recall import SemanticSearch
+from iris_desktop.core.semantic import SemanticIndex
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import HeuristicCounter, Message, TiktokenCounter, TokenCounter
 from iris_desktop.core.toolcalls import tools_system_prompt
@@ -93,6 +95,9 @@ class ToolPrompt:
         return list(self.definitions) if self.native else []
 
 
+#: semantic indexes per Store (weakly: a closed Store's index goes with it) and embedder
+_indexes: weakref.WeakKeyDictionary[Store, dict[int, SemanticIndex]] = weakref.WeakKeyDictionary()
+_indexes_lock = threading.Lock()
 _tiktoken_lock = threading.Lock()
 _tiktoken: TiktokenCounter | None = None
 
@@ -164,12 +169,15 @@ class Planner:
         tools: ToolsConfig | None = None,
         values: Mapping[str, Any] | None = None,
         semantic: SemanticSearch | None = None,
+        embedder: Any = None,
     ):
         self.params = params
         self.counter = counter
         self.runtime = runtime
-        #: recall's ranking by meaning (``core.semantic``), when an embedding model is loaded
+        #: recall's ranking by meaning: a fixed search (benchmarks, tests), or one per Store
+        #: over ``embedder``'s vectors (``core.semantic``), when an embedding model is loaded
         self.semantic = semantic
+        self.embedder = embedder
         self.compaction = compaction or CompactionSettings()
         self.agent_config = agent or AgentConfig()
         self.tools = tools or ToolsConfig()
@@ -186,7 +194,7 @@ class Planner:
 
     @classmethod
     def from_settings(cls, settings: Settings, runtime: Any = None, *,
-                      n_ctx: int | None = None) -> Planner:
+                      n_ctx: int | None = None, embedder: Any = None) -> Planner:
         """The planner for ``settings`` on ``runtime``. ``n_ctx`` overrides the runtime's
         window (a candidate ``model.n_ctx`` that a reload would apply). Raises
         SettingsError when ``context.window`` exceeds the runtime's n_ctx."""
@@ -203,6 +211,7 @@ class Planner:
             agent=AgentConfig.from_settings(settings),
             tools=ToolsConfig.from_settings(settings),
             values=settings.values,
+            embedder=embedder if settings["context.recall_semantic"] else None,
         )
 
     @property
@@ -243,7 +252,24 @@ class Planner:
         """An engine on ``store`` with this planner's counter and parameters; without
         recall for compaction's arithmetic (recall only fills what the tail leaves)."""
         params = self.params if recall else replace(self.params, recall_max_tokens=0)
-        return ContextEngine(store, self.counter, params, self.semantic)
+        return ContextEngine(store, self.counter, params, self.semantic_for(store))
+
+    def semantic_for(self, store: Store) -> SemanticSearch | None:
+        """Recall's search by meaning on ``store`` (one index per Store, so its vector
+        cache lives as long as the Store's thread does), or None without an embedder."""
+        if self.semantic is not None or self.embedder is None:
+            return self.semantic
+        return self.index(store).recall_search
+
+    def index(self, store: Store) -> SemanticIndex:
+        """The semantic index on ``store`` for this embedder (messages are embedded by
+        ``index_pending``); shared by every planner, so a new planner keeps the cache."""
+        with _indexes_lock:
+            by_embedder = _indexes.setdefault(store, {})
+            key = id(self.embedder)
+            if key not in by_embedder:
+                by_embedder[key] = SemanticIndex(store, self.embedder)
+            return by_embedder[key]
 
     def plan(self, store: Store, thread_id: int, draft: str | None = None, *,
              tools_allowed: bool = True, recall: bool = True, cache: bool = True,

@@ -44,8 +44,11 @@ MAX_TERMS = 24
 MAX_CHARS = 600  # one recalled message at most (a long agent message is clipped)
 FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker again
 LEXICAL_HITS = 60  # bm25 candidates considered
-#: reciprocal rank fusion's constant (Cormack et al. 2009): ranks past ~60 weigh little
-RRF_K = 60
+#: reciprocal rank fusion (Cormack et al. 2009) with a small constant, so the top ranks of
+#: each list count; bm25 weighs half as much as meaning. Measured on paraphrased questions
+#: and LoCoMo questions (bench/retention.py): plain k=60 let common words drown meaning.
+RRF_K = 10
+LEXICAL_WEIGHT = 0.5
 #: a question naming one speaker ranks that speaker's own messages up by this factor
 NAMED_SPEAKER_BOOST = 1.5
 #: below this much room nothing more fits (a date heading and a short line)
@@ -110,12 +113,13 @@ def fts_query(terms: list[str]) -> str:
     return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
 
 
-def fuse(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
-    """Reciprocal rank fusion: id → Σ 1 / (k + rank) over the rankings it appears in."""
+def fuse(rankings: Sequence[Sequence[int]], weights: Sequence[float] | None = None,
+         k: int = RRF_K) -> dict[int, float]:
+    """Weighted reciprocal rank fusion: id → Σ weight / (k + rank) over the rankings."""
     scores: dict[int, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings)):
         for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     return scores
 
 
@@ -156,16 +160,29 @@ class Recaller:
         rankings = [[hit_id for hit_id, _ in lexical]]
         semantic = False
         if self.semantic is not None:
-            found = self.semantic(thread_id, through_id, query, LEXICAL_HITS)
+            found = self._statements(self.semantic(thread_id, through_id, query, LEXICAL_HITS))
             semantic = bool(found)
             rankings.append(found)
-        scores = fuse(rankings)
+        scores = fuse(rankings, [LEXICAL_WEIGHT, 1.0])
         asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
         if len(asked) == 1 and scores:
             speakers = self.store.speakers_of(list(scores))
             scores = {i: s * (NAMED_SPEAKER_BOOST if speakers.get(i) in asked else 1.0)
                       for i, s in scores.items()}
         return sorted(scores, key=lambda i: (-scores[i], i)), semantic
+
+    def _statements(self, ids: list[int]) -> list[int]:
+        """A ranking by meaning without questions (a question is near other questions in
+        meaning, and holds no fact) and without repeats of the same words."""
+        rows = self.store.messages_by_id(ids)
+        seen: set[str] = set()
+        out = []
+        for i in ids:
+            text = " ".join(str(rows.get(i, {}).get("content") or "").lower().split())
+            if text and not text.endswith("?") and text not in seen:
+                seen.add(text)
+                out.append(i)
+        return out
 
     def _choose(self, thread_id: int, through_id: int, ranked: list[int], budget: int,
                 exclude: frozenset[int]) -> dict[int, Said]:

@@ -27,6 +27,8 @@ log = logging.getLogger("iris.ui.context")
 
 #: the pause in typing after which the draft's request is prefilled
 PREFILL_PAUSE_MS = 300
+#: messages embedded per DB-thread job (a few tens of milliseconds)
+INDEX_BATCH = 16
 
 
 class ContextControl(QObject):
@@ -37,16 +39,19 @@ class ContextControl(QObject):
         self.window = window
         self.planner = Planner.from_settings(window.session.settings)
         self.runtime: Any = None  # the loaded model's runtime, once there is one
+        self.embedder: Any = None  # recall by meaning, when its model loaded
         # the draft's request is evaluated after a pause in typing, so a send starts at once
         self._prefill_timer = QTimer(self, singleShot=True, interval=PREFILL_PAUSE_MS)
         self._prefill_timer.timeout.connect(self._prefill_draft)
 
     # -- the planner --------------------------------------------------------------------
 
-    def set_runtime(self, runtime: Any) -> None:
-        """A model was loaded (or unloaded: None)."""
+    def set_runtime(self, runtime: Any, embedder: Any = None) -> None:
+        """A model was loaded (or unloaded: None), with the embedder for recall."""
         self.runtime = runtime
+        self.embedder = embedder
         self.rebuild()
+        self.index_soon()
 
     def rebuild(self) -> None:
         """A new planner for the current settings and model; the views follow. A window
@@ -54,11 +59,12 @@ class ContextControl(QObject):
         model's own n_ctx used instead, rather than failing inside llama.cpp later."""
         settings = self.window.session.settings
         try:
-            self.planner = Planner.from_settings(settings, self.runtime)
+            self.planner = Planner.from_settings(settings, self.runtime, embedder=self.embedder)
         except SettingsError as exc:
             self.window.statusBar().showMessage(f"{exc} — using the model's n_ctx", 15000)
             self.planner = Planner.from_settings(
-                settings.with_overrides({"context.window": "auto"}), self.runtime)
+                settings.with_overrides({"context.window": "auto"}), self.runtime,
+                embedder=self.embedder)
         self.refresh()
 
     def _reloads(self, settings: Settings) -> tuple[bool, bool]:
@@ -81,9 +87,10 @@ class ContextControl(QObject):
         with this model, unless they change what loading it would give."""
         reload, same_file = self._reloads(settings)
         if not reload:
-            return Planner.from_settings(settings, self.runtime)
+            return Planner.from_settings(settings, self.runtime, embedder=self.embedder)
         return Planner.from_settings(settings, self.runtime if same_file else None,
-                                     n_ctx=settings["model.n_ctx"] if same_file else None)
+                                     n_ctx=settings["model.n_ctx"] if same_file else None,
+                                     embedder=self.embedder)
 
     # -- drawing ------------------------------------------------------------------------
 
@@ -156,6 +163,19 @@ class ContextControl(QObject):
         draft = self.window.composer.text() or None
         self.window.background.run(lambda store: budget_preview(store, planner, tid, draft),
                                    callback, self._counting_failed, key="preview")
+
+    # -- the semantic index --
+
+    def index_soon(self) -> None:
+        """Embed the messages that have no vector yet, a batch at a time on the DB thread
+        (a send never waits for it); recall by meaning finds only embedded messages."""
+        planner = self.planner
+        if planner.embedder is None:
+            return
+        self.window.background.run(
+            lambda store: planner.index(store).index_pending(limit=INDEX_BATCH),
+            lambda done: done >= INDEX_BATCH and planner is self.planner and self.index_soon(),
+            self._counting_failed, key="index")
 
     # -- prefilling the draft --
 

@@ -49,7 +49,7 @@ class ModelControl(QObject):
         took = info.get("load_time_s")
         w.state_label.setText("Ready" + (f" (model loaded in {took:.1f} s)" if took else ""))
         w.composer.set_can_send(True)
-        w.context.set_runtime(loaded.runtime)
+        w.context.set_runtime(loaded.runtime, loaded.embedder)
 
     def failed(self, message: str) -> None:
         w = self.window

@@ -25,6 +25,7 @@ from iris_desktop.core.planner import Planner
 from iris_desktop.core.session import load_model
 from iris_desktop.core.store import Store
 from iris_desktop.paths import AppPaths
+from iris_desktop.runtime.embedder import Embedder, embedding_model_path
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache
 from iris_desktop.settings import BUNDLED, Settings
 
@@ -86,10 +87,12 @@ class Waiting:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """What the GUI learns of a loaded model: the runtime (for its planner) and facts."""
+    """What the GUI learns of a loaded model: the runtime and the embedder (for its
+    planner), and facts."""
 
     runtime: Any
     info: dict[str, Any]
+    embedder: Any = None
 
 
 def model_info(model: Any) -> dict[str, Any]:
@@ -131,6 +134,7 @@ class ModelWorker(QObject):
         self._scripted = runtime  # a ready runtime (tests: a ScriptedRuntime)
         self.compacts = compact  # False: no compaction in turns (a scripted runtime)
         self.model: Any = None
+        self.embedder: Any = None
         self.cache: ThreadCache | None = None
         self._store: Store | None = None
         self._closing = threading.Event()
@@ -162,7 +166,19 @@ class ModelWorker(QObject):
         self.model = model
         limit = settings["model.kv_cache_mb"] * 2**20
         self.cache = ThreadCache(KVStateStore(self.paths.data_dir / "kv-cache", limit), model)
-        self.loaded.emit(LoadedModel(model, model_info(model)))
+        self.loaded.emit(LoadedModel(model, model_info(model), self._load_embedder(settings)))
+
+    def _load_embedder(self, settings: Settings) -> Any:
+        """The small embedding model for recall by meaning, loaded once (it does not
+        depend on the chat model); None when semantic recall is off or cannot load."""
+        if not settings["context.recall_semantic"]:
+            return None
+        if self.embedder is None:
+            try:
+                self.embedder = Embedder.load(embedding_model_path(self.paths.models_dir))
+            except Exception as exc:  # recall by words still works: say why, go on
+                log.warning("semantic recall is off: %s", exc)
+        return self.embedder
 
     def _close_model(self) -> None:
         if self.cache is not None:
@@ -289,6 +305,9 @@ class ModelWorker(QObject):
         """Close the model and this worker's Store (on the thread that owns them)."""
         self._closing.set()
         self._close_model()
+        if self.embedder is not None:
+            self.embedder.close()
+            self.embedder = None
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -169,6 +169,7 @@ class ThreadControl(QObject):
         def done(thread_id: int) -> None:
             self.refresh_threads()
             self.open_thread(thread_id)
+            self.window.context.index_soon()
 
         self.background.run(job, done, lambda exc: QMessageBox.warning(
             self.window, "Import refused", f"Nothing was imported.\n\n{exc}"))

@@ -176,6 +176,7 @@ class TurnControl(QObject, TurnListener):
         self._compacted = ""
         w = self.window
         w.threads_control.refresh_threads()
+        w.context.index_soon()  # the new messages join the semantic index
         if event.thread_id == w.thread_id:
             w.threads_control.reload_transcript()
             w.context.show_request(event.next_request)
