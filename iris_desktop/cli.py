@@ -1,19 +1,23 @@
 """The ``iris-desktop`` command line: the parser, and dispatch to ``commands``.
 
-Exit codes: 0 success; 1 a runtime failure (for example a model that will not load);
-2 bad usage, invalid settings or a malformed file; 3 ConversationTooLargeException.
+Exit codes: 0 success; 1 a runtime failure (for example a model that will not load, or
+a folder or database Iris cannot write); 2 bad usage, invalid settings or a malformed
+file; 3 ConversationTooLargeException. Every failure is one sentence on stderr that says
+what to do, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from iris_desktop import __version__
-from iris_desktop.commands import COMMANDS, EXIT_USAGE, CliError
+from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_USAGE, CliError, say
+from iris_desktop.paths import DataDirError, app_paths
 from iris_desktop.settings import SettingsError, parse_assignments
 
 
@@ -82,7 +86,8 @@ def _add_runtime_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.add_argument("--yes-shell", action="store_true",
                    help="approve every run_shell call without asking (tools.shell must be on)")
-    p.add_argument("message")
+    p.add_argument("--file", metavar="PATH", help="read the message from a UTF-8 text file")
+    p.add_argument("message", nargs="?", help="the message; '-' reads it from standard input")
 
     p = sub.add_parser("models", help="the model library: the bundled model, other apps' GGUFs "
                        "(LM Studio, Ollama, Hugging Face, GPT4All, Jan) and files opened before")
@@ -110,11 +115,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_self_test(args.data_dir, overrides)
         return COMMANDS[args.command or "gui"](args, overrides)
     except SettingsError as exc:
-        print(f"iris-desktop: {exc}", file=sys.stderr)
+        say(f"iris-desktop: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except CliError as exc:
-        print(f"iris-desktop: {exc}", file=sys.stderr)
+        say(f"iris-desktop: {exc}", file=sys.stderr)
         return exc.code
+    except DataDirError as exc:
+        say(f"iris-desktop: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except sqlite3.Error as exc:  # met after the database opened: locked, read-only, damaged
+        from iris_desktop.core.store import explain
+
+        say(f"iris-desktop: {explain(exc, app_paths(args.data_dir).db_path)}", file=sys.stderr)
+        return EXIT_FAIL
     except KeyboardInterrupt:
         return 130
 

@@ -9,6 +9,7 @@ Exit codes: 0 success; 1 a runtime failure (for example a model that will not lo
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -30,6 +31,9 @@ from iris_desktop.core.events import (
 )
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TOO_LARGE = 0, 1, 2, 3
+#: text a ``threads`` listing counts at most; the rest shows as "not yet counted" until a
+#: request (or a later listing) counts it, so a listing never waits for a huge import
+LISTING_COUNT_CHARS = 200_000
 
 
 class CliError(Exception):
@@ -38,7 +42,34 @@ class CliError(Exception):
         self.code = code
 
 
+# Stored text is shown, never obeyed: control characters (C0 but newline and tab, DEL,
+# C1) would let a title or a reply move the cursor, clear the screen or retitle the
+# terminal, so human-readable output shows them as escapes such as \x1b.
+_CONTROLS = [*range(0x00, 0x20), *range(0x7F, 0xA0)]
+_ONE_LINE = {c: f"\\x{c:02x}" for c in _CONTROLS}
+_MULTI_LINE = {c: v for c, v in _ONE_LINE.items() if chr(c) not in "\n\t"}
+# json.dumps(ensure_ascii=False) escapes C0 but leaves DEL and C1 raw
+_JSON = {c: f"\\u{c:04x}" for c in range(0x7F, 0xA0)}
+
+
+def terminal_safe(text: str, multiline: bool = False) -> str:
+    """``text`` with its control characters shown as escapes; ``multiline`` keeps
+    newlines and tabs."""
+    return text.translate(_MULTI_LINE if multiline else _ONE_LINE)
+
+
+def say(text: str = "", file: Any = None) -> None:
+    """Print human-readable text that may hold stored data."""
+    print(terminal_safe(text, multiline=True), file=file or sys.stdout)
+
+
+def dump_json(value: Any, **options: Any) -> str:
+    """JSON for the terminal: as json.dumps, with DEL and C1 characters escaped too."""
+    return json.dumps(value, ensure_ascii=False, **options).translate(_JSON)
+
+
 def open_session(args: Any, overrides: dict[str, str]):
+    """The Session; settings problems and a database recovery are told once, on stderr."""
     from iris_desktop.core.session import Session
     from iris_desktop.core.store import StoreError
 
@@ -47,8 +78,20 @@ def open_session(args: Any, overrides: dict[str, str]):
     except StoreError as exc:
         raise CliError(str(exc), EXIT_FAIL) from None
     for problem in session.settings.problems:
-        print(f"iris-desktop: warning: {problem}", file=sys.stderr)
+        say(f"iris-desktop: warning: {problem}", file=sys.stderr)
+    if session.recovery is not None:
+        say(f"iris-desktop: {session.recovery.describe()}", file=sys.stderr)
     return session
+
+
+def text_argument(value: str, what: str) -> str:
+    """A text argument that will be stored or tokenized: it must be valid Unicode (bytes
+    that are not UTF-8 reach Python as lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CliError(f"{what} is not valid UTF-8 text") from None
+    return value
 
 
 def _thread(session, thread_id: int) -> dict[str, Any]:
@@ -74,8 +117,8 @@ def _maybe_load_model(session, args) -> None:
     if getattr(args, "no_model", False) or not wanted:
         return
     if session.try_load_model() is None:
-        print(f"iris-desktop: warning: no model ({session.model_error}); counting without it",
-              file=sys.stderr)
+        say(f"iris-desktop: warning: no model ({session.model_error}); counting without it",
+            file=sys.stderr)
 
 
 # -- conversations -------------------------------------------------------------------------
@@ -88,6 +131,7 @@ def import_(args, overrides) -> int:
         title_from,
     )
 
+    title = text_argument(args.title, "--title") if args.title else None
     try:
         messages, file_title = load_conversation(args.file)
     except ConversationFormatError as exc:
@@ -95,7 +139,7 @@ def import_(args, overrides) -> int:
     with open_session(args, overrides) as session:
         store = session.store
         with store.transaction():
-            thread_id = store.create_thread(args.title or file_title or title_from(messages))
+            thread_id = store.create_thread(title or file_title or title_from(messages))
             store.add_messages(thread_id, messages)
     print(thread_id)
     return EXIT_OK
@@ -109,40 +153,53 @@ def export(args, overrides) -> int:
         thread = _thread(session, args.thread)
         messages = [row_to_message(r) for r in session.store.messages(args.thread)]
     if args.format == "json":
-        text = json.dumps(messages, ensure_ascii=False, indent=2) + "\n"
+        text = dump_json(messages, indent=2) + "\n"
     else:
         text = to_markdown(thread["title"], messages)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+        _write_private(Path(args.output), text)
+    else:  # Markdown is exact in a file or a pipe, and shown safely on a terminal
+        sys.stdout.write(terminal_safe(text, multiline=True) if sys.stdout.isatty() else text)
     return EXIT_OK
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write an export; a new file is private (0600), an existing one keeps its mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise CliError(f"cannot write {path} ({exc.strerror or exc}); choose another "
+                       "file with -o", EXIT_FAIL) from None
+
+
 def threads(args, overrides) -> int:
+    """Threads with cached token totals. A listing counts at most LISTING_COUNT_CHARS of
+    text not counted yet (newest first) and says how many messages remain uncounted."""
     from iris_desktop.core.engine import ensure_counts
 
     with open_session(args, overrides) as session:
         _maybe_load_model(session, args)
         counter = session.planner().counter
         store = session.store
+        ensure_counts(store, counter, store.uncounted(counter.name, LISTING_COUNT_CHARS))
         rows = []
         for thread in store.threads():
-            # count what is not cached yet (once), so the totals are complete
-            ensure_counts(store, counter, store.meta_range(thread["id"], counter.name, None))
             tokens, uncounted = store.thread_token_total(thread["id"], counter.name)
             rows.append({**thread, "tokens": tokens, "uncounted_messages": uncounted,
                          "counter": counter.name})
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(dump_json(rows, indent=2))
         return EXIT_OK
     if not rows:
         print("no threads yet")
     for row in rows:
         tokens = f"{row['tokens']:,} tokens" + (
-            f" (+{row['uncounted_messages']} not yet counted)" if row["uncounted_messages"] else ""
-        )
-        print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<28} {row['title']}")
+            f" (+{row['uncounted_messages']:,} not yet counted)"
+            if row["uncounted_messages"] else "")
+        print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<28} "
+              f"{terminal_safe(row['title'])}")
     return EXIT_OK
 
 
@@ -207,19 +264,40 @@ def context_report(session, thread_id: int, draft: str | None = None,
 def context(args, overrides) -> int:
     from iris_desktop.core.engine import ConversationTooLargeException
 
+    draft = text_argument(args.draft, "--draft") if args.draft is not None else None
     with open_session(args, overrides) as session:
         _thread(session, args.thread)
         _maybe_load_model(session, args)
-        try:
-            report = context_report(session, args.thread, args.draft, args.show_request)
+        try:  # a huge newest turn is refused from its size, before it is counted
+            report = context_report(session, args.thread, draft, args.show_request)
         except ConversationTooLargeException as exc:
-            print(f"iris-desktop: conversation too large: {exc}", file=sys.stderr)
+            say(f"iris-desktop: conversation too large: {exc}", file=sys.stderr)
             return EXIT_TOO_LARGE
     if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
+        print(dump_json(report, indent=2))
         return EXIT_OK
     _print_context(report)
     return EXIT_OK
+
+
+def refuse_if_certainly_too_large(session, n_bytes: int, outcome: str) -> None:
+    """Exit 3 before anything is tokenized when ``n_bytes`` of text in the newest turn
+    are certainly more than any history budget of this window: they need at least
+    store.min_tokens(n_bytes) tokens. Tokenizing 10 MiB takes tens of seconds and over
+    a gigabyte, only to reach the same answer."""
+    from iris_desktop.core.engine import TokenBudgetCalculator
+    from iris_desktop.core.store import MAX_BYTES_PER_TOKEN, min_tokens
+
+    params = session.planner().params
+    budget = TokenBudgetCalculator(params.window, params.token_budget_ratio,
+                                   params.compaction_threshold).budget
+    if min_tokens(n_bytes) > budget:
+        raise CliError(
+            f"conversation too large: the newest turn alone is at least "
+            f"{min_tokens(n_bytes):,} tokens ({n_bytes:,} bytes of text; no token is longer "
+            f"than {MAX_BYTES_PER_TOKEN} bytes); the window allows at most {budget:,} (window "
+            f"{params.window:,} × ratio {params.token_budget_ratio}); {outcome}. Shorten the "
+            "message, or raise context.window and model.n_ctx", EXIT_TOO_LARGE)
 
 
 def _print_context(r: dict[str, Any]) -> None:
@@ -227,7 +305,7 @@ def _print_context(r: dict[str, Any]) -> None:
     for m in r["messages"]:
         states[m["state"]] = states.get(m["state"], 0) + 1
     print(f"window      {r['window']:>8,}  ({r['window_source']}; counter {r['counter']}"
-          + (f"; format {r['chat_format']}" if r["chat_format"] else "") + ")")
+          + (f"; format {terminal_safe(r['chat_format'])}" if r["chat_format"] else "") + ")")
     print(f"budget      {r['budget']:>8,}  (window × {r['token_budget_ratio']})")
     for label, key in (("system", "system_tokens"), ("tools", "tool_tokens"),
                        ("summary", "summary_tokens"), ("recall", "recall_tokens"),
@@ -241,7 +319,7 @@ def _print_context(r: dict[str, Any]) -> None:
     recall = r.get("recall") or {}
     if recall.get("ids"):
         print(f"recall      {len(recall['ids'])} summarized messages shown with the newest message "
-              f"(searched: {' '.join(recall['terms'][:10])})")
+              f"(searched: {terminal_safe(' '.join(recall['terms'][:10]))})")
     elif recall.get("reason") and r["summary_id"] is not None:
         print(f"recall      none ({recall['reason']})")
     due = f"yes ({', '.join(r['triggers'])})" if r["compaction_due"] else "no"
@@ -265,20 +343,21 @@ class _ChatPrinter(TurnListener):
 
     def on_token(self, event: ReplyToken) -> None:
         if not self.as_json:
-            sys.stdout.write(event.text)
+            sys.stdout.write(terminal_safe(event.text, multiline=True))
             sys.stdout.flush()
 
     def on_reply(self, event: ReplySaved) -> None:
         self.reply, self.stats = event.text, event.stats
 
     def on_tool(self, event: ToolFinished) -> None:
-        print(f"\n[tool {event.name}: {'ok' if event.ok else 'error'}]", file=sys.stderr)
+        say(f"\n[tool {terminal_safe(event.name)}: {'ok' if event.ok else 'error'}]",
+            file=sys.stderr)
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
-        print(f"\n[{event.text}]", file=sys.stderr)
+        say(f"\n[{event.text}]", file=sys.stderr)
 
     def on_failed(self, event: TurnFailed) -> None:
-        print(f"\niris-desktop: {event.text}", file=sys.stderr)
+        say(f"\niris-desktop: {event.text}", file=sys.stderr)
         self.code = EXIT_TOO_LARGE if event.kind == "too_large" else EXIT_FAIL
 
     def on_done(self, event: TurnDone) -> None:
@@ -313,7 +392,7 @@ def _shell_confirmation(args):
         return None  # nobody to ask: every shell call is refused
 
     def ask(command: str) -> bool:
-        print(f"\nThe model wants to run:\n  {command}", file=sys.stderr)
+        say(f"\nThe model wants to run:\n  {terminal_safe(command)}", file=sys.stderr)
         try:
             answer = input("Run it? [y/N] ")
         except EOFError:
@@ -323,7 +402,35 @@ def _shell_confirmation(args):
     return ask
 
 
+def chat_message(args) -> str:
+    """The message to send: the argument, ``-`` for standard input, or ``--file PATH``."""
+    from iris_desktop.core.conversation import (
+        MAX_IMPORT_BYTES,
+        ConversationFormatError,
+        read_text_file,
+    )
+
+    if (args.message is None) == (args.file is None):
+        raise CliError("give the message as an argument, as '-' to read standard input, "
+                       "or with --file PATH (exactly one of them)")
+    if args.file is not None:
+        try:
+            return read_text_file(Path(args.file), MAX_IMPORT_BYTES)
+        except ConversationFormatError as exc:
+            raise CliError(f"--file: {exc}") from None
+    if args.message != "-":
+        return text_argument(args.message, "the message")
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"standard input is not UTF-8 text (byte {exc.start})") from None
+
+
 def chat(args, overrides) -> int:
+    from iris_desktop.core.store import utf8_length
+
+    message = chat_message(args)
     if args.model:
         overrides = {**overrides, "model.path": args.model}
     with open_session(args, overrides) as session:
@@ -331,18 +438,18 @@ def chat(args, overrides) -> int:
         store = session.store
         if args.thread is not None:
             _thread(session, args.thread)
-            thread_id = args.thread
-        else:
-            thread_id = store.create_thread("New chat")
+        refuse_if_certainly_too_large(session, utf8_length(message.strip()),
+                                      "nothing was sent or stored")
+        thread_id = args.thread if args.thread is not None else store.create_thread("New chat")
         agent = session.planner().agent(store, confirm_shell=_shell_confirmation(args))
         printer = _ChatPrinter(args.json)
         cancel = threading.Event()
         with _cancel_on_interrupt(cancel):
-            for event in agent.send(thread_id, args.message, cancel):
+            for event in agent.send(thread_id, message, cancel):
                 dispatch(event, printer)
         stats = printer.stats
         if args.json:
-            print(json.dumps({
+            print(dump_json({
                 "thread_id": thread_id,
                 "reply": printer.reply,
                 "model": model.path.name,
@@ -350,7 +457,7 @@ def chat(args, overrides) -> int:
                 **{key: getattr(stats, key, None) for key in (
                     "prompt_tokens", "reused_tokens", "evaluated_tokens", "completion_tokens",
                     "time_to_first_token_s", "tokens_per_s", "finish_reason")},
-            }, indent=2, ensure_ascii=False))
+            }, indent=2))
         else:
             print()
             print(f"[thread {thread_id}]", file=sys.stderr)
@@ -372,25 +479,26 @@ def models(args, overrides) -> int:
     selected = entries[0].path if configured == BUNDLED and entries else Path(configured)
     rows = [{**e.as_json(), "selected": e.path == selected} for e in entries]
     if args.json:
-        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        print(dump_json(rows, indent=2))
         return EXIT_OK
     for row in rows:
         mark = "*" if row["selected"] else " "
         title = f"{mark} {row['name']} ({row['source']})"
         if row["error"]:
-            print(f"{title}\n    unusable: {row['error']}\n    {row['path']}")
+            say(f"{terminal_safe(title)}\n    unusable: {terminal_safe(row['error'])}\n"
+                f"    {terminal_safe(row['path'])}")
             continue
         params = f"{row['parameters'] / 1e9:.2f}B params" if row["parameters"] else "? params"
         memory = (f"~{row['memory_estimate_bytes'] / 2**30:.1f} GiB at n_ctx {row['n_ctx']:,}"
                   if row["memory_estimate_bytes"] else "memory unknown")
         notes = [n for n, on in (("base model", row["base_model"]),
                                  ("verified", row["verified"])) if on]
-        print(f"{title}{' — ' + ', '.join(notes) if notes else ''}\n"
-              f"    {row['architecture']}, {params}, {row['quantization'] or '?'}, "
-              f"{(row['size_bytes'] or 0) / 1e6:,.0f} MB, trained context "
-              f"{row['context_length'] or '?'}, "
-              f"{'chat template' if row['chat_template'] else 'no chat template'}, {memory}\n"
-              f"    {row['path']}")
+        say(f"{terminal_safe(title)}{' — ' + ', '.join(notes) if notes else ''}\n"
+            f"    {row['architecture']}, {params}, {row['quantization'] or '?'}, "
+            f"{(row['size_bytes'] or 0) / 1e6:,.0f} MB, trained context "
+            f"{row['context_length'] or '?'}, "
+            f"{'chat template' if row['chat_template'] else 'no chat template'}, {memory}\n"
+            f"    {terminal_safe(row['path'])}")
     return EXIT_OK
 
 
@@ -399,14 +507,14 @@ def compact(args, overrides) -> int:
         _thread(session, args.thread)
         # --no-model: the extractive summarizer, counting without the model's tokenizer
         if not args.no_model and session.try_load_model() is None:
-            print(f"iris-desktop: warning: no model ({session.model_error}); "
-                  "using the extractive summarizer", file=sys.stderr)
+            say(f"iris-desktop: warning: no model ({session.model_error}); "
+                "using the extractive summarizer", file=sys.stderr)
         compactor = session.planner().compactor(session.store)
         event = compactor.compact(args.thread, "manual", force=True)
     if args.json:
-        print(json.dumps(event.as_dict(), indent=2, ensure_ascii=False, default=str))
+        print(dump_json(event.as_dict(), indent=2, default=str))
     else:
-        print(event.describe())
+        say(event.describe())
     return EXIT_OK if event.outcome == "ok" else EXIT_FAIL
 
 
@@ -429,7 +537,7 @@ def config(args, overrides) -> int:
         return EXIT_OK
     if args.action == "set":
         value = write_config_value(config_path, args.key, args.value)
-        print(f"{args.key} = {lookup(args.key).to_text(value)}  ({config_path})")
+        print(f"{args.key} = {terminal_safe(lookup(args.key).to_text(value))}  ({config_path})")
         return EXIT_OK
     if args.action == "reset":
         if args.key:
@@ -438,9 +546,9 @@ def config(args, overrides) -> int:
         return EXIT_OK
     settings = load_settings(config_path, cli=overrides)
     for problem in settings.problems:
-        print(f"iris-desktop: warning: {problem}", file=sys.stderr)
+        say(f"iris-desktop: warning: {problem}", file=sys.stderr)
     if args.action == "get":
-        print(lookup(args.key).to_text(settings[args.key]))
+        print(terminal_safe(lookup(args.key).to_text(settings[args.key])))
         return EXIT_OK
     rows = [
         {"key": key, "value": settings[key], "source": settings.source(key),
@@ -448,10 +556,10 @@ def config(args, overrides) -> int:
         for key, s in SETTINGS.items()
     ]
     if getattr(args, "json", False):
-        print(json.dumps(rows, indent=2))
+        print(dump_json(rows, indent=2))
         return EXIT_OK
     for row in rows:
-        value = lookup(row["key"]).to_text(row["value"])
+        value = terminal_safe(lookup(row["key"]).to_text(row["value"]))
         print(f"{row['key']:<30} {value:<24} [{row['source']}]")
     return EXIT_OK
 

@@ -3,6 +3,9 @@
 ``IRIS_HOME`` (or the CLI's ``--data-dir``) overrides the root: the database, the
 settings file, models and logs then all live under it. Otherwise platformdirs gives the
 platform's usual folders.
+
+Every folder Iris creates is private (0700, whatever the umask), as the XDG base
+directory spec asks of missing folders; folders that already exist are left as they are.
 """
 
 from __future__ import annotations
@@ -14,6 +17,38 @@ from pathlib import Path
 import platformdirs
 
 APP_NAME = "iris-desktop"
+
+
+class DataDirError(OSError):
+    """A folder Iris needs cannot be created or written; the message says what to do."""
+
+
+def make_private_dir(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each 0700. Raises DataDirError when a
+    path on the way is a file or cannot be created."""
+    missing: list[Path] = []
+    probe = folder
+    while not probe.is_dir():
+        if probe.exists() or probe.is_symlink():
+            raise DataDirError(f"{probe} is not a folder; move it away or choose another "
+                               "--data-dir (or IRIS_HOME)")
+        missing.append(probe)
+        probe = probe.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=0o700, exist_ok=True)
+            if os.name == "posix":
+                os.chmod(path, 0o700)  # mkdir's mode is reduced by the umask
+        except OSError as exc:
+            raise DataDirError(f"cannot create the folder {path} ({exc.strerror or exc}); "
+                               "choose another --data-dir (or IRIS_HOME)") from None
+
+
+def check_writable_dir(folder: Path) -> None:
+    """Raise DataDirError unless files can be created in ``folder``."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise DataDirError(f"cannot write to the folder {folder}; make it writable (for "
+                           "example chmod u+w) or choose another --data-dir (or IRIS_HOME)")
 
 
 @dataclass(frozen=True)
@@ -44,8 +79,11 @@ class AppPaths:
         return self.log_dir / "iris.log"
 
     def ensure(self) -> AppPaths:
+        """Create the folders (private) and check that they are writable; raises
+        DataDirError with what to do."""
         for folder in (self.data_dir, self.config_dir, self.log_dir):
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_dir(folder)
+            check_writable_dir(folder)
         return self
 
 

@@ -6,7 +6,9 @@ everywhere.
 
 Sources are layered: defaults < TOML file < environment < CLI ``--set``. A bad value in
 the file or the environment is reported in :attr:`Settings.problems` and that key falls
-back to the layer below; the file is never rewritten behind the user's back.
+back to the layer below; the file is never rewritten behind the user's back. ``config
+set`` edits the file in place (tomlkit): comments, order and other keys stay as written.
+ADR-0079's variables (``IRIS_COMPACTION_*``) are not read; a problem names the key to use.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+
+from iris_desktop.paths import DataDirError, make_private_dir
 
 BUNDLED = "bundled"
 AUTO = "auto"
@@ -323,6 +328,19 @@ def lookup(key: str) -> Setting:
 
 SOURCES = ("default", "file", "env", "cli")
 
+#: ADR-0079's environment variables. Iris does not read them (every key has one name, the
+#: same in the file, the environment and the CLI); a problem says what to use instead.
+FOREIGN_ENV = {
+    "IRIS_COMPACTION_THRESHOLD": "IRIS_CONTEXT_COMPACTION_MIN_TURNS (the count floor: "
+    "compact once this many unsummarized turns exist)",
+    "IRIS_COMPACTION_RATIO": "IRIS_CONTEXT_COMPACTION_THRESHOLD (compact when the last "
+    "prompt reaches this fraction of the window)",
+    "IRIS_COMPACTION_TOKEN_BUDGET": "IRIS_CONTEXT_TOKEN_BUDGET_RATIO (the budget is a "
+    "fraction of the window, not a token count: B tokens of a W-token window is B/W)",
+    "IRIS_COMPACTION_KEEP_RECENT": "IRIS_CONTEXT_KEEP_RECENT_RATIO (the verbatim tail after "
+    "compaction, a fraction of the trigger tokens; at least one turn is always kept)",
+}
+
 
 @dataclass
 class Settings:
@@ -415,6 +433,10 @@ def load_settings(
                 settings.sources[key] = "env"
             except SettingsError as exc:
                 settings.problems.append(f"environment {setting.env_var}: {exc}; ignored")
+    for name, instead in FOREIGN_ENV.items():
+        if name in env:
+            settings.problems.append(f"environment {name} is ADR-0079's name and is not "
+                                     f"read; use {instead}")
     if cli:
         settings = settings.with_overrides(cli)
     return settings
@@ -435,30 +457,42 @@ def parse_assignments(items: Iterable[str]) -> dict[str, str]:
 def write_config_value(path: Path, key: str, raw: Any | None) -> Any:
     """Set (or, with ``raw=None``, remove) one key in the TOML file, atomically.
 
-    The value is validated first: on error nothing is written. Other keys in the file,
-    even invalid ones, are kept as they were. Returns the parsed value.
+    The value is validated first: on error nothing is written. The file is edited in
+    place: comments, order and other keys (even invalid ones) stay as written. Returns
+    the parsed value. Raises SettingsError for a file that cannot be read or edited.
     """
     setting = lookup(key)
     value = None if raw is None else setting.parse(raw)
-    data: dict[str, Any] = {}
-    if path.exists():
-        try:
-            with path.open("rb") as handle:
-                data = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as exc:
-            raise SettingsError(
-                f"{path} is not valid TOML ({exc}); fix or remove it before 'config set'"
-            ) from None
+    document = _read_document(path)
     section, name = key.split(".", 1)
-    table = data.setdefault(section, {})
+    table = document.get(section)
+    if table is not None and not isinstance(table, dict):
+        raise SettingsError(f"{path}: {section} is a value, not a [{section}] table; fix or "
+                            "remove that line before 'config set' or 'config reset'")
     if value is None:
-        table.pop(name, None)
-        if not table:
-            data.pop(section, None)
+        if table is not None:
+            table.pop(name, None)
+    elif table is None:
+        document[section] = {name: value}
     else:
         table[name] = value
-    atomic_write_bytes(path, tomli_w.dumps(data).encode("utf-8"))
+    atomic_write_bytes(path, tomlkit.dumps(document).encode("utf-8"))
     return value
+
+
+def _read_document(path: Path) -> tomlkit.TOMLDocument:
+    """The settings file as an editable document (empty when there is none)."""
+    fix = "fix or remove it before 'config set' or 'config reset'"
+    try:
+        return tomlkit.parse(path.read_bytes().decode("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):  # writing says what is wrong with the folder
+        return tomlkit.document()
+    except OSError as exc:
+        raise SettingsError(f"cannot read {path} ({exc.strerror or exc}); {fix}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path} is not UTF-8 text (byte {exc.start}); {fix}") from None
+    except TOMLKitError as exc:
+        raise SettingsError(f"{path} is not valid TOML ({exc}); {fix}") from None
 
 
 def reset_config(path: Path, key: str | None = None) -> None:
@@ -469,16 +503,21 @@ def reset_config(path: Path, key: str | None = None) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write via a temp file + fsync + rename, so a crash never leaves a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write via a temp file + fsync + rename, so a crash never leaves a half-written file.
+    A missing folder is created private (0700). Raises DataDirError saying what to do."""
+    make_private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DataDirError(f"cannot write {path} ({exc.strerror or exc}); make its folder "
+                           "writable or choose another --data-dir (or IRIS_HOME)") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -330,3 +330,32 @@ def test_the_current_tasks_request_stays_verbatim_when_its_first_steps_are_summa
     assert request.kept_ids == [task_id]
     assert request.messages[1]["content"].startswith("task 1")  # right after the system prompt
     assert {m["id"]: m["state"] for m in described}[task_id] == "verbatim"
+
+
+def test_a_huge_paste_is_refused_from_its_size_before_it_is_counted(fresh_store):
+    """Megabytes of text need at least one token per MAX_BYTES_PER_TOKEN bytes with any
+    counter, so the engine refuses them without tokenizing (stored or as a draft)."""
+
+    class Watching(HeuristicCounter):
+        longest = 0
+
+        def count_text(self, text):
+            Watching.longest = max(Watching.longest, len(text))
+            return super().count_text(text)
+
+        def count_message(self, message):
+            Watching.longest = max(Watching.longest, len(str(message.get("content") or "")))
+            return super().count_message(message)
+
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "hi"},
+                                      {"role": "assistant", "content": "hello"}])
+    paste = "word " * 400_000  # 2 MB
+    engine = engine_for(fresh_store, 4096, counter=Watching())
+    with pytest.raises(ConversationTooLargeException) as err:
+        engine.build(thread, draft=paste)
+    assert "at least 7,813 tokens (1,999,999 bytes of text)" in str(err.value)
+    fresh_store.add_message(thread, {"role": "user", "content": paste})
+    with pytest.raises(ConversationTooLargeException):
+        engine.build(thread)
+    assert Watching.longest < 1000  # the paste itself was never counted

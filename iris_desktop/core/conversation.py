@@ -8,6 +8,7 @@ message is checked before anything is written; the error names the line or index
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from iris_desktop.core.store import ROLES, sent_at_of
 from iris_desktop.core.tokens import Message
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
+_TOO_LONG_NUMBER = (f"a number has more than {sys.get_int_max_str_digits():,} digits, "
+                    "which is not a value a conversation holds")
 
 
 class ConversationFormatError(ValueError):
@@ -22,21 +25,37 @@ class ConversationFormatError(ValueError):
 
 
 def load_conversation(path: str | Path) -> tuple[list[Message], str | None]:
-    """Parse and validate a conversation file. Returns (messages, title from the file)."""
+    """Parse and validate a conversation file. Returns (messages, title from the file).
+    Raises ConversationFormatError, and nothing else, for any file."""
     path = Path(path)
+    text = read_text_file(path, MAX_IMPORT_BYTES)
     try:
-        size = path.stat().st_size
+        messages, title, where = _parse(path, text)
+    except RecursionError:
+        raise ConversationFormatError(f"{path}: JSON nested too deeply to be a conversation "
+                                      f"(more than {sys.getrecursionlimit():,} levels)") from None
+    validate_messages(messages, where)
+    if title is not None:
+        _check_storable(title, f"{path}: title")
+    return messages, title
+
+
+def read_text_file(path: Path, limit: int) -> str:
+    """A UTF-8 text file of at most ``limit`` bytes; ConversationFormatError for
+    anything else (a folder, an unreadable file, other bytes)."""
+    try:
+        if path.is_dir():
+            raise ConversationFormatError(f"{path} is a folder; give a file")
+        if path.stat().st_size > limit:
+            raise ConversationFormatError(
+                f"{path}: {path.stat().st_size:,} bytes is larger than the limit of {limit:,}")
+        data = path.read_bytes()
     except OSError as exc:
-        raise ConversationFormatError(f"{path}: cannot read ({exc.strerror})") from None
-    if size > MAX_IMPORT_BYTES:
-        raise ConversationFormatError(f"{path}: {size:,} bytes is larger than the import limit")
+        raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     try:
-        text = path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConversationFormatError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    messages, title, where = _parse(path, text)
-    validate_messages(messages, where)
-    return messages, title
 
 
 def _parse(path: Path, text: str):
@@ -52,6 +71,8 @@ def _parse(path: Path, text: str):
             raise ConversationFormatError(
                 f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             ) from None
+        except ValueError:  # json raises it for a number too long to convert
+            raise ConversationFormatError(f"{path}: {_TOO_LONG_NUMBER}") from None
         if isinstance(data, list):
             return data, None, lambda i: f"{path}: message index {i}"
         if isinstance(data, dict) and isinstance(data.get("messages"), list):
@@ -77,6 +98,8 @@ def _parse_jsonl(path: Path, text: str):
             raise ConversationFormatError(
                 f"{path}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
             ) from None
+        except ValueError:  # json raises it for a number too long to convert
+            raise ConversationFormatError(f"{path}: line {number}: {_TOO_LONG_NUMBER}") from None
         lines.append(number)
     return messages, None, lambda i: f"{path}: line {lines[i]}"
 
@@ -129,6 +152,21 @@ def validate_messages(messages: list[Any], where=lambda i: f"message index {i}")
             raise ConversationFormatError(
                 f"{where(i)}: its time is not a date ({exc}); use ISO 8601 such as "
                 "2024-03-04T19:30:00+01:00, or seconds since 1970") from None
+        _check_storable(message, where(i))
+
+
+def _check_storable(value: Any, where: str) -> None:
+    """Refuse what JSON can carry but UTF-8 text cannot: a lone surrogate escape
+    (``\\ud800``), or nesting deeper than can be written back."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode("ascii")
+        raise ConversationFormatError(
+            f"{where}: holds {bad}, half of a UTF-16 surrogate pair, which is not text; "
+            "fix that escape in the file") from None
+    except RecursionError:
+        raise ConversationFormatError(f"{where}: nested too deeply to be stored") from None
 
 
 def title_from(messages: list[Message], limit: int = 60) -> str:

@@ -27,11 +27,18 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from iris_desktop.core.recall import Recall, Recaller, SemanticSearch, attach
-from iris_desktop.core.store import MessageMeta, Store, SummaryRow, row_to_message
+from iris_desktop.core.store import (
+    MessageMeta,
+    Store,
+    SummaryRow,
+    min_tokens,
+    row_to_message,
+    utf8_length,
+)
 from iris_desktop.core.tokens import Message, TokenCounter
 
 PRUNED_PLACEHOLDER = "[Tool output cleared]"
@@ -271,9 +278,7 @@ def ensure_counts(
     counts = {mid: counter.count_message(wire_message(row_to_message(rows[mid]))) for mid in missing}
     store.cache_counts(counter.name, counts)
     return [
-        m if m.tokens is not None else MessageMeta(
-            m.id, m.turn, m.role, counts[m.id], m.has_tool_calls, m.tool_call_id, m.status
-        )
+        m if m.tokens is not None else replace(m, tokens=counts[m.id])  # keeps every field
         for m in metas
     ]
 
@@ -474,6 +479,7 @@ class ContextEngine:
         (the planner's room for template framing it measured on a full rendering).
         """
         frame = self.frame(thread_id, tools_text, native_tool_tokens, reserve)
+        self._refuse_oversized(thread_id, frame, draft)
         draft_message = {"role": "user", "content": draft} if draft is not None else None
         turns, protect = self._fit(thread_id, frame, draft_message)
         included, spent, dropped_turns = self._load(turns, frame, protect)
@@ -518,6 +524,24 @@ class ContextEngine:
             kept_ids=[turns.anchor.id] if turns.anchor is not None and any(
                 m.id == turns.anchor.id for t in included for m in t.messages) else [],
         )
+
+    def _refuse_oversized(self, thread_id: int, frame: Frame, draft: str | None) -> None:
+        """A huge paste is refused before anything tokenizes it: every counter spends a
+        token per MAX_BYTES_PER_TOKEN bytes at most, so the newest turn's user text gives
+        a floor on its tokens from its size alone (a 10 MiB message would otherwise be
+        tokenized, seconds and a gigabyte, only to be refused)."""
+        n_bytes = (utf8_length(draft.strip()) if draft is not None
+                   else self.store.newest_turn_text_bytes(thread_id, frame.lower_id))
+        allowed = max(frame.history_budget, 0)
+        needed = min_tokens(n_bytes)
+        if needed > allowed:
+            p = self.params
+            raise ConversationTooLargeException(
+                f"the newest turn alone is at least {needed:,} tokens ({n_bytes:,} bytes of "
+                f"text); the window allows {allowed:,} (window {p.window:,} × ratio "
+                f"{p.token_budget_ratio} − system {frame.system_tokens:,} − tools "
+                f"{frame.tool_tokens:,} − summary {frame.summary_tokens:,})",
+                needed=needed, allowed=allowed)
 
     def frame(self, thread_id: int, tools_text: str = "", native_tool_tokens: int = 0,
               reserve: int = 0) -> Frame:

@@ -46,7 +46,7 @@ FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker
 LEXICAL_HITS = 60  # bm25 candidates considered
 #: reciprocal rank fusion (Cormack et al. 2009) with a small constant, so the top ranks of
 #: each list count; bm25 weighs half as much as meaning. Measured on paraphrased questions
-#: and LoCoMo questions (bench/retention.py): plain k=60 let common words drown meaning.
+#: and the long-chat probes of bench/retention.py: plain k=60 let common words drown meaning.
 RRF_K = 10
 LEXICAL_WEIGHT = 0.5
 #: a question naming one speaker ranks that speaker's own messages up by this factor

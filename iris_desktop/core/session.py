@@ -8,11 +8,12 @@ model: its model thread owns the model (``ui.model_thread``).
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.store import Store
+from iris_desktop.core.store import StoreError, explain, open_store
 from iris_desktop.paths import AppPaths, app_paths
 from iris_desktop.settings import BUNDLED, Settings, SettingsError, load_settings
 
@@ -51,10 +52,11 @@ def model_path_for(settings: Settings, models_dir: Path) -> Path:
     return Path(configured).expanduser()
 
 
-def load_model(settings: Settings, paths: AppPaths):
+def load_model(settings: Settings, paths: AppPaths, *, progress=None, cancel=None):
     """Load the model the settings name (the CLI's session and the GUI's model thread
     both load through here); a file of the user's own joins the library's recent list.
-    Raises runtime.model.ModelError."""
+    ``progress(fraction)`` follows the load and setting ``cancel`` stops it. Raises
+    runtime.model.ModelError."""
     from iris_desktop.core.planner import limit_problems
     from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
     from iris_desktop.runtime.library import remember_recent
@@ -73,6 +75,8 @@ def load_model(settings: Settings, paths: AppPaths):
         n_ctx=settings["model.n_ctx"],
         n_threads=settings["model.n_threads"] or None,
         n_gpu_layers=settings["model.n_gpu_layers"],
+        progress=progress,
+        cancel=cancel,
     )
     if settings["model.path"] != BUNDLED:
         try:
@@ -83,7 +87,11 @@ def load_model(settings: Settings, paths: AppPaths):
 
 
 class Session:
-    """One user's Iris: data dir, settings, database and (lazily) the model."""
+    """One user's Iris: data dir, settings, database and (lazily) the model.
+
+    Raises paths.DataDirError (a folder that cannot be made or written) and
+    store.StoreError (a database that cannot be used), each saying what to do.
+    """
 
     def __init__(
         self,
@@ -93,13 +101,19 @@ class Session:
         settings: Settings | None = None,
     ):
         self.paths: AppPaths = app_paths(data_dir).ensure()
+        # settings problems are the caller's to show (the CLI prints, the GUI logs), once
         self.settings = settings or load_settings(self.paths.config_path, env, overrides)
-        for problem in self.settings.problems:
-            log.warning("settings: %s", problem)
-        self.store = Store(self.paths.db_path)
-        recovered = self.store.mark_interrupted_streams()
-        if recovered:
-            log.warning("%d reply(ies) cut off by an earlier crash marked interrupted", recovered)
+        # recovery: what salvaging a damaged database saved (None: it was sound); the CLI
+        # and the GUI tell the user
+        self.store, self.recovery = open_store(self.paths.db_path)
+        try:
+            interrupted = self.store.mark_interrupted_streams()
+        except sqlite3.Error as exc:
+            self.store.close()
+            raise StoreError(explain(exc, self.paths.db_path)) from None
+        if interrupted:
+            log.warning("%d reply(ies) cut off by an earlier crash marked interrupted",
+                        interrupted)
         self.model: Any = None  # runtime.model.LocalModel once loaded
         self.model_error: str | None = None
 

@@ -6,14 +6,21 @@ streamed: its row is updated with the partial text until it is complete.
 
 One file, WAL mode, ``synchronous=FULL`` and a busy timeout, so that the GUI and the CLI
 can use one data dir at once. The files are created 0600 on POSIX.
+
+Damage: :func:`open_store` (what the app and the CLI open through) runs ``PRAGMA
+quick_check`` first, on a read-only connection. A damaged file is never written: it is
+set aside as ``iris.db.corrupt-<time>`` with its ``-wal`` and ``-shm``, and what can
+still be read is salvaged, row by row, into a new database (:class:`Recovery` says what).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +31,9 @@ from typing import Any
 import sqlite_utils
 
 from iris_desktop.core.tokens import Message
+from iris_desktop.paths import DataDirError, make_private_dir
+
+log = logging.getLogger("iris.store")
 
 ROLES = ("system", "user", "assistant", "tool")
 #: keys of an OpenAI chat message that have their own column
@@ -153,9 +163,31 @@ MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
+#: how long a write waits for another process's write to finish
+BUSY_TIMEOUT_S = 10.0
+#: the longest the quick check may take at open (about 0.35 s per 200 MB, warm cache);
+#: a larger database is checked this far and then opened
+QUICK_CHECK_S = 3.0
+#: the tables a damaged database is salvaged from, parents first (token_counts is a
+#: cache and streams is rebuilt at start, so neither is copied)
+SALVAGED_TABLES = ("threads", "messages", "summaries", "compaction_events", "requests")
+#: the most UTF-8 bytes one token can stand for with any counter Iris uses. Longest tokens
+#: measured: cl100k_base 128 bytes, Qwen2.5 32, Gemma 3 31; the heuristic ceil(chars/4)
+#: is at most 16 (4 characters of at most 4 bytes). 256 leaves room for other vocabularies.
+MAX_BYTES_PER_TOKEN = 256
+
 
 class StoreError(Exception):
     """The database cannot be used (corrupt, newer schema, not a database)."""
+
+
+class DamagedDatabase(StoreError):
+    """PRAGMA quick_check found damage; nothing was written to the file."""
+
+    def __init__(self, path: Path, problems: list[str]):
+        super().__init__(f"{path} is damaged: {problems[0]}")
+        self.path = path
+        self.problems = problems
 
 
 @dataclass(frozen=True)
@@ -196,27 +228,319 @@ def _create_private(path: Path) -> None:
         os.close(fd)
 
 
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse, saying what to do, a database SQLite could only open read-only (it would
+    fail at the first write, or at the first read for a read-only ``-shm``)."""
+    folder = path.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot write to the folder {folder}; make it writable (for example "
+                         "chmod u+w) or choose another --data-dir (or IRIS_HOME)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise StoreError(f"{path} is read-only; make it writable (for example chmod u+w) "
+                         "or choose another --data-dir (or IRIS_HOME)")
+    for suffix in ("-wal", "-shm"):
+        side = _sidecar(path, suffix)
+        if side.exists() and not os.access(side, os.W_OK):
+            raise StoreError(f"{side} is read-only (left by another user or an earlier run); "
+                             "make it writable, for example chmod u+w, then start Iris again")
+
+
+def explain(exc: sqlite3.Error, path: Path) -> str:
+    """One sentence for a database error: what happened and what to do."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return f"another Iris process is writing to {path}; close it or wait, then try again"
+    if name.startswith("SQLITE_READONLY"):
+        return (f"{path} cannot be written ({exc}); make its folder and its iris.db files "
+                "writable, or choose another --data-dir (or IRIS_HOME)")
+    if name == "SQLITE_NOTADB":
+        return (f"{path} is not an Iris database ({exc}); nothing was changed; move it away "
+                "or choose another --data-dir (or IRIS_HOME)")
+    if name.startswith("SQLITE_CORRUPT") or "decode" in str(exc):
+        return (f"{path} is damaged ({exc}); nothing more was written; start Iris again: "
+                "it checks the database and recovers what can be read")
+    if name.startswith("SQLITE_FULL"):
+        return f"the disk holding {path} is full; free some space, then try again"
+    return (f"cannot use the database {path} ({exc}); check that its folder is writable "
+            "and the disk is not full")
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write to ``path``: unlike a read-write one, it never
+    checkpoints the WAL into the file when it closes. Without a -wal file the database
+    is opened immutable, so that not even a -wal or -shm is created beside it."""
+    mode = "ro" if _sidecar(path, "-wal").exists() else "ro&immutable=1"
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True)
+    conn.execute("PRAGMA query_only = 1")
+    return conn
+
+
+def quick_check(path: Path, budget_s: float | None = None) -> list[str]:
+    """PRAGMA quick_check's findings for the file ([] when sound, or when it stops
+    after ``budget_s`` on a large file), read through :func:`_read_only`. Raises
+    StoreError for a file that is not a database at all."""
+    if not path.exists() or path.stat().st_size == 0:
+        return []
+    seconds = QUICK_CHECK_S if budget_s is None else budget_s
+    try:
+        conn = _read_only(path)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(explain(exc, path)) from None
+    try:
+        with _deadline(conn, seconds):
+            rows = conn.execute("PRAGMA quick_check(20)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
+            log.warning("%s: quick check stopped after %.1f s; opened unchecked", path, seconds)
+            return []
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
+            raise StoreError(explain(exc, path)) from None
+        return [str(exc)]
+    finally:
+        conn.close()
+    problems = [str(row[0]) for row in rows]
+    return [] if problems == ["ok"] else problems
+
+
+@contextmanager
+def _deadline(conn: sqlite3.Connection, seconds: float) -> Iterator[None]:
+    """Interrupt the statement run inside once ``seconds`` have passed. The progress
+    handler flags it (deterministic, even for 0 s), and a watcher thread interrupts it
+    at once: SQLite 3.40 finishes quick_check's page walk after the flag, not after
+    sqlite3_interrupt."""
+    end = time.monotonic() + seconds
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def watch() -> None:
+        if not done.wait(seconds):
+            with lock:
+                if not done.is_set():
+                    conn.interrupt()
+
+    conn.set_progress_handler(lambda: time.monotonic() > end, 1000)
+    watcher = threading.Thread(target=watch, name="quick-check-deadline", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            done.set()
+        watcher.join()
+        conn.set_progress_handler(None, 0)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What salvaging a damaged database did: rows copied and rows lost, per table."""
+
+    path: Path
+    set_aside: Path
+    #: the files moved: the database, and its -wal and -shm when it had them
+    moved: list[Path]
+    problems: list[str]
+    recovered: dict[str, int]
+    lost: dict[str, int]
+
+    def describe(self) -> str:
+        """What happened, where the original is and what was recovered, for the user."""
+        parts = [f"{self.recovered.get(t, 0):,} {t.replace('_', ' ')}" for t in SALVAGED_TABLES]
+        lost = sum(self.lost.values())
+        sides = [p.name.rsplit("-", 1)[-1] for p in self.moved if p != self.set_aside]
+        with_sides = f" (with its {' and '.join('-' + s for s in sides)})" if sides else ""
+        return (f"The database {self.path} was damaged ({self.problems[0]}). Iris did not "
+                f"write to it: it is set aside, unchanged, as {self.set_aside}{with_sides}. "
+                f"Recovered into a new database: {', '.join(parts)}"
+                + (f"; {lost:,} rows could not be read" if lost else "; no row was lost")
+                + ". Keep the set-aside file to try other recovery tools.")
+
+
+def open_store(path: str | os.PathLike[str]) -> tuple[Store, Recovery | None]:
+    """Open the database after a quick check. A damaged one is never written: it is set
+    aside and salvaged into a new file, and the Recovery says what was saved."""
+    try:
+        return Store(path, check=True), None
+    except DamagedDatabase as exc:
+        damage = exc
+    try:
+        recovery = salvage(damage.path, damage.problems)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"{damage}; recovering it failed ({exc}); Iris did not write to it: "
+                         f"it is in {damage.path.parent} as {damage.path.name} or "
+                         f"{damage.path.name}.corrupt-<time>") from None
+    return Store(path), recovery
+
+
+def _set_aside(path: Path) -> list[Path]:
+    """Move the file away with its -wal and -shm (those first: a new file must never
+    meet the old WAL). Returns the new names, the database's last."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    moved = []
+    for suffix in ("-wal", "-shm", ""):
+        if _sidecar(path, suffix).exists():
+            os.replace(_sidecar(path, suffix), _sidecar(aside, suffix))
+            moved.append(_sidecar(aside, suffix))
+    return moved
+
+
+def salvage(path: Path, problems: list[str]) -> Recovery:
+    """Set the damaged database aside and copy every row that can still be read into a
+    new database at ``path``: table by table, in id order, stepping over damaged pages.
+    Messages whose thread was lost get a thread titled "Recovered chat <id>"."""
+    moved = _set_aside(path)
+    aside = moved[-1]
+    source = _read_only(aside)
+    target = Store(path)
+    recovered: dict[str, int] = {}
+    lost: dict[str, int] = {}
+    try:
+        # rows whose parent was lost are kept; the new connection is closed right after
+        target.conn.execute("PRAGMA foreign_keys = OFF")
+        with target.transaction():
+            for table in SALVAGED_TABLES:
+                recovered[table], lost[table] = _copy_table(source, target.conn, table)
+            _repair_references(target.conn)
+    finally:
+        source.close()
+        target.close()
+    return Recovery(path, aside, moved, list(problems), recovered, lost)
+
+
+def _copy_table(source: sqlite3.Connection, target: sqlite3.Connection, table: str
+                ) -> tuple[int, int]:
+    """(rows copied, rows lost) of one table; FTS is filled by the insert triggers."""
+    wanted = [row[1] for row in target.execute(f"PRAGMA table_info({table})")]
+    try:
+        present = {row[1] for row in source.execute(f"PRAGMA table_info({table})")}
+    except sqlite3.DatabaseError:
+        present = set(wanted)
+    columns = [c for c in wanted if c in present] or wanted
+    reader = _RowReader(source, table, columns)
+    insert = (f"INSERT INTO {table}({', '.join(columns)}) "
+              f"VALUES ({', '.join('?' * len(columns))})")
+    copied = refused = 0
+    for row in reader.rows():
+        try:
+            target.execute(insert, row)
+            copied += 1
+        except sqlite3.DatabaseError:  # a damaged value that breaks a constraint
+            refused += 1
+    return copied, refused + reader.skipped
+
+
+def _repair_references(conn: sqlite3.Connection) -> None:
+    """Give orphaned rows a thread, and drop links to summaries that were lost."""
+    now = time.time()
+    for table in SALVAGED_TABLES[1:]:
+        conn.execute(
+            f"""INSERT INTO threads(id, title, created_at, updated_at)
+                SELECT DISTINCT thread_id, 'Recovered chat ' || thread_id, ?, ?
+                FROM {table} WHERE thread_id NOT IN (SELECT id FROM threads)""", (now, now))
+    conn.execute("UPDATE summaries SET prev_id = NULL "
+                 "WHERE prev_id NOT IN (SELECT id FROM summaries)")
+    conn.execute("UPDATE compaction_events SET summary_id = NULL "
+                 "WHERE summary_id NOT IN (SELECT id FROM summaries)")
+
+
+class _RowReader:
+    """The readable rows of one table of a damaged database, in id order.
+
+    A damaged page fails every read that touches it, so after a failure the next start
+    that reads is searched for: doubling steps past it, then bisection back to the
+    first id that reads. ``skipped`` counts the ids stepped over (the rows lost, when
+    ids are dense as Iris writes them).
+    """
+
+    _MAX_ROWID = 2**63 - 1
+
+    def __init__(self, conn: sqlite3.Connection, table: str, columns: Sequence[str]):
+        self.conn = conn
+        self.sql = (f"SELECT rowid, {', '.join(columns)} FROM {table} "
+                    "WHERE rowid > ? ORDER BY rowid")
+        self.skipped = 0
+
+    def rows(self) -> Iterator[tuple]:
+        last, gap_from = 0, None
+        while True:
+            try:
+                for row in self.conn.execute(self.sql, (last,)):
+                    if gap_from is not None:
+                        self.skipped += row[0] - gap_from - 1
+                        gap_from = None
+                    last = row[0]
+                    yield row[1:]
+                return
+            except sqlite3.DatabaseError:
+                gap_from = last if gap_from is None else gap_from
+                resume = self._resume(last)
+                if resume is None:
+                    return
+                last = resume
+
+    def _readable(self, start: int) -> bool:
+        try:
+            self.conn.execute(self.sql + " LIMIT 1", (start,)).fetchall()
+            return True
+        except sqlite3.DatabaseError:
+            return False
+
+    def _resume(self, last: int) -> int | None:
+        """The smallest start after ``last`` from which a read succeeds."""
+        step = 1
+        while not self._readable(last + step):
+            step *= 2
+            if last + step >= self._MAX_ROWID:
+                return None
+        low, high = last + step // 2, last + step  # low fails (or is last), high reads
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._readable(middle):
+                high = middle
+            else:
+                low = middle
+        return high
+
+
 class Store:
     """One connection to the database, used by one thread at a time.
 
     Threads that work concurrently (the GUI and its workers) each open their own Store.
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, check: bool = False):
+        """Open (or create) the database. ``check``: run PRAGMA quick_check first and
+        raise DamagedDatabase, before anything is written, when it finds damage."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            make_private_dir(self.path.parent)
+        except DataDirError as exc:
+            raise StoreError(str(exc)) from None
+        _check_writable(self.path)
+        if check:
+            problems = quick_check(self.path)
+            if problems:
+                raise DamagedDatabase(self.path, problems)
         _create_private(self.path)
         try:
             # handed between threads (a CLI turn runs on a worker) but used by one at a time
             conn = sqlite3.connect(
-                self.path, isolation_level=None, timeout=10.0, check_same_thread=False
+                self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False
             )
-            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: cannot open the database ({exc})") from exc
+            raise StoreError(explain(exc, self.path)) from exc
         if mode.lower() != "wal":
             raise StoreError(f"{self.path}: could not switch to WAL mode (got {mode})")
         self.conn = conn
@@ -342,6 +666,48 @@ class Store:
             (counter, thread_id),
         ).fetchone()
         return int(row[0]), int(row[1] or 0)
+
+    def uncounted(self, counter: str, max_chars: int) -> list[MessageMeta]:
+        """Newest first, messages of any thread without a cached count under ``counter``
+        whose text (content and tool calls) adds up to at most ``max_chars``, stopping at
+        the first that does not fit; one larger than ``max_chars`` alone is left for a
+        request to count. Bounds what a listing spends on counting."""
+        cur = self.conn.execute(
+            """
+            SELECT m.id, m.turn, m.role, m.tool_calls IS NOT NULL, m.tool_call_id, m.status,
+                   m.name, coalesce(length(m.content), 0) + coalesce(length(m.tool_calls), 0)
+            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+            WHERE c.tokens IS NULL ORDER BY m.id DESC
+            """,
+            (counter,),
+        )
+        chosen: list[MessageMeta] = []
+        left = max_chars
+        for mid, turn, role, calls, call_id, status, name, chars in cur:
+            if chars > max_chars:
+                continue
+            if chars > left:
+                break
+            left -= chars
+            chosen.append(MessageMeta(mid, turn, role, None, bool(calls), call_id, status, name))
+        return chosen
+
+    def newest_turn_text_bytes(self, thread_id: int, after_id: int = 0) -> int:
+        """UTF-8 bytes of the text of the user messages in the thread's newest turn after
+        ``after_id``, surrounding whitespace left out (a chat template may trim it).
+        Every counter spends a token per MAX_BYTES_PER_TOKEN bytes of that text at most,
+        so :func:`min_tokens` of it is a floor on the turn's tokens, known without
+        tokenizing."""
+        rows = self.conn.execute(
+            """
+            SELECT content FROM messages WHERE thread_id = :t AND id > :a AND role = 'user'
+              AND content_is_json = 0 AND content IS NOT NULL
+              AND turn = (SELECT turn FROM messages WHERE thread_id = :t AND id > :a
+                          ORDER BY id DESC LIMIT 1)
+            """,
+            {"t": thread_id, "a": after_id},
+        )
+        return sum(utf8_length(row[0].strip()) for row in rows)
 
     def recall_hits(
         self, thread_id: int, through_id: int, fts: str, limit: int = 60
@@ -489,6 +855,8 @@ class Store:
             """
         ).fetchall()
         dead = [mid for mid, pid in rows if pid is None or not _alive(pid)]
+        if not dead:
+            return 0  # no write, so a start never waits for another process's write lock
         with self.transaction():
             for mid in dead:
                 self.conn.execute(
@@ -655,6 +1023,16 @@ class Store:
             )
         )
         return rows[0] if rows else None
+
+
+def utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (a lone surrogate counts its three bytes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def min_tokens(n_bytes: int) -> int:
+    """The fewest tokens ``n_bytes`` of text can be, with any counter Iris uses."""
+    return -(-n_bytes // MAX_BYTES_PER_TOKEN)
 
 
 def _alive(pid: int) -> bool:

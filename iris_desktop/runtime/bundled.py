@@ -387,8 +387,11 @@ def _prepare_folder(models_dir: Path) -> None:
     if models_dir.is_dir():
         return
     try:
+        # the data dir above it may be missing too (--self-test starts here): both private
+        created = [folder for folder in (models_dir.parent, models_dir) if not folder.is_dir()]
         models_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(models_dir, 0o700)
+        for folder in created:
+            os.chmod(folder, 0o700)
     except OSError as exc:
         raise BundledModelError(f"cannot create the models folder {models_dir} ({exc.strerror or exc})",
                                 path=models_dir) from None

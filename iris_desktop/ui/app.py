@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -22,14 +23,26 @@ LOG_BYTES = 2 * 1024 * 1024
 LOG_BACKUPS = 3
 
 
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log whose files are 0600: the log names threads and files."""
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if os.name == "posix":
+            os.fchmod(fd, 0o600)  # a log written before this rule existed
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
 def setup_logging(log_path) -> logging.Handler:
-    """Log to a rotating file in the log dir (once per process)."""
+    """Log to a rotating file in the log dir (once per process); folder 0700, files 0600."""
+    from iris_desktop.paths import make_private_dir
+
     root = logging.getLogger()
     for handler in root.handlers:
         if getattr(handler, "_iris", False):
             return handler
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.handlers.RotatingFileHandler(
+    make_private_dir(log_path.parent)
+    handler = PrivateRotatingFileHandler(
         log_path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s] "
                                            "%(message)s"))
@@ -57,21 +70,27 @@ def application(argv: list[str] | None = None) -> QApplication:
 
 
 def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) -> int:
-    """Open the main window on ``data_dir`` (default: IRIS_HOME / platform folders)."""
+    """Open the main window on ``data_dir`` (default: IRIS_HOME / platform folders). A
+    database that had to be salvaged is reported in a message box before the window."""
     from iris_desktop.core.session import Session
     from iris_desktop.core.store import StoreError
+    from iris_desktop.paths import DataDirError
 
     app = application()
     try:
         session = Session(data_dir, dict(overrides or {}))
-    except StoreError as exc:
-        QMessageBox.critical(None, "Iris Desktop cannot open its database", str(exc))
+    except (StoreError, DataDirError) as exc:
+        QMessageBox.critical(None, "Iris Desktop cannot start", str(exc))
         return 1
     setup_logging(session.paths.log_path)
     log = logging.getLogger("iris.ui")
     log.info("Iris Desktop %s starting; data dir %s", __version__, session.paths.data_dir)
     for problem in session.settings.problems:
         log.warning("settings: %s", problem)
+    if session.recovery is not None:
+        log.warning("%s", session.recovery.describe())
+        QMessageBox.warning(None, "Iris Desktop recovered a damaged database",
+                            session.recovery.describe())
     window = main_window(session)
     window.show()
     try:
