@@ -757,11 +757,11 @@ def test_a_warm_up_gives_way_to_a_queued_send(model_path, tmp_path):
     from iris_desktop.core.engine import ContextParams
     from iris_desktop.core.planner import Planner
     from iris_desktop.core.session import Session
-    from iris_desktop.ui.model_thread import ModelWorker
+    from iris_desktop.ui.model_thread import LoadJob, ModelWorker
 
     session = Session(tmp_path / "data", {"model.path": str(model_path), "model.n_ctx": "4096"})
     worker = ModelWorker(session.paths)
-    worker.load(session.settings)
+    worker.load(LoadJob(session.settings))
     statuses: list[str] = []
     # the warm-up runs on a Python thread here: take its signals as they are emitted
     worker.cacheStatus.connect(statuses.append, Qt.ConnectionType.DirectConnection)
@@ -781,3 +781,59 @@ def test_a_warm_up_gives_way_to_a_queued_send(model_path, tmp_path):
     assert len(worker.model.kv_tokens()) < request.predicted_prompt_tokens
     worker.release()
     session.close()
+
+
+def test_models_dialog_lists_loads_cancels_and_keeps_the_model_on_failure(
+        make_window, qtbot, model_path, base_model_path, tmp_path):
+    """Model ▸ Models…: the library in a table; a broken file or a cancelled load leaves
+    the model in use answering and the setting unchanged; a base model is marked."""
+    window = make_window(overrides={"model.path": str(model_path), "model.n_ctx": "2048"})
+    assert window.model_state == "ready"
+    before = window.models.info["path"]
+    dialog = window.models.open_library()
+    qtbot.waitUntil(lambda: dialog.table.rowCount() > 0, timeout=30_000)
+    names = [dialog.table.item(r, 0).text() for r in range(dialog.table.rowCount())]
+    sources = [dialog.table.item(r, 1).text() for r in range(dialog.table.rowCount())]
+    assert sources[0] == "bundled" and "Qwen2.5-Coder" in names[0]
+    in_use = [r for r in range(dialog.table.rowCount())
+              if "in use" in dialog.table.item(r, 9).text()]
+    assert in_use, "the model in use is marked"
+    assert "MiB" in dialog.table.item(0, 8).text() or "GiB" in dialog.table.item(0, 8).text()
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    dialog.useModel.emit(str(broken))
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=60_000)
+    assert window.model_state == "ready" and window.models.info["path"] == before
+    assert window.composer.button.isEnabled()
+    assert "broken.gguf" in window.models.box.informativeText()
+    assert any(b.text().startswith("Keep ") for b in window.models.box.buttons())
+    assert window.session.settings["model.path"] == str(model_path)
+    window.models.box.done(0)
+
+    progress: list[float] = []
+    window.model.worker.loadProgress.connect(progress.append)
+    window.models.use_file(str(base_model_path))
+    window.models.cancel_load()
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=60_000)
+    assert window.models.info["path"] == before  # cancelled: still the previous model
+    assert "cancelled" in window.models.error
+    window.models.box.done(0)
+
+    window.models.use_file(str(base_model_path))
+    assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=60_000)
+    assert window.models.info["path"] == str(base_model_path)
+    assert progress and max(progress) == pytest.approx(1.0)
+    assert "base model" in window.model_label.text()
+    assert str(base_model_path) in window.session.paths.config_path.read_text()
+    assert not dialog.progress.isVisible()
+
+
+def test_about_shows_the_model_licenses(make_window, qtbot):
+    window = make_window(ScriptedRuntime([]))
+    text = window.menus.about_text()
+    assert "Apache-2.0" in text and "Qwen2.5-Coder" in text and "all-MiniLM" in text
+    box = window.menus.licenses()
+    assert "Apache License" in box.detailedText()
+    box.done(0)

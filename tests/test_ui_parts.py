@@ -21,7 +21,7 @@ from iris_desktop.core.session import Session  # noqa: E402
 from iris_desktop.ui.background import Background  # noqa: E402
 from iris_desktop.ui.composer import Composer  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
-from iris_desktop.ui.model_thread import ModelWorker, SendJob  # noqa: E402
+from iris_desktop.ui.model_thread import LoadJob, ModelWorker, SendJob  # noqa: E402
 
 from fakes import ScriptedRuntime  # noqa: E402
 
@@ -41,7 +41,7 @@ def test_model_worker_runs_a_turn_synchronously(session):
     worker.turnEvent.connect(events.append)
     worker.threadCreated.connect(created.append)
     worker.loaded.connect(loaded.append)
-    worker.load(session.settings)
+    worker.load(LoadJob(session.settings))
     assert loaded[0].info["n_ctx"] == 8192 and loaded[0].runtime is runtime
     planner = Planner.from_settings(session.settings, runtime)
     worker.send(SendJob(None, "Hello", planner))
@@ -117,7 +117,7 @@ def test_menus_and_shortcuts(window):
     assert actions["Preferences…"].shortcut() == QKeySequence("Ctrl+,")
     assert actions["Quit"].shortcut() == QKeySequence("Ctrl+Q")
     for name in ("Import conversation…", "Export chat…", "Copy", "Context inspector",
-                 "Load model…", "Reload", "About Iris Desktop", "Open data folder", "Open log"):
+                 "Models…", "Open GGUF…", "Reload", "About Iris Desktop", "Open data folder", "Open log"):
         assert name in actions, name
     menus = [a.text().replace("&", "") for a in window.menuBar().actions()]
     assert menus == ["File", "Edit", "View", "Model", "Help"]

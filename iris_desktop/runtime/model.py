@@ -30,6 +30,7 @@ holds the window the reused prefix needs.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import json
 import logging
@@ -138,6 +139,44 @@ def _counting_llama_class() -> Any:
 
         _llama_class = CountingLlama
     return _llama_class
+
+
+_load_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _load_progress(progress: Any, cancel: threading.Event | None) -> Iterator[None]:
+    """Give llama.cpp a progress callback for one load (it returns False to abort the
+    load when ``cancel`` is set). llama-cpp-python has no parameter for it, so the model
+    parameters it starts from are wrapped for the duration of this load; the lock keeps
+    two loads from sharing the wrapper."""
+    if progress is None and cancel is None:
+        yield
+        return
+    import llama_cpp.llama_cpp as low
+
+    def report(fraction: float, _data: Any) -> bool:
+        try:
+            if progress is not None:
+                progress(float(fraction))
+        except Exception:  # never raise into C
+            pass
+        return not (cancel is not None and cancel.is_set())
+
+    callback = low.llama_progress_callback(report)
+    with _load_lock:
+        original = low.llama_model_default_params
+
+        def with_progress() -> Any:
+            params = original()
+            params.progress_callback = callback
+            return params
+
+        low.llama_model_default_params = with_progress
+        try:
+            yield
+        finally:
+            low.llama_model_default_params = original
 
 
 def _install_llama_logging() -> None:
@@ -328,11 +367,15 @@ class LocalModel:
         *,
         swa_full: bool = True,
         n_batch: int = 512,
+        progress: Any = None,
+        cancel: threading.Event | None = None,
     ) -> LocalModel:
         """Validate the GGUF header, then load the model with llama.cpp.
 
-        ``n_ctx=0`` uses the model's trained context length. Raises :class:`ModelError`
-        for a missing, truncated or non-GGUF file and for anything llama.cpp refuses.
+        ``n_ctx=0`` uses the model's trained context length. ``progress(fraction)`` follows
+        the weights' loading; setting ``cancel`` stops it (:class:`ModelError` "loading was
+        cancelled"). Raises :class:`ModelError` for a missing, truncated or non-GGUF file
+        and for anything llama.cpp refuses.
         """
         p = Path(path)
         try:
@@ -352,17 +395,20 @@ class LocalModel:
         _recent_llama_errors()
         t0 = time.perf_counter()
         try:
-            llm = _counting_llama_class()(
-                model_path=str(p),
-                n_ctx=n_ctx,
-                n_batch=n_batch,
-                n_threads=n_threads,
-                n_gpu_layers=n_gpu_layers,
-                seed=seed,
-                swa_full=swa_full,
-                verbose=False,
-            )
+            with _load_progress(progress, cancel):
+                llm = _counting_llama_class()(
+                    model_path=str(p),
+                    n_ctx=n_ctx,
+                    n_batch=n_batch,
+                    n_threads=n_threads,
+                    n_gpu_layers=n_gpu_layers,
+                    seed=seed,
+                    swa_full=swa_full,
+                    verbose=False,
+                )
         except Exception as exc:  # llama-cpp-python raises ValueError/RuntimeError
+            if cancel is not None and cancel.is_set():
+                raise ModelError(p, "loading was cancelled") from None
             why = "; ".join(_recent_llama_errors()) or str(exc)
             raise ModelError(p, f"llama.cpp could not load the model ({why})") from None
         load_s = time.perf_counter() - t0

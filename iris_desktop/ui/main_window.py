@@ -106,7 +106,7 @@ class MainWindow(QMainWindow):
         bar = self.statusBar()
         self.state_label = QLabel("Starting…")
         self.progress = QProgressBar()
-        self.progress.setRange(0, 0)  # busy: llama.cpp reports no load progress
+        self.progress.setRange(0, 0)  # busy until a fraction is known (busy(text, 0.4))
         self.progress.setMaximumWidth(self.fontMetrics().horizontalAdvance("0") * 14)
         self.progress.setMaximumHeight(self.fontMetrics().height())
         self.progress.hide()
@@ -143,11 +143,15 @@ class MainWindow(QMainWindow):
         self.inspector.visibilityChanged.connect(
             lambda visible: visible and self.context.refresh_inspector())
 
-    def busy(self, text: str | None) -> None:
-        """Show ``text`` with a busy bar in the status bar; None hides the bar."""
+    def busy(self, text: str | None, fraction: float | None = None) -> None:
+        """Show ``text`` with a bar in the status bar (busy, or ``fraction`` done); None
+        hides the bar."""
         self.progress.setVisible(text is not None)
         if text is not None:
             self.state_label.setText(text)
+            self.progress.setRange(0, 0 if fraction is None else 100)
+            if fraction is not None:
+                self.progress.setValue(int(fraction * 100))
 
     def reload_settings(self):
         self.session.settings = load_settings(self.session.paths.config_path, cli=self._cli)

@@ -62,10 +62,12 @@ class Menus(QObject):
         toggle.setShortcut(QKeySequence("Ctrl+I"))
         m.addAction(toggle)
         m = bar.addMenu("&Model")
-        self._action(m, "&Load model…", models.choose_file, None, "load-model")
+        self._action(m, "&Models…", models.open_library, "Ctrl+Shift+M", "models")
+        self._action(m, "&Open GGUF…", models.choose_file, None, "load-model")
         self._action(m, "&Reload", models.load, None, "reload-model")
         m = bar.addMenu("&Help")
         self._action(m, "&About Iris Desktop", self.about, None, "about")
+        self._action(m, "Model &licenses", self.licenses, None, "licenses")
         paths = w.session.paths
         self._action(m, "Open &data folder", lambda: self.open_path(paths.data_dir))
         self._action(m, "Open &log", lambda: self.open_path(paths.log_path))
@@ -127,16 +129,26 @@ class Menus(QObject):
         import PySide6
         from PySide6.QtCore import qVersion
 
+        from iris_desktop.runtime.bundled import BUNDLED_MODEL
+        from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+
         models = self.window.models
         info = models.info
         model = (f"{info['name']} ({info['file']}, {info.get('file_type') or '?'}, n_ctx "
                  f"{info['n_ctx']:,}, chat format {info.get('chat_format') or '?'})"
+                 + (", a base model" if info.get("base_model") else "")
                  if info else f"none ({models.error or 'not loaded'})")
+        licenses = [f"{bundled.display_name} (bundled): {bundled.license} ({bundled.license_url})"
+                    for bundled in (BUNDLED_MODEL, EMBEDDING_MODEL)]
+        if info and info["file"] != BUNDLED_MODEL.file_name:
+            licenses.insert(0, f"{info['name']} (in use): {info.get('license') or '?'}")
         return (f"<h3>Iris Desktop {__version__}</h3>"
                 "<p>Offline, private chat with a local model and an honest context engine.</p>"
                 f"<p>Iris {__version__}<br>llama.cpp (llama-cpp-python) {llama}<br>"
                 f"Qt {qVersion()} (PySide6 {PySide6.__version__})<br>"
                 f"Python {sys.version.split()[0]}<br>Model: {html.escape(model)}</p>"
+                "<p>Model licenses:<br>" + "<br>".join(html.escape(x) for x in licenses) + "</p>"
+                "<p>The full license texts ship with the app (Help ▸ Model licenses).</p>"
                 f"<p>Data: {html.escape(str(self.window.session.paths.data_dir))}</p>")
 
     def about(self) -> None:
@@ -144,6 +156,25 @@ class Menus(QObject):
                           parent=self.window)
         box.setObjectName("about")
         box.open()
+
+    def licenses(self) -> QMessageBox:
+        """The bundled models' full license texts."""
+        from iris_desktop.runtime.bundled import BUNDLED_MODEL
+        from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+
+        parts = []
+        for model in (BUNDLED_MODEL, EMBEDDING_MODEL):
+            try:
+                text = model.license_text()
+            except OSError as exc:
+                text = f"(the license file is missing: {exc}) See {model.license_url}"
+            parts.append(f"{model.display_name} — {model.license}\n{model.source}\n\n{text}")
+        box = QMessageBox(QMessageBox.Icon.Information, "Model licenses",
+                          "The models that ship with Iris and their licenses.", parent=self.window)
+        box.setObjectName("licenses")
+        box.setDetailedText(("\n\n" + "=" * 60 + "\n\n").join(parts))
+        box.open()
+        return box
 
     @staticmethod
     def open_path(path: Path) -> None:

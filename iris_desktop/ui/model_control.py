@@ -1,5 +1,10 @@
-"""The model's lifecycle on screen: loading on the model thread, ready or failed, the
-error box with a way out, and choosing another GGUF file."""
+"""The model's lifecycle on screen: loading on the model thread (with progress and
+Cancel), ready or failed, the error box with a way out, the model library (Model ▸
+Models…) and choosing another GGUF file.
+
+A load never takes the model in use away first: the worker loads the new one beside it
+and swaps only when it has loaded, so a failed or cancelled load leaves the chat usable
+on the previous model, and says why."""
 
 from __future__ import annotations
 
@@ -9,15 +14,17 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from iris_desktop.settings import write_config_value
-from iris_desktop.ui.model_thread import LoadedModel
+from iris_desktop.settings import BUNDLED, write_config_value
+from iris_desktop.ui.model_thread import LoadedModel, LoadJob
+from iris_desktop.ui.models_dialog import ModelsDialog
 
 if TYPE_CHECKING:
     from iris_desktop.ui.main_window import MainWindow
 
 
 class ModelControl(QObject):
-    """``state``: none | loading | ready | failed; ``info``: the loaded model's facts."""
+    """``state``: none | loading | ready | failed; ``info``: the loaded model's facts
+    (kept while another model loads: it is still the one answering)."""
 
     def __init__(self, window: MainWindow):
         super().__init__(window)
@@ -26,50 +33,143 @@ class ModelControl(QObject):
         self.info: dict[str, Any] | None = None
         self.error: str | None = None
         self.box: QMessageBox | None = None
+        self.job: LoadJob | None = None
+        #: a model chosen in this run: (its path, the settings before), saved to the
+        #: config file only once it has loaded
+        self.pending: tuple[str, Any] | None = None
+        self.library: ModelsDialog | None = None
+        window.model.worker.loadProgress.connect(self.progress)
 
     def load(self) -> None:
-        """(Re)load the configured model on the model thread; the UI stays usable."""
+        """(Re)load the configured model on the model thread; the UI stays usable, and
+        the model in use (if any) keeps answering until the new one is ready."""
         w = self.window
         if w.turns.generating:
             w.statusBar().showMessage("Stop the reply before reloading the model", 4000)
             return
+        if self.job is not None:
+            self.job.cancel.set()  # a newer choice replaces a load under way
         self.state = "loading"
-        w.context.set_runtime(None)  # nothing counts with a model that is being replaced
         w.composer.set_can_send(False, "Loading the model…")
         w.busy("Loading the model…")
-        w.model.load(w.session.settings)
+        self.job = w.model.load(w.session.settings)
+        if self.library is not None:
+            self.library.loading(0.0)
+
+    def cancel_load(self) -> None:
+        if self.job is not None:
+            self.job.cancel.set()
+            self.window.busy("Cancelling the load…")
+
+    def progress(self, fraction: float) -> None:
+        if self.state != "loading":
+            return
+        self.window.busy(f"Loading the model… {int(fraction * 100)}%", fraction)
+        if self.library is not None:
+            self.library.loading(fraction)
+
+    def _load_ended(self) -> None:
+        self.job = None
+        self.window.busy(None)
+        if self.library is not None:
+            self.library.loading(None)
 
     def loaded(self, loaded: LoadedModel) -> None:
         w = self.window
         info = loaded.info
+        self._load_ended()
         self.state, self.info, self.error = "ready", info, None
-        w.model_label.setText(f"{info['name']} · n_ctx {info['n_ctx']:,}")
-        w.model_label.setToolTip(info.get("path") or info["name"])
-        w.busy(None)
+        base = info.get("base_model")
+        w.model_label.setText(f"{info['name']} · n_ctx {info['n_ctx']:,}"
+                              + (" · base model" if base else ""))
+        w.model_label.setToolTip((info.get("path") or info["name"]) + (
+            "\nA base model continues text rather than following instructions: replies "
+            "may ramble, and compaction uses the extractive summary." if base else ""))
         took = info.get("load_time_s")
         w.state_label.setText("Ready" + (f" (model loaded in {took:.1f} s)" if took else ""))
         w.composer.set_can_send(True)
         w.context.set_runtime(loaded.runtime, loaded.embedder)
+        if self.pending is not None:
+            self._save_choice(self.pending[0])
+        if self.library is not None:
+            self.refresh_library()
 
     def failed(self, message: str) -> None:
         w = self.window
-        self.state, self.info, self.error = "failed", None, message
+        self._load_ended()
+        self.error = message
+        if self.pending is not None:  # the choice did not work: the settings go back
+            w.session.settings, self.pending = self.pending[1], None
+        if self.info is not None:  # the previous model is still loaded and answering
+            self.state = "ready"
+            w.composer.set_can_send(True)
+            w.state_label.setText(f"Still using {self.info['name']}")
+            self.show_error(message, keeping=self.info["name"])
+            return
+        self.state, self.info = "failed", None
         w.model_label.setText("No model")
         w.model_label.setToolTip(message)
-        w.busy(None)
         w.state_label.setText("No model: browsing only")
-        w.composer.set_can_send(False, "No model is loaded — Model ▸ Load model…")
+        w.composer.set_can_send(False, "No model is loaded — Model ▸ Models…")
         self.show_error(message)
 
-    def show_error(self, message: str) -> None:
-        box = QMessageBox(QMessageBox.Icon.Warning, "The model could not be loaded",
-                          "Iris could not load its model, so it cannot answer right now. "
-                          "Your conversations are still here to browse, search and export.",
+    # -- the library --
+
+    def open_library(self) -> ModelsDialog:
+        """Model ▸ Models…: list the library (headers only, on the DB thread)."""
+        if self.library is None:
+            self.library = ModelsDialog(self.window)
+            self.library.useModel.connect(self.use_file)
+            self.library.finished.connect(self._library_closed)
+        self.refresh_library()
+        self.library.loading(0.0 if self.state == "loading" else None)
+        self.library.show()
+        self.library.raise_()
+        return self.library
+
+    def _library_closed(self, _result: int) -> None:
+        if self.library is not None:
+            self.library.deleteLater()
+            self.library = None
+
+    def refresh_library(self) -> None:
+        from iris_desktop.runtime.library import discover_models, read_recent
+
+        w = self.window
+        settings, paths = w.session.settings, w.session.paths
+        configured = settings["model.path"]
+
+        def find(_store: Any) -> tuple[list[dict[str, Any]], str]:
+            extra = [] if configured == BUNDLED else [configured]
+            entries = discover_models(models_dir=paths.models_dir,
+                                      recent=read_recent(paths.recent_models_path),
+                                      extra_paths=extra, n_ctx=settings["model.n_ctx"])
+            in_use = (str(entries[0].path) if configured == BUNDLED and entries
+                      else str(Path(configured)))
+            return [e.as_json() for e in entries], in_use
+
+        def show(found: tuple[list[dict[str, Any]], str]) -> None:
+            if self.library is not None:
+                self.library.show_entries(*found)
+
+        def failed(exc: BaseException) -> None:
+            if self.library is not None:
+                self.library.status.setText(f"Could not list the models: {exc}")
+
+        w.background.run(find, show, failed, key="models")
+
+    def show_error(self, message: str, keeping: str | None = None) -> None:
+        text = (f"The new model could not be loaded, so Iris goes on with {keeping}."
+                if keeping else
+                "Iris could not load its model, so it cannot answer right now. "
+                "Your conversations are still here to browse, search and export.")
+        box = QMessageBox(QMessageBox.Icon.Warning, "The model could not be loaded", text,
                           parent=self.window)
         box.setObjectName("model-error")
         box.setInformativeText(message)
         choose = box.addButton("Choose model file…", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton("Continue without a model", QMessageBox.ButtonRole.RejectRole)
+        box.addButton(f"Keep {keeping}" if keeping else "Continue without a model",
+                      QMessageBox.ButtonRole.RejectRole)
         box.finished.connect(lambda _: box.clickedButton() is choose and self.choose_file())
         self.box = box
         box.open()
@@ -82,10 +182,30 @@ class ModelControl(QObject):
             self.use_file(path)
 
     def use_file(self, path: str) -> None:
-        """Save ``model.path`` and load it (for this run too when a variable pins it)."""
+        """Load ``path`` (a file, or ``bundled``) instead of the model in use; once it has
+        loaded it is saved as ``model.path``, and a failed load changes no setting."""
         w = self.window
-        write_config_value(w.session.paths.config_path, "model.path", path)
-        settings = w.reload_settings()
+        if w.turns.generating:
+            w.statusBar().showMessage("Stop the reply before changing the model", 4000)
+            return
+        before = self.pending[1] if self.pending is not None else w.session.settings
+        try:
+            w.session.settings = before.with_overrides({"model.path": path})
+        except Exception as exc:  # a path the settings refuse: say so, change nothing
+            self.show_error(str(exc), keeping=self.info["name"] if self.info else None)
+            return
+        self.pending = (path, before)
+        self.load()
+
+    def _save_choice(self, path: str) -> None:
+        """Write ``model.path`` (for this run too when a variable pins it)."""
+        w = self.window
+        self.pending = None
+        try:
+            write_config_value(w.session.paths.config_path, "model.path", path)
+            settings = w.reload_settings()
+        except Exception as exc:  # the model runs; only remembering it failed
+            w.statusBar().showMessage(f"Could not save the model choice: {exc}", 8000)
+            return
         if settings["model.path"] != path:
             w.session.settings = settings.with_overrides({"model.path": path})
-        self.load()

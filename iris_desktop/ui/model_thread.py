@@ -45,6 +45,14 @@ class SendJob:
     request: Any = None
 
 
+@dataclass(frozen=True)
+class LoadJob:
+    """A model to load for ``settings``; setting ``cancel`` stops the load."""
+
+    settings: Settings
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
 @dataclass
 class ShellQuestion:
     """A shell command waiting for the user's yes or no (asked from the model thread)."""
@@ -113,7 +121,19 @@ def model_info(model: Any) -> dict[str, Any]:
         "size_bytes": getattr(info, "size_bytes", 0) or 0,
         "chat_format": getattr(chat_format, "name", "") or "",
         "load_time_s": getattr(model, "load_time_s", None),
+        "license": model_license(path, getattr(info, "metadata", None) or {}),
     }
+
+
+def model_license(path: Any, metadata: dict[str, Any]) -> str:
+    """The model's license: the bundled model's is known; another file's is what its
+    GGUF header says (``general.license``), if anything."""
+    from iris_desktop.runtime.bundled import BUNDLED_MODEL
+
+    if path and Path(path).name == BUNDLED_MODEL.file_name:
+        return f"{BUNDLED_MODEL.license} ({BUNDLED_MODEL.license_url})"
+    named = metadata.get("general.license")
+    return str(named) if named else "not stated in the file; see where it came from"
 
 
 class ModelWorker(QObject):
@@ -121,6 +141,7 @@ class ModelWorker(QObject):
 
     loading = Signal(str)  # what is happening now, in words
     loaded = Signal(object)  # LoadedModel
+    loadProgress = Signal(float)  # 0..1 of the weights loaded
     loadFailed = Signal(str)
     threadCreated = Signal(int)
     turnEvent = Signal(object)  # a core.events TurnEvent
@@ -146,11 +167,14 @@ class ModelWorker(QObject):
     # -- loading --
 
     @Slot(object)
-    def load(self, settings: Settings) -> None:
-        """(Re)load the model for ``settings``; the old one is closed first."""
+    def load(self, job: LoadJob) -> None:
+        """Load the model for ``job.settings``. The model in use keeps running until the
+        new one has loaded, so a load that fails or is cancelled changes nothing (for a
+        moment both are in memory)."""
         self.waiting.started()
-        self._close_model()
+        settings = job.settings
         if self._scripted is not None:
+            self._close_model()
             self.model = self._scripted
             self.loaded.emit(LoadedModel(self.model, model_info(self.model)))
             return
@@ -158,11 +182,13 @@ class ModelWorker(QObject):
             if settings["model.path"] == BUNDLED:
                 self.loading.emit("Preparing the bundled model…")
             self.loading.emit("Loading the model…")
-            model = load_model(settings, self.paths)
+            model = load_model(settings, self.paths, progress=self.loadProgress.emit,
+                               cancel=job.cancel)
         except Exception as exc:  # a bad model must never take the app down
             log.error("model: %s", exc)
             self.loadFailed.emit(str(exc))
             return
+        self._close_model()
         self.model = model
         limit = settings["model.kv_cache_mb"] * 2**20
         self.cache = ThreadCache(KVStateStore(self.paths.data_dir / "kv-cache", limit), model)
@@ -336,9 +362,12 @@ class ModelThread(QObject):
         self.thread.start()
         self._closed = False
 
-    def load(self, settings: Settings) -> None:
+    def load(self, settings: Settings) -> LoadJob:
+        """Queue a load; the returned job's ``cancel`` stops it."""
+        job = LoadJob(settings)
         self.worker.waiting.queued()
-        self._load.emit(settings)
+        self._load.emit(job)
+        return job
 
     def send(self, job: SendJob) -> None:
         """A send never waits for a warm-up: the one under way stops at once."""
