@@ -110,6 +110,17 @@ def _load(session) -> Any:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
 
 
+def _index_for_recall(session, thread_id: int) -> None:
+    """Recall by meaning needs the summarized messages' vectors: embed what is missing
+    (once; the GUI does it in the background)."""
+    if session.load_embedder() is None:
+        return
+    done = session.index_for_recall(thread_id)
+    if done:
+        say(f"iris-desktop: embedded {done:,} summarized messages of thread {thread_id} for "
+            "recall by meaning (once)", file=sys.stderr)
+
+
 def _maybe_load_model(session, args) -> None:
     """Load the model when the settings want its window or tokenizer (unless --no-model)."""
     s = session.settings
@@ -250,6 +261,7 @@ def context_report(session, thread_id: int, draft: str | None = None,
         "summary_fields": summary.fields if summary else None,
         "recall": {"ids": request.recall.ids, "terms": request.recall.terms,
                    "reason": request.recall.reason,
+                   "semantic": request.recall.semantic,
                    "max_tokens": planner.params.recall_max_tokens},
         "compactions": session.store.compaction_events(thread_id),
         "messages": planner.engine(session.store).describe(request),
@@ -268,6 +280,8 @@ def context(args, overrides) -> int:
     with open_session(args, overrides) as session:
         _thread(session, args.thread)
         _maybe_load_model(session, args)
+        if session.model is not None:
+            _index_for_recall(session, args.thread)
         try:  # a huge newest turn is refused from its size, before it is counted
             report = context_report(session, args.thread, draft, args.show_request)
         except ConversationTooLargeException as exc:
@@ -441,12 +455,31 @@ def chat(args, overrides) -> int:
         refuse_if_certainly_too_large(session, utf8_length(message.strip()),
                                       "nothing was sent or stored")
         thread_id = args.thread if args.thread is not None else store.create_thread("New chat")
+        _index_for_recall(session, thread_id)
+        # the thread's saved KV state: only the new message is evaluated, not the history
+        cache = session.thread_cache()
+        restored = cache.enter(thread_id)
         agent = session.planner().agent(store, confirm_shell=_shell_confirmation(args))
         printer = _ChatPrinter(args.json)
         cancel = threading.Event()
-        with _cancel_on_interrupt(cancel):
-            for event in agent.send(thread_id, message, cancel):
-                dispatch(event, printer)
+        compacted, next_request = False, None
+        try:
+            with _cancel_on_interrupt(cancel):
+                for event in agent.send(thread_id, message, cancel):
+                    dispatch(event, printer)
+                    compacted = compacted or isinstance(event, CompactionFinished)
+                    if isinstance(event, TurnDone):
+                        next_request = event.next_request
+                if compacted and next_request is not None and not cancel.is_set():
+                    # a compaction changed the prefix: evaluate the new one now, after the
+                    # reply is shown, so the next message starts at once (as the GUI does)
+                    try:
+                        model.prefill(next_request.messages,
+                                      next_request.tool_definitions or None, cancel=cancel)
+                    except Exception as exc:  # an optimisation, never a failure
+                        say(f"iris-desktop: warm-up skipped: {exc}", file=sys.stderr)
+        finally:
+            cache.leave()  # saved for the next process (and the GUI)
         stats = printer.stats
         if args.json:
             print(dump_json({
@@ -454,6 +487,7 @@ def chat(args, overrides) -> int:
                 "reply": printer.reply,
                 "model": model.path.name,
                 "chat_format": model.chat_format.name,
+                "kv_restored_tokens": restored,
                 **{key: getattr(stats, key, None) for key in (
                     "prompt_tokens", "reused_tokens", "evaluated_tokens", "completion_tokens",
                     "time_to_first_token_s", "tokens_per_s", "finish_reason")},

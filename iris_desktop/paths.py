@@ -75,6 +75,11 @@ class AppPaths:
         return self.data_dir / "recent-models.json"
 
     @property
+    def kv_cache_dir(self) -> Path:
+        """Each thread's saved KV state (runtime.kv_store), bounded by model.kv_cache_mb."""
+        return self.data_dir / "kv-cache"
+
+    @property
     def log_path(self) -> Path:
         return self.log_dir / "iris.log"
 

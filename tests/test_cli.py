@@ -265,3 +265,66 @@ def test_core_holds_no_rule_shaped_to_one_corpus():
     text = "\n".join(p.read_text() for p in core.glob("*.py")).lower()
     for shape in ("shares a photo", "session_date", "bracketed", "greet", "locomo", "caroline"):
         assert shape not in text, shape
+
+
+def test_a_second_chat_process_resumes_from_the_saved_kv_state(tmp_path, model_path):
+    """`chat --thread T` saves the thread's KV state when it ends; the next process
+    restores it and evaluates only the new message and the template tokens around it."""
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):
+        (data / "models" / name).symlink_to(model_path.parent / name)
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps([
+        {"role": "user" if i % 2 == 0 else "assistant",
+         "content": f"Note {i}: the shed by the orchard holds {i} crates of apples and pears."}
+        for i in range(40)]))
+    base = [sys.executable, "-m", "iris_desktop", "--data-dir", str(data),
+            "--set", "model.temperature=0", "--set", "model.max_tokens=4"]
+    done = subprocess.run([*base, "import", str(history)], capture_output=True, text=True,
+                          timeout=300)
+    thread = done.stdout.strip()
+
+    def chat(message: str) -> dict:
+        done = subprocess.run([*base, "chat", "--thread", thread, "--json", message],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    first = chat("How many crates are in the shed?")
+    assert first["kv_restored_tokens"] == 0 and first["evaluated_tokens"] > 800  # cold
+    kv = list((data / "kv-cache").glob(f"{thread}-*.kv"))
+    assert len(kv) == 1 and kv[0].stat().st_mode & 0o777 == 0o600
+    second = chat("Thanks!")
+    # 40 short messages are 20 turns: the first chat also compacted (the count floor)
+    # and warmed the new prefix up before it saved the state
+    assert second["kv_restored_tokens"] > 300
+    assert second["reused_tokens"] >= second["prompt_tokens"] - 40
+    # the new message, the previous reply and the template tokens around them
+    assert second["evaluated_tokens"] < 40, second
+
+
+def test_context_recalls_by_meaning_with_the_model_loaded(capsys, tmp_path, model_path):
+    """With a model, the CLI embeds the summarized messages once (as the GUI does in the
+    background) and recall fuses bm25 with the semantic ranking."""
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):
+        (data / "models" / name).symlink_to(model_path.parent / name)
+    home = ("--data-dir", str(data), "--set", "context.window=2048")
+    _, out, _ = run(capsys, *home, "import", str(SYNTHETIC_CHAT))
+    thread = out.strip()
+    code, out, err = run(capsys, *home, "compact", thread, "--json", "--no-model")
+    assert code == 0 and json.loads(out)["outcome"] == "ok", err
+    question = "Which animal joined the family?"
+    code, out, err = run(capsys, *home, "context", thread, "--json", "--draft", question)
+    assert code == 0, err
+    assert "summarized messages of thread" in err and "for recall by meaning" in err
+    first = json.loads(out)
+    assert first["recall"]["semantic"] and first["recall"]["ids"]
+    code, out, err = run(capsys, *home, "context", thread, "--json", "--draft", question)
+    assert "for recall by meaning" not in err  # embedded once
+    assert json.loads(out)["recall"]["ids"] == first["recall"]["ids"]
+    code, out, err = run(capsys, *home, "--set", "context.recall_semantic=false", "context",
+                         thread, "--json", "--draft", question)
+    assert not json.loads(out)["recall"]["semantic"]

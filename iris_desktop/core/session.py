@@ -116,11 +116,15 @@ class Session:
                         interrupted)
         self.model: Any = None  # runtime.model.LocalModel once loaded
         self.model_error: str | None = None
+        self.embedder: Any = None  # runtime.embedder.Embedder once loaded
 
     def close(self) -> None:
         if self.model is not None:
             self.model.close()
             self.model = None
+        if self.embedder is not None:
+            self.embedder.close()
+            self.embedder = None
         self.store.close()
 
     def __enter__(self) -> Session:
@@ -153,11 +157,49 @@ class Session:
 
     # -- the planner ----------------------------------------------------------------------
 
+    def load_embedder(self):
+        """The small embedding model for recall by meaning (``context.recall_semantic``),
+        loaded once; None when that is off or it cannot load (recall then matches words
+        only, and the log says why)."""
+        if self.embedder is None and self.settings["context.recall_semantic"]:
+            from iris_desktop.runtime.embedder import Embedder, embedding_model_path
+
+            try:
+                self.embedder = Embedder.load(embedding_model_path(self.paths.models_dir))
+            except Exception as exc:  # recall by words still works
+                log.warning("semantic recall is off: %s", exc)
+        return self.embedder
+
+    def index_for_recall(self, thread_id: int) -> int:
+        """Embed the thread's summarized messages that have no vector yet (recall only
+        searches those), with the embedder if it is loaded; returns how many. The GUI
+        does this in the background after each turn; the CLI before it plans."""
+        summary = self.store.latest_summary(thread_id)
+        if self.embedder is None or summary is None:
+            return 0
+        from iris_desktop.core.semantic import BATCH
+
+        index = self.planner().index(self.store)
+        done = 0
+        while True:  # oldest first: stop once the summarized ones are done
+            first = index.pending(thread_id, limit=1)
+            if not first or first[0] > summary.covers_through_id:
+                return done
+            done += index.index_pending(limit=BATCH, thread_id=thread_id)
+
+    def thread_cache(self):
+        """The loaded model's per-thread KV states (runtime.kv_store), saved in the data
+        folder and bounded by ``model.kv_cache_mb``."""
+        from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache
+
+        limit = self.settings["model.kv_cache_mb"] * 2**20
+        return ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit), self.model)
+
     def planner(self):
         """The request planner for the current settings on the loaded model (if any)."""
         from iris_desktop.core.planner import Planner
 
-        return Planner.from_settings(self.settings, self.model)
+        return Planner.from_settings(self.settings, self.model, embedder=self.embedder)
 
     @property
     def chat_format(self) -> str | None:

@@ -191,7 +191,7 @@ class ModelWorker(QObject):
         self._close_model()
         self.model = model
         limit = settings["model.kv_cache_mb"] * 2**20
-        self.cache = ThreadCache(KVStateStore(self.paths.data_dir / "kv-cache", limit), model)
+        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit), model)
         self.loaded.emit(LoadedModel(model, model_info(model), self._load_embedder(settings)))
 
     def _load_embedder(self, settings: Settings) -> Any:
