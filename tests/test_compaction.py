@@ -305,3 +305,54 @@ def test_background_compaction_runs_after_the_reply_not_before_the_send(fresh_st
     assert events[-1].event.trigger == "early" and events[-1].event.outcome == "ok"
     fresh_store.add_messages(thread, [{"role": "user", "content": "next"}])
     assert list(compactor.before_request(thread)) == []  # the send does not wait
+
+
+def test_one_process_compacts_a_thread_at_a_time(fresh_store):
+    """A per-thread lease in the database: a second process skips, visibly, while the
+    first holds it; the lease is free as soon as its process is gone."""
+    import subprocess
+    import sys
+    import textwrap
+
+    thread = chat_thread(fresh_store)
+    path = fresh_store.path
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from iris_desktop.core.store import Store
+        store = Store({str(path)!r})
+        assert store.take_compaction_lease({thread}, "other", 600) is None
+        print("held", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        compactor = compactor_for(fresh_store, HeuristicCounter(), params())
+        skipped = compactor.compact(thread, "budget")
+        assert skipped.outcome == "skipped"
+        assert f"another Iris process (pid {holder.pid}) has been compacting" in skipped.error
+        assert fresh_store.latest_summary(thread) is None
+        assert not compactor.breaker_open(thread)
+    finally:
+        holder.kill()
+        holder.wait()
+    event = compactor.compact(thread, "budget")  # its process is gone: the lease is free
+    assert event.outcome == "ok"
+    assert fresh_store.conn.execute("SELECT count(*) FROM compaction_leases").fetchone()[0] == 0
+
+
+def test_a_summary_saved_by_another_process_meanwhile_is_used_not_redone(fresh_store):
+    thread = chat_thread(fresh_store)
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params())
+    other = Store(fresh_store.path)
+    original = fresh_store.take_compaction_lease
+
+    def racing(thread_id, token, seconds):
+        # the other process commits its summary just before this one gets the lease
+        compactor_for(other, HeuristicCounter(), params()).compact(thread_id, "budget")
+        return original(thread_id, token, seconds)
+
+    fresh_store.take_compaction_lease = racing
+    event = compactor.compact(thread, "budget")
+    assert event.outcome == "skipped" and "compacted this thread just now" in event.error
+    assert len(fresh_store.summaries(thread)) == 1
+    other.close()

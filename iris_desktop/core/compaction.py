@@ -32,6 +32,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,10 @@ if TYPE_CHECKING:  # the planner makes compactors; a compactor only calls it
 log = logging.getLogger("iris.compaction")
 
 BREAKER_FAILURES = 3
+#: one process compacts a thread at a time: its lease lasts this many summary timeouts
+#: (a chunked summary makes several calls), and is free at once if the process is gone
+LEASE_TIMEOUTS = 4
+LEASE_MIN_S = 600.0
 #: a tripped breaker lets one attempt through after this many new turns, or this long
 BREAKER_COOLDOWN_TURNS = 5
 BREAKER_COOLDOWN_S = 600
@@ -281,28 +286,49 @@ class Compactor:
         summary is used instead, so the context still shrinks."""
         started = self.clock()
         if not force and self.breaker_open(thread_id):
-            event = CompactionEvent(
-                trigger, "skipped", error=f"circuit breaker open: the last {BREAKER_FAILURES} "
+            return self._skip(
+                thread_id, trigger, f"circuit breaker open: the last {BREAKER_FAILURES} "
                 f"compactions failed; it tries again after {BREAKER_COOLDOWN_TURNS} more turns "
                 f"or {BREAKER_COOLDOWN_S // 60} minutes, or now with Compact now "
                 "('iris-desktop compact')")
-            event.id = self.store.add_compaction_event(thread_id, event.row())
-            log.warning("compaction thread=%s %s", thread_id, event.error)
-            return event
-        event, record = CompactionEvent(trigger), None
+        seen = self.store.latest_summary(thread_id)
+        token = uuid.uuid4().hex
+        holder = self.store.take_compaction_lease(
+            thread_id, token, max(LEASE_MIN_S, LEASE_TIMEOUTS * self.settings.timeout_s))
+        if holder is not None:
+            since = time.strftime("%H:%M:%S", time.localtime(holder["acquired_at"]))
+            return self._skip(thread_id, trigger, f"another Iris process (pid {holder['pid']}) "
+                              f"has been compacting this thread since {since}; this one "
+                              "skipped, and uses its summary once it is saved")
         try:
-            event, record = self._compact(thread_id, trigger, cancel)
-        except CompactionFailed as exc:
-            event.error = str(exc)
-        except Exception as exc:  # a bug must not lose history either: record and go on
-            log.exception("compaction crashed")
-            event.error = f"{type(exc).__name__}: {exc}"
-        event.duration_s = round(self.clock() - started, 3)
-        with self.store.transaction():
-            if record is not None:
-                event.summary_id = self.store.add_summary(thread_id, record)
-            event.id = self.store.add_compaction_event(thread_id, event.row())
+            latest = self.store.latest_summary(thread_id)
+            if not force and (latest and latest.id) != (seen and seen.id):
+                return self._skip(thread_id, trigger, "another Iris process compacted this "
+                                  "thread just now; its summary is used")
+            event, record = CompactionEvent(trigger), None
+            try:
+                event, record = self._compact(thread_id, trigger, cancel)
+            except CompactionFailed as exc:
+                event.error = str(exc)
+            except Exception as exc:  # a bug must not lose history either: record and go on
+                log.exception("compaction crashed")
+                event.error = f"{type(exc).__name__}: {exc}"
+            event.duration_s = round(self.clock() - started, 3)
+            with self.store.transaction():
+                if record is not None:
+                    event.summary_id = self.store.add_summary(thread_id, record)
+                event.id = self.store.add_compaction_event(thread_id, event.row())
+        finally:
+            self.store.release_compaction_lease(thread_id, token)
         log.info("compaction thread=%s %s", thread_id, event.describe())
+        return event
+
+    def _skip(self, thread_id: int, trigger: str, why: str) -> CompactionEvent:
+        """A compaction that did not run, recorded and logged (a skip is not a failure:
+        the circuit breaker does not count it)."""
+        event = CompactionEvent(trigger, "skipped", error=why)
+        event.id = self.store.add_compaction_event(thread_id, event.row())
+        log.warning("compaction thread=%s skipped: %s", thread_id, why)
         return event
 
     def _compact(self, thread_id: int, trigger: str, cancel: threading.Event | None = None

@@ -160,6 +160,17 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN sent_at TEXT;
     CREATE INDEX messages_thread_name ON messages(thread_id, name);
     """,
+    # 5: who is compacting a thread: one process at a time (a lease that expires, and
+    # that is free as soon as its process is gone)
+    """
+    CREATE TABLE compaction_leases (
+        thread_id INTEGER PRIMARY KEY REFERENCES threads(id) ON DELETE CASCADE,
+        token TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        acquired_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -984,6 +995,31 @@ class Store:
             },
         )
         return int(cur.lastrowid)
+
+    # -- who compacts a thread --
+
+    def take_compaction_lease(self, thread_id: int, token: str, seconds: float) -> dict[str, Any] | None:
+        """Take the thread's compaction lease for ``seconds`` (atomically). Returns None
+        when it is ours now, else the holder's row (``pid``, ``acquired_at``). A lease
+        whose time is up, or whose process is gone, is taken over."""
+        now = time.time()
+        with self.transaction():
+            row = self.conn.execute(
+                "SELECT token, pid, acquired_at, expires_at FROM compaction_leases "
+                "WHERE thread_id = ?", (thread_id,)).fetchone()
+            if row is not None and row[0] != token and row[3] > now and (
+                    row[1] == os.getpid() or _alive(row[1])):
+                return {"pid": row[1], "acquired_at": row[2], "expires_at": row[3]}
+            self.conn.execute(
+                "INSERT OR REPLACE INTO compaction_leases(thread_id, token, pid, acquired_at, "
+                "expires_at) VALUES (?, ?, ?, ?, ?)", (thread_id, token, os.getpid(), now,
+                                                       now + seconds))
+        return None
+
+    def release_compaction_lease(self, thread_id: int, token: str) -> None:
+        with self.transaction():
+            self.conn.execute("DELETE FROM compaction_leases WHERE thread_id = ? AND token = ?",
+                              (thread_id, token))
 
     def add_compaction_event(self, thread_id: int, event: dict[str, Any]) -> int:
         row = {"thread_id": thread_id, "created_at": time.time(), **event}
