@@ -60,7 +60,7 @@ import datetime as _dt  # noqa: E402
 import re as _re  # noqa: E402
 
 _SESSION_LINE = _re.compile(
-    r"^\[(?:(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*(?P<ampm>[ap]m)\s+on\s+)?"
+    r"(?:^|\n)\[(?:(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*(?P<ampm>[ap]m)\s+on\s+)?"
     r"(?P<day>\d{1,2})\s+(?P<month>[A-Za-z]+),?\s+(?P<year>\d{4})\]\s*")
 _MONTHS = {m: i for i, m in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september",
@@ -72,6 +72,11 @@ def locomo_messages(data: dict) -> list[dict]:
     its speaker (``name``) and timestamped (``created_at``) from its session's date line,
     which leaves the text. Indices are unchanged, so ``dia_index`` still applies.
 
+    Where one speaker ended a session and opened the next, the corpus joined the two
+    turns into one message with the new session's date line inside it; that message takes
+    the new session's date (its second part is the new session's opening, usually the
+    news), and the line leaves the text too.
+
     This is the only place that knows LoCoMo's layout; Iris itself reads records."""
     speakers = data.get("speakers") or {}
     when: _dt.datetime | None = None
@@ -80,13 +85,14 @@ def locomo_messages(data: dict) -> list[dict]:
     for message in data["messages"]:
         message = dict(message)
         content = message.get("content") or ""
-        match = _SESSION_LINE.match(content)
+        match = _SESSION_LINE.search(content)
         if match:
             hour = int(match["hour"] or 12) % 12 + (12 if (match["ampm"] or "pm") == "pm" else 0)
             when = _dt.datetime(int(match["year"]), _MONTHS[match["month"].lower()],
                                 int(match["day"]), hour, int(match["minute"] or 0),
                                 tzinfo=_dt.UTC)
-            message["content"] = content[match.end():]
+            message["content"] = (content[:match.start()] + ("\n" if match.start() else "")
+                                  + content[match.end():])
             since = 0
         if when is not None:
             message["created_at"] = (when + _dt.timedelta(seconds=since)).isoformat()

@@ -4,16 +4,29 @@ Replays a LoCoMo chat from the corpus turn by turn with the bundled model at n_c
 Each request generates one token, so what is measured is the prompt: tokens evaluated
 and time to first token. The corpus supplies the assistant replies.
 
-- Iris: the context engine (stable prefix; compaction when due, extractive path here so
-  the benchmark measures prompt processing, not summarization).
+- Iris, as the app runs it: the context engine (stable prefix; background compaction
+  right after a reply when the next request would be due, extractive path here so the
+  benchmark measures prompt processing, not summarization), and the work done while the
+  user reads and types: after a compaction the new prefix is warmed up, and the draft's
+  request (with its recall block) is prefilled. That work gets ``--idle`` seconds of
+  wall time per turn (the user's reading and typing); whatever it has not finished then
+  is left to the send, which is what the time to first token measures.
+- Iris without idle work: the same requests, nothing evaluated between turns (what the
+  send costs when the user fires messages back to back).
+
+Each client has its own copy of the model (its own KV cache), and their turns are
+interleaved, so the load of a shared machine weighs on all three alike.
 - Rolling window: drops the oldest turn until the prompt fits the same budget, as LM
   Studio's "rolling window" and Ollama's front cut do; its prefix changes every turn
   once the window is full.
 
-    .venv/bin/python bench/prefix_reuse.py [--turns 100] [--skip 80] [--chat locomo-26]
+    .venv/bin/python bench/prefix_reuse.py [--turns 100] [--skip 80] [--idle 5]
 
 With --skip 80 the first 80 turns are already history when the measured session starts,
-so the window is full from the first measured request.
+so the window is full from the first measured request; every measured turn counts,
+compaction turns and question turns (with a recall block) included. The last line is
+one parseable summary: ``prefix_reuse: turns=… median_ratio=… p95_ratio=… max_ratio=…``
+(Iris with idle work against the rolling client's median).
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import math
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,7 +45,8 @@ from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
-from iris_desktop.runtime.model import LocalModel, ensure_bundled_model  # noqa: E402
+from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
+from iris_desktop.runtime.model import LocalModel  # noqa: E402
 
 from _corpus import CORPUS  # noqa: E402
 
@@ -53,8 +68,26 @@ def one_token(model: LocalModel, messages: list[dict]):
     return model.last_stats
 
 
-def run_iris(model, pairs, window, skip=0, recall=1024) -> list[dict]:
-    rows = []
+class Deadline:
+    """A cancel flag that is set once ``seconds`` of wall time have passed."""
+
+    def __init__(self, seconds: float):
+        self.at = time.perf_counter() + seconds
+
+    def is_set(self) -> bool:
+        return time.perf_counter() >= self.at
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def run_iris(model, pairs, window, skip=0, recall=1024, idle: float | None = None):
+    """Iris's turns, one measured row at a time; with ``idle`` (seconds), the warm-up
+    after a compaction and the draft's prefill run before each send, within that much
+    wall time."""
     counter = model.counter()
     params = ContextParams(window=window, system_prompt=SYSTEM, recall_max_tokens=recall)
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,37 +96,57 @@ def run_iris(model, pairs, window, skip=0, recall=1024) -> list[dict]:
         planner = Planner(params, counter)
         compactor = planner.compactor(store)
         previous_prompt = 0
+        compacted = False
+        warm = None  # the request to warm up after a compaction
         for n, (user, reply) in enumerate(pairs, start=1):
-            store.add_message(thread, user)
             if n <= skip:  # history that exists before the measured session
+                store.add_message(thread, user)
                 if reply:
                     store.add_message(thread, reply)
                 continue
+            idle_work = {"warmed": 0, "prefilled": 0, "idle_s": 0.0}
+            if idle is not None:  # the user reads the reply, then types this message
+                started = time.perf_counter()
+                deadline = Deadline(idle)
+                if warm is not None:
+                    idle_work["warmed"] = model.prefill(warm.messages, cancel=deadline).evaluated_tokens
+                if not deadline.is_set():
+                    draft = planner.plan(store, thread, user["content"])
+                    idle_work["prefilled"] = model.prefill(draft.messages,
+                                                           cancel=deadline).evaluated_tokens
+                idle_work["idle_s"] = time.perf_counter() - started
+            store.add_message(thread, user)
             events = list(compactor.before_request(thread))
-            compacted = any(isinstance(e, CompactionFinished) and e.event.outcome == "ok"
-                            for e in events)
+            compacted = compacted or any(
+                isinstance(e, CompactionFinished) and e.event.outcome == "ok" for e in events)
             request = planner.plan(store, thread)
             stats = one_token(model, request.messages)
             store.add_request(thread, {"prompt_tokens": stats.prompt_tokens,
                                        "summary_id": request.summary.id if request.summary else None})
-            rows.append({
+            row = {
                 "turn": n, "prompt": stats.prompt_tokens, "evaluated": stats.evaluated_tokens,
                 "reused": stats.reused_tokens, "ttft": stats.time_to_first_token_s,
                 "new": max(stats.prompt_tokens - previous_prompt, 0), "compacted": compacted,
                 "predicted": request.predicted_prompt_tokens,
-                "recall": request.breakdown.recall,
-            })
+                "recall": request.breakdown.recall, **idle_work,
+            }
             previous_prompt = stats.prompt_tokens
-            print(f"iris turn {n}: prompt {stats.prompt_tokens}, evaluated {stats.evaluated_tokens}",
-                  file=sys.stderr, flush=True)
+            print(f"iris{'' if idle is None else ' idle'} turn {n}: prompt {stats.prompt_tokens}, "
+                  f"evaluated {stats.evaluated_tokens}", file=sys.stderr, flush=True)
             if reply:
                 store.add_message(thread, reply)
+            # background compaction after the reply, as the agent does; the app then
+            # warms the new prefix up (here: in the next turn's idle time)
+            events = list(compactor.after_reply(thread))
+            compacted = any(isinstance(e, CompactionFinished) and e.event.outcome == "ok"
+                            for e in events)
+            warm = planner.plan(store, thread) if compacted else None
+            yield row
         store.close()
-    return rows
 
 
-def run_rolling(model, pairs, window, skip=0) -> list[dict]:
-    rows = []
+def run_rolling(model, pairs, window, skip=0):
+    """The rolling-window client's turns, one measured row at a time."""
     counter = model.counter()
     budget = math.floor(window * 0.70)
     system = {"role": "system", "content": SYSTEM}
@@ -113,14 +166,13 @@ def run_rolling(model, pairs, window, skip=0) -> list[dict]:
             continue
         messages = [system, *(m for turn in history for m in turn)]
         stats = one_token(model, messages)
-        rows.append({"turn": n, "prompt": stats.prompt_tokens, "evaluated": stats.evaluated_tokens,
-                     "reused": stats.reused_tokens, "ttft": stats.time_to_first_token_s,
-                     "dropped": dropped})
         print(f"rolling turn {n}: prompt {stats.prompt_tokens}, evaluated {stats.evaluated_tokens}",
               file=sys.stderr, flush=True)
         if reply:
             history[-1].append(reply)
-    return rows
+        yield {"turn": n, "prompt": stats.prompt_tokens, "evaluated": stats.evaluated_tokens,
+               "reused": stats.reused_tokens, "ttft": stats.time_to_first_token_s,
+               "dropped": dropped}
 
 
 def main() -> None:
@@ -132,59 +184,79 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=8192)
     parser.add_argument("--recall", type=int, default=1024,
                         help="context.recall_max_tokens for Iris (the shipped default is 1024)")
+    parser.add_argument("--idle", type=float, default=5.0,
+                        help="seconds the user reads and types between turns (idle work)")
     args = parser.parse_args()
     import json
 
     messages = json.loads((CORPUS / "long-chats" / f"{args.chat}.json").read_text())["messages"]
     pairs = turns_of(messages)[: args.turns]
-    model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=args.window)
+    # one model (and KV cache) per client, turns interleaved, so the machine's load
+    # (shared with other jobs) weighs on the three clients alike
+    path = ensure_bundled_model(app_paths().models_dir)
+    models = [LocalModel.load(path, n_ctx=args.window) for _ in range(3)]
+    model = models[0]
+    iris, cold, rolling = [], [], []
     try:
-        iris = run_iris(model, pairs, args.window, args.skip, args.recall)
-        model.llm.reset()
-        rolling = run_rolling(model, pairs, args.window, args.skip)
+        for a, c, b in zip(run_iris(models[0], pairs, args.window, args.skip, args.recall,
+                                    idle=args.idle),
+                           run_iris(models[1], pairs, args.window, args.skip, args.recall),
+                           run_rolling(models[2], pairs, args.window, args.skip)):
+            iris.append(a)
+            cold.append(c)
+            rolling.append(b)
     finally:
-        model.close()
+        for m in models:
+            m.close()
 
     full_from = next((r["turn"] for r in rolling if r["dropped"]), None)
     print(f"chat {args.chat}, turns {args.skip + 1}–{len(pairs)} measured (turns 1–{args.skip} "
-          f"already history), window {args.window}, model {model.path.name}")
+          f"already history), window {args.window}, model {model.path.name}, idle time "
+          f"{args.idle:g} s per turn")
     print(f"rolling window starts dropping turns at turn {full_from}\n")
-    print("| turn | Iris prompt | Iris evaluated | Iris TTFT (s) | rolling prompt | rolling evaluated "
+    print("| turn | Iris prompt | Iris evaluated at send | Iris TTFT (s) | warmed / prefilled "
+          "while idle | Iris without idle work: evaluated, TTFT (s) | rolling evaluated "
           "| rolling TTFT (s) | note |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---|")
-    step = max(1, len(iris) // 24)
-    for a, b in zip(iris, rolling):
-        if (a["turn"] - args.skip) % step and not a["compacted"] and a["turn"] != len(pairs):
-            continue
-        note = "Iris compacted" if a["compacted"] else ""
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for a, c, b in zip(iris, cold, rolling):
+        notes = [n for n, on in (("first request after a compaction", a["compacted"]),
+                                 (f"question: recall {a['recall']} tokens", a["recall"])) if on]
         print(f"| {a['turn']} | {a['prompt']:,} | {a['evaluated']:,} | {a['ttft']:.3f} | "
-              f"{b['prompt']:,} | {b['evaluated']:,} | {b['ttft']:.3f} | {note} |")
+              f"{a['warmed']:,} / {a['prefilled']:,} | {c['evaluated']:,}, {c['ttft']:.3f} | "
+              f"{b['evaluated']:,} | {b['ttft']:.3f} | {'; '.join(notes)} |")
 
-    # the first measured request is cold for both clients
-    steady = [(a, b) for a, b in zip(iris[1:], rolling[1:])
-              if full_from and a["turn"] >= full_from and not a["compacted"]]
-    if steady:
-        iris_ttft = statistics.median(a["ttft"] for a, _ in steady)
-        roll_ttft = statistics.median(b["ttft"] for _, b in steady)
-        iris_eval = statistics.median(a["evaluated"] for a, _ in steady)
-        roll_eval = statistics.median(b["evaluated"] for _, b in steady)
-        print(f"\nonce the window is full ({len(steady)} turns, compaction turns excluded):")
-        print(f"  median evaluated tokens: Iris {iris_eval:,.0f}, rolling {roll_eval:,.0f} "
-              f"({iris_eval / roll_eval:.3f}×)")
-        print(f"  median time to first token: Iris {iris_ttft:.3f} s, rolling {roll_ttft:.3f} s "
-              f"({iris_ttft / roll_ttft:.3f}×; goal ≤ 0.1×)")
-    over = [a for a in iris[1:] if not a["compacted"] and a["evaluated"] > a["new"] + 2]
-    print(f"\nIris turns (outside compaction) that evaluated more than the new tokens: {len(over)}")
-    recalled = [a["recall"] for a in iris if a["recall"]]
-    if recalled:  # the previous message loses its block, so evaluation restarts there
-        print(f"Iris requests with recall: {len(recalled)}/{len(iris)}, median block "
-              f"{statistics.median(recalled):,.0f} tokens (re-evaluated each turn, with the "
-              "previous message and reply)")
+    # every measured turn counts; the rolling client's first request is cold like all
+    # of its requests once it drops turns
+    roll_median = statistics.median(b["ttft"] for b in rolling)
+    print(f"\nrolling client: median time to first token {roll_median:.3f} s over "
+          f"{len(rolling)} turns (median evaluated {statistics.median(b['evaluated'] for b in rolling):,.0f})")
+    print("\n| client | median TTFT (s) | p95 TTFT (s) | max TTFT (s) | median / p95 / max "
+          "vs rolling median |")
+    print("|---|---:|---:|---:|---|")
+    ratios = {}
+    for name, rows in (("Iris, idle work", iris), ("Iris, no idle work", cold),
+                       ("rolling window", rolling)):
+        ttft = [r["ttft"] for r in rows]
+        med, p95, top = statistics.median(ttft), percentile(ttft, 95), max(ttft)
+        ratios[name] = (med / roll_median, p95 / roll_median, top / roll_median)
+        print(f"| {name} | {med:.3f} | {p95:.3f} | {top:.3f} | "
+              + " / ".join(f"{x:.3f}×" for x in ratios[name]) + " |")
+    idle_used = [a["idle_s"] for a in iris]
+    print(f"\nidle work per turn: median {statistics.median(idle_used):.2f} s, max "
+          f"{max(idle_used):.2f} s of the {args.idle:g} s allowed; warm-ups "
+          f"{sum(1 for a in iris if a['warmed'])}, prefills {sum(1 for a in iris if a['prefilled'])}")
+    over = [a for a in cold[1:] if not a["compacted"] and a["evaluated"] > a["new"] + 2]
+    print(f"Iris turns without idle work (outside compaction) that evaluated more than the "
+          f"new tokens: {len(over)}")
     comp = [a for a in iris if a["compacted"]]
-    print(f"Iris compactions: {len(comp)}; evaluated on those turns: "
-          + ", ".join(f"{a['evaluated']:,}" for a in comp))
+    print(f"Iris compactions: {len(comp)}; evaluated at the send after each, with idle work: "
+          + ", ".join(f"{a['evaluated']:,}" for a in comp) + "; without: "
+          + ", ".join(f"{c['evaluated']:,}" for a, c in zip(iris, cold) if a["compacted"]))
     mismatched = [a for a in iris if a["prompt"] != a["predicted"]]
     print(f"Iris predicted == reported prompt tokens on {len(iris) - len(mismatched)}/{len(iris)} turns")
+    med, p95, top = ratios["Iris, idle work"]
+    print(f"\nprefix_reuse: turns={len(iris)} idle_s={args.idle:g} median_ratio={med:.3f} "
+          f"p95_ratio={p95:.3f} max_ratio={top:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,56 +1,61 @@
 """Retention: after compaction, can the answer to a LoCoMo question still be found?
 
-For each LoCoMo chat: import it, compact it into a 4,096-token window (default
-settings: 768-token summary cap, tail ≤ 0.5 × the 3,072-token trigger line), then for
-every QA probe whose evidence messages are all summarized, look for the answer in what
-the model would see (summary fields + verbatim tail): normalized text match, or
+For each LoCoMo chat, converted as an exporter would write it (speaker ``name``s and
+``created_at`` timestamps from the session lines; ``_corpus.locomo_messages``): import
+it, compact it into a 4,096-token window at the shipped defaults (768-token summary cap,
+recall up to 1,024 tokens), then, for every QA probe whose evidence messages are all
+summarized, look for the answer in what the model would see: normalized text match, or
 token-F1 ≥ 0.5 against any sentence.
 
-Compared in one table:
-- extractive: Iris's deterministic summarizer (eight fields + dated fact ledger), summary
-  and tail only, the issue's definition of what the model sees;
-- Iris ships (summary + recall): the question is sent as the next message, and the
-  request the engine builds is searched: summary, tail, and the summarized messages
-  recalled for the question (``context.recall_max_tokens``, default 1024), without the
-  question's own words;
-- LLM: the bundled model's grammar-constrained eight fields, without the ledger;
-- Iris ships: the LLM fields plus the ledger (what Iris really injects);
-- truncation: the tail alone;
-- bullets-512: a 512-token bullet summary written by the model (Jan's approach).
+Rows, measured side by side in one run:
+- truncation: the verbatim tail alone;
+- names-and-numbers extract: the archived sentences ranked by names and numbers per
+  token, cut to the same cap, plus the tail (the baseline the summary must beat);
+- summary + tail: what the summary alone keeps (extractive summarizer);
+- summary + recall + tail: the request Iris builds for the question (what ships): the
+  summary, the tail and the summarized messages recalled for it (bm25 fused with the
+  semantic index when the embedding model is present), without the question's words;
+- paraphrased: the same, for questions rewritten to share no content word with their
+  evidence (``bench/paraphrases.json``, checked by ``make_paraphrases_check.py``);
+- with ``--llm-chats N``: the same rows with the default model writing the summary, and
+  the share of compactions that took the LLM path and passed the usability check.
 
-The LLM-based rows need the model to summarize every chunk (slow on 2 cores), so they run
-on the first ``--llm-chats`` chats; the extractive and truncation rows run on all ten.
+    .venv/bin/python bench/retention.py [--chats 10] [--llm-chats 0] [--window 4096]
 
-    .venv/bin/python bench/retention.py [--llm-chats 2] [--window 4096]
+The last line is one parseable summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import string
 import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import CompactionSettings, _transcript_lines  # noqa: E402
-from iris_desktop.core.engine import ContextEngine, ContextParams  # noqa: E402
+from iris_desktop.core.compaction import CompactionSettings  # noqa: E402
+from iris_desktop.core.engine import ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
-from iris_desktop.runtime.model import LocalModel, ensure_bundled_model  # noqa: E402
+from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
+from iris_desktop.runtime.model import LocalModel  # noqa: E402
 
-from _corpus import CORPUS, compact_while_due, complete  # noqa: E402
+from _corpus import CORPUS, REPO, compact_while_due, locomo_messages  # noqa: E402
 
 SYSTEM = "You are Iris, a helpful assistant running locally and offline on the user's computer."
 ARTICLES = re.compile(r"\b(a|an|the)\b")
 PUNCT = str.maketrans("", "", string.punctuation)
+CATEGORY = {1: "multi-hop", 2: "temporal", 4: "single-hop", 3: "open-domain"}
+NAME_OR_NUMBER = re.compile(r"(?<!^)\b[A-Z][a-z]+|\b\d[\d,.:]*\b")
+SUMMARY_CAP = 768
 
 
 def norm(text: str) -> str:
@@ -82,159 +87,171 @@ class View:
         return any(f1(words, s) >= 0.5 for s in self.sentences if s)
 
 
-def bullets(model, lines: list[str], max_tokens: int = 512) -> str:
-    """Jan-style baseline: a bullet summary, folded chunk by chunk, ≤ 512 tokens."""
-    counter = model.counter()
-    room = model.n_ctx - max_tokens * 2 - 200
-    summary, chunk, used = "", [], 0
-    chunks = []
-    for line in lines:
-        size = counter.count_text(line) + 1
-        if chunk and used + size > room:
-            chunks.append(chunk)
-            chunk, used = [], 0
-        chunk.append(line)
-        used += size
-    if chunk:
-        chunks.append(chunk)
-    for chunk in chunks:
-        prompt = [{"role": "system", "content": "Summarize the conversation as short bullet "
-                   "points. Keep names, dates and numbers."},
-                  {"role": "user", "content": f"Summary so far:\n{summary or '(none)'}\n\n"
-                   "Conversation:\n" + "\n".join(chunk)}]
-        summary, _ = complete(model, prompt, max_tokens=max_tokens, temperature=0.0,
-                              repeat_penalty=1.15)
-    return summary
+def names_and_numbers(messages: list[dict], counter, cap: int) -> str:
+    """The baseline: archived sentences ranked by names and numbers per token, densest
+    first, until the cap."""
+    sentences = []
+    for message in messages:
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join((message.get("content") or "").split())):
+            hits = len(NAME_OR_NUMBER.findall(sentence))
+            if hits and sentence:
+                tokens = counter.count_text(sentence) + 1
+                sentences.append((hits / tokens, tokens, sentence))
+    chosen, spent = [], 0
+    for _, tokens, sentence in sorted(sentences, key=lambda s: -s[0]):
+        if spent + tokens <= cap:
+            chosen.append(sentence)
+            spent += tokens
+    return "\n".join(chosen)
+
+
+class Tally:
+    """Found / probes per row, and per category."""
+
+    def __init__(self):
+        self.rows: dict[str, Counter] = {}
+
+    def add(self, row: str, probe: dict, found: bool) -> None:
+        counts = self.rows.setdefault(row, Counter())
+        counts["n"] += 1
+        counts["hit"] += found
+        counts[(probe["category"], "n")] += 1
+        counts[(probe["category"], "hit")] += found
+
+    def rate(self, row: str, category: int | None = None) -> float:
+        c = self.rows.get(row, Counter())
+        n, hit = (c["n"], c["hit"]) if category is None else (c[(category, "n")], c[(category, "hit")])
+        return hit / n if n else math.nan
+
+
+def asked_view(planner: Planner, store: Store, thread: int, question: str) -> View:
+    """The request Iris builds for the question, without the question's own words."""
+    request = planner.plan(store, thread, question, cache=False)
+    *earlier, last = request.messages
+    block = last["content"][: -len(question)]
+    return View("\n".join([*(m["content"] or "" for m in earlier), block]))
+
+
+def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tally) -> dict:
+    data = json.loads(path.read_text())
+    messages = locomo_messages(data)
+    params = ContextParams(window=args.window, system_prompt=SYSTEM,
+                           recall_max_tokens=args.recall)
+    row: dict = {"chat": path.stem}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "r.db")
+        for label, runtime in (("extractive", None), ("llm", model)):
+            if label == "llm" and model is None:
+                continue
+            thread = store.create_thread(label)
+            ids = store.add_messages(thread, messages)
+            settings = CompactionSettings(summary_max_tokens=SUMMARY_CAP, timeout_s=args.timeout)
+            planner = Planner(params, counter, compaction=settings)
+            started = time.perf_counter()
+            events = compact_while_due(planner.compactor(store, runtime=runtime), thread)
+            row[f"{label}_seconds"] = round(time.perf_counter() - started, 1)
+            row[f"{label}_paths"] = [e.path for e in events]
+            if label == "llm":
+                row["llm_notes"] = [e.error for e in events if e.error]
+            planner = Planner(params, counter, compaction=settings, embedder=embedder)
+            if embedder is not None:
+                index = planner.index(store)
+                while index.index_pending(limit=256):
+                    pass
+            score_thread(store, thread, ids, data, messages, planner, counter, paraphrases,
+                         tally, label, row)
+        store.close()
+    return row
+
+
+def score_thread(store, thread, ids, data, messages, planner, counter, paraphrases, tally,
+                 label, row) -> None:
+    summary_row = store.latest_summary(thread)
+    covered = summary_row.covers_through_id
+    tail = planner.plan(store, thread, cache=False)
+    tail_text = "\n".join(m["content"] or "" for m in tail.messages[1:])
+    summary = ConversationSummary.from_fields(summary_row.fields).render()
+    probes = [dict(q, index=i) for i, q in enumerate(data["qa"])
+              if "answer" in q and q["evidence"] and q["category"] in CATEGORY
+              and all(e in data["dia_index"] and ids[data["dia_index"][e]] <= covered
+                      for e in q["evidence"])]
+    row[f"{label}_probes"] = len(probes)
+    views = {"summary + tail": View(summary + "\n" + tail_text)}
+    if label == "extractive":
+        archived = messages[: covered - ids[0] + 1]
+        views["truncation"] = View(tail_text)
+        views["names-and-numbers extract"] = View(
+            names_and_numbers(archived, counter, SUMMARY_CAP) + "\n" + tail_text)
+    for probe in probes:
+        for name, view in views.items():
+            tally.add(f"{label}: {name}", probe, view.finds(probe["answer"]))
+        view = asked_view(planner, store, thread, probe["question"])
+        tally.add(f"{label}: summary + recall + tail", probe, view.finds(probe["answer"]))
+    for entry in paraphrases:
+        if entry["chat"] != row["chat"]:
+            continue
+        probe = data["qa"][entry["index"]]
+        if not all(ids[data["dia_index"][e]] <= covered for e in probe["evidence"]):
+            continue
+        view = asked_view(planner, store, thread, entry["paraphrase"])
+        tally.add(f"{label}: paraphrased, with recall", probe, view.finds(probe["answer"]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=4096)
-    parser.add_argument("--llm-chats", type=int, default=0)
     parser.add_argument("--chats", type=int, default=10)
-    parser.add_argument("--recall", type=int, nargs="*", default=[1024],
-                        help="recall budgets to measure (tokens; the default setting is 1024)")
+    parser.add_argument("--llm-chats", type=int, default=0,
+                        help="also compact this many chats with the model writing the summary")
+    parser.add_argument("--recall", type=int, default=1024)
+    parser.add_argument("--timeout", type=float, default=3600,
+                        help="summary timeout for the LLM rows (the app's default is 180 s)")
+    parser.add_argument("--no-semantic", action="store_true")
     args = parser.parse_args()
 
-    model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=8192)
+    models_dir = app_paths().models_dir
+    model = LocalModel.load(ensure_bundled_model(models_dir), n_ctx=8192)
     counter = model.counter()
-    params = ContextParams(window=args.window, system_prompt=SYSTEM)
-    files = sorted((CORPUS / "long-chats").glob("*.json"))[: args.chats]
-    totals: dict[str, list[int]] = {}
-    tokens: dict[str, list[int]] = {}
-    per_chat = []
+    embedder = None
+    if not args.no_semantic:
+        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
 
-    by_category: dict[str, Counter] = {}
-    CATEGORY = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-
-    def tally(name: str, probe: dict, found: bool) -> bool:
-        counts = by_category.setdefault(name, Counter())
-        counts[(probe["category"], "n")] += 1
-        counts[(probe["category"], "hit")] += found
-        return found
-
-    def score(name: str, view: View, probes: list[dict], used: int) -> int:
-        hits = sum(tally(name, p, view.finds(p["answer"])) for p in probes)
-        totals.setdefault(name, [0, 0])
-        totals[name][0] += hits
-        totals[name][1] += len(probes)
-        tokens.setdefault(name, []).append(used)
-        return hits
-
+        embedder = Embedder.load(ensure_embedding_model(models_dir))
+    paraphrases = json.loads((REPO / "bench" / "paraphrases.json").read_text())
+    tally = Tally()
+    rows = []
     started = time.perf_counter()
-    for index, path in enumerate(files):
-        data = json.loads(path.read_text())
-        with tempfile.TemporaryDirectory() as tmp:
-            store = Store(Path(tmp) / "r.db")
-            thread = store.create_thread(path.stem)
-            ids = store.add_messages(thread, data["messages"])
-            extractive = Planner(params, counter).compactor(store)
-            events = compact_while_due(extractive, thread)
-            engine = ContextEngine(store, counter, params)
-            request = engine.build(thread)
-            summary_row = store.latest_summary(thread)
-            covered = summary_row.covers_through_id
-            tail_text = "\n".join(m["content"] or "" for m in request.messages[1:])
-            tail_tokens = request.breakdown.history
-            probes = [
-                q for q in data["qa"] if "answer" in q and q["evidence"]
-                and all(e in data["dia_index"] and ids[data["dia_index"][e]] <= covered
-                        for e in q["evidence"])
-            ]
-            row = {"chat": path.stem, "probes": len(probes), "compactions": len(events)}
-            ext = ConversationSummary.from_fields(summary_row.fields)
-            row["extractive"] = score("extractive", View(ext.render() + "\n" + tail_text), probes,
-                                      summary_row.tokens + tail_tokens)
-            row["truncation"] = score("truncation", View(tail_text), probes, tail_tokens)
-            for budget in args.recall:
-                recaller = ContextEngine(store, counter, replace(params, recall_max_tokens=budget))
-                hits, seen = 0, []
-                for probe in probes:
-                    asked = recaller.build(thread, draft=probe["question"])
-                    *earlier, last = asked.messages
-                    block = last["content"][: -len(probe["question"])]  # not the question itself
-                    text = "\n".join([*(m["content"] or "" for m in earlier), block])
-                    name = f"Iris ships (summary + recall {budget})"
-                    hits += tally(name, probe, View(text).finds(probe["answer"]))
-                    b = asked.breakdown
-                    seen.append(b.summary + b.recall + b.history)
-                totals.setdefault(name, [0, 0])
-                totals[name][0] += hits
-                totals[name][1] += len(probes)
-                tokens.setdefault(name, []).append(sum(seen) / max(len(seen), 1))
-                row[f"recall_{budget}"] = hits
-            if index < args.llm_chats:
-                llm_thread = store.create_thread("llm")
-                store.add_messages(llm_thread, data["messages"])
-                # the app gives up after 180 s; here the LLM path is measured to the end
-                with_llm = Planner(params, counter, compaction=CompactionSettings(
-                    timeout_s=3600)).compactor(store, runtime=model)
-                llm_events = compact_while_due(with_llm, llm_thread)
-                llm_row = store.latest_summary(llm_thread)
-                shipped = ConversationSummary.from_fields(llm_row.fields)
-                llm_only = ConversationSummary.from_fields({**llm_row.fields, "facts": []})
-                row["llm_path"] = llm_row.path
-                row["llm_paths"] = [e.path for e in llm_events]
-                row["llm_notes"] = [e.error for e in llm_events]
-                if llm_row.path != "extractive":  # only a real LLM summary counts as one
-                    row["llm"] = score("LLM", View(llm_only.render() + "\n" + tail_text), probes,
-                                       counter.count_text(llm_only.render()) + tail_tokens)
-                row["shipped"] = score("Iris ships (LLM + ledger)",
-                                       View(shipped.render() + "\n" + tail_text), probes,
-                                       llm_row.tokens + tail_tokens)
-                archived = [m for m in data["messages"][: covered - ids[0] + 1]]
-                text = bullets(model, _transcript_lines(archived))
-                row["bullets"] = score("bullets-512", View(text + "\n" + tail_text), probes,
-                                       counter.count_text(text) + tail_tokens)
-            store.close()
-        per_chat.append(row)
-        print(json.dumps(row), flush=True)
+    for index, path in enumerate(sorted((CORPUS / "long-chats").glob("*.json"))[: args.chats]):
+        llm = model if index < args.llm_chats else None
+        rows.append(one_chat(path, args, counter, embedder, llm, paraphrases, tally))
+        print(json.dumps(rows[-1]), flush=True)
     model.close()
+    report(args, rows, tally, counter.name, time.perf_counter() - started, embedder is not None)
 
-    print(f"\nwindow {args.window}, summary cap 768, tokens seen = summary + recall + tail; "
-          f"counter {counter.name}, "
-          f"{time.perf_counter() - started:.0f} s\n")
-    print("| method | chats | probes (evidence summarized) | found | retention | "
-          "tokens seen (mean) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    order = ["truncation", "bullets-512", "LLM", "extractive", "Iris ships (LLM + ledger)",
-             *(f"Iris ships (summary + recall {b})" for b in args.recall)]
-    for name in order:
-        if name not in totals:
-            continue
-        hit, n = totals[name]
-        chats = len(tokens[name])
-        print(f"| {name} | {chats} | {n:,} | {hit:,} | {hit / max(n, 1):.1%} | "
-              f"{sum(tokens[name]) / chats:,.0f} |")
-    print("\n| method | " + " | ".join(CATEGORY.values()) + " |")
-    print("|---|" + "---:|" * len(CATEGORY))
-    for name in order:
-        if name not in by_category:
-            continue
-        counts = by_category[name]
-        cells = [f"{counts[(c, 'hit')]}/{counts[(c, 'n')]} ({counts[(c, 'hit')] / max(counts[(c, 'n')], 1):.0%})"
-                 for c in CATEGORY]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+
+def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: bool) -> None:
+    print(f"\nwindow {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, "
+          f"semantic recall {'on' if semantic else 'off'}; counter {counter}; {seconds:.0f} s\n")
+    print("| row | probes | found | retention | multi-hop | temporal | single-hop |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, counts in tally.rows.items():
+        cells = " | ".join(f"{tally.rate(name, c):.0%}" for c in (1, 2, 4))
+        print(f"| {name} | {counts['n']:,} | {counts['hit']:,} | {tally.rate(name):.1%} | {cells} |")
+    llm = [r for r in rows if "llm_paths" in r]
+    if llm:
+        paths = [p for r in llm for p in r["llm_paths"]]
+        ok = sum(p in ("llm", "chunked") for p in paths)
+        seconds = [r["llm_seconds"] / max(len(r["llm_paths"]), 1) for r in llm]
+        print(f"\nLLM summaries: {ok}/{len(paths)} compactions took the LLM path and passed the "
+              f"check ({ok / max(len(paths), 1):.0%}); {sum(seconds) / len(seconds):.0f} s per "
+              "compaction on average")
+    baseline = tally.rate("extractive: names-and-numbers extract")
+    shipped = tally.rate("extractive: summary + recall + tail")
+    print(f"\nretention: summary_tail={tally.rate('extractive: summary + tail'):.3f} "
+          f"extract_baseline={baseline:.3f} "
+          f"ratio={tally.rate('extractive: summary + tail') / baseline:.2f} "
+          f"with_recall={shipped:.3f} multi_hop={tally.rate('extractive: summary + recall + tail', 1):.3f} "
+          f"paraphrased={tally.rate('extractive: paraphrased, with recall'):.3f}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
-from iris_desktop.runtime.model import LocalModel, ensure_bundled_model  # noqa: E402
+from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
+from iris_desktop.runtime.model import LocalModel  # noqa: E402
 
 from _corpus import CORPUS, REPO  # noqa: E402
 

@@ -12,6 +12,11 @@ Phases, on a fresh data dir with the real bundled model:
   generation  one reply streamed token by token
   compaction  a LoCoMo chat compacted before its next request (extractive summarizer;
               --llm-compaction uses the model, which takes minutes on a small CPU)
+  typing      a question typed key by key (80 ms apart), then a pause: the draft is
+              prefilled on the model thread while the user types
+  switch      another thread gets a message (the chat's KV state is saved), then the
+              chat again (its state restored from disk) and a reply there
+  models      Model ▸ Models…: the library listed (GGUF headers read on the DB thread)
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/ui_latency.py [--tokens 128]
 """
@@ -174,6 +179,36 @@ def main() -> int:
                        marks.get("compaction_text", "")[:70]))
     run_until(lambda: not window.generating, 600)
     phase("turn after", t0, "compaction + the reply")
+
+    statuses: list[str] = []
+    window.model.worker.cacheStatus.connect(statuses.append)
+    run_until(lambda: window.background.idle, 60)
+    t0 = time.perf_counter()
+    for ch in "And what did Caroline say about her plans for the summer?":
+        window.composer.edit.insertPlainText(ch)
+        pause = time.perf_counter()
+        run_until(lambda at=pause: time.perf_counter() - at > 0.08, 5)
+    run_until(lambda: "Prefilled" in statuses, 300)
+    phase("typing", t0, f"57 keys, then prefilled ({len(statuses)} status updates)")
+
+    window.composer.edit.clear()
+    statuses.clear()
+    t0 = time.perf_counter()
+    window.threads_control.new_chat()
+    window.send("Hello!")
+    run_until(lambda: not window.generating, 600)
+    window.open_thread(chat)
+    run_until(lambda: window.background.idle, 60)
+    window.send("Thanks. Anything else I should know?")
+    run_until(lambda: not window.generating, 600)
+    phase("switch", t0, "; ".join(dict.fromkeys(s for s in statuses if "cache" in s)) or
+          "nothing restored")
+
+    t0 = time.perf_counter()
+    dialog = window.models.open_library()
+    run_until(lambda: dialog.table.rowCount() > 0 and window.background.idle, 120)
+    phase("models", t0, f"{dialog.table.rowCount()} model(s) listed")
+    dialog.close()
 
     window.shutdown()
     probe.timer.stop()

