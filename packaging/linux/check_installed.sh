@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Check an installed Iris Desktop (.deb) the way a person meets it, on a virtual screen:
 #   1. /opt/iris-desktop/iris-desktop --self-test (offline: in a new network namespace,
-#      `unshare -n`, where that is permitted; a fresh data dir), and the bundled model's
-#      license in /usr/share/doc/iris-desktop
+#      `unshare -n`, where that is permitted; a fresh data dir), the shipped models (chat
+#      and embedding GGUFs) and their licenses in /usr/share/doc/iris-desktop
 #   2. first launch under Xvfb with a fresh data dir: time to the main window, time until
 #      the bundled model is loaded (the "loaded" line of the app's log), a screenshot
 #
@@ -39,6 +39,11 @@ ls /usr/share/doc/iris-desktop/LICENSE-*.txt >/dev/null 2>&1 \
   || { echo "no model license in /usr/share/doc/iris-desktop" >&2; exit 1; }
 ls "$APP_DIR"/_internal/models/*.gguf "$APP_DIR"/_internal/models/LICENSE-*.txt >/dev/null \
   || { echo "no bundled model or no license beside it in $APP_DIR/_internal/models" >&2; exit 1; }
+# the embedding model (recall by meaning) is shipped too: never converted at first launch
+for f in "$APP_DIR"/_internal/models/all-MiniLM-L6-v2-q8_0.gguf "$APP_DIR"/_internal/models/LICENSE-all-MiniLM-L6-v2.txt \
+         /usr/share/doc/iris-desktop/LICENSE-all-MiniLM-L6-v2.txt; do
+  [ -f "$f" ] || { echo "no $f (the embedding model or its license)" >&2; exit 1; }
+done
 OFFLINE=()  # no network for the self-test: a new network namespace (root, or a user namespace)
 if command -v unshare >/dev/null 2>&1; then
   if unshare -n true 2>/dev/null; then OFFLINE=(unshare -n)

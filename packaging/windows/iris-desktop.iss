@@ -3,7 +3,8 @@
 ; Built by packaging/build.py on Windows, which passes the version and the paths:
 ;   ISCC.exe /DAppVersion=0.1.0 /DSourceDir=...\dist\iris-desktop /DOutputDir=...\dist
 ;            /DIconFile=...\build\icons\iris.ico
-;            /DModelLicense=LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt packaging\windows\iris-desktop.iss
+;            /DModelLicense=LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt
+;            /DEmbeddingLicense=LICENSE-all-MiniLM-L6-v2.txt packaging\windows\iris-desktop.iss
 ;
 ; Installs per user (no administrator rights, no UAC prompt) into
 ; %LOCALAPPDATA%\Programs\Iris Desktop, with a Start menu shortcut, an optional (checked)
@@ -13,7 +14,8 @@
 ; Licenses: the bundled model, Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), ships with its
 ; license as _internal\models\<ModelLicense> (beside the GGUF) and in the package data
 ; (_internal\iris_desktop\resources\licenses, read by Help -> About); [Files] puts a copy
-; next to iris-desktop.exe.
+; next to iris-desktop.exe. The same holds for the embedding model used for recall by
+; meaning, all-MiniLM-L6-v2 (Apache-2.0): _internal\models\<EmbeddingLicense>.
 
 #ifndef AppVersion
   #define AppVersion "0.0.0"
@@ -29,6 +31,9 @@
 #endif
 #ifndef ModelLicense
   #define ModelLicense "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt"
+#endif
+#ifndef EmbeddingLicense
+  #define EmbeddingLicense "LICENSE-all-MiniLM-L6-v2.txt"
 #endif
 #define AppName "Iris Desktop"
 #define AppExeName "iris-desktop.exe"
@@ -71,6 +76,8 @@ Name: "desktopicon"; Description: "{cm:CreateDesktopIcon}"; GroupDescription: "{
 Source: "{#SourceDir}\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs createallsubdirs
 ; the bundled model's license (Apache-2.0), also next to the executable
 Source: "{#SourceDir}\_internal\models\{#ModelLicense}"; DestDir: "{app}"; Flags: ignoreversion
+; the embedding model's license (Apache-2.0), likewise
+Source: "{#SourceDir}\_internal\models\{#EmbeddingLicense}"; DestDir: "{app}"; Flags: ignoreversion
 
 [Icons]
 ; Start menu ({autoprograms} is the user's Programs folder with PrivilegesRequired=lowest)
