@@ -101,3 +101,14 @@ def test_write_validates_first_and_keeps_other_keys(tmp_path):
     assert s["tools.allowed_paths"] == ["/a", "/b"]
     write_config_value(cfg, "context.token_budget_ratio", None)
     assert load_settings(cfg, {})["context.token_budget_ratio"] == 0.7
+
+
+def test_the_readme_settings_table_names_every_key():
+    """The README's table is written by hand: a new key must be added to it."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| key | default | meaning |"):]
+    table = table[: table.index("\n\n")]
+    missing = [key for key in SETTINGS if f"`{key}`" not in table]
+    assert not missing, f"README's settings table lacks {missing}"
