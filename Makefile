@@ -32,8 +32,10 @@ install-dev: $(DEV_STAMP)
 run: $(STAMP)
 	$(BIN)/iris-desktop
 
-## make test: create .venv, install with dev extras, run the whole suite
+## make test: create .venv, install with dev extras, build llama.cpp's llama-server for the
+## server tests (once, cached in ~/.cache/iris-desktop-tests; minutes), run the whole suite
 test: $(DEV_STAMP)
+	$(BIN)/python tests/servers.py --build
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 	$(BIN)/ruff check iris_desktop tests bench packaging tools
 

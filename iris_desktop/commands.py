@@ -108,6 +108,8 @@ def _load(session) -> Any:
         return session.load_model()
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
+    except RuntimeError as exc:  # runtime.remote.ServerError: unreachable, key refused
+        raise CliError(f"cannot use the server: {exc}", EXIT_FAIL) from None
 
 
 def _index_for_recall(session, thread_id: int) -> None:
@@ -234,6 +236,7 @@ def context_report(session, thread_id: int, draft: str | None = None,
         "counter_exact": planner.counter.exact,
         "prompt_exact": request.exact or planner.counter.exact,
         "chat_format": session.chat_format,
+        "where": getattr(session.model, "where", "local") if session.model else None,
         "budget": b.budget,
         "system_tokens": b.system,
         "tool_tokens": b.tools,
@@ -441,6 +444,17 @@ def chat_message(args) -> str:
         raise CliError(f"standard input is not UTF-8 text (byte {exc.start})") from None
 
 
+def _say_where(model) -> None:
+    """A server on another machine gets the conversation: say so on every run (the GUI
+    asks once per server instead), with the warning for plain http."""
+    warning = getattr(model, "warning", None)
+    if getattr(model, "is_loopback", True) and not warning:
+        return
+    say(f"iris-desktop: this conversation is sent to {model.where}", file=sys.stderr)
+    if warning:
+        say(f"iris-desktop: warning: {warning}", file=sys.stderr)
+
+
 def chat(args, overrides) -> int:
     from iris_desktop.core.store import utf8_length
 
@@ -449,6 +463,7 @@ def chat(args, overrides) -> int:
         overrides = {**overrides, "model.path": args.model}
     with open_session(args, overrides) as session:
         model = _load(session)
+        _say_where(model)
         store = session.store
         if args.thread is not None:
             _thread(session, args.thread)
@@ -470,12 +485,14 @@ def chat(args, overrides) -> int:
                     compacted = compacted or isinstance(event, CompactionFinished)
                     if isinstance(event, TurnDone):
                         next_request = event.next_request
-                if compacted and next_request is not None and not cancel.is_set():
+                prefill = getattr(model, "prefill", None)  # a server caches on its own
+                if (compacted and next_request is not None and prefill is not None
+                        and not cancel.is_set()):
                     # a compaction changed the prefix: evaluate the new one now, after the
                     # reply is shown, so the next message starts at once (as the GUI does)
                     try:
-                        model.prefill(next_request.messages,
-                                      next_request.tool_definitions or None, cancel=cancel)
+                        prefill(next_request.messages, next_request.tool_definitions or None,
+                                cancel=cancel)
                     except Exception as exc:  # an optimisation, never a failure
                         say(f"iris-desktop: warm-up skipped: {exc}", file=sys.stderr)
         finally:
@@ -487,6 +504,7 @@ def chat(args, overrides) -> int:
                 "reply": printer.reply,
                 "model": model.path.name,
                 "chat_format": model.chat_format.name,
+                "where": getattr(model, "where", "local"),
                 "kv_restored_tokens": restored,
                 **{key: getattr(stats, key, None) for key in (
                     "prompt_tokens", "reused_tokens", "evaluated_tokens", "completion_tokens",

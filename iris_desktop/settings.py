@@ -38,7 +38,7 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class Setting:
     key: str
-    kind: str  # "int" | "float" | "bool" | "str" | "choice" | "list" | "path" | "window"
+    kind: str  # "int" | "float" | "bool" | "str" | "choice" | "list" | "path" | "window" | "url"
     default: Any
     help: str
     minimum: float | None = None
@@ -49,6 +49,8 @@ class Setting:
     needs_reload: bool = False
     #: for "list": the values allowed in the list (empty = any string)
     item_choices: tuple[str, ...] = ()
+    #: for "str": edited as several lines (a prompt), not one
+    multiline: bool = False
 
     @property
     def section(self) -> str:
@@ -75,6 +77,8 @@ class Setting:
             return "a list of strings"
         if self.kind == "path":
             return f"'{BUNDLED}' or a path to a file"
+        if self.kind == "url":
+            return "empty, or an http:// or https:// address such as http://127.0.0.1:8080/v1"
         return "any text"
 
     def parse(self, raw: Any) -> Any:
@@ -125,6 +129,9 @@ class Setting:
                 raise SettingsError(bad)
             if self.kind == "path" and not value.strip():
                 raise SettingsError(bad)
+        elif self.kind == "url":
+            if not isinstance(value, str) or (value and not _is_http_url(value)):
+                raise SettingsError(bad)
 
     def _convert(self, raw: Any) -> Any:
         if not isinstance(raw, str):
@@ -154,6 +161,8 @@ class Setting:
             return [part.strip() for part in text.split(",") if part.strip()]
         if self.kind == "choice":
             return text.lower()
+        if self.kind == "url":
+            return text.rstrip("/")
         return raw
 
     def to_text(self, value: Any) -> str:
@@ -163,6 +172,20 @@ class Setting:
         if self.kind == "bool":
             return "true" if value else "false"
         return str(value)
+
+
+def _is_http_url(text: str) -> bool:
+    """An http(s) address with a host and nothing a request line could be split with."""
+    from urllib.parse import urlsplit
+
+    if any(c.isspace() or ord(c) < 32 for c in text):
+        return False
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _fmt(number: float | None) -> str:
@@ -250,6 +273,24 @@ _ALL: tuple[Setting, ...] = (
     ),
     # -- model -----------------------------------------------------------------------------
     Setting(
+        "model.backend", "choice", "local",
+        "Where the model runs: local (the GGUF in model.path, in this process, offline) or "
+        "openai (an OpenAI-compatible server at model.base_url: llama.cpp server, vLLM, "
+        "Ollama). The API key, if the server needs one, is kept in the OS keyring.",
+        choices=("local", "openai"), needs_reload=True,
+    ),
+    Setting(
+        "model.base_url", "url", "",
+        "The server's address when model.backend is openai, for example "
+        "http://127.0.0.1:8080/v1. Your conversation is sent there.",
+        needs_reload=True,
+    ),
+    Setting(
+        "model.name", "str", "",
+        "The model to use on the server (empty: the first it serves).",
+        needs_reload=True,
+    ),
+    Setting(
         "model.path", "path", BUNDLED,
         "GGUF model file. 'bundled' is Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, Apache-2.0), "
         "which ships with Iris and works offline.",
@@ -311,6 +352,7 @@ _ALL: tuple[Setting, ...] = (
         "chat.system_prompt", "str",
         "You are Iris, a helpful assistant running locally and offline on the user's computer.",
         "System prompt sent at the start of every request (unless the thread has its own).",
+        multiline=True,
     ),
 )
 

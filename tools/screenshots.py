@@ -1,7 +1,8 @@
 """Screenshots of the real app for the docs: docs/img/main-window.png, settings.png,
-inspector.png, chat.png (the bundled model answering in a new chat) and models.png
+inspector.png, chat.png (the bundled model answering in a new chat), models.png
 (Model ▸ Models…, with a Hugging Face cache that holds the gemma base model when that
-dev dependency is installed).
+dev dependency is installed), server.png and server-window.png (Model ▸ Server… on a
+llama-server started on loopback).
 
 1. Prepare a data dir: import a long LoCoMo chat (one real request on the bundled model,
    then a real compaction with the extractive summarizer) and a SWE-agent transcript
@@ -216,9 +217,41 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     shoot(library, "models.png")
     library.close()
 
+    # Model ▸ Server…: llama.cpp's server on this machine, tested and chosen
+    shoot_server(window, Path(window.models.info["path"]), data_dir, wait, idle, shoot)
+
     window.close()
     session.close()
     QApplication.processEvents()
+
+
+def shoot_server(window, model: Path, data_dir: Path, wait, idle, shoot) -> None:
+    """server.png: the dialog after Test connection against a real llama-server (built by
+    tests/servers.py) on loopback; then the window connected to it (status bar: where the
+    text goes). Skipped, saying why, when llama-server cannot be had."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from servers import ServerUnavailable, start_llama_server
+
+    try:
+        server = start_llama_server(model, data_dir, 4096)
+    except ServerUnavailable as exc:
+        print(f"capture: server.png skipped: {exc}")
+        return
+    try:
+        dialog = window.models.open_server()
+        dialog.url.setText(server.base_url + "/v1")
+        dialog.test_button.click()
+        wait(lambda: dialog.info is not None, timeout=60)
+        idle()
+        shoot(dialog, "server.png")
+        dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+        wait(lambda: window.where_label.text().startswith("server:"), timeout=120)
+        idle()
+        shoot(window, "server-window.png")
+    finally:
+        server.stop()
 
 
 def hf_cache(data_dir: Path) -> Path:

@@ -111,14 +111,15 @@ def shared_tiktoken() -> TiktokenCounter:
         return _tiktoken
 
 
-def window_for(settings: Any, n_ctx: int | None) -> tuple[int, str]:
-    """(window, source): ``context.window``, else the runtime's ``n_ctx`` ("model"),
+def window_for(settings: Any, n_ctx: int | None, source: str = "model") -> tuple[int, str]:
+    """(window, source): ``context.window``, else the runtime's ``n_ctx`` (``source``:
+    "model" for a local model, "server" or "config" for a server, as it was learned),
     else ``model.n_ctx`` ("config")."""
     configured = settings["context.window"]
     if configured != AUTO:
         return int(configured), "config"
     if n_ctx:
-        return int(n_ctx), "model"
+        return int(n_ctx), source
     return (settings["model.n_ctx"] or FALLBACK_WINDOW), "config"
 
 
@@ -198,11 +199,14 @@ class Planner:
         """The planner for ``settings`` on ``runtime``. ``n_ctx`` overrides the runtime's
         window (a candidate ``model.n_ctx`` that a reload would apply). Raises
         SettingsError when ``context.window`` exceeds the runtime's n_ctx."""
-        n_ctx = n_ctx or getattr(runtime, "n_ctx", None)
+        source = "model"
+        if not n_ctx:
+            n_ctx = getattr(runtime, "n_ctx", None)
+            source = getattr(runtime, "window_source", "model")
         problem = limit_problems(settings, n_ctx, None).get("context.window")
         if problem:
             raise SettingsError(problem)
-        window, source = window_for(settings, n_ctx)
+        window, source = window_for(settings, n_ctx, source)
         return cls(
             ContextParams.from_settings(settings, window, source),
             counter_for(settings, runtime),

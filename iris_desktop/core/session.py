@@ -57,6 +57,8 @@ def load_model(settings: Settings, paths: AppPaths, *, progress=None, cancel=Non
     both load through here); a file of the user's own joins the library's recent list.
     ``progress(fraction)`` follows the load and setting ``cancel`` stops it. Raises
     runtime.model.ModelError."""
+    if settings["model.backend"] == "openai":
+        return connect_server(settings)
     from iris_desktop.core.planner import limit_problems
     from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
     from iris_desktop.runtime.library import remember_recent
@@ -84,6 +86,22 @@ def load_model(settings: Settings, paths: AppPaths, *, progress=None, cancel=Non
         except OSError as exc:  # a convenience: never a reason to fail a load
             log.warning("could not remember %s: %s", path, exc)
     return model
+
+
+def connect_server(settings: Settings):
+    """The OpenAI-compatible server ``model.base_url`` names (``model.backend`` openai),
+    with the API key from the OS keyring. Its window is the server's when it tells, else
+    ``model.n_ctx``. Raises SettingsError (no address) or runtime.remote.ServerError."""
+    from iris_desktop.core.planner import FALLBACK_WINDOW
+    from iris_desktop.runtime.remote import RemoteRuntime, get_api_key
+
+    base_url = settings["model.base_url"]
+    if not base_url:
+        raise SettingsError("model.base_url: model.backend is openai but no server address "
+                            "is set; set model.base_url (for example "
+                            "http://127.0.0.1:8080/v1), or model.backend to local")
+    return RemoteRuntime.connect(base_url, settings["model.name"], get_api_key(base_url),
+                                 fallback_window=settings["model.n_ctx"] or FALLBACK_WINDOW)
 
 
 class Session:

@@ -131,7 +131,9 @@ class InspectorDock(QDockWidget):
             states = ", ".join(f"{n:,} {s}" for s, n in sorted(report["states"].items()))
             text = (
                 f"{len(report['request'])} messages, {tokens(report['predicted_prompt_tokens'])} "
-                f"tokens of a {tokens(b['window'])} window (counted with {report['counter']}). "
+                f"tokens of a {tokens(b['window'])} window ("
+                + ("exact, " if report.get("exact") else "estimated, ")
+                + f"counted with {report['counter']}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
                 f"{tokens(b['summary'])}, recall {tokens(b.get('recall', 0))}"
                 + (f" ({len(report.get('recalled_ids') or [])} summarized messages)"

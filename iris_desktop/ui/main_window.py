@@ -111,9 +111,13 @@ class MainWindow(QMainWindow):
         self.progress.setMaximumHeight(self.fontMetrics().height())
         self.progress.hide()
         self.model_label = QLabel("No model")
+        #: where the conversation goes: "local", or "server: host:port"
+        self.where_label = QLabel("")
+        self.where_label.setObjectName("where")
         self.meter = BudgetMeter()
         bar.addWidget(self.state_label)
         bar.addWidget(self.progress)
+        bar.addPermanentWidget(self.where_label)
         bar.addPermanentWidget(self.model_label)
         bar.addPermanentWidget(self.meter)
         self.composer.set_can_send(False, "Loading the model…")

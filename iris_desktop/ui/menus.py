@@ -64,6 +64,7 @@ class Menus(QObject):
         m = bar.addMenu("&Model")
         self._action(m, "&Models…", models.open_library, "Ctrl+Shift+M", "models")
         self._action(m, "&Open GGUF…", models.choose_file, None, "load-model")
+        self._action(m, "&Server…", models.open_server, None, "server")
         self._action(m, "&Reload", models.load, None, "reload-model")
         m = bar.addMenu("&Help")
         self._action(m, "&About Iris Desktop", self.about, None, "about")

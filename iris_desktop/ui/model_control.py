@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from iris_desktop.settings import BUNDLED, write_config_value
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob
 from iris_desktop.ui.models_dialog import ModelsDialog
+from iris_desktop.ui.server_dialog import ServerDialog, confirm_send, forget_send_confirmation
 
 if TYPE_CHECKING:
     from iris_desktop.ui.main_window import MainWindow
@@ -34,10 +35,11 @@ class ModelControl(QObject):
         self.error: str | None = None
         self.box: QMessageBox | None = None
         self.job: LoadJob | None = None
-        #: a model chosen in this run: (its path, the settings before), saved to the
-        #: config file only once it has loaded
-        self.pending: tuple[str, Any] | None = None
+        #: a model chosen in this run: (the model.* values that choose it, the settings
+        #: before), saved to the config file only once it has loaded
+        self.pending: tuple[dict[str, Any], Any] | None = None
         self.library: ModelsDialog | None = None
+        self.server_dialog: ServerDialog | None = None
         window.model.worker.loadProgress.connect(self.progress)
 
     def load(self) -> None:
@@ -82,6 +84,10 @@ class ModelControl(QObject):
         base = info.get("base_model")
         w.model_label.setText(f"{info['name']} · n_ctx {info['n_ctx']:,}"
                               + (" · base model" if base else ""))
+        w.where_label.setText(info.get("where") or "local")
+        w.where_label.setToolTip(
+            "Your conversation stays on this computer" if not info.get("base_url") else
+            f"Your conversation is sent to {info['base_url']}")
         w.model_label.setToolTip((info.get("path") or info["name"]) + (
             "\nA base model continues text rather than following instructions: replies "
             "may ramble, and compaction uses the extractive summary." if base else ""))
@@ -93,6 +99,15 @@ class ModelControl(QObject):
             self._save_choice(self.pending[0])
         if self.library is not None:
             self.refresh_library()
+
+    def may_send(self) -> bool:
+        """Before a conversation first goes to a server on another machine, ask once per
+        server (remembered in ui-state.ini); a local model or a loopback server never
+        asks. False: the user said no, nothing is sent."""
+        base_url = (self.info or {}).get("base_url")
+        if not base_url:
+            return True
+        return confirm_send(base_url, self.window.ui_state, self.window)
 
     def failed(self, message: str) -> None:
         w = self.window
@@ -188,24 +203,64 @@ class ModelControl(QObject):
         if w.turns.generating:
             w.statusBar().showMessage("Stop the reply before changing the model", 4000)
             return
+        self._choose({"model.backend": "local", "model.path": path})
+
+    def _choose(self, values: dict[str, Any]) -> None:
+        """Load the model ``values`` (``model.*`` settings) describe; they are saved once
+        it has loaded, and a failed load changes no setting."""
+        w = self.window
+        if w.turns.generating:
+            w.statusBar().showMessage("Stop the reply before changing the model", 4000)
+            return
         before = self.pending[1] if self.pending is not None else w.session.settings
         try:
-            w.session.settings = before.with_overrides({"model.path": path})
-        except Exception as exc:  # a path the settings refuse: say so, change nothing
+            w.session.settings = before.with_overrides(values)
+        except Exception as exc:  # a value the settings refuse: say so, change nothing
             self.show_error(str(exc), keeping=self.info["name"] if self.info else None)
             return
-        self.pending = (path, before)
+        self.pending = (values, before)
         self.load()
 
-    def _save_choice(self, path: str) -> None:
-        """Write ``model.path`` (for this run too when a variable pins it)."""
+    def _save_choice(self, values: dict[str, Any]) -> None:
+        """Write the chosen ``model.*`` values (for this run too when a variable pins
+        one)."""
         w = self.window
         self.pending = None
         try:
-            write_config_value(w.session.paths.config_path, "model.path", path)
+            for key, value in values.items():
+                write_config_value(w.session.paths.config_path, key, value)
             settings = w.reload_settings()
         except Exception as exc:  # the model runs; only remembering it failed
             w.statusBar().showMessage(f"Could not save the model choice: {exc}", 8000)
             return
-        if settings["model.path"] != path:
-            w.session.settings = settings.with_overrides({"model.path": path})
+        pinned = {key: value for key, value in values.items() if settings[key] != value}
+        if pinned:
+            w.session.settings = settings.with_overrides(pinned)
+
+    # -- a server --
+
+    def open_server(self) -> ServerDialog:
+        """Model ▸ Server…: add a server, test it, choose its model, or remove it."""
+        settings = self.window.session.settings
+        remote = settings["model.backend"] == "openai"
+        dialog = ServerDialog(settings["model.base_url"] if remote else "",
+                              settings["model.name"] if remote else "", self.window)
+        dialog.serverChosen.connect(self.use_server)
+        dialog.serverRemoved.connect(self.remove_server)
+        dialog.finished.connect(lambda _result: setattr(self, "server_dialog", None))
+        self.server_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def use_server(self, base_url: str, name: str) -> None:
+        """Connect to ``base_url`` (model ``name``; empty: the server's first) instead of
+        the model in use; saved once connected."""
+        self._choose({"model.backend": "openai", "model.base_url": base_url,
+                      "model.name": name})
+
+    def remove_server(self, base_url: str) -> None:
+        """Forget ``base_url`` (its key already left the keyring); when it is the server
+        in use, go back to the local model."""
+        forget_send_confirmation(base_url, self.window.ui_state)
+        if self.window.session.settings["model.base_url"] == base_url.rstrip("/"):
+            self._choose({"model.backend": "local", "model.base_url": "", "model.name": ""})

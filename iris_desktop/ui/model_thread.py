@@ -121,6 +121,9 @@ def model_info(model: Any) -> dict[str, Any]:
         "size_bytes": getattr(info, "size_bytes", 0) or 0,
         "chat_format": getattr(chat_format, "name", "") or "",
         "load_time_s": getattr(model, "load_time_s", None),
+        # where the conversation goes: "local", or "server: host:port" (and its address)
+        "where": getattr(model, "where", "local"),
+        "base_url": getattr(model, "base_url", None),
         "license": model_license(path, getattr(info, "metadata", None) or {}),
     }
 

@@ -235,21 +235,16 @@ class TextEditor(Editor):
             self.text.setPlainText((current + "\n" if current else "") + folder)
 
 
-class PathEditor(Editor):
-    """A GGUF file: typed, chosen in a file dialog, or the bundled model."""
+class LineEditor(Editor):
+    """One line of text: a server address, a model name."""
 
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
         self.line = QLineEdit()
+        if setting.kind == "url":
+            self.line.setPlaceholderText("http://127.0.0.1:8080/v1")
         self.line.textChanged.connect(self.changed)
-        choose = QPushButton("Choose…")
-        choose.clicked.connect(self._choose_file)
-        bundled = QPushButton("Bundled")
-        bundled.setToolTip("Use the bundled model (Qwen2.5-Coder-0.5B-Instruct)")
-        bundled.clicked.connect(lambda: self.line.setText(BUNDLED))
         self.row.addWidget(self.line, 1)
-        self.row.addWidget(choose)
-        self.row.addWidget(bundled)
 
     def raw(self) -> Any:
         return self.line.text()
@@ -259,6 +254,20 @@ class PathEditor(Editor):
 
     def set_invalid(self, invalid: bool) -> None:
         self.line.setStyleSheet(INVALID_STYLE if invalid else "")
+
+
+class PathEditor(LineEditor):
+    """A GGUF file: typed, chosen in a file dialog, or the bundled model."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        choose = QPushButton("Choose…")
+        choose.clicked.connect(self._choose_file)
+        bundled = QPushButton("Bundled")
+        bundled.setToolTip("Use the bundled model (Qwen2.5-Coder-0.5B-Instruct)")
+        bundled.clicked.connect(lambda: self.line.setText(BUNDLED))
+        self.row.addWidget(choose)
+        self.row.addWidget(bundled)
 
     def _choose_file(self) -> None:
         start = self.line.text() if self.line.text() not in ("", BUNDLED) else str(Path.home())
@@ -284,8 +293,10 @@ def make_editor(setting: Setting, value: Any) -> Editor:
         editor = BoolEditor(setting)
     elif setting.kind == "list" and setting.item_choices:
         editor = ChecklistEditor(setting)
-    elif setting.kind in ("list", "str"):
+    elif setting.kind == "list" or (setting.kind == "str" and setting.multiline):
         editor = TextEditor(setting)
+    elif setting.kind in ("str", "url"):
+        editor = LineEditor(setting)
     else:
         editor = PathEditor(setting)
     editor.set_value(value)

@@ -65,6 +65,8 @@ class TurnControl(QObject, TurnListener):
         w = self.window
         if self.generating or w.models.state != "ready" or not text.strip():
             return
+        if not w.models.may_send():
+            return  # the user declined to send to that server: the draft stays
         w.composer.clear(quiet=True)  # the request the agent reports redraws the meter
         self.cancel = threading.Event()
         self.set_generating(True)
@@ -81,6 +83,8 @@ class TurnControl(QObject, TurnListener):
             return
         if self.generating or w.models.state != "ready":
             w.statusBar().showMessage("Wait for the reply (or the model) before compacting", 4000)
+            return
+        if not w.models.may_send():  # a summary the server writes carries the chat too
             return
         self.cancel = threading.Event()
         self.set_generating(True)

@@ -1,0 +1,1209 @@
+"""A model behind an OpenAI-compatible server, with the interface of ``LocalModel``.
+
+When the laptop is not enough, Iris talks to a server (llama.cpp's ``llama-server``,
+vLLM, Ollama, a hosted OpenAI-compatible API) and keeps the same context engine: the
+planner, the meter and the compactor see ``n_ctx``, ``counter()``, ``native_tools``,
+``tool_tokens``, ``stream`` and ``last_stats`` exactly as they do for the local model.
+
+What a server tells, probed by :func:`test_connection` and :meth:`RemoteRuntime.connect`:
+
+* **The window.** llama.cpp: ``GET /props`` → ``default_generation_settings.n_ctx`` (a
+  slot's context; older servers have a top-level ``n_ctx``). vLLM: ``GET /v1/models`` →
+  ``max_model_len``. Ollama: ``POST /api/show`` → ``num_ctx`` in ``parameters``, else the
+  loaded model's ``context_length`` in ``GET /api/ps``; never the trained length
+  (``model_info["<arch>.context_length"]``, shown for information only), because Ollama
+  runs a model with its own default window and silently drops what does not fit.
+  Otherwise the caller's fallback, and ``window_source`` says ``"config"``.
+* **Exact counts.** llama.cpp counts a chat request with the code that evaluates it:
+  ``POST /v1/chat/completions/input_tokens`` in one call, or on older servers
+  ``POST /apply-template`` (the prompt text) then ``POST /tokenize`` with
+  ``add_special`` and ``parse_special`` (what the completion path does). vLLM counts with
+  ``POST /tokenize`` on the messages. Such a server gives an :class:`ExactRemoteRuntime`,
+  whose ``count_prompt`` is the ``usage.prompt_tokens`` the server then reports. Every
+  other server gives a :class:`RemoteRuntime`, which estimates with tiktoken times a
+  factor calibrated from the ``prompt_tokens`` the server reports; it has no
+  ``count_prompt``, so the planner never calls its requests exact and the meter says
+  "estimated".
+
+Streaming is Server-Sent Events over httpx, read on a helper thread so that Stop, the
+deadline and :meth:`RemoteRuntime.close` act within :data:`POLL_S` even while the server
+is still evaluating the prompt. Connecting is retried; a reply never is: a connection
+lost mid-reply raises :class:`ServerError` after the text that did arrive was yielded.
+
+Privacy: every request goes to the base URL's host and nowhere else (proxies from the
+environment are ignored), the API key lives in the OS keyring (:func:`get_api_key`),
+never in the settings or the log, and :attr:`RemoteRuntime.where`, :func:`is_loopback`
+and :func:`privacy_warning` let the UI say where the conversation goes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import logging
+import math
+import queue
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from iris_desktop.core.tokens import Message, message_text
+
+from .model import GenerationStats, PromptTooLongError
+
+log = logging.getLogger("iris.runtime.remote")
+
+__all__ = [
+    "ServerError",
+    "ServerModel",
+    "ServerInfo",
+    "RemoteRuntime",
+    "ExactRemoteRuntime",
+    "ServerTokenCounter",
+    "EstimatedTokenCounter",
+    "RemoteModelInfo",
+    "test_connection",
+    "get_api_key",
+    "set_api_key",
+    "delete_api_key",
+    "server_address",
+    "is_loopback",
+    "privacy_warning",
+]
+
+#: the keyring service; the user name is the server's ``host:port``
+KEYRING_SERVICE = "iris-desktop"
+CONNECT_TIMEOUT_S = 5.0
+#: a refused or timed-out connect is tried again this many times (a reply never is)
+CONNECT_RETRIES = 2
+#: a probe or a count may take this long
+REQUEST_TIMEOUT_S = 30.0
+#: a stream may stay silent this long before it counts as lost: llama.cpp sends nothing,
+#: not even the headers, until the first token, so this bounds a prompt evaluation
+STALL_TIMEOUT_S = 600.0
+#: how often a waiting stream checks Stop, the deadline and close
+POLL_S = 0.1
+#: server counts kept per runtime (each one cost an HTTP request)
+COUNT_CACHE_SIZE = 4096
+#: how exact counts are made; part of the counter's name, so counts the store cached
+#: under an older scheme are never mixed in
+COUNT_SCHEME = 1
+#: before a server has reported any prompt_tokens: tiktoken under-counts gemma's
+#: tokenizer by 17.3% on the SWE-agent transcripts (docs/context-engine.md)
+UNCALIBRATED_FACTOR = 1.25
+#: on top of the largest reported/estimated ratio seen
+SAFETY_MARGIN = 0.05
+#: a prompt estimated below this does not calibrate (its per-message framing dominates)
+MIN_CALIBRATION_TOKENS = 64
+#: what a template wraps around tool definitions (Qwen2.5's: about 90 cl100k tokens)
+TOOL_FRAMING_TOKENS = 128
+#: a message's role marker and separators, when a template refuses every probe shape
+_FALLBACK_FRAMING_TOKENS = 4
+
+#: probe messages for measuring what one message or the tools add to a prompt
+_PROBE_SYSTEM: Message = {"role": "system", "content": "."}
+_PROBE_USER: Message = {"role": "user", "content": "."}
+#: sent once when connecting to a server that cannot count, to calibrate the estimate
+#: before the first reply (prose, code, numbers and non-English text, as chats have)
+_CALIBRATION_TEXT = (
+    "Could you look at this function before Friday's release? It parses the 2024-03-14 "
+    "invoices (1,284 rows, €12,950.40 in total) and fails on rows like 'ACME GmbH; 19%'.\n"
+    "```python\ndef parse(row: str) -> dict[str, float]:\n    name, rate = row.split(';')\n"
+    "    return {name.strip(): float(rate.strip().rstrip('%')) / 100}\n```\n"
+    "Der Kunde möchte außerdem eine Übersicht pro Quartal; 顧客は四半期ごとの概要も希望しています。"
+)
+
+
+class ServerError(RuntimeError):
+    """The server cannot be used, or a request to it failed. The message names the
+    server (``host:port``) and says why; it never contains the API key."""
+
+
+# ---------------------------------------------------------------------------
+# where the conversation goes, and the key it goes with
+
+
+def _split(base_url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of ``base_url``; raises ValueError for anything but an
+    http(s) URL with a host."""
+    parts = urlsplit(base_url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not a server address: {base_url!r} (expected http://host:port "
+                         f"or https://host)")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ValueError(f"not a server address: {base_url!r} (bad port)") from None
+    return parts.scheme, parts.hostname.lower(), port
+
+
+def server_address(base_url: str) -> str:
+    """``host:port`` of ``base_url`` (``[::1]:8080`` for IPv6), the default port filled in:
+    the key the API key is kept under, and the name the UI shows."""
+    _, host, port = _split(base_url)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback(base_url: str) -> bool:
+    """The server is on this machine: ``localhost``, 127.0.0.0/8 or ::1."""
+    host = _split(base_url)[1]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost
+        return False
+
+
+def privacy_warning(base_url: str) -> str | None:
+    """What the UI must say before sending to ``base_url``, or None: plain ``http://`` to
+    another machine carries the conversation and the key unencrypted."""
+    scheme = _split(base_url)[0]
+    if scheme == "https" or is_loopback(base_url):
+        return None
+    return (f"{server_address(base_url)} is reached over plain http: your conversation and "
+            f"API key cross the network unencrypted. Use https:// unless this network is "
+            f"yours alone.")
+
+
+def get_api_key(base_url: str) -> str | None:
+    """The API key saved for ``base_url``'s server; None when there is none, or when this
+    system has no usable keyring (said in the log)."""
+    import keyring
+    from keyring.errors import KeyringError, NoKeyringError
+
+    try:
+        return keyring.get_password(KEYRING_SERVICE, server_address(base_url))
+    except NoKeyringError as exc:  # a headless system: no key could have been saved either
+        log.info("keyring: none on this system, so no API key for %s: %s",
+                 server_address(base_url), exc)
+        return None
+    except KeyringError as exc:
+        log.warning("keyring: cannot read the API key for %s: %s",
+                    server_address(base_url), exc)
+        return None
+
+
+def set_api_key(base_url: str, key: str) -> None:
+    """Save ``key`` for ``base_url``'s server in the OS keyring (an empty key deletes it).
+    Raises keyring.errors.KeyringError when the keyring refuses."""
+    import keyring
+
+    if not key:
+        delete_api_key(base_url)
+        return
+    keyring.set_password(KEYRING_SERVICE, server_address(base_url), key)
+
+
+def delete_api_key(base_url: str) -> None:
+    """Forget the API key of ``base_url``'s server (nothing saved: nothing to do)."""
+    import keyring
+    from keyring.errors import PasswordDeleteError
+
+    try:
+        keyring.delete_password(KEYRING_SERVICE, server_address(base_url))
+    except PasswordDeleteError:
+        pass
+
+
+# ---------------------------------------------------------------------------
+# HTTP
+
+
+class _Http:
+    """Every request to one server: to the base URL's host only (``trust_env=False``: no
+    proxy or .netrc from the environment), with the API key as a bearer token, and
+    connects retried (httpx retries connect errors only, never a request in flight).
+
+    ``root`` is the base URL without a trailing ``/v1``, so ``http://host:8080`` and
+    ``http://host:8080/v1`` both work; paths are absolute from it (``/v1/models``,
+    ``/props``). Streams get a client without keep-alive: each opens its own connection,
+    whose socket :class:`_EventReader` can shut down.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        self.address = server_address(base_url)
+        root = base_url.strip().rstrip("/")
+        self.root = root[:-3] if root.endswith("/v1") else root
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(
+            headers=headers, trust_env=False,
+            timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            transport=httpx.HTTPTransport(retries=CONNECT_RETRIES))
+        self.streams = httpx.Client(
+            headers=headers, trust_env=False,
+            timeout=httpx.Timeout(STALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            transport=httpx.HTTPTransport(
+                retries=CONNECT_RETRIES, limits=httpx.Limits(max_keepalive_connections=0)))
+
+    def url(self, path: str) -> str:
+        return self.root + path
+
+    def get(self, path: str, *, missing_ok: bool = False) -> Any:
+        return self._send("GET", path, None, missing_ok)
+
+    def post(self, path: str, body: dict, *, missing_ok: bool = False) -> Any:
+        return self._send("POST", path, body, missing_ok)
+
+    def _send(self, method: str, path: str, body: dict | None, missing_ok: bool) -> Any:
+        """The JSON answer; None for an endpoint this server does not have (404, 405,
+        501) when ``missing_ok``. Raises ServerError (PromptTooLongError for a prompt the
+        server says does not fit)."""
+        try:
+            response = self.client.request(method, self.url(path), json=body)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"{self.address}: {_describe(exc)}") from None
+        if missing_ok and response.status_code in (404, 405, 501):
+            return None
+        if response.status_code >= 400:
+            raise _http_error(self.address, response)
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerError(f"{self.address}: {path} did not answer JSON") from None
+
+    def close(self) -> None:
+        self.client.close()
+        self.streams.close()
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect ({exc})"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _http_error(address: str, response: httpx.Response) -> Exception:
+    """The exception for an error answer: PromptTooLongError when llama.cpp says the
+    prompt exceeds the context (it gives both numbers), else ServerError with the
+    server's own message."""
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    # llama.cpp and OpenAI nest {"error": {...}}; vLLM puts "message" at the top
+    error = (answer.get("error") or answer) if isinstance(answer, dict) else {}
+    if not isinstance(error, dict):
+        error = {"message": str(error)}
+    if error.get("type") == "exceed_context_size_error" and "n_ctx" in error:
+        return PromptTooLongError(int(error.get("n_prompt_tokens", 0)), int(error["n_ctx"]))
+    if response.status_code in (401, 403):
+        return ServerError(f"{address} refused the API key (HTTP {response.status_code})")
+    message = error.get("message") or response.text[:300] or response.reason_phrase
+    return ServerError(f"{address}: HTTP {response.status_code}: {message}")
+
+
+# ---------------------------------------------------------------------------
+# what the server is
+
+
+@dataclass(frozen=True)
+class ServerModel:
+    """A model a server offers. ``context_length``: the window the server runs it with,
+    when the server says (None: it does not); ``trained_length``: what the model was
+    trained for (information only)."""
+
+    name: str
+    context_length: int | None = None
+    trained_length: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What :func:`test_connection` learned. ``kind``: ``llama.cpp`` | ``vllm`` |
+    ``ollama`` | ``openai`` (any other OpenAI-compatible server); ``counting``:
+    ``input_tokens`` | ``apply-template`` | ``vllm-tokenize`` (exact) or ``estimated``."""
+
+    base_url: str
+    kind: str
+    models: tuple[ServerModel, ...]
+    counting: str
+    #: what identifies the tokenizer and template besides the model's name (llama.cpp:
+    #: a hash of its chat template and model meta), so that another GGUF served under
+    #: the same name gets another counter name; "" when the server says nothing of it
+    fingerprint: str = ""
+
+    @property
+    def exact_counts(self) -> bool:
+        return self.counting != "estimated"
+
+    def model(self, name: str) -> ServerModel | None:
+        """The model ``name`` is served as; llama.cpp serves its one model whatever the
+        request names."""
+        for entry in self.models:
+            if entry.name == name:
+                return entry
+        return self.models[0] if self.kind == "llama.cpp" and self.models else None
+
+    def describe(self) -> list[str]:
+        """Lines for the "Test connection" result."""
+        counts = ("exact (the server's tokenizer and template)" if self.exact_counts
+                  else "estimated (tiktoken, calibrated from what the server reports)")
+        lines = [f"{self.kind} server at {server_address(self.base_url)}; counts: {counts}"]
+        for m in self.models:
+            window = (f"{m.context_length:,} tokens" if m.context_length
+                      else "window not reported (context.window is used)")
+            trained = f", trained for {m.trained_length:,}" if m.trained_length else ""
+            lines.append(f"  {m.name}: {window}{trained}")
+        return lines
+
+
+def test_connection(base_url: str, api_key: str | None = None) -> ServerInfo:
+    """Probe ``base_url``: what kind of server it is, the models it offers with their
+    windows, and whether it can count prompts exactly. Sends nothing of a conversation.
+    Raises ServerError (unreachable, key refused) or ValueError (not a URL)."""
+    http = _Http(base_url, api_key)
+    try:
+        return _probe(http, base_url)
+    finally:
+        http.close()
+
+
+def _probe(http: _Http, base_url: str, only: str | None = None) -> ServerInfo:
+    """ServerInfo for the server behind ``http``; ``only``: look up just this model's
+    window (Ollama asks once per model)."""
+    props = http.get("/props", missing_ok=True)
+    listed = http.get("/v1/models", missing_ok=True)
+    listed = listed if isinstance(listed, dict) else {}
+    data = [d for d in listed.get("data") or [] if isinstance(d, dict) and d.get("id")]
+    if isinstance(props, dict) and "default_generation_settings" in props:
+        identity = [props.get("chat_template"), data[0].get("meta") if data else None]
+        fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        return ServerInfo(base_url, "llama.cpp", _llama_cpp_models(props, data),
+                          _llama_cpp_counting(http), fingerprint[:12])
+    if props is None and http.get("/api/version", missing_ok=True) is not None:
+        names = [only] if only else [d["id"] for d in data]
+        return ServerInfo(base_url, "ollama", _ollama_models(http, names), "estimated")
+    if not listed:
+        raise ServerError(f"{http.address}: no OpenAI-compatible API here (GET /v1/models "
+                          f"found nothing)")
+    models = tuple(ServerModel(d["id"], _context_field(d)) for d in data)
+    if any(d.get("owned_by") == "vllm" for d in data):
+        counting = "vllm-tokenize" if _vllm_counts(http, data[0]["id"]) else "estimated"
+        return ServerInfo(base_url, "vllm", models, counting)
+    return ServerInfo(base_url, "openai", models, "estimated")
+
+
+def _llama_cpp_models(props: dict, data: list[dict]) -> tuple[ServerModel, ...]:
+    """llama.cpp's one model: its window from ``/props`` (newer servers nest it in
+    ``default_generation_settings``), its trained length from ``/v1/models`` meta."""
+    settings = props.get("default_generation_settings") or {}
+    window = settings.get("n_ctx") or props.get("n_ctx")
+    meta = (data[0].get("meta") or {}) if data else {}
+    name = (data[0]["id"] if data else None) or props.get("model_alias") or "default"
+    return (ServerModel(str(name), int(window) if window else None,
+                        meta.get("n_ctx_train")),)
+
+
+def _llama_cpp_counting(http: _Http) -> str:
+    """How this llama.cpp server counts a chat request, from the newest way it has."""
+    probe = {"messages": [_PROBE_SYSTEM, _PROBE_USER]}
+    if http.post("/v1/chat/completions/input_tokens", probe, missing_ok=True) is not None:
+        return "input_tokens"
+    if http.post("/apply-template", probe, missing_ok=True) is not None:
+        return "apply-template"
+    return "estimated"
+
+
+def _vllm_counts(http: _Http, model: str) -> bool:
+    probe = {"model": model, "messages": [_PROBE_SYSTEM, _PROBE_USER]}
+    answer = http.post("/tokenize", probe, missing_ok=True)
+    return isinstance(answer, dict) and "count" in answer
+
+
+def _context_field(entry: dict) -> int | None:
+    """The window a ``/v1/models`` entry states: vLLM's ``max_model_len``, llama.cpp's
+    ``meta.n_ctx``, or the ``context_length`` / ``context_window`` other servers use."""
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    for value in (entry.get("max_model_len"), meta.get("n_ctx"),
+                  entry.get("context_length"), entry.get("context_window")):
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _ollama_models(http: _Http, names: list[str]) -> tuple[ServerModel, ...]:
+    """Ollama's window per model: ``num_ctx`` from the model's parameters, else what the
+    loaded model runs with (``/api/ps``); the trained length is information only."""
+    running = {m.get("name") or m.get("model"): m.get("context_length")
+               for m in (http.get("/api/ps", missing_ok=True) or {}).get("models") or []}
+    models = []
+    for name in names:
+        shown = http.post("/api/show", {"model": name}, missing_ok=True) or {}
+        info = shown.get("model_info") or {}
+        trained = info.get(f"{info.get('general.architecture')}.context_length")
+        window = _num_ctx(shown.get("parameters") or "") or running.get(name)
+        models.append(ServerModel(name, window, trained))
+    return tuple(models)
+
+
+def _num_ctx(parameters: str) -> int | None:
+    """``num_ctx`` from Ollama's parameters text (one ``name value`` per line)."""
+    for line in parameters.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
+            return int(parts[1])
+    return None
+
+
+# ---------------------------------------------------------------------------
+# counting
+
+
+class _LRU:
+    """A small thread-safe cache of counts (the DB thread plans while the model thread
+    streams)."""
+
+    def __init__(self, size: int = COUNT_CACHE_SIZE) -> None:
+        self._data: OrderedDict[str, int] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: str, compute: Callable[[], int]) -> int:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        value = compute()  # outside the lock: an HTTP request
+        with self._lock:
+            self._data[key] = value
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+        return value
+
+
+class _Calibration:
+    """The largest ratio of reported to estimated prompt tokens seen per server and model,
+    kept for the life of the process (a reconnect starts from what was learned)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ratios: dict[str, float] = {}
+
+    def factor(self, key: str) -> float:
+        """The estimate's multiplier: the largest ratio plus the margin, rounded up to a
+        multiple of 0.05 (so that the counter's name, and the store's cached counts with
+        it, change only in steps); UNCALIBRATED_FACTOR before any report."""
+        with self._lock:
+            ratio = self._ratios.get(key)
+        if ratio is None:
+            return UNCALIBRATED_FACTOR
+        return math.ceil(ratio * (1 + SAFETY_MARGIN) * 20 - 1e-9) / 20
+
+    def known(self, key: str) -> bool:
+        with self._lock:
+            return key in self._ratios
+
+    def observe(self, key: str, reported: int, estimated: int) -> None:
+        if estimated < MIN_CALIBRATION_TOKENS or reported <= 0:
+            return
+        with self._lock:
+            self._ratios[key] = max(self._ratios.get(key, 0.0), reported / estimated)
+
+
+_calibration = _Calibration()
+
+
+def _tiktoken() -> Any:
+    """The process's one cl100k table (loading it takes a moment), shared with the
+    planner's ``tiktoken`` counter."""
+    from iris_desktop.core.planner import shared_tiktoken  # lazily: the planner is heavy
+
+    return shared_tiktoken()
+
+
+class EstimatedTokenCounter:
+    """tiktoken's cl100k count times a server's calibrated factor
+    (``core.tokens.TokenCounter``), for servers that cannot count. ``exact`` is False and
+    the name says ``estimated`` and the factor, so counts cached with another factor are
+    never reused."""
+
+    exact = False
+
+    def __init__(self, base: Any, factor: float, name: str) -> None:
+        self._base = base
+        self.factor = factor
+        self.name = name
+
+    def count_text(self, text: str) -> int:
+        return math.ceil(self._base.count_text(text) * self.factor)
+
+    def count_message(self, message: Message) -> int:
+        return math.ceil(self._base.count_message(message) * self.factor)
+
+    def prompt_overhead(self) -> int:
+        return math.ceil(self._base.prompt_overhead() * self.factor)
+
+    def __repr__(self) -> str:
+        return f"<EstimatedTokenCounter {self.name}>"
+
+
+class ServerTokenCounter:
+    """Counts with the server's own tokenizer and chat template
+    (``core.tokens.TokenCounter``). A message's count is what it adds to a probe
+    conversation, so ``exact`` is False as for a local Jinja template; the planner
+    counts every whole request with :meth:`ExactRemoteRuntime.count_prompt`, which is
+    exact. Nothing is cached here (the runtime caches server answers, the store caches
+    per message and counter name)."""
+
+    exact = False
+
+    def __init__(self, runtime: ExactRemoteRuntime) -> None:
+        self._runtime = runtime
+        self.name = runtime.counter_name
+
+    def count_text(self, text: str) -> int:
+        return self._runtime.count_text(text)
+
+    def count_message(self, message: Message) -> int:
+        return self._runtime.message_tokens(message)
+
+    def prompt_overhead(self) -> int:
+        return self._runtime.prompt_overhead()
+
+    def __repr__(self) -> str:
+        return f"<ServerTokenCounter {self.name}>"
+
+
+# ---------------------------------------------------------------------------
+# streaming
+
+
+class _EventReader:
+    """One streamed response, read line by line on a helper thread into a queue.
+
+    A thread because httpx cannot give up a blocked read and resume it, and a server
+    evaluating a long prompt sends nothing for a long time (llama.cpp not even the
+    headers). The caller waits on the queue :data:`POLL_S` at a time and checks Stop in
+    between. :meth:`abort` shuts the request's socket down (captured through httpcore's
+    ``trace`` extension when it connects): that wakes the blocked read, which closing
+    does not, and the server sees its client leave and stops generating.
+    """
+
+    _END = object()
+
+    def __init__(self, client: httpx.Client, url: str, body: dict, address: str) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._aborted = threading.Event()
+        self._address = address
+        #: the caller stopped the stream (Stop, the deadline, close)
+        self.stopped = False
+        self._thread = threading.Thread(target=self._read, args=(client, url, body),
+                                        name="iris-remote-stream", daemon=True)
+        self._thread.start()
+
+    def _trace(self, event: str, info: dict) -> None:
+        # over TLS the TLS socket replaces the TCP one (which it detaches)
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete") \
+                and info.get("return_value"):
+            with self._lock:
+                self._socket = info["return_value"].get_extra_info("socket")
+            if self._aborted.is_set():
+                self._shutdown()
+
+    def _read(self, client: httpx.Client, url: str, body: dict) -> None:
+        try:
+            with client.stream("POST", url, json=body,
+                               extensions={"trace": self._trace}) as response:
+                if response.status_code != 200:
+                    response.read()
+                    self._queue.put(_http_error(self._address, response))
+                    return
+                for line in response.iter_lines():
+                    if self._aborted.is_set():
+                        return
+                    self._queue.put(line)
+            self._queue.put(self._END)
+        except Exception as exc:  # handed to the caller, who raises it (or has stopped)
+            self._queue.put(exc)
+
+    def events(self, should_stop: Callable[[], bool]) -> Iterator[dict]:
+        """The JSON events of the stream until ``data: [DONE]`` or its end; stops
+        quietly (``stopped``) as soon as ``should_stop()``. Raises ServerError for an
+        error event or a failed connection, PromptTooLongError for a prompt the server
+        refuses as too long."""
+        while True:
+            try:
+                item = self._queue.get(timeout=POLL_S)
+            except queue.Empty:
+                item = ""
+            if should_stop():
+                self.stopped = True
+                return
+            if item is self._END:
+                return
+            if isinstance(item, PromptTooLongError | ServerError):
+                raise item
+            if isinstance(item, Exception):
+                why = _describe(item) if isinstance(item, httpx.HTTPError) else repr(item)
+                raise ServerError(f"{self._address}: the connection was lost mid-reply "
+                                  f"({why})") from item
+            if not item.startswith("data:"):
+                continue  # nothing yet, a separator, ": ping", or an event:/id: field
+            event = _parse_data(item[5:].strip(), self._address)
+            if event is None:
+                return
+            yield event
+
+    def abort(self) -> None:
+        self._aborted.set()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            sock = self._socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
+
+
+def _parse_data(payload: str, address: str) -> dict | None:
+    """The JSON of one ``data:`` field; None for ``[DONE]``. Raises ServerError for an
+    error event (llama.cpp sends ``data: {"error": ...}`` once the stream has begun)."""
+    if payload == "[DONE]":
+        return None
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        raise ServerError(f"{address}: the stream sent something that is not JSON: "
+                          f"{payload[:120]!r}") from None
+    if isinstance(event, dict) and event.get("error"):
+        error = event["error"]
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise ServerError(f"{address}: the server failed mid-reply: {message}")
+    return event if isinstance(event, dict) else {}
+
+
+class _Reply:
+    """What a streamed reply has told so far: text, tool calls, usage, timings."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.first: float | None = None
+        self.last: float | None = None
+        self.pieces = 0
+        self.usage: dict = {}
+        self.timings: dict = {}
+        self.finish_reason: str | None = None
+        self.calls: dict[int, dict[str, str]] = {}
+
+    def feed(self, event: dict) -> str:
+        """Take one chunk in; returns its new text."""
+        self.usage = event.get("usage") or self.usage
+        self.timings = event.get("timings") or self.timings
+        text = ""
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                self._add_call(call)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            if text or delta.get("tool_calls"):
+                now = time.perf_counter()
+                self.first = self.first or now
+                self.last = now
+                self.pieces += 1
+        return text
+
+    def _add_call(self, delta: dict) -> None:
+        """OpenAI streams a call as deltas: the name once, the arguments in pieces."""
+        entry = self.calls.setdefault(int(delta.get("index", len(self.calls))),
+                                      {"name": "", "arguments": ""})
+        function = delta.get("function") or {}
+        entry["name"] = entry["name"] or function.get("name") or ""
+        entry["arguments"] += function.get("arguments") or ""
+
+    def tool_call_text(self) -> str:
+        """The streamed tool calls as ``<tool_call>{"name", "arguments"}</tool_call>``
+        blocks, which ``core.toolcalls.parse_tool_calls`` turns into stored calls (arguments
+        that are not JSON stay a string, and become a malformed call the model hears of)."""
+        blocks = []
+        for index in sorted(self.calls):
+            call = self.calls[index]
+            try:
+                arguments: Any = json.loads(call["arguments"] or "{}")
+            except ValueError:
+                arguments = call["arguments"]
+            blocks.append("<tool_call>" + json.dumps(
+                {"name": call["name"], "arguments": arguments}, ensure_ascii=False)
+                + "</tool_call>")
+        return "".join(blocks)
+
+    def stats(self, prompt_size: int, outcome: str | None) -> GenerationStats:
+        """GenerationStats from what the server reported (``usage``; llama.cpp's
+        ``timings``: ``cache_n`` reused, ``prompt_n`` evaluated), else from the count
+        made before sending and what was seen."""
+        usage, timings = self.usage, self.timings
+        prompt = int(usage.get("prompt_tokens") or prompt_size)
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        reused = int(timings.get("cache_n", cached))
+        # a stream stopped before the server said anything: nothing is known evaluated
+        evaluated = int(timings.get("prompt_n", prompt - reused if self.first or usage else 0))
+        completion = int(usage.get("completion_tokens") or timings.get("predicted_n")
+                         or self.pieces)
+        rate = float(timings.get("predicted_per_second") or 0.0)
+        if not rate and completion > 1 and self.first and self.last and self.last > self.first:
+            rate = (completion - 1) / (self.last - self.first)
+        finish = outcome or ("length" if self.finish_reason == "length" else "stop")
+        return GenerationStats(
+            prompt_tokens=prompt, reused_tokens=reused, evaluated_tokens=evaluated,
+            completion_tokens=completion,
+            time_to_first_token_s=(self.first - self.started) if self.first else 0.0,
+            tokens_per_s=rate, duration_s=time.perf_counter() - self.started,
+            finish_reason=finish)
+
+
+# ---------------------------------------------------------------------------
+# the runtimes
+
+
+@dataclass(frozen=True)
+class RemoteModelInfo:
+    """What the UI shows of a served model (the fields ``ui.model_thread.model_info``
+    reads from a GGUF's info)."""
+
+    name: str
+    context_length: int | None = None
+    architecture: str = ""
+    file_type: str = ""
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ServerChatFormat:
+    """The server applies its own chat template; this only names it for the UI."""
+
+    name: str
+
+
+class RemoteRuntime:
+    """A model on an OpenAI-compatible server that cannot count prompts: counts are
+    tiktoken's times a calibrated factor (:class:`EstimatedTokenCounter`). Make one with
+    :meth:`connect` (which returns an :class:`ExactRemoteRuntime` when the server can
+    count); :meth:`close` when done.
+
+    Threads: :meth:`stream` runs on the model thread, the counting methods on any thread
+    (httpx's client is thread-safe). After :meth:`close` both raise ``RuntimeError``.
+    """
+
+    #: tools are passed to the server in the OpenAI format; its template renders them
+    native_tools = True
+    #: a chat API serves instruction-following models
+    base_model = False
+    #: statistics of the last finished (or stopped) :meth:`stream`
+    last_stats: GenerationStats | None
+    load_time_s: float = 0.0
+
+    def __init__(self, http: _Http, server: ServerInfo, model: str, window: int,
+                 window_source: str) -> None:
+        self._http = http
+        self.server = server
+        self.base_url = server.base_url
+        self.kind = server.kind
+        self.model = model
+        self.window_source = window_source
+        self._n_ctx = int(window)
+        served = server.model(model)
+        #: for display: the last part of a path or repository name ("org/Model-7B")
+        self.path = PurePosixPath(model)
+        self.info = RemoteModelInfo(self.path.name or model,
+                                    served.trained_length if served else None)
+        self.chat_format = ServerChatFormat(f"server:{server.kind}")
+        self.identity = f"{http.address}/{model}"
+        self.last_stats = None
+        self._closing = threading.Event()
+
+    # -- connecting --------------------------------------------------------------
+
+    @classmethod
+    def connect(cls, base_url: str, name: str = "", api_key: str | None = None,
+                fallback_window: int = 8192, *, calibrate: bool = True) -> RemoteRuntime:
+        """Probe ``base_url`` and return the runtime for model ``name`` (empty: the
+        server's first). The window is the server's when it says, else
+        ``fallback_window`` (``window_source`` "server" or "config"). A server that cannot
+        count gets one tiny calibration request first (``calibrate``; fixed text, no
+        conversation). Raises ServerError (unreachable, key refused, unknown model) or
+        ValueError (not a URL)."""
+        started = time.perf_counter()
+        http = _Http(base_url, api_key)
+        try:
+            server = _probe(http, base_url, only=name or None)
+            model = _choose_model(server, name, http.address)
+            served = server.model(model)
+            window, source = ((served.context_length, "server")
+                              if served and served.context_length else (fallback_window, "config"))
+            kind = ExactRemoteRuntime if server.exact_counts else RemoteRuntime
+            runtime = kind(http, server, model, window, source)
+            if calibrate:
+                runtime._calibrate()
+        except BaseException:
+            http.close()
+            raise
+        runtime.load_time_s = time.perf_counter() - started
+        log.info("connected to %s (%s, model %s): window %d (%s), counts %s, in %.2f s",
+                 http.address, server.kind, model, window, source, server.counting,
+                 runtime.load_time_s)
+        return runtime
+
+    def _calibrate(self) -> None:
+        """Learn the estimate's factor from one request the server reports on (skipped
+        once this process has learned it for this server and model)."""
+        if _calibration.known(self.identity):
+            return
+        messages = [{"role": "system", "content": "Answer in one word."},
+                    {"role": "user", "content": _CALIBRATION_TEXT}]
+        body = {**self._chat_body(messages, None), "max_tokens": 1, "temperature": 0.0}
+        try:
+            answer = self._http.post("/v1/chat/completions", body)
+            reported = int((answer.get("usage") or {}).get("prompt_tokens") or 0)
+        except (ServerError, PromptTooLongError, AttributeError, ValueError) as exc:
+            # an optimisation: the first replies calibrate it too, if the server reports
+            log.warning("%s: could not calibrate the token estimate: %s", self.where, exc)
+            return
+        _calibration.observe(self.identity, reported, self._raw_estimate(messages, None))
+        log.info("%s: calibrated the token estimate: factor %.2f", self.where,
+                 _calibration.factor(self.identity))
+
+    # -- facts -------------------------------------------------------------------
+
+    @property
+    def n_ctx(self) -> int:
+        """The window: the server's, or the fallback ``connect`` was given."""
+        return self._n_ctx
+
+    @property
+    def where(self) -> str:
+        """Where the conversation goes, for the status bar: ``server: host:port``."""
+        return f"server: {self._http.address}"
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback(self.base_url)
+
+    @property
+    def warning(self) -> str | None:
+        """:func:`privacy_warning` for this server."""
+        return privacy_warning(self.base_url)
+
+    @property
+    def closed(self) -> bool:
+        return self._closing.is_set()
+
+    def _check_open(self) -> None:
+        if self._closing.is_set():
+            raise RuntimeError(f"{self.where}: the connection is closed")
+
+    # -- counting (estimated) ------------------------------------------------------
+
+    def counter(self) -> EstimatedTokenCounter:
+        """The estimating counter with the factor learned so far: a new factor is a new
+        name, so the owner of the planner should make a new planner when it changes."""
+        factor = _calibration.factor(self.identity)
+        return EstimatedTokenCounter(
+            _tiktoken(), factor, f"server:{self.identity}:estimated:x{factor:.2f}")
+
+    def tool_tokens(self, tools: list[dict]) -> int:
+        """An estimate of what ``tools`` add to a prompt (their JSON and the template's
+        instructions around it)."""
+        return math.ceil(self._raw_tools(tools) * _calibration.factor(self.identity))
+
+    def _raw_tools(self, tools: list[dict] | None) -> int:
+        if not tools:
+            return 0
+        return _tiktoken().count_text(json.dumps(tools)) + TOOL_FRAMING_TOKENS
+
+    def _raw_estimate(self, messages: list[Message], tools: list[dict] | None) -> int:
+        """tiktoken's count of a whole request, before the factor."""
+        base = _tiktoken()
+        return (base.prompt_overhead() + sum(base.count_message(m) for m in messages)
+                + self._raw_tools(tools))
+
+    def _prompt_size(self, messages: list[Message], tools: list[dict] | None) -> int:
+        """The prompt's size as this runtime knows it before sending."""
+        factor = _calibration.factor(self.identity)
+        return math.ceil(self._raw_estimate(messages, tools) * factor)
+
+    def _observe(self, reported: int, messages: list[Message], tools: list[dict] | None
+                 ) -> None:
+        """The server reported ``reported`` prompt tokens: calibrate the estimate."""
+        _calibration.observe(self.identity, reported,
+                             self._raw_estimate(messages, tools))
+
+    # -- generation --------------------------------------------------------------
+
+    def _chat_body(self, messages: list[Message], tools: list[dict] | None) -> dict:
+        """What a request says about the conversation: the same for a count and for the
+        generation, so that a count is the prompt the generation evaluates."""
+        body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if tools:
+            body["tools"] = list(tools)
+        return body
+
+    def stream(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int,
+        temperature: float = 0.7,
+        cancel: threading.Event | None = None,
+        json_schema: dict | None = None,
+        response_format: dict | None = None,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        tools: list[dict] | None = None,
+        deadline: float | None = None,
+    ) -> Iterator[str]:
+        """Generate a reply to ``messages`` on the server, yielding text as it streams.
+
+        As ``LocalModel.stream``: ``cancel``, ``deadline`` (``time.monotonic()``) and
+        :meth:`close` stop it with ``finish_reason == "cancelled"`` within
+        :data:`POLL_S`, also while the server is still evaluating the prompt (the
+        connection is closed, and the server stops). ``tools`` go to the server in the
+        OpenAI format; the calls it streams back come out as ``<tool_call>{...}
+        </tool_call>`` text after the reply's own text, which the agent parses into
+        stored calls. ``json_schema`` (or ``response_format``) becomes an OpenAI
+        ``response_format``. ``top_k``, ``min_p`` and ``repeat_penalty`` reach llama.cpp
+        and vLLM only (hosted APIs refuse unknown fields). After the iterator ends,
+        :attr:`last_stats` holds the statistics the server reported.
+
+        Raises (at the first ``next``) PromptTooLongError when the prompt leaves no room
+        in the window, ServerError when the request fails; a connection lost mid-reply
+        raises ServerError after the text that arrived was yielded.
+        """
+        self._check_open()
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if json_schema is not None:
+            response_format = {"type": "json_schema",
+                               "json_schema": {"name": "iris_output", "schema": json_schema}}
+        body = {**self._chat_body(messages, tools), "stream": True,
+                "stream_options": {"include_usage": True},
+                "temperature": temperature, "top_p": top_p,
+                **_sampling_extras(self.kind, top_k, min_p, repeat_penalty)}
+        if seed is not None:
+            body["seed"] = seed
+        if stop:
+            body["stop"] = list(stop)
+        if response_format:
+            body["response_format"] = response_format
+        return self._stream(body, list(messages), tools or None, max_tokens, cancel, deadline)
+
+    def _stream(self, body: dict, messages: list[Message], tools: list[dict] | None,
+                max_tokens: int, cancel: threading.Event | None, deadline: float | None
+                ) -> Iterator[str]:
+        reply = _Reply(time.perf_counter())
+        prompt_size = self._prompt_size(messages, tools)
+        body["max_tokens"] = self._room(prompt_size, max_tokens)
+
+        def should_stop() -> bool:
+            return (self._closing.is_set() or (cancel is not None and cancel.is_set())
+                    or (deadline is not None and time.monotonic() > deadline))
+
+        outcome: str | None = None
+        if should_stop():
+            outcome = "cancelled"
+            self.last_stats = reply.stats(prompt_size, outcome)
+            return
+        reader = _EventReader(self._http.streams, self._http.url("/v1/chat/completions"),
+                              body, self._http.address)
+        try:
+            for event in reader.events(should_stop):
+                text = reply.feed(event)
+                if text:
+                    yield text
+            if reader.stopped:
+                outcome = "cancelled"
+            elif reply.finish_reason is None:
+                raise ServerError(f"{self._http.address}: the stream ended before the reply "
+                                  f"did (the connection was lost mid-reply)")
+            elif reply.calls:
+                yield reply.tool_call_text()
+        except GeneratorExit:
+            outcome = "cancelled"
+            raise
+        except BaseException:
+            outcome = "error"
+            raise
+        finally:
+            reader.abort()
+            self.last_stats = reply.stats(prompt_size, outcome)
+            if reply.usage.get("prompt_tokens") and not self.closed:
+                self._observe(int(reply.usage["prompt_tokens"]), messages, tools)
+            log.debug("%s: %s", self.where, self.last_stats)
+
+    def _room(self, prompt_size: int, max_tokens: int) -> int:
+        """``max_tokens`` within what the window leaves (vLLM and hosted APIs refuse a
+        request whose prompt plus max_tokens exceeds it). An estimate never refuses: the
+        server has the last word."""
+        room = self.n_ctx - prompt_size
+        return max(1, min(max_tokens, room))
+
+    def close(self) -> None:
+        """Close the connections. Idempotent; a stream in progress stops at once."""
+        if not self._closing.is_set():
+            self._closing.set()
+            self._http.close()
+
+    def __enter__(self) -> RemoteRuntime:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.where} {self.model} n_ctx={self.n_ctx}>"
+
+
+class ExactRemoteRuntime(RemoteRuntime):
+    """A model on a server that counts prompts with its own tokenizer and template
+    (llama.cpp, vLLM): :meth:`count_prompt` is the ``prompt_tokens`` the server reports
+    for the same request, to the token, and the planner uses it for every request."""
+
+    def __init__(self, http: _Http, server: ServerInfo, model: str, window: int,
+                 window_source: str) -> None:
+        super().__init__(http, server, model, window, window_source)
+        self.counter_name = (f"server:{http.address}:{model}:{server.fingerprint or '-'}:"
+                             f"{COUNT_SCHEME}")
+        self._counts = _LRU()
+        self._texts = _LRU()
+
+    def _calibrate(self) -> None:
+        """Exact counts need no calibration."""
+
+    def counter(self) -> ServerTokenCounter:
+        return ServerTokenCounter(self)
+
+    # -- the server's counts -----------------------------------------------------------
+
+    def _count(self, messages: list[Message], tools: list[dict] | None = None,
+               generation: bool = True) -> int:
+        """The server's count of the prompt for ``messages`` (with the generation prompt
+        unless ``generation`` is False), as it would evaluate it. Cached."""
+        self._check_open()
+        body = self._chat_body(messages, tools)
+        if not generation:
+            body["add_generation_prompt"] = False
+        key = json.dumps(body, sort_keys=True, ensure_ascii=False)
+        return self._counts.get(key, lambda: self._ask_count(body))
+
+    def _ask_count(self, body: dict) -> int:
+        way = self.server.counting
+        if way == "input_tokens":
+            return int(self._http.post("/v1/chat/completions/input_tokens", body)["input_tokens"])
+        if way == "vllm-tokenize":
+            return int(self._http.post("/tokenize", body)["count"])
+        prompt = self._http.post("/apply-template", body)["prompt"]
+        return len(self._tokenize(prompt, special=True))
+
+    def _tokenize(self, text: str, special: bool) -> list:
+        """llama.cpp's tokens of ``text``: ``add_special`` (BOS) for a whole prompt, and
+        control-token text always parsed, as the server parses the prompts it evaluates."""
+        body = {"content": text, "add_special": special, "parse_special": True}
+        return self._http.post("/tokenize", body)["tokens"]
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` alone: no template, no BOS, control-token text parsed as
+        the server parses the prompts it evaluates."""
+        if not text:
+            return 0
+        self._check_open()
+        if self.server.counting == "vllm-tokenize":
+            body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+            return self._texts.get(text, lambda: int(self._http.post("/tokenize", body)["count"]))
+        return self._texts.get(text, lambda: len(self._tokenize(text, special=False)))
+
+    def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        """The exact number of prompt tokens the server evaluates for this request."""
+        return self._count(list(messages), tools or None)
+
+    def prompt_overhead(self) -> int:
+        """What a request adds once: the generation prompt (the BOS is counted with the
+        system message, which a request always starts with)."""
+        return self._count([_PROBE_SYSTEM]) - self._count([_PROBE_SYSTEM], generation=False)
+
+    def message_tokens(self, message: Message) -> int:
+        """What ``message`` adds to a prompt: the server's count of a probe conversation
+        with it, less the probe's. A system message is counted alone (BOS included). A
+        trailing assistant message would be continued rather than closed (llama.cpp's
+        prefill), so one is measured before a probe user message. A template that refuses
+        every probe shape gets a text estimate; whole requests stay exact regardless."""
+        if message.get("role") == "system":
+            return self._count([message], generation=False)
+        after = [_PROBE_USER] if message.get("role") == "assistant" else []
+        for before in ([_PROBE_SYSTEM], [_PROBE_SYSTEM, _PROBE_USER]):
+            try:
+                return (self._count([*before, message, *after], generation=False)
+                        - self._count([*before, *after], generation=False))
+            except ServerError:  # the template refuses this shape (alternation checks)
+                continue
+        return self.count_text(message_text(message)) + _FALLBACK_FRAMING_TOKENS
+
+    def tool_tokens(self, tools: list[dict]) -> int:
+        """What passing ``tools`` adds to a prompt, as the server's template renders them."""
+        if not tools:
+            return 0
+        probe = [_PROBE_SYSTEM, _PROBE_USER]
+        return self._count(probe, tools) - self._count(probe)
+
+    def _prompt_size(self, messages: list[Message], tools: list[dict] | None) -> int:
+        return self.count_prompt(messages, tools)
+
+    def _room(self, prompt_size: int, max_tokens: int) -> int:
+        """As the local model: a prompt that leaves no room is refused before sending."""
+        if prompt_size >= self.n_ctx:
+            raise PromptTooLongError(prompt_size, self.n_ctx)
+        return min(max_tokens, self.n_ctx - prompt_size)
+
+    def _observe(self, reported: int, messages: list[Message], tools: list[dict] | None
+                 ) -> None:
+        """A server that reports another size than it counted is a bug worth a line."""
+        counted = self._prompt_size(messages, tools)
+        if reported != counted:
+            log.warning("%s: counted %d prompt tokens, the server reported %d",
+                        self.where, counted, reported)
+
+
+def _choose_model(server: ServerInfo, name: str, address: str) -> str:
+    """``name``, or the server's first model when empty. A name the server does not list
+    is refused; llama.cpp serves its one model whatever the request names, so that one
+    is used (and names the counter)."""
+    names = [m.name for m in server.models]
+    if server.kind == "llama.cpp" and names:
+        return names[0]  # its one model, whatever the settings call it
+    if not name:
+        if not names:
+            raise ServerError(f"{address} lists no model; set model.name")
+        return names[0]
+    if names and name not in names:
+        raise ServerError(f"{address} does not serve {name!r}; it serves: " + ", ".join(names))
+    return name
+
+
+def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float) -> dict:
+    """Sampling fields beyond OpenAI's, for the servers that take them; llama.cpp also
+    keeps the prompt's KV cache for the next request (its default, said explicitly)."""
+    if kind == "llama.cpp":
+        return {"top_k": top_k, "min_p": min_p, "repeat_penalty": repeat_penalty,
+                "cache_prompt": True}
+    if kind == "vllm":
+        return {"top_k": top_k, "min_p": min_p, "repetition_penalty": repeat_penalty}
+    return {}

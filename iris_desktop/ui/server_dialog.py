@@ -1,0 +1,222 @@
+"""Model ▸ Add a server…: an OpenAI-compatible server (llama.cpp's ``llama-server``,
+vLLM, Ollama, a hosted API) instead of the local model, and the one-time question before
+a conversation first leaves this computer.
+
+The dialog edits a base URL, a model name and an API key. "Test connection" probes the
+server off the GUI thread (``runtime.remote.test_connection``) and lists its models with
+their windows and whether prompt counts will be exact; the model box is filled from it.
+The key goes to the OS keyring on OK, never to config.toml. Plain ``http://`` to another
+machine is warned about as it is typed. What the dialog decides is emitted
+(``serverChosen``, ``serverRemoved``); saving ``model.backend``, ``model.base_url`` and
+``model.name`` and reconnecting is the caller's.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from iris_desktop.runtime.remote import (
+    ServerInfo,
+    delete_api_key,
+    get_api_key,
+    is_loopback,
+    privacy_warning,
+    server_address,
+    set_api_key,
+    test_connection,
+)
+
+#: the QSettings value listing the servers the user agreed to send conversations to
+CONFIRMED_SERVERS = "remote/confirmed_servers"
+
+
+class ServerDialog(QDialog):
+    """Add, change or remove the server. ``serverChosen(base_url, model)`` on OK (the
+    key, if one was typed, is already in the keyring); ``serverRemoved(base_url)`` when
+    the user removes it (its key is deleted)."""
+
+    serverChosen = Signal(str, str)
+    serverRemoved = Signal(str)
+    #: a probe's ServerInfo or exception, from the probing thread to the GUI thread
+    _tested = Signal(object, object)
+
+    def __init__(self, base_url: str = "", model: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("server-dialog")
+        self.setWindowTitle("Server" if base_url else "Add a server")
+        self.url = QLineEdit(base_url, objectName="base-url",
+                             placeholderText="http://127.0.0.1:8080 or https://host/v1")
+        self.model = QComboBox(objectName="model-name", editable=True)
+        self.model.setEditText(model)
+        self.key = QLineEdit(objectName="api-key", echoMode=QLineEdit.EchoMode.Password)
+        self.warning = QLabel(objectName="privacy-warning", wordWrap=True)
+        self.warning.setStyleSheet("color: #c0392b;")
+        self.result = QLabel(objectName="test-result", wordWrap=True,
+                             textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.test_button = QPushButton("Test connection", objectName="test-connection")
+        self.remove_button = QPushButton("Remove server", objectName="remove-server")
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.addButton(self.remove_button, QDialogButtonBox.ButtonRole.DestructiveRole)
+        self.remove_button.setEnabled(bool(base_url))
+        self.info: ServerInfo | None = None
+        self._probe: threading.Thread | None = None
+        self._layout()
+        self.url.textChanged.connect(self._url_changed)
+        self.test_button.clicked.connect(self.test)
+        self.remove_button.clicked.connect(self.remove)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        self._tested.connect(self._show_test, Qt.ConnectionType.QueuedConnection)
+        self._url_changed(base_url)
+
+    def _layout(self) -> None:
+        form = QFormLayout()
+        form.addRow("Base URL", self.url)
+        form.addRow("Model", self.model)
+        form.addRow("API key", self.key)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.warning)
+        layout.addWidget(self.test_button, alignment=Qt.AlignmentFlag.AlignLeft)
+        layout.addWidget(self.result)
+        layout.addWidget(self.buttons)
+
+    def base_url(self) -> str:
+        return self.url.text().strip()
+
+    def _address(self) -> str | None:
+        """``host:port`` of the URL typed, or None while it is not a URL."""
+        try:
+            return server_address(self.base_url())
+        except ValueError:
+            return None
+
+    def _url_changed(self, _text: str) -> None:
+        """Say at once what the URL means: not a URL yet, plain http to another machine,
+        and whether a key is already saved for that server."""
+        address = self._address()
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        ok.setEnabled(address is not None)
+        self.test_button.setEnabled(address is not None)
+        if address is None:
+            self.warning.setText("Type the server's address, for example http://127.0.0.1:8080"
+                                 if self.base_url() else "")
+            return
+        self.warning.setText(privacy_warning(self.base_url()) or "")
+        saved = get_api_key(self.base_url())
+        self.key.setPlaceholderText("saved in the system keyring (type to replace)" if saved
+                                    else "none (leave empty if the server needs none)")
+
+    # -- Test connection --
+
+    def test(self) -> None:
+        """Probe the server on a helper thread; the result arrives through ``_tested``."""
+        if self._address() is None or (self._probe is not None and self._probe.is_alive()):
+            return
+        url, key = self.base_url(), self.key.text() or get_api_key(self.base_url())
+        self.test_button.setEnabled(False)
+        self.result.setText(f"Connecting to {self._address()}…")
+
+        def probe() -> None:
+            try:
+                self._tested.emit(url, test_connection(url, key))
+            except Exception as exc:  # shown in the dialog, whatever it is
+                self._tested.emit(url, exc)
+
+        self._probe = threading.Thread(target=probe, name="iris-server-test", daemon=True)
+        self._probe.start()
+
+    def _show_test(self, url: str, outcome: object) -> None:
+        self.test_button.setEnabled(self._address() is not None)
+        if url != self.base_url():
+            return  # the URL changed while it was probed
+        if isinstance(outcome, Exception):
+            self.info = None
+            self.result.setText(f"Could not use {url}: {outcome}")
+            return
+        assert isinstance(outcome, ServerInfo)
+        self.info = outcome
+        self.result.setText("\n".join(outcome.describe()))
+        typed = self.model.currentText()
+        self.model.clear()
+        self.model.addItems([m.name for m in outcome.models])
+        self.model.setEditText(typed if typed and outcome.model(typed) else
+                               (outcome.models[0].name if outcome.models else typed))
+
+    # -- OK and Remove --
+
+    def accept(self) -> None:
+        """Save a typed key in the keyring (a refusal is said, and the dialog stays)."""
+        url = self.base_url()
+        if self.key.text():
+            try:
+                set_api_key(url, self.key.text())
+            except Exception as exc:  # no keyring on this system, or it refused
+                QMessageBox.warning(self, "The API key was not saved",
+                                    f"The system keyring refused the key: {exc}")
+                return
+        self.serverChosen.emit(url, self.model.currentText().strip())
+        super().accept()
+
+    def remove(self) -> None:
+        """Forget this server: its key leaves the keyring; the caller goes back to the
+        local model."""
+        url = self.base_url()
+        if self._address() is not None:
+            delete_api_key(url)
+        self.serverRemoved.emit(url)
+        super().reject()
+
+
+def _confirmed(state: QSettings) -> set[str]:
+    return set(str(state.value(CONFIRMED_SERVERS, "") or "").split())
+
+
+def needs_send_confirmation(base_url: str, state: QSettings) -> bool:
+    """The conversation would leave this computer for a server not yet agreed to."""
+    return not is_loopback(base_url) and server_address(base_url) not in _confirmed(state)
+
+
+def confirm_send(base_url: str, state: QSettings, parent: QWidget | None = None) -> bool:
+    """Before the first send to a server on another machine: "Send your conversation to
+    host:port?" (with the plain-http warning when it applies). The answer Yes is
+    remembered per server in ``state`` (the window's ``ui-state.ini``); a loopback server
+    is never asked about. Call it on the GUI thread before handing a send to the model
+    thread; False means do not send."""
+    if not needs_send_confirmation(base_url, state):
+        return True
+    address = server_address(base_url)
+    box = QMessageBox(QMessageBox.Icon.Question, "Send to a server?",
+                      f"Send your conversation to {address}?",
+                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, parent)
+    box.setObjectName("remote-send-confirm")
+    box.setInformativeText(
+        "Each request carries the system prompt, the summary and as much recent history as "
+        "fits the window; the server's operator can read it. Iris asks once per server."
+        + ("\n\n" + privacy_warning(base_url) if privacy_warning(base_url) else ""))
+    box.setDefaultButton(QMessageBox.StandardButton.No)
+    if box.exec() != QMessageBox.StandardButton.Yes:
+        return False
+    state.setValue(CONFIRMED_SERVERS, " ".join(sorted(_confirmed(state) | {address})))
+    return True
+
+
+def forget_send_confirmation(base_url: str, state: QSettings) -> None:
+    """Ask again before the next send to this server (it was removed)."""
+    remaining = _confirmed(state) - {server_address(base_url)}
+    state.setValue(CONFIRMED_SERVERS, " ".join(sorted(remaining)))
