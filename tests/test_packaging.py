@@ -302,6 +302,13 @@ def test_ui_uses_only_the_kept_qt_modules(rules):
     assert not {f"PySide6.{m}" for m in used} & set(rules.EXCLUDED_MODULES)
 
 
+def test_the_server_backend_is_not_excluded(rules):
+    """model.backend = openai works in the installed app: httpx, TLS and the keyring ship."""
+    remote = (ROOT / "iris_desktop" / "runtime" / "remote.py").read_text(encoding="utf-8")
+    assert "import httpx" in remote and "import keyring" in remote
+    assert not set(rules.SERVER_BACKEND_MODULES) & set(rules.EXCLUDED_MODULES)
+
+
 def test_size_parts(rules):
     assert rules.size_part("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf") == "model"
     assert rules.size_part("models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt") == "model"
