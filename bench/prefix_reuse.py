@@ -23,7 +23,10 @@ interleaved, so the load of a shared machine weighs on all three alike.
     .venv/bin/python bench/prefix_reuse.py [--turns 100] [--skip 80] [--idle 5]
 
 With --skip 80 the first 80 turns are already history when the measured session starts,
-so the window is full from the first measured request; every measured turn counts,
+so the window is full from the first measured request. That history is left as the app
+would leave it (compacted in the background as it grew; each client's cache holding its
+last prompt, as a thread that is open or restored from its saved state), not timed.
+Every measured turn counts,
 compaction turns and question turns (with a recall block) included. The last line is
 one parseable summary: ``prefix_reuse: turns=… median_ratio=… p95_ratio=… max_ratio=…``
 (Iris with idle work against the rolling client's median).
@@ -103,6 +106,8 @@ def run_iris(model, pairs, window, skip=0, recall=1024, idle: float | None = Non
                 store.add_message(thread, user)
                 if reply:
                     store.add_message(thread, reply)
+                if n == skip:
+                    settle_history(compactor, planner, store, thread, model)
                 continue
             idle_work = {"warmed": 0, "prefilled": 0, "idle_s": 0.0}
             if idle is not None:  # the user reads the reply, then types this message
@@ -145,6 +150,18 @@ def run_iris(model, pairs, window, skip=0, recall=1024, idle: float | None = Non
         store.close()
 
 
+def settle_history(compactor, planner, store, thread, model) -> None:
+    """The chat as the app leaves it before the measured session: compacted in the
+    background as it grew (at most one summary per ten turns here), and the thread's
+    prefix in the KV cache (open, or restored from its saved state: ``bench/resume.py``
+    measures that). Not timed."""
+    for _ in range(1 + len(store.messages(thread)) // 20):
+        events = list(compactor.after_reply(thread))
+        if not any(isinstance(e, CompactionFinished) and e.event.outcome == "ok" for e in events):
+            break
+    model.prefill(planner.plan(store, thread).messages)
+
+
 def run_rolling(model, pairs, window, skip=0):
     """The rolling-window client's turns, one measured row at a time."""
     counter = model.counter()
@@ -163,6 +180,8 @@ def run_rolling(model, pairs, window, skip=0):
         if n <= skip:
             if reply:
                 history[-1].append(reply)
+            if n == skip:  # its cache holds the prompt it sent last, as Iris's does
+                model.prefill([system, *(m for turn in history for m in turn)])
             continue
         messages = [system, *(m for turn in history for m in turn)]
         stats = one_token(model, messages)

@@ -1,0 +1,128 @@
+"""What recall costs as a thread grows: 1k, 10k and 100k summarized messages.
+
+Recall is the one part of a request that searches the whole summarized history: bm25
+over FTS5, plus (``context.recall_semantic``) a scan of every summarized message's
+vector with the query's embedding, fused. Goal (the memory issue): ≤ 50 ms on a
+100k-message thread, off the GUI thread.
+
+The threads replay the corpus (``bench/_corpus.py``), all but the newest 20 messages
+summarized. The query is embedded by the real shipped model (all-MiniLM-L6-v2). The
+stored vectors are random unit vectors of its size, written straight into
+``message_vectors``: scanning costs the same whatever the numbers are, and embedding
+100k messages for real would take most of an hour on two cores (the app embeds in the
+background, a batch at a time, never in front of a send). The sizes are measured in
+turn, interleaved, so that machine noise hits them alike.
+
+    .venv/bin/python bench/recall_cost.py [--repeat 5]
+
+The last line is parseable: ``recall_cost: lexical_100k_ms=… hybrid_100k_ms=…
+hybrid_cold_100k_ms=… ratio_100k_1k=… bound_ms=50``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from iris_desktop.core.recall import Recaller
+from iris_desktop.core.semantic import SemanticIndex
+from iris_desktop.core.store import Store
+from iris_desktop.core.tokens import TiktokenCounter
+from iris_desktop.runtime.embedder import Embedder, embedding_model_path
+
+from _corpus import REPO, synthetic_thread
+
+sys.path.insert(0, str(REPO / "tests"))
+from servers import CACHE  # noqa: E402  (the tests' model cache)
+
+SIZES = (1_000, 10_000, 100_000)
+TAIL = 20
+BOUND_MS = 50.0
+BUDGET = 1024
+#: questions of the kinds people ask about an old part of a chat, in no corpus's words
+QUESTIONS = (
+    "What did we decide about the failing test?",
+    "When did she say she would move to the new city?",
+    "Which file had the bug in the parser?",
+    "What pets does he have?",
+    "How did the interview go last week?",
+    "What was the error message when the build broke?",
+    "Where did they go on holiday?",
+    "Why did the deployment fail?",
+)
+
+
+def add_random_vectors(store: Store, thread: int, embedder: Embedder, seed: int) -> int:
+    """A unit vector of the embedder's size for every message of ``thread``."""
+    ids = [row[0] for row in store.conn.execute(
+        "SELECT id FROM messages WHERE thread_id = ? ORDER BY id", (thread,))]
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((len(ids), embedder.dimensions)).astype("<f4")
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    with store.transaction():
+        store.conn.executemany(
+            "INSERT INTO message_vectors(message_id, model, vector) VALUES (?, ?, ?)",
+            [(mid, embedder.identity, vec.tobytes()) for mid, vec in zip(ids, vectors)])
+    return ids[-TAIL - 1]
+
+
+def timed(recall, thread: int, through: int, question: str) -> float:
+    started = time.perf_counter()
+    recall(thread, through, question, BUDGET)
+    return (time.perf_counter() - started) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="rounds over the questions")
+    args = parser.parse_args()
+    embedder = Embedder.load(embedding_model_path(CACHE / "models"))
+    counter = TiktokenCounter()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "bench.db")
+        index = SemanticIndex(store, embedder)
+        threads: dict[int, tuple[int, int]] = {}
+        for n, size in enumerate(SIZES):
+            thread = store.create_thread(f"{size} messages")
+            store.add_messages(thread, synthetic_thread(size))
+            threads[size] = (thread, add_random_vectors(store, thread, embedder, n))
+        lexical = Recaller(store, counter)
+        hybrid = Recaller(store, counter, index.recall_search)
+        # cold: the first search of a thread reads its vectors into memory
+        cold = {size: timed(hybrid.recall, *threads[size], QUESTIONS[0]) for size in SIZES}
+        times: dict[tuple[str, int], list[float]] = {}
+        for _ in range(args.repeat):
+            for question in QUESTIONS:
+                for size in SIZES:
+                    for name, recaller in (("lexical", lexical), ("hybrid", hybrid)):
+                        times.setdefault((name, size), []).append(
+                            timed(recaller.recall, *threads[size], question))
+        store.close()
+    embedder.close()
+
+    med = {key: statistics.median(values) for key, values in times.items()}
+    p95 = {key: sorted(values)[int(0.95 * (len(values) - 1))] for key, values in times.items()}
+    print(f"recall of ≤ {BUDGET} tokens, {len(QUESTIONS)} questions × {args.repeat} rounds, "
+          f"the newest {TAIL} messages unsummarized; bound {BOUND_MS:.0f} ms\n")
+    print("| summarized messages | lexical median (ms) | hybrid median (ms) | hybrid p95 (ms) "
+          "| hybrid, first search (ms) | hybrid vs 1k | hybrid vs bound |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for size in SIZES:
+        h = med[("hybrid", size)]
+        print(f"| {size:,} | {med[('lexical', size)]:.1f} | {h:.1f} | {p95[('hybrid', size)]:.1f} | "
+              f"{cold[size]:.0f} | {h / med[('hybrid', SIZES[0])]:.2f}× | {h / BOUND_MS:.2f}× |")
+    big = SIZES[-1]
+    print(f"\nrecall_cost: lexical_100k_ms={med[('lexical', big)]:.1f} "
+          f"hybrid_100k_ms={med[('hybrid', big)]:.1f} hybrid_cold_100k_ms={cold[big]:.0f} "
+          f"ratio_100k_1k={med[('hybrid', big)] / med[('hybrid', SIZES[0])]:.2f} bound_ms={BOUND_MS:.0f}")
+
+
+if __name__ == "__main__":
+    main()
