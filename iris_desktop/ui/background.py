@@ -82,6 +82,8 @@ class Background(QObject):
         self._latest: dict[str, int] = {}
         self._seq = itertools.count(1)
         self._pending = 0
+        #: queued or running jobs per key (the semantic indexer chains its batches)
+        self._pending_by_key: dict[str, int] = {}
         self._thread = QThread()
         self._thread.setObjectName("iris-db")
         self._runner = _DbRunner(Path(db_path), self._latest)
@@ -97,6 +99,11 @@ class Background(QObject):
     def idle(self) -> bool:
         return self._pending == 0
 
+    def idle_except(self, *keys: str) -> bool:
+        """No job is queued or running but those under ``keys`` (for example the
+        background embedding of a long thread, which may go on for minutes)."""
+        return self._pending == sum(self._pending_by_key.get(k, 0) for k in keys)
+
     def run(
         self,
         fn: Callable[[Store], Any],
@@ -110,11 +117,15 @@ class Background(QObject):
         if key is not None:
             self._latest[key] = job.seq
         self._pending += 1
+        if key is not None:
+            self._pending_by_key[key] = self._pending_by_key.get(key, 0) + 1
         self._submit.emit(job)
 
     @Slot(object)
     def _done(self, job: Job) -> None:
         self._pending -= 1
+        if job.key is not None:
+            self._pending_by_key[job.key] -= 1
         if job.skipped or self._closed:
             return
         if job.key is not None and self._latest.get(job.key) != job.seq:

@@ -93,7 +93,9 @@ class ServerDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.warning)
         layout.addWidget(self.test_button, alignment=Qt.AlignmentFlag.AlignLeft)
-        layout.addWidget(self.result)
+        layout.addWidget(self.result, 1)
+        # room for a URL, a model path and the test's result without clipping
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance("0") * 72)
         layout.addWidget(self.buttons)
 
     def base_url(self) -> str:
