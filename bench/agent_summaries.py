@@ -79,14 +79,16 @@ def one_transcript(path: Path, model: LocalModel, timeout: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--transcripts", type=int, default=21)
+    parser.add_argument("--transcripts", type=int, default=21, help="the N longest")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="context.summary_timeout_s (the shipped default is 180)")
     args = parser.parse_args()
     model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=8192)
     rows = []
     started = time.perf_counter()
-    for path in sorted((CORPUS / "agent-transcripts").glob("*.json"))[: args.transcripts]:
+    # the longest first: the short ones never fill the window, so no compaction is due
+    paths = sorted((CORPUS / "agent-transcripts").glob("*.json"), key=lambda p: -p.stat().st_size)
+    for path in paths[: args.transcripts]:
         rows.append(one_transcript(path, model, args.timeout))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     model.close()

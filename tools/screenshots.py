@@ -250,6 +250,9 @@ def shoot_server(window, model: Path, data_dir: Path, wait, idle, shoot) -> None
         wait(lambda: window.where_label.text().startswith("server:"), timeout=120)
         idle()
         shoot(window, "server-window.png")
+        # back to the local model, so that the data dir can be used again
+        window.models.remove_server(server.base_url + "/v1")
+        wait(lambda: window.where_label.text() == "local", timeout=120)
     finally:
         server.stop()
 
