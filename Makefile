@@ -45,9 +45,15 @@ lint: $(DEV_STAMP)
 ## make bench: every benchmark (the model-based ones take minutes on two cores)
 bench: $(DEV_STAMP)
 	$(BIN)/python bench/context_build.py
+	$(BIN)/python bench/recall_cost.py
 	$(BIN)/python bench/prefix_reuse.py
+	$(BIN)/python bench/resume.py
+	$(BIN)/python bench/stop_latency.py
 	$(BIN)/python bench/sawtooth.py
 	$(BIN)/python bench/retention.py
+	$(BIN)/python bench/agent_summaries.py
+	$(BIN)/python tests/servers.py --build
+	$(BIN)/python bench/server_vs_local.py
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/ui_latency.py
 
 ## make screenshots: the real app under Xvfb with a prepared data dir -> docs/img/*.png
