@@ -297,6 +297,31 @@ def test_another_process_holding_the_write_lock(capsys, tmp_path, monkeypatch):
     assert f"another Iris process is writing to {data / 'iris.db'}; close it or wait" in err
 
 
+def test_a_request_never_includes_another_processs_unfinished_reply(tmp_path):
+    """A reply another process is still streaming is not history yet: ``context`` in a
+    second process leaves it out, and counts it once it is complete."""
+    from iris_desktop.core.store import Store
+
+    data = tmp_path / "data"
+    store = Store(data / "iris.db")
+    thread = store.create_thread("t")
+    store.add_message(thread, {"role": "user", "content": "Tell me about the harbour."})
+    reply = store.add_message(thread, {"role": "assistant", "content": "The harbour was bu"},
+                              status="streaming")  # the other process is mid-reply
+    command = [sys.executable, "-m", "iris_desktop", "--data-dir", str(data), "context",
+               str(thread), "--json", "--no-model", "--show-request"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "harbour was bu" not in json.dumps(json.loads(done.stdout)["request"])
+        assert store.messages(thread)[-1]["status"] == "streaming"  # left alone: its writer lives
+        store.update_streaming(reply, "The harbour was built in 1850.", status="complete")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert "built in 1850" in json.dumps(json.loads(done.stdout)["request"])
+    finally:
+        store.close()
+
+
 # -- 7. imports that are not conversations: exit 2, nothing written -------------------------
 
 
