@@ -50,9 +50,9 @@ def tool_call_files(rows: list[dict]) -> set[str]:
     return set(paths_in([replace(s, text=" ".join(s.calls)) for s in calls]))
 
 
-def one_transcript(path: Path, model: LocalModel, timeout: float) -> dict:
+def one_transcript(path: Path, model: LocalModel, timeout: float, window: int = 8192) -> dict:
     messages = json.loads(path.read_text())["messages"]
-    params = ContextParams(window=8192)
+    params = ContextParams(window=window)
     settings = CompactionSettings(timeout_s=timeout)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "a.db")
@@ -80,6 +80,8 @@ def one_transcript(path: Path, model: LocalModel, timeout: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transcripts", type=int, default=21, help="the N longest")
+    parser.add_argument("--window", type=int, default=8192,
+                        help="context.window (a smaller one makes more transcripts compact)")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="context.summary_timeout_s (the shipped default is 180)")
     args = parser.parse_args()
@@ -89,11 +91,11 @@ def main() -> None:
     # the longest first: the short ones never fill the window, so no compaction is due
     paths = sorted((CORPUS / "agent-transcripts").glob("*.json"), key=lambda p: -p.stat().st_size)
     for path in paths[: args.transcripts]:
-        rows.append(one_transcript(path, model, args.timeout))
+        rows.append(one_transcript(path, model, args.timeout, args.window))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     model.close()
 
-    print(f"{len(rows)} agent transcripts, window 8192, summary cap 768, timeout "
+    print(f"{len(rows)} agent transcripts, window {args.window}, summary cap 768, timeout "
           f"{args.timeout:g} s, model {model.path.name}; {time.perf_counter() - started:.0f} s\n")
     print("| transcript | messages | compactions (path: seconds) | files kept / explored |")
     print("|---|---:|---|---:|")
