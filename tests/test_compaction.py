@@ -356,3 +356,17 @@ def test_a_summary_saved_by_another_process_meanwhile_is_used_not_redone(fresh_s
     assert event.outcome == "skipped" and "compacted this thread just now" in event.error
     assert len(fresh_store.summaries(thread)) == 1
     other.close()
+
+
+def test_a_raw_control_character_inside_a_json_string_does_not_waste_the_summary():
+    """Seen from the bundled model on an agent transcript: a literal tab or newline
+    inside a string (not valid strict JSON). The summary is kept, flattened, and no
+    control character reaches the prompt."""
+    raw = (llm_json(key_decisions=["use the@TAB@fast path", "bell@BEL@ ok"])
+           .replace("fact1 fact2", "fact1\nfact2").replace("@TAB@", "\t").replace("@BEL@", "\x07"))
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw)  # strict JSON refuses it
+    summary = ConversationSummary.parse(raw)
+    assert summary.key_decisions == ["use the fast path", "bell ok"]
+    assert "fact1 fact2" in summary.summary
+    assert not any(ord(c) < 32 for c in summary.render().replace("\n", ""))

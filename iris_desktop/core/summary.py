@@ -113,7 +113,10 @@ class ConversationSummary:
     def parse(cls, text: str) -> ConversationSummary:
         """Parse model output; raises SummaryInvalid for unusable structure or content."""
         try:
-            data = json.loads(text)
+            # strict=False: a small model writes a raw tab or newline inside a string now
+            # and then; the fields are flattened below, and other control characters
+            # dropped, so nothing of it reaches the prompt
+            data = json.loads(text, strict=False)
         except json.JSONDecodeError as exc:
             raise SummaryInvalid(f"not JSON ({exc.msg} at {exc.pos})") from None
         if not isinstance(data, dict):
@@ -125,12 +128,12 @@ class ConversationSummary:
         for name in TEXT_FIELDS:
             if not isinstance(data[name], str):
                 raise SummaryInvalid(f"{name} is not text")
-            clean[name] = " ".join(data[name].split())
+            clean[name] = _flat(data[name])
         for name in LIST_FIELDS:
             value = data[name]
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise SummaryInvalid(f"{name} is not a list of text")
-            clean[name] = _dedupe(" ".join(v.split()) for v in value)
+            clean[name] = _dedupe(_flat(v) for v in value)
         summary = cls(**clean)
         summary.check_usable()
         return summary
@@ -209,3 +212,8 @@ def _dedupe(items) -> list[str]:
             seen.add(key)
             out.append(item)
     return out
+
+
+def _flat(text: str) -> str:
+    """One line: whitespace runs become one space, other control characters go."""
+    return "".join(c for c in " ".join(text.split()) if c >= " " and c != "\x7f")
