@@ -273,7 +273,7 @@ def test_every_corpus_conversation_compacts_cleanly(tmp_path, path):
 
 
 def test_real_model_produces_structured_json(real_model, fresh_store):
-    """The grammar keeps even the 270M base model to the schema."""
+    """The grammar keeps the bundled model to the schema."""
     thread = chat_thread(fresh_store, 12, 120)
     compactor = compactor_for(fresh_store, real_model.counter(), params(8192),
                               CompactionSettings(summary_max_tokens=64), runtime=real_model)
