@@ -109,6 +109,8 @@ def _load(session) -> Any:
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
     except RuntimeError as exc:  # runtime.remote.ServerError: unreachable, key refused
+        if session.settings["model.backend"] != "openai":
+            raise
         raise CliError(f"cannot use the server: {exc}", EXIT_FAIL) from None
 
 

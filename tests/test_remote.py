@@ -48,6 +48,10 @@ from servers import ServerUnavailable, start_llama_server, start_python_server
 
 SYSTEM = "You are Iris, a helpful assistant."
 N_CTX = 4096
+#: why a test against llama.cpp's server skips (make test builds it first, and fails if
+#: it cannot: a skip means pytest was run on its own without that build)
+NO_LLAMA_SERVER = ("llama.cpp's llama-server is not available (build it with "
+                   "`python tests/servers.py --build`, as make test does)")
 
 
 class MemoryKeyring(keyring.backend.KeyringBackend):
@@ -84,7 +88,7 @@ def llama_server(model_path, tmp_path_factory):
     try:
         server = start_llama_server(model_path, tmp_path_factory.mktemp("llama-server"), N_CTX)
     except ServerUnavailable as exc:
-        pytest.skip(f"llama.cpp's llama-server cannot be had here: {exc}")
+        pytest.skip(f"{NO_LLAMA_SERVER}: {exc}")
     yield server
     server.stop()
 
@@ -102,7 +106,8 @@ def python_server(model_path, tmp_path_factory):
         server = start_python_server(model_path, tmp_path_factory.mktemp("py-server"), N_CTX,
                                      "--api_key", "sk-test-0123456789")
     except ServerUnavailable as exc:
-        pytest.skip(str(exc))
+        pytest.skip(f"llama-cpp-python's own server cannot start here (make test installs its "
+                    f"[server] extra): {exc}")
     yield server
     server.stop()
 
@@ -372,7 +377,7 @@ def test_a_server_killed_mid_reply_loses_nothing(model_path, tmp_path, fresh_sto
     try:
         server = start_llama_server(model_path, tmp_path, N_CTX)
     except ServerUnavailable as exc:
-        pytest.skip(str(exc))
+        pytest.skip(f"{NO_LLAMA_SERVER}: {exc}")
     with server, RemoteRuntime.connect(server.base_url) as runtime:
         planner = planner_on(runtime, max_tokens=400, temperature=0.7)
         thread = fresh_store.create_thread("t")

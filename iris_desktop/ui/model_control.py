@@ -199,10 +199,6 @@ class ModelControl(QObject):
     def use_file(self, path: str) -> None:
         """Load ``path`` (a file, or ``bundled``) instead of the model in use; once it has
         loaded it is saved as ``model.path``, and a failed load changes no setting."""
-        w = self.window
-        if w.turns.generating:
-            w.statusBar().showMessage("Stop the reply before changing the model", 4000)
-            return
         self._choose({"model.backend": "local", "model.path": path})
 
     def _choose(self, values: dict[str, Any]) -> None:
