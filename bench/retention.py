@@ -204,8 +204,9 @@ def main() -> None:
     parser.add_argument("--llm-chats", type=int, default=0,
                         help="also compact this many chats with the model writing the summary")
     parser.add_argument("--recall", type=int, default=1024)
-    parser.add_argument("--timeout", type=float, default=3600,
-                        help="summary timeout for the LLM rows (the app's default is 180 s)")
+    parser.add_argument("--timeout", type=float, default=180,
+                        help="context.summary_timeout_s for the LLM rows, per summary call "
+                             "(the shipped default is 180)")
     parser.add_argument("--no-semantic", action="store_true")
     args = parser.parse_args()
 
@@ -231,6 +232,7 @@ def main() -> None:
 
 def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: bool) -> None:
     print(f"\nwindow {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, "
+          f"summary timeout {args.timeout:g} s per call, "
           f"semantic recall {'on' if semantic else 'off'}; counter {counter}; {seconds:.0f} s\n")
     print("| row | probes | found | retention | multi-hop | temporal | single-hop |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -245,8 +245,9 @@ _ALL: tuple[Setting, ...] = (
     ),
     Setting(
         "context.summary_timeout_s", "int", 180,
-        "Longest time the model may take to write a summary; after it (or when you press "
-        "Stop) the extractive summary is used, so the context still shrinks.",
+        "Longest time the model may take for one summary call; after it (or when you press "
+        "Stop) the extractive summary is used, so the context still shrinks. A long imported "
+        "chat is summarized in parts, each with this time.",
         minimum=10, maximum=3600, unit="seconds",
     ),
     Setting(

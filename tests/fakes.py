@@ -13,11 +13,17 @@ class ScriptedRuntime:
     """Replies with the scripted texts in order; each reply streams word by word.
 
     A script item may be a string, an Exception (raised mid-stream after one word), or a
-    callable taking the request messages and returning a string.
+    callable taking the request messages and returning a string. With ``cut_at_cap``, a
+    reply longer than ``max_tokens`` words stops there with ``finish_reason == "length"``,
+    as a real model's does. ``deadlines`` holds each call's deadline, as seconds from the
+    call.
     """
 
-    def __init__(self, replies, n_ctx: int = 8192, counter=None, delay_s: float = 0.0):
+    def __init__(self, replies, n_ctx: int = 8192, counter=None, delay_s: float = 0.0,
+                 cut_at_cap: bool = False):
         self.replies = list(replies)
+        self.cut_at_cap = cut_at_cap
+        self.deadlines: list[float | None] = []
         self.n_ctx = n_ctx
         self._counter = counter or HeuristicCounter()
         self.delay_s = delay_s
@@ -30,6 +36,7 @@ class ScriptedRuntime:
 
     def stream(self, messages, *, max_tokens, temperature=0.7, cancel=None, deadline=None, **_):
         self.requests.append(messages)
+        self.deadlines.append(None if deadline is None else deadline - time.monotonic())
         item = self.replies.pop(0) if self.replies else "(no more scripted replies)"
         text = item(messages) if callable(item) and not isinstance(item, Exception) else item
         prompt = self._counter.prompt_overhead() + sum(
@@ -45,6 +52,9 @@ class ScriptedRuntime:
                 break
             if isinstance(text, Exception) and i == 1:
                 raise text
+            if self.cut_at_cap and produced >= max_tokens:
+                finish = "length"
+                break
             self.started.set()
             produced += 1
             yield word if i == 0 else " " + word

@@ -12,7 +12,7 @@ from iris_desktop.core.engine import ContextEngine, ContextParams
 from iris_desktop.core.events import CompactionFinished, CompactionStarted
 from iris_desktop.core.records import said_from_row
 from iris_desktop.core.store import Store, row_to_message
-from iris_desktop.core.summary import FIELDS, ConversationSummary
+from iris_desktop.core.summary import FIELDS, ConversationSummary, SummaryInvalid, close_cut_json
 from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
@@ -112,6 +112,40 @@ def test_llm_path_and_the_compaction_call_never_overflows(fresh_store):
     assert all("fact0" in r[1]["content"] for r in runtime.requests[1:])
     fields = fresh_store.latest_summary(thread).fields
     assert fields["summary"].startswith("fact0") and fields["facts"]
+
+
+def test_a_summary_cut_at_its_token_cap_is_closed_and_used(fresh_store):
+    thread = chat_thread(fresh_store)
+    runtime = ScriptedRuntime([llm_json(words=2000)], n_ctx=8192, cut_at_cap=True)
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(), runtime=runtime)
+    event = compactor.compact(thread, "budget")
+    assert runtime.last_stats.finish_reason == "length"
+    assert event.outcome == "ok" and event.path == "llm" and event.error is None
+    fields = fresh_store.latest_summary(thread).fields
+    # the narrative kept as far as it got; the fields it never reached are empty
+    assert fields["summary"].startswith("fact0 fact1") and "fact1999" not in fields["summary"]
+    assert fields["emotional_thread"] == "" and fields["evolving_themes"] == []
+
+
+def test_each_summary_call_gets_the_whole_timeout_and_renews_the_lease(fresh_store):
+    thread = chat_thread(fresh_store, 60, 400)
+    leases: list[float] = []
+
+    def reply(_messages):
+        row = fresh_store.conn.execute(
+            "SELECT expires_at FROM compaction_leases WHERE thread_id = ?", (thread,)).fetchone()
+        leases.append(row[0])
+        return llm_json()
+
+    runtime = ScriptedRuntime([reply] * 100, n_ctx=2048)
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
+                              CompactionSettings(summary_max_tokens=256, timeout_s=60),
+                              runtime=runtime)
+    event = compactor.compact(thread, "budget")
+    assert event.path == "chunked" and len(runtime.deadlines) > 2
+    # a long first compaction is slow for its size: each part has the whole timeout
+    assert all(55 < d <= 60 for d in runtime.deadlines)
+    assert leases == sorted(leases) and leases[-1] > leases[0]
 
 
 @pytest.mark.parametrize("reply", [
@@ -370,3 +404,32 @@ def test_a_raw_control_character_inside_a_json_string_does_not_waste_the_summary
     assert summary.key_decisions == ["use the fast path", "bell ok"]
     assert "fact1 fact2" in summary.summary
     assert not any(ord(c) < 32 for c in summary.render().replace("\n", ""))
+
+
+@pytest.mark.parametrize(("cut", "closed"), [
+    ('{"summary": "Dana met Rosa in', {"summary": "Dana met Rosa in"}),
+    ('{"summary": "a", "accomplishments": ["x", "y', {"summary": "a", "accomplishments": ["x", "y"]}),
+    ('{"summary": "a", "accomplishments": ["x"], "key_dec', {"summary": "a", "accomplishments": ["x"]}),
+    ('{"summary": "a", "key_decisions":', {"summary": "a"}),
+    ('{"summary": "tab\\', {"summary": "tab"}),
+    ('{"summary": "caf\\u00', {"summary": "caf"}),
+    ('{"summary": "a", "accomplishments": [', {"summary": "a", "accomplishments": []}),
+])
+def test_json_cut_at_the_token_cap_is_closed_where_it_stopped(cut, closed):
+    """Seen from the bundled model on an agent transcript: the reply reached its token
+    cap inside a string ("Unterminated string"). What it wrote is kept."""
+    assert json.loads(close_cut_json(cut)) == closed
+
+
+@pytest.mark.parametrize("text", ["", "not json", '{"summary": "a"}}', '{"a": [}'])
+def test_what_cannot_be_closed_stays_invalid(text):
+    assert close_cut_json(text) is None
+    with pytest.raises(SummaryInvalid):
+        ConversationSummary.parse(text, cut=True)
+
+
+def test_a_cut_reply_is_only_closed_when_the_model_hit_its_cap():
+    cut = llm_json()[:-40]
+    with pytest.raises(SummaryInvalid, match="Unterminated|Expecting"):
+        ConversationSummary.parse(cut)  # a reply that ended by itself: broken, not cut
+    assert ConversationSummary.parse(cut, cut=True).summary.startswith("fact0")

@@ -64,7 +64,8 @@ log = logging.getLogger("iris.compaction")
 
 BREAKER_FAILURES = 3
 #: one process compacts a thread at a time: its lease lasts this many summary timeouts
-#: (a chunked summary makes several calls), and is free at once if the process is gone
+#: (a chunked summary makes several calls, each with the timeout), and is free at once
+#: if the process is gone
 LEASE_TIMEOUTS = 4
 LEASE_MIN_S = 600.0
 #: a tripped breaker lets one attempt through after this many new turns, or this long
@@ -293,8 +294,8 @@ class Compactor:
                 "('iris-desktop compact')")
         seen = self.store.latest_summary(thread_id)
         token = uuid.uuid4().hex
-        holder = self.store.take_compaction_lease(
-            thread_id, token, max(LEASE_MIN_S, LEASE_TIMEOUTS * self.settings.timeout_s))
+        lease_s = max(LEASE_MIN_S, LEASE_TIMEOUTS * self.settings.timeout_s)
+        holder = self.store.take_compaction_lease(thread_id, token, lease_s)
         if holder is not None:
             since = time.strftime("%H:%M:%S", time.localtime(holder["acquired_at"]))
             return self._skip(thread_id, trigger, f"another Iris process (pid {holder['pid']}) "
@@ -307,7 +308,9 @@ class Compactor:
                                   "thread just now; its summary is used")
             event, record = CompactionEvent(trigger), None
             try:
-                event, record = self._compact(thread_id, trigger, cancel)
+                event, record = self._compact(
+                    thread_id, trigger, cancel,
+                    renew=lambda: self.store.take_compaction_lease(thread_id, token, lease_s))
             except CompactionFailed as exc:
                 event.error = str(exc)
             except Exception as exc:  # a bug must not lose history either: record and go on
@@ -331,15 +334,17 @@ class Compactor:
         log.warning("compaction thread=%s skipped: %s", thread_id, why)
         return event
 
-    def _compact(self, thread_id: int, trigger: str, cancel: threading.Event | None = None
-                 ) -> tuple[CompactionEvent, dict]:
-        """(the event, the summary record to commit with it); raises CompactionFailed."""
+    def _compact(self, thread_id: int, trigger: str, cancel: threading.Event | None = None,
+                 renew: Callable[[], object] | None = None) -> tuple[CompactionEvent, dict]:
+        """(the event, the summary record to commit with it); raises CompactionFailed.
+        ``renew`` extends the lease before each model call of a chunked summary."""
         previous_row = self.store.latest_summary(thread_id)
         previous = ConversationSummary.from_fields(previous_row.fields) if previous_row else None
         plan = self._plan(thread_id, previous_row)
         rows = self.store.messages_by_id([m.id for m in plan.archived])
         said = [said_from_row(rows[m.id]) for m in plan.archived]
-        summary, path, note = self._summarize(previous, said, plan.archived, plan.cap, cancel)
+        summary, path, note = self._summarize(previous, said, plan.archived, plan.cap, cancel,
+                                              renew)
         text = summary.render()
         engine = self.engine()
         summary_tokens = engine.system_costs(plan.base, plan.tools.text, summary_block(text))[2]
@@ -436,13 +441,13 @@ class Compactor:
         tail = [m for u in units[chosen:] for m in u.metas]
         return archived, tail
 
-    def _summarize(self, previous, said, archived, cap, cancel=None):
+    def _summarize(self, previous, said, archived, cap, cancel=None, renew=None):
         """(summary, path, note): the LLM when it works, else extractive; facts added."""
         turns = (archived[0].turn, archived[-1].turn)
         note = None
         if self.runtime is not None:
             try:
-                summary, chunks = self._llm_summary(previous, said, cap, cancel)
+                summary, chunks = self._llm_summary(previous, said, cap, cancel, renew)
                 summary.facts = list(previous.facts) if previous else []
                 # files must survive a chain even when the model drops them
                 summary.relevant_files = _merge_files(
@@ -458,7 +463,8 @@ class Compactor:
         summary = self.extractive.summarize(previous, said, cap, turns)
         return summary, "extractive", note
 
-    def _llm_summary(self, previous, said, cap, cancel=None) -> tuple[ConversationSummary, int]:
+    def _llm_summary(self, previous, said, cap, cancel=None, renew=None
+                     ) -> tuple[ConversationSummary, int]:
         """The model writes the eight fields as grammar-constrained JSON, chunk by chunk,
         each fold chained on the last. A deadline (``context.summary_timeout_s``) and
         ``cancel`` act within about half a second, also during prompt evaluation."""
@@ -470,9 +476,13 @@ class Compactor:
         instructions = summary_instructions(cap)
         summary = previous
         chunks = 0
-        deadline = time.monotonic() + self.settings.timeout_s
         for chunk in self._chunks(_transcript_lines(said), summary, window, llm_cap, instructions):
             chunks += 1
+            if renew is not None and chunks > 1:
+                renew()
+            # each call gets the whole timeout: a long import's first compaction folds
+            # many chunks, and is slow for its size, not stuck
+            deadline = time.monotonic() + self.settings.timeout_s
             text = "".join(runtime.stream(
                 _summary_prompt(summary, chunk, instructions), max_tokens=llm_cap,
                 temperature=0.0, cancel=cancel, json_schema=schema, repeat_penalty=1.15,
@@ -481,8 +491,10 @@ class Compactor:
             if stats is not None and stats.finish_reason == "cancelled":
                 if cancel is not None and cancel.is_set():
                     raise CompactionFailed("stopped by the user")
-                raise CompactionFailed(f"timed out after {self.settings.timeout_s:.0f} s")
-            summary = ConversationSummary.parse(text)
+                raise CompactionFailed(
+                    f"timed out after {self.settings.timeout_s:.0f} s (part {chunks})")
+            cut = stats is not None and stats.finish_reason == "length"
+            summary = ConversationSummary.parse(text, cut=cut)
         if summary is None:
             raise CompactionFailed("no input to summarize")
         return summary, chunks

@@ -110,15 +110,29 @@ class ConversationSummary:
         return cls(**known)
 
     @classmethod
-    def parse(cls, text: str) -> ConversationSummary:
-        """Parse model output; raises SummaryInvalid for unusable structure or content."""
+    def parse(cls, text: str, cut: bool = False) -> ConversationSummary:
+        """Parse model output; raises SummaryInvalid for unusable structure or content.
+        ``cut``: the reply stopped at its token cap. Its JSON is then closed where it was
+        cut (the last value kept as far as it got), and the fields it never reached are
+        empty; the usability check still decides whether that is a summary."""
         try:
             # strict=False: a small model writes a raw tab or newline inside a string now
             # and then; the fields are flattened below, and other control characters
             # dropped, so nothing of it reaches the prompt
             data = json.loads(text, strict=False)
         except json.JSONDecodeError as exc:
-            raise SummaryInvalid(f"not JSON ({exc.msg} at {exc.pos})") from None
+            closed = close_cut_json(text) if cut else None
+            if closed is None:
+                why = " (cut off at the token cap)" if cut else ""
+                raise SummaryInvalid(f"not JSON ({exc.msg} at {exc.pos}){why}") from None
+            try:
+                data = json.loads(closed, strict=False)
+            except json.JSONDecodeError as again:
+                raise SummaryInvalid(
+                    f"not JSON ({again.msg} at {again.pos}), cut off at the token cap") from None
+            if isinstance(data, dict):
+                for name in FIELDS:
+                    data.setdefault(name, "" if name in TEXT_FIELDS else [])
         if not isinstance(data, dict):
             raise SummaryInvalid("not a JSON object")
         missing = [f for f in FIELDS if f not in data]
@@ -201,6 +215,51 @@ class ConversationSummary:
                 else:
                     fitted.summary = " ".join(words[: int(len(words) * 0.85)]) + " …"
         return fitted
+
+
+def close_cut_json(text: str) -> str | None:
+    """JSON text that stopped mid-way (a reply cut at its token cap), closed: a string
+    value being written is ended where it stopped, a key without its value is dropped,
+    and the open arrays and objects are closed. None when there is nothing to close."""
+    stack: list[str] = []
+    in_str = escaped = is_value = expect_key = False
+    safe: tuple[int, tuple[str, ...]] | None = None  # a clean end, and what is open there
+    for i, char in enumerate(text):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_str = False
+                if is_value:
+                    safe = (i + 1, tuple(stack))
+            continue
+        if char == '"':
+            in_str, is_value = True, not (stack and stack[-1] == "{" and expect_key)
+        elif char in "{[":
+            stack.append(char)
+            expect_key = char == "{"
+            safe = (i + 1, tuple(stack))
+        elif char in "}]":
+            if not stack or "{[".index(stack[-1]) != "}]".index(char):
+                return None
+            stack.pop()
+            expect_key = False
+            safe = (i + 1, tuple(stack))
+        elif char == ":":
+            expect_key = False
+        elif char == ",":
+            expect_key = bool(stack) and stack[-1] == "{"
+    closers = {"{": "}", "[": "]"}
+    if in_str and is_value and stack:
+        body = text[:-1] if escaped else text
+        body = re.sub(r"\\u[0-9a-fA-F]{0,3}$", "", body)  # a cut \uXXXX escape
+        return body + '"' + "".join(closers[c] for c in reversed(stack))
+    if safe is None or not safe[1]:
+        return None
+    end, open_ = safe
+    return text[:end] + "".join(closers[c] for c in reversed(open_))
 
 
 def _dedupe(items) -> list[str]:
