@@ -433,3 +433,39 @@ def test_a_cut_reply_is_only_closed_when_the_model_hit_its_cap():
     with pytest.raises(SummaryInvalid, match="Unterminated|Expecting"):
         ConversationSummary.parse(cut)  # a reply that ended by itself: broken, not cut
     assert ConversationSummary.parse(cut, cut=True).summary.startswith("fact0")
+
+
+def agent_thread(store, files):
+    """One agent turn per file: it views the file (the path only in the call's
+    arguments), the tool answers with its text (no path in it), the agent comments."""
+    thread = store.create_thread("agent")
+    for n, path in enumerate(files):
+        args = json.dumps({"command": "view", "path": path})
+        store.add_messages(thread, [
+            {"role": "user", "content": f"Step {n}: look further. " + "u" * 300},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{n}", "type": "function",
+                 "function": {"name": "str_replace_editor", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "name": "str_replace_editor",
+             "content": "def main():\n    return 1\n" + "x" * 600},
+            {"role": "assistant", "content": "Nothing wrong there. " + "a" * 300},
+        ])
+    return thread
+
+
+@pytest.mark.parametrize("summarizer", ["extractive", "llm"])
+def test_files_the_agent_only_named_in_its_calls_survive_compaction(fresh_store, summarizer):
+    """Seen on an agent transcript: the model's summary kept 1 of the 7 files the agent
+    had viewed, because the paths were only in the calls' arguments."""
+    files = [f"/testbed/src/pkg/module_{n}.py" for n in range(6)]
+    thread = agent_thread(fresh_store, files)
+    runtime = ScriptedRuntime([llm_json()] * 20) if summarizer == "llm" else None
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(), runtime=runtime)
+    event = compactor.compact(thread, "manual")
+    assert event.outcome == "ok" and (event.path == "extractive") == (summarizer == "extractive")
+    summary = fresh_store.latest_summary(thread)
+    archived = {f for n, f in enumerate(files)
+                if any(m["tool_calls"] and f in json.dumps(m["tool_calls"])
+                       for m in fresh_store.messages(thread) if m["id"] <= summary.covers_through_id)}
+    assert archived and archived <= set(summary.fields["relevant_files"])
+    assert all(f in summary.text for f in archived)

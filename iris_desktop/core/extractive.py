@@ -251,8 +251,9 @@ def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
 
 
 def paths_in(said: Sequence[Said]) -> list[str]:
-    """File paths from tool calls, outputs and text, most mentioned first."""
-    texts = [s.text for s in said]
+    """File paths from tool calls, outputs and text, most mentioned first. A path the
+    agent only named in a call's arguments (a file it viewed) counts too."""
+    texts = [" ".join((s.text, *s.calls)) for s in said]
     found: list[str] = []
     for text in texts:
         for match in PATH_RE.findall(text):
