@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from iris_desktop.core.extractive import ExtractiveSummarizer
+from iris_desktop.core.extractive import ExtractiveSummarizer, paths_in
 from iris_desktop.core.records import Said, resolve_relative, said_from_row
 from iris_desktop.core.summary import ConversationSummary
 from iris_desktop.core.tokens import HeuristicCounter
@@ -84,3 +84,16 @@ def test_an_assistant_chat_without_names_is_summarized_by_role(fresh_store):
     summary = ExtractiveSummarizer(HeuristicCounter()).summarize(None, said, 512)
     assert any(f.split(" ", 3)[3].startswith("Dana: ") for f in summary.facts)
     assert "the assistant" in summary.summary or "Assistant" in summary.render()
+
+
+def test_paths_the_agent_called_come_first_and_markup_tags_are_not_paths():
+    page = "<html><body><form>" + "</form></body></html> see /usr/share/doc/x.txt " * 30
+    said = [
+        Said(1, "assistant", "Assistant", "", None, calls=('bash({"cmd": "cat /etc/hosts"})',)),
+        Said(2, "tool", "Tool", page, None),
+        Said(3, "assistant", "Assistant", "", None, calls=('view({"path": "src/app.py"})',)),
+    ]
+    found = paths_in(said)
+    assert found[:2] == ["/etc/hosts", "src/app.py"]  # acted on, before 30 mentions
+    assert "/usr/share/doc/x.txt" in found
+    assert not {"/form", "/body", "/html"} & set(found)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from iris_desktop.core.records import Said, fmt_date, resolve_relative
@@ -22,7 +22,7 @@ from iris_desktop.core.summary import ConversationSummary, split_date
 from iris_desktop.core.tokens import TokenCounter
 
 PATH_RE = re.compile(
-    r"(?<![\w/.])(?:~|\.{1,2})?(?:/[\w.\-@+]+)+/?|(?<![\w/])[\w\-]+(?:/[\w.\-]+)+\.\w{1,6}\b"
+    r"(?<![\w/.<])(?:~|\.{1,2})?(?:/[\w.\-@+]+)+/?|(?<![\w/])[\w\-]+(?:/[\w.\-]+)+\.\w{1,6}\b"
     r"|\b[\w\-]+\.(?:py|js|ts|tsx|rs|go|c|h|cpp|java|md|txt|json|toml|yaml|yml|cfg|ini|sh|html|css)\b"
 )
 NUMBER_RE = re.compile(r"\b\d[\d,.:]*\b")
@@ -251,17 +251,26 @@ def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
 
 
 def paths_in(said: Sequence[Said]) -> list[str]:
-    """File paths from tool calls, outputs and text, most mentioned first. A path the
-    agent only named in a call's arguments (a file it viewed) counts too."""
+    """File paths from tool calls, outputs and text: those the agent named in its calls
+    (what it viewed or ran, even when only in a call's arguments) first, then the most
+    mentioned. A markup closing tag ("</form>") is not a path."""
     texts = [" ".join((s.text, *s.calls)) for s in said]
     found: list[str] = []
     for text in texts:
-        for match in PATH_RE.findall(text):
-            path = match.rstrip(".,:;)")
-            if len(path) > 2 and path not in found and not path.startswith("//"):
+        for path in _paths(text):
+            if path not in found:
                 found.append(path)
+    # what the agent acted on comes before what an output merely mentioned
+    called = {path for s in said for call in s.calls for path in _paths(call)}
     counts = Counter({path: sum(path in text for text in texts) for path in found})
-    return sorted(found, key=lambda p: (-counts[p], found.index(p)))[:20]
+    return sorted(found, key=lambda p: (p not in called, -counts[p], found.index(p)))[:20]
+
+
+def _paths(text: str) -> Iterator[str]:
+    for match in PATH_RE.findall(text):
+        path = match.rstrip(".,:;)")
+        if len(path) > 2 and not path.startswith("//"):
+            yield path
 
 
 def _themes(said: Sequence[Said]) -> list[str]:
