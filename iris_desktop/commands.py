@@ -108,8 +108,12 @@ def _load(session) -> Any:
         return session.load_model()
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
-    except RuntimeError as exc:  # runtime.remote.ServerError: unreachable, key refused
-        if session.settings["model.backend"] != "openai":
+    except RuntimeError as exc:
+        # a server that is unreachable or refuses the key (imported here: httpx loads
+        # only when a server is in use)
+        from iris_desktop.runtime.remote import ServerError
+
+        if not isinstance(exc, ServerError):
             raise
         raise CliError(f"cannot use the server: {exc}", EXIT_FAIL) from None
 

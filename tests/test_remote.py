@@ -88,7 +88,7 @@ def llama_server(model_path, tmp_path_factory):
     try:
         server = start_llama_server(model_path, tmp_path_factory.mktemp("llama-server"), N_CTX)
     except ServerUnavailable as exc:
-        pytest.skip(f"{NO_LLAMA_SERVER}: {exc}")
+        pytest.skip(reason=f"{NO_LLAMA_SERVER}: {exc}")
     yield server
     server.stop()
 
@@ -106,7 +106,7 @@ def python_server(model_path, tmp_path_factory):
         server = start_python_server(model_path, tmp_path_factory.mktemp("py-server"), N_CTX,
                                      "--api_key", "sk-test-0123456789")
     except ServerUnavailable as exc:
-        pytest.skip(f"llama-cpp-python's own server cannot start here (make test installs its "
+        pytest.skip(reason=f"llama-cpp-python's own server cannot start here (make test installs its "
                     f"[server] extra): {exc}")
     yield server
     server.stop()
@@ -377,7 +377,7 @@ def test_a_server_killed_mid_reply_loses_nothing(model_path, tmp_path, fresh_sto
     try:
         server = start_llama_server(model_path, tmp_path, N_CTX)
     except ServerUnavailable as exc:
-        pytest.skip(f"{NO_LLAMA_SERVER}: {exc}")
+        pytest.skip(reason=f"{NO_LLAMA_SERVER}: {exc}")
     with server, RemoteRuntime.connect(server.base_url) as runtime:
         planner = planner_on(runtime, max_tokens=400, temperature=0.7)
         thread = fresh_store.create_thread("t")

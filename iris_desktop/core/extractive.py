@@ -256,12 +256,14 @@ def paths_in(said: Sequence[Said]) -> list[str]:
     mentioned. A markup closing tag ("</form>") is not a path."""
     texts = [" ".join((s.text, *s.calls)) for s in said]
     found: list[str] = []
-    for text in texts:
-        for path in _paths(text):
-            if path not in found:
-                found.append(path)
-    # what the agent acted on comes before what an output merely mentioned
-    called = {path for s in said for call in s.calls for path in _paths(call)}
+    called: set[str] = set()  # what the agent acted on comes before what was mentioned
+    for message in said:
+        for part, is_call in ((message.text, False), *((c, True) for c in message.calls)):
+            for path in _paths(part):
+                if path not in found:
+                    found.append(path)
+                if is_call:
+                    called.add(path)
     counts = Counter({path: sum(path in text for text in texts) for path in found})
     return sorted(found, key=lambda p: (p not in called, -counts[p], found.index(p)))[:20]
 

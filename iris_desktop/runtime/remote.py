@@ -463,14 +463,15 @@ def _num_ctx(parameters: str) -> int | None:
 
 class _LRU:
     """A small thread-safe cache of counts (the DB thread plans while the model thread
-    streams)."""
+    streams). It keeps a digest of each key, not the key: a key can be a whole request."""
 
     def __init__(self, size: int = COUNT_CACHE_SIZE) -> None:
-        self._data: OrderedDict[str, int] = OrderedDict()
+        self._data: OrderedDict[bytes, int] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, key: str, compute: Callable[[], int]) -> int:
+    def get(self, text: str, compute: Callable[[], int]) -> int:
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
         with self._lock:
             if key in self._data:
                 self._data.move_to_end(key)
@@ -832,13 +833,13 @@ class RemoteRuntime:
 
     @classmethod
     def connect(cls, base_url: str, name: str = "", api_key: str | None = None,
-                fallback_window: int = 8192, *, calibrate: bool = True) -> RemoteRuntime:
+                fallback_window: int = 8192) -> RemoteRuntime:
         """Probe ``base_url`` and return the runtime for model ``name`` (empty: the
         server's first). The window is the server's when it says, else
         ``fallback_window`` (``window_source`` "server" or "config"). A server that cannot
-        count gets one tiny calibration request first (``calibrate``; fixed text, no
-        conversation). Raises ServerError (unreachable, key refused, unknown model) or
-        ValueError (not a URL)."""
+        count gets one tiny calibration request first (fixed text, no conversation).
+        Raises ServerError (unreachable, key refused, unknown model) or ValueError (not a
+        URL)."""
         started = time.perf_counter()
         http = _Http(base_url, api_key)
         try:
@@ -849,8 +850,7 @@ class RemoteRuntime:
                               if served and served.context_length else (fallback_window, "config"))
             kind = ExactRemoteRuntime if server.exact_counts else RemoteRuntime
             runtime = kind(http, server, model, window, source)
-            if calibrate:
-                runtime._calibrate()
+            runtime._calibrate()
         except BaseException:
             http.close()
             raise
@@ -933,16 +933,15 @@ class RemoteRuntime:
         return (base.prompt_overhead() + sum(base.count_message(m) for m in messages)
                 + self._raw_tools(tools))
 
-    def _prompt_size(self, messages: list[Message], tools: list[dict] | None) -> int:
-        """The prompt's size as this runtime knows it before sending."""
-        factor = _calibration.factor(self.identity)
-        return math.ceil(self._raw_estimate(messages, tools) * factor)
+    def _measure(self, messages: list[Message], tools: list[dict] | None) -> tuple[int, int]:
+        """(the prompt's size as this runtime knows it before sending, what the server's
+        report is compared with afterwards: here tiktoken's count before the factor)."""
+        raw = self._raw_estimate(messages, tools)
+        return math.ceil(raw * _calibration.factor(self.identity)), raw
 
-    def _observe(self, reported: int, messages: list[Message], tools: list[dict] | None
-                 ) -> None:
+    def _observe(self, reported: int, raw: int) -> None:
         """The server reported ``reported`` prompt tokens: calibrate the estimate."""
-        _calibration.observe(self.identity, reported,
-                             self._raw_estimate(messages, tools))
+        _calibration.observe(self.identity, reported, raw)
 
     # -- generation --------------------------------------------------------------
 
@@ -1011,7 +1010,7 @@ class RemoteRuntime:
                 max_tokens: int, cancel: threading.Event | None, deadline: float | None
                 ) -> Iterator[str]:
         reply = _Reply(time.perf_counter())
-        prompt_size = self._prompt_size(messages, tools)
+        prompt_size, basis = self._measure(messages, tools)
         body["max_tokens"] = self._room(prompt_size, max_tokens)
 
         def should_stop() -> bool:
@@ -1047,7 +1046,7 @@ class RemoteRuntime:
             reader.abort()
             self.last_stats = reply.stats(prompt_size, outcome)
             if reply.usage.get("prompt_tokens") and not self.closed:
-                self._observe(int(reply.usage["prompt_tokens"]), messages, tools)
+                self._observe(int(reply.usage["prompt_tokens"]), basis)
             log.debug("%s: %s", self.where, self.last_stats)
 
     def _room(self, prompt_size: int, max_tokens: int) -> int:
@@ -1164,8 +1163,9 @@ class ExactRemoteRuntime(RemoteRuntime):
         probe = [_PROBE_SYSTEM, _PROBE_USER]
         return self._count(probe, tools) - self._count(probe)
 
-    def _prompt_size(self, messages: list[Message], tools: list[dict] | None) -> int:
-        return self.count_prompt(messages, tools)
+    def _measure(self, messages: list[Message], tools: list[dict] | None) -> tuple[int, int]:
+        counted = self.count_prompt(messages, tools)
+        return counted, counted
 
     def _room(self, prompt_size: int, max_tokens: int) -> int:
         """As the local model: a prompt that leaves no room is refused before sending."""
@@ -1173,10 +1173,8 @@ class ExactRemoteRuntime(RemoteRuntime):
             raise PromptTooLongError(prompt_size, self.n_ctx)
         return min(max_tokens, self.n_ctx - prompt_size)
 
-    def _observe(self, reported: int, messages: list[Message], tools: list[dict] | None
-                 ) -> None:
+    def _observe(self, reported: int, counted: int) -> None:
         """A server that reports another size than it counted is a bug worth a line."""
-        counted = self._prompt_size(messages, tools)
         if reported != counted:
             log.warning("%s: counted %d prompt tokens, the server reported %d",
                         self.where, counted, reported)

@@ -75,6 +75,9 @@ class ServerDialog(QDialog):
         self.remove_button.setEnabled(bool(base_url))
         self.info: ServerInfo | None = None
         self._probe: threading.Thread | None = None
+        #: the server whose saved key the placeholder describes: the keyring (D-Bus or
+        #: Keychain, which may block) is asked once per server, not once per keystroke
+        self._key_address: str | None = None
         self._layout()
         self.url.textChanged.connect(self._url_changed)
         self.test_button.clicked.connect(self.test)
@@ -120,6 +123,9 @@ class ServerDialog(QDialog):
                                  if self.base_url() else "")
             return
         self.warning.setText(privacy_warning(self.base_url()) or "")
+        if address == self._key_address:
+            return
+        self._key_address = address
         saved = get_api_key(self.base_url())
         self.key.setPlaceholderText("saved in the system keyring (type to replace)" if saved
                                     else "none (leave empty if the server needs none)")
@@ -130,13 +136,13 @@ class ServerDialog(QDialog):
         """Probe the server on a helper thread; the result arrives through ``_tested``."""
         if self._address() is None or (self._probe is not None and self._probe.is_alive()):
             return
-        url, key = self.base_url(), self.key.text() or get_api_key(self.base_url())
+        url, typed = self.base_url(), self.key.text()
         self.test_button.setEnabled(False)
         self.result.setText(f"Connecting to {self._address()}…")
 
-        def probe() -> None:
+        def probe() -> None:  # the keyring too is asked here, off the GUI thread
             try:
-                self._tested.emit(url, test_connection(url, key))
+                self._tested.emit(url, test_connection(url, typed or get_api_key(url)))
             except Exception as exc:  # shown in the dialog, whatever it is
                 self._tested.emit(url, exc)
 
@@ -210,7 +216,7 @@ def confirm_send(base_url: str, state: QSettings, parent: QWidget | None = None)
     box.setInformativeText(
         "Each request carries the system prompt, the summary and as much recent history as "
         "fits the window; the server's operator can read it. Iris asks once per server."
-        + ("\n\n" + privacy_warning(base_url) if privacy_warning(base_url) else ""))
+        + (f"\n\n{warning}" if (warning := privacy_warning(base_url)) else ""))
     box.setDefaultButton(QMessageBox.StandardButton.No)
     if box.exec() != QMessageBox.StandardButton.Yes:
         return False
