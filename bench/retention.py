@@ -15,6 +15,10 @@ Rows, measured side by side in one run:
 - summary + recall + tail: the request Iris builds for the question (what ships): the
   summary, the tail and the summarized messages recalled for it (bm25 fused with the
   semantic index when the embedding model is present), without the question's words;
+- ceilings, what the matcher can credit at all: the evidence messages alone, rendered as
+  recall renders them (dated, each with the two messages after it), and what ships with
+  those added whatever they cost (a perfect ranking and an unbounded block). A row above
+  its ceiling cannot come from better retrieval, only from what the text says;
 - paraphrased: the same, for questions rewritten to share no content word with their
   evidence (``bench/paraphrases.json``, checked by ``make_paraphrases_check.py``);
 - with ``--llm-chats N``: the same rows with the default model writing the summary, and
@@ -42,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.core.compaction import CompactionSettings  # noqa: E402
 from iris_desktop.core.engine import ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
+from iris_desktop.core.recall import Recaller  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
@@ -124,12 +129,16 @@ class Tally:
         return hit / n if n else math.nan
 
 
-def asked_view(planner: Planner, store: Store, thread: int, question: str) -> View:
+def asked_text(planner: Planner, store: Store, thread: int, question: str) -> str:
     """The request Iris builds for the question, without the question's own words."""
     request = planner.plan(store, thread, question, cache=False)
     *earlier, last = request.messages
     block = last["content"][: -len(question)]
-    return View("\n".join([*(m["content"] or "" for m in earlier), block]))
+    return "\n".join([*(m["content"] or "" for m in earlier), block])
+
+
+def asked_view(planner: Planner, store: Store, thread: int, question: str) -> View:
+    return View(asked_text(planner, store, thread, question))
 
 
 def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tally) -> dict:
@@ -168,7 +177,7 @@ def score_thread(store, thread, ids, data, messages, planner, counter, paraphras
                  label, row) -> None:
     summary_row = store.latest_summary(thread)
     covered = summary_row.covers_through_id
-    tail = planner.plan(store, thread, cache=False)
+    tail = planner.plan(store, thread, recall=False, cache=False)  # no recall for a last question
     tail_text = "\n".join(m["content"] or "" for m in tail.messages[1:])
     summary = ConversationSummary.from_fields(summary_row.fields).render()
     probes = [dict(q, index=i) for i, q in enumerate(data["qa"])
@@ -182,11 +191,18 @@ def score_thread(store, thread, ids, data, messages, planner, counter, paraphras
         views["truncation"] = View(tail_text)
         views["names-and-numbers extract"] = View(
             names_and_numbers(archived, counter, SUMMARY_CAP) + "\n" + tail_text)
+    recaller = Recaller(store, counter)
     for probe in probes:
         for name, view in views.items():
             tally.add(f"{label}: {name}", probe, view.finds(probe["answer"]))
-        view = asked_view(planner, store, thread, probe["question"])
-        tally.add(f"{label}: summary + recall + tail", probe, view.finds(probe["answer"]))
+        shipped = asked_text(planner, store, thread, probe["question"])
+        tally.add(f"{label}: summary + recall + tail", probe, View(shipped).finds(probe["answer"]))
+        evidence = recaller.block_for(thread, covered,
+                                      [ids[data["dia_index"][e]] for e in probe["evidence"]])
+        tally.add(f"{label}: ceiling: the evidence alone", probe,
+                  View(evidence).finds(probe["answer"]))
+        tally.add(f"{label}: ceiling: summary + recall + tail + the evidence", probe,
+                  View(shipped + "\n" + evidence).finds(probe["answer"]))
     for entry in paraphrases:
         if entry["chat"] != row["chat"]:
             continue
@@ -249,11 +265,13 @@ def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: boo
               "compaction on average")
     baseline = tally.rate("extractive: names-and-numbers extract")
     shipped = tally.rate("extractive: summary + recall + tail")
+    ceiling = "extractive: ceiling: summary + recall + tail + the evidence"
     print(f"\nretention: summary_tail={tally.rate('extractive: summary + tail'):.3f} "
           f"extract_baseline={baseline:.3f} "
           f"ratio={tally.rate('extractive: summary + tail') / baseline:.2f} "
           f"with_recall={shipped:.3f} multi_hop={tally.rate('extractive: summary + recall + tail', 1):.3f} "
-          f"paraphrased={tally.rate('extractive: paraphrased, with recall'):.3f}")
+          f"paraphrased={tally.rate('extractive: paraphrased, with recall'):.3f} "
+          f"ceiling={tally.rate(ceiling):.3f} ceiling_multi_hop={tally.rate(ceiling, 1):.3f}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import replace
 
@@ -12,11 +13,13 @@ from iris_desktop.core.planner import Planner
 from iris_desktop.core.recall import (
     RECALL_FOOTER,
     RECALL_HEADER,
+    Recaller,
     asks,
     fts_query,
     fuse,
     query_terms,
 )
+from iris_desktop.core.records import Period, periods_in
 from iris_desktop.core.tokens import HeuristicCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, SYNTHETIC_CHAT, load_corpus
@@ -208,3 +211,46 @@ def test_recall_by_meaning_finds_a_paraphrase_that_shares_no_word(fresh_store, c
     request = meaning.plan(fresh_store, thread, question)
     check_request(meaning.engine(fresh_store), request)
     assert request.recall.semantic and "moved to Tallinn" in request.messages[-1]["content"]
+
+
+def test_dates_a_question_names_are_read_in_any_common_form():
+    day, month = dt.date(2023, 4, 9), dt.date(2023, 8, 1)
+    assert periods_in("Which show did she see on 9 April, 2023?") == [Period(day, day)]
+    assert periods_in("what about April 9th, 2023") == [Period(day, day)]
+    assert periods_in("the 9th of Apr 2023") == [Period(day, day)]
+    assert periods_in("Where was he during the first weekend of August 2023?") == [
+        Period(month, dt.date(2023, 8, 31))]
+    assert periods_in("What did she bake in May?") == [Period(month=5)]
+    assert periods_in("Where did they live in 2022?") == [
+        Period(dt.date(2022, 1, 1), dt.date(2022, 12, 31))]
+    # a verb is not a month; an impossible day falls back to its month
+    assert periods_in("I may go, may I?") == [] and periods_in("") == []
+    assert periods_in("on 31 February 2023") == [Period(dt.date(2023, 2, 1), dt.date(2023, 2, 28))]
+    # a message written on the day, or up to a week after it ("last Sunday"), tells of it
+    assert Period(day, day).holds(day + dt.timedelta(days=7))
+    assert not Period(day, day).holds(day - dt.timedelta(days=1)) and not Period(day, day).holds(None)
+    assert Period(month=5).holds(dt.date(2021, 5, 30)) and not Period(month=5).holds(dt.date(2021, 7, 1))
+
+
+def test_a_question_naming_a_date_ranks_what_was_written_then_first(fresh_store):
+    """Two messages match the words equally; the one written in the month the question
+    names comes first (dates from the records, not from the text)."""
+    thread = fresh_store.create_thread("t")
+    said = [("2024-03-02", "I cooked a lentil soup for the neighbours."),
+            ("2024-05-10", "I cooked a mushroom risotto for the neighbours.")]
+    ids = fresh_store.add_messages(thread, [
+        message for day, text in said for message in (
+            {"role": "user", "name": "Rosa", "content": text, "created_at": f"{day}T10:00:00"},
+            {"role": "assistant", "name": "Tomas", "content": "Sounds good.",
+             "created_at": f"{day}T10:01:00"})])
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    ranked = lambda question: recaller._rank(  # noqa: E731
+        thread, ids[-1], question, query_terms(question, ["Rosa", "Tomas"]), ["Rosa", "Tomas"])[0]
+    assert ranked("What did Rosa cook for the neighbours?")[0] == ids[0]  # a tie: older first
+    assert ranked("What did Rosa cook for the neighbours in May 2024?")[0] == ids[2]
+    assert ranked("What did Rosa cook for the neighbours on 2 March 2024?")[0] == ids[0]
+    # the block for given messages shows each with the two after it, dated
+    block = recaller.block_for(thread, ids[-1], [ids[2]])
+    assert block.splitlines()[1:4] == [
+        "10 May 2024:", "- Rosa: I cooked a mushroom risotto for the neighbours.",
+        "- Tomas: Sounds good."]

@@ -89,6 +89,80 @@ def fmt_date(date: dt.date) -> str:
     return f"{date.day} {MONTH_NAMES[date.month - 1]} {date.year}"
 
 
+_MONTH = r"(?P<month>" + "|".join(m[:3] + r"(?:" + m[3:] + r")?" for m in MONTH_NAMES) + r")\.?"
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+DATE_FORMS = [re.compile(p, re.IGNORECASE) for p in (
+    rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s*{_YEAR}\b",  # 9 April 2023, 9th of April, 2023
+    rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b",  # April 9, 2023
+    rf"\b{_MONTH},?\s+{_YEAR}\b",  # April 2023
+    rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b",  # 9 April
+    rf"\b{_MONTH}\s+{_DAY}\b(?!\d)",  # April 9
+    rf"\b(?:in|during|since|by|until|of|last|this|early|late|mid-?)\s+{_MONTH}\b",  # in May
+    rf"\b(?:in|during|since|by|until|of)\s+{_YEAR}\b",  # in 2022
+)]
+#: how long after a named day a message may still tell of it ("last Friday" a week on)
+TELLING_DAYS = 8
+
+
+@dataclass(frozen=True)
+class Period:
+    """Days a text names: ``start``–``end`` (inclusive), or a month of any year."""
+
+    start: dt.date | None = None
+    end: dt.date | None = None
+    month: int | None = None  # a month named without a year
+
+    def holds(self, day: dt.date | None) -> bool:
+        """Was a message written on ``day`` within this period, or soon enough after it
+        to tell of it?"""
+        if day is None:
+            return False
+        if self.start is None or self.end is None:
+            return day.month == self.month or (day - dt.timedelta(days=TELLING_DAYS)).month == self.month
+        return self.start <= day <= self.end + dt.timedelta(days=TELLING_DAYS)
+
+
+def periods_in(text: str) -> list[Period]:
+    """The dates a text names, most precise first ("on 9 April, 2023", "in June 2023",
+    "in May", "during 2022"), each span read once. English month names only."""
+    found: list[Period] = []
+    taken: list[tuple[int, int]] = []
+    for form in DATE_FORMS:
+        for match in form.finditer(text or ""):
+            if any(a < match.end() and match.start() < b for a, b in taken):
+                continue
+            parts = match.groupdict()
+            month = _month_number(parts.get("month"))
+            year = int(parts["year"]) if parts.get("year") else None
+            try:
+                if parts.get("day") and month and year:
+                    day = dt.date(year, month, int(parts["day"]))
+                    period = Period(day, day)
+                elif month and year:
+                    first = dt.date(year, month, 1)
+                    period = Period(first, (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+                                    - dt.timedelta(days=1))
+                elif month:
+                    period = Period(month=month)
+                elif year:
+                    period = Period(dt.date(year, 1, 1), dt.date(year, 12, 31))
+                else:
+                    continue
+            except ValueError:  # 31 February
+                continue
+            taken.append(match.span())
+            found.append(period)
+    return found
+
+
+def _month_number(word: str | None) -> int | None:
+    if not word:
+        return None
+    prefix = word.rstrip(".")[:3].lower()
+    return next((i for i, m in enumerate(MONTH_NAMES, start=1) if m[:3].lower() == prefix), None)
+
+
 def _weekday(word: str) -> str:
     """'fri' → 'Friday'; 'week' and 'weekend' stay as they are."""
     word = WEEKDAY_ABBREVIATIONS.get(word, word)
