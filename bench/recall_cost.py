@@ -58,6 +58,7 @@ QUESTIONS = (
     "What was the error message when the build broke?",
     "Where did they go on holiday?",
     "Why did the deployment fail?",
+    "What did she cook for the party in May 2023?",  # a named date: the records are read
 )
 
 
