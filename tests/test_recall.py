@@ -254,3 +254,17 @@ def test_a_question_naming_a_date_ranks_what_was_written_then_first(fresh_store)
     assert block.splitlines()[1:4] == [
         "10 May 2024:", "- Rosa: I cooked a mushroom risotto for the neighbours.",
         "- Tomas: Sounds good."]
+
+
+def test_a_question_naming_one_speaker_ranks_that_speakers_messages_first(fresh_store):
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, [
+        {"role": "user", "name": "Rosa", "content": "I cooked a lentil soup."},
+        {"role": "assistant", "name": "Tomas", "content": "I cooked a lentil soup too."}])
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    names = ["Rosa", "Tomas"]
+    ranked = lambda question: recaller._rank(  # noqa: E731
+        thread, ids[-1], question, query_terms(question, names), names)[0]
+    assert ranked("What soup was cooked?")[0] == ids[0]  # the closer match (shorter)
+    assert ranked("What soup did Tomas cook?")[0] == ids[1]
+    assert ranked("What soup did Rosa and Tomas cook?")[0] == ids[0]  # two named: no boost

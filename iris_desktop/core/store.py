@@ -751,10 +751,6 @@ class Store:
         ).fetchall()
         return [r[0] for r in rows if r[0]]
 
-    def speakers_of(self, ids: Sequence[int]) -> dict[int, str | None]:
-        """id → the message's ``name``."""
-        return {mid: row.get("name") for mid, row in self.messages_by_id(list(ids)).items()}
-
     def following(self, thread_id: int, message_id: int, through_id: int, count: int) -> list[int]:
         """Up to ``count`` user or assistant messages right after ``message_id`` (≤
         ``through_id``); stops at anything else (a tool result)."""
