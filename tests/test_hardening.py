@@ -56,7 +56,7 @@ def unwritable(path: Path):
     if IS_ROOT:
         if shutil.which("chattr") is None or subprocess.run(
                 ["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-            pytest.skip("running as root without a working chattr: nothing can be made unwritable")
+            pytest.skip(reason="running as root without a working chattr: nothing can be made unwritable")
         try:
             yield
         finally:
@@ -110,7 +110,7 @@ def damage_pages(db: Path, table: str, count: int) -> None:
                 "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path",
                 (table,))]
         except sqlite3.OperationalError:
-            pytest.skip("this SQLite has no dbstat table to find a table's pages with")
+            pytest.skip(reason="this SQLite has no dbstat table to find a table's pages with")
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
     middle = len(pages) // 2
     with open(db, "r+b") as fh:

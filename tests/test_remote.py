@@ -624,7 +624,7 @@ def test_the_local_default_still_answers_with_no_network_at_all(tmp_path, model_
     prefix = next((p for p in (["unshare", "-n"], ["unshare", "-rn"]) if unshare and
                    subprocess.run([*p, "true"], capture_output=True).returncode == 0), None)
     if prefix is None:
-        pytest.skip("unshare -n is not permitted here")
+        pytest.skip(reason="unshare -n is not permitted here")
     data = tmp_path / "data"
     (data / "models").mkdir(parents=True)
     for name in (model_path.name, model_path.name + ".verified"):

@@ -51,7 +51,6 @@ LEXICAL_HITS = 60  # bm25 candidates considered
 #: paraphrased questions of bench/retention.py: k=30 or 60 let common words drown meaning,
 #: and bm25 at half the weight of meaning lost exact words (51.7% found against 53.9%).
 RRF_K = 10
-LEXICAL_WEIGHT = 1.0
 #: a question naming one speaker ranks that speaker's own messages up by this factor
 NAMED_SPEAKER_BOOST = 1.5
 #: a question naming a date ("in May 2023") ranks messages written then up by this factor
@@ -118,13 +117,12 @@ def fts_query(terms: list[str]) -> str:
     return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
 
 
-def fuse(rankings: Sequence[Sequence[int]], weights: Sequence[float] | None = None,
-         k: int = RRF_K) -> dict[int, float]:
-    """Weighted reciprocal rank fusion: id → Σ weight / (k + rank) over the rankings."""
+def fuse(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
+    """Reciprocal rank fusion: id → Σ 1 / (k + rank) over the rankings."""
     scores: dict[int, float] = {}
-    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings)):
+    for ranking in rankings:
         for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+            scores[item] = scores.get(item, 0.0) + 1 / (k + rank)
     return scores
 
 
@@ -159,28 +157,26 @@ class Recaller:
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
               names: list[str]) -> tuple[list[int], bool]:
         """Message ids, best first: bm25 and (if available) semantic rankings fused; a
-        question that names one speaker puts that speaker's messages first."""
-        lexical = self.store.recall_hits(thread_id, through_id, fts_query(terms), LEXICAL_HITS) \
-            if terms else []
-        rankings = [[hit_id for hit_id, _ in lexical]]
-        semantic = False
-        if self.semantic is not None:
-            found = self._statements(self.semantic(thread_id, through_id, query, LEXICAL_HITS))
-            semantic = bool(found)
-            rankings.append(found)
-        scores = fuse(rankings, [LEXICAL_WEIGHT, 1.0])
+        question that names one speaker, or a date, ranks up that speaker's messages, or
+        those written then. The candidates' rows are read once, for all of that."""
+        lexical = [hit_id for hit_id, _ in self.store.recall_hits(
+            thread_id, through_id, fts_query(terms), LEXICAL_HITS)] if terms else []
+        by_meaning = self.semantic(thread_id, through_id, query, LEXICAL_HITS) \
+            if self.semantic is not None else []
         asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
+        speaker = next(iter(asked)) if len(asked) == 1 else None
         periods = periods_in(query)
-        if scores and (len(asked) == 1 or periods):
-            rows = self.store.messages_by_id(list(scores))
-            for i in scores:
-                row = rows.get(i, {})
-                if len(asked) == 1 and row.get("name") in asked:
-                    scores[i] *= NAMED_SPEAKER_BOOST
-                day = day_of(row.get("sent_at"))
-                if any(p.holds(day) for p in periods):
-                    scores[i] *= NAMED_DATE_BOOST
-        return sorted(scores, key=lambda i: (-scores[i], i)), semantic
+        rows = self.store.messages_by_id([*lexical, *by_meaning]) \
+            if by_meaning or speaker or periods else {}
+        meaning = _statements(by_meaning, rows)
+        scores = fuse([lexical, meaning])
+        for i in scores:
+            row = rows.get(i, {})
+            if speaker is not None and row.get("name") == speaker:
+                scores[i] *= NAMED_SPEAKER_BOOST
+            if periods and any(p.holds(day_of(row.get("sent_at"))) for p in periods):
+                scores[i] *= NAMED_DATE_BOOST
+        return sorted(scores, key=lambda i: (-scores[i], i)), bool(meaning)
 
     def block_for(self, thread_id: int, through_id: int, ids: Sequence[int]) -> str:
         """The block that would show exactly these messages, each with the messages that
@@ -191,19 +187,6 @@ class Recaller:
             chosen.update((s.id, s) for s in self._group(thread_id, through_id, message_id,
                                                           frozenset()))
         return _render(chosen) if chosen else ""
-
-    def _statements(self, ids: list[int]) -> list[int]:
-        """A ranking by meaning without questions (a question is near other questions in
-        meaning, and holds no fact) and without repeats of the same words."""
-        rows = self.store.messages_by_id(ids)
-        seen: set[str] = set()
-        out = []
-        for i in ids:
-            text = " ".join(str(rows.get(i, {}).get("content") or "").lower().split())
-            if text and not text.endswith("?") and text not in seen:
-                seen.add(text)
-                out.append(i)
-        return out
 
     def _choose(self, thread_id: int, through_id: int, ranked: list[int], budget: int,
                 exclude: frozenset[int]) -> dict[int, Said]:
@@ -238,6 +221,19 @@ class Recaller:
         rows = self.store.messages_by_id(ids)
         return [said_from_row(rows[i]) for i in ids
                 if i in rows and isinstance(rows[i].get("content"), str)]
+
+
+def _statements(ids: list[int], rows: dict[int, dict]) -> list[int]:
+    """A ranking by meaning without questions (a question is near other questions in
+    meaning, and holds no fact) and without repeats of the same words."""
+    seen: set[str] = set()
+    out = []
+    for i in ids:
+        text = " ".join(str(rows.get(i, {}).get("content") or "").lower().split())
+        if text and not text.endswith("?") and text not in seen:
+            seen.add(text)
+            out.append(i)
+    return out
 
 
 def _line(said: Said) -> str:

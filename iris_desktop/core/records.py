@@ -9,6 +9,7 @@ anchored to that date, so a fact keeps its "when" after the message is gone.
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import json
 import re
@@ -140,9 +141,8 @@ def periods_in(text: str) -> list[Period]:
                     day = dt.date(year, month, int(parts["day"]))
                     period = Period(day, day)
                 elif month and year:
-                    first = dt.date(year, month, 1)
-                    period = Period(first, (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
-                                    - dt.timedelta(days=1))
+                    period = Period(dt.date(year, month, 1),
+                                    dt.date(year, month, calendar.monthrange(year, month)[1]))
                 elif month:
                     period = Period(month=month)
                 elif year:
