@@ -256,6 +256,53 @@ def test_a_question_naming_a_date_ranks_what_was_written_then_first(fresh_store)
         "- Tomas: Sounds good."]
 
 
+def test_the_days_a_period_holds_as_ranges_of_days():
+    day = dt.date(2023, 4, 9)
+    assert Period(day, day).days(2020, 2024) == [(day, dt.date(2023, 4, 17))]
+    assert Period(month=2).days(2023, 2024) == [
+        (dt.date(2023, 2, 1), dt.date(2023, 3, 8)), (dt.date(2024, 2, 1), dt.date(2024, 3, 8))]
+    for first, last in Period(month=2).days(2023, 2024):  # the same days as holds()
+        assert Period(month=2).holds(first) and Period(month=2).holds(last)
+        assert not Period(month=2).holds(last + dt.timedelta(days=1))
+
+
+def test_messages_are_found_by_when_they_were_written(fresh_store):
+    thread = fresh_store.create_thread("t")
+    assert fresh_store.sent_years(thread) is None
+    ids = fresh_store.add_messages(thread, [
+        {"role": "user", "content": "a", "created_at": "2022-12-31T23:30:00-05:00"},
+        {"role": "assistant", "content": "b", "created_at": "2023-01-01T09:00:00+02:00"},
+        {"role": "tool", "content": "c", "tool_call_id": "x", "created_at": "2023-01-01T10:00:00"},
+        {"role": "user", "content": "d"},  # written when, nobody knows
+        {"role": "user", "content": "e", "created_at": "2024-06-01T08:00:00"}])
+    assert fresh_store.sent_years(thread) == (2022, 2024)
+    new_year = [(dt.date(2023, 1, 1), dt.date(2023, 1, 1))]
+    assert fresh_store.sent_within(thread, ids[-1], new_year) == [ids[1]]  # the writer's day; no tool
+    assert fresh_store.sent_within(thread, ids[-1], [(dt.date(2022, 12, 31), dt.date(2023, 1, 1)),
+                                                     (dt.date(2024, 1, 1), dt.date(2024, 12, 31))]) \
+        == [ids[0], ids[1], ids[4]]
+    assert fresh_store.sent_within(thread, ids[0], new_year) == []  # up to through_id only
+
+
+def test_a_question_naming_a_date_finds_what_the_whole_chats_ranking_leaves_out(fresh_store):
+    """Seventy messages about trips rank above the one trip told in May 2024 (bm25 prefers
+    the short, repeated ones), more than recall's bm25 list holds. A question that names
+    May 2024 searches the messages written then too, and finds it."""
+    thread = fresh_store.create_thread("t")
+    messages = [{"role": "user", "name": "Rosa", "content": "Trip! Such a trip.",
+                 "created_at": f"2023-{1 + i % 12:02d}-{1 + i % 28:02d}T10:00:00"} for i in range(70)]
+    messages.append({"role": "user", "name": "Rosa", "created_at": "2024-05-20T10:00:00",
+                     "content": "Our trip to Porto took a while to plan, with the kids and the dog "
+                                "and everything else going on, but it was lovely in the end."})
+    ids = fresh_store.add_messages(thread, [*messages, {"role": "assistant", "content": "Nice."}])
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    assert "Porto" not in recaller.recall(thread, ids[-1], "Where did Rosa go on her trip?", 400).text
+    question = "Where did Rosa go on her trip in May 2024?"
+    assert recaller._rank(thread, ids[-1], question, query_terms(question, ["Rosa"]), ["Rosa"])[0][0] \
+        == ids[70]
+    assert "20 May 2024:\n- Rosa: Our trip to Porto" in recaller.recall(thread, ids[-1], question, 400).text
+
+
 def test_a_question_naming_one_speaker_ranks_that_speakers_messages_first(fresh_store):
     thread = fresh_store.create_thread("t")
     ids = fresh_store.add_messages(thread, [

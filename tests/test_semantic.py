@@ -104,6 +104,20 @@ def test_only_the_thread_and_messages_through_through_id_are_searched(indexed, f
     assert index.search(thread, 0, PETS, 5) == [] and index.search(thread, ids[-1], PETS, 0) == []
 
 
+def test_among_limits_the_search_to_the_given_messages_in_the_same_order(indexed, monkeypatch):
+    index, thread, ids = indexed
+    embeds = []
+    monkeypatch.setattr(index.embedder, "embed", lambda text, inner=index.embedder.embed: (
+        embeds.append(text), inner(text))[1])
+    everything = index.search(thread, ids[-1], PETS, 1000, ["Rosa", "Tomas"])
+    some = set(ids[40:60]) - {ids[50]}
+    assert index.recall_search(thread, ids[-1], PETS, 5, among=some) == \
+        [i for i in everything if i in some][:5]
+    assert index.recall_search(thread, ids[-1], PETS, 5, among=[ids[50]]) == [ids[50]]
+    assert index.recall_search(thread, ids[-1], PETS, 5, among=[]) == []
+    assert len(embeds) == 1  # one question: its vector is made once
+
+
 def test_results_are_best_first_with_a_positive_similarity(indexed, embedder):
     index, thread, ids = indexed
     found = index.search(thread, ids[-1], PETS, 1000, ["Rosa"])

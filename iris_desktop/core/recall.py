@@ -18,7 +18,9 @@ rank fusion: lexical (FTS5 bm25 over the words of the question) and, when an emb
 is available, semantic (the vectors of :mod:`.semantic`), which finds a paraphrase that
 shares no word with the question ("what pets does she have?" → "we got another cat").
 A question that names one speaker, or a date ("on 9 April", "in May 2023"), ranks up
-the messages that speaker wrote, or that were written then (or within a week after).
+the messages that speaker wrote, or that were written then (or within a week after); a
+date also adds a third ranking, of the messages written then, so that one the whole
+chat's rankings miss is still found.
 
 Recall never displaces verbatim history: it uses only what the history budget leaves
 free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
@@ -29,11 +31,20 @@ are never changed; the block exists only in the request.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from iris_desktop.core.extractive import STOPWORDS
-from iris_desktop.core.records import Said, day_of, fmt_date, periods_in, resolve_relative, said_from_row
+from iris_desktop.core.records import (
+    Period,
+    Said,
+    day_of,
+    fmt_date,
+    periods_in,
+    resolve_relative,
+    said_from_row,
+)
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import TokenCounter
 
@@ -64,8 +75,12 @@ QUESTION_START_RE = re.compile(
 RECALL_ASK_RE = re.compile(r"\b(?:remember|recall|remind me|tell me|you said|I said|we talked)\b",
                            re.IGNORECASE)
 
-#: (thread id, through id, question, limit) → message ids, best first
-SemanticSearch = Callable[[int, int, str, int], list[int]]
+class SemanticSearch(Protocol):
+    """(thread id, through id, question, limit, among) → message ids, best first: by
+    meaning, among the given ids only when ``among`` is not None."""
+
+    def __call__(self, thread_id: int, through_id: int, query: str, limit: int,
+                 among: Collection[int] | None = None) -> list[int]: ...
 
 
 def asks(text: str) -> bool:
@@ -157,8 +172,9 @@ class Recaller:
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
               names: list[str]) -> tuple[list[int], bool]:
         """Message ids, best first: bm25 and (if available) semantic rankings fused; a
-        question that names one speaker, or a date, ranks up that speaker's messages, or
-        those written then. The candidates' rows are read once, for all of that."""
+        question that names a date adds a third ranking, of the messages written then,
+        and ranks those up, as a question naming one speaker ranks up that speaker's
+        messages. The candidates' rows are read once, for all of that."""
         lexical = [hit_id for hit_id, _ in self.store.recall_hits(
             thread_id, through_id, fts_query(terms), LEXICAL_HITS)] if terms else []
         by_meaning = self.semantic(thread_id, through_id, query, LEXICAL_HITS) \
@@ -166,10 +182,11 @@ class Recaller:
         asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
         speaker = next(iter(asked)) if len(asked) == 1 else None
         periods = periods_in(query)
-        rows = self.store.messages_by_id([*lexical, *by_meaning]) \
+        then = self._written_then(thread_id, through_id, query, terms, periods) if periods else []
+        rows = self.store.messages_by_id([*lexical, *by_meaning, *then]) \
             if by_meaning or speaker or periods else {}
         meaning = _statements(by_meaning, rows)
-        scores = fuse([lexical, meaning])
+        scores = fuse([lexical, meaning, _statements(then, rows)])
         for i in scores:
             row = rows.get(i, {})
             if speaker is not None and row.get("name") == speaker:
@@ -177,6 +194,25 @@ class Recaller:
             if periods and any(p.holds(day_of(row.get("sent_at"))) for p in periods):
                 scores[i] *= NAMED_DATE_BOOST
         return sorted(scores, key=lambda i: (-scores[i], i)), bool(meaning)
+
+    def _written_then(self, thread_id: int, through_id: int, query: str, terms: list[str],
+                      periods: list[Period]) -> list[int]:
+        """The messages written in the periods a question names (or soon after, see
+        ``Period.holds``), best first by meaning, or by bm25 without a semantic ranking.
+        "Which city was she visiting in August 2023?" finds the August messages that
+        talk of a trip, though the whole chat talks of cities and no message says
+        "August"."""
+        years = self.store.sent_years(thread_id)
+        if years is None:
+            return []
+        ids = self.store.sent_within(thread_id, through_id,
+                                     [days for p in periods for days in p.days(*years)])
+        if not ids:
+            return []
+        if self.semantic is not None:
+            return self.semantic(thread_id, through_id, query, LEXICAL_HITS, among=ids)
+        return [hit_id for hit_id, _ in self.store.recall_hits(
+            thread_id, through_id, fts_query(terms), LEXICAL_HITS, among=ids)] if terms else []
 
     def block_for(self, thread_id: int, through_id: int, ids: Sequence[int]) -> str:
         """The block that would show exactly these messages, each with the messages that

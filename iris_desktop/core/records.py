@@ -123,6 +123,18 @@ class Period:
             return day.month == self.month or (day - dt.timedelta(days=TELLING_DAYS)).month == self.month
         return self.start <= day <= self.end + dt.timedelta(days=TELLING_DAYS)
 
+    def days(self, first_year: int, last_year: int) -> list[tuple[dt.date, dt.date]]:
+        """The days (first, last, inclusive) that :meth:`holds`: a month without a year
+        in each year from ``first_year`` to ``last_year``."""
+        telling = dt.timedelta(days=TELLING_DAYS)
+        if self.start is not None and self.end is not None:
+            return [(self.start, self.end + telling)]
+        if self.month is None:
+            return []
+        return [(dt.date(year, self.month, 1),
+                 dt.date(year, self.month, calendar.monthrange(year, self.month)[1]) + telling)
+                for year in range(first_year, last_year + 1)]
+
 
 def periods_in(text: str) -> list[Period]:
     """The dates a text names, most precise first ("on 9 April, 2023", "in June 2023",

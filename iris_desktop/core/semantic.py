@@ -35,7 +35,7 @@ import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -144,6 +144,7 @@ class SemanticIndex:
         #: (thread id or None for all threads, model) → floor
         self._floors: dict[tuple[int | None, str], int] = {}
         self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
+        self._last_query: tuple[tuple[str, str], np.ndarray] | None = None
 
     # -- what is pending ------------------------------------------------------------------
 
@@ -218,32 +219,44 @@ class SemanticIndex:
     # -- search ---------------------------------------------------------------------------
 
     def search(self, thread_id: int, through_id: int, query: str, limit: int,
-               names: Sequence[str] = ()) -> list[int]:
-        """Ids of ``thread_id``'s embedded messages with id ≤ ``through_id``, most similar
-        to ``query`` first (ties: older first), at most ``limit``, only those with a
-        positive cosine similarity. ``names`` (the chat's participants) are taken out of
-        the query first. Deterministic for a given store. Never writes."""
+               names: Sequence[str] = (), among: Collection[int] | None = None) -> list[int]:
+        """Ids of ``thread_id``'s embedded messages with id ≤ ``through_id`` (and in
+        ``among``, when given), most similar to ``query`` first (ties: older first), at
+        most ``limit``, only those with a positive cosine similarity. ``names`` (the
+        chat's participants) are taken out of the query first. Deterministic for a given
+        store. Never writes."""
         text = strip_names(query, names)
-        if limit <= 0 or through_id <= 0 or not re.search(r"\w", text):
+        if limit <= 0 or through_id <= 0 or not re.search(r"\w", text) or (among is not None and not among):
             return []
         matrix = self._matrix(thread_id)
         n = int(np.searchsorted(matrix.ids, through_id, side="right"))
         if n == 0:
             return []
-        scores = matrix.scores(self.embedder.embed(text), n)
+        scores = matrix.scores(self._query_vector(text), n)
+        if among is not None:
+            scores[~np.isin(matrix.ids[:n], np.fromiter(among, dtype=np.int64))] = 0
         top = np.flatnonzero(scores > 0)
         if len(top) > limit:
             top = top[np.argpartition(-scores[top], limit - 1)[:limit]]
         top = top[np.lexsort((top, -scores[top]))]  # best first; rows ascend by id
         return [int(i) for i in matrix.ids[top]]
 
-    def recall_search(self, thread_id: int, through_id: int, query: str, limit: int) -> list[int]:
+    def _query_vector(self, text: str) -> np.ndarray:
+        """The query's vector; the last one is kept, as recall asks twice for one question
+        that names a date (all messages, then those written then)."""
+        if self._last_query is None or self._last_query[0] != (text, self.embedder.identity):
+            self._last_query = ((text, self.embedder.identity), self.embedder.embed(text))
+        return self._last_query[1]
+
+    def recall_search(self, thread_id: int, through_id: int, query: str, limit: int,
+                      among: Collection[int] | None = None) -> list[int]:
         """:meth:`search` with the thread's speakers as ``names``: the shape of
         ``core.recall.SemanticSearch``, to hand to a ``Recaller``. The semantic ranking
         only improves recall, so a failure (a closed model, a busy database) is logged and
         gives no ranking, and recall goes on lexically instead of failing the request."""
         try:
-            return self.search(thread_id, through_id, query, limit, self.store.thread_speakers(thread_id))
+            return self.search(thread_id, through_id, query, limit, self.store.thread_speakers(thread_id),
+                               among)
         except (RuntimeError, ValueError, sqlite3.Error) as exc:
             log.warning("semantic search in thread %d failed (%s); recall is lexical only", thread_id, exc)
             return []

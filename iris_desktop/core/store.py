@@ -171,6 +171,10 @@ MIGRATIONS: tuple[str, ...] = (
         expires_at REAL NOT NULL
     );
     """,
+    # 6: messages by when they were written, for recall of a question that names a date
+    """
+    CREATE INDEX messages_thread_sent ON messages(thread_id, sent_at);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -721,22 +725,59 @@ class Store:
         return sum(utf8_length(row[0].strip()) for row in rows)
 
     def recall_hits(
-        self, thread_id: int, through_id: int, fts: str, limit: int = 60
+        self, thread_id: int, through_id: int, fts: str, limit: int = 60,
+        among: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
         """(id, bm25 rank) of the thread's user and assistant messages up to
-        ``through_id`` that match the FTS5 query ``fts``, best first."""
-        if through_id <= 0 or not fts:
+        ``through_id`` (and among ``among``, when given) that match the FTS5 query
+        ``fts``, best first."""
+        if through_id <= 0 or not fts or (among is not None and not among):
             return []
         rows = self.conn.execute(
-            """
+            f"""
             SELECT m.id, rank FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
             WHERE messages_fts MATCH ? AND m.thread_id = ? AND m.id <= ?
               AND m.role IN ('user', 'assistant')
+              {"AND m.id IN (SELECT value FROM json_each(?))" if among is not None else ""}
             ORDER BY rank LIMIT ?
             """,
-            (fts, thread_id, through_id, limit),
+            (fts, thread_id, through_id, *([json.dumps(list(among))] if among is not None else []), limit),
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def sent_within(self, thread_id: int, through_id: int,
+                    days: Sequence[tuple[dt.date, dt.date]]) -> list[int]:
+        """Ids of the thread's user and assistant messages up to ``through_id`` that were
+        written on one of the ``days`` ranges (first, last, inclusive; the writer's local
+        day, as ``sent_at`` says), oldest first. Read by the ``messages_thread_sent``
+        index."""
+        found: set[int] = set()
+        for first, last in days:
+            rows = self.conn.execute(
+                """
+                SELECT id FROM messages INDEXED BY messages_thread_sent
+                WHERE thread_id = ? AND sent_at >= ? AND sent_at < ? AND id <= ?
+                  AND role IN ('user', 'assistant')
+                """,
+                (thread_id, first.isoformat(), (last + dt.timedelta(days=1)).isoformat(), through_id),
+            ).fetchall()
+            found.update(int(r[0]) for r in rows)
+        return sorted(found)
+
+    def sent_years(self, thread_id: int) -> tuple[int, int] | None:
+        """The first and last year the thread's messages were written in (by
+        ``sent_at``), or None when none says."""
+        years = []
+        for order in ("ASC", "DESC"):
+            row = self.conn.execute(
+                "SELECT sent_at FROM messages INDEXED BY messages_thread_sent "
+                f"WHERE thread_id = ? AND sent_at IS NOT NULL ORDER BY sent_at {order} LIMIT 1",
+                (thread_id,),
+            ).fetchone()
+            if row is None or not str(row[0])[:4].isdigit():
+                return None
+            years.append(int(str(row[0])[:4]))
+        return years[0], years[1]
 
     def thread_speakers(self, thread_id: int, limit: int = 32) -> list[str]:
         """The names the thread's messages carry (OpenAI's ``name`` field), most used
