@@ -28,8 +28,11 @@ SESSION = dt.date(2023, 7, 12)  # a Wednesday
     ("next Tues is the show", "next Tues (the Tuesday after 12 July 2023)"),
     ("I went two days ago", "two days ago (10 July 2023)"),
     ("made it ten years ago", "ten years ago (10 years ago from 12 July 2023, about 2013)"),
-    ("a few weeks ago", "a few weeks ago (before 12 July 2023)"),
-    ("last summer we camped", "last summer (the summer of 2022)"),
+    ("a few weeks ago", "a few weeks ago (a few weeks before 12 July 2023)"),
+    ("three months ago", "three months ago (three months before 12 July 2023)"),
+    ("last summer we camped", "last summer (summer 2022)"),
+    ("we plan a reunion next summer", "next summer (summer 2024)"),
+    ("This winter was cold", "This winter (winter 2023)"),
     ("last month", "last month (June 2023)"),
 ])
 def test_relative_dates_are_anchored_to_the_day_it_was_written(text, expected):

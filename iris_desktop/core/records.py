@@ -184,7 +184,8 @@ def _weekday(word: str) -> str:
 def resolve_relative(sentence: str, today: dt.date | None) -> str:
     """Anchor relative dates to the day the sentence was written, so they keep their
     meaning once the message is gone: 'yesterday (7 May 2023)', 'last week (the week
-    before 9 June 2023)', 'last Friday (the Friday before 27 July 2023)'. An anchored
+    before 9 June 2023)', 'last Friday (the Friday before 27 July 2023)', 'a few weeks ago
+    (a few weeks before 9 June 2023)', 'next summer (summer 2024)'. An anchored
     phrase is never wrong, where a computed day would be a guess for 'last week' or 'a
     few days ago'. Long because each English form gets one readable line."""
     if today is None:
@@ -222,9 +223,10 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
     if "next month" in lowered:
         nxt = (today.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
         sub(r"\bnext month\b", f"{MONTH_NAMES[nxt.month - 1]} {nxt.year}")
-    match = re.search(r"\blast (spring|summer|fall|autumn|winter)\b", lowered)
+    match = re.search(r"\b(last|this|next) (spring|summer|fall|autumn|winter)\b", lowered)
     if match:
-        sub(re.escape(match.group(0)), f"the {match.group(1)} of {today.year - 1}")
+        year = today.year + {"last": -1, "this": 0, "next": 1}[match.group(1)]
+        sub(re.escape(match.group(0)), f"{match.group(2)} {year}")
     if "last year" in lowered:
         sub(r"\blast year\b", str(today.year - 1))
     if "this year" in lowered:
@@ -239,6 +241,6 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
             sub(re.escape(match.group(0)), fmt_date(today - dt.timedelta(days=count)))
         elif unit == "year" and count is not None:
             sub(re.escape(match.group(0)), f"{count} years ago from {anchor}, about {today.year - count}")
-        else:
-            sub(re.escape(match.group(0)), f"before {anchor}")
+        else:  # "a few weeks before 12 July 2023": the amount stays, the day is anchored
+            sub(re.escape(match.group(0)), f"{match.group(1)} {match.group(2)} before {anchor}")
     return sentence
