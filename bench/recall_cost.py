@@ -6,7 +6,9 @@ vector with the query's embedding, fused. Goal (the memory issue): ≤ 50 ms on 
 100k-message thread, off the GUI thread.
 
 The threads replay the corpus (``bench/_corpus.py``), all but the newest 20 messages
-summarized. The query is embedded by the real shipped model (all-MiniLM-L6-v2). The
+summarized, each dated so that every thread spans 2022–2025 (the question that names
+May 2023 searches the messages written then too: about 2% of each thread). The query is
+embedded by the real shipped model (all-MiniLM-L6-v2). The
 stored vectors are random unit vectors of its size, written straight into
 ``message_vectors``: scanning costs the same whatever the numbers are, and embedding
 100k messages for real would take most of an hour on two cores (the app embeds in the
@@ -24,6 +26,7 @@ hybrid_cold_100k_ms=… ratio_100k_1k=… bound_ms=50``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import statistics
 import sys
 import tempfile
@@ -62,6 +65,14 @@ QUESTIONS = (
 )
 
 
+def dated(messages: list[dict]) -> list[dict]:
+    """The messages spread evenly over four years, as ``created_at``."""
+    step = dt.timedelta(days=4 * 365) / len(messages)
+    start = dt.datetime(2022, 1, 1, 9, 0)
+    return [dict(m, created_at=(start + i * step).isoformat(timespec="seconds"))
+            for i, m in enumerate(messages)]
+
+
 def add_random_vectors(store: Store, thread: int, embedder: Embedder, seed: int) -> int:
     """A unit vector of the embedder's size for every message of ``thread``."""
     ids = [row[0] for row in store.conn.execute(
@@ -96,7 +107,7 @@ def main() -> None:
         threads: dict[int, tuple[int, int]] = {}
         for n, size in enumerate(SIZES):
             thread = store.create_thread(f"{size} messages")
-            store.add_messages(thread, synthetic_thread(size))
+            store.add_messages(thread, dated(synthetic_thread(size)))
             threads[size] = (thread, add_random_vectors(store, thread, embedder, n))
         lexical = Recaller(store, counter)
         hybrid = {size: Recaller(store, counter, indexes[size].recall_search) for size in SIZES}

@@ -115,6 +115,9 @@ def test_among_limits_the_search_to_the_given_messages_in_the_same_order(indexed
         [i for i in everything if i in some][:5]
     assert index.recall_search(thread, ids[-1], PETS, 5, among=[ids[50]]) == [ids[50]]
     assert index.recall_search(thread, ids[-1], PETS, 5, among=[]) == []
+    unknown = [0, ids[-1] + 5, ids[-1] + 6]  # no such message: nothing, and nothing twice
+    assert index.recall_search(thread, ids[-1], PETS, 50, among=[*unknown, ids[50], ids[51]]) \
+        == [i for i in everything if i in (ids[50], ids[51])]
     assert len(embeds) == 1  # one question: its vector is made once
 
 

@@ -127,6 +127,18 @@ class _Matrix:
             start += len(part)
         return out
 
+    def scores_at(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Dot products of the rows numbered ``rows`` (ascending) with ``query``: a
+        search among a few messages reads only theirs."""
+        out = np.empty(len(rows), dtype=np.float32)
+        start = 0
+        for block in self.blocks:
+            lo, hi = np.searchsorted(rows, [start, start + len(block)])
+            if hi > lo:
+                out[lo:hi] = np.einsum("ij,j->i", block[rows[lo:hi] - start], query)
+            start += len(block)
+        return out
+
 
 class SemanticIndex:
     """The vectors of one Store's messages: what is pending, embedding it, searching.
@@ -232,14 +244,20 @@ class SemanticIndex:
         n = int(np.searchsorted(matrix.ids, through_id, side="right"))
         if n == 0:
             return []
-        scores = matrix.scores(self._query_vector(text), n)
-        if among is not None:
-            scores[~np.isin(matrix.ids[:n], np.fromiter(among, dtype=np.int64))] = 0
+        if among is None:
+            ids, scores = matrix.ids[:n], matrix.scores(self._query_vector(text), n)
+        else:
+            wanted = np.unique(np.fromiter(among, dtype=np.int64))
+            rows = np.searchsorted(matrix.ids[:n], wanted)
+            inside = rows < n
+            rows, wanted = rows[inside], wanted[inside]
+            rows = rows[matrix.ids[rows] == wanted]  # not embedded (yet): left out
+            ids, scores = matrix.ids[rows], matrix.scores_at(self._query_vector(text), rows)
         top = np.flatnonzero(scores > 0)
         if len(top) > limit:
             top = top[np.argpartition(-scores[top], limit - 1)[:limit]]
         top = top[np.lexsort((top, -scores[top]))]  # best first; rows ascend by id
-        return [int(i) for i in matrix.ids[top]]
+        return [int(i) for i in ids[top]]
 
     def _query_vector(self, text: str) -> np.ndarray:
         """The query's vector; the last one is kept, as recall asks twice for one question
