@@ -54,7 +54,7 @@ from iris_desktop.core.compaction import CompactionSettings  # noqa: E402
 from iris_desktop.core.engine import ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.recall import Recaller  # noqa: E402
-from iris_desktop.core.records import DATE_FORMS, MONTH_NAMES  # noqa: E402
+from iris_desktop.core.records import DATE_FORMS, MONTH_NAMES, month_number  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
@@ -84,12 +84,9 @@ def one_date_form(text: str) -> str:
     """Full dates in one form: "August 15, 2023", "15th of August, 2023" → "15 August 2023"."""
     text = GLUED_MONTH.sub(" ", str(text))
     for form in DATE_FORMS[:2]:  # day month year, month day year
-        text = form.sub(lambda m: f"{int(m['day'])} {_month(m['month'])} {m['year']}", text)
+        text = form.sub(lambda m: f"{int(m['day'])} {MONTH_NAMES[month_number(m['month']) - 1]} "
+                                  f"{m['year']}", text)
     return text
-
-
-def _month(word: str) -> str:
-    return next(m for m in MONTH_NAMES if m[:3].lower() == word[:3].lower())
 
 
 def f1(answer: list[str], sentence: list[str]) -> float:
@@ -186,10 +183,6 @@ def asked_text(planner: Planner, store: Store, thread: int, question: str) -> st
     return "\n".join([*(m["content"] or "" for m in earlier), block])
 
 
-def asked_seen(planner: Planner, store: Store, thread: int, question: str) -> Seen:
-    return Seen(asked_text(planner, store, thread, question))
-
-
 def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tally) -> dict:
     data = json.loads(path.read_text())
     messages = locomo_messages(data)
@@ -258,7 +251,7 @@ def score_thread(store, thread, ids, data, messages, planner, counter, paraphras
         if not all(ids[data["dia_index"][e]] <= covered for e in probe["evidence"]):
             continue
         tally.add(f"{label}: paraphrased, with recall", probe,
-                  asked_seen(planner, store, thread, entry["paraphrase"]))
+                  Seen(asked_text(planner, store, thread, entry["paraphrase"])))
 
 
 def main() -> None:

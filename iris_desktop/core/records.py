@@ -146,7 +146,7 @@ def periods_in(text: str) -> list[Period]:
             if any(a < match.end() and match.start() < b for a, b in taken):
                 continue
             parts = match.groupdict()
-            month = _month_number(parts.get("month"))
+            month = month_number(parts.get("month"))
             year = int(parts["year"]) if parts.get("year") else None
             try:
                 if parts.get("day") and month and year:
@@ -168,7 +168,8 @@ def periods_in(text: str) -> list[Period]:
     return found
 
 
-def _month_number(word: str | None) -> int | None:
+def month_number(word: str | None) -> int | None:
+    """'Aug', 'august.' → 8; None for anything else."""
     if not word:
         return None
     prefix = word.rstrip(".")[:3].lower()
