@@ -14,6 +14,7 @@ from iris_desktop.core.recall import (
     RECALL_FOOTER,
     RECALL_HEADER,
     Recaller,
+    _statements,
     asks,
     fts_query,
     fuse,
@@ -211,6 +212,19 @@ def test_recall_by_meaning_finds_a_paraphrase_that_shares_no_word(fresh_store, c
     request = meaning.plan(fresh_store, thread, question)
     check_request(meaning.engine(fresh_store), request)
     assert request.recall.semantic and "moved to Tallinn" in request.messages[-1]["content"]
+
+
+def test_the_ranking_by_meaning_drops_questions_not_a_statement_that_ends_asking():
+    """A question holds no fact, but chat messages often say something and then ask:
+    "Oscar, my guinea pig, is great. How are your pets?" answers "what pet does she have?"."""
+    rows = {1: {"content": "Where did you go last week?"},
+            2: {"content": "Yup, Oscar, my guinea pig. He's been great. How are your pets?"},
+            3: {"content": "We got a cat!"},
+            4: {"content": "We got a  CAT!"},  # the same words again
+            5: {"content": "Really? Why?"},
+            6: {"content": 'Have you read "Dune?"'},
+            7: {"content": ""}}
+    assert _statements([1, 2, 3, 4, 5, 6, 7, 8], rows) == [2, 3]
 
 
 def test_dates_a_question_names_are_read_in_any_common_form():

@@ -53,6 +53,7 @@ RECALL_FOOTER = "[End of recalled messages]"
 QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "which", "kind",
                   "type", "has", "have", "tell", "remember", "please", "said", "say"}
 WORD_RE = re.compile(r"[A-Za-z0-9]+")
+SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 MAX_TERMS = 24
 MAX_CHARS = 600  # one recalled message at most (a long agent message is clipped)
 FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker again
@@ -261,15 +262,23 @@ class Recaller:
 
 def _statements(ids: list[int], rows: dict[int, dict]) -> list[int]:
     """A ranking by meaning without questions (a question is near other questions in
-    meaning, and holds no fact) and without repeats of the same words."""
+    meaning, and holds no fact) and without repeats of the same words. A message that
+    says something and then asks ("Oscar, my guinea pig, is great. How are your pets?")
+    is a statement: it keeps its place."""
     seen: set[str] = set()
     out = []
     for i in ids:
         text = " ".join(str(rows.get(i, {}).get("content") or "").lower().split())
-        if text and not text.endswith("?") and text not in seen:
+        if text and not _asks_only(text) and text not in seen:
             seen.add(text)
             out.append(i)
     return out
+
+
+def _asks_only(text: str) -> bool:
+    """Is every sentence of ``text`` a question?"""
+    sentences = [s for s in SENTENCE_END_RE.split(text) if WORD_RE.search(s)]
+    return bool(sentences) and all(s.rstrip(" \"')]").endswith("?") for s in sentences)
 
 
 def _line(said: Said) -> str:
