@@ -280,6 +280,33 @@ def test_the_days_a_period_holds_as_ranges_of_days():
         assert not Period(month=2).holds(last + dt.timedelta(days=1))
 
 
+def test_a_threads_speakers_follow_its_messages(fresh_store, tmp_path):
+    """Most used first, tools left out; kept between calls, and read again once the
+    thread has a new message, in this Store or another one on the same file."""
+    from iris_desktop.core.store import Store
+
+    thread = fresh_store.create_thread("t")
+    assert fresh_store.thread_speakers(thread) == []
+    fresh_store.add_messages(thread, [
+        {"role": "user", "name": "Ana", "content": "a"},
+        {"role": "assistant", "name": "Ben", "content": "b"},
+        {"role": "tool", "name": "search", "content": "c", "tool_call_id": "x"},
+        {"role": "assistant", "name": "Ben", "content": "d"}])
+    assert fresh_store.thread_speakers(thread) == ["Ben", "Ana"]
+    assert fresh_store.thread_speakers(thread) == ["Ben", "Ana"]
+    fresh_store.add_message(thread, {"role": "user", "name": "Cleo", "content": "e"})
+    assert fresh_store.thread_speakers(thread) == ["Ben", "Ana", "Cleo"]
+    other = Store(fresh_store.path)
+    try:
+        other.add_messages(thread, [{"role": "user", "name": "Cleo", "content": f"{i}"} for i in range(3)])
+    finally:
+        other.close()
+    assert fresh_store.thread_speakers(thread) == ["Cleo", "Ben", "Ana"]
+    assert fresh_store.thread_speakers(thread, limit=1) == ["Cleo"]
+    fresh_store.delete_thread(thread)
+    assert fresh_store.thread_speakers(thread) == []
+
+
 def test_messages_are_found_by_when_they_were_written(fresh_store):
     thread = fresh_store.create_thread("t")
     assert fresh_store.sent_years(thread) is None

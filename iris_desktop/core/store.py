@@ -535,6 +535,8 @@ class Store:
         """Open (or create) the database. ``check``: run PRAGMA quick_check first and
         raise DamagedDatabase, before anything is written, when it finds damage."""
         self.path = Path(path)
+        #: the last thread_speakers answer, with what it depends on
+        self._speakers: tuple[tuple, list[str]] | None = None
         try:
             make_private_dir(self.path.parent)
         except DataDirError as exc:
@@ -658,6 +660,7 @@ class Store:
         """Deletes a whole thread, on the user's explicit request only."""
         with self.transaction():
             self.conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
+        self._speakers = None
 
     def threads(self) -> list[dict[str, Any]]:
         """Newest first, with message counts."""
@@ -781,16 +784,26 @@ class Store:
 
     def thread_speakers(self, thread_id: int, limit: int = 32) -> list[str]:
         """The names the thread's messages carry (OpenAI's ``name`` field), most used
-        first; read from an index, so it costs little on a long thread."""
+        first (ties by name). Counting them reads every message of the thread (3.5 ms
+        at 100k, and recall asks twice per question), so the answer is kept until the
+        thread's first or newest message id changes: messages are only ever added, or
+        deleted with their thread."""
+        key = (thread_id, limit, *self.conn.execute(  # two lookups in messages_thread
+            "SELECT (SELECT min(id) FROM messages WHERE thread_id = :t), "
+            "(SELECT max(id) FROM messages WHERE thread_id = :t)", {"t": thread_id}).fetchone())
+        if self._speakers is not None and self._speakers[0] == key:
+            return list(self._speakers[1])
         rows = self.conn.execute(
             """
             SELECT name FROM messages INDEXED BY messages_thread_name
             WHERE thread_id = ? AND name IS NOT NULL AND role IN ('user', 'assistant')
-            GROUP BY name ORDER BY count(*) DESC LIMIT ?
+            GROUP BY name ORDER BY count(*) DESC, name LIMIT ?
             """,
             (thread_id, limit),
         ).fetchall()
-        return [r[0] for r in rows if r[0]]
+        names = [r[0] for r in rows if r[0]]
+        self._speakers = (key, names)
+        return list(names)
 
     def following(self, thread_id: int, message_id: int, through_id: int, count: int) -> list[int]:
         """Up to ``count`` user or assistant messages right after ``message_id`` (≤
