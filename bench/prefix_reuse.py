@@ -50,10 +50,12 @@ from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
+from iris_desktop.settings import lookup  # noqa: E402
 
 from _corpus import CORPUS  # noqa: E402
 
 SYSTEM = "You are Iris, a helpful assistant running locally and offline on the user's computer."
+RECALL_DEFAULT = lookup("context.recall_max_tokens").default
 
 
 def turns_of(messages: list[dict]) -> list[tuple[dict, dict | None]]:
@@ -87,7 +89,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def run_iris(model, pairs, window, skip=0, recall=1024, idle: float | None = None):
+def run_iris(model, pairs, window, skip=0, recall=RECALL_DEFAULT, idle: float | None = None):
     """Iris's turns, one measured row at a time; with ``idle`` (seconds), the warm-up
     after a compaction and the draft's prefill run before each send, within that much
     wall time."""
@@ -201,8 +203,8 @@ def main() -> None:
                         help="turns that are already history when the measured session starts")
     parser.add_argument("--chat", default="locomo-26")
     parser.add_argument("--window", type=int, default=8192)
-    parser.add_argument("--recall", type=int, default=1024,
-                        help="context.recall_max_tokens for Iris (the shipped default is 1024)")
+    parser.add_argument("--recall", type=int, default=RECALL_DEFAULT,
+                        help=f"context.recall_max_tokens for Iris (the shipped default is {RECALL_DEFAULT})")
     parser.add_argument("--idle", type=float, default=5.0,
                         help="seconds the user reads and types between turns (idle work)")
     args = parser.parse_args()

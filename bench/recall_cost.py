@@ -41,6 +41,7 @@ from iris_desktop.core.semantic import SemanticIndex
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import TiktokenCounter
 from iris_desktop.runtime.embedder import Embedder, embedding_model_path
+from iris_desktop.settings import lookup
 
 from _corpus import REPO, synthetic_thread
 
@@ -50,7 +51,7 @@ from servers import CACHE  # noqa: E402  (the tests' model cache)
 SIZES = (1_000, 10_000, 100_000)
 TAIL = 20
 BOUND_MS = 50.0
-BUDGET = 1024
+BUDGET = lookup("context.recall_max_tokens").default  # the shipped default
 #: questions of the kinds people ask about an old part of a chat, in no corpus's words
 QUESTIONS = (
     "What did we decide about the failing test?",

@@ -3,7 +3,7 @@
 For each LoCoMo chat, converted as an exporter would write it (speaker ``name``s and
 ``created_at`` timestamps from the session lines; ``_corpus.locomo_messages``): import
 it, compact it into a 4,096-token window at the shipped defaults (768-token summary cap,
-recall up to 1,024 tokens), then, for every QA probe whose evidence messages are all
+recall up to 1,536 tokens), then, for every QA probe whose evidence messages are all
 summarized, look for the answer in what the model would see: normalized text match, or
 token-F1 ≥ 0.5 against any sentence. Two matchers, side by side:
 - LoCoMo's scoring (the headline): a date matches in any written form ("15 August 2023",
@@ -60,6 +60,7 @@ from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
+from iris_desktop.settings import lookup  # noqa: E402
 
 from _corpus import CORPUS, REPO, compact_while_due, locomo_messages  # noqa: E402
 
@@ -260,7 +261,8 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=10)
     parser.add_argument("--llm-chats", type=int, default=0,
                         help="also compact this many chats with the model writing the summary")
-    parser.add_argument("--recall", type=int, default=1024)
+    parser.add_argument("--recall", type=int, default=lookup("context.recall_max_tokens").default,
+                        help="context.recall_max_tokens (default: the shipped default)")
     parser.add_argument("--timeout", type=float, default=180,
                         help="context.summary_timeout_s for the LLM rows, per summary call "
                              "(the shipped default is 180)")

@@ -25,10 +25,12 @@ from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
+from iris_desktop.settings import lookup  # noqa: E402
 
 from _corpus import CORPUS, REPO  # noqa: E402
 
 SYSTEM = "You are Iris, a helpful assistant running locally and offline on the user's computer."
+RECALL_DEFAULT = lookup("context.recall_max_tokens").default
 
 
 def main() -> None:
@@ -36,8 +38,8 @@ def main() -> None:
     parser.add_argument("--chat", default="locomo-26")
     parser.add_argument("--window", type=int, default=8192)
     parser.add_argument("--llm", action="store_true", help="LLM summaries (slow); default extractive")
-    parser.add_argument("--recall", type=int, default=1024,
-                        help="context.recall_max_tokens for Iris (the shipped default is 1024)")
+    parser.add_argument("--recall", type=int, default=RECALL_DEFAULT,
+                        help=f"context.recall_max_tokens for Iris (the shipped default is {RECALL_DEFAULT})")
     parser.add_argument("--plot", default=str(REPO / "docs" / "img" / "sawtooth.png"))
     args = parser.parse_args()
 

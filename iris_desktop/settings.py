@@ -251,7 +251,7 @@ _ALL: tuple[Setting, ...] = (
         minimum=10, maximum=3600, unit="seconds",
     ),
     Setting(
-        "context.recall_max_tokens", "int", 1024,
+        "context.recall_max_tokens", "int", 1536,
         "Tokens for recall: when your newest message asks something, earlier messages that a "
         "summary replaced, found by full-text search on it and shown to the model with it, "
         "dated. Recall only uses space the verbatim history leaves free. Each block is new "

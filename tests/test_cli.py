@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from iris_desktop.cli import main
+from iris_desktop.settings import lookup
 
 from conftest import AGENT_FILES, CHAT_FILES, SYNTHETIC_CHAT, load_corpus
 
@@ -150,8 +151,9 @@ def test_context_shows_recall_for_a_draft_after_compaction(capsys):
                          "--draft", question)
     assert code == 0, err
     r = json.loads(out)
-    assert r["recall"]["max_tokens"] == 1024 and r["recall"]["terms"]
-    assert 0 < r["recall_tokens"] <= 1024 and r["recall"]["ids"] and r["recall"]["reason"] == ""
+    limit = lookup("context.recall_max_tokens").default
+    assert r["recall"]["max_tokens"] == limit and r["recall"]["terms"]
+    assert 0 < r["recall_tokens"] <= limit and r["recall"]["ids"] and r["recall"]["reason"] == ""
     recalled = [m for m in r["messages"] if m["recalled"]]
     assert [m["id"] for m in recalled] == r["recall"]["ids"]
     assert {m["state"] for m in recalled} == {"summarized"}

@@ -129,10 +129,15 @@ def test_recall_uses_only_the_space_history_leaves(fresh_store, chat):
     # a budget ratio that leaves only ~100 tokens after the same history
     squeeze = (full.breakdown.budget - leftover + 100) / p.window
     tight = ContextEngine(fresh_store, counter, replace(p, token_budget_ratio=squeeze))
+    searches = []
+    hits = fresh_store.recall_hits
+    fresh_store.recall_hits = lambda *a, **kw: searches.append(a) or hits(*a, **kw)
     request = tight.build(thread, draft=QUESTION)
     check_request(tight, request)
     assert request.included_ids == full.included_ids
-    assert request.breakdown.recall <= 100 < full.breakdown.recall
+    assert 0 < request.breakdown.recall <= 100 < full.breakdown.recall
+    # the full block did not fit: it was filled again from the same search, not searched again
+    assert len(searches) == 1
 
 
 def test_every_step_of_one_turn_gets_the_same_block(fresh_store, chat):

@@ -165,7 +165,7 @@ def test_budget_preview_explains_the_window(fresh_store, tmp_path):
     text = "\n".join(preview.lines())
     assert "4,096" in text and "2,048" in text and f"available {b.available:,}" in text
     assert "Protect:" in text and "Compaction threshold: 3,072" in text
-    assert "Recall: up to 1,024 tokens, once a summary exists" in text
+    assert "Recall: up to 1,536 tokens, once a summary exists" in text
 
 
 def test_budget_preview_says_what_recall_adds_for_the_draft(fresh_store, tmp_path):

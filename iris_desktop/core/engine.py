@@ -707,9 +707,10 @@ class ContextEngine:
         """Recall for the newest user message (the draft, or the user message that opens
         the newest turn), in place in ``history``; (recall, its exact tokens).
 
-        The block is searched with the full ``recall_max_tokens`` first, so every step of
-        one agent turn gets the same block (a stable prefix); only when the turn has grown
-        so much that it no longer fits is it searched again within what is left."""
+        The block is filled to the full ``recall_max_tokens`` first, so every step of one
+        agent turn gets the same block (a stable prefix); only when the turn has grown so
+        much that it no longer fits is it filled again, from the same search, within what
+        is left."""
         limit = self.params.recall_max_tokens
         if limit <= 0:
             return Recall(reason="off"), 0
@@ -729,15 +730,17 @@ class ContextEngine:
             return Recall(reason="no text to search"), 0
         plain = self.counter.count_message(message)
         recaller = Recaller(self.store, self.counter, self.semantic)
-        for budget in (limit, min(limit, leftover)):
-            found = recaller.recall(thread_id, summary.covers_through_id, content, budget,
-                                    frozenset(pinned))
+        ranking = recaller.rank(thread_id, summary.covers_through_id, content)
+        budget = limit
+        for _ in range(3):  # the full limit; what is left; that less what the message adds
+            found = recaller.block(ranking, budget, frozenset(pinned))
             if not found.text:
                 return found, 0
             tokens = self.counter.count_message({**message, "content": attach(found.text, content)}) - plain
             if tokens <= leftover:
                 history[index] = {**message, "content": attach(found.text, content)}
                 return found, tokens
+            budget = leftover if budget > leftover else budget - (tokens - leftover)
         return Recall(terms=found.terms, reason="no room"), 0
 
     # -- the full picture -----------------------------------------------------------------

@@ -142,6 +142,18 @@ def fuse(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
     return scores
 
 
+@dataclass
+class Ranking:
+    """One question's search: what was searched for, and the hits, best first."""
+
+    thread_id: int = 0
+    through_id: int = 0
+    terms: list[str] = field(default_factory=list)
+    ranked: list[int] = field(default_factory=list)
+    semantic: bool = False  # a semantic ranking was fused in
+    reason: str = ""  # why there are no hits, when there are none
+
+
 class Recaller:
     """Finds and formats recall for one thread. ``semantic`` (optional) ranks messages
     by meaning; without it recall is lexical only."""
@@ -155,20 +167,40 @@ class Recaller:
                exclude: frozenset[int] = frozenset()) -> Recall:
         """The best-matching summarized messages (≤ ``through_id``), each with the messages
         that follow it, as one block of at most ``budget`` tokens (by ``count_text``)."""
+        if budget <= 0:
+            return Recall(terms=query_terms(query, self.store.thread_speakers(thread_id)),
+                          reason="no room")
+        return self.block(self.rank(thread_id, through_id, query), budget, exclude)
+
+    def rank(self, thread_id: int, through_id: int, query: str) -> Ranking:
+        """The summarized messages (≤ ``through_id``) that match ``query``, best first:
+        the search, done once, that :meth:`block` fills budgets from."""
         names = self.store.thread_speakers(thread_id)
         terms = query_terms(query, names)
-        if budget <= 0 or through_id <= 0:
-            return Recall(terms=terms, reason="no room")
+        if through_id <= 0:
+            return Ranking(terms=terms, reason="no room")
         if not asks(query):
-            return Recall(terms=terms, reason="the message asks nothing")
+            return Ranking(terms=terms, reason="the message asks nothing")
         ranked, semantic = self._rank(thread_id, through_id, query, terms, names)
-        if not ranked:
-            return Recall(terms=terms, reason="nothing summarized matches" if terms or semantic
-                          else "no searchable words", semantic=semantic)
-        chosen = self._choose(thread_id, through_id, ranked, budget, exclude)
+        reason = "" if ranked else (
+            "nothing summarized matches" if terms or semantic else "no searchable words")
+        return Ranking(thread_id, through_id, terms, ranked, semantic, reason)
+
+    def block(self, ranking: Ranking, budget: int,
+              exclude: frozenset[int] = frozenset()) -> Recall:
+        """The block of at most ``budget`` tokens from a ranking: its hits in rank order,
+        each with the messages that follow it, while they fit. A second, smaller budget
+        for the same question costs no second search."""
+        if budget <= 0 or not ranking.ranked:
+            return Recall(terms=ranking.terms, reason="no room" if budget <= 0 else ranking.reason,
+                          semantic=ranking.semantic)
+        chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
+                              exclude)
         if not chosen:
-            return Recall(terms=terms, reason="nothing summarized matches", semantic=semantic)
-        return Recall(text=_render(chosen), ids=sorted(chosen), terms=terms, semantic=semantic)
+            return Recall(terms=ranking.terms, reason="nothing summarized matches",
+                          semantic=ranking.semantic)
+        return Recall(text=_render(chosen), ids=sorted(chosen), terms=ranking.terms,
+                      semantic=ranking.semantic)
 
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
               names: list[str]) -> tuple[list[int], bool]:
