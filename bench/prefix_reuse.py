@@ -21,6 +21,11 @@ interleaved, so the load of a shared machine weighs on all three alike.
   once the window is full.
 
     .venv/bin/python bench/prefix_reuse.py [--turns 100] [--skip 80] [--idle 5]
+        [--compare-recall 1024]
+
+With --compare-recall, a fourth client (Iris with idle work at that recall size) runs
+interleaved with the others, and the question turns of the two Iris clients with idle
+work are compared: recall tokens, tokens evaluated at send, time to first token.
 
 With --skip 80 the first 80 turns are already history when the measured session starts,
 so the window is full from the first measured request. That history is left as the app
@@ -207,6 +212,9 @@ def main() -> None:
                         help=f"context.recall_max_tokens for Iris (the shipped default is {RECALL_DEFAULT})")
     parser.add_argument("--idle", type=float, default=5.0,
                         help="seconds the user reads and types between turns (idle work)")
+    parser.add_argument("--compare-recall", type=int, default=None, metavar="TOKENS",
+                        help="also run Iris with idle work at this context.recall_max_tokens, "
+                             "side by side, and compare the question turns")
     args = parser.parse_args()
     import json
 
@@ -215,17 +223,22 @@ def main() -> None:
     # one model (and KV cache) per client, turns interleaved, so the machine's load
     # (shared with other jobs) weighs on the three clients alike
     path = ensure_bundled_model(app_paths().models_dir)
-    models = [LocalModel.load(path, n_ctx=args.window) for _ in range(3)]
+    compare = args.compare_recall is not None
+    models = [LocalModel.load(path, n_ctx=args.window) for _ in range(4 if compare else 3)]
     model = models[0]
-    iris, cold, rolling = [], [], []
+    iris, cold, rolling, other = [], [], [], []
+    clients = [run_iris(models[0], pairs, args.window, args.skip, args.recall, idle=args.idle),
+               run_iris(models[1], pairs, args.window, args.skip, args.recall),
+               run_rolling(models[2], pairs, args.window, args.skip)]
+    if compare:
+        clients.append(run_iris(models[3], pairs, args.window, args.skip, args.compare_recall,
+                                idle=args.idle))
     try:
-        for a, c, b in zip(run_iris(models[0], pairs, args.window, args.skip, args.recall,
-                                    idle=args.idle),
-                           run_iris(models[1], pairs, args.window, args.skip, args.recall),
-                           run_rolling(models[2], pairs, args.window, args.skip)):
+        for a, c, b, *o in zip(*clients):
             iris.append(a)
             cold.append(c)
             rolling.append(b)
+            other.extend(o)
     finally:
         for m in models:
             m.close()
@@ -275,9 +288,33 @@ def main() -> None:
           + ", ".join(f"{c['evaluated']:,}" for a, c in zip(iris, cold) if a["compacted"]))
     mismatched = [a for a in iris if a["prompt"] != a["predicted"]]
     print(f"Iris predicted == reported prompt tokens on {len(iris) - len(mismatched)}/{len(iris)} turns")
+    if compare:
+        compare_recall(iris, other, args.recall, args.compare_recall)
     med, p95, top = ratios["Iris, idle work"]
     print(f"\nprefix_reuse: turns={len(iris)} idle_s={args.idle:g} median_ratio={med:.3f} "
           f"p95_ratio={p95:.3f} max_ratio={top:.3f}")
+
+
+def compare_recall(iris: list[dict], other: list[dict], recall: int, compared: int) -> None:
+    """The question turns of two Iris clients (both with idle work) that differ only in
+    ``context.recall_max_tokens``, side by side."""
+    rows = [(a, o) for a, o in zip(iris, other) if a["recall"] or o["recall"]]
+    print(f"\nquestion turns, recall up to {recall:,} against up to {compared:,} tokens "
+          "(both with idle work):\n")
+    print(f"| turn | recall ({recall:,}) | evaluated at send | TTFT (s) | recall ({compared:,}) "
+          "| evaluated at send | TTFT (s) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for a, o in rows:
+        print(f"| {a['turn']} | {a['recall']:,} | {a['evaluated']:,} | {a['ttft']:.3f} | "
+              f"{o['recall']:,} | {o['evaluated']:,} | {o['ttft']:.3f} |")
+    if not rows:
+        return
+    ttft = statistics.median(a["ttft"] for a, _ in rows)
+    ttft_other = statistics.median(o["ttft"] for _, o in rows)
+    tokens = sum(a["recall"] for a, _ in rows) / sum(o["recall"] for _, o in rows)
+    print(f"\nprefix_reuse_recall: question_turns={len(rows)} recall_ratio={tokens:.3f} "
+          f"median_ttft_s={ttft:.3f} median_ttft_compared_s={ttft_other:.3f} "
+          f"ttft_ratio={ttft / ttft_other:.3f}")
 
 
 if __name__ == "__main__":

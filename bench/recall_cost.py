@@ -17,7 +17,7 @@ turn, interleaved, so that machine noise hits them alike. "First search" is the 
 recall after a thread is opened, which reads its vectors into memory; in the app that
 happens while the question is typed (the draft's request is planned, recall included).
 
-    .venv/bin/python bench/recall_cost.py [--repeat 5]
+    .venv/bin/python bench/recall_cost.py [--repeat 5] [--compare-budget 1024]
 
 The last line is parseable: ``recall_cost: lexical_100k_ms=… hybrid_100k_ms=…
 hybrid_cold_100k_ms=… ratio_100k_1k=… bound_ms=50``.
@@ -88,15 +88,18 @@ def add_random_vectors(store: Store, thread: int, embedder: Embedder, seed: int)
     return ids[-TAIL - 1]
 
 
-def timed(recall, thread: int, through: int, question: str) -> float:
+def timed(recall, thread: int, through: int, question: str, budget: int = BUDGET) -> float:
     started = time.perf_counter()
-    recall(thread, through, question, BUDGET)
+    recall(thread, through, question, budget)
     return (time.perf_counter() - started) * 1000
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="rounds over the questions")
+    parser.add_argument("--compare-budget", type=int, default=None, metavar="TOKENS",
+                        help="also time hybrid recall with this budget, interleaved, and "
+                             "compare (the block is chosen and rendered within the budget)")
     args = parser.parse_args()
     embedder = Embedder.load(embedding_model_path(CACHE / "models"))
     counter = TiktokenCounter()
@@ -115,12 +118,18 @@ def main() -> None:
         # cold: the first search of a thread reads its vectors into memory
         cold = {size: timed(hybrid[size].recall, *threads[size], QUESTIONS[0]) for size in SIZES}
         times: dict[tuple[str, int], list[float]] = {}
-        for _ in range(args.repeat):
+        for round_ in range(args.repeat):
             for question in QUESTIONS:
                 for size in SIZES:
-                    for name, recaller in (("lexical", lexical), ("hybrid", hybrid[size])):
+                    runs = [("lexical", lexical.recall, BUDGET), ("hybrid", hybrid[size].recall, BUDGET)]
+                    if args.compare_budget is not None:
+                        # every other round first, so that what the first call leaves warm
+                        # (the question's vector, SQLite's pages) favours neither budget
+                        compared = ("compared", hybrid[size].recall, args.compare_budget)
+                        runs.insert(1 if round_ % 2 else 2, compared)
+                    for name, recall, budget in runs:
                         times.setdefault((name, size), []).append(
-                            timed(recaller.recall, *threads[size], question))
+                            timed(recall, *threads[size], question, budget))
         store.close()
     embedder.close()
 
@@ -135,6 +144,15 @@ def main() -> None:
         h = med[("hybrid", size)]
         print(f"| {size:,} | {med[('lexical', size)]:.1f} | {h:.1f} | {p95[('hybrid', size)]:.1f} | "
               f"{cold[size]:.0f} | {h / med[('hybrid', SIZES[0])]:.2f}× | {h / BOUND_MS:.2f}× |")
+    if args.compare_budget is not None:
+        print(f"\nhybrid recall, ≤ {BUDGET} against ≤ {args.compare_budget} tokens, interleaved:\n")
+        print(f"| summarized messages | median, {BUDGET} (ms) | p95 (ms) | median, "
+              f"{args.compare_budget} (ms) | p95 (ms) | median ratio |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for size in SIZES:
+            h, c = med[("hybrid", size)], med[("compared", size)]
+            print(f"| {size:,} | {h:.1f} | {p95[('hybrid', size)]:.1f} | {c:.1f} | "
+                  f"{p95[('compared', size)]:.1f} | {h / c:.2f}× |")
     big = SIZES[-1]
     print(f"\nrecall_cost: lexical_100k_ms={med[('lexical', big)]:.1f} "
           f"hybrid_100k_ms={med[('hybrid', big)]:.1f} hybrid_cold_100k_ms={cold[big]:.0f} "

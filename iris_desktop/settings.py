@@ -253,8 +253,8 @@ _ALL: tuple[Setting, ...] = (
     Setting(
         "context.recall_max_tokens", "int", 1536,
         "Tokens for recall: when your newest message asks something, earlier messages that a "
-        "summary replaced, found by full-text search on it and shown to the model with it, "
-        "dated. Recall only uses space the verbatim history leaves free. Each block is new "
+        "summary replaced, found by its words and by its meaning and shown to the model with "
+        "it, dated. Recall only uses space the verbatim history leaves free. Each block is new "
         "to the model, so a question takes longer to start answering: on a slow CPU a "
         "smaller value answers sooner (0 = off).",
         minimum=0, maximum=8192, unit="tokens",

@@ -45,3 +45,21 @@ def test_the_retention_matcher_scores_as_locomo_does_and_keeps_the_strict_column
     assert seen.finds(dict(temporal, answer="Saturday before 16 August 2023")) == (False, False)
     assert retention.one_date_form("on 9th of April, 2023 and Apr 9 2023") == \
         "on 9 April 2023 and 9 April 2023"
+
+
+def test_prefix_reuse_compares_the_question_turns_of_two_recall_sizes(capsys):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import prefix_reuse
+    finally:
+        sys.path.remove(str(BENCH))
+    row = {"turn": 1, "recall": 0, "evaluated": 40, "ttft": 0.5}
+    iris = [row, dict(row, turn=2, recall=1500, evaluated=1600, ttft=12.0)]
+    other = [row, dict(row, turn=2, recall=1000, evaluated=1100, ttft=8.0)]
+    prefix_reuse.compare_recall(iris, other, 1536, 1024)
+    out = capsys.readouterr().out
+    assert "| 2 | 1,500 | 1,600 | 12.000 | 1,000 | 1,100 | 8.000 |" in out
+    assert "| 1 |" not in out  # a turn that asks nothing has no block in either
+    assert out.rstrip().endswith(
+        "prefix_reuse_recall: question_turns=1 recall_ratio=1.500 median_ttft_s=12.000 "
+        "median_ttft_compared_s=8.000 ttft_ratio=1.500")

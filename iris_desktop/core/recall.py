@@ -194,12 +194,13 @@ class Recaller:
         if budget <= 0 or not ranking.ranked:
             return Recall(terms=ranking.terms, reason="no room" if budget <= 0 else ranking.reason,
                           semantic=ranking.semantic)
+        lines: dict[int, str] = {}  # each message's line, rendered once per block
         chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
-                              exclude)
+                              exclude, lines)
         if not chosen:
             return Recall(terms=ranking.terms, reason="nothing summarized matches",
                           semantic=ranking.semantic)
-        return Recall(text=_render(chosen), ids=sorted(chosen), terms=ranking.terms,
+        return Recall(text=_render(chosen, lines), ids=sorted(chosen), terms=ranking.terms,
                       semantic=ranking.semantic)
 
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
@@ -258,7 +259,7 @@ class Recaller:
         return _render(chosen) if chosen else ""
 
     def _choose(self, thread_id: int, through_id: int, ranked: list[int], budget: int,
-                exclude: frozenset[int]) -> dict[int, Said]:
+                exclude: frozenset[int], lines: dict[int, str]) -> dict[int, Said]:
         """The hits and the messages that follow each, in rank order while they fit."""
         spent = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
         chosen: dict[int, Said] = {}
@@ -274,7 +275,7 @@ class Recaller:
                 continue
             new_headings = {fmt_date(s.date) for s in group if s.date} - headings
             cost = self.counter.count_text("\n".join(
-                [*(f"{h}:" for h in sorted(new_headings)), *(_line(s) for s in group)])) + 1
+                [*(f"{h}:" for h in sorted(new_headings)), *(_line(s, lines) for s in group)])) + 1
             if spent + cost > budget:
                 continue
             chosen.update((s.id, s) for s in group)
@@ -313,14 +314,24 @@ def _asks_only(text: str) -> bool:
     return bool(sentences) and all(s.rstrip(" \"')]").endswith("?") for s in sentences)
 
 
-def _line(said: Said) -> str:
+def _line(said: Said, lines: dict[int, str] | None = None) -> str:
+    """``- Speaker: text``, relative dates anchored; kept in ``lines`` by message id."""
+    if lines is not None and said.id in lines:
+        return lines[said.id]
+    line = _render_line(said)
+    if lines is not None:
+        lines[said.id] = line
+    return line
+
+
+def _render_line(said: Said) -> str:
     text = " ".join(said.text.split())
     if len(text) > MAX_CHARS:
         text = text[: MAX_CHARS - 1].rstrip() + "…"
     return f"- {said.speaker}: {resolve_relative(text, said.date)}"
 
 
-def _render(chosen: dict[int, Said]) -> str:
+def _render(chosen: dict[int, Said], lines: dict[int, str] | None = None) -> str:
     """The block, in message order, each date said once (as the ledger does)."""
     out = [RECALL_HEADER]
     current = None
@@ -330,7 +341,7 @@ def _render(chosen: dict[int, Said]) -> str:
         if heading and heading != current:
             out.append(f"{heading}:")
             current = heading
-        out.append(_line(said))
+        out.append(_line(said, lines))
     out.append(RECALL_FOOTER)
     return "\n".join(out)
 

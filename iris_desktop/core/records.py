@@ -24,6 +24,7 @@ WEEKDAY_ABBREVIATIONS = {"mon": "monday", "tue": "tuesday", "tues": "tuesday", "
                          "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday",
                          "sat": "saturday", "sun": "sunday"}
 WEEKDAY_WORDS = WEEKDAYS + sorted(WEEKDAY_ABBREVIATIONS, key=len, reverse=True)
+SEASONS = ("spring", "summer", "fall", "autumn", "winter")
 NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                 "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2}
 #: how a role is named when its messages carry no ``name``
@@ -203,19 +204,23 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
         sub(r"\byesterday\b", fmt_date(today - dt.timedelta(days=1)))
     if "tomorrow" in lowered:
         sub(r"\btomorrow\b", fmt_date(today + dt.timedelta(days=1)))
-    if re.search(r"\b(?:today|tonight|this morning|this afternoon)\b", lowered):
+    # each pattern is tried only when a word it needs is there: a recall block anchors
+    # hundreds of candidate lines per question, and most have no relative date
+    if ("today" in lowered or "tonight" in lowered or "this morning" in lowered
+            or "this afternoon" in lowered):
         sub(r"\b(?:today|tonight|this morning|this afternoon)\b", anchor)
     day = r"(week(?:end)?|" + "|".join(WEEKDAY_WORDS) + r")"
-    match = re.search(r"\b(?:last|this past) " + day + r"\b", lowered)
+    match = ("last " in lowered or "this past " in lowered) and re.search(
+        r"\b(?:last|this past) " + day + r"\b", lowered)
     if match:
         sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} before {anchor}")
-    match = re.search(r"\bnext " + day + r"\b", lowered)
+    match = "next " in lowered and re.search(r"\bnext " + day + r"\b", lowered)
     if match:
         sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} after {anchor}")
-    match = re.search(r"\bthis (week(?:end)?)\b", lowered)
+    match = "this week" in lowered and re.search(r"\bthis (week(?:end)?)\b", lowered)
     if match:
         sub(re.escape(match.group(0)), f"the {match.group(1)} of {anchor}")
-    match = re.search(r"\bon (" + "|".join(WEEKDAYS) + r")\b", lowered)
+    match = "day" in lowered and re.search(r"\bon (" + "|".join(WEEKDAYS) + r")\b", lowered)
     if match and not re.search(r"\b(?:next|last|this past) " + match.group(1), lowered):
         sub(re.escape(match.group(0)), f"the {_weekday(match.group(1))} before or on {anchor}")
     if "last month" in lowered:
@@ -224,7 +229,8 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
     if "next month" in lowered:
         nxt = (today.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
         sub(r"\bnext month\b", f"{MONTH_NAMES[nxt.month - 1]} {nxt.year}")
-    match = re.search(r"\b(last|this|next) (spring|summer|fall|autumn|winter)\b", lowered)
+    match = any(season in lowered for season in SEASONS) and re.search(
+        r"\b(last|this|next) (spring|summer|fall|autumn|winter)\b", lowered)
     if match:
         year = today.year + {"last": -1, "this": 0, "next": 1}[match.group(1)]
         sub(re.escape(match.group(0)), f"{match.group(2)} {year}")
@@ -234,7 +240,8 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
         sub(r"\bthis year\b", str(today.year))
     if "next year" in lowered:
         sub(r"\bnext year\b", str(today.year + 1))
-    match = re.search(r"\b(a few|a couple of|\w+) (days?|weeks?|months?|years?) ago\b", lowered)
+    match = " ago" in lowered and re.search(
+        r"\b(a few|a couple of|\w+) (days?|weeks?|months?|years?) ago\b", lowered)
     if match:
         count = NUMBER_WORDS.get(match.group(1), int(match.group(1)) if match.group(1).isdigit() else None)
         unit = match.group(2).rstrip("s")
