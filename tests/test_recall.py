@@ -361,3 +361,24 @@ def test_a_question_naming_one_speaker_ranks_that_speakers_messages_first(fresh_
     assert ranked("What soup was cooked?")[0] == ids[0]  # the closer match (shorter)
     assert ranked("What soup did Tomas cook?")[0] == ids[1]
     assert ranked("What soup did Rosa and Tomas cook?")[0] == ids[0]  # two named: no boost
+
+
+def test_a_question_sent_gets_the_block_its_draft_was_prefilled_with(fresh_store, chat):
+    """Storing the question adds a document with its words to bm25's statistics, which
+    may reorder near ties: the send reuses the draft's search, so the prefilled KV cache
+    holds the block that is sent."""
+    counter = HeuristicCounter()
+    planner = Planner(params(), counter)
+    thread = compacted(fresh_store, chat["messages"], counter, params())
+    searches = []
+    hits = fresh_store.recall_hits
+    fresh_store.recall_hits = lambda *a, **kw: searches.append(a) or hits(*a, **kw)
+    draft = planner.plan(fresh_store, thread, QUESTION)
+    fresh_store.add_message(thread, {"role": "user", "content": QUESTION})
+    sent = planner.plan(fresh_store, thread)
+    assert draft.recall.ids and sent.recall.ids == draft.recall.ids
+    assert sent.messages[-1]["content"] == draft.messages[-1]["content"]
+    assert len(searches) == 1
+    # another planner (new settings) searches again, and finds the same messages here
+    again = Planner(params(), counter).plan(fresh_store, thread)
+    assert len(searches) == 2 and again.recall.ids == sent.recall.ids

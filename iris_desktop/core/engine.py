@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from iris_desktop.core.recall import Recall, Recaller, SemanticSearch, attach
+from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.store import (
     MessageMeta,
     Store,
@@ -357,11 +357,12 @@ class ContextEngine:
     """Builds requests for one thread. Never modifies stored messages."""
 
     def __init__(self, store: Store, counter: TokenCounter, params: ContextParams,
-                 semantic: SemanticSearch | None = None):
+                 semantic: SemanticSearch | None = None, rankings: RankingCache | None = None):
         self.store = store
         self.counter = counter
         self.params = params
         self.semantic = semantic  # recall's ranking by meaning, when an embedder exists
+        self.rankings = rankings  # recall's recent searches, shared by a planner's engines
         self.calc = TokenBudgetCalculator(
             params.window, params.token_budget_ratio, params.compaction_threshold
         )
@@ -730,7 +731,9 @@ class ContextEngine:
             return Recall(reason="no text to search"), 0
         plain = self.counter.count_message(message)
         recaller = Recaller(self.store, self.counter, self.semantic)
-        ranking = recaller.rank(thread_id, summary.covers_through_id, content)
+        ranking = (self.rankings.rank(recaller, thread_id, summary.id, summary.covers_through_id,
+                                      content) if self.rankings is not None
+                   else recaller.rank(thread_id, summary.covers_through_id, content))
         budget = limit
         for _ in range(3):  # the full limit; what is left; that less what the message adds
             found = recaller.block(ranking, budget, frozenset(pinned))

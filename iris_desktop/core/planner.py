@@ -38,7 +38,7 @@ from iris_desktop.core.engine import (
     ContextRequest,
     ConversationTooLargeException,
 )
-from iris_desktop.core.recall import SemanticSearch
+from iris_desktop.core.recall import RankingCache, SemanticSearch
 from iris_desktop.core.semantic import SemanticIndex
 from iris_desktop.core.store import Store
 from iris_desktop.core.tokens import HeuristicCounter, Message, TiktokenCounter, TokenCounter
@@ -189,6 +189,7 @@ class Planner:
         self._cache: OrderedDict[tuple, ContextRequest | ConversationTooLargeException] = (
             OrderedDict())
         self._tool_prompts: dict[bool, ToolPrompt] = {}
+        self._rankings: weakref.WeakKeyDictionary[Store, RankingCache] = weakref.WeakKeyDictionary()
         # the runtime can count a whole rendering, and this planner counts with its tokenizer
         self._counts_exactly = (hasattr(runtime, "count_prompt")
                                 and counter.name == runtime.counter().name)
@@ -256,7 +257,17 @@ class Planner:
         """An engine on ``store`` with this planner's counter and parameters; without
         recall for compaction's arithmetic (recall only fills what the tail leaves)."""
         params = self.params if recall else replace(self.params, recall_max_tokens=0)
-        return ContextEngine(store, self.counter, params, self.semantic_for(store))
+        return ContextEngine(store, self.counter, params, self.semantic_for(store),
+                             self.rankings_for(store))
+
+    def rankings_for(self, store: Store) -> RankingCache:
+        """Recall's recent searches on ``store``: the draft's prefill and the send of the
+        same question get the same block (see :class:`RankingCache`)."""
+        with self._lock:
+            cache = self._rankings.get(store)
+            if cache is None:
+                cache = self._rankings[store] = RankingCache()
+            return cache
 
     def semantic_for(self, store: Store) -> SemanticSearch | None:
         """Recall's search by meaning on ``store`` (one index per Store, so its vector

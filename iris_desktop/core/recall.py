@@ -31,6 +31,8 @@ are never changed; the block exists only in the request.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -152,6 +154,35 @@ class Ranking:
     ranked: list[int] = field(default_factory=list)
     semantic: bool = False  # a semantic ranking was fused in
     reason: str = ""  # why there are no hits, when there are none
+
+
+class RankingCache:
+    """The rankings of the last few questions asked on one store, so that the question
+    searched for its draft's prefill gets the same hits when it is sent. Storing the
+    question changes bm25's statistics (one more document holds its words), which can
+    reorder near ties, change the block, and waste the prefilled KV cache. What a ranking
+    covers, the summarized messages up to ``through_id``, never changes; a vector the
+    background indexer adds later to one of them is used from the next question on."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self._items: OrderedDict[tuple, Ranking] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def rank(self, recaller: Recaller, thread_id: int, summary_id: int, through_id: int,
+             query: str) -> Ranking:
+        key = (thread_id, summary_id, through_id, query, recaller.semantic is not None)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        ranking = recaller.rank(thread_id, through_id, query)
+        with self._lock:
+            self._items[key] = ranking
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return ranking
 
 
 class Recaller:
