@@ -230,7 +230,7 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
         nxt = (today.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
         sub(r"\bnext month\b", f"{MONTH_NAMES[nxt.month - 1]} {nxt.year}")
     match = any(season in lowered for season in SEASONS) and re.search(
-        r"\b(last|this|next) (spring|summer|fall|autumn|winter)\b", lowered)
+        r"\b(last|this|next) (" + "|".join(SEASONS) + r")\b", lowered)
     if match:
         year = today.year + {"last": -1, "this": 0, "next": 1}[match.group(1)]
         sub(re.escape(match.group(0)), f"{match.group(2)} {year}")
