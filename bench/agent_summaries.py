@@ -28,13 +28,16 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import CompactionSettings  # noqa: E402
-from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.config import (
+    CompactionSettings,  # noqa: E402
+    ContextParams,  # noqa: E402
+)
 from iris_desktop.core.extractive import paths_in  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.records import said_from_row  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
+from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
@@ -60,7 +63,7 @@ def one_transcript(path: Path, model: LocalModel, timeout: float, window: int = 
         ids = store.add_messages(thread, messages)
         planner = Planner(params, model.counter(), compaction=settings)
         started = time.perf_counter()
-        events = compact_while_due(planner.compactor(store, runtime=model), thread)
+        events = compact_while_due(build_compactor(planner, store, runtime=model), thread)
         seconds = time.perf_counter() - started
         summary = store.latest_summary(thread)
         kept = explored = 0

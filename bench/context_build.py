@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.engine import ContextEngine, ContextParams, ensure_counts
+from iris_desktop.core.config import ContextParams
+from iris_desktop.core.engine import ContextEngine, ensure_counts
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import TiktokenCounter
+from iris_desktop.tokens import TiktokenCounter
 
 from _corpus import synthetic_thread
 

@@ -48,10 +48,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.config import ContextParams  # noqa: E402
 from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
@@ -73,9 +74,9 @@ def turns_of(messages: list[dict]) -> list[tuple[dict, dict | None]]:
 
 
 def one_token(model: LocalModel, messages: list[dict]):
-    for _ in model.stream(messages, max_tokens=1, temperature=0.0):
-        pass
-    return model.last_stats
+    generation = model.stream(messages, max_tokens=1, temperature=0.0)
+    generation.text()
+    return generation.stats
 
 
 class Deadline:
@@ -104,7 +105,7 @@ def run_iris(model, pairs, window, skip=0, recall=RECALL_DEFAULT, idle: float | 
         store = Store(Path(tmp) / "bench.db")
         thread = store.create_thread("bench")
         planner = Planner(params, counter)
-        compactor = planner.compactor(store)
+        compactor = build_compactor(planner, store)
         previous_prompt = 0
         compacted = False
         warm = None  # the request to warm up after a compaction
@@ -121,11 +122,11 @@ def run_iris(model, pairs, window, skip=0, recall=RECALL_DEFAULT, idle: float | 
                 started = time.perf_counter()
                 deadline = Deadline(idle)
                 if warm is not None:
-                    idle_work["warmed"] = model.prefill(warm.messages, cancel=deadline).evaluated_tokens
+                    idle_work["warmed"] = model.prefill(warm.messages, cancel=deadline).run().evaluated_tokens
                 if not deadline.is_set():
                     draft = planner.plan(store, thread, user["content"])
-                    idle_work["prefilled"] = model.prefill(draft.messages,
-                                                           cancel=deadline).evaluated_tokens
+                    idle_work["prefilled"] = model.prefill(
+                        draft.messages, cancel=deadline).run().evaluated_tokens
                 idle_work["idle_s"] = time.perf_counter() - started
             store.add_message(thread, user)
             events = list(compactor.before_request(thread))
@@ -166,7 +167,7 @@ def settle_history(compactor, planner, store, thread, model) -> None:
         events = list(compactor.after_reply(thread))
         if not any(isinstance(e, CompactionFinished) and e.event.outcome == "ok" for e in events):
             break
-    model.prefill(planner.plan(store, thread).messages)
+    model.prefill(planner.plan(store, thread).messages).run()
 
 
 def run_rolling(model, pairs, window, skip=0):
@@ -188,7 +189,7 @@ def run_rolling(model, pairs, window, skip=0):
             if reply:
                 history[-1].append(reply)
             if n == skip:  # its cache holds the prompt it sent last, as Iris's does
-                model.prefill([system, *(m for turn in history for m in turn)])
+                model.prefill([system, *(m for turn in history for m in turn)]).run()
             continue
         messages = [system, *(m for turn in history for m in turn)]
         stats = one_token(model, messages)

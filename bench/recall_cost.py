@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.core.recall import Recaller
 from iris_desktop.core.semantic import SemanticIndex
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import TiktokenCounter
 from iris_desktop.runtime.embedder import Embedder, embedding_model_path
 from iris_desktop.settings import lookup
+from iris_desktop.tokens import TiktokenCounter
 
 from _corpus import REPO, synthetic_thread
 
@@ -76,15 +76,11 @@ def dated(messages: list[dict]) -> list[dict]:
 
 def add_random_vectors(store: Store, thread: int, embedder: Embedder, seed: int) -> int:
     """A unit vector of the embedder's size for every message of ``thread``."""
-    ids = [row[0] for row in store.conn.execute(
-        "SELECT id FROM messages WHERE thread_id = ? ORDER BY id", (thread,))]
+    ids = [int(row["id"]) for row in store.messages(thread)]
     rng = np.random.default_rng(seed)
     vectors = rng.standard_normal((len(ids), embedder.dimensions)).astype("<f4")
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    with store.transaction():
-        store.conn.executemany(
-            "INSERT INTO message_vectors(message_id, model, vector) VALUES (?, ?, ?)",
-            [(mid, embedder.identity, vec.tobytes()) for mid, vec in zip(ids, vectors)])
+    store.save_vectors(embedder.identity, [(mid, vec.tobytes()) for mid, vec in zip(ids, vectors)])
     return ids[-TAIL - 1]
 
 

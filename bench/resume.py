@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.config import ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache  # noqa: E402
@@ -43,9 +44,9 @@ QUESTION = {"role": "user", "content": "Thanks! Could you sum up in one sentence
 
 
 def first_token(model: LocalModel, messages: list[dict]):
-    for _ in model.stream(messages, max_tokens=1, temperature=0.0):
-        pass
-    return model.last_stats
+    generation = model.stream(messages, max_tokens=1, temperature=0.0)
+    generation.text()
+    return generation.stats
 
 
 def main() -> None:
@@ -68,7 +69,7 @@ def main() -> None:
             data = json.loads((CORPUS / "long-chats" / f"{name}.json").read_text())
             thread = store.create_thread(name)
             store.add_messages(thread, locomo_messages(data)[: args.turns])
-            compact_while_due(planner.compactor(store), thread)
+            compact_while_due(build_compactor(planner, store), thread)
             threads[name] = thread
         a, b = threads[args.chat], threads[args.other]
         kv = KVStateStore(Path(tmp) / "kv-cache", args.kv_cache_mb * 2**20)

@@ -50,13 +50,16 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import CompactionSettings  # noqa: E402
-from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.config import (
+    CompactionSettings,  # noqa: E402
+    ContextParams,  # noqa: E402
+)
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.recall import Recaller  # noqa: E402
 from iris_desktop.core.records import DATE_FORMS, MONTH_NAMES, month_number  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
+from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
@@ -200,7 +203,7 @@ def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tal
             settings = CompactionSettings(summary_max_tokens=SUMMARY_CAP, timeout_s=args.timeout)
             planner = Planner(params, counter, compaction=settings)
             started = time.perf_counter()
-            events = compact_while_due(planner.compactor(store, runtime=runtime), thread)
+            events = compact_while_due(build_compactor(planner, store, runtime=runtime), thread)
             row[f"{label}_seconds"] = round(time.perf_counter() - started, 1)
             row[f"{label}_paths"] = [e.path for e in events]
             if label == "llm":

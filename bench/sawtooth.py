@@ -18,10 +18,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.config import ContextParams  # noqa: E402
 from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
@@ -52,7 +53,7 @@ def main() -> None:
         store = Store(Path(tmp) / "s.db")
         thread = store.create_thread(args.chat)
         planner = Planner(params, counter)
-        compactor = planner.compactor(store, runtime=model if args.llm else None)
+        compactor = build_compactor(planner, store, runtime=model if args.llm else None)
         messages = data["messages"]
         for i, message in enumerate(messages):
             store.add_message(thread, message)
@@ -61,9 +62,9 @@ def main() -> None:
             before = [e.event for e in compactor.before_request(thread)
                       if isinstance(e, CompactionFinished)]
             request = planner.plan(store, thread)
-            for _ in model.stream(request.messages, max_tokens=1, temperature=0.0):
-                pass
-            stats = model.last_stats
+            generation = model.stream(request.messages, max_tokens=1, temperature=0.0)
+            generation.text()
+            stats = generation.stats
             store.add_request(thread, {
                 "prompt_tokens": stats.prompt_tokens,
                 "predicted_prompt_tokens": request.predicted_prompt_tokens,

@@ -29,10 +29,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from iris_desktop.core.compaction import CompactionSettings  # noqa: E402
-from iris_desktop.core.engine import ContextParams  # noqa: E402
+from iris_desktop.core.config import (
+    CompactionSettings,  # noqa: E402
+    ContextParams,  # noqa: E402
+)
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
 from iris_desktop.runtime.remote import RemoteRuntime  # noqa: E402
@@ -70,13 +73,14 @@ def replay(runtime, pairs, window: int, label: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.db")
         thread = store.create_thread("bench")
-        compactor = planner.compactor(store)
+        compactor = build_compactor(planner, store)
         for n, (user, reply) in enumerate(pairs, start=1):
             store.add_message(thread, user)
             list(compactor.before_request(thread))
             request = planner.plan(store, thread)
-            "".join(runtime.stream(request.messages, max_tokens=1, temperature=0.0))
-            stats = runtime.last_stats
+            generation = runtime.stream(request.messages, max_tokens=1, temperature=0.0)
+            generation.text()
+            stats = generation.stats
             store.add_request(thread, {"prompt_tokens": stats.prompt_tokens,
                                        "summary_id": request.summary.id if request.summary else None})
             rows.append({"turn": n, "predicted": request.predicted_prompt_tokens,

@@ -54,15 +54,17 @@ def one_try(model: LocalModel, messages: list[dict], kind: str, delay: float) ->
         threading.Thread(target=press, daemon=True).start()
     started = time.perf_counter()
     if kind == "chat":
-        list(model.stream(messages, max_tokens=4, cancel=cancel))
-        evaluated = model.last_stats.evaluated_tokens
+        generation = model.stream(messages, max_tokens=4, cancel=cancel)
+        generation.text()
+        evaluated = generation.stats.evaluated_tokens
     elif kind == "warm-up":
-        evaluated = model.prefill(messages, cancel=cancel).evaluated_tokens
+        evaluated = model.prefill(messages, cancel=cancel).run().evaluated_tokens
     else:  # a deadline, as the summary's timeout sets it
         pressed.append(started + delay)
         evaluated_at_stop.append(-1)
-        list(model.stream(messages, max_tokens=4, deadline=time.monotonic() + delay))
-        evaluated = model.last_stats.evaluated_tokens
+        generation = model.stream(messages, max_tokens=4, deadline=time.monotonic() + delay)
+        generation.text()
+        evaluated = generation.stats.evaluated_tokens
     ended = time.perf_counter()
     return {"kind": kind, "delay": delay, "latency": ended - pressed[0],
             "evaluated": evaluated, "after_stop": (evaluated - evaluated_at_stop[0]
@@ -81,7 +83,7 @@ def main() -> None:
     # how long the whole evaluation takes here, so the stops land inside it
     model.llm.reset()
     started = time.perf_counter()
-    model.prefill(messages)
+    model.prefill(messages).run()
     full_s = time.perf_counter() - started
     rng = random.Random(7)
     rows = []

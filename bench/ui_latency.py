@@ -42,7 +42,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 
 from iris_desktop.core.events import CompactionFinished, CompactionStarted, ReplyToken  # noqa: E402
-from iris_desktop.core.session import Session  # noqa: E402
+from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.ui.app import application  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 
@@ -102,7 +102,7 @@ def main() -> int:
 
     _app = application()  # kept alive for the whole run
     data_dir = Path(tempfile.mkdtemp(prefix="iris-latency-"))
-    session = Session(data_dir, {"model.max_tokens": str(args.tokens), "model.temperature": "0.7",
+    session = Host(data_dir, {"model.max_tokens": str(args.tokens), "model.temperature": "0.7",
                                  "context.summarizer": "auto" if args.llm_compaction
                                  else "extractive"})
     store = session.store

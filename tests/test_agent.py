@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from iris_desktop.core.agent import Agent, AgentConfig
-from iris_desktop.core.engine import ContextParams
+from iris_desktop.core.agent import Agent
+from iris_desktop.core.config import AgentConfig, ContextParams, ToolsConfig
 from iris_desktop.core.events import (
     ReplyToken,
     RequestSent,
@@ -17,7 +17,9 @@ from iris_desktop.core.events import (
     TurnDone,
     TurnFailed,
 )
-from iris_desktop.core.planner import Planner, ToolsConfig
+from iris_desktop.core.planner import Planner
+from iris_desktop.host import build_agent
+from iris_desktop.runtime.protocol import Capabilities
 
 from fakes import ScriptedRuntime
 
@@ -44,7 +46,7 @@ def make_agent(store, replies, folder=None, **config):
     runtime = ScriptedRuntime(replies)
     planner = planner_for(runtime, ContextParams(window=8192, system_prompt="You are Iris."),
                           folder, **config)
-    return planner.agent(store, compact=False), runtime
+    return build_agent(planner, store, compact=False), runtime
 
 
 def kinds(events):
@@ -175,7 +177,7 @@ def test_full_turn_opens_no_network_connection(fresh_store, folder, monkeypatch)
 
 def test_native_tool_templates_get_the_definitions(fresh_store, folder):
     class NativeRuntime(ScriptedRuntime):
-        native_tools = True
+        capabilities = Capabilities(native_tools=True)
 
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
@@ -186,11 +188,11 @@ def test_native_tool_templates_get_the_definitions(fresh_store, folder):
 
         def stream(self, messages, *, tools=None, **kw):
             self.tools_seen.append(tools)
-            yield from super().stream(messages, **kw)
+            return super().stream(messages, **kw)
 
     runtime = NativeRuntime([call("read_file", path="notes.txt"), "done"])
-    agent = planner_for(runtime, ContextParams(window=8192, system_prompt="S"), folder).agent(
-        fresh_store, compact=False)
+    agent = build_agent(planner_for(runtime, ContextParams(window=8192, system_prompt="S"), folder),
+                        fresh_store, compact=False)
     events = list(agent.send(fresh_store.create_thread("t"), "go"))
     request = [e for e in events if isinstance(e, RequestSent)][0].request
     assert request.breakdown.tools == 123 and request.tool_definitions

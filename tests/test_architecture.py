@@ -1,5 +1,7 @@
-"""The shape of the code, checked: no import cycles, small UI modules, short core
-functions (or a stated reason), and one place that computes windows and counters."""
+"""The shape of the code, checked: the layers (core and runtime never import each other;
+the host joins them), no import cycle anywhere (``TYPE_CHECKING`` imports included),
+small UI modules, short core functions (or a stated reason), one place that computes
+windows and counters, and one place that loads models."""
 
 from __future__ import annotations
 
@@ -25,16 +27,17 @@ def _type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def runtime_imports(path: Path) -> set[str]:
-    """Modules of the package that ``path`` imports when it runs (module level and inside
-    functions alike; only ``if TYPE_CHECKING:`` blocks are left out)."""
+def runtime_imports(path: Path, type_checking: bool = False) -> set[str]:
+    """Modules of the package that ``path`` imports (module level and inside functions
+    alike); ``if TYPE_CHECKING:`` blocks too when ``type_checking``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else \
-        module_name(path)
+    inside = path.resolve().is_relative_to(PACKAGE.parent)
+    package = "" if not inside else (
+        module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path))
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _type_checking(node):
+        if isinstance(node, ast.If) and _type_checking(node) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -56,12 +59,12 @@ def runtime_imports(path: Path) -> set[str]:
     return found
 
 
-def graph() -> dict[str, set[str]]:
+def graph(type_checking: bool = True) -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     edges: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = set()
-        for imported in runtime_imports(path):
+        for imported in runtime_imports(path, type_checking):
             # "from iris_desktop.core import x" may name a module or an attribute
             while imported not in modules and "." in imported:
                 imported = imported.rsplit(".", 1)[0]
@@ -93,13 +96,68 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_package_has_no_import_cycle():
-    edges = graph()
+def test_the_package_has_no_import_cycle_type_checking_imports_included():
+    edges = graph(type_checking=True)
     # package __init__ files re-export their modules; a cycle through them is not a design
     # cycle, so they are left out of the walk
     edges = {k: {t for t in v if not PACKAGE.joinpath(*t.split(".")[1:], "__init__.py").exists()}
              for k, v in edges.items()}
     assert find_cycle(edges) is None, " → ".join(find_cycle(edges) or [])
+
+
+def test_a_type_checking_import_counts(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from iris_desktop.ui.main_window import MainWindow\n")
+    assert runtime_imports(source) == set()
+    assert runtime_imports(source, type_checking=True) == {"iris_desktop.ui.main_window"}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else module
+
+
+def test_core_and_runtime_never_import_each_other():
+    """core states what it needs of a model (core.ports); runtime needs only the shared
+    token vocabulary (iris_desktop.tokens); the host joins them."""
+    crossing = []
+    for path in PACKAGE.rglob("*.py"):
+        source = layer_of(module_name(path))
+        for imported in runtime_imports(path, type_checking=True):
+            target = layer_of(imported)
+            if {source, target} == {"core", "runtime"}:
+                crossing.append(f"{module_name(path)} imports {imported}")
+    assert crossing == []
+
+
+def test_core_and_runtime_import_neither_the_host_nor_the_ui_nor_the_cli():
+    above = ("iris_desktop.host", "iris_desktop.ui", "iris_desktop.commands", "iris_desktop.cli")
+    found = []
+    for package in ("core", "runtime"):
+        for path in (PACKAGE / package).rglob("*.py"):
+            found += [f"{module_name(path)} imports {i}" for i in runtime_imports(path, True)
+                      if i.startswith(above)]
+    assert found == []
+
+
+#: what loads a model, an embedder or a KV state store: only the host does
+LOADERS = ("LocalModel", "RemoteRuntime", "Embedder", "KVStateStore", "ThreadCache",
+           "load_runtime", "connect_server")
+
+
+def test_the_cli_and_the_model_thread_drive_the_host_and_load_nothing_themselves():
+    for relative in ("commands.py", "ui/model_thread.py"):
+        path = PACKAGE / relative
+        imports = runtime_imports(path)
+        assert "iris_desktop.host" in imports, relative
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not names & set(LOADERS), f"{relative} uses {sorted(names & set(LOADERS))}"
+        assert not {i for i in imports if i in ("iris_desktop.runtime.model",
+                                                 "iris_desktop.runtime.embedder",
+                                                 "iris_desktop.runtime.kv_store")}, relative
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -115,7 +173,7 @@ def test_no_ui_module_is_over_about_400_lines():
 
 def test_core_functions_are_short_or_say_why():
     long = []
-    for path in (PACKAGE / "core").glob("*.py"):
+    for path in (PACKAGE / "core").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -7,13 +7,14 @@ import threading
 
 import pytest
 
-from iris_desktop.core.compaction import CompactionSettings, _transcript_lines
-from iris_desktop.core.engine import ContextEngine, ContextParams
+from iris_desktop.core.compaction import _transcript_lines
+from iris_desktop.core.config import CompactionSettings, ContextParams
+from iris_desktop.core.engine import ContextEngine
 from iris_desktop.core.events import CompactionFinished, CompactionStarted
 from iris_desktop.core.records import said_from_row
 from iris_desktop.core.store import Store, row_to_message
 from iris_desktop.core.summary import FIELDS, ConversationSummary, SummaryInvalid, close_cut_json
-from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
+from iris_desktop.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 from fakes import ScriptedRuntime
@@ -119,7 +120,7 @@ def test_a_summary_cut_at_its_token_cap_is_closed_and_used(fresh_store):
     runtime = ScriptedRuntime([llm_json(words=2000)], n_ctx=8192, cut_at_cap=True)
     compactor = compactor_for(fresh_store, HeuristicCounter(), params(), runtime=runtime)
     event = compactor.compact(thread, "budget")
-    assert runtime.last_stats.finish_reason == "length"
+    assert runtime.finished[-1].finish_reason == "length"
     assert event.outcome == "ok" and event.path == "llm" and event.error is None
     fields = fresh_store.latest_summary(thread).fields
     # the narrative kept as far as it got; the fields it never reached are empty
@@ -171,7 +172,7 @@ def test_timeout_falls_back_to_extractive(fresh_store):
                               CompactionSettings(timeout_s=0.3), runtime=slow)
     event = compactor.compact(thread, "budget")
     assert event.path == "extractive" and "timed out" in event.error
-    assert slow.last_stats.completion_tokens < 400  # stopped by the deadline, not finished
+    assert slow.finished[-1].completion_tokens < 400  # stopped by the deadline, not finished
 
 
 def test_stop_during_an_llm_summary_falls_back_to_extractive(fresh_store):

@@ -6,15 +6,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from iris_desktop.core.config import ContextParams
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
     ContextEngine,
-    ContextParams,
     ConversationTooLargeException,
     TokenBudgetCalculator,
 )
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import HeuristicCounter, TiktokenCounter
+from iris_desktop.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 from invariants import check_request, snapshot

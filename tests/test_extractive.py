@@ -12,7 +12,7 @@ import pytest
 from iris_desktop.core.extractive import ExtractiveSummarizer, paths_in
 from iris_desktop.core.records import Said, resolve_relative, said_from_row
 from iris_desktop.core.summary import ConversationSummary
-from iris_desktop.core.tokens import HeuristicCounter
+from iris_desktop.tokens import HeuristicCounter
 
 from conftest import ASSISTANT_CHAT, SYNTHETIC_CHAT
 

@@ -311,8 +311,8 @@ def test_fuzz_chat_with_a_scripted_model(capsys, tmp_path, monkeypatch, sandbox_
     rng = random.Random(SEED + 3)
     tally = Tally("chat")
     replies: list[str] = []
-    monkeypatch.setattr("iris_desktop.core.session.load_model",
-                        lambda *a: Runtime(list(replies), n_ctx=8192))
+    monkeypatch.setattr("iris_desktop.host.load_runtime",
+                        lambda *a, **k: Runtime(list(replies), n_ctx=8192))
     data = tmp_path / "data"
     settings = ["--set", f"tools.allowed_paths={json.dumps([str(allowed)])}",
                 "--set", "context.summarizer=extractive"]

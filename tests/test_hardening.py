@@ -71,7 +71,7 @@ def unwritable(path: Path):
 
 
 class Runtime(ScriptedRuntime):
-    """ScriptedRuntime as Session.load_model returns it (the session closes its model)."""
+    """ScriptedRuntime as host.load_runtime returns it (the host closes its model)."""
 
     def close(self) -> None:
         pass
@@ -85,7 +85,7 @@ def scripted(monkeypatch):
     def install(*replies: str, n_ctx: int = 8192) -> Runtime:
         runtime = Runtime(list(replies), n_ctx=n_ctx)
         runtimes.append(runtime)
-        monkeypatch.setattr("iris_desktop.core.session.load_model", lambda *a: runtimes[-1])
+        monkeypatch.setattr("iris_desktop.host.load_runtime", lambda *a, **k: runtimes[-1])
         return runtime
 
     return install
@@ -405,7 +405,7 @@ def test_chat_message_source_errors(capsys, argv, fragment, scripted):
 @pytest.fixture
 def counted(monkeypatch):
     """The lengths of every text the heuristic counter is asked to count."""
-    from iris_desktop.core.tokens import HeuristicCounter
+    from iris_desktop.tokens import HeuristicCounter
 
     lengths: list[int] = []
     real = HeuristicCounter.count_text

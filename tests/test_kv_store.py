@@ -34,7 +34,7 @@ def model(model_path):
 def test_a_restored_thread_evaluates_only_what_is_new(model, tmp_path):
     store = KVStateStore(tmp_path / "kv", 256 * 2**20)
     history = conversation(12)
-    stats = model.prefill(history)
+    stats = model.prefill(history).run()
     assert stats.evaluated_tokens > 300 and not stats.stopped
     path = store.save(model, 7)
     assert path is not None and stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -42,15 +42,16 @@ def test_a_restored_thread_evaluates_only_what_is_new(model, tmp_path):
     restored = store.restore(model, 7)
     assert restored.tokens == stats.prompt_tokens
     nxt = [*history, {"role": "user", "content": "And one more?"}]
-    "".join(model.stream(nxt, max_tokens=1, temperature=0))
-    new = model.last_stats
+    generation = model.stream(nxt, max_tokens=1, temperature=0)
+    generation.text()
+    new = generation.stats
     assert new.reused_tokens >= stats.prompt_tokens - 4  # only the new message is evaluated
     assert new.evaluated_tokens < 40
 
 
 def test_corrupt_truncated_and_foreign_states_are_deleted_not_loaded(model, tmp_path):
     store = KVStateStore(tmp_path / "kv", 256 * 2**20)
-    model.prefill(conversation(3))
+    model.prefill(conversation(3)).run()
     for damage in ("flip", "truncate", "foreign"):
         path = store.save(model, 1)
         data = bytearray(path.read_bytes())
@@ -67,7 +68,7 @@ def test_corrupt_truncated_and_foreign_states_are_deleted_not_loaded(model, tmp_
 
 
 def test_disk_use_is_bounded_least_recently_used_first(model, tmp_path):
-    model.prefill(conversation(6))
+    model.prefill(conversation(6)).run()
     one = KVStateStore(tmp_path / "probe", 2**30).save(model, 0).stat().st_size
     store = KVStateStore(tmp_path / "kv", int(one * 2.5))  # room for two
     for thread in (1, 2):
@@ -84,14 +85,21 @@ def test_a_prefill_gives_way_to_a_cancel_and_keeps_what_it_did(model):
     model.llm.reset()
     long = conversation(60)
     cancel = threading.Event()
-    seen: list[int] = []
-
-    def progress(done: int, total: int) -> None:
-        seen.append(done)
+    work = model.prefill(long, cancel=cancel)
+    seen = []
+    for done, total in work:  # progress after each batch
+        seen.append((done, total))
         cancel.set()  # the draft changed (or a send came) after the first batch
-
-    stats = model.prefill(long, cancel=cancel, progress=progress)
+    stats = work.stats
+    assert seen and seen[0][1] == stats.prompt_tokens and seen[0][0] < stats.prompt_tokens
     assert stats.stopped and 0 < stats.evaluated_tokens < stats.prompt_tokens
     assert len(model.kv_tokens()) == stats.evaluated_tokens
-    again = model.prefill(long)  # continues from there
+    again = model.prefill(long).run()  # continues from there
     assert again.reused_tokens >= stats.evaluated_tokens - 1 and not again.stopped
+
+    # closing a prefill early stops it the same way
+    model.llm.reset()
+    work = model.prefill(long)
+    next(work)
+    work.close()
+    assert work.stats.stopped and work.stats.evaluated_tokens < work.stats.prompt_tokens

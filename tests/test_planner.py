@@ -10,12 +10,12 @@ import threading
 import pytest
 
 from iris_desktop.cli import main
-from iris_desktop.core.engine import ContextParams
-from iris_desktop.core.events import ReplyToken, RequestSent, TurnDone
-from iris_desktop.core.planner import Planner, ToolsConfig
-from iris_desktop.core.session import Session
-from iris_desktop.core.tokens import HeuristicCounter
+from iris_desktop.core.config import ContextParams, ToolsConfig
+from iris_desktop.core.events import ReplySaved, RequestSent, TurnDone
+from iris_desktop.core.planner import Planner
+from iris_desktop.host import Host, build_agent, load_runtime
 from iris_desktop.settings import load_settings
+from iris_desktop.tokens import HeuristicCounter
 
 from fakes import ScriptedRuntime
 
@@ -45,7 +45,7 @@ def test_the_agent_reports_what_it_sent_in_at_most_two_builds(fresh_store):
     planner = Planner(ContextParams(window=8192), runtime.counter(), runtime=runtime)
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, chat(3))
-    events = list(planner.agent(fresh_store).send(thread, "When do I plant tomatoes?"))
+    events = list(build_agent(planner, fresh_store).send(thread, "When do I plant tomatoes?"))
     sent = next(e for e in events if isinstance(e, RequestSent)).request
     assert runtime.requests[0] == sent.messages  # the reported request is the sent one
     done = events[-1]
@@ -104,14 +104,14 @@ def test_context_draft_predicts_what_chat_reports_with_native_tools(capsys, tmp_
     thread = json.loads(capsys.readouterr().out)["thread_id"]
     assert main([*settings, "context", str(thread), "--json", "--draft", "Say goodbye."]) == 0
     context = json.loads(capsys.readouterr().out)
-    with Session(tmp_path / "home") as session:
-        before = len(session.store.requests(thread))
+    with Host(tmp_path / "home") as host:
+        before = len(host.store.requests(thread))
     assert context["tools_native"] and context["tools"] and context["prompt_exact"]
     assert context["chat_format"] == "jinja"
     assert main([*settings, "chat", "--thread", str(thread), "--json", "Say goodbye."]) == 0
     reply = json.loads(capsys.readouterr().out)
-    with Session(tmp_path / "home") as session:
-        first_of_turn = session.store.requests(thread)[before]  # the request for the draft
+    with Host(tmp_path / "home") as host:
+        first_of_turn = host.store.requests(thread)[before]  # the request for the draft
     assert first_of_turn["prompt_tokens"] == first_of_turn["predicted_prompt_tokens"]
     assert context["predicted_prompt_tokens"] == first_of_turn["prompt_tokens"]
     if reply["finish_reason"] != "stop" or not reply["reply"]:
@@ -121,14 +121,13 @@ def test_context_draft_predicts_what_chat_reports_with_native_tools(capsys, tmp_
 def test_planner_meter_and_inspector_agree_with_the_model(tmp_path, model_path, tools_folder):
     """The planner's prediction for a draft equals the prompt tokens the model reports when
     that draft is sent, and the inspector's rows add up to it."""
-    from iris_desktop.core.session import load_model
     from iris_desktop.core.views import inspector_report
 
     settings = load_settings(None, env={}).with_overrides({
         "model.path": str(model_path), "tools.allowed_paths": str(tools_folder),
         "model.temperature": "0", "model.max_tokens": "8", "model.n_ctx": "4096"})
-    with Session(tmp_path / "home", settings=settings) as session:
-        model = load_model(settings, session.paths)
+    with Host(tmp_path / "home", settings=settings) as session:
+        model = load_runtime(settings, session.paths)
         try:
             planner = Planner.from_settings(settings, model)
             assert planner.tool_prompt().native
@@ -140,10 +139,9 @@ def test_planner_meter_and_inspector_agree_with_the_model(tmp_path, model_path, 
             report = inspector_report(store, planner, thread, draft)
             assert sum(r["tokens"] for r in report["request"]) == predicted.predicted_prompt_tokens
             assert report["breakdown"] == predicted.breakdown.as_dict()
-            for event in planner.agent(store, compact=False).send(thread, draft):
-                if isinstance(event, ReplyToken):
-                    break  # the prompt is evaluated once the first token exists
-            reported = model.last_stats
+            for event in build_agent(planner, store, compact=False).send(thread, draft):
+                if isinstance(event, ReplySaved):
+                    reported = event.stats  # what llama.cpp evaluated for the request
         finally:
             model.close()
     assert reported.prompt_tokens == predicted.predicted_prompt_tokens
@@ -151,13 +149,11 @@ def test_planner_meter_and_inspector_agree_with_the_model(tmp_path, model_path, 
 
 def test_tools_are_in_the_native_template_not_the_system_prompt(tmp_path, model_path,
                                                                 tools_folder):
-    from iris_desktop.core.session import load_model
+    from iris_desktop.paths import app_paths
 
     settings = load_settings(None, env={}).with_overrides({"model.path": str(model_path),
                                                            "model.n_ctx": "2048"})
-    from iris_desktop.paths import app_paths
-
-    model = load_model(settings, app_paths(tmp_path))
+    model = load_runtime(settings, app_paths(tmp_path))
     try:
         planner = Planner.from_settings(settings, model)
         planner_tools = Planner(planner.params, planner.counter, runtime=model,

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from iris_desktop.core.engine import ContextEngine, ContextParams
+from iris_desktop.core.config import ContextParams
+from iris_desktop.core.engine import ContextEngine
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.recall import (
     RECALL_FOOTER,
@@ -21,7 +22,7 @@ from iris_desktop.core.recall import (
     query_terms,
 )
 from iris_desktop.core.records import Period, periods_in
-from iris_desktop.core.tokens import HeuristicCounter
+from iris_desktop.tokens import HeuristicCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, SYNTHETIC_CHAT, load_corpus
 from helpers import compact_while_due, compactor_for
@@ -186,8 +187,9 @@ def test_real_model_counts_the_recalled_prompt_exactly(fresh_store, chat, real_m
     request = planner.plan(fresh_store, thread)
     check_request(planner.engine(fresh_store), request)
     assert request.breakdown.recall > 0 and request.exact
-    "".join(real_model.stream(request.messages, max_tokens=2, temperature=0))
-    stats = real_model.last_stats
+    generation = real_model.stream(request.messages, max_tokens=2, temperature=0)
+    generation.text()
+    stats = generation.stats
     assert stats.prompt_tokens == request.predicted_prompt_tokens
 
 

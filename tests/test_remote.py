@@ -22,15 +22,15 @@ import keyring.backend
 import pytest
 from keyring.errors import PasswordDeleteError
 
-from iris_desktop.core.agent import AgentConfig
-from iris_desktop.core.compaction import CompactionSettings
-from iris_desktop.core.engine import ContextParams
-from iris_desktop.core.events import ReplyToken, ToolFinished, TurnDone, TurnFailed
-from iris_desktop.core.planner import Planner, ToolsConfig
+from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextParams, ToolsConfig
+from iris_desktop.core.events import ReplySaved, ReplyToken, ToolFinished, TurnDone, TurnFailed
+from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import row_to_message
 from iris_desktop.core.toolcalls import parse_tool_calls
+from iris_desktop.host import build_agent, build_compactor
 from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
-from iris_desktop.runtime.model import GenerationStats, PromptTooLongError
+from iris_desktop.runtime.model import PromptTooLongError
+from iris_desktop.runtime.protocol import GenerationStats, Runtime, Unsupported
 from iris_desktop.runtime.remote import (
     ExactRemoteRuntime,
     RemoteRuntime,
@@ -44,6 +44,7 @@ from iris_desktop.runtime.remote import (
 )
 
 from conftest import SYNTHETIC_CHAT
+from helpers import complete, protocol_problems
 from servers import ServerUnavailable, start_llama_server, start_python_server
 
 SYSTEM = "You are Iris, a helpful assistant."
@@ -264,7 +265,7 @@ def test_predicted_prompt_tokens_equal_the_reported_ones(exact, fresh_store, cha
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, chat[:40])
     for text in ("What did Rosa paint last?", "And Tomas?", "Summarize both in one line."):
-        events = list(planner.agent(fresh_store, compact=False).send(thread, text))
+        events = list(build_agent(planner, fresh_store, compact=False).send(thread, text))
         assert isinstance(events[-1], TurnDone) and events[-1].finish_reason in ("stop", "length")
     rows = fresh_store.requests(thread)
     assert len(rows) >= 3
@@ -280,7 +281,7 @@ def test_a_tool_call_the_server_streams_runs_in_the_sandbox(exact, fresh_store, 
     planner = planner_on(exact, folder=tmp_path, system="You are Iris. Use the tools to read files.",
                          max_tokens=120)
     thread = fresh_store.create_thread("t")
-    events = list(planner.agent(fresh_store, compact=False).send(
+    events = list(build_agent(planner, fresh_store, compact=False).send(
         thread, f"Read the file {tmp_path}/notes.txt and tell me the launch code."))
     ran = [e for e in events if isinstance(e, ToolFinished)]
     assert ran and ran[0].name == "read_file" and ran[0].ok and "1234" in ran[0].text
@@ -298,16 +299,49 @@ def test_compaction_and_recall_run_on_the_server(exact, fresh_store, chat):
     planner = planner_on(exact, window=2048, recall=512)
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, chat[:80])
-    compactor = planner.compactor(fresh_store)
+    compactor = build_compactor(planner, fresh_store)
     assert compactor.runtime is exact
-    event = compactor.compact(thread, "manual")
+    generations = []
+    streaming = exact.stream
+    with pytest.MonkeyPatch.context() as patch:  # see what each summary call reported
+        patch.setattr(exact, "stream", lambda *a, **kw: generations.append(streaming(*a, **kw))
+                      or generations[-1])
+        event = compactor.compact(thread, "manual")
     assert event.outcome == "ok" and not (event.error or "").startswith("LLM summary failed"), event
-    assert exact.last_stats.completion_tokens > 0
+    assert generations and generations[-1].stats.completion_tokens > 0
     fresh_store.add_message(thread, {"role": "user", "content": "Which city did Rosa move to?"})
     request = planner.plan(fresh_store, thread)
     assert request.summary is not None and request.breakdown.recall > 0 and request.exact
-    "".join(exact.stream(request.messages, max_tokens=2, temperature=0))
-    assert exact.last_stats.prompt_tokens == request.predicted_prompt_tokens
+    _, stats = complete(exact, request.messages, max_tokens=2, temperature=0)
+    assert stats.prompt_tokens == request.predicted_prompt_tokens
+
+
+def test_both_server_runtimes_satisfy_the_runtime_protocol(exact, python_server):
+    """The exact runtime (llama.cpp counts) and the estimating one (a server that cannot)
+    have the interface of every runtime, and say what they cannot do."""
+    estimating = RemoteRuntime.connect(python_server.base_url, api_key="sk-test-0123456789",
+                                       fallback_window=N_CTX)
+    try:
+        for runtime, exact_counts in ((exact, True), (estimating, False)):
+            assert protocol_problems(runtime, Runtime) == [], type(runtime).__name__
+            assert isinstance(runtime, Runtime)
+            caps = runtime.capabilities
+            assert (caps.exact_counts, caps.native_tools, caps.prefill, caps.kv_state) == (
+                exact_counts, True, False, False)
+            with pytest.raises(Unsupported):
+                runtime.prefill([{"role": "user", "content": "hi"}])
+            assert runtime.kv_state() is None
+            facts = runtime.describe()
+            assert facts.where == runtime.where and facts.base_url == runtime.base_url
+            assert facts.n_ctx == runtime.n_ctx and facts.file == runtime.model_name
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi."}]
+            generation = runtime.stream(messages, max_tokens=2, temperature=0)
+            assert generation.stats is None and generation.text() is not None
+            assert generation.stats.prompt_tokens > 0
+            if exact_counts:
+                assert generation.stats.prompt_tokens == runtime.count_prompt(messages)
+    finally:
+        estimating.close()
 
 
 def test_an_estimating_runtime_learns_from_the_usage_a_server_streams(exact):
@@ -320,8 +354,8 @@ def test_an_estimating_runtime_learns_from_the_usage_a_server_streams(exact):
     assert before.factor == remote.UNCALIBRATED_FACTOR
     messages = [{"role": "system", "content": SYSTEM},
                 {"role": "user", "content": "Tell me about the harbour. " * 40}]
-    "".join(estimating.stream(messages, max_tokens=1, temperature=0))
-    ratio = estimating.last_stats.prompt_tokens / estimating._raw_estimate(messages, None)
+    _, stats = complete(estimating, messages, max_tokens=1, temperature=0)
+    ratio = stats.prompt_tokens / estimating._raw_estimate(messages, None)
     after = estimating.counter()
     assert after.factor == math.ceil(ratio * (1 + remote.SAFETY_MARGIN) * 20) / 20
     assert after.name != before.name  # counts cached with the old factor are not reused
@@ -336,12 +370,10 @@ def test_an_estimating_runtime_learns_from_the_usage_a_server_streams(exact):
 
 def test_the_server_reuses_the_prompt_prefix(exact, chat):
     messages = [{"role": "system", "content": SYSTEM}, *chat[:30]]
-    "".join(exact.stream(messages, max_tokens=1, temperature=0))
-    first = exact.last_stats
-    "".join(exact.stream(messages + [{"role": "assistant", "content": "Yes."},
-                                     {"role": "user", "content": "And then?"}],
-                         max_tokens=1, temperature=0))
-    second = exact.last_stats
+    _, first = complete(exact, messages, max_tokens=1, temperature=0)
+    _, second = complete(exact, messages + [{"role": "assistant", "content": "Yes."},
+                                            {"role": "user", "content": "And then?"}],
+                         max_tokens=1, temperature=0)
     assert second.reused_tokens >= first.prompt_tokens - 8
     assert second.evaluated_tokens == second.prompt_tokens - second.reused_tokens < 40
 
@@ -352,12 +384,13 @@ def test_stop_acts_during_the_reply_and_during_the_prompt(exact, fresh_store, ch
     fresh_store.add_messages(thread, chat[:10])
     cancel = threading.Event()
     events = []
-    for event in planner.agent(fresh_store, compact=False).send(thread, "Tell me a long story.",
+    for event in build_agent(planner, fresh_store, compact=False).send(thread, "Tell me a long story.",
                                                                 cancel):
         events.append(event)
         if sum(isinstance(e, ReplyToken) for e in events) == 3:
             cancel.set()
-    assert events[-1].finish_reason == "cancelled" and exact.last_stats.finish_reason == "cancelled"
+    saved = next(e for e in events if isinstance(e, ReplySaved))
+    assert events[-1].finish_reason == "cancelled" and saved.stats.finish_reason == "cancelled"
     assert fresh_store.messages(thread)[-1]["status"] == "interrupted"
     # a long prompt the server is still evaluating: Stop ends the wait at once
     long = [{"role": "system", "content": SYSTEM}, *chat[:120],
@@ -365,12 +398,12 @@ def test_stop_acts_during_the_reply_and_during_the_prompt(exact, fresh_store, ch
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     started = time.monotonic()
-    assert "".join(exact.stream(long, max_tokens=50, cancel=cancel)) == ""
+    text, stats = complete(exact, long, max_tokens=50, cancel=cancel)
+    assert text == ""
     assert time.monotonic() - started < 0.3 + 1.0
-    assert exact.last_stats.finish_reason == "cancelled"
+    assert stats.finish_reason == "cancelled"
     # the server stopped too: the next request is answered promptly
-    "".join(exact.stream(long[:3], max_tokens=1, temperature=0))
-    assert exact.last_stats.finish_reason in ("stop", "length")
+    assert complete(exact, long[:3], max_tokens=1, temperature=0)[1].finish_reason in ("stop", "length")
 
 
 def test_a_server_killed_mid_reply_loses_nothing(model_path, tmp_path, fresh_store):
@@ -382,7 +415,7 @@ def test_a_server_killed_mid_reply_loses_nothing(model_path, tmp_path, fresh_sto
         planner = planner_on(runtime, max_tokens=400, temperature=0.7)
         thread = fresh_store.create_thread("t")
         events = []
-        for event in planner.agent(fresh_store, compact=False).send(
+        for event in build_agent(planner, fresh_store, compact=False).send(
                 thread, "Write a long poem about the sea."):
             events.append(event)
             if sum(isinstance(e, ReplyToken) for e in events) == 5:
@@ -405,7 +438,7 @@ def test_a_server_that_cannot_count_is_estimated_and_calibrated(python_server, r
         RemoteRuntime.connect(python_server.base_url, api_key="sk-wrong", fallback_window=N_CTX)
     runtime = RemoteRuntime.connect(python_server.base_url, api_key=key, fallback_window=N_CTX)
     try:
-        assert type(runtime) is RemoteRuntime and not hasattr(runtime, "count_prompt")
+        assert type(runtime) is RemoteRuntime and not runtime.capabilities.exact_counts
         assert (runtime.n_ctx, runtime.window_source) == (N_CTX, "config")
         counter = runtime.counter()
         assert not counter.exact and ":estimated:" in counter.name
@@ -417,9 +450,9 @@ def test_a_server_that_cannot_count_is_estimated_and_calibrated(python_server, r
         assert not request.exact  # so the meter and the inspector say "estimated"
         real = real_model.count_prompt(request.messages)  # the same GGUF, counted exactly
         assert real <= request.predicted_prompt_tokens <= real * 1.25
-        "".join(runtime.stream(request.messages, max_tokens=2, temperature=0))
-        assert isinstance(runtime.last_stats, GenerationStats)
-        assert runtime.last_stats.finish_reason in ("stop", "length")
+        _, stats = complete(runtime, request.messages, max_tokens=2, temperature=0)
+        assert isinstance(stats, GenerationStats)
+        assert stats.finish_reason in ("stop", "length")
     finally:
         runtime.close()
     assert key not in caplog.text
@@ -567,12 +600,13 @@ def test_the_window_adds_tests_chooses_and_removes_a_server(qtbot, llama_server,
     from PySide6.QtGui import QAction
     from PySide6.QtWidgets import QDialogButtonBox
 
-    from iris_desktop.core.session import Session
+    from iris_desktop.host import Host
     from iris_desktop.settings import load_settings
     from iris_desktop.ui.main_window import main_window
 
-    session = Session(tmp_path / "data", {"model.path": str(model_path), "model.n_ctx": "2048"})
-    window = main_window(session, compact=False)
+    session = Host(tmp_path / "data", {"model.path": str(model_path), "model.n_ctx": "2048"},
+                   compact=False)
+    window = main_window(session)
     qtbot.addWidget(window)
     window.show()
     try:

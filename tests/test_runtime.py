@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.core.tokens import TokenCounter
 from iris_desktop.runtime import chat_format as cf
 from iris_desktop.runtime import gguf
 from iris_desktop.runtime.chat_format import (
@@ -27,6 +26,7 @@ from iris_desktop.runtime.chat_format import (
 )
 from iris_desktop.runtime.gguf import GGUFError, GGUFInfo, read_gguf_info
 from iris_desktop.runtime.model import LocalModel, ModelError, PromptTooLongError
+from iris_desktop.tokens import TokenCounter
 
 from conftest import SYNTHETIC_CHAT
 from helpers import complete
@@ -313,8 +313,10 @@ def test_second_turn_reuses_the_first_turns_kv_cache(model):
 
 def test_streams_pieces_and_cancels_between_tokens(model):
     msgs = [SYSTEM, *locomo(4)]
-    pieces = list(model.stream(msgs, max_tokens=12, temperature=0))
-    stats = model.last_stats
+    generation = model.stream(msgs, max_tokens=12, temperature=0)
+    assert generation.stats is None  # nothing runs before the first next()
+    pieces = list(generation)
+    stats = generation.stats
     assert len(pieces) > 1 and "".join(pieces).strip()
     assert stats.completion_tokens >= len(pieces) - 1
     assert stats.time_to_first_token_s > 0 and stats.duration_s >= stats.time_to_first_token_s
@@ -322,23 +324,25 @@ def test_streams_pieces_and_cancels_between_tokens(model):
 
     cancel = threading.Event()
     got = []
-    for piece in model.stream(msgs, max_tokens=50, temperature=0, cancel=cancel):
+    generation = model.stream(msgs, max_tokens=50, temperature=0, cancel=cancel)
+    for piece in generation:
         got.append(piece)
         cancel.set()
     assert len(got) == 1
-    assert model.last_stats.finish_reason == "cancelled"
-    assert model.last_stats.completion_tokens == 1
+    assert generation.stats.finish_reason == "cancelled"
+    assert generation.stats.completion_tokens == 1
 
     # already cancelled: nothing is evaluated
-    assert list(model.stream(msgs, max_tokens=5, cancel=cancel)) == []
-    assert model.last_stats.finish_reason == "cancelled"
-    assert model.last_stats.evaluated_tokens == 0
+    generation = model.stream(msgs, max_tokens=5, cancel=cancel)
+    assert list(generation) == []
+    assert generation.stats.finish_reason == "cancelled"
+    assert generation.stats.evaluated_tokens == 0
 
-    # closing the iterator early counts as a cancel and frees the model
+    # closing the generation early counts as a cancel and frees the model
     it = model.stream(msgs, max_tokens=50, temperature=0)
     next(it)
     it.close()
-    assert model.last_stats.finish_reason == "cancelled"
+    assert it.stats.finish_reason == "cancelled"
     assert complete(model, msgs, max_tokens=1)[1].completion_tokens <= 1
 
 
@@ -440,18 +444,18 @@ def test_stop_acts_during_a_long_prompt_evaluation(model_path):
             cancel.set()
 
         threading.Thread(target=stop_part_way, daemon=True).start()
-        pieces = list(model.stream(messages, max_tokens=4, cancel=cancel))
-        stats = model.last_stats
+        generation = model.stream(messages, max_tokens=4, cancel=cancel)
+        pieces = list(generation)
+        stats = generation.stats
         assert pieces == [] and stats.finish_reason == "cancelled"
         assert at_cancel and stats.evaluated_tokens < stats.prompt_tokens  # stopped part-way
         assert stats.evaluated_tokens - at_cancel[0] <= llm.n_batch  # the batch under way at most
         evaluated = stats.evaluated_tokens
-        list(model.stream(messages, max_tokens=1))
-        assert model.last_stats.reused_tokens >= evaluated - 1  # the part done is kept
+        assert complete(model, messages, max_tokens=1)[1].reused_tokens >= evaluated - 1  # kept
         # a deadline stops it the same way
         llm.reset()
-        list(model.stream(messages, max_tokens=4, deadline=time.monotonic() + 0.2))
-        assert model.last_stats.finish_reason == "cancelled"
-        assert model.last_stats.evaluated_tokens < model.last_stats.prompt_tokens
+        _, stats = complete(model, messages, max_tokens=4, deadline=time.monotonic() + 0.2)
+        assert stats.finish_reason == "cancelled"
+        assert stats.evaluated_tokens < stats.prompt_tokens
     finally:
         model.close()

@@ -242,7 +242,7 @@ def test_a_damaged_vector_is_left_out(indexed):
 
 def test_the_recaller_finds_a_paraphrase_that_shares_no_searchable_word(indexed):
     from iris_desktop.core.recall import Recaller
-    from iris_desktop.core.tokens import HeuristicCounter
+    from iris_desktop.tokens import HeuristicCounter
 
     index, thread, ids = indexed
     question = "Does she have any animals at home?"

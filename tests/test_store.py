@@ -1,10 +1,12 @@
 import json
 import os
+import sqlite3
 import stat
+import threading
 
 import pytest
 
-from iris_desktop.core.store import SCHEMA_VERSION, Store, StoreError, row_to_message
+from iris_desktop.core.store import SCHEMA_VERSION, Store, StoreError, Stores, open_stores, row_to_message
 
 from conftest import AGENT_FILES, load_corpus
 
@@ -120,8 +122,6 @@ def test_newer_schema_is_refused(tmp_path):
 
 
 def test_migration_from_version_1(tmp_path):
-    import sqlite3
-
     from iris_desktop.core import store as store_module
     conn = sqlite3.connect(tmp_path / "old.db")
     for statement in store_module._split_sql(store_module.MIGRATIONS[0]):
@@ -136,3 +136,111 @@ def test_migration_from_version_1(tmp_path):
     assert store.schema_version == SCHEMA_VERSION
     assert store.search("walrus")[0]["thread_id"] == 1
     store.close()
+
+
+def test_migration_7_keeps_the_vectors_an_older_semantic_index_made(tmp_path):
+    """Before schema 7 the semantic index created message_vectors itself, so a database
+    at schema 6 may already have it: it migrates, and its vectors stay."""
+    from iris_desktop.core import store as store_module
+    conn = sqlite3.connect(tmp_path / "six.db")
+    for script in store_module.MIGRATIONS[:6]:
+        for statement in store_module._split_sql(script):
+            conn.execute(statement)
+    conn.execute("""
+        CREATE TABLE IF NOT EXISTS message_vectors (
+            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+            model TEXT NOT NULL,
+            vector BLOB NOT NULL
+        )""")  # what SemanticIndex ran before schema 7
+    conn.execute("INSERT INTO threads(title, created_at, updated_at) VALUES ('t', 0, 0)")
+    conn.execute("INSERT INTO messages(thread_id, turn, role, content, created_at) "
+                 "VALUES (1, 1, 'user', 'I adopted a kitten', 0)")
+    conn.execute("INSERT INTO message_vectors(message_id, model, vector) VALUES (1, 'minilm', x'0000803f')")
+    conn.execute("PRAGMA user_version = 6")
+    conn.commit()
+    conn.close()
+    with Store(tmp_path / "six.db") as store:
+        assert store.schema_version == SCHEMA_VERSION == 7
+        assert list(store.iter_vectors(1, 0, 1, "minilm", block=10)) == [[(1, b"\x00\x00\x80\x3f")]]
+        assert store.first_without_vector(1, 0, 1, "minilm") is None
+
+
+def test_a_new_database_has_message_vectors(fresh_store):
+    tables = {r[0] for r in fresh_store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert fresh_store.schema_version == 7 and "message_vectors" in tables
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, [{"role": "user", "content": "hello"},
+                                            {"role": "assistant", "content": "  "}])
+    assert fresh_store.first_without_vector(thread, 0, ids[-1], "m") == ids[0]  # blank text: none due
+    fresh_store.save_vectors("m", [(ids[0], b"1234"), (ids[-1] + 7, b"gone")])  # a deleted one is skipped
+    assert list(fresh_store.iter_vectors(thread, 0, ids[-1], "m", block=1)) == [[(ids[0], b"1234")]]
+    assert fresh_store.messages_without_vector(None, 0, "another model", 10)[0]["id"] == ids[0]
+
+
+def closed(store: Store) -> bool:
+    try:
+        store.conn.execute("SELECT 1")
+    except sqlite3.ProgrammingError:
+        return True
+    return False
+
+
+def in_a_thread(fn):
+    """Run ``fn`` on a new thread and return what it returned."""
+    box = []
+    worker = threading.Thread(target=lambda: box.append(fn()))
+    worker.start()
+    worker.join()
+    return box[0]
+
+
+def test_stores_give_each_thread_its_own_store_on_one_file(tmp_path):
+    stores = Stores(tmp_path / "s.db")
+    mine = stores.current()
+    assert stores.current() is mine
+    thread = mine.create_thread("t")
+    mine.add_message(thread, {"role": "user", "content": "from this thread"})
+
+    def worker() -> tuple[Store, bool, list[str]]:
+        store = stores.current()
+        store.add_message(thread, {"role": "assistant", "content": "from the worker"})
+        return store, stores.current() is store, [r["content"] for r in store.messages(thread)]
+
+    theirs, same, seen = in_a_thread(worker)
+    assert theirs is not mine and same
+    assert seen == ["from this thread", "from the worker"]
+    assert [r["content"] for r in mine.messages(thread)] == seen
+    stores.close()
+
+
+def test_release_closes_only_the_callers_store(tmp_path):
+    stores = Stores(tmp_path / "s.db")
+    mine = stores.current()
+    theirs = in_a_thread(stores.current)
+    stores.release()
+    assert closed(mine) and not closed(theirs)
+    again = stores.current()
+    assert again is not mine and not closed(again)
+    stores.release()
+    assert closed(again)
+    stores.release()  # nothing left to release
+    stores.close()
+    assert closed(theirs)
+
+
+def test_close_closes_every_store_and_is_idempotent(tmp_path):
+    stores = Stores(tmp_path / "s.db")
+    opened = [stores.current(), in_a_thread(stores.current)]
+    stores.close()
+    assert all(closed(store) for store in opened)
+    stores.close()
+
+
+def test_open_stores_checks_once_and_hands_over_the_store_it_opened(tmp_path):
+    stores, recovery = open_stores(tmp_path / "s.db")
+    assert recovery is None
+    mine = stores.current()
+    assert stores.current() is mine and mine.schema_version == SCHEMA_VERSION
+    assert in_a_thread(stores.current) is not mine
+    stores.close()
+    assert closed(mine)

@@ -19,9 +19,10 @@ from PySide6.QtGui import QAction, QKeySequence  # noqa: E402
 from PySide6.QtWidgets import QMessageBox, QWidget  # noqa: E402
 
 from iris_desktop.core.events import ReplyToken, RequestSent  # noqa: E402
-from iris_desktop.core.session import Session  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.views import SUMMARY_FIELDS  # noqa: E402
+from iris_desktop.host import Host  # noqa: E402
+from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.settings import SETTINGS, Setting  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.settings_dialog import SettingsDialog  # noqa: E402
@@ -53,21 +54,24 @@ def make_window(qtbot, data_dir):
     made = []
 
     def make(runtime=None, overrides=None, load=True):
-        session = Session(data_dir, overrides or {})
-        # compaction is tested in core; a scripted runtime must not be asked for a summary
-        window = main_window(session, runtime=runtime, compact=runtime is None, load=load)
+        # compaction and recall by meaning are tested in core; a scripted runtime must not
+        # be asked for a summary, and its windows need no embedding of every message
+        if runtime is not None:
+            overrides = {"context.recall_semantic": "false", **(overrides or {})}
+        host = Host(data_dir, overrides or {}, runtime=runtime, compact=runtime is None)
+        window = main_window(host, load=load)
         qtbot.addWidget(window)
         window.show()
-        made.append((window, session))
+        made.append((window, host))
         if load:
             qtbot.waitUntil(lambda: window.model_state in ("ready", "failed"), timeout=60_000)
         settle(qtbot, window)
         return window
 
     yield make
-    for window, session in made:
+    for window, host in made:
         window.shutdown()
-        session.close()
+        host.close()
 
 
 def settle(qtbot, window) -> None:
@@ -95,7 +99,7 @@ def entries(window):
 def seed_thread(data_dir, messages, title="seeded") -> int:
     from iris_desktop.core.store import Store
 
-    with Store(Session(data_dir).paths.db_path) as store:
+    with Store(app_paths(data_dir).ensure().db_path) as store:
         thread = store.create_thread(title)
         store.add_messages(thread, messages)
     return thread
@@ -220,7 +224,7 @@ def test_too_large_message_is_explained_and_kept(make_window, qtbot):
     assert runtime.requests == []
     from iris_desktop.core.store import Store
 
-    with Store(window.session.paths.db_path) as store:
+    with Store(window.host.paths.db_path) as store:
         rows = store.messages(window.thread_id)
     assert [r["role"] for r in rows] == ["user"]
 
@@ -242,7 +246,7 @@ def test_compaction_divider_appears_and_expands(make_window, qtbot, data_dir):
     thread = seed_thread(data_dir, chat(12))
     from iris_desktop.core.store import Store
 
-    with Store(Session(data_dir).paths.db_path) as store:
+    with Store(app_paths(data_dir).ensure().db_path) as store:
         ids = [r["id"] for r in store.messages(thread)]
         summary = store.add_summary(thread, {
             "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[15],
@@ -281,7 +285,7 @@ def test_meter_equals_the_engine_breakdown(make_window, qtbot, data_dir):
     settle(qtbot, window)
     from iris_desktop.core.store import Store
 
-    with Store(window.session.paths.db_path) as store:
+    with Store(window.host.paths.db_path) as store:
         expected = window.context.planner.plan(store, thread, "a draft that is being typed"
                                                ).breakdown
     assert window.meter.breakdown == expected.as_dict()
@@ -426,7 +430,7 @@ def test_the_budget_breakdown_updates_live_before_apply(make_window, qtbot, data
     assert ratio.meaning.text() == "= 1,024 of 2,048 tokens"
     dialog.fields["context.prune_protect_turns"].editor.spin.setValue(5)
     qtbot.waitUntil(lambda: dialog.last_preview.protect_configured == 5, timeout=5_000)
-    assert not window.session.paths.config_path.exists()  # nothing saved before Apply
+    assert not window.host.paths.config_path.exists()  # nothing saved before Apply
     dialog.reject()
 
 
@@ -436,9 +440,9 @@ def test_apply_persists_and_offers_a_reload(make_window, qtbot):
     dialog.fields["model.n_ctx"].editor.spin.setValue(4096)
     dialog.fields["context.compaction_threshold"].editor.spin.setValue(0.8)
     qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
-    text = window.session.paths.config_path.read_text()
+    text = window.host.paths.config_path.read_text()
     assert "n_ctx = 4096" in text and "compaction_threshold = 0.8" in text
-    assert window.session.settings["model.n_ctx"] == 4096
+    assert window.host.settings["model.n_ctx"] == 4096
     qtbot.waitUntil(lambda: getattr(window.menus, "reload_box", None) is not None
                     and window.menus.reload_box.isVisible(), timeout=5_000)
     assert "model.n_ctx" in window.menus.reload_box.text()
@@ -504,14 +508,14 @@ def test_choose_model_file_after_a_failure_loads_it(make_window, qtbot, tmp_path
     qtbot.mouseClick(choose, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.model_state == "ready", timeout=60_000)
     assert window.composer.button.isEnabled()
-    assert str(model_path) in window.session.paths.config_path.read_text()
+    assert str(model_path) in window.host.paths.config_path.read_text()
 
 
 def summarize_first_turns(data_dir, thread: int) -> tuple[list[int], int]:
     """A stored summary over the first two turns (four messages): (message ids, its id)."""
     from iris_desktop.core.store import Store
 
-    with Store(Session(data_dir).paths.db_path) as store:
+    with Store(app_paths(data_dir).ensure().db_path) as store:
         ids = [r["id"] for r in store.messages(thread)]
         summary = store.add_summary(thread, {
             "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[3],
@@ -525,7 +529,7 @@ def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, 
     ids, summary = summarize_first_turns(data_dir, thread)
     from iris_desktop.core.store import Store
 
-    with Store(Session(data_dir).paths.db_path) as store:
+    with Store(app_paths(data_dir).ensure().db_path) as store:
         store.add_request(thread, {"prompt_tokens": 700, "window": 8192})
         store.add_compaction_event(thread, {"trigger": "turns", "outcome": "ok",
                                             "tokens_before": 700, "tokens_after": 300,
@@ -589,7 +593,7 @@ def test_geometry_and_splitter_are_remembered(make_window, qtbot, data_dir):
 def test_interrupted_streams_are_marked_at_start(make_window, qtbot, data_dir):
     from iris_desktop.core.store import Store
 
-    with Store(Session(data_dir).paths.db_path) as store:
+    with Store(app_paths(data_dir).ensure().db_path) as store:
         thread = store.create_thread("crashed")
         store.add_message(thread, {"role": "user", "content": "hi"})
         reply = store.add_message(thread, {"role": "assistant", "content": "half"},
@@ -598,7 +602,7 @@ def test_interrupted_streams_are_marked_at_start(make_window, qtbot, data_dir):
     window.open_thread(thread)
     settle(qtbot, window)
     assert entries(window)[-1].status == "interrupted"
-    with Store(Session(data_dir).paths.db_path) as store:
+    with Store(app_paths(data_dir).ensure().db_path) as store:
         assert store.messages(thread)[-1]["id"] == reply
         assert store.messages(thread)[-1]["status"] == "interrupted"
 
@@ -618,7 +622,7 @@ def test_a_sent_message_costs_at_most_two_builds(make_window, qtbot, data_dir):
     wait_turn(qtbot, window)
     assert window.context.planner is planner
     assert planner.builds - before <= 2  # the request sent, and the next one the views draw
-    with Store(window.session.paths.db_path) as store:
+    with Store(window.host.paths.db_path) as store:
         shown = planner.plan(store, thread)  # a cache hit: what the views drew
     assert planner.builds - before <= 2
     assert window.meter.breakdown == shown.breakdown.as_dict()
@@ -655,7 +659,7 @@ def test_meter_and_inspector_show_the_request_the_model_then_reports(make_window
     send(qtbot, window, draft)
     wait_turn(qtbot, window, timeout=120_000)
     assert sent[0].predicted_prompt_tokens == meter and sent[0].exact
-    with Store(window.session.paths.db_path) as store:
+    with Store(window.host.paths.db_path) as store:
         recorded = store.requests(window.thread_id)[-1]
     assert recorded["prompt_tokens"] == recorded["predicted_prompt_tokens"] == meter
 
@@ -709,7 +713,7 @@ def real_window(make_window, model_path, **extra):
 
 
 def last_request(window) -> dict:
-    with Store(window.session.paths.db_path) as store:
+    with Store(window.host.paths.db_path) as store:
         return store.requests(window.thread_id)[-1]
 
 
@@ -746,7 +750,7 @@ def test_each_thread_keeps_its_kv_state_when_the_user_comes_back(make_window, qt
     assert "Restored from cache" in statuses
     back = last_request(window)
     assert back["prompt_tokens"] > 300 and back["evaluated_tokens"] < 40
-    kv = list((window.session.paths.data_dir / "kv-cache").glob("*.kv"))
+    kv = list((window.host.paths.data_dir / "kv-cache").glob("*.kv"))
     assert {p.name.split("-")[0] for p in kv} == {str(first), str(second)}
 
 
@@ -754,33 +758,35 @@ def test_a_warm_up_gives_way_to_a_queued_send(model_path, tmp_path):
     """The worker called directly: a warm-up stops as soon as a job is queued behind it."""
     import threading as th
 
-    from iris_desktop.core.engine import ContextParams
+    from iris_desktop.core.config import ContextParams
     from iris_desktop.core.planner import Planner
-    from iris_desktop.core.session import Session
     from iris_desktop.ui.model_thread import LoadJob, ModelWorker
 
-    session = Session(tmp_path / "data", {"model.path": str(model_path), "model.n_ctx": "4096"})
-    worker = ModelWorker(session.paths)
-    worker.load(LoadJob(session.settings))
+    host = Host(tmp_path / "data", {"model.path": str(model_path), "model.n_ctx": "4096"})
+    worker = ModelWorker(host)
+    worker.load(LoadJob(host.settings))
     statuses: list[str] = []
-    # the warm-up runs on a Python thread here: take its signals as they are emitted
-    worker.cacheStatus.connect(statuses.append, Qt.ConnectionType.DirectConnection)
-    planner = Planner(ContextParams(window=4096), worker.model.counter(), runtime=worker.model)
-    thread = session.store.create_thread("t")
-    session.store.add_messages(thread, chat(40, words=40))
-    request = planner.plan(session.store, thread)
-    runner = th.Thread(target=worker._warm, args=(request,))
+    model = host.runtime
+    planner = Planner(ContextParams(window=4096), model.counter(), runtime=model)
+    thread = host.store.create_thread("t")
+    host.store.add_messages(thread, chat(40, words=40))
+    request = planner.plan(host.store, thread)
+
+    def warm() -> None:  # as the worker does after a compaction, with its queue as cancel
+        statuses.extend(e.describe() for e in host.warm(thread, request, worker.waiting))
+
+    runner = th.Thread(target=warm)
     runner.start()
     for _ in range(60_000):  # until the first batch is in (bounded by count, not time)
-        if any(s.startswith("Warming up…") for s in statuses) or not runner.is_alive():
+        if len(model.kv_tokens()) > 0 or not runner.is_alive():
             break
         runner.join(0.01)
     worker.waiting.queued()  # a send arrives
     runner.join()
     assert "Ready (warmed up)" not in statuses
-    assert len(worker.model.kv_tokens()) < request.predicted_prompt_tokens
+    assert len(model.kv_tokens()) < request.predicted_prompt_tokens
     worker.release()
-    session.close()
+    host.close()
 
 
 def test_models_dialog_lists_loads_cancels_and_keeps_the_model_on_failure(
@@ -808,7 +814,7 @@ def test_models_dialog_lists_loads_cancels_and_keeps_the_model_on_failure(
     assert window.composer.button.isEnabled()
     assert "broken.gguf" in window.models.box.informativeText()
     assert any(b.text().startswith("Keep ") for b in window.models.box.buttons())
-    assert window.session.settings["model.path"] == str(model_path)
+    assert window.host.settings["model.path"] == str(model_path)
     window.models.box.done(0)
 
     progress: list[float] = []
@@ -826,7 +832,7 @@ def test_models_dialog_lists_loads_cancels_and_keeps_the_model_on_failure(
     assert window.models.info["path"] == str(base_model_path)
     assert progress and max(progress) == pytest.approx(1.0)
     assert "base model" in window.model_label.text()
-    assert str(base_model_path) in window.session.paths.config_path.read_text()
+    assert str(base_model_path) in window.host.paths.config_path.read_text()
     assert not dialog.progress.isVisible()
 
 

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from iris_desktop.core.events import ReplyToken, TurnDone, TurnFailed, UserSaved  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
-from iris_desktop.core.session import Session  # noqa: E402
+from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.ui.background import Background  # noqa: E402
 from iris_desktop.ui.composer import Composer  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
@@ -28,15 +28,17 @@ from fakes import ScriptedRuntime  # noqa: E402
 
 @pytest.fixture
 def session(tmp_path):
-    s = Session(tmp_path / "data")
-    yield s
-    s.close()
+    """A host on a fresh data dir (the GUI's window and workers run on one)."""
+    host = Host(tmp_path / "data")
+    yield host
+    host.close()
 
 
-def test_model_worker_runs_a_turn_synchronously(session):
+def test_model_worker_runs_a_turn_synchronously(tmp_path):
     """The worker is a plain QObject: called directly, it emits one signal per event."""
     runtime = ScriptedRuntime(["Hi, how can I help?"])
-    worker = ModelWorker(session.paths, runtime, compact=False)
+    session = Host(tmp_path / "data", runtime=runtime, compact=False)
+    worker = ModelWorker(session)
     events, created, loaded = [], [], []
     worker.turnEvent.connect(events.append)
     worker.threadCreated.connect(created.append)
@@ -50,11 +52,12 @@ def test_model_worker_runs_a_turn_synchronously(session):
     tokens = [e.text for e in events if isinstance(e, ReplyToken)]
     assert len(tokens) > 1 and "".join(tokens) == "Hi, how can I help?"
     worker.release()
-    assert worker.model is None
+    assert session.runtime is None
+    session.close()
 
 
 def test_model_worker_without_a_model_reports_instead_of_raising(session):
-    worker = ModelWorker(session.paths)
+    worker = ModelWorker(session)
     events = []
     worker.turnEvent.connect(events.append)
     worker.send(SendJob(None, "Hello", Planner.from_settings(session.settings)))
@@ -64,7 +67,7 @@ def test_model_worker_without_a_model_reports_instead_of_raising(session):
 
 
 def test_background_runs_off_the_gui_thread_and_coalesces(qtbot, session):
-    background = Background(session.paths.db_path)
+    background = Background(session.stores)
     gui = threading.get_ident()
     seen, results = [], []
     background.run(lambda store: seen.append(threading.get_ident()) or store.threads(),
@@ -102,12 +105,14 @@ def test_enter_sends_shift_enter_adds_a_line_esc_stops(qtbot):
 
 
 @pytest.fixture
-def window(qtbot, session):
-    w = main_window(session, runtime=ScriptedRuntime([]), compact=False)
+def window(qtbot, tmp_path):
+    host = Host(tmp_path / "data", runtime=ScriptedRuntime([]), compact=False)
+    w = main_window(host)
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.model_state == "ready", timeout=10_000)
     yield w
     w.shutdown()
+    host.close()
 
 
 def test_menus_and_shortcuts(window):
@@ -139,6 +144,59 @@ def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
     assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
 
 
+def imported_thread(window, qtbot, tmp_path) -> int:
+    """A thread made through the window (imported and opened), shown in the list."""
+    source = tmp_path / "doomed.json"
+    source.write_text(json.dumps({"title": "Doomed chat", "messages": [
+        {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}]}))
+    window.threads_control.import_file(str(source))
+    qtbot.waitUntil(lambda: window.thread_id is not None
+                    and window.threads.list.count() == 1, timeout=5_000)
+    return window.thread_id
+
+
+def stored_thread_ids(window) -> list[int]:
+    from iris_desktop.core.store import Store
+
+    with Store(window.host.paths.db_path) as store:
+        return [t["id"] for t in store.threads()]
+
+
+def delete_box_button(window, qtbot, thread_id: int, text: str):
+    box = window.threads_control.delete_dialog(thread_id, "Doomed chat")
+    qtbot.waitUntil(box.isVisible, timeout=5_000)
+    assert box is window.threads_control.delete_box and "Doomed chat" in box.text()
+    assert box.defaultButton().text() == "Cancel"  # Enter keeps the chat
+    return next(b for b in box.buttons() if b.text().replace("&", "") == text)
+
+
+def test_delete_asks_and_the_delete_button_deletes(window, qtbot, tmp_path):
+    thread_id = imported_thread(window, qtbot, tmp_path)
+    deleted = []
+    window.model.worker.threadDeleted.connect(deleted.append)
+    button = delete_box_button(window, qtbot, thread_id, "Delete")
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: deleted == [thread_id] and window.threads.list.count() == 0,
+                    timeout=5_000)
+    assert not window.threads_control.delete_box.isVisible()
+    assert window.thread_id is None and window.view.transcript.entries() == []
+    assert stored_thread_ids(window) == []
+
+
+def test_delete_cancelled_keeps_the_chat(window, qtbot, tmp_path):
+    thread_id = imported_thread(window, qtbot, tmp_path)
+    deleted = []
+    window.model.worker.threadDeleted.connect(deleted.append)
+    button = delete_box_button(window, qtbot, thread_id, "Cancel")
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.threads_control.delete_box.isVisible(), timeout=5_000)
+    qtbot.wait(200)  # a deletion would be on the model thread by now
+    qtbot.waitUntil(lambda: window.background.idle, timeout=5_000)
+    assert deleted == []
+    assert window.threads.list.count() == 1 and window.thread_id == thread_id
+    assert stored_thread_ids(window) == [thread_id]
+
+
 def test_setup_logging_writes_a_rotating_file(tmp_path):
     from logging.handlers import RotatingFileHandler
 
@@ -162,8 +220,8 @@ def test_run_gui_starts_loads_and_closes_the_model(qtbot, tmp_path, model_path, 
     windows = []
     real = app_module.main_window
 
-    def spy(session):
-        window = real(session)
+    def spy(host):
+        window = real(host)
         windows.append(window)
         return window
 
@@ -172,7 +230,7 @@ def test_run_gui_starts_loads_and_closes_the_model(qtbot, tmp_path, model_path, 
 
     def quit_when_ready():
         if windows and windows[0].model_state in ("ready", "failed"):
-            model = windows[0].model.worker.model
+            model = windows[0].host.runtime
             closed.append(model)
             QApplication.instance().quit()
         else:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from iris_desktop.core.engine import ContextEngine, ContextParams
+from iris_desktop.core.config import ContextParams
+from iris_desktop.core.engine import ContextEngine
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import SummaryRow
-from iris_desktop.core.tokens import HeuristicCounter
 from iris_desktop.core.views import (
     SUMMARY_FIELDS,
     budget_preview,
@@ -25,6 +25,7 @@ from iris_desktop.core.views import (
     transcript_entries,
 )
 from iris_desktop.settings import SETTINGS, load_settings
+from iris_desktop.tokens import HeuristicCounter
 
 FIELDS = {key: f"{label} text" for key, label in SUMMARY_FIELDS}
 

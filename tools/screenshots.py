@@ -39,15 +39,15 @@ sys.path.insert(0, str(REPO))
 def prepare(data_dir: Path) -> dict[str, int]:
     """Import the two conversations; one real request and one real compaction."""
     from iris_desktop.core.conversation import load_conversation
-    from iris_desktop.core.events import TurnDone
-    from iris_desktop.core.session import Session
+    from iris_desktop.core.events import CompactionFinished, TurnDone
+    from iris_desktop.host import Host
+    from iris_desktop.paths import app_paths
     from iris_desktop.settings import write_config_value
 
-    session = Session(data_dir)
     # the agent transcript is one long turn: with no turn protected, the engine clears its
     # finished tool outputs for the model, and the cards say so
-    write_config_value(session.paths.config_path, "context.prune_protect_turns", 0)
-    session = Session(data_dir)
+    write_config_value(app_paths(data_dir).ensure().config_path, "context.prune_protect_turns", 0)
+    session = Host(data_dir, compact=False)
     store = session.store
     ids = {}
     messages, _ = load_conversation(LONG_CHAT)
@@ -61,14 +61,13 @@ def prepare(data_dir: Path) -> dict[str, int]:
     session.settings = session.settings.with_overrides(
         {"model.max_tokens": "48", "model.temperature": "0", "context.summarizer": "extractive"})
     session.load_model()
-    planner = session.planner()
-    agent = planner.agent(store, compact=False)
-    for event in agent.send(ids["chat"], "Melanie, do you remember what we talked about at "
-                                         "the start, the support group?"):
+    for event in session.send(ids["chat"], "Melanie, do you remember what we talked about at "
+                                           "the start, the support group?"):
         if isinstance(event, TurnDone):
             print("prepare: request 1 done", event.stats)
-    event = planner.compactor(store).compact(ids["chat"], "tokens", force=True)
-    print("prepare:", event.describe())
+    for event in session.compact(ids["chat"], trigger="tokens"):
+        if isinstance(event, CompactionFinished):
+            print("prepare:", event.text)
     session.close()
     return ids
 
@@ -92,12 +91,12 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
 
-    from iris_desktop.core.session import Session
+    from iris_desktop.host import Host
     from iris_desktop.ui.app import application
     from iris_desktop.ui.main_window import main_window
 
     app = application()
-    session = Session(data_dir)
+    session = Host(data_dir)
     window = main_window(session)
     window.show()
 

@@ -23,9 +23,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.conversation import title_from
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
 from iris_desktop.core.events import (
@@ -39,48 +39,33 @@ from iris_desktop.core.events import (
     TurnFailed,
     UserSaved,
 )
+from iris_desktop.core.planner import Planner
+from iris_desktop.core.ports import Usage
 from iris_desktop.core.store import Store
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
-
-if TYPE_CHECKING:  # the planner makes agents; an agent only calls it
-    from iris_desktop.core.planner import Planner
 
 log = logging.getLogger("iris.agent")
 
 DEFAULT_TITLE = "New chat"
 
 
-@dataclass(frozen=True)
-class AgentConfig:
-    max_tokens: int = 1024
-    temperature: float = 0.7
-    max_calls_per_turn: int = 8
-    #: a streaming reply is saved at least this often, so a crash loses at most this much
-    save_interval_s: float = 1.0
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> AgentConfig:
-        return cls(
-            max_tokens=settings["model.max_tokens"],
-            temperature=settings["model.temperature"],
-            max_calls_per_turn=settings["tools.max_calls_per_turn"],
-        )
-
-
 class Agent:
     """Runs turns for one store on the planner's runtime. Not thread-safe: one turn at a
-    time. Every request it sends is the planner's, and it reports it (``RequestSent``)."""
+    time. Every request it sends is the planner's, and it reports it (``RequestSent``).
+    ``compactor`` None: no compaction (the host makes the agent with one; a scripted
+    runtime writes no summary). Raises RuntimeError when the planner has no runtime."""
 
     def __init__(
         self,
         store: Store,
         planner: Planner,
         sandbox: Sandbox | None = None,
-        compactor: Any = None,
+        compactor: Compactor | None = None,
         clock: Callable[[], float] = time.monotonic,
-        model_name: str = "",
     ):
+        if planner.runtime is None:
+            raise RuntimeError("no model is loaded")
         self.store = store
         self.planner = planner
         self.runtime = planner.runtime
@@ -88,7 +73,7 @@ class Agent:
         self.sandbox = sandbox
         self.compactor = compactor
         self.clock = clock
-        self.model_name = model_name
+        self.model_name = self.runtime.model_name
 
     # -- the turn ---------------------------------------------------------------------------
 
@@ -203,12 +188,14 @@ class Agent:
         pieces: list[str] = []
         last_save = self.clock()
         saved_len = 0
+        generation = None
         try:
             extra = {"tools": request.tool_definitions} if request.tool_definitions else {}
-            for piece in self.runtime.stream(
+            generation = self.runtime.stream(
                 request.messages, max_tokens=self.config.max_tokens,
                 temperature=self.config.temperature, cancel=cancel, **extra,
-            ):
+            )
+            for piece in generation:
                 pieces.append(piece)
                 yield ReplyToken(thread_id, reply_id, piece)
                 now = self.clock()
@@ -222,7 +209,7 @@ class Agent:
             log.exception("generation failed")
             self.store.update_streaming(reply_id, "".join(pieces), status="error")
             return reply_id, "".join(pieces), None, f"The model failed: {exc}"
-        return reply_id, "".join(pieces), getattr(self.runtime, "last_stats", None), None
+        return reply_id, "".join(pieces), generation.stats, None
 
     @staticmethod
     def _number_calls(reply_id: int, calls: list[ToolCall]) -> list[ToolCall]:
@@ -239,7 +226,7 @@ class Agent:
         result = self.sandbox.run(call.name, call.arguments, cancel=cancel)
         return result.content, result.ok
 
-    def _record(self, thread_id: int, request: ContextRequest, stats: Any) -> None:
+    def _record(self, thread_id: int, request: ContextRequest, stats: Usage | None) -> None:
         row: dict[str, Any] = {
             "model": self.model_name,
             "window": request.breakdown.window,

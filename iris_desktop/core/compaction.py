@@ -34,8 +34,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from iris_desktop.core.engine import (
     ContextEngine,
@@ -44,8 +44,15 @@ from iris_desktop.core.engine import (
     ensure_counts,
     summary_block,
 )
-from iris_desktop.core.events import CompactionFinished, CompactionStarted, TurnEvent
+from iris_desktop.core.events import (
+    CompactionEvent,
+    CompactionFinished,
+    CompactionStarted,
+    TurnEvent,
+)
 from iris_desktop.core.extractive import ExtractiveSummarizer, paths_in
+from iris_desktop.core.planner import Planner
+from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.records import Said, fmt_date, said_from_row
 from iris_desktop.core.store import MessageMeta, Store
 from iris_desktop.core.summary import (
@@ -55,10 +62,7 @@ from iris_desktop.core.summary import (
     SummaryInvalid,
     json_schema,
 )
-from iris_desktop.core.tokens import Message
-
-if TYPE_CHECKING:  # the planner makes compactors; a compactor only calls it
-    from iris_desktop.core.planner import Planner
+from iris_desktop.tokens import Message
 
 log = logging.getLogger("iris.compaction")
 
@@ -96,65 +100,8 @@ NARRATIVE_SHARE = 0.5
 TOKENS_PER_WORD = 1.3
 
 
-@dataclass(frozen=True)
-class CompactionSettings:
-    keep_recent_ratio: float = 0.5
-    summary_max_tokens: int = 768
-    timeout_s: float = 180.0
-    #: auto | model | extractive (``context.summarizer``)
-    summarizer: str = "auto"
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> CompactionSettings:
-        return cls(
-            keep_recent_ratio=settings["context.keep_recent_ratio"],
-            summary_max_tokens=settings["context.summary_max_tokens"],
-            timeout_s=settings["context.summary_timeout_s"],
-            summarizer=settings["context.summarizer"],
-        )
-
-
 class CompactionFailed(Exception):
     pass
-
-
-@dataclass
-class CompactionEvent:
-    """One compaction attempt, as stored in ``compaction_events`` (plus its id and the
-    turns it covered). ``outcome``: ok | failed | skipped."""
-
-    trigger: str
-    outcome: str = "failed"
-    path: str | None = None
-    turns_archived: int | None = None
-    messages_archived: int | None = None
-    tokens_before: int | None = None
-    tokens_after: int | None = None
-    kept_turns: int | None = None
-    summary_tokens: int | None = None
-    duration_s: float | None = None
-    error: str | None = None
-    summary_id: int | None = None
-    id: int | None = None
-    first_turn: int | None = None
-    last_turn: int | None = None
-
-    def row(self) -> dict[str, Any]:
-        """The columns stored in ``compaction_events``."""
-        return {k: v for k, v in asdict(self).items() if k in _EVENT_COLUMNS}
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def describe(self) -> str:
-        """One line for logs, the CLI and the GUI."""
-        if self.outcome == "ok":
-            return (f"compacted ({self.trigger}, {self.path}): turns {self.first_turn}–"
-                    f"{self.last_turn}, {self.messages_archived} messages archived, "
-                    f"{self.tokens_before:,} → {self.tokens_after:,} tokens, summary "
-                    f"{self.summary_tokens:,} tokens, kept {self.kept_turns} turns, "
-                    f"{self.duration_s or 0:.1f} s" + (f" ({self.error})" if self.error else ""))
-        return f"compaction {self.outcome} ({self.trigger}): {self.error}"
 
 
 @dataclass
@@ -185,13 +132,15 @@ class _Plan:
 
 
 class Compactor:
-    """Decides when to compact a thread, and does it, with the planner's arithmetic."""
+    """Decides when to compact a thread, and does it, with the planner's arithmetic.
+    ``runtime`` writes the summaries (the host chooses it, as ``context.summarizer``
+    says); None: only the extractive summarizer."""
 
     def __init__(
         self,
         store: Store,
         planner: Planner,
-        runtime: Any = None,
+        runtime: ChatModel | None = None,
         summarizer_window: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -201,7 +150,7 @@ class Compactor:
         self.params = planner.params
         self.settings = planner.compaction
         self.runtime = runtime
-        self.summarizer_window = summarizer_window or getattr(runtime, "n_ctx", None)
+        self.summarizer_window = summarizer_window or (runtime.n_ctx if runtime else None)
         self.clock = clock
         self.extractive = ExtractiveSummarizer(self.counter)
 
@@ -237,9 +186,7 @@ class Compactor:
         failed_at = attempts[-1]["created_at"]
         if time.time() - failed_at >= BREAKER_COOLDOWN_S:
             return False
-        new_turns = self.store.conn.execute(
-            "SELECT count(*) FROM messages WHERE thread_id = ? AND role = 'user' "
-            "AND created_at > ?", (thread_id, failed_at)).fetchone()[0]
+        new_turns = self.store.user_messages_since(thread_id, failed_at)
         return new_turns < BREAKER_COOLDOWN_TURNS
 
     def before_request(self, thread_id: int, cancel: threading.Event | None = None
@@ -483,11 +430,12 @@ class Compactor:
             # each call gets the whole timeout: a long import's first compaction folds
             # many chunks, and is slow for its size, not stuck
             deadline = time.monotonic() + self.settings.timeout_s
-            text = "".join(runtime.stream(
+            generation = runtime.stream(
                 _summary_prompt(summary, chunk, instructions), max_tokens=llm_cap,
                 temperature=0.0, cancel=cancel, json_schema=schema, repeat_penalty=1.15,
-                deadline=deadline))
-            stats = getattr(runtime, "last_stats", None)
+                deadline=deadline)
+            text = "".join(generation)
+            stats = generation.stats
             if stats is not None and stats.finish_reason == "cancelled":
                 if cancel is not None and cancel.is_set():
                     raise CompactionFailed("stopped by the user")
@@ -553,11 +501,6 @@ def _base_prompt(engine: ContextEngine, thread_id: int, default: str) -> str:
     """The system prompt the summary goes into: the thread's own, else the setting."""
     _, thread_system = engine.pinned_system(thread_id)
     return thread_system if thread_system is not None else default
-
-
-_EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",
-                  "tokens_before", "tokens_after", "kept_turns", "summary_tokens", "duration_s",
-                  "error", "summary_id")
 
 
 def _newest_task(metas: list[MessageMeta]) -> MessageMeta | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store import ROLES, sent_at_of
-from iris_desktop.core.tokens import Message
+from iris_desktop.tokens import Message
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
 _TOO_LONG_NUMBER = (f"a number has more than {sys.get_int_max_str_digits():,} digits, "

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from iris_desktop.core.config import ContextParams
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.store import (
     MessageMeta,
@@ -39,7 +40,7 @@ from iris_desktop.core.store import (
     row_to_message,
     utf8_length,
 )
-from iris_desktop.core.tokens import Message, TokenCounter
+from iris_desktop.tokens import Message, TokenCounter
 
 PRUNED_PLACEHOLDER = "[Tool output cleared]"
 SUMMARY_HEADER = "## Summary of the earlier conversation"
@@ -49,6 +50,8 @@ MIN_CLIP_TOKENS = 64
 CLIP_MARKER = ("\n[… output shortened for the model: {shown:,} of {total:,} characters shown; "
                "the full output is stored]")
 TRIGGERS = ("none", "tokens", "budget", "turns")
+#: a thread's own system messages are looked for among its first this many messages
+PINNED_LOOKAHEAD = 8
 #: messages read per batch while walking a thread newest-first
 _BATCH = 128
 
@@ -60,33 +63,6 @@ class ConversationTooLargeException(Exception):
         super().__init__(message)
         self.needed = needed
         self.allowed = allowed
-
-
-@dataclass(frozen=True)
-class ContextParams:
-    """The settings the engine reads, as plain values."""
-
-    window: int
-    token_budget_ratio: float = 0.70
-    compaction_threshold: float = 0.75
-    prune_protect_turns: int = 2
-    compaction_min_turns: int = 20
-    system_prompt: str = ""
-    window_source: str = "config"
-    recall_max_tokens: int = 0
-
-    @classmethod
-    def from_settings(cls, settings: Any, window: int, window_source: str) -> ContextParams:
-        return cls(
-            window=window,
-            token_budget_ratio=settings["context.token_budget_ratio"],
-            compaction_threshold=settings["context.compaction_threshold"],
-            prune_protect_turns=settings["context.prune_protect_turns"],
-            compaction_min_turns=settings["context.compaction_min_turns"],
-            system_prompt=settings["chat.system_prompt"],
-            window_source=window_source,
-            recall_max_tokens=settings["context.recall_max_tokens"],
-        )
 
 
 @dataclass
@@ -373,10 +349,7 @@ class ContextEngine:
         """The thread's own leading system message(s): always sent, never summarized."""
         ids: list[int] = []
         texts: list[str] = []
-        for row in self.store.db.query(
-            "SELECT id, role, content FROM messages WHERE thread_id = ? ORDER BY id LIMIT 8",
-            [thread_id],
-        ):
+        for row in self.store.leading_messages(thread_id, PINNED_LOOKAHEAD):
             if row["role"] != "system":
                 break
             ids.append(row["id"])
@@ -424,19 +397,11 @@ class ContextEngine:
         keeps it verbatim, so the model never loses what it was asked to do."""
         if covered <= 0:
             return None
-        row = self.store.conn.execute(
-            """
-            SELECT o.id FROM messages c
-            JOIN messages o ON o.thread_id = c.thread_id AND o.turn = c.turn
-            WHERE c.id = ? AND o.role = 'user'
-              AND EXISTS (SELECT 1 FROM messages n WHERE n.thread_id = c.thread_id
-                          AND n.turn = c.turn AND n.id > c.id)
-            ORDER BY o.id LIMIT 1
-            """, (covered,)).fetchone()
-        if row is None:
+        anchor = self.store.turn_anchor_id(covered)
+        if anchor is None:
             return None
-        metas = self.store.meta_range(thread_id, self.counter.name, through_id=row[0],
-                                      after_id=row[0] - 1)
+        metas = self.store.meta_range(thread_id, self.counter.name, through_id=anchor,
+                                      after_id=anchor - 1)
         return ensure_counts(self.store, self.counter, metas)[0] if metas else None
 
     def _turns_newest_first(
@@ -751,9 +716,7 @@ class ContextEngine:
     def describe(self, request: ContextRequest) -> list[dict[str, Any]]:
         """Every stored message, in order, with its turn, tokens and state."""
         thread_id = request.thread_id
-        last = self.store.conn.execute(
-            "SELECT max(id) FROM messages WHERE thread_id = ?", (thread_id,)
-        ).fetchone()[0]
+        last = self.store.newest_message_id(thread_id)
         if last is None:
             return []
         metas = ensure_counts(

@@ -1,20 +1,93 @@
 """What one turn reports, as one frozen dataclass per kind, and the one dispatcher.
 
-The agent yields these; the CLI and the GUI both consume them through
-:func:`dispatch`, which calls the matching ``on_*`` method of a :class:`TurnListener`.
-A listener overrides only what it shows. Nothing travels in loose dicts: a compaction
-carries a :class:`~iris_desktop.core.compaction.CompactionEvent`, a request the
+The agent and the host (``iris_desktop.host``) yield these; the CLI and the GUI both
+consume them through :func:`dispatch`, which calls the matching ``on_*`` method of a
+:class:`TurnListener`. A listener overrides only what it shows. Nothing travels in loose
+dicts: a compaction carries a :class:`CompactionEvent`, a request the
 :class:`~iris_desktop.core.engine.ContextRequest` that was sent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
-if TYPE_CHECKING:  # imported for the annotations only: engine and compaction import us
-    from iris_desktop.core.compaction import CompactionEvent
-    from iris_desktop.core.engine import ContextRequest
+from iris_desktop.core.engine import ContextRequest
+from iris_desktop.core.ports import Usage
+
+
+@dataclass
+class CompactionEvent:
+    """One compaction attempt, as stored in ``compaction_events`` (plus its id and the
+    turns it covered). ``outcome``: ok | failed | skipped."""
+
+    trigger: str
+    outcome: str = "failed"
+    path: str | None = None
+    turns_archived: int | None = None
+    messages_archived: int | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    kept_turns: int | None = None
+    summary_tokens: int | None = None
+    duration_s: float | None = None
+    error: str | None = None
+    summary_id: int | None = None
+    id: int | None = None
+    first_turn: int | None = None
+    last_turn: int | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The columns stored in ``compaction_events``."""
+        return {k: v for k, v in asdict(self).items() if k in _EVENT_COLUMNS}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for logs, the CLI and the GUI."""
+        if self.outcome == "ok":
+            return (f"compacted ({self.trigger}, {self.path}): turns {self.first_turn}–"
+                    f"{self.last_turn}, {self.messages_archived} messages archived, "
+                    f"{self.tokens_before:,} → {self.tokens_after:,} tokens, summary "
+                    f"{self.summary_tokens:,} tokens, kept {self.kept_turns} turns, "
+                    f"{self.duration_s or 0:.1f} s" + (f" ({self.error})" if self.error else ""))
+        return f"compaction {self.outcome} ({self.trigger}): {self.error}"
+
+
+_EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",
+                  "tokens_before", "tokens_after", "kept_turns", "summary_tokens", "duration_s",
+                  "error", "summary_id")
+
+
+@dataclass(frozen=True)
+class ThreadCreated:
+    """A new thread was made for the first message of a new chat."""
+
+    thread_id: int
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    """What the KV cache is doing for a thread while the user reads or types.
+
+    ``state``: restored (its saved state was loaded: ``done`` tokens) | warming (the
+    prompt after a compaction) | prefilling (the draft's prompt), with ``done`` of
+    ``total`` prompt tokens evaluated | warmed | prefilled.
+    """
+
+    thread_id: int | None
+    state: str
+    done: int = 0
+    total: int = 0
+
+    def describe(self) -> str:
+        """The status bar's words: "Restored from cache", "Prefilling… 40%"."""
+        if self.state in ("warming", "prefilling"):
+            label = "Warming up" if self.state == "warming" else "Prefilling"
+            return f"{label}… {100 * self.done // max(self.total, 1)}%"
+        return {"restored": "Restored from cache", "warmed": "Ready (warmed up)",
+                "prefilled": "Prefilled"}.get(self.state, self.state)
 
 
 @dataclass(frozen=True)
@@ -73,7 +146,7 @@ class ReplySaved:
     message_id: int
     text: str
     status: str  # complete | interrupted
-    stats: Any = None  # runtime GenerationStats, None when the runtime gives none
+    stats: Usage | None = None  # None when the runtime gives none
     tool_calls: tuple[dict, ...] = ()
 
 
@@ -112,17 +185,20 @@ class TurnDone:
 
     thread_id: int
     finish_reason: str  # stop | length | cancelled | error
-    stats: Any = None
+    stats: Usage | None = None
     next_request: ContextRequest | None = None
 
 
-TurnEvent = (UserSaved | RequestSent | CompactionStarted | CompactionFinished | ReplyStarted
-             | ReplyToken | ReplySaved | ToolFinished | TurnFailed | TurnDone)
+TurnEvent = (ThreadCreated | CacheStatus | UserSaved | RequestSent | CompactionStarted
+             | CompactionFinished | ReplyStarted | ReplyToken | ReplySaved | ToolFinished
+             | TurnFailed | TurnDone)
 
 
 class TurnListener:
     """Override the ``on_*`` methods you need; the rest do nothing."""
 
+    def on_thread_created(self, event: ThreadCreated) -> None: ...
+    def on_cache(self, event: CacheStatus) -> None: ...
     def on_user(self, event: UserSaved) -> None: ...
     def on_request(self, event: RequestSent) -> None: ...
     def on_compaction_started(self, event: CompactionStarted) -> None: ...
@@ -138,6 +214,10 @@ class TurnListener:
 def dispatch(event: TurnEvent, listener: TurnListener) -> None:
     """Call the listener method for ``event``'s type (the one dispatcher of CLI and GUI)."""
     match event:
+        case ThreadCreated():
+            listener.on_thread_created(event)
+        case CacheStatus():
+            listener.on_cache(event)
         case UserSaved():
             listener.on_user(event)
         case RequestSent():

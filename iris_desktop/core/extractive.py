@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from iris_desktop.core.records import Said, fmt_date, resolve_relative
 from iris_desktop.core.summary import ConversationSummary, split_date
-from iris_desktop.core.tokens import TokenCounter
+from iris_desktop.tokens import TokenCounter
 
 PATH_RE = re.compile(
     r"(?<![\w/.<])(?:~|\.{1,2})?(?:/[\w.\-@+]+)+/?|(?<![\w/])[\w\-]+(?:/[\w.\-]+)+\.\w{1,6}\b"

@@ -3,11 +3,12 @@
 A :class:`Planner` is an immutable snapshot of everything a request depends on — the
 window, the token counter, the tool prompt, the context and compaction parameters — for
 one settings version and one loaded runtime. It builds the typed
-:class:`~iris_desktop.core.engine.ContextRequest` for a thread (and a draft), and it
-makes the agent and the compactor, which build through it too. The GUI's meter,
-inspector and message states, the CLI's ``context`` and ``compact``, the agent and the
-compactor's checks therefore all see the same request, and the request that is shown is
-the request that is sent.
+:class:`~iris_desktop.core.engine.ContextRequest` for a thread (and a draft), and it only
+plans: the agent and the compactor are made by the host (``iris_desktop.host``) with a
+planner, and build every request through it. The GUI's meter, inspector and message
+states, the CLI's ``context`` and ``compact``, the agent and the compactor's checks
+therefore all see the same request, and the request that is shown is the request that
+is sent.
 
 When settings or the model change, the owner makes a new Planner; nothing in one ever
 changes. It may be shared between threads: each build uses the caller's own Store, and
@@ -25,58 +26,26 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
-from iris_desktop.core.agent import Agent, AgentConfig
-from iris_desktop.core.compaction import CompactionSettings, Compactor
-from iris_desktop.core.engine import (
-    ContextEngine,
-    ContextParams,
-    ContextRequest,
-    ConversationTooLargeException,
-)
+from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextParams, ToolsConfig
+from iris_desktop.core.engine import ContextEngine, ContextRequest, ConversationTooLargeException
+from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.recall import RankingCache, SemanticSearch
-from iris_desktop.core.semantic import SemanticIndex
+from iris_desktop.core.semantic import SemanticIndex, TextEmbedder
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import HeuristicCounter, Message, TiktokenCounter, TokenCounter
 from iris_desktop.core.toolcalls import tools_system_prompt
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.settings import AUTO, Settings, SettingsError
+from iris_desktop.tokens import HeuristicCounter, Message, TokenCounter, shared_tiktoken
 
 #: the window when nothing says how large it is (no model loaded and model.n_ctx = 0)
 FALLBACK_WINDOW = 8192
 #: requests kept per planner; the GUI asks for a handful (meter, states, inspector, draft)
 CACHE_SIZE = 32
-
-
-class Runtime(Protocol):
-    """What the planner may ask of a runtime. All of it is safe from any thread."""
-
-    n_ctx: int
-
-    def counter(self) -> TokenCounter: ...
-
-
-@dataclass(frozen=True)
-class ToolsConfig:
-    """The tool settings, as plain values."""
-
-    enabled: tuple[str, ...] = ("read_file", "list_directory", "search_files")
-    allowed_paths: tuple[str, ...] = ()
-    shell: bool = False
-    max_calls_per_turn: int = 8
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> ToolsConfig:
-        return cls(
-            enabled=tuple(settings["tools.enabled"]),
-            allowed_paths=tuple(settings["tools.allowed_paths"]),
-            shell=settings["tools.shell"],
-            max_calls_per_turn=settings["tools.max_calls_per_turn"],
-        )
 
 
 @dataclass(frozen=True)
@@ -98,17 +67,6 @@ class ToolPrompt:
 #: semantic indexes per Store (weakly: a closed Store's index goes with it) and embedder
 _indexes: weakref.WeakKeyDictionary[Store, dict[int, SemanticIndex]] = weakref.WeakKeyDictionary()
 _indexes_lock = threading.Lock()
-_tiktoken_lock = threading.Lock()
-_tiktoken: TiktokenCounter | None = None
-
-
-def shared_tiktoken() -> TiktokenCounter:
-    """One offline cl100k_base table per process (loading it takes a moment)."""
-    global _tiktoken
-    with _tiktoken_lock:
-        if _tiktoken is None:
-            _tiktoken = TiktokenCounter()
-        return _tiktoken
 
 
 def window_for(settings: Any, n_ctx: int | None, source: str = "model") -> tuple[int, str]:
@@ -141,7 +99,7 @@ def limit_problems(settings: Any, n_ctx: int | None, trained: int | None) -> dic
     return problems
 
 
-def counter_for(settings: Any, runtime: Any) -> TokenCounter:
+def counter_for(settings: Any, runtime: ChatModel | None) -> TokenCounter:
     """The counter ``context.token_counter`` asks for. Never loads a model: before one
     is loaded, ``auto`` and ``model`` count with the heuristic."""
     kind = settings["context.token_counter"]
@@ -164,13 +122,13 @@ class Planner:
         params: ContextParams,
         counter: TokenCounter,
         *,
-        runtime: Any = None,
+        runtime: ChatModel | None = None,
         compaction: CompactionSettings | None = None,
         agent: AgentConfig | None = None,
         tools: ToolsConfig | None = None,
         values: Mapping[str, Any] | None = None,
         semantic: SemanticSearch | None = None,
-        embedder: Any = None,
+        embedder: TextEmbedder | None = None,
     ):
         self.params = params
         self.counter = counter
@@ -191,19 +149,18 @@ class Planner:
         self._tool_prompts: dict[bool, ToolPrompt] = {}
         self._rankings: weakref.WeakKeyDictionary[Store, RankingCache] = weakref.WeakKeyDictionary()
         # the runtime can count a whole rendering, and this planner counts with its tokenizer
-        self._counts_exactly = (hasattr(runtime, "count_prompt")
+        self._counts_exactly = (runtime is not None and runtime.capabilities.exact_counts
                                 and counter.name == runtime.counter().name)
 
     @classmethod
-    def from_settings(cls, settings: Settings, runtime: Any = None, *,
-                      n_ctx: int | None = None, embedder: Any = None) -> Planner:
+    def from_settings(cls, settings: Settings, runtime: ChatModel | None = None, *,
+                      n_ctx: int | None = None, embedder: TextEmbedder | None = None) -> Planner:
         """The planner for ``settings`` on ``runtime``. ``n_ctx`` overrides the runtime's
         window (a candidate ``model.n_ctx`` that a reload would apply). Raises
         SettingsError when ``context.window`` exceeds the runtime's n_ctx."""
         source = "model"
-        if not n_ctx:
-            n_ctx = getattr(runtime, "n_ctx", None)
-            source = getattr(runtime, "window_source", "model")
+        if not n_ctx and runtime is not None:
+            n_ctx, source = runtime.n_ctx, runtime.window_source
         problem = limit_problems(settings, n_ctx, None).get("context.window")
         if problem:
             raise SettingsError(problem)
@@ -229,10 +186,6 @@ class Planner:
 
     # -- tools ----------------------------------------------------------------------------
 
-    def sandbox(self, confirm_shell: Callable[[str], bool] | None = None) -> Sandbox:
-        return Sandbox(list(self.tools.allowed_paths), enabled=list(self.tools.enabled),
-                       shell=self.tools.shell, confirm_shell=confirm_shell)
-
     def tool_prompt(self, tools_allowed: bool = True) -> ToolPrompt:
         """The tools of a request; ``tools_allowed`` False once a turn used all its calls."""
         with self._lock:
@@ -240,8 +193,9 @@ class Planner:
                 return self._tool_prompts[tools_allowed]
         prompt = ToolPrompt()
         if tools_allowed and self.tools.max_calls_per_turn > 0:
-            definitions = tuple(self.sandbox().definitions())
-            native = bool(definitions) and bool(getattr(self.runtime, "native_tools", False))
+            definitions = tuple(Sandbox.from_config(self.tools).definitions())
+            native = (bool(definitions) and self.runtime is not None
+                      and self.runtime.capabilities.native_tools)
             if native:
                 tokens = self.runtime.tool_tokens(list(definitions))
                 prompt = ToolPrompt(definitions, "", True, tokens)
@@ -363,40 +317,3 @@ class Planner:
         if self.counter.exact and not tools.native:
             return None  # additive formats: the sum of the parts is the prompt, to the token
         return self.runtime.count_prompt(messages, tools.template_definitions or None)
-
-    # -- the agent and the compactor ------------------------------------------------------
-
-    def compactor(self, store: Store, runtime: Any = None) -> Compactor:
-        """A Compactor on ``store``: the LLM path on ``runtime`` (default: this planner's,
-        as ``context.summarizer`` allows), else only the extractive summarizer."""
-        return Compactor(store, self, runtime=runtime if runtime is not None else self.summarizer())
-
-    def summarizer(self) -> Any:
-        """The runtime that writes summaries, or None for the extractive summarizer: a base
-        model cannot follow the summary instructions, so ``auto`` skips it."""
-        choice = self.compaction.summarizer
-        if choice == "extractive" or self.runtime is None:
-            return None
-        if choice == "auto" and getattr(self.runtime, "base_model", False):
-            return None
-        return self.runtime
-
-    def agent(self, store: Store, *, confirm_shell: Callable[[str], bool] | None = None,
-              compact: bool = True, compactor: Compactor | None = None,
-              model_name: str = "") -> Agent:
-        """An Agent on ``store`` and this planner's runtime (which must be loaded).
-        ``compact=False``: no compaction at all (a scripted runtime writes no summary)."""
-        if self.runtime is None:
-            raise RuntimeError("no model is loaded")
-        if compact and compactor is None:
-            compactor = self.compactor(store)
-        return Agent(
-            store, self, sandbox=self.sandbox(confirm_shell),
-            compactor=compactor if compact else None,
-            model_name=model_name or _model_name(self.runtime),
-        )
-
-
-def _model_name(runtime: Any) -> str:
-    path = getattr(runtime, "path", None)
-    return getattr(path, "name", None) or type(runtime).__name__

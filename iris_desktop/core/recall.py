@@ -48,7 +48,7 @@ from iris_desktop.core.records import (
     said_from_row,
 )
 from iris_desktop.core.store import Store
-from iris_desktop.core.tokens import TokenCounter
+from iris_desktop.tokens import TokenCounter
 
 RECALL_HEADER = "[Recalled from earlier in this chat: messages the summary replaced, dated]"
 RECALL_FOOTER = "[End of recalled messages]"

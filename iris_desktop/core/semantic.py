@@ -1,7 +1,8 @@
 """Semantic recall: message vectors in SQLite, searched by brute force with numpy.
 
 Each user or assistant message with text gets one unit-length vector from the embedding
-model (:mod:`iris_desktop.runtime.embedder`), stored in the ``messages`` database:
+model (:mod:`iris_desktop.runtime.embedder`), stored in the ``messages`` database (the
+store's schema 7, read and written through :mod:`iris_desktop.core.store.vectors`):
 
     message_vectors(message_id → messages(id) ON DELETE CASCADE, model, vector BLOB)
 
@@ -46,26 +47,14 @@ from iris_desktop.core.store import Store
 
 log = logging.getLogger("iris.semantic")
 
-__all__ = ["SCHEMA", "SemanticIndex", "TextEmbedder", "strip_names"]
+__all__ = ["SemanticIndex", "TextEmbedder", "strip_names"]
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS message_vectors (
-    message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
-    model TEXT NOT NULL,
-    vector BLOB NOT NULL
-)
-"""
 #: messages embedded per transaction: ~70 ms of embedding, so a cancel is heard quickly
 #: and the write lock is held only for the insert
 BATCH = 8
 #: threads whose matrices stay in memory (a 100k-message thread's is 154 MB)
 MAX_CACHED_THREADS = 2
 _BLOCK_ROWS = 4096  # vectors read, and kept, together (6 MB)
-
-#: a message that has a vector to make (or already has one): final text of a chat turn
-_ELIGIBLE = ("m.role IN ('user', 'assistant') AND m.status != 'streaming' "
-             "AND m.content IS NOT NULL AND trim(m.content) != ''")
-_NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id AND v.model = :model)"
 
 
 class TextEmbedder(Protocol):
@@ -143,16 +132,15 @@ class _Matrix:
 class SemanticIndex:
     """The vectors of one Store's messages: what is pending, embedding it, searching.
 
-    Uses ``store.conn`` and so, like the Store, one thread at a time: a background
-    indexer opens its own Store and SemanticIndex (the embedder may be shared; it locks).
-    Creates its table if needed; never changes ``messages``.
+    Reads and writes through its Store and so, like the Store, is used by one thread at
+    a time: a background indexer has its own Store and SemanticIndex (the embedder may be
+    shared; it locks). Never changes ``messages``.
     """
 
     def __init__(self, store: Store, embedder: TextEmbedder, max_cached_threads: int = MAX_CACHED_THREADS):
         self.store = store
         self.embedder = embedder
         self.max_cached_threads = max_cached_threads
-        store.conn.execute(SCHEMA)
         #: (thread id or None for all threads, model) → floor
         self._floors: dict[tuple[int | None, str], int] = {}
         self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
@@ -184,46 +172,27 @@ class SemanticIndex:
 
     def _pending_rows(self, thread_id: int | None, limit: int) -> list[dict[str, Any]]:
         floor = self._advance(thread_id)
-        scope = "m.thread_id = :thread AND " if thread_id is not None else ""
-        cursor = self.store.conn.execute(
-            f"SELECT m.id, m.role, m.content, m.content_is_json, m.name, m.sent_at FROM messages m "
-            f"WHERE {scope}m.id > :floor AND {_ELIGIBLE} AND {_NO_VECTOR} ORDER BY m.id LIMIT :limit",
-            {"thread": thread_id, "floor": floor, "model": self.embedder.identity, "limit": limit})
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
+        return self.store.messages_without_vector(thread_id, floor, self.embedder.identity, limit)
 
     def _save(self, ids: list[int], vectors: np.ndarray) -> None:
         """Store one batch (replacing stale vectors). A message deleted meanwhile (its
         thread was) is skipped rather than failing the foreign key."""
-        model = self.embedder.identity
-        rows = [(mid, model, np.asarray(vec, dtype="<f4").tobytes(), mid) for mid, vec in zip(ids, vectors)]
-        with self.store.transaction():
-            self.store.conn.executemany(
-                "INSERT OR REPLACE INTO message_vectors(message_id, model, vector) "
-                "SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?)", rows)
+        rows = [(mid, np.asarray(vec, dtype="<f4").tobytes()) for mid, vec in zip(ids, vectors)]
+        self.store.save_vectors(self.embedder.identity, rows)
 
     def _advance(self, thread_id: int | None) -> int:
         """Raise and return the floor of ``thread_id`` (None: all threads) for the current
         model. The newest id is read first, then the oldest streaming message, then the
         oldest pending one: a message that finishes or gets its vector in between is
         then never passed over (a message's status only goes from streaming to final)."""
-        key = (thread_id, self.embedder.identity)
+        model = self.embedder.identity
+        key = (thread_id, model)
         floor = self._floors.get(key, 0)
-        scope = "m.thread_id = :thread AND " if thread_id is not None else ""
-        params = {"thread": thread_id, "floor": floor, "model": self.embedder.identity}
-        conn = self.store.conn
-        (newest,) = conn.execute(f"SELECT max(m.id) FROM messages m WHERE {scope}1", params).fetchone()
+        newest = self.store.newest_message_id(thread_id)
         if newest is None or newest <= floor:
             return floor
-        params["newest"] = newest
-        # the partial index holds only the few streaming rows
-        (streaming,) = conn.execute(
-            f"SELECT min(m.id) FROM messages m INDEXED BY messages_streaming "
-            f"WHERE {scope}m.status = 'streaming' AND m.id > :floor", params).fetchone()
-        pending = conn.execute(
-            f"SELECT m.id FROM messages m WHERE {scope}m.id > :floor AND m.id <= :newest "
-            f"AND {_ELIGIBLE} AND {_NO_VECTOR} ORDER BY m.id LIMIT 1", params).fetchone()
-        first_pending = pending[0] if pending else None
+        streaming = self.store.first_streaming_id(thread_id, floor)
+        first_pending = self.store.first_without_vector(thread_id, floor, newest, model)
         floor = min([newest, *(i - 1 for i in (streaming, first_pending) if i is not None)])
         self._floors[key] = floor
         return floor
@@ -299,12 +268,9 @@ class SemanticIndex:
         """Append the thread's current vectors above ``matrix.floor`` up to ``floor``,
         a block at a time. A BLOB of the wrong length (a damaged row) is left out."""
         size = 4 * self.embedder.dimensions
-        cursor = self.store.conn.execute(
-            "SELECT v.message_id, v.vector FROM messages m JOIN message_vectors v ON v.message_id = m.id "
-            "WHERE m.thread_id = ? AND m.id > ? AND m.id <= ? AND v.model = ? ORDER BY m.id",
-            (thread_id, matrix.floor, floor, self.embedder.identity))
-        while rows := cursor.fetchmany(_BLOCK_ROWS):
-            rows = [row for row in rows if len(row[1]) == size]
+        blocks = self.store.iter_vectors(thread_id, matrix.floor, floor, self.embedder.identity, _BLOCK_ROWS)
+        for block in blocks:
+            rows = [row for row in block if len(row[1]) == size]
             ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype="<f4")
             matrix.append(ids, vectors.reshape(len(rows), self.embedder.dimensions))

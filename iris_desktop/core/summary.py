@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from iris_desktop.core.tokens import TokenCounter
+from iris_desktop.tokens import TokenCounter
 
 TEXT_FIELDS = ("summary", "emotional_thread", "relationship_dynamics")
 LIST_FIELDS = ("accomplishments", "key_decisions", "relevant_files", "active_goals",

@@ -577,6 +577,13 @@ class Sandbox:
         self._confirm = confirm_shell
         self._timeout = float(shell_timeout_s)
 
+    @classmethod
+    def from_config(cls, config: Any, confirm_shell: Callable[[str], bool] | None = None
+                    ) -> Sandbox:
+        """The sandbox the tool settings describe (a ``core.config.ToolsConfig``)."""
+        return cls(list(config.allowed_paths), enabled=list(config.enabled),
+                   shell=config.shell, confirm_shell=confirm_shell)
+
     @property
     def roots(self) -> list[Path]:
         """The allowed folders, resolved, deduplicated, in order; missing ones left out."""

@@ -26,8 +26,8 @@ from iris_desktop.core.engine import (
 )
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store, SummaryRow, row_to_message
-from iris_desktop.core.tokens import message_text
 from iris_desktop.settings import SETTINGS, Setting, Settings, SettingsError
+from iris_desktop.tokens import message_text
 
 #: the summary's eight fields, in the order the divider shows them
 SUMMARY_FIELDS: tuple[tuple[str, str], ...] = (

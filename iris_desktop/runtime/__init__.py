@@ -1,4 +1,6 @@
-"""The in-process model runtime: GGUF inspection, chat formats, llama.cpp generation.
+"""The runtimes: the in-process model (GGUF inspection, chat formats, llama.cpp
+generation) and a model behind a server, both with the interface written down in
+:mod:`.protocol`.
 
 Importing this package does not import llama_cpp (``model`` imports it lazily).
 """
@@ -7,11 +9,21 @@ from .bundled import BUNDLED_MODEL, BundledModelError, ensure_bundled_model
 from .chat_format import ChatFormat, ChatMLFormat, GemmaFormat, JinjaFormat, select_chat_format
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .model import (
-    GenerationStats,
     LocalModel,
     ModelError,
     ModelTokenCounter,
     PromptTooLongError,
+)
+from .protocol import (
+    Capabilities,
+    Generation,
+    GenerationStats,
+    KVState,
+    ModelFacts,
+    Prefill,
+    PrefillStats,
+    Runtime,
+    Unsupported,
 )
 
 __all__ = [
@@ -23,7 +35,15 @@ __all__ = [
     "GGUFError",
     "GGUFInfo",
     "read_gguf_info",
+    "Capabilities",
+    "Generation",
     "GenerationStats",
+    "KVState",
+    "ModelFacts",
+    "Prefill",
+    "PrefillStats",
+    "Runtime",
+    "Unsupported",
     "LocalModel",
     "ModelError",
     "ModelTokenCounter",

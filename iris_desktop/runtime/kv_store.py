@@ -9,15 +9,15 @@ One file per thread and model (``<thread>-<model id>.kv``, 0600) in a private fo
 The header names the model (its identity: a hash of the GGUF header, and the file
 size), the number of tokens, and the sha256 of the tokens and of the state. A file is
 restored only when all of them match: a corrupt, truncated or foreign file is deleted,
-never handed to llama.cpp (a bad state blob could crash it). The state is llama.cpp's
-per-sequence copy of the KV cache (``llama_state_seq_get_data``): the keys and values
-only, no logits. Disk use is bounded by ``model.kv_cache_mb``: the least recently used
-files go first.
+never handed to llama.cpp (a bad state blob could crash it). The state is what the
+runtime's ``kv_state()`` gives (for llama.cpp its per-sequence copy of the KV cache: the
+keys and values only, no logits), and only a runtime whose ``capabilities.kv_state`` says
+so has one. Disk use is bounded by ``model.kv_cache_mb``: the least recently used files
+go first.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import logging
@@ -25,14 +25,14 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from .protocol import KVState, Runtime
 
 log = logging.getLogger("iris.runtime.kv")
 
 MAGIC = b"IRIS-KV1"
 #: a header larger than this is not ours
 MAX_HEADER_BYTES = 4096
-SEQ_ID = 0
 
 
 @dataclass
@@ -41,9 +41,9 @@ class Restored:
     path: Path | None = None
 
 
-def model_key(model: Any) -> str:
+def model_key(model: Runtime) -> str:
     """Who may read a saved state: the same GGUF (its header hash and size)."""
-    return f"{model.identity[:24]}-{model.info.size_bytes}"
+    return f"{model.identity[:24]}-{model.describe().size_bytes}"
 
 
 class KVStateStore:
@@ -57,20 +57,21 @@ class KVStateStore:
     def enabled(self) -> bool:
         return self.limit_bytes > 0
 
-    def path_for(self, model: Any, thread_id: int) -> Path:
+    def path_for(self, model: Runtime, thread_id: int) -> Path:
         return self.folder / f"{int(thread_id)}-{model_key(model)}.kv"
 
     # -- saving --
 
-    def save(self, model: Any, thread_id: int) -> Path | None:
+    def save(self, model: Runtime, thread_id: int) -> Path | None:
         """Write the model's current KV prefix as ``thread_id``'s state (replacing the old
         one atomically), then evict the least recently used files beyond the limit. None
         when off, or when there is nothing to save or it does not fit the limit."""
         if not self.enabled:
             return None
-        tokens, blob = _capture(model)
-        if not tokens or len(blob) > self.limit_bytes:
+        state = model.kv_state()
+        if state is None or not state.tokens or len(state.data) > self.limit_bytes:
             return None
+        tokens, blob = state.tokens, state.data
         header = json.dumps({
             "version": 1, "model": model_key(model), "n_tokens": len(tokens),
             "tokens_sha256": hashlib.sha256(_pack(tokens)).hexdigest(),
@@ -97,7 +98,7 @@ class KVStateStore:
 
     # -- restoring --
 
-    def restore(self, model: Any, thread_id: int) -> Restored:
+    def restore(self, model: Runtime, thread_id: int) -> Restored:
         """Load ``thread_id``'s saved state into the model's KV cache if it is sound and
         made by this model; any other file there is deleted. Returns how many tokens the
         cache then holds from it (0: nothing restored, the cache is as it was)."""
@@ -110,7 +111,7 @@ class KVStateStore:
             log.warning("%s: not a usable KV state (%s); deleted", path.name, exc)
             path.unlink(missing_ok=True)
             return Restored(0)
-        if not _load(model, tokens, blob):
+        if not model.restore_kv_state(KVState(tokens, blob)):
             log.warning("%s: llama.cpp refused the KV state; deleted", path.name)
             path.unlink(missing_ok=True)
             return Restored(0)
@@ -150,42 +151,6 @@ def _read(path: Path, key: str) -> tuple[list[int], bytes]:
     return list(struct.unpack(f"<{n}i", token_bytes)), blob
 
 
-def _capture(model: Any) -> tuple[list[int], bytes]:
-    """(tokens in the KV cache, llama.cpp's copy of that sequence's keys and values)."""
-    import llama_cpp
-
-    tokens = model.kv_tokens()
-    if not tokens:
-        return [], b""
-    with model._lock:
-        ctx = model.llm.ctx
-        size = llama_cpp.llama_state_seq_get_size(ctx, SEQ_ID)
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, SEQ_ID)
-        return tokens, bytes(buffer)[:written]
-
-
-def _load(model: Any, tokens: list[int], blob: bytes) -> bool:
-    """Put a checked state into the model's (cleared) cache; False if llama.cpp refuses."""
-    import llama_cpp
-
-    if len(tokens) >= model.n_ctx:
-        return False
-    with model._lock:
-        llm = model.llm
-        llm.reset()
-        memory = llama_cpp.llama_get_memory(llm.ctx)
-        llama_cpp.llama_memory_clear(memory, True)
-        buffer = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
-        if llama_cpp.llama_state_seq_set_data(llm.ctx, buffer, len(blob), SEQ_ID) == 0:
-            llama_cpp.llama_memory_clear(memory, True)
-            return False
-        llm.input_ids[: len(tokens)] = tokens
-        llm.n_tokens = len(tokens)
-        llm._requires_eval = True  # no logits were saved: the next request computes them
-        return True
-
-
 def _write_private(path: Path, data: bytes) -> None:
     from iris_desktop.paths import make_private_dir
 
@@ -206,15 +171,15 @@ class ThreadCache:
     saves the current one's state and restores the new one's, so each keeps its own.
     Used by the thread that owns the model (the GUI's model thread, the CLI)."""
 
-    def __init__(self, store: KVStateStore, model: Any):
+    def __init__(self, store: KVStateStore, model: Runtime):
         self.store = store
         self.model = model
         self.thread_id: int | None = None
 
     @property
     def usable(self) -> bool:
-        """Only a local model has a KV cache to keep (not a scripted or remote one)."""
-        return self.store.enabled and hasattr(self.model, "kv_tokens")
+        """Only a runtime that can save its KV cache has one to keep (a local model)."""
+        return self.store.enabled and self.model.capabilities.kv_state
 
     def enter(self, thread_id: int | None) -> int:
         """Make ``thread_id`` the cached thread; returns the tokens restored (0 if none)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import ctypes
 import hashlib
 import json
 import logging
@@ -39,25 +40,34 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from iris_desktop.tokens import Message
 
 from .chat_format import ChatFormat, select_chat_format
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .library import is_base_model
+from .protocol import (
+    Capabilities,
+    Generation,
+    GenerationStats,
+    KVState,
+    ModelFacts,
+    Prefill,
+    PrefillStats,
+)
 
 log = logging.getLogger("iris.runtime")
+#: the one sequence of a context: its KV cache is what a KV state holds
+_SEQ_ID = 0
 
 __all__ = [
     "ModelError",
     "PromptTooLongError",
-    "GenerationStats",
     "LocalModel",
     "ModelTokenCounter",
 ]
-
-Message = dict[str, Any]
 
 
 class ModelError(Exception):
@@ -115,7 +125,6 @@ def _counting_llama_class() -> Any:
 
             iris_evaluated = 0
             iris_should_stop: Any = None
-            iris_progress: Any = None  # called with (evaluated, total) after each batch
 
             def eval(self, tokens):  # type: ignore[override]
                 tokens = list(tokens)
@@ -130,8 +139,6 @@ def _counting_llama_class() -> Any:
                             raise EvalStopped(start, len(tokens)) from None
                         raise
                     self.iris_evaluated += len(part)
-                    if self.iris_progress is not None:
-                        self.iris_progress(start + len(part), len(tokens))
 
             def _iris_stopping(self) -> bool:
                 check = self.iris_should_stop
@@ -228,39 +235,6 @@ def _recent_llama_errors() -> list[str]:
 # generation
 
 
-@dataclass
-class GenerationStats:
-    #: tokens of the whole prompt (what llama.cpp's ``prompt_tokens`` would report)
-    prompt_tokens: int
-    #: prompt tokens kept from the previous request's KV cache (not evaluated again)
-    reused_tokens: int
-    #: prompt tokens evaluated for this request (``prompt_tokens - reused_tokens``;
-    #: counted in ``Llama.eval``, i.e. what was really sent to llama.cpp)
-    evaluated_tokens: int
-    #: generated tokens, end-of-turn token excluded
-    completion_tokens: int
-    #: from the call to the first generated token (prompt evaluation + one sample)
-    time_to_first_token_s: float
-    #: decode speed after the first token: (completion_tokens - 1) / time between the
-    #: first and the last token; 0.0 with fewer than two tokens
-    tokens_per_s: float
-    duration_s: float
-    #: "stop" (end of turn, stop string, grammar complete) | "length" (max_tokens or the
-    #: context is full) | "cancelled" | "error"
-    finish_reason: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class PrefillStats:
-    prompt_tokens: int
-    reused_tokens: int  # already in the KV cache
-    evaluated_tokens: int  # evaluated by this prefill
-    stopped: bool  # preempted or cancelled before the end
-
-
 class _StopMatcher:
     """Holds back text that could be the start of a stop string."""
 
@@ -298,7 +272,8 @@ class _StopMatcher:
 
 
 class LocalModel:
-    """One loaded GGUF model. Create with :meth:`load`; call :meth:`close` when done.
+    """One loaded GGUF model (a :class:`~.protocol.Runtime`). Create with :meth:`load`;
+    call :meth:`close` when done.
 
     Threads: generation is serialized by ``_lock`` (one KV cache), normally on the model
     thread. Tokenizing and counting are safe from any thread, also while a generation
@@ -307,8 +282,12 @@ class LocalModel:
     refresh raises a clean ``RuntimeError("... closed")`` instead of using freed memory.
     """
 
-    #: statistics of the last finished (or cancelled) :meth:`stream`
-    last_stats: GenerationStats | None
+    #: the window is the context llama.cpp allocated for this model
+    window_source = "model"
+    where = "local"
+    base_url: str | None = None
+    is_loopback = True
+    warning: str | None = None
 
     def __init__(
         self,
@@ -330,7 +309,7 @@ class LocalModel:
         self.identity = identity
         self.swa_full = swa_full
         self.seed = seed
-        self.last_stats = None
+        self.model_name = info.path.name
         self._lock = threading.Lock()
         self._life = threading.RLock()
         self._closing = threading.Event()
@@ -481,6 +460,11 @@ class LocalModel:
         """The chat template renders tool definitions itself."""
         return bool(getattr(self.chat_format, "supports_tools", False))
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(exact_counts=True, native_tools=self.native_tools, prefill=True,
+                            kv_state=True)
+
     def tool_tokens(self, tools: list[dict]) -> int:
         """What passing ``tools`` to the template adds to a prompt (0 without native tools)."""
         if not tools or not self.native_tools:
@@ -510,6 +494,15 @@ class LocalModel:
         """The prompt as text (for display and debugging; generation uses
         :meth:`prompt_tokens`, which tokenizes message content as plain text)."""
         return self.chat_format.render_prompt(list(messages))
+
+    def describe(self) -> ModelFacts:
+        info = self.info
+        return ModelFacts(
+            name=info.name or self.path.stem, file=self.path.name, path=str(self.path),
+            n_ctx=self.n_ctx, context_length=info.context_length, base_model=self.base_model,
+            architecture=info.architecture or "", file_type=info.file_type or "",
+            size_bytes=info.size_bytes or 0, chat_format=self.chat_format.name,
+            load_time_s=self.load_time_s, license=_license(self.path, info.metadata or {}))
 
     def counter(self) -> ModelTokenCounter:
         return ModelTokenCounter(self)
@@ -627,8 +620,9 @@ class LocalModel:
         evaluation; when set, or once ``time.monotonic()`` passes ``deadline``,
         generation stops with ``finish_reason == "cancelled"`` (closing the iterator
         early counts as a cancel too). ``json_schema`` (or an OpenAI ``response_format``, or a GBNF
-        ``grammar``) constrains the output. ``temperature=0`` is greedy. After the
-        iterator ends, :attr:`last_stats` holds the :class:`GenerationStats`.
+        ``grammar``) constrains the output. ``temperature=0`` is greedy. Once the
+        :class:`~.protocol.Generation` ends, its ``stats`` hold the
+        :class:`~.protocol.GenerationStats`.
 
         Raises :class:`PromptTooLongError` (at the first ``next``) when the prompt
         leaves no room in the context window.
@@ -636,15 +630,17 @@ class LocalModel:
         self._check_open()
         if max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
-        return self._stream(
-            list(messages), max_tokens=max_tokens, temperature=temperature, cancel=cancel,
+        options = dict(
+            max_tokens=max_tokens, temperature=temperature, cancel=cancel,
             grammar=self._grammar(json_schema, response_format, grammar),
             sampling=dict(top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty),
             seed=self.seed if seed is None else seed, extra_stop=stop or [],
             tools=tools if self.native_tools else None, deadline=deadline,
         )
+        return Generation(lambda result: self._stream(result, list(messages), **options))
 
-    def _stream(self, messages: list[Message], *, max_tokens: int, temperature: float,
+    def _stream(self, result: Generation, messages: list[Message], *, max_tokens: int,
+                temperature: float,
                 cancel: threading.Event | None, grammar: Any, sampling: dict,
                 seed: int, extra_stop: list[str], tools: list[dict] | None = None,
                 deadline: float | None = None) -> Iterator[str]:
@@ -750,7 +746,7 @@ class LocalModel:
                 rate = 0.0
                 if completion > 1 and t_first is not None and t_last is not None and t_last > t_first:
                     rate = (completion - 1) / (t_last - t_first)
-                self.last_stats = GenerationStats(
+                result.stats = GenerationStats(
                     prompt_tokens=n_prompt,
                     reused_tokens=reused,
                     evaluated_tokens=evaluated,
@@ -760,16 +756,22 @@ class LocalModel:
                     duration_s=t_end - t0,
                     finish_reason=finish,
                 )
-                log.debug("generation: %s", self.last_stats)
+                log.debug("generation: %s", result.stats)
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,
-                cancel: threading.Event | None = None,
-                progress: Any = None) -> PrefillStats:
+                cancel: Any = None) -> Prefill:
         """Evaluate the prompt of ``messages`` into the KV cache without generating, so
         that a request for them (or for them and more) starts at once. Only what differs
-        from the cache is evaluated. ``cancel`` stops it between two graph nodes (a
-        send preempts a warm-up this way); what was evaluated stays cached.
-        ``progress(evaluated, total)`` follows it batch by batch."""
+        from the cache is evaluated, a batch (``n_batch`` tokens) at a time; the
+        :class:`~.protocol.Prefill` yields ``(evaluated, total)`` after each. ``cancel``
+        (anything with ``is_set()``) stops it between two graph nodes (a send preempts a
+        warm-up this way), and so does closing the Prefill; what was evaluated stays
+        cached. Raises PromptTooLongError (at the first ``next``)."""
+        self._check_open()
+        return Prefill(lambda result: self._prefill(result, list(messages), tools, cancel))
+
+    def _prefill(self, result: Prefill, messages: list[Message], tools: list[dict] | None,
+                 cancel: Any) -> Iterator[tuple[int, int]]:
         with self._lock:
             self._check_open()
             llm = self._llm
@@ -780,24 +782,75 @@ class LocalModel:
             todo = tokens[reuse:]
             llm.n_tokens = reuse
             llm.iris_evaluated = 0
-            llm.iris_should_stop = lambda: self._closing.is_set() or bool(
-                cancel is not None and cancel.is_set())
-            llm.iris_progress = None if progress is None else (
-                lambda done, total: progress(reuse + done, len(tokens)))
+
+            def stopping() -> bool:
+                return self._closing.is_set() or bool(cancel is not None and cancel.is_set())
+
+            llm.iris_should_stop = stopping
             stopped = False
             try:
-                llm.eval(todo)
-            except EvalStopped:
+                for start in range(0, len(todo), llm.n_batch):
+                    if start and stopping():
+                        stopped = True
+                        break
+                    part = todo[start:start + llm.n_batch]
+                    try:
+                        llm.eval(part)
+                    except EvalStopped:
+                        stopped = True
+                        break
+                    yield reuse + start + len(part), len(tokens)
+            except GeneratorExit:
                 stopped = True
+                raise
             finally:
-                llm.iris_should_stop = llm.iris_progress = None
-            return PrefillStats(len(tokens), reuse, int(llm.iris_evaluated), stopped)
+                llm.iris_should_stop = None
+                result.stats = PrefillStats(len(tokens), reuse, int(llm.iris_evaluated), stopped)
 
     def kv_tokens(self) -> list[int]:
         """The tokens whose keys and values are in the KV cache, in order."""
         with self._life:
             self._check_open()
             return [int(t) for t in self._llm.input_ids[: self._llm.n_tokens]]
+
+    def kv_state(self) -> KVState | None:
+        """A copy of the KV cache: its tokens and llama.cpp's per-sequence copy of their
+        keys and values (``llama_state_seq_get_data``: no logits). None when empty."""
+        import llama_cpp
+
+        with self._lock:
+            self._check_open()
+            tokens = self.kv_tokens()
+            if not tokens:
+                return None
+            ctx = self._llm.ctx
+            size = llama_cpp.llama_state_seq_get_size(ctx, _SEQ_ID)
+            buffer = (ctypes.c_uint8 * size)()
+            written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, _SEQ_ID)
+            return KVState(tokens, bytes(buffer)[:written])
+
+    def restore_kv_state(self, state: KVState) -> bool:
+        """Put a checked state into the (cleared) cache; False if llama.cpp refuses it (the
+        cache is then empty). The next request computes the logits it did not save."""
+        import llama_cpp
+
+        tokens = list(state.tokens)
+        if len(tokens) >= self.n_ctx:
+            return False
+        with self._lock:
+            self._check_open()
+            llm = self._llm
+            llm.reset()
+            memory = llama_cpp.llama_get_memory(llm.ctx)
+            llama_cpp.llama_memory_clear(memory, True)
+            buffer = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
+            if llama_cpp.llama_state_seq_set_data(llm.ctx, buffer, len(state.data), _SEQ_ID) == 0:
+                llama_cpp.llama_memory_clear(memory, True)
+                return False
+            llm.input_ids[: len(tokens)] = tokens
+            llm.n_tokens = len(tokens)
+            llm._requires_eval = True  # no logits were saved
+            return True
 
     def close(self) -> None:
         """Free the model and its context. Idempotent. A generation running in another
@@ -818,6 +871,17 @@ class LocalModel:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"n_ctx={self._llm.n_ctx()}"
         return f"<LocalModel {self.path.name} {self.chat_format.name} {state}>"
+
+
+def _license(path: Path, metadata: dict[str, Any]) -> str:
+    """The model's license: the bundled model's is known; another file's is what its
+    GGUF header says (``general.license``), if anything."""
+    from .bundled import BUNDLED_MODEL
+
+    if path.name == BUNDLED_MODEL.file_name:
+        return f"{BUNDLED_MODEL.license} ({BUNDLED_MODEL.license_url})"
+    named = metadata.get("general.license")
+    return str(named) if named else "not stated in the file; see where it came from"
 
 
 def _header_identity(info: GGUFInfo) -> str:
@@ -842,7 +906,7 @@ COUNT_SCHEME = 2
 
 
 class ModelTokenCounter:
-    """Exact token counts for one model and chat format (``core.tokens.TokenCounter``).
+    """Exact token counts for one model and chat format (``iris_desktop.tokens.TokenCounter``).
 
     ``count_message(m)`` is the number of tokens ``m`` adds to a prompt;
     ``prompt_overhead()`` the BOS/prefix plus the generation prompt. For the additive

@@ -2,8 +2,9 @@
 
 When the laptop is not enough, Iris talks to a server (llama.cpp's ``llama-server``,
 vLLM, Ollama, a hosted OpenAI-compatible API) and keeps the same context engine: the
-planner, the meter and the compactor see ``n_ctx``, ``counter()``, ``native_tools``,
-``tool_tokens``, ``stream`` and ``last_stats`` exactly as they do for the local model.
+planner, the meter and the compactor see the same :class:`~.protocol.Runtime` as for the
+local model: ``n_ctx``, ``counter()``, ``capabilities``, ``tool_tokens`` and ``stream``,
+whose :class:`~.protocol.Generation` carries the statistics the server reported.
 
 What a server tells, probed by :func:`test_connection` and :meth:`RemoteRuntime.connect`:
 
@@ -56,9 +57,18 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from iris_desktop.core.tokens import Message, message_text
+from iris_desktop.tokens import Message, message_text, shared_tiktoken
 
-from .model import GenerationStats, PromptTooLongError
+from .model import PromptTooLongError
+from .protocol import (
+    Capabilities,
+    Generation,
+    GenerationStats,
+    KVState,
+    ModelFacts,
+    Prefill,
+    Unsupported,
+)
 
 log = logging.getLogger("iris.runtime.remote")
 
@@ -516,17 +526,9 @@ class _Calibration:
 _calibration = _Calibration()
 
 
-def _tiktoken() -> Any:
-    """The process's one cl100k table (loading it takes a moment), shared with the
-    planner's ``tiktoken`` counter."""
-    from iris_desktop.core.planner import shared_tiktoken  # lazily: the planner is heavy
-
-    return shared_tiktoken()
-
-
 class EstimatedTokenCounter:
     """tiktoken's cl100k count times a server's calibrated factor
-    (``core.tokens.TokenCounter``), for servers that cannot count. ``exact`` is False and
+    (``iris_desktop.tokens.TokenCounter``), for servers that cannot count. ``exact`` is False and
     the name says ``estimated`` and the factor, so counts cached with another factor are
     never reused."""
 
@@ -552,7 +554,7 @@ class EstimatedTokenCounter:
 
 class ServerTokenCounter:
     """Counts with the server's own tokenizer and chat template
-    (``core.tokens.TokenCounter``). A message's count is what it adds to a probe
+    (``iris_desktop.tokens.TokenCounter``). A message's count is what it adds to a probe
     conversation, so ``exact`` is False as for a local Jinja template; the planner
     counts every whole request with :meth:`ExactRemoteRuntime.count_prompt`, which is
     exact. Nothing is cached here (the runtime caches server answers, the store caches
@@ -775,8 +777,7 @@ class _Reply:
 
 @dataclass(frozen=True)
 class RemoteModelInfo:
-    """What the UI shows of a served model (the fields ``ui.model_thread.model_info``
-    reads from a GGUF's info)."""
+    """What a served model is, as far as the server says (``describe`` reads it)."""
 
     name: str
     context_length: int | None = None
@@ -802,12 +803,13 @@ class RemoteRuntime:
     (httpx's client is thread-safe). After :meth:`close` both raise ``RuntimeError``.
     """
 
-    #: tools are passed to the server in the OpenAI format; its template renders them
+    #: tools are passed to the server in the OpenAI format; its template renders them.
+    #: The server keeps its own prompt cache (llama.cpp's ``cache_prompt``): there is no
+    #: prefill and no KV state to save here.
+    capabilities = Capabilities(exact_counts=False, native_tools=True)
     native_tools = True
     #: a chat API serves instruction-following models
     base_model = False
-    #: statistics of the last finished (or stopped) :meth:`stream`
-    last_stats: GenerationStats | None
     load_time_s: float = 0.0
 
     def __init__(self, http: _Http, server: ServerInfo, model: str, window: int,
@@ -826,7 +828,7 @@ class RemoteRuntime:
                                     served.trained_length if served else None)
         self.chat_format = ServerChatFormat(f"server:{server.kind}")
         self.identity = f"{http.address}/{model}"
-        self.last_stats = None
+        self.model_name = self.path.name or model
         self._closing = threading.Event()
 
     # -- connecting --------------------------------------------------------------
@@ -915,7 +917,7 @@ class RemoteRuntime:
         name, so the owner of the planner should make a new planner when it changes."""
         factor = _calibration.factor(self.identity)
         return EstimatedTokenCounter(
-            _tiktoken(), factor, f"server:{self.identity}:estimated:x{factor:.2f}")
+            shared_tiktoken(), factor, f"server:{self.identity}:estimated:x{factor:.2f}")
 
     def tool_tokens(self, tools: list[dict]) -> int:
         """An estimate of what ``tools`` add to a prompt (their JSON and the template's
@@ -925,11 +927,11 @@ class RemoteRuntime:
     def _raw_tools(self, tools: list[dict] | None) -> int:
         if not tools:
             return 0
-        return _tiktoken().count_text(json.dumps(tools)) + TOOL_FRAMING_TOKENS
+        return shared_tiktoken().count_text(json.dumps(tools)) + TOOL_FRAMING_TOKENS
 
     def _raw_estimate(self, messages: list[Message], tools: list[dict] | None) -> int:
         """tiktoken's count of a whole request, before the factor."""
-        base = _tiktoken()
+        base = shared_tiktoken()
         return (base.prompt_overhead() + sum(base.count_message(m) for m in messages)
                 + self._raw_tools(tools))
 
@@ -982,7 +984,7 @@ class RemoteRuntime:
         stored calls. ``json_schema`` (or ``response_format``) becomes an OpenAI
         ``response_format``. ``top_k``, ``min_p`` and ``repeat_penalty`` reach llama.cpp
         and vLLM only (hosted APIs refuse unknown fields). After the iterator ends,
-        :attr:`last_stats` holds the statistics the server reported.
+        the Generation's ``stats`` hold the statistics the server reported.
 
         Raises (at the first ``next``) PromptTooLongError when the prompt leaves no room
         in the window, ServerError when the request fails; a connection lost mid-reply
@@ -1004,11 +1006,12 @@ class RemoteRuntime:
             body["stop"] = list(stop)
         if response_format:
             body["response_format"] = response_format
-        return self._stream(body, list(messages), tools or None, max_tokens, cancel, deadline)
+        return Generation(lambda result: self._stream(
+            result, body, list(messages), tools or None, max_tokens, cancel, deadline))
 
-    def _stream(self, body: dict, messages: list[Message], tools: list[dict] | None,
-                max_tokens: int, cancel: threading.Event | None, deadline: float | None
-                ) -> Iterator[str]:
+    def _stream(self, result: Generation, body: dict, messages: list[Message],
+                tools: list[dict] | None, max_tokens: int, cancel: threading.Event | None,
+                deadline: float | None) -> Iterator[str]:
         reply = _Reply(time.perf_counter())
         prompt_size, basis = self._measure(messages, tools)
         body["max_tokens"] = self._room(prompt_size, max_tokens)
@@ -1020,7 +1023,7 @@ class RemoteRuntime:
         outcome: str | None = None
         if should_stop():
             outcome = "cancelled"
-            self.last_stats = reply.stats(prompt_size, outcome)
+            result.stats = reply.stats(prompt_size, outcome)
             return
         reader = _EventReader(self._http.streams, self._http.url("/v1/chat/completions"),
                               body, self._http.address)
@@ -1044,10 +1047,38 @@ class RemoteRuntime:
             raise
         finally:
             reader.abort()
-            self.last_stats = reply.stats(prompt_size, outcome)
+            result.stats = reply.stats(prompt_size, outcome)
             if reply.usage.get("prompt_tokens") and not self.closed:
                 self._observe(int(reply.usage["prompt_tokens"]), basis)
-            log.debug("%s: %s", self.where, self.last_stats)
+            log.debug("%s: %s", self.where, result.stats)
+
+    def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        """The estimated prompt size of a request (``capabilities.exact_counts`` is
+        False: the planner never calls it exact)."""
+        return self._measure(list(messages), tools or None)[0]
+
+    def render_prompt(self, messages: list[Message]) -> str:
+        """The request as the server gets it (the server applies its own template)."""
+        return json.dumps(self._chat_body(list(messages), None), ensure_ascii=False, indent=2)
+
+    def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,
+                cancel: Any = None) -> Prefill:
+        raise Unsupported(f"{self.where} keeps its own prompt cache; there is nothing to "
+                          "prefill from here")
+
+    def kv_state(self) -> KVState | None:
+        """None: the server's KV cache stays on the server."""
+        return None
+
+    def restore_kv_state(self, state: KVState) -> bool:
+        return False
+
+    def describe(self) -> ModelFacts:
+        return ModelFacts(
+            name=self.info.name, file=self.model_name, path=self.model, n_ctx=self.n_ctx,
+            context_length=self.info.context_length, chat_format=self.chat_format.name,
+            load_time_s=self.load_time_s, where=self.where, base_url=self.base_url,
+            license="as the server's operator states")
 
     def _room(self, prompt_size: int, max_tokens: int) -> int:
         """``max_tokens`` within what the window leaves (vLLM and hosted APIs refuse a
@@ -1084,6 +1115,8 @@ class ExactRemoteRuntime(RemoteRuntime):
                              f"{COUNT_SCHEME}")
         self._counts = _LRU()
         self._texts = _LRU()
+
+    capabilities = Capabilities(exact_counts=True, native_tools=True)
 
     def _calibrate(self) -> None:
         """Exact counts need no calibration."""

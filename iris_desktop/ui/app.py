@@ -72,31 +72,31 @@ def application(argv: list[str] | None = None) -> QApplication:
 def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) -> int:
     """Open the main window on ``data_dir`` (default: IRIS_HOME / platform folders). A
     database that had to be salvaged is reported in a message box before the window."""
-    from iris_desktop.core.session import Session
     from iris_desktop.core.store import StoreError
+    from iris_desktop.host import Host
     from iris_desktop.paths import DataDirError
 
     app = application()
     try:
-        session = Session(data_dir, dict(overrides or {}))
+        host = Host(data_dir, dict(overrides or {}))
     except (StoreError, DataDirError) as exc:
         QMessageBox.critical(None, "Iris Desktop cannot start", str(exc))
         return 1
-    setup_logging(session.paths.log_path)
+    setup_logging(host.paths.log_path)
     log = logging.getLogger("iris.ui")
-    log.info("Iris Desktop %s starting; data dir %s", __version__, session.paths.data_dir)
-    for problem in session.settings.problems:
+    log.info("Iris Desktop %s starting; data dir %s", __version__, host.paths.data_dir)
+    for problem in host.settings.problems:
         log.warning("settings: %s", problem)
-    if session.recovery is not None:
-        log.warning("%s", session.recovery.describe())
+    if host.recovery is not None:
+        log.warning("%s", host.recovery.describe())
         QMessageBox.warning(None, "Iris Desktop recovered a damaged database",
-                            session.recovery.describe())
-    window = main_window(session)
+                            host.recovery.describe())
+    window = main_window(host)
     window.show()
     try:
         code = app.exec()
     finally:
         window.shutdown()  # closes the model (model.close()) on its own thread
-        session.close()
+        host.close()
     log.info("Iris Desktop exited (%s)", code)
     return code

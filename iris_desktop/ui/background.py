@@ -4,8 +4,9 @@ search, import and export — and calls back on the GUI thread with the result o
 error. It never touches a widget, and a job never touches the model: requests come from
 the planner a job was given (its counting methods are safe from any thread).
 
-A sqlite3 connection belongs to the thread that opened it, so this thread opens its own
-``Store`` on the database file.
+A sqlite3 connection belongs to the thread that opened it, so this thread has its own
+``Store``, from the host's connections (``core.store.Stores``): the one owner of the
+process's connections opens it on this thread and closes it when the thread stops.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from iris_desktop.core.store import Store
+from iris_desktop.core.store import Store, Stores
 
 log = logging.getLogger("iris.ui.background")
 
@@ -39,11 +39,10 @@ class Job:
 class _DbRunner(QObject):
     finished = Signal(object)
 
-    def __init__(self, db_path: Path, latest: dict[str, int]):
+    def __init__(self, stores: Stores, latest: dict[str, int]):
         super().__init__()
-        self.db_path = db_path
+        self.stores = stores
         self.latest = latest
-        self.store: Store | None = None
 
     @Slot(object)
     def run(self, job: Job) -> None:
@@ -51,9 +50,7 @@ class _DbRunner(QObject):
             job.skipped = True  # a newer job with the same key is queued: this one is stale
         else:
             try:
-                if self.store is None:
-                    self.store = Store(self.db_path)
-                job.result = job.fn(self.store)
+                job.result = job.fn(self.stores.current())
             except Exception as exc:  # one place for errors: the job's on_failure
                 log.exception("background job failed")
                 job.error = exc
@@ -61,9 +58,7 @@ class _DbRunner(QObject):
 
     @Slot()
     def stop(self) -> None:
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        self.stores.release()
         QThread.currentThread().quit()
 
 
@@ -77,7 +72,7 @@ class Background(QObject):
     _submit = Signal(object)
     _stop = Signal()
 
-    def __init__(self, db_path: Path, parent: QObject | None = None):
+    def __init__(self, stores: Stores, parent: QObject | None = None):
         super().__init__(parent)
         self._latest: dict[str, int] = {}
         self._seq = itertools.count(1)
@@ -86,7 +81,7 @@ class Background(QObject):
         self._pending_by_key: dict[str, int] = {}
         self._thread = QThread()
         self._thread.setObjectName("iris-db")
-        self._runner = _DbRunner(Path(db_path), self._latest)
+        self._runner = _DbRunner(stores, self._latest)
         self._runner.moveToThread(self._thread)
         self._submit.connect(self._runner.run)
         self._stop.connect(self._runner.stop)

@@ -10,7 +10,7 @@ one, on the DB thread, where the planner's cache answers repeated asks without a
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer
 
@@ -18,10 +18,12 @@ from iris_desktop.core.engine import ContextRequest, ConversationTooLargeExcepti
 from iris_desktop.core.planner import Planner, limit_problems
 from iris_desktop.core.views import budget_preview, inspector_report, message_states
 from iris_desktop.settings import Settings, SettingsError
-from iris_desktop.ui.model_thread import SendJob
-
-if TYPE_CHECKING:
-    from iris_desktop.ui.main_window import MainWindow
+from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.background import Background
+from iris_desktop.ui.composer import Composer
+from iris_desktop.ui.inspector import InspectorDock
+from iris_desktop.ui.meter import BudgetMeter
+from iris_desktop.ui.model_thread import ModelThread, SendJob
 
 log = logging.getLogger("iris.ui.context")
 
@@ -32,50 +34,76 @@ INDEX_BATCH = 16
 
 
 class ContextControl(QObject):
-    """Owns the current planner and keeps the meter, states and inspector in step."""
+    """Owns the current planner (``app_state.planner``: remade when the settings or the
+    model change) and keeps the meter, states and inspector in step."""
 
-    def __init__(self, window: MainWindow):
-        super().__init__(window)
-        self.window = window
-        self.planner = Planner.from_settings(window.session.settings)
+    def __init__(self, app_state: AppState, composer: Composer, meter: BudgetMeter,
+                 inspector: InspectorDock, background: Background, model: ModelThread,
+                 parent: QObject | None = None):
+        super().__init__(parent)
+        self.app_state = app_state
+        self.composer = composer
+        self.meter = meter
+        self.inspector = inspector
+        self.background = background
+        self.model = model
         self.runtime: Any = None  # the loaded model's runtime, once there is one
         self.embedder: Any = None  # recall by meaning, when its model loaded
+        self._loaded: Any = None  # the LoadedModel the planner was made for
+        app_state.set_planner(Planner.from_settings(app_state.settings))
         # the draft's request is evaluated after a pause in typing, so a send starts at once
         self._prefill_timer = QTimer(self, singleShot=True, interval=PREFILL_PAUSE_MS)
         self._prefill_timer.timeout.connect(self._prefill_draft)
+        app_state.settingsChanged.connect(lambda _settings: self.rebuild())
+        app_state.modelStateChanged.connect(self._model_changed)
+        app_state.threadOpened.connect(lambda _thread_id: self.refresh())
+        app_state.requestReported.connect(self.show_request)
+        app_state.messagesSaved.connect(lambda _thread_id: self.index_soon())
+
+    @property
+    def planner(self) -> Planner:
+        return self.app_state.planner
 
     # -- the planner --------------------------------------------------------------------
+
+    def _model_changed(self, _state: str) -> None:
+        loaded = self.app_state.loaded
+        if loaded is not None and loaded is not self._loaded:
+            self._loaded = loaded
+            self.set_runtime(loaded.runtime, loaded.embedder)
 
     def set_runtime(self, runtime: Any, embedder: Any = None) -> None:
         """A model was loaded (or unloaded: None), with the embedder for recall."""
         self.runtime = runtime
         self.embedder = embedder
         self.rebuild()
-        self.index_soon()
 
     def rebuild(self) -> None:
-        """A new planner for the current settings and model; the views follow. A window
-        the model cannot hold (set in the file or the environment) is said, and the
-        model's own n_ctx used instead, rather than failing inside llama.cpp later."""
-        settings = self.window.session.settings
+        """A new planner for the current settings and model; the views and the semantic
+        index follow. A window the model cannot hold (set in the file or the environment)
+        is said, and the model's own n_ctx used instead, rather than failing inside
+        llama.cpp later."""
+        settings = self.app_state.settings
         try:
-            self.planner = Planner.from_settings(settings, self.runtime, embedder=self.embedder)
+            planner = Planner.from_settings(settings, self.runtime, embedder=self.embedder)
         except SettingsError as exc:
-            self.window.statusBar().showMessage(f"{exc} — using the model's n_ctx", 15000)
-            self.planner = Planner.from_settings(
+            self.app_state.show_message(f"{exc} — using the model's n_ctx", 15000)
+            planner = Planner.from_settings(
                 settings.with_overrides({"context.window": "auto"}), self.runtime,
                 embedder=self.embedder)
+        self.app_state.set_planner(planner)
         self.refresh()
+        self.index_soon()  # the indexing under way stops with the planner it was given
 
     def _reloads(self, settings: Settings) -> tuple[bool, bool]:
         """(the model would be reloaded, with the same file)."""
-        current = self.window.session.settings
+        current = self.app_state.settings
         same_file = settings["model.path"] == current["model.path"]
         return not same_file or settings["model.n_ctx"] != current["model.n_ctx"], same_file
 
     def limit_problems(self, settings: Settings) -> dict[str, str]:
         """Candidate settings the model cannot honour (the settings dialog marks them)."""
-        info = self.window.models.info or {}
+        info = self.app_state.model_info or {}
         reload, same_file = self._reloads(settings)
         n_ctx = (settings["model.n_ctx"] or info.get("context_length")) if reload \
             else info.get("n_ctx")
@@ -102,7 +130,7 @@ class ContextControl(QObject):
 
     def show_request(self, request: ContextRequest | None) -> None:
         """Draw a request the agent reported; a draft being typed still gets its own."""
-        if request is None or self.window.composer.text():
+        if request is None or self.composer.text():
             self.refresh()
             return
         self._show_breakdown(request)
@@ -110,7 +138,7 @@ class ContextControl(QObject):
         self.refresh_inspector(request)
 
     def _show_breakdown(self, result: ContextRequest | ConversationTooLargeException) -> None:
-        meter, composer = self.window.meter, self.window.composer
+        meter, composer = self.meter, self.composer
         if isinstance(result, ConversationTooLargeException):
             meter.set_breakdown(None)
             meter.setToolTip(f"Conversation too large: {result}")
@@ -120,14 +148,14 @@ class ContextControl(QObject):
         composer.set_draft_tokens(result.breakdown.draft)
 
     def refresh_meter(self) -> None:
-        tid, planner = self.window.thread_id, self.planner
-        draft = self.window.composer.text() or None
-        self.window.background.run(
+        tid, planner = self.app_state.thread_id, self.planner
+        draft = self.composer.text() or None
+        self.background.run(
             lambda store: planner.plan_or_error(store, -1 if tid is None else tid, draft),
             self._show_breakdown, self._counting_failed, key="meter")
 
     def refresh_states(self, request: ContextRequest | None = None) -> None:
-        tid, planner = self.window.thread_id, self.planner
+        tid, planner = self.app_state.thread_id, self.planner
         if tid is None:
             return
 
@@ -138,31 +166,31 @@ class ContextControl(QObject):
             return message_states(planner.engine(store), planned)
 
         def show(states: dict[int, str]) -> None:
-            if tid == self.window.thread_id:
-                self.window.threads_control.apply_states(states)
+            if tid == self.app_state.thread_id:
+                self.app_state.show_states(states)
 
-        self.window.background.run(job, show, self._counting_failed, key="states")
+        self.background.run(job, show, self._counting_failed, key="states")
 
     def refresh_inspector(self, request: ContextRequest | None = None) -> None:
-        inspector = self.window.inspector
+        inspector = self.inspector
         if not inspector.isVisible():
             return
-        tid, planner = self.window.thread_id, self.planner
+        tid, planner = self.app_state.thread_id, self.planner
         if tid is None:
             inspector.show_report(None)
             return
-        draft = self.window.composer.text() or None  # the next request includes what is typed
-        self.window.background.run(
+        draft = self.composer.text() or None  # the next request includes what is typed
+        self.background.run(
             lambda store: inspector_report(store, planner, tid, draft, request),
-            lambda r: tid == self.window.thread_id and inspector.show_report(r),
+            lambda r: tid == self.app_state.thread_id and inspector.show_report(r),
             self._counting_failed, key="inspector")
 
     def preview(self, candidate: Settings, callback) -> None:
         """For the settings dialog: the live breakdown of ``candidate`` (off the GUI thread)."""
-        tid, planner = self.window.thread_id, self.candidate(candidate)
-        draft = self.window.composer.text() or None
-        self.window.background.run(lambda store: budget_preview(store, planner, tid, draft),
-                                   callback, self._counting_failed, key="preview")
+        tid, planner = self.app_state.thread_id, self.candidate(candidate)
+        draft = self.composer.text() or None
+        self.background.run(lambda store: budget_preview(store, planner, tid, draft),
+                            callback, self._counting_failed, key="preview")
 
     # -- the semantic index --
 
@@ -172,7 +200,7 @@ class ContextControl(QObject):
         planner = self.planner
         if planner.embedder is None:
             return
-        self.window.background.run(
+        self.background.run(
             lambda store: planner.index(store).index_pending(limit=INDEX_BATCH),
             lambda done: done >= INDEX_BATCH and planner is self.planner and self.index_soon(),
             self._counting_failed, key="index")
@@ -182,22 +210,22 @@ class ContextControl(QObject):
     def draft_edited(self) -> None:
         """The draft changed: a prefill under way gives way now, a new one follows
         after a pause in typing."""
-        self.window.model.worker.waiting.interrupt()
+        self.model.worker.waiting.interrupt()
         self._prefill_timer.start()
 
     def _prefill_draft(self) -> None:
-        w = self.window
-        tid, planner, draft = w.thread_id, self.planner, w.composer.text()
-        if tid is None or not draft.strip() or w.turns.generating or w.models.state != "ready":
+        state = self.app_state
+        tid, planner, draft = state.thread_id, self.planner, self.composer.text()
+        if tid is None or not draft.strip() or state.generating or state.model_state != "ready":
             return
 
         def prefill(request) -> None:
-            if (isinstance(request, ContextRequest) and tid == w.thread_id
-                    and draft == w.composer.text() and not w.turns.generating):
-                w.model.prefill(SendJob(tid, draft, planner, request=request))
+            if (isinstance(request, ContextRequest) and tid == state.thread_id
+                    and draft == self.composer.text() and not state.generating):
+                self.model.prefill(SendJob(tid, draft, planner, request=request))
 
-        w.background.run(lambda store: planner.plan_or_error(store, tid, draft), prefill,
-                         self._counting_failed, key="prefill")
+        self.background.run(lambda store: planner.plan_or_error(store, tid, draft), prefill,
+                            self._counting_failed, key="prefill")
 
     @staticmethod
     def _counting_failed(exc: BaseException) -> None:

@@ -1,7 +1,9 @@
 """The main window: threads on the left, the transcript and composer in the middle, the
 budget meter in the status bar and the context inspector as a dock.
 
-It lays out the widgets and wires them to one controller per job; it owns no logic:
+It lays out the widgets, makes the state the controllers share (:mod:`.app_state`) and
+one controller per job, and wires their signals; it owns no logic, and no controller
+knows the window or another controller (each listens to the shared state):
 
 * ``threads_control`` (:mod:`.thread_control`): the thread list, opening, import/export;
 * ``turns`` (:mod:`.turn_control`): send, Stop, and each event of a turn on screen;
@@ -13,13 +15,13 @@ It lays out the widgets and wires them to one controller per job; it owns no log
 Threads: DB work runs on :class:`~.background.Background`; the model lives on the
 model thread (:mod:`.model_thread`). One message follows one path: composer →
 ``turns.send`` → model thread (agent → planner → store → runtime → store) → typed events
-→ ``turns`` → transcript, with the reported request drawn by ``context``.
+→ ``turns`` → transcript, with the reported request drawn by ``context`` (it hears of
+it through ``app_state.requestReported``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
 from PySide6.QtWidgets import (
@@ -31,7 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from iris_desktop.settings import SETTINGS, load_settings
+from iris_desktop.host import Host
+from iris_desktop.settings import SETTINGS, Settings, load_settings
+from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.context_control import ContextControl
@@ -51,26 +55,36 @@ DEFAULT_SIZE = (1280, 800)
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, session: Any, runtime: Any = None, compact: bool = True):
+    def __init__(self, host: Host):
         super().__init__()
-        self.session = session
+        self.host = host
         self.setWindowTitle("Iris Desktop")
         self.setObjectName("iris-main")
-        self.ui_state = QSettings(str(session.paths.data_dir / "ui-state.ini"),
+        self.ui_state = QSettings(str(host.paths.data_dir / "ui-state.ini"),
                                   QSettings.Format.IniFormat)
-        self._cli = {k: SETTINGS[k].to_text(v) for k, v in session.settings.values.items()
-                     if session.settings.source(k) == "cli"}
-        self.background = Background(session.paths.db_path, self)
-        worker = ModelWorker(session.paths, runtime, compact)
+        cli = {k: SETTINGS[k].to_text(v) for k, v in host.settings.values.items()
+               if host.settings.source(k) == "cli"}
+        self.app_state = AppState(
+            host.settings, lambda: load_settings(host.paths.config_path, cli=cli), self)
+        # first: the host's settings follow before any controller hears of new ones
+        self.app_state.settingsChanged.connect(lambda settings: setattr(host, "settings", settings))
+        self.background = Background(host.stores, self)
+        worker = ModelWorker(host)
         self.model = ModelThread(worker, self)
         self._closed = False
 
         self._build()
-        self.threads_control = ThreadControl(self)
-        self.context = ContextControl(self)
-        self.models = ModelControl(self)
-        self.turns = TurnControl(self)
-        self.menus = Menus(self)
+        s, ui_state = self.app_state, self.ui_state
+        self.threads_control = ThreadControl(s, self.threads, self.view, self.composer,
+                                             self.background, self.model, self)
+        self.context = ContextControl(s, self.composer, self.meter, self.inspector,
+                                      self.background, self.model, self)
+        self.models = ModelControl(s, self.model, self.background, host.paths, self.composer,
+                                   self.model_label, self.where_label, ui_state, self)
+        self.turns = TurnControl(s, self.model, self.view, self.composer, ui_state, self)
+        self.menus = Menus(s, self.menuBar(), host.paths, self.view, self.threads.search,
+                           self.inspector, self.context.preview, self.context.limit_problems,
+                           self)
         self._connect()
         self.resize(*DEFAULT_SIZE)
         self._restore_state()
@@ -123,33 +137,47 @@ class MainWindow(QMainWindow):
         self.composer.set_can_send(False, "Loading the model…")
 
     def _connect(self) -> None:
-        w = self.model.worker
-        w.loading.connect(self.busy)
+        s, w = self.app_state, self.model.worker
+        s.statusText.connect(self.state_label.setText)
+        s.busyChanged.connect(self._show_busy)
+        s.statusMessage.connect(self.statusBar().showMessage)
+        s.generatingChanged.connect(self.composer.set_generating)
+        w.loading.connect(s.busy)
         w.loaded.connect(self.models.loaded)
         w.loadFailed.connect(self.models.failed)
         w.threadCreated.connect(self.threads_control.created)
+        w.threadDeleted.connect(self.threads_control.deleted)
         w.turnEvent.connect(self.turns.on_event)
         w.turnFinished.connect(self.turns.finished)
         w.shellQuestion.connect(self.turns.ask_shell)
+        w.cacheStatus.connect(lambda text: s.generating or s.show_status(text))
         self.composer.sendRequested.connect(self.turns.send)
         self.composer.stopRequested.connect(self.turns.stop)
         self.composer.draftChanged.connect(lambda _: (self.context.refresh_meter(),
                                                       self.context.refresh_inspector()))
         self.composer.edit.textChanged.connect(self.context.draft_edited)
-        w.cacheStatus.connect(lambda text: self.turns.generating or self.state_label.setText(text))
-        t = self.threads_control
+        t, m = self.threads_control, self.models
         self.threads.newChat.connect(t.new_chat)
         self.threads.threadChosen.connect(t.open_thread)
         self.threads.searchChanged.connect(t.search)
         self.threads.renameRequested.connect(t.rename_dialog)
         self.threads.deleteRequested.connect(t.delete_dialog)
-        self.view.copied.connect(lambda _: self.statusBar().showMessage("Copied", 2000))
+        self.view.copied.connect(lambda _: s.show_message("Copied", 2000))
         self.inspector.visibilityChanged.connect(
             lambda visible: visible and self.context.refresh_inspector())
+        for name, slot in (("new-chat", t.new_chat), ("import", t.import_dialog),
+                           ("export", t.export_dialog), ("compact-now", self.turns.compact_now),
+                           ("quit", self.close), ("models", m.open_library),
+                           ("load-model", m.choose_file), ("server", m.open_server),
+                           ("reload-model", m.load)):
+            self.menus.actions[name].triggered.connect(slot)
 
     def busy(self, text: str | None, fraction: float | None = None) -> None:
         """Show ``text`` with a bar in the status bar (busy, or ``fraction`` done); None
         hides the bar."""
+        self.app_state.busy(text, fraction)
+
+    def _show_busy(self, text: str | None, fraction: float | None) -> None:
         self.progress.setVisible(text is not None)
         if text is not None:
             self.state_label.setText(text)
@@ -157,23 +185,22 @@ class MainWindow(QMainWindow):
             if fraction is not None:
                 self.progress.setValue(int(fraction * 100))
 
-    def reload_settings(self):
-        self.session.settings = load_settings(self.session.paths.config_path, cli=self._cli)
-        return self.session.settings
+    def reload_settings(self) -> Settings:
+        return self.app_state.reload_settings()
 
     # -- what the controllers share (and tests read) -------------------------------------
 
     @property
     def thread_id(self) -> int | None:
-        return self.threads_control.thread_id
+        return self.app_state.thread_id
 
     @property
     def generating(self) -> bool:
-        return self.turns.generating
+        return self.app_state.generating
 
     @property
     def model_state(self) -> str:
-        return self.models.state
+        return self.app_state.model_state
 
     def send(self, text: str) -> None:
         self.turns.send(text)
@@ -224,12 +251,10 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-def main_window(session: Any, runtime: Any = None, compact: bool = True,
-                load: bool = True) -> MainWindow:
-    """The main window for ``session``; ``load`` starts loading the model (or ``runtime``,
-    a ready runtime such as the tests' ScriptedRuntime) on the model thread; ``compact``
-    False: no compaction (a scripted runtime writes no summary)."""
-    window = MainWindow(session, runtime, compact)
+def main_window(host: Host, load: bool = True) -> MainWindow:
+    """The main window on ``host``; ``load`` starts loading the model on the model thread
+    (or the host's ready runtime, such as the tests' ScriptedRuntime)."""
+    window = MainWindow(host)
     if load:
         window.load_model()
     return window

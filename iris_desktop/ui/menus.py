@@ -1,55 +1,71 @@
-"""The menu bar and what its items open: preferences, About, the app's folders."""
+"""The menu bar and what its items open: preferences, About, the app's folders.
+
+The items that belong to another controller (New chat, Models…, Reload, …) are only
+built here, as ``actions`` by name; the window connects them to the controllers."""
 
 from __future__ import annotations
 
 import html
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QLineEdit, QMenuBar, QMessageBox, QWidget
 
 from iris_desktop import __version__
-from iris_desktop.settings import SETTINGS
+from iris_desktop.paths import AppPaths
+from iris_desktop.settings import SETTINGS, Settings
+from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.settings_dialog import SettingsDialog
-
-if TYPE_CHECKING:
-    from iris_desktop.ui.main_window import MainWindow
+from iris_desktop.ui.transcript import TranscriptView
 
 
 class Menus(QObject):
-    """Builds the menu bar; the actions call the window's controllers."""
+    """Builds the menu bar; ``actions`` (by object name) are the items the window
+    connects to the other controllers. ``preview`` and ``limits`` serve the settings
+    dialog (``ContextControl.preview``, ``.limit_problems``)."""
 
-    def __init__(self, window: MainWindow):
-        super().__init__(window)
-        self.window = window
+    def __init__(self, app_state: AppState, bar: QMenuBar, paths: AppPaths,
+                 view: TranscriptView, search: QLineEdit, inspector: InspectorDock,
+                 preview: Callable[[Settings, Callable], None],
+                 limits: Callable[[Settings], dict[str, str]], parent: QWidget):
+        super().__init__(parent)
+        self.app_state = app_state
+        self.paths = paths
+        self.view = view
+        self.search = search
+        self.inspector = inspector
+        self.preview = preview
+        self.limits = limits
+        self.parent_widget = parent  # the actions' owner; dialogs open over it
+        self.actions: dict[str, QAction] = {}
         self.settings_dialog: SettingsDialog | None = None
         self.reload_box: QMessageBox | None = None
-        self._build()
+        self._build(bar)
 
-    def _action(self, menu, text: str, slot, shortcut=None, name: str | None = None) -> QAction:
-        action = QAction(text, self.window)
+    def _action(self, menu, text: str, slot=None, shortcut=None, name: str | None = None) -> QAction:
+        action = QAction(text, self.parent_widget)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
-        action.triggered.connect(slot)
+        if slot is not None:
+            action.triggered.connect(slot)
         if name:
             action.setObjectName(name)
+            self.actions[name] = action
         menu.addAction(action)
         return action
 
-    def _build(self) -> None:
-        w = self.window
-        threads, models = w.threads_control, w.models
-        bar = w.menuBar()
+    def _build(self, bar: QMenuBar) -> None:
         m = bar.addMenu("&File")
-        self._action(m, "&New chat", threads.new_chat, "Ctrl+N", "new-chat")
-        self._action(m, "&Import conversation…", threads.import_dialog, None, "import")
-        self._action(m, "&Export chat…", threads.export_dialog, None, "export")
-        self._action(m, "&Compact chat now", w.turns.compact_now, "Ctrl+Shift+K", "compact-now")
+        self._action(m, "&New chat", None, "Ctrl+N", "new-chat")
+        self._action(m, "&Import conversation…", None, None, "import")
+        self._action(m, "&Export chat…", None, None, "export")
+        self._action(m, "&Compact chat now", None, "Ctrl+Shift+K", "compact-now")
         m.addSeparator()
-        self._action(m, "&Quit", w.close, "Ctrl+Q", "quit")
+        self._action(m, "&Quit", None, "Ctrl+Q", "quit")
         m = bar.addMenu("&Edit")
         self._action(m, "&Copy", self.copy, QKeySequence.StandardKey.Copy, "copy")
         self._action(m, "&Find…", self.focus_search, "Ctrl+F", "find")
@@ -57,19 +73,19 @@ class Menus(QObject):
         pref = self._action(m, "&Preferences…", self.preferences, "Ctrl+,", "preferences")
         pref.setMenuRole(QAction.MenuRole.PreferencesRole)
         m = bar.addMenu("&View")
-        toggle = w.inspector.toggleViewAction()
+        toggle = self.inspector.toggleViewAction()
         toggle.setText("Context &inspector")
         toggle.setShortcut(QKeySequence("Ctrl+I"))
         m.addAction(toggle)
         m = bar.addMenu("&Model")
-        self._action(m, "&Models…", models.open_library, "Ctrl+Shift+M", "models")
-        self._action(m, "&Open GGUF…", models.choose_file, None, "load-model")
-        self._action(m, "&Server…", models.open_server, None, "server")
-        self._action(m, "&Reload", models.load, None, "reload-model")
+        self._action(m, "&Models…", None, "Ctrl+Shift+M", "models")
+        self._action(m, "&Open GGUF…", None, None, "load-model")
+        self._action(m, "&Server…", None, None, "server")
+        self._action(m, "&Reload", None, None, "reload-model")
         m = bar.addMenu("&Help")
         self._action(m, "&About Iris Desktop", self.about, None, "about")
         self._action(m, "Model &licenses", self.licenses, None, "licenses")
-        paths = w.session.paths
+        paths = self.paths
         self._action(m, "Open &data folder", lambda: self.open_path(paths.data_dir))
         self._action(m, "Open &log", lambda: self.open_path(paths.log_path))
 
@@ -77,7 +93,7 @@ class Menus(QObject):
 
     def copy(self) -> None:
         focus = QGuiApplication.focusObject()
-        view = self.window.view
+        view = self.view
         if focus is not None and focus is not view and hasattr(focus, "copy"):
             focus.copy()
             return
@@ -86,16 +102,15 @@ class Menus(QObject):
             view.delegate.copy(entry)
 
     def focus_search(self) -> None:
-        search = self.window.threads.search
+        search = self.search
         search.setFocus()
         search.selectAll()
 
     # -- preferences --
 
     def preferences(self) -> SettingsDialog:
-        w = self.window
-        dialog = SettingsDialog(w.session.settings, w.context.preview, w,
-                                limits=w.context.limit_problems)
+        dialog = SettingsDialog(self.app_state.settings, self.preview, self.parent_widget,
+                                limits=self.limits)
         dialog.applied.connect(self.settings_applied)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.settings_dialog = dialog
@@ -103,18 +118,18 @@ class Menus(QObject):
         return dialog
 
     def settings_applied(self, keys: list[str]) -> None:
-        w = self.window
-        w.reload_settings()
-        w.context.rebuild()
+        self.app_state.reload_settings()  # the planner follows
         reload = [k for k in keys if SETTINGS[k].needs_reload]
-        if reload and w.models.state != "none":
+        if reload and self.app_state.model_state != "none":
             box = QMessageBox(QMessageBox.Icon.Question, "Reload the model?",
                               "These changes need the model to be reloaded: "
                               + ", ".join(reload) + ".\nReload it now, in the background?",
-                              QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, w)
+                              QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                              self.parent_widget)
             box.setObjectName("reload-confirm")
-            box.finished.connect(
-                lambda result: result == QMessageBox.StandardButton.Yes and w.models.load())
+            reload_model = self.actions["reload-model"]  # Yes is Model ▸ Reload
+            box.finished.connect(lambda result: result == QMessageBox.StandardButton.Yes
+                                 and reload_model.trigger())
             self.reload_box = box
             box.open()
 
@@ -133,12 +148,11 @@ class Menus(QObject):
         from iris_desktop.runtime.bundled import BUNDLED_MODEL
         from iris_desktop.runtime.embedder import EMBEDDING_MODEL
 
-        models = self.window.models
-        info = models.info
+        info, error = self.app_state.model_info, self.app_state.model_error
         model = (f"{info['name']} ({info['file']}, {info.get('file_type') or '?'}, n_ctx "
                  f"{info['n_ctx']:,}, chat format {info.get('chat_format') or '?'})"
                  + (", a base model" if info.get("base_model") else "")
-                 if info else f"none ({models.error or 'not loaded'})")
+                 if info else f"none ({error or 'not loaded'})")
         licenses = [f"{bundled.display_name} (bundled): {bundled.license} ({bundled.license_url})"
                     for bundled in (BUNDLED_MODEL, EMBEDDING_MODEL)]
         if info and info["file"] != BUNDLED_MODEL.file_name:
@@ -150,11 +164,11 @@ class Menus(QObject):
                 f"Python {sys.version.split()[0]}<br>Model: {html.escape(model)}</p>"
                 "<p>Model licenses:<br>" + "<br>".join(html.escape(x) for x in licenses) + "</p>"
                 "<p>The full license texts ship with the app (Help ▸ Model licenses).</p>"
-                f"<p>Data: {html.escape(str(self.window.session.paths.data_dir))}</p>")
+                f"<p>Data: {html.escape(str(self.paths.data_dir))}</p>")
 
     def about(self) -> None:
         box = QMessageBox(QMessageBox.Icon.Information, "About Iris Desktop", self.about_text(),
-                          parent=self.window)
+                          parent=self.parent_widget)
         box.setObjectName("about")
         box.open()
 
@@ -171,7 +185,8 @@ class Menus(QObject):
                 text = f"(the license file is missing: {exc}) See {model.license_url}"
             parts.append(f"{model.display_name} — {model.license}\n{model.source}\n\n{text}")
         box = QMessageBox(QMessageBox.Icon.Information, "Model licenses",
-                          "The models that ship with Iris and their licenses.", parent=self.window)
+                          "The models that ship with Iris and their licenses.",
+                          parent=self.parent_widget)
         box.setObjectName("licenses")
         box.setDetailedText(("\n\n" + "=" * 60 + "\n\n").join(parts))
         box.open()

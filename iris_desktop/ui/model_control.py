@@ -9,30 +9,39 @@ on the previous model, and says why."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtCore import QObject, QSettings
+from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
 
+from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, write_config_value
-from iris_desktop.ui.model_thread import LoadedModel, LoadJob
+from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.background import Background
+from iris_desktop.ui.composer import Composer
+from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
 from iris_desktop.ui.models_dialog import ModelsDialog
-from iris_desktop.ui.server_dialog import ServerDialog, confirm_send, forget_send_confirmation
-
-if TYPE_CHECKING:
-    from iris_desktop.ui.main_window import MainWindow
+from iris_desktop.ui.server_dialog import ServerDialog, forget_send_confirmation
 
 
 class ModelControl(QObject):
-    """``state``: none | loading | ready | failed; ``info``: the loaded model's facts
-    (kept while another model loads: it is still the one answering)."""
+    """Sets ``app_state``'s model: ``state`` (none | loading | ready | failed), ``info``
+    (the loaded model's facts, kept while another model loads: it is still the one
+    answering) and ``error``; draws it in the composer and the status bar's labels."""
 
-    def __init__(self, window: MainWindow):
-        super().__init__(window)
-        self.window = window
-        self.state = "none"
-        self.info: dict[str, Any] | None = None
-        self.error: str | None = None
+    def __init__(self, app_state: AppState, model: ModelThread, background: Background,
+                 paths: AppPaths, composer: Composer, model_label: QLabel, where_label: QLabel,
+                 ui_state: QSettings, parent: QWidget):
+        super().__init__(parent)
+        self.app_state = app_state
+        self.model = model
+        self.background = background
+        self.paths = paths
+        self.composer = composer
+        self.model_label = model_label
+        self.where_label = where_label
+        self.ui_state = ui_state  # ui-state.ini: the servers a conversation may go to
+        self.parent_widget = parent  # dialogs open over it
         self.box: QMessageBox | None = None
         self.job: LoadJob | None = None
         #: a model chosen in this run: (the model.* values that choose it, the settings
@@ -40,92 +49,94 @@ class ModelControl(QObject):
         self.pending: tuple[dict[str, Any], Any] | None = None
         self.library: ModelsDialog | None = None
         self.server_dialog: ServerDialog | None = None
-        window.model.worker.loadProgress.connect(self.progress)
+        model.worker.loadProgress.connect(self.progress)
+
+    @property
+    def state(self) -> str:
+        return self.app_state.model_state
+
+    @property
+    def info(self) -> dict[str, Any] | None:
+        return self.app_state.model_info
+
+    @property
+    def error(self) -> str | None:
+        return self.app_state.model_error
 
     def load(self) -> None:
         """(Re)load the configured model on the model thread; the UI stays usable, and
         the model in use (if any) keeps answering until the new one is ready."""
-        w = self.window
-        if w.turns.generating:
-            w.statusBar().showMessage("Stop the reply before reloading the model", 4000)
+        state = self.app_state
+        if state.generating:
+            state.show_message("Stop the reply before reloading the model")
             return
         if self.job is not None:
             self.job.cancel.set()  # a newer choice replaces a load under way
-        self.state = "loading"
-        w.composer.set_can_send(False, "Loading the model…")
-        w.busy("Loading the model…")
-        self.job = w.model.load(w.session.settings)
+        state.set_model("loading", state.loaded, state.model_error)
+        self.composer.set_can_send(False, "Loading the model…")
+        state.busy("Loading the model…")
+        self.job = self.model.load(state.settings)
         if self.library is not None:
             self.library.loading(0.0)
 
     def cancel_load(self) -> None:
         if self.job is not None:
             self.job.cancel.set()
-            self.window.busy("Cancelling the load…")
+            self.app_state.busy("Cancelling the load…")
 
     def progress(self, fraction: float) -> None:
         if self.state != "loading":
             return
-        self.window.busy(f"Loading the model… {int(fraction * 100)}%", fraction)
+        self.app_state.busy(f"Loading the model… {int(fraction * 100)}%", fraction)
         if self.library is not None:
             self.library.loading(fraction)
 
     def _load_ended(self) -> None:
         self.job = None
-        self.window.busy(None)
+        self.app_state.busy(None)
         if self.library is not None:
             self.library.loading(None)
 
     def loaded(self, loaded: LoadedModel) -> None:
-        w = self.window
         info = loaded.info
         self._load_ended()
-        self.state, self.info, self.error = "ready", info, None
         base = info.get("base_model")
-        w.model_label.setText(f"{info['name']} · n_ctx {info['n_ctx']:,}"
-                              + (" · base model" if base else ""))
-        w.where_label.setText(info.get("where") or "local")
-        w.where_label.setToolTip(
+        self.model_label.setText(f"{info['name']} · n_ctx {info['n_ctx']:,}"
+                                 + (" · base model" if base else ""))
+        self.where_label.setText(info.get("where") or "local")
+        self.where_label.setToolTip(
             "Your conversation stays on this computer" if not info.get("base_url") else
             f"Your conversation is sent to {info['base_url']}")
-        w.model_label.setToolTip((info.get("path") or info["name"]) + (
+        self.model_label.setToolTip((info.get("path") or info["name"]) + (
             "\nA base model continues text rather than following instructions: replies "
             "may ramble, and compaction uses the extractive summary." if base else ""))
         took = info.get("load_time_s")
-        w.state_label.setText("Ready" + (f" (model loaded in {took:.1f} s)" if took else ""))
-        w.composer.set_can_send(True)
-        w.context.set_runtime(loaded.runtime, loaded.embedder)
+        self.app_state.show_status("Ready" + (f" (model loaded in {took:.1f} s)" if took else ""))
+        self.composer.set_can_send(True)
+        self.app_state.set_model("ready", loaded, None)  # the planner follows
         if self.pending is not None:
             self._save_choice(self.pending[0])
         if self.library is not None:
             self.refresh_library()
 
-    def may_send(self) -> bool:
-        """Before a conversation first goes to a server on another machine, ask once per
-        server (remembered in ui-state.ini); a local model or a loopback server never
-        asks. False: the user said no, nothing is sent."""
-        base_url = (self.info or {}).get("base_url")
-        if not base_url:
-            return True
-        return confirm_send(base_url, self.window.ui_state, self.window)
-
     def failed(self, message: str) -> None:
-        w = self.window
+        state = self.app_state
         self._load_ended()
-        self.error = message
         if self.pending is not None:  # the choice did not work: the settings go back
-            w.session.settings, self.pending = self.pending[1], None
-        if self.info is not None:  # the previous model is still loaded and answering
-            self.state = "ready"
-            w.composer.set_can_send(True)
-            w.state_label.setText(f"Still using {self.info['name']}")
-            self.show_error(message, keeping=self.info["name"])
+            before, self.pending = self.pending[1], None
+            state.set_settings(before)
+        info = state.model_info
+        if info is not None:  # the previous model is still loaded and answering
+            state.set_model("ready", state.loaded, message)
+            self.composer.set_can_send(True)
+            state.show_status(f"Still using {info['name']}")
+            self.show_error(message, keeping=info["name"])
             return
-        self.state, self.info = "failed", None
-        w.model_label.setText("No model")
-        w.model_label.setToolTip(message)
-        w.state_label.setText("No model: browsing only")
-        w.composer.set_can_send(False, "No model is loaded — Model ▸ Models…")
+        state.set_model("failed", None, message)
+        self.model_label.setText("No model")
+        self.model_label.setToolTip(message)
+        state.show_status("No model: browsing only")
+        self.composer.set_can_send(False, "No model is loaded — Model ▸ Models…")
         self.show_error(message)
 
     # -- the library --
@@ -133,8 +144,9 @@ class ModelControl(QObject):
     def open_library(self) -> ModelsDialog:
         """Model ▸ Models…: list the library (headers only, on the DB thread)."""
         if self.library is None:
-            self.library = ModelsDialog(self.window)
+            self.library = ModelsDialog(self.parent_widget)
             self.library.useModel.connect(self.use_file)
+            self.library.cancelRequested.connect(self.cancel_load)
             self.library.finished.connect(self._library_closed)
         self.refresh_library()
         self.library.loading(0.0 if self.state == "loading" else None)
@@ -150,8 +162,7 @@ class ModelControl(QObject):
     def refresh_library(self) -> None:
         from iris_desktop.runtime.library import discover_models, read_recent
 
-        w = self.window
-        settings, paths = w.session.settings, w.session.paths
+        settings, paths = self.app_state.settings, self.paths
         configured = settings["model.path"]
 
         def find(_store: Any) -> tuple[list[dict[str, Any]], str]:
@@ -165,13 +176,13 @@ class ModelControl(QObject):
 
         def show(found: tuple[list[dict[str, Any]], str]) -> None:
             if self.library is not None:
-                self.library.show_entries(*found)
+                self.library.show_entries(*found, n_ctx=settings["model.n_ctx"])
 
         def failed(exc: BaseException) -> None:
             if self.library is not None:
                 self.library.status.setText(f"Could not list the models: {exc}")
 
-        w.background.run(find, show, failed, key="models")
+        self.background.run(find, show, failed, key="models")
 
     def show_error(self, message: str, keeping: str | None = None) -> None:
         text = (f"The new model could not be loaded, so Iris goes on with {keeping}."
@@ -179,7 +190,7 @@ class ModelControl(QObject):
                 "Iris could not load its model, so it cannot answer right now. "
                 "Your conversations are still here to browse, search and export.")
         box = QMessageBox(QMessageBox.Icon.Warning, "The model could not be loaded", text,
-                          parent=self.window)
+                          parent=self.parent_widget)
         box.setObjectName("model-error")
         box.setInformativeText(message)
         choose = box.addButton("Choose model file…", QMessageBox.ButtonRole.AcceptRole)
@@ -190,7 +201,7 @@ class ModelControl(QObject):
         box.open()
 
     def choose_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.window, "Choose a GGUF model",
+        path, _ = QFileDialog.getOpenFileName(self.parent_widget, "Choose a GGUF model",
                                               str(Path.home()),
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
@@ -204,43 +215,43 @@ class ModelControl(QObject):
     def _choose(self, values: dict[str, Any]) -> None:
         """Load the model ``values`` (``model.*`` settings) describe; they are saved once
         it has loaded, and a failed load changes no setting."""
-        w = self.window
-        if w.turns.generating:
-            w.statusBar().showMessage("Stop the reply before changing the model", 4000)
+        state = self.app_state
+        if state.generating:
+            state.show_message("Stop the reply before changing the model")
             return
-        before = self.pending[1] if self.pending is not None else w.session.settings
+        before = self.pending[1] if self.pending is not None else state.settings
         try:
-            w.session.settings = before.with_overrides(values)
+            trying = before.with_overrides(values)
         except Exception as exc:  # a value the settings refuse: say so, change nothing
             self.show_error(str(exc), keeping=self.info["name"] if self.info else None)
             return
+        state.set_settings(trying)
         self.pending = (values, before)
         self.load()
 
     def _save_choice(self, values: dict[str, Any]) -> None:
         """Write the chosen ``model.*`` values (for this run too when a variable pins
         one)."""
-        w = self.window
         self.pending = None
         try:
             for key, value in values.items():
-                write_config_value(w.session.paths.config_path, key, value)
-            settings = w.reload_settings()
+                write_config_value(self.paths.config_path, key, value)
+            settings = self.app_state.reload_settings()
         except Exception as exc:  # the model runs; only remembering it failed
-            w.statusBar().showMessage(f"Could not save the model choice: {exc}", 8000)
+            self.app_state.show_message(f"Could not save the model choice: {exc}", 8000)
             return
         pinned = {key: value for key, value in values.items() if settings[key] != value}
         if pinned:
-            w.session.settings = settings.with_overrides(pinned)
+            self.app_state.set_settings(settings.with_overrides(pinned))
 
     # -- a server --
 
     def open_server(self) -> ServerDialog:
         """Model ▸ Server…: add a server, test it, choose its model, or remove it."""
-        settings = self.window.session.settings
+        settings = self.app_state.settings
         remote = settings["model.backend"] == "openai"
         dialog = ServerDialog(settings["model.base_url"] if remote else "",
-                              settings["model.name"] if remote else "", self.window)
+                              settings["model.name"] if remote else "", self.parent_widget)
         dialog.serverChosen.connect(self.use_server)
         dialog.serverRemoved.connect(self.remove_server)
         dialog.finished.connect(lambda _result: setattr(self, "server_dialog", None))
@@ -257,6 +268,6 @@ class ModelControl(QObject):
     def remove_server(self, base_url: str) -> None:
         """Forget ``base_url`` (its key already left the keyring); when it is the server
         in use, go back to the local model."""
-        forget_send_confirmation(base_url, self.window.ui_state)
-        if self.window.session.settings["model.base_url"] == base_url.rstrip("/"):
+        forget_send_confirmation(base_url, self.ui_state)
+        if self.app_state.settings["model.base_url"] == base_url.rstrip("/"):
             self._choose({"model.backend": "local", "model.base_url": "", "model.name": ""})

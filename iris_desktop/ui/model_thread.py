@@ -1,32 +1,33 @@
-"""The model thread (Open Data Editor's shape: a ``QObject`` moved to a ``QThread``
-instead of subclassing it). :class:`ModelWorker` is the only owner of the model: it
-loads and closes it and runs every generation. A turn runs ``Agent.send`` from the
-planner the GUI handed over with the message, and each typed event (``core.events``) is
-emitted as one signal (napari's ``thread_worker`` shape). Cancel is cooperative (a
-``threading.Event``); the thread is never terminated.
+"""The model thread: a thin Qt adapter that runs the host (``iris_desktop.host``) on a
+thread of its own and turns what it reports into signals.
+
+Open Data Editor's shape: a ``QObject`` moved to a ``QThread`` instead of subclassing it.
+:class:`ModelWorker` is the only caller of the host's model operations, so the runtime,
+the embedder and the threads' KV states live on this one thread. Each job is a slot; each
+typed event (``core.events``) the host yields becomes one signal (napari's
+``thread_worker`` shape). Cancel is cooperative (a ``threading.Event``); the thread is
+never terminated.
 
 The GUI thread keeps a reference to the loaded runtime only inside its planner, which
 calls the runtime's counting methods; those are safe from any thread and fail cleanly
-once the model is closed (see ``runtime.model.LocalModel``).
+once the model is closed (see ``runtime.protocol``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from iris_desktop.core.events import CompactionFinished, TurnDone, TurnFailed
+from iris_desktop.core.engine import ContextRequest
+from iris_desktop.core.events import CacheStatus, ThreadCreated, TurnEvent
 from iris_desktop.core.planner import Planner
-from iris_desktop.core.session import load_model
-from iris_desktop.core.store import Store
-from iris_desktop.paths import AppPaths
-from iris_desktop.runtime.embedder import Embedder, embedding_model_path
-from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache
+from iris_desktop.core.semantic import TextEmbedder
+from iris_desktop.host import Host
+from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, Settings
 
 log = logging.getLogger("iris.ui.model")
@@ -42,7 +43,7 @@ class SendJob:
     planner: Planner
     cancel: threading.Event = field(default_factory=threading.Event)
     #: a prefill's planned request (the draft's)
-    request: Any = None
+    request: ContextRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -96,71 +97,30 @@ class Waiting:
 @dataclass(frozen=True)
 class LoadedModel:
     """What the GUI learns of a loaded model: the runtime and the embedder (for its
-    planner), and facts."""
+    planner), and its facts (``runtime.protocol.ModelFacts`` as a dict)."""
 
-    runtime: Any
+    runtime: Runtime
     info: dict[str, Any]
-    embedder: Any = None
-
-
-def model_info(model: Any) -> dict[str, Any]:
-    """Plain facts about a loaded model for the status bar and About."""
-    info = getattr(model, "info", None)
-    path = getattr(model, "path", None)
-    chat_format = getattr(model, "chat_format", None)
-    return {
-        "name": (getattr(info, "name", None) or (Path(path).stem if path else None)
-                 or type(model).__name__),
-        "file": Path(path).name if path else "",
-        "path": str(path) if path else "",
-        "n_ctx": int(getattr(model, "n_ctx", 0) or 0),
-        "context_length": getattr(info, "context_length", None),
-        "base_model": bool(getattr(model, "base_model", False)),
-        "architecture": getattr(info, "architecture", "") or "",
-        "file_type": getattr(info, "file_type", "") or "",
-        "size_bytes": getattr(info, "size_bytes", 0) or 0,
-        "chat_format": getattr(chat_format, "name", "") or "",
-        "load_time_s": getattr(model, "load_time_s", None),
-        # where the conversation goes: "local", or "server: host:port" (and its address)
-        "where": getattr(model, "where", "local"),
-        "base_url": getattr(model, "base_url", None),
-        "license": model_license(path, getattr(info, "metadata", None) or {}),
-    }
-
-
-def model_license(path: Any, metadata: dict[str, Any]) -> str:
-    """The model's license: the bundled model's is known; another file's is what its
-    GGUF header says (``general.license``), if anything."""
-    from iris_desktop.runtime.bundled import BUNDLED_MODEL
-
-    if path and Path(path).name == BUNDLED_MODEL.file_name:
-        return f"{BUNDLED_MODEL.license} ({BUNDLED_MODEL.license_url})"
-    named = metadata.get("general.license")
-    return str(named) if named else "not stated in the file; see where it came from"
+    embedder: TextEmbedder | None = None
 
 
 class ModelWorker(QObject):
-    """Owns the model on its own thread; runs one turn at a time."""
+    """Runs the host's jobs on the model thread, one at a time."""
 
     loading = Signal(str)  # what is happening now, in words
     loaded = Signal(object)  # LoadedModel
     loadProgress = Signal(float)  # 0..1 of the weights loaded
     loadFailed = Signal(str)
     threadCreated = Signal(int)
+    threadDeleted = Signal(int)
     turnEvent = Signal(object)  # a core.events TurnEvent
     turnFinished = Signal(int)  # thread id
     shellQuestion = Signal(object)  # ShellQuestion
     cacheStatus = Signal(str)  # "Warming up… 40%", "Prefilled", "Restored from cache"
 
-    def __init__(self, paths: AppPaths, runtime: Any = None, compact: bool = True):
+    def __init__(self, host: Host):
         super().__init__()
-        self.paths = paths
-        self._scripted = runtime  # a ready runtime (tests: a ScriptedRuntime)
-        self.compacts = compact  # False: no compaction in turns (a scripted runtime)
-        self.model: Any = None
-        self.embedder: Any = None
-        self.cache: ThreadCache | None = None
-        self._store: Store | None = None
+        self.host = host
         self._closing = threading.Event()
         self._cancel: threading.Event | None = None
         #: jobs queued behind the one running: a warm-up or a prefill under way stops
@@ -171,61 +131,23 @@ class ModelWorker(QObject):
 
     @Slot(object)
     def load(self, job: LoadJob) -> None:
-        """Load the model for ``job.settings``. The model in use keeps running until the
-        new one has loaded, so a load that fails or is cancelled changes nothing (for a
-        moment both are in memory)."""
+        """Load the model for ``job.settings``; a load that fails or is cancelled leaves
+        the model in use as it was (see ``Host.load_model``)."""
         self.waiting.started()
-        settings = job.settings
-        if self._scripted is not None:
-            self._close_model()
-            self.model = self._scripted
-            self.loaded.emit(LoadedModel(self.model, model_info(self.model)))
-            return
         try:
-            if settings["model.path"] == BUNDLED:
+            if job.settings["model.path"] == BUNDLED:
                 self.loading.emit("Preparing the bundled model…")
             self.loading.emit("Loading the model…")
-            model = load_model(settings, self.paths, progress=self.loadProgress.emit,
-                               cancel=job.cancel)
+            runtime = self.host.load_model(job.settings, progress=self.loadProgress.emit,
+                                           cancel=job.cancel)
         except Exception as exc:  # a bad model must never take the app down
             log.error("model: %s", exc)
             self.loadFailed.emit(str(exc))
             return
-        self._close_model()
-        self.model = model
-        limit = settings["model.kv_cache_mb"] * 2**20
-        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit), model)
-        self.loaded.emit(LoadedModel(model, model_info(model), self._load_embedder(settings)))
+        embedder = self.host.load_embedder(job.settings)
+        self.loaded.emit(LoadedModel(runtime, asdict(runtime.describe()), embedder))
 
-    def _load_embedder(self, settings: Settings) -> Any:
-        """The small embedding model for recall by meaning, loaded once (it does not
-        depend on the chat model); None when semantic recall is off or cannot load."""
-        if not settings["context.recall_semantic"]:
-            return None
-        if self.embedder is None:
-            try:
-                self.embedder = Embedder.load(embedding_model_path(self.paths.models_dir))
-            except Exception as exc:  # recall by words still works: say why, go on
-                log.warning("semantic recall is off: %s", exc)
-        return self.embedder
-
-    def _close_model(self) -> None:
-        if self.cache is not None:
-            self.cache.leave()  # each thread keeps its KV state across a reload or quit
-            self.cache = None
-        model, self.model = self.model, None
-        if model is not None and model is not self._scripted and hasattr(model, "close"):
-            try:
-                model.close()
-            except Exception:
-                log.exception("closing the model")
-
-    # -- one turn --
-
-    def _db(self) -> Store:
-        if self._store is None:
-            self._store = Store(self.paths.db_path)
-        return self._store
+    # -- jobs --
 
     def _confirm_shell(self, command: str) -> bool:
         """Called by the Sandbox on this thread; blocks until the GUI answers."""
@@ -237,58 +159,29 @@ class ModelWorker(QObject):
                 return False
         return question.answer
 
+    def _emit(self, event: TurnEvent) -> None:
+        if isinstance(event, ThreadCreated):
+            self.threadCreated.emit(event.thread_id)
+        elif isinstance(event, CacheStatus):
+            self.cacheStatus.emit(event.describe())
+        else:
+            self.turnEvent.emit(event)
+
     @Slot(object)
     def send(self, job: SendJob) -> None:
         self.waiting.started()
-        thread_id = job.thread_id
         self._cancel = job.cancel
+        thread_id = job.thread_id
         try:
-            if self.model is None or job.planner.runtime is not self.model:
-                raise RuntimeError("no model is loaded")
-            store = self._db()
-            if thread_id is None:
-                thread_id = store.create_thread("New chat")
-                self.threadCreated.emit(thread_id)
-            self._enter(thread_id)
-            agent = job.planner.agent(store, confirm_shell=self._confirm_shell,
-                                      compact=self.compacts)
-            compacted = False
-            for event in agent.send(thread_id, job.text, job.cancel):
-                compacted = compacted or isinstance(event, CompactionFinished)
-                self.turnEvent.emit(event)
-                if isinstance(event, TurnDone) and compacted and event.next_request:
-                    self._warm(event.next_request)
-        except Exception as exc:  # the turn failed outside the agent's own handling
-            log.exception("turn failed")
-            tid = thread_id if thread_id is not None else -1
-            self.turnEvent.emit(TurnFailed(tid, f"The turn failed: {exc}", "internal"))
-            self.turnEvent.emit(TurnDone(tid, "error"))
+            for event in self.host.send(job.thread_id, job.text, job.cancel, planner=job.planner,
+                                        confirm_shell=self._confirm_shell, idle=self.waiting):
+                if isinstance(event, ThreadCreated):
+                    thread_id = event.thread_id
+                self._emit(event)
         finally:
             self._cancel = None
         if thread_id is not None:
             self.turnFinished.emit(thread_id)
-
-    # -- work done while the user reads and types --
-
-    def _enter(self, thread_id: int | None) -> None:
-        if self.cache is not None and self.cache.enter(thread_id):
-            self.cacheStatus.emit("Restored from cache")
-
-    def _warm(self, request: Any, label: str = "Warming up") -> None:
-        """Evaluate ``request``'s prompt now, at idle (after a compaction, or for a draft),
-        so that the next send evaluates only what is new. Gives way to any queued job."""
-        prefill = getattr(self.model, "prefill", None)
-        if prefill is None:
-            return
-        try:
-            stats = prefill(request.messages, request.tool_definitions or None,
-                            cancel=self.waiting, progress=lambda done, total: self.cacheStatus
-                            .emit(f"{label}… {100 * done // max(total, 1)}%"))
-        except Exception as exc:  # a warm-up is an optimisation: never a failure
-            log.info("warm-up skipped: %s", exc)
-            return
-        if not stats.stopped:
-            self.cacheStatus.emit("Prefilled" if label == "Prefilling" else "Ready (warmed up)")
 
     @Slot(object)
     def prefill(self, job: SendJob) -> None:
@@ -296,50 +189,46 @@ class ModelWorker(QObject):
         self.waiting.started()
         if self.waiting.is_set():
             return  # a newer draft or a send is queued: this draft is stale
-        if self.model is None or job.planner.runtime is not self.model or job.request is None:
+        host = self.host
+        if (host.runtime is None or job.planner.runtime is not host.runtime
+                or job.request is None or job.thread_id is None):
             return
-        self._enter(job.thread_id)
-        self._warm(job.request, "Prefilling")
+        for event in host.prefill(job.thread_id, job.request, self.waiting):
+            self._emit(event)
 
     @Slot(object)
     def compact(self, job: SendJob) -> None:
         """Compact ``job.thread_id`` now (Compact now), whatever the triggers and the
         circuit breaker say; reported like a turn, ending with TurnDone."""
         self.waiting.started()
-        thread_id = job.thread_id
         self._cancel = job.cancel
         try:
-            store = self._db()
-            compactor = job.planner.compactor(store)
-            for event in compactor.run_events(thread_id, "manual", job.cancel, force=True):
-                self.turnEvent.emit(event)
-            planned = job.planner.plan_or_error(store, thread_id)
-            self.turnEvent.emit(TurnDone(thread_id, "stop", next_request=None
-                                         if isinstance(planned, Exception) else planned))
-        except Exception as exc:  # a compaction bug must not take the app down
-            log.exception("compaction failed")
-            self.turnEvent.emit(TurnFailed(thread_id, f"Compaction failed: {exc}", "internal"))
-            self.turnEvent.emit(TurnDone(thread_id, "error"))
+            for event in self.host.compact(job.thread_id, job.cancel, planner=job.planner):
+                self._emit(event)
         finally:
             self._cancel = None
-        self.turnFinished.emit(thread_id)
+        self.turnFinished.emit(job.thread_id)
+
+    @Slot(int)
+    def delete(self, thread_id: int) -> None:
+        """Delete a thread and its saved KV states (``Host.delete_thread``)."""
+        self.waiting.started()
+        try:
+            self.host.delete_thread(thread_id)
+        except Exception as exc:  # said in the log; the list shows what is still there
+            log.exception("deleting thread %s failed: %s", thread_id, exc)
+        self.threadDeleted.emit(thread_id)
 
     @Slot()
     def shutdown(self) -> None:
-        """Close the model and the Store, then end this thread's loop."""
+        """Close what this thread owns, then end this thread's loop."""
         self.release()
         QThread.currentThread().quit()
 
     def release(self) -> None:
-        """Close the model and this worker's Store (on the thread that owns them)."""
+        """Close the runtime, the embedder and this thread's Store (``Host.release``)."""
         self._closing.set()
-        self._close_model()
-        if self.embedder is not None:
-            self.embedder.close()
-            self.embedder = None
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        self.host.release()
 
 
 class ModelThread(QObject):
@@ -349,6 +238,7 @@ class ModelThread(QObject):
     _send = Signal(object)
     _compact = Signal(object)
     _prefill = Signal(object)
+    _delete = Signal(int)
     _shutdown = Signal()
 
     def __init__(self, worker: ModelWorker, parent: QObject | None = None):
@@ -361,6 +251,7 @@ class ModelThread(QObject):
         self._send.connect(self.worker.send)
         self._compact.connect(self.worker.compact)
         self._prefill.connect(self.worker.prefill)
+        self._delete.connect(self.worker.delete)
         self._shutdown.connect(self.worker.shutdown)
         self.thread.start()
         self._closed = False
@@ -384,6 +275,11 @@ class ModelThread(QObject):
     def prefill(self, job: SendJob) -> None:
         self.worker.waiting.queued()  # a prefill for an older draft gives way to this one
         self._prefill.emit(job)
+
+    def delete(self, thread_id: int) -> None:
+        """Queue the deletion of a thread; ``worker.threadDeleted`` follows."""
+        self.worker.waiting.queued()
+        self._delete.emit(thread_id)
 
     def close(self, cancel: threading.Event | None = None) -> None:
         """Stop at the next token, close the model, and wait for the thread to end."""

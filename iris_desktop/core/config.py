@@ -1,0 +1,94 @@
+"""The settings each part of a turn reads, as plain frozen values: one dataclass per
+part, each made from the typed settings (``iris_desktop.settings``) by its
+``from_settings``. The planner holds one of each; nothing here changes after it is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    """The settings the engine reads."""
+
+    window: int
+    token_budget_ratio: float = 0.70
+    compaction_threshold: float = 0.75
+    prune_protect_turns: int = 2
+    compaction_min_turns: int = 20
+    system_prompt: str = ""
+    window_source: str = "config"
+    recall_max_tokens: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: Any, window: int, window_source: str) -> ContextParams:
+        return cls(
+            window=window,
+            token_budget_ratio=settings["context.token_budget_ratio"],
+            compaction_threshold=settings["context.compaction_threshold"],
+            prune_protect_turns=settings["context.prune_protect_turns"],
+            compaction_min_turns=settings["context.compaction_min_turns"],
+            system_prompt=settings["chat.system_prompt"],
+            window_source=window_source,
+            recall_max_tokens=settings["context.recall_max_tokens"],
+        )
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    """What the compactor reads."""
+
+    keep_recent_ratio: float = 0.5
+    summary_max_tokens: int = 768
+    timeout_s: float = 180.0
+    #: auto | model | extractive (``context.summarizer``)
+    summarizer: str = "auto"
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> CompactionSettings:
+        return cls(
+            keep_recent_ratio=settings["context.keep_recent_ratio"],
+            summary_max_tokens=settings["context.summary_max_tokens"],
+            timeout_s=settings["context.summary_timeout_s"],
+            summarizer=settings["context.summarizer"],
+        )
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What the agent's turn loop reads."""
+
+    max_tokens: int = 1024
+    temperature: float = 0.7
+    max_calls_per_turn: int = 8
+    #: a streaming reply is saved at least this often, so a crash loses at most this much
+    save_interval_s: float = 1.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> AgentConfig:
+        return cls(
+            max_tokens=settings["model.max_tokens"],
+            temperature=settings["model.temperature"],
+            max_calls_per_turn=settings["tools.max_calls_per_turn"],
+        )
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    """The tool settings."""
+
+    enabled: tuple[str, ...] = ("read_file", "list_directory", "search_files")
+    allowed_paths: tuple[str, ...] = ()
+    shell: bool = False
+    max_calls_per_turn: int = 8
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ToolsConfig:
+        return cls(
+            enabled=tuple(settings["tools.enabled"]),
+            allowed_paths=tuple(settings["tools.allowed_paths"]),
+            shell=settings["tools.shell"],
+            max_calls_per_turn=settings["tools.max_calls_per_turn"],
+        )

@@ -1,0 +1,225 @@
+"""The SQLite store: threads, messages, summaries, compaction events, requests and
+message vectors. SQL belongs here only: the rest of Iris calls the Store's methods.
+
+Messages are append-only. Pruning and compaction never modify or delete them; a summary
+only records which messages it covers. The one exception is a reply that is still being
+streamed: its row is updated with the partial text until it is complete.
+
+One file, WAL mode, ``synchronous=FULL`` and a busy timeout, so that the GUI and the CLI
+can use one data dir at once. The files are created 0600 on POSIX. A sqlite3 connection
+belongs to the thread that uses it: :class:`Stores` holds one Store per thread.
+
+Damage: :func:`open_store` (what the app and the CLI open through) runs ``PRAGMA
+quick_check`` first, on a read-only connection. A damaged file is never written: it is
+set aside as ``iris.db.corrupt-<time>`` with its ``-wal`` and ``-shm``, and what can
+still be read is salvaged, row by row, into a new database (:class:`Recovery` says what).
+
+The parts: :mod:`.schema` (the migrations), :mod:`.rows` (row types and conversion),
+:mod:`.recovery` (the quick check and salvage), and the Store's own parts,
+:mod:`.messages` (threads and messages), :mod:`.search` (recall's queries),
+:mod:`.summaries` (summaries, compaction, requests) and :mod:`.vectors`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import sqlite_utils
+
+from iris_desktop.core.store.base import _alive as _alive
+from iris_desktop.core.store.errors import DamagedDatabase, StoreError
+from iris_desktop.core.store.messages import Messages
+from iris_desktop.core.store.recovery import (
+    QUICK_CHECK_S,
+    SALVAGED_TABLES,
+    Recovery,
+    _sidecar,
+    explain,
+    quick_check,
+    salvage,
+)
+from iris_desktop.core.store.rows import (
+    MAX_BYTES_PER_TOKEN,
+    ROLES,
+    TIMESTAMP_KEYS,
+    MessageMeta,
+    SummaryRow,
+    iso_timestamp,
+    min_tokens,
+    now_iso,
+    row_to_message,
+    sent_at_of,
+    utf8_length,
+)
+from iris_desktop.core.store.rows import _message_row as _message_row
+from iris_desktop.core.store.schema import MIGRATIONS, SCHEMA_VERSION, _split_sql
+from iris_desktop.core.store.search import Search
+from iris_desktop.core.store.summaries import Summaries
+from iris_desktop.core.store.vectors import Vectors
+from iris_desktop.paths import DataDirError, make_private_dir
+
+__all__ = [
+    "BUSY_TIMEOUT_S", "MAX_BYTES_PER_TOKEN", "MIGRATIONS", "QUICK_CHECK_S", "ROLES", "SALVAGED_TABLES",
+    "SCHEMA_VERSION", "TIMESTAMP_KEYS", "DamagedDatabase", "MessageMeta", "Recovery", "Store", "StoreError",
+    "Stores", "SummaryRow", "explain", "iso_timestamp", "min_tokens", "now_iso", "open_store", "open_stores",
+    "quick_check", "row_to_message", "salvage", "sent_at_of", "utf8_length",
+]
+
+#: how long a write waits for another process's write to finish
+BUSY_TIMEOUT_S = 10.0
+
+
+def _create_private(path: Path) -> None:
+    """Create the DB file 0600 before SQLite does; SQLite gives -wal/-shm the same mode."""
+    if os.name == "posix" and not path.exists():
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(fd)
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse, saying what to do, a database SQLite could only open read-only (it would
+    fail at the first write, or at the first read for a read-only ``-shm``)."""
+    folder = path.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot write to the folder {folder}; make it writable (for example "
+                         "chmod u+w) or choose another --data-dir (or IRIS_HOME)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise StoreError(f"{path} is read-only; make it writable (for example chmod u+w) "
+                         "or choose another --data-dir (or IRIS_HOME)")
+    for suffix in ("-wal", "-shm"):
+        side = _sidecar(path, suffix)
+        if side.exists() and not os.access(side, os.W_OK):
+            raise StoreError(f"{side} is read-only (left by another user or an earlier run); "
+                             "make it writable, for example chmod u+w, then start Iris again")
+
+
+class Store(Messages, Search, Summaries, Vectors):
+    """One connection to the database, used by one thread at a time.
+
+    Threads that work concurrently (the GUI and its workers) each have their own Store,
+    from the process's :class:`Stores`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, check: bool = False):
+        """Open (or create) the database. ``check``: run PRAGMA quick_check first and
+        raise DamagedDatabase, before anything is written, when it finds damage."""
+        self.path = Path(path)
+        #: the last thread_speakers answer, with what it depends on
+        self._speakers: tuple[tuple, list[str]] | None = None
+        try:
+            make_private_dir(self.path.parent)
+        except DataDirError as exc:
+            raise StoreError(str(exc)) from None
+        _check_writable(self.path)
+        if check:
+            problems = quick_check(self.path)
+            if problems:
+                raise DamagedDatabase(self.path, problems)
+        _create_private(self.path)
+        try:
+            # handed between threads (a CLI turn runs on a worker) but used by one at a time
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(explain(exc, self.path)) from exc
+        if mode.lower() != "wal":
+            raise StoreError(f"{self.path}: could not switch to WAL mode (got {mode})")
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        try:
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a usable database ({exc})") from exc
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this Iris ({SCHEMA_VERSION});"
+                " upgrade Iris Desktop"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            with self.transaction():
+                for statement in _split_sql(MIGRATIONS[number]):
+                    self.conn.execute(statement)
+                self.conn.execute(f"PRAGMA user_version = {number + 1}")
+
+    def integrity_check(self) -> str:
+        return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+    @property
+    def schema_version(self) -> int:
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def open_store(path: str | os.PathLike[str]) -> tuple[Store, Recovery | None]:
+    """Open the database after a quick check. A damaged one is never written: it is set
+    aside and salvaged into a new file, and the Recovery says what was saved."""
+    try:
+        return Store(path, check=True), None
+    except DamagedDatabase as exc:
+        damage = exc
+    try:
+        recovery = salvage(damage.path, damage.problems)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"{damage}; recovering it failed ({exc}); Iris did not write to it: "
+                         f"it is in {damage.path.parent} as {damage.path.name} or "
+                         f"{damage.path.name}.corrupt-<time>") from None
+    return Store(path), recovery
+
+
+class Stores:
+    """The process's connections to one database file: one Store per thread, opened on
+    the thread's first use (a sqlite3 connection belongs to the thread that uses it).
+    Thread-safe. A thread that ends should :meth:`release` its Store: thread ids are
+    reused, and the next thread given its id would get the Store it left open."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._stores: dict[int, Store] = {}  # by threading.get_ident()
+
+    def current(self) -> Store:
+        """The calling thread's Store, opened (without a quick check) on its first use,
+        the same object on every later call. Raises StoreError as Store() does."""
+        key = threading.get_ident()
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                store = self._stores[key] = Store(self.path)
+        return store
+
+    def release(self) -> None:
+        """Close and forget the calling thread's Store (a worker thread calls this as it
+        ends); nothing when it has none. Other threads' Stores are left open."""
+        with self._lock:
+            store = self._stores.pop(threading.get_ident(), None)
+        if store is not None:
+            store.close()
+
+    def close(self) -> None:
+        """Close every Store opened here, of every thread: at the end of the process,
+        once the other threads are done with theirs. Idempotent; a later
+        :meth:`current` opens a new Store."""
+        with self._lock:
+            stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            store.close()
+
+
+def open_stores(path: str | os.PathLike[str]) -> tuple[Stores, Recovery | None]:
+    """:func:`open_store` for the process: the quick check (and salvage of a damaged
+    file) runs once, here, and the calling thread's Store of the returned Stores is the
+    one it opened."""
+    store, recovery = open_store(path)
+    stores = Stores(path)
+    stores._stores[threading.get_ident()] = store
+    return stores, recovery

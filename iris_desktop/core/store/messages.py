@@ -1,0 +1,336 @@
+"""Threads and their messages: appending, reading back, and what the engine reads.
+
+Messages are append-only. Pruning and compaction never modify or delete them; a summary
+only records which messages it covers. The one exception is a reply that is still being
+streamed: its row is updated with the partial text until it is complete, and a
+``streams`` row names the process writing it, so that a crash can be told from a live
+writer. A thread is deleted, with its messages, only on the user's explicit request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from iris_desktop.core.store.base import Connected, _alive
+from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.rows import MessageMeta, _message_row, now_iso, utf8_length
+from iris_desktop.tokens import Message
+
+
+class Messages(Connected):
+    """Threads and messages: the part of the Store every turn reads and appends to."""
+
+    # -- threads ----------------------------------------------------------------------------
+
+    def create_thread(self, title: str = "New chat") -> int:
+        now = time.time()
+        cur = self.conn.execute(
+            "INSERT INTO threads(title, created_at, updated_at) VALUES (?, ?, ?)",
+            (title, now, now),
+        )
+        return int(cur.lastrowid)
+
+    def thread(self, thread_id: int) -> dict[str, Any]:
+        row = list(self.db.query("SELECT * FROM threads WHERE id = ?", [thread_id]))
+        if not row:
+            raise KeyError(f"no thread {thread_id}")
+        return row[0]
+
+    def rename_thread(self, thread_id: int, title: str) -> None:
+        self.thread(thread_id)
+        self.conn.execute("UPDATE threads SET title = ? WHERE id = ?", (title, thread_id))
+
+    def delete_thread(self, thread_id: int) -> None:
+        """Deletes a whole thread, on the user's explicit request only."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
+        self._speakers = None
+
+    def threads(self) -> list[dict[str, Any]]:
+        """Newest first, with message counts."""
+        return list(
+            self.db.query(
+                """
+                SELECT t.*, (SELECT count(*) FROM messages m WHERE m.thread_id = t.id) AS messages
+                FROM threads t ORDER BY t.updated_at DESC, t.id DESC
+                """
+            )
+        )
+
+    def thread_token_total(self, thread_id: int, counter: str) -> tuple[int, int]:
+        """(sum of cached counts, number of messages without a cached count)."""
+        row = self.conn.execute(
+            """
+            SELECT coalesce(sum(c.tokens), 0), sum(c.tokens IS NULL)
+            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+            WHERE m.thread_id = ?
+            """,
+            (counter, thread_id),
+        ).fetchone()
+        return int(row[0]), int(row[1] or 0)
+
+    def uncounted(self, counter: str, max_chars: int) -> list[MessageMeta]:
+        """Newest first, messages of any thread without a cached count under ``counter``
+        whose text (content and tool calls) adds up to at most ``max_chars``, stopping at
+        the first that does not fit; one larger than ``max_chars`` alone is left for a
+        request to count. Bounds what a listing spends on counting."""
+        cur = self.conn.execute(
+            """
+            SELECT m.id, m.turn, m.role, m.tool_calls IS NOT NULL, m.tool_call_id, m.status,
+                   m.name, coalesce(length(m.content), 0) + coalesce(length(m.tool_calls), 0)
+            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+            WHERE c.tokens IS NULL ORDER BY m.id DESC
+            """,
+            (counter,),
+        )
+        chosen: list[MessageMeta] = []
+        left = max_chars
+        for mid, turn, role, calls, call_id, status, name, chars in cur:
+            if chars > max_chars:
+                continue
+            if chars > left:
+                break
+            left -= chars
+            chosen.append(MessageMeta(mid, turn, role, None, bool(calls), call_id, status, name))
+        return chosen
+
+    def thread_state(self, thread_id: int) -> tuple:
+        """What a request of the thread depends on, cheaply: the newest message (and how
+        far a streaming one got), the newest summary and the newest recorded request."""
+        return self.conn.execute(
+            """
+            SELECT m.id, m.status, length(m.content), m.tool_calls IS NOT NULL,
+                   (SELECT max(id) FROM summaries WHERE thread_id = :t),
+                   (SELECT max(id) FROM requests WHERE thread_id = :t)
+            FROM (SELECT 1) LEFT JOIN messages m ON m.id =
+                (SELECT max(id) FROM messages WHERE thread_id = :t)
+            """,
+            {"t": thread_id},
+        ).fetchone()
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def add_message(self, thread_id: int, message: Message, status: str = "complete") -> int:
+        """Append one message (written now, unless it carries its own timestamp) and
+        commit it. Returns its id."""
+        row = _message_row(message, now_iso())
+        with self.transaction():
+            return self._insert(thread_id, row, status)
+
+    def add_messages(self, thread_id: int, messages: Sequence[Message]) -> list[int]:
+        """Append many messages atomically: all or none. An imported message keeps the
+        time its source gives (``created_at``, ``create_time`` or ``timestamp``); without
+        one, when it was written is unknown (``sent_at`` NULL), not the import time."""
+        rows = [_message_row(m, None) for m in messages]
+        with self.transaction():
+            return [self._insert(thread_id, row, "complete") for row in rows]
+
+    def _insert(self, thread_id: int, row: dict[str, Any], status: str) -> int:
+        message_id = self._insert_row(thread_id, row, status)
+        if status == "streaming":
+            self.conn.execute(
+                "INSERT INTO streams(message_id, pid, started_at) VALUES (?, ?, ?)",
+                (message_id, os.getpid(), time.time()),
+            )
+        return message_id
+
+    def _insert_row(self, thread_id: int, row: dict[str, Any], status: str) -> int:
+        last = self.conn.execute(
+            "SELECT turn FROM messages WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
+        ).fetchone()
+        turn = (last[0] if last else 0) + (1 if row["role"] == "user" else 0)
+        now = time.time()
+        cur = self.conn.execute(
+            """
+            INSERT INTO messages(thread_id, turn, role, content, content_is_json, tool_calls,
+                                 tool_call_id, name, extra, status, created_at, sent_at)
+            VALUES (:thread_id, :turn, :role, :content, :content_is_json, :tool_calls,
+                    :tool_call_id, :name, :extra, :status, :created_at, :sent_at)
+            """,
+            {**row, "thread_id": thread_id, "turn": turn, "status": status, "created_at": now},
+        )
+        self.conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
+        return int(cur.lastrowid)
+
+    def update_streaming(
+        self, message_id: int, content: str, status: str = "streaming",
+        tool_calls: list[dict] | None = None,
+    ) -> None:
+        """Save a reply that is still being generated (or finish it). Only such rows change."""
+        cur = self.conn.execute(
+            """
+            UPDATE messages SET content = ?, status = ?, tool_calls = ?
+            WHERE id = ? AND status = 'streaming'
+            """,
+            (content, status, json.dumps(tool_calls) if tool_calls else None, message_id),
+        )
+        if cur.rowcount != 1:
+            raise StoreError(f"message {message_id} is not a reply in progress")
+        if status != "streaming":
+            self.conn.execute("DELETE FROM streams WHERE message_id = ?", (message_id,))
+
+    def mark_interrupted_streams(self) -> int:
+        """At start-up: replies left 'streaming' by a process that is gone (a crash, a
+        kill -9) become 'interrupted'. Replies a live process is writing are left alone."""
+        rows = self.conn.execute(
+            """
+            SELECT m.id, s.pid FROM messages m LEFT JOIN streams s ON s.message_id = m.id
+            WHERE m.status = 'streaming'
+            """
+        ).fetchall()
+        dead = [mid for mid, pid in rows if pid is None or not _alive(pid)]
+        if not dead:
+            return 0  # no write, so a start never waits for another process's write lock
+        with self.transaction():
+            for mid in dead:
+                self.conn.execute(
+                    "UPDATE messages SET status = 'interrupted' WHERE id = ?", (mid,))
+                self.conn.execute("DELETE FROM streams WHERE message_id = ?", (mid,))
+        return len(dead)
+
+    def messages(
+        self, thread_id: int, after_id: int = 0, through_id: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Stored rows, oldest first (with id, turn, status)."""
+        sql = "SELECT * FROM messages WHERE thread_id = ? AND id > ?"
+        params: list[Any] = [thread_id, after_id]
+        if through_id is not None:
+            sql += " AND id <= ?"
+            params.append(through_id)
+        return list(self.db.query(sql + " ORDER BY id", params))
+
+    def leading_messages(self, thread_id: int, limit: int) -> list[dict[str, Any]]:
+        """The thread's first ``limit`` rows (id, role, content), oldest first: where its
+        own system messages are, if it has any."""
+        return list(self.db.query(
+            "SELECT id, role, content FROM messages WHERE thread_id = ? ORDER BY id LIMIT ?",
+            [thread_id, limit]))
+
+    def messages_by_id(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        result: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for row in self.db.query(f"SELECT * FROM messages WHERE id IN ({marks})", chunk):
+                result[row["id"]] = row
+        return result
+
+    def newest_message_id(self, thread_id: int | None = None) -> int | None:
+        """The id of the thread's newest message (of any thread when ``thread_id`` is
+        None), or None when there is none; one lookup in the id index."""
+        if thread_id is None:
+            return self.conn.execute("SELECT max(id) FROM messages").fetchone()[0]
+        return self.conn.execute(
+            "SELECT max(id) FROM messages WHERE thread_id = ?", (thread_id,)
+        ).fetchone()[0]
+
+    def turn_anchor_id(self, covered: int) -> int | None:
+        """The id of the user message that opens the turn of message ``covered``, when
+        that turn goes on after it (a summary boundary at ``covered`` cuts through the
+        turn); None when the turn ends there or has no user message."""
+        row = self.conn.execute(
+            """
+            SELECT o.id FROM messages c
+            JOIN messages o ON o.thread_id = c.thread_id AND o.turn = c.turn
+            WHERE c.id = ? AND o.role = 'user'
+              AND EXISTS (SELECT 1 FROM messages n WHERE n.thread_id = c.thread_id
+                          AND n.turn = c.turn AND n.id > c.id)
+            ORDER BY o.id LIMIT 1
+            """, (covered,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def user_messages_since(self, thread_id: int, created_at: float) -> int:
+        """How many user messages (so turns begun) the thread got after ``created_at``,
+        in seconds since the epoch like the rows' own ``created_at``."""
+        return self.conn.execute(
+            "SELECT count(*) FROM messages WHERE thread_id = ? AND role = 'user' "
+            "AND created_at > ?", (thread_id, created_at)).fetchone()[0]
+
+    def iter_meta_desc(
+        self, thread_id: int, counter: str, after_id: int = 0
+    ) -> Iterator[MessageMeta]:
+        """Messages newest first, without their text; the cursor is lazy, so a caller
+        that stops early never reads the rest of a long thread."""
+        cur = self.conn.execute(
+            """
+            SELECT m.id, m.turn, m.role, c.tokens, m.tool_calls IS NOT NULL, m.tool_call_id,
+                   m.status, m.name
+            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+            WHERE m.thread_id = ? AND m.id > ?
+            ORDER BY m.id DESC
+            """,
+            (counter, thread_id, after_id),
+        )
+        for row in cur:
+            yield MessageMeta(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
+
+    def meta_range(
+        self, thread_id: int, counter: str, through_id: int | None = None, after_id: int = 0
+    ) -> list[MessageMeta]:
+        """Messages with after_id < id ≤ through_id (default: all), oldest first, without
+        their text."""
+        if through_id is None:
+            through_id = 2**62
+        cur = self.conn.execute(
+            """
+            SELECT m.id, m.turn, m.role, c.tokens, m.tool_calls IS NOT NULL, m.tool_call_id,
+                   m.status, m.name
+            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+            WHERE m.thread_id = ? AND m.id > ? AND m.id <= ? ORDER BY m.id
+            """,
+            (counter, thread_id, after_id, through_id),
+        )
+        return [MessageMeta(r[0], r[1], r[2], r[3], bool(r[4]), *r[5:]) for r in cur]
+
+    def turn_span(self, thread_id: int, after_id: int = 0) -> tuple[int, int] | None:
+        """(first, last) turn number of the messages after ``after_id``; two index lookups.
+
+        Turn numbers grow by one at each user message, so the number of turns in a range
+        is ``last - first + 1`` without counting rows.
+        """
+        first = self.conn.execute(
+            "SELECT turn FROM messages WHERE thread_id = ? AND id > ? ORDER BY id LIMIT 1",
+            (thread_id, after_id),
+        ).fetchone()
+        if first is None:
+            return None
+        last = self.conn.execute(
+            "SELECT turn FROM messages WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
+        ).fetchone()
+        return int(first[0]), int(last[0])
+
+    def count_turns(self, thread_id: int, after_id: int = 0) -> int:
+        """Turns with at least one message after ``after_id``."""
+        span = self.turn_span(thread_id, after_id)
+        return 0 if span is None else span[1] - span[0] + 1
+
+    def cache_counts(self, counter: str, counts: dict[int, int]) -> None:
+        """Remember token counts; a derived cache, safe to write at any time."""
+        if not counts:
+            return
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO token_counts(message_id, counter, tokens) VALUES (?,?,?)",
+                [(mid, counter, n) for mid, n in counts.items()],
+            )
+
+    def newest_turn_text_bytes(self, thread_id: int, after_id: int = 0) -> int:
+        """UTF-8 bytes of the text of the user messages in the thread's newest turn after
+        ``after_id``, surrounding whitespace left out (a chat template may trim it).
+        Every counter spends a token per MAX_BYTES_PER_TOKEN bytes of that text at most,
+        so :func:`min_tokens` of it is a floor on the turn's tokens, known without
+        tokenizing."""
+        rows = self.conn.execute(
+            """
+            SELECT content FROM messages WHERE thread_id = :t AND id > :a AND role = 'user'
+              AND content_is_json = 0 AND content IS NOT NULL
+              AND turn = (SELECT turn FROM messages WHERE thread_id = :t AND id > :a
+                          ORDER BY id DESC LIMIT 1)
+            """,
+            {"t": thread_id, "a": after_id},
+        )
+        return sum(utf8_length(row[0].strip()) for row in rows)

@@ -1,0 +1,162 @@
+"""Rows and messages: what a stored row becomes, and what a message is stored as.
+
+A message is stored key for key (``extra`` keeps what has no column, and which keys were
+present), so that :func:`row_to_message` returns exactly the OpenAI message that was
+written. Times: ``created_at`` is when the row was written (seconds since the epoch);
+``sent_at`` is when the message was, as ISO 8601 with the writer's UTC offset.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from iris_desktop.tokens import Message
+
+ROLES = ("system", "user", "assistant", "tool")
+#: keys of an OpenAI chat message that have their own column
+_COLUMNS = ("role", "content", "tool_calls", "tool_call_id", "name")
+#: the most UTF-8 bytes one token can stand for with any counter Iris uses. Longest tokens
+#: measured: cl100k_base 128 bytes, Qwen2.5 32, Gemma 3 31; the heuristic ceil(chars/4)
+#: is at most 16 (4 characters of at most 4 bytes). 256 leaves room for other vocabularies.
+MAX_BYTES_PER_TOKEN = 256
+
+
+@dataclass(frozen=True)
+class MessageMeta:
+    """What the engine needs of a message, without its text."""
+
+    id: int
+    turn: int
+    role: str
+    tokens: int | None
+    has_tool_calls: bool
+    tool_call_id: str | None
+    status: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    id: int
+    thread_id: int
+    prev_id: int | None
+    first_message_id: int
+    covers_through_id: int
+    first_turn: int
+    last_turn: int
+    fields: dict[str, Any]
+    text: str
+    tokens: int
+    counter: str
+    path: str
+    created_at: float
+
+
+def utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (a lone surrogate counts its three bytes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def min_tokens(n_bytes: int) -> int:
+    """The fewest tokens ``n_bytes`` of text can be, with any counter Iris uses."""
+    return -(-n_bytes // MAX_BYTES_PER_TOKEN)
+
+
+#: the message keys a source may carry its time in (OpenAI-style exports differ)
+TIMESTAMP_KEYS = ("created_at", "create_time", "timestamp")
+
+
+def now_iso() -> str:
+    """Now, as ISO 8601 with the local UTC offset."""
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def iso_timestamp(value: Any) -> str:
+    """A source's timestamp as ISO 8601 with an offset: ISO text (a missing offset reads as
+    local time) or seconds (or milliseconds) since the epoch. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a time: {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = value / 1000 if value > 1e11 else value  # milliseconds, from JavaScript
+        when = dt.datetime.fromtimestamp(seconds).astimezone()
+    elif isinstance(value, str):
+        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            when = when.astimezone()
+    else:
+        raise ValueError(f"not a time: {value!r}")
+    return when.isoformat(timespec="seconds")
+
+
+def sent_at_of(message: Message) -> str | None:
+    """The time a message says it was written, if it says (see TIMESTAMP_KEYS)."""
+    for key in TIMESTAMP_KEYS:
+        if message.get(key) is not None:
+            return iso_timestamp(message[key])
+    return None
+
+
+def _message_row(message: Message, default_sent_at: str | None = None) -> dict[str, Any]:
+    role = message.get("role")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    content = message.get("content")
+    content_is_json = 0
+    if content is not None and not isinstance(content, str):
+        content = json.dumps(content, ensure_ascii=False)
+        content_is_json = 1
+    calls = message.get("tool_calls")
+    extra = {k: v for k, v in message.items() if k not in _COLUMNS}
+    # keep key presence exact so that export returns what was imported
+    present = [k for k in ("content", "tool_calls", "tool_call_id", "name") if k in message]
+    extra["_keys"] = present
+    return {
+        "role": role,
+        "content": content,
+        "content_is_json": content_is_json,
+        "tool_calls": None if calls is None else json.dumps(calls, ensure_ascii=False),
+        "tool_call_id": message.get("tool_call_id"),
+        "name": message.get("name"),
+        "extra": json.dumps(extra, ensure_ascii=False),
+        "sent_at": sent_at_of(message) or default_sent_at,
+    }
+
+
+def row_to_message(row: dict[str, Any]) -> Message:
+    """A stored row back to the OpenAI message it was made from, key for key."""
+    extra = json.loads(row["extra"]) if row.get("extra") else {}
+    present = extra.pop("_keys", ["content", "tool_calls", "tool_call_id", "name"])
+    message: Message = {"role": row["role"]}
+    content = row["content"]
+    if content is not None and row.get("content_is_json"):
+        content = json.loads(content)
+    values = {
+        "content": content,
+        "tool_calls": json.loads(row["tool_calls"]) if row["tool_calls"] is not None else None,
+        "tool_call_id": row["tool_call_id"],
+        "name": row["name"],
+    }
+    for key in ("content", "tool_calls", "tool_call_id", "name"):
+        # a reply that made calls while streaming gains tool_calls after its insert
+        if key in present or (key == "tool_calls" and values[key] is not None):
+            message[key] = values[key]
+    message.update(extra)
+    return message
+
+
+def _summary(cursor: sqlite3.Cursor) -> SummaryRow | None:
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    cols = [d[0] for d in cursor.description]
+    return _summary_from(dict(zip(cols, row)))
+
+
+def _summary_from(row: dict[str, Any]) -> SummaryRow:
+    row = dict(row)
+    row["fields"] = json.loads(row["fields"])
+    return SummaryRow(**row)

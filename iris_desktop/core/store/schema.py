@@ -1,0 +1,174 @@
+"""The database schema: the migrations that build it, one schema version each.
+
+A migration only ever adds (tables, columns, indexes, triggers): messages are
+append-only, and a database written by an older Iris opens in a newer one. The schema
+version is SQLite's ``user_version``; :class:`~iris_desktop.core.store.Store` applies
+the missing migrations at open, each in its own transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the base schema
+    """
+    CREATE TABLE threads (
+        id INTEGER PRIMARY KEY,
+        title TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        thread_id INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        turn INTEGER NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+        content TEXT,
+        content_is_json INTEGER NOT NULL DEFAULT 0,
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        name TEXT,
+        extra TEXT,
+        status TEXT NOT NULL DEFAULT 'complete'
+            CHECK (status IN ('complete', 'streaming', 'interrupted', 'error')),
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX messages_thread ON messages(thread_id, id);
+    CREATE INDEX messages_thread_turn ON messages(thread_id, role, id);
+    CREATE TABLE token_counts (
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        counter TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        PRIMARY KEY (message_id, counter)
+    ) WITHOUT ROWID;
+    CREATE TABLE summaries (
+        id INTEGER PRIMARY KEY,
+        thread_id INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        prev_id INTEGER REFERENCES summaries(id),
+        first_message_id INTEGER NOT NULL,
+        covers_through_id INTEGER NOT NULL,
+        first_turn INTEGER NOT NULL,
+        last_turn INTEGER NOT NULL,
+        fields TEXT NOT NULL,
+        text TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        counter TEXT NOT NULL,
+        path TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX summaries_thread ON summaries(thread_id, id);
+    CREATE TABLE compaction_events (
+        id INTEGER PRIMARY KEY,
+        thread_id INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        created_at REAL NOT NULL,
+        trigger TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        path TEXT,
+        turns_archived INTEGER,
+        messages_archived INTEGER,
+        tokens_before INTEGER,
+        tokens_after INTEGER,
+        kept_turns INTEGER,
+        summary_tokens INTEGER,
+        duration_s REAL,
+        error TEXT,
+        summary_id INTEGER REFERENCES summaries(id)
+    );
+    CREATE INDEX compaction_events_thread ON compaction_events(thread_id, id);
+    CREATE TABLE requests (
+        id INTEGER PRIMARY KEY,
+        thread_id INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        created_at REAL NOT NULL,
+        model TEXT,
+        window INTEGER,
+        counter TEXT,
+        summary_id INTEGER,
+        predicted_prompt_tokens INTEGER,
+        prompt_tokens INTEGER,
+        completion_tokens INTEGER,
+        reused_tokens INTEGER,
+        evaluated_tokens INTEGER,
+        time_to_first_token_s REAL,
+        tokens_per_s REAL,
+        duration_s REAL,
+        finish_reason TEXT
+    );
+    CREATE INDEX requests_thread ON requests(thread_id, id);
+    """,
+    # 2: full-text search over message text
+    """
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        content, content='messages', content_rowid='id', tokenize='unicode61'
+    );
+    CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, coalesce(new.content, ''));
+    END;
+    CREATE TRIGGER messages_fts_au AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, coalesce(old.content, ''));
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, coalesce(new.content, ''));
+    END;
+    CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, coalesce(old.content, ''));
+    END;
+    INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+    """,
+    # 3: which process is streaming a reply, so that a crash can be told from a live writer
+    """
+    CREATE TABLE streams (
+        message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL
+    );
+    CREATE INDEX messages_streaming ON messages(id) WHERE status = 'streaming';
+    """,
+    # 4: when a message was written, as ISO 8601 with its UTC offset (the writer's local
+    # day), NULL when unknown (an import without timestamps): summaries and recall date
+    # facts from it, never from the text's layout
+    """
+    ALTER TABLE messages ADD COLUMN sent_at TEXT;
+    CREATE INDEX messages_thread_name ON messages(thread_id, name);
+    """,
+    # 5: who is compacting a thread: one process at a time (a lease that expires, and
+    # that is free as soon as its process is gone)
+    """
+    CREATE TABLE compaction_leases (
+        thread_id INTEGER PRIMARY KEY REFERENCES threads(id) ON DELETE CASCADE,
+        token TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        acquired_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    """,
+    # 6: messages by when they were written, for recall of a question that names a date
+    """
+    CREATE INDEX messages_thread_sent ON messages(thread_id, sent_at);
+    """,
+    # 7: one vector per message for semantic recall (core.semantic), by embedding model;
+    # IF NOT EXISTS: before this migration the semantic index created the table itself
+    """
+    CREATE TABLE IF NOT EXISTS message_vectors (
+        message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements

@@ -1,0 +1,113 @@
+"""Summaries, compaction events and leases, and requests: what the engine and compaction
+record about a thread. None of it changes a message; a summary only says which messages it
+covers (through ``covers_through_id``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from iris_desktop.core.store.base import Connected, _alive
+from iris_desktop.core.store.rows import SummaryRow, _summary, _summary_from
+
+
+class Summaries(Connected):
+    """The thread's records beside its messages: summaries, who compacts it and how that
+    went, and each request sent to the model."""
+
+    def latest_summary(self, thread_id: int) -> SummaryRow | None:
+        row = self.conn.execute(
+            "SELECT * FROM summaries WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
+        )
+        return _summary(row)
+
+    def summaries(self, thread_id: int) -> list[SummaryRow]:
+        cur = self.conn.execute(
+            "SELECT * FROM summaries WHERE thread_id = ? ORDER BY id", (thread_id,)
+        )
+        cols = [d[0] for d in cur.description]
+        return [_summary_from(dict(zip(cols, r))) for r in cur.fetchall()]
+
+    def add_summary(self, thread_id: int, summary: dict[str, Any]) -> int:
+        cur = self.conn.execute(
+            """
+            INSERT INTO summaries(thread_id, prev_id, first_message_id, covers_through_id,
+                                  first_turn, last_turn, fields, text, tokens, counter, path,
+                                  created_at)
+            VALUES (:thread_id, :prev_id, :first_message_id, :covers_through_id, :first_turn,
+                    :last_turn, :fields, :text, :tokens, :counter, :path, :created_at)
+            """,
+            {
+                **summary,
+                "thread_id": thread_id,
+                "fields": json.dumps(summary["fields"], ensure_ascii=False),
+                "created_at": time.time(),
+            },
+        )
+        return int(cur.lastrowid)
+
+    # -- who compacts a thread --
+
+    def take_compaction_lease(self, thread_id: int, token: str, seconds: float) -> dict[str, Any] | None:
+        """Take the thread's compaction lease for ``seconds`` (atomically). Returns None
+        when it is ours now, else the holder's row (``pid``, ``acquired_at``). A lease
+        whose time is up, or whose process is gone, is taken over."""
+        now = time.time()
+        with self.transaction():
+            row = self.conn.execute(
+                "SELECT token, pid, acquired_at, expires_at FROM compaction_leases "
+                "WHERE thread_id = ?", (thread_id,)).fetchone()
+            if row is not None and row[0] != token and row[3] > now and (
+                    row[1] == os.getpid() or _alive(row[1])):
+                return {"pid": row[1], "acquired_at": row[2], "expires_at": row[3]}
+            self.conn.execute(
+                "INSERT OR REPLACE INTO compaction_leases(thread_id, token, pid, acquired_at, "
+                "expires_at) VALUES (?, ?, ?, ?, ?)", (thread_id, token, os.getpid(), now,
+                                                       now + seconds))
+        return None
+
+    def release_compaction_lease(self, thread_id: int, token: str) -> None:
+        with self.transaction():
+            self.conn.execute("DELETE FROM compaction_leases WHERE thread_id = ? AND token = ?",
+                              (thread_id, token))
+
+    def add_compaction_event(self, thread_id: int, event: dict[str, Any]) -> int:
+        row = {"thread_id": thread_id, "created_at": time.time(), **event}
+        cols = ", ".join(row)
+        marks = ", ".join(f":{c}" for c in row)
+        cur = self.conn.execute(f"INSERT INTO compaction_events({cols}) VALUES ({marks})", row)
+        return int(cur.lastrowid)
+
+    def compaction_events(self, thread_id: int) -> list[dict[str, Any]]:
+        return list(
+            self.db.query(
+                "SELECT * FROM compaction_events WHERE thread_id = ? ORDER BY id", [thread_id]
+            )
+        )
+
+    def add_request(self, thread_id: int, request: dict[str, Any]) -> int:
+        row = {"thread_id": thread_id, "created_at": time.time(), **request}
+        cols = ", ".join(row)
+        marks = ", ".join(f":{c}" for c in row)
+        cur = self.conn.execute(f"INSERT INTO requests({cols}) VALUES ({marks})", row)
+        return int(cur.lastrowid)
+
+    def requests(self, thread_id: int) -> list[dict[str, Any]]:
+        return list(
+            self.db.query("SELECT * FROM requests WHERE thread_id = ? ORDER BY id", [thread_id])
+        )
+
+    def last_request(self, thread_id: int, since_summary: int | None) -> dict[str, Any] | None:
+        """The newest completed request made with the current summary in place."""
+        rows = list(
+            self.db.query(
+                """
+                SELECT * FROM requests WHERE thread_id = ? AND prompt_tokens IS NOT NULL
+                AND coalesce(summary_id, 0) = ? ORDER BY id DESC LIMIT 1
+                """,
+                [thread_id, since_summary or 0],
+            )
+        )
+        return rows[0] if rows else None

@@ -1,0 +1,87 @@
+"""Message vectors for semantic recall, in ``message_vectors`` (schema 7):
+
+    message_vectors(message_id → messages(id) ON DELETE CASCADE, model, vector BLOB)
+
+One vector per message, from the embedding model named by ``model`` (the embedder's
+identity); a vector from another model is stale and is replaced when the message is
+embedded anew. These queries take and return plain ids, rows and bytes:
+:mod:`iris_desktop.core.semantic` keeps the floor, the matrices and numpy. Never changes
+``messages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from iris_desktop.core.store.base import Connected
+
+#: a message that has a vector to make (or already has one): final text of a chat turn
+_ELIGIBLE = ("m.role IN ('user', 'assistant') AND m.status != 'streaming' "
+             "AND m.content IS NOT NULL AND trim(m.content) != ''")
+_NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id AND v.model = :model)"
+
+
+def _scope(thread_id: int | None) -> str:
+    """The condition for one thread's messages (``:thread``), or none for all threads."""
+    return "m.thread_id = :thread AND " if thread_id is not None else ""
+
+
+class Vectors(Connected):
+    """What semantic recall stores: which messages still need a vector, and the vectors."""
+
+    def messages_without_vector(self, thread_id: int | None, after_id: int, model: str,
+                                limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` messages above ``after_id`` (of one thread, or of all when
+        ``thread_id`` is None) that should have a vector from ``model`` and have none:
+        user and assistant messages with final text, oldest first, with the columns
+        their text is read from (id, role, content, content_is_json, name, sent_at)."""
+        cursor = self.conn.execute(
+            f"SELECT m.id, m.role, m.content, m.content_is_json, m.name, m.sent_at FROM messages m "
+            f"WHERE {_scope(thread_id)}m.id > :floor AND {_ELIGIBLE} AND {_NO_VECTOR} "
+            "ORDER BY m.id LIMIT :limit",
+            {"thread": thread_id, "floor": after_id, "model": model, "limit": limit})
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def first_without_vector(self, thread_id: int | None, after_id: int, through_id: int,
+                             model: str) -> int | None:
+        """The oldest message with ``after_id`` < id ≤ ``through_id`` that should have a
+        vector from ``model`` and has none (as :meth:`messages_without_vector`), or None."""
+        row = self.conn.execute(
+            f"SELECT m.id FROM messages m WHERE {_scope(thread_id)}m.id > :floor AND m.id <= :newest "
+            f"AND {_ELIGIBLE} AND {_NO_VECTOR} ORDER BY m.id LIMIT 1",
+            {"thread": thread_id, "floor": after_id, "newest": through_id, "model": model}).fetchone()
+        return row[0] if row else None
+
+    def first_streaming_id(self, thread_id: int | None, after_id: int) -> int | None:
+        """The oldest reply above ``after_id`` still being streamed (of one thread, or of
+        all when ``thread_id`` is None), or None."""
+        # the partial index holds only the few streaming rows
+        (streaming,) = self.conn.execute(
+            f"SELECT min(m.id) FROM messages m INDEXED BY messages_streaming "
+            f"WHERE {_scope(thread_id)}m.status = 'streaming' AND m.id > :floor",
+            {"thread": thread_id, "floor": after_id}).fetchone()
+        return streaming
+
+    def save_vectors(self, model: str, vectors: Sequence[tuple[int, bytes]]) -> None:
+        """Store ``(message id, vector)`` pairs from ``model`` in one transaction,
+        replacing a stale vector of the same message. A message deleted meanwhile (its
+        thread was) is skipped rather than failing the foreign key."""
+        rows = [(mid, model, vector, mid) for mid, vector in vectors]
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO message_vectors(message_id, model, vector) "
+                "SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?)", rows)
+
+    def iter_vectors(self, thread_id: int, after_id: int, through_id: int, model: str,
+                     block: int) -> Iterator[list[tuple[int, bytes]]]:
+        """The thread's ``(message id, vector)`` pairs from ``model`` with ``after_id`` <
+        id ≤ ``through_id``, ascending by id, ``block`` rows at a time. The cursor is
+        lazy: a caller holds one block at a time, never the whole thread's vectors."""
+        cursor = self.conn.execute(
+            "SELECT v.message_id, v.vector FROM messages m JOIN message_vectors v ON v.message_id = m.id "
+            "WHERE m.thread_id = ? AND m.id > ? AND m.id <= ? AND v.model = ? ORDER BY m.id",
+            (thread_id, after_id, through_id, model))
+        while rows := cursor.fetchmany(block):
+            yield rows

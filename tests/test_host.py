@@ -1,0 +1,170 @@
+"""The host runs a turn, a model and a thread in one place for the CLI and the GUI: its
+operations are generators of typed events; it owns the runtime, the KV states and the
+thread lifecycle. The real bundled model where a real cache matters; the scripted
+runtime for a fixed reply."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from iris_desktop.core.events import (
+    CacheStatus,
+    CompactionFinished,
+    CompactionStarted,
+    ReplySaved,
+    ThreadCreated,
+    TurnDone,
+    TurnFailed,
+    UserSaved,
+)
+from iris_desktop.host import Host, ModelError
+from iris_desktop.settings import load_settings
+
+from conftest import SYNTHETIC_CHAT
+from fakes import ScriptedRuntime
+
+
+def kinds(events) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def new_thread(host, text: str) -> int:
+    """Run a whole turn in a new thread; its id."""
+    events = list(host.send(None, text))
+    assert isinstance(events[-1], TurnDone) and events[-1].finish_reason != "error", events[-2:]
+    return next(e.thread_id for e in events if isinstance(e, ThreadCreated))
+
+
+def test_send_makes_a_thread_and_reports_the_whole_turn(tmp_path):
+    runtime = ScriptedRuntime(["Hello, Dana."])
+    with Host(tmp_path, runtime=runtime, compact=False) as host:
+        assert host.load_model() is runtime
+        events = list(host.send(None, "Hi! My name is Dana."))
+        created = events[0]
+        assert isinstance(created, ThreadCreated)
+        assert isinstance(events[1], UserSaved) and isinstance(events[-1], TurnDone)
+        assert {e.thread_id for e in events} == {created.thread_id}
+        saved = next(e for e in events if isinstance(e, ReplySaved))
+        assert saved.text == "Hello, Dana." and saved.stats.finish_reason == "stop"
+        rows = host.store.messages(created.thread_id)
+        assert [r["role"] for r in rows] == ["user", "assistant"]
+        assert host.store.thread(created.thread_id)["title"] != "New chat"  # titled by the agent
+        # a second turn in the same thread makes no thread
+        runtime.replies.append("Nice to meet you.")
+        again = list(host.send(created.thread_id, "And you?"))
+        assert not any(isinstance(e, ThreadCreated) for e in again)
+    assert runtime.closed is False  # a ready runtime is the caller's to close
+
+
+def test_without_a_model_a_turn_fails_in_words_and_nothing_is_stored(tmp_path):
+    with Host(tmp_path) as host:
+        events = list(host.send(None, "Hello"))
+        assert kinds(events) == ["TurnFailed", "TurnDone"]
+        assert "no model is loaded" in events[0].text and events[0].kind == "internal"
+        assert host.store.threads() == []
+
+
+def test_a_database_failure_mid_turn_is_one_sentence_not_a_traceback(tmp_path):
+    with Host(tmp_path, runtime=ScriptedRuntime(["x"]), compact=False) as host:
+        host.load_model()
+        thread = host.create_thread("t")
+        host.store.conn.close()  # the database goes away under the turn
+        events = list(host.send(thread, "Hello"))
+        failed = next(e for e in events if isinstance(e, TurnFailed))
+        assert failed.kind == "internal" and "database" in failed.text
+        assert "Traceback" not in failed.text and isinstance(events[-1], TurnDone)
+
+
+def test_compact_reports_the_event_and_the_next_request(tmp_path):
+    chat = json.loads(SYNTHETIC_CHAT.read_text())["messages"][:80]
+    overrides = {"context.summarizer": "extractive", "context.window": "4096"}
+    with Host(tmp_path, overrides, runtime=ScriptedRuntime([]), compact=False) as host:
+        host.load_model()
+        thread = host.create_thread("t")
+        host.store.add_messages(thread, chat)
+        events = list(host.compact(thread))
+        assert kinds(events) == ["CompactionStarted", "CompactionFinished", "TurnDone"]
+        assert isinstance(events[0], CompactionStarted) and events[0].trigger == "manual"
+        assert isinstance(events[1], CompactionFinished) and events[1].event.outcome == "ok"
+        request = events[-1].next_request
+        assert request is not None and request.summary is not None
+        assert request.summary.id == host.store.latest_summary(thread).id
+
+
+def test_a_failed_load_keeps_the_model_in_use(tmp_path, model_path):
+    settings = load_settings(None, env={}).with_overrides(
+        {"model.path": str(model_path), "model.n_ctx": "2048"})
+    with Host(tmp_path, settings=settings) as host:
+        first = host.load_model()
+        broken = tmp_path / "broken.gguf"
+        broken.write_bytes(b"GGUF" + b"\0" * 64)
+        with pytest.raises(ModelError):
+            host.load_model(settings.with_overrides({"model.path": str(broken)}))
+        assert host.runtime is first and not first.closed
+        assert host.planner().runtime is first
+    assert first.closed  # closing the host closed its model
+
+
+@pytest.fixture
+def real_host(tmp_path, model_path):
+    overrides = {"model.path": str(model_path), "model.n_ctx": "2048", "model.max_tokens": "4",
+                 "model.temperature": "0", "context.summarizer": "extractive"}
+    host = Host(tmp_path / "data", overrides)
+    host.load_model()
+    yield host
+    host.close()
+
+
+def test_each_thread_keeps_its_kv_state_and_a_deleted_thread_takes_its_state_along(real_host):
+    host = real_host
+    kv = host.paths.kv_cache_dir
+    first = new_thread(host, "Tell me about the ocean.")
+    second = new_thread(host, "Tell me about the moon.")
+    assert [p.name.split("-")[0] for p in kv.glob("*.kv")] == [str(first)]  # saved on leaving
+    back = list(host.send(first, "And its depth?"))
+    restored = [e for e in back if isinstance(e, CacheStatus) and e.state == "restored"]
+    assert restored and restored[0].done > 20 and restored[0].describe() == "Restored from cache"
+    stats = next(e for e in back if isinstance(e, ReplySaved)).stats
+    assert stats.evaluated_tokens < 30 < stats.reused_tokens  # only the new message
+    host.leave_thread()
+    assert {p.name.split("-")[0] for p in kv.glob("*.kv")} == {str(first), str(second)}
+
+    host.delete_thread(first)  # the conversation's tokens go with it
+    assert {p.name.split("-")[0] for p in kv.glob("*.kv")} == {str(second)}
+    assert [t["id"] for t in host.store.threads()] == [second]
+    host.open_thread(second)
+    host.delete_thread(second)  # the open thread is left without being saved again
+    host.leave_thread()
+    assert list(kv.glob("*.kv")) == [] and host.store.threads() == []
+
+
+def test_a_prefilled_draft_is_sent_evaluating_only_what_is_new(real_host):
+    host = real_host
+    thread = new_thread(host, "Hello!")
+    draft = "What is the capital of France? " * 20
+    planner = host.planner()
+    request = planner.plan(host.store, thread, draft)
+    statuses = list(host.prefill(thread, request))
+    assert statuses[-1].state == "prefilled" and statuses[-1].describe() == "Prefilled"
+    progress = [s for s in statuses if s.state == "prefilling"]
+    assert progress and progress[-1].done == progress[-1].total == request.predicted_prompt_tokens
+    assert progress[-1].describe() == "Prefilling… 100%"
+    sent = list(host.send(thread, draft, planner=planner))
+    stats = next(e for e in sent if isinstance(e, ReplySaved)).stats
+    assert stats.prompt_tokens == request.predicted_prompt_tokens and stats.evaluated_tokens <= 1
+
+
+def test_after_a_compaction_the_new_prefix_is_warmed_up_once_the_reply_is_saved(real_host):
+    host = real_host
+    thread = host.create_thread("long")
+    host.store.add_messages(thread, json.loads(SYNTHETIC_CHAT.read_text())["messages"][:60])
+    events = list(host.send(thread, "What did we talk about?"))
+    done = next(i for i, e in enumerate(events) if isinstance(e, TurnDone))
+    assert any(isinstance(e, CompactionFinished) and e.event.outcome == "ok" for e in events[:done])
+    after = events[done + 1:]
+    assert after and all(isinstance(e, CacheStatus) for e in after)
+    assert after[-1].state == "warmed" and after[-1].describe() == "Ready (warmed up)"
+    request = events[done].next_request
+    assert host.runtime.kv_tokens() == host.runtime.prompt_tokens(request.messages)
