@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("json", "md"), default="json")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
 
+    p = sub.add_parser("delete", help="delete a thread for good: its messages, summaries and "
+                       "saved KV state, with no readable trace left in the database files")
+    p.add_argument("thread", type=int)
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
     p = sub.add_parser("threads", help="list threads with message and token counts")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-model", action="store_true",

@@ -200,6 +200,28 @@ def _write_private(path: Path, text: str) -> None:
                        "file with -o", EXIT_FAIL) from None
 
 
+def delete(args, overrides) -> int:
+    """Delete a thread for good (``Host.delete_thread``): asks first on a terminal; without
+    one, ``--yes`` is required."""
+    with open_host(args, overrides) as host:
+        thread = _thread(host, args.thread)
+        count = len(host.store.messages(args.thread))
+        what = f"thread {args.thread} “{terminal_safe(thread['title'])}” ({count:,} messages)"
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CliError(f"not deleting {what} without --yes (nobody to ask)")
+            try:
+                answer = input(f"Delete {what} and everything of it? This cannot be undone. [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                say("iris-desktop: nothing was deleted", file=sys.stderr)
+                return EXIT_OK
+        host.delete_thread(args.thread)
+    say(f"deleted {what}")
+    return EXIT_OK
+
+
 def threads(args, overrides) -> int:
     """Threads with cached token totals. A listing counts at most LISTING_COUNT_CHARS of
     text not counted yet (newest first) and says how many messages remain uncounted."""
@@ -636,6 +658,7 @@ COMMANDS = {
     "import": import_,
     "export": export,
     "threads": threads,
+    "delete": delete,
     "context": context,
     "chat": chat,
     "models": models,

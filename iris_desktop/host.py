@@ -345,8 +345,10 @@ class Host:
 
     def delete_thread(self, thread_id: int) -> None:
         """Delete a thread, on the user's explicit request only: its messages, summaries
-        and requests, and every saved KV state of it (a KV state holds the conversation's
-        tokens). An open thread is left without saving."""
+        and requests with no readable trace left in the database files
+        (``Store.delete_thread``), and every saved KV state of it (a KV state holds the
+        conversation's tokens). An open thread is left without saving. Raises KeyError
+        for an unknown thread."""
         if self.cache is not None and self.cache.thread_id == thread_id:
             self.cache.thread_id = None
         self.store.delete_thread(thread_id)

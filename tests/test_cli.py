@@ -330,3 +330,41 @@ def test_context_recalls_by_meaning_with_the_model_loaded(capsys, tmp_path, mode
     code, out, err = run(capsys, *home, "--set", "context.recall_semantic=false", "context",
                          thread, "--json", "--draft", question)
     assert not json.loads(out)["recall"]["semantic"]
+
+
+#: made-up words: no vocabulary of a shipped model holds them
+PLANTED = "zyxoplanq wuvretheb quorvashtibble"
+
+
+def test_delete_leaves_no_trace_of_the_chat_under_the_data_folder(capsys, tmp_path, model_path):
+    """A chat with a planted phrase, answered by the real model (so it has requests, a
+    saved KV state and a streamed reply), compacted, then deleted: no file under the data
+    folder holds the phrase or a word of it any more; the other chat is untouched."""
+    data = tmp_path / "home"
+    base = ["--data-dir", str(data), "--set", f"model.path={model_path}", "--set", "model.n_ctx=2048",
+            "--set", "model.max_tokens=8", "--set", "model.temperature=0"]
+    code, _, err = run(capsys, *base, "chat", "--json", "Remember this: the password is " + PLANTED)
+    assert code == 0, err
+    code, out, _ = run(capsys, *base, "chat", "--new", "--json", "What is two plus two?")
+    kept = json.loads(out)["thread_id"]
+    code, _, _ = run(capsys, *base, "chat", "--thread", "1", "--json", f"Say {PLANTED} back to me.")
+    assert code == 0
+    assert run(capsys, *base, "compact", "1", "--no-model")[0] in (0, 1)
+    assert list((data / "kv-cache").glob("1-*.kv"))
+
+    words = [w.encode() for w in PLANTED.split()]
+
+    def holders() -> list[str]:
+        return sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file()
+                      and any(w in p.read_bytes() for w in words))
+
+    assert "iris.db" in " ".join(holders())  # it was there to be found
+    assert run(capsys, *base, "delete", "1")[0] == 2  # no terminal to ask: --yes is needed
+    code, out, err = run(capsys, *base, "delete", "1", "--yes")
+    assert code == 0 and "deleted thread 1" in out, err
+    assert holders() == []
+    assert not list((data / "kv-cache").glob("1-*.kv")) and list((data / "kv-cache").glob(f"{kept}-*.kv"))
+    code, out, _ = run(capsys, *base, "threads", "--json", "--no-model")
+    assert [t["id"] for t in json.loads(out)] == [kept]
+    code, _, err = run(capsys, *base, "delete", "1", "--yes")
+    assert code == 2 and "no thread 1" in err

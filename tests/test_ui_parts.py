@@ -197,6 +197,38 @@ def test_delete_cancelled_keeps_the_chat(window, qtbot, tmp_path):
     assert stored_thread_ids(window) == [thread_id]
 
 
+def test_the_delete_key_and_f2_act_on_the_chat_under_the_cursor(window, qtbot, tmp_path):
+    thread_id = imported_thread(window, qtbot, tmp_path)
+    asked = []
+    window.threads.renameRequested.connect(lambda tid, title: asked.append(("rename", tid, title)))
+    window.show()
+    window.activateWindow()
+    window.threads.list.setFocus()
+    window.threads.list.setCurrentRow(0)
+    qtbot.waitUntil(window.threads.list.hasFocus, timeout=5_000)
+    qtbot.keyClick(window.threads.list, Qt.Key.Key_Delete)
+    box = window.threads_control.delete_box
+    qtbot.waitUntil(lambda: box is not None and box.isVisible(), timeout=5_000)
+    assert "Doomed chat" in box.text()
+    deleted = []
+    window.model.worker.threadDeleted.connect(deleted.append)
+    delete = next(b for b in box.buttons() if b.text().replace("&", "") == "Delete")
+    qtbot.mouseClick(delete, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: deleted == [thread_id] and window.threads.list.count() == 0,
+                    timeout=5_000)
+
+    thread_id = imported_thread(window, qtbot, tmp_path)
+    window.threads_control.rename_thread = lambda tid, title: asked.append(("renamed", tid, title))
+    window.activateWindow()  # the message box had it
+    window.threads.list.setFocus()
+    window.threads.list.setCurrentRow(0)
+    qtbot.waitUntil(window.threads.list.hasFocus, timeout=5_000)
+    QTimer.singleShot(200, lambda: QApplication.activeModalWidget()
+                      and QApplication.activeModalWidget().reject())
+    qtbot.keyClick(window.threads.list, Qt.Key.Key_F2)
+    assert asked[0] == ("rename", thread_id, "Doomed chat")
+
+
 def test_setup_logging_writes_a_rotating_file(tmp_path):
     from logging.handlers import RotatingFileHandler
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
@@ -50,6 +51,12 @@ class ThreadPanel(QWidget):
         self.list.itemActivated.connect(self._chosen)
         self.list.itemClicked.connect(self._chosen)
         self.list.customContextMenuRequested.connect(self._menu)
+        # the keys every file manager and chat list has, while the list has the focus
+        for key, signal in ((QKeySequence.StandardKey.Delete, self.deleteRequested),
+                            (QKeySequence(Qt.Key.Key_F2), self.renameRequested)):
+            shortcut = QShortcut(QKeySequence(key), self.list)
+            shortcut.setContext(Qt.ShortcutContext.WidgetShortcut)
+            shortcut.activated.connect(lambda signal=signal: self._on_current(signal))
 
     def query(self) -> str:
         return self.search.text().strip()
@@ -97,6 +104,12 @@ class ThreadPanel(QWidget):
         thread_id = item.data(THREAD_ROLE)
         if thread_id is not None:
             self.threadChosen.emit(int(thread_id), item.data(MESSAGE_ROLE))
+
+    def _on_current(self, signal) -> None:
+        """Emit ``signal`` (rename or delete) for the thread under the list's cursor."""
+        item = self.list.currentItem()
+        if item is not None and item.data(THREAD_ROLE) is not None:
+            signal.emit(int(item.data(THREAD_ROLE)), item.text().split("\n", 1)[0])
 
     def _menu(self, pos) -> None:
         item = self.list.itemAt(pos)

@@ -128,6 +128,9 @@ class Store(Messages, Search, Summaries, Vectors):
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
+            # what is deleted or replaced is overwritten with zeros, not left in free space
+            # (a deleted chat, a streaming reply's earlier partial texts)
+            conn.execute("PRAGMA secure_delete = ON")
         except sqlite3.DatabaseError as exc:
             raise StoreError(explain(exc, self.path)) from exc
         if mode.lower() != "wal":

@@ -45,10 +45,25 @@ class Messages(Connected):
         self.conn.execute("UPDATE threads SET title = ? WHERE id = ?", (title, thread_id))
 
     def delete_thread(self, thread_id: int) -> None:
-        """Deletes a whole thread, on the user's explicit request only."""
+        """Delete a whole thread, on the user's explicit request only, and leave no
+        readable trace of it in the database files: its messages, summaries, requests,
+        compaction events, token counts and vectors go (by cascade) with their bytes
+        overwritten (``secure_delete``); the full-text index is rebuilt without its words
+        (an FTS5 index keeps deleted terms in old segments until they are merged); the
+        WAL, which holds copies of its pages, is checkpointed into the file and
+        truncated. Raises KeyError for an unknown thread."""
+        self.thread(thread_id)
         with self.transaction():
             self.conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
+            self.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
         self._speakers = None
+        self.checkpoint()
+
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the database file and truncate it to nothing (it waits for
+        readers up to the busy timeout). False when another connection kept it busy."""
+        busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
 
     def threads(self) -> list[dict[str, Any]]:
         """Newest first, with message counts."""
