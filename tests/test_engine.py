@@ -359,3 +359,27 @@ def test_a_huge_paste_is_refused_from_its_size_before_it_is_counted(fresh_store)
     with pytest.raises(ConversationTooLargeException):
         engine.build(thread)
     assert Watching.longest < 1000  # the paste itself was never counted
+
+
+def test_a_build_costs_the_same_on_a_long_thread_counted_in_sqlite_steps(fresh_store):
+    """The cost of a request follows the window, not the history: the SQLite virtual
+    machine steps one build takes on a 40k-message thread are within 1.5x of a 2k one
+    (counted, not timed; a query that read every user message of the thread took 20x)."""
+    engine = engine_for(fresh_store, 8192)
+    steps = {}
+    for size in (2_000, 40_000):
+        thread = fresh_store.create_thread(f"{size}")
+        fresh_store.add_messages(thread, [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 12}
+            for i in range(size)])
+        engine.build(thread)  # counts cached, as on a thread in use
+        steps[size] = 0
+
+        def step(size: int = size) -> int:
+            steps[size] += 1
+            return 0
+
+        fresh_store.conn.set_progress_handler(step, 100)
+        engine.build(thread)
+        fresh_store.conn.set_progress_handler(None, 0)
+    assert steps[40_000] <= 1.5 * steps[2_000], steps

@@ -338,14 +338,16 @@ class Messages(Connected):
         ``after_id``, surrounding whitespace left out (a chat template may trim it).
         Every counter spends a token per MAX_BYTES_PER_TOKEN bytes of that text at most,
         so :func:`min_tokens` of it is a floor on the turn's tokens, known without
-        tokenizing."""
-        rows = self.conn.execute(
+        tokenizing. A turn starts at its one user message, so that is the thread's newest
+        user message: one lookup in ``messages_thread_turn`` (filtering every user message
+        by turn read half a 100k-message thread, 66 ms a request)."""
+        row = self.conn.execute(
             """
-            SELECT content FROM messages WHERE thread_id = :t AND id > :a AND role = 'user'
-              AND content_is_json = 0 AND content IS NOT NULL
-              AND turn = (SELECT turn FROM messages WHERE thread_id = :t AND id > :a
-                          ORDER BY id DESC LIMIT 1)
+            SELECT content, content_is_json FROM messages INDEXED BY messages_thread_turn
+            WHERE thread_id = ? AND role = 'user' AND id > ? ORDER BY id DESC LIMIT 1
             """,
-            {"t": thread_id, "a": after_id},
-        )
-        return sum(utf8_length(row[0].strip()) for row in rows)
+            (thread_id, after_id),
+        ).fetchone()
+        if row is None or row[1] or row[0] is None:
+            return 0
+        return utf8_length(row[0].strip())
