@@ -2,29 +2,44 @@
 message, so a 5,000-message thread opens at once.
 
 The model (``transcript_model``) holds every entry of the thread but shows a window of
-the newest ones; the delegate (``transcript_delegate``) lays out and paints them.
+the newest ones; the delegate (``transcript_delegate``) lays out and paints them. The one
+widget over a row is the read-only editor opened when its text is pressed, so that part
+of it can be selected (``transcript_text``); it closes when another row is pressed, when
+it scrolls out of view or when its entry changes.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QFontMetrics, QPainter, QPalette
-from PySide6.QtWidgets import QAbstractItemView, QListView, QMenu
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QFontMetrics, QKeySequence, QMouseEvent, QPainter, QPalette
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QListView, QMenu
 
 from iris_desktop.core.views import Entry
 from iris_desktop.ui.transcript_delegate import TranscriptDelegate
 from iris_desktop.ui.transcript_model import ENTRY_ROLE, PAGE, TranscriptModel
+from iris_desktop.ui.transcript_text import EditDialog, MessageText
 
 __all__ = ["PAGE", "TranscriptModel", "TranscriptDelegate", "TranscriptView"]
+
+_CURSORS = {"text": Qt.CursorShape.IBeamCursor, "copy": Qt.CursorShape.PointingHandCursor,
+            "code": Qt.CursorShape.PointingHandCursor, "switch": Qt.CursorShape.PointingHandCursor,
+            "toggle": Qt.CursorShape.PointingHandCursor}
 
 
 class TranscriptView(QListView):
     """The list of entries; follows the newest one while the user is at the bottom."""
 
     copied = Signal(str)
+    regenerateRequested = Signal(int)  # message id
+    editRequested = Signal(int, str)  # message id, its new text
+    continueRequested = Signal(int)  # message id
+    switchRequested = Signal(int, int)  # message id, +1 or -1
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self._text_row: QPersistentModelIndex | None = None  # the row the editor is over
+        self._pressed: QPersistentModelIndex | None = None
+        self._selecting = False  # a press went on to the editor: so do its drag and release
         self.transcript = TranscriptModel(self)
         self.setModel(self.transcript)
         self.delegate = TranscriptDelegate(self)
@@ -35,13 +50,17 @@ class TranscriptView(QListView):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setResizeMode(QListView.ResizeMode.Adjust)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setMouseTracking(True)
         self.setWordWrap(True)
         self.setFrameShape(QListView.Shape.NoFrame)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.DefaultContextMenu)
         self.verticalScrollBar().setSingleStep(QFontMetrics(self.font()).height() * 2)
-        self.verticalScrollBar().valueChanged.connect(self._maybe_load_older)
+        self.verticalScrollBar().valueChanged.connect(self._scrolled)
+        self.transcript.dataChanged.connect(self._entries_changed)
+        self.transcript.modelAboutToBeReset.connect(self._forget_text)
         self.placeholder = "Start a conversation: type below and press Enter."
+        self.edit_dialog: EditDialog | None = None
         self._follow = True
         self._relayout = QTimer(self, singleShot=True, interval=0)
         self._relayout.timeout.connect(self._do_relayout)
@@ -73,6 +92,12 @@ class TranscriptView(QListView):
         self._follow = True
         self._relayout.start()
 
+    def _scrolled(self, value: int) -> None:
+        editor_row = self._text_index()
+        if editor_row is not None and not self.visualRect(editor_row).intersects(self.viewport().rect()):
+            self.close_text()
+        self._maybe_load_older(value)
+
     def _maybe_load_older(self, value: int) -> None:
         if value > QFontMetrics(self.font()).height() * 3 or not self.transcript.has_older:
             return
@@ -81,6 +106,23 @@ class TranscriptView(QListView):
         if self.transcript.load_older():
             self.doItemsLayout()
             bar.setValue(old_value + bar.maximum() - old_max)
+
+    def go_top(self) -> None:
+        """To the first entry of the thread, revealing every older page."""
+        self.close_text()
+        self._follow = False
+        if self.transcript.load_older(self.transcript.total):
+            self.doItemsLayout()
+        if self.transcript.rowCount():
+            self.setCurrentIndex(self.transcript.index(0))
+        self.scrollToTop()
+
+    def go_bottom(self) -> None:
+        self.close_text()
+        if self.transcript.rowCount():
+            self.setCurrentIndex(self.transcript.index(self.transcript.rowCount() - 1))
+        self.scrollToBottom()
+        self.follow_bottom()
 
     def scroll_to_key(self, key: str) -> None:
         row = self.transcript.reveal(key)
@@ -95,15 +137,130 @@ class TranscriptView(QListView):
         index = self.currentIndex()
         return index.data(ENTRY_ROLE) if index.isValid() else None
 
+    # -- the selectable text --------------------------------------------------------------
+
+    def _text_index(self) -> QModelIndex | None:
+        row = self._text_row
+        if row is None or not row.isValid():
+            return None
+        return self.transcript.index(row.row())
+
+    @property
+    def text_editor(self) -> MessageText | None:
+        """The editor over a row's text (at most one), or None."""
+        index = self._text_index()
+        return self.indexWidget(index) if index is not None else None
+
+    def open_text(self, index: QModelIndex) -> MessageText | None:
+        """Open the selectable editor over ``index``'s text (closing any other)."""
+        current = self._text_index()
+        if current is not None and current.row() == index.row():
+            return self.text_editor
+        self.close_text()
+        self._text_row = QPersistentModelIndex(index)
+        self.openPersistentEditor(index)
+        return self.text_editor
+
+    def close_text(self) -> None:
+        index = self._text_index()
+        if index is not None:
+            self.closePersistentEditor(index)
+        self._forget_text()
+        self.viewport().update()
+
+    def _forget_text(self) -> None:
+        self._text_row = None
+        self._selecting = False
+        self.delegate.editing = None
+
+    def _entries_changed(self, top: QModelIndex, bottom: QModelIndex, roles=()) -> None:
+        editor = self.text_editor
+        if editor is None or not top.row() <= self._text_row.row() <= bottom.row():
+            return
+        new: Entry = self._text_index().data(ENTRY_ROLE)
+        old = editor.entry
+        if (new.key, new.text, new.status, new.calls) != (old.key, old.text, old.status, old.calls):
+            self.close_text()  # a streamed token: the painted row takes over again
+        else:
+            editor.entry = new
+
+    def copy_selection(self) -> bool:
+        """Copy the text selected in the editor; False (nothing copied) when none is."""
+        editor = self.text_editor
+        if editor is None or not editor.has_selection():
+            return False
+        editor.copy()
+        return True
+
+    def copy(self) -> None:
+        """The selected text when there is some, else the current message."""
+        if not self.copy_selection() and (entry := self.current_entry()) is not None:
+            self.delegate.copy(entry)
+
+    def toggle(self, index: QModelIndex) -> None:
+        """Expand or collapse a tool card or a divider."""
+        current = self._text_index()
+        if current is not None and current.row() == index.row():
+            self.close_text()
+        self.delegate.toggle(index)
+
+    # -- the actions of a message ---------------------------------------------------------
+
+    def context_menu(self, index: QModelIndex) -> QMenu:
+        """The menu for the row ``index`` (not shown: ``contextMenuEvent`` shows it)."""
+        entry: Entry = index.data(ENTRY_ROLE)
+        menu = QMenu(self)
+        editor = self.text_editor
+        current = self._text_index()
+        if editor is not None and current.row() == index.row() and editor.has_selection():
+            menu.addAction("Copy selection", editor.copy)
+        menu.addAction("Copy message", lambda: self.delegate.copy(entry))
+        mid = entry.message_id
+        if entry.kind == "message" and mid is not None:
+            if entry.role == "assistant" and entry.can_regenerate:
+                menu.addAction("Regenerate", lambda: self.regenerateRequested.emit(mid))
+            if entry.role == "user":
+                menu.addAction("Edit…", lambda: self.edit_message(entry))
+            if entry.role == "assistant" and entry.can_continue:
+                menu.addAction("Continue", lambda: self.continueRequested.emit(mid))
+        if entry.kind in ("tool", "divider"):
+            expanded = entry.key in self.transcript.expanded
+            persistent = QPersistentModelIndex(index)
+            menu.addAction("Collapse" if expanded else "Expand",
+                           lambda: self.toggle(self.transcript.index(persistent.row())))
+        return menu
+
+    def edit_message(self, entry: Entry) -> EditDialog:
+        """Ask for the message's new text (non-blocking); ``editRequested`` when it changed
+        and is not blank."""
+        if self.edit_dialog is not None:
+            self.edit_dialog.deleteLater()
+        dialog = self.edit_dialog = EditDialog(entry.text, self)
+        mid, old = entry.message_id, entry.text
+
+        def saved() -> None:
+            text = dialog.text()
+            if text.strip() and text != old:
+                self.editRequested.emit(mid, text)
+
+        dialog.accepted.connect(saved)
+        dialog.open()
+        return dialog
+
     # -- Qt -------------------------------------------------------------------------------
 
     def changeEvent(self, event) -> None:
-        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange,
+                            QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self.close_text()
             self.delegate.font_changed()
+            self.viewport().update()
         super().changeEvent(event)
 
     def resizeEvent(self, event) -> None:
         at_bottom = self.at_bottom()
+        if event.size().width() != event.oldSize().width():
+            self.close_text()  # its document is laid out for the old width
         super().resizeEvent(event)
         if at_bottom:
             self.follow_bottom()
@@ -115,16 +272,78 @@ class TranscriptView(QListView):
             painter.setPen(self.palette().color(QPalette.ColorRole.PlaceholderText))
             painter.drawText(self.viewport().rect(), Qt.AlignmentFlag.AlignCenter, self.placeholder)
 
+    def keyPressEvent(self, event) -> None:
+        plain = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier in (
+            Qt.KeyboardModifier.NoModifier, Qt.KeyboardModifier.ControlModifier)
+        if event.matches(QKeySequence.StandardKey.Copy):
+            self.copy()
+        elif event.key() == Qt.Key.Key_Home and plain:
+            self.go_top()
+        elif event.key() == Qt.Key.Key_End and plain:
+            self.go_bottom()
+        elif event.key() == Qt.Key.Key_Escape and self.text_editor is not None:
+            self.close_text()
+            self.setFocus()
+        else:
+            super().keyPressEvent(event)
+
+    def _forward(self, event, editor: MessageText) -> None:
+        viewport = editor.viewport()
+        pos = viewport.mapFrom(self.viewport(), event.position().toPoint())
+        QApplication.sendEvent(viewport, QMouseEvent(
+            event.type(), pos, event.globalPosition(), event.button(), event.buttons(),
+            event.modifiers()))
+
+    def mousePressEvent(self, event) -> None:
+        pos = event.position().toPoint()
+        index = self.indexAt(pos)
+        current = self._text_index()
+        if current is not None and (not index.isValid() or index.row() != current.row()):
+            self.close_text()
+        self._pressed = QPersistentModelIndex(index) if index.isValid() else None
+        super().mousePressEvent(event)
+        if not index.isValid() or event.button() != Qt.MouseButton.LeftButton:
+            return
+        if self.delegate.target(index, pos)[0] == "text" and (editor := self.open_text(index)):
+            editor.setFocus(Qt.FocusReason.MouseFocusReason)
+            self._forward(event, editor)  # the selection starts at this very press
+            self._selecting = True
+
+    def mouseMoveEvent(self, event) -> None:
+        editor = self.text_editor
+        if self._selecting and editor is not None and event.buttons() & Qt.MouseButton.LeftButton:
+            self._forward(event, editor)
+            return
+        super().mouseMoveEvent(event)
+        index = self.indexAt(event.position().toPoint())
+        kind = self.delegate.target(index, event.position().toPoint())[0] if index.isValid() else ""
+        self.viewport().setCursor(_CURSORS.get(kind, Qt.CursorShape.ArrowCursor))
+
+    def mouseReleaseEvent(self, event) -> None:
+        editor = self.text_editor
+        if self._selecting and editor is not None:
+            self._forward(event, editor)
+        self._selecting = False
+        pos = event.position().toPoint()
+        index = self.indexAt(pos)
+        pressed, self._pressed = self._pressed, None
+        super().mouseReleaseEvent(event)
+        if (event.button() != Qt.MouseButton.LeftButton or not index.isValid() or pressed is None
+                or pressed.row() != index.row()):
+            return
+        kind, what = self.delegate.target(index, pos)
+        if kind == "copy":
+            self.delegate.copy(what)
+        elif kind == "code":
+            self.delegate.copy_code(what)
+        elif kind == "switch" and what:
+            self.switchRequested.emit(index.data(ENTRY_ROLE).message_id, what)
+        elif kind == "toggle":
+            self.toggle(index)
+
     def contextMenuEvent(self, event) -> None:
         index = self.indexAt(event.pos())
-        if not index.isValid():
-            return
-        entry: Entry = index.data(ENTRY_ROLE)
-        menu = QMenu(self)
-        menu.addAction("Copy message", lambda: self.delegate.copy(entry))
-        if entry.kind in ("tool", "divider"):
-            expanded = entry.key in self.transcript.expanded
-            persistent = QPersistentModelIndex(index)
-            menu.addAction("Collapse" if expanded else "Expand",
-                           lambda: self.delegate.toggle(self.transcript.index(persistent.row())))
-        menu.exec(event.globalPos())
+        if index.isValid():
+            menu = self.context_menu(index)
+            menu.exec(event.globalPos())
+            menu.deleteLater()

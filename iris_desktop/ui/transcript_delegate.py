@@ -1,12 +1,13 @@
-"""Lays out and paints the transcript's entries with cached ``QTextDocument``s (markdown
-for the assistant); clicks on a tool card or a divider expand it, "Copy" copies."""
+"""Lays out and paints the transcript's entries with cached documents (``highlight``:
+markdown for the assistant, highlighted code blocks); says what a click hits (Copy, a
+code block's Copy, the ‹ n/m › switcher, a card to expand, text to select) and makes the
+one selectable editor over a row's text (``transcript_text``)."""
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 
-from PySide6.QtCore import QEvent, QRect, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAbstractTextDocumentLayout,
     QColor,
@@ -17,49 +18,28 @@ from PySide6.QtGui import (
     QPainter,
     QPalette,
     QPen,
-    QTextCursor,
-    QTextDocument,
-    QTextFormat,
-    QTextOption,
 )
 from PySide6.QtWidgets import QListView, QStyle, QStyledItemDelegate
 
 from iris_desktop.core.views import ROLE_LABELS, Entry, arguments_text
+from iris_desktop.ui.highlight import (
+    CodeBlock,
+    CodeTheme,
+    MessageDocument,
+    code_boxes,
+    message_document,
+    paint_code,
+)
+from iris_desktop.ui.highlight import blend as _blend
 from iris_desktop.ui.transcript_model import ENTRY_ROLE, TranscriptModel
-
-#: text that markdown would render differently from plain text
-_MARKDOWN = re.compile(r"[*_`#\[\]|>~<&\\]|^\s*(?:[-+]|\d+[.)])\s|^\s{4}|^\s*[=-]{3,}\s*$",
-                       re.MULTILINE)
-
-
-def _blend(a: QColor, b: QColor, t: float) -> QColor:
-    return QColor(
-        round(a.red() + (b.red() - a.red()) * t),
-        round(a.green() + (b.green() - a.green()) * t),
-        round(a.blue() + (b.blue() - a.blue()) * t),
-    )
-
-
-def _badges(entry: Entry) -> list[tuple[str, str]]:
-    """(text, tone) pairs for the header; tone in info | warn | error | dim."""
-    badges = []
-    if entry.state == "pruned":
-        badges.append(("cleared for the model", "info"))
-    elif entry.state == "clipped":
-        badges.append(("shortened for the model", "warn"))
-    elif entry.state == "summarized":
-        badges.append(("summarized", "dim"))
-    elif entry.state == "dropped":
-        badges.append(("not sent — waiting for compaction", "warn"))
-    if entry.status == "streaming":
-        badges.append(("generating…", "info"))
-    elif entry.status == "interrupted":
-        badges.append(("stopped", "warn"))
-    elif entry.status == "error":
-        badges.append(("failed", "error"))
-    if entry.kind == "tool" and entry.error:
-        badges.append(("error", "error"))
-    return badges
+from iris_desktop.ui.transcript_parts import (
+    chip_rects,
+    paint_badges,
+    paint_chips,
+    paint_switcher,
+    switcher_rects,
+)
+from iris_desktop.ui.transcript_text import MessageText
 
 
 class TranscriptDelegate(QStyledItemDelegate):
@@ -70,10 +50,13 @@ class TranscriptDelegate(QStyledItemDelegate):
     def __init__(self, view: QListView):
         super().__init__(view)
         self.view = view
-        self._docs: OrderedDict[tuple, QTextDocument] = OrderedDict()
+        self._docs: OrderedDict[tuple, MessageDocument] = OrderedDict()
         self._heights: dict[tuple, int] = {}
         self._m: dict | None = None
+        self._theme: CodeTheme | None = None
         self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        #: the key of the row whose text the selectable editor shows (it paints it, not us)
+        self.editing: str | None = None
 
     # -- geometry -------------------------------------------------------------------------
 
@@ -92,75 +75,90 @@ class TranscriptDelegate(QStyledItemDelegate):
         return self._m
 
     def font_changed(self) -> None:
-        self._m = None
+        """The font or the palette changed: every document is laid out again."""
+        self._m = self._theme = None
         self._docs.clear()
         self._heights.clear()
+
+    def _code_theme(self) -> CodeTheme:
+        if self._theme is None:
+            mono = QFont(self._mono)
+            size = self.view.font().pointSizeF()
+            if size > 0:
+                mono.setPointSizeF(size * 0.95)
+            self._theme = CodeTheme(self.view.palette(), mono)
+        return self._theme
+
+    def _small(self) -> QFont:
+        small = QFont(self.view.font())
+        small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
+        return small
 
     def _expanded(self, entry: Entry) -> bool:
         model = self.view.model()
         return isinstance(model, TranscriptModel) and entry.key in model.expanded
 
-    def _doc(self, entry: Entry, width: int) -> QTextDocument:
+    def _doc(self, entry: Entry, width: int) -> MessageDocument:
         expanded = self._expanded(entry)
-        key = (entry.key, entry.kind, width, len(entry.text), entry.status, expanded,
+        key = (entry.key, entry.kind, width, hash(entry.text), entry.status, expanded,
                len(entry.calls))
         doc = self._docs.get(key)
         if doc is not None:
             self._docs.move_to_end(key)
             return doc
-        doc = QTextDocument()
-        doc.setDocumentMargin(0)
-        doc.setDefaultFont(self.view.font())
-        option = QTextOption()
-        option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
-        doc.setDefaultTextOption(option)
-        if entry.kind == "tool":
-            doc.setDefaultFont(self._mono)
-            if expanded:
-                doc.setPlainText(f"{arguments_text(entry.arguments)}\n{'─' * 12} output "
-                                 f"{'─' * 12}\n{entry.text}")
-            else:
-                lines = entry.text.count("\n") + 1 if entry.text else 0
-                args = " ".join(entry.arguments.split())
-                args = args if len(args) <= 90 else args[:89] + "…"
-                size = (f"{lines:,} line{'s' * (lines != 1)}, {len(entry.text):,} chars — click "
-                        "to show the full output") if entry.text else "no output"
-                doc.setPlainText(f"{args}  ·  {size}")
-        elif entry.kind == "divider":
-            if expanded:
-                html = "".join(
-                    f"<p><b>{_esc(label)}</b><br>{_esc(value).replace(chr(10), '<br>')}</p>"
-                    for label, value in entry.fields)
-                doc.setHtml(html)
-            else:
-                doc.setPlainText("")
-        elif entry.role == "assistant" and (entry.calls or _MARKDOWN.search(entry.text)):
-            text = entry.text or ("…" if entry.status == "streaming" else "")
-            calls = "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
-            doc.setMarkdown(text + ("\n\n" + calls if calls else ""))
-            if "```" in text or "~~~" in text or "\n    " in text:
-                _shade_code_blocks(doc)
-        elif entry.role == "assistant":
-            # no markdown syntax: plain text lays out the same, twice as fast
-            doc.setPlainText(entry.text or ("…" if entry.status == "streaming" else ""))
+        if entry.kind in ("tool", "divider"):
+            doc = MessageDocument(self._mono if entry.kind == "tool" else self.view.font())
+            self._fill_card(doc, entry, expanded)
+            doc.setTextWidth(width)
         else:
-            doc.setPlainText(entry.text)
-        doc.setTextWidth(width)
+            text = entry.text or ("…" if entry.status == "streaming" else "")
+            if entry.role == "assistant" and entry.calls:
+                text += "\n\n" + "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
+            doc = message_document(text, self.view.font(), self._code_theme(),
+                                   markdown=entry.role == "assistant", width=width,
+                                   streaming=entry.status == "streaming")
         self._docs[key] = doc
         if len(self._docs) > 400:
             self._docs.popitem(last=False)
         return doc
 
+    def _fill_card(self, doc: MessageDocument, entry: Entry, expanded: bool) -> None:
+        if entry.kind == "tool" and expanded:
+            doc.setPlainText(f"{arguments_text(entry.arguments)}\n{'─' * 12} output "
+                             f"{'─' * 12}\n{entry.text}")
+        elif entry.kind == "tool":
+            lines = entry.text.count("\n") + 1 if entry.text else 0
+            args = " ".join(entry.arguments.split())
+            args = args if len(args) <= 90 else args[:89] + "…"
+            size = (f"{lines:,} line{'s' * (lines != 1)}, {len(entry.text):,} chars — click "
+                    "to show the full output") if entry.text else "no output"
+            doc.setPlainText(f"{args}  ·  {size}")
+        elif expanded:
+            doc.setHtml("".join(
+                f"<p><b>{_esc(label)}</b><br>{_esc(value).replace(chr(10), '<br>')}</p>"
+                for label, value in entry.fields))
+
     def _layout(self, entry: Entry, rect: QRect) -> dict:
         m = self._metrics()
+        u = m["u"]
         card = rect.adjusted(m["mx"], m["my"], -m["mx"], -m["my"])
         header = QRect(card.left() + m["pad"], card.top() + m["pad"] // 2,
                        card.width() - 2 * m["pad"], m["header_h"])
         body = QRect(card.left() + m["pad"], header.bottom() + 1,
                      card.width() - 2 * m["pad"], card.bottom() - header.bottom() - m["pad"])
-        copy_w = QFontMetrics(self.view.font()).horizontalAdvance("Copy") + m["u"] // 2
+        fm = QFontMetrics(self.view.font())
+        copy_w = fm.horizontalAdvance("Copy") + u // 2
         copy = QRect(header.right() - copy_w, header.top(), copy_w, header.height())
-        return {"card": card, "header": header, "body": body, "copy": copy, **m}
+        g = {"card": card, "header": header, "body": body, "copy": copy, **m,
+             "switch": switcher_rects(entry, copy, fm, u)}
+        if entry.kind != "divider":
+            text_h = self._doc(entry, self.body_width()).height()
+            g["text"] = QRect(body.left(), body.top(), body.width(), text_h)
+            g["chips"] = self._chips(entry, body.left(), body.top() + text_h, body.width())
+        return g
+
+    def _chips(self, entry: Entry, left: int, top: int, width: int) -> list[tuple[QRect, str]]:
+        return chip_rects(entry, left, top, width, self._small(), self._unit())
 
     def body_width(self, width: int | None = None) -> int:
         m = self._metrics()
@@ -184,8 +182,8 @@ class TranscriptDelegate(QStyledItemDelegate):
 
     def height_for(self, entry: Entry, width: int | None = None) -> int:
         width = width or self._width()
-        key = (entry.key, width, self._expanded(entry), len(entry.text), entry.status,
-               len(entry.calls))
+        key = (entry.key, width, self._expanded(entry), hash(entry.text), entry.status,
+               len(entry.calls), tuple(tuple(a) for a in entry.attachments))
         height = self._heights.get(key)
         if height is None:
             if len(self._heights) > 20_000:
@@ -196,16 +194,16 @@ class TranscriptDelegate(QStyledItemDelegate):
     def _height(self, entry: Entry, width: int) -> int:
         m = self._metrics()
         if entry.kind == "divider":
-            width = width or self._width()
             card = QRect(0, 0, width - 2 * m["mx"], 100)
             _, title, _ = self._divider_title(entry, card)
             height = title.bottom() + m["u"] // 2 + 2 * m["my"]
             if self._expanded(entry):
-                doc = self._doc(entry, self.body_width(width))
-                height += int(doc.size().height()) + 1 + 2 * m["pad"]
+                height += self._doc(entry, self.body_width(width)).height() + 2 * m["pad"]
             return height
-        doc = self._doc(entry, self.body_width(width))
-        body = int(doc.size().height()) + 1
+        body = self._doc(entry, self.body_width(width)).height()
+        chips = self._chips(entry, 0, 0, self.body_width(width))
+        if chips:
+            body = body + chips[-1][0].bottom() + 1
         return 2 * m["my"] + m["pad"] // 2 + m["header_h"] + body + m["pad"]
 
     def sizeHint(self, option, index) -> QSize:
@@ -214,6 +212,18 @@ class TranscriptDelegate(QStyledItemDelegate):
             return QSize(0, 0)
         width = self._width()
         return QSize(width - 2, self.height_for(entry, width))
+
+    def geometry(self, index) -> dict:
+        """The layout of the row ``index`` in viewport coordinates (see ``_layout``)."""
+        rect = self.view.visualRect(index)
+        return self._layout(index.data(ENTRY_ROLE), QRect(rect.left(), rect.top(), self._width(),
+                                                          rect.height()))
+
+    def code_copy_rects(self, index) -> list[QRect]:
+        """Each code block's Copy button in the row ``index``, viewport coordinates."""
+        g = self.geometry(index)
+        doc = self._doc(index.data(ENTRY_ROLE), self.body_width())
+        return [copy.toAlignedRect().translated(g["text"].topLeft()) for _, _, copy in code_boxes(doc)]
 
     # -- painting -------------------------------------------------------------------------
 
@@ -254,13 +264,15 @@ class TranscriptDelegate(QStyledItemDelegate):
             painter.fillRect(QRect(card.left() + 1, card.top() + round(radius),
                                    max(3, g["u"] // 5), card.height() - 2 * round(radius)), stripe)
         self._paint_header(painter, entry, g, pal, option)
-        doc = self._doc(entry, self.body_width())
-        painter.translate(g["body"].topLeft())
-        ctx = QAbstractTextDocumentLayout.PaintContext()
-        ctx.palette.setColor(QPalette.ColorRole.Text, text)
-        ctx.clip = QRectF(0, 0, g["body"].width(), g["body"].height())
-        painter.setClipRect(ctx.clip)
-        doc.documentLayout().draw(painter, ctx)
+        paint_chips(painter, g["chips"], pal, fill, self._small(), g["u"])
+        if entry.key != self.editing:  # else the editor over it shows this very document
+            doc = self._doc(entry, self.body_width())
+            painter.translate(g["text"].topLeft())
+            painter.setClipRect(QRect(0, 0, g["text"].width(), g["text"].height()))
+            paint_code(painter, doc, pal)
+            ctx = QAbstractTextDocumentLayout.PaintContext()
+            ctx.palette.setColor(QPalette.ColorRole.Text, text)
+            doc.documentLayout().draw(painter, ctx)
         painter.restore()
 
     def _paint_header(self, painter, entry: Entry, g: dict, pal: QPalette, option) -> None:
@@ -280,30 +292,13 @@ class TranscriptDelegate(QStyledItemDelegate):
         fm = QFontMetrics(font)
         painter.drawText(header, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
         x = header.left() + fm.horizontalAdvance(label) + g["u"] // 2
-        small = QFont(self.view.font())
-        small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
-        painter.setFont(small)
-        sfm = QFontMetrics(small)
-        base = pal.color(QPalette.ColorRole.Base)
-        tones = {"info": pal.color(QPalette.ColorRole.Highlight), "warn": QColor(215, 140, 20),
-                 "error": QColor(205, 55, 45), "dim": pal.color(QPalette.ColorRole.Mid)}
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)  # small pills: cheap
-        for badge, tone in _badges(entry):
-            w = sfm.horizontalAdvance(badge) + g["u"] // 2
-            h = sfm.height() + 2
-            r = QRectF(x, header.center().y() - h / 2, w, h)
-            color = tones[tone]
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(_blend(base, color, 0.22))
-            painter.drawRoundedRect(r, h / 2, h / 2)
-            painter.setPen(_blend(color, text, 0.35))
-            painter.drawText(r, Qt.AlignmentFlag.AlignCenter, badge)
-            x += w + g["u"] // 3
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        paint_badges(painter, entry, x, header, pal, self._small(), g["u"])
+        painter.setFont(self.view.font())
+        if g["switch"] is not None:
+            paint_switcher(painter, entry, g["switch"], pal)
         hovered = bool(option.state & (QStyle.StateFlag.State_MouseOver
                                        | QStyle.StateFlag.State_Selected))
         if hovered and entry.kind != "notice":
-            painter.setFont(self.view.font())
             painter.setPen(pal.color(QPalette.ColorRole.Link))
             painter.drawText(g["copy"], Qt.AlignmentFlag.AlignCenter, "Copy")
 
@@ -342,27 +337,44 @@ class TranscriptDelegate(QStyledItemDelegate):
 
     # -- clicks ---------------------------------------------------------------------------
 
-    def editorEvent(self, event, model, option, index) -> bool:
-        if event.type() != QEvent.Type.MouseButtonRelease or event.button() != Qt.MouseButton.LeftButton:
-            return False
+    def target(self, index, pos) -> tuple[str, object]:
+        """What a click at ``pos`` (viewport coordinates) on row ``index`` hits: ("copy",
+        entry), ("code", CodeBlock), ("switch", ±1 or 0 for an end), ("toggle", entry),
+        ("text", entry) or ("", entry)."""
         entry: Entry = index.data(ENTRY_ROLE)
-        if entry is None:
-            return False
-        rect = QRect(option.rect.left(), option.rect.top(), self._width(), option.rect.height())
-        g = self._layout(entry, rect)
-        pos = event.position().toPoint()
-        if entry.kind != "divider" and entry.kind != "notice" and g["copy"].contains(pos):
-            self.copy(entry)
-            return True
-        if entry.kind == "divider" or (entry.kind == "tool" and (
-                g["header"].contains(pos) or not self._expanded(entry))):
-            self.toggle(index)
-            return True
-        return False
+        g = self.geometry(index)
+        if entry.kind == "divider":
+            return "toggle", entry
+        if entry.kind != "notice" and g["copy"].contains(pos):
+            return "copy", entry
+        if g["switch"] is not None:
+            prev, _, nxt = g["switch"]
+            at, count = entry.branch
+            if prev.contains(pos):
+                return "switch", -1 if at > 1 else 0
+            if nxt.contains(pos):
+                return "switch", 1 if at < count else 0
+        if entry.kind == "tool" and (g["header"].contains(pos) or not self._expanded(entry)):
+            return "toggle", entry
+        text: QRect = g["text"]
+        doc = self._doc(entry, self.body_width())
+        for block, _, copy in code_boxes(doc):
+            if copy.translated(text.left(), text.top()).contains(pos):
+                return "code", block
+        if text.contains(pos):
+            return "text", entry
+        return "", entry
+
+    def copy_text(self, text: str) -> None:
+        QGuiApplication.clipboard().setText(text)
+        self.copied.emit(text)
 
     def copy(self, entry: Entry) -> None:
-        QGuiApplication.clipboard().setText(entry.copy_text())
-        self.copied.emit(entry.copy_text())
+        self.copy_text(entry.copy_text())
+
+    def copy_code(self, block: CodeBlock) -> None:
+        """Exactly the block's code: no fences, no label."""
+        self.copy_text(block.code)
 
     def toggle(self, index) -> None:
         model = self.view.model()
@@ -371,17 +383,25 @@ class TranscriptDelegate(QStyledItemDelegate):
         self.sizeHintChanged.emit(index)
         self.view.viewport().update()
 
+    # -- the selectable editor (one row at a time, opened by the view) --------------------
 
-def _shade_code_blocks(doc: QTextDocument) -> None:
-    """Give fenced code blocks a faint background (readable on light and dark palettes)."""
-    block = doc.begin()
-    shade = QColor(128, 128, 128, 38)
-    while block.isValid():
-        fmt = block.blockFormat()
-        if fmt.hasProperty(QTextFormat.Property.BlockCodeFence) or fmt.nonBreakableLines():
-            fmt.setBackground(shade)
-            QTextCursor(block).setBlockFormat(fmt)
-        block = block.next()
+    def createEditor(self, parent, option, index) -> MessageText:
+        entry: Entry = index.data(ENTRY_ROLE)
+        editor = MessageText(parent, self._doc(entry, self.body_width()), entry, self.copy_text)
+        self.editing = entry.key
+        return editor
+
+    def updateEditorGeometry(self, editor, option, index) -> None:
+        editor.setGeometry(self.geometry(index)["text"])
+
+    def setEditorData(self, editor, index) -> None:
+        pass  # read-only: the view closes the editor when the entry changes
+
+    def setModelData(self, editor, model, index) -> None:
+        pass
+
+    def eventFilter(self, obj, event) -> bool:
+        return False  # no commit-and-close on focus out, Tab or Escape: the view decides
 
 
 def _esc(text: str) -> str:

@@ -1,0 +1,131 @@
+"""The small things painted on a transcript card, laid out and painted: the header's
+badges, the ‹ n/m › switcher between a message's alternatives and the attachment chips.
+Plain functions of an entry and rects; the delegate calls them."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRect, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QPen
+
+from iris_desktop.core.views import Entry
+from iris_desktop.ui.highlight import blend
+
+
+def badges(entry: Entry) -> list[tuple[str, str]]:
+    """(text, tone) pairs for the header; tone in info | warn | error | dim."""
+    found = []
+    if entry.state == "pruned":
+        found.append(("cleared for the model", "info"))
+    elif entry.state == "clipped":
+        found.append(("shortened for the model", "warn"))
+    elif entry.state == "summarized":
+        found.append(("summarized", "dim"))
+    elif entry.state == "dropped":
+        found.append(("not sent — waiting for compaction", "warn"))
+    if entry.status == "streaming":
+        found.append(("generating…", "info"))
+    elif entry.status == "interrupted":
+        found.append(("stopped", "warn"))
+    elif entry.status == "error":
+        found.append(("failed", "error"))
+    if entry.kind == "tool" and entry.error:
+        found.append(("error", "error"))
+    return found
+
+
+def paint_badges(painter: QPainter, entry: Entry, x: int, header: QRect, pal: QPalette,
+                 small: QFont, u: int) -> None:
+    """The badges as pills from ``x`` along the header's middle."""
+    painter.setFont(small)
+    sfm = QFontMetrics(small)
+    base, text = pal.color(QPalette.ColorRole.Base), pal.color(QPalette.ColorRole.Text)
+    tones = {"info": pal.color(QPalette.ColorRole.Highlight), "warn": QColor(215, 140, 20),
+             "error": QColor(205, 55, 45), "dim": pal.color(QPalette.ColorRole.Mid)}
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)  # small pills: cheap
+    for badge, tone in badges(entry):
+        w = sfm.horizontalAdvance(badge) + u // 2
+        h = sfm.height() + 2
+        r = QRectF(x, header.center().y() - h / 2, w, h)
+        color = tones[tone]
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(blend(base, color, 0.22))
+        painter.drawRoundedRect(r, h / 2, h / 2)
+        painter.setPen(blend(color, text, 0.35))
+        painter.drawText(r, Qt.AlignmentFlag.AlignCenter, badge)
+        x += w + u // 3
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+
+
+def switcher_rects(entry: Entry, left_of: QRect, fm: QFontMetrics, u: int
+                   ) -> tuple[QRect, QRect, QRect] | None:
+    """(‹, n/m, ›) just left of ``left_of`` (the header's Copy), or None when the entry
+    has no alternatives."""
+    if entry.branch is None or entry.branch[1] < 2:
+        return None
+    top, h = left_of.top(), left_of.height()
+    arrow_w = max(fm.horizontalAdvance("‹") + u // 2, u)
+    label_w = fm.horizontalAdvance(f"{entry.branch[0]}/{entry.branch[1]}") + u // 3
+    nxt = QRect(left_of.left() - u // 3 - arrow_w, top, arrow_w, h)
+    label = QRect(nxt.left() - label_w, top, label_w, h)
+    return QRect(label.left() - arrow_w, top, arrow_w, h), label, nxt
+
+
+def paint_switcher(painter: QPainter, entry: Entry, rects: tuple[QRect, QRect, QRect],
+                   pal: QPalette) -> None:
+    """‹ and › in the link colour, or dimmed at either end."""
+    prev, label, nxt = rects
+    at, count = entry.branch
+    link = pal.color(QPalette.ColorRole.Link)
+    dim = pal.color(QPalette.ColorRole.PlaceholderText)
+    center = Qt.AlignmentFlag.AlignCenter
+    painter.setPen(link if at > 1 else dim)
+    painter.drawText(prev, center, "‹")
+    painter.setPen(pal.color(QPalette.ColorRole.Text))
+    painter.drawText(label, center, f"{at}/{count}")
+    painter.setPen(link if at < count else dim)
+    painter.drawText(nxt, center, "›")
+
+
+def chip_text(name: str, tokens: int) -> str:
+    return f"{name} · {tokens:,} tokens"
+
+
+def chip_rects(entry: Entry, left: int, top: int, width: int, small: QFont, u: int
+               ) -> list[tuple[QRect, str]]:
+    """A chip per attachment (name, tokens) below ``top``, wrapped onto as many lines as
+    needed; none without attachments."""
+    if not entry.attachments:
+        return []
+    sfm = QFontMetrics(small)
+    h = sfm.height() + u // 3
+    x, y = left, top + u // 3
+    chips = []
+    for name, tokens in entry.attachments:
+        text = chip_text(name, tokens)
+        w = min(sfm.horizontalAdvance(text) + u + 2, width)
+        if x > left and x + w > left + width:
+            x, y = left, y + h + u // 4
+        chips.append((QRect(x, y, w, h), text))
+        x += w + u // 3
+    return chips
+
+
+def paint_chips(painter: QPainter, chips: list[tuple[QRect, str]], pal: QPalette,
+                fill: QColor, small: QFont, u: int) -> None:
+    if not chips:
+        return
+    text = pal.color(QPalette.ColorRole.Text)
+    painter.setFont(small)
+    sfm = QFontMetrics(small)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    for rect, label in chips:
+        r = QRectF(rect).adjusted(0.5, 0.5, -0.5, -0.5)
+        painter.setPen(QPen(blend(fill, text, 0.25), 1))
+        painter.setBrush(blend(fill, pal.color(QPalette.ColorRole.Base), 0.6))
+        painter.drawRoundedRect(r, r.height() / 2, r.height() / 2)
+        painter.setPen(text)
+        inner = rect.adjusted(u // 2, 0, -(u // 2), 0)
+        if sfm.horizontalAdvance(label) > inner.width():
+            label = sfm.elidedText(label, Qt.TextElideMode.ElideMiddle, inner.width())
+        painter.drawText(inner, Qt.AlignmentFlag.AlignCenter, label)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)

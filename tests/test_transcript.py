@@ -1,0 +1,257 @@
+"""The transcript view on its own (no model, no host): highlighted code blocks and their
+Copy buttons, selecting part of a message, the actions of a message, the switcher, the
+attachment chips, Home and End."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QPoint, Qt  # noqa: E402
+from PySide6.QtGui import QColor, QGuiApplication, QPalette, QTextCursor  # noqa: E402
+from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
+
+from iris_desktop.core.views import Entry  # noqa: E402
+from iris_desktop.ui.highlight import CodeTheme, code_boxes, split_fences  # noqa: E402
+from iris_desktop.ui.transcript import TranscriptView  # noqa: E402
+from iris_desktop.ui.transcript_text import MessageText  # noqa: E402
+
+CODE = 'def greet(name):\n    """Say hello."""\n    return f"hi {name}"  # 42'
+REPLY = f"Here it is:\n\n```python\n{CODE}\n```\n\nCall it with **a name**."
+
+
+def message(mid: int, role: str, text: str, **kw) -> Entry:
+    return Entry("message", f"m:{mid}", mid, role, mid, text, **kw)
+
+
+@pytest.fixture
+def view(qtbot):
+    view = TranscriptView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.show()
+    qtbot.waitExposed(view)
+    return view
+
+
+def show(view, qtbot, entries: list[Entry]) -> None:
+    view.transcript.set_entries(entries)
+    view.doItemsLayout()
+    qtbot.wait(10)
+
+
+def code_colours(doc) -> set[str]:
+    (block, _, _), = code_boxes(doc)
+    colours = set()
+    for number in range(block.first, block.last + 1):
+        it = doc.findBlockByNumber(number).begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.text().strip():
+                colours.add(fragment.charFormat().foreground().color().name())
+            it += 1
+    return colours
+
+
+def test_fences_split_into_prose_and_code_a_streaming_one_runs_to_the_end():
+    assert split_fences(REPLY) == [("Here it is:\n", None), (CODE, "python"),
+                                   ("\nCall it with **a name**.", None)]
+    assert split_fences("so far:\n~~~\nx = 1\n") == [("so far:", None), ("x = 1", "")]
+
+
+def test_a_code_block_is_highlighted_labelled_and_its_copy_button_copies_the_code(view, qtbot):
+    show(view, qtbot, [message(1, "user", "Write greet"), message(2, "assistant", REPLY)])
+    index = view.transcript.index(1)
+    doc = view.delegate._doc(view.transcript.entry(1), view.delegate.body_width())
+    (block, box, _), = code_boxes(doc)
+    assert block.label == "python" and block.code == CODE
+    assert len(code_colours(doc)) > 1
+    assert "```" not in doc.toPlainText()
+    rect, = view.delegate.code_copy_rects(index)
+    with qtbot.waitSignal(view.copied) as copied:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert QGuiApplication.clipboard().text() == CODE == copied.args[0]
+    assert view.text_editor is None  # a click on Copy does not start a selection
+
+
+def test_a_fence_without_a_language_is_guessed_or_text_and_user_messages_highlight_too(view, qtbot):
+    show(view, qtbot, [message(1, "user", "```\nimport os\nfor i in range(3):\n    print(i)\n```"),
+                       message(2, "assistant", "```\nhello there\n```")])
+    labels = [[b.label for b, _, _ in code_boxes(view.delegate._doc(e, view.delegate.body_width()))]
+              for e in view.transcript.entries()]
+    assert labels == [["python"], ["text"]]
+
+
+def test_code_colours_follow_a_dark_palette_and_stay_readable(view, qtbot):
+    show(view, qtbot, [message(1, "assistant", REPLY)])
+    entry = view.transcript.entry(0)
+    light = code_colours(view.delegate._doc(entry, view.delegate.body_width()))
+    dark = QPalette()
+    for role, colour in ((QPalette.ColorRole.Window, "#202124"), (QPalette.ColorRole.Base, "#17181a"),
+                         (QPalette.ColorRole.Text, "#e8e8e8"), (QPalette.ColorRole.WindowText, "#e8e8e8")):
+        dark.setColor(role, QColor(colour))
+    view.setPalette(dark)
+    theme = view.delegate._code_theme()
+    assert theme.dark
+    doc = view.delegate._doc(entry, view.delegate.body_width())
+    colours = code_colours(doc)
+    assert colours != light and len(colours) > 1
+    from iris_desktop.ui.highlight import contrast
+
+    assert all(contrast(QColor(c), theme.background) >= 4.5 for c in colours)
+    assert not CodeTheme(QPalette(QColor("#f0f0f0")), QGuiApplication.font()).dark
+
+
+def test_a_block_still_streaming_is_highlighted_once_it_closes(view, qtbot):
+    so_far = f"Here it is:\n\n```python\n{CODE}\n"
+    show(view, qtbot, [message(1, "assistant", so_far, status="streaming")])
+    width = view.delegate.body_width()
+    assert len(code_colours(view.delegate._doc(view.transcript.entry(0), width))) == 1
+    view.transcript.update(0, text=so_far + "```\n", status="complete")
+    assert len(code_colours(view.delegate._doc(view.transcript.entry(0), width))) > 1
+
+
+def press_text(view, qtbot, row: int) -> MessageText:
+    index = view.transcript.index(row)
+    text = view.delegate.geometry(index)["text"]
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
+                     pos=QPoint(text.left() + 5, text.top() + 5))
+    editor = view.text_editor
+    assert isinstance(editor, MessageText)
+    return editor
+
+
+def test_part_of_a_message_is_selected_and_copied(view, qtbot):
+    text = "The quick brown fox jumps over the lazy dog."
+    show(view, qtbot, [message(1, "user", text), message(2, "assistant", REPLY)])
+    editor = press_text(view, qtbot, 0)
+    assert editor.document() is view.delegate._doc(view.transcript.entry(0), view.delegate.body_width())
+    assert editor.geometry() == view.delegate.geometry(view.transcript.index(0))["text"]
+    assert view.current_entry().key == "m:1"
+    cursor = editor.textCursor()
+    cursor.setPosition(4)
+    cursor.setPosition(15, QTextCursor.MoveMode.KeepAnchor)
+    editor.setTextCursor(cursor)
+    with qtbot.waitSignal(view.copied):
+        qtbot.keyClick(editor, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    assert QGuiApplication.clipboard().text() == "quick brown"
+    assert view.copy_selection() and QGuiApplication.clipboard().text() == "quick brown"
+    QGuiApplication.clipboard().clear()
+    assert QGuiApplication.focusObject() is editor  # Edit ▸ Copy calls the focused widget's copy()
+    QGuiApplication.focusObject().copy()
+    assert QGuiApplication.clipboard().text() == "quick brown"
+    cursor.clearSelection()
+    editor.setTextCursor(cursor)
+    assert not view.copy_selection()
+    view.copy()  # nothing selected: the whole message, as before
+    assert QGuiApplication.clipboard().text() == text
+
+
+def test_a_mouse_drag_selects_and_one_editor_at_most(view, qtbot):
+    show(view, qtbot, [message(1, "user", "alpha beta gamma delta"), message(2, "assistant", REPLY)])
+    text = view.delegate.geometry(view.transcript.index(0))["text"]
+    y = text.top() + 5
+    qtbot.mousePress(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(text.left() + 1, y))
+    qtbot.mouseMove(view.viewport(), QPoint(text.right() - 2, y))
+    qtbot.mouseRelease(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(text.right() - 2, y))
+    editor = view.text_editor
+    assert editor is not None and editor.has_selection()
+    assert view.copy_selection() and QGuiApplication.clipboard().text().startswith("alpha beta")
+    second = press_text(view, qtbot, 1)  # another row: the first editor closes
+    qtbot.wait(10)
+    assert second is not editor
+    assert len([w for w in view.viewport().findChildren(MessageText) if w.isVisible()]) == 1
+    view.transcript.append_text(1, " More.")  # its entry changed (a streamed token)
+    assert view.text_editor is None and view.delegate.editing is None
+
+
+def test_the_context_menu_offers_what_the_entry_allows(view, qtbot):
+    show(view, qtbot, [message(1, "user", "hi"),
+                       message(2, "assistant", "hello", can_regenerate=True, can_continue=True),
+                       message(3, "assistant", "plain")])
+
+    def actions(row: int) -> list[str]:
+        return [a.text() for a in view.context_menu(view.transcript.index(row)).actions()]
+
+    assert actions(0) == ["Copy message", "Edit…"]
+    assert actions(1) == ["Copy message", "Regenerate", "Continue"]
+    assert actions(2) == ["Copy message"]
+    menu = view.context_menu(view.transcript.index(1))
+    for name, signal in (("Regenerate", view.regenerateRequested), ("Continue", view.continueRequested)):
+        with qtbot.waitSignal(signal) as emitted:
+            next(a for a in menu.actions() if a.text() == name).trigger()
+        assert emitted.args == [2]
+
+
+def test_the_edit_dialog_emits_the_new_text_on_save_and_nothing_on_cancel(view, qtbot):
+    show(view, qtbot, [message(7, "user", "old text")])
+    edits = []
+    view.editRequested.connect(lambda mid, text: edits.append((mid, text)))
+    edit = next(a for a in view.context_menu(view.transcript.index(0)).actions() if a.text() == "Edit…")
+    edit.trigger()
+    dialog = view.edit_dialog
+    assert dialog.isVisible() and dialog.text() == "old text"
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
+    assert edits == [] and not dialog.isVisible()
+    dialog = view.edit_message(view.transcript.entry(0))
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Save), Qt.MouseButton.LeftButton)
+    assert edits == []  # unchanged
+    dialog = view.edit_message(view.transcript.entry(0))
+    dialog.editor.setPlainText("   \n")
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Save), Qt.MouseButton.LeftButton)
+    assert edits == []  # blank
+    dialog = view.edit_message(view.transcript.entry(0))
+    dialog.editor.setPlainText("new text")
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Save), Qt.MouseButton.LeftButton)
+    assert edits == [(7, "new text")]
+
+
+def test_the_switcher_emits_only_where_there_is_an_alternative(view, qtbot):
+    show(view, qtbot, [message(1, "user", "hi"), message(2, "assistant", "first", branch=(1, 2))])
+    index = view.transcript.index(1)
+    prev, label, nxt = view.delegate.geometry(index)["switch"]
+    assert view.delegate.geometry(view.transcript.index(0))["switch"] is None
+    switches = []
+    view.switchRequested.connect(lambda mid, step: switches.append((mid, step)))
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=prev.center())
+    assert switches == []  # ‹ at the first alternative
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=nxt.center())
+    assert switches == [(2, 1)]
+
+
+def test_attachment_chips_are_painted_under_a_user_message(view, qtbot):
+    plain = message(1, "user", "see the notes")
+    attached = message(2, "user", "see the notes", attachments=[("notes.md", 1234), ("a.py", 56)])
+    show(view, qtbot, [plain, attached])
+    assert view.delegate.height_for(attached) > view.delegate.height_for(plain)
+    chips = view.delegate.geometry(view.transcript.index(1))["chips"]
+    assert [text for _, text in chips] == ["notes.md · 1,234 tokens", "a.py · 56 tokens"]
+    assert view.delegate.geometry(view.transcript.index(0))["chips"] == []
+    view.grab()  # paints without error
+
+
+def test_home_reaches_the_first_entry_and_end_the_last(view, qtbot):
+    entries = [message(i, "user" if i % 2 else "assistant", f"message {i}") for i in range(1, 501)]
+    show(view, qtbot, entries)
+    assert view.transcript.has_older
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert not view.transcript.has_older and view.transcript.rowCount() == 500
+    assert view.verticalScrollBar().value() == 0
+    assert view.current_entry().key == "m:1"
+    assert view.indexAt(QPoint(10, 10)).row() == 0
+    qtbot.keyClick(view, Qt.Key.Key_End)
+    qtbot.waitUntil(view.at_bottom)
+    assert view.current_entry().key == "m:500"
+
+
+def test_the_editor_closes_when_scrolled_away_or_the_palette_changes(view, qtbot):
+    show(view, qtbot, [message(i, "user", f"message {i}\n" * 6) for i in range(1, 30)])
+    view.scrollToTop()
+    press_text(view, qtbot, 0)
+    view.scrollToBottom()
+    assert view.text_editor is None
+    press_text(view, qtbot, view.transcript.rowCount() - 1)
+    view.setPalette(QPalette(QColor("#303030")))
+    assert view.text_editor is None and view.delegate.editing is None
