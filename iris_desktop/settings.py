@@ -51,6 +51,10 @@ class Setting:
     item_choices: tuple[str, ...] = ()
     #: for "str": edited as several lines (a prompt), not one
     multiline: bool = False
+    #: what the user reads in Preferences, in plain words (the key is shown under it)
+    label: str = ""
+    #: for "int": 0 is allowed too, outside the range, and means this ("the system's size")
+    zero_means: str = ""
 
     @property
     def section(self) -> str:
@@ -66,7 +70,8 @@ class Setting:
             return f"'auto' or an integer from {int(self.minimum)} to {int(self.maximum)}"
         if self.kind in ("int", "float"):
             noun = "an integer" if self.kind == "int" else "a number"
-            return f"{noun} from {_fmt(self.minimum)} to {_fmt(self.maximum)}"
+            zero = f"0 ({self.zero_means}) or " if self.zero_means else ""
+            return f"{zero}{noun} from {_fmt(self.minimum)} to {_fmt(self.maximum)}"
         if self.kind == "bool":
             return "true or false"
         if self.kind == "choice":
@@ -108,6 +113,8 @@ class Setting:
                 raise SettingsError(bad)
             if isinstance(value, float) and not math.isfinite(value):
                 raise SettingsError(bad)
+            if self.zero_means and value == 0:
+                return
             if (self.minimum is not None and value < self.minimum) or (
                 self.maximum is not None and value > self.maximum
             ):
@@ -203,38 +210,45 @@ _ALL: tuple[Setting, ...] = (
         "Context window in tokens. 'auto' uses the loaded model's n_ctx (without a loaded "
         "model: model.n_ctx).",
         minimum=512, maximum=1_048_576, unit="tokens",
+        label="Context window",
     ),
     Setting(
         "context.token_budget_ratio", "float", 0.70,
         "Fraction of the context window allocated to conversation history (system prompt "
         "and tool definitions are subtracted from it).",
         minimum=0.1, maximum=0.95, unit="× window",
+        label="How much of the window a request may fill",
     ),
     Setting(
         "context.compaction_threshold", "float", 0.75,
         "Compact when the last request's prompt_tokens reach this fraction of the window.",
         minimum=0.2, maximum=0.98, unit="× window",
+        label="When older turns are summarized",
     ),
     Setting(
         "context.prune_protect_turns", "int", 2,
         "Number of recent turns whose tool outputs are never pruned.",
         minimum=0, maximum=100, unit="turns",
+        label="Recent turns whose tool output is kept",
     ),
     Setting(
         "context.compaction_min_turns", "int", 20,
         "Count floor: compact once this many unsummarized turns exist (0 = off).",
         minimum=0, maximum=10_000, unit="turns",
+        label="Summarize after this many turns",
     ),
     Setting(
         "context.keep_recent_ratio", "float", 0.5,
         "After compaction, the verbatim tail is bounded by this fraction of the trigger "
         "tokens; at least one turn is always kept.",
         minimum=0.05, maximum=0.95, unit="× trigger tokens",
+        label="How much recent history stays word for word",
     ),
     Setting(
         "context.summary_max_tokens", "int", 768,
         "Cap on the tokens of a generated summary.",
         minimum=64, maximum=8192, unit="tokens",
+        label="Longest summary",
     ),
     Setting(
         "context.summarizer", "choice", AUTO,
@@ -242,6 +256,7 @@ _ALL: tuple[Setting, ...] = (
         "a base model that cannot follow instructions), model, or extractive (Iris's own "
         "deterministic summary of names, dates, numbers and files: fast, no model call).",
         choices=(AUTO, "model", "extractive"),
+        label="Who writes the summary",
     ),
     Setting(
         "context.summary_timeout_s", "int", 180,
@@ -249,6 +264,7 @@ _ALL: tuple[Setting, ...] = (
         "Stop) the extractive summary is used, so the context still shrinks. A long imported "
         "chat is summarized in parts, each with this time.",
         minimum=10, maximum=3600, unit="seconds",
+        label="Time limit for one summary",
     ),
     Setting(
         "context.recall_max_tokens", "int", 1536,
@@ -258,12 +274,14 @@ _ALL: tuple[Setting, ...] = (
         "to the model, so a question takes longer to start answering: on a slow CPU a "
         "smaller value answers sooner (0 = off).",
         minimum=0, maximum=8192, unit="tokens",
+        label="Room for recalled messages",
     ),
     Setting(
         "context.recall_semantic", "bool", True,
         "Recall also by meaning: a small embedding model (all-MiniLM-L6-v2, shipped with "
         "Iris) finds earlier messages that answer your question in other words ('what "
         "pets does she have?' finds 'we adopted a kitten'). Off: recall matches words only.",
+        label="Recall by meaning, not only by words",
     ),
     Setting(
         "context.token_counter", "choice", AUTO,
@@ -271,6 +289,7 @@ _ALL: tuple[Setting, ...] = (
         "the heuristic), model, tiktoken (cl100k_base, offline), heuristic (ceil(chars/4); "
         "under-counts tool output by ~20%).",
         choices=(AUTO, "model", "tiktoken", "heuristic"),
+        label="How tokens are counted",
     ),
     # -- model -----------------------------------------------------------------------------
     Setting(
@@ -279,28 +298,33 @@ _ALL: tuple[Setting, ...] = (
         "openai (an OpenAI-compatible server at model.base_url: llama.cpp server, vLLM, "
         "Ollama). The API key, if the server needs one, is kept in the OS keyring.",
         choices=("local", "openai"), needs_reload=True,
+        label="Where the model runs",
     ),
     Setting(
         "model.base_url", "url", "",
         "The server's address when model.backend is openai, for example "
         "http://127.0.0.1:8080/v1. Your conversation is sent there.",
         needs_reload=True,
+        label="Server address",
     ),
     Setting(
         "model.name", "str", "",
         "The model to use on the server (empty: the first it serves).",
         needs_reload=True,
+        label="Model on the server",
     ),
     Setting(
         "model.path", "path", BUNDLED,
         "GGUF model file. 'bundled' is Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, Apache-2.0), "
         "which ships with Iris and works offline.",
         needs_reload=True,
+        label="Model file",
     ),
     Setting(
         "model.n_ctx", "int", 8192,
         "llama.cpp context size in tokens; 0 = the model's trained maximum.",
         minimum=0, maximum=1_048_576, unit="tokens", needs_reload=True,
+        label="Model context size",
     ),
     Setting(
         "model.kv_cache_mb", "int", 1024,
@@ -308,45 +332,54 @@ _ALL: tuple[Setting, ...] = (
         "leave a chat or quit and restored when you come back, so a long chat starts at "
         "once; the least recently used go first (0 = off).",
         minimum=0, maximum=65_536, unit="MB",
+        label="Disk space for resuming chats at once",
     ),
     Setting(
         "model.temperature", "float", 0.7,
         "Sampling temperature; 0 is greedy.",
         minimum=0.0, maximum=2.0,
+        label="Creativity (temperature)",
     ),
     Setting(
         "model.max_tokens", "int", 1024,
         "Maximum tokens generated for one reply.",
         minimum=1, maximum=32_768, unit="tokens",
+        label="Longest reply",
     ),
     Setting(
         "model.n_threads", "int", 0,
         "CPU threads for llama.cpp; 0 = automatic.",
         minimum=0, maximum=256, unit="threads", needs_reload=True,
+        label="CPU threads",
     ),
     Setting(
         "model.n_gpu_layers", "int", 0,
         "Layers offloaded to the GPU; 0 = CPU only, -1 = all.",
         minimum=-1, maximum=1000, unit="layers", needs_reload=True,
+        label="Layers on the GPU",
     ),
     # -- tools -----------------------------------------------------------------------------
     Setting(
         "tools.enabled", "list", ["read_file", "list_directory", "search_files"],
         "Tools the model may call. File tools work only inside tools.allowed_paths.",
         item_choices=TOOL_CHOICES,
+        label="Tools the model may use",
     ),
     Setting(
         "tools.allowed_paths", "list", [],
         "Folders the tools may read. Nothing is allowed until you add a folder.",
+        label="Folders the tools may read",
     ),
     Setting(
         "tools.shell", "bool", False,
         "Allow run_shell. Every command still needs your confirmation.",
+        label="Allow shell commands",
     ),
     Setting(
         "tools.max_calls_per_turn", "int", 8,
         "Maximum tool calls the model may make in one turn.",
         minimum=0, maximum=64, unit="calls",
+        label="Tool calls per turn",
     ),
     # -- chat ------------------------------------------------------------------------------
     Setting(
@@ -354,6 +387,22 @@ _ALL: tuple[Setting, ...] = (
         "You are Iris, a helpful assistant running locally and offline on the user's computer.",
         "System prompt sent at the start of every request (unless the thread has its own).",
         multiline=True,
+        label="Instructions for every chat (system prompt)",
+    ),
+    # -- ui --------------------------------------------------------------------------------
+    Setting(
+        "ui.theme", "choice", "system",
+        "Colours of the window: system (follow the computer's light or dark setting), "
+        "light, or dark. Applies at once.",
+        choices=("system", "light", "dark"),
+        label="Theme",
+    ),
+    Setting(
+        "ui.font_size", "int", 0,
+        "Size of the text in the window, in points; 0 uses the computer's size. Applies "
+        "at once.",
+        minimum=8, maximum=24, unit="pt", zero_means="the system's size",
+        label="Text size",
     ),
 )
 

@@ -112,3 +112,33 @@ def test_the_readme_settings_table_names_every_key():
     table = table[: table.index("\n\n")]
     missing = [key for key in SETTINGS if f"`{key}`" not in table]
     assert not missing, f"README's settings table lacks {missing}"
+
+
+def test_every_key_has_a_plain_language_label():
+    for s in SETTINGS.values():
+        assert s.label and s.label != s.key and "." not in s.label.split()[0], s.key
+    assert SETTINGS["context.token_budget_ratio"].label == \
+        "How much of the window a request may fill"
+
+
+def test_appearance_keys_through_file_env_and_config_set(tmp_path, capsys):
+    from iris_desktop.cli import main
+
+    assert S.defaults()["ui.theme"] == "system" and S.defaults()["ui.font_size"] == 0
+    assert SETTINGS["ui.theme"].env_var == "IRIS_UI_THEME"
+    s = load_settings(None, {"IRIS_UI_THEME": "Dark", "IRIS_UI_FONT_SIZE": "14"})
+    assert (s["ui.theme"], s.source("ui.theme"), s["ui.font_size"]) == ("dark", "env", 14)
+    bad = load_settings(None, {"IRIS_UI_THEME": "purple", "IRIS_UI_FONT_SIZE": "5"})
+    assert (bad["ui.theme"], bad["ui.font_size"]) == ("system", 0)
+    problems = "\n".join(bad.problems)
+    assert "one of system, light, dark" in problems
+    assert "0 (the system's size) or an integer from 8 to 24" in problems
+    data = str(tmp_path / "home")
+    assert main(["--data-dir", data, "config", "set", "ui.theme", "dark"]) == 0
+    assert main(["--data-dir", data, "config", "set", "ui.font_size", "0"]) == 0
+    assert main(["--data-dir", data, "config", "set", "ui.font_size", "30"]) == 2
+    capsys.readouterr()
+    assert main(["--data-dir", data, "config", "get", "ui.theme"]) == 0
+    assert capsys.readouterr().out.strip() == "dark"
+    config = (tmp_path / "home" / "config.toml").read_text()
+    assert "[ui]" in config and 'theme = "dark"' in config

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from iris_desktop import __version__
 from iris_desktop.ui.main_window import MainWindow, main_window
+from iris_desktop.ui.theme import app_icon
 
 __all__ = ["run_gui", "main_window", "MainWindow", "setup_logging"]
 
@@ -66,6 +67,7 @@ def application(argv: list[str] | None = None) -> QApplication:
     app.setApplicationVersion(__version__)
     app.setOrganizationName("Iris")
     app.setDesktopFileName("iris-desktop")
+    app.setWindowIcon(app_icon())
     return app
 
 

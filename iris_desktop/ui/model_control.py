@@ -101,8 +101,9 @@ class ModelControl(QObject):
         info = loaded.info
         self._load_ended()
         base = info.get("base_model")
-        self.model_label.setText(f"{info['name']} · n_ctx {info['n_ctx']:,}"
-                                 + (" · base model" if base else ""))
+        quant = info.get("file_type")  # the GGUF's quantization (Q4_K_M); none from a server
+        self.model_label.setText(f"{info['name']}" + (f" · {quant}" if quant else "")
+                                 + f" · n_ctx {info['n_ctx']:,}" + (" · base model" if base else ""))
         self.where_label.setText(info.get("where") or "local")
         self.where_label.setToolTip(
             "Your conversation stays on this computer" if not info.get("base_url") else

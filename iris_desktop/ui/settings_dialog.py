@@ -8,10 +8,11 @@ the candidate values do to the current thread's next request, before anything is
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
     QDialog,
@@ -41,6 +42,9 @@ from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_valu
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.settings_editors import make_editor
 
+#: pages whose section name is not a word a user would look for
+PAGE_TITLES = {"ui": "Appearance"}
+
 
 class SettingField(QWidget):
     """The editor for one Setting (``settings_editors``), its help text, and its error."""
@@ -52,38 +56,57 @@ class SettingField(QWidget):
         self.setting = setting
         self.locked = locked
         self.setObjectName(setting.key)
-        title = QLabel(f"<b>{field_label(setting)}</b> <span style='color:gray'>{setting.key}</span>")
+        #: the plain-language label, and the key (what the file, the CLI and the
+        #: environment call it) on a smaller line under it
+        self.title = QLabel(f"<b>{html.escape(setting.label or field_label(setting))}</b>")
+        self.key_label = QLabel(setting.key)
+        self.key_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.key_label.setToolTip(f"In the settings file, the command line "
+                                  f"(config set {setting.key}) and {setting.env_var}")
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #c0392b;")
         self.error.hide()
         hint = QLabel(locked or field_hint(setting))
         hint.setWordWrap(True)
-        small = QFont(hint.font())
-        small.setPointSizeF(small.pointSizeF() * 0.9)
-        hint.setFont(small)
         if locked:
             hint.setStyleSheet("color: #b9770e;")
-        else:
-            # secondary text, from the palette so that it follows light and dark themes
-            pal = hint.palette()
-            text = pal.color(QPalette.ColorRole.WindowText)
-            text.setAlphaF(0.72)
-            pal.setColor(QPalette.ColorRole.WindowText, text)
-            hint.setPalette(pal)
         self.hint = hint
         self.editor = make_editor(setting, value)
         self.editor.changed.connect(self.changed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 8)
         layout.setSpacing(2)
-        layout.addWidget(title)
+        layout.addWidget(self.title)
+        layout.addWidget(self.key_label)
         layout.addWidget(self.editor)
         layout.addWidget(hint)
         layout.addWidget(self.error)
         if locked:
             self.editor.setEnabled(False)
             self.editor.setToolTip(locked)
+        self._style_secondary()
+
+    def _style_secondary(self) -> None:
+        """Secondary text (the key, the help): smaller, and dimmed from the palette, so
+        that it follows the theme and the text size, also when they change while the
+        dialog is open."""
+        small = QFont(self.font())
+        small.setPointSizeF(small.pointSizeF() * 0.9)
+        for label in (self.key_label, self.hint):
+            label.setFont(small)
+            if label is self.hint and self.locked:
+                continue  # its own colour
+            pal = QPalette(self.palette())
+            text = pal.color(QPalette.ColorRole.WindowText)
+            text.setAlphaF(0.72)
+            pal.setColor(QPalette.ColorRole.WindowText, text)
+            label.setPalette(pal)
+
+    def changeEvent(self, event) -> None:
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
+            self._style_secondary()
+        super().changeEvent(event)
 
     def raw(self) -> Any:
         """The field's value as Setting.parse takes it."""
@@ -120,7 +143,7 @@ class SettingsDialog(QDialog):
         self.errors: dict[str, str] = {}
         self.tabs = QTabWidget()
         for section, title, items in settings_sections():
-            self.tabs.addTab(self._page(section, items), title)
+            self.tabs.addTab(self._page(section, items), PAGE_TITLES.get(section, title))
 
         self.breakdown = QLabel("")
         self.breakdown.setWordWrap(True)

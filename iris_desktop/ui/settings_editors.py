@@ -101,6 +101,23 @@ class WindowEditor(IntEditor):
         self.spin.setValue(self.spin.minimum() if value == AUTO else int(value))
 
 
+class ZeroEditor(IntEditor):
+    """A range, or 0 with a meaning of its own (``Setting.zero_means``, "the system's
+    size"): 0 is the spin box's special value just below the minimum."""
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.spin.setMinimum(int(setting.minimum or 1) - 1)
+        self.spin.setSpecialValueText(setting.zero_means)
+
+    def raw(self) -> Any:
+        value = self.spin.value()
+        return "0" if value == self.spin.minimum() else str(value)
+
+    def set_value(self, value: Any) -> None:
+        self.spin.setValue(self.spin.minimum() if int(value) == 0 else int(value))
+
+
 class FloatEditor(Editor):
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
@@ -281,6 +298,8 @@ def make_editor(setting: Setting, value: Any) -> Editor:
     """The editor for ``setting``'s kind, showing ``value``."""
     if setting.kind == "window":
         editor: Editor = WindowEditor(setting)
+    elif setting.kind == "int" and setting.zero_means:
+        editor = ZeroEditor(setting)
     elif setting.kind == "int":
         editor = IntEditor(setting)
     elif setting.kind == "float" and setting.unit.startswith("×"):

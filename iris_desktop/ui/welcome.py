@@ -1,0 +1,155 @@
+"""The welcome panel: what an empty window shows instead of a bare placeholder — what
+Iris is, where the model runs, how to read the budget meter, and example prompts that
+go into the composer (never sent by themselves).
+
+``WelcomeControl`` shows it while no thread is open and the transcript is empty (the
+first run, or New chat), and the transcript as soon as a thread is open or a message is
+sent."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QFrame,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.composer import Composer
+from iris_desktop.ui.meter import PART_COLORS
+from iris_desktop.ui.transcript import TranscriptView
+
+#: prompts the bundled model (a small coding model) answers well
+EXAMPLES = (
+    "Write a Python function that tells whether a year is a leap year, with a few tests.",
+    "Explain what this command does: find . -name '*.log' -mtime +7 -delete",
+    "What is the difference between a list and a tuple in Python?",
+)
+
+#: the meter's parts, in its order, and what each one is
+METER_PARTS = (
+    ("system", "the instructions every request starts with (the system prompt)"),
+    ("tools", "the descriptions of the tools the model may call"),
+    ("summary", "the summary of earlier turns, once a long chat has been compacted"),
+    ("recall", "earlier messages brought back because your question asks about them"),
+    ("history", "the conversation, word for word"),
+    ("draft", "what you are typing now"),
+    ("free", "the empty rest of the bar: room left for the reply"),
+)
+
+
+def _meter_legend() -> str:
+    rows = []
+    for name, meaning in METER_PARTS:
+        swatch = (f"<span style='background-color:{PART_COLORS[name].name()}'>"
+                  "&nbsp;&nbsp;&nbsp;&nbsp;</span>" if name in PART_COLORS else "")
+        rows.append(f"<tr><td>{swatch}</td><td>&nbsp;<b>{name}</b></td>"
+                    f"<td>&nbsp;{html.escape(meaning)}</td></tr>")
+    return "<table cellspacing='3'>" + "".join(rows) + "</table>"
+
+
+WELCOME_TEXT = (
+    "<p>Iris is a chat app that works <b>offline</b> and keeps your conversations "
+    "<b>private</b>. They are saved on this computer, in one file you can search, export "
+    "and delete.</p>"
+    "<p>The model that came with Iris (Qwen2.5-Coder 0.5B Instruct, a small model that "
+    "is good with code) runs <b>on this computer</b>. Nothing you type leaves it, unless "
+    "you point Iris at a server of your own (Model ▸ Server…); the status bar always says "
+    "where your conversation goes.</p>"
+    "<p><b>The budget meter</b> at the bottom right shows how the next request fills the "
+    "model's context window, from left to right:</p>"
+    + _meter_legend()
+    + "<p>The <span style='color:#d23228'><b>red line</b></span> is the compaction mark: "
+    "when a request reaches it, the oldest turns are summarized so the chat can go on. "
+    "Your messages are never changed or lost. A <b>≈</b> before the numbers means they "
+    "are estimated. Hover over the meter for the numbers, or open View ▸ Context "
+    "inspector to see exactly what the model is sent.</p>"
+)
+
+
+class WelcomePanel(QScrollArea):
+    """The panel; ``promptChosen(text)`` when an example is clicked."""
+
+    promptChosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("welcome")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        body = QWidget()
+        column = QVBoxLayout(body)
+        column.setContentsMargins(24, 24, 24, 24)
+        self.title = QLabel("Welcome to Iris")
+        big = QFont(self.title.font())
+        big.setPointSizeF(big.pointSizeF() * 1.6)
+        big.setBold(True)
+        self.title.setFont(big)
+        self.text = QLabel(WELCOME_TEXT)
+        self.text.setWordWrap(True)
+        self.text.setTextFormat(Qt.TextFormat.RichText)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column.addWidget(self.title)
+        column.addWidget(self.text)
+        column.addWidget(QLabel("<b>Try one</b> (it goes into the message box; press Enter "
+                                "to send it):"))
+        self.examples: list[QPushButton] = []
+        for prompt in EXAMPLES:
+            button = QPushButton(prompt)
+            button.setObjectName("welcome-example")
+            button.setToolTip("Put this prompt in the message box")
+            button.setStyleSheet("text-align: left; padding: 6px 10px;")
+            button.clicked.connect(lambda _=False, prompt=prompt: self.promptChosen.emit(prompt))
+            column.addWidget(button)
+            self.examples.append(button)
+        column.addStretch(1)
+        body.setMaximumWidth(body.fontMetrics().horizontalAdvance("0") * 96)
+        outer = QWidget()
+        row = QVBoxLayout(outer)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(body, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.setWidget(outer)
+
+
+class WelcomeControl(QObject):
+    """Shows ``panel`` in ``stack`` instead of ``view`` while the window is empty; an
+    example fills ``composer``."""
+
+    def __init__(self, app_state: AppState, stack: QStackedWidget, panel: WelcomePanel,
+                 view: TranscriptView, composer: Composer, parent: QObject | None = None):
+        super().__init__(parent)
+        self.app_state = app_state
+        self.stack = stack
+        self.panel = panel
+        self.view = view
+        self.composer = composer
+        model = view.transcript
+        for signal in (model.rowsInserted, model.rowsRemoved, model.modelReset):
+            signal.connect(self.update)
+        app_state.threadChanged.connect(self.update)
+        app_state.threadOpened.connect(self.update)
+        panel.promptChosen.connect(self.use_prompt)
+        self.update()
+
+    @property
+    def showing(self) -> bool:
+        return self.stack.currentWidget() is self.panel
+
+    def update(self, *_args) -> None:
+        empty = self.app_state.thread_id is None and self.view.transcript.rowCount() == 0
+        self.stack.setCurrentWidget(self.panel if empty else self.view)
+
+    def use_prompt(self, text: str) -> None:
+        """Put ``text`` in the composer (not sent), ready to edit or send."""
+        self.composer.set_text(text)
+        edit = self.composer.edit
+        edit.setFocus()
+        edit.moveCursor(edit.textCursor().MoveOperation.End)

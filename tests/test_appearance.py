@@ -1,0 +1,404 @@
+"""The chat basics every peer has: theme and text size (live), the window's icon and
+geometry, the last chat reopened, the welcome panel, labelled Preferences, the keyboard
+shortcuts, asking before quitting mid-reply, a thread list that follows other processes,
+the model's display name, and a quiet log when a prefill is cancelled on purpose."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QRect, Qt  # noqa: E402
+from PySide6.QtGui import QPalette  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
+
+from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.host import Host  # noqa: E402
+from iris_desktop.settings import SETTINGS  # noqa: E402
+from iris_desktop.ui.main_window import default_geometry, fit_geometry, main_window  # noqa: E402
+from iris_desktop.ui.theme import apply_appearance, painted_scheme  # noqa: E402
+from iris_desktop.ui.welcome import EXAMPLES  # noqa: E402
+
+from fakes import ScriptedRuntime  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def system_look_after(qapp):
+    """The application's look is process-wide: every test leaves the system's."""
+    yield
+    apply_appearance(qapp, "system", 0)
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir):
+    made = []
+
+    def make(runtime=None, overrides=None):
+        overrides = {"context.recall_semantic": "false", **(overrides or {})}
+        host = Host(data_dir, overrides, runtime=runtime or ScriptedRuntime([]), compact=False)
+        window = main_window(host)
+        qtbot.addWidget(window)
+        window.show()
+        made.append((window, host))
+        qtbot.waitUntil(lambda: window.model_state in ("ready", "failed"), timeout=10_000)
+        assert window.model_state == "ready", window.app_state.model_error
+        qtbot.waitUntil(lambda: window.background.idle, timeout=10_000)
+        return window
+
+    yield make
+    for window, host in made:
+        window.shutdown()
+        host.close()
+
+
+def seed_thread(path, title: str) -> int:
+    """A thread of two messages, written by a connection of its own (as the CLI would)."""
+    with Store(path) as store:
+        thread = store.create_thread(title)
+        store.add_messages(thread, [{"role": "user", "content": "hello"},
+                                    {"role": "assistant", "content": "hi"}])
+    return thread
+
+
+def db_path(data_dir):
+    from iris_desktop.paths import app_paths
+
+    return app_paths(data_dir).ensure().db_path
+
+
+def apply_in_preferences(window, qtbot, **values) -> None:
+    """Set fields in Preferences (by key, "ui.theme" as ui__theme) and click Apply."""
+    dialog = window.preferences()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    for name, value in values.items():
+        editor = dialog.fields[name.replace("__", ".")].editor
+        editor.set_value(value)
+    assert dialog.apply_button.isEnabled()
+    qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
+    dialog.reject()
+
+
+def window_color(widget) -> int:
+    return widget.palette().color(QPalette.ColorRole.Window).lightness()
+
+
+# -- appearance ------------------------------------------------------------------------------
+
+
+def test_the_theme_applies_live_from_preferences(make_window, qtbot, qapp):
+    window = make_window()
+    system = window_color(qapp)
+    apply_in_preferences(window, qtbot, ui__theme="dark")
+    assert window.app_state.settings["ui.theme"] == "dark"
+    assert window_color(qapp) < 80 and window.appearance.scheme == "dark"
+    qtbot.waitUntil(lambda: window_color(window.composer.edit) < 80, timeout=5_000)
+    pal = qapp.palette()
+    text, base = pal.color(QPalette.ColorRole.Text), pal.color(QPalette.ColorRole.Base)
+    assert text.lightness() - base.lightness() > 150  # readable
+    disabled = pal.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
+    assert disabled != text and pal.color(QPalette.ColorRole.Link).lightness() > 120
+    apply_in_preferences(window, qtbot, ui__theme="light")
+    assert window_color(qapp) > 200 and window.appearance.scheme == "light"
+    apply_in_preferences(window, qtbot, ui__theme="system")
+    # offscreen reports no colour scheme: the platform's own palette is back
+    assert qapp.styleHints().colorScheme() != Qt.ColorScheme.Dark
+    assert window_color(qapp) == system and window.appearance.scheme == "system"
+
+
+def test_system_follows_the_colour_scheme(qapp):
+    assert painted_scheme("system", Qt.ColorScheme.Dark, platform_dark=False) == "dark"
+    assert painted_scheme("system", Qt.ColorScheme.Dark, platform_dark=True) is None
+    assert painted_scheme("system", Qt.ColorScheme.Light, platform_dark=False) is None
+    assert painted_scheme("light", Qt.ColorScheme.Dark, platform_dark=True) == "light"
+    assert apply_appearance(qapp, "system", 0, Qt.ColorScheme.Dark) == "dark"
+    assert window_color(qapp) < 80
+    assert apply_appearance(qapp, "system", 0, Qt.ColorScheme.Light) == "system"
+    assert window_color(qapp) > 200
+
+
+def test_the_text_size_applies_live_and_0_is_the_systems(make_window, qtbot, qapp):
+    window = make_window()
+    system = qapp.font().pointSize()
+    apply_in_preferences(window, qtbot, ui__font_size=16)
+    assert qapp.font().pointSize() == 16
+    qtbot.waitUntil(lambda: window.font().pointSize() == 16, timeout=5_000)
+    assert window.composer.edit.font().pointSize() == 16
+    apply_in_preferences(window, qtbot, ui__font_size=0)
+    qtbot.waitUntil(lambda: window.font().pointSize() == system, timeout=5_000)
+
+
+def test_a_theme_from_the_environment_is_applied_at_start(make_window, monkeypatch, qapp):
+    monkeypatch.setenv("IRIS_UI_THEME", "dark")
+    window = make_window()
+    assert window.app_state.settings.source("ui.theme") == "env"
+    assert window.appearance.scheme == "dark" and window_color(qapp) < 80
+
+
+def test_the_app_has_its_icon(qapp):
+    from importlib import resources
+
+    from iris_desktop.ui.app import application
+
+    assert resources.files("iris_desktop").joinpath("resources/icon.png").is_file()
+    app = application()
+    assert app is qapp and not app.windowIcon().isNull()
+
+
+# -- geometry --------------------------------------------------------------------------------
+
+
+def test_the_default_geometry_fits_a_scaled_screen():
+    # a 1600×1000 screen at 150% with a 40 px task bar: 1066×640 device-independent pixels
+    available = QRect(0, 0, round(1600 / 1.5), round((1000 - 40) / 1.5))
+    rect = default_geometry(available)
+    assert available.contains(rect)
+    assert rect.width() <= available.width() * 0.9 and rect.height() <= available.height() * 0.9
+    assert abs(rect.center().x() - available.center().x()) <= 1
+    assert abs(rect.center().y() - available.center().y()) <= 1
+    big = QRect(0, 0, 2560, 1400)
+    assert default_geometry(big).size().toTuple() == (1280, 800)  # the preferred size fits
+    # a geometry saved on a larger screen is made to fit, and moved inside
+    assert fit_geometry(QRect(900, 500, 1280, 800), available) == QRect(0, 0, 1067, 640)
+    assert fit_geometry(QRect(100, 50, 600, 400), available) == QRect(100, 50, 600, 400)
+    assert fit_geometry(QRect(-300, 600, 600, 400), available) == QRect(0, 240, 600, 400)
+
+
+def test_the_window_opens_inside_the_available_screen(make_window):
+    window = make_window()
+    available = window.screen().availableGeometry()
+    assert available.contains(window.geometry())
+    assert window.width() <= available.width() * 0.9 + 1
+
+
+def test_a_restored_geometry_too_large_for_the_screen_is_clamped(make_window, qtbot, data_dir):
+    from PySide6.QtCore import QSettings
+
+    window = make_window()
+    available = window.screen().availableGeometry()
+    window.shutdown()
+    state = QSettings(str(data_dir / "ui-state.ini"), QSettings.Format.IniFormat)
+    window.setGeometry(QRect(available.left() + 200, available.top() + 100,
+                             available.width() + 600, available.height() + 400))
+    state.setValue("window/geometry", window.saveGeometry())
+    state.sync()
+    again = make_window()
+    geometry = again.geometry()  # the platform's frame may shift it by a pixel or two
+    assert geometry.width() <= available.width() and geometry.height() <= available.height()
+    assert available.contains(geometry.topLeft())
+    assert available.intersected(geometry).width() >= geometry.width() - 4
+
+
+# -- the last chat ---------------------------------------------------------------------------
+
+
+def test_the_last_chat_is_reopened_and_a_deleted_one_is_not(make_window, qtbot, data_dir):
+    first = seed_thread(db_path(data_dir), "first chat")
+    second = seed_thread(db_path(data_dir), "second chat")
+    window = make_window()
+    assert window.thread_id is None  # nothing remembered yet
+    window.open_thread(first)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
+    window.shutdown()
+    again = make_window()
+    qtbot.waitUntil(lambda: again.thread_id == first, timeout=5_000)
+    qtbot.waitUntil(lambda: len(again.view.transcript.entries()) == 2, timeout=5_000)
+    assert not again.welcome_control.showing
+    again.open_thread(second)
+    again.shutdown()
+    with Store(db_path(data_dir)) as store:
+        store.delete_thread(second)
+    third = make_window()
+    qtbot.wait(200)
+    qtbot.waitUntil(lambda: third.background.idle, timeout=5_000)
+    assert third.thread_id is None and third.threads.list.count() == 1
+
+
+# -- the welcome panel -----------------------------------------------------------------------
+
+METER_PARTS = ("system", "tools", "summary", "recall", "history", "draft", "free")
+
+
+
+def test_the_welcome_panel_explains_fills_the_composer_and_goes(make_window, qtbot, data_dir):
+    window = make_window()
+    panel = window.welcome
+    assert window.welcome_control.showing and panel.isVisible()
+    text = panel.text.text()
+    for words in ("offline", "private", "on this computer", "server of your own",
+                  "compaction mark", *METER_PARTS):
+        assert words in text, words
+    button = panel.examples[0]
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert window.composer.text() == EXAMPLES[0]
+    assert not window.generating and window.thread_id is None  # put there, not sent
+    assert window.welcome_control.showing
+    thread = seed_thread(db_path(data_dir), "a chat")
+    window.open_thread(thread)
+    assert not window.welcome_control.showing and window.view.isVisible()
+    window.threads_control.new_chat()
+    assert window.welcome_control.showing
+
+
+def test_sending_from_the_welcome_panel_shows_the_transcript(make_window, qtbot):
+    window = make_window(ScriptedRuntime(["Hello there."]))
+    assert window.welcome_control.showing
+    window.composer.set_text("Hi")
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not window.welcome_control.showing, timeout=5_000)
+    qtbot.waitUntil(lambda: not window.generating, timeout=10_000)
+    assert window.thread_id is not None and not window.welcome_control.showing
+
+
+# -- preferences, shortcuts ------------------------------------------------------------------
+
+
+def test_preferences_show_a_label_and_the_key_under_it(make_window, qtbot):
+    window = make_window()
+    dialog = window.preferences()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    field = dialog.fields["context.token_budget_ratio"]
+    assert "How much of the window a request may fill" in field.title.text()
+    assert field.key_label.text() == "context.token_budget_ratio"
+    assert field.key_label.font().pointSizeF() < field.title.font().pointSizeF()
+    for key, setting in SETTINGS.items():
+        assert setting.label in dialog.fields[key].title.text().replace("&amp;", "&")
+        assert dialog.fields[key].key_label.text() == key
+    titles = [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())]
+    assert titles[-1] == "Appearance"
+    size = dialog.fields["ui.font_size"].editor
+    assert size.spin.text() == "the system's size" and size.raw() == "0"
+    size.set_value(12)
+    assert size.raw() == "12" and dialog.ok_button.isEnabled()
+    dialog.reject()
+
+
+def test_the_keyboard_shortcuts_dialog_lists_every_shortcut(make_window, qtbot):
+    window = make_window()
+    dialog = window.menus.shortcuts()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    keys = dialog.keys()
+    for key in ("Ctrl+N", "Ctrl+Q", "Ctrl+,", "Ctrl+F", "Ctrl+I", "Ctrl+/", "Enter",
+                "Shift+Enter", "Esc", "Del", "F2", "Home", "End"):
+        assert key in keys, key
+    shown = [dialog.table.item(r, 2).text() for r in range(dialog.table.rowCount())]
+    assert "New chat" in shown and "Preferences" in shown and "Quit" in shown
+    assert window.menus.actions["shortcuts"].shortcut().toString() == "Ctrl+/"
+    dialog.reject()
+
+
+# -- quitting mid-reply ----------------------------------------------------------------------
+
+
+def test_ctrl_q_while_generating_asks_and_cancel_keeps_the_window(make_window, qtbot):
+    window = make_window(ScriptedRuntime([" ".join(["word"] * 400)] * 2, delay_s=0.05))
+    window.composer.set_text("Tell me a long story")
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.generating, timeout=5_000)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.quit_box is not None and window.quit_box.isVisible(),
+                    timeout=5_000)
+    box = window.quit_box
+    assert box.text() == "Stop the reply and quit?"
+    cancel = box.button(QMessageBox.StandardButton.Cancel)
+    qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not box.isVisible(), timeout=5_000)
+    assert window.isVisible() and window.generating and not window._closed
+    # closing the window asks too; Quit stops the reply and closes it
+    window.close()
+    box = window.quit_box
+    qtbot.waitUntil(lambda: box.isVisible(), timeout=5_000)
+    quit_button = next(b for b in box.buttons() if b.text().replace("&", "") == "Quit")
+    qtbot.mouseClick(quit_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=5_000)
+    assert window._closed
+
+
+def test_quit_when_idle_closes_at_once(make_window, qtbot):
+    window = make_window()
+    window.menus.actions["quit"].trigger()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=5_000)
+    assert window.quit_box is None and window._closed
+
+
+# -- a live thread list ----------------------------------------------------------------------
+
+
+def test_the_thread_list_follows_another_connection(make_window, qtbot, data_dir):
+    window = make_window()
+    assert window.threads.list.count() == 0
+    seen = []
+    window.background.run(lambda store: store.data_version(), seen.append)
+    qtbot.waitUntil(lambda: bool(seen), timeout=5_000)
+    thread = seed_thread(db_path(data_dir), "from the CLI")  # another connection commits
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1, timeout=6_000)
+    assert window.threads.list.item(0).text() == "from the CLI"
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
+    with Store(db_path(data_dir)) as store:
+        store.add_message(thread, {"role": "user", "content": "added elsewhere"})
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 3, timeout=6_000)
+
+
+def test_data_version_changes_only_for_other_connections(tmp_path):
+    with Store(tmp_path / "a.db") as mine, Store(tmp_path / "a.db") as other:
+        start = mine.data_version()
+        mine.create_thread("mine")
+        assert mine.data_version() == start
+        other.create_thread("other")
+        assert mine.data_version() != start
+
+
+# -- the model's name, and a quiet log -------------------------------------------------------
+
+
+def test_the_bundled_model_is_named_from_its_file(real_model):
+    facts = real_model.describe()
+    assert facts.name == "Qwen2.5-Coder-0.5B-Instruct"
+    assert facts.file_type == "Q4_K_M"
+    assert facts.file == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+def test_display_names_from_file_names():
+    from iris_desktop.runtime.model import display_name
+
+    assert display_name("gemma-3-270m-q4_k_m.gguf") == "Gemma-3-270M"
+    assert display_name("Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf") == "Meta-Llama-3.1-8B-Instruct"
+    assert display_name("llama-2-7b-chat.Q5_K_S.gguf") == "Llama-2-7B-Chat"
+    assert display_name("mixtral-8x7b-instruct-v0.1.IQ4_XS.gguf") == "Mixtral-8x7B-Instruct-v0.1"
+    assert display_name("model-f16-00001-of-00002.gguf") == "Model"
+
+
+class StopAfter:
+    """A cancel flag that turns set after ``calls`` looks: llama.cpp's abort callback
+    looks between graph nodes, so this aborts the first decode part-way, every time."""
+
+    def __init__(self, calls: int):
+        self.calls = calls
+
+    def is_set(self) -> bool:
+        self.calls -= 1
+        return self.calls < 0
+
+
+def test_a_cancelled_prefill_logs_no_error(real_model, caplog):
+    messages = [{"role": "user", "content": "word " * 1500}]
+    with caplog.at_level(logging.DEBUG, logger="iris.runtime.llama"):
+        stats = real_model.prefill(messages, cancel=StopAfter(20)).run()
+    assert stats.stopped and stats.evaluated_tokens == 0
+    llama = [r for r in caplog.records if r.name == "iris.runtime.llama"]
+    assert any("failed to decode" in r.getMessage() for r in llama)  # logged, at DEBUG
+    loud = [r.getMessage() for r in llama if r.levelno >= logging.WARNING]
+    assert loud == []
+    # the model still answers after the aborted decode
+    assert real_model.stream([{"role": "user", "content": "Hi"}], max_tokens=2,
+                             temperature=0).text()
