@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from iris_desktop import __version__
-from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_USAGE, CliError, say
+from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, say
 from iris_desktop.paths import DataDirError, app_paths
 from iris_desktop.settings import SettingsError, parse_assignments
 
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--title")
 
-    p = sub.add_parser("export", help="the full stored history of a thread, never pruned")
+    p = sub.add_parser("export", help="the full stored history of a thread, never pruned (JSON: "
+                       "every branch; Markdown: the active one)")
     p.add_argument("thread", type=int)
     p.add_argument("--format", choices=("json", "md"), default="json")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
@@ -92,6 +94,18 @@ def _add_runtime_commands(sub: Any) -> None:
     p.add_argument("--yes-shell", action="store_true",
                    help="approve every run_shell call without asking (tools.shell must be on)")
     p.add_argument("--file", metavar="PATH", help="read the message from a UTF-8 text file")
+    p.add_argument("--attach", metavar="PATH", action="append", default=[],
+                   help="attach a text file to the message (repeatable): the model reads it "
+                   "after the message, and it is stored with it")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--regenerate", action="store_true",
+                       help="answer the thread's last message again (a new alternative reply; "
+                       "needs --thread)")
+    again.add_argument("--edit", type=int, metavar="MESSAGE_ID",
+                       help="send the message in place of this earlier message of yours: a new "
+                       "branch from there, the old one kept (needs --thread)")
+    again.add_argument("--continue", dest="continue_reply", action="store_true",
+                       help="go on with the thread's stopped or cut-off last reply (needs --thread)")
     p.add_argument("message", nargs="?", help="the message; '-' reads it from standard input")
 
     p = sub.add_parser("models", help="the model library: the bundled model, other apps' GGUFs "
@@ -135,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAIL
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader left (``| head``): nothing more to say to it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Exit codes: 0 success; 1 a runtime failure (for example a model that will not lo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from iris_desktop.core.events import (
     CacheStatus,
     CompactionFinished,
+    PromptProgress,
     ReplySaved,
     ReplyStarted,
     ReplyToken,
@@ -153,6 +153,7 @@ def _maybe_load_model(host, args) -> None:
 def import_(args, overrides) -> int:
     from iris_desktop.core.conversation import (
         ConversationFormatError,
+        import_messages,
         load_conversation,
         title_from,
     )
@@ -163,25 +164,22 @@ def import_(args, overrides) -> int:
     except ConversationFormatError as exc:
         raise CliError(f"import refused, nothing was written: {exc}") from None
     with open_host(args, overrides) as host:
-        store = host.store
-        with store.transaction():
-            thread_id = store.create_thread(title or file_title or title_from(messages))
-            store.add_messages(thread_id, messages)
+        thread_id = import_messages(host.store, messages, title or file_title or title_from(messages))
     print(thread_id)
     return EXIT_OK
 
 
 def export(args, overrides) -> int:
-    from iris_desktop.core.conversation import to_markdown
+    from iris_desktop.core.conversation import export_messages, to_markdown
     from iris_desktop.core.store import row_to_message
 
     with open_host(args, overrides) as host:
         thread = _thread(host, args.thread)
-        messages = [row_to_message(r) for r in host.store.messages(args.thread)]
-    if args.format == "json":
-        text = dump_json(messages, indent=2) + "\n"
-    else:
-        text = to_markdown(thread["title"], messages)
+        if args.format == "json":  # every branch
+            text = dump_json(export_messages(host.store, args.thread), indent=2) + "\n"
+        else:  # the active branch, to read
+            text = to_markdown(thread["title"],
+                               [row_to_message(r) for r in host.store.messages(args.thread)])
     if args.output:
         _write_private(Path(args.output), text)
     else:  # Markdown is exact in a file or a pipe, and shown safely on a terminal
@@ -190,11 +188,11 @@ def export(args, overrides) -> int:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write an export; a new file is private (0600), an existing one keeps its mode."""
+    """Write an export (``write_private``), or say why not."""
+    from iris_desktop.core.conversation import write_private
+
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_private(path, text)
     except OSError as exc:
         raise CliError(f"cannot write {path} ({exc.strerror or exc}); choose another "
                        "file with -o", EXIT_FAIL) from None
@@ -338,19 +336,12 @@ def refuse_if_certainly_too_large(host, n_bytes: int, outcome: str) -> None:
     are certainly more than any history budget of this window: they need at least
     store.min_tokens(n_bytes) tokens. Tokenizing 10 MiB takes tens of seconds and over
     a gigabyte, only to reach the same answer."""
-    from iris_desktop.core.engine import TokenBudgetCalculator
-    from iris_desktop.core.store import MAX_BYTES_PER_TOKEN, min_tokens
+    from iris_desktop.core.engine import certainly_too_large
 
-    params = host.planner().params
-    budget = TokenBudgetCalculator(params.window, params.token_budget_ratio,
-                                   params.compaction_threshold).budget
-    if min_tokens(n_bytes) > budget:
-        raise CliError(
-            f"conversation too large: the newest turn alone is at least "
-            f"{min_tokens(n_bytes):,} tokens ({n_bytes:,} bytes of text; no token is longer "
-            f"than {MAX_BYTES_PER_TOKEN} bytes); the window allows at most {budget:,} (window "
-            f"{params.window:,} × ratio {params.token_budget_ratio}); {outcome}. Shorten the "
-            "message, or raise context.window and model.n_ctx", EXIT_TOO_LARGE)
+    refusal = certainly_too_large(host.planner().params, n_bytes)
+    if refusal:
+        raise CliError(f"{refusal}; {outcome}. Shorten the message, or raise context.window and "
+                       "model.n_ctx", EXIT_TOO_LARGE)
 
 
 def _print_context(r: dict[str, Any]) -> None:
@@ -402,6 +393,18 @@ class _ChatPrinter(TurnListener):
 
     def on_reply_started(self, event: ReplyStarted) -> None:
         self.reply = ""
+        if event.text and not self.as_json:  # a continued reply: what it already said
+            sys.stdout.write(terminal_safe(event.text, multiline=True))
+            sys.stdout.flush()
+
+    def on_progress(self, event: PromptProgress) -> None:
+        """How far the model has read the prompt, on one line of a terminal's stderr."""
+        if not sys.stderr.isatty():
+            return
+        line = terminal_safe(event.describe())
+        end = "\n" if event.done >= event.total else ""
+        sys.stderr.write(f"\r\x1b[K{line}{end}")
+        sys.stderr.flush()
 
     def on_token(self, event: ReplyToken) -> None:
         if not self.as_json:
@@ -499,10 +502,42 @@ def _say_where(runtime) -> None:
         say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
 
 
+def _attachments(args) -> list:
+    """The files ``--attach`` names, read as text; a file that is not text is refused
+    before anything is sent."""
+    from iris_desktop.core.attachments import AttachmentError, read_attachment
+
+    try:
+        return [read_attachment(path) for path in args.attach]
+    except AttachmentError as exc:
+        raise CliError(f"--attach: {exc}; nothing was sent or stored") from None
+
+
+def _turn_of(args, host, message: str | None, cancel: threading.Event, files, printer):
+    """The host operation ``chat``'s flags ask for: send (the default), regenerate, edit
+    or continue."""
+    options = {"confirm_shell": _shell_confirmation(args),
+               "progress": lambda event: dispatch(event, printer)}
+    if args.regenerate:
+        return host.regenerate(args.thread, cancel, **options)
+    if args.continue_reply:
+        return host.continue_reply(args.thread, cancel, **options)
+    if args.edit is not None:
+        return host.edit(args.thread, args.edit, message, cancel, **options)
+    return host.send(args.thread, message, cancel, attachments=files, **options)
+
+
 def chat(args, overrides) -> int:
     from iris_desktop.core.store import utf8_length
 
-    message = chat_message(args)
+    again = args.regenerate or args.continue_reply
+    if again or args.edit is not None:
+        if args.thread is None:
+            raise CliError("--regenerate, --edit and --continue need --thread THREAD")
+    message = None if again else chat_message(args)
+    if again and (args.message is not None or args.file is not None or args.attach):
+        raise CliError("--regenerate and --continue take no message")
+    files = _attachments(args)
     if args.model:
         overrides = {**overrides, "model.path": args.model}
     with open_host(args, overrides) as host:
@@ -510,8 +545,11 @@ def chat(args, overrides) -> int:
         _say_where(runtime)
         if args.thread is not None:
             _thread(host, args.thread)
-        refuse_if_certainly_too_large(host, utf8_length(message.strip()),
-                                      "nothing was sent or stored")
+        if message is not None:
+            from iris_desktop.core.attachments import model_text
+
+            refuse_if_certainly_too_large(host, utf8_length(model_text(message, files).strip()),
+                                          "nothing was sent or stored")
         if args.thread is not None:
             _index_for_recall(host, args.thread)
         printer = _ChatPrinter(args.json)
@@ -520,8 +558,7 @@ def chat(args, overrides) -> int:
         with _cancel_on_interrupt(cancel):
             # the thread's saved KV state is restored (only the new message is evaluated)
             # and saved again when the host closes, for the next process and the GUI
-            for event in host.send(args.thread, message, cancel,
-                                   confirm_shell=_shell_confirmation(args)):
+            for event in _turn_of(args, host, message, cancel, files, printer):
                 dispatch(event, printer)
         stats = printer.stats
         if args.json:

@@ -7,9 +7,15 @@ threads' saved KV states and the thread lifecycle (open, leave, delete). Its ope
 are generators of the typed events of ``core.events``:
 
 * :meth:`Host.send` runs one turn (the agent: plan → compact if due → stream → store),
-  then warms the new prefix up after a compaction;
+  then warms the new prefix up after a compaction; :meth:`Host.regenerate`,
+  :meth:`Host.edit` and :meth:`Host.continue_reply` run the other kinds of turn (a new
+  alternative reply, a new branch, a stopped reply going on);
 * :meth:`Host.compact` compacts a thread now;
 * :meth:`Host.prefill` evaluates a draft's request while the user types.
+
+How far the model has read a prompt the user waits for cannot be yielded while it reads:
+``PromptProgress`` events arrive through the operations' ``progress`` callback instead,
+on the same thread.
 
 The CLI (``commands``) is a print loop over them; the GUI's model thread
 (``ui.model_thread``) runs them on its thread and turns each event into a signal. Neither
@@ -30,16 +36,18 @@ import logging
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iris_desktop.core.agent import DEFAULT_TITLE, Agent
+from iris_desktop.core.attachments import Attachment
 from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.events import (
     CacheStatus,
     CompactionFinished,
+    PromptProgress,
     ThreadCreated,
     TurnDone,
     TurnEvent,
@@ -178,18 +186,23 @@ def summarizer_for(planner: Planner) -> ChatModel | None:
     return runtime
 
 
-def build_compactor(planner: Planner, store: Store, runtime: ChatModel | None = None) -> Compactor:
+def build_compactor(planner: Planner, store: Store, runtime: ChatModel | None = None,
+                    progress: Callable[[PromptProgress], None] | None = None) -> Compactor:
     """A Compactor on ``store``: the LLM path on ``runtime`` (default: the planner's, as
     ``context.summarizer`` allows), else only the extractive summarizer."""
-    return Compactor(store, planner, runtime=runtime if runtime is not None else summarizer_for(planner))
+    return Compactor(store, planner, runtime=runtime if runtime is not None else summarizer_for(planner),
+                     progress=progress)
 
 
 def build_agent(planner: Planner, store: Store, *, confirm_shell: Callable[[str], bool] | None = None,
-                compact: bool = True) -> Agent:
+                compact: bool = True, progress: Callable[[PromptProgress], None] | None = None
+                ) -> Agent:
     """An Agent on ``store`` and the planner's runtime (which must be loaded: RuntimeError).
-    ``compact=False``: no compaction at all (a scripted runtime writes no summary)."""
+    ``compact=False``: no compaction at all (a scripted runtime writes no summary).
+    ``progress`` is told how far the model has read each prompt, as it reads."""
     return Agent(store, planner, sandbox=build_sandbox(planner, confirm_shell),
-                 compactor=build_compactor(planner, store) if compact else None)
+                 compactor=build_compactor(planner, store, progress=progress) if compact else None,
+                 progress=progress)
 
 
 # -- the host ------------------------------------------------------------------------------
@@ -374,13 +387,59 @@ class Host:
 
     def send(self, thread_id: int | None, text: str, cancel: threading.Event | None = None, *,
              planner: Planner | None = None, confirm_shell: Callable[[str], bool] | None = None,
-             idle: Any = None) -> Iterator[TurnEvent]:
+             idle: Any = None, attachments: Sequence[Attachment] = (),
+             progress: Callable[[PromptProgress], None] | None = None) -> Iterator[TurnEvent]:
         """Answer ``text`` in ``thread_id`` (None: a new thread, announced by
         ThreadCreated): the thread's KV state is restored, the agent runs the turn (events
         as ``Agent.send``), and after a compaction the new prefix is evaluated at once so
         that the next message starts fast (CacheStatus; ``idle``, anything with
         ``is_set()``, preempts that warm-up; default ``cancel``). A failure outside the
         agent's own handling ends the turn with TurnFailed ("internal") and TurnDone."""
+        yield from self._turn(thread_id, lambda agent, tid, c: agent.send(tid, text, c, attachments),
+                              cancel, planner, confirm_shell, idle, progress)
+
+    def regenerate(self, thread_id: int, cancel: threading.Event | None = None, *,
+                   planner: Planner | None = None, confirm_shell: Callable[[str], bool] | None = None,
+                   idle: Any = None, progress: Callable[[PromptProgress], None] | None = None
+                   ) -> Iterator[TurnEvent]:
+        """Answer the thread's newest user message again (``Agent.regenerate``): a new
+        reply beside the old ones, from the cached prompt. Events as :meth:`send`."""
+        yield from self._turn(thread_id, lambda agent, tid, c: agent.regenerate(tid, c), cancel,
+                              planner, confirm_shell, idle, progress)
+
+    def edit(self, thread_id: int, message_id: int, text: str,
+             cancel: threading.Event | None = None, *, planner: Planner | None = None,
+             confirm_shell: Callable[[str], bool] | None = None,
+             idle: Any = None, progress: Callable[[PromptProgress], None] | None = None
+             ) -> Iterator[TurnEvent]:
+        """Send ``text`` in place of the user message ``message_id`` (``Agent.edit``): a
+        new branch from there, the old one kept. Events as :meth:`send`."""
+        yield from self._turn(thread_id, lambda agent, tid, c: agent.edit(tid, message_id, text, c),
+                              cancel, planner, confirm_shell, idle, progress)
+
+    def continue_reply(self, thread_id: int, cancel: threading.Event | None = None, *,
+                       planner: Planner | None = None,
+                       confirm_shell: Callable[[str], bool] | None = None,
+                       idle: Any = None, progress: Callable[[PromptProgress], None] | None = None
+                       ) -> Iterator[TurnEvent]:
+        """Go on with the thread's stopped or cut-off last reply (``Agent.continue_reply``).
+        Events as :meth:`send`."""
+        yield from self._turn(thread_id, lambda agent, tid, c: agent.continue_reply(tid, c),
+                              cancel, planner, confirm_shell, idle, progress)
+
+    def switch_branch(self, thread_id: int, message_id: int, step: int) -> int:
+        """Make the alternative ``step`` places from ``message_id`` (a reply, a user
+        message) active, with the newest branch below it; returns the new head. Raises
+        ValueError when there is none there."""
+        return self.store.switch_branch(thread_id, message_id, step)
+
+    def _turn(self, thread_id: int | None, operation: Callable[[Agent, int, threading.Event], Iterator[TurnEvent]],
+              cancel: threading.Event | None, planner: Planner | None,
+              confirm_shell: Callable[[str], bool] | None, idle: Any,
+              progress: Callable[[PromptProgress], None] | None = None) -> Iterator[TurnEvent]:
+        """Run one of the agent's turn operations on ``thread_id`` (None: a new thread,
+        announced by ThreadCreated): the thread's KV state restored first, the new prefix
+        warmed up after a compaction."""
         cancel = cancel or threading.Event()
         tid = thread_id
         try:
@@ -394,9 +453,9 @@ class Host:
             if restored:
                 yield CacheStatus(tid, "restored", restored)
             agent = build_agent(planner, self.store, confirm_shell=confirm_shell,
-                                compact=self.compacts)
+                                compact=self.compacts, progress=progress)
             compacted = False
-            for event in agent.send(tid, text, cancel):
+            for event in operation(agent, tid, cancel):
                 compacted = compacted or isinstance(event, CompactionFinished)
                 yield event
                 if (isinstance(event, TurnDone) and compacted and event.next_request is not None
@@ -406,8 +465,8 @@ class Host:
             yield from self._failed(tid, exc, "The turn failed")
 
     def compact(self, thread_id: int, cancel: threading.Event | None = None, *,
-                planner: Planner | None = None, trigger: str = "manual",
-                force: bool = True) -> Iterator[TurnEvent]:
+                planner: Planner | None = None, trigger: str = "manual", force: bool = True,
+                progress: Callable[[PromptProgress], None] | None = None) -> Iterator[TurnEvent]:
         """Compact ``thread_id`` now (Compact now; ``force``: whatever the triggers and the
         circuit breaker say), reported as CompactionStarted, CompactionFinished and a
         TurnDone with the request the thread sends next. Stop (``cancel``) ends a
@@ -415,7 +474,7 @@ class Host:
         try:
             planner = planner or self.planner()
             store = self.store
-            compactor = build_compactor(planner, store)
+            compactor = build_compactor(planner, store, progress=progress)
             yield from compactor.run_events(thread_id, trigger, cancel, force=force)
             planned = planner.plan_or_error(store, thread_id)
             yield TurnDone(thread_id, "stop", next_request=planned

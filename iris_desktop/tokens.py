@@ -44,6 +44,23 @@ class TokenCounter(Protocol):
         ...
 
 
+def continues_reply(messages: list[Message]) -> bool:
+    """A request whose last message is an assistant message of text marked
+    ``"prefix": True`` (the convention of Mistral's and DeepSeek's APIs): every runtime
+    goes on with that message instead of starting a new one (a stopped reply is
+    continued), and counts its prompt so. Unmarked, a trailing assistant message is
+    closed and a new reply begins, as always."""
+    last = messages[-1] if messages else None
+    return bool(last and last.get("role") == "assistant" and last.get("prefix") is True
+                and not last.get("tool_calls") and isinstance(last.get("content"), str)
+                and last["content"])
+
+
+def as_prefix(message: Message) -> Message:
+    """``message`` marked to be continued (see :func:`continues_reply`)."""
+    return {**message, "prefix": True}
+
+
 def message_text(message: Message) -> str:
     """The visible text of a message as one string: content plus serialized tool calls.
 

@@ -87,16 +87,19 @@ class ScriptedRuntime:
 
     def stream(self, messages, *, max_tokens, temperature=0.7, cancel=None, json_schema=None,
                response_format=None, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
-               seed=None, stop=None, tools=None, deadline=None) -> Generation:
+               seed=None, stop=None, tools=None, deadline=None, progress=None) -> Generation:
         return Generation(lambda result: self._stream(result, messages, max_tokens, cancel,
-                                                      deadline))
+                                                      deadline, progress))
 
-    def _stream(self, result, messages, max_tokens, cancel, deadline):
+    def _stream(self, result, messages, max_tokens, cancel, deadline, progress=None):
         self.requests.append(messages)
         self.deadlines.append(None if deadline is None else deadline - time.monotonic())
         item = self.replies.pop(0) if self.replies else "(no more scripted replies)"
         text = item(messages) if callable(item) and not isinstance(item, Exception) else item
         prompt = self.count_prompt(messages)
+        if progress is not None:  # as a real model reports its prompt: before, and after it
+            progress(0, prompt)
+            progress(prompt, prompt)
         pieces = (text if isinstance(text, str) else "partial reply").split(" ")
         finish = "stop"
         produced = 0

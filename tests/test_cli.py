@@ -368,3 +368,52 @@ def test_delete_leaves_no_trace_of_the_chat_under_the_data_folder(capsys, tmp_pa
     assert [t["id"] for t in json.loads(out)] == [kept]
     code, _, err = run(capsys, *base, "delete", "1", "--yes")
     assert code == 2 and "no thread 1" in err
+
+
+def test_regenerate_edit_continue_and_a_branched_export_round_trip(capsys, tmp_path, model_path):
+    """The CLI's branch operations on the real model: --regenerate evaluates at most the
+    template tokens before the reply (counted), --continue goes on from a cut-off reply,
+    --edit starts a branch; export writes every branch and import rebuilds the same tree."""
+    data = tmp_path / "home"
+    base = ["--data-dir", str(data), "--set", f"model.path={model_path}", "--set", "model.n_ctx=2048",
+            "--set", "model.temperature=0"]
+    code, out, err = run(capsys, *base, "--set", "model.max_tokens=5", "chat", "--json",
+                         "Count from one to ten in words.")
+    assert code == 0, err
+    first = json.loads(out)
+    assert first["finish_reason"] == "length"
+    code, out, err = run(capsys, *base, "--set", "model.max_tokens=5", "chat", "--thread", "1",
+                         "--continue", "--json")
+    continued = json.loads(out)
+    assert code == 0 and continued["reply"].startswith(first["reply"]), err
+    assert len(continued["reply"]) > len(first["reply"])
+    code, out, err = run(capsys, *base, "--set", "model.max_tokens=5", "chat", "--thread", "1",
+                         "--regenerate", "--json")
+    again = json.loads(out)
+    assert code == 0, err
+    assert again["prompt_tokens"] == first["prompt_tokens"] and again["evaluated_tokens"] <= 1
+    code, out, err = run(capsys, *base, "--set", "model.max_tokens=5", "chat", "--thread", "1",
+                         "--edit", "1", "--json", "Count from one to five in words.")
+    assert code == 0, err
+    code, exported, _ = run(capsys, *base, "export", "1")
+    tree = json.loads(exported)
+    assert tree["format"] == "iris-branches"
+    nodes = [m["iris"] for m in tree["messages"]]
+    # the question and its three replies (cut, continued, regenerated), the edit and its reply
+    assert len(nodes) == 6 and sum(n["active"] for n in nodes) == 2
+    assert [m["content"] for m in tree["messages"] if m["iris"]["active"]][0].startswith("Count from one to five")
+    (tmp_path / "tree.json").write_text(exported)
+    code, out, err = run(capsys, *base, "import", str(tmp_path / "tree.json"))
+    assert code == 0, err
+    copy = out.strip()
+    code, again_exported, _ = run(capsys, *base, "export", copy)
+    strip = lambda doc: [{k: v for k, v in m.items() if k != "iris"} | {
+        "parent": None if m["iris"]["parent_id"] is None else
+        [n["iris"]["id"] for n in doc["messages"]].index(m["iris"]["parent_id"]),
+        "active": m["iris"]["active"]} for m in doc["messages"]]
+    assert strip(json.loads(again_exported)) == strip(tree)
+    code, out, _ = run(capsys, *base, "context", copy, "--json", "--no-model")
+    states = json.loads(out)["messages"]
+    assert len(states) == 2  # the active branch only
+    code, _, err = run(capsys, *base, "chat", "--regenerate")
+    assert code == 2 and "need --thread" in err

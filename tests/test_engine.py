@@ -383,3 +383,17 @@ def test_a_build_costs_the_same_on_a_long_thread_counted_in_sqlite_steps(fresh_s
         engine.build(thread)
         fresh_store.conn.set_progress_handler(None, 0)
     assert steps[40_000] <= 1.5 * steps[2_000], steps
+
+
+def test_a_reply_written_after_its_request_is_not_shown_as_left_out(fresh_store):
+    """The request a turn sent does not include the reply being written to it: the views
+    draw its states from that request, and the reply must not read "not sent"."""
+    engine = engine_for(fresh_store, 4096)
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_message(thread, {"role": "user", "content": "Hello"})
+    request = engine.build(thread)
+    reply = fresh_store.add_message(thread, {"role": "assistant", "content": ""}, status="streaming")
+    states = {m["id"]: m["state"] for m in engine.describe(request)}
+    assert states[reply] == "verbatim"
+    fresh_store.update_streaming(reply, "Hi!", status="complete")
+    assert {m["id"]: m["state"] for m in engine.describe(request)}[reply] == "verbatim"

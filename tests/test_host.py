@@ -168,3 +168,80 @@ def test_after_a_compaction_the_new_prefix_is_warmed_up_once_the_reply_is_saved(
     assert after[-1].state == "warmed" and after[-1].describe() == "Ready (warmed up)"
     request = events[done].next_request
     assert host.runtime.kv_tokens() == host.runtime.prompt_tokens(request.messages)
+
+
+def test_a_regenerated_reply_starts_from_the_cached_prompt(real_host):
+    """Regenerate sends the request the old reply answered: llama.cpp keeps the whole
+    prompt in its cache and evaluates the last token again (counted, not timed)."""
+    host = real_host
+    thread = new_thread(host, "Name a colour.")
+    first = host.store.requests(thread)[-1]
+    events = list(host.regenerate(thread))
+    saved = next(e for e in events if isinstance(e, ReplySaved))
+    again = host.store.requests(thread)[-1]
+    assert again["prompt_tokens"] == first["prompt_tokens"] == again["predicted_prompt_tokens"]
+    assert saved.stats.evaluated_tokens <= 1 and saved.stats.reused_tokens >= first["prompt_tokens"] - 1
+    assert len(host.store.alternatives(saved.message_id)) == 2
+
+
+def test_a_stopped_reply_is_continued_with_an_exact_prompt(real_host, model_path):
+    """Continue: the request ends inside the stopped reply (no closing tokens, no new
+    assistant turn); the planner predicts it to the token."""
+    host = real_host
+    thread = host.create_thread("t")
+    host.settings = host.settings.with_overrides({"model.max_tokens": "6"})
+    first = list(host.send(thread, "Count from one to twenty, in words, separated by spaces."))
+    cut = next(e for e in first if isinstance(e, ReplySaved))
+    assert first[-1].finish_reason == "length" and cut.text
+    host.settings = host.settings.with_overrides({"model.max_tokens": "8"})
+    more = list(host.continue_reply(thread))
+    done = next(e for e in more if isinstance(e, ReplySaved))
+    assert done.text.startswith(cut.text) and len(done.text) > len(cut.text)
+    row = host.store.requests(thread)[-1]
+    assert row["prompt_tokens"] == row["predicted_prompt_tokens"]
+    request = next(e for e in more if type(e).__name__ == "RequestSent").request
+    prompt = host.runtime.prompt_tokens(request.messages)
+    assert host.runtime.detokenize(prompt).endswith(cut.text)  # it ends inside the reply
+    assert done.stats.evaluated_tokens <= 2  # the cached prompt and reply were reused
+
+
+def test_prompt_progress_arrives_while_the_model_reads(tmp_path):
+    """The scripted runtime reports its prompt as a real one does (before, then after):
+    the host hands those on as PromptProgress with the time it took so far."""
+    from iris_desktop.core.events import PromptProgress
+
+    seen: list[PromptProgress] = []
+    with Host(tmp_path, runtime=ScriptedRuntime(["Hi."]), compact=False) as host:
+        host.load_model()
+        list(host.send(None, "Hello", progress=seen.append))
+    assert [e.what for e in seen] == ["reply", "reply"]
+    assert seen[0].done == seen[0].start == 0 and seen[-1].done == seen[-1].total > 0
+    assert seen[-1].describe().startswith(f"Reading the conversation… {seen[-1].total:,} of")
+
+
+def test_progress_says_how_long_is_left_at_the_pace_so_far():
+    from iris_desktop.core.events import PromptProgress
+
+    event = PromptProgress(1, done=1536, total=4096, start=512, elapsed_s=8.0)
+    assert event.seconds_left() == pytest.approx(20.0)  # 1,024 tokens in 8 s; 2,560 to go
+    assert event.describe() == "Reading the conversation… 1,536 of 4,096 tokens (37%), about 20 s left"
+    assert PromptProgress(1, 0, 100).seconds_left() is None
+    assert "Summarizing…" in PromptProgress(1, 50, 100, what="summary").describe()
+
+
+def test_the_local_model_reports_its_prompt_batch_by_batch(real_host):
+    """A long first prompt (several 512-token batches): progress before it (nothing
+    cached) and after each batch, up to the whole prompt."""
+    from iris_desktop.core.events import PromptProgress
+
+    host = real_host
+    seen: list[PromptProgress] = []
+    text = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(80))
+    events = list(host.send(None, text, progress=seen.append))
+    assert isinstance(events[-1], TurnDone) and events[-1].finish_reason != "error"
+    total = seen[-1].total
+    assert total > 1024 and seen[0].done == seen[0].start and seen[-1].done == total
+    dones = [e.done for e in seen]
+    assert dones == sorted(dones) and len(dones) >= 3  # before, then every batch
+    assert all(b - a <= 512 for a, b in zip(dones[1:], dones[2:]))
+    assert seen[-2].seconds_left() is not None

@@ -270,6 +270,10 @@ def test_run_gui_starts_loads_and_closes_the_model(qtbot, tmp_path, model_path, 
 
     QTimer.singleShot(50, quit_when_ready)
     code = app_module.run_gui(tmp_path / "gui", {"model.path": str(model_path)})
+    # the quit leaves every later event loop returning at once (QEventLoop.exec() == -1,
+    # so qtbot.wait never waits); one more exec() of the application clears it
+    QTimer.singleShot(0, QApplication.instance().quit)
+    QApplication.instance().exec()
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, "_iris", False)]:
         root.removeHandler(handler)

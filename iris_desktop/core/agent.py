@@ -22,13 +22,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from iris_desktop.core.attachments import Attachment, with_attachments
 from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.conversation import title_from
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
 from iris_desktop.core.events import (
+    PromptProgress,
     ReplySaved,
     ReplyStarted,
     ReplyToken,
@@ -38,6 +40,7 @@ from iris_desktop.core.events import (
     TurnEvent,
     TurnFailed,
     UserSaved,
+    progress_reporter,
 )
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.ports import Usage
@@ -63,6 +66,7 @@ class Agent:
         sandbox: Sandbox | None = None,
         compactor: Compactor | None = None,
         clock: Callable[[], float] = time.monotonic,
+        progress: Callable[[PromptProgress], None] | None = None,
     ):
         if planner.runtime is None:
             raise RuntimeError("no model is loaded")
@@ -73,35 +77,110 @@ class Agent:
         self.sandbox = sandbox
         self.compactor = compactor
         self.clock = clock
+        #: told how far the model has read each prompt, while it reads (PromptProgress)
+        self.progress = progress
         self.model_name = self.runtime.model_name
 
     # -- the turn ---------------------------------------------------------------------------
 
     def send(
-        self, thread_id: int, text: str, cancel: threading.Event | None = None
+        self, thread_id: int, text: str, cancel: threading.Event | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> Iterator[TurnEvent]:
-        """Commit ``text`` as the user's message and run the turn it starts."""
+        """Commit ``text`` (with its ``attachments``: files the model reads after it) as
+        the user's message and run the turn it starts."""
         cancel = cancel or threading.Event()
         thread = self.store.thread(thread_id)
-        user_id = self.store.add_message(thread_id, {"role": "user", "content": text})
+        tokens = [self.planner.counter.count_text(a.block()) for a in attachments]
+        message = with_attachments(text, attachments, tokens)
+        user_id = self.store.add_message(thread_id, message)
         if thread["title"] == DEFAULT_TITLE:
-            self.store.rename_thread(thread_id, title_from([{"role": "user", "content": text}]))
+            named = text if text.strip() else ", ".join(a.name for a in attachments)
+            self.store.rename_thread(thread_id, title_from([{"role": "user", "content": named}]))
+        yield UserSaved(thread_id, user_id, text, tuple(zip((a.name for a in attachments), tokens)))
+        yield from self.run(thread_id, cancel)
+
+    def regenerate(self, thread_id: int, cancel: threading.Event | None = None
+                   ) -> Iterator[TurnEvent]:
+        """Answer the active branch's newest user message again. The new reply is an
+        alternative beside the old ones, which stay (switch between them with
+        ``Store.switch_branch``); its request is the one the old reply answered, so the
+        prompt is in the KV cache already. Nothing changes when no reply could start (the
+        chat too large, say): the old reply stays the active one."""
+        cancel = cancel or threading.Event()
+        user = self.store.newest_user_message(thread_id)
+        if user is None:
+            yield TurnFailed(thread_id, "There is no message of yours to answer again", "internal")
+            yield TurnDone(thread_id, "error")
+            return
+        yield from self._on_branch(thread_id, user, self.run(thread_id, cancel))
+
+    def edit(self, thread_id: int, message_id: int, text: str,
+             cancel: threading.Event | None = None) -> Iterator[TurnEvent]:
+        """Send ``text`` in place of the user message ``message_id`` of the active branch:
+        a new branch starts where that message was (the old one is kept, an alternative
+        of the new message), and the turn it starts runs."""
+        cancel = cancel or threading.Event()
+        row = self.store.messages_by_id([message_id]).get(message_id)
+        if (row is None or row["thread_id"] != thread_id or row["role"] != "user"
+                or not self.store.on_path(thread_id, [message_id])):
+            yield TurnFailed(thread_id, f"Message {message_id} is not a message of yours in "
+                             "this chat's active branch", "internal")
+            yield TurnDone(thread_id, "error")
+            return
+        user_id = self.store.add_message(thread_id, {"role": "user", "content": text},
+                                         parent_id=row["parent_id"])
         yield UserSaved(thread_id, user_id, text)
         yield from self.run(thread_id, cancel)
 
-    def run(self, thread_id: int, cancel: threading.Event) -> Iterator[TurnEvent]:
-        """Answer the newest stored turn (after a user message or a tool result)."""
+    def continue_reply(self, thread_id: int, cancel: threading.Event | None = None
+                       ) -> Iterator[TurnEvent]:
+        """Go on with the active branch's last reply from where it stopped (Stop, its
+        token cap, a failure). The runtime continues the request's trailing assistant
+        message; the continued reply is a new alternative holding the old text and what
+        follows (``ReplyStarted.replaces`` names the old one, which stays)."""
+        cancel = cancel or threading.Event()
+        head = self.store.head(thread_id)
+        row = self.store.messages_by_id([head]).get(head) if head is not None else None
+        if row is None or row["role"] != "assistant" or row["tool_calls"] or not row["content"]:
+            yield TurnFailed(thread_id, "There is no stopped reply to continue", "internal")
+            yield TurnDone(thread_id, "error")
+            return
+        yield from self.run(thread_id, cancel, continuing=row)
+
+    def _on_branch(self, thread_id: int, head: int, turn: Iterator[TurnEvent]
+                   ) -> Iterator[TurnEvent]:
+        """Run ``turn`` with the active branch cut back to ``head``; when no reply
+        started, the branch is put back as it was."""
+        before = self.store.head(thread_id)
+        self.store.set_head(thread_id, head)
+        started = False
+        try:
+            for event in turn:
+                started = started or isinstance(event, ReplyStarted)
+                yield event
+        finally:
+            if not started:
+                self.store.set_head(thread_id, before)
+
+    def run(self, thread_id: int, cancel: threading.Event, continuing: dict | None = None
+            ) -> Iterator[TurnEvent]:
+        """Answer the newest stored turn (after a user message or a tool result), or go on
+        with the reply ``continuing`` (a stored row: the head of the active branch)."""
         calls_made = 0
         while True:
             tools_allowed = calls_made < self.config.max_calls_per_turn
-            request = yield from self._request(thread_id, tools_allowed, cancel)
+            request = yield from self._request(thread_id, tools_allowed, cancel,
+                                               continuing is not None)
             if isinstance(request, ConversationTooLargeException):
                 yield TurnFailed(thread_id, f"Conversation too large: {request}", "too_large",
                                  needed=request.needed, allowed=request.allowed)
                 yield TurnDone(thread_id, "error")
                 return
             yield RequestSent(thread_id, request)
-            reply_id, reply_text, stats, error = yield from self._stream(thread_id, request, cancel)
+            reply_id, reply_text, stats, error = yield from self._stream(
+                thread_id, request, cancel, continuing)
+            continuing = None
             if error is not None:
                 yield TurnFailed(thread_id, error, "model", message_id=reply_id)
                 yield TurnDone(thread_id, "error")
@@ -109,7 +188,7 @@ class Agent:
             cancelled = stats is not None and stats.finish_reason == "cancelled"
             offered = self.planner.tool_prompt(tools_allowed).definitions
             content, calls = self._save_reply(reply_id, reply_text, offered, cancelled)
-            self._record(thread_id, request, stats)
+            self._record(thread_id, request, stats, reply_id)
             yield ReplySaved(thread_id, reply_id, content,
                              "interrupted" if cancelled else "complete", stats,
                              tuple(c.to_openai() for c in calls))
@@ -131,17 +210,20 @@ class Agent:
                 yield TurnDone(thread_id, "cancelled")
                 return
 
-    def _request(self, thread_id: int, tools_allowed: bool, cancel: threading.Event):
-        """The planner's request, compacting first when it says compaction is due.
-        Returns the request, or the ConversationTooLargeException that stops the turn."""
+    def _request(self, thread_id: int, tools_allowed: bool, cancel: threading.Event,
+                 continuing: bool = False):
+        """The planner's request, compacting first when it says compaction is due (the
+        one that goes on with the last reply: ``continuing``). Returns the request, or the
+        ConversationTooLargeException that stops the turn."""
         if self.compactor is not None:
             yield from self.compactor.before_request(thread_id, cancel)
-        return self._plan(thread_id, tools_allowed)
+        return self._plan(thread_id, tools_allowed, continuing)
 
-    def _plan(self, thread_id: int, tools_allowed: bool
+    def _plan(self, thread_id: int, tools_allowed: bool, continuing: bool = False
               ) -> ContextRequest | ConversationTooLargeException:
         try:
-            return self.planner.plan(self.store, thread_id, tools_allowed=tools_allowed)
+            return self.planner.plan(self.store, thread_id, tools_allowed=tools_allowed,
+                                     continuing=continuing)
         except ConversationTooLargeException as exc:
             return exc
 
@@ -178,19 +260,25 @@ class Agent:
         text, ok = self._run_tool(call, cancel)
         return text, ok, True
 
-    def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event):
+    def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event,
+                continuing: dict | None = None):
         """Stream the reply to ``request``, saving it as it grows; returns (reply id, text,
-        stats, error). A failing model keeps the partial text, marked ``error``."""
+        stats, error). A failing model keeps the partial text, marked ``error``. A reply
+        ``continuing`` another starts with its text, beside it (the same parent)."""
+        start = continuing["content"] if continuing else ""
         reply_id = self.store.add_message(
-            thread_id, {"role": "assistant", "content": ""}, status="streaming"
+            thread_id, {"role": "assistant", "content": start}, status="streaming",
+            **({"parent_id": continuing["parent_id"]} if continuing else {}),
         )
-        yield ReplyStarted(thread_id, reply_id)
-        pieces: list[str] = []
+        yield ReplyStarted(thread_id, reply_id, start, continuing["id"] if continuing else None)
+        pieces: list[str] = [start]
         last_save = self.clock()
-        saved_len = 0
+        saved_len = len(start)
         generation = None
         try:
-            extra = {"tools": request.tool_definitions} if request.tool_definitions else {}
+            extra: dict[str, Any] = {"tools": request.tool_definitions} if request.tool_definitions else {}
+            if self.progress is not None:
+                extra["progress"] = progress_reporter(self.progress, thread_id, "reply", self.clock)
             generation = self.runtime.stream(
                 request.messages, max_tokens=self.config.max_tokens,
                 temperature=self.config.temperature, cancel=cancel, **extra,
@@ -226,8 +314,11 @@ class Agent:
         result = self.sandbox.run(call.name, call.arguments, cancel=cancel)
         return result.content, result.ok
 
-    def _record(self, thread_id: int, request: ContextRequest, stats: Usage | None) -> None:
+    def _record(self, thread_id: int, request: ContextRequest, stats: Usage | None,
+                reply_id: int) -> None:
         row: dict[str, Any] = {
+            "head_id": max(request.included_ids, default=None),
+            "reply_id": reply_id,
             "model": self.model_name,
             "window": request.breakdown.window,
             "counter": request.counter,

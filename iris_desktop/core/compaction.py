@@ -48,7 +48,9 @@ from iris_desktop.core.events import (
     CompactionEvent,
     CompactionFinished,
     CompactionStarted,
+    PromptProgress,
     TurnEvent,
+    progress_reporter,
 )
 from iris_desktop.core.extractive import ExtractiveSummarizer, paths_in
 from iris_desktop.core.planner import Planner
@@ -143,6 +145,7 @@ class Compactor:
         runtime: ChatModel | None = None,
         summarizer_window: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        progress: Callable[[PromptProgress], None] | None = None,
     ):
         self.store = store
         self.planner = planner
@@ -152,6 +155,9 @@ class Compactor:
         self.runtime = runtime
         self.summarizer_window = summarizer_window or (runtime.n_ctx if runtime else None)
         self.clock = clock
+        #: told how far the model has read each summary prompt (PromptProgress)
+        self.progress = progress
+        self._thread_id = 0  # the thread being compacted, for the progress events
         self.extractive = ExtractiveSummarizer(self.counter)
 
     # -- when -----------------------------------------------------------------------------
@@ -254,6 +260,7 @@ class Compactor:
                 return self._skip(thread_id, trigger, "another Iris process compacted this "
                                   "thread just now; its summary is used")
             event, record = CompactionEvent(trigger), None
+            self._thread_id = thread_id
             try:
                 event, record = self._compact(
                     thread_id, trigger, cancel,
@@ -329,7 +336,7 @@ class Compactor:
         if not metas:
             raise CompactionFailed("nothing to compact: every message is already summarized")
         plan = _Plan([], [], engine.request_costs(metas), frame.system_tokens + frame.tool_tokens,
-                     _base_prompt(engine, thread_id, self.params.system_prompt),
+                     engine.base_system(thread_id)[1],
                      frame.summary_tokens, tools=tools)
         # a split inside the newest turn keeps that turn's request verbatim (the engine's
         # anchor), so its cost is held back from the tail's share; when it cannot fit
@@ -430,10 +437,12 @@ class Compactor:
             # each call gets the whole timeout: a long import's first compaction folds
             # many chunks, and is slow for its size, not stuck
             deadline = time.monotonic() + self.settings.timeout_s
+            report = None if self.progress is None else progress_reporter(
+                self.progress, self._thread_id, "summary", self.clock)
             generation = runtime.stream(
                 _summary_prompt(summary, chunk, instructions), max_tokens=llm_cap,
                 temperature=0.0, cancel=cancel, json_schema=schema, repeat_penalty=1.15,
-                deadline=deadline)
+                deadline=deadline, progress=report)
             text = "".join(generation)
             stats = generation.stats
             if stats is not None and stats.finish_reason == "cancelled":
@@ -495,12 +504,6 @@ class Compactor:
             raise CompactionFailed(
                 f"the context would stay above the threshold ({after} ≥ {self.trigger_tokens})")
         return after
-
-
-def _base_prompt(engine: ContextEngine, thread_id: int, default: str) -> str:
-    """The system prompt the summary goes into: the thread's own, else the setting."""
-    _, thread_system = engine.pinned_system(thread_id)
-    return thread_system if thread_system is not None else default
 
 
 def _newest_task(metas: list[MessageMeta]) -> MessageMeta | None:

@@ -3,17 +3,29 @@
 Accepted on import: a JSON array of messages, a JSON object with a ``messages`` array
 (other keys ignored, as in the test corpus), or JSONL with one message per line. Every
 message is checked before anything is written; the error names the line or index.
+
+A thread with branches (regenerated replies, edited messages) exports every branch: an
+object ``{"format": "iris-branches", "title": …, "messages": […]}`` whose messages each
+carry ``"iris": {"id": …, "parent_id": …, "active": …}`` (``active``: on the active
+branch); import rebuilds the same tree with the same branch active. A thread of one
+branch exports as the plain list it always was.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.store import ROLES, sent_at_of
+from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
 from iris_desktop.tokens import Message
+
+#: the ``format`` of an export that holds every branch of a thread
+BRANCHES_FORMAT = "iris-branches"
+#: where a branched export keeps a message's place in the tree
+TREE_KEY = "iris"
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
 _TOO_LONG_NUMBER = (f"a number has more than {sys.get_int_max_str_digits():,} digits, "
@@ -153,6 +165,63 @@ def validate_messages(messages: list[Any], where=lambda i: f"message index {i}")
                 f"{where(i)}: its time is not a date ({exc}); use ISO 8601 such as "
                 "2024-03-04T19:30:00+01:00, or seconds since 1970") from None
         _check_storable(message, where(i))
+    validate_tree(messages, where)
+
+
+def validate_tree(messages: list[Message], where=lambda i: f"message index {i}") -> None:
+    """A branched export's tree (``TREE_KEY`` on every message, or on none): unique ids,
+    each parent an earlier message, ``active`` a boolean."""
+    marked = [TREE_KEY in m for m in messages]
+    if not any(marked):
+        return
+    seen: set[Any] = set()
+    for i, message in enumerate(messages):
+        node = message.get(TREE_KEY)
+        if not isinstance(node, dict) or isinstance(node.get("id"), bool) or \
+                not isinstance(node.get("id"), int):
+            raise ConversationFormatError(f"{where(i)}: a branched export needs "
+                                          f"'{TREE_KEY}': {{'id': …}} on every message")
+        parent = node.get("parent_id")
+        if parent is not None and parent not in seen:
+            raise ConversationFormatError(f"{where(i)}: parent_id {parent!r} is not an earlier message")
+        if node["id"] in seen:
+            raise ConversationFormatError(f"{where(i)}: id {node['id']} appears twice")
+        if not isinstance(node.get("active", False), bool):
+            raise ConversationFormatError(f"{where(i)}: 'active' must be true or false")
+        seen.add(node["id"])
+
+
+def export_messages(store: Store, thread_id: int) -> Any:
+    """What a JSON export of the thread holds: the plain message list for one branch,
+    every branch (see the module docstring) when it has more."""
+    if not store.has_branches(thread_id):
+        return [row_to_message(r) for r in store.messages(thread_id)]
+    thread = store.thread(thread_id)
+    messages = [{**row_to_message(r), TREE_KEY: {"id": r["id"], "parent_id": r["parent_id"],
+                                                "active": bool(r["on_path"])}}
+                for r in store.all_messages(thread_id)]
+    return {"format": BRANCHES_FORMAT, "title": thread["title"], "messages": messages}
+
+
+def import_messages(store: Store, messages: list[Message], title: str) -> int:
+    """Store validated ``messages`` as a new thread, in one transaction; a branched
+    export's tree is rebuilt with the same branch active. Returns the thread's id."""
+    with store.transaction():
+        thread_id = store.create_thread(title)
+        if not any(TREE_KEY in m for m in messages):
+            store.add_messages(thread_id, messages)
+            return thread_id
+        ids: dict[Any, int] = {}
+        active = None
+        for message in messages:
+            node = message[TREE_KEY]
+            plain = {k: v for k, v in message.items() if k != TREE_KEY}
+            parent = ids[node["parent_id"]] if node.get("parent_id") is not None else None
+            ids[node["id"]] = store.add_messages(thread_id, [plain], parent_id=parent)[0]
+            if node.get("active"):
+                active = ids[node["id"]]
+        store.set_head(thread_id, active if active is not None else max(ids.values()))
+    return thread_id
 
 
 def _check_storable(value: Any, where: str) -> None:
@@ -167,6 +236,14 @@ def _check_storable(value: Any, where: str) -> None:
             "fix that escape in the file") from None
     except RecursionError:
         raise ConversationFormatError(f"{where}: nested too deeply to be stored") from None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write an export: a new file is private (0600), an existing one keeps its mode.
+    Raises OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def title_from(messages: list[Message], limit: int = 60) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 from iris_desktop.core.config import ContextParams
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.store import (
+    MAX_BYTES_PER_TOKEN,
     MessageMeta,
     Store,
     SummaryRow,
@@ -234,6 +235,22 @@ def compose_system(base: str, tools_text: str = "", summary_text: str = "") -> s
     return "\n\n".join(parts)
 
 
+def certainly_too_large(params: ContextParams, n_bytes: int) -> str | None:
+    """Why ``n_bytes`` of text in the newest turn certainly do not fit any history budget
+    of this window (they need at least ``min_tokens(n_bytes)`` tokens), known without
+    tokenizing (10 MiB take tens of seconds and over a gigabyte to reach the same
+    answer); None when they might fit. The CLI refuses a message with it, the composer
+    a file."""
+    budget = TokenBudgetCalculator(params.window, params.token_budget_ratio,
+                                   params.compaction_threshold).budget
+    if min_tokens(n_bytes) <= budget:
+        return None
+    return (f"conversation too large: the newest turn alone is at least {min_tokens(n_bytes):,} "
+            f"tokens ({n_bytes:,} bytes of text; no token is longer than {MAX_BYTES_PER_TOKEN} "
+            f"bytes); the window allows at most {budget:,} (window {params.window:,} × ratio "
+            f"{params.token_budget_ratio})")
+
+
 def wire_message(message: Message) -> Message:
     """Only the keys a chat template understands."""
     wire: Message = {"role": message["role"], "content": message.get("content")}
@@ -355,6 +372,16 @@ class ContextEngine:
             ids.append(row["id"])
             texts.append(row["content"] or "")
         return ids, ("\n\n".join(texts) if ids else None)
+
+    def base_system(self, thread_id: int) -> tuple[list[int], str]:
+        """(the thread's leading system message ids, the system prompt its requests start
+        with): the chat's own prompt (set in its settings) if it has one, else its own
+        leading system message(s), else ``chat.system_prompt``."""
+        pinned_ids, thread_system = self.pinned_system(thread_id)
+        own = self.store.system_prompt_of(thread_id) if thread_id > 0 else None
+        if own is not None:
+            return pinned_ids, own
+        return pinned_ids, thread_system if thread_system is not None else self.params.system_prompt
 
     def summary_text(self, summary: SummaryRow | None) -> str:
         return summary_block(summary.text) if summary else ""
@@ -514,8 +541,7 @@ class ContextEngine:
         """Step 1, the budget: what the system message, tools and summary cost, and what
         is left for verbatim history (``TokenBudgetCalculator``)."""
         summary = self.store.latest_summary(thread_id)
-        pinned_ids, thread_system = self.pinned_system(thread_id)
-        base = thread_system if thread_system is not None else self.params.system_prompt
+        pinned_ids, base = self.base_system(thread_id)
         system_tokens, tool_tokens, summary_tokens, system_message = self.system_costs(
             base, tools_text, self.summary_text(summary))
         tool_tokens += native_tool_tokens
@@ -714,9 +740,10 @@ class ContextEngine:
     # -- the full picture -----------------------------------------------------------------
 
     def describe(self, request: ContextRequest) -> list[dict[str, Any]]:
-        """Every stored message, in order, with its turn, tokens and state."""
+        """Every stored message of the active branch, in order, with its turn, tokens and
+        state."""
         thread_id = request.thread_id
-        last = self.store.newest_message_id(thread_id)
+        last = self.store.head(thread_id) if thread_id > 0 else None
         if last is None:
             return []
         metas = ensure_counts(
@@ -728,9 +755,12 @@ class ContextEngine:
         pinned = set(request.pinned_ids)
         recalled = set(request.recall.ids)
         covered = request.summary.covers_through_id if request.summary else 0
+        # a message written after the request was planned (the reply to it, streaming or
+        # saved since) is not left out of it: it goes into the next one
+        newest = max([*included, *pinned], default=0)
         result = []
         for m in metas:
-            if m.id in pinned:
+            if m.id in pinned or (m.id > newest and m.id > covered) or m.status == "streaming":
                 state = "verbatim"
             elif m.id in pruned:
                 state = "pruned"

@@ -9,6 +9,8 @@ dicts: a compaction carries a :class:`CompactionEvent`, a request the
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -91,12 +93,72 @@ class CacheStatus:
 
 
 @dataclass(frozen=True)
+class PromptProgress:
+    """How far the model has read a prompt the user waits for: ``done`` of ``total``
+    prompt tokens are in its cache (``start`` of them were there before it began),
+    ``elapsed_s`` since it began. ``what``: reply | summary. It arrives while the
+    evaluation runs, through the ``progress`` callback of the host's turn operations
+    (a generator cannot yield in the middle of an evaluation)."""
+
+    thread_id: int
+    done: int
+    total: int
+    start: int = 0
+    elapsed_s: float = 0.0
+    what: str = "reply"
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+    def seconds_left(self) -> float | None:
+        """At the pace so far; None before there is one."""
+        read = self.done - self.start
+        if read <= 0 or self.elapsed_s <= 0:
+            return None
+        return (self.total - self.done) * self.elapsed_s / read
+
+    def describe(self) -> str:
+        """"Reading the conversation… 1,536 of 4,096 tokens (37%), about 12 s left"."""
+        label = "Reading the conversation" if self.what == "reply" else "Summarizing"
+        left = self.seconds_left()
+        eta = f", about {left:,.0f} s left" if left is not None and self.done < self.total else ""
+        return (f"{label}… {self.done:,} of {self.total:,} tokens "
+                f"({100 * self.done // max(self.total, 1)}%){eta}")
+
+
+def progress_reporter(report: Callable[[PromptProgress], None], thread_id: int, what: str,
+                      clock: Callable[[], float] = time.monotonic) -> Callable[[int, int], None]:
+    """A runtime's ``progress(done, total)`` callback for one evaluation, as PromptProgress
+    events to ``report`` (the first call, before the evaluation, sets ``start``)."""
+    started = clock()
+    first: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        if not first:
+            first.append(done)
+        report(PromptProgress(thread_id, done, total, first[0], clock() - started, what))
+
+    return progress
+
+
+@dataclass(frozen=True)
+class BranchChanged:
+    """Another branch of the thread is active now (an alternative was switched to)."""
+
+    thread_id: int
+    head_id: int | None
+
+
+@dataclass(frozen=True)
 class UserSaved:
-    """The user's message is committed."""
+    """The user's message is committed: the typed ``text``, and its attached files as
+    (name, tokens)."""
 
     thread_id: int
     message_id: int
     text: str
+    attachments: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,10 +187,13 @@ class CompactionFinished:
 
 @dataclass(frozen=True)
 class ReplyStarted:
-    """An empty assistant row exists; tokens follow."""
+    """An assistant row exists, empty or (a continued reply) holding ``text`` already;
+    tokens follow. ``replaces``: the stopped reply a continued one stands beside."""
 
     thread_id: int
     message_id: int
+    text: str = ""
+    replaces: int | None = None
 
 
 @dataclass(frozen=True)
@@ -189,7 +254,8 @@ class TurnDone:
     next_request: ContextRequest | None = None
 
 
-TurnEvent = (ThreadCreated | CacheStatus | UserSaved | RequestSent | CompactionStarted
+TurnEvent = (ThreadCreated | CacheStatus | PromptProgress | BranchChanged | UserSaved
+             | RequestSent | CompactionStarted
              | CompactionFinished | ReplyStarted | ReplyToken | ReplySaved | ToolFinished
              | TurnFailed | TurnDone)
 
@@ -199,6 +265,8 @@ class TurnListener:
 
     def on_thread_created(self, event: ThreadCreated) -> None: ...
     def on_cache(self, event: CacheStatus) -> None: ...
+    def on_branch(self, event: BranchChanged) -> None: ...
+    def on_progress(self, event: PromptProgress) -> None: ...
     def on_user(self, event: UserSaved) -> None: ...
     def on_request(self, event: RequestSent) -> None: ...
     def on_compaction_started(self, event: CompactionStarted) -> None: ...
@@ -218,6 +286,10 @@ def dispatch(event: TurnEvent, listener: TurnListener) -> None:
             listener.on_thread_created(event)
         case CacheStatus():
             listener.on_cache(event)
+        case BranchChanged():
+            listener.on_branch(event)
+        case PromptProgress():
+            listener.on_progress(event)
         case UserSaved():
             listener.on_user(event)
         case RequestSent():

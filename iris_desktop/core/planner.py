@@ -40,7 +40,14 @@ from iris_desktop.core.store import Store
 from iris_desktop.core.toolcalls import tools_system_prompt
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.settings import AUTO, Settings, SettingsError
-from iris_desktop.tokens import HeuristicCounter, Message, TokenCounter, shared_tiktoken
+from iris_desktop.tokens import (
+    HeuristicCounter,
+    Message,
+    TokenCounter,
+    as_prefix,
+    continues_reply,
+    shared_tiktoken,
+)
 
 #: the window when nothing says how large it is (no model loaded and model.n_ctx = 0)
 FALLBACK_WINDOW = 8192
@@ -242,8 +249,10 @@ class Planner:
 
     def plan(self, store: Store, thread_id: int, draft: str | None = None, *,
              tools_allowed: bool = True, recall: bool = True, cache: bool = True,
-             ) -> ContextRequest:
-        """The request ``thread_id`` sends next (with ``draft`` as the newest message).
+             continuing: bool = False) -> ContextRequest:
+        """The request ``thread_id`` sends next (with ``draft`` as the newest message);
+        ``continuing``: the request that goes on with the thread's last reply (it ends
+        inside that reply, marked ``prefix``, and is counted so).
 
         Cached by the thread's state (newest message, summary and request), the draft and
         the options; ``cache=False`` for a database state that will be rolled back.
@@ -251,7 +260,8 @@ class Planner:
         """
         key = None
         if cache:
-            key = (thread_id, store.thread_state(thread_id), draft, tools_allowed, recall)
+            key = (thread_id, store.thread_state(thread_id), draft, tools_allowed, recall,
+                   continuing)
             with self._lock:
                 hit = self._cache.get(key)
                 if hit is not None:
@@ -261,7 +271,7 @@ class Planner:
             if hit is not None:
                 return hit
         try:
-            request = self._build(store, thread_id, draft, tools_allowed, recall)
+            request = self._build(store, thread_id, draft, tools_allowed, recall, continuing)
         except ConversationTooLargeException as exc:
             self._remember(key, exc)
             raise
@@ -285,17 +295,17 @@ class Planner:
                 self._cache.popitem(last=False)
 
     def _build(self, store: Store, thread_id: int, draft: str | None, tools_allowed: bool,
-               recall: bool) -> ContextRequest:
+               recall: bool, continuing: bool = False) -> ContextRequest:
         tools = self.tool_prompt(tools_allowed)
         engine = self.engine(store, recall=recall)
-        request = self._engine_build(engine, thread_id, draft, tools, 0)
+        request = self._engine_build(engine, thread_id, draft, tools, 0, continuing)
         exact = self._exact_size(request.messages, tools)
         if exact is None:
             return replace(request, tool_definitions=tools.template_definitions)
         framing = exact - request.predicted_prompt_tokens
         if framing > 0 and request.predicted_prompt_tokens + framing > request.breakdown.budget:
             # the template adds more than the per-message counts: make room and build again
-            request = self._engine_build(engine, thread_id, draft, tools, framing)
+            request = self._engine_build(engine, thread_id, draft, tools, framing, continuing)
             exact = self._exact_size(request.messages, tools)
             framing = exact - request.predicted_prompt_tokens
         breakdown = replace(request.breakdown, system=request.breakdown.system + framing)
@@ -303,17 +313,21 @@ class Planner:
                        tool_definitions=tools.template_definitions)
 
     def _engine_build(self, engine: ContextEngine, thread_id: int, draft: str | None,
-                      tools: ToolPrompt, reserve: int) -> ContextRequest:
+                      tools: ToolPrompt, reserve: int, continuing: bool = False) -> ContextRequest:
         with self._lock:
             self.builds += 1
-        return engine.build(thread_id, tools_text=tools.text, draft=draft,
-                            native_tool_tokens=tools.native_tokens, reserve=reserve)
+        request = engine.build(thread_id, tools_text=tools.text, draft=draft,
+                               native_tool_tokens=tools.native_tokens, reserve=reserve)
+        last = request.messages[-1] if request.messages else None
+        if continuing and draft is None and last is not None and last["role"] == "assistant":
+            request = replace(request, messages=[*request.messages[:-1], as_prefix(last)])
+        return request
 
     def _exact_size(self, messages: list[Message], tools: ToolPrompt) -> int | None:
         """The runtime's exact count of this rendering, when per-message counts are not
         already exact; None when the runtime cannot count (or counts another way)."""
         if not self._counts_exactly:
             return None
-        if self.counter.exact and not tools.native:
+        if self.counter.exact and not tools.native and not continues_reply(messages):
             return None  # additive formats: the sum of the parts is the prompt, to the token
         return self.runtime.count_prompt(messages, tools.template_definitions or None)

@@ -10,7 +10,7 @@ here is the runtime's, with the same kind and default).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from iris_desktop.tokens import Message, TokenCounter
@@ -75,6 +75,7 @@ class ChatModel(Protocol):
         repeat_penalty: float = 1.0,
         tools: list[dict] | None = None,
         deadline: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Reply:
         """The runtime's ``stream``; core passes only these of its options."""
         ...

@@ -244,6 +244,9 @@ class Recaller:
             thread_id, through_id, fts_query(terms), LEXICAL_HITS)] if terms else []
         by_meaning = self.semantic(thread_id, through_id, query, LEXICAL_HITS) \
             if self.semantic is not None else []
+        if by_meaning:  # the vectors are the thread's, every branch: keep the active one's
+            on_path = self.store.on_path(thread_id, by_meaning)
+            by_meaning = [i for i in by_meaning if i in on_path]
         asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
         speaker = next(iter(asked)) if len(asked) == 1 else None
         periods = periods_in(query)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from iris_desktop.core.attachments import shown
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
     Breakdown,
@@ -82,6 +83,16 @@ class Entry:
     #: dividers: the heading and the summary's fields, in SUMMARY_FIELDS order
     title: str = ""
     fields: list[tuple[str, str]] = field(default_factory=list)
+    #: messages with alternatives (regenerated replies, edited user messages): this one's
+    #: place among them, (1-based index, count); None when it has none
+    branch: tuple[int, int] | None = None
+    #: an assistant reply that was stopped or cut off at its token cap, the newest of its
+    #: branch: "Continue" can go on from where it stopped
+    can_continue: bool = False
+    #: the newest reply of the branch: "Regenerate" makes another alternative of it
+    can_regenerate: bool = False
+    #: files attached to a user message: (name, tokens) for each chip
+    attachments: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def dimmed(self) -> bool:
@@ -201,8 +212,11 @@ def transcript_entries(
         content = message.get("content")
         text = content if isinstance(content, str) else (
             "" if content is None else message_text({"content": content}))
+        chips: list[tuple[str, int]] = []
+        if row["role"] == "user":
+            text, chips = shown(message) if isinstance(content, str) else (text, [])
         entry = Entry("message", f"m:{row['id']}", row["id"], row["role"], row["turn"], text,
-                      row.get("status") or "complete")
+                      row.get("status") or "complete", attachments=chips)
         if row["role"] == "assistant":
             # the column, not row_to_message: a streamed reply's key list predates its calls
             raw_calls = row.get("tool_calls")
@@ -227,10 +241,25 @@ def transcript_entries(
 
 
 def load_transcript(store: Store, thread_id: int) -> list[Entry]:
-    """Every stored message of a thread with its dividers (states not applied yet)."""
-    return transcript_entries(
-        store.messages(thread_id), store.summaries(thread_id), store.compaction_events(thread_id)
-    )
+    """Every stored message of the thread's active branch with its dividers (states not
+    applied yet), and what can be done with its messages: their place among their
+    alternatives, regenerating the newest reply, continuing a stopped or cut-off one."""
+    rows = store.messages(thread_id)
+    entries = transcript_entries(rows, store.summaries(thread_id), store.compaction_events(thread_id))
+    points = store.branch_points(thread_id)
+    messages = [e for e in entries if e.kind in ("message", "tool")]
+    for entry in messages:
+        entry.branch = points.get(entry.message_id)
+    newest_user = max((i for i, e in enumerate(messages) if e.role == "user"), default=None)
+    if newest_user is not None and newest_user + 1 < len(messages):
+        reply = messages[newest_user + 1]
+        reply.can_regenerate = reply.role == "assistant" and reply.status != "streaming"
+    last = messages[-1] if messages else None
+    if (last is not None and last.role == "assistant" and last.kind == "message" and last.text
+            and not last.calls and (last.status in ("interrupted", "error")
+                                    or store.finish_reason_of(last.message_id) == "length")):
+        last.can_continue = True
+    return entries
 
 
 def message_states(engine: ContextEngine, request: ContextRequest) -> dict[int, str]:

@@ -76,6 +76,10 @@ class ChatFormat(Protocol):
 
     def render_prompt(self, messages: list[Message]) -> str: ...
 
+    def render_continuation(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The prompt ending inside the last (assistant) message."""
+        ...
+
 
 def content_text(message: Message) -> str:
     """The message's content as one string (OpenAI content parts are joined)."""
@@ -176,6 +180,14 @@ class _TurnFormat:
             + "".join(self.render_message(m, i) for i, m in enumerate(messages))
             + self.generation_prompt()
         )
+
+    def render_continuation(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The prompt ending inside the last (assistant) message: it goes on from there."""
+        last = self.message_parts(messages[-1], len(messages) - 1)
+        while last and last[-1][1]:
+            last.pop()
+        return (self.prefix() + "".join(self.render_message(m, i) for i, m in enumerate(messages[:-1]))
+                + "".join(text for text, _ in last))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r}>"
@@ -365,6 +377,19 @@ class JinjaFormat:
     def render_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> str:
         """The whole prompt; ``tools`` go to a template that renders them itself."""
         return self._render(list(messages), True, tools if self.supports_tools else None)
+
+    def render_continuation(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The prompt ending inside the last (assistant) message, as Hugging Face's
+        ``continue_final_message`` cuts it: the rendering without a generation prompt, up
+        to the end of that message's text. A template that does not show the text as
+        written gets a new reply instead (the generation prompt after the others)."""
+        tools = tools if self.supports_tools else None
+        text = self._render(list(messages), False, tools)
+        content = content_text(messages[-1])
+        cut = text.rfind(content) if content else -1
+        if cut < 0:
+            return self._render(list(messages[:-1]), True, tools)
+        return text[: cut + len(content)]
 
     def __repr__(self) -> str:
         return f"<JinjaFormat tools={self.supports_tools}>"

@@ -36,14 +36,15 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.tokens import Message
+from iris_desktop.tokens import Message, continues_reply
 
 from .chat_format import ChatFormat, select_chat_format
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
@@ -105,6 +106,8 @@ class EvalStopped(Exception):
 
 _llama_class: Any = None
 _log_state: dict[str, Any] = {}
+#: ``stopping``: the stop check of the decode running on this thread, if any
+_decoding = threading.local()
 llama_log = logging.getLogger("iris.runtime.llama")
 
 
@@ -125,6 +128,7 @@ def _counting_llama_class() -> Any:
 
             iris_evaluated = 0
             iris_should_stop: Any = None
+            iris_progress: Any = None  # called with (evaluated, to evaluate) after each batch
 
             def eval(self, tokens):  # type: ignore[override]
                 tokens = list(tokens)
@@ -132,13 +136,18 @@ def _counting_llama_class() -> Any:
                     part = tokens[start:start + self.n_batch]
                     if start and self._iris_stopping():
                         raise EvalStopped(start, len(tokens))
+                    _decoding.stopping = self._iris_stopping  # what llama's log asks
                     try:
                         super().eval(part)
                     except RuntimeError as exc:
                         if "returned 2" in str(exc):  # llama_decode: aborted by the callback
                             raise EvalStopped(start, len(tokens)) from None
                         raise
+                    finally:
+                        _decoding.stopping = None
                     self.iris_evaluated += len(part)
+                    if self.iris_progress is not None:
+                        self.iris_progress(start + len(part), len(tokens))
 
             def _iris_stopping(self) -> bool:
                 check = self.iris_should_stop
@@ -192,7 +201,10 @@ def _install_llama_logging() -> None:
     llama-cpp-python 0.3.x maps ggml's log levels with an outdated enum (it prints
     warnings to stderr even with ``verbose=False`` and hides errors). ggml's levels:
     NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5. The last error lines are kept so
-    that a failed load can say why.
+    that a failed load can say why. A decode that Iris aborts on purpose (Stop, a send
+    preempting a draft's prefill: the abort callback said so) makes llama.cpp complain
+    ("llama_decode: failed to decode, ret = 2"); those lines are expected, and logged at
+    DEBUG.
     """
     if _log_state:
         return
@@ -212,15 +224,27 @@ def _install_llama_logging() -> None:
                 line, state["buf"] = state["buf"].split("\n", 1)
                 if not line.strip():
                     continue
-                if state["level"] >= logging.ERROR:
+                level = state["level"]
+                if level > logging.DEBUG and _aborting():
+                    level = logging.DEBUG
+                if level >= logging.ERROR:
                     state["errors"] = (state["errors"] + [line.strip()])[-5:]
-                llama_log.log(state["level"], "%s", line)
+                llama_log.log(level, "%s", line)
         except Exception:  # never raise into C
             pass
 
     _log_state["state"] = state
     _log_state["callback"] = llama_cpp.llama_log_callback(callback)  # keep a reference
     llama_cpp.llama_log_set(_log_state["callback"], ctypes.c_void_p(0))
+
+
+def _aborting() -> bool:
+    """A decode on this thread is being aborted on purpose (its stop check says so)."""
+    stopping = getattr(_decoding, "stopping", None)
+    try:
+        return bool(stopping is not None and stopping())
+    except Exception:  # called from C: never raise
+        return False
 
 
 def _recent_llama_errors() -> list[str]:
@@ -474,7 +498,11 @@ class LocalModel:
         return len(self.prompt_tokens(probe, tools)) - len(self.prompt_tokens(probe))
 
     def prompt_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
-        """The exact token list :meth:`stream` evaluates for ``messages``."""
+        """The exact token list :meth:`stream` evaluates for ``messages``. A trailing
+        assistant message marked ``"prefix": True`` is continued, not closed: the prompt
+        ends inside it (a stopped reply goes on from there)."""
+        if continues_reply(messages):
+            return self._continuation_tokens(list(messages), tools)
         if tools and self.native_tools:
             text = self.chat_format.render_prompt(list(messages), tools=tools)
             return self._with_bos(self.tokenize(text, special=True))
@@ -485,6 +513,22 @@ class LocalModel:
             tokens.extend(self._generation_tokens)
             return tokens
         return self._with_bos(self.tokenize(self.chat_format.render_prompt(list(messages)), special=True))
+
+    def _continuation_tokens(self, messages: list[Message], tools: list[dict] | None) -> list[int]:
+        """The prompt that ends inside the trailing assistant message: its closing
+        template text and the generation prompt left out."""
+        if (tools and self.native_tools) or not self.chat_format.additive:
+            text = self.chat_format.render_continuation(
+                messages, tools=tools if self.native_tools else None)
+            return self._with_bos(self.tokenize(text, special=True))
+        tokens = list(self._prefix_tokens)
+        for i, m in enumerate(messages[:-1]):
+            tokens.extend(self.message_tokens(m, i))
+        parts = self.chat_format.message_parts(messages[-1], len(messages) - 1)
+        while parts and parts[-1][1]:  # the template's closing text after the content
+            parts.pop()
+        tokens.extend(self._parts_tokens(parts))
+        return tokens
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
         """The exact number of prompt tokens :meth:`stream` evaluates for ``messages``."""
@@ -498,7 +542,8 @@ class LocalModel:
     def describe(self) -> ModelFacts:
         info = self.info
         return ModelFacts(
-            name=info.name or self.path.stem, file=self.path.name, path=str(self.path),
+            name=display_name(self.path.name) or info.name or self.path.stem,
+            file=self.path.name, path=str(self.path),
             n_ctx=self.n_ctx, context_length=info.context_length, base_model=self.base_model,
             architecture=info.architecture or "", file_type=info.file_type or "",
             size_bytes=info.size_bytes or 0, chat_format=self.chat_format.name,
@@ -609,7 +654,8 @@ class LocalModel:
         stop: list[str] | None = None,
         tools: list[dict] | None = None,
         deadline: float | None = None,
-    ) -> Iterator[str]:
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Generation:
         """Generate a reply to ``messages``, yielding text pieces as they come.
 
         ``tools`` (OpenAI definitions) are passed to a chat template that renders tools
@@ -635,7 +681,7 @@ class LocalModel:
             grammar=self._grammar(json_schema, response_format, grammar),
             sampling=dict(top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty),
             seed=self.seed if seed is None else seed, extra_stop=stop or [],
-            tools=tools if self.native_tools else None, deadline=deadline,
+            tools=tools if self.native_tools else None, deadline=deadline, progress=progress,
         )
         return Generation(lambda result: self._stream(result, list(messages), **options))
 
@@ -643,7 +689,7 @@ class LocalModel:
                 temperature: float,
                 cancel: threading.Event | None, grammar: Any, sampling: dict,
                 seed: int, extra_stop: list[str], tools: list[dict] | None = None,
-                deadline: float | None = None) -> Iterator[str]:
+                deadline: float | None = None, progress: Any = None) -> Iterator[str]:
         import llama_cpp
 
         with self._lock:
@@ -684,6 +730,9 @@ class LocalModel:
                 llm.set_seed(seed)
                 llm.iris_evaluated = 0
                 llm.iris_should_stop = should_stop
+                if progress is not None:  # what is cached already, then batch by batch
+                    progress(predicted_reuse, n_prompt)
+                    llm.iris_progress = lambda done, _todo: progress(predicted_reuse + done, n_prompt)
                 gen = llm.generate(tokens, temp=temperature, grammar=grammar, **sampling)
                 while True:
                     if should_stop():
@@ -704,6 +753,7 @@ class LocalModel:
                         t_first = now
                         # only the prompt has been evaluated so far
                         evaluated = int(llm.iris_evaluated)
+                        llm.iris_progress = None  # what follows is one token at a time
                     if token in stop_ids or llama_cpp.llama_vocab_is_eog(vocab, token):
                         finish = "stop"
                         break
@@ -730,7 +780,7 @@ class LocalModel:
                 finish = "error"
                 raise
             finally:
-                llm.iris_should_stop = None
+                llm.iris_should_stop = llm.iris_progress = None
                 if gen is not None:
                     gen.close()
                 t_end = time.perf_counter()
@@ -871,6 +921,33 @@ class LocalModel:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"n_ctx={self._llm.n_ctx()}"
         return f"<LocalModel {self.path.name} {self.chat_format.name} {state}>"
+
+
+#: a quantization (Q4_K_M, IQ4_XS, Q8_0, F16, BF16) or a split part (-00001-of-00003)
+#: at the end of a GGUF file's name
+_NAME_TAIL = re.compile(r"[-_.](?:i?q\d+(?:_[a-z0-9]+)*|f16|f32|bf16|fp16|\d{5}-of-\d{5})$", re.I)
+#: a parameter count ("0.5b", "270m", "8x7b"), its unit written in capitals
+_PARAMETERS = re.compile(r"(?:\d+x)?\d+(?:\.\d+)?[bmk]", re.I)
+
+
+def display_name(file_name: str) -> str:
+    """A model's name from its file name, as model names are written: the quantization
+    dropped (the file type says it), each part capitalized, a size in capitals
+    ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" → "Qwen2.5-Coder-0.5B-Instruct"). The
+    GGUF header's ``general.name`` is often a converter's leftover (the bundled Q4_K_M
+    file says "… Instruct AWQ"). Empty when the name has nothing left."""
+    stem = file_name[:-5] if file_name.lower().endswith(".gguf") else file_name
+    while (shorter := _NAME_TAIL.sub("", stem)) != stem:
+        stem = shorter
+    parts = []
+    for part in stem.split("-"):
+        if part.lower() != part or re.fullmatch(r"v\d.*|it", part):
+            parts.append(part)  # already written as its authors write it
+        elif _PARAMETERS.fullmatch(part):
+            parts.append(part[:-1] + part[-1].upper())
+        else:
+            parts.append(part[:1].upper() + part[1:])
+    return "-".join(p for p in parts if p)
 
 
 def _license(path: Path, metadata: dict[str, Any]) -> str:

@@ -265,11 +265,17 @@ class Runtime(Protocol):
         stop: list[str] | None = None,
         tools: list[dict] | None = None,
         deadline: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Generation:
-        """Generate a reply to ``messages``. ``cancel`` (checked between tokens and
-        during prompt evaluation), ``deadline`` (``time.monotonic()``) and closing the
-        Generation stop it with ``finish_reason`` "cancelled". Raises
-        ``PromptTooLongError`` (at the first ``next``) for a prompt that leaves no room."""
+        """Generate a reply to ``messages``. A trailing assistant message marked
+        ``"prefix": True`` (``tokens.continues_reply``) is continued rather than closed (a
+        stopped reply goes on), and ``count_prompt`` counts it so. ``cancel`` (checked
+        between tokens and during prompt evaluation), ``deadline`` (``time.monotonic()``)
+        and closing the Generation stop it with ``finish_reason`` "cancelled".
+        ``progress(done, total)`` follows the prompt's evaluation where the runtime can
+        tell: once before it (``done``: the tokens already cached), then after each
+        batch. Raises ``PromptTooLongError`` (at the first ``next``) for a prompt that
+        leaves no room."""
         ...
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,

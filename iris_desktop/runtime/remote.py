@@ -57,7 +57,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from iris_desktop.tokens import Message, message_text, shared_tiktoken
+from iris_desktop.tokens import Message, continues_reply, message_text, shared_tiktoken
 
 from .model import PromptTooLongError
 from .protocol import (
@@ -951,6 +951,12 @@ class RemoteRuntime:
         """What a request says about the conversation: the same for a count and for the
         generation, so that a count is the prompt the generation evaluates."""
         body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if continues_reply(messages):
+            # llama.cpp continues a trailing assistant message by itself (its "prefill");
+            # vLLM is told so; the marker is Iris's, not a field of the API
+            body["messages"] = [*messages[:-1], {k: v for k, v in messages[-1].items() if k != "prefix"}]
+            if self.kind == "vllm":
+                body.update(continue_final_message=True, add_generation_prompt=False)
         if tools:
             body["tools"] = list(tools)
         return body
@@ -972,7 +978,8 @@ class RemoteRuntime:
         stop: list[str] | None = None,
         tools: list[dict] | None = None,
         deadline: float | None = None,
-    ) -> Iterator[str]:
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Generation:
         """Generate a reply to ``messages`` on the server, yielding text as it streams.
 
         As ``LocalModel.stream``: ``cancel``, ``deadline`` (``time.monotonic()``) and

@@ -1,15 +1,55 @@
-"""The composer: Enter sends, Shift+Enter is a newline, Esc stops; Send becomes Stop."""
+"""The composer: Enter sends, Shift+Enter is a newline, Esc stops; Send becomes Stop.
+Files dropped on it (or chosen with Attach…) go with the message, one chip each."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from iris_desktop.core.attachments import Attachment, model_text
+
+
+def dropped_files(mime) -> list[str]:
+    """The local files of a drag, if it carries any."""
+    if mime is None or not mime.hasUrls():
+        return []
+    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
 
 
 class ComposerEdit(QPlainTextEdit):
     submitted = Signal()
     stopRequested = Signal()
+    filesDropped = Signal(list)  # local paths
+
+    def dragEnterEvent(self, event) -> None:
+        if dropped_files(event.mimeData()):
+            event.acceptProposedAction()
+            return
+        super().dragEnterEvent(event)
+
+    def dragMoveEvent(self, event) -> None:
+        if dropped_files(event.mimeData()):
+            event.acceptProposedAction()
+            return
+        super().dragMoveEvent(event)
+
+    def dropEvent(self, event) -> None:
+        files = dropped_files(event.mimeData())
+        if files:  # attached, not pasted in as file:// text
+            event.acceptProposedAction()
+            self.filesDropped.emit(files)
+            return
+        super().dropEvent(event)
 
     def keyPressEvent(self, event) -> None:
         key = event.key()
@@ -26,11 +66,15 @@ class ComposerEdit(QPlainTextEdit):
 
 
 class Composer(QWidget):
-    """The draft box, the Send/Stop button and the draft's live token count."""
+    """The draft box, the Send/Stop button, the draft's live token count, and the files
+    attached to the draft (``attachments``; chips with their tokens above the box)."""
 
     sendRequested = Signal(str)
     stopRequested = Signal()
     draftChanged = Signal(str)  # debounced
+    #: files to attach: paths dropped or chosen (the window reads and checks them)
+    attachRequested = Signal(list)
+    attachmentsChanged = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -43,17 +87,35 @@ class Composer(QWidget):
         self.button.setDefault(True)
         self.tokens = QLabel("Draft: 0 tokens", self)
         self.tokens.setToolTip("Tokens of the draft, counted by the context engine")
+        self.attach_button = QPushButton("Attach…", self)
+        self.attach_button.setToolTip("Attach text files (or drop them here): plain text, "
+                                      "Markdown, source code, CSV, JSON")
+        self.attach_button.clicked.connect(self.choose_files)
         self.generating = False
         self._can_send = True
+        self.attachments: list[Attachment] = []
+        self._chip_tokens: list[int | None] = []
+        self.chips = QHBoxLayout()
+        self.chips.setContentsMargins(0, 0, 0, 0)
+        self.chips.addStretch(1)
+        chips = QWidget(self)
+        chips.setLayout(self.chips)
+        chips.setVisible(False)
 
         side = QVBoxLayout()
         side.addWidget(self.button)
+        side.addWidget(self.attach_button)
         side.addStretch(1)
         side.addWidget(self.tokens)
+        box = QVBoxLayout()
+        box.addWidget(chips)
+        box.addWidget(self.edit, 1)
         row = QHBoxLayout(self)
         row.setContentsMargins(8, 4, 8, 6)
-        row.addWidget(self.edit, 1)
+        row.addLayout(box, 1)
         row.addLayout(side)
+        self.setAcceptDrops(True)
+        self.edit.filesDropped.connect(self.attachRequested)
 
         self._debounce = QTimer(self, singleShot=True, interval=150)
         self._debounce.timeout.connect(lambda: self.draftChanged.emit(self.text()))
@@ -63,6 +125,12 @@ class Composer(QWidget):
         self.edit.stopRequested.connect(self.stopRequested)
         self.button.clicked.connect(self._clicked)
 
+    def changeEvent(self, event) -> None:
+        if event.type() == QEvent.Type.FontChange:  # ui.font_size applied live
+            self._line = QFontMetrics(self.edit.font()).lineSpacing()
+            self._fit_height()
+        super().changeEvent(event)
+
     def _fit_height(self) -> None:
         """Grow with the draft from 2 to 8 lines, then scroll."""
         lines = max(2, min(8, self.edit.document().lineCount()))
@@ -71,13 +139,83 @@ class Composer(QWidget):
     def text(self) -> str:
         return self.edit.toPlainText()
 
+    def model_draft(self) -> str:
+        """The draft as the model would read it: the text, then each attached file (what
+        the meter counts)."""
+        return model_text(self.text(), self.attachments)
+
+    # -- attachments --
+
+    def choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Attach files", "", "Text files (*.txt *.md *.csv *.json *.py *.js *.ts *.html "
+            "*.css *.c *.h *.cpp *.rs *.go *.java *.sh *.toml *.yaml *.yml *.xml *.log);;All files (*)")
+        if paths:
+            self.attachRequested.emit(paths)
+
+    def add_attachments(self, attachments: list[Attachment]) -> None:
+        """Attach files that were read and checked (a file of the same name is replaced)."""
+        for attachment in attachments:
+            for i, old in enumerate(self.attachments):
+                if old.name == attachment.name:
+                    del self.attachments[i], self._chip_tokens[i]
+                    break
+            self.attachments.append(attachment)
+            self._chip_tokens.append(None)
+        self._changed()
+
+    def remove_attachment(self, index: int) -> None:
+        if 0 <= index < len(self.attachments):
+            del self.attachments[index], self._chip_tokens[index]
+            self._changed()
+
+    def set_attachment_tokens(self, tokens: list[int]) -> None:
+        """Each chip's size in tokens, as the engine counts it."""
+        if len(tokens) == len(self.attachments):
+            self._chip_tokens = list(tokens)
+            self._draw_chips()
+
+    def _changed(self) -> None:
+        self._draw_chips()
+        self.attachmentsChanged.emit()
+        self._debounce.start()
+
+    def _draw_chips(self) -> None:
+        while self.chips.count() > 1:  # the stretch stays last
+            item = self.chips.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        for i, (attachment, tokens) in enumerate(zip(self.attachments, self._chip_tokens)):
+            size = f"{tokens:,} tokens" if tokens is not None else f"{attachment.size:,} bytes"
+            chip = QToolButton(self)
+            chip.setObjectName("attachment-chip")
+            chip.setText(f"{attachment.name} · {size}  ✕")
+            chip.setToolTip(f"{attachment.name}: {attachment.size:,} bytes, sent with the "
+                            "message. Click to remove it.")
+            chip.clicked.connect(lambda _=False, i=i: self.remove_attachment(i))
+            self.chips.insertWidget(i, chip)
+        self.chips.parentWidget().setVisible(bool(self.attachments))
+
+    def dragEnterEvent(self, event) -> None:
+        if dropped_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:
+        files = dropped_files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.attachRequested.emit(files)
+
     def set_text(self, text: str) -> None:
         self.edit.setPlainText(text)
 
     def clear(self, quiet: bool = False) -> None:
-        """Empty the draft; ``quiet``: without announcing a draft change (a send, whose
-        reported request redraws everything that shows the draft)."""
+        """Empty the draft and its attachments; ``quiet``: without announcing a draft
+        change (a send, whose reported request redraws everything that shows the draft)."""
         self.edit.clear()
+        if self.attachments:
+            self.attachments, self._chip_tokens = [], []
+            self._draw_chips()
         if quiet:
             self._debounce.stop()
 
@@ -110,6 +248,6 @@ class Composer(QWidget):
 
     def _submit(self) -> None:
         text = self.text()
-        if self.generating or not self._can_send or not text.strip():
+        if self.generating or not self._can_send or not (text.strip() or self.attachments):
             return
         self.sendRequested.emit(text)

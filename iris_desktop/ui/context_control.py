@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QMessageBox
 
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
 from iris_desktop.core.planner import Planner, limit_problems
@@ -47,6 +48,8 @@ class ContextControl(QObject):
         self.inspector = inspector
         self.background = background
         self.model = model
+        self.parent_widget = parent  # a refused attachment's box opens over it
+        self.attach_box: QMessageBox | None = None
         self.runtime: Any = None  # the loaded model's runtime, once there is one
         self.embedder: Any = None  # recall by meaning, when its model loaded
         self._loaded: Any = None  # the LoadedModel the planner was made for
@@ -59,6 +62,8 @@ class ContextControl(QObject):
         app_state.threadOpened.connect(lambda _thread_id: self.refresh())
         app_state.requestReported.connect(self.show_request)
         app_state.messagesSaved.connect(lambda _thread_id: self.index_soon())
+        composer.attachRequested.connect(self.attach)
+        app_state.plannerChanged.connect(lambda _planner: self.count_attachments())
 
     @property
     def planner(self) -> Planner:
@@ -130,7 +135,7 @@ class ContextControl(QObject):
 
     def show_request(self, request: ContextRequest | None) -> None:
         """Draw a request the agent reported; a draft being typed still gets its own."""
-        if request is None or self.composer.text():
+        if request is None or self.composer.model_draft():
             self.refresh()
             return
         self._show_breakdown(request)
@@ -149,7 +154,7 @@ class ContextControl(QObject):
 
     def refresh_meter(self) -> None:
         tid, planner = self.app_state.thread_id, self.planner
-        draft = self.composer.text() or None
+        draft = self.composer.model_draft() or None
         self.background.run(
             lambda store: planner.plan_or_error(store, -1 if tid is None else tid, draft),
             self._show_breakdown, self._counting_failed, key="meter")
@@ -179,7 +184,7 @@ class ContextControl(QObject):
         if tid is None:
             inspector.show_report(None)
             return
-        draft = self.composer.text() or None  # the next request includes what is typed
+        draft = self.composer.model_draft() or None  # the next request includes what is typed
         self.background.run(
             lambda store: inspector_report(store, planner, tid, draft, request),
             lambda r: tid == self.app_state.thread_id and inspector.show_report(r),
@@ -188,7 +193,7 @@ class ContextControl(QObject):
     def preview(self, candidate: Settings, callback) -> None:
         """For the settings dialog: the live breakdown of ``candidate`` (off the GUI thread)."""
         tid, planner = self.app_state.thread_id, self.candidate(candidate)
-        draft = self.composer.text() or None
+        draft = self.composer.model_draft() or None
         self.background.run(lambda store: budget_preview(store, planner, tid, draft),
                             callback, self._counting_failed, key="preview")
 
@@ -215,17 +220,60 @@ class ContextControl(QObject):
 
     def _prefill_draft(self) -> None:
         state = self.app_state
-        tid, planner, draft = state.thread_id, self.planner, self.composer.text()
+        tid, planner, draft = state.thread_id, self.planner, self.composer.model_draft()
         if tid is None or not draft.strip() or state.generating or state.model_state != "ready":
             return
 
         def prefill(request) -> None:
             if (isinstance(request, ContextRequest) and tid == state.thread_id
-                    and draft == self.composer.text() and not state.generating):
+                    and draft == self.composer.model_draft() and not state.generating):
                 self.model.prefill(SendJob(tid, draft, planner, request=request))
 
         self.background.run(lambda store: planner.plan_or_error(store, tid, draft), prefill,
                             self._counting_failed, key="prefill")
+
+    # -- attachments --
+
+    def attach(self, paths: list[str]) -> None:
+        """Read and check files to attach to the draft: text only, and not more than any
+        budget of this window could hold (said as for a paste that large); each then shows
+        as a chip with its tokens, counted by the planner's counter off the GUI thread."""
+        from iris_desktop.core.attachments import AttachmentError, read_attachment
+        from iris_desktop.core.engine import certainly_too_large
+
+        composer, problems, read = self.composer, [], []
+        for path in paths:
+            try:
+                read.append(read_attachment(path))
+            except AttachmentError as exc:
+                problems.append(str(exc))
+        if read:
+            from iris_desktop.core.attachments import model_text
+
+            size = len(model_text(composer.text(), [*composer.attachments, *read]).encode("utf-8"))
+            refusal = certainly_too_large(self.planner.params, size)
+            if refusal:
+                problems.append(f"{', '.join(a.name for a in read)}: {refusal}. Attach a shorter "
+                                "file, or raise context.window and model.n_ctx")
+                read = []
+        composer.add_attachments(read)
+        if problems:
+            box = QMessageBox(QMessageBox.Icon.Warning, "Not attached", "\n\n".join(problems),
+                              parent=self.parent_widget)
+            box.setObjectName("attach-refused")
+            self.attach_box = box
+            box.open()
+        self.count_attachments()
+
+    def count_attachments(self) -> None:
+        """Each attached file's tokens as this planner counts it, for its chip."""
+        planner, files = self.planner, list(self.composer.attachments)
+        if not files:
+            return
+        self.background.run(lambda _store: [planner.counter.count_text(a.block()) for a in files],
+                            lambda counts: files == self.composer.attachments
+                            and self.composer.set_attachment_tokens(counts),
+                            self._counting_failed, key="attachments")
 
     @staticmethod
     def _counting_failed(exc: BaseException) -> None:

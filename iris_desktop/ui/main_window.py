@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtCore import QByteArray, QRect, QSettings, QSize, Qt
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
+    QMessageBox,
     QProgressBar,
     QSplitter,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -44,14 +47,38 @@ from iris_desktop.ui.menus import Menus
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
 from iris_desktop.ui.model_thread import ModelThread, ModelWorker
+from iris_desktop.ui.theme import Appearance
 from iris_desktop.ui.thread_control import ThreadControl
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
 from iris_desktop.ui.turn_control import TurnControl
+from iris_desktop.ui.welcome import WelcomeControl, WelcomePanel
 
 log = logging.getLogger("iris.ui")
 
 DEFAULT_SIZE = (1280, 800)
+#: the largest share of the screen's free area a window opens at
+SCREEN_SHARE = 0.9
+
+
+def default_geometry(available: QRect, preferred: tuple[int, int] = DEFAULT_SIZE) -> QRect:
+    """The window's first geometry: ``preferred`` but at most :data:`SCREEN_SHARE` of
+    the screen's free area, centred in it. Both are in device-independent pixels, as
+    ``QScreen.availableGeometry()`` is: a 1600×1000 screen at 150% has 1066×666 of them."""
+    size = QSize(min(preferred[0], int(available.width() * SCREEN_SHARE)),
+                 min(preferred[1], int(available.height() * SCREEN_SHARE)))
+    rect = QRect(0, 0, size.width(), size.height())
+    rect.moveCenter(available.center())
+    return rect
+
+
+def fit_geometry(rect: QRect, available: QRect) -> QRect:
+    """``rect`` made to fit inside ``available``: smaller where it is larger, then moved
+    in (a window restored on a smaller screen, or at a larger scale, than it was saved)."""
+    width, height = min(rect.width(), available.width()), min(rect.height(), available.height())
+    left = min(max(rect.left(), available.left()), available.right() + 1 - width)
+    top = min(max(rect.top(), available.top()), available.bottom() + 1 - height)
+    return QRect(left, top, width, height)
 
 
 class MainWindow(QMainWindow):
@@ -68,6 +95,7 @@ class MainWindow(QMainWindow):
             host.settings, lambda: load_settings(host.paths.config_path, cli=cli), self)
         # first: the host's settings follow before any controller hears of new ones
         self.app_state.settingsChanged.connect(lambda settings: setattr(host, "settings", settings))
+        self.appearance = Appearance(self.app_state, self)  # before any widget measures text
         self.background = Background(host.stores, self)
         worker = ModelWorker(host)
         self.model = ModelThread(worker, self)
@@ -76,7 +104,9 @@ class MainWindow(QMainWindow):
         self._build()
         s, ui_state = self.app_state, self.ui_state
         self.threads_control = ThreadControl(s, self.threads, self.view, self.composer,
-                                             self.background, self.model, self)
+                                             self.background, self.model, self, ui_state)
+        self.welcome_control = WelcomeControl(s, self.center_stack, self.welcome, self.view,
+                                              self.composer, self)
         self.context = ContextControl(s, self.composer, self.meter, self.inspector,
                                       self.background, self.model, self)
         self.models = ModelControl(s, self.model, self.background, host.paths, self.composer,
@@ -86,11 +116,13 @@ class MainWindow(QMainWindow):
                            self.inspector, self.context.preview, self.context.limit_problems,
                            self)
         self._connect()
-        self.resize(*DEFAULT_SIZE)
+        self.quit_box: QMessageBox | None = None
+        self._quit_confirmed = False
         self._restore_state()
 
         self.background.run(lambda store: store.mark_interrupted_streams())
         self.threads_control.refresh_threads()
+        self.threads_control.reopen_last()
         self.context.refresh()
 
     # -- building ------------------------------------------------------------------------
@@ -99,11 +131,16 @@ class MainWindow(QMainWindow):
         self.threads = ThreadPanel()
         self.view = TranscriptView()
         self.composer = Composer()
+        self.welcome = WelcomePanel()
+        # the welcome panel stands in for the transcript while the window is empty
+        self.center_stack = QStackedWidget()
+        self.center_stack.addWidget(self.view)
+        self.center_stack.addWidget(self.welcome)
         center = QWidget()
         layout = QVBoxLayout(center)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addWidget(self.view, 1)
+        layout.addWidget(self.center_stack, 1)
         layout.addWidget(self.composer)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("main-splitter")
@@ -162,11 +199,18 @@ class MainWindow(QMainWindow):
         self.threads.searchChanged.connect(t.search)
         self.threads.renameRequested.connect(t.rename_dialog)
         self.threads.deleteRequested.connect(t.delete_dialog)
+        self.threads.settingsRequested.connect(t.settings_dialog)
         self.view.copied.connect(lambda _: s.show_message("Copied", 2000))
+        v = self.view  # a message's own actions: another answer, an edit, going on, a branch
+        v.regenerateRequested.connect(self.turns.regenerate)
+        v.editRequested.connect(self.turns.edit)
+        v.continueRequested.connect(self.turns.continue_reply)
+        v.switchRequested.connect(t.switch_branch)
         self.inspector.visibilityChanged.connect(
             lambda visible: visible and self.context.refresh_inspector())
         for name, slot in (("new-chat", t.new_chat), ("import", t.import_dialog),
                            ("export", t.export_dialog), ("compact-now", self.turns.compact_now),
+                           ("chat-settings", lambda: t.settings_dialog()),
                            ("quit", self.close), ("models", m.open_library),
                            ("load-model", m.choose_file), ("server", m.open_server),
                            ("reload-model", m.load)):
@@ -217,12 +261,22 @@ class MainWindow(QMainWindow):
     # -- persistence of the window -------------------------------------------------------
 
     def _restore_state(self) -> None:
+        """The saved geometry, docks and splitter; the geometry made to fit the screen
+        it opens on (or, the first time, a size that fits it, centred)."""
+        available = self.screen().availableGeometry()
+        self.setGeometry(default_geometry(available))
         for key, restore in (("window/geometry", self.restoreGeometry),
                              ("window/state", self.restoreState),
                              ("window/splitter", self.splitter.restoreState)):
             value = self.ui_state.value(key)
             if isinstance(value, QByteArray) and not value.isEmpty():
                 restore(value)
+        if not self.isMaximized() and not self.isFullScreen():
+            screen = QGuiApplication.screenAt(self.geometry().center()) or self.screen()
+            available = screen.availableGeometry()  # the screen it was saved on, if present
+            fitted = fit_geometry(self.geometry(), available)
+            if fitted != self.geometry():
+                self.setGeometry(fitted)
 
     def save_state(self) -> None:
         self.ui_state.setValue("window/geometry", self.saveGeometry())
@@ -247,8 +301,34 @@ class MainWindow(QMainWindow):
         self.background.close()
 
     def closeEvent(self, event) -> None:
+        """Closing (Ctrl+Q, the window's close button) while a reply is being generated
+        asks first (``quit_box``); otherwise it quits at once."""
+        if not self._closed and self.app_state.generating and not self._quit_confirmed:
+            event.ignore()
+            self.ask_quit()
+            return
         self.shutdown()
         super().closeEvent(event)
+
+    def ask_quit(self) -> QMessageBox:
+        """"Stop the reply and quit?" (Quit, or Cancel to go on); non-blocking."""
+        if self.quit_box is not None and self.quit_box.isVisible():
+            return self.quit_box
+        box = QMessageBox(QMessageBox.Icon.Question, "Quit Iris Desktop",
+                          "Stop the reply and quit?",
+                          QMessageBox.StandardButton.Cancel, self)
+        box.setObjectName("quit-confirm")
+        quit_button = box.addButton("Quit", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.setEscapeButton(QMessageBox.StandardButton.Cancel)
+        box.finished.connect(lambda _: box.clickedButton() is quit_button and self._quit_now())
+        self.quit_box = box
+        box.open()
+        return box
+
+    def _quit_now(self) -> None:
+        self._quit_confirmed = True
+        self.close()
 
 
 def main_window(host: Host, load: bool = True) -> MainWindow:

@@ -20,6 +20,7 @@ from iris_desktop.settings import SETTINGS, Settings
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.settings_dialog import SettingsDialog
+from iris_desktop.ui.shortcuts import ShortcutsDialog
 from iris_desktop.ui.transcript import TranscriptView
 
 
@@ -44,6 +45,8 @@ class Menus(QObject):
         self.actions: dict[str, QAction] = {}
         self.settings_dialog: SettingsDialog | None = None
         self.reload_box: QMessageBox | None = None
+        self.shortcuts_dialog: ShortcutsDialog | None = None
+        self.bar = bar
         self._build(bar)
 
     def _action(self, menu, text: str, slot=None, shortcut=None, name: str | None = None) -> QAction:
@@ -64,6 +67,7 @@ class Menus(QObject):
         self._action(m, "&Import conversation…", None, None, "import")
         self._action(m, "&Export chat…", None, None, "export")
         self._action(m, "&Compact chat now", None, "Ctrl+Shift+K", "compact-now")
+        self._action(m, "Chat &settings…", None, None, "chat-settings")
         m.addSeparator()
         self._action(m, "&Quit", None, "Ctrl+Q", "quit")
         m = bar.addMenu("&Edit")
@@ -83,6 +87,7 @@ class Menus(QObject):
         self._action(m, "&Server…", None, None, "server")
         self._action(m, "&Reload", None, None, "reload-model")
         m = bar.addMenu("&Help")
+        self._action(m, "&Keyboard shortcuts", self.shortcuts, "Ctrl+/", "shortcuts")
         self._action(m, "&About Iris Desktop", self.about, None, "about")
         self._action(m, "Model &licenses", self.licenses, None, "licenses")
         paths = self.paths
@@ -92,14 +97,14 @@ class Menus(QObject):
     # -- edit --
 
     def copy(self) -> None:
+        """Edit ▸ Copy: what the focused widget has selected; in the transcript, the
+        selected part of a message, else the whole message."""
         focus = QGuiApplication.focusObject()
         view = self.view
         if focus is not None and focus is not view and hasattr(focus, "copy"):
             focus.copy()
             return
-        entry = view.current_entry()
-        if entry is not None:
-            view.delegate.copy(entry)
+        view.copy()
 
     def focus_search(self) -> None:
         search = self.search
@@ -165,6 +170,14 @@ class Menus(QObject):
                 "<p>Model licenses:<br>" + "<br>".join(html.escape(x) for x in licenses) + "</p>"
                 "<p>The full license texts ship with the app (Help ▸ Model licenses).</p>"
                 f"<p>Data: {html.escape(str(self.paths.data_dir))}</p>")
+
+    def shortcuts(self) -> ShortcutsDialog:
+        """Help ▸ Keyboard shortcuts: every shortcut, from the menus' actions."""
+        dialog = ShortcutsDialog(self.bar, self.parent_widget)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.shortcuts_dialog = dialog
+        dialog.open()
+        return dialog
 
     def about(self) -> None:
         box = QMessageBox(QMessageBox.Icon.Information, "About Iris Desktop", self.about_text(),

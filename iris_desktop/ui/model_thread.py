@@ -35,8 +35,9 @@ log = logging.getLogger("iris.ui.model")
 
 @dataclass(frozen=True)
 class SendJob:
-    """One message to answer: the thread (None: a new one), the text, and the planner
-    (settings snapshot and model) it is planned with."""
+    """One turn to run: the thread (None: a new one), the text, and the planner
+    (settings snapshot and model) it is planned with. ``kind``: send | regenerate |
+    edit (``message_id`` is the user message the text replaces) | continue."""
 
     thread_id: int | None
     text: str
@@ -44,6 +45,10 @@ class SendJob:
     cancel: threading.Event = field(default_factory=threading.Event)
     #: a prefill's planned request (the draft's)
     request: ContextRequest | None = None
+    kind: str = "send"
+    message_id: int | None = None
+    #: files sent with the message (core.attachments.Attachment)
+    attachments: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -172,9 +177,19 @@ class ModelWorker(QObject):
         self.waiting.started()
         self._cancel = job.cancel
         thread_id = job.thread_id
+        # PromptProgress comes from inside an evaluation: emitted at once, drawn queued
+        options = dict(planner=job.planner, confirm_shell=self._confirm_shell, idle=self.waiting,
+                       progress=self.turnEvent.emit)
+        host = self.host
+        turns = {
+            "send": lambda: host.send(job.thread_id, job.text, job.cancel,
+                                      attachments=job.attachments, **options),
+            "regenerate": lambda: host.regenerate(job.thread_id, job.cancel, **options),
+            "edit": lambda: host.edit(job.thread_id, job.message_id, job.text, job.cancel, **options),
+            "continue": lambda: host.continue_reply(job.thread_id, job.cancel, **options),
+        }
         try:
-            for event in self.host.send(job.thread_id, job.text, job.cancel, planner=job.planner,
-                                        confirm_shell=self._confirm_shell, idle=self.waiting):
+            for event in turns[job.kind]():
                 if isinstance(event, ThreadCreated):
                     thread_id = event.thread_id
                 self._emit(event)
@@ -203,7 +218,8 @@ class ModelWorker(QObject):
         self.waiting.started()
         self._cancel = job.cancel
         try:
-            for event in self.host.compact(job.thread_id, job.cancel, planner=job.planner):
+            for event in self.host.compact(job.thread_id, job.cancel, planner=job.planner,
+                                           progress=self.turnEvent.emit):
                 self._emit(event)
         finally:
             self._cancel = None

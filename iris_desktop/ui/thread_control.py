@@ -1,13 +1,20 @@
 """Threads: the list with search, opening one into the transcript, new, rename, delete,
 import and export. Every DB access runs on the DB thread (``Background``); deleting goes
-through the host on the model thread, which also forgets the thread's KV states."""
+through the host on the model thread, which also forgets the thread's KV states.
+
+The list stays live: every :data:`POLL_MS` the DB thread reads SQLite's data version,
+which changes when another connection commits (the CLI, another window, this app's model
+thread); only then are the threads read again, and the open transcript reloaded when its
+thread changed. The last chat opened is remembered in ``ui-state.ini`` and reopened at
+start."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from iris_desktop.core.views import Entry, load_transcript
@@ -18,6 +25,10 @@ from iris_desktop.ui.model_thread import ModelThread
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
 
+#: how often the list asks whether another connection changed the database
+POLL_MS = 2000
+LAST_THREAD_KEY = "chat/last_thread"
+
 
 class ThreadControl(QObject):
     """Which thread is open (``app_state.thread_id``), and everything that changes the
@@ -25,7 +36,7 @@ class ThreadControl(QObject):
 
     def __init__(self, app_state: AppState, panel: ThreadPanel, view: TranscriptView,
                  composer: Composer, background: Background, model: ModelThread,
-                 parent: QWidget):
+                 parent: QWidget, ui_state: QSettings | None = None):
         super().__init__(parent)
         self.app_state = app_state
         self.panel = panel
@@ -36,13 +47,53 @@ class ThreadControl(QObject):
         self.parent_widget = parent  # dialogs open over it
         self.states: dict[int, str] = {}  # message id → state, for rows loaded later
         self.delete_box: QMessageBox | None = None
+        self.chat_settings: QWidget | None = None  # the open Chat settings dialog
+        self.ui_state = ui_state  # ui-state.ini: the last chat opened
+        #: the data version last seen, and each thread's row as last listed
+        self._version: int | None = None
+        self._rows: dict[int, tuple] = {}
+        #: threads whose new messages this window saved (and showed) itself
+        self._saved_here: set[int] = set()
         app_state.threadsChanged.connect(self.refresh_threads)
         app_state.messagesSaved.connect(self._messages_saved)
         app_state.statesChanged.connect(self.apply_states)
+        app_state.threadChanged.connect(self._remember)
+        self.poll_timer = QTimer(self, interval=POLL_MS)
+        self.poll_timer.timeout.connect(self.poll)
+        self.poll_timer.start()
+
+    # -- a live list --
+
+    def poll(self) -> None:
+        """Ask the DB thread whether another connection committed since the last look;
+        only then read the threads (see the module's docstring)."""
+        seen = self._version
+
+        def job(store):
+            version = store.data_version()
+            return version, (store.threads() if version != seen else None)
+
+        self.background.run(job, self._polled, lambda _exc: None, key="data-version")
+
+    def _polled(self, answer: tuple[int, list[dict[str, Any]] | None]) -> None:
+        version, threads = answer
+        self._version = version
+        if threads is not None and list(_rows(threads).items()) != list(self._rows.items()):
+            self._listed(threads)  # else a reply being streamed: the list is the same
+
+    def _listed(self, threads: list[dict[str, Any]]) -> None:
+        """Show ``threads``; reload the open chat when another process changed it."""
+        before, self._rows = self._rows, _rows(threads)
+        saved_here, self._saved_here = self._saved_here, set()
+        self.panel.show_threads(threads)
+        tid = self.app_state.thread_id
+        if (tid is not None and tid in before and tid in self._rows
+                and before[tid][1:] != self._rows[tid][1:]
+                and tid not in saved_here and not self.app_state.generating):
+            self.reload_transcript()
 
     def refresh_threads(self) -> None:
-        self.background.run(lambda store: store.threads(), self.panel.show_threads,
-                            key="threads")
+        self.background.run(lambda store: store.threads(), self._listed, key="threads")
 
     def search(self, query: str) -> None:
         if not query:
@@ -89,7 +140,36 @@ class ThreadControl(QObject):
 
         self.background.run(lambda store: load_transcript(store, tid), show, key="transcript")
 
+    # -- the last chat --
+
+    def _remember(self, thread_id: int | None) -> None:
+        if thread_id is not None and self.ui_state is not None:
+            self.ui_state.setValue(LAST_THREAD_KEY, thread_id)
+
+    def reopen_last(self) -> None:
+        """Open the chat that was open last (remembered in ui-state.ini), unless it was
+        deleted since or another chat is open by now."""
+        raw = self.ui_state.value(LAST_THREAD_KEY) if self.ui_state is not None else None
+        try:
+            thread_id = int(raw)
+        except (TypeError, ValueError):
+            return
+
+        def exists(store) -> bool:
+            try:
+                store.thread(thread_id)
+            except KeyError:
+                return False
+            return True
+
+        def reopen(found: bool) -> None:
+            if found and self.app_state.thread_id is None:
+                self.open_thread(thread_id)
+
+        self.background.run(exists, reopen)
+
     def _messages_saved(self, thread_id: int) -> None:
+        self._saved_here.add(thread_id)  # the poll need not reload it again
         if thread_id == self.app_state.thread_id:
             self.reload_transcript()
 
@@ -114,6 +194,40 @@ class ThreadControl(QObject):
     def rename_thread(self, thread_id: int, title: str) -> None:
         self.background.run(lambda store: store.rename_thread(thread_id, title),
                             lambda _: self.refresh_threads())
+
+    def settings_dialog(self, thread_id: int | None = None) -> None:
+        """The chat's own settings (title, system prompt), read on the DB thread and
+        opened non-blocking (``self.chat_settings``)."""
+        from iris_desktop.ui.chat_settings import ChatSettingsDialog
+
+        thread_id = thread_id if thread_id is not None else self.app_state.thread_id
+        if thread_id is None:
+            self.app_state.show_message("Open a chat to change its settings", 4000)
+            return
+        default = self.app_state.settings["chat.system_prompt"]
+
+        def show(found: tuple[str, str | None]) -> None:
+            dialog = ChatSettingsDialog(thread_id, found[0], found[1], default, self.parent_widget)
+            dialog.saved.connect(self.save_settings)
+            self.chat_settings = dialog
+            dialog.open()
+
+        self.background.run(lambda store: (store.thread(thread_id)["title"],
+                                           store.system_prompt_of(thread_id)), show)
+
+    def save_settings(self, thread_id: int, title: str, prompt: str | None) -> None:
+        """Store a chat's title and system prompt; the views plan its next request anew."""
+        def job(store) -> None:
+            with store.transaction():
+                store.rename_thread(thread_id, title)
+                store.set_system_prompt(thread_id, prompt)
+
+        def done(_: None) -> None:
+            self.refresh_threads()
+            if thread_id == self.app_state.thread_id:
+                self.app_state.report_request(None)  # None: plan it again
+
+        self.background.run(job, done)
 
     def delete_dialog(self, thread_id: int, title: str) -> QMessageBox:
         """Ask before deleting (Cancel is the default); the chat goes only on Delete."""
@@ -145,6 +259,17 @@ class ThreadControl(QObject):
         """The model thread deleted a thread (or tried: the list shows what is left)."""
         self.refresh_threads()
 
+    def switch_branch(self, message_id: int, step: int) -> None:
+        """Show the alternative ``step`` places from ``message_id`` (the ‹ › switcher):
+        its newest branch becomes the open thread's active one."""
+        state, thread_id = self.app_state, self.app_state.thread_id
+        if thread_id is None or state.generating:
+            state.show_message("Wait for the reply before switching branches", 4000)
+            return
+        self.background.run(lambda store: store.switch_branch(thread_id, message_id, step),
+                            lambda _head: state.messages_saved(thread_id),
+                            lambda exc: state.show_message(f"Could not switch: {exc}", 6000))
+
     # -- import, export --
 
     def export_dialog(self) -> None:
@@ -160,15 +285,17 @@ class ThreadControl(QObject):
             self.export_thread(thread_id, path, fmt)
 
     def export_thread(self, thread_id: int, path: str, fmt: str) -> None:
+        """JSON: every branch (``export_messages``); Markdown: the active one, to read.
+        A new file is private (0600), as the CLI writes it."""
         def job(store):
-            from iris_desktop.core.conversation import to_markdown
+            from iris_desktop.core.conversation import export_messages, to_markdown, write_private
             from iris_desktop.core.store import row_to_message
 
             thread = store.thread(thread_id)
             messages = [row_to_message(r) for r in store.messages(thread_id)]
-            text = (json.dumps(messages, ensure_ascii=False, indent=2) + "\n" if fmt == "json"
-                    else to_markdown(thread["title"], messages))
-            Path(path).write_text(text, encoding="utf-8")
+            text = (json.dumps(export_messages(store, thread_id), ensure_ascii=False, indent=2)
+                    + "\n" if fmt == "json" else to_markdown(thread["title"], messages))
+            write_private(Path(path), text)
             return len(messages)
 
         self.background.run(
@@ -184,13 +311,10 @@ class ThreadControl(QObject):
 
     def import_file(self, path: str) -> None:
         def job(store):
-            from iris_desktop.core.conversation import load_conversation, title_from
+            from iris_desktop.core.conversation import import_messages, load_conversation, title_from
 
             messages, title = load_conversation(path)
-            with store.transaction():
-                thread_id = store.create_thread(title or title_from(messages))
-                store.add_messages(thread_id, messages)
-            return thread_id
+            return import_messages(store, messages, title or title_from(messages))
 
         def done(thread_id: int) -> None:
             self.refresh_threads()
@@ -199,3 +323,8 @@ class ThreadControl(QObject):
 
         self.background.run(job, done, lambda exc: QMessageBox.warning(
             self.parent_widget, "Import refused", f"Nothing was imported.\n\n{exc}"))
+
+
+def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
+    """What the list shows of each thread, in its order (a change means: show it again)."""
+    return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages")) for t in threads}

@@ -26,6 +26,7 @@ class ThreadPanel(QWidget):
     searchChanged = Signal(str)  # debounced; '' = show all threads
     renameRequested = Signal(int, str)
     deleteRequested = Signal(int, str)
+    settingsRequested = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -119,5 +120,6 @@ class ThreadPanel(QWidget):
         title = item.text().split("\n", 1)[0]
         menu = QMenu(self)
         menu.addAction("Rename…", lambda: self.renameRequested.emit(thread_id, title))
+        menu.addAction("Chat settings…", lambda: self.settingsRequested.emit(thread_id))
         menu.addAction("Delete…", lambda: self.deleteRequested.emit(thread_id, title))
         menu.exec(self.list.viewport().mapToGlobal(pos))

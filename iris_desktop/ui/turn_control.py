@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 from iris_desktop.core.events import (
     CompactionFinished,
     CompactionStarted,
+    PromptProgress,
     ReplySaved,
     ReplyStarted,
     ReplyToken,
@@ -73,16 +74,62 @@ class TurnControl(QObject, TurnListener):
 
     def send(self, text: str) -> None:
         state = self.app_state
-        if state.generating or state.model_state != "ready" or not text.strip():
+        files = tuple(self.composer.attachments)
+        if state.generating or state.model_state != "ready" or not (text.strip() or files):
             return
         if not self.may_send():
             return  # the user declined to send to that server: the draft stays
         self.composer.clear(quiet=True)  # the request the agent reports redraws the meter
+        self._start("send", text, attachments=files)
+
+    def regenerate(self, message_id: int) -> None:
+        """Answer the open thread's last message again: a new alternative reply (the
+        old one stays, behind the ‹ › switcher). The reply rows go from view until the
+        new one streams in."""
+        if self._can_start():
+            self._cut_after_last("user")
+            self._start("regenerate")
+
+    def edit(self, message_id: int, text: str) -> None:
+        """Send ``text`` in place of the user message ``message_id``: a new branch from
+        there (the old one stays, behind the switcher)."""
+        if self._can_start() and text.strip():
+            self._cut_from(f"m:{message_id}")
+            self._start("edit", text, message_id)
+
+    def continue_reply(self, message_id: int) -> None:
+        """Go on with the stopped or cut-off reply ``message_id`` (the open thread's last)."""
+        if self._can_start():
+            self._start("continue", message_id=message_id)
+
+    def _can_start(self) -> bool:
+        state = self.app_state
+        return (not state.generating and state.model_state == "ready"
+                and state.thread_id is not None and self.may_send())
+
+    def _start(self, kind: str, text: str = "", message_id: int | None = None,
+               attachments: tuple = ()) -> None:
+        state = self.app_state
         self.cancel = threading.Event()
         state.set_generating(True)
         state.show_status("Thinking…")
         self.view.follow_bottom()
-        self.model.send(SendJob(state.thread_id, text, state.planner, self.cancel))
+        self.model.send(SendJob(state.thread_id, text, state.planner, self.cancel, kind=kind,
+                                message_id=message_id, attachments=attachments))
+
+    def _cut_after_last(self, role: str) -> None:
+        """Show the transcript up to its last ``role`` message (the rest is replaced)."""
+        entries = self.transcript.entries()
+        last = max((i for i, e in enumerate(entries) if e.role == role and e.kind == "message"),
+                   default=None)
+        if last is not None:
+            self.transcript.set_entries(entries[: last + 1])
+
+    def _cut_from(self, key: str) -> None:
+        entries = self.transcript.entries()
+        cut = next((i for i, e in enumerate(entries) if e.key == key), None)
+        if cut is not None:
+            self.transcript.set_entries(entries[:cut])
 
     def compact_now(self) -> None:
         """Compact the open thread now, on the model thread (the model may write the
@@ -124,7 +171,7 @@ class TurnControl(QObject, TurnListener):
 
     def on_user(self, event: UserSaved) -> None:
         self.transcript.append(Entry("message", f"m:{event.message_id}", event.message_id,
-                                     "user", text=event.text))
+                                     "user", text=event.text, attachments=list(event.attachments)))
         self._changed()
         self.app_state.threads_changed()  # the agent titled a new thread
 
@@ -132,10 +179,26 @@ class TurnControl(QObject, TurnListener):
         self.app_state.report_request(event.request)
         self.app_state.show_status("Reading the conversation…")
 
+    def on_progress(self, event: PromptProgress) -> None:
+        """How far the model has read the prompt: tokens, percentage, time left, with the
+        bar (Stop stays in the composer)."""
+        if event.done < event.total:
+            self.app_state.busy(event.describe(), event.fraction)
+        elif event.what == "summary":  # read: the model writes it now
+            self.app_state.busy("Compacting the conversation: writing the summary…")
+        else:
+            self.app_state.busy(None)
+            self.app_state.show_status("Generating…")
+
     def on_reply_started(self, event: ReplyStarted) -> None:
-        self._stream_key = f"m:{event.message_id}"
-        self.transcript.append(Entry("message", self._stream_key, event.message_id, "assistant",
-                                     status="streaming"))
+        old = None if event.replaces is None else self.transcript.row_of(f"m:{event.replaces}")
+        if old is not None:  # a continued reply grows where the stopped one was
+            self._stream_key = f"m:{event.replaces}"
+            self.transcript.update(old, status="streaming")
+        else:
+            self._stream_key = f"m:{event.message_id}"
+            self.transcript.append(Entry("message", self._stream_key, event.message_id,
+                                         "assistant", text=event.text, status="streaming"))
         self._stream_tokens, self._stream_t0 = 0, None
         self._changed()
 
@@ -149,7 +212,8 @@ class TurnControl(QObject, TurnListener):
 
     def on_reply(self, event: ReplySaved) -> None:
         self._flush_tokens()
-        row = self.transcript.row_of(f"m:{event.message_id}")
+        # a continued reply streamed into the stopped one's row
+        row = self.transcript.row_of(self._stream_key or f"m:{event.message_id}")
         if row is not None:
             calls = ["{}({})".format(*call_label(c)) for c in event.tool_calls]
             self.transcript.update(row, text=event.text, status=event.status, calls=calls)

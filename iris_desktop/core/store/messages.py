@@ -5,6 +5,10 @@ only records which messages it covers. The one exception is a reply that is stil
 streamed: its row is updated with the partial text until it is complete, and a
 ``streams`` row names the process writing it, so that a crash can be told from a live
 writer. A thread is deleted, with its messages, only on the user's explicit request.
+
+A thread is a tree (:mod:`.branches`): a new message goes below the thread's head
+unless it names another parent, and every read here but :meth:`Messages.all_messages`
+sees the active branch only.
 """
 
 from __future__ import annotations
@@ -15,13 +19,20 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from iris_desktop.core.store.base import Connected, _alive
+from iris_desktop.core.store.base import _alive
+from iris_desktop.core.store.branches import Branches
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.core.store.rows import MessageMeta, _message_row, now_iso, utf8_length
 from iris_desktop.tokens import Message
 
+#: ``parent_id`` of a new message: below the thread's head (the active branch goes on)
+HEAD = object()
 
-class Messages(Connected):
+#: the active branch's messages, joined: ``p`` is thread_paths, ``m`` messages
+_PATH = "thread_paths p JOIN messages m ON m.id = p.message_id"
+
+
+class Messages(Branches):
     """Threads and messages: the part of the Store every turn reads and appends to."""
 
     # -- threads ----------------------------------------------------------------------------
@@ -43,6 +54,19 @@ class Messages(Connected):
     def rename_thread(self, thread_id: int, title: str) -> None:
         self.thread(thread_id)
         self.conn.execute("UPDATE threads SET title = ? WHERE id = ?", (title, thread_id))
+
+    def set_system_prompt(self, thread_id: int, text: str | None) -> None:
+        """The thread's own system prompt (None or blank: the global ``chat.system_prompt``
+        again). It is a setting of the thread, not a message: no message changes."""
+        self.thread(thread_id)
+        value = text if text and text.strip() else None
+        self.conn.execute("UPDATE threads SET system_prompt = ? WHERE id = ?", (value, thread_id))
+
+    def system_prompt_of(self, thread_id: int) -> str | None:
+        """The thread's own system prompt, or None (it uses the global one)."""
+        row = self.conn.execute("SELECT system_prompt FROM threads WHERE id = ?",
+                                (thread_id,)).fetchone()
+        return row[0] if row else None
 
     def delete_thread(self, thread_id: int) -> None:
         """Delete a whole thread, on the user's explicit request only, and leave no
@@ -75,6 +99,12 @@ class Messages(Connected):
                 """
             )
         )
+
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: it changes when another connection (another
+        thread's Store, the CLI) commits, and not for this connection's own writes. Costs
+        no read of the database, so a view may poll it to learn when to refresh."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def thread_token_total(self, thread_id: int, counter: str) -> tuple[int, int]:
         """(sum of cached counts, number of messages without a cached count)."""
@@ -114,38 +144,50 @@ class Messages(Connected):
         return chosen
 
     def thread_state(self, thread_id: int) -> tuple:
-        """What a request of the thread depends on, cheaply: the newest message (and how
-        far a streaming one got), the newest summary and the newest recorded request."""
+        """What a request of the thread depends on, cheaply: the head of its active branch
+        (and how far a streaming one got), the newest summary of that branch, the newest
+        recorded request, and the thread's own system prompt."""
         return self.conn.execute(
             """
             SELECT m.id, m.status, length(m.content), m.tool_calls IS NOT NULL,
-                   (SELECT max(id) FROM summaries WHERE thread_id = :t),
-                   (SELECT max(id) FROM requests WHERE thread_id = :t)
+                   (SELECT max(s.id) FROM summaries s JOIN thread_paths p
+                      ON p.thread_id = s.thread_id AND p.message_id = s.covers_through_id
+                    WHERE s.thread_id = :t),
+                   (SELECT max(id) FROM requests WHERE thread_id = :t),
+                   (SELECT system_prompt FROM threads WHERE id = :t)
             FROM (SELECT 1) LEFT JOIN messages m ON m.id =
-                (SELECT max(id) FROM messages WHERE thread_id = :t)
+                (SELECT head_id FROM threads WHERE id = :t)
             """,
             {"t": thread_id},
         ).fetchone()
 
     # -- messages ---------------------------------------------------------------------------
 
-    def add_message(self, thread_id: int, message: Message, status: str = "complete") -> int:
+    def add_message(self, thread_id: int, message: Message, status: str = "complete",
+                    parent_id: Any = HEAD) -> int:
         """Append one message (written now, unless it carries its own timestamp) and
-        commit it. Returns its id."""
+        commit it; it becomes the head of the active branch. ``parent_id``: below the head
+        (the default), or below another message (a regenerated reply, an edited user
+        message: a new branch; None: a new first message). Returns its id."""
         row = _message_row(message, now_iso())
         with self.transaction():
-            return self._insert(thread_id, row, status)
+            return self._insert(thread_id, row, status, parent_id)
 
-    def add_messages(self, thread_id: int, messages: Sequence[Message]) -> list[int]:
-        """Append many messages atomically: all or none. An imported message keeps the
+    def add_messages(self, thread_id: int, messages: Sequence[Message],
+                     parent_id: Any = HEAD) -> list[int]:
+        """Append many messages atomically: all or none, each below the one before (the
+        first below ``parent_id``: the head by default). An imported message keeps the
         time its source gives (``created_at``, ``create_time`` or ``timestamp``); without
         one, when it was written is unknown (``sent_at`` NULL), not the import time."""
         rows = [_message_row(m, None) for m in messages]
         with self.transaction():
-            return [self._insert(thread_id, row, "complete") for row in rows]
+            ids = []
+            for row in rows:
+                ids.append(self._insert(thread_id, row, "complete", parent_id if not ids else HEAD))
+            return ids
 
-    def _insert(self, thread_id: int, row: dict[str, Any], status: str) -> int:
-        message_id = self._insert_row(thread_id, row, status)
+    def _insert(self, thread_id: int, row: dict[str, Any], status: str, parent_id: Any = HEAD) -> int:
+        message_id = self._insert_row(thread_id, row, status, parent_id)
         if status == "streaming":
             self.conn.execute(
                 "INSERT INTO streams(message_id, pid, started_at) VALUES (?, ?, ?)",
@@ -153,23 +195,37 @@ class Messages(Connected):
             )
         return message_id
 
-    def _insert_row(self, thread_id: int, row: dict[str, Any], status: str) -> int:
-        last = self.conn.execute(
-            "SELECT turn FROM messages WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
-        ).fetchone()
-        turn = (last[0] if last else 0) + (1 if row["role"] == "user" else 0)
+    def _insert_row(self, thread_id: int, row: dict[str, Any], status: str,
+                    parent_id: Any = HEAD) -> int:
+        head = self.head(thread_id)
+        parent = head if parent_id is HEAD else parent_id
+        above = None if parent is None else self.conn.execute(
+            "SELECT turn FROM messages WHERE id = ? AND thread_id = ?", (parent, thread_id)).fetchone()
+        if parent is not None and above is None:
+            raise KeyError(f"no message {parent} in thread {thread_id}")
+        # a turn starts at each user message: the parent's turn, or the next one
+        turn = (above[0] if above else 0) + (1 if row["role"] == "user" else 0)
         now = time.time()
         cur = self.conn.execute(
             """
             INSERT INTO messages(thread_id, turn, role, content, content_is_json, tool_calls,
-                                 tool_call_id, name, extra, status, created_at, sent_at)
+                                 tool_call_id, name, extra, status, created_at, sent_at, parent_id)
             VALUES (:thread_id, :turn, :role, :content, :content_is_json, :tool_calls,
-                    :tool_call_id, :name, :extra, :status, :created_at, :sent_at)
+                    :tool_call_id, :name, :extra, :status, :created_at, :sent_at, :parent_id)
             """,
-            {**row, "thread_id": thread_id, "turn": turn, "status": status, "created_at": now},
+            {**row, "thread_id": thread_id, "turn": turn, "status": status, "created_at": now,
+             "parent_id": parent},
         )
-        self.conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
-        return int(cur.lastrowid)
+        message_id = int(cur.lastrowid)
+        if parent == head:  # the active branch goes on: one more message on its path
+            self.conn.execute("INSERT INTO thread_paths(thread_id, message_id) VALUES (?, ?)",
+                              (thread_id, message_id))
+            self.conn.execute("UPDATE threads SET head_id = ?, updated_at = ? WHERE id = ?",
+                              (message_id, now, thread_id))
+        else:
+            self.set_head(thread_id, message_id)
+            self.conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
+        return message_id
 
     def update_streaming(
         self, message_id: int, content: str, status: str = "streaming",
@@ -210,20 +266,28 @@ class Messages(Connected):
     def messages(
         self, thread_id: int, after_id: int = 0, through_id: int | None = None
     ) -> list[dict[str, Any]]:
-        """Stored rows, oldest first (with id, turn, status)."""
-        sql = "SELECT * FROM messages WHERE thread_id = ? AND id > ?"
+        """The active branch's stored rows, oldest first (with id, turn, status)."""
+        sql = f"SELECT m.* FROM {_PATH} WHERE p.thread_id = ? AND p.message_id > ?"
         params: list[Any] = [thread_id, after_id]
         if through_id is not None:
-            sql += " AND id <= ?"
+            sql += " AND p.message_id <= ?"
             params.append(through_id)
-        return list(self.db.query(sql + " ORDER BY id", params))
+        return list(self.db.query(sql + " ORDER BY p.message_id", params))
+
+    def all_messages(self, thread_id: int) -> list[dict[str, Any]]:
+        """Every stored row of the thread, every branch, oldest first (what an export
+        writes), each with ``on_path``: on the active branch or not."""
+        return list(self.db.query(
+            "SELECT m.*, EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = m.thread_id "
+            "AND p.message_id = m.id) AS on_path FROM messages m WHERE m.thread_id = ? ORDER BY m.id",
+            [thread_id]))
 
     def leading_messages(self, thread_id: int, limit: int) -> list[dict[str, Any]]:
-        """The thread's first ``limit`` rows (id, role, content), oldest first: where its
-        own system messages are, if it has any."""
+        """The active branch's first ``limit`` rows (id, role, content), oldest first:
+        where the thread's own system messages are, if it has any."""
         return list(self.db.query(
-            "SELECT id, role, content FROM messages WHERE thread_id = ? ORDER BY id LIMIT ?",
-            [thread_id, limit]))
+            f"SELECT m.id, m.role, m.content FROM {_PATH} WHERE p.thread_id = ? "
+            "ORDER BY p.message_id LIMIT ?", [thread_id, limit]))
 
     def messages_by_id(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         result: dict[int, dict[str, Any]] = {}
@@ -245,17 +309,27 @@ class Messages(Connected):
 
     def turn_anchor_id(self, covered: int) -> int | None:
         """The id of the user message that opens the turn of message ``covered``, when
-        that turn goes on after it (a summary boundary at ``covered`` cuts through the
-        turn); None when the turn ends there or has no user message."""
+        that turn goes on after it on the active branch (a summary boundary at
+        ``covered`` cuts through the turn); None when the turn ends there or has no user
+        message."""
         row = self.conn.execute(
             """
             SELECT o.id FROM messages c
-            JOIN messages o ON o.thread_id = c.thread_id AND o.turn = c.turn
+            JOIN thread_paths op ON op.thread_id = c.thread_id
+            JOIN messages o ON o.id = op.message_id AND o.turn = c.turn
             WHERE c.id = ? AND o.role = 'user'
-              AND EXISTS (SELECT 1 FROM messages n WHERE n.thread_id = c.thread_id
-                          AND n.turn = c.turn AND n.id > c.id)
+              AND EXISTS (SELECT 1 FROM thread_paths np JOIN messages n ON n.id = np.message_id
+                          WHERE np.thread_id = c.thread_id AND n.turn = c.turn AND n.id > c.id)
             ORDER BY o.id LIMIT 1
             """, (covered,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def newest_user_message(self, thread_id: int) -> int | None:
+        """The id of the active branch's newest user message (where its newest turn
+        starts), or None."""
+        row = self.conn.execute(
+            f"SELECT m.id FROM {_PATH} WHERE p.thread_id = ? AND m.role = 'user' "
+            "ORDER BY p.message_id DESC LIMIT 1", (thread_id,)).fetchone()
         return None if row is None else int(row[0])
 
     def user_messages_since(self, thread_id: int, created_at: float) -> int:
@@ -268,15 +342,15 @@ class Messages(Connected):
     def iter_meta_desc(
         self, thread_id: int, counter: str, after_id: int = 0
     ) -> Iterator[MessageMeta]:
-        """Messages newest first, without their text; the cursor is lazy, so a caller
-        that stops early never reads the rest of a long thread."""
+        """The active branch's messages newest first, without their text; the cursor is
+        lazy, so a caller that stops early never reads the rest of a long thread."""
         cur = self.conn.execute(
-            """
+            f"""
             SELECT m.id, m.turn, m.role, c.tokens, m.tool_calls IS NOT NULL, m.tool_call_id,
                    m.status, m.name
-            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
-            WHERE m.thread_id = ? AND m.id > ?
-            ORDER BY m.id DESC
+            FROM {_PATH} LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+            WHERE p.thread_id = ? AND p.message_id > ?
+            ORDER BY p.message_id DESC
             """,
             (counter, thread_id, after_id),
         )
@@ -286,36 +360,38 @@ class Messages(Connected):
     def meta_range(
         self, thread_id: int, counter: str, through_id: int | None = None, after_id: int = 0
     ) -> list[MessageMeta]:
-        """Messages with after_id < id ≤ through_id (default: all), oldest first, without
-        their text."""
+        """The active branch's messages with after_id < id ≤ through_id (default: all),
+        oldest first, without their text."""
         if through_id is None:
             through_id = 2**62
         cur = self.conn.execute(
-            """
+            f"""
             SELECT m.id, m.turn, m.role, c.tokens, m.tool_calls IS NOT NULL, m.tool_call_id,
                    m.status, m.name
-            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
-            WHERE m.thread_id = ? AND m.id > ? AND m.id <= ? ORDER BY m.id
+            FROM {_PATH} LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+            WHERE p.thread_id = ? AND p.message_id > ? AND p.message_id <= ? ORDER BY p.message_id
             """,
             (counter, thread_id, after_id, through_id),
         )
         return [MessageMeta(r[0], r[1], r[2], r[3], bool(r[4]), *r[5:]) for r in cur]
 
     def turn_span(self, thread_id: int, after_id: int = 0) -> tuple[int, int] | None:
-        """(first, last) turn number of the messages after ``after_id``; two index lookups.
+        """(first, last) turn number of the active branch's messages after ``after_id``;
+        two index lookups.
 
-        Turn numbers grow by one at each user message, so the number of turns in a range
-        is ``last - first + 1`` without counting rows.
+        Turn numbers grow by one at each user message along a branch, so the number of
+        turns in a range is ``last - first + 1`` without counting rows.
         """
         first = self.conn.execute(
-            "SELECT turn FROM messages WHERE thread_id = ? AND id > ? ORDER BY id LIMIT 1",
+            f"SELECT m.turn FROM {_PATH} WHERE p.thread_id = ? AND p.message_id > ? "
+            "ORDER BY p.message_id LIMIT 1",
             (thread_id, after_id),
         ).fetchone()
         if first is None:
             return None
         last = self.conn.execute(
-            "SELECT turn FROM messages WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
-        ).fetchone()
+            "SELECT m.turn FROM threads t JOIN messages m ON m.id = t.head_id WHERE t.id = ?",
+            (thread_id,)).fetchone()
         return int(first[0]), int(last[0])
 
     def count_turns(self, thread_id: int, after_id: int = 0) -> int:
@@ -338,13 +414,15 @@ class Messages(Connected):
         ``after_id``, surrounding whitespace left out (a chat template may trim it).
         Every counter spends a token per MAX_BYTES_PER_TOKEN bytes of that text at most,
         so :func:`min_tokens` of it is a floor on the turn's tokens, known without
-        tokenizing. A turn starts at its one user message, so that is the thread's newest
-        user message: one lookup in ``messages_thread_turn`` (filtering every user message
-        by turn read half a 100k-message thread, 66 ms a request)."""
+        tokenizing. A turn starts at its one user message, so that is the active branch's
+        newest user message: read backwards from the head, a turn's messages at most
+        (filtering every user message by turn read half a 100k-message thread, 66 ms a
+        request)."""
         row = self.conn.execute(
-            """
-            SELECT content, content_is_json FROM messages INDEXED BY messages_thread_turn
-            WHERE thread_id = ? AND role = 'user' AND id > ? ORDER BY id DESC LIMIT 1
+            f"""
+            SELECT m.content, m.content_is_json FROM {_PATH}
+            WHERE p.thread_id = ? AND m.role = 'user' AND p.message_id > ?
+            ORDER BY p.message_id DESC LIMIT 1
             """,
             (thread_id, after_id),
         ).fetchone()

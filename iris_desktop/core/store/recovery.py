@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.errors import StoreError
 
 log = logging.getLogger("iris.store")
@@ -220,6 +221,7 @@ def _repair_references(conn: sqlite3.Connection) -> None:
                  "WHERE prev_id NOT IN (SELECT id FROM summaries)")
     conn.execute("UPDATE compaction_events SET summary_id = NULL "
                  "WHERE summary_id NOT IN (SELECT id FROM summaries)")
+    rebuild_paths(conn)
 
 
 class _RowReader:

@@ -155,6 +155,30 @@ MIGRATIONS: tuple[str, ...] = (
         vector BLOB NOT NULL
     );
     """,
+    # 8: branches. A message has a parent (a regenerated reply or an edited user message
+    # is a new message beside the one it replaces, never a change to it); a thread has a
+    # head, the newest message of its active branch, and thread_paths holds that branch's
+    # messages (the path from the first message to the head), so that every read of the
+    # engine is one join away from "the active branch only". A request names the message
+    # it answered and the reply it made. A thread may have its own system prompt.
+    """
+    ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE;
+    ALTER TABLE threads ADD COLUMN head_id INTEGER REFERENCES messages(id) ON DELETE SET NULL;
+    ALTER TABLE threads ADD COLUMN system_prompt TEXT;
+    ALTER TABLE requests ADD COLUMN head_id INTEGER;
+    ALTER TABLE requests ADD COLUMN reply_id INTEGER;
+    CREATE TABLE thread_paths (
+        thread_id INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        PRIMARY KEY (thread_id, message_id)
+    ) WITHOUT ROWID;
+    UPDATE messages SET parent_id = (SELECT max(p.id) FROM messages p
+                                     WHERE p.thread_id = messages.thread_id AND p.id < messages.id);
+    INSERT INTO thread_paths(thread_id, message_id) SELECT thread_id, id FROM messages;
+    UPDATE threads SET head_id = (SELECT max(id) FROM messages WHERE thread_id = threads.id);
+    CREATE INDEX messages_parent ON messages(parent_id, role);
+    CREATE INDEX requests_reply ON requests(reply_id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

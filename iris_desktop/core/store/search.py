@@ -19,7 +19,7 @@ class Search(Connected):
         self, thread_id: int, through_id: int, fts: str, limit: int = 60,
         among: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
-        """(id, bm25 rank) of the thread's user and assistant messages up to
+        """(id, bm25 rank) of the active branch's user and assistant messages up to
         ``through_id`` (and among ``among``, when given) that match the FTS5 query
         ``fts``, best first."""
         if through_id <= 0 or not fts or (among is not None and not among):
@@ -29,6 +29,8 @@ class Search(Connected):
             SELECT m.id, rank FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
             WHERE messages_fts MATCH ? AND m.thread_id = ? AND m.id <= ?
               AND m.role IN ('user', 'assistant')
+              AND EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = m.thread_id
+                          AND p.message_id = m.id)
               {"AND m.id IN (SELECT value FROM json_each(?))" if among is not None else ""}
             ORDER BY rank LIMIT ?
             """,
@@ -38,17 +40,19 @@ class Search(Connected):
 
     def sent_within(self, thread_id: int, through_id: int,
                     days: Sequence[tuple[dt.date, dt.date]]) -> list[int]:
-        """Ids of the thread's user and assistant messages up to ``through_id`` that were
-        written on one of the ``days`` ranges (first, last, inclusive; the writer's local
+        """Ids of the active branch's user and assistant messages up to ``through_id``
+        that were written on one of the ``days`` ranges (first, last, inclusive; the writer's local
         day, as ``sent_at`` says), oldest first. Read by the ``messages_thread_sent``
         index."""
         found: set[int] = set()
         for first, last in days:
             rows = self.conn.execute(
                 """
-                SELECT id FROM messages INDEXED BY messages_thread_sent
+                SELECT id FROM messages m INDEXED BY messages_thread_sent
                 WHERE thread_id = ? AND sent_at >= ? AND sent_at < ? AND id <= ?
                   AND role IN ('user', 'assistant')
+                  AND EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = m.thread_id
+                              AND p.message_id = m.id)
                 """,
                 (thread_id, first.isoformat(), (last + dt.timedelta(days=1)).isoformat(), through_id),
             ).fetchall()
@@ -94,11 +98,12 @@ class Search(Connected):
         return list(names)
 
     def following(self, thread_id: int, message_id: int, through_id: int, count: int) -> list[int]:
-        """Up to ``count`` user or assistant messages right after ``message_id`` (≤
-        ``through_id``); stops at anything else (a tool result)."""
+        """Up to ``count`` user or assistant messages right after ``message_id`` on the
+        active branch (≤ ``through_id``); stops at anything else (a tool result)."""
         rows = self.conn.execute(
-            "SELECT id, role FROM messages WHERE thread_id = ? AND id > ? AND id <= ? "
-            "ORDER BY id LIMIT ?",
+            "SELECT m.id, m.role FROM thread_paths p JOIN messages m ON m.id = p.message_id "
+            "WHERE p.thread_id = ? AND p.message_id > ? AND p.message_id <= ? "
+            "ORDER BY p.message_id LIMIT ?",
             (thread_id, message_id, through_id, count),
         ).fetchall()
         out: list[int] = []

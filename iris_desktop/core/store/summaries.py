@@ -1,6 +1,11 @@
 """Summaries, compaction events and leases, and requests: what the engine and compaction
 record about a thread. None of it changes a message; a summary only says which messages it
-covers (through ``covers_through_id``)."""
+covers (through ``covers_through_id``).
+
+A summary belongs to the branch it was made on: it stands in for the messages up to
+``covers_through_id``, so it is the active branch's only while that message is on the
+active path (a summary of one branch never stands in for messages of another).
+"""
 
 from __future__ import annotations
 
@@ -12,21 +17,26 @@ from typing import Any
 from iris_desktop.core.store.base import Connected, _alive
 from iris_desktop.core.store.rows import SummaryRow, _summary, _summary_from
 
+#: summaries whose last covered message is on the active branch: ``s`` is summaries
+_ON_PATH = ("summaries s JOIN thread_paths p ON p.thread_id = s.thread_id "
+            "AND p.message_id = s.covers_through_id")
+
 
 class Summaries(Connected):
     """The thread's records beside its messages: summaries, who compacts it and how that
     went, and each request sent to the model."""
 
     def latest_summary(self, thread_id: int) -> SummaryRow | None:
+        """The newest summary of the active branch (None: nothing of it is summarized)."""
         row = self.conn.execute(
-            "SELECT * FROM summaries WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread_id,)
-        )
+            f"SELECT s.* FROM {_ON_PATH} WHERE s.thread_id = ? ORDER BY s.id DESC LIMIT 1",
+            (thread_id,))
         return _summary(row)
 
     def summaries(self, thread_id: int) -> list[SummaryRow]:
+        """The active branch's summary chain, oldest first."""
         cur = self.conn.execute(
-            "SELECT * FROM summaries WHERE thread_id = ? ORDER BY id", (thread_id,)
-        )
+            f"SELECT s.* FROM {_ON_PATH} WHERE s.thread_id = ? ORDER BY s.id", (thread_id,))
         cols = [d[0] for d in cur.description]
         return [_summary_from(dict(zip(cols, r))) for r in cur.fetchall()]
 
@@ -99,13 +109,24 @@ class Summaries(Connected):
             self.db.query("SELECT * FROM requests WHERE thread_id = ? ORDER BY id", [thread_id])
         )
 
+    def finish_reason_of(self, reply_id: int) -> str | None:
+        """How the request that wrote reply ``reply_id`` ended (stop, length, cancelled,
+        error), or None when none is recorded."""
+        row = self.conn.execute("SELECT finish_reason FROM requests WHERE reply_id = ? "
+                                "ORDER BY id DESC LIMIT 1", (reply_id,)).fetchone()
+        return None if row is None else row[0]
+
     def last_request(self, thread_id: int, since_summary: int | None) -> dict[str, Any] | None:
-        """The newest completed request made with the current summary in place."""
+        """The newest completed request of the active branch made with the current summary
+        in place (a request made before branches existed counts as on it)."""
         rows = list(
             self.db.query(
                 """
-                SELECT * FROM requests WHERE thread_id = ? AND prompt_tokens IS NOT NULL
-                AND coalesce(summary_id, 0) = ? ORDER BY id DESC LIMIT 1
+                SELECT * FROM requests r WHERE r.thread_id = ? AND r.prompt_tokens IS NOT NULL
+                AND coalesce(r.summary_id, 0) = ?
+                AND (r.head_id IS NULL OR EXISTS (SELECT 1 FROM thread_paths p
+                     WHERE p.thread_id = r.thread_id AND p.message_id = r.head_id))
+                ORDER BY r.id DESC LIMIT 1
                 """,
                 [thread_id, since_summary or 0],
             )

@@ -1,0 +1,155 @@
+"""Branches: a thread is a tree of messages, and one path through it is active.
+
+Every message has a parent (None for the first). A regenerated reply, a continued reply
+and an edited user message are new messages beside the ones they replace (the same
+parent), never changes to them: the store stays append-only. The thread's ``head_id`` is
+the newest message of the active branch, and ``thread_paths`` holds that branch's
+messages, from the first to the head. Along a path ids only grow (a child is written
+after its parent), so "the path up to id X" is "the path's messages with id ≤ X", and
+the engine's reads stay what they were, joined with the path.
+
+Alternatives are siblings of one role: the replies to one user message, the versions of
+one user message. Switching to another alternative makes the newest branch below it
+active.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from iris_desktop.core.store.base import Connected
+
+
+class Branches(Connected):
+    """The active branch of each thread, and the alternatives along it."""
+
+    def head(self, thread_id: int) -> int | None:
+        """The newest message of the thread's active branch (None: no message yet)."""
+        row = self.conn.execute("SELECT head_id FROM threads WHERE id = ?", (thread_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no thread {thread_id}")
+        return row[0]
+
+    def parent_of(self, message_id: int) -> int | None:
+        row = self.conn.execute("SELECT parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no message {message_id}")
+        return row[0]
+
+    def on_path(self, thread_id: int, ids: Iterable[int]) -> set[int]:
+        """The ones of ``ids`` on the thread's active branch."""
+        wanted = list(dict.fromkeys(int(i) for i in ids))
+        found: set[int] = set()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            rows = self.conn.execute(
+                f"SELECT message_id FROM thread_paths WHERE thread_id = ? AND message_id IN "
+                f"({','.join('?' * len(chunk))})", (thread_id, *chunk)).fetchall()
+            found.update(r[0] for r in rows)
+        return found
+
+    def alternatives(self, message_id: int) -> list[int]:
+        """The message and its alternatives (same parent, same role), oldest first."""
+        row = self.conn.execute("SELECT thread_id, parent_id, role FROM messages WHERE id = ?",
+                                (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no message {message_id}")
+        thread_id, parent, role = row
+        rows = self.conn.execute(
+            "SELECT id FROM messages WHERE thread_id = ? AND parent_id IS ? AND role = ? ORDER BY id",
+            (thread_id, parent, role)).fetchall()
+        return [r[0] for r in rows]
+
+    def branch_points(self, thread_id: int) -> dict[int, tuple[int, int]]:
+        """For each message of the active branch that has alternatives: (its 1-based
+        place among them, how many there are)."""
+        rows = self.conn.execute(
+            """
+            SELECT m.id, m.parent_id, m.role FROM messages m
+            WHERE m.thread_id = ? AND EXISTS (
+                SELECT 1 FROM messages o WHERE o.thread_id = m.thread_id
+                AND o.parent_id IS m.parent_id AND o.role = m.role AND o.id != m.id)
+            ORDER BY m.id
+            """, (thread_id,)).fetchall()
+        groups: dict[tuple, list[int]] = {}
+        for mid, parent, role in rows:
+            groups.setdefault((parent, role), []).append(mid)
+        path = self.on_path(thread_id, (mid for mid, _, _ in rows))
+        return {mid: (ids.index(mid) + 1, len(ids))
+                for ids in groups.values() for mid in ids if mid in path}
+
+    def has_branches(self, thread_id: int) -> bool:
+        """True when some message of the thread has an alternative."""
+        return self.conn.execute(
+            """
+            SELECT 1 FROM messages m WHERE m.thread_id = ? AND EXISTS (
+                SELECT 1 FROM messages o WHERE o.thread_id = m.thread_id
+                AND o.parent_id IS m.parent_id AND o.role = m.role AND o.id != m.id)
+            LIMIT 1
+            """, (thread_id,)).fetchone() is not None
+
+    def newest_leaf(self, message_id: int) -> int:
+        """The end of the newest branch below ``message_id``: its newest child, that
+        child's newest child, and so on."""
+        current = message_id
+        while True:
+            row = self.conn.execute("SELECT max(id) FROM messages WHERE parent_id = ?",
+                                    (current,)).fetchone()
+            if row[0] is None:
+                return current
+            current = row[0]
+
+    def set_head(self, thread_id: int, message_id: int | None) -> None:
+        """Make the branch ending at ``message_id`` the active one (None: the thread's
+        messages are all off the path, as before its first). Only the part of the path
+        below the fork changes: the old branch's messages after it leave, the new one's
+        join."""
+        with self.transaction():
+            chain: list[int] = []
+            current = message_id
+            while current is not None and not self.on_path(thread_id, [current]):
+                chain.append(current)
+                current = self.parent_of(current)
+            fork = current if current is not None else 0
+            self.conn.execute("DELETE FROM thread_paths WHERE thread_id = ? AND message_id > ?",
+                              (thread_id, fork))
+            self.conn.executemany("INSERT INTO thread_paths(thread_id, message_id) VALUES (?, ?)",
+                                  [(thread_id, mid) for mid in reversed(chain)])
+            self.conn.execute("UPDATE threads SET head_id = ? WHERE id = ?", (message_id, thread_id))
+
+    def switch_branch(self, thread_id: int, message_id: int, step: int) -> int:
+        """Show the alternative ``step`` places after (or before, negative) ``message_id``:
+        the newest branch below it becomes active. Returns the new head. Raises
+        ValueError when there is no such alternative."""
+        siblings = self.alternatives(message_id)
+        index = siblings.index(message_id) + step
+        if not 0 <= index < len(siblings):
+            raise ValueError(f"message {message_id} has no alternative {step:+d} from it")
+        head = self.newest_leaf(siblings[index])
+        self.set_head(thread_id, head)
+        return head
+
+
+def rebuild_paths(conn: sqlite3.Connection) -> None:
+    """After a salvage: links to lost messages dropped, a thread whose messages lost every
+    link (a database older than branches) read as one line again, and each thread's
+    active path rebuilt from its head (or its newest message)."""
+    conn.execute("UPDATE messages SET parent_id = NULL WHERE parent_id IS NOT NULL "
+                 "AND parent_id NOT IN (SELECT id FROM messages)")
+    conn.execute("""
+        UPDATE messages SET parent_id = (SELECT max(p.id) FROM messages p
+                                         WHERE p.thread_id = messages.thread_id AND p.id < messages.id)
+        WHERE thread_id NOT IN (SELECT thread_id FROM messages WHERE parent_id IS NOT NULL)""")
+    conn.execute("UPDATE threads SET head_id = NULL WHERE head_id NOT IN (SELECT id FROM messages)")
+    conn.execute("UPDATE threads SET head_id = (SELECT max(id) FROM messages WHERE thread_id = threads.id) "
+                 "WHERE head_id IS NULL")
+    conn.execute("DELETE FROM thread_paths")
+    conn.execute("""
+        INSERT INTO thread_paths(thread_id, message_id)
+        WITH RECURSIVE up(thread_id, id) AS (
+            SELECT t.id, t.head_id FROM threads t WHERE t.head_id IS NOT NULL
+            UNION ALL
+            SELECT up.thread_id, m.parent_id FROM up JOIN messages m ON m.id = up.id
+            WHERE m.parent_id IS NOT NULL)
+        SELECT thread_id, id FROM up""")

@@ -1,0 +1,54 @@
+"""A chat's own settings: its title and its system prompt (empty: the global
+``chat.system_prompt``). Stored on the thread; the engine counts the prompt like the
+global one, and a change makes the next request plan anew."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QWidget,
+)
+
+
+class ChatSettingsDialog(QDialog):
+    """Edit one chat's title and system prompt; ``saved(thread_id, title, prompt)`` on
+    Save (``prompt`` None: use the global one)."""
+
+    saved = Signal(int, str, object)
+
+    def __init__(self, thread_id: int, title: str, prompt: str | None, default_prompt: str,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("chat-settings")
+        self.setWindowTitle("Chat settings")
+        self.thread_id = thread_id
+        self.title = QLineEdit(title, self)
+        self.prompt = QPlainTextEdit(prompt or "", self)
+        self.prompt.setPlaceholderText(default_prompt or "(no system prompt)")
+        self.prompt.setMinimumHeight(self.fontMetrics().height() * 8)
+        note = QLabel("The instructions every request of this chat starts with. Leave it "
+                      "empty to use the one in Preferences (chat.system_prompt), shown "
+                      "greyed out.", self)
+        note.setWordWrap(True)
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel, self)
+        self.buttons.accepted.connect(self._save)
+        self.buttons.rejected.connect(self.reject)
+        form = QFormLayout(self)
+        form.addRow("Title", self.title)
+        form.addRow("System prompt", self.prompt)
+        form.addRow(note)
+        form.addRow(self.buttons)
+        self.resize(self.fontMetrics().averageCharWidth() * 80, self.sizeHint().height())
+
+    def _save(self) -> None:
+        title = " ".join(self.title.text().split()) or "Chat"
+        prompt = self.prompt.toPlainText()
+        self.saved.emit(self.thread_id, title, prompt if prompt.strip() else None)
+        self.accept()

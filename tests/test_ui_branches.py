@@ -1,0 +1,174 @@
+"""Regenerate, switch branch, edit, continue and attach, clicked through the real window
+(pytest-qt, offscreen) on the scripted runtime: the context menu's actions, the ‹ › switcher,
+the Edit dialog's Save, and files dropped on the composer."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QDialogButtonBox, QToolButton  # noqa: E402
+
+from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.host import Host  # noqa: E402
+from iris_desktop.ui.main_window import main_window  # noqa: E402
+from iris_desktop.ui.transcript_model import ENTRY_ROLE  # noqa: E402
+
+from fakes import ScriptedRuntime  # noqa: E402
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    runtime = ScriptedRuntime(["First answer.", "Second answer.", "Edited answer.",
+                               "one two three four five six seven eight", "nine ten"], delay_s=0.02)
+    host = Host(tmp_path / "data", {"context.recall_semantic": "false"}, runtime=runtime,
+                compact=False)
+    w = main_window(host)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.model_state == "ready", timeout=10_000)
+    w.runtime = runtime
+    yield w
+    w.shutdown()
+    host.close()
+
+
+def settle(qtbot, w) -> None:
+    qtbot.waitUntil(lambda: not w.generating and w.background.idle, timeout=20_000)
+    qtbot.wait(50)
+    qtbot.waitUntil(lambda: w.background.idle, timeout=20_000)
+
+
+def rows(w) -> list:
+    model = w.view.transcript
+    return [model.index(r).data(ENTRY_ROLE) for r in range(model.rowCount())]
+
+
+def texts(w) -> list[str]:
+    return [e.text for e in rows(w) if e.kind == "message"]
+
+
+def row_of(w, text: str):
+    model = w.view.transcript
+    return next(model.index(r) for r in range(model.rowCount())
+                if model.index(r).data(ENTRY_ROLE).text == text)
+
+
+def trigger(w, index, name: str) -> None:
+    menu = w.view.context_menu(index)
+    action = next(a for a in menu.actions() if a.text() == name)
+    action.trigger()
+
+
+def stored_texts(w) -> list[str]:
+    with Store(w.host.paths.db_path) as store:
+        return [r["content"] for r in store.messages(w.thread_id)]
+
+
+def test_regenerate_then_switch_back_with_the_switcher(window, qtbot):
+    w = window
+    w.send("Hello")
+    settle(qtbot, w)
+    assert texts(w) == ["Hello", "First answer."]
+    trigger(w, row_of(w, "First answer."), "Regenerate")
+    settle(qtbot, w)
+    assert texts(w) == ["Hello", "Second answer."]
+    reply = row_of(w, "Second answer.")
+    assert reply.data(ENTRY_ROLE).branch == (2, 2)
+    prev, _, _ = w.view.delegate.geometry(reply)["switch"]
+    qtbot.mouseClick(w.view.viewport(), Qt.MouseButton.LeftButton, pos=prev.center())
+    settle(qtbot, w)
+    assert texts(w) == ["Hello", "First answer."]
+    assert row_of(w, "First answer.").data(ENTRY_ROLE).branch == (1, 2)
+    assert stored_texts(w) == ["Hello", "First answer."]
+
+
+def test_edit_a_message_through_its_dialog_starts_a_branch(window, qtbot):
+    w = window
+    w.runtime.replies[:2] = []  # the edit's reply comes third in the script
+    w.runtime.replies.insert(0, "First answer.")
+    w.send("Hello")
+    settle(qtbot, w)
+    trigger(w, row_of(w, "Hello"), "Edit…")
+    dialog = w.view.edit_dialog
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    dialog.editor.setPlainText("Hello, edited")
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Save),
+                     Qt.MouseButton.LeftButton)
+    settle(qtbot, w)
+    assert texts(w) == ["Hello, edited", "Edited answer."]
+    assert row_of(w, "Hello, edited").data(ENTRY_ROLE).branch == (2, 2)
+
+
+def test_stop_then_continue_from_the_context_menu(window, qtbot):
+    w = window
+    w.runtime.replies[:3] = []
+    w.send("Count")
+    qtbot.waitUntil(lambda: any("three" in e.text for e in rows(w)), timeout=10_000)
+    w.turns.stop()
+    settle(qtbot, w)
+    stopped = next(e for e in rows(w) if e.role == "assistant")
+    assert stopped.status == "interrupted" and stopped.can_continue
+    trigger(w, row_of(w, stopped.text), "Continue")
+    settle(qtbot, w)
+    reply = next(e for e in rows(w) if e.role == "assistant")
+    assert reply.text.startswith(stopped.text) and reply.text.endswith("nine ten")
+    assert reply.status == "complete" and not reply.can_continue
+
+
+def test_files_dropped_on_the_composer_become_chips_and_go_with_the_message(window, qtbot, tmp_path):
+    w = window
+    (tmp_path / "list.md").write_text("- 3 lemons\n")
+    (tmp_path / "photo.bin").write_bytes(b"\0\1\2")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(tmp_path / "list.md")),
+                  QUrl.fromLocalFile(str(tmp_path / "photo.bin"))])
+    drop = QDropEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    w.composer.edit.dropEvent(drop)
+    assert [a.name for a in w.composer.attachments] == ["list.md"]
+    refused = w.context.attach_box
+    qtbot.waitUntil(refused.isVisible, timeout=5_000)
+    assert "photo.bin is not a text file" in refused.text()
+    refused.done(0)
+    def chip() -> str:  # chips are drawn anew when their tokens arrive
+        found = [c for c in w.composer.findChildren(QToolButton, "attachment-chip") if c.isVisible()]
+        return found[0].text() if len(found) == 1 else ""
+
+    qtbot.waitUntil(lambda: "tokens" in chip(), timeout=5_000)  # counted by the engine
+    assert chip().startswith("list.md · ")
+    w.composer.set_text("How many lemons?")
+    w.turns.send(w.composer.text())
+    settle(qtbot, w)
+    user = next(e for e in rows(w) if e.role == "user")
+    assert user.text == "How many lemons?" and user.attachments[0][0] == "list.md"
+    assert "- 3 lemons" in w.runtime.requests[-1][-1]["content"]
+    assert w.composer.attachments == []
+
+
+def test_a_chats_own_system_prompt_through_its_settings_dialog(window, qtbot):
+    from PySide6.QtGui import QAction
+
+    w = window
+    w.send("Hello")
+    settle(qtbot, w)
+    w.findChild(QAction, "chat-settings").trigger()  # File ▸ Chat settings…
+    qtbot.waitUntil(lambda: w.threads_control.chat_settings is not None
+                    and w.threads_control.chat_settings.isVisible(), timeout=5_000)
+    dialog = w.threads_control.chat_settings
+    assert dialog.prompt.toPlainText() == "" and "Iris" in dialog.prompt.placeholderText()
+    dialog.title.setText("Pirate chat")
+    dialog.prompt.setPlainText("Answer like a pirate.")
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Save),
+                     Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.threads.list.count() == 1
+                    and w.threads.list.item(0).text() == "Pirate chat", timeout=5_000)
+    with Store(w.host.paths.db_path) as store:
+        assert store.system_prompt_of(w.thread_id) == "Answer like a pirate."
+    w.runtime.replies.insert(0, "Arr.")
+    w.send("Hi again")
+    settle(qtbot, w)
+    assert w.runtime.requests[-1][0]["content"].startswith("Answer like a pirate.")
