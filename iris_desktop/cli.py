@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("thread", type=int)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    p = sub.add_parser("switch", help="show another alternative of a message (a regenerated "
+                       "reply, an edited message): its newest branch becomes the active one")
+    p.add_argument("thread", type=int)
+    p.add_argument("message", type=int, metavar="MESSAGE_ID")
+    p.add_argument("direction", choices=("next", "previous"))
+
     p = sub.add_parser("threads", help="list threads with message and token counts")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-model", action="store_true",

@@ -220,6 +220,26 @@ def delete(args, overrides) -> int:
     return EXIT_OK
 
 
+def switch(args, overrides) -> int:
+    """Make the next or previous alternative of a message active (``Host.switch_branch``)
+    and print the active branch's messages, one line each."""
+    with open_host(args, overrides) as host:
+        _thread(host, args.thread)
+        try:
+            host.switch_branch(args.thread, args.message, 1 if args.direction == "next" else -1)
+        except KeyError:
+            raise CliError(f"no message {args.message} in thread {args.thread}") from None
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        points = host.store.branch_points(args.thread)
+        for row in host.store.messages(args.thread):
+            place = points.get(row["id"])
+            mark = f" ‹ {place[0]}/{place[1]} ›" if place else ""
+            text = " ".join((row["content"] or "").split())
+            say(f"{row['id']:>6} {row['role']:<9}{mark} {terminal_safe(text[:90])}")
+    return EXIT_OK
+
+
 def threads(args, overrides) -> int:
     """Threads with cached token totals. A listing counts at most LISTING_COUNT_CHARS of
     text not counted yet (newest first) and says how many messages remain uncounted."""
@@ -696,6 +716,7 @@ COMMANDS = {
     "export": export,
     "threads": threads,
     "delete": delete,
+    "switch": switch,
     "context": context,
     "chat": chat,
     "models": models,

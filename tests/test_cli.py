@@ -417,3 +417,12 @@ def test_regenerate_edit_continue_and_a_branched_export_round_trip(capsys, tmp_p
     assert len(states) == 2  # the active branch only
     code, _, err = run(capsys, *base, "chat", "--regenerate")
     assert code == 2 and "need --thread" in err
+    # back to the first question's branch: its newest reply (the regenerated one) shows
+    edited = next(m["iris"]["id"] for m in tree["messages"]
+                  if m["iris"]["active"] and m["role"] == "user")
+    code, out, err = run(capsys, *base, "switch", "1", str(edited), "previous")
+    assert code == 0 and "‹ 1/2 ›" in out and "‹ 3/3 ›" in out, err
+    first_question = tree["messages"][0]["iris"]["id"]
+    assert run(capsys, *base, "switch", "1", str(first_question), "next")[0] == 0  # the edit again
+    code, _, err = run(capsys, *base, "switch", "1", str(edited), "next")
+    assert code == 2 and "no alternative" in err

@@ -1,5 +1,6 @@
 """Screenshots of the real app for the docs: docs/img/main-window.png, settings.png,
-inspector.png, chat.png (the bundled model answering in a new chat), models.png
+inspector.png, chat.png (the bundled model answering in a new chat), welcome.png,
+branches.png, attachment.png, progress.png, dark.png (the chat basics), models.png
 (Model ▸ Models…, with a Hugging Face cache that holds the gemma base model when that
 dev dependency is installed), server.png and server-window.png (Model ▸ Server… on a
 llama-server started on loopback).
@@ -208,6 +209,8 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     idle()
     shoot(window, "chat.png")
 
+    shoot_basics(window, wait, idle, pause, shoot, say)
+
     # the model library: the bundled model and what other apps downloaded
     library = window.models.open_library()
     wait(lambda: library.table.rowCount() > 0 and window.background.idle)
@@ -222,6 +225,57 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     window.close()
     session.close()
     QApplication.processEvents()
+
+
+def shoot_basics(window, wait, idle, pause, shoot, say) -> None:
+    """welcome.png (a new chat's welcome panel), branches.png (highlighted code with its
+    Copy button, and the ‹ 2/2 › switcher after a regenerate), attachment.png (a file's
+    chip in the composer), progress.png (the status bar while the model reads a long
+    prompt), dark.png (ui.theme dark)."""
+    from iris_desktop.core.attachments import read_attachment
+
+    window.threads_control.new_chat()
+    idle()
+    shoot(window, "welcome.png")
+    say("Write a short Python function that reverses a string, in a code block.")
+    reply = next(e for e in reversed(window.view.transcript.entries()) if e.role == "assistant")
+    window.view.regenerateRequested.emit(reply.message_id)
+    wait(lambda: window.generating, timeout=10)
+    wait(lambda: not window.generating, timeout=300)
+    idle()
+    window.view.scrollToBottom()
+    idle()
+    shoot(window, "branches.png")
+
+    notes = Path(tempfile.mkdtemp()) / "meeting-notes.md"
+    notes.write_text("# Launch meeting, 3 March\n\n- Ship on the 14th.\n- Priya owns the release notes.\n"
+                     "- Budget: 12,000 EUR.\n" * 6, encoding="utf-8")
+    window.composer.add_attachments([read_attachment(notes)])
+    window.composer.set_text("Who owns the release notes?")
+    window.context.count_attachments()
+    wait(lambda: window.background.idle)
+    idle()
+    shoot(window, "attachment.png")
+
+    # the model reads a long prompt: grab the status bar while it does
+    window.composer.clear()
+    long = "\n".join(f"Line {i}: the quarterly figures for region {i % 7} were reviewed." for i in range(160))
+    window.composer.set_text(long + "\n\nSummarize these lines in one sentence.")
+    window.composer.edit.submitted.emit()
+    wait(lambda: "tokens (" in window.state_label.text() or "%" in window.state_label.text(), timeout=120)
+    pause(0.5)
+    shoot(window, "progress.png")
+    wait(lambda: not window.generating, timeout=600)
+    idle()
+
+    settings = window.host.settings.with_overrides({"ui.theme": "dark"})
+    window.app_state.set_settings(settings)
+    idle()
+    window.threads_control.open_thread(window.thread_id)
+    idle()
+    shoot(window, "dark.png")
+    window.app_state.set_settings(settings.with_overrides({"ui.theme": "system"}))
+    idle()
 
 
 def shoot_server(window, model: Path, data_dir: Path, wait, idle, shoot) -> None:
