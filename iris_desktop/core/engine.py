@@ -187,6 +187,9 @@ class ContextRequest:
     #: the current turn's user message, shown verbatim although the summary covers it
     #: (the steps after it were summarized in the middle of the task)
     kept_ids: list[int] = field(default_factory=list)
+    #: the newest message of the branch when it was planned (a message after it, such as
+    #: the reply being written to this request, goes into the next request)
+    head_id: int | None = None
 
     @property
     def predicted_prompt_tokens(self) -> int:
@@ -516,6 +519,7 @@ class ContextEngine:
             clipped_ids=sorted(turns.clipped),
             kept_ids=[turns.anchor.id] if turns.anchor is not None and any(
                 m.id == turns.anchor.id for t in included for m in t.messages) else [],
+            head_id=self.store.thread_state(thread_id)[0] if thread_id > 0 else None,
         )
 
     def _refuse_oversized(self, thread_id: int, frame: Frame, draft: str | None) -> None:
@@ -756,11 +760,11 @@ class ContextEngine:
         recalled = set(request.recall.ids)
         covered = request.summary.covers_through_id if request.summary else 0
         # a message written after the request was planned (the reply to it, streaming or
-        # saved since) is not left out of it: it goes into the next one
-        newest = max([*included, *pinned], default=0)
+        # saved since) was not left out of it: it goes into the next one
+        planned = request.head_id if request.head_id is not None else 2**62
         result = []
         for m in metas:
-            if m.id in pinned or (m.id > newest and m.id > covered) or m.status == "streaming":
+            if m.id in pinned or m.id > planned or m.status == "streaming":
                 state = "verbatim"
             elif m.id in pruned:
                 state = "pruned"
