@@ -231,7 +231,7 @@ def shoot_basics(window, wait, idle, pause, shoot, say) -> None:
     """welcome.png (a new chat's welcome panel), branches.png (highlighted code with its
     Copy button, and the ‹ 2/2 › switcher after a regenerate), attachment.png (a file's
     chip in the composer), progress.png (the status bar while the model reads a long
-    prompt), dark.png (ui.theme dark)."""
+    prompt), dark.png (ui.theme dark: the chat with the highlighted code)."""
     from iris_desktop.core.attachments import read_attachment
 
     window.threads_control.new_chat()
@@ -246,6 +246,7 @@ def shoot_basics(window, wait, idle, pause, shoot, say) -> None:
     window.view.scrollToBottom()
     idle()
     shoot(window, "branches.png")
+    code_thread = window.thread_id
 
     notes = Path(tempfile.mkdtemp()) / "meeting-notes.md"
     notes.write_text("# Launch meeting, 3 March\n\n- Ship on the 14th.\n- Priya owns the release notes.\n"
@@ -257,12 +258,15 @@ def shoot_basics(window, wait, idle, pause, shoot, say) -> None:
     idle()
     shoot(window, "attachment.png")
 
-    # the model reads a long prompt: grab the status bar while it does
+    # the model reads a long prompt, in a chat of its own: grab the status bar once it
+    # has a pace to estimate the time left from
     window.composer.clear()
+    window.threads_control.new_chat()
+    idle()
     long = "\n".join(f"Line {i}: the quarterly figures for region {i % 7} were reviewed." for i in range(160))
     window.composer.set_text(long + "\n\nSummarize these lines in one sentence.")
     window.composer.edit.submitted.emit()
-    wait(lambda: "tokens (" in window.state_label.text() or "%" in window.state_label.text(), timeout=120)
+    wait(lambda: " s left" in window.state_label.text(), timeout=300)
     pause(0.5)
     shoot(window, "progress.png")
     wait(lambda: not window.generating, timeout=600)
@@ -271,7 +275,10 @@ def shoot_basics(window, wait, idle, pause, shoot, say) -> None:
     settings = window.host.settings.with_overrides({"ui.theme": "dark"})
     window.app_state.set_settings(settings)
     idle()
-    window.threads_control.open_thread(window.thread_id)
+    window.threads_control.open_thread(code_thread)  # highlighted code, in the dark style
+    wait(lambda: window.background.idle)
+    idle()
+    window.view.scrollToBottom()
     idle()
     shoot(window, "dark.png")
     window.app_state.set_settings(settings.with_overrides({"ui.theme": "system"}))

@@ -397,8 +397,25 @@ class BudgetPreview:
             shielded += (f" — protection fell back from {self.protect_configured} to "
                          f"{self.protect_turns} turn(s) because they did not fit")
         out.append("Protect: " + shielded)
-        out.append(f"Counted with {self.counter}" + ("" if self.counter_exact else " (approximate)"))
+        out.append(f"Counted with {counter_label(self.counter)}"
+                   + ("" if self.counter_exact else " (approximate)"))
         return out
+
+
+def counter_label(name: str) -> str:
+    """What counts the tokens, in words: a counter's ``name`` is a cache key
+    (``model:2ac093d88508:2:jinja``), not something to show a person."""
+    kind = name.split(":", 1)[0]
+    if kind == "model":
+        return "the model's own tokenizer"
+    if kind == "server":
+        return ("tiktoken, scaled to the server's counts" if ":estimated:" in name
+                else "the server's tokenizer")
+    if kind == "tiktoken":
+        return name.replace(":", " ", 1)  # tiktoken cl100k_base
+    if kind == "heuristic":
+        return "the text's length"
+    return name
 
 
 def budget_preview(
