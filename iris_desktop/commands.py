@@ -410,6 +410,8 @@ class _ChatPrinter(TurnListener):
     def on_cache(self, event: CacheStatus) -> None:
         if event.state == "restored":
             self.restored = event.done
+        elif event.state == "warming":  # after a compaction, before the prompt returns
+            self._progress_line(event.describe(), event.done >= event.total)
 
     def on_reply_started(self, event: ReplyStarted) -> None:
         self.reply = ""
@@ -419,11 +421,14 @@ class _ChatPrinter(TurnListener):
 
     def on_progress(self, event: PromptProgress) -> None:
         """How far the model has read the prompt, on one line of a terminal's stderr."""
+        self._progress_line(event.describe(), event.done >= event.total)
+
+    @staticmethod
+    def _progress_line(text: str, finished: bool) -> None:
+        """One line on a terminal's stderr, rewritten in place until ``finished``."""
         if not sys.stderr.isatty():
             return
-        line = terminal_safe(event.describe())
-        end = "\n" if event.done >= event.total else ""
-        sys.stderr.write(f"\r\x1b[K{line}{end}")
+        sys.stderr.write(f"\r\x1b[K{terminal_safe(text)}{chr(10) if finished else ''}")
         sys.stderr.flush()
 
     def on_token(self, event: ReplyToken) -> None:

@@ -36,6 +36,7 @@ import logging
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -512,10 +513,13 @@ class Host:
         if runtime is None or not runtime.capabilities.prefill:
             return
         try:
+            first: tuple[int, float] | None = None  # the pace is measured from the first batch on
             with runtime.prefill(request.messages, request.tool_definitions or None,
                                  cancel=cancel) as work:
                 for done, total in work:
-                    yield CacheStatus(thread_id, state, done, total)
+                    first = first or (done, time.monotonic())
+                    yield CacheStatus(thread_id, state, done, total, first[0],
+                                      time.monotonic() - first[1])
             stats = work.stats
         except Exception as exc:  # an optimisation: never a failure
             log.info("warm-up skipped: %s", exc)

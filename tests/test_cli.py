@@ -426,3 +426,40 @@ def test_regenerate_edit_continue_and_a_branched_export_round_trip(capsys, tmp_p
     assert run(capsys, *base, "switch", "1", str(first_question), "next")[0] == 0  # the edit again
     code, _, err = run(capsys, *base, "switch", "1", str(edited), "next")
     assert code == 2 and "no alternative" in err
+
+
+def test_chat_shows_the_prompt_progress_on_a_terminals_stderr(tmp_path, model_path):
+    """With stderr a terminal, ``chat`` rewrites one line as the model reads a long prompt
+    (tokens read of the total, the percentage, then the time left); stdout stays the reply."""
+    import os
+    import pty
+
+    note = " ".join(f"Line {i}: the figures for region {i % 7} were reviewed." for i in range(120))
+    command = [sys.executable, "-m", "iris_desktop", "--data-dir", str(tmp_path / "home"),
+               "--set", f"model.path={model_path}", "--set", "model.max_tokens=4",
+               "--set", "model.temperature=0", "chat", note + " Say OK."]
+    master, slave = pty.openpty()
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=slave, text=True,
+                              timeout=600)
+        os.close(slave)
+        slave = -1
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    assert done.returncode == 0, seen.decode(errors="replace")
+    lines = [part for part in seen.decode().replace("\x1b[K", "").split("\r") if part.strip()]
+    reading = [line for line in lines if line.startswith("Reading the conversation… ")]
+    assert len(reading) >= 2, lines  # more than one batch of 512 tokens, each reported
+    assert re.search(r"of [\d,]+ tokens \(\d+%\), about [\d,]+ s left", "".join(reading))
+    assert "Reading" not in done.stdout  # the progress never mixes with the reply

@@ -150,7 +150,8 @@ def test_a_prefilled_draft_is_sent_evaluating_only_what_is_new(real_host):
     assert statuses[-1].state == "prefilled" and statuses[-1].describe() == "Prefilled"
     progress = [s for s in statuses if s.state == "prefilling"]
     assert progress and progress[-1].done == progress[-1].total == request.predicted_prompt_tokens
-    assert progress[-1].describe() == "Prefilling… 100%"
+    total = progress[-1].total
+    assert progress[-1].describe() == f"Prefilling… {total:,} of {total:,} tokens (100%)"
     sent = list(host.send(thread, draft, planner=planner))
     stats = next(e for e in sent if isinstance(e, ReplySaved)).stats
     assert stats.prompt_tokens == request.predicted_prompt_tokens and stats.evaluated_tokens <= 1
@@ -166,6 +167,9 @@ def test_after_a_compaction_the_new_prefix_is_warmed_up_once_the_reply_is_saved(
     after = events[done + 1:]
     assert after and all(isinstance(e, CacheStatus) for e in after)
     assert after[-1].state == "warmed" and after[-1].describe() == "Ready (warmed up)"
+    warming = [e for e in after if e.state == "warming"]
+    assert warming and all(e.start == warming[0].done for e in warming)  # paced from batch 1
+    assert all(f"{e.done:,} of {e.total:,} tokens" in e.describe() for e in warming)
     request = events[done].next_request
     assert host.runtime.kv_tokens() == host.runtime.prompt_tokens(request.messages)
 
@@ -227,6 +231,8 @@ def test_progress_says_how_long_is_left_at_the_pace_so_far():
     assert event.describe() == "Reading the conversation… 1,536 of 4,096 tokens (37%), about 20 s left"
     assert PromptProgress(1, 0, 100).seconds_left() is None
     assert "Summarizing…" in PromptProgress(1, 50, 100, what="summary").describe()
+    warming = CacheStatus(1, "warming", 1536, 4096, start=512, elapsed_s=8.0)
+    assert warming.describe() == "Warming up… 1,536 of 4,096 tokens (37%), about 20 s left"
 
 
 def test_the_local_model_reports_its_prompt_batch_by_batch(real_host):

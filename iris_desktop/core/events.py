@@ -82,14 +82,34 @@ class CacheStatus:
     state: str
     done: int = 0
     total: int = 0
+    #: of a warm-up or prefill: the tokens in the cache before it began, and its time so far
+    start: int = 0
+    elapsed_s: float = 0.0
 
     def describe(self) -> str:
-        """The status bar's words: "Restored from cache", "Prefilling… 40%"."""
+        """The status bar's words: "Restored from cache", "Warming up… 1,536 of 4,096
+        tokens (37%), about 12 s left"."""
         if self.state in ("warming", "prefilling"):
             label = "Warming up" if self.state == "warming" else "Prefilling"
-            return f"{label}… {100 * self.done // max(self.total, 1)}%"
+            return progress_words(label, self.done, self.total, self.start, self.elapsed_s)
         return {"restored": "Restored from cache", "warmed": "Ready (warmed up)",
                 "prefilled": "Prefilled"}.get(self.state, self.state)
+
+
+def seconds_left(done: int, total: int, start: int, elapsed_s: float) -> float | None:
+    """The time an evaluation of ``total`` tokens still needs at its pace so far
+    (``done - start`` tokens in ``elapsed_s``); None before there is a pace."""
+    read = done - start
+    if read <= 0 or elapsed_s <= 0:
+        return None
+    return (total - done) * elapsed_s / read
+
+
+def progress_words(label: str, done: int, total: int, start: int, elapsed_s: float) -> str:
+    """"Reading the conversation… 1,536 of 4,096 tokens (37%), about 12 s left"."""
+    left = seconds_left(done, total, start, elapsed_s)
+    eta = f", about {left:,.0f} s left" if left is not None and done < total else ""
+    return f"{label}… {done:,} of {total:,} tokens ({100 * done // max(total, 1)}%){eta}"
 
 
 @dataclass(frozen=True)
@@ -113,18 +133,12 @@ class PromptProgress:
 
     def seconds_left(self) -> float | None:
         """At the pace so far; None before there is one."""
-        read = self.done - self.start
-        if read <= 0 or self.elapsed_s <= 0:
-            return None
-        return (self.total - self.done) * self.elapsed_s / read
+        return seconds_left(self.done, self.total, self.start, self.elapsed_s)
 
     def describe(self) -> str:
         """"Reading the conversation… 1,536 of 4,096 tokens (37%), about 12 s left"."""
         label = "Reading the conversation" if self.what == "reply" else "Summarizing"
-        left = self.seconds_left()
-        eta = f", about {left:,.0f} s left" if left is not None and self.done < self.total else ""
-        return (f"{label}… {self.done:,} of {self.total:,} tokens "
-                f"({100 * self.done // max(self.total, 1)}%){eta}")
+        return progress_words(label, self.done, self.total, self.start, self.elapsed_s)
 
 
 def progress_reporter(report: Callable[[PromptProgress], None], thread_id: int, what: str,

@@ -121,7 +121,7 @@ class ModelWorker(QObject):
     turnEvent = Signal(object)  # a core.events TurnEvent
     turnFinished = Signal(int)  # thread id
     shellQuestion = Signal(object)  # ShellQuestion
-    cacheStatus = Signal(str)  # "Warming up… 40%", "Prefilled", "Restored from cache"
+    cacheStatus = Signal(str)  # CacheStatus.describe(): "Warming up… 1,536 of 4,096 tokens (37%)…"
 
     def __init__(self, host: Host):
         super().__init__()
