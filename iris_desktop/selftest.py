@@ -19,6 +19,26 @@ QUESTION = "What is the capital of France? Answer in one word."
 ANSWER = "paris"
 
 
+#: languages a reply's code is often in: their Pygments lexers are loaded by name at run
+#: time, which a frozen app has only if the bundle collected them
+LEXERS = ("python", "javascript", "typescript", "bash", "json", "c", "cpp", "rust", "go",
+          "java", "sql", "html", "css", "yaml", "toml", "diff")
+
+
+def missing_lexers() -> list[str]:
+    """The languages of LEXERS that Pygments cannot load here."""
+    from pygments.lexers import get_lexer_by_name
+    from pygments.util import ClassNotFound
+
+    missing = []
+    for name in LEXERS:
+        try:
+            get_lexer_by_name(name)
+        except (ClassNotFound, ImportError):
+            missing.append(name)
+    return missing
+
+
 def run_self_test(data_dir=None, overrides=None) -> int:
     from iris_desktop.core.events import ReplySaved, TurnFailed
     from iris_desktop.host import Host, bundled_model_path
@@ -51,9 +71,11 @@ def run_self_test(data_dir=None, overrides=None) -> int:
             stats = host.store.requests(thread)[-1]
             exact = stats["prompt_tokens"] == stats["predicted_prompt_tokens"]
             answered = ANSWER in reply.lower()
-            ok = answered and exact
+            missing = missing_lexers()
+            ok = answered and exact and not missing
             problems = ([] if answered else [f"the reply does not contain {ANSWER.title()!r}"]) + (
-                [] if exact else ["the predicted prompt size differs from llama.cpp's"])
+                [] if exact else ["the predicted prompt size differs from llama.cpp's"]) + (
+                [f"code highlighting lacks {', '.join(missing)}"] if missing else [])
             print(
                 f"iris-desktop self-test {'ok' if ok else 'FAILED'}: {model.model_name} "
                 f"({model.chat_format.name} format, n_ctx {model.n_ctx}) loaded in {loaded:.2f} s; "

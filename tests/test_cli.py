@@ -463,3 +463,23 @@ def test_chat_shows_the_prompt_progress_on_a_terminals_stderr(tmp_path, model_pa
     assert len(reading) >= 2, lines  # more than one batch of 512 tokens, each reported
     assert re.search(r"of [\d,]+ tokens \(\d+%\), about [\d,]+ s left", "".join(reading))
     assert "Reading" not in done.stdout  # the progress never mixes with the reply
+
+
+def test_self_test_asks_the_bundled_model_and_checks_the_code_highlighting(capsys, tmp_path,
+                                                                         model_path, monkeypatch):
+    """What the installers run after a build: the bundled model answers, the prediction is
+    exact, and the Pygments lexers a frozen app loads by name are there."""
+    from iris_desktop import selftest
+
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):  # assembled before: reuse
+        (data / "models" / name).symlink_to(model_path.parent / name)
+    code, out, err = run(capsys, "--data-dir", str(data), "--self-test")
+    assert code == 0, out + err
+    assert "self-test ok" in out and "Paris" in out
+    assert selftest.missing_lexers() == []
+    monkeypatch.setattr(selftest, "LEXERS", ("python", "no-such-language"))
+    assert selftest.missing_lexers() == ["no-such-language"]
+    code, out, err = run(capsys, "--data-dir", str(data), "--self-test")
+    assert code == 1 and "code highlighting lacks no-such-language" in out
