@@ -188,6 +188,23 @@ def test_a_regenerated_reply_starts_from_the_cached_prompt(real_host):
     assert len(host.store.alternatives(saved.message_id)) == 2
 
 
+def test_each_regenerated_reply_is_sampled_anew(tmp_path, model_path):
+    """At a temperature above 0, answering again draws another sample (the n-th
+    alternative gets seed n), so Regenerate does not repeat the reply word for word."""
+    overrides = {"model.path": str(model_path), "model.n_ctx": "2048", "model.max_tokens": "24",
+                 "model.temperature": "0.9", "context.summarizer": "extractive"}
+    with Host(tmp_path / "data", overrides) as host:
+        host.load_model()
+        thread = new_thread(host, "Write one sentence about the sea.")
+        replies = [host.store.messages(thread)[-1]["content"]]
+        for _ in range(2):
+            events = list(host.regenerate(thread))
+            replies.append(next(e for e in events if isinstance(e, ReplySaved)).text)
+        assert len(set(replies)) > 1, replies
+        user = host.store.newest_user_message(thread)
+        assert len(host.store.replies_to(user)) == 3
+
+
 def test_a_stopped_reply_is_continued_with_an_exact_prompt(real_host, model_path):
     """Continue: the request ends inside the stopped reply (no closing tokens, no new
     assistant turn); the planner predicts it to the token."""

@@ -113,7 +113,9 @@ class Agent:
             yield TurnFailed(thread_id, "There is no message of yours to answer again", "internal")
             yield TurnDone(thread_id, "error")
             return
-        yield from self._on_branch(thread_id, user, self.run(thread_id, cancel))
+        # another sampling seed for each answer again, or it would be the same reply
+        seed = len(self.store.replies_to(user))
+        yield from self._on_branch(thread_id, user, self.run(thread_id, cancel, seed=seed))
 
     def edit(self, thread_id: int, message_id: int, text: str,
              cancel: threading.Event | None = None) -> Iterator[TurnEvent]:
@@ -163,10 +165,11 @@ class Agent:
             if not started:
                 self.store.set_head(thread_id, before)
 
-    def run(self, thread_id: int, cancel: threading.Event, continuing: dict | None = None
-            ) -> Iterator[TurnEvent]:
+    def run(self, thread_id: int, cancel: threading.Event, continuing: dict | None = None,
+            seed: int | None = None) -> Iterator[TurnEvent]:
         """Answer the newest stored turn (after a user message or a tool result), or go on
-        with the reply ``continuing`` (a stored row: the head of the active branch)."""
+        with the reply ``continuing`` (a stored row: the head of the active branch).
+        ``seed``: the sampling seed (None: the runtime's own)."""
         calls_made = 0
         while True:
             tools_allowed = calls_made < self.config.max_calls_per_turn
@@ -179,7 +182,7 @@ class Agent:
                 return
             yield RequestSent(thread_id, request)
             reply_id, reply_text, stats, error = yield from self._stream(
-                thread_id, request, cancel, continuing)
+                thread_id, request, cancel, continuing, seed)
             continuing = None
             if error is not None:
                 yield TurnFailed(thread_id, error, "model", message_id=reply_id)
@@ -261,7 +264,7 @@ class Agent:
         return text, ok, True
 
     def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event,
-                continuing: dict | None = None):
+                continuing: dict | None = None, seed: int | None = None):
         """Stream the reply to ``request``, saving it as it grows; returns (reply id, text,
         stats, error). A failing model keeps the partial text, marked ``error``. A reply
         ``continuing`` another starts with its text, beside it (the same parent)."""
@@ -277,6 +280,8 @@ class Agent:
         generation = None
         try:
             extra: dict[str, Any] = {"tools": request.tool_definitions} if request.tool_definitions else {}
+            if seed is not None:
+                extra["seed"] = seed
             if self.progress is not None:
                 extra["progress"] = progress_reporter(self.progress, thread_id, "reply", self.clock)
             generation = self.runtime.stream(

@@ -73,6 +73,7 @@ class ChatModel(Protocol):
         cancel: threading.Event | None = None,
         json_schema: dict | None = None,
         repeat_penalty: float = 1.0,
+        seed: int | None = None,
         tools: list[dict] | None = None,
         deadline: float | None = None,
         progress: Callable[[int, int], None] | None = None,

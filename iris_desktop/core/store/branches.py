@@ -61,6 +61,13 @@ class Branches(Connected):
             (thread_id, parent, role)).fetchall()
         return [r[0] for r in rows]
 
+    def replies_to(self, message_id: int) -> list[int]:
+        """The replies (assistant messages) whose parent is ``message_id``, oldest first."""
+        rows = self.conn.execute(
+            "SELECT id FROM messages WHERE parent_id = ? AND role = 'assistant' ORDER BY id",
+            (message_id,)).fetchall()
+        return [r[0] for r in rows]
+
     def branch_points(self, thread_id: int) -> dict[int, tuple[int, int]]:
         """For each message of the active branch that has alternatives: (its 1-based
         place among them, how many there are)."""
