@@ -428,7 +428,8 @@ class _ChatPrinter(TurnListener):
         """One line on a terminal's stderr, rewritten in place until ``finished``."""
         if not sys.stderr.isatty():
             return
-        sys.stderr.write(f"\r\x1b[K{terminal_safe(text)}{chr(10) if finished else ''}")
+        end = "\n" if finished else ""
+        sys.stderr.write(f"\r\x1b[K{terminal_safe(text)}{end}")
         sys.stderr.flush()
 
     def on_token(self, event: ReplyToken) -> None:
