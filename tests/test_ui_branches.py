@@ -149,6 +149,32 @@ def test_files_dropped_on_the_composer_become_chips_and_go_with_the_message(wind
     assert w.composer.attachments == []
 
 
+def test_attach_button_opens_the_file_dialog_and_a_chip_is_removed_with_its_cross(
+        window, qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    w = window
+    (tmp_path / "notes.txt").write_text("Priya owns the release notes.\n")
+    asked = []
+
+    def answer(*args, **kwargs):
+        asked.append(args[1])  # the dialog's title
+        return [str(tmp_path / "notes.txt")], "Text files"
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(answer))
+    qtbot.mouseClick(w.composer.attach_button, Qt.MouseButton.LeftButton)
+    assert asked == ["Attach files"]
+    assert [a.name for a in w.composer.attachments] == ["notes.txt"]
+
+    def chips() -> list:
+        return [c for c in w.composer.findChildren(QToolButton, "attachment-chip") if c.isVisible()]
+
+    qtbot.waitUntil(lambda: len(chips()) == 1 and "tokens" in chips()[0].text(), timeout=5_000)
+    qtbot.mouseClick(chips()[0], Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not chips(), timeout=5_000)
+    assert w.composer.attachments == []
+
+
 def test_a_chats_own_system_prompt_through_its_settings_dialog(window, qtbot):
     from PySide6.QtGui import QAction
 
