@@ -347,6 +347,13 @@ _ALL: tuple[Setting, ...] = (
         label="Longest reply",
     ),
     Setting(
+        "model.stream_idle_timeout_s", "int", 60,
+        "A server's reply ends, with a note, when no new text arrives for this long "
+        "(keep-alives do not count); what arrived is kept.",
+        minimum=5, maximum=3600, unit="s",
+        label="Give up on a silent server after",
+    ),
+    Setting(
         "model.n_threads", "int", 0,
         "CPU threads for llama.cpp; 0 = automatic.",
         minimum=0, maximum=256, unit="threads", needs_reload=True,
@@ -388,6 +395,15 @@ _ALL: tuple[Setting, ...] = (
         "System prompt sent at the start of every request (unless the thread has its own).",
         multiline=True,
         label="Instructions for every chat (system prompt)",
+    ),
+    # -- storage ---------------------------------------------------------------------------
+    Setting(
+        "storage.encrypt", "bool", False,
+        "Keep the chat history encrypted on disk (SQLCipher). The key is kept in the "
+        "computer's keyring, or derived from a passphrase asked at start "
+        "(IRIS_STORAGE_PASSPHRASE supplies it without asking). Turning it on or off "
+        "converts the database at the next start, verified before the old file is removed.",
+        label="Encrypt the chat history on disk",
     ),
     # -- ui --------------------------------------------------------------------------------
     Setting(

@@ -463,7 +463,8 @@ def budget_preview(
 
 # -- the settings dialog -------------------------------------------------------------------
 
-SECTION_TITLES = {"context": "Context", "model": "Model", "tools": "Tools", "chat": "Chat"}
+SECTION_TITLES = {"context": "Context", "model": "Model", "tools": "Tools", "chat": "Chat",
+                  "storage": "Storage"}
 
 
 def settings_sections(
