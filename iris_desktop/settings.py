@@ -365,6 +365,13 @@ _ALL: tuple[Setting, ...] = (
         minimum=-1, maximum=1000, unit="layers", needs_reload=True,
         label="Layers on the GPU",
     ),
+    # -- models (downloads) -----------------------------------------------------------------
+    Setting(
+        "models.hub_url", "url", "https://huggingface.co",
+        "Where Model ▸ Download… and 'iris-desktop models search/download' look for GGUF "
+        "models. Contacted only when you search or download; nothing else is sent.",
+        label="Model hub address",
+    ),
     # -- tools -----------------------------------------------------------------------------
     Setting(
         "tools.enabled", "list", ["read_file", "list_directory", "search_files"],

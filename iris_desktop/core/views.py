@@ -463,7 +463,7 @@ def budget_preview(
 
 # -- the settings dialog -------------------------------------------------------------------
 
-SECTION_TITLES = {"context": "Context", "model": "Model", "tools": "Tools", "chat": "Chat",
+SECTION_TITLES = {"context": "Context", "model": "Model", "models": "Downloads", "tools": "Tools", "chat": "Chat",
                   "storage": "Storage"}
 
 
