@@ -463,8 +463,8 @@ def budget_preview(
 
 # -- the settings dialog -------------------------------------------------------------------
 
-SECTION_TITLES = {"context": "Context", "model": "Model", "models": "Downloads", "tools": "Tools", "chat": "Chat",
-                  "storage": "Storage"}
+SECTION_TITLES = {"context": "Context", "model": "Model", "models": "Downloads", "tools": "Tools",
+                  "chat": "Chat", "storage": "Storage"}
 
 
 def settings_sections(
