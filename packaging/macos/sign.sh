@@ -26,7 +26,16 @@ security set-keychain-settings -lut 21600 "$KEYCHAIN"
 security unlock-keychain -p "$KEYCHAIN_PWD" "$KEYCHAIN"
 security import "$CERT" -P "$MACOS_CERTIFICATE_PWD" -A -t cert -f pkcs12 -k "$KEYCHAIN"
 security set-key-partition-list -S apple-tool:,apple:,codesign: -s -k "$KEYCHAIN_PWD" "$KEYCHAIN" >/dev/null
-security list-keychains -d user -s "$KEYCHAIN" $(security list-keychains -d user | tr -d '"')
+# add the keychain to the user's search list, keeping the ones already there (each printed
+# quoted and indented, one a line; a path may hold spaces: no word splitting)
+KEYCHAINS=("$KEYCHAIN")
+while IFS= read -r line; do
+  line="${line#"${line%%[![:space:]]*}"}"
+  line="${line#\"}"
+  line="${line%\"}"
+  if [ -n "$line" ]; then KEYCHAINS+=("$line"); fi
+done < <(security list-keychains -d user)
+security list-keychains -d user -s "${KEYCHAINS[@]}"
 rm -f "$CERT"
 
 IDENTITY="$(security find-identity -v -p codesigning "$KEYCHAIN" | grep -m1 'Developer ID Application' \
