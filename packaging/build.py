@@ -7,7 +7,10 @@ Steps (each logged as ``==> [n/9] step``):
 
  1. build venv   build/venv-dist: PyInstaller + the app's runtime dependencies, pinned to
                  the versions of the interpreter running this script (the developer's
-                 .venv), never the .venv itself
+                 .venv), never the .venv itself. macOS: the oldest macOS the app supports,
+                 read from the installed PySide6-Essentials/shiboken6 wheels' tags and
+                 checked against packaging/minimum_os.py's record; it becomes
+                 MACOSX_DEPLOYMENT_TARGET for step 2 and LSMinimumSystemVersion (step 5)
  2. wheels       llama-cpp-python compiled for redistribution (CMAKE_ARGS=-DGGML_NATIVE=off,
                  no -march=native), and numpy compiled without BLAS (-28 MB of OpenBLAS),
                  into wheels cached under build/wheels/; reused until the version or the
@@ -62,6 +65,7 @@ RECORD_PATH = ROOT / "build" / "last-build.json"
 sys.path.insert(0, str(HERE))
 
 import bundle_rules  # noqa: E402
+import minimum_os  # noqa: E402
 
 APP_NAME = "iris-desktop"
 BUNDLE_NAME = "Iris Desktop"
@@ -266,18 +270,52 @@ NUMPY_NOBLAS_SETTINGS = [f"-Csetup-args=-D{option}" for option in (
 )]
 
 
-def ensure_native_wheels(opts: argparse.Namespace, py: Path) -> dict:
+def macos_minimum(py: Path, environ: dict[str, str] | None = None) -> dict:
+    """macOS: the oldest macOS the app supports, from the build venv's PySide6-Essentials and
+    shiboken6 wheels (their ``macosx_X_Y`` tags, read from their WHEEL files by
+    packaging/minimum_os.py run in the build venv). Fails when the tags disagree with the
+    record in minimum_os.py, or when the environment sets another MACOSX_DEPLOYMENT_TARGET."""
+    environ = os.environ if environ is None else environ
+    proc = run([py, HERE / "minimum_os.py", "--arch", machine_arch()], capture=True)
+    found = json.loads(proc.stdout)
+    try:
+        warning = minimum_os.check_against_record(found)
+    except minimum_os.MinimumError as exc:
+        raise BuildError(str(exc)) from exc
+    if warning:
+        Log.warn(warning)
+    minimum = found["minimum"]
+    described = ", ".join(f"{dist} {info['version']}" for dist, info in found["wheels"].items())
+    preset = environ.get("MACOSX_DEPLOYMENT_TARGET")
+    if preset and minimum_os.parse_version(preset) != minimum_os.parse_version(minimum):
+        raise BuildError(f"MACOSX_DEPLOYMENT_TARGET={preset} is set, but the bundled Qt wheels need macOS {minimum} "
+                         f"({described}): "
+                         "unset it or make it agree")
+    Log.info(f"macOS minimum: {minimum} ({described}: " + "; ".join(
+        tag for w in found["wheels"].values() for tag in w["tags"]) + ")")
+    return found
+
+
+def deployment_env(target: str | None) -> dict[str, str]:
+    """The compiler environment that makes native code run on the app's oldest macOS."""
+    return {"MACOSX_DEPLOYMENT_TARGET": target} if target else {}
+
+
+def ensure_native_wheels(opts: argparse.Namespace, py: Path, macos_target: str | None = None) -> dict:
     Log.step("native wheels for redistribution (llama-cpp-python, numpy)")
     stamp = opts.venv / "iris-build-stamp.json"
     stamp_data = json.loads(stamp.read_text()) if stamp.exists() else {}
     result: dict = {}
+    # macOS: both compiled for the app's oldest macOS (part of the cache keys: a new
+    # minimum recompiles them); nothing changes elsewhere
+    target_env = deployment_env(macos_target)
+    target_key = [f"MACOSX_DEPLOYMENT_TARGET={macos_target}"] if macos_target else []
 
     # llama-cpp-python: CMAKE_ARGS=-DGGML_NATIVE=off (no -march=native)
-    llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
-    if IS_MAC:
-        llama_env["MACOSX_DEPLOYMENT_TARGET"] = "11.0"
+    llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2), **target_env}
     llama = cached_wheel(py, "llama-cpp-python", requirement_of("llama-cpp-python"), env=llama_env,
-                         settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}", key_extra=[opts.cmake_args],
+                         settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}",
+                         key_extra=[opts.cmake_args, *target_key],
                          rebuild=opts.rebuild_llama, skip=opts.skip_llama_build)
     result["llama"] = {**llama, "cmake_args": opts.cmake_args if llama.get("wheel") else None}
 
@@ -290,8 +328,8 @@ def ensure_native_wheels(opts: argparse.Namespace, py: Path) -> dict:
                  requirement_of("numpy")])
             stamp_data.pop("numpy_wheel")
     else:
-        numpy = cached_wheel(py, "numpy", requirement_of("numpy"), env={}, settings=NUMPY_NOBLAS_SETTINGS,
-                             describe="without BLAS/LAPACK", key_extra=NUMPY_NOBLAS_SETTINGS,
+        numpy = cached_wheel(py, "numpy", requirement_of("numpy"), env=target_env, settings=NUMPY_NOBLAS_SETTINGS,
+                             describe="without BLAS/LAPACK", key_extra=[*NUMPY_NOBLAS_SETTINGS, *target_key],
                              rebuild=opts.rebuild_numpy, skip=False)
         result["numpy"] = {**numpy, "build": "sdist, " + " ".join(o.split("=", 1)[1] for o in NUMPY_NOBLAS_SETTINGS)}
 
@@ -560,9 +598,12 @@ def ensure_icons(py: Path) -> Path:
 # -- 5. freeze ---------------------------------------------------------------------------------
 
 
-def freeze(py: Path, model: dict, embedding: dict, icons: Path, version: str, clean: bool = False) -> float:
+def freeze(py: Path, model: dict, embedding: dict, icons: Path, version: str, clean: bool = False,
+           macos_target: str | None = None) -> float:
     Log.step("freeze (PyInstaller, one folder, windowed)")
     env = {
+        # macOS: LSMinimumSystemVersion (the spec checks it against the wheels once more)
+        **({"IRIS_MACOS_MINIMUM": macos_target} if macos_target else {}),
         "IRIS_MODEL_FILE": model["path"],
         "IRIS_MODEL_LICENSE_FILE": model["license_path"],
         "IRIS_EMBEDDING_MODEL_FILE": embedding["path"],
@@ -610,6 +651,50 @@ def dedupe_llama_libs(lib_dir: Path) -> None:
 
 
 # -- 6. contents and sizes --------------------------------------------------------------------
+
+
+#: the parts of the bundle that build.py compiles itself, with MACOSX_DEPLOYMENT_TARGET
+COMPILED_HERE = ("llama_cpp/", "numpy/")
+
+
+def check_macos_minimum(app: Path, minimum: str, compiled: tuple[str, ...] = COMPILED_HERE) -> dict:
+    """The .app's Info.plist says ``LSMinimumSystemVersion`` = ``minimum`` (the PySide6
+    wheels' macOS), and nothing compiled here (``compiled``: llama.cpp, numpy) was built for a
+    newer macOS. Other binaries that say a newer macOS than the bundle (PyPI wheels whose
+    files claim more than their tag) are reported, and listed in the record."""
+    import plistlib
+
+    plist_path = app / "Contents" / "Info.plist"
+    try:
+        with plist_path.open("rb") as fh:
+            plist = plistlib.load(fh)
+    except (OSError, plistlib.InvalidFileException, ValueError) as exc:
+        raise BuildError(f"cannot read {shown(plist_path)}: {exc}") from exc
+    stated = plist.get("LSMinimumSystemVersion")
+    if stated != minimum:
+        raise BuildError(f"{shown(plist_path)} says LSMinimumSystemVersion={stated!r}, the bundled Qt wheels need "
+                         f"macOS {minimum}")
+    needs = minimum_os.bundle_minimums(app)
+    newer = {rel: version for rel, version in needs.items() if version > minimum_os.parse_version(minimum)}
+
+    def inside(rel: str) -> str:  # Contents/Frameworks/llama_cpp/... -> llama_cpp/...
+        return re.sub(r"^Contents/(?:Frameworks|Resources)/", "", rel)
+
+    ours = sorted(rel for rel in newer if inside(rel).startswith(compiled))
+    if ours:
+        raise BuildError(f"{len(ours)} file(s) compiled here need macOS {minimum_os.fmt(max(newer[r] for r in ours))}, "
+                         f"newer than LSMinimumSystemVersion {minimum} (was MACOSX_DEPLOYMENT_TARGET ignored?): "
+                         + ", ".join(ours[:10]))
+    newest = max(needs.values(), default=(0, 0))
+    Log.info(f"Info.plist: LSMinimumSystemVersion {minimum}; {len(needs)} Mach-O files, the newest macOS one "
+             f"was built for: {minimum_os.fmt(newest)}")
+    if newer:
+        Log.warn(f"{len(newer)} Mach-O file(s) from PyPI wheels say a newer macOS than their wheels' tags (kept: "
+                 f"dyld does not check it at load time): " + ", ".join(
+                     f"{rel} ({minimum_os.fmt(v)})" for rel, v in sorted(newer.items())[:5])
+                 + (", ..." if len(newer) > 5 else ""))
+    return {"LSMinimumSystemVersion": minimum, "binaries": len(needs), "newest_binary_minimum": minimum_os.fmt(newest),
+            "newer_than_stated": {rel: minimum_os.fmt(v) for rel, v in sorted(newer.items())[:40]}}
 
 
 def check_bundle(root: Path, *models: dict) -> dict:
@@ -1094,7 +1179,11 @@ def main(argv: list[str] | None = None) -> int:
                     "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "size_goal_without_models_mb": SIZE_GOAL_MB}
     try:
         py = ensure_build_venv(opts)
-        record["native_wheels"] = ensure_native_wheels(opts, py)
+        macos_target = None
+        if IS_MAC:
+            record["macos_minimum"] = macos_minimum(py)
+            macos_target = record["macos_minimum"]["minimum"]
+        record["native_wheels"] = ensure_native_wheels(opts, py, macos_target)
         model = ensure_model(py)
         record["model"] = {k: v for k, v in model.items() if not k.endswith("path")}
         embedding = ensure_embedding_model(py)
@@ -1105,12 +1194,16 @@ def main(argv: list[str] | None = None) -> int:
             if not frozen_executable().exists():
                 raise BuildError(f"--no-freeze but {frozen_executable()} does not exist")
         else:
-            record["freeze_seconds"] = round(freeze(py, model, embedding, icons, version, opts.clean), 1)
+            record["freeze_seconds"] = round(freeze(py, model, embedding, icons, version, opts.clean,
+                                                    macos_target), 1)
             record["freeze_clean"] = opts.clean
         record["pyinstaller"] = run([py, "-m", "PyInstaller", "--version"], capture=True).stdout.strip()
         Log.step("bundle contents and size")
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
         record["bundle_check"] = check_bundle(app_root, model, embedding)
+        if IS_MAC:
+            compiled = tuple(p for p in COMPILED_HERE if not (p == "numpy/" and opts.stock_numpy))
+            record["macos_minimum"]["bundle"] = check_macos_minimum(app_root, macos_target, compiled)
         record["sizes"] = measure(app_root)
         print_sizes(record["sizes"])
         write_record(record)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
 import os
+import plistlib
 import re
 import shutil
 import struct
@@ -38,6 +40,11 @@ def build_py():
 @pytest.fixture(scope="module")
 def rules():
     return _load("iris_packaging_bundle_rules", PACKAGING / "bundle_rules.py")
+
+
+@pytest.fixture(scope="module")
+def minimum_os():
+    return _load("iris_packaging_minimum_os", PACKAGING / "minimum_os.py")
 
 
 @pytest.fixture(scope="module")
@@ -675,3 +682,393 @@ def test_make_dmg_puts_the_license_beside_the_app(tmp_path):
     subprocess.run(["bash", str(PACKAGING / "macos" / "make_dmg.sh"), str(app), str(tmp_path / "y.dmg")],
                    check=True, env=env, capture_output=True)  # no extra files: still fine under set -u
     assert (tmp_path / "ls").read_text().splitlines() == ["Iris Desktop.app"]
+
+
+# -- minimum OS versions, stated from what is bundled ----------------------------------------
+
+
+def _macos_tag_of(filename: str) -> tuple[int, int]:
+    """The macosx_X_Y of a wheel file name, read here independently of minimum_os.py."""
+    (found,) = re.findall(r"-macosx_(\d+)_(\d+)_(?:universal2|arm64)\.whl$", filename)
+    return int(found[0]), int(found[1])
+
+
+def test_macos_minimum_is_that_of_the_locked_pyside6_wheels(minimum_os, build_py):
+    """The locked versions (installed here; build.py pins the build venv to them) -> their
+    recorded macOS wheels -> the largest macosx_X_Y tag: what the build writes as
+    LSMinimumSystemVersion and uses as MACOSX_DEPLOYMENT_TARGET."""
+    versions = minimum_os.installed_versions()
+    assert set(versions) == {"PySide6-Essentials", "shiboken6"}
+    assert build_py.pinned("PySide6-Essentials>=6.7") == f"PySide6-Essentials=={versions['PySide6-Essentials']}"
+    wheels = []
+    for dist, version in versions.items():
+        stem = f"{minimum_os.canonical(dist).replace('-', '_')}-{version}-"
+        recorded = [name for name in minimum_os.RECORDED_MACOS_WHEELS if name.startswith(stem)]
+        assert recorded, minimum_os.record_hint(dist, version)
+        wheels += recorded
+    expected = max(_macos_tag_of(name) for name in wheels)
+    for arch in ("arm64", "x86_64"):  # universal2 wheels: the same on both
+        assert minimum_os.recorded_macos_minimum(versions, arch) == expected
+    minimum = minimum_os.fmt(expected)
+    assert minimum_os.macos_info_plist("1.2.3", minimum)["LSMinimumSystemVersion"] == minimum
+    assert build_py.deployment_env(minimum) == {"MACOSX_DEPLOYMENT_TARGET": minimum}
+    assert build_py.deployment_env(None) == {}
+    # Qt 6.11 was built for macOS 13, Qt 6.12 for macOS 14 (checked by hand, see RECORDED_MACOS_WHEELS)
+    assert minimum_os.recorded_macos_minimum({"PySide6-Essentials": "6.12.0", "shiboken6": "6.12.0"}) == (14, 0)
+    assert minimum_os.recorded_macos_minimum({"PySide6-Essentials": "6.11.3", "shiboken6": "6.11.3"}) == (13, 0)
+
+
+def test_recorded_macos_wheels_are_complete(minimum_os):
+    table = minimum_os.recorded_wheels()
+    versions: dict[str, set[str]] = {}
+    for (dist, version), tags in table.items():
+        assert dist in {"pyside6-essentials", "shiboken6"}, dist
+        assert all(minimum_os.macos_platform(tag) for tag in tags), tags
+        versions.setdefault(version, set()).add(dist)
+    for version, dists in versions.items():  # PySide6-Essentials needs its own shiboken6
+        assert dists == {"pyside6-essentials", "shiboken6"}, version
+    with pytest.raises(minimum_os.MinimumError, match="pip install --dry-run"):
+        minimum_os.recorded_macos_minimum({"PySide6-Essentials": "6.0.0"})
+
+
+def test_wheel_tag_helpers(minimum_os):
+    assert minimum_os.macos_platform("macosx_14_0_universal2") == ((14, 0), "universal2")
+    assert minimum_os.macos_platform("cp310-abi3-macosx_13_0_universal2") == ((13, 0), "universal2")
+    assert minimum_os.macos_platform("manylinux_2_28_x86_64") is None
+    assert minimum_os.macos_platform("win_amd64") is None
+    assert minimum_os.wheel_filename("numpy-2.3.0-cp312-cp312-macosx_10_13_x86_64.macosx_11_0_arm64.whl") == (
+        "numpy", "2.3.0", ["macosx_10_13_x86_64", "macosx_11_0_arm64"])
+    assert minimum_os.wheel_filename("PySide6_Essentials-6.8.2.1-1-cp39-abi3-macosx_12_0_universal2.whl")[:2] == (
+        "pyside6-essentials", "6.8.2.1")
+    with pytest.raises(minimum_os.MinimumError):
+        minimum_os.wheel_filename("pyside6_essentials-6.12.0.tar.gz")
+    tags = ["macosx_10_13_x86_64", "macosx_11_0_arm64"]
+    assert minimum_os.wheel_macos_minimum(tags, "arm64") == (11, 0)
+    assert minimum_os.wheel_macos_minimum(tags, "x86_64") == (10, 13)
+    assert minimum_os.wheel_macos_minimum(["macosx_12_0_universal2", "macosx_14_0_arm64"], "arm64") == (12, 0)
+    assert minimum_os.wheel_macos_minimum(["manylinux_2_28_x86_64"], "x86_64") is None
+    assert minimum_os.fmt((14, 0)) == "14.0"
+    assert minimum_os.parse_version("13.0.1") == (13, 0) and minimum_os.parse_version("15") == (15, 0)
+    with pytest.raises(minimum_os.MinimumError):
+        minimum_os.parse_version("Sonoma")
+
+
+def _fake_dist_info(site: Path, dist: str, version: str, tags: list[str]) -> None:
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: bdist_wheel\nRoot-Is-Purelib: false\n"
+                                + "".join(f"Tag: {tag}\n" for tag in tags))
+
+
+def test_installed_wheel_tags_set_the_minimum(minimum_os, tmp_path, monkeypatch):
+    """What build.py runs in the build venv on macOS: the tags of the installed wheels, from
+    their WHEEL files, checked against the record."""
+    site = tmp_path / "site"
+    _fake_dist_info(site, "PySide6_Essentials", "6.12.0", ["cp310-abi3-macosx_14_0_universal2"])
+    _fake_dist_info(site, "shiboken6", "6.12.0", ["cp310-abi3-macosx_13_0_universal2"])  # not the real one
+    monkeypatch.syspath_prepend(str(site))
+    found = minimum_os.installed_macos_minimum("arm64")
+    assert found["minimum"] == "14.0"
+    assert found["wheels"]["shiboken6"] == {"version": "6.12.0", "tags": ["cp310-abi3-macosx_13_0_universal2"],
+                                            "minimum": "13.0"}
+    assert minimum_os.check_against_record(found) is None  # the record says 14.0 as well
+    found["wheels"]["PySide6-Essentials"]["version"] = "6.0.0"
+    assert "RECORDED_MACOS_WHEELS" in minimum_os.check_against_record(found)  # a warning, not recorded
+    found["wheels"]["PySide6-Essentials"]["version"] = "6.11.3"
+    found["wheels"]["shiboken6"]["version"] = "6.11.3"
+    with pytest.raises(minimum_os.MinimumError, match="disagree|say 13.0"):
+        minimum_os.check_against_record(found)  # the installed wheels say 14.0, the record 13.0
+
+
+def test_installed_wheel_that_is_not_for_macos_is_refused(minimum_os, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    _fake_dist_info(site, "PySide6_Essentials", "6.12.0", ["cp310-abi3-manylinux_2_34_x86_64"])
+    _fake_dist_info(site, "shiboken6", "6.12.0", ["cp310-abi3-manylinux_2_34_x86_64"])
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(minimum_os.MinimumError, match="not a macOS wheel"):
+        minimum_os.installed_macos_minimum("x86_64")
+
+
+def test_build_refuses_a_deployment_target_that_disagrees(build_py, monkeypatch):
+    found = {"minimum": "14.0", "arch": "arm64",
+             "wheels": {"PySide6-Essentials": {"version": "6.12.0", "tags": ["cp310-abi3-macosx_14_0_universal2"],
+                                               "minimum": "14.0"},
+                        "shiboken6": {"version": "6.12.0", "tags": ["cp310-abi3-macosx_14_0_universal2"],
+                                      "minimum": "14.0"}}}
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append([str(c) for c in cmd])
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(found), stderr="")
+
+    monkeypatch.setattr(build_py, "run", fake_run)
+    monkeypatch.setattr(build_py, "machine_arch", lambda: "arm64")
+    assert build_py.macos_minimum(Path("py"), environ={})["minimum"] == "14.0"
+    assert calls[0][1].endswith("minimum_os.py") and calls[0][2:] == ["--arch", "arm64"]
+    assert build_py.macos_minimum(Path("py"), environ={"MACOSX_DEPLOYMENT_TARGET": "14.0"})["minimum"] == "14.0"
+    with pytest.raises(build_py.BuildError, match="MACOSX_DEPLOYMENT_TARGET=11.0"):
+        build_py.macos_minimum(Path("py"), environ={"MACOSX_DEPLOYMENT_TARGET": "11.0"})
+    found["minimum"] = "13.0"  # the record of 6.12.0 says 14.0
+    with pytest.raises(build_py.BuildError, match="RECORDED_MACOS_WHEELS"):
+        build_py.macos_minimum(Path("py"), environ={})
+
+
+def test_spec_and_build_take_the_macos_minimum_from_the_wheels():
+    spec = (PACKAGING / "iris-desktop.spec").read_text()
+    build = (PACKAGING / "build.py").read_text()
+    assert "minimum_os.macos_info_plist(version, macos_minimum" in spec
+    assert "minimum_os.installed_macos_minimum(" in spec and "IRIS_MACOS_MINIMUM" in spec
+    assert '"LSMinimumSystemVersion"' not in spec  # never a number written in the spec
+    assert not re.search(r'"1\d\.\d"', spec) and not re.search(r'"1\d\.\d"', build)
+    assert '"IRIS_MACOS_MINIMUM": macos_target' in build
+    assert "deployment_env(macos_target)" in build
+
+
+def test_inno_setup_min_version_is_qt6s(minimum_os):
+    text = (PACKAGING / "windows" / "iris-desktop.iss").read_text()
+    assert re.findall(r"^MinVersion=(.*)$", text, re.M) == [minimum_os.WINDOWS_MIN_VERSION]
+    assert minimum_os.WINDOWS_MIN_VERSION == "10.0.17763"  # Windows 10 1809, Qt 6's oldest
+
+
+# -- Mach-O: the macOS each bundled binary was built for --------------------------------------
+
+_LC_BUILD_VERSION, _LC_VERSION_MIN_MACOSX, _LC_UUID = 0x32, 0x24, 0x1B
+
+
+def _packed(version: tuple[int, int, int]) -> int:
+    return version[0] << 16 | version[1] << 8 | version[2]
+
+
+def _macho(minos: tuple[int, int, int] | None, *, old_style: bool = False, platform: int = 1) -> bytes:
+    commands = [struct.pack("<II16s", _LC_UUID, 24, b"u" * 16)]
+    if minos and old_style:
+        commands.append(struct.pack("<IIII", _LC_VERSION_MIN_MACOSX, 16, _packed(minos), _packed((15, 0, 0))))
+    elif minos:
+        commands.append(struct.pack("<IIIIII", _LC_BUILD_VERSION, 24, platform, _packed(minos),
+                                    _packed((15, 0, 0)), 0))
+    body = b"".join(commands)
+    header = struct.pack("<IiiIIIII", 0xFEEDFACF, 0x0100000C, 0, 6, len(commands), len(body), 0, 0)
+    return header + body + b"\0" * 64
+
+
+def _fat(*thin: bytes) -> bytes:
+    out = struct.pack(">II", 0xCAFEBABE, len(thin))
+    offsets, offset = [], 4096
+    for t in thin:
+        offsets.append(offset)
+        offset += (len(t) + 4095) // 4096 * 4096
+    for i, (t, off) in enumerate(zip(thin, offsets)):
+        out += struct.pack(">iiIII", 0x0100000C if i == 0 else 0x01000007, 0, off, len(t), 12)
+    data = bytearray(out.ljust(offset, b"\0"))
+    for t, off in zip(thin, offsets):
+        data[off:off + len(t)] = t
+    return bytes(data)
+
+
+def test_macho_minimums(minimum_os, tmp_path):
+    cases = {
+        "thin.dylib": (_macho((14, 0, 0)), [(14, 0, 0)]),
+        "old.so": (_macho((10, 13, 0), old_style=True), [(10, 13, 0)]),
+        "ios.dylib": (_macho((17, 0, 0), platform=2), []),  # not built for macOS
+        "none.dylib": (_macho(None), []),
+        "fat": (_fat(_macho((11, 0, 0)), _macho((10, 13, 0))), [(11, 0, 0), (10, 13, 0)]),
+        "Java.class": (bytes.fromhex("cafebabe00000034") + b"\0" * 64, []),
+        "text.py": (b"print('hi')\n", []),
+        "empty": (b"", []),
+    }
+    for name, (data, expected) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert minimum_os.macho_minimums(tmp_path / name) == expected, name
+    newest, files = minimum_os.bundle_macos_minimum(tmp_path)
+    assert newest == (14, 0) and files == ["thin.dylib"]
+
+
+def _fake_macos_app(tmp_path: Path, minimum: str, llama_needs: tuple[int, int, int],
+                    pyside_needs: tuple[int, int, int] = (13, 0, 0)) -> Path:
+    app = tmp_path / "Iris Desktop.app"
+    frameworks = app / "Contents" / "Frameworks"
+    (frameworks / "llama_cpp" / "lib").mkdir(parents=True)
+    (frameworks / "PySide6" / "Qt" / "lib" / "QtCore.framework" / "Versions" / "A").mkdir(parents=True)
+    (app / "Contents" / "MacOS").mkdir(parents=True)
+    with (app / "Contents" / "Info.plist").open("wb") as fh:
+        plistlib.dump({"CFBundleExecutable": "iris-desktop", "LSMinimumSystemVersion": minimum}, fh)
+    (app / "Contents" / "MacOS" / "iris-desktop").write_bytes(_fat(_macho((11, 0, 0)), _macho((10, 13, 0))))
+    (frameworks / "llama_cpp" / "lib" / "libggml-metal.dylib").write_bytes(_macho(llama_needs))
+    (frameworks / "PySide6" / "Qt" / "lib" / "QtCore.framework" / "Versions" / "A" / "QtCore").write_bytes(
+        _fat(_macho((13, 0, 0)), _macho((13, 0, 0))))
+    # PySide6 6.11.3's own modules say macOS 15.0 in a wheel tagged macosx_13_0 (read from the real wheel)
+    (frameworks / "PySide6" / "QtCore.abi3.so").write_bytes(_fat(_macho(pyside_needs), _macho(pyside_needs)))
+    return app
+
+
+def test_build_checks_the_bundles_macos_minimum(build_py, tmp_path):
+    app = _fake_macos_app(tmp_path / "ok", "14.0", (14, 0, 0))
+    result = build_py.check_macos_minimum(app, "14.0")
+    assert result["LSMinimumSystemVersion"] == "14.0" and result["newest_binary_minimum"] == "14.0"
+    assert result["binaries"] == 4 and result["newer_than_stated"] == {}
+    # something compiled here (llama.cpp, numpy) for a newer macOS than the bundle states
+    app = _fake_macos_app(tmp_path / "newer-llama", "13.0", (14, 0, 0))
+    with pytest.raises(build_py.BuildError, match="need macOS 14.0, newer than LSMinimumSystemVersion 13.0"):
+        build_py.check_macos_minimum(app, "13.0")
+    # a PyPI wheel's binary that says more than the wheel's tag: reported, recorded, not fatal
+    app = _fake_macos_app(tmp_path / "pyside", "13.0", (13, 0, 0), pyside_needs=(15, 0, 0))
+    result = build_py.check_macos_minimum(app, "13.0")
+    assert result["newer_than_stated"] == {"Contents/Frameworks/PySide6/QtCore.abi3.so": "15.0"}
+    with pytest.raises(build_py.BuildError, match="compiled here"):
+        build_py.check_macos_minimum(app, "13.0", compiled=("PySide6/",))
+    # the plist must say what the wheels need
+    app = _fake_macos_app(tmp_path / "plist", "11.0", (11, 0, 0))
+    with pytest.raises(build_py.BuildError, match="LSMinimumSystemVersion='11.0'"):
+        build_py.check_macos_minimum(app, "14.0")
+    assert build_py.COMPILED_HERE == ("llama_cpp/", "numpy/")
+
+
+# -- lint: the plists and the shell scripts ---------------------------------------------------
+
+
+def _pyinstaller_info_plist(info_plist: dict) -> dict:
+    """What PyInstaller's BUNDLE writes to Contents/Info.plist: its own keys, then the spec's."""
+    return {"CFBundleDisplayName": "Iris Desktop", "CFBundleName": "Iris Desktop",
+            "CFBundleIdentifier": "org.iris.desktop", "CFBundleExecutable": "iris-desktop",
+            "CFBundleIconFile": "iris.icns", "CFBundleInfoDictionaryVersion": "6.0",
+            "CFBundlePackageType": "APPL", "CFBundleShortVersionString": "0.1.0", **info_plist}
+
+
+@pytest.mark.parametrize("fmt", ["xml", "binary"])
+def test_info_plist_round_trips(minimum_os, build_py, fmt):
+    version = build_py.project_metadata()["version"]
+    minimum = minimum_os.fmt(minimum_os.recorded_macos_minimum(minimum_os.installed_versions()))
+    plist = _pyinstaller_info_plist(minimum_os.macos_info_plist(version, minimum, "Iris Desktop"))
+    kind = plistlib.FMT_XML if fmt == "xml" else plistlib.FMT_BINARY
+    data = plistlib.dumps(plist, fmt=kind, sort_keys=True)
+    assert plistlib.loads(data) == plist
+    if fmt == "xml":
+        root = ET.fromstring(data)
+        assert root.tag == "plist" and root.get("version") == "1.0" and root[0].tag == "dict"
+        assert b'<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN"' in data
+    # the values macOS reads: strings where Apple wants strings, in the shapes it accepts
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?", plist["LSMinimumSystemVersion"])
+    assert re.fullmatch(r"\d+(\.\d+){0,2}", plist["CFBundleShortVersionString"])
+    assert re.fullmatch(r"\d+(\.\d+){0,2}", plist["CFBundleVersion"])
+    assert plist["LSApplicationCategoryType"].startswith("public.app-category.")
+    assert all(isinstance(k, str) for k in plist)
+    assert isinstance(plist["NSHighResolutionCapable"], bool)
+    with pytest.raises(minimum_os.MinimumError):
+        minimum_os.macos_info_plist(version, "13.0 or later")
+
+
+def test_entitlements_plist_round_trips():
+    data = (PACKAGING / "macos" / "entitlements.plist").read_bytes()
+    entitlements = plistlib.loads(data)
+    assert plistlib.loads(plistlib.dumps(entitlements)) == entitlements
+    assert all(k.startswith("com.apple.security.") and isinstance(v, bool) for k, v in entitlements.items())
+
+
+def _shell_scripts() -> list[Path]:
+    return sorted(PACKAGING.rglob("*.sh"))
+
+
+def test_shell_scripts_pass_shellcheck():
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip(reason="shellcheck not installed (apt-get install shellcheck)")
+    scripts = _shell_scripts()
+    assert len(scripts) >= 4
+    proc = subprocess.run([shellcheck, "--format=gcc", *map(str, scripts)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_workflow_run_steps_pass_shellcheck(workflow):
+    """Each `run:` of the release workflow as GitHub runs it (bash -eo pipefail), with the
+    ${{ ... }} expressions stood in for."""
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip(reason="shellcheck not installed (apt-get install shellcheck)")
+    (job,) = workflow["jobs"].values()
+    for step in job["steps"]:
+        if "run" not in step:
+            continue
+        script = "set -eo pipefail\n" + re.sub(r"\$\{\{[^}]*\}\}", "GHA_EXPR", step["run"])
+        proc = subprocess.run([shellcheck, "--shell=bash", "--format=gcc", "-"], input=script,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, (step.get("name"), proc.stdout)
+
+
+def test_workflow_checks_the_macos_app_from_the_dmg(workflow):
+    (job,) = workflow["jobs"].values()
+    steps = job["steps"]
+
+    def index(text: str) -> int:
+        return next(i for i, step in enumerate(steps) if text in step.get("run", ""))
+
+    build = index("packaging/build.py")
+    attach = index("hdiutil attach")
+    dmg_self_test = index('"$IRIS_DMG_APP/Contents/MacOS/iris-desktop" --self-test')
+    codesign = index("codesign --verify --deep --strict")
+    plutil = index("plutil -lint")
+    metal = index("ggml-metal")
+    upload = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/upload-artifact")
+                  and s["with"]["path"] == "${{ matrix.artifacts }}")  # the installers
+    assert build < attach < dmg_self_test < upload
+    assert attach < codesign < upload and attach < plutil < upload and attach < metal < upload
+    for i in (attach, dmg_self_test, codesign, plutil, metal):
+        assert steps[i]["if"] == "runner.os == 'macOS'", steps[i].get("name")
+    assert 'cp -R "$mount/Iris Desktop.app"' in steps[attach]["run"]  # symlinks stay symlinks
+    assert "IRIS_DMG_APP=" in steps[attach]["run"] and "GITHUB_ENV" in steps[attach]["run"]
+    assert "self-test ok" in steps[dmg_self_test]["run"]
+    signature = steps[codesign]["run"]
+    assert "Developer ID Application" in signature and "Signature=adhoc" in signature
+    assert "LSMinimumSystemVersion" in steps[plutil]["run"] and "macos_minimum" in steps[plutil]["run"]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or sys.platform == "win32", reason="needs bash")
+def test_sign_sh_keeps_the_users_keychains_and_signs_inside_out(tmp_path):
+    """sign.sh with stand-ins for macOS's security, codesign and file: the temporary keychain
+    joins the search list without splitting a path that holds spaces, every Mach-O file is
+    signed before the bundle. Run from a copy, so its build/macos-signing-identity stays in tmp_path."""
+    macos = tmp_path / "repo" / "packaging" / "macos"
+    macos.mkdir(parents=True)
+    for name in ("sign.sh", "entitlements.plist"):
+        shutil.copy(PACKAGING / "macos" / name, macos / name)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    tools = {
+        "security": """case "$1 $2" in
+  "list-keychains -d") if [ "${4:-}" = -s ]; then shift 4; printf 'list-keychains:%s\\n' "$@" >> "$LOG"
+                       else printf '    "%s"\\n' "/Users/runner/Library/Keychains/login.keychain-db" \\
+                         "/Users/runner/My Keychains/old one.keychain-db"; fi ;;
+  "find-identity -v") echo '  1) 0123ABCD "Developer ID Application: Iris Test (TEAM123)"' ;;
+esac""",
+        "codesign": 'printf "codesign:%s\\n" "${@: -1}" >> "$LOG"',
+        "file": 'case "$1" in *.dylib|*/MacOS/*) echo "$1: Mach-O 64-bit";; *) echo "$1: data";; esac',
+        "uuidgen": "echo 00000000-0000-0000-0000-000000000000",
+    }
+    for name, body in tools.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    app = tmp_path / "Iris Desktop.app"
+    (app / "Contents" / "MacOS").mkdir(parents=True)
+    (app / "Contents" / "Frameworks").mkdir()
+    (app / "Contents" / "MacOS" / "iris-desktop").write_bytes(b"x")
+    (app / "Contents" / "MacOS" / "iris-desktop").chmod(0o755)
+    (app / "Contents" / "Frameworks" / "libggml-metal.dylib").write_bytes(b"x")
+    (app / "Contents" / "Info.plist").write_bytes(b"x")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "LOG": str(log),
+           "MACOS_CERTIFICATE": "eA==", "MACOS_CERTIFICATE_PWD": "pw", "RUNNER_TEMP": str(tmp_path / "runner")}
+    env.pop("GITHUB_ENV", None)
+    (tmp_path / "runner").mkdir()
+    proc = subprocess.run(["bash", str(macos / "sign.sh"), str(app)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = log.read_text().splitlines()
+    keychains = [c.split(":", 1)[1] for c in calls if c.startswith("list-keychains:")]
+    assert keychains == [str(tmp_path / "runner" / "iris-signing.keychain-db"),
+                         "/Users/runner/Library/Keychains/login.keychain-db",
+                         "/Users/runner/My Keychains/old one.keychain-db"]
+    signed = [c.split(":", 1)[1] for c in calls if c.startswith("codesign:")]
+    assert set(signed[:2]) == {str(app / "Contents" / "MacOS" / "iris-desktop"),
+                               str(app / "Contents" / "Frameworks" / "libggml-metal.dylib")}
+    assert signed[2:] == [str(app), str(app)]  # the bundle, then --verify --deep --strict
+    assert (tmp_path / "repo" / "build" / "macos-signing-identity").read_text().strip() == \
+        "Developer ID Application: Iris Test (TEAM123)"

@@ -53,7 +53,10 @@ DefaultGroupName={#AppName}
 DisableProgramGroupPage=yes
 ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
-MinVersion=10.0
+; Qt 6 runs on Windows 10 1809 (build 17763) and later, and loads the system's ICU:
+; older Windows gets Setup's own message instead of a crash at launch
+; (packaging/minimum_os.py WINDOWS_MIN_VERSION; tests/test_packaging.py checks both agree)
+MinVersion=10.0.17763
 OutputDir={#OutputDir}
 OutputBaseFilename=iris-desktop-{#AppVersion}-windows-x64-setup
 SetupIconFile={#IconFile}
