@@ -1,6 +1,7 @@
 """The model library: GGUF files this computer already has, used in place (never copied).
 
-:func:`discover_models` lists the bundled model, the GGUF files in other local-LLM
+:func:`discover_models` lists the bundled model, the models downloaded with Model ▸
+Download… (``runtime.hub``), the GGUF files in other local-LLM
 apps' folders (LM Studio, Ollama, the Hugging Face hub cache, GPT4All, Jan), files
 opened before and folders the user added. Each :class:`ModelEntry` says what the GGUF
 header says (architecture, parameters, quantization, trained context, chat template)
@@ -68,7 +69,7 @@ __all__ = [
     "parameter_count",
 ]
 
-SOURCES = ("bundled", "lmstudio", "ollama", "huggingface", "gpt4all", "jan", "file")
+SOURCES = ("bundled", "download", "lmstudio", "ollama", "huggingface", "gpt4all", "jan", "file")
 DEFAULT_N_CTX = 8192
 #: bytes per KV-cache element: llama.cpp's default cache type is f16
 KV_BYTES_PER_ELEMENT = 2
@@ -678,7 +679,8 @@ def discover_models(
     platform: str | None = None,
 ) -> list[ModelEntry]:
     """Every model Iris can offer, in this order: the bundled one (with ``models_dir``,
-    listed even before it is assembled), other apps' GGUFs (LM Studio, Ollama, Hugging
+    listed even before it is assembled), downloaded ones (``models_dir/downloads``,
+    source ``download``), other apps' GGUFs (LM Studio, Ollama, Hugging
     Face, GPT4All, Jan), other GGUFs in ``models_dir``, ``recent`` files, then
     ``extra_paths`` (files or folders). A file found twice (same real path) is listed
     once, under its first source, with ``recent`` set when it is also in ``recent``.
@@ -700,6 +702,8 @@ def discover_models(
         seen.add(_real(bundled.path))
         entries.append(replace(bundled, recent=_real(bundled.path) in recent_keys))
     candidates = itertools.chain(
+        # what Model ▸ Download… fetched: <models>/downloads/<org>/<repo>/<file> (runtime.hub)
+        _folder_models(models / "downloads", "download", 2, repo_levels=2) if models is not None else (),
         _app_candidates(dirs, env),
         _folder_models(models, "file", 1) if models is not None else (),
         _user_candidates(recent),

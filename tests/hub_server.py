@@ -1,0 +1,296 @@
+"""A model hub on loopback that speaks the Hugging Face HTTP API Iris uses, for the
+download tests (``tests/test_hub.py``, ``tests/test_download_dialog.py``) and for trying
+Model ▸ Download… and ``iris-desktop models download`` by hand.
+
+Two real HTTP servers on 127.0.0.1, each on a free port:
+
+* the **hub**: ``GET /api/models?search=…&filter=gguf`` (repositories whose id holds
+  every word), ``GET /api/models/{repo}/tree/{revision}`` (files with ``size`` and, for
+  ``.gguf`` files, ``lfs.oid`` = sha256; ``page_size`` pages it with ``Link: next``) and
+  ``GET /{repo}/resolve/{revision}/{file}`` (302 to the file host); a request in absolute
+  form (``GET http://host/…``) is served too, as a forward proxy, and marked ``proxied``;
+* the **file host**: ``GET /blob/{sha256}`` with ``Range: bytes=N-`` (206, or 416).
+
+Modes, set on the :class:`HubServer` at any time: ``delay_s`` (a pause before each 64 KiB
+chunk: a slow download), ``drop_at`` (byte offsets where the file host cuts the
+connection, each once), ``drop_every`` (cut every response after that many bytes),
+``wrong_checksum`` (the tree lists another sha256), ``ignore_range``, ``file_status``
+(the file host answers this status instead), ``token`` (repositories in ``gated`` need
+``Authorization: Bearer <token>``). ``requests`` records every request.
+
+    python tests/hub_server.py [--port 8765] [--delay 0.05]
+
+serves a few small real GGUF files (from ``gguf_fixtures``) until Ctrl+C, and prints
+``IRIS_MODELS_HUB_URL=…`` to use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gguf_fixtures import tiny_metadata, write_gguf  # noqa: E402
+
+CHUNK = 64 * 1024
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:  # a cut connection: expected
+        pass
+
+
+def gguf_bytes(folder: Path, name: str = "Tiny Chat", tensor_floats: int = 256 * 1024) -> bytes:
+    """A small valid GGUF (a llama-shaped header, F32 zeros) of about ``4 × tensor_floats``
+    bytes."""
+    path = write_gguf(folder / f"{name.replace(' ', '-')}.gguf", tiny_metadata(name),
+                      tensors=(("token_embd.weight", (64, 16)), ("blk.0.ffn_up.weight", (tensor_floats // 256, 256))))
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+class HubServer:
+    """The hub and its file host. ``repos``: ``{"org/name": {"file.gguf": bytes}}``."""
+
+    def __init__(self, repos: dict[str, dict[str, bytes]], *, downloads: dict[str, int] | None = None) -> None:
+        self.repos = repos
+        self.downloads = downloads or {}
+        self.blobs = {hashlib.sha256(data).hexdigest(): data for files in repos.values() for data in files.values()}
+        self.requests: list[dict[str, Any]] = []
+        self.delay_s = 0.0
+        self.drop_at: list[int] = []
+        self.drop_every: int | None = None
+        self.wrong_checksum = False
+        self.ignore_range = False
+        self.file_status: int | None = None
+        self.token: str | None = None
+        self.gated: set[str] = set()
+        self.page_size: int | None = None
+        self.lock = threading.Lock()
+        self.hub = _Server(("127.0.0.1", 0), _handler(self, "hub"))
+        self.files = _Server(("127.0.0.1", 0), _handler(self, "files"))
+        self.threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+                        for s in (self.hub, self.files)]
+        for thread in self.threads:
+            thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.hub.server_address[1]}"
+
+    @property
+    def files_url(self) -> str:
+        return f"http://127.0.0.1:{self.files.server_address[1]}"
+
+    def sha256(self, repo: str, file: str) -> str:
+        return hashlib.sha256(self.repos[repo][file]).hexdigest()
+
+    def served(self, host: str = "files") -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["host"] == host]
+
+    def stop(self) -> None:
+        for server in (self.hub, self.files):
+            server.shutdown()
+            server.server_close()
+
+    def __enter__(self) -> HubServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            target = self.path
+            proxied = target.startswith(("http://", "https://"))
+            if proxied:  # a forward proxy's absolute form
+                parts = urlsplit(target)
+                target = parts.path + (f"?{parts.query}" if parts.query else "")
+            parts = urlsplit(target)
+            with hub.lock:
+                hub.requests.append({"host": role, "path": parts.path, "query": parse_qs(parts.query),
+                                     "range": self.headers.get("Range"), "proxied": proxied,
+                                     "authorization": self.headers.get("Authorization"),
+                                     "host_header": self.headers.get("Host")})
+            try:
+                if role == "files":
+                    self._blob(parts.path)
+                else:
+                    self._hub(parts.path, parse_qs(parts.query))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        # -- the hub --
+
+        def _hub(self, path: str, query: dict[str, list[str]]) -> None:
+            if path == "/api/models":
+                words = query.get("search", [""])[0].lower().split()
+                found = [{"id": repo, "modelId": repo, "downloads": hub.downloads.get(repo, 0), "likes": 1,
+                          "lastModified": "2024-09-19T00:00:00.000Z", "tags": ["gguf"],
+                          "gated": "manual" if repo in hub.gated else False}
+                         for repo in hub.repos if all(w in repo.lower() for w in words)]
+                found.sort(key=lambda r: -r["downloads"])
+                self._json(found)
+                return
+            segments = [unquote(s) for s in path.strip("/").split("/")]
+            if segments[:2] == ["api", "models"] and len(segments) >= 6 and segments[4] == "tree":
+                repo = "/".join(segments[2:4])
+                if not self._allowed(repo):
+                    return
+                self._tree(repo, query)
+                return
+            if len(segments) >= 5 and segments[2] == "resolve":
+                repo, file = "/".join(segments[:2]), "/".join(segments[4:])
+                if not self._allowed(repo):
+                    return
+                data = hub.repos.get(repo, {}).get(file)
+                if data is None:
+                    self._json({"error": "Entry not found"}, 404)
+                    return
+                sha = hashlib.sha256(data).hexdigest()
+                self.send_response(302)
+                self.send_header("Location", f"{hub.files_url}/blob/{sha}?name={quote(file)}")
+                self.send_header("X-Linked-Size", str(len(data)))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self._json({"error": "not found"}, 404)
+
+        def _allowed(self, repo: str) -> bool:
+            if repo not in hub.repos:
+                self._json({"error": "Repository not found"}, 404)
+                return False
+            if repo in hub.gated and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                self._json({"error": "Access to this model is restricted"}, 401)
+                return False
+            return True
+
+        def _tree(self, repo: str, query: dict[str, list[str]]) -> None:
+            entries = [{"type": "file", "oid": "0" * 40, "size": 12, "path": "README.md"},
+                       {"type": "directory", "oid": "1" * 40, "size": 0, "path": "extra"}]
+            for name, data in hub.repos[repo].items():
+                sha = hashlib.sha256(b"something else" if hub.wrong_checksum else data).hexdigest()
+                entries.append({"type": "file", "oid": "2" * 40, "size": len(data), "path": name,
+                                "lfs": {"oid": sha, "size": len(data), "pointerSize": 134}})
+            start = int(query.get("cursor", ["0"])[0])
+            size = hub.page_size or len(entries)
+            page = entries[start:start + size]
+            headers = {}
+            if start + size < len(entries):
+                headers["Link"] = (f'<{hub.url}{self.path.split("?")[0]}?recursive=true&cursor={start + size}>; '
+                                   'rel="next"')
+            self._json(page, headers=headers)
+
+        def _json(self, value: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for key, val in (headers or {}).items():
+                self.send_header(key, val)
+            self.end_headers()
+            self.wfile.write(body)
+
+        # -- the file host --
+
+        def _blob(self, path: str) -> None:
+            data = hub.blobs.get(path.rsplit("/", 1)[-1])
+            if data is None:
+                self._json({"error": "no such blob"}, 404)
+                return
+            if hub.file_status is not None:
+                self._json({"error": "the file host says no"}, hub.file_status)
+                return
+            start = 0
+            wanted = self.headers.get("Range")
+            if wanted and not hub.ignore_range:
+                start = int(wanted.removeprefix("bytes=").split("-")[0])
+                if start >= len(data):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            else:
+                self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data) - start))
+            self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+            with hub.lock:
+                drops = [d for d in hub.drop_at if d > start]
+                cut = min(drops) if drops else None
+                if cut is not None:
+                    hub.drop_at.remove(cut)
+                if hub.drop_every is not None:
+                    cut = min(cut or len(data), start + hub.drop_every)
+            pos = start
+            while pos < len(data):
+                if hub.delay_s:
+                    time.sleep(hub.delay_s)
+                end = min(pos + CHUNK, len(data), cut if cut is not None else len(data))
+                self.wfile.write(data[pos:end])
+                self.wfile.flush()
+                pos = end
+                if cut is not None and pos >= cut and pos < len(data):
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+
+    return Handler
+
+
+def main() -> int:
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each 64 KiB chunk")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        repos = {
+            "Qwen/Qwen2.5-1.5B-Instruct-GGUF": {
+                "qwen2.5-1.5b-instruct-q4_k_m.gguf": gguf_bytes(folder, "Qwen2.5 1.5B Instruct", 2**20),
+                "qwen2.5-1.5b-instruct-q8_0.gguf": gguf_bytes(folder, "Qwen2.5 1.5B Instruct Q8", 2 * 2**20)},
+            "Qwen/Qwen2.5-3B-Instruct-GGUF": {
+                "qwen2.5-3b-instruct-q4_k_m.gguf": gguf_bytes(folder, "Qwen2.5 3B Instruct", 3 * 2**20)},
+            "bartowski/Llama-3.2-3B-Instruct-GGUF": {
+                "Llama-3.2-3B-Instruct-Q4_K_M.gguf": gguf_bytes(folder, "Llama 3.2 3B Instruct", 2**20)},
+        }
+        server = HubServer(repos, downloads={"Qwen/Qwen2.5-1.5B-Instruct-GGUF": 120_000,
+                                             "Qwen/Qwen2.5-3B-Instruct-GGUF": 90_000})
+        server.delay_s = args.delay
+        print(f"IRIS_MODELS_HUB_URL={server.url}", flush=True)
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
