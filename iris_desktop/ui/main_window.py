@@ -212,6 +212,7 @@ class MainWindow(QMainWindow):
                            ("export", t.export_dialog), ("compact-now", self.turns.compact_now),
                            ("chat-settings", lambda: t.settings_dialog()),
                            ("quit", self.close), ("models", m.open_library),
+                           ("download-model", m.open_download),
                            ("load-model", m.choose_file), ("server", m.open_server),
                            ("reload-model", m.load)):
             self.menus.actions[name].triggered.connect(slot)

@@ -83,6 +83,7 @@ class Menus(QObject):
         m.addAction(toggle)
         m = bar.addMenu("&Model")
         self._action(m, "&Models…", None, "Ctrl+Shift+M", "models")
+        self._action(m, "&Download…", None, None, "download-model")
         self._action(m, "&Open GGUF…", None, None, "load-model")
         self._action(m, "&Server…", None, None, "server")
         self._action(m, "&Reload", None, None, "reload-model")

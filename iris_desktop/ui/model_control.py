@@ -1,6 +1,6 @@
 """The model's lifecycle on screen: loading on the model thread (with progress and
 Cancel), ready or failed, the error box with a way out, the model library (Model ▸
-Models…) and choosing another GGUF file.
+Models…), downloading one (Model ▸ Download…) and choosing another GGUF file.
 
 A load never takes the model in use away first: the worker loads the new one beside it
 and swaps only when it has loaded, so a failed or cancelled load leaves the chat usable
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QSettings
+from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
 
 from iris_desktop.paths import AppPaths
@@ -19,6 +19,7 @@ from iris_desktop.settings import BUNDLED, write_config_value
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
+from iris_desktop.ui.download_dialog import DownloadDialog
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
 from iris_desktop.ui.models_dialog import ModelsDialog
 from iris_desktop.ui.server_dialog import ServerDialog, forget_send_confirmation
@@ -48,6 +49,7 @@ class ModelControl(QObject):
         #: before), saved to the config file only once it has loaded
         self.pending: tuple[dict[str, Any], Any] | None = None
         self.library: ModelsDialog | None = None
+        self.downloads: DownloadDialog | None = None
         self.server_dialog: ServerDialog | None = None
         model.worker.loadProgress.connect(self.progress)
 
@@ -154,6 +156,22 @@ class ModelControl(QObject):
         self.library.show()
         self.library.raise_()
         return self.library
+
+    def open_download(self) -> DownloadDialog:
+        """Model ▸ Download…: find and download a model from the hub (models.hub_url);
+        nothing is contacted until the user searches or downloads."""
+        if self.downloads is None:
+            settings = self.app_state.settings
+            dialog = DownloadDialog(settings["models.hub_url"], self.paths.models_dir,
+                                    settings["model.n_ctx"], self.parent_widget)
+            dialog.useModel.connect(self.use_file)
+            dialog.downloaded.connect(lambda _path: self.library is not None and self.refresh_library())
+            dialog.finished.connect(lambda _result: setattr(self, "downloads", None))
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            self.downloads = dialog
+        self.downloads.show()
+        self.downloads.raise_()
+        return self.downloads
 
     def _library_closed(self, _result: int) -> None:
         if self.library is not None:

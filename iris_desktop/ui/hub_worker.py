@@ -1,0 +1,70 @@
+"""The download dialog's worker: hub calls (``runtime.hub``) on a thread of their own,
+one at a time, with their results and a download's progress back on the GUI thread as
+queued signals; and how sizes and memory read in the dialog."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from iris_desktop.runtime.hub import HubError, fits_in_memory
+
+
+def gb(n: int | None, about: bool = False) -> str:
+    if not n:
+        return "–"
+    text = (f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB" if n >= 1e6
+            else f"{n / 1e3:,.0f} kB")
+    return f"about {text}" if about else text
+
+
+def fits_text(estimate: int | None, total: int | None) -> str:
+    fits = fits_in_memory(estimate, total)
+    if fits is None:
+        return "–"
+    return f"fits ({total / 2**30:.0f} GiB)" if fits else f"too big for {total / 2**30:.0f} GiB"
+
+
+class HubCalls(QObject):
+    """Runs one hub call at a time on a worker thread; ``on_done(result, error)`` is
+    called back on the GUI thread (a queued signal), and so are ``progressed`` emits."""
+
+    finished = Signal(object, object, object)  # on_done, result, error
+    progressed = Signal(object)
+
+    def __init__(self, parent: QObject) -> None:
+        super().__init__(parent)
+        self.thread: threading.Thread | None = None
+        #: a call runs, or its answer has not been handled yet
+        self.busy = False
+        self.finished.connect(self._finished)
+
+    def run(self, fn: Callable[[], Any], on_done: Callable[[Any, BaseException | None], None]) -> None:
+        def work() -> None:
+            result, error = None, None
+            try:
+                result = fn()
+            except Exception as exc:  # HubError, or anything else: said in one sentence
+                error = exc
+            try:
+                self.finished.emit(on_done, result, error)
+            except RuntimeError:  # the dialog is gone
+                pass
+
+        self.busy = True
+        self.thread = threading.Thread(target=work, name="iris-hub", daemon=True)
+        self.thread.start()
+
+    @Slot(object, object, object)
+    def _finished(self, on_done: Callable, result: Any, error: BaseException | None) -> None:
+        self.busy = False
+        on_done(result, error)
+
+
+def sentence(error: BaseException | None) -> str:
+    if isinstance(error, HubError):
+        return str(error)
+    return f"The hub request failed: {error}." if error is not None else ""

@@ -1,0 +1,201 @@
+"""Model ▸ Download… with pytest-qt (QT_QPA_PLATFORM=offscreen), against the loopback hub
+of ``tests/hub_server.py``; and nothing contacted before the user asks: every socket
+connect of the process is recorded while the app starts, chats and opens the dialog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt  # noqa: E402
+
+from iris_desktop.host import Host  # noqa: E402
+from iris_desktop.runtime.hub import RECOMMENDED, download_target  # noqa: E402
+from iris_desktop.ui.download_dialog import DownloadDialog  # noqa: E402
+from iris_desktop.ui.main_window import main_window  # noqa: E402
+
+from fakes import ScriptedRuntime  # noqa: E402
+from hub_server import HubServer, gguf_bytes  # noqa: E402
+
+QWEN = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
+QWEN_FILE = "qwen2.5-1.5b-instruct-q4_k_m.gguf"
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def server(tmp_path):
+    repos = {QWEN: {QWEN_FILE: gguf_bytes(tmp_path, "Qwen2.5 1.5B Instruct", 512 * 1024),
+                    "qwen2.5-1.5b-instruct-q8_0.gguf": gguf_bytes(tmp_path, "Q8", 64 * 1024)},
+             "Qwen/Qwen2.5-3B-Instruct-GGUF": {"qwen2.5-3b-instruct-q4_k_m.gguf": gguf_bytes(tmp_path, "3B", 4096)}}
+    with HubServer(repos, downloads={QWEN: 10, "Qwen/Qwen2.5-3B-Instruct-GGUF": 5}) as s:
+        yield s
+
+
+@pytest.fixture
+def connects(monkeypatch):
+    """Every address this process connects a socket to (or looks up), from now on."""
+    seen: list = []
+    connect, connect_ex, lookup = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+    def record_connect(self, address):
+        seen.append(address)
+        return connect(self, address)
+
+    def record_connect_ex(self, address):
+        seen.append(address)
+        return connect_ex(self, address)
+
+    def record_lookup(host, *args, **kwargs):
+        seen.append(("lookup", host))
+        return lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", record_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", record_connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", record_lookup)
+    return seen
+
+
+def make_window(qtbot, tmp_path, overrides=None):
+    host = Host(tmp_path / "data", {"context.recall_semantic": "false", **(overrides or {})},
+                runtime=ScriptedRuntime(["Hello Dana, and hello Biscuit!"] * 4), compact=False)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.model_state == "ready", timeout=30_000)
+    return window, host
+
+
+def close(window, host):
+    window.shutdown()
+    host.close()
+
+
+def test_a_plain_start_a_chat_and_the_dialog_contact_nothing(qtbot, tmp_path, server, connects, model_path,
+                                                              capsys):
+    window, host = make_window(qtbot, tmp_path, {"models.hub_url": server.url})
+    try:
+        window.composer.set_text("Hi! My name is Dana and my dog is called Biscuit.")
+        qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+        qtbot.waitUntil(lambda: window.background.idle, timeout=20_000)
+        window.menus.actions["download-model"].trigger()  # Model ▸ Download…
+        dialog = window.models.downloads
+        assert dialog is not None and dialog.isVisible()
+        assert dialog.table.rowCount() == len(RECOMMENDED)
+        assert server.url.removeprefix("http://") in dialog.privacy.text()
+        qtbot.wait(200)
+        assert connects == [], "nothing is contacted before the user asks"
+        assert server.requests == []
+
+        dialog.search_edit.setText("qwen")
+        qtbot.mouseClick(dialog.search_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: dialog.repos.count() == 3, timeout=10_000)
+        assert {a for a in connects if isinstance(a, tuple) and a[0] != "lookup"} == {server.hub.server_address}
+    finally:
+        close(window, host)
+
+    # a chat from the command line on the bundled model: no socket either
+    from iris_desktop.cli import main
+
+    connects.clear()
+    code = main(["--data-dir", str(tmp_path / "cli"), "--set", "model.max_tokens=4",
+                 "--set", "context.recall_semantic=false", "chat", "--model", str(model_path), "Hi"])
+    assert code == 0, capsys.readouterr().err
+    assert connects == []
+
+
+def test_recommended_models_show_size_context_and_whether_they_fit(qtbot, tmp_path, server):
+    dialog = DownloadDialog(server.url, tmp_path / "models", 8192)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    rows = [[dialog.table.item(r, c).text() for c in range(dialog.table.columnCount())]
+            for r in range(dialog.table.rowCount())]
+    qwen3b = next(row for row in rows if row[1] == "qwen2.5-3b-instruct-q4_k_m.gguf")
+    assert qwen3b[2] == "Q4_K_M" and qwen3b[3].startswith("about 2.10 GB") and qwen3b[4] == "32,768"
+    assert qwen3b[5] == "2.41 GB"  # 2.10 GB of weights + 302 MB of KV cache at 8,192 tokens
+    assert qwen3b[6].startswith(("fits", "too big"))
+    assert server.requests == []
+
+    qtbot.mouseClick(dialog.sizes_button, Qt.MouseButton.LeftButton)  # the user asks: the hub's sizes
+    qtbot.waitUntil(lambda: not dialog.calls.busy, timeout=10_000)
+    rows = [[dialog.table.item(r, c).text() for c in range(dialog.table.columnCount())]
+            for r in range(dialog.table.rowCount())]
+    qwen3b = next(row for row in rows if row[1] == "qwen2.5-3b-instruct-q4_k_m.gguf")
+    served = len(server.repos["Qwen/Qwen2.5-3B-Instruct-GGUF"]["qwen2.5-3b-instruct-q4_k_m.gguf"])
+    assert qwen3b[3] == f"{served / 1e3:,.0f} kB"  # the loopback hub's small file, exactly
+    assert any("/tree/" in r["path"] for r in server.requests)
+
+
+def test_download_stop_resume_and_use_this_model(qtbot, tmp_path, server):
+    window, host = make_window(qtbot, tmp_path, {"models.hub_url": server.url})
+    try:
+        dialog = window.models.open_download()
+        dialog.search_edit.setText("1.5b")
+        qtbot.keyClick(dialog.search_edit, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: dialog.repos.count() == 2, timeout=10_000)
+        dialog.repos.setCurrentRow(1)  # its files
+        qtbot.waitUntil(lambda: dialog.table.rowCount() == 2, timeout=10_000)
+        files = [dialog.table.item(r, 1).text() for r in range(2)]
+        dialog.table.selectRow(files.index(QWEN_FILE))
+        assert dialog.download_button.isEnabled() and dialog.download_button.text() == "Download"
+
+        server.delay_s = 0.03  # ~2 MB in 64 KiB chunks: about a second
+        qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: dialog.progress.value() > 0 and " of " in dialog.progress_label.text(),
+                        timeout=10_000)
+        assert dialog.stop_button.isVisible() and not dialog.download_button.isEnabled()
+        qtbot.mouseClick(dialog.stop_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: dialog.cancel is None, timeout=10_000)
+        assert dialog.status.text().startswith("Stopped at ")
+        assert dialog.download_button.text() == "Resume" and dialog.download_button.isEnabled()
+        assert dialog.box is None  # a stop asks nothing: the partial stays for Resume
+        target = download_target(host.paths.models_dir, QWEN, QWEN_FILE)
+        partial = target.with_name(target.name + ".partial")
+        done = partial.stat().st_size
+        assert 0 < done < len(server.repos[QWEN][QWEN_FILE]) and not target.exists()
+
+        server.delay_s = 0.0
+        qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: dialog.use_button.isVisible(), timeout=20_000)
+        assert server.served("files")[-1]["range"] == f"bytes={done}-"
+        assert hashlib.sha256(target.read_bytes()).hexdigest() == server.sha256(QWEN, QWEN_FILE)
+        assert dialog.status.text().startswith("Downloaded and verified")
+
+        qtbot.mouseClick(dialog.use_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: window.models.job is None and window.models.pending is None, timeout=30_000)
+        assert host.settings["model.path"] == str(target)
+        assert str(target) in host.paths.config_path.read_text()
+    finally:
+        close(window, host)
+
+
+def test_a_failed_download_asks_whether_to_keep_the_partial_file(qtbot, tmp_path, server):
+    dialog = DownloadDialog(server.url, tmp_path / "models", 4096)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    row = next(r for r in range(dialog.table.rowCount()) if dialog.table.item(r, 1).text() == QWEN_FILE)
+    dialog.table.selectRow(row)
+    server.wrong_checksum = True
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.box is not None and dialog.box.isVisible(), timeout=20_000)
+    assert "is not the file the hub lists" in dialog.status.text()
+    box = dialog.box
+    assert box.objectName() == "partial-question" and "It is not used" in box.informativeText()
+    target = download_target(tmp_path / "models", QWEN, QWEN_FILE)
+    assert not target.exists() and target.with_name(target.name + ".partial").exists()
+    remove = next(b for b in box.buttons() if b.text() == "Remove it")
+    qtbot.mouseClick(remove, Qt.MouseButton.LeftButton)
+    assert not target.with_name(target.name + ".partial").exists()
+    assert dialog.status.text().startswith("Removed the partial file")
+    assert dialog.download_button.text() == "Download"
