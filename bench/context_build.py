@@ -3,7 +3,10 @@
 The engine reads a thread newest-first and stops when the budget is spent, so the cost
 should follow the window, not the history. Goal: 100k/1k ≤ 1.5×.
 
-    .venv/bin/python bench/context_build.py [--repeat N] [--window W]
+    .venv/bin/python bench/context_build.py [--repeat N] [--window W] [--encrypt]
+
+``--encrypt``: the same database kept encrypted (SQLCipher 4, a passphrase through its KDF,
+as ``storage.encrypt`` with ``IRIS_STORAGE_PASSPHRASE``), to compare with a plain run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.core.config import ContextParams
 from iris_desktop.core.engine import ContextEngine, ensure_counts
 from iris_desktop.core.store import Store
+from iris_desktop.core.store.cipher import Key
 from iris_desktop.tokens import TiktokenCounter
 
 from _corpus import synthetic_thread
@@ -30,11 +34,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--window", type=int, default=8192)
+    parser.add_argument("--encrypt", action="store_true",
+                        help="keep the database encrypted (SQLCipher), as storage.encrypt does")
     args = parser.parse_args()
     counter = TiktokenCounter()
     params = ContextParams(window=args.window, compaction_min_turns=20, system_prompt="You are Iris.")
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "bench.db")
+        key = Key.passphrase("bench passphrase") if args.encrypt else None
+        store = Store(Path(tmp) / "bench.db", key=key)
         engines, threads, count_s = {}, {}, {}
         for size in SIZES:
             thread = store.create_thread(f"{size} messages")
@@ -57,7 +64,8 @@ def main() -> None:
         store.close()
     base_med = statistics.median(times[SIZES[0]])
     base_min = min(times[SIZES[0]])
-    print(f"window {args.window}, counter {counter.name}, {args.repeat} interleaved builds per size\n")
+    print(f"window {args.window}, counter {counter.name}, {args.repeat} interleaved builds per size, "
+          f"database {'encrypted (SQLCipher)' if args.encrypt else 'plain'}\n")
     print("| messages | median build (ms) | median ratio vs 1k | fastest (ms) | fastest ratio "
           "| messages sent | first count, uncached (s) |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

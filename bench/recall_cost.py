@@ -17,7 +17,10 @@ turn, interleaved, so that machine noise hits them alike. "First search" is the 
 recall after a thread is opened, which reads its vectors into memory; in the app that
 happens while the question is typed (the draft's request is planned, recall included).
 
-    .venv/bin/python bench/recall_cost.py [--repeat 5] [--compare-budget 1024]
+    .venv/bin/python bench/recall_cost.py [--repeat 5] [--compare-budget 1024] [--encrypt]
+
+``--encrypt``: the same database kept encrypted (SQLCipher 4, a passphrase through its KDF,
+as ``storage.encrypt`` with ``IRIS_STORAGE_PASSPHRASE``), to compare with a plain run.
 
 The last line is parseable: ``recall_cost: lexical_100k_ms=… hybrid_100k_ms=…
 hybrid_cold_100k_ms=… ratio_100k_1k=… bound_ms=50``.
@@ -39,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.core.recall import Recaller
 from iris_desktop.core.semantic import SemanticIndex
 from iris_desktop.core.store import Store
+from iris_desktop.core.store.cipher import Key
 from iris_desktop.runtime.embedder import Embedder, embedding_model_path
 from iris_desktop.settings import lookup
 from iris_desktop.tokens import TiktokenCounter
@@ -96,11 +100,14 @@ def main() -> None:
     parser.add_argument("--compare-budget", type=int, default=None, metavar="TOKENS",
                         help="also time hybrid recall with this budget, interleaved, and "
                              "compare (the block is chosen and rendered within the budget)")
+    parser.add_argument("--encrypt", action="store_true",
+                        help="keep the database encrypted (SQLCipher), as storage.encrypt does")
     args = parser.parse_args()
     embedder = Embedder.load(embedding_model_path(CACHE / "models"))
     counter = TiktokenCounter()
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "bench.db")
+        key = Key.passphrase("bench passphrase") if args.encrypt else None
+        store = Store(Path(tmp) / "bench.db", key=key)
         # one index per thread, as in the app, where the open thread's vectors stay in
         # memory (an index keeps the two most recently searched threads)
         indexes = {size: SemanticIndex(store, embedder) for size in SIZES}
@@ -132,7 +139,8 @@ def main() -> None:
     med = {key: statistics.median(values) for key, values in times.items()}
     p95 = {key: sorted(values)[int(0.95 * (len(values) - 1))] for key, values in times.items()}
     print(f"recall of ≤ {BUDGET} tokens, {len(QUESTIONS)} questions × {args.repeat} rounds, "
-          f"the newest {TAIL} messages unsummarized; bound {BOUND_MS:.0f} ms\n")
+          f"the newest {TAIL} messages unsummarized; bound {BOUND_MS:.0f} ms; database "
+          f"{'encrypted (SQLCipher)' if args.encrypt else 'plain'}\n")
     print("| summarized messages | lexical median (ms) | hybrid median (ms) | hybrid p95 (ms) "
           "| hybrid, first search (ms) | hybrid vs 1k | hybrid vs bound |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

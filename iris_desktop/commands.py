@@ -81,7 +81,8 @@ def open_host(args: Any, overrides: dict[str, str]):
     from iris_desktop.host import Host
 
     try:
-        host = Host(args.data_dir, overrides)
+        host = Host(args.data_dir, overrides,
+                    ask_passphrase=_terminal_passphrase if sys.stdin.isatty() else None)
     except StoreError as exc:
         raise CliError(str(exc), EXIT_FAIL) from None
     for problem in host.settings.problems:
@@ -89,6 +90,28 @@ def open_host(args: Any, overrides: dict[str, str]):
     if host.recovery is not None:
         say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)
     return host
+
+
+def _terminal_passphrase(path: Path, new: bool, problem: str | None) -> str | None:
+    """Ask for the history's passphrase on the terminal, unechoed (``new``: twice, to
+    encrypt it with); None when the user gives none (Ctrl+D, an empty line)."""
+    from getpass import getpass
+
+    if problem:
+        say(f"iris-desktop: {problem}", file=sys.stderr)
+    try:
+        if not new:
+            return getpass(f"Passphrase of the encrypted history at {path}: ") or None
+        for _ in range(3):
+            text = getpass(f"storage.encrypt is on: choose a passphrase for {path}: ")
+            if not text:
+                return None
+            if getpass("The same passphrase again: ") == text:
+                return text
+            say("iris-desktop: the two passphrases differ; try again", file=sys.stderr)
+    except EOFError:
+        return None
+    return None
 
 
 def text_argument(value: str, what: str) -> str:

@@ -60,10 +60,11 @@ from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.paths import AppPaths, app_paths
-from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache
+from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
 from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, Settings, SettingsError, load_settings
+from iris_desktop.storage_key import AskPassphrase, Prepared, kv_key, prepare
 
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
     from iris_desktop.runtime.embedder import Embedder
@@ -215,9 +216,10 @@ class Host:
 
     ``runtime``: a ready runtime to use instead of loading one (the tests' scripted
     runtime; it is never closed here); ``compact`` False: turns never compact (a scripted
-    runtime writes no summary). Raises paths.DataDirError (a folder that cannot be made
-    or written) and store.StoreError (a database that cannot be used), each saying what
-    to do.
+    runtime writes no summary). ``ask_passphrase``: how to ask the user for the passphrase
+    of an encrypted history (``storage_key.AskPassphrase``; None: nobody to ask). Raises
+    paths.DataDirError (a folder that cannot be made or written) and store.StoreError (a
+    database that cannot be used, or a wrong key), each saying what to do.
     """
 
     def __init__(
@@ -229,13 +231,18 @@ class Host:
         *,
         runtime: Runtime | None = None,
         compact: bool = True,
+        ask_passphrase: AskPassphrase | None = None,
     ):
         self.paths: AppPaths = app_paths(data_dir).ensure()
         # settings problems are the caller's to show (the CLI prints, the GUI logs), once
         self.settings = settings or load_settings(self.paths.config_path, env, overrides)
         # recovery: what salvaging a damaged database saved (None: it was sound); the CLI
         # and the GUI tell the user
-        self.stores, self.recovery = open_stores(self.paths.db_path)
+        # storage.encrypt: the key decided (and the database converted) before it opens
+        self.storage: Prepared = prepare(self.paths, bool(self.settings["storage.encrypt"]), env,
+                                         ask_passphrase)
+        self.stores, self.recovery = open_stores(self.paths.db_path, self.storage.key)
+        self._kv_secret: bytes | None = None
         try:
             interrupted = self.store.mark_interrupted_streams()
         except sqlite3.Error as exc:
@@ -250,6 +257,23 @@ class Host:
         self.model_error: str | None = None
         self.embedder: Embedder | None = None
         self.cache: ThreadCache | None = None
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the history is encrypted (``storage.encrypt``)."""
+        return self.storage.key is not None
+
+    def kv_secret(self) -> bytes | None:
+        """The KV states' key while the history is encrypted (derived once, when first
+        needed: a passphrase's KDF takes a moment); None when plain, or when the
+        ``cryptography`` package is missing (then no KV state is saved at all)."""
+        if self.storage.key is None or not can_seal():
+            return None
+        if self._kv_secret is None:
+            from iris_desktop.core.store.cipher import salt
+
+            self._kv_secret = kv_key(self.storage.key, salt(self.store.conn))
+        return self._kv_secret
 
     @property
     def store(self) -> Store:
@@ -296,7 +320,10 @@ class Host:
         self.runtime = runtime
         self.model_error = None
         limit = settings["model.kv_cache_mb"] * 2**20
-        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit), runtime)
+        secret = self.kv_secret()
+        if self.encrypted and secret is None:
+            limit = 0  # no way to encrypt a KV state: none is written (it holds the conversation)
+        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit, secret), runtime)
         return runtime
 
     def try_load_model(self) -> Runtime | None:

@@ -49,9 +49,11 @@ def model_key(model: Runtime) -> str:
 class KVStateStore:
     """Saved KV states under ``folder``, at most ``limit_bytes`` in all (LRU)."""
 
-    def __init__(self, folder: Path, limit_bytes: int):
+    def __init__(self, folder: Path, limit_bytes: int, secret: bytes | None = None):
         self.folder = Path(folder)
         self.limit_bytes = max(0, int(limit_bytes))
+        #: the files' 256-bit AES-GCM key while the history is encrypted (None: plain)
+        self.secret = secret
 
     @property
     def enabled(self) -> bool:
@@ -78,7 +80,8 @@ class KVStateStore:
             "state_bytes": len(blob), "state_sha256": hashlib.sha256(blob).hexdigest(),
         }).encode()
         path = self.path_for(model, thread_id)
-        _write_private(path, MAGIC + struct.pack("<I", len(header)) + header + _pack(tokens) + blob)
+        _write_private(path, _seal(MAGIC + struct.pack("<I", len(header)) + header + _pack(tokens) + blob,
+                                   self.secret))
         self._evict(keep=path)
         log.info("saved the KV state of thread %s: %d tokens, %.1f MB", thread_id, len(tokens),
                  len(blob) / 1e6)
@@ -106,7 +109,7 @@ class KVStateStore:
         if not self.enabled or not path.is_file():
             return Restored(0)
         try:
-            tokens, blob = _read(path, model_key(model))
+            tokens, blob = _read(path, model_key(model), self.secret)
         except (OSError, ValueError) as exc:
             log.warning("%s: not a usable KV state (%s); deleted", path.name, exc)
             path.unlink(missing_ok=True)
@@ -128,9 +131,9 @@ def _pack(tokens: list[int]) -> bytes:
     return struct.pack(f"<{len(tokens)}i", *tokens)
 
 
-def _read(path: Path, key: str) -> tuple[list[int], bytes]:
+def _read(path: Path, key: str, secret: bytes | None = None) -> tuple[list[int], bytes]:
     """(tokens, state) of a file that passes every check; raises ValueError."""
-    data = path.read_bytes()
+    data = _unseal(path.read_bytes(), secret)
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
         raise ValueError("not a KV state file")
     (length,) = struct.unpack_from("<I", data, len(MAGIC))
@@ -198,3 +201,72 @@ class ThreadCache:
             except OSError as exc:  # a full disk must not stop the app: the cache is optional
                 log.warning("could not save the KV state of thread %s: %s", self.thread_id, exc)
         self.thread_id = None
+
+
+# -- encryption (storage.encrypt) ----------------------------------------------------------
+
+#: an encrypted state file: SEALED | nonce prefix (8) | chunks of u32 length + AES-GCM text
+SEALED = b"IRIS-KVE"
+#: plaintext bytes per AES-GCM chunk (each has its own nonce and tag)
+SEAL_CHUNK = 64 * 2**20
+
+
+def can_seal() -> bool:
+    """Whether state files can be encrypted (the ``cryptography`` package is there)."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _seal(data: bytes, secret: bytes | None) -> bytes:
+    """``data`` encrypted with AES-256-GCM under ``secret`` (unchanged when None): in
+    chunks, each authenticated with its index and whether it is the last, so a file cut
+    short or reordered never decrypts."""
+    if secret is None:
+        return data
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    aead, prefix = AESGCM(secret), os.urandom(8)
+    parts = [SEALED, prefix]
+    count = max(1, -(-len(data) // SEAL_CHUNK))
+    for index in range(count):
+        chunk = data[index * SEAL_CHUNK:(index + 1) * SEAL_CHUNK]
+        label = struct.pack(">I?", index, index == count - 1)
+        text = aead.encrypt(prefix + label[:4], chunk, SEALED + label)
+        parts += [struct.pack("<I", len(text)), text]
+    return b"".join(parts)
+
+
+def _unseal(data: bytes, secret: bytes | None) -> bytes:
+    """What :func:`_seal` sealed; raises ValueError for a file of the other kind (plain
+    while the history is encrypted, or the reverse), a wrong key or a damaged file."""
+    if secret is None:
+        if data.startswith(SEALED):
+            raise ValueError("encrypted, and the history is not")
+        return data
+    if not data.startswith(SEALED):
+        raise ValueError("not encrypted, and the history is")
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    aead, prefix = AESGCM(secret), data[len(SEALED):len(SEALED) + 8]
+    out, at, index = [], len(SEALED) + 8, 0
+    while True:
+        if at + 4 > len(data):
+            raise ValueError("truncated")
+        (length,) = struct.unpack_from("<I", data, at)
+        text = data[at + 4:at + 4 + length]
+        if len(text) != length:
+            raise ValueError("truncated")
+        at += 4 + length
+        last = at == len(data)
+        label = struct.pack(">I?", index, last)
+        try:
+            out.append(aead.decrypt(prefix + label[:4], text, SEALED + label))
+        except InvalidTag:
+            raise ValueError("cannot be decrypted with the history's key") from None
+        if last:
+            return b"".join(out)
+        index += 1

@@ -77,10 +77,12 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
     from iris_desktop.core.store import StoreError
     from iris_desktop.host import Host
     from iris_desktop.paths import DataDirError
+    from iris_desktop.ui.passphrase_dialog import ask_passphrase
 
     app = application()
     try:
-        host = Host(data_dir, dict(overrides or {}))
+        # an encrypted history's passphrase is asked in a dialog when no keyring holds its key
+        host = Host(data_dir, dict(overrides or {}), ask_passphrase=ask_passphrase)
     except (StoreError, DataDirError) as exc:
         QMessageBox.critical(None, "Iris Desktop cannot start", str(exc))
         return 1

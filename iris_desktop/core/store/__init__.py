@@ -30,6 +30,9 @@ from pathlib import Path
 import sqlite_utils
 
 from iris_desktop.core.store.base import _alive as _alive
+from iris_desktop.core.store.cipher import Key as Key
+from iris_desktop.core.store.cipher import KeyRejected as KeyRejected
+from iris_desktop.core.store.cipher import connect
 from iris_desktop.core.store.errors import DamagedDatabase, StoreError
 from iris_desktop.core.store.messages import Messages
 from iris_desktop.core.store.recovery import (
@@ -103,10 +106,12 @@ class Store(Messages, Search, Summaries, Vectors):
     from the process's :class:`Stores`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, check: bool = False):
+    def __init__(self, path: str | os.PathLike[str], *, check: bool = False, key: Key | None = None):
         """Open (or create) the database. ``check``: run PRAGMA quick_check first and
-        raise DamagedDatabase, before anything is written, when it finds damage."""
+        raise DamagedDatabase, before anything is written, when it finds damage.
+        ``key``: the database is encrypted (SQLCipher) with it (KeyRejected if wrong)."""
         self.path = Path(path)
+        self.key = key
         #: the last thread_speakers answer, with what it depends on
         self._speakers: tuple[tuple, list[str]] | None = None
         try:
@@ -115,14 +120,14 @@ class Store(Messages, Search, Summaries, Vectors):
             raise StoreError(str(exc)) from None
         _check_writable(self.path)
         if check:
-            problems = quick_check(self.path)
+            problems = quick_check(self.path, key=key)
             if problems:
                 raise DamagedDatabase(self.path, problems)
         _create_private(self.path)
         try:
             # handed between threads (a CLI turn runs on a worker) but used by one at a time
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+            conn = connect(
+                self.path, key, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False
             )
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -163,20 +168,21 @@ class Store(Messages, Search, Summaries, Vectors):
         return self.conn.execute("PRAGMA user_version").fetchone()[0]
 
 
-def open_store(path: str | os.PathLike[str]) -> tuple[Store, Recovery | None]:
+def open_store(path: str | os.PathLike[str], key: Key | None = None) -> tuple[Store, Recovery | None]:
     """Open the database after a quick check. A damaged one is never written: it is set
-    aside and salvaged into a new file, and the Recovery says what was saved."""
+    aside and salvaged into a new file, and the Recovery says what was saved. ``key``:
+    it is encrypted with it."""
     try:
-        return Store(path, check=True), None
+        return Store(path, check=True, key=key), None
     except DamagedDatabase as exc:
         damage = exc
     try:
-        recovery = salvage(damage.path, damage.problems)
+        recovery = salvage(damage.path, damage.problems, key=key)
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"{damage}; recovering it failed ({exc}); Iris did not write to it: "
                          f"it is in {damage.path.parent} as {damage.path.name} or "
                          f"{damage.path.name}.corrupt-<time>") from None
-    return Store(path), recovery
+    return Store(path, key=key), recovery
 
 
 class Stores:
@@ -185,8 +191,9 @@ class Stores:
     Thread-safe. A thread that ends should :meth:`release` its Store: thread ids are
     reused, and the next thread given its id would get the Store it left open."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], key: Key | None = None):
         self.path = Path(path)
+        self.key = key  # every Store opened here is opened with it
         self._lock = threading.Lock()
         self._stores: dict[int, Store] = {}  # by threading.get_ident()
 
@@ -197,7 +204,7 @@ class Stores:
         with self._lock:
             store = self._stores.get(key)
             if store is None:
-                store = self._stores[key] = Store(self.path)
+                store = self._stores[key] = Store(self.path, key=self.key)
         return store
 
     def release(self) -> None:
@@ -218,11 +225,11 @@ class Stores:
             store.close()
 
 
-def open_stores(path: str | os.PathLike[str]) -> tuple[Stores, Recovery | None]:
+def open_stores(path: str | os.PathLike[str], key: Key | None = None) -> tuple[Stores, Recovery | None]:
     """:func:`open_store` for the process: the quick check (and salvage of a damaged
     file) runs once, here, and the calling thread's Store of the returned Stores is the
     one it opened."""
-    store, recovery = open_store(path)
-    stores = Stores(path)
+    store, recovery = open_store(path, key)
+    stores = Stores(path, key)
     stores._stores[threading.get_ident()] = store
     return stores, recovery

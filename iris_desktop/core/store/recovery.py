@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris_desktop.core.store.branches import rebuild_paths
+from iris_desktop.core.store.cipher import Key, connect
 from iris_desktop.core.store.errors import StoreError
 
 log = logging.getLogger("iris.store")
@@ -55,17 +56,17 @@ def explain(exc: sqlite3.Error, path: Path) -> str:
             "and the disk is not full")
 
 
-def _read_only(path: Path) -> sqlite3.Connection:
+def _read_only(path: Path, key: Key | None = None) -> sqlite3.Connection:
     """A connection that cannot write to ``path``: unlike a read-write one, it never
     checkpoints the WAL into the file when it closes. Without a -wal file the database
     is opened immutable, so that not even a -wal or -shm is created beside it."""
     mode = "ro" if _sidecar(path, "-wal").exists() else "ro&immutable=1"
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True)
+    conn = connect(f"{path.resolve().as_uri()}?mode={mode}", key, uri=True, path=path)
     conn.execute("PRAGMA query_only = 1")
     return conn
 
 
-def quick_check(path: Path, budget_s: float | None = None) -> list[str]:
+def quick_check(path: Path, budget_s: float | None = None, key: Key | None = None) -> list[str]:
     """PRAGMA quick_check's findings for the file ([] when sound, or when it stops
     after ``budget_s`` on a large file), read through :func:`_read_only`. Raises
     StoreError for a file that is not a database at all."""
@@ -73,7 +74,7 @@ def quick_check(path: Path, budget_s: float | None = None) -> list[str]:
         return []
     seconds = QUICK_CHECK_S if budget_s is None else budget_s
     try:
-        conn = _read_only(path)
+        conn = _read_only(path, key)
     except sqlite3.DatabaseError as exc:
         raise StoreError(explain(exc, path)) from None
     try:
@@ -162,7 +163,7 @@ def _set_aside(path: Path) -> list[Path]:
     return moved
 
 
-def salvage(path: Path, problems: list[str]) -> Recovery:
+def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery:
     """Set the damaged database aside and copy every row that can still be read into a
     new database at ``path``: table by table, in id order, stepping over damaged pages.
     Messages whose thread was lost get a thread titled "Recovered chat <id>"."""
@@ -170,8 +171,8 @@ def salvage(path: Path, problems: list[str]) -> Recovery:
 
     moved = _set_aside(path)
     aside = moved[-1]
-    source = _read_only(aside)
-    target = Store(path)
+    source = _read_only(aside, key)
+    target = Store(path, key=key)
     recovered: dict[str, int] = {}
     lost: dict[str, int] = {}
     try:

@@ -1,0 +1,404 @@
+"""Encryption at rest: every connection to the database opens here.
+
+:func:`connect` opens a plain database with the standard library's ``sqlite3``, or an
+encrypted one (SQLCipher 4, the ``sqlcipher3`` package) when it is given a :class:`Key`:
+the key is applied first, before anything else reads the file, and checked at once, so
+that a wrong key is :class:`KeyRejected` with nothing written. A passphrase goes through
+SQLCipher's own KDF (``PRAGMA key = 'passphrase'``: PBKDF2-HMAC-SHA512, 256,000
+iterations, a random salt in the file), a key from the keyring is a raw 256-bit key
+(``PRAGMA key = "x'…'"``).
+
+sqlcipher3's exceptions are its own classes, not sqlite3's: an encrypted connection
+raises the standard library's (same class name, message, ``sqlite_errorcode`` and
+``sqlite_errorname``), so that the rest of Iris catches ``sqlite3.Error`` as before.
+
+:func:`convert` encrypts a plain database in place, or decrypts it, without ever leaving
+less than one complete database at ``iris.db``: the converted copy is written beside it
+(``iris.db.converting``, ``sqlcipher_export``), verified (opened with its key,
+``integrity_check``, the rows of every table counted against the original), synced, and
+only then renamed over the original in one atomic step. :func:`tidy` removes what an
+interrupted conversion left.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iris_desktop.core.store.errors import StoreError
+
+__all__ = [
+    "HEADER", "Key", "KeyRejected", "available", "check_key", "connect", "convert", "is_encrypted", "salt",
+    "tidy",
+]
+
+#: the first 16 bytes of every plain SQLite database; an encrypted one starts with its salt
+HEADER = b"SQLite format 3\x00"
+#: the converted copy, beside the database until it replaces it
+CONVERTING = ".converting"
+#: the original after the swap, overwritten with zeros, then deleted
+REPLACED = ".replaced"
+
+try:  # an optional part until encryption is asked for: plain databases never need it
+    from sqlcipher3 import dbapi2 as _sqlcipher
+except ImportError:  # pragma: no cover - a dependency; said when encryption is asked for
+    _sqlcipher = None
+
+
+def available() -> bool:
+    """Whether SQLCipher (the ``sqlcipher3`` package) can be used."""
+    return _sqlcipher is not None
+
+
+class KeyRejected(StoreError):
+    """The key does not open the encrypted database (nothing was written to it)."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """What opens an encrypted database: a passphrase, or 32 random bytes (kept in the
+    keyring). Never printed: its repr names only its kind."""
+
+    kind: str  # "passphrase" or "raw"
+    secret: bytes = field(repr=False)
+
+    @classmethod
+    def passphrase(cls, text: str) -> Key:
+        if not text or "\x00" in text:
+            raise ValueError("a passphrase must be non-empty text")
+        return cls("passphrase", text.encode("utf-8"))
+
+    @classmethod
+    def raw(cls, data: bytes) -> Key:
+        if len(data) != 32:
+            raise ValueError("a raw key has 32 bytes")
+        return cls("raw", bytes(data))
+
+    @property
+    def what(self) -> str:
+        """How the user calls it, for messages."""
+        return "the passphrase" if self.kind == "passphrase" else "the key kept in the keyring"
+
+    def sql(self) -> str:
+        """The key as an SQL literal for ``PRAGMA key`` (SQLCipher cannot bind it)."""
+        if self.kind == "raw":
+            return f"\"x'{self.secret.hex()}'\""
+        return "'" + self.secret.decode("utf-8").replace("'", "''") + "'"
+
+    def attach_value(self) -> str:
+        """The key as the bound value of ``ATTACH … KEY ?``."""
+        return f"x'{self.secret.hex()}'" if self.kind == "raw" else self.secret.decode("utf-8")
+
+
+def is_encrypted(path: Path) -> bool | None:
+    """None: no database yet (missing or empty); False: a plain SQLite file; True:
+    anything else (an encrypted database has no header, only its salt)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(HEADER))
+    except FileNotFoundError:
+        return None
+    if not head:
+        return None
+    return head != HEADER
+
+
+def _need_sqlcipher() -> Any:
+    if _sqlcipher is None:
+        raise StoreError("encryption needs the sqlcipher3 package, which is not installed; "
+                         "reinstall Iris Desktop, or set storage.encrypt to false")
+    return _sqlcipher
+
+
+def _translated(exc: Exception) -> Exception:
+    """sqlcipher3's exception as the standard library's class of the same name."""
+    kind = getattr(sqlite3, type(exc).__name__, None)
+    if not (isinstance(kind, type) and issubclass(kind, sqlite3.Error)):
+        return exc
+    new = kind(*exc.args)
+    for name in ("sqlite_errorcode", "sqlite_errorname"):
+        if hasattr(exc, name):
+            setattr(new, name, getattr(exc, name))
+    return new
+
+
+def _guard(method: Callable) -> Callable:
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except _sqlcipher.Error as exc:
+            raise _translated(exc) from None
+
+    guarded.__name__ = method.__name__
+    return guarded
+
+
+if _sqlcipher is not None:
+    class _Cursor(_sqlcipher.Cursor):
+        """A cursor that raises the standard library's exceptions."""
+
+        execute = _guard(_sqlcipher.Cursor.execute)
+        executemany = _guard(_sqlcipher.Cursor.executemany)
+        executescript = _guard(_sqlcipher.Cursor.executescript)
+        fetchone = _guard(_sqlcipher.Cursor.fetchone)
+        fetchmany = _guard(_sqlcipher.Cursor.fetchmany)
+        fetchall = _guard(_sqlcipher.Cursor.fetchall)
+        __next__ = _guard(_sqlcipher.Cursor.__next__)
+
+        def __iter__(self):
+            return self
+
+    class _Connection(_sqlcipher.Connection):
+        """An encrypted connection that raises the standard library's exceptions."""
+
+        def cursor(self, factory=None):
+            try:
+                return super().cursor(factory or _Cursor)
+            except _sqlcipher.Error as exc:
+                raise _translated(exc) from None
+
+        # execute() and friends go through cursor(); the rest raise on their own
+        commit = _guard(_sqlcipher.Connection.commit)
+        rollback = _guard(_sqlcipher.Connection.rollback)
+        close = _guard(_sqlcipher.Connection.close)
+        execute = _guard(_sqlcipher.Connection.execute)
+        executemany = _guard(_sqlcipher.Connection.executemany)
+        executescript = _guard(_sqlcipher.Connection.executescript)
+
+        def __exit__(self, *exc):
+            try:
+                return super().__exit__(*exc)
+            except _sqlcipher.Error as error:
+                raise _translated(error) from None
+
+    # SQLCipher logs a rejected key's failed page checks on stderr: the user gets one sentence
+    with _sqlcipher.connect(":memory:") as _quiet:
+        _quiet.execute("PRAGMA cipher_log_level = NONE")
+    _quiet.close()
+
+
+def connect(database: str | os.PathLike[str], key: Key | None = None, *, path: Path | None = None,
+            **kwargs: Any) -> sqlite3.Connection:
+    """A connection to ``database`` (a path, or with ``uri=True`` a ``file:`` URI): plain
+    sqlite3 without ``key``; SQLCipher with it, the key applied and checked before
+    anything else (raises :class:`KeyRejected`, or StoreError for a plain file given a
+    key). ``path``: the file, for messages (default ``database``). Other arguments are
+    sqlite3.connect's. The only place Iris opens a database."""
+    if key is None:
+        return sqlite3.connect(database, **kwargs)
+    module = _need_sqlcipher()
+    where = Path(path if path is not None else database)
+    kwargs.setdefault("factory", _Connection)
+    try:
+        conn = module.connect(database, **kwargs)
+    except module.Error as exc:
+        raise _translated(exc) from None
+    try:
+        conn.execute(f"PRAGMA key = {key.sql()}")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if getattr(exc, "sqlite_errorname", "") != "SQLITE_NOTADB":
+            raise
+        if is_encrypted(where) is False:
+            raise StoreError(f"{where} is not encrypted, but a key was given to open it; "
+                             "nothing was changed") from None
+        raise KeyRejected(f"{key.what} does not open the encrypted history at {where}; nothing "
+                          "was changed; give the right one (IRIS_STORAGE_PASSPHRASE, or enter "
+                          "it when asked)") from None
+    return conn
+
+
+def check_key(path: Path, key: Key) -> None:
+    """Raise :class:`KeyRejected` unless ``key`` opens the encrypted database at ``path``;
+    read-only (immutable without a -wal), so nothing at all is written."""
+    mode = "ro" if _sibling(path, "-wal").exists() else "ro&immutable=1"
+    try:
+        connect(f"{path.resolve().as_uri()}?mode={mode}", key, uri=True, path=path).close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the encrypted history at {path} ({exc}); nothing was "
+                         "changed") from None
+
+
+def salt(conn: sqlite3.Connection) -> bytes:
+    """The random salt of an encrypted connection's database (b"" for a plain one)."""
+    try:
+        row = conn.execute("PRAGMA cipher_salt").fetchone()
+    except sqlite3.Error:
+        return b""
+    return bytes.fromhex(row[0]) if row and row[0] else b""
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    if os.name != "posix":
+        return
+    _fsync(folder)
+
+
+def _shred(path: Path) -> None:
+    """Overwrite a file with zeros, sync, delete it (the original of a conversion: on a
+    copy-on-write file system or an SSD its old blocks may still survive)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "r+b") as handle:
+            chunk = b"\0" * (1 << 20)
+            left = size
+            while left > 0:
+                handle.write(chunk[:min(left, len(chunk))])
+                left -= len(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except FileNotFoundError:
+        return
+    path.unlink(missing_ok=True)
+
+
+def tidy(path: Path) -> None:
+    """Remove what an interrupted :func:`convert` left beside ``path``: a converted copy
+    never renamed (the original is still whole at ``path``), an original not yet
+    shredded (the converted copy is already at ``path``)."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        _sibling(path, CONVERTING + suffix).unlink(missing_ok=True)
+    old = _sibling(path, REPLACED)
+    try:
+        same = old.exists() and path.exists() and os.path.samefile(old, path)
+    except OSError:
+        same = False
+    if same:  # stopped before the rename: only a second name of the database itself
+        old.unlink(missing_ok=True)
+    else:
+        _shred(old)
+
+
+def _create_private(path: Path) -> None:
+    """An empty file, 0600 on POSIX, for SQLite to fill (it keeps the mode)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.close(fd)
+
+
+def _tables(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
+    return [row[0] for row in conn.execute(
+        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table' ORDER BY name")]
+
+
+def _counts(conn: sqlite3.Connection, schema: str = "main") -> dict[str, int]:
+    return {table: conn.execute(f'SELECT count(*) FROM {schema}."{table}"').fetchone()[0]
+            for table in _tables(conn, schema)}
+
+
+def convert(path: Path, source: Key | None, target: Key | None,
+            step: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Rewrite the database at ``path`` from ``source``'s encryption (None: plain) to
+    ``target``'s, in place; returns the rows per table. ``step(name)`` is called after
+    each stage ("exported", "verified", "synced", "swapped"), so a test can stop there.
+
+    At every moment one complete database is at ``path``: the copy is made beside it,
+    checked, synced, then renamed over it atomically (the original is overwritten with
+    zeros and deleted afterwards). Raises StoreError (KeyRejected for a wrong key), with
+    the original unchanged, when something fails before the rename."""
+    module = _need_sqlcipher()
+    path = Path(path)
+    tidy(path)
+    copy = _sibling(path, CONVERTING)
+    step = step or (lambda name: None)
+    # the source through SQLCipher even when plain: sqlcipher_export is SQLCipher's
+    if source is not None:
+        conn = connect(path, source, isolation_level=None)
+    else:
+        conn = module.connect(path, isolation_level=None, factory=_Connection)
+    try:
+        before, version = _export(conn, path, copy, target)
+        step("exported")
+        rows = _verify(path, copy, target, before, version)
+        step("verified")
+    except BaseException:
+        conn.close()
+        tidy(path)
+        raise
+    conn.close()  # the last connection: its -wal and -shm go with it
+    if any(_sibling(path, side).exists() for side in ("-wal", "-shm")):
+        tidy(path)
+        raise StoreError(f"another Iris process has {path} open; close it, then start Iris "
+                         "again to convert the database")
+    _fsync(copy)
+    _fsync_dir(path.parent)
+    step("synced")
+    _swap(path, copy)
+    step("swapped")
+    _shred(_sibling(path, REPLACED))
+    return rows
+
+
+def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
+            ) -> tuple[dict[str, int], int]:
+    """Write the converted copy (``sqlcipher_export``) with the source's rows counted in
+    the same transaction, no other process writing meanwhile; (counts, user_version)."""
+    _create_private(copy)
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        # everything in the WAL into the file, so that no -wal survives the close
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute("ATTACH DATABASE ? AS converted KEY ?",
+                     (str(copy), target.attach_value() if target else ""))
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("SELECT sqlcipher_export('converted')")
+            conn.execute(f"PRAGMA converted.user_version = {int(version)}")
+            before = _counts(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        conn.execute("DETACH DATABASE converted")
+    except sqlite3.Error as exc:
+        raise StoreError(f"converting {path} failed ({exc}); it was not changed") from None
+    return before, version
+
+
+def _verify(path: Path, copy: Path, target: Key | None, before: dict[str, int], version: int
+            ) -> dict[str, int]:
+    """Open the copy with its key: integrity_check, the same rows in every table, the
+    same schema version; raises StoreError otherwise."""
+    try:
+        check = connect(copy, target, path=copy)
+        try:
+            ok = check.execute("PRAGMA integrity_check").fetchone()[0]
+            after = _counts(check)
+            copied = check.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            check.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"the converted copy of {path} cannot be read ({exc}); it was not "
+                         "changed") from None
+    if ok != "ok" or after != before or copied != version:
+        raise StoreError(f"the converted copy of {path} does not match it ({ok}); it was not "
+                         "changed")
+    return after
+
+
+def _swap(path: Path, copy: Path) -> None:
+    """Rename the copy over the database in one step; the original keeps a second name
+    (``iris.db.replaced``) until it is shredded."""
+    try:
+        os.link(path, _sibling(path, REPLACED))
+    except OSError:  # no hard links here: the original is only unlinked
+        pass
+    os.replace(copy, path)
+    _fsync_dir(path.parent)

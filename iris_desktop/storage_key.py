@@ -1,0 +1,236 @@
+"""Which key opens the chat history (``storage.encrypt``), and converting the database
+when the setting and the file disagree.
+
+The key is, in this order: the passphrase in ``IRIS_STORAGE_PASSPHRASE`` (scripts, tests,
+a computer without a keyring); the random 256-bit key kept in the OS keyring for this
+database (made the first time the history is encrypted, when a keyring is there); else a
+passphrase the user enters (the CLI asks on its terminal, the desktop app in a dialog).
+A passphrase goes through SQLCipher's own KDF. Neither is ever written anywhere by Iris:
+not in the settings, the log, the database or a message.
+
+At start (:func:`prepare`, called by the host before it opens the database): with
+``storage.encrypt`` on, a plain database is encrypted in place; with it off, an encrypted
+one is decrypted (``core.store.cipher.convert``: a verified copy renamed over the
+original). The threads' saved KV states, which hold the conversation too, are then
+deleted (they were written with the other key, or none), and while the history is
+encrypted they are encrypted with a key derived from the same secret (:func:`kv_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from iris_desktop.core.store import StoreError
+from iris_desktop.core.store.cipher import Key, KeyRejected, check_key, convert, is_encrypted, tidy
+from iris_desktop.paths import AppPaths
+
+log = logging.getLogger("iris.storage")
+
+__all__ = ["KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Prepared", "kv_key", "prepare"]
+
+#: the environment variable that supplies the passphrase without asking
+PASSPHRASE_ENV = "IRIS_STORAGE_PASSPHRASE"
+#: the keyring service; the user name is the database's path
+KEYRING_SERVICE = "iris-desktop-storage"
+#: how many times a wrong passphrase may be entered again when asked
+ATTEMPTS = 3
+
+#: ``ask(path, new, problem)``: a passphrase for the history at ``path`` (``new``: one to
+#: encrypt it with, to be confirmed), ``problem`` the last try's error; None: cancelled
+AskPassphrase = Callable[[Path, bool, "str | None"], "str | None"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the host opens the database with: the key (None: plain), and whether it was
+    converted now ("encrypted", "decrypted" or None)."""
+
+    key: Key | None
+    converted: str | None = None
+
+
+# -- the keyring ---------------------------------------------------------------------------
+
+
+def _keyring_get(path: Path) -> bytes | None:
+    """The raw key kept for ``path``; None when there is none, or no usable keyring."""
+    try:
+        import keyring
+        from keyring.errors import KeyringError
+    except ImportError:
+        return None
+    try:
+        value = keyring.get_password(KEYRING_SERVICE, str(path))
+    except KeyringError as exc:  # NoKeyringError included: a headless system
+        log.info("keyring: no storage key can be read (%s)", type(exc).__name__)
+        return None
+    except Exception as exc:  # a broken backend (D-Bus gone): as if there were none
+        log.info("keyring: unusable (%s)", type(exc).__name__)
+        return None
+    try:
+        data = bytes.fromhex(value) if value else None
+    except ValueError:
+        return None
+    return data if data and len(data) == 32 else None
+
+
+def _keyring_new(path: Path) -> bytes | None:
+    """A new random 256-bit key kept in the keyring for ``path`` (read back to be sure);
+    None when there is no usable keyring."""
+    try:
+        import keyring
+        from keyring.errors import KeyringError
+    except ImportError:
+        return None
+    key = secrets.token_bytes(32)
+    try:
+        keyring.set_password(KEYRING_SERVICE, str(path), key.hex())
+    except KeyringError as exc:
+        log.info("keyring: cannot keep a storage key (%s)", type(exc).__name__)
+        return None
+    except Exception as exc:
+        log.info("keyring: unusable (%s)", type(exc).__name__)
+        return None
+    return key if _keyring_get(path) == key else None
+
+
+def _keyring_forget(path: Path) -> None:
+    try:
+        import keyring
+
+        keyring.delete_password(KEYRING_SERVICE, str(path))
+    except Exception:  # nothing kept, or no keyring: nothing to forget
+        pass
+
+
+# -- deciding the key ----------------------------------------------------------------------
+
+
+def _env_passphrase(env: Mapping[str, str]) -> Key | None:
+    text = env.get(PASSPHRASE_ENV)
+    if not text:
+        return None
+    try:
+        return Key.passphrase(text)
+    except ValueError:
+        raise StoreError(f"{PASSPHRASE_ENV} is not a usable passphrase (it holds a NUL "
+                         "character); set another") from None
+
+
+def _asked(path: Path, new: bool, ask: AskPassphrase | None, problem: str | None) -> Key:
+    if ask is None and new:
+        raise StoreError(f"storage.encrypt is on but no keyring on this computer can keep a key "
+                         f"for {path}: set {PASSPHRASE_ENV} or enter a passphrase (run Iris on a "
+                         "terminal, or start the desktop app); nothing was changed")
+    if ask is None:
+        raise StoreError(f"{path} is encrypted, or is not an Iris database: if it is your "
+                         f"encrypted history, set {PASSPHRASE_ENV} or enter its passphrase (run "
+                         "Iris on a terminal, or start the desktop app); nothing was changed")
+    text = ask(path, new, problem)
+    if not text:
+        raise StoreError(f"no passphrase was given, so Iris did not open the history at {path}; "
+                         "nothing was changed")
+    try:
+        return Key.passphrase(text)
+    except ValueError:
+        raise StoreError("that passphrase cannot be used (it holds a NUL character); "
+                         "nothing was changed") from None
+
+
+def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) -> Key:
+    """The key that opens the encrypted database at ``path``, checked."""
+    key = _env_passphrase(env)
+    if key is not None:
+        check_key(path, key)  # a wrong passphrase in the environment is not asked again
+        return key
+    raw = _keyring_get(path)
+    problem = None
+    if raw is not None:
+        key = Key.raw(raw)
+        try:
+            check_key(path, key)
+            return key
+        except KeyRejected as exc:
+            if ask is None:
+                raise
+            problem = str(exc)
+    for attempt in range(ATTEMPTS):
+        key = _asked(path, False, ask, problem)
+        try:
+            check_key(path, key)
+            return key
+        except KeyRejected as exc:
+            if attempt == ATTEMPTS - 1:
+                raise
+            problem = str(exc)
+    raise AssertionError("unreachable")
+
+
+def _new_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) -> Key:
+    """The key to encrypt the database at ``path`` with, for the first time."""
+    key = _env_passphrase(env)
+    if key is not None:
+        return key
+    raw = _keyring_get(path) or _keyring_new(path)
+    if raw is not None:
+        return Key.raw(raw)
+    return _asked(path, True, ask, None)
+
+
+def _drop_kv_states(paths: AppPaths) -> None:
+    """The saved KV states were written under the other key (or none): delete them."""
+    folder = paths.kv_cache_dir
+    if folder.is_dir():
+        for state in folder.glob("*.kv"):
+            state.unlink(missing_ok=True)
+
+
+def prepare(paths: AppPaths, encrypt: bool, env: Mapping[str, str] | None = None,
+            ask: AskPassphrase | None = None, step: Callable[[str], None] | None = None
+            ) -> Prepared:
+    """Decide the key for ``paths.db_path`` and convert the database when ``encrypt``
+    (``storage.encrypt``) and the file disagree. Raises StoreError (KeyRejected for a
+    wrong key) saying what to do; the file is then unchanged."""
+    env = os.environ if env is None else env
+    path = paths.db_path
+    tidy(path)
+    state = is_encrypted(path)
+    if state is True:
+        key = _existing_key(path, env, ask)
+        if encrypt:
+            return Prepared(key)
+        convert(path, key, None, step)
+        _drop_kv_states(paths)
+        if key.kind == "raw":
+            _keyring_forget(path)
+        log.info("the chat history was decrypted (storage.encrypt is off)")
+        return Prepared(None, "decrypted")
+    if not encrypt:
+        return Prepared(None)
+    key = _new_key(path, env, ask)
+    if state is None:  # a new database: created encrypted
+        return Prepared(key)
+    convert(path, None, key, step)
+    _drop_kv_states(paths)
+    log.info("the chat history was encrypted (storage.encrypt is on)")
+    return Prepared(key, "encrypted")
+
+
+def kv_key(key: Key | None, salt: bytes) -> bytes | None:
+    """The 256-bit key of the saved KV states, derived from the history's secret and its
+    database's salt (``salt``): HKDF-SHA256 of a keyring key, PBKDF2-HMAC-SHA512 (256,000
+    rounds, as SQLCipher) of a passphrase. None for a plain history."""
+    if key is None:
+        return None
+    info = b"iris-desktop kv-state v1"
+    if key.kind == "passphrase":
+        return hashlib.pbkdf2_hmac("sha512", key.secret, info + salt, 256_000, 32)
+    prk = hmac.new(salt, key.secret, hashlib.sha256).digest()
+    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()

@@ -1,0 +1,492 @@
+"""Encryption at rest (``storage.encrypt``): a real SQLCipher file under a real data dir,
+the CLI run in-process through main(), a crash made real with a child process that
+dies between the steps of a conversion, and the desktop app's passphrase dialog answered
+with pytest-qt. This machine has no keyring: the passphrase (``IRIS_STORAGE_PASSPHRASE``
+or the dialog) is the path tested, and one test plugs an in-memory keyring backend into
+the ``keyring`` package for the keyring's path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sqlcipher3")
+
+from iris_desktop.cli import main  # noqa: E402
+from iris_desktop.core.store import Store, StoreError, open_store, quick_check  # noqa: E402
+from iris_desktop.core.store.cipher import HEADER, Key, is_encrypted  # noqa: E402
+from iris_desktop.host import Host  # noqa: E402
+from iris_desktop.runtime.kv_store import SEALED, KVStateStore  # noqa: E402
+from iris_desktop.runtime.protocol import Capabilities, KVState  # noqa: E402
+
+from conftest import AGENT_FILES, load_corpus  # noqa: E402
+from fakes import ScriptedRuntime  # noqa: E402
+
+PASSPHRASE = "correct horse battery staple 4711"
+PHRASE = "aubergine-zeppelin-7731"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def no_keyring(monkeypatch):
+    """No keyring, whatever the developer's machine has (this one has none)."""
+    import keyring
+    from keyring.backends.fail import Keyring as Fail
+
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    previous = keyring.get_keyring()
+    keyring.set_keyring(Fail())
+    yield
+    keyring.set_keyring(previous)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_sentence(err: str) -> bool:
+    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
+
+
+def files_under(folder: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(data).hexdigest()
+            for p, data in files_under(folder).items() if "logs" not in p.parts}
+
+
+def planted_chat(tmp_path: Path) -> Path:
+    chat = tmp_path / "planted.jsonl"
+    chat.write_text(json.dumps({"role": "user", "content": f"Remember the {PHRASE} plan."}) + "\n"
+                    + json.dumps({"role": "assistant", "content": "I will remember it."}) + "\n")
+    return chat
+
+
+@pytest.fixture
+def history(capsys, tmp_path):
+    """A plain history with a few threads: an agent transcript, a chat with a planted
+    phrase. Returns (data dir, {title: thread id})."""
+    data = tmp_path / "data"
+    threads = {}
+    for path, title in ((AGENT_FILES[0], "agent"), (planted_chat(tmp_path), "planted"),
+                        (AGENT_FILES[1], "second")):
+        code, out, err = run(capsys, "--data-dir", data, "import", path, "--title", title)
+        assert code == 0, err
+        threads[title] = int(out.strip())
+    return data, threads
+
+
+def encrypt_on(monkeypatch, passphrase: str | None = PASSPHRASE) -> None:
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "true")
+    if passphrase is None:
+        monkeypatch.delenv("IRIS_STORAGE_PASSPHRASE", raising=False)
+    else:
+        monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", passphrase)
+
+
+def export(capsys, data: Path, thread: int) -> list[dict]:
+    code, out, err = run(capsys, "--data-dir", data, "export", thread)
+    assert code == 0, err
+    return json.loads(out)
+
+
+# -- encrypted at rest ---------------------------------------------------------------------
+
+
+def test_turning_encryption_on_encrypts_the_history_and_the_cli_works(capsys, monkeypatch, history):
+    data, threads = history
+    before = {title: export(capsys, data, tid) for title, tid in threads.items()}
+    assert PHRASE.encode() in (data / "iris.db").read_bytes()  # plain: readable on disk
+
+    encrypt_on(monkeypatch)
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--json", "--no-model")
+    assert code == 0, err
+    assert {row["title"] for row in json.loads(out)} == set(threads)
+
+    db = data / "iris.db"
+    assert not db.read_bytes().startswith(HEADER)
+    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
+        sqlite3.connect(db).execute("SELECT count(*) FROM sqlite_master").fetchall()
+    for path, content in files_under(data).items():  # the db, its -wal, KV states, logs
+        assert PHRASE.encode() not in content, path
+        assert PASSPHRASE.encode() not in content, path
+    assert not [p for p in data.iterdir() if ".converting" in p.name or ".replaced" in p.name]
+
+    assert {title: export(capsys, data, tid) for title, tid in threads.items()} == before
+    assert before["agent"] == load_corpus(AGENT_FILES[0])
+    code, out, err = run(capsys, "--data-dir", data, "context", threads["planted"], "--json",
+                         "--no-model", "--show-request")
+    assert code == 0, err
+    assert PHRASE in out
+    # what is written while encrypted is encrypted too (the -wal included)
+    code, out, err = run(capsys, "--data-dir", data, "import", planted_chat(data.parent),
+                         "--title", "later")
+    assert code == 0, err
+    for path, content in files_under(data).items():
+        assert PHRASE.encode() not in content, path
+
+
+def test_a_new_history_is_created_encrypted(capsys, monkeypatch, tmp_path):
+    encrypt_on(monkeypatch)
+    data = tmp_path / "fresh"
+    code, out, err = run(capsys, "--data-dir", data, "import", planted_chat(tmp_path))
+    assert code == 0, err
+    assert is_encrypted(data / "iris.db") is True
+    for path, content in files_under(data).items():
+        assert PHRASE.encode() not in content, path
+    assert PHRASE in json.dumps(export(capsys, data, int(out.strip())))
+
+
+def test_the_quick_check_at_start_works_on_an_encrypted_file(tmp_path):
+    key = Key.passphrase(PASSPHRASE)
+    path = tmp_path / "iris.db"
+    with Store(path, key=key) as store:
+        store.create_thread("checked")
+    assert quick_check(path, key=key) == []
+    store, recovery = open_store(path, key)
+    with store:
+        assert recovery is None and store.threads()[0]["title"] == "checked"
+        # sqlcipher3's own exceptions come out as the standard library's
+        with pytest.raises(sqlite3.OperationalError):
+            store.conn.execute("SELECT * FROM no_such_table")
+
+
+# -- the wrong key -------------------------------------------------------------------------
+
+
+def test_a_wrong_passphrase_is_a_clear_error_and_changes_nothing(capsys, monkeypatch, history):
+    data, threads = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    before = digests(data)
+
+    encrypt_on(monkeypatch, "not the passphrase")
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 1 and one_sentence(err), err
+    assert f"the passphrase does not open the encrypted history at {data / 'iris.db'}" in err
+    assert "not the passphrase" not in err
+    assert digests(data) == before
+
+    # turning encryption off with the wrong passphrase decrypts nothing either
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")
+    code, out, err = run(capsys, "--data-dir", data, "export", threads["planted"])
+    assert code == 1 and one_sentence(err) and "does not open" in err
+    assert digests(data) == before
+
+
+def test_an_encrypted_history_without_a_key_says_so(capsys, monkeypatch, history):
+    data, _ = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    before = digests(data)
+    encrypt_on(monkeypatch, None)
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 1 and one_sentence(err), err
+    assert "is encrypted" in err and "IRIS_STORAGE_PASSPHRASE" in err
+    assert digests(data) == before
+
+
+def test_no_keyring_and_no_passphrase_leaves_a_plain_history_as_it_was(capsys, monkeypatch, history):
+    data, _ = history
+    before = digests(data)
+    encrypt_on(monkeypatch, None)
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 1 and one_sentence(err), err
+    assert "no keyring" in err and "IRIS_STORAGE_PASSPHRASE" in err
+    assert digests(data) == before
+
+
+# -- back to plain, and crashes ------------------------------------------------------------
+
+
+def test_turning_encryption_off_decrypts_the_history(capsys, monkeypatch, history):
+    data, threads = history
+    before = {title: export(capsys, data, tid) for title, tid in threads.items()}
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    assert is_encrypted(data / "iris.db") is True
+
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0, err
+    assert (data / "iris.db").read_bytes().startswith(HEADER)
+    with sqlite3.connect(data / "iris.db") as conn:  # the standard library reads it again
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT count(*) FROM threads").fetchone()[0] == len(threads)
+    monkeypatch.delenv("IRIS_STORAGE_PASSPHRASE")
+    assert {title: export(capsys, data, tid) for title, tid in threads.items()} == before
+
+
+CRASH = textwrap.dedent("""
+    import os, sys
+    sys.path[:0] = [{tests!r}, {repo!r}]
+    from iris_desktop.paths import app_paths
+    from iris_desktop.storage_key import prepare
+
+    def step(name):
+        if name == {at!r}:
+            os._exit(9)  # killed here: no cleanup, no finally
+
+    prepare(app_paths({data!r}), {encrypt!r}, {{"IRIS_STORAGE_PASSPHRASE": {passphrase!r}}},
+            None, step)
+    os._exit(0)
+""")
+
+
+def crash_at(data: Path, at: str, encrypt: bool) -> int:
+    script = CRASH.format(tests=str(REPO / "tests"), repo=str(REPO), at=at, data=str(data),
+                          encrypt=encrypt, passphrase=PASSPHRASE)
+    return subprocess.run([sys.executable, "-c", script], timeout=120).returncode
+
+
+def complete(db: Path) -> dict[str, int]:
+    """The rows of the database at ``db``, opened as what it is (plain or encrypted)."""
+    key = Key.passphrase(PASSPHRASE) if is_encrypted(db) else None
+    assert quick_check(db, key=key) == []
+    with Store(db, key=key) as store:
+        assert store.integrity_check() == "ok"
+        return {table: store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("threads", "messages", "thread_paths")}
+
+
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypting", "decrypting"])
+@pytest.mark.parametrize("at", ["exported", "verified", "synced", "swapped"])
+def test_a_crash_in_the_middle_of_a_conversion_leaves_one_complete_database(
+        capsys, monkeypatch, history, at, encrypt):
+    data, threads = history
+    db = data / "iris.db"
+    if not encrypt:  # start from an encrypted history, to be decrypted
+        encrypt_on(monkeypatch)
+        assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    rows = complete(db)
+    assert rows["threads"] == len(threads)
+
+    assert crash_at(data, at, encrypt) == 9
+    assert complete(db) == rows  # whichever it is now, it is whole
+    assert is_encrypted(db) is (encrypt if at == "swapped" else not encrypt)
+
+    # the next start finishes the job and tidies what the crash left
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "true" if encrypt else "false")
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", PASSPHRASE)
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0, err
+    assert is_encrypted(db) is encrypt
+    assert complete(db) == rows
+    assert sorted(p.name for p in data.iterdir() if p.name.startswith("iris.db")) == ["iris.db"]
+
+
+# -- the KV states -------------------------------------------------------------------------
+
+
+class KVScripted(ScriptedRuntime):
+    """The scripted runtime with a KV state, as a local model has: its prompt's tokens
+    and, standing in for llama.cpp's cache, the prompt's text (so that a plain state
+    file would show the conversation)."""
+
+    capabilities = Capabilities(kv_state=True)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.restored: KVState | None = None
+
+    def kv_state(self) -> KVState | None:
+        if not self.requests:
+            return None
+        text = json.dumps(self.requests[-1]).encode()
+        return KVState(list(range(1, 33)), text)
+
+    def restore_kv_state(self, state: KVState) -> bool:
+        self.restored = state
+        return True
+
+
+def test_kv_states_are_encrypted_while_the_history_is(monkeypatch, tmp_path):
+    encrypt_on(monkeypatch)
+    data = tmp_path / "data"
+    runtime = KVScripted(["I will remember it."])
+    overrides = {"context.recall_semantic": "false"}
+    with Host(data, overrides, runtime=runtime, compact=False) as host:
+        host.load_model()
+        events = list(host.send(None, f"Remember the {PHRASE} plan."))
+        thread = events[0].thread_id
+    states = list((data / "kv-cache").glob("*.kv"))
+    assert len(states) == 1 and states[0].read_bytes().startswith(SEALED)
+    for path, content in files_under(data).items():
+        assert PHRASE.encode() not in content, path
+        assert PASSPHRASE.encode() not in content, path
+
+    again = KVScripted([])
+    with Host(data, overrides, runtime=again, compact=False) as host:
+        host.load_model()
+        assert host.open_thread(thread) == 32  # restored: decrypted with the same secret
+    assert PHRASE in again.restored.data.decode()
+
+    # turning encryption off: the encrypted states go (they cannot be read any more)
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")
+    with Host(data, overrides, runtime=KVScripted([]), compact=False):
+        pass
+    assert not list((data / "kv-cache").glob("*.kv"))
+
+
+def test_turning_encryption_on_deletes_the_plain_kv_states(monkeypatch, tmp_path):
+    data = tmp_path / "data"
+    overrides = {"context.recall_semantic": "false"}
+    with Host(data, overrides, runtime=KVScripted(["Noted."]), compact=False) as host:
+        host.load_model()
+        list(host.send(None, f"Remember the {PHRASE} plan."))
+    assert any(PHRASE.encode() in p.read_bytes() for p in (data / "kv-cache").glob("*.kv"))
+    encrypt_on(monkeypatch)
+    with Host(data, overrides, runtime=KVScripted([]), compact=False):
+        pass
+    for path, content in files_under(data).items():
+        assert PHRASE.encode() not in content, path
+
+
+def test_a_state_file_of_the_other_kind_is_never_restored(tmp_path):
+    runtime = KVScripted(["x"])
+    list(runtime.stream([{"role": "user", "content": PHRASE}], max_tokens=5))
+    plain = KVStateStore(tmp_path, 2**20)
+    sealed = KVStateStore(tmp_path, 2**20, secret=bytes(range(32)))
+    other = KVStateStore(tmp_path, 2**20, secret=bytes(32))
+    path = sealed.save(runtime, 1)
+    assert PHRASE.encode() not in path.read_bytes()
+    assert other.restore(runtime, 1).tokens == 0 and not path.exists()  # wrong key: deleted
+    plain.save(runtime, 2)
+    assert sealed.restore(runtime, 2).tokens == 0  # plain while encrypted: deleted
+    sealed.save(runtime, 3)
+    assert sealed.restore(runtime, 3).tokens == 32
+
+
+# -- the keyring's path --------------------------------------------------------------------
+
+
+def test_a_keyring_keeps_a_random_key_and_no_passphrase_is_asked(capsys, monkeypatch, history):
+    import keyring
+    from keyring.backend import KeyringBackend
+
+    class Memory(KeyringBackend):
+        """The keyring package's own extension point, keeping passwords in a dict."""
+
+        priority = 1
+        saved: dict[tuple[str, str], str] = {}
+
+        def get_password(self, service, username):
+            return self.saved.get((service, username))
+
+        def set_password(self, service, username, password):
+            self.saved[(service, username)] = password
+
+        def delete_password(self, service, username):
+            self.saved.pop((service, username), None)
+
+    keyring.set_keyring(Memory())
+    data, threads = history
+    encrypt_on(monkeypatch, None)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    assert is_encrypted(data / "iris.db") is True
+    (secret,) = Memory.saved.values()
+    assert len(bytes.fromhex(secret)) == 32
+    for path, content in files_under(data).items():
+        assert secret.encode() not in content and bytes.fromhex(secret) not in content, path
+    assert PHRASE in json.dumps(export(capsys, data, threads["planted"]))
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")  # back to plain: the key is forgotten
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    assert is_encrypted(data / "iris.db") is False and not Memory.saved
+
+
+def test_errors_never_show_the_passphrase(tmp_path):
+    key = Key.passphrase(PASSPHRASE)
+    with Store(tmp_path / "iris.db", key=key):
+        pass
+    with pytest.raises(StoreError) as caught:
+        Store(tmp_path / "iris.db", key=Key.passphrase(PASSPHRASE + "!"))
+    assert PASSPHRASE not in str(caught.value) and PASSPHRASE not in repr(key)
+
+
+# -- the desktop app -----------------------------------------------------------------------
+
+
+def test_the_desktop_app_asks_the_passphrase_and_opens_the_encrypted_history(
+        qtbot, capsys, monkeypatch, history):
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import Qt, QTimer
+    from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+    from iris_desktop.ui.main_window import main_window
+    from iris_desktop.ui.passphrase_dialog import PassphraseDialog, ask_passphrase
+
+    data, threads = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    encrypt_on(monkeypatch, None)  # nothing in the environment: the app must ask
+    problems: list[str] = []
+
+    def answer() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, PassphraseDialog):
+            QTimer.singleShot(20, answer)
+            return
+        problems.append(dialog.problem.text())
+        ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        assert not ok.isEnabled()  # nothing typed yet
+        qtbot.keyClicks(dialog.passphrase, "a wrong guess" if len(problems) == 1 else PASSPHRASE)
+        qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+        if len(problems) == 1:
+            QTimer.singleShot(20, answer)  # asked again, saying why
+
+    QTimer.singleShot(0, answer)
+    host = Host(data, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+                compact=False, ask_passphrase=ask_passphrase)
+    try:
+        assert len(problems) == 2 and problems[0] == ""
+        assert "the passphrase does not open the encrypted history" in problems[1]
+        assert host.encrypted
+        window = main_window(host, load=False)
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitUntil(lambda: window.threads.list.count() == len(threads), timeout=10_000)
+        titles = {window.threads.list.item(i).text() for i in range(window.threads.list.count())}
+        assert titles == set(threads)
+        window.shutdown()
+    finally:
+        host.close()
+    for path, content in files_under(data).items():
+        assert PASSPHRASE.encode() not in content and PHRASE.encode() not in content, path
+
+
+def test_cancelling_the_passphrase_dialog_opens_nothing(qtbot, capsys, monkeypatch, history):
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from iris_desktop.ui.passphrase_dialog import PassphraseDialog, ask_passphrase
+
+    data, _ = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    before = digests(data)
+    encrypt_on(monkeypatch, None)
+
+    def cancel() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, PassphraseDialog):
+            QTimer.singleShot(20, cancel)
+            return
+        dialog.reject()
+
+    QTimer.singleShot(0, cancel)
+    with pytest.raises(StoreError, match="no passphrase was given"):
+        Host(data, {}, ask_passphrase=ask_passphrase)
+    assert digests(data) == before
