@@ -14,12 +14,11 @@ sees the active branch only.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from iris_desktop.core.store.base import _alive
+from iris_desktop.core.store.base import _alive, own_process
 from iris_desktop.core.store.branches import Branches
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.core.store.rows import MessageMeta, _message_row, now_iso, utf8_length
@@ -190,8 +189,8 @@ class Messages(Branches):
         message_id = self._insert_row(thread_id, row, status, parent_id)
         if status == "streaming":
             self.conn.execute(
-                "INSERT INTO streams(message_id, pid, started_at) VALUES (?, ?, ?)",
-                (message_id, os.getpid(), time.time()),
+                "INSERT INTO streams(message_id, pid, pid_start, started_at) VALUES (?, ?, ?, ?)",
+                (message_id, *own_process(), time.time()),
             )
         return message_id
 
@@ -249,11 +248,11 @@ class Messages(Branches):
         kill -9) become 'interrupted'. Replies a live process is writing are left alone."""
         rows = self.conn.execute(
             """
-            SELECT m.id, s.pid FROM messages m LEFT JOIN streams s ON s.message_id = m.id
+            SELECT m.id, s.pid, s.pid_start FROM messages m LEFT JOIN streams s ON s.message_id = m.id
             WHERE m.status = 'streaming'
             """
         ).fetchall()
-        dead = [mid for mid, pid in rows if pid is None or not _alive(pid)]
+        dead = [mid for mid, pid, started in rows if pid is None or not _alive(pid, started)]
         if not dead:
             return 0  # no write, so a start never waits for another process's write lock
         with self.transaction():

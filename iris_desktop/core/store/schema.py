@@ -179,6 +179,13 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX messages_parent ON messages(parent_id, role);
     CREATE INDEX requests_reply ON requests(reply_id);
     """,
+    # 9: a writer's pid is reused once it is gone: a stream and a compaction lease also
+    # record when their process started (base.process_start, an opaque token; NULL in rows
+    # written before), so that a later process given the same pid is not taken for it
+    """
+    ALTER TABLE streams ADD COLUMN pid_start TEXT;
+    ALTER TABLE compaction_leases ADD COLUMN pid_start TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -10,11 +10,10 @@ active path (a summary of one branch never stands in for messages of another).
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
-from iris_desktop.core.store.base import Connected, _alive
+from iris_desktop.core.store.base import Connected, _same_process, own_process
 from iris_desktop.core.store.rows import SummaryRow, _summary, _summary_from
 
 #: summaries whose last covered message is on the active branch: ``s`` is summaries
@@ -67,15 +66,15 @@ class Summaries(Connected):
         now = time.time()
         with self.transaction():
             row = self.conn.execute(
-                "SELECT token, pid, acquired_at, expires_at FROM compaction_leases "
+                "SELECT token, pid, acquired_at, expires_at, pid_start FROM compaction_leases "
                 "WHERE thread_id = ?", (thread_id,)).fetchone()
-            if row is not None and row[0] != token and row[3] > now and (
-                    row[1] == os.getpid() or _alive(row[1])):
+            # its holder is gone when its pid now names another process (reused)
+            if row is not None and row[0] != token and row[3] > now and _same_process(row[1], row[4]):
                 return {"pid": row[1], "acquired_at": row[2], "expires_at": row[3]}
             self.conn.execute(
-                "INSERT OR REPLACE INTO compaction_leases(thread_id, token, pid, acquired_at, "
-                "expires_at) VALUES (?, ?, ?, ?, ?)", (thread_id, token, os.getpid(), now,
-                                                       now + seconds))
+                "INSERT OR REPLACE INTO compaction_leases(thread_id, token, pid, pid_start, "
+                "acquired_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (thread_id, token, *own_process(), now, now + seconds))
         return None
 
     def release_compaction_lease(self, thread_id: int, token: str) -> None:
