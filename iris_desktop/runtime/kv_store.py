@@ -14,6 +14,12 @@ runtime's ``kv_state()`` gives (for llama.cpp its per-sequence copy of the KV ca
 keys and values only, no logits), and only a runtime whose ``capabilities.kv_state`` says
 so has one. Disk use is bounded by ``model.kv_cache_mb``: the least recently used files
 go first.
+
+A file is written as a hidden ``.<name>.<pid>.tmp`` beside it, then renamed into place.
+Its writer holds a lock on it while it writes (``flock``; on Windows an open file cannot be
+deleted), so a save killed mid-write leaves a file nobody holds: such leftovers are
+deleted when a store opens and before each save's eviction, and one still being written
+counts against the limit.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .protocol import KVState, Runtime
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger("iris.runtime.kv")
 
@@ -54,6 +65,26 @@ class KVStateStore:
         self.limit_bytes = max(0, int(limit_bytes))
         #: the files' 256-bit AES-GCM key while the history is encrypted (None: plain)
         self.secret = secret
+        self.clean_leftovers()
+
+    def clean_leftovers(self) -> int:
+        """Delete the temporary files of saves that were killed mid-write; returns the bytes
+        of those still being written (by this or another live process)."""
+        held = 0
+        try:
+            leftovers = list(self.folder.glob(".*.tmp"))
+        except OSError:
+            return 0
+        for tmp in leftovers:
+            try:
+                size = tmp.stat().st_size
+                if _delete_if_abandoned(tmp):
+                    log.info("deleted %s, left by a KV save that did not finish", tmp.name)
+                    continue
+            except OSError:  # vanished meanwhile (its save finished), or not ours to delete
+                continue
+            held += size
+        return held
 
     @property
     def enabled(self) -> bool:
@@ -88,8 +119,8 @@ class KVStateStore:
         return path
 
     def _evict(self, keep: Path) -> None:
+        total = self.clean_leftovers()  # a save still being written elsewhere takes room too
         files = sorted(self.folder.glob("*.kv"), key=lambda p: p.stat().st_mtime, reverse=True)
-        total = 0
         for path in files:
             size = path.stat().st_size
             if path != keep and total + size > self.limit_bytes:
@@ -140,13 +171,17 @@ def _read(path: Path, key: str, secret: bytes | None = None) -> tuple[list[int],
     if length > MAX_HEADER_BYTES:
         raise ValueError("header too large")
     start = len(MAGIC) + 4
-    header = json.loads(data[start:start + length])
-    if header.get("model") != key:
+    try:
+        header = json.loads(data[start:start + length])
+    except RecursionError:
+        raise ValueError("header nested too deeply") from None
+    _check_header(header)
+    if header["model"] != key:
         raise ValueError("saved by another model")
-    n = int(header["n_tokens"])
+    n = header["n_tokens"]
     token_bytes = data[start + length:start + length + 4 * n]
     blob = data[start + length + 4 * n:]
-    if len(token_bytes) != 4 * n or len(blob) != int(header["state_bytes"]):
+    if len(token_bytes) != 4 * n or len(blob) != header["state_bytes"]:
         raise ValueError("truncated")
     if hashlib.sha256(token_bytes).hexdigest() != header["tokens_sha256"] or \
             hashlib.sha256(blob).hexdigest() != header["state_sha256"]:
@@ -154,19 +189,84 @@ def _read(path: Path, key: str, secret: bytes | None = None) -> tuple[list[int],
     return list(struct.unpack(f"<{n}i", token_bytes)), blob
 
 
+#: each header field and the type it must have
+_HEADER_FIELDS = {"version": int, "model": str, "n_tokens": int, "tokens_sha256": str,
+                  "state_bytes": int, "state_sha256": str}
+
+
+def _check_header(header: object) -> None:
+    """ValueError unless ``header`` is a JSON object with every field, of its type (counts
+    not negative): a file with any other header is set aside like a corrupt one."""
+    if not isinstance(header, dict):
+        raise ValueError(f"header is a JSON {type(header).__name__}, not an object")
+    for name, kind in _HEADER_FIELDS.items():
+        value = header.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"header field {name!r} is missing or not a {kind.__name__}")
+        if kind is int and value < 0:
+            raise ValueError(f"header field {name!r} is negative")
+    if header["version"] != 1:
+        raise ValueError(f"header version {header['version']} is not 1")
+
+
 def _write_private(path: Path, data: bytes) -> None:
     from iris_desktop.paths import make_private_dir
 
     make_private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = _open_locked(tmp)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(fd, "wb") as handle:  # closing it releases the lock, after the rename
             handle.write(data)
-        os.replace(tmp, path)
+            handle.flush()
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _open_locked(tmp: Path) -> int:
+    """``tmp`` created (0600, emptied) and open for writing, locked by this process so that
+    :func:`_delete_if_abandoned` leaves it alone until it is closed."""
+    while True:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if fcntl is None:
+            return fd  # Windows: an open file cannot be deleted
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            # A cleaner may have deleted it between the open and the lock: then the name
+            # is gone or another file's, and this one is created again.
+            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _delete_if_abandoned(tmp: Path) -> bool:
+    """Delete ``tmp`` if no process is writing it (its writer was killed); True if it was.
+    OSError when it vanished meanwhile."""
+    if fcntl is None:  # Windows: the file of a live writer is open, and cannot be deleted
+        try:
+            tmp.unlink()
+        except PermissionError:
+            return False
+        return True
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its writer is alive
+        if not os.path.samestat(os.fstat(fd), os.stat(tmp)):
+            return False  # renamed into place meanwhile, and the name taken again
+        tmp.unlink()
+        return True
+    finally:
+        os.close(fd)
 
 
 class ThreadCache:
