@@ -505,8 +505,11 @@ def _shell_confirmation(args):
     if not sys.stdin.isatty():
         return None  # nobody to ask: every shell call is refused
 
+    from iris_desktop.core.tools import show_invisible
+
     def ask(command: str) -> bool:
-        say(f"\nThe model wants to run:\n  {terminal_safe(command)}", file=sys.stderr)
+        # every control, bidi and invisible character as an escape: what is shown is what runs
+        say(f"\nThe model wants to run:\n  {show_invisible(command)}", file=sys.stderr)
         try:
             answer = input("Run it? [y/N] ")
         except EOFError:

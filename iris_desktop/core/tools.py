@@ -39,11 +39,18 @@ import io
 import itertools
 import json
 import os
+import re
+import re._constants as _re_constants  # the parse tree's opcodes (sre_constants before 3.11)
+import re._parser as _re_parser  # Python's own regex parser (sre_parse before 3.11)
+import select
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
+import unicodedata
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
@@ -52,6 +59,11 @@ from pathlib import Path
 from typing import Any
 
 import regex
+
+try:
+    import resource
+except ImportError:  # Windows: no address-space limit, and the search runs in-thread
+    resource = None  # type: ignore[assignment]
 
 TOOL_NAMES = ("read_file", "list_directory", "search_files", "run_shell")
 FILE_TOOLS = frozenset({"read_file", "list_directory", "search_files"})
@@ -70,6 +82,12 @@ SEARCH_TIME_LIMIT_S = 20.0
 """A search stops after this long and says it was cut short."""
 REGEX_LINE_TIME_LIMIT_S = 0.5
 """A pattern that takes longer on one line (catastrophic backtracking) stops the search."""
+MAX_PATTERN_REPEAT = 10_000
+"""A search pattern may repeat something at most this many times (``x{10000}``)."""
+MAX_PATTERN_SIZE = 20_000
+"""A search pattern may stand for at most this many elements once its repeats are counted
+out (``(ab){3}`` is six): the regex engine writes each one out when it compiles, at about
+600 bytes apiece, so ``a{1000000000}`` would need hundreds of gigabytes."""
 MAX_SEARCH_FILES = 50_000
 MAX_SEARCH_FILE_BYTES = 16 << 20
 MAX_MATCH_LINE_CHARS = 400
@@ -254,6 +272,35 @@ def _parse_arguments(spec: _Spec, arguments: Any) -> dict[str, Any]:
     return values
 
 
+# --- showing a command -------------------------------------------------------------------
+
+#: Unicode categories that draw nothing themselves but change what is drawn: controls (Cc),
+#: format characters such as the bidi overrides and isolates, zero-width characters and
+#: tags (Cf), line and paragraph separators (Zl, Zp) and lone surrogates (Cs)
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def show_invisible(text: str, multiline: bool = False) -> str:
+    """``text`` with every character that is invisible or reorders the display (see
+    :data:`_INVISIBLE_CATEGORIES`) shown as an escape such as ``\\u202e``, so that what a
+    confirmation shows is what runs: a right-to-left override cannot make a bidi-aware
+    terminal or dialog show another command than the one approved. ``multiline`` keeps
+    newlines and tabs as they are."""
+    kept = "\n\t" if multiline else ""
+    return "".join(
+        _escape(char) if char not in kept and unicodedata.category(char) in _INVISIBLE_CATEGORIES
+        else char
+        for char in text
+    )
+
+
 # --- helpers ---------------------------------------------------------------------------
 
 
@@ -325,6 +372,81 @@ _SKIP_NOTES = {
     "too_big": f"[skipped {{count}} files over {MAX_SEARCH_FILE_BYTES} bytes]",
     "unreadable": "[skipped {count} unreadable files]",
 }
+
+
+_REPEATS = frozenset(
+    op for op in (getattr(_re_constants, name, None)
+                  for name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")) if op is not None
+)
+# a {m,n} as the regex module reads it: a count that is not one is a literal brace
+_COUNTS = regex.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
+
+
+def _pattern_size(items: Any) -> int:
+    """How many elements a parsed pattern (``re._parser``'s tree) stands for, its repeats
+    counted out; ToolError as soon as a count is over :data:`MAX_PATTERN_REPEAT`."""
+    size = 0
+    for op, value in items:
+        if op in _REPEATS:
+            low, high, body = value
+            bound = low if high == _re_constants.MAXREPEAT else max(low, high)
+            if bound > MAX_PATTERN_REPEAT:
+                raise ToolError(_too_many_repeats(bound))
+            size += 1 + max(low, 1) * _pattern_size(body)
+        else:
+            size += 1 + sum(_pattern_size(sub) for sub in _parts(value))
+        if size > MAX_PATTERN_SIZE:
+            raise ToolError(_too_large_pattern())
+    return size
+
+
+def _parts(value: Any) -> Iterator[Any]:
+    """The sub-patterns inside one node's value (groups, branches, lookarounds…)."""
+    if isinstance(value, _re_parser.SubPattern):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _parts(item)
+
+
+def _too_many_repeats(count: int) -> str:
+    return (f"the pattern has a repeat count of {count:,}, over the limit of "
+            f"{MAX_PATTERN_REPEAT:,} (the regex engine needs memory for every repeat)")
+
+
+def _too_large_pattern() -> str:
+    return (f"the pattern is too large once its repeats are counted out (over "
+            f"{MAX_PATTERN_SIZE:,} elements); use smaller counts or fewer nested repeats")
+
+
+def _check_pattern(pattern: str) -> None:
+    """ToolError when compiling ``pattern`` would take unbounded memory: a repeat count over
+    :data:`MAX_PATTERN_REPEAT`, or over :data:`MAX_PATTERN_SIZE` elements counted out.
+
+    The pattern is read by Python's own ``re`` parser, whose syntax the regex module
+    extends. A pattern only the regex module reads (``\\p{L}``, fuzzy matching) is judged
+    from its text alone, more strictly: every count in it multiplied together, as if each
+    repeat were nested in the one before.
+    """
+    try:
+        parsed = _re_parser.parse(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError, TypeError):
+        parsed = None
+    if parsed is not None:
+        try:
+            _pattern_size(parsed)
+        except RecursionError:
+            raise ToolError("the pattern is nested too deeply") from None
+        return
+    size = len(pattern)
+    for match in _COUNTS.finditer(pattern):
+        low, high = match.group(1), match.group(2)
+        counts = [int(text) for text in (low, high) if text]
+        if counts and max(counts) > MAX_PATTERN_REPEAT:
+            raise ToolError(_too_many_repeats(max(counts)))
+        size *= max(int(low or 0), 1)
+        if size > MAX_PATTERN_SIZE:
+            raise ToolError(_too_large_pattern())
 
 
 def _text_lines(fd: int) -> tuple[list[str], str | None]:
@@ -545,6 +667,109 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.kill()
 
 
+# --- the search's worker process --------------------------------------------------------
+#
+# A regular expression can need far more memory than its text suggests (a repeat is written
+# out when it compiles; backtracking over a long line keeps a stack). The pattern is checked
+# first (_check_pattern), and on Linux the search then runs in a child forked for it, under
+# an address-space limit of what the app already maps plus SEARCH_MEMORY_BYTES: an
+# allocation over it fails there as a MemoryError, a tool error, and the app itself never
+# grows. The child only walks files and matches lines, and leaves with os._exit. Elsewhere
+# (macOS does not enforce RLIMIT_AS; Windows has no fork) it runs on the calling thread.
+
+SEARCH_MEMORY_BYTES = 1 << 30
+"""The memory a search may take on top of what the app maps already (Linux)."""
+_WORKER_GRACE_S = 15.0
+OUT_OF_MEMORY = (
+    "the search needed more memory than the {limit} MB it may use; simplify the pattern "
+    "(nested or long repeats, alternatives that overlap) or search fewer or smaller files"
+)
+_MEMORY_EXIT = 86  # the child's exit code when even its report failed for lack of memory
+_IN_WORKER = sys.platform.startswith("linux") and hasattr(os, "fork") and resource is not None
+
+
+def _in_worker(search: Callable[[], str], cancel: threading.Event) -> str:
+    """``search()`` run in a memory-limited child process where the OS allows it (see above);
+    its ToolError comes back as one. Cancelling ``cancel`` stops the child at once."""
+    if not _IN_WORKER:
+        try:
+            return search()
+        except MemoryError:
+            raise ToolError(OUT_OF_MEMORY.format(limit=SEARCH_MEMORY_BYTES >> 20)) from None
+    limit = SEARCH_MEMORY_BYTES  # read at call time so tests can lower it
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():  # 3.12+ warns about forking a threaded process: the
+        warnings.simplefilter("ignore", DeprecationWarning)  # child only runs the search
+        pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_end)
+        _run_child(search, write_end, limit)
+    os.close(write_end)
+    try:
+        data = _read_child(read_end, cancel)
+    finally:
+        os.close(read_end)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _, status = os.waitpid(pid, 0)
+    if data:
+        kind, text = json.loads(data)
+        if kind == "ok":
+            return text
+        raise ToolError(text)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _MEMORY_EXIT:
+        raise ToolError(OUT_OF_MEMORY.format(limit=limit >> 20))
+    how = (f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+           else f"ended with code {os.WEXITSTATUS(status)}")
+    raise ToolError(f"the search process {how} before it finished (most likely for lack of "
+                    "memory); simplify the pattern or narrow the path")
+
+
+def _run_child(search: Callable[[], str], write_end: int, limit: int) -> None:
+    code = 0
+    try:
+        try:
+            with open("/proc/self/statm", encoding="ascii") as statm:
+                mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            resource.setrlimit(resource.RLIMIT_AS, (mapped + limit, resource.RLIM_INFINITY))
+            result = ["ok", search()]
+        except ToolError as exc:
+            result = ["error", str(exc)]
+        except MemoryError:
+            result = ["error", OUT_OF_MEMORY.format(limit=limit >> 20)]
+        except Exception as exc:  # noqa: BLE001 - told as the tool's failure, like Sandbox.run
+            result = ["error", f"search_files failed: {type(exc).__name__}: {exc}"]
+        data = json.dumps(result).encode("utf-8", "replace")
+        with open(write_end, "wb") as pipe:
+            pipe.write(data)
+    except MemoryError:
+        code = _MEMORY_EXIT
+    except BaseException:  # noqa: BLE001 - the child must never return into the app
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _read_child(read_end: int, cancel: threading.Event) -> bytes:
+    """Everything the child writes, until it closes its end; ToolError once ``cancel`` is
+    set, or when the child outlives the search's own time limit by far."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + SEARCH_TIME_LIMIT_S + _WORKER_GRACE_S
+    while True:
+        _check_cancel(cancel)
+        if time.monotonic() > deadline:
+            raise ToolError(f"the search did not finish within {SEARCH_TIME_LIMIT_S:g} s and "
+                            "was stopped; narrow the path or the pattern")
+        ready, _, _ = select.select([read_end], [], [], 0.05)
+        if ready:
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
 # --- the sandbox -----------------------------------------------------------------------
 
 
@@ -683,13 +908,19 @@ class Sandbox:
             if not candidate.is_absolute():
                 candidate = roots[0] / candidate
             resolved = candidate.resolve()
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise ToolError(f"cannot resolve path {raw!r}: {exc}") from None
+        except OSError as exc:  # its text names the path, which may lie outside: say why only
+            raise ToolError(f"cannot resolve path {raw!r}: {exc.strerror or 'not readable'}") from None
+        except RuntimeError:
+            raise ToolError(f"cannot resolve path {raw!r}: it is a loop of links") from None
+        except ValueError:
+            raise ToolError(f"cannot resolve path {raw!r}: it is not a valid path") from None
         if not _inside(resolved, roots):
-            raise ToolError(
-                f"{raw!r} resolves to {resolved}, which is outside the allowed folders "
-                f"({_folders(roots)})"
-            )
+            # Never say where a link leads: what lies outside is none of the model's business
+            # (and with a server backend, this text is sent to the server).
+            if _inside(Path(os.path.normpath(candidate)), roots):
+                raise ToolError(f"{raw!r} is a link that leads outside the allowed folders "
+                                f"({_folders(roots)})")
+            raise ToolError(f"{raw!r} is outside the allowed folders ({_folders(roots)})")
         return resolved
 
     @staticmethod
@@ -871,11 +1102,20 @@ class Sandbox:
         shown = self._display(target, roots)
         if not target.exists():
             raise ToolError(f"{shown} does not exist")
+        _check_pattern(pattern)  # before compiling: the engine writes each repeat out
+        return _in_worker(lambda: self._search(pattern, target, roots, shown, cancel), cancel)
+
+    def _search(
+        self, pattern: str, target: Path, roots: Sequence[Path], shown: str, cancel: threading.Event
+    ) -> str:
+        """search_files itself, once its arguments are checked (in the worker process)."""
         literal = False
         try:
             compiled = regex.compile(pattern)
         except regex.error:
             compiled, literal = regex.compile(regex.escape(pattern)), True
+        except RecursionError:
+            raise ToolError("the pattern is nested too deeply") from None
 
         skipped: Counter[str] = Counter()
         body = _CappedText()

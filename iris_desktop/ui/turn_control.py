@@ -27,6 +27,7 @@ from iris_desktop.core.events import (
     UserSaved,
     dispatch,
 )
+from iris_desktop.core.tools import show_invisible
 from iris_desktop.core.views import Entry, call_label, pretty_arguments
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
@@ -307,7 +308,9 @@ class TurnControl(QObject, TurnListener):
                           "Iris wants to run this command on your computer:",
                           parent=self.parent_widget)
         box.setObjectName("shell-confirm")
-        box.setInformativeText(f"<pre>{html.escape(question.command)}</pre>"
+        # every control, bidi and invisible character as an escape: what is shown is what runs
+        shown = html.escape(show_invisible(question.command, multiline=True))
+        box.setInformativeText(f"<pre>{shown}</pre>"
                                "It runs only if you choose Run.")
         run = box.addButton("Run", QMessageBox.ButtonRole.AcceptRole)
         deny = box.addButton("Don't run", QMessageBox.ButtonRole.RejectRole)
