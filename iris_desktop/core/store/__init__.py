@@ -50,6 +50,7 @@ from iris_desktop.core.store.rows import (
     TIMESTAMP_KEYS,
     MessageMeta,
     SummaryRow,
+    decode_text,
     iso_timestamp,
     min_tokens,
     now_iso,
@@ -129,6 +130,7 @@ class Store(Messages, Search, Summaries, Vectors):
             conn = connect(
                 self.path, key, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False
             )
+            conn.text_factory = decode_text  # a flipped byte in one message fails no query
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = FULL")

@@ -46,9 +46,17 @@ class Connected:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite has already rolled back after some errors (a full disk, an I/O error):
+            # a second ROLLBACK would fail and hide the error that counts
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def trial(self) -> Iterator[None]:

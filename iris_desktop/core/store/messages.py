@@ -21,7 +21,15 @@ from typing import Any
 from iris_desktop.core.store.base import _alive, own_process
 from iris_desktop.core.store.branches import Branches
 from iris_desktop.core.store.errors import StoreError
-from iris_desktop.core.store.rows import MessageMeta, _message_row, now_iso, utf8_length
+from iris_desktop.core.store.rows import (
+    ROLES,
+    MessageMeta,
+    _message_row,
+    damaged_text_seen,
+    now_iso,
+    utf8_length,
+    valid_utf8,
+)
 from iris_desktop.tokens import Message
 
 #: ``parent_id`` of a new message: below the thread's head (the active branch goes on)
@@ -29,6 +37,10 @@ HEAD = object()
 
 #: the active branch's messages, joined: ``p`` is thread_paths, ``m`` messages
 _PATH = "thread_paths p JOIN messages m ON m.id = p.message_id"
+#: a message's text columns, as the bytes stored (to tell damage from a real U+FFFD)
+_RAW_TEXT = ", ".join(f"CAST({c} AS BLOB)" for c in (
+    "role", "content", "tool_calls", "tool_call_id", "name", "extra", "status", "sent_at"))
+
 
 
 class Messages(Branches):
@@ -160,7 +172,44 @@ class Messages(Branches):
             {"t": thread_id},
         ).fetchone()
 
+    # -- damage -----------------------------------------------------------------------------
+
+    @property
+    def damaged(self) -> dict[int, str]:
+        """Messages this Store found damaged on disk while reading them (a flipped byte):
+        id → what is wrong, in words for the user. They are still returned: the bytes
+        that are not text read as U+FFFD, and a damaged role is taken from the index
+        that keeps it."""
+        found = self.__dict__.get("_damaged")
+        if found is None:
+            found = self.__dict__["_damaged"] = {}
+        return found
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        """The rows of a query on messages; rows whose stored text is damaged are named
+        in :attr:`damaged` (checked only when the query met bytes that are not text)."""
+        seen = damaged_text_seen()
+        rows = list(self.db.query(sql, params))
+        if damaged_text_seen() != seen:
+            for row in rows:
+                if any(isinstance(v, str) and "\ufffd" in v for v in row.values()):
+                    self._check_damage(row)
+        return rows
+
+    def _check_damage(self, row: dict[str, Any]) -> None:
+        raw = self.conn.execute(f"SELECT {_RAW_TEXT} FROM messages WHERE id = ?",
+                                (row["id"],)).fetchone()
+        if raw is None or all(valid_utf8(v) for v in raw):
+            return  # a real U+FFFD, written as such
+        self.damaged[row["id"]] = "part of its stored text is damaged (shown as \ufffd)"
+        if row.get("role") not in ROLES:  # the index on (thread, role, id) keeps it too
+            kept = self.conn.execute(
+                "SELECT role FROM messages INDEXED BY messages_thread_turn "
+                "WHERE thread_id = ? AND id = ?", (row.get("thread_id"), row["id"])).fetchone()
+            row["role"] = kept[0] if kept and kept[0] in ROLES else "assistant"
+
     # -- messages ---------------------------------------------------------------------------
+
 
     def add_message(self, thread_id: int, message: Message, status: str = "complete",
                     parent_id: Any = HEAD) -> int:
@@ -271,15 +320,15 @@ class Messages(Branches):
         if through_id is not None:
             sql += " AND p.message_id <= ?"
             params.append(through_id)
-        return list(self.db.query(sql + " ORDER BY p.message_id", params))
+        return self._query(sql + " ORDER BY p.message_id", params)
 
     def all_messages(self, thread_id: int) -> list[dict[str, Any]]:
         """Every stored row of the thread, every branch, oldest first (what an export
         writes), each with ``on_path``: on the active branch or not."""
-        return list(self.db.query(
+        return self._query(
             "SELECT m.*, EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = m.thread_id "
             "AND p.message_id = m.id) AS on_path FROM messages m WHERE m.thread_id = ? ORDER BY m.id",
-            [thread_id]))
+            [thread_id])
 
     def leading_messages(self, thread_id: int, limit: int) -> list[dict[str, Any]]:
         """The active branch's first ``limit`` rows (id, role, content), oldest first:
@@ -293,7 +342,7 @@ class Messages(Branches):
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
-            for row in self.db.query(f"SELECT * FROM messages WHERE id IN ({marks})", chunk):
+            for row in self._query(f"SELECT * FROM messages WHERE id IN ({marks})", chunk):
                 result[row["id"]] = row
         return result
 

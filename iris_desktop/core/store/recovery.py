@@ -1,26 +1,40 @@
-"""Damage: the quick check at open, and salvaging what a damaged file still holds.
+"""Damage: the quick check at open, salvaging what a damaged file still holds, and the
+databases set aside.
 
-:func:`~iris_desktop.core.store.open_store` runs ``PRAGMA quick_check`` first, on a
-read-only connection. A damaged file is never written: it is set aside as
-``iris.db.corrupt-<time>`` with its ``-wal`` and ``-shm``, and what can still be read is
-salvaged, row by row, into a new database (:class:`Recovery` says what).
+:func:`~iris_desktop.core.store.open_store` looks at the file's header and runs ``PRAGMA
+quick_check``, on a read-only connection. Only damage to the database file counts: a
+full disk, a lock or a leftover (even a 3-byte) ``-shm`` or ``-wal`` is an error that
+says what to do, never a reason to set a healthy file aside. A damaged file is never
+written: what can still be read is copied, row by row, into a new database beside it,
+counted against what the original held (:class:`Recovery` says what was lost, or that
+it cannot be told), and only once that copy is complete and checked is the original set
+aside as ``iris.db.corrupt-<time>`` (with its ``-wal`` and ``-shm``) and the copy put in
+its place. A salvage that cannot finish (a full disk) or reads no row leaves the
+original where it is, under its own name.
+
+Set-aside databases are announced until the user has seen them (:func:`unacknowledged`,
+``iris-desktop recover`` lists them) and can be put back (:func:`restore`: the current
+database is set aside first, never deleted).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, connect
 from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.rows import decode_text
 
 log = logging.getLogger("iris.store")
 
@@ -36,11 +50,32 @@ def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
+#: free space under which an I/O error is taken for a full disk
+FULL_DISK_BYTES = 1 << 20
+
+
+def disk_full(path: Path) -> bool:
+    """Whether the file system holding ``path`` has (almost) no free space left."""
+    try:
+        return shutil.disk_usage(path.parent).free < FULL_DISK_BYTES
+    except OSError:
+        return False
+
+
 def explain(exc: sqlite3.Error, path: Path) -> str:
-    """One sentence for a database error: what happened and what to do."""
+    """One sentence for a database error: what happened and what to do. It says that a
+    restart recovers a damaged file only when the start-up check would find the damage."""
     name = getattr(exc, "sqlite_errorname", None) or ""
+    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and disk_full(path)):
+        return (f"the disk holding {path} is full; nothing more was written; free some space, "
+                "then try again")
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return f"another Iris process is writing to {path}; close it or wait, then try again"
+    header = header_problems(path) if name.startswith(("SQLITE_READONLY", "SQLITE_NOTADB",
+                                                       "SQLITE_ERROR")) else []
+    if header:
+        return (f"{path} is damaged: {header[0]}; nothing was changed; start Iris again: it "
+                "sets the file aside and copies what can be read into a new database")
     if name.startswith("SQLITE_READONLY"):
         return (f"{path} cannot be written ({exc}); make its folder and its iris.db files "
                 "writable, or choose another --data-dir (or IRIS_HOME)")
@@ -48,12 +83,73 @@ def explain(exc: sqlite3.Error, path: Path) -> str:
         return (f"{path} is not an Iris database ({exc}); nothing was changed; move it away "
                 "or choose another --data-dir (or IRIS_HOME)")
     if name.startswith("SQLITE_CORRUPT") or "decode" in str(exc):
-        return (f"{path} is damaged ({exc}); nothing more was written; start Iris again: "
-                "it checks the database and recovers what can be read")
-    if name.startswith("SQLITE_FULL"):
-        return f"the disk holding {path} is full; free some space, then try again"
+        if _check_finds_damage(path):
+            return (f"{path} is damaged ({exc}); nothing more was written; start Iris again: "
+                    "it checks the database and recovers what can be read")
+        return (f"{path} is damaged where the start-up check does not look ({exc}); nothing "
+                "more was written; run 'iris-desktop recover --salvage' to copy what can be "
+                "read into a new database (the damaged file is kept)")
     return (f"cannot use the database {path} ({exc}); check that its folder is writable "
             "and the disk is not full")
+
+
+def _check_finds_damage(path: Path) -> bool:
+    """Whether the quick check at the next start would find damage in ``path``."""
+    try:
+        return bool(quick_check(path))
+    except StoreError:
+        return False
+
+
+#: the first 16 bytes of every (plain) SQLite database
+MAGIC = b"SQLite format 3\x00"
+
+
+def header_problems(path: Path) -> list[str]:
+    """What is wrong in the file's 100-byte header, in the fields SQLite checks before it
+    reads anything ([] when sound, and for a file that is not an SQLite database at all,
+    an encrypted one included). Such damage makes SQLite call a file read-only, or not a
+    database, though every row may still be there. Only fields that hold the same values
+    in every sound file are checked: the header in the file may be older than the one in
+    the -wal."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+    except OSError:
+        return []
+    if len(head) < 100 or sum(a != b for a, b in zip(head, MAGIC, strict=False)) > 1:
+        return []
+    found = []
+    if head[:16] != MAGIC:
+        found.append("its first 16 bytes no longer read 'SQLite format 3'")
+    page = int.from_bytes(head[16:18], "big")
+    if not (page == 1 or (512 <= page <= 32768 and page & (page - 1) == 0)):
+        found.append(f"bytes 16-17 (the page size) read {page}")
+    for offset, what in ((18, "the write version"), (19, "the read version")):
+        if head[offset] not in (1, 2):
+            found.append(f"byte {offset} ({what}) is {head[offset]}, where SQLite writes 1 or 2")
+    if head[21:24] != b"\x40\x20\x20":
+        found.append(f"bytes 21-23 (payload fractions) read {', '.join(str(b) for b in head[21:24])}")
+    schema_format = int.from_bytes(head[44:48], "big")
+    if schema_format > 4:  # 0 in a new file whose schema is still only in its -wal
+        found.append(f"bytes 44-47 (the schema format) read {schema_format}")
+    if not found:
+        return []
+    return [f"its header (the first 100 bytes) is damaged: {'; '.join(found)}"]
+
+
+def _repaired_header(head: bytes, page_size: int) -> bytes:
+    """``head`` with the fields :func:`header_problems` checks set to sound values."""
+    fixed = bytearray(head)
+    fixed[:16] = MAGIC
+    fixed[16:18] = (1 if page_size == 65536 else page_size).to_bytes(2, "big")
+    for offset in (18, 19):
+        if fixed[offset] not in (1, 2):
+            fixed[offset] = 2  # Iris keeps its database in WAL mode
+    fixed[21:24] = b"\x40\x20\x20"
+    if int.from_bytes(fixed[44:48], "big") > 4:
+        fixed[44:48] = (4).to_bytes(4, "big")
+    return bytes(fixed)
 
 
 def _read_only(path: Path, key: Key | None = None) -> sqlite3.Connection:
@@ -63,15 +159,23 @@ def _read_only(path: Path, key: Key | None = None) -> sqlite3.Connection:
     mode = "ro" if _sidecar(path, "-wal").exists() else "ro&immutable=1"
     conn = connect(f"{path.resolve().as_uri()}?mode={mode}", key, uri=True, path=path)
     conn.execute("PRAGMA query_only = 1")
+    conn.text_factory = decode_text  # a damaged text is copied with U+FFFD, not skipped
     return conn
 
 
 def quick_check(path: Path, budget_s: float | None = None, key: Key | None = None) -> list[str]:
     """PRAGMA quick_check's findings for the file ([] when sound, or when it stops
-    after ``budget_s`` on a large file), read through :func:`_read_only`. Raises
-    StoreError for a file that is not a database at all."""
+    after ``budget_s`` on a large file), read through :func:`_read_only`, after a look
+    at its header (:func:`header_problems`). Only damage to the database file itself
+    counts: an error that is not (a full disk, a leftover or short -shm or -wal that
+    cannot be used now, a lock) raises StoreError saying what to do, as does a file
+    that is not a database at all."""
     if not path.exists() or path.stat().st_size == 0:
         return []
+    if key is None:
+        header = header_problems(path)
+        if header:
+            return header
     seconds = QUICK_CHECK_S if budget_s is None else budget_s
     try:
         conn = _read_only(path, key)
@@ -84,9 +188,9 @@ def quick_check(path: Path, budget_s: float | None = None, key: Key | None = Non
         if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
             log.warning("%s: quick check stopped after %.1f s; opened unchecked", path, seconds)
             return []
-        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
-            raise StoreError(explain(exc, path)) from None
-        return [str(exc)]
+        if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT"):
+            return [str(exc)]
+        raise StoreError(explain(exc, path)) from None
     finally:
         conn.close()
     problems = [str(row[0]) for row in rows]
@@ -131,66 +235,318 @@ class Recovery:
     moved: list[Path]
     problems: list[str]
     recovered: dict[str, int]
-    lost: dict[str, int]
+    #: rows that could not be read, per table: exactly ``held - recovered`` where the
+    #: original still counts its rows, at least this many where only a lower bound is
+    #: known (``held`` None), None where nothing tells how many were lost
+    lost: dict[str, int | None]
+    #: rows the original held, per table, where some part of it still counts them (the
+    #: table's own b-tree, one of its indexes, the full-text index); None: nothing does
+    held: dict[str, int | None] = field(default_factory=dict)
+    #: threads made up ("Recovered chat <id>") for messages whose thread row was lost
+    recreated: int = 0
 
     def describe(self) -> str:
-        """What happened, where the original is and what was recovered, for the user."""
-        parts = [f"{self.recovered.get(t, 0):,} {t.replace('_', ' ')}" for t in SALVAGED_TABLES]
-        lost = sum(self.lost.values())
+        """What happened, where the original is, what was recovered and what was lost (as
+        far as it can be told), for the user."""
+        parts = [f"{self.recovered.get(t, 0):,} {_words(t)}" for t in SALVAGED_TABLES]
         sides = [p.name.rsplit("-", 1)[-1] for p in self.moved if p != self.set_aside]
         with_sides = f" (with its {' and '.join('-' + s for s in sides)})" if sides else ""
-        return (f"The database {self.path} was damaged ({self.problems[0]}). Iris did not "
-                f"write to it: it is set aside, unchanged, as {self.set_aside}{with_sides}. "
-                f"Recovered into a new database: {', '.join(parts)}"
-                + (f"; {lost:,} rows could not be read" if lost else "; no row was lost")
-                + ". Keep the set-aside file to try other recovery tools.")
+        recreated = (f"; {self.recreated:,} threads whose title was lost are named "
+                     "'Recovered chat <id>'" if self.recreated else "")
+        return (f"The database {self.path} was damaged ({first_problem(self.problems)}). Iris "
+                f"did not write to it: it is set aside, unchanged, as {self.set_aside}"
+                f"{with_sides}; 'iris-desktop recover' lists it and can put it back. "
+                f"Recovered into a new database: {', '.join(parts)}{recreated}"
+                f"{self.losses()}.")
+
+    def losses(self) -> str:
+        """"; no row was lost", or how many rows of which tables could not be read, and
+        which tables' losses cannot be told."""
+        known, unknown, total = [], [], 0
+        for table in SALVAGED_TABLES:
+            lost, held = self.lost.get(table, 0), self.held.get(table)
+            if lost is None:
+                unknown.append(_words(table))
+            elif lost:
+                total += lost
+                known.append(f"{lost:,} of {held:,} {_words(table)}" if held is not None
+                             else f"at least {lost:,} {_words(table)}")
+        if not known and not unknown:
+            return "; no row was lost"
+        text = f"; {total:,} rows could not be read ({', '.join(known)})" if known else ""
+        if unknown:
+            text += (f"; how many {' and '.join(unknown)} were lost cannot be told (what "
+                     "counted them is damaged too)")
+        return text
 
 
-def _set_aside(path: Path) -> list[Path]:
+def _words(table: str) -> str:
+    return table.replace("_", " ")
+
+
+def first_problem(problems: Sequence[str]) -> str:
+    """The first line of the first finding that says something (quick_check's output
+    starts with a line naming the schema)."""
+    for problem in problems:
+        for line in str(problem).splitlines():
+            if line.strip() and not line.startswith("***"):
+                return line.strip()
+    return "damaged"
+
+
+#: how set-aside databases are named: ``<db>.corrupt-<time>`` (found damaged at start)
+#: and ``<db>.before-restore-<time>`` (the database a restore replaced)
+ASIDE_MARKS = (".corrupt-", ".before-restore-")
+
+
+def _set_aside(path: Path, mark: str = ".corrupt-") -> list[Path]:
     """Move the file away with its -wal and -shm (those first: a new file must never
     meet the old WAL). Returns the new names, the database's last."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    aside = path.with_name(f"{path.name}{mark}{stamp}")
     n = 1
-    while aside.exists():
+    while any(_sidecar(aside, s).exists() for s in ("", "-wal", "-shm")):
         n += 1
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        aside = path.with_name(f"{path.name}{mark}{stamp}-{n}")
     moved = []
     for suffix in ("-wal", "-shm", ""):
         if _sidecar(path, suffix).exists():
             os.replace(_sidecar(path, suffix), _sidecar(aside, suffix))
             moved.append(_sidecar(aside, suffix))
+    _sync_folder(path.parent)
     return moved
 
 
+def _sync_folder(folder: Path) -> None:
+    """Make renames in ``folder`` durable (POSIX; nothing elsewhere)."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        _sidecar(path, suffix).unlink(missing_ok=True)
+
+
+def _remove_stale_work(path: Path) -> None:
+    """Remove what a salvage or a restore killed half-way left beside ``path``
+    (``<db>.salvage-<pid>``, ``<db>.restoring-<pid>``, of processes that are gone)."""
+    for mark in (".salvage-", ".restoring-", ".repairing-"):
+        for leftover in path.parent.glob(f"{path.name}{mark}*"):
+            pid = leftover.name[len(path.name) + len(mark):].split("-")[0]
+            if pid.isdigit() and (int(pid) == os.getpid() or not _process_exists(int(pid))):
+                leftover.unlink(missing_ok=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _failure(path: Path, problems: Sequence[str], exc: BaseException) -> StoreError:
+    """The one sentence for a salvage that could not finish (the original untouched)."""
+    if disk_full(path) or getattr(exc, "sqlite_errorname", "").startswith("SQLITE_FULL") or (
+            isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        reason, todo = "the disk is full", "free some space, then start Iris again"
+    else:
+        reason, todo = str(exc).rstrip("."), "start Iris again to retry, or move it away"
+    return StoreError(f"{path} is damaged ({first_problem(problems)}) and copying what can be "
+                      f"read out of it failed ({reason}); it was left as it is, under its own "
+                      f"name, and nothing was lost; {todo}")
+
+
 def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery:
-    """Set the damaged database aside and copy every row that can still be read into a
-    new database at ``path``: table by table, in id order, stepping over damaged pages.
-    Messages whose thread was lost get a thread titled "Recovered chat <id>"."""
+    """Copy every row of the damaged database that can still be read into a new one,
+    table by table, in id order, stepping over damaged pages, and count it against what
+    the original held; then set the original aside (``<db>.corrupt-<time>``, with its
+    -wal and -shm) and put the copy in its place. Messages whose thread was lost get a
+    thread titled "Recovered chat <id>".
+
+    The copy is built beside the original (``<db>.salvage-<pid>``) and checked before
+    anything moves: when it cannot be finished (a full disk, an I/O error) or not one
+    row could be read, StoreError says so and the original stays where it is, under its
+    own name. A file whose header is damaged is read through a copy with the header's
+    fixed fields restored."""
     from iris_desktop.core.store import Store  # the package imports this module first
 
-    moved = _set_aside(path)
-    aside = moved[-1]
-    source = _read_only(aside, key)
-    target = Store(path, key=key)
-    recovered: dict[str, int] = {}
-    lost: dict[str, int] = {}
+    _remove_stale_work(path)
+    work = _sidecar(path, f".salvage-{os.getpid()}")
+    repaired: Path | None = None
     try:
-        # rows whose parent was lost are kept; the new connection is closed right after
-        target.conn.execute("PRAGMA foreign_keys = OFF")
-        with target.transaction():
-            for table in SALVAGED_TABLES:
-                recovered[table], lost[table] = _copy_table(source, target.conn, table)
-            _repair_references(target.conn)
+        if key is None and header_problems(path):
+            repaired = _repaired_copy(path)
+        source = _damaged_reader(repaired or path, key)
+        try:
+            target = Store(work, key=key)
+            try:
+                recovered, held, lost, recreated = _copy_all(source, target.conn)
+                # one self-contained file: the WAL in it, no -wal to lose in the rename
+                target.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                target.conn.execute("PRAGMA journal_mode = DELETE").fetchone()
+            finally:
+                target.close()
+        finally:
+            source.close()
+        if _sidecar(work, "-wal").exists():
+            raise StoreError("the new database could not be completed")
+        found = quick_check(work, budget_s=60, key=key)
+        if found:
+            raise StoreError(f"the new database failed its check: {first_problem(found)}")
+        if not sum(recovered.values()) and any(held.get(t) != 0 for t in SALVAGED_TABLES):
+            raise _NothingRead
+    except _NothingRead:
+        _remove_database(work)
+        raise StoreError(
+            f"{path} is damaged ({first_problem(problems)}) and not one row of it could be "
+            "read; it was left as it is, under its own name; move it away to start with an "
+            "empty history, or put back an earlier copy with 'iris-desktop recover'") from None
+    except (OSError, sqlite3.Error, StoreError) as exc:
+        _remove_database(work)
+        raise _failure(path, problems, exc) from None
     finally:
-        source.close()
-        target.close()
-    return Recovery(path, aside, moved, list(problems), recovered, lost)
+        if repaired is not None:
+            _remove_database(repaired)
+    moved = _set_aside(path)
+    os.replace(work, path)
+    _sync_folder(path.parent)
+    return Recovery(path, moved[-1], moved, list(problems), recovered, lost, held, recreated)
+
+
+def _damaged_reader(path: Path, key: Key | None = None) -> sqlite3.Connection:
+    """:func:`_read_only`, reading on where a file is shorter than its header says (a
+    truncated file: SQLite refuses it whole otherwise; ``writable_schema`` lets it read
+    the pages that are there, and ``query_only`` still forbids any write)."""
+    conn = _read_only(path, key)
+    conn.execute("PRAGMA writable_schema = ON")
+    return conn
+
+
+class _NothingRead(Exception):
+    """Salvage read no row of a database that held some (or may have)."""
+
+
+def _repaired_copy(path: Path) -> Path:
+    """A copy of the database (and its -wal) whose header's fixed fields are restored
+    (:func:`_repaired_header`), to read a file SQLite refuses because of them. The page
+    size, when it is the damaged field, is the one with which the schema reads."""
+    copy = _sidecar(path, f".repairing-{os.getpid()}")
+    _remove_database(copy)
+    shutil.copyfile(path, copy)
+    if _sidecar(path, "-wal").exists():
+        shutil.copyfile(_sidecar(path, "-wal"), _sidecar(copy, "-wal"))
+    with open(copy, "r+b") as fh:
+        head = fh.read(100)
+    stated = int.from_bytes(head[16:18], "big")
+    sizes = [stated if stated != 1 else 65536] if 512 <= stated or stated == 1 else []
+    for size in [*sizes, 4096, *(1 << n for n in range(9, 17))]:
+        with open(copy, "r+b") as fh:
+            fh.write(_repaired_header(head, size))
+        try:
+            conn = _read_only(copy)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                return copy
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError:
+            continue
+    return copy
+
+
+def _copy_all(source: sqlite3.Connection, target: sqlite3.Connection
+              ) -> tuple[dict[str, int], dict[str, int | None], dict[str, int | None], int]:
+    """Copy the salvaged tables; (recovered, held, lost, threads recreated): see
+    :class:`Recovery`."""
+    recovered: dict[str, int] = {}
+    held: dict[str, int | None] = {}
+    lost: dict[str, int | None] = {}
+    failed: dict[str, bool] = {}
+    # rows whose parent was lost are kept; the new connection is closed right after
+    target.execute("PRAGMA foreign_keys = OFF")
+    target.execute("BEGIN IMMEDIATE")
+    try:
+        for table in SALVAGED_TABLES:
+            copied, refused, failed[table] = _copy_table(source, target, table)
+            recovered[table] = copied
+            count = _held(source, table)
+            held[table] = None if count is None else max(count, copied + refused)
+            if held[table] is not None:
+                lost[table] = held[table] - copied
+            elif failed[table]:
+                lost[table] = max(0, _at_least(source, table) - copied) or None
+            else:
+                lost[table] = refused
+        before = target.execute("SELECT count(*) FROM threads").fetchone()[0]
+        _repair_references(target)
+        recreated = target.execute("SELECT count(*) FROM threads").fetchone()[0] - before
+        target.execute("COMMIT")
+    except BaseException:
+        if target.in_transaction:
+            target.execute("ROLLBACK")
+        raise
+    if recreated and held["threads"] is None:
+        lost["threads"] = max(lost["threads"] or 0, recreated)
+    return recovered, held, lost, recreated
+
+
+#: more parts of the database that count a table's rows, besides the table and its
+#: indexes: the full-text index keeps one row per message
+_COUNTED_BY = {"messages": ("SELECT count(*) FROM messages_fts_docsize",)}
+#: lower bounds on a table's rows, when nothing counts them: threads that messages name
+_AT_LEAST = {"threads": ("SELECT count(DISTINCT thread_id) FROM messages INDEXED BY messages_thread",
+                         "SELECT count(DISTINCT thread_id) FROM messages NOT INDEXED")}
+
+
+def _counts(conn: sqlite3.Connection, queries: Sequence[str]) -> list[int]:
+    found = []
+    for sql in queries:
+        try:
+            found.append(int(conn.execute(sql).fetchone()[0]))
+        except sqlite3.DatabaseError:
+            continue
+    return found
+
+
+def _held(conn: sqlite3.Connection, table: str) -> int | None:
+    """How many rows ``table`` holds, as far as its b-tree, one of its (whole) indexes or
+    another part that counts them can still tell (the largest count read); None when
+    none can."""
+    queries = [f"SELECT count(*) FROM {table} NOT INDEXED"]
+    try:
+        indexes = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                               "AND tbl_name = ?", (table,)).fetchall()
+    except sqlite3.DatabaseError:
+        indexes = []
+    for name, sql in indexes:
+        if sql is None or " WHERE " not in sql.upper():  # a partial index counts a part
+            queries.append(f'SELECT count(*) FROM {table} INDEXED BY "{name}"')
+    found = _counts(conn, [*queries, *_COUNTED_BY.get(table, ())])
+    return max(found) if found else None
+
+
+def _at_least(conn: sqlite3.Connection, table: str) -> int:
+    return max(_counts(conn, _AT_LEAST.get(table, ())), default=0)
 
 
 def _copy_table(source: sqlite3.Connection, target: sqlite3.Connection, table: str
-                ) -> tuple[int, int]:
-    """(rows copied, rows lost) of one table; FTS is filled by the insert triggers."""
+                ) -> tuple[int, int, bool]:
+    """(rows copied, rows read but refused, whether reading met damage) of one table;
+    FTS is filled by the insert triggers."""
     wanted = [row[1] for row in target.execute(f"PRAGMA table_info({table})")]
     try:
         present = {row[1] for row in source.execute(f"PRAGMA table_info({table})")}
@@ -205,9 +561,9 @@ def _copy_table(source: sqlite3.Connection, target: sqlite3.Connection, table: s
         try:
             target.execute(insert, row)
             copied += 1
-        except sqlite3.DatabaseError:  # a damaged value that breaks a constraint
+        except sqlite3.IntegrityError:  # a damaged value that breaks a constraint
             refused += 1
-    return copied, refused + reader.skipped
+    return copied, refused, reader.failed
 
 
 def _repair_references(conn: sqlite3.Connection) -> None:
@@ -231,7 +587,8 @@ class _RowReader:
     A damaged page fails every read that touches it, so after a failure the next start
     that reads is searched for: doubling steps past it, then bisection back to the
     first id that reads. ``skipped`` counts the ids stepped over (the rows lost, when
-    ids are dense as Iris writes them).
+    ids are dense as Iris writes them); ``failed``: some read failed (rows may be lost
+    past the last one read, too).
     """
 
     _MAX_ROWID = 2**63 - 1
@@ -241,6 +598,7 @@ class _RowReader:
         self.sql = (f"SELECT rowid, {', '.join(columns)} FROM {table} "
                     "WHERE rowid > ? ORDER BY rowid")
         self.skipped = 0
+        self.failed = False
 
     def rows(self) -> Iterator[tuple]:
         last, gap_from = 0, None
@@ -254,6 +612,7 @@ class _RowReader:
                     yield row[1:]
                 return
             except sqlite3.DatabaseError:
+                self.failed = True
                 gap_from = last if gap_from is None else gap_from
                 resume = self._resume(last)
                 if resume is None:
@@ -282,3 +641,144 @@ class _RowReader:
             else:
                 low = middle
         return high
+
+
+# -- set-aside databases: listing, telling, restoring ---------------------------------------
+
+
+def set_aside_files(path: Path) -> list[Path]:
+    """The databases set aside beside ``path`` (``<db>.corrupt-<time>``,
+    ``<db>.before-restore-<time>``), newest first; their -wal and -shm are not listed."""
+    found = []
+    for candidate in path.parent.glob(f"{path.name}.*"):
+        rest = candidate.name[len(path.name):]
+        if (rest.startswith(ASIDE_MARKS) and not rest.endswith(("-wal", "-shm", "-journal"))
+                and candidate.is_file()):
+            found.append(candidate)
+    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+
+
+def _seen_file(path: Path) -> Path:
+    return _sidecar(path, ".set-aside-seen")
+
+
+def unacknowledged(path: Path) -> list[Path]:
+    """The set-aside databases the user has not been shown yet (:func:`acknowledge`)."""
+    try:
+        seen = set(_seen_file(path).read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        seen = set()
+    return [p for p in set_aside_files(path) if p.name not in seen]
+
+
+def acknowledge(path: Path, files: Sequence[Path]) -> None:
+    """Remember that the user was shown these set-aside databases (by name, in
+    ``<db>.set-aside-seen``), so that they are not announced again. Best effort: a
+    folder that cannot be written only means they are announced again."""
+    names = [p.name for p in files]
+    if not names:
+        return
+    seen = _seen_file(path)
+    try:
+        known = seen.read_text(encoding="utf-8").splitlines() if seen.exists() else []
+        fd = os.open(seen, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("".join(f"{n}\n" for n in dict.fromkeys([*known, *names])))
+    except (OSError, UnicodeDecodeError):
+        log.warning("could not record that %s was shown", ", ".join(names))
+
+
+def announce(path: Path, files: Sequence[Path]) -> str:
+    """One sentence for set-aside databases the user has not been shown."""
+    newest = files[0]
+    what = "an earlier database was" if len(files) == 1 else f"{len(files)} earlier databases were"
+    return (f"{what} set aside in {path.parent} (the newest: {newest.name}) and may hold "
+            "history this one lacks; 'iris-desktop recover' lists them and can put one back")
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A set-aside database, as ``iris-desktop recover`` lists it."""
+
+    path: Path
+    #: when it was set aside (seconds since the epoch: the file's modification time)
+    when: float
+    #: bytes, with its -wal
+    size: int
+    #: rows per table that can be read (None: that table cannot be read)
+    rows: dict[str, int | None]
+    #: why it cannot be opened at all, else None
+    error: str | None = None
+
+
+def inspect_set_aside(file: Path, key: Key | None = None) -> SetAside:
+    """What a set-aside database holds, read without writing to it."""
+    stat = file.stat()
+    size = stat.st_size + sum(_sidecar(file, s).stat().st_size for s in ("-wal",)
+                              if _sidecar(file, s).exists())
+    rows: dict[str, int | None] = {t: None for t in SALVAGED_TABLES}
+    error = None
+    source = file
+    repaired = _repaired_copy(file) if key is None and header_problems(file) else None
+    try:
+        conn = _damaged_reader(repaired or source, key)
+        try:
+            for table in SALVAGED_TABLES:
+                rows[table] = _held(conn, table)
+        finally:
+            conn.close()
+    except (sqlite3.Error, StoreError, OSError) as exc:
+        error = str(exc)
+    finally:
+        if repaired is not None:
+            _remove_database(repaired)
+    return SetAside(file, stat.st_mtime, size, rows, error)
+
+
+def restore(path: Path, file: Path, key: Key | None = None) -> list[Path]:
+    """Put the set-aside database ``file`` back in place of ``path``. The current
+    database is set aside first (``<db>.before-restore-<time>``, with its -wal and
+    -shm), never deleted; ``file`` stays as it is (a checked copy of it is put in
+    place). Returns where the current database went ([] when there was none). Raises
+    StoreError, with nothing changed, when ``file`` is damaged or not a database, or
+    the copy cannot be made (a full disk)."""
+    problems = quick_check(file, budget_s=60, key=key)
+    if problems:
+        raise StoreError(f"{file} is damaged ({first_problem(problems)}); putting it back "
+                         "would only have it set aside again at the next start; nothing was "
+                         "changed")
+    _remove_stale_work(path)
+    work = _sidecar(path, f".restoring-{os.getpid()}")
+    try:
+        source = _read_only(file, key)
+        try:
+            if key is None:
+                fd = os.open(work, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.close(fd)
+            target = connect(work, key, path=work)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+            counts = {t: _held(source, t) for t in SALVAGED_TABLES}
+        finally:
+            source.close()
+        found = quick_check(work, budget_s=60, key=key)
+        if found:
+            raise StoreError(f"the copy failed its check: {first_problem(found)}")
+        check = _read_only(work, key)
+        try:
+            copied = {t: _held(check, t) for t in SALVAGED_TABLES}
+        finally:
+            check.close()
+        if copied != counts:
+            raise StoreError("the copy does not hold the same rows")
+    except (OSError, sqlite3.Error, StoreError) as exc:
+        _remove_database(work)
+        reason = "the disk is full; free some space" if disk_full(path) else str(exc).rstrip(".")
+        raise StoreError(f"could not put {file.name} back ({reason}); nothing was changed") from None
+    moved = _set_aside(path, ".before-restore-") if path.exists() else []
+    os.replace(work, path)
+    _sync_folder(path.parent)
+    acknowledge(path, moved[-1:])
+    return moved

@@ -8,9 +8,12 @@ written. Times: ``created_at`` is when the row was written (seconds since the ep
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
+import functools
 import json
 import sqlite3
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +57,44 @@ class SummaryRow:
     counter: str
     path: str
     created_at: float
+
+
+#: the codec error handler for stored text that is not UTF-8 (a flipped byte on disk):
+#: each bad byte reads as U+FFFD, and the reading thread's count of them goes up
+DAMAGED_TEXT = "iris-damaged-text"
+_seen = threading.local()
+
+
+def _replace_damaged(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    _seen.count = damaged_text_seen() + 1
+    return "\ufffd", exc.end
+
+
+codecs.register_error(DAMAGED_TEXT, _replace_damaged)
+
+#: every connection's ``text_factory``: text as SQLite stores it, decoded in C (as
+#: sqlite3 does by default) except that bytes that are not UTF-8 read as U+FFFD instead
+#: of failing the whole query (one damaged message would make its thread unreadable)
+decode_text = functools.partial(str, encoding="utf-8", errors=DAMAGED_TEXT)
+
+
+def damaged_text_seen() -> int:
+    """How many damaged stretches of text this thread has read so far (compare two
+    values to learn whether a query met one)."""
+    return getattr(_seen, "count", 0)
+
+
+def valid_utf8(value: Any) -> bool:
+    """Whether a raw stored value is text as it was written (bytes that decode)."""
+    if not isinstance(value, bytes):
+        return True
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def utf8_length(text: str) -> int:
@@ -126,17 +167,33 @@ def _message_row(message: Message, default_sent_at: str | None = None) -> dict[s
     }
 
 
+def _json(text: str | None, default: Any) -> Any:
+    """Stored JSON, or ``default`` when damage on disk made it unreadable."""
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
 def row_to_message(row: dict[str, Any]) -> Message:
-    """A stored row back to the OpenAI message it was made from, key for key."""
-    extra = json.loads(row["extra"]) if row.get("extra") else {}
+    """A stored row back to the OpenAI message it was made from, key for key. A row
+    damaged on disk still gives a message: JSON that no longer parses is left out
+    (``extra``, ``tool_calls``) or kept as text (a structured ``content``)."""
+    extra = _json(row.get("extra") or None, {})
+    if not isinstance(extra, dict):
+        extra = {}
     present = extra.pop("_keys", ["content", "tool_calls", "tool_call_id", "name"])
+    if not isinstance(present, list):
+        present = ["content", "tool_calls", "tool_call_id", "name"]
     message: Message = {"role": row["role"]}
     content = row["content"]
     if content is not None and row.get("content_is_json"):
-        content = json.loads(content)
+        content = _json(content, content)
     values = {
         "content": content,
-        "tool_calls": json.loads(row["tool_calls"]) if row["tool_calls"] is not None else None,
+        "tool_calls": _json(row["tool_calls"], None),
         "tool_call_id": row["tool_call_id"],
         "name": row["name"],
     }
