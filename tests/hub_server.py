@@ -18,10 +18,10 @@ connection, each once), ``drop_every`` (cut every response after that many bytes
 (the file host answers this status instead), ``token`` (repositories in ``gated`` need
 ``Authorization: Bearer <token>``). ``requests`` records every request.
 
-    python tests/hub_server.py [--port 8765] [--delay 0.05]
+    python tests/hub_server.py [--delay 0.05] [--serve REPO FILE.gguf]
 
-serves a few small real GGUF files (from ``gguf_fixtures``) until Ctrl+C, and prints
-``IRIS_MODELS_HUB_URL=…`` to use it.
+serves a few small real GGUF files (from ``gguf_fixtures``), and any real GGUF given with
+``--serve``, until Ctrl+C, and prints ``IRIS_MODELS_HUB_URL=…`` to use it.
 """
 
 from __future__ import annotations
@@ -267,6 +267,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each 64 KiB chunk")
+    parser.add_argument("--serve", nargs=2, action="append", default=[], metavar=("REPO", "GGUF"),
+                        help="serve this real GGUF file in REPO as well (held in memory)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -279,6 +281,8 @@ def main() -> int:
             "bartowski/Llama-3.2-3B-Instruct-GGUF": {
                 "Llama-3.2-3B-Instruct-Q4_K_M.gguf": gguf_bytes(folder, "Llama 3.2 3B Instruct", 2**20)},
         }
+        for repo, gguf in args.serve:
+            repos.setdefault(repo, {})[Path(gguf).name] = Path(gguf).read_bytes()
         server = HubServer(repos, downloads={"Qwen/Qwen2.5-1.5B-Instruct-GGUF": 120_000,
                                              "Qwen/Qwen2.5-3B-Instruct-GGUF": 90_000})
         server.delay_s = args.delay

@@ -3,7 +3,9 @@ inspector.png, chat.png (the bundled model answering in a new chat), welcome.png
 branches.png, attachment.png, progress.png, dark.png (the chat basics), models.png
 (Model ▸ Models…, with a Hugging Face cache that holds the gemma base model when that
 dev dependency is installed), server.png and server-window.png (Model ▸ Server… on a
-llama-server started on loopback).
+llama-server started on loopback), download.png (Model ▸ Download… against the loopback
+hub of tests/hub_server.py, a download under way; ``--only download`` takes just this one,
+on a fresh data dir, without the conversations).
 
 1. Prepare a data dir: import a long LoCoMo chat (one real request on the bundled model,
    then a real compaction with the extractive summarizer) and a SWE-agent transcript
@@ -87,7 +89,7 @@ def existing(data_dir: Path) -> dict[str, int] | None:
     return None
 
 
-def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -> None:
+def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True, only: str | None = None) -> None:
     from PySide6.QtCore import QEventLoop, Qt
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
@@ -144,6 +146,11 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     wait(lambda: window.model_state in ("ready", "failed"))
     if window.model_state != "ready":
         raise SystemExit(f"the model did not load: {window.models.error}")
+    if only == "download":
+        shoot_download(window, wait, idle, pause, shoot)
+        window.close()
+        session.close()
+        return
 
     # main window: the agent transcript, its older tool outputs cleared, one card open
     window.inspector.hide()
@@ -218,6 +225,9 @@ def capture(data_dir: Path, out: Path, ids: dict[str, int], send: bool = True) -
     idle()
     shoot(library, "models.png")
     library.close()
+
+    # Model ▸ Download…: the recommended models, a download under way from the loopback hub
+    shoot_download(window, wait, idle, pause, shoot)
 
     # Model ▸ Server…: llama.cpp's server on this machine, tested and chosen
     shoot_server(window, Path(window.models.info["path"]), data_dir, wait, idle, shoot)
@@ -317,6 +327,42 @@ def shoot_server(window, model: Path, data_dir: Path, wait, idle, shoot) -> None
         server.stop()
 
 
+def shoot_download(window, wait, idle, pause, shoot) -> None:
+    """download.png: Model ▸ Download… against the loopback hub of tests/hub_server.py
+    (the Hugging Face endpoints, serving small real GGUFs under the recommended names,
+    slowly): the recommended list with the memory each model needs at n_ctx, and the
+    Qwen2.5 1.5B download under way (progress, speed, time left, Stop). It is stopped
+    after the shot; its partial file stays in the data dir."""
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from iris_desktop.runtime.hub import RECOMMENDED
+
+    from hub_server import HubServer, gguf_bytes
+
+    folder = Path(tempfile.mkdtemp(prefix="iris-hub-"))
+    qwen = next(r for r in RECOMMENDED if r.repo.startswith("Qwen/Qwen2.5-1.5B"))
+    server = HubServer({qwen.repo: {qwen.file: gguf_bytes(folder, qwen.title, 16 * 2**20)}})
+    server.delay_s = 0.02  # 64 KiB chunks: about 3 MB/s
+    state = window.app_state
+    before = state.settings
+    state.set_settings(before.with_overrides({"models.hub_url": server.url}))
+    try:
+        dialog = window.models.open_download()
+        row = next(r for r in range(dialog.table.rowCount()) if dialog.table.item(r, 1).text() == qwen.file)
+        dialog.table.selectRow(row)
+        dialog.download_button.click()
+        wait(lambda: "left" in dialog.progress_label.text() and dialog.progress.value() > 150, timeout=60)
+        shoot(dialog, "download.png")
+        dialog.stop_button.click()
+        wait(lambda: dialog.cancel is None, timeout=30)
+        dialog.reject()
+        idle()
+    finally:
+        state.set_settings(before)
+        server.stop()
+
+
 def hf_cache(data_dir: Path) -> Path:
     """A Hugging Face hub cache laid out as huggingface_hub writes it, holding the gemma
     base model (a dev dependency) by symlink, so the library shows a second source."""
@@ -340,6 +386,8 @@ def main() -> int:
     parser.add_argument("--scale", help="QT_SCALE_FACTOR, e.g. 1.25 or 2")
     parser.add_argument("--no-send", action="store_true",
                         help="do not send the two live messages (a quick look at the layout)")
+    parser.add_argument("--only", choices=("download",),
+                        help="take only this shot, on a fresh data dir (no conversations)")
     parser.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ids", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -347,19 +395,20 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     if args.capture:
-        capture(Path(args.data_dir), out, json.loads(args.ids), send=not args.no_send)
+        capture(Path(args.data_dir), out, json.loads(args.ids), send=not args.no_send, only=args.only)
         return 0
 
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="iris-shots-"))
     os.environ["IRIS_HOME"] = str(data_dir)
-    ids = existing(data_dir) or prepare(data_dir)
+    ids = {} if args.only else existing(data_dir) or prepare(data_dir)
     env = dict(os.environ, IRIS_HOME=str(data_dir))
     env.pop("QT_QPA_PLATFORM", None)
     env["HF_HUB_CACHE"] = str(hf_cache(data_dir))
     if args.scale:
         env["QT_SCALE_FACTOR"] = args.scale
     command = [sys.executable, __file__, "--capture", "--data-dir", str(data_dir), "--out",
-               str(out), "--ids", json.dumps(ids)] + (["--no-send"] if args.no_send else [])
+               str(out), "--ids", json.dumps(ids)] + (["--no-send"] if args.no_send else []) + (
+                   ["--only", args.only] if args.only else [])
     if not env.get("DISPLAY"):
         xvfb = shutil.which("xvfb-run")
         if xvfb is None:

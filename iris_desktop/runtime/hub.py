@@ -234,7 +234,7 @@ _QWEN2 = "qwen2"
 RECOMMENDED: tuple[Recommended, ...] = (
     Recommended("Llama 3.2 1B Instruct", "bartowski/Llama-3.2-1B-Instruct-GGUF",
                 "Llama-3.2-1B-Instruct-Q4_K_M.gguf", "1.2B", 807_694_464, 131_072,
-                "Llama 3.2 Community License", "llama", 16, 32, 8, 2048,
+                "Llama 3.2 Community", "llama", 16, 32, 8, 2048,
                 "the smallest: fast on any computer, simple chats"),
     Recommended("Qwen2.5 1.5B Instruct", "Qwen/Qwen2.5-1.5B-Instruct-GGUF",
                 "qwen2.5-1.5b-instruct-q4_k_m.gguf", "1.5B", 1_117_320_736, 32_768,
@@ -242,11 +242,11 @@ RECOMMENDED: tuple[Recommended, ...] = (
                 "a good first step up from the bundled model"),
     Recommended("Llama 3.2 3B Instruct", "bartowski/Llama-3.2-3B-Instruct-GGUF",
                 "Llama-3.2-3B-Instruct-Q4_K_M.gguf", "3.2B", 2_019_377_696, 131_072,
-                "Llama 3.2 Community License", "llama", 28, 24, 8, 3072,
+                "Llama 3.2 Community", "llama", 28, 24, 8, 3072,
                 "good English chat and summaries"),
     Recommended("Qwen2.5 3B Instruct", "Qwen/Qwen2.5-3B-Instruct-GGUF",
                 "qwen2.5-3b-instruct-q4_k_m.gguf", "3.1B", 2_104_932_768, 32_768,
-                "Qwen Research License (non-commercial)", _QWEN2, 36, 16, 2, 2048,
+                "Qwen Research (non-commercial)", _QWEN2, 36, 16, 2, 2048,
                 "clearly better at chat; 8 GB of memory is enough"),
     Recommended("Phi-3.5 mini instruct", "bartowski/Phi-3.5-mini-instruct-GGUF",
                 "Phi-3.5-mini-instruct-Q4_K_M.gguf", "3.8B", 2_393_232_672, 131_072,
@@ -547,7 +547,8 @@ class DownloadProgress:
 
     def describe(self) -> str:
         if self.phase == "checking":
-            return f"Checking the {_mb(self.done)} downloaded before… {self.fraction:.0%}"
+            part = self.done / self.resumed_from if self.resumed_from else 1.0
+            return f"Checking the {_mb(self.resumed_from)} downloaded before… {part:.0%}"
         if self.phase == "verifying":
             return f"Verifying {self.file} (sha256 and GGUF header)…"
         text = f"{_mb(self.done)} of {_mb(self.total)}"

@@ -56,7 +56,7 @@ from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb
 from iris_desktop.ui.hub_worker import sentence as _sentence
 
 COLUMNS = ("Model", "File", "Quantization", "Size", "Trained context", "Memory at n_ctx",
-           "This computer", "License / notes")
+           "This computer", "License")
 RECOMMENDED_ITEM = "Recommended"
 
 
@@ -78,7 +78,7 @@ class DownloadDialog(QDialog):
         self.calls = HubCalls(self)
         self.calls.progressed.connect(self.show_progress)
         self.cancel: threading.Event | None = None
-        #: rows of the table: {"repo", "file", "size", "about", "recommended"}
+        #: rows of the table: {"repo", "file", "size", "cells", "tip", "about"}
         self.rows: list[dict[str, Any]] = []
         self.sizes: dict[tuple[str, str], int] = {}
         self.path: Path | None = None
@@ -123,6 +123,8 @@ class DownloadDialog(QDialog):
         split.addWidget(self.repos)
         split.addWidget(self.table)
         split.setStretchFactor(1, 4)
+        zero = self.fontMetrics().horizontalAdvance("0")
+        split.setSizes([zero * 28, zero * 132])
 
         self.status = QLabel("")
         self.status.setObjectName("download-status")
@@ -142,28 +144,18 @@ class DownloadDialog(QDialog):
         self.use_button.hide()
         self.use_button.clicked.connect(self.use)
 
-        top = QHBoxLayout()
-        top.addWidget(self.search_edit, 1)
-        top.addWidget(self.search_button)
-        top.addWidget(self.sizes_button)
-        row = QHBoxLayout()
-        row.addWidget(self.progress, 2)
-        row.addWidget(self.progress_label, 2)
-        row.addStretch(1)
-        row.addWidget(self.stop_button)
-        row.addWidget(self.download_button)
-        row.addWidget(self.use_button)
+        top, row = QHBoxLayout(), QHBoxLayout()
+        for widget, stretch in ((self.search_edit, 1), (self.search_button, 0), (self.sizes_button, 0)):
+            top.addWidget(widget, stretch)
+        for widget, stretch in ((self.progress, 2), (self.progress_label, 2), (None, 1), (self.stop_button, 0),
+                                (self.download_button, 0), (self.use_button, 0)):
+            row.addWidget(widget, stretch) if widget is not None else row.addStretch(stretch)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.privacy)
-        layout.addLayout(top)
-        layout.addWidget(split, 1)
-        layout.addWidget(self.status)
-        layout.addLayout(row)
-        layout.addWidget(buttons)
-        fm = self.fontMetrics()
-        self.resize(fm.horizontalAdvance("0") * 160, fm.height() * 30)
+        for part in (self.privacy, top, split, self.status, row, buttons):
+            layout.addLayout(part) if isinstance(part, QHBoxLayout) else layout.addWidget(part, int(part is split))
+        self.resize(zero * 160, self.fontMetrics().height() * 30)
         self.repos.setCurrentRow(0)
 
     # -- what the table shows --
@@ -177,8 +169,9 @@ class DownloadDialog(QDialog):
                          "cells": [rec.title, rec.file, rec.quantization or "–",
                                    gb(size or rec.size_bytes, about=size is None),
                                    tokens(rec.context_length), gb(estimate), fits_text(estimate, self.memory),
-                                   f"{rec.license}; {rec.note}"],
-                         "tip": f"{rec.repo} · {rec.parameters} parameters"})
+                                   rec.license],
+                         "tip": f"{rec.repo} · {rec.parameters} parameters",
+                         "about": f"{rec.title} ({rec.parameters} parameters, {rec.repo}): {rec.note}."})
         self._fill(rows)
         self.status.setText(f"Recommended chat models, small to larger; memory is the weights plus the KV "
                             f"cache at n_ctx {tokens(self.n_ctx) if self.n_ctx else 'trained'}."
@@ -192,8 +185,10 @@ class DownloadDialog(QDialog):
             rows.append({"repo": repo, "file": f.path, "size": f.size,
                          "cells": [repo.split("/", 1)[1], f.path, f.quantization or "–", gb(f.size), "–",
                                    f"at least {gb(f.size)}", fits_text(f.size, self.memory),
-                                   "" if f.sha256 else "no sha256 listed: checked by size only"],
-                         "tip": repo})
+                                   "see the repository"],
+                         "tip": repo,
+                         "about": f"{f.path} of {repo}" + ("" if f.sha256 else
+                                                           " (no sha256 listed: checked by size only)")})
         self._fill(rows)
         self.status.setText(f"{len(rows)} GGUF file(s) in {repo}. The KV cache comes on top of the "
                             "weights; the library shows the full estimate once it is downloaded."
@@ -221,6 +216,7 @@ class DownloadDialog(QDialog):
         self.use_button.setVisible(False)
         if row is None or busy:
             return
+        self.status.setText(row["about"])
         target = download_target(self.models_dir, row["repo"], row["file"])
         partial = partial_state(self.models_dir, row["repo"], row["file"])
         if target.is_file():
@@ -338,6 +334,8 @@ class DownloadDialog(QDialog):
             with HubClient.for_settings(hub_url) as client:
                 return download(client, repo, file, models_dir, cancel=cancel, progress=progressed.emit)
 
+        self.status.setText(f"Downloading {file} of {repo}; Stop keeps what arrived, and Resume goes on "
+                            "from there.")
         self.progress.setValue(0)
         self.progress.show()
         self.progress_label.setText("Connecting…")
@@ -396,8 +394,8 @@ class DownloadDialog(QDialog):
         def chosen(_result: int) -> None:
             if box.clickedButton() is remove:
                 discard_partial(self.models_dir, repo, file)
-                self.status.setText(f"Removed the partial file of {file}.")
                 self._row_chosen()
+                self.status.setText(f"Removed the partial file of {file}.")
 
         box.finished.connect(chosen)
         self.box = box
