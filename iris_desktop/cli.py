@@ -114,9 +114,27 @@ def _add_runtime_commands(sub: Any) -> None:
                        help="go on with the thread's stopped or cut-off last reply (needs --thread)")
     p.add_argument("message", nargs="?", help="the message; '-' reads it from standard input")
 
-    p = sub.add_parser("models", help="the model library: the bundled model, other apps' GGUFs "
-                       "(LM Studio, Ollama, Hugging Face, GPT4All, Jan) and files opened before")
+    p = sub.add_parser("models", help="the model library: the bundled model, downloaded models, "
+                       "other apps' GGUFs (LM Studio, Ollama, Hugging Face, GPT4All, Jan) and files "
+                       "opened before; search and download contact the model hub (models.hub_url)")
     p.add_argument("--json", action="store_true")
+    msub = p.add_subparsers(dest="action", metavar="<action>")
+    m = msub.add_parser("search", help="search the model hub for repositories with GGUF files")
+    m.add_argument("text", nargs="+")
+    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    m = msub.add_parser("files", help="a repository's GGUF files with their sizes")
+    m.add_argument("repo", help="owner/name, such as Qwen/Qwen2.5-3B-Instruct-GGUF")
+    m.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
+    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    m = msub.add_parser("download", help="download a GGUF into the models folder, resumable, "
+                        "checked by sha256 and GGUF header before use")
+    m.add_argument("repo", help="owner/name, such as Qwen/Qwen2.5-3B-Instruct-GGUF")
+    m.add_argument("file", help="the file in the repository, such as qwen2.5-3b-instruct-q4_k_m.gguf")
+    m.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
+    m.add_argument("--restart", action="store_true", help="remove a partial download and start over")
+    m.add_argument("--remove-partial", action="store_true",
+                   help="remove the partial download of FILE and exit (contacts nothing)")
+    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
 
     p = sub.add_parser("compact", help="compact a thread now and print the event")
     p.add_argument("thread", type=int)

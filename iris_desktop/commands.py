@@ -633,7 +633,10 @@ def chat(args, overrides) -> int:
 
 def models(args, overrides) -> int:
     """The model library: the bundled model, GGUFs other apps downloaded, files opened
-    before; headers only, nothing is loaded or copied."""
+    before; headers only, nothing is loaded or copied. ``search``, ``files`` and
+    ``download`` ask the model hub (``models.hub_url``), and only they contact it."""
+    if getattr(args, "action", None):
+        return _hub_command(args, overrides)
     from iris_desktop.runtime.library import discover_models, read_recent
     from iris_desktop.settings import BUNDLED
 
@@ -667,6 +670,81 @@ def models(args, overrides) -> int:
             f"{'chat template' if row['chat_template'] else 'no chat template'}, {memory}\n"
             f"    {terminal_safe(row['path'])}")
     return EXIT_OK
+
+
+def _hub_command(args, overrides) -> int:
+    """``models search TEXT``, ``models files REPO``, ``models download REPO FILE``."""
+    from iris_desktop.paths import app_paths
+    from iris_desktop.runtime.hub import HubClient, HubError, discard_partial, download
+    from iris_desktop.runtime.library import describe_model
+    from iris_desktop.settings import load_settings
+
+    paths = app_paths(args.data_dir).ensure()
+    settings = load_settings(paths.config_path, cli=overrides)
+    for problem in settings.problems:
+        say(f"iris-desktop: warning: {problem}", file=sys.stderr)
+    as_json = getattr(args, "json", False)
+    hub_url = settings["models.hub_url"]
+    try:
+        if args.action == "download" and args.remove_partial:
+            removed = discard_partial(paths.models_dir, args.repo, args.file)
+            say(f"iris-desktop: {'removed the partial download' if removed else 'no partial download'} "
+                f"of {args.file}", file=sys.stderr)
+            return EXIT_OK
+        with HubClient.for_settings(hub_url) as client:
+            if args.action == "search":
+                repos = client.search(" ".join(args.text))
+                if as_json:
+                    print(dump_json([r.as_json() for r in repos], indent=2))
+                for r in [] if as_json else repos:
+                    gated = ", gated: needs a token" if r.gated else ""
+                    say(f"{terminal_safe(r.id)}  ({r.downloads or 0:,} downloads{gated})")
+                if not repos and not as_json:
+                    say(f"iris-desktop: no GGUF repository on {client.address} matches that", file=sys.stderr)
+                return EXIT_OK
+            if args.action == "files":
+                files = [f for f in client.files(args.repo, args.revision) if f.is_gguf]
+                if as_json:
+                    print(dump_json([f.as_json() for f in files], indent=2))
+                for f in [] if as_json else files:
+                    say(f"{terminal_safe(f.path)}  {f.size / 1e9:.2f} GB  {f.quantization or '?'}"
+                        f"{'' if f.sha256 else '  (no sha256 listed)'}")
+                return EXIT_OK
+            cancel = threading.Event()
+            with _cancel_on_interrupt(cancel):
+                path = download(client, args.repo, args.file, paths.models_dir, revision=args.revision,
+                                cancel=cancel, restart=args.restart, progress=_download_progress)
+    except HubError as exc:
+        _download_line("", True)
+        if exc.partial is not None and exc.partial.exists():
+            say(f"iris-desktop: {exc}", file=sys.stderr)
+            raise CliError(f"the partial file is kept at {exc.partial} (run the same command to "
+                           f"{'resume' if exc.resumable else 'start over'}, or add --remove-partial "
+                           "to remove it)", EXIT_FAIL) from None
+        raise CliError(str(exc), EXIT_FAIL) from None
+    _download_line("", True)
+    entry = describe_model(path, source="download", repo=args.repo, n_ctx=settings["model.n_ctx"])
+    if as_json:
+        print(dump_json({"path": str(path), "repo": args.repo, "file": args.file,
+                         "revision": args.revision, "model": entry.as_json()}, indent=2))
+        return EXIT_OK
+    say(str(path))
+    say(f"iris-desktop: downloaded and verified (sha256, GGUF header); use it with "
+        f"'iris-desktop chat --model {path}' or 'iris-desktop config set model.path {path}'",
+        file=sys.stderr)
+    return EXIT_OK
+
+
+def _download_progress(progress) -> None:
+    _download_line(progress.describe(), False)
+
+
+def _download_line(text: str, finished: bool) -> None:
+    """One line on a terminal's stderr, rewritten in place; ``finished`` ends it."""
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write(f"\r\x1b[K{terminal_safe(text)}" + ("\r\x1b[K" if finished else ""))
+    sys.stderr.flush()
 
 
 def compact(args, overrides) -> int:
