@@ -39,9 +39,32 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import keyring.backend  # noqa: E402
+from keyring.errors import PasswordDeleteError  # noqa: E402
+
 from gguf_fixtures import tiny_metadata, write_gguf  # noqa: E402
 
 CHUNK = 64 * 1024
+
+
+class MemoryKeyring(keyring.backend.KeyringBackend):
+    """A keyring in a dict: the tests never touch the system's."""
+
+    priority = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passwords: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service, username):
+        return self.passwords.get((service, username))
+
+    def set_password(self, service, username, password):
+        self.passwords[(service, username)] = password
+
+    def delete_password(self, service, username):
+        if self.passwords.pop((service, username), None) is None:
+            raise PasswordDeleteError(username)
 
 
 class _Server(ThreadingHTTPServer):

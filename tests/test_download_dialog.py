@@ -8,12 +8,14 @@ from __future__ import annotations
 import hashlib
 import socket
 
+import keyring
 import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.runtime.hub import RECOMMENDED, download_target  # noqa: E402
@@ -21,16 +23,21 @@ from iris_desktop.ui.download_dialog import DownloadDialog  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 
 from fakes import ScriptedRuntime  # noqa: E402
-from hub_server import HubServer, gguf_bytes  # noqa: E402
+from hub_server import HubServer, MemoryKeyring, gguf_bytes  # noqa: E402
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
 QWEN_FILE = "qwen2.5-1.5b-instruct-q4_k_m.gguf"
 
 
 @pytest.fixture(autouse=True)
-def no_proxy(monkeypatch):
+def no_proxy_no_keyring(monkeypatch):
+    """No proxy from the developer's shell, and a keyring in memory."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
+    before = keyring.get_keyring()
+    keyring.set_keyring(MemoryKeyring())
+    yield
+    keyring.set_keyring(before)
 
 
 @pytest.fixture
@@ -199,3 +206,28 @@ def test_a_failed_download_asks_whether_to_keep_the_partial_file(qtbot, tmp_path
     assert not target.with_name(target.name + ".partial").exists()
     assert dialog.status.text().startswith("Removed the partial file")
     assert dialog.download_button.text() == "Download"
+
+
+def test_a_token_saved_from_the_dialog_opens_a_gated_repository(qtbot, tmp_path, server):
+    server.gated, server.token = {QWEN}, "hf_from_the_dialog"
+    dialog = DownloadDialog(server.url, tmp_path / "models", 4096)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.search_edit.setText("1.5b")
+    qtbot.mouseClick(dialog.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.repos.count() == 2, timeout=10_000)
+    assert dialog.repos.item(1).text().endswith("(gated)")
+    dialog.repos.setCurrentRow(1)
+    qtbot.waitUntil(lambda: "save a token" in dialog.status.text(), timeout=10_000)
+
+    qtbot.mouseClick(dialog.token_button, Qt.MouseButton.LeftButton)
+    box = dialog.box
+    assert box.objectName() == "hub-token" and "127.0.0.1" in box.labelText()
+    box.setTextValue("hf_from_the_dialog")
+    qtbot.mouseClick(box.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok),
+                     Qt.MouseButton.LeftButton)
+    assert dialog.status.text().startswith("Token saved in the keyring")
+    dialog.repos.setCurrentRow(0)
+    dialog.repos.setCurrentRow(1)
+    qtbot.waitUntil(lambda: dialog.table.rowCount() == 2, timeout=10_000)
+    assert server.served("hub")[-1]["authorization"] == "Bearer hf_from_the_dialog"

@@ -7,6 +7,7 @@ The CLI's ``models search``, ``models files`` and ``models download`` run agains
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -15,9 +16,7 @@ import threading
 from pathlib import Path
 
 import keyring
-import keyring.backend
 import pytest
-from keyring.errors import PasswordDeleteError
 
 from iris_desktop.cli import main
 from iris_desktop.runtime import hub
@@ -29,6 +28,7 @@ from iris_desktop.runtime.hub import (
     download,
     download_target,
     fits_in_memory,
+    get_hub_token,
     partial_state,
     set_hub_token,
     system_memory_bytes,
@@ -36,7 +36,7 @@ from iris_desktop.runtime.hub import (
 from iris_desktop.runtime.library import describe_model, discover_models
 
 from gguf_fixtures import write_gguf
-from hub_server import HubServer, gguf_bytes
+from hub_server import HubServer, MemoryKeyring, gguf_bytes
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
 QWEN_FILE = "qwen2.5-1.5b-instruct-q4_k_m.gguf"
@@ -44,26 +44,6 @@ LLAMA = "bartowski/Llama-3.2-3B-Instruct-GGUF"
 LLAMA_FILE = "Llama-3.2-3B-Instruct-Q4_K_M.gguf"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
               "all_proxy", "no_proxy")
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """A keyring in a dict: the tests never touch the system's."""
-
-    priority = 1
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.passwords: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service, username):
-        return self.passwords.get((service, username))
-
-    def set_password(self, service, username, password):
-        self.passwords[(service, username)] = password
-
-    def delete_password(self, service, username):
-        if self.passwords.pop((service, username), None) is None:
-            raise PasswordDeleteError(username)
 
 
 @pytest.fixture(autouse=True)
@@ -441,3 +421,23 @@ def test_cli_download_failures_are_one_line_and_keep_the_partial(server, tmp_pat
     assert code == 1 and "is not a repository name" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(capsys, *data, "--set", "models.hub_url=http://127.0.0.1:9", "models", "search", "x")
     assert code == 1 and "cannot be reached" in err
+
+
+def test_cli_token_goes_to_the_keyring_and_opens_a_gated_repository(server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IRIS_MODELS_HUB_URL", server.url)
+    server.gated, server.token = {LLAMA}, "hf_from_the_cli"
+    data = ["--data-dir", str(tmp_path / "data")]
+    code, _, err = run_cli(capsys, *data, "models", "download", LLAMA, LLAMA_FILE)
+    assert code == 1 and "save a token" in err and len(err.strip().splitlines()) == 1
+
+    asked = len(server.requests)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hf_from_the_cli\n"))
+    code, _, err = run_cli(capsys, *data, "models", "token")
+    assert code == 0 and "saved the token" in err and len(server.requests) == asked  # contacts nothing
+    assert get_hub_token(server.url) == "hf_from_the_cli"
+    code, out, err = run_cli(capsys, *data, "models", "download", LLAMA, LLAMA_FILE)
+    assert code == 0, err
+    assert [r["authorization"] for r in server.served("files")] == [None]  # never to the file host
+
+    code, _, err = run_cli(capsys, *data, "models", "token", "--remove")
+    assert code == 0 and get_hub_token(server.url) is None

@@ -14,6 +14,7 @@ chooses whether to keep it (to resume) or remove it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QHBoxLayout,
     QHeaderView,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -52,7 +54,7 @@ from iris_desktop.runtime.hub import (
     system_memory_bytes,
 )
 from iris_desktop.runtime.remote import server_address
-from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb
+from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb, token_dialog
 from iris_desktop.ui.hub_worker import sentence as _sentence
 
 COLUMNS = ("Model", "File", "Quantization", "Size", "Trained context", "Memory at n_ctx",
@@ -82,7 +84,7 @@ class DownloadDialog(QDialog):
         self.rows: list[dict[str, Any]] = []
         self.sizes: dict[tuple[str, str], int] = {}
         self.path: Path | None = None
-        self.box: QMessageBox | None = None
+        self.box: QMessageBox | QInputDialog | None = None
 
         try:
             host = server_address(hub_url) if hub_url else "no hub (models.hub_url is empty)"
@@ -104,6 +106,9 @@ class DownloadDialog(QDialog):
         self.sizes_button = QPushButton("Check sizes")
         self.sizes_button.setToolTip("Ask the hub for the exact sizes of the recommended files")
         self.sizes_button.clicked.connect(self.check_sizes)
+        self.token_button = QPushButton("Token…")
+        self.token_button.setToolTip("A hub token for gated or private models, kept in the keyring")
+        self.token_button.clicked.connect(self.ask_token)
 
         self.repos = QListWidget()
         self.repos.addItem(QListWidgetItem(RECOMMENDED_ITEM))
@@ -145,8 +150,8 @@ class DownloadDialog(QDialog):
         self.use_button.clicked.connect(self.use)
 
         top, row = QHBoxLayout(), QHBoxLayout()
-        for widget, stretch in ((self.search_edit, 1), (self.search_button, 0), (self.sizes_button, 0)):
-            top.addWidget(widget, stretch)
+        for widget in (self.search_edit, self.search_button, self.sizes_button, self.token_button):
+            top.addWidget(widget, int(widget is self.search_edit))
         for widget, stretch in ((self.progress, 2), (self.progress_label, 2), (None, 1), (self.stop_button, 0),
                                 (self.download_button, 0), (self.use_button, 0)):
             row.addWidget(widget, stretch) if widget is not None else row.addStretch(stretch)
@@ -238,17 +243,26 @@ class DownloadDialog(QDialog):
         self.status.setText(text)
         return False
 
-    def search(self) -> None:
-        text = self.search_edit.text().strip()
-        if not text or self._busy(f"Searching {self.hub_url} for “{text}”…"):
+    def _ask(self, saying: str, call: Callable[[HubClient], Any], on_done: Callable) -> None:
+        """``call(client)`` on the worker thread, with a client for models.hub_url (and its
+        token), unless a call is under way; ``on_done(result, error)`` on the GUI thread."""
+        if self._busy(saying):
             return
         hub_url = self.hub_url
 
-        def ask() -> list:
+        def work() -> Any:
             with HubClient.for_settings(hub_url) as client:
-                return client.search(text)
+                return call(client)
 
-        self.calls.run(ask, self._found)
+        self.calls.run(work, on_done)
+
+    def ask_token(self) -> None:
+        self.box = token_dialog(self, self.hub_url, self.status.setText)
+
+    def search(self) -> None:
+        text = self.search_edit.text().strip()
+        if text:
+            self._ask(f"Searching {self.hub_url} for “{text}”…", lambda client: client.search(text), self._found)
 
     def _found(self, repos: list | None, error: BaseException | None) -> None:
         if error is not None:
@@ -271,16 +285,9 @@ class DownloadDialog(QDialog):
         if not repo:
             self.show_recommended()
             return
-        if self._busy(f"Listing the files of {repo}…"):
-            return
         self._fill([])
-        hub_url = self.hub_url
-
-        def ask() -> list:
-            with HubClient.for_settings(hub_url) as client:
-                return client.files(repo)
-
-        self.calls.run(ask, lambda files, error: self._listed(repo, files, error))
+        self._ask(f"Listing the files of {repo}…", lambda client: client.files(repo),
+                  lambda files, error: self._listed(repo, files, error))
 
     def _listed(self, repo: str, files: list | None, error: BaseException | None) -> None:
         current = self.repos.currentItem()
@@ -292,21 +299,16 @@ class DownloadDialog(QDialog):
         self.show_files(repo, files or [])
 
     def check_sizes(self) -> None:
-        if self._busy("Asking the hub for the recommended files' sizes…"):
-            return
-        hub_url = self.hub_url
-
-        def ask() -> dict:
+        def ask(client: HubClient) -> dict:
             found = {}
-            with HubClient.for_settings(hub_url) as client:
-                for rec in RECOMMENDED:
-                    try:
-                        files = client.files(rec.repo)
-                    except HubError as exc:  # one repository gone or gated: the others still count
-                        if exc.kind not in ("not_found", "auth"):
-                            raise
-                        continue
-                    found.update({(rec.repo, f.path): f.size for f in files if f.path == rec.file})
+            for rec in RECOMMENDED:
+                try:
+                    files = client.files(rec.repo)
+                except HubError as exc:  # one repository gone or gated: the others still count
+                    if exc.kind not in ("not_found", "auth"):
+                        raise
+                    continue
+                found.update({(rec.repo, f.path): f.size for f in files if f.path == rec.file})
             return found
 
         def done(found: dict | None, error: BaseException | None) -> None:
@@ -318,22 +320,19 @@ class DownloadDialog(QDialog):
             if current is not None and not current.data(Qt.ItemDataRole.UserRole):
                 self.show_recommended()
 
-        self.calls.run(ask, done)
+        self._ask("Asking the hub for the recommended files' sizes…", ask, done)
 
     # -- downloading --
 
     def start(self) -> None:
         row = self.selected()
-        if row is None or self.cancel is not None or self._busy(f"Starting the download of {row['file']}…"):
+        if row is None or self.cancel is not None or self.calls.busy:
             return
-        repo, file, hub_url, models_dir = row["repo"], row["file"], self.hub_url, self.models_dir
+        repo, file, models_dir = row["repo"], row["file"], self.models_dir
         cancel = self.cancel = threading.Event()
         progressed = self.calls.progressed
-
-        def fetch() -> Path:
-            with HubClient.for_settings(hub_url) as client:
-                return download(client, repo, file, models_dir, cancel=cancel, progress=progressed.emit)
-
+        self._ask("", lambda client: download(client, repo, file, models_dir, cancel=cancel, progress=progressed.emit),
+                  lambda path, error: self._fetched(repo, file, path, error))
         self.status.setText(f"Downloading {file} of {repo}; Stop keeps what arrived, and Resume goes on "
                             "from there.")
         self.progress.setValue(0)
@@ -343,7 +342,6 @@ class DownloadDialog(QDialog):
         self.stop_button.setEnabled(True)
         self.download_button.setEnabled(False)
         self.use_button.hide()
-        self.calls.run(fetch, lambda path, error: self._fetched(repo, file, path, error))
 
     @Slot(object)
     def show_progress(self, p: DownloadProgress) -> None:

@@ -1,6 +1,6 @@
 """The download dialog's worker: hub calls (``runtime.hub``) on a thread of their own,
 one at a time, with their results and a download's progress back on the GUI thread as
-queued signals; and how sizes and memory read in the dialog."""
+queued signals; how sizes and memory read in the dialog; and the hub token's dialog."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtWidgets import QInputDialog, QLineEdit, QWidget
 
-from iris_desktop.runtime.hub import HubError, fits_in_memory
+from iris_desktop.runtime.hub import HubError, fits_in_memory, set_hub_token
+from iris_desktop.runtime.remote import server_address
 
 
 def gb(n: int | None, about: bool = False) -> str:
@@ -68,3 +70,30 @@ def sentence(error: BaseException | None) -> str:
     if isinstance(error, HubError):
         return str(error)
     return f"The hub request failed: {error}." if error is not None else ""
+
+
+def token_dialog(parent: QWidget, hub_url: str, said: Callable[[str], Any]) -> QInputDialog:
+    """Token…: a token for gated or private models, saved in the OS keyring for this hub
+    (as a server's API key; empty forgets it); ``said`` gets the one-sentence outcome."""
+    dialog = QInputDialog(parent)
+    dialog.setObjectName("hub-token")
+    dialog.setWindowTitle("Hub token")
+    try:
+        where = server_address(hub_url)
+    except ValueError:
+        where = hub_url
+    dialog.setLabelText(f"A token for {where}, for gated or private models. It is kept in this "
+                        "computer's keyring and sent to the hub only; leave it empty to forget it.")
+    dialog.setTextEchoMode(QLineEdit.EchoMode.Password)
+
+    def save(text: str) -> None:
+        try:
+            set_hub_token(hub_url, text.strip())
+        except Exception as exc:  # no keyring, or it refused: say so, keep nothing
+            said(f"The keyring did not keep the token ({exc}).")
+            return
+        said(f"Token saved in the keyring for {where}." if text.strip() else f"Token for {where} forgotten.")
+
+    dialog.textValueSelected.connect(save)
+    dialog.open()
+    return dialog
