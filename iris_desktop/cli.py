@@ -135,6 +135,9 @@ def _add_runtime_commands(sub: Any) -> None:
     m.add_argument("--remove-partial", action="store_true",
                    help="remove the partial download of FILE and exit (contacts nothing)")
     m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    m = msub.add_parser("token", help="save a hub token (for gated or private models) in the OS "
+                        "keyring, read without echo or from standard input; contacts nothing")
+    m.add_argument("--remove", action="store_true", help="forget the saved token")
 
     p = sub.add_parser("compact", help="compact a thread now and print the event")
     p.add_argument("thread", type=int)

@@ -685,6 +685,8 @@ def _hub_command(args, overrides) -> int:
         say(f"iris-desktop: warning: {problem}", file=sys.stderr)
     as_json = getattr(args, "json", False)
     hub_url = settings["models.hub_url"]
+    if args.action == "token":
+        return _hub_token(hub_url, args.remove)
     try:
         if args.action == "download" and args.remove_partial:
             removed = discard_partial(paths.models_dir, args.repo, args.file)
@@ -732,6 +734,28 @@ def _hub_command(args, overrides) -> int:
     say(f"iris-desktop: downloaded and verified (sha256, GGUF header); use it with "
         f"'iris-desktop chat --model {path}' or 'iris-desktop config set model.path {path}'",
         file=sys.stderr)
+    return EXIT_OK
+
+
+def _hub_token(hub_url: str, remove: bool) -> int:
+    """``models token``: the hub's token into the OS keyring (as a server's API key)."""
+    from getpass import getpass
+
+    from keyring.errors import KeyringError
+
+    from iris_desktop.runtime.hub import set_hub_token
+
+    token = ""
+    if not remove:
+        token = (getpass("Hub token (not shown): ") if sys.stdin.isatty() else sys.stdin.readline()).strip()
+        if not token:
+            raise CliError("no token given, so nothing was saved (--remove forgets a saved one)")
+    try:
+        set_hub_token(hub_url, token)
+    except (KeyringError, ValueError) as exc:
+        raise CliError(f"the keyring did not keep the token ({exc})", EXIT_FAIL) from None
+    say(f"iris-desktop: {'forgot the token' if remove else 'saved the token in the keyring'} for "
+        f"{hub_url}", file=sys.stderr)
     return EXIT_OK
 
 
