@@ -166,6 +166,7 @@ def test_download_stop_resume_and_use_this_model(qtbot, tmp_path, server):
         qtbot.waitUntil(lambda: dialog.cancel is None, timeout=10_000)
         assert dialog.status.text().startswith("Stopped at ")
         assert dialog.download_button.text() == "Resume" and dialog.download_button.isEnabled()
+        assert dialog.discard_button.isVisible()  # or the user removes what arrived
         assert dialog.box is None  # a stop asks nothing: the partial stays for Resume
         target = download_target(host.paths.models_dir, QWEN, QWEN_FILE)
         partial = target.with_name(target.name + ".partial")
@@ -205,7 +206,26 @@ def test_a_failed_download_asks_whether_to_keep_the_partial_file(qtbot, tmp_path
     qtbot.mouseClick(remove, Qt.MouseButton.LeftButton)
     assert not target.with_name(target.name + ".partial").exists()
     assert dialog.status.text().startswith("Removed the partial file")
-    assert dialog.download_button.text() == "Download"
+    assert dialog.download_button.text() == "Download" and not dialog.discard_button.isVisible()
+
+
+def test_remove_partial_after_stop(qtbot, tmp_path, server):
+    dialog = DownloadDialog(server.url, tmp_path / "models", 4096)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.table.selectRow(next(r for r in range(dialog.table.rowCount())
+                                if dialog.table.item(r, 1).text() == QWEN_FILE))
+    server.delay_s = 0.03
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=10_000)
+    qtbot.mouseClick(dialog.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.cancel is None, timeout=10_000)
+    target = download_target(tmp_path / "models", QWEN, QWEN_FILE)
+    assert target.with_name(target.name + ".partial").exists()
+    qtbot.mouseClick(dialog.discard_button, Qt.MouseButton.LeftButton)
+    assert not target.with_name(target.name + ".partial").exists()
+    assert not target.with_name(target.name + ".partial.json").exists()
+    assert dialog.download_button.text() == "Download" and not dialog.discard_button.isVisible()
 
 
 def test_a_token_saved_from_the_dialog_opens_a_gated_repository(qtbot, tmp_path, server):

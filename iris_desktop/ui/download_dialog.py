@@ -7,8 +7,8 @@ estimate: weights plus KV cache) against this computer's memory. The hub is aske
 when the user searches, opens a repository's files, checks the sizes or downloads; the
 privacy line says so. Hub calls run on a worker thread of their own (a download may take
 an hour: the DB thread must stay free), one at a time; their results come back on the GUI
-thread as signals. A failed or stopped download keeps its ``.partial`` file, and the user
-chooses whether to keep it (to resume) or remove it.
+thread as signals. A failed or stopped download keeps its ``.partial`` file; the user
+keeps it (Resume) or removes it (Remove partial, or the question after a failure).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from iris_desktop.runtime.hub import (
     system_memory_bytes,
 )
 from iris_desktop.runtime.remote import server_address
-from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb, token_dialog
+from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb, partial_question, token_dialog
 from iris_desktop.ui.hub_worker import sentence as _sentence
 
 COLUMNS = ("Model", "File", "Quantization", "Size", "Trained context", "Memory at n_ctx",
@@ -148,12 +148,15 @@ class DownloadDialog(QDialog):
         self.use_button = QPushButton("Use this model")
         self.use_button.hide()
         self.use_button.clicked.connect(self.use)
+        self.discard_button = QPushButton("Remove partial")
+        self.discard_button.hide()
+        self.discard_button.clicked.connect(self.discard)
 
         top, row = QHBoxLayout(), QHBoxLayout()
         for widget in (self.search_edit, self.search_button, self.sizes_button, self.token_button):
             top.addWidget(widget, int(widget is self.search_edit))
         for widget, stretch in ((self.progress, 2), (self.progress_label, 2), (None, 1), (self.stop_button, 0),
-                                (self.download_button, 0), (self.use_button, 0)):
+                                (self.discard_button, 0), (self.download_button, 0), (self.use_button, 0)):
             row.addWidget(widget, stretch) if widget is not None else row.addStretch(stretch)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
@@ -219,6 +222,7 @@ class DownloadDialog(QDialog):
         self.download_button.setEnabled(row is not None and not busy)
         self.download_button.setText("Download")
         self.use_button.setVisible(False)
+        self.discard_button.setVisible(False)
         if row is None or busy:
             return
         self.status.setText(row["about"])
@@ -229,10 +233,20 @@ class DownloadDialog(QDialog):
             self.use_button.setVisible(True)
             self.download_button.setEnabled(False)
             self.status.setText(f"Already downloaded and verified: {target}")
-        elif partial is not None and not partial["mismatch"]:
-            self.download_button.setText("Resume")
+        elif partial is not None:
+            self.discard_button.setVisible(True)
+            if not partial["mismatch"]:
+                self.download_button.setText("Resume")
             self.status.setText(f"{gb(partial['done'])} of {gb(partial['total'])} downloaded before; "
-                                "Resume goes on from there.")
+                                + ("Resume goes on from there." if not partial["mismatch"] else
+                                   "it did not match the hub's sha256, so Download starts over."))
+
+    def discard(self) -> None:
+        row = self.selected()
+        if row is not None and self.cancel is None:
+            discard_partial(self.models_dir, row["repo"], row["file"])
+            self._row_chosen()
+            self.status.setText(f"Removed the partial file of {row['file']}.")
 
     # -- asking the hub (only when the user does) --
 
@@ -375,30 +389,7 @@ class DownloadDialog(QDialog):
         self.status.setText(_sentence(error))
         if isinstance(error, HubError) and error.kind != "stopped" and error.partial is not None \
                 and error.partial.exists():
-            self.ask_about_partial(repo, file, error)
-
-    def ask_about_partial(self, repo: str, file: str, error: HubError) -> QMessageBox:
-        """Keep the partial file (to resume, or to look at) or remove it: the user says."""
-        size = error.partial.stat().st_size if error.partial.exists() else 0
-        box = QMessageBox(QMessageBox.Icon.Warning, "The download did not finish", str(error), parent=self)
-        box.setObjectName("partial-question")
-        box.setInformativeText(f"The partial file ({gb(size)}) is {error.partial}."
-                               + (" Keep it to resume later?" if error.resumable else
-                                  " It is not used; keep it anyway?"))
-        keep = box.addButton("Keep it", QMessageBox.ButtonRole.AcceptRole)
-        remove = box.addButton("Remove it", QMessageBox.ButtonRole.DestructiveRole)
-        box.setDefaultButton(keep if error.resumable else remove)
-
-        def chosen(_result: int) -> None:
-            if box.clickedButton() is remove:
-                discard_partial(self.models_dir, repo, file)
-                self._row_chosen()
-                self.status.setText(f"Removed the partial file of {file}.")
-
-        box.finished.connect(chosen)
-        self.box = box
-        box.open()
-        return box
+            self.box = partial_question(self, error, self.discard)
 
     def use(self) -> None:
         if self.path is not None:

@@ -1,6 +1,7 @@
 """The download dialog's worker: hub calls (``runtime.hub``) on a thread of their own,
 one at a time, with their results and a download's progress back on the GUI thread as
-queued signals; how sizes and memory read in the dialog; and the hub token's dialog."""
+queued signals; how sizes and memory read in the dialog; the question about a failed
+download's partial file; and the hub token's dialog."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QInputDialog, QLineEdit, QWidget
+from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
 
 from iris_desktop.runtime.hub import HubError, fits_in_memory, set_hub_token
 from iris_desktop.runtime.remote import server_address
@@ -97,3 +98,19 @@ def token_dialog(parent: QWidget, hub_url: str, said: Callable[[str], Any]) -> Q
     dialog.textValueSelected.connect(save)
     dialog.open()
     return dialog
+
+
+def partial_question(parent: QWidget, error: HubError, remove_it: Callable[[], Any]) -> QMessageBox:
+    """After a failed download: keep the partial file (to resume, or to look at) or remove
+    it (``remove_it``); the user says."""
+    size = error.partial.stat().st_size if error.partial is not None and error.partial.exists() else 0
+    box = QMessageBox(QMessageBox.Icon.Warning, "The download did not finish", str(error), parent=parent)
+    box.setObjectName("partial-question")
+    box.setInformativeText(f"The partial file ({gb(size)}) is {error.partial}."
+                           + (" Keep it to resume later?" if error.resumable else " It is not used; keep it anyway?"))
+    keep = box.addButton("Keep it", QMessageBox.ButtonRole.AcceptRole)
+    remove = box.addButton("Remove it", QMessageBox.ButtonRole.DestructiveRole)
+    box.setDefaultButton(keep if error.resumable else remove)
+    box.finished.connect(lambda _result: box.clickedButton() is remove and remove_it())
+    box.open()
+    return box
