@@ -287,6 +287,11 @@ def test_proxy_variables_are_honoured_for_the_hub_only(server, monkeypatch):
         test_connection("http://llm.iris-test.invalid:8080/v1")
     assert len(server.requests) == before  # not through the proxy
 
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:bad-port")  # one sentence, not a traceback
+    with pytest.raises(HubError) as caught:
+        HubClient("http://hub.iris-test.invalid")
+    assert caught.value.kind == "address" and "The proxy set in the environment" in str(caught.value)
+
 
 # -- disk space ------------------------------------------------------------------------------
 

@@ -393,9 +393,13 @@ class HubClient:
         headers = {"User-Agent": f"iris-desktop/{__version__}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.client = httpx.Client(
-            headers=headers, trust_env=True, follow_redirects=True,
-            timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        try:
+            self.client = httpx.Client(
+                headers=headers, trust_env=True, follow_redirects=True,
+                timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        except (ImportError, ValueError, httpx.InvalidURL) as exc:  # SOCKS without socksio, a bad proxy URL
+            raise HubError(f"The proxy set in the environment cannot be used ({exc}); fix HTTPS_PROXY, "
+                           "HTTP_PROXY or ALL_PROXY, or unset it.", "address") from None
 
     @classmethod
     def for_settings(cls, hub_url: str) -> HubClient:
