@@ -225,12 +225,11 @@ def prepare(paths: AppPaths, encrypt: bool, env: Mapping[str, str] | None = None
 
 def kv_key(key: Key | None, salt: bytes) -> bytes | None:
     """The 256-bit key of the saved KV states, derived from the history's secret and its
-    database's salt (``salt``): HKDF-SHA256 of a keyring key, PBKDF2-HMAC-SHA512 (256,000
-    rounds, as SQLCipher) of a passphrase. None for a plain history."""
+    database's salt (``salt``): HKDF-SHA256 of the keyring's key, or of the key SQLCipher's
+    KDF stretched a passphrase into (PBKDF2-HMAC-SHA512, 256,000 rounds, done once). None
+    for a plain history."""
     if key is None:
         return None
-    info = b"iris-desktop kv-state v1"
-    if key.kind == "passphrase":
-        return hashlib.pbkdf2_hmac("sha512", key.secret, info + salt, 256_000, 32)
-    prk = hmac.new(salt, key.secret, hashlib.sha256).digest()
-    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
+    material = key.stretched(salt) if key.kind == "passphrase" else key.secret
+    prk = hmac.new(salt, material, hashlib.sha256).digest()
+    return hmac.new(prk, b"iris-desktop kv-state v1\x01", hashlib.sha256).digest()

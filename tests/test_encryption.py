@@ -163,6 +163,45 @@ def test_the_quick_check_at_start_works_on_an_encrypted_file(tmp_path):
             store.conn.execute("SELECT * FROM no_such_table")
 
 
+def test_the_file_is_sqlcipher_4_opened_by_its_own_kdf(capsys, monkeypatch, history):
+    """Any SQLCipher 4 opens the history with ``PRAGMA key = 'passphrase'`` (Iris derives
+    that same key once per process instead of once per connection)."""
+    from sqlcipher3 import dbapi2 as sqlcipher
+
+    data, threads = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    conn = sqlcipher.connect(str(data / "iris.db"))
+    try:
+        conn.execute("PRAGMA key = '" + PASSPHRASE.replace("'", "''") + "'")
+        assert conn.execute("PRAGMA cipher_version").fetchone()[0].startswith("4.")
+        assert conn.execute("SELECT count(*) FROM threads").fetchone()[0] == len(threads)
+    finally:
+        conn.close()
+
+
+def test_a_damaged_encrypted_history_is_salvaged_into_an_encrypted_one(tmp_path):
+    key = Key.passphrase(PASSPHRASE)
+    path = tmp_path / "iris.db"
+    with Store(path, key=key) as store:
+        for n in range(4):
+            thread = store.create_thread(f"thread {n}")
+            store.add_messages(thread, [{"role": "user", "content": f"{PHRASE} {n} " * 400},
+                                        {"role": "assistant", "content": "noted " * 400}])
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(path, "r+b") as handle:  # one page's ciphertext flipped: its HMAC fails
+        handle.seek(4096 * 6 + 200)
+        handle.write(b"\xa5" * 64)
+    assert quick_check(path, key=key) != []
+    store, recovery = open_store(path, key)
+    with store:
+        assert recovery is not None
+        assert store.integrity_check() == "ok"
+        assert len(store.threads()) == 4
+    assert is_encrypted(path) is True
+    assert PHRASE.encode() not in path.read_bytes()
+
+
 # -- the wrong key -------------------------------------------------------------------------
 
 
@@ -490,3 +529,77 @@ def test_cancelling_the_passphrase_dialog_opens_nothing(qtbot, capsys, monkeypat
     with pytest.raises(StoreError, match="no passphrase was given"):
         Host(data, {}, ask_passphrase=ask_passphrase)
     assert digests(data) == before
+
+
+def test_without_a_keyring_the_desktop_app_asks_for_a_new_passphrase_twice(
+        qtbot, capsys, monkeypatch, history):
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import Qt, QTimer
+    from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+    from iris_desktop.ui.passphrase_dialog import PassphraseDialog, ask_passphrase
+
+    data, threads = history
+    encrypt_on(monkeypatch, None)
+    seen: list[bool] = []
+
+    def answer() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, PassphraseDialog):
+            QTimer.singleShot(20, answer)
+            return
+        ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        qtbot.keyClicks(dialog.passphrase, PASSPHRASE)
+        qtbot.keyClicks(dialog.again, PASSPHRASE[:-1])
+        seen.append(ok.isEnabled())  # the two differ: no OK
+        assert "differ" in dialog.problem.text()
+        qtbot.keyClicks(dialog.again, PASSPHRASE[-1])
+        seen.append(ok.isEnabled())
+        qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+
+    QTimer.singleShot(0, answer)
+    with Host(data, {}, ask_passphrase=ask_passphrase) as host:
+        assert host.encrypted and host.storage.converted == "encrypted"
+        assert len(host.store.threads()) == len(threads)
+    assert seen == [False, True]
+    assert is_encrypted(data / "iris.db") is True
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", PASSPHRASE)  # the chosen one opens it
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal is POSIX")
+def test_the_cli_asks_the_passphrase_on_its_terminal(capsys, monkeypatch, history):
+    import os
+    import pty
+    import select
+    import time
+
+    data, threads = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    encrypt_on(monkeypatch, None)
+    pid, fd = pty.fork()  # the child's terminal is ours: getpass reads it
+    if pid == 0:  # pragma: no cover - the child
+        os.execv(sys.executable, [sys.executable, "-m", "iris_desktop.cli", "--data-dir", str(data),
+                                  "threads", "--no-model"])
+    seen, answered, end = b"", False, time.monotonic() + 120
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if not answered and b"Passphrase of the encrypted history" in seen:
+            os.write(fd, PASSPHRASE.encode() + b"\n")
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert answered and os.waitstatus_to_exitcode(status) == 0, seen
+    text = seen.decode(errors="replace")
+    assert PASSPHRASE not in text  # not echoed
+    assert all(title in text for title in threads)

@@ -22,8 +22,10 @@ interrupted conversion left.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,11 @@ HEADER = b"SQLite format 3\x00"
 CONVERTING = ".converting"
 #: the original after the swap, overwritten with zeros, then deleted
 REPLACED = ".replaced"
+#: SQLCipher 4's KDF: PBKDF2-HMAC-SHA512 with this many rounds, a 16-byte salt at the
+#: start of the file
+KDF_ITERATIONS = 256_000
+SALT_BYTES = 16
+_STRETCH_LOCK = threading.Lock()
 
 try:  # an optional part until encryption is asked for: plain databases never need it
     from sqlcipher3 import dbapi2 as _sqlcipher
@@ -65,6 +72,9 @@ class Key:
 
     kind: str  # "passphrase" or "raw"
     secret: bytes = field(repr=False)
+    #: a passphrase's key per database salt, derived once per process (see :meth:`stretched`)
+    _stretched: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False,
+                                           hash=False)
 
     @classmethod
     def passphrase(cls, text: str) -> Key:
@@ -83,15 +93,42 @@ class Key:
         """How the user calls it, for messages."""
         return "the passphrase" if self.kind == "passphrase" else "the key kept in the keyring"
 
-    def sql(self) -> str:
-        """The key as an SQL literal for ``PRAGMA key`` (SQLCipher cannot bind it)."""
+    def stretched(self, salt: bytes) -> bytes:
+        """The 256-bit key SQLCipher's KDF makes of this passphrase for a database whose
+        salt is ``salt`` (PBKDF2-HMAC-SHA512, 256,000 rounds: its defaults), computed once:
+        every later connection gives it as a raw key with the salt, and opens at once."""
+        with _STRETCH_LOCK:
+            done = self._stretched.get(salt)
+        if done is None:
+            done = hashlib.pbkdf2_hmac("sha512", self.secret, salt, KDF_ITERATIONS, 32)
+            with _STRETCH_LOCK:
+                self._stretched[salt] = done
+        return done
+
+    def sql(self, salt: bytes | None = None) -> str:
+        """The key as an SQL literal for ``PRAGMA key`` (SQLCipher cannot bind it). A
+        passphrase with the salt of an existing database: its stretched key and the salt
+        (the same key SQLCipher's own KDF derives, without deriving it again)."""
         if self.kind == "raw":
             return f"\"x'{self.secret.hex()}'\""
+        if salt is not None:
+            return f"\"x'{self.stretched(salt).hex()}{salt.hex()}'\""
         return "'" + self.secret.decode("utf-8").replace("'", "''") + "'"
 
     def attach_value(self) -> str:
         """The key as the bound value of ``ATTACH … KEY ?``."""
         return f"x'{self.secret.hex()}'" if self.kind == "raw" else self.secret.decode("utf-8")
+
+
+def file_salt(path: Path) -> bytes | None:
+    """The salt an encrypted database starts with; None for a plain, empty or missing
+    file (a new database gets its salt from SQLCipher when it is first written)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(SALT_BYTES)
+    except OSError:
+        return None
+    return head if len(head) == SALT_BYTES and head != HEADER else None
 
 
 def is_encrypted(path: Path) -> bool | None:
@@ -198,7 +235,7 @@ def connect(database: str | os.PathLike[str], key: Key | None = None, *, path: P
     except module.Error as exc:
         raise _translated(exc) from None
     try:
-        conn.execute(f"PRAGMA key = {key.sql()}")
+        conn.execute(f"PRAGMA key = {key.sql(file_salt(where))}")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         conn.close()
