@@ -14,7 +14,15 @@ switch, shell confirmation) and runs one tool call at a time. Contracts:
 * File tools stop at their next file, line or entry once the ``cancel`` event passed to
   :meth:`Sandbox.run` is set. A search also stops after :data:`SEARCH_TIME_LIMIT_S`, or
   when the pattern takes over :data:`REGEX_LINE_TIME_LIMIT_S` on one line (the regex
-  engine releases the GIL meanwhile); it then says it was cut short.
+  engine releases the GIL meanwhile); it then says it was cut short. Memory is bounded
+  too: a pattern whose repeats would be written out past :data:`MAX_PATTERN_REPEAT` or
+  :data:`MAX_PATTERN_SIZE` is refused before it is compiled, and on Linux the search runs
+  in a forked child under an address-space limit (:data:`SEARCH_MEMORY_BYTES` on top of
+  what the app maps), where running out is a tool error.
+* A refusal never says where a link leads outside the allowed folders ("is a link that
+  leads outside the allowed folders"): with a server backend, tool output is sent there.
+* ``run_shell``'s confirmation is shown with :func:`show_invisible`: controls, bidi
+  overrides and other invisible characters as escapes, so what is approved is what runs.
 * Text is UTF-8. Binary files (a NUL byte in the first 8 KiB) and files that are not
   valid UTF-8 are reported as such, never decoded into garbage.
 * Output is never shortened except at a hard cap of :data:`MAX_OUTPUT_BYTES` UTF-8 bytes,
@@ -1098,17 +1106,16 @@ class Sandbox:
         roots = self._require_roots()
         if not pattern:
             raise ToolError("pattern must not be empty")
+        _check_pattern(pattern)  # before compiling: the engine writes each repeat out
+        return _in_worker(lambda: self._search(pattern, path, roots, cancel), cancel)
+
+    def _search(self, pattern: str, path: str, roots: Sequence[Path], cancel: threading.Event) -> str:
+        """search_files itself, once its pattern is checked (in the worker process: the path
+        is resolved there, right before it is opened)."""
         target = self._resolve(path, roots)
         shown = self._display(target, roots)
         if not target.exists():
             raise ToolError(f"{shown} does not exist")
-        _check_pattern(pattern)  # before compiling: the engine writes each repeat out
-        return _in_worker(lambda: self._search(pattern, target, roots, shown, cancel), cancel)
-
-    def _search(
-        self, pattern: str, target: Path, roots: Sequence[Path], shown: str, cancel: threading.Event
-    ) -> str:
-        """search_files itself, once its arguments are checked (in the worker process)."""
         literal = False
         try:
             compiled = regex.compile(pattern)
