@@ -229,6 +229,15 @@ def test_the_user_may_remove_the_partial_file(server, client, tmp_path):
     assert not discard_partial(tmp_path, QWEN, QWEN_FILE)
 
 
+def test_a_models_folder_that_cannot_be_written_is_one_sentence(server, client, tmp_path):
+    blocked = tmp_path / "models"
+    blocked.write_text("a file where the folder should be")
+    with pytest.raises(HubError) as caught:
+        download(client, QWEN, QWEN_FILE, blocked)
+    assert caught.value.kind == "write" and str(caught.value).startswith("Cannot write the download in ")
+    assert server.served("files") == []
+
+
 def test_a_file_that_is_not_a_gguf_is_refused(server, client, tmp_path):
     with pytest.raises(HubError) as caught:
         download(client, LLAMA, "not-a-model.gguf", tmp_path)

@@ -604,7 +604,10 @@ def partial_state(models_dir: str | os.PathLike[str], repo: str, file: str) -> d
 
 def discard_partial(models_dir: str | os.PathLike[str], repo: str, file: str) -> bool:
     """Remove the partial download of ``file`` (and its record); True when one was there."""
-    target = download_target(models_dir, repo, file)
+    return _discard(download_target(models_dir, repo, file))
+
+
+def _discard(target: Path) -> bool:
     found = False
     for path in (_partial(target), _record(target)):
         try:
@@ -707,6 +710,19 @@ def download(client: HubClient, repo: str, file: str, models_dir: str | os.PathL
     """
     info = client.file(repo, file, revision)
     target = download_target(models_dir, repo, file)
+    try:
+        return _start(client, info, target, revision, cancel, progress, restart, margin)
+    except HubError:
+        raise
+    except OSError as exc:  # the models folder: not writable, gone, read-only...
+        partial = _partial(target)
+        raise HubError(f"Cannot write the download in {target.parent} ({exc.strerror or exc}); check that "
+                       "the models folder is writable.", "write", partial if partial.exists() else None) from None
+
+
+def _start(client: HubClient, info: HubFile, target: Path, revision: str, cancel: threading.Event | None,
+           progress: Callable[[DownloadProgress], Any] | None, restart: bool, margin: int) -> Path:
+    """Resume or start over, check the free space, then download (:func:`download`)."""
     if target.is_file() and target.stat().st_size == info.size:
         return target  # checked before it got its name
     make_private_dir(target.parent)
@@ -716,10 +732,10 @@ def download(client: HubClient, repo: str, file: str, models_dir: str | os.PathL
               "sha256": info.sha256}
     same = all(record.get(k) == wanted[k] for k in ("repo", "file", "size", "sha256"))
     if restart or not same or record.get("mismatch"):
-        discard_partial(models_dir, repo, file)
+        _discard(target)
     have = partial.stat().st_size if partial.is_file() else 0
     if have > info.size:
-        discard_partial(models_dir, repo, file)
+        _discard(target)
         have = 0
     free = shutil.disk_usage(target.parent).free
     if free < info.size - have + margin:
