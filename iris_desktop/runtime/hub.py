@@ -31,8 +31,8 @@ where the model library lists it under the source ``download``:
 
 Every failure is a :class:`HubError`: one sentence, a ``kind`` (``network``, ``http``,
 ``auth``, ``not_found``, ``no_space``, ``disk_full``, ``checksum``, ``not_gguf``,
-``stopped``, ``address``, ``answer``) and the partial file, kept for the user to resume
-or remove (:func:`discard_partial`).
+``stopped``, ``write``, ``address``, ``answer``) and the partial file, kept for the user
+to resume or remove (:func:`discard_partial`).
 """
 
 from __future__ import annotations
