@@ -235,6 +235,23 @@ def test_shell_dialog_shows_bidi_and_invisible_characters_as_escapes(make_window
     assert "the user refused to run" in card.text
 
 
+def test_search_files_runs_in_its_worker_from_the_window(make_window, qtbot, tmp_path):
+    """On Linux a search runs in a child forked from the app (under a memory limit): from
+    the window's model thread too, while the GUI and the DB thread run."""
+    folder = tmp_path / "allowed"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("alpha\nthe launch is on Friday\n")
+    runtime = ScriptedRuntime([call("search_files", pattern="launch"),
+                               call("search_files", pattern="a{1000000000}"), "Friday."])
+    window = make_window(runtime, overrides={"tools.allowed_paths": json.dumps([str(folder)])})
+    send(qtbot, window, "When is the launch?")
+    wait_turn(qtbot, window)
+    cards = [e for e in entries(window) if e.kind == "tool"]
+    assert "notes.txt:2: the launch is on Friday" in cards[0].text
+    assert "repeat count of 1,000,000,000" in cards[1].text
+    assert window.model_state == "ready"
+
+
 def test_too_large_message_is_explained_and_kept(make_window, qtbot):
     runtime = ScriptedRuntime(["never sent"])
     window = make_window(runtime, overrides={"context.window": "512",
