@@ -251,3 +251,36 @@ def test_a_token_saved_from_the_dialog_opens_a_gated_repository(qtbot, tmp_path,
     dialog.repos.setCurrentRow(1)
     qtbot.waitUntil(lambda: dialog.table.rowCount() == 2, timeout=10_000)
     assert server.served("hub")[-1]["authorization"] == "Bearer hf_from_the_dialog"
+
+
+def test_closing_the_dialog_stops_the_download_and_keeps_what_arrived(qtbot, tmp_path, server):
+    dialog = DownloadDialog(server.url, tmp_path / "models", 4096)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.table.selectRow(next(r for r in range(dialog.table.rowCount())
+                                if dialog.table.item(r, 1).text() == QWEN_FILE))
+    server.delay_s = 0.03
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=10_000)
+    dialog.reject()  # Close (or Esc) while it downloads
+    assert not dialog.isVisible() and not dialog.calls.thread.is_alive()
+    target = download_target(tmp_path / "models", QWEN, QWEN_FILE)
+    partial = target.with_name(target.name + ".partial")
+    assert partial.exists() and 0 < partial.stat().st_size < len(server.repos[QWEN][QWEN_FILE])
+    assert not target.exists()
+
+    again = DownloadDialog(server.url, tmp_path / "models", 4096)  # opened again: Resume
+    qtbot.addWidget(again)
+    again.show()
+    again.table.selectRow(next(r for r in range(again.table.rowCount())
+                               if again.table.item(r, 1).text() == QWEN_FILE))
+    assert again.download_button.text() == "Resume" and "downloaded before" in again.status.text()
+    server.delay_s = 0.0
+    qtbot.mouseClick(again.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: again.use_button.isVisible(), timeout=20_000)
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == server.sha256(QWEN, QWEN_FILE)
+    again.table.clearSelection()
+    again.table.selectRow(next(r for r in range(again.table.rowCount())
+                               if again.table.item(r, 1).text() == QWEN_FILE))
+    assert again.status.text().startswith("Already downloaded and verified")
+    assert again.use_button.isVisible() and not again.download_button.isEnabled()
