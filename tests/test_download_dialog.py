@@ -157,7 +157,7 @@ def test_download_stop_resume_and_use_this_model(qtbot, tmp_path, server):
         dialog.table.selectRow(files.index(QWEN_FILE))
         assert dialog.download_button.isEnabled() and dialog.download_button.text() == "Download"
 
-        server.delay_s = 0.03  # ~2 MB in 64 KiB chunks: about a second
+        server.delay_s = 0.06  # ~2 MB in 64 KiB chunks: about two seconds
         qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: dialog.progress.value() > 0 and " of " in dialog.progress_label.text(),
                         timeout=10_000)
@@ -215,7 +215,7 @@ def test_remove_partial_after_stop(qtbot, tmp_path, server):
     dialog.show()
     dialog.table.selectRow(next(r for r in range(dialog.table.rowCount())
                                 if dialog.table.item(r, 1).text() == QWEN_FILE))
-    server.delay_s = 0.03
+    server.delay_s = 0.06
     qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=10_000)
     qtbot.mouseClick(dialog.stop_button, Qt.MouseButton.LeftButton)
@@ -259,7 +259,7 @@ def test_closing_the_dialog_stops_the_download_and_keeps_what_arrived(qtbot, tmp
     dialog.show()
     dialog.table.selectRow(next(r for r in range(dialog.table.rowCount())
                                 if dialog.table.item(r, 1).text() == QWEN_FILE))
-    server.delay_s = 0.03
+    server.delay_s = 0.06
     qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=10_000)
     dialog.reject()  # Close (or Esc) while it downloads
