@@ -326,6 +326,40 @@ def test_a_crash_in_the_middle_of_a_conversion_leaves_one_complete_database(
     assert sorted(p.name for p in data.iterdir() if p.name.startswith("iris.db")) == ["iris.db"]
 
 
+HOLDER = textwrap.dedent("""
+    import sys
+    sys.path[:0] = [{repo!r}]
+    from iris_desktop.core.store import Store
+
+    store = Store({db!r})
+    store.create_thread("written by the other one")
+    print("ready", flush=True)
+    sys.stdin.read()  # holds the database open until told
+    store.close()
+""")
+
+
+def test_a_history_another_process_holds_open_is_not_converted(capsys, monkeypatch, history):
+    from iris_desktop.paths import app_paths
+    from iris_desktop.storage_key import prepare
+
+    data, threads = history
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.format(repo=str(REPO), db=str(data / "iris.db"))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreError, match="another Iris process has"):
+            prepare(app_paths(data), True, {"IRIS_STORAGE_PASSPHRASE": PASSPHRASE})
+        assert (data / "iris.db").read_bytes()[:16] == HEADER
+    finally:
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0
+    assert not [p for p in data.iterdir() if ".converting" in p.name or ".replaced" in p.name]
+    with Store(data / "iris.db") as store:
+        assert len(store.threads()) == len(threads) + 1
+
+
 # -- the KV states -------------------------------------------------------------------------
 
 
