@@ -86,6 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("key", nargs="?")
     csub.add_parser("path", help="the settings file's path")
 
+    p = sub.add_parser("recover", help="list the databases Iris set aside (damaged, or replaced "
+                       "by a restore), put one back, or salvage the current one")
+    p.add_argument("file", nargs="?", metavar="FILE",
+                   help="a set-aside database to put back (its name, as listed); the current "
+                   "one is set aside first, never deleted")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="list as JSON")
+    p.add_argument("--salvage", action="store_true",
+                   help="copy every row that can be read of the current database into a new one "
+                   "(for damage the start-up check does not see); the old one is set aside")
+
     _add_runtime_commands(sub)
     return parser
 

@@ -75,9 +75,14 @@ def dump_json(value: Any, **options: Any) -> str:
     return json.dumps(value, ensure_ascii=False, **options).translate(_JSON)
 
 
-def open_host(args: Any, overrides: dict[str, str]):
-    """The Host; settings problems and a database recovery are told once, on stderr."""
+@contextmanager
+def open_host(args: Any, overrides: dict[str, str]) -> Iterator[Any]:
+    """The Host, closed at the end; settings problems and a database recovery are told
+    once, on stderr, and set-aside databases the user was not shown yet on every command
+    until ``iris-desktop recover`` lists them. Messages found damaged on disk while the
+    command read them are named at the end."""
     from iris_desktop.core.store import StoreError
+    from iris_desktop.core.store.recovery import acknowledge, announce, unacknowledged
     from iris_desktop.host import Host
 
     try:
@@ -85,11 +90,29 @@ def open_host(args: Any, overrides: dict[str, str]):
                     ask_passphrase=_terminal_passphrase if sys.stdin.isatty() else None)
     except StoreError as exc:
         raise CliError(str(exc), EXIT_FAIL) from None
-    for problem in host.settings.problems:
-        say(f"iris-desktop: warning: {problem}", file=sys.stderr)
-    if host.recovery is not None:
-        say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)
-    return host
+    with host:
+        for problem in host.settings.problems:
+            say(f"iris-desktop: warning: {problem}", file=sys.stderr)
+        db = host.paths.db_path
+        if host.recovery is not None:
+            say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)
+            acknowledge(db, [host.recovery.set_aside])
+        pending = unacknowledged(db)
+        if pending:
+            say(f"iris-desktop: warning: {announce(db, pending)}", file=sys.stderr)
+        yield host
+        _say_damaged(host)
+
+
+def _say_damaged(host) -> None:
+    """Name the messages the command found damaged on disk (they were shown anyway)."""
+    damaged = host.store.damaged
+    for message_id, what in sorted(damaged.items())[:20]:
+        say(f"iris-desktop: warning: message {message_id} is damaged on disk: {what}",
+            file=sys.stderr)
+    if len(damaged) > 20:
+        say(f"iris-desktop: warning: {len(damaged) - 20:,} more messages are damaged on disk",
+            file=sys.stderr)
 
 
 def _terminal_passphrase(path: Path, new: bool, problem: str | None) -> str | None:
@@ -839,6 +862,113 @@ def config(args, overrides) -> int:
     return EXIT_OK
 
 
+# -- set-aside databases ------------------------------------------------------------------
+
+
+def recover(args, overrides) -> int:
+    """List the databases set aside beside the history (and mark them shown), put one
+    back (``FILE``: the current database is set aside first, never deleted), or copy
+    what can be read of the current one into a new database (``--salvage``). Works on
+    the files directly: the current database is not opened (nor checked, nor salvaged)
+    to list or restore."""
+    from iris_desktop.core.store import StoreError
+    from iris_desktop.core.store.recovery import acknowledge, set_aside_files
+    from iris_desktop.paths import app_paths
+
+    db = app_paths(args.data_dir).ensure().db_path
+    try:
+        if args.salvage:
+            return _salvage_now(db, args)
+        if args.file is None:
+            files = set_aside_files(db)
+            _list_set_aside(db, files, args.json)
+            acknowledge(db, files)
+            return EXIT_OK
+        return _restore(db, args)
+    except StoreError as exc:
+        raise CliError(str(exc), EXIT_FAIL) from None
+
+
+def _list_set_aside(db: Path, files: list[Path], as_json: bool) -> None:
+    import time
+
+    from iris_desktop.core.store.recovery import inspect_set_aside
+
+    found = [inspect_set_aside(f) for f in files]
+    current = inspect_set_aside(db) if db.exists() and db.stat().st_size else None
+    if as_json:
+        print(dump_json({
+            "database": str(db),
+            "current_rows": current.rows if current else None,
+            "set_aside": [{"name": a.path.name, "path": str(a.path), "set_aside_at": a.when,
+                           "bytes": a.size, "rows": a.rows, "error": a.error} for a in found],
+        }, indent=2))
+        return
+    if not found:
+        say(f"no set-aside databases beside {db}")
+        return
+
+    def rows(counts: dict[str, Any]) -> str:
+        return ", ".join(f"{'?' if n is None else f'{n:,}'} {table.replace('_', ' ')}"
+                         for table, n in counts.items())
+
+    say(f"set-aside databases beside {db}, newest first:")
+    for aside in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(aside.when))
+        held = f"cannot be opened ({aside.error})" if aside.error else rows(aside.rows)
+        say(f"  {aside.path.name}  {when}  {aside.size / 1e6:,.1f} MB  {held}")
+    say(f"the current database: {rows(current.rows) if current else 'empty'}")
+    say("put one back with 'iris-desktop recover NAME' (the current database is set aside "
+        "first, never deleted)")
+
+
+def _confirm(question: str, args) -> bool:
+    """--yes, or the user's yes on a terminal; without a terminal nobody can say yes."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise CliError("nothing was changed: add --yes (nobody to ask)")
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    say("iris-desktop: nothing was changed", file=sys.stderr)
+    return False
+
+
+def _restore(db: Path, args) -> int:
+    from iris_desktop.core.store.recovery import restore, set_aside_files
+
+    named = [f for f in set_aside_files(db) if f.name == args.file]
+    file = named[0] if named else Path(args.file)
+    if not file.is_file():
+        raise CliError(f"no set-aside database {args.file} (see 'iris-desktop recover')")
+    if not _confirm(f"Put back {file.name} in place of {db.name}? The current one is set aside "
+                    "first, not deleted. Close Iris Desktop first.", args):
+        return EXIT_OK
+    moved = restore(db, file)
+    undo = (f"; the database it replaced is set aside as {moved[-1].name} ('iris-desktop "
+            f"recover {moved[-1].name}' puts it back)" if moved else "")
+    say(f"put back {file.name} as {db}{undo}")
+    return EXIT_OK
+
+
+def _salvage_now(db: Path, args) -> int:
+    from iris_desktop.core.store.recovery import acknowledge, salvage
+
+    if not db.exists() or not db.stat().st_size:
+        raise CliError(f"there is no database at {db} to salvage", EXIT_FAIL)
+    if not _confirm(f"Copy what can be read of {db.name} into a new database? The current one "
+                    "is set aside, not deleted. Close Iris Desktop first.", args):
+        return EXIT_OK
+    recovery = salvage(db, ["salvage asked for with 'iris-desktop recover --salvage'"])
+    acknowledge(db, [recovery.set_aside])
+    say(recovery.describe())
+    return EXIT_OK
+
+
 def gui(args, overrides) -> int:
     from iris_desktop.ui.app import run_gui
 
@@ -856,5 +986,6 @@ COMMANDS = {
     "models": models,
     "compact": compact,
     "config": config,
+    "recover": recover,
     "gui": gui,
 }

@@ -71,6 +71,25 @@ def application(argv: list[str] | None = None) -> QApplication:
     return app
 
 
+def _tell_recovery(host: Any, log: logging.Logger) -> None:
+    """A database salvaged now, and databases set aside earlier that the user was not
+    shown yet: a message box each, before the window (then they count as shown)."""
+    from iris_desktop.core.store.recovery import acknowledge, announce, unacknowledged
+
+    db = host.paths.db_path
+    if host.recovery is not None:
+        log.warning("%s", host.recovery.describe())
+        QMessageBox.warning(None, "Iris Desktop recovered a damaged database",
+                            host.recovery.describe())
+        acknowledge(db, [host.recovery.set_aside])
+    pending = unacknowledged(db)
+    if pending:
+        text = announce(db, pending)
+        log.warning("%s", text)
+        QMessageBox.warning(None, "Iris Desktop set a database aside", text[0].upper() + text[1:] + ".")
+        acknowledge(db, pending)
+
+
 def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) -> int:
     """Open the main window on ``data_dir`` (default: IRIS_HOME / platform folders). A
     database that had to be salvaged is reported in a message box before the window."""
@@ -91,10 +110,7 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
     log.info("Iris Desktop %s starting; data dir %s", __version__, host.paths.data_dir)
     for problem in host.settings.problems:
         log.warning("settings: %s", problem)
-    if host.recovery is not None:
-        log.warning("%s", host.recovery.describe())
-        QMessageBox.warning(None, "Iris Desktop recovered a damaged database",
-                            host.recovery.describe())
+    _tell_recovery(host, log)
     window = main_window(host)
     window.show()
     try:
