@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,8 @@ log = logging.getLogger("iris.runtime.kv")
 MAGIC = b"IRIS-KV1"
 #: a header larger than this is not ours
 MAX_HEADER_BYTES = 4096
+#: where files cannot be locked, a temporary file untouched this long is a killed save's
+UNLOCKED_STALE_S = 3600
 
 
 @dataclass
@@ -234,6 +237,12 @@ def _open_locked(tmp: Path) -> int:
             return fd  # Windows: an open file cannot be deleted
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: no cleaner can take it either
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
             # A cleaner may have deleted it between the open and the lock: then the name
             # is gone or another file's, and this one is created again.
             if os.path.samestat(os.fstat(fd), os.stat(tmp)):
@@ -261,6 +270,9 @@ def _delete_if_abandoned(tmp: Path) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # its writer is alive
+        except OSError:  # a file system without locks: only its age tells (a save takes seconds)
+            if time.time() - os.fstat(fd).st_mtime < UNLOCKED_STALE_S:
+                return False
         if not os.path.samestat(os.fstat(fd), os.stat(tmp)):
             return False  # renamed into place meanwhile, and the name taken again
         tmp.unlink()
