@@ -699,16 +699,24 @@ _IN_WORKER = sys.platform.startswith("linux") and hasattr(os, "fork") and resour
 def _in_worker(search: Callable[[], str], cancel: threading.Event) -> str:
     """``search()`` run in a memory-limited child process where the OS allows it (see above);
     its ToolError comes back as one. Cancelling ``cancel`` stops the child at once."""
-    if not _IN_WORKER:
+    limit = SEARCH_MEMORY_BYTES  # read at call time so tests can lower it
+    pid = -1
+    if _IN_WORKER:
+        read_end, write_end = os.pipe()
+        try:
+            with warnings.catch_warnings():  # 3.12+ warns about forking a threaded process:
+                warnings.simplefilter("ignore", DeprecationWarning)  # the child only searches
+                pid = os.fork()
+        except OSError:  # no process to spare: the pattern is checked, search here
+            os.close(read_end)
+            os.close(write_end)
+    if pid < 0:
         try:
             return search()
         except MemoryError:
-            raise ToolError(OUT_OF_MEMORY.format(limit=SEARCH_MEMORY_BYTES >> 20)) from None
-    limit = SEARCH_MEMORY_BYTES  # read at call time so tests can lower it
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():  # 3.12+ warns about forking a threaded process: the
-        warnings.simplefilter("ignore", DeprecationWarning)  # child only runs the search
-        pid = os.fork()
+            raise ToolError("the search ran out of memory; simplify the pattern (nested or long "
+                            "repeats, alternatives that overlap) or search fewer or smaller "
+                            "files") from None
     if pid == 0:  # the child: never returns
         os.close(read_end)
         _run_child(search, write_end, limit)
