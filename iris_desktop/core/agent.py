@@ -5,7 +5,8 @@ Order of one turn:
 1. commit the user message;
 2. plan the request through the planner (compacting first when it is due) and report
    it (``RequestSent``);
-3. stream the reply, saving the partial text at least every ``save_interval_s``;
+3. stream the reply, saving the partial text at least every ``save_interval_s`` (a
+   runtime yields ``""`` while it waits, so a silent server's partial text is saved too);
 4. commit the reply;
 5. if it holds tool calls, run them in the sandbox, commit each full result, and loop
    (at most ``tools.max_calls_per_turn`` calls);
@@ -289,8 +290,10 @@ class Agent:
                 temperature=self.config.temperature, cancel=cancel, **extra,
             )
             for piece in generation:
-                pieces.append(piece)
-                yield ReplyToken(thread_id, reply_id, piece)
+                # an empty piece: nothing new yet (a silent server), but time to save
+                if piece:
+                    pieces.append(piece)
+                    yield ReplyToken(thread_id, reply_id, piece)
                 now = self.clock()
                 if now - last_save >= self.config.save_interval_s:
                     text = "".join(pieces)

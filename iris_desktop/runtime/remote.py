@@ -31,6 +31,23 @@ deadline and :meth:`RemoteRuntime.close` act within :data:`POLL_S` even while th
 is still evaluating the prompt. Connecting is retried; a reply never is: a connection
 lost mid-reply raises :class:`ServerError` after the text that did arrive was yielded.
 
+A server that misbehaves mid-reply cannot hold a turn for good nor fill the memory:
+
+* a reply must start (its headers and its first text) within ``start_timeout_s`` of
+  the request, which bounds reading the prompt (llama.cpp sends not even the headers
+  until its first token; other servers send them at once, then read), and after that
+  new text must come within ``idle_timeout_s`` (``model.stream_idle_timeout_s``) of
+  the last: keep-alive comments, blank lines and chunks that carry no text do not
+  count;
+* a reply the server keeps sending past ``max_tokens`` is cut off there;
+* a line longer than :data:`MAX_LINE_BYTES` is refused before it is read whole;
+* an event of the wrong shape is named (``'choices' is a string, not a list``), and a
+  redirect says where it points (Iris follows none);
+
+each raises :class:`ServerError` after the text that came was yielded. While the server
+is silent the stream yields ``""`` every :data:`HEARTBEAT_S`, so the agent saves what
+came on its one-second cadence even when no token arrives.
+
 Privacy: every request goes to the base URL's host and nowhere else (proxies from the
 environment are ignored), the API key lives in the OS keyring (:func:`get_api_key`),
 never in the settings or the log, and :attr:`RemoteRuntime.where`, :func:`is_loopback`
@@ -45,11 +62,12 @@ import json
 import logging
 import math
 import queue
+import re
 import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -97,11 +115,29 @@ CONNECT_TIMEOUT_S = 5.0
 CONNECT_RETRIES = 2
 #: a probe or a count may take this long
 REQUEST_TIMEOUT_S = 30.0
-#: a stream may stay silent this long before it counts as lost: llama.cpp sends nothing,
-#: not even the headers, until the first token, so this bounds a prompt evaluation
-STALL_TIMEOUT_S = 600.0
+#: a reply must start, its headers and its first text, within this long of the request
+#: (or the idle limit, if that is longer): the server is reading the prompt, and
+#: llama.cpp sends nothing, not even the headers, until its first token
+START_TIMEOUT_S = 600.0
+#: a reply ends when no new text came for this long after its first (the default of
+#: ``model.stream_idle_timeout_s``); keep-alives and empty chunks do not count
+STREAM_IDLE_TIMEOUT_S = 60.0
+#: the longest line a stream may send (one event is a few hundred bytes; a reply's whole
+#: text in one event, 32,768 tokens of it, fits too)
+MAX_LINE_BYTES = 1 << 20
+#: lines read ahead of the caller at most
+QUEUE_LINES = 1024
+#: text chunks a reply may stream per token of its ``max_tokens`` (llama.cpp can send a
+#: token's content and a tool call's start as separate chunks), plus a few
+CHUNKS_PER_TOKEN = 2
+CHUNK_SLACK = 16
+#: characters a reply may stream per token of its ``max_tokens`` (no tokenizer has longer
+#: tokens than this)
+CHARS_PER_TOKEN = 64
 #: how often a waiting stream checks Stop, the deadline and close
 POLL_S = 0.1
+#: a silent stream yields "" this often, so that the caller can save what came
+HEARTBEAT_S = 0.25
 #: server counts kept per runtime (each one cost an HTTP request)
 COUNT_CACHE_SIZE = 4096
 #: how exact counts are made; part of the counter's name, so counts the store cached
@@ -251,7 +287,8 @@ class _Http:
             transport=httpx.HTTPTransport(retries=CONNECT_RETRIES))
         self.streams = httpx.Client(
             headers=headers, trust_env=False,
-            timeout=httpx.Timeout(STALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            # no read timeout: the caller bounds a stream by the clock (_EventReader)
+            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
             transport=httpx.HTTPTransport(
                 retries=CONNECT_RETRIES, limits=httpx.Limits(max_keepalive_connections=0)))
 
@@ -274,8 +311,8 @@ class _Http:
             raise ServerError(f"{self.address}: {_describe(exc)}") from None
         if missing_ok and response.status_code in (404, 405, 501):
             return None
-        if response.status_code >= 400:
-            raise _http_error(self.address, response)
+        if response.status_code >= 300:
+            raise _http_error(self.address, response, path)
         try:
             return response.json()
         except ValueError:
@@ -294,10 +331,13 @@ def _describe(exc: httpx.HTTPError) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _http_error(address: str, response: httpx.Response) -> Exception:
+def _http_error(address: str, response: httpx.Response, path: str = "") -> Exception:
     """The exception for an error answer: PromptTooLongError when llama.cpp says the
-    prompt exceeds the context (it gives both numbers), else ServerError with the
-    server's own message."""
+    prompt exceeds the context (it gives both numbers), a ServerError saying where a
+    redirect points (Iris follows none), else ServerError with the server's own
+    message. ``path``: what was asked, from the base URL (``/props``)."""
+    if 300 <= response.status_code < 400:
+        return _redirect_error(address, response, path or response.request.url.path)
     try:
         answer = response.json()
     except ValueError:
@@ -312,6 +352,23 @@ def _http_error(address: str, response: httpx.Response) -> Exception:
         return ServerError(f"{address} refused the API key (HTTP {response.status_code})")
     message = error.get("message") or response.text[:300] or response.reason_phrase
     return ServerError(f"{address}: HTTP {response.status_code}: {message}")
+
+
+def _redirect_error(address: str, response: httpx.Response, path: str) -> ServerError:
+    """A redirect of ``path`` (from the base URL), said with its target and the address
+    to set instead: following one could carry the conversation and the API key to
+    another host."""
+    location = response.headers.get("location", "").strip()
+    if not location:
+        return ServerError(f"{address} redirected {path} (HTTP {response.status_code}) without "
+                           f"saying where; Iris does not follow redirects, so set "
+                           f"model.base_url to the server's final address")
+    target = str(response.request.url.join(location))
+    final = target.split("?", 1)[0].split("#", 1)[0]
+    suggestion = f"{final[:-len(path)]}/v1" if path and final.endswith(path) else None
+    return ServerError(f"{address} redirected {path} to {target}; Iris does not follow "
+                       f"redirects, so set model.base_url to the final address"
+                       + (f" ({suggestion})" if suggestion else ""))
 
 
 # ---------------------------------------------------------------------------
@@ -583,27 +640,63 @@ class ServerTokenCounter:
 # streaming
 
 
+class LineTooLong(ValueError):
+    """A stream's line grew past its limit before it ended."""
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _sse_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The lines of an event stream (ended by CRLF, CR or LF, as SSE allows), decoded as
+    UTF-8. Raises LineTooLong as soon as a line exceeds ``limit`` bytes: no more than
+    ``limit`` and one chunk is ever held."""
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
+        start = 0
+        while True:
+            found = _LINE_END.search(buffer, start)
+            # a CR at the end may be the first half of a CRLF: wait for the next chunk
+            if found is None or (found.group() == b"\r" and found.end() == len(buffer)):
+                break
+            if found.start() - start > limit:
+                raise LineTooLong(found.start() - start)
+            yield buffer[start:found.start()].decode("utf-8", "replace")
+            start = found.end()
+        del buffer[:start]
+        if len(buffer) - buffer.endswith(b"\r") > limit:
+            raise LineTooLong(len(buffer))
+    for line in _LINE_END.split(bytes(buffer)) if buffer else ():
+        if line:  # the last line, which the stream ended without a line end
+            yield line.decode("utf-8", "replace")
+
+
 class _EventReader:
     """One streamed response, read line by line on a helper thread into a queue.
 
     A thread because httpx cannot give up a blocked read and resume it, and a server
     evaluating a long prompt sends nothing for a long time (llama.cpp not even the
-    headers). The caller waits on the queue :data:`POLL_S` at a time and checks Stop in
-    between. :meth:`abort` shuts the request's socket down (captured through httpcore's
-    ``trace`` extension when it connects): that wakes the blocked read, which closing
-    does not, and the server sees its client leave and stops generating.
+    headers). The caller waits on the queue :data:`POLL_S` at a time and checks Stop and
+    its time limits in between. :meth:`abort` shuts the request's socket down (captured
+    through httpcore's ``trace`` extension when it connects): that wakes the blocked
+    read, which closing does not, and the server sees its client leave and stops
+    generating. The queue is bounded and so is a line (:data:`MAX_LINE_BYTES`), so a
+    server cannot make it hold more than that.
     """
 
     _END = object()
 
     def __init__(self, client: httpx.Client, url: str, body: dict, address: str) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue(QUEUE_LINES)
         self._lock = threading.Lock()
         self._socket: socket.socket | None = None
         self._aborted = threading.Event()
         self._address = address
         #: the caller stopped the stream (Stop, the deadline, close)
         self.stopped = False
+        #: ``time.monotonic()`` when the response headers came (None: not yet)
+        self.answered_at: float | None = None
         self._thread = threading.Thread(target=self._read, args=(client, url, body),
                                         name="iris-remote-stream", daemon=True)
         self._thread.start()
@@ -617,32 +710,53 @@ class _EventReader:
             if self._aborted.is_set():
                 self._shutdown()
 
+    def _put(self, item: Any) -> bool:
+        """Queue ``item`` for the caller, waiting while the queue is full; False once
+        the caller has gone."""
+        while not self._aborted.is_set():
+            try:
+                self._queue.put(item, timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def _read(self, client: httpx.Client, url: str, body: dict) -> None:
         try:
-            with client.stream("POST", url, json=body,
+            # identity: a compressed stream could inflate past the line limit unseen
+            with client.stream("POST", url, json=body, headers={"Accept-Encoding": "identity"},
                                extensions={"trace": self._trace}) as response:
+                self.answered_at = time.monotonic()
                 if response.status_code != 200:
-                    response.read()
-                    self._queue.put(_http_error(self._address, response))
+                    self._put(_http_error(self._address, _read_some(response),
+                                          "/v1/chat/completions"))
                     return
-                for line in response.iter_lines():
-                    if self._aborted.is_set():
-                        return
-                    self._queue.put(line)
-            self._queue.put(self._END)
+                try:
+                    for line in _sse_lines(response.iter_bytes()):
+                        if not self._put(line):
+                            return
+                except LineTooLong:
+                    self._put(ServerError(
+                        f"{self._address} sent a line longer than {MAX_LINE_BYTES >> 20} MiB "
+                        f"in its reply, which Iris does not read, so the reply was cut off there"))
+                    return
+            self._put(self._END)
         except Exception as exc:  # handed to the caller, who raises it (or has stopped)
-            self._queue.put(exc)
+            self._put(exc)
 
-    def events(self, should_stop: Callable[[], bool]) -> Iterator[dict]:
-        """The JSON events of the stream until ``data: [DONE]`` or its end; stops
-        quietly (``stopped``) as soon as ``should_stop()``. Raises ServerError for an
-        error event or a failed connection, PromptTooLongError for a prompt the server
-        refuses as too long."""
+    def events(self, should_stop: Callable[[], bool]) -> Iterator[dict | None]:
+        """The JSON events of the stream until ``data: [DONE]`` or its end, and None for
+        every wait of :data:`POLL_S` that brought none and every line that is not an
+        event (a keep-alive comment, a blank line, an ``event:`` or ``id:`` field), so
+        that the caller can check its time limits. Stops quietly (``stopped``) as soon as
+        ``should_stop()``. Raises ServerError for an error event, a malformed one or a
+        failed connection, PromptTooLongError for a prompt the server refuses as too
+        long."""
         while True:
             try:
                 item = self._queue.get(timeout=POLL_S)
             except queue.Empty:
-                item = ""
+                item = None
             if should_stop():
                 self.stopped = True
                 return
@@ -654,8 +768,9 @@ class _EventReader:
                 why = _describe(item) if isinstance(item, httpx.HTTPError) else repr(item)
                 raise ServerError(f"{self._address}: the connection was lost mid-reply "
                                   f"({why})") from item
-            if not item.startswith("data:"):
-                continue  # nothing yet, a separator, ": ping", or an event:/id: field
+            if item is None or not item.startswith("data:"):
+                yield None
+                continue
             event = _parse_data(item[5:].strip(), self._address)
             if event is None:
                 return
@@ -675,61 +790,126 @@ class _EventReader:
                 pass
 
 
+def _read_some(response: httpx.Response, limit: int = 1 << 16) -> httpx.Response:
+    """``response`` with at most ``limit`` bytes of its body read (an error answer is
+    read for its message; a server cannot make that hold more)."""
+    data = bytearray()
+    for chunk in response.iter_bytes():
+        data += chunk
+        if len(data) >= limit:
+            break
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")}
+    return httpx.Response(response.status_code, headers=headers, content=bytes(data[:limit]),
+                          request=response.request)
+
+
+def _unreadable(address: str, what: str) -> ServerError:
+    return ServerError(f"{address} sent a reply Iris cannot read: {what}")
+
+
 def _parse_data(payload: str, address: str) -> dict | None:
-    """The JSON of one ``data:`` field; None for ``[DONE]``. Raises ServerError for an
-    error event (llama.cpp sends ``data: {"error": ...}`` once the stream has begun)."""
+    """The JSON object of one ``data:`` field; None for ``[DONE]``. Raises ServerError for
+    an error event (llama.cpp sends ``data: {"error": ...}`` once the stream has begun)
+    and for anything but a JSON object."""
     if payload == "[DONE]":
         return None
     try:
         event = json.loads(payload)
     except ValueError:
-        raise ServerError(f"{address}: the stream sent something that is not JSON: "
-                          f"{payload[:120]!r}") from None
+        raise _unreadable(address, f"an event is not JSON ({payload[:80]!r})") from None
     if isinstance(event, dict) and event.get("error"):
         error = event["error"]
         message = error.get("message") if isinstance(error, dict) else str(error)
         raise ServerError(f"{address}: the server failed mid-reply: {message}")
-    return event if isinstance(event, dict) else {}
+    if not isinstance(event, dict):
+        raise _unreadable(address, f"an event is {_kind(event)}, not an object")
+    return event
+
+
+_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false",
+          int: "a number", float: "a number", type(None): "null"}
+_WANTED = {dict: "an object", list: "a list", str: "a string", int: "a whole number"}
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in words ("a string")."""
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _field(value: Any, wanted: type, what: str, address: str) -> Any:
+    """``value`` when it is None (absent) or a ``wanted``; else ServerError naming the
+    field ``what`` and what it is instead."""
+    if value is None or (isinstance(value, wanted) and not isinstance(value, bool)):
+        return value
+    raise _unreadable(address, f"{what} is {_kind(value)}, not {_WANTED[wanted]}")
+
+
+def _number(value: Any, default: Any = 0, kind: type = int) -> Any:
+    """``value`` as ``kind`` when it is a JSON number, else ``default``."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return kind(value)
+    return default
 
 
 class _Reply:
-    """What a streamed reply has told so far: text, tool calls, usage, timings."""
+    """What a streamed reply has told so far: text, tool calls, usage, timings. A field
+    of the wrong shape raises ServerError naming it (``address`` says whose)."""
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, address: str = "the server") -> None:
         self.started = started
+        self.address = address
         self.first: float | None = None
         self.last: float | None = None
         self.pieces = 0
+        #: chunks that carried something new (text, reasoning, a tool call's part)
+        self.chunks = 0
+        self.chars = 0
         self.usage: dict = {}
         self.timings: dict = {}
         self.finish_reason: str | None = None
         self.calls: dict[int, dict[str, str]] = {}
 
     def feed(self, event: dict) -> str:
-        """Take one chunk in; returns its new text."""
-        self.usage = event.get("usage") or self.usage
-        self.timings = event.get("timings") or self.timings
+        """Take one chunk in; returns its new text. ``chunks`` grows when it carried
+        anything new (text, reasoning, a tool call's part): keep-alives do not."""
+        address = self.address
+        self.usage = _field(event.get("usage"), dict, "'usage'", address) or self.usage
+        self.timings = _field(event.get("timings"), dict, "'timings'", address) or self.timings
         text = ""
-        for choice in event.get("choices") or []:
-            delta = choice.get("delta") or {}
-            text += delta.get("content") or ""
-            for call in delta.get("tool_calls") or []:
+        for choice in _field(event.get("choices"), list, "'choices'", address) or []:
+            if not isinstance(choice, dict):
+                raise _unreadable(address, f"a choice is {_kind(choice)}, not an object")
+            delta = _field(choice.get("delta"), dict, "'delta'", address) or {}
+            piece = _field(delta.get("content"), str, "'content'", address) or ""
+            calls = _field(delta.get("tool_calls"), list, "'tool_calls'", address) or []
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            finish = _field(choice.get("finish_reason"), str, "'finish_reason'", address)
+            text += piece
+            for call in calls:
                 self._add_call(call)
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-            if text or delta.get("tool_calls"):
+            self.finish_reason = finish or self.finish_reason
+            if piece or calls:
                 now = time.perf_counter()
                 self.first = self.first or now
                 self.last = now
                 self.pieces += 1
+            if piece or calls or (isinstance(thought, str) and thought):
+                self.chunks += 1
+        self.chars += len(text)
         return text
 
-    def _add_call(self, delta: dict) -> None:
+    def _add_call(self, delta: Any) -> None:
         """OpenAI streams a call as deltas: the name once, the arguments in pieces."""
-        entry = self.calls.setdefault(int(delta.get("index", len(self.calls))),
+        address = self.address
+        if not isinstance(delta, dict):
+            raise _unreadable(address, f"a tool call is {_kind(delta)}, not an object")
+        index = _field(delta.get("index"), int, "a tool call's 'index'", address)
+        entry = self.calls.setdefault(len(self.calls) if index is None else index,
                                       {"name": "", "arguments": ""})
-        function = delta.get("function") or {}
-        entry["name"] = entry["name"] or function.get("name") or ""
-        entry["arguments"] += function.get("arguments") or ""
+        function = _field(delta.get("function"), dict, "'function'", address) or {}
+        entry["name"] = entry["name"] or _field(function.get("name"), str, "'name'", address) or ""
+        entry["arguments"] += _field(function.get("arguments"), str, "'arguments'", address) or ""
 
     def tool_call_text(self) -> str:
         """The streamed tool calls as ``<tool_call>{"name", "arguments"}</tool_call>``
@@ -750,16 +930,19 @@ class _Reply:
     def stats(self, prompt_size: int, outcome: str | None) -> GenerationStats:
         """GenerationStats from what the server reported (``usage``; llama.cpp's
         ``timings``: ``cache_n`` reused, ``prompt_n`` evaluated), else from the count
-        made before sending and what was seen."""
+        made before sending and what was seen. A number the server sent as anything
+        but a number counts as not sent."""
         usage, timings = self.usage, self.timings
-        prompt = int(usage.get("prompt_tokens") or prompt_size)
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        reused = int(timings.get("cache_n", cached))
+        prompt = _number(usage.get("prompt_tokens")) or prompt_size
+        details = usage.get("prompt_tokens_details")
+        cached = _number(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        reused = _number(timings.get("cache_n"), cached)
         # a stream stopped before the server said anything: nothing is known evaluated
-        evaluated = int(timings.get("prompt_n", prompt - reused if self.first or usage else 0))
-        completion = int(usage.get("completion_tokens") or timings.get("predicted_n")
-                         or self.pieces)
-        rate = float(timings.get("predicted_per_second") or 0.0)
+        evaluated = _number(timings.get("prompt_n"),
+                            prompt - reused if self.first or usage else 0)
+        completion = (_number(usage.get("completion_tokens"))
+                      or _number(timings.get("predicted_n")) or self.pieces)
+        rate = float(_number(timings.get("predicted_per_second"), 0, float))
         if not rate and completion > 1 and self.first and self.last and self.last > self.first:
             rate = (completion - 1) / (self.last - self.first)
         finish = outcome or ("length" if self.finish_reason == "length" else "stop")
@@ -813,9 +996,15 @@ class RemoteRuntime:
     load_time_s: float = 0.0
 
     def __init__(self, http: _Http, server: ServerInfo, model: str, window: int,
-                 window_source: str) -> None:
+                 window_source: str, *, idle_timeout_s: float = STREAM_IDLE_TIMEOUT_S,
+                 start_timeout_s: float | None = None) -> None:
         self._http = http
         self.server = server
+        #: a reply ends when no new text came for this long after its first
+        self.idle_timeout_s = float(idle_timeout_s)
+        #: a reply must start (headers, first text) within this long: reading the prompt
+        self.start_timeout_s = (max(START_TIMEOUT_S, self.idle_timeout_s)
+                                if start_timeout_s is None else float(start_timeout_s))
         self.base_url = server.base_url
         self.kind = server.kind
         self.model = model
@@ -835,11 +1024,15 @@ class RemoteRuntime:
 
     @classmethod
     def connect(cls, base_url: str, name: str = "", api_key: str | None = None,
-                fallback_window: int = 8192) -> RemoteRuntime:
+                fallback_window: int = 8192, *, idle_timeout_s: float = STREAM_IDLE_TIMEOUT_S,
+                start_timeout_s: float | None = None) -> RemoteRuntime:
         """Probe ``base_url`` and return the runtime for model ``name`` (empty: the
         server's first). The window is the server's when it says, else
         ``fallback_window`` (``window_source`` "server" or "config"). A server that cannot
         count gets one tiny calibration request first (fixed text, no conversation).
+        A reply must start (headers, first text) within ``start_timeout_s`` (None:
+        :data:`START_TIMEOUT_S`, at least the idle limit) and ends when no new text came
+        for ``idle_timeout_s`` (``model.stream_idle_timeout_s``).
         Raises ServerError (unreachable, key refused, unknown model) or ValueError (not a
         URL)."""
         started = time.perf_counter()
@@ -851,7 +1044,8 @@ class RemoteRuntime:
             window, source = ((served.context_length, "server")
                               if served and served.context_length else (fallback_window, "config"))
             kind = ExactRemoteRuntime if server.exact_counts else RemoteRuntime
-            runtime = kind(http, server, model, window, source)
+            runtime = kind(http, server, model, window, source, idle_timeout_s=idle_timeout_s,
+                           start_timeout_s=start_timeout_s)
             runtime._calibrate()
         except BaseException:
             http.close()
@@ -993,9 +1187,15 @@ class RemoteRuntime:
         and vLLM only (hosted APIs refuse unknown fields). After the iterator ends,
         the Generation's ``stats`` hold the statistics the server reported.
 
+        While the server sends no new text the iterator yields ``""`` every
+        :data:`HEARTBEAT_S`, so that the caller can save what came.
+
         Raises (at the first ``next``) PromptTooLongError when the prompt leaves no room
-        in the window, ServerError when the request fails; a connection lost mid-reply
-        raises ServerError after the text that arrived was yielded.
+        in the window, ServerError when the request fails; a connection lost mid-reply,
+        a reply that does not start within ``start_timeout_s`` or goes silent for
+        ``idle_timeout_s``, a server that keeps sending past ``max_tokens``, a line past
+        :data:`MAX_LINE_BYTES` and an event Iris cannot read raise ServerError after the
+        text that arrived was yielded.
         """
         self._check_open()
         if max_tokens < 1:
@@ -1019,9 +1219,10 @@ class RemoteRuntime:
     def _stream(self, result: Generation, body: dict, messages: list[Message],
                 tools: list[dict] | None, max_tokens: int, cancel: threading.Event | None,
                 deadline: float | None) -> Iterator[str]:
-        reply = _Reply(time.perf_counter())
+        address = self._http.address
+        reply = _Reply(time.perf_counter(), address)
         prompt_size, basis = self._measure(messages, tools)
-        body["max_tokens"] = self._room(prompt_size, max_tokens)
+        body["max_tokens"] = limit = self._room(prompt_size, max_tokens)
 
         def should_stop() -> bool:
             return (self._closing.is_set() or (cancel is not None and cancel.is_set())
@@ -1033,16 +1234,33 @@ class RemoteRuntime:
             result.stats = reply.stats(prompt_size, outcome)
             return
         reader = _EventReader(self._http.streams, self._http.url("/v1/chat/completions"),
-                              body, self._http.address)
+                              body, address)
+        sent = heard = beat = time.monotonic()
         try:
             for event in reader.events(should_stop):
-                text = reply.feed(event)
-                if text:
-                    yield text
+                if event is not None:
+                    before = (reply.chunks, reply.finish_reason)
+                    text = reply.feed(event)
+                    if (reply.chunks, reply.finish_reason) != before:
+                        heard = time.monotonic()
+                    if text:
+                        yield text
+                        beat = time.monotonic()
+                    if (reply.chunks > CHUNKS_PER_TOKEN * limit + CHUNK_SLACK
+                            or reply.chars > CHARS_PER_TOKEN * limit):
+                        raise ServerError(f"{address} kept sending past the {limit}-token limit "
+                                          f"it was asked to keep (model.max_tokens), so the "
+                                          f"reply was cut off there")
+                now = time.monotonic()
+                if self._quiet_too_long(reader, reply, sent, heard, now):
+                    break  # the reply had finished; the server only kept the connection open
+                if now - beat >= HEARTBEAT_S:
+                    yield ""  # nothing new: the caller may save what came
+                    beat = time.monotonic()
             if reader.stopped:
                 outcome = "cancelled"
             elif reply.finish_reason is None:
-                raise ServerError(f"{self._http.address}: the stream ended before the reply "
+                raise ServerError(f"{address}: the stream ended before the reply "
                                   f"did (the connection was lost mid-reply)")
             elif reply.calls:
                 yield reply.tool_call_text()
@@ -1055,9 +1273,34 @@ class RemoteRuntime:
         finally:
             reader.abort()
             result.stats = reply.stats(prompt_size, outcome)
-            if reply.usage.get("prompt_tokens") and not self.closed:
-                self._observe(int(reply.usage["prompt_tokens"]), basis)
+            reported = _number(reply.usage.get("prompt_tokens"))
+            if reported and not self.closed:
+                self._observe(reported, basis)
             log.debug("%s: %s", self.where, result.stats)
+
+    def _quiet_too_long(self, reader: _EventReader, reply: _Reply, sent: float, heard: float,
+                        now: float) -> bool:
+        """Raises ServerError when the reply did not start (headers and first text) within
+        ``start_timeout_s`` of ``sent``, or went on without new text for
+        ``idle_timeout_s`` after ``heard`` (its last); True instead when it had finished
+        (the server kept the connection open after its finish reason)."""
+        address = self._http.address
+        if reply.chunks or reply.finish_reason is not None:
+            if now - heard <= self.idle_timeout_s:
+                return False
+            if reply.finish_reason is not None:
+                return True
+            raise ServerError(f"{address} sent no new text for {self.idle_timeout_s:g} s "
+                              f"(model.stream_idle_timeout_s), so the reply was cut off there")
+        if now - sent <= self.start_timeout_s:
+            return False
+        if reader.answered_at is None:
+            raise ServerError(f"{address} did not start answering within "
+                              f"{self.start_timeout_s:g} s (not even the response headers "
+                              f"came), so Iris gave up on the reply")
+        raise ServerError(f"{address} answered but sent no text within "
+                          f"{self.start_timeout_s:g} s of the request, so Iris gave up on the "
+                          f"reply")
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
         """The estimated prompt size of a request (``capabilities.exact_counts`` is
@@ -1116,8 +1359,8 @@ class ExactRemoteRuntime(RemoteRuntime):
     for the same request, to the token, and the planner uses it for every request."""
 
     def __init__(self, http: _Http, server: ServerInfo, model: str, window: int,
-                 window_source: str) -> None:
-        super().__init__(http, server, model, window, window_source)
+                 window_source: str, **limits: Any) -> None:
+        super().__init__(http, server, model, window, window_source, **limits)
         self.counter_name = (f"server:{http.address}:{model}:{server.fingerprint or '-'}:"
                              f"{COUNT_SCHEME}")
         self._counts = _LRU()

@@ -1,0 +1,405 @@
+"""A misbehaving OpenAI-compatible server on 127.0.0.1, for the stream-fault tests and the
+fault-injection suite.
+
+It is a real HTTP server (``http.server``, one thread per connection) that answers what
+:meth:`iris_desktop.runtime.remote.RemoteRuntime.connect` probes, then misbehaves on a
+streamed ``POST /v1/chat/completions`` the way its ``mode`` says::
+
+    with MisbehavingServer("silent", tokens=["Hello", ",", " world"]) as server:
+        runtime = RemoteRuntime.connect(server.base_url, idle_timeout_s=1.0)
+        ...
+
+What it serves in every mode but ``redirect``:
+
+* ``GET /v1/models``: one model (``model``, default ``misbehaving-1``) with a
+  ``context_length`` (``context_length``, default 8192);
+* ``GET /health``: ``{"status": "ok"}``; ``GET /props`` and ``GET /api/version``: 404, so
+  Iris takes it for a plain OpenAI-compatible server (estimated counts);
+* ``POST /v1/chat/completions`` without ``"stream": true`` (the calibration request
+  ``connect`` sends): a normal JSON answer with ``usage``;
+* anything else: 404.
+
+A streamed reply first sends its headers, a role-only chunk and then ``tokens`` one
+content delta each, ``interval_s`` apart (``preamble_sent`` is set once they are out),
+and then, by ``mode`` (:data:`MODES`):
+
+======================  =================================================================
+``normal``              a finish chunk (``stop``), a usage chunk and ``data: [DONE]``; closes
+``finish_then_hold``    the finish and usage chunks, then holds the connection open (no
+                        ``[DONE]``, no close)
+``silent``              nothing more: the connection is held open, silent
+``forever``             one more content delta (``" w<i>"``) every ``interval_s``, forever
+``keepalive``           only SSE comments (``: keep-alive``) and blank lines, forever
+``empty``               only chunks that carry no text (``{}``, ``"content": ""``, a role,
+                        ``"content": null``, ``"tool_calls": []``, ``"choices": []``), forever
+``dribble``             one content delta at a time, one byte every ``dribble_delay_s``, forever
+``huge_line``           ``data: `` and then ``huge_bytes`` of ``x`` with no newline; then holds
+``malformed``           one malformed event (``malformed``: a key of :data:`MALFORMED`); then
+                        holds
+``slow_headers``        never sends anything, not even the headers (the preamble is skipped)
+``redirect``            every request, probes included, is answered ``302 Found`` with
+                        ``Location: redirect_to`` (default: the same path under ``/moved``)
+======================  =================================================================
+
+"Forever" and "holds" are bounded: every mode stops by itself after ``hold_s`` seconds
+(default 30), once ``max_bytes`` are sent (default 256 MiB), when the client leaves,
+when ``release`` is set, or when the server stops (the context manager's exit), so no
+test can hang on it. A hold notices a client that left within 50 ms.
+
+What the tests read back: ``requests`` (``(method, path, body)`` of each request),
+``stream_started`` (a streamed request arrived), ``preamble_sent``, ``client_gone``
+(the client closed a streamed connection before the server was done with it),
+``bytes_sent`` (body bytes of the streamed replies) and ``streams_done`` (how many
+streamed replies ended, for any reason).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble", "huge_line",
+         "malformed", "slow_headers", "redirect")
+
+#: the malformed events mode ``malformed`` can send (a bytes value goes out as the raw
+#: ``data:`` payload, anything else as its JSON)
+MALFORMED: dict[str, Any] = {
+    "event-list": [1, 2, 3],
+    "event-string": "just a string",
+    "choices-string": {"choices": "oops"},
+    "choice-string": {"choices": ["oops"]},
+    "delta-string": {"choices": [{"index": 0, "delta": "oops"}]},
+    "content-number": {"choices": [{"index": 0, "delta": {"content": 42}}]},
+    "content-object": {"choices": [{"index": 0, "delta": {"content": {"text": "hi"}}}]},
+    "tool-calls-string": {"choices": [{"index": 0, "delta": {"tool_calls": "oops"}}]},
+    "tool-call-string": {"choices": [{"index": 0, "delta": {"tool_calls": ["oops"]}}]},
+    "tool-call-index-string": {"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": "first", "function": {"name": "read_file", "arguments": "{}"}}]}}]},
+    "function-string": {"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "function": "read_file"}]}}]},
+    "arguments-number": {"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "function": {"name": "read_file", "arguments": 5}}]}}]},
+    "finish-number": {"choices": [{"index": 0, "delta": {}, "finish_reason": 7}]},
+    "usage-string": {"choices": [], "usage": "oops"},
+    "timings-list": {"choices": [], "timings": [1, 2]},
+    "not-json": b"{oops",
+}
+
+DEFAULT_TOKENS = ("Hello", ",", " world")
+#: a hold's step: how soon it notices the stop, a release or a client that left
+STEP_S = 0.05
+
+
+class MisbehavingServer:
+    """The server; a context manager (``start()`` and ``stop()`` otherwise). Settings are
+    plain attributes and may be changed between requests."""
+
+    def __init__(
+        self,
+        mode: str = "normal",
+        *,
+        tokens: tuple[str, ...] | list[str] = DEFAULT_TOKENS,
+        model: str = "misbehaving-1",
+        context_length: int = 8192,
+        interval_s: float = 0.01,
+        dribble_delay_s: float = 0.05,
+        huge_bytes: int = 64 << 20,
+        malformed: str = "choices-string",
+        redirect_to: str | None = None,
+        hold_s: float = 30.0,
+        max_bytes: int = 256 << 20,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+        if malformed not in MALFORMED:
+            raise ValueError(f"unknown malformed event {malformed!r}; one of {', '.join(MALFORMED)}")
+        self.mode = mode
+        self.tokens = list(tokens)
+        self.model = model
+        self.context_length = context_length
+        self.interval_s = interval_s
+        self.dribble_delay_s = dribble_delay_s
+        self.huge_bytes = huge_bytes
+        self.malformed = malformed
+        self.redirect_to = redirect_to
+        self.hold_s = hold_s
+        self.max_bytes = max_bytes
+        self.requests: list[tuple[str, str, Any]] = []
+        self.stream_started = threading.Event()
+        self.preamble_sent = threading.Event()
+        self.client_gone = threading.Event()
+        self.release = threading.Event()
+        self.bytes_sent = 0
+        self.streams_done = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None, "the server is not started"
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """The address to give Iris (``model.base_url``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> MisbehavingServer:
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd.daemon_threads = False  # server_close() joins every handler
+        httpd.block_on_close = True
+        httpd.owner = self  # type: ignore[attr-defined]
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": STEP_S},
+                                        name="misbehaving-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and end every connection (each handler notices within STEP_S)."""
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> MisbehavingServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- for the handlers ----------------------------------------------------------------
+
+    def _record(self, method: str, path: str, body: Any) -> None:
+        with self._lock:
+            self.requests.append((method, path, body))
+
+    def _count(self, sent: int) -> None:
+        with self._lock:
+            self.bytes_sent += sent
+
+
+class _ClientGone(Exception):
+    """The client closed the connection, or the server must stop now."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "misbehaving/1"
+    #: a write that cannot go out within this long (a client that stopped reading) is
+    #: retried after checking the stop, so no handler blocks for good
+    timeout = 1.0
+
+    @property
+    def owner(self) -> MisbehavingServer:
+        return self.server.owner  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        pass  # quiet: the tests read ``requests``
+
+    # -- routing -----------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.owner._record("GET", self.path, None)
+        if self._redirected():
+            return
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [
+                {"id": self.owner.model, "object": "model", "owned_by": "misbehaving",
+                 "context_length": self.owner.context_length}]})
+        elif self.path == "/health":
+            self._json(200, {"status": "ok"})
+        else:
+            self._json(404, {"error": {"message": f"no {self.path} here", "code": 404}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        self.owner._record("POST", self.path, body)
+        if self._redirected():
+            return
+        if self.path != "/v1/chat/completions":
+            self._json(404, {"error": {"message": f"no {self.path} here", "code": 404}})
+            return
+        if not (isinstance(body, dict) and body.get("stream")):
+            self._json(200, self._completion())
+            return
+        self.owner.stream_started.set()
+        try:
+            self._stream(body)
+        except (_ClientGone, OSError):
+            self.owner.client_gone.set()
+        finally:
+            with self.owner._lock:
+                self.owner.streams_done += 1
+            self.close_connection = True
+
+    def _redirected(self) -> bool:
+        if self.owner.mode != "redirect":
+            return False
+        target = self.owner.redirect_to or f"http://127.0.0.1:{self.owner.port}/moved{self.path}"
+        self.send_response(302)
+        self.send_header("Location", target)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
+
+    def _json(self, status: int, answer: Any) -> None:
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _completion(self) -> dict:
+        text = "".join(self.owner.tokens)
+        return {"id": "chatcmpl-misbehaving", "object": "chat.completion", "created": 0,
+                "model": self.owner.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": len(self.owner.tokens),
+                          "total_tokens": 100 + len(self.owner.tokens)}}
+
+    # -- a streamed reply ------------------------------------------------------------------
+
+    def _stream(self, body: dict) -> None:
+        owner = self.owner
+        self._deadline = time.monotonic() + owner.hold_s
+        mode = owner.mode
+        if mode == "slow_headers":
+            self._hold()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        self.wfile.flush()
+        self._event(self._chunk({"role": "assistant", "content": ""}))
+        for token in owner.tokens:
+            self._pause(owner.interval_s)
+            self._event(self._chunk({"content": token}))
+        owner.preamble_sent.set()
+        if mode in ("normal", "finish_then_hold"):
+            self._event(self._chunk({}, "stop"))
+            n = len(owner.tokens)
+            self._event({"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk",
+                         "created": 0, "model": owner.model, "choices": [],
+                         "usage": {"prompt_tokens": 100, "completion_tokens": n,
+                                   "total_tokens": 100 + n}})
+            if mode == "normal":
+                self._send(b"data: [DONE]\n\n")
+            else:
+                self._hold()
+        elif mode == "silent":
+            self._hold()
+        elif mode == "forever":
+            i = 0
+            while True:
+                self._pause(owner.interval_s)
+                self._event(self._chunk({"content": f" w{i}"}))
+                i += 1
+        elif mode == "keepalive":
+            while True:
+                self._pause(owner.interval_s)
+                self._send(b": keep-alive\n\n\n")
+        elif mode == "empty":
+            empties = [self._chunk({}), self._chunk({"content": ""}),
+                       self._chunk({"role": "assistant"}), self._chunk({"content": None}),
+                       self._chunk({"tool_calls": []}),
+                       {"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk",
+                        "created": 0, "model": owner.model, "choices": []}]
+            i = 0
+            while True:
+                self._pause(owner.interval_s)
+                self._event(empties[i % len(empties)])
+                i += 1
+        elif mode == "dribble":
+            while True:
+                data = b"data: " + json.dumps(self._chunk({"content": " drip"})).encode() + b"\n\n"
+                for i in range(len(data)):
+                    self._pause(owner.dribble_delay_s)
+                    self._send(data[i:i + 1])
+        elif mode == "huge_line":
+            self._send(b"data: ")
+            piece = b"x" * (64 << 10)
+            left = owner.huge_bytes
+            while left > 0:
+                self._send(piece[:left])
+                left -= len(piece)
+            self._hold()
+        elif mode == "malformed":
+            bad = MALFORMED[owner.malformed]
+            self._send(b"data: " + (bad if isinstance(bad, bytes) else json.dumps(bad).encode())
+                       + b"\n\n")
+            self._hold()
+
+    def _chunk(self, delta: dict, finish: str | None = None) -> dict:
+        return {"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk", "created": 0,
+                "model": self.owner.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    def _event(self, event: Any) -> None:
+        self._send(b"data: " + json.dumps(event).encode() + b"\n\n")
+
+    def _send(self, data: bytes) -> None:
+        """Write ``data`` whole, checking the bounds between tries; raises _ClientGone."""
+        owner = self.owner
+        view = memoryview(data)
+        while view:
+            self._check()
+            if owner.bytes_sent >= owner.max_bytes:
+                raise _ClientGone("max_bytes sent")
+            try:
+                sent = self.connection.send(view)
+            except TimeoutError:
+                continue  # the client is not reading: check the bounds, then try again
+            except OSError as exc:
+                raise _ClientGone(str(exc)) from None
+            owner._count(sent)
+            view = view[sent:]
+
+    def _check(self) -> None:
+        owner = self.owner
+        if owner._stopping.is_set() or owner.release.is_set() or time.monotonic() > self._deadline:
+            raise _ClientGone("the server stops this reply")
+
+    def _pause(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while True:
+            self._check()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            if self._left(min(left, STEP_S)):
+                raise _ClientGone("the client left")
+
+    def _hold(self) -> None:
+        """Send nothing until a bound ends it; raises _ClientGone when the client left."""
+        while True:
+            self._check()
+            if self._left(STEP_S):
+                raise _ClientGone("the client left")
+
+    def _left(self, wait_s: float) -> bool:
+        """Whether the client closed its side, waiting up to ``wait_s`` for a sign."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], wait_s)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True

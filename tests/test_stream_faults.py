@@ -1,0 +1,288 @@
+"""A server that misbehaves mid-reply: every way ends within its time limit, the text that
+came is saved in the real store (also while the server is silent, within about a second),
+memory stays bounded, and the user reads one sentence naming the cause.
+
+Against :class:`misbehaving_server.MisbehavingServer`, a real HTTP server on 127.0.0.1;
+the runtime gets short limits through its constructor (``idle_timeout_s``,
+``start_timeout_s``), the app gets them from ``model.stream_idle_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import tracemalloc
+
+import pytest
+from misbehaving_server import MALFORMED, MisbehavingServer
+
+from iris_desktop.core.config import AgentConfig, ContextParams
+from iris_desktop.core.events import ReplySaved, ReplyToken, TurnDone, TurnFailed
+from iris_desktop.core.planner import Planner
+from iris_desktop.core.store import Store
+from iris_desktop.host import build_agent, connect_server
+from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
+from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerError
+from iris_desktop.settings import SettingsError, defaults
+
+TOKENS = ["Hello", ",", " world", "."]
+PREAMBLE = "".join(TOKENS)
+#: the limits these tests run with (the app's idle minimum is 5 s; the runtime takes less)
+IDLE_S = 1.0
+START_S = 2.0
+#: no fault may take longer than this to end (generous: a slow machine is not a failure);
+#: a server's own bound (``hold_s``) is longer, so a hang fails the test
+CEILING_S = 12.0
+HOLD_S = 25.0
+
+
+def connect(server: MisbehavingServer, **limits) -> RemoteRuntime:
+    return RemoteRuntime.connect(server.base_url, **{"idle_timeout_s": IDLE_S,
+                                                     "start_timeout_s": START_S, **limits})
+
+
+def planner_on(runtime: RemoteRuntime, max_tokens: int = 64) -> Planner:
+    params = ContextParams(window=runtime.n_ctx, system_prompt="You are Iris.", recall_max_tokens=0)
+    return Planner(params, runtime.counter(), runtime=runtime,
+                   agent=AgentConfig(max_tokens=max_tokens, temperature=0.0))
+
+
+def one_sentence(text: str) -> bool:
+    """What the user reads: one line, one sentence, no traceback or Python repr."""
+    return ("\n" not in text and "Traceback" not in text and ". " not in text.rstrip(".")
+            and "object has no attribute" not in text and "Error(" not in text)
+
+
+def run_turn(runtime: RemoteRuntime, store: Store, max_tokens: int = 64) -> tuple[list, float]:
+    thread = store.create_thread("t")
+    started = time.monotonic()
+    events = list(build_agent(planner_on(runtime, max_tokens), store, compact=False).send(thread, "hi"))
+    return events, time.monotonic() - started
+
+
+# -- saved while the server is silent -------------------------------------------------------
+
+
+def test_a_silent_servers_partial_reply_is_saved_within_about_a_second(tmp_path):
+    """The reply is saved on the one-second cadence also when no token arrives: a kill -9
+    while the server is silent loses at most a second of text (issue 26, item 5)."""
+    db = tmp_path / "iris.db"
+    with MisbehavingServer("silent", tokens=TOKENS, hold_s=HOLD_S) as server, \
+            RemoteRuntime.connect(server.base_url) as runtime:  # the default limits: no timeout here
+        writer = Store(db)
+        thread = writer.create_thread("t")
+        events: list = []
+        cancel = threading.Event()
+        agent = build_agent(planner_on(runtime), writer, compact=False)
+        turn = threading.Thread(target=lambda: events.extend(agent.send(thread, "hi", cancel)))
+        turn.start()
+        reader = Store(db)
+        try:
+            assert server.preamble_sent.wait(CEILING_S)
+            sent_at = time.monotonic()
+            saved_after = None
+            while time.monotonic() - sent_at < CEILING_S:
+                rows = [r for r in reader.messages(thread) if r["role"] == "assistant"]
+                if rows and rows[-1]["content"] == PREAMBLE:
+                    saved_after = time.monotonic() - sent_at
+                    break
+                time.sleep(0.05)
+            # saved while the stream was still stalled: the server still holds it open
+            still_streaming = turn.is_alive() and not server.client_gone.is_set()
+            assert saved_after is not None, "the partial reply was not saved while the server was silent"
+            assert still_streaming and rows[-1]["status"] == "streaming"
+        finally:
+            cancel.set()
+            turn.join(CEILING_S)
+            reader.close()
+        assert not turn.is_alive()
+        assert "".join(e.text for e in events if isinstance(e, ReplyToken)) == PREAMBLE
+        assert all(e.text for e in events if isinstance(e, ReplyToken))  # no empty tokens shown
+        writer.close()
+
+
+# -- every hang ends within its limit, the text kept -----------------------------------------
+
+
+IDLE = f"sent no new text for {IDLE_S:g} s (model.stream_idle_timeout_s)"
+
+
+@pytest.mark.parametrize(("mode", "tokens", "limit_s", "why"), [
+    ("silent", TOKENS, IDLE_S, IDLE),
+    ("keepalive", TOKENS, IDLE_S, IDLE),
+    ("empty", TOKENS, IDLE_S, IDLE),
+    ("dribble", TOKENS, IDLE_S, IDLE),
+    # nothing said yet: the server may still be reading the prompt, which has longer
+    ("keepalive", [], START_S, f"answered but sent no text within {START_S:g} s of the request"),
+    ("empty", [], START_S, f"answered but sent no text within {START_S:g} s of the request"),
+    ("slow_headers", TOKENS, START_S, f"did not start answering within {START_S:g} s (not even the "
+     f"response headers came)"),
+], ids=["silent", "keepalive", "empty", "dribble", "keepalive-only", "empty-only", "slow-headers"])
+def test_a_stalled_stream_ends_within_its_limit_and_keeps_the_text(mode, tokens, limit_s, why,
+                                                                   fresh_store):
+    with MisbehavingServer(mode, tokens=tokens, hold_s=HOLD_S) as server, connect(server) as runtime:
+        events, took = run_turn(runtime, fresh_store)
+        assert server.client_gone.wait(CEILING_S)  # Iris hung up: the server may stop generating
+    assert limit_s <= took < CEILING_S
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert why in failed.text and one_sentence(failed.text), failed.text
+    assert isinstance(events[-1], TurnDone) and events[-1].finish_reason == "error"
+    shown = "".join(e.text for e in events if isinstance(e, ReplyToken))
+    row = fresh_store.messages(failed.thread_id)[-1]
+    assert (row["role"], row["status"], row["content"]) == ("assistant", "error", shown)
+    assert shown == ("" if mode == "slow_headers" else "".join(tokens))
+
+
+def test_a_stream_past_max_tokens_is_cut_off_with_a_note(fresh_store):
+    with MisbehavingServer("forever", tokens=TOKENS, interval_s=0.001, hold_s=HOLD_S) as server, \
+            connect(server, idle_timeout_s=30.0) as runtime:
+        events, took = run_turn(runtime, fresh_store, max_tokens=8)
+        assert server.client_gone.wait(CEILING_S)
+    assert took < CEILING_S
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert "8-token limit" in failed.text and "model.max_tokens" in failed.text
+    assert one_sentence(failed.text), failed.text
+    shown = "".join(e.text for e in events if isinstance(e, ReplyToken))
+    row = fresh_store.messages(failed.thread_id)[-1]
+    assert (row["status"], row["content"]) == ("error", shown) and shown.startswith(PREAMBLE)
+    assert len(shown) < 1000
+
+
+def test_a_normal_stream_is_untouched_by_the_limits(fresh_store):
+    with MisbehavingServer("normal", tokens=TOKENS) as server, connect(server) as runtime:
+        events, _ = run_turn(runtime, fresh_store)
+    assert not [e for e in events if isinstance(e, TurnFailed)]
+    saved = next(e for e in events if isinstance(e, ReplySaved))
+    assert (saved.text, saved.status) == (PREAMBLE, "complete")
+    assert [e.text for e in events if isinstance(e, ReplyToken)] == TOKENS
+    row = fresh_store.messages(saved.thread_id)[-1]
+    assert (row["status"], row["content"]) == ("complete", PREAMBLE)
+
+
+def test_a_finished_reply_on_a_connection_held_open_ends_as_complete(fresh_store):
+    with MisbehavingServer("finish_then_hold", tokens=TOKENS, hold_s=HOLD_S) as server, \
+            connect(server) as runtime:
+        events, took = run_turn(runtime, fresh_store)
+    assert IDLE_S <= took < CEILING_S
+    assert not [e for e in events if isinstance(e, TurnFailed)]
+    saved = next(e for e in events if isinstance(e, ReplySaved))
+    assert (saved.text, saved.status, saved.stats.finish_reason) == (PREAMBLE, "complete", "stop")
+
+
+# -- bounded memory ---------------------------------------------------------------------------
+
+
+def test_one_huge_line_is_refused_at_the_limit_and_never_held_whole(fresh_store):
+    huge = 32 << 20
+    with MisbehavingServer("huge_line", tokens=TOKENS, huge_bytes=huge, hold_s=HOLD_S) as server, \
+            connect(server, idle_timeout_s=30.0) as runtime:
+        tracemalloc.start()
+        try:
+            events, took = run_turn(runtime, fresh_store)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert server.client_gone.wait(CEILING_S)
+        sent = server.bytes_sent
+    assert took < CEILING_S
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert f"longer than {MAX_LINE_BYTES >> 20} MiB" in failed.text and one_sentence(failed.text), failed.text
+    # never read whole: memory stays a few times the limit, and the rest was never sent
+    assert peak < 6 * MAX_LINE_BYTES, f"{peak / 2**20:.1f} MiB traced"
+    assert sent < huge // 2
+    row = fresh_store.messages(failed.thread_id)[-1]
+    assert (row["status"], row["content"]) == ("error", PREAMBLE)
+
+
+def test_lines_are_split_on_every_sse_line_end_and_bounded():
+    lines = remote._sse_lines([b"data: a\r\nda", b"ta: b\rdata: c\r", b"\ndata: d\n\n: x"], limit=64)
+    assert list(lines) == ["data: a", "data: b", "data: c", "data: d", "", ": x"]
+    with pytest.raises(remote.LineTooLong):
+        list(remote._sse_lines([b"data: ", b"x" * 40, b"x" * 40], limit=64))
+    with pytest.raises(remote.LineTooLong):
+        list(remote._sse_lines([b"x" * 65 + b"\n"], limit=64))
+
+
+# -- what is wrong, said plainly --------------------------------------------------------------
+
+#: what each malformed event is called in the error
+MALFORMED_SAYS = {
+    "event-list": "an event is a list, not an object",
+    "event-string": "an event is a string, not an object",
+    "choices-string": "'choices' is a string, not a list",
+    "choice-string": "a choice is a string, not an object",
+    "delta-string": "'delta' is a string, not an object",
+    "content-number": "'content' is a number, not a string",
+    "content-object": "'content' is an object, not a string",
+    "tool-calls-string": "'tool_calls' is a string, not a list",
+    "tool-call-string": "a tool call is a string, not an object",
+    "tool-call-index-string": "a tool call's 'index' is a string, not a whole number",
+    "function-string": "'function' is a string, not an object",
+    "arguments-number": "'arguments' is a number, not a string",
+    "finish-number": "'finish_reason' is a number, not a string",
+    "usage-string": "'usage' is a string, not an object",
+    "timings-list": "'timings' is a list, not an object",
+    "not-json": "an event is not JSON",
+}
+
+
+def test_every_malformed_field_is_named_in_one_sentence(fresh_store):
+    assert set(MALFORMED_SAYS) == set(MALFORMED)
+    with MisbehavingServer("malformed", tokens=TOKENS, hold_s=HOLD_S) as server, connect(server) as runtime:
+        for name, says in MALFORMED_SAYS.items():
+            server.malformed = name
+            generation = runtime.stream([{"role": "user", "content": "hi"}], max_tokens=16)
+            pieces = []
+            started = time.monotonic()
+            with pytest.raises(ServerError) as raised:
+                for piece in generation:
+                    pieces.append(piece)
+            message = str(raised.value)
+            assert message.startswith(f"127.0.0.1:{server.port} sent a reply Iris cannot read: ")
+            assert says in message and one_sentence(message), (name, message)
+            assert "".join(pieces) == PREAMBLE and time.monotonic() - started < CEILING_S
+            assert generation.stats.finish_reason == "error"
+        # through the agent: the text that came is kept, the reply marked as failed
+        server.malformed = "choices-string"
+        events, _ = run_turn(runtime, fresh_store)
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert "'choices' is a string, not a list" in failed.text and one_sentence(failed.text)
+    row = fresh_store.messages(failed.thread_id)[-1]
+    assert (row["status"], row["content"]) == ("error", PREAMBLE)
+
+
+def test_a_redirect_names_its_target_and_the_setting_to_change():
+    with MisbehavingServer("redirect") as server:
+        moved = f"http://127.0.0.1:{server.port}/moved"
+        for attempt in (lambda: remote.test_connection(server.base_url),
+                        lambda: RemoteRuntime.connect(server.base_url)):
+            with pytest.raises(ServerError) as raised:
+                attempt()
+            message = str(raised.value)
+            assert f"redirected /props to {moved}/props" in message, message
+            assert "does not follow redirects" in message and "model.base_url" in message
+            assert f"{moved}/v1" in message and one_sentence(message), message
+        # a redirect of the reply itself
+        server.mode = "normal"
+        with connect(server) as runtime:
+            server.mode = "redirect"
+            with pytest.raises(ServerError) as raised:
+                runtime.stream([{"role": "user", "content": "hi"}], max_tokens=4).text()
+    message = str(raised.value)
+    assert f"redirected /v1/chat/completions to {moved}/v1/chat/completions" in message, message
+    assert one_sentence(message)
+
+
+# -- the setting reaches the runtime ----------------------------------------------------------
+
+
+def test_the_idle_setting_reaches_the_server_runtime():
+    with MisbehavingServer("normal") as server:
+        settings = defaults().with_overrides({
+            "model.backend": "openai", "model.base_url": server.base_url,
+            "model.stream_idle_timeout_s": "5"})
+        with connect_server(settings) as runtime:
+            assert runtime.idle_timeout_s == 5.0
+            assert runtime.start_timeout_s >= runtime.idle_timeout_s
+        with pytest.raises(SettingsError):  # the range stays the settings' own: 5 s at least
+            defaults().with_overrides({"model.stream_idle_timeout_s": "1"})
