@@ -155,7 +155,8 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
 def connect_server(settings: Settings) -> Runtime:
     """The OpenAI-compatible server ``model.base_url`` names (``model.backend`` openai),
     with the API key from the OS keyring. Its window is the server's when it tells, else
-    ``model.n_ctx``. Raises SettingsError (no address) or runtime.remote.ServerError."""
+    ``model.n_ctx``; a reply ends when no new text came for ``model.stream_idle_timeout_s``.
+    Raises SettingsError (no address) or runtime.remote.ServerError."""
     from iris_desktop.runtime.remote import RemoteRuntime, get_api_key
 
     base_url = settings["model.base_url"]
@@ -164,7 +165,8 @@ def connect_server(settings: Settings) -> Runtime:
                             "is set; set model.base_url (for example "
                             "http://127.0.0.1:8080/v1), or model.backend to local")
     return RemoteRuntime.connect(base_url, settings["model.name"], get_api_key(base_url),
-                                 fallback_window=settings["model.n_ctx"] or FALLBACK_WINDOW)
+                                 fallback_window=settings["model.n_ctx"] or FALLBACK_WINDOW,
+                                 idle_timeout_s=settings["model.stream_idle_timeout_s"])
 
 
 # -- what a turn is made of ----------------------------------------------------------------
