@@ -9,7 +9,7 @@ streamed ``POST /v1/chat/completions`` the way its ``mode`` says::
         runtime = RemoteRuntime.connect(server.base_url, idle_timeout_s=1.0)
         ...
 
-What it serves in every mode but ``redirect``:
+What it serves in every mode but ``redirect`` and ``bad_counts``:
 
 * ``GET /v1/models``: one model (``model``, default ``misbehaving-1``) with a
   ``context_length`` (``context_length``, default 8192);
@@ -39,6 +39,11 @@ and then, by ``mode`` (:data:`MODES`):
 ``slow_headers``        never sends anything, not even the headers (the preamble is skipped)
 ``redirect``            every request, probes included, is answered ``302 Found`` with
                         ``Location: redirect_to`` (default: the same path under ``/moved``)
+``bad_counts``          it passes for llama.cpp with fields of the wrong shape: ``/props``
+                        has ``"default_generation_settings": "oops"`` and ``"n_ctx":
+                        "many"``, ``/v1/chat/completions/input_tokens`` answers
+                        ``{"input_tokens": "many"}``, ``/tokenize`` ``{"tokens": 5}``,
+                        ``/apply-template`` ``[]``; replies stream as ``normal``
 ======================  =================================================================
 
 "Forever" and "holds" are bounded: every mode stops by itself after ``hold_s`` seconds
@@ -63,8 +68,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble", "huge_line",
-         "malformed", "slow_headers", "redirect")
+MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble",
+         "huge_line", "malformed", "slow_headers", "redirect", "bad_counts")
 
 #: the malformed events mode ``malformed`` can send (a bytes value goes out as the raw
 #: ``data:`` payload, anything else as its JSON)
@@ -88,6 +93,13 @@ MALFORMED: dict[str, Any] = {
     "usage-string": {"choices": [], "usage": "oops"},
     "timings-list": {"choices": [], "timings": [1, 2]},
     "not-json": b"{oops",
+}
+
+#: mode ``bad_counts``: what the counting endpoints answer
+BAD_COUNTS: dict[str, Any] = {
+    "/v1/chat/completions/input_tokens": {"input_tokens": "many"},
+    "/tokenize": {"tokens": 5},
+    "/apply-template": [],
 }
 
 DEFAULT_TOKENS = ("Hello", ",", " world")
@@ -212,7 +224,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.owner._record("GET", self.path, None)
         if self._redirected():
             return
-        if self.path == "/v1/models":
+        if self.owner.mode == "bad_counts" and self.path == "/props":
+            self._json(200, {"default_generation_settings": "oops", "n_ctx": "many",
+                             "chat_template": "{{ messages }}"})
+        elif self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [
                 {"id": self.owner.model, "object": "model", "owned_by": "misbehaving",
                  "context_length": self.owner.context_length}]})
@@ -230,6 +245,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         self.owner._record("POST", self.path, body)
         if self._redirected():
+            return
+        if self.owner.mode == "bad_counts" and self.path in BAD_COUNTS:
+            self._json(200, BAD_COUNTS[self.path])
             return
         if self.path != "/v1/chat/completions":
             self._json(404, {"error": {"message": f"no {self.path} here", "code": 404}})
@@ -293,14 +311,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._pause(owner.interval_s)
             self._event(self._chunk({"content": token}))
         owner.preamble_sent.set()
-        if mode in ("normal", "finish_then_hold"):
+        if mode in ("normal", "finish_then_hold", "bad_counts"):
             self._event(self._chunk({}, "stop"))
             n = len(owner.tokens)
             self._event({"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk",
                          "created": 0, "model": owner.model, "choices": [],
                          "usage": {"prompt_tokens": 100, "completion_tokens": n,
                                    "total_tokens": 100 + n}})
-            if mode == "normal":
+            if mode != "finish_then_hold":
                 self._send(b"data: [DONE]\n\n")
             else:
                 self._hold()

@@ -273,6 +273,21 @@ def test_a_redirect_names_its_target_and_the_setting_to_change():
     assert one_sentence(message)
 
 
+def test_a_server_description_or_count_of_the_wrong_shape_is_named():
+    """A window of the wrong shape is as good as none (the settings' window is used); a
+    count of the wrong shape is a sentence naming the endpoint and the field."""
+    with MisbehavingServer("bad_counts") as server, connect(server) as runtime:
+        assert (runtime.kind, runtime.window_source) == ("llama.cpp", "config")
+        with pytest.raises(ServerError) as raised:
+            runtime.count_prompt([{"role": "user", "content": "hi"}])
+        message = str(raised.value)
+        assert message == (f"127.0.0.1:{server.port} answered /v1/chat/completions/input_tokens in "
+                           f"a way Iris cannot read: 'input_tokens' is a string, not a whole number")
+        with pytest.raises(ServerError, match="answered /tokenize in a way Iris cannot read: "
+                                              "'tokens' is a number, not a list"):
+            runtime.count_text("hi")
+
+
 # -- the setting reaches the runtime ----------------------------------------------------------
 
 

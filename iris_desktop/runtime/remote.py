@@ -443,7 +443,9 @@ def _probe(http: _Http, base_url: str, only: str | None = None) -> ServerInfo:
     props = http.get("/props", missing_ok=True)
     listed = http.get("/v1/models", missing_ok=True)
     listed = listed if isinstance(listed, dict) else {}
-    data = [d for d in listed.get("data") or [] if isinstance(d, dict) and d.get("id")]
+    entries = listed.get("data")
+    data = [d for d in (entries if isinstance(entries, list) else [])
+            if isinstance(d, dict) and isinstance(d.get("id"), str) and d["id"]]
     if isinstance(props, dict) and "default_generation_settings" in props:
         identity = [props.get("chat_template"), data[0].get("meta") if data else None]
         fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
@@ -465,12 +467,35 @@ def _probe(http: _Http, base_url: str, only: str | None = None) -> ServerInfo:
 def _llama_cpp_models(props: dict, data: list[dict]) -> tuple[ServerModel, ...]:
     """llama.cpp's one model: its window from ``/props`` (newer servers nest it in
     ``default_generation_settings``), its trained length from ``/v1/models`` meta."""
-    settings = props.get("default_generation_settings") or {}
-    window = settings.get("n_ctx") or props.get("n_ctx")
-    meta = (data[0].get("meta") or {}) if data else {}
+    settings = _obj(props.get("default_generation_settings"))
+    window = _whole(settings.get("n_ctx")) or _whole(props.get("n_ctx"))
+    meta = _obj(data[0].get("meta")) if data else {}
     name = (data[0]["id"] if data else None) or props.get("model_alias") or "default"
-    return (ServerModel(str(name), int(window) if window else None,
-                        meta.get("n_ctx_train")),)
+    return (ServerModel(str(name), window, _whole(meta.get("n_ctx_train"))),)
+
+
+def _obj(value: Any) -> dict:
+    """``value`` when it is a JSON object, else {} (a description field of another shape
+    is as good as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` when it is a positive whole number, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _answer_field(answer: Any, key: str, wanted: type, address: str, path: str) -> Any:
+    """``answer[key]`` when it is a ``wanted``; else ServerError saying what is wrong."""
+    if not isinstance(answer, dict):
+        what = f"the answer is {_kind(answer)}, not an object"
+    else:
+        value = answer.get(key)
+        if isinstance(value, wanted) and not isinstance(value, bool):
+            return value
+        what = f"'{key}' is missing" if value is None else (
+            f"'{key}' is {_kind(value)}, not {_WANTED[wanted]}")
+    raise ServerError(f"{address} answered {path} in a way Iris cannot read: {what}")
 
 
 def _llama_cpp_counting(http: _Http) -> str:
@@ -503,14 +528,20 @@ def _context_field(entry: dict) -> int | None:
 def _ollama_models(http: _Http, names: list[str]) -> tuple[ServerModel, ...]:
     """Ollama's window per model: ``num_ctx`` from the model's parameters, else what the
     loaded model runs with (``/api/ps``); the trained length is information only."""
-    running = {m.get("name") or m.get("model"): m.get("context_length")
-               for m in (http.get("/api/ps", missing_ok=True) or {}).get("models") or []}
+    loaded = _obj(http.get("/api/ps", missing_ok=True)).get("models")
+    running = {}
+    for entry in loaded if isinstance(loaded, list) else []:
+        entry = _obj(entry)
+        key = entry.get("name") or entry.get("model")
+        if isinstance(key, str):
+            running[key] = _whole(entry.get("context_length"))
     models = []
     for name in names:
-        shown = http.post("/api/show", {"model": name}, missing_ok=True) or {}
-        info = shown.get("model_info") or {}
-        trained = info.get(f"{info.get('general.architecture')}.context_length")
-        window = _num_ctx(shown.get("parameters") or "") or running.get(name)
+        shown = _obj(http.post("/api/show", {"model": name}, missing_ok=True))
+        info = _obj(shown.get("model_info"))
+        trained = _whole(info.get(f"{info.get('general.architecture')}.context_length"))
+        parameters = shown.get("parameters")
+        window = _num_ctx(parameters if isinstance(parameters, str) else "") or running.get(name)
         models.append(ServerModel(name, window, trained))
     return tuple(models)
 
@@ -1067,7 +1098,7 @@ class RemoteRuntime:
         try:
             answer = self._http.post("/v1/chat/completions", body)
             reported = int((answer.get("usage") or {}).get("prompt_tokens") or 0)
-        except (ServerError, PromptTooLongError, AttributeError, ValueError) as exc:
+        except (ServerError, PromptTooLongError, AttributeError, TypeError, ValueError) as exc:
             # an optimisation: the first replies calibrate it too, if the server reports
             log.warning("%s: could not calibrate the token estimate: %s", self.where, exc)
             return
@@ -1390,17 +1421,22 @@ class ExactRemoteRuntime(RemoteRuntime):
     def _ask_count(self, body: dict) -> int:
         way = self.server.counting
         if way == "input_tokens":
-            return int(self._http.post("/v1/chat/completions/input_tokens", body)["input_tokens"])
+            return self._post_field("/v1/chat/completions/input_tokens", body, "input_tokens", int)
         if way == "vllm-tokenize":
-            return int(self._http.post("/tokenize", body)["count"])
-        prompt = self._http.post("/apply-template", body)["prompt"]
+            return self._post_field("/tokenize", body, "count", int)
+        prompt = self._post_field("/apply-template", body, "prompt", str)
         return len(self._tokenize(prompt, special=True))
+
+    def _post_field(self, path: str, body: dict, key: str, wanted: type) -> Any:
+        """The ``key`` of the server's answer to ``body`` at ``path``, a ``wanted``;
+        ServerError naming what is wrong when it is not."""
+        return _answer_field(self._http.post(path, body), key, wanted, self._http.address, path)
 
     def _tokenize(self, text: str, special: bool) -> list:
         """llama.cpp's tokens of ``text``: ``add_special`` (BOS) for a whole prompt, and
         control-token text always parsed, as the server parses the prompts it evaluates."""
         body = {"content": text, "add_special": special, "parse_special": True}
-        return self._http.post("/tokenize", body)["tokens"]
+        return self._post_field("/tokenize", body, "tokens", list)
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` alone: no template, no BOS, control-token text parsed as
@@ -1410,7 +1446,7 @@ class ExactRemoteRuntime(RemoteRuntime):
         self._check_open()
         if self.server.counting == "vllm-tokenize":
             body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-            return self._texts.get(text, lambda: int(self._http.post("/tokenize", body)["count"]))
+            return self._texts.get(text, lambda: self._post_field("/tokenize", body, "count", int))
         return self._texts.get(text, lambda: len(self._tokenize(text, special=False)))
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
