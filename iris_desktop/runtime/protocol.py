@@ -135,7 +135,9 @@ class _Result(Generic[T, S]):
 
 class Generation(_Result[str, GenerationStats]):
     """A reply being generated: iterate for its text pieces; once they end (or after
-    :meth:`close`), ``stats`` holds its :class:`GenerationStats`."""
+    :meth:`close`), ``stats`` holds its :class:`GenerationStats`. A piece may be ``""``:
+    nothing new yet (a server that is silent), yielded so that the caller can save what
+    came on its own cadence; it is no token."""
 
     def text(self) -> str:
         """Read the rest of the reply and return it."""
