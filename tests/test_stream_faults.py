@@ -173,7 +173,7 @@ def test_a_finished_reply_on_a_connection_held_open_ends_as_complete(fresh_store
 
 
 def test_one_huge_line_is_refused_at_the_limit_and_never_held_whole(fresh_store):
-    huge = 32 << 20
+    huge = 64 << 20
     with MisbehavingServer("huge_line", tokens=TOKENS, huge_bytes=huge, hold_s=HOLD_S) as server, \
             connect(server, idle_timeout_s=30.0) as runtime:
         tracemalloc.start()
@@ -189,7 +189,7 @@ def test_one_huge_line_is_refused_at_the_limit_and_never_held_whole(fresh_store)
     assert f"longer than {MAX_LINE_BYTES >> 20} MiB" in failed.text and one_sentence(failed.text), failed.text
     # never read whole: memory stays a few times the limit, and the rest was never sent
     assert peak < 6 * MAX_LINE_BYTES, f"{peak / 2**20:.1f} MiB traced"
-    assert sent < huge // 2
+    assert sent < huge // 3
     row = fresh_store.messages(failed.thread_id)[-1]
     assert (row["status"], row["content"]) == ("error", PREAMBLE)
 

@@ -137,7 +137,7 @@ CHARS_PER_TOKEN = 64
 #: how often a waiting stream checks Stop, the deadline and close
 POLL_S = 0.1
 #: a silent stream yields "" this often, so that the caller can save what came
-HEARTBEAT_S = 0.25
+HEARTBEAT_S = POLL_S
 #: server counts kept per runtime (each one cost an HTTP request)
 COUNT_CACHE_SIZE = 4096
 #: how exact counts are made; part of the counter's name, so counts the store cached
