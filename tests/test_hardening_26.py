@@ -77,6 +77,7 @@ def test_a_huge_repeat_count_is_refused_before_it_compiles(tmp_path):
     (r"(?<=a{20000})b", "repeat count of 20,000"),
     (r"\p{L}{100000}", "repeat count of 100,000"),  # regex-only syntax: judged from its text
     (r"(?:\p{L}{100}){300}", "too large once its repeats are counted out"),
+    ("x" * 20_001, "the pattern is 20,001 characters long; at most 20,000 are allowed"),
 ])
 def test_patterns_that_would_need_unbounded_memory_are_refused(tmp_path, pattern, refused):
     (tmp_path / "notes.txt").write_text("abc\n")

@@ -436,6 +436,9 @@ def _check_pattern(pattern: str) -> None:
     from its text alone, more strictly: every count in it multiplied together, as if each
     repeat were nested in the one before.
     """
+    if len(pattern) > MAX_PATTERN_SIZE:
+        raise ToolError(f"the pattern is {len(pattern):,} characters long; at most "
+                        f"{MAX_PATTERN_SIZE:,} are allowed")
     try:
         parsed = _re_parser.parse(pattern)
     except (re.error, RecursionError, OverflowError, ValueError, TypeError):
