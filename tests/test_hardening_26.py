@@ -256,6 +256,35 @@ def test_a_killed_chat_s_reply_is_recovered_even_when_its_pid_is_reused(tmp_path
                 process.wait()
 
 
+@pytest.mark.skipif(not LINUX, reason="reads the process state from /proc")
+def test_a_killed_writer_not_yet_reaped_is_dead(tmp_path):
+    """A zombie (killed, its parent has not waited for it yet) still answers signal 0, but
+    writes nothing any more: its reply is recovered."""
+    db = tmp_path / "iris.db"
+    Store(db).close()
+    writer = _python(f"""
+        import time
+        from iris_desktop.core.store import Store
+        store = Store({str(db)!r})
+        thread = store.create_thread("t")
+        store.add_message(thread, {{"role": "assistant", "content": "Hel"}}, status="streaming")
+        print("streaming", flush=True)
+        time.sleep(600)
+    """)
+    try:
+        assert writer.stdout.readline().strip() == "streaming"
+        os.kill(writer.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{writer.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with Store(db) as store:
+            assert store.mark_interrupted_streams() == 1
+    finally:
+        writer.kill()
+        writer.wait()
+
+
 def test_a_compaction_lease_of_a_dead_process_is_taken_over_despite_pid_reuse(tmp_path):
     db = tmp_path / "iris.db"
     with Store(db) as store:

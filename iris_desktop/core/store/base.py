@@ -128,6 +128,12 @@ def _exists(pid: int) -> bool:
         return False
     if os.name == "nt":
         return _windows_exists(pid)
+    if sys.platform.startswith("linux"):
+        try:  # a zombie (killed, not yet reaped by its parent) writes nothing any more
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return False
+        except (OSError, IndexError):
+            pass  # gone, or hidden from us (hidepid): the signal below tells
     try:
         os.kill(pid, 0)  # signal 0: only asks (on Windows it would kill)
     except ProcessLookupError:
