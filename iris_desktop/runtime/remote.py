@@ -764,7 +764,7 @@ class _EventReader:
                     return
                 try:
                     for line in _sse_lines(response.iter_bytes()):
-                        if not self._put(line):
+                        if not self._put((time.monotonic(), line)):
                             return
                 except LineTooLong:
                     self._put(ServerError(
@@ -775,14 +775,16 @@ class _EventReader:
         except Exception as exc:  # handed to the caller, who raises it (or has stopped)
             self._put(exc)
 
-    def events(self, should_stop: Callable[[], bool]) -> Iterator[dict | None]:
-        """The JSON events of the stream until ``data: [DONE]`` or its end, and None for
-        every wait of :data:`POLL_S` that brought none and every line that is not an
-        event (a keep-alive comment, a blank line, an ``event:`` or ``id:`` field), so
-        that the caller can check its time limits. Stops quietly (``stopped``) as soon as
-        ``should_stop()``. Raises ServerError for an error event, a malformed one or a
-        failed connection, PromptTooLongError for a prompt the server refuses as too
-        long."""
+    def events(self, should_stop: Callable[[], bool]) -> Iterator[tuple[dict | None, float]]:
+        """``(event, when)``: the JSON events of the stream until ``data: [DONE]`` or its
+        end, with the ``time.monotonic()`` their line arrived (so that a caller that was
+        busy judges the server by when it sent, not by when it was read); and ``(None,
+        when)`` for every wait of :data:`POLL_S` that brought nothing (then: now) and
+        every line that is not an event (a keep-alive comment, a blank line, an
+        ``event:`` or ``id:`` field), so that the caller can check its time limits.
+        Stops quietly (``stopped``) as soon as ``should_stop()``. Raises ServerError for
+        an error event, a malformed one or a failed connection, PromptTooLongError for a
+        prompt the server refuses as too long."""
         while True:
             try:
                 item = self._queue.get(timeout=POLL_S)
@@ -799,13 +801,17 @@ class _EventReader:
                 why = _describe(item) if isinstance(item, httpx.HTTPError) else repr(item)
                 raise ServerError(f"{self._address}: the connection was lost mid-reply "
                                   f"({why})") from item
-            if item is None or not item.startswith("data:"):
-                yield None
+            if item is None:
+                yield None, time.monotonic()
                 continue
-            event = _parse_data(item[5:].strip(), self._address)
+            when, line = item
+            if not line.startswith("data:"):
+                yield None, when
+                continue
+            event = _parse_data(line[5:].strip(), self._address)
             if event is None:
                 return
-            yield event
+            yield event, when
 
     def abort(self) -> None:
         self._aborted.set()
@@ -1268,12 +1274,12 @@ class RemoteRuntime:
                               body, address)
         sent = heard = beat = time.monotonic()
         try:
-            for event in reader.events(should_stop):
+            for event, when in reader.events(should_stop):
                 if event is not None:
                     before = (reply.chunks, reply.finish_reason)
                     text = reply.feed(event)
                     if (reply.chunks, reply.finish_reason) != before:
-                        heard = time.monotonic()
+                        heard = when
                     if text:
                         yield text
                         beat = time.monotonic()
@@ -1282,10 +1288,9 @@ class RemoteRuntime:
                         raise ServerError(f"{address} kept sending past the {limit}-token limit "
                                           f"it was asked to keep (model.max_tokens), so the "
                                           f"reply was cut off there")
-                now = time.monotonic()
-                if self._quiet_too_long(reader, reply, sent, heard, now):
+                if self._quiet_too_long(reader, reply, sent, heard, when):
                     break  # the reply had finished; the server only kept the connection open
-                if now - beat >= HEARTBEAT_S:
+                if time.monotonic() - beat >= HEARTBEAT_S:
                     yield ""  # nothing new: the caller may save what came
                     beat = time.monotonic()
             if reader.stopped:
