@@ -19,6 +19,7 @@ database is set aside first, never deleted).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -421,10 +422,30 @@ def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery
     finally:
         if repaired is not None:
             _remove_database(repaired)
-    moved = _set_aside(path)
-    os.replace(work, path)
-    _sync_folder(path.parent)
+    try:
+        moved = _swap_in(path, work, ".corrupt-")
+    except OSError as exc:
+        raise _failure(path, problems, exc) from None
     return Recovery(path, moved[-1], moved, list(problems), recovered, lost, held, recreated)
+
+
+def _swap_in(path: Path, work: Path, mark: str) -> list[Path]:
+    """Set ``path`` aside (with its -wal and -shm) and rename ``work`` in its place; when
+    a rename fails (OSError), the files set aside get their names back and ``work`` is
+    removed. Returns the names moved."""
+    moved: list[Path] = []
+    try:
+        moved = _set_aside(path, mark) if path.exists() else []
+        os.replace(work, path)
+    except OSError as exc:
+        for aside in moved:  # the database last, as it went
+            suffix = aside.name[len(moved[-1].name):]
+            with contextlib.suppress(OSError):
+                os.replace(aside, _sidecar(path, suffix))
+        _remove_database(work)
+        raise exc
+    _sync_folder(path.parent)
+    return moved
 
 
 def _damaged_reader(path: Path, key: Key | None = None) -> sqlite3.Connection:
@@ -777,8 +798,10 @@ def restore(path: Path, file: Path, key: Key | None = None) -> list[Path]:
         _remove_database(work)
         reason = "the disk is full; free some space" if disk_full(path) else str(exc).rstrip(".")
         raise StoreError(f"could not put {file.name} back ({reason}); nothing was changed") from None
-    moved = _set_aside(path, ".before-restore-") if path.exists() else []
-    os.replace(work, path)
-    _sync_folder(path.parent)
+    try:
+        moved = _swap_in(path, work, ".before-restore-")
+    except OSError as exc:
+        raise StoreError(f"could not put {file.name} back ({exc.strerror or exc}); nothing "
+                         "was changed") from None
     acknowledge(path, moved[-1:])
     return moved
