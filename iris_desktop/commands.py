@@ -875,27 +875,53 @@ def recover(args, overrides) -> int:
     from iris_desktop.core.store.recovery import acknowledge, set_aside_files
     from iris_desktop.paths import app_paths
 
-    db = app_paths(args.data_dir).ensure().db_path
+    paths = app_paths(args.data_dir).ensure()
+    db = paths.db_path
+    key = _HistoryKey(paths)
     try:
         if args.salvage:
-            return _salvage_now(db, args)
+            return _salvage_now(db, args, key)
         if args.file is None:
             files = set_aside_files(db)
-            _list_set_aside(db, files, args.json)
+            _list_set_aside(db, files, args.json, key)
             acknowledge(db, files)
             return EXIT_OK
-        return _restore(db, args)
+        return _restore(db, args, key)
     except StoreError as exc:
         raise CliError(str(exc), EXIT_FAIL) from None
 
 
-def _list_set_aside(db: Path, files: list[Path], as_json: bool) -> None:
+class _HistoryKey:
+    """The key of an encrypted file of this history (the current database, or one set
+    aside from it: the same key), found as the host finds it (IRIS_STORAGE_PASSPHRASE,
+    the keyring, or asked on a terminal) the first time one is needed; None for a plain
+    file."""
+
+    def __init__(self, paths: Any):
+        self.paths = paths
+        self._key: Any = None
+
+    def __call__(self, file: Path) -> Any:
+        from iris_desktop.core.store.cipher import is_encrypted
+        from iris_desktop.storage_key import prepare
+
+        if is_encrypted(file) is not True:
+            return None
+        if self._key is None:
+            # the current database's own state: prepare() then converts nothing
+            ask = _terminal_passphrase if sys.stdin.isatty() else None
+            self._key = prepare(self.paths, is_encrypted(self.paths.db_path) is True,
+                                ask=ask).key
+        return self._key
+
+
+def _list_set_aside(db: Path, files: list[Path], as_json: bool, key: _HistoryKey) -> None:
     import time
 
     from iris_desktop.core.store.recovery import inspect_set_aside
 
-    found = [inspect_set_aside(f) for f in files]
-    current = inspect_set_aside(db) if db.exists() and db.stat().st_size else None
+    found = [inspect_set_aside(f, key(f)) for f in files]
+    current = inspect_set_aside(db, key(db)) if db.exists() and db.stat().st_size else None
     if as_json:
         print(dump_json({
             "database": str(db),
@@ -938,7 +964,7 @@ def _confirm(question: str, args) -> bool:
     return False
 
 
-def _restore(db: Path, args) -> int:
+def _restore(db: Path, args, key: _HistoryKey) -> int:
     from iris_desktop.core.store.recovery import restore, set_aside_files
 
     named = [f for f in set_aside_files(db) if f.name == args.file]
@@ -948,14 +974,14 @@ def _restore(db: Path, args) -> int:
     if not _confirm(f"Put back {file.name} in place of {db.name}? The current one is set aside "
                     "first, not deleted. Close Iris Desktop first.", args):
         return EXIT_OK
-    moved = restore(db, file)
+    moved = restore(db, file, key(file))
     undo = (f"; the database it replaced is set aside as {moved[-1].name} ('iris-desktop "
             f"recover {moved[-1].name}' puts it back)" if moved else "")
     say(f"put back {file.name} as {db}{undo}")
     return EXIT_OK
 
 
-def _salvage_now(db: Path, args) -> int:
+def _salvage_now(db: Path, args, key: _HistoryKey) -> int:
     from iris_desktop.core.store.recovery import acknowledge, salvage
 
     if not db.exists() or not db.stat().st_size:
@@ -963,7 +989,7 @@ def _salvage_now(db: Path, args) -> int:
     if not _confirm(f"Copy what can be read of {db.name} into a new database? The current one "
                     "is set aside, not deleted. Close Iris Desktop first.", args):
         return EXIT_OK
-    recovery = salvage(db, ["salvage asked for with 'iris-desktop recover --salvage'"])
+    recovery = salvage(db, ["salvage asked for with 'iris-desktop recover --salvage'"], key(db))
     acknowledge(db, [recovery.set_aside])
     say(recovery.describe())
     return EXIT_OK

@@ -452,3 +452,28 @@ def test_gui_tells_of_a_set_aside_database_once(qtbot, tmp_path, monkeypatch, ca
     shown.clear()
     assert app_module.run_gui(data) == 0
     assert [kind for kind, _ in shown] == ["window"]  # told once
+
+
+def test_recover_works_on_an_encrypted_history(capsys, tmp_path, monkeypatch):
+    from iris_desktop.core.store import cipher
+
+    if not cipher.available():
+        pytest.skip(reason="sqlcipher3 is not installed")
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", "correct horse battery staple")
+    data = tmp_path / "data"
+    total = len(load_corpus(SYNTHETIC_CHAT))
+    code, _, err = run(capsys, "--data-dir", data, "--set", "storage.encrypt=true", "import",
+                       SYNTHETIC_CHAT)
+    assert code == 0, err
+    assert cipher.is_encrypted(data / "iris.db") is True
+    code, out, err = run(capsys, "--data-dir", data, "recover", "--salvage", "--yes")
+    assert code == 0 and "no row was lost" in out, err
+    aside = asides(data)[0]
+    assert cipher.is_encrypted(aside) is True and cipher.is_encrypted(data / "iris.db") is True
+    code, out, err = run(capsys, "--data-dir", data, "recover")
+    assert code == 0 and f"{total:,} messages" in out and "cannot be opened" not in out, err
+    code, out, err = run(capsys, "--data-dir", data, "recover", aside.name, "--yes")
+    assert code == 0, err
+    code, out, err = run(capsys, "--data-dir", data, "--set", "storage.encrypt=true",
+                         "threads", "--no-model")
+    assert code == 0 and listed_messages(out) == total, err

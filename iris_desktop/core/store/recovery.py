@@ -773,9 +773,8 @@ def restore(path: Path, file: Path, key: Key | None = None) -> list[Path]:
     try:
         source = _read_only(file, key)
         try:
-            if key is None:
-                fd = os.open(work, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-                os.close(fd)
+            fd = os.open(work, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.close(fd)
             target = connect(work, key, path=work)
             try:
                 source.backup(target)
