@@ -42,7 +42,6 @@ _RAW_TEXT = ", ".join(f"CAST({c} AS BLOB)" for c in (
     "role", "content", "tool_calls", "tool_call_id", "name", "extra", "status", "sent_at"))
 
 
-
 class Messages(Branches):
     """Threads and messages: the part of the Store every turn reads and appends to."""
 
@@ -209,7 +208,6 @@ class Messages(Branches):
             row["role"] = kept[0] if kept and kept[0] in ROLES else "assistant"
 
     # -- messages ---------------------------------------------------------------------------
-
 
     def add_message(self, thread_id: int, message: Message, status: str = "complete",
                     parent_id: Any = HEAD) -> int:
