@@ -9,10 +9,13 @@ One file, WAL mode, ``synchronous=FULL`` and a busy timeout, so that the GUI and
 can use one data dir at once. The files are created 0600 on POSIX. A sqlite3 connection
 belongs to the thread that uses it: :class:`Stores` holds one Store per thread.
 
-Damage: :func:`open_store` (what the app and the CLI open through) runs ``PRAGMA
-quick_check`` first, on a read-only connection. A damaged file is never written: it is
-set aside as ``iris.db.corrupt-<time>`` with its ``-wal`` and ``-shm``, and what can
-still be read is salvaged, row by row, into a new database (:class:`Recovery` says what).
+Damage: :func:`open_store` (what the app and the CLI open through) looks at the header
+and runs ``PRAGMA quick_check`` first, on a read-only connection; only damage to the file
+itself counts (a full disk or a short -shm is an error that says so). A damaged file is
+never written: what can still be read is salvaged, row by row, into a new database
+beside it, and once that is complete the original is set aside as
+``iris.db.corrupt-<time>`` with its ``-wal`` and ``-shm`` (:class:`Recovery` says what
+was recovered and lost); a salvage that cannot finish leaves the original in place.
 
 The parts: :mod:`.schema` (the migrations), :mod:`.rows` (row types and conversion),
 :mod:`.recovery` (the quick check and salvage), and the Store's own parts,
@@ -181,9 +184,8 @@ def open_store(path: str | os.PathLike[str], key: Key | None = None) -> tuple[St
     try:
         recovery = salvage(damage.path, damage.problems, key=key)
     except (OSError, sqlite3.Error) as exc:
-        raise StoreError(f"{damage}; recovering it failed ({exc}); Iris did not write to it: "
-                         f"it is in {damage.path.parent} as {damage.path.name} or "
-                         f"{damage.path.name}.corrupt-<time>") from None
+        raise StoreError(f"{damage}; recovering it failed ({exc}); Iris did not write to it; "
+                         "'iris-desktop recover' lists what was set aside") from None
     return Store(path, key=key), recovery
 
 

@@ -385,10 +385,10 @@ def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery
     fixed fields restored."""
     from iris_desktop.core.store import Store  # the package imports this module first
 
-    _remove_stale_work(path)
     work = _sidecar(path, f".salvage-{os.getpid()}")
     repaired: Path | None = None
     try:
+        _remove_stale_work(path)
         if key is None and header_problems(path):
             repaired = _repaired_copy(path)
         source = _damaged_reader(repaired or path, key)
