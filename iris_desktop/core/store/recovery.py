@@ -714,7 +714,8 @@ def announce(path: Path, files: Sequence[Path]) -> str:
     newest = files[0]
     what = "an earlier database was" if len(files) == 1 else f"{len(files)} earlier databases were"
     return (f"{what} set aside in {path.parent} (the newest: {newest.name}) and may hold "
-            "history this one lacks; 'iris-desktop recover' lists them and can put one back")
+            "history this one lacks; 'iris-desktop recover' lists set-aside databases and "
+            "puts one back")
 
 
 @dataclass(frozen=True)
