@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris_desktop.core.store import StoreError
-from iris_desktop.core.store.cipher import Key, KeyRejected, check_key, convert, is_encrypted, tidy
+from iris_desktop.core.store.cipher import (
+    Key,
+    KeyRejected,
+    check_key,
+    convert,
+    file_salt,
+    is_encrypted,
+    tidy,
+)
 from iris_desktop.paths import AppPaths
 
 log = logging.getLogger("iris.storage")
@@ -37,7 +45,8 @@ __all__ = ["KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Prepared", "kv
 
 #: the environment variable that supplies the passphrase without asking
 PASSPHRASE_ENV = "IRIS_STORAGE_PASSPHRASE"
-#: the keyring service; the user name is the database's path
+#: the keyring service; the user name is "database <salt>" (or, before the file has one,
+#: its path)
 KEYRING_SERVICE = "iris-desktop-storage"
 #: how many times a wrong passphrase may be entered again when asked
 ATTEMPTS = 3
@@ -59,55 +68,88 @@ class Prepared:
 # -- the keyring ---------------------------------------------------------------------------
 
 
+def _names(path: Path) -> list[str]:
+    """The keyring's user names for the database at ``path``: its salt (which follows the
+    file wherever the data folder moves), then its path (a key not yet filed by salt: the
+    database was not encrypted yet)."""
+    salt = file_salt(path)
+    return ([f"database {salt.hex()}"] if salt else []) + [str(path.resolve())]
+
+
 def _keyring_get(path: Path) -> bytes | None:
     """The raw key kept for ``path``; None when there is none, or no usable keyring."""
+    found = _keyring_find(path)
+    return found[0] if found else None
+
+
+def _keyring_find(path: Path) -> tuple[bytes, str] | None:
+    """(the raw key kept for ``path``, the name it is kept under), or None."""
     try:
         import keyring
         from keyring.errors import KeyringError
     except ImportError:
         return None
+    for name in _names(path):
+        try:
+            value = keyring.get_password(KEYRING_SERVICE, name)
+        except KeyringError as exc:  # NoKeyringError included: a headless system
+            log.info("keyring: no storage key can be read (%s)", type(exc).__name__)
+            return None
+        except Exception as exc:  # a broken backend (D-Bus gone): as if there were none
+            log.info("keyring: unusable (%s)", type(exc).__name__)
+            return None
+        try:
+            data = bytes.fromhex(value) if value else None
+        except ValueError:
+            data = None
+        if data and len(data) == 32:
+            return data, name
+    return None
+
+
+def _keyring_keep(path: Path, key: bytes) -> bool:
+    """Keep ``key`` for the database at ``path`` (under its salt once it has one, the path
+    forgotten then); False when there is no usable keyring."""
     try:
-        value = keyring.get_password(KEYRING_SERVICE, str(path))
-    except KeyringError as exc:  # NoKeyringError included: a headless system
-        log.info("keyring: no storage key can be read (%s)", type(exc).__name__)
-        return None
-    except Exception as exc:  # a broken backend (D-Bus gone): as if there were none
+        import keyring
+        from keyring.errors import KeyringError
+    except ImportError:
+        return False
+    name, *older = _names(path)
+    try:
+        keyring.set_password(KEYRING_SERVICE, name, key.hex())
+    except KeyringError as exc:
+        log.info("keyring: cannot keep a storage key (%s)", type(exc).__name__)
+        return False
+    except Exception as exc:
         log.info("keyring: unusable (%s)", type(exc).__name__)
-        return None
-    try:
-        data = bytes.fromhex(value) if value else None
-    except ValueError:
-        return None
-    return data if data and len(data) == 32 else None
+        return False
+    for name in older:
+        _keyring_delete(name)
+    return _keyring_get(path) == key
 
 
 def _keyring_new(path: Path) -> bytes | None:
     """A new random 256-bit key kept in the keyring for ``path`` (read back to be sure);
     None when there is no usable keyring."""
-    try:
-        import keyring
-        from keyring.errors import KeyringError
-    except ImportError:
-        return None
     key = secrets.token_bytes(32)
-    try:
-        keyring.set_password(KEYRING_SERVICE, str(path), key.hex())
-    except KeyringError as exc:
-        log.info("keyring: cannot keep a storage key (%s)", type(exc).__name__)
-        return None
-    except Exception as exc:
-        log.info("keyring: unusable (%s)", type(exc).__name__)
-        return None
-    return key if _keyring_get(path) == key else None
+    return key if _keyring_keep(path, key) else None
 
 
-def _keyring_forget(path: Path) -> None:
+def _keyring_delete(name: str) -> None:
     try:
         import keyring
 
-        keyring.delete_password(KEYRING_SERVICE, str(path))
+        keyring.delete_password(KEYRING_SERVICE, name)
     except Exception:  # nothing kept, or no keyring: nothing to forget
         pass
+
+
+def _keyring_forget(path: Path, salt: bytes | None) -> None:
+    """Forget every name the key of the database at ``path`` (salt ``salt``) was kept under."""
+    if salt:
+        _keyring_delete(f"database {salt.hex()}")
+    _keyring_delete(str(path.resolve()))
 
 
 # -- deciding the key ----------------------------------------------------------------------
@@ -156,6 +198,8 @@ def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None)
         key = Key.raw(raw)
         try:
             check_key(path, key)
+            if _keyring_find(path) != (raw, _names(path)[0]):
+                _keyring_keep(path, raw)  # filed under the file's salt from now on
             return key
         except KeyRejected as exc:
             if ask is None:
@@ -206,10 +250,11 @@ def prepare(paths: AppPaths, encrypt: bool, env: Mapping[str, str] | None = None
         key = _existing_key(path, env, ask)
         if encrypt:
             return Prepared(key)
+        salt = file_salt(path)
         convert(path, key, None, step)
         _drop_kv_states(paths)
         if key.kind == "raw":
-            _keyring_forget(path)
+            _keyring_forget(path, salt)
         log.info("the chat history was decrypted (storage.encrypt is off)")
         return Prepared(None, "decrypted")
     if not encrypt:
@@ -219,6 +264,8 @@ def prepare(paths: AppPaths, encrypt: bool, env: Mapping[str, str] | None = None
         return Prepared(key)
     convert(path, None, key, step)
     _drop_kv_states(paths)
+    if key.kind == "raw":
+        _keyring_keep(path, key.secret)  # filed under the new file's salt
     log.info("the chat history was encrypted (storage.encrypt is on)")
     return Prepared(key, "encrypted")
 

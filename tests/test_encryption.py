@@ -445,38 +445,58 @@ def test_a_state_file_of_the_other_kind_is_never_restored(tmp_path):
 # -- the keyring's path --------------------------------------------------------------------
 
 
-def test_a_keyring_keeps_a_random_key_and_no_passphrase_is_asked(capsys, monkeypatch, history):
+def memory_keyring() -> dict[tuple[str, str], str]:
+    """A keyring backend (the keyring package's own extension point) that keeps its
+    passwords in a dict, plugged in; returns the dict."""
     import keyring
     from keyring.backend import KeyringBackend
 
-    class Memory(KeyringBackend):
-        """The keyring package's own extension point, keeping passwords in a dict."""
+    saved: dict[tuple[str, str], str] = {}
 
+    class Memory(KeyringBackend):
         priority = 1
-        saved: dict[tuple[str, str], str] = {}
 
         def get_password(self, service, username):
-            return self.saved.get((service, username))
+            return saved.get((service, username))
 
         def set_password(self, service, username, password):
-            self.saved[(service, username)] = password
+            saved[(service, username)] = password
 
         def delete_password(self, service, username):
-            self.saved.pop((service, username), None)
+            saved.pop((service, username), None)
 
     keyring.set_keyring(Memory())
+    return saved
+
+
+def test_a_keyring_keeps_a_random_key_and_no_passphrase_is_asked(capsys, monkeypatch, history):
+    saved = memory_keyring()
     data, threads = history
     encrypt_on(monkeypatch, None)
     assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
     assert is_encrypted(data / "iris.db") is True
-    (secret,) = Memory.saved.values()
+    ((_, name), secret), = saved.items()
     assert len(bytes.fromhex(secret)) == 32
+    assert name == f"database {(data / 'iris.db').read_bytes()[:16].hex()}"  # filed by its salt
     for path, content in files_under(data).items():
         assert secret.encode() not in content and bytes.fromhex(secret) not in content, path
     assert PHRASE in json.dumps(export(capsys, data, threads["planted"]))
+    moved = data.rename(data.parent / "moved")  # the key follows the file, not its folder
+    assert PHRASE in json.dumps(export(capsys, moved, threads["planted"]))
     monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")  # back to plain: the key is forgotten
+    assert run(capsys, "--data-dir", moved, "threads", "--no-model")[0] == 0
+    assert is_encrypted(moved / "iris.db") is False and not saved
+
+
+def test_a_new_history_with_a_keyring_is_filed_under_its_salt(capsys, monkeypatch, tmp_path):
+    saved = memory_keyring()
+    encrypt_on(monkeypatch, None)
+    data = tmp_path / "fresh"
+    code, out, err = run(capsys, "--data-dir", data, "import", planted_chat(tmp_path))
+    assert code == 0, err
+    assert [name for _, name in saved] == [str((data / "iris.db").resolve())]  # no salt yet
     assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
-    assert is_encrypted(data / "iris.db") is False and not Memory.saved
+    assert [name for _, name in saved] == [f"database {(data / 'iris.db').read_bytes()[:16].hex()}"]
 
 
 def test_errors_never_show_the_passphrase(tmp_path):
