@@ -302,6 +302,53 @@ def test_a_flipped_byte_in_a_message_leaves_its_thread_readable(capsys, tmp_path
     assert asides(data) == []  # nothing to salvage: the file is sound, one value is not
 
 
+def test_random_flips_in_messages_leave_every_thread_readable(capsys, tmp_path):
+    """12 seeded random flips, each in a fresh copy, each inside one message's stored text:
+    ``export`` and ``threads`` still work, and a flip that made the text invalid is named."""
+    import random
+    import shutil
+
+    from faults import message_text_offset
+
+    rng = random.Random(26)
+    base = tmp_path / "base"
+    build(capsys, base)
+    with contextlib.closing(sqlite3.connect(base / "iris.db")) as conn:
+        rows = conn.execute("SELECT id, length(CAST(content AS BLOB)) FROM messages "
+                            "WHERE length(content) > 30").fetchall()
+    done = named = 0
+    while done < 12:
+        data = tmp_path / f"flip{done}"
+        shutil.copytree(base, data)
+        mid, size = rng.choice(rows)
+        try:
+            offset = message_text_offset(data / "iris.db", mid, rng.randrange(size))
+        except AssertionError:  # text not unique in the file: another message
+            shutil.rmtree(data)
+            continue
+        flip_byte(data / "iris.db", offset, rng.randrange(1, 256))
+        with contextlib.closing(sqlite3.connect(data / "iris.db")) as conn:
+            raw = conn.execute("SELECT CAST(content AS BLOB) FROM messages WHERE id = ?",
+                               (mid,)).fetchone()[0]
+        invalid = not recovery_utf8(raw)
+        code, out, err = run(capsys, "--data-dir", data, "export", "1")
+        assert code == 0 and "Traceback" not in err, err
+        assert (f"message {mid} is damaged on disk" in err) == invalid, err
+        named += invalid
+        code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+        assert code == 0 and listed_messages(out) == len(load_corpus(SYNTHETIC_CHAT)), err
+        done += 1
+    assert named > 0  # some flips did make a text invalid
+
+
+def recovery_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_damage_is_named_only_where_it_is(tmp_path):
     """A message that really holds U+FFFD is not called damaged."""
     db = tmp_path / "iris.db"
