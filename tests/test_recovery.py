@@ -524,3 +524,30 @@ def test_recover_works_on_an_encrypted_history(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys, "--data-dir", data, "--set", "storage.encrypt=true",
                          "threads", "--no-model")
     assert code == 0 and listed_messages(out) == total, err
+
+
+def test_recover_refuses_while_another_process_has_the_database_open(capsys, tmp_path):
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    build(capsys, data)
+    aside = data / "iris.db.corrupt-20260101T000000"
+    aside.write_bytes((data / "iris.db").read_bytes())
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+         "c.execute('PRAGMA journal_mode = WAL'); c.execute('SELECT count(*) FROM messages'"
+         ").fetchone(); print('ready', flush=True); sys.stdin.read()", str(data / "iris.db")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        before = sha256(data / "iris.db")
+        for argv in (["recover", "--salvage", "--yes"], ["recover", aside.name, "--yes"]):
+            code, out, err = run(capsys, "--data-dir", data, *argv)
+            assert code == 1 and one_sentence(err) and "has" in err and "open" in err, err
+            assert "nothing was changed" in err
+        assert sha256(data / "iris.db") == before and len(asides(data)) == 1
+    finally:
+        holder.communicate("")
+    code, out, err = run(capsys, "--data-dir", data, "recover", aside.name, "--yes")
+    assert code == 0, err

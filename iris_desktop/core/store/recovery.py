@@ -359,6 +359,41 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
+#: the byte of a -shm every SQLite connection to the database keeps a shared lock on while
+#: it is open (the "DMS" slot: UNIX_SHM_BASE 120 + SQLITE_SHM_NLOCK 8)
+_SHM_DMS = 128
+
+
+def in_use_elsewhere(path: Path) -> bool:
+    """Whether another process has the database open now (POSIX: it holds its lock on the
+    -shm; False where this cannot be told). Call it with no connection of this process
+    open to ``path``: closing the probe drops this process's own locks on the -shm."""
+    shm = _sidecar(path, "-shm")
+    if os.name != "posix" or not shm.exists():
+        return False
+    import fcntl
+
+    try:
+        fd = os.open(shm, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SHM_DMS, os.SEEK_SET)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, _SHM_DMS, os.SEEK_SET)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _refuse_if_in_use(path: Path) -> None:
+    if in_use_elsewhere(path):
+        raise StoreError(f"another Iris process (the app, or a chat) has {path} open; close "
+                         "it, then try again; nothing was changed")
+
+
 def _failure(path: Path, problems: Sequence[str], exc: BaseException) -> StoreError:
     """The one sentence for a salvage that could not finish (the original untouched)."""
     if disk_full(path) or getattr(exc, "sqlite_errorname", "").startswith("SQLITE_FULL") or (
@@ -385,6 +420,7 @@ def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery
     fixed fields restored."""
     from iris_desktop.core.store import Store  # the package imports this module first
 
+    _refuse_if_in_use(path)
     work = _sidecar(path, f".salvage-{os.getpid()}")
     repaired: Path | None = None
     try:
@@ -769,6 +805,7 @@ def restore(path: Path, file: Path, key: Key | None = None) -> list[Path]:
         raise StoreError(f"{file} is damaged ({first_problem(problems)}); putting it back "
                          "would only have it set aside again at the next start; nothing was "
                          "changed")
+    _refuse_if_in_use(path)
     _remove_stale_work(path)
     work = _sidecar(path, f".restoring-{os.getpid()}")
     try:
