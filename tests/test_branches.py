@@ -109,6 +109,8 @@ def test_a_database_before_branches_migrates_to_one_branch_per_thread(tmp_path):
                        "ALTER TABLE messages DROP COLUMN parent_id;"
                        "ALTER TABLE threads DROP COLUMN head_id; ALTER TABLE threads DROP COLUMN system_prompt;"
                        "ALTER TABLE requests DROP COLUMN head_id; ALTER TABLE requests DROP COLUMN reply_id;"
+                       "ALTER TABLE streams DROP COLUMN pid_start;"  # migration 9's, as 7 had none
+                       "ALTER TABLE compaction_leases DROP COLUMN pid_start;"
                        "PRAGMA user_version = 7;")
     conn.close()
     with Store(path) as store:

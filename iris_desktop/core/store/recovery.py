@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iris_desktop.core.store.base import _exists
 from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, connect
 from iris_desktop.core.store.errors import StoreError
@@ -350,13 +351,8 @@ def _remove_stale_work(path: Path) -> None:
 
 
 def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
+    """Whether a process ``pid`` runs (never ``os.kill(pid, 0)``, which ends it on Windows)."""
+    return _exists(pid)
 
 
 #: the byte of a -shm every SQLite connection to the database keeps a shared lock on while
