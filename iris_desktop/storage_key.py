@@ -267,6 +267,11 @@ def prepare(paths: AppPaths, encrypt: bool, env: Mapping[str, str] | None = None
     if key.kind == "raw":
         _keyring_keep(path, key.secret)  # filed under the new file's salt
     log.info("the chat history was encrypted (storage.encrypt is on)")
+    earlier = sorted(p.name for p in path.parent.glob(f"{path.name}.corrupt-*")
+                     if not p.name.endswith(("-wal", "-shm")))
+    if earlier:  # damaged copies set aside before: the user's to keep or delete
+        log.warning("%d database file(s) set aside earlier are not encrypted (%s); delete them "
+                    "once they are no longer needed", len(earlier), ", ".join(earlier))
     return Prepared(key, "encrypted")
 
 
