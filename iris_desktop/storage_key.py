@@ -176,6 +176,10 @@ def _asked(path: Path, new: bool, ask: AskPassphrase | None, problem: str | None
                          f"encrypted history, set {PASSPHRASE_ENV} or enter its passphrase (run "
                          "Iris on a terminal, or start the desktop app); nothing was changed")
     text = ask(path, new, problem)
+    if not text and new:
+        raise StoreError(f"no passphrase was given, so the history at {path} was neither encrypted "
+                         "nor opened; choose one, or turn encryption off (iris-desktop config set "
+                         "storage.encrypt false)")
     if not text:
         raise StoreError(f"no passphrase was given, so Iris did not open the history at {path}; "
                          "nothing was changed")
