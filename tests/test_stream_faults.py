@@ -14,7 +14,6 @@ import time
 import tracemalloc
 
 import pytest
-from misbehaving_server import MALFORMED, MisbehavingServer
 
 from iris_desktop.core.config import AgentConfig, ContextParams
 from iris_desktop.core.events import ReplySaved, ReplyToken, TurnDone, TurnFailed
@@ -24,6 +23,8 @@ from iris_desktop.host import build_agent, connect_server
 from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
 from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerError
 from iris_desktop.settings import SettingsError, defaults
+
+from misbehaving_server import MALFORMED, MisbehavingServer
 
 TOKENS = ["Hello", ",", " world", "."]
 PREAMBLE = "".join(TOKENS)
