@@ -63,3 +63,41 @@ def test_prefix_reuse_compares_the_question_turns_of_two_recall_sizes(capsys):
     assert out.rstrip().endswith(
         "prefix_reuse_recall: question_turns=1 recall_ratio=1.500 median_ttft_s=12.000 "
         "median_ttft_compared_s=8.000 ttft_ratio=1.500")
+
+
+def test_longmemeval_counts_evidence_by_the_ids_the_request_shows(capsys):
+    """On small LongMemEval-shaped chats (tests/fixtures/longmemeval, made by
+    make_synthetic_longmemeval.py): import, compact, plan the question; an evidence message
+    counts when the recall block or the verbatim history shows it, never through the
+    summary; a question without evidence is skipped and listed."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import longmemeval
+    finally:
+        sys.path.remove(str(BENCH))
+    from iris_desktop.tokens import HeuristicCounter
+
+    fixtures = sorted((BENCH.parent / "tests" / "fixtures" / "longmemeval").glob("*.json"))
+    paths = longmemeval.choose(fixtures, 2, None)
+    assert [longmemeval.question_type(p) for p in paths] == ["single-session-user", "multi-session"]
+    assert len(longmemeval.choose(fixtures, 0, ["temporal-reasoning"])) == 1
+
+    rows = [longmemeval.one_file(p, HeuristicCounter(), window=2048) for p in fixtures]
+    scored = {r["type"]: r for r in rows if "skipped" not in r}
+    for row in scored.values():
+        assert row["paths"] == ["extractive"]
+        assert row["summarized"] == row["evidence"] == row["recalled"] == row["found"]
+        assert row["evidence_all"] and row["answer"] and 0 < row["recall_tokens"] < row["request_tokens"]
+    assert scored["multi-session"]["evidence"] == 2
+    longmemeval.report(rows, "fixtures")
+    out = capsys.readouterr().out
+    assert "| multi-session | 1 | 100% | 100% | 100% |" in out
+    assert "skipped: synthetic-no-evidence" in out
+    assert out.rstrip().splitlines()[-1].startswith(
+        "longmemeval: evidence_all=1.000 evidence_any=1.000 answer=1.000 n=2 recall_tokens_median=")
+
+    # without recall the summarized evidence is not in the request: the summary does not count
+    off = [longmemeval.one_file(p, HeuristicCounter(), window=2048, recall=0) for p in paths]
+    assert [(r["found"], r["evidence_any"], r["recall_tokens"]) for r in off] == [(0, False, 0)] * 2
+    table = longmemeval.summarize(off)
+    assert table["overall"]["n"] == 2 and table["overall"]["evidence_all"] == 0.0

@@ -1,0 +1,236 @@
+"""LongMemEval: after compaction, is the evidence for the question in the request Iris builds?
+
+The second dev set beside ``bench/retention.py`` (LoCoMo; issue 28). Each file of
+``../shared/corpus/longmemeval-dev/`` is one LongMemEval_S haystack: a long user↔assistant
+history (~450 messages, ~120k tokens, dated by ``created_at``) with one question. For
+each file the bench does what ``bench/retention.py`` does for a LoCoMo chat, with the same
+settings for "what ships": import the messages into a fresh Store (``Store.add_messages``,
+timestamps kept), compact into a 4,096-token window at the shipped defaults (768-token
+summary cap, recall up to ``context.recall_max_tokens``; the extractive summarizer, or
+with ``--llm`` the bundled model writing the summary), embed the summarized messages
+(semantic recall on unless ``--no-semantic``), then plan the request for the question as
+the draft (``Planner.plan``, the path of ``context --json --draft QUESTION``).
+
+The engine has no clock for a draft: recall resolves relative dates against each
+*message's* date, not against "now", so ``question_date`` is not used (it is reported).
+
+What "in the request" means, per evidence message (``qa[0].evidence``, indices into
+``messages``, mapped to the ids the import gave them): its id is among the messages the
+request shows verbatim, that is ``recall.ids`` (the recall block: each hit with the
+messages after it) plus ``included_ids`` (the verbatim history tail) plus ``kept_ids``
+and ``pinned_ids``. The summary does not count by id (it is a digest, not the message).
+A recalled message longer than recall's 600-character clip counts although it is shown
+clipped; the ``clipped`` column counts those evidence messages.
+
+- ``evidence_all``: share of questions whose every evidence message is in the request;
+- ``evidence_any``: share with at least one;
+- ``answer``: share whose answer string is findable in the request without the
+  question's own words, by retention.py's matcher (normalized text match, or token-F1 ≥
+  0.5 against one sentence, dates in any written form). LongMemEval answers are free-form
+  (a preference question's "answer" is a rubric), so this under-counts; evidence first;
+- ``recall_tokens`` (the recall segment, counted exactly) and ``request_tokens`` (the
+  predicted prompt), as medians.
+
+A file whose question has no evidence indices (its answer sessions are not in the
+haystack) is skipped and listed.
+
+    .venv/bin/python bench/longmemeval.py [--files 42] [--types t1,t2] [--llm] [--json]
+
+The last line is one parseable summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from retention import SUMMARY_CAP, SYSTEM, View, asked_text  # noqa: E402
+
+from iris_desktop.core.config import CompactionSettings, ContextParams  # noqa: E402
+from iris_desktop.core.planner import Planner  # noqa: E402
+from iris_desktop.core.recall import MAX_CHARS  # noqa: E402
+from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.host import build_compactor  # noqa: E402
+from iris_desktop.settings import lookup  # noqa: E402
+
+from _corpus import CORPUS, compact_while_due  # noqa: E402
+
+DEV_SET = CORPUS / "longmemeval-dev"
+WINDOW = 4096  # bench/retention.py's window for "what ships"
+TYPES = ["single-session-user", "single-session-assistant", "single-session-preference",
+         "multi-session", "temporal-reasoning", "knowledge-update"]
+
+
+def question_type(path: Path) -> str:
+    return json.loads(path.read_text())["qa"][0]["question_type"]
+
+
+def choose(paths: list[Path], files: int | None, types: list[str] | None) -> list[Path]:
+    """The files of ``types``, then ``files`` of them taken round-robin over the types
+    (sorted by name within a type), so a subset covers every type."""
+    by_type: dict[str, list[Path]] = defaultdict(list)
+    for path in sorted(paths):
+        by_type[question_type(path)].append(path)
+    order = [t for t in [*TYPES, *sorted(set(by_type) - set(TYPES))]
+             if t in by_type and (not types or t in types)]
+    chosen: list[Path] = []
+    for rank in range(max((len(by_type[t]) for t in order), default=0)):
+        chosen += [by_type[t][rank] for t in order if rank < len(by_type[t])]
+    return chosen[:files] if files else chosen
+
+
+def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WINDOW,
+             recall: int | None = None, timeout: float = 180) -> dict:
+    """Import, compact, plan the question; the row of one file."""
+    data = json.loads(path.read_text())
+    qa = data["qa"][0]
+    row: dict = {"file": path.stem, "type": qa["question_type"], "messages": len(data["messages"]),
+                 "question_date": qa["question_date"], "summarizer": "llm" if runtime else "extractive"}
+    if not qa.get("evidence"):
+        return {**row, "skipped": "no evidence indices (the answer sessions are not in the haystack)"}
+    if recall is None:
+        recall = lookup("context.recall_max_tokens").default
+    params = ContextParams(window=window, system_prompt=SYSTEM, recall_max_tokens=recall)
+    settings = CompactionSettings(summary_max_tokens=SUMMARY_CAP, timeout_s=timeout)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "lme.db")
+        try:
+            thread = store.create_thread(path.stem)
+            ids = store.add_messages(thread, data["messages"])
+            started = time.perf_counter()
+            events = compact_while_due(build_compactor(Planner(params, counter, compaction=settings),
+                                                       store, runtime=runtime), thread)
+            row["compact_s"] = round(time.perf_counter() - started, 1)
+            row["paths"] = [e.path for e in events]
+            planner = Planner(params, counter, compaction=settings, embedder=embedder)
+            if embedder is not None:
+                index = planner.index(store)
+                while index.index_pending(limit=256):
+                    pass
+            started = time.perf_counter()
+            request = planner.plan(store, thread, qa["question"], cache=False)
+            row["plan_s"] = round(time.perf_counter() - started, 2)
+            summary = store.latest_summary(thread)
+            covered = summary.covers_through_id if summary else 0
+            shown = {*request.recall.ids, *request.included_ids, *request.kept_ids, *request.pinned_ids}
+            evidence = [ids[i] for i in qa["evidence"]]
+            found = [i for i in evidence if i in shown]
+            row.update(
+                evidence=len(evidence), found=len(found),
+                evidence_all=len(found) == len(evidence), evidence_any=bool(found),
+                summarized=sum(i <= covered for i in evidence),
+                recalled=sum(i in request.recall.ids for i in evidence),
+                clipped=sum(i in request.recall.ids and len(" ".join(
+                    data["messages"][qa["evidence"][k]]["content"].split())) > MAX_CHARS
+                    for k, i in enumerate(evidence)),
+                answer=View(asked_text(planner, store, thread, qa["question"])).finds(qa["answer"]),
+                recall_tokens=request.breakdown.recall,
+                request_tokens=request.predicted_prompt_tokens,
+                recall_reason=request.recall.reason,
+            )
+        finally:
+            store.close()
+    return row
+
+
+def share(rows: list[dict], key: str) -> float:
+    return sum(bool(r[key]) for r in rows) / len(rows) if rows else float("nan")
+
+
+def median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows) if rows else float("nan")
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per question type and overall: n, the three shares, the two medians."""
+    scored = [r for r in rows if "skipped" not in r]
+    groups = {t: [r for r in scored if r["type"] == t] for t in dict.fromkeys(r["type"] for r in scored)}
+    groups = {t: groups[t] for t in [*TYPES, *groups] if t in groups}
+    out = {}
+    for name, group in [*groups.items(), ("overall", scored)]:
+        out[name] = {"n": len(group), "evidence_all": share(group, "evidence_all"),
+                     "evidence_any": share(group, "evidence_any"), "answer": share(group, "answer"),
+                     "recall_tokens_median": median(group, "recall_tokens"),
+                     "request_tokens_median": median(group, "request_tokens"),
+                     "clipped": sum(r["clipped"] for r in group)}
+    return out
+
+
+def summary_line(table: dict) -> str:
+    o = table["overall"]
+    return (f"longmemeval: evidence_all={o['evidence_all']:.3f} evidence_any={o['evidence_any']:.3f} "
+            f"answer={o['answer']:.3f} n={o['n']} recall_tokens_median={o['recall_tokens_median']:.0f}")
+
+
+def report(rows: list[dict], header: str, as_json: bool = False) -> None:
+    table = summarize(rows)
+    skipped = [f"{r['file']} ({r['skipped']})" for r in rows if "skipped" in r]
+    if as_json:
+        print(json.dumps({"header": header, "table": table, "skipped": skipped, "rows": rows}))
+    else:
+        print(f"\n{header}\n")
+        print("| question type | n | evidence_all | evidence_any | answer | recall tokens (median) | "
+              "request tokens (median) | evidence clipped |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for name, t in table.items():
+            label = f"**{name}**" if name == "overall" else name
+            print(f"| {label} | {t['n']} | {t['evidence_all']:.0%} | {t['evidence_any']:.0%} | {t['answer']:.0%} "
+                  f"| {t['recall_tokens_median']:,.0f} | {t['request_tokens_median']:,.0f} | {t['clipped']} |")
+        if skipped:
+            print("\nskipped: " + "; ".join(skipped))
+    print(summary_line(table))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=0, help="this many files, spread over the types (0: all)")
+    parser.add_argument("--types", default="", help="comma-separated question types (default: all)")
+    parser.add_argument("--llm", action="store_true", help="the bundled model writes the summary")
+    parser.add_argument("--json", action="store_true", help="the table and rows as one JSON object")
+    parser.add_argument("--window", type=int, default=WINDOW)
+    parser.add_argument("--recall", type=int, default=lookup("context.recall_max_tokens").default,
+                        help="context.recall_max_tokens (default: the shipped default)")
+    parser.add_argument("--timeout", type=float, default=180, help="context.summary_timeout_s, per summary call")
+    parser.add_argument("--no-semantic", action="store_true")
+    parser.add_argument("--corpus", type=Path, default=DEV_SET, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    from iris_desktop.paths import app_paths
+    from iris_desktop.runtime.bundled import ensure_bundled_model
+    from iris_desktop.runtime.model import LocalModel
+
+    paths = choose(list(args.corpus.glob("*.json")), args.files,
+                   [t.strip() for t in args.types.split(",") if t.strip()])
+    if not paths:
+        sys.exit(f"no LongMemEval files in {args.corpus}")
+    models_dir = app_paths().models_dir
+    model = LocalModel.load(ensure_bundled_model(models_dir), n_ctx=8192)
+    counter = model.counter()
+    embedder = None
+    if not args.no_semantic:
+        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
+
+        embedder = Embedder.load(ensure_embedding_model(models_dir))
+    started = time.perf_counter()
+    rows = []
+    for path in paths:
+        rows.append(one_file(path, counter, embedder, model if args.llm else None, args.window,
+                             args.recall, args.timeout))
+        if not args.json:
+            print(json.dumps(rows[-1]), flush=True)
+    model.close()
+    header = (f"window {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, summarizer "
+              f"{'llm' if args.llm else 'extractive'}, semantic recall {'on' if embedder else 'off'}; "
+              f"counter {counter.name}; {len(paths)} files; {time.perf_counter() - started:.0f} s")
+    report(rows, header, args.json)
+
+
+if __name__ == "__main__":
+    main()
