@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -90,10 +92,11 @@ class Setting:
         """Convert a raw value (a string from the environment/CLI, or a TOML value) and validate it."""
         try:
             value = self._convert(raw)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise SettingsError(
-                f"{self.key}: invalid value {raw!r}: expected {self.describe_allowed()}"
-                + (f" ({exc})" if str(exc) else "")
+                f"{self.key}: invalid value {_shown(raw)}: expected {self.describe_allowed()}"
+                + (f" ({reason})" if reason else "")
             ) from None
         self.validate(value, shown=raw)
         return value
@@ -193,6 +196,12 @@ def _is_http_url(text: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for a message, cut to about ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _fmt(number: float | None) -> str:
@@ -438,7 +447,7 @@ def lookup(key: str) -> Setting:
     except KeyError:
         close = [k for k in SETTINGS if k.split(".")[-1] == key.split(".")[-1]]
         hint = f"; did you mean {close[0]}?" if close else ""
-        raise SettingsError(f"unknown setting {key!r}{hint} (see 'iris-desktop config list')") from None
+        raise SettingsError(f"unknown setting {_shown(key)}{hint} (see 'iris-desktop config list')") from None
 
 
 SOURCES = ("default", "file", "env", "cli")
@@ -508,15 +517,151 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """Raw key → value pairs from a TOML file, and problems reading it. Never raises."""
-    if not path.exists():
-        return {}, []
+#: a settings file is a few hundred bytes; one larger than this is not read at all
+MAX_CONFIG_BYTES = 1 << 20
+#: tables, lists and dotted keys nest at most this deep (Iris's own keys use two levels):
+#: deeper nesting makes TOML parsers recurse past Python's limit or take quadratic time
+MAX_CONFIG_DEPTH = 32
+
+
+class ConfigFileError(ValueError):
+    """The settings file cannot be used; the message says why, as a clause ("it is a
+    named pipe (FIFO), not a regular file")."""
+
+
+def read_config_bytes(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes | None:
+    """The settings file's bytes, or None when there is none. Never blocks and never
+    reads more than ``limit`` + 1 bytes: the file is opened non-blocking (a FIFO or a
+    device is refused, not waited on) and must be a regular file of at most ``limit``
+    bytes. Raises ConfigFileError."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) \
+        | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
-        with path.open("rb") as handle:
-            return flatten(tomllib.load(handle)), []
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        return {}, [f"{path}: cannot read the settings file ({exc}); using defaults"]
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # permissions, a socket (ENXIO), a loop of links
+        raise ConfigFileError(f"it cannot be opened ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigFileError(f"it is {_file_kind(info.st_mode)}, not a regular file")
+        if info.st_size > limit:
+            raise ConfigFileError(_too_large(info.st_size, limit))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:  # the file may grow while it is read: never past limit + 1
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ConfigFileError(_too_large(None, limit))
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigFileError(f"it cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def _too_large(size: int | None, limit: int) -> str:
+    known = f" ({size:,} bytes)" if size is not None else ""
+    return f"it is larger{known} than the {limit:,} bytes a settings file may have"
+
+
+# what TOML nests with outside strings and comments: brackets, braces and the dots of a
+# dotted key (``a.b."c"``); a string or a comment is skipped whole
+_TOML_SPECIAL = re.compile(r"[\[\]{}=,\n.#\"']")
+_BASIC_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"?')
+_LITERAL_STRING = re.compile(r"'[^'\n]*'?")
+
+
+def check_toml_depth(text: str, limit: int = MAX_CONFIG_DEPTH) -> None:
+    """Raise ConfigFileError when ``text`` nests tables, lists or dotted keys more than
+    ``limit`` levels deep. One linear scan, before any parser sees the text: Python's
+    TOML parsers recurse once per level (a RecursionError) and take quadratic time and
+    memory on a long dotted key."""
+    depth = dots = pos = 0
+    while (match := _TOML_SPECIAL.search(text, pos)) is not None:
+        char, at = match.group(), match.start()
+        pos = at + 1
+        if char == "#":  # a comment: up to its newline, which ends what came before
+            end = text.find("\n", at)
+            pos = len(text) if end < 0 else end
+        elif char in "\"'":  # a string, a quoted part of a dotted key among them
+            pos = _string_end(text, at, char)
+        elif char == ".":
+            dots += 1
+            if dots >= limit:
+                break
+        else:
+            dots = 0  # a dotted key ends here
+            if char in "[{":
+                depth += 1
+                if depth > limit:
+                    break
+            elif char in "]}":
+                depth = max(depth - 1, 0)
+    else:
+        return
+    raise ConfigFileError(f"it nests tables, lists or dotted keys more than {limit} levels "
+                          "deep (Iris's settings use two: a [section] and its keys)")
+
+
+def _string_end(text: str, at: int, quote: str) -> int:
+    """Where the TOML string that opens at ``at`` ends (past its closing quotes); an
+    unterminated one ends at its line's end (one line) or the text's (multi-line)."""
+    triple = quote * 3
+    if not text.startswith(triple, at):
+        return (_BASIC_STRING if quote == '"' else _LITERAL_STRING).match(text, at).end()
+    pos = at + 3
+    while (close := text.find(triple, pos)) >= 0:
+        backslashes = 0
+        while quote == '"' and text[close - 1 - backslashes] == "\\":
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return close + 3
+        pos = close + 1
+    return len(text)
+
+
+def parse_config_text(data: bytes) -> dict[str, Any]:
+    """The TOML document in ``data``, parsed after the checks of ``check_toml_depth``.
+    Raises ConfigFileError saying what is wrong."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"it is not UTF-8 text (byte {exc.start})") from None
+    check_toml_depth(text)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(f"it is not valid TOML ({exc})") from None
+    except RecursionError:  # check_toml_depth keeps far below the limit: a last guard
+        raise ConfigFileError("it nests tables or lists too deeply") from None
+
+
+def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Raw key → value pairs from a TOML file, and problems reading it. Never raises and
+    never blocks (``read_config_bytes``); a file that cannot be used is one problem."""
+    try:
+        data = read_config_bytes(path)
+        if data is None:
+            return {}, []
+        return flatten(parse_config_text(data)), []
+    except ConfigFileError as exc:
+        return {}, [f"{path}: cannot read the settings file: {exc}; using the defaults "
+                    "(fix it, or remove it)"]
 
 
 def load_settings(
@@ -596,24 +741,34 @@ def write_config_value(path: Path, key: str, raw: Any | None) -> Any:
 
 
 def _read_document(path: Path) -> tomlkit.TOMLDocument:
-    """The settings file as an editable document (empty when there is none)."""
+    """The settings file as an editable document (empty when there is none), read with
+    the same limits as loading (``read_config_bytes``, ``parse_config_text``)."""
     fix = "fix or remove it before 'config set' or 'config reset'"
     try:
-        return tomlkit.parse(path.read_bytes().decode("utf-8"))
-    except (FileNotFoundError, NotADirectoryError):  # writing says what is wrong with the folder
-        return tomlkit.document()
-    except OSError as exc:
-        raise SettingsError(f"cannot read {path} ({exc.strerror or exc}); {fix}") from None
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"{path} is not UTF-8 text (byte {exc.start}); {fix}") from None
-    except TOMLKitError as exc:
-        raise SettingsError(f"{path} is not valid TOML ({exc}); {fix}") from None
+        data = read_config_bytes(path)
+        if data is None:  # writing says what is wrong with the folder
+            return tomlkit.document()
+        parse_config_text(data)  # bounded: tomlkit is slower and recurses just the same
+        return tomlkit.parse(data.decode("utf-8"))
+    except ConfigFileError as exc:
+        raise SettingsError(f"cannot use {path}: {exc}; {fix}") from None
+    except (TOMLKitError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise SettingsError(f"cannot use {path}: it is not valid TOML ({reason}); {fix}") from None
 
 
 def reset_config(path: Path, key: str | None = None) -> None:
     if key is not None:
         write_config_value(path, key, None)
-    elif path.exists():
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # none there (or none reachable: writing says why)
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # never replaced behind the user's back
+        raise SettingsError(f"cannot use {path}: it is {_file_kind(mode)}, not a regular file; "
+                            "fix or remove it before 'config set' or 'config reset'")
+    if mode is not None:
         atomic_write_bytes(path, b"")
 
 
