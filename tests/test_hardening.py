@@ -198,14 +198,13 @@ def test_quick_check_stops_at_its_time_budget(tmp_path, caplog):
     assert "quick check stopped" in caplog.text
 
 
-def test_gui_reports_a_recovery_before_the_main_window(qtbot, tmp_path, monkeypatch, capsys):
+def run_gui_recording(monkeypatch, data) -> list[tuple[str, str]]:
+    """Start the real app on ``data`` with its message boxes and main window recorded
+    (the window quits at once): ``[(kind, text), ...]`` in the order they were shown."""
     from PySide6.QtCore import QTimer
 
     from iris_desktop.ui import app as app_module
 
-    data = tmp_path / "data"
-    build_db(capsys, data)
-    damage_pages(data / "iris.db", "messages", 1)
     shown: list[tuple[str, str]] = []
 
     class Boxes:
@@ -229,6 +228,14 @@ def test_gui_reports_a_recovery_before_the_main_window(qtbot, tmp_path, monkeypa
                         lambda session: shown.append(("window", "")) or Window())
     monkeypatch.setattr(app_module, "setup_logging", lambda path: None)
     assert app_module.run_gui(data) == 0
+    return shown
+
+
+def test_gui_reports_a_recovery_before_the_main_window(qtbot, tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    build_db(capsys, data)
+    damage_pages(data / "iris.db", "messages", 1)
+    shown = run_gui_recording(monkeypatch, data)
     assert [kind for kind, _ in shown] == ["warning", "window"]
     assert "set aside, unchanged" in shown[0][1]
 

@@ -463,42 +463,16 @@ def test_explain_names_a_damaged_header(tmp_path):
 
 
 def test_gui_tells_of_a_set_aside_database_once(qtbot, tmp_path, monkeypatch, capsys):
-    from PySide6.QtCore import QTimer
-
-    from iris_desktop.ui import app as app_module
+    from test_hardening import run_gui_recording
 
     data = tmp_path / "data"
     build(capsys, data)
     aside = data / "iris.db.corrupt-20260101T000000"
     (data / "iris.db").rename(aside)
-    shown: list[tuple[str, str]] = []
-
-    class Boxes:
-        @staticmethod
-        def warning(parent, title, text):
-            shown.append(("warning", text))
-
-        @staticmethod
-        def critical(parent, title, text):
-            shown.append(("critical", text))
-
-    class Window:
-        def show(self):
-            QTimer.singleShot(0, app_module.QApplication.instance().quit)
-
-        def shutdown(self):
-            pass
-
-    monkeypatch.setattr(app_module, "QMessageBox", Boxes)
-    monkeypatch.setattr(app_module, "main_window",
-                        lambda session: shown.append(("window", "")) or Window())
-    monkeypatch.setattr(app_module, "setup_logging", lambda path: None)
-    assert app_module.run_gui(data) == 0
+    shown = run_gui_recording(monkeypatch, data)
     assert [kind for kind, _ in shown] == ["warning", "window"]
     assert aside.name in shown[0][1] and "iris-desktop recover" in shown[0][1]
-    shown.clear()
-    assert app_module.run_gui(data) == 0
-    assert [kind for kind, _ in shown] == ["window"]  # told once
+    assert run_gui_recording(monkeypatch, data) == [("window", "")]  # told once
 
 
 def test_recover_works_on_an_encrypted_history(capsys, tmp_path, monkeypatch):

@@ -18,9 +18,7 @@ from dataclasses import replace
 
 import httpx
 import keyring
-import keyring.backend
 import pytest
-from keyring.errors import PasswordDeleteError
 
 from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextParams, ToolsConfig
 from iris_desktop.core.events import ReplySaved, ReplyToken, ToolFinished, TurnDone, TurnFailed
@@ -45,6 +43,7 @@ from iris_desktop.runtime.remote import (
 
 from conftest import SYNTHETIC_CHAT
 from helpers import complete, protocol_problems
+from hub_server import MemoryKeyring
 from servers import ServerUnavailable, start_llama_server, start_python_server
 
 SYSTEM = "You are Iris, a helpful assistant."
@@ -53,26 +52,6 @@ N_CTX = 4096
 #: it cannot: a skip means pytest was run on its own without that build)
 NO_LLAMA_SERVER = ("llama.cpp's llama-server is not available (build it with "
                    "`python tests/servers.py --build`, as make test does)")
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """A keyring in a dict: the tests never touch the system's."""
-
-    priority = 1
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.passwords: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service, username):
-        return self.passwords.get((service, username))
-
-    def set_password(self, service, username, password):
-        self.passwords[(service, username)] = password
-
-    def delete_password(self, service, username):
-        if self.passwords.pop((service, username), None) is None:
-            raise PasswordDeleteError(username)
 
 
 @pytest.fixture(autouse=True)
