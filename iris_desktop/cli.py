@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from iris_desktop import __version__
-from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, say
-from iris_desktop.paths import DataDirError, app_paths
+from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, say, stdout_gone
+from iris_desktop.paths import DataDirError, app_paths, make_private_dir
 from iris_desktop.settings import SettingsError, parse_assignments
 
 
@@ -159,18 +163,91 @@ def _add_runtime_commands(sub: Any) -> None:
     sub.add_parser("gui", help="start the desktop app (the default)")
 
 
+#: the log file the CLI writes (the GUI's rotation: 2 MiB, 3 older files)
+LOG_BYTES, LOG_BACKUPS = 2 * 1024 * 1024, 3
+log = logging.getLogger("iris.cli")
+
+
+class _LogFile(logging.handlers.RotatingFileHandler):
+    """The data dir's log (``logs/iris.log``, 0600 in a 0700 folder), opened at its first
+    record: what Iris logs, tracebacks included, goes there and never to stderr, where
+    the user reads one sentence per failure (``-v`` shows the log on stderr too). A log
+    that cannot be written is given up silently: it is never a reason to fail or print."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8",
+                         delay=True)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s] "
+                                            "%(message)s"))
+        self._iris = True  # the GUI's setup_logging uses it instead of adding its own
+
+    def _open(self):
+        make_private_dir(Path(self.baseFilename).parent)
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return open(fd, self.mode, encoding=self.encoding, errors="backslashreplace")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
+@contextmanager
+def _logging(data_dir: str | None, verbose: bool) -> Iterator[None]:
+    """For one run of ``main``: log records (and warnings, and a thread's uncaught
+    exception) go to the log file, so Python never prints a traceback on stderr behind
+    the one-sentence message; ``-v`` logs to stderr as well."""
+    root = logging.getLogger()
+    try:
+        handler: logging.Handler = _LogFile(app_paths(data_dir).log_path)
+    except Exception:  # no log file: records are dropped, still never printed
+        handler = logging.NullHandler()
+    handlers: list[logging.Handler] = [handler]
+    level = root.level
+    if verbose:
+        shown = logging.StreamHandler(sys.stderr)
+        shown.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handlers.append(shown)
+        root.setLevel(logging.INFO)
+    for each in handlers:
+        root.addHandler(each)
+    previous_hook = threading.excepthook
+
+    def thread_failed(hook: threading.ExceptHookArgs) -> None:
+        if hook.exc_type is SystemExit:
+            return
+        log.error("thread %s failed", getattr(hook.thread, "name", "?"),
+                  exc_info=(hook.exc_type, hook.exc_value, hook.exc_traceback))  # type: ignore[arg-type]
+
+    threading.excepthook = thread_failed
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        threading.excepthook = previous_hook
+        root.setLevel(level)
+        for each in handlers:
+            root.removeHandler(each)
+            each.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.verbose:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    with _logging(args.data_dir, args.verbose):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         overrides = parse_assignments(args.overrides)
         if args.self_test:
             from iris_desktop.selftest import run_self_test
 
-            return run_self_test(args.data_dir, overrides)
-        return COMMANDS[args.command or "gui"](args, overrides)
+            code = run_self_test(args.data_dir, overrides)
+        else:
+            code = COMMANDS[args.command or "gui"](args, overrides)
+        sys.stdout.flush()  # a reader that left is met here, not in Python's flush at exit
+        return code
     except SettingsError as exc:
         say(f"iris-desktop: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -188,9 +265,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader left (``| head``): nothing more to say to it
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        stdout_gone()
         return EXIT_OK
+    except Exception as exc:  # a bug: one sentence here, the traceback in the log
+        log.error("unexpected error", exc_info=True)
+        where = app_paths(args.data_dir).log_path
+        what = " ".join(str(exc).split())[:200]
+        say(f"iris-desktop: unexpected error ({type(exc).__name__}: {what}); this is a bug in "
+            f"Iris: the details are in {where} (run again with -v to see them here)",
+            file=sys.stderr)
+        return EXIT_FAIL
 
 
 if __name__ == "__main__":

@@ -70,6 +70,20 @@ def say(text: str = "", file: Any = None) -> None:
     print(terminal_safe(text, multiline=True), file=file or sys.stdout)
 
 
+def stdout_gone() -> None:
+    """The reader of stdout left (``| head``): what is still buffered, and whatever is
+    printed later, goes to the null device, so no write (nor Python's flush at exit)
+    raises BrokenPipeError again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's capture)
+        pass
+
+
 def dump_json(value: Any, **options: Any) -> str:
     """JSON for the terminal: as json.dumps, with DEL and C1 characters escaped too."""
     return json.dumps(value, ensure_ascii=False, **options).translate(_JSON)
@@ -449,6 +463,23 @@ class _ChatPrinter(TurnListener):
         self.code = EXIT_OK
         self.thread_id: int | None = None
         self.restored = 0
+        #: set when stdout's reader leaves: the reply stops as Stop stops it
+        self.cancel: threading.Event | None = None
+        self.stdout_closed = False
+
+    def _out(self, text: str) -> None:
+        """Reply text on stdout. A reader that left (``| head``) stops the reply as Stop
+        does: it is saved as far as it was generated, and nothing more is printed."""
+        if self.stdout_closed:
+            return
+        try:
+            sys.stdout.write(terminal_safe(text, multiline=True))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.stdout_closed = True
+            stdout_gone()
+            if self.cancel is not None:
+                self.cancel.set()
 
     def on_thread_created(self, event: ThreadCreated) -> None:
         self.thread_id = event.thread_id
@@ -462,8 +493,7 @@ class _ChatPrinter(TurnListener):
     def on_reply_started(self, event: ReplyStarted) -> None:
         self.reply = ""
         if event.text and not self.as_json:  # a continued reply: what it already said
-            sys.stdout.write(terminal_safe(event.text, multiline=True))
-            sys.stdout.flush()
+            self._out(event.text)
 
     def on_progress(self, event: PromptProgress) -> None:
         """How far the model has read the prompt, on one line of a terminal's stderr."""
@@ -480,8 +510,7 @@ class _ChatPrinter(TurnListener):
 
     def on_token(self, event: ReplyToken) -> None:
         if not self.as_json:
-            sys.stdout.write(terminal_safe(event.text, multiline=True))
-            sys.stdout.flush()
+            self._out(event.text)
 
     def on_reply(self, event: ReplySaved) -> None:
         self.reply, self.stats = event.text, event.stats
@@ -498,7 +527,7 @@ class _ChatPrinter(TurnListener):
         self.code = EXIT_TOO_LARGE if event.kind == "too_large" else EXIT_FAIL
 
     def on_done(self, event: TurnDone) -> None:
-        if event.finish_reason == "cancelled":
+        if event.finish_reason == "cancelled" and not self.stdout_closed:
             print("\n[stopped]", file=sys.stderr)
 
 
@@ -629,12 +658,18 @@ def chat(args, overrides) -> int:
             _index_for_recall(host, args.thread)
         printer = _ChatPrinter(args.json)
         printer.thread_id = args.thread
-        cancel = threading.Event()
+        cancel = printer.cancel = threading.Event()
         with _cancel_on_interrupt(cancel):
             # the thread's saved KV state is restored (only the new message is evaluated)
             # and saved again when the host closes, for the next process and the GUI
-            for event in _turn_of(args, host, message, cancel, files, printer):
-                dispatch(event, printer)
+            turn = _turn_of(args, host, message, cancel, files, printer)
+            try:
+                for event in turn:
+                    dispatch(event, printer)
+            finally:  # whatever stopped the loop, the turn ends here, before the host closes
+                turn.close()
+        if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
+            return printer.code
         stats = printer.stats
         if args.json:
             print(dump_json({

@@ -84,6 +84,24 @@ __all__ = [
 ]
 
 
+#: exceptions that only a bug in Iris raises: their text ("'content'", "'NoneType' object
+#: has no attribute 'get'") tells a user nothing, so a message says "a bug" and where the
+#: log with the details is
+_BUGS = (AttributeError, LookupError, TypeError, NameError, AssertionError, ZeroDivisionError)
+
+
+def plain_reason(exc: BaseException, log_path: Path | None = None) -> str:
+    """Why ``exc`` happened, in words for the user: an OSError's reason and file, a bug
+    named as one (with where the log is), otherwise the exception's own sentence."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f" ({exc.filename})" if exc.filename else "")
+    text = " ".join(str(exc).split())
+    if isinstance(exc, _BUGS) or not text:
+        where = f" (details in {log_path})" if log_path is not None else ""
+        return f"an internal error in Iris ({type(exc).__name__}: {text or 'no message'}){where}"
+    return text
+
+
 # -- models --------------------------------------------------------------------------------
 
 
@@ -334,7 +352,7 @@ class Host:
         try:
             return self.runtime or self.load_model()
         except Exception as exc:  # a bad model must never take the app down
-            self.model_error = str(exc)
+            self.model_error = plain_reason(exc, self.paths.log_path)
             log.error("model: %s", exc)
             return None
 
@@ -515,7 +533,7 @@ class Host:
     def _failed(self, thread_id: int | None, exc: Exception, what: str) -> Iterator[TurnEvent]:
         log.exception("%s", what)
         text = (explain(exc, self.paths.db_path) if isinstance(exc, sqlite3.Error)
-                else f"{what}: {exc}")
+                else f"{what}: {plain_reason(exc, self.paths.log_path)}")
         tid = thread_id if thread_id is not None else -1
         yield TurnFailed(tid, text, "internal")
         yield TurnDone(tid, "error")

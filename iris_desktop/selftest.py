@@ -88,5 +88,10 @@ def run_self_test(data_dir=None, overrides=None) -> int:
             )
             return 0 if ok else 1
     except Exception as exc:
-        print(f"iris-desktop self-test FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        import logging
+
+        from iris_desktop.host import plain_reason
+
+        logging.getLogger("iris.selftest").error("self-test failed", exc_info=True)
+        print(f"iris-desktop self-test FAILED: {plain_reason(exc)}", file=sys.stderr)
         return 1
