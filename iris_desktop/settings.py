@@ -359,7 +359,7 @@ _ALL: tuple[Setting, ...] = (
         "model.stream_idle_timeout_s", "int", 60,
         "A server's reply ends, with a note, when no new text arrives for this long "
         "(keep-alives do not count); what arrived is kept.",
-        minimum=5, maximum=3600, unit="s",
+        minimum=5, maximum=3600, unit="s", needs_reload=True,
         label="Give up on a silent server after",
     ),
     Setting(
