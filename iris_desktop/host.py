@@ -60,6 +60,7 @@ from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.paths import AppPaths, app_paths
+from iris_desktop.reasons import plain_reason as plain_reason
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
 from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
@@ -82,24 +83,6 @@ __all__ = [
     "load_runtime",
     "model_path_for",
 ]
-
-
-#: exceptions that only a bug in Iris raises: their text ("'content'", "'NoneType' object
-#: has no attribute 'get'") tells a user nothing, so a message says "a bug" and where the
-#: log with the details is
-_BUGS = (AttributeError, LookupError, TypeError, NameError, AssertionError, ZeroDivisionError)
-
-
-def plain_reason(exc: BaseException, log_path: Path | None = None) -> str:
-    """Why ``exc`` happened, in words for the user: an OSError's reason and file, a bug
-    named as one (with where the log is), otherwise the exception's own sentence."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror + (f" ({exc.filename})" if exc.filename else "")
-    text = " ".join(str(exc).split())
-    if isinstance(exc, _BUGS) or not text:
-        where = f" (details in {log_path})" if log_path is not None else ""
-        return f"an internal error in Iris ({type(exc).__name__}: {text or 'no message'}){where}"
-    return text
 
 
 # -- models --------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from iris_desktop.core.ports import Usage
 from iris_desktop.core.store import Store
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
+from iris_desktop.reasons import plain_reason
 
 log = logging.getLogger("iris.agent")
 
@@ -304,7 +305,7 @@ class Agent:
         except Exception as exc:  # the model failed mid-reply: keep what came, say why
             log.exception("generation failed")
             self.store.update_streaming(reply_id, "".join(pieces), status="error")
-            return reply_id, "".join(pieces), None, f"The model failed: {exc}"
+            return reply_id, "".join(pieces), None, f"The model failed: {plain_reason(exc)}"
         return reply_id, "".join(pieces), generation.stats, None
 
     @staticmethod

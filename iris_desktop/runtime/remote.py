@@ -324,11 +324,21 @@ class _Http:
 
 
 def _describe(exc: httpx.HTTPError) -> str:
+    """What went wrong on the way to the server, in words (the OS's text in brackets)."""
+    text = str(exc)
     if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect ({exc})"
+        if "refused" in text.lower():
+            return ("nothing answers at that address (connection refused); check that the "
+                    "server is running and the address and port are right")
+        if "name or service not known" in text.lower() or "nodename nor servname" in text.lower() \
+                or "getaddrinfo" in text.lower():
+            return f"the host name cannot be found; check the address ({text})"
+        return f"cannot connect ({text})"
     if isinstance(exc, httpx.TimeoutException):
-        return f"timed out ({type(exc).__name__})"
-    return f"{type(exc).__name__}: {exc}"
+        return "the server did not answer in time; check that it is running and not overloaded"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"the server broke off the connection or answered something that is not HTTP ({text})"
+    return f"{type(exc).__name__}: {text}"
 
 
 def _http_error(address: str, response: httpx.Response, path: str = "") -> Exception:
