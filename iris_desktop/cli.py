@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import logging.handlers
-import os
 import sqlite3
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from iris_desktop import __version__
 from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, say, stdout_gone
-from iris_desktop.paths import DataDirError, app_paths, make_private_dir
+from iris_desktop.logfile import PrivateLogFile
+from iris_desktop.paths import DataDirError, app_paths
 from iris_desktop.settings import SettingsError, parse_assignments
 
 
@@ -163,31 +161,7 @@ def _add_runtime_commands(sub: Any) -> None:
     sub.add_parser("gui", help="start the desktop app (the default)")
 
 
-#: the log file the CLI writes (the GUI's rotation: 2 MiB, 3 older files)
-LOG_BYTES, LOG_BACKUPS = 2 * 1024 * 1024, 3
 log = logging.getLogger("iris.cli")
-
-
-class _LogFile(logging.handlers.RotatingFileHandler):
-    """The data dir's log (``logs/iris.log``, 0600 in a 0700 folder), opened at its first
-    record: what Iris logs, tracebacks included, goes there and never to stderr, where
-    the user reads one sentence per failure (``-v`` shows the log on stderr too). A log
-    that cannot be written is given up silently: it is never a reason to fail or print."""
-
-    def __init__(self, path: Path):
-        super().__init__(path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8",
-                         delay=True)
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s] "
-                                            "%(message)s"))
-        self._iris = True  # the GUI's setup_logging uses it instead of adding its own
-
-    def _open(self):
-        make_private_dir(Path(self.baseFilename).parent)
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        return open(fd, self.mode, encoding=self.encoding, errors="backslashreplace")
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        pass
 
 
 @contextmanager
@@ -197,7 +171,7 @@ def _logging(data_dir: str | None, verbose: bool) -> Iterator[None]:
     the one-sentence message; ``-v`` logs to stderr as well."""
     root = logging.getLogger()
     try:
-        handler: logging.Handler = _LogFile(app_paths(data_dir).log_path)
+        handler: logging.Handler = PrivateLogFile(app_paths(data_dir).log_path)
     except Exception:  # no log file: records are dropped, still never printed
         handler = logging.NullHandler()
     handlers: list[logging.Handler] = [handler]

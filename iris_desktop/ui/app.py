@@ -4,8 +4,6 @@ command, and what ``make run`` runs)."""
 from __future__ import annotations
 
 import logging
-import logging.handlers
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -15,39 +13,20 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from iris_desktop import __version__
+from iris_desktop.logfile import PrivateLogFile
 from iris_desktop.ui.main_window import MainWindow, main_window
 from iris_desktop.ui.theme import app_icon
 
 __all__ = ["run_gui", "main_window", "MainWindow", "setup_logging"]
 
-LOG_BYTES = 2 * 1024 * 1024
-LOG_BACKUPS = 3
-
-
-class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
-    """A rotating log whose files are 0600: the log names threads and files."""
-
-    def _open(self):
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        if os.name == "posix":
-            os.fchmod(fd, 0o600)  # a log written before this rule existed
-        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
-
-
 def setup_logging(log_path) -> logging.Handler:
-    """Log to a rotating file in the log dir (once per process); folder 0700, files 0600."""
-    from iris_desktop.paths import make_private_dir
-
+    """Log to the data folder's rotating file (once per process; the CLI's when it
+    started the app); folder 0700, files 0600."""
     root = logging.getLogger()
     for handler in root.handlers:
         if getattr(handler, "_iris", False):
             return handler
-    make_private_dir(log_path.parent)
-    handler = PrivateRotatingFileHandler(
-        log_path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s] "
-                                           "%(message)s"))
-    handler._iris = True  # type: ignore[attr-defined]
+    handler = PrivateLogFile(log_path)
     root.addHandler(handler)
     if root.level == logging.NOTSET or root.level > logging.INFO:
         root.setLevel(logging.INFO)
