@@ -398,7 +398,7 @@ def test_every_context_key_has_a_field(make_window, qtbot):
     assert {k for k in SETTINGS if k.startswith("context.")} <= set(dialog.fields)
     assert set(dialog.fields) == set(SETTINGS)
     assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == [
-        "Context", "Model", "Tools", "Chat", "Appearance"]
+        "Context", "Model", "Downloads", "Tools", "Chat", "Storage", "Appearance"]
     ratio = dialog.fields["context.token_budget_ratio"]
     assert "× window" in ratio.hint.text() and "0.1 to 0.95" in ratio.hint.text()
     # editors generated from the settings model: slider + spin box, spin box, combo, file
