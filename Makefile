@@ -51,6 +51,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/stop_latency.py
 	$(BIN)/python bench/sawtooth.py
 	$(BIN)/python bench/retention.py
+	$(BIN)/python bench/longmemeval.py
 	$(BIN)/python bench/agent_summaries.py
 	$(BIN)/python tests/servers.py --build
 	$(BIN)/python bench/server_vs_local.py
