@@ -10,8 +10,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
-import subprocess
 import threading
 from pathlib import Path
 
@@ -35,6 +33,7 @@ from iris_desktop.runtime.hub import (
 )
 from iris_desktop.runtime.library import describe_model, discover_models
 
+from faults import full_disk
 from gguf_fixtures import write_gguf
 from hub_server import HubServer, MemoryKeyring, gguf_bytes
 
@@ -307,17 +306,9 @@ def test_proxy_variables_are_honoured_for_the_hub_only(server, monkeypatch):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 1 MiB tmpfs (root only; skipped where mounting is not allowed)."""
-    folder = tmp_path / "small"
-    folder.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a 1 MiB tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    yield folder
-    subprocess.run(["umount", "-l", str(folder)], check=False)
+    """A 1 MiB tmpfs (tests/faults.py; skipped, with the reason, where mounting is not allowed)."""
+    with full_disk(tmp_path, "1m") as disk:
+        yield disk.path
 
 
 def test_free_space_is_checked_before_a_byte_is_written(server, client, small_disk):
