@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .backends import load_backends
 from .bundled import (
     BundledModel,
     BundledModelError,
@@ -473,6 +474,7 @@ class Embedder:
         import llama_cpp  # only here: importing this module must stay cheap
 
         try:
+            load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
             # n_threads_batch too: embedding is all prompt processing, which would else use every core
             llm = llama_cpp.Llama(model_path=str(p), embedding=True, n_ctx=_N_CTX, n_batch=_N_CTX,
                                   n_threads=n_threads, n_threads_batch=n_threads, verbose=False)

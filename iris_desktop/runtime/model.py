@@ -46,6 +46,7 @@ from typing import Any
 
 from iris_desktop.tokens import Message, continues_reply
 
+from .backends import load_backends
 from .chat_format import ChatFormat, select_chat_format
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .library import is_base_model
@@ -398,6 +399,7 @@ class LocalModel:
         _recent_llama_errors()
         t0 = time.perf_counter()
         try:
+            load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
             with _load_progress(progress, cancel):
                 llm = _counting_llama_class()(
                     model_path=str(p),
