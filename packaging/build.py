@@ -12,7 +12,9 @@ Steps (each logged as ``==> [n/9] step``):
                  checked against packaging/minimum_os.py's record; it becomes
                  MACOSX_DEPLOYMENT_TARGET for step 2 and LSMinimumSystemVersion (step 5)
  2. wheels       llama-cpp-python compiled for redistribution (CMAKE_ARGS=-DGGML_NATIVE=off,
-                 no -march=native), and numpy compiled without BLAS (-28 MB of OpenBLAS),
+                 no -march=native; Linux and Windows: GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS, one
+                 CPU backend per x86-64 level, the best loaded at run time, so a CPU without AVX2
+                 runs it too), and numpy compiled without BLAS (-28 MB of OpenBLAS),
                  into wheels cached under build/wheels/; reused until the version or the
                  build options change (--rebuild-llama / --rebuild-numpy force it)
  3. models       the bundled GGUF, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0),
@@ -27,12 +29,15 @@ Steps (each logged as ``==> [n/9] step``):
  5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships both
                  GGUFs and their licenses as models/<file>, never the packages they come from
  6. contents     the bundle checked (each model once, verified again; the licenses; no part
-                 or source package), its size by part printed and written to
+                 or source package; every CPU backend variant in llama_cpp/lib), its size by
+                 part printed and written to
                  build/last-build.json (the app without models: all but the two GGUFs and
                  their licenses)
  7. self-test    the frozen app's --self-test (QT_QPA_PLATFORM=offscreen; on Linux without
-                 network, in a new network namespace: unshare -n), the offline tiktoken
-                 table, and the GUI starting; any failure fails the build
+                 network, in a new network namespace: unshare -n) and the CPU backend it loaded,
+                 the offline tiktoken table, and the GUI starting; with --emulate-cpu MODEL
+                 (Linux x86-64, Debian's qemu-user) the --self-test again under
+                 `qemu-x86_64 -cpu MODEL` (Nehalem: no AVX); any failure fails the build
  8. installers   Linux: .tar.gz + .deb (dpkg-deb); Windows: Inno Setup; macOS: .dmg
                  (signed and notarized when the MACOS_* / APPLE_* secrets are set)
  9. record       build/last-build.json completed (build/ is git-ignored: a build leaves the
@@ -70,7 +75,27 @@ import minimum_os  # noqa: E402
 APP_NAME = "iris-desktop"
 BUNDLE_NAME = "Iris Desktop"
 DISPLAY_NAME = "Iris Desktop"
-DEFAULT_CMAKE_ARGS = "-DGGML_NATIVE=off"
+#: CMAKE_ARGS for llama-cpp-python, by OS. GGML_NATIVE=off: no -march=native. Linux and Windows
+#: also build ggml's CPU backend once per x86-64 level (GGML_CPU_ALL_VARIANTS: x64, sse42, sandybridge,
+#: haswell, skylakex, ... each its own libggml-cpu-<variant>.so / ggml-cpu-<variant>.dll, which needs
+#: GGML_BACKEND_DL), and iris_desktop/runtime/backends.py loads the best one this CPU runs: a single
+#: GGML_NATIVE=off build assumes AVX2/FMA/F16C and dies on an older CPU with an illegal instruction.
+#: ggml installs backend modules into CMAKE_INSTALL_BINDIR (the wheel's top-level bin/ by default):
+#: llama_cpp/lib puts them beside libllama, where llama_cpp and the PyInstaller hook look.
+#: macOS (arm64, Metal) keeps its single build: llama-cpp-python turns Metal on there itself.
+CMAKE_ARGS_BY_OS = {
+    "linux": "-DGGML_NATIVE=off -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DCMAKE_INSTALL_BINDIR=llama_cpp/lib",
+    "win32": "-DGGML_NATIVE=off -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DCMAKE_INSTALL_BINDIR=llama_cpp/lib",
+    "darwin": "-DGGML_NATIVE=off",
+}
+
+
+def default_cmake_args(platform: str = sys.platform) -> str:
+    """The CMAKE_ARGS llama-cpp-python is compiled with for ``platform`` (``sys.platform``)."""
+    return CMAKE_ARGS_BY_OS["linux" if platform.startswith("linux") else platform]
+
+
+DEFAULT_CMAKE_ARGS = default_cmake_args()
 PYINSTALLER_REQUIREMENT = "pyinstaller>=6.10,<7"
 #: the goal for the app without the models (chat and embedding), in MB (10^6 bytes)
 SIZE_GOAL_MB = 150
@@ -311,8 +336,10 @@ def ensure_native_wheels(opts: argparse.Namespace, py: Path, macos_target: str |
     target_env = deployment_env(macos_target)
     target_key = [f"MACOSX_DEPLOYMENT_TARGET={macos_target}"] if macos_target else []
 
-    # llama-cpp-python: CMAKE_ARGS=-DGGML_NATIVE=off (no -march=native)
-    llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2), **target_env}
+    # llama-cpp-python: CMAKE_ARGS (default_cmake_args: no -march=native; the CPU variants)
+    # a CMAKE_BUILD_PARALLEL_LEVEL already set wins (a shared machine); else one job per CPU
+    jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)
+    llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": jobs, **target_env}
     llama = cached_wheel(py, "llama-cpp-python", requirement_of("llama-cpp-python"), env=llama_env,
                          settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}",
                          key_extra=[opts.cmake_args, *target_key],
@@ -742,6 +769,36 @@ def check_bundle(root: Path, *models: dict) -> dict:
             "licenses": [p.relative_to(root).as_posix() for p in licenses]}
 
 
+def wants_cpu_variants(cmake_args: str) -> bool:
+    """Whether llama-cpp-python is compiled with one CPU backend per x86-64 level."""
+    flags = {m[1].upper(): m[2].upper() for m in re.finditer(r"-D(GGML_[A-Z0-9_]+)=(\S+)", cmake_args)}
+    return flags.get("GGML_CPU_ALL_VARIANTS") in ("ON", "1", "TRUE") and flags.get("GGML_BACKEND_DL") in (
+        "ON", "1", "TRUE")
+
+
+def check_cpu_backends(cmake_args: str, lib_dir: Path | None = None) -> dict:
+    """The CPU backend variants in the bundle's llama_cpp/lib (where iris_desktop/runtime/backends.py
+    asks ggml to choose). A build with GGML_CPU_ALL_VARIANTS must ship them, the baseline
+    ``x64`` (any x86-64) and ``sse42`` among them on x86-64; a build without ships none."""
+    lib_dir = lib_dir or internal_dir() / bundle_rules.LLAMA_LIB_DIR
+    variants = {bundle_rules.cpu_variant(p.name): p for p in sorted(lib_dir.glob("*ggml-cpu-*"))
+                if bundle_rules.cpu_variant(p.name)}
+    if not wants_cpu_variants(cmake_args):
+        if variants:
+            raise BuildError(f"{shown(lib_dir)} has CPU backend variants ({', '.join(variants)}), but CMAKE_ARGS "
+                             f"{cmake_args!r} does not ask for them: a stale wheel?")
+        Log.info(f"CPU backend: linked into libggml ({cmake_args})")
+        return {"variants": {}, "cmake_args": cmake_args}
+    needed = {"x64", "sse42"} if machine_arch() == "x86_64" else set()
+    if not variants or needed - set(variants):
+        raise BuildError(f"{shown(lib_dir)} lacks CPU backend variants (found: {', '.join(variants) or 'none'}; "
+                         f"needed at least {', '.join(sorted(needed)) or 'one'}): CMAKE_ARGS {cmake_args!r}")
+    sizes = {v: p.stat().st_size for v, p in variants.items()}
+    Log.info(f"CPU backend variants in {bundle_rules.LLAMA_LIB_DIR}: {len(variants)}, {mb(sum(sizes.values()))} "
+             f"({', '.join(variants)})")
+    return {"variants": sizes, "cmake_args": cmake_args}
+
+
 def measure(root: Path) -> dict:
     """Sizes of the app folder by part (symlinks count 0; each file is counted once)."""
     internal = internal_dir()
@@ -808,7 +865,49 @@ def offline_prefix() -> list[str]:
     return []
 
 
-def smoke_test(exe: Path, *, gui: bool = True) -> dict:
+#: what iris_desktop/runtime/backends.py logs (with -v, on stderr) once the CPU backend is there
+CPU_BACKEND_LINE = re.compile(r"llama\.cpp CPU backend: (?P<what>.+)")
+
+
+def cpu_backend_of(output: str) -> str | None:
+    """The CPU backend a ``-v`` run of the app reported: ``libggml-cpu-sse42.so (variant sse42; ...)``."""
+    match = CPU_BACKEND_LINE.search(output)
+    return match["what"].split(", from ", 1)[0].strip() if match else None
+
+
+def self_test_once(prefix: list[str], exe: Path, env: dict[str, str], answer: str, timeout: float,
+                   what: str) -> dict:
+    """Run ``prefix + [exe, -v, --self-test]``; fail the build unless it answered right and exited 0."""
+    t0 = time.perf_counter()
+    proc = run([*prefix, exe, "-v", "--self-test"], env=env, capture=True, timeout=timeout, check=False)
+    seconds = time.perf_counter() - t0
+    output = ((proc.stdout or "") + (proc.stderr or "")).strip()
+    ok_line = next((line for line in output.splitlines() if "self-test ok" in line), "")
+    backend = cpu_backend_of(output)
+    if backend:
+        Log.info(f"| CPU backend: {backend}")
+    Log.info(f"| {ok_line or (output.splitlines() or [''])[-1]}")
+    if proc.returncode != 0 or not ok_line or answer not in ok_line.lower():
+        raise BuildError(f"the frozen app's --self-test {what}failed (exit {proc.returncode}):\n{output[-2000:]}")
+    loaded = re.search(r"loaded in ([\d.]+) s", ok_line)
+    return {"ok": True, "seconds": round(seconds, 2), "model_load_seconds": float(loaded[1]) if loaded else None,
+            "cpu_backend": backend, "line": ok_line}
+
+
+def emulated_self_test(exe: Path, env: dict[str, str], answer: str, cpu: str, offline: list[str]) -> dict:
+    """``qemu-x86_64 -cpu <cpu>``: the --self-test on an emulated older CPU (Debian's qemu-user)."""
+    qemu = shutil.which("qemu-x86_64")
+    if not IS_LINUX or machine_arch() != "x86_64":
+        raise BuildError("--emulate-cpu needs Linux on x86-64")
+    if qemu is None:
+        raise BuildError("--emulate-cpu needs qemu-x86_64 (apt-get install qemu-user)")
+    Log.info(f"--self-test under qemu-x86_64 -cpu {cpu} (emulated: minutes)")
+    result = self_test_once([*offline, qemu, "-cpu", cpu], exe, env, answer, timeout=3600,
+                            what=f"under qemu-x86_64 -cpu {cpu} ")
+    return {**result, "cpu": cpu, "qemu": run([qemu, "--version"], capture=True).stdout.splitlines()[0]}
+
+
+def smoke_test(exe: Path, *, gui: bool = True, emulate_cpu: str | None = None) -> dict:
     Log.step("smoke test of the frozen app")
     result: dict = {}
     answer = load_source_module("iris_packaging_selftest", ROOT / "iris_desktop" / "selftest.py").ANSWER
@@ -822,19 +921,10 @@ def smoke_test(exe: Path, *, gui: bool = True) -> dict:
             Log.info(f"--self-test without network ({' '.join(offline)})")
         else:
             Log.warn("cannot run the self-test without network here (no permitted `unshare -n`)")
-        t0 = time.perf_counter()
-        proc = run([*offline, exe, "--self-test"], env=env, capture=True, timeout=600, check=False)
-        seconds = time.perf_counter() - t0
-        output = ((proc.stdout or "") + (proc.stderr or "")).strip()
-        for line in output.splitlines()[-5:]:
-            Log.info(f"| {line}")
-        ok_line = next((line for line in output.splitlines() if "self-test ok" in line), "")
-        if proc.returncode != 0 or not ok_line or answer not in ok_line.lower():
-            raise BuildError(f"the frozen app's --self-test failed (exit {proc.returncode}):\n{output[-2000:]}")
-        loaded = re.search(r"loaded in ([\d.]+) s", output)
-        result["self_test"] = {"ok": True, "offline": " ".join(offline) or None, "seconds": round(seconds, 2),
-                               "model_load_seconds": float(loaded[1]) if loaded else None,
-                               "line": ok_line, "output": output[-600:]}
+        result["self_test"] = {**self_test_once(offline, exe, env, answer, timeout=600, what=""),
+                               "offline": " ".join(offline) or None}
+        if emulate_cpu:
+            result["emulated_cpu_self_test"] = emulated_self_test(exe, env, answer, emulate_cpu, offline)
         # 2. the offline tiktoken table (tiktoken_ext is found through pkgutil at run time)
         conv = home / "conversation.json"
         conv.write_text(json.dumps([{"role": "user", "content": "Hello there, how are you?"},
@@ -1150,6 +1240,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-freeze", action="store_true",
                         help="reuse dist/iris-desktop as it is (only measure, test and package)")
     parser.add_argument("--skip-self-test", action="store_true", help="do not run the frozen app's smoke tests")
+    parser.add_argument("--emulate-cpu", metavar="MODEL",
+                        help="Linux x86-64: also run the frozen app's --self-test under Debian's qemu-user "
+                        "emulating an older CPU, `qemu-x86_64 -cpu MODEL` (e.g. Nehalem: SSE4.2, no AVX)")
     parser.add_argument("--no-gui-smoke", action="store_true",
                         help="skip the check that the frozen GUI starts (the --self-test still runs)")
     parser.add_argument("--no-deb", action="store_true", help="Linux: no .deb")
@@ -1201,6 +1294,7 @@ def main(argv: list[str] | None = None) -> int:
         Log.step("bundle contents and size")
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
         record["bundle_check"] = check_bundle(app_root, model, embedding)
+        record["cpu_backends"] = check_cpu_backends(opts.cmake_args)
         if IS_MAC:
             compiled = tuple(p for p in COMPILED_HERE if not (p == "numpy/" and opts.stock_numpy))
             record["macos_minimum"]["bundle"] = check_macos_minimum(app_root, macos_target, compiled)
@@ -1210,7 +1304,8 @@ def main(argv: list[str] | None = None) -> int:
         if opts.skip_self_test:
             Log.step("smoke test: skipped (--skip-self-test)")
         else:
-            record["smoke"] = smoke_test(frozen_executable(), gui=not opts.no_gui_smoke)
+            record["smoke"] = smoke_test(frozen_executable(), gui=not opts.no_gui_smoke,
+                                         emulate_cpu=opts.emulate_cpu)
         Log.step("installers")
         record["installers"] = build_installers(opts, version, icons, model, embedding)
         Log.step("record")

@@ -73,6 +73,39 @@ EXCLUDED_MODULES = [
     "requests", "urllib3", "charset_normalizer",
 ]
 
+#: where llama.cpp's libraries are in the bundle, as in the installed package: llama_cpp loads
+#: libllama from here, and iris_desktop/runtime/backends.py asks ggml to load the best CPU
+#: backend variant from here (``ggml_backend_load_all_from_path``)
+LLAMA_LIB_DIR = "llama_cpp/lib"
+#: a CPU backend variant of a GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS build; ggml loads only
+#: files named ``[lib]ggml-cpu-<variant>`` with exactly the extension ``.so`` / ``.dll`` (a
+#: renamed or versioned copy, ``libggml-cpu-haswell.so.0``, is never found)
+_CPU_VARIANT = re.compile(r"^(?:lib)?ggml-cpu-(?P<variant>[A-Za-z0-9_.]+)\.(?:so|dll)$")
+
+
+def cpu_variant(filename: str) -> str | None:
+    """``libggml-cpu-haswell.so`` / ``ggml-cpu-haswell.dll`` -> ``haswell``; None for anything
+    else (``libggml-cpu.so``, the backend of a build without variants, is linked, not loaded)."""
+    match = _CPU_VARIANT.match(os.path.basename(filename.replace("\\", "/")))
+    return match["variant"] if match else None
+
+
+def cpu_variants(toc: Iterable[tuple]) -> dict[str, str]:
+    """The CPU backend variants of a PyInstaller TOC of ``(dest, src, typecode)``, by variant:
+    ``{"haswell": "llama_cpp/lib/libggml-cpu-haswell.so", ...}``."""
+    return {variant: entry[0].replace("\\", "/") for entry in toc
+            if (variant := cpu_variant(entry[0])) is not None}
+
+
+def missing_cpu_variants(toc: Iterable[tuple], installed: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The installed variant libraries (paths in llama_cpp/lib) that the TOC does not ship
+    where ggml is asked to look, under their own names: each is a CPU that would get a
+    slower variant, and without ``x64``/``sse42`` an old CPU would get none."""
+    shipped = {entry[0].replace("\\", "/") for entry in toc}
+    return sorted(name for name in (os.path.basename(os.fspath(path)) for path in installed)
+                  if cpu_variant(name) and f"{LLAMA_LIB_DIR}/{name}" not in shipped)
+
+
 #: modules the server backend imports (iris_desktop/runtime/remote.py): never excluded
 SERVER_BACKEND_MODULES = ["httpx", "httpcore", "h11", "anyio", "ssl", "_ssl", "idna", "certifi",
                           "keyring"]
