@@ -142,6 +142,7 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         n_ctx=settings["model.n_ctx"],
         n_threads=settings["model.n_threads"] or None,
         n_gpu_layers=settings["model.n_gpu_layers"],
+        kv_shift=settings["model.kv_shift"],
         progress=progress,
         cancel=cancel,
     )

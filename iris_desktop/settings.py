@@ -363,6 +363,15 @@ _ALL: tuple[Setting, ...] = (
         label="Give up on a silent server after",
     ),
     Setting(
+        "model.kv_shift", "bool", False,
+        "After a compaction, keep the part of the chat that stayed word for word in the "
+        "model's cache and move it, instead of reading it again: the next message starts "
+        "sooner. Not exact: those words were read with the old summary before them, so "
+        "replies can differ slightly from a full re-read (local model only).",
+        needs_reload=True,
+        label="Reuse the cache after a compaction",
+    ),
+    Setting(
         "model.n_threads", "int", 0,
         "CPU threads for llama.cpp; 0 = automatic.",
         minimum=0, maximum=256, unit="threads", needs_reload=True,

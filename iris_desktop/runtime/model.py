@@ -150,6 +150,31 @@ def _counting_llama_class() -> Any:
                     if self.iris_progress is not None:
                         self.iris_progress(start + len(part), len(tokens))
 
+            def iris_decode_at(self, tokens):
+                """Evaluate ``tokens`` at positions ``n_tokens``… as :meth:`eval` does, but
+                without first clearing the cache from ``n_tokens`` on (``Llama.eval``
+                does): :meth:`LocalModel._shift_reuse` keeps cells at later positions on
+                its scratch sequence meanwhile."""
+                tokens = list(tokens)
+                for start in range(0, len(tokens), self.n_batch):
+                    part = tokens[start:start + self.n_batch]
+                    if start and self._iris_stopping():
+                        raise EvalStopped(start, len(tokens))
+                    n_past = self.n_tokens
+                    _decoding.stopping = self._iris_stopping
+                    try:
+                        self._batch.set_batch(batch=part, n_past=n_past, logits_all=False)
+                        self._ctx.decode(self._batch)
+                    except RuntimeError as exc:
+                        if "returned 2" in str(exc):
+                            raise EvalStopped(start, len(tokens)) from None
+                        raise
+                    finally:
+                        _decoding.stopping = None
+                    self.input_ids[n_past:n_past + len(part)] = part
+                    self.n_tokens += len(part)
+                    self.iris_evaluated += len(part)
+
             def _iris_stopping(self) -> bool:
                 check = self.iris_should_stop
                 return bool(check is not None and check())
@@ -159,6 +184,7 @@ def _counting_llama_class() -> Any:
 
 
 _load_lock = threading.Lock()
+_context_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -194,6 +220,30 @@ def _load_progress(progress: Any, cancel: threading.Event | None) -> Iterator[No
             yield
         finally:
             low.llama_model_default_params = original
+
+
+@contextlib.contextmanager
+def _scratch_sequence() -> Iterator[None]:
+    """Create the next context with room for a second sequence in one shared (unified)
+    KV cache: :meth:`LocalModel._shift_reuse` parks the cells it keeps on that scratch
+    sequence while it evaluates what goes before them. The cache's size and what sequence
+    0 can hold are unchanged (unified: both sequences share the same ``n_ctx`` cells)."""
+    import llama_cpp.llama_cpp as low
+
+    with _context_lock:
+        original = low.llama_context_default_params
+
+        def with_scratch() -> Any:
+            params = original()
+            params.n_seq_max = 2
+            params.kv_unified = True
+            return params
+
+        low.llama_context_default_params = with_scratch
+        try:
+            yield
+        finally:
+            low.llama_context_default_params = original
 
 
 def _install_llama_logging() -> None:
@@ -296,6 +346,44 @@ class _StopMatcher:
         return out
 
 
+#: the shortest run of cached tokens worth moving (below it, evaluating is as cheap)
+SHIFT_MIN_TOKENS = 64
+#: a k-gram of this many tokens finds candidate runs; each is then extended
+_SHIFT_KEY = 16
+
+
+def moved_run(cached: list[int], tokens: list[int], start: int,
+              min_length: int = SHIFT_MIN_TOKENS) -> tuple[int, int, int] | None:
+    """The longest run ``tokens[at:at+length] == cached[was:was+length]`` with ``at`` and
+    ``was`` both at or after ``start`` (where the two first differ) and ``length`` at
+    least ``min_length``, as ``(at, was, length)``; None when there is none. Ties go to
+    the earliest ``at``. Linear in practice: candidates come from an index of the
+    cache's k-grams, a match skips ahead by its length, and each k-gram keeps at most a
+    few positions (a chat's repeated template text is short)."""
+    key = min(_SHIFT_KEY, min_length)
+    if key < 1 or len(cached) - start < min_length or len(tokens) - start < min_length:
+        return None
+    index: dict[tuple[int, ...], list[int]] = {}
+    for was in range(start, len(cached) - key + 1):
+        spots = index.setdefault(tuple(cached[was:was + key]), [])
+        if len(spots) < 8:
+            spots.append(was)
+    best: tuple[int, int, int] | None = None
+    at = start
+    while at <= len(tokens) - key:
+        longest = 0
+        for was in index.get(tuple(tokens[at:at + key]), ()):
+            length = key
+            while (at + length < len(tokens) and was + length < len(cached)
+                   and tokens[at + length] == cached[was + length]):
+                length += 1
+            if length >= min_length and (best is None or length > best[2]):
+                best = (at, was, length)
+            longest = max(longest, length)
+        at += longest if longest >= min_length else 1
+    return best
+
+
 class LocalModel:
     """One loaded GGUF model (a :class:`~.protocol.Runtime`). Create with :meth:`load`;
     call :meth:`close` when done.
@@ -323,6 +411,7 @@ class LocalModel:
         identity: str,
         swa_full: bool,
         seed: int,
+        kv_shift: bool = False,
     ) -> None:
         self._llm = llm
         self.info = info
@@ -334,6 +423,9 @@ class LocalModel:
         self.identity = identity
         self.swa_full = swa_full
         self.seed = seed
+        #: reuse a moved part of the cache (the verbatim tail after a compaction) by
+        #: shifting its positions instead of evaluating it again (see _shift_reuse)
+        self.kv_shift = kv_shift
         self.model_name = info.path.name
         self._lock = threading.Lock()
         self._life = threading.RLock()
@@ -371,6 +463,7 @@ class LocalModel:
         *,
         swa_full: bool = True,
         n_batch: int = 512,
+        kv_shift: bool = False,
         progress: Any = None,
         cancel: threading.Event | None = None,
     ) -> LocalModel:
@@ -400,7 +493,7 @@ class LocalModel:
         t0 = time.perf_counter()
         try:
             load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
-            with _load_progress(progress, cancel):
+            with _load_progress(progress, cancel), _scratch_sequence():
                 llm = _counting_llama_class()(
                     model_path=str(p),
                     n_ctx=n_ctx,
@@ -418,7 +511,8 @@ class LocalModel:
             raise ModelError(p, f"llama.cpp could not load the model ({why})") from None
         load_s = time.perf_counter() - t0
         identity = _header_identity(info)
-        model = cls(llm, info, chat_format, identity=identity, swa_full=swa_full, seed=seed)
+        model = cls(llm, info, chat_format, identity=identity, swa_full=swa_full, seed=seed,
+                    kv_shift=kv_shift)
         log.info(
             "%s: loaded %s %s (%s, %.0f MB) in %.2f s; n_ctx %d, chat format %s, "
             "sliding window %d (swa_full=%s)",
@@ -602,6 +696,81 @@ class LocalModel:
             self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
         return self._grammars[key]
 
+    def _shift_reuse(self, tokens: list[int]) -> tuple[int, bool]:
+        """Reuse a run of cached tokens that sits at another position in ``tokens``.
+
+        After a compaction the prompt is ``system + new summary + tail`` while the cache
+        holds ``system + old summary + compacted turns + tail``: the longest common
+        prefix ends after the system prompt, so a plain reuse evaluates the whole tail
+        again. When :attr:`kv_shift` is on, the tail's cells are kept instead: parked on
+        the scratch sequence, the cells in between dropped, what is new (the summary)
+        evaluated at its positions, and the tail's positions shifted after it
+        (``llama_memory_seq_add``; llama.cpp rotates the keys' RoPE). Only the new part
+        and what follows the moved run are evaluated.
+
+        This is not exact: the moved cells' keys and values were computed while the old
+        summary and the compacted turns stood before them (llama-server's
+        ``--cache-reuse`` makes the same trade). So it is a setting (``model.kv_shift``).
+        Models with a sliding window or a cache that cannot shift always re-evaluate.
+
+        Returns (tokens evaluated, stopped part-way). The cache then holds a prefix of
+        ``tokens`` (through the moved run), and the usual prefix reuse goes on from it.
+        """
+        import llama_cpp
+
+        llm = self._llm
+        n = int(llm.n_tokens)
+        if not self.kv_shift or self._n_swa > 0 or n == 0 or len(tokens) < 2:
+            return 0, False
+        cached = [int(t) for t in llm.input_ids[:n]]
+        start = 0
+        for a, b in zip(cached, tokens):
+            if a != b:
+                break
+            start += 1
+        if start >= n:  # the cache is a prefix of the prompt: nothing moved
+            return 0, False
+        # keep the prompt's last token for the evaluation that produces the logits
+        found = moved_run(cached, tokens[:-1], start, SHIFT_MIN_TOKENS)
+        if found is None:
+            return 0, False
+        at, was, length = found  # tokens[at:at+length] == cached[was:was+length]
+        mem = llama_cpp.llama_get_memory(llm.ctx)
+        if not llama_cpp.llama_memory_can_shift(mem):
+            return 0, False
+        scratch = _SEQ_ID + 1
+        evaluated = 0
+        if at == start:  # only removed before the run: drop those cells, move it back
+            llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID, start, was)
+            llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID, was + length, -1)
+            llama_cpp.llama_memory_seq_add(mem, _SEQ_ID, was, was + length, at - was)
+        else:
+            llama_cpp.llama_memory_seq_cp(mem, _SEQ_ID, scratch, was, was + length)
+            llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID, start, -1)
+            llm.n_tokens = start
+            before = int(llm.iris_evaluated)
+            try:
+                llm.iris_decode_at(tokens[start:at])
+            except EvalStopped:
+                llama_cpp.llama_memory_seq_rm(mem, scratch, -1, -1)
+                llm._requires_eval = True
+                return int(llm.iris_evaluated) - before, True
+            except BaseException:
+                llama_cpp.llama_memory_seq_rm(mem, scratch, -1, -1)
+                llm.reset()
+                llama_cpp.llama_memory_clear(mem, True)
+                raise
+            evaluated = int(llm.iris_evaluated) - before
+            llama_cpp.llama_memory_seq_add(mem, scratch, was, was + length, at - was)
+            llama_cpp.llama_memory_seq_cp(mem, scratch, _SEQ_ID, at, at + length)
+            llama_cpp.llama_memory_seq_rm(mem, scratch, -1, -1)
+        llm.input_ids[at:at + length] = cached[was:was + length]
+        llm.n_tokens = at + length
+        llm._requires_eval = True  # the logits are not the moved run's last token's
+        log.debug("KV shift: kept %d cached tokens moved from %d to %d; evaluated %d before them",
+                  length, was, at, evaluated)
+        return evaluated, False
+
     def _plan_reuse(self, tokens: list[int]) -> int:
         """How many prompt tokens ``Llama.generate`` will keep from the KV cache.
 
@@ -728,10 +897,15 @@ class LocalModel:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     return
-                predicted_reuse = self._plan_reuse(tokens)
-                llm.set_seed(seed)
                 llm.iris_evaluated = 0
                 llm.iris_should_stop = should_stop
+                shifted, stopped = self._shift_reuse(tokens)
+                if stopped:
+                    evaluated = int(llm.iris_evaluated)
+                    finish = "cancelled"
+                    return
+                predicted_reuse = self._plan_reuse(tokens) - shifted
+                llm.set_seed(seed)
                 if progress is not None:  # what is cached already, then batch by batch
                     progress(predicted_reuse, n_prompt)
                     llm.iris_progress = lambda done, _todo: progress(predicted_reuse + done, n_prompt)
@@ -789,7 +963,8 @@ class LocalModel:
                 if t_first is None:
                     reused = 0 if gen is None else predicted_reuse
                     # stopped during the prompt: what llama.cpp really evaluated
-                    evaluated = 0 if gen is None else int(llm.iris_evaluated)
+                    # (before generate: what a part-way shift evaluated, or nothing)
+                    evaluated = evaluated if gen is None else int(llm.iris_evaluated)
                 else:
                     reused = n_prompt - evaluated
                     if reused != predicted_reuse:
@@ -830,16 +1005,21 @@ class LocalModel:
             tokens = self.prompt_tokens(messages, tools)
             if len(tokens) >= self.n_ctx:
                 raise PromptTooLongError(len(tokens), self.n_ctx)
-            reuse = self._plan_reuse(tokens)
-            todo = tokens[reuse:]
-            llm.n_tokens = reuse
             llm.iris_evaluated = 0
 
             def stopping() -> bool:
                 return self._closing.is_set() or bool(cancel is not None and cancel.is_set())
 
             llm.iris_should_stop = stopping
-            stopped = False
+            shifted, stopped = self._shift_reuse(tokens)
+            if stopped:
+                llm.iris_should_stop = None
+                result.stats = PrefillStats(len(tokens), 0, shifted, True)
+                return
+            reuse = self._plan_reuse(tokens)
+            todo = tokens[reuse:]
+            llm.n_tokens = reuse
+            reuse -= shifted  # evaluated just now, not reused
             try:
                 for start in range(0, len(todo), llm.n_batch):
                     if start and stopping():
@@ -851,7 +1031,7 @@ class LocalModel:
                     except EvalStopped:
                         stopped = True
                         break
-                    yield reuse + start + len(part), len(tokens)
+                    yield reuse + shifted + start + len(part), len(tokens)
             except GeneratorExit:
                 stopped = True
                 raise
