@@ -11,7 +11,7 @@ endif
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test install install-dev lint bench screenshots dist clean distclean
+.PHONY: run test install install-dev lint bench screenshots dist windows-check clean distclean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,13 @@ screenshots: $(DEV_STAMP)
 ## (packaging/build.py --help lists the options, e.g. make dist DIST_ARGS=--no-deb)
 dist: $(STAMP)
 	$(BIN)/python packaging/build.py $(DIST_ARGS)
+
+## make windows-check: on Debian, the Windows installer built and tested under Wine: llama.cpp
+## cross-compiled with mingw-w64, the app frozen by the spec and the installer written by ISCC
+## (packaging/build.py under Wine), installed silently, its --self-test run offline, uninstalled.
+## Installs Debian packages; caches in ~/.cache/iris-windows-check (first run long, then minutes)
+windows-check:
+	$(PYTHON) packaging/windows/check.py $(WINDOWS_CHECK_ARGS)
 
 ## make clean keeps build/wheels (the compiled llama-cpp-python and numpy); distclean does not
 clean:
