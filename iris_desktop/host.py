@@ -141,6 +141,7 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         path,
         n_ctx=settings["model.n_ctx"],
         n_threads=settings["model.n_threads"] or None,
+        flash_attn=settings["model.flash_attn"],
         n_gpu_layers=settings["model.n_gpu_layers"],
         kv_shift=settings["model.kv_shift"],
         progress=progress,

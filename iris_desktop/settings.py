@@ -373,9 +373,18 @@ _ALL: tuple[Setting, ...] = (
     ),
     Setting(
         "model.n_threads", "int", 0,
-        "CPU threads for llama.cpp; 0 = automatic.",
+        "CPU threads for llama.cpp, for reading the prompt and for writing the reply; "
+        "0 = automatic: the physical cores Iris may use.",
         minimum=0, maximum=256, unit="threads", needs_reload=True,
         label="CPU threads",
+    ),
+    Setting(
+        "model.flash_attn", "bool", True,
+        "Flash attention: llama.cpp computes attention in tiles, which reads long prompts "
+        "faster. Replies can differ from those without it in rare near-ties; turn it off if "
+        "a model misbehaves with it. A chat's cache saved with the other choice is read again.",
+        needs_reload=True,
+        label="Flash attention",
     ),
     Setting(
         "model.n_gpu_layers", "int", 0,

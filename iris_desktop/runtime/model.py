@@ -48,6 +48,7 @@ from iris_desktop.tokens import Message, continues_reply
 
 from .backends import load_backends
 from .chat_format import ChatFormat, select_chat_format
+from .cpu import physical_cores
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .library import is_base_model
 from .protocol import (
@@ -463,13 +464,20 @@ class LocalModel:
         *,
         swa_full: bool = True,
         n_batch: int = 512,
+        flash_attn: bool = True,
         kv_shift: bool = False,
         progress: Any = None,
         cancel: threading.Event | None = None,
     ) -> LocalModel:
         """Validate the GGUF header, then load the model with llama.cpp.
 
-        ``n_ctx=0`` uses the model's trained context length. ``progress(fraction)`` follows
+        ``n_ctx=0`` uses the model's trained context length. ``n_threads`` is for
+        generation and prompt evaluation alike; None: the physical cores this process may
+        use (llama-cpp-python's own default is half the logical CPUs for generation, which
+        leaves half of a machine without SMT idle). ``flash_attn``: llama.cpp's flash
+        attention, which evaluates prompts faster on CPUs too (``bench/throughput.py``);
+        a KV state saved without it is refused by a model with it, and the other way
+        round (the V cache is laid out differently). ``progress(fraction)`` follows
         the weights' loading; setting ``cancel`` stops it (:class:`ModelError` "loading was
         cancelled"). Raises :class:`ModelError` for a missing, truncated or non-GGUF file
         and for anything llama.cpp refuses.
@@ -490,6 +498,7 @@ class LocalModel:
 
         _install_llama_logging()
         _recent_llama_errors()
+        threads = n_threads or physical_cores()
         t0 = time.perf_counter()
         try:
             load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
@@ -498,7 +507,9 @@ class LocalModel:
                     model_path=str(p),
                     n_ctx=n_ctx,
                     n_batch=n_batch,
-                    n_threads=n_threads,
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    flash_attn=flash_attn,
                     n_gpu_layers=n_gpu_layers,
                     seed=seed,
                     swa_full=swa_full,
@@ -515,9 +526,10 @@ class LocalModel:
                     kv_shift=kv_shift)
         log.info(
             "%s: loaded %s %s (%s, %.0f MB) in %.2f s; n_ctx %d, chat format %s, "
-            "sliding window %d (swa_full=%s)",
+            "sliding window %d (swa_full=%s); %d threads, flash attention %s",
             p, info.architecture, info.name or "", info.file_type or "?",
             info.size_bytes / 1e6, load_s, model.n_ctx, chat_format.name, model._n_swa, swa_full,
+            threads, "on" if flash_attn else "off",
         )
         model.load_time_s = load_s
         return model
