@@ -49,6 +49,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/prefix_reuse.py
 	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/stop_latency.py
+	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/sawtooth.py
 	$(BIN)/python bench/retention.py
 	$(BIN)/python bench/longmemeval.py
