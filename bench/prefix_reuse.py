@@ -62,6 +62,7 @@ from _corpus import CORPUS  # noqa: E402
 
 SYSTEM = "You are Iris, a helpful assistant running locally and offline on the user's computer."
 RECALL_DEFAULT = lookup("context.recall_max_tokens").default
+KV_SHIFT_DEFAULT = lookup("model.kv_shift").default
 
 
 def turns_of(messages: list[dict]) -> list[tuple[dict, dict | None]]:
@@ -213,6 +214,9 @@ def main() -> None:
                         help=f"context.recall_max_tokens for Iris (the shipped default is {RECALL_DEFAULT})")
     parser.add_argument("--idle", type=float, default=5.0,
                         help="seconds the user reads and types between turns (idle work)")
+    parser.add_argument("--kv-shift", choices=["on", "off"], default=None,
+                        help="model.kv_shift for the Iris clients (default: the shipped setting, "
+                             f"{'on' if KV_SHIFT_DEFAULT else 'off'})")
     parser.add_argument("--compare-recall", type=int, default=None, metavar="TOKENS",
                         help="also run Iris with idle work at this context.recall_max_tokens, "
                              "side by side, and compare the question turns")
@@ -225,7 +229,10 @@ def main() -> None:
     # (shared with other jobs) weighs on the three clients alike
     path = ensure_bundled_model(app_paths().models_dir)
     compare = args.compare_recall is not None
-    models = [LocalModel.load(path, n_ctx=args.window) for _ in range(4 if compare else 3)]
+    kv_shift = KV_SHIFT_DEFAULT if args.kv_shift is None else args.kv_shift == "on"
+    # the rolling client (models[2]) never shifts: it is the plain llama.cpp client
+    models = [LocalModel.load(path, n_ctx=args.window, kv_shift=kv_shift and i != 2)
+              for i in range(4 if compare else 3)]
     model = models[0]
     iris, cold, rolling, other = [], [], [], []
     clients = [run_iris(models[0], pairs, args.window, args.skip, args.recall, idle=args.idle),
@@ -247,7 +254,7 @@ def main() -> None:
     full_from = next((r["turn"] for r in rolling if r["dropped"]), None)
     print(f"chat {args.chat}, turns {args.skip + 1}–{len(pairs)} measured (turns 1–{args.skip} "
           f"already history), window {args.window}, model {model.path.name}, idle time "
-          f"{args.idle:g} s per turn")
+          f"{args.idle:g} s per turn, model.kv_shift {'on' if kv_shift else 'off'}")
     print(f"rolling window starts dropping turns at turn {full_from}\n")
     print("| turn | Iris prompt | Iris evaluated at send | Iris TTFT (s) | warmed / prefilled "
           "while idle | Iris without idle work: evaluated, TTFT (s) | rolling evaluated "
@@ -292,7 +299,8 @@ def main() -> None:
     if compare:
         compare_recall(iris, other, args.recall, args.compare_recall)
     med, p95, top = ratios["Iris, idle work"]
-    print(f"\nprefix_reuse: turns={len(iris)} idle_s={args.idle:g} median_ratio={med:.3f} "
+    print(f"\nprefix_reuse: turns={len(iris)} idle_s={args.idle:g} kv_shift={'on' if kv_shift else 'off'} "
+          f"median_ratio={med:.3f} "
           f"p95_ratio={p95:.3f} max_ratio={top:.3f}")
 
 

@@ -202,14 +202,16 @@ def build_compactor(planner: Planner, store: Store, runtime: ChatModel | None = 
 
 
 def build_agent(planner: Planner, store: Store, *, confirm_shell: Callable[[str], bool] | None = None,
-                compact: bool = True, progress: Callable[[PromptProgress], None] | None = None
-                ) -> Agent:
+                compact: bool = True, progress: Callable[[PromptProgress], None] | None = None,
+                give_way: Any = None) -> Agent:
     """An Agent on ``store`` and the planner's runtime (which must be loaded: RuntimeError).
     ``compact=False``: no compaction at all (a scripted runtime writes no summary).
-    ``progress`` is told how far the model has read each prompt, as it reads."""
+    ``progress`` is told how far the model has read each prompt, as it reads;
+    ``give_way`` (anything with ``is_set()``) stops a model-written summary after a reply
+    when the user waits for the model (the extractive summary is used)."""
     return Agent(store, planner, sandbox=build_sandbox(planner, confirm_shell),
                  compactor=build_compactor(planner, store, progress=progress) if compact else None,
-                 progress=progress)
+                 progress=progress, give_way=give_way)
 
 
 # -- the host ------------------------------------------------------------------------------
@@ -485,8 +487,10 @@ class Host:
             restored = self.open_thread(tid)
             if restored:
                 yield CacheStatus(tid, "restored", restored)
+            # the summary after the reply gives way to the user's next message (``idle``:
+            # a send or a draft waiting for the model), as the warm-up does
             agent = build_agent(planner, self.store, confirm_shell=confirm_shell,
-                                compact=self.compacts, progress=progress)
+                                compact=self.compacts, progress=progress, give_way=idle)
             compacted = False
             for event in operation(agent, tid, cancel):
                 compacted = compacted or isinstance(event, CompactionFinished)

@@ -211,3 +211,45 @@ def test_the_models_own_tool_calls_stay_in_history(fresh_store, folder):
     assert stored[1]["tool_calls"][0]["function"]["name"] == "read_file"
     second = runtime.requests[1]
     assert second[-2]["role"] == "assistant" and second[-2]["tool_calls"]
+
+
+def test_the_summary_after_a_reply_gives_way_to_the_next_message(fresh_store):
+    """A model-written summary after a reply is background work: when the user waits for
+    the model (a send or a draft to prefill), it stops and the extractive summary is
+    used, so the next message does not wait for it. Without anyone waiting it runs on."""
+    from test_compaction import llm_json
+
+    from iris_desktop.core.events import CompactionFinished
+
+    for waiting in (True, False):
+        thread = fresh_store.create_thread("chat")
+        for n in range(4):
+            fresh_store.add_messages(thread, [
+                {"role": "user", "content": f"On {n + 1} May I met Maria in Lisbon and bought {n + 3} "
+                                            "books. " + "We walked along the river for hours. " * 20},
+                {"role": "assistant", "content": f"{n + 3} books from Lisbon, lovely. "
+                                                 + "Walking by the river sounds wonderful. " * 20}])
+        give_way = threading.Event()
+
+        def summary(_messages, waiting=waiting, give_way=give_way):
+            if waiting:  # the user sends the next message while the summary is written
+                threading.Timer(0.2, give_way.set).start()
+            return llm_json(words=400 if waiting else 40)
+
+        runtime = ScriptedRuntime(["Noted, Maria and the books.", summary], delay_s=0.02)
+        planner = planner_for(runtime, ContextParams(window=8192, system_prompt="You are Iris.",
+                                                     compaction_min_turns=6))
+        agent = build_agent(planner, fresh_store, give_way=give_way)
+        events = list(agent.send(thread, "And on 5 May I flew home."))
+        finished = [e for e in events if isinstance(e, CompactionFinished)]
+        assert len(finished) == 1 and finished[0].event.outcome == "ok"
+        assert len(runtime.finished) == 2  # the reply, then the summary's one call
+        if waiting:
+            assert finished[0].event.path == "extractive"
+            assert "gave way to your next message" in finished[0].event.error
+            assert runtime.finished[-1].finish_reason == "cancelled"
+            assert runtime.finished[-1].completion_tokens < 400
+        else:
+            assert finished[0].event.path == "llm" and not finished[0].event.error
+        assert isinstance(events[-1], TurnDone) and events[-1].finish_reason == "stop"
+        assert events[-1].next_request is not None  # planned on the new summary

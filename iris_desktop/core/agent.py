@@ -69,6 +69,7 @@ class Agent:
         compactor: Compactor | None = None,
         clock: Callable[[], float] = time.monotonic,
         progress: Callable[[PromptProgress], None] | None = None,
+        give_way: Any = None,
     ):
         if planner.runtime is None:
             raise RuntimeError("no model is loaded")
@@ -81,6 +82,10 @@ class Agent:
         self.clock = clock
         #: told how far the model has read each prompt, while it reads (PromptProgress)
         self.progress = progress
+        #: anything with ``is_set()``: true while the user waits for the model (a send, a
+        #: draft to prefill); the summary the model writes after a reply then stops and the
+        #: extractive one is used, so the next message never waits behind it
+        self.give_way = give_way
         self.model_name = self.runtime.model_name
 
     # -- the turn ---------------------------------------------------------------------------
@@ -236,7 +241,8 @@ class Agent:
         """Background compaction when the next request would need it; returns the next
         request (what the views show until the user types), or None if it is too large."""
         if self.compactor is not None:
-            yield from self.compactor.after_reply(thread_id, cancel)
+            stop = cancel if self.give_way is None else _GiveWay(cancel, self.give_way)
+            yield from self.compactor.after_reply(thread_id, stop)
         planned = self._plan(thread_id, True)
         return planned if isinstance(planned, ContextRequest) else None
 
@@ -347,3 +353,20 @@ class Agent:
             )
         self.store.add_request(thread_id, row)
 
+
+class _GiveWay:
+    """The after-reply summary's stop: the user's Stop, or someone waiting for the model.
+    ``reason`` is what the compaction records when the model's summary stopped early."""
+
+    def __init__(self, cancel: threading.Event, waiting: Any) -> None:
+        self.cancel = cancel
+        self.waiting = waiting
+
+    def is_set(self) -> bool:
+        return self.cancel.is_set() or bool(self.waiting.is_set())
+
+    @property
+    def reason(self) -> str:
+        if self.cancel.is_set():
+            return "stopped by the user"
+        return "it gave way to your next message"

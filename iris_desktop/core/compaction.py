@@ -447,7 +447,7 @@ class Compactor:
             stats = generation.stats
             if stats is not None and stats.finish_reason == "cancelled":
                 if cancel is not None and cancel.is_set():
-                    raise CompactionFailed("stopped by the user")
+                    raise CompactionFailed(getattr(cancel, "reason", "stopped by the user"))
                 raise CompactionFailed(
                     f"timed out after {self.settings.timeout_s:.0f} s (part {chunks})")
             cut = stats is not None and stats.finish_reason == "length"
