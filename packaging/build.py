@@ -902,9 +902,25 @@ def emulated_self_test(exe: Path, env: dict[str, str], answer: str, cpu: str, of
     if qemu is None:
         raise BuildError("--emulate-cpu needs qemu-x86_64 (apt-get install qemu-user)")
     Log.info(f"--self-test under qemu-x86_64 -cpu {cpu} (emulated: minutes)")
-    result = self_test_once([*offline, qemu, "-cpu", cpu], exe, env, answer, timeout=3600,
-                            what=f"under qemu-x86_64 -cpu {cpu} ")
+    result = self_test_once([*offline, qemu, "-cpu", cpu, *bootloader_restarted_env(exe)], exe, env, answer,
+                            timeout=3600, what=f"under qemu-x86_64 -cpu {cpu} ")
+    backend = result.get("cpu_backend") or ""
+    if cpu.split("-")[0].lower() in CPUS_WITHOUT_AVX and re.search(r"\bAVX", backend):
+        raise BuildError(f"under qemu-x86_64 -cpu {cpu} the app loaded {backend}: it did not run emulated")
     return {**result, "cpu": cpu, "qemu": run([qemu, "--version"], capture=True).stdout.splitlines()[0]}
+
+
+#: qemu CPU models without AVX: an emulated run on one must never report an AVX CPU backend
+CPUS_WITHOUT_AVX = {"nehalem", "westmere", "penryn", "conroe", "core2duo", "qemu64", "kvm64"}
+
+
+def bootloader_restarted_env(exe: Path) -> list[str]:
+    """``qemu-x86_64 -E`` options that give the app the environment PyInstaller's Linux bootloader
+    sets before it restarts itself with ``execve`` (one-folder mode: LD_LIBRARY_PATH and its
+    private markers). qemu-user emulates only the program it starts: a restart would run the
+    app natively. With these set the bootloader goes straight on, inside the emulator."""
+    return ["-E", f"_PYI_ARCHIVE_FILE={exe}", "-E", "_PYI_PARENT_PROCESS_LEVEL=-1",
+            "-E", f"_PYI_LINUX_PROCESS_NAME={exe.name}", "-E", f"LD_LIBRARY_PATH={internal_dir()}"]
 
 
 def smoke_test(exe: Path, *, gui: bool = True, emulate_cpu: str | None = None) -> dict:

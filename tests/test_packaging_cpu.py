@@ -186,3 +186,16 @@ def test_self_test_reports_the_cpu_backend(build_py):
     assert build_py.cpu_backend_of("iris-desktop self-test ok: ...") is None
     opts = build_py.parse_args(["--emulate-cpu", "Nehalem"])
     assert opts.emulate_cpu == "Nehalem" and build_py.parse_args([]).emulate_cpu is None
+
+
+def test_emulated_run_keeps_the_restarting_bootloader_inside_qemu(build_py, tmp_path):
+    """PyInstaller's Linux bootloader sets LD_LIBRARY_PATH and restarts itself with execve, which
+    qemu-user does not follow (the restarted app ran natively: a zen4 CPU backend "under
+    Nehalem"). --emulate-cpu hands qemu that environment, so there is no restart to escape by."""
+    exe = tmp_path / "iris-desktop"
+    options = build_py.bootloader_restarted_env(exe)
+    assert options[::2] == ["-E"] * 4
+    given = dict(option.split("=", 1) for option in options[1::2])
+    assert given == {"_PYI_ARCHIVE_FILE": str(exe), "_PYI_PARENT_PROCESS_LEVEL": "-1",
+                     "_PYI_LINUX_PROCESS_NAME": "iris-desktop", "LD_LIBRARY_PATH": str(build_py.internal_dir())}
+    assert "nehalem" in build_py.CPUS_WITHOUT_AVX  # an AVX backend reported there fails the build
