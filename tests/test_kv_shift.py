@@ -171,3 +171,15 @@ def test_off_by_default_and_below_the_minimum_nothing_moves(plain, shifting):
     stats = shifting.prefill(changed).run()
     # the moved part is too short to keep: evaluated again from where they differ
     assert stats.reused_tokens < len(shifting.prompt_tokens(changed)) - 8
+
+
+def test_the_setting_reaches_the_loaded_model(tmp_path, model_path):
+    from iris_desktop.host import Host
+
+    for value, expected in (("true", True), ("false", False)):
+        host = Host(tmp_path / f"data-{value}", {"model.path": str(model_path), "model.n_ctx": "1024",
+                                                 "model.kv_shift": value})
+        try:
+            assert host.load_model().kv_shift is expected
+        finally:
+            host.close()
