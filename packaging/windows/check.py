@@ -84,8 +84,11 @@ MINGW_PREFIX = "x86_64-w64-mingw32"
 MINGW_CMAKE_ARGS = [
     "-DGGML_OPENMP=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF", "-DCMAKE_C_FLAGS=-D_WIN32_WINNT=0x0601", "-DCMAKE_CXX_FLAGS=-D_WIN32_WINNT=0x0601",
-    # --exclude-libs: else ggml-base.dll re-exports libgcc's _Unwind_Resume and the next link fails
-    "-DCMAKE_SHARED_LINKER_FLAGS=-static -Wl,--exclude-libs,ALL", "-DCMAKE_EXE_LINKER_FLAGS=-static",
+    # --exclude-libs: else ggml-base.dll re-exports libgcc's _Unwind_Resume and the next link fails;
+    # the CPU backends are MODULE libraries (GGML_BACKEND_DL): without their own flag they would need
+    # libstdc++-6.dll and libgcc_s_seh-1.dll, fail to load, and ggml would find no CPU backend
+    "-DCMAKE_SHARED_LINKER_FLAGS=-static -Wl,--exclude-libs,ALL",
+    "-DCMAKE_MODULE_LINKER_FLAGS=-static -Wl,--exclude-libs,ALL", "-DCMAKE_EXE_LINKER_FLAGS=-static",
 ]
 TOOLCHAIN = f"""set(CMAKE_SYSTEM_NAME Windows)
 set(CMAKE_SYSTEM_PROCESSOR AMD64)
@@ -457,13 +460,23 @@ def phase_llama(opts, downloads: dict) -> dict:
          *shlex.split(cmake_args), *MINGW_CMAKE_ARGS], timeout=600)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
     Log.say(f"      compiling llama.cpp with mingw-w64 ({jobs} jobs; tens of minutes the first time): {cmake_args}")
-    run(["cmake", "--build", build, "-j", jobs], timeout=4 * 3600, quiet=True)
-    run(["cmake", "--install", build], timeout=600, quiet=True)
-    dlls = sorted((stage / "llama_cpp" / "lib").glob("*.dll"))
-    if not any(d.name == "llama.dll" for d in dlls):
-        raise CheckError(f"the mingw build installed no llama.dll into {stage / 'llama_cpp' / 'lib'}")
+    # llama with ggml and its backends: what Iris loads (not llama.cpp's common library, nor mtmd,
+    # the multimodal library llama_cpp loads only for image chats, which Iris never starts)
+    run(["cmake", "--build", build, "-j", jobs, "--target", "llama"], timeout=4 * 3600, quiet=True)
+    stage.mkdir(parents=True)
+    dlls = []
+    for dll in sorted((build / "bin").glob("*.dll")):
+        if re.fullmatch(r"(?:lib)?llama\.dll|ggml[\w.-]*\.dll", dll.name):
+            dlls.append(Path(shutil.copy2(dll, stage / dll.name)))
+    # mingw names it libllama.dll (MSVC: llama.dll); llama_cpp looks for both
+    if not any(d.name in ("llama.dll", "libllama.dll") for d in dlls):
+        raise CheckError(f"the mingw build wrote no llama.dll into {build / 'bin'}")
     for dll in dlls:  # MSVC keeps symbols in a .pdb; mingw's would be in the DLL
         run([f"{MINGW_PREFIX}-strip", "--strip-unneeded", dll], quiet=True)
+        mingw_runtime = [d for d in pe_imports(dll) if d.startswith(("libstdc++", "libgcc", "libwinpthread"))]
+        if mingw_runtime:
+            raise CheckError(f"{dll.name} needs mingw's {', '.join(mingw_runtime)}, which no Windows has: "
+                             "it must be linked statically")
     wheel = write_llama_wheel(src, dlls, out_dir)
     info = {"cmake_args": cmake_args, "mingw_args": MINGW_CMAKE_ARGS, "compiler": compiler,
             "dlls": [d.name for d in dlls], "build_seconds": round(time.perf_counter() - t0, 1), "wheel": wheel.name}
@@ -515,8 +528,8 @@ def write_llama_wheel(src: Path, dlls: list[Path], out_dir: Path) -> Path:
     files.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
     tmp = wheel.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for rel, data in files:
-            zf.writestr(rel, data)
+        for rel, data in files:  # a fixed date: the same build gives the same wheel, byte for byte
+            zf.writestr(zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
     tmp.replace(wheel)
     return wheel
 
@@ -659,9 +672,7 @@ def install_embedded_python(wine: Wine, py_dir: Path, sdist: Path) -> None:
 def sync_checkout(dest: Path) -> int:
     """Copy this checkout's files (tracked, and untracked but not ignored) to ``dest``; its
     build/ (build.py's cache) stays, everything else that is not in the checkout goes."""
-    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    files = {f for f in listed if f and (ROOT / f).is_file()}
+    files = set(checkout_files())
     dest.mkdir(parents=True, exist_ok=True)
     copied = 0
     for rel in sorted(files):
@@ -683,15 +694,43 @@ def sync_checkout(dest: Path) -> int:
     return copied
 
 
+def tree_digest(root: Path, files: list[str]) -> str:
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def checkout_files() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    return sorted(f for f in listed if f and (ROOT / f).is_file())
+
+
+#: what the bundle and the installer are made from (tests, benchmarks and docs are not)
+BUILD_INPUTS = ("iris_desktop/", "packaging/", "pyproject.toml")
+
+
 def phase_build(opts, wine: Wine, llama: dict) -> dict:
+    """build.py under Wine; its installer is reused while nothing it is made from has changed
+    (BUILD_INPUTS, the build prefix with its llama wheel, the arguments): --rebuild forces it."""
     src = CACHE / "src"
     copied = sync_checkout(src)
     Log.write(f"checkout copied to {src} ({copied} files changed)")
-    shutil.rmtree(src / "dist", ignore_errors=True)
     # the llama.cpp flags are the mingw build's (build.py checks the bundle's CPU backends against them)
     args = ["--venv", BUILD_PYTHON, "--skip-llama-build", f"--cmake-args={llama['cmake_args']}", "--stock-numpy"]
     if opts.no_gui_smoke:
         args.append("--no-gui-smoke")
+    version = project_build.project_metadata()["version"]
+    setup = src / "dist" / f"{project_build.APP_NAME}-{version}-windows-x64-setup.exe"
+    stamp = src / "dist" / "iris-check-build.json"
+    inputs = [f for f in checkout_files() if f.startswith(BUILD_INPUTS)]
+    key = key_of(tree_digest(src, inputs), (wine.prefix / "iris-check-stamp.json").read_text(), args)
+    if not opts.rebuild and setup.is_file() and stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
+        Log.say(f"      cached: {setup.name} (checkout, prefix and llama wheel unchanged; --rebuild builds anew)")
+        record = json.loads((src / "build" / "last-build.json").read_text())
+        return {"setup": str(setup), "setup_bytes": setup.stat().st_size, "record": record, "cached": True}
+    shutil.rmtree(src / "dist", ignore_errors=True)
     env = {"WINEPATH": windows_path(innosetup_dir()), "PIP_NO_INDEX": "1",
            "PIP_FIND_LINKS": windows_path(CACHE / "wheels"), "PYTHONUTF8": "1"}
     proc = wine.run(BUILD_PYTHON + r"\Scripts\python.exe", windows_path(src / "packaging" / "build.py"), *args,
@@ -703,12 +742,11 @@ def phase_build(opts, wine: Wine, llama: dict) -> dict:
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.splitlines()[-30:])
         raise CheckError(f"packaging/build.py failed under Wine (exit {proc.returncode}):\n{tail}")
-    version = project_build.project_metadata()["version"]
-    setup = src / "dist" / f"{project_build.APP_NAME}-{version}-windows-x64-setup.exe"
     if not setup.is_file():
         raise CheckError(f"build.py finished but wrote no {setup}")
     record = json.loads((src / "build" / "last-build.json").read_text())
-    return {"setup": str(setup), "setup_bytes": setup.stat().st_size, "record": record}
+    stamp.write_text(json.dumps({"key": key}))
+    return {"setup": str(setup), "setup_bytes": setup.stat().st_size, "record": record, "cached": False}
 
 
 # -- install, self-test, checks, uninstall ----------------------------------------------------------
@@ -882,6 +920,8 @@ def parse_args(argv=None):
                         "packaging/build.py's for Windows, or $IRIS_WINDOWS_CMAKE_ARGS)")
     parser.add_argument("--no-gui-smoke", action="store_true",
                         help="build.py --no-gui-smoke (the frozen GUI's start under Wine is not checked)")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="run build.py (freeze, smoke test, ISCC) even if nothing it is made from has changed")
     parser.add_argument("-v", "--verbose", action="store_true", help="echo every command's output")
     return parser.parse_args(argv)
 
@@ -931,7 +971,7 @@ def main(argv=None) -> int:
             times["prefix"] = time.perf_counter() - t0
             t0 = phase("build", "packaging/build.py under Wine: freeze, smoke test, ISCC")
             built = phase_build(opts, wine, llama)
-            facts["setup_bytes"] = built["setup_bytes"]
+            facts["setup_bytes"], facts["build_cached"] = built["setup_bytes"], built["cached"]
             Log.say(f"      {Path(built['setup']).name}: {mb(built['setup_bytes'])}")
             times["build"] = time.perf_counter() - t0
             t0 = phase("install", "setup.exe /VERYSILENT into a fresh Wine prefix")
