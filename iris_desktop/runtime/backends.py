@@ -116,7 +116,14 @@ def _ggml(llama: ctypes.CDLL, folder: Path) -> ctypes.CDLL:
 
 
 def _fn(lib: ctypes.CDLL, name: str, restype, *argtypes):
-    fn = lib[name]  # a new function object: never the cached attribute llama_cpp may use
+    try:
+        fn = lib[name]  # a new function object: never the cached attribute llama_cpp may use
+    except AttributeError:
+        if sys.platform != "win32":
+            raise
+        # Windows' GetProcAddress sees ggml.dll's own exports only: the registry's accessors
+        # (ggml_backend_reg_name, ggml_backend_reg_get_proc_address) are ggml-base.dll's
+        fn = ctypes.CDLL(str(Path(lib._name).with_name("ggml-base.dll")))[name]
     fn.restype = restype
     fn.argtypes = list(argtypes)
     return fn
