@@ -78,6 +78,8 @@ WINE_NUMPY = "numpy<2.2"
 MSVC_RUNTIME = "msvc-runtime"
 DEBIAN_PACKAGES = ["wine", "wine64", "wine32:i386", "gcc-mingw-w64-x86-64-posix", "g++-mingw-w64-x86-64-posix",
                    "binutils-mingw-w64-x86-64", "cmake", "ninja-build", "npm", "xvfb", "xauth", "unzip"]
+#: the command that stands for a package when it is on PATH from elsewhere
+PROVIDES = {"npm": "npm", "cmake": "cmake", "ninja-build": "ninja", "unzip": "unzip"}
 MINGW_PREFIX = "x86_64-w64-mingw32"
 #: mingw-only flags on top of build.py's: no OpenMP (mingw's libgomp is not MSVC's vcomp140),
 #: a static libstdc++/winpthread, Debian's mingw headers need _WIN32_WINNT, and no tools/tests
@@ -293,7 +295,8 @@ def lnk_target_mentions(path: Path, name: str) -> bool:
 
 
 def phase_setup(opts) -> dict:
-    missing = [p for p in DEBIAN_PACKAGES if not deb_installed(p)]
+    # a tool already on PATH counts (e.g. NodeSource's nodejs ships npm and conflicts with Debian's)
+    missing = [p for p in DEBIAN_PACKAGES if not deb_installed(p) and not shutil.which(PROVIDES.get(p, "-"))]
     if not missing:
         Log.write("Debian packages: all present")
         return {"installed": []}
