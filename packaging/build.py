@@ -961,7 +961,8 @@ def smoke_test(exe: Path, *, gui: bool = True, emulate_cpu: str | None = None) -
 
 def gui_smoke(exe: Path, env: dict[str, str], log_path: Path, wait: float = 60.0) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(exe)], env={**os.environ, **env}, stdout=subprocess.PIPE,
+    # -v: the app logs at INFO (its "starting" line); without it the log file holds warnings only
+    proc = subprocess.Popen([str(exe), "-v"], env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         while time.perf_counter() - t0 < wait:
