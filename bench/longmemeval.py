@@ -31,10 +31,21 @@ clipped; the ``clipped`` column counts those evidence messages.
 - ``recall_tokens`` (the recall segment, counted exactly) and ``request_tokens`` (the
   predicted prompt), as medians.
 
+Each row also lists ``evidence_ranks``, where each evidence message stands in recall's
+ranking (None: not ranked at all): a miss ranked low was not retrieved, one ranked high
+was cut by the block's room. And, for issue 28's item 3, whether the answer is findable
+in the summary + verbatim tail (``summary_answer``) against a names-and-numbers extract
+of the same archived messages at the same cap + the tail (``extract_answer``; the
+baseline of ``bench/retention.py``, one matcher for both).
+
 A file whose question has no evidence indices (its answer sessions are not in the
-haystack) is skipped and listed.
+haystack) is skipped and listed. ``--files N`` takes N files round-robin over the types
+(a quick subset that covers each); ``--vector-cache FILE`` keeps the embedder's vectors
+between runs (``_vector_cache.py``: the same vectors, so the same scores, without the
+embedding that is nearly all of a run's time).
 
     .venv/bin/python bench/longmemeval.py [--files 42] [--types t1,t2] [--llm] [--json]
+                                          [--vector-cache /tmp/vectors.db]
 
 The last line is one parseable summary.
 """
@@ -51,12 +62,13 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retention import SUMMARY_CAP, SYSTEM, View, asked_text  # noqa: E402
+from retention import SUMMARY_CAP, SYSTEM, View, asked_text, names_and_numbers  # noqa: E402
 
 from iris_desktop.core.config import CompactionSettings, ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
-from iris_desktop.core.recall import MAX_CHARS  # noqa: E402
+from iris_desktop.core.recall import MAX_CHARS, Recaller  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.settings import lookup  # noqa: E402
 
@@ -119,6 +131,8 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
             row["plan_s"] = round(time.perf_counter() - started, 2)
             summary = store.latest_summary(thread)
             covered = summary.covers_through_id if summary else 0
+            ranked = Recaller(store, counter, planner.semantic_for(store)).rank(
+                thread, covered, qa["question"]).ranked
             shown = {*request.recall.ids, *request.included_ids, *request.kept_ids, *request.pinned_ids}
             evidence = [ids[i] for i in qa["evidence"]]
             found = [i for i in evidence if i in shown]
@@ -134,14 +148,25 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
                 recall_tokens=request.breakdown.recall,
                 request_tokens=request.predicted_prompt_tokens,
                 recall_reason=request.recall.reason,
+                # where each evidence message stands in recall's ranking (None: not ranked):
+                # a miss ranked low was not retrieved; one ranked high was cut by the room
+                evidence_ranks=[ranked.index(i) + 1 if i in ranked else None for i in evidence],
             )
+            if summary is not None:  # item 3: what the summary keeps, against an extract of its size
+                tail = planner.plan(store, thread, recall=False, cache=False)
+                tail_text = "\n".join(m["content"] or "" for m in tail.messages[1:])
+                archived = [m for i, m in zip(ids, data["messages"]) if i <= covered]
+                rendered = ConversationSummary.from_fields(summary.fields).render()
+                row["summary_answer"] = View(rendered + "\n" + tail_text).finds(qa["answer"])
+                row["extract_answer"] = View(names_and_numbers(archived, counter, SUMMARY_CAP) + "\n"
+                                             + tail_text).finds(qa["answer"])
         finally:
             store.close()
     return row
 
 
 def share(rows: list[dict], key: str) -> float:
-    return sum(bool(r[key]) for r in rows) / len(rows) if rows else float("nan")
+    return sum(bool(r.get(key)) for r in rows) / len(rows) if rows else float("nan")
 
 
 def median(rows: list[dict], key: str) -> float:
@@ -159,14 +184,17 @@ def summarize(rows: list[dict]) -> dict:
                      "evidence_any": share(group, "evidence_any"), "answer": share(group, "answer"),
                      "recall_tokens_median": median(group, "recall_tokens"),
                      "request_tokens_median": median(group, "request_tokens"),
-                     "clipped": sum(r["clipped"] for r in group)}
+                     "clipped": sum(r["clipped"] for r in group),
+                     "summary_answer": share(group, "summary_answer"),
+                     "extract_answer": share(group, "extract_answer")}
     return out
 
 
 def summary_line(table: dict) -> str:
     o = table["overall"]
     return (f"longmemeval: evidence_all={o['evidence_all']:.3f} evidence_any={o['evidence_any']:.3f} "
-            f"answer={o['answer']:.3f} n={o['n']} recall_tokens_median={o['recall_tokens_median']:.0f}")
+            f"answer={o['answer']:.3f} n={o['n']} recall_tokens_median={o['recall_tokens_median']:.0f} "
+            f"summary_tail={o['summary_answer']:.3f} extract_tail={o['extract_answer']:.3f}")
 
 
 def report(rows: list[dict], header: str, as_json: bool = False) -> None:
@@ -177,12 +205,13 @@ def report(rows: list[dict], header: str, as_json: bool = False) -> None:
     else:
         print(f"\n{header}\n")
         print("| question type | n | evidence_all | evidence_any | answer | recall tokens (median) | "
-              "request tokens (median) | evidence clipped |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+              "request tokens (median) | evidence clipped | answer: summary + tail | answer: extract + tail |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, t in table.items():
             label = f"**{name}**" if name == "overall" else name
             print(f"| {label} | {t['n']} | {t['evidence_all']:.0%} | {t['evidence_any']:.0%} | {t['answer']:.0%} "
-                  f"| {t['recall_tokens_median']:,.0f} | {t['request_tokens_median']:,.0f} | {t['clipped']} |")
+                  f"| {t['recall_tokens_median']:,.0f} | {t['request_tokens_median']:,.0f} | {t['clipped']} "
+                  f"| {t['summary_answer']:.0%} | {t['extract_answer']:.0%} |")
         if skipped:
             print("\nskipped: " + "; ".join(skipped))
     print(summary_line(table))
@@ -199,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="context.recall_max_tokens (default: the shipped default)")
     parser.add_argument("--timeout", type=float, default=180, help="context.summary_timeout_s, per summary call")
     parser.add_argument("--no-semantic", action="store_true")
+    parser.add_argument("--vector-cache", type=Path, default=None,
+                        help="keep the embedder's vectors in this file between runs (same vectors, faster)")
     parser.add_argument("--corpus", type=Path, default=DEV_SET, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -218,6 +249,10 @@ def main(argv: list[str] | None = None) -> None:
         from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
 
         embedder = Embedder.load(ensure_embedding_model(models_dir))
+        if args.vector_cache:
+            from _vector_cache import CachedEmbedder
+
+            embedder = CachedEmbedder(embedder, args.vector_cache)
     started = time.perf_counter()
     rows = []
     for path in paths:

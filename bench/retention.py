@@ -32,6 +32,10 @@ Rows, measured side by side in one run:
   the share of compactions that took the LLM path and passed the usability check.
 
     .venv/bin/python bench/retention.py [--chats 10] [--llm-chats 0] [--window 4096]
+                                        [--vector-cache /tmp/vectors.db]
+
+``--vector-cache FILE`` keeps the embedder's vectors between runs (``_vector_cache.py``:
+the same vectors, so the same scores, without embedding every chat again).
 
 The last line is one parseable summary.
 """
@@ -55,7 +59,7 @@ from iris_desktop.core.config import (
     ContextParams,  # noqa: E402
 )
 from iris_desktop.core.planner import Planner  # noqa: E402
-from iris_desktop.core.recall import Recaller  # noqa: E402
+from iris_desktop.core.recall import Recaller, query_terms  # noqa: E402
 from iris_desktop.core.records import DATE_FORMS, MONTH_NAMES, month_number  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
@@ -244,7 +248,8 @@ def score_thread(store, thread, ids, data, messages, planner, counter, paraphras
         shipped = asked_text(planner, store, thread, probe["question"])
         tally.add(f"{label}: summary + recall + tail", probe, Seen(shipped))
         evidence = recaller.block_for(thread, covered,
-                                      [ids[data["dia_index"][e]] for e in probe["evidence"]])
+                                      [ids[data["dia_index"][e]] for e in probe["evidence"]],
+                                      query_terms(probe["question"], store.thread_speakers(thread)))
         tally.add(f"{label}: ceiling: the evidence alone", probe, Seen(evidence))
         tally.add(f"{label}: ceiling: summary + recall + tail + the evidence", probe,
                   Seen(shipped + "\n" + evidence))
@@ -270,6 +275,8 @@ def main() -> None:
                         help="context.summary_timeout_s for the LLM rows, per summary call "
                              "(the shipped default is 180)")
     parser.add_argument("--no-semantic", action="store_true")
+    parser.add_argument("--vector-cache", type=Path, default=None,
+                        help="keep the embedder's vectors in this file between runs (same vectors, faster)")
     args = parser.parse_args()
 
     models_dir = app_paths().models_dir
@@ -280,6 +287,10 @@ def main() -> None:
         from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
 
         embedder = Embedder.load(ensure_embedding_model(models_dir))
+        if args.vector_cache:
+            from _vector_cache import CachedEmbedder
+
+            embedder = CachedEmbedder(embedder, args.vector_cache)
     paraphrases = json.loads((REPO / "bench" / "paraphrases.json").read_text())
     tally = Tally()
     rows = []

@@ -15,11 +15,15 @@ from iris_desktop.core.recall import (
     RECALL_FOOTER,
     RECALL_HEADER,
     Recaller,
+    _interleave,
     _statements,
+    asked_role,
     asks,
+    clip_around,
     fts_query,
     fuse,
     query_terms,
+    question_parts,
 )
 from iris_desktop.core.records import Period, periods_in
 from iris_desktop.tokens import HeuristicCounter
@@ -384,3 +388,85 @@ def test_a_question_sent_gets_the_block_its_draft_was_prefilled_with(fresh_store
     # another planner (new settings) searches again, and finds the same messages here
     again = Planner(params(), counter).plan(fresh_store, thread)
     assert len(searches) == 2 and again.recall.ids == sent.recall.ids
+
+
+def test_a_long_message_is_clipped_around_the_questions_words():
+    """A recalled message too long for its line keeps the sentences that hold the
+    question's words, in order, with "…" where text was left out; without any such
+    sentence, its start; a short one whole."""
+    text = ("I'm interested in renewable energy, can you recommend some documentaries? "
+            "By the way, I finished the chapter on DNA in \"A Short History of Nearly "
+            "Everything\" and I'm now on page 220. Also my sister visits next week. "
+            "Anyway, solar panels seem expensive.")
+    terms = query_terms("How many pages of 'A Short History of Nearly Everything' have I read?")
+    clipped = clip_around(text, terms, 160)
+    assert clipped.startswith("… By the way") and "page 220." in clipped and len(clipped) <= 160
+    assert "sister" not in clipped and clipped.endswith("…")
+    assert clip_around(text, ["unrelated"], 60) == text[:59].rstrip() + "…"
+    assert clip_around("Short and whole.", terms, 160) == "Short and whole."
+    # one sentence longer than the limit is cut into parts, the part that matches shown
+    run_on = " ".join(["word"] * 80 + ["page", "220"] + ["word"] * 80)
+    assert "page 220" in clip_around(run_on, terms, 120) and len(clip_around(run_on, terms, 120)) <= 124
+
+
+def test_a_question_about_several_things_is_searched_per_part():
+    """Two or more quoted phrases are the parts; else the question splits where clauses
+    or alternatives join (a comma outside a date, "or", never inside quotes), and a part
+    needs two searchable words of its own; names are not searchable."""
+    assert question_parts("Which device did I set up first, the smart thermostat or the mesh "
+                          "network system?") == [
+        "Which device did I set up first", "the smart thermostat", "the mesh network system?"]
+    assert question_parts("What is the order of: 'I joined the gym', 'I ran the half marathon' and "
+                          "'I sold my bike'?") == ["I joined the gym", "I ran the half marathon", "I sold my bike"]
+    assert question_parts("How many pages of 'A Short History of Nearly Everything' have I read?") == []
+    assert question_parts("Did I read 'To Adapt or Not to Adapt' or 'Dune' first?") == ["To Adapt or Not to Adapt",
+                                                                                       "Dune"]
+    assert question_parts("What did Rosa bake on 3 June, 2023 for the party?", ["Rosa"]) == []
+    assert question_parts("Did Rosa paint the black and white bowl or the blue vase?", ["Rosa"]) == [
+        "Did Rosa paint the black and white bowl", "the blue vase?"]
+    assert question_parts("What activities has Rosa done with her family or friends?", ["Rosa"]) == []
+    assert question_parts("How much did my brother's car cost?") == []  # an apostrophe is no quote
+    assert _interleave([[1, 2, 3], [4, 1], [5]]) == [1, 4, 5, 2, 3]
+
+
+def test_each_part_of_a_question_gets_its_best_hit_into_the_ranking(fresh_store, monkeypatch):
+    """bm25 over the whole question favours the messages that match most of its words;
+    searched per part, the long message that matches only the other part comes second,
+    not last."""
+    thread = fresh_store.create_thread("t")
+    filler = [{"role": "user", "content": f"We talked about lunch and the weather, day {i}."} for i in range(30)]
+    mesh = [{"role": "user", "content": f"The mesh network system {w} is set up."} for w in ("works", "helps", "rocks")]
+    thermostat = "We spoke about many other things that day, " * 8 + "and the thermostat came too."
+    ids = fresh_store.add_messages(thread, [*filler, *mesh, {"role": "user", "content": thermostat}])
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    question = "Which did I set up first, the smart thermostat or the mesh network system?"
+    ranked = lambda: recaller._rank(thread, ids[-1], question, query_terms(question), [])[0]  # noqa: E731
+    assert ranked()[:2] == [ids[-4], ids[-1]]
+    monkeypatch.setattr("iris_desktop.core.recall.MAX_PARTS", 0)  # the whole question only
+    assert ranked()[:4] == ids[-4:]
+
+
+def test_who_a_question_asks_about_follows_its_grammatical_person():
+    """"did I" asks about the user's own words, "did you" about the assistant's; the
+    asking itself ("can you remind me") says nothing; both, or a name, name no role."""
+    assert asked_role("What new kitchen gadget did I buy before the air fryer?") == "user"
+    assert asked_role("Can you suggest some activities I can do in the evening?") == "user"
+    assert asked_role("What did you recommend for the soup?") == "assistant"
+    assert asked_role("Can you remind me what the average framerate gain was?") is None
+    assert asked_role("Can you remind me which beer you recommended for my stew?") is None
+    assert asked_role("What did Rosa cook?") is None and asked_role("") is None
+
+
+def test_a_question_about_my_own_words_ranks_the_users_messages_first(fresh_store):
+    """Two messages match the words equally; "did I" puts the user's first, "did you"
+    the assistant's, whichever is older (ties are otherwise older first)."""
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    said = {"assistant": "A lentil soup with cumin is a good start.",
+            "user": "I cooked a lentil soup with cumin yesterday."}
+    for order, question, first in ((("assistant", "user"), "Which lentil soup with cumin did I cook?", "user"),
+                                   (("user", "assistant"), "Which lentil soup with cumin did you suggest?",
+                                    "assistant")):
+        thread = fresh_store.create_thread("t")
+        ids = fresh_store.add_messages(thread, [{"role": role, "content": said[role]} for role in order])
+        ranked = recaller._rank(thread, ids[-1], question, query_terms(question), [])[0]
+        assert ranked[0] == ids[order.index(first)] == ids[1]

@@ -20,7 +20,13 @@ shares no word with the question ("what pets does she have?" → "we got another
 A question that names one speaker, or a date ("on 9 April", "in May 2023"), ranks up
 the messages that speaker wrote, or that were written then (or within a week after); a
 date also adds a third ranking, of the messages written then, so that one the whole
-chat's rankings miss is still found.
+chat's rankings miss is still found. "Did I…" ranks up the user's messages and "did
+you…" the assistant's. A question about several things ("…the thermostat or the mesh
+network?", "the order of 'A', 'B' and 'C'") is also ranked per part, among the whole
+question's candidates, and the rankings are merged in turns.
+
+The block is dense: a long hit is clipped around the question's words, a message shown
+after it to its start, so the same tokens hold more hits.
 
 Recall never displaces verbatim history: it uses only what the history budget leaves
 free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
@@ -57,7 +63,11 @@ QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "
 WORD_RE = re.compile(r"[A-Za-z0-9]+")
 SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 MAX_TERMS = 24
-MAX_CHARS = 600  # one recalled message at most (a long agent message is clipped)
+MAX_CHARS = 600  # one recalled hit at most (a long message is clipped around what matches)
+#: a message shown after a hit at most, from its start (a reply answers first). Shorter
+#: followers (240 or 300 characters, hits at 400) fit more hits in long assistant chats
+#: but lost 4–6 LoCoMo answers (bench/retention.py), so both stay at 600
+FOLLOWER_CHARS = 600
 FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker again
 LEXICAL_HITS = 60  # bm25 candidates considered
 #: reciprocal rank fusion (Cormack et al. 2009) with a small constant, so the top ranks of
@@ -71,10 +81,22 @@ NAMED_SPEAKER_BOOST = 1.5
 NAMED_DATE_BOOST = 1.5
 #: below this much room nothing more fits (a date heading and a short line)
 MIN_ROOM_TOKENS = 16
+#: parts of one question searched on their own ("the thermostat or the mesh network?")
+MAX_PARTS = 3
 
 QUESTION_START_RE = re.compile(
     r"^\W*(?:what|when|where|who|whom|whose|why|how|which|did|do|does|is|are|was|were|can|"
     r"could|would|will|should|have|has|had)\b", re.IGNORECASE)
+#: a phrase in quotes (not an apostrophe: "year's", "'90s"), and where a question's parts join
+QUOTED_RE = re.compile(r"(?<!\w)[\"“‘'](?P<phrase>[^\"“”‘’']{3,}?)[\"”’'](?!\w)")
+PART_SPLIT_RE = re.compile(r",(?!\s*\d)|[;:]|\b(?:or|versus|vs)\b\.?", re.IGNORECASE)
+FIRST_PERSON_RE = re.compile(r"\b(?:I|I'm|I've|I'd|me|my|mine|myself)\b", re.IGNORECASE)
+SECOND_PERSON_RE = re.compile(r"\b(?:you|you've|you'd|your|yours|yourself)\b", re.IGNORECASE)
+#: the asking itself ("can you…", "remind me…"), which is not who the question is about
+REQUEST_RE = re.compile(r"\b(?:can|could|would|will) you (?:please )?(?:remind|tell|help|give|"
+                        r"show|suggest|recommend|list)(?: me)?\b|\b(?:remind|tell|give|show|help) me\b|"
+                        r"\bdo you (?:think|remember|recall|know)\b|\byou (?:remember|recall)\b",
+                        re.IGNORECASE)
 RECALL_ASK_RE = re.compile(r"\b(?:remember|recall|remind me|tell me|you said|I said|we talked)\b",
                            re.IGNORECASE)
 
@@ -103,6 +125,16 @@ class Recall:
     semantic: bool = False  # a semantic ranking was fused in
 
 
+def asked_role(question: str) -> str | None:
+    """Whose messages a question asks about, from its grammatical person: "what did I
+    buy?", "my", "me" ask about the user's own words; "what did you recommend?" about the
+    assistant's. A request's own "can you" or "remind me" says nothing either way; a
+    question with both, or neither (a third person, a name), names no role."""
+    text = REQUEST_RE.sub(" ", question or "")
+    first, second = bool(FIRST_PERSON_RE.search(text)), bool(SECOND_PERSON_RE.search(text))
+    return "user" if first and not second else "assistant" if second and not first else None
+
+
 def query_terms(text: str, names: Sequence[str] = ()) -> list[str]:
     """The searchable words of a message: no stopwords, no question words, no speaker
     names (a name is who speaks, not what is said), crude stems ('painting' → 'paint')."""
@@ -118,6 +150,30 @@ def query_terms(text: str, names: Sequence[str] = ()) -> list[str]:
         if len(terms) >= MAX_TERMS:
             break
     return terms
+
+
+def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:
+    """The parts of a question that asks about several things, each to be searched on its
+    own: two or more quoted phrases ("the order of 'A', 'B' and 'C'"), or else the
+    question split where clauses or alternatives join (a comma not inside a date, a
+    semicolon or colon, "or"; never inside quotes; "and" mostly joins one thing's words,
+    "black and white"). A quoted phrase counts with one searchable word, another part
+    with two; fewer than two parts is no split. "Which did I set up first, the smart
+    thermostat or the mesh network?" → "Which did I set up first", "the smart
+    thermostat", "the mesh network"."""
+    text = text or ""
+    quoted = [m for m in QUOTED_RE.finditer(text) if query_terms(m["phrase"], names)]
+    if len(quoted) >= 2:
+        return [m["phrase"] for m in quoted]
+    inside = [m.span() for m in QUOTED_RE.finditer(text)]
+    parts, start = [], 0
+    for cut in PART_SPLIT_RE.finditer(text):
+        if not any(a <= cut.start() < b for a, b in inside):
+            parts.append(text[start:cut.start()])
+            start = cut.end()
+    parts = [p for p in (" ".join(p.split()) for p in [*parts, text[start:]])
+             if len(query_terms(p, names)) >= 2]
+    return parts if len(parts) >= 2 else []
 
 
 def _stem(word: str) -> str:
@@ -225,7 +281,7 @@ class Recaller:
         if budget <= 0 or not ranking.ranked:
             return Recall(terms=ranking.terms, reason="no room" if budget <= 0 else ranking.reason,
                           semantic=ranking.semantic)
-        lines: dict[int, str] = {}  # each message's line, rendered once per block
+        lines = _Lines(ranking.terms)  # each message's line, rendered once per block
         chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
                               exclude, lines)
         if not chosen:
@@ -249,19 +305,42 @@ class Recaller:
             by_meaning = [i for i in by_meaning if i in on_path]
         asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
         speaker = next(iter(asked)) if len(asked) == 1 else None
+        role = asked_role(query) if not asked else None
         periods = periods_in(query)
         then = self._written_then(thread_id, through_id, query, terms, periods) if periods else []
         rows = self.store.messages_by_id([*lexical, *by_meaning, *then]) \
-            if by_meaning or speaker or periods else {}
+            if by_meaning or speaker or role or periods else {}
         meaning = _statements(by_meaning, rows)
         scores = fuse([lexical, meaning, _statements(then, rows)])
         for i in scores:
             row = rows.get(i, {})
-            if speaker is not None and row.get("name") == speaker:
+            if (speaker is not None and row.get("name") == speaker) or (role and row.get("role") == role):
                 scores[i] *= NAMED_SPEAKER_BOOST
             if periods and any(p.holds(day_of(row.get("sent_at"))) for p in periods):
                 scores[i] *= NAMED_DATE_BOOST
-        return sorted(scores, key=lambda i: (-scores[i], i)), bool(meaning)
+        ranked = sorted(scores, key=lambda i: (-scores[i], i))
+        parts = question_parts(query, names)[:MAX_PARTS]
+        if parts and len(ranked) > 1:
+            rows = rows or self.store.messages_by_id(ranked)
+            ranked = _interleave([ranked, *(self._rank_part(thread_id, through_id, part, names, ranked, rows)
+                                            for part in parts)])
+        return ranked, bool(meaning)
+
+    def _rank_part(self, thread_id: int, through_id: int, part: str, names: list[str],
+                   candidates: list[int], rows: dict[int, dict]) -> list[int]:
+        """The whole question's candidates ranked for one part of it: by meaning (the
+        part's own vector, scored on the candidates' rows only) fused with the part's
+        words (how many of them each candidate holds; ties in the whole ranking's order).
+        Only the candidates are searched, so a part costs one short embedding, not a
+        second scan of the thread: recall stays within its bound on long threads."""
+        patterns = [_term_pattern(t) for t in query_terms(part, names)]
+        held = {i: sum(1 for p in patterns if p.search(str(rows.get(i, {}).get("content") or "")))
+                for i in candidates}
+        lexical = sorted((i for i in candidates if held[i]), key=lambda i: -held[i])
+        by_meaning = self.semantic(thread_id, through_id, part, LEXICAL_HITS, among=candidates) \
+            if self.semantic is not None else []
+        scores = fuse([lexical, _statements(by_meaning, rows)])
+        return sorted(scores, key=lambda i: (-scores[i], i))
 
     def _written_then(self, thread_id: int, through_id: int, query: str, terms: list[str],
                       periods: list[Period]) -> list[int]:
@@ -282,18 +361,21 @@ class Recaller:
         return [hit_id for hit_id, _ in self.store.recall_hits(
             thread_id, through_id, fts_query(terms), LEXICAL_HITS, among=ids)] if terms else []
 
-    def block_for(self, thread_id: int, through_id: int, ids: Sequence[int]) -> str:
+    def block_for(self, thread_id: int, through_id: int, ids: Sequence[int],
+                  terms: Sequence[str] = ()) -> str:
         """The block that would show exactly these messages, each with the messages that
         follow it, whatever it costs (what a perfect ranking would show; the retention
-        bench's ceiling)."""
+        bench's ceiling), clipped around ``terms`` as a block for them would be."""
         chosen: dict[int, Said] = {}
+        lines = _Lines(terms)
         for message_id in ids:
-            chosen.update((s.id, s) for s in self._group(thread_id, through_id, message_id,
-                                                          frozenset()))
-        return _render(chosen) if chosen else ""
+            group = self._group(thread_id, through_id, message_id, frozenset())
+            lines.hits.update(s.id for s in group[:1])
+            chosen.update((s.id, s) for s in group)
+        return _render(chosen, lines) if chosen else ""
 
     def _choose(self, thread_id: int, through_id: int, ranked: list[int], budget: int,
-                exclude: frozenset[int], lines: dict[int, str]) -> dict[int, Said]:
+                exclude: frozenset[int], lines: _Lines) -> dict[int, Said]:
         """The hits and the messages that follow each, in rank order while they fit."""
         spent = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
         chosen: dict[int, Said] = {}
@@ -307,9 +389,10 @@ class Recaller:
                      if s.id not in chosen]
             if not group or group[0].id != hit_id:
                 continue
+            lines.hits.add(hit_id)
             new_headings = {fmt_date(s.date) for s in group if s.date} - headings
             cost = self.counter.count_text("\n".join(
-                [*(f"{h}:" for h in sorted(new_headings)), *(_line(s, lines) for s in group)])) + 1
+                [*(f"{h}:" for h in sorted(new_headings)), *(lines.line(s) for s in group)])) + 1
             if spent + cost > budget:
                 continue
             chosen.update((s.id, s) for s in group)
@@ -325,6 +408,17 @@ class Recaller:
         rows = self.store.messages_by_id(ids)
         return [said_from_row(rows[i]) for i in ids
                 if i in rows and isinstance(rows[i].get("content"), str)]
+
+
+def _interleave(rankings: Sequence[Sequence[int]]) -> list[int]:
+    """Rankings merged in turns (the first's best, the second's best, …), each id once:
+    every part of a question gets its best hits near the top."""
+    out: dict[int, None] = {}
+    for rank in range(max((len(r) for r in rankings), default=0)):
+        for ranking in rankings:
+            if rank < len(ranking):
+                out.setdefault(ranking[rank], None)
+    return list(out)
 
 
 def _statements(ids: list[int], rows: dict[int, dict]) -> list[int]:
@@ -348,24 +442,91 @@ def _asks_only(text: str) -> bool:
     return bool(sentences) and all(s.rstrip(" \"')]").endswith("?") for s in sentences)
 
 
-def _line(said: Said, lines: dict[int, str] | None = None) -> str:
-    """``- Speaker: text``, relative dates anchored; kept in ``lines`` by message id."""
-    if lines is not None and said.id in lines:
-        return lines[said.id]
-    line = _render_line(said)
-    if lines is not None:
-        lines[said.id] = line
-    return line
+class _Lines:
+    """Each message's line in one block, rendered once: ``- Speaker: text``, relative
+    dates anchored; a long hit clipped around the question's words to :data:`MAX_CHARS`
+    (the block's tokens go to what matches, not to a long message's first lines), a
+    message shown after a hit to its first :data:`FOLLOWER_CHARS` (a reply answers
+    first)."""
+
+    def __init__(self, terms: Sequence[str] = ()):
+        self.terms = [t.lower() for t in terms]
+        self.hits: set[int] = set()  # hits, as opposed to the messages shown after them
+        self._lines: dict[int, str] = {}
+
+    def line(self, said: Said) -> str:
+        line = self._lines.get(said.id)
+        if line is None:
+            if said.id in self.hits:
+                text = clip_around(said.text, self.terms, MAX_CHARS)
+            else:  # a reply answers from its start
+                text = _clip(" ".join(said.text.split()), FOLLOWER_CHARS)
+            line = self._lines[said.id] = f"- {said.speaker}: {resolve_relative(text, said.date)}"
+        return line
 
 
-def _render_line(said: Said) -> str:
-    text = " ".join(said.text.split())
-    if len(text) > MAX_CHARS:
-        text = text[: MAX_CHARS - 1].rstrip() + "…"
-    return f"- {said.speaker}: {resolve_relative(text, said.date)}"
+def clip_around(text: str, terms: Sequence[str], limit: int) -> str:
+    """``text`` in at most ``limit`` characters: whole when it fits, else the sentences
+    that hold the most of ``terms`` (crude stems, matched as word prefixes), in their
+    order, with "…" where text was left out; the start when no sentence holds any."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    sentences = [piece for s in SENTENCE_END_RE.split(text) for piece in _pieces(s, limit)]
+    patterns = [_term_pattern(t) for t in terms]
+    scores = [sum(1 for p in patterns if p.search(s)) for s in sentences]
+    if not any(scores):
+        return _clip(text, limit)
+    keep: set[int] = set()
+    room = limit
+    for i in sorted(range(len(sentences)), key=lambda i: (-scores[i], i)):
+        if scores[i] == 0:
+            break
+        cost = len(sentences[i]) + 2  # a space, or an ellipsis
+        if cost <= room:
+            keep.add(i)
+            room -= cost
+    if not keep:  # the best sentence alone is longer than the limit
+        best = max(range(len(sentences)), key=lambda i: (scores[i], -i))
+        return ("… " if best else "") + _clip(sentences[best], limit - 2)
+    out = []
+    for i in sorted(keep):
+        if i > 0 and i - 1 not in keep:
+            out.append("…")
+        out.append(sentences[i])
+    if max(keep) < len(sentences) - 1:
+        out.append("…")
+    return " ".join(out)
 
 
-def _render(chosen: dict[int, Said], lines: dict[int, str] | None = None) -> str:
+def _term_pattern(term: str) -> re.Pattern[str]:
+    """A search term as FTS5 matches it (:func:`fts_query`): a stem of four letters or
+    more as a word prefix, a shorter one as a whole word."""
+    return re.compile(rf"\b{re.escape(term)}" + ("" if len(term) >= 4 else r"\b"), re.IGNORECASE)
+
+
+def _pieces(sentence: str, limit: int) -> list[str]:
+    """A sentence longer than ``limit`` (a list run together, a paragraph without stops)
+    in parts of about half the limit, at spaces."""
+    if len(sentence) <= limit:
+        return [sentence]
+    out, part = [], []
+    size = max(limit // 2, 40)
+    for word in sentence.split(" "):
+        if part and sum(len(w) + 1 for w in part) + len(word) > size:
+            out.append(" ".join(part))
+            part = []
+        part.append(word)
+    if part:
+        out.append(" ".join(part))
+    return out
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _render(chosen: dict[int, Said], lines: _Lines) -> str:
     """The block, in message order, each date said once (as the ledger does)."""
     out = [RECALL_HEADER]
     current = None
@@ -375,7 +536,7 @@ def _render(chosen: dict[int, Said], lines: dict[int, str] | None = None) -> str
         if heading and heading != current:
             out.append(f"{heading}:")
             current = heading
-        out.append(_line(said, lines))
+        out.append(lines.line(said))
     out.append(RECALL_FOOTER)
     return "\n".join(out)
 
