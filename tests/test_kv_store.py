@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from iris_desktop.runtime.kv_store import KVStateStore
-from iris_desktop.runtime.model import LocalModel
+from iris_desktop.runtime.model import PREFILL_CHUNK_TOKENS, LocalModel
 
 SYSTEM = {"role": "system", "content": "You are Iris, a helpful assistant."}
 
@@ -93,6 +93,9 @@ def test_a_prefill_gives_way_to_a_cancel_and_keeps_what_it_did(model):
     stats = work.stats
     assert seen and seen[0][1] == stats.prompt_tokens and seen[0][0] < stats.prompt_tokens
     assert stats.stopped and 0 < stats.evaluated_tokens < stats.prompt_tokens
+    # a prefill goes in small pieces (a stop drops only the piece under way): the first
+    # piece is kept whole, not a full 512-token batch
+    assert stats.evaluated_tokens == PREFILL_CHUNK_TOKENS < model.llm.n_batch
     assert len(model.kv_tokens()) == stats.evaluated_tokens
     again = model.prefill(long).run()  # continues from there
     assert again.reused_tokens >= stats.evaluated_tokens - 1 and not again.stopped

@@ -224,12 +224,18 @@ def _load_progress(progress: Any, cancel: threading.Event | None) -> Iterator[No
 
 
 @contextlib.contextmanager
-def _scratch_sequence() -> Iterator[None]:
+def _scratch_sequence(wanted: bool) -> Iterator[None]:
     """Create the next context with room for a second sequence in one shared (unified)
     KV cache: :meth:`LocalModel._shift_reuse` parks the cells it keeps on that scratch
     sequence while it evaluates what goes before them. The cache's size and what sequence
-    0 can hold are unchanged (unified: both sequences share the same ``n_ctx`` cells)."""
+    0 can hold are unchanged (unified: both sequences share the same ``n_ctx`` cells).
+    Only when ``wanted`` (``kv_shift`` on a model without sliding-window layers, whose
+    window cache llama.cpp would size for two sequences)."""
     import llama_cpp.llama_cpp as low
+
+    if not wanted:
+        yield
+        return
 
     with _context_lock:
         original = low.llama_context_default_params
@@ -347,6 +353,11 @@ class _StopMatcher:
         return out
 
 
+#: a prefill (work done while the user reads and types) evaluates this many tokens at a
+#: time: a send or a new draft stops it part-way, and llama.cpp drops the whole batch it
+#: was evaluating, so smaller pieces keep more of the work. Sends evaluate ``n_batch`` at
+#: a time. bench/throughput.py measures what the smaller pieces cost.
+PREFILL_CHUNK_TOKENS = 128
 #: the shortest run of cached tokens worth moving (below it, evaluating is as cheap)
 SHIFT_MIN_TOKENS = 64
 #: a k-gram of this many tokens finds candidate runs; each is then extended
@@ -502,7 +513,7 @@ class LocalModel:
         t0 = time.perf_counter()
         try:
             load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
-            with _load_progress(progress, cancel), _scratch_sequence():
+            with _load_progress(progress, cancel), _scratch_sequence(kv_shift and not info.sliding_window):
                 llm = _counting_llama_class()(
                     model_path=str(p),
                     n_ctx=n_ctx,
@@ -733,6 +744,8 @@ class LocalModel:
         llm = self._llm
         n = int(llm.n_tokens)
         if not self.kv_shift or self._n_swa > 0 or n == 0 or len(tokens) < 2:
+            return 0, False
+        if int(llm.context_params.n_seq_max) < 2:  # loaded without the scratch sequence
             return 0, False
         cached = [int(t) for t in llm.input_ids[:n]]
         start = 0
@@ -1001,7 +1014,7 @@ class LocalModel:
                 cancel: Any = None) -> Prefill:
         """Evaluate the prompt of ``messages`` into the KV cache without generating, so
         that a request for them (or for them and more) starts at once. Only what differs
-        from the cache is evaluated, a batch (``n_batch`` tokens) at a time; the
+        from the cache is evaluated, ``PREFILL_CHUNK_TOKENS`` at a time; the
         :class:`~.protocol.Prefill` yields ``(evaluated, total)`` after each. ``cancel``
         (anything with ``is_set()``) stops it between two graph nodes (a send preempts a
         warm-up this way), and so does closing the Prefill; what was evaluated stays
@@ -1032,12 +1045,13 @@ class LocalModel:
             todo = tokens[reuse:]
             llm.n_tokens = reuse
             reuse -= shifted  # evaluated just now, not reused
+            step = max(1, min(llm.n_batch, PREFILL_CHUNK_TOKENS))
             try:
-                for start in range(0, len(todo), llm.n_batch):
+                for start in range(0, len(todo), step):
                     if start and stopping():
                         stopped = True
                         break
-                    part = todo[start:start + llm.n_batch]
+                    part = todo[start:start + step]
                     try:
                         llm.eval(part)
                     except EvalStopped:
