@@ -222,6 +222,9 @@ def _write_private(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as handle:  # closing it releases the lock, after the rename
             handle.write(data)
             handle.flush()
+            if fcntl is not None:
+                os.replace(tmp, path)
+        if fcntl is None:  # Windows cannot rename a file that is open (WinError 32)
             os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
