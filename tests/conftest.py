@@ -7,6 +7,7 @@ its files as extra cases; nothing requires it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -91,3 +92,25 @@ def real_model(model_path):
     model = LocalModel.load(model_path, n_ctx=8192)
     yield model
     model.close()
+
+
+# -- the packaging scripts (not a package): loaded from their files ---------------------------
+
+
+def load_source(name: str, path: Path):
+    """The module in ``path`` (a script such as packaging/build.py), loaded as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def build_py():
+    return load_source("iris_packaging_build", REPO / "packaging" / "build.py")
+
+
+@pytest.fixture(scope="session")
+def rules():
+    return load_source("iris_packaging_bundle_rules", REPO / "packaging" / "bundle_rules.py")

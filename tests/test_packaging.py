@@ -19,27 +19,15 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
+from conftest import load_source
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def build_py():
-    return _load("iris_packaging_build", PACKAGING / "build.py")
-
-
-@pytest.fixture(scope="module")
-def rules():
-    return _load("iris_packaging_bundle_rules", PACKAGING / "bundle_rules.py")
+# build_py and rules: tests/conftest.py
+_load = load_source
 
 
 @pytest.fixture(scope="module")

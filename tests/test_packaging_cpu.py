@@ -6,7 +6,6 @@ the frozen app on an emulated CPU without AVX (docs/installers.md)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,22 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def build_py():
-    return _load("iris_packaging_build_cpu", PACKAGING / "build.py")
-
-
-@pytest.fixture(scope="module")
-def rules():
-    return _load("iris_packaging_bundle_rules_cpu", PACKAGING / "bundle_rules.py")
+# build_py and rules: the fixtures in tests/conftest.py
 
 
 def _flags(cmake_args: str) -> dict[str, str]:
