@@ -367,7 +367,8 @@ _ALL: tuple[Setting, ...] = (
         "After a compaction, keep the part of the chat that stayed word for word in the "
         "model's cache and move it, instead of reading it again: the next message starts "
         "sooner. Not exact: those words were read with the old summary before them, so "
-        "replies can differ slightly from a full re-read (local model only).",
+        "replies differ from those after a full re-read, often from the first words "
+        "(local model only).",
         needs_reload=True,
         label="Reuse the cache after a compaction",
     ),
