@@ -133,7 +133,9 @@ def test_a_warm_up_after_a_compaction_evaluates_only_the_summary(shifting):
 
 
 def test_a_warm_up_stopped_during_the_summary_leaves_a_usable_cache(shifting):
-    before, after, summary_tokens, _ = compacted(shifting)
+    """A send that stops the warm-up in the middle of the summary: the moved tail waits on
+    the scratch sequence, and the send goes on from there (the tail is not read again)."""
+    before, after, summary_tokens, message_tokens = compacted(shifting)
     shifting.llm.reset()
     shifting.prefill(before).run()
     stop = threading.Event()
@@ -146,8 +148,26 @@ def test_a_warm_up_stopped_during_the_summary_leaves_a_usable_cache(shifting):
     stats = generation.stats
     assert stats.finish_reason in {"stop", "length"}
     assert stats.evaluated_tokens + stats.reused_tokens == stats.prompt_tokens
+    assert stats.evaluated_tokens <= summary_tokens - stopped.evaluated_tokens + message_tokens
     cached = shifting.kv_tokens()
     assert cached[:stats.prompt_tokens] == shifting.prompt_tokens(after)
+
+
+def test_a_parked_tail_is_dropped_when_the_next_prompt_is_another(shifting):
+    before, after, _, _ = compacted(shifting)
+    shifting.llm.reset()
+    shifting.prefill(before).run()
+    stop = threading.Event()
+    stop.set()
+    assert shifting.prefill(after[:-1], cancel=stop).run().stopped
+    other = [SYSTEM, {"role": "user", "content": "Something else entirely, please."}]
+    generation = shifting.stream(other, max_tokens=2, temperature=0)
+    generation.text()
+    assert generation.stats.evaluated_tokens + generation.stats.reused_tokens == generation.stats.prompt_tokens
+    assert shifting.kv_tokens()[:generation.stats.prompt_tokens] == shifting.prompt_tokens(other)
+    import llama_cpp
+    memory = llama_cpp.llama_get_memory(shifting.llm.ctx)
+    assert llama_cpp.llama_memory_seq_pos_max(memory, 1) == -1  # the scratch sequence is empty
 
 
 def test_a_removed_middle_is_skipped_without_evaluating(shifting):

@@ -151,14 +151,15 @@ def _counting_llama_class() -> Any:
                     if self.iris_progress is not None:
                         self.iris_progress(start + len(part), len(tokens))
 
-            def iris_decode_at(self, tokens):
+            def iris_decode_at(self, tokens, step=None):
                 """Evaluate ``tokens`` at positions ``n_tokens``… as :meth:`eval` does, but
                 without first clearing the cache from ``n_tokens`` on (``Llama.eval``
                 does): :meth:`LocalModel._shift_reuse` keeps cells at later positions on
                 its scratch sequence meanwhile."""
                 tokens = list(tokens)
-                for start in range(0, len(tokens), self.n_batch):
-                    part = tokens[start:start + self.n_batch]
+                step = step or self.n_batch
+                for start in range(0, len(tokens), step):
+                    part = tokens[start:start + step]
                     if start and self._iris_stopping():
                         raise EvalStopped(start, len(tokens))
                     n_past = self.n_tokens
@@ -438,6 +439,8 @@ class LocalModel:
         #: reuse a moved part of the cache (the verbatim tail after a compaction) by
         #: shifting its positions instead of evaluating it again (see _shift_reuse)
         self.kv_shift = kv_shift
+        #: (at, was, run): a shift stopped part-way left ``run`` on the scratch sequence
+        self._parked: tuple[int, int, list[int]] | None = None
         self.model_name = info.path.name
         self._lock = threading.Lock()
         self._life = threading.RLock()
@@ -719,7 +722,7 @@ class LocalModel:
             self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
         return self._grammars[key]
 
-    def _shift_reuse(self, tokens: list[int]) -> tuple[int, bool]:
+    def _shift_reuse(self, tokens: list[int], step: int | None = None) -> tuple[int, bool]:
         """Reuse a run of cached tokens that sits at another position in ``tokens``.
 
         After a compaction the prompt is ``system + new summary + tail`` while the cache
@@ -742,10 +745,16 @@ class LocalModel:
         import llama_cpp
 
         llm = self._llm
+        parked, self._parked = self._parked, None
         n = int(llm.n_tokens)
         if not self.kv_shift or self._n_swa > 0 or n == 0 or len(tokens) < 2:
+            if parked is not None:  # the cache was reset meanwhile: the run is not wanted
+                llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm.ctx), _SEQ_ID + 1, -1, -1)
             return 0, False
         if int(llm.context_params.n_seq_max) < 2:  # loaded without the scratch sequence
+            return 0, False
+        mem = llama_cpp.llama_get_memory(llm.ctx)
+        if not llama_cpp.llama_memory_can_shift(mem):
             return 0, False
         cached = [int(t) for t in llm.input_ids[:n]]
         start = 0
@@ -753,6 +762,18 @@ class LocalModel:
             if a != b:
                 break
             start += 1
+        if parked is not None:  # a shift stopped part-way: its run waits on the scratch sequence
+            at, was, run = parked
+            same = 0  # how much of the run this prompt has at ``at`` (its end may differ)
+            for a, b in zip(run, tokens[at:len(tokens) - 1]):
+                if a != b:
+                    break
+                same += 1
+            if (start == n and at >= n and same >= SHIFT_MIN_TOKENS
+                    and llama_cpp.llama_memory_seq_pos_min(mem, _SEQ_ID + 1) == was
+                    and llama_cpp.llama_memory_seq_pos_max(mem, _SEQ_ID + 1) == was + len(run) - 1):
+                return self._move_run(tokens, n, at, was, run[:same], step)
+            llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID + 1, -1, -1)  # not this prompt's: dropped
         if start >= n:  # the cache is a prefix of the prompt: nothing moved
             return 0, False
         # keep the prompt's last token for the evaluation that produces the logits
@@ -760,36 +781,48 @@ class LocalModel:
         if found is None:
             return 0, False
         at, was, length = found  # tokens[at:at+length] == cached[was:was+length]
-        mem = llama_cpp.llama_get_memory(llm.ctx)
-        if not llama_cpp.llama_memory_can_shift(mem):
-            return 0, False
-        scratch = _SEQ_ID + 1
-        evaluated = 0
+        run = cached[was:was + length]
         if at == start:  # only removed before the run: drop those cells, move it back
             llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID, start, was)
             llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID, was + length, -1)
             llama_cpp.llama_memory_seq_add(mem, _SEQ_ID, was, was + length, at - was)
-        else:
-            llama_cpp.llama_memory_seq_cp(mem, _SEQ_ID, scratch, was, was + length)
-            llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID, start, -1)
-            llm.n_tokens = start
-            before = int(llm.iris_evaluated)
-            try:
-                llm.iris_decode_at(tokens[start:at])
-            except EvalStopped:
-                llama_cpp.llama_memory_seq_rm(mem, scratch, -1, -1)
-                llm._requires_eval = True
-                return int(llm.iris_evaluated) - before, True
-            except BaseException:
-                llama_cpp.llama_memory_seq_rm(mem, scratch, -1, -1)
-                llm.reset()
-                llama_cpp.llama_memory_clear(mem, True)
-                raise
-            evaluated = int(llm.iris_evaluated) - before
-            llama_cpp.llama_memory_seq_add(mem, scratch, was, was + length, at - was)
-            llama_cpp.llama_memory_seq_cp(mem, scratch, _SEQ_ID, at, at + length)
+            llm.input_ids[at:at + length] = run
+            llm.n_tokens = at + length
+            llm._requires_eval = True
+            return 0, False
+        llama_cpp.llama_memory_seq_cp(mem, _SEQ_ID, _SEQ_ID + 1, was, was + length)
+        llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID, start, -1)
+        llm.n_tokens = start
+        return self._move_run(tokens, start, at, was, run, step)
+
+    def _move_run(self, tokens: list[int], start: int, at: int, was: int,
+                  run: list[int], step: int | None = None) -> tuple[int, bool]:
+        """The second half of :meth:`_shift_reuse`: with ``run`` parked on the scratch
+        sequence at ``was`` and the cache holding ``tokens[:start]``, evaluate
+        ``tokens[start:at]``, then move the run to ``at`` after it. Stopped part-way, the
+        run stays parked (``_parked``) and the next request goes on from there."""
+        import llama_cpp
+
+        llm = self._llm
+        mem = llama_cpp.llama_get_memory(llm.ctx)
+        scratch, length = _SEQ_ID + 1, len(run)
+        before = int(llm.iris_evaluated)
+        try:
+            llm.iris_decode_at(tokens[start:at], step)
+        except EvalStopped:
+            self._parked = (at, was, list(run))
+            llm._requires_eval = True
+            return int(llm.iris_evaluated) - before, True
+        except BaseException:
             llama_cpp.llama_memory_seq_rm(mem, scratch, -1, -1)
-        llm.input_ids[at:at + length] = cached[was:was + length]
+            llm.reset()
+            llama_cpp.llama_memory_clear(mem, True)
+            raise
+        evaluated = int(llm.iris_evaluated) - before
+        llama_cpp.llama_memory_seq_add(mem, scratch, was, was + length, at - was)
+        llama_cpp.llama_memory_seq_cp(mem, scratch, _SEQ_ID, at, at + length)
+        llama_cpp.llama_memory_seq_rm(mem, scratch, -1, -1)
+        llm.input_ids[at:at + length] = run
         llm.n_tokens = at + length
         llm._requires_eval = True  # the logits are not the moved run's last token's
         log.debug("KV shift: kept %d cached tokens moved from %d to %d; evaluated %d before them",
@@ -1036,7 +1069,7 @@ class LocalModel:
                 return self._closing.is_set() or bool(cancel is not None and cancel.is_set())
 
             llm.iris_should_stop = stopping
-            shifted, stopped = self._shift_reuse(tokens)
+            shifted, stopped = self._shift_reuse(tokens, PREFILL_CHUNK_TOKENS)
             if stopped:
                 llm.iris_should_stop = None
                 result.stats = PrefillStats(len(tokens), 0, shifted, True)
