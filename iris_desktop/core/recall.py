@@ -66,7 +66,7 @@ MAX_TERMS = 24
 MAX_CHARS = 600  # one recalled hit at most (a long message is clipped around what matches)
 #: a message shown after a hit at most, from its start (a reply answers first). Shorter
 #: followers (240 or 300 characters, hits at 400) fit more hits in long assistant chats
-#: but lost 4–6 LoCoMo answers (bench/retention.py), so both stay at 600
+#: but lost 4–6 answers on the two-person dev set (bench/retention.py), so both stay at 600
 FOLLOWER_CHARS = 600
 FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker again
 LEXICAL_HITS = 60  # bm25 candidates considered
