@@ -756,12 +756,7 @@ class LocalModel:
         mem = llama_cpp.llama_get_memory(llm.ctx)
         if not llama_cpp.llama_memory_can_shift(mem):
             return 0, False
-        cached = [int(t) for t in llm.input_ids[:n]]
-        start = 0
-        for a, b in zip(cached, tokens):
-            if a != b:
-                break
-            start += 1
+        start = self._common_prefix(tokens)
         if parked is not None:  # a shift stopped part-way: its run waits on the scratch sequence
             at, was, run = parked
             same = 0  # how much of the run this prompt has at ``at`` (its end may differ)
@@ -776,6 +771,7 @@ class LocalModel:
             llama_cpp.llama_memory_seq_rm(mem, _SEQ_ID + 1, -1, -1)  # not this prompt's: dropped
         if start >= n:  # the cache is a prefix of the prompt: nothing moved
             return 0, False
+        cached = [int(t) for t in llm.input_ids[:n]]
         # keep the prompt's last token for the evaluation that produces the logits
         found = moved_run(cached, tokens[:-1], start, SHIFT_MIN_TOKENS)
         if found is None:
@@ -829,6 +825,16 @@ class LocalModel:
                   length, was, at, evaluated)
         return evaluated, False
 
+    def _common_prefix(self, tokens: list[int]) -> int:
+        """How many of ``tokens`` the KV cache holds at their start."""
+        import numpy as np
+
+        llm = self._llm
+        m = min(int(llm.n_tokens), len(tokens))
+        cached = llm.input_ids[:m]
+        diff = np.nonzero(cached != np.asarray(tokens[:m], dtype=cached.dtype))[0]
+        return int(diff[0]) if len(diff) else m
+
     def _plan_reuse(self, tokens: list[int]) -> int:
         """How many prompt tokens ``Llama.generate`` will keep from the KV cache.
 
@@ -839,16 +845,12 @@ class LocalModel:
         sliding-window rule and resets the context when the reuse would be wrong.
         """
         import llama_cpp
-        import numpy as np
 
         llm = self._llm
         n = int(llm.n_tokens)
         if n == 0 or not tokens:
             return 0
-        m = min(n, len(tokens))
-        cached = llm.input_ids[:m]
-        diff = np.nonzero(cached != np.asarray(tokens[:m], dtype=cached.dtype))[0]
-        common = int(diff[0]) if len(diff) else m
+        common = self._common_prefix(tokens)
         consumed = common == len(tokens)
         if consumed and n == len(tokens) and not llm._requires_eval:
             reuse = len(tokens)
