@@ -92,6 +92,13 @@ MINGW_CMAKE_ARGS = [
     "-DCMAKE_SHARED_LINKER_FLAGS=-static -Wl,--exclude-libs,ALL",
     "-DCMAKE_MODULE_LINKER_FLAGS=-static -Wl,--exclude-libs,ALL", "-DCMAKE_EXE_LINKER_FLAGS=-static",
 ]
+#: ggml's x86 CPU variants that only non-MSVC compilers build (ivybridge, piledriver, cooperlake,
+#: zen4, sapphirerapids: ``if (NOT MSVC)`` in ggml/src/CMakeLists.txt). The Windows release is
+#: built with MSVC, so its bundle has none of them; and mingw's assembler rejects the AMX code of
+#: sapphirerapids ("`(%rax,%esi,1)' is not a valid base/index expression", the GCC bug behind
+#: OpenBLAS#4450; MSYS2 skips that variant too). The check builds MSVC's set: the same DLLs as
+#: the release, and ~5 fewer variants to compile.
+MSVC_VARIANTS_ONLY = ("if (NOT MSVC)\n", "if (NOT MSVC AND NOT MINGW)  # iris windows-check: MSVC's variants\n")
 TOOLCHAIN = f"""set(CMAKE_SYSTEM_NAME Windows)
 set(CMAKE_SYSTEM_PROCESSOR AMD64)
 set(CMAKE_C_COMPILER {MINGW_PREFIX}-gcc-posix)
@@ -442,7 +449,8 @@ def phase_llama(opts, downloads: dict) -> dict:
     sdist = CACHE / "dl" / downloads["llama_sdist"]["file"]
     cmake_args = windows_cmake_args(opts.cmake_args)
     compiler = run([f"{MINGW_PREFIX}-g++-posix", "--version"], quiet=True).stdout.splitlines()[0]
-    key = key_of(downloads["llama_sdist"]["sha256"], cmake_args, MINGW_CMAKE_ARGS, compiler, TOOLCHAIN)
+    key = key_of(downloads["llama_sdist"]["sha256"], cmake_args, MINGW_CMAKE_ARGS, compiler, TOOLCHAIN,
+                 MSVC_VARIANTS_ONLY)
     out_dir = CACHE / "llama" / key
     wheels = sorted(out_dir.glob("llama_cpp_python-*-win_amd64.whl"))
     info_file = out_dir / "build-info.json"
@@ -453,6 +461,7 @@ def phase_llama(opts, downloads: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     # one source tree per sdist; one build tree per key (ninja resumes an interrupted build)
     src = unpack_sdist(sdist, downloads["llama_sdist"]["sha256"], CACHE / "llama" / "src")
+    msvc_variants_only(src)
     build, stage = CACHE / "llama" / f"build-{key}", out_dir / "stage"
     toolchain = CACHE / "llama" / "mingw-toolchain.cmake"
     toolchain.write_text(TOOLCHAIN)
@@ -486,6 +495,22 @@ def phase_llama(opts, downloads: dict) -> dict:
     info_file.write_text(json.dumps(info, indent=2))
     shutil.rmtree(stage, ignore_errors=True)
     return {**info, "cached": False, "wheel_path": str(wheel)}
+
+
+def msvc_variants_only(src: Path) -> int:
+    """ggml's x86 CPU variant list in ``src`` made MSVC's under mingw too (see
+    MSVC_VARIANTS_ONLY); idempotent. The number of ``if`` lines changed (0 once done)."""
+    cmake = src / "vendor" / "llama.cpp" / "ggml" / "src" / "CMakeLists.txt"
+    text = cmake.read_text()
+    start = text.find('if (GGML_SYSTEM_ARCH STREQUAL "x86")', text.find("GGML_CPU_ALL_VARIANTS requires"))
+    end = text.find("elseif(GGML_SYSTEM_ARCH", start)
+    if start < 0 or end < 0:
+        raise CheckError(f"{cmake}: no x86 CPU variant list where ggml 0.3.x has it; check MSVC_VARIANTS_ONLY")
+    block = text[start:end]
+    changed = block.count(MSVC_VARIANTS_ONLY[0])
+    if changed:
+        cmake.write_text(text[:start] + block.replace(*MSVC_VARIANTS_ONLY) + text[end:])
+    return changed
 
 
 def unpack_sdist(sdist: Path, sha256: str, src: Path) -> Path:
