@@ -11,8 +11,9 @@ with ``--llm`` the bundled model writing the summary), embed the summarized mess
 (semantic recall on unless ``--no-semantic``), then plan the request for the question as
 the draft (``Planner.plan``, the path of ``context --json --draft QUESTION``).
 
-The engine has no clock for a draft: recall resolves relative dates against each
-*message's* date, not against "now", so ``question_date`` is not used (it is reported).
+The question is asked on its ``question_date`` (the planner's clock for the draft): a
+relative date in it ("in the last 3 months") means a time before that day, as recall
+reads a question's relative dates against the day it is asked.
 
 What "in the request" means, per evidence message (``qa[0].evidence``, indices into
 ``messages``, mapped to the ids the import gave them): its id is among the messages the
@@ -53,6 +54,7 @@ The last line is one parseable summary.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import statistics
 import sys
@@ -98,6 +100,15 @@ def choose(paths: list[Path], files: int | None, types: list[str] | None) -> lis
     return chosen[:files] if files else chosen
 
 
+def question_day(text: str) -> dt.date | None:
+    """LongMemEval's ``question_date`` ("2023/05/30 (Tue) 10:18") as a day: the day the
+    question is asked, what its "last week" means (the planner's clock for the draft)."""
+    try:
+        return dt.datetime.strptime(text[:10], "%Y/%m/%d").date()
+    except (TypeError, ValueError):
+        return None
+
+
 def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WINDOW,
              recall: int | None = None, timeout: float = 180) -> dict:
     """Import, compact, plan the question; the row of one file."""
@@ -121,7 +132,9 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
                                                        store, runtime=runtime), thread)
             row["compact_s"] = round(time.perf_counter() - started, 1)
             row["paths"] = [e.path for e in events]
-            planner = Planner(params, counter, compaction=settings, embedder=embedder)
+            asked_on = question_day(qa["question_date"])
+            planner = Planner(params, counter, compaction=settings, embedder=embedder,
+                              today=lambda: asked_on)
             if embedder is not None:
                 index = planner.index(store)
                 while index.index_pending(limit=256):
@@ -132,7 +145,7 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
             summary = store.latest_summary(thread)
             covered = summary.covers_through_id if summary else 0
             ranked = Recaller(store, counter, planner.semantic_for(store)).rank(
-                thread, covered, qa["question"]).ranked
+                thread, covered, qa["question"], asked_on).ranked
             shown = {*request.recall.ids, *request.included_ids, *request.kept_ids, *request.pinned_ids}
             evidence = [ids[i] for i in qa["evidence"]]
             found = [i for i in evidence if i in shown]

@@ -43,6 +43,7 @@ The last line is one parseable summary.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import re
@@ -60,7 +61,7 @@ from iris_desktop.core.config import (
 )
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.recall import Recaller, query_terms  # noqa: E402
-from iris_desktop.core.records import DATE_FORMS, MONTH_NAMES, month_number  # noqa: E402
+from iris_desktop.core.records import DATE_FORMS, MONTH_NAMES, day_of, month_number  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.host import build_compactor  # noqa: E402
@@ -212,7 +213,11 @@ def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tal
             row[f"{label}_paths"] = [e.path for e in events]
             if label == "llm":
                 row["llm_notes"] = [e.error for e in events if e.error]
-            planner = Planner(params, counter, compaction=settings, embedder=embedder)
+            # the questions are asked the day after the chat ends ("last year" means the
+            # year before that), not on the day the bench runs
+            asked_on = (day_of(store.messages(thread)[-1].get("sent_at")) or dt.date.today()) + dt.timedelta(days=1)
+            planner = Planner(params, counter, compaction=settings, embedder=embedder,
+                              today=lambda asked_on=asked_on: asked_on)
             if embedder is not None:
                 index = planner.index(store)
                 while index.index_pending(limit=256):

@@ -281,6 +281,72 @@ def test_a_question_naming_a_date_ranks_what_was_written_then_first(fresh_store)
         "- Tomas: Sounds good."]
 
 
+def test_dates_a_question_names_relative_to_the_day_it_is_asked():
+    today = dt.date(2023, 6, 17)  # a Saturday
+    day = dt.timedelta(days=1)
+    assert periods_in("What did I tell you yesterday?", today) == [Period(today - day, today - day)]
+    assert periods_in("What did we talk about last week?", today) == [
+        Period(dt.date(2023, 6, 5), dt.date(2023, 6, 11))]  # Monday to Sunday before this week
+    assert periods_in("and last weekend?", today) == [Period(dt.date(2023, 6, 10), dt.date(2023, 6, 11))]
+    assert periods_in("What did I buy last Friday?", today) == [Period(today - day, today - day)]
+    assert periods_in("the film I saw last Saturday", today) == [Period(today - 7 * day, today - 7 * day)]
+    assert periods_in("What did I cook two weeks ago?", today) == [
+        Period(dt.date(2023, 5, 31), dt.date(2023, 6, 6))]  # that week, three days either side
+    assert periods_in("3 months ago", today) == [Period(dt.date(2023, 3, 1), dt.date(2023, 3, 31))]
+    assert periods_in("How many films did I watch in the last 3 months?", today) == [
+        Period(dt.date(2023, 3, 17), today)]
+    assert periods_in("anything this month", today) == [Period(dt.date(2023, 6, 1), today)]
+    assert periods_in("last year", today) == [Period(dt.date(2022, 1, 1), dt.date(2022, 12, 31))]
+    assert periods_in("last month", dt.date(2024, 3, 31)) == [Period(dt.date(2024, 2, 1), dt.date(2024, 2, 29))]
+    # a week of a named month is not the week before today; vague times name no days
+    assert periods_in("Where was he in the last week of October 2023?", today) == [
+        Period(dt.date(2023, 10, 1), dt.date(2023, 10, 31))]
+    assert periods_in("What did she paint recently? And lately?", today) == []
+    # without the day it is asked, only the dates it names
+    assert periods_in("What did I tell you yesterday?") == []
+    assert periods_in("on 9 April 2023, and last month", today) == [
+        Period(dt.date(2023, 5, 1), dt.date(2023, 5, 31)), Period(dt.date(2023, 4, 9), dt.date(2023, 4, 9))]
+
+
+def test_a_question_about_last_week_ranks_what_was_written_then_first(fresh_store):
+    """The same words written twice; "last week" means the week before the day the
+    question is asked: the draft's day (the planner's clock), or a sent message's own
+    day, so an imported chat's questions mean what they meant then. The block has room
+    for one of the two."""
+    thread = fresh_store.create_thread("t")
+    said = [("2024-03-06", "I cooked a lentil soup for the neighbours."), ("2024-04-06", "Rain all week."),
+            ("2024-05-08", "I cooked a mushroom risotto for the neighbours.")]
+    ids = fresh_store.add_messages(thread, [
+        message for day, text in said for message in (
+            {"role": "user", "name": "Rosa", "content": text, "created_at": f"{day}T10:00:00"},
+            {"role": "assistant", "name": "Tomas", "content": "Sounds good.",
+             "created_at": f"{day}T10:01:00"})])
+    summary_id = fresh_store.add_summary(thread, {
+        "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[-1],
+        "first_turn": 1, "last_turn": 3, "fields": "{}",
+        "text": "Rosa and Tomas talked about cooking.", "tokens": 10, "counter": "heuristic",
+        "path": "extractive"})
+    fresh_store.add_compaction_event(thread, {
+        "trigger": "tokens", "outcome": "ok", "path": "extractive", "turns_archived": 3,
+        "tokens_before": 100, "tokens_after": 20, "kept_turns": 0, "summary_tokens": 10,
+        "duration_s": 0.1, "summary_id": summary_id})
+    counter = HeuristicCounter()
+    p = params(window=1024, recall=62)
+    question = "What did I cook for the neighbours last week?"
+    lentil, risotto = ids[0], ids[4]
+    for today, first, second in ((dt.date(2024, 3, 13), lentil, risotto),
+                                 (dt.date(2024, 5, 15), risotto, lentil)):
+        planner = Planner(p, counter, today=lambda today=today: today)
+        shown = planner.plan(fresh_store, thread, question).recall.ids
+        assert first in shown and second not in shown
+    # sent: its own date counts, whatever the clock says
+    fresh_store.add_message(thread, {"role": "user", "name": "Rosa", "content": question,
+                                     "created_at": "2024-03-12T09:00:00"})
+    planner = Planner(p, counter, today=lambda: dt.date(2024, 5, 15))
+    shown = planner.plan(fresh_store, thread).recall.ids
+    assert lentil in shown and risotto not in shown
+
+
 def test_the_days_a_period_holds_as_ranges_of_days():
     day = dt.date(2023, 4, 9)
     assert Period(day, day).days(2020, 2024) == [(day, dt.date(2023, 4, 17))]

@@ -24,14 +24,16 @@ Building a request never writes messages; it only fills the token-count cache.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from iris_desktop.core.config import ContextParams
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
+from iris_desktop.core.records import day_of
 from iris_desktop.core.store import (
     MAX_BYTES_PER_TOKEN,
     MessageMeta,
@@ -353,8 +355,11 @@ class ContextEngine:
     """Builds requests for one thread. Never modifies stored messages."""
 
     def __init__(self, store: Store, counter: TokenCounter, params: ContextParams,
-                 semantic: SemanticSearch | None = None, rankings: RankingCache | None = None):
+                 semantic: SemanticSearch | None = None, rankings: RankingCache | None = None,
+                 today: Callable[[], dt.date] = dt.date.today):
         self.store = store
+        #: the day a draft is asked on (what its "yesterday" means); a sent message's is its own
+        self.today = today
         self.counter = counter
         self.params = params
         self.semantic = semantic  # recall's ranking by meaning, when an embedder exists
@@ -725,10 +730,15 @@ class ContextEngine:
         if not isinstance(content, str) or not content.strip():
             return Recall(reason="no text to search"), 0
         plain = self.counter.count_message(message)
+        if draft is not None:
+            today = self.today()
+        else:  # the day it was sent: its block stays the same after midnight
+            first = included[-1].messages[0].id
+            today = day_of(self.store.messages_by_id([first]).get(first, {}).get("sent_at"))
         recaller = Recaller(self.store, self.counter, self.semantic)
         ranking = (self.rankings.rank(recaller, thread_id, summary.id, summary.covers_through_id,
-                                      content) if self.rankings is not None
-                   else recaller.rank(thread_id, summary.covers_through_id, content))
+                                      content, today) if self.rankings is not None
+                   else recaller.rank(thread_id, summary.covers_through_id, content, today))
         budget = limit
         for _ in range(3):  # the full limit; what is left; that less what the message adds
             found = recaller.block(ranking, budget, frozenset(pinned))

@@ -23,10 +23,11 @@ much less history budget if the difference would overrun the budget.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -136,8 +137,11 @@ class Planner:
         values: Mapping[str, Any] | None = None,
         semantic: SemanticSearch | None = None,
         embedder: TextEmbedder | None = None,
+        today: Callable[[], dt.date] = dt.date.today,
     ):
         self.params = params
+        #: the day a draft is asked on: what "yesterday" or "last week" in it means to recall
+        self.today = today
         self.counter = counter
         self.runtime = runtime
         #: recall's ranking by meaning: a fixed search (benchmarks, tests), or one per Store
@@ -219,7 +223,7 @@ class Planner:
         recall for compaction's arithmetic (recall only fills what the tail leaves)."""
         params = self.params if recall else replace(self.params, recall_max_tokens=0)
         return ContextEngine(store, self.counter, params, self.semantic_for(store),
-                             self.rankings_for(store))
+                             self.rankings_for(store), self.today)
 
     def rankings_for(self, store: Store) -> RankingCache:
         """Recall's recent searches on ``store``: the draft's prefill and the send of the
@@ -261,7 +265,7 @@ class Planner:
         key = None
         if cache:
             key = (thread_id, store.thread_state(thread_id), draft, tools_allowed, recall,
-                   continuing)
+                   continuing, self.today() if draft is not None else None)
             with self._lock:
                 hit = self._cache.get(key)
                 if hit is not None:

@@ -17,7 +17,8 @@ Who and when come from each message's record (its ``name`` and ``sent_at``, see
 rank fusion: lexical (FTS5 bm25 over the words of the question) and, when an embedder
 is available, semantic (the vectors of :mod:`.semantic`), which finds a paraphrase that
 shares no word with the question ("what pets does she have?" → "we got another cat").
-A question that names one speaker, or a date ("on 9 April", "in May 2023"), ranks up
+A question that names one speaker, or a date ("on 9 April", "in May 2023", or relative
+to the day it is asked: "last week", "three days ago"), ranks up
 the messages that speaker wrote, or that were written then (or within a week after); a
 date also adds a third ranking, of the messages written then, so that one the whole
 chat's rankings miss is still found. "Did I…" ranks up the user's messages and "did
@@ -36,6 +37,7 @@ are never changed; the block exists only in the request.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 from collections import OrderedDict
@@ -226,14 +228,14 @@ class RankingCache:
         self._lock = threading.Lock()
 
     def rank(self, recaller: Recaller, thread_id: int, summary_id: int, through_id: int,
-             query: str) -> Ranking:
-        key = (thread_id, summary_id, through_id, query, recaller.semantic is not None)
+             query: str, today: dt.date | None = None) -> Ranking:
+        key = (thread_id, summary_id, through_id, query, recaller.semantic is not None, today)
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
                 return hit
-        ranking = recaller.rank(thread_id, through_id, query)
+        ranking = recaller.rank(thread_id, through_id, query, today)
         with self._lock:
             self._items[key] = ranking
             while len(self._items) > self.size:
@@ -251,24 +253,27 @@ class Recaller:
         self.semantic = semantic
 
     def recall(self, thread_id: int, through_id: int, query: str, budget: int,
-               exclude: frozenset[int] = frozenset()) -> Recall:
+               exclude: frozenset[int] = frozenset(), today: dt.date | None = None) -> Recall:
         """The best-matching summarized messages (≤ ``through_id``), each with the messages
         that follow it, as one block of at most ``budget`` tokens (by ``count_text``)."""
         if budget <= 0:
             return Recall(terms=query_terms(query, self.store.thread_speakers(thread_id)),
                           reason="no room")
-        return self.block(self.rank(thread_id, through_id, query), budget, exclude)
+        return self.block(self.rank(thread_id, through_id, query, today), budget, exclude)
 
-    def rank(self, thread_id: int, through_id: int, query: str) -> Ranking:
+    def rank(self, thread_id: int, through_id: int, query: str,
+             today: dt.date | None = None) -> Ranking:
         """The summarized messages (≤ ``through_id``) that match ``query``, best first:
-        the search, done once, that :meth:`block` fills budgets from."""
+        the search, done once, that :meth:`block` fills budgets from. ``today``, the day
+        the question is asked, is what its relative dates mean ("what did I say last
+        week?"); without it only the dates it names count."""
         names = self.store.thread_speakers(thread_id)
         terms = query_terms(query, names)
         if through_id <= 0:
             return Ranking(terms=terms, reason="no room")
         if not asks(query):
             return Ranking(terms=terms, reason="the message asks nothing")
-        ranked, semantic = self._rank(thread_id, through_id, query, terms, names)
+        ranked, semantic = self._rank(thread_id, through_id, query, terms, names, today)
         reason = "" if ranked else (
             "nothing summarized matches" if terms or semantic else "no searchable words")
         return Ranking(thread_id, through_id, terms, ranked, semantic, reason)
@@ -291,7 +296,7 @@ class Recaller:
                       semantic=ranking.semantic)
 
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
-              names: list[str]) -> tuple[list[int], bool]:
+              names: list[str], today: dt.date | None = None) -> tuple[list[int], bool]:
         """Message ids, best first: bm25 and (if available) semantic rankings fused; a
         question that names a date adds a third ranking, of the messages written then,
         and ranks those up, as a question naming one speaker ranks up that speaker's
@@ -306,7 +311,7 @@ class Recaller:
         asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
         speaker = next(iter(asked)) if len(asked) == 1 else None
         role = asked_role(query) if not asked else None
-        periods = periods_in(query)
+        periods = periods_in(query, today)
         then = self._written_then(thread_id, through_id, query, terms, periods) if periods else []
         rows = self.store.messages_by_id([*lexical, *by_meaning, *then]) \
             if by_meaning or speaker or role or periods else {}

@@ -137,11 +137,18 @@ class Period:
                 for year in range(first_year, last_year + 1)]
 
 
-def periods_in(text: str) -> list[Period]:
+def periods_in(text: str, today: dt.date | None = None) -> list[Period]:
     """The dates a text names, most precise first ("on 9 April, 2023", "in June 2023",
-    "in May", "during 2022"), each span read once. English month names only."""
+    "in May", "during 2022"), each span read once; with ``today`` (the day the text was
+    written), the periods it names relative to that day too ("yesterday", "last week",
+    "three weeks ago", "in the past 3 months", see :func:`relative_periods`). English
+    only."""
     found: list[Period] = []
     taken: list[tuple[int, int]] = []
+    if today is not None:
+        for span, period in relative_periods(text, today):
+            taken.append(span)
+            found.append(period)
     for form in DATE_FORMS:
         for match in form.finditer(text or ""):
             if any(a < match.end() and match.start() < b for a, b in taken):
@@ -167,6 +174,94 @@ def periods_in(text: str) -> list[Period]:
             taken.append(match.span())
             found.append(period)
     return found
+
+
+_COUNT = r"(?P<count>\d{1,3}|a couple of|a few|an?|one|two|three|four|five|six|seven|eight|nine|ten)"
+_UNIT = r"(?P<unit>day|week|month|year)s?"
+RELATIVE_FORMS = [(re.compile(p, re.IGNORECASE), kind) for p, kind in (
+    (r"\bthe day before yesterday\b", "day-2"),
+    (r"\b(?:yesterday|last night)\b", "day-1"),
+    (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", "day-0"),
+    # "the last week of October" names a week of a month, not the week before today
+    (r"\b(?:in|over|during|within|for) the (?:last|past) " + _COUNT.replace("a few|", "a few|few|")
+     + r"? ?" + _UNIT + r"\b(?! of\b)", "within"),
+    (r"\b(?:last|this past) (?P<unit>week(?:end)?|month|year)\b(?! of\b)", "last"),
+    (r"\bthis (?P<unit>week|month|year)\b", "this"),
+    (r"\b(?:last|this past) (?P<weekday>" + "|".join(WEEKDAY_WORDS) + r")\b", "weekday"),
+    (_COUNT + r" " + _UNIT + r" ago\b", "ago"),
+)]
+
+
+def relative_periods(text: str, today: dt.date) -> list[tuple[tuple[int, int], Period]]:
+    """The periods ``text`` names relative to ``today`` (the day it was written), each
+    with its span: "yesterday", "last week" (Monday to Sunday before this week), "last
+    weekend", "last month" / "this year", "last Friday", "three weeks ago" (that week, a
+    few days either side), "two months ago" (that month), "in the past 3 months" (from
+    then to today). What is only vaguely a time ("recently", "lately", "a while ago") is
+    none: it would rank up days the question never meant."""
+    found: list[tuple[tuple[int, int], Period]] = []
+    for pattern, kind in RELATIVE_FORMS:
+        for match in pattern.finditer(text or ""):
+            if any(a < match.end() and match.start() < b for (a, b), _ in found):
+                continue
+            period = _relative_period(kind, match.groupdict(), today)
+            if period is not None:
+                found.append((match.span(), period))
+    return found
+
+
+def _relative_period(kind: str, parts: dict[str, str | None], today: dt.date) -> Period | None:
+    day = dt.timedelta(days=1)
+    unit = (parts.get("unit") or "").lower()
+    if kind.startswith("day-"):
+        when = today - int(kind[4:]) * day
+        return Period(when, when)
+    if kind == "weekday":
+        name = WEEKDAY_ABBREVIATIONS.get(parts["weekday"].lower(), parts["weekday"].lower())
+        back = (today.weekday() - WEEKDAYS.index(name) - 1) % 7 + 1  # strictly before today
+        when = today - back * day
+        return Period(when, when)
+    monday = today - today.weekday() * day
+    first = today.replace(day=1)
+    if kind == "this":
+        start = {"week": monday, "month": first, "year": today.replace(month=1, day=1)}[unit]
+        return Period(start, today)
+    if kind == "last":
+        if unit == "weekend":
+            return Period(monday - 2 * day, monday - day)
+        if unit == "week":
+            return Period(monday - 7 * day, monday - day)
+        if unit == "month":
+            end = first - day
+            return Period(end.replace(day=1), end)
+        return Period(dt.date(today.year - 1, 1, 1), dt.date(today.year - 1, 12, 31))
+    raw = (parts.get("count") or "").lower()
+    count = int(raw) if raw.isdigit() else {"a few": 3, "few": 3}.get(raw, NUMBER_WORDS.get(raw))
+    if kind == "within":  # "in the past 3 months", "over the last week"
+        count = count or 1
+        start = _months_back(today, count) if unit == "month" else (
+            dt.date(today.year - count, today.month, min(today.day, 28)) if unit == "year"
+            else today - count * (7 if unit == "week" else 1) * day)
+        return Period(start, today)
+    if count is None or count > 400:
+        return None
+    if unit == "day":
+        when = today - count * day
+        return Period(when, when) if raw not in ("a few", "a couple of") else Period(when - day, when + day)
+    if unit == "week":  # that week, give or take half of one
+        when = today - 7 * count * day
+        return Period(when - 3 * day, when + 3 * day)
+    if unit == "month":
+        back = _months_back(today, count)
+        return Period(back.replace(day=1), back.replace(day=calendar.monthrange(back.year, back.month)[1]))
+    return Period(dt.date(today.year - count, 1, 1), dt.date(today.year - count, 12, 31))
+
+
+def _months_back(today: dt.date, count: int) -> dt.date:
+    """The same day ``count`` calendar months before ``today`` (or that month's last)."""
+    year, month = divmod(today.year * 12 + today.month - 1 - count, 12)
+    month += 1
+    return dt.date(year, month, min(today.day, calendar.monthrange(year, month)[1]))
 
 
 def month_number(word: str | None) -> int | None:
