@@ -474,6 +474,10 @@ def phase_llama(opts, downloads: dict) -> dict:
     Log.say(f"      compiling llama.cpp with mingw-w64 ({jobs} jobs; tens of minutes the first time): {cmake_args}")
     # llama with ggml and its backends: what Iris loads (not llama.cpp's common library, nor mtmd,
     # the multimodal library llama_cpp loads only for image chats, which Iris never starts)
+    # the DLLs this configuration links, not one left in bin/ by an earlier one of the same
+    # build tree (a variant it no longer builds): ninja links again only what is missing
+    for stale in (build / "bin").glob("*.dll"):
+        stale.unlink()
     run(["cmake", "--build", build, "-j", jobs, "--target", "llama"], timeout=4 * 3600, quiet=True)
     stage.mkdir(parents=True)
     dlls = []
