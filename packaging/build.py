@@ -60,6 +60,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 HERE = Path(__file__).resolve().parent
@@ -1199,13 +1200,14 @@ def find_iscc() -> str | None:
     return None
 
 
-def build_windows_installer(version: str, icons: Path, model: dict, embedding: dict) -> Path:
+def build_windows_installer(version: str, icons: Path, model: dict, embedding: dict,
+                            defines: Sequence[str] = ()) -> Path:
     iscc = find_iscc()
     if iscc is None:
         raise BuildError("Inno Setup 6 (ISCC.exe) not found: `choco install innosetup`, or pass --no-installer")
     run([iscc, f"/DAppVersion={version}", f"/DSourceDir={app_dir()}", f"/DOutputDir={ROOT / 'dist'}",
          f"/DIconFile={icons / 'iris.ico'}", f"/DModelLicense={model['license_file']}",
-         f"/DEmbeddingLicense={embedding['license_file']}",
+         f"/DEmbeddingLicense={embedding['license_file']}", *(f"/D{d}" for d in defines),
          HERE / "windows" / "iris-desktop.iss"])
     out = ROOT / "dist" / f"{APP_NAME}-{version}-windows-x64-setup.exe"
     if not out.exists():
@@ -1266,6 +1268,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-tar", action="store_true", help="Linux: no .tar.gz")
     parser.add_argument("--no-installer", action="store_true",
                         help="no installers at all (Linux .deb/.tar.gz, Windows Inno Setup, macOS .dmg)")
+    parser.add_argument("--iss-define", action="append", default=[], metavar="NAME=VALUE",
+                        help="Windows: one more ISCC /D define (packaging/windows/check.py sets InstallRoot, "
+                        "which Wine cannot expand from {autopf}; the release sets none)")
     parser.add_argument("--deb-compression", default="xz", choices=("xz", "gzip", "zstd", "none"),
                         help="dpkg-deb compression (default xz)")
     parser.add_argument("--venv", type=Path, default=ROOT / "build" / "venv-dist",
@@ -1355,7 +1360,7 @@ def build_installers(opts: argparse.Namespace, version: str, icons: Path, model:
             path, info = build_deb(version, icons, opts.deb_compression, model, embedding)
             out["deb"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size, **info}
     elif IS_WIN:
-        path = build_windows_installer(version, icons, model, embedding)
+        path = build_windows_installer(version, icons, model, embedding, opts.iss_define)
         out["inno_setup"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     elif IS_MAC:
         path = build_macos_dmg(version, model, embedding)

@@ -183,3 +183,33 @@ def test_shims_compile_and_export(check, tmp_path):
     # and the stub's imports are read back the way check.py reads Qt6Core's
     assert "advapi32.dll" in check.pe_imports(dll)
     assert "SystemFunction036" in check.pe_imports(dll)["advapi32.dll"]  # RtlGenRandom: real randomness
+
+
+def test_the_install_root_is_autopf_except_under_wine(check):
+    """The .iss installs into {autopf} (a per-user install: %LOCALAPPDATA%\\Programs); only the
+    Wine check overrides it, with the folder Windows would give, because Wine 8 cannot expand it."""
+    iss = (ROOT / "packaging" / "windows" / "iris-desktop.iss").read_text()
+    assert re.search(r'#ifndef InstallRoot\s+#define InstallRoot "\{autopf\}"\s+#endif', iss)
+    assert "DefaultDirName={#InstallRoot}\\{#AppName}" in iss
+    assert check.INSTALL_ROOT == r"{localappdata}\Programs"
+    build = (ROOT / "packaging" / "build.py").read_text()
+    assert '*(f"/D{d}" for d in defines)' in build and "--iss-define" in build
+
+
+def test_mingw_builds_the_cpu_variants_msvc_builds(check, tmp_path):
+    """ggml's `if (NOT MSVC)` variants are left out under mingw too, in the x86 list only,
+    once (a second call changes nothing)."""
+    cmake = tmp_path / "vendor" / "llama.cpp" / "ggml" / "src" / "CMakeLists.txt"
+    cmake.parent.mkdir(parents=True)
+    text = ('message(FATAL_ERROR "GGML_CPU_ALL_VARIANTS requires GGML_BACKEND_DL")\n'
+            'if (GGML_SYSTEM_ARCH STREQUAL "x86")\n  ggml_add_cpu_backend_variant(x64)\n'
+            '  if (NOT MSVC)\n    ggml_add_cpu_backend_variant(zen4 AVX512)\n  endif()\n'
+            'elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")\n  if (NOT MSVC)\n  endif()\nendif()\n')
+    cmake.write_text(text)
+    assert check.msvc_variants_only(tmp_path) == 1
+    changed = cmake.read_text()
+    assert changed.count("if (NOT MSVC AND NOT MINGW)") == 1 and changed.count("if (NOT MSVC)\n") == 1
+    assert check.msvc_variants_only(tmp_path) == 0 and cmake.read_text() == changed
+    cmake.write_text("nothing like it\n")
+    with pytest.raises(check.CheckError):
+        check.msvc_variants_only(tmp_path)

@@ -33,8 +33,9 @@ ICU), ``bcryptprimitives.dll`` with ``ProcessPrng`` (Rust's std in tiktoken and
 cryptography; Wine 8 lacks it), numpy older than 2.2 (newer ones import C99 math functions
 Wine's ucrtbase lacks), Python's ``_wmi.pyd`` set aside in the build interpreter (it calls
 propsys' ``VariantToString``, unimplemented in Wine 8, and the process dies), the prefix
-reporting Windows 10, and ``/DIR=`` on the setup command line where Wine cannot expand
-``{autopf}``. What the Wine-built installer contains differs from the Windows CI's in:
+reporting Windows 10, and the installer built with ``InstallRoot`` = ``{localappdata}`` + ``Programs``
+(the folder ``{autopf}`` is on Windows, which Wine 8 cannot expand; the .iss's one define
+for it). What the Wine-built installer contains differs from the Windows CI's in:
 how llama.cpp was compiled (mingw-w64, no OpenMP), the CPython (3.12 here), numpy (< 2.2,
 PyPI wheel) and ``_wmi.pyd`` (absent).
 """
@@ -111,6 +112,10 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 """
 #: Wine: no Mono/Gecko install prompts, no menu entries on this machine for the shortcuts
 WINE_ENV = {"WINEARCH": "win64", "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml=;winemenubuilder.exe=d"}
+#: the .iss's InstallRoot for the Wine installer: {autopf} of a per-user install is
+#: FOLDERID_UserProgramFiles, which Wine 8 cannot expand ("Internal error: Failed to expand shell
+#: folder constant autopf", before /DIR is read); on Windows it is this folder
+INSTALL_ROOT = r"{localappdata}\Programs"
 BUILD_PYTHON = r"C:\iris\py"  # build.py --venv: the interpreter is C:\iris\py\Scripts\python.exe
 SHIM_MARK = "iris-windows-check test shim"
 
@@ -750,7 +755,8 @@ def phase_build(opts, wine: Wine, llama: dict) -> dict:
     copied = sync_checkout(src)
     Log.write(f"checkout copied to {src} ({copied} files changed)")
     # the llama.cpp flags are the mingw build's (build.py checks the bundle's CPU backends against them)
-    args = ["--venv", BUILD_PYTHON, "--skip-llama-build", f"--cmake-args={llama['cmake_args']}", "--stock-numpy"]
+    args = ["--venv", BUILD_PYTHON, "--skip-llama-build", f"--cmake-args={llama['cmake_args']}", "--stock-numpy",
+            f"--iss-define=InstallRoot={INSTALL_ROOT}"]
     if opts.no_gui_smoke:
         args.append("--no-gui-smoke")
     version = project_build.project_metadata()["version"]
@@ -815,12 +821,11 @@ def phase_install(opts, built: dict, display: str, shims: list[Path]) -> tuple[W
     wine = fresh_test_prefix(display, shims)
     setup = Path(built["setup"])
     user = local_appdata(wine)
-    # {autopf} of a per-user install is FOLDERID_UserProgramFiles, which Wine 8 cannot expand:
-    # /DIR gives the folder Windows would ({localappdata}\Programs\<AppName>)
+    # the installer's own default folder (INSTALL_ROOT\<AppName>, where {autopf} is on Windows)
     target = f"{user}\\Programs\\Iris Desktop"
     log = wine.drive_c / "iris-setup.log"
     proc = wine.run(windows_path(setup), "/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART", "/SP-",
-                    r"/LOG=C:\iris-setup.log", f"/DIR={target}", timeout=1800, check=False)
+                    r"/LOG=C:\iris-setup.log", timeout=1800, check=False)
     wine.wait()
     setup_log = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     Log.write("setup log:\n" + setup_log[-6000:])

@@ -35,6 +35,12 @@
 #ifndef EmbeddingLicense
   #define EmbeddingLicense "LICENSE-all-MiniLM-L6-v2.txt"
 #endif
+; where the app folder goes: {autopf}, which a per-user install makes %LOCALAPPDATA%\Programs.
+; Only packaging/windows/check.py overrides it (/DInstallRoot={localappdata}\Programs, the same
+; folder): Wine 8 cannot expand {autopf} of a per-user install (FOLDERID_UserProgramFiles)
+#ifndef InstallRoot
+  #define InstallRoot "{autopf}"
+#endif
 #define AppName "Iris Desktop"
 #define AppExeName "iris-desktop.exe"
 
@@ -48,7 +54,7 @@ AppComments=Offline, private chat with a local LLM
 ; per-user install: no admin rights; {autopf} is then %LOCALAPPDATA%\Programs
 PrivilegesRequired=lowest
 PrivilegesRequiredOverridesAllowed=
-DefaultDirName={autopf}\{#AppName}
+DefaultDirName={#InstallRoot}\{#AppName}
 DefaultGroupName={#AppName}
 DisableProgramGroupPage=yes
 ArchitecturesAllowed=x64compatible
