@@ -257,17 +257,22 @@ def test_dates_a_question_names_are_read_in_any_common_form():
     assert Period(month=5).holds(dt.date(2021, 5, 30)) and not Period(month=5).holds(dt.date(2021, 7, 1))
 
 
+def add_dated_chat(store, thread: int, said: list[tuple[str, str]]) -> list[int]:
+    """Rosa says each text on its day, Tomas answers "Sounds good." a minute later."""
+    return store.add_messages(thread, [
+        message for day, text in said for message in (
+            {"role": "user", "name": "Rosa", "content": text, "created_at": f"{day}T10:00:00"},
+            {"role": "assistant", "name": "Tomas", "content": "Sounds good.",
+             "created_at": f"{day}T10:01:00"})])
+
+
 def test_a_question_naming_a_date_ranks_what_was_written_then_first(fresh_store):
     """Two messages match the words equally; the one written in the month the question
     names comes first (dates from the records, not from the text)."""
     thread = fresh_store.create_thread("t")
     said = [("2024-03-02", "I cooked a lentil soup for the neighbours."),
             ("2024-05-10", "I cooked a mushroom risotto for the neighbours.")]
-    ids = fresh_store.add_messages(thread, [
-        message for day, text in said for message in (
-            {"role": "user", "name": "Rosa", "content": text, "created_at": f"{day}T10:00:00"},
-            {"role": "assistant", "name": "Tomas", "content": "Sounds good.",
-             "created_at": f"{day}T10:01:00"})])
+    ids = add_dated_chat(fresh_store, thread, said)
     recaller = Recaller(fresh_store, HeuristicCounter())
     ranked = lambda question: recaller._rank(  # noqa: E731
         thread, ids[-1], question, query_terms(question, ["Rosa", "Tomas"]), ["Rosa", "Tomas"])[0]
@@ -316,11 +321,7 @@ def test_a_question_about_last_week_ranks_what_was_written_then_first(fresh_stor
     thread = fresh_store.create_thread("t")
     said = [("2024-03-06", "I cooked a lentil soup for the neighbours."), ("2024-04-06", "Rain all week."),
             ("2024-05-08", "I cooked a mushroom risotto for the neighbours.")]
-    ids = fresh_store.add_messages(thread, [
-        message for day, text in said for message in (
-            {"role": "user", "name": "Rosa", "content": text, "created_at": f"{day}T10:00:00"},
-            {"role": "assistant", "name": "Tomas", "content": "Sounds good.",
-             "created_at": f"{day}T10:01:00"})])
+    ids = add_dated_chat(fresh_store, thread, said)
     summary_id = fresh_store.add_summary(thread, {
         "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[-1],
         "first_turn": 1, "last_turn": 3, "fields": "{}",

@@ -33,7 +33,7 @@ from typing import Any
 
 from iris_desktop.core.config import ContextParams
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
-from iris_desktop.core.records import day_of
+from iris_desktop.core.records import day_of, names_relative_date
 from iris_desktop.core.store import (
     MAX_BYTES_PER_TOKEN,
     MessageMeta,
@@ -730,11 +730,13 @@ class ContextEngine:
         if not isinstance(content, str) or not content.strip():
             return Recall(reason="no text to search"), 0
         plain = self.counter.count_message(message)
-        if draft is not None:
-            today = self.today()
-        else:  # the day it was sent: its block stays the same after midnight
-            first = included[-1].messages[0].id
-            today = day_of(self.store.messages_by_id([first]).get(first, {}).get("sent_at"))
+        today = None  # the day it is asked, read only when it names a relative date
+        if names_relative_date(content):
+            if draft is not None:
+                today = self.today()
+            else:  # the day it was sent: its block stays the same after midnight
+                first = included[-1].messages[0].id
+                today = day_of(self.store.messages_by_id([first]).get(first, {}).get("sent_at"))
         recaller = Recaller(self.store, self.counter, self.semantic)
         ranking = (self.rankings.rank(recaller, thread_id, summary.id, summary.covers_through_id,
                                       content, today) if self.rankings is not None

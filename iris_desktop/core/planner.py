@@ -36,6 +36,7 @@ from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextPar
 from iris_desktop.core.engine import ContextEngine, ContextRequest, ConversationTooLargeException
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.recall import RankingCache, SemanticSearch
+from iris_desktop.core.records import names_relative_date
 from iris_desktop.core.semantic import SemanticIndex, TextEmbedder
 from iris_desktop.core.store import Store
 from iris_desktop.core.toolcalls import tools_system_prompt
@@ -265,7 +266,7 @@ class Planner:
         key = None
         if cache:
             key = (thread_id, store.thread_state(thread_id), draft, tools_allowed, recall,
-                   continuing, self.today() if draft is not None else None)
+                   continuing, self.today() if draft is not None and names_relative_date(draft) else None)
             with self._lock:
                 hit = self._cache.get(key)
                 if hit is not None:

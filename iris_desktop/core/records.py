@@ -192,6 +192,12 @@ RELATIVE_FORMS = [(re.compile(p, re.IGNORECASE), kind) for p, kind in (
 )]
 
 
+def names_relative_date(text: str) -> bool:
+    """Does ``text`` name a date relative to the day it was written (:func:`relative_periods`)?
+    Only then does that day change what it means."""
+    return any(pattern.search(text or "") for pattern, _ in RELATIVE_FORMS)
+
+
 def relative_periods(text: str, today: dt.date) -> list[tuple[tuple[int, int], Period]]:
     """The periods ``text`` names relative to ``today`` (the day it was written), each
     with its span: "yesterday", "last week" (Monday to Sunday before this week), "last
