@@ -537,3 +537,35 @@ def test_a_question_about_my_own_words_ranks_the_users_messages_first(fresh_stor
         ids = fresh_store.add_messages(thread, [{"role": role, "content": said[role]} for role in order])
         ranked = recaller._rank(thread, ids[-1], question, query_terms(question), [])[0]
         assert ranked[0] == ids[order.index(first)] == ids[1]
+
+
+def test_a_question_about_one_sides_words_shows_more_of_that_sides_messages(fresh_store):
+    """"What did I…" shows each hit with one message after it, the other side's reply
+    cut to its first lines; a question about someone named shows the full reply and the
+    speaker's next words, as before. The same budget then holds more of the user's words."""
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    reply = "That sounds like a lovely evening. " * 20  # a long assistant reply, ~700 characters
+    messages = []
+    for topic in ("tulips", "roses", "daffodils", "lilies"):
+        messages += [{"role": "user", "content": f"I planted {topic} along the garden fence today."},
+                     {"role": "assistant", "content": reply},
+                     {"role": "user", "content": "Thanks! Anyway, how do I descale a kettle?"}]
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, messages)
+    mine = recaller.recall(thread, ids[-1], "Which flowers did I plant along the garden fence?", 2000)
+    plants = [ids[i] for i in range(0, len(ids), 3)]
+    assert set(plants) <= set(mine.ids)  # every planting shown
+    assert not {ids[i] for i in range(2, len(ids), 3)} & set(mine.ids)  # not the next question
+    reply_lines = [line for line in mine.text.splitlines() if line.startswith("- Assistant:")]
+    assert reply_lines and all(len(line) <= len("- Assistant: ") + 200 for line in reply_lines)
+    assert all(line.endswith("…") for line in reply_lines)
+
+    theirs = recaller.recall(thread, ids[-1], "Which flowers were planted along the garden fence?", 2000)
+    assert {ids[1], ids[2]} <= set(theirs.ids)  # the whole reply, and the speaker's next words
+    assert any(len(line) > 600 for line in theirs.text.splitlines())
+
+    budget = 300  # room for a few groups only
+    assert len(set(plants) & set(recaller.recall(thread, ids[-1], "Which flowers did I plant along the garden "
+                                                 "fence?", budget).ids)) > \
+        len(set(plants) & set(recaller.recall(thread, ids[-1], "Which flowers were planted along the garden "
+                                              "fence?", budget).ids))

@@ -27,7 +27,9 @@ network?", "the order of 'A', 'B' and 'C'") is also ranked per part, among the w
 question's candidates, and the rankings are merged in turns.
 
 The block is dense: a long hit is clipped around the question's words, a message shown
-after it to its start, so the same tokens hold more hits.
+after it to its start, so the same tokens hold more hits. A question about one side's own
+words ("what did I say about…") shows each hit with one message after it, the other
+side's reply only to its first lines: the answer is in that side's messages.
 
 Recall never displaces verbatim history: it uses only what the history budget leaves
 free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
@@ -71,6 +73,14 @@ MAX_CHARS = 600  # one recalled hit at most (a long message is clipped around wh
 #: but lost 4–6 answers on the two-person dev set (bench/retention.py), so both stay at 600
 FOLLOWER_CHARS = 600
 FOLLOWING = 2  # messages shown after each hit: the reply, and the hit's speaker again
+#: when the question asks about one side's own words ("what did I say…", "did you
+#: recommend…", see :func:`asked_role`), a hit shows only the message after it, and a
+#: message of the other side to its first OTHER_FOLLOWER_CHARS: the answer is in that
+#: side's messages, and the block fits more of them (bench/longmemeval.py: every
+#: evidence message for 80% of questions against 66% with the two full followers;
+#: bench/retention.py unchanged: its questions name who they ask about)
+ROLE_FOLLOWING = 1
+OTHER_FOLLOWER_CHARS = 200
 LEXICAL_HITS = 60  # bm25 candidates considered
 #: reciprocal rank fusion (Cormack et al. 2009) with a small constant, so the top ranks of
 #: each list count, and both lists weigh the same. Measured on the long-chat probes and the
@@ -212,6 +222,7 @@ class Ranking:
     ranked: list[int] = field(default_factory=list)
     semantic: bool = False  # a semantic ranking was fused in
     reason: str = ""  # why there are no hits, when there are none
+    role: str | None = None  # whose words the question asks about ("did I…": user)
 
 
 class RankingCache:
@@ -276,7 +287,8 @@ class Recaller:
         ranked, semantic = self._rank(thread_id, through_id, query, terms, names, today)
         reason = "" if ranked else (
             "nothing summarized matches" if terms or semantic else "no searchable words")
-        return Ranking(thread_id, through_id, terms, ranked, semantic, reason)
+        role = asked_role(query) if not _names_asked(query, names) else None
+        return Ranking(thread_id, through_id, terms, ranked, semantic, reason, role)
 
     def block(self, ranking: Ranking, budget: int,
               exclude: frozenset[int] = frozenset()) -> Recall:
@@ -286,7 +298,7 @@ class Recaller:
         if budget <= 0 or not ranking.ranked:
             return Recall(terms=ranking.terms, reason="no room" if budget <= 0 else ranking.reason,
                           semantic=ranking.semantic)
-        lines = _Lines(ranking.terms)  # each message's line, rendered once per block
+        lines = _Lines(ranking.terms, ranking.role)  # each message's line, rendered once per block
         chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
                               exclude, lines)
         if not chosen:
@@ -308,7 +320,7 @@ class Recaller:
         if by_meaning:  # the vectors are the thread's, every branch: keep the active one's
             on_path = self.store.on_path(thread_id, by_meaning)
             by_meaning = [i for i in by_meaning if i in on_path]
-        asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
+        asked = _names_asked(query, names)
         speaker = next(iter(asked)) if len(asked) == 1 else None
         role = asked_role(query) if not asked else None
         periods = periods_in(query, today)
@@ -390,7 +402,8 @@ class Recaller:
                 break
             if hit_id in chosen or hit_id in exclude:
                 continue
-            group = [s for s in self._group(thread_id, through_id, hit_id, exclude)
+            group = [s for s in self._group(thread_id, through_id, hit_id, exclude,
+                                            ROLE_FOLLOWING if lines.role else FOLLOWING)
                      if s.id not in chosen]
             if not group or group[0].id != hit_id:
                 continue
@@ -406,13 +419,19 @@ class Recaller:
         return chosen
 
     def _group(self, thread_id: int, through_id: int, hit_id: int,
-               exclude: frozenset[int]) -> list[Said]:
-        """A hit and up to FOLLOWING user/assistant messages after it."""
-        ids = [hit_id, *self.store.following(thread_id, hit_id, through_id, FOLLOWING)]
+               exclude: frozenset[int], following: int = FOLLOWING) -> list[Said]:
+        """A hit and up to ``following`` user/assistant messages after it."""
+        ids = [hit_id, *self.store.following(thread_id, hit_id, through_id, following)] \
+            if following else [hit_id]
         ids = [i for i in ids if i == hit_id or i not in exclude]
         rows = self.store.messages_by_id(ids)
         return [said_from_row(rows[i]) for i in ids
                 if i in rows and isinstance(rows[i].get("content"), str)]
+
+
+def _names_asked(query: str, names: Sequence[str]) -> set[str]:
+    """The speakers a question names."""
+    return {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
 
 
 def _interleave(rankings: Sequence[Sequence[int]]) -> list[int]:
@@ -452,10 +471,12 @@ class _Lines:
     dates anchored; a long hit clipped around the question's words to :data:`MAX_CHARS`
     (the block's tokens go to what matches, not to a long message's first lines), a
     message shown after a hit to its first :data:`FOLLOWER_CHARS` (a reply answers
-    first)."""
+    first), or :data:`OTHER_FOLLOWER_CHARS` when ``role``, the side the question asks
+    about, is not its writer."""
 
-    def __init__(self, terms: Sequence[str] = ()):
+    def __init__(self, terms: Sequence[str] = (), role: str | None = None):
         self.terms = [t.lower() for t in terms]
+        self.role = role
         self.hits: set[int] = set()  # hits, as opposed to the messages shown after them
         self._lines: dict[int, str] = {}
 
@@ -465,7 +486,8 @@ class _Lines:
             if said.id in self.hits:
                 text = clip_around(said.text, self.terms, MAX_CHARS)
             else:  # a reply answers from its start
-                text = _clip(" ".join(said.text.split()), FOLLOWER_CHARS)
+                limit = OTHER_FOLLOWER_CHARS if self.role and said.role != self.role else FOLLOWER_CHARS
+                text = _clip(" ".join(said.text.split()), limit)
             line = self._lines[said.id] = f"- {said.speaker}: {resolve_relative(text, said.date)}"
         return line
 
