@@ -288,10 +288,9 @@ class Recaller:
             return Ranking(terms=terms, reason="no room")
         if not asks(query):
             return Ranking(terms=terms, reason="the message asks nothing")
-        ranked, semantic = self._rank(thread_id, through_id, query, terms, names, today)
+        ranked, semantic, role = self._rank(thread_id, through_id, query, terms, names, today)
         reason = "" if ranked else (
             "nothing summarized matches" if terms or semantic else "no searchable words")
-        role = asked_role(query) if not _names_asked(query, names) else None
         return Ranking(thread_id, through_id, terms, ranked, semantic, reason, role)
 
     def block(self, ranking: Ranking, budget: int,
@@ -312,11 +311,12 @@ class Recaller:
                       semantic=ranking.semantic)
 
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
-              names: list[str], today: dt.date | None = None) -> tuple[list[int], bool]:
+              names: list[str], today: dt.date | None = None) -> tuple[list[int], bool, str | None]:
         """Message ids, best first: bm25 and (if available) semantic rankings fused; a
         question that names a date adds a third ranking, of the messages written then,
         and ranks those up, as a question naming one speaker ranks up that speaker's
-        messages. The candidates' rows are read once, for all of that."""
+        messages. The candidates' rows are read once, for all of that. Also whether a
+        ranking by meaning was fused in, and whose words the question asks about."""
         lexical = [hit_id for hit_id, _ in self.store.recall_hits(
             thread_id, through_id, fts_query(terms), LEXICAL_HITS)] if terms else []
         by_meaning = self.semantic(thread_id, through_id, query, LEXICAL_HITS) \
@@ -324,7 +324,7 @@ class Recaller:
         if by_meaning:  # the vectors are the thread's, every branch: keep the active one's
             on_path = self.store.on_path(thread_id, by_meaning)
             by_meaning = [i for i in by_meaning if i in on_path]
-        asked = _names_asked(query, names)
+        asked = {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
         speaker = next(iter(asked)) if len(asked) == 1 else None
         role = asked_role(query) if not asked else None
         periods = periods_in(query, today)
@@ -347,7 +347,7 @@ class Recaller:
             rows = rows or self.store.messages_by_id(ranked)
             ranked = _interleave([ranked, *(self._rank_part(thread_id, through_id, part, names, ranked, rows)
                                             for part in parts)])
-        return ranked, bool(meaning)
+        return ranked, bool(meaning), role
 
     def _rank_part(self, thread_id: int, through_id: int, part: str, names: list[str],
                    candidates: list[int], rows: dict[int, dict]) -> list[int]:
@@ -427,17 +427,11 @@ class Recaller:
     def _group(self, thread_id: int, through_id: int, hit_id: int,
                exclude: frozenset[int], following: int = FOLLOWING) -> list[Said]:
         """A hit and up to ``following`` user/assistant messages after it."""
-        ids = [hit_id, *self.store.following(thread_id, hit_id, through_id, following)] \
-            if following else [hit_id]
+        ids = [hit_id, *self.store.following(thread_id, hit_id, through_id, following)]
         ids = [i for i in ids if i == hit_id or i not in exclude]
         rows = self.store.messages_by_id(ids)
         return [said_from_row(rows[i]) for i in ids
                 if i in rows and isinstance(rows[i].get("content"), str)]
-
-
-def _names_asked(query: str, names: Sequence[str]) -> set[str]:
-    """The speakers a question names."""
-    return {n for n in names if re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)}
 
 
 def _interleave(rankings: Sequence[Sequence[int]]) -> list[int]:
