@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from iris_desktop.cli import main
+from iris_desktop.core.recall import RECALL_FOOTER, RECALL_HEADER
 from iris_desktop.settings import lookup
 
 from conftest import AGENT_FILES, CHAT_FILES, SYNTHETIC_CHAT, load_corpus
@@ -156,6 +157,8 @@ def test_context_shows_recall_for_a_draft_after_compaction(capsys):
     assert 0 < r["recall_tokens"] <= limit and r["recall"]["ids"] and r["recall"]["reason"] == ""
     recalled = [m for m in r["messages"] if m["recalled"]]
     assert [m["id"] for m in recalled] == r["recall"]["ids"]
+    block = r["recall"]["text"]  # the block itself, as the model reads it before the draft
+    assert block.startswith(RECALL_HEADER) and block.endswith(RECALL_FOOTER) and "Rosa" in block
     assert {m["state"] for m in recalled} == {"summarized"}
     assert r["predicted_prompt_tokens"] == (r["system_tokens"] + r["tool_tokens"] + r["summary_tokens"]
                                             + r["recall_tokens"] + r["history_tokens"] + r["draft_tokens"])
@@ -167,6 +170,7 @@ def test_context_shows_recall_for_a_draft_after_compaction(capsys):
     code, out, _ = run(capsys, *small, "--set", "context.recall_max_tokens=0", "context", thread,
                        "--json", "--no-model", "--draft", question)
     assert json.loads(out)["recall_tokens"] == 0 and json.loads(out)["recall"]["ids"] == []
+    assert json.loads(out)["recall"]["text"] == ""
 
 
 # -- the default model and the model library -------------------------------------------------
