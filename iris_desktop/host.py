@@ -144,6 +144,7 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         flash_attn=settings["model.flash_attn"],
         n_gpu_layers=settings["model.n_gpu_layers"],
         kv_shift=settings["model.kv_shift"],
+        weights_dir=paths.weights_dir if settings["model.q8_weights"] else None,
         progress=progress,
         cancel=cancel,
     )

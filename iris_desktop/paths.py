@@ -80,6 +80,13 @@ class AppPaths:
         return self.data_dir / "kv-cache"
 
     @property
+    def weights_dir(self) -> Path:
+        """Exact Q8_0 copies of models' Q5_0 weights (runtime.weights, model.q8_weights);
+        ``IRIS_WEIGHTS_DIR`` puts them elsewhere (the tests share one per machine)."""
+        override = os.environ.get("IRIS_WEIGHTS_DIR")
+        return Path(override).expanduser() if override else self.data_dir / "weights"
+
+    @property
     def log_path(self) -> Path:
         return self.log_dir / "iris.log"
 

@@ -388,6 +388,16 @@ _ALL: tuple[Setting, ...] = (
         label="Flash attention",
     ),
     Setting(
+        "model.q8_weights", "bool", True,
+        "Read the model's 5-bit (Q5_0) weights as 8-bit (Q8_0): the same values, so the "
+        "same replies, and prompts are read about 25% faster on CPUs. The 8-bit copy is "
+        "written once into the data folder (the bundled model: 637 MB, ~3 s) and uses that "
+        "much memory instead of the file's; models without Q5_0 weights and GPU layers "
+        "are loaded as they are.",
+        needs_reload=True,
+        label="Faster prompt reading (8-bit copy of 5-bit weights)",
+    ),
+    Setting(
         "model.n_gpu_layers", "int", 0,
         "Layers offloaded to the GPU; 0 = CPU only, -1 = all.",
         minimum=-1, maximum=1000, unit="layers", needs_reload=True,

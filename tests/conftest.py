@@ -46,6 +46,9 @@ def clean_env(monkeypatch, tmp_path):
         if key.startswith("IRIS_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("IRIS_HOME", str(tmp_path / "iris-home"))
+    # the bundled model's 8-bit copy (model.q8_weights), written once per machine, as
+    # the model itself is (MODEL_CACHE), not once per test
+    monkeypatch.setenv("IRIS_WEIGHTS_DIR", str(MODEL_CACHE / "weights"))
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ __all__ = [
     "GGML_TYPE_SIZES",
     "GGUFError",
     "GGUFInfo",
+    "TensorInfo",
     "read_gguf_info",
 ]
 
@@ -154,6 +155,31 @@ class GGUFError(Exception):
 
 
 @dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as the header describes it."""
+
+    name: str
+    #: the shape as stored, innermost first
+    dims: tuple[int, ...]
+    ggml_type: int
+    #: where its data starts, from the (aligned) start of the tensor data
+    offset: int
+
+    @property
+    def n_elements(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def nbytes(self) -> int | None:
+        """Its data's size, None for a type this reader does not know."""
+        sizes = GGML_TYPE_SIZES.get(self.ggml_type)
+        if sizes is None:
+            return None
+        block, nbytes = sizes
+        return (self.n_elements + block - 1) // block * nbytes
+
+
+@dataclass(frozen=True)
 class GGUFInfo:
     path: Path
     size_bytes: int
@@ -190,6 +216,13 @@ class GGUFInfo:
     #: tied embeddings that the converter wrote out (Qwen2.5 0.5B's official GGUF), so
     #: it may or may not count as parameters of the original model.
     output_copy_elements: int = 0
+    #: every tensor's info, in the header's order
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False, compare=False)
+    #: where the metadata ends and the tensor infos begin (bytes 24 up to here are the
+    #: key/values, copied as they are by :mod:`.weights`)
+    metadata_end: int = 0
+    #: ``general.alignment`` (the tensor data's alignment)
+    alignment: int = DEFAULT_ALIGNMENT
 
     def arch_key(self, suffix: str) -> Any:
         """``metadata[f"{architecture}.{suffix}"]`` or None."""
@@ -366,30 +399,15 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
         metadata[key] = value
 
     # tensor infos: name, n_dims, dims, type, offset
+    metadata_end = r.pos
+    tensors = tuple(_tensor_info(p, r, i) for i in range(tensor_count))
     data_end = 0
-    total_elements = 0
-    shapes: dict[str, tuple[int, ...]] = {}
     exact = True
-    for i in range(tensor_count):
-        name = r.string(f"the name of tensor {i}")
-        n_dims = r.u32(f"the dimensions of tensor {name!r}")
-        if n_dims > 8:
-            raise GGUFError(p, f"corrupt: tensor {name!r} has {n_dims} dimensions")
-        dims = tuple(r.u64(f"the shape of tensor {name!r}") for _ in range(n_dims))
-        n_elements = math.prod(dims)
-        total_elements += n_elements
-        if name in ("token_embd.weight", "output.weight"):
-            shapes[name] = dims
-        ttype = r.u32(f"the type of tensor {name!r}")
-        offset = r.u64(f"the offset of tensor {name!r}")
-        sizes = GGML_TYPE_SIZES.get(ttype)
-        if sizes is None:
-            exact = False
-            end = offset
-        else:
-            block, nbytes = sizes
-            end = offset + (n_elements + block - 1) // block * nbytes
-        data_end = max(data_end, end)
+    shapes = {t.name: t.dims for t in tensors if t.name in ("token_embd.weight", "output.weight")}
+    for t in tensors:
+        nbytes = t.nbytes
+        exact = exact and nbytes is not None
+        data_end = max(data_end, t.offset + (nbytes or 0))
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0:
@@ -429,10 +447,24 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
         header_size=data_start,
         expected_size=needed,
         special_tokens=special_tokens,
-        tensor_elements=total_elements,
+        tensor_elements=sum(t.n_elements for t in tensors),
         tensor_data_size=data_end,
         output_copy_elements=_output_copy_elements(shapes),
+        tensors=tensors,
+        metadata_end=metadata_end,
+        alignment=alignment,
     )
+
+
+def _tensor_info(p: Path, r: _Reader, i: int) -> TensorInfo:
+    name = r.string(f"the name of tensor {i}")
+    n_dims = r.u32(f"the dimensions of tensor {name!r}")
+    if n_dims > 8:
+        raise GGUFError(p, f"corrupt: tensor {name!r} has {n_dims} dimensions")
+    dims = tuple(r.u64(f"the shape of tensor {name!r}") for _ in range(n_dims))
+    ttype = r.u32(f"the type of tensor {name!r}")
+    offset = r.u64(f"the offset of tensor {name!r}")
+    return TensorInfo(name, dims, ttype, offset)
 
 
 def _output_copy_elements(shapes: dict[str, tuple[int, ...]]) -> int:
