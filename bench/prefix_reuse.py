@@ -18,7 +18,9 @@ Each client has its own copy of the model (its own KV cache), and their turns ar
 interleaved, so the load of a shared machine weighs on all three alike.
 - Rolling window: drops the oldest turn until the prompt fits the same budget, as LM
   Studio's "rolling window" and Ollama's front cut do; its prefix changes every turn
-  once the window is full.
+  once the window is full. It reads the GGUF as published, as those clients do; the
+  Iris clients load it as the app does (``model.q8_weights``: the exact Q8_0 copy of
+  its Q5_0 weights; ``--weights as-published`` for the file itself).
 
     .venv/bin/python bench/prefix_reuse.py [--turns 100] [--skip 80] [--idle 5]
         [--compare-recall 1024]
@@ -63,6 +65,7 @@ from _corpus import CORPUS  # noqa: E402
 SYSTEM = "You are Iris, a helpful assistant running locally and offline on the user's computer."
 RECALL_DEFAULT = lookup("context.recall_max_tokens").default
 KV_SHIFT_DEFAULT = lookup("model.kv_shift").default
+Q8_WEIGHTS_DEFAULT = lookup("model.q8_weights").default
 
 
 def turns_of(messages: list[dict]) -> list[tuple[dict, dict | None]]:
@@ -217,6 +220,11 @@ def main() -> None:
     parser.add_argument("--kv-shift", choices=["on", "off"], default=None,
                         help="model.kv_shift for the Iris clients (default: the shipped setting, "
                              f"{'on' if KV_SHIFT_DEFAULT else 'off'})")
+    parser.add_argument("--weights", choices=["q8", "as-published"],
+                        default="q8" if Q8_WEIGHTS_DEFAULT else "as-published",
+                        help="the Iris clients' weights: q8 (model.q8_weights, the shipped default: "
+                             "the exact Q8_0 copy of the model's Q5_0 weights) or the file as "
+                             "published (the rolling client always reads it as published)")
     parser.add_argument("--compare-recall", type=int, default=None, metavar="TOKENS",
                         help="also run Iris with idle work at this context.recall_max_tokens, "
                              "side by side, and compare the question turns")
@@ -230,8 +238,12 @@ def main() -> None:
     path = ensure_bundled_model(app_paths().models_dir)
     compare = args.compare_recall is not None
     kv_shift = KV_SHIFT_DEFAULT if args.kv_shift is None else args.kv_shift == "on"
-    # the rolling client (models[2]) never shifts: it is the plain llama.cpp client
-    models = [LocalModel.load(path, n_ctx=args.window, kv_shift=kv_shift and i != 2)
+    # the rolling client (models[2]) is a plain llama.cpp client: it never shifts and
+    # reads the file as published; the Iris clients load it as the app does
+    # (model.q8_weights: the exact Q8_0 copy of its Q5_0 weights, unless --weights as-published)
+    weights_dir = app_paths().weights_dir if args.weights == "q8" else None
+    models = [LocalModel.load(path, n_ctx=args.window, kv_shift=kv_shift and i != 2,
+                              weights_dir=None if i == 2 else weights_dir)
               for i in range(4 if compare else 3)]
     model = models[0]
     iris, cold, rolling, other = [], [], [], []
@@ -254,7 +266,8 @@ def main() -> None:
     full_from = next((r["turn"] for r in rolling if r["dropped"]), None)
     print(f"chat {args.chat}, turns {args.skip + 1}–{len(pairs)} measured (turns 1–{args.skip} "
           f"already history), window {args.window}, model {model.path.name}, idle time "
-          f"{args.idle:g} s per turn, model.kv_shift {'on' if kv_shift else 'off'}")
+          f"{args.idle:g} s per turn, model.kv_shift {'on' if kv_shift else 'off'}, Iris's weights "
+          f"{models[0].weights}; the rolling client's {models[2].weights}")
     print(f"rolling window starts dropping turns at turn {full_from}\n")
     print("| turn | Iris prompt | Iris evaluated at send | Iris TTFT (s) | warmed / prefilled "
           "while idle | Iris without idle work: evaluated, TTFT (s) | rolling evaluated "
@@ -300,6 +313,7 @@ def main() -> None:
         compare_recall(iris, other, args.recall, args.compare_recall)
     med, p95, top = ratios["Iris, idle work"]
     print(f"\nprefix_reuse: turns={len(iris)} idle_s={args.idle:g} kv_shift={'on' if kv_shift else 'off'} "
+          f"weights={args.weights} "
           f"median_ratio={med:.3f} "
           f"p95_ratio={p95:.3f} max_ratio={top:.3f}")
 

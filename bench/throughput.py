@@ -25,8 +25,9 @@ stay the same token for token.
 
 A configuration is dot-separated: ``t2`` (n_threads and n_threads_batch), ``tg1`` /
 ``tb2`` (one of them), ``fa0``/``fa1`` (flash attention), ``b2048`` (n_batch),
-``ub256`` (n_ubatch), ``kvq8_0`` (type_k and type_v: f16, q8_0, q4_0), e.g.
-``t2.fa1.ub256.kvq8_0``. ``default`` is what llama-cpp-python picks when nothing is
+``ub256`` (n_ubatch), ``kvq8_0`` (type_k and type_v: f16, q8_0, q4_0), ``q8w`` (the
+model's exact Q8_0 copy of its Q5_0 weights, ``runtime/weights.py``, which Iris loads by
+default: ``model.q8_weights``), e.g. ``t2.fa1.ub256.kvq8_0``. ``default`` is what llama-cpp-python picks when nothing is
 set (half the logical CPUs for generation, all for prompts, no flash attention).
 
 The last line is one parseable summary: ``throughput: pp_ratio=X tg_ratio=Y …``, Iris
@@ -56,6 +57,7 @@ from iris_desktop.host import load_runtime  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.cpu import physical_cores  # noqa: E402
+from iris_desktop.runtime.weights import q8_copy  # noqa: E402
 from iris_desktop.settings import load_settings  # noqa: E402
 
 #: the n_ctx every context gets (the app's model.n_ctx default), so the KV caches match
@@ -75,6 +77,8 @@ class Flags:
     n_batch: int = 512
     n_ubatch: int = 512
     kv: str = "f16"
+    #: on the exact Q8_0 copy of the model's Q5_0 weights (the file as published otherwise)
+    q8_weights: bool = False
 
     @classmethod
     def parse(cls, spec: str) -> Flags:
@@ -84,6 +88,9 @@ class Flags:
         if spec == "default":
             return flags
         for part in spec.split("."):
+            if part == "q8w":
+                flags.q8_weights = True
+                continue
             key = part.rstrip("0123456789_") if not part.startswith("kv") else "kv"
             value = part[len(key):]
             if key == "t":
@@ -109,7 +116,8 @@ class Flags:
 
     def describe(self) -> str:
         return (f"threads {self.n_threads}/{self.n_threads_batch}, FA {'on' if self.flash_attn else 'off'}, "
-                f"batch {self.n_batch}/{self.n_ubatch}, KV {self.kv}")
+                f"batch {self.n_batch}/{self.n_ubatch}, KV {self.kv}"
+                + (", Q5_0 weights as Q8_0" if self.q8_weights else ""))
 
 
 @dataclass
@@ -286,7 +294,7 @@ def llama_bench(binary: Path, model: Path, flags: Flags, sizes: list[int], tg: i
 
 def default_configs() -> list[str]:
     cores = physical_cores()
-    configs = ["default", f"t{cores}.fa0", f"t{cores}.fa1"]
+    configs = ["default", f"t{cores}.fa0", f"t{cores}.fa1", f"t{cores}.fa0.q8w", f"t{cores}.fa1.q8w"]
     return list(dict.fromkeys(configs))
 
 
@@ -324,7 +332,9 @@ def main() -> None:
     iris, settings = iris_runtime(args.model)
     temperature = settings["model.temperature"]
     llama_model, n_vocab = load_model(path)
-    contexts = [LowLevel(llama_model, f, n_vocab) for f in flags]
+    q8_path = q8_copy(path, app_paths().weights_dir) if any(f.q8_weights for f in flags) else path
+    q8_model = load_model(q8_path)[0] if q8_path != path else llama_model
+    contexts = [LowLevel(q8_model if f.q8_weights else llama_model, f, n_vocab) for f in flags]
     bench_binary = find_llama_bench(args.llama_bench)
 
     iris_col = Column("Iris")
@@ -351,7 +361,8 @@ def main() -> None:
                 tg_tokens.append(n)
             elif who == "llama-bench":
                 bench_flags = bench_flags or flags[_best_index(columns, sizes)]
-                found = llama_bench(bench_binary, path, bench_flags, sizes, args.tg)
+                found = llama_bench(bench_binary, q8_path if bench_flags.q8_weights else path,
+                                    bench_flags, sizes, args.tg)
                 for size in sizes:
                     bench_col.pp.setdefault(size, []).append(found[f"pp{size}"])
                 bench_col.tg.append(found["tg"])

@@ -107,20 +107,24 @@ def test_longmemeval_counts_evidence_by_the_ids_the_request_shows(capsys):
 def test_throughput_runs_iris_and_llama_cpp_side_by_side_and_ends_with_its_ratios(model_path):
     """bench/throughput.py in a tiny configuration: Iris and two low-level contexts that
     differ only in the generation thread count, which changes no number llama.cpp computes
-    (each row of a product is one thread's work): the agreement check must say so."""
+    (each row of a product is one thread's work): the agreement check must say so; and one
+    on the exact Q8_0 copy of the weights (``q8w``), which changes no value either."""
     done = subprocess.run(
         [sys.executable, str(BENCH / "throughput.py"), "--reps", "1", "--sizes", "64", "--tg", "4",
-         "--configs", "t1,tg2.tb1", "--model", str(model_path)],
+         "--configs", "t1,tg2.tb1,t1.q8w", "--model", str(model_path)],
         capture_output=True, text=True, timeout=600, cwd=BENCH.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.rstrip().splitlines()
     assert any(line.startswith("| Iris | the app's runtime") for line in lines)
     assert any(line.startswith("| t1 | threads 1/1, FA off") for line in lines)
     assert "| tg2.tb1 | 1/1 | 0.000 | yes |" in lines
+    assert any(line.startswith("| t1.q8w | threads 1/1, FA off, batch 512/512, KV f16, Q5_0 weights as Q8_0")
+               for line in lines)
+    assert any(line.startswith("| t1.q8w | 1/1 |") and line.endswith("| yes |") for line in lines)
     last = re.fullmatch(r"throughput: pp_ratio=(\d+\.\d+) tg_ratio=\d+\.\d+ pp64_ratio=(\d+\.\d+) "
                         r"pp_best=(\S+) tg_best=\S+ iris_pp64=\d+\.\d iris_tg=\d+\.\d reps=1 "
                         r"llama_bench=(yes|no) load_before=\S+ load_after=\S+", lines[-1])
     assert last, lines[-1]
     # rates, not asserted: on a machine busy with other work they can round to 0.0
     assert last.group(1) == last.group(2)  # one size: the lowest ratio is its ratio
-    assert last.group(3) in {"t1", "tg2.tb1"} or last.group(3).startswith("llama-bench")
+    assert last.group(3) in {"t1", "tg2.tb1", "t1.q8w"} or last.group(3).startswith("llama-bench")

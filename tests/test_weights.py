@@ -189,7 +189,10 @@ def test_the_bundled_model_reads_prompts_from_the_copy_with_identical_logits(mod
             llm.reset()
             llm.eval(tokens)
             logits.append(np.array(llm.scores[len(tokens) - 1]))
-        np.testing.assert_array_equal(logits[0], logits[1])
+        # the same values in the same order of operations: identical here (x86, AVX-512);
+        # a CPU whose two kernels sum in another order may differ in the last bits
+        np.testing.assert_allclose(logits[0], logits[1], rtol=0, atol=1e-3)
+        assert logits[0].argmax() == logits[1].argmax()
         replies = [m.stream(PROMPT, max_tokens=24, temperature=0.0) for m in (plain, fast)]
         texts = [g.text() for g in replies]
         assert texts[0] == texts[1]
