@@ -11,6 +11,7 @@ answer, not just any text.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -55,6 +56,9 @@ def run_self_test(data_dir=None, overrides=None) -> int:
                   f"model.path ({configured}) is not used by --self-test", flush=True)
         overrides = {**(overrides or {}), "model.path": str(model_path), "model.n_ctx": "2048",
                      "model.temperature": "0", "model.max_tokens": "16"}
+        # the model's 8-bit copy (model.q8_weights) goes where the app keeps it, as the
+        # bundled model does, not into the temporary data dir: written once, reused by the app
+        os.environ.setdefault("IRIS_WEIGHTS_DIR", str(paths.weights_dir))
         with tempfile.TemporaryDirectory(prefix="iris-self-test-") as tmp, \
                 Host(tmp, overrides, env={}, compact=False) as host:
             model = host.load_model()
@@ -78,7 +82,8 @@ def run_self_test(data_dir=None, overrides=None) -> int:
                 [f"code highlighting lacks {', '.join(missing)}"] if missing else [])
             print(
                 f"iris-desktop self-test {'ok' if ok else 'FAILED'}: {model.model_name} "
-                f"({model.chat_format.name} format, n_ctx {model.n_ctx}) loaded in {loaded:.2f} s; "
+                f"({model.chat_format.name} format, n_ctx {model.n_ctx}, weights "
+                f"{getattr(model, 'weights', 'as published').split(' (')[0]}) loaded in {loaded:.2f} s; "
                 f"asked {QUESTION!r}, replied {reply.strip()[:60]!r}; prompt "
                 f"{stats['prompt_tokens']} tokens, predicted {stats['predicted_prompt_tokens']}; "
                 f"next context {request.predicted_prompt_tokens}/{request.breakdown.window} "
