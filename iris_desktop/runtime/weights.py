@@ -178,7 +178,10 @@ def q8_copy(source: str | os.PathLike[str], folder: str | os.PathLike[str], *,
     if _is_current(copy, record):
         return copy
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():
+            folder.mkdir(parents=True, mode=0o700)  # private, as every folder Iris makes
+            if os.name == "posix":
+                os.chmod(folder, 0o700)  # mkdir's mode is reduced by the umask
         _prune(folder)
         free = shutil.disk_usage(folder).free
         if free < record["copy_size"] + (64 << 20):
@@ -187,7 +190,9 @@ def q8_copy(source: str | os.PathLike[str], folder: str | os.PathLike[str], *,
         t0 = time.perf_counter()
         _write(source, info, copy, progress, cancel)
         tmp = _sidecar(copy).with_name(_sidecar(copy).name + f".{os.getpid()}.partial")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps(record))
         os.replace(tmp, _sidecar(copy))
     except OSError as exc:
         raise WeightsError(f"cannot write the copy in {folder} ({exc.strerror or exc})") from None
