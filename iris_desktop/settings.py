@@ -392,8 +392,9 @@ _ALL: tuple[Setting, ...] = (
         "Read the model's 5-bit (Q5_0) weights as 8-bit (Q8_0): the same values, so the "
         "same replies, and prompts are read about 25% faster on CPUs. The 8-bit copy is "
         "written once into the data folder (the bundled model: 637 MB, ~3 s) and uses that "
-        "much memory instead of the file's; models without Q5_0 weights and GPU layers "
-        "are loaded as they are.",
+        "much memory instead of the file's; models without Q5_0 weights, with GPU layers, "
+        "or whose copy would not leave 2 GB of this computer's memory free are loaded as "
+        "they are.",
         needs_reload=True,
         label="Faster prompt reading (8-bit copy of 5-bit weights)",
     ),

@@ -149,6 +149,12 @@ def test_a_copy_without_room_or_a_hostile_header_is_refused(small, tmp_path, mon
         weights.q8_copy(small, tmp_path / "weights")
     monkeypatch.undo()
 
+    # a computer whose memory the copy would fill: the file is loaded as it is
+    monkeypatch.setattr(weights, "system_memory_bytes", lambda: weights.MEMORY_HEADROOM + 1000)
+    with pytest.raises(weights.WeightsError, match="memory"):
+        weights.q8_copy(small, tmp_path / "weights")
+    monkeypatch.undo()
+
     # a Q5_0 tensor that is not whole blocks
     odd = write_q5_gguf(tmp_path / "odd.gguf", [("w", (40,), Q5_0, bytes(44))])
     with pytest.raises(weights.WeightsError, match="whole Q5_0 blocks"):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 log = logging.getLogger("iris.runtime.cpu")
 
-__all__ = ["physical_cores"]
+__all__ = ["physical_cores", "system_memory_bytes"]
 
 
 def physical_cores(sys_root: Path = Path("/sys"), affinity: set[int] | None = None,
@@ -159,3 +159,27 @@ def _windows_cores() -> int | None:
     relation_processor_core = 0
     return sum(1 for info in buffer[: size.value // ctypes.sizeof(_Info)]
                if info.relationship == relation_processor_core) or None
+
+
+def system_memory_bytes() -> int | None:
+    """The computer's physical memory (None when it cannot be told)."""
+    if sys.platform.startswith("win"):
+        class _Status(ctypes.Structure):
+            _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong),
+                        ("total", ctypes.c_ulonglong), ("avail", ctypes.c_ulonglong),
+                        ("page_total", ctypes.c_ulonglong), ("page_avail", ctypes.c_ulonglong),
+                        ("virtual_total", ctypes.c_ulonglong), ("virtual_avail", ctypes.c_ulonglong),
+                        ("extended", ctypes.c_ulonglong)]
+
+        status = _Status()
+        status.length = ctypes.sizeof(_Status)
+        try:
+            if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
+                return int(status.total)
+        except (AttributeError, OSError):
+            return None
+        return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

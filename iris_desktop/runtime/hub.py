@@ -45,7 +45,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +58,7 @@ import httpx
 from iris_desktop import __version__
 from iris_desktop.paths import make_private_dir
 
+from .cpu import system_memory_bytes
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .library import DEFAULT_N_CTX, kv_cache_bytes
 from .remote import KEYRING_SERVICE, server_address
@@ -261,32 +261,6 @@ RECOMMENDED: tuple[Recommended, ...] = (
 
 # ---------------------------------------------------------------------------
 # this computer's memory
-
-
-def system_memory_bytes() -> int | None:
-    """The computer's physical memory (None when it cannot be told)."""
-    if sys.platform.startswith("win"):
-        import ctypes
-
-        class _Status(ctypes.Structure):
-            _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong),
-                        ("total", ctypes.c_ulonglong), ("avail", ctypes.c_ulonglong),
-                        ("page_total", ctypes.c_ulonglong), ("page_avail", ctypes.c_ulonglong),
-                        ("virtual_total", ctypes.c_ulonglong), ("virtual_avail", ctypes.c_ulonglong),
-                        ("extended", ctypes.c_ulonglong)]
-
-        status = _Status()
-        status.length = ctypes.sizeof(_Status)
-        try:
-            if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
-                return int(status.total)
-        except (AttributeError, OSError):
-            return None
-        return None
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 def fits_in_memory(estimate: int | None, total: int | None) -> bool | None:

@@ -16,7 +16,8 @@ byte for byte.
 :func:`q8_copy` keeps the copy in a folder of the app's (``AppPaths.weights_dir``),
 one per source file, with a sidecar naming the source's size and mtime; a changed source
 is copied again. The copy costs disk and memory: Q5_0 tensors grow from 22 to 34 bytes
-per 32 weights (the bundled model: 491 MB → 637 MB).
+per 32 weights (the bundled model: 491 MB → 637 MB); a copy that would not leave
+:data:`MEMORY_HEADROOM` of the computer's memory free is not made.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cpu import system_memory_bytes
 from .gguf import GGML_TYPE_SIZES, GGUFError, GGUFInfo, TensorInfo, read_gguf_info
 
 log = logging.getLogger("iris.runtime.weights")
@@ -43,6 +45,8 @@ __all__ = ["WeightsError", "q5_0_as_q8_0", "q8_copy", "rewritable_bytes", "REWRI
 Q5_0, Q8_0 = 6, 8
 #: a change to what is written rewrites every copy (the sidecar records it)
 REWRITE_VERSION = 1
+#: what memory must keep free beside the copy (the OS, the app, the KV cache)
+MEMORY_HEADROOM = 2**31
 #: Q5_0 blocks converted at a time (~22 MB in, ~34 MB out)
 _CHUNK_BLOCKS = 1 << 20
 _Q5_BYTES = GGML_TYPE_SIZES[Q5_0][1]
@@ -177,6 +181,10 @@ def q8_copy(source: str | os.PathLike[str], folder: str | os.PathLike[str], *,
     record = _record(source, info)
     if _is_current(copy, record):
         return copy
+    total = system_memory_bytes()
+    if total and record["copy_size"] + MEMORY_HEADROOM > total:
+        raise WeightsError(f"the copy ({record['copy_size'] / 1e6:,.0f} MB) would not leave this "
+                           f"computer's memory ({total / 1e6:,.0f} MB) room for the rest")
     try:
         if not folder.is_dir():
             folder.mkdir(parents=True, mode=0o700)  # private, as every folder Iris makes
