@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.core.config import ContextParams  # noqa: E402
+from iris_desktop.core.engine import ConversationTooLargeException  # noqa: E402
 from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
@@ -92,7 +93,12 @@ def points_of(path: Path, shift: LocalModel, exact: LocalModel, window: int, poi
         for i, message in enumerate(messages):
             store.add_message(thread, message)
             if message["role"] == "user":
-                previous = planner.plan(store, thread).messages
+                try:
+                    previous = planner.plan(store, thread).messages
+                except ConversationTooLargeException:
+                    # the app refuses a message too large for the window (LongMemEval has
+                    # 2,400-token pastes at 4,096): nothing is sent, the cache is unchanged
+                    previous = None
                 continue
             if previous is None:
                 continue
@@ -103,7 +109,10 @@ def points_of(path: Path, shift: LocalModel, exact: LocalModel, window: int, poi
             nxt = next((m for m in messages[i + 1:] if m["role"] == "user"), None)
             if nxt is None:
                 break
-            request = planner.plan(store, thread, nxt["content"])
+            try:
+                request = planner.plan(store, thread, nxt["content"])
+            except ConversationTooLargeException:
+                continue  # the next message is one the app would refuse: no point here
             for model in (shift, exact):  # each cache as the app leaves it after the reply
                 model.llm.reset()
                 model.prefill(cached).run()
