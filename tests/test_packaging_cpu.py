@@ -158,7 +158,7 @@ def test_the_loader_looks_where_the_bundle_puts_them(rules):
     assert "ggml_backend_load_all_from_path" in backends and "low._base_path" in backends
     for loader in ("model.py", "embedder.py"):
         source = (ROOT / "iris_desktop" / "runtime" / loader).read_text()
-        assert source.index("load_backends()") < source.index("model_path=str(p)"), loader
+        assert source.index("load_backends()") < source.index("model_path=str("), loader
 
 
 def test_self_test_reports_the_cpu_backend(build_py):

@@ -194,6 +194,7 @@ _context_lock = threading.Lock()
 
 def _load_llama(path: Path, scratch: bool, progress: Any, cancel: threading.Event | None,
                 **params: Any) -> Any:
+    load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
     with _load_progress(progress, cancel), _scratch_sequence(scratch):
         return _counting_llama_class()(model_path=str(path), verbose=False, **params)
 
@@ -558,7 +559,6 @@ class LocalModel:
         if weights_dir is not None and n_gpu_layers == 0:
             load_path, weights, progress = _q8_weights(p, Path(weights_dir), progress, cancel)
         try:
-            load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
             try:
                 llm = _load_llama(load_path, kv_shift and not info.sliding_window, progress, cancel,
                                   n_ctx=n_ctx, n_batch=n_batch, n_threads=threads,
