@@ -199,7 +199,7 @@ def _load_llama(path: Path, scratch: bool, progress: Any, cancel: threading.Even
         return _counting_llama_class()(model_path=str(path), verbose=False, **params)
 
 
-def _q8_weights(source: Path, folder: Path, progress: Any,
+def _q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
                 cancel: threading.Event | None) -> tuple[Path, str, Any]:
     """The file to load (``source``'s exact Q8_0 copy when it has Q5_0 weights), what
     it is, and the progress callback for the load after it: when a copy was written,
@@ -213,7 +213,7 @@ def _q8_weights(source: Path, folder: Path, progress: Any,
             progress(0.8 * fraction)
 
     try:
-        path = q8_copy(source, folder, progress=copying, cancel=cancel)
+        path = q8_copy(source, folder, info=info, progress=copying, cancel=cancel)
     except CopyCancelled:
         raise ModelError(source, "loading was cancelled") from None
     except WeightsError as exc:
@@ -557,13 +557,13 @@ class LocalModel:
         t0 = time.perf_counter()
         load_path, weights = p, "as published"
         if weights_dir is not None and n_gpu_layers == 0:
-            load_path, weights, progress = _q8_weights(p, Path(weights_dir), progress, cancel)
+            load_path, weights, progress = _q8_weights(p, info, Path(weights_dir), progress, cancel)
+        scratch = kv_shift and not info.sliding_window
+        params = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads,
+                      flash_attn=flash_attn, n_gpu_layers=n_gpu_layers, seed=seed, swa_full=swa_full)
         try:
             try:
-                llm = _load_llama(load_path, kv_shift and not info.sliding_window, progress, cancel,
-                                  n_ctx=n_ctx, n_batch=n_batch, n_threads=threads,
-                                  n_threads_batch=threads, flash_attn=flash_attn,
-                                  n_gpu_layers=n_gpu_layers, seed=seed, swa_full=swa_full)
+                llm = _load_llama(load_path, scratch, progress, cancel, **params)
             except Exception:
                 if load_path == p or (cancel is not None and cancel.is_set()):
                     raise
@@ -571,12 +571,9 @@ class LocalModel:
                 why = "; ".join(_recent_llama_errors())
                 log.warning("%s: llama.cpp could not load the Q8_0 copy %s (%s); loading the "
                             "file as it is", p, load_path, why)
-                discard_q8_copy(p, Path(weights_dir or "."))
+                discard_q8_copy(p, Path(weights_dir))
                 load_path, weights = p, "as published (the 8-bit copy did not load)"
-                llm = _load_llama(p, kv_shift and not info.sliding_window, progress, cancel,
-                                  n_ctx=n_ctx, n_batch=n_batch, n_threads=threads,
-                                  n_threads_batch=threads, flash_attn=flash_attn,
-                                  n_gpu_layers=n_gpu_layers, seed=seed, swa_full=swa_full)
+                llm = _load_llama(p, scratch, progress, cancel, **params)
         except Exception as exc:  # llama-cpp-python raises ValueError/RuntimeError
             if cancel is not None and cancel.is_set():
                 raise ModelError(p, "loading was cancelled") from None

@@ -96,10 +96,10 @@ def _pad(n: int, alignment: int) -> int:
     return -n % alignment
 
 
-def _header(info: GGUFInfo, source: bytes) -> tuple[bytes, list[int]]:
-    """The copy's header (magic, counts, the source's key/values as they are, the tensor
-    infos with their new types and offsets, padding) and each tensor's new offset."""
-    out = bytearray(source[:info.metadata_end])  # magic, version, counts, key/values
+def _tensor_infos(info: GGUFInfo) -> tuple[bytes, list[int], int]:
+    """The copy's tensor infos (new types and offsets), each tensor's new offset, and
+    the size of its tensor data (each tensor padded to the alignment)."""
+    out = bytearray()
     offsets, offset = [], 0
     for t in info.tensors:
         raw = t.name.encode("utf-8")
@@ -108,16 +108,22 @@ def _header(info: GGUFInfo, source: bytes) -> tuple[bytes, list[int]]:
         offsets.append(offset)
         size = _new_nbytes(t)
         offset += size + _pad(size, info.alignment)
-    out += bytes(_pad(len(out), info.alignment))
-    return bytes(out), offsets
+    return bytes(out), offsets, offset
+
+
+def _header(info: GGUFInfo, metadata: bytes) -> tuple[bytes, list[int]]:
+    """The copy's header (``metadata``: the source's magic, counts and key/values as they
+    are; the tensor infos; padding) and each tensor's new offset."""
+    infos, offsets, _ = _tensor_infos(info)
+    head = metadata + infos
+    return head + bytes(_pad(len(head), info.alignment)), offsets
 
 
 def expected_size(info: GGUFInfo) -> int:
     """The copy's length in bytes."""
-    head = info.metadata_end + sum(8 + len(t.name.encode("utf-8")) + 4 + 8 * len(t.dims) + 12
-                                   for t in info.tensors)
-    head += _pad(head, info.alignment)
-    return head + sum(_new_nbytes(t) + _pad(_new_nbytes(t), info.alignment) for t in info.tensors)
+    infos, _, data = _tensor_infos(info)
+    head = info.metadata_end + len(infos)
+    return head + _pad(head, info.alignment) + data
 
 
 def _check(info: GGUFInfo) -> None:
@@ -161,6 +167,7 @@ def _is_current(copy: Path, record: dict) -> bool:
 
 
 def q8_copy(source: str | os.PathLike[str], folder: str | os.PathLike[str], *,
+            info: GGUFInfo | None = None,
             progress: Callable[[float], object] | None = None,
             cancel: threading.Event | None = None) -> Path:
     """The file llama.cpp should load for ``source``: its Q8_0 copy in ``folder``
@@ -170,10 +177,11 @@ def q8_copy(source: str | os.PathLike[str], folder: str | os.PathLike[str], *,
     :class:`WeightsError` when the copy cannot be made (no room, an unwritable folder,
     a header it cannot follow): the caller loads ``source`` as it is."""
     source, folder = Path(source), Path(folder)
-    try:
-        info = read_gguf_info(source)
-    except GGUFError as exc:
-        raise WeightsError(exc.reason) from None
+    if info is None:  # ``info``: the source's header, when the caller has read it already
+        try:
+            info = read_gguf_info(source)
+        except GGUFError as exc:
+            raise WeightsError(exc.reason) from None
     if not rewritable_bytes(info):
         return source
     _check(info)
