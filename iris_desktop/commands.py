@@ -171,8 +171,12 @@ def _thread(host, thread_id: int) -> dict[str, Any]:
 def _load(host) -> Runtime:
     from iris_desktop.host import ModelError
 
+    def stage(what: str) -> None:  # the first load of a model writes its 8-bit copy: seconds
+        if what == "copying":
+            say("iris-desktop: preparing the model for this computer (once)…", file=sys.stderr)
+
     try:
-        return host.load_model()
+        return host.load_model(stage=stage)
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
     except RuntimeError as exc:

@@ -118,10 +118,12 @@ def model_path_for(settings: Settings, models_dir: Path) -> Path:
 
 
 def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[float], Any] | None = None,
-                 cancel: threading.Event | None = None) -> Runtime:
+                 cancel: threading.Event | None = None, stage: Callable[[str], Any] | None = None) -> Runtime:
     """The runtime the settings name: the local model (a file of the user's own joins the
     library's recent list), or the server ``model.backend`` openai points at.
-    ``progress(fraction)`` follows a local load and setting ``cancel`` stops it. Raises
+    ``progress(fraction)`` follows a local load, ``stage`` hears what it is doing
+    ("copying": the first load's 8-bit copy of the weights; "loading"), and setting
+    ``cancel`` stops it. Raises
     runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
     if settings["model.backend"] == "openai":
         return connect_server(settings)
@@ -147,6 +149,7 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         weights_dir=paths.weights_dir if settings["model.q8_weights"] else None,
         progress=progress,
         cancel=cancel,
+        stage=stage,
     )
     if settings["model.path"] != BUNDLED:
         try:
@@ -316,14 +319,15 @@ class Host:
 
     def load_model(self, settings: Settings | None = None, *,
                    progress: Callable[[float], Any] | None = None,
-                   cancel: threading.Event | None = None) -> Runtime:
+                   cancel: threading.Event | None = None,
+                   stage: Callable[[str], Any] | None = None) -> Runtime:
         """Load the runtime ``settings`` (default: the host's) name and make it the one in
         use. The runtime in use keeps running until the new one has loaded, so a load that
         fails or is cancelled changes nothing (for a moment both are in memory). Raises
         runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
         settings = settings or self.settings
         runtime = self._ready if self._ready is not None else load_runtime(
-            settings, self.paths, progress=progress, cancel=cancel)
+            settings, self.paths, progress=progress, cancel=cancel, stage=stage)
         self.close_model()
         self.runtime = runtime
         self.model_error = None

@@ -878,6 +878,30 @@ def test_models_dialog_lists_loads_cancels_and_keeps_the_model_on_failure(
     assert not dialog.progress.isVisible()
 
 
+def test_a_first_load_says_it_prepares_the_model_then_loads_it(make_window, qtbot, monkeypatch, tmp_path,
+                                                               base_model_path):
+    """The first load of a model writes its 8-bit copy (runtime/weights.py): the status bar
+    says so, with the percentage, then "Loading the model…"; the next load says only that."""
+    monkeypatch.setenv("IRIS_WEIGHTS_DIR", str(tmp_path / "weights"))  # no copy there yet
+    window = make_window(overrides={"model.path": str(base_model_path)}, load=False)
+    texts: list[str] = []
+    window.app_state.busyChanged.connect(lambda text, fraction: texts.append(text))
+    for expect_copy in (True, False):
+        texts.clear()
+        window.models.load()
+        qtbot.waitUntil(lambda: window.models.job is None, timeout=120_000)
+        assert window.model_state == "ready", window.models.error
+        preparing = [t for t in texts if t and t.startswith("Preparing the model for this computer (once)… ")]
+        loading = [t for t in texts if t and t.startswith("Loading the model… ")]
+        assert bool(preparing) == expect_copy, texts
+        assert loading and loading[-1].endswith("100%")
+        if expect_copy:  # the copy first, then the load, in that order
+            assert texts.index(preparing[-1]) < texts.index(loading[0])
+            assert int(preparing[-1].rsplit(" ", 1)[1].rstrip("%")) <= 80
+        assert texts[-1] is None  # the status bar is free again
+    assert list((tmp_path / "weights").glob("*.q8_0.gguf"))
+
+
 def test_about_shows_the_model_licenses(make_window, qtbot):
     window = make_window(ScriptedRuntime([]))
     text = window.menus.about_text()

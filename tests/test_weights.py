@@ -234,8 +234,10 @@ def test_a_copy_llama_cpp_cannot_load_is_replaced_by_the_file(model_path, tmp_pa
     with open(copy, "r+b") as fh:
         fh.seek(at)
         fh.write(struct.pack("<I", 250))  # no such ggml type
-    model = LocalModel.load(model_path, n_ctx=512, weights_dir=folder)
+    stages = []
+    model = LocalModel.load(model_path, n_ctx=512, weights_dir=folder, stage=stages.append)
     try:
+        assert stages == []  # the copy was there (current by its record): nothing written
         assert model.weights == "as published (the 8-bit copy did not load)"
         assert model.stream(PROMPT, max_tokens=4, temperature=0.0).text()
     finally:
@@ -251,9 +253,28 @@ def test_a_load_cancelled_while_copying_leaves_no_copy(model_path, tmp_path):
         seen.append(fraction)
         cancel.set()
 
+    stages = []
     with pytest.raises(ModelError, match="cancelled"):
         LocalModel.load(model_path, n_ctx=512, weights_dir=tmp_path / "weights",
-                        progress=progress, cancel=cancel)
+                        progress=progress, cancel=cancel, stage=stages.append)
     assert seen and seen[0] < 0.8
+    assert stages == ["copying"]  # said before the first progress; no "loading" after a cancel
     assert not list((tmp_path / "weights").glob("*.gguf")) and \
         not list((tmp_path / "weights").glob(".*.partial"))
+
+
+def test_the_cli_says_it_prepares_the_model_on_its_first_load(capsys, monkeypatch, tmp_path, base_model_path):
+    """A first chat writes the copy (seconds on a laptop): stderr says why it waits, once."""
+    from iris_desktop.cli import main
+
+    monkeypatch.setenv("IRIS_WEIGHTS_DIR", str(tmp_path / "weights"))  # no copy there yet
+    argv = ["--data-dir", str(tmp_path / "data"), "--set", f"model.path={base_model_path}",
+            "--set", "model.max_tokens=4", "chat", "--new", "hello"]
+    said = []
+    for _ in range(2):
+        code = main(argv)
+        _, err = capsys.readouterr()
+        assert code == 0, err
+        said.append(err.count("preparing the model for this computer (once)"))
+    assert said == [1, 0]
+    assert list((tmp_path / "weights").glob("*.q8_0.gguf"))

@@ -200,14 +200,17 @@ def _load_llama(path: Path, scratch: bool, progress: Any, cancel: threading.Even
 
 
 def _q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
-                cancel: threading.Event | None) -> tuple[Path, str, Any]:
+                cancel: threading.Event | None, stage: Any = None) -> tuple[Path, str, Any]:
     """The file to load (``source``'s exact Q8_0 copy when it has Q5_0 weights), what
-    it is, and the progress callback for the load after it: when a copy was written,
-    the copy takes the first 80% of ``progress`` and the load the rest."""
+    it is, and the progress callback for the load after it: when a copy is written,
+    ``stage("copying")`` says so first and ``stage("loading")`` after it, and the copy
+    takes the first 80% of ``progress``, the load the rest."""
     wrote = False
 
     def copying(fraction: float) -> None:
         nonlocal wrote
+        if not wrote and stage is not None:
+            stage("copying")
         wrote = True
         if progress is not None:
             progress(0.8 * fraction)
@@ -221,6 +224,8 @@ def _q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
         return source, f"as published (no 8-bit copy: {exc})", progress
     if path == source:
         return source, "as published (no Q5_0 weights)", progress
+    if wrote and stage is not None:
+        stage("loading")
     after = (lambda f: progress(0.8 + 0.2 * f)) if wrote and progress is not None else progress
     return path, f"Q5_0 read as Q8_0 (the same values; {path})", after
 
@@ -519,6 +524,7 @@ class LocalModel:
         weights_dir: str | os.PathLike[str] | None = None,
         progress: Any = None,
         cancel: threading.Event | None = None,
+        stage: Any = None,
     ) -> LocalModel:
         """Validate the GGUF header, then load the model with llama.cpp.
 
@@ -533,9 +539,10 @@ class LocalModel:
         values, prompts read ~25% faster on CPUs; written once, ~3 s for the bundled
         model); not with ``n_gpu_layers``; None loads the file as it is, as does a copy
         that cannot be made or loaded. ``progress(fraction)`` follows the copy and the
-        weights' loading; setting ``cancel`` stops it (:class:`ModelError` "loading was
-        cancelled"). Raises :class:`ModelError` for a missing, truncated or non-GGUF file
-        and for anything llama.cpp refuses.
+        weights' loading, and ``stage`` is told ``"copying"`` when a copy is being written
+        and ``"loading"`` after it (a first load takes longer); setting ``cancel`` stops
+        it (:class:`ModelError` "loading was cancelled"). Raises :class:`ModelError` for
+        a missing, truncated or non-GGUF file and for anything llama.cpp refuses.
         """
         p = Path(path)
         try:
@@ -557,7 +564,7 @@ class LocalModel:
         t0 = time.perf_counter()
         load_path, weights = p, "as published"
         if weights_dir is not None and n_gpu_layers == 0:
-            load_path, weights, progress = _q8_weights(p, info, Path(weights_dir), progress, cancel)
+            load_path, weights, progress = _q8_weights(p, info, Path(weights_dir), progress, cancel, stage)
         scratch = kv_shift and not info.sliding_window
         params = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads,
                       flash_attn=flash_attn, n_gpu_layers=n_gpu_layers, seed=seed, swa_full=swa_full)

@@ -51,7 +51,10 @@ class ModelControl(QObject):
         self.library: ModelsDialog | None = None
         self.downloads: DownloadDialog | None = None
         self.server_dialog: ServerDialog | None = None
+        #: what the load is doing, in words: the status bar shows it with the percentage
+        self.load_text = "Loading the model…"
         model.worker.loadProgress.connect(self.progress)
+        model.worker.loading.connect(self._load_stage)
 
     @property
     def state(self) -> str:
@@ -75,6 +78,7 @@ class ModelControl(QObject):
         if self.job is not None:
             self.job.cancel.set()  # a newer choice replaces a load under way
         state.set_model("loading", state.loaded, state.model_error)
+        self.load_text = "Loading the model…"
         self.composer.set_can_send(False, "Loading the model…")
         state.busy("Loading the model…")
         self.job = self.model.load(state.settings)
@@ -86,10 +90,13 @@ class ModelControl(QObject):
             self.job.cancel.set()
             self.app_state.busy("Cancelling the load…")
 
+    def _load_stage(self, text: str) -> None:
+        self.load_text = text
+
     def progress(self, fraction: float) -> None:
         if self.state != "loading":
             return
-        self.app_state.busy(f"Loading the model… {int(fraction * 100)}%", fraction)
+        self.app_state.busy(f"{self.load_text} {int(fraction * 100)}%", fraction)
         if self.library is not None:
             self.library.loading(fraction)
 

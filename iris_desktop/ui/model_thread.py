@@ -109,6 +109,12 @@ class LoadedModel:
     embedder: TextEmbedder | None = None
 
 
+#: what a model load is doing, as the status bar says it (``LocalModel.load``'s stages)
+LOAD_STAGES = {
+    "copying": "Preparing the model for this computer (once)…",
+    "loading": "Loading the model…",
+}
+
 class ModelWorker(QObject):
     """Runs the host's jobs on the model thread, one at a time."""
 
@@ -144,13 +150,17 @@ class ModelWorker(QObject):
                 self.loading.emit("Preparing the bundled model…")
             self.loading.emit("Loading the model…")
             runtime = self.host.load_model(job.settings, progress=self.loadProgress.emit,
-                                           cancel=job.cancel)
+                                           cancel=job.cancel, stage=self._stage)
         except Exception as exc:  # a bad model must never take the app down
             log.error("model: %s", exc)
             self.loadFailed.emit(str(exc))
             return
         embedder = self.host.load_embedder(job.settings)
         self.loaded.emit(LoadedModel(runtime, asdict(runtime.describe()), embedder))
+
+    def _stage(self, stage: str) -> None:
+        """The load's stage (``LocalModel.load``), in words for the status bar."""
+        self.loading.emit(LOAD_STAGES.get(stage, "Loading the model…"))
 
     # -- jobs --
 
