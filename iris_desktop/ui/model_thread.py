@@ -115,6 +115,7 @@ LOAD_STAGES = {
     "loading": "Loading the model…",
 }
 
+
 class ModelWorker(QObject):
     """Runs the host's jobs on the model thread, one at a time."""
 
