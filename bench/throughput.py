@@ -10,8 +10,9 @@ shipped runtime against llama.cpp at the best flags, side by side in one run.
   ``n_ubatch``, KV cache type), the same prompt tokens decoded with ``llama_decode``
   and ``llama_batch_get_one``; tg is a greedy loop, one token per decode.
 - **llama-bench** (llama.cpp's own C++ tool) at the best low-level flags, when one is
-  found (``--llama-bench``, ``$IRIS_LLAMA_BENCH`` or on ``PATH``); else the column is
-  left out, said so.
+  found (``--llama-bench``, ``$IRIS_LLAMA_BENCH``, on ``PATH``, or the one
+  ``--build-llama-bench`` builds first from the llama.cpp llama-cpp-python vendors, kept
+  in ``~/.cache/iris-desktop-tests``); else the column is left out, said so.
 
 Every repetition runs every configuration, in an order rotated each time, so a
 machine busy with other work slows them alike; the tables show the median and the
@@ -21,7 +22,7 @@ most likely next token agree, how far do the logits move, and does the greedy re
 stay the same token for token.
 
     .venv/bin/python bench/throughput.py [--reps 3] [--sizes 1024,4096] [--tg 64]
-        [--configs t2.fa1,t2.fa0.ub256] [--model PATH] [--llama-bench PATH]
+        [--configs t2.fa1,t2.fa0.ub256] [--model PATH] [--llama-bench PATH | --build-llama-bench]
 
 A configuration is dot-separated: ``t2`` (n_threads and n_threads_batch), ``tg1`` /
 ``tb2`` (one of them), ``fa0``/``fa1`` (flash attention), ``b2048`` (n_batch),
@@ -45,8 +46,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -264,11 +267,54 @@ def iris_tg(model, messages: list[dict], n: int, temperature: float, seed: int) 
 # -- llama-bench -------------------------------------------------------------------
 
 
+#: where ``--build-llama-bench`` puts llama.cpp's tool: one folder per llama-cpp-python version
+LLAMA_BENCH_CACHE = Path(os.environ.get("IRIS_TEST_MODEL_CACHE", Path.home() / ".cache" / "iris-desktop-tests"))
+#: the llama.cpp llama-cpp-python vendors, with this machine's CPU flags, only the tool, and
+#: linked statically: the one binary is kept, the source tree removed
+LLAMA_BENCH_CMAKE = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF",
+                     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_TOOLS=ON"]
+
+
+def cached_llama_bench() -> Path:
+    """Where ``--build-llama-bench`` leaves the binary for the installed llama-cpp-python."""
+    return LLAMA_BENCH_CACHE / f"llama-bench-{version('llama-cpp-python')}" / "llama-bench"
+
+
 def find_llama_bench(given: str | None) -> Path | None:
-    for candidate in (given, os.environ.get("IRIS_LLAMA_BENCH"), shutil.which("llama-bench")):
+    for candidate in (given, os.environ.get("IRIS_LLAMA_BENCH"), shutil.which("llama-bench"),
+                      cached_llama_bench()):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None
+
+
+def build_llama_bench() -> Path:
+    """Build llama-bench from the llama.cpp the installed llama-cpp-python vendors (its
+    sdist, from the package index), so the tool and the library run the same kernels:
+    minutes, one compile job per CPU. Returns :func:`cached_llama_bench`."""
+    binary = cached_llama_bench()
+    if binary.is_file():
+        return binary
+    work = binary.parent.with_name(binary.parent.name + f".{os.getpid()}.partial")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                        f"llama-cpp-python=={version('llama-cpp-python')}", "-d", str(work)], check=True)
+        with tarfile.open(next(work.glob("llama_cpp_python-*.tar.gz"))) as archive:
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            archive.extractall(work, **safe)
+        source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+        build = work / "build"
+        subprocess.run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_BENCH_CMAKE], check=True)
+        subprocess.run(["cmake", "--build", str(build), "--target", "llama-bench",
+                        "-j", str(os.cpu_count() or 2)], check=True)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(build / "bin" / "llama-bench", binary)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return binary
 
 
 def llama_bench(binary: Path, model: Path, flags: Flags, sizes: list[int], tg: int) -> dict[str, float]:
@@ -318,7 +364,12 @@ def main() -> None:
                         help=f"llama.cpp configurations, comma-separated (default: {','.join(default_configs())})")
     parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: the bundled model)")
     parser.add_argument("--llama-bench", default=None, help="llama.cpp's llama-bench binary, if built")
+    parser.add_argument("--build-llama-bench", action="store_true",
+                        help="first build llama-bench from the llama.cpp llama-cpp-python vendors "
+                             "(cmake and a C++ compiler; minutes), kept in ~/.cache/iris-desktop-tests")
     args = parser.parse_args()
+    if args.build_llama_bench and not args.llama_bench:
+        args.llama_bench = str(build_llama_bench())
     sizes = [int(s) for s in args.sizes.split(",")]
     if max(sizes) + 64 > N_CTX or args.tg < 2 or args.reps < 1:
         parser.error(f"sizes must stay below {N_CTX - 64}, --tg at least 2, --reps at least 1")
