@@ -169,11 +169,12 @@ def _thread(host, thread_id: int) -> dict[str, Any]:
 
 
 def _load(host) -> Runtime:
-    from iris_desktop.host import ModelError
+    from iris_desktop.host import LOAD_STAGES, ModelError
 
     def stage(what: str) -> None:  # the first load of a model writes its 8-bit copy: seconds
         if what == "copying":
-            say("iris-desktop: preparing the model for this computer (once)…", file=sys.stderr)
+            words = LOAD_STAGES[what]
+            say(f"iris-desktop: {words[:1].lower()}{words[1:]}", file=sys.stderr)
 
     try:
         return host.load_model(stage=stage)

@@ -72,8 +72,16 @@ if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when reca
 
 log = logging.getLogger("iris.host")
 
+#: what a model load is doing (``load_runtime``'s ``stage``), in words: the GUI's status
+#: bar and the CLI's stderr say the same
+LOAD_STAGES = {
+    "copying": "Preparing the model for this computer (once)…",
+    "loading": "Loading the model…",
+}
+
 __all__ = [
     "Host",
+    "LOAD_STAGES",
     "ModelError",
     "build_agent",
     "build_compactor",

@@ -51,7 +51,8 @@ class ModelControl(QObject):
         self.library: ModelsDialog | None = None
         self.downloads: DownloadDialog | None = None
         self.server_dialog: ServerDialog | None = None
-        #: what the load is doing, in words: the status bar shows it with the percentage
+        #: what the load is doing, in words (the model thread says it before any progress):
+        #: the status bar shows it with the percentage
         self.load_text = "Loading the model…"
         model.worker.loadProgress.connect(self.progress)
         model.worker.loading.connect(self._load_stage)
@@ -78,7 +79,6 @@ class ModelControl(QObject):
         if self.job is not None:
             self.job.cancel.set()  # a newer choice replaces a load under way
         state.set_model("loading", state.loaded, state.model_error)
-        self.load_text = "Loading the model…"
         self.composer.set_can_send(False, "Loading the model…")
         state.busy("Loading the model…")
         self.job = self.model.load(state.settings)

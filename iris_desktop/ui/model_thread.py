@@ -26,7 +26,7 @@ from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.events import CacheStatus, ThreadCreated, TurnEvent
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.semantic import TextEmbedder
-from iris_desktop.host import Host
+from iris_desktop.host import LOAD_STAGES, Host
 from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, Settings
 
@@ -109,13 +109,6 @@ class LoadedModel:
     embedder: TextEmbedder | None = None
 
 
-#: what a model load is doing, as the status bar says it (``LocalModel.load``'s stages)
-LOAD_STAGES = {
-    "copying": "Preparing the model for this computer (once)…",
-    "loading": "Loading the model…",
-}
-
-
 class ModelWorker(QObject):
     """Runs the host's jobs on the model thread, one at a time."""
 
@@ -149,7 +142,7 @@ class ModelWorker(QObject):
         try:
             if job.settings["model.path"] == BUNDLED:
                 self.loading.emit("Preparing the bundled model…")
-            self.loading.emit("Loading the model…")
+            self.loading.emit(LOAD_STAGES["loading"])
             runtime = self.host.load_model(job.settings, progress=self.loadProgress.emit,
                                            cancel=job.cancel, stage=self._stage)
         except Exception as exc:  # a bad model must never take the app down
@@ -161,7 +154,7 @@ class ModelWorker(QObject):
 
     def _stage(self, stage: str) -> None:
         """The load's stage (``LocalModel.load``), in words for the status bar."""
-        self.loading.emit(LOAD_STAGES.get(stage, "Loading the model…"))
+        self.loading.emit(LOAD_STAGES.get(stage, LOAD_STAGES["loading"]))
 
     # -- jobs --
 
