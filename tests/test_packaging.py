@@ -693,7 +693,7 @@ def test_macos_minimum_is_that_of_the_locked_pyside6_wheels(minimum_os, build_py
         stem = f"{minimum_os.canonical(dist).replace('-', '_')}-{version}-"
         recorded = [name for name in minimum_os.RECORDED_MACOS_WHEELS if name.startswith(stem)]
         if not recorded:  # a PySide6 release newer than the record must not turn CI red
-            pytest.skip(minimum_os.record_hint(dist, version))
+            pytest.skip(reason=minimum_os.record_hint(dist, version))
         wheels += recorded
     expected = max(_macos_tag_of(name) for name in wheels)
     for arch in ("arm64", "x86_64"):  # universal2 wheels: the same on both
