@@ -616,6 +616,23 @@ def test_inno_setup_script_is_per_user_with_shortcuts():
     assert "{autopf}" in text and "{pf}" not in text
 
 
+def test_the_uninstaller_removes_only_what_the_app_derived(tmp_path, monkeypatch):
+    """The Windows uninstaller deletes the 8-bit weight copies and the saved KV states from
+    the app's data folder (derived, written again when needed; ~640 MB for the bundled
+    model), named as the app names them, and nothing that holds the user's data."""
+    from iris_desktop.paths import APP_NAME, app_paths
+
+    text = (PACKAGING / "windows" / "iris-desktop.iss").read_text()
+    section = text.split("[UninstallDelete]", 1)[1].split("\n[", 1)[0]
+    deleted = re.findall(r'^Type: filesandordirs; Name: "\{localappdata\}\\([^"]+)"$', section, re.M)
+    monkeypatch.delenv("IRIS_WEIGHTS_DIR", raising=False)  # the tests' shared copies: the app's own place
+    paths = app_paths(tmp_path)  # the layout under the data folder is the same on every OS
+    derived = {paths.weights_dir, paths.kv_cache_dir}
+    assert sorted(deleted) == sorted("\\".join((APP_NAME, *p.relative_to(paths.data_dir).parts)) for p in derived)
+    kept = {paths.db_path, paths.config_path, paths.models_dir, paths.recent_models_path, paths.log_path}
+    assert not any(p.is_relative_to(d) for p in kept for d in derived)
+
+
 def test_inno_setup_script_ships_the_model_license(build_py):
     text = (PACKAGING / "windows" / "iris-desktop.iss").read_text()
     from iris_desktop.runtime.bundled import BUNDLED_MODEL

@@ -156,9 +156,11 @@ def test_closing_line(check):
     times = {"setup": 1.0, "llama": 2.0, "build": 300.0}
     ok = check.closing_line(True, times, {
         "setup_bytes": 612_345_678, "installed_files": 900, "installed_bytes": 700_000_000, "answer": "Paris",
-        "self_test_seconds": 12.34, "cmake_args": "-DGGML_NATIVE=off", "llama_cached": True})
+        "self_test_seconds": 12.34, "cmake_args": "-DGGML_NATIVE=off", "llama_cached": True,
+        "weight_copies": 637_000_000})
     assert ok.startswith("windows-check ok in 303 s: setup.exe 612.3 MB")
-    assert "answered 'Paris' in 12.3 s" in ok and "llama 2 s (cached)" in ok
+    assert "answered 'Paris' in 12.3 s (8-bit weight copy 637.0 MB)" in ok and "llama 2 s (cached)" in ok
+    assert "nothing left but the user's data" in ok
     failed = check.closing_line(False, times, {"failed_at": "build", "reason": "ISCC failed"})
     assert failed == "windows-check FAILED at build after 303 s (setup 1 s, llama 2 s, build 300 s): ISCC failed"
 

@@ -21,7 +21,8 @@ Phases (each timed; the closing line gives every figure):
  6. install    setup.exe /VERYSILENT into a fresh Wine prefix
  7. self-test  the installed iris-desktop.exe --self-test, without network (unshare -n)
  8. checks     Start menu and desktop shortcuts, the HKCU uninstall key
- 9. uninstall  the uninstaller, silently; then: no app folder, no shortcut, no key
+ 9. uninstall  the uninstaller, silently; then: no app folder, no shortcut, no key, no
+               8-bit weight copy or saved KV state in the data folder; the user's chats kept
 
 The slow steps are cached under ~/.cache/iris-windows-check (or $IRIS_WINDOWS_CHECK_CACHE):
 downloads, the mingw build (keyed by the sdist, the flags and the compiler), the build
@@ -858,8 +859,17 @@ def phase_self_test(wine: Wine, installed: dict) -> dict:
     if proc.returncode != 0 or not line:
         raise CheckError(f"the installed app's --self-test failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
     replied = re.search(r"replied '([^']*)'", line)
+    copies = sorted(data_dir(wine).joinpath("weights").glob("*.q8_0.gguf"))
+    if "read as Q8_0" in line and not copies:
+        raise CheckError(f"the self-test read the weights as Q8_0 but {data_dir(wine) / 'weights'} holds no copy")
     return {"seconds": round(seconds, 1), "line": line, "answer": replied[1] if replied else line,
-            "offline": " ".join(offline)}
+            "offline": " ".join(offline), "weight_copies": sum(p.stat().st_size for p in copies)}
+
+
+def data_dir(wine: Wine) -> Path:
+    """The app's data folder in the prefix: platformdirs' user_data_dir("iris-desktop",
+    appauthor=False) on Windows, %LOCALAPPDATA%\\iris-desktop."""
+    return wine.unix(local_appdata(wine)) / "iris-desktop"
 
 
 def shortcut_paths(wine: Wine) -> dict[str, Path]:
@@ -898,10 +908,20 @@ def phase_checks(wine: Wine, installed: dict) -> dict:
 
 
 def phase_uninstall(wine: Wine, installed: dict, checks: dict) -> dict:
+    # The uninstaller removes what the app derived (the self-test's 8-bit weight copy, saved
+    # KV states) and keeps the user's data: a stand-in chat database shows which is which.
+    data = data_dir(wine)
+    (data / "kv-cache").mkdir(parents=True, exist_ok=True)
+    (data / "kv-cache" / "1.kv").write_bytes(b"derived")
+    chats = data / "iris.db"
+    chats.write_bytes(b"the user's chats")
     uninstaller = checks["uninstall_string"].strip('"')
     wine.run(uninstaller, "/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART", timeout=1800, check=False)
     wine.wait()  # the uninstaller runs a copy of itself from %TEMP% and returns at once
-    left = []
+    if not chats.is_file() or chats.read_bytes() != b"the user's chats":
+        raise CheckError(f"the uninstaller removed the user's data ({chats})")
+    chats.unlink()
+    left = [str(p) for p in (data / "weights", data / "kv-cache") if p.exists()]
     app = Path(installed["unix_dir"])
     if app.exists():
         left += [str(p) for p in sorted(app.rglob("*"))] or [str(app)]
@@ -963,8 +983,10 @@ def closing_line(ok: bool, times: dict[str, float], facts: dict) -> str:
         return f"windows-check FAILED at {facts['failed_at']} after {total:.0f} s ({phases}): {facts['reason']}"
     return (f"windows-check ok in {total:.0f} s: setup.exe {mb(facts['setup_bytes'])}, installed "
             f"{facts['installed_files']} files ({mb(facts['installed_bytes'])}); self-test offline under Wine "
-            f"answered {facts['answer']!r} in {facts['self_test_seconds']:.1f} s; shortcuts, uninstall key, "
-            f"uninstall: ok, nothing left; llama.cpp: mingw-w64, {facts['cmake_args']}; phases: {phases}")
+            f"answered {facts['answer']!r} in {facts['self_test_seconds']:.1f} s (8-bit weight copy "
+            f"{mb(facts['weight_copies'])}); shortcuts, uninstall key, "
+            f"uninstall: ok, nothing left but the user's data; llama.cpp: mingw-w64, {facts['cmake_args']}; "
+            f"phases: {phases}")
 
 
 def main(argv=None) -> int:
@@ -1010,6 +1032,7 @@ def main(argv=None) -> int:
             t0 = phase("self-test", "the installed iris-desktop.exe --self-test, offline")
             result = phase_self_test(test_wine, installed)
             facts["answer"], facts["self_test_seconds"] = result["answer"], result["seconds"]
+            facts["weight_copies"] = result["weight_copies"]
             times["self-test"] = time.perf_counter() - t0
             t0 = phase("checks", "shortcuts and the uninstall key")
             checks = phase_checks(test_wine, installed)

@@ -98,5 +98,11 @@ Name: "{autodesktop}\{#AppName}"; Filename: "{app}\{#AppExeName}"; WorkingDir: "
 Filename: "{app}\{#AppExeName}"; Description: "{cm:LaunchProgram,{#AppName}}"; Flags: nowait postinstall skipifsilent
 
 [UninstallDelete]
-; files the app may write next to itself (none today); the user's data stays
+; files the app may write next to itself (none today)
 Type: filesandordirs; Name: "{app}\_internal\__pycache__"
+; what the app derived from the model files and wrote into its data folder (platformdirs'
+; user_data_dir, %LOCALAPPDATA%\iris-desktop): the 8-bit weight copies (model.q8_weights,
+; ~640 MB for the bundled model) and the saved KV states; both are written again when needed.
+; The user's data stays: chats (iris.db), settings, downloaded models, logs.
+Type: filesandordirs; Name: "{localappdata}\iris-desktop\weights"
+Type: filesandordirs; Name: "{localappdata}\iris-desktop\kv-cache"
