@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
 
+from iris_desktop.host import LOAD_STAGES
 from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, write_config_value
 from iris_desktop.ui.app_state import AppState
@@ -53,7 +54,7 @@ class ModelControl(QObject):
         self.server_dialog: ServerDialog | None = None
         #: what the load is doing, in words (the model thread says it before any progress):
         #: the status bar shows it with the percentage
-        self.load_text = "Loading the model…"
+        self.load_text = LOAD_STAGES["loading"]
         model.worker.loadProgress.connect(self.progress)
         model.worker.loading.connect(self._load_stage)
 
