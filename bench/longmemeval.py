@@ -34,7 +34,10 @@ clipped; the ``clipped`` column counts those evidence messages.
 
 Each row also lists ``evidence_ranks``, where each evidence message stands in recall's
 ranking (None: not ranked at all): a miss ranked low was not retrieved, one ranked high
-was cut by the block's room. And, for issue 28's item 3, whether the answer is findable
+was cut by the block's room. ``ceiling_all`` is ``evidence_all`` for the same request
+planned again with the evidence messages first in recall's ranking and the rest in its
+order (what a perfect reranker would give, in the same block): the share a better
+ranking could reach; what stays below it is room. And, for issue 28's item 3, whether the answer is findable
 in the summary + verbatim tail (``summary_answer``) against a names-and-numbers extract
 of the same archived messages at the same cap + the tail (``extract_answer``; the
 baseline of ``bench/retention.py``, one matcher for both).
@@ -54,6 +57,8 @@ The last line is one parseable summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime as dt
 import json
 import statistics
@@ -107,6 +112,26 @@ def question_day(text: str) -> dt.date | None:
         return dt.datetime.strptime(text[:10], "%Y/%m/%d").date()
     except (TypeError, ValueError):
         return None
+
+
+@contextlib.contextmanager
+def evidence_first(evidence: list[int]):
+    """Recall's rankings with ``evidence`` first, then the rest in their order: what a
+    perfect reranker would give (the ceiling column; this bench's process only)."""
+    rank = Recaller.rank
+
+    def ranked_first(self, thread_id, through_id, query, today=None):
+        ranking = rank(self, thread_id, through_id, query, today)
+        if not ranking.ranked:
+            return ranking
+        first = [i for i in evidence if i <= through_id]
+        return dataclasses.replace(ranking, ranked=[*first, *(i for i in ranking.ranked if i not in first)])
+
+    Recaller.rank = ranked_first
+    try:
+        yield
+    finally:
+        Recaller.rank = rank
 
 
 def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WINDOW,
@@ -165,6 +190,11 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
                 # a miss ranked low was not retrieved; one ranked high was cut by the room
                 evidence_ranks=[ranked.index(i) + 1 if i in ranked else None for i in evidence],
             )
+            with evidence_first(evidence):  # a fresh planner: its own cache of rankings
+                perfect = Planner(params, counter, compaction=settings, embedder=embedder,
+                                  today=lambda: asked_on).plan(store, thread, qa["question"], cache=False)
+            ideal = {*perfect.recall.ids, *perfect.included_ids, *perfect.kept_ids, *perfect.pinned_ids}
+            row["ceiling_all"] = all(i in ideal for i in evidence)
             if summary is not None:  # item 3: what the summary keeps, against an extract of its size
                 tail = planner.plan(store, thread, recall=False, cache=False)
                 tail_text = "\n".join(m["content"] or "" for m in tail.messages[1:])
@@ -195,6 +225,7 @@ def summarize(rows: list[dict]) -> dict:
     for name, group in [*groups.items(), ("overall", scored)]:
         out[name] = {"n": len(group), "evidence_all": share(group, "evidence_all"),
                      "evidence_any": share(group, "evidence_any"), "answer": share(group, "answer"),
+                     "ceiling_all": share(group, "ceiling_all"),
                      "recall_tokens_median": median(group, "recall_tokens"),
                      "request_tokens_median": median(group, "request_tokens"),
                      "clipped": sum(r["clipped"] for r in group),
@@ -207,7 +238,8 @@ def summary_line(table: dict) -> str:
     o = table["overall"]
     return (f"longmemeval: evidence_all={o['evidence_all']:.3f} evidence_any={o['evidence_any']:.3f} "
             f"answer={o['answer']:.3f} n={o['n']} recall_tokens_median={o['recall_tokens_median']:.0f} "
-            f"summary_tail={o['summary_answer']:.3f} extract_tail={o['extract_answer']:.3f}")
+            f"summary_tail={o['summary_answer']:.3f} extract_tail={o['extract_answer']:.3f} "
+            f"ceiling_all={o['ceiling_all']:.3f}")
 
 
 def report(rows: list[dict], header: str, as_json: bool = False) -> None:
@@ -218,13 +250,14 @@ def report(rows: list[dict], header: str, as_json: bool = False) -> None:
     else:
         print(f"\n{header}\n")
         print("| question type | n | evidence_all | evidence_any | answer | recall tokens (median) | "
-              "request tokens (median) | evidence clipped | answer: summary + tail | answer: extract + tail |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "request tokens (median) | evidence clipped | answer: summary + tail | answer: extract + tail "
+              "| evidence_all, perfect ranking |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, t in table.items():
             label = f"**{name}**" if name == "overall" else name
             print(f"| {label} | {t['n']} | {t['evidence_all']:.0%} | {t['evidence_any']:.0%} | {t['answer']:.0%} "
                   f"| {t['recall_tokens_median']:,.0f} | {t['request_tokens_median']:,.0f} | {t['clipped']} "
-                  f"| {t['summary_answer']:.0%} | {t['extract_answer']:.0%} |")
+                  f"| {t['summary_answer']:.0%} | {t['extract_answer']:.0%} | {t['ceiling_all']:.0%} |")
         if skipped:
             print("\nskipped: " + "; ".join(skipped))
     print(summary_line(table))

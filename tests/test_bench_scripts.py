@@ -89,6 +89,7 @@ def test_longmemeval_counts_evidence_by_the_ids_the_request_shows(capsys):
         assert row["paths"] == ["extractive"]
         assert row["summarized"] == row["evidence"] == row["recalled"] == row["found"]
         assert row["evidence_all"] and row["answer"] and 0 < row["recall_tokens"] < row["request_tokens"]
+        assert row["ceiling_all"]  # a perfect ranking finds what this one found
     assert scored["multi-session"]["evidence"] == 2
     longmemeval.report(rows, "fixtures")
     out = capsys.readouterr().out
@@ -100,6 +101,7 @@ def test_longmemeval_counts_evidence_by_the_ids_the_request_shows(capsys):
     # without recall the summarized evidence is not in the request: the summary does not count
     off = [longmemeval.one_file(p, HeuristicCounter(), window=2048, recall=0) for p in paths]
     assert [(r["found"], r["evidence_any"], r["recall_tokens"]) for r in off] == [(0, False, 0)] * 2
+    assert not any(r["ceiling_all"] for r in off)  # no block: no ranking can show them
     table = longmemeval.summarize(off)
     assert table["overall"]["n"] == 2 and table["overall"]["evidence_all"] == 0.0
 
