@@ -37,10 +37,10 @@ ranking (None: not ranked at all): a miss ranked low was not retrieved, one rank
 was cut by the block's room. ``ceiling_all`` is ``evidence_all`` for the same request
 planned again with the evidence messages first in recall's ranking and the rest in its
 order (what a perfect reranker would give, in the same block): the share a better
-ranking could reach; what stays below it is room. And, for issue 28's item 3, whether the answer is findable
-in the summary + verbatim tail (``summary_answer``) against a names-and-numbers extract
-of the same archived messages at the same cap + the tail (``extract_answer``; the
-baseline of ``bench/retention.py``, one matcher for both).
+ranking could reach; what stays below it is room. And, for issue 28's item 3, whether
+the answer is findable in the summary + verbatim tail (``summary_answer``) against a
+names-and-numbers extract of the same archived messages at the same cap + the tail
+(``extract_answer``; the baseline of ``bench/retention.py``, one matcher for both).
 
 A file whose question has no evidence indices (its answer sessions are not in the
 haystack) is skipped and listed. ``--files N`` takes N files round-robin over the types
