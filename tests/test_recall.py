@@ -513,6 +513,23 @@ def test_each_part_of_a_question_gets_its_best_hit_into_the_ranking(fresh_store,
     assert ranked()[:4] == ids[-4:]
 
 
+def test_each_part_of_a_question_ranks_the_asked_sides_messages_up_too(fresh_store):
+    """A part's ranking gets the whole question's boosts: for "did I…", the user's message
+    about one part comes before the assistant's that repeats that part's words more."""
+    thread = fresh_store.create_thread("t")
+    filler = [{"role": "user", "content": f"We talked about lunch and the weather, day {i}."} for i in range(30)]
+    ids = fresh_store.add_messages(thread, [
+        *filler,
+        {"role": "assistant", "content": "A mesh network system covers the house; the mesh network system is fast."},
+        {"role": "user", "content": "I got the mesh network working on Sunday."},
+        {"role": "user", "content": "I installed the smart thermostat in March."},
+    ])
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    question = "Which did I set up first, the smart thermostat or the mesh network system?"
+    ranked = recaller._rank(thread, ids[-1], question, query_terms(question), [])[0]
+    assert ranked.index(ids[-2]) < ranked.index(ids[-3])
+
+
 def test_who_a_question_asks_about_follows_its_grammatical_person():
     """"did I" asks about the user's own words, "did you" about the assistant's; the
     asking itself ("can you remind me") says nothing; both, or a name, name no role."""

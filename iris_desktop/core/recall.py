@@ -332,26 +332,19 @@ class Recaller:
         rows = self.store.messages_by_id([*lexical, *by_meaning, *then]) \
             if by_meaning or speaker or role or periods else {}
         meaning = _statements(by_meaning, rows)
-        scores = fuse([lexical, meaning, _statements(then, rows)])
-        for i in scores:
-            row = rows.get(i, {})
-            if speaker is not None and row.get("name") == speaker:
-                scores[i] *= NAMED_SPEAKER_BOOST
-            if role and row.get("role") == role:
-                scores[i] *= ASKED_ROLE_BOOST
-            if periods and any(p.holds(day_of(row.get("sent_at"))) for p in periods):
-                scores[i] *= NAMED_DATE_BOOST
-        ranked = sorted(scores, key=lambda i: (-scores[i], i))
+        boosts = _Boosts(speaker, role, periods)
+        ranked = boosts.ranked(fuse([lexical, meaning, _statements(then, rows)]), rows)
         parts = question_parts(query, names)[:MAX_PARTS]
-        if parts and len(ranked) > 1:
+        if parts and len(ranked) > 1:  # each part ranked as the whole is, its boosts too
             rows = rows or self.store.messages_by_id(ranked)
-            ranked = _interleave([ranked, *(self._rank_part(thread_id, through_id, part, names, ranked, rows)
-                                            for part in parts)])
+            ranked = _interleave([ranked, *(
+                boosts.ranked(self._score_part(thread_id, through_id, part, names, ranked, rows), rows)
+                for part in parts)])
         return ranked, bool(meaning), role
 
-    def _rank_part(self, thread_id: int, through_id: int, part: str, names: list[str],
-                   candidates: list[int], rows: dict[int, dict]) -> list[int]:
-        """The whole question's candidates ranked for one part of it: by meaning (the
+    def _score_part(self, thread_id: int, through_id: int, part: str, names: list[str],
+                   candidates: list[int], rows: dict[int, dict]) -> dict[int, float]:
+        """The whole question's candidates scored for one part of it: by meaning (the
         part's own vector, scored on the candidates' rows only) fused with the part's
         words (how many of them each candidate holds; ties in the whole ranking's order).
         Only the candidates are searched, so a part costs one short embedding, not a
@@ -362,8 +355,7 @@ class Recaller:
         lexical = sorted((i for i in candidates if held[i]), key=lambda i: -held[i])
         by_meaning = self.semantic(thread_id, through_id, part, LEXICAL_HITS, among=candidates) \
             if self.semantic is not None else []
-        scores = fuse([lexical, _statements(by_meaning, rows)])
-        return sorted(scores, key=lambda i: (-scores[i], i))
+        return fuse([lexical, _statements(by_meaning, rows)])
 
     def _written_then(self, thread_id: int, through_id: int, query: str, terms: list[str],
                       periods: list[Period]) -> list[int]:
@@ -432,6 +424,28 @@ class Recaller:
         rows = self.store.messages_by_id(ids)
         return [said_from_row(rows[i]) for i in ids
                 if i in rows and isinstance(rows[i].get("content"), str)]
+
+
+@dataclass(frozen=True)
+class _Boosts:
+    """What ranks a message up for one question: the one speaker it names, the side whose
+    words it asks about ("did I…"), the periods it names."""
+
+    speaker: str | None
+    role: str | None
+    periods: list[Period]
+
+    def ranked(self, scores: dict[int, float], rows: dict[int, dict]) -> list[int]:
+        """Fused ``scores`` with the boosts applied, best first (ties: older first)."""
+        for i in scores:
+            row = rows.get(i, {})
+            if self.speaker is not None and row.get("name") == self.speaker:
+                scores[i] *= NAMED_SPEAKER_BOOST
+            if self.role and row.get("role") == self.role:
+                scores[i] *= ASKED_ROLE_BOOST
+            if self.periods and any(p.holds(day_of(row.get("sent_at"))) for p in self.periods):
+                scores[i] *= NAMED_DATE_BOOST
+        return sorted(scores, key=lambda i: (-scores[i], i))
 
 
 def _interleave(rankings: Sequence[Sequence[int]]) -> list[int]:
