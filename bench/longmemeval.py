@@ -20,8 +20,9 @@ What "in the request" means, per evidence message (``qa[0].evidence``, indices i
 request shows verbatim, that is ``recall.ids`` (the recall block: each hit with the
 messages after it) plus ``included_ids`` (the verbatim history tail) plus ``kept_ids``
 and ``pinned_ids``. The summary does not count by id (it is a digest, not the message).
-A recalled message longer than recall's 600-character clip counts although it is shown
-clipped; the ``clipped`` column counts those evidence messages.
+A recalled message longer than recall's clip (600 characters; 300 for a question that
+counts) counts although it is shown clipped; the ``clipped`` column counts those
+evidence messages.
 
 - ``evidence_all``: share of questions whose every evidence message is in the request;
 - ``evidence_any``: share with at least one;
@@ -73,7 +74,7 @@ from retention import SUMMARY_CAP, SYSTEM, View, asked_text, names_and_numbers  
 
 from iris_desktop.core.config import CompactionSettings, ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
-from iris_desktop.core.recall import MAX_CHARS, Recaller  # noqa: E402
+from iris_desktop.core.recall import COUNTING_HIT_CHARS, COUNTING_RE, MAX_CHARS, Recaller  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.host import build_compactor  # noqa: E402
@@ -174,13 +175,14 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
             shown = {*request.recall.ids, *request.included_ids, *request.kept_ids, *request.pinned_ids}
             evidence = [ids[i] for i in qa["evidence"]]
             found = [i for i in evidence if i in shown]
+            clip = COUNTING_HIT_CHARS if COUNTING_RE.search(qa["question"]) else MAX_CHARS
             row.update(
                 evidence=len(evidence), found=len(found),
                 evidence_all=len(found) == len(evidence), evidence_any=bool(found),
                 summarized=sum(i <= covered for i in evidence),
                 recalled=sum(i in request.recall.ids for i in evidence),
                 clipped=sum(i in request.recall.ids and len(" ".join(
-                    data["messages"][qa["evidence"][k]]["content"].split())) > MAX_CHARS
+                    data["messages"][qa["evidence"][k]]["content"].split())) > clip
                     for k, i in enumerate(evidence)),
                 answer=View(asked_text(planner, store, thread, qa["question"])).finds(qa["answer"]),
                 recall_tokens=request.breakdown.recall,

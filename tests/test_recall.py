@@ -12,6 +12,7 @@ from iris_desktop.core.config import ContextParams
 from iris_desktop.core.engine import ContextEngine
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.recall import (
+    COUNTING_HIT_CHARS,
     RECALL_FOOTER,
     RECALL_HEADER,
     Recaller,
@@ -528,6 +529,29 @@ def test_each_part_of_a_question_ranks_the_asked_sides_messages_up_too(fresh_sto
     question = "Which did I set up first, the smart thermostat or the mesh network system?"
     ranked = recaller._rank(thread, ids[-1], question, query_terms(question), [])[0]
     assert ranked.index(ids[-2]) < ranked.index(ids[-3])
+
+
+def test_a_question_that_counts_shows_more_hits_each_alone_and_clipped(fresh_store):
+    """"How many…" gathers mentions from many places: each hit is shown without the
+    messages after it and clipped around the question's words to COUNTING_HIT_CHARS, so
+    the same budget holds more of them; another question still shows the replies."""
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    chatter = "We also talked about the weather and lunch for a while. " * 8  # ~450 characters
+    messages = []
+    for festival in ("Sundance", "Cannes", "Tribeca", "Berlinale", "Venice", "Toronto"):
+        messages += [{"role": "user", "content": f"{chatter}I went to the {festival} film festival."},
+                     {"role": "assistant", "content": f"How lovely! {festival} sounds like fun. " * 6}]
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, messages)
+    visits = set(ids[0::2])
+    counted = recaller.recall(thread, ids[-1], "How many film festivals did I go to?", 600)
+    assert set(counted.ids) <= visits and len(counted.ids) >= 4  # hits only, several of them
+    assert all(len(line) <= len("- User: ") + COUNTING_HIT_CHARS + 2
+               for line in counted.text.splitlines() if line.startswith("- User:"))
+    assert all("film festival." in line for line in counted.text.splitlines() if line.startswith("- User:"))
+    other = recaller.recall(thread, ids[-1], "Which film festivals did I go to?", 600)
+    assert set(other.ids) - visits  # the replies after the hits
+    assert len(set(other.ids) & visits) < len(counted.ids)
 
 
 def test_who_a_question_asks_about_follows_its_grammatical_person():
