@@ -352,7 +352,7 @@ class Recaller:
         return ranked, bool(meaning), role
 
     def _score_part(self, thread_id: int, through_id: int, part: str, names: list[str],
-                   candidates: list[int], rows: dict[int, dict]) -> dict[int, float]:
+                    candidates: list[int], rows: dict[int, dict]) -> dict[int, float]:
         """The whole question's candidates scored for one part of it: by meaning (the
         part's own vector, scored on the candidates' rows only) fused with the part's
         words (how many of them each candidate holds; ties in the whole ranking's order).
