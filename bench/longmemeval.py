@@ -74,7 +74,7 @@ from retention import SUMMARY_CAP, SYSTEM, View, asked_text, names_and_numbers  
 
 from iris_desktop.core.config import CompactionSettings, ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
-from iris_desktop.core.recall import COUNTING_HIT_CHARS, COUNTING_RE, MAX_CHARS, Recaller  # noqa: E402
+from iris_desktop.core.recall import COUNTING_HIT_CHARS, MAX_CHARS, Recaller  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.core.summary import ConversationSummary  # noqa: E402
 from iris_desktop.host import build_compactor  # noqa: E402
@@ -170,12 +170,13 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
             row["plan_s"] = round(time.perf_counter() - started, 2)
             summary = store.latest_summary(thread)
             covered = summary.covers_through_id if summary else 0
-            ranked = Recaller(store, counter, planner.semantic_for(store)).rank(
-                thread, covered, qa["question"], asked_on).ranked
+            ranking = Recaller(store, counter, planner.semantic_for(store)).rank(
+                thread, covered, qa["question"], asked_on)
+            ranked = ranking.ranked
             shown = {*request.recall.ids, *request.included_ids, *request.kept_ids, *request.pinned_ids}
             evidence = [ids[i] for i in qa["evidence"]]
             found = [i for i in evidence if i in shown]
-            clip = COUNTING_HIT_CHARS if COUNTING_RE.search(qa["question"]) else MAX_CHARS
+            clip = COUNTING_HIT_CHARS if ranking.counting else MAX_CHARS  # what recall clipped hits to
             row.update(
                 evidence=len(evidence), found=len(found),
                 evidence_all=len(found) == len(evidence), evidence_any=bool(found),
