@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
+from iris_desktop.files import atomic_write
 from iris_desktop.tokens import Message
 
 #: the ``format`` of an export that holds every branch of a thread
@@ -239,11 +241,19 @@ def _check_storable(value: Any, where: str) -> None:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write an export: a new file is private (0600), an existing one keeps its mode.
-    Raises OSError."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    """Write an export atomically (:func:`iris_desktop.files.atomic_write`): a kill or a
+    full disk leaves the earlier file whole. A new file is private (0600), an existing
+    one keeps its mode. Something that is not a regular file (a pipe, a terminal,
+    ``/dev/stdout``) is written to as it is, never replaced. Raises OSError."""
+    try:
+        kind = os.stat(path).st_mode
+    except FileNotFoundError:
+        kind = None
+    if kind is not None and not stat.S_ISREG(kind):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    atomic_write(path, text, keep_mode=True)
 
 
 def title_from(messages: list[Message], limit: int = 60) -> str:
