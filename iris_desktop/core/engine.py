@@ -268,13 +268,16 @@ def wire_message(message: Message) -> Message:
 def ensure_counts(
     store: Store, counter: TokenCounter, metas: Sequence[MessageMeta]
 ) -> list[MessageMeta]:
-    """Fill in missing token counts (tokenizing only those messages) and cache them."""
+    """Fill in missing token counts (tokenizing only those messages) and cache them;
+    a reply still being written is counted for this read but never cached (its text
+    grows; the store refuses such a count too)."""
     missing = [m.id for m in metas if m.tokens is None]
     if not missing:
         return list(metas)
     rows = store.messages_by_id(missing)
     counts = {mid: counter.count_message(wire_message(row_to_message(rows[mid]))) for mid in missing}
-    store.cache_counts(counter.name, counts)
+    store.cache_counts(counter.name, {mid: n for mid, n in counts.items()
+                                      if rows[mid].get("status") != "streaming"})
     return [
         m if m.tokens is not None else replace(m, tokens=counts[m.id])  # keeps every field
         for m in metas

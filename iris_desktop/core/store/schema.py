@@ -186,6 +186,24 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE streams ADD COLUMN pid_start TEXT;
     ALTER TABLE compaction_leases ADD COLUMN pid_start TEXT;
     """,
+    # 10: a cached token count always counts the text stored now. A reply still being
+    # written has none (its count would go stale with the next second's text), a change
+    # of a message's text drops its counts, and the replies' counts cached before this
+    # rule (the GUI cached partial replies: 5 tokens for a 60-token reply) are dropped
+    # to be counted again on the next read
+    """
+    CREATE TRIGGER IF NOT EXISTS token_counts_not_streaming BEFORE INSERT ON token_counts
+    WHEN (SELECT status FROM messages WHERE id = new.message_id) = 'streaming'
+    BEGIN
+        SELECT RAISE(IGNORE);
+    END;
+    CREATE TRIGGER IF NOT EXISTS token_counts_text_changed AFTER UPDATE OF role, content, content_is_json,
+        tool_calls, tool_call_id, name, status ON messages
+    BEGIN
+        DELETE FROM token_counts WHERE message_id = new.id;
+    END;
+    DELETE FROM token_counts WHERE message_id IN (SELECT id FROM messages WHERE role = 'assistant');
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
