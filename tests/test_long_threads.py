@@ -1,0 +1,89 @@
+"""Threads as long as the chats Iris exists for: deleting one of 20,000 messages, linear
+and branched, through the real CLI on a real database file, leaves no readable trace.
+
+SQLite runs a foreign key's ON DELETE CASCADE as a trigger, one level per message along
+the ``parent_id`` chain, and stops at 1,000 levels: before the fix, a chat of 1,000
+messages or more could not be deleted ("too many levels of trigger recursion").
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from iris_desktop.cli import main
+from iris_desktop.core.store import Store
+from iris_desktop.paths import app_paths
+
+#: made-up words: found in a file only if the chat's text is there
+PLANTED = "qorvexillant"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def linear(n: int) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{PLANTED} {i} note"}
+            for i in range(n)]
+
+
+def branched(n: int) -> dict:
+    """An ``iris-branches`` export: a line of n messages, with a second reply beside
+    every 100th reply (a regenerated one), the first line active."""
+    messages, next_id = [], 1
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        node = {"id": next_id, "parent_id": next_id - 1 if next_id > 1 else None, "active": True}
+        messages.append({"role": role, "content": f"{PLANTED} {i}", "iris": node})
+        next_id += 1
+    chain = [m["iris"]["id"] for m in messages]
+    for index in range(1, n, 200):  # an alternative reply beside every 100th reply
+        parent = chain[index - 1]
+        messages.append({"role": "assistant", "content": f"{PLANTED} again {index}",
+                         "iris": {"id": next_id, "parent_id": parent, "active": False}})
+        next_id += 1
+    messages.sort(key=lambda m: m["iris"]["id"])
+    return {"format": "iris-branches", "title": "long branched", "messages": messages}
+
+
+def holders(data) -> list[str]:
+    return sorted(str(p.relative_to(data)) for p in data.rglob("*")
+                  if p.is_file() and PLANTED.encode() in p.read_bytes())
+
+
+@pytest.mark.parametrize("shape", ["linear", "branched"])
+def test_a_20000_message_chat_is_deleted_with_nothing_readable_left(capsys, tmp_path, shape):
+    data = tmp_path / "home"
+    source = tmp_path / "chat.json"
+    source.write_text(json.dumps(linear(20_000) if shape == "linear" else branched(20_000)))
+    code, out, err = run(capsys, "--data-dir", str(data), "import", str(source))
+    assert code == 0, err
+    thread = int(out.split()[0])
+    kept_file = tmp_path / "kept.json"
+    kept_file.write_text(json.dumps([{"role": "user", "content": "keep me"}]))
+    code, out, _ = run(capsys, "--data-dir", str(data), "import", str(kept_file))
+    kept = int(out.split()[0])
+    db = app_paths(data).db_path
+    with Store(db) as store:
+        assert len(store.all_messages(thread)) >= 20_000
+        store.cache_counts("chars", {m["id"]: 3 for m in store.all_messages(thread)[:50]})
+    assert holders(data)  # it was there to be found
+
+    code, out, err = run(capsys, "--data-dir", str(data), "delete", str(thread), "--yes")
+    assert code == 0 and f"deleted thread {thread}" in out, err
+    assert holders(data) == []
+    conn = sqlite3.connect(db)
+    for table in ("messages", "thread_paths", "token_counts", "message_vectors"):
+        left = conn.execute(f"SELECT count(*) FROM {table} WHERE "
+                            + ("message_id" if table != "messages" else "id")
+                            + " NOT IN (SELECT id FROM messages WHERE thread_id = ?)", (kept,))
+        assert left.fetchone()[0] == 0, table
+    assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+    conn.close()
+    code, out, _ = run(capsys, "--data-dir", str(data), "threads", "--json", "--no-model")
+    assert [t["id"] for t in json.loads(out)] == [kept]
