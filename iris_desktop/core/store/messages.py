@@ -88,6 +88,10 @@ class Messages(Branches):
         truncated. Raises KeyError for an unknown thread."""
         self.thread(thread_id)
         with self.transaction():
+            # the parent links first: a cascade along them is one trigger level per
+            # message, and SQLite stops at 1,000 ("too many levels of trigger recursion")
+            self.conn.execute("UPDATE messages SET parent_id = NULL WHERE thread_id = ? "
+                              "AND parent_id IS NOT NULL", (thread_id,))
             self.conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
             self.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
         self._speakers = None
@@ -446,7 +450,10 @@ class Messages(Branches):
         return 0 if span is None else span[1] - span[0] + 1
 
     def cache_counts(self, counter: str, counts: dict[int, int]) -> None:
-        """Remember token counts; a derived cache, safe to write at any time."""
+        """Remember token counts; a derived cache, safe to write at any time. A count for
+        a reply still being written is ignored (schema 10's trigger), and a message's
+        counts are dropped whenever its text changes, so a cached count is always the
+        count of the text stored now."""
         if not counts:
             return
         with self.transaction():
