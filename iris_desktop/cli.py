@@ -23,6 +23,20 @@ from iris_desktop.logfile import PrivateLogFile
 from iris_desktop.paths import DataDirError, app_paths
 from iris_desktop.settings import SettingsError, parse_assignments
 
+#: SQLite's largest integer: a thread or message id above it cannot exist
+MAX_ID = 2**63 - 1
+
+
+def record_id(text: str) -> int:
+    """A thread or message id: a whole number from 1 to SQLite's largest integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if not 1 <= value <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"{text[:40]} is not an id (ids are 1 to {MAX_ID:,})")
+    return value
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -46,19 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="the full stored history of a thread, never pruned (JSON: "
                        "every branch; Markdown: the active one)")
-    p.add_argument("thread", type=int)
+    p.add_argument("thread", type=record_id)
     p.add_argument("--format", choices=("json", "md"), default="json")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
 
     p = sub.add_parser("delete", help="delete a thread for good: its messages, summaries and "
                        "saved KV state, with no readable trace left in the database files")
-    p.add_argument("thread", type=int)
+    p.add_argument("thread", type=record_id)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     p = sub.add_parser("switch", help="show another alternative of a message (a regenerated "
                        "reply, an edited message): its newest branch becomes the active one")
-    p.add_argument("thread", type=int)
-    p.add_argument("message", type=int, metavar="MESSAGE_ID")
+    p.add_argument("thread", type=record_id)
+    p.add_argument("message", type=record_id, metavar="MESSAGE_ID")
     p.add_argument("direction", choices=("next", "previous"))
 
     p = sub.add_parser("threads", help="list threads with message and token counts")
@@ -67,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="count without loading the model (approximate counter)")
 
     p = sub.add_parser("context", help="the request that would be sent next, without sending it")
-    p.add_argument("thread", type=int)
+    p.add_argument("thread", type=record_id)
     p.add_argument("--json", action="store_true")
     p.add_argument("--draft", help="include this new user message as the newest turn")
     p.add_argument("--no-model", action="store_true",
@@ -106,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_runtime_commands(sub: Any) -> None:
     p = sub.add_parser("chat", help="send a message and stream the reply")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--thread", type=int, help="continue this thread")
+    group.add_argument("--thread", type=record_id, help="continue this thread")
     group.add_argument("--new", action="store_true", help="start a new thread (the default)")
     p.add_argument("--model", help="GGUF file to use (same as --set model.path=PATH)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
@@ -120,7 +134,7 @@ def _add_runtime_commands(sub: Any) -> None:
     again.add_argument("--regenerate", action="store_true",
                        help="answer the thread's last message again (a new alternative reply; "
                        "needs --thread)")
-    again.add_argument("--edit", type=int, metavar="MESSAGE_ID",
+    again.add_argument("--edit", type=record_id, metavar="MESSAGE_ID",
                        help="send the message in place of this earlier message of yours: a new "
                        "branch from there, the old one kept (needs --thread)")
     again.add_argument("--continue", dest="continue_reply", action="store_true",
@@ -153,7 +167,7 @@ def _add_runtime_commands(sub: Any) -> None:
     m.add_argument("--remove", action="store_true", help="forget the saved token")
 
     p = sub.add_parser("compact", help="compact a thread now and print the event")
-    p.add_argument("thread", type=int)
+    p.add_argument("thread", type=record_id)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-model", action="store_true",
                    help="do not load the model: the extractive summarizer, heuristic counts")

@@ -111,7 +111,12 @@ class Branches(Connected):
         """Make the branch ending at ``message_id`` the active one (None: the thread's
         messages are all off the path, as before its first). Only the part of the path
         below the fork changes: the old branch's messages after it leave, the new one's
-        join."""
+        join. Raises KeyError when ``message_id`` is not a message of ``thread_id``."""
+        if message_id is not None:
+            owner = self.conn.execute("SELECT thread_id FROM messages WHERE id = ?",
+                                      (message_id,)).fetchone()
+            if owner is None or owner[0] != thread_id:
+                raise KeyError(f"no message {message_id} in thread {thread_id}")
         with self.transaction():
             chain: list[int] = []
             current = message_id
@@ -128,7 +133,13 @@ class Branches(Connected):
     def switch_branch(self, thread_id: int, message_id: int, step: int) -> int:
         """Show the alternative ``step`` places after (or before, negative) ``message_id``:
         the newest branch below it becomes active. Returns the new head. Raises
-        ValueError when there is no such alternative."""
+        KeyError when ``message_id`` is not a message of ``thread_id`` (another thread's
+        id would re-point this thread into that one), ValueError when there is no such
+        alternative."""
+        row = self.conn.execute("SELECT thread_id FROM messages WHERE id = ?",
+                                (message_id,)).fetchone()
+        if row is None or row[0] != thread_id:
+            raise KeyError(f"no message {message_id} in thread {thread_id}")
         siblings = self.alternatives(message_id)
         index = siblings.index(message_id) + step
         if not 0 <= index < len(siblings):
