@@ -657,3 +657,33 @@ def test_the_cli_asks_the_passphrase_on_its_terminal(capsys, monkeypatch, histor
     text = seen.decode(errors="replace")
     assert PASSPHRASE not in text  # not echoed
     assert all(title in text for title in threads)
+
+
+@pytest.mark.parametrize("passphrase", ["x'" + "ab" * 32 + "'", "x'" + "00" * 48 + "'",
+                                        "X'" + "Cd" * 32 + "'"])
+def test_a_passphrase_that_looks_like_a_raw_key_is_still_a_passphrase(capsys, monkeypatch,
+                                                                    history, passphrase):
+    """SQLCipher reads a key text of the form x'<hex>' as a raw key: given as text, such
+    a passphrase made a history that the same passphrase could never open again. Iris
+    always gives SQLCipher a raw key derived from the passphrase, so it opens, and what
+    SQLCipher's own KDF derives from the passphrase opens it too."""
+    data, threads = history
+    encrypt_on(monkeypatch, passphrase)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0  # converted
+    assert is_encrypted(data / "iris.db")
+    for _ in range(2):  # again, from the file's salt
+        code, out, err = run(capsys, "--data-dir", data, "export", threads["planted"])
+        assert code == 0 and PHRASE in out, err
+    import sqlcipher3
+
+    conn = sqlcipher3.connect(str(data / "iris.db"))
+    conn.execute("PRAGMA key = '" + passphrase.replace("'", "''") + "'")
+    with pytest.raises(sqlcipher3.DatabaseError):  # the text is not the key
+        conn.execute("SELECT count(*) FROM threads").fetchone()
+    conn.close()
+    salt = (data / "iris.db").read_bytes()[:16]
+    key = Key.passphrase(passphrase).stretched(salt)
+    conn = sqlcipher3.connect(str(data / "iris.db"))
+    conn.execute(f"PRAGMA key = \"x'{key.hex()}{salt.hex()}'\"")
+    assert conn.execute("SELECT count(*) FROM threads").fetchone()[0] == len(threads)
+    conn.close()

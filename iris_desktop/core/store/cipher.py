@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -113,15 +114,18 @@ class Key:
         """The key as an SQL literal for ``PRAGMA key`` (SQLCipher cannot bind it). A
         passphrase with the salt of an existing database: its stretched key and the salt
         (the same key SQLCipher's own KDF derives, without deriving it again)."""
-        if self.kind == "raw":
-            return f"\"x'{self.secret.hex()}'\""
-        if salt is not None:
-            return f"\"x'{self.stretched(salt).hex()}{salt.hex()}'\""
-        return "'" + self.secret.decode("utf-8").replace("'", "''") + "'"
+        return f"\"{self.attach_value(salt)}\""
 
-    def attach_value(self) -> str:
-        """The key as the bound value of ``ATTACH … KEY ?``."""
-        return f"x'{self.secret.hex()}'" if self.kind == "raw" else self.secret.decode("utf-8")
+    def attach_value(self, salt: bytes | None = None) -> str:
+        """The key as the bound value of ``ATTACH … KEY ?``: always a raw key, never the
+        passphrase's text, which SQLCipher would read as a raw key itself when it looks
+        like one (``x'<64 hex digits>'``). A passphrase for a new database (no ``salt``
+        yet) is stretched with a new random salt, which SQLCipher then writes as the
+        file's salt: the same key its own KDF derives from the passphrase and that salt."""
+        if self.kind == "raw":
+            return f"x'{self.secret.hex()}'"
+        salt = salt if salt is not None else secrets.token_bytes(SALT_BYTES)
+        return f"x'{self.stretched(salt).hex()}{salt.hex()}'"
 
 
 def file_salt(path: Path) -> bytes | None:
