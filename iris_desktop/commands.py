@@ -33,6 +33,7 @@ from iris_desktop.core.events import (
     TurnListener,
     dispatch,
 )
+from iris_desktop.untrusted import json_escape_invisible, show_untrusted
 
 if TYPE_CHECKING:
     from iris_desktop.runtime.protocol import Runtime
@@ -49,25 +50,12 @@ class CliError(Exception):
         self.code = code
 
 
-# Stored text is shown, never obeyed: control characters (C0 but newline and tab, DEL,
-# C1) would let a title or a reply move the cursor, clear the screen or retitle the
-# terminal, so human-readable output shows them as escapes such as \x1b.
-_CONTROLS = [*range(0x00, 0x20), *range(0x7F, 0xA0)]
-_ONE_LINE = {c: f"\\x{c:02x}" for c in _CONTROLS}
-_MULTI_LINE = {c: v for c, v in _ONE_LINE.items() if chr(c) not in "\n\t"}
-# json.dumps(ensure_ascii=False) escapes C0 but leaves DEL and C1 raw
-_JSON = {c: f"\\u{c:04x}" for c in range(0x7F, 0xA0)}
-
-
-def terminal_safe(text: str, multiline: bool = False) -> str:
-    """``text`` with its control characters shown as escapes; ``multiline`` keeps
-    newlines and tabs."""
-    return text.translate(_MULTI_LINE if multiline else _ONE_LINE)
-
-
+# Stored text is shown, never obeyed: a control character would let a title or a reply
+# move the cursor or retitle the terminal, a bidi control display one title as another:
+# human-readable output shows them as escapes such as \x1b and \u202e (untrusted.py).
 def say(text: str = "", file: Any = None) -> None:
     """Print human-readable text that may hold stored data."""
-    print(terminal_safe(text, multiline=True), file=file or sys.stdout)
+    print(show_untrusted(text, multiline=True), file=file or sys.stdout)
 
 
 def stdout_gone() -> None:
@@ -85,8 +73,9 @@ def stdout_gone() -> None:
 
 
 def dump_json(value: Any, **options: Any) -> str:
-    """JSON for the terminal: as json.dumps, with DEL and C1 characters escaped too."""
-    return json.dumps(value, ensure_ascii=False, **options).translate(_JSON)
+    """JSON for the terminal: as json.dumps, with DEL, C1 and the other invisible or
+    reordering characters (bidi controls, zero-width ones) escaped too, as JSON escapes."""
+    return json_escape_invisible(json.dumps(value, ensure_ascii=False, **options))
 
 
 @contextmanager
@@ -248,7 +237,7 @@ def export(args, overrides) -> int:
     if args.output:
         _write_private(Path(args.output), text)
     else:  # Markdown is exact in a file or a pipe, and shown safely on a terminal
-        sys.stdout.write(terminal_safe(text, multiline=True) if sys.stdout.isatty() else text)
+        sys.stdout.write(show_untrusted(text, multiline=True) if sys.stdout.isatty() else text)
     return EXIT_OK
 
 
@@ -269,7 +258,7 @@ def delete(args, overrides) -> int:
     with open_host(args, overrides) as host:
         thread = _thread(host, args.thread)
         count = len(host.store.messages(args.thread))
-        what = f"thread {args.thread} “{terminal_safe(thread['title'])}” ({count:,} messages)"
+        what = f"thread {args.thread} “{show_untrusted(thread['title'])}” ({count:,} messages)"
         if not args.yes:
             if not sys.stdin.isatty():
                 raise CliError(f"not deleting {what} without --yes (nobody to ask)")
@@ -301,7 +290,7 @@ def switch(args, overrides) -> int:
             place = points.get(row["id"])
             mark = f" ‹ {place[0]}/{place[1]} ›" if place else ""
             text = " ".join((row["content"] or "").split())
-            say(f"{row['id']:>6} {row['role']:<9}{mark} {terminal_safe(text[:90])}")
+            say(f"{row['id']:>6} {row['role']:<9}{mark} {show_untrusted(text[:90])}")
     return EXIT_OK
 
 
@@ -330,7 +319,7 @@ def threads(args, overrides) -> int:
             f" (+{row['uncounted_messages']:,} not yet counted)"
             if row["uncounted_messages"] else "")
         print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<28} "
-              f"{terminal_safe(row['title'])}")
+              f"{show_untrusted(row['title'])}")
     return EXIT_OK
 
 
@@ -434,7 +423,7 @@ def _print_context(r: dict[str, Any]) -> None:
     for m in r["messages"]:
         states[m["state"]] = states.get(m["state"], 0) + 1
     print(f"window      {r['window']:>8,}  ({r['window_source']}; counter {r['counter']}"
-          + (f"; format {terminal_safe(r['chat_format'])}" if r["chat_format"] else "") + ")")
+          + (f"; format {show_untrusted(r['chat_format'])}" if r["chat_format"] else "") + ")")
     print(f"budget      {r['budget']:>8,}  (window × {r['token_budget_ratio']})")
     for label, key in (("system", "system_tokens"), ("tools", "tool_tokens"),
                        ("summary", "summary_tokens"), ("recall", "recall_tokens"),
@@ -448,7 +437,7 @@ def _print_context(r: dict[str, Any]) -> None:
     recall = r.get("recall") or {}
     if recall.get("ids"):
         print(f"recall      {len(recall['ids'])} summarized messages shown with the newest message "
-              f"(searched: {terminal_safe(' '.join(recall['terms'][:10]))})")
+              f"(searched: {show_untrusted(' '.join(recall['terms'][:10]))})")
     elif recall.get("reason") and r["summary_id"] is not None:
         print(f"recall      none ({recall['reason']})")
     due = f"yes ({', '.join(r['triggers'])})" if r["compaction_due"] else "no"
@@ -478,7 +467,7 @@ class _ChatPrinter(TurnListener):
         if self.stdout_closed:
             return
         try:
-            sys.stdout.write(terminal_safe(text, multiline=True))
+            sys.stdout.write(show_untrusted(text, multiline=True))
             sys.stdout.flush()
         except BrokenPipeError:
             self.stdout_closed = True
@@ -510,7 +499,7 @@ class _ChatPrinter(TurnListener):
         if not sys.stderr.isatty():
             return
         end = "\n" if finished else ""
-        sys.stderr.write(f"\r\x1b[K{terminal_safe(text)}{end}")
+        sys.stderr.write(f"\r\x1b[K{show_untrusted(text)}{end}")
         sys.stderr.flush()
 
     def on_token(self, event: ReplyToken) -> None:
@@ -521,7 +510,7 @@ class _ChatPrinter(TurnListener):
         self.reply, self.stats = event.text, event.stats
 
     def on_tool(self, event: ToolFinished) -> None:
-        say(f"\n[tool {terminal_safe(event.name)}: {'ok' if event.ok else 'error'}]",
+        say(f"\n[tool {show_untrusted(event.name)}: {'ok' if event.ok else 'error'}]",
             file=sys.stderr)
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
@@ -562,11 +551,10 @@ def _shell_confirmation(args):
     if not sys.stdin.isatty():
         return None  # nobody to ask: every shell call is refused
 
-    from iris_desktop.core.tools import show_invisible
 
     def ask(command: str) -> bool:
         # every control, bidi and invisible character as an escape: what is shown is what runs
-        say(f"\nThe model wants to run:\n  {show_invisible(command)}", file=sys.stderr)
+        say(f"\nThe model wants to run:\n  {show_untrusted(command)}", file=sys.stderr)
         try:
             answer = input("Run it? [y/N] ")
         except EOFError:
@@ -718,20 +706,20 @@ def models(args, overrides) -> int:
         mark = "*" if row["selected"] else " "
         title = f"{mark} {row['name']} ({row['source']})"
         if row["error"]:
-            say(f"{terminal_safe(title)}\n    unusable: {terminal_safe(row['error'])}\n"
-                f"    {terminal_safe(row['path'])}")
+            say(f"{show_untrusted(title)}\n    unusable: {show_untrusted(row['error'])}\n"
+                f"    {show_untrusted(row['path'])}")
             continue
         params = f"{row['parameters'] / 1e9:.2f}B params" if row["parameters"] else "? params"
         memory = (f"~{row['memory_estimate_bytes'] / 2**30:.1f} GiB at n_ctx {row['n_ctx']:,}"
                   if row["memory_estimate_bytes"] else "memory unknown")
         notes = [n for n, on in (("base model", row["base_model"]),
                                  ("verified", row["verified"])) if on]
-        say(f"{terminal_safe(title)}{' — ' + ', '.join(notes) if notes else ''}\n"
+        say(f"{show_untrusted(title)}{' — ' + ', '.join(notes) if notes else ''}\n"
             f"    {row['architecture']}, {params}, {row['quantization'] or '?'}, "
             f"{(row['size_bytes'] or 0) / 1e6:,.0f} MB, trained context "
             f"{row['context_length'] or '?'}, "
             f"{'chat template' if row['chat_template'] else 'no chat template'}, {memory}\n"
-            f"    {terminal_safe(row['path'])}")
+            f"    {show_untrusted(row['path'])}")
     return EXIT_OK
 
 
@@ -763,7 +751,7 @@ def _hub_command(args, overrides) -> int:
                     print(dump_json([r.as_json() for r in repos], indent=2))
                 for r in [] if as_json else repos:
                     gated = ", gated: needs a token" if r.gated else ""
-                    say(f"{terminal_safe(r.id)}  ({r.downloads or 0:,} downloads{gated})")
+                    say(f"{show_untrusted(r.id)}  ({r.downloads or 0:,} downloads{gated})")
                 if not repos and not as_json:
                     say(f"iris-desktop: no GGUF repository on {client.address} matches that", file=sys.stderr)
                 return EXIT_OK
@@ -772,7 +760,7 @@ def _hub_command(args, overrides) -> int:
                 if as_json:
                     print(dump_json([f.as_json() for f in files], indent=2))
                 for f in [] if as_json else files:
-                    say(f"{terminal_safe(f.path)}  {f.size / 1e9:.2f} GB  {f.quantization or '?'}"
+                    say(f"{show_untrusted(f.path)}  {f.size / 1e9:.2f} GB  {f.quantization or '?'}"
                         f"{'' if f.sha256 else '  (no sha256 listed)'}")
                 return EXIT_OK
             cancel = threading.Event()
@@ -830,7 +818,7 @@ def _download_line(text: str, finished: bool) -> None:
     """One line on a terminal's stderr, rewritten in place; ``finished`` ends it."""
     if not sys.stderr.isatty():
         return
-    sys.stderr.write(f"\r\x1b[K{terminal_safe(text)}" + ("\r\x1b[K" if finished else ""))
+    sys.stderr.write(f"\r\x1b[K{show_untrusted(text)}" + ("\r\x1b[K" if finished else ""))
     sys.stderr.flush()
 
 
@@ -875,7 +863,7 @@ def config(args, overrides) -> int:
         return EXIT_OK
     if args.action == "set":
         value = write_config_value(config_path, args.key, args.value)
-        print(f"{args.key} = {terminal_safe(lookup(args.key).to_text(value))}  ({config_path})")
+        print(f"{args.key} = {show_untrusted(lookup(args.key).to_text(value))}  ({config_path})")
         return EXIT_OK
     if args.action == "reset":
         if args.key:
@@ -886,7 +874,7 @@ def config(args, overrides) -> int:
     for problem in settings.problems:
         say(f"iris-desktop: warning: {problem}", file=sys.stderr)
     if args.action == "get":
-        print(terminal_safe(lookup(args.key).to_text(settings[args.key])))
+        print(show_untrusted(lookup(args.key).to_text(settings[args.key])))
         return EXIT_OK
     rows = [
         {"key": key, "value": settings[key], "source": settings.source(key),
@@ -897,7 +885,7 @@ def config(args, overrides) -> int:
         print(dump_json(rows, indent=2))
         return EXIT_OK
     for row in rows:
-        value = terminal_safe(lookup(row["key"]).to_text(row["value"]))
+        value = show_untrusted(lookup(row["key"]).to_text(row["value"]))
         print(f"{row['key']:<30} {value:<24} [{row['source']}]")
     return EXIT_OK
 

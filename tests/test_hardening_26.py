@@ -19,8 +19,9 @@ import pytest
 from iris_desktop.core import tools
 from iris_desktop.core.store import Store
 from iris_desktop.core.store.base import process_start
-from iris_desktop.core.tools import Sandbox, ToolResult, show_invisible
+from iris_desktop.core.tools import Sandbox, ToolResult
 from iris_desktop.runtime.kv_store import MAGIC, KVStateStore, model_key
+from iris_desktop.untrusted import show_untrusted as show_invisible
 
 ROOT = Path(__file__).resolve().parent.parent
 POSIX = os.name == "posix"

@@ -21,8 +21,9 @@ switch, shell confirmation) and runs one tool call at a time. Contracts:
   what the app maps), where running out is a tool error.
 * A refusal never says where a link leads outside the allowed folders ("is a link that
   leads outside the allowed folders"): with a server backend, tool output is sent there.
-* ``run_shell``'s confirmation is shown with :func:`show_invisible`: controls, bidi
-  overrides and other invisible characters as escapes, so what is approved is what runs.
+* ``run_shell``'s confirmation is shown with ``iris_desktop.untrusted.show_untrusted``:
+  controls, bidi overrides and other invisible characters as escapes, so what is
+  approved is what runs.
 * Text is UTF-8. Binary files (a NUL byte in the first 8 KiB) and files that are not
   valid UTF-8 are reported as such, never decoded into garbage.
 * Output is never shortened except at a hard cap of :data:`MAX_OUTPUT_BYTES` UTF-8 bytes,
@@ -57,7 +58,6 @@ import subprocess
 import sys
 import threading
 import time
-import unicodedata
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -278,35 +278,6 @@ def _parse_arguments(spec: _Spec, arguments: Any) -> dict[str, Any]:
             )
         values[param.name] = value
     return values
-
-
-# --- showing a command -------------------------------------------------------------------
-
-#: Unicode categories that draw nothing themselves but change what is drawn: controls (Cc),
-#: format characters such as the bidi overrides and isolates, zero-width characters and
-#: tags (Cf), line and paragraph separators (Zl, Zp) and lone surrogates (Cs)
-_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def show_invisible(text: str, multiline: bool = False) -> str:
-    """``text`` with every character that is invisible or reorders the display (see
-    :data:`_INVISIBLE_CATEGORIES`) shown as an escape such as ``\\u202e``, so that what a
-    confirmation shows is what runs: a right-to-left override cannot make a bidi-aware
-    terminal or dialog show another command than the one approved. ``multiline`` keeps
-    newlines and tabs as they are."""
-    kept = "\n\t" if multiline else ""
-    return "".join(
-        _escape(char) if char not in kept and unicodedata.category(char) in _INVISIBLE_CATEGORIES
-        else char
-        for char in text
-    )
 
 
 # --- helpers ---------------------------------------------------------------------------

@@ -27,13 +27,13 @@ from iris_desktop.core.events import (
     UserSaved,
     dispatch,
 )
-from iris_desktop.core.tools import show_invisible
 from iris_desktop.core.views import Entry, call_label, pretty_arguments
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.model_thread import ModelThread, SendJob, ShellQuestion
 from iris_desktop.ui.server_dialog import confirm_send
 from iris_desktop.ui.transcript import TranscriptView
+from iris_desktop.untrusted import show_untrusted
 
 STREAM_FLUSH_MS = 33  # streamed tokens are painted at most ~30 times a second
 
@@ -309,7 +309,7 @@ class TurnControl(QObject, TurnListener):
                           parent=self.parent_widget)
         box.setObjectName("shell-confirm")
         # every control, bidi and invisible character as an escape: what is shown is what runs
-        shown = html.escape(show_invisible(question.command, multiline=True))
+        shown = html.escape(show_untrusted(question.command, multiline=True))
         box.setInformativeText(f"<pre>{shown}</pre>"
                                "It runs only if you choose Run.")
         run = box.addButton("Run", QMessageBox.ButtonRole.AcceptRole)
