@@ -15,13 +15,23 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import stat
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
 #: every temporary file of the writer ends so; :func:`clean_leftovers` looks for it
 TEMP_SUFFIX = ".iris-tmp"
+#: where files cannot be locked, a temporary file untouched this long is a killed write's
+UNLOCKED_STALE_S = 3600
 
 
 def temp_name(path: Path) -> Path:
@@ -48,24 +58,28 @@ def fsync_dir(folder: Path) -> None:
 def atomic_output(path: str | os.PathLike[str], mode: int = 0o600,
                   keep_mode: bool = False) -> Iterator[BinaryIO]:
     """A binary handle whose bytes replace ``path`` only when the block ends without an
-    exception: written to :func:`temp_name`, fsynced, renamed over ``path``, the folder
-    fsynced. On any exception the temporary file is removed and ``path`` is untouched.
-    A new file gets ``mode`` (private by default); with ``keep_mode`` an existing
-    regular file keeps its own. Raises OSError (the folder must exist)."""
+    exception: written to :func:`temp_name` (locked by this process while it is written,
+    so :func:`clean_leftovers` in another process leaves it alone), fsynced, renamed over
+    ``path``, the folder fsynced. On any exception the temporary file is removed and
+    ``path`` is untouched. A new file gets ``mode`` (private by default); with
+    ``keep_mode`` an existing regular file keeps its own. Raises OSError (the folder must
+    exist)."""
     path = Path(path)
     if keep_mode:
         with contextlib.suppress(OSError):
             current = os.stat(path)
             if stat.S_ISREG(current.st_mode):
                 mode = stat.S_IMODE(current.st_mode)
-    tmp = temp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
+    tmp, fd = _open_locked(path, mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(fd, "wb") as handle:  # closing it releases the lock, after the rename
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+            if fcntl is not None:
+                os.replace(tmp, path)
+        if fcntl is None:  # Windows cannot rename a file that is open (WinError 32)
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -82,24 +96,91 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         handle.write(payload)
 
 
-def clean_leftovers(folder: str | os.PathLike[str]) -> list[Path]:
-    """Remove the temporary files that a killed write left in ``folder`` (those of a
-    live write of this process are left alone: its pid is in the name). Returns what was
-    removed; a folder that cannot be read removes nothing."""
-    removed: list[Path] = []
-    mine = f".{os.getpid()}-"
+def _open_locked(path: Path, mode: int) -> tuple[Path, int]:
+    """A new temporary file for ``path``, open for writing and locked by this process."""
+    while True:
+        tmp = temp_name(path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
+        if fcntl is None:
+            return tmp, fd  # Windows: an open file cannot be deleted
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: no cleaner can take it either
+            return tmp, fd
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            # a cleaner may have taken it between the open and the lock: then write another
+            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
+                return tmp, fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _delete_if_abandoned(tmp: Path) -> bool:
+    """Delete ``tmp`` if no process is writing it (its writer was killed); True if it
+    was. OSError when it vanished meanwhile."""
+    if fcntl is None:  # Windows: the file of a live writer is open, and cannot be deleted
+        try:
+            tmp.unlink()
+        except PermissionError:
+            return False
+        return True
+    fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        entries = list(Path(folder).iterdir())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its writer is alive
+        except OSError:  # a file system without locks: only its age tells (a write takes seconds)
+            if time.time() - os.fstat(fd).st_mtime < UNLOCKED_STALE_S:
+                return False
+        if not os.path.samestat(os.fstat(fd), os.stat(tmp)):
+            return False  # renamed into place meanwhile, and the name taken again
+        tmp.unlink()
+        return True
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Leftovers:
+    """What :func:`clean_leftovers` found: the files it removed, and the bytes of the
+    temporary files still being written by a live process."""
+
+    removed: list[Path] = field(default_factory=list)
+    held_bytes: int = 0
+
+
+def clean_leftovers(folder: str | os.PathLike[str], *legacy: str) -> Leftovers:
+    """Remove the temporary files that killed writes left in ``folder`` (those a live
+    writer holds are counted, not touched); ``legacy`` globs name the temporary files of
+    older Iris versions, cleaned the same way. A folder that cannot be read removes
+    nothing."""
+    found = Leftovers()
+    try:
+        entries = [p for p in Path(folder).glob(f".*{TEMP_SUFFIX}")]
+        for pattern in legacy:
+            entries += Path(folder).glob(pattern)
     except OSError:
-        return removed
-    for entry in entries:
-        name = entry.name
-        if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)) or mine in name:
+        return found
+    for entry in dict.fromkeys(entries):
+        try:
+            size = entry.stat().st_size
+            if not stat.S_ISREG(entry.lstat().st_mode):
+                continue
+            if _delete_if_abandoned(entry):
+                found.removed.append(entry)
+                continue
+        except OSError:  # vanished meanwhile (its write finished), or not ours to delete
             continue
-        with contextlib.suppress(OSError):
-            entry.unlink()
-            removed.append(entry)
-    return removed
+        found.held_bytes += size
+    return found
 
 
 def free_bytes(folder: str | os.PathLike[str]) -> int | None:
@@ -112,8 +193,6 @@ def free_bytes(folder: str | os.PathLike[str]) -> int | None:
         usage = os.statvfs(current)
     except (OSError, AttributeError):  # no statvfs on Windows
         try:
-            import shutil
-
             return shutil.disk_usage(current).free
         except OSError:
             return None

@@ -380,11 +380,10 @@ def test_a_kv_file_whose_header_has_the_wrong_shape_is_set_aside(kv_model, tmp_p
 _WRITER = """
     import os, sys, time
     from pathlib import Path
-    from iris_desktop.runtime import kv_store
-    tmp = Path(sys.argv[1])
-    fd = kv_store._open_locked(tmp)  # as a save opens it
+    from iris_desktop import files
+    tmp, fd = files._open_locked(Path(sys.argv[1]), 0o600)  # as a save opens it
     os.write(fd, b"x" * int(sys.argv[2]))
-    print("writing", flush=True)
+    print(tmp, flush=True)
     time.sleep(600)
 """
 
@@ -399,11 +398,11 @@ def test_a_kv_save_killed_mid_write_leaves_nothing_behind(kv_model, tmp_path):
     probe = KVStateStore(tmp_path / "probe", 1 << 30).save(kv_model, 0).stat().st_size
     store = KVStateStore(folder, int(probe * 2.5))  # room for two states
     store.save(kv_model, 1)
-    tmp = folder / f".2-x.kv.{os.getpid() + 1}.tmp"
-    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_WRITER), str(tmp),
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_WRITER), str(folder / "2-x.kv"),
                                str(probe)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
-        assert writer.stdout.readline().strip() == "writing"
+        tmp = Path(writer.stdout.readline().strip())
+        assert tmp.parent == folder and tmp.name.startswith(".2-x.kv.")
         # alive: not deleted, and counted: a second saved state no longer fits beside it
         assert KVStateStore(folder, int(probe * 2.5)).clean_leftovers() == probe
         assert tmp.exists()
@@ -419,4 +418,4 @@ def test_a_kv_save_killed_mid_write_leaves_nothing_behind(kv_model, tmp_path):
     assert not tmp.exists() and not stale.exists()
     assert reopened.save(kv_model, 1) is not None
     assert sorted(p.name.split("-")[0] for p in folder.glob("*.kv")) == ["1", "3"]
-    assert not list(folder.glob(".*.tmp"))
+    assert not list(folder.glob(".*.tmp")) and not list(folder.glob(".*.iris-tmp"))

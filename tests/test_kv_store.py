@@ -111,6 +111,7 @@ def test_a_prefill_gives_way_to_a_cancel_and_keeps_what_it_did(model):
 def test_a_state_is_renamed_into_place_only_once_closed_where_files_lock_on_open(tmp_path, monkeypatch):
     """Windows (no fcntl) cannot rename a file that is still open (WinError 32): there the
     temporary file is closed before it replaces the state."""
+    from iris_desktop import files
     from iris_desktop.runtime import kv_store
 
     handles = []
@@ -125,10 +126,10 @@ def test_a_state_is_renamed_into_place_only_once_closed_where_files_lock_on_open
             raise PermissionError(32, "The process cannot access the file because it is being used")
         real_replace(src, dst)
 
-    monkeypatch.setattr(kv_store, "fcntl", None)
+    monkeypatch.setattr(files, "fcntl", None)
     monkeypatch.setattr(os, "fdopen", fdopen)
     monkeypatch.setattr(os, "replace", replace)
     target = tmp_path / "kv" / "state.bin"
     kv_store._write_private(target, b"state")
     assert target.read_bytes() == b"state" and handles and handles[0].closed
-    assert not list(target.parent.glob(".*.tmp"))
+    assert not list(target.parent.glob(".*.tmp")) and not list(target.parent.glob(".*.iris-tmp"))
