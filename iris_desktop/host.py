@@ -343,7 +343,8 @@ class Host:
         secret = self.kv_secret()
         if self.encrypted and secret is None:
             limit = 0  # no way to encrypt a KV state: none is written (it holds the conversation)
-        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit, secret), runtime)
+        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit, secret), runtime,
+                                 owner_of=self._thread_owner)
         return runtime
 
     def try_load_model(self) -> Runtime | None:
@@ -403,6 +404,15 @@ class Host:
         """Save the open thread's KV state (for the next process, or the next visit)."""
         if self.cache is not None:
             self.cache.leave()
+
+    def _thread_owner(self, thread_id: int) -> str | None:
+        """Who a saved KV state of ``thread_id`` belongs to: the chat with that id now (its
+        id and creation time: a new chat given a deleted one's id is another owner), or
+        None when there is no such chat (deleted, by this process or another)."""
+        try:
+            return f"{thread_id}@{self.store.thread(thread_id)['created_at']!r}"
+        except KeyError:
+            return None
 
     def delete_thread(self, thread_id: int) -> None:
         """Delete a thread, on the user's explicit request only: its messages, summaries

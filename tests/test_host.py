@@ -268,3 +268,31 @@ def test_the_local_model_reports_its_prompt_batch_by_batch(real_host):
     assert dones == sorted(dones) and len(dones) >= 3  # before, then every batch
     assert all(b - a <= 512 for a, b in zip(dones[1:], dones[2:]))
     assert seen[-2].seconds_left() is not None
+
+
+def test_a_chat_deleted_by_another_process_leaves_no_kv_state_and_its_id_restores_nothing(
+        real_host):
+    """Before: a delete while a ``chat`` on the same thread ran in another process left
+    that chat's KV state on disk (its tokens decode back to the deleted text), and a new
+    chat that got the same id restored it; a state was taken for any thread id."""
+    host = real_host
+    kv = host.paths.kv_cache_dir
+    first = new_thread(host, "My locker code is 4471. Remember it.")
+    assert host.cache.thread_id == first
+    other = Host(host.paths.data_dir, {})  # another process's view: its own connection
+    other.delete_thread(first)
+    other.close()
+    host.leave_thread()  # the chat ends: its state is not saved for a deleted chat
+    assert list(kv.glob(f"{first}-*.kv")) == []
+
+    again = new_thread(host, "Hello there.")  # may be given the deleted chat's id
+    host.leave_thread()
+    saved = list(kv.glob(f"{again}-*.kv"))
+    assert len(saved) == 1
+    # a state file of one chat put in place of another's is refused and deleted
+    third = new_thread(host, "Tell me about the moon.")
+    host.leave_thread()
+    target = next(kv.glob(f"{third}-*.kv"))
+    target.write_bytes(saved[0].read_bytes())
+    back = list(host.send(third, "And its size?"))
+    assert not [e for e in back if isinstance(e, CacheStatus) and e.state == "restored"]

@@ -15,11 +15,10 @@ keys and values only, no logits), and only a runtime whose ``capabilities.kv_sta
 so has one. Disk use is bounded by ``model.kv_cache_mb``: the least recently used files
 go first.
 
-A file is written as a hidden ``.<name>.<pid>.tmp`` beside it, then renamed into place.
-Its writer holds a lock on it while it writes (``flock``; on Windows an open file cannot be
-deleted), so a save killed mid-write leaves a file nobody holds: such leftovers are
-deleted when a store opens and before each save's eviction, and one still being written
-counts against the limit.
+A file is written by Iris's one atomic writer (:mod:`iris_desktop.files`): a hidden
+temporary file beside it, locked while it is written, fsynced, renamed into place. A save
+killed mid-write leaves a file nobody holds: such leftovers are deleted when a store opens
+and before each save's eviction, and one still being written counts against the limit.
 """
 
 from __future__ import annotations
@@ -29,24 +28,19 @@ import json
 import logging
 import os
 import struct
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .protocol import KVState, Runtime
+from iris_desktop.files import atomic_write, clean_leftovers
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
+from .protocol import KVState, Runtime
 
 log = logging.getLogger("iris.runtime.kv")
 
 MAGIC = b"IRIS-KV1"
 #: a header larger than this is not ours
 MAX_HEADER_BYTES = 4096
-#: where files cannot be locked, a temporary file untouched this long is a killed save's
-UNLOCKED_STALE_S = 3600
 
 
 @dataclass
@@ -73,21 +67,10 @@ class KVStateStore:
     def clean_leftovers(self) -> int:
         """Delete the temporary files of saves that were killed mid-write; returns the bytes
         of those still being written (by this or another live process)."""
-        held = 0
-        try:
-            leftovers = list(self.folder.glob(".*.tmp"))
-        except OSError:
-            return 0
-        for tmp in leftovers:
-            try:
-                size = tmp.stat().st_size
-                if _delete_if_abandoned(tmp):
-                    log.info("deleted %s, left by a KV save that did not finish", tmp.name)
-                    continue
-            except OSError:  # vanished meanwhile (its save finished), or not ours to delete
-                continue
-            held += size
-        return held
+        found = clean_leftovers(self.folder, ".*.tmp")  # .*.tmp: an older Iris's name
+        for path in found.removed:
+            log.info("deleted %s, left by a KV save that did not finish", path.name)
+        return found.held_bytes
 
     @property
     def enabled(self) -> bool:
@@ -98,10 +81,13 @@ class KVStateStore:
 
     # -- saving --
 
-    def save(self, model: Runtime, thread_id: int) -> Path | None:
+    def save(self, model: Runtime, thread_id: int, owner: str = "") -> Path | None:
         """Write the model's current KV prefix as ``thread_id``'s state (replacing the old
         one atomically), then evict the least recently used files beyond the limit. None
-        when off, or when there is nothing to save or it does not fit the limit."""
+        when off, or when there is nothing to save or it does not fit the limit.
+        ``owner`` names the chat it belongs to (the host's thread identity: a new chat
+        that gets a deleted one's id has another), and only a restore for the same owner
+        takes it."""
         if not self.enabled:
             return None
         state = model.kv_state()
@@ -109,7 +95,7 @@ class KVStateStore:
             return None
         tokens, blob = state.tokens, state.data
         header = json.dumps({
-            "version": 1, "model": model_key(model), "n_tokens": len(tokens),
+            "version": 1, "model": model_key(model), "owner": owner, "n_tokens": len(tokens),
             "tokens_sha256": hashlib.sha256(_pack(tokens)).hexdigest(),
             "state_bytes": len(blob), "state_sha256": hashlib.sha256(blob).hexdigest(),
         }).encode()
@@ -135,15 +121,16 @@ class KVStateStore:
 
     # -- restoring --
 
-    def restore(self, model: Runtime, thread_id: int) -> Restored:
-        """Load ``thread_id``'s saved state into the model's KV cache if it is sound and
-        made by this model; any other file there is deleted. Returns how many tokens the
-        cache then holds from it (0: nothing restored, the cache is as it was)."""
+    def restore(self, model: Runtime, thread_id: int, owner: str = "") -> Restored:
+        """Load ``thread_id``'s saved state into the model's KV cache if it is sound, made
+        by this model and saved for ``owner`` (see :meth:`save`); any other file there is
+        deleted. Returns how many tokens the cache then holds from it (0: nothing
+        restored, the cache is as it was)."""
         path = self.path_for(model, thread_id)
         if not self.enabled or not path.is_file():
             return Restored(0)
         try:
-            tokens, blob = _read(path, model_key(model), self.secret)
+            tokens, blob = _read(path, model_key(model), self.secret, owner)
         except (OSError, ValueError) as exc:
             log.warning("%s: not a usable KV state (%s); deleted", path.name, exc)
             path.unlink(missing_ok=True)
@@ -165,7 +152,8 @@ def _pack(tokens: list[int]) -> bytes:
     return struct.pack(f"<{len(tokens)}i", *tokens)
 
 
-def _read(path: Path, key: str, secret: bytes | None = None) -> tuple[list[int], bytes]:
+def _read(path: Path, key: str, secret: bytes | None = None, owner: str = ""
+          ) -> tuple[list[int], bytes]:
     """(tokens, state) of a file that passes every check; raises ValueError."""
     data = _unseal(path.read_bytes(), secret)
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
@@ -181,6 +169,8 @@ def _read(path: Path, key: str, secret: bytes | None = None) -> tuple[list[int],
     _check_header(header)
     if header["model"] != key:
         raise ValueError("saved by another model")
+    if header.get("owner", "") != owner:
+        raise ValueError("saved for another chat")
     n = header["n_tokens"]
     token_bytes = data[start + length:start + length + 4 * n]
     blob = data[start + length + 4 * n:]
@@ -216,72 +206,7 @@ def _write_private(path: Path, data: bytes) -> None:
     from iris_desktop.paths import make_private_dir
 
     make_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = _open_locked(tmp)
-    try:
-        with os.fdopen(fd, "wb") as handle:  # closing it releases the lock, after the rename
-            handle.write(data)
-            handle.flush()
-            if fcntl is not None:
-                os.replace(tmp, path)
-        if fcntl is None:  # Windows cannot rename a file that is open (WinError 32)
-            os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _open_locked(tmp: Path) -> int:
-    """``tmp`` created (0600, emptied) and open for writing, locked by this process so that
-    :func:`_delete_if_abandoned` leaves it alone until it is closed."""
-    while True:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        if fcntl is None:
-            return fd  # Windows: an open file cannot be deleted
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # a file system without locks: no cleaner can take it either
-            return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            # A cleaner may have deleted it between the open and the lock: then the name
-            # is gone or another file's, and this one is created again.
-            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
-                return fd
-        except FileNotFoundError:
-            pass
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-
-
-def _delete_if_abandoned(tmp: Path) -> bool:
-    """Delete ``tmp`` if no process is writing it (its writer was killed); True if it was.
-    OSError when it vanished meanwhile."""
-    if fcntl is None:  # Windows: the file of a live writer is open, and cannot be deleted
-        try:
-            tmp.unlink()
-        except PermissionError:
-            return False
-        return True
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # its writer is alive
-        except OSError:  # a file system without locks: only its age tells (a save takes seconds)
-            if time.time() - os.fstat(fd).st_mtime < UNLOCKED_STALE_S:
-                return False
-        if not os.path.samestat(os.fstat(fd), os.stat(tmp)):
-            return False  # renamed into place meanwhile, and the name taken again
-        tmp.unlink()
-        return True
-    finally:
-        os.close(fd)
+    atomic_write(path, data)
 
 
 class ThreadCache:
@@ -289,9 +214,12 @@ class ThreadCache:
     saves the current one's state and restores the new one's, so each keeps its own.
     Used by the thread that owns the model (the GUI's model thread, the CLI)."""
 
-    def __init__(self, store: KVStateStore, model: Runtime):
+    def __init__(self, store: KVStateStore, model: Runtime,
+                 owner_of: Callable[[int], str | None] | None = None):
         self.store = store
         self.model = model
+        #: the chat a thread id names now (None: deleted); without it, the id alone
+        self.owner_of = owner_of or str
         self.thread_id: int | None = None
 
     @property
@@ -306,16 +234,29 @@ class ThreadCache:
             return 0
         self.leave()
         self.thread_id = thread_id
-        return self.store.restore(self.model, thread_id).tokens if thread_id is not None else 0
+        if thread_id is None:
+            return 0
+        owner = self.owner_of(thread_id)
+        return self.store.restore(self.model, thread_id, owner).tokens if owner is not None else 0
 
     def leave(self) -> None:
         """Save the cached thread's state (the app quits, or another thread comes)."""
         if self.thread_id is not None and self.usable:
-            try:
-                self.store.save(self.model, self.thread_id)
-            except OSError as exc:  # a full disk must not stop the app: the cache is optional
-                log.warning("could not save the KV state of thread %s: %s", self.thread_id, exc)
+            self._save(self.thread_id)
         self.thread_id = None
+
+    def _save(self, thread_id: int) -> None:
+        """Save the state of a chat that still exists: one deleted meanwhile (by another
+        process, too) gets no file, and one deleted while it was written loses it again,
+        so no state of a deleted chat stays on disk for a new chat with its id."""
+        owner = self.owner_of(thread_id)
+        try:
+            if owner is not None:
+                self.store.save(self.model, thread_id, owner)
+        except OSError as exc:  # a full disk must not stop the app: the cache is optional
+            log.warning("could not save the KV state of thread %s: %s", thread_id, exc)
+        if owner is None or self.owner_of(thread_id) != owner:
+            self.store.forget(thread_id)
 
 
 # -- encryption (storage.encrypt) ----------------------------------------------------------
