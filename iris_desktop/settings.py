@@ -27,6 +27,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from iris_desktop.files import atomic_write
 from iris_desktop.paths import DataDirError, make_private_dir
 
 BUNDLED = "bundled"
@@ -806,18 +807,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Write via a temp file + fsync + rename, so a crash never leaves a half-written file.
     A missing folder is created private (0700). Raises DataDirError saying what to do."""
     make_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, data, mode=mode)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise DataDirError(f"cannot write {path} ({exc.strerror or exc}); make its folder "
                            "writable or choose another --data-dir (or IRIS_HOME)") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

