@@ -186,25 +186,67 @@ def test_stop_during_an_llm_summary_falls_back_to_extractive(fresh_store):
     assert "stopped by the user" in event.error
 
 
-def test_growth_is_refused_and_nothing_saved(fresh_store):
+def test_a_chat_with_nothing_worth_compacting_says_so_and_is_not_a_failure(fresh_store):
+    """Before: "compaction failed … only 25 tokens to reclaim", three of those opened the
+    circuit breaker. Now: skipped, "nothing to compact yet", and the breaker stays shut."""
     thread = fresh_store.create_thread("t")
     for n in range(3):
         fresh_store.add_messages(thread, [{"role": "user", "content": f"q{n}"},
                                           {"role": "assistant", "content": f"a{n}"}])
-    big = llm_json(words=250)
     compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
                               CompactionSettings(summary_max_tokens=2000),
-                              runtime=ScriptedRuntime([big]))
+                              runtime=ScriptedRuntime([llm_json(words=250)]))
+    for _ in range(4):
+        event = compactor.compact(thread, "manual")
+        assert event.outcome == "skipped" and event.error.startswith("nothing to compact yet: ")
+    assert "compaction skipped (manual): nothing to compact yet" in event.describe()
+    assert fresh_store.summaries(thread) == [] and not compactor.breaker_open(thread)
+
+
+def test_a_summary_that_would_grow_the_context_is_replaced_by_a_shorter_extract(fresh_store):
+    """Before: the summary came out longer than the turns it replaced ("would not shrink
+    the context (320 → 325)") and the compaction failed; an extract can always be made
+    shorter than what it replaces, so a shorter one is used and the context shrinks."""
+    thread = fresh_store.create_thread("t")
+    for n in range(6):
+        fresh_store.add_messages(thread, [
+            {"role": "user", "content": f"My cousin number {n} is called Name{n} Surname{n}."},
+            {"role": "assistant", "content": f"Noted: cousin {n} is Name{n} Surname{n}."}])
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(window=1024),
+                              CompactionSettings(summary_max_tokens=2000),
+                              runtime=ScriptedRuntime([llm_json(words=400)] * 3))
+    full = compactor._record  # the model's summary, made to cost more than it replaces
+
+    def padded(plan, previous_row, summary, path):
+        record = full(plan, previous_row, summary, path)
+        if path != "extractive":
+            record["text"] += "\n" + "padding " * 200
+            record["tokens"] += 260
+        return record
+
+    compactor._record = padded
     event = compactor.compact(thread, "manual")
-    assert event.outcome == "failed" and "would not shrink" in event.error
-    assert fresh_store.summaries(thread) == []
-    assert fresh_store.compaction_events(thread)[0]["outcome"] == "failed"
+    assert event.outcome == "ok" and event.path == "extractive", event.describe()
+    assert event.tokens_after < event.tokens_before
+    assert "would not shrink the context" in event.error and "shorter extractive summary" in event.error
+    assert len(fresh_store.summaries(thread)) == 1
+
+
+def failing(compactor):
+    """A compactor whose every attempt fails (the breaker's logic is what is tested)."""
+    from iris_desktop.core.compaction import CompactionFailed
+
+    def fail(*args, **kwargs):
+        raise CompactionFailed("no room for a summary: the kept tail needs the whole budget")
+
+    compactor._plan = fail
+    return compactor
 
 
 def test_circuit_breaker_after_three_failures(fresh_store):
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, [{"role": "user", "content": "only one turn"}])
-    compactor = compactor_for(fresh_store, HeuristicCounter(), params())
+    compactor = failing(compactor_for(fresh_store, HeuristicCounter(), params()))
     for _ in range(3):
         assert compactor.compact(thread, "budget").outcome == "failed"
     assert compactor.breaker_open(thread)
@@ -220,7 +262,7 @@ def test_the_breaker_half_opens_after_a_cool_down_of_turns(fresh_store):
 
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, [{"role": "user", "content": "only one turn"}])
-    compactor = compactor_for(fresh_store, HeuristicCounter(), params())
+    compactor = failing(compactor_for(fresh_store, HeuristicCounter(), params()))
     for _ in range(3):
         compactor.compact(thread, "budget")
     assert compactor.breaker_open(thread)

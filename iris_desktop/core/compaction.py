@@ -17,9 +17,13 @@ What:
    by its meaning, list lengths from the cap), capped at summary_max_tokens; the
    extractive summarizer when that fails, times out (summary_timeout_s), is stopped or
    is unusable; a dated fact ledger is added either way;
-4. verify (smaller than before, nothing dropped, under the threshold) and commit the
+4. verify (smaller than before, nothing dropped, under the threshold); a summary that
+   would not shrink the context is replaced by a shorter extract (an extract can always
+   be made shorter than what it replaces) before anything is called failed; commit the
    summary and its event atomically; on failure nothing is saved and the event says why;
-   three failures in a row open a circuit breaker;
+   three failures in a row open a circuit breaker. A chat with nothing worth compacting
+   yet (everything summarized, one turn, too few tokens for a summary) is a skip that
+   says so ("nothing to compact yet"), not a failure;
 5. record one telemetry row per event and log it as one line.
 
 Stored messages are never modified or deleted.
@@ -104,6 +108,16 @@ TOKENS_PER_WORD = 1.3
 
 class CompactionFailed(Exception):
     pass
+
+
+class NothingToCompact(CompactionFailed):
+    """The chat has nothing worth compacting yet: not a failure (the breaker does not
+    count it), and said so."""
+
+
+class _TooLong(CompactionFailed):
+    """The summary would not leave the context smaller (or under the threshold): a
+    shorter one may."""
 
 
 @dataclass
@@ -265,6 +279,8 @@ class Compactor:
                 event, record = self._compact(
                     thread_id, trigger, cancel,
                     renew=lambda: self.store.take_compaction_lease(thread_id, token, lease_s))
+            except NothingToCompact as exc:
+                event = CompactionEvent(trigger, "skipped", error=f"nothing to compact yet: {exc}")
             except CompactionFailed as exc:
                 event.error = str(exc)
             except Exception as exc:  # a bug must not lose history either: record and go on
@@ -299,10 +315,35 @@ class Compactor:
         said = [said_from_row(rows[m.id]) for m in plan.archived]
         summary, path, note = self._summarize(previous, said, plan.archived, plan.cap, cancel,
                                               renew)
+        cap = plan.cap
+        while True:  # a summary too long for the context to shrink: a shorter extract
+            record = self._record(plan, previous_row, summary, path)
+            try:
+                tokens_after = self._verify(thread_id, record, plan.tokens_before)
+                break
+            except _TooLong as exc:
+                cap //= 2
+                if cap < MIN_SUMMARY_TOKENS:
+                    raise CompactionFailed(f"{exc}, even with a summary of {cap * 2:,} tokens") from None
+                turns = (plan.archived[0].turn, plan.archived[-1].turn)
+                summary, path = self.extractive.summarize(previous, said, cap, turns), "extractive"
+                note = "; ".join(filter(None, [note, f"{exc}: a shorter extractive summary "
+                                                     f"({cap:,} tokens at most) used"]))
+        event = CompactionEvent(
+            trigger, "ok", path=path, turns_archived=len({m.turn for m in plan.archived}),
+            messages_archived=len(plan.archived), tokens_before=plan.tokens_before,
+            tokens_after=tokens_after, kept_turns=len({m.turn for m in plan.tail}),
+            summary_tokens=record["tokens"], error=note, first_turn=record["first_turn"],
+            last_turn=record["last_turn"])
+        return event, record
+
+    def _record(self, plan: _Plan, previous_row: Any, summary: ConversationSummary,
+                path: str) -> dict:
+        """The summary row that would be committed for ``plan``."""
         text = summary.render()
-        engine = self.engine()
-        summary_tokens = engine.system_costs(plan.base, plan.tools.text, summary_block(text))[2]
-        record = {
+        summary_tokens = self.engine().system_costs(plan.base, plan.tools.text,
+                                                    summary_block(text))[2]
+        return {
             "prev_id": previous_row.id if previous_row else None,
             "first_message_id": plan.archived[0].id,
             "covers_through_id": plan.archived[-1].id,
@@ -314,14 +355,6 @@ class Compactor:
             "counter": self.counter.name,
             "path": path,
         }
-        tokens_after = self._verify(thread_id, record, plan.tokens_before)
-        event = CompactionEvent(
-            trigger, "ok", path=path, turns_archived=len({m.turn for m in plan.archived}),
-            messages_archived=len(plan.archived), tokens_before=plan.tokens_before,
-            tokens_after=tokens_after, kept_turns=len({m.turn for m in plan.tail}),
-            summary_tokens=summary_tokens, error=note, first_turn=record["first_turn"],
-            last_turn=record["last_turn"])
-        return event, record
 
     def _plan(self, thread_id: int, previous_row: Any) -> _Plan:
         """Split the unsummarized history into archived and kept, and size the summary:
@@ -334,7 +367,7 @@ class Compactor:
             self.store, self.counter,
             self.store.meta_range(thread_id, self.counter.name, after_id=frame.lower_id))]
         if not metas:
-            raise CompactionFailed("nothing to compact: every message is already summarized")
+            raise NothingToCompact("every message is already summarized")
         plan = _Plan([], [], engine.request_costs(metas), frame.system_tokens + frame.tool_tokens,
                      engine.base_system(thread_id)[1],
                      frame.summary_tokens, tools=tools)
@@ -350,14 +383,13 @@ class Compactor:
             if self._summary_room(plan, tail) >= MIN_SUMMARY_TOKENS:
                 break
         if not plan.archived:
-            raise CompactionFailed(
-                "nothing to archive: the unsummarized history is one step of one turn")
+            raise NothingToCompact("the unsummarized history is one step of one turn, which is kept")
         replaced = plan.old_summary + sum(plan.cost[m.id] for m in plan.archived)
         plan.cap = min(self.settings.summary_max_tokens, int(replaced * MAX_SUMMARY_SHARE),
                        self._summary_room(plan, tail))
         if int(replaced * MAX_SUMMARY_SHARE) < MIN_SUMMARY_TOKENS:
-            raise CompactionFailed(
-                f"compaction would not shrink the context: only {replaced:,} tokens to replace")
+            raise NothingToCompact(f"the turns before the newest hold only {replaced:,} tokens, "
+                                   "fewer than a summary of them would take")
         if plan.cap < MIN_SUMMARY_TOKENS:
             budget = math.floor(self.params.window * self.params.token_budget_ratio)
             raise CompactionFailed(
@@ -498,10 +530,10 @@ class Compactor:
         # a shortened in-flight result fills what is left by design: growth is then only
         # the result getting more room, and the check is the threshold's
         if after >= tokens_before and not request.clipped_ids:
-            raise CompactionFailed(
+            raise _TooLong(
                 f"compaction would not shrink the context ({tokens_before} → {after} tokens)")
         if after >= self.trigger_tokens:
-            raise CompactionFailed(
+            raise _TooLong(
                 f"the context would stay above the threshold ({after} ≥ {self.trigger_tokens})")
         return after
 
