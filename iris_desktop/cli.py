@@ -54,9 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
-    p = sub.add_parser("import", help="import a conversation (OpenAI chat format, JSON or JSONL)")
-    p.add_argument("file")
-    p.add_argument("--title")
+    p = sub.add_parser("import", help="import conversations: OpenAI chat format (JSON or JSONL), "
+                       "an Iris export, ChatGPT's conversations.json, an Open WebUI export, an LM "
+                       "Studio .conversation.json, a Jan thread (or threads) folder; one thread "
+                       "per chat, their ids printed")
+    p.add_argument("file", help="the file, or a Jan thread folder")
+    p.add_argument("--title", help="the new thread's title (with several chats: a prefix)")
 
     p = sub.add_parser("export", help="the full stored history of a thread, never pruned (JSON: "
                        "every branch; Markdown: the active one)")

@@ -205,21 +205,25 @@ def _maybe_load_model(host, args) -> None:
 
 
 def import_(args, overrides) -> int:
-    from iris_desktop.core.conversation import (
-        ConversationFormatError,
-        import_messages,
-        load_conversation,
-        title_from,
-    )
+    """Every chat of the file (an OpenAI message list, an Iris export, a ChatGPT, Open WebUI
+    or LM Studio export, a Jan thread or threads folder) as a thread, in one transaction:
+    the new threads' ids on stdout, one a line; for another app's file, what was imported
+    and what was left out on stderr."""
+    from iris_desktop.core.conversation import ConversationFormatError
+    from iris_desktop.core.foreign import import_conversations, load_conversations
 
     title = text_argument(args.title, "--title") if args.title else None
     try:
-        messages, file_title = load_conversation(args.file)
+        loaded = load_conversations(args.file)
     except ConversationFormatError as exc:
         raise CliError(f"import refused, nothing was written: {exc}") from None
     with open_host(args, overrides) as host:
-        thread_id = import_messages(host.store, messages, title or file_title or title_from(messages))
-    print(thread_id)
+        thread_ids = import_conversations(host.store, loaded, title)
+    for thread_id in thread_ids:
+        print(thread_id)
+    if loaded.foreign:
+        for line in loaded.report():
+            say(f"iris-desktop: {line}", file=sys.stderr)
     return EXIT_OK
 
 

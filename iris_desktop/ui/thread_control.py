@@ -303,23 +303,31 @@ class ThreadControl(QObject):
             lambda exc: QMessageBox.warning(self.parent_widget, "Export failed", str(exc)))
 
     def import_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.parent_widget, "Import a conversation",
-                                              str(Path.home()),
-                                              "Conversations (*.json *.jsonl);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self.parent_widget, "Import conversations", str(Path.home()),
+            "Conversations: OpenAI, Iris, ChatGPT's conversations.json, Open WebUI, LM Studio, "
+            "Jan's thread.json (*.json *.jsonl);;All files (*)")
         if path:
             self.import_file(path)
 
     def import_file(self, path: str) -> None:
+        """Every chat of the file as a thread (``core.foreign``: the CLI's loader), in one
+        transaction; the first one opens, and what was imported and left out is said."""
         def job(store):
-            from iris_desktop.core.conversation import import_messages, load_conversation, title_from
+            from iris_desktop.core.foreign import import_conversations, load_conversations
 
-            messages, title = load_conversation(path)
-            return import_messages(store, messages, title or title_from(messages))
+            loaded = load_conversations(path)
+            return import_conversations(store, loaded), loaded.report() if loaded.foreign else []
 
-        def done(thread_id: int) -> None:
+        def done(result: tuple[list[int], list[str]]) -> None:
+            thread_ids, report = result
             self.refresh_threads()
-            self.app_state.messages_saved(thread_id)  # the semantic index takes them
-            self.open_thread(thread_id)
+            for thread_id in thread_ids:
+                self.app_state.messages_saved(thread_id)  # the semantic index takes them
+            self.open_thread(thread_ids[0])
+            if report:
+                said = report[0][:1].upper() + report[0][1:] + "."
+                self.app_state.show_message(" ".join([said, *report[1:]]), 10_000)
 
         self.background.run(job, done, lambda exc: QMessageBox.warning(
             self.parent_widget, "Import refused", f"Nothing was imported.\n\n{exc}"))

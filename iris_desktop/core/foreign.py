@@ -1,0 +1,755 @@
+"""Conversations from other apps: ChatGPT's data export, Open WebUI's export, LM Studio's
+conversation files and Jan's threads, besides Iris's own exports and OpenAI message lists
+(:mod:`iris_desktop.core.conversation`, which reads those two).
+
+:func:`load_conversations` tells the format from the content (never from the file name),
+converts every chat the file holds into Iris's message format and validates each one with
+:func:`~iris_desktop.core.conversation.validate_messages`, so a file is refused whole, in
+one sentence naming the chat, before anything is written. A source's message tree
+(ChatGPT's ``mapping``, Open WebUI's ``history``, LM Studio's versions) becomes Iris
+branches (``"iris": {"id", "parent_id", "active"}``), the branch the app showed last
+active; a chat of one branch stays a plain list. :func:`import_conversations` stores them,
+one thread per chat, in one transaction.
+
+Iris keeps the conversation as text. What it leaves out is counted and said in one
+sentence each (``Loaded.notes``): images and other attached files; the steps of tools
+(web searches, code runs, image generation: the replies that used them are kept); the
+model's hidden reasoning (ChatGPT's thoughts, ``<details type="reasoning">``, LM Studio's
+thinking blocks, ``<think>``) is dropped without a note, as the apps themselves do not send
+it back to the model. Hidden and empty messages (ChatGPT's system and context nodes) are
+skipped, and a chat left with no text message is skipped with a note. A chat's own system
+prompt (Open WebUI's, LM Studio's, a Jan assistant's instructions) becomes its leading
+system message, which Iris sends as the chat's system prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from iris_desktop.core.conversation import (
+    MAX_IMPORT_BYTES,
+    TREE_KEY,
+    ConversationFormatError,
+    import_messages,
+    load_conversation,
+    read_text_file,
+    title_from,
+    validate_messages,
+)
+from iris_desktop.core.store import Store, iso_timestamp
+from iris_desktop.tokens import Message
+
+CHATGPT = "ChatGPT export"
+OPEN_WEBUI = "Open WebUI export"
+LM_STUDIO = "LM Studio conversation"
+JAN = "Jan thread"
+JAN_FOLDER = "Jan threads folder"
+IRIS = "Iris export"
+OPENAI = "OpenAI message list"
+#: the formats conversation.py reads (no summary is printed for them: nothing is new)
+NATIVE = (IRIS, OPENAI)
+
+UNKNOWN_SHAPE = ("not a conversation Iris knows: it reads OpenAI message lists (JSON or "
+                 "JSONL), its own exports, ChatGPT's conversations.json, Open WebUI's chat "
+                 "export, LM Studio's .conversation.json files and Jan's threads")
+
+#: keys only the foreign formats have; a file whose start has none is left to conversation.py
+_SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|'
+                        r'currentlySelected|versions|thread_id|object)"\s*:')
+_SNIFF_CHARS = 64 * 1024
+_DETAILS = re.compile(r'<details\b[^>]*\btype="(reasoning|tool_calls|code_interpreter)"[^>]*>'
+                      r'.*?</details>\s*', re.DOTALL)
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_ROLES = ("system", "user", "assistant")
+_SYSTEM = ("system",)  # the key of a chat's system prompt in a tree
+
+
+class Chat(NamedTuple):
+    title: str | None
+    messages: list[Message]
+
+
+class Loaded(tuple):
+    """``(format, chats)``: the format's name and each chat's (title or None, messages in
+    Iris's format, with the tree key when branched). ``notes``: what was left out, one
+    sentence each."""
+
+    def __new__(cls, fmt: str, chats: list[Chat], notes: Iterable[str] = ()):
+        self = super().__new__(cls, (fmt, chats))
+        self.notes = list(notes)
+        return self
+
+    @property
+    def format(self) -> str:
+        return self[0]
+
+    @property
+    def chats(self) -> list[Chat]:
+        return self[1]
+
+    @property
+    def foreign(self) -> bool:
+        return self.format not in NATIVE
+
+    def summary(self) -> str:
+        """'imported 3 chats from a ChatGPT export'."""
+        article = "an" if self.format[0] in "AEIOU" or self.format.startswith("LM ") else "a"
+        return f"imported {_count(len(self.chats), 'chat')} from {article} {self.format}"
+
+    def report(self) -> list[str]:
+        """The summary, then the notes: what a user is told after an import."""
+        return [self.summary(), *self.notes]
+
+
+def load_conversations(path: str | Path) -> Loaded:
+    """Read ``path`` (a file, or a Jan thread folder or threads folder) and return its
+    chats. Raises ConversationFormatError, and nothing else, for anything it cannot
+    import; the message is one sentence."""
+    path = Path(path)
+    try:
+        folder = path.is_dir()
+    except OSError:
+        folder = False
+    if folder:
+        return _guard(path, JAN, lambda: _jan_folder(path))
+    text = read_text_file(path, MAX_IMPORT_BYTES)
+    stripped = text.lstrip()
+    if not _SIGNATURE.search(stripped[:_SNIFF_CHARS]) and not stripped.startswith("{"):
+        del text, stripped
+        return _native(path)
+    data = _json(text)
+    if data is None:
+        lines = _jsonl(text)
+        if lines is not None and _jan_messages(lines):
+            thread = _read_json(path.parent / "thread.json", soft=True)
+            return _guard(path, JAN, lambda: _finish(path, JAN, [
+                lambda tally: _jan_chat(thread, lines, tally)]))
+        del text, stripped
+        return _native(path)
+    del text, stripped
+    kind, items = _kind(data)
+    if kind is None:
+        if isinstance(data, dict) and not isinstance(data.get("messages"), list) \
+                and "role" not in data:
+            raise ConversationFormatError(f"{path}: {UNKNOWN_SHAPE}")
+        del data
+        return _native(path)
+    if kind == JAN:
+        lines = _read_jsonl(path.parent / "messages.jsonl")
+        return _guard(path, JAN, lambda: _finish(path, JAN, [
+            lambda tally: _jan_chat(data, lines, tally)]))
+    convert = {CHATGPT: _chatgpt_chat, OPEN_WEBUI: _openwebui_chat, LM_STUDIO: _lmstudio_chat}[kind]
+    return _guard(path, kind, lambda: _finish(path, kind, [
+        (lambda tally, item=item: convert(item, tally)) for item in items]))
+
+
+def import_conversations(store: Store, loaded: Loaded, title: str | None = None) -> list[int]:
+    """Store each chat of ``loaded`` as a new thread, all in one transaction; returns the
+    threads' ids. ``title`` names a single chat, or prefixes the titles of several."""
+    ids: list[int] = []
+    several = len(loaded.chats) > 1
+    with store.transaction():
+        for chat in loaded.chats:
+            own = chat.title or title_from(chat.messages)
+            name = (f"{title}: {own}" if several else title) if title else own
+            ids.append(import_messages(store, chat.messages, name))
+    return ids
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _native(path: Path) -> Loaded:
+    messages, title = load_conversation(path)
+    fmt = IRIS if any(TREE_KEY in m for m in messages) else OPENAI
+    return Loaded(fmt, [Chat(title, messages)])
+
+
+def _json(text: str) -> Any:
+    """The parsed JSON, or None when it is not one JSON value (conversation.py, or the
+    JSONL reader, says what is wrong)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _jsonl(text: str) -> list[Any] | None:
+    """One JSON value per non-empty line, or None when a line is not one."""
+    values = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                values.append(json.loads(line))
+            except (ValueError, RecursionError):
+                return None
+    return values
+
+
+def _read_json(path: Path, soft: bool = False) -> Any:
+    """A JSON file beside the one imported (Jan's thread.json); with ``soft``, None when it
+    is missing or unreadable."""
+    try:
+        if soft and not path.is_file():
+            return None
+        value = _json(read_text_file(path, MAX_IMPORT_BYTES))
+    except ConversationFormatError:
+        if soft:
+            return None
+        raise
+    if value is None and not soft:
+        raise ConversationFormatError(f"{path}: not valid JSON")
+    return value
+
+
+def _read_jsonl(path: Path) -> list[Any]:
+    """Jan's messages.jsonl (none: the thread has no messages yet)."""
+    try:
+        if not path.is_file():
+            return []
+    except OSError:
+        return []
+    text = read_text_file(path, MAX_IMPORT_BYTES)
+    values = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                values.append(json.loads(line))
+            except (ValueError, RecursionError):
+                raise ConversationFormatError(f"{path}: line {number} is not valid JSON") from None
+    return values
+
+
+def _kind(data: Any) -> tuple[str | None, list[Any]]:
+    """(format, the chats' raw objects) for a parsed JSON value; (None, []) for one
+    conversation.py reads, or an unknown shape."""
+    if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
+        if any("role" in x for x in data):
+            return None, []
+        if any("mapping" in x or "current_node" in x for x in data):
+            return CHATGPT, data
+        if any(isinstance(x.get("chat"), dict) for x in data):
+            return OPEN_WEBUI, data
+        return None, []
+    if not isinstance(data, dict) or "role" in data:
+        return None, []
+    if "mapping" in data and ("current_node" in data or "title" in data):
+        return CHATGPT, [data]
+    if isinstance(data.get("chat"), dict):
+        return OPEN_WEBUI, [data]
+    history = data.get("history")
+    if isinstance(history, dict) and isinstance(history.get("messages"), dict):
+        return OPEN_WEBUI, [data]
+    messages = data.get("messages")
+    if isinstance(messages, list) and any(isinstance(m, dict) and "versions" in m
+                                          for m in messages):
+        return LM_STUDIO, [data]
+    if data.get("object") == "thread":
+        return JAN, [data]
+    return None, []
+
+
+def _jan_messages(lines: list[Any]) -> bool:
+    return bool(lines) and all(isinstance(x, dict) for x in lines) and all(
+        x.get("object") == "thread.message" or "thread_id" in x for x in lines)
+
+
+# -- what every format shares -------------------------------------------------------------------
+
+
+@dataclass
+class _Tally:
+    """What was left out of the whole file."""
+    images: int = 0
+    files: int = 0
+    tools: int = 0
+    empty: int = 0
+
+    def notes(self) -> list[str]:
+        notes = []
+        media = [_count(self.images, "image"), _count(self.files, "other file")]
+        media = [m for m, n in zip(media, (self.images, self.files)) if n]
+        if media:
+            verb = "was" if self.images + self.files == 1 else "were"
+            notes.append(f"{' and '.join(media)} {verb} left out: Iris imports text only.")
+        if self.tools:
+            verb = "was" if self.tools == 1 else "were"
+            notes.append(f"{_count(self.tools, 'tool step')} (web searches, code runs, image "
+                         f"generation) {verb} left out; the replies that used them are kept.")
+        if self.empty:
+            verb = "was" if self.empty == 1 else "were"
+            notes.append(f"{_count(self.empty, 'chat')} with no text message {verb} skipped.")
+        return notes
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _guard(path: Path, fmt: str, build: Callable[[], Loaded]) -> Loaded:
+    """Any surprise in a file that looked like ``fmt`` becomes one sentence."""
+    try:
+        return build()
+    except ConversationFormatError:
+        raise
+    except RecursionError:
+        raise ConversationFormatError(f"{path}: nested too deeply to be a {fmt}") from None
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        raise ConversationFormatError(
+            f"{path}: looks like a {fmt} but a value is not of the expected kind "
+            f"({type(exc).__name__})") from None
+
+
+def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | None]]) -> Loaded:
+    """Convert and validate every chat; skip (and count) the ones with no text."""
+    tally = _Tally()
+    chats: list[Chat] = []
+    for number, convert in enumerate(converters, start=1):
+        where = f"{path}: chat {number}" if len(converters) > 1 else str(path)
+        try:
+            chat = convert(tally)
+        except ConversationFormatError as exc:
+            raise ConversationFormatError(f"{where}: {exc}") from None
+        if chat is None or not chat.messages:
+            tally.empty += 1
+            continue
+        label = f"{where} ({_short(chat.title)})" if chat.title else where
+        validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
+        chats.append(chat)
+    if not chats:
+        raise ConversationFormatError(f"{path}: the {fmt} holds no chat with a text message")
+    if fmt == JAN and len(chats) > 1:
+        fmt = JAN_FOLDER
+    return Loaded(fmt, chats, tally.notes())
+
+
+def _short(title: str, limit: int = 40) -> str:
+    return repr(title if len(title) <= limit else title[: limit - 1] + "…")
+
+
+def _title(value: Any) -> str | None:
+    """A usable title: text that can be stored (else the first user message names it)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value.strip()
+
+
+def _message(role: str, text: str, when: Any = None) -> Message:
+    message: Message = {"role": role, "content": text}
+    if isinstance(when, (int, float)) and not isinstance(when, bool) and when > 0:
+        try:
+            message["created_at"] = iso_timestamp(when)
+        except (ValueError, OverflowError, OSError):
+            pass
+    return message
+
+
+def _strip_reasoning(text: str) -> str:
+    return _THINK.sub("", text).strip()
+
+
+class _Node(NamedTuple):
+    parent: Hashable | None
+    message: Message | None  # None: skipped, its children hang from its nearest kept ancestor
+    children: list[Hashable]  # the source's order of its children (may be empty)
+
+
+def _tree(nodes: dict[Hashable, _Node], active: Hashable | None,
+          system: str | None = None) -> list[Message]:
+    """The kept messages of a source tree in Iris's format: a plain list when they are one
+    branch shown to its end, else every message with ``TREE_KEY`` (parents first,
+    siblings in the source's order, ``active`` on the branch ending at ``active``'s
+    nearest kept ancestor-or-self). ``system`` becomes a root above all."""
+    if system:
+        nodes = {_SYSTEM: _Node(None, _message("system", system), []), **{
+            key: node._replace(parent=_SYSTEM) if node.parent is None or node.parent not in nodes
+            else node for key, node in nodes.items()}}
+    rank = _preorder(nodes)
+    anchor = _anchors(nodes)
+    kept = sorted((k for k, n in nodes.items() if n.message is not None and k in rank),
+                  key=rank.__getitem__)
+    if len(kept) < sum(n.message is not None for n in nodes.values()):
+        raise ConversationFormatError("its messages' parents form a loop")
+    if not kept:
+        return []
+    parent_of = {k: anchor.get(nodes[k].parent) for k in kept}
+    head = anchor.get(active) if active in nodes else None
+    if head is None:
+        head = kept[-1]
+    on_path: set[Hashable] = set()
+    while head is not None and head not in on_path:
+        on_path.add(head)
+        head = parent_of.get(head)
+    children: dict[Hashable, int] = {}
+    for k in kept:
+        children[parent_of[k]] = children.get(parent_of[k], 0) + 1
+    if len(on_path) == len(kept) and all(count == 1 for count in children.values()):
+        return [dict(nodes[k].message) for k in kept]
+    number = {k: i for i, k in enumerate(kept, start=1)}
+    return [{**nodes[k].message, TREE_KEY: {
+        "id": number[k], "parent_id": number.get(parent_of[k]), "active": k in on_path}}
+        for k in kept]
+
+
+def _preorder(nodes: dict[Hashable, _Node]) -> dict[Hashable, int]:
+    """Each node's place in a walk of the source tree, parents before children, siblings
+    in the source's order; nodes on a loop are not reached."""
+    listed: dict[Hashable, list[Hashable]] = {}
+    roots: list[Hashable] = []
+    for key, node in nodes.items():
+        if node.parent is None or node.parent not in nodes or node.parent == key:
+            roots.append(key)
+        else:
+            listed.setdefault(node.parent, []).append(key)
+    for key, kids in listed.items():
+        order = {child: i for i, child in enumerate(nodes[key].children)}
+        kids.sort(key=lambda child: order.get(child, len(order)))
+    rank: dict[Hashable, int] = {}
+    stack = list(reversed(roots))
+    while stack:
+        key = stack.pop()
+        if key in rank:
+            continue
+        rank[key] = len(rank)
+        stack.extend(reversed(listed.get(key, [])))
+    return rank
+
+
+def _anchors(nodes: dict[Hashable, _Node]) -> dict[Hashable, Hashable | None]:
+    """Each node's nearest kept ancestor-or-self (None: none above it)."""
+    found: dict[Hashable, Hashable | None] = {}
+    for start in nodes:
+        chain: list[Hashable] = []
+        seen: set[Hashable] = set()
+        key: Hashable | None = start
+        while True:
+            if key is None or key not in nodes or key in seen:
+                result = None
+                break
+            if key in found:
+                result = found[key]
+                break
+            if nodes[key].message is not None:
+                result = key
+                break
+            seen.add(key)
+            chain.append(key)
+            key = nodes[key].parent
+        for key in chain:
+            found[key] = result
+        if start not in found:
+            found[start] = result
+    return found
+
+
+# -- ChatGPT ------------------------------------------------------------------------------------
+
+_HIDDEN_TYPES = {"thoughts", "reasoning_recap", "user_editable_context",
+                 "model_editable_context", "system_error"}
+_IMAGE_PARTS = {"image_asset_pointer"}
+_TEXT_PARTS = {"audio_transcription"}
+
+
+def _chatgpt_chat(conversation: Any, tally: _Tally) -> Chat | None:
+    if not isinstance(conversation, dict):
+        raise ConversationFormatError("a conversation must be a JSON object")
+    mapping = conversation.get("mapping")
+    if mapping is None:
+        return None
+    if not isinstance(mapping, dict):
+        raise ConversationFormatError("its 'mapping' must be an object of message nodes")
+    nodes: dict[Hashable, _Node] = {}
+    for key, node in mapping.items():
+        if not isinstance(node, dict):
+            raise ConversationFormatError(f"node {key!r} of its 'mapping' is not an object")
+        parent = node.get("parent")
+        kids = node.get("children")
+        nodes[key] = _Node(parent if isinstance(parent, str) else None,
+                           _chatgpt_message(node.get("message"), tally),
+                           [k for k in kids if isinstance(k, str)] if isinstance(kids, list) else [])
+    active = conversation.get("current_node")
+    messages = _tree(nodes, active if isinstance(active, str) else None)
+    return Chat(_title(conversation.get("title")), messages)
+
+
+def _chatgpt_message(message: Any, tally: _Tally) -> Message | None:
+    """A visible user or assistant message as text; None for the rest (system and hidden
+    nodes, tool calls and results, reasoning), counting what a user would miss."""
+    if not isinstance(message, dict):
+        return None
+    author = message.get("author") if isinstance(message.get("author"), dict) else {}
+    role = author.get("role")
+    meta = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    content = message.get("content") if isinstance(message.get("content"), dict) else {}
+    kind = content.get("content_type")
+    if meta.get("is_visually_hidden_from_conversation") or meta.get("is_user_system_message") \
+            or kind in _HIDDEN_TYPES:
+        return None
+    recipient = message.get("recipient")
+    if role == "tool" or (role == "assistant" and recipient not in (None, "all")):
+        tally.tools += 1  # with what it made (a generated image is a tool's output)
+        return None
+    if role not in ("user", "assistant"):
+        return None
+    attachments = meta.get("attachments")
+    if isinstance(attachments, list):
+        pictures = sum(isinstance(a, dict) and str(a.get("mime_type", "")).startswith("image/")
+                       for a in attachments)
+        tally.files += len(attachments) - pictures
+    text = _chatgpt_text(content, kind, tally)
+    if not text.strip():
+        return None
+    return _message(role, text, message.get("create_time"))
+
+
+def _chatgpt_text(content: dict[str, Any], kind: Any, tally: _Tally) -> str:
+    if kind == "code" and isinstance(content.get("text"), str):
+        language = content.get("language")
+        fence = language if isinstance(language, str) and language != "unknown" else ""
+        return f"```{fence}\n{content['text']}\n```"
+    parts = content.get("parts")
+    if isinstance(parts, list):
+        texts = []
+        for part in parts:
+            if isinstance(part, str):
+                if part.strip():
+                    texts.append(part)
+            elif isinstance(part, dict):
+                part_type = part.get("content_type")
+                if part_type in _TEXT_PARTS and isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+                elif part_type in _IMAGE_PARTS:
+                    tally.images += 1
+                else:
+                    tally.files += 1
+        return "\n\n".join(texts)
+    text = content.get("text")
+    return text if isinstance(text, str) else ""
+
+
+# -- Open WebUI ---------------------------------------------------------------------------------
+
+
+def _openwebui_chat(item: Any, tally: _Tally) -> Chat | None:
+    if not isinstance(item, dict):
+        raise ConversationFormatError("a chat must be a JSON object")
+    chat = item.get("chat") if isinstance(item.get("chat"), dict) else item
+    if "chat" in item and not isinstance(item["chat"], dict):
+        raise ConversationFormatError("its 'chat' must be an object")
+    title = _title(chat.get("title")) or _title(item.get("title"))
+    params = chat.get("params") if isinstance(chat.get("params"), dict) else {}
+    system = params.get("system") if isinstance(params.get("system"), str) else None
+    history = chat.get("history")
+    nodes: dict[Hashable, _Node] = {}
+    if isinstance(history, dict) and isinstance(history.get("messages"), dict):
+        source = list(history["messages"].items())
+        active = history.get("currentId")
+    elif isinstance(chat.get("messages"), list):  # an older export: the shown branch only
+        source = [(m.get("id", i) if isinstance(m, dict) else i, m)
+                  for i, m in enumerate(chat["messages"])]
+        active = source[-1][0] if source else None
+    else:
+        return None
+    previous = None
+    for key, message in source:
+        if not isinstance(message, dict):
+            raise ConversationFormatError(f"message {key!r} is not an object")
+        parent = message.get("parentId", previous) if "history" not in chat else message.get("parentId")
+        kids = message.get("childrenIds")
+        nodes[_hashable(key)] = _Node(_hashable(parent) if parent is not None else None,
+                                      _openwebui_message(message, tally),
+                                      [_hashable(k) for k in kids] if isinstance(kids, list) else [])
+        previous = key
+    messages = _tree(nodes, _hashable(active) if active is not None else None,
+                     system.strip() if system and system.strip() else None)
+    return Chat(title, messages)
+
+
+def _hashable(value: Any) -> Hashable:
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else repr(value)
+
+
+def _openwebui_message(message: dict[str, Any], tally: _Tally) -> Message | None:
+    role = message.get("role")
+    if role not in _ROLES:
+        return None
+    for file in message.get("files") or []:
+        if isinstance(file, dict):
+            if file.get("type") == "image":
+                tally.images += 1
+            else:
+                tally.files += 1
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI-style parts
+        texts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text" \
+                    and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, dict) and part.get("type") == "image_url":
+                tally.images += 1
+        content = "\n\n".join(texts)
+    if not isinstance(content, str):
+        return None
+    if role == "assistant":
+        tally.tools += sum(match.group(1) != "reasoning" for match in _DETAILS.finditer(content))
+        content = _strip_reasoning(_DETAILS.sub("", content))
+    if not content.strip():
+        return None
+    return _message(role, content, message.get("timestamp"))
+
+
+# -- LM Studio ----------------------------------------------------------------------------------
+
+
+def _lmstudio_chat(data: dict[str, Any], tally: _Tally) -> Chat | None:
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        raise ConversationFormatError("its 'messages' must be a list")
+    system = data.get("systemPrompt") if isinstance(data.get("systemPrompt"), str) else None
+    config = data.get("perChatPredictionConfig")
+    if not (system and system.strip()) and isinstance(config, dict):
+        for field in config.get("fields") or []:
+            if isinstance(field, dict) and field.get("key") == "llm.prediction.systemPrompt" \
+                    and isinstance(field.get("value"), str):
+                system = field["value"]
+    nodes: dict[Hashable, _Node] = {}
+    parent: Hashable | None = None
+    for i, entry in enumerate(messages):
+        versions = entry.get("versions") if isinstance(entry, dict) else None
+        if not isinstance(versions, list) or not versions:
+            raise ConversationFormatError(f"message {i + 1} has no versions")
+        chosen = entry.get("currentlySelected", 0)
+        if not isinstance(chosen, int) or isinstance(chosen, bool) or not 0 <= chosen < len(versions):
+            chosen = len(versions) - 1
+        for j, version in enumerate(versions):
+            nodes[(i, j)] = _Node(parent, _lmstudio_version(version, tally), [])
+        parent = (i, chosen)
+    messages_out = _tree(nodes, parent, system.strip() if system and system.strip() else None)
+    return Chat(_title(data.get("name")), messages_out)
+
+
+def _lmstudio_version(version: Any, tally: _Tally) -> Message | None:
+    if not isinstance(version, dict) or version.get("role") not in _ROLES:
+        return None
+    role = version["role"]
+    blocks: list[Any] = []
+    if isinstance(version.get("steps"), list):
+        for step in version["steps"]:
+            if not isinstance(step, dict) or step.get("type") != "contentBlock":
+                continue
+            style = step.get("style") if isinstance(step.get("style"), dict) else {}
+            if style.get("type") == "thinking":
+                continue
+            blocks.append(step.get("content"))
+    else:
+        blocks.append(version.get("content"))
+    texts = []
+    for block in blocks:
+        text = "".join(_lmstudio_parts(block, tally))
+        if text.strip():
+            texts.append(text)
+    text = "\n\n".join(texts)
+    if role == "assistant":
+        text = _strip_reasoning(text)
+    return _message(role, text) if text.strip() else None
+
+
+def _lmstudio_parts(parts: Any, tally: _Tally) -> Iterable[str]:
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            yield part["text"]
+        elif kind == "file":
+            if part.get("fileType") == "image":
+                tally.images += 1
+            else:
+                tally.files += 1
+        elif kind == "toolCallRequest":
+            tally.tools += 1
+
+
+# -- Jan ----------------------------------------------------------------------------------------
+
+
+def _jan_folder(path: Path) -> Loaded:
+    """A thread folder (thread.json, messages.jsonl) or Jan's threads folder of them."""
+    def is_thread(folder: Path) -> bool:
+        return (folder / "thread.json").is_file() or (folder / "messages.jsonl").is_file()
+
+    if is_thread(path):
+        folders = [path]
+    else:
+        try:
+            folders = sorted(p for p in path.iterdir() if p.is_dir() and is_thread(p))
+        except OSError as exc:
+            raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        if not folders:
+            raise ConversationFormatError(f"{path} is a folder; give a file (or a Jan thread "
+                                          "folder, with thread.json and messages.jsonl)")
+    threads = []
+    budget = MAX_IMPORT_BYTES
+    for folder in folders:
+        for name in ("thread.json", "messages.jsonl"):
+            try:
+                budget -= (folder / name).stat().st_size if (folder / name).is_file() else 0
+            except OSError:
+                pass
+        if budget < 0:
+            raise ConversationFormatError(
+                f"{path}: its threads are larger than the limit of {MAX_IMPORT_BYTES:,} bytes")
+        thread = _read_json(folder / "thread.json", soft=True)
+        threads.append((thread if isinstance(thread, dict) else None,
+                        _read_jsonl(folder / "messages.jsonl")))
+    threads.sort(key=lambda t: _created(t[0]))
+    return _finish(path, JAN, [(lambda tally, t=t: _jan_chat(t[0], t[1], tally)) for t in threads])
+
+
+def _created(thread: dict[str, Any] | None) -> float:
+    value = (thread or {}).get("created")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _jan_chat(thread: Any, lines: list[Any], tally: _Tally) -> Chat | None:
+    thread = thread if isinstance(thread, dict) else {}
+    system = None
+    assistants = thread.get("assistants")
+    if isinstance(assistants, list) and assistants and isinstance(assistants[0], dict):
+        instructions = assistants[0].get("instructions")
+        system = instructions.strip() if isinstance(instructions, str) else None
+    messages: list[Message] = [_message("system", system)] if system else []
+    for line in lines:
+        if not isinstance(line, dict) or line.get("role") not in _ROLES:
+            continue
+        texts = []
+        content = line.get("content")
+        for part in content if isinstance(content, list) else [content]:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text":
+                text = part.get("text")
+                text = text.get("value") if isinstance(text, dict) else text
+                if isinstance(text, str):
+                    texts.append(text)
+            elif isinstance(part, dict) and part.get("type") in ("image_url", "image_file"):
+                tally.images += 1
+        text = "\n\n".join(t for t in texts if t.strip())
+        if line["role"] == "assistant":
+            text = _strip_reasoning(text)
+        if text.strip():
+            when = line.get("created_at", line.get("created"))
+            messages.append(_message(line["role"], text, when))
+    if not any(m["role"] != "system" for m in messages):
+        return None
+    return Chat(_title(thread.get("title")), messages)

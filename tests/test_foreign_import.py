@@ -1,0 +1,344 @@
+"""Importing other apps' histories (``core/foreign.py``) through the real CLI and the GUI's
+File ▸ Import: ChatGPT's conversations.json, Open WebUI's export, LM Studio's conversation
+files and Jan's threads, each from the files in ``tests/fixtures/foreign`` (where they come
+from: SOURCES.md there). Each chat becomes a thread with its message tree as branches, the
+branch the app showed active; what Iris leaves out is said in one sentence each; a shape
+Iris does not know is refused in one sentence and nothing is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from iris_desktop.cli import main
+from iris_desktop.core.conversation import ConversationFormatError
+from iris_desktop.core.foreign import CHATGPT, JAN, LM_STUDIO, OPEN_WEBUI, load_conversations
+
+from conftest import AGENT_FILES, FIXTURES
+
+FOREIGN = FIXTURES / "foreign"
+CHATGPT_TREE = FOREIGN / "chatgpt" / "librechat-chatgpt-tree.json"
+CHATGPT_MODERN = FOREIGN / "chatgpt" / "librechat-chatgpt-modern-export.json"
+CHATGPT_TOOLS = FOREIGN / "chatgpt" / "chatgpt-exporter-image-generation.json"
+OPEN_WEBUI_LIBRECHAT = FOREIGN / "openwebui" / "librechat-openwebui-export.json"
+OPEN_WEBUI_APP = FOREIGN / "openwebui" / "mobileapp-openwebui-chats.json"
+LM_STUDIO_FILE = FOREIGN / "lmstudio" / "1746009600000.conversation.json"
+JAN_THREADS = FOREIGN / "jan" / "threads"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_sentence(err: str) -> bool:
+    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
+
+
+def imported(capsys, source: Path, *extra: str) -> tuple[list[int], str]:
+    """Import through the CLI: (the new threads' ids, what it said on stderr)."""
+    code, out, err = run(capsys, "import", source, *extra)
+    assert code == 0, err
+    return [int(line) for line in out.split()], err
+
+
+def exported(capsys, thread: int) -> list[dict]:
+    """The thread's full export, as a list of messages (every branch)."""
+    code, out, err = run(capsys, "export", thread)
+    assert code == 0, err
+    doc = json.loads(out)
+    return doc["messages"] if isinstance(doc, dict) else doc
+
+
+def threads(capsys) -> list[dict]:
+    return json.loads(run(capsys, "threads", "--json", "--no-model")[1])
+
+
+def context_messages(capsys, thread: int) -> list[dict]:
+    """What the engine would send next (the active branch), via ``context --json``."""
+    code, out, err = run(capsys, "context", thread, "--json", "--no-model")
+    assert code == 0, err
+    return json.loads(out)["messages"]
+
+
+def shape(messages: list[dict]) -> list[tuple]:
+    """(role, content, parent's index or None, active) for a branched export."""
+    index = {m["iris"]["id"]: i for i, m in enumerate(messages)}
+    return [(m["role"], m["content"], index.get(m["iris"]["parent_id"]), m["iris"]["active"])
+            for m in messages]
+
+
+# -- ChatGPT --------------------------------------------------------------------------------
+
+
+def test_chatgpt_tree_becomes_branches_with_the_current_node_active(capsys):
+    ids, err = imported(capsys, CHATGPT_TREE)
+    assert len(ids) == 1
+    assert err == "iris-desktop: imported 1 chat from a ChatGPT export\n"
+    assert threads(capsys)[0]["title"] == "Assist user with summary"
+    messages = exported(capsys, ids[0])
+    story = "Sure! Here's a short story for you:\n\n---\n\nOnce upon a time, in a small village " \
+            "nestled between rolling"
+    joke = "Sure, here's one for you:\n\nWhy don't scientists trust atoms?\n\nBecause they " \
+           "make up everything!"
+    # the hidden system node is skipped; "hi there" is the root; two branches fork after
+    # the first reply, the second of them forks again at the last reply (regenerated)
+    assert shape(messages) == [
+        ("user", "hi there", None, True),
+        ("assistant", "Hello! How can I assist you today?", 0, True),
+        ("user", "so cool bro", 1, False),
+        ("assistant", "Thanks! What brings you here today?", 2, False),
+        ("user", "tell me a story", 3, False),
+        ("assistant", story, 4, False),  # cut off in ChatGPT ("in_progress"): kept as it is
+        ("user", "hi again", 1, True),
+        ("assistant", "Hey! Welcome back. What's on your mind?", 6, True),
+        ("user", "tell me a joke", 7, True),
+        ("assistant", joke, 8, False),
+        ("assistant", joke, 8, True),  # current_node
+    ]
+    assert messages[0]["created_at"].startswith("2024-05-01")  # create_time kept
+    sent = context_messages(capsys, ids[0])
+    assert len(sent) == 6 and [m["role"] for m in sent] == ["user", "assistant"] * 3
+
+
+def test_chatgpt_export_of_several_chats_skips_the_empty_one(capsys):
+    ids, err = imported(capsys, CHATGPT_MODERN)
+    assert len(ids) == 2
+    assert err.splitlines() == ["iris-desktop: imported 2 chats from a ChatGPT export",
+                                "iris-desktop: 1 chat with no text message was skipped."]
+    rows = {t["id"]: t for t in threads(capsys)}
+    assert rows[ids[0]]["title"] == "Deploying the staging cluster" and rows[ids[0]]["messages"] == 4
+    assert rows[ids[1]]["title"] == "Weeknight pasta" and rows[ids[1]]["messages"] == 2
+    first = exported(capsys, ids[0])  # one branch: a plain list, the hidden context node gone
+    assert [m["content"] for m in first] == [
+        "How do I roll back the deploy?", "Run `helm rollback staging`.",
+        "And if that fails?", "Restore from the last known-good chart."]
+    assert all("iris" not in m for m in first)
+    assert len(context_messages(capsys, ids[1])) == 2
+
+
+def test_chatgpt_images_and_tool_steps_are_left_out_with_a_note(capsys):
+    """A chatgpt-exporter capture (one conversation object, not a list): images, tool
+    messages, code sent to a tool, reasoning recaps and hidden nodes leave only the text
+    the user typed (its replies were empty in the capture)."""
+    ids, err = imported(capsys, CHATGPT_TOOLS)
+    assert err.splitlines() == [
+        "iris-desktop: imported 1 chat from a ChatGPT export",
+        "iris-desktop: 1 image was left out: Iris imports text only.",
+        "iris-desktop: 6 tool steps (web searches, code runs, image generation) were left "
+        "out; the replies that used them are kept."]
+    assert [(m["role"], m["content"]) for m in exported(capsys, ids[0])] == [
+        ("user", f"question {n}") for n in range(1, 5)]
+    assert len(context_messages(capsys, ids[0])) == 4
+
+
+# -- Open WebUI -----------------------------------------------------------------------------
+
+
+def test_open_webui_export_of_three_chats(capsys):
+    ids, err = imported(capsys, OPEN_WEBUI_LIBRECHAT)
+    assert len(ids) == 3
+    assert err.splitlines() == [
+        "iris-desktop: imported 3 chats from an Open WebUI export",
+        "iris-desktop: 1 tool step (web searches, code runs, image generation) was left "
+        "out; the replies that used them are kept."]
+    assert [t["title"] for t in sorted(threads(capsys), key=lambda t: t["id"])] == [
+        "Chat with reasoning", "Chat with tool call", "Simple linear chat"]
+    # the reasoning and the tool call shown as <details> are not part of the reply
+    assert [m["content"] for m in exported(capsys, ids[0])] == ["What is 15 * 17?", "255"]
+    assert [m["content"] for m in exported(capsys, ids[1])] == [
+        "What's the weather in Paris?", "The weather in Paris is 18C with rain."]
+    assert exported(capsys, ids[2])[1]["created_at"].startswith("2023-11-14")
+    for thread in ids:
+        assert len(context_messages(capsys, thread)) == 2
+
+
+def test_open_webui_history_tree_and_system_prompt(capsys):
+    ids, err = imported(capsys, OPEN_WEBUI_APP)
+    assert len(ids) == 2 and err.startswith("iris-desktop: imported 2 chats from an Open WebUI")
+    robot = exported(capsys, ids[0])
+    assert [m["role"] for m in robot] == ["system", "user", "assistant"]
+    assert robot[0]["content"] == "You talk like a robot from Star Wars."  # chat.params.system
+    code, out, _ = run(capsys, "context", ids[0], "--json", "--no-model")
+    assert code == 0 and json.loads(out)["messages"][0]["role"] == "system"
+    tree = exported(capsys, ids[1])
+    assert shape(tree) == [
+        ("user", "test demande1", None, True),
+        ("assistant", "test reponse1", 0, True),
+        ("user", "test demande2", 1, True),
+        ("assistant", "test reponse2", 2, False),
+        ("user", "test demande3", 3, False),
+        ("assistant", "test reponse3", 2, True),  # history.currentId
+    ]
+    assert [m["role"] for m in context_messages(capsys, ids[1])] == [
+        "user", "assistant", "user", "assistant"]
+
+
+# -- LM Studio ------------------------------------------------------------------------------
+
+
+def test_lm_studio_versions_become_branches(capsys):
+    ids, err = imported(capsys, LM_STUDIO_FILE)
+    assert err.splitlines() == [
+        "iris-desktop: imported 1 chat from an LM Studio conversation",
+        "iris-desktop: 1 image was left out: Iris imports text only.",
+        "iris-desktop: 1 tool step (web searches, code runs, image generation) was left "
+        "out; the replies that used them are kept."]
+    assert threads(capsys)[0]["title"] == "Borrow checker basics"
+    tree = shape(exported(capsys, ids[0]))
+    assert [(role, parent, active) for role, _, parent, active in tree] == [
+        ("system", None, True),      # systemPrompt
+        ("user", 0, True),
+        ("assistant", 1, False),     # the first version of the reply
+        ("assistant", 1, True),      # currentlySelected: 1
+        ("user", 3, False),          # the question before it was edited
+        ("user", 3, True),           # the edited question (its picture left out)
+        ("assistant", 5, True),
+    ]
+    assert tree[3][1].startswith("It checks at compile time")  # no thinking block
+    assert tree[6][1].startswith("Let me check the compiler's wording.\n\n```rust")
+    assert len(context_messages(capsys, ids[0])) == 5
+
+
+# -- Jan ------------------------------------------------------------------------------------
+
+
+def test_jan_threads_folder_imports_every_thread(capsys):
+    ids, err = imported(capsys, JAN_THREADS)
+    assert len(ids) == 2
+    assert err.splitlines() == ["iris-desktop: imported 2 chats from a Jan threads folder",
+                                "iris-desktop: 1 image was left out: Iris imports text only."]
+    documented, seeded = (exported(capsys, thread) for thread in ids)  # oldest first
+    assert [(m["role"], m["content"]) for m in documented] == [
+        ("system", "Explain things simply."),
+        ("user", "How does AI work? Explain it in simple terms."),
+        ("assistant", "AI learns patterns from many examples, then uses those patterns to "
+                      "make a good guess about new inputs."),
+        ("user", "Hello, what is in this picture?"),
+        ("assistant", "I cannot see an image here; could you describe it?"),  # no <think>
+    ]
+    assert [(m["role"], m["content"]) for m in seeded] == [("user", "hey")]
+    assert seeded[0]["created_at"].startswith("2024-08-1")  # "created" in milliseconds
+    sent = context_messages(capsys, ids[0])
+    assert len(sent) == 5 and sent[0]["role"] == "system"  # the thread's own system prompt
+    assert len(context_messages(capsys, ids[1])) == 1
+
+
+@pytest.mark.parametrize("name", ["thread.json", "messages.jsonl", ""])
+def test_jan_thread_from_either_file_or_its_folder(capsys, name):
+    folder = JAN_THREADS / "jan_1699016383"
+    ids, err = imported(capsys, folder / name if name else folder)
+    assert len(ids) == 1 and err.startswith("iris-desktop: imported 1 chat from a Jan thread\n")
+    assert threads(capsys)[0]["title"] == "How does AI work?"
+    assert len(exported(capsys, ids[0])) == 5
+
+
+# -- the loader on its own, refusals, the transaction -----------------------------------------
+
+
+def test_loader_names_the_formats():
+    assert load_conversations(CHATGPT_TREE).format == CHATGPT
+    assert load_conversations(OPEN_WEBUI_APP).format == OPEN_WEBUI
+    assert load_conversations(LM_STUDIO_FILE).format == LM_STUDIO
+    assert load_conversations(JAN_THREADS / "jan_1723493088").format == JAN
+    fmt, chats = load_conversations(AGENT_FILES[0])  # a (format, chats) pair
+    assert fmt == "OpenAI message list" and len(chats) == 1
+
+
+def test_native_files_import_as_before(capsys):
+    code, out, err = run(capsys, "import", AGENT_FILES[0])
+    assert code == 0 and err == "" and out.strip().isdigit()
+
+
+@pytest.mark.parametrize("content,fragment", [
+    ('{"conversations": [{"name": "x"}]}', "not a conversation Iris knows"),
+    ('{"object": "list", "data": []}', "not a conversation Iris knows"),
+    ('[{"title": "t", "mapping": [1, 2]}]', "its 'mapping' must be an object"),
+    ('[{"title": "t", "mapping": {"a": {"parent": null, "children": [], '
+     '"message": {"author": {"role": "system"}, "content": {"parts": ["x"]}}}}}]',
+     "holds no chat with a text message"),
+    ('{"name": "x", "messages": [{"versions": []}]}', "message 1 has no versions"),
+    ('[{"chat": {"history": {"messages": {"a": 5}}}}]', "message 'a' is not an object"),
+])
+def test_unknown_or_broken_shapes_are_refused_in_one_sentence(capsys, tmp_path, content, fragment):
+    source = tmp_path / "export.json"
+    source.write_text(content)
+    code, out, err = run(capsys, "import", source)
+    assert code == 2 and one_sentence(err) and fragment in err and "nothing was written" in err
+    assert out == "" and threads(capsys) == []
+
+
+def test_a_folder_without_threads_is_refused(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "import", tmp_path / "empty")
+    assert code == 2 and one_sentence(err) and "is a folder; give a file" in err
+
+
+def test_one_broken_chat_refuses_the_whole_file(capsys, tmp_path):
+    """Every chat is checked before anything is written: a loop in the last chat's tree
+    leaves the two good chats before it unwritten too."""
+    chats = json.loads(CHATGPT_MODERN.read_text())
+    looped = json.loads(json.dumps(chats[2]))
+    looped["title"] = "Loop"
+    looped["mapping"]["user-3"]["parent"] = "assistant-3"
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps([chats[0], chats[2], looped]))
+    code, _, err = run(capsys, "import", source)
+    assert code == 2 and one_sentence(err) and "chat 3: its messages' parents form a loop" in err
+    assert threads(capsys) == []
+
+
+def test_title_names_one_chat_and_prefixes_several(capsys):
+    imported(capsys, CHATGPT_TREE, "--title", "Old ChatGPT")
+    imported(capsys, CHATGPT_MODERN, "--title", "Archive")
+    assert sorted(t["title"] for t in threads(capsys)) == [
+        "Archive: Deploying the staging cluster", "Archive: Weeknight pasta", "Old ChatGPT"]
+
+
+def test_unreadable_parts_raise_only_the_format_error(tmp_path):
+    """Wrong value kinds deep in a file that looks like an export are one sentence, not a
+    crash."""
+    source = tmp_path / "conversations.json"
+    source.write_text('[{"title": 5, "mapping": {"a": {"parent": 7, "children": "x", '
+                      '"message": {"author": "me", "content": {"parts": [null, 3, "hi"]}}}}}]')
+    with pytest.raises(ConversationFormatError, match="holds no chat with a text message"):
+        load_conversations(source)
+
+
+# -- the GUI ----------------------------------------------------------------------------------
+
+
+def test_gui_file_import_uses_the_same_loader(qtbot, tmp_path, monkeypatch):
+    pytest.importorskip("pytestqt")
+    from iris_desktop.core import foreign
+    from iris_desktop.host import Host
+    from iris_desktop.ui import thread_control
+    from iris_desktop.ui.main_window import main_window
+
+    from fakes import ScriptedRuntime
+
+    loaded: list[str] = []
+    real = foreign.load_conversations
+    monkeypatch.setattr(foreign, "load_conversations",
+                        lambda path: loaded.append(str(path)) or real(path))
+    monkeypatch.setattr(thread_control.QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: (str(OPEN_WEBUI_LIBRECHAT), "")))
+    host = Host(tmp_path / "data", runtime=ScriptedRuntime([]), compact=False)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    try:
+        qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
+        shown: list[str] = []
+        window.app_state.statusMessage.connect(lambda text, _ms: shown.append(text))
+        window.menus.actions["import"].trigger()  # File ▸ Import conversation…
+        qtbot.waitUntil(lambda: window.threads.list.count() == 3 and window.thread_id is not None
+                        and len(window.view.transcript.entries()) == 2, timeout=10_000)
+        assert loaded == [str(OPEN_WEBUI_LIBRECHAT)]
+        assert any(text.startswith("Imported 3 chats from an Open WebUI export.")
+                   and "1 tool step" in text for text in shown)
+    finally:
+        window.shutdown()
+        host.close()
