@@ -34,15 +34,12 @@ from PySide6.QtGui import (
     QTextOption,
 )
 
+from iris_desktop.core import codeguess
+
 #: text that markdown would render differently from plain text
 MARKDOWN = re.compile(r"[*_`#\[\]|>~<&\\]|^\s*(?:[-+]|\d+[.)])\s|^\s{4}|^\s*[=-]{3,}\s*$",
                       re.MULTILINE)
 _OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$")
-#: languages a fence without one may be guessed as: over all of Pygments' lexers the guess
-#: costs up to 30 ms a block and calls a short Python function "Tera Term macro"
-GUESSABLE = ("python", "javascript", "typescript", "c", "cpp", "java", "rust", "go", "bash",
-             "sql", "json", "yaml", "html", "xml", "css", "toml", "diff", "ini", "csharp",
-             "ruby", "php", "kotlin", "swift")
 LIGHT_STYLE, DARK_STYLE = "default", "monokai"
 COPY = "Copy"
 
@@ -113,14 +110,9 @@ def lexer_for(language: str) -> Lexer | None:
 
 
 def guess_language(code: str) -> str:
-    """Pygments' guess among common languages, or "text"."""
-    best, score = "text", 0.0
-    for name in GUESSABLE:
-        lexer = lexer_for(name)
-        value = type(lexer).analyse_text(code) if lexer is not None else 0.0
-        if value > score:
-            best, score = name, value
-    return best
+    """The language of a fence that names none, from its syntax (``core.codeguess``: Pygments'
+    own ``analyse_text`` scores plain Python 0), or "text"."""
+    return codeguess.guess(code)
 
 
 @lru_cache(maxsize=64)
