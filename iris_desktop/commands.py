@@ -10,6 +10,7 @@ Exit codes: 0 success; 1 a runtime failure (for example a model that will not lo
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
@@ -33,6 +34,8 @@ from iris_desktop.core.events import (
     TurnListener,
     dispatch,
 )
+from iris_desktop.core.turns import Turn, TurnOptions
+from iris_desktop.stop import StopEvent
 from iris_desktop.untrusted import json_escape_invisible, show_untrusted
 
 if TYPE_CHECKING:
@@ -614,18 +617,16 @@ def _attachments(args) -> list:
         raise CliError(f"--attach: {exc}; nothing was sent or stored") from None
 
 
-def _turn_of(args, host, message: str | None, cancel: threading.Event, files, printer):
-    """The host operation ``chat``'s flags ask for: send (the default), regenerate, edit
-    or continue."""
-    options = {"confirm_shell": _shell_confirmation(args),
-               "progress": lambda event: dispatch(event, printer)}
+def _turn_of(args, message: str | None, files) -> Turn:
+    """The turn ``chat``'s flags ask for: send (the default), regenerate, edit (with the
+    files ``--attach`` names, like a send) or continue."""
     if args.regenerate:
-        return host.regenerate(args.thread, cancel, **options)
+        return Turn.regenerate(args.thread)
     if args.continue_reply:
-        return host.continue_reply(args.thread, cancel, **options)
+        return Turn.continue_reply(args.thread)
     if args.edit is not None:
-        return host.edit(args.thread, args.edit, message, cancel, **options)
-    return host.send(args.thread, message, cancel, attachments=files, **options)
+        return Turn.edit(args.thread, args.edit, message or "", files)
+    return Turn.send(args.thread, message or "", files)
 
 
 def chat(args, overrides) -> int:
@@ -655,11 +656,13 @@ def chat(args, overrides) -> int:
             _index_for_recall(host, args.thread)
         printer = _ChatPrinter(args.json)
         printer.thread_id = args.thread
-        cancel = printer.cancel = threading.Event()
+        cancel = printer.cancel = StopEvent()
         with _cancel_on_interrupt(cancel):
             # the thread's saved KV state is restored (only the new message is evaluated)
             # and saved again when the host closes, for the next process and the GUI
-            turn = _turn_of(args, host, message, cancel, files, printer)
+            options = TurnOptions(confirm_shell=_shell_confirmation(args),
+                                  progress=functools.partial(dispatch, listener=printer))
+            turn = host.run(_turn_of(args, message, files), cancel, options)
             try:
                 for event in turn:
                     dispatch(event, printer)

@@ -59,12 +59,14 @@ from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
 from iris_desktop.core.tools import Sandbox
+from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.paths import AppPaths, app_paths
 from iris_desktop.reasons import plain_reason as plain_reason
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
 from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, Settings, SettingsError, load_settings
+from iris_desktop.stop import Stop, StopEvent
 from iris_desktop.storage_key import AskPassphrase, Prepared, kv_key, prepare
 
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
@@ -215,12 +217,12 @@ def build_compactor(planner: Planner, store: Store, runtime: ChatModel | None = 
 
 def build_agent(planner: Planner, store: Store, *, confirm_shell: Callable[[str], bool] | None = None,
                 compact: bool = True, progress: Callable[[PromptProgress], None] | None = None,
-                give_way: Any = None) -> Agent:
+                give_way: Stop | None = None) -> Agent:
     """An Agent on ``store`` and the planner's runtime (which must be loaded: RuntimeError).
     ``compact=False``: no compaction at all (a scripted runtime writes no summary).
     ``progress`` is told how far the model has read each prompt, as it reads;
-    ``give_way`` (anything with ``is_set()``) stops a model-written summary after a reply
-    when the user waits for the model (the extractive summary is used)."""
+    ``give_way`` stops a model-written summary after a reply when the user waits for the
+    model (the extractive summary is used)."""
     return Agent(store, planner, sandbox=build_sandbox(planner, confirm_shell),
                  compactor=build_compactor(planner, store, progress=progress) if compact else None,
                  progress=progress, give_way=give_way)
@@ -443,47 +445,71 @@ class Host:
 
     # -- turns ----------------------------------------------------------------------------
 
-    def send(self, thread_id: int | None, text: str, cancel: threading.Event | None = None, *,
-             planner: Planner | None = None, confirm_shell: Callable[[str], bool] | None = None,
-             idle: Any = None, attachments: Sequence[Attachment] = (),
-             progress: Callable[[PromptProgress], None] | None = None) -> Iterator[TurnEvent]:
-        """Answer ``text`` in ``thread_id`` (None: a new thread, announced by
-        ThreadCreated): the thread's KV state is restored, the agent runs the turn (events
-        as ``Agent.send``), and after a compaction the new prefix is evaluated at once so
-        that the next message starts fast (CacheStatus; ``idle``, anything with
-        ``is_set()``, preempts that warm-up; default ``cancel``). A failure outside the
+    def run(self, turn: Turn, cancel: Stop | None = None,
+            options: TurnOptions | None = None) -> Iterator[TurnEvent]:
+        """Run ``turn`` (send, regenerate, edit, continue; ``Agent.run_turn``): a new
+        thread first when it names none (announced by ThreadCreated), the thread's KV
+        state restored, the agent's events, and after a compaction the new prefix
+        evaluated at once so that the next message starts fast (CacheStatus; the options'
+        ``give_way``, default ``cancel``, preempts that warm-up). A failure outside the
         agent's own handling ends the turn with TurnFailed ("internal") and TurnDone."""
-        yield from self._turn(thread_id, lambda agent, tid, c: agent.send(tid, text, c, attachments),
-                              cancel, planner, confirm_shell, idle, progress)
+        cancel = cancel or StopEvent()
+        options = options or TurnOptions()
+        tid = turn.thread_id
+        try:
+            planner = self._turn_planner(options.planner)
+            if tid is None:
+                tid = self.create_thread()
+                yield ThreadCreated(tid)
+            restored = self.open_thread(tid)
+            if restored:
+                yield CacheStatus(tid, "restored", restored)
+            # the summary after the reply gives way to the user's next message, as the
+            # warm-up does
+            agent = build_agent(planner, self.store, confirm_shell=options.confirm_shell,
+                                compact=self.compacts, progress=options.progress,
+                                give_way=options.give_way)
+            compacted = False
+            for event in agent.run_turn(turn, tid, cancel):
+                compacted = compacted or isinstance(event, CompactionFinished)
+                yield event
+                if (isinstance(event, TurnDone) and compacted and event.next_request is not None
+                        and not cancel.is_set()):
+                    yield from self.warm(tid, event.next_request, options.give_way or cancel)
+        except Exception as exc:  # the turn failed outside the agent's own handling
+            yield from self._failed(tid, exc, "The turn failed")
 
-    def regenerate(self, thread_id: int, cancel: threading.Event | None = None, *,
-                   planner: Planner | None = None, confirm_shell: Callable[[str], bool] | None = None,
-                   idle: Any = None, progress: Callable[[PromptProgress], None] | None = None
-                   ) -> Iterator[TurnEvent]:
-        """Answer the thread's newest user message again (``Agent.regenerate``): a new
-        reply beside the old ones, from the cached prompt. Events as :meth:`send`."""
-        yield from self._turn(thread_id, lambda agent, tid, c: agent.regenerate(tid, c), cancel,
-                              planner, confirm_shell, idle, progress)
+    def _turn_planner(self, planner: Planner | None) -> Planner:
+        """The planner a turn runs with: the face's snapshot, or the host's; it must plan
+        for the loaded model."""
+        planner = planner or self.planner()
+        if self.runtime is None or planner.runtime is not self.runtime:
+            raise RuntimeError("no model is loaded")
+        return planner
 
-    def edit(self, thread_id: int, message_id: int, text: str,
-             cancel: threading.Event | None = None, *, planner: Planner | None = None,
-             confirm_shell: Callable[[str], bool] | None = None,
-             idle: Any = None, progress: Callable[[PromptProgress], None] | None = None
+    def send(self, thread_id: int | None, text: str, cancel: Stop | None = None,
+             options: TurnOptions | None = None, attachments: Sequence[Attachment] = ()
              ) -> Iterator[TurnEvent]:
-        """Send ``text`` in place of the user message ``message_id`` (``Agent.edit``): a
-        new branch from there, the old one kept. Events as :meth:`send`."""
-        yield from self._turn(thread_id, lambda agent, tid, c: agent.edit(tid, message_id, text, c),
-                              cancel, planner, confirm_shell, idle, progress)
+        """``run(Turn.send(thread_id, text, attachments), …)``: answer ``text``."""
+        return self.run(Turn.send(thread_id, text, attachments), cancel, options)
 
-    def continue_reply(self, thread_id: int, cancel: threading.Event | None = None, *,
-                       planner: Planner | None = None,
-                       confirm_shell: Callable[[str], bool] | None = None,
-                       idle: Any = None, progress: Callable[[PromptProgress], None] | None = None
-                       ) -> Iterator[TurnEvent]:
-        """Go on with the thread's stopped or cut-off last reply (``Agent.continue_reply``).
-        Events as :meth:`send`."""
-        yield from self._turn(thread_id, lambda agent, tid, c: agent.continue_reply(tid, c),
-                              cancel, planner, confirm_shell, idle, progress)
+    def regenerate(self, thread_id: int, cancel: Stop | None = None,
+                   options: TurnOptions | None = None) -> Iterator[TurnEvent]:
+        """``run(Turn.regenerate(thread_id), …)``: the newest user message answered again,
+        a new reply beside the old ones, from the cached prompt."""
+        return self.run(Turn.regenerate(thread_id), cancel, options)
+
+    def edit(self, thread_id: int, message_id: int, text: str, cancel: Stop | None = None,
+             options: TurnOptions | None = None) -> Iterator[TurnEvent]:
+        """``run(Turn.edit(…), …)``: ``text`` in place of the user message ``message_id``,
+        a new branch from there, the old one kept."""
+        return self.run(Turn.edit(thread_id, message_id, text), cancel, options)
+
+    def continue_reply(self, thread_id: int, cancel: Stop | None = None,
+                       options: TurnOptions | None = None) -> Iterator[TurnEvent]:
+        """``run(Turn.continue_reply(thread_id), …)``: the stopped or cut-off last reply
+        goes on."""
+        return self.run(Turn.continue_reply(thread_id), cancel, options)
 
     def switch_branch(self, thread_id: int, message_id: int, step: int) -> int:
         """Make the alternative ``step`` places from ``message_id`` (a reply, a user
@@ -491,40 +517,7 @@ class Host:
         ValueError when there is none there."""
         return self.store.switch_branch(thread_id, message_id, step)
 
-    def _turn(self, thread_id: int | None, operation: Callable[[Agent, int, threading.Event], Iterator[TurnEvent]],
-              cancel: threading.Event | None, planner: Planner | None,
-              confirm_shell: Callable[[str], bool] | None, idle: Any,
-              progress: Callable[[PromptProgress], None] | None = None) -> Iterator[TurnEvent]:
-        """Run one of the agent's turn operations on ``thread_id`` (None: a new thread,
-        announced by ThreadCreated): the thread's KV state restored first, the new prefix
-        warmed up after a compaction."""
-        cancel = cancel or threading.Event()
-        tid = thread_id
-        try:
-            planner = planner or self.planner()
-            if self.runtime is None or planner.runtime is not self.runtime:
-                raise RuntimeError("no model is loaded")
-            if tid is None:
-                tid = self.create_thread()
-                yield ThreadCreated(tid)
-            restored = self.open_thread(tid)
-            if restored:
-                yield CacheStatus(tid, "restored", restored)
-            # the summary after the reply gives way to the user's next message (``idle``:
-            # a send or a draft waiting for the model), as the warm-up does
-            agent = build_agent(planner, self.store, confirm_shell=confirm_shell,
-                                compact=self.compacts, progress=progress, give_way=idle)
-            compacted = False
-            for event in operation(agent, tid, cancel):
-                compacted = compacted or isinstance(event, CompactionFinished)
-                yield event
-                if (isinstance(event, TurnDone) and compacted and event.next_request is not None
-                        and not cancel.is_set()):
-                    yield from self.warm(tid, event.next_request, idle or cancel)
-        except Exception as exc:  # the turn failed outside the agent's own handling
-            yield from self._failed(tid, exc, "The turn failed")
-
-    def compact(self, thread_id: int, cancel: threading.Event | None = None, *,
+    def compact(self, thread_id: int, cancel: Stop | None = None, *,
                 planner: Planner | None = None, trigger: str = "manual", force: bool = True,
                 progress: Callable[[PromptProgress], None] | None = None) -> Iterator[TurnEvent]:
         """Compact ``thread_id`` now (Compact now; ``force``: whatever the triggers and the
@@ -552,17 +545,17 @@ class Host:
 
     # -- work done while the user reads and types -----------------------------------------
 
-    def prefill(self, thread_id: int, request: ContextRequest, cancel: Any = None
+    def prefill(self, thread_id: int, request: ContextRequest, cancel: Stop | None = None
                 ) -> Iterator[CacheStatus]:
         """Evaluate the draft's planned ``request`` while the user types, so that sending
-        it evaluates only what is new. ``cancel`` (anything with ``is_set()``) makes it
+        it evaluates only what is new. ``cancel`` makes it
         give way (a newer draft, a send)."""
         restored = self.open_thread(thread_id)
         if restored:
             yield CacheStatus(thread_id, "restored", restored)
         yield from self.warm(thread_id, request, cancel, state="prefilling")
 
-    def warm(self, thread_id: int | None, request: ContextRequest, cancel: Any = None,
+    def warm(self, thread_id: int | None, request: ContextRequest, cancel: Stop | None = None,
              state: str = "warming") -> Iterator[CacheStatus]:
         """Evaluate ``request``'s prompt into the KV cache now, at idle, reporting its
         progress (``state`` warming or prefilling), then warmed or prefilled unless it was

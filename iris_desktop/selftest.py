@@ -42,6 +42,7 @@ def missing_lexers() -> list[str]:
 
 def run_self_test(data_dir=None, overrides=None) -> int:
     from iris_desktop.core.events import ReplySaved, TurnFailed
+    from iris_desktop.core.turns import TurnOptions
     from iris_desktop.host import Host, bundled_model_path
     from iris_desktop.paths import app_paths
     from iris_desktop.settings import BUNDLED, load_settings
@@ -66,7 +67,7 @@ def run_self_test(data_dir=None, overrides=None) -> int:
             thread = host.create_thread("self-test")
             reply = ""
             planner = host.planner()
-            for event in host.send(thread, QUESTION, planner=planner):
+            for event in host.send(thread, QUESTION, options=TurnOptions(planner=planner)):
                 if isinstance(event, ReplySaved):
                     reply = event.text
                 elif isinstance(event, TurnFailed):

@@ -84,3 +84,24 @@ def test_the_cli_refuses_a_binary_attachment_before_anything_is_stored(tmp_path,
     assert "not a text file" in capsys.readouterr().err
     assert main([*data, "threads", "--json", "--no-model"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_an_edit_with_attach_keeps_its_file(tmp_path, capsys, model_path):
+    """Before: ``chat --edit … --attach FILE`` silently dropped the file. The edited
+    message carries it like a sent one: stored, shown as a chip, read by the model."""
+    (tmp_path / "list.md").write_text("- 3 lemons\n- basil\n")
+    data = ["--data-dir", str(tmp_path / "data"), "--set", f"model.path={model_path}",
+            "--set", "model.max_tokens=4", "--set", "model.temperature=0", "--set", "model.n_ctx=2048"]
+    assert main([*data, "chat", "--json", "How many lemons?"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    code = main([*data, "chat", "--thread", "1", "--edit", "1", "--attach", str(tmp_path / "list.md"),
+                 "--json", "How many lemons are on my list?"])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    with Host(tmp_path / "data", {}) as host:
+        rows = host.store.messages(1)
+        edited = rows[0]
+        assert edited["id"] != 1 and "- 3 lemons" in edited["content"]
+        entry = load_transcript(host.store, 1)[0]
+        assert entry.text == "How many lemons are on my list?"
+        assert [name for name, _ in entry.attachments] == ["list.md"]

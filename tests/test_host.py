@@ -19,6 +19,7 @@ from iris_desktop.core.events import (
     TurnFailed,
     UserSaved,
 )
+from iris_desktop.core.turns import TurnOptions
 from iris_desktop.host import Host, ModelError
 from iris_desktop.settings import load_settings
 
@@ -152,7 +153,7 @@ def test_a_prefilled_draft_is_sent_evaluating_only_what_is_new(real_host):
     assert progress and progress[-1].done == progress[-1].total == request.predicted_prompt_tokens
     total = progress[-1].total
     assert progress[-1].describe() == f"Prefilling… {total:,} of {total:,} tokens (100%)"
-    sent = list(host.send(thread, draft, planner=planner))
+    sent = list(host.send(thread, draft, options=TurnOptions(planner=planner)))
     stats = next(e for e in sent if isinstance(e, ReplySaved)).stats
     assert stats.prompt_tokens == request.predicted_prompt_tokens and stats.evaluated_tokens <= 1
 
@@ -234,7 +235,7 @@ def test_prompt_progress_arrives_while_the_model_reads(tmp_path):
     seen: list[PromptProgress] = []
     with Host(tmp_path, runtime=ScriptedRuntime(["Hi."]), compact=False) as host:
         host.load_model()
-        list(host.send(None, "Hello", progress=seen.append))
+        list(host.send(None, "Hello", options=TurnOptions(progress=seen.append)))
     assert [e.what for e in seen] == ["reply", "reply"]
     assert seen[0].done == seen[0].start == 0 and seen[-1].done == seen[-1].total > 0
     assert seen[-1].describe().startswith(f"Reading the conversation… {seen[-1].total:,} of")
@@ -260,7 +261,7 @@ def test_the_local_model_reports_its_prompt_batch_by_batch(real_host):
     host = real_host
     seen: list[PromptProgress] = []
     text = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(80))
-    events = list(host.send(None, text, progress=seen.append))
+    events = list(host.send(None, text, options=TurnOptions(progress=seen.append)))
     assert isinstance(events[-1], TurnDone) and events[-1].finish_reason != "error"
     total = seen[-1].total
     assert total > 1024 and seen[0].done == seen[0].start and seen[-1].done == total

@@ -815,7 +815,7 @@ def test_a_warm_up_gives_way_to_a_queued_send(model_path, tmp_path):
     request = planner.plan(host.store, thread)
 
     def warm() -> None:  # as the worker does after a compaction, with its queue as cancel
-        statuses.extend(e.describe() for e in host.warm(thread, request, worker.waiting))
+        statuses.extend(e.describe() for e in host.warm(thread, request, worker.give_way))
 
     runner = th.Thread(target=warm)
     runner.start()
@@ -823,7 +823,7 @@ def test_a_warm_up_gives_way_to_a_queued_send(model_path, tmp_path):
         if len(model.kv_tokens()) > 0 or not runner.is_alive():
             break
         runner.join(0.01)
-    worker.waiting.queued()  # a send arrives
+    worker.give_way.queued()  # a send arrives
     runner.join()
     assert "Ready (warmed up)" not in statuses
     assert len(model.kv_tokens()) < request.predicted_prompt_tokens

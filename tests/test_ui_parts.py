@@ -17,11 +17,12 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from iris_desktop.core.events import ReplyToken, TurnDone, TurnFailed, UserSaved  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
+from iris_desktop.core.turns import Turn  # noqa: E402
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.ui.background import Background  # noqa: E402
 from iris_desktop.ui.composer import Composer  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
-from iris_desktop.ui.model_thread import LoadJob, ModelWorker, SendJob  # noqa: E402
+from iris_desktop.ui.model_thread import LoadJob, ModelWorker, TurnJob  # noqa: E402
 
 from fakes import ScriptedRuntime  # noqa: E402
 
@@ -46,7 +47,7 @@ def test_model_worker_runs_a_turn_synchronously(tmp_path):
     worker.load(LoadJob(session.settings))
     assert loaded[0].info["n_ctx"] == 8192 and loaded[0].runtime is runtime
     planner = Planner.from_settings(session.settings, runtime)
-    worker.send(SendJob(None, "Hello", planner))
+    worker.run_turn(TurnJob(Turn.send(None, "Hello"), planner))
     assert isinstance(events[0], UserSaved) and isinstance(events[-1], TurnDone)
     assert created and all(e.thread_id == created[0] for e in events)
     tokens = [e.text for e in events if isinstance(e, ReplyToken)]
@@ -60,7 +61,7 @@ def test_model_worker_without_a_model_reports_instead_of_raising(session):
     worker = ModelWorker(session)
     events = []
     worker.turnEvent.connect(events.append)
-    worker.send(SendJob(None, "Hello", Planner.from_settings(session.settings)))
+    worker.run_turn(TurnJob(Turn.send(None, "Hello"), Planner.from_settings(session.settings)))
     assert [type(e) for e in events] == [TurnFailed, TurnDone]
     assert "no model is loaded" in events[0].text
     worker.release()

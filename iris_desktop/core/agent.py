@@ -48,7 +48,9 @@ from iris_desktop.core.ports import Usage
 from iris_desktop.core.store import Store
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
+from iris_desktop.core.turns import StopOrGiveWay, Turn
 from iris_desktop.reasons import plain_reason
+from iris_desktop.stop import Stop
 
 log = logging.getLogger("iris.agent")
 
@@ -69,7 +71,7 @@ class Agent:
         compactor: Compactor | None = None,
         clock: Callable[[], float] = time.monotonic,
         progress: Callable[[PromptProgress], None] | None = None,
-        give_way: Any = None,
+        give_way: Stop | None = None,
     ):
         if planner.runtime is None:
             raise RuntimeError("no model is loaded")
@@ -82,16 +84,34 @@ class Agent:
         self.clock = clock
         #: told how far the model has read each prompt, while it reads (PromptProgress)
         self.progress = progress
-        #: anything with ``is_set()``: true while the user waits for the model (a send, a
-        #: draft to prefill); the summary the model writes after a reply then stops and the
-        #: extractive one is used, so the next message never waits behind it
+        #: set while the user waits for the model (a send, a draft to prefill); the summary
+        #: the model writes after a reply then stops and the extractive one is used, so
+        #: the next message never waits behind it
         self.give_way = give_way
         self.model_name = self.runtime.model_name
 
     # -- the turn ---------------------------------------------------------------------------
 
+    def run_turn(self, turn: Turn, thread_id: int, cancel: Stop | None = None
+                 ) -> Iterator[TurnEvent]:
+        """Run ``turn`` in ``thread_id`` (the turn's own, or the one just made for it)."""
+        match turn.kind:
+            case "send":
+                yield from self.send(thread_id, turn.text, cancel, turn.attachments)
+            case "regenerate":
+                yield from self.regenerate(thread_id, cancel)
+            case "edit":
+                if turn.message_id is None:
+                    raise ValueError("an edit names the message it replaces")
+                yield from self.edit(thread_id, turn.message_id, turn.text, cancel,
+                                     turn.attachments)
+            case "continue":
+                yield from self.continue_reply(thread_id, cancel)
+            case _:
+                raise ValueError(f"unknown turn kind {turn.kind!r}")
+
     def send(
-        self, thread_id: int, text: str, cancel: threading.Event | None = None,
+        self, thread_id: int, text: str, cancel: Stop | None = None,
         attachments: Sequence[Attachment] = (),
     ) -> Iterator[TurnEvent]:
         """Commit ``text`` (with its ``attachments``: files the model reads after it) as
@@ -107,7 +127,7 @@ class Agent:
         yield UserSaved(thread_id, user_id, text, tuple(zip((a.name for a in attachments), tokens)))
         yield from self.run(thread_id, cancel)
 
-    def regenerate(self, thread_id: int, cancel: threading.Event | None = None
+    def regenerate(self, thread_id: int, cancel: Stop | None = None
                    ) -> Iterator[TurnEvent]:
         """Answer the active branch's newest user message again. The new reply is an
         alternative beside the old ones, which stay (switch between them with
@@ -125,10 +145,12 @@ class Agent:
         yield from self._on_branch(thread_id, user, self.run(thread_id, cancel, seed=seed))
 
     def edit(self, thread_id: int, message_id: int, text: str,
-             cancel: threading.Event | None = None) -> Iterator[TurnEvent]:
-        """Send ``text`` in place of the user message ``message_id`` of the active branch:
-        a new branch starts where that message was (the old one is kept, an alternative
-        of the new message), and the turn it starts runs."""
+             cancel: Stop | None = None, attachments: Sequence[Attachment] = ()
+             ) -> Iterator[TurnEvent]:
+        """Send ``text`` (with its ``attachments``) in place of the user message
+        ``message_id`` of the active branch: a new branch starts where that message was
+        (the old one is kept, an alternative of the new message), and the turn it starts
+        runs."""
         cancel = cancel or threading.Event()
         row = self.store.messages_by_id([message_id]).get(message_id)
         if (row is None or row["thread_id"] != thread_id or row["role"] != "user"
@@ -137,12 +159,13 @@ class Agent:
                              "this chat's active branch", "internal")
             yield TurnDone(thread_id, "error")
             return
-        user_id = self.store.add_message(thread_id, {"role": "user", "content": text},
+        tokens = [self.planner.counter.count_text(a.block()) for a in attachments]
+        user_id = self.store.add_message(thread_id, with_attachments(text, attachments, tokens),
                                          parent_id=row["parent_id"])
-        yield UserSaved(thread_id, user_id, text)
+        yield UserSaved(thread_id, user_id, text, tuple(zip((a.name for a in attachments), tokens)))
         yield from self.run(thread_id, cancel)
 
-    def continue_reply(self, thread_id: int, cancel: threading.Event | None = None
+    def continue_reply(self, thread_id: int, cancel: Stop | None = None
                        ) -> Iterator[TurnEvent]:
         """Go on with the active branch's last reply from where it stopped (Stop, its
         token cap, a failure). The runtime continues the request's trailing assistant
@@ -172,7 +195,7 @@ class Agent:
             if not started:
                 self.store.set_head(thread_id, before)
 
-    def run(self, thread_id: int, cancel: threading.Event, continuing: dict | None = None,
+    def run(self, thread_id: int, cancel: Stop, continuing: dict | None = None,
             seed: int | None = None) -> Iterator[TurnEvent]:
         """Answer the newest stored turn (after a user message or a tool result), or go on
         with the reply ``continuing`` (a stored row: the head of the active branch).
@@ -220,7 +243,7 @@ class Agent:
                 yield TurnDone(thread_id, "cancelled")
                 return
 
-    def _request(self, thread_id: int, tools_allowed: bool, cancel: threading.Event,
+    def _request(self, thread_id: int, tools_allowed: bool, cancel: Stop,
                  continuing: bool = False):
         """The planner's request, compacting first when it says compaction is due (the
         one that goes on with the last reply: ``continuing``). Returns the request, or the
@@ -237,11 +260,11 @@ class Agent:
         except ConversationTooLargeException as exc:
             return exc
 
-    def _after_reply(self, thread_id: int, cancel: threading.Event):
+    def _after_reply(self, thread_id: int, cancel: Stop):
         """Background compaction when the next request would need it; returns the next
         request (what the views show until the user types), or None if it is too large."""
         if self.compactor is not None:
-            stop = cancel if self.give_way is None else _GiveWay(cancel, self.give_way)
+            stop = cancel if self.give_way is None else StopOrGiveWay(cancel, self.give_way)
             yield from self.compactor.after_reply(thread_id, stop)
         planned = self._plan(thread_id, True)
         return planned if isinstance(planned, ContextRequest) else None
@@ -260,7 +283,7 @@ class Agent:
             tool_calls=[c.to_openai() for c in calls] or None)
         return content, calls
 
-    def _tool_result(self, call: ToolCall, cancel: threading.Event, calls_made: int
+    def _tool_result(self, call: ToolCall, cancel: Stop, calls_made: int
                      ) -> tuple[str, bool, bool]:
         """(result, ok, ran) for one call; every call gets a result, so none is orphaned."""
         if cancel.is_set():
@@ -271,7 +294,7 @@ class Agent:
         text, ok = self._run_tool(call, cancel)
         return text, ok, True
 
-    def _stream(self, thread_id: int, request: ContextRequest, cancel: threading.Event,
+    def _stream(self, thread_id: int, request: ContextRequest, cancel: Stop,
                 continuing: dict | None = None, seed: int | None = None):
         """Stream the reply to ``request``, saving it as it grows; returns (reply id, text,
         stats, error). A failing model keeps the partial text, marked ``error``. A reply
@@ -321,7 +344,7 @@ class Agent:
             call.id = f"call_{reply_id}_{index}"
         return calls
 
-    def _run_tool(self, call: ToolCall, cancel: threading.Event) -> tuple[str, bool]:
+    def _run_tool(self, call: ToolCall, cancel: Stop) -> tuple[str, bool]:
         """Run one call in the sandbox; Stop reaches a running tool through ``cancel``."""
         if call.arguments is None:
             return f"error: malformed tool call: {call.error}", False
@@ -352,21 +375,3 @@ class Agent:
                 finish_reason=stats.finish_reason,
             )
         self.store.add_request(thread_id, row)
-
-
-class _GiveWay:
-    """The after-reply summary's stop: the user's Stop, or someone waiting for the model.
-    ``reason`` is what the compaction records when the model's summary stopped early."""
-
-    def __init__(self, cancel: threading.Event, waiting: Any) -> None:
-        self.cancel = cancel
-        self.waiting = waiting
-
-    def is_set(self) -> bool:
-        return self.cancel.is_set() or bool(self.waiting.is_set())
-
-    @property
-    def reason(self) -> str:
-        if self.cancel.is_set():
-            return "stopped by the user"
-        return "it gave way to your next message"

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.stop import Stop
 from iris_desktop.tokens import Message, continues_reply
 
 from .backends import load_backends
@@ -1103,7 +1104,7 @@ class LocalModel:
                 log.debug("generation: %s", result.stats)
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,
-                cancel: Any = None) -> Prefill:
+                cancel: Stop | None = None) -> Prefill:
         """Evaluate the prompt of ``messages`` into the KV cache without generating, so
         that a request for them (or for them and more) starts at once. Only what differs
         from the cache is evaluated, ``PREFILL_CHUNK_TOKENS`` at a time; the
@@ -1115,7 +1116,7 @@ class LocalModel:
         return Prefill(lambda result: self._prefill(result, list(messages), tools, cancel))
 
     def _prefill(self, result: Prefill, messages: list[Message], tools: list[dict] | None,
-                 cancel: Any) -> Iterator[tuple[int, int]]:
+                 cancel: Stop | None) -> Iterator[tuple[int, int]]:
         with self._lock:
             self._check_open()
             llm = self._llm

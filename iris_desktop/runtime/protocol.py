@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from iris_desktop.stop import Stop
 from iris_desktop.tokens import Message, TokenCounter
 
 __all__ = [
@@ -281,7 +282,7 @@ class Runtime(Protocol):
         ...
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,
-                cancel: Any = None) -> Prefill:
+                cancel: Stop | None = None) -> Prefill:
         """Evaluate the prompt of ``messages`` into the cache without generating; only
         what differs from the cache is evaluated. ``cancel`` (anything with
         ``is_set()``) stops it between two graph nodes. Raises :class:`Unsupported`

@@ -24,7 +24,7 @@ from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.meter import BudgetMeter
-from iris_desktop.ui.model_thread import ModelThread, SendJob
+from iris_desktop.ui.model_thread import ModelThread, PrefillJob
 
 log = logging.getLogger("iris.ui.context")
 
@@ -215,7 +215,7 @@ class ContextControl(QObject):
     def draft_edited(self) -> None:
         """The draft changed: a prefill under way gives way now, a new one follows
         after a pause in typing."""
-        self.model.worker.waiting.interrupt()
+        self.model.worker.give_way.interrupt()
         self._prefill_timer.start()
 
     def _prefill_draft(self) -> None:
@@ -227,7 +227,7 @@ class ContextControl(QObject):
         def prefill(request) -> None:
             if (isinstance(request, ContextRequest) and tid == state.thread_id
                     and draft == self.composer.model_draft() and not state.generating):
-                self.model.prefill(SendJob(tid, draft, planner, request=request))
+                self.model.prefill(PrefillJob(tid, planner, request))
 
         self.background.run(lambda store: planner.plan_or_error(store, tid, draft), prefill,
                             self._counting_failed, key="prefill")

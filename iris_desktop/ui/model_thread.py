@@ -26,29 +26,42 @@ from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.events import CacheStatus, ThreadCreated, TurnEvent
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.semantic import TextEmbedder
+from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.host import LOAD_STAGES, Host
 from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, Settings
+from iris_desktop.stop import StopEvent
 
 log = logging.getLogger("iris.ui.model")
 
 
 @dataclass(frozen=True)
-class SendJob:
-    """One turn to run: the thread (None: a new one), the text, and the planner
-    (settings snapshot and model) it is planned with. ``kind``: send | regenerate |
-    edit (``message_id`` is the user message the text replaces) | continue."""
+class TurnJob:
+    """One turn to run (``core.turns.Turn``) and the planner (settings snapshot and
+    model) it is planned with; setting ``cancel`` is Stop."""
 
-    thread_id: int | None
-    text: str
+    turn: Turn
     planner: Planner
-    cancel: threading.Event = field(default_factory=threading.Event)
-    #: a prefill's planned request (the draft's)
-    request: ContextRequest | None = None
-    kind: str = "send"
-    message_id: int | None = None
-    #: files sent with the message (core.attachments.Attachment)
-    attachments: tuple = ()
+    cancel: StopEvent = field(default_factory=StopEvent)
+
+
+@dataclass(frozen=True)
+class CompactJob:
+    """Compact ``thread_id`` now (Compact now); setting ``cancel`` stops a model-written
+    summary early (the extractive one is used)."""
+
+    thread_id: int
+    planner: Planner
+    cancel: StopEvent = field(default_factory=StopEvent)
+
+
+@dataclass(frozen=True)
+class PrefillJob:
+    """Evaluate the draft's planned ``request`` in ``thread_id`` while the user types."""
+
+    thread_id: int
+    planner: Planner
+    request: ContextRequest
 
 
 @dataclass(frozen=True)
@@ -72,9 +85,12 @@ class ShellQuestion:
         self.answered.set()
 
 
-class Waiting:
-    """How many jobs are queued for the model thread (counted across threads). A warm-up
-    polls ``is_set()`` as its cancel: true as soon as anything else waits."""
+class GiveWay:
+    """How many jobs are queued for the model thread (counted across threads): a
+    ``core.turns.Stop`` that a warm-up, a prefill or an after-reply summary polls, set as
+    soon as anything else waits for the model."""
+
+    reason = "it gave way to your next message"
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -129,8 +145,8 @@ class ModelWorker(QObject):
         self._closing = threading.Event()
         self._cancel: threading.Event | None = None
         #: jobs queued behind the one running: a warm-up or a prefill under way stops
-        #: between two graph nodes as soon as anything else is waiting
-        self.waiting = Waiting()
+        #: between two graph nodes as soon as anything else waits for the model
+        self.give_way = GiveWay()
 
     # -- loading --
 
@@ -138,7 +154,7 @@ class ModelWorker(QObject):
     def load(self, job: LoadJob) -> None:
         """Load the model for ``job.settings``; a load that fails or is cancelled leaves
         the model in use as it was (see ``Host.load_model``)."""
-        self.waiting.started()
+        self.give_way.started()
         try:
             if job.settings["model.path"] == BUNDLED:
                 self.loading.emit("Preparing the bundled model…")
@@ -177,23 +193,16 @@ class ModelWorker(QObject):
             self.turnEvent.emit(event)
 
     @Slot(object)
-    def send(self, job: SendJob) -> None:
-        self.waiting.started()
+    def run_turn(self, job: TurnJob) -> None:
+        """Run one turn (``Host.run``), each event it yields emitted as a signal."""
+        self.give_way.started()
         self._cancel = job.cancel
-        thread_id = job.thread_id
+        thread_id = job.turn.thread_id
         # PromptProgress comes from inside an evaluation: emitted at once, drawn queued
-        options = dict(planner=job.planner, confirm_shell=self._confirm_shell, idle=self.waiting,
-                       progress=self.turnEvent.emit)
-        host = self.host
-        turns = {
-            "send": lambda: host.send(job.thread_id, job.text, job.cancel,
-                                      attachments=job.attachments, **options),
-            "regenerate": lambda: host.regenerate(job.thread_id, job.cancel, **options),
-            "edit": lambda: host.edit(job.thread_id, job.message_id, job.text, job.cancel, **options),
-            "continue": lambda: host.continue_reply(job.thread_id, job.cancel, **options),
-        }
+        options = TurnOptions(planner=job.planner, confirm_shell=self._confirm_shell,
+                              give_way=self.give_way, progress=self.turnEvent.emit)
         try:
-            for event in turns[job.kind]():
+            for event in self.host.run(job.turn, job.cancel, options):
                 if isinstance(event, ThreadCreated):
                     thread_id = event.thread_id
                 self._emit(event)
@@ -203,23 +212,22 @@ class ModelWorker(QObject):
             self.turnFinished.emit(thread_id)
 
     @Slot(object)
-    def prefill(self, job: SendJob) -> None:
+    def prefill(self, job: PrefillJob) -> None:
         """Evaluate the request planned for the draft while the user types."""
-        self.waiting.started()
-        if self.waiting.is_set():
+        self.give_way.started()
+        if self.give_way.is_set():
             return  # a newer draft or a send is queued: this draft is stale
         host = self.host
-        if (host.runtime is None or job.planner.runtime is not host.runtime
-                or job.request is None or job.thread_id is None):
+        if host.runtime is None or job.planner.runtime is not host.runtime:
             return
-        for event in host.prefill(job.thread_id, job.request, self.waiting):
+        for event in host.prefill(job.thread_id, job.request, self.give_way):
             self._emit(event)
 
     @Slot(object)
-    def compact(self, job: SendJob) -> None:
+    def compact(self, job: CompactJob) -> None:
         """Compact ``job.thread_id`` now (Compact now), whatever the triggers and the
         circuit breaker say; reported like a turn, ending with TurnDone."""
-        self.waiting.started()
+        self.give_way.started()
         self._cancel = job.cancel
         try:
             for event in self.host.compact(job.thread_id, job.cancel, planner=job.planner,
@@ -232,7 +240,7 @@ class ModelWorker(QObject):
     @Slot(int)
     def delete(self, thread_id: int) -> None:
         """Delete a thread and its saved KV states (``Host.delete_thread``)."""
-        self.waiting.started()
+        self.give_way.started()
         try:
             self.host.delete_thread(thread_id)
         except Exception as exc:  # said in the log; the list shows what is still there
@@ -255,7 +263,7 @@ class ModelThread(QObject):
     """The GUI side of the model worker: starts the thread, forwards requests."""
 
     _load = Signal(object)
-    _send = Signal(object)
+    _turn = Signal(object)
     _compact = Signal(object)
     _prefill = Signal(object)
     _delete = Signal(int)
@@ -268,7 +276,7 @@ class ModelThread(QObject):
         self.thread.setObjectName("iris-model")
         self.worker.moveToThread(self.thread)
         self._load.connect(self.worker.load)
-        self._send.connect(self.worker.send)
+        self._turn.connect(self.worker.run_turn)
         self._compact.connect(self.worker.compact)
         self._prefill.connect(self.worker.prefill)
         self._delete.connect(self.worker.delete)
@@ -279,26 +287,26 @@ class ModelThread(QObject):
     def load(self, settings: Settings) -> LoadJob:
         """Queue a load; the returned job's ``cancel`` stops it."""
         job = LoadJob(settings)
-        self.worker.waiting.queued()
+        self.worker.give_way.queued()
         self._load.emit(job)
         return job
 
-    def send(self, job: SendJob) -> None:
-        """A send never waits for a warm-up: the one under way stops at once."""
-        self.worker.waiting.queued()
-        self._send.emit(job)
+    def run_turn(self, job: TurnJob) -> None:
+        """A turn never waits for a warm-up: the one under way stops at once."""
+        self.worker.give_way.queued()
+        self._turn.emit(job)
 
-    def compact(self, job: SendJob) -> None:
-        self.worker.waiting.queued()
+    def compact(self, job: CompactJob) -> None:
+        self.worker.give_way.queued()
         self._compact.emit(job)
 
-    def prefill(self, job: SendJob) -> None:
-        self.worker.waiting.queued()  # a prefill for an older draft gives way to this one
+    def prefill(self, job: PrefillJob) -> None:
+        self.worker.give_way.queued()  # a prefill for an older draft gives way to this one
         self._prefill.emit(job)
 
     def delete(self, thread_id: int) -> None:
         """Queue the deletion of a thread; ``worker.threadDeleted`` follows."""
-        self.worker.waiting.queued()
+        self.worker.give_way.queued()
         self._delete.emit(thread_id)
 
     def close(self, cancel: threading.Event | None = None) -> None:

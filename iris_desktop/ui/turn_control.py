@@ -27,10 +27,12 @@ from iris_desktop.core.events import (
     UserSaved,
     dispatch,
 )
+from iris_desktop.core.turns import Turn
 from iris_desktop.core.views import Entry, call_label, pretty_arguments
+from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
-from iris_desktop.ui.model_thread import ModelThread, SendJob, ShellQuestion
+from iris_desktop.ui.model_thread import CompactJob, ModelThread, ShellQuestion, TurnJob
 from iris_desktop.ui.server_dialog import confirm_send
 from iris_desktop.ui.transcript import TranscriptView
 from iris_desktop.untrusted import show_untrusted
@@ -81,7 +83,7 @@ class TurnControl(QObject, TurnListener):
         if not self.may_send():
             return  # the user declined to send to that server: the draft stays
         self.composer.clear(quiet=True)  # the request the agent reports redraws the meter
-        self._start("send", text, attachments=files)
+        self._start(Turn.send(state.thread_id, text, files))
 
     def regenerate(self, message_id: int) -> None:
         """Answer the open thread's last message again: a new alternative reply (the
@@ -89,34 +91,32 @@ class TurnControl(QObject, TurnListener):
         new one streams in."""
         if self._can_start():
             self._cut_after_last("user")
-            self._start("regenerate")
+            self._start(Turn.regenerate(self.app_state.thread_id))
 
     def edit(self, message_id: int, text: str) -> None:
         """Send ``text`` in place of the user message ``message_id``: a new branch from
         there (the old one stays, behind the switcher)."""
         if self._can_start() and text.strip():
             self._cut_from(f"m:{message_id}")
-            self._start("edit", text, message_id)
+            self._start(Turn.edit(self.app_state.thread_id, message_id, text))
 
     def continue_reply(self, message_id: int) -> None:
         """Go on with the stopped or cut-off reply ``message_id`` (the open thread's last)."""
         if self._can_start():
-            self._start("continue", message_id=message_id)
+            self._start(Turn.continue_reply(self.app_state.thread_id))
 
     def _can_start(self) -> bool:
         state = self.app_state
         return (not state.generating and state.model_state == "ready"
                 and state.thread_id is not None and self.may_send())
 
-    def _start(self, kind: str, text: str = "", message_id: int | None = None,
-               attachments: tuple = ()) -> None:
+    def _start(self, turn: Turn) -> None:
         state = self.app_state
-        self.cancel = threading.Event()
+        self.cancel = StopEvent()
         state.set_generating(True)
         state.show_status("Thinking…")
         self.view.follow_bottom()
-        self.model.send(SendJob(state.thread_id, text, state.planner, self.cancel, kind=kind,
-                                message_id=message_id, attachments=attachments))
+        self.model.run_turn(TurnJob(turn, state.planner, self.cancel))
 
     def _cut_after_last(self, role: str) -> None:
         """Show the transcript up to its last ``role`` message (the rest is replaced)."""
@@ -144,9 +144,9 @@ class TurnControl(QObject, TurnListener):
             return
         if not self.may_send():  # a summary the server writes carries the chat too
             return
-        self.cancel = threading.Event()
+        self.cancel = StopEvent()
         state.set_generating(True)
-        self.model.compact(SendJob(state.thread_id, "", state.planner, self.cancel))
+        self.model.compact(CompactJob(state.thread_id, state.planner, self.cancel))
 
     def may_send(self) -> bool:
         """Before a conversation first goes to a server on another machine, ask once per

@@ -1,0 +1,27 @@
+"""The one protocol for "stop", shared by every layer: the user's Stop, a deadline's
+end, or the model giving way to the user's next message. A long operation (streaming,
+prompt evaluation, a prefill, a summary, a download) polls ``is_set()`` between two steps."""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Stop(Protocol):
+    """Set when the operation that polls it should stop. ``reason``, where there is
+    one, says why in words (:func:`stop_reason`)."""
+
+    def is_set(self) -> bool: ...
+
+
+class StopEvent(threading.Event):
+    """The user's Stop: a ``threading.Event`` that says why it was set."""
+
+    reason = "stopped by the user"
+
+
+def stop_reason(stop: Stop | None, default: str = "stopped by the user") -> str:
+    """Why ``stop`` was set, in words."""
+    return str(getattr(stop, "reason", default) or default)
