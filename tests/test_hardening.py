@@ -364,13 +364,13 @@ def test_unreadable_import_is_a_clear_error(capsys, tmp_path, monkeypatch):
     made to fail as a permission error would."""
     source = _write(tmp_path / "chat.json", '[{"role": "user", "content": "hi"}]')
     if IS_ROOT or os.name != "posix":
-        real_open = Path.open
+        real_open = os.open  # how import opens a file (non-blocking, after checking its type)
 
-        def refuse(self, *args, **kwargs):
-            if self == source:
-                raise PermissionError(13, "Permission denied", str(self))
-            return real_open(self, *args, **kwargs)
-        monkeypatch.setattr(Path, "open", refuse)
+        def refuse(path, *args, **kwargs):
+            if Path(path) == source:
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, *args, **kwargs)
+        monkeypatch.setattr(os, "open", refuse)
     else:
         os.chmod(source, 0)
     code, _, err = run(capsys, "import", source)

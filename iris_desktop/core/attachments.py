@@ -8,12 +8,15 @@ carries ``attachments``, what the transcript shows instead of the blocks: a chip
 with its name, size and tokens, and where the typed text ends.
 
 Only text is accepted (plain text, Markdown, source code, CSV, JSON…): UTF-8, no NUL
-byte. Anything else is refused with one sentence that says what was read.
+byte, from a regular file (a device such as ``/dev/zero`` or a named pipe is refused by its
+type, never read). Anything else is refused with one sentence that says what was read.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +30,85 @@ MAX_ATTACHMENT_BYTES = 8 * 1024 * 1024
 OPEN, CLOSE = "<file name={name}>\n", "\n</file>"
 
 
+#: the most files one message's ``attachments`` record may list, and the longest name
+MAX_FILES = 1000
+MAX_NAME_CHARS = 255
+#: what a file's block adds to its tokens besides its text: its name (escaped, up to six
+#: bytes a character) and the tags, a token being at least a byte
+_BLOCK_TOKENS = 6 * MAX_NAME_CHARS + 64
+
+
 class AttachmentError(ValueError):
     """A file that cannot be attached; the message names it and says why."""
+
+
+class NotAFileError(OSError):
+    """Something that is not a regular file (a folder, a device, a named pipe, a socket);
+    ``kind`` says which, as "a named pipe (FIFO)"."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+class TooLargeError(OSError):
+    """A file larger than the limit; ``size`` is its size, or None when it grew past the
+    limit while it was read."""
+
+    def __init__(self, size: int | None):
+        super().__init__(size)
+        self.size = size
+
+
+def file_kind(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file ("a folder", "a named pipe
+    (FIFO)", …); None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+#: O_NONBLOCK: a named pipe swapped in after the check cannot make the open wait for a
+#: writer. O_BINARY: no newline translation (Windows).
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_BINARY", 0))
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, of at most ``limit`` bytes. What is not a
+    regular file is refused by its type before it is opened (``/dev/zero`` never ends, a
+    named pipe may never be written to), and again once open, without blocking; never
+    more than ``limit`` + 1 bytes are read, even from a file that grows meanwhile. Raises
+    NotAFileError, TooLargeError or another OSError."""
+    kind = file_kind(os.stat(path).st_mode)
+    if kind:
+        raise NotAFileError(kind)
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        kind = file_kind(info.st_mode)
+        if kind:  # replaced between the two looks
+            raise NotAFileError(kind)
+        if info.st_size > limit:
+            raise TooLargeError(info.st_size)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:  # what the size says and 64 KiB more at a time: a /proc file says 0
+            chunk = os.read(fd, min(limit + 1 - size, max(info.st_size - size, 0) + 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise TooLargeError(None)
+    return b"".join(chunks)
 
 
 @dataclass(frozen=True)
@@ -46,17 +126,23 @@ class Attachment:
 
 
 def read_attachment(path: str | Path, limit: int = MAX_ATTACHMENT_BYTES) -> Attachment:
-    """A text file to attach; AttachmentError for a folder, an unreadable or too large
-    file, or one that is not UTF-8 text (a NUL byte, other bytes)."""
+    """A text file to attach; AttachmentError for a folder or anything else that is not a
+    regular file, an unreadable or too large file, or one that is not UTF-8 text (a NUL
+    byte, other bytes)."""
     path = Path(path)
     try:
-        if path.is_dir():
-            raise AttachmentError(f"{path.name} is a folder; attach a file")
-        size = path.stat().st_size
-        if size > limit:
-            raise AttachmentError(f"{path.name} is {size:,} bytes, more than the {limit:,} a file "
-                                  "may have to be attached")
-        data = path.read_bytes()
+        data = read_regular_file(path, limit)
+    except NotAFileError as exc:
+        if exc.kind == "a folder":
+            raise AttachmentError(f"{path.name} is a folder; attach a file") from None
+        raise AttachmentError(f"{path.name} is {exc.kind}, not a regular file; attach a "
+                              "file") from None
+    except TooLargeError as exc:
+        if exc.size is None:
+            raise AttachmentError(f"{path.name} grew past the {limit:,} bytes a file may have "
+                                  "to be attached while it was read") from None
+        raise AttachmentError(f"{path.name} is {exc.size:,} bytes, more than the {limit:,} a "
+                              "file may have to be attached") from None
     except OSError as exc:
         raise AttachmentError(f"cannot read {path.name} ({exc.strerror or exc})") from None
     if b"\0" in data:
@@ -93,14 +179,80 @@ def model_text(text: str, attachments: Sequence[Attachment]) -> str:
 
 def shown(message: Message) -> tuple[str, list[tuple[str, int]]]:
     """(the typed text, [(file name, tokens or bytes)]) of a stored message, what the
-    transcript shows; a message without files is its text and no chips."""
+    transcript shows; a message without files is its text and no chips. A record that
+    is not what :func:`with_attachments` writes (stored before imports checked it) shows
+    what it can: never an exception."""
     content = message.get("content")
     text = content if isinstance(content, str) else ""
     meta: Any = message.get("attachments")
     if not isinstance(meta, dict) or not isinstance(meta.get("files"), list):
         return text, []
     chars = meta.get("text_chars")
-    typed = text[:chars] if isinstance(chars, int) and 0 <= chars <= len(text) else text
-    chips = [(str(f.get("name", "file")), int(f.get("tokens", f.get("bytes", 0)) or 0))
-             for f in meta["files"] if isinstance(f, dict)]
+    typed = text[:chars] if _count(chars) is not None and chars <= len(text) else text
+    chips = []
+    for f in meta["files"][:MAX_FILES]:
+        if not isinstance(f, dict):
+            continue
+        name = f.get("name")
+        name = name[:MAX_NAME_CHARS] if isinstance(name, str) and name else "file"
+        size = _count(f.get("tokens"))
+        chips.append((name, size if size is not None else _count(f.get("bytes")) or 0))
     return typed, chips
+
+
+def _count(value: Any) -> int | None:
+    """``value`` when it is a count (an int ≥ 0, not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
+
+
+def record_problem(meta: Any, content: Any) -> str | None:
+    """What is wrong with a message's ``attachments`` record for its ``content`` (the
+    text the model reads), as a clause ("file 2 has no name"); None when it is a record
+    :func:`with_attachments` could have written: ``text_chars`` within the text, and for
+    each file (at most MAX_FILES) a name (at most MAX_NAME_CHARS characters, neither '/'
+    nor NUL: what a file system allows), its bytes (at most MAX_ATTACHMENT_BYTES, all of
+    them together within the text) and optionally its tokens."""
+    if not isinstance(meta, dict):
+        return f"it is {_kind(meta)}, not an object"
+    if set(meta) != {"text_chars", "files"}:
+        return "it must hold exactly 'text_chars' and 'files'"
+    if not isinstance(content, str):
+        return "the message's content is not text"
+    chars = _count(meta["text_chars"])
+    if chars is None or chars > len(content):
+        return f"'text_chars' must be a whole number from 0 to {len(content):,}, the length " \
+               "of the message's text"
+    files = meta["files"]
+    if not isinstance(files, list) or not 1 <= len(files) <= MAX_FILES:
+        return f"'files' must be a list of 1 to {MAX_FILES:,} files"
+    total = 0
+    for n, f in enumerate(files, start=1):
+        if not isinstance(f, dict):
+            return f"file {n} is {_kind(f)}, not an object"
+        if not {"name", "bytes"} <= set(f) <= {"name", "bytes", "tokens"}:
+            return f"file {n} must hold 'name', 'bytes' and optionally 'tokens', nothing else"
+        name = f["name"]
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+            return f"file {n}'s name must be text of 1 to {MAX_NAME_CHARS} characters"
+        if "/" in name or "\0" in name:  # no file's name can hold either
+            return f"file {n}'s name holds a '/' or a NUL, which no file name can"
+        size = _count(f["bytes"])
+        if size is None or size > MAX_ATTACHMENT_BYTES:
+            return f"file {n}'s 'bytes' must be a whole number from 0 to {MAX_ATTACHMENT_BYTES:,}"
+        total += size
+        if "tokens" in f:
+            tokens = _count(f["tokens"])
+            if tokens is None or tokens > size + _BLOCK_TOKENS:
+                return f"file {n}'s 'tokens' must be a whole number from 0 to {size + _BLOCK_TOKENS:,}"
+    if total > len(content.encode("utf-8", "surrogatepass")):
+        return f"its files add up to {total:,} bytes, more than the message's text holds"
+    return None
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as a sentence names it."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return {dict: "an object", list: "a list", str: "a string", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)

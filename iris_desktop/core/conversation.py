@@ -1,8 +1,12 @@
 """Reading and writing conversations in the OpenAI chat-message format.
 
 Accepted on import: a JSON array of messages, a JSON object with a ``messages`` array
-(other keys ignored, as in the test corpus), or JSONL with one message per line. Every
+(other keys ignored, as in the test corpus), or JSONL with one message per line, read
+from a regular file (a device or a named pipe is refused by its type, never read). Every
 message is checked before anything is written; the error names the line or index.
+Content given as OpenAI content parts (``[{"type": "text", "text": …}, …]``) is stored as
+the text it holds, the parts one after the other with a newline between; a part that is
+not text (an image, audio, a file) is refused: Iris reads text only.
 
 A thread with branches (regenerated replies, edited messages) exports every branch: an
 object ``{"format": "iris-branches", "title": …, "messages": […]}`` whose messages each
@@ -20,7 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.core.attachments import (
+    NotAFileError,
+    TooLargeError,
+    read_regular_file,
+    record_problem,
+)
 from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
+from iris_desktop.core.store.rows import ContentPartsError, parts_text
 from iris_desktop.files import atomic_write
 from iris_desktop.tokens import Message
 
@@ -30,6 +41,10 @@ BRANCHES_FORMAT = "iris-branches"
 TREE_KEY = "iris"
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
+#: the deepest a message's values may nest (a message and its tool calls use four
+#: levels): each read of a stored message parses its JSON again, recursively, wherever
+#: it runs, so deeper values would fail there and not here
+MAX_NESTING = 64
 _TOO_LONG_NUMBER = (f"a number has more than {sys.get_int_max_str_digits():,} digits, "
                     "which is not a value a conversation holds")
 
@@ -39,7 +54,8 @@ class ConversationFormatError(ValueError):
 
 
 def load_conversation(path: str | Path) -> tuple[list[Message], str | None]:
-    """Parse and validate a conversation file. Returns (messages, title from the file).
+    """Parse and validate a conversation file. Returns (messages, title from the file),
+    each message's content text (or None): content parts become the text they hold.
     Raises ConversationFormatError, and nothing else, for any file."""
     path = Path(path)
     text = read_text_file(path, MAX_IMPORT_BYTES)
@@ -51,19 +67,27 @@ def load_conversation(path: str | Path) -> tuple[list[Message], str | None]:
     validate_messages(messages, where)
     if title is not None:
         _check_storable(title, f"{path}: title")
-    return messages, title
+    return [_with_text(m) for m in messages], title
 
 
 def read_text_file(path: Path, limit: int) -> str:
     """A UTF-8 text file of at most ``limit`` bytes; ConversationFormatError for
-    anything else (a folder, an unreadable file, other bytes)."""
+    anything else (a folder, a device, a named pipe, an unreadable file, other bytes).
+    Never blocks and never reads more than ``limit`` + 1 bytes
+    (:func:`~iris_desktop.core.attachments.read_regular_file`)."""
     try:
-        if path.is_dir():
-            raise ConversationFormatError(f"{path} is a folder; give a file")
-        if path.stat().st_size > limit:
+        data = read_regular_file(path, limit)
+    except NotAFileError as exc:
+        if exc.kind == "a folder":
+            raise ConversationFormatError(f"{path} is a folder; give a file") from None
+        raise ConversationFormatError(f"{path} is {exc.kind}, not a regular file; give a "
+                                      "file") from None
+    except TooLargeError as exc:
+        if exc.size is None:
             raise ConversationFormatError(
-                f"{path}: {path.stat().st_size:,} bytes is larger than the limit of {limit:,}")
-        data = path.read_bytes()
+                f"{path}: it grew past the limit of {limit:,} bytes while it was read") from None
+        raise ConversationFormatError(
+            f"{path}: {exc.size:,} bytes is larger than the limit of {limit:,}") from None
     except OSError as exc:
         raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     try:
@@ -119,7 +143,9 @@ def _parse_jsonl(path: Path, text: str):
 
 
 def validate_messages(messages: list[Any], where=lambda i: f"message index {i}") -> None:
-    """Check roles, field types and that every tool result answers an earlier call."""
+    """Check roles, field types, content (text, or content parts that are all text),
+    ``attachments`` records, and that every tool result answers an earlier call (in a
+    branched export, a call on its own branch)."""
     if not messages:
         raise ConversationFormatError(f"{where(0).rsplit(':', 1)[0]}: no messages")
     open_calls: set[str] = set()
@@ -131,9 +157,7 @@ def validate_messages(messages: list[Any], where=lambda i: f"message index {i}")
             raise ConversationFormatError(
                 f"{where(i)}: unknown role {role!r}; expected one of {', '.join(ROLES)}"
             )
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise ConversationFormatError(f"{where(i)}: content must be a string, a list or null")
+        _check_content(message, where(i))
         calls = message.get("tool_calls")
         if calls is not None:
             if role != "assistant" or not isinstance(calls, list):
@@ -166,13 +190,37 @@ def validate_messages(messages: list[Any], where=lambda i: f"message index {i}")
             raise ConversationFormatError(
                 f"{where(i)}: its time is not a date ({exc}); use ISO 8601 such as "
                 "2024-03-04T19:30:00+01:00, or seconds since 1970") from None
+        if _too_deep(message):
+            raise ConversationFormatError(f"{where(i)}: nested more than {MAX_NESTING} levels "
+                                          "deep, deeper than a conversation holds")
         _check_storable(message, where(i))
     validate_tree(messages, where)
 
 
+def _check_content(message: dict[str, Any], where: str) -> None:
+    """Content is text, null, or content parts that are all text; an ``attachments``
+    record is one Iris could have written for that text."""
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise ConversationFormatError(f"{where}: content must be a string, a list or null")
+    if isinstance(content, list):
+        try:
+            content = parts_text(content)
+        except ContentPartsError as exc:
+            sep = " " if str(exc).startswith("holds") else ": "  # "… index 2 holds an image"
+            raise ConversationFormatError(f"{where}{sep}{exc}") from None
+    if message.get("attachments") is not None:
+        problem = record_problem(message["attachments"], content)
+        if problem:
+            raise ConversationFormatError(
+                f"{where}: its 'attachments' is not a record of attached files Iris can show "
+                f"({problem}); fix it or remove the key")
+
+
 def validate_tree(messages: list[Message], where=lambda i: f"message index {i}") -> None:
     """A branched export's tree (``TREE_KEY`` on every message, or on none): unique ids,
-    each parent an earlier message, ``active`` a boolean."""
+    each parent an earlier message, ``active`` a boolean, and each tool result's call on
+    its own branch (made by one of its ancestors)."""
     marked = [TREE_KEY in m for m in messages]
     if not any(marked):
         return
@@ -191,6 +239,43 @@ def validate_tree(messages: list[Message], where=lambda i: f"message index {i}")
         if not isinstance(node.get("active", False), bool):
             raise ConversationFormatError(f"{where(i)}: 'active' must be true or false")
         seen.add(node["id"])
+    _check_calls_per_branch(messages, where)
+
+
+def _check_calls_per_branch(messages: list[Message], where) -> None:
+    """Every tool result answers a call made above it on its own branch: the engine keeps
+    a call and its result together along a path, and a result whose call is on another
+    branch would be sent with no call. One walk of the tree (no recursion: a branch may be
+    a hundred thousand messages long), counting the calls on the path to each message."""
+    children: dict[Any, list[int]] = {}
+    for i, message in enumerate(messages):
+        children.setdefault(message[TREE_KEY].get("parent_id"), []).append(i)
+    on_path: dict[str, int] = {}
+    stack: list[tuple[int, bool]] = [(i, False) for i in reversed(children.get(None, []))]
+    while stack:
+        i, leaving = stack.pop()
+        message = messages[i]
+        calls = [call["id"] for call in message.get("tool_calls") or []]
+        if leaving:
+            for call_id in calls:
+                on_path[call_id] -= 1
+            continue
+        call_id = message.get("tool_call_id")
+        if message.get("role") == "tool" and not on_path.get(call_id):
+            raise ConversationFormatError(
+                f"{where(i)}: tool result {call_id!r} answers a call made on another branch; "
+                "a tool result must follow its call on the same branch")
+        for call_id in calls:
+            on_path[call_id] = on_path.get(call_id, 0) + 1
+        stack.append((i, True))
+        stack.extend((c, False) for c in reversed(children.get(message[TREE_KEY]["id"], [])))
+
+
+def _with_text(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` (validated) with content parts as the text they hold."""
+    if isinstance(message.get("content"), list):
+        return {**message, "content": parts_text(message["content"])}
+    return message
 
 
 def export_messages(store: Store, thread_id: int) -> Any:
@@ -224,6 +309,21 @@ def import_messages(store: Store, messages: list[Message], title: str) -> int:
                 active = ids[node["id"]]
         store.set_head(thread_id, active if active is not None else max(ids.values()))
     return thread_id
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether lists and objects in ``value`` nest more than MAX_NESTING levels (walked
+    without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > MAX_NESTING:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _check_storable(value: Any, where: str) -> None:

@@ -141,6 +141,69 @@ def sent_at_of(message: Message) -> str | None:
     return None
 
 
+#: OpenAI content-part types that hold text, and the key the text is under
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+#: content-part types that hold something else, as a sentence names what they hold
+MEDIA_PARTS = {"image_url": "an image", "input_image": "an image", "image": "an image",
+               "input_audio": "an audio", "audio": "an audio", "file": "a file",
+               "input_file": "a file", "video_url": "a video"}
+#: what separates a message's text parts once they are one text
+PART_SEPARATOR = "\n"
+
+
+class ContentPartsError(ValueError):
+    """Content parts that are not all text; the message (a clause: "holds an image part
+    (part 2, 'image_url')…") says which part and why."""
+
+
+def parts_text(parts: list[Any]) -> str:
+    """The text of OpenAI content parts (``text``, ``input_text``, ``output_text``,
+    ``refusal``), one part after the other with a newline between. Raises
+    ContentPartsError for the first part that is not text."""
+    texts = []
+    for n, part in enumerate(parts, start=1):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS and isinstance(part.get(TEXT_PARTS[kind]), str):
+            texts.append(part[TEXT_PARTS[kind]])
+        elif kind in MEDIA_PARTS:
+            raise ContentPartsError(f"holds {MEDIA_PARTS[kind]} part (part {n}, {kind!r}); "
+                                    "Iris reads text only, so remove it or put what it holds "
+                                    "into words")
+        elif kind in TEXT_PARTS:
+            raise ContentPartsError(f"content part {n} ({kind!r}) has no "
+                                    f"'{TEXT_PARTS[kind]}' string")
+        elif isinstance(kind, str):
+            raise ContentPartsError(f"content part {n} is of type {kind!r}, which Iris cannot "
+                                    "read; it reads text parts only")
+        else:
+            raise ContentPartsError(f"content part {n} is not a content part such as "
+                                    '{"type": "text", "text": "…"}')
+    return PART_SEPARATOR.join(texts)
+
+
+def stored_content_text(stored: str) -> str:
+    """Content an older Iris stored as JSON (``content_is_json``: OpenAI content parts,
+    or any other list) as the text it holds: its text parts joined as :func:`parts_text`
+    joins them, a part that holds no text named in brackets; anything else (not parts,
+    damaged, nested too deeply to read back) is the stored JSON text itself."""
+    try:
+        parts = json.loads(stored)
+    except (ValueError, RecursionError):
+        return stored
+    if not isinstance(parts, list):
+        return stored
+    texts = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS and isinstance(part.get(TEXT_PARTS[kind]), str):
+            texts.append(part[TEXT_PARTS[kind]])
+        elif kind in MEDIA_PARTS:
+            texts.append(f"[{MEDIA_PARTS[kind]} part left out: Iris reads text only]")
+        else:
+            return stored
+    return PART_SEPARATOR.join(texts)
+
+
 def _message_row(message: Message, default_sent_at: str | None = None) -> dict[str, Any]:
     role = message.get("role")
     if role not in ROLES:
@@ -168,19 +231,22 @@ def _message_row(message: Message, default_sent_at: str | None = None) -> dict[s
 
 
 def _json(text: str | None, default: Any) -> Any:
-    """Stored JSON, or ``default`` when damage on disk made it unreadable."""
+    """Stored JSON, or ``default`` when damage on disk made it unreadable, or an older
+    Iris stored it nested too deeply to parse again here."""
     if text is None:
         return default
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return default
 
 
 def row_to_message(row: dict[str, Any]) -> Message:
-    """A stored row back to the OpenAI message it was made from, key for key. A row
-    damaged on disk still gives a message: JSON that no longer parses is left out
-    (``extra``, ``tool_calls``) or kept as text (a structured ``content``)."""
+    """A stored row back to the OpenAI message it was made from, key for key, except
+    that content is always text (or None): content an older Iris stored as a list (of
+    content parts) reads as the text it holds (:func:`stored_content_text`), so every
+    reader can join it to other text. A row damaged on disk still gives a message: JSON
+    that no longer parses is left out (``extra``, ``tool_calls``)."""
     extra = _json(row.get("extra") or None, {})
     if not isinstance(extra, dict):
         extra = {}
@@ -190,7 +256,7 @@ def row_to_message(row: dict[str, Any]) -> Message:
     message: Message = {"role": row["role"]}
     content = row["content"]
     if content is not None and row.get("content_is_json"):
-        content = _json(content, content)
+        content = stored_content_text(content)
     values = {
         "content": content,
         "tool_calls": _json(row["tool_calls"], None),
