@@ -72,6 +72,9 @@ from iris_desktop.storage_key import AskPassphrase, Prepared, kv_key, prepare
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
     from iris_desktop.runtime.embedder import Embedder
 
+#: planners kept by :meth:`Host.planner` (the settings in use and a few previews)
+PLANNERS_KEPT = 8
+
 log = logging.getLogger("iris.host")
 
 #: what a model load is doing (``load_runtime``'s ``stage``), in words: the GUI's status
@@ -278,6 +281,9 @@ class Host:
         self.model_error: str | None = None
         self.embedder: Embedder | None = None
         self.cache: ThreadCache | None = None
+        #: planner memo: settings key → (runtime, embedder, planner) (see :meth:`planner`)
+        self._planners: dict[tuple, tuple[Any, Any, Planner]] = {}
+        self._planners_lock = threading.Lock()
 
     @property
     def encrypted(self) -> bool:
@@ -387,10 +393,45 @@ class Host:
                 log.warning("semantic recall is off: %s", exc)
         return self.embedder
 
-    def planner(self, settings: Settings | None = None) -> Planner:
+    def planner(self, settings: Settings | None = None, *, fallback: bool = False) -> Planner:
         """The request planner for ``settings`` (default: the host's) on the runtime in
-        use (if any) and the embedder."""
-        return Planner.from_settings(settings or self.settings, self.runtime, embedder=self.embedder)
+        use (if any) and the embedder: the one constructor both faces use, memoised per
+        settings, runtime and embedder, so the CLI's chat, the GUI's views and its turns
+        share one planner and its plan cache. A ``context.window`` the model cannot hold
+        raises SettingsError, or with ``fallback`` (the GUI: the settings may come from a
+        file or the environment) uses the model's n_ctx, and ``planner.warning`` says so."""
+        settings = settings or self.settings
+        key = (tuple(sorted((k, repr(v)) for k, v in settings.values.items())), fallback)
+        runtime, embedder = self.runtime, self.embedder
+        with self._planners_lock:
+            hit = self._planners.get(key)
+            if hit is not None and hit[0] is runtime and hit[1] is embedder:
+                return hit[2]
+        try:
+            planner = Planner.from_settings(settings, runtime, embedder=embedder)
+        except SettingsError as exc:
+            if not fallback:
+                raise
+            planner = Planner.from_settings(settings.with_overrides({"context.window": "auto"}),
+                                            runtime, embedder=embedder)
+            planner.warning = f"{exc} — using the model's n_ctx"
+        with self._planners_lock:
+            self._planners[key] = (runtime, embedder, planner)
+            while len(self._planners) > PLANNERS_KEPT:  # settings previews come and go
+                self._planners.pop(next(iter(self._planners)))
+        return planner
+
+    def candidate_planner(self, settings: Settings, current: Settings) -> Planner:
+        """The planner candidate ``settings`` would make (the settings dialog's preview,
+        ``current`` being the settings in use): with this model, unless they change what
+        loading it would give (another file: no model; another ``model.n_ctx``: that
+        window)."""
+        same_file = settings["model.path"] == current["model.path"]
+        if same_file and settings["model.n_ctx"] == current["model.n_ctx"]:
+            return self.planner(settings)
+        return Planner.from_settings(settings, self.runtime if same_file else None,
+                                     n_ctx=settings["model.n_ctx"] if same_file else None,
+                                     embedder=self.embedder)
 
     # -- threads --------------------------------------------------------------------------
 
@@ -427,21 +468,27 @@ class Host:
         self.store.delete_thread(thread_id)
         KVStateStore(self.paths.kv_cache_dir, 0).forget(thread_id)
 
-    def index_for_recall(self, thread_id: int, planner: Planner | None = None) -> int:
+    def index_for_recall(self, thread_id: int, planner: Planner | None = None, *,
+                         store: Store | None = None, limit: int | None = None) -> int:
         """Embed the thread's summarized messages that have no vector yet (recall only
-        searches those), with the embedder if it is loaded; returns how many. The GUI
-        does this in the background after each turn; the CLI before it plans."""
-        store = self.store
+        searches those), oldest first, with the planner's embedder (none: nothing);
+        returns how many. The one indexing rule of both faces, on whichever thread calls
+        it with that thread's ``store`` (default: the calling thread's): the CLI before it
+        plans, the GUI's DB thread after each turn, ``limit`` messages a call."""
+        store = store or self.store
+        planner = planner or self.planner()
         summary = store.latest_summary(thread_id)
-        if self.embedder is None or summary is None:
+        if planner.embedder is None or summary is None:
             return 0
-        index = (planner or self.planner()).index(store)
+        index = planner.index(store)
         done = 0
-        while True:  # oldest first: stop once the summarized ones are done
+        while limit is None or done < limit:  # oldest first: stop once the summarized ones are done
             first = index.pending(thread_id, limit=1)
             if not first or first[0] > summary.covers_through_id:
-                return done
-            done += index.index_pending(limit=BATCH, thread_id=thread_id)
+                break
+            step = BATCH if limit is None else min(BATCH, limit - done)
+            done += index.index_pending(limit=step, thread_id=thread_id)
+        return done
 
     # -- turns ----------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ def test_model_worker_runs_a_turn_synchronously(tmp_path):
     worker.threadCreated.connect(created.append)
     worker.loaded.connect(loaded.append)
     worker.load(LoadJob(session.settings))
-    assert loaded[0].info["n_ctx"] == 8192 and loaded[0].runtime is runtime
+    assert loaded[0].info["n_ctx"] == 8192 and session.runtime is runtime
     planner = Planner.from_settings(session.settings, runtime)
     worker.run_turn(TurnJob(Turn.send(None, "Hello"), planner))
     assert isinstance(events[0], UserSaved) and isinstance(events[-1], TurnDone)

@@ -27,9 +27,8 @@ import datetime as dt
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import Any
 
 from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextParams, ToolsConfig
@@ -135,7 +134,6 @@ class Planner:
         compaction: CompactionSettings | None = None,
         agent: AgentConfig | None = None,
         tools: ToolsConfig | None = None,
-        values: Mapping[str, Any] | None = None,
         semantic: SemanticSearch | None = None,
         embedder: TextEmbedder | None = None,
         today: Callable[[], dt.date] = dt.date.today,
@@ -152,8 +150,9 @@ class Planner:
         self.compaction = compaction or CompactionSettings()
         self.agent_config = agent or AgentConfig()
         self.tools = tools or ToolsConfig()
-        #: the settings values this planner was made from (read-only)
-        self.values: Mapping[str, Any] = MappingProxyType(dict(values or {}))
+        #: set by the host when the settings' window did not fit the model and the
+        #: model's n_ctx is used instead (a sentence for the status bar)
+        self.warning: str | None = None
         self.builds = 0
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple, ContextRequest | ConversationTooLargeException] = (
@@ -184,7 +183,6 @@ class Planner:
             compaction=CompactionSettings.from_settings(settings),
             agent=AgentConfig.from_settings(settings),
             tools=ToolsConfig.from_settings(settings),
-            values=settings.values,
             embedder=embedder if settings["context.recall_semantic"] else None,
         )
 

@@ -10,7 +10,6 @@ one, on the DB thread, where the planner's cache answers repeated asks without a
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QMessageBox
@@ -18,13 +17,13 @@ from PySide6.QtWidgets import QMessageBox
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
 from iris_desktop.core.planner import Planner, limit_problems
 from iris_desktop.core.views import budget_preview, inspector_report, message_states
-from iris_desktop.settings import Settings, SettingsError
+from iris_desktop.settings import Settings
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.meter import BudgetMeter
-from iris_desktop.ui.model_thread import ModelThread, PrefillJob
+from iris_desktop.ui.model_thread import LoadedModel, ModelThread, PrefillJob
 
 log = logging.getLogger("iris.ui.context")
 
@@ -50,10 +49,10 @@ class ContextControl(QObject):
         self.model = model
         self.parent_widget = parent  # a refused attachment's box opens over it
         self.attach_box: QMessageBox | None = None
-        self.runtime: Any = None  # the loaded model's runtime, once there is one
-        self.embedder: Any = None  # recall by meaning, when its model loaded
-        self._loaded: Any = None  # the LoadedModel the planner was made for
-        app_state.set_planner(Planner.from_settings(app_state.settings))
+        #: the host owns the runtime, the embedder and every planner; this holds facts only
+        self.host = model.worker.host
+        self._loaded: LoadedModel | None = None  # the model the planner was made for
+        app_state.set_planner(self.host.planner(app_state.settings, fallback=True))
         # the draft's request is evaluated after a pause in typing, so a send starts at once
         self._prefill_timer = QTimer(self, singleShot=True, interval=PREFILL_PAUSE_MS)
         self._prefill_timer.timeout.connect(self._prefill_draft)
@@ -75,27 +74,16 @@ class ContextControl(QObject):
         loaded = self.app_state.loaded
         if loaded is not None and loaded is not self._loaded:
             self._loaded = loaded
-            self.set_runtime(loaded.runtime, loaded.embedder)
-
-    def set_runtime(self, runtime: Any, embedder: Any = None) -> None:
-        """A model was loaded (or unloaded: None), with the embedder for recall."""
-        self.runtime = runtime
-        self.embedder = embedder
-        self.rebuild()
+            self.rebuild()
 
     def rebuild(self) -> None:
-        """A new planner for the current settings and model; the views and the semantic
-        index follow. A window the model cannot hold (set in the file or the environment)
-        is said, and the model's own n_ctx used instead, rather than failing inside
-        llama.cpp later."""
-        settings = self.app_state.settings
-        try:
-            planner = Planner.from_settings(settings, self.runtime, embedder=self.embedder)
-        except SettingsError as exc:
-            self.app_state.show_message(f"{exc} — using the model's n_ctx", 15000)
-            planner = Planner.from_settings(
-                settings.with_overrides({"context.window": "auto"}), self.runtime,
-                embedder=self.embedder)
+        """The host's planner for the current settings and model; the views and the
+        semantic index follow. A window the model cannot hold (set in the file or the
+        environment) is said, and the model's own n_ctx used instead, rather than failing
+        inside llama.cpp later."""
+        planner = self.host.planner(self.app_state.settings, fallback=True)
+        if planner.warning:
+            self.app_state.show_message(planner.warning, 15000)
         self.app_state.set_planner(planner)
         self.refresh()
         self.index_soon()  # the indexing under way stops with the planner it was given
@@ -118,12 +106,7 @@ class ContextControl(QObject):
     def candidate(self, settings: Settings) -> Planner:
         """The planner candidate settings would make (the settings dialog's preview):
         with this model, unless they change what loading it would give."""
-        reload, same_file = self._reloads(settings)
-        if not reload:
-            return Planner.from_settings(settings, self.runtime, embedder=self.embedder)
-        return Planner.from_settings(settings, self.runtime if same_file else None,
-                                     n_ctx=settings["model.n_ctx"] if same_file else None,
-                                     embedder=self.embedder)
+        return self.host.candidate_planner(settings, self.app_state.settings)
 
     # -- drawing ------------------------------------------------------------------------
 
@@ -200,13 +183,15 @@ class ContextControl(QObject):
     # -- the semantic index --
 
     def index_soon(self) -> None:
-        """Embed the messages that have no vector yet, a batch at a time on the DB thread
-        (a send never waits for it); recall by meaning finds only embedded messages."""
-        planner = self.planner
-        if planner.embedder is None:
+        """Embed the open thread's summarized messages that have no vector yet, a batch at
+        a time on the DB thread (``Host.index_for_recall``, the CLI's rule; a send never
+        waits for it); recall by meaning finds only embedded messages."""
+        planner, thread_id = self.planner, self.app_state.thread_id
+        if planner.embedder is None or thread_id is None:
             return
         self.background.run(
-            lambda store: planner.index(store).index_pending(limit=INDEX_BATCH),
+            lambda store: self.host.index_for_recall(thread_id, planner, store=store,
+                                                     limit=INDEX_BATCH),
             lambda done: done >= INDEX_BATCH and planner is self.planner and self.index_soon(),
             self._counting_failed, key="index")
 

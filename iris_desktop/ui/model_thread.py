@@ -8,9 +8,10 @@ typed event (``core.events``) the host yields becomes one signal (napari's
 ``thread_worker`` shape). Cancel is cooperative (a ``threading.Event``); the thread is
 never terminated.
 
-The GUI thread keeps a reference to the loaded runtime only inside its planner, which
-calls the runtime's counting methods; those are safe from any thread and fail cleanly
-once the model is closed (see ``runtime.protocol``).
+The GUI thread holds facts about the loaded model (``LoadedModel``), not the runtime: its
+planners come from the host (``Host.planner``), and their counters call the runtime's
+counting methods, which are safe from any thread and fail cleanly once the model is
+closed (see ``runtime.protocol``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.events import CacheStatus, ThreadCreated, TurnEvent
 from iris_desktop.core.planner import Planner
-from iris_desktop.core.semantic import TextEmbedder
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.host import LOAD_STAGES, Host
-from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, Settings
 from iris_desktop.stop import StopEvent
 
@@ -117,12 +116,12 @@ class GiveWay:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """What the GUI learns of a loaded model: the runtime and the embedder (for its
-    planner), and its facts (``runtime.protocol.ModelFacts`` as a dict)."""
+    """What the GUI learns of a loaded model: its facts (``runtime.protocol.ModelFacts``
+    as a dict) and whether recall by meaning has its embedder. The runtime itself stays
+    with the host, which makes every planner (``Host.planner``)."""
 
-    runtime: Runtime
     info: dict[str, Any]
-    embedder: TextEmbedder | None = None
+    recall_by_meaning: bool = False
 
 
 class ModelWorker(QObject):
@@ -166,7 +165,7 @@ class ModelWorker(QObject):
             self.loadFailed.emit(str(exc))
             return
         embedder = self.host.load_embedder(job.settings)
-        self.loaded.emit(LoadedModel(runtime, asdict(runtime.describe()), embedder))
+        self.loaded.emit(LoadedModel(asdict(runtime.describe()), embedder is not None))
 
     def _stage(self, stage: str) -> None:
         """The load's stage (``LocalModel.load``), in words for the status bar."""
