@@ -154,6 +154,21 @@ def test_a_thread_an_older_iris_stored_with_content_parts_reads_as_text(capsys, 
     assert all(isinstance(m["content"], str) for m in json.loads(out)), out
 
 
+def test_an_older_iris_s_system_message_stored_as_parts_reaches_the_model_as_text(capsys, tmp_path):
+    """The chat's leading system message is read by the engine itself (it is pinned):
+    stored as a list by an older Iris, it reached the model as raw JSON text."""
+    data = tmp_path / "data"
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    thread = old_iris_thread(data, [
+        {"role": "system", "content": [{"type": "text", "text": "Answer like a pirate."}]},
+        {"role": "user", "content": "Hello"}])
+    code, out, err = run(capsys, "--data-dir", data, "context", thread, "--json", "--show-request",
+                         "--no-model")
+    assert code == 0, err
+    system = json.loads(out)["request"][0]["content"]
+    assert system.startswith("Answer like a pirate.") and '"type"' not in system
+
+
 HOSTILE_PARTS = {
     "an image": ([{"type": "text", "text": "Look:"},
                   {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}],

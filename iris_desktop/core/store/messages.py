@@ -27,6 +27,7 @@ from iris_desktop.core.store.rows import (
     _message_row,
     damaged_text_seen,
     now_iso,
+    stored_content_text,
     utf8_length,
     valid_utf8,
 )
@@ -334,10 +335,15 @@ class Messages(Branches):
 
     def leading_messages(self, thread_id: int, limit: int) -> list[dict[str, Any]]:
         """The active branch's first ``limit`` rows (id, role, content), oldest first:
-        where the thread's own system messages are, if it has any."""
-        return list(self.db.query(
-            f"SELECT m.id, m.role, m.content FROM {_PATH} WHERE p.thread_id = ? "
+        where the thread's own system messages are, if it has any. Content an older Iris
+        stored as JSON content parts reads as its text."""
+        rows = list(self.db.query(
+            f"SELECT m.id, m.role, m.content, m.content_is_json FROM {_PATH} WHERE p.thread_id = ? "
             "ORDER BY p.message_id LIMIT ?", [thread_id, limit]))
+        for row in rows:
+            if row.pop("content_is_json") and row["content"] is not None:
+                row["content"] = stored_content_text(row["content"])
+        return rows
 
     def messages_by_id(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         result: dict[int, dict[str, Any]] = {}
