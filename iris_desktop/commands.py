@@ -907,7 +907,7 @@ def recover(args, overrides) -> int:
     the files directly: the current database is not opened (nor checked, nor salvaged)
     to list or restore."""
     from iris_desktop.core.store import StoreError
-    from iris_desktop.core.store.recovery import acknowledge, set_aside_files
+    from iris_desktop.core.store.recovery import acknowledge, remove_stale_work, set_aside_files
     from iris_desktop.paths import app_paths
 
     paths = app_paths(args.data_dir).ensure()
@@ -916,6 +916,10 @@ def recover(args, overrides) -> int:
     try:
         if args.salvage:
             return _salvage_now(db, args, key)
+        removed = remove_stale_work(db)  # a killed recover's copies of the history
+        for leftover in removed:
+            say(f"removed {leftover.name}: a copy of the history left by a recovery that did "
+                "not finish", file=sys.stderr)
         if args.file is None:
             files = set_aside_files(db)
             _list_set_aside(db, files, args.json, key)

@@ -60,6 +60,7 @@ from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import Turn, TurnOptions
+from iris_desktop.files import clean_leftovers
 from iris_desktop.paths import AppPaths, app_paths
 from iris_desktop.reasons import plain_reason as plain_reason
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
@@ -275,6 +276,9 @@ class Host:
         if interrupted:
             log.warning("%d reply(ies) cut off by an earlier crash marked interrupted",
                         interrupted)
+        # a KV save killed mid-write leaves a copy of a chat's tokens: gone at start, not
+        # only when a model loads (encryption may have been turned on since)
+        clean_leftovers(self.paths.kv_cache_dir, ".*.tmp")
         self._ready = runtime
         self.compacts = compact
         self.runtime: Runtime | None = None

@@ -687,3 +687,33 @@ def test_a_passphrase_that_looks_like_a_raw_key_is_still_a_passphrase(capsys, mo
     conn.execute(f"PRAGMA key = \"x'{key.hex()}{salt.hex()}'\"")
     assert conn.execute("SELECT count(*) FROM threads").fetchone()[0] == len(threads)
     conn.close()
+
+
+def test_turning_encryption_on_leaves_no_plain_work_file_of_a_killed_recovery(capsys, monkeypatch,
+                                                                              history):
+    """Before: a killed ``recover --salvage`` or ``recover NAME`` left plain copies of the
+    history (``iris.db.salvage-<pid>``, ``.restoring-``, ``.repairing-`` and their -wal)
+    that ``recover`` did not list and that survived turning encryption on; a plain KV
+    ``.tmp`` stayed until a model loaded. Now every open and every ``recover`` removes
+    the work files of processes that are gone, and says so."""
+    data, _ = history
+    dead = 999_999_999  # no such process
+    db = data / "iris.db"
+    plain = db.read_bytes()
+    assert PHRASE.encode() in plain or PHRASE.encode() in (data / "iris.db-wal").read_bytes()
+    leftovers = [db.with_name(f"iris.db.salvage-{dead}"), db.with_name(f"iris.db.salvage-{dead}-wal"),
+                 db.with_name(f"iris.db.restoring-{dead}"), db.with_name(f"iris.db.repairing-{dead}")]
+    for path in leftovers:
+        path.write_bytes(PHRASE.encode() * 10)
+    (data / "kv-cache").mkdir(exist_ok=True)
+    kv_tmp = data / "kv-cache" / f".1-abc.kv.{dead}.tmp"
+    kv_tmp.write_bytes(PHRASE.encode())
+    code, out, err = run(capsys, "--data-dir", data, "recover")
+    assert code == 0 and err.count("a copy of the history left by a recovery") == 4, err
+    assert not any(p.exists() for p in leftovers)
+    for path in leftovers:
+        path.write_bytes(PHRASE.encode() * 10)
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    holders = [p for p in data.rglob("*") if p.is_file() and PHRASE.encode() in p.read_bytes()]
+    assert holders == [] and is_encrypted(db)

@@ -45,6 +45,7 @@ from iris_desktop.core.store.recovery import (
     _sidecar,
     explain,
     quick_check,
+    remove_stale_work,
     salvage,
 )
 from iris_desktop.core.store.rows import (
@@ -176,7 +177,8 @@ class Store(Messages, Search, Summaries, Vectors):
 def open_store(path: str | os.PathLike[str], key: Key | None = None) -> tuple[Store, Recovery | None]:
     """Open the database after a quick check. A damaged one is never written: it is set
     aside and salvaged into a new file, and the Recovery says what was saved. ``key``:
-    it is encrypted with it."""
+    it is encrypted with it. Work files a killed recovery left beside it go first."""
+    remove_stale_work(Path(path))
     try:
         return Store(path, check=True, key=key), None
     except DamagedDatabase as exc:

@@ -340,14 +340,35 @@ def _remove_database(path: Path) -> None:
         _sidecar(path, suffix).unlink(missing_ok=True)
 
 
-def _remove_stale_work(path: Path) -> None:
+def _remove_stale_work(path: Path) -> list[Path]:
     """Remove what a salvage or a restore killed half-way left beside ``path``
-    (``<db>.salvage-<pid>``, ``<db>.restoring-<pid>``, of processes that are gone)."""
+    (``<db>.salvage-<pid>``, ``<db>.restoring-<pid>``, ``<db>.repairing-<pid>`` and their
+    -wal, -shm: copies of the history, plain when it was plain, of processes that are
+    gone). Returns what was removed."""
+    removed: list[Path] = []
     for mark in (".salvage-", ".restoring-", ".repairing-"):
         for leftover in path.parent.glob(f"{path.name}{mark}*"):
             pid = leftover.name[len(path.name) + len(mark):].split("-")[0]
             if pid.isdigit() and (int(pid) == os.getpid() or not _process_exists(int(pid))):
-                leftover.unlink(missing_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
+                    removed.append(leftover)
+    return removed
+
+
+def remove_stale_work(path: Path) -> list[Path]:
+    """At every open and every ``recover``: remove the work files (copies of the history)
+    that a killed salvage, repair or restore left beside ``path``, so none outlives the
+    process that made it, and turning encryption on leaves no plain copy behind. Returns
+    what was removed (``recover`` lists it); a folder that cannot be read removes nothing."""
+    try:
+        removed = _remove_stale_work(path)
+    except OSError as exc:
+        log.warning("cannot remove the work files beside %s: %s", path, exc)
+        return []
+    for leftover in removed:
+        log.warning("removed %s, left by a recovery that did not finish", leftover.name)
+    return removed
 
 
 def _process_exists(pid: int) -> bool:
