@@ -297,3 +297,36 @@ def test_a_chat_deleted_by_another_process_leaves_no_kv_state_and_its_id_restore
     target.write_bytes(saved[0].read_bytes())
     back = list(host.send(third, "And its size?"))
     assert not [e for e in back if isinstance(e, CacheStatus) and e.state == "restored"]
+
+
+def test_a_chat_deleted_during_its_compaction_is_said_so_not_a_folder_problem(tmp_path):
+    """Before: "FOREIGN KEY constraint failed; check that its folder is writable and the
+    disk is not full" — the wrong cause. The chat was deleted by another process while its
+    summary was being written: said so, nothing else touched."""
+    import sqlite3 as _sqlite3
+
+    data = tmp_path / "data"
+    with Host(data, {"context.recall_semantic": "false"}) as other:
+        thread = other.store.create_thread("long")
+        other.store.add_messages(thread, [m for n in range(12) for m in (
+            {"role": "user", "content": f"question {n} " + "word " * 80},
+            {"role": "assistant", "content": f"answer {n} " + "word " * 80})])
+        keep = other.store.create_thread("kept")
+        other.store.add_messages(keep, [{"role": "user", "content": "keep me"}])
+
+    def delete_then_answer(messages):
+        with _sqlite3.connect(data / "iris.db") as conn:  # another process's connection
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("UPDATE messages SET parent_id = NULL WHERE thread_id = ?", (thread,))
+            conn.execute("DELETE FROM threads WHERE id = ?", (thread,))
+        return "{}"
+
+    runtime = ScriptedRuntime([delete_then_answer])
+    with Host(data, {"context.recall_semantic": "false", "context.summarizer": "model"},
+              runtime=runtime) as host:
+        host.load_model()
+        events = list(host.compact(thread))
+        failed = [e for e in events if isinstance(e, TurnFailed)]
+        assert failed and "deleted meanwhile" in failed[0].text, events
+        assert "writable" not in failed[0].text
+        assert [t["id"] for t in host.store.threads()] == [keep]

@@ -84,6 +84,12 @@ def explain(exc: sqlite3.Error, path: Path) -> str:
     if name == "SQLITE_NOTADB":
         return (f"{path} is not an Iris database ({exc}); nothing was changed; move it away "
                 "or choose another --data-dir (or IRIS_HOME)")
+    if name.startswith("SQLITE_CONSTRAINT_FOREIGNKEY") or "FOREIGN KEY constraint" in str(exc):
+        return ("the chat this was written to was deleted meanwhile (by another Iris window "
+                "or process); nothing of it was kept, and the rest of the history is as it was")
+    if name.startswith("SQLITE_TOOBIG") or "too many levels of trigger recursion" in str(exc):
+        return (f"the change is too large for one step of the database ({exc}); nothing was "
+                f"changed in {path}; please report this")
     if name.startswith("SQLITE_CORRUPT") or "decode" in str(exc):
         if _check_finds_damage(path):
             return (f"{path} is damaged ({exc}); nothing more was written; start Iris again: "
