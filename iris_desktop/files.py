@@ -197,3 +197,32 @@ def free_bytes(folder: str | os.PathLike[str]) -> int | None:
         except OSError:
             return None
     return usage.f_bavail * usage.f_frsize
+
+
+class Busy(OSError):
+    """Another process holds the lock (:func:`exclusive_lock` without waiting)."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str], wait: bool = False) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created private if missing) for the
+    block: one process at a time, across processes, released however the process ends
+    (the OS drops the lock with it). ``wait`` False: raise :class:`Busy` at once when
+    another process holds it. The lock file itself is left for the next user."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                raise Busy(f"{path} is locked by another process") from None
+        else:  # Windows
+            import msvcrt
+
+            try:
+                msvcrt.locking(fd, msvcrt.LK_LOCK if wait else msvcrt.LK_NBLCK, 1)
+            except OSError:
+                raise Busy(f"{path} is locked by another process") from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -717,3 +717,65 @@ def test_turning_encryption_on_leaves_no_plain_work_file_of_a_killed_recovery(ca
     assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
     holders = [p for p in data.rglob("*") if p.is_file() and PHRASE.encode() in p.read_bytes()]
     assert holders == [] and is_encrypted(db)
+
+
+LOCK_HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from iris_desktop.core.store.cipher import _conversion_lock
+    from iris_desktop.files import exclusive_lock
+    with exclusive_lock(_conversion_lock(Path(sys.argv[1]))):
+        print("holding", flush=True)
+        time.sleep(60)
+""")
+
+
+def test_two_conversions_at_once_the_second_says_so_and_changes_nothing(capsys, monkeypatch, history):
+    """Before: two processes converting at once ("disk I/O error"): the second's clean-up
+    deleted the first's copy. A conversion holds a lock; the second waits for nothing
+    and says who has it, and neither the file nor the first's work is touched."""
+    data, _ = history
+    db = data / "iris.db"
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db)], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        copy = db.with_name("iris.db.converting")
+        copy.write_bytes(b"the other process's copy in progress")
+        before = digests(data)
+        encrypt_on(monkeypatch)
+        code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+        assert code == 1 and one_sentence(err), err
+        assert "another Iris process is converting" in err
+        assert digests(data) == before and copy.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    copy.unlink()
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    assert is_encrypted(db)
+
+
+def test_a_conversion_on_a_full_disk_says_the_disk_is_full_and_changes_nothing(capsys, monkeypatch,
+                                                                            tmp_path):
+    """Before: "cannot rollback - no transaction is active" (the full disk had rolled
+    the export back already)."""
+    from faults import full_disk
+
+    with full_disk(tmp_path, "8m") as disk:
+        data = disk.path / "data"
+        for path in AGENT_FILES[:2]:
+            assert run(capsys, "--data-dir", data, "import", path)[0] == 0
+        before = digests(data)
+        disk.fill(leave=4096)
+        encrypt_on(monkeypatch)
+        code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+        assert code == 1 and one_sentence(err), err
+        assert "is full" in err and "cannot rollback" not in err
+        disk.free()
+        after = digests(data)
+        assert after.pop("iris.db-wal", None) in (None, hashlib.sha256(b"").hexdigest())
+        after.pop("iris.db-shm", None)  # what SQLite's closed connection left: no data
+        assert after == before
+        assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+        assert is_encrypted(data / "iris.db")

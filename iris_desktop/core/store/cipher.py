@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store.errors import StoreError
+from iris_desktop.files import Busy, exclusive_lock, free_bytes
 
 __all__ = [
     "HEADER", "Key", "KeyRejected", "available", "check_key", "connect", "convert", "is_encrypted", "salt",
@@ -315,10 +316,25 @@ def _shred(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
+def _conversion_lock(path: Path) -> Path:
+    """The file whose lock a conversion of ``path`` holds (hidden, beside it, empty)."""
+    return path.with_name(f".{path.name}.lock")
+
+
 def tidy(path: Path) -> None:
     """Remove what an interrupted :func:`convert` left beside ``path``: a converted copy
     never renamed (the original is still whole at ``path``), an original not yet
-    shredded (the converted copy is already at ``path``)."""
+    shredded (the converted copy is already at ``path``). Nothing while another process
+    converts it (it holds the conversion lock): those files are its work."""
+    try:
+        with exclusive_lock(_conversion_lock(Path(path))):
+            _tidy(Path(path))
+    except Busy:
+        return
+
+
+def _tidy(path: Path) -> None:
+    """:func:`tidy`, with the conversion lock held."""
     for suffix in ("", "-journal", "-wal", "-shm"):
         _sibling(path, CONVERTING + suffix).unlink(missing_ok=True)
     old = _sibling(path, REPLACED)
@@ -358,9 +374,20 @@ def convert(path: Path, source: Key | None, target: Key | None,
     checked, synced, then renamed over it atomically (the original is overwritten with
     zeros and deleted afterwards). Raises StoreError (KeyRejected for a wrong key), with
     the original unchanged, when something fails before the rename."""
-    module = _need_sqlcipher()
     path = Path(path)
-    tidy(path)
+    try:
+        with exclusive_lock(_conversion_lock(path)):
+            return _convert(path, source, target, step)
+    except Busy:
+        raise StoreError(f"another Iris process is converting {path} now (storage.encrypt "
+                         "changed); wait for it to finish, then start Iris again") from None
+
+
+def _convert(path: Path, source: Key | None, target: Key | None,
+             step: Callable[[str], None] | None) -> dict[str, int]:
+    """:func:`convert`, with the conversion lock held."""
+    module = _need_sqlcipher()
+    _tidy(path)
     copy = _sibling(path, CONVERTING)
     step = step or (lambda name: None)
     # the source through SQLCipher even when plain: sqlcipher_export is SQLCipher's
@@ -375,11 +402,11 @@ def convert(path: Path, source: Key | None, target: Key | None,
         step("verified")
     except BaseException:
         conn.close()
-        tidy(path)
+        _tidy(path)
         raise
     conn.close()  # the last connection: its -wal and -shm go with it
     if any(_sibling(path, side).exists() for side in ("-wal", "-shm")):
-        tidy(path)
+        _tidy(path)
         raise StoreError(f"another Iris process has {path} open; close it, then start Iris "
                          "again to convert the database")
     _fsync(copy)
@@ -409,11 +436,18 @@ def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
             conn.execute(f"PRAGMA converted.user_version = {int(version)}")
             before = _counts(conn)
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a full disk rolls the transaction back itself
+                conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
         conn.execute("DETACH DATABASE converted")
     except sqlite3.Error as exc:
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name.startswith("SQLITE_FULL") or free_bytes(path.parent) == 0 or (
+                name.startswith("SQLITE_IOERR") and (free_bytes(path.parent) or 0) < 1 << 20):
+            raise StoreError(f"the disk holding {path} is full: converting it needs room for a "
+                             "second copy of the history; it was not changed; free some "
+                             "space, then start Iris again") from None
         raise StoreError(f"converting {path} failed ({exc}); it was not changed") from None
     return before, version
 
