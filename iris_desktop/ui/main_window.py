@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
-    QProgressBar,
     QSplitter,
     QStackedWidget,
     QVBoxLayout,
@@ -47,6 +46,7 @@ from iris_desktop.ui.menus import Menus
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
 from iris_desktop.ui.model_thread import ModelThread, ModelWorker
+from iris_desktop.ui.status_line import StatusArea
 from iris_desktop.ui.theme import Appearance
 from iris_desktop.ui.thread_control import ThreadControl
 from iris_desktop.ui.threads import ThreadPanel
@@ -155,19 +155,15 @@ class MainWindow(QMainWindow):
         self.inspector.hide()
 
         bar = self.statusBar()
-        self.state_label = QLabel("Starting…")
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 0)  # busy until a fraction is known (busy(text, 0.4))
-        self.progress.setMaximumWidth(self.fontMetrics().horizontalAdvance("0") * 14)
-        self.progress.setMaximumHeight(self.fontMetrics().height())
-        self.progress.hide()
+        # the status sentence never runs into the meter: elided at a word, full in its tooltip
+        self.status_area = StatusArea()
+        self.state_label, self.progress = self.status_area.state, self.status_area.progress
         self.model_label = QLabel("No model")
         #: where the conversation goes: "local", or "server: host:port"
         self.where_label = QLabel("")
         self.where_label.setObjectName("where")
         self.meter = BudgetMeter()
-        bar.addWidget(self.state_label)
-        bar.addWidget(self.progress)
+        bar.addWidget(self.status_area, 1)
         bar.addPermanentWidget(self.where_label)
         bar.addPermanentWidget(self.model_label)
         bar.addPermanentWidget(self.meter)
@@ -177,7 +173,7 @@ class MainWindow(QMainWindow):
         s, w = self.app_state, self.model.worker
         s.statusText.connect(self.state_label.setText)
         s.busyChanged.connect(self._show_busy)
-        s.statusMessage.connect(self.statusBar().showMessage)
+        s.statusMessage.connect(self.status_area.show_message)
         s.generatingChanged.connect(self.composer.set_generating)
         w.loading.connect(s.busy)
         w.loaded.connect(self.models.loaded)
@@ -223,12 +219,7 @@ class MainWindow(QMainWindow):
         self.app_state.busy(text, fraction)
 
     def _show_busy(self, text: str | None, fraction: float | None) -> None:
-        self.progress.setVisible(text is not None)
-        if text is not None:
-            self.state_label.setText(text)
-            self.progress.setRange(0, 0 if fraction is None else 100)
-            if fraction is not None:
-                self.progress.setValue(int(fraction * 100))
+        self.status_area.show_busy(text, fraction)
 
     def reload_settings(self) -> Settings:
         return self.app_state.reload_settings()

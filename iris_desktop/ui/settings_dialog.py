@@ -12,7 +12,7 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
     QDialog,
@@ -40,6 +40,7 @@ from iris_desktop.core.views import (
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
 from iris_desktop.ui.meter import BudgetMeter
+from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.ui.settings_editors import make_editor
 
 #: pages whose section name is not a word a user would look for
@@ -59,6 +60,7 @@ class SettingField(QWidget):
         #: the plain-language label, and the key (what the file, the CLI and the
         #: environment call it) on a smaller line under it
         self.title = QLabel(f"<b>{html.escape(setting.label or field_label(setting))}</b>")
+        self.title.setWordWrap(True)  # at 24 pt a long label wraps rather than widen the page
         self.key_label = QLabel(setting.key)
         self.key_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.key_label.setToolTip(f"In the settings file, the command line "
@@ -151,10 +153,21 @@ class SettingsDialog(QDialog):
         self.breakdown.setObjectName("live-breakdown")
         self.meter = BudgetMeter()
         self.meter.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        box = QGroupBox("Token budget for the current thread (live, before Apply)")
+        # the heading wraps and the sentences scroll: the dialog fits the screen at 24 pt
+        box = QGroupBox()
+        heading = QLabel("<b>Token budget for the current thread</b> (live, before Apply)")
+        heading.setWordWrap(True)
+        sentences = QScrollArea()
+        sentences.setObjectName("live-breakdown-scroll")
+        sentences.setWidgetResizable(True)
+        sentences.setFrameShape(QFrame.Shape.NoFrame)
+        sentences.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        sentences.setWidget(self.breakdown)
+        sentences.setMinimumHeight(self.fontMetrics().lineSpacing() * 3)
         inner = QVBoxLayout(box)
+        inner.addWidget(heading)
         inner.addWidget(self.meter)
-        inner.addWidget(self.breakdown)
+        inner.addWidget(sentences, 1)
 
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
@@ -166,8 +179,8 @@ class SettingsDialog(QDialog):
         self.apply_button.clicked.connect(self.apply)
 
         layout = QVBoxLayout(self)
-        layout.addWidget(self.tabs, 1)
-        layout.addWidget(box)
+        layout.addWidget(self.tabs, 3)
+        layout.addWidget(box, 1)
         layout.addWidget(self.buttons)
         self._debounce = QTimer(self, singleShot=True, interval=120)
         self._debounce.timeout.connect(self._request_preview)
@@ -175,8 +188,18 @@ class SettingsDialog(QDialog):
         self._finished = False
         self.validate()
         self._request_preview()
+        self.fit_to_screen()
+
+    def fit_to_screen(self) -> None:
+        """About 110 characters by 52 lines, but never larger than the screen's free area
+        (the pages and the budget scroll), at any text size."""
         fm = self.fontMetrics()
-        self.resize(fm.horizontalAdvance("0") * 110, fm.height() * 52)
+        fit_to_screen(self, QSize(fm.horizontalAdvance("0") * 110, fm.height() * 52))
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # ui.font_size applied while open
+            self.fit_to_screen()
 
     def _page(self, section: str, items: list[Setting]) -> QWidget:
         body = QWidget()

@@ -1,0 +1,153 @@
+"""The status bar's text: a sentence that never runs into the meter and is never cut in
+the middle of a word. Too long for its room, it ends at the last whole word that fits,
+with "…", and the full sentence is the tooltip (and what a screen reader reads).
+
+``StatusArea`` holds the status sentence, a passing message (shown for a while in its
+place, as ``QStatusBar.showMessage`` would, but elided the same way) and the progress
+bar of a long job."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QFontMetrics, QPainter
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
+
+ELLIPSIS = "…"
+
+
+def elide_words(text: str, metrics: QFontMetrics, width: int) -> str:
+    """``text`` on one line within ``width`` pixels: whole, or its first words that fit
+    followed by "…" (never part of a word; just "…" when not even the first word fits)."""
+    line = " ".join(text.split())
+    if metrics.horizontalAdvance(line) <= width:
+        return line
+    words = line.split(" ")
+
+    def shortened(count: int) -> str:
+        return " ".join(words[:count]).rstrip(" ,;:·—-") + ELLIPSIS
+
+    low, high = 0, len(words) - 1  # the most words that fit, found by halving
+    while low < high:
+        middle = (low + high + 1) // 2
+        if metrics.horizontalAdvance(shortened(middle)) <= width:
+            low = middle
+        else:
+            high = middle - 1
+    return shortened(low) if low else ELLIPSIS
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that elides at a word boundary (:func:`elide_words`); ``text()``
+    stays the full sentence, the tooltip holds it whenever it is shortened."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._shown = ""
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self._elide()
+
+    def shown_text(self) -> str:
+        """What is painted now (the full text, or its elided start)."""
+        return self._shown
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        metrics = self.fontMetrics()
+        return QSize(metrics.horizontalAdvance(ELLIPSIS) + 2, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(self.fontMetrics().horizontalAdvance(" ".join(self.text().split())) + 4,
+                     super().sizeHint().height())
+
+    def _elide(self) -> None:
+        full = self.text()
+        self._shown = elide_words(full, self.fontMetrics(), max(self.contentsRect().width(), 0))
+        self.setToolTip(full if self._shown != " ".join(full.split()) else "")
+        self.update()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._elide()
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == event.Type.FontChange:
+            self._elide()
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self)
+        self.style().drawItemText(painter, self.contentsRect(),
+                                  int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                                  self.palette(), self.isEnabled(), self._shown,
+                                  self.foregroundRole())
+
+
+class StatusArea(QWidget):
+    """The status sentence (``state``), a passing ``message`` and the ``progress`` bar."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("status-area")
+        self.state = ElidedLabel("Starting…", self)
+        self.state.setObjectName("status")
+        self.message = ElidedLabel("", self)
+        self.message.setObjectName("status-message")
+        self.message.hide()
+        self.progress = QProgressBar(self)
+        self.progress.setRange(0, 0)  # busy until a fraction is known
+        metrics = self.fontMetrics()
+        self.progress.setMaximumWidth(metrics.horizontalAdvance("0") * 14)
+        self.progress.setMaximumHeight(metrics.height())
+        self.progress.setAccessibleName("Progress")
+        self.progress.hide()
+        self._busy = False
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.state, 1)
+        row.addWidget(self.message, 1)
+        row.addWidget(self.progress)
+        self._timer = QTimer(self, singleShot=True)
+        self._timer.timeout.connect(self.end_message)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(self.state.minimumSizeHint().width(),
+                     max(self.state.minimumSizeHint().height(), self.progress.minimumHeight()))
+
+    def set_status(self, text: str) -> None:
+        self.state.setText(text)
+
+    def show_busy(self, text: str | None, fraction: float | None = None) -> None:
+        """``text`` with the bar (busy, or ``fraction`` done); None hides the bar."""
+        self._busy = text is not None
+        self.progress.setVisible(self._busy and self.message.isHidden())
+        if text is not None:
+            self.state.setText(text)
+            self.progress.setRange(0, 0 if fraction is None else 100)
+            if fraction is not None:
+                self.progress.setValue(int(fraction * 100))
+
+    def show_message(self, text: str, timeout_ms: int = 0) -> None:
+        """``text`` in the status sentence's place for ``timeout_ms`` (0: until the next)."""
+        self.message.setText(text)
+        self.message.show()
+        self.state.hide()
+        self.progress.hide()
+        if timeout_ms > 0:
+            self._timer.start(timeout_ms)
+        else:
+            self._timer.stop()
+
+    def current_message(self) -> str:
+        return "" if self.message.isHidden() else self.message.text()
+
+    def end_message(self) -> None:
+        self._timer.stop()
+        self.message.hide()
+        self.state.show()
+        self.progress.setVisible(self._busy)
+
