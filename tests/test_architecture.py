@@ -195,3 +195,56 @@ def test_only_the_planner_computes_windows_and_counters():
             if name == "tools_system_prompt(" and path.name == "toolcalls.py":
                 continue
             assert name not in text, f"{path.relative_to(PACKAGE)} calls {name}"
+
+
+#: no module anywhere in the package over this many lines (issue 43)
+MODULE_LINES = 900
+#: no function anywhere over this many lines, whatever its docstring says (issue 43)
+FUNCTION_LINES = 100
+#: the settings catalogue: one declaration per setting, read top to bottom
+LARGE_BY_NATURE = {"settings.py"}
+#: being split (issue 43): remove each entry as its split lands
+KNOWN_LARGE = {"commands.py", "runtime/hub.py", "runtime/model.py", "runtime/remote.py"}
+KNOWN_LONG = {"runtime/model.py:_stream"}  # being split with runtime/model.py (issue 43)
+
+
+def large_modules(root: Path) -> dict[str, int]:
+    """Modules under ``root`` over MODULE_LINES lines, by path relative to it."""
+    sizes = {p.relative_to(root).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+             for p in root.rglob("*.py")}
+    return {name: size for name, size in sizes.items() if size > MODULE_LINES}
+
+
+def long_functions(root: Path) -> dict[str, int]:
+    """Functions under ``root`` over FUNCTION_LINES lines, as ``path:name``."""
+    found = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    found[f"{path.relative_to(root).as_posix()}:{node.name}"] = length
+    return found
+
+
+def test_no_module_is_over_900_lines():
+    large = {name: size for name, size in large_modules(PACKAGE).items()
+             if name not in LARGE_BY_NATURE | KNOWN_LARGE}
+    assert large == {}, (f"modules over {MODULE_LINES} lines: {large}; "
+                         f"known and being split: {sorted(KNOWN_LARGE)}")
+
+
+def test_no_function_is_over_100_lines():
+    long = {name: size for name, size in long_functions(PACKAGE).items()
+            if name not in KNOWN_LONG}
+    assert long == {}, (f"functions over {FUNCTION_LINES} lines: {long}; "
+                        f"known and being split: {sorted(KNOWN_LONG)}")
+
+
+def test_the_size_rules_see_a_long_module_and_function_in_any_package(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES))
+    (tmp_path / "any" / "where").mkdir(parents=True)
+    (tmp_path / "any" / "where" / "big.py").write_text(
+        f"def long():\n{body}\n" + "\n" * MODULE_LINES, encoding="utf-8")
+    assert list(large_modules(tmp_path)) == ["any/where/big.py"]
+    assert long_functions(tmp_path) == {"any/where/big.py:long": FUNCTION_LINES + 1}

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.core import tools
 from iris_desktop.core.store import Store
 from iris_desktop.core.store.base import process_start
-from iris_desktop.core.tools import Sandbox, ToolResult
+from iris_desktop.core.tools import Sandbox, ToolResult, limits
 from iris_desktop.runtime.kv_store import MAGIC, KVStateStore, model_key
 from iris_desktop.untrusted import show_untrusted as show_invisible
 
@@ -100,10 +99,10 @@ def test_a_search_that_needs_too_much_memory_ends_with_a_tool_error(tmp_path, mo
     so that becomes one sentence, and the app's own process does not grow."""
     (tmp_path / "long.txt").write_text("a" * 4_000_000 + "\n")
     (tmp_path / "short.txt").write_text("needle\n")
-    monkeypatch.setattr(tools, "SEARCH_MEMORY_BYTES", 48 << 20)
+    monkeypatch.setattr(limits, "SEARCH_MEMORY_BYTES", 48 << 20)
     box = Sandbox([tmp_path])
     content = _refused(box.run("search_files", {"pattern": "(?:a|aa)+$"}))
-    assert content == ("error: " + tools.OUT_OF_MEMORY.format(limit=48))
+    assert content == ("error: " + limits.OUT_OF_MEMORY.format(limit=48))
     assert "1 match" in _ok(box.run("search_files", {"pattern": "needle"}))  # it goes on
 
 

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.core import tools
-from iris_desktop.core.tools import Sandbox, ToolResult
+from iris_desktop.core.tools import Sandbox, ToolResult, limits, worker
 
 SECRET = "TOPSECRET-do-not-leak"
 REPO = Path(__file__).resolve().parent.parent
@@ -112,7 +111,7 @@ def test_catastrophic_pattern_is_bounded_and_other_threads_keep_running(
 def test_search_time_limit_cuts_short_and_says_so(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tools, "SEARCH_TIME_LIMIT_S", 0.0)
+    monkeypatch.setattr(limits, "SEARCH_TIME_LIMIT_S", 0.0)
     result = Sandbox([root]).run("search_files", {"pattern": "needle"})
     assert result.ok, result.content
     assert result.content.startswith("0 matches")
@@ -151,7 +150,7 @@ def test_stop_ends_a_file_tool_at_the_next_check(root: Path, name: str, argument
     cancel = _StopAfter(set_from=10)
     result = box.run(name, arguments, cancel=cancel)
     assert result == ToolResult(False, "error: stopped by the user before it finished")
-    if name == "search_files" and tools._IN_WORKER:
+    if name == "search_files" and worker._IN_WORKER:
         return  # the search ran in a forked worker: the checks were counted by its copy
     assert cancel.checks == 10  # it stopped at the first check that saw Stop
 
@@ -189,13 +188,13 @@ def test_read_file_on_a_huge_line_uses_little_memory(root: Path) -> None:
     lines = result.content.splitlines()
     assert lines[0] == "big.log: lines 2000-2001 of 2001"
     assert lines[1] == "  2000\tlog line"
-    cap = tools.MAX_READ_LINE_BYTES
+    cap = limits.MAX_READ_LINE_BYTES
     huge = (512 << 20) - 2000 * 9
     assert lines[2] == f"  2001\t{chr(0) * cap}… [line cut at {cap:,} of {huge:,} bytes]"
 
 
 def test_long_line_is_cut_with_a_marker_and_the_rest_is_read(root: Path) -> None:
-    cap = tools.MAX_READ_LINE_BYTES
+    cap = limits.MAX_READ_LINE_BYTES
     # A multi-byte character straddles the cut: it is left out, not turned into garbage.
     (root / "wide.txt").write_text("x" * (cap - 1) + "é" * 10 + "\nnext\n", encoding="utf-8")
     content = Sandbox([root]).run("read_file", {"path": "wide.txt"}).content
@@ -214,7 +213,7 @@ RACE_SWAPS = 10_000
 RACE_CALLS = 10_000
 
 # Windows refuses to rename a name that the reading thread holds open, so the swapping
-# thread cannot run there; tools.py describes what Windows relies on instead.
+# thread cannot run there; tools/safe_files.py describes what Windows relies on instead.
 races = pytest.mark.skipif(os.name == "nt", reason="Windows cannot swap names held open")
 
 

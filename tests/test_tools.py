@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iris_desktop.core import tools
-from iris_desktop.core.tools import TOOL_NAMES, Sandbox, ToolError, ToolResult
+from iris_desktop.core.tools import TOOL_NAMES, Sandbox, ToolError, ToolResult, limits
 
 SECRET = "TOPSECRET-do-not-leak"
 
@@ -287,8 +286,8 @@ def test_search_files_skips_binary_and_non_utf8(box: Sandbox, root: Path) -> Non
 def test_search_files_caps_matches(box: Sandbox, root: Path) -> None:
     (root / "many.txt").write_text("hit\n" * 300, encoding="utf-8")
     content = _ok(box.run("search_files", {"pattern": "hit", "path": "many.txt"}))
-    assert content.count("many.txt:") == tools.MAX_SEARCH_MATCHES
-    assert f"stopped after {tools.MAX_SEARCH_MATCHES} matches" in content
+    assert content.count("many.txt:") == limits.MAX_SEARCH_MATCHES
+    assert f"stopped after {limits.MAX_SEARCH_MATCHES} matches" in content
 
 
 def test_search_files_skips_vcs_folders(box: Sandbox, root: Path) -> None:
@@ -303,7 +302,7 @@ def test_search_files_skips_vcs_folders(box: Sandbox, root: Path) -> None:
 def test_output_is_capped_with_marker(
     box: Sandbox, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tools, "MAX_OUTPUT_BYTES", 100)
+    monkeypatch.setattr(limits, "MAX_OUTPUT_BYTES", 100)
     (root / "wide.txt").write_text("é" * 500 + "\n", encoding="utf-8")
     content = _ok(box.run("read_file", {"path": "wide.txt"}))
     body, marker = content.rsplit("\n", 1)
