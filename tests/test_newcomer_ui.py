@@ -166,3 +166,59 @@ def test_a_long_status_sentence_is_elided_at_a_word_and_never_reaches_the_meter(
     assert_elided_at_a_word(window.status_area.message, full)
     qtbot.waitUntil(lambda: window.status_area.current_message() == "", timeout=2_000)
     assert window.state_label.isVisible()
+
+
+# -- B. a chat's settings before its first message; imported speakers ---------------------
+
+
+def test_a_new_chat_gets_its_own_system_prompt_before_its_first_message(make_window, qtbot,
+                                                                      data_dir):
+    runtime = ScriptedRuntime(["Ahoy."])
+    window = make_window(runtime)
+    assert window.thread_id is None  # a chat not begun
+    window.composer.set_text("Hello there")
+    window.menus.actions["chat-settings"].trigger()  # File ▸ Chat settings…
+    dialog = window.threads_control.chat_settings
+    qtbot.waitUntil(lambda: dialog is not None and dialog.isVisible(), timeout=5_000)
+    assert dialog.title.text() == "New chat"
+    dialog.prompt.setFocus()
+    qtbot.keyClicks(dialog.prompt, "Answer like a pirate.")
+    save = dialog.buttons.button(dialog.buttons.StandardButton.Save)
+    qtbot.mouseClick(save, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.thread_id is not None, timeout=5_000)
+    thread = window.thread_id
+    with Store(db_path(data_dir)) as store:
+        assert store.system_prompt_of(thread) == "Answer like a pirate."
+    assert window.composer.text() == "Hello there"  # the draft stays with the chat
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not window.generating and len(runtime.requests) == 1, timeout=10_000)
+    settle(qtbot, window)
+    system = runtime.requests[0][0]
+    assert system["role"] == "system" and "Answer like a pirate." in system["content"]
+    assert window.thread_id == thread  # sent into the chat the settings made
+    with Store(db_path(data_dir)) as store:
+        assert store.thread(thread)["title"] != "New chat"  # titled from its first message
+        assert len(store.threads()) == 1
+
+
+def test_an_imported_chat_shows_its_speakers_names(make_window, qtbot, tmp_path, monkeypatch):
+    from iris_desktop.ui import thread_control
+
+    source = tmp_path / "group.json"
+    source.write_text(
+        '[{"role": "user", "name": "Alice", "content": "Shall we meet at noon?"},'
+        ' {"role": "assistant", "name": "Bob", "content": "Noon works for me."},'
+        ' {"role": "user", "content": "And me?"}]', encoding="utf-8")
+    monkeypatch.setattr(thread_control.QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: (str(source), "")))
+    window = make_window()
+    window.menus.actions["import"].trigger()  # File ▸ Import conversation…
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 3, timeout=10_000)
+    shown = window.view.transcript.entries()
+    assert [e.speaker for e in shown] == ["Alice", "Bob", "You"]
+    model = window.view.transcript
+    assert model.index(0).data(Qt.ItemDataRole.AccessibleTextRole).startswith("Alice: ")
+    # each card's heading is the speaker's name (what the delegate paints)
+    delegate = window.view.delegate
+    metrics = window.view.fontMetrics()
+    assert [delegate.header_label(e, metrics, 800) for e in shown] == ["Alice", "Bob", "You"]

@@ -93,6 +93,15 @@ class Entry:
     can_regenerate: bool = False
     #: files attached to a user message: (name, tokens) for each chip
     attachments: list[tuple[str, int]] = field(default_factory=list)
+    #: who spoke, when the message names its speaker (an imported group chat's ``name``)
+    name: str = ""
+
+    @property
+    def speaker(self) -> str:
+        """The header's word: the message's own speaker name, else You, Iris, …"""
+        if self.name and self.role in ("user", "assistant"):
+            return self.name
+        return ROLE_LABELS.get(self.role, self.role.capitalize())
 
     @property
     def dimmed(self) -> bool:
@@ -217,6 +226,8 @@ def transcript_entries(
             text, chips = shown(message) if isinstance(content, str) else (text, [])
         entry = Entry("message", f"m:{row['id']}", row["id"], row["role"], row["turn"], text,
                       row.get("status") or "complete", attachments=chips)
+        if row["role"] in ("user", "assistant") and isinstance(message.get("name"), str):
+            entry.name = " ".join(message["name"].split())
         if row["role"] == "assistant":
             # the column, not row_to_message: a streamed reply's key list predates its calls
             raw_calls = row.get("tool_calls")

@@ -1,6 +1,7 @@
 """A chat's own settings: its title and its system prompt (empty: the global
 ``chat.system_prompt``). Stored on the thread; the engine counts the prompt like the
-global one, and a change makes the next request plan anew."""
+global one, and a change makes the next request plan anew. A new chat (no thread yet)
+gets them too: saving makes its thread, so the first message already has its prompt."""
 
 from __future__ import annotations
 
@@ -18,24 +19,29 @@ from PySide6.QtWidgets import (
 
 class ChatSettingsDialog(QDialog):
     """Edit one chat's title and system prompt; ``saved(thread_id, title, prompt)`` on
-    Save (``prompt`` None: use the global one)."""
+    Save (``thread_id`` None: a chat not begun yet; ``prompt`` None: use the global one)."""
 
-    saved = Signal(int, str, object)
+    saved = Signal(object, str, object)
 
-    def __init__(self, thread_id: int, title: str, prompt: str | None, default_prompt: str,
+    def __init__(self, thread_id: int | None, title: str, prompt: str | None, default_prompt: str,
                  parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("chat-settings")
         self.setWindowTitle("Chat settings")
         self.thread_id = thread_id
         self.title = QLineEdit(title, self)
+        self.title.setAccessibleName("Chat title")
         self.prompt = QPlainTextEdit(prompt or "", self)
+        self.prompt.setAccessibleName("System prompt of this chat")
         self.prompt.setPlaceholderText(default_prompt or "(no system prompt)")
         self.prompt.setMinimumHeight(self.fontMetrics().height() * 8)
         note = QLabel("The instructions every request of this chat starts with. Leave it "
                       "empty to use the one in Preferences (chat.system_prompt), shown "
                       "greyed out.", self)
         note.setWordWrap(True)
+        if thread_id is None:
+            note.setText(note.text() + " This chat has not begun: saving starts it, so its "
+                         "first message already gets this prompt.")
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel, self)
         self.buttons.accepted.connect(self._save)

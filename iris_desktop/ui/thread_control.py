@@ -17,6 +17,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
+from iris_desktop.core.agent import DEFAULT_TITLE
 from iris_desktop.core.views import Entry, load_transcript
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
@@ -201,9 +202,6 @@ class ThreadControl(QObject):
         from iris_desktop.ui.chat_settings import ChatSettingsDialog
 
         thread_id = thread_id if thread_id is not None else self.app_state.thread_id
-        if thread_id is None:
-            self.app_state.show_message("Open a chat to change its settings", 4000)
-            return
         default = self.app_state.settings["chat.system_prompt"]
 
         def show(found: tuple[str, str | None]) -> None:
@@ -212,22 +210,34 @@ class ThreadControl(QObject):
             self.chat_settings = dialog
             dialog.open()
 
+        if thread_id is None:  # a chat not begun: saving makes its thread
+            show((DEFAULT_TITLE, None))
+            return
         self.background.run(lambda store: (store.thread(thread_id)["title"],
                                            store.system_prompt_of(thread_id)), show)
 
-    def save_settings(self, thread_id: int, title: str, prompt: str | None) -> None:
-        """Store a chat's title and system prompt; the views plan its next request anew."""
-        def job(store) -> None:
+    def save_settings(self, thread_id: int | None, title: str, prompt: str | None) -> None:
+        """Store a chat's title and system prompt; the views plan its next request anew.
+        For a chat not begun (``thread_id`` None) its thread is made now, holding both,
+        and becomes the open one: the first message is sent there, with its prompt (a
+        title left as "New chat" is still taken from that message)."""
+        def job(store) -> int:
             with store.transaction():
-                store.rename_thread(thread_id, title)
-                store.set_system_prompt(thread_id, prompt)
+                tid = thread_id if thread_id is not None else store.create_thread(title)
+                store.rename_thread(tid, title)
+                store.set_system_prompt(tid, prompt)
+            return tid
 
-        def done(_: None) -> None:
-            self.refresh_threads()
-            if thread_id == self.app_state.thread_id:
+        def done(tid: int) -> None:
+            if thread_id is None and self.app_state.thread_id is None:
+                self.created(tid)  # the new chat, its draft included, is this thread now
+            else:
+                self.refresh_threads()
+            if tid == self.app_state.thread_id:
                 self.app_state.report_request(None)  # None: plan it again
 
-        self.background.run(job, done)
+        self.background.run(job, done, lambda exc: QMessageBox.warning(
+            self.parent_widget, "Chat settings not saved", str(exc)))
 
     def delete_dialog(self, thread_id: int, title: str) -> QMessageBox:
         """Ask before deleting (Cancel is the default); the chat goes only on Delete."""

@@ -21,7 +21,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QListView, QStyle, QStyledItemDelegate
 
-from iris_desktop.core.views import ROLE_LABELS, Entry, arguments_text
+from iris_desktop.core.views import Entry, arguments_text
 from iris_desktop.ui.highlight import (
     CodeBlock,
     CodeTheme,
@@ -40,6 +40,7 @@ from iris_desktop.ui.transcript_parts import (
     switcher_rects,
 )
 from iris_desktop.ui.transcript_text import MessageText
+from iris_desktop.untrusted import show_untrusted
 
 
 class TranscriptDelegate(QStyledItemDelegate):
@@ -275,6 +276,18 @@ class TranscriptDelegate(QStyledItemDelegate):
             doc.documentLayout().draw(painter, ctx)
         painter.restore()
 
+    def header_label(self, entry: Entry, fm: QFontMetrics, width: int) -> str:
+        """The card's heading: who speaks (an imported chat's speaker by name, shown as
+        stored, escapes and all), or what the card is."""
+        if entry.kind == "tool":
+            return f"{'▾' if self._expanded(entry) else '▸'} Tool · {entry.tool_name}"
+        if entry.kind == "notice":
+            return "Iris could not answer"
+        label = show_untrusted(entry.speaker)
+        if entry.name:  # a long name leaves room for the badges and the Copy button
+            label = fm.elidedText(label, Qt.TextElideMode.ElideRight, width // 2)
+        return label
+
     def _paint_header(self, painter, entry: Entry, g: dict, pal: QPalette, option) -> None:
         header: QRect = g["header"]
         font = QFont(self.view.font())
@@ -282,14 +295,8 @@ class TranscriptDelegate(QStyledItemDelegate):
         painter.setFont(font)
         text = pal.color(QPalette.ColorRole.Text)
         painter.setPen(text)
-        if entry.kind == "tool":
-            arrow = "▾" if self._expanded(entry) else "▸"
-            label = f"{arrow} Tool · {entry.tool_name}"
-        elif entry.kind == "notice":
-            label = "Iris could not answer"
-        else:
-            label = ROLE_LABELS.get(entry.role, entry.role.capitalize())
         fm = QFontMetrics(font)
+        label = self.header_label(entry, fm, header.width())
         painter.drawText(header, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
         x = header.left() + fm.horizontalAdvance(label) + g["u"] // 2
         paint_badges(painter, entry, x, header, pal, self._small(), g["u"])

@@ -41,7 +41,8 @@ class TranscriptModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return entry.copy_text()
         if role == Qt.ItemDataRole.AccessibleTextRole:
-            return f"{ROLE_LABELS.get(entry.role, entry.kind)}: {entry.text[:500]}"
+            who = entry.speaker if entry.kind == "message" else ROLE_LABELS.get(entry.role, entry.kind)
+            return f"{who}: {entry.text[:500]}"
         return None
 
     # -- reading -------------------------------------------------------------------------
