@@ -16,6 +16,7 @@ from iris_desktop.core.events import (
     ToolFinished,
     TurnDone,
     TurnFailed,
+    UserSaved,
 )
 from iris_desktop.core.planner import Planner
 from iris_desktop.host import build_agent
@@ -151,15 +152,28 @@ def test_model_failure_mid_reply_keeps_everything(fresh_store):
     assert rows[0]["content"] == "hello" and rows[1]["status"] == "error"
 
 
-def test_too_large_is_reported_and_user_message_kept(fresh_store):
+def test_a_message_too_large_for_any_request_is_refused_before_it_is_stored(fresh_store):
     thread = fresh_store.create_thread("t")
     runtime = ScriptedRuntime(["never"])
     agent = Agent(fresh_store, planner_for(runtime, ContextParams(window=1024)))
-    events = list(agent.send(thread, "x" * 20000))
+    events = list(agent.send(thread, "x " * 20000))
     error = [e for e in events if isinstance(e, TurnFailed)][0]
     assert error.kind == "too_large" and "the window allows" in error.text
+    assert error.message_id is None and not [e for e in events if isinstance(e, UserSaved)]
     assert runtime.requests == []
-    assert fresh_store.messages(thread)[0]["content"] == "x" * 20000
+    assert fresh_store.messages(thread) == []  # nothing stored
+
+
+def test_a_message_that_fits_alone_but_not_beside_the_system_prompt_is_kept(fresh_store):
+    """Whether it fits beside the system prompt is the planner's to say once stored."""
+    thread = fresh_store.create_thread("t")
+    runtime = ScriptedRuntime(["never"])
+    params = ContextParams(window=1024, system_prompt="Be brief. " * 150)
+    agent = Agent(fresh_store, planner_for(runtime, params))
+    events = list(agent.send(thread, "word " * 500))
+    error = [e for e in events if isinstance(e, TurnFailed)][0]
+    assert error.kind == "too_large" and runtime.requests == []
+    assert fresh_store.messages(thread)[0]["content"] == "word " * 500
 
 
 def test_full_turn_opens_no_network_connection(fresh_store, folder, monkeypatch):

@@ -259,15 +259,30 @@ def test_too_large_message_is_explained_and_kept(make_window, qtbot):
     send(qtbot, window, "long " * 600)
     wait_turn(qtbot, window)
     shown = entries(window)
-    assert shown[0].role == "user" and shown[0].text.startswith("long long")
     notice = shown[-1]
-    assert notice.kind == "notice" and notice.text.startswith("Conversation too large")
+    assert notice.kind == "notice" and notice.text.startswith("Not sent: the message alone is")
+    assert "the window allows at most 102" in notice.text
     assert runtime.requests == []
+    assert window.composer.text() == "long " * 600  # kept in the box, to shorten or split
+    from iris_desktop.core.store import Store
+
+    with Store(window.host.paths.db_path) as store:  # refused before it was stored
+        assert [r["role"] for r in store.messages(window.thread_id)] == []
+
+
+def test_a_huge_paste_is_refused_before_it_is_stored(make_window, qtbot):
+    """Before: a 2 MB paste was saved into the chat, then refused."""
+    runtime = ScriptedRuntime(["never sent"])
+    window = make_window(runtime, overrides={"context.window": "4096"})
+    paste = "0123456789abcdef " * 120_000  # about 2 MB
+    send(qtbot, window, paste)
+    wait_turn(qtbot, window, timeout=60_000)
+    assert entries(window)[-1].text.startswith("Not sent: ")
+    assert runtime.requests == [] and window.composer.text() == paste
     from iris_desktop.core.store import Store
 
     with Store(window.host.paths.db_path) as store:
-        rows = store.messages(window.thread_id)
-    assert [r["role"] for r in rows] == ["user"]
+        assert all(store.messages(t["id"]) == [] for t in store.threads())
 
 
 # -- history, dividers, meter -----------------------------------------------------------------

@@ -21,6 +21,7 @@ thing the UI can show (napari's ``thread_worker`` shape). Cancel is cooperative:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 from iris_desktop.core.attachments import Attachment, with_attachments
 from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.conversation import title_from
-from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
+from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException, certainly_too_large
 from iris_desktop.core.events import (
     PromptProgress,
     ReplySaved,
@@ -45,7 +46,7 @@ from iris_desktop.core.events import (
 )
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.ports import Usage
-from iris_desktop.core.store import Store
+from iris_desktop.core.store import Store, min_tokens, utf8_length
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import StopOrGiveWay, Turn
@@ -115,17 +116,46 @@ class Agent:
         attachments: Sequence[Attachment] = (),
     ) -> Iterator[TurnEvent]:
         """Commit ``text`` (with its ``attachments``: files the model reads after it) as
-        the user's message and run the turn it starts."""
+        the user's message and run the turn it starts. A message too large for any
+        request of this window (a huge paste) is refused before it is stored:
+        TurnFailed ("too_large", no ``message_id``) and nothing written."""
         cancel = cancel or threading.Event()
         thread = self.store.thread(thread_id)
         tokens = [self.planner.counter.count_text(a.block()) for a in attachments]
         message = with_attachments(text, attachments, tokens)
+        refusal = self._too_large_to_store(message)
+        if refusal is not None:
+            yield TurnFailed(thread_id, f"Not sent: {refusal}", "too_large",
+                             needed=refusal.needed, allowed=refusal.allowed)
+            yield TurnDone(thread_id, "error")
+            return
         user_id = self.store.add_message(thread_id, message)
         if thread["title"] == DEFAULT_TITLE:
             named = text if text.strip() else ", ".join(a.name for a in attachments)
             self.store.rename_thread(thread_id, title_from([{"role": "user", "content": named}]))
         yield UserSaved(thread_id, user_id, text, tuple(zip((a.name for a in attachments), tokens)))
         yield from self.run(thread_id, cancel)
+
+    def _too_large_to_store(self, message: dict
+                            ) -> ConversationTooLargeException | None:
+        """Why ``message`` cannot be sent in any request of this window: it alone is more
+        than the budget (window × ratio); None otherwise (whether it fits beside the
+        system prompt is the planner's to say, once it is stored). A size that is
+        certainly too large is known without tokenizing."""
+        params = self.planner.params
+        budget = math.floor(params.window * params.token_budget_ratio)
+        text = message.get("content") or ""
+        n_bytes = utf8_length(text.strip())
+        floor = certainly_too_large(params, n_bytes)
+        if floor is not None:
+            return ConversationTooLargeException(floor.removeprefix("conversation too large: "),
+                                                 min_tokens(n_bytes), budget)
+        needed = self.planner.counter.count_message(message)
+        if needed <= budget:
+            return None
+        return ConversationTooLargeException(
+            f"the message alone is {needed:,} tokens; the window allows at most {budget:,} "
+            f"(window {params.window:,} × ratio {params.token_budget_ratio})", needed, budget)
 
     def regenerate(self, thread_id: int, cancel: Stop | None = None
                    ) -> Iterator[TurnEvent]:

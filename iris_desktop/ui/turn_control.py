@@ -57,6 +57,7 @@ class TurnControl(QObject, TurnListener):
         self.shell_box: QMessageBox | None = None
         self.compacting = False
         self._compacted = ""  # what the last compaction of this turn did, for the status bar
+        self._unsaved: tuple[str, tuple] | None = None  # the message sent, until it is stored
         self._stream_key: str | None = None  # the reply being streamed ("m:<id>")
         self._pending = ""
         self._stream_tokens = 0
@@ -83,6 +84,7 @@ class TurnControl(QObject, TurnListener):
         if not self.may_send():
             return  # the user declined to send to that server: the draft stays
         self.composer.clear(quiet=True)  # the request the agent reports redraws the meter
+        self._unsaved = (text, files)  # back into the box if it is refused before it is saved
         self._start(Turn.send(state.thread_id, text, files))
 
     def regenerate(self, message_id: int) -> None:
@@ -171,6 +173,7 @@ class TurnControl(QObject, TurnListener):
         dispatch(event, self)
 
     def on_user(self, event: UserSaved) -> None:
+        self._unsaved = None
         self.transcript.append(Entry("message", f"m:{event.message_id}", event.message_id,
                                      "user", text=event.text, attachments=list(event.attachments)))
         self._changed()
@@ -238,6 +241,11 @@ class TurnControl(QObject, TurnListener):
             if row is not None:
                 self.transcript.update(row, status="error")
         self.transcript.add_notice(event.text)
+        if event.kind == "too_large" and self._unsaved is not None:  # refused, never stored
+            text, files = self._unsaved
+            self.composer.set_text(text)
+            self.composer.add_attachments(list(files))
+        self._unsaved = None
         self._changed()
 
     def on_compaction_started(self, event: CompactionStarted) -> None:
