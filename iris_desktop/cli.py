@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from iris_desktop import __version__
 from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, say, stdout_gone
@@ -38,8 +38,17 @@ def record_id(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as the CLI's one sentence (exit 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("iris-desktop").strip()
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_USAGE, f"iris-desktop: {where}{message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="iris-desktop",
         description="Iris Desktop: offline, private chat with a local LLM and an honest "
         "context engine. Without a command, the desktop app starts.",
@@ -174,6 +183,11 @@ def _add_runtime_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-model", action="store_true",
                    help="do not load the model: the extractive summarizer, heuristic counts")
+
+    p = sub.add_parser("devices", help="the devices llama.cpp can run the model on (CPU, GPUs) "
+                       "with their free memory, and where model.gpu puts the model at model.n_ctx "
+                       "(loads nothing)")
+    p.add_argument("--json", action="store_true")
 
     sub.add_parser("gui", help="start the desktop app (the default)")
 

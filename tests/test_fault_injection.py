@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import random
 import re
@@ -366,4 +367,90 @@ def test_faults_closed_stdout(capsys, tmp_path, model_path):
                 reply = newest["content"] if newest["role"] == "assistant" else ""
                 if not reply.startswith(shown.decode("utf-8", "ignore").strip()[:8]):
                     tally.lost.append(f"{argv}: {shown!r} was shown, {reply[:40]!r} saved")
+    tally.report(capsys)
+
+
+# -- long chats and foreign input (issue 44) -------------------------------------------------
+
+
+def _line(n: int, word: str) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{word} {i}"}
+            for i in range(n)]
+
+
+def _parts(rng: random.Random, word: str) -> tuple[list[dict], bool]:
+    """A chat in the OpenAI content-parts layout; True when every part is text."""
+    kinds = ["text", "text", "input_text", "output_text", "image_url", "input_audio"]
+    chat, only_text = [], True
+    for i in range(rng.randint(2, 6)):
+        parts = []
+        for _ in range(rng.randint(1, 3)):
+            kind = rng.choice(kinds)
+            only_text = only_text and kind not in ("image_url", "input_audio")
+            parts.append({"type": kind, "text": f"{word} {i}"} if "text" in kind else
+                         {"type": kind, kind: {"url": "data:,x"}})
+        chat.append({"role": "user" if i % 2 == 0 else "assistant", "content": parts})
+    return chat, only_text
+
+
+def test_faults_long_chats_and_foreign_input(capsys, tmp_path):
+    """Issue 44's reproductions, drawn at random: chats of 900-2,500 messages (linear or
+    with a regenerated reply) deleted with no word left; another thread's, negative or
+    huge ids given to switch, export and delete; content-parts files (text parts import
+    as text and a request can be planned on them, others are refused in one sentence);
+    special files given to import. Each try is held or one sentence, and nothing that
+    was not asked to go is lost."""
+    rng = random.Random(SEED + 44)
+    tally = Tally("long chats and foreign input")
+    data = tmp_path / "data"
+    keep = tmp_path / "keep.json"
+    keep.write_text('[{"role": "user", "content": "keep this one"}]')
+    code, out, err = run(capsys, "--data-dir", data, "import", keep)
+    tally.outcome(code, err, "import the chat that must stay")
+    kept = int(out.split()[0])
+    db = data / "iris.db"
+    for attempt in range(6):
+        word = f"zqx{attempt}wv{rng.randint(1000, 9999)}"
+        source = tmp_path / f"long-{attempt}.json"
+        source.write_text(json.dumps(_line(rng.randint(900, 2_500), word)))
+        code, out, err = run(capsys, "--data-dir", data, "import", source)
+        tally.outcome(code, err, f"try {attempt}: import a long chat")
+        thread = int(out.split()[0]) if code == 0 else None
+        if thread is not None and rng.random() < 0.5:  # a second reply beside one of them
+            with Store(db) as store:
+                user = store.messages(thread)[rng.randrange(0, 800, 2)]["id"]
+                store.add_message(thread, {"role": "assistant", "content": f"{word} again"},
+                                  parent_id=user)
+        for argv in (["switch", str(thread), str(kept), "next"],
+                     ["switch", str(thread), str(10**30), "next"],
+                     ["export", str(-rng.randint(1, 9))], ["delete", str(10**20), "--yes"]):
+            before = messages_of(db)
+            code, _, err = run(capsys, "--data-dir", data, *argv)
+            tally.outcome(code, err, f"try {attempt}: {' '.join(argv)}")
+            if messages_of(db) != before:
+                tally.lost.append(f"try {attempt}: {' '.join(argv)} changed the history")
+        code, _, err = run(capsys, "--data-dir", data, "delete", str(thread), "--yes")
+        tally.outcome(code, err, f"try {attempt}: delete the long chat")
+        holders = [p.name for p in data.rglob("*") if p.is_file() and word.encode() in p.read_bytes()]
+        if holders:
+            tally.lost.append(f"try {attempt}: the deleted chat is still readable in {holders}")
+        chat, only_text = _parts(rng, word)
+        parts = tmp_path / f"parts-{attempt}.json"
+        parts.write_text(json.dumps(chat))
+        code, out, err = run(capsys, "--data-dir", data, "import", parts)
+        tally.outcome(code, err, f"try {attempt}: import content parts")
+        if (code == 0) != only_text:
+            tally.lost.append(f"try {attempt}: content parts {'refused' if only_text else 'taken'}")
+        if code == 0:
+            code, _, err = run(capsys, "--data-dir", data, "context", out.split()[0], "--no-model", "--json")
+            tally.outcome(code, err, f"try {attempt}: context on imported content parts")
+        special = rng.choice(["/dev/zero", "/dev/urandom", "fifo"])
+        if special == "fifo":
+            special = str(tmp_path / f"fifo-{attempt}")
+            os.mkfifo(special)
+        code, _, err = run(capsys, "--data-dir", data, "import", special)
+        tally.outcome(code, err, f"try {attempt}: import {special}")
+    with Store(db) as store:
+        if [m["content"] for m in store.messages(kept)] != ["keep this one"]:
+            tally.lost.append("the chat that had to stay changed")
     tally.report(capsys)
