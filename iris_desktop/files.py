@@ -184,19 +184,15 @@ def clean_leftovers(folder: str | os.PathLike[str], *legacy: str) -> Leftovers:
 
 
 def free_bytes(folder: str | os.PathLike[str]) -> int | None:
-    """Bytes free for this user where ``folder`` is (its nearest existing parent);
-    None when the system does not say."""
+    """Bytes free where ``folder`` is (its nearest existing parent): the one free-space
+    measure of every check before a large write; None when the system does not say."""
     current = Path(folder)
     while not current.exists() and current.parent != current:
         current = current.parent
     try:
-        usage = os.statvfs(current)
-    except (OSError, AttributeError):  # no statvfs on Windows
-        try:
-            return shutil.disk_usage(current).free
-        except OSError:
-            return None
-    return usage.f_bavail * usage.f_frsize
+        return shutil.disk_usage(current).free
+    except OSError:
+        return None
 
 
 class Busy(OSError):

@@ -141,10 +141,7 @@ def test_a_cancelled_copy_leaves_nothing(small, tmp_path):
 
 
 def test_a_copy_without_room_or_a_hostile_header_is_refused(small, tmp_path, monkeypatch):
-    class Full:
-        free = 1000
-
-    monkeypatch.setattr(weights.shutil, "disk_usage", lambda _folder: Full)
+    monkeypatch.setattr(weights, "free_bytes", lambda _folder: 1000)
     with pytest.raises(weights.WeightsError, match="MB are free"):
         weights.q8_copy(small, tmp_path / "weights")
     monkeypatch.undo()

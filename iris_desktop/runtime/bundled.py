@@ -26,7 +26,6 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import stat
 import sys
 import time
@@ -35,7 +34,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from iris_desktop.files import atomic_output, atomic_write, clean_leftovers
+from iris_desktop.files import atomic_output, atomic_write, clean_leftovers, free_bytes
 
 log = logging.getLogger("iris.runtime.bundled")
 
@@ -326,11 +325,8 @@ def _append_part(part: BundledPart, source: Path, out: IO[bytes], whole: Any) ->
 
 
 def _check_free_space(folder: Path, needed: int) -> None:
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return
-    if free < needed:
+    free = free_bytes(folder)
+    if free is not None and free < needed:
         raise BundledModelError(f"{folder}: writing the bundled model needs {needed:,} bytes, "
                                 f"only {free:,} are free", path=folder)
 

@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import struct
 import threading
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iris_desktop.files import atomic_output, atomic_write, clean_leftovers
+from iris_desktop.files import atomic_output, atomic_write, clean_leftovers, free_bytes
 
 from .cpu import system_memory_bytes
 from .gguf import GGML_TYPE_SIZES, GGUFError, GGUFInfo, TensorInfo, read_gguf_info
@@ -201,8 +200,8 @@ def q8_copy(source: str | os.PathLike[str], folder: str | os.PathLike[str], *,
             if os.name == "posix":
                 os.chmod(folder, 0o700)  # mkdir's mode is reduced by the umask
         _prune(folder)
-        free = shutil.disk_usage(folder).free
-        if free < record["copy_size"] + (64 << 20):
+        free = free_bytes(folder)
+        if free is not None and free < record["copy_size"] + (64 << 20):
             raise WeightsError(f"the copy needs {record['copy_size'] / 1e6:,.0f} MB in {folder}, "
                                f"{free / 1e6:,.0f} MB are free")
         t0 = time.perf_counter()

@@ -37,6 +37,7 @@ from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, connect
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.core.store.rows import decode_text
+from iris_desktop.files import free_bytes
 
 log = logging.getLogger("iris.store")
 
@@ -58,10 +59,8 @@ FULL_DISK_BYTES = 1 << 20
 
 def disk_full(path: Path) -> bool:
     """Whether the file system holding ``path`` has (almost) no free space left."""
-    try:
-        return shutil.disk_usage(path.parent).free < FULL_DISK_BYTES
-    except OSError:
-        return False
+    free = free_bytes(path.parent)
+    return free is not None and free < FULL_DISK_BYTES
 
 
 def explain(exc: sqlite3.Error, path: Path) -> str:
