@@ -18,6 +18,23 @@ connection, each once), ``drop_every`` (cut every response after that many bytes
 (the file host answers this status instead), ``token`` (repositories in ``gated`` need
 ``Authorization: Bearer <token>``). ``requests`` records every request.
 
+For the hostile-peer tests (``tests/test_hostile_peers.py``):
+
+* ``answer_fault`` makes every hub answer whose path holds ``answer_match`` (default
+  ``/tree/``) ``endless`` (a body with no length that never ends), a ``gzip_bomb``
+  (``Content-Encoding: gzip``, inflating to ``bomb_bytes``) or a ``trickle`` (one byte
+  every ``trickle_delay_s``);
+* ``listed`` overrides what the tree lists of a file (``{"a.gguf": {"size": -5}}``,
+  ``{"sha256": "ABC…"}``; ``{"sha256": None}``: no ``lfs`` entry at all);
+* ``revisions`` serves other bytes at another revision (``{"v2": {repo: {file: bytes}}}``;
+  the file host serves them too);
+* ``redirect_junk`` sends that many bytes of body with the 302 of ``resolve``;
+* ``gate``, when set to an Event, makes the file host wait for it (at most 30 s) before
+  sending a file's bytes, so that a download is under way for as long as a test needs.
+
+Every fault is bounded: it stops when the client leaves, after ``max_fault_bytes`` or
+after ``hold_s``.
+
     python tests/hub_server.py [--delay 0.05] [--serve REPO FILE.gguf]
 
 serves a few small real GGUF files (from ``gguf_fixtures``), and any real GGUF given with
@@ -32,6 +49,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -90,7 +108,17 @@ class HubServer:
     def __init__(self, repos: dict[str, dict[str, bytes]], *, downloads: dict[str, int] | None = None) -> None:
         self.repos = repos
         self.downloads = downloads or {}
-        self.blobs = {hashlib.sha256(data).hexdigest(): data for files in repos.values() for data in files.values()}
+        self.revisions: dict[str, dict[str, dict[str, bytes]]] = {}
+        self.answer_fault: str | None = None
+        self.answer_match = "/tree/"
+        self.trickle_delay_s = 0.2
+        self.bomb_bytes = 256 << 20
+        self.max_fault_bytes = 256 << 20
+        self.hold_s = 30.0
+        self.listed: dict[str, dict[str, Any]] = {}
+        self.redirect_junk = 0
+        self.gate: threading.Event | None = None
+        self.fault_bytes_sent = 0
         self.requests: list[dict[str, Any]] = []
         self.delay_s = 0.0
         self.drop_at: list[int] = []
@@ -117,8 +145,18 @@ class HubServer:
     def files_url(self) -> str:
         return f"http://127.0.0.1:{self.files.server_address[1]}"
 
-    def sha256(self, repo: str, file: str) -> str:
-        return hashlib.sha256(self.repos[repo][file]).hexdigest()
+    @property
+    def blobs(self) -> dict[str, bytes]:
+        every = [self.repos, *self.revisions.values()]
+        return {hashlib.sha256(data).hexdigest(): data
+                for repos in every for files in repos.values() for data in files.values()}
+
+    def files_at(self, repo: str, revision: str) -> dict[str, bytes] | None:
+        """The files of ``repo`` at ``revision`` (``revisions`` first, else ``repos``)."""
+        return self.revisions.get(revision, {}).get(repo, self.repos.get(repo))
+
+    def sha256(self, repo: str, file: str, revision: str = "main") -> str:
+        return hashlib.sha256(self.files_at(repo, revision)[file]).hexdigest()
 
     def served(self, host: str = "files") -> list[dict[str, Any]]:
         return [r for r in self.requests if r["host"] == host]
@@ -179,13 +217,13 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                 repo = "/".join(segments[2:4])
                 if not self._allowed(repo):
                     return
-                self._tree(repo, query)
+                self._tree(repo, segments[5], query)
                 return
             if len(segments) >= 5 and segments[2] == "resolve":
                 repo, file = "/".join(segments[:2]), "/".join(segments[4:])
                 if not self._allowed(repo):
                     return
-                data = hub.repos.get(repo, {}).get(file)
+                data = (hub.files_at(repo, segments[3]) or {}).get(file)
                 if data is None:
                     self._json({"error": "Entry not found"}, 404)
                     return
@@ -193,8 +231,9 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                 self.send_response(302)
                 self.send_header("Location", f"{hub.files_url}/blob/{sha}?name={quote(file)}")
                 self.send_header("X-Linked-Size", str(len(data)))
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(hub.redirect_junk))
                 self.end_headers()
+                self._junk(hub.redirect_junk)
                 return
             self._json({"error": "not found"}, 404)
 
@@ -207,13 +246,16 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                 return False
             return True
 
-        def _tree(self, repo: str, query: dict[str, list[str]]) -> None:
+        def _tree(self, repo: str, revision: str, query: dict[str, list[str]]) -> None:
             entries = [{"type": "file", "oid": "0" * 40, "size": 12, "path": "README.md"},
                        {"type": "directory", "oid": "1" * 40, "size": 0, "path": "extra"}]
-            for name, data in hub.repos[repo].items():
+            for name, data in (hub.files_at(repo, revision) or {}).items():
                 sha = hashlib.sha256(b"something else" if hub.wrong_checksum else data).hexdigest()
-                entries.append({"type": "file", "oid": "2" * 40, "size": len(data), "path": name,
-                                "lfs": {"oid": sha, "size": len(data), "pointerSize": 134}})
+                listed = {"size": len(data), "sha256": sha, **hub.listed.get(name, {})}
+                entry: dict[str, Any] = {"type": "file", "oid": "2" * 40, "size": listed["size"], "path": name}
+                if listed["sha256"] is not None:
+                    entry["lfs"] = {"oid": listed["sha256"], "size": listed["size"], "pointerSize": 134}
+                entries.append(entry)
             start = int(query.get("cursor", ["0"])[0])
             size = hub.page_size or len(entries)
             page = entries[start:start + size]
@@ -225,6 +267,9 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
 
         def _json(self, value: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
             body = json.dumps(value).encode()
+            if hub.answer_fault is not None and hub.answer_match in self.path:
+                self._misbehave(status, body)
+                return
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -232,6 +277,55 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                 self.send_header(key, val)
             self.end_headers()
             self.wfile.write(body)
+
+        # -- a hostile hub --
+
+        def _misbehave(self, status: int, body: bytes) -> None:
+            self.close_connection = True
+            deadline = time.monotonic() + hub.hold_s
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            if hub.answer_fault == "trickle":
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for i in range(len(body)):
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(hub.trickle_delay_s)
+                    self._out(body[i:i + 1])
+            elif hub.answer_fault == "endless":  # no length, no chunks: it ends when the server closes
+                self.end_headers()
+                self._out(b"[")
+                piece = b'{"type": "file", "path": "x.gguf", "size": 1}, ' * 1024
+                while time.monotonic() < deadline:
+                    self._out(piece)
+            elif hub.answer_fault == "gzip_bomb":
+                packer = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+                parts, block, left = [], b"\0" * (1 << 20), hub.bomb_bytes
+                while left > 0:
+                    parts.append(packer.compress(block[:left]))
+                    left -= len(block)
+                bomb = b"".join(parts) + packer.flush()
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(bomb)))
+                self.end_headers()
+                self._out(bomb)
+
+        def _out(self, data: bytes) -> None:
+            """Send ``data``, within ``max_fault_bytes``; raises BrokenPipeError when the
+            client left or the bound is reached."""
+            with hub.lock:
+                if hub.fault_bytes_sent >= hub.max_fault_bytes:
+                    raise BrokenPipeError("max_fault_bytes sent")
+                hub.fault_bytes_sent += len(data)
+            self.wfile.write(data)
+            self.wfile.flush()
+
+        def _junk(self, size: int) -> None:
+            piece = b"<html>moved</html>" * 3641  # about 64 KiB
+            while size > 0:
+                self._out(piece[:size])
+                size -= len(piece)
 
         # -- the file host --
 
@@ -243,6 +337,8 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
             if hub.file_status is not None:
                 self._json({"error": "the file host says no"}, hub.file_status)
                 return
+            if hub.gate is not None:
+                hub.gate.wait(30)
             start = 0
             wanted = self.headers.get("Range")
             if wanted and not hub.ignore_range:

@@ -46,6 +46,22 @@ and then, by ``mode`` (:data:`MODES`):
                         ``/apply-template`` ``[]``; replies stream as ``normal``
 ======================  =================================================================
 
+Besides the mode, an answer read whole (not streamed) can misbehave too: ``answer_fault``
+makes the answer to ``answer_path`` (default ``/v1/models``; ``/v1/chat/completions``
+is the calibration request ``connect`` sends) one of :data:`ANSWER_FAULTS`:
+
+======================  =================================================================
+``endless``             status and headers, then a body with no length that never ends
+``gzip_bomb``           ``Content-Encoding: gzip``, a few KiB that inflate to ``bomb_bytes``
+``trickle``             the right answer, its body one byte every ``trickle_delay_s``
+``trickle_headers``     the status line and headers one byte every ``trickle_delay_s``
+======================  =================================================================
+
+``usage`` replaces the ``usage`` the server reports (the calibration answer and a
+streamed reply's usage chunk), for the absurd numbers a broken server sends; and mode
+``gzip_bomb`` streams a reply as ``Content-Encoding: gzip`` whose one ``data:`` line
+inflates to ``bomb_bytes`` with no line end.
+
 "Forever" and "holds" are bounded: every mode stops by itself after ``hold_s`` seconds
 (default 30), once ``max_bytes`` are sent (default 256 MiB), when the client leaves,
 when ``release`` is set, or when the server stops (the context manager's exit), so no
@@ -60,16 +76,19 @@ streamed replies ended, for any reason).
 
 from __future__ import annotations
 
+import functools
 import json
 import select
 import socket
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble",
-         "huge_line", "malformed", "slow_headers", "redirect", "bad_counts")
+         "huge_line", "malformed", "slow_headers", "redirect", "bad_counts", "gzip_bomb")
+ANSWER_FAULTS = ("endless", "gzip_bomb", "trickle", "trickle_headers")
 
 #: the malformed events mode ``malformed`` can send (a bytes value goes out as the raw
 #: ``data:`` payload, anything else as its JSON)
@@ -125,9 +144,16 @@ class MisbehavingServer:
         redirect_to: str | None = None,
         hold_s: float = 30.0,
         max_bytes: int = 256 << 20,
+        answer_fault: str | None = None,
+        answer_path: str = "/v1/models",
+        trickle_delay_s: float = 0.2,
+        bomb_bytes: int = 256 << 20,
+        usage: dict | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+        if answer_fault is not None and answer_fault not in ANSWER_FAULTS:
+            raise ValueError(f"unknown answer fault {answer_fault!r}; one of {', '.join(ANSWER_FAULTS)}")
         if malformed not in MALFORMED:
             raise ValueError(f"unknown malformed event {malformed!r}; one of {', '.join(MALFORMED)}")
         self.mode = mode
@@ -141,6 +167,13 @@ class MisbehavingServer:
         self.redirect_to = redirect_to
         self.hold_s = hold_s
         self.max_bytes = max_bytes
+        self.answer_fault = answer_fault
+        self.answer_path = answer_path
+        self.trickle_delay_s = trickle_delay_s
+        self.bomb_bytes = bomb_bytes
+        self.usage = usage
+        #: body bytes of the misbehaving answers read whole
+        self.answer_bytes_sent = 0
         self.requests: list[tuple[str, str, Any]] = []
         self.stream_started = threading.Event()
         self.preamble_sent = threading.Event()
@@ -277,6 +310,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, status: int, answer: Any) -> None:
         data = json.dumps(answer).encode()
+        if self.owner.answer_fault is not None and self.path == self.owner.answer_path:
+            try:
+                self._misbehave(status, data)
+            except (_ClientGone, OSError):
+                pass
+            self.close_connection = True
+            return
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -289,8 +329,57 @@ class _Handler(BaseHTTPRequestHandler):
                 "model": self.owner.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                              "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 100, "completion_tokens": len(self.owner.tokens),
-                          "total_tokens": 100 + len(self.owner.tokens)}}
+                "usage": self._usage(len(self.owner.tokens))}
+
+    def _usage(self, n: int) -> Any:
+        if self.owner.usage is not None:
+            return self.owner.usage
+        return {"prompt_tokens": 100, "completion_tokens": n, "total_tokens": 100 + n}
+
+    # -- an answer read whole, misbehaving ---------------------------------------------------
+
+    def _misbehave(self, status: int, data: bytes) -> None:
+        owner = self.owner
+        self._deadline = time.monotonic() + owner.hold_s
+        fault = owner.answer_fault
+        if fault == "trickle_headers":
+            head = (f"HTTP/1.0 {status} OK\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n").encode()
+            for i in range(len(head)):
+                self._raw(head[i:i + 1])
+                self._pause(owner.trickle_delay_s)
+            self._raw(data)
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if fault == "trickle":
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.flush()
+            for i in range(len(data)):
+                self._pause(owner.trickle_delay_s)
+                self._raw(data[i:i + 1])
+        elif fault == "endless":  # HTTP/1.0 without a length: the body ends when the server closes
+            self.end_headers()
+            self.wfile.flush()
+            self._raw(b'{"data": [')
+            piece = b'{"id": "x", "object": "model"}, ' * 2048
+            while True:
+                self._raw(piece)
+        elif fault == "gzip_bomb":
+            bomb = _gzip_bomb(owner.bomb_bytes)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.flush()
+            self._raw(bomb)
+
+    def _raw(self, data: bytes) -> None:
+        """As _send, counted in ``answer_bytes_sent``."""
+        before = self.owner.bytes_sent
+        self._send(data)
+        with self.owner._lock:
+            self.owner.answer_bytes_sent += self.owner.bytes_sent - before
 
     # -- a streamed reply ------------------------------------------------------------------
 
@@ -299,6 +388,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._deadline = time.monotonic() + owner.hold_s
         mode = owner.mode
         if mode == "slow_headers":
+            self._hold()
+            return
+        if mode == "gzip_bomb":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Encoding", "gzip")
+            self.end_headers()
+            self.wfile.flush()
+            self._send(_gzip_bomb(owner.bomb_bytes, b"data: "))  # whole: the client reads big chunks
             self._hold()
             return
         self.send_response(200)
@@ -316,8 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
             n = len(owner.tokens)
             self._event({"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk",
                          "created": 0, "model": owner.model, "choices": [],
-                         "usage": {"prompt_tokens": 100, "completion_tokens": n,
-                                   "total_tokens": 100 + n}})
+                         "usage": self._usage(n)})
             if mode != "finish_then_hold":
                 self._send(b"data: [DONE]\n\n")
             else:
@@ -421,3 +518,24 @@ class _Handler(BaseHTTPRequestHandler):
             return self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
+
+
+def _gzip_pieces(size: int, prefix: bytes = b"") -> Any:
+    """A gzip stream of ``prefix`` and then ``size`` bytes of ``x``, in pieces (about a
+    thousandth of ``size`` in all)."""
+    packer = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    yield packer.compress(prefix)
+    block = b"x" * (1 << 20)
+    left = size
+    while left > 0:
+        out = packer.compress(block[:left])
+        left -= len(block)
+        if out:
+            yield out
+    yield packer.flush()
+
+
+@functools.lru_cache(maxsize=4)
+def _gzip_bomb(size: int, prefix: bytes = b"") -> bytes:
+    """A whole gzip body that inflates to ``prefix`` and ``size`` bytes of ``x``."""
+    return b"".join(_gzip_pieces(size, prefix))

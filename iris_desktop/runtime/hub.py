@@ -27,17 +27,34 @@ where the model library lists it under the source ``download``:
    next download of the same file resumes it with ``Range`` (a lost connection is resumed
    at once, a few times);
 4. the whole file's sha256 must equal the hub's, and its GGUF header must read as any
-   opened model's (:func:`~.gguf.read_gguf_info`), before it gets its name.
+   opened model's (:func:`~.gguf.read_gguf_info`), before it gets its name (fsynced,
+   renamed, the folder fsynced);
+5. what was verified is recorded in ``<models>/downloads/.records/<org>/<repo>/<file>.json``
+   (the repository path, revision, sha256, size and mtime): a file already there counts
+   as downloaded only when its own recorded sha256 (hashed again when the file changed
+   or has no record) equals the sha256 the hub lists for that exact path and revision.
+   When the hub lists no sha256, the file's is computed and recorded, and the download
+   is "not verified by the hub" (:func:`download_record`).
+
+A listing with a size of 0 or less, or a sha256 that is not 64 hexadecimal digits, is
+refused before anything is written. Two downloads of one file (two windows, a window
+and the command line) never write one ``.partial``: a lock file
+(``.records/…/<file>.lock``, ``flock`` on POSIX, ``msvcrt.locking`` on Windows) makes
+the second wait, saying so, until the first ends, then find the file there. A search or
+file list is read whole within :data:`MAX_LISTING_BYTES` and
+:data:`LISTING_TIMEOUT_S` (``runtime.http``), so a broken or hostile hub can neither
+fill the memory nor hold the dialog.
 
 Every failure is a :class:`HubError`: one sentence, a ``kind`` (``network``, ``http``,
 ``auth``, ``not_found``, ``no_space``, ``disk_full``, ``checksum``, ``not_gguf``,
-``stopped``, ``write``, ``address``, ``answer``) and the partial file, kept for the user
-to resume or remove (:func:`discard_partial`).
+``stopped``, ``write``, ``address``, ``answer``, ``busy``) and the partial file, kept for
+the user to resume or remove (:func:`discard_partial`).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import hashlib
 import json
@@ -56,10 +73,19 @@ from urllib.parse import quote
 import httpx
 
 from iris_desktop import __version__
+from iris_desktop.files import atomic_write, clean_leftovers, fsync_dir
 from iris_desktop.paths import make_private_dir
 
 from .cpu import system_memory_bytes
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
+from .http import (
+    AnswerError,
+    AnswerTooLarge,
+    AnswerTooSlow,
+    open_following,
+    read_answer,
+    size_words,
+)
 from .library import DEFAULT_N_CTX, kv_cache_bytes
 from .remote import KEYRING_SERVICE, server_address
 
@@ -77,6 +103,7 @@ __all__ = [
     "delete_hub_token",
     "discard_partial",
     "download",
+    "download_record",
     "download_target",
     "fits_in_memory",
     "get_hub_token",
@@ -105,8 +132,17 @@ MAX_TREE_PAGES = 20
 SEARCH_LIMIT = 30
 #: what the computer's memory must keep free beside a model (the OS, the app, Qt)
 MEMORY_HEADROOM = 2**30
+#: a search or one page of a file list, read whole: at most this many bytes (decoded)…
+MAX_LISTING_BYTES = 16 << 20
+#: …within this long, the whole exchange
+LISTING_TIMEOUT_S = 60.0
+#: how often a download waiting for another download of the same file tries again
+LOCK_POLL_S = 0.2
+#: the folder of ``<models>/downloads`` where what was verified is recorded
+RECORDS = ".records"
 
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _QUANT = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
 
 
@@ -160,8 +196,11 @@ class HubFile:
     repo: str
     path: str
     size: int
+    #: lower-case hex; None when the hub lists none
     sha256: str | None
     revision: str = "main"
+    #: what is wrong with the listing ("a size of -5 bytes"), which refuses a download
+    problem: str | None = None
 
     @property
     def name(self) -> str:
@@ -353,7 +392,11 @@ class HubClient:
     behind a corporate proxy). Redirects are followed (the file host is another origin,
     and httpx does not send it the token)."""
 
-    def __init__(self, hub_url: str = DEFAULT_HUB_URL, token: str | None = None) -> None:
+    def __init__(self, hub_url: str = DEFAULT_HUB_URL, token: str | None = None, *,
+                 answer_limit: int = MAX_LISTING_BYTES,
+                 answer_timeout_s: float = LISTING_TIMEOUT_S) -> None:
+        self.answer_limit = int(answer_limit)
+        self.answer_timeout_s = float(answer_timeout_s)
         url = (hub_url or "").strip().rstrip("/")
         if not url:
             raise HubError("No model hub is set; set models.hub_url (for example "
@@ -383,8 +426,23 @@ class HubClient:
     # -- JSON --
 
     def _get_json(self, url: str, params: dict | None = None, what: str = "") -> tuple[Any, httpx.Response]:
+        """The JSON answer, read whole within :attr:`answer_limit` bytes and
+        :attr:`answer_timeout_s` (``runtime.http``); HubError otherwise."""
         try:
-            response = self.client.get(url, params=params)
+            request = self.client.build_request("GET", url, params=params)
+            response = read_answer(self.client, request, limit=self.answer_limit,
+                                   timeout_s=self.answer_timeout_s, follow_redirects=True)
+        except AnswerTooLarge as exc:
+            raise HubError(f"The model hub {self.address} sent more than {size_words(exc.limit)} in "
+                           f"its answer about {what or url}, so Iris stopped reading it; check that "
+                           "models.hub_url is a Hugging Face hub.", "answer") from None
+        except AnswerTooSlow as exc:
+            raise HubError(f"The model hub {self.address} did not finish answering about "
+                           f"{what or url} within {exc.timeout_s:g} s; try again later, or check "
+                           "models.hub_url.", "network") from None
+        except AnswerError as exc:
+            raise HubError(f"The model hub {self.address} {exc.cause} about {what or url}; check "
+                           "models.hub_url.", "answer") from None
         except httpx.HTTPError as exc:
             raise HubError(f"The model hub {self.address} cannot be reached ({_describe(exc)}); "
                            "check the network or models.hub_url.", "network") from None
@@ -489,14 +547,42 @@ def _int(value: Any) -> int | None:
 
 
 def _hub_file(repo: str, revision: str, item: dict) -> HubFile | None:
-    path, size = item.get("path"), _int(item.get("size"))
-    if not isinstance(path, str) or size is None:
+    """One file of a listing. Its size (the LFS object's, else the entry's) and sha256
+    (``lfs.oid``, any case, normalised to lower-case hex) are kept as listed; a size
+    that is not a whole number above 0, or a sha256 that is not 64 hexadecimal digits,
+    is said in ``problem``, which refuses a download of it."""
+    path = item.get("path")
+    if not isinstance(path, str):
         return None
     lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else {}
-    sha = lfs.get("oid") if isinstance(lfs.get("oid"), str) else None
-    if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
-        sha = None
-    return HubFile(repo, path, _int(lfs.get("size")) or size, sha, revision)
+    raw_size = lfs["size"] if lfs.get("size") is not None else item.get("size")
+    size, problem = _int(raw_size), None
+    if size is None:
+        size, problem = 0, f"a size of {_shown(raw_size)}, which is not a number of bytes"
+    elif size <= 0:
+        problem = f"a size of {size:,} bytes"
+    raw_sha = lfs.get("oid")
+    sha = None
+    if raw_sha is not None:
+        sha = _normal_sha(raw_sha)
+        if sha is None:
+            problem = problem or f"the sha256 {_shown(raw_sha)}, which is not 64 hexadecimal digits"
+    return HubFile(repo, path, size, sha, revision, problem)
+
+
+def _normal_sha(value: Any) -> str | None:
+    """``value`` as 64 lower-case hex digits (any case, an optional ``sha256:``); None when
+    it is not a sha256."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower().removeprefix("sha256:")
+    return text if _SHA256.fullmatch(text) else None
+
+
+def _shown(value: Any) -> str:
+    """A listed value as a sentence may quote it (short, one line)."""
+    text = json.dumps(value, ensure_ascii=True) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 72 else text[:69] + "..."
 
 
 # ---------------------------------------------------------------------------
@@ -505,8 +591,10 @@ def _hub_file(repo: str, revision: str, item: dict) -> HubFile | None:
 
 @dataclass(frozen=True)
 class DownloadProgress:
-    """How far a download is: ``phase`` is "checking" (hashing a partial file before
-    resuming), "downloading" or "verifying"."""
+    """How far a download is: ``phase`` is "waiting" (for another download of the same
+    file to end), "checking" (hashing a partial file before resuming), "rechecking"
+    (hashing a file already there that has no record, or changed since), "downloading"
+    or "verifying"."""
 
     file: str
     done: int
@@ -518,16 +606,25 @@ class DownloadProgress:
     #: bytes already there when this run started (a resumed download)
     resumed_from: int = 0
     phase: str = "downloading"
+    #: the hub lists a sha256 for the file (False: it cannot be verified by the hub)
+    listed_sha256: bool = True
 
     @property
     def fraction(self) -> float:
         return self.done / self.total if self.total else 0.0
 
     def describe(self) -> str:
+        if self.phase == "waiting":
+            return f"Waiting for another download of {self.file} to end…"
         if self.phase == "checking":
             part = self.done / self.resumed_from if self.resumed_from else 1.0
             return f"Checking the {_mb(self.resumed_from)} downloaded before… {part:.0%}"
+        if self.phase == "rechecking":
+            return f"Checking the {self.file} already in the models folder (sha256)… {self.fraction:.0%}"
         if self.phase == "verifying":
+            if not self.listed_sha256:
+                return (f"Checking {self.file} (GGUF header; the hub lists no sha256, so it is "
+                        "not verified by the hub)…")
             return f"Verifying {self.file} (sha256 and GGUF header)…"
         text = f"{_mb(self.done)} of {_mb(self.total)}"
         if self.speed > 0:
@@ -593,28 +690,83 @@ def _discard(target: Path) -> bool:
 
 
 def _read_record(target: Path) -> dict[str, Any]:
+    return _read_json(_record(target))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(_record(target).read_text("utf-8"))
+        data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def _write_record(target: Path, data: dict[str, Any]) -> None:
-    path = _record(target)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-    os.replace(tmp, path)
+    atomic_write(_record(target), json.dumps(data))
+
+
+def _records_dir(target: Path) -> Path:
+    """``<models>/downloads/.records/<org>/<repo>`` for ``target``
+    (``<models>/downloads/<org>/<repo>/<file>``)."""
+    return target.parents[2] / RECORDS / target.parent.parent.name / target.parent.name
+
+
+def _done_record(target: Path) -> Path:
+    """What was verified of the downloaded ``target``."""
+    return _records_dir(target) / f"{target.name}.json"
+
+
+def _lock_file(target: Path) -> Path:
+    return _records_dir(target) / f"{target.name}.lock"
+
+
+def _own_sha256(target: Path, record: dict[str, Any]) -> str | None:
+    """``target``'s sha256 as recorded when it got its name, if the file is still that
+    one (same size and modification time); None otherwise (no record, or changed)."""
+    try:
+        st = target.stat()
+    except OSError:
+        return None
+    sha = _normal_sha(record.get("sha256"))
+    if sha is None or record.get("size") != st.st_size or record.get("mtime_ns") != st.st_mtime_ns:
+        return None
+    return sha
+
+
+def _write_done(target: Path, info: HubFile, sha: str) -> None:
+    st = target.stat()
+    make_private_dir(_records_dir(target))
+    atomic_write(_done_record(target), json.dumps({
+        "repo": info.repo, "file": info.path, "revision": info.revision, "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns, "sha256": sha, "listed_sha256": info.sha256,
+        "verified_by_hub": info.sha256 is not None and info.sha256 == sha}))
+
+
+def download_record(models_dir: str | os.PathLike[str], repo: str, file: str) -> dict[str, Any] | None:
+    """What was verified of the downloaded ``file`` of ``repo``, when it is there and
+    unchanged since: ``{"path", "repo", "file", "revision", "sha256", "listed_sha256",
+    "verified_by_hub"}`` (``verified_by_hub`` False: the hub listed no sha256, so only
+    the GGUF header was checked; say "not verified by the hub" rather than "verified").
+    None when the file is absent, has no record or changed since."""
+    target = download_target(models_dir, repo, file)
+    record = _read_json(_done_record(target))
+    sha = _own_sha256(target, record)
+    if sha is None:
+        return None
+    return {"path": str(target), "repo": record.get("repo"), "file": record.get("file"),
+            "revision": record.get("revision"), "sha256": sha,
+            "listed_sha256": record.get("listed_sha256"),
+            "verified_by_hub": record.get("verified_by_hub") is True}
 
 
 class _Meter:
     """Speed over the last :data:`SPEED_WINDOW_S` seconds, and progress reports at most
     every :data:`PROGRESS_EVERY_S`."""
 
-    def __init__(self, file: str, total: int, start: int, report: Callable[[DownloadProgress], Any] | None):
+    def __init__(self, file: str, total: int, start: int, report: Callable[[DownloadProgress], Any] | None,
+                 listed_sha256: bool = True):
         self.file, self.total, self.start, self.report = file, total, start, report
+        self.listed_sha256 = listed_sha256
         self.samples: collections.deque[tuple[float, int]] = collections.deque()
         self.last = 0.0
 
@@ -635,7 +787,8 @@ class _Meter:
             if t1 - t0 >= 0.2:
                 speed = (d1 - d0) / (t1 - t0)
                 eta = (self.total - done) / speed if speed > 0 else None
-        self.report(DownloadProgress(self.file, done, self.total, speed, eta, self.start, phase))
+        self.report(DownloadProgress(self.file, done, self.total, speed, eta, self.start, phase,
+                                     self.listed_sha256))
 
 
 def _disk_error(exc: OSError, folder: Path, name: str, done: int, total: int, partial: Path) -> HubError:
@@ -647,7 +800,8 @@ def _disk_error(exc: OSError, folder: Path, name: str, done: int, total: int, pa
                     "disk_full" if exc.errno == errno.EROFS else "write", partial)
 
 
-def _hash_file(path: Path, upto: int, cancel: threading.Event | None, meter: _Meter) -> Any:
+def _hash_file(path: Path, upto: int, cancel: threading.Event | None, meter: _Meter,
+               phase: str = "checking") -> Any:
     digest = hashlib.sha256()
     done = 0
     with open(path, "rb") as handle:
@@ -657,7 +811,7 @@ def _hash_file(path: Path, upto: int, cancel: threading.Event | None, meter: _Me
                 break
             digest.update(block)
             done += len(block)
-            meter(done, "checking")
+            meter(done, phase)
             if cancel is not None and cancel.is_set():
                 raise _Stopped
     return digest
@@ -674,18 +828,26 @@ class _Lost(Exception):
 def download(client: HubClient, repo: str, file: str, models_dir: str | os.PathLike[str], *,
              revision: str = "main", cancel: threading.Event | None = None,
              progress: Callable[[DownloadProgress], Any] | None = None,
-             restart: bool = False, margin: int = FREE_SPACE_MARGIN) -> Path:
+             restart: bool = False, margin: int = FREE_SPACE_MARGIN, wait: bool = True) -> Path:
     """Download ``file`` of ``repo`` into the models folder and return its path.
 
     Resumes a partial file of the same content (same sha256 and size), or starts over
     with ``restart`` or when the hub's file changed. A file already downloaded is
-    returned as it is. ``cancel`` stops within one chunk (the partial is kept);
-    ``progress`` is called with :class:`DownloadProgress`. Raises :class:`HubError`.
+    returned as it is only when its own recorded sha256 equals the one the hub lists for
+    this path and revision (with none listed: when it was recorded for this very path
+    and revision); :func:`download_record` says whether the hub verified it. While
+    another download of the same file runs (another window or process) this one waits,
+    reporting the phase "waiting" (``wait`` False: HubError ``busy`` at once).
+    ``cancel`` stops within one chunk (the partial is kept); ``progress`` is called with
+    :class:`DownloadProgress`. Raises :class:`HubError`.
     """
     info = client.file(repo, file, revision)
+    if info.problem is not None:
+        raise HubError(f"The model hub {client.address} lists {info.path} of {info.repo} with "
+                       f"{info.problem}, which cannot be right; Iris did not download it.", "answer")
     target = download_target(models_dir, repo, file)
     try:
-        return _start(client, info, target, revision, cancel, progress, restart, margin)
+        return _start(client, info, target, revision, cancel, progress, restart, margin, wait)
     except HubError:
         raise
     except OSError as exc:  # the models folder: not writable, gone, read-only...
@@ -695,16 +857,153 @@ def download(client: HubClient, repo: str, file: str, models_dir: str | os.PathL
 
 
 def _start(client: HubClient, info: HubFile, target: Path, revision: str, cancel: threading.Event | None,
-           progress: Callable[[DownloadProgress], Any] | None, restart: bool, margin: int) -> Path:
-    """Resume or start over, check the free space, then download (:func:`download`)."""
-    if target.is_file() and target.stat().st_size == info.size:
-        return target  # checked before it got its name
+           progress: Callable[[DownloadProgress], Any] | None, restart: bool, margin: int,
+           wait: bool) -> Path:
+    """With the file's lock held: the file already there, or resume or start over,
+    check the free space, then download (:func:`download`)."""
     make_private_dir(target.parent)
+    make_private_dir(_records_dir(target))
+    meter = _Meter(info.name, info.size, 0, progress, info.sha256 is not None)
+    with _download_lock(target, info, cancel, meter, wait):
+        if _present(info, target, cancel, meter):
+            return target
+        for folder in (target.parent, _records_dir(target)):
+            clean_leftovers(folder)  # what a killed write of a record left
+        _record(target).with_name(_record(target).name + ".tmp").unlink(missing_ok=True)  # older Iris
+        return _resume_or_start(client, info, target, revision, cancel, progress, restart, margin)
+
+
+def _present(info: HubFile, target: Path, cancel: threading.Event | None, meter: _Meter) -> bool:
+    """Whether ``target`` is the file the hub lists: its own sha256 (as recorded when it
+    got its name, or hashed now when it has no record or changed since) equals the
+    listed one; with none listed, it must have been recorded for this very repository
+    path and revision. A file that passes without a record gets one."""
+    try:
+        st = target.stat()
+    except OSError:
+        return False
+    if not target.is_file() or st.st_size != info.size:
+        return False
+    record = _read_json(_done_record(target))
+    own = _own_sha256(target, record)
+    same_path = (record.get("repo"), record.get("file"), record.get("revision")) == (
+        info.repo, info.path, info.revision)
+    if info.sha256 is None:  # nothing to compare with: only this very file's record will do
+        return own is not None and same_path
+    if own is None:
+        try:
+            own = _hash_file(target, info.size, cancel, meter, "rechecking").hexdigest()
+        except _Stopped:
+            raise HubError(f"Stopped while checking the {info.name} already in the models folder; "
+                           "download again to check it.", "stopped") from None
+    if own != info.sha256:
+        log.info("%s: its sha256 %s is not the hub's %s for %s of %s at %s; downloading it again",
+                 target, own, info.sha256, info.path, info.repo, info.revision)
+        return False
+    if not same_path or record.get("sha256") != own or _own_sha256(target, record) is None:
+        _write_done(target, info, own)
+    return True
+
+
+@contextlib.contextmanager
+def _download_lock(target: Path, info: HubFile, cancel: threading.Event | None, meter: _Meter,
+                   wait: bool) -> Any:
+    """Hold the lock of ``target``'s download (another process or window downloading the
+    same file waits here, reporting "waiting"; ``wait`` False: HubError ``busy``)."""
+    path = _lock_file(target)
+    waiting = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+        try:
+            locked = _try_lock(fd)
+        except OSError as exc:  # a file system without locks: go on unguarded, as before
+            log.warning("%s: cannot lock (%s); downloading without a lock", path, exc)
+            locked = True
+        if locked and _still_named(fd, path):
+            break
+        if locked:
+            _unlock(fd)
+        os.close(fd)
+        if locked:
+            continue  # the holder removed the name as it finished: lock the new one
+        if not wait:
+            raise HubError(f"Another download of {info.name} is running (another Iris window or "
+                           "command); wait for it to end, or stop it first.", "busy")
+        if cancel is not None and cancel.is_set():
+            raise HubError(f"Stopped while another download of {info.name} was running; nothing "
+                           "of this one was written.", "stopped")
+        if not waiting:
+            log.info("%s: another download of it is running; waiting", target)
+        meter(0, "waiting", force=not waiting)
+        waiting = True
+        time.sleep(LOCK_POLL_S)
+    try:
+        yield
+    finally:
+        if os.name != "nt":  # the name goes while it is locked, so no one locks a stale file
+            with contextlib.suppress(OSError):
+                path.unlink()
+        _unlock(fd)
+        os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    """Lock ``fd`` exclusively without waiting; False when another holds it. OSError when
+    the file system cannot lock."""
+    if os.name == "nt":
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EDEADLK, getattr(errno, "EDEADLOCK", errno.EDEADLK)):
+                return False
+            raise
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _unlock(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        if os.name == "nt":
+            import msvcrt
+
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether ``path`` is still the file ``fd`` locked (POSIX: a finishing holder removes
+    the name; Windows keeps it)."""
+    if os.name == "nt":
+        return True
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
+
+
+def _resume_or_start(client: HubClient, info: HubFile, target: Path, revision: str,
+                     cancel: threading.Event | None, progress: Callable[[DownloadProgress], Any] | None,
+                     restart: bool, margin: int) -> Path:
     partial = _partial(target)
     record = _read_record(target)
     wanted = {"repo": info.repo, "file": info.path, "revision": revision, "size": info.size,
               "sha256": info.sha256}
-    same = all(record.get(k) == wanted[k] for k in ("repo", "file", "size", "sha256"))
+    # with no sha256 listed, only the same revision's bytes may be resumed
+    keys = ("repo", "file", "size", "sha256") + (("revision",) if info.sha256 is None else ())
+    same = all(record.get(k) == wanted[k] for k in keys)
     if restart or not same or record.get("mismatch"):
         _discard(target)
     have = partial.stat().st_size if partial.is_file() else 0
@@ -728,7 +1027,7 @@ def _start(client: HubClient, info: HubFile, target: Path, revision: str, cancel
 def _download(client: HubClient, info: HubFile, target: Path, wanted: dict[str, Any], have: int,
               cancel: threading.Event | None, progress: Callable[[DownloadProgress], Any] | None) -> Path:
     partial = _partial(target)
-    meter = _Meter(info.name, info.size, have, progress)
+    meter = _Meter(info.name, info.size, have, progress, info.sha256 is not None)
     state = _State(have, hashlib.sha256())
     try:
         if have:
@@ -776,7 +1075,9 @@ def _fetch(client: HubClient, info: HubFile, partial: Path, state: _State,
         headers["Range"] = f"bytes={state.have}-"
     url = client.resolve_url(info.repo, info.path, info.revision)
     try:
-        with client.client.stream("GET", url, headers=headers) as response:
+        # redirects followed without reading their bodies (httpx would read them whole)
+        request = client.client.build_request("GET", url, headers=headers)
+        with contextlib.closing(open_following(client.client, request)) as response:
             if response.status_code == 416 and state.have:
                 state.restart(partial, "a refused range")
                 raise _Lost("the file host refused to resume")
@@ -839,12 +1140,18 @@ def _finish(info: HubFile, partial: Path, target: Path, sha: str, wanted: dict[s
         _write_record(target, {**wanted, "mismatch": True})
         raise HubError(f"{info.name} is not a usable GGUF file ({exc.reason}); it was not used.",
                        "not_gguf", partial) from None
+    # as files.atomic_output: the bytes fsynced, the rename, the folder fsynced
     with open(partial, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(partial, target)
-    try:
-        _record(target).unlink()
-    except FileNotFoundError:
-        pass
-    log.info("downloaded %s of %s (%d bytes, sha256 %s) to %s", info.path, info.repo, info.size, sha, target)
+    fsync_dir(target.parent)
+    _write_done(target, info, sha)
+    _record(target).unlink(missing_ok=True)
+    if info.sha256 is None:
+        log.warning("downloaded %s of %s (%d bytes) to %s: the hub lists no sha256, so it is not "
+                    "verified by the hub (its sha256 is %s; its GGUF header reads)",
+                    info.path, info.repo, info.size, target, sha)
+    else:
+        log.info("downloaded %s of %s (%d bytes, sha256 %s, as the hub lists) to %s",
+                 info.path, info.repo, info.size, sha, target)
     return target

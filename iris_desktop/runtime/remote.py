@@ -46,7 +46,20 @@ A server that misbehaves mid-reply cannot hold a turn for good nor fill the memo
 
 each raises :class:`ServerError` after the text that came was yielded. While the server
 is silent the stream yields ``""`` every :data:`HEARTBEAT_S`, so the agent saves what
-came on its one-second cadence even when no token arrives.
+came on its one-second cadence even when no token arrives. A compressed stream is
+inflated a step at a time (``runtime.http``), so the line limit holds on what it inflates to.
+
+Nor can it with an answer read whole (the probes, the one-token calibration, the counts):
+each is read through ``runtime.http.read_answer``, at most :data:`MAX_ANSWER_BYTES`
+(:data:`MAX_COUNT_ANSWER_BYTES` for a count) counted after decoding, so an endless body
+or a gzip bomb stops there, and within :data:`REQUEST_TIMEOUT_S` for the whole exchange,
+so an answer trickled a byte a second cannot hold ``connect``; the ServerError names the
+server and the cause ("the server at http://127.0.0.1:8080 sent more than 8 MiB for its
+model list (/v1/models)…"). Usage numbers a server reports are believed only as token
+counts (whole numbers from 0 to :data:`MAX_REPORTED_TOKENS`; the calibration also only
+within :data:`MIN_CALIBRATION_RATIO` to :data:`MAX_CALIBRATION_RATIO` of the estimate):
+anything else is ignored with a note in the log, so a broken report neither breaks a
+turn nor makes the server unusable afterwards.
 
 Privacy: every request goes to the base URL's host and nowhere else (proxies from the
 environment are ignored), the API key lives in the OS keyring (:func:`get_api_key`),
@@ -75,8 +88,18 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from iris_desktop.stop import Stop
 from iris_desktop.tokens import Message, continues_reply, message_text, shared_tiktoken
 
+from .http import (
+    AnswerError,
+    AnswerTooLarge,
+    AnswerTooSlow,
+    AnswerUndecodable,
+    decoded_chunks,
+    read_answer,
+    size_words,
+)
 from .model import PromptTooLongError
 from .protocol import (
     Capabilities,
@@ -113,8 +136,21 @@ KEYRING_SERVICE = "iris-desktop"
 CONNECT_TIMEOUT_S = 5.0
 #: a refused or timed-out connect is tried again this many times (a reply never is)
 CONNECT_RETRIES = 2
-#: a probe or a count may take this long
+#: a probe or a count may take this long, the whole exchange (connecting, headers, body)
 REQUEST_TIMEOUT_S = 30.0
+#: the most an answer read whole (a probe, a model list, the calibration) may hold, counted
+#: after decoding (a gzip body is inflated a step at a time, so a gzip bomb stops here)
+MAX_ANSWER_BYTES = 8 << 20
+#: the same for a count's answer, which grows with the prompt (``/tokenize`` lists every
+#: token, ``/apply-template`` returns the whole prompt)
+MAX_COUNT_ANSWER_BYTES = 64 << 20
+#: a token count a server reports is believed up to this; more, a negative number or a
+#: fraction is a broken server's, ignored (with a note in the log)
+MAX_REPORTED_TOKENS = 10**9
+#: a reported/estimated ratio outside these is a broken report, not a tokenizer (no chat
+#: model's tokenizer splits text into four times as many tokens as cl100k, or a quarter)
+MIN_CALIBRATION_RATIO = 0.25
+MAX_CALIBRATION_RATIO = 4.0
 #: a reply must start, its headers and its first text, within this long of the request
 #: (or the idle limit, if that is longer): the server is reading the prompt, and
 #: llama.cpp sends nothing, not even the headers, until its first token
@@ -274,12 +310,19 @@ class _Http:
     ``http://host:8080/v1`` both work; paths are absolute from it (``/v1/models``,
     ``/props``). Streams get a client without keep-alive: each opens its own connection,
     whose socket :class:`_EventReader` can shut down.
+
+    An answer read whole (:meth:`get`, :meth:`post`) is bounded by ``answer_limit``
+    decoded bytes (None: :data:`MAX_ANSWER_BYTES`, :data:`MAX_COUNT_ANSWER_BYTES` for a
+    count) and ``answer_timeout_s`` for the whole exchange (``runtime.http``).
     """
 
-    def __init__(self, base_url: str, api_key: str | None) -> None:
+    def __init__(self, base_url: str, api_key: str | None, *, answer_limit: int | None = None,
+                 answer_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.address = server_address(base_url)
         root = base_url.strip().rstrip("/")
         self.root = root[:-3] if root.endswith("/v1") else root
+        self.answer_limit = answer_limit
+        self.answer_timeout_s = float(answer_timeout_s)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(
             headers=headers, trust_env=False,
@@ -305,8 +348,14 @@ class _Http:
         """The JSON answer; None for an endpoint this server does not have (404, 405,
         501) when ``missing_ok``. Raises ServerError (PromptTooLongError for a prompt the
         server says does not fit)."""
+        limit = self.answer_limit or (MAX_COUNT_ANSWER_BYTES if path in _COUNT_PATHS
+                                      else MAX_ANSWER_BYTES)
         try:
-            response = self.client.request(method, self.url(path), json=body)
+            request = self.client.build_request(method, self.url(path), json=body)
+            response = read_answer(self.client, request, limit=limit,
+                                   timeout_s=self.answer_timeout_s)
+        except AnswerError as exc:
+            raise ServerError(self._bound_error(exc, path)) from None
         except httpx.HTTPError as exc:
             raise ServerError(f"{self.address}: {_describe(exc)}") from None
         if missing_ok and response.status_code in (404, 405, 501):
@@ -318,9 +367,37 @@ class _Http:
         except ValueError:
             raise ServerError(f"{self.address}: {path} did not answer JSON") from None
 
+    def _bound_error(self, exc: AnswerError, path: str) -> str:
+        """One sentence naming the server and the bound its answer to ``path`` broke."""
+        what = f"{_ANSWERS.get(path, 'its answer')} ({path})"
+        server = f"the server at {self.root}"
+        if isinstance(exc, AnswerTooLarge):
+            return (f"{server} sent more than {size_words(exc.limit)} for {what}, so Iris stopped "
+                    f"reading it; check that model.base_url is a model server")
+        if isinstance(exc, AnswerTooSlow):
+            return (f"{server} did not finish answering {path} within {exc.timeout_s:g} s, so "
+                    f"Iris gave up on it; check that the server is running and not overloaded")
+        return f"{server} {exc.cause} for {what}"
+
     def close(self) -> None:
         self.client.close()
         self.streams.close()
+
+
+#: what each answer read whole is, for the errors that name it
+_ANSWERS = {
+    "/v1/models": "its model list",
+    "/props": "its properties",
+    "/api/version": "its version",
+    "/api/ps": "its running models",
+    "/api/show": "a model's description",
+    "/v1/chat/completions": "a one-token reply",
+    "/v1/chat/completions/input_tokens": "a token count",
+    "/tokenize": "a token count",
+    "/apply-template": "a templated prompt",
+}
+#: the answers that grow with the prompt counted
+_COUNT_PATHS = frozenset({"/v1/chat/completions/input_tokens", "/tokenize", "/apply-template"})
 
 
 def _describe(exc: httpx.HTTPError) -> str:
@@ -436,11 +513,16 @@ class ServerInfo:
         return lines
 
 
-def test_connection(base_url: str, api_key: str | None = None) -> ServerInfo:
+def test_connection(base_url: str, api_key: str | None = None, *,
+                    answer_limit_bytes: int | None = None,
+                    answer_timeout_s: float = REQUEST_TIMEOUT_S) -> ServerInfo:
     """Probe ``base_url``: what kind of server it is, the models it offers with their
     windows, and whether it can count prompts exactly. Sends nothing of a conversation.
-    Raises ServerError (unreachable, key refused) or ValueError (not a URL)."""
-    http = _Http(base_url, api_key)
+    Each answer is bounded as :class:`_Http` says (``answer_limit_bytes``,
+    ``answer_timeout_s``). Raises ServerError (unreachable, key refused, an answer too
+    large or too slow) or ValueError (not a URL)."""
+    http = _Http(base_url, api_key, answer_limit=answer_limit_bytes,
+                 answer_timeout_s=answer_timeout_s)
     try:
         return _probe(http, base_url)
     finally:
@@ -617,6 +699,12 @@ class _Calibration:
     def observe(self, key: str, reported: int, estimated: int) -> None:
         if estimated < MIN_CALIBRATION_TOKENS or reported <= 0:
             return
+        if not MIN_CALIBRATION_RATIO <= reported / estimated <= MAX_CALIBRATION_RATIO:
+            # a broken report would make every prompt look too large (or too small) for good
+            log.warning("%s: ignored a report of %d prompt tokens for about %d estimated "
+                        "(not a tokenizer's count: beyond %g to %g times as many)", key, reported,
+                        estimated, MIN_CALIBRATION_RATIO, MAX_CALIBRATION_RATIO)
+            return
         with self._lock:
             self._ratios[key] = max(self._ratios.get(key, 0.0), reported / estimated)
 
@@ -773,13 +861,18 @@ class _EventReader:
                                           "/v1/chat/completions"))
                     return
                 try:
-                    for line in _sse_lines(response.iter_bytes()):
+                    # decoded here a step at a time: a compressed line cannot balloon unseen
+                    for line in _sse_lines(decoded_chunks(response)):
                         if not self._put((time.monotonic(), line)):
                             return
                 except LineTooLong:
                     self._put(ServerError(
                         f"{self._address} sent a line longer than {MAX_LINE_BYTES >> 20} MiB "
                         f"in its reply, which Iris does not read, so the reply was cut off there"))
+                    return
+                except AnswerUndecodable as exc:
+                    self._put(ServerError(f"{self._address} {exc.cause} in its reply, so the "
+                                          f"reply was cut off there"))
                     return
             self._put(self._END)
         except Exception as exc:  # handed to the caller, who raises it (or has stopped)
@@ -841,10 +934,13 @@ def _read_some(response: httpx.Response, limit: int = 1 << 16) -> httpx.Response
     """``response`` with at most ``limit`` bytes of its body read (an error answer is
     read for its message; a server cannot make that hold more)."""
     data = bytearray()
-    for chunk in response.iter_bytes():
-        data += chunk
-        if len(data) >= limit:
-            break
+    try:
+        for chunk in decoded_chunks(response):
+            data += chunk
+            if len(data) >= limit:
+                break
+    except AnswerUndecodable:
+        pass  # the status alone says enough
     headers = {k: v for k, v in response.headers.items()
                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")}
     return httpx.Response(response.status_code, headers=headers, content=bytes(data[:limit]),
@@ -897,6 +993,32 @@ def _number(value: Any, default: Any = 0, kind: type = int) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return kind(value)
     return default
+
+
+def _tokens(value: Any, what: str, address: str) -> int | None:
+    """A token count the server reported, when it is one: a whole number from 0 to
+    :data:`MAX_REPORTED_TOKENS` (``12.0`` counts as 12). Anything else (a negative or
+    absurdly large number, a fraction, a string) is ignored with a note in the log: a
+    broken report must not break the turn, the store or the next request."""
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
+        return value
+    log.warning("%s reported %s = %.80r, which is not a token count; ignored", address, what, value)
+    return None
+
+
+def _rate(value: Any, address: str) -> float:
+    """A tokens-per-second figure the server reported (0.0: none usable)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+            and 0 <= value <= MAX_REPORTED_TOKENS:
+        return float(value)
+    log.warning("%s reported predicted_per_second = %.80r; ignored", address, value)
+    return 0.0
 
 
 class _Reply:
@@ -977,19 +1099,27 @@ class _Reply:
     def stats(self, prompt_size: int, outcome: str | None) -> GenerationStats:
         """GenerationStats from what the server reported (``usage``; llama.cpp's
         ``timings``: ``cache_n`` reused, ``prompt_n`` evaluated), else from the count
-        made before sending and what was seen. A number the server sent as anything
-        but a number counts as not sent."""
-        usage, timings = self.usage, self.timings
-        prompt = _number(usage.get("prompt_tokens")) or prompt_size
+        made before sending and what was seen. A count the server sent as anything but
+        a whole number from 0 to :data:`MAX_REPORTED_TOKENS` counts as not sent
+        (:func:`_tokens`), and none exceeds the prompt it is part of."""
+        usage, timings, address = self.usage, self.timings, self.address
+
+        def count(source: dict, key: str) -> int | None:
+            return _tokens(source.get(key), key, address)
+
+        prompt = count(usage, "prompt_tokens") or prompt_size
         details = usage.get("prompt_tokens_details")
-        cached = _number(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        reused = _number(timings.get("cache_n"), cached)
+        cached = (count(details, "cached_tokens") or 0) if isinstance(details, dict) else 0
+        reused = count(timings, "cache_n")
+        reused = min(prompt, cached if reused is None else reused)
         # a stream stopped before the server said anything: nothing is known evaluated
-        evaluated = _number(timings.get("prompt_n"),
-                            prompt - reused if self.first or usage else 0)
-        completion = (_number(usage.get("completion_tokens"))
-                      or _number(timings.get("predicted_n")) or self.pieces)
-        rate = float(_number(timings.get("predicted_per_second"), 0, float))
+        evaluated = count(timings, "prompt_n")
+        if evaluated is None:
+            evaluated = prompt - reused if self.first or usage else 0
+        evaluated = min(prompt, evaluated)
+        completion = (count(usage, "completion_tokens") or count(timings, "predicted_n")
+                      or self.pieces)
+        rate = _rate(timings.get("predicted_per_second"), address)
         if not rate and completion > 1 and self.first and self.last and self.last > self.first:
             rate = (completion - 1) / (self.last - self.first)
         finish = outcome or ("length" if self.finish_reason == "length" else "stop")
@@ -1072,18 +1202,24 @@ class RemoteRuntime:
     @classmethod
     def connect(cls, base_url: str, name: str = "", api_key: str | None = None,
                 fallback_window: int = 8192, *, idle_timeout_s: float = STREAM_IDLE_TIMEOUT_S,
-                start_timeout_s: float | None = None) -> RemoteRuntime:
+                start_timeout_s: float | None = None, answer_limit_bytes: int | None = None,
+                answer_timeout_s: float = REQUEST_TIMEOUT_S) -> RemoteRuntime:
         """Probe ``base_url`` and return the runtime for model ``name`` (empty: the
         server's first). The window is the server's when it says, else
         ``fallback_window`` (``window_source`` "server" or "config"). A server that cannot
         count gets one tiny calibration request first (fixed text, no conversation).
         A reply must start (headers, first text) within ``start_timeout_s`` (None:
         :data:`START_TIMEOUT_S`, at least the idle limit) and ends when no new text came
-        for ``idle_timeout_s`` (``model.stream_idle_timeout_s``).
-        Raises ServerError (unreachable, key refused, unknown model) or ValueError (not a
-        URL)."""
+        for ``idle_timeout_s`` (``model.stream_idle_timeout_s``). Every answer read whole
+        (the probes, the calibration, the counts) holds at most ``answer_limit_bytes``
+        decoded bytes (None: :data:`MAX_ANSWER_BYTES`, :data:`MAX_COUNT_ANSWER_BYTES` for
+        a count) and ends within ``answer_timeout_s``, so a broken server cannot hold
+        ``connect`` or fill the memory.
+        Raises ServerError (unreachable, key refused, unknown model, an answer too large
+        or too slow) or ValueError (not a URL)."""
         started = time.perf_counter()
-        http = _Http(base_url, api_key)
+        http = _Http(base_url, api_key, answer_limit=answer_limit_bytes,
+                     answer_timeout_s=answer_timeout_s)
         try:
             server = _probe(http, base_url, only=name or None)
             model = _choose_model(server, name, http.address)
@@ -1113,10 +1249,15 @@ class RemoteRuntime:
         body = {**self._chat_body(messages, None), "max_tokens": 1, "temperature": 0.0}
         try:
             answer = self._http.post("/v1/chat/completions", body)
-            reported = int((answer.get("usage") or {}).get("prompt_tokens") or 0)
-        except (ServerError, PromptTooLongError, AttributeError, TypeError, ValueError) as exc:
+        except (ServerError, PromptTooLongError) as exc:
             # an optimisation: the first replies calibrate it too, if the server reports
             log.warning("%s: could not calibrate the token estimate: %s", self.where, exc)
+            return
+        usage = _obj(_obj(answer).get("usage"))
+        reported = _tokens(usage.get("prompt_tokens"), "prompt_tokens", self._http.address)
+        if not reported:
+            log.warning("%s: could not calibrate the token estimate: the server reported no "
+                        "usable prompt_tokens", self.where)
             return
         _calibration.observe(self.identity, reported, self._raw_estimate(messages, None))
         log.info("%s: calibrated the token estimate: factor %.2f", self.where,
@@ -1319,7 +1460,7 @@ class RemoteRuntime:
         finally:
             reader.abort()
             result.stats = reply.stats(prompt_size, outcome)
-            reported = _number(reply.usage.get("prompt_tokens"))
+            reported = _tokens(reply.usage.get("prompt_tokens"), "prompt_tokens", address)
             if reported and not self.closed:
                 self._observe(reported, basis)
             log.debug("%s: %s", self.where, result.stats)
@@ -1358,7 +1499,7 @@ class RemoteRuntime:
         return json.dumps(self._chat_body(list(messages), None), ensure_ascii=False, indent=2)
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,
-                cancel: Any = None) -> Prefill:
+                cancel: Stop | None = None) -> Prefill:
         raise Unsupported(f"{self.where} keeps its own prompt cache; there is nothing to "
                           "prefill from here")
 
