@@ -157,14 +157,6 @@ def progress_reporter(report: Callable[[PromptProgress], None], thread_id: int, 
 
 
 @dataclass(frozen=True)
-class BranchChanged:
-    """Another branch of the thread is active now (an alternative was switched to)."""
-
-    thread_id: int
-    head_id: int | None
-
-
-@dataclass(frozen=True)
 class UserSaved:
     """The user's message is committed: the typed ``text``, and its attached files as
     (name, tokens)."""
@@ -268,7 +260,7 @@ class TurnDone:
     next_request: ContextRequest | None = None
 
 
-TurnEvent = (ThreadCreated | CacheStatus | PromptProgress | BranchChanged | UserSaved
+TurnEvent = (ThreadCreated | CacheStatus | PromptProgress | UserSaved
              | RequestSent | CompactionStarted
              | CompactionFinished | ReplyStarted | ReplyToken | ReplySaved | ToolFinished
              | TurnFailed | TurnDone)
@@ -279,7 +271,6 @@ class TurnListener:
 
     def on_thread_created(self, event: ThreadCreated) -> None: ...
     def on_cache(self, event: CacheStatus) -> None: ...
-    def on_branch(self, event: BranchChanged) -> None: ...
     def on_progress(self, event: PromptProgress) -> None: ...
     def on_user(self, event: UserSaved) -> None: ...
     def on_request(self, event: RequestSent) -> None: ...
@@ -300,8 +291,6 @@ def dispatch(event: TurnEvent, listener: TurnListener) -> None:
             listener.on_thread_created(event)
         case CacheStatus():
             listener.on_cache(event)
-        case BranchChanged():
-            listener.on_branch(event)
         case PromptProgress():
             listener.on_progress(event)
         case UserSaved():
