@@ -87,6 +87,16 @@ def atomic_output(path: str | os.PathLike[str], mode: int = 0o600,
     fsync_dir(path.parent)
 
 
+def commit_partial(partial: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Give a file written in place over time (a resumable download's ``.partial``) its
+    final name, as :func:`atomic_output` does: its bytes fsynced, the rename, the folder
+    fsynced. Raises OSError."""
+    with open(partial, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, target)
+    fsync_dir(Path(target).parent)
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o600,
                  keep_mode: bool = False) -> None:
     """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; see

@@ -197,6 +197,50 @@ def test_only_the_planner_computes_windows_and_counters():
             assert name not in text, f"{path.relative_to(PACKAGE)} calls {name}"
 
 
+def _functions(path: Path) -> dict[str, ast.FunctionDef]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    found[f"{node.name}.{item.name}"] = item
+    return found
+
+
+def test_a_turn_goes_from_the_ui_to_the_agent_without_a_lambda():
+    """Issue 43: a GUI send becomes a Turn (core.turns), a TurnJob on the model thread,
+    ``Host.run`` and ``Agent.run_turn`` (one match): each step a named call."""
+    path_of_a_send = {
+        "ui/turn_control.py": ["TurnControl.send", "TurnControl._start"],
+        "ui/model_thread.py": ["ModelThread.run_turn", "ModelWorker.run_turn"],
+        "host.py": ["Host.run", "Host.send", "Host.regenerate", "Host.edit", "Host.continue_reply"],
+        "core/agent.py": ["Agent.run_turn"],
+    }
+    for relative, names in path_of_a_send.items():
+        functions = _functions(PACKAGE / relative)
+        for name in names:
+            assert name in functions, f"{relative}: {name}"
+            lambdas = [n for n in ast.walk(functions[name]) if isinstance(n, ast.Lambda)]
+            assert lambdas == [], f"{relative}: {name} holds a lambda"
+    run_turn = _functions(PACKAGE / "core/agent.py")["Agent.run_turn"]
+    assert any(isinstance(n, ast.Match) for n in ast.walk(run_turn))
+
+
+def test_no_stop_or_give_way_parameter_is_typed_any():
+    """Cancellation is one protocol (core.turns.Stop), not ``Any``."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for arg in [*node.args.args, *node.args.kwonlyargs]:
+                if arg.arg in ("cancel", "give_way", "idle", "stop") and isinstance(
+                        arg.annotation, ast.Name) and arg.annotation.id == "Any":
+                    found.append(f"{module_name(path)}.{node.name}({arg.arg})")
+    assert found == []
+
+
 #: no module anywhere in the package over this many lines (issue 43)
 MODULE_LINES = 900
 #: no function anywhere over this many lines, whatever its docstring says (issue 43)
@@ -248,3 +292,23 @@ def test_the_size_rules_see_a_long_module_and_function_in_any_package(tmp_path):
         f"def long():\n{body}\n" + "\n" * MODULE_LINES, encoding="utf-8")
     assert list(large_modules(tmp_path)) == ["any/where/big.py"]
     assert long_functions(tmp_path) == {"any/where/big.py:long": FUNCTION_LINES + 1}
+
+
+#: where a file may be renamed over another: the one atomic writer, and the store's own
+#: swaps of the database file (salvage, restore, encryption conversion)
+RENAMERS = {"files.py", "core/store/recovery.py", "core/store/cipher.py"}
+
+
+def test_os_replace_only_in_the_atomic_writer_and_the_stores_database_swaps():
+    """Issue 43: about ten hand-written "write a private file atomically" existed (five
+    without fsync); every whole-file write now goes through iris_desktop/files.py."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        relative = str(path.relative_to(PACKAGE))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in ("replace", "rename")
+                    and isinstance(node.value, ast.Name) and node.value.id == "os"
+                    and relative not in RENAMERS):
+                found.append(f"{relative}:{node.lineno}")
+    assert found == []

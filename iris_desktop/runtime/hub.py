@@ -73,7 +73,7 @@ from urllib.parse import quote
 import httpx
 
 from iris_desktop import __version__
-from iris_desktop.files import atomic_write, clean_leftovers, fsync_dir
+from iris_desktop.files import atomic_write, clean_leftovers, commit_partial
 from iris_desktop.paths import make_private_dir
 
 from .cpu import system_memory_bytes
@@ -1140,11 +1140,7 @@ def _finish(info: HubFile, partial: Path, target: Path, sha: str, wanted: dict[s
         _write_record(target, {**wanted, "mismatch": True})
         raise HubError(f"{info.name} is not a usable GGUF file ({exc.reason}); it was not used.",
                        "not_gguf", partial) from None
-    # as files.atomic_output: the bytes fsynced, the rename, the folder fsynced
-    with open(partial, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(partial, target)
-    fsync_dir(target.parent)
+    commit_partial(partial, target)  # the bytes fsynced, the rename, the folder fsynced
     _write_done(target, info, sha)
     _record(target).unlink(missing_ok=True)
     if info.sha256 is None:
