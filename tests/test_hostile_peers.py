@@ -484,3 +484,11 @@ def test_a_download_that_may_not_wait_says_another_is_running(server, client, tm
         worker.join(30)
     assert results and results[0].read_bytes() == blobs["qwen"]
     assert len(server.served("files")) == 1
+
+
+def test_only_a_file_whose_sha256_matched_the_hub_s_is_called_verified():
+    from iris_desktop.runtime.hub import verified_words
+
+    assert verified_words({"verified_by_hub": True}) == "verified (sha256 and GGUF header)"
+    for record in (None, {"verified_by_hub": False}, {}):
+        assert "not verified by the hub" in verified_words(record)

@@ -759,6 +759,15 @@ def download_record(models_dir: str | os.PathLike[str], repo: str, file: str) ->
             "verified_by_hub": record.get("verified_by_hub") is True}
 
 
+def verified_words(record: dict[str, Any] | None) -> str:
+    """How a downloaded file was checked, in words for the CLI and the dialog: "verified
+    (sha256 and GGUF header)" only when its sha256 equals the hub's listed one."""
+    if record is not None and record.get("verified_by_hub"):
+        return "verified (sha256 and GGUF header)"
+    return ("checked as a GGUF file, not verified by the hub (it lists no sha256 for this "
+            "file)")
+
+
 class _Meter:
     """Speed over the last :data:`SPEED_WINDOW_S` seconds, and progress reports at most
     every :data:`PROGRESS_EVERY_S`."""

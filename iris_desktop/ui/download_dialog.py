@@ -49,9 +49,11 @@ from iris_desktop.runtime.hub import (
     HubFile,
     discard_partial,
     download,
+    download_record,
     download_target,
     partial_state,
     system_memory_bytes,
+    verified_words,
 )
 from iris_desktop.runtime.remote import server_address
 from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb, partial_question, token_dialog
@@ -232,7 +234,8 @@ class DownloadDialog(QDialog):
             self.path = target
             self.use_button.setVisible(True)
             self.download_button.setEnabled(False)
-            self.status.setText(f"Already downloaded and verified: {target}")
+            checked = verified_words(download_record(self.models_dir, row["repo"], row["file"]))
+            self.status.setText(f"Already downloaded and {checked}: {target}")
         elif partial is not None:
             self.discard_button.setVisible(True)
             if not partial["mismatch"]:
@@ -377,7 +380,8 @@ class DownloadDialog(QDialog):
             self.path = path
             self.progress.setValue(1000)
             self.progress_label.setText("Done")
-            self.status.setText(f"Downloaded and verified (sha256 and GGUF header): {path}")
+            checked = verified_words(download_record(self.models_dir, repo, file))
+            self.status.setText(f"Downloaded and {checked}: {path}")
             self.download_button.setEnabled(False)
             self.use_button.show()
             self.use_button.setFocus()
