@@ -60,6 +60,34 @@ def fresh_store(tmp_path):
     store.close()
 
 
+@pytest.fixture
+def existing_store(tmp_path):
+    """A real SQLite file that already holds a history (sqlite-utils' ``existing_db``):
+    two threads, one of three turns and one with a regenerated reply, written by one
+    Store, closed, then opened again as Iris opens it at start."""
+    from iris_desktop.core.store import Store
+
+    path = tmp_path / "existing.db"
+    with Store(path) as store:
+        first = store.create_thread("The garden")
+        store.add_messages(first, [
+            {"role": "user", "content": "When should I plant tomatoes?"},
+            {"role": "assistant", "content": "After the last frost, in May."},
+            {"role": "user", "content": "And basil?"},
+            {"role": "assistant", "content": "A little later, when nights stay warm."},
+            {"role": "user", "content": "Thanks!"},
+            {"role": "assistant", "content": "Happy planting."}])
+        second = store.create_thread("Trip")
+        user, _ = store.add_messages(second, [
+            {"role": "user", "content": "Pack list for Lisbon?"},
+            {"role": "assistant", "content": "Light clothes and good shoes."}])
+        store.add_message(second, {"role": "assistant", "content": "Sunscreen, shoes, a hat."},
+                          parent_id=user)
+    store = Store(path)
+    yield store
+    store.close()
+
+
 MODEL_CACHE = Path(os.environ.get("IRIS_TEST_MODEL_CACHE", Path.home() / ".cache" / "iris-desktop-tests"))
 
 

@@ -244,3 +244,14 @@ def test_open_stores_checks_once_and_hands_over_the_store_it_opened(tmp_path):
     assert in_a_thread(stores.current) is not mine
     stores.close()
     assert closed(mine)
+
+
+def test_an_existing_history_reopens_with_its_threads_branches_and_counts(existing_store):
+    """What a start finds: the threads newest first with their message counts, the
+    active branch of the regenerated reply, nothing cached that is stale."""
+    threads = existing_store.threads()
+    assert [(t["title"], t["messages"]) for t in threads] == [("Trip", 3), ("The garden", 6)]
+    trip = threads[0]["id"]
+    assert [r["content"] for r in existing_store.messages(trip)][-1] == "Sunscreen, shoes, a hat."
+    assert existing_store.has_branches(trip)
+    assert existing_store.conn.execute("SELECT count(*) FROM token_counts").fetchone()[0] == 0
