@@ -82,8 +82,11 @@ log = logging.getLogger("iris.host")
 #: bar and the CLI's stderr say the same
 LOAD_STAGES = {
     "copying": "Preparing the model for this computer (once)…",
+    "checking": "Checking the GPU against the CPU (once per driver)…",
     "loading": "Loading the model…",
 }
+#: the first-use check's record of each GPU and driver (``runtime.gpu.GpuChecks``)
+GPU_CHECKS_FILE = "gpu-checks.json"
 
 __all__ = [
     "Host",
@@ -136,7 +139,8 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
     """The runtime the settings name: the local model (a file of the user's own joins the
     library's recent list), or the server ``model.backend`` openai points at.
     ``progress(fraction)`` follows a local load, ``stage`` hears what it is doing
-    ("copying": the first load's 8-bit copy of the weights; "loading"), and setting
+    ("copying": the first load's 8-bit copy of the weights; "checking": a GPU's first-use
+    check; "loading"), and setting
     ``cancel`` stops it. Raises
     runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
     if settings["model.backend"] == "openai":
@@ -158,13 +162,15 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         n_ctx=settings["model.n_ctx"],
         n_threads=settings["model.n_threads"] or None,
         flash_attn=settings["model.flash_attn"],
-        n_gpu_layers=settings["model.n_gpu_layers"],
+        gpu=settings["model.gpu"],
+        gpu_checks=paths.data_dir / GPU_CHECKS_FILE,
         kv_shift=settings["model.kv_shift"],
         weights_dir=paths.weights_dir if settings["model.q8_weights"] else None,
         progress=progress,
         cancel=cancel,
         stage=stage,
     )
+    log.info("model on %s: %s", model.gpu.describe(), model.gpu.reason)
     if settings["model.path"] != BUNDLED:
         try:
             remember_recent(paths.recent_models_path, path)

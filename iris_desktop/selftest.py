@@ -1,5 +1,6 @@
 """``iris-desktop --self-test``: the bundled model answers a factual question correctly,
 the predicted prompt size equals the one llama.cpp reports, one context is built; exit 0.
+It says where the model ran (``model.gpu``: "GPU: <name> · 25/25 layers" or "CPU", and why).
 
 It checks an *installation* (the installers run it), so it always tests the bundled
 model, and says so when ``model.path`` names another one. The conversation lives in a
@@ -81,10 +82,12 @@ def run_self_test(data_dir=None, overrides=None) -> int:
             problems = ([] if answered else [f"the reply does not contain {ANSWER.title()!r}"]) + (
                 [] if exact else ["the predicted prompt size differs from llama.cpp's"]) + (
                 [f"code highlighting lacks {', '.join(missing)}"] if missing else [])
+            facts = model.describe()
             print(
                 f"iris-desktop self-test {'ok' if ok else 'FAILED'}: {model.model_name} "
                 f"({model.chat_format.name} format, n_ctx {model.n_ctx}, weights "
-                f"{getattr(model, 'weights', 'as published').split(' (')[0]}) loaded in {loaded:.2f} s; "
+                f"{getattr(model, 'weights', 'as published').split(' (')[0]}) loaded in {loaded:.2f} s "
+                f"on {facts.device or 'the CPU'} ({facts.device_reason or 'no plan'}); "
                 f"asked {QUESTION!r}, replied {reply.strip()[:60]!r}; prompt "
                 f"{stats['prompt_tokens']} tokens, predicted {stats['predicted_prompt_tokens']}; "
                 f"next context {request.predicted_prompt_tokens}/{request.breakdown.window} "

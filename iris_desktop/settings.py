@@ -32,6 +32,7 @@ from iris_desktop.paths import DataDirError, make_private_dir
 
 BUNDLED = "bundled"
 AUTO = "auto"
+OFF = "off"
 
 
 class SettingsError(ValueError):
@@ -41,7 +42,7 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class Setting:
     key: str
-    kind: str  # "int" | "float" | "bool" | "str" | "choice" | "list" | "path" | "window" | "url"
+    kind: str  # "int" | "float" | "bool" | "str" | "choice" | "list" | "path" | "window" | "url" | "gpu"
     default: Any
     help: str
     minimum: float | None = None
@@ -71,6 +72,9 @@ class Setting:
         """The allowed values in words, for error messages and the dialog."""
         if self.kind == "window":
             return f"'auto' or an integer from {int(self.minimum)} to {int(self.maximum)}"
+        if self.kind == "gpu":
+            return (f"'{AUTO}', '{OFF}' or a number of layers from {int(self.minimum)} to "
+                    f"{int(self.maximum)} (more than the model has: all of them)")
         if self.kind in ("int", "float"):
             noun = "an integer" if self.kind == "int" else "a number"
             zero = f"0 ({self.zero_means}) or " if self.zero_means else ""
@@ -108,12 +112,14 @@ class Setting:
             f"{self.key}: invalid value {value if shown is None else shown!r}: "
             f"expected {self.describe_allowed()}"
         )
-        if self.kind == "window" and value == AUTO:
+        if self.kind in ("window", "gpu") and value == AUTO:
             return
-        if self.kind in ("int", "float", "window"):
+        if self.kind == "gpu" and value == OFF:
+            return
+        if self.kind in ("int", "float", "window", "gpu"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise SettingsError(bad)
-            if self.kind in ("int", "window") and not isinstance(value, int):
+            if self.kind in ("int", "window", "gpu") and not isinstance(value, int):
                 raise SettingsError(bad)
             if isinstance(value, float) and not math.isfinite(value):
                 raise SettingsError(bad)
@@ -145,6 +151,8 @@ class Setting:
                 raise SettingsError(bad)
 
     def _convert(self, raw: Any) -> Any:
+        if self.kind == "gpu":
+            return _gpu_value(raw)
         if not isinstance(raw, str):
             if self.kind == "float" and isinstance(raw, int) and not isinstance(raw, bool):
                 return float(raw)
@@ -183,6 +191,19 @@ class Setting:
         if self.kind == "bool":
             return "true" if value else "false"
         return str(value)
+
+
+def _gpu_value(raw: Any) -> Any:
+    """model.gpu: 'auto', 'off' (also 0, as the old n_gpu_layers wrote CPU only) or a
+    layer count, from a TOML value or typed text."""
+    if isinstance(raw, str):
+        text = raw.strip().lower()
+        if text in (AUTO, OFF):
+            return text
+        raw = int(text)
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw == 0:
+        return OFF
+    return raw
 
 
 def _is_http_url(text: str) -> bool:
@@ -400,10 +421,15 @@ _ALL: tuple[Setting, ...] = (
         label="Faster prompt reading (8-bit copy of 5-bit weights)",
     ),
     Setting(
-        "model.n_gpu_layers", "int", 0,
-        "Layers offloaded to the GPU; 0 = CPU only, -1 = all.",
-        minimum=-1, maximum=1000, unit="layers", needs_reload=True,
-        label="Layers on the GPU",
+        "model.gpu", "gpu", AUTO,
+        "Run the model on a graphics card (GPU). auto: a discrete GPU if there is one (an "
+        "integrated one only on a Mac), with as many layers as fit in its free memory beside "
+        "the context cache, the rest on the CPU; a GPU whose answers differ from the CPU's "
+        "in Iris's first-use check is left off. off: the CPU only, no GPU memory at all. A "
+        "number: that many layers on the GPU, an integrated one too (more than the model "
+        "has: all of them). 'iris-desktop devices' shows what llama.cpp found and the plan.",
+        minimum=1, maximum=1000, unit="layers", needs_reload=True,
+        label="Use the graphics card (GPU)",
     ),
     # -- models (downloads) -----------------------------------------------------------------
     Setting(
@@ -476,12 +502,34 @@ def lookup(key: str) -> Setting:
     try:
         return SETTINGS[key]
     except KeyError:
+        if key in RENAMED:
+            new = RENAMED[key][0]
+            raise SettingsError(f"{key} is now {new} ({SETTINGS[new].describe_allowed()}); "
+                                f"use {new}") from None
+
         close = [k for k in SETTINGS if k.split(".")[-1] == key.split(".")[-1]]
         hint = f"; did you mean {close[0]}?" if close else ""
         raise SettingsError(f"unknown setting {_shown(key)}{hint} (see 'iris-desktop config list')") from None
 
 
 SOURCES = ("default", "file", "env", "cli")
+
+
+def _from_n_gpu_layers(raw: Any) -> Any:
+    """model.n_gpu_layers (0 = CPU only, -1 = all) as model.gpu."""
+    value = int(raw.strip()) if isinstance(raw, str) else raw
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SettingsError(f"model.n_gpu_layers: invalid value {_shown(raw)}: expected an integer")
+    if value < 0:  # all of them
+        return int(SETTINGS["model.gpu"].maximum or 1000)
+    return SETTINGS["model.gpu"].parse(value)
+
+
+#: keys an older Iris wrote, and how their values are read now: old key -> (new key, convert)
+RENAMED: dict[str, tuple[str, Any]] = {
+    "model.n_gpu_layers": ("model.gpu", _from_n_gpu_layers),
+}
+
 
 #: ADR-0079's environment variables. Iris does not read them (every key has one name, the
 #: same in the file, the environment and the CLI); a problem says what to use instead.
@@ -712,11 +760,14 @@ def load_settings(
         raw, problems = read_config_file(config_path)
         settings.problems.extend(problems)
         for key, value in raw.items():
+            if key in RENAMED:
+                continue
             try:
                 settings.values[key] = lookup(key).parse(value)
                 settings.sources[key] = "file"
             except SettingsError as exc:
                 settings.problems.append(f"{config_path}: {exc}; using the default")
+        _read_renamed(settings, raw, "file", f"{config_path}: ")
     for key, setting in SETTINGS.items():
         if setting.env_var in env:
             try:
@@ -724,6 +775,8 @@ def load_settings(
                 settings.sources[key] = "env"
             except SettingsError as exc:
                 settings.problems.append(f"environment {setting.env_var}: {exc}; ignored")
+    _read_renamed(settings, {old: env[_env_name(old)] for old in RENAMED if _env_name(old) in env},
+                  "env", "environment ")
     for name, instead in FOREIGN_ENV.items():
         if name in env:
             settings.problems.append(f"environment {name} is ADR-0079's name and is not "
@@ -731,6 +784,35 @@ def load_settings(
     if cli:
         settings = settings.with_overrides(cli)
     return settings
+
+
+def _env_name(key: str) -> str:
+    return "IRIS_" + key.upper().replace(".", "_")
+
+
+def _read_renamed(settings: Settings, raw: Mapping[str, Any], source: str, where: str) -> None:
+    """An older Iris's keys (``RENAMED``) read as their new ones, when the new one is not
+    set in the same place; a problem says so, and how to write the new key."""
+    for old, value in raw.items():
+        if old not in RENAMED:
+            continue
+        new, convert = RENAMED[old]
+        shown = _env_name(old) if source == "env" else old
+        if settings.sources.get(new) == source:
+            settings.problems.append(f"{where}{shown} is an older Iris's name for {new}, which is "
+                                     f"set too; {shown} is ignored (remove it)")
+            continue
+        try:
+            settings.values[new] = convert(value)
+        except (SettingsError, ValueError) as exc:
+            settings.problems.append(f"{where}{shown} (now {new}): {exc}; using the default")
+            continue
+        settings.sources[new] = source
+        text = SETTINGS[new].to_text(settings.values[new])
+        fix = (f"'iris-desktop config set {new} {text}' rewrites it" if source == "file"
+               else f"set {_env_name(new)}={text} instead")
+        settings.problems.append(f"{where}{shown} = {value!r} is read as {new} = {text} (the key "
+                                 f"was renamed; {fix})")
 
 
 def parse_assignments(items: Iterable[str]) -> dict[str, str]:
@@ -767,6 +849,9 @@ def write_config_value(path: Path, key: str, raw: Any | None) -> Any:
         document[section] = {name: value}
     else:
         table[name] = value
+        for old, (renamed_to, _) in RENAMED.items():  # the older name of this key goes
+            if renamed_to == key and old.split(".", 1)[0] == section:
+                table.pop(old.split(".", 1)[1], None)
     atomic_write_bytes(path, tomlkit.dumps(document).encode("utf-8"))
     return value
 

@@ -9,7 +9,7 @@ def test_every_key_has_type_default_help_and_valid_default():
             "context.prune_protect_turns", "context.compaction_min_turns",
             "context.keep_recent_ratio", "context.summary_max_tokens", "context.token_counter",
             "model.path", "model.n_ctx", "model.temperature", "model.max_tokens",
-            "model.n_threads", "model.n_gpu_layers", "tools.enabled", "tools.allowed_paths",
+            "model.n_threads", "model.gpu", "tools.enabled", "tools.allowed_paths",
             "tools.shell", "tools.max_calls_per_turn", "chat.system_prompt"} <= set(SETTINGS)
     for s in SETTINGS.values():
         assert s.help and s.kind

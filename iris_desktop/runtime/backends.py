@@ -12,6 +12,11 @@ never asks (abetlen/llama-cpp-python#2069). :func:`load_backends` calls
 for its score on this CPU (``cpuid``; 0 for one that would not run) and loads the best, so a CPU
 without AVX2 gets the SSE4.2 build instead of an illegal instruction.
 
+The same call loads the GPU backend modules that lie beside them (the installers' Linux and
+Windows builds add ``libggml-vulkan.so`` / ``ggml-vulkan.dll``). One whose driver library is
+missing (no ``libvulkan.so.1``, no ``vulkan-1.dll``) fails to load, ggml says so in its log
+and goes on without it: the CPU runs the model (:mod:`.devices` lists what was found).
+
 A llama.cpp with the CPU backend linked in (a developer's ``pip install``, macOS) has it
 registered already: then nothing is loaded. Never imports PySide6.
 """
@@ -29,7 +34,7 @@ from pathlib import Path
 
 log = logging.getLogger("iris.runtime.backends")
 
-__all__ = ["BackendError", "CpuBackend", "load_backends"]
+__all__ = ["BackendError", "CpuBackend", "ggml_function", "ggml_library", "load_backends"]
 
 
 class BackendError(RuntimeError):
@@ -100,6 +105,19 @@ def load_backends(lib_dir: str | os.PathLike[str] | None = None) -> CpuBackend:
                              lib_dir=str(folder) if loaded_here else None, registered=_reg_names(ggml))
         log.info("llama.cpp CPU backend: %s%s", _loaded.describe(), f", from {folder}" if loaded_here else "")
         return _loaded
+
+
+def ggml_library() -> ctypes.CDLL:
+    """The libggml llama_cpp's libllama is linked with: ggml's registry of backends and
+    devices (:mod:`.devices` reads it)."""
+    import llama_cpp.llama_cpp as low
+
+    return _ggml(low._lib, Path(low._base_path))
+
+
+def ggml_function(lib: ctypes.CDLL, name: str, restype, *argtypes):
+    """ggml's function ``name`` with its C types (found in ggml-base.dll on Windows)."""
+    return _fn(lib, name, restype, *argtypes)
 
 
 def _ggml(llama: ctypes.CDLL, folder: Path) -> ctypes.CDLL:

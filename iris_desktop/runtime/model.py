@@ -41,6 +41,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from .backends import load_backends
 from .chat_format import ChatFormat, select_chat_format
 from .cpu import physical_cores
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
+from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan, fewer, offload_from_log, plan_gpu
 from .library import is_base_model
 from .protocol import (
     Capabilities,
@@ -194,10 +196,26 @@ _context_lock = threading.Lock()
 
 
 def _load_llama(path: Path, scratch: bool, progress: Any, cancel: threading.Event | None,
-                **params: Any) -> Any:
+                device: int | None = None, **params: Any) -> Any:
     load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
-    with _load_progress(progress, cancel), _scratch_sequence(scratch):
+    with _load_progress(progress, cancel, device), _scratch_sequence(scratch):
         return _counting_llama_class()(model_path=str(path), verbose=False, **params)
+
+
+def _device_params(plan: GpuPlan) -> dict[str, Any]:
+    """llama.cpp's parameters for ``plan``. The CPU: no layer offloaded and no device at
+    all (split mode none with main_gpu -1 leaves the model without devices, and op_offload
+    off keeps big batches from being sent to a GPU), so no GPU buffer is created. A GPU:
+    its layers, on that one device (``device``: ggml's handle, for the ``devices`` list)."""
+    import llama_cpp
+
+    if not plan.on_gpu:
+        return dict(n_gpu_layers=0, split_mode=llama_cpp.LLAMA_SPLIT_MODE_NONE, main_gpu=-1,
+                    op_offload=False, device=None)
+    from .devices import device_handle
+
+    return dict(n_gpu_layers=plan.layers, split_mode=llama_cpp.LLAMA_SPLIT_MODE_LAYER, main_gpu=0,
+                op_offload=True, device=device_handle(plan.device))
 
 
 def _q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
@@ -231,16 +249,206 @@ def _q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
     return path, f"Q5_0 read as Q8_0 (the same values; {path})", after
 
 
+def _plan(info: GGUFInfo, n_ctx: int, gpu: str | int, devices: list[Device] | None,
+          gpu_checks: str | os.PathLike[str] | None, *, swa_full: bool, flash_attn: bool) -> GpuPlan:
+    """The device and layers for ``model.gpu`` (:func:`.gpu.plan_gpu`), leaving out a GPU
+    the first-use check switched off. No device is looked for with ``off``."""
+    if gpu == OFF:
+        return plan_gpu(info, n_ctx, [], OFF)
+    if devices is None:
+        from .devices import list_devices
+
+        try:
+            devices = list_devices()
+        except Exception as exc:  # a driver that fails to answer never keeps the CPU from running
+            log.warning("cannot list llama.cpp's devices (%s); the CPU runs the model", exc)
+            devices = []
+    disabled = GpuChecks(gpu_checks).disabled(devices) if gpu_checks is not None else {}
+    plan = plan_gpu(info, n_ctx, devices, gpu, disabled=disabled, swa_full=swa_full, flash_attn=flash_attn)
+    log.info("%s at n_ctx %d, model.gpu %s: %s (%s)", info.path.name, n_ctx, gpu, plan.describe(), plan.reason)
+    return plan
+
+
+def _load_planned(path: Path, plan: GpuPlan, scratch: bool, progress: Any, cancel: threading.Event | None,
+                  params: dict[str, Any]) -> tuple[Any, GpuPlan]:
+    """Load with ``plan``; a load that fails on a GPU is tried with half the layers, then
+    on the CPU (:func:`.gpu.fewer`). Returns the Llama and the plan as llama.cpp's log
+    says it loaded (:func:`_as_loaded`)."""
+    tried = 0
+    while True:
+        with _captured_log() as lines:
+            try:
+                llm = _load_llama(path, scratch, progress, cancel, **params, **_device_params(plan))
+            except Exception as exc:
+                after = fewer(plan, tried)
+                tried += 1
+                if after is None or (cancel is not None and cancel.is_set()):
+                    raise
+                why = "; ".join(_recent_llama_errors()) or str(exc)
+                log.warning("%s: %d layers on %s did not load (%s); now: %s", path.name, plan.layers,
+                            plan.device.label, why, after.describe())
+                plan = after
+                continue
+        return llm, _as_loaded(path, plan, offload_from_log(lines))
+
+
+def _load_weights(source: Path, load_path: Path, weights: str, weights_dir: Any, plan: GpuPlan,
+                  scratch: bool, progress: Any, cancel: threading.Event | None,
+                  params: dict[str, Any]) -> tuple[Any, GpuPlan, Path, str]:
+    """:func:`_load_planned` on ``load_path``; when that is the Q8_0 copy and it does not
+    load, the copy is discarded and ``source`` loaded as it is. Returns the Llama, the
+    plan it loaded with, the file and how its weights were read."""
+    try:
+        llm, plan = _load_planned(load_path, plan, scratch, progress, cancel, params)
+        return llm, plan, load_path, weights
+    except Exception:
+        if load_path == source or (cancel is not None and cancel.is_set()):
+            raise
+    # the copy is at fault (the source loads below, or says why not)
+    why = "; ".join(_recent_llama_errors())
+    log.warning("%s: llama.cpp could not load the Q8_0 copy %s (%s); loading the file as it is",
+                source, load_path, why)
+    discard_q8_copy(source, Path(weights_dir))
+    llm, plan = _load_planned(source, plan, scratch, progress, cancel, params)
+    return llm, plan, source, "as published (the 8-bit copy did not load)"
+
+
+def _as_loaded(path: Path, plan: GpuPlan, offload: Any) -> GpuPlan:
+    """``plan`` checked against the load log (``offload``: :func:`.gpu.offload_from_log`):
+    the layers llama.cpp says it offloaded, and the CPU when it made no buffer on a GPU."""
+    on_device = offload.device_buffers()
+    if not plan.on_gpu:
+        if on_device:  # never expected: the CPU plan loads with no device at all
+            log.error("%s: planned for the CPU, yet llama.cpp made GPU buffers: %s", path.name, on_device)
+        return plan
+    layers = offload.layers or 0
+    if not on_device or layers == 0:
+        return cpu_plan(plan.total_layers, f"llama.cpp put no layer on {plan.device.label} (its load "
+                        "log shows no buffer there), so the CPU runs the model", notice=True,
+                        all_bytes=plan.all_bytes)
+    if offload.total and offload.total != plan.total_layers:
+        log.warning("%s: llama.cpp counts %d layers, the plan %d", path.name, offload.total, plan.total_layers)
+    if layers != min(plan.layers, plan.total_layers) or (offload.total and offload.total != plan.total_layers):
+        return replace(plan, layers=layers, total_layers=offload.total or plan.total_layers, notice=True,
+                       reason=f"{plan.reason}; llama.cpp offloaded {layers}/{offload.total}")
+    log.info("%s: offloaded %d/%d layers to %s, as planned (%s)", path.name, layers, offload.total,
+             plan.device.label, ", ".join(f"{k} {v:.0f} MiB" for k, v in on_device.items()))
+    return plan
+
+
+# -- the first-use check: the GPU's greedy tokens against the CPU's --------------------------
+
+#: a plain-text prompt every model continues (no chat template: the check is about numbers)
+CHECK_PROMPT = "The capital of France is Paris. The capital of Italy is"
+CHECK_STEPS = 8
+CHECK_CTX = 128
+#: a swap of the top two tokens this close (in the CPU's logits) is a near tie, not a fault
+TIE_LOGITS = 0.5
+
+
+@dataclass(frozen=True)
+class Step:
+    """One greedy step: the top token and its text, and the five best (token, logit)."""
+
+    token: int
+    text: str
+    top: tuple[tuple[int, float], ...]
+
+
+def _greedy_steps(path: Path, plan: GpuPlan, threads: int, flash_attn: bool,
+                  forced: list[int] | None = None, steps: int = CHECK_STEPS) -> list[Step]:
+    """``steps`` greedy steps after :data:`CHECK_PROMPT` with ``plan``'s device and layers;
+    ``forced``: feed these tokens instead of the top ones (the CPU's: both runs then see
+    the same text, so their steps compare one to one)."""
+    import llama_cpp
+    import numpy as np
+
+    llm = _load_llama(path, False, None, None, n_ctx=CHECK_CTX, n_batch=CHECK_CTX, n_threads=threads,
+                      n_threads_batch=threads, flash_attn=flash_attn, seed=0, **_device_params(plan))
+    try:
+        llm.eval(llm.tokenize(CHECK_PROMPT.encode("utf-8"), add_bos=True, special=False))
+        n_vocab = llm.n_vocab()
+        out = []
+        for i in range(steps):
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
+            best = np.argsort(logits)[-5:][::-1]
+            token = int(best[0])
+            out.append(Step(token, llm.detokenize([token]).decode("utf-8", "replace"),
+                            tuple((int(t), float(logits[t])) for t in best)))
+            llm.eval([forced[i] if forced is not None else token])
+        return out
+    finally:
+        llm.close()
+
+
+def compare_steps(cpu: list[Step], gpu: list[Step]) -> tuple[bool, str]:
+    """Whether the GPU's greedy steps agree with the CPU's: the same top token at every
+    step, or a near tie the CPU also saw (the GPU's choice within :data:`TIE_LOGITS` of
+    the CPU's top); and what was found, in words."""
+    if len(cpu) != len(gpu) or not cpu:
+        return False, f"the runs gave {len(cpu)} and {len(gpu)} steps"
+    ties = 0
+    for i, (c, g) in enumerate(zip(cpu, gpu, strict=True)):
+        if c.token == g.token:
+            continue
+        cpu_logits = dict(c.top)
+        if g.token in cpu_logits and cpu_logits[c.token] - cpu_logits[g.token] <= TIE_LOGITS:
+            ties += 1
+            continue
+        return False, (f"step {i + 1} of {len(cpu)}: the GPU's top token {g.text!r} is not the "
+                       f"CPU's {c.text!r}")
+    return True, f"the same top token at all {len(cpu)} steps" + (f" ({ties} near ties)" if ties else "")
+
+
+def first_use_check(path: Path, plan: GpuPlan, threads: int, flash_attn: bool = True) -> tuple[bool, str]:
+    """Run :data:`CHECK_STEPS` greedy steps on the CPU, then the same text on ``plan``'s
+    GPU, and compare (:func:`compare_steps`)."""
+    cpu = _greedy_steps(path, cpu_plan(plan.total_layers, "the first-use check's reference"), threads,
+                        flash_attn)
+    gpu = _greedy_steps(path, plan, threads, flash_attn, forced=[s.token for s in cpu])
+    return compare_steps(cpu, gpu)
+
+
+def _checked(path: Path, plan: GpuPlan, checks: GpuChecks, threads: int, stage: Any,
+             cancel: threading.Event | None, flash_attn: bool = True) -> GpuPlan:
+    """``plan``, or the CPU when its GPU, with this driver, disagrees with the CPU in the
+    first-use check (run now when it has not been, and remembered in ``checks``)."""
+    if checks.result(plan.device) is not None:
+        return plan  # checked with this driver, and it agreed (plan_gpu left out one that did not)
+    if stage is not None:
+        stage("checking")
+    try:
+        agrees, detail = first_use_check(path, plan, threads, flash_attn)
+    except Exception as exc:  # the load below tries the GPU again, and says why it cannot
+        log.warning("%s: the first-use check on %s could not run (%s)", path.name, plan.device.label, exc)
+        return plan
+    finally:
+        if stage is not None:
+            stage("loading")
+    checks.record(plan.device, agrees, detail)
+    log.log(logging.INFO if agrees else logging.WARNING, "first-use check of %s (driver %s): %s",
+            plan.device.label, plan.device.driver or "unknown", detail)
+    if agrees:
+        return plan
+    return cpu_plan(plan.total_layers, f"{plan.device.label} gave other answers than the CPU in Iris's "
+                    f"first-use check ({detail}); it stays off for Iris until its driver changes",
+                    notice=True, all_bytes=plan.all_bytes)
+
+
 @contextlib.contextmanager
-def _load_progress(progress: Any, cancel: threading.Event | None) -> Iterator[None]:
+def _load_progress(progress: Any, cancel: threading.Event | None, device: int | None = None) -> Iterator[None]:
     """Give llama.cpp a progress callback for one load (it returns False to abort the
-    load when ``cancel`` is set). llama-cpp-python has no parameter for it, so the model
-    parameters it starts from are wrapped for the duration of this load; the lock keeps
-    two loads from sharing the wrapper."""
-    if progress is None and cancel is None:
+    load when ``cancel`` is set), and the one GPU (``device``, ggml's handle) it may use.
+    llama-cpp-python has no parameter for either, so the model parameters it starts from
+    are wrapped for the duration of this load; the lock keeps two loads from sharing the
+    wrapper."""
+    if progress is None and cancel is None and device is None:
         yield
         return
     import llama_cpp.llama_cpp as low
+
+    # llama.cpp's NULL-terminated list of devices; referenced until the load is over
+    devices = (ctypes.c_void_p * 2)(device, None) if device is not None else None
 
     def report(fraction: float, _data: Any) -> bool:
         try:
@@ -256,7 +464,10 @@ def _load_progress(progress: Any, cancel: threading.Event | None) -> Iterator[No
 
         def with_progress() -> Any:
             params = original()
-            params.progress_callback = callback
+            if progress is not None or cancel is not None:
+                params.progress_callback = callback
+            if devices is not None:
+                params.devices = ctypes.cast(devices, ctypes.c_void_p).value
             return params
 
         low.llama_model_default_params = with_progress
@@ -314,7 +525,7 @@ def _install_llama_logging() -> None:
     import llama_cpp
 
     levels = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-    state: dict[str, Any] = {"buf": "", "level": logging.DEBUG, "errors": []}
+    state: dict[str, Any] = {"buf": "", "level": logging.DEBUG, "errors": [], "capture": None}
 
     def callback(level: int, text: bytes, user_data: Any) -> None:
         try:
@@ -330,6 +541,9 @@ def _install_llama_logging() -> None:
                     level = logging.DEBUG
                 if level >= logging.ERROR:
                     state["errors"] = (state["errors"] + [line.strip()])[-5:]
+                capture = state["capture"]
+                if capture is not None and capture[0] == threading.get_ident():
+                    capture[1].append(line)
                 llama_log.log(level, "%s", line)
         except Exception:  # never raise into C
             pass
@@ -337,6 +551,19 @@ def _install_llama_logging() -> None:
     _log_state["state"] = state
     _log_state["callback"] = llama_cpp.llama_log_callback(callback)  # keep a reference
     llama_cpp.llama_log_set(_log_state["callback"], ctypes.c_void_p(0))
+
+
+@contextlib.contextmanager
+def _captured_log() -> Iterator[list[str]]:
+    """The lines llama.cpp logs on this thread meanwhile (a load's: what it offloaded)."""
+    _install_llama_logging()
+    state = _log_state["state"]
+    lines: list[str] = []
+    previous, state["capture"] = state["capture"], (threading.get_ident(), lines)
+    try:
+        yield lines
+    finally:
+        state["capture"] = previous
 
 
 def _aborting() -> bool:
@@ -515,7 +742,7 @@ class LocalModel:
         path: str | os.PathLike[str],
         n_ctx: int = 8192,
         n_threads: int | None = None,
-        n_gpu_layers: int = 0,
+        gpu: str | int = OFF,
         seed: int = 0,
         *,
         swa_full: bool = True,
@@ -526,6 +753,8 @@ class LocalModel:
         progress: Any = None,
         cancel: threading.Event | None = None,
         stage: Any = None,
+        gpu_checks: str | os.PathLike[str] | None = None,
+        devices: list[Device] | None = None,
     ) -> LocalModel:
         """Validate the GGUF header, then load the model with llama.cpp.
 
@@ -538,12 +767,22 @@ class LocalModel:
         round (the V cache is laid out differently). ``weights_dir``: keep an exact Q8_0
         copy of the file's Q5_0 weights there and load that (:mod:`.weights`: the same
         values, prompts read ~25% faster on CPUs; written once, ~3 s for the bundled
-        model); not with ``n_gpu_layers``; None loads the file as it is, as does a copy
+        model); only for a model on the CPU; None loads the file as it is, as does a copy
         that cannot be made or loaded. ``progress(fraction)`` follows the copy and the
-        weights' loading, and ``stage`` is told ``"copying"`` when a copy is being written
-        and ``"loading"`` after it (a first load takes longer); setting ``cancel`` stops
-        it (:class:`ModelError` "loading was cancelled"). Raises :class:`ModelError` for
-        a missing, truncated or non-GGUF file and for anything llama.cpp refuses.
+        weights' loading, and ``stage`` is told ``"copying"`` when a copy is being written,
+        ``"checking"`` during a GPU's first-use check and ``"loading"`` after them (a first
+        load takes longer); setting ``cancel`` stops it (:class:`ModelError` "loading was
+        cancelled"). Raises :class:`ModelError` for a missing, truncated or non-GGUF file
+        and for anything llama.cpp refuses.
+
+        ``gpu`` is ``model.gpu`` ("auto", "off" or a layer count): :func:`.gpu.plan_gpu`
+        chooses the device and the layers from ``devices`` (default: what llama.cpp finds,
+        :func:`.devices.list_devices`; none are looked for with "off"). ``gpu_checks``: the
+        record of the first-use check (:class:`.gpu.GpuChecks`); a GPU not checked yet with
+        its driver first runs a short greedy generation against the CPU's, and one that
+        disagrees is left off (None: no check). The load's log must show the planned
+        layers on the device; a load that fails is tried again with half the layers, then
+        on the CPU. :attr:`gpu` holds the plan that loaded.
         """
         p = Path(path)
         try:
@@ -563,25 +802,18 @@ class LocalModel:
         _recent_llama_errors()
         threads = n_threads or physical_cores()
         t0 = time.perf_counter()
+        plan = _plan(info, n_ctx, gpu, devices, gpu_checks, swa_full=swa_full, flash_attn=flash_attn)
+        if plan.on_gpu and gpu_checks is not None:
+            plan = _checked(p, plan, GpuChecks(gpu_checks), threads, stage, cancel, flash_attn)
         load_path, weights = p, "as published"
-        if weights_dir is not None and n_gpu_layers == 0:
+        if weights_dir is not None and not plan.on_gpu:
             load_path, weights, progress = _q8_weights(p, info, Path(weights_dir), progress, cancel, stage)
         scratch = kv_shift and not info.sliding_window
         params = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads,
-                      flash_attn=flash_attn, n_gpu_layers=n_gpu_layers, seed=seed, swa_full=swa_full)
+                      flash_attn=flash_attn, seed=seed, swa_full=swa_full)
         try:
-            try:
-                llm = _load_llama(load_path, scratch, progress, cancel, **params)
-            except Exception:
-                if load_path == p or (cancel is not None and cancel.is_set()):
-                    raise
-                # the copy is at fault (the source loads below, or says why not)
-                why = "; ".join(_recent_llama_errors())
-                log.warning("%s: llama.cpp could not load the Q8_0 copy %s (%s); loading the "
-                            "file as it is", p, load_path, why)
-                discard_q8_copy(p, Path(weights_dir))
-                load_path, weights = p, "as published (the 8-bit copy did not load)"
-                llm = _load_llama(p, scratch, progress, cancel, **params)
+            llm, plan, load_path, weights = _load_weights(p, load_path, weights, weights_dir, plan,
+                                                          scratch, progress, cancel, params)
         except Exception as exc:  # llama-cpp-python raises ValueError/RuntimeError
             if cancel is not None and cancel.is_set():
                 raise ModelError(p, "loading was cancelled") from None
@@ -594,12 +826,14 @@ class LocalModel:
         model = cls(llm, info, chat_format, identity=identity, swa_full=swa_full, seed=seed,
                     kv_shift=kv_shift)
         model.weights = weights
+        model.gpu = plan
         log.info(
             "%s: loaded %s %s (%s, %.0f MB) in %.2f s; n_ctx %d, chat format %s, "
-            "sliding window %d (swa_full=%s); %d threads, flash attention %s; weights %s",
+            "sliding window %d (swa_full=%s); %d threads, flash attention %s; weights %s; "
+            "device %s (%s)",
             p, info.architecture, info.name or "", info.file_type or "?",
             info.size_bytes / 1e6, load_s, model.n_ctx, chat_format.name, model._n_swa, swa_full,
-            threads, "on" if flash_attn else "off", weights,
+            threads, "on" if flash_attn else "off", weights, plan.describe(), plan.reason,
         )
         model.load_time_s = load_s
         return model
@@ -607,6 +841,8 @@ class LocalModel:
     load_time_s: float = 0.0
     #: how the weights were loaded: "as published", or "Q5_0 read as Q8_0 (…)" (:mod:`.weights`)
     weights: str = "as published"
+    #: where it runs: the device and layers llama.cpp loaded it with, and why (:mod:`.gpu`)
+    gpu: GpuPlan = cpu_plan(0, "loaded without a plan")
 
     # -- basics ------------------------------------------------------------
 
@@ -727,7 +963,9 @@ class LocalModel:
             n_ctx=self.n_ctx, context_length=info.context_length, base_model=self.base_model,
             architecture=info.architecture or "", file_type=info.file_type or "",
             size_bytes=info.size_bytes or 0, chat_format=self.chat_format.name,
-            load_time_s=self.load_time_s, license=_license(self.path, info.metadata or {}))
+            load_time_s=self.load_time_s, license=_license(self.path, info.metadata or {}),
+            device=self.gpu.describe(), device_reason=self.gpu.reason,
+            device_notice=self.gpu.reason if self.gpu.notice else "")
 
     def counter(self) -> ModelTokenCounter:
         return ModelTokenCounter(self)

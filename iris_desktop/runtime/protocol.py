@@ -187,6 +187,12 @@ class ModelFacts:
     where: str = "local"
     base_url: str | None = None
     license: str = ""
+    #: where a local model runs: "GPU: <name> · 28/29 layers" or "CPU" ("" for a server),
+    #: and why, in one sentence (``runtime.gpu.GpuPlan``); ``device_notice`` is that
+    #: sentence when it is worth telling (a GPU wanted or found, and not used fully)
+    device: str = ""
+    device_reason: str = ""
+    device_notice: str = ""
 
 
 class NamedFormat(Protocol):

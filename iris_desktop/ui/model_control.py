@@ -112,17 +112,22 @@ class ModelControl(QObject):
         self._load_ended()
         base = info.get("base_model")
         quant = info.get("file_type")  # the GGUF's quantization (Q4_K_M); none from a server
+        device = info.get("device")  # "GPU: <name> · 28/29 layers" or "CPU" (none for a server)
         self.model_label.setText(f"{info['name']}" + (f" · {quant}" if quant else "")
-                                 + f" · n_ctx {info['n_ctx']:,}" + (" · base model" if base else ""))
+                                 + f" · n_ctx {info['n_ctx']:,}" + (" · base model" if base else "")
+                                 + (f" · {device}" if device else ""))
         self.where_label.setText(info.get("where") or "local")
         self.where_label.setToolTip(
             "Your conversation stays on this computer" if not info.get("base_url") else
             f"Your conversation is sent to {info['base_url']}")
         self.model_label.setToolTip((info.get("path") or info["name"]) + (
             "\nA base model continues text rather than following instructions: replies "
-            "may ramble, and compaction uses the extractive summary." if base else ""))
+            "may ramble, and compaction uses the extractive summary." if base else "")
+            + (f"\n{device}: {info['device_reason']}" if device and info.get("device_reason") else ""))
         took = info.get("load_time_s")
-        self.app_state.show_status("Ready" + (f" (model loaded in {took:.1f} s)" if took else ""))
+        notice = info.get("device_notice")  # why a GPU is not used (fully), in one sentence
+        self.app_state.show_status("Ready" + (f" (model loaded in {took:.1f} s)" if took else "")
+                                   + (f" · {device}: {notice}" if notice else ""))
         self.composer.set_can_send(True)
         self.app_state.set_model("ready", loaded, None)  # the planner follows
         if self.pending is not None:

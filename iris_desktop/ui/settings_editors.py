@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from iris_desktop.core.views import ratio_meaning
-from iris_desktop.settings import AUTO, BUNDLED, Setting
+from iris_desktop.settings import AUTO, BUNDLED, OFF, Setting
 
 #: ratios move in steps of one hundredth on the slider
 RATIO_STEPS = 100
@@ -100,6 +100,34 @@ class WindowEditor(IntEditor):
 
     def set_value(self, value: Any) -> None:
         self.spin.setValue(self.spin.minimum() if value == AUTO else int(value))
+
+
+class GpuEditor(IntEditor):
+    """model.gpu: 'auto', 'off', or a number of layers (the spin box, used only then)."""
+
+    LAYERS = "layers:"
+
+    def __init__(self, setting: Setting, parent: QWidget | None = None):
+        super().__init__(setting, parent)
+        self.mode = QComboBox()
+        self.mode.addItems([AUTO, OFF, self.LAYERS])
+        self.mode.currentIndexChanged.connect(self._mode_changed)
+        self.row.insertWidget(0, self.mode)
+
+    def _mode_changed(self) -> None:
+        self.spin.setEnabled(self.mode.currentText() == self.LAYERS)
+        self.changed.emit()
+
+    def raw(self) -> Any:
+        mode = self.mode.currentText()
+        return str(self.spin.value()) if mode == self.LAYERS else mode
+
+    def set_value(self, value: Any) -> None:
+        words = value in (AUTO, OFF)
+        if not words:
+            self.spin.setValue(int(value))
+        self.mode.setCurrentText(str(value) if words else self.LAYERS)
+        self.spin.setEnabled(not words)
 
 
 class ZeroEditor(IntEditor):
@@ -302,6 +330,8 @@ def make_editor(setting: Setting, value: Any) -> Editor:
     """The editor for ``setting``'s kind, showing ``value``."""
     if setting.kind == "window":
         editor: Editor = WindowEditor(setting)
+    elif setting.kind == "gpu":
+        editor = GpuEditor(setting)
     elif setting.kind == "int" and setting.zero_means:
         editor = ZeroEditor(setting)
     elif setting.kind == "int":

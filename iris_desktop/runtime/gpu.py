@@ -1,0 +1,496 @@
+"""Which device runs the model, and how many of its layers (``model.gpu``).
+
+llama.cpp offloads a model from the top: with ``n_gpu_layers = k`` the output layer and
+the last ``k - 1`` repeating layers (blocks) live on the GPU, the rest and the input
+embeddings on the CPU, and each offloaded block's KV cache lives with it. So a model of
+``n`` blocks has ``n + 1`` layers to offload, and "28/29" means all but one block.
+
+:func:`plan_gpu` is the one place that decides, from facts only: the GGUF header (every
+tensor's size, so the weights of each block and of the output layer; the attention
+geometry, so the KV cache per token at ``n_ctx``, sliding-window layers counted as the
+cache llama.cpp allocates for them), a compute-buffer estimate, and the devices with
+their free memory. It reads no file and touches no driver: :mod:`.devices` lists the
+devices, :class:`GpuChecks` remembers a device whose answers differed from the CPU's
+(the first-use check in :mod:`.model`), and :mod:`.model` loads with the plan, checks
+llama.cpp's load log against it (:func:`offload_from_log`) and retries with fewer layers.
+
+``auto`` takes a discrete GPU (the one with the most free memory) and as many layers as
+fit its free memory with a margin; an integrated GPU shares the computer's memory and
+bandwidth with the CPU and is rarely faster, so ``auto`` takes one only on a Mac (Apple
+silicon's GPU is integrated and fast), or when the user gives a layer count. ``off``
+plans the CPU only: :mod:`.model` then loads with no device at all, so llama.cpp creates
+no GPU buffer. Never imports PySide6.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .gguf import GGUFInfo
+
+log = logging.getLogger("iris.runtime.gpu")
+
+__all__ = [
+    "Device",
+    "GpuChecks",
+    "GpuPlan",
+    "LayerCosts",
+    "cpu_plan",
+    "layer_costs",
+    "offload_from_log",
+    "plan_gpu",
+]
+
+AUTO = "auto"
+OFF = "off"
+#: device kinds, as ggml names them (``ggml_backend_dev_type``)
+DEVICE_KINDS = ("cpu", "gpu", "igpu", "accel", "meta")
+MiB = 2**20
+GiB = 2**30
+#: what is kept free on the device besides the plan: the driver, the display, other apps,
+#: and the estimate's error; the larger of the two
+MARGIN_BYTES = 512 * MiB
+MARGIN_FRACTION = 0.08
+#: the KV cache's bytes per element (llama.cpp's default f16 K and V)
+KV_BYTES = 2
+#: llama.cpp's default physical batch (``n_ubatch``): the compute buffer is sized for it
+N_UBATCH = 512
+#: sliding-window layout where the GGUF does not state it: architecture -> (period,
+#: dense first), as llama.cpp's ``load_swa_pattern`` calls for it (gemma3: 5 of every 6
+#: layers slide, the 6th attends to everything)
+SWA_PATTERNS = {"gemma2": (2, False), "gemma3": (6, False), "cohere2": (4, False),
+                "cohere2moe": (4, True), "llama4": (4, False)}
+
+
+@dataclass(frozen=True)
+class Device:
+    """A compute device llama.cpp (ggml) knows."""
+
+    #: ggml's name: "Vulkan0", "CUDA0", "Metal", "CPU"
+    name: str
+    #: what it is: "NVIDIA GeForce RTX 4070", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    description: str
+    #: "cpu", "gpu" (its own memory), "igpu" (the computer's memory), "accel"
+    kind: str
+    #: the ggml backend it belongs to: "Vulkan", "CUDA", "Metal", "CPU"
+    backend: str = ""
+    free_bytes: int = 0
+    total_bytes: int = 0
+    #: its index among ggml's devices (``ggml_backend_dev_get``); -1 for a made-up one
+    index: int = -1
+    #: the driver's version where it can be told ("" where not)
+    driver: str = ""
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind in ("gpu", "igpu")
+
+    @property
+    def label(self) -> str:
+        return self.description or self.name
+
+    @property
+    def memory_known(self) -> bool:
+        return self.total_bytes > 0
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """What each layer of a model needs on the device it runs on, in bytes."""
+
+    #: the weights of each repeating layer (block), first to last
+    weights: tuple[int, ...]
+    #: the KV cache of each block at the planned ``n_ctx``
+    kv: tuple[int, ...]
+    #: the output layer: its matrix (a tied model's copy of the embeddings) and norm
+    output: int
+    #: the GPU's compute buffer (mostly the logits of one batch), an estimate
+    compute: int
+
+    @property
+    def blocks(self) -> int:
+        return len(self.weights)
+
+    @property
+    def total_layers(self) -> int:
+        return self.blocks + 1
+
+    def gpu_bytes(self, layers: int) -> int:
+        """What ``layers`` offloaded layers need on the GPU: the output layer, the last
+        ``layers - 1`` blocks with their KV cache, the compute buffer (and, for a partial
+        split, room to stage one CPU block's weights for a batch)."""
+        layers = max(0, min(layers, self.total_layers))
+        if layers == 0:
+            return 0
+        top = range(self.blocks - (layers - 1), self.blocks)
+        staged = max(self.weights, default=0) if layers < self.total_layers else 0
+        return self.output + sum(self.weights[i] + self.kv[i] for i in top) + self.compute + staged
+
+    def fitting(self, budget: int) -> int:
+        """The most layers whose :meth:`gpu_bytes` stay within ``budget``."""
+        best = 0
+        for layers in range(1, self.total_layers + 1):
+            if self.gpu_bytes(layers) > budget:
+                break
+            best = layers
+        return best
+
+
+def _per_layer(value: Any, layers: int) -> list[int] | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value] * layers
+    if isinstance(value, list) and len(value) == layers and all(isinstance(v, int) for v in value):
+        return list(value)
+    return None
+
+
+def sliding_layers(info: GGUFInfo, blocks: int) -> list[bool]:
+    """Which blocks attend within the sliding window only (all False without one):
+    ``<arch>.attention.sliding_window_pattern`` when the file states it (a list, or a
+    period), else llama.cpp's pattern for the architecture; an unknown layout counts every
+    layer as full (more memory, never less)."""
+    if not info.sliding_window:
+        return [False] * blocks
+    stated = info.arch_key("attention.sliding_window_pattern")
+    if isinstance(stated, list) and len(stated) == blocks:
+        return [bool(v) for v in stated]
+    period, dense_first = SWA_PATTERNS.get(info.architecture, (None, False))
+    if isinstance(stated, int) and not isinstance(stated, bool):
+        period = stated
+    if period is None:
+        return [False] * blocks
+    if period == 0:
+        return [True] * blocks
+    if dense_first:
+        return [i % period != 0 for i in range(blocks)]
+    return [i % period < period - 1 for i in range(blocks)]
+
+
+def layer_costs(info: GGUFInfo, n_ctx: int, *, swa_full: bool = True, flash_attn: bool = True,
+                n_ubatch: int = N_UBATCH, kv_bytes: int = KV_BYTES) -> LayerCosts | None:
+    """Each layer's bytes from the header, at ``n_ctx`` (as :class:`~.model.LocalModel`
+    loads: ``swa_full`` keeps a full-size cache for sliding-window layers too; without it
+    llama.cpp keeps ``sliding_window + n_ubatch`` cells of them). None when the header
+    lacks the block count or a tensor's size (an unknown quantization)."""
+    blocks = info.arch_key("block_count")
+    if not isinstance(blocks, int) or blocks <= 0 or not info.tensors:
+        return None
+    weights = [0] * blocks
+    output = embeddings = 0
+    tied = True
+    pattern = re.compile(r"^blk\.(\d+)\.")
+    for tensor in info.tensors:
+        size = tensor.nbytes
+        if size is None:
+            return None
+        match = pattern.match(tensor.name)
+        if match and int(match[1]) < blocks:
+            weights[int(match[1])] += size
+        elif tensor.name == "token_embd.weight":
+            embeddings = size
+        elif tensor.name.startswith("output"):
+            output += size
+            tied = tied and tensor.name != "output.weight"
+    if tied:  # llama.cpp loads a copy of the embeddings as the output matrix, on its device
+        output += embeddings
+    kv = _kv_per_block(info, blocks, n_ctx, swa_full, n_ubatch, kv_bytes)
+    vocab = _vocab(info)
+    heads = _per_layer(info.arch_key("attention.head_count"), blocks) or [0]
+    embd = info.arch_key("embedding_length")
+    ff = _per_layer(info.arch_key("feed_forward_length"), blocks) or [0]
+    hidden = (embd if isinstance(embd, int) else 0) * 4 + max(ff)
+    # the logits of a whole batch dominate (llama.cpp reserves them: 300 MiB for Qwen2.5's
+    # 151,936 tokens); attention scores without flash attention; the activations
+    compute = n_ubatch * (vocab + hidden) * 4 + 32 * MiB
+    if not flash_attn:
+        compute += n_ctx * n_ubatch * max(heads) * 4
+    return LayerCosts(tuple(weights), tuple(kv), output, compute)
+
+
+def _vocab(info: GGUFInfo) -> int:
+    for tensor in info.tensors:
+        if tensor.name in ("output.weight", "token_embd.weight") and len(tensor.dims) == 2:
+            return int(tensor.dims[1])
+    return 0
+
+
+def _kv_per_block(info: GGUFInfo, blocks: int, n_ctx: int, swa_full: bool, n_ubatch: int,
+                  kv_bytes: int) -> list[int]:
+    heads = _per_layer(info.arch_key("attention.head_count"), blocks)
+    if heads is None:
+        return [0] * blocks
+    kv_heads = _per_layer(info.arch_key("attention.head_count_kv"), blocks) or heads
+    embd = info.arch_key("embedding_length")
+    key_length = info.arch_key("attention.key_length")
+    value_length = info.arch_key("attention.value_length")
+    sliding = sliding_layers(info, blocks)
+    window_cells = min(n_ctx, info.sliding_window + n_ubatch)
+    out = []
+    for n_heads, n_kv, swa in zip(heads, kv_heads, sliding, strict=True):
+        if n_heads <= 0 or n_kv <= 0:  # a recurrent layer of a hybrid model: no KV cache
+            out.append(0)
+            continue
+        head = embd // n_heads if isinstance(embd, int) else 0
+        k = key_length if isinstance(key_length, int) else head
+        v = value_length if isinstance(value_length, int) else head
+        cells = window_cells if swa and not swa_full else n_ctx
+        out.append(n_kv * (k + v) * kv_bytes * cells)
+    return out
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """Where a model runs: ``device`` (None: the CPU) and how many of its
+    ``total_layers`` layers are offloaded to it, and why, in one sentence."""
+
+    device: Device | None
+    layers: int
+    total_layers: int
+    reason: str
+    #: what the plan's layers need on the device (an estimate; 0 on the CPU)
+    needed_bytes: int = 0
+    #: the reason is worth telling the user: a GPU was wanted, or found, and is not used
+    #: (fully); False when the CPU is simply all there is, or what was asked for
+    notice: bool = False
+    #: what a full offload would need (0 when the header does not tell)
+    all_bytes: int = 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device is not None and self.layers > 0
+
+    def describe(self) -> str:
+        """"GPU: NVIDIA GeForce RTX 4070 · 28/29 layers", or "CPU"."""
+        if not self.on_gpu:
+            return "CPU"
+        return f"GPU: {self.device.label} · {min(self.layers, self.total_layers)}/{self.total_layers} layers"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"device": self.device.as_json() if self.device else None, "layers": self.layers,
+                "total_layers": self.total_layers, "reason": self.reason, "notice": self.notice,
+                "needed_bytes": self.needed_bytes, "all_bytes": self.all_bytes,
+                "describe": self.describe()}
+
+
+def cpu_plan(total_layers: int, reason: str, notice: bool = False, **extra: Any) -> GpuPlan:
+    return GpuPlan(None, 0, total_layers, reason, notice=notice, **extra)
+
+
+def _gb(n: int) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
+
+
+def margin(device: Device) -> int:
+    """What a plan leaves free on ``device``."""
+    return max(MARGIN_BYTES, int(device.total_bytes * MARGIN_FRACTION))
+
+
+def plan_gpu(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: str | int, *,
+             platform: str | None = None, disabled: Mapping[str, str] | None = None,
+             swa_full: bool = True, flash_attn: bool = True, n_ubatch: int = N_UBATCH) -> GpuPlan:
+    """The device and the number of layers for ``setting`` (``model.gpu``: "auto", "off"
+    or a layer count). ``devices``: what llama.cpp found (the CPU among them, or not);
+    ``disabled``: device descriptions the first-use check switched off, with why;
+    ``platform``: ``sys.platform`` (an integrated GPU is taken by ``auto`` on "darwin"
+    only). Pure: the same facts give the same plan."""
+    platform = platform or sys.platform
+    disabled = dict(disabled or {})
+    costs = layer_costs(info, n_ctx, swa_full=swa_full, flash_attn=flash_attn, n_ubatch=n_ubatch)
+    blocks = info.arch_key("block_count")
+    total = costs.total_layers if costs else (blocks + 1 if isinstance(blocks, int) and blocks > 0 else 1)
+    all_bytes = costs.gpu_bytes(total) if costs else 0
+    if setting == OFF:
+        return cpu_plan(total, "model.gpu is off: the CPU only", all_bytes=all_bytes)
+    gpus = [d for d in devices if d.is_gpu]
+    usable = [d for d in gpus if d.label not in disabled]
+    off_for_iris = [d for d in gpus if d.label in disabled]
+    discrete = [d for d in usable if d.kind == "gpu"]
+    integrated = [d for d in usable if d.kind == "igpu"]
+    asked = None if setting == AUTO else int(setting)
+    if asked is None and platform == "darwin":
+        candidates = discrete or integrated
+    elif asked is None:
+        candidates = discrete
+    else:
+        candidates = discrete or integrated
+    if not candidates:
+        if off_for_iris:
+            d = off_for_iris[0]
+            return cpu_plan(total, f"{d.label} is off for Iris: {disabled[d.label]}", notice=True,
+                            all_bytes=all_bytes)
+        if integrated:
+            d = integrated[0]
+            return cpu_plan(total, f"only an integrated GPU was found ({d.label}); it shares this "
+                            "computer's memory and is rarely faster than the CPU, so model.gpu auto "
+                            "leaves it unused (set model.gpu to a number of layers to try it)",
+                            all_bytes=all_bytes)
+        return cpu_plan(total, "llama.cpp found no GPU it can use on this computer"
+                        + ("" if asked is None else f" (model.gpu asks for {asked} layers)"),
+                        notice=asked is not None, all_bytes=all_bytes)
+    device = max(candidates, key=lambda d: d.free_bytes)
+    budget = device.free_bytes - margin(device)
+    if asked is not None:
+        layers = min(asked, total)
+        fit = costs.fitting(budget) if costs and device.memory_known else layers
+        note = ("" if layers <= fit else
+                f"; the estimate says {fit} fit in its {_gb(device.free_bytes)} free: if the load "
+                "fails, fewer are tried")
+        return GpuPlan(device, layers, total, f"model.gpu asks for {asked} layers{note}",
+                       needed_bytes=costs.gpu_bytes(layers) if costs else 0, notice=layers > fit,
+                       all_bytes=all_bytes)
+    if costs is None:
+        return cpu_plan(total, "the model's header does not tell its layers' sizes, so model.gpu "
+                        "auto cannot plan a split (set a number of layers to offload)", notice=True)
+    if not device.memory_known:
+        return GpuPlan(device, total, total, f"{device.label} does not report its memory: every "
+                       "layer is tried, fewer if the load fails", needed_bytes=all_bytes,
+                       all_bytes=all_bytes)
+    layers = costs.fitting(budget)
+    if layers == total:
+        return GpuPlan(device, total, total, f"the whole model fits in {device.label}'s "
+                       f"{_gb(device.free_bytes)} free ({_gb(all_bytes)} needed)",
+                       needed_bytes=all_bytes, all_bytes=all_bytes)
+    if layers == 0:
+        return cpu_plan(total, f"the model does not fit on {device.label}: even one layer needs "
+                        f"{_gb(costs.gpu_bytes(1))} and {_gb(device.free_bytes)} is free, "
+                        f"{_gb(margin(device))} of it kept for the rest of the computer",
+                        notice=True, all_bytes=all_bytes)
+    return GpuPlan(device, layers, total, f"{layers} of {total} layers fit in {device.label}'s "
+                   f"{_gb(device.free_bytes)} free (all would need {_gb(all_bytes)}); the rest run "
+                   "on the CPU", needed_bytes=costs.gpu_bytes(layers), notice=True,
+                   all_bytes=all_bytes)
+
+
+#: a load that fails on a GPU is tried again with half the layers this many times, then
+#: on the CPU (each try loads the weights again)
+GPU_RETRIES = 2
+
+
+def fewer(plan: GpuPlan, tried: int = 0) -> GpuPlan | None:
+    """The plan to try after ``plan`` failed to load (``tried``: retries so far): half the
+    layers, up to :data:`GPU_RETRIES` times, then the CPU; None when ``plan`` was the CPU."""
+    if not plan.on_gpu:
+        return None
+    layers = min(plan.layers, plan.total_layers) // 2 if tried < GPU_RETRIES else 0
+    if layers == 0:
+        return cpu_plan(plan.total_layers, f"the model did not load on {plan.device.label} "
+                        f"({plan.layers} layers), so it runs on the CPU", notice=True,
+                        all_bytes=plan.all_bytes)
+    return replace(plan, layers=layers, notice=True,
+                   reason=f"{plan.layers} layers did not load on {plan.device.label}; trying {layers}")
+
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_BUFFER = re.compile(r"^\S+:\s+(\S+)\s+(?:model|KV|compute|output|RS) buffer size\s*=\s*([\d.]+) MiB")
+
+
+@dataclass(frozen=True)
+class Offload:
+    """What llama.cpp's load log says it did."""
+
+    #: ("offloaded N/M layers to GPU"); None when the log has no such line (a build
+    #: without GPU offload says nothing)
+    layers: int | None
+    total: int | None
+    #: MiB per buffer name ("Vulkan0", "CUDA0", "CPU_Mapped", "Vulkan_Host", ...)
+    buffers: dict[str, float]
+
+    def device_buffers(self, cpu_names: Iterable[str] = ("CPU",)) -> dict[str, float]:
+        """The buffers that are not in the computer's memory (``CPU``, ``CPU_Mapped``,
+        ``CPU_REPACK``, a backend's ``*_Host`` pinned memory are)."""
+        prefixes = tuple(cpu_names)
+        return {name: mib for name, mib in self.buffers.items()
+                if not name.startswith(prefixes) and not name.endswith("_Host")}
+
+
+def offload_from_log(lines: Iterable[str]) -> Offload:
+    """Read a load's log: the "offloaded N/M layers to GPU" line and the buffers."""
+    layers = total = None
+    buffers: dict[str, float] = {}
+    for line in lines:
+        line = line.strip()
+        match = _OFFLOADED.search(line)
+        if match:
+            layers, total = int(match[1]), int(match[2])
+            continue
+        match = _BUFFER.match(line)
+        if match:
+            buffers[match[1]] = buffers.get(match[1], 0.0) + float(match[2])
+    return Offload(layers, total, buffers)
+
+
+# -- the first-use check's record --------------------------------------------------------
+
+
+class GpuChecks:
+    """What the first-use check found, per device and driver, in a small JSON file in the
+    data folder: ``{"checks": {"<description>|<driver>": {"agrees": bool, ...}}}``. A
+    device that disagreed stays off for Iris until its driver changes (another key)."""
+
+    VERSION = 1
+
+    def __init__(self, path: str | os.PathLike[str] | None):
+        self.path = Path(path) if path is not None else None
+
+    @staticmethod
+    def key(device: Device) -> str:
+        return f"{device.label}|{device.driver or 'driver unknown'}"
+
+    def _read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("%s: cannot read the GPU checks (%s); checking again", self.path, exc)
+            return {}
+        checks = data.get("checks") if isinstance(data, dict) else None
+        return checks if isinstance(checks, dict) else {}
+
+    def result(self, device: Device) -> dict[str, Any] | None:
+        """The recorded check of ``device`` with its driver, or None (never checked)."""
+        entry = self._read().get(self.key(device))
+        return entry if isinstance(entry, dict) and isinstance(entry.get("agrees"), bool) else None
+
+    def disabled(self, devices: Iterable[Device]) -> dict[str, str]:
+        """Description -> why, for the devices that disagreed with this driver."""
+        out = {}
+        for device in devices:
+            entry = self.result(device)
+            if entry is not None and not entry["agrees"]:
+                out[device.label] = entry.get("reason") or "its answers differed from the CPU's"
+        return out
+
+    def record(self, device: Device, agrees: bool, detail: str) -> None:
+        """Remember a check's outcome (written atomically; a failure is logged, never raised:
+        the check then runs again next time)."""
+        if self.path is None:
+            return
+        from iris_desktop.files import atomic_write
+
+        checks = self._read()
+        reason = ("its answers differed from the CPU's in Iris's first-use check "
+                  f"({detail}); it stays off until its driver changes")
+        checks[self.key(device)] = {"device": device.label, "backend": device.backend,
+                                    "driver": device.driver, "agrees": agrees, "detail": detail,
+                                    "reason": None if agrees else reason,
+                                    "checked": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, json.dumps({"version": self.VERSION, "checks": checks}, indent=2))
+        except OSError as exc:
+            log.warning("%s: cannot record the GPU check (%s)", self.path, exc)
