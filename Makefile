@@ -11,7 +11,7 @@ endif
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test install install-dev lint bench screenshots dist windows-check clean distclean
+.PHONY: run test install install-dev lint bench screenshots dist windows-check gpu-check clean distclean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,15 @@ dist: $(STAMP)
 ## Installs Debian packages; caches in ~/.cache/iris-windows-check (first run long, then minutes)
 windows-check:
 	$(PYTHON) packaging/windows/check.py $(WINDOWS_CHECK_ARGS)
+
+## make gpu-check: on Debian, the GPU path (model.gpu) on Mesa's lavapipe: installs the Debian Vulkan
+## packages, compiles llama-cpp-python with packaging/build.py's Linux flags and -DGGML_VULKAN=on (2 jobs;
+## cached in ~/.cache/iris-gpu-check: long the first time), and checks in a venv with that build: every
+## layer offloaded, 'Paris', the same greedy tokens as the CPU, a partial split, model.gpu=off without a GPU
+## buffer, the CPU with one sentence when there is no Vulkan driver, tests/test_gpu.py's GPU tests.
+## lavapipe proves the offload path, not speed. `make test` never compiles any of this
+gpu-check: $(DEV_STAMP)
+	$(PYTHON) packaging/gpu/check.py $(GPU_CHECK_ARGS)
 
 ## make clean keeps build/wheels (the compiled llama-cpp-python and numpy); distclean does not
 clean:

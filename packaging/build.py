@@ -14,7 +14,9 @@ Steps (each logged as ``==> [n/9] step``):
  2. wheels       llama-cpp-python compiled for redistribution (CMAKE_ARGS=-DGGML_NATIVE=off,
                  no -march=native; Linux and Windows: GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS, one
                  CPU backend per x86-64 level, the best loaded at run time, so a CPU without AVX2
-                 runs it too), and numpy compiled without BLAS (-28 MB of OpenBLAS),
+                 runs it too; and the Vulkan GPU backend, GGML_VULKAN, a module that loads only
+                 where the system has a Vulkan loader), and numpy compiled without BLAS (-28 MB of
+                 OpenBLAS),
                  into wheels cached under build/wheels/; reused until the version or the
                  build options change (--rebuild-llama / --rebuild-numpy force it)
  3. models       the bundled GGUF, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0),
@@ -29,7 +31,8 @@ Steps (each logged as ``==> [n/9] step``):
  5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships both
                  GGUFs and their licenses as models/<file>, never the packages they come from
  6. contents     the bundle checked (each model once, verified again; the licenses; no part
-                 or source package; every CPU backend variant in llama_cpp/lib), its size by
+                 or source package; every CPU backend variant in llama_cpp/lib; the Vulkan module
+                 there and no Vulkan loader anywhere), its size by
                  part printed and written to
                  build/last-build.json (the app without models: all but the two GGUFs and
                  their licenses)
@@ -38,7 +41,7 @@ Steps (each logged as ``==> [n/9] step``):
                  the offline tiktoken table, and the GUI starting; with --emulate-cpu MODEL
                  (Linux x86-64, Debian's qemu-user) the --self-test again under
                  `qemu-x86_64 -cpu MODEL` (Nehalem: no AVX); any failure fails the build
- 8. installers   Linux: .tar.gz + .deb (dpkg-deb); Windows: Inno Setup; macOS: .dmg
+ 8. installers   Linux: .tar.gz + .deb (dpkg-deb; Recommends: libvulkan1); Windows: Inno Setup; macOS: .dmg
                  (signed and notarized when the MACOS_* / APPLE_* secrets are set)
  9. record       build/last-build.json completed (build/ is git-ignored: a build leaves the
                  checkout clean)
@@ -91,12 +94,38 @@ CMAKE_ARGS_BY_OS = {
 }
 
 
+#: the GPU backend the installers' llama.cpp adds, by OS (issue #46): Vulkan on Linux and Windows,
+#: a module beside the CPU variants (libggml-vulkan.so / ggml-vulkan.dll, GGML_BACKEND_DL) that needs
+#: the system's Vulkan loader (libvulkan.so.1 / vulkan-1.dll, never bundled: it must match the
+#: computer's drivers). Without a loader the module does not load and the CPU runs the model.
+#: macOS has Metal already. Compiling it needs glslc and the Vulkan headers (Debian: libvulkan-dev,
+#: glslc, spirv-headers; Windows: the Vulkan SDK).
+GPU_CMAKE_ARGS_BY_OS = {
+    "linux": "-DGGML_VULKAN=ON",
+    "win32": "-DGGML_VULKAN=ON",
+    "darwin": "",
+}
+#: the Debian packages the Vulkan backend is compiled with (``make gpu-check`` installs them too)
+VULKAN_BUILD_PACKAGES = ["libvulkan-dev", "glslc", "spirv-headers"]
+
+
+def os_key(platform: str) -> str:
+    return "linux" if platform.startswith("linux") else platform
+
+
 def default_cmake_args(platform: str = sys.platform) -> str:
-    """The CMAKE_ARGS llama-cpp-python is compiled with for ``platform`` (``sys.platform``)."""
-    return CMAKE_ARGS_BY_OS["linux" if platform.startswith("linux") else platform]
+    """The CPU part of the CMAKE_ARGS llama-cpp-python is compiled with for ``platform``
+    (``sys.platform``): what packaging/windows/check.py cross-compiles with mingw-w64, which has
+    no Vulkan SDK."""
+    return CMAKE_ARGS_BY_OS[os_key(platform)]
 
 
-DEFAULT_CMAKE_ARGS = default_cmake_args()
+def build_cmake_args(platform: str = sys.platform) -> str:
+    """The installers' CMAKE_ARGS for ``platform``: the CPU flags and the GPU backend."""
+    return " ".join(part for part in (default_cmake_args(platform), GPU_CMAKE_ARGS_BY_OS[os_key(platform)]) if part)
+
+
+DEFAULT_CMAKE_ARGS = build_cmake_args()
 PYINSTALLER_REQUIREMENT = "pyinstaller>=6.10,<7"
 #: the goal for the app without the models (chat and embedding), in MB (10^6 bytes)
 SIZE_GOAL_MB = 150
@@ -341,10 +370,11 @@ def ensure_native_wheels(opts: argparse.Namespace, py: Path, macos_target: str |
     # a CMAKE_BUILD_PARALLEL_LEVEL already set wins (a shared machine); else one job per CPU
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)
     llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": jobs, **target_env}
+    missing = [] if opts.skip_llama_build else vulkan_build_tools_missing(opts.cmake_args)
     llama = cached_wheel(py, "llama-cpp-python", requirement_of("llama-cpp-python"), env=llama_env,
                          settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}",
                          key_extra=[opts.cmake_args, *target_key],
-                         rebuild=opts.rebuild_llama, skip=opts.skip_llama_build)
+                         rebuild=opts.rebuild_llama, skip=opts.skip_llama_build, missing=missing)
     result["llama"] = {**llama, "cmake_args": opts.cmake_args if llama.get("wheel") else None}
 
     # numpy without BLAS (or the PyPI wheel with --stock-numpy)
@@ -373,8 +403,10 @@ def ensure_native_wheels(opts: argparse.Namespace, py: Path, macos_target: str |
 
 
 def cached_wheel(py: Path, dist: str, requirement: str, *, env: dict[str, str], settings: list[str],
-                 describe: str, key_extra: list[str], rebuild: bool, skip: bool) -> dict:
-    """Compile ``requirement`` from its sdist into a wheel cached under build/wheels/."""
+                 describe: str, key_extra: list[str], rebuild: bool, skip: bool,
+                 missing: list[str] | None = None) -> dict:
+    """Compile ``requirement`` from its sdist into a wheel cached under build/wheels/
+    (``missing``: build tools that are not there, said before anything is compiled)."""
     key_src = json.dumps([requirement, *key_extra, sys.platform, machine_arch(), sys.version_info[:2]])
     key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
     stem = canonical(dist).replace("-", "_")
@@ -393,6 +425,8 @@ def cached_wheel(py: Path, dist: str, requirement: str, *, env: dict[str, str], 
             return {"requirement": requirement, "wheel": None, "cached": True}
         raise BuildError(f"told not to compile {dist}, but there is no cached wheel under build/wheels/ "
                          "and none installed in the build venv")
+    if missing:
+        raise BuildError(f"compiling {dist} {describe} needs {'; '.join(missing)}")
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     Log.info(f"{dist}: compiling {requirement} {describe} (minutes; cached afterwards)")
@@ -777,6 +811,67 @@ def wants_cpu_variants(cmake_args: str) -> bool:
         "ON", "1", "TRUE")
 
 
+def cmake_flags(cmake_args: str) -> dict[str, str]:
+    return {m[1].upper(): m[2].upper() for m in re.finditer(r"-D(GGML_[A-Z0-9_]+)=(\S+)", cmake_args)}
+
+
+def wants_vulkan(cmake_args: str) -> bool:
+    """Whether llama-cpp-python is compiled with ggml's Vulkan backend."""
+    return cmake_flags(cmake_args).get("GGML_VULKAN") in ("ON", "1", "TRUE")
+
+
+def vulkan_build_tools_missing(cmake_args: str, platform: str = sys.platform) -> list[str]:
+    """What compiling the Vulkan backend needs and this computer lacks (empty when the flags ask
+    for no Vulkan): the shader compiler glslc and the Vulkan headers (found through $VULKAN_SDK
+    or the system's include folders)."""
+    if not wants_vulkan(cmake_args):
+        return []
+    missing = []
+    sdk = os.environ.get("VULKAN_SDK")
+    bins = [Path(sdk) / ("Bin" if platform == "win32" else "bin")] if sdk else []
+    if shutil.which("glslc") is None and not any((b / name).exists() for b in bins
+                                                  for name in ("glslc", "glslc.exe")):
+        missing.append("glslc, the shader compiler")
+    includes = [Path(sdk) / ("Include" if platform == "win32" else "include")] if sdk else []
+    includes += [Path("/usr/include"), Path("/usr/local/include")]
+    if not any((d / "vulkan" / "vulkan.h").is_file() for d in includes):
+        missing.append("the Vulkan headers (vulkan/vulkan.h)")
+    if missing:
+        where = (f"Debian/Ubuntu: apt-get install {' '.join(VULKAN_BUILD_PACKAGES)}" if platform.startswith("linux")
+                 else "the LunarG Vulkan SDK ($VULKAN_SDK)")
+        missing[-1] += f" ({where}; or --cmake-args without -DGGML_VULKAN=ON for a CPU-only build)"
+    return missing
+
+
+#: the GPU backend module a Vulkan build ships in llama_cpp/lib, and the Vulkan loader it needs,
+#: which no bundle may carry (the system's must be used: it finds the drivers)
+VULKAN_MODULES = {"linux": "libggml-vulkan.so", "win32": "ggml-vulkan.dll"}
+VULKAN_LOADERS = ("libvulkan.so", "vulkan-1.dll")
+
+
+def check_gpu_backends(cmake_args: str, root: Path | None = None, lib_dir: Path | None = None,
+                       platform: str = sys.platform) -> dict:
+    """A Vulkan build's bundle has ggml's Vulkan module in llama_cpp/lib, and no build's bundle
+    has a Vulkan loader (``libvulkan.so.1``, ``vulkan-1.dll``) anywhere."""
+    root = root or app_dir()
+    lib_dir = lib_dir or internal_dir() / bundle_rules.LLAMA_LIB_DIR
+    loaders = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                     if p.name.lower().startswith(VULKAN_LOADERS))
+    if loaders:
+        raise BuildError(f"the bundle carries a Vulkan loader ({', '.join(loaders)}): it must come from the "
+                         "computer, with its drivers (bundle_rules.LINUX_SYSTEM_LIBS / FILES_DROPPED)")
+    module = VULKAN_MODULES.get(os_key(platform))
+    if not wants_vulkan(cmake_args) or module is None:
+        Log.info(f"GPU backend: none compiled in ({cmake_args})")
+        return {"vulkan": None}
+    if not (lib_dir / module).is_file():
+        raise BuildError(f"CMAKE_ARGS {cmake_args!r} asks for Vulkan, but {shown(lib_dir / module)} is not in the "
+                         "bundle: a stale wheel, or the llama_cpp hook missed it")
+    size = (lib_dir / module).stat().st_size
+    Log.info(f"GPU backend: {bundle_rules.LLAMA_LIB_DIR}/{module} ({mb(size)}); no Vulkan loader bundled")
+    return {"vulkan": f"{bundle_rules.LLAMA_LIB_DIR}/{module}", "bytes": size}
+
+
 def check_cpu_backends(cmake_args: str, lib_dir: Path | None = None) -> dict:
     """The CPU backend variants in the bundle's llama_cpp/lib (where iris_desktop/runtime/backends.py
     asks ggml to choose). A build with GGML_CPU_ALL_VARIANTS must ship them, the baseline
@@ -1020,6 +1115,9 @@ DEB_PACKAGES = {
     "libcap.so.2": "libcap2", "libgcrypt.so.20": "libgcrypt20", "liblz4.so.1": "liblz4-1",
     "libzstd.so.1": "libzstd1", "libgpg-error.so.0": "libgpg-error0",
 }
+#: libraries a bundled file needs that the app runs without: recommended, never depended on
+#: (without libvulkan1 ggml's Vulkan module does not load, and the CPU runs the model)
+DEB_RECOMMENDS = {"libvulkan.so.1": "libvulkan1"}
 #: what an X11 or Wayland desktop needs even when no bundled file names it
 DEB_BASE_DEPENDS = ["libc6", "libgl1", "libegl1", "libfontconfig1", "libxkbcommon-x11-0", "libxcb-cursor0"]
 
@@ -1048,16 +1146,28 @@ def system_libraries(app: Path) -> set[str] | None:
     return {lib for lib in needed if lib not in bundled}
 
 
-def deb_depends(app: Path) -> tuple[str, list[str]]:
-    libs = system_libraries(app)
+def deb_depends(app: Path, libs: set[str] | None = None) -> tuple[str, list[str]]:
+    libs = system_libraries(app) if libs is None else libs
     depends = set(DEB_BASE_DEPENDS)
     unknown: list[str] = []
     for lib in sorted(libs or ()):
+        if lib in DEB_RECOMMENDS:
+            continue
         if lib in DEB_PACKAGES:
             depends.add(DEB_PACKAGES[lib])
         else:
             unknown.append(lib)
     return ", ".join(sorted(depends)), unknown
+
+
+def deb_recommends(app: Path, libs: set[str] | None = None) -> str:
+    """The .deb's Recommends: libvulkan1 when ggml's Vulkan module is in the bundle (it needs
+    libvulkan.so.1), whether or not readelf could tell."""
+    libs = system_libraries(app) if libs is None else libs
+    wanted = {DEB_RECOMMENDS[lib] for lib in (libs or ()) if lib in DEB_RECOMMENDS}
+    if (app / "_internal" / bundle_rules.LLAMA_LIB_DIR / VULKAN_MODULES["linux"]).is_file():
+        wanted.add(DEB_RECOMMENDS["libvulkan.so.1"])
+    return ", ".join(sorted(wanted))
 
 
 def deb_arch() -> str:
@@ -1137,7 +1247,9 @@ def build_deb(version: str, icons: Path, compression: str, model: dict,
     (doc / "copyright").write_text(deb_copyright(model, embedding))
     for m in (model, embedding) if embedding else (model,):
         shutil.copy2(m["license_path"], doc / m["license_file"])
-    depends, unknown = deb_depends(app_dir())
+    libs = system_libraries(app_dir())
+    depends, unknown = deb_depends(app_dir(), libs)
+    recommends = deb_recommends(app_dir(), libs)
     if unknown:
         Log.warn("no Debian package known for: " + ", ".join(unknown) + " (add them to DEB_PACKAGES)")
     installed_kb = sum(p.stat().st_size for p in stage.rglob("*") if p.is_file() and not p.is_symlink()) // 1024
@@ -1150,6 +1262,7 @@ def build_deb(version: str, icons: Path, compression: str, model: dict,
         "Maintainer: Iris Desktop developers <iris-desktop@users.noreply.github.com>",
         f"Installed-Size: {installed_kb}",
         f"Depends: {depends}",
+        *([f"Recommends: {recommends}"] if recommends else []),
         "Section: utils",
         "Priority: optional",
         "Homepage: https://github.com/iris-desktop/iris-desktop",
@@ -1185,8 +1298,8 @@ def build_deb(version: str, icons: Path, compression: str, model: dict,
     run(["dpkg-deb", "--root-owner-group", f"-Z{compression}", "--build", stage, out])
     shutil.rmtree(stage, ignore_errors=True)  # a second copy of the app (over 600 MB)
     Log.info(f"{out.relative_to(ROOT)}: {mb(out.stat().st_size)} ({time.perf_counter() - t0:.0f} s, "
-             f"{compression}); Depends: {depends}")
-    return out, {"depends": depends, "unmapped_libraries": unknown}
+             f"{compression}); Depends: {depends}" + (f"; Recommends: {recommends}" if recommends else ""))
+    return out, {"depends": depends, "recommends": recommends, "unmapped_libraries": unknown}
 
 
 def find_iscc() -> str | None:
@@ -1317,6 +1430,7 @@ def main(argv: list[str] | None = None) -> int:
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
         record["bundle_check"] = check_bundle(app_root, model, embedding)
         record["cpu_backends"] = check_cpu_backends(opts.cmake_args)
+        record["gpu_backends"] = check_gpu_backends(opts.cmake_args, app_root)
         if IS_MAC:
             compiled = tuple(p for p in COMPILED_HERE if not (p == "numpy/" and opts.stock_numpy))
             record["macos_minimum"]["bundle"] = check_macos_minimum(app_root, macos_target, compiled)

@@ -148,7 +148,9 @@ QT_MODULES_DROPPED = [
 _QT_DROPPED = re.compile(r"^(?:lib)?Qt6?(?:%s)" % "|".join(QT_MODULES_DROPPED))  # noqa: UP031
 #: other files never shipped: Windows' software OpenGL (20 MB) and ANGLE; widgets paint with
 #: the raster engine and Qt 6 has no ANGLE
-FILES_DROPPED = ["opengl32sw.dll", "d3dcompiler_*.dll", "libEGL.dll", "libGLESv2.dll"]
+FILES_DROPPED = ["opengl32sw.dll", "d3dcompiler_*.dll", "libEGL.dll", "libGLESv2.dll",
+                 # the Vulkan loader ggml's Vulkan module links: the system's, which finds the drivers
+                 "vulkan-1.dll"]
 
 #: Linux: libraries every X11/Wayland desktop has, taken from the system instead of the
 #: build machine (a bundled copy can clash with the system's graphics drivers and
@@ -161,6 +163,9 @@ LINUX_SYSTEM_LIBS = [
     "libglib-2.0.so*", "libgthread-2.0.so*", "libgobject-2.0.so*", "libgio-2.0.so*", "libpcre2-*.so*",
     "libdbus-1.so*", "libsystemd.so*", "libgcrypt.so*", "libgpg-error.so*", "libcap.so*",
     "libbsd.so*", "libmd.so*", "libuuid.so*", "libselinux.so*", "libmount.so*", "libblkid.so*",
+    # the Vulkan loader of ggml's Vulkan module: the system's finds its drivers (the .deb recommends
+    # libvulkan1; without it the module does not load and the CPU runs the model)
+    "libvulkan.so*",
 ]
 
 _PLUGIN_PATH = re.compile(r"(?:^|/)PySide6/Qt/plugins/(?P<folder>.+)/(?P<file>[^/]+)$")

@@ -45,7 +45,7 @@ def test_linux_platform_names_and_this_machines_default(build_py):
     assert build_py.default_cmake_args("linux2") == build_py.default_cmake_args("linux")
     chosen = build_py.parse_args([]).cmake_args
     assert chosen in (build_py.DEFAULT_CMAKE_ARGS, build_py.os.environ.get("IRIS_CMAKE_ARGS"))
-    assert build_py.DEFAULT_CMAKE_ARGS == build_py.default_cmake_args(build_py.sys.platform)
+    assert build_py.DEFAULT_CMAKE_ARGS == build_py.build_cmake_args(build_py.sys.platform)
 
 
 def test_variants_need_both_flags(build_py):
