@@ -449,7 +449,7 @@ def test_threads_counts_a_bounded_amount_and_says_what_is_left(capsys, tmp_path,
     code, out, _ = run(capsys, "threads", "--no-model")
     assert code == 0 and "not yet counted)" in out
 
-    from iris_desktop.commands import LISTING_COUNT_CHARS
+    from iris_desktop.commands.common import LISTING_COUNT_CHARS
 
     assert sum(counted) <= LISTING_COUNT_CHARS
     row = json.loads(run(capsys, "threads", "--json", "--no-model")[1])[0]

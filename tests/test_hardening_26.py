@@ -172,7 +172,7 @@ def test_the_cli_confirmation_shows_bidi_controls_as_escapes():
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import argparse, sys
-            from iris_desktop.commands import _shell_confirmation
+            from iris_desktop.commands.chat import _shell_confirmation
             ask = _shell_confirmation(argparse.Namespace(yes_shell=False))
             print("ANSWER", ask({command!r}), file=sys.stderr)
         """)],

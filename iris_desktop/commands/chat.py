@@ -1,0 +1,304 @@
+"""``chat``: a print loop over the events of ``Host.run``; and ``compact``."""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from iris_desktop.commands.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_TOO_LARGE,
+    CliError,
+    _index_for_recall,
+    _load,
+    _thread,
+    dump_json,
+    open_host,
+    say,
+    stdout_gone,
+    text_argument,
+)
+from iris_desktop.commands.context import refuse_if_certainly_too_large
+from iris_desktop.core.events import (
+    CacheStatus,
+    CompactionFinished,
+    PromptProgress,
+    ReplySaved,
+    ReplyStarted,
+    ReplyToken,
+    ThreadCreated,
+    ToolFinished,
+    TurnDone,
+    TurnFailed,
+    TurnListener,
+    dispatch,
+)
+from iris_desktop.core.turns import Turn, TurnOptions
+from iris_desktop.stop import StopEvent
+from iris_desktop.untrusted import show_untrusted
+
+# -- the model -----------------------------------------------------------------------------
+
+
+class _ChatPrinter(TurnListener):
+    """How ``chat`` shows a turn: tokens on stdout (unless --json), the rest on stderr."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self.reply = ""
+        self.stats: Any = None
+        self.code = EXIT_OK
+        self.thread_id: int | None = None
+        self.restored = 0
+        #: set when stdout's reader leaves: the reply stops as Stop stops it
+        self.cancel: threading.Event | None = None
+        self.stdout_closed = False
+
+    def _out(self, text: str) -> None:
+        """Reply text on stdout. A reader that left (``| head``) stops the reply as Stop
+        does: it is saved as far as it was generated, and nothing more is printed."""
+        if self.stdout_closed:
+            return
+        try:
+            sys.stdout.write(show_untrusted(text, multiline=True))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.stdout_closed = True
+            stdout_gone()
+            if self.cancel is not None:
+                self.cancel.set()
+
+    def on_thread_created(self, event: ThreadCreated) -> None:
+        self.thread_id = event.thread_id
+
+    def on_cache(self, event: CacheStatus) -> None:
+        if event.state == "restored":
+            self.restored = event.done
+        elif event.state == "warming":  # after a compaction, before the prompt returns
+            self._progress_line(event.describe(), event.done >= event.total)
+
+    def on_reply_started(self, event: ReplyStarted) -> None:
+        self.reply = ""
+        if event.text and not self.as_json:  # a continued reply: what it already said
+            self._out(event.text)
+
+    def on_progress(self, event: PromptProgress) -> None:
+        """How far the model has read the prompt, on one line of a terminal's stderr."""
+        self._progress_line(event.describe(), event.done >= event.total)
+
+    @staticmethod
+    def _progress_line(text: str, finished: bool) -> None:
+        """One line on a terminal's stderr, rewritten in place until ``finished``."""
+        if not sys.stderr.isatty():
+            return
+        end = "\n" if finished else ""
+        sys.stderr.write(f"\r\x1b[K{show_untrusted(text)}{end}")
+        sys.stderr.flush()
+
+    def on_token(self, event: ReplyToken) -> None:
+        if not self.as_json:
+            self._out(event.text)
+
+    def on_reply(self, event: ReplySaved) -> None:
+        self.reply, self.stats = event.text, event.stats
+
+    def on_tool(self, event: ToolFinished) -> None:
+        say(f"\n[tool {show_untrusted(event.name)}: {'ok' if event.ok else 'error'}]",
+            file=sys.stderr)
+
+    def on_compaction_finished(self, event: CompactionFinished) -> None:
+        say(f"\n[{event.text}]", file=sys.stderr)
+
+    def on_failed(self, event: TurnFailed) -> None:
+        say(f"\niris-desktop: {event.text}", file=sys.stderr)
+        self.code = EXIT_TOO_LARGE if event.kind == "too_large" else EXIT_FAIL
+
+    def on_done(self, event: TurnDone) -> None:
+        if event.finish_reason == "cancelled" and not self.stdout_closed:
+            print("\n[stopped]", file=sys.stderr)
+
+
+@contextmanager
+def _cancel_on_interrupt(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl+C stops the reply at the next token (cooperatively) instead of killing the
+    turn half-way; a second Ctrl+C interrupts for real."""
+    def handler(signum, frame) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\n[stopping…]", file=sys.stderr)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _shell_confirmation(args):
+    if args.yes_shell:
+        return lambda command: True
+    if not sys.stdin.isatty():
+        return None  # nobody to ask: every shell call is refused
+
+
+    def ask(command: str) -> bool:
+        # every control, bidi and invisible character as an escape: what is shown is what runs
+        say(f"\nThe model wants to run:\n  {show_untrusted(command)}", file=sys.stderr)
+        try:
+            answer = input("Run it? [y/N] ")
+        except EOFError:
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+    return ask
+
+
+def chat_message(args) -> str:
+    """The message to send: the argument, ``-`` for standard input, or ``--file PATH``."""
+    from iris_desktop.core.conversation import (
+        MAX_IMPORT_BYTES,
+        ConversationFormatError,
+        read_text_file,
+    )
+
+    if (args.message is None) == (args.file is None):
+        raise CliError("give the message as an argument, as '-' to read standard input, "
+                       "or with --file PATH (exactly one of them)")
+    if args.file is not None:
+        try:
+            return read_text_file(Path(args.file), MAX_IMPORT_BYTES)
+        except ConversationFormatError as exc:
+            raise CliError(f"--file: {exc}") from None
+    if args.message != "-":
+        return text_argument(args.message, "the message")
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"standard input is not UTF-8 text (byte {exc.start})") from None
+
+
+def _say_where(runtime) -> None:
+    """A server on another machine gets the conversation: say so on every run (the GUI
+    asks once per server instead), with the warning for plain http."""
+    if runtime.is_loopback and not runtime.warning:
+        return
+    say(f"iris-desktop: this conversation is sent to {runtime.where}", file=sys.stderr)
+    if runtime.warning:
+        say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
+
+
+def _attachments(args) -> list:
+    """The files ``--attach`` names, read as text; a file that is not text is refused
+    before anything is sent."""
+    from iris_desktop.core.attachments import AttachmentError, read_attachment
+
+    try:
+        return [read_attachment(path) for path in args.attach]
+    except AttachmentError as exc:
+        raise CliError(f"--attach: {exc}; nothing was sent or stored") from None
+
+
+def _turn_of(args, message: str | None, files) -> Turn:
+    """The turn ``chat``'s flags ask for: send (the default), regenerate, edit (with the
+    files ``--attach`` names, like a send) or continue."""
+    if args.regenerate:
+        return Turn.regenerate(args.thread)
+    if args.continue_reply:
+        return Turn.continue_reply(args.thread)
+    if args.edit is not None:
+        return Turn.edit(args.thread, args.edit, message or "", files)
+    return Turn.send(args.thread, message or "", files)
+
+
+def chat(args, overrides) -> int:
+    from iris_desktop.core.store import utf8_length
+
+    again = args.regenerate or args.continue_reply
+    if again or args.edit is not None:
+        if args.thread is None:
+            raise CliError("--regenerate, --edit and --continue need --thread THREAD")
+    message = None if again else chat_message(args)
+    if again and (args.message is not None or args.file is not None or args.attach):
+        raise CliError("--regenerate and --continue take no message")
+    files = _attachments(args)
+    if args.model:
+        overrides = {**overrides, "model.path": args.model}
+    with open_host(args, overrides) as host:
+        runtime = _load(host)
+        _say_where(runtime)
+        if args.thread is not None:
+            _thread(host, args.thread)
+        if message is not None:
+            from iris_desktop.core.attachments import model_text
+
+            refuse_if_certainly_too_large(host, utf8_length(model_text(message, files).strip()),
+                                          "nothing was sent or stored")
+        if args.thread is not None:
+            _index_for_recall(host, args.thread)
+        printer = _ChatPrinter(args.json)
+        printer.thread_id = args.thread
+        cancel = printer.cancel = StopEvent()
+        with _cancel_on_interrupt(cancel):
+            # the thread's saved KV state is restored (only the new message is evaluated)
+            # and saved again when the host closes, for the next process and the GUI
+            options = TurnOptions(confirm_shell=_shell_confirmation(args),
+                                  progress=functools.partial(dispatch, listener=printer))
+            turn = host.run(_turn_of(args, message, files), cancel, options)
+            try:
+                for event in turn:
+                    dispatch(event, printer)
+            finally:  # whatever stopped the loop, the turn ends here, before the host closes
+                turn.close()
+        if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
+            return printer.code
+        stats = printer.stats
+        if args.json:
+            print(dump_json({
+                "thread_id": printer.thread_id,
+                "reply": printer.reply,
+                "model": runtime.model_name,
+                "chat_format": runtime.chat_format.name,
+                "where": runtime.where,
+                "kv_restored_tokens": printer.restored,
+                **{key: getattr(stats, key, None) for key in (
+                    "prompt_tokens", "reused_tokens", "evaluated_tokens", "completion_tokens",
+                    "time_to_first_token_s", "tokens_per_s", "finish_reason")},
+            }, indent=2))
+        else:
+            print()
+            print(f"[thread {printer.thread_id}]", file=sys.stderr)
+        return printer.code
+
+
+def compact(args, overrides) -> int:
+    with open_host(args, overrides) as host:
+        _thread(host, args.thread)
+        # --no-model: the extractive summarizer, counting without the model's tokenizer
+        if not args.no_model and host.try_load_model() is None:
+            say(f"iris-desktop: warning: no model ({host.model_error}); "
+                "using the extractive summarizer", file=sys.stderr)
+        event = None
+        for reported in host.compact(args.thread):
+            if isinstance(reported, CompactionFinished):
+                event = reported.event
+            elif isinstance(reported, TurnFailed):
+                raise CliError(reported.text, EXIT_FAIL)
+    if event is None:
+        raise CliError("compaction did not run", EXIT_FAIL)
+    if args.json:
+        print(dump_json(event.as_dict(), indent=2, default=str))
+    else:
+        say(event.describe())
+    return EXIT_OK if event.outcome == "ok" else EXIT_FAIL

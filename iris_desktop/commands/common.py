@@ -1,0 +1,178 @@
+"""What every command shares: exit codes, the one-sentence error, printing stored text safely, opening the host."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from iris_desktop.untrusted import json_escape_invisible, show_untrusted
+
+if TYPE_CHECKING:
+    from iris_desktop.runtime.protocol import Runtime
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TOO_LARGE = 0, 1, 2, 3
+
+#: text a ``threads`` listing counts at most; the rest shows as "not yet counted" until a
+#: request (or a later listing) counts it, so a listing never waits for a huge import
+LISTING_COUNT_CHARS = 200_000
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+# Stored text is shown, never obeyed: a control character would let a title or a reply
+# move the cursor or retitle the terminal, a bidi control display one title as another:
+# human-readable output shows them as escapes such as \x1b and \u202e (untrusted.py).
+def say(text: str = "", file: Any = None) -> None:
+    """Print human-readable text that may hold stored data."""
+    print(show_untrusted(text, multiline=True), file=file or sys.stdout)
+
+
+def stdout_gone() -> None:
+    """The reader of stdout left (``| head``): what is still buffered, and whatever is
+    printed later, goes to the null device, so no write (nor Python's flush at exit)
+    raises BrokenPipeError again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's capture)
+        pass
+
+
+def dump_json(value: Any, **options: Any) -> str:
+    """JSON for the terminal: as json.dumps, with DEL, C1 and the other invisible or
+    reordering characters (bidi controls, zero-width ones) escaped too, as JSON escapes."""
+    return json_escape_invisible(json.dumps(value, ensure_ascii=False, **options))
+
+
+@contextmanager
+def open_host(args: Any, overrides: dict[str, str]) -> Iterator[Any]:
+    """The Host, closed at the end; settings problems and a database recovery are told
+    once, on stderr, and set-aside databases the user was not shown yet on every command
+    until ``iris-desktop recover`` lists them. Messages found damaged on disk while the
+    command read them are named at the end."""
+    from iris_desktop.core.store import StoreError
+    from iris_desktop.core.store.recovery import acknowledge, announce, unacknowledged
+    from iris_desktop.host import Host
+
+    try:
+        host = Host(args.data_dir, overrides,
+                    ask_passphrase=_terminal_passphrase if sys.stdin.isatty() else None)
+    except StoreError as exc:
+        raise CliError(str(exc), EXIT_FAIL) from None
+    with host:
+        for problem in host.settings.problems:
+            say(f"iris-desktop: warning: {problem}", file=sys.stderr)
+        db = host.paths.db_path
+        if host.recovery is not None:
+            say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)
+            acknowledge(db, [host.recovery.set_aside])
+        pending = unacknowledged(db)
+        if pending:
+            say(f"iris-desktop: warning: {announce(db, pending)}", file=sys.stderr)
+        yield host
+        _say_damaged(host)
+
+
+def _say_damaged(host) -> None:
+    """Name the messages the command found damaged on disk (they were shown anyway)."""
+    damaged = host.store.damaged
+    for message_id, what in sorted(damaged.items())[:20]:
+        say(f"iris-desktop: warning: message {message_id} is damaged on disk: {what}",
+            file=sys.stderr)
+    if len(damaged) > 20:
+        say(f"iris-desktop: warning: {len(damaged) - 20:,} more messages are damaged on disk",
+            file=sys.stderr)
+
+
+def _terminal_passphrase(path: Path, new: bool, problem: str | None) -> str | None:
+    """Ask for the history's passphrase on the terminal, unechoed (``new``: twice, to
+    encrypt it with); None when the user gives none (Ctrl+D, an empty line)."""
+    from getpass import getpass
+
+    if problem:
+        say(f"iris-desktop: {problem}", file=sys.stderr)
+    try:
+        if not new:
+            return getpass(f"Passphrase of the encrypted history at {path}: ") or None
+        for _ in range(3):
+            text = getpass(f"storage.encrypt is on: choose a passphrase for {path}: ")
+            if not text:
+                return None
+            if getpass("The same passphrase again: ") == text:
+                return text
+            say("iris-desktop: the two passphrases differ; try again", file=sys.stderr)
+    except EOFError:
+        return None
+    return None
+
+
+def text_argument(value: str, what: str) -> str:
+    """A text argument that will be stored or tokenized: it must be valid Unicode (bytes
+    that are not UTF-8 reach Python as lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CliError(f"{what} is not valid UTF-8 text") from None
+    return value
+
+
+def _thread(host, thread_id: int) -> dict[str, Any]:
+    try:
+        return host.store.thread(thread_id)
+    except KeyError:
+        raise CliError(f"no thread {thread_id} (see 'iris-desktop threads')") from None
+
+
+def _load(host) -> Runtime:
+    from iris_desktop.host import LOAD_STAGES, ModelError
+
+    def stage(what: str) -> None:  # the first load of a model writes its 8-bit copy: seconds
+        if what == "copying":
+            words = LOAD_STAGES[what]
+            say(f"iris-desktop: {words[:1].lower()}{words[1:]}", file=sys.stderr)
+
+    try:
+        return host.load_model(stage=stage)
+    except ModelError as exc:
+        raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
+    except RuntimeError as exc:
+        # a server that is unreachable or refuses the key (imported here: httpx loads
+        # only when a server is in use)
+        from iris_desktop.runtime.remote import ServerError
+
+        if not isinstance(exc, ServerError):
+            raise
+        raise CliError(f"cannot use the server: {exc}", EXIT_FAIL) from None
+
+
+def _index_for_recall(host, thread_id: int) -> None:
+    """Recall by meaning needs the summarized messages' vectors: embed what is missing
+    (once; the GUI does it in the background)."""
+    if host.load_embedder() is None:
+        return
+    done = host.index_for_recall(thread_id)
+    if done:
+        say(f"iris-desktop: embedded {done:,} summarized messages of thread {thread_id} for "
+            "recall by meaning (once)", file=sys.stderr)
+
+
+def _maybe_load_model(host, args) -> None:
+    """Load the model when the settings want its window or tokenizer (unless --no-model)."""
+    s = host.settings
+    wanted = s["context.token_counter"] in ("auto", "model") or s["context.window"] == "auto"
+    if args.no_model or not wanted:
+        return
+    if host.try_load_model() is None:
+        say(f"iris-desktop: warning: no model ({host.model_error}); counting without it",
+            file=sys.stderr)

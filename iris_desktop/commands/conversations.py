@@ -1,0 +1,145 @@
+"""Conversations: import, export, delete, switch a branch, list threads."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from iris_desktop.commands.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    LISTING_COUNT_CHARS,
+    CliError,
+    _maybe_load_model,
+    _thread,
+    dump_json,
+    open_host,
+    say,
+    text_argument,
+)
+from iris_desktop.untrusted import show_untrusted
+
+# -- conversations -------------------------------------------------------------------------
+
+
+def import_(args, overrides) -> int:
+    """Every chat of the file (an OpenAI message list, an Iris export, a ChatGPT, Open WebUI
+    or LM Studio export, a Jan thread or threads folder) as a thread, in one transaction:
+    the new threads' ids on stdout, one a line; for another app's file, what was imported
+    and what was left out on stderr."""
+    from iris_desktop.core.conversation import ConversationFormatError
+    from iris_desktop.core.foreign import import_conversations, load_conversations
+
+    title = text_argument(args.title, "--title") if args.title else None
+    try:
+        loaded = load_conversations(args.file)
+    except ConversationFormatError as exc:
+        raise CliError(f"import refused, nothing was written: {exc}") from None
+    with open_host(args, overrides) as host:
+        thread_ids = import_conversations(host.store, loaded, title)
+    for thread_id in thread_ids:
+        print(thread_id)
+    if loaded.foreign:
+        for line in loaded.report():
+            say(f"iris-desktop: {line}", file=sys.stderr)
+    return EXIT_OK
+
+
+def export(args, overrides) -> int:
+    from iris_desktop.core.conversation import export_messages, to_markdown
+    from iris_desktop.core.store import row_to_message
+
+    with open_host(args, overrides) as host:
+        thread = _thread(host, args.thread)
+        if args.format == "json":  # every branch
+            text = dump_json(export_messages(host.store, args.thread), indent=2) + "\n"
+        else:  # the active branch, to read
+            text = to_markdown(thread["title"],
+                               [row_to_message(r) for r in host.store.messages(args.thread)])
+    if args.output:
+        _write_private(Path(args.output), text)
+    else:  # Markdown is exact in a file or a pipe, and shown safely on a terminal
+        sys.stdout.write(show_untrusted(text, multiline=True) if sys.stdout.isatty() else text)
+    return EXIT_OK
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write an export (``write_private``), or say why not."""
+    from iris_desktop.core.conversation import write_private
+
+    try:
+        write_private(path, text)
+    except OSError as exc:
+        raise CliError(f"cannot write {path} ({exc.strerror or exc}); choose another "
+                       "file with -o", EXIT_FAIL) from None
+
+
+def delete(args, overrides) -> int:
+    """Delete a thread for good (``Host.delete_thread``): asks first on a terminal; without
+    one, ``--yes`` is required."""
+    with open_host(args, overrides) as host:
+        thread = _thread(host, args.thread)
+        count = len(host.store.messages(args.thread))
+        what = f"thread {args.thread} “{show_untrusted(thread['title'])}” ({count:,} messages)"
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CliError(f"not deleting {what} without --yes (nobody to ask)")
+            try:
+                answer = input(f"Delete {what} and everything of it? This cannot be undone. [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                say("iris-desktop: nothing was deleted", file=sys.stderr)
+                return EXIT_OK
+        host.delete_thread(args.thread)
+    say(f"deleted {what}")
+    return EXIT_OK
+
+
+def switch(args, overrides) -> int:
+    """Make the next or previous alternative of a message active (``Host.switch_branch``)
+    and print the active branch's messages, one line each."""
+    with open_host(args, overrides) as host:
+        _thread(host, args.thread)
+        try:
+            host.switch_branch(args.thread, args.message, 1 if args.direction == "next" else -1)
+        except KeyError:
+            raise CliError(f"no message {args.message} in thread {args.thread}") from None
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        points = host.store.branch_points(args.thread)
+        for row in host.store.messages(args.thread):
+            place = points.get(row["id"])
+            mark = f" ‹ {place[0]}/{place[1]} ›" if place else ""
+            text = " ".join((row["content"] or "").split())
+            say(f"{row['id']:>6} {row['role']:<9}{mark} {show_untrusted(text[:90])}")
+    return EXIT_OK
+
+
+def threads(args, overrides) -> int:
+    """Threads with cached token totals. A listing counts at most LISTING_COUNT_CHARS of
+    text not counted yet (newest first) and says how many messages remain uncounted."""
+    from iris_desktop.core.engine import ensure_counts
+
+    with open_host(args, overrides) as host:
+        _maybe_load_model(host, args)
+        counter = host.planner().counter
+        store = host.store
+        ensure_counts(store, counter, store.uncounted(counter.name, LISTING_COUNT_CHARS))
+        rows = []
+        for thread in store.threads():
+            tokens, uncounted = store.thread_token_total(thread["id"], counter.name)
+            rows.append({**thread, "tokens": tokens, "uncounted_messages": uncounted,
+                         "counter": counter.name})
+    if args.json:
+        print(dump_json(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no threads yet")
+    for row in rows:
+        tokens = f"{row['tokens']:,} tokens" + (
+            f" (+{row['uncounted_messages']:,} not yet counted)"
+            if row["uncounted_messages"] else "")
+        print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<28} "
+              f"{show_untrusted(row['title'])}")
+    return EXIT_OK
