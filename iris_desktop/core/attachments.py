@@ -15,13 +15,12 @@ type, never read). Anything else is refused with one sentence that says what was
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.files import NotAFileError, TooLargeError, read_regular_file
 from iris_desktop.tokens import Message
 
 #: the largest file read at all (the budget usually refuses far smaller ones first)
@@ -40,75 +39,6 @@ _BLOCK_TOKENS = 6 * MAX_NAME_CHARS + 64
 
 class AttachmentError(ValueError):
     """A file that cannot be attached; the message names it and says why."""
-
-
-class NotAFileError(OSError):
-    """Something that is not a regular file (a folder, a device, a named pipe, a socket);
-    ``kind`` says which, as "a named pipe (FIFO)"."""
-
-    def __init__(self, kind: str):
-        super().__init__(kind)
-        self.kind = kind
-
-
-class TooLargeError(OSError):
-    """A file larger than the limit; ``size`` is its size, or None when it grew past the
-    limit while it was read."""
-
-    def __init__(self, size: int | None):
-        super().__init__(size)
-        self.size = size
-
-
-def file_kind(mode: int) -> str | None:
-    """What a file of ``mode`` is when it is not a regular file ("a folder", "a named pipe
-    (FIFO)", …); None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "a special file"
-
-
-#: O_NONBLOCK: a named pipe swapped in after the check cannot make the open wait for a
-#: writer. O_BINARY: no newline translation (Windows).
-_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-               | getattr(os, "O_BINARY", 0))
-
-
-def read_regular_file(path: str | Path, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, of at most ``limit`` bytes. What is not a
-    regular file is refused by its type before it is opened (``/dev/zero`` never ends, a
-    named pipe may never be written to), and again once open, without blocking; never
-    more than ``limit`` + 1 bytes are read, even from a file that grows meanwhile. Raises
-    NotAFileError, TooLargeError or another OSError."""
-    kind = file_kind(os.stat(path).st_mode)
-    if kind:
-        raise NotAFileError(kind)
-    fd = os.open(path, _READ_FLAGS)
-    try:
-        info = os.fstat(fd)
-        kind = file_kind(info.st_mode)
-        if kind:  # replaced between the two looks
-            raise NotAFileError(kind)
-        if info.st_size > limit:
-            raise TooLargeError(info.st_size)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:  # what the size says and 64 KiB more at a time: a /proc file says 0
-            chunk = os.read(fd, min(limit + 1 - size, max(info.st_size - size, 0) + 65536))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > limit:
-        raise TooLargeError(None)
-    return b"".join(chunks)
 
 
 @dataclass(frozen=True)

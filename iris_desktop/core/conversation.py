@@ -24,15 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.attachments import (
-    NotAFileError,
-    TooLargeError,
-    read_regular_file,
-    record_problem,
-)
+from iris_desktop.core.attachments import record_problem
 from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
 from iris_desktop.core.store.rows import ContentPartsError, parts_text
-from iris_desktop.files import atomic_write
+from iris_desktop.files import NotAFileError, TooLargeError, atomic_write, read_regular_file
 from iris_desktop.tokens import Message
 
 #: the ``format`` of an export that holds every branch of a thread
@@ -74,7 +69,7 @@ def read_text_file(path: Path, limit: int) -> str:
     """A UTF-8 text file of at most ``limit`` bytes; ConversationFormatError for
     anything else (a folder, a device, a named pipe, an unreadable file, other bytes).
     Never blocks and never reads more than ``limit`` + 1 bytes
-    (:func:`~iris_desktop.core.attachments.read_regular_file`)."""
+    (:func:`~iris_desktop.files.read_regular_file`)."""
     try:
         data = read_regular_file(path, limit)
     except NotAFileError as exc:

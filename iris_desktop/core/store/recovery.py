@@ -37,7 +37,7 @@ from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, connect
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.core.store.rows import decode_text
-from iris_desktop.files import free_bytes
+from iris_desktop.files import free_bytes, fsync_dir
 
 log = logging.getLogger("iris.store")
 
@@ -320,24 +320,8 @@ def _set_aside(path: Path, mark: str = ".corrupt-") -> list[Path]:
         if _sidecar(path, suffix).exists():
             os.replace(_sidecar(path, suffix), _sidecar(aside, suffix))
             moved.append(_sidecar(aside, suffix))
-    _sync_folder(path.parent)
+    fsync_dir(path.parent)
     return moved
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make renames in ``folder`` durable (POSIX; nothing elsewhere)."""
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _remove_database(path: Path) -> None:
@@ -502,7 +486,7 @@ def _swap_in(path: Path, work: Path, mark: str) -> list[Path]:
                 os.replace(aside, _sidecar(path, suffix))
         _remove_database(work)
         raise exc
-    _sync_folder(path.parent)
+    fsync_dir(path.parent)
     return moved
 
 
