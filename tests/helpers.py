@@ -88,3 +88,13 @@ def protocol_problems(obj: Any, protocol: type) -> list[str]:
                 continue
             problems += signature_problems(name, declared, actual)
     return problems
+
+
+def run_cli(capsys: Any, *argv: Any) -> tuple[int, str, str]:
+    """``iris-desktop ARGV`` run in-process through ``cli.main``: (exit code, stdout,
+    stderr). Arguments may be paths or numbers (each is passed as ``str``)."""
+    from iris_desktop.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err

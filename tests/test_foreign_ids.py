@@ -12,14 +12,9 @@ import json
 
 import pytest
 
-from iris_desktop.cli import main
 from iris_desktop.core.store import Store
 
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from helpers import run_cli as run
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.cli import main
 from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign import CHATGPT, JAN, LM_STUDIO, OPEN_WEBUI, load_conversations
 
 from conftest import AGENT_FILES, FIXTURES
+from helpers import run_cli as run
 
 FOREIGN = FIXTURES / "foreign"
 CHATGPT_TREE = FOREIGN / "chatgpt" / "librechat-chatgpt-tree.json"
@@ -27,11 +27,6 @@ OPEN_WEBUI_APP = FOREIGN / "openwebui" / "mobileapp-openwebui-chats.json"
 LM_STUDIO_FILE = FOREIGN / "lmstudio" / "1746009600000.conversation.json"
 JAN_THREADS = FOREIGN / "jan" / "threads"
 
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_sentence(err: str) -> bool:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.cli import main
 from iris_desktop.core.attachments import (
     MAX_ATTACHMENT_BYTES,
     AttachmentError,
@@ -34,6 +33,8 @@ from iris_desktop.core.conversation import ConversationFormatError, read_text_fi
 from iris_desktop.core.store import Store
 from iris_desktop.core.views import load_transcript
 
+from helpers import run_cli as run
+
 REPO = Path(__file__).resolve().parents[1]
 #: a command that hangs on a special file shows as this timeout, not as a stuck suite
 DEADLINE_S = 60
@@ -41,11 +42,6 @@ DEADLINE_S = 60
 MEMORY_LIMIT = 1 << 30
 POSIX = os.name == "posix"
 
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_sentence(err: str) -> bool:

@@ -13,18 +13,14 @@ import sqlite3
 
 import pytest
 
-from iris_desktop.cli import main
 from iris_desktop.core.store import Store
 from iris_desktop.paths import app_paths
+
+from helpers import run_cli as run
 
 #: made-up words: found in a file only if the chat's text is there
 PLANTED = "qorvexillant"
 
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def linear(n: int) -> list[dict]:

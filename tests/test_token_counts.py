@@ -13,10 +13,11 @@ import json
 
 import pytest
 
-from iris_desktop.cli import main
 from iris_desktop.core.engine import ensure_counts, wire_message
 from iris_desktop.core.store import Store, row_to_message
 from iris_desktop.tokens import HeuristicCounter
+
+from helpers import run_cli as run
 
 
 def stored_counts(store: Store, counter: str) -> dict[int, int]:
@@ -79,12 +80,6 @@ def test_an_older_database_s_reply_counts_are_counted_again(tmp_path):
 
 
 # -- the GUI path and the CLI, with the real model -----------------------------------------
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

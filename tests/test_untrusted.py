@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import json
 
-from iris_desktop.cli import main
 from iris_desktop.untrusted import json_escape_invisible, show_untrusted
+
+from helpers import run_cli as run
 
 #: "evil" shown as "live" by a bidi-aware terminal: an override, then the reversed text
 SPOOF = "Budget \u202elive\u202c notes\u2066x\u2069 \u200b"
 
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_every_listing_shows_bidi_and_invisible_characters_as_escapes(capsys, tmp_path):
