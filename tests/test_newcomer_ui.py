@@ -8,12 +8,14 @@ that survives a crash, the export's file name)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QPoint, QRect, Qt  # noqa: E402
-from PySide6.QtWidgets import QScrollArea  # noqa: E402
+from PySide6.QtWidgets import QLineEdit, QScrollArea  # noqa: E402
 
 from iris_desktop.core.events import CompactionEvent, CompactionFinished  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
@@ -222,3 +224,297 @@ def test_an_imported_chat_shows_its_speakers_names(make_window, qtbot, tmp_path,
     delegate = window.view.delegate
     metrics = window.view.fontMetrics()
     assert [delegate.header_label(e, metrics, 800) for e in shown] == ["Alice", "Bob", "You"]
+
+
+# -- C. the smaller things ----------------------------------------------------------------
+
+
+class SlowReader(ScriptedRuntime):
+    """Reads its prompt to 21% and then waits for Stop: a long prompt being evaluated."""
+
+    def _stream(self, result, messages, max_tokens, cancel, deadline, progress=None):
+        from iris_desktop.runtime.protocol import GenerationStats
+
+        self.requests.append(messages)
+        total = 1000
+        if progress is not None:
+            progress(0, total)
+            progress(210, total)
+        self.started.set()
+        while cancel is not None and not cancel.is_set():
+            time.sleep(0.01)
+        result.stats = GenerationStats(total, 0, 210, 0, 0.0, 0.0, 0.0, "cancelled")
+        self.finished.append(result.stats)
+        return
+        yield
+
+
+def test_stop_while_the_prompt_is_read_leaves_no_progress_bar(make_window, qtbot):
+    runtime = SlowReader([])
+    window = make_window(runtime)
+    window.composer.set_text("A question with a long prompt")
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.progress.isVisible() and "21%" in window.state_label.text(),
+                    timeout=10_000)
+    qtbot.mouseClick(window.composer.button, Qt.MouseButton.LeftButton)  # Stop
+    qtbot.waitUntil(lambda: not window.generating, timeout=10_000)
+    settle(qtbot, window)
+    assert not window.progress.isVisible()
+    assert window.state_label.text() == "Stopped"
+
+
+def test_a_search_hit_on_another_branch_switches_to_it_and_shows_it(make_window, qtbot):
+    window = make_window(ScriptedRuntime(["Zebras have stripes.", "Horses run fast."]))
+    window.send("Tell me about an animal")
+    qtbot.waitUntil(lambda: not window.generating, timeout=10_000)
+    settle(qtbot, window)
+    reply = next(e for e in window.view.transcript.entries() if e.text == "Zebras have stripes.")
+    window.turns.regenerate(reply.message_id)
+    qtbot.waitUntil(lambda: not window.generating, timeout=10_000)
+    settle(qtbot, window)
+    assert "Horses run fast." in [e.text for e in window.view.transcript.entries()]
+    window.threads.search.setFocus()
+    qtbot.keyClicks(window.threads.search, "zebras")
+    qtbot.waitUntil(lambda: window.threads.list.count() >= 1 and window.threads.list.item(0)
+                    .data(Qt.ItemDataRole.UserRole + 2) is not None, timeout=5_000)
+    hit = window.threads.list.item(0)
+    rect = window.threads.list.visualItemRect(hit)
+    qtbot.mouseClick(window.threads.list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.waitUntil(lambda: "Zebras have stripes." in [
+        e.text for e in window.view.transcript.entries()], timeout=5_000)
+    settle(qtbot, window)
+    assert window.view.current_entry().text == "Zebras have stripes."  # shown, selected
+    assert "Horses run fast." not in [e.text for e in window.view.transcript.entries()]
+    assert "Switched to the branch" in window.status_area.current_message()
+
+
+def test_appearance_applies_at_once_and_cancel_takes_it_back(make_window, qtbot, qapp):
+    window = make_window()
+    system = qapp.palette().color(qapp.palette().ColorRole.Window).lightness()
+    size = qapp.font().pointSize()
+    dialog = open_preferences(window, qtbot)
+    theme = dialog.fields["ui.theme"].editor.combo
+    theme.setCurrentText("dark")  # chosen, not applied
+    dialog.fields["ui.font_size"].editor.set_value(18)
+    qtbot.waitUntil(lambda: qapp.palette().color(qapp.palette().ColorRole.Window).lightness() < 80
+                    and qapp.font().pointSize() == 18, timeout=5_000)
+    assert window.app_state.settings["ui.theme"] == "system"  # nothing written yet
+    cancel = dialog.buttons.button(dialog.buttons.StandardButton.Cancel)
+    qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: qapp.font().pointSize() == size, timeout=5_000)
+    assert qapp.palette().color(qapp.palette().ColorRole.Window).lightness() == system
+    # chosen and kept with OK
+    dialog = open_preferences(window, qtbot)
+    dialog.fields["ui.theme"].editor.combo.setCurrentText("dark")
+    qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=5_000)
+    assert window.app_state.settings["ui.theme"] == "dark"
+    assert qapp.palette().color(qapp.palette().ColorRole.Window).lightness() < 80
+
+
+def type_into(qtbot, spin, text: str) -> None:
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, text)
+    qtbot.keyClick(spin, Qt.Key.Key_Tab)  # focus leaves: a plain spin box would "fix" it here
+
+
+def test_out_of_range_values_are_kept_and_marked_not_replaced(make_window, qtbot):
+    window = make_window()
+    dialog = open_preferences(window, qtbot)
+    window_field = dialog.fields["context.window"]
+    type_into(qtbot, window_field.editor.spin, "100")
+    assert window_field.editor.spin.value() == 100  # not auto
+    assert window_field.error.isVisible() and "512" in window_field.error.text()
+    assert not dialog.ok_button.isEnabled()
+    ratio = dialog.fields["context.token_budget_ratio"]
+    type_into(qtbot, ratio.editor.spin, "0.99")
+    assert ratio.editor.spin.value() == pytest.approx(0.99)  # not 0.95
+    assert ratio.error.isVisible() and "0.95" in ratio.error.text()
+    type_into(qtbot, window_field.editor.spin, "4096")
+    type_into(qtbot, ratio.editor.spin, "0.8")
+    assert not window_field.error.isVisible() and not ratio.error.isVisible()
+    assert dialog.ok_button.isEnabled()
+    assert ratio.editor.slider.value() == 80
+    # the arrows stay inside the range: up from the largest value goes nowhere
+    ratio.editor.set_value(0.95)
+    qtbot.keyClick(ratio.editor.spin, Qt.Key.Key_Up)
+    assert ratio.editor.spin.value() == pytest.approx(0.95)
+    window_field.editor.set_value("auto")
+    qtbot.keyClick(window_field.editor.spin, Qt.Key.Key_Up)
+    assert window_field.editor.raw() == "512"
+
+
+def test_the_cache_says_how_many_tokens_it_restored_and_reused(make_window, qtbot):
+    from iris_desktop.core.events import CacheStatus
+
+    window = make_window()
+    worker = window.model.worker
+    worker.cacheEvent.emit(CacheStatus(1, "restored", 870))
+    qtbot.waitUntil(lambda: "870" in window.state_label.text(), timeout=2_000)
+    assert window.state_label.text() != "Restored from cache"
+    worker.cacheEvent.emit(CacheStatus(1, "prefilling", 4, 879, 4, 0.0))
+    worker.cacheEvent.emit(CacheStatus(1, "prefilling", 879, 879, 4, 0.5))
+    worker.cacheEvent.emit(CacheStatus(1, "prefilled"))
+    qtbot.waitUntil(lambda: window.state_label.text().startswith("Prefilled"), timeout=2_000)
+    assert "4 of 879" in window.state_label.text()
+
+
+@pytest.mark.parametrize("name", ["open-log", "open-data-folder"])
+def test_help_says_where_the_log_and_data_are_without_a_launcher(make_window, qtbot, qapp, name):
+    window = make_window()  # offscreen: no desktop application opens anything
+    window.menus.actions[name].trigger()
+    box = window.menus.path_box
+    qtbot.waitUntil(lambda: box is not None and box.isVisible(), timeout=5_000)
+    paths = window.host.paths
+    where = str(paths.log_path if name == "open-log" else paths.data_dir)
+    assert where in box.text()
+    assert box.textInteractionFlags() & Qt.TextInteractionFlag.TextSelectableByMouse
+    copy = next(b for b in box.buttons() if b.text() == "Copy the path")
+    qtbot.mouseClick(copy, Qt.MouseButton.LeftButton)
+    assert qapp.clipboard().text() == where
+
+
+def test_the_budget_breakdown_adds_up_to_the_meter(make_window, qtbot, data_dir):
+    import re
+
+    thread = seed_thread(data_dir, [{"role": "user", "content": "hello " * 50},
+                                    {"role": "assistant", "content": "hi " * 40}])
+    window = make_window()
+    window.open_thread(thread)
+    settle(qtbot, window)
+    window.composer.set_text("a draft of a few words")
+    dialog = open_preferences(window, qtbot)
+    qtbot.waitUntil(lambda: dialog.last_preview is not None
+                    and dialog.last_preview.breakdown.draft > 0, timeout=5_000)
+    first = dialog.breakdown.text().splitlines()[0]
+    parts, total = first.split(": ", 1)[1].split(" = ")
+    numbers = [int(n.replace(",", "")) for n in re.findall(r"[a-z]+ ([\d,]+)", parts)]
+    used = int(total.split(" of ")[0].replace(",", ""))
+    assert sum(numbers) == used == dialog.meter.breakdown["used"]
+    assert "draft" in parts
+
+
+def test_the_inspectors_recall_row_names_its_messages(make_window, qtbot, data_dir):
+    turns = []
+    for i in range(6):
+        turns += [{"role": "user", "content": f"question {i} about topic{i} " + "word " * 20},
+                  {"role": "assistant", "content": f"answer {i} on topic{i} " + "word " * 20}]
+    thread = seed_thread(data_dir, turns)
+    with Store(db_path(data_dir)) as store:
+        ids = [r["id"] for r in store.messages(thread)]
+        store.add_summary(thread, {
+            "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[3],
+            "first_turn": 1, "last_turn": 2, "fields": {"topics": "early"}, "text": "x",
+            "tokens": 30, "counter": "heuristic", "path": "extractive"})
+    window = make_window()
+    window.open_thread(thread)
+    window.inspector.toggleViewAction().trigger()  # View ▸ Context inspector
+    window.composer.set_text("What was question 1 about topic1?")
+    qtbot.waitUntil(lambda: bool((window.inspector.report or {}).get("recalled")),
+                    timeout=10_000)
+    settle(qtbot, window)
+    dock = window.inspector
+    recalled = dock.report["recalled"]
+    table = dock.request_table
+    row = next(r for r in range(table.rowCount()) if table.item(r, 3).text() == "recalled")
+    content = table.item(row, 5)
+    for message in recalled:
+        assert f"#{message['id']}" in content.text() and message["preview"] in content.toolTip()
+        assert f"#{message['id']} {message['speaker']}" in dock.request_label.text()
+    assert any("topic1" in m["preview"] for m in recalled)
+
+
+def test_the_chart_axis_and_the_tab_names_are_never_cut(make_window, qtbot, qapp, data_dir):
+    thread = seed_thread(data_dir, [{"role": "user", "content": "hello"},
+                                    {"role": "assistant", "content": "hi"}])
+    with Store(db_path(data_dir)) as store:
+        store.add_request(thread, {"prompt_tokens": 700_000, "window": 1_048_576})
+        store.add_request(thread, {"prompt_tokens": 320, "window": 1_048_576})
+    window = make_window(overrides={"ui.font_size": "20"})
+    window.open_thread(thread)
+    window.inspector.toggleViewAction().trigger()
+    qtbot.waitUntil(lambda: window.inspector.report is not None, timeout=5_000)
+    window.resizeDocks([window.inspector], [260], Qt.Orientation.Horizontal)
+    qtbot.wait(50)
+    dock = window.inspector
+    bar = dock.tabs.tabBar()
+    for i in range(bar.count()):
+        text = bar.tabText(i)
+        assert text in ("Next request", "Summaries", "Compactions")
+        assert bar.tabRect(i).width() >= bar.fontMetrics().horizontalAdvance(text), text
+    chart = dock.chart
+    regions = chart.regions()
+    for text, rect in regions["labels"]:
+        assert rect.right() <= regions["plot"].left()  # left of the axis, never over it
+        assert rect.width() >= chart.fontMetrics().horizontalAdvance(text), text
+        assert rect.top() >= 0 and rect.bottom() <= chart.height()
+    assert regions["labels"][0][0] == "1,048,576"
+    assert "compaction" in dock.chart_label.text()  # the legend, under the chart
+    assert not dock.chart_label.geometry().intersects(chart.geometry())
+
+
+def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir):
+    from PySide6.QtCore import QSettings
+
+    first = seed_thread(data_dir, [{"role": "user", "content": "one"}], title="first")
+    second = seed_thread(data_dir, [{"role": "user", "content": "two"}], title="second")
+    host = Host(data_dir, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+                compact=False)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
+    window.open_thread(first)
+    settle(qtbot, window)
+    window.composer.edit.setFocus()
+    qtbot.keyClicks(window.composer.edit, "half a thought about Lisbon")
+    window.open_thread(second)  # another chat: an empty box of its own
+    settle(qtbot, window)
+    assert window.composer.text() == ""
+    window.open_thread(first)
+    settle(qtbot, window)
+    assert window.composer.text() == "half a thought about Lisbon"
+    qtbot.keyClicks(window.composer.edit, " and Porto")
+    qtbot.wait(600)  # a pause in typing: written to disk, before any orderly exit
+    on_disk = QSettings(str(host.paths.data_dir / "ui-state.ini"), QSettings.Format.IniFormat)
+    assert on_disk.value(f"drafts/{first}") == "half a thought about Lisbon and Porto"
+    # the crash: nothing closes in order; a new window on the same folder brings it back
+    window.model.close()
+    window.background.close()
+    window._closed = True
+    host.close()
+    host = Host(data_dir, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+                compact=False)
+    again = main_window(host)
+    qtbot.addWidget(again)
+    again.show()
+    try:
+        qtbot.waitUntil(lambda: again.thread_id == first, timeout=10_000)
+        qtbot.waitUntil(lambda: again.composer.text() == "half a thought about Lisbon and Porto",
+                        timeout=5_000)
+    finally:
+        again.shutdown()
+        host.close()
+
+
+def test_the_export_proposes_the_chats_title_as_its_file_name(make_window, qtbot, data_dir):
+    thread = seed_thread(data_dir, [{"role": "user", "content": "hello"},
+                                    {"role": "assistant", "content": "hi"}],
+                         title='Plans: trip/"Lisbon" 2026?')
+    window = make_window()
+    window.open_thread(thread)
+    settle(qtbot, window)
+    window.menus.actions["export"].trigger()  # File ▸ Export chat…
+    qtbot.waitUntil(lambda: window.threads_control.export_box is not None
+                    and window.threads_control.export_box.isVisible(), timeout=5_000)
+    box = window.threads_control.export_box
+    proposed = box.selectedFiles()[0]
+    assert proposed.rsplit("/", 1)[-1] == "Plans trip Lisbon 2026.md"
+    target = data_dir.parent / "exported.md"
+    name = box.findChild(QLineEdit, "fileNameEdit")  # typed where the name is asked
+    name.selectAll()
+    qtbot.keyClicks(name, str(target))
+    qtbot.keyClick(name, Qt.Key.Key_Return)
+    qtbot.waitUntil(target.exists, timeout=5_000)
+    assert "hello" in target.read_text(encoding="utf-8")

@@ -593,7 +593,14 @@ def inspector_report(
             predicted_prompt_tokens=request.predicted_prompt_tokens,
             exact=request.exact or bool(getattr(planner.counter, "exact", False)),
             recalled_ids=list(request.recall.ids),
+            recalled=_recalled(store, request.recall.ids),
         )
+        if report["recalled"]:  # the recall row names its messages, not only their count
+            row = next(r for r in report["request"] if r["state"] == "recalled")
+            row["preview"] = (f"{len(report['recalled'])} summarized messages recalled for "
+                              f"“{' '.join(request.recall.terms[:8])}”: " + "; ".join(
+                                  f"#{m['id']} {m['speaker']}: {m['preview']}"
+                                  for m in report["recalled"]))
     report.update(_telemetry(store, thread_id))
     return report
 
@@ -628,6 +635,21 @@ def _request_rows(engine: ContextEngine, request: ContextRequest,
                        f"“{' '.join(request.recall.terms[:8])}”: ids "
                        + ", ".join(str(i) for i in request.recall.ids)})
     return rows
+
+
+def _recalled(store: Store, ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Each recalled message: its id, who wrote it and the start of its text."""
+    rows = store.messages_by_id(list(ids))
+    out = []
+    for mid in ids:
+        row = rows.get(mid)
+        if row is None:
+            continue
+        message = row_to_message(dict(row))
+        speaker = Entry("message", "", role=row["role"], name=message.get("name") or "").speaker
+        out.append({"id": mid, "role": row["role"], "speaker": speaker,
+                    "preview": _preview(message.get("content") or message_text(message), 60)})
+    return out
 
 
 def _telemetry(store: Store, thread_id: int) -> dict[str, Any]:

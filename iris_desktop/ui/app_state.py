@@ -17,6 +17,8 @@ State: a property, a setter and a signal; a setter emits only when the value cha
 Events and requests, emitted on every call:
 
 * ``threadOpened(object)``: a thread (None: a new chat) was opened, even the same again;
+* ``threadCreated(int)``: the new chat became that thread (its first message, or its
+  settings saved): what belonged to the new chat (its draft) goes with it;
 * ``threadsChanged()``: the list of threads is stale (a title, a turn): refresh it;
 * ``messagesSaved(int)``: new messages of that thread are in the store (a turn, an import);
 * ``requestReported(object)``: a request the agent sent or will send next (None: plan one);
@@ -48,6 +50,7 @@ class AppState(QObject):
     plannerChanged = Signal(object)
     settingsChanged = Signal(object)
     threadOpened = Signal(object)
+    threadCreated = Signal(int)
     threadsChanged = Signal()
     messagesSaved = Signal(int)
     requestReported = Signal(object)
@@ -137,6 +140,9 @@ class AppState(QObject):
 
     def thread_opened(self, thread_id: int | None) -> None:
         self.threadOpened.emit(thread_id)
+
+    def thread_created(self, thread_id: int) -> None:
+        self.threadCreated.emit(thread_id)
 
     def threads_changed(self) -> None:
         self.threadsChanged.emit()

@@ -10,9 +10,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDockWidget,
+    QFrame,
     QGroupBox,
     QHeaderView,
     QLabel,
+    QScrollArea,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -68,6 +70,9 @@ class InspectorDock(QDockWidget):
         self.setObjectName("inspector")
         self.report: dict[str, Any] | None = None
         self.tabs = QTabWidget()
+        # a narrow dock scrolls its tabs rather than cut their names ("Compa…")
+        self.tabs.setElideMode(Qt.TextElideMode.ElideNone)
+        self.tabs.setUsesScrollButtons(True)
 
         request_page = QWidget()
         self.request_label = QLabel("Open a thread to see its next request.")
@@ -97,8 +102,14 @@ class InspectorDock(QDockWidget):
         layout.addWidget(self.chart_label)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.setObjectName("inspector-splitter")
+        # a short dock scrolls the chart and its legend rather than draw one over the other
+        chart_scroll = QScrollArea()
+        chart_scroll.setObjectName("chart-scroll")
+        chart_scroll.setWidgetResizable(True)
+        chart_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        chart_scroll.setWidget(chart_box)
         splitter.addWidget(self.tabs)
-        splitter.addWidget(chart_box)
+        splitter.addWidget(chart_scroll)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 1)
         self.setWidget(splitter)
@@ -118,10 +129,11 @@ class InspectorDock(QDockWidget):
         b = report.get("breakdown") or {}
         self.chart.set_points(report["chart"], b.get("threshold"))
         values = report["chart"]["values"]
+        # the chart's legend is this label, under it: nothing is painted over its axes
         self.chart_label.setText(
             f"{len(values)} request(s), last {tokens(values[-1])} prompt tokens; "
-            f"{len(report['chart']['compactions'])} compaction(s). Dashed: the compaction "
-            "threshold." if values else "")
+            f"{len(report['chart']['compactions'])} compaction(s), each an orange line. "
+            "Dashed: the compaction threshold." if values else "")
 
     def _show_request(self, report: dict[str, Any]) -> None:
         b = report.get("breakdown")
@@ -136,8 +148,9 @@ class InspectorDock(QDockWidget):
                 + f"counted with {report['counter']}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
                 f"{tokens(b['summary'])}, recall {tokens(b.get('recall', 0))}"
-                + (f" ({len(report.get('recalled_ids') or [])} summarized messages)"
-                   if report.get("recalled_ids") else "")
+                + (f" ({len(report.get('recalled_ids') or [])} summarized messages: "
+                   + ", ".join(f"#{m['id']} {m['speaker']}" for m in report.get("recalled") or [])
+                   + ")" if report.get("recalled_ids") else "")
                 + f", history {tokens(b['history'])}, draft {tokens(b['draft'])}. "
                 f"Protected turns: {report['protect_turns']}"
                 + (" (fallback)" if report["fallback"] else "")
@@ -158,6 +171,10 @@ class InspectorDock(QDockWidget):
             table.setItem(i, 3, _item(row["state"]))
             table.setItem(i, 4, _item(row["tokens"], align_right=True))
             table.setItem(i, 5, _item(row["preview"]))
+            if row["state"] == "recalled":  # which messages, one a line
+                table.item(i, 5).setToolTip("\n".join(
+                    f"#{m['id']} {m['speaker']}: {m['preview']}"
+                    for m in report.get("recalled") or []))
         table.setUpdatesEnabled(True)
 
     def _show_summaries(self, summaries: list[dict[str, Any]]) -> None:

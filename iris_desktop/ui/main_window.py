@@ -41,12 +41,13 @@ from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.context_control import ContextControl
+from iris_desktop.ui.drafts import DraftControl
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.menus import Menus
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
 from iris_desktop.ui.model_thread import ModelThread, ModelWorker
-from iris_desktop.ui.status_line import StatusArea
+from iris_desktop.ui.status_line import CacheWords, StatusArea
 from iris_desktop.ui.theme import Appearance
 from iris_desktop.ui.thread_control import ThreadControl
 from iris_desktop.ui.threads import ThreadPanel
@@ -112,6 +113,8 @@ class MainWindow(QMainWindow):
         self.models = ModelControl(s, self.model, self.background, host.paths, self.composer,
                                    self.model_label, self.where_label, ui_state, self)
         self.turns = TurnControl(s, self.model, self.view, self.composer, ui_state, self)
+        self.drafts = DraftControl(s, self.composer, ui_state, self)
+        self.cache_words = CacheWords()
         self.menus = Menus(s, self.menuBar(), host.paths, self.view, self.threads.search,
                            self.inspector, self.context.preview, self.context.limit_problems,
                            self)
@@ -183,7 +186,10 @@ class MainWindow(QMainWindow):
         w.turnEvent.connect(self.turns.on_event)
         w.turnFinished.connect(self.turns.finished)
         w.shellQuestion.connect(self.turns.ask_shell)
-        w.cacheStatus.connect(lambda text: s.generating or s.show_status(text))
+        w.cacheEvent.connect(lambda event: s.generating
+                             or s.show_status(self.cache_words.describe(event)))
+        s.generatingChanged.connect(self._turn_ended)
+        w.threadDeleted.connect(self.drafts.forget)
         self.composer.sendRequested.connect(self.turns.send)
         self.composer.stopRequested.connect(self.turns.stop)
         self.composer.draftChanged.connect(lambda _: (self.context.refresh_meter(),
@@ -220,6 +226,12 @@ class MainWindow(QMainWindow):
 
     def _show_busy(self, text: str | None, fraction: float | None) -> None:
         self.status_area.show_busy(text, fraction)
+
+    def _turn_ended(self, generating: bool) -> None:
+        """A turn's bar (the prompt being read: "21%") ends with the turn, also when Stop
+        ended it before the prompt was read."""
+        if not generating and self.app_state.model_state != "loading":
+            self.status_area.show_busy(None)
 
     def reload_settings(self) -> Settings:
         return self.app_state.reload_settings()

@@ -46,6 +46,7 @@ class Menus(QObject):
         self.settings_dialog: SettingsDialog | None = None
         self.reload_box: QMessageBox | None = None
         self.shortcuts_dialog: ShortcutsDialog | None = None
+        self.path_box: QMessageBox | None = None
         self.bar = bar
         self._build(bar)
 
@@ -92,8 +93,10 @@ class Menus(QObject):
         self._action(m, "&About Iris Desktop", self.about, None, "about")
         self._action(m, "Model &licenses", self.licenses, None, "licenses")
         paths = self.paths
-        self._action(m, "Open &data folder", lambda: self.open_path(paths.data_dir))
-        self._action(m, "Open &log", lambda: self.open_path(paths.log_path))
+        self._action(m, "Open &data folder", lambda: self.open_path(paths.data_dir, "data folder"),
+                     None, "open-data-folder")
+        self._action(m, "Open &log", lambda: self.open_path(paths.log_path, "log"), None,
+                     "open-log")
 
     # -- edit --
 
@@ -206,6 +209,21 @@ class Menus(QObject):
         box.open()
         return box
 
-    @staticmethod
-    def open_path(path: Path) -> None:
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
+    def open_path(self, path: Path, what: str) -> QMessageBox | None:
+        """Open ``path`` with the desktop's own application; where none can (no file
+        manager, no launcher), say where it is, in text that can be selected and copied
+        (``path_box``), rather than nothing."""
+        if QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
+            return None
+        box = QMessageBox(QMessageBox.Icon.Information, f"The {what} is here",
+                          f"Iris could not open the {what}: this desktop has no application "
+                          f"for it. It is here:\n\n{path}", parent=self.parent_widget)
+        box.setObjectName("path-box")
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                    | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        copy = box.addButton("Copy the path", QMessageBox.ButtonRole.ActionRole)
+        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(str(path)))
+        box.addButton(QMessageBox.StandardButton.Close)
+        self.path_box = box
+        box.open()
+        return box

@@ -87,13 +87,37 @@ class BudgetMeter(QWidget):
 
 
 class PromptChart(QWidget):
-    """Prompt tokens per request for one thread, compactions as vertical marks."""
+    """Prompt tokens per request for one thread, compactions as vertical marks. Its
+    legend is a label under it (the inspector's), so no text is painted over the plot:
+    only the axis' two numbers, left of it, as wide as they need."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.points: dict[str, Any] = {"values": [], "compactions": [], "window": 0}
         self.threshold: int | None = None
         self.setMinimumHeight(QFontMetrics(self.font()).height() * 8)
+
+    def changeEvent(self, event) -> None:
+        if event.type() == event.Type.FontChange:  # 8 lines of the new text size
+            self.setMinimumHeight(QFontMetrics(self.font()).height() * 8)
+        super().changeEvent(event)
+
+    def top(self) -> int:
+        values = self.points.get("values", [])
+        return max([*values, self.points.get("window") or 0, self.threshold or 0, 1])
+
+    def regions(self) -> dict[str, Any]:
+        """Where things go: ``plot`` (the area), ``labels`` (the axis' numbers, text and
+        rect, each left of the plot and inside the widget)."""
+        fm = QFontMetrics(self.font())
+        texts = [f"{self.top():,}", "0"]
+        left = max(fm.horizontalAdvance(t) for t in texts) + 8
+        half = fm.height() / 2
+        plot = QRectF(left, half + 1, max(self.width() - left - 8, 1),
+                      max(self.height() - fm.height() - 2, 1))
+        labels = [(texts[0], QRectF(0, plot.top() - half, left - 4, fm.height())),
+                  (texts[1], QRectF(0, plot.bottom() - half, left - 4, fm.height()))]
+        return {"plot": plot, "labels": labels}
 
     def set_points(self, points: dict[str, Any], threshold: int | None = None) -> None:
         self.points = points
@@ -104,27 +128,23 @@ class PromptChart(QWidget):
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         pal = self.palette()
-        fm = QFontMetrics(self.font())
         values: list[int] = self.points.get("values", [])
-        left = fm.horizontalAdvance("000,000") + 8
-        area = QRectF(left, fm.height(), self.width() - left - 8, self.height() - 2.5 * fm.height())
+        regions = self.regions()
+        area = regions["plot"]
         painter.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
         painter.drawRect(area)
         if not values:
             painter.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
             painter.drawText(area, Qt.AlignmentFlag.AlignCenter, "No requests in this thread yet")
             return
-        top = max([*values, self.points.get("window") or 0, self.threshold or 0, 1])
+        top = self.top()
         n = len(values)
         x_of = lambda i: area.left() + (area.width() * (i + 0.5) / n)
         y_of = lambda v: area.bottom() - area.height() * v / top
         painter.setPen(pal.color(QPalette.ColorRole.WindowText))
-        painter.drawText(QRectF(0, area.top() - fm.height() / 2, left - 4, fm.height()),
-                         Qt.AlignmentFlag.AlignRight, f"{top:,}")
-        painter.drawText(QRectF(0, area.bottom() - fm.height() / 2, left - 4, fm.height()),
-                         Qt.AlignmentFlag.AlignRight, "0")
-        painter.drawText(QRectF(area.left(), area.bottom() + 2, area.width(), fm.height()),
-                         Qt.AlignmentFlag.AlignCenter, f"{n} request(s); ┃ = compaction")
+        for text, rect in regions["labels"]:
+            painter.drawText(rect, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                             text)
         if self.threshold:
             painter.setPen(QPen(QColor(210, 50, 40), 1, Qt.PenStyle.DashLine))
             y = y_of(self.threshold)

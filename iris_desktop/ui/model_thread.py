@@ -137,6 +137,7 @@ class ModelWorker(QObject):
     turnFinished = Signal(int)  # thread id
     shellQuestion = Signal(object)  # ShellQuestion
     cacheStatus = Signal(str)  # CacheStatus.describe(): "Warming up… 1,536 of 4,096 tokens (37%)…"
+    cacheEvent = Signal(object)  # the CacheStatus itself, with its numbers (the status bar's)
 
     def __init__(self, host: Host):
         super().__init__()
@@ -188,6 +189,7 @@ class ModelWorker(QObject):
             self.threadCreated.emit(event.thread_id)
         elif isinstance(event, CacheStatus):
             self.cacheStatus.emit(event.describe())
+            self.cacheEvent.emit(event)
         else:
             self.turnEvent.emit(event)
 

@@ -15,6 +15,7 @@ from typing import Any
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
+    QApplication,
     QDialog,
     QDialogButtonBox,
     QFrame,
@@ -29,7 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.core.engine import Breakdown
 from iris_desktop.core.views import (
+    METER_PARTS,
     BudgetPreview,
     changed_keys,
     field_hint,
@@ -37,11 +40,13 @@ from iris_desktop.core.views import (
     locked_reason,
     parse_fields,
     settings_sections,
+    tokens,
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.ui.settings_editors import make_editor
+from iris_desktop.ui.theme import apply_appearance
 
 #: pages whose section name is not a word a user would look for
 PAGE_TITLES = {"ui": "Appearance"}
@@ -144,6 +149,8 @@ class SettingsDialog(QDialog):
         self.fields: dict[str, SettingField] = {}
         self.errors: dict[str, str] = {}
         self.tabs = QTabWidget()
+        self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # scrolls rather than cut a name
+        self.tabs.setUsesScrollButtons(True)
         for section, title, items in settings_sections():
             self.tabs.addTab(self._page(section, items), PAGE_TITLES.get(section, title))
 
@@ -184,6 +191,10 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.buttons)
         self._debounce = QTimer(self, singleShot=True, interval=120)
         self._debounce.timeout.connect(self._request_preview)
+        #: the theme and text size shown now (they change as they are chosen)
+        self._look = (settings["ui.theme"], settings["ui.font_size"])
+        self._look_timer = QTimer(self, singleShot=True, interval=150)
+        self._look_timer.timeout.connect(self.show_look)
         self.last_preview: BudgetPreview | None = None
         self._finished = False
         self.validate()
@@ -204,6 +215,12 @@ class SettingsDialog(QDialog):
     def _page(self, section: str, items: list[Setting]) -> QWidget:
         body = QWidget()
         layout = QVBoxLayout(body)
+        if section == "ui":  # what "applies at once" means here
+            note = QLabel("Theme and text size change the window at once, while you choose; "
+                          "OK or Apply keeps them, Cancel goes back.")
+            note.setObjectName("appearance-note")
+            note.setWordWrap(True)
+            layout.addWidget(note)
         for setting in items:
             field = SettingField(setting, self.settings.values.get(setting.key, setting.default),
                                  locked_reason(self.settings, setting.key)
@@ -254,6 +271,23 @@ class SettingsDialog(QDialog):
     def _changed(self) -> None:
         self.validate()
         self._debounce.start()
+        self._look_timer.start()
+
+    # -- appearance, shown at once --
+
+    def show_look(self) -> None:
+        """The theme and text size chosen (valid ones), on the whole app at once: a
+        preview that Apply or OK keeps and Cancel takes back."""
+        look = (self.candidate()["ui.theme"], self.candidate()["ui.font_size"])
+        if look != self._look and not self._finished:
+            self._look = look
+            apply_appearance(QApplication.instance(), *look)
+
+    def _take_back_look(self) -> None:
+        """The look of the settings in force again (Cancel after a preview)."""
+        if self._look != (self.settings["ui.theme"], self.settings["ui.font_size"]):
+            self._look = (self.settings["ui.theme"], self.settings["ui.font_size"])
+            apply_appearance(QApplication.instance(), *self._look)
 
     def restore_defaults(self, section: str) -> None:
         for key, field in self.fields.items():
@@ -279,7 +313,8 @@ class SettingsDialog(QDialog):
         for field in self.fields.values():
             field.editor.set_window(preview.window, values)
         self.meter.set_breakdown(preview.breakdown, estimated=not preview.counter_exact)
-        self.breakdown.setText("\n".join(preview.lines()))
+        total = [] if preview.breakdown is None else [sum_sentence(preview.breakdown)]
+        self.breakdown.setText("\n".join([*total, *preview.lines()]))
 
     # -- saving --
 
@@ -306,5 +341,17 @@ class SettingsDialog(QDialog):
             super().accept()
 
     def done(self, result: int) -> None:
+        self._look_timer.stop()
+        if result != QDialog.DialogCode.Accepted:
+            self._take_back_look()
         self._finished = True
         super().done(result)
+
+
+def sum_sentence(b: Breakdown) -> str:
+    """The meter's total as the sum of its parts: "Next request: system 29 + history 113 +
+    draft 9 = 151 of 8,192 tokens" (parts of 0 left out, the system prompt always in)."""
+    parts = [(name, getattr(b, name)) for name in METER_PARTS]
+    shown = [f"{name} {tokens(n)}" for name, n in parts if n or name == "system"]
+    return (f"Next request: {' + '.join(shown)} = {tokens(b.used)} of the "
+            f"{tokens(b.window)}-token window (the bar above)")

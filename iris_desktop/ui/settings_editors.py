@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
@@ -27,17 +26,15 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSlider,
-    QSpinBox,
     QWidget,
 )
 
 from iris_desktop.core.views import ratio_meaning
 from iris_desktop.settings import AUTO, BUNDLED, OFF, Setting
+from iris_desktop.ui.bounded_spin import BoundedDoubleSpinBox, BoundedSpinBox
 
 #: ratios move in steps of one hundredth on the slider
 RATIO_STEPS = 100
-#: QSpinBox holds a C int: larger settings are capped for the editor (none is near it)
-INT_LIMIT = 2**31 - 1
 INVALID_STYLE = "border: 1px solid #c0392b;"
 
 
@@ -64,12 +61,15 @@ class Editor(QWidget):
 
 
 class IntEditor(Editor):
-    """A spin box over the allowed range, with the unit as suffix."""
+    """A spin box stepping over the allowed range, with the unit as suffix; a number
+    typed outside it is kept and marked (``bounded_spin``), never replaced. ``special``:
+    the value shown as a word (auto, the system's size)."""
+
+    special: int | None = None
 
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
-        self.spin = QSpinBox()
-        self.spin.setRange(int(setting.minimum or 0), int(min(setting.maximum or INT_LIMIT, INT_LIMIT)))
+        self.spin = BoundedSpinBox(int(setting.minimum or 0), setting.maximum, self.special)
         self.spin.setGroupSeparatorShown(True)
         if setting.unit:
             self.spin.setSuffix(f" {setting.unit}")
@@ -87,11 +87,12 @@ class IntEditor(Editor):
 
 class WindowEditor(IntEditor):
     """'auto' (the loaded model's n_ctx) or a number of tokens: 'auto' is the spin box's
-    special value just below the minimum."""
+    special value, -1 (so that a typed 100 stays 100, marked, and never becomes auto)."""
+
+    special = -1
 
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
-        self.spin.setMinimum(int(setting.minimum or 1) - 1)
         self.spin.setSpecialValueText("auto (the model's n_ctx)")
 
     def raw(self) -> Any:
@@ -132,11 +133,13 @@ class GpuEditor(IntEditor):
 
 class ZeroEditor(IntEditor):
     """A range, or 0 with a meaning of its own (``Setting.zero_means``, "the system's
-    size"): 0 is the spin box's special value just below the minimum."""
+    size"): 0 is the spin box's special value (a typed number between 0 and the
+    minimum stays, marked)."""
+
+    special = 0
 
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
-        self.spin.setMinimum(int(setting.minimum or 1) - 1)
         self.spin.setSpecialValueText(setting.zero_means)
 
     def raw(self) -> Any:
@@ -150,10 +153,9 @@ class ZeroEditor(IntEditor):
 class FloatEditor(Editor):
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
-        self.spin = QDoubleSpinBox()
+        self.spin = BoundedDoubleSpinBox(setting.minimum or 0.0, setting.maximum)
         self.spin.setDecimals(2)
         self.spin.setSingleStep(0.05)
-        self.spin.setRange(setting.minimum or 0.0, setting.maximum or 1e9)
         if setting.unit:
             self.spin.setSuffix(f" {setting.unit}")
         self.spin.valueChanged.connect(self.changed)
@@ -181,14 +183,27 @@ class RatioEditor(FloatEditor):
         self.meaning.setObjectName("ratio-meaning")
         self.row.insertWidget(0, self.slider, 3)
         self.row.insertWidget(2, self.meaning, 2)
-        self.slider.valueChanged.connect(lambda v: self.spin.setValue(v / RATIO_STEPS))
-        self.spin.valueChanged.connect(
-            lambda v: self.slider.setValue(round(v * RATIO_STEPS)))
+        self._syncing = False  # the slider follows the box without writing back
+        self.slider.valueChanged.connect(self._slid)
+        self.spin.valueChanged.connect(self._typed)
         self._window: tuple[int, dict[str, Any]] | None = None
+
+    def _slid(self, value: int) -> None:
+        if not self._syncing:
+            self.spin.setValue(value / RATIO_STEPS)
+
+    def _typed(self, value: float) -> None:
+        """A typed ratio out of the slider's range moves it to its end, and stays as
+        typed in the box (marked by the dialog)."""
+        self._syncing = True
+        try:
+            self.slider.setValue(round(value * RATIO_STEPS))
+        finally:
+            self._syncing = False
 
     def set_value(self, value: Any) -> None:
         super().set_value(value)
-        self.slider.setValue(round(float(value) * RATIO_STEPS))
+        self._typed(float(value))
 
     def set_window(self, window: int, values: dict[str, Any]) -> None:
         values = {**values, self.setting.key: self.spin.value()}

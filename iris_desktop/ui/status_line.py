@@ -12,6 +12,8 @@ from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QFontMetrics, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
+from iris_desktop.core.events import CacheStatus
+
 ELLIPSIS = "…"
 
 
@@ -151,3 +153,27 @@ class StatusArea(QWidget):
         self.state.show()
         self.progress.setVisible(self._busy)
 
+
+
+class CacheWords:
+    """What the KV cache did, in words that claim no more than happened: a restore says
+    how many tokens it brought back, and the evaluation after it how many of the prompt
+    were in the cache already (a chat changed since its state was saved reuses few)."""
+
+    def __init__(self) -> None:
+        self._reading: tuple[int, int] | None = None  # (tokens in the cache, of the prompt)
+
+    def describe(self, event: CacheStatus) -> str:
+        if event.state == "restored":
+            return f"Restored {event.done:,} tokens of this chat from its saved cache"
+        if event.state in ("warming", "prefilling"):
+            if self._reading is None:  # the first batch: what was there before it began
+                self._reading = (event.start, event.total)
+            return event.describe()
+        reading, self._reading = self._reading, None
+        if event.state in ("prefilled", "warmed") and reading is not None:
+            kept, total = reading
+            done = "Prefilled" if event.state == "prefilled" else "Ready (warmed up)"
+            return (f"{done}: {kept:,} of {total:,} prompt tokens came from the cache, "
+                    f"{total - kept:,} were read now")
+        return event.describe()

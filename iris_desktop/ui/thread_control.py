@@ -22,6 +22,7 @@ from iris_desktop.core.views import Entry, load_transcript
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
+from iris_desktop.ui.export_name import file_name
 from iris_desktop.ui.model_thread import ModelThread
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
@@ -49,6 +50,7 @@ class ThreadControl(QObject):
         self.states: dict[int, str] = {}  # message id → state, for rows loaded later
         self.delete_box: QMessageBox | None = None
         self.chat_settings: QWidget | None = None  # the open Chat settings dialog
+        self.export_box: QFileDialog | None = None  # the open Export chat dialog
         self.ui_state = ui_state  # ui-state.ini: the last chat opened
         #: the data version last seen, and each thread's row as last listed
         self._version: int | None = None
@@ -113,6 +115,30 @@ class ThreadControl(QObject):
         self.app_state.thread_opened(None)
 
     def open_thread(self, thread_id: int, message_id: int | None = None) -> None:
+        """Open ``thread_id`` and show ``message_id`` (a search hit) in it; a message on
+        another branch than the active one makes its branch the active one first (the
+        newest below it), and says so."""
+        if message_id is None:
+            self._open(thread_id)
+            return
+        if self.app_state.generating:  # the branch of a reply being written stays
+            self._open(thread_id, message_id)
+            return
+
+        def onto_path(store) -> bool:
+            if store.on_path(thread_id, [message_id]):
+                return False
+            store.set_head(thread_id, store.newest_leaf(message_id))
+            return True
+
+        def opened(switched: bool) -> None:
+            self._open(thread_id, message_id)
+            if switched:
+                self.app_state.show_message("Switched to the branch with this message", 6000)
+
+        self.background.run(onto_path, opened, lambda exc: self._open(thread_id, message_id))
+
+    def _open(self, thread_id: int, message_id: int | None = None) -> None:
         if thread_id != self.app_state.thread_id:
             self.states = {}
             self.view.transcript.clear()
@@ -179,8 +205,10 @@ class ThreadControl(QObject):
         self.view.transcript.apply_states(states)
 
     def created(self, thread_id: int) -> None:
-        """The model thread made a new thread for the first message of a new chat."""
+        """The new chat is ``thread_id`` now (the model thread made it for its first
+        message, or its settings were saved)."""
         self.app_state.set_thread_id(thread_id)
+        self.app_state.thread_created(thread_id)
         self.panel.current_id = thread_id
         self.refresh_threads()
 
@@ -283,16 +311,30 @@ class ThreadControl(QObject):
     # -- import, export --
 
     def export_dialog(self) -> None:
+        """File ▸ Export chat…: a save dialog (``self.export_box``) proposing the chat's
+        title as the file's name."""
         thread_id = self.app_state.thread_id
         if thread_id is None:
             self.app_state.show_message("Open a chat to export it")
             return
-        path, chosen = QFileDialog.getSaveFileName(
-            self.parent_widget, "Export chat", str(Path.home() / "chat.md"),
-            "Markdown (*.md);;JSON (*.json)")
-        if path:
-            fmt = "json" if "json" in chosen.lower() or path.endswith(".json") else "md"
-            self.export_thread(thread_id, path, fmt)
+
+        def ask(title: str) -> None:
+            box = QFileDialog(self.parent_widget, "Export chat",
+                              str(Path.home() / f"{file_name(title)}.md"),
+                              "Markdown (*.md);;JSON (*.json)")
+            box.setObjectName("export-dialog")
+            box.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+
+            def chosen(path: str) -> None:
+                fmt = ("json" if "json" in box.selectedNameFilter().lower()
+                       or path.endswith(".json") else "md")
+                self.export_thread(thread_id, path, fmt)
+
+            box.fileSelected.connect(chosen)
+            self.export_box = box
+            box.open()
+
+        self.background.run(lambda store: store.thread(thread_id)["title"], ask)
 
     def export_thread(self, thread_id: int, path: str, fmt: str) -> None:
         """JSON: every branch (``export_messages``); Markdown: the active one, to read.
