@@ -37,6 +37,7 @@ from iris_desktop.core.store.cipher import (
     is_encrypted,
     tidy,
 )
+from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
 from iris_desktop.paths import AppPaths
 
 log = logging.getLogger("iris.storage")
@@ -84,20 +85,8 @@ def _keyring_get(path: Path) -> bytes | None:
 
 def _keyring_find(path: Path) -> tuple[bytes, str] | None:
     """(the raw key kept for ``path``, the name it is kept under), or None."""
-    try:
-        import keyring
-        from keyring.errors import KeyringError
-    except ImportError:
-        return None
     for name in _names(path):
-        try:
-            value = keyring.get_password(KEYRING_SERVICE, name)
-        except KeyringError as exc:  # NoKeyringError included: a headless system
-            log.info("keyring: no storage key can be read (%s)", type(exc).__name__)
-            return None
-        except Exception as exc:  # a broken backend (D-Bus gone): as if there were none
-            log.info("keyring: unusable (%s)", type(exc).__name__)
-            return None
+        value = get_secret(KEYRING_SERVICE, name, f"the storage key of {name}")
         try:
             data = bytes.fromhex(value) if value else None
         except ValueError:
@@ -110,19 +99,10 @@ def _keyring_find(path: Path) -> tuple[bytes, str] | None:
 def _keyring_keep(path: Path, key: bytes) -> bool:
     """Keep ``key`` for the database at ``path`` (under its salt once it has one, the path
     forgotten then); False when there is no usable keyring."""
-    try:
-        import keyring
-        from keyring.errors import KeyringError
-    except ImportError:
-        return False
     name, *older = _names(path)
     try:
-        keyring.set_password(KEYRING_SERVICE, name, key.hex())
-    except KeyringError as exc:
-        log.info("keyring: cannot keep a storage key (%s)", type(exc).__name__)
-        return False
-    except Exception as exc:
-        log.info("keyring: unusable (%s)", type(exc).__name__)
+        set_secret(KEYRING_SERVICE, name, key.hex(), f"the storage key of {name}")
+    except Exception:  # no usable keyring: set_secret said why in the log
         return False
     for name in older:
         _keyring_delete(name)
@@ -137,12 +117,7 @@ def _keyring_new(path: Path) -> bytes | None:
 
 
 def _keyring_delete(name: str) -> None:
-    try:
-        import keyring
-
-        keyring.delete_password(KEYRING_SERVICE, name)
-    except Exception:  # nothing kept, or no keyring: nothing to forget
-        pass
+    delete_secret(KEYRING_SERVICE, name, f"the storage key of {name}")
 
 
 def _keyring_forget(path: Path, salt: bytes | None) -> None:

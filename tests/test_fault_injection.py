@@ -43,7 +43,7 @@ import pytest
 
 from iris_desktop.cli import main
 from iris_desktop.core.store import Store, recovery
-from iris_desktop.runtime import remote
+from iris_desktop.runtime.remote import runtime as remote_runtime
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT
 from faults import flip_message_byte, full_disk
@@ -237,7 +237,7 @@ SERVER_MODES = (
 def test_faults_misbehaving_server(capsys, tmp_path, monkeypatch, mode, options, limit_s, saved):
     # the limit before any text (600 s by default: a slow server reading a long prompt)
     # is lowered so that a server that never starts is given up on in this test's time
-    monkeypatch.setattr(remote, "START_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(remote_runtime, "START_TIMEOUT_S", 5.0)
     tally = Tally(f"server {mode}")
     tokens = ["Once", " upon", " a", " time"]
     with MisbehavingServer(mode.split(":")[0], tokens=tokens, hold_s=60, **options) as server:

@@ -299,8 +299,9 @@ def test_ui_uses_only_the_kept_qt_modules(rules):
 
 def test_the_server_backend_is_not_excluded(rules):
     """model.backend = openai works in the installed app: httpx, TLS and the keyring ship."""
-    remote = (ROOT / "iris_desktop" / "runtime" / "remote.py").read_text(encoding="utf-8")
-    assert "import httpx" in remote and "import keyring" in remote
+    transport = (ROOT / "iris_desktop" / "runtime" / "remote" / "transport.py").read_text(encoding="utf-8")
+    secrets = (ROOT / "iris_desktop" / "keyring_secrets.py").read_text(encoding="utf-8")
+    assert "import httpx" in transport and "import keyring" in secrets
     assert not set(rules.SERVER_BACKEND_MODULES) & set(rules.EXCLUDED_MODULES)
 
 

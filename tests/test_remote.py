@@ -27,7 +27,7 @@ from iris_desktop.core.store import row_to_message
 from iris_desktop.core.toolcalls import parse_tool_calls
 from iris_desktop.host import build_agent, build_compactor
 from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
-from iris_desktop.runtime.model import PromptTooLongError
+from iris_desktop.runtime.errors import PromptTooLongError
 from iris_desktop.runtime.protocol import GenerationStats, Runtime, Unsupported
 from iris_desktop.runtime.remote import (
     ExactRemoteRuntime,
@@ -40,6 +40,9 @@ from iris_desktop.runtime.remote import (
     server_address,
     set_api_key,
 )
+from iris_desktop.runtime.remote.counting import _Calibration
+from iris_desktop.runtime.remote.probe import _probe
+from iris_desktop.runtime.remote.sse import _Reply
 
 from conftest import SYNTHETIC_CHAT
 from helpers import complete, protocol_problems
@@ -158,7 +161,7 @@ def test_vllm_and_ollama_windows_come_from_their_own_fields():
              "root": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 32768}]},
         ("POST", "/tokenize"): {"count": 20, "max_model_len": 32768, "tokens": [1] * 20},
     })
-    info = remote._probe(vllm, "http://gpu-box:8000/v1")
+    info = _probe(vllm, "http://gpu-box:8000/v1")
     assert (info.kind, info.counting, info.models[0].context_length) == ("vllm", "vllm-tokenize", 32768)
     shown = {"qwen2.5:7b": {"parameters": "num_ctx 16384\nstop \"<|im_end|>\"",
                             "model_info": {"general.architecture": "qwen2",
@@ -175,7 +178,7 @@ def test_vllm_and_ollama_windows_come_from_their_own_fields():
         ("GET", "/api/ps"): {"models": [{"name": "llama3.2:3b", "context_length": 4096}]},
         ("POST", "/api/show"): lambda body: shown[body["model"]],
     })
-    info = remote._probe(ollama, "http://gpu-box:11434")
+    info = _probe(ollama, "http://gpu-box:11434")
     assert info.kind == "ollama" and not info.exact_counts
     # num_ctx from the Modelfile; else the loaded model's window; never the trained length
     assert [(m.context_length, m.trained_length) for m in info.models] == [
@@ -183,7 +186,7 @@ def test_vllm_and_ollama_windows_come_from_their_own_fields():
 
 
 def test_streamed_tool_calls_become_calls_the_agent_parses():
-    reply = remote._Reply(time.perf_counter())
+    reply = _Reply(time.perf_counter())
     deltas = [
         {"choices": [{"delta": {"role": "assistant", "content": "Let me look."}}]},
         {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function",
@@ -204,7 +207,7 @@ def test_streamed_tool_calls_become_calls_the_agent_parses():
 
 
 def test_calibration_keeps_the_largest_ratio_plus_a_margin():
-    calibration = remote._Calibration()
+    calibration = _Calibration()
     assert calibration.factor("s") == remote.UNCALIBRATED_FACTOR
     calibration.observe("s", 110, 100)
     calibration.observe("s", 95, 100)  # a smaller ratio never lowers the factor

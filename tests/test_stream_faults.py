@@ -22,6 +22,7 @@ from iris_desktop.core.store import Store
 from iris_desktop.host import build_agent, connect_server
 from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
 from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerError
+from iris_desktop.runtime.remote.sse import _sse_lines
 from iris_desktop.settings import SettingsError, defaults
 
 from misbehaving_server import MALFORMED, MisbehavingServer
@@ -196,12 +197,12 @@ def test_one_huge_line_is_refused_at_the_limit_and_never_held_whole(fresh_store)
 
 
 def test_lines_are_split_on_every_sse_line_end_and_bounded():
-    lines = remote._sse_lines([b"data: a\r\nda", b"ta: b\rdata: c\r", b"\ndata: d\n\n: x"], limit=64)
+    lines = _sse_lines([b"data: a\r\nda", b"ta: b\rdata: c\r", b"\ndata: d\n\n: x"], limit=64)
     assert list(lines) == ["data: a", "data: b", "data: c", "data: d", "", ": x"]
     with pytest.raises(remote.LineTooLong):
-        list(remote._sse_lines([b"data: ", b"x" * 40, b"x" * 40], limit=64))
+        list(_sse_lines([b"data: ", b"x" * 40, b"x" * 40], limit=64))
     with pytest.raises(remote.LineTooLong):
-        list(remote._sse_lines([b"x" * 65 + b"\n"], limit=64))
+        list(_sse_lines([b"x" * 65 + b"\n"], limit=64))
 
 
 # -- what is wrong, said plainly --------------------------------------------------------------

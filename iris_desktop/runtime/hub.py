@@ -74,6 +74,7 @@ import httpx
 
 from iris_desktop import __version__
 from iris_desktop.files import atomic_write, clean_leftovers, commit_partial
+from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
 from iris_desktop.paths import make_private_dir
 
 from .cpu import system_memory_bytes
@@ -87,7 +88,7 @@ from .http import (
     size_words,
 )
 from .library import DEFAULT_N_CTX, kv_cache_bytes
-from .remote import KEYRING_SERVICE, server_address
+from .remote.address import KEYRING_SERVICE, server_address
 
 log = logging.getLogger("iris.runtime.hub")
 
@@ -321,34 +322,26 @@ def _token_user(hub_url: str) -> str:
 def get_hub_token(hub_url: str) -> str | None:
     """The token saved for the hub at ``hub_url``; None when there is none or no usable
     keyring (said in the log)."""
-    import keyring
-    from keyring.errors import KeyringError
-
     try:
-        return keyring.get_password(KEYRING_SERVICE, _token_user(hub_url))
-    except (KeyringError, ValueError) as exc:
+        user = _token_user(hub_url)
+    except ValueError as exc:
         log.info("keyring: no hub token for %s: %s", hub_url, exc)
         return None
+    return get_secret(KEYRING_SERVICE, user, f"the token for {user}")
 
 
 def set_hub_token(hub_url: str, token: str) -> None:
-    """Save ``token`` for the hub (empty: forget it). Raises keyring.errors.KeyringError."""
-    import keyring
-
-    if not token:
-        delete_hub_token(hub_url)
-        return
-    keyring.set_password(KEYRING_SERVICE, _token_user(hub_url), token)
+    """Save ``token`` for the hub (empty: forget it). Raises keyring.errors.KeyringError
+    saying why when the keyring refuses, ValueError for an address that is not a URL."""
+    user = _token_user(hub_url)
+    set_secret(KEYRING_SERVICE, user, token, f"the token for {user}")
 
 
 def delete_hub_token(hub_url: str) -> None:
-    import keyring
-    from keyring.errors import PasswordDeleteError
-
-    try:
-        keyring.delete_password(KEYRING_SERVICE, _token_user(hub_url))
-    except PasswordDeleteError:
-        pass
+    """Forget the hub's token (nothing saved: nothing to do; a keyring that cannot be
+    asked is said in the log)."""
+    user = _token_user(hub_url)
+    delete_secret(KEYRING_SERVICE, user, f"the token for {user}")
 
 
 # ---------------------------------------------------------------------------

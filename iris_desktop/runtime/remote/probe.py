@@ -1,0 +1,182 @@
+"""What a server is, probed without sending anything of a conversation: its kind
+(llama.cpp, vLLM, Ollama, any other OpenAI-compatible API), the models it serves with
+the windows it runs them with, and whether it counts prompts exactly (the module
+docstring of ``runtime.remote`` says which field each server's window comes from)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from iris_desktop.tokens import Message
+
+from ..errors import ServerError
+from .address import server_address
+from .transport import REQUEST_TIMEOUT_S, _Http, _obj, _whole
+
+#: probe messages for measuring what one message or the tools add to a prompt
+_PROBE_SYSTEM: Message = {"role": "system", "content": "."}
+_PROBE_USER: Message = {"role": "user", "content": "."}
+
+
+@dataclass(frozen=True)
+class ServerModel:
+    """A model a server offers. ``context_length``: the window the server runs it with,
+    when the server says (None: it does not); ``trained_length``: what the model was
+    trained for (information only)."""
+
+    name: str
+    context_length: int | None = None
+    trained_length: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What :func:`test_connection` learned. ``kind``: ``llama.cpp`` | ``vllm`` |
+    ``ollama`` | ``openai`` (any other OpenAI-compatible server); ``counting``:
+    ``input_tokens`` | ``apply-template`` | ``vllm-tokenize`` (exact) or ``estimated``."""
+
+    base_url: str
+    kind: str
+    models: tuple[ServerModel, ...]
+    counting: str
+    #: what identifies the tokenizer and template besides the model's name (llama.cpp:
+    #: a hash of its chat template and model meta), so that another GGUF served under
+    #: the same name gets another counter name; "" when the server says nothing of it
+    fingerprint: str = ""
+
+    @property
+    def exact_counts(self) -> bool:
+        return self.counting != "estimated"
+
+    def model(self, name: str) -> ServerModel | None:
+        """The model ``name`` is served as; llama.cpp serves its one model whatever the
+        request names."""
+        for entry in self.models:
+            if entry.name == name:
+                return entry
+        return self.models[0] if self.kind == "llama.cpp" and self.models else None
+
+    def describe(self) -> list[str]:
+        """Lines for the "Test connection" result."""
+        counts = ("exact (the server's tokenizer and template)" if self.exact_counts
+                  else "estimated (tiktoken, calibrated from what the server reports)")
+        lines = [f"{self.kind} server at {server_address(self.base_url)}; counts: {counts}"]
+        for m in self.models:
+            window = (f"{m.context_length:,} tokens" if m.context_length
+                      else "window not reported (context.window is used)")
+            trained = f", trained for {m.trained_length:,}" if m.trained_length else ""
+            lines.append(f"  {m.name}: {window}{trained}")
+        return lines
+
+
+def test_connection(base_url: str, api_key: str | None = None, *,
+                    answer_limit_bytes: int | None = None,
+                    answer_timeout_s: float = REQUEST_TIMEOUT_S) -> ServerInfo:
+    """Probe ``base_url``: what kind of server it is, the models it offers with their
+    windows, and whether it can count prompts exactly. Sends nothing of a conversation.
+    Each answer is bounded as :class:`_Http` says (``answer_limit_bytes``,
+    ``answer_timeout_s``). Raises ServerError (unreachable, key refused, an answer too
+    large or too slow) or ValueError (not a URL)."""
+    http = _Http(base_url, api_key, answer_limit=answer_limit_bytes,
+                 answer_timeout_s=answer_timeout_s)
+    try:
+        return _probe(http, base_url)
+    finally:
+        http.close()
+
+
+def _probe(http: _Http, base_url: str, only: str | None = None) -> ServerInfo:
+    """ServerInfo for the server behind ``http``; ``only``: look up just this model's
+    window (Ollama asks once per model)."""
+    props = http.get("/props", missing_ok=True)
+    listed = http.get("/v1/models", missing_ok=True)
+    listed = listed if isinstance(listed, dict) else {}
+    entries = listed.get("data")
+    data = [d for d in (entries if isinstance(entries, list) else [])
+            if isinstance(d, dict) and isinstance(d.get("id"), str) and d["id"]]
+    if isinstance(props, dict) and "default_generation_settings" in props:
+        identity = [props.get("chat_template"), data[0].get("meta") if data else None]
+        fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        return ServerInfo(base_url, "llama.cpp", _llama_cpp_models(props, data),
+                          _llama_cpp_counting(http), fingerprint[:12])
+    if props is None and http.get("/api/version", missing_ok=True) is not None:
+        names = [only] if only else [d["id"] for d in data]
+        return ServerInfo(base_url, "ollama", _ollama_models(http, names), "estimated")
+    if not listed:
+        raise ServerError(f"{http.address}: no OpenAI-compatible API here (GET /v1/models "
+                          f"found nothing)")
+    models = tuple(ServerModel(d["id"], _context_field(d)) for d in data)
+    if any(d.get("owned_by") == "vllm" for d in data):
+        counting = "vllm-tokenize" if _vllm_counts(http, data[0]["id"]) else "estimated"
+        return ServerInfo(base_url, "vllm", models, counting)
+    return ServerInfo(base_url, "openai", models, "estimated")
+
+
+def _llama_cpp_models(props: dict, data: list[dict]) -> tuple[ServerModel, ...]:
+    """llama.cpp's one model: its window from ``/props`` (newer servers nest it in
+    ``default_generation_settings``), its trained length from ``/v1/models`` meta."""
+    settings = _obj(props.get("default_generation_settings"))
+    window = _whole(settings.get("n_ctx")) or _whole(props.get("n_ctx"))
+    meta = _obj(data[0].get("meta")) if data else {}
+    name = (data[0]["id"] if data else None) or props.get("model_alias") or "default"
+    return (ServerModel(str(name), window, _whole(meta.get("n_ctx_train"))),)
+
+
+def _llama_cpp_counting(http: _Http) -> str:
+    """How this llama.cpp server counts a chat request, from the newest way it has."""
+    probe = {"messages": [_PROBE_SYSTEM, _PROBE_USER]}
+    if http.post("/v1/chat/completions/input_tokens", probe, missing_ok=True) is not None:
+        return "input_tokens"
+    if http.post("/apply-template", probe, missing_ok=True) is not None:
+        return "apply-template"
+    return "estimated"
+
+
+def _vllm_counts(http: _Http, model: str) -> bool:
+    probe = {"model": model, "messages": [_PROBE_SYSTEM, _PROBE_USER]}
+    answer = http.post("/tokenize", probe, missing_ok=True)
+    return isinstance(answer, dict) and "count" in answer
+
+
+def _context_field(entry: dict) -> int | None:
+    """The window a ``/v1/models`` entry states: vLLM's ``max_model_len``, llama.cpp's
+    ``meta.n_ctx``, or the ``context_length`` / ``context_window`` other servers use."""
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    for value in (entry.get("max_model_len"), meta.get("n_ctx"),
+                  entry.get("context_length"), entry.get("context_window")):
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _ollama_models(http: _Http, names: list[str]) -> tuple[ServerModel, ...]:
+    """Ollama's window per model: ``num_ctx`` from the model's parameters, else what the
+    loaded model runs with (``/api/ps``); the trained length is information only."""
+    loaded = _obj(http.get("/api/ps", missing_ok=True)).get("models")
+    running = {}
+    for entry in loaded if isinstance(loaded, list) else []:
+        entry = _obj(entry)
+        key = entry.get("name") or entry.get("model")
+        if isinstance(key, str):
+            running[key] = _whole(entry.get("context_length"))
+    models = []
+    for name in names:
+        shown = _obj(http.post("/api/show", {"model": name}, missing_ok=True))
+        info = _obj(shown.get("model_info"))
+        trained = _whole(info.get(f"{info.get('general.architecture')}.context_length"))
+        parameters = shown.get("parameters")
+        window = _num_ctx(parameters if isinstance(parameters, str) else "") or running.get(name)
+        models.append(ServerModel(name, window, trained))
+    return tuple(models)
+
+
+def _num_ctx(parameters: str) -> int | None:
+    """``num_ctx`` from Ollama's parameters text (one ``name value`` per line)."""
+    for line in parameters.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
+            return int(parts[1])
+    return None
+

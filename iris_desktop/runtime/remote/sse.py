@@ -1,0 +1,367 @@
+"""A streamed reply: Server-Sent Events split into lines (none longer than
+:data:`MAX_LINE_BYTES`), read on a helper thread (:class:`_EventReader`) so that the
+caller can stop within :data:`POLL_S`, each ``data:`` field checked to be a JSON object
+of the expected shape, and what the events told gathered in a :class:`_Reply` (text,
+tool calls, usage numbers believed only as token counts)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import queue
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import httpx
+
+from ..errors import PromptTooLongError, ServerError
+from ..http import AnswerUndecodable, decoded_chunks
+from ..protocol import GenerationStats
+from .transport import _WANTED, _describe, _http_error, _kind, _read_some
+
+log = logging.getLogger("iris.runtime.remote")
+
+#: the longest line a stream may send (one event is a few hundred bytes; a reply's whole
+#: text in one event, 32,768 tokens of it, fits too)
+MAX_LINE_BYTES = 1 << 20
+#: lines read ahead of the caller at most
+QUEUE_LINES = 1024
+#: how often a waiting stream checks Stop, the deadline and close
+POLL_S = 0.1
+#: a token count a server reports is believed up to this; more, a negative number or a
+#: fraction is a broken server's, ignored (with a note in the log)
+MAX_REPORTED_TOKENS = 10**9
+
+
+class LineTooLong(ValueError):
+    """A stream's line grew past its limit before it ended."""
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _sse_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The lines of an event stream (ended by CRLF, CR or LF, as SSE allows), decoded as
+    UTF-8. Raises LineTooLong as soon as a line exceeds ``limit`` bytes: no more than
+    ``limit`` and one chunk is ever held."""
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
+        start = 0
+        while True:
+            found = _LINE_END.search(buffer, start)
+            # a CR at the end may be the first half of a CRLF: wait for the next chunk
+            if found is None or (found.group() == b"\r" and found.end() == len(buffer)):
+                break
+            if found.start() - start > limit:
+                raise LineTooLong(found.start() - start)
+            yield buffer[start:found.start()].decode("utf-8", "replace")
+            start = found.end()
+        del buffer[:start]
+        if len(buffer) - buffer.endswith(b"\r") > limit:
+            raise LineTooLong(len(buffer))
+    for line in _LINE_END.split(bytes(buffer)) if buffer else ():
+        if line:  # the last line, which the stream ended without a line end
+            yield line.decode("utf-8", "replace")
+
+
+class _EventReader:
+    """One streamed response, read line by line on a helper thread into a queue.
+
+    A thread because httpx cannot give up a blocked read and resume it, and a server
+    evaluating a long prompt sends nothing for a long time (llama.cpp not even the
+    headers). The caller waits on the queue :data:`POLL_S` at a time and checks Stop and
+    its time limits in between. :meth:`abort` shuts the request's socket down (captured
+    through httpcore's ``trace`` extension when it connects): that wakes the blocked
+    read, which closing does not, and the server sees its client leave and stops
+    generating. The queue is bounded and so is a line (:data:`MAX_LINE_BYTES`), so a
+    server cannot make it hold more than that.
+    """
+
+    _END = object()
+
+    def __init__(self, client: httpx.Client, url: str, body: dict, address: str) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(QUEUE_LINES)
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._aborted = threading.Event()
+        self._address = address
+        #: the caller stopped the stream (Stop, the deadline, close)
+        self.stopped = False
+        #: ``time.monotonic()`` when the response headers came (None: not yet)
+        self.answered_at: float | None = None
+        self._thread = threading.Thread(target=self._read, args=(client, url, body),
+                                        name="iris-remote-stream", daemon=True)
+        self._thread.start()
+
+    def _trace(self, event: str, info: dict) -> None:
+        # over TLS the TLS socket replaces the TCP one (which it detaches)
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete") \
+                and info.get("return_value"):
+            with self._lock:
+                self._socket = info["return_value"].get_extra_info("socket")
+            if self._aborted.is_set():
+                self._shutdown()
+
+    def _put(self, item: Any) -> bool:
+        """Queue ``item`` for the caller, waiting while the queue is full; False once
+        the caller has gone."""
+        while not self._aborted.is_set():
+            try:
+                self._queue.put(item, timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _read(self, client: httpx.Client, url: str, body: dict) -> None:
+        try:
+            # identity: a compressed stream could inflate past the line limit unseen
+            with client.stream("POST", url, json=body, headers={"Accept-Encoding": "identity"},
+                               extensions={"trace": self._trace}) as response:
+                self.answered_at = time.monotonic()
+                if response.status_code != 200:
+                    self._put(_http_error(self._address, _read_some(response),
+                                          "/v1/chat/completions"))
+                    return
+                try:
+                    # decoded here a step at a time: a compressed line cannot balloon unseen
+                    for line in _sse_lines(decoded_chunks(response)):
+                        if not self._put((time.monotonic(), line)):
+                            return
+                except LineTooLong:
+                    self._put(ServerError(
+                        f"{self._address} sent a line longer than {MAX_LINE_BYTES >> 20} MiB "
+                        f"in its reply, which Iris does not read, so the reply was cut off there"))
+                    return
+                except AnswerUndecodable as exc:
+                    self._put(ServerError(f"{self._address} {exc.cause} in its reply, so the "
+                                          f"reply was cut off there"))
+                    return
+            self._put(self._END)
+        except Exception as exc:  # handed to the caller, who raises it (or has stopped)
+            self._put(exc)
+
+    def events(self, should_stop: Callable[[], bool]) -> Iterator[tuple[dict | None, float]]:
+        """``(event, when)``: the JSON events of the stream until ``data: [DONE]`` or its
+        end, with the ``time.monotonic()`` their line arrived (so that a caller that was
+        busy judges the server by when it sent, not by when it was read); and ``(None,
+        when)`` for every wait of :data:`POLL_S` that brought nothing (then: now) and
+        every line that is not an event (a keep-alive comment, a blank line, an
+        ``event:`` or ``id:`` field), so that the caller can check its time limits.
+        Stops quietly (``stopped``) as soon as ``should_stop()``. Raises ServerError for
+        an error event, a malformed one or a failed connection, PromptTooLongError for a
+        prompt the server refuses as too long."""
+        while True:
+            try:
+                item = self._queue.get(timeout=POLL_S)
+            except queue.Empty:
+                item = None
+            if should_stop():
+                self.stopped = True
+                return
+            if item is self._END:
+                return
+            if isinstance(item, PromptTooLongError | ServerError):
+                raise item
+            if isinstance(item, Exception):
+                why = _describe(item) if isinstance(item, httpx.HTTPError) else repr(item)
+                raise ServerError(f"{self._address}: the connection was lost mid-reply "
+                                  f"({why})") from item
+            if item is None:
+                yield None, time.monotonic()
+                continue
+            when, line = item
+            if not line.startswith("data:"):
+                yield None, when
+                continue
+            event = _parse_data(line[5:].strip(), self._address)
+            if event is None:
+                return
+            yield event, when
+
+    def abort(self) -> None:
+        self._aborted.set()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            sock = self._socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
+
+
+def _unreadable(address: str, what: str) -> ServerError:
+    return ServerError(f"{address} sent a reply Iris cannot read: {what}")
+
+
+def _parse_data(payload: str, address: str) -> dict | None:
+    """The JSON object of one ``data:`` field; None for ``[DONE]``. Raises ServerError for
+    an error event (llama.cpp sends ``data: {"error": ...}`` once the stream has begun)
+    and for anything but a JSON object."""
+    if payload == "[DONE]":
+        return None
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        raise _unreadable(address, f"an event is not JSON ({payload[:80]!r})") from None
+    if isinstance(event, dict) and event.get("error"):
+        error = event["error"]
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise ServerError(f"{address}: the server failed mid-reply: {message}")
+    if not isinstance(event, dict):
+        raise _unreadable(address, f"an event is {_kind(event)}, not an object")
+    return event
+
+
+def _field(value: Any, wanted: type, what: str, address: str) -> Any:
+    """``value`` when it is None (absent) or a ``wanted``; else ServerError naming the
+    field ``what`` and what it is instead."""
+    if value is None or (isinstance(value, wanted) and not isinstance(value, bool)):
+        return value
+    raise _unreadable(address, f"{what} is {_kind(value)}, not {_WANTED[wanted]}")
+
+
+
+def _tokens(value: Any, what: str, address: str) -> int | None:
+    """A token count the server reported, when it is one: a whole number from 0 to
+    :data:`MAX_REPORTED_TOKENS` (``12.0`` counts as 12). Anything else (a negative or
+    absurdly large number, a fraction, a string) is ignored with a note in the log: a
+    broken report must not break the turn, the store or the next request."""
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
+        return value
+    log.warning("%s reported %s = %.80r, which is not a token count; ignored", address, what, value)
+    return None
+
+
+def _rate(value: Any, address: str) -> float:
+    """A tokens-per-second figure the server reported (0.0: none usable)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+            and 0 <= value <= MAX_REPORTED_TOKENS:
+        return float(value)
+    log.warning("%s reported predicted_per_second = %.80r; ignored", address, value)
+    return 0.0
+
+
+class _Reply:
+    """What a streamed reply has told so far: text, tool calls, usage, timings. A field
+    of the wrong shape raises ServerError naming it (``address`` says whose)."""
+
+    def __init__(self, started: float, address: str = "the server") -> None:
+        self.started = started
+        self.address = address
+        self.first: float | None = None
+        self.last: float | None = None
+        self.pieces = 0
+        #: chunks that carried something new (text, reasoning, a tool call's part)
+        self.chunks = 0
+        self.chars = 0
+        self.usage: dict = {}
+        self.timings: dict = {}
+        self.finish_reason: str | None = None
+        self.calls: dict[int, dict[str, str]] = {}
+
+    def feed(self, event: dict) -> str:
+        """Take one chunk in; returns its new text. ``chunks`` grows when it carried
+        anything new (text, reasoning, a tool call's part): keep-alives do not."""
+        address = self.address
+        self.usage = _field(event.get("usage"), dict, "'usage'", address) or self.usage
+        self.timings = _field(event.get("timings"), dict, "'timings'", address) or self.timings
+        text = ""
+        for choice in _field(event.get("choices"), list, "'choices'", address) or []:
+            if not isinstance(choice, dict):
+                raise _unreadable(address, f"a choice is {_kind(choice)}, not an object")
+            delta = _field(choice.get("delta"), dict, "'delta'", address) or {}
+            piece = _field(delta.get("content"), str, "'content'", address) or ""
+            calls = _field(delta.get("tool_calls"), list, "'tool_calls'", address) or []
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            finish = _field(choice.get("finish_reason"), str, "'finish_reason'", address)
+            text += piece
+            for call in calls:
+                self._add_call(call)
+            self.finish_reason = finish or self.finish_reason
+            if piece or calls:
+                now = time.perf_counter()
+                self.first = self.first or now
+                self.last = now
+                self.pieces += 1
+            if piece or calls or (isinstance(thought, str) and thought):
+                self.chunks += 1
+        self.chars += len(text)
+        return text
+
+    def _add_call(self, delta: Any) -> None:
+        """OpenAI streams a call as deltas: the name once, the arguments in pieces."""
+        address = self.address
+        if not isinstance(delta, dict):
+            raise _unreadable(address, f"a tool call is {_kind(delta)}, not an object")
+        index = _field(delta.get("index"), int, "a tool call's 'index'", address)
+        entry = self.calls.setdefault(len(self.calls) if index is None else index,
+                                      {"name": "", "arguments": ""})
+        function = _field(delta.get("function"), dict, "'function'", address) or {}
+        entry["name"] = entry["name"] or _field(function.get("name"), str, "'name'", address) or ""
+        entry["arguments"] += _field(function.get("arguments"), str, "'arguments'", address) or ""
+
+    def tool_call_text(self) -> str:
+        """The streamed tool calls as ``<tool_call>{"name", "arguments"}</tool_call>``
+        blocks, which ``core.toolcalls.parse_tool_calls`` turns into stored calls (arguments
+        that are not JSON stay a string, and become a malformed call the model hears of)."""
+        blocks = []
+        for index in sorted(self.calls):
+            call = self.calls[index]
+            try:
+                arguments: Any = json.loads(call["arguments"] or "{}")
+            except ValueError:
+                arguments = call["arguments"]
+            blocks.append("<tool_call>" + json.dumps(
+                {"name": call["name"], "arguments": arguments}, ensure_ascii=False)
+                + "</tool_call>")
+        return "".join(blocks)
+
+    def stats(self, prompt_size: int, outcome: str | None) -> GenerationStats:
+        """GenerationStats from what the server reported (``usage``; llama.cpp's
+        ``timings``: ``cache_n`` reused, ``prompt_n`` evaluated), else from the count
+        made before sending and what was seen. A count the server sent as anything but
+        a whole number from 0 to :data:`MAX_REPORTED_TOKENS` counts as not sent
+        (:func:`_tokens`), and none exceeds the prompt it is part of."""
+        usage, timings, address = self.usage, self.timings, self.address
+
+        def count(source: dict, key: str) -> int | None:
+            return _tokens(source.get(key), key, address)
+
+        prompt = count(usage, "prompt_tokens") or prompt_size
+        details = usage.get("prompt_tokens_details")
+        cached = (count(details, "cached_tokens") or 0) if isinstance(details, dict) else 0
+        reused = count(timings, "cache_n")
+        reused = min(prompt, cached if reused is None else reused)
+        # a stream stopped before the server said anything: nothing is known evaluated
+        evaluated = count(timings, "prompt_n")
+        if evaluated is None:
+            evaluated = prompt - reused if self.first or usage else 0
+        evaluated = min(prompt, evaluated)
+        completion = (count(usage, "completion_tokens") or count(timings, "predicted_n")
+                      or self.pieces)
+        rate = _rate(timings.get("predicted_per_second"), address)
+        if not rate and completion > 1 and self.first and self.last and self.last > self.first:
+            rate = (completion - 1) / (self.last - self.first)
+        finish = outcome or ("length" if self.finish_reason == "length" else "stop")
+        return GenerationStats(
+            prompt_tokens=prompt, reused_tokens=reused, evaluated_tokens=evaluated,
+            completion_tokens=completion,
+            time_to_first_token_s=(self.first - self.started) if self.first else 0.0,
+            tokens_per_s=rate, duration_s=time.perf_counter() - self.started,
+            finish_reason=finish)

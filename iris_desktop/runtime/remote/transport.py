@@ -1,0 +1,247 @@
+"""Every request to one server (:class:`_Http`): to the base URL's host only, with the
+API key as a bearer token, connects retried and never a request in flight; an answer
+read whole is bounded in size and time (``runtime.http``). Also what went wrong, in
+words: a failed connection, an error answer, a redirect (followed never), and an answer
+of the wrong shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ..errors import PromptTooLongError, ServerError
+from ..http import (
+    AnswerError,
+    AnswerTooLarge,
+    AnswerTooSlow,
+    AnswerUndecodable,
+    decoded_chunks,
+    read_answer,
+    size_words,
+)
+from .address import server_address
+
+CONNECT_TIMEOUT_S = 5.0
+#: a refused or timed-out connect is tried again this many times (a reply never is)
+CONNECT_RETRIES = 2
+#: a probe or a count may take this long, the whole exchange (connecting, headers, body)
+REQUEST_TIMEOUT_S = 30.0
+#: the most an answer read whole (a probe, a model list, the calibration) may hold, counted
+#: after decoding (a gzip body is inflated a step at a time, so a gzip bomb stops here)
+MAX_ANSWER_BYTES = 8 << 20
+#: the same for a count's answer, which grows with the prompt (``/tokenize`` lists every
+#: token, ``/apply-template`` returns the whole prompt)
+MAX_COUNT_ANSWER_BYTES = 64 << 20
+
+
+class _Http:
+    """Every request to one server: to the base URL's host only (``trust_env=False``: no
+    proxy or .netrc from the environment), with the API key as a bearer token, and
+    connects retried (httpx retries connect errors only, never a request in flight).
+
+    ``root`` is the base URL without a trailing ``/v1``, so ``http://host:8080`` and
+    ``http://host:8080/v1`` both work; paths are absolute from it (``/v1/models``,
+    ``/props``). Streams get a client without keep-alive: each opens its own connection,
+    whose socket :class:`_EventReader` can shut down.
+
+    An answer read whole (:meth:`get`, :meth:`post`) is bounded by ``answer_limit``
+    decoded bytes (None: :data:`MAX_ANSWER_BYTES`, :data:`MAX_COUNT_ANSWER_BYTES` for a
+    count) and ``answer_timeout_s`` for the whole exchange (``runtime.http``).
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, *, answer_limit: int | None = None,
+                 answer_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.address = server_address(base_url)
+        root = base_url.strip().rstrip("/")
+        self.root = root[:-3] if root.endswith("/v1") else root
+        self.answer_limit = answer_limit
+        self.answer_timeout_s = float(answer_timeout_s)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(
+            headers=headers, trust_env=False,
+            timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            transport=httpx.HTTPTransport(retries=CONNECT_RETRIES))
+        self.streams = httpx.Client(
+            headers=headers, trust_env=False,
+            # no read timeout: the caller bounds a stream by the clock (_EventReader)
+            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+            transport=httpx.HTTPTransport(
+                retries=CONNECT_RETRIES, limits=httpx.Limits(max_keepalive_connections=0)))
+
+    def url(self, path: str) -> str:
+        return self.root + path
+
+    def get(self, path: str, *, missing_ok: bool = False) -> Any:
+        return self._send("GET", path, None, missing_ok)
+
+    def post(self, path: str, body: dict, *, missing_ok: bool = False) -> Any:
+        return self._send("POST", path, body, missing_ok)
+
+    def _send(self, method: str, path: str, body: dict | None, missing_ok: bool) -> Any:
+        """The JSON answer; None for an endpoint this server does not have (404, 405,
+        501) when ``missing_ok``. Raises ServerError (PromptTooLongError for a prompt the
+        server says does not fit)."""
+        limit = self.answer_limit or (MAX_COUNT_ANSWER_BYTES if path in _COUNT_PATHS
+                                      else MAX_ANSWER_BYTES)
+        try:
+            request = self.client.build_request(method, self.url(path), json=body)
+            response = read_answer(self.client, request, limit=limit,
+                                   timeout_s=self.answer_timeout_s)
+        except AnswerError as exc:
+            raise ServerError(self._bound_error(exc, path)) from None
+        except httpx.HTTPError as exc:
+            raise ServerError(f"{self.address}: {_describe(exc)}") from None
+        if missing_ok and response.status_code in (404, 405, 501):
+            return None
+        if response.status_code >= 300:
+            raise _http_error(self.address, response, path)
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerError(f"{self.address}: {path} did not answer JSON") from None
+
+    def _bound_error(self, exc: AnswerError, path: str) -> str:
+        """One sentence naming the server and the bound its answer to ``path`` broke."""
+        what = f"{_ANSWERS.get(path, 'its answer')} ({path})"
+        server = f"the server at {self.root}"
+        if isinstance(exc, AnswerTooLarge):
+            return (f"{server} sent more than {size_words(exc.limit)} for {what}, so Iris stopped "
+                    f"reading it; check that model.base_url is a model server")
+        if isinstance(exc, AnswerTooSlow):
+            return (f"{server} did not finish answering {path} within {exc.timeout_s:g} s, so "
+                    f"Iris gave up on it; check that the server is running and not overloaded")
+        return f"{server} {exc.cause} for {what}"
+
+    def close(self) -> None:
+        self.client.close()
+        self.streams.close()
+
+
+#: what each answer read whole is, for the errors that name it
+_ANSWERS = {
+    "/v1/models": "its model list",
+    "/props": "its properties",
+    "/api/version": "its version",
+    "/api/ps": "its running models",
+    "/api/show": "a model's description",
+    "/v1/chat/completions": "a one-token reply",
+    "/v1/chat/completions/input_tokens": "a token count",
+    "/tokenize": "a token count",
+    "/apply-template": "a templated prompt",
+}
+#: the answers that grow with the prompt counted
+_COUNT_PATHS = frozenset({"/v1/chat/completions/input_tokens", "/tokenize", "/apply-template"})
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    """What went wrong on the way to the server, in words (the OS's text in brackets)."""
+    text = str(exc)
+    if isinstance(exc, httpx.ConnectError):
+        if "refused" in text.lower():
+            return ("nothing answers at that address (connection refused); check that the "
+                    "server is running and the address and port are right")
+        if "name or service not known" in text.lower() or "nodename nor servname" in text.lower() \
+                or "getaddrinfo" in text.lower():
+            return f"the host name cannot be found; check the address ({text})"
+        return f"cannot connect ({text})"
+    if isinstance(exc, httpx.TimeoutException):
+        return "the server did not answer in time; check that it is running and not overloaded"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"the server broke off the connection or answered something that is not HTTP ({text})"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _http_error(address: str, response: httpx.Response, path: str = "") -> Exception:
+    """The exception for an error answer: PromptTooLongError when llama.cpp says the
+    prompt exceeds the context (it gives both numbers), a ServerError saying where a
+    redirect points (Iris follows none), else ServerError with the server's own
+    message. ``path``: what was asked, from the base URL (``/props``)."""
+    if 300 <= response.status_code < 400:
+        return _redirect_error(address, response, path or response.request.url.path)
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    # llama.cpp and OpenAI nest {"error": {...}}; vLLM puts "message" at the top
+    error = (answer.get("error") or answer) if isinstance(answer, dict) else {}
+    if not isinstance(error, dict):
+        error = {"message": str(error)}
+    if error.get("type") == "exceed_context_size_error" and "n_ctx" in error:
+        return PromptTooLongError(int(error.get("n_prompt_tokens", 0)), int(error["n_ctx"]))
+    if response.status_code in (401, 403):
+        return ServerError(f"{address} refused the API key (HTTP {response.status_code})")
+    message = error.get("message") or response.text[:300] or response.reason_phrase
+    return ServerError(f"{address}: HTTP {response.status_code}: {message}")
+
+
+def _redirect_error(address: str, response: httpx.Response, path: str) -> ServerError:
+    """A redirect of ``path`` (from the base URL), said with its target and the address
+    to set instead: following one could carry the conversation and the API key to
+    another host."""
+    location = response.headers.get("location", "").strip()
+    if not location:
+        return ServerError(f"{address} redirected {path} (HTTP {response.status_code}) without "
+                           f"saying where; Iris does not follow redirects, so set "
+                           f"model.base_url to the server's final address")
+    target = str(response.request.url.join(location))
+    final = target.split("?", 1)[0].split("#", 1)[0]
+    suggestion = f"{final[:-len(path)]}/v1" if path and final.endswith(path) else None
+    return ServerError(f"{address} redirected {path} to {target}; Iris does not follow "
+                       f"redirects, so set model.base_url to the final address"
+                       + (f" ({suggestion})" if suggestion else ""))
+
+
+def _read_some(response: httpx.Response, limit: int = 1 << 16) -> httpx.Response:
+    """``response`` with at most ``limit`` bytes of its body read (an error answer is
+    read for its message; a server cannot make that hold more)."""
+    data = bytearray()
+    try:
+        for chunk in decoded_chunks(response):
+            data += chunk
+            if len(data) >= limit:
+                break
+    except AnswerUndecodable:
+        pass  # the status alone says enough
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")}
+    return httpx.Response(response.status_code, headers=headers, content=bytes(data[:limit]),
+                          request=response.request)
+
+
+# ---------------------------------------------------------------------------
+# the shape of an answer
+
+_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false",
+          int: "a number", float: "a number", type(None): "null"}
+_WANTED = {dict: "an object", list: "a list", str: "a string", int: "a whole number"}
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in words ("a string")."""
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _obj(value: Any) -> dict:
+    """``value`` when it is a JSON object, else {} (a description field of another shape
+    is as good as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` when it is a positive whole number, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _answer_field(answer: Any, key: str, wanted: type, address: str, path: str) -> Any:
+    """``answer[key]`` when it is a ``wanted``; else ServerError saying what is wrong."""
+    if not isinstance(answer, dict):
+        what = f"the answer is {_kind(answer)}, not an object"
+    else:
+        value = answer.get(key)
+        if isinstance(value, wanted) and not isinstance(value, bool):
+            return value
+        what = f"'{key}' is missing" if value is None else (
+            f"'{key}' is {_kind(value)}, not {_WANTED[wanted]}")
+    raise ServerError(f"{address} answered {path} in a way Iris cannot read: {what}")
+
