@@ -54,8 +54,9 @@ from .bundled import (
     _remove_stale_partials,
     _write_sidecar,
 )
+from .errors import ModelError
 from .gguf import GGUFError, read_gguf_info
-from .model import ModelError, _install_llama_logging, _recent_llama_errors
+from .model import _install_llama_logging, _recent_llama_errors  # llama.cpp's log, captured once
 
 log = logging.getLogger("iris.runtime.embedder")
 

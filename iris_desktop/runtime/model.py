@@ -51,6 +51,7 @@ from iris_desktop.tokens import Message, continues_reply
 from .backends import load_backends
 from .chat_format import ChatFormat, select_chat_format
 from .cpu import physical_cores
+from .errors import ModelError, PromptTooLongError
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan, fewer, offload_from_log, plan_gpu
 from .library import is_base_model
@@ -77,27 +78,6 @@ __all__ = [
     "LocalModel",
     "ModelTokenCounter",
 ]
-
-
-class ModelError(Exception):
-    """A model file cannot be used. The message names the path and the reason."""
-
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
-        self.path = Path(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
-
-
-class PromptTooLongError(ValueError):
-    """The prompt does not fit the context window (nothing was evaluated)."""
-
-    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
-        self.prompt_tokens = prompt_tokens
-        self.n_ctx = n_ctx
-        super().__init__(
-            f"the prompt is {prompt_tokens} tokens but the context window is {n_ctx} "
-            f"(at least one token must be left to generate)"
-        )
 
 
 # ---------------------------------------------------------------------------
