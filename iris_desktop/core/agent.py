@@ -150,7 +150,11 @@ class Agent:
         if floor is not None:
             return ConversationTooLargeException(floor.removeprefix("conversation too large: "),
                                                  min_tokens(n_bytes), budget)
-        needed = self.planner.counter.count_message(message)
+        try:
+            needed = self.planner.counter.count_message(message)
+        except Exception:  # a counter that fails (a server's) fails the turn once stored
+            log.warning("could not count the new message before storing it", exc_info=True)
+            return None
         if needed <= budget:
             return None
         return ConversationTooLargeException(
