@@ -106,7 +106,7 @@ def missing_cpu_variants(toc: Iterable[tuple], installed: Iterable[str | os.Path
                   if cpu_variant(name) and f"{LLAMA_LIB_DIR}/{name}" not in shipped)
 
 
-#: modules the server backend imports (iris_desktop/runtime/remote.py): never excluded
+#: modules the server backend imports (iris_desktop/runtime/remote/): never excluded
 SERVER_BACKEND_MODULES = ["httpx", "httpcore", "h11", "anyio", "ssl", "_ssl", "idna", "certifi",
                           "keyring"]
 

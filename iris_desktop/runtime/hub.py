@@ -15,7 +15,7 @@ What is sent: the search text, the repository and file names, and the token when
 saved one (OS keyring, like a server's API key; it goes to the hub only: httpx drops it
 when the redirect leaves the hub's origin). The usual proxy variables (``HTTPS_PROXY``,
 ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) are honoured here, for people behind a
-proxy; a local model server (``remote.py``) stays proxy-free.
+proxy; a local model server (``runtime.remote``) stays proxy-free.
 
 A download (:func:`download`) goes to ``<models>/downloads/<org>/<repo>/<file>.gguf``,
 where the model library lists it under the source ``download``:
