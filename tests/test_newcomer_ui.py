@@ -8,8 +8,6 @@ that survives a crash, the export's file name)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -229,31 +227,17 @@ def test_an_imported_chat_shows_its_speakers_names(make_window, qtbot, tmp_path,
 # -- C. the smaller things ----------------------------------------------------------------
 
 
-class SlowReader(ScriptedRuntime):
-    """Reads its prompt to 21% and then waits for Stop: a long prompt being evaluated."""
-
-    def _stream(self, result, messages, max_tokens, cancel, deadline, progress=None):
-        from iris_desktop.runtime.protocol import GenerationStats
-
-        self.requests.append(messages)
-        total = 1000
-        if progress is not None:
-            progress(0, total)
-            progress(210, total)
-        self.started.set()
-        while cancel is not None and not cancel.is_set():
-            time.sleep(0.01)
-        result.stats = GenerationStats(total, 0, 210, 0, 0.0, 0.0, 0.0, "cancelled")
-        self.finished.append(result.stats)
-        return
-        yield
-
-
 def test_stop_while_the_prompt_is_read_leaves_no_progress_bar(make_window, qtbot):
-    runtime = SlowReader([])
+    from iris_desktop.core.events import PromptProgress
+
+    runtime = ScriptedRuntime([" ".join(f"w{i}" for i in range(400))], delay_s=0.02)
     window = make_window(runtime)
     window.composer.set_text("A question with a long prompt")
     qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.thread_id is not None and runtime.started.is_set(),
+                    timeout=10_000)
+    # the model reports how far it has read a long prompt (as llama.cpp does, mid-evaluation)
+    window.model.worker.turnEvent.emit(PromptProgress(window.thread_id, 210, 1000, 0, 2.0))
     qtbot.waitUntil(lambda: window.progress.isVisible() and "21%" in window.state_label.text(),
                     timeout=10_000)
     qtbot.mouseClick(window.composer.button, Qt.MouseButton.LeftButton)  # Stop

@@ -91,6 +91,12 @@ class Composer(QWidget):
         self.attach_button.setToolTip("Attach text files (or drop them here): plain text, "
                                       "Markdown, source code, CSV, JSON")
         self.attach_button.clicked.connect(self.choose_files)
+        self.edit.setAccessibleName("Message")
+        self.edit.setAccessibleDescription("Enter sends, Shift+Enter starts a new line, "
+                                           "Esc stops the reply")
+        self.button.setAccessibleName("Send")
+        self.attach_button.setAccessibleName("Attach files")
+        self.tokens.setAccessibleName("Draft size")
         self.generating = False
         self._can_send = True
         self.attachments: list[Attachment] = []
@@ -193,7 +199,11 @@ class Composer(QWidget):
             chip.setToolTip(f"{attachment.name}: {attachment.size:,} bytes, sent with the "
                             "message. Click to remove it.")
             chip.clicked.connect(lambda _=False, i=i: self.remove_attachment(i))
+            chip.setAccessibleName(f"Remove the attached file {attachment.name} ({size})")
             self.chips.insertWidget(i, chip)
+            QWidget.setTabOrder(self.edit if i == 0 else self.chips.itemAt(i - 1).widget(), chip)
+        if self.attachments:  # Tab: the message, its files, then Send
+            QWidget.setTabOrder(self.chips.itemAt(len(self.attachments) - 1).widget(), self.button)
         self.chips.parentWidget().setVisible(bool(self.attachments))
 
     def dragEnterEvent(self, event) -> None:
@@ -222,6 +232,7 @@ class Composer(QWidget):
     def set_generating(self, generating: bool) -> None:
         self.generating = generating
         self.button.setText("Stop" if generating else "Send")
+        self.button.setAccessibleName("Stop the reply" if generating else "Send")
         self.button.setToolTip("Stop generating (Esc)" if generating else "Send (Enter)")
         self._update_enabled()
 

@@ -73,12 +73,14 @@ class InspectorDock(QDockWidget):
         # a narrow dock scrolls its tabs rather than cut their names ("Compa…")
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)
         self.tabs.setUsesScrollButtons(True)
+        self.tabs.tabBar().setAccessibleName("Inspector pages")
 
         request_page = QWidget()
         self.request_label = QLabel("Open a thread to see its next request.")
         self.request_label.setWordWrap(True)
         self.request_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.request_table = _table(["#", "Role", "Turn", "State", "Tokens", "Content"])
+        self.request_table.setAccessibleName("Next request, message by message")
         layout = QVBoxLayout(request_page)
         layout.addWidget(self.request_label)
         layout.addWidget(self.request_table, 1)
@@ -87,9 +89,11 @@ class InspectorDock(QDockWidget):
         self.summaries = QTreeWidget()
         self.summaries.setHeaderLabels(["Summary", "Turns", "Tokens", "Path", "Created"])
         self.summaries.setWordWrap(True)
+        self.summaries.setAccessibleName("Summaries")
         self.tabs.addTab(self.summaries, "Summaries")
 
         self.events = _table([label for _, label in EVENT_COLUMNS])
+        self.events.setAccessibleName("Compaction events")
         self.tabs.addTab(self.events, "Compactions")
 
         # the chart stays in view under whichever table is open
@@ -103,11 +107,13 @@ class InspectorDock(QDockWidget):
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.setObjectName("inspector-splitter")
         # a short dock scrolls the chart and its legend rather than draw one over the other
-        chart_scroll = QScrollArea()
+        self.chart_scroll = chart_scroll = QScrollArea()
         chart_scroll.setObjectName("chart-scroll")
         chart_scroll.setWidgetResizable(True)
         chart_scroll.setFrameShape(QFrame.Shape.NoFrame)
         chart_scroll.setWidget(chart_box)
+        chart_scroll.setAccessibleName("Prompt tokens per request")
+        self.chart.setAccessibleName("Chart of prompt tokens per request")
         splitter.addWidget(self.tabs)
         splitter.addWidget(chart_scroll)
         splitter.setStretchFactor(0, 3)

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from iris_desktop.host import Host
 from iris_desktop.settings import SETTINGS, Settings, load_settings
+from iris_desktop.ui.accessibility import Announcer, name_controls
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
@@ -118,7 +119,9 @@ class MainWindow(QMainWindow):
         self.menus = Menus(s, self.menuBar(), host.paths, self.view, self.threads.search,
                            self.inspector, self.context.preview, self.context.limit_problems,
                            self)
+        self.announcer = Announcer(self.state_label, self)
         self._connect()
+        self._accessible()
         self.quit_box: QMessageBox | None = None
         self._quit_confirmed = False
         self._restore_state()
@@ -218,6 +221,21 @@ class MainWindow(QMainWindow):
                            ("load-model", m.choose_file), ("server", m.open_server),
                            ("reload-model", m.load)):
             self.menus.actions[name].triggered.connect(slot)
+
+    def _accessible(self) -> None:
+        """Names for screen readers, and Tab through every control in reading order:
+        the chats, the conversation, the message and its buttons, the meter, the
+        inspector."""
+        self.model.worker.turnEvent.connect(self.announcer.on_event)
+        self.welcome.setAccessibleName("Welcome")
+        self.inspector.setAccessibleName("Context inspector")
+        t, c, i = self.threads, self.composer, self.inspector
+        order = [t.new_button, t.search, t.list, self.view, c.edit, c.button, c.attach_button,
+                 self.meter, i.tabs.tabBar(), i.request_table, i.summaries, i.events,
+                 i.chart_scroll]
+        for before, after in zip(order, order[1:]):
+            QWidget.setTabOrder(before, after)
+        name_controls(self)
 
     def busy(self, text: str | None, fraction: float | None = None) -> None:
         """Show ``text`` with a bar in the status bar (busy, or ``fraction`` done); None

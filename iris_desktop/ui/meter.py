@@ -10,7 +10,7 @@ from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPalette, QPen
-from PySide6.QtWidgets import QSizePolicy, QWidget
+from PySide6.QtWidgets import QProgressBar, QSizePolicy, QWidget
 
 from iris_desktop.core.views import meter_parts, meter_tooltip, threshold_fraction, tokens
 
@@ -25,15 +25,27 @@ PART_COLORS = {
 }
 
 
-class BudgetMeter(QWidget):
-    """Stacked bar system | tools | summary | recall | history | draft | free, threshold marked."""
+class BudgetMeter(QProgressBar):
+    """Stacked bar system | tools | summary | recall | history | draft | free, threshold marked.
+
+    A progress bar to assistive technology (tokens used of the window, the parts in its
+    description), painted by itself; Tab reaches it so that it can be read."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.breakdown: dict[str, Any] | None = None
         self.estimated = False
+        self.setTextVisible(False)
+        self.setRange(0, 1)
+        self.setValue(0)
+        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+        self.setAccessibleName("Context budget")
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.setToolTip("Context budget: no request built yet")
+        self.setAccessibleDescription(self.toolTip())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(QFontMetrics(self.font()).horizontalAdvance("0") * 20, self.sizeHint().height())
 
     def sizeHint(self) -> QSize:
         fm = QFontMetrics(self.font())
@@ -46,6 +58,12 @@ class BudgetMeter(QWidget):
         self.estimated = estimated
         self.setToolTip(meter_tooltip(self.breakdown, estimated) if self.breakdown else
                         "Context budget: no request built yet")
+        b = self.breakdown or {"used": 0, "window": 1}
+        self.setRange(0, max(int(b["window"]), 1))
+        self.setValue(min(int(b["used"]), self.maximum()))
+        self.setAccessibleDescription(
+            (f"{tokens(b['used'])} of {tokens(b['window'])} tokens used. " if self.breakdown
+             else "") + self.toolTip())
         self.update()
 
     def parts(self):
@@ -58,7 +76,9 @@ class BudgetMeter(QWidget):
         fm = QFontMetrics(self.font())
         label_w = fm.horizontalAdvance("000,000 / 000,000") + 8
         bar = QRectF(1, 3, self.width() - label_w - 2, self.height() - 6)
-        painter.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
+        focused = self.hasFocus()  # reached with Tab: the bar is outlined in the focus colour
+        painter.setPen(QPen(pal.color(QPalette.ColorRole.Highlight if focused
+                                      else QPalette.ColorRole.Mid), 2 if focused else 1))
         painter.setBrush(pal.color(QPalette.ColorRole.Base))
         painter.drawRoundedRect(bar, 3, 3)
         if not self.breakdown:

@@ -16,6 +16,7 @@ from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
     QApplication,
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFrame,
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
+    QSlider,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -43,6 +45,7 @@ from iris_desktop.core.views import (
     tokens,
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
+from iris_desktop.ui.accessibility import keyboard_controls, name_controls
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.ui.settings_editors import make_editor
@@ -81,6 +84,14 @@ class SettingField(QWidget):
         self.hint = hint
         self.editor = make_editor(setting, value)
         self.editor.changed.connect(self.changed)
+        # each control says which setting it is; the help is its description
+        label = setting.label or field_label(setting)
+        controls = keyboard_controls(self.editor)
+        for control in controls:
+            control.setAccessibleName(control_name(control, label))
+            control.setAccessibleDescription(locked or field_hint(setting))
+        if controls:
+            self.title.setBuddy(controls[0])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 8)
         layout.setSpacing(2)
@@ -152,7 +163,9 @@ class SettingsDialog(QDialog):
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # scrolls rather than cut a name
         self.tabs.setUsesScrollButtons(True)
         for section, title, items in settings_sections():
-            self.tabs.addTab(self._page(section, items), PAGE_TITLES.get(section, title))
+            title = PAGE_TITLES.get(section, title)
+            self.tabs.addTab(self._page(section, title, items), title)
+        self.tabs.tabBar().setAccessibleName("Preferences pages")
 
         self.breakdown = QLabel("")
         self.breakdown.setWordWrap(True)
@@ -171,6 +184,7 @@ class SettingsDialog(QDialog):
         sentences.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         sentences.setWidget(self.breakdown)
         sentences.setMinimumHeight(self.fontMetrics().lineSpacing() * 3)
+        sentences.setAccessibleName("Token budget, in sentences")
         inner = QVBoxLayout(box)
         inner.addWidget(heading)
         inner.addWidget(self.meter)
@@ -184,6 +198,10 @@ class SettingsDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         self.apply_button.clicked.connect(self.apply)
+        self.ok_button.setAccessibleName("OK: apply and close")
+        self.apply_button.setAccessibleName("Apply")
+        self.buttons.button(QDialogButtonBox.StandardButton.Cancel).setAccessibleName(
+            "Cancel: close without applying")
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs, 3)
@@ -199,6 +217,7 @@ class SettingsDialog(QDialog):
         self._finished = False
         self.validate()
         self._request_preview()
+        name_controls(self)  # the rest (the tab bar's scroll buttons) from what they show
         self.fit_to_screen()
 
     def fit_to_screen(self) -> None:
@@ -212,7 +231,7 @@ class SettingsDialog(QDialog):
         if event.type() == QEvent.Type.FontChange:  # ui.font_size applied while open
             self.fit_to_screen()
 
-    def _page(self, section: str, items: list[Setting]) -> QWidget:
+    def _page(self, section: str, title: str, items: list[Setting]) -> QWidget:
         body = QWidget()
         layout = QVBoxLayout(body)
         if section == "ui":  # what "applies at once" means here
@@ -234,6 +253,7 @@ class SettingsDialog(QDialog):
             layout.addWidget(line)
         restore = QPushButton("Restore defaults")
         restore.setObjectName(f"restore-{section}")
+        restore.setAccessibleName(f"Restore the defaults of {title}")
         restore.clicked.connect(lambda: self.restore_defaults(section))
         row = QHBoxLayout()
         row.addStretch(1)
@@ -244,6 +264,7 @@ class SettingsDialog(QDialog):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(body)
+        scroll.setAccessibleName(f"{title} settings")
         return scroll
 
     # -- state --
@@ -346,6 +367,18 @@ class SettingsDialog(QDialog):
             self._take_back_look()
         self._finished = True
         super().done(result)
+
+
+def control_name(control: QWidget, label: str) -> str:
+    """A setting's control, named for a screen reader: the setting's label, and for a
+    slider, a check box of a list or a button, what it is besides."""
+    if isinstance(control, QSlider):
+        return f"{label} (slider)"
+    if isinstance(control, QCheckBox) and control.text() != "Enabled":
+        return f"{label}: {control.text()}"
+    if isinstance(control, QPushButton):
+        return f"{control.text().rstrip('…')} ({label})"
+    return label
 
 
 def sum_sentence(b: Breakdown) -> str:

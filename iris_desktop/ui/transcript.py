@@ -60,6 +60,10 @@ class TranscriptView(QListView):
         self.transcript.dataChanged.connect(self._entries_changed)
         self.transcript.modelAboutToBeReset.connect(self._forget_text)
         self.placeholder = "Start a conversation: type below and press Enter."
+        self.setAccessibleName("Conversation")
+        self.setAccessibleDescription("The messages of this chat; Home and End go to the "
+                                      "first and the newest, the context menu has each "
+                                      "message's actions")
         self.edit_dialog: EditDialog | None = None
         self._follow = True
         self._relayout = QTimer(self, singleShot=True, interval=0)

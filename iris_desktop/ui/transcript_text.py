@@ -52,6 +52,8 @@ class MessageText(QTextEdit):
         palette.setColor(QPalette.ColorRole.Base, QColor(0, 0, 0, 0))
         self.setPalette(palette)
         self.setDocument(doc)
+        self.setAccessibleName(f"Text of the message from {entry.speaker}"
+                               if entry.kind == "message" else "Text of the card")
 
     def copy(self) -> None:
         """The selection, or the whole message when nothing is selected."""
