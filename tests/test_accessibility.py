@@ -175,3 +175,198 @@ def test_a_reply_an_error_and_a_compaction_are_announced(window, qtbot):
                             first_turn=1, last_turn=2)
     w.model.worker.turnEvent.emit(CompactionFinished(w.thread_id, event))
     qtbot.waitUntil(lambda: said[-1][0].startswith("Compacted (tokens, extractive)"), timeout=5_000)
+
+
+# -- read through AT-SPI, as a screen reader does ---------------------------------------------
+
+#: the window, driven from inside: ready, then (when the reader says go) a reply, Compact
+#: now, and a turn that fails; it quits when the reader is done
+AT_SPI_APP = r'''
+import sys
+from pathlib import Path
+
+work = Path(sys.argv[1])
+sys.path.insert(0, sys.argv[2])  # tests/: the scripted runtime
+from PySide6.QtCore import QTimer
+from iris_desktop.host import Host
+from iris_desktop.ui.app import application
+from iris_desktop.ui.main_window import main_window
+from fakes import ScriptedRuntime
+
+app = application()
+host = Host(work / "data", {"context.recall_semantic": "false", "context.summarizer": "extractive"},
+            runtime=ScriptedRuntime(["Paris is the capital of France.", ValueError("it broke")]),
+            compact=True)
+window = main_window(host)
+window.show()
+window.inspector.show()
+steps = ["wait model", "wait go", "reply", "compact", "fail", "done"]
+
+def tick():
+    step = steps[0]
+    if step == "wait model" and window.model_state == "ready":
+        window.preferences()
+        (work / "ready").write_text("ready")
+    elif step == "wait go" and (work / "go").exists():
+        pass
+    elif step == "reply" and not window.generating:
+        window.send("What is the capital of France?")
+    elif step == "compact" and not window.generating:
+        window.menus.actions["compact-now"].trigger()
+    elif step == "fail" and not window.generating:
+        window.send("And of Spain?")
+    elif step == "done":
+        if (work / "quit").exists():
+            app.quit()
+        return
+    else:
+        return
+    steps.pop(0)
+
+timer = QTimer()
+timer.timeout.connect(tick)
+timer.start(200)
+QTimer.singleShot(90_000, app.quit)
+app.exec()
+window.shutdown()
+host.close()
+'''
+
+#: the screen reader's side (the system's Python with pyatspi): every focusable object
+#: shown in the window and its dialogs, with role, name and labels; then the
+#: announcements heard after "go"
+AT_SPI_READER = r'''
+import json, sys, time
+from pathlib import Path
+import pyatspi
+from gi.repository import GLib
+
+work = Path(sys.argv[1])
+out = {"apps": [], "controls": {}, "announcements": []}
+
+def heard(event):
+    out["announcements"].append({"text": str(event.any_data), "politeness": event.detail1})
+    if len(out["announcements"]) >= 3:
+        GLib.timeout_add(500, loop.quit)
+
+pyatspi.Registry.registerEventListener(heard, "object:announcement")
+deadline = time.time() + 60
+while not (work / "ready").exists() and time.time() < deadline:
+    time.sleep(0.2)
+time.sleep(1.5)
+desktop, iris = pyatspi.Registry.getDesktop(0), None
+for _ in range(50):
+    apps = [desktop.getChildAtIndex(i) for i in range(desktop.childCount)]
+    out["apps"] = [a.name for a in apps if a is not None]
+    iris = next((a for a in apps if a is not None and a.name == "Iris Desktop"), None)
+    if iris is not None:
+        break
+    time.sleep(0.2)
+
+def walk(node, found, depth=0):
+    if node is None or depth > 80:
+        return
+    states = node.getState()
+    if states.contains(pyatspi.STATE_FOCUSABLE) and states.contains(pyatspi.STATE_SHOWING):
+        labelled = [r for r in node.getRelationSet()
+                    if r.getRelationType() == pyatspi.RELATION_LABELLED_BY]
+        found.append({"role": node.getRoleName(), "name": node.name,
+                      "description": node.description, "labelled": bool(labelled)})
+    for i in range(node.childCount):
+        walk(node.getChildAtIndex(i), found, depth + 1)
+
+if iris is not None:
+    for i in range(iris.childCount):
+        top = iris.getChildAtIndex(i)
+        found = []
+        walk(top, found)
+        out["controls"][f"{top.getRoleName()}: {top.name}"] = found
+(work / "go").write_text("go")
+loop = GLib.MainLoop()
+GLib.timeout_add(30_000, loop.quit)
+loop.run()
+(work / "quit").write_text("quit")
+(work / "result.json").write_text(json.dumps(out, indent=1))
+'''
+
+AT_SPI_RUN = r'''
+work=$1; repo=$2; python=$3
+/usr/libexec/at-spi-bus-launcher --launch-immediately &
+launcher=$!
+sleep 1
+QT_QPA_PLATFORM=xcb QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1 QT_ACCESSIBILITY=1 PYTHONPATH=$repo \
+    "$python" "$work/app.py" "$work" "$repo/tests" > "$work/app.log" 2>&1 &
+app=$!
+/usr/bin/python3 "$work/reader.py" "$work" > "$work/reader.log" 2>&1
+wait $app
+kill $launcher 2>/dev/null
+'''
+
+#: roles that name no control: a control reported with one of them is a bug
+NO_ROLES = {"unknown", "invalid", "redundant object", "extended"}
+
+
+def at_spi_missing() -> str | None:
+    """Why an AT-SPI session cannot be run here, or None."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    for tool in ("xvfb-run", "dbus-run-session"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian: xvfb, dbus)"
+    if not Path("/usr/libexec/at-spi-bus-launcher").exists():
+        return "at-spi2-core is not installed (no /usr/libexec/at-spi-bus-launcher)"
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import pyatspi"], capture_output=True)
+    if probe.returncode:
+        return "the system's Python has no pyatspi (Debian: python3-pyatspi)"
+    return None
+
+
+def test_a_screen_reader_finds_names_and_roles_and_hears_the_announcements(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    missing = at_spi_missing()
+    if missing:
+        pytest.skip(f"no AT-SPI session: {missing}")
+    for name, text in (("app.py", AT_SPI_APP), ("reader.py", AT_SPI_READER), ("run.sh", AT_SPI_RUN)):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run(["xvfb-run", "-a", "dbus-run-session", "--", "bash", str(tmp_path / "run.sh"),
+                    str(tmp_path), str(repo), sys.executable], timeout=150, capture_output=True)
+    result = tmp_path / "result.json"
+    logs = "\n".join((tmp_path / n).read_text(errors="replace")[-1500:]
+                     for n in ("app.log", "reader.log") if (tmp_path / n).exists())
+    if not result.exists():
+        pytest.skip(f"the AT-SPI bus could not be started or read: {logs}")
+    out = json.loads(result.read_text())
+    if "Iris Desktop" not in out["apps"]:
+        pytest.skip(f"the window never reached the AT-SPI registry: {out['apps']}; {logs}")
+    tops = out["controls"]
+    assert any(top.startswith("frame: Iris Desktop") for top in tops), tops.keys()
+    assert "dialog: Preferences" in tops, tops.keys()
+    bad = []
+    for top, controls in tops.items():
+        for control in controls:
+            # a combo box's name is its value on Linux: it is labelled by its setting's label
+            named = control["name"].strip() or (control["role"] == "combo box"
+                                                and control["labelled"])
+            if not named or control["role"] in NO_ROLES:
+                bad.append(f"{top}: {control}")
+    assert bad == []
+    found = {c["name"] for controls in tops.values() for c in controls}
+    assert {"Message", "Send", "Search chats", "Chats", "Context budget", "Next request, "
+            "message by message", "Context window", "OK: apply and close"} <= found
+    roles = {c["name"]: c["role"] for controls in tops.values() for c in controls}
+    assert roles["Context budget"] == "progress bar" and roles["Chats"] == "list"
+    assert roles["Context window"] == "spin button" and roles["Message"] == "text"
+    heard = out["announcements"]
+    texts = [h["text"] for h in heard]
+    assert any(t == "Iris replied: Paris is the capital of France." for t in texts), heard
+    assert any(t.startswith("Compaction") or t.startswith("Compacted") for t in texts), heard
+    failed = [h for h in heard if h["text"].startswith("Iris could not answer")]
+    assert failed and failed[0]["politeness"] == 2, heard  # assertive: ATSPI_LIVE_ASSERTIVE
+    assert all(h["politeness"] == 1 for h in heard if h not in failed), heard  # polite

@@ -73,6 +73,7 @@ class InspectorDock(QDockWidget):
         # a narrow dock scrolls its tabs rather than cut their names ("Compa…")
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)
         self.tabs.setUsesScrollButtons(True)
+        self.tabs.setAccessibleName("Inspector pages")
         self.tabs.tabBar().setAccessibleName("Inspector pages")
 
         request_page = QWidget()

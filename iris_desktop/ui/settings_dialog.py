@@ -165,6 +165,7 @@ class SettingsDialog(QDialog):
         for section, title, items in settings_sections():
             title = PAGE_TITLES.get(section, title)
             self.tabs.addTab(self._page(section, title, items), title)
+        self.tabs.setAccessibleName("Preferences pages")
         self.tabs.tabBar().setAccessibleName("Preferences pages")
 
         self.breakdown = QLabel("")
