@@ -71,7 +71,8 @@ class DownloadDialog(QDialog):
     useModel = Signal(str)
     downloaded = Signal(str)
 
-    def __init__(self, hub_url: str, models_dir: Path, n_ctx: int, parent: QWidget | None = None):
+    def __init__(self, hub_url: str, models_dir: Path, n_ctx: int, parent: QWidget | None = None,
+                 recommended: tuple[str, str] | None = None):
         super().__init__(parent)
         self.setWindowTitle("Download a model")
         self.setObjectName("download")
@@ -79,6 +80,7 @@ class DownloadDialog(QDialog):
         self.models_dir = Path(models_dir)
         self.n_ctx = n_ctx
         self.memory = system_memory_bytes()
+        self.recommended = recommended  # (repo, file) of runtime.recommend's pick, marked in the list
         self.calls = HubCalls(self)
         self.calls.progressed.connect(self.show_progress)
         self.cancel: threading.Event | None = None
@@ -175,10 +177,11 @@ class DownloadDialog(QDialog):
         for rec in RECOMMENDED:
             size = self.sizes.get((rec.repo, rec.file))
             estimate = rec.memory_estimate_bytes(self.n_ctx, size)
+            mark = " · Recommended for this computer" if (rec.repo, rec.file) == self.recommended else ""
             rows.append({"repo": rec.repo, "file": rec.file, "size": size or rec.size_bytes,
                          "cells": [rec.title, rec.file, rec.quantization or "–",
                                    gb(size or rec.size_bytes, about=size is None),
-                                   tokens(rec.context_length), gb(estimate), fits_text(estimate, self.memory),
+                                   tokens(rec.context_length), gb(estimate), fits_text(estimate, self.memory) + mark,
                                    rec.license],
                          "tip": f"{rec.repo} · {rec.parameters} parameters",
                          "about": f"{rec.title} ({rec.parameters} parameters, {rec.repo}): {rec.note}."})

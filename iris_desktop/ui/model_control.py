@@ -23,6 +23,7 @@ from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.download_dialog import DownloadDialog
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
 from iris_desktop.ui.models_dialog import ModelsDialog
+from iris_desktop.ui.recommend_card import RecommendCard, RecommendControl
 from iris_desktop.ui.server_dialog import ServerDialog, forget_send_confirmation
 
 
@@ -57,6 +58,9 @@ class ModelControl(QObject):
         self.load_text = LOAD_STAGES["loading"]
         model.worker.loadProgress.connect(self.progress)
         model.worker.loading.connect(self._load_stage)
+        #: the welcome panel's recommendation (its card, when the window has one), and
+        #: Model ▸ Download…'s "Recommended for this computer"
+        self.recommend = RecommendControl(parent.findChild(RecommendCard), app_state, paths, self.use_file, self)
 
     @property
     def state(self) -> str:
@@ -176,7 +180,8 @@ class ModelControl(QObject):
         if self.downloads is None:
             settings = self.app_state.settings
             dialog = DownloadDialog(settings["models.hub_url"], self.paths.models_dir,
-                                    settings["model.n_ctx"], self.parent_widget)
+                                    settings["model.n_ctx"], self.parent_widget,
+                                    recommended=self.recommend.recommended_file())
             dialog.useModel.connect(self.use_file)
             dialog.downloaded.connect(lambda _path: self.library is not None and self.refresh_library())
             dialog.finished.connect(lambda _result: setattr(self, "downloads", None))

@@ -1,5 +1,6 @@
 """The welcome panel: what an empty window shows instead of a bare placeholder — what
-Iris is, where the model runs, how to read the budget meter, and example prompts that
+Iris is, where the model runs (and, while it is the small bundled one, a larger model for
+this computer: ``recommend_card``), how to read the budget meter, and example prompts that
 go into the composer (never sent by themselves).
 
 ``WelcomeControl`` shows it while no thread is open and the transcript is empty (the
@@ -14,6 +15,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QFrame,
+    QHBoxLayout,
     QLabel,
     QPushButton,
     QScrollArea,
@@ -25,6 +27,7 @@ from PySide6.QtWidgets import (
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.meter import PART_COLORS
+from iris_desktop.ui.recommend_card import RecommendCard
 from iris_desktop.ui.transcript import TranscriptView
 
 #: prompts the bundled model (a small coding model) answers well
@@ -97,7 +100,10 @@ class WelcomePanel(QScrollArea):
         self.text.setWordWrap(True)
         self.text.setTextFormat(Qt.TextFormat.RichText)
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        #: a larger model for this computer, one click away (the model control drives it)
+        self.recommend = RecommendCard()
         column.addWidget(self.title)
+        column.addWidget(self.recommend)
         column.addWidget(self.text)
         column.addWidget(QLabel("<b>Try one</b> (it goes into the message box; press Enter "
                                 "to send it):"))
@@ -113,9 +119,11 @@ class WelcomePanel(QScrollArea):
         column.addStretch(1)
         body.setMaximumWidth(body.fontMetrics().horizontalAdvance("0") * 96)
         outer = QWidget()
-        row = QVBoxLayout(outer)
+        row = QHBoxLayout(outer)  # centred by stretches: an aligned widget gets no height for its width
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(body, 0, Qt.AlignmentFlag.AlignHCenter)
+        row.addStretch(1)
+        row.addWidget(body, 100)
+        row.addStretch(1)
         self.setWidget(outer)
 
 
