@@ -35,6 +35,7 @@ from iris_desktop.core.engine import ConversationTooLargeException  # noqa: E402
 from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
@@ -72,7 +73,7 @@ def overlap(a: str, b: str) -> float:
 
 
 def greedy(model: LocalModel, messages: list[dict], tokens: int) -> tuple[str, list[int], object]:
-    generation = model.stream(messages, max_tokens=tokens, temperature=0.0)
+    generation = model.stream(GenerationRequest(messages, max_tokens=tokens, temperature=0.0))
     text = generation.text()
     return text, model.tokenize(text, special=False), generation.stats
 

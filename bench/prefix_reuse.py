@@ -54,6 +54,7 @@ from iris_desktop.core.config import ContextParams  # noqa: E402
 from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
@@ -78,7 +79,7 @@ def turns_of(messages: list[dict]) -> list[tuple[dict, dict | None]]:
 
 
 def one_token(model: LocalModel, messages: list[dict]):
-    generation = model.stream(messages, max_tokens=1, temperature=0.0)
+    generation = model.stream(GenerationRequest(messages, max_tokens=1, temperature=0.0))
     generation.text()
     return generation.stats
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.core.config import ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
@@ -44,7 +45,7 @@ QUESTION = {"role": "user", "content": "Thanks! Could you sum up in one sentence
 
 
 def first_token(model: LocalModel, messages: list[dict]):
-    generation = model.stream(messages, max_tokens=1, temperature=0.0)
+    generation = model.stream(GenerationRequest(messages, max_tokens=1, temperature=0.0))
     generation.text()
     return generation.stats
 

@@ -22,6 +22,7 @@ from iris_desktop.core.config import ContextParams  # noqa: E402
 from iris_desktop.core.events import CompactionFinished  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
@@ -62,7 +63,7 @@ def main() -> None:
             before = [e.event for e in compactor.before_request(thread)
                       if isinstance(e, CompactionFinished)]
             request = planner.plan(store, thread)
-            generation = model.stream(request.messages, max_tokens=1, temperature=0.0)
+            generation = model.stream(GenerationRequest(request.messages, max_tokens=1, temperature=0.0))
             generation.text()
             stats = generation.stats
             store.add_request(thread, {

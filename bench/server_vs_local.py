@@ -35,6 +35,7 @@ from iris_desktop.core.config import (
 )
 from iris_desktop.core.planner import Planner  # noqa: E402
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_compactor  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
@@ -78,7 +79,7 @@ def replay(runtime, pairs, window: int, label: str) -> list[dict]:
             store.add_message(thread, user)
             list(compactor.before_request(thread))
             request = planner.plan(store, thread)
-            generation = runtime.stream(request.messages, max_tokens=1, temperature=0.0)
+            generation = runtime.stream(GenerationRequest(request.messages, max_tokens=1, temperature=0.0))
             generation.text()
             stats = generation.stats
             store.add_request(thread, {"prompt_tokens": stats.prompt_tokens,

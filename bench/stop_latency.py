@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
@@ -54,7 +55,7 @@ def one_try(model: LocalModel, messages: list[dict], kind: str, delay: float) ->
         threading.Thread(target=press, daemon=True).start()
     started = time.perf_counter()
     if kind == "chat":
-        generation = model.stream(messages, max_tokens=4, cancel=cancel)
+        generation = model.stream(GenerationRequest(messages, max_tokens=4, cancel=cancel))
         generation.text()
         evaluated = generation.stats.evaluated_tokens
     elif kind == "warm-up":
@@ -62,7 +63,7 @@ def one_try(model: LocalModel, messages: list[dict], kind: str, delay: float) ->
     else:  # a deadline, as the summary's timeout sets it
         pressed.append(started + delay)
         evaluated_at_stop.append(-1)
-        generation = model.stream(messages, max_tokens=4, deadline=time.monotonic() + delay)
+        generation = model.stream(GenerationRequest(messages, max_tokens=4, deadline=time.monotonic() + delay))
         generation.text()
         evaluated = generation.stats.evaluated_tokens
     ended = time.perf_counter()

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import load_runtime  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
@@ -248,7 +249,7 @@ def prompt_of(model, tokens: int, nonce: str) -> list[dict]:
 
 def iris_pp(model, messages: list[dict], temperature: float) -> float:
     model.llm.reset()  # cold: the whole prompt is evaluated (the nonce makes sure)
-    generation = model.stream(messages, max_tokens=1, temperature=temperature)
+    generation = model.stream(GenerationRequest(messages, max_tokens=1, temperature=temperature))
     generation.text()
     stats = generation.stats
     if stats.evaluated_tokens < stats.prompt_tokens - 64:
@@ -260,7 +261,8 @@ def iris_tg(model, messages: list[dict], n: int, temperature: float, seed: int) 
     """A reply at the app's temperature; one that ends before n/2 tokens is asked again
     with the next seed (at most 5 times), so the rate is over a real stretch of tokens."""
     for attempt in range(5):
-        generation = model.stream(messages, max_tokens=n, temperature=temperature, seed=seed * 5 + attempt)
+        generation = model.stream(GenerationRequest(messages, max_tokens=n, temperature=temperature,
+                                                    seed=seed * 5 + attempt))
         generation.text()
         if generation.stats.completion_tokens >= max(2, n // 2):
             break

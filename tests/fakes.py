@@ -12,10 +12,10 @@ import threading
 import time
 from pathlib import Path
 
+from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.runtime.protocol import (
     Capabilities,
     Generation,
-    GenerationStats,
     KVState,
     ModelFacts,
     Prefill,
@@ -85,11 +85,10 @@ class ScriptedRuntime:
     def render_prompt(self, messages) -> str:
         return json.dumps(messages, ensure_ascii=False)
 
-    def stream(self, messages, *, max_tokens, temperature=0.7, cancel=None, json_schema=None,
-               response_format=None, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
-               seed=None, stop=None, tools=None, deadline=None, progress=None) -> Generation:
-        return Generation(lambda result: self._stream(result, messages, max_tokens, cancel,
-                                                      deadline, progress))
+    def stream(self, request: GenerationRequest) -> Generation:
+        return Generation(lambda result: self._stream(
+            result, request.messages, request.max_tokens, request.cancel, request.deadline,
+            request.progress))
 
     def _stream(self, result, messages, max_tokens, cancel, deadline, progress=None):
         self.requests.append(messages)

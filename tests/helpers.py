@@ -8,6 +8,7 @@ from iris_desktop.core.compaction import CompactionEvent, Compactor
 from iris_desktop.core.config import CompactionSettings, ContextParams
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.tokens import TokenCounter
 
 
@@ -34,7 +35,7 @@ def compact_while_due(compactor: Compactor, thread_id: int, limit: int = 12
 
 def complete(model: Any, messages: list[dict], **kw: Any) -> tuple[str, Any]:
     """The whole reply and its statistics (a Generation, read to its end)."""
-    generation = model.stream(messages, **kw)
+    generation = model.stream(GenerationRequest(messages, **kw))
     return generation.text(), generation.stats
 
 

@@ -200,9 +200,9 @@ def test_native_tool_templates_get_the_definitions(fresh_store, folder):
         def tool_tokens(self, tools):
             return 123
 
-        def stream(self, messages, *, tools=None, **kw):
-            self.tools_seen.append(tools)
-            return super().stream(messages, **kw)
+        def stream(self, request):
+            self.tools_seen.append(request.tools)
+            return super().stream(request)
 
     runtime = NativeRuntime([call("read_file", path="notes.txt"), "done"])
     agent = build_agent(planner_for(runtime, ContextParams(window=8192, system_prompt="S"), folder),

@@ -16,6 +16,7 @@ from PySide6.QtGui import QPalette  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from iris_desktop.core.store import Store  # noqa: E402
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.settings import SETTINGS  # noqa: E402
 from iris_desktop.ui.main_window import default_geometry, fit_geometry, main_window  # noqa: E402
@@ -400,5 +401,5 @@ def test_a_cancelled_prefill_logs_no_error(real_model, caplog):
     loud = [r.getMessage() for r in llama if r.levelno >= logging.WARNING]
     assert loud == []
     # the model still answers after the aborted decode
-    assert real_model.stream([{"role": "user", "content": "Hi"}], max_tokens=2,
-                             temperature=0).text()
+    assert real_model.stream(GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=2,
+                             temperature=0)).text()

@@ -14,6 +14,7 @@ from iris_desktop.core.events import CompactionFinished, CompactionStarted
 from iris_desktop.core.records import said_from_row
 from iris_desktop.core.store import Store, row_to_message
 from iris_desktop.core.summary import FIELDS, ConversationSummary, SummaryInvalid, close_cut_json
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
@@ -355,10 +356,10 @@ def test_real_model_produces_structured_json(real_model, fresh_store):
     compactor = compactor_for(fresh_store, real_model.counter(), params(8192),
                               CompactionSettings(summary_max_tokens=64), runtime=real_model)
     text = "".join(real_model.stream(
-        [{"role": "system", "content": "Summarize as JSON."},
+        GenerationRequest([{"role": "system", "content": "Summarize as JSON."},
          {"role": "user", "content": "User: I moved to Lisbon in May 2023.\nAssistant: Nice!"}],
         max_tokens=600, temperature=0.0, repeat_penalty=1.15, json_schema=__import__(
-            "iris_desktop.core.summary", fromlist=["JSON_SCHEMA"]).JSON_SCHEMA))
+            "iris_desktop.core.summary", fromlist=["JSON_SCHEMA"]).JSON_SCHEMA)))
     data = json.loads(text)
     assert set(FIELDS) <= set(data)
     event = compactor.compact(thread, "manual")

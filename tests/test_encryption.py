@@ -23,6 +23,7 @@ pytest.importorskip("sqlcipher3")
 from iris_desktop.cli import main  # noqa: E402
 from iris_desktop.core.store import Store, StoreError, open_store, quick_check  # noqa: E402
 from iris_desktop.core.store.cipher import HEADER, Key, is_encrypted  # noqa: E402
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.runtime.kv_store import SEALED, KVStateStore  # noqa: E402
 from iris_desktop.runtime.protocol import Capabilities, KVState  # noqa: E402
@@ -429,7 +430,7 @@ def test_turning_encryption_on_deletes_the_plain_kv_states(monkeypatch, tmp_path
 
 def test_a_state_file_of_the_other_kind_is_never_restored(tmp_path):
     runtime = KVScripted(["x"])
-    list(runtime.stream([{"role": "user", "content": PHRASE}], max_tokens=5))
+    list(runtime.stream(GenerationRequest([{"role": "user", "content": PHRASE}], max_tokens=5)))
     plain = KVStateStore(tmp_path, 2**20)
     sealed = KVStateStore(tmp_path, 2**20, secret=bytes(range(32)))
     other = KVStateStore(tmp_path, 2**20, secret=bytes(32))

@@ -16,6 +16,7 @@ import pytest
 
 from iris_desktop import settings as S
 from iris_desktop.cli import main
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime import model as M
 from iris_desktop.runtime.gguf import read_gguf_info
 from iris_desktop.runtime.gpu import (
@@ -385,8 +386,9 @@ def test_a_gpu_that_disagrees_with_the_cpu_is_switched_off_and_remembered(model_
                                            "'<13>'); it stays off for Iris until its driver changes")
         assert model.describe().device == "CPU" and model.describe().device_notice == model.gpu.reason
         assert "checking" in stages and fake_runs == {"cpu": 1, "gpu": 1, "agree": False}
-        assert "Paris" in "".join(model.stream([{"role": "user", "content": "What is the capital of France? "
-                                                 "One word."}], max_tokens=8, temperature=0))
+        assert "Paris" in "".join(model.stream(GenerationRequest(
+            [{"role": "user", "content": "What is the capital of France? "
+                                                 "One word."}], max_tokens=8, temperature=0)))
     finally:
         model.close()
     assert json.loads(record.read_text())["checks"]["Fake GeForce|550.1"]["agrees"] is False
@@ -494,8 +496,9 @@ def test_the_bundled_model_runs_on_the_gpu_and_answers(model_path, tmp_path):
     model = LocalModel.load(model_path, n_ctx=2048, gpu="auto", gpu_checks=tmp_path / "checks.json")
     try:
         assert model.gpu.describe().startswith("GPU: ") and model.gpu.layers == model.gpu.total_layers
-        reply = "".join(model.stream([{"role": "user", "content": "What is the capital of France? One word."}],
-                                     max_tokens=8, temperature=0))
+        reply = "".join(model.stream(GenerationRequest(
+            [{"role": "user", "content": "What is the capital of France? One word."}],
+                                     max_tokens=8, temperature=0)))
         assert "Paris" in reply
     finally:
         model.close()
@@ -507,8 +510,9 @@ def test_a_partial_split_loads_and_answers(model_path):
     model = LocalModel.load(model_path, n_ctx=2048, gpu=10)
     try:
         assert model.gpu.describe().endswith("· 10/25 layers")
-        reply = "".join(model.stream([{"role": "user", "content": "What is the capital of France? One word."}],
-                                     max_tokens=8, temperature=0))
+        reply = "".join(model.stream(GenerationRequest(
+            [{"role": "user", "content": "What is the capital of France? One word."}],
+                                     max_tokens=8, temperature=0)))
         assert "Paris" in reply
     finally:
         model.close()

@@ -33,6 +33,7 @@ import pytest
 from iris_desktop.core.config import AgentConfig, ContextParams
 from iris_desktop.core.events import TurnFailed
 from iris_desktop.core.planner import Planner
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_agent
 from iris_desktop.runtime import hub, remote  # remote.test_connection: pytest would collect the name
 from iris_desktop.runtime.hub import HubClient, HubError, download, download_record, download_target
@@ -144,7 +145,8 @@ def test_a_calibration_that_trickles_does_not_hold_connect(caplog):
             elapsed = time.monotonic() - started
             assert elapsed < TIMEOUT_S + 3, elapsed
             assert runtime.counter().factor == remote.UNCALIBRATED_FACTOR
-            assert runtime.stream([{"role": "user", "content": "hi"}], max_tokens=8).text() == "Hello, world"
+            hi = GenerationRequest([{"role": "user", "content": "hi"}], max_tokens=8)
+            assert runtime.stream(hi).text() == "Hello, world"
     assert "could not calibrate the token estimate" in caplog.text
     assert "did not finish answering /v1/chat/completions within 1 s" in caplog.text
 
@@ -156,7 +158,7 @@ def test_a_compressed_stream_cannot_balloon_past_the_line_limit():
     with misbehaving(mode="gzip_bomb", bomb_bytes=BOMB, max_bytes=BOMB, hold_s=20) as server, \
             RemoteRuntime.connect(server.base_url, idle_timeout_s=2.0, start_timeout_s=4.0) as runtime:
         with Peak() as peak, pytest.raises(ServerError) as raised:
-            runtime.stream([{"role": "user", "content": "hi"}], max_tokens=8).text()
+            runtime.stream(GenerationRequest([{"role": "user", "content": "hi"}], max_tokens=8)).text()
     message = str(raised.value)
     assert f"sent a line longer than {MAX_LINE_BYTES >> 20} MiB" in message and one_sentence(message)
     assert peak.elapsed < CEILING_S and peak.bytes < PEAK_BYTES, (peak.elapsed, peak.bytes)

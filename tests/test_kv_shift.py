@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime.model import SHIFT_MIN_TOKENS, LocalModel, moved_run
 
 SYSTEM = {"role": "system", "content": "You are Iris, a helpful assistant."}
@@ -96,7 +97,7 @@ def test_after_a_compaction_only_the_summary_and_the_message_are_evaluated(shift
         before, after, summary_tokens, message_tokens = compacted(model)
         model.llm.reset()
         model.prefill(before).run()
-        generation = model.stream(after, max_tokens=8, temperature=0)
+        generation = model.stream(GenerationRequest(after, max_tokens=8, temperature=0))
         reply = generation.text()
         stats = generation.stats
         assert stats.prompt_tokens == model.count_prompt(after)
@@ -114,7 +115,7 @@ def test_after_a_compaction_only_the_summary_and_the_message_are_evaluated(shift
         assert cached[:len(model.prompt_tokens(after))] == model.prompt_tokens(after)
         nxt = [*after, {"role": "assistant", "content": reply},
                {"role": "user", "content": "Thanks!"}]
-        again = model.stream(nxt, max_tokens=1, temperature=0)
+        again = model.stream(GenerationRequest(nxt, max_tokens=1, temperature=0))
         again.text()
         assert again.stats.evaluated_tokens <= 24
 
@@ -126,7 +127,7 @@ def test_a_warm_up_after_a_compaction_evaluates_only_the_summary(shifting):
     warm = shifting.prefill(after[:-1]).run()  # the app warms the new prefix up
     assert 0 < warm.evaluated_tokens <= summary_tokens and not warm.stopped
     assert warm.reused_tokens == warm.prompt_tokens - warm.evaluated_tokens
-    send = shifting.stream(after, max_tokens=1, temperature=0)
+    send = shifting.stream(GenerationRequest(after, max_tokens=1, temperature=0))
     send.text()
     # the message (the warm-up's generation prompt may share its first token)
     assert message_tokens - 3 <= send.stats.evaluated_tokens <= message_tokens
@@ -143,7 +144,7 @@ def test_a_warm_up_stopped_during_the_summary_leaves_a_usable_cache(shifting):
     stopped = shifting.prefill(after[:-1], cancel=stop).run()
     assert stopped.stopped and stopped.evaluated_tokens <= summary_tokens
     # the scratch sequence is empty and the cache a prefix of the prompt: a full answer works
-    generation = shifting.stream(after, max_tokens=4, temperature=0)
+    generation = shifting.stream(GenerationRequest(after, max_tokens=4, temperature=0))
     generation.text()
     stats = generation.stats
     assert stats.finish_reason in {"stop", "length"}
@@ -161,7 +162,7 @@ def test_a_parked_tail_is_dropped_when_the_next_prompt_is_another(shifting):
     stop.set()
     assert shifting.prefill(after[:-1], cancel=stop).run().stopped
     other = [SYSTEM, {"role": "user", "content": "Something else entirely, please."}]
-    generation = shifting.stream(other, max_tokens=2, temperature=0)
+    generation = shifting.stream(GenerationRequest(other, max_tokens=2, temperature=0))
     generation.text()
     assert generation.stats.evaluated_tokens + generation.stats.reused_tokens == generation.stats.prompt_tokens
     assert shifting.kv_tokens()[:generation.stats.prompt_tokens] == shifting.prompt_tokens(other)
@@ -177,7 +178,7 @@ def test_a_removed_middle_is_skipped_without_evaluating(shifting):
     full = [SYSTEM, *turns(0, 10)]
     shifting.prefill(full).run()
     shorter = [SYSTEM, *turns(3, 10), {"role": "user", "content": "Go on."}]
-    generation = shifting.stream(shorter, max_tokens=1, temperature=0)
+    generation = shifting.stream(GenerationRequest(shorter, max_tokens=1, temperature=0))
     generation.text()
     assert generation.stats.evaluated_tokens <= len(shifting.message_tokens(shorter[-1])) + 8
 

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime.kv_store import KVStateStore
 from iris_desktop.runtime.model import PREFILL_CHUNK_TOKENS, LocalModel
 
@@ -42,7 +43,7 @@ def test_a_restored_thread_evaluates_only_what_is_new(model, tmp_path):
     restored = store.restore(model, 7)
     assert restored.tokens == stats.prompt_tokens
     nxt = [*history, {"role": "user", "content": "And one more?"}]
-    generation = model.stream(nxt, max_tokens=1, temperature=0)
+    generation = model.stream(GenerationRequest(nxt, max_tokens=1, temperature=0))
     generation.text()
     new = generation.stats
     assert new.reused_tokens >= stats.prompt_tokens - 4  # only the new message is evaluated

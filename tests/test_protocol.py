@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from iris_desktop.core.ports import ChatModel
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime.protocol import Generation, ModelFacts, Prefill, Runtime, Unsupported
 
 from fakes import ScriptedRuntime
@@ -30,21 +31,27 @@ def test_the_checker_finds_what_a_runtime_lacks():
     class Broken(ScriptedRuntime):
         describe = None  # type: ignore[assignment]
 
-        def stream(self, messages, max_tokens, *, temperature=0.5):  # positional, other default
-            return super().stream(messages, max_tokens=max_tokens)
+        def stream(self, messages):  # the request's old keyword signature, half of it
+            return super().stream(GenerationRequest(messages, max_tokens=8))
+
+        def count_prompt(self, messages, tools=5):  # another default
+            return super().count_prompt(messages, None)
+
+        def prefill(self, messages, tools=None, cancel=None):  # positional, not keyword-only
+            return super().prefill(messages, tools, cancel=cancel)
 
     problems = protocol_problems(Broken([]), Runtime)
     assert "describe is not a method" in problems
-    assert any("stream(max_tokens) is positional or keyword" in p for p in problems)
-    assert any("stream(temperature) defaults to 0.5" in p for p in problems)
-    assert any("no parameter 'cancel'" in p for p in problems)
+    assert any("prefill(cancel) is positional or keyword" in p for p in problems)
+    assert any("count_prompt(tools) defaults to 5" in p for p in problems)
+    assert any("no parameter 'request'" in p for p in problems)
 
 
 def test_the_scripted_runtime_satisfies_the_protocol():
     runtime = ScriptedRuntime(["a reply"])
     assert protocol_problems(runtime, Runtime) == []
     assert isinstance(runtime, Runtime)
-    generation = runtime.stream([{"role": "user", "content": "hi"}], max_tokens=8)
+    generation = runtime.stream(GenerationRequest([{"role": "user", "content": "hi"}], max_tokens=8))
     assert isinstance(generation, Generation) and generation.stats is None
     assert generation.text() == "a reply" and generation.stats.finish_reason == "stop"
     assert not runtime.capabilities.prefill and not runtime.capabilities.kv_state
@@ -62,7 +69,7 @@ def test_the_local_model_satisfies_the_protocol(real_model):
     assert isinstance(facts, ModelFacts) and facts.n_ctx == real_model.n_ctx
     assert facts.where == "local" and facts.base_url is None and "Apache-2.0" in facts.license
     messages = [{"role": "user", "content": "Say one word."}]
-    generation = real_model.stream(messages, max_tokens=3, temperature=0)
+    generation = real_model.stream(GenerationRequest(messages, max_tokens=3, temperature=0))
     text = generation.text()
     assert generation.stats.prompt_tokens == real_model.count_prompt(messages) and text
     work = real_model.prefill([*messages, {"role": "assistant", "content": text},

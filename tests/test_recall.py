@@ -27,6 +27,7 @@ from iris_desktop.core.recall import (
     question_parts,
 )
 from iris_desktop.core.records import Period, periods_in
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.tokens import HeuristicCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, SYNTHETIC_CHAT, load_corpus
@@ -192,7 +193,7 @@ def test_real_model_counts_the_recalled_prompt_exactly(fresh_store, chat, real_m
     request = planner.plan(fresh_store, thread)
     check_request(planner.engine(fresh_store), request)
     assert request.breakdown.recall > 0 and request.exact
-    generation = real_model.stream(request.messages, max_tokens=2, temperature=0)
+    generation = real_model.stream(GenerationRequest(request.messages, max_tokens=2, temperature=0))
     generation.text()
     stats = generation.stats
     assert stats.prompt_tokens == request.predicted_prompt_tokens

@@ -25,10 +25,11 @@ from iris_desktop.core.events import ReplySaved, ReplyToken, ToolFinished, TurnD
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import row_to_message
 from iris_desktop.core.toolcalls import parse_tool_calls
+from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.host import build_agent, build_compactor
 from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
 from iris_desktop.runtime.errors import PromptTooLongError
-from iris_desktop.runtime.protocol import GenerationStats, Runtime, Unsupported
+from iris_desktop.runtime.protocol import Runtime, Unsupported
 from iris_desktop.runtime.remote import (
     ExactRemoteRuntime,
     RemoteRuntime,
@@ -317,7 +318,7 @@ def test_both_server_runtimes_satisfy_the_runtime_protocol(exact, python_server)
             assert facts.where == runtime.where and facts.base_url == runtime.base_url
             assert facts.n_ctx == runtime.n_ctx and facts.file == runtime.model_name
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi."}]
-            generation = runtime.stream(messages, max_tokens=2, temperature=0)
+            generation = runtime.stream(GenerationRequest(messages, max_tokens=2, temperature=0))
             assert generation.stats is None and generation.text() is not None
             assert generation.stats.prompt_tokens > 0
             if exact_counts:
@@ -344,10 +345,10 @@ def test_an_estimating_runtime_learns_from_the_usage_a_server_streams(exact):
     too_long = [{"role": "system", "content": SYSTEM},
                 {"role": "user", "content": "harbour " * 6000}]
     with pytest.raises(PromptTooLongError) as refused:  # the server's own numbers
-        "".join(estimating.stream(too_long, max_tokens=1))
+        "".join(estimating.stream(GenerationRequest(too_long, max_tokens=1)))
     assert refused.value.n_ctx == N_CTX and refused.value.prompt_tokens > N_CTX
     with pytest.raises(PromptTooLongError):  # counted exactly: refused before sending
-        "".join(exact.stream(too_long, max_tokens=1))
+        "".join(exact.stream(GenerationRequest(too_long, max_tokens=1)))
 
 
 def test_the_server_reuses_the_prompt_prefix(exact, chat):

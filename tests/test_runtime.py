@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime import chat_format as cf
 from iris_desktop.runtime import gguf
 from iris_desktop.runtime.chat_format import (
@@ -313,7 +314,7 @@ def test_second_turn_reuses_the_first_turns_kv_cache(model):
 
 def test_streams_pieces_and_cancels_between_tokens(model):
     msgs = [SYSTEM, *locomo(4)]
-    generation = model.stream(msgs, max_tokens=12, temperature=0)
+    generation = model.stream(GenerationRequest(msgs, max_tokens=12, temperature=0))
     assert generation.stats is None  # nothing runs before the first next()
     pieces = list(generation)
     stats = generation.stats
@@ -324,7 +325,7 @@ def test_streams_pieces_and_cancels_between_tokens(model):
 
     cancel = threading.Event()
     got = []
-    generation = model.stream(msgs, max_tokens=50, temperature=0, cancel=cancel)
+    generation = model.stream(GenerationRequest(msgs, max_tokens=50, temperature=0, cancel=cancel))
     for piece in generation:
         got.append(piece)
         cancel.set()
@@ -333,13 +334,13 @@ def test_streams_pieces_and_cancels_between_tokens(model):
     assert generation.stats.completion_tokens == 1
 
     # already cancelled: nothing is evaluated
-    generation = model.stream(msgs, max_tokens=5, cancel=cancel)
+    generation = model.stream(GenerationRequest(msgs, max_tokens=5, cancel=cancel))
     assert list(generation) == []
     assert generation.stats.finish_reason == "cancelled"
     assert generation.stats.evaluated_tokens == 0
 
     # closing the generation early counts as a cancel and frees the model
-    it = model.stream(msgs, max_tokens=50, temperature=0)
+    it = model.stream(GenerationRequest(msgs, max_tokens=50, temperature=0))
     next(it)
     it.close()
     assert it.stats.finish_reason == "cancelled"
@@ -370,7 +371,7 @@ def test_json_schema_output_parses(model):
 def test_prompt_too_long(model):
     huge = {"role": "user", "content": "word " * 5000}
     with pytest.raises(PromptTooLongError) as err:
-        list(model.stream([huge], max_tokens=4))
+        list(model.stream(GenerationRequest([huge], max_tokens=4)))
     assert err.value.n_ctx == model.n_ctx == 4096
 
 
@@ -444,7 +445,7 @@ def test_stop_acts_during_a_long_prompt_evaluation(model_path):
             cancel.set()
 
         threading.Thread(target=stop_part_way, daemon=True).start()
-        generation = model.stream(messages, max_tokens=4, cancel=cancel)
+        generation = model.stream(GenerationRequest(messages, max_tokens=4, cancel=cancel))
         pieces = list(generation)
         stats = generation.stats
         assert pieces == [] and stats.finish_reason == "cancelled"

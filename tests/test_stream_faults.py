@@ -19,6 +19,7 @@ from iris_desktop.core.config import AgentConfig, ContextParams
 from iris_desktop.core.events import ReplySaved, ReplyToken, TurnDone, TurnFailed
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_agent, connect_server
 from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
 from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerError
@@ -233,7 +234,7 @@ def test_every_malformed_field_is_named_in_one_sentence(fresh_store):
     with MisbehavingServer("malformed", tokens=TOKENS, hold_s=HOLD_S) as server, connect(server) as runtime:
         for name, says in MALFORMED_SAYS.items():
             server.malformed = name
-            generation = runtime.stream([{"role": "user", "content": "hi"}], max_tokens=16)
+            generation = runtime.stream(GenerationRequest([{"role": "user", "content": "hi"}], max_tokens=16))
             pieces = []
             started = time.monotonic()
             with pytest.raises(ServerError) as raised:
@@ -269,7 +270,7 @@ def test_a_redirect_names_its_target_and_the_setting_to_change():
         with connect(server) as runtime:
             server.mode = "redirect"
             with pytest.raises(ServerError) as raised:
-                runtime.stream([{"role": "user", "content": "hi"}], max_tokens=4).text()
+                runtime.stream(GenerationRequest([{"role": "user", "content": "hi"}], max_tokens=4)).text()
     message = str(raised.value)
     assert f"redirected /v1/chat/completions to {moved}/v1/chat/completions" in message, message
     assert one_sentence(message)

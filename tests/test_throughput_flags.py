@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import llama_cpp
 
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import load_runtime
 from iris_desktop.paths import app_paths
 from iris_desktop.runtime.cpu import physical_cores
@@ -44,7 +45,7 @@ def test_flash_attention_keeps_counts_exact_and_the_greedy_reply(model_path):
     replies = []
     for flash in (False, True):
         with LocalModel.load(model_path, n_ctx=2048, flash_attn=flash) as model:
-            generation = model.stream(PROMPT, max_tokens=12, temperature=0.0)
+            generation = model.stream(GenerationRequest(PROMPT, max_tokens=12, temperature=0.0))
             replies.append(generation.text())
             stats = generation.stats
             assert stats.prompt_tokens == model.count_prompt(PROMPT) == stats.evaluated_tokens
@@ -62,7 +63,7 @@ def test_a_kv_state_saved_with_the_other_flash_attention_setting_is_refused(mode
         assert state is not None and len(state.tokens) == before.count_prompt(PROMPT)
     with LocalModel.load(model_path, n_ctx=2048, flash_attn=True) as after:
         assert after.restore_kv_state(state) is False
-        generation = after.stream(PROMPT, max_tokens=2, temperature=0.0)
+        generation = after.stream(GenerationRequest(PROMPT, max_tokens=2, temperature=0.0))
         generation.text()
         assert generation.stats.reused_tokens == 0
         assert generation.stats.evaluated_tokens == len(state.tokens)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import load_runtime
 from iris_desktop.paths import app_paths
 from iris_desktop.runtime import weights
@@ -198,7 +199,7 @@ def test_the_bundled_model_reads_prompts_from_the_copy_with_identical_logits(mod
         # a CPU whose two kernels sum in another order may differ in the last bits
         np.testing.assert_allclose(logits[0], logits[1], rtol=0, atol=1e-3)
         assert logits[0].argmax() == logits[1].argmax()
-        replies = [m.stream(PROMPT, max_tokens=24, temperature=0.0) for m in (plain, fast)]
+        replies = [m.stream(GenerationRequest(PROMPT, max_tokens=24, temperature=0.0)) for m in (plain, fast)]
         texts = [g.text() for g in replies]
         assert texts[0] == texts[1]
         assert replies[0].stats.evaluated_tokens == replies[1].stats.evaluated_tokens
@@ -236,7 +237,7 @@ def test_a_copy_llama_cpp_cannot_load_is_replaced_by_the_file(model_path, tmp_pa
     try:
         assert stages == []  # the copy was there (current by its record): nothing written
         assert model.weights == "as published (the 8-bit copy did not load)"
-        assert model.stream(PROMPT, max_tokens=4, temperature=0.0).text()
+        assert model.stream(GenerationRequest(PROMPT, max_tokens=4, temperature=0.0)).text()
     finally:
         model.close()
     assert not copy.exists()  # the next load writes it again

@@ -45,11 +45,11 @@ from iris_desktop.core.events import (
     progress_reporter,
 )
 from iris_desktop.core.planner import Planner
-from iris_desktop.core.ports import Usage
 from iris_desktop.core.store import Store, min_tokens, utf8_length
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import StopOrGiveWay, Turn
+from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.reasons import plain_reason
 from iris_desktop.stop import Stop
 
@@ -344,15 +344,12 @@ class Agent:
         saved_len = len(start)
         generation = None
         try:
-            extra: dict[str, Any] = {"tools": request.tool_definitions} if request.tool_definitions else {}
-            if seed is not None:
-                extra["seed"] = seed
-            if self.progress is not None:
-                extra["progress"] = progress_reporter(self.progress, thread_id, "reply", self.clock)
-            generation = self.runtime.stream(
+            generation = self.runtime.stream(GenerationRequest(
                 request.messages, max_tokens=self.config.max_tokens,
-                temperature=self.config.temperature, cancel=cancel, **extra,
-            )
+                temperature=self.config.temperature, seed=seed, cancel=cancel,
+                tools=list(request.tool_definitions) or None,
+                progress=None if self.progress is None else progress_reporter(
+                    self.progress, thread_id, "reply", self.clock)))
             for piece in generation:
                 # an empty piece: nothing new yet (a silent server), but time to save
                 if piece:
@@ -386,7 +383,7 @@ class Agent:
         result = self.sandbox.run(call.name, call.arguments, cancel=cancel)
         return result.content, result.ok
 
-    def _record(self, thread_id: int, request: ContextRequest, stats: Usage | None,
+    def _record(self, thread_id: int, request: ContextRequest, stats: GenerationStats | None,
                 reply_id: int) -> None:
         row: dict[str, Any] = {
             "head_id": max(request.included_ids, default=None),

@@ -68,6 +68,7 @@ from iris_desktop.core.summary import (
     SummaryInvalid,
     json_schema,
 )
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.tokens import Message
 
 log = logging.getLogger("iris.compaction")
@@ -471,10 +472,10 @@ class Compactor:
             deadline = time.monotonic() + self.settings.timeout_s
             report = None if self.progress is None else progress_reporter(
                 self.progress, self._thread_id, "summary", self.clock)
-            generation = runtime.stream(
+            generation = runtime.stream(GenerationRequest(
                 _summary_prompt(summary, chunk, instructions), max_tokens=llm_cap,
                 temperature=0.0, cancel=cancel, json_schema=schema, repeat_penalty=1.15,
-                deadline=deadline, progress=report)
+                deadline=deadline, progress=report))
             text = "".join(generation)
             stats = generation.stats
             if stats is not None and stats.finish_reason == "cancelled":

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from iris_desktop.core.engine import ContextRequest
-from iris_desktop.core.ports import Usage
+from iris_desktop.generation import GenerationStats
 
 
 @dataclass
@@ -217,7 +217,7 @@ class ReplySaved:
     message_id: int
     text: str
     status: str  # complete | interrupted
-    stats: Usage | None = None  # None when the runtime gives none
+    stats: GenerationStats | None = None  # None when the runtime gives none
     tool_calls: tuple[dict, ...] = ()
 
 
@@ -256,7 +256,7 @@ class TurnDone:
 
     thread_id: int
     finish_reason: str  # stop | length | cancelled | error
-    stats: Usage | None = None
+    stats: GenerationStats | None = None
     next_request: ContextRequest | None = None
 
 

@@ -4,36 +4,23 @@ and the compactor use.
 ``core`` never imports ``runtime``; the host hands it a runtime, and every runtime
 satisfies :class:`iris_desktop.runtime.protocol.Runtime`, of which :class:`ChatModel` is a
 subset (``tests/test_protocol.py`` checks it member by member: every parameter named
-here is the runtime's, with the same kind and default).
+here is the runtime's, with the same kind and default). A reply is asked for with one
+``iris_desktop.generation.GenerationRequest``, and costs a ``GenerationStats``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
+from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.tokens import Message, TokenCounter
-
-
-class Usage(Protocol):
-    """What one generation cost (``runtime.protocol.GenerationStats``)."""
-
-    prompt_tokens: int
-    reused_tokens: int
-    evaluated_tokens: int
-    completion_tokens: int
-    time_to_first_token_s: float
-    tokens_per_s: float
-    duration_s: float
-    #: stop | length | cancelled | error
-    finish_reason: str
 
 
 class Reply(Protocol):
     """A reply being generated: its text pieces, then its ``stats``."""
 
-    stats: Usage | None
+    stats: GenerationStats | None
 
     def __iter__(self) -> Iterator[str]: ...
 
@@ -64,19 +51,17 @@ class ChatModel(Protocol):
 
     def tool_tokens(self, tools: list[dict]) -> int: ...
 
-    def stream(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int,
-        temperature: float = 0.7,
-        cancel: threading.Event | None = None,
-        json_schema: dict | None = None,
-        repeat_penalty: float = 1.0,
-        seed: int | None = None,
-        tools: list[dict] | None = None,
-        deadline: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> Reply:
-        """The runtime's ``stream``; core passes only these of its options."""
+    def stream(self, request: GenerationRequest) -> Reply:
+        """The runtime's ``stream``: the reply ``request`` asks for."""
         ...
+
+
+class Reranker(Protocol):
+    """What recall asks of a cross-encoder (``runtime.reranker.CrossEncoder``): one
+    relevance score per passage for a query, read together, higher = more relevant.
+    It may raise (a closed or broken model); recall then keeps its own order."""
+
+    #: names the model and its file's hash
+    identity: str
+
+    def score(self, query: str, passages: Sequence[str]) -> Sequence[float]: ...

@@ -40,11 +40,12 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.stop import Stop
 from iris_desktop.tokens import Message, continues_reply
 
@@ -58,7 +59,6 @@ from .library import is_base_model
 from .protocol import (
     Capabilities,
     Generation,
-    GenerationStats,
     KVState,
     ModelFacts,
     Prefill,
@@ -1143,54 +1143,36 @@ class LocalModel:
                 return 0
         return max(reuse, 0)
 
-    def stream(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int,
-        temperature: float = 0.7,
-        cancel: threading.Event | None = None,
-        json_schema: dict | None = None,
-        response_format: dict | None = None,
-        grammar: Any = None,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        repeat_penalty: float = 1.0,
-        seed: int | None = None,
-        stop: list[str] | None = None,
-        tools: list[dict] | None = None,
-        deadline: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> Generation:
-        """Generate a reply to ``messages``, yielding text pieces as they come.
+    def stream(self, request: GenerationRequest, grammar: Any = None) -> Generation:
+        """Generate the reply ``request`` asks for, yielding text pieces as they come.
 
-        ``tools`` (OpenAI definitions) are passed to a chat template that renders tools
-        itself (:attr:`native_tools`); other formats get them in the system prompt from
-        the caller, and ignore this argument.
+        Its ``tools`` (OpenAI definitions) are passed to a chat template that renders
+        tools itself (:attr:`native_tools`); other formats get them in the system prompt
+        from the caller, and ignore them.
 
-        ``cancel`` is checked between tokens and between chunks of the prompt's
-        evaluation; when set, or once ``time.monotonic()`` passes ``deadline``,
+        Its ``cancel`` is checked between tokens and between chunks of the prompt's
+        evaluation; when set, or once ``time.monotonic()`` passes its ``deadline``,
         generation stops with ``finish_reason == "cancelled"`` (closing the iterator
-        early counts as a cancel too). ``json_schema`` (or an OpenAI ``response_format``, or a GBNF
-        ``grammar``) constrains the output. ``temperature=0`` is greedy. Once the
-        :class:`~.protocol.Generation` ends, its ``stats`` hold the
-        :class:`~.protocol.GenerationStats`.
+        early counts as a cancel too). Its ``json_schema`` (or ``response_format``, or a
+        GBNF ``grammar``, this runtime's own) constrains the output. ``temperature=0`` is
+        greedy. Once the :class:`~.protocol.Generation` ends, its ``stats`` hold the
+        :class:`~iris_desktop.generation.GenerationStats`.
 
         Raises :class:`PromptTooLongError` (at the first ``next``) when the prompt
         leaves no room in the context window.
         """
         self._check_open()
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
+        r = request
         options = dict(
-            max_tokens=max_tokens, temperature=temperature, cancel=cancel,
-            grammar=self._grammar(json_schema, response_format, grammar),
-            sampling=dict(top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty),
-            seed=self.seed if seed is None else seed, extra_stop=stop or [],
-            tools=tools if self.native_tools else None, deadline=deadline, progress=progress,
+            max_tokens=r.max_tokens, temperature=r.temperature, cancel=r.cancel,
+            grammar=self._grammar(r.json_schema, r.response_format, grammar),
+            sampling=dict(top_k=r.top_k, top_p=r.top_p, min_p=r.min_p,
+                          repeat_penalty=r.repeat_penalty),
+            seed=self.seed if r.seed is None else r.seed, extra_stop=r.stop or [],
+            tools=r.tools if self.native_tools else None, deadline=r.deadline,
+            progress=r.progress,
         )
-        return Generation(lambda result: self._stream(result, list(messages), **options))
+        return Generation(lambda result: self._stream(result, list(r.messages), **options))
 
     def _stream(self, result: Generation, messages: list[Message], *, max_tokens: int,
                 temperature: float,

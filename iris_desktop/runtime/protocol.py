@@ -28,18 +28,17 @@ This module imports nothing of Iris but the shared token vocabulary
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.stop import Stop
 from iris_desktop.tokens import Message, TokenCounter
 
 __all__ = [
     "Capabilities",
     "Generation",
-    "GenerationStats",
     "KVState",
     "ModelFacts",
     "Prefill",
@@ -59,39 +58,12 @@ class Capabilities:
 
     #: ``count_prompt`` is the prompt size the model then reports, to the token
     exact_counts: bool = False
-    #: the chat template renders tool definitions itself (``stream(tools=...)``)
+    #: the chat template renders tool definitions itself (``GenerationRequest.tools``)
     native_tools: bool = False
     #: ``prefill`` evaluates a prompt into a cache this process keeps
     prefill: bool = False
     #: ``kv_state`` / ``restore_kv_state`` save and restore that cache
     kv_state: bool = False
-
-
-@dataclass
-class GenerationStats:
-    """What one generation cost, as the runtime measured it."""
-
-    #: tokens of the whole prompt (what llama.cpp's ``prompt_tokens`` would report)
-    prompt_tokens: int
-    #: prompt tokens kept from the previous request's KV cache (not evaluated again)
-    reused_tokens: int
-    #: prompt tokens evaluated for this request (``prompt_tokens - reused_tokens``;
-    #: counted where they are evaluated, not predicted)
-    evaluated_tokens: int
-    #: generated tokens, end-of-turn token excluded
-    completion_tokens: int
-    #: from the call to the first generated token (prompt evaluation + one sample)
-    time_to_first_token_s: float
-    #: decode speed after the first token: (completion_tokens - 1) / time between the
-    #: first and the last token; 0.0 with fewer than two tokens
-    tokens_per_s: float
-    duration_s: float
-    #: "stop" (end of turn, stop string, grammar complete) | "length" (max_tokens or the
-    #: context is full) | "cancelled" | "error"
-    finish_reason: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -257,34 +229,16 @@ class Runtime(Protocol):
         """The prompt as text, for display (a server shows its request as JSON)."""
         ...
 
-    def stream(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int,
-        temperature: float = 0.7,
-        cancel: threading.Event | None = None,
-        json_schema: dict | None = None,
-        response_format: dict | None = None,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        repeat_penalty: float = 1.0,
-        seed: int | None = None,
-        stop: list[str] | None = None,
-        tools: list[dict] | None = None,
-        deadline: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> Generation:
-        """Generate a reply to ``messages``. A trailing assistant message marked
-        ``"prefix": True`` (``tokens.continues_reply``) is continued rather than closed (a
-        stopped reply goes on), and ``count_prompt`` counts it so. ``cancel`` (checked
-        between tokens and during prompt evaluation), ``deadline`` (``time.monotonic()``)
-        and closing the Generation stop it with ``finish_reason`` "cancelled".
-        ``progress(done, total)`` follows the prompt's evaluation where the runtime can
-        tell: once before it (``done``: the tokens already cached), then after each
-        batch. Raises ``PromptTooLongError`` (at the first ``next``) for a prompt that
-        leaves no room."""
+    def stream(self, request: GenerationRequest) -> Generation:
+        """Generate the reply ``request`` asks for (``iris_desktop.generation``). A
+        trailing assistant message marked ``"prefix": True`` (``tokens.continues_reply``)
+        is continued rather than closed (a stopped reply goes on), and ``count_prompt``
+        counts it so. Its ``cancel`` (checked between tokens and during prompt
+        evaluation), its ``deadline`` (``time.monotonic()``) and closing the Generation
+        stop it with ``finish_reason`` "cancelled". Its ``progress(done, total)`` follows
+        the prompt's evaluation where the runtime can tell: once before it (``done``: the
+        tokens already cached), then after each batch. Raises ``PromptTooLongError`` (at
+        the first ``next``) for a prompt that leaves no room."""
         ...
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None, *,

@@ -21,6 +21,7 @@ PARTIAL_LAYERS = 12
 
 
 def main(what: str) -> int:
+    from iris_desktop.generation import GenerationRequest
     from iris_desktop.runtime import model as M
     from iris_desktop.runtime.bundled import ensure_bundled_model
     from iris_desktop.runtime.devices import list_devices
@@ -60,7 +61,8 @@ def main(what: str) -> int:
                    buffers=offload.buffers, device_buffers=offload.device_buffers(),
                    log=[line for line in lines if "offload" in line or "buffer size" in line
                         or "using device" in line])
-        out["reply"] = "".join(model.stream(QUESTION, max_tokens=8, temperature=0)).strip()
+        request = GenerationRequest(QUESTION, max_tokens=8, temperature=0)
+        out["reply"] = "".join(model.stream(request)).strip()
     finally:
         model.close()
     if checks.exists():

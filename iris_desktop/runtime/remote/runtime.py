@@ -10,11 +10,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.stop import Stop
 from iris_desktop.tokens import Message, continues_reply, message_text, shared_tiktoken
 
@@ -270,26 +271,8 @@ class RemoteRuntime:
             body["tools"] = list(tools)
         return body
 
-    def stream(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int,
-        temperature: float = 0.7,
-        cancel: threading.Event | None = None,
-        json_schema: dict | None = None,
-        response_format: dict | None = None,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        repeat_penalty: float = 1.0,
-        seed: int | None = None,
-        stop: list[str] | None = None,
-        tools: list[dict] | None = None,
-        deadline: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> Generation:
-        """Generate a reply to ``messages`` on the server, yielding text as it streams.
+    def stream(self, request: GenerationRequest) -> Generation:
+        """Generate the reply ``request`` asks for on the server, yielding text as it streams.
 
         As ``LocalModel.stream``: ``cancel``, ``deadline`` (``time.monotonic()``) and
         :meth:`close` stop it with ``finish_reason == "cancelled"`` within
@@ -313,23 +296,23 @@ class RemoteRuntime:
         text that arrived was yielded.
         """
         self._check_open()
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        if json_schema is not None:
+        r = request
+        response_format = r.response_format
+        if r.json_schema is not None:
             response_format = {"type": "json_schema",
-                               "json_schema": {"name": "iris_output", "schema": json_schema}}
-        body = {**self._chat_body(messages, tools), "stream": True,
+                               "json_schema": {"name": "iris_output", "schema": r.json_schema}}
+        body = {**self._chat_body(r.messages, r.tools), "stream": True,
                 "stream_options": {"include_usage": True},
-                "temperature": temperature, "top_p": top_p,
-                **_sampling_extras(self.kind, top_k, min_p, repeat_penalty)}
-        if seed is not None:
-            body["seed"] = seed
-        if stop:
-            body["stop"] = list(stop)
+                "temperature": r.temperature, "top_p": r.top_p,
+                **_sampling_extras(self.kind, r.top_k, r.min_p, r.repeat_penalty)}
+        if r.seed is not None:
+            body["seed"] = r.seed
+        if r.stop:
+            body["stop"] = list(r.stop)
         if response_format:
             body["response_format"] = response_format
         return Generation(lambda result: self._stream(
-            result, body, list(messages), tools or None, max_tokens, cancel, deadline))
+            result, body, list(r.messages), r.tools or None, r.max_tokens, r.cancel, r.deadline))
 
     def _stream(self, result: Generation, body: dict, messages: list[Message],
                 tools: list[dict] | None, max_tokens: int, cancel: threading.Event | None,

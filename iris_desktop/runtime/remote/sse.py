@@ -19,9 +19,10 @@ from typing import Any
 
 import httpx
 
+from iris_desktop.generation import GenerationStats
+
 from ..errors import PromptTooLongError, ServerError
 from ..http import AnswerUndecodable, decoded_chunks
-from ..protocol import GenerationStats
 from .transport import _WANTED, _describe, _http_error, _kind, _read_some
 
 log = logging.getLogger("iris.runtime.remote")
