@@ -820,10 +820,30 @@ def wants_vulkan(cmake_args: str) -> bool:
     return cmake_flags(cmake_args).get("GGML_VULKAN") in ("ON", "1", "TRUE")
 
 
-def vulkan_build_tools_missing(cmake_args: str, platform: str = sys.platform) -> list[str]:
+#: a Vulkan extension llama.cpp's Vulkan backend uses without asking the headers first
+#: (ggml-vulkan.cpp: vk::LayerSettingEXT); headers that lack it (Debian 12's 1.3.239) cannot
+#: compile it; newer ones define it (Debian 13's 1.4.309, the LunarG SDK's)
+VULKAN_HEADERS_NEED = "VK_EXT_layer_settings"
+
+
+def vulkan_headers(include_dirs: list[Path]) -> tuple[Path, int, bool] | None:
+    """The first ``vulkan/vulkan_core.h`` found: its path, ``VK_HEADER_VERSION`` and whether it
+    has :data:`VULKAN_HEADERS_NEED`; None when there is none."""
+    for folder in include_dirs:
+        core = folder / "vulkan" / "vulkan_core.h"
+        if core.is_file():
+            text = core.read_text(errors="replace")
+            match = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
+            return core, int(match[1]) if match else 0, f"#define {VULKAN_HEADERS_NEED} 1" in text
+    return None
+
+
+def vulkan_build_tools_missing(cmake_args: str, platform: str = sys.platform,
+                               old_headers_ok: bool = False) -> list[str]:
     """What compiling the Vulkan backend needs and this computer lacks (empty when the flags ask
-    for no Vulkan): the shader compiler glslc and the Vulkan headers (found through $VULKAN_SDK
-    or the system's include folders)."""
+    for no Vulkan): the shader compiler glslc and Vulkan headers new enough for this llama.cpp
+    (found through $VULKAN_SDK or the system's include folders; ``old_headers_ok``: the caller
+    patches the sdist for older ones, as packaging/gpu/check.py does)."""
     if not wants_vulkan(cmake_args):
         return []
     missing = []
@@ -834,11 +854,16 @@ def vulkan_build_tools_missing(cmake_args: str, platform: str = sys.platform) ->
         missing.append("glslc, the shader compiler")
     includes = [Path(sdk) / ("Include" if platform == "win32" else "include")] if sdk else []
     includes += [Path("/usr/include"), Path("/usr/local/include")]
+    headers = vulkan_headers(includes)
     if not any((d / "vulkan" / "vulkan.h").is_file() for d in includes):
         missing.append("the Vulkan headers (vulkan/vulkan.h)")
+    elif headers is not None and not headers[2] and not old_headers_ok:
+        missing.append(f"newer Vulkan headers: {headers[0]} is version 1.3.{headers[1]} and lacks "
+                       f"{VULKAN_HEADERS_NEED}, which this llama.cpp uses (newer headers define it: "
+                       "Debian 13's, the LunarG SDK's)")
     if missing:
-        where = (f"Debian/Ubuntu: apt-get install {' '.join(VULKAN_BUILD_PACKAGES)}" if platform.startswith("linux")
-                 else "the LunarG Vulkan SDK ($VULKAN_SDK)")
+        where = (f"Debian/Ubuntu: apt-get install {' '.join(VULKAN_BUILD_PACKAGES)}, or the LunarG Vulkan SDK "
+                 "($VULKAN_SDK)" if platform.startswith("linux") else "the LunarG Vulkan SDK ($VULKAN_SDK)")
         missing[-1] += f" ({where}; or --cmake-args without -DGGML_VULKAN=ON for a CPU-only build)"
     return missing
 

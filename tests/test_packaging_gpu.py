@@ -176,3 +176,41 @@ def test_the_release_workflow_installs_what_compiling_vulkan_needs():
     workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
     assert "libvulkan-dev glslc spirv-headers" in workflow
     assert "VULKAN_SDK=" in workflow and "runner.os == 'Windows'" in workflow
+
+
+def test_vulkan_headers_too_old_for_this_llama_cpp(build_py, tmp_path, monkeypatch):
+    sdk = tmp_path / "sdk"
+    (sdk / "bin").mkdir(parents=True)
+    (sdk / "bin" / "glslc").write_text("")
+    (sdk / "include" / "vulkan").mkdir(parents=True)
+    (sdk / "include" / "vulkan" / "vulkan.h").write_text("")
+    core = sdk / "include" / "vulkan" / "vulkan_core.h"
+    core.write_text("#define VK_HEADER_VERSION 239\n")  # Debian 12's
+    monkeypatch.setenv("VULKAN_SDK", str(sdk))
+    args = build_py.build_cmake_args("linux")
+    assert build_py.vulkan_headers([sdk / "include"]) == (core, 239, False)
+    (missing,) = build_py.vulkan_build_tools_missing(args, "linux")
+    assert missing.startswith(f"newer Vulkan headers: {core} is version 1.3.239 and lacks VK_EXT_layer_settings")
+    assert build_py.vulkan_build_tools_missing(args, "linux", old_headers_ok=True) == []
+    core.write_text("#define VK_HEADER_VERSION 309\n#define VK_EXT_layer_settings 1\n")
+    assert build_py.vulkan_build_tools_missing(args, "linux") == []
+
+
+def test_gpu_check_guards_the_layer_settings_block_for_old_headers(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("iris_gpu_check", PACKAGING / "gpu" / "check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    start, end = check.LAYER_SETTINGS_BLOCK
+    source = tmp_path / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-vulkan" / "ggml-vulkan.cpp"
+    source.parent.mkdir(parents=True)
+    source.write_text("    VkBool32 enable_best_practice = layer_settings;\n" + start
+                      + "\n        {...},\n    };\n    vk::LayerSettingsCreateInfoEXT layer_setting_info(settings);\n"
+                      + end + "\n    next();\n")
+    assert check.guard_layer_settings(tmp_path)
+    text = source.read_text()
+    guarded = text[text.index("#ifdef VK_EXT_layer_settings"):text.index("#endif")]
+    assert start in guarded and "#else\n    vk::InstanceCreateInfo instance_create_info(" in guarded
+    assert text.endswith("#endif\n    next();\n")
+    assert check.guard_layer_settings(tmp_path) and source.read_text() == text  # once only

@@ -12,7 +12,9 @@ Phases (each timed; the closing line gives the figures):
  2. wheel   llama-cpp-python, the version the project's .venv has, compiled from its sdist with
             packaging/build.py's Linux CMAKE_ARGS (the CPU variants and -DGGML_VULKAN=ON), two
             jobs, cached by the sdist's sha256 and the flags (long the first time: ggml-vulkan's
-            shaders)
+            shaders); with Vulkan headers that lack VK_EXT_layer_settings (Debian 12's
+            1.3.239) its own unpacked sdist guards the one block that needs it (the
+            validation layer's best-practice switch), which the release build keeps
  3. venv    a venv whose own llama_cpp is that wheel, over the project's .venv for everything
             else (a .pth adds .venv's site-packages after its own)
  4. checks  in that venv, with GGML_VK_VISIBLE_DEVICES=0: ggml leaves Vulkan devices of CPU
@@ -106,6 +108,33 @@ def cmake_args() -> str:
     return project_build.build_cmake_args("linux")
 
 
+#: Debian 12's Vulkan headers (1.3.239) lack VK_EXT_layer_settings, which ggml-vulkan.cpp uses
+#: only to turn on the validation layer's best-practice checks: the check's own unpacked sdist
+#: guards that block (a build with newer headers needs no patch)
+LAYER_SETTINGS_BLOCK = ("    std::vector<vk::LayerSettingEXT> settings = {",
+                        "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, "
+                        "extensions, &layer_setting_info);")
+
+
+def guard_layer_settings(src: Path) -> bool:
+    """Guard ggml-vulkan.cpp's use of VK_EXT_layer_settings with ``#ifdef`` (older headers then
+    create the instance without it). True when it patched."""
+    path = src / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-vulkan" / "ggml-vulkan.cpp"
+    text = path.read_text()
+    start, end = LAYER_SETTINGS_BLOCK
+    if "#ifdef VK_EXT_layer_settings" in text:
+        return True
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise CheckError(f"{path}: the layer-settings block to guard is not where it was; update check.py")
+    i = text.index(start)
+    j = text.index(end) + len(end)
+    plain = "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions);"
+    text = (text[:i] + "#ifdef VK_EXT_layer_settings\n" + text[i:j] + "\n#else\n" + plain
+            + "\n    (void) enable_best_practice;\n#endif" + text[j:])
+    path.write_text(text)
+    return True
+
+
 def phase_wheel(rebuild: bool) -> dict:
     version = llama_version()
     sdist_dir = CACHE / "sdist"
@@ -118,7 +147,9 @@ def phase_wheel(rebuild: bool) -> dict:
     sdist = sdists[-1]
     digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
     args = cmake_args()
-    key = hashlib.sha256(json.dumps([digest, args, sys.version_info[:2]]).encode()).hexdigest()[:12]
+    headers = project_build.vulkan_headers([Path("/usr/include"), Path("/usr/local/include")])
+    patch = headers is not None and not headers[2]
+    key = hashlib.sha256(json.dumps([digest, args, patch, sys.version_info[:2]]).encode()).hexdigest()[:12]
     out = CACHE / "wheels" / key
     wheels = sorted(out.glob("llama_cpp_python-*.whl"))
     info_file = out / "build-info.json"
@@ -126,23 +157,35 @@ def phase_wheel(rebuild: bool) -> dict:
         info = json.loads(info_file.read_text())
         say(f"      cached {wheels[-1].name} ({args}; compiled in {info['build_seconds']:.0f} s)")
         return {**info, "cached": True, "wheel": str(wheels[-1])}
-    missing = project_build.vulkan_build_tools_missing(args, "linux")
+    missing = project_build.vulkan_build_tools_missing(args, "linux", old_headers_ok=True)
     if missing:
         raise CheckError("cannot compile the Vulkan backend: needs " + "; ".join(missing))
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    src = CACHE / "src" / key
+    if not src.is_dir():
+        shutil.rmtree(src.parent / f"{key}.partial", ignore_errors=True)
+        (src.parent / f"{key}.partial").mkdir(parents=True)
+        run(["tar", "-xzf", sdist, "-C", src.parent / f"{key}.partial", "--strip-components=1"], timeout=600)
+        (src.parent / f"{key}.partial").rename(src)
+    if patch:
+        guard_layer_settings(src)
+        say(f"      {headers[0]} is 1.3.{headers[1]}, without VK_EXT_layer_settings: ggml-vulkan.cpp's "
+            "validation-layer settings guarded with #ifdef in the unpacked sdist")
+    out.mkdir(parents=True, exist_ok=True)
     log = out / "pip-wheel.log"
-    say(f"      compiling llama-cpp-python {version} with CMAKE_ARGS={args!r}, {JOBS} jobs (log: {log})")
+    say(f"      compiling llama-cpp-python {version} with CMAKE_ARGS={args!r}, {JOBS} jobs (log: {log}; build "
+        f"folder kept in {CACHE / 'build' / key}: a second try goes on where this one stopped)")
     t0 = time.perf_counter()
     with log.open("w") as fh:
         proc = subprocess.run([PROJECT_VENV / "bin" / "python", "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-                               "-w", out, "-v", sdist], stdout=fh, stderr=subprocess.STDOUT, text=True,
+                               "-C", f"build-dir={CACHE / 'build' / key}", "-w", out, "-v", src],
+                              stdout=fh, stderr=subprocess.STDOUT, text=True,
                               env={**os.environ, "CMAKE_ARGS": args, "CMAKE_BUILD_PARALLEL_LEVEL": JOBS,
                                    "MAKEFLAGS": f"-j{JOBS}"})
     wheels = sorted(out.glob("llama_cpp_python-*.whl"))
     if proc.returncode != 0 or not wheels:
         raise CheckError(f"compiling llama-cpp-python failed (log: {log}):\n{log.read_text(errors='replace')[-3000:]}")
     info = {"version": version, "sdist_sha256": digest, "cmake_args": args, "jobs": JOBS,
+            "vulkan_headers": f"1.3.{headers[1]}" if headers else None, "layer_settings_guarded": patch,
             "build_seconds": round(time.perf_counter() - t0, 1), "wheel_bytes": wheels[-1].stat().st_size}
     info_file.write_text(json.dumps(info, indent=2))
     return {**info, "cached": False, "wheel": str(wheels[-1])}
