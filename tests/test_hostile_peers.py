@@ -35,8 +35,9 @@ from iris_desktop.core.events import TurnFailed
 from iris_desktop.core.planner import Planner
 from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import build_agent
-from iris_desktop.runtime import hub, remote  # remote.test_connection: pytest would collect the name
-from iris_desktop.runtime.hub import HubClient, HubError, download, download_record, download_target
+from iris_desktop.runtime import remote  # remote.test_connection: pytest would collect the name
+from iris_desktop.runtime.hub import HubClient, HubError, download, download_record, download_target, downloading
+from iris_desktop.runtime.hub import records as hub_records
 from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerError
 
 from hub_server import HubServer, MemoryKeyring, gguf_bytes
@@ -90,7 +91,7 @@ def no_proxy_no_keyring(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def quick_resume(monkeypatch):
-    monkeypatch.setattr(hub, "RESUME_PAUSE_S", 0.0)
+    monkeypatch.setattr(downloading, "RESUME_PAUSE_S", 0.0)
 
 
 # ---------------------------------------------------------------------------
@@ -358,7 +359,7 @@ def test_a_file_changed_since_or_without_a_record_is_hashed_again(server, client
     assert len(server.served("files")) == fetched + 1
 
     # a file of an older Iris (no record) with the listed sha256: hashed, kept, recorded
-    records = tmp_path / "downloads" / hub.RECORDS
+    records = tmp_path / "downloads" / hub_records.RECORDS
     for entry in records.rglob("*.json"):
         entry.unlink()
     phases = []

@@ -17,7 +17,6 @@ import keyring
 import pytest
 
 from iris_desktop.cli import main
-from iris_desktop.runtime import hub
 from iris_desktop.runtime.hub import (
     RECOMMENDED,
     HubClient,
@@ -25,12 +24,14 @@ from iris_desktop.runtime.hub import (
     discard_partial,
     download,
     download_target,
+    downloading,
     fits_in_memory,
     get_hub_token,
     partial_state,
     set_hub_token,
     system_memory_bytes,
 )
+from iris_desktop.runtime.hub import client as hub_client
 from iris_desktop.runtime.library import describe_model, discover_models
 
 from faults import full_disk
@@ -81,7 +82,7 @@ def client(server):
 
 @pytest.fixture(autouse=True)
 def quick_resume(monkeypatch):
-    monkeypatch.setattr(hub, "RESUME_PAUSE_S", 0.0)
+    monkeypatch.setattr(downloading, "RESUME_PAUSE_S", 0.0)
 
 
 def sha(path: Path) -> str:
@@ -354,7 +355,7 @@ def test_recommended_models_are_estimated_as_the_library_estimates_an_opened_mod
     assert sizes == sorted(sizes), "small to larger"
     for rec in RECOMMENDED:
         assert rec.quantization == "Q4_K_M" and rec.file.endswith(".gguf")
-        assert hub._REPO.match(rec.repo)
+        assert hub_client._REPO.match(rec.repo)
         a = rec.architecture
         gguf = write_gguf(tmp_path / rec.file, {
             "general.architecture": a, "general.type": "model", "general.name": rec.title,

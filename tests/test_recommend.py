@@ -13,9 +13,8 @@ import threading
 import keyring
 import pytest
 
-from iris_desktop.runtime import hub
 from iris_desktop.runtime.gpu import Device
-from iris_desktop.runtime.hub import RECOMMENDED, download_target
+from iris_desktop.runtime.hub import RECOMMENDED, download_target, downloading
 from iris_desktop.runtime.recommend import (
     PREFERENCE,
     Machine,
@@ -288,7 +287,7 @@ def test_one_click_downloads_the_model_and_switches_to_it(qtbot, windows, server
 
 def test_a_failed_download_is_one_sentence_and_the_button_resumes_it(qtbot, windows, server, laptop,
                                                                       monkeypatch):
-    monkeypatch.setattr(hub, "RESUME_PAUSE_S", 0.0)
+    monkeypatch.setattr(downloading, "RESUME_PAUSE_S", 0.0)
     window, host = windows({"models.hub_url": server.url})
     card = window.welcome.recommend
     qtbot.waitUntil(lambda: card.button.isVisible(), timeout=20_000)

@@ -1,0 +1,386 @@
+"""The hub's HTTP API (a search, a repository's files, a file's address), the token saved
+for a hub, and what a listing says, checked: a repository or file name that cannot be
+one, a size or sha256 that cannot be right. Every failure of the package is a
+:class:`HubError`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from iris_desktop import __version__
+from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
+
+from ..http import (
+    AnswerError,
+    AnswerTooLarge,
+    AnswerTooSlow,
+    read_answer,
+    size_words,
+)
+from ..remote.address import KEYRING_SERVICE, server_address
+
+log = logging.getLogger("iris.runtime.hub")
+
+DEFAULT_HUB_URL = "https://huggingface.co"
+CONNECT_TIMEOUT_S = 10.0
+#: an answer (or the next bytes of a download) may take this long
+READ_TIMEOUT_S = 60.0
+#: tree pages followed at most (Hugging Face pages 1,000 files a time)
+MAX_TREE_PAGES = 20
+SEARCH_LIMIT = 30
+#: a search or one page of a file list, read whole: at most this many bytes (decoded)…
+MAX_LISTING_BYTES = 16 << 20
+#: …within this long, the whole exchange
+LISTING_TIMEOUT_S = 60.0
+
+_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_QUANT = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+class HubError(RuntimeError):
+    """A search, listing or download failed. The message is one sentence that says what
+    to do; ``kind`` says what failed; ``partial`` is the partial file left for resuming
+    (None when there is none)."""
+
+    def __init__(self, message: str, kind: str = "http", partial: Path | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.partial = partial
+        self.status = status
+
+    @property
+    def resumable(self) -> bool:
+        """Downloading the same file again goes on from the partial file."""
+        return self.partial is not None and self.kind not in ("checksum", "not_gguf")
+
+
+# ---------------------------------------------------------------------------
+# what the hub says
+
+
+def quantization_of(file_name: str) -> str | None:
+    """"qwen2.5-3b-instruct-q4_k_m.gguf" -> "Q4_K_M"."""
+    match = _QUANT.search(PurePosixPath(file_name).name)
+    return match.group(1).upper() if match else None
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """A repository a search found."""
+
+    id: str
+    downloads: int | None = None
+    likes: int | None = None
+    last_modified: str | None = None
+    #: False, or how access is gated ("auto", "manual"): a token is needed
+    gated: bool | str = False
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a repository: its path, size and (LFS files) sha256."""
+
+    repo: str
+    path: str
+    size: int
+    #: lower-case hex; None when the hub lists none
+    sha256: str | None
+    revision: str = "main"
+    #: what is wrong with the listing ("a size of -5 bytes"), which refuses a download
+    problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.path).name
+
+    @property
+    def quantization(self) -> str | None:
+        return quantization_of(self.path)
+
+    @property
+    def is_gguf(self) -> bool:
+        name = self.name.lower()
+        return name.endswith(".gguf") and not name.startswith("mmproj")
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "quantization": self.quantization}
+
+
+# ---------------------------------------------------------------------------
+# the token
+
+
+def _token_user(hub_url: str) -> str:
+    return f"hub {server_address(hub_url)}"
+
+
+def get_hub_token(hub_url: str) -> str | None:
+    """The token saved for the hub at ``hub_url``; None when there is none or no usable
+    keyring (said in the log)."""
+    try:
+        user = _token_user(hub_url)
+    except ValueError as exc:
+        log.info("keyring: no hub token for %s: %s", hub_url, exc)
+        return None
+    return get_secret(KEYRING_SERVICE, user, f"the token for {user}")
+
+
+def set_hub_token(hub_url: str, token: str) -> None:
+    """Save ``token`` for the hub (empty: forget it). Raises keyring.errors.KeyringError
+    saying why when the keyring refuses, ValueError for an address that is not a URL."""
+    user = _token_user(hub_url)
+    set_secret(KEYRING_SERVICE, user, token, f"the token for {user}")
+
+
+def delete_hub_token(hub_url: str) -> None:
+    """Forget the hub's token (nothing saved: nothing to do; a keyring that cannot be
+    asked is said in the log)."""
+    user = _token_user(hub_url)
+    delete_secret(KEYRING_SERVICE, user, f"the token for {user}")
+
+
+# ---------------------------------------------------------------------------
+# the client
+
+
+def _check_repo(repo: str) -> str:
+    repo = repo.strip()
+    if not _REPO.match(repo) or ".." in repo:
+        raise HubError(f"{repo!r} is not a repository name; expected owner/name, such as "
+                       "Qwen/Qwen2.5-3B-Instruct-GGUF.", "address")
+    return repo
+
+
+def _check_file(file: str) -> str:
+    file = file.strip()
+    parts = PurePosixPath(file).parts
+    if (not file or file.startswith("/") or "\\" in file or any(p in ("..", ".") for p in parts)
+            or any(ord(c) < 32 for c in file)):
+        raise HubError(f"{file!r} is not a file name in a repository.", "address")
+    if not file.lower().endswith(".gguf"):
+        raise HubError(f"{file} is not a GGUF file; only .gguf files can be downloaded.", "address")
+    return file
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return "cannot connect"
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer in time"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return "the connection was lost"
+    if isinstance(exc, httpx.ProxyError):
+        return f"the proxy refused ({exc})"
+    return f"{type(exc).__name__}"
+
+
+class HubClient:
+    """Requests to one hub: its address, the token (when given) and the environment's
+    proxies (``trust_env=True``: unlike a model server's client, the hub needs them
+    behind a corporate proxy). Redirects are followed (the file host is another origin,
+    and httpx does not send it the token)."""
+
+    def __init__(self, hub_url: str = DEFAULT_HUB_URL, token: str | None = None, *,
+                 answer_limit: int = MAX_LISTING_BYTES,
+                 answer_timeout_s: float = LISTING_TIMEOUT_S) -> None:
+        self.answer_limit = int(answer_limit)
+        self.answer_timeout_s = float(answer_timeout_s)
+        url = (hub_url or "").strip().rstrip("/")
+        if not url:
+            raise HubError("No model hub is set; set models.hub_url (for example "
+                           "https://huggingface.co).", "address")
+        try:
+            self.address = server_address(url)
+        except ValueError:
+            raise HubError(f"models.hub_url {hub_url!r} is not an http:// or https:// address.",
+                           "address") from None
+        self.root = url
+        headers = {"User-Agent": f"iris-desktop/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            self.client = httpx.Client(
+                headers=headers, trust_env=True, follow_redirects=True,
+                timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        except (ImportError, ValueError, httpx.InvalidURL) as exc:  # SOCKS without socksio, a bad proxy URL
+            raise HubError(f"The proxy set in the environment cannot be used ({exc}); fix HTTPS_PROXY, "
+                           "HTTP_PROXY or ALL_PROXY, or unset it.", "address") from None
+
+    @classmethod
+    def for_settings(cls, hub_url: str) -> HubClient:
+        """A client for ``models.hub_url`` with the token saved for it, if any."""
+        return cls(hub_url, get_hub_token(hub_url) if (hub_url or "").strip() else None)
+
+    # -- JSON --
+
+    def _get_json(self, url: str, params: dict | None = None, what: str = "") -> tuple[Any, httpx.Response]:
+        """The JSON answer, read whole within :attr:`answer_limit` bytes and
+        :attr:`answer_timeout_s` (``runtime.http``); HubError otherwise."""
+        try:
+            request = self.client.build_request("GET", url, params=params)
+            response = read_answer(self.client, request, limit=self.answer_limit,
+                                   timeout_s=self.answer_timeout_s, follow_redirects=True)
+        except AnswerTooLarge as exc:
+            raise HubError(f"The model hub {self.address} sent more than {size_words(exc.limit)} in "
+                           f"its answer about {what or url}, so Iris stopped reading it; check that "
+                           "models.hub_url is a Hugging Face hub.", "answer") from None
+        except AnswerTooSlow as exc:
+            raise HubError(f"The model hub {self.address} did not finish answering about "
+                           f"{what or url} within {exc.timeout_s:g} s; try again later, or check "
+                           "models.hub_url.", "network") from None
+        except AnswerError as exc:
+            raise HubError(f"The model hub {self.address} {exc.cause} about {what or url}; check "
+                           "models.hub_url.", "answer") from None
+        except httpx.HTTPError as exc:
+            raise HubError(f"The model hub {self.address} cannot be reached ({_describe(exc)}); "
+                           "check the network or models.hub_url.", "network") from None
+        if response.status_code >= 400:
+            raise self._status_error(response, what)
+        try:
+            return response.json(), response
+        except ValueError:
+            raise HubError(f"The model hub {self.address} did not answer JSON for {what or url}; "
+                           "is models.hub_url a Hugging Face hub?", "answer") from None
+
+    def _status_error(self, response: httpx.Response, what: str, partial: Path | None = None) -> HubError:
+        status = response.status_code
+        if status in (401, 403):
+            return HubError(f"The model hub {self.address} refused access to {what} (HTTP {status}): "
+                            "the model may be gated or private; accept its license on the hub's "
+                            "page and save a token.", "auth", partial, status)
+        if status == 404:
+            return HubError(f"The model hub {self.address} has no {what} (HTTP 404); check the "
+                            "name and the revision.", "not_found", partial, status)
+        if status == 429:
+            return HubError(f"The model hub {self.address} asks to slow down (HTTP 429); try "
+                            "again in a few minutes.", "http", partial, status)
+        reason = response.reason_phrase or "error"
+        return HubError(f"The model hub {self.address} answered HTTP {status} ({reason}) for {what}; "
+                        "try again later.", "http", partial, status)
+
+    # -- the three endpoints --
+
+    def search(self, text: str, limit: int = SEARCH_LIMIT) -> list[HubRepo]:
+        """Repositories holding GGUF files whose name matches ``text``, most downloaded
+        first."""
+        text = text.strip()
+        if not text:
+            raise HubError("Type what to search for, such as qwen2.5 instruct.", "address")
+        data, _ = self._get_json(f"{self.root}/api/models",
+                                 {"search": text, "filter": "gguf", "sort": "downloads",
+                                  "direction": "-1", "limit": str(limit)},
+                                 f"the search for {text!r}")
+        if not isinstance(data, list):
+            raise HubError(f"The model hub {self.address} answered the search with something "
+                           "other than a list.", "answer")
+        repos = []
+        for item in data:
+            if not isinstance(item, dict):
+                continue
+            rid = item.get("id") or item.get("modelId")
+            if not isinstance(rid, str) or not _REPO.match(rid):
+                continue
+            repos.append(HubRepo(rid, _int(item.get("downloads")), _int(item.get("likes")),
+                                 item.get("lastModified") if isinstance(item.get("lastModified"), str) else None,
+                                 item.get("gated") if isinstance(item.get("gated"), (bool, str)) else False))
+        return repos
+
+    def files(self, repo: str, revision: str = "main") -> list[HubFile]:
+        """Every file of ``repo`` at ``revision`` with its size and sha256 (LFS files)."""
+        repo = _check_repo(repo)
+        url: str | None = f"{self.root}/api/models/{repo}/tree/{quote(revision, safe='')}"
+        params: dict | None = {"recursive": "true"}
+        out: list[HubFile] = []
+        for _ in range(MAX_TREE_PAGES):
+            if url is None:
+                break
+            data, response = self._get_json(url, params, f"{repo} at {revision}")
+            if not isinstance(data, list):
+                raise HubError(f"The model hub {self.address} listed {repo} as something other "
+                               "than a list of files.", "answer")
+            for item in data:
+                if isinstance(item, dict) and item.get("type") == "file":
+                    entry = _hub_file(repo, revision, item)
+                    if entry is not None:
+                        out.append(entry)
+            url = response.links.get("next", {}).get("url")
+            params = None
+        return out
+
+    def file(self, repo: str, path: str, revision: str = "main") -> HubFile:
+        """One file's size and sha256; HubError (``not_found``) when the repo lacks it."""
+        path = _check_file(path)
+        for entry in self.files(repo, revision):
+            if entry.path == path:
+                return entry
+        raise HubError(f"{repo} has no file {path} at revision {revision}; "
+                       f"'iris-desktop models search' lists the repositories and files.", "not_found")
+
+    def resolve_url(self, repo: str, path: str, revision: str = "main") -> str:
+        return (f"{self.root}/{_check_repo(repo)}/resolve/{quote(revision, safe='')}/"
+                f"{quote(_check_file(path), safe='/')}")
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> HubClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _hub_file(repo: str, revision: str, item: dict) -> HubFile | None:
+    """One file of a listing. Its size (the LFS object's, else the entry's) and sha256
+    (``lfs.oid``, any case, normalised to lower-case hex) are kept as listed; a size
+    that is not a whole number above 0, or a sha256 that is not 64 hexadecimal digits,
+    is said in ``problem``, which refuses a download of it."""
+    path = item.get("path")
+    if not isinstance(path, str):
+        return None
+    lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else {}
+    raw_size = lfs["size"] if lfs.get("size") is not None else item.get("size")
+    size, problem = _int(raw_size), None
+    if size is None:
+        size, problem = 0, f"a size of {_shown(raw_size)}, which is not a number of bytes"
+    elif size <= 0:
+        problem = f"a size of {size:,} bytes"
+    raw_sha = lfs.get("oid")
+    sha = None
+    if raw_sha is not None:
+        sha = _normal_sha(raw_sha)
+        if sha is None:
+            problem = problem or f"the sha256 {_shown(raw_sha)}, which is not 64 hexadecimal digits"
+    return HubFile(repo, path, size, sha, revision, problem)
+
+
+def _normal_sha(value: Any) -> str | None:
+    """``value`` as 64 lower-case hex digits (any case, an optional ``sha256:``); None when
+    it is not a sha256."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower().removeprefix("sha256:")
+    return text if _SHA256.fullmatch(text) else None
+
+
+def _shown(value: Any) -> str:
+    """A listed value as a sentence may quote it (short, one line)."""
+    text = json.dumps(value, ensure_ascii=True) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 72 else text[:69] + "..."
