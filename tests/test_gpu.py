@@ -17,7 +17,8 @@ import pytest
 from iris_desktop import settings as S
 from iris_desktop.cli import main
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.runtime import model as M
+from iris_desktop.runtime import first_use, llama_binding, loading
+from iris_desktop.runtime.first_use import Step, compare_steps
 from iris_desktop.runtime.gguf import read_gguf_info
 from iris_desktop.runtime.gpu import (
     Device,
@@ -32,7 +33,7 @@ from iris_desktop.runtime.gpu import (
     plan_gpu,
     sliding_layers,
 )
-from iris_desktop.runtime.model import LocalModel, Step, compare_steps
+from iris_desktop.runtime.model import LocalModel
 
 from gguf_fixtures import tiny_metadata, write_gguf
 
@@ -317,11 +318,11 @@ def test_the_load_log_says_what_was_offloaded():
 def test_a_plan_is_checked_against_the_log(tmp_path):
     plan = plan_gpu(read_gguf_info(_model(tmp_path, "m", 24)), 1024, [FAKE_GPU], "auto")
     assert plan.layers == 25
-    assert M._as_loaded(tmp_path, plan, offload_from_log(VULKAN_LOG.splitlines())) == plan
+    assert loading.as_loaded(tmp_path, plan, offload_from_log(VULKAN_LOG.splitlines())) == plan
     fewer_log = VULKAN_LOG.replace("offloaded 25/25", "offloaded 20/25")
-    partial = M._as_loaded(tmp_path, plan, offload_from_log(fewer_log.splitlines()))
+    partial = loading.as_loaded(tmp_path, plan, offload_from_log(fewer_log.splitlines()))
     assert partial.layers == 20 and partial.describe() == "GPU: Fake GeForce · 20/25 layers"
-    nothing = M._as_loaded(tmp_path, plan, offload_from_log(CPU_LOG.splitlines()))
+    nothing = loading.as_loaded(tmp_path, plan, offload_from_log(CPU_LOG.splitlines()))
     assert nothing.describe() == "CPU" and "llama.cpp put no layer on Fake GeForce" in nothing.reason
 
 
@@ -370,7 +371,7 @@ def fake_runs(monkeypatch):
         calls["gpu"] += 1
         return _steps([11, 12, 13 if calls["agree"] else 999, 14, 15, 16, 17, 18])
 
-    monkeypatch.setattr(M, "_greedy_steps", steps)
+    monkeypatch.setattr(first_use, "greedy_steps", steps)
     return calls
 
 
@@ -410,13 +411,13 @@ def test_a_gpu_that_disagrees_with_the_cpu_is_switched_off_and_remembered(model_
 
 def test_off_loads_without_a_device_and_without_a_check(model_path, tmp_path, fake_runs, monkeypatch):
     seen = {}
-    real = M._load_llama
+    real = llama_binding.load_llama
 
     def spy(path, scratch, progress, cancel, device=None, **params):
         seen.update(params, device=device)
         return real(path, scratch, progress, cancel, device=device, **params)
 
-    monkeypatch.setattr(M, "_load_llama", spy)
+    monkeypatch.setattr(llama_binding, "load_llama", spy)
     monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", lambda: pytest.fail("off lists no device"))
     model = LocalModel.load(model_path, n_ctx=1024, gpu="off", gpu_checks=tmp_path / "c.json")
     model.close()
@@ -428,7 +429,7 @@ def test_off_loads_without_a_device_and_without_a_check(model_path, tmp_path, fa
 
 def test_a_load_that_fails_on_the_gpu_is_retried_with_fewer_layers_then_the_cpu(model_path, monkeypatch):
     tried = []
-    real = M._load_llama
+    real = llama_binding.load_llama
 
     def flaky(path, scratch, progress, cancel, device=None, **params):
         tried.append(params["n_gpu_layers"])
@@ -436,7 +437,7 @@ def test_a_load_that_fails_on_the_gpu_is_retried_with_fewer_layers_then_the_cpu(
             raise ValueError("Failed to load model from file")  # what llama-cpp-python raises
         return real(path, scratch, progress, cancel, device=device, **params)
 
-    monkeypatch.setattr(M, "_load_llama", flaky)
+    monkeypatch.setattr(llama_binding, "load_llama", flaky)
     model = LocalModel.load(model_path, n_ctx=1024, gpu="auto", devices=[CPU, FAKE_GPU])
     model.close()
     assert tried == [25, 12, 6, 0]

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.runtime.model import SHIFT_MIN_TOKENS, LocalModel, moved_run
+from iris_desktop.runtime.kv_reuse import SHIFT_MIN_TOKENS, moved_run
+from iris_desktop.runtime.model import LocalModel
 
 SYSTEM = {"role": "system", "content": "You are Iris, a helpful assistant."}
 

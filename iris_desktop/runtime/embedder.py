@@ -56,7 +56,7 @@ from .bundled import (
 )
 from .errors import ModelError
 from .gguf import GGUFError, read_gguf_info
-from .model import _install_llama_logging, _recent_llama_errors  # llama.cpp's log, captured once
+from .llama_binding import install_llama_logging, recent_llama_errors  # llama.cpp's log, captured once
 
 log = logging.getLogger("iris.runtime.embedder")
 
@@ -465,8 +465,8 @@ class Embedder:
             raise ModelError(p, exc.reason) from None
         except OSError as exc:
             raise ModelError(p, f"cannot read the file ({exc.strerror or exc})") from None
-        _install_llama_logging()
-        _recent_llama_errors()
+        install_llama_logging()
+        recent_llama_errors()
         import llama_cpp  # only here: importing this module must stay cheap
 
         try:
@@ -475,7 +475,7 @@ class Embedder:
             llm = llama_cpp.Llama(model_path=str(p), embedding=True, n_ctx=_N_CTX, n_batch=_N_CTX,
                                   n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
         except Exception as exc:  # llama-cpp-python raises ValueError/RuntimeError
-            why = "; ".join(_recent_llama_errors()) or str(exc)
+            why = "; ".join(recent_llama_errors()) or str(exc)
             raise ModelError(p, f"llama.cpp could not load the embedding model ({why})") from None
         if llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_NONE:
             llm.close()

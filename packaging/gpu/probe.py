@@ -22,11 +22,12 @@ PARTIAL_LAYERS = 12
 
 def main(what: str) -> int:
     from iris_desktop.generation import GenerationRequest
-    from iris_desktop.runtime import model as M
+    from iris_desktop.runtime import first_use, llama_binding
     from iris_desktop.runtime.bundled import ensure_bundled_model
     from iris_desktop.runtime.devices import list_devices
     from iris_desktop.runtime.gguf import read_gguf_info
-    from iris_desktop.runtime.gpu import layer_costs, margin, offload_from_log
+    from iris_desktop.runtime.gpu import cpu_plan, layer_costs, margin, offload_from_log
+    from iris_desktop.runtime.model import LocalModel
 
     path = ensure_bundled_model(Path(sys.argv[2]))
     devices = list_devices()
@@ -42,19 +43,19 @@ def main(what: str) -> int:
     elif what == "off":
         kwargs = {"gpu": "off"}
     lines: list[str] = []
-    real = M._load_llama
+    real = llama_binding.load_llama
 
     def logged(*args, **params):  # the load log of the model itself (not of the check's runs)
-        with M._captured_log() as captured:
+        with llama_binding.captured_log() as captured:
             try:
                 return real(*args, **params)
             finally:
-                if params.get("n_ctx") != M.CHECK_CTX:
+                if params.get("n_ctx") != first_use.CHECK_CTX:
                     lines[:] = captured
 
-    M._load_llama = logged
-    model = M.LocalModel.load(path, n_ctx=2048, **kwargs)
-    M._load_llama = real
+    llama_binding.load_llama = logged
+    model = LocalModel.load(path, n_ctx=2048, **kwargs)
+    llama_binding.load_llama = real
     try:
         offload = offload_from_log(lines)
         out.update(plan=model.gpu.as_json(), offloaded=offload.layers, total=offload.total,
@@ -68,8 +69,8 @@ def main(what: str) -> int:
     if checks.exists():
         out["check_record"] = json.loads(checks.read_text())
     if what == "full" and model.gpu.on_gpu:
-        cpu = M._greedy_steps(path, M.cpu_plan(model.gpu.total_layers, "reference"), 2, True)
-        gpu = M._greedy_steps(path, model.gpu, 2, True)  # free-running: its own choices
+        cpu = first_use.greedy_steps(path, cpu_plan(model.gpu.total_layers, "reference"), 2, True)
+        gpu = first_use.greedy_steps(path, model.gpu, 2, True)  # free-running: its own choices
         out["greedy_cpu"] = [s.text for s in cpu]
         out["greedy_gpu"] = [s.text for s in gpu]
     print(json.dumps(out))

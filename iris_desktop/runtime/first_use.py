@@ -1,0 +1,113 @@
+"""The first-use check of a GPU: a few greedy steps on it against the CPU's, so that a
+driver that computes wrong answers is left off (and remembered, :class:`.gpu.GpuChecks`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import llama_binding
+from .gpu import GpuChecks, GpuPlan, cpu_plan
+from .loading import device_params
+
+log = logging.getLogger("iris.runtime")
+
+#: a plain-text prompt every model continues (no chat template: the check is about numbers)
+CHECK_PROMPT = "The capital of France is Paris. The capital of Italy is"
+CHECK_STEPS = 8
+CHECK_CTX = 128
+#: a swap of the top two tokens this close (in the CPU's logits) is a near tie, not a fault
+TIE_LOGITS = 0.5
+
+
+@dataclass(frozen=True)
+class Step:
+    """One greedy step: the top token and its text, and the five best (token, logit)."""
+
+    token: int
+    text: str
+    top: tuple[tuple[int, float], ...]
+
+
+def greedy_steps(path: Path, plan: GpuPlan, threads: int, flash_attn: bool,
+                  forced: list[int] | None = None, steps: int = CHECK_STEPS) -> list[Step]:
+    """``steps`` greedy steps after :data:`CHECK_PROMPT` with ``plan``'s device and layers;
+    ``forced``: feed these tokens instead of the top ones (the CPU's: both runs then see
+    the same text, so their steps compare one to one)."""
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_binding.load_llama(path, False, None, None, n_ctx=CHECK_CTX, n_batch=CHECK_CTX, n_threads=threads,
+                      n_threads_batch=threads, flash_attn=flash_attn, seed=0, **device_params(plan))
+    try:
+        llm.eval(llm.tokenize(CHECK_PROMPT.encode("utf-8"), add_bos=True, special=False))
+        n_vocab = llm.n_vocab()
+        out = []
+        for i in range(steps):
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
+            best = np.argsort(logits)[-5:][::-1]
+            token = int(best[0])
+            out.append(Step(token, llm.detokenize([token]).decode("utf-8", "replace"),
+                            tuple((int(t), float(logits[t])) for t in best)))
+            llm.eval([forced[i] if forced is not None else token])
+        return out
+    finally:
+        llm.close()
+
+
+def compare_steps(cpu: list[Step], gpu: list[Step]) -> tuple[bool, str]:
+    """Whether the GPU's greedy steps agree with the CPU's: the same top token at every
+    step, or a near tie the CPU also saw (the GPU's choice within :data:`TIE_LOGITS` of
+    the CPU's top); and what was found, in words."""
+    if len(cpu) != len(gpu) or not cpu:
+        return False, f"the runs gave {len(cpu)} and {len(gpu)} steps"
+    ties = 0
+    for i, (c, g) in enumerate(zip(cpu, gpu, strict=True)):
+        if c.token == g.token:
+            continue
+        cpu_logits = dict(c.top)
+        if g.token in cpu_logits and cpu_logits[c.token] - cpu_logits[g.token] <= TIE_LOGITS:
+            ties += 1
+            continue
+        return False, (f"step {i + 1} of {len(cpu)}: the GPU's top token {g.text!r} is not the "
+                       f"CPU's {c.text!r}")
+    return True, f"the same top token at all {len(cpu)} steps" + (f" ({ties} near ties)" if ties else "")
+
+
+def first_use_check(path: Path, plan: GpuPlan, threads: int, flash_attn: bool = True) -> tuple[bool, str]:
+    """Run :data:`CHECK_STEPS` greedy steps on the CPU, then the same text on ``plan``'s
+    GPU, and compare (:func:`compare_steps`)."""
+    cpu = greedy_steps(path, cpu_plan(plan.total_layers, "the first-use check's reference"), threads,
+                        flash_attn)
+    gpu = greedy_steps(path, plan, threads, flash_attn, forced=[s.token for s in cpu])
+    return compare_steps(cpu, gpu)
+
+
+def checked_plan(path: Path, plan: GpuPlan, checks: GpuChecks, threads: int, stage: Any,
+             cancel: threading.Event | None, flash_attn: bool = True) -> GpuPlan:
+    """``plan``, or the CPU when its GPU, with this driver, disagrees with the CPU in the
+    first-use check (run now when it has not been, and remembered in ``checks``)."""
+    if checks.result(plan.device) is not None:
+        return plan  # checked with this driver, and it agreed (plan_gpu left out one that did not)
+    if stage is not None:
+        stage("checking")
+    try:
+        agrees, detail = first_use_check(path, plan, threads, flash_attn)
+    except Exception as exc:  # the load below tries the GPU again, and says why it cannot
+        log.warning("%s: the first-use check on %s could not run (%s)", path.name, plan.device.label, exc)
+        return plan
+    finally:
+        if stage is not None:
+            stage("loading")
+    checks.record(plan.device, agrees, detail)
+    log.log(logging.INFO if agrees else logging.WARNING, "first-use check of %s (driver %s): %s",
+            plan.device.label, plan.device.driver or "unknown", detail)
+    if agrees:
+        return plan
+    return cpu_plan(plan.total_layers, f"{plan.device.label} gave other answers than the CPU in Iris's "
+                    f"first-use check ({detail}); it stays off for Iris until its driver changes",
+                    notice=True, all_bytes=plan.all_bytes)
+

@@ -1,0 +1,159 @@
+"""Loading a GGUF into llama.cpp on the device its plan chose: llama.cpp's device
+parameters, the exact Q8_0 copy of Q5_0 weights, and the retries: a load that fails on a
+GPU is tried with fewer layers, then on the CPU, and the plan is checked against what
+llama.cpp's log says it loaded."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from . import llama_binding
+from .errors import ModelError
+from .gguf import GGUFInfo
+from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan, fewer, offload_from_log, plan_gpu
+from .llama_binding import captured_log, recent_llama_errors
+from .weights import Cancelled as CopyCancelled
+from .weights import WeightsError, q8_copy
+from .weights import discard as discard_q8_copy
+
+log = logging.getLogger("iris.runtime")
+
+
+def device_params(plan: GpuPlan) -> dict[str, Any]:
+    """llama.cpp's parameters for ``plan``. The CPU: no layer offloaded and no device at
+    all (split mode none with main_gpu -1 leaves the model without devices, and op_offload
+    off keeps big batches from being sent to a GPU), so no GPU buffer is created. A GPU:
+    its layers, on that one device (``device``: ggml's handle, for the ``devices`` list)."""
+    import llama_cpp
+
+    if not plan.on_gpu:
+        return dict(n_gpu_layers=0, split_mode=llama_cpp.LLAMA_SPLIT_MODE_NONE, main_gpu=-1,
+                    op_offload=False, device=None)
+    from .devices import device_handle
+
+    return dict(n_gpu_layers=plan.layers, split_mode=llama_cpp.LLAMA_SPLIT_MODE_LAYER, main_gpu=0,
+                op_offload=True, device=device_handle(plan.device))
+
+
+def q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
+                cancel: threading.Event | None, stage: Any = None) -> tuple[Path, str, Any]:
+    """The file to load (``source``'s exact Q8_0 copy when it has Q5_0 weights), what
+    it is, and the progress callback for the load after it: when a copy is written,
+    ``stage("copying")`` says so first and ``stage("loading")`` after it, and the copy
+    takes the first 80% of ``progress``, the load the rest."""
+    wrote = False
+
+    def copying(fraction: float) -> None:
+        nonlocal wrote
+        if not wrote and stage is not None:
+            stage("copying")
+        wrote = True
+        if progress is not None:
+            progress(0.8 * fraction)
+
+    try:
+        path = q8_copy(source, folder, info=info, progress=copying, cancel=cancel)
+    except CopyCancelled:
+        raise ModelError(source, "loading was cancelled") from None
+    except WeightsError as exc:
+        log.warning("%s: loading the file as it is, without the 8-bit copy: %s", source, exc)
+        return source, f"as published (no 8-bit copy: {exc})", progress
+    if path == source:
+        return source, "as published (no Q5_0 weights)", progress
+    if wrote and stage is not None:
+        stage("loading")
+    after = (lambda f: progress(0.8 + 0.2 * f)) if wrote and progress is not None else progress
+    return path, f"Q5_0 read as Q8_0 (the same values; {path})", after
+
+
+def plan_device(info: GGUFInfo, n_ctx: int, gpu: str | int, devices: list[Device] | None,
+          gpu_checks: str | os.PathLike[str] | None, *, swa_full: bool, flash_attn: bool) -> GpuPlan:
+    """The device and layers for ``model.gpu`` (:func:`.gpu.plan_gpu`), leaving out a GPU
+    the first-use check switched off. No device is looked for with ``off``."""
+    if gpu == OFF:
+        return plan_gpu(info, n_ctx, [], OFF)
+    if devices is None:
+        from .devices import list_devices
+
+        try:
+            devices = list_devices()
+        except Exception as exc:  # a driver that fails to answer never keeps the CPU from running
+            log.warning("cannot list llama.cpp's devices (%s); the CPU runs the model", exc)
+            devices = []
+    disabled = GpuChecks(gpu_checks).disabled(devices) if gpu_checks is not None else {}
+    plan = plan_gpu(info, n_ctx, devices, gpu, disabled=disabled, swa_full=swa_full, flash_attn=flash_attn)
+    log.info("%s at n_ctx %d, model.gpu %s: %s (%s)", info.path.name, n_ctx, gpu, plan.describe(), plan.reason)
+    return plan
+
+
+def load_planned(path: Path, plan: GpuPlan, scratch: bool, progress: Any, cancel: threading.Event | None,
+                  params: dict[str, Any]) -> tuple[Any, GpuPlan]:
+    """Load with ``plan``; a load that fails on a GPU is tried with half the layers, then
+    on the CPU (:func:`.gpu.fewer`). Returns the Llama and the plan as llama.cpp's log
+    says it loaded (:func:`as_loaded`)."""
+    tried = 0
+    while True:
+        with captured_log() as lines:
+            try:
+                llm = llama_binding.load_llama(path, scratch, progress, cancel, **params, **device_params(plan))
+            except Exception as exc:
+                after = fewer(plan, tried)
+                tried += 1
+                if after is None or (cancel is not None and cancel.is_set()):
+                    raise
+                why = "; ".join(recent_llama_errors()) or str(exc)
+                log.warning("%s: %d layers on %s did not load (%s); now: %s", path.name, plan.layers,
+                            plan.device.label, why, after.describe())
+                plan = after
+                continue
+        return llm, as_loaded(path, plan, offload_from_log(lines))
+
+
+def load_weights(source: Path, load_path: Path, weights: str, weights_dir: Any, plan: GpuPlan,
+                  scratch: bool, progress: Any, cancel: threading.Event | None,
+                  params: dict[str, Any]) -> tuple[Any, GpuPlan, Path, str]:
+    """:func:`load_planned` on ``load_path``; when that is the Q8_0 copy and it does not
+    load, the copy is discarded and ``source`` loaded as it is. Returns the Llama, the
+    plan it loaded with, the file and how its weights were read."""
+    try:
+        llm, plan = load_planned(load_path, plan, scratch, progress, cancel, params)
+        return llm, plan, load_path, weights
+    except Exception:
+        if load_path == source or (cancel is not None and cancel.is_set()):
+            raise
+    # the copy is at fault (the source loads below, or says why not)
+    why = "; ".join(recent_llama_errors())
+    log.warning("%s: llama.cpp could not load the Q8_0 copy %s (%s); loading the file as it is",
+                source, load_path, why)
+    discard_q8_copy(source, Path(weights_dir))
+    llm, plan = load_planned(source, plan, scratch, progress, cancel, params)
+    return llm, plan, source, "as published (the 8-bit copy did not load)"
+
+
+def as_loaded(path: Path, plan: GpuPlan, offload: Any) -> GpuPlan:
+    """``plan`` checked against the load log (``offload``: :func:`.gpu.offload_from_log`):
+    the layers llama.cpp says it offloaded, and the CPU when it made no buffer on a GPU."""
+    on_device = offload.device_buffers()
+    if not plan.on_gpu:
+        if on_device:  # never expected: the CPU plan loads with no device at all
+            log.error("%s: planned for the CPU, yet llama.cpp made GPU buffers: %s", path.name, on_device)
+        return plan
+    layers = offload.layers or 0
+    if not on_device or layers == 0:
+        return cpu_plan(plan.total_layers, f"llama.cpp put no layer on {plan.device.label} (its load "
+                        "log shows no buffer there), so the CPU runs the model", notice=True,
+                        all_bytes=plan.all_bytes)
+    if offload.total and offload.total != plan.total_layers:
+        log.warning("%s: llama.cpp counts %d layers, the plan %d", path.name, offload.total, plan.total_layers)
+    if layers != min(plan.layers, plan.total_layers) or (offload.total and offload.total != plan.total_layers):
+        return replace(plan, layers=layers, total_layers=offload.total or plan.total_layers, notice=True,
+                       reason=f"{plan.reason}; llama.cpp offloaded {layers}/{offload.total}")
+    log.info("%s: offloaded %d/%d layers to %s, as planned (%s)", path.name, layers, offload.total,
+             plan.device.label, ", ".join(f"{k} {v:.0f} MiB" for k, v in on_device.items()))
+    return plan
+
