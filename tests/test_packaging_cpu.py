@@ -156,7 +156,7 @@ def test_the_loader_looks_where_the_bundle_puts_them(rules):
     assert rules.LLAMA_LIB_DIR == "llama_cpp/lib"
     backends = (ROOT / "iris_desktop" / "runtime" / "backends.py").read_text()
     assert "ggml_backend_load_all_from_path" in backends and "low._base_path" in backends
-    for loader in ("model.py", "embedder.py"):
+    for loader in ("llama_binding.py", "embedder.py"):  # the local model loads through llama_binding
         source = (ROOT / "iris_desktop" / "runtime" / loader).read_text()
         assert source.index("load_backends()") < source.index("model_path=str("), loader
 
