@@ -315,6 +315,25 @@ def test_the_load_log_says_what_was_offloaded():
     assert set(cpu_log.buffers) == {"CPU_Mapped", "CPU_REPACK", "CPU"}
 
 
+def test_a_capture_inside_another_sees_the_load_log_too(model_path):
+    """A caller's capture around a load (packaging/gpu/probe.py's) and the load's own both
+    get llama.cpp's lines: the load's check against its plan must never read an empty log."""
+    from iris_desktop.runtime import llama_binding
+
+    with llama_binding.captured_log() as outer:
+        model = LocalModel.load(model_path, n_ctx=512, gpu="off")
+        model.close()
+    assert any("CPU KV buffer size" in line for line in outer)
+
+
+def test_driver_versions_as_vendors_write_them():
+    from iris_desktop.runtime.devices import driver_version_text
+
+    assert driver_version_text(0x10DE, (550 << 22) | (54 << 14) | (14 << 6)) == "550.54.14.0"  # NVIDIA
+    assert driver_version_text(0x1002, (2 << 22) | (0 << 12) | 301) == "2.0.301"  # AMD's Vulkan version
+    assert driver_version_text(0x10005, 1) == "0.0.1"  # lavapipe: hence Mesa's driverInfo in the key too
+
+
 def test_a_plan_is_checked_against_the_log(tmp_path):
     plan = plan_gpu(read_gguf_info(_model(tmp_path, "m", 24)), 1024, [FAKE_GPU], "auto")
     assert plan.layers == 25

@@ -116,8 +116,32 @@ class _PropertiesHead(ctypes.Structure):
                 ("deviceType", ctypes.c_int), ("deviceName", ctypes.c_char * 256)]
 
 
+class _ApplicationInfo(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("pApplicationName", ctypes.c_char_p),
+                ("applicationVersion", ctypes.c_uint32), ("pEngineName", ctypes.c_char_p),
+                ("engineVersion", ctypes.c_uint32), ("apiVersion", ctypes.c_uint32)]
+
+
+class _DriverProperties(ctypes.Structure):
+    """VkPhysicalDeviceDriverProperties: the driver's own name and version text."""
+
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("driverID", ctypes.c_int),
+                ("driverName", ctypes.c_char * 256), ("driverInfo", ctypes.c_char * 256),
+                ("conformanceVersion", ctypes.c_uint8 * 4)]
+
+
+class _Properties2(ctypes.Structure):
+    """VkPhysicalDeviceProperties2, its VkPhysicalDeviceProperties (824 bytes) kept as raw
+    8-byte words (room to spare)."""
+
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("properties", ctypes.c_uint64 * 256)]
+
+
 #: sizeof(VkPhysicalDeviceProperties) is 824 on 64-bit systems; room to spare
 _PROPERTIES_BYTES = 4096
+#: VK_STRUCTURE_TYPE_* of the structures above; Vulkan 1.1, where vkGetPhysicalDeviceProperties2 is core
+_APPLICATION_INFO, _PROPERTIES_2, _DRIVER_PROPERTIES = 0, 1000059001, 1000196000
+_VULKAN_1_1 = (1 << 22) | (1 << 12)
 _VENDOR_NVIDIA, _VENDOR_INTEL = 0x10DE, 0x8086
 
 
@@ -162,7 +186,8 @@ def vulkan_drivers() -> dict[str, str]:
         destroy.restype, destroy.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
     except AttributeError:
         return {}
-    info = _InstanceCreateInfo(sType=1)  # VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO
+    app = _ApplicationInfo(sType=_APPLICATION_INFO, apiVersion=_VULKAN_1_1)
+    info = _InstanceCreateInfo(sType=1, pApplicationInfo=ctypes.addressof(app))  # INSTANCE_CREATE_INFO
     instance = ctypes.c_void_p()
     if create(ctypes.byref(info), None, ctypes.byref(instance)) != 0 or not instance:
         return {}
@@ -180,12 +205,30 @@ def vulkan_drivers() -> dict[str, str]:
             head = _PropertiesHead.from_buffer_copy(buffer.raw[:ctypes.sizeof(_PropertiesHead)])
             api = head.apiVersion
             name = head.deviceName.decode("utf-8", "replace")
-            out[name] = (f"{driver_version_text(head.vendorID, head.driverVersion)} (vendor "
-                         f"0x{head.vendorID:04x}, Vulkan {api >> 22 & 0x7F}.{api >> 12 & 0x3FF}."
+            driver = _driver_info(lib, handle) if api >= _VULKAN_1_1 else ""
+            out[name] = (f"{driver + '; ' if driver else ''}{driver_version_text(head.vendorID, head.driverVersion)} "
+                         f"(vendor 0x{head.vendorID:04x}, Vulkan {api >> 22 & 0x7F}.{api >> 12 & 0x3FF}."
                          f"{api & 0xFFF})")
         return out
     finally:
         destroy(instance, None)
+
+
+def _driver_info(lib: ctypes.CDLL, handle: int) -> str:
+    """The driver's name and version as it writes them ("llvmpipe Mesa 22.3.6 (LLVM 15.0.6)",
+    "NVIDIA 550.54.14"): Mesa's software driver reports the same driverVersion for every
+    release, this text does not. "" where the device does not say (Vulkan 1.1 without
+    VK_KHR_driver_properties)."""
+    try:
+        get = lib.vkGetPhysicalDeviceProperties2
+    except AttributeError:
+        return ""
+    get.restype, get.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
+    driver = _DriverProperties(sType=_DRIVER_PROPERTIES)
+    props = _Properties2(sType=_PROPERTIES_2, pNext=ctypes.addressof(driver))
+    get(handle, ctypes.byref(props))
+    words = [driver.driverName.decode("utf-8", "replace").strip(), driver.driverInfo.decode("utf-8", "replace").strip()]
+    return " ".join(w for w in words if w)
 
 
 def _cuda_driver() -> str:

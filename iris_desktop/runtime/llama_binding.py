@@ -207,7 +207,7 @@ def install_llama_logging() -> None:
     import llama_cpp
 
     levels = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-    state: dict[str, Any] = {"buf": "", "level": logging.DEBUG, "errors": [], "capture": None}
+    state: dict[str, Any] = {"buf": "", "level": logging.DEBUG, "errors": [], "captures": []}
 
     def callback(level: int, text: bytes, user_data: Any) -> None:
         try:
@@ -223,9 +223,9 @@ def install_llama_logging() -> None:
                     level = logging.DEBUG
                 if level >= logging.ERROR:
                     state["errors"] = (state["errors"] + [line.strip()])[-5:]
-                capture = state["capture"]
-                if capture is not None and capture[0] == threading.get_ident():
-                    capture[1].append(line)
+                for thread, lines in state["captures"]:
+                    if thread == threading.get_ident():
+                        lines.append(line)
                 llama_log.log(level, "%s", line)
         except Exception:  # never raise into C
             pass
@@ -239,13 +239,13 @@ def install_llama_logging() -> None:
 def captured_log() -> Iterator[list[str]]:
     """The lines llama.cpp logs on this thread meanwhile (a load's: what it offloaded)."""
     install_llama_logging()
-    state = _log_state["state"]
-    lines: list[str] = []
-    previous, state["capture"] = state["capture"], (threading.get_ident(), lines)
+    captures = _log_state["state"]["captures"]
+    entry: tuple[int, list[str]] = (threading.get_ident(), [])
+    captures.append(entry)  # a capture inside another: both get the lines
     try:
-        yield lines
-    finally:
-        state["capture"] = previous
+        yield entry[1]
+    finally:  # by identity: two captures of one load hold equal lists
+        captures[:] = [other for other in captures if other is not entry]
 
 
 def _aborting() -> bool:
