@@ -370,12 +370,17 @@ def ensure_native_wheels(opts: argparse.Namespace, py: Path, macos_target: str |
     # a CMAKE_BUILD_PARALLEL_LEVEL already set wins (a shared machine); else one job per CPU
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)
     llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": jobs, **target_env}
-    missing = [] if opts.skip_llama_build else vulkan_build_tools_missing(opts.cmake_args)
-    llama = cached_wheel(py, "llama-cpp-python", requirement_of("llama-cpp-python"), env=llama_env,
-                         settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}",
-                         key_extra=[opts.cmake_args, *target_key],
-                         rebuild=opts.rebuild_llama, skip=opts.skip_llama_build, missing=missing)
-    result["llama"] = {**llama, "cmake_args": opts.cmake_args if llama.get("wheel") else None}
+    missing = [] if opts.skip_llama_build else vulkan_build_tools_missing(opts.cmake_args, old_headers_ok=True)
+    requirement = requirement_of("llama-cpp-python")
+    guard = wants_vulkan(opts.cmake_args) and vulkan_headers_lack_layer_settings()
+    llama = cached_wheel(py, "llama-cpp-python", requirement, env=llama_env,
+                         settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}" + (
+                             " (VK_EXT_layer_settings guarded for older Vulkan headers)" if guard else ""),
+                         key_extra=[opts.cmake_args, *target_key] + (["layer-settings-guarded"] if guard else []),
+                         rebuild=opts.rebuild_llama, skip=opts.skip_llama_build, missing=missing,
+                         source=(lambda: guarded_llama_source(py, requirement)) if guard else None)
+    result["llama"] = {**llama, "cmake_args": opts.cmake_args if llama.get("wheel") else None,
+                       "vulkan_layer_settings_guarded": guard}
 
     # numpy without BLAS (or the PyPI wheel with --stock-numpy)
     if opts.stock_numpy:
@@ -404,9 +409,10 @@ def ensure_native_wheels(opts: argparse.Namespace, py: Path, macos_target: str |
 
 def cached_wheel(py: Path, dist: str, requirement: str, *, env: dict[str, str], settings: list[str],
                  describe: str, key_extra: list[str], rebuild: bool, skip: bool,
-                 missing: list[str] | None = None) -> dict:
+                 missing: list[str] | None = None, source=None) -> dict:
     """Compile ``requirement`` from its sdist into a wheel cached under build/wheels/
-    (``missing``: build tools that are not there, said before anything is compiled)."""
+    (``missing``: build tools that are not there, said before anything is compiled;
+    ``source``: makes the source folder to compile instead of the sdist, when one is needed)."""
     key_src = json.dumps([requirement, *key_extra, sys.platform, machine_arch(), sys.version_info[:2]])
     key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
     stem = canonical(dist).replace("-", "_")
@@ -435,7 +441,7 @@ def cached_wheel(py: Path, dist: str, requirement: str, *, env: dict[str, str], 
     # --no-cache-dir: pip's own wheel cache is keyed by the sdist, not by CMAKE_ARGS or the
     # config settings, and may hold a -march=native build from the developer's install
     cmd = [str(py), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--no-binary", dist, *settings,
-           "-w", str(cache), "-v", requirement]
+           "-w", str(cache), "-v", str(source()) if source is not None else requirement]
     with log_file.open("w") as log:
         proc = subprocess.run(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, text=True)
     wheels = sorted(cache.glob(f"{stem}-*.whl"))
@@ -836,6 +842,64 @@ def vulkan_headers(include_dirs: list[Path]) -> tuple[Path, int, bool] | None:
             match = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
             return core, int(match[1]) if match else 0, f"#define {VULKAN_HEADERS_NEED} 1" in text
     return None
+
+
+def vulkan_headers_lack_layer_settings() -> bool:
+    """Whether the system's Vulkan headers (no $VULKAN_SDK) are too old for ggml-vulkan.cpp."""
+    if os.environ.get("VULKAN_SDK"):
+        return False
+    found = vulkan_headers([Path("/usr/include"), Path("/usr/local/include")])
+    return found is not None and not found[2]
+
+
+#: ggml-vulkan.cpp's one use of VK_EXT_layer_settings: the validation layer's best-practice
+#: switch (it matters only where that layer is installed). With older headers it is compiled out.
+LAYER_SETTINGS_BLOCK = ("    std::vector<vk::LayerSettingEXT> settings = {",
+                        "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, "
+                        "extensions, &layer_setting_info);")
+
+
+def guard_layer_settings(src: Path) -> bool:
+    """Guard ggml-vulkan.cpp's use of VK_EXT_layer_settings in the unpacked llama-cpp-python
+    source ``src`` with ``#ifdef`` (older headers then create the instance without it).
+    Idempotent; raises BuildError when the block is not where it was."""
+    path = src / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-vulkan" / "ggml-vulkan.cpp"
+    text = path.read_text()
+    start, end = LAYER_SETTINGS_BLOCK
+    if "#ifdef VK_EXT_layer_settings" in text:
+        return True
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise BuildError(f"{path}: the layer-settings block to guard is not where it was (a newer llama.cpp: "
+                         "use newer Vulkan headers, or update build.py's LAYER_SETTINGS_BLOCK)")
+    i, j = text.index(start), text.index(end) + len(end)
+    plain = "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions);"
+    path.write_text(text[:i] + "#ifdef VK_EXT_layer_settings\n" + text[i:j] + "\n#else\n" + plain
+                    + "\n    (void) enable_best_practice;\n#endif" + text[j:])
+    return True
+
+
+def guarded_llama_source(py: Path, requirement: str) -> Path:
+    """llama-cpp-python's sdist (``requirement``) unpacked under build/src/ with
+    :func:`guard_layer_settings` applied: what older Vulkan headers compile."""
+    folder = ROOT / "build" / "src" / re.sub(r"[^\w.=-]+", "_", requirement)
+    if not folder.is_dir():
+        download = folder.with_name(folder.name + ".download")
+        shutil.rmtree(download, ignore_errors=True)
+        run([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", download, requirement])
+        (sdist,) = download.glob("*.tar.gz")
+        unpacked = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(unpacked, ignore_errors=True)
+        unpacked.mkdir(parents=True)
+        with tarfile.open(sdist) as tar:
+            tar.extractall(unpacked, filter="data")
+        (top,) = unpacked.iterdir()
+        top.rename(folder)
+        shutil.rmtree(unpacked, ignore_errors=True)
+        shutil.rmtree(download, ignore_errors=True)
+    guard_layer_settings(folder)
+    Log.info(f"llama-cpp-python: {shown(folder)}, ggml-vulkan.cpp's VK_EXT_layer_settings block guarded (the "
+             "system's Vulkan headers lack it)")
+    return folder
 
 
 def vulkan_build_tools_missing(cmake_args: str, platform: str = sys.platform,

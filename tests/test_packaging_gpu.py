@@ -196,21 +196,21 @@ def test_vulkan_headers_too_old_for_this_llama_cpp(build_py, tmp_path, monkeypat
     assert build_py.vulkan_build_tools_missing(args, "linux") == []
 
 
-def test_gpu_check_guards_the_layer_settings_block_for_old_headers(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("iris_gpu_check", PACKAGING / "gpu" / "check.py")
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
-    start, end = check.LAYER_SETTINGS_BLOCK
+def test_older_headers_get_the_layer_settings_block_guarded(build_py, tmp_path):
+    start, end = build_py.LAYER_SETTINGS_BLOCK
     source = tmp_path / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-vulkan" / "ggml-vulkan.cpp"
     source.parent.mkdir(parents=True)
     source.write_text("    VkBool32 enable_best_practice = layer_settings;\n" + start
                       + "\n        {...},\n    };\n    vk::LayerSettingsCreateInfoEXT layer_setting_info(settings);\n"
                       + end + "\n    next();\n")
-    assert check.guard_layer_settings(tmp_path)
+    assert build_py.guard_layer_settings(tmp_path)
     text = source.read_text()
     guarded = text[text.index("#ifdef VK_EXT_layer_settings"):text.index("#endif")]
     assert start in guarded and "#else\n    vk::InstanceCreateInfo instance_create_info(" in guarded
     assert text.endswith("#endif\n    next();\n")
-    assert check.guard_layer_settings(tmp_path) and source.read_text() == text  # once only
+    assert build_py.guard_layer_settings(tmp_path) and source.read_text() == text  # once only
+    source.write_text("something else")
+    with pytest.raises(build_py.BuildError, match="not where it was"):
+        build_py.guard_layer_settings(tmp_path)
+    # make dist and make gpu-check guard the same way
+    assert "project_build.guard_layer_settings(src)" in (PACKAGING / "gpu" / "check.py").read_text()

@@ -108,33 +108,6 @@ def cmake_args() -> str:
     return project_build.build_cmake_args("linux")
 
 
-#: Debian 12's Vulkan headers (1.3.239) lack VK_EXT_layer_settings, which ggml-vulkan.cpp uses
-#: only to turn on the validation layer's best-practice checks: the check's own unpacked sdist
-#: guards that block (a build with newer headers needs no patch)
-LAYER_SETTINGS_BLOCK = ("    std::vector<vk::LayerSettingEXT> settings = {",
-                        "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, "
-                        "extensions, &layer_setting_info);")
-
-
-def guard_layer_settings(src: Path) -> bool:
-    """Guard ggml-vulkan.cpp's use of VK_EXT_layer_settings with ``#ifdef`` (older headers then
-    create the instance without it). True when it patched."""
-    path = src / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-vulkan" / "ggml-vulkan.cpp"
-    text = path.read_text()
-    start, end = LAYER_SETTINGS_BLOCK
-    if "#ifdef VK_EXT_layer_settings" in text:
-        return True
-    if text.count(start) != 1 or text.count(end) != 1:
-        raise CheckError(f"{path}: the layer-settings block to guard is not where it was; update check.py")
-    i = text.index(start)
-    j = text.index(end) + len(end)
-    plain = "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions);"
-    text = (text[:i] + "#ifdef VK_EXT_layer_settings\n" + text[i:j] + "\n#else\n" + plain
-            + "\n    (void) enable_best_practice;\n#endif" + text[j:])
-    path.write_text(text)
-    return True
-
-
 def phase_wheel(rebuild: bool) -> dict:
     version = llama_version()
     sdist_dir = CACHE / "sdist"
@@ -167,7 +140,7 @@ def phase_wheel(rebuild: bool) -> dict:
         run(["tar", "-xzf", sdist, "-C", src.parent / f"{key}.partial", "--strip-components=1"], timeout=600)
         (src.parent / f"{key}.partial").rename(src)
     if patch:
-        guard_layer_settings(src)
+        project_build.guard_layer_settings(src)
         say(f"      {headers[0]} is 1.3.{headers[1]}, without VK_EXT_layer_settings: ggml-vulkan.cpp's "
             "validation-layer settings guarded with #ifdef in the unpacked sdist")
     out.mkdir(parents=True, exist_ok=True)
