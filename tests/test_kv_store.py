@@ -134,3 +134,22 @@ def test_a_state_is_renamed_into_place_only_once_closed_where_files_lock_on_open
     kv_store._write_private(target, b"state")
     assert target.read_bytes() == b"state" and handles and handles[0].closed
     assert not list(target.parent.glob(".*.tmp")) and not list(target.parent.glob(".*.iris-tmp"))
+
+
+def test_a_huge_file_in_place_of_a_state_is_refused_without_being_read(model, tmp_path):
+    """Before: a 3 GB file where a thread's state belongs was read whole. A file larger
+    than the cache may hold was never written by Iris: refused by its size, deleted."""
+    import tracemalloc
+
+    store = KVStateStore(tmp_path / "kv", 64 << 20)
+    path = store.path_for(model, 7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:  # sparse: 3 GB on paper, nothing on disk
+        handle.truncate(3 << 30)
+    tracemalloc.start()
+    try:
+        assert store.restore(model, 7).tokens == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20 and not path.exists()

@@ -41,6 +41,10 @@ log = logging.getLogger("iris.runtime.kv")
 MAGIC = b"IRIS-KV1"
 #: a header larger than this is not ours
 MAX_HEADER_BYTES = 4096
+#: what a file holds beyond its state: magic, header, tokens (4 bytes each, at most a
+#: window's worth) and the sealing's framing; a file larger than the cache's limit plus
+#: this was never written by Iris, and is refused before it is read
+MAX_FILE_OVERHEAD = 64 << 20
 
 
 @dataclass
@@ -130,6 +134,9 @@ class KVStateStore:
         if not self.enabled or not path.is_file():
             return Restored(0)
         try:
+            size = path.stat().st_size
+            if size > self.limit_bytes + MAX_FILE_OVERHEAD:  # never one of ours: not read
+                raise ValueError(f"{size:,} bytes, more than the KV cache may hold")
             tokens, blob = _read(path, model_key(model), self.secret, owner)
         except (OSError, ValueError) as exc:
             log.warning("%s: not a usable KV state (%s); deleted", path.name, exc)
