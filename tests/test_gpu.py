@@ -457,6 +457,8 @@ def test_a_load_that_fails_on_the_gpu_is_retried_with_fewer_layers_then_the_cpu(
         return real(path, scratch, progress, cancel, device=device, **params)
 
     monkeypatch.setattr(llama_binding, "load_llama", flaky)
+    # a handle for the made-up GPU (flaky never hands it to llama.cpp)
+    monkeypatch.setattr("iris_desktop.runtime.devices.device_handle", lambda device: 0xDEAD)
     model = LocalModel.load(model_path, n_ctx=1024, gpu="auto", devices=[CPU, FAKE_GPU])
     model.close()
     assert tried == [25, 12, 6, 0]

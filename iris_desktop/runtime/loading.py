@@ -31,13 +31,18 @@ def device_params(plan: GpuPlan) -> dict[str, Any]:
     its layers, on that one device (``device``: ggml's handle, for the ``devices`` list)."""
     import llama_cpp
 
+    cpu = dict(n_gpu_layers=0, split_mode=llama_cpp.LLAMA_SPLIT_MODE_NONE, main_gpu=-1, op_offload=False,
+               device=None)
     if not plan.on_gpu:
-        return dict(n_gpu_layers=0, split_mode=llama_cpp.LLAMA_SPLIT_MODE_NONE, main_gpu=-1,
-                    op_offload=False, device=None)
+        return cpu
     from .devices import device_handle
 
+    handle = device_handle(plan.device)
+    if handle is None:  # gone, or never one of ggml's: never "every device" in its place
+        log.warning("%s is not among llama.cpp's devices: loading on the CPU", plan.device.label)
+        return cpu
     return dict(n_gpu_layers=plan.layers, split_mode=llama_cpp.LLAMA_SPLIT_MODE_LAYER, main_gpu=0,
-                op_offload=True, device=device_handle(plan.device))
+                op_offload=True, device=handle)
 
 
 def q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
