@@ -359,17 +359,17 @@ def plan_gpu(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: str
                        all_bytes=all_bytes)
     layers = costs.fitting(budget)
     if layers == total:
-        return GpuPlan(device, total, total, f"the whole model fits in {device.label}'s "
-                       f"{_gb(device.free_bytes)} free ({_gb(all_bytes)} needed)",
+        return GpuPlan(device, total, total, f"the whole model fits in the {_gb(device.free_bytes)} free "
+                       f"on {device.label} ({_gb(all_bytes)} needed)",
                        needed_bytes=all_bytes, all_bytes=all_bytes)
     if layers == 0:
         return cpu_plan(total, f"the model does not fit on {device.label}: even one layer needs "
                         f"{_gb(costs.gpu_bytes(1))} and {_gb(device.free_bytes)} is free, "
                         f"{_gb(margin(device))} of it kept for the rest of the computer",
                         notice=True, all_bytes=all_bytes)
-    return GpuPlan(device, layers, total, f"{layers} of {total} layers fit in {device.label}'s "
-                   f"{_gb(device.free_bytes)} free (all would need {_gb(all_bytes)}); the rest run "
-                   "on the CPU", needed_bytes=costs.gpu_bytes(layers), notice=True,
+    return GpuPlan(device, layers, total, f"{layers} of {total} layers fit in the {_gb(device.free_bytes)} "
+                   f"free on {device.label} (all would need {_gb(all_bytes)}); the rest run on the CPU",
+                   needed_bytes=costs.gpu_bytes(layers), notice=True,
                    all_bytes=all_bytes)
 
 
