@@ -70,7 +70,15 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retention import SUMMARY_CAP, SYSTEM, View, asked_text, names_and_numbers  # noqa: E402
+from retention import (  # noqa: E402
+    SUMMARY_CAP,
+    SYSTEM,
+    View,
+    add_rerank_options,
+    asked_text,
+    load_reranker,
+    names_and_numbers,
+)
 
 from iris_desktop.core.config import CompactionSettings, ContextParams  # noqa: E402
 from iris_desktop.core.planner import Planner  # noqa: E402
@@ -136,7 +144,7 @@ def evidence_first(evidence: list[int]):
 
 
 def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WINDOW,
-             recall: int | None = None, timeout: float = 180) -> dict:
+             recall: int | None = None, timeout: float = 180, reranker=None) -> dict:
     """Import, compact, plan the question; the row of one file."""
     data = json.loads(path.read_text())
     qa = data["qa"][0]
@@ -160,7 +168,7 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
             row["paths"] = [e.path for e in events]
             asked_on = question_day(qa["question_date"])
             planner = Planner(params, counter, compaction=settings, embedder=embedder,
-                              today=lambda: asked_on)
+                              today=lambda: asked_on, reranker=reranker)
             if embedder is not None:
                 index = planner.index(store)
                 while index.index_pending(limit=256):
@@ -170,7 +178,7 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
             row["plan_s"] = round(time.perf_counter() - started, 2)
             summary = store.latest_summary(thread)
             covered = summary.covers_through_id if summary else 0
-            ranking = Recaller(store, counter, planner.semantic_for(store)).rank(
+            ranking = Recaller(store, counter, planner.semantic_for(store), reranker).rank(
                 thread, covered, qa["question"], asked_on)
             ranked = ranking.ranked
             shown = {*request.recall.ids, *request.included_ids, *request.kept_ids, *request.pinned_ids}
@@ -192,10 +200,12 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
                 # where each evidence message stands in recall's ranking (None: not ranked):
                 # a miss ranked low was not retrieved; one ranked high was cut by the room
                 evidence_ranks=[ranked.index(i) + 1 if i in ranked else None for i in evidence],
+                reranked=ranking.reranked,
             )
             with evidence_first(evidence):  # a fresh planner: its own cache of rankings
                 perfect = Planner(params, counter, compaction=settings, embedder=embedder,
-                                  today=lambda: asked_on).plan(store, thread, qa["question"], cache=False)
+                                  today=lambda: asked_on, reranker=reranker).plan(
+                    store, thread, qa["question"], cache=False)
             ideal = {*perfect.recall.ids, *perfect.included_ids, *perfect.kept_ids, *perfect.pinned_ids}
             row["ceiling_all"] = all(i in ideal for i in evidence)
             if summary is not None:  # item 3: what the summary keeps, against an extract of its size
@@ -279,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-semantic", action="store_true")
     parser.add_argument("--vector-cache", type=Path, default=None,
                         help="keep the embedder's vectors in this file between runs (same vectors, faster)")
+    add_rerank_options(parser)
     parser.add_argument("--corpus", type=Path, default=DEV_SET, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -302,17 +313,21 @@ def main(argv: list[str] | None = None) -> None:
             from _vector_cache import CachedEmbedder
 
             embedder = CachedEmbedder(embedder, args.vector_cache)
+    reranker = load_reranker(args)
     started = time.perf_counter()
     rows = []
     for path in paths:
         rows.append(one_file(path, counter, embedder, model if args.llm else None, args.window,
-                             args.recall, args.timeout))
+                             args.recall, args.timeout, reranker))
         if not args.json:
             print(json.dumps(rows[-1]), flush=True)
     model.close()
     header = (f"window {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, summarizer "
-              f"{'llm' if args.llm else 'extractive'}, semantic recall {'on' if embedder else 'off'}; "
+              f"{'llm' if args.llm else 'extractive'}, semantic recall {'on' if embedder else 'off'}, "
+              f"reranking {'on' if reranker else 'off'}; "
               f"counter {counter.name}; {len(paths)} files; {time.perf_counter() - started:.0f} s")
+    if reranker is not None:
+        header += f"; {reranker.timing()}"
     report(rows, header, args.json)
 
 

@@ -28,6 +28,8 @@ Rows, measured side by side in one run:
   its ceiling cannot come from better retrieval, only from what the text says;
 - paraphrased: the same, for questions rewritten to share no content word with their
   evidence (``bench/paraphrases.json``, checked by ``make_paraphrases_check.py``);
+- evidence: the probes whose every evidence message the request shows (in the recall
+  block or the verbatim history), as ``bench/longmemeval.py``'s ``evidence_all``;
 - with ``--llm-chats N``: the same rows with the default model writing the summary, and
   the share of compactions that took the LLM path and passed the usability check.
 
@@ -36,6 +38,10 @@ Rows, measured side by side in one run:
 
 ``--vector-cache FILE`` keeps the embedder's vectors between runs (``_vector_cache.py``:
 the same vectors, so the same scores, without embedding every chat again).
+``--rerank`` / ``--no-rerank`` turn recall's cross-encoder on or off (default: as
+``context.recall_rerank`` ships); ``--rerank-cache FILE`` keeps its scores between runs
+(:class:`CachedReranker`), ``--rerank-threads`` sets its threads. The reranker's own time
+per question is reported when no cache is used.
 
 The last line is one parseable summary.
 """
@@ -44,14 +50,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import math
 import re
+import sqlite3
+import statistics
 import string
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -168,6 +177,8 @@ class Tally:
 
     def __init__(self):
         self.rows: dict[str, Counter] = {}
+        #: label → [probes, probes whose every evidence message the request shows]
+        self.evidence: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
     def add(self, row: str, probe: dict, seen: Seen) -> None:
         found, strict = seen.finds(probe)
@@ -184,6 +195,74 @@ class Tally:
         return c[key, "strict" if strict else "hit"] / n if n else math.nan
 
 
+class CachedReranker:
+    """``reranker``'s scores looked up first in ``path`` by (model, question, passage):
+    the same scores as the model gives, without reading every pair again on each run
+    (benches only). ``seconds`` lists the model's own time per call that missed."""
+
+    def __init__(self, reranker, path: Path | None = None):
+        self.reranker = reranker
+        self.identity = reranker.identity
+        self.conn = sqlite3.connect(str(path) if path else ":memory:")  # a run asks twice per question
+        self.conn.execute("CREATE TABLE IF NOT EXISTS scores (model TEXT, key BLOB, score REAL, "
+                          "PRIMARY KEY (model, key))")
+        self.seconds: list[float] = []
+
+    def _key(self, query: str, passage: str) -> bytes:
+        return hashlib.sha256(f"{query}\0{passage}".encode()).digest()
+
+    def score(self, query: str, passages) -> list[float]:
+        out: list[float | None] = [None] * len(passages)
+        for k, passage in enumerate(passages):
+            found = self.conn.execute("SELECT score FROM scores WHERE model = ? AND key = ?",
+                                      (self.identity, self._key(query, passage))).fetchone()
+            out[k] = None if found is None else found[0]
+        missing = [k for k, v in enumerate(out) if v is None]
+        if missing:
+            started = time.perf_counter()
+            scores = self.reranker.score(query, [passages[k] for k in missing])
+            self.seconds.append(time.perf_counter() - started)
+            for k, value in zip(missing, scores):
+                out[k] = value
+            with self.conn:
+                self.conn.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)",
+                                      [(self.identity, self._key(query, passages[k]), out[k]) for k in missing])
+        return out
+
+    def timing(self) -> str:
+        """The model's time per call (a question, or one part of it), when it ran."""
+        if not self.seconds:
+            return "reranker: every score from the cache"
+        s = sorted(self.seconds)
+        return (f"reranker: {len(s)} calls, median {statistics.median(s):.2f} s, "
+                f"p90 {s[int(0.9 * (len(s) - 1))]:.2f} s, max {s[-1]:.2f} s")
+
+
+def load_reranker(args):
+    """The shipped cross-encoder for a bench run, or None (``--no-rerank``)."""
+    if not args.rerank:
+        return None
+    from iris_desktop.core import recall
+    from iris_desktop.runtime.reranker import CrossEncoder
+
+    if args.rerank_candidates:  # measured for issue 45 (docs/benchmarks.md)
+        recall.RERANK_CANDIDATES = args.rerank_candidates
+    print(f"reranking {recall.RERANK_CANDIDATES} candidates on {args.rerank_threads} threads", flush=True)
+
+    return CachedReranker(CrossEncoder.load(n_threads=args.rerank_threads), args.rerank_cache)
+
+
+def add_rerank_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rerank", action=argparse.BooleanOptionalAction,
+                        default=lookup("context.recall_rerank").default,
+                        help="recall's cross-encoder (default: as context.recall_rerank ships)")
+    parser.add_argument("--rerank-cache", type=Path, default=None,
+                        help="keep the reranker's scores in this file between runs (same scores, faster)")
+    parser.add_argument("--rerank-threads", type=int, default=1)
+    parser.add_argument("--rerank-candidates", type=int, default=None,
+                        help="candidates the reranker reads (default: recall's RERANK_CANDIDATES)")
+
+
 def asked_text(planner: Planner, store: Store, thread: int, question: str) -> str:
     """The request Iris builds for the question, without the question's own words."""
     request = planner.plan(store, thread, question, cache=False)
@@ -192,7 +271,7 @@ def asked_text(planner: Planner, store: Store, thread: int, question: str) -> st
     return "\n".join([*(m["content"] or "" for m in earlier), block])
 
 
-def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tally) -> dict:
+def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tally, reranker=None) -> dict:
     data = json.loads(path.read_text())
     messages = locomo_messages(data)
     params = ContextParams(window=args.window, system_prompt=SYSTEM,
@@ -217,7 +296,7 @@ def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tal
             # year before that), not on the day the bench runs
             asked_on = (day_of(store.messages(thread)[-1].get("sent_at")) or dt.date.today()) + dt.timedelta(days=1)
             planner = Planner(params, counter, compaction=settings, embedder=embedder,
-                              today=lambda asked_on=asked_on: asked_on)
+                              today=lambda asked_on=asked_on: asked_on, reranker=reranker)
             if embedder is not None:
                 index = planner.index(store)
                 while index.index_pending(limit=256):
@@ -252,6 +331,11 @@ def score_thread(store, thread, ids, data, messages, planner, counter, paraphras
             tally.add(f"{label}: {name}", probe, view)
         shipped = asked_text(planner, store, thread, probe["question"])
         tally.add(f"{label}: summary + recall + tail", probe, Seen(shipped))
+        request = planner.plan(store, thread, probe["question"], cache=False)  # the same ranking, kept
+        shown = {*request.recall.ids, *request.included_ids, *request.kept_ids, *request.pinned_ids}
+        counts = tally.evidence[label]
+        counts[0] += 1
+        counts[1] += all(ids[data["dia_index"][e]] in shown for e in probe["evidence"])
         evidence = recaller.block_for(thread, covered,
                                       [ids[data["dia_index"][e]] for e in probe["evidence"]],
                                       query_terms(probe["question"], store.thread_speakers(thread)))
@@ -282,6 +366,7 @@ def main() -> None:
     parser.add_argument("--no-semantic", action="store_true")
     parser.add_argument("--vector-cache", type=Path, default=None,
                         help="keep the embedder's vectors in this file between runs (same vectors, faster)")
+    add_rerank_options(parser)
     args = parser.parse_args()
 
     models_dir = app_paths().models_dir
@@ -296,22 +381,26 @@ def main() -> None:
             from _vector_cache import CachedEmbedder
 
             embedder = CachedEmbedder(embedder, args.vector_cache)
+    reranker = load_reranker(args)
     paraphrases = json.loads((REPO / "bench" / "paraphrases.json").read_text())
     tally = Tally()
     rows = []
     started = time.perf_counter()
     for index, path in enumerate(sorted((CORPUS / "long-chats").glob("*.json"))[: args.chats]):
         llm = model if index < args.llm_chats else None
-        rows.append(one_chat(path, args, counter, embedder, llm, paraphrases, tally))
+        rows.append(one_chat(path, args, counter, embedder, llm, paraphrases, tally, reranker))
         print(json.dumps(rows[-1]), flush=True)
     model.close()
-    report(args, rows, tally, counter.name, time.perf_counter() - started, embedder is not None)
+    report(args, rows, tally, counter.name, time.perf_counter() - started, embedder is not None, reranker)
 
 
-def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: bool) -> None:
+def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: bool, reranker=None) -> None:
     print(f"\nwindow {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, "
           f"summary timeout {args.timeout:g} s per call, "
-          f"semantic recall {'on' if semantic else 'off'}; counter {counter}; {seconds:.0f} s\n")
+          f"semantic recall {'on' if semantic else 'off'}, reranking {'on' if reranker else 'off'}; "
+          f"counter {counter}; {seconds:.0f} s\n")
+    if reranker is not None:
+        print(reranker.timing() + "\n")
     print("LoCoMo's scoring (dates in any form, multi-hop lists item by item); strict: the "
           "whole answer as written, against one sentence\n")
     print("| row | probes | found | retention | multi-hop | temporal | single-hop | strict | "
@@ -329,6 +418,8 @@ def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: boo
         print(f"\nLLM summaries: {ok}/{len(paths)} compactions took the LLM path and passed the "
               f"check ({ok / max(len(paths), 1):.0%}); {sum(seconds) / len(seconds):.0f} s per "
               "compaction on average")
+    for label, (n, every) in tally.evidence.items():
+        print(f"\n{label}: every evidence message in the request for {every:,} of {n:,} probes ({every / n:.1%})")
     baseline = tally.rate("extractive: names-and-numbers extract")
     shipped = tally.rate("extractive: summary + recall + tail")
     ceiling = "extractive: ceiling: summary + recall + tail + the evidence"

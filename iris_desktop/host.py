@@ -72,6 +72,7 @@ from iris_desktop.storage_key import AskPassphrase, Prepared, kv_key, prepare
 
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
     from iris_desktop.runtime.embedder import Embedder
+    from iris_desktop.runtime.reranker import CrossEncoder
 
 #: planners kept by :meth:`Host.planner` (the settings in use and a few previews)
 PLANNERS_KEPT = 8
@@ -290,6 +291,9 @@ class Host:
         self.runtime: Runtime | None = None
         self.model_error: str | None = None
         self.embedder: Embedder | None = None
+        self.reranker: CrossEncoder | None = None
+        #: why recall does not rerank although ``context.recall_rerank`` asks (one sentence)
+        self.reranker_problem: str | None = None
         self.cache: ThreadCache | None = None
         #: planner memo: settings key → (runtime, embedder, planner) (see :meth:`planner`)
         self._planners: dict[tuple, tuple[Any, Any, Planner]] = {}
@@ -324,6 +328,9 @@ class Host:
         if self.embedder is not None:
             self.embedder.close()
             self.embedder = None
+        if self.reranker is not None:
+            self.reranker.close()
+            self.reranker = None
         self.stores.release()
 
     def close(self) -> None:
@@ -392,6 +399,7 @@ class Host:
         loaded once (it does not depend on the chat model); None when that is off or it
         cannot load (recall then matches words only, and the log says why)."""
         settings = settings or self.settings
+        self.load_reranker(settings)  # recall's models load together
         if not settings["context.recall_semantic"]:
             return None
         if self.embedder is None:
@@ -403,6 +411,24 @@ class Host:
                 log.warning("semantic recall is off: %s", exc)
         return self.embedder
 
+    def load_reranker(self, settings: Settings | None = None) -> CrossEncoder | None:
+        """The cross-encoder that reorders recall's candidates (``context.recall_rerank``),
+        loaded once from its pinned files; None when that is off or it cannot load (a
+        missing or damaged file: recall keeps its own order, and ``reranker_problem`` and
+        the log say why in one sentence)."""
+        settings = settings or self.settings
+        if not settings["context.recall_rerank"]:
+            return None
+        if self.reranker is None and self.reranker_problem is None:
+            from iris_desktop.runtime.reranker import CrossEncoder
+
+            try:
+                self.reranker = CrossEncoder.load()
+            except Exception as exc:  # recall still works in its own order: say why, go on
+                self.reranker_problem = f"recall is not reranked: {exc}"
+                log.warning("%s", self.reranker_problem)
+        return self.reranker
+
     def planner(self, settings: Settings | None = None, *, fallback: bool = False) -> Planner:
         """The request planner for ``settings`` (default: the host's) on the runtime in
         use (if any) and the embedder: the one constructor both faces use, memoised per
@@ -412,18 +438,19 @@ class Host:
         file or the environment) uses the model's n_ctx, and ``planner.warning`` says so."""
         settings = settings or self.settings
         key = (tuple(sorted((k, repr(v)) for k, v in settings.values.items())), fallback)
-        runtime, embedder = self.runtime, self.embedder
+        runtime, embedder, reranker = self.runtime, self.embedder, self.reranker
         with self._planners_lock:
             hit = self._planners.get(key)
-            if hit is not None and hit[0] is runtime and hit[1] is embedder:
+            if hit is not None and hit[0] is runtime and hit[1] is embedder and hit[2].reranker is (
+                    reranker if settings["context.recall_rerank"] else None):
                 return hit[2]
         try:
-            planner = Planner.from_settings(settings, runtime, embedder=embedder)
+            planner = Planner.from_settings(settings, runtime, embedder=embedder, reranker=reranker)
         except SettingsError as exc:
             if not fallback:
                 raise
             planner = Planner.from_settings(settings.with_overrides({"context.window": "auto"}),
-                                            runtime, embedder=embedder)
+                                            runtime, embedder=embedder, reranker=reranker)
             planner.warning = f"{exc} — using the model's n_ctx"
         with self._planners_lock:
             self._planners[key] = (runtime, embedder, planner)
@@ -441,7 +468,7 @@ class Host:
             return self.planner(settings)
         return Planner.from_settings(settings, self.runtime if same_file else None,
                                      n_ctx=settings["model.n_ctx"] if same_file else None,
-                                     embedder=self.embedder)
+                                     embedder=self.embedder, reranker=self.reranker)
 
     # -- threads --------------------------------------------------------------------------
 

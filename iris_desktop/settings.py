@@ -315,6 +315,15 @@ _ALL: tuple[Setting, ...] = (
         label="Recall by meaning, not only by words",
     ),
     Setting(
+        "context.recall_rerank", "bool", True,
+        "Rerank recall's candidates: a small cross-encoder (ms-marco-MiniLM-L-12-v2, shipped "
+        "with Iris) reads your question with each of the best few dozen earlier messages and "
+        "puts those that answer it first. One to three seconds per question on a busy two-core "
+        "CPU, spent while you type when you pause. Off: recall keeps the order of words and "
+        "meaning alone.",
+        label="Rerank recalled messages",
+    ),
+    Setting(
         "context.token_counter", "choice", AUTO,
         "How tokens are counted: auto (the model's tokenizer when a model is loaded, else "
         "the heuristic), model, tiktoken (cl100k_base, offline), heuristic (ceil(chars/4); "

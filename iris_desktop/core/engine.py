@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from iris_desktop.core.config import ContextParams
+from iris_desktop.core.ports import Reranker
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.records import day_of, names_relative_date
 from iris_desktop.core.store import (
@@ -359,7 +360,7 @@ class ContextEngine:
 
     def __init__(self, store: Store, counter: TokenCounter, params: ContextParams,
                  semantic: SemanticSearch | None = None, rankings: RankingCache | None = None,
-                 today: Callable[[], dt.date] = dt.date.today):
+                 today: Callable[[], dt.date] = dt.date.today, reranker: Reranker | None = None):
         self.store = store
         #: the day a draft is asked on (what its "yesterday" means); a sent message's is its own
         self.today = today
@@ -367,6 +368,7 @@ class ContextEngine:
         self.params = params
         self.semantic = semantic  # recall's ranking by meaning, when an embedder exists
         self.rankings = rankings  # recall's recent searches, shared by a planner's engines
+        self.reranker = reranker  # reorders recall's first candidates, when one is loaded
         self.calc = TokenBudgetCalculator(
             params.window, params.token_budget_ratio, params.compaction_threshold
         )
@@ -740,7 +742,7 @@ class ContextEngine:
             else:  # the day it was sent: its block stays the same after midnight
                 first = included[-1].messages[0].id
                 today = day_of(self.store.messages_by_id([first]).get(first, {}).get("sent_at"))
-        recaller = Recaller(self.store, self.counter, self.semantic)
+        recaller = Recaller(self.store, self.counter, self.semantic, self.reranker)
         ranking = (self.rankings.rank(recaller, thread_id, summary.id, summary.covers_through_id,
                                       content, today) if self.rankings is not None
                    else recaller.rank(thread_id, summary.covers_through_id, content, today))

@@ -33,7 +33,7 @@ from typing import Any
 
 from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextParams, ToolsConfig
 from iris_desktop.core.engine import ContextEngine, ContextRequest, ConversationTooLargeException
-from iris_desktop.core.ports import ChatModel
+from iris_desktop.core.ports import ChatModel, Reranker
 from iris_desktop.core.recall import RankingCache, SemanticSearch
 from iris_desktop.core.records import names_relative_date
 from iris_desktop.core.semantic import SemanticIndex, TextEmbedder
@@ -137,6 +137,7 @@ class Planner:
         semantic: SemanticSearch | None = None,
         embedder: TextEmbedder | None = None,
         today: Callable[[], dt.date] = dt.date.today,
+        reranker: Reranker | None = None,
     ):
         self.params = params
         #: the day a draft is asked on: what "yesterday" or "last week" in it means to recall
@@ -147,6 +148,8 @@ class Planner:
         #: over ``embedder``'s vectors (``core.semantic``), when an embedding model is loaded
         self.semantic = semantic
         self.embedder = embedder
+        #: recall's cross-encoder, which reorders its first candidates (``context.recall_rerank``)
+        self.reranker = reranker
         self.compaction = compaction or CompactionSettings()
         self.agent_config = agent or AgentConfig()
         self.tools = tools or ToolsConfig()
@@ -165,7 +168,8 @@ class Planner:
 
     @classmethod
     def from_settings(cls, settings: Settings, runtime: ChatModel | None = None, *,
-                      n_ctx: int | None = None, embedder: TextEmbedder | None = None) -> Planner:
+                      n_ctx: int | None = None, embedder: TextEmbedder | None = None,
+                      reranker: Reranker | None = None) -> Planner:
         """The planner for ``settings`` on ``runtime``. ``n_ctx`` overrides the runtime's
         window (a candidate ``model.n_ctx`` that a reload would apply). Raises
         SettingsError when ``context.window`` exceeds the runtime's n_ctx."""
@@ -184,6 +188,7 @@ class Planner:
             agent=AgentConfig.from_settings(settings),
             tools=ToolsConfig.from_settings(settings),
             embedder=embedder if settings["context.recall_semantic"] else None,
+            reranker=reranker if settings["context.recall_rerank"] else None,
         )
 
     @property
@@ -222,7 +227,7 @@ class Planner:
         recall for compaction's arithmetic (recall only fills what the tail leaves)."""
         params = self.params if recall else replace(self.params, recall_max_tokens=0)
         return ContextEngine(store, self.counter, params, self.semantic_for(store),
-                             self.rankings_for(store), self.today)
+                             self.rankings_for(store), self.today, self.reranker)
 
     def rankings_for(self, store: Store) -> RankingCache:
         """Recall's recent searches on ``store``: the draft's prefill and the send of the

