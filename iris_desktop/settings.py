@@ -27,7 +27,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from iris_desktop.files import atomic_write
+from iris_desktop.files import atomic_write, file_kind
 from iris_desktop.paths import DataDirError, make_private_dir
 
 BUNDLED = "bundled"
@@ -515,7 +515,6 @@ def lookup(key: str) -> Setting:
             new = RENAMED[key][0]
             raise SettingsError(f"{key} is now {new} ({SETTINGS[new].describe_allowed()}); "
                                 f"use {new}") from None
-
         close = [k for k in SETTINGS if k.split(".")[-1] == key.split(".")[-1]]
         hint = f"; did you mean {close[0]}?" if close else ""
         raise SettingsError(f"unknown setting {_shown(key)}{hint} (see 'iris-desktop config list')") from None
@@ -538,7 +537,6 @@ def _from_n_gpu_layers(raw: Any) -> Any:
 RENAMED: dict[str, tuple[str, Any]] = {
     "model.n_gpu_layers": ("model.gpu", _from_n_gpu_layers),
 }
-
 
 #: ADR-0079's environment variables. Iris does not read them (every key has one name, the
 #: same in the file, the environment and the CLI); a problem says what to use instead.
@@ -633,7 +631,7 @@ def read_config_bytes(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes | None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigFileError(f"it is {_file_kind(info.st_mode)}, not a regular file")
+            raise ConfigFileError(f"it is {file_kind(info.st_mode)}, not a regular file")
         if info.st_size > limit:
             raise ConfigFileError(_too_large(info.st_size, limit))
         chunks: list[bytes] = []
@@ -651,15 +649,6 @@ def read_config_bytes(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes | None
         raise ConfigFileError(f"it cannot be read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "a special file"
 
 
 def _too_large(size: int | None, limit: int) -> str:
@@ -891,7 +880,7 @@ def reset_config(path: Path, key: str | None = None) -> None:
     except OSError:  # none there (or none reachable: writing says why)
         mode = None
     if mode is not None and not stat.S_ISREG(mode):  # never replaced behind the user's back
-        raise SettingsError(f"cannot use {path}: it is {_file_kind(mode)}, not a regular file; "
+        raise SettingsError(f"cannot use {path}: it is {file_kind(mode)}, not a regular file; "
                             "fix or remove it before 'config set' or 'config reset'")
     if mode is not None:
         atomic_write_bytes(path, b"")
