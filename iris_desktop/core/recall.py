@@ -121,7 +121,7 @@ COUNTING_RE = re.compile(r"\bhow (?:many|much)\b", re.IGNORECASE)
 COUNTING_HIT_CHARS = 300
 
 #: the fused ranking's first candidates that the cross-encoder reads (``context.recall_rerank``);
-#: 30 gave the same on LongMemEval and on LoCoMo's questions but 6 fewer of its paraphrased
+#: 30 gave the same on both dev sets' questions but 6 fewer of the two-person chats' paraphrased
 #: ones (123 of 198 against 129), for half the time (docs/benchmarks.md, issue 45)
 RERANK_CANDIDATES = 60
 
