@@ -331,7 +331,7 @@ def test_a_screen_reader_finds_names_and_roles_and_hears_the_announcements(tmp_p
 
     missing = at_spi_missing()
     if missing:
-        pytest.skip(f"no AT-SPI session: {missing}")
+        pytest.skip(reason=f"no AT-SPI session: {missing}")
     for name, text in (("app.py", AT_SPI_APP), ("reader.py", AT_SPI_READER), ("run.sh", AT_SPI_RUN)):
         (tmp_path / name).write_text(text, encoding="utf-8")
     repo = Path(__file__).resolve().parents[1]
@@ -341,10 +341,10 @@ def test_a_screen_reader_finds_names_and_roles_and_hears_the_announcements(tmp_p
     logs = "\n".join((tmp_path / n).read_text(errors="replace")[-1500:]
                      for n in ("app.log", "reader.log") if (tmp_path / n).exists())
     if not result.exists():
-        pytest.skip(f"the AT-SPI bus could not be started or read: {logs}")
+        pytest.skip(reason=f"the AT-SPI bus could not be started or read: {logs}")
     out = json.loads(result.read_text())
     if "Iris Desktop" not in out["apps"]:
-        pytest.skip(f"the window never reached the AT-SPI registry: {out['apps']}; {logs}")
+        pytest.skip(reason=f"the window never reached the AT-SPI registry: {out['apps']}; {logs}")
     tops = out["controls"]
     assert any(top.startswith("frame: Iris Desktop") for top in tops), tops.keys()
     assert "dialog: Preferences" in tops, tops.keys()

@@ -11,8 +11,8 @@ import pytest
 
 from iris_desktop.core.recall import Recaller
 from iris_desktop.host import Host
-from iris_desktop.runtime.bundled import BundledModelError, _checked_part
-from iris_desktop.runtime.reranker import RERANKER, CrossEncoder, WordPiece, _read_verified
+from iris_desktop.runtime.bundled import BundledModelError, _checked_part, read_verified
+from iris_desktop.runtime.reranker import RERANKER, CrossEncoder, WordPiece
 from iris_desktop.tokens import HeuristicCounter
 
 from fakes import ScriptedRuntime
@@ -37,7 +37,7 @@ def test_the_pinned_files_are_the_published_model():
 def test_wordpiece_gives_the_reference_tokenizers_ids():
     """The ids the ``tokenizers`` package gives for the model's tokenizer.json (accents,
     curly quotes, CJK, a line separator and a control character, long words, numbers)."""
-    words = WordPiece(_read_verified(RERANKER.vocab))
+    words = WordPiece(read_verified(RERANKER.vocab))
     assert words.encode("Caroline: I went to a LGBTQ support group yesterday!") == [
         7981, 1024, 1045, 2253, 2000, 1037, 12010, 4160, 2490, 2177, 7483, 999]
     assert words.encode("Café naïve résumé — “quotes” 東京 \u2028x\x0by") == [

@@ -207,6 +207,22 @@ def _checked_part(part: BundledPart) -> Path:
     return path
 
 
+
+def read_verified(part: BundledPart) -> bytes:
+    """The part's bytes, after their size and sha256 match; else a BundledModelError
+    naming the package. The caller parses these same bytes, so nothing can change in
+    between (the embedder's sources, the reranker's model and vocabulary)."""
+    path = _checked_part(part)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise part.error(f"cannot read {part.data_path} ({exc.strerror or exc})") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != part.size or digest != part.sha256:
+        raise part.error(f"{part.data_path} has sha256 {digest[:16]}…, expected {part.sha256[:16]}… "
+                         "(the file is damaged or not the expected model)")
+    return data
+
 def part_paths(model: BundledModel = BUNDLED_MODEL) -> list[Path]:
     """The slice files in order, for PyInstaller to collect. Checks their sizes (not
     their hashes); raises :class:`BundledModelError` for a missing or wrong part."""

@@ -46,13 +46,13 @@ from .bundled import (
     BundledModelError,
     BundledPart,
     _check_free_space,
-    _checked_part,
     _discard,
     _hash_file,
     _is_verified,
     _prepare_folder,
     _remove_stale_partials,
     _write_sidecar,
+    read_verified,
 )
 from .errors import ModelError
 from .gguf import GGUFError, read_gguf_info
@@ -109,21 +109,6 @@ EMBEDDING_MODEL = BundledModel(
 
 # ---------------------------------------------------------------------------
 # reading the package's files
-
-
-def _read_verified(part: BundledPart) -> bytes:
-    """The file's bytes, after its size and sha256 match; else a BundledModelError naming
-    the package. The caller parses these same bytes, so nothing can change in between."""
-    path = _checked_part(part)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise part.error(f"cannot read {part.data_path} ({exc.strerror or exc})") from None
-    digest = hashlib.sha256(data).hexdigest()
-    if len(data) != part.size or digest != part.sha256:
-        raise part.error(f"{part.data_path} has sha256 {digest[:16]}…, expected {part.sha256[:16]}… "
-                         "(the file is corrupt or not the expected model)")
-    return data
 
 
 def _read_safetensors(data: bytes) -> dict[str, np.ndarray]:
@@ -350,11 +335,11 @@ def _converted(model: BundledModel) -> tuple[list[tuple[str, int, Any]], list[_T
     """Read and verify the package's files (``model.parts``: the config, the pooling
     config, the vocabulary, the weights); the GGUF's key/values and tensors."""
     config_part, pooling_part, vocab_part, weights_part = model.parts
-    config = json.loads(_read_verified(config_part))
-    if not json.loads(_read_verified(pooling_part)).get("pooling_mode_mean_tokens"):
+    config = json.loads(read_verified(config_part))
+    if not json.loads(read_verified(pooling_part)).get("pooling_mode_mean_tokens"):
         raise pooling_part.error(f"{pooling_part.data_path} does not ask for mean pooling")
-    kv = _gguf_metadata(config, _read_verified(vocab_part))
-    weights = _read_safetensors(_read_verified(weights_part))
+    kv = _gguf_metadata(config, read_verified(vocab_part))
+    weights = _read_safetensors(read_verified(weights_part))
     return kv, _gguf_tensors(weights, config["num_hidden_layers"], weights_part)
 
 

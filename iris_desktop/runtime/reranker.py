@@ -26,7 +26,6 @@ checks it against ids ``tokenizers`` gave.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import threading
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundled import BundledModelError, BundledPart, _checked_part
+from .bundled import BundledModelError, BundledPart, _checked_part, read_verified
 
 log = logging.getLogger("iris.runtime.reranker")
 
@@ -70,21 +69,6 @@ RERANKER = RerankerFiles(
     vocab=_source("vocab.txt", 231_508, "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
     source="https://huggingface.co/cross-encoder/ms-marco-MiniLM-L-12-v2",
 )
-
-
-def _read_verified(part: BundledPart) -> bytes:
-    """The file's bytes once its size and sha256 match; else a BundledModelError that
-    names the package to reinstall."""
-    path = _checked_part(part)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise part.error(f"cannot read {part.data_path} ({exc.strerror or exc})") from None
-    digest = hashlib.sha256(data).hexdigest()
-    if len(data) != part.size or digest != part.sha256:
-        raise part.error(f"{part.data_path} has sha256 {digest[:16]}…, expected {part.sha256[:16]}… "
-                         "(the file is damaged or not the expected model)")
-    return data
 
 
 # ---------------------------------------------------------------------------
@@ -219,8 +203,8 @@ class CrossEncoder:
         damaged file, naming the package to reinstall; onnxruntime missing or refusing the
         model)."""
         files = files or RERANKER
-        model = _read_verified(files.model)
-        tokenizer = WordPiece(_read_verified(files.vocab))
+        model = read_verified(files.model)
+        tokenizer = WordPiece(read_verified(files.vocab))
         try:
             import onnxruntime as ort  # only here: importing this module stays cheap
         except ImportError:
