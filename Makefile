@@ -35,7 +35,7 @@ run: $(STAMP)
 ## make test: create .venv, install with dev extras, build llama.cpp's llama-server for the
 ## server tests (once, cached in ~/.cache/iris-desktop-tests; minutes), run the whole suite
 test: $(DEV_STAMP)
-	$(BIN)/python tests/servers.py --build
+	$(BIN)/python tests/support/servers.py --build
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 	$(BIN)/ruff check iris_desktop tests bench packaging tools
 
@@ -54,7 +54,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/retention.py
 	$(BIN)/python bench/longmemeval.py
 	$(BIN)/python bench/agent_summaries.py
-	$(BIN)/python tests/servers.py --build
+	$(BIN)/python tests/support/servers.py --build
 	$(BIN)/python bench/server_vs_local.py
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/ui_latency.py
 

@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus"
 
 sys.path.insert(0, str(REPO / "tests"))  # the helpers the tests use, shared, not copied
-from helpers import compact_while_due, complete  # noqa: E402
+from support.helpers import compact_while_due, complete  # noqa: E402
 
 __all__ = ["REPO", "CORPUS", "compact_while_due", "complete", "corpus_messages",
            "locomo_messages", "synthetic_thread"]

@@ -50,7 +50,7 @@ from iris_desktop.tokens import TiktokenCounter
 from _corpus import REPO, synthetic_thread
 
 sys.path.insert(0, str(REPO / "tests"))
-from servers import CACHE  # noqa: E402  (the tests' model cache)
+from support.servers import CACHE  # noqa: E402  (the tests' model cache)
 
 SIZES = (1_000, 10_000, 100_000)
 TAIL = 20

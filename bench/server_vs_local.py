@@ -3,7 +3,7 @@ model, with the same context engine.
 
 Replays the first ``--turns`` turns of a chat (a LoCoMo chat from ``../shared/corpus``
 when present, else ``tests/fixtures/long-chats/synthetic-friends.json``) with the bundled
-model: once on ``llama-server`` (started on 127.0.0.1 by ``tests/servers.py``, prompt
+model: once on ``llama-server`` (started on 127.0.0.1 by ``tests/support/servers.py``, prompt
 caching on) through :class:`~iris_desktop.runtime.remote.RemoteRuntime`, once on
 ``LocalModel``. Each request generates one token, so what is measured is the prompt:
 its size, the tokens evaluated and reused, and the time to first token. The corpus
@@ -42,7 +42,7 @@ from iris_desktop.runtime.model import LocalModel  # noqa: E402
 from iris_desktop.runtime.remote import RemoteRuntime  # noqa: E402
 
 from _corpus import CORPUS, REPO  # noqa: E402  (puts tests/ on the path)
-from servers import CACHE, start_llama_server  # noqa: E402
+from support.servers import CACHE, start_llama_server  # noqa: E402
 
 SYSTEM = "You are Iris, a helpful assistant."
 

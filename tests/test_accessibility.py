@@ -29,7 +29,7 @@ from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.theme import apply_appearance  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
 
 Role = QAccessible.Role
 #: roles a control may have: what it does, said by its kind
@@ -191,7 +191,7 @@ from PySide6.QtCore import QTimer
 from iris_desktop.host import Host
 from iris_desktop.ui.app import application
 from iris_desktop.ui.main_window import main_window
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 app = application()
 host = Host(work / "data", {"context.recall_semantic": "false", "context.summarizer": "extractive"},

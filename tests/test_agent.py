@@ -22,7 +22,7 @@ from iris_desktop.core.planner import Planner
 from iris_desktop.host import build_agent
 from iris_desktop.runtime.protocol import Capabilities
 
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 
 def call(name: str, **arguments) -> str:

@@ -23,7 +23,7 @@ from iris_desktop.ui.main_window import default_geometry, fit_geometry, main_win
 from iris_desktop.ui.theme import apply_appearance, painted_scheme  # noqa: E402
 from iris_desktop.ui.welcome import EXAMPLES  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,17 @@
-"""The shape of the code, checked: the layers (core and runtime never import each other;
-the host joins them), no import cycle anywhere (``TYPE_CHECKING`` imports included),
+"""The shape of the code, checked: the layers (core and runtime never import each other,
+nor Qt: Anki's and napari's rule; the host joins them), no import cycle anywhere (``TYPE_CHECKING`` imports included),
 small UI modules, short core functions (or a stated reason), one place that computes
 windows and counters, and one place that loads models."""
 
 from __future__ import annotations
 
 import ast
+import pkgutil
+import subprocess
+import sys
 from pathlib import Path
+
+import iris_desktop
 
 PACKAGE = Path(__file__).resolve().parent.parent / "iris_desktop"
 #: "about 400 lines" per UI module (issue 10), with a little slack for a docstring
@@ -315,3 +320,22 @@ def test_os_replace_only_in_the_atomic_writer_and_the_stores_database_swaps():
                     and relative not in RENAMERS):
                 found.append(f"{relative}:{node.lineno}")
     assert found == []
+
+
+def test_core_and_runtime_do_not_load_pyside6():
+    """Every module of core/ and runtime/ (subpackages included), imported in a fresh
+    process, loads neither PySide6 nor shiboken."""
+    modules = ["iris_desktop", "iris_desktop.paths", "iris_desktop.settings", "iris_desktop.cli"]
+    for package in ("core", "runtime"):
+        path = [f"{iris_desktop.__path__[0]}/{package}"]
+        modules += [m.name for m in pkgutil.walk_packages(path, prefix=f"iris_desktop.{package}.")]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "loaded = [m for m in sys.modules if m.startswith('PySide6') or m.startswith('shiboken')]\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert any(".tools." in m for m in modules) and any(".remote." in m for m in modules)

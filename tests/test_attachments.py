@@ -19,7 +19,7 @@ from iris_desktop.core.events import UserSaved
 from iris_desktop.core.views import load_transcript
 from iris_desktop.host import Host
 
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 
 def test_only_text_files_are_read_and_each_refusal_says_why(tmp_path):

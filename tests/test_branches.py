@@ -15,7 +15,7 @@ from iris_desktop.core.store import Store
 from iris_desktop.host import Host, build_compactor
 from iris_desktop.tokens import HeuristicCounter
 
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 
 def chat(turns: int, tag: str = "") -> list[dict]:

@@ -178,7 +178,7 @@ def test_context_shows_recall_for_a_draft_after_compaction(capsys):
 
 def test_models_json_lists_other_apps_models_and_the_verified_bundled_one(capsys, tmp_path,
                                                                           monkeypatch, model_path):
-    from gguf_fixtures import hf_model, ollama_model, tiny_metadata, tiny_model
+    from support.gguf_fixtures import hf_model, ollama_model, tiny_metadata, tiny_model
 
     home = tmp_path / "home"
     tiny_model(home / ".lmstudio" / "models" / "lmstudio-community" / "Tiny-GGUF" / "tiny.gguf")

@@ -18,9 +18,9 @@ from iris_desktop.generation import GenerationRequest
 from iris_desktop.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
-from fakes import ScriptedRuntime
-from helpers import compact_while_due, compactor_for
-from invariants import check_request, snapshot
+from support.fakes import ScriptedRuntime
+from support.helpers import compact_while_due, compactor_for
+from support.invariants import check_request, snapshot
 
 
 def params(window=4096, **kw):

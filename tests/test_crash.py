@@ -3,7 +3,7 @@ user's message, and leaves a sound database. Twenty rounds, each a real process.
 
 import pytest
 
-from crash import check, crash_once
+from support.crash import check, crash_once
 
 
 @pytest.mark.parametrize("round_", range(20))

@@ -1,5 +1,5 @@
 """Model ▸ Download… with pytest-qt (QT_QPA_PLATFORM=offscreen), against the loopback hub
-of ``tests/hub_server.py``; and nothing contacted before the user asks: every socket
+of ``tests/support/hub_server.py``; and nothing contacted before the user asks: every socket
 connect of the process is recorded while the app starts, chats and opens the dialog.
 """
 
@@ -22,8 +22,8 @@ from iris_desktop.runtime.hub import RECOMMENDED, download_target  # noqa: E402
 from iris_desktop.ui.download_dialog import DownloadDialog  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
-from hub_server import HubServer, MemoryKeyring, gguf_bytes  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
+from support.hub_server import HubServer, MemoryKeyring, gguf_bytes  # noqa: E402
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
 QWEN_FILE = "qwen2.5-1.5b-instruct-q4_k_m.gguf"

@@ -29,7 +29,7 @@ from iris_desktop.runtime.kv_store import SEALED, KVStateStore  # noqa: E402
 from iris_desktop.runtime.protocol import Capabilities, KVState  # noqa: E402
 
 from conftest import AGENT_FILES, load_corpus  # noqa: E402
-from fakes import ScriptedRuntime  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
 
 PASSPHRASE = "correct horse battery staple 4711"
 PHRASE = "aubergine-zeppelin-7731"
@@ -761,7 +761,7 @@ def test_a_conversion_on_a_full_disk_says_the_disk_is_full_and_changes_nothing(c
                                                                             tmp_path):
     """Before: "cannot rollback - no transaction is active" (the full disk had rolled
     the export back already)."""
-    from faults import full_disk
+    from support.faults import full_disk
 
     with full_disk(tmp_path, "8m") as disk:
         data = disk.path / "data"

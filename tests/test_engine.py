@@ -17,7 +17,7 @@ from iris_desktop.core.store import Store
 from iris_desktop.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
-from invariants import check_request, snapshot
+from support.invariants import check_request, snapshot
 
 
 def call(cid: str, name: str = "bash") -> dict:
@@ -315,7 +315,7 @@ def test_too_large_says_what_was_tried(fresh_store):
 
 
 def test_the_current_tasks_request_stays_verbatim_when_its_first_steps_are_summarized(fresh_store):
-    from helpers import compactor_for
+    from support.helpers import compactor_for
 
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, agent_turn(1, 12, 120)[:-1])  # one long turn, in progress

@@ -1,14 +1,14 @@
 """A fault-injection suite beside the fuzz test: real faults, injected many times over,
 each run through the real CLI, counted and asserted.
 
-- **full disk**: a small tmpfs (``tests/faults.py``) holding a real history is filled to
+- **full disk**: a small tmpfs (``tests/support/faults.py``) holding a real history is filled to
   a random number of bytes left, then random commands run on it (twice, as the issue's
   reproduction did); when space comes back the whole history must be there, nothing set
   aside, and the file sound;
 - **flipped bytes**: random bytes inside random messages' stored text are flipped; every
   thread must stay readable (``threads``, ``export``, ``context``) and no other message
   may change or go missing;
-- **misbehaving server**: each mode of ``tests/misbehaving_server.py`` answers a real
+- **misbehaving server**: each mode of ``tests/support/misbehaving_server.py`` answers a real
   ``chat`` over loopback; it must end within its time limit, with the text that came
   saved and one sentence on stderr;
 - **pid reuse**: a killed writer's cut-off reply whose pid now belongs to an unrelated
@@ -46,8 +46,8 @@ from iris_desktop.core.store import Store, recovery
 from iris_desktop.runtime.remote import runtime as remote_runtime
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT
-from faults import flip_message_byte, full_disk
-from misbehaving_server import MALFORMED, MisbehavingServer
+from support.faults import flip_message_byte, full_disk
+from support.misbehaving_server import MALFORMED, MisbehavingServer
 
 SEED = int(os.environ.get("IRIS_FAULTS_SEED", "20261202"))
 REPO = Path(__file__).resolve().parent.parent

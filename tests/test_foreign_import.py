@@ -16,7 +16,7 @@ from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign import CHATGPT, JAN, LM_STUDIO, OPEN_WEBUI, load_conversations
 
 from conftest import AGENT_FILES, FIXTURES
-from helpers import run_cli as run
+from support.helpers import run_cli as run
 
 FOREIGN = FIXTURES / "foreign"
 CHATGPT_TREE = FOREIGN / "chatgpt" / "librechat-chatgpt-tree.json"
@@ -313,7 +313,7 @@ def test_gui_file_import_uses_the_same_loader(qtbot, tmp_path, monkeypatch):
     from iris_desktop.ui import thread_control
     from iris_desktop.ui.main_window import main_window
 
-    from fakes import ScriptedRuntime
+    from support.fakes import ScriptedRuntime
 
     loaded: list[str] = []
     real = foreign.load_conversations

@@ -34,7 +34,7 @@ from iris_desktop.core import store as store_module
 from iris_desktop.core.tools import TOOL_NAMES, Sandbox, ToolResult
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 SEED = int(os.environ.get("IRIS_FUZZ_SEED", "20240607"))
 SECRET = "SECRET-OUTSIDE-THE-SANDBOX-7f3a"

@@ -35,7 +35,7 @@ from iris_desktop.runtime.gpu import (
 )
 from iris_desktop.runtime.model import LocalModel
 
-from gguf_fixtures import tiny_metadata, write_gguf
+from support.gguf_fixtures import tiny_metadata, write_gguf
 
 FAKE_GPU = Device("Vulkan0", "Fake GeForce", "gpu", "Vulkan", 8 * GiB, 8 * GiB, index=7, driver="550.1")
 

@@ -24,7 +24,7 @@ from iris_desktop.host import Host, ModelError
 from iris_desktop.settings import load_settings
 
 from conftest import SYNTHETIC_CHAT
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 
 def kinds(events) -> list[str]:

@@ -9,8 +9,8 @@ present only when its own recorded sha256 equals the one the hub lists for that 
 path and revision; an impossible listing is refused in one sentence; two processes
 downloading one file take turns.
 
-Against real HTTP servers on 127.0.0.1 (``tests/misbehaving_server.py``,
-``tests/hub_server.py``), which stop by themselves; the bounds are passed small, as
+Against real HTTP servers on 127.0.0.1 (``tests/support/misbehaving_server.py``,
+``tests/support/hub_server.py``), which stop by themselves; the bounds are passed small, as
 parameters, so that no test waits long.
 """
 
@@ -40,8 +40,8 @@ from iris_desktop.runtime.hub import HubClient, HubError, download, download_rec
 from iris_desktop.runtime.hub import records as hub_records
 from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerError
 
-from hub_server import HubServer, MemoryKeyring, gguf_bytes
-from misbehaving_server import MisbehavingServer
+from support.hub_server import HubServer, MemoryKeyring, gguf_bytes
+from support.misbehaving_server import MisbehavingServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: the bounds the tests pass (the defaults are 8 MiB and 30 s for a server, 16 MiB and

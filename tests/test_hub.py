@@ -1,5 +1,5 @@
 """The model hub client and downloads (``runtime.hub``) against a real hub on loopback
-(``tests/hub_server.py``: the Hugging Face endpoints, a redirect to a second server acting
+(``tests/support/hub_server.py``: the Hugging Face endpoints, a redirect to a second server acting
 as the file host, Range, slow, dropping and failing modes), serving small real GGUF files.
 The CLI's ``models search``, ``models files`` and ``models download`` run against it too.
 """
@@ -34,9 +34,9 @@ from iris_desktop.runtime.hub import (
 from iris_desktop.runtime.hub import client as hub_client
 from iris_desktop.runtime.library import describe_model, discover_models
 
-from faults import full_disk
-from gguf_fixtures import write_gguf
-from hub_server import HubServer, MemoryKeyring, gguf_bytes
+from support.faults import full_disk
+from support.gguf_fixtures import write_gguf
+from support.hub_server import HubServer, MemoryKeyring, gguf_bytes
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
 QWEN_FILE = "qwen2.5-1.5b-instruct-q4_k_m.gguf"
@@ -307,7 +307,7 @@ def test_proxy_variables_are_honoured_for_the_hub_only(server, monkeypatch):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 1 MiB tmpfs (tests/faults.py; skipped, with the reason, where mounting is not allowed)."""
+    """A 1 MiB tmpfs (tests/support/faults.py; skipped, with the reason, where mounting is not allowed)."""
     with full_disk(tmp_path, "1m") as disk:
         yield disk.path
 

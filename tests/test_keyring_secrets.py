@@ -13,7 +13,7 @@ from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
 from iris_desktop.runtime.hub import get_hub_token, set_hub_token
 from iris_desktop.runtime.remote import delete_api_key, get_api_key, set_api_key
 
-from hub_server import MemoryKeyring
+from support.hub_server import MemoryKeyring
 
 
 class Failing(KeyringBackend):

@@ -21,7 +21,7 @@ from iris_desktop.runtime.library import (
     parameter_count,
 )
 
-from gguf_fixtures import hf_model, ollama_model, tiny_metadata, tiny_model, write_gguf
+from support.gguf_fixtures import hf_model, ollama_model, tiny_metadata, tiny_model, write_gguf
 
 MIB = 1024 * 1024
 REQUIRED_KEYS = {"path", "name", "source", "architecture", "parameters", "quantization", "size_bytes",

@@ -23,7 +23,7 @@ from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.status_line import ELLIPSIS  # noqa: E402
 from iris_desktop.ui.theme import apply_appearance  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
 
 #: what the status bar says when the circuit breaker stops compaction (a long sentence)
 BREAKER = CompactionEvent(

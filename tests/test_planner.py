@@ -17,7 +17,7 @@ from iris_desktop.host import Host, build_agent, load_runtime
 from iris_desktop.settings import load_settings
 from iris_desktop.tokens import HeuristicCounter
 
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 
 def chat(turns: int) -> list[dict]:

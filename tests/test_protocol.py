@@ -12,8 +12,8 @@ from iris_desktop.core.ports import ChatModel
 from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime.protocol import Generation, ModelFacts, Prefill, Runtime, Unsupported
 
-from fakes import ScriptedRuntime
-from helpers import protocol_members, protocol_problems, signature_problems
+from support.fakes import ScriptedRuntime
+from support.helpers import protocol_members, protocol_problems, signature_problems
 
 
 def test_what_core_asks_of_a_model_is_part_of_the_runtime_interface():

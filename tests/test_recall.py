@@ -31,8 +31,8 @@ from iris_desktop.generation import GenerationRequest
 from iris_desktop.tokens import HeuristicCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, SYNTHETIC_CHAT, load_corpus
-from helpers import compact_while_due, compactor_for
-from invariants import check_request, snapshot
+from support.helpers import compact_while_due, compactor_for
+from support.invariants import check_request, snapshot
 
 QUESTION = "Which city did Rosa move to?"
 

@@ -1,6 +1,6 @@
 """A good model in one click, for this computer (issue #47 item 1): ``runtime.recommend``
 with made-up machines, and the welcome panel's card with pytest-qt
-(QT_QPA_PLATFORM=offscreen) against the loopback hub of ``tests/hub_server.py``: a fresh
+(QT_QPA_PLATFORM=offscreen) against the loopback hub of ``tests/support/hub_server.py``: a fresh
 start shows the recommendation and contacts nothing, one click downloads it and switches
 to it, a failed download is one sentence and resumes."""
 
@@ -147,8 +147,8 @@ from PySide6.QtCore import Qt  # noqa: E402
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
-from hub_server import HubServer, MemoryKeyring, gguf_bytes  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
+from support.hub_server import HubServer, MemoryKeyring, gguf_bytes  # noqa: E402
 
 #: the fake computer of the card's tests: the pick is Llama 3.2 3B
 LAPTOP = Machine(8 * GiB, 4)

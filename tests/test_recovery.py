@@ -1,4 +1,4 @@
-"""Damage and a full disk, injected for real (``tests/faults.py``): the history is never
+"""Damage and a full disk, injected for real (``tests/support/faults.py``): the history is never
 hidden or replaced by less, a salvage tells what it really lost, a flipped byte in one
 message leaves its thread readable, and every failure is one sentence with its cause.
 
@@ -22,7 +22,7 @@ from iris_desktop.core import store as store_module
 from iris_desktop.core.store import recovery
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT, load_corpus
-from faults import flip_byte, flip_message_byte, full_disk
+from support.faults import flip_byte, flip_message_byte, full_disk
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -308,7 +308,7 @@ def test_random_flips_in_messages_leave_every_thread_readable(capsys, tmp_path):
     import random
     import shutil
 
-    from faults import message_text_offset
+    from support.faults import message_text_offset
 
     rng = random.Random(26)
     base = tmp_path / "base"

@@ -1,6 +1,6 @@
 """The server backend: the same context engine over an OpenAI-compatible server.
 
-Against real servers on 127.0.0.1 (``tests/servers.py``): llama.cpp's ``llama-server``
+Against real servers on 127.0.0.1 (``tests/support/servers.py``): llama.cpp's ``llama-server``
 (window from ``/props``, exact counts, so predicted == reported prompt tokens through the
 planner; compaction, recall, Stop, a server killed mid-reply), and ``python -m
 llama_cpp.server``, which cannot count (estimated and calibrated counts, the window from
@@ -46,16 +46,16 @@ from iris_desktop.runtime.remote.probe import _probe
 from iris_desktop.runtime.remote.sse import _Reply
 
 from conftest import SYNTHETIC_CHAT
-from helpers import complete, protocol_problems
-from hub_server import MemoryKeyring
-from servers import ServerUnavailable, start_llama_server, start_python_server
+from support.helpers import complete, protocol_problems
+from support.hub_server import MemoryKeyring
+from support.servers import ServerUnavailable, free_port, start_llama_server, start_python_server
 
 SYSTEM = "You are Iris, a helpful assistant."
 N_CTX = 4096
 #: why a test against llama.cpp's server skips (make test builds it first, and fails if
 #: it cannot: a skip means pytest was run on its own without that build)
 NO_LLAMA_SERVER = ("llama.cpp's llama-server is not available (build it with "
-                   "`python tests/servers.py --build`, as make test does)")
+                   "`python tests/support/servers.py --build`, as make test does)")
 
 
 @pytest.fixture(autouse=True)
@@ -568,7 +568,7 @@ def test_a_server_without_an_address_or_out_of_reach_is_a_clear_error(tmp_path, 
     assert "model.base_url" in capsys.readouterr().err
     assert main([*home, "--set", "model.base_url=ftp://x"]) != 0
     assert "http:// or https://" in capsys.readouterr().err
-    port = __import__("servers").free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     assert main([*home, "--set", "model.backend=openai", "--set",
                  f"model.base_url=http://127.0.0.1:{port}/v1", "chat", "hi"]) != 0
     err = capsys.readouterr().err

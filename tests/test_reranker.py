@@ -15,7 +15,7 @@ from iris_desktop.runtime.bundled import BundledModelError, _checked_part, read_
 from iris_desktop.runtime.reranker import RERANKER, CrossEncoder, WordPiece
 from iris_desktop.tokens import HeuristicCounter
 
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from iris_desktop.runtime.model import LocalModel, ModelError, PromptTooLongErro
 from iris_desktop.tokens import TokenCounter
 
 from conftest import SYNTHETIC_CHAT
-from helpers import complete
+from support.helpers import complete
 
 LLAMA2_MARKERS = ("<</SYS>>", "[INST]", "<<SYS>>", "[/INST]")
 

@@ -26,7 +26,7 @@ from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerErr
 from iris_desktop.runtime.remote.sse import _sse_lines
 from iris_desktop.settings import SettingsError, defaults
 
-from misbehaving_server import MALFORMED, MisbehavingServer
+from support.misbehaving_server import MALFORMED, MisbehavingServer
 
 TOKENS = ["Hello", ",", " world", "."]
 PREAMBLE = "".join(TOKENS)

@@ -17,7 +17,7 @@ from iris_desktop.core.engine import ensure_counts, wire_message
 from iris_desktop.core.store import Store, row_to_message
 from iris_desktop.tokens import HeuristicCounter
 
-from helpers import run_cli as run
+from support.helpers import run_cli as run
 
 
 def stored_counts(store: Store, counter: str) -> dict[int, int]:

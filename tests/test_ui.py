@@ -34,7 +34,7 @@ from iris_desktop.ui.settings_editors import (  # noqa: E402
 )
 from iris_desktop.ui.transcript import PAGE  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
 
 FIELDS = {key: f"{label} of the early conversation" for key, label in SUMMARY_FIELDS}
 

@@ -17,7 +17,7 @@ from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.transcript_model import ENTRY_ROLE  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
 
 
 @pytest.fixture

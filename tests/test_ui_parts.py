@@ -24,7 +24,7 @@ from iris_desktop.ui.composer import Composer  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.model_thread import LoadJob, ModelWorker, TurnJob  # noqa: E402
 
-from fakes import ScriptedRuntime  # noqa: E402
+from support.fakes import ScriptedRuntime  # noqa: E402
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import json
 
 from iris_desktop.untrusted import json_escape_invisible, show_untrusted
 
-from helpers import run_cli as run
+from support.helpers import run_cli as run
 
 #: "evil" shown as "live" by a bidi-aware terminal: an override, then the reversed text
 SPOOF = "Budget \u202elive\u202c notes\u2066x\u2069 \u200b"

@@ -20,7 +20,7 @@ from iris_desktop.runtime.gguf import read_gguf_info
 from iris_desktop.runtime.model import LocalModel, ModelError
 from iris_desktop.settings import load_settings
 
-from gguf_fixtures import _gguf_string, _gguf_value, tiny_metadata
+from support.gguf_fixtures import _gguf_string, _gguf_value, tiny_metadata
 
 Q5_0, Q8_0, F32 = 6, 8, 0
 

@@ -4,7 +4,7 @@ branches.png, attachment.png, progress.png, dark.png (the chat basics), models.p
 (Model ▸ Models…, with a Hugging Face cache that holds the gemma base model when that
 dev dependency is installed), server.png and server-window.png (Model ▸ Server… on a
 llama-server started on loopback), download.png (Model ▸ Download… against the loopback
-hub of tests/hub_server.py, a download under way; ``--only download`` takes just this one,
+hub of tests/support/hub_server.py, a download under way; ``--only download`` takes just this one,
 on a fresh data dir, without the conversations).
 
 1. Prepare a data dir: import a long LoCoMo chat (one real request on the bundled model,
@@ -297,12 +297,12 @@ def shoot_basics(window, wait, idle, pause, shoot, say) -> None:
 
 def shoot_server(window, model: Path, data_dir: Path, wait, idle, shoot) -> None:
     """server.png: the dialog after Test connection against a real llama-server (built by
-    tests/servers.py) on loopback; then the window connected to it (status bar: where the
+    tests/support/servers.py) on loopback; then the window connected to it (status bar: where the
     text goes). Skipped, saying why, when llama-server cannot be had."""
     from PySide6.QtWidgets import QDialogButtonBox
 
     sys.path.insert(0, str(REPO / "tests"))
-    from servers import ServerUnavailable, start_llama_server
+    from support.servers import ServerUnavailable, start_llama_server
 
     try:
         server = start_llama_server(model, data_dir, 4096)
@@ -328,7 +328,7 @@ def shoot_server(window, model: Path, data_dir: Path, wait, idle, shoot) -> None
 
 
 def shoot_download(window, wait, idle, pause, shoot) -> None:
-    """download.png: Model ▸ Download… against the loopback hub of tests/hub_server.py
+    """download.png: Model ▸ Download… against the loopback hub of tests/support/hub_server.py
     (the Hugging Face endpoints, serving small real GGUFs under the recommended names,
     slowly): the recommended list with the memory each model needs at n_ctx, and the
     Qwen2.5 1.5B download under way (progress, speed, time left, Stop). It is stopped
@@ -338,7 +338,7 @@ def shoot_download(window, wait, idle, pause, shoot) -> None:
     sys.path.insert(0, str(REPO / "tests"))
     from iris_desktop.runtime.hub import RECOMMENDED
 
-    from hub_server import HubServer, gguf_bytes
+    from support.hub_server import HubServer, gguf_bytes
 
     folder = Path(tempfile.mkdtemp(prefix="iris-hub-"))
     qwen = next(r for r in RECOMMENDED if r.repo.startswith("Qwen/Qwen2.5-1.5B"))

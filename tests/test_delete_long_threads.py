@@ -16,7 +16,7 @@ import pytest
 from iris_desktop.core.store import Store
 from iris_desktop.paths import app_paths
 
-from helpers import run_cli as run
+from support.helpers import run_cli as run
 
 #: made-up words: found in a file only if the chat's text is there
 PLANTED = "qorvexillant"

@@ -35,7 +35,7 @@ For the hostile-peer tests (``tests/test_hostile_peers.py``):
 Every fault is bounded: it stops when the client leaves, after ``max_fault_bytes`` or
 after ``hold_s``.
 
-    python tests/hub_server.py [--delay 0.05] [--serve REPO FILE.gguf]
+    python tests/support/hub_server.py [--delay 0.05] [--serve REPO FILE.gguf]
 
 serves a few small real GGUF files (from ``gguf_fixtures``), and any real GGUF given with
 ``--serve``, until Ctrl+C, and prints ``IRIS_MODELS_HUB_URL=…`` to use it.
@@ -55,12 +55,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support.*
 
 import keyring.backend  # noqa: E402
 from keyring.errors import PasswordDeleteError  # noqa: E402
 
-from gguf_fixtures import tiny_metadata, write_gguf  # noqa: E402
+from support.gguf_fixtures import tiny_metadata, write_gguf  # noqa: E402
 
 CHUNK = 64 * 1024
 

@@ -14,7 +14,7 @@ import pytest
 
 from iris_desktop.core.store import Store
 
-from helpers import run_cli as run
+from support.helpers import run_cli as run
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from iris_desktop.cli import main
 from iris_desktop.core import store as store_module
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT, load_corpus
-from fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX only")
 IS_ROOT = os.name == "posix" and os.geteuid() == 0

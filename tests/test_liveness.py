@@ -1,0 +1,159 @@
+"""Which writer is alive survives pid reuse: a process is told apart by its start time, so a
+killed chat's reply is recovered and a dead compaction lease is taken over even when its pid
+has been reused. Real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from iris_desktop.core.store import Store
+from iris_desktop.core.store.base import process_start
+
+ROOT = Path(__file__).resolve().parent.parent
+LINUX = sys.platform.startswith("linux")
+
+
+def _python(code: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True, **kwargs)
+
+
+# --- liveness survives pid reuse ------------------------------------------------------
+
+
+def test_process_start_tells_two_processes_apart():
+    here = process_start(os.getpid())
+    assert here is not None and here == process_start(os.getpid())
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert process_start(other.pid) not in (None, here)
+    finally:
+        other.kill()
+        other.wait()
+    assert process_start(other.pid) is None  # gone
+    assert process_start(0) is None and process_start(-1) is None
+
+
+def _reused_pid() -> subprocess.Popen:
+    """A live process that has nothing to do with Iris: it stands for the process that the
+    OS gave a dead writer's pid to."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def test_a_killed_chat_s_reply_is_recovered_even_when_its_pid_is_reused(tmp_path):
+    db = tmp_path / "iris.db"
+    Store(db).close()
+    writer = _python(f"""
+        import time
+        from iris_desktop.core.store import Store
+        store = Store({str(db)!r})
+        thread = store.create_thread("t")
+        store.add_message(thread, {{"role": "user", "content": "hi"}})
+        reply = store.add_message(thread, {{"role": "assistant", "content": "Hel"}}, status="streaming")
+        print(thread, reply, flush=True)
+        time.sleep(600)
+    """)
+    other = None
+    try:
+        thread, reply = map(int, writer.stdout.readline().split())
+        with Store(db) as store:
+            assert store.mark_interrupted_streams() == 0  # its writer is alive: left alone
+        writer.kill()
+        writer.wait()
+        # the OS hands the dead writer's pid to an unrelated process
+        other = _reused_pid()
+        with Store(db) as store:
+            store.conn.execute("UPDATE streams SET pid = ? WHERE message_id = ?", (other.pid, reply))
+            store.conn.commit()
+            assert store.mark_interrupted_streams() == 1
+            row = store.messages(thread)[-1]
+            assert (row["id"], row["status"], row["content"]) == (reply, "interrupted", "Hel")
+    finally:
+        for process in (writer, other):
+            if process is not None:
+                process.kill()
+                process.wait()
+
+
+@pytest.mark.skipif(not LINUX, reason="reads the process state from /proc")
+def test_a_killed_writer_not_yet_reaped_is_dead(tmp_path):
+    """A zombie (killed, its parent has not waited for it yet) still answers signal 0, but
+    writes nothing any more: its reply is recovered."""
+    db = tmp_path / "iris.db"
+    Store(db).close()
+    writer = _python(f"""
+        import time
+        from iris_desktop.core.store import Store
+        store = Store({str(db)!r})
+        thread = store.create_thread("t")
+        store.add_message(thread, {{"role": "assistant", "content": "Hel"}}, status="streaming")
+        print("streaming", flush=True)
+        time.sleep(600)
+    """)
+    try:
+        assert writer.stdout.readline().strip() == "streaming"
+        os.kill(writer.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{writer.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with Store(db) as store:
+            assert store.mark_interrupted_streams() == 1
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_a_compaction_lease_of_a_dead_process_is_taken_over_despite_pid_reuse(tmp_path):
+    db = tmp_path / "iris.db"
+    with Store(db) as store:
+        thread = store.create_thread("t")
+    holder = _python(f"""
+        import time
+        from iris_desktop.core.store import Store
+        store = Store({str(db)!r})
+        assert store.take_compaction_lease({thread}, "theirs", 600) is None
+        print("held", flush=True)
+        time.sleep(600)
+    """)
+    other = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with Store(db) as store:
+            assert store.take_compaction_lease(thread, "ours", 600)["pid"] == holder.pid
+        holder.kill()
+        holder.wait()
+        other = _reused_pid()
+        with Store(db) as store:
+            store.conn.execute("UPDATE compaction_leases SET pid = ?", (other.pid,))
+            store.conn.commit()
+            assert store.take_compaction_lease(thread, "ours", 600) is None  # ours now
+    finally:
+        for process in (holder, other):
+            if process is not None:
+                process.kill()
+                process.wait()
+
+
+def test_rows_written_before_the_start_was_recorded_fall_back_to_the_pid(tmp_path):
+    with Store(tmp_path / "iris.db") as store:
+        thread = store.create_thread("t")
+        reply = store.add_message(thread, {"role": "assistant", "content": "x"}, status="streaming")
+        other = _reused_pid()
+        try:
+            store.conn.execute("UPDATE streams SET pid = ?, pid_start = NULL WHERE message_id = ?",
+                               (other.pid, reply))
+            store.conn.commit()
+            assert store.mark_interrupted_streams() == 0  # all it knows is a live pid
+        finally:
+            other.kill()
+            other.wait()
+        assert store.mark_interrupted_streams() == 1
