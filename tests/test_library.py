@@ -11,7 +11,7 @@ import pytest
 
 from iris_desktop.runtime import library
 from iris_desktop.runtime.bundled import BUNDLED_MODEL, ensure_bundled_model
-from iris_desktop.runtime.gguf import read_gguf_info
+from iris_desktop.runtime.gguf import per_layer, read_gguf_info
 from iris_desktop.runtime.library import (
     ModelEntry,
     describe_model,
@@ -238,6 +238,14 @@ def test_kv_cache_uses_key_and_value_lengths_and_per_layer_head_counts(tmp_path)
     assert kv_cache_bytes(hybrid, 100) == 2 * 2 * (32 + 32) * 2 * 100  # recurrent layers hold no KV
     no_geometry = info_of(tmp_path, {"general.architecture": "odd"})
     assert kv_cache_bytes(no_geometry, 100) is None
+
+
+def test_a_per_layer_hyperparameter_is_one_int_for_all_or_one_per_layer():
+    # one reading of GGUF's per-layer values for the library's estimate and the GPU plan
+    assert per_layer(8, 3) == [8, 8, 8]
+    assert per_layer([2, 0, 2], 3) == [2, 0, 2]
+    assert per_layer([2, 0], 3) is None  # another length
+    assert per_layer(True, 3) is None and per_layer([1, "2", 3], 3) is None and per_layer(None, 3) is None
 
 
 def test_parameter_count(tmp_path):

@@ -229,6 +229,17 @@ class GGUFInfo:
         return self.metadata.get(f"{self.architecture}.{suffix}")
 
 
+def per_layer(value: Any, layers: int) -> list[int] | None:
+    """A per-layer hyperparameter (``head_count``, ``feed_forward_length``) as one int a
+    layer: GGUF stores one int for all, or an array with one per layer; None for anything
+    else (missing, a bool, an array of another length or with other values)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value] * layers
+    if isinstance(value, list) and len(value) == layers and all(isinstance(v, int) for v in value):
+        return list(value)
+    return None
+
+
 class _Reader:
     """Bounds-checked little-endian reads over a memory map (or bytes)."""
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .gguf import GGUFInfo
+from .gguf import GGUFInfo, per_layer
 
 log = logging.getLogger("iris.runtime.gpu")
 
@@ -148,14 +148,6 @@ class LayerCosts:
         return best
 
 
-def _per_layer(value: Any, layers: int) -> list[int] | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value] * layers
-    if isinstance(value, list) and len(value) == layers and all(isinstance(v, int) for v in value):
-        return list(value)
-    return None
-
-
 def sliding_layers(info: GGUFInfo, blocks: int) -> list[bool]:
     """Which blocks attend within the sliding window only (all False without one):
     ``<arch>.attention.sliding_window_pattern`` when the file states it (a list, or a
@@ -207,9 +199,9 @@ def layer_costs(info: GGUFInfo, n_ctx: int, *, swa_full: bool = True, flash_attn
         output += embeddings
     kv = _kv_per_block(info, blocks, n_ctx, swa_full, n_ubatch, kv_bytes)
     vocab = _vocab(info)
-    heads = _per_layer(info.arch_key("attention.head_count"), blocks) or [0]
+    heads = per_layer(info.arch_key("attention.head_count"), blocks) or [0]
     embd = info.arch_key("embedding_length")
-    ff = _per_layer(info.arch_key("feed_forward_length"), blocks) or [0]
+    ff = per_layer(info.arch_key("feed_forward_length"), blocks) or [0]
     hidden = (embd if isinstance(embd, int) else 0) * 4 + max(ff)
     # the logits of a whole batch dominate (llama.cpp reserves them: 300 MiB for Qwen2.5's
     # 151,936 tokens); attention scores without flash attention; the activations
@@ -228,10 +220,10 @@ def _vocab(info: GGUFInfo) -> int:
 
 def _kv_per_block(info: GGUFInfo, blocks: int, n_ctx: int, swa_full: bool, n_ubatch: int,
                   kv_bytes: int) -> list[int]:
-    heads = _per_layer(info.arch_key("attention.head_count"), blocks)
+    heads = per_layer(info.arch_key("attention.head_count"), blocks)
     if heads is None:
         return [0] * blocks
-    kv_heads = _per_layer(info.arch_key("attention.head_count_kv"), blocks) or heads
+    kv_heads = per_layer(info.arch_key("attention.head_count_kv"), blocks) or heads
     embd = info.arch_key("embedding_length")
     key_length = info.arch_key("attention.key_length")
     value_length = info.arch_key("attention.value_length")

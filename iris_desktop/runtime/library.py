@@ -55,7 +55,7 @@ from iris_desktop.files import atomic_write
 from iris_desktop.paths import make_private_dir
 
 from .bundled import BUNDLED_MODEL, bundled_status
-from .gguf import GGUFError, GGUFInfo, read_gguf_info
+from .gguf import GGUFError, GGUFInfo, per_layer, read_gguf_info
 
 log = logging.getLogger("iris.runtime.library")
 
@@ -162,15 +162,6 @@ def _size_label_count(label: Any) -> int | None:
     return int(float(match.group(1)) * scale)
 
 
-def _per_layer(value: Any, layers: int) -> list[int] | None:
-    """A per-layer hyperparameter: GGUF stores one int, or an array with one per layer."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value] * layers
-    if isinstance(value, list) and len(value) == layers and all(isinstance(v, int) for v in value):
-        return list(value)
-    return None
-
-
 def kv_cache_bytes(info: GGUFInfo, n_ctx: int, bytes_per_element: int = KV_BYTES_PER_ELEMENT) -> int | None:
     """The KV cache llama.cpp allocates for ``n_ctx`` tokens, from the header:
     per layer, KV heads × (key size + value size) × bytes per element × ``n_ctx``.
@@ -185,10 +176,10 @@ def kv_cache_bytes(info: GGUFInfo, n_ctx: int, bytes_per_element: int = KV_BYTES
     layers = info.arch_key("block_count")
     if not isinstance(layers, int) or layers <= 0:
         return None
-    heads = _per_layer(info.arch_key("attention.head_count"), layers)
+    heads = per_layer(info.arch_key("attention.head_count"), layers)
     if heads is None:
         return None
-    kv_heads = _per_layer(info.arch_key("attention.head_count_kv"), layers) or heads
+    kv_heads = per_layer(info.arch_key("attention.head_count_kv"), layers) or heads
     embedding = info.arch_key("embedding_length")
     key_length = info.arch_key("attention.key_length")
     value_length = info.arch_key("attention.value_length")
