@@ -13,6 +13,7 @@ old file as it was, never half of a new one. Nothing here imports the rest of Ir
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -21,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 try:
     import fcntl
@@ -304,3 +305,18 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
     if size > limit:
         raise TooLargeError(None)
     return b"".join(chunks)
+
+
+# -- a JSON record that only helps ----------------------------------------------------
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object in ``path``; {} when the file is missing or unreadable, is not
+    UTF-8 JSON or holds something other than an object. For records and settings files
+    that only help (a download's record, another app's settings): a bad one is passed
+    over, never a reason to fail."""
+    try:
+        data = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from iris_desktop.files import read_json_object
 from iris_desktop.runtime import library
 from iris_desktop.runtime.bundled import BUNDLED_MODEL, ensure_bundled_model
 from iris_desktop.runtime.gguf import per_layer, read_gguf_info
@@ -246,6 +247,19 @@ def test_a_per_layer_hyperparameter_is_one_int_for_all_or_one_per_layer():
     assert per_layer([2, 0, 2], 3) == [2, 0, 2]
     assert per_layer([2, 0], 3) is None  # another length
     assert per_layer(True, 3) is None and per_layer([1, "2", 3], 3) is None and per_layer(None, 3) is None
+
+
+def test_a_settings_file_that_only_helps_is_read_as_an_object_or_nothing(tmp_path):
+    # one lenient read for the other apps' settings here and the hub's download records
+    path = tmp_path / "settings.json"
+    assert read_json_object(path) == {}  # missing
+    for text, expected in (('{"downloadsFolder": "/m"}', {"downloadsFolder": "/m"}), ("[1]", {}),
+                           ("{not json", {}), ("", {})):
+        path.write_text(text, encoding="utf-8")
+        assert read_json_object(path) == expected
+    path.write_bytes(b'{"a": "\xff"}')  # not UTF-8
+    assert read_json_object(path) == {}
+    assert read_json_object(tmp_path) == {}  # a folder
 
 
 def test_parameter_count(tmp_path):

@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.files import atomic_write
+from iris_desktop.files import atomic_write, read_json_object
 from iris_desktop.paths import make_private_dir
 
 from .bundled import BUNDLED_MODEL, bundled_status
@@ -512,14 +512,6 @@ def _user_dirs(home: Path, env: Mapping[str, str], platform: str) -> _UserDirs:
     return _UserDirs(home, data, data, config, cache, platform)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _lmstudio_roots(dirs: _UserDirs) -> list[Path]:
     """LM Studio's home is ``~/.lmstudio`` (older: ``~/.cache/lm-studio``) unless
     ``~/.lmstudio-home-pointer`` names another; models are in ``<home>/models`` or the
@@ -538,7 +530,7 @@ def _lmstudio_roots(dirs: _UserDirs) -> list[Path]:
     homes += [dirs.home / ".lmstudio", dirs.home / ".cache" / "lm-studio"]
     roots = []
     for home in homes:
-        folder = _read_json(home / "settings.json").get("downloadsFolder")
+        folder = read_json_object(home / "settings.json").get("downloadsFolder")
         if isinstance(folder, str) and folder.strip():
             roots.append(Path(folder).expanduser())
         roots.append(home / "models")
@@ -611,7 +603,7 @@ def _jan_roots(dirs: _UserDirs, env: Mapping[str, str]) -> list[Path]:
     folders = [p for p in [_env_path(env, "JAN_DATA_FOLDER")] if p]
     for settings in (data_root / "jan.ai.app" / "settings.json", dirs.config / "Jan" / "settings.json",
                      data_root / "Jan" / "settings.json"):
-        folder = _read_json(settings).get("data_folder")
+        folder = read_json_object(settings).get("data_folder")
         if isinstance(folder, str) and folder.strip():
             folders.append(Path(folder).expanduser())
     folders += [data_root / "Jan" / "data", dirs.config / "Jan" / "data", dirs.home / "jan"]

@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from iris_desktop.files import atomic_write
+from iris_desktop.files import read_json_object as _read_json
 from iris_desktop.paths import make_private_dir
 
 from .client import HubFile, _check_file, _check_repo, _normal_sha
@@ -62,14 +63,6 @@ def _discard(target: Path) -> bool:
 
 def _read_record(target: Path) -> dict[str, Any]:
     return _read_json(_record(target))
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _write_record(target: Path, data: dict[str, Any]) -> None:
