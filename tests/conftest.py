@@ -16,6 +16,9 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+#: fixtures shared by the modules that ask for them (tests/support/)
+pytest_plugins = ["support.network", "support.windows"]
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 CORPUS = REPO.parent / "shared" / "corpus"

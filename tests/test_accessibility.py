@@ -25,9 +25,6 @@ from PySide6.QtWidgets import (  # noqa: E402
 )
 
 from iris_desktop.core.events import CompactionEvent, CompactionFinished  # noqa: E402
-from iris_desktop.host import Host  # noqa: E402
-from iris_desktop.ui.main_window import main_window  # noqa: E402
-from iris_desktop.ui.theme import apply_appearance  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
 
@@ -39,25 +36,13 @@ CONTROL_ROLES = {Role.Button, Role.CheckBox, Role.RadioButton, Role.ComboBox, Ro
                  Role.ScrollBar, Role.ButtonMenu}
 
 
-@pytest.fixture(autouse=True)
-def system_look_after(qapp):
-    yield
-    apply_appearance(qapp, "system", 0)
+pytestmark = pytest.mark.usefixtures("system_look_after")
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    runtime = ScriptedRuntime(["Paris is the capital of France.", ValueError("the model broke")])
-    host = Host(tmp_path / "data", {"context.recall_semantic": "false"}, runtime=runtime,
-                compact=False)
-    w = main_window(host)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.model_state == "ready", timeout=10_000)
-    qtbot.waitUntil(lambda: w.background.idle, timeout=10_000)
-    yield w
-    w.shutdown()
-    host.close()
+def window(make_window):
+    return make_window(ScriptedRuntime(["Paris is the capital of France.",
+                                        ValueError("the model broke")]))
 
 
 def keyboard_controls(root: QWidget) -> list[QWidget]:

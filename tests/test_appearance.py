@@ -17,47 +17,14 @@ from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.settings import SETTINGS  # noqa: E402
-from iris_desktop.ui.main_window import default_geometry, fit_geometry, main_window  # noqa: E402
+from iris_desktop.ui.main_window import default_geometry, fit_geometry  # noqa: E402
 from iris_desktop.ui.theme import apply_appearance, painted_scheme  # noqa: E402
 from iris_desktop.ui.welcome import EXAMPLES  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def system_look_after(qapp):
-    """The application's look is process-wide: every test leaves the system's."""
-    yield
-    apply_appearance(qapp, "system", 0)
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def make_window(qtbot, data_dir):
-    made = []
-
-    def make(runtime=None, overrides=None):
-        overrides = {"context.recall_semantic": "false", **(overrides or {})}
-        host = Host(data_dir, overrides, runtime=runtime or ScriptedRuntime([]), compact=False)
-        window = main_window(host)
-        qtbot.addWidget(window)
-        window.show()
-        made.append((window, host))
-        qtbot.waitUntil(lambda: window.model_state in ("ready", "failed"), timeout=10_000)
-        assert window.model_state == "ready", window.app_state.model_error
-        qtbot.waitUntil(lambda: window.background.idle, timeout=10_000)
-        return window
-
-    yield make
-    for window, host in made:
-        window.shutdown()
-        host.close()
+pytestmark = pytest.mark.usefixtures("system_look_after")
 
 
 def seed_thread(path, title: str) -> int:
@@ -225,7 +192,6 @@ def test_the_last_chat_is_reopened_and_a_deleted_one_is_not(make_window, qtbot, 
 # -- the welcome panel -----------------------------------------------------------------------
 
 METER_PARTS = ("system", "tools", "summary", "recall", "history", "draft", "free")
-
 
 
 def test_the_welcome_panel_explains_fills_the_composer_and_goes(make_window, qtbot, data_dir):

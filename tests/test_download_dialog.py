@@ -6,9 +6,7 @@ connect of the process is recorded while the app starts, chats and opens the dia
 from __future__ import annotations
 
 import hashlib
-import socket
 
-import keyring
 import pytest
 
 pytest.importorskip("PySide6")
@@ -23,21 +21,13 @@ from iris_desktop.ui.download_dialog import DownloadDialog  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
-from support.hub_server import HubServer, MemoryKeyring, gguf_bytes  # noqa: E402
+from support.hub_server import HubServer, gguf_bytes  # noqa: E402
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
 QWEN_FILE = "qwen2.5-1.5b-instruct-q4_k_m.gguf"
 
 
-@pytest.fixture(autouse=True)
-def no_proxy_no_keyring(monkeypatch):
-    """No proxy from the developer's shell, and a keyring in memory."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    before = keyring.get_keyring()
-    keyring.set_keyring(MemoryKeyring())
-    yield
-    keyring.set_keyring(before)
+pytestmark = pytest.mark.usefixtures("no_proxy_no_keyring")
 
 
 @pytest.fixture
@@ -48,29 +38,6 @@ def server(tmp_path):
     with HubServer(repos, downloads={QWEN: 10, "Qwen/Qwen2.5-3B-Instruct-GGUF": 5}) as s:
         yield s
 
-
-@pytest.fixture
-def connects(monkeypatch):
-    """Every address this process connects a socket to (or looks up), from now on."""
-    seen: list = []
-    connect, connect_ex, lookup = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
-
-    def record_connect(self, address):
-        seen.append(address)
-        return connect(self, address)
-
-    def record_connect_ex(self, address):
-        seen.append(address)
-        return connect_ex(self, address)
-
-    def record_lookup(host, *args, **kwargs):
-        seen.append(("lookup", host))
-        return lookup(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket.socket, "connect", record_connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", record_connect_ex)
-    monkeypatch.setattr(socket, "getaddrinfo", record_lookup)
-    return seen
 
 
 def make_window(qtbot, tmp_path, overrides=None):

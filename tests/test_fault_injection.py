@@ -46,6 +46,7 @@ from iris_desktop.core.store import Store, recovery
 from iris_desktop.runtime.remote import runtime as remote_runtime
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT
+from support.crash import streaming_writer
 from support.faults import flip_message_byte, full_disk
 from support.misbehaving_server import MALFORMED, MisbehavingServer
 
@@ -268,11 +269,6 @@ def test_faults_misbehaving_server(capsys, tmp_path, monkeypatch, mode, options,
 # -- pid reuse -----------------------------------------------------------------------------
 
 
-def _python(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-
-
 def test_faults_pid_reuse(capsys, tmp_path):
     """A killed writer's reply and lease, their pid then given to an unrelated process
     (the row is pointed at a live process started at another time, as the OS would)."""
@@ -281,19 +277,9 @@ def test_faults_pid_reuse(capsys, tmp_path):
         data = tmp_path / f"data-{attempt}"
         db = data / "iris.db"
         Store(db).close()
-        writer = _python(f"""
-import time
-from iris_desktop.core.store import Store
-store = Store({str(db)!r})
-thread = store.create_thread("t")
-store.add_message(thread, {{"role": "user", "content": "hi"}})
-reply = store.add_message(thread, {{"role": "assistant", "content": "Hel"}}, status="streaming")
-print(thread, reply, flush=True)
-time.sleep(600)
-""")
+        writer, thread, reply = streaming_writer(db)
         unrelated = None
         try:
-            thread, reply = map(int, writer.stdout.readline().split())
             writer.kill()
             writer.wait()
             time.sleep(0.05)  # a pid is reused only after its process is gone: a later start

@@ -513,15 +513,18 @@ needs_gpu = pytest.mark.skipif(not _real_gpus(), reason="this llama.cpp finds no
                                "driver); `make gpu-check` runs these on a Vulkan build with Mesa's lavapipe")
 
 
+def _capital_of_france(model) -> str:
+    return "".join(model.stream(GenerationRequest(
+        [{"role": "user", "content": "What is the capital of France? One word."}], max_tokens=8,
+        temperature=0)))
+
+
 @needs_gpu
 def test_the_bundled_model_runs_on_the_gpu_and_answers(model_path, tmp_path):
     model = LocalModel.load(model_path, n_ctx=2048, gpu="auto", gpu_checks=tmp_path / "checks.json")
     try:
         assert model.gpu.describe().startswith("GPU: ") and model.gpu.layers == model.gpu.total_layers
-        reply = "".join(model.stream(GenerationRequest(
-            [{"role": "user", "content": "What is the capital of France? One word."}],
-                                     max_tokens=8, temperature=0)))
-        assert "Paris" in reply
+        assert "Paris" in _capital_of_france(model)
     finally:
         model.close()
     assert json.loads((tmp_path / "checks.json").read_text())["checks"]
@@ -532,9 +535,6 @@ def test_a_partial_split_loads_and_answers(model_path):
     model = LocalModel.load(model_path, n_ctx=2048, gpu=10)
     try:
         assert model.gpu.describe().endswith("· 10/25 layers")
-        reply = "".join(model.stream(GenerationRequest(
-            [{"role": "user", "content": "What is the capital of France? One word."}],
-                                     max_tokens=8, temperature=0)))
-        assert "Paris" in reply
+        assert "Paris" in _capital_of_france(model)
     finally:
         model.close()

@@ -164,15 +164,8 @@ REPLY = f"Here is a function that computes Fibonacci numbers:\n\n```\n{FIB}\n```
 
 
 @pytest.fixture
-def view(qtbot):
-    from iris_desktop.ui.transcript import TranscriptView
-
-    view = TranscriptView()
-    qtbot.addWidget(view)
-    view.resize(700, 500)
-    view.show()
-    qtbot.waitExposed(view)
-    return view
+def view(transcript_view):
+    return transcript_view
 
 
 def blocks(view, row: int) -> list[tuple[str, set[str]]]:
@@ -180,19 +173,10 @@ def blocks(view, row: int) -> list[tuple[str, set[str]]]:
     colours of its non-blank text)."""
     from iris_desktop.ui.highlight import code_boxes
 
+    from support.windows import code_block_colours
+
     doc = view.delegate._doc(view.transcript.entry(row), view.delegate.body_width())
-    out = []
-    for block, _, _ in code_boxes(doc):
-        colours = set()
-        for number in range(block.first, block.last + 1):
-            it = doc.findBlockByNumber(number).begin()
-            while not it.atEnd():
-                fragment = it.fragment()
-                if fragment.text().strip():
-                    colours.add(fragment.charFormat().foreground().color().name())
-                it += 1
-        out.append((block.label, colours))
-    return out
+    return [(block.label, code_block_colours(doc, block)) for block, _, _ in code_boxes(doc)]
 
 
 def show(view, qtbot, *texts: tuple[str, str, str]) -> None:

@@ -27,7 +27,6 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
-import keyring
 import pytest
 
 from iris_desktop.core.config import AgentConfig, ContextParams
@@ -40,7 +39,7 @@ from iris_desktop.runtime.hub import HubClient, HubError, download, download_rec
 from iris_desktop.runtime.hub import records as hub_records
 from iris_desktop.runtime.remote import MAX_LINE_BYTES, RemoteRuntime, ServerError
 
-from support.hub_server import HubServer, MemoryKeyring, gguf_bytes
+from support.hub_server import HubServer, gguf_bytes
 from support.misbehaving_server import MisbehavingServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +52,8 @@ CEILING_S = 8.0
 #: what a bounded read may hold at its peak (the faults send 64 MiB and more)
 PEAK_BYTES = 12 << 20
 BOMB = 64 << 20
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-              "all_proxy", "no_proxy")
+
+pytestmark = pytest.mark.usefixtures("no_proxy_no_keyring")
 
 
 def one_sentence(text: str) -> bool:
@@ -76,17 +75,6 @@ class Peak:
         tracemalloc.stop()
         self.elapsed = time.monotonic() - self.started
 
-
-@pytest.fixture(autouse=True)
-def no_proxy_no_keyring(monkeypatch):
-    """No proxy from the developer's shell (a loopback hub must be reached directly, by
-    the subprocesses too), and a keyring in memory."""
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-    before = keyring.get_keyring()
-    keyring.set_keyring(MemoryKeyring())
-    yield
-    keyring.set_keyring(before)
 
 
 @pytest.fixture(autouse=True)

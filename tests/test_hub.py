@@ -13,7 +13,6 @@ import os
 import threading
 from pathlib import Path
 
-import keyring
 import pytest
 
 from iris_desktop.cli import main
@@ -36,25 +35,15 @@ from iris_desktop.runtime.library import describe_model, discover_models
 
 from support.faults import full_disk
 from support.gguf_fixtures import write_gguf
-from support.hub_server import HubServer, MemoryKeyring, gguf_bytes
+from support.hub_server import HubServer, gguf_bytes
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
 QWEN_FILE = "qwen2.5-1.5b-instruct-q4_k_m.gguf"
 LLAMA = "bartowski/Llama-3.2-3B-Instruct-GGUF"
 LLAMA_FILE = "Llama-3.2-3B-Instruct-Q4_K_M.gguf"
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-              "all_proxy", "no_proxy")
 
 
-@pytest.fixture(autouse=True)
-def no_proxy_no_keyring(monkeypatch):
-    """No proxy from the developer's shell, and a keyring in memory."""
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-    before = keyring.get_keyring()
-    keyring.set_keyring(MemoryKeyring())
-    yield
-    keyring.set_keyring(before)
+pytestmark = pytest.mark.usefixtures("no_proxy_no_keyring")
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ import pytest
 from iris_desktop.core.store import Store
 from iris_desktop.core.store.base import process_start
 
+from support.crash import streaming_writer
+
 ROOT = Path(__file__).resolve().parent.parent
 LINUX = sys.platform.startswith("linux")
 
@@ -51,19 +53,9 @@ def _reused_pid() -> subprocess.Popen:
 def test_a_killed_chat_s_reply_is_recovered_even_when_its_pid_is_reused(tmp_path):
     db = tmp_path / "iris.db"
     Store(db).close()
-    writer = _python(f"""
-        import time
-        from iris_desktop.core.store import Store
-        store = Store({str(db)!r})
-        thread = store.create_thread("t")
-        store.add_message(thread, {{"role": "user", "content": "hi"}})
-        reply = store.add_message(thread, {{"role": "assistant", "content": "Hel"}}, status="streaming")
-        print(thread, reply, flush=True)
-        time.sleep(600)
-    """)
+    writer, thread, reply = streaming_writer(db)
     other = None
     try:
-        thread, reply = map(int, writer.stdout.readline().split())
         with Store(db) as store:
             assert store.mark_interrupted_streams() == 0  # its writer is alive: left alone
         writer.kill()

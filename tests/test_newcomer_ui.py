@@ -21,55 +21,16 @@ from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.status_line import ELLIPSIS  # noqa: E402
-from iris_desktop.ui.theme import apply_appearance  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
+from support.windows import settle  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("system_look_after")
 
 #: what the status bar says when the circuit breaker stops compaction (a long sentence)
 BREAKER = CompactionEvent(
     "tokens", "skipped", error="circuit breaker open: the last 3 compactions failed; it tries "
     "again after 5 more turns or 10 minutes, or now with Compact now ('iris-desktop compact')")
-
-
-@pytest.fixture(autouse=True)
-def system_look_after(qapp):
-    """The application's look and text size are process-wide: every test leaves the
-    system's."""
-    yield
-    apply_appearance(qapp, "system", 0)
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def make_window(qtbot, data_dir):
-    """The main window on a fresh data folder with a scripted runtime (no model file)."""
-    made = []
-
-    def make(runtime=None, overrides=None):
-        overrides = {"context.recall_semantic": "false", **(overrides or {})}
-        host = Host(data_dir, overrides, runtime=runtime or ScriptedRuntime([]), compact=False)
-        window = main_window(host)
-        qtbot.addWidget(window)
-        window.show()
-        made.append((window, host))
-        qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
-        settle(qtbot, window)
-        return window
-
-    yield make
-    for window, host in made:
-        window.shutdown()
-        host.close()
-
-
-def settle(qtbot, window) -> None:
-    qtbot.waitUntil(lambda: window.background.idle, timeout=10_000)
-    qtbot.wait(20)
-    qtbot.waitUntil(lambda: window.background.idle, timeout=10_000)
 
 
 def db_path(data_dir):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from support.helpers import cmake_flags
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
 
@@ -17,16 +19,12 @@ PACKAGING = ROOT / "packaging"
 # build_py and rules: the fixtures in tests/conftest.py
 
 
-def _flags(cmake_args: str) -> dict[str, str]:
-    return dict(arg[2:].split("=", 1) for arg in cmake_args.split() if arg.startswith("-D"))
-
-
 # -- the compile flags --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("platform", ["linux", "win32"])
 def test_linux_and_windows_build_every_cpu_variant(build_py, platform):
-    flags = _flags(build_py.default_cmake_args(platform))
+    flags = cmake_flags(build_py.default_cmake_args(platform))
     assert flags["GGML_NATIVE"].lower() == "off"  # never -march=native
     assert flags["GGML_BACKEND_DL"] == "ON"  # GGML_CPU_ALL_VARIANTS requires it
     assert flags["GGML_CPU_ALL_VARIANTS"] == "ON"
@@ -37,7 +35,7 @@ def test_linux_and_windows_build_every_cpu_variant(build_py, platform):
 
 def test_macos_keeps_its_single_build_with_metal(build_py):
     args = build_py.default_cmake_args("darwin")
-    assert _flags(args) == {"GGML_NATIVE": "off"}  # Metal is llama-cpp-python's own default on macOS
+    assert cmake_flags(args) == {"GGML_NATIVE": "off"}  # Metal is llama-cpp-python's own default on macOS
     assert not build_py.wants_cpu_variants(args)
 
 
@@ -48,7 +46,7 @@ def test_linux_platform_names_and_this_machines_default(build_py):
     assert build_py.DEFAULT_CMAKE_ARGS == build_py.build_cmake_args(build_py.sys.platform)
 
 
-def test_variants_need_both_flags(build_py):
+def test_variants_need_bothcmake_flags(build_py):
     assert not build_py.wants_cpu_variants("-DGGML_NATIVE=off")
     assert not build_py.wants_cpu_variants("-DGGML_CPU_ALL_VARIANTS=ON")  # cmake refuses it without DL
     assert not build_py.wants_cpu_variants("-DGGML_BACKEND_DL=ON")

@@ -11,24 +11,22 @@ from pathlib import Path
 
 import pytest
 
+from support.helpers import cmake_flags
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
 
 # build_py and rules: the fixtures in tests/conftest.py
 
 
-def _flags(cmake_args: str) -> dict[str, str]:
-    return dict(arg[2:].split("=", 1) for arg in cmake_args.split() if arg.startswith("-D"))
-
-
 @pytest.mark.parametrize("platform", ["linux", "win32"])
 def test_linux_and_windows_add_the_vulkan_backend_to_the_cpu_variants(build_py, platform):
-    flags = _flags(build_py.build_cmake_args(platform))
+    flags = cmake_flags(build_py.build_cmake_args(platform))
     assert flags["GGML_VULKAN"] == "ON"
     assert flags["GGML_BACKEND_DL"] == "ON" and flags["GGML_CPU_ALL_VARIANTS"] == "ON"  # a module beside them
     assert build_py.wants_vulkan(build_py.build_cmake_args(platform))
     # the CPU part alone is what windows-check cross-compiles (mingw-w64 has no Vulkan SDK)
-    assert "GGML_VULKAN" not in _flags(build_py.default_cmake_args(platform))
+    assert "GGML_VULKAN" not in cmake_flags(build_py.default_cmake_args(platform))
 
 
 def test_macos_keeps_metal_and_no_vulkan(build_py):
@@ -36,7 +34,7 @@ def test_macos_keeps_metal_and_no_vulkan(build_py):
     assert not build_py.wants_vulkan(build_py.build_cmake_args("darwin"))
 
 
-def test_this_machines_default_is_the_installers_flags(build_py):
+def test_this_machines_default_is_the_installerscmake_flags(build_py):
     assert build_py.DEFAULT_CMAKE_ARGS == build_py.build_cmake_args(build_py.sys.platform)
     assert not build_py.wants_vulkan("-DGGML_VULKAN=OFF") and build_py.wants_vulkan("-DGGML_VULKAN=on")
 
@@ -156,7 +154,7 @@ def test_the_deb_control_file_has_the_recommends(build_py, tmp_path, monkeypatch
 # -- make gpu-check ------------------------------------------------------------------------------
 
 
-def test_gpu_check_is_wired_and_compiles_with_the_installers_flags(build_py):
+def test_gpu_check_is_wired_and_compiles_with_the_installerscmake_flags(build_py):
     makefile = (ROOT / "Makefile").read_text()
     assert "gpu-check:" in makefile and "packaging/gpu/check.py" in makefile
     # `make test` compiles no GPU build

@@ -7,10 +7,8 @@ to it, a failed download is one sentence and resumes."""
 from __future__ import annotations
 
 import hashlib
-import socket
 import threading
 
-import keyring
 import pytest
 
 from iris_desktop.runtime.gpu import Device
@@ -29,6 +27,8 @@ QWEN_15B = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
 QWEN_7B = "bartowski/Qwen2.5-7B-Instruct-GGUF"
 LLAMA_3B = "bartowski/Llama-3.2-3B-Instruct-GGUF"
 LLAMA_3B_FILE = "Llama-3.2-3B-Instruct-Q4_K_M.gguf"
+
+pytestmark = pytest.mark.usefixtures("no_proxy_no_keyring")
 
 
 def gpu(free_gib: float, kind: str = "gpu", name: str = "NVIDIA GeForce RTX 4060") -> Device:
@@ -144,24 +144,12 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from iris_desktop.host import Host  # noqa: E402
-from iris_desktop.ui.main_window import main_window  # noqa: E402
-
 from support.fakes import ScriptedRuntime  # noqa: E402
-from support.hub_server import HubServer, MemoryKeyring, gguf_bytes  # noqa: E402
+from support.hub_server import HubServer, gguf_bytes  # noqa: E402
 
 #: the fake computer of the card's tests: the pick is Llama 3.2 3B
 LAPTOP = Machine(8 * GiB, 4)
 
-
-@pytest.fixture(autouse=True)
-def no_proxy_no_keyring(monkeypatch):
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    before = keyring.get_keyring()
-    keyring.set_keyring(MemoryKeyring())
-    yield
-    keyring.set_keyring(before)
 
 
 @pytest.fixture
@@ -176,50 +164,17 @@ def server(tmp_path):
         yield s
 
 
-@pytest.fixture
-def connects(monkeypatch):
-    """Every address this process connects a socket to (or looks up), from now on."""
-    seen: list = []
-    connect, connect_ex, lookup = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
-
-    def record_connect(self, address):
-        seen.append(address)
-        return connect(self, address)
-
-    def record_connect_ex(self, address):
-        seen.append(address)
-        return connect_ex(self, address)
-
-    def record_lookup(host, *args, **kwargs):
-        seen.append(("lookup", host))
-        return lookup(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket.socket, "connect", record_connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", record_connect_ex)
-    monkeypatch.setattr(socket, "getaddrinfo", record_lookup)
-    return seen
-
 
 @pytest.fixture
-def windows(qtbot, tmp_path):
-    made = []
+def windows(make_window):
+    """The window and its host; recall by meaning off even on the bundled model."""
 
     def make(overrides=None, runtime="scripted"):
         runtime = ScriptedRuntime(["Hello."] * 4) if runtime == "scripted" else runtime
-        host = Host(tmp_path / "data", {"context.recall_semantic": "false", **(overrides or {})},
-                    runtime=runtime, compact=False)
-        window = main_window(host)
-        qtbot.addWidget(window)
-        window.show()
-        made.append((window, host))
-        qtbot.waitUntil(lambda: window.model_state in ("ready", "failed"), timeout=60_000)
-        assert window.model_state == "ready", window.app_state.model_error
-        return window, host
+        window = make_window(runtime, {"context.recall_semantic": "false", **(overrides or {})})
+        return window, window.host
 
-    yield make
-    for window, host in made:
-        window.shutdown()
-        host.close()
+    return make
 
 
 def test_a_fresh_start_shows_the_recommendation_and_contacts_nothing(qtbot, windows, server, connects):

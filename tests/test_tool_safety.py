@@ -14,23 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.core.tools import Sandbox, ToolResult, limits
+from iris_desktop.core.tools import Sandbox, limits
 from iris_desktop.untrusted import show_untrusted as show_invisible
+
+from support.helpers import tool_ok, tool_refused
 
 ROOT = Path(__file__).resolve().parent.parent
 POSIX = os.name == "posix"
 LINUX = sys.platform.startswith("linux")
-
-
-def _ok(result: ToolResult) -> str:
-    assert result.ok, result.content
-    return result.content
-
-
-def _refused(result: ToolResult) -> str:
-    assert not result.ok, result.content
-    assert result.content.startswith("error: ")
-    return result.content
 
 
 def _python(code: str, **kwargs) -> subprocess.Popen:
@@ -76,7 +67,7 @@ def test_a_huge_repeat_count_is_refused_before_it_compiles(tmp_path):
 ])
 def test_patterns_that_would_need_unbounded_memory_are_refused(tmp_path, pattern, refused):
     (tmp_path / "notes.txt").write_text("abc\n")
-    content = _refused(Sandbox([tmp_path]).run("search_files", {"pattern": pattern}))
+    content = tool_refused(Sandbox([tmp_path]).run("search_files", {"pattern": pattern}))
     assert refused in content
 
 
@@ -84,7 +75,7 @@ def test_patterns_that_would_need_unbounded_memory_are_refused(tmp_path, pattern
                                      r"\p{L}{3,}@", r"[a-z]{2,20}\.txt", "(", "a{2}{"])
 def test_ordinary_patterns_still_search(tmp_path, pattern):
     (tmp_path / "notes.txt").write_text("2026-12-02 abc@example notes.txt ( a{2}{\n")
-    assert "match" in _ok(Sandbox([tmp_path]).run("search_files", {"pattern": pattern}))
+    assert "match" in tool_ok(Sandbox([tmp_path]).run("search_files", {"pattern": pattern}))
 
 
 @pytest.mark.skipif(not LINUX, reason="the search runs in a memory-limited child on Linux")
@@ -96,9 +87,9 @@ def test_a_search_that_needs_too_much_memory_ends_with_a_tool_error(tmp_path, mo
     (tmp_path / "short.txt").write_text("needle\n")
     monkeypatch.setattr(limits, "SEARCH_MEMORY_BYTES", 48 << 20)
     box = Sandbox([tmp_path])
-    content = _refused(box.run("search_files", {"pattern": "(?:a|aa)+$"}))
+    content = tool_refused(box.run("search_files", {"pattern": "(?:a|aa)+$"}))
     assert content == ("error: " + limits.OUT_OF_MEMORY.format(limit=48))
-    assert "1 match" in _ok(box.run("search_files", {"pattern": "needle"}))  # it goes on
+    assert "1 match" in tool_ok(box.run("search_files", {"pattern": "needle"}))  # it goes on
 
 
 @pytest.mark.skipif(not LINUX, reason="the search runs in a child process on Linux")
@@ -109,7 +100,7 @@ def test_stop_ends_a_search_in_its_worker_at_once(tmp_path):
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
     start = time.monotonic()
-    content = _refused(Sandbox([tmp_path]).run("search_files", {"pattern": "(?:a|aa)+c"},
+    content = tool_refused(Sandbox([tmp_path]).run("search_files", {"pattern": "(?:a|aa)+c"},
                                                cancel=cancel))
     assert content == "error: stopped by the user before it finished"
     assert time.monotonic() - start < 3
@@ -132,14 +123,14 @@ def test_a_link_that_leads_outside_is_named_but_not_where_it_leads(tmp_path):
                        ("list_directory", {"path": "folder"}),
                        ("search_files", {"pattern": "x", "path": "folder"}),
                        ("read_file", {"path": str(root / "folder" / "shadow")})]:
-        content = _refused(box.run(name, args))
+        content = tool_refused(box.run(name, args))
         assert "is a link that leads outside the allowed folders" in content
         assert str(outside) not in content and "shadow" not in content.replace(
             str(root / "folder" / "shadow"), "")
         assert "resolves to" not in content
-    content = _refused(box.run("read_file", {"path": str(outside / "shadow")}))
+    content = tool_refused(box.run("read_file", {"path": str(outside / "shadow")}))
     assert content.startswith(f"error: {str(outside / 'shadow')!r} is outside the allowed folders")
-    content = _refused(box.run("read_file", {"path": "loop"}))
+    content = tool_refused(box.run("read_file", {"path": "loop"}))
     assert str(tmp_path) not in content.replace(f"({root})", "")
 
 

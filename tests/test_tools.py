@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from iris_desktop.core.tools import TOOL_NAMES, Sandbox, ToolError, ToolResult, limits
 
+from support.helpers import tool_ok, tool_refused
+
 SECRET = "TOPSECRET-do-not-leak"
 
 
@@ -57,35 +59,24 @@ def box(root: Path) -> Sandbox:
     return Sandbox([root])
 
 
-def _ok(result: ToolResult) -> str:
-    assert result.ok, result.content
-    return result.content
-
-
-def _refused(result: ToolResult) -> str:
-    assert not result.ok, result.content
-    assert result.content.startswith("error: ")
-    return result.content
-
-
 # --- read_file -------------------------------------------------------------------------
 
 
 def test_read_file_relative_numbers_lines_and_counts_them(box: Sandbox) -> None:
-    content = _ok(box.run("read_file", {"path": "notes.txt"}))
+    content = tool_ok(box.run("read_file", {"path": "notes.txt"}))
     assert "lines 1-3 of 3" in content
     assert "     1\thello" in content
     assert "     3\tneedle here" in content
 
 
 def test_read_file_absolute_path_inside_root(box: Sandbox, root: Path) -> None:
-    content = _ok(box.run("read_file", {"path": str(root / "sub" / "deep.txt")}))
+    content = tool_ok(box.run("read_file", {"path": str(root / "sub" / "deep.txt")}))
     assert "another needle" in content
     assert "sub/deep.txt" in content
 
 
 def test_read_file_offset_and_limit(box: Sandbox) -> None:
-    content = _ok(box.run("read_file", {"path": "ten.txt", "offset": 2, "limit": 3}))
+    content = tool_ok(box.run("read_file", {"path": "ten.txt", "offset": 2, "limit": 3}))
     assert "lines 3-5 of 10" in content
     assert "offset=5" in content  # tells the model how to continue
     shown = [line for line in content.splitlines() if "\t" in line]
@@ -93,16 +84,16 @@ def test_read_file_offset_and_limit(box: Sandbox) -> None:
 
 
 def test_read_file_offset_past_end(box: Sandbox) -> None:
-    content = _ok(box.run("read_file", {"path": "ten.txt", "offset": 50}))
+    content = tool_ok(box.run("read_file", {"path": "ten.txt", "offset": 50}))
     assert "10 lines" in content
     assert "past the end" in content
 
 
 def test_read_file_empty_file_and_crlf(box: Sandbox, root: Path) -> None:
     (root / "empty.txt").write_bytes(b"")
-    assert "0 lines" in _ok(box.run("read_file", {"path": "empty.txt"}))
+    assert "0 lines" in tool_ok(box.run("read_file", {"path": "empty.txt"}))
     (root / "dos.txt").write_bytes(b"\xef\xbb\xbfone\r\ntwo\r\n")
-    content = _ok(box.run("read_file", {"path": "dos.txt"}))
+    content = tool_ok(box.run("read_file", {"path": "dos.txt"}))
     assert "     1\tone\n     2\ttwo" in content
     assert "\r" not in content and "\ufeff" not in content
 
@@ -110,29 +101,29 @@ def test_read_file_empty_file_and_crlf(box: Sandbox, root: Path) -> None:
 def test_read_file_binary_is_reported_not_decoded(box: Sandbox, root: Path) -> None:
     data = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))
     (root / "image.png").write_bytes(data)
-    content = _ok(box.run("read_file", {"path": "image.png"}))
+    content = tool_ok(box.run("read_file", {"path": "image.png"}))
     assert content == f"image.png is a binary file ({len(data)} bytes); not shown"
 
 
 def test_read_file_latin1_is_reported_not_decoded(box: Sandbox, root: Path) -> None:
     data = "café au lait\nnaïve\n".encode("latin-1")
     (root / "latin.txt").write_bytes(data)
-    content = _ok(box.run("read_file", {"path": "latin.txt"}))
+    content = tool_ok(box.run("read_file", {"path": "latin.txt"}))
     assert content.startswith(f"latin.txt is a binary file ({len(data)} bytes")
     assert "not valid UTF-8" in content
     assert "caf" not in content and "\ufffd" not in content
 
 
 def test_read_file_missing_and_folder(box: Sandbox) -> None:
-    assert "does not exist" in _refused(box.run("read_file", {"path": "nope.txt"}))
-    assert "list_directory" in _refused(box.run("read_file", {"path": "sub"}))
+    assert "does not exist" in tool_refused(box.run("read_file", {"path": "nope.txt"}))
+    assert "list_directory" in tool_refused(box.run("read_file", {"path": "sub"}))
 
 
 # --- confinement -----------------------------------------------------------------------
 
 
 def test_dotdot_traversal_is_refused(box: Sandbox, root: Path) -> None:
-    content = _refused(box.run("read_file", {"path": "../outside/secret.txt"}))
+    content = tool_refused(box.run("read_file", {"path": "../outside/secret.txt"}))
     assert "../outside/secret.txt" in content
     assert str(root) in content
     assert "outside the allowed folders" in content
@@ -140,22 +131,22 @@ def test_dotdot_traversal_is_refused(box: Sandbox, root: Path) -> None:
 
 
 def test_dotdot_that_comes_back_inside_is_fine(box: Sandbox) -> None:
-    assert "hello" in _ok(box.run("read_file", {"path": "sub/../notes.txt"}))
-    assert "hello" in _ok(box.run("read_file", {"path": "../root/notes.txt"}))
+    assert "hello" in tool_ok(box.run("read_file", {"path": "sub/../notes.txt"}))
+    assert "hello" in tool_ok(box.run("read_file", {"path": "../root/notes.txt"}))
 
 
 def test_absolute_path_outside_is_refused(box: Sandbox, outside: Path) -> None:
     for path in ("/etc/passwd", str(outside / "secret.txt"), str(outside)):
         for name in ("read_file", "list_directory", "search_files"):
             args = {"path": path} if name != "search_files" else {"pattern": ".", "path": path}
-            content = _refused(box.run(name, args))
+            content = tool_refused(box.run(name, args))
             assert "outside the allowed folders" in content
             assert SECRET not in content and "root:" not in content
 
 
 def test_symlinked_file_pointing_out_is_refused(box: Sandbox, root: Path, outside: Path) -> None:
     _symlink(root / "innocent.txt", outside / "secret.txt")
-    content = _refused(box.run("read_file", {"path": "innocent.txt"}))
+    content = tool_refused(box.run("read_file", {"path": "innocent.txt"}))
     assert "outside the allowed folders" in content
     assert SECRET not in content
 
@@ -163,31 +154,31 @@ def test_symlinked_file_pointing_out_is_refused(box: Sandbox, root: Path, outsid
 def test_symlinked_folder_pointing_out(box: Sandbox, root: Path, outside: Path) -> None:
     _symlink(root / "linkdir", outside)
     _symlink(root / "sub" / "leak.txt", outside / "secret.txt")
-    assert SECRET not in _refused(box.run("read_file", {"path": "linkdir/secret.txt"}))
-    _refused(box.run("list_directory", {"path": "linkdir"}))
-    _refused(box.run("search_files", {"pattern": "TOP", "path": "linkdir"}))
+    assert SECRET not in tool_refused(box.run("read_file", {"path": "linkdir/secret.txt"}))
+    tool_refused(box.run("list_directory", {"path": "linkdir"}))
+    tool_refused(box.run("search_files", {"pattern": "TOP", "path": "linkdir"}))
 
     # Recursion from inside the root must not wander through either link.
-    content = _ok(box.run("search_files", {"pattern": "TOPSECRET"}))
+    content = tool_ok(box.run("search_files", {"pattern": "TOPSECRET"}))
     assert content.startswith("0 matches")
     assert SECRET not in content
 
-    listing = _ok(box.run("list_directory", {"path": "."}))
+    listing = tool_ok(box.run("list_directory", {"path": "."}))
     assert "linkdir -> (link outside the allowed folders)" in listing
     assert "secret" not in listing
 
 
 def test_symlink_inside_root_is_allowed(box: Sandbox, root: Path) -> None:
     _symlink(root / "alias.txt", root / "notes.txt")
-    assert "hello" in _ok(box.run("read_file", {"path": "alias.txt"}))
-    content = _ok(box.run("search_files", {"pattern": "needle here"}))
+    assert "hello" in tool_ok(box.run("read_file", {"path": "alias.txt"}))
+    content = tool_ok(box.run("search_files", {"pattern": "needle here"}))
     assert "alias.txt:3: needle here" in content
     assert "notes.txt:3: needle here" in content
 
 
 def test_second_root_is_reachable_by_absolute_path(root: Path, outside: Path) -> None:
     box = Sandbox([root, outside])
-    content = _ok(box.run("read_file", {"path": str(outside / "secret.txt")}))
+    content = tool_ok(box.run("read_file", {"path": str(outside / "secret.txt")}))
     assert SECRET in content
     assert str(outside / "secret.txt") in content  # shown absolute: not under the first root
 
@@ -227,7 +218,7 @@ def test_no_path_reaches_outside(
 def test_list_directory_sorted_with_sizes(box: Sandbox, root: Path) -> None:
     (root / "B.txt").write_text("12345", encoding="utf-8")
     (root / "a_dir").mkdir()
-    content = _ok(box.run("list_directory", {"path": "."}))
+    content = tool_ok(box.run("list_directory", {"path": "."}))
     assert content.splitlines() == [
         f"{root}: 5 entries",
         "a_dir/",
@@ -239,23 +230,23 @@ def test_list_directory_sorted_with_sizes(box: Sandbox, root: Path) -> None:
 
 
 def test_list_directory_defaults_to_first_root_and_subfolders(box: Sandbox) -> None:
-    assert "notes.txt" in _ok(box.run("list_directory", {}))
-    content = _ok(box.run("list_directory", {"path": "sub"}))
+    assert "notes.txt" in tool_ok(box.run("list_directory", {}))
+    content = tool_ok(box.run("list_directory", {"path": "sub"}))
     assert content.splitlines() == ["sub: 1 entry", "deep.txt (23 bytes)"]
 
 
 def test_list_directory_errors(box: Sandbox, root: Path) -> None:
-    assert "does not exist" in _refused(box.run("list_directory", {"path": "missing"}))
-    assert "read_file" in _refused(box.run("list_directory", {"path": "notes.txt"}))
+    assert "does not exist" in tool_refused(box.run("list_directory", {"path": "missing"}))
+    assert "read_file" in tool_refused(box.run("list_directory", {"path": "notes.txt"}))
     (root / "void").mkdir()
-    assert _ok(box.run("list_directory", {"path": "void"})) == "void: empty folder"
+    assert tool_ok(box.run("list_directory", {"path": "void"})) == "void: empty folder"
 
 
 # --- search_files ----------------------------------------------------------------------
 
 
 def test_search_files_regex_relpaths_and_line_numbers(box: Sandbox) -> None:
-    content = _ok(box.run("search_files", {"pattern": r"need\w+", "path": "."}))
+    content = tool_ok(box.run("search_files", {"pattern": r"need\w+", "path": "."}))
     lines = content.splitlines()
     assert lines[0].startswith("2 matches")
     assert "notes.txt:3: needle here" in lines
@@ -263,14 +254,14 @@ def test_search_files_regex_relpaths_and_line_numbers(box: Sandbox) -> None:
 
 
 def test_search_files_in_subfolder_and_single_file(box: Sandbox) -> None:
-    assert "sub/deep.txt:2:" in _ok(box.run("search_files", {"pattern": "needle", "path": "sub"}))
-    content = _ok(box.run("search_files", {"pattern": "world", "path": "notes.txt"}))
+    assert "sub/deep.txt:2:" in tool_ok(box.run("search_files", {"pattern": "needle", "path": "sub"}))
+    content = tool_ok(box.run("search_files", {"pattern": "world", "path": "notes.txt"}))
     assert "notes.txt:2: world" in content
 
 
 def test_search_files_invalid_regex_falls_back_to_literal(box: Sandbox, root: Path) -> None:
     (root / "code.py").write_text("x = call(\n", encoding="utf-8")
-    content = _ok(box.run("search_files", {"pattern": "call("}))
+    content = tool_ok(box.run("search_files", {"pattern": "call("}))
     assert "literal" in content
     assert "code.py:1: x = call(" in content
 
@@ -278,14 +269,14 @@ def test_search_files_invalid_regex_falls_back_to_literal(box: Sandbox, root: Pa
 def test_search_files_skips_binary_and_non_utf8(box: Sandbox, root: Path) -> None:
     (root / "blob.bin").write_bytes(b"needle\x00\x01\x02")
     (root / "latin.txt").write_bytes("needle café\n".encode("latin-1"))
-    content = _ok(box.run("search_files", {"pattern": "needle"}))
+    content = tool_ok(box.run("search_files", {"pattern": "needle"}))
     assert "blob.bin" not in content and "latin.txt" not in content
     assert "[skipped 2 binary or non-UTF-8 files]" in content
 
 
 def test_search_files_caps_matches(box: Sandbox, root: Path) -> None:
     (root / "many.txt").write_text("hit\n" * 300, encoding="utf-8")
-    content = _ok(box.run("search_files", {"pattern": "hit", "path": "many.txt"}))
+    content = tool_ok(box.run("search_files", {"pattern": "hit", "path": "many.txt"}))
     assert content.count("many.txt:") == limits.MAX_SEARCH_MATCHES
     assert f"stopped after {limits.MAX_SEARCH_MATCHES} matches" in content
 
@@ -293,7 +284,7 @@ def test_search_files_caps_matches(box: Sandbox, root: Path) -> None:
 def test_search_files_skips_vcs_folders(box: Sandbox, root: Path) -> None:
     (root / ".git").mkdir()
     (root / ".git" / "config").write_text("needle\n", encoding="utf-8")
-    assert ".git" not in _ok(box.run("search_files", {"pattern": "needle"}))
+    assert ".git" not in tool_ok(box.run("search_files", {"pattern": "needle"}))
 
 
 # --- output cap ------------------------------------------------------------------------
@@ -304,7 +295,7 @@ def test_output_is_capped_with_marker(
 ) -> None:
     monkeypatch.setattr(limits, "MAX_OUTPUT_BYTES", 100)
     (root / "wide.txt").write_text("é" * 500 + "\n", encoding="utf-8")
-    content = _ok(box.run("read_file", {"path": "wide.txt"}))
+    content = tool_ok(box.run("read_file", {"path": "wide.txt"}))
     body, marker = content.rsplit("\n", 1)
     assert marker.startswith("[output truncated at 100 bytes of ")
     assert len(body.split("\n", 1)[1].encode()) <= 100
@@ -319,19 +310,19 @@ def _shell_box(root: Path, **kwargs: object) -> Sandbox:
 
 def test_shell_disabled_by_default(root: Path) -> None:
     for box in (Sandbox([root]), _shell_box(root)):
-        content = _refused(box.run("run_shell", {"command": "echo hi > marker.txt"}))
+        content = tool_refused(box.run("run_shell", {"command": "echo hi > marker.txt"}))
         assert content == "error: run_shell is disabled (tools.shell = false)"
     assert not (root / "marker.txt").exists()
 
 
 def test_shell_enabled_but_not_in_enabled_tools(root: Path) -> None:
     box = Sandbox([root], shell=True, confirm_shell=lambda _: True)
-    assert "not enabled" in _refused(box.run("run_shell", {"command": "echo hi"}))
+    assert "not enabled" in tool_refused(box.run("run_shell", {"command": "echo hi"}))
 
 
 def test_shell_without_confirmation_callback_refuses(root: Path) -> None:
     box = _shell_box(root, shell=True, confirm_shell=None)
-    content = _refused(box.run("run_shell", {"command": "echo hi > marker.txt"}))
+    content = tool_refused(box.run("run_shell", {"command": "echo hi > marker.txt"}))
     assert content == "error: the user refused to run: echo hi > marker.txt"
     assert not (root / "marker.txt").exists()
 
@@ -344,7 +335,7 @@ def test_shell_refused_by_user(root: Path) -> None:
         return False
 
     box = _shell_box(root, shell=True, confirm_shell=confirm)
-    content = _refused(box.run("run_shell", {"command": "echo hi > marker.txt"}))
+    content = tool_refused(box.run("run_shell", {"command": "echo hi > marker.txt"}))
     assert "the user refused to run: echo hi > marker.txt" in content
     assert asked == ["echo hi > marker.txt"]
     assert not (root / "marker.txt").exists()
@@ -353,7 +344,7 @@ def test_shell_refused_by_user(root: Path) -> None:
 def test_shell_confirmed_runs_in_first_root(root: Path) -> None:
     asked: list[str] = []
     box = _shell_box(root, shell=True, confirm_shell=lambda c: asked.append(c) or True)
-    content = _ok(box.run("run_shell", {"command": "echo hi > marker.txt && echo done"}))
+    content = tool_ok(box.run("run_shell", {"command": "echo hi > marker.txt && echo done"}))
     assert asked == ["echo hi > marker.txt && echo done"]
     assert (root / "marker.txt").exists()  # cwd was the first root
     assert content.splitlines()[:3] == ["exit code: 0", "stdout:", "done"]
@@ -362,7 +353,7 @@ def test_shell_confirmed_runs_in_first_root(root: Path) -> None:
 def test_shell_reports_exit_code_and_stderr(root: Path) -> None:
     box = _shell_box(root, shell=True, confirm_shell=lambda _: True)
     command = f'"{sys.executable}" -c "import sys; print(1); sys.exit(3)" 1>&2'
-    content = _ok(box.run("run_shell", {"command": command}))
+    content = tool_ok(box.run("run_shell", {"command": command}))
     assert content.splitlines() == ["exit code: 3", "stderr:", "1"]
 
 
@@ -371,7 +362,7 @@ def test_shell_timeout_kills_the_whole_command(root: Path) -> None:
     box = _shell_box(root, shell=True, confirm_shell=lambda _: True, shell_timeout_s=0.5)
     started = time.monotonic()
     # The shell forks sleep; killing only the shell would leave the pipe open for 30 s.
-    content = _refused(box.run("run_shell", {"command": "echo early; sleep 30; echo late"}))
+    content = tool_refused(box.run("run_shell", {"command": "echo early; sleep 30; echo late"}))
     assert time.monotonic() - started < 10
     assert "timed out after 0.5 s" in content
     assert content.split("\n", 1)[1] == "stdout:\nearly"  # partial output kept
@@ -381,7 +372,7 @@ def test_shell_timeout_kills_the_whole_command(root: Path) -> None:
 
 
 def test_unknown_tool_lists_known_tools(box: Sandbox) -> None:
-    content = _refused(box.run("delete_everything", {}))
+    content = tool_refused(box.run("delete_everything", {}))
     assert "delete_everything" in content
     for name in TOOL_NAMES:
         assert name in content
@@ -389,7 +380,7 @@ def test_unknown_tool_lists_known_tools(box: Sandbox) -> None:
 
 def test_disabled_tool_is_refused(root: Path) -> None:
     box = Sandbox([root], enabled=("read_file",))
-    content = _refused(box.run("search_files", {"pattern": "x"}))
+    content = tool_refused(box.run("search_files", {"pattern": "x"}))
     assert content == "error: tool search_files is not enabled"
 
 
@@ -411,15 +402,15 @@ def test_disabled_tool_is_refused(root: Path) -> None:
 def test_bad_arguments_explain_the_parameters(
     box: Sandbox, arguments: object, problem: str
 ) -> None:
-    content = _refused(box.run("read_file", arguments))  # type: ignore[arg-type]
+    content = tool_refused(box.run("read_file", arguments))  # type: ignore[arg-type]
     assert problem in content
     assert "expected read_file(path (string, required), offset (integer, >= 0" in content
 
 
 def test_arguments_as_json_text_and_nulls(box: Sandbox) -> None:
-    assert "hello" in _ok(box.run("read_file", json.dumps({"path": "notes.txt"})))
-    assert "hello" in _ok(box.run("read_file", {"path": "notes.txt", "offset": None}))
-    assert "notes.txt" in _ok(box.run("list_directory", ""))
+    assert "hello" in tool_ok(box.run("read_file", json.dumps({"path": "notes.txt"})))
+    assert "hello" in tool_ok(box.run("read_file", {"path": "notes.txt", "offset": None}))
+    assert "notes.txt" in tool_ok(box.run("list_directory", ""))
 
 
 def test_run_never_raises(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -446,7 +437,7 @@ def test_no_allowed_roots(tmp_path: Path) -> None:
             ("list_directory", {"path": "."}),
             ("search_files", {"pattern": "x"}),
         ):
-            content = _refused(box.run(name, args))
+            content = tool_refused(box.run(name, args))
             assert content == "error: no folders are allowed yet; add one in tools.allowed_paths"
 
 
@@ -504,12 +495,12 @@ def test_file_tools_work_with_network_blocked(
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket.socket, "connect_ex", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
-    assert "hello" in _ok(box.run("read_file", {"path": "notes.txt"}))
-    assert "sub/" in _ok(box.run("list_directory", {"path": "."}))
-    assert "needle" in _ok(box.run("search_files", {"pattern": "needle"}))
+    assert "hello" in tool_ok(box.run("read_file", {"path": "notes.txt"}))
+    assert "sub/" in tool_ok(box.run("list_directory", {"path": "."}))
+    assert "needle" in tool_ok(box.run("search_files", {"pattern": "needle"}))
     assert len(box.definitions()) == 3
 
 
 def test_absurdly_nested_arguments_are_refused(box: Sandbox) -> None:
-    content = _refused(box.run("read_file", "[" * 100_000))
+    content = tool_refused(box.run("read_file", "[" * 100_000))
     assert "bad arguments for read_file" in content

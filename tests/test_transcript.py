@@ -14,8 +14,9 @@ from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from iris_desktop.core.views import Entry  # noqa: E402
 from iris_desktop.ui.highlight import CodeTheme, code_boxes, split_fences  # noqa: E402
-from iris_desktop.ui.transcript import TranscriptView  # noqa: E402
 from iris_desktop.ui.transcript_text import MessageText  # noqa: E402
+
+from support.windows import code_block_colours  # noqa: E402
 
 CODE = 'def greet(name):\n    """Say hello."""\n    return f"hi {name}"  # 42'
 REPLY = f"Here it is:\n\n```python\n{CODE}\n```\n\nCall it with **a name**."
@@ -26,13 +27,8 @@ def message(mid: int, role: str, text: str, **kw) -> Entry:
 
 
 @pytest.fixture
-def view(qtbot):
-    view = TranscriptView()
-    qtbot.addWidget(view)
-    view.resize(700, 500)
-    view.show()
-    qtbot.waitExposed(view)
-    return view
+def view(transcript_view):
+    return transcript_view
 
 
 def show(view, qtbot, entries: list[Entry]) -> None:
@@ -43,15 +39,7 @@ def show(view, qtbot, entries: list[Entry]) -> None:
 
 def code_colours(doc) -> set[str]:
     (block, _, _), = code_boxes(doc)
-    colours = set()
-    for number in range(block.first, block.last + 1):
-        it = doc.findBlockByNumber(number).begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            if fragment.text().strip():
-                colours.add(fragment.charFormat().foreground().color().name())
-            it += 1
-    return colours
+    return code_block_colours(doc, block)
 
 
 def test_fences_split_into_prose_and_code_a_streaming_one_runs_to_the_end():

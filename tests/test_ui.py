@@ -24,7 +24,6 @@ from iris_desktop.core.views import SUMMARY_FIELDS  # noqa: E402
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.settings import SETTINGS, Setting  # noqa: E402
-from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.settings_dialog import SettingsDialog  # noqa: E402
 from iris_desktop.ui.settings_editors import (  # noqa: E402
     ChoiceEditor,
@@ -35,50 +34,13 @@ from iris_desktop.ui.settings_editors import (  # noqa: E402
 from iris_desktop.ui.transcript import PAGE  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
+from support.windows import settle  # noqa: E402
 
 FIELDS = {key: f"{label} of the early conversation" for key, label in SUMMARY_FIELDS}
 
 
 def call(name: str, **arguments) -> str:
     return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def make_window(qtbot, data_dir):
-    """main_window on a fresh data dir; with ``runtime`` no model file is loaded."""
-    made = []
-
-    def make(runtime=None, overrides=None, load=True):
-        # compaction and recall by meaning are tested in core; a scripted runtime must not
-        # be asked for a summary, and its windows need no embedding of every message
-        if runtime is not None:
-            overrides = {"context.recall_semantic": "false", **(overrides or {})}
-        host = Host(data_dir, overrides or {}, runtime=runtime, compact=runtime is None)
-        window = main_window(host, load=load)
-        qtbot.addWidget(window)
-        window.show()
-        made.append((window, host))
-        if load:
-            qtbot.waitUntil(lambda: window.model_state in ("ready", "failed"), timeout=60_000)
-        settle(qtbot, window)
-        return window
-
-    yield make
-    for window, host in made:
-        window.shutdown()
-        host.close()
-
-
-def settle(qtbot, window) -> None:
-    """Wait until the DB thread has answered everything asked so far."""
-    qtbot.waitUntil(lambda: window.background.idle, timeout=20_000)
-    qtbot.wait(10)
-    qtbot.waitUntil(lambda: window.background.idle, timeout=20_000)
 
 
 def send(qtbot, window, text: str) -> None:
@@ -117,7 +79,7 @@ def chat(turns: int, words: int = 20) -> list[dict]:
 
 
 def test_send_streams_a_reply_from_the_real_model(make_window, qtbot, model_path):
-    window = make_window(overrides={"model.path": str(model_path), "model.max_tokens": "24",
+    window = make_window(None, overrides={"model.path": str(model_path), "model.max_tokens": "24",
                                     "model.temperature": "0", "model.n_ctx": "4096"})
     assert window.model_state == "ready", window.models.error
     assert "n_ctx 4,096" in window.model_label.text()
@@ -539,7 +501,7 @@ def test_restore_defaults_per_page(make_window, qtbot):
 def test_a_missing_model_explains_and_history_stays_usable(make_window, qtbot, data_dir, tmp_path):
     seed_thread(data_dir, chat(2), title="still here")
     missing = tmp_path / "nope.gguf"
-    window = make_window(overrides={"model.path": str(missing)})
+    window = make_window(None, overrides={"model.path": str(missing)})
     assert window.model_state == "failed"
     box = window.models.box
     assert box is not None and box.isVisible()
@@ -556,7 +518,7 @@ def test_choose_model_file_after_a_failure_loads_it(make_window, qtbot, tmp_path
                                                     monkeypatch):
     from PySide6.QtWidgets import QFileDialog
 
-    window = make_window(overrides={"model.path": str(tmp_path / "nope.gguf")})
+    window = make_window(None, overrides={"model.path": str(tmp_path / "nope.gguf")})
     monkeypatch.setattr(QFileDialog, "getOpenFileName",
                         staticmethod(lambda *a, **k: (str(model_path), "GGUF models (*.gguf)")))
     box = window.models.box
@@ -693,7 +655,7 @@ def test_meter_and_inspector_show_the_request_the_model_then_reports(make_window
     folder = tmp_path / "notes"
     folder.mkdir()
     (folder / "plan.txt").write_text("Water the tomatoes on Sunday.\n")
-    window = make_window(overrides={
+    window = make_window(None, overrides={
         "model.path": str(model_path), "model.max_tokens": "8", "model.temperature": "0",
         "model.n_ctx": "4096", "tools.allowed_paths": json.dumps([str(folder)])})
     assert window.model_state == "ready", window.models.error
@@ -724,7 +686,7 @@ def test_meter_and_inspector_show_the_request_the_model_then_reports(make_window
 def test_reloading_the_model_while_the_meter_refreshes_does_not_crash(make_window, qtbot,
                                                                       model_path, data_dir):
     thread = seed_thread(data_dir, chat(20, words=60))
-    window = make_window(overrides={"model.path": str(model_path), "model.n_ctx": "2048"})
+    window = make_window(None, overrides={"model.path": str(model_path), "model.n_ctx": "2048"})
     window.open_thread(thread)
     settle(qtbot, window)
     timer = QTimer(window, interval=2)
@@ -764,7 +726,7 @@ def test_compact_now_summarizes_the_open_chat(make_window, qtbot, data_dir):
 def real_window(make_window, model_path, **extra):
     overrides = {"model.path": str(model_path), "model.max_tokens": "4",
                  "model.temperature": "0", "model.n_ctx": "4096", **extra}
-    window = make_window(overrides=overrides)
+    window = make_window(None, overrides=overrides)
     assert window.model_state == "ready", window.models.error
     return window
 
@@ -850,7 +812,7 @@ def test_models_dialog_lists_loads_cancels_and_keeps_the_model_on_failure(
         make_window, qtbot, model_path, base_model_path, tmp_path):
     """Model ▸ Models…: the library in a table; a broken file or a cancelled load leaves
     the model in use answering and the setting unchanged; a base model is marked."""
-    window = make_window(overrides={"model.path": str(model_path), "model.n_ctx": "2048"})
+    window = make_window(None, overrides={"model.path": str(model_path), "model.n_ctx": "2048"})
     assert window.model_state == "ready"
     before = window.models.info["path"]
     dialog = window.models.open_library()
@@ -898,7 +860,7 @@ def test_a_first_load_says_it_prepares_the_model_then_loads_it(make_window, qtbo
     """The first load of a model writes its 8-bit copy (runtime/weights.py): the status bar
     says so, with the percentage, then "Loading the model…"; the next load says only that."""
     monkeypatch.setenv("IRIS_WEIGHTS_DIR", str(tmp_path / "weights"))  # no copy there yet
-    window = make_window(overrides={"model.path": str(base_model_path)}, load=False)
+    window = make_window(None, overrides={"model.path": str(base_model_path)}, load=False)
     texts: list[str] = []
     window.app_state.busyChanged.connect(lambda text, fraction: texts.append(text))
     for expect_copy in (True, False):

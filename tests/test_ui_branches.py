@@ -13,27 +13,18 @@ from PySide6.QtGui import QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox, QToolButton  # noqa: E402
 
 from iris_desktop.core.store import Store  # noqa: E402
-from iris_desktop.host import Host  # noqa: E402
-from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.transcript_model import ENTRY_ROLE  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
+def window(make_window):
     runtime = ScriptedRuntime(["First answer.", "Second answer.", "Edited answer.",
                                "one two three four five six seven eight", "nine ten"], delay_s=0.02)
-    host = Host(tmp_path / "data", {"context.recall_semantic": "false"}, runtime=runtime,
-                compact=False)
-    w = main_window(host)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.model_state == "ready", timeout=10_000)
+    w = make_window(runtime)
     w.runtime = runtime
-    yield w
-    w.shutdown()
-    host.close()
+    return w
 
 
 def settle(qtbot, w) -> None:

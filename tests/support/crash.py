@@ -1,6 +1,6 @@
-"""Kill -9 a real `iris-desktop chat` mid-reply, then check that nothing was lost.
-
-Used by tests/test_crash.py (20 rounds).
+"""Kill -9 a real `iris-desktop chat` mid-reply, then check that nothing was lost
+(tests/test_crash.py, 20 rounds); and a writer process caught mid-reply, for the tests of
+liveness (:func:`streaming_writer`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,31 @@ import time
 from pathlib import Path
 
 PROMPT = "Write a very long story about a lighthouse keeper and her cat."
+REPO = Path(__file__).resolve().parents[2]
+
+
+def streaming_writer(db: Path) -> tuple[subprocess.Popen, int, int]:
+    """A real process that stores a user message and the start of a reply ("Hel", still
+    streaming) in ``db``, then waits to be killed: (the process, the thread, the reply)."""
+    code = f"""
+import time
+from iris_desktop.core.store import Store
+store = Store({str(db)!r})
+thread = store.create_thread("t")
+store.add_message(thread, {{"role": "user", "content": "hi"}})
+reply = store.add_message(thread, {{"role": "assistant", "content": "Hel"}}, status="streaming")
+print(thread, reply, flush=True)
+time.sleep(600)
+"""
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        thread, reply = map(int, writer.stdout.readline().split())
+    except ValueError:
+        writer.kill()
+        writer.wait()
+        raise
+    return writer, thread, reply
 
 
 def crash_once(data_dir: Path, model_path: Path, timeout_s: float = 120.0) -> dict:

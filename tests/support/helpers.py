@@ -99,3 +99,21 @@ def run_cli(capsys: Any, *argv: Any) -> tuple[int, str, str]:
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def cmake_flags(cmake_args: str) -> dict[str, str]:
+    """``-DNAME=VALUE`` arguments of a CMAKE_ARGS string, by name."""
+    return dict(arg[2:].split("=", 1) for arg in cmake_args.split() if arg.startswith("-D"))
+
+
+def tool_ok(result: Any) -> str:
+    """A tool call's text, after checking that it succeeded."""
+    assert result.ok, result.content
+    return result.content
+
+
+def tool_refused(result: Any) -> str:
+    """A tool call's text, after checking that it was refused with an ``error: `` line."""
+    assert not result.ok, result.content
+    assert result.content.startswith("error: ")
+    return result.content
