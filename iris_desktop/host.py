@@ -68,7 +68,7 @@ from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, Settings, SettingsError, load_settings
 from iris_desktop.stop import Stop, StopEvent
-from iris_desktop.storage_key import AskPassphrase, Prepared, kv_key, prepare
+from iris_desktop.storage_key import AskPassphrase, Prepared, keep_key, kv_key, prepare
 
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
     from iris_desktop.runtime.embedder import Embedder
@@ -274,6 +274,8 @@ class Host:
         self.storage: Prepared = prepare(self.paths, bool(self.settings["storage.encrypt"]), env,
                                          ask_passphrase)
         self.stores, self.recovery = open_stores(self.paths.db_path, self.storage.key)
+        if self.recovery is not None:  # the salvaged copy has a salt of its own
+            keep_key(self.paths.db_path, self.storage.key)
         self._kv_secret: bytes | None = None
         try:
             interrupted = self.store.mark_interrupted_streams()

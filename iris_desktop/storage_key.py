@@ -23,7 +23,7 @@ import hmac
 import logging
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +37,16 @@ from iris_desktop.core.store.cipher import (
     is_encrypted,
     tidy,
 )
+from iris_desktop.core.store.recovery import ASIDE_MARKS
 from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
 from iris_desktop.paths import AppPaths
 
 log = logging.getLogger("iris.storage")
 
-__all__ = ["KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Prepared", "kv_key", "prepare"]
+__all__ = [
+    "KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Found", "Prepared", "find_key", "keep_key",
+    "kv_key", "prepare",
+]
 
 #: the environment variable that supplies the passphrase without asking
 PASSPHRASE_ENV = "IRIS_STORAGE_PASSPHRASE"
@@ -184,6 +188,13 @@ def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None)
             if ask is None:
                 raise
             problem = str(exc)
+    else:
+        # a database a salvage or a restore wrote has a salt of its own: its key is the
+        # one kept for a database set aside beside it (then filed under its salt too)
+        for raw in _keyring_kin(path):
+            if _opens(path, Key.raw(raw)):
+                keep_key(path, Key.raw(raw))
+                return Key.raw(raw)
     for attempt in range(ATTEMPTS):
         key = _asked(path, False, ask, problem)
         try:
@@ -205,6 +216,110 @@ def _new_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) -> K
     if raw is not None:
         return Key.raw(raw)
     return _asked(path, True, ask, None)
+
+
+# -- the key of one file: the history, or a database set aside from it ---------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """The key that opens an encrypted file, and where it came from, in the user's words:
+    ``IRIS_STORAGE_PASSPHRASE``, "the key kept in the keyring" or "the passphrase
+    entered"."""
+
+    key: Key
+    source: str
+
+
+def _opens(path: Path, key: Key) -> bool:
+    try:
+        check_key(path, key)
+    except StoreError:  # the wrong key (or a file no key opens)
+        return False
+    return True
+
+
+def _keyring_kin(path: Path) -> list[bytes]:
+    """The raw keys the keyring keeps for the history beside ``path`` and the databases
+    set aside from it (each a key of this history, perhaps an earlier one), without
+    duplicates; nothing is filed or forgotten."""
+    history = path
+    for mark in ASIDE_MARKS:
+        if mark in path.name:
+            history = path.with_name(path.name.split(mark, 1)[0])
+    files = [path, history, *sorted(_set_aside_beside(history))]
+    found: list[bytes] = []
+    for name in dict.fromkeys(n for f in files for n in _names(f)):
+        value = get_secret(KEYRING_SERVICE, name, f"the storage key of {name}")
+        try:
+            data = bytes.fromhex(value) if value else None
+        except ValueError:
+            data = None
+        if data and len(data) == 32 and data not in found:
+            found.append(data)
+    return found
+
+
+def find_key(path: Path, env: Mapping[str, str] | None = None,
+             entered: Sequence[Key] = ()) -> Found | None:
+    """The key that opens the encrypted file at ``path`` (the history, or a database set
+    aside beside it), found without writing, converting or filing anything: the
+    passphrase in ``IRIS_STORAGE_PASSPHRASE``, then ``entered`` (passphrases the user
+    typed), then the keys the keyring keeps for this file, the history and the other
+    databases set aside beside it. None when none opens it."""
+    env = os.environ if env is None else env
+    passphrase = _env_passphrase(env)
+    if passphrase is not None and _opens(path, passphrase):
+        return Found(passphrase, PASSPHRASE_ENV)
+    for key in entered:
+        if _opens(path, key):
+            return Found(key, "the passphrase entered")
+    for raw in _keyring_kin(path):
+        if _opens(path, Key.raw(raw)):
+            return Found(Key.raw(raw), "the key kept in the keyring")
+    return None
+
+
+def _set_aside_beside(path: Path) -> list[Path]:
+    """The encrypted databases set aside beside the history at ``path``."""
+    return [p for p in path.parent.glob(f"{path.name}.*")
+            if p.name[len(path.name):].startswith(ASIDE_MARKS)
+            and not p.name.endswith(("-wal", "-shm", "-journal")) and is_encrypted(p) is True]
+
+
+def _file_under_salt(path: Path, key: Key) -> None:
+    salt = file_salt(path)
+    if salt is None:
+        return
+    name = f"database {salt.hex()}"
+    if get_secret(KEYRING_SERVICE, name, f"the storage key of {name}") == key.secret.hex():
+        return
+    try:
+        set_secret(KEYRING_SERVICE, name, key.secret.hex(), f"the storage key of {name}")
+    except Exception:  # no usable keyring: set_secret said why in the log
+        log.warning("the key of %s could not be kept in the keyring", path)
+
+
+def _keep_for_set_aside(path: Path, key: Key) -> None:
+    """Keep the keyring's ``key`` under the salt of each database set aside beside the
+    history at ``path`` that it opens, so that it outlives the names of the history's
+    own key (forgotten when the history is decrypted)."""
+    for aside in _set_aside_beside(path):
+        if _opens(aside, key):
+            _file_under_salt(aside, key)
+
+
+def keep_key(path: Path, key: Key | None) -> None:
+    """After a salvage or a restore wrote the encrypted database at ``path`` with a key
+    from the keyring: keep that key under the new file's salt, and under the salt of
+    each database set aside beside it that it opens (no name is forgotten). Nothing for a
+    passphrase (nothing of it is ever kept), a plain file, or a computer without a
+    keyring."""
+    if key is None or key.kind != "raw":
+        return
+    if is_encrypted(path) is True:
+        _file_under_salt(path, key)
+    _keep_for_set_aside(path, key)
 
 
 def _drop_kv_states(paths: AppPaths) -> None:
@@ -233,6 +348,7 @@ def prepare(paths: AppPaths, encrypt: bool, env: Mapping[str, str] | None = None
         convert(path, key, None, step)
         _drop_kv_states(paths)
         if key.kind == "raw":
+            _keep_for_set_aside(path, key)  # their key stays when the history's goes
             _keyring_forget(path, salt)
         log.info("the chat history was decrypted (storage.encrypt is off)")
         return Prepared(None, "decrypted")

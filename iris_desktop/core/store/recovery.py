@@ -23,6 +23,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import threading
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from iris_desktop.core.store.base import _exists
 from iris_desktop.core.store.branches import rebuild_paths
-from iris_desktop.core.store.cipher import Key, connect
+from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, convert
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.core.store.rows import decode_text
 from iris_desktop.files import free_bytes, fsync_dir
@@ -332,12 +333,12 @@ def _remove_database(path: Path) -> None:
 def _remove_stale_work(path: Path) -> list[Path]:
     """Remove what a salvage or a restore killed half-way left beside ``path``
     (``<db>.salvage-<pid>``, ``<db>.restoring-<pid>``, ``<db>.repairing-<pid>`` and their
-    -wal, -shm: copies of the history, plain when it was plain, of processes that are
-    gone). Returns what was removed."""
+    -wal, -shm, and a restore's decrypted copy ``.converting``: copies of the history,
+    plain when it was plain, of processes that are gone). Returns what was removed."""
     removed: list[Path] = []
     for mark in (".salvage-", ".restoring-", ".repairing-"):
         for leftover in path.parent.glob(f"{path.name}{mark}*"):
-            pid = leftover.name[len(path.name) + len(mark):].split("-")[0]
+            pid = re.split(r"[-.]", leftover.name[len(path.name) + len(mark):])[0]
             if pid.isdigit() and (int(pid) == os.getpid() or not _process_exists(int(pid))):
                 with contextlib.suppress(FileNotFoundError):
                     leftover.unlink()
@@ -799,13 +800,17 @@ def inspect_set_aside(file: Path, key: Key | None = None) -> SetAside:
     return SetAside(file, stat.st_mtime, size, rows, error)
 
 
-def restore(path: Path, file: Path, key: Key | None = None) -> list[Path]:
+def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = False) -> list[Path]:
     """Put the set-aside database ``file`` back in place of ``path``. The current
     database is set aside first (``<db>.before-restore-<time>``, with its -wal and
     -shm), never deleted; ``file`` stays as it is (a checked copy of it is put in
-    place). Returns where the current database went ([] when there was none). Raises
-    StoreError, with nothing changed, when ``file`` is damaged or not a database, or
-    the copy cannot be made (a full disk)."""
+    place). ``decrypt``: ``file`` is encrypted (opened with ``key``) and the history is
+    to be plain (``storage.encrypt`` off): the checked copy is decrypted by the
+    encryption's own conversion (:func:`~iris_desktop.core.store.cipher.convert`:
+    verified, rows counted) before it takes the database's place. Returns where the
+    current database went ([] when there was none). Raises StoreError, with nothing
+    changed, when ``file`` is damaged or not a database, or the copy cannot be made (a
+    full disk)."""
     problems = quick_check(file, budget_s=60, key=key)
     if problems:
         raise StoreError(f"{file} is damaged ({first_problem(problems)}); putting it back "
@@ -837,6 +842,11 @@ def restore(path: Path, file: Path, key: Key | None = None) -> list[Path]:
             check.close()
         if copied != counts:
             raise StoreError("the copy does not hold the same rows")
+        if decrypt and key is not None:
+            try:
+                convert(work, key, None)
+            finally:
+                _conversion_lock(work).unlink(missing_ok=True)
     except (OSError, sqlite3.Error, StoreError) as exc:
         _remove_database(work)
         reason = "the disk is full; free some space" if disk_full(path) else str(exc).rstrip(".")
