@@ -55,21 +55,13 @@ class ScriptedRuntime:
         self.replies = list(replies)
         self.cut_at_cap = cut_at_cap
         self.deadlines: list[float | None] = []
-        self._n_ctx = n_ctx
+        self.n_ctx = n_ctx
         self._counter = counter or HeuristicCounter()
         self.delay_s = delay_s
         self.requests: list[list[dict]] = []
         self.finished: list[GenerationStats] = []
         self.started = threading.Event()
-        self._closed = False
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
+        self.closed = False
 
     def counter(self):
         return self._counter
@@ -141,4 +133,4 @@ class ScriptedRuntime:
                           chat_format=self.chat_format.name)
 
     def close(self) -> None:
-        self._closed = True
+        self.closed = True
