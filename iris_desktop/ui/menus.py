@@ -156,14 +156,16 @@ class Menus(QObject):
 
         from iris_desktop.runtime.bundled import BUNDLED_MODEL
         from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+        from iris_desktop.runtime.reranker import RERANKER
 
         info, error = self.app_state.model_info, self.app_state.model_error
         model = (f"{info['name']} ({info['file']}, {info.get('file_type') or '?'}, n_ctx "
                  f"{info['n_ctx']:,}, chat format {info.get('chat_format') or '?'})"
                  + (", a base model" if info.get("base_model") else "")
                  if info else f"none ({error or 'not loaded'})")
-        licenses = [f"{bundled.display_name} (bundled): {bundled.license} ({bundled.license_url})"
-                    for bundled in (BUNDLED_MODEL, EMBEDDING_MODEL)]
+        licenses = [f"{bundled.display_name} (bundled): {bundled.license}"
+                    + (f", {bundled.via}" if getattr(bundled, "via", "") else "") + f" ({bundled.license_url})"
+                    for bundled in (BUNDLED_MODEL, EMBEDDING_MODEL, RERANKER)]
         if info and info["file"] != BUNDLED_MODEL.file_name:
             licenses.insert(0, f"{info['name']} (in use): {info.get('license') or '?'}")
         return (f"<h3>Iris Desktop {__version__}</h3>"
@@ -190,17 +192,20 @@ class Menus(QObject):
         box.open()
 
     def licenses(self) -> QMessageBox:
-        """The bundled models' full license texts."""
+        """The bundled models' full license texts (the chat model, the embedding model and
+        recall's reranker, with the package it comes from)."""
         from iris_desktop.runtime.bundled import BUNDLED_MODEL
         from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+        from iris_desktop.runtime.reranker import RERANKER
 
         parts = []
-        for model in (BUNDLED_MODEL, EMBEDDING_MODEL):
+        for model in (BUNDLED_MODEL, EMBEDDING_MODEL, RERANKER):
             try:
                 text = model.license_text()
             except OSError as exc:
                 text = f"(the license file is missing: {exc}) See {model.license_url}"
-            parts.append(f"{model.display_name} — {model.license}\n{model.source}\n\n{text}")
+            via = f", {model.via}" if getattr(model, "via", "") else ""
+            parts.append(f"{model.display_name} — {model.license}{via}\n{model.source}\n\n{text}")
         box = QMessageBox(QMessageBox.Icon.Information, "Model licenses",
                           "The models that ship with Iris and their licenses.",
                           parent=self.parent_widget)
