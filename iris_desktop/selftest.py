@@ -1,6 +1,8 @@
 """``iris-desktop --self-test``: the bundled model answers a factual question correctly,
-the predicted prompt size equals the one llama.cpp reports, one context is built; exit 0.
-It says where the model ran (``model.gpu``: "GPU: <name> · 25/25 layers" or "CPU", and why).
+the predicted prompt size equals the one llama.cpp reports, recall's shipped cross-encoder
+scores two passages for a question and puts the better one first, one context is built;
+exit 0. It says where the model ran (``model.gpu``: "GPU: <name> · 25/25 layers" or "CPU",
+and why).
 
 It checks an *installation* (the installers run it), so it always tests the bundled
 model, and says so when ``model.path`` names another one. The conversation lives in a
@@ -12,6 +14,7 @@ answer, not just any text.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -19,6 +22,32 @@ import time
 
 QUESTION = "What is the capital of France? Answer in one word."
 ANSWER = "paris"
+
+#: the reranker's check: a question and two passages, the one that answers it first here
+#: (the self-test hands them over the other way round: the order must come from the scores)
+RERANK_QUESTION = "What pet did Mel adopt?"
+RERANK_BETTER = "5 May 2023. Mel: We finally adopted a little grey kitten from the shelter yesterday."
+RERANK_WORSE = "8 May 2023. Caroline: I painted a sunset over the lake last weekend."
+
+
+def rerank_check(host) -> str:
+    """Rerank once with the shipped cross-encoder, loaded as recall loads it
+    (``Host.load_reranker``, whatever ``context.recall_rerank`` says): two passages, the
+    worse one given first, must come back the better one first with a real score each.
+    Returns what it did, for the self-test's line; raises RuntimeError, in one sentence,
+    when the reranker cannot load or ranks wrongly."""
+    settings = host.settings.with_overrides({"context.recall_rerank": "true"})
+    reranker = host.load_reranker(settings)
+    if reranker is None:
+        raise RuntimeError(host.reranker_problem or "recall is not reranked: the reranker did not load")
+    started = time.perf_counter()
+    scores = [float(x) for x in reranker.score(RERANK_QUESTION, [RERANK_WORSE, RERANK_BETTER])]
+    seconds = time.perf_counter() - started
+    if len(scores) != 2 or not all(math.isfinite(x) for x in scores) or scores[1] <= scores[0]:
+        raise RuntimeError(f"the reranker put the passage that answers the question last (scores "
+                           f"{scores}): its model file or onnxruntime is broken")
+    return (f"reranker {reranker.identity.split('@')[0]} scored 2 passages in {seconds:.2f} s, "
+            f"the better first ({scores[1]:+.2f} > {scores[0]:+.2f})")
 
 
 #: languages a reply's code is often in: their Pygments lexers are loaded by name at run
@@ -74,6 +103,7 @@ def run_self_test(data_dir=None, overrides=None) -> int:
                 elif isinstance(event, TurnFailed):
                     raise RuntimeError(event.text)
             request = planner.plan(host.store, thread)
+            reranked = rerank_check(host)
             stats = host.store.requests(thread)[-1]
             exact = stats["prompt_tokens"] == stats["predicted_prompt_tokens"]
             answered = ANSWER in reply.lower()
@@ -90,7 +120,7 @@ def run_self_test(data_dir=None, overrides=None) -> int:
                 f"on {facts.device or 'the CPU'} ({facts.device_reason or 'no plan'}); "
                 f"asked {QUESTION!r}, replied {reply.strip()[:60]!r}; prompt "
                 f"{stats['prompt_tokens']} tokens, predicted {stats['predicted_prompt_tokens']}; "
-                f"next context {request.predicted_prompt_tokens}/{request.breakdown.window} "
+                f"{reranked}; next context {request.predicted_prompt_tokens}/{request.breakdown.window} "
                 f"tokens; {time.perf_counter() - started:.2f} s"
                 + ("" if ok else "; " + "; ".join(problems)),
                 flush=True,

