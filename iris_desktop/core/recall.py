@@ -165,6 +165,8 @@ class Recall:
     reason: str = ""  # why there is no block, when there is none
     semantic: bool = False  # a semantic ranking was fused in
     reranked: bool = False  # the cross-encoder reordered the candidates
+    #: why a reranker that was there did not reorder them ('' when it did, or none was there)
+    rerank_reason: str = ""
 
 
 def asked_role(question: str) -> str | None:
@@ -256,6 +258,8 @@ class Ranking:
     counting: bool = False  # the question counts or totals ("how many…"): hits shown alone
     reranked: bool = False  # the cross-encoder reordered the candidates
     rerank_s: float = 0.0  # the cross-encoder's time for this question
+    #: why a reranker that was there did not reorder them ('' when it did, or none was there)
+    rerank_reason: str = ""
 
 
 class RankingCache:
@@ -301,6 +305,7 @@ class Recaller:
         self.reranker = reranker
         self._rerank_s = 0.0
         self._reranked = False
+        self._rerank_reason = ""
 
     def recall(self, thread_id: int, through_id: int, query: str, budget: int,
                exclude: frozenset[int] = frozenset(), today: dt.date | None = None) -> Recall:
@@ -323,12 +328,13 @@ class Recaller:
             return Ranking(terms=terms, reason="no room")
         if not asks(query):
             return Ranking(terms=terms, reason="the message asks nothing")
-        self._rerank_s, self._reranked = 0.0, False
+        self._rerank_s, self._reranked, self._rerank_reason = 0.0, False, ""
         ranked, semantic, role = self._rank(thread_id, through_id, query, terms, names, today)
         reason = "" if ranked else (
             "nothing summarized matches" if terms or semantic else "no searchable words")
         return Ranking(thread_id, through_id, terms, ranked, semantic, reason, role,
-                       bool(COUNTING_RE.search(query)), self._reranked, round(self._rerank_s, 3))
+                       bool(COUNTING_RE.search(query)), self._reranked, round(self._rerank_s, 3),
+                       "" if self._reranked else self._rerank_reason)
 
     def block(self, ranking: Ranking, budget: int,
               exclude: frozenset[int] = frozenset()) -> Recall:
@@ -345,7 +351,8 @@ class Recaller:
             return Recall(terms=ranking.terms, reason="nothing summarized matches",
                           semantic=ranking.semantic)
         return Recall(text=_render(chosen, lines), ids=sorted(chosen), terms=ranking.terms,
-                      semantic=ranking.semantic, reranked=ranking.reranked)
+                      semantic=ranking.semantic, reranked=ranking.reranked,
+                      rerank_reason=ranking.rerank_reason)
 
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
               names: list[str], today: dt.date | None = None) -> tuple[list[int], bool, str | None]:
@@ -378,6 +385,8 @@ class Recaller:
         rerank = self.reranker is not None
         if rerank and len(ranked) > 1:
             reranked = self._rerank(query, terms, ranked, rows, boosts, COUNTING_RE.search(query) is not None)
+        elif rerank:
+            self._rerank_reason = "fewer than two candidates: nothing to reorder"
         if parts and len(ranked) > 1:  # each part ranked as the whole is, its boosts too
             part_rankings = []
             for part in parts:
@@ -398,6 +407,7 @@ class Recaller:
         order as it was (one log line)."""
         top = [i for i in ranked[:RERANK_CANDIDATES] if isinstance(rows.get(i, {}).get("content"), str)]
         if len(top) < 2:
+            self._rerank_reason = self._rerank_reason or "fewer than two candidates: nothing to reorder"
             return ranked
         lines = _Lines(terms, counting=counting)
         lines.hits.update(top)
@@ -411,12 +421,14 @@ class Recaller:
             scores = list(self.reranker.score(query, passages))
         except Exception as exc:  # noqa: BLE001 - any failure of the model: keep the order recall had
             log.warning("reranking failed (%s); recall keeps its own order", exc)
+            self._rerank_reason = f"reranking failed ({' '.join(str(exc).split()) or type(exc).__name__})"
             return ranked
         finally:
             self._rerank_s += time.perf_counter() - started
         if len(scores) != len(top):
             log.warning("the reranker gave %d scores for %d passages; recall keeps its own order",
                         len(scores), len(top))
+            self._rerank_reason = f"the reranker gave {len(scores)} scores for {len(top)} passages"
             return ranked
         self._reranked = True
         by_model = [top[k] for k in sorted(range(len(top)), key=lambda k: (-scores[k], k))]

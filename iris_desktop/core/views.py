@@ -26,6 +26,7 @@ from iris_desktop.core.engine import (
     ConversationTooLargeException,
 )
 from iris_desktop.core.planner import Planner
+from iris_desktop.core.recall import Recall
 from iris_desktop.core.store import Store, SummaryRow, row_to_message
 from iris_desktop.settings import SETTINGS, Setting, Settings, SettingsError
 from iris_desktop.tokens import message_text
@@ -562,9 +563,33 @@ def needs_reload(keys: Iterable[str]) -> list[str]:
 # -- the context inspector -----------------------------------------------------------------
 
 
+#: why recall is not reranked when the setting says so
+RERANK_OFF = "context.recall_rerank is off"
+
+
+def rerank_fact(recall: Recall, planner: Planner, problem: str | None = None) -> dict[str, Any]:
+    """Whether this request's recall was reranked by the cross-encoder (``reranked``), and
+    when not, why in one sentence (``rerank_reason``): the setting is off, the reranker
+    could not load (``problem``: the host's ``reranker_problem``), none is loaded, nothing
+    was recalled, or the reranker itself did not reorder (it failed). ``context --json``
+    and the inspector show the same fact."""
+    if recall.reranked:
+        return {"reranked": True, "rerank_reason": None}
+    if not planner.rerank:
+        reason = RERANK_OFF
+    elif planner.reranker is None:  # the host's sentence, without its "recall is not reranked: "
+        reason = (problem or "").removeprefix("recall is not reranked: ") or "the reranker is not loaded"
+    elif not recall.ids:
+        reason = f"nothing was recalled ({recall.reason})" if recall.reason else "nothing was recalled"
+    else:
+        reason = recall.rerank_reason or "the reranker did not reorder the candidates"
+    return {"reranked": False, "rerank_reason": reason}
+
+
 def inspector_report(
     store: Store, planner: Planner, thread_id: int, draft: str | None = None,
     request: ContextRequest | ConversationTooLargeException | None = None,
+    rerank_problem: str | None = None,
 ) -> dict[str, Any]:
     """Everything the inspector dock shows for one thread. Never modifies messages.
 
@@ -572,6 +597,8 @@ def inspector_report(
     state and the tokens it costs there; ``states``: how many stored messages are in
     each state; ``summaries``, ``events``, ``requests``: the stored telemetry. Pass the
     planner's ``request`` when one is at hand (the agent reported it), else it is planned.
+    ``rerank``: whether recall was reranked, and why not (:func:`rerank_fact`;
+    ``rerank_problem`` is the host's ``reranker_problem``).
     """
     report: dict[str, Any] = {"thread_id": thread_id, "error": None, "request": [],
                               "states": {}, "breakdown": None}
@@ -594,6 +621,7 @@ def inspector_report(
             exact=request.exact or bool(getattr(planner.counter, "exact", False)),
             recalled_ids=list(request.recall.ids),
             recalled=_recalled(store, request.recall.ids),
+            rerank=rerank_fact(request.recall, planner, rerank_problem),
         )
         if report["recalled"]:  # the recall row names its messages, not only their count
             row = next(r for r in report["request"] if r["state"] == "recalled")

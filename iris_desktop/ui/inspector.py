@@ -52,6 +52,11 @@ def _item(value: Any, align_right: bool = False) -> QTableWidgetItem:
     return item
 
 
+def _reranked(fact: dict[str, Any]) -> str:
+    """The recall line's word on the cross-encoder (``views.rerank_fact``)."""
+    return "reranked" if fact.get("reranked") else f"not reranked: {fact.get('rerank_reason') or 'unknown'}"
+
+
 def _table(columns: list[str]) -> QTableWidget:
     table = QTableWidget(0, len(columns))
     table.setHorizontalHeaderLabels(columns)
@@ -157,6 +162,7 @@ class InspectorDock(QDockWidget):
                 f"{tokens(b['summary'])}, recall {tokens(b.get('recall', 0))}"
                 + (f" ({len(report.get('recalled_ids') or [])} summarized messages: "
                    + ", ".join(f"#{m['id']} {m['speaker']}" for m in report.get("recalled") or [])
+                   + "; " + _reranked(report.get("rerank") or {})
                    + ")" if report.get("recalled_ids") else "")
                 + f", history {tokens(b['history'])}, draft {tokens(b['draft'])}. "
                 f"Protected turns: {report['protect_turns']}"
