@@ -586,13 +586,15 @@ print(json.dumps({**info, "path": str(path), "seconds": round(time.perf_counter(
 """
 
 
-def _convert_embedding(python: str | Path, out_dir: Path, extra_path: list[Path]) -> tuple[int, dict]:
-    """Run :data:`EMBEDDING_CONVERT` with ``python``: (exit status, its JSON line)."""
+def _json_script(python: str | Path, name: str, script: str, args: list[str], extra_path: list[Path],
+                 timeout: float) -> tuple[int, dict]:
+    """Run ``script`` with ``python`` (this checkout and ``extra_path`` on its path): (exit
+    status, the last JSON line it printed, or ``{"error": …}`` with its output's end)."""
     pythonpath = os.pathsep.join([str(ROOT), *map(str, extra_path)])
-    Log.info(f"$ {shown(Path(python))} -c <ensure_embedding_model> {shown(out_dir)}")
-    proc = subprocess.run([str(python), "-c", EMBEDDING_CONVERT, str(out_dir)], capture_output=True, text=True,
+    Log.info(f"$ {shown(Path(python))} -c <{name}> {' '.join(args)}".rstrip())
+    proc = subprocess.run([str(python), "-c", script, *args], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"},
-                          timeout=1800)
+                          timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     try:
         result = json.loads(lines[-1]) if lines else {}
@@ -601,6 +603,12 @@ def _convert_embedding(python: str | Path, out_dir: Path, extra_path: list[Path]
     if not result:
         result = {"error": f"exit {proc.returncode}: " + ((proc.stdout or "") + (proc.stderr or ""))[-2000:]}
     return proc.returncode, result
+
+
+def _convert_embedding(python: str | Path, out_dir: Path, extra_path: list[Path]) -> tuple[int, dict]:
+    """Run :data:`EMBEDDING_CONVERT` with ``python``: (exit status, its JSON line)."""
+    return _json_script(python, "ensure_embedding_model", EMBEDDING_CONVERT, [str(out_dir)], extra_path,
+                        timeout=1800)
 
 
 def ensure_embedding_model(py: Path) -> dict:
@@ -686,19 +694,7 @@ print(json.dumps(info))
 
 def _locate_reranker(python: str | Path, extra_path: list[Path]) -> tuple[int, dict]:
     """Run :data:`RERANKER_LOCATE` with ``python``: (exit status, its JSON line)."""
-    pythonpath = os.pathsep.join([str(ROOT), *map(str, extra_path)])
-    Log.info(f"$ {shown(Path(python))} -c <reranker_paths>")
-    proc = subprocess.run([str(python), "-c", RERANKER_LOCATE], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"},
-                          timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    try:
-        result = json.loads(lines[-1]) if lines else {}
-    except json.JSONDecodeError:
-        result = {}
-    if not result:
-        result = {"error": f"exit {proc.returncode}: " + ((proc.stdout or "") + (proc.stderr or ""))[-2000:]}
-    return proc.returncode, result
+    return _json_script(python, "reranker_paths", RERANKER_LOCATE, [], extra_path, timeout=600)
 
 
 def verify_reranker(result: dict) -> dict:

@@ -231,9 +231,9 @@ def test_the_summary_after_a_reply_gives_way_to_the_next_message(fresh_store):
     """A model-written summary after a reply is background work: when the user waits for
     the model (a send or a draft to prefill), it stops and the extractive summary is
     used, so the next message does not wait for it. Without anyone waiting it runs on."""
-    from test_compaction import llm_json
-
     from iris_desktop.core.events import CompactionFinished
+
+    from support.helpers import llm_json
 
     for waiting in (True, False):
         thread = fresh_store.create_thread("chat")

@@ -19,20 +19,12 @@ from iris_desktop.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
 from support.fakes import ScriptedRuntime
-from support.helpers import compact_while_due, compactor_for
+from support.helpers import compact_while_due, compactor_for, llm_json
 from support.invariants import check_request, snapshot
 
 
 def params(window=4096, **kw):
     return ContextParams(window=window, system_prompt="You are Iris.", **kw)
-
-
-def llm_json(words=60, **fields):
-    data = {f: [] for f in FIELDS}
-    data.update(summary=" ".join(f"fact{i}" for i in range(words)), emotional_thread="calm",
-                relationship_dynamics="friendly")
-    data.update(fields)
-    return json.dumps(data)
 
 
 def chat_thread(store, n_turns=40, size=300):

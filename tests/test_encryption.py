@@ -30,6 +30,7 @@ from iris_desktop.runtime.protocol import Capabilities, KVState  # noqa: E402
 
 from conftest import AGENT_FILES, load_corpus  # noqa: E402
 from support.fakes import ScriptedRuntime  # noqa: E402
+from support.network import memory_keyring
 
 PASSPHRASE = "correct horse battery staple 4711"
 PHRASE = "aubergine-zeppelin-7731"
@@ -444,30 +445,6 @@ def test_a_state_file_of_the_other_kind_is_never_restored(tmp_path):
 
 
 # -- the keyring's path --------------------------------------------------------------------
-
-
-def memory_keyring() -> dict[tuple[str, str], str]:
-    """A keyring backend (the keyring package's own extension point) that keeps its
-    passwords in a dict, plugged in; returns the dict."""
-    import keyring
-    from keyring.backend import KeyringBackend
-
-    saved: dict[tuple[str, str], str] = {}
-
-    class Memory(KeyringBackend):
-        priority = 1
-
-        def get_password(self, service, username):
-            return saved.get((service, username))
-
-        def set_password(self, service, username, password):
-            saved[(service, username)] = password
-
-        def delete_password(self, service, username):
-            saved.pop((service, username), None)
-
-    keyring.set_keyring(Memory())
-    return saved
 
 
 def test_a_keyring_keeps_a_random_key_and_no_passphrase_is_asked(capsys, monkeypatch, history):

@@ -30,6 +30,8 @@ from iris_desktop.core import store as store_module
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT, load_corpus
 from support.fakes import ScriptedRuntime
+from support.faults import damage_pages
+from support.windows import run_gui_recording
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX only")
 IS_ROOT = os.name == "posix" and os.geteuid() == 0
@@ -100,23 +102,6 @@ def build_db(capsys, data: Path) -> int:
     for path in files:
         assert run(capsys, "--data-dir", data, "import", path)[0] == 0
     return sum(len(load_corpus(p)) for p in files)
-
-
-def damage_pages(db: Path, table: str, count: int) -> None:
-    """Overwrite ``count`` leaf pages of ``table`` from the middle of its b-tree."""
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        try:
-            pages = [r[0] for r in conn.execute(
-                "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path",
-                (table,))]
-        except sqlite3.OperationalError:
-            pytest.skip(reason="this SQLite has no dbstat table to find a table's pages with")
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    middle = len(pages) // 2
-    with open(db, "r+b") as fh:
-        for page in pages[middle:middle + count]:
-            fh.seek((page - 1) * page_size)
-            fh.write(b"\xa5" * page_size)
 
 
 def test_damaged_database_is_set_aside_untouched_and_salvaged(capsys, tmp_path):
@@ -196,39 +181,6 @@ def test_quick_check_stops_at_its_time_budget(tmp_path, caplog):
     assert store_module.quick_check(db) == []
     assert store_module.quick_check(db, budget_s=0) == []  # stopped, not failed
     assert "quick check stopped" in caplog.text
-
-
-def run_gui_recording(monkeypatch, data) -> list[tuple[str, str]]:
-    """Start the real app on ``data`` with its message boxes and main window recorded
-    (the window quits at once): ``[(kind, text), ...]`` in the order they were shown."""
-    from PySide6.QtCore import QTimer
-
-    from iris_desktop.ui import app as app_module
-
-    shown: list[tuple[str, str]] = []
-
-    class Boxes:
-        @staticmethod
-        def warning(parent, title, text):
-            shown.append(("warning", text))
-
-        @staticmethod
-        def critical(parent, title, text):
-            shown.append(("critical", text))
-
-    class Window:
-        def show(self):
-            QTimer.singleShot(0, app_module.QApplication.instance().quit)
-
-        def shutdown(self):
-            pass
-
-    monkeypatch.setattr(app_module, "QMessageBox", Boxes)
-    monkeypatch.setattr(app_module, "main_window",
-                        lambda session: shown.append(("window", "")) or Window())
-    monkeypatch.setattr(app_module, "setup_logging", lambda path: None)
-    assert app_module.run_gui(data) == 0
-    return shown
 
 
 def test_gui_reports_a_recovery_before_the_main_window(qtbot, tmp_path, monkeypatch, capsys):

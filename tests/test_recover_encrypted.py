@@ -24,6 +24,7 @@ from iris_desktop.storage_key import KEYRING_SERVICE  # noqa: E402
 
 from conftest import SYNTHETIC_CHAT, load_corpus  # noqa: E402
 from support.helpers import run_cli  # noqa: E402
+from support.network import memory_keyring
 
 PASSPHRASE = "correct horse battery staple 4711"
 TOTAL = len(load_corpus(SYNTHETIC_CHAT))
@@ -40,30 +41,6 @@ def no_keyring(monkeypatch):
     keyring.set_keyring(Fail())
     yield
     keyring.set_keyring(previous)
-
-
-def memory_keyring() -> dict[tuple[str, str], str]:
-    """A keyring backend (the keyring package's own extension point) keeping its secrets
-    in a dict, plugged in; returns the dict."""
-    import keyring
-    from keyring.backend import KeyringBackend
-
-    saved: dict[tuple[str, str], str] = {}
-
-    class Memory(KeyringBackend):
-        priority = 1
-
-        def get_password(self, service, username):
-            return saved.get((service, username))
-
-        def set_password(self, service, username, password):
-            saved[(service, username)] = password
-
-        def delete_password(self, service, username):
-            saved.pop((service, username), None)
-
-    keyring.set_keyring(Memory())
-    return saved
 
 
 def one_sentence(err: str) -> bool:

@@ -103,7 +103,7 @@ def test_quick_check_does_not_call_a_short_shm_on_a_full_disk_damage(tmp_path):
 
 
 def test_a_salvage_that_runs_out_of_space_leaves_the_original_in_place(capsys, tmp_path):
-    from test_hardening import damage_pages
+    from support.faults import damage_pages
 
     with full_disk(tmp_path, "8m") as disk:
         data = disk.path / "data"
@@ -175,7 +175,7 @@ def test_set_aside_databases_are_announced_listed_and_put_back(capsys, tmp_path)
 
 
 def test_a_damaged_set_aside_file_is_not_put_back(capsys, tmp_path):
-    from test_hardening import damage_pages
+    from support.faults import damage_pages
 
     data = tmp_path / "data"
     build(capsys, data, SYNTHETIC_CHAT, *AGENT_FILES[:2])
@@ -236,7 +236,7 @@ def test_salvage_with_page_2_zeroed_counts_what_it_lost(capsys, tmp_path):
 
 
 def test_salvage_counts_lost_messages_from_an_index(capsys, tmp_path):
-    from test_hardening import damage_pages
+    from support.faults import damage_pages
 
     data = tmp_path / "data"
     total = build(capsys, data, SYNTHETIC_CHAT, *AGENT_FILES[:2])
@@ -378,7 +378,7 @@ def test_a_damaged_role_is_read_from_its_index(tmp_path):
 
 
 def test_restart_is_suggested_only_when_the_check_finds_the_damage(tmp_path):
-    from test_hardening import damage_pages
+    from support.faults import damage_pages
 
     db = tmp_path / "data" / "iris.db"
     with store_module.Store(db) as store:
@@ -463,7 +463,7 @@ def test_explain_names_a_damaged_header(tmp_path):
 
 
 def test_gui_tells_of_a_set_aside_database_once(qtbot, tmp_path, monkeypatch, capsys):
-    from test_hardening import run_gui_recording
+    from support.windows import run_gui_recording
 
     data = tmp_path / "data"
     build(capsys, data)

@@ -148,3 +148,20 @@ def flip_message_byte(db: Path, message_id: int, at: int = 0, mask: int = 0x80) 
     offset = message_text_offset(db, message_id, at)
     flip_byte(db, offset, mask)
     return offset
+
+
+def damage_pages(db: Path, table: str, count: int) -> None:
+    """Overwrite ``count`` leaf pages of ``table`` from the middle of its b-tree."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            pages = [r[0] for r in conn.execute(
+                "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path",
+                (table,))]
+        except sqlite3.OperationalError:
+            pytest.skip(reason="this SQLite has no dbstat table to find a table's pages with")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    middle = len(pages) // 2
+    with open(db, "r+b") as fh:
+        for page in pages[middle:middle + count]:
+            fh.seek((page - 1) * page_size)
+            fh.write(b"\xa5" * page_size)

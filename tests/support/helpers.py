@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from iris_desktop.core.compaction import CompactionEvent, Compactor
 from iris_desktop.core.config import CompactionSettings, ContextParams
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store
+from iris_desktop.core.summary import FIELDS
 from iris_desktop.generation import GenerationRequest
 from iris_desktop.tokens import TokenCounter
 
@@ -117,3 +119,13 @@ def tool_refused(result: Any) -> str:
     assert not result.ok, result.content
     assert result.content.startswith("error: ")
     return result.content
+
+
+def llm_json(words=60, **fields):
+    """A model's summary as JSON: every field empty but ``fields``, a summary of ``words``
+    words, and the two relational fields filled."""
+    data = {f: [] for f in FIELDS}
+    data.update(summary=" ".join(f"fact{i}" for i in range(words)), emotional_thread="calm",
+                relationship_dynamics="friendly")
+    data.update(fields)
+    return json.dumps(data)

@@ -28,6 +28,15 @@ def no_proxy_no_keyring(monkeypatch):
     keyring.set_keyring(before)
 
 
+def memory_keyring() -> dict[tuple[str, str], str]:
+    """A keyring in memory plugged in (the keyring package's own extension point; it
+    refuses to delete what it does not hold, as real keyrings do): its passwords by
+    (service, user)."""
+    memory = MemoryKeyring()
+    keyring.set_keyring(memory)
+    return memory.passwords
+
+
 @pytest.fixture
 def connects(monkeypatch):
     """Every address this process connects a socket to (or looks up), from now on."""

@@ -95,3 +95,36 @@ def code_block_colours(doc, block) -> set[str]:
                 colours.add(fragment.charFormat().foreground().color().name())
             it += 1
     return colours
+
+
+def run_gui_recording(monkeypatch, data) -> list[tuple[str, str]]:
+    """Start the real app on ``data`` with its message boxes and main window recorded
+    (the window quits at once): ``[(kind, text), ...]`` in the order they were shown."""
+    from PySide6.QtCore import QTimer
+
+    from iris_desktop.ui import app as app_module
+
+    shown: list[tuple[str, str]] = []
+
+    class Boxes:
+        @staticmethod
+        def warning(parent, title, text):
+            shown.append(("warning", text))
+
+        @staticmethod
+        def critical(parent, title, text):
+            shown.append(("critical", text))
+
+    class Window:
+        def show(self):
+            QTimer.singleShot(0, app_module.QApplication.instance().quit)
+
+        def shutdown(self):
+            pass
+
+    monkeypatch.setattr(app_module, "QMessageBox", Boxes)
+    monkeypatch.setattr(app_module, "main_window",
+                        lambda session: shown.append(("window", "")) or Window())
+    monkeypatch.setattr(app_module, "setup_logging", lambda path: None)
+    assert app_module.run_gui(data) == 0
+    return shown
