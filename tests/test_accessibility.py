@@ -40,9 +40,12 @@ pytestmark = pytest.mark.usefixtures("system_look_after")
 
 
 @pytest.fixture
-def window(make_window):
-    return make_window(ScriptedRuntime(["Paris is the capital of France.",
-                                        ValueError("the model broke")]))
+def window(make_window, qtbot):
+    """The window once this computer has been read: the welcome card's button is named
+    by the recommendation (before it, the card and its button are hidden and unnamed)."""
+    w = make_window(ScriptedRuntime(["Paris is the capital of France.", ValueError("the model broke")]))
+    qtbot.waitUntil(lambda: w.models.recommend.recommendation is not None, timeout=60_000)
+    return w
 
 
 def keyboard_controls(root: QWidget) -> list[QWidget]:
