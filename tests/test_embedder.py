@@ -219,6 +219,20 @@ def test_embeddings_are_unit_float32_vectors_named_by_model_and_file(model):
     assert np.array_equal(vector, model.embed("I adopted a kitten yesterday! Her name is Miso."))
 
 
+def test_the_embedder_stays_on_the_cpu_whatever_gpu_there_is(model):
+    """Issue #46: the embedder and the reranker stay on the CPU (a chat message embeds in
+    5–10 ms on one thread). What llama.cpp was given: no layer offloaded, no device (split
+    mode none, main_gpu -1), and no big batch sent to a GPU (op_offload off); under
+    ``make gpu-check`` the same load on a Vulkan build creates no GPU buffer."""
+    import llama_cpp
+
+    given = model._llm
+    assert given.model_params.n_gpu_layers == 0
+    assert given.model_params.split_mode == llama_cpp.LLAMA_SPLIT_MODE_NONE
+    assert given.model_params.main_gpu == -1
+    assert given.context_params.op_offload is False
+
+
 def test_a_paraphrase_is_closer_than_an_unrelated_message(model):
     question = model.embed("What pets does she have?")
     kitten = model.embed("I adopted a kitten yesterday! Her name is Miso.")

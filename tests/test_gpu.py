@@ -538,3 +538,22 @@ def test_a_partial_split_loads_and_answers(model_path):
         assert "Paris" in _capital_of_france(model)
     finally:
         model.close()
+
+
+def test_the_embedder_makes_no_gpu_buffer():
+    """The embedder stays on the CPU (issue #46): its load log names CPU buffers only. Here on
+    a CPU build; under ``make gpu-check`` the same test runs on a Vulkan build, where
+    llama.cpp's defaults would put the embedder's buffers on the GPU."""
+    from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
+
+    from conftest import MODEL_CACHE
+
+    with llama_binding.captured_log() as lines:
+        embedder = Embedder.load(ensure_embedding_model(MODEL_CACHE / "models"))
+    try:
+        assert embedder.embed("What pets does she have?").shape == (384,)
+    finally:
+        embedder.close()
+    buffers = offload_from_log(lines)
+    assert buffers.buffers and all(name.startswith("CPU") for name in buffers.buffers), buffers.buffers
+    assert buffers.device_buffers() == {}

@@ -57,6 +57,7 @@ from .bundled import (
 from .errors import ModelError
 from .gguf import GGUFError, read_gguf_info
 from .llama_binding import install_llama_logging, recent_llama_errors  # llama.cpp's log, captured once
+from .loading import cpu_only_params
 
 log = logging.getLogger("iris.runtime.embedder")
 
@@ -458,7 +459,8 @@ class Embedder:
             load_backends()  # the installers' llama.cpp loads its CPU backend (the variant this CPU runs)
             # n_threads_batch too: embedding is all prompt processing, which would else use every core
             llm = llama_cpp.Llama(model_path=str(p), embedding=True, n_ctx=_N_CTX, n_batch=_N_CTX,
-                                  n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+                                  n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
+                                  **cpu_only_params())  # on the CPU, whatever GPU the chat model uses
         except Exception as exc:  # llama-cpp-python raises ValueError/RuntimeError
             why = "; ".join(recent_llama_errors()) or str(exc)
             raise ModelError(p, f"llama.cpp could not load the embedding model ({why})") from None

@@ -24,6 +24,17 @@ from .weights import discard as discard_q8_copy
 log = logging.getLogger("iris.runtime")
 
 
+def cpu_only_params() -> dict[str, Any]:
+    """``Llama`` keywords that keep a model off every GPU: no layer offloaded, no device
+    (split mode none with main_gpu -1), and op_offload off, so no big batch is sent to a
+    GPU either. For ``model.gpu=off``, and for the embedder, which stays on the CPU (a
+    chat message embeds in 5–10 ms on one thread; a GPU would only add a second copy of
+    its buffers beside the chat model's)."""
+    import llama_cpp
+
+    return dict(n_gpu_layers=0, split_mode=llama_cpp.LLAMA_SPLIT_MODE_NONE, main_gpu=-1, op_offload=False)
+
+
 def device_params(plan: GpuPlan) -> dict[str, Any]:
     """llama.cpp's parameters for ``plan``. The CPU: no layer offloaded and no device at
     all (split mode none with main_gpu -1 leaves the model without devices, and op_offload
@@ -31,8 +42,7 @@ def device_params(plan: GpuPlan) -> dict[str, Any]:
     its layers, on that one device (``device``: ggml's handle, for the ``devices`` list)."""
     import llama_cpp
 
-    cpu = dict(n_gpu_layers=0, split_mode=llama_cpp.LLAMA_SPLIT_MODE_NONE, main_gpu=-1, op_offload=False,
-               device=None)
+    cpu = {**cpu_only_params(), "device": None}
     if not plan.on_gpu:
         return cpu
     from .devices import device_handle
