@@ -29,6 +29,8 @@ def synthetic_thread(n_messages: int) -> list[dict]:
     Tool-call ids are renamed per replay so that every call/result pair stays unique.
     """
     sources = corpus_messages("long-chats") + corpus_messages("agent-transcripts")
+    if not any(m["role"] != "system" for conv in sources for m in conv):
+        sys.exit(f"no conversation to replay in {CORPUS} (../shared/corpus beside the checkout)")
     out: list[dict] = []
     replay = 0
     while len(out) < n_messages:

@@ -10,7 +10,8 @@ old copy lacks), when the script itself did not change in a way that matters.
 
 Each commit is checked out once into a temporary git worktree and the benchmark runs there
 with that checkout first on ``PYTHONPATH`` (its own ``iris_desktop`` and its own copy of
-the benchmark script), with this virtual environment's Python. Lines that read the same
+the benchmark script), with this virtual environment's Python, and ``../shared`` (the
+corpus) linked beside it as it is beside this checkout. Lines that read the same
 but for their numbers are paired; for each number the median over the rounds is printed,
 old and new, with new/old. A figure that is a ratio the benchmark computed itself is the
 better one to quote; the whole-run seconds are printed too.
@@ -83,6 +84,9 @@ def main() -> None:
     if not command:
         parser.error("name the benchmark after --")
     with tempfile.TemporaryDirectory(prefix="iris-versus-") as tmp:
+        shared = REPO.parent / "shared"  # the corpus beside the checkout: beside each worktree too
+        if shared.is_dir():
+            (Path(tmp) / "shared").symlink_to(shared)
         trees = {"old": worktree(args.old, Path(tmp)), "new": worktree(args.new, Path(tmp))}
         try:
             if args.same_script:
