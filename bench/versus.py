@@ -53,8 +53,9 @@ def run(checkout: Path, command: list[str], timeout: float) -> tuple[str, float]
 
 
 def figures(output: str) -> dict[str, list[float]]:
-    """line shape (numbers as #) → its numbers; a shape seen twice gets a counter."""
-    out: dict[str, list[float]] = {}
+    """line shape (numbers as #) → its numbers; a shape seen twice gets a counter; the
+    line itself under ``("line", shape)``, to show which line a figure came from."""
+    out: dict = {}
     for line in output.splitlines():
         numbers = NUMBER.findall(line)
         if not numbers:
@@ -65,6 +66,7 @@ def figures(output: str) -> dict[str, list[float]]:
             n += 1
             key = f"{shape} [{n}]"
         out[key] = [float(x.replace(",", "")) for x in numbers]
+        out["line", key] = line.strip()
     return out
 
 
@@ -110,7 +112,8 @@ def main() -> None:
 def report(runs, seconds, old: str, new: str, command: list[str]) -> None:
     print(f"\n=== {' '.join(command)}: {old} (old) vs {new} (new), medians of "
           f"{len(seconds['old'])} alternating runs each")
-    shapes = [s for s in runs["old"][0] if all(s in r for r in runs["old"] + runs["new"])]
+    shapes = [s for s in runs["old"][0]
+              if isinstance(s, str) and all(s in r for r in runs["old"] + runs["new"])]
     for shape in shapes:
         sizes = {len(r[shape]) for r in runs["old"] + runs["new"]}
         if len(sizes) != 1:
@@ -121,7 +124,7 @@ def report(runs, seconds, old: str, new: str, command: list[str]) -> None:
             continue  # sizes, counts: the same on both sides
         pairs = ", ".join(f"{o:g} → {n:g}" + (f" ({n / o:.2f}×)" if o else "")
                           for o, n in zip(olds, news, strict=True) if o != n)
-        print(f"{shape}\n    {pairs}")
+        print(f"{runs['old'][0]['line', shape]}\n    old → new: {pairs}")
     o, n = statistics.median(seconds["old"]), statistics.median(seconds["new"])
     print(f"whole run: {o:.1f} s → {n:.1f} s ({n / o:.2f}×)")
 
