@@ -134,3 +134,22 @@ def test_throughput_runs_iris_and_llama_cpp_side_by_side_and_ends_with_its_ratio
     assert last.group(3) == last.group(1)
     assert any(line.startswith("fastest repetitions (the least disturbed): pp64 ") for line in lines)
     assert last.group(4) in {"t1", "tg2.tb1", "t1.q8w"} or last.group(4).startswith("llama-bench")
+
+
+def test_versus_pairs_each_figure_with_its_twin_and_skips_what_did_not_change(capsys):
+    """bench/versus.py: lines that read the same but for their numbers are paired; a
+    number equal on both sides (a size, a count) is not reported; medians over rounds."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import versus
+    finally:
+        sys.path.remove(str(BENCH))
+    table = "| messages | median build (ms) |\n|---:|---:|\n| 1,000 | {a} |\n| 100,000 | {b} |\nok\n"
+    old = [versus.figures(table.format(a=a, b=b)) for a, b in ((2.0, 4.0), (2.2, 4.4), (9.0, 4.2))]
+    new = [versus.figures(table.format(a=a, b=b)) for a, b in ((1.0, 4.0), (1.1, 4.4), (1.2, 4.2))]
+    versus.report({"old": old, "new": new}, {"old": [10.0, 12.0, 11.0], "new": [5.0, 6.0, 7.0]},
+                  "OLD", "NEW", ["bench/x.py"])
+    out = capsys.readouterr().out
+    assert "| 1,000 | 2.0 |\n    old → new: 2.2 → 1.1 (0.50×)" in out  # medians: 2.2 and 1.1
+    assert "| 100,000 |" not in out  # 4.0, 4.4, 4.2 on both sides: nothing to say
+    assert "whole run: 11.0 s → 6.0 s (0.55×)" in out
