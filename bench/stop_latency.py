@@ -67,6 +67,9 @@ def one_try(model: LocalModel, messages: list[dict], kind: str, delay: float) ->
         generation.text()
         evaluated = generation.stats.evaluated_tokens
     ended = time.perf_counter()
+    if not pressed:  # the request ended before Stop was pressed (the machine sped up): no stop to time
+        return {"kind": kind, "delay": delay, "latency": None, "evaluated": evaluated, "after_stop": None,
+                "whole": ended - started}
     return {"kind": kind, "delay": delay, "latency": ended - pressed[0],
             "evaluated": evaluated, "after_stop": (evaluated - evaluated_at_stop[0]
                                                    if evaluated_at_stop[0] >= 0 else None),
@@ -98,13 +101,21 @@ def main() -> None:
           f"{args.tries} stops per kind at random points within it\n")
     print("| request | stops | median latency (s) | max latency (s) | tokens evaluated after Stop (max) |")
     print("|---|---:|---:|---:|---:|")
+    early = [r for r in rows if r["latency"] is None]
+    rows = [r for r in rows if r["latency"] is not None]
     for kind in ("chat", "warm-up", "deadline"):
         mine = [r for r in rows if r["kind"] == kind]
+        if not mine:
+            print(f"| {kind} | 0 | – | – | – |")
+            continue
         lat = [r["latency"] for r in mine]
         after = [r["after_stop"] for r in mine if r["after_stop"] is not None]
         print(f"| {kind} | {len(mine)} | {statistics.median(lat):.3f} | {max(lat):.3f} | "
               f"{max(after) if after else '–'} |")
-    lat = [r["latency"] for r in rows]
+    if early:
+        print(f"\n{len(early)} tries ended before their Stop was pressed (the machine ran faster than when "
+              "the whole evaluation was timed): left out")
+    lat = [r["latency"] for r in rows] or [float("nan")]
     print(f"\nstop_latency: tries={len(rows)} prompt_tokens={prompt} full_eval_s={full_s:.2f} "
           f"median_s={statistics.median(lat):.3f} max_s={max(lat):.3f}")
 
