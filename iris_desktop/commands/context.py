@@ -25,7 +25,7 @@ from iris_desktop.untrusted import show_untrusted
 def context_report(host, thread_id: int, draft: str | None = None,
                    show_request: bool = False) -> dict[str, Any]:
     """What ``context --json`` prints; raises ConversationTooLargeException."""
-    from iris_desktop.core.views import rerank_fact
+    from iris_desktop.core.views import dropped_report, rerank_fact
 
     planner = host.planner()
     runtime = host.runtime
@@ -77,6 +77,8 @@ def context_report(host, thread_id: int, draft: str | None = None,
         "compactions": host.store.compaction_events(thread_id),
         "messages": planner.engine(host.store).describe(request),
     }
+    # what the request leaves out and why, in whole sentences (never shortened)
+    report["dropped"] = dropped_report(request, report["messages"], report["compactions"])
     if host.model_error:
         report["model_error"] = host.model_error
     if show_request:
@@ -143,3 +145,5 @@ def _print_context(r: dict[str, Any]) -> None:
         print(f"recall      none ({recall['reason']})")
     due = f"yes ({', '.join(r['triggers'])})" if r["compaction_due"] else "no"
     print(f"compaction  {due}")
+    if r.get("dropped"):  # whole sentences: the terminal wraps them, nothing is cut
+        print(f"dropped     {show_untrusted(r['dropped']['why'])}")

@@ -436,11 +436,13 @@ class Compactor:
             try:
                 summary, chunks = self._llm_summary(previous, said, cap, cancel, renew)
                 summary.facts = list(previous.facts) if previous else []
+                # the chat's first facts open the ledger, whoever wrote the fields
+                summary.first_facts = previous.first_facts if previous else 0
                 # files must survive a chain even when the model drops them
                 summary.relevant_files = _merge_files(
                     previous.relevant_files if previous else [], summary.relevant_files,
                     paths_in(said))
-                summary = self.extractive.fill_facts(summary, said, cap)
+                summary = self.extractive.fill_facts(summary, said, cap, opening=previous is None)
                 return summary, ("chunked" if chunks > 1 else "llm"), None
             except (SummaryInvalid, CompactionFailed) as exc:
                 note = f"LLM summary unusable ({exc}); extractive fallback used"
@@ -526,8 +528,13 @@ class Compactor:
                 raise CompactionFailed(f"still too large after compaction: {exc}") from None
         after = request.predicted_prompt_tokens
         if request.dropped_turns:
+            b = request.breakdown
+            n = request.dropped_turns
             raise CompactionFailed(
-                f"{request.dropped_turns} turns would still be dropped after compaction")
+                f"{n} turn{'s' if n != 1 else ''} would still be dropped after compaction: "
+                f"with the new summary ({b.summary:,} tokens) the history budget is "
+                f"{b.available - b.summary:,} tokens, and the newer turns take {b.history:,} "
+                f"of it")
         # a shortened in-flight result fills what is left by design: growth is then only
         # the result getting more room, and the check is the threshold's
         if after >= tokens_before and not request.clipped_ids:
@@ -621,7 +628,8 @@ def summary_instructions(cap: int) -> str:
 
 def _summary_prompt(previous: ConversationSummary | None, chunk: list[str],
                     instructions: str) -> list[Message]:
-    prior = json.dumps({k: v for k, v in previous.as_fields().items() if k != "facts"},
+    prior = json.dumps({k: v for k, v in previous.as_fields().items()
+                        if k not in ("facts", "first_facts")},
                        ensure_ascii=False) if previous else "(none)"
     body = f"Previous summary:\n{prior}\n\nNext part of the conversation:\n" + "\n".join(chunk)
     return [

@@ -7,6 +7,11 @@ words, names, numbers, dates, first-person events), each kept with who said it a
 relative dates anchored to the day it was written. Who and when come from each
 message's record (:mod:`.records`: its ``name`` and ``sent_at``), never from the text's
 layout, so any chat works, in any format.
+
+The chat's first facts come first: the names, numbers and requests of its earliest turns
+(found by their shape — digits, capitalized words inside a sentence, the user's own
+sentences — in any script) open the ledger of its first summary, are carried along the
+chain, and are the last thing a summary loses when it must be shortened.
 """
 
 from __future__ import annotations
@@ -72,6 +77,20 @@ MAX_IDF = 5.0
 DUPLICATE_OVERLAP = 0.6
 #: the ledger heading ("Facts (dated):") and the rendering's newlines
 LEDGER_OVERHEAD_TOKENS = 8
+#: the chat's first facts come from its first this many turns (a turn opens with a user
+#: message) ...
+FIRST_TURNS = 3
+#: ... take at most this many tokens of a summary, and at most half of a small one ...
+FIRST_FACTS_TOKENS = 64
+#: ... and one of them at most this many characters (a long request keeps its start)
+FIRST_FACT_CHARS = 240
+#: a sentence ends at one of these, then space (or at once, for the full-width ones)
+FIRST_SENTENCE_RE = re.compile(r"(?<=[.!?…;])\s+|(?<=[。！？；؟।])\s*|\s*\n\s*")
+#: a word is a run of letters, in any script
+LETTERS_RE = re.compile(r"[^\W\d_]+")
+DIGITS_RE = re.compile(r"\d+(?:[.,:/]\d+)*")
+#: a user's sentence this long (in words) is a request or a statement of theirs
+REQUEST_WORDS = 5
 
 
 @dataclass
@@ -145,6 +164,45 @@ class ExtractiveSummarizer:
                 facts.append(Fact(when + body, score, len(facts), self.counter.count_text(body)))
         return facts
 
+    def first_facts(self, said: Sequence[Said], budget: int) -> list[Fact]:
+        """The chat's first facts, for a summary whose ``said`` opens the chat: from its
+        first FIRST_TURNS turns, the sentences that hold names or numbers, and the user's
+        own longer sentences (what they asked for and told), in the order they were said,
+        as many as ``budget`` tokens hold. Shapes only, no word lists, so any language and
+        any layout works."""
+        chosen: list[Fact] = []
+        dates: set[str] = set()
+        opened = 0
+        # calling someone in the chat by name ("Thanks, Ana!") says nothing new
+        speakers = {s.speaker for s in said if s.named}
+        for message in said:
+            if message.role == "user":
+                opened += 1
+                if opened > FIRST_TURNS:
+                    break
+            if message.role not in ("user", "assistant") or not message.text.strip():
+                continue
+            for sentence in _first_sentences(message.text):
+                if not _substantial(sentence):
+                    continue
+                weight = _shape(sentence, speakers) + (
+                    1 if message.role == "user" and _substantial(sentence, REQUEST_WORDS) else 0)
+                if not weight:
+                    continue
+                sentence = resolve_relative(_clip_words(sentence, FIRST_FACT_CHARS), message.date)
+                body = f"{message.speaker}: {sentence}"
+                when = fmt_date(message.date) if message.date else ""
+                fact = Fact(f"{when} {body}" if when else body, float(weight), len(chosen),
+                            self.counter.count_text(body))
+                cost = fact.tokens + 2 + (self.counter.count_text(when) + 2
+                                          if when not in dates else 0)
+                if cost > budget or any(fact.text == other.text for other in chosen):
+                    continue  # a later, shorter one may still fit
+                chosen.append(fact)
+                dates.add(when)
+                budget -= cost
+        return chosen
+
     def summarize(
         self,
         previous: ConversationSummary | None,
@@ -153,7 +211,10 @@ class ExtractiveSummarizer:
         turns: tuple[int, int] = (0, 0),
     ) -> ConversationSummary:
         """The eight fields kept short (a few clipped items each), so that most of the cap
-        goes to the dated fact ledger, which is what questions about the past need."""
+        goes to the dated fact ledger, which is what questions about the past need. The
+        first summary of a chat (no ``previous``) opens its ledger with the chat's first
+        facts; a chained one carries them."""
+        opening = previous is None
         users = [s for s in said if s.role == "user" and s.text.strip()]
         assistants = [s for s in said if s.role == "assistant" and s.text.strip()]
         paths = paths_in(said)
@@ -174,38 +235,64 @@ class ExtractiveSummarizer:
             relationship_dynamics=_dynamics(users, assistants) or previous.relationship_dynamics,
             evolving_themes=_merge(previous.evolving_themes, _themes(said), 6),
             facts=list(previous.facts),
+            first_facts=previous.first_facts,
         )
-        return self.fill_facts(summary, said, max_tokens)
+        return self.fill_facts(summary, said, max_tokens, opening=opening)
 
-    def fill_facts(self, summary: ConversationSummary, said: Sequence[Said], max_tokens: int
-                   ) -> ConversationSummary:
-        """Choose the densest facts (score per token), old and new together, to fill what
-        the other fields leave of the cap; near-duplicates are kept once, across the chain.
-        The ledger is rendered in order, grouped under its dates."""
+    def fill_facts(self, summary: ConversationSummary, said: Sequence[Said], max_tokens: int,
+                   opening: bool = False) -> ConversationSummary:
+        """The chat's first facts first (those the chain carries, or, when ``said`` opens
+        the chat, its earliest turns' names, numbers and requests: at most
+        FIRST_FACTS_TOKENS, or half of a small cap); the other fields fitted into what
+        they leave; then the densest facts (score per token), old and new together, fill
+        the rest. Near-duplicates are kept once, across the chain. The ledger is rendered
+        in order, grouped under its dates."""
         scorer = _Scorer([s.text for s in said] + list(summary.facts))
+        carried = max(0, min(summary.first_facts, len(summary.facts)))
+        if carried:
+            first = [Fact(text, 0.0, i - len(summary.facts) - carried,
+                          self.counter.count_text(split_date(text)[1]))
+                     for i, text in enumerate(summary.facts[:carried])]
+        elif opening:
+            first = self.first_facts(said, min(FIRST_FACTS_TOKENS, max_tokens // 2))
+        else:
+            first = []
         old = []
-        for i, text in enumerate(summary.facts):
+        for i, text in enumerate(summary.facts[carried:], start=carried):
             _, body = split_date(text)
             old.append(Fact(text, scorer(body.split(": ", 1)[-1]), i - len(summary.facts),
                             self.counter.count_text(body)))
-        base = ConversationSummary.from_fields({**summary.as_fields(), "facts": []})
-        base = base.fit(self.counter, max_tokens)
-        spare = max_tokens - self.counter.count_text(base.render()) - LEDGER_OVERHEAD_TOKENS
-        chosen = self._choose([*old, *self.facts(said, scorer)], spare)
-        base.facts = [f.text for f in sorted(chosen, key=lambda f: f.order)]
+        reserved = self._ledger_cost(first)
+        base = ConversationSummary.from_fields(
+            {**summary.as_fields(), "facts": [], "first_facts": 0})
+        base = base.fit(self.counter, max_tokens - reserved)
+        spare = (max_tokens - self.counter.count_text(base.render()) - LEDGER_OVERHEAD_TOKENS
+                 - reserved)
+        chosen = self._choose([*old, *self.facts(said, scorer)], spare, first)
+        base.facts = [f.text for f in first] + [f.text for f in sorted(chosen, key=lambda f: f.order)]
+        base.first_facts = len(first)
         return base.fit(self.counter, max_tokens)
 
-    def _choose(self, candidates: list[Fact], spare: int) -> list[Fact]:
-        """The densest facts that fit ``spare`` tokens, near-duplicates once."""
+    def _ledger_cost(self, facts: Sequence[Fact]) -> int:
+        """What ``facts`` add to the ledger: each line, and each date's heading once."""
+        dates = {split_date(f.text)[0] for f in facts}
+        return (sum(f.tokens + 2 for f in facts)
+                + sum(self.counter.count_text(d) + 2 for d in dates if d))
+
+    def _choose(self, candidates: list[Fact], spare: int, kept: Sequence[Fact] = ()
+                ) -> list[Fact]:
+        """The densest facts that fit ``spare`` tokens, near-duplicates once (also of the
+        facts ``kept`` already)."""
         chosen: list[Fact] = []
-        dates: set[str] = set()
-        seen: list[set[str]] = []
+        dates: set[str] = {split_date(f.text)[0] for f in kept}
+        seen: list[set[str]] = [_content_words(split_date(f.text)[1]) for f in kept]
+        texts = {f.text for f in kept}
         for fact in sorted(candidates, key=lambda f: f.score / max(f.tokens, 1), reverse=True):
             date, body = split_date(fact.text)
             cost = fact.tokens + 2  # "- " and the newline
             if date not in dates:
                 cost += self.counter.count_text(date) + 2
-            if fact.score <= 0 or cost > spare:
+            if fact.score <= 0 or cost > spare or fact.text in texts:
                 continue
             words = _content_words(body)
             if any(len(words & other) >= DUPLICATE_OVERLAP * min(len(words), len(other))
@@ -240,6 +327,41 @@ def _narrative(previous: ConversationSummary, users: list[Said], assistants: lis
 def _clip(text: str, limit: int) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _first_sentences(text: str) -> list[str]:
+    """``text`` in sentences, for any script: after . ! ? … ; and a space, after the
+    full-width and other scripts' marks, and at line breaks."""
+    return [" ".join(s.split()) for s in FIRST_SENTENCE_RE.split(text) if s and s.strip()]
+
+
+def _shape(sentence: str, speakers: set[str] = frozenset()) -> int:
+    """How many names and numbers ``sentence`` holds, by their shape: runs of digits (any
+    script's), and words of two letters or more that start with a capital (or are all
+    capitals) anywhere but at the sentence's start; the chat's own speakers' names (from
+    the records) are not counted."""
+    words = LETTERS_RE.findall(sentence)
+    names = sum(1 for w in words[1:] if len(w) > 1 and w[0].isupper() and w not in speakers)
+    return names + len(DIGITS_RE.findall(sentence))
+
+
+def _substantial(sentence: str, words_needed: int = 3) -> bool:
+    """More than a hello: ``words_needed`` words or more, or (a script written without
+    spaces) one run of six letters and digits or more."""
+    if len(LETTERS_RE.findall(sentence)) >= words_needed:
+        return True
+    return len(sentence.split()) == 1 and len(re.findall(r"\w", sentence)) >= 6
+
+
+def _clip_words(text: str, limit: int) -> str:
+    """``text`` whole, or its start up to the last whole word within ``limit`` characters,
+    with "…" (a script without spaces is cut at a character)."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _merge(old: list[str], new: list[str], limit: int) -> list[str]:

@@ -2,7 +2,10 @@
 
 The summary is injected into the system prompt, so its rendering is what the model sees
 and what the budget counts. ``facts`` is Iris's addition to the seed: short, dated,
-deterministic lines (who, what, when) that survive chaining better than prose.
+deterministic lines (who, what, when) that survive chaining better than prose. Its first
+``first_facts`` lines are the chat's first facts (the names, numbers and requests of its
+earliest turns): chosen before anything else, carried along the chain, and the last thing
+:meth:`ConversationSummary.fit` removes when a summary must be shortened.
 """
 
 from __future__ import annotations
@@ -100,13 +103,15 @@ class ConversationSummary:
     relationship_dynamics: str = ""
     evolving_themes: list[str] = field(default_factory=list)
     facts: list[str] = field(default_factory=list)
+    #: how many of the first ``facts`` are the chat's first facts (kept first, cut last)
+    first_facts: int = 0
 
     def as_fields(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_fields(cls, data: dict[str, Any]) -> ConversationSummary:
-        known = {k: data[k] for k in (*FIELDS, "facts") if k in data}
+        known = {k: data[k] for k in (*FIELDS, "facts", "first_facts") if k in data}
         return cls(**known)
 
     @classmethod
@@ -185,9 +190,12 @@ class ConversationSummary:
         return "\n".join(lines)
 
     def fit(self, counter: TokenCounter, max_tokens: int) -> ConversationSummary:
-        """A copy whose rendering is at most ``max_tokens``. Drops the oldest facts first,
-        then list items from the end and the short text fields, then trims the narrative."""
+        """A copy whose rendering is at most ``max_tokens``. Drops the oldest facts first
+        (never the chat's first facts), then list items from the end and the short text
+        fields, then trims the narrative; the chat's first facts go last, the latest of
+        them first, so the very first facts of the chat are what a summary keeps longest."""
         fitted = ConversationSummary.from_fields(json.loads(json.dumps(self.as_fields())))
+        fitted.first_facts = max(0, min(fitted.first_facts, len(fitted.facts)))
 
         def size() -> int:
             return counter.count_text(fitted.render())
@@ -197,23 +205,35 @@ class ConversationSummary:
         while size() > max_tokens:
             for name in order:
                 value = getattr(fitted, name)
+                if name == "facts":
+                    if len(value) > max(fitted.first_facts, 1):
+                        value.pop(fitted.first_facts)  # the oldest fact after the first ones
+                        break
+                    continue
                 if isinstance(value, list) and len(value) > 1:
-                    value.pop(0 if name == "facts" else -1)
+                    value.pop(-1)
                     break
                 if isinstance(value, str) and value and name != "summary":
                     setattr(fitted, name, "")
                     break
             else:
                 words = fitted.summary.split()
-                if len(words) <= 20:
-                    for name in order:
-                        if isinstance(getattr(fitted, name), list) and getattr(fitted, name):
-                            setattr(fitted, name, [])
-                            break
-                    else:
+                if len(words) > 20:
+                    fitted.summary = " ".join(words[: int(len(words) * 0.85)]) + " …"
+                    continue
+                for name in order:
+                    value = getattr(fitted, name)
+                    if name == "facts" and value and len(value) > fitted.first_facts:
+                        value.pop()  # a last fact that is not one of the first
+                        break
+                    if name != "facts" and isinstance(value, list) and value:
+                        setattr(fitted, name, [])
                         break
                 else:
-                    fitted.summary = " ".join(words[: int(len(words) * 0.85)]) + " …"
+                    if not fitted.first_facts:
+                        break
+                    fitted.facts.pop(fitted.first_facts - 1)  # the latest first fact
+                    fitted.first_facts -= 1
         return fitted
 
 

@@ -328,6 +328,66 @@ def meter_tooltip(breakdown: Breakdown | Mapping[str, Any], estimated: bool = Fa
 # -- the live breakdown under the settings fields ------------------------------------------
 
 
+def dropped_report(request: ContextRequest, described: Sequence[Mapping[str, Any]],
+                   events: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+    """What the next request leaves out and why, or None when it leaves nothing out:
+    ``turns`` (first, last), ``messages``, ``tokens`` and ``why``, whole sentences that are
+    never shortened (the inspector, the settings' breakdown and ``context`` print them in
+    full). ``described``: the engine's ``describe(request)``; ``events``: the thread's
+    compaction events, oldest first (the last one says why compaction has not covered
+    these turns yet)."""
+    dropped = [m for m in described if m.get("state") == "dropped"]
+    if not dropped and not request.dropped_turns:
+        return None
+    turn_numbers = sorted({m["turn"] for m in dropped if m.get("turn") is not None})
+    count = len(turn_numbers) or request.dropped_turns
+    spent = sum(int(m.get("tokens") or 0) for m in dropped)
+    b = request.breakdown
+    budget = b.available - b.summary
+    newer = b.history + b.draft
+    if turn_numbers and turn_numbers[0] != turn_numbers[-1]:
+        which = f"Turns {turn_numbers[0]}–{turn_numbers[-1]}"
+    elif turn_numbers:
+        which = f"Turn {turn_numbers[0]}"
+    else:
+        which = f"{count} older turn{'s' if count != 1 else ''}"
+    plural = count != 1
+    what = (f"{which} ({len(dropped):,} message{'s' if len(dropped) != 1 else ''}, "
+            f"{tokens(spent)} tokens) {'are' if plural else 'is'} not sent to the model: "
+            f"{'they do' if plural else 'it does'} not fit the {tokens(budget)}-token history "
+            f"budget (window {tokens(b.window)} × ratio {b.ratio:g} − system {tokens(b.system)} "
+            f"− tools {tokens(b.tools)} − summary {tokens(b.summary)}) beside the newer turns, "
+            f"which take {tokens(newer)}, and no summary covers {'them' if plural else 'it'} "
+            "yet.")
+    them = "them" if plural else "it"
+    last = events[-1] if events else None
+    if last is not None and last.get("outcome") in ("failed", "skipped"):
+        verb = "failed" if last["outcome"] == "failed" else "was skipped"
+        reason = " ".join(str(last.get("error") or "no reason was recorded").split())
+        after = (f"{'They stay' if plural else 'It stays'} stored; the last compaction "
+                 f"({last.get('trigger')}) {verb}, so no summary holds {them}: "
+                 f"{reason.rstrip('.')}.")
+    else:
+        after = (f"{'They stay' if plural else 'It stays'} stored, and compaction folds "
+                 f"{them} into the summary before the next request is sent.")
+    return {"turns": [turn_numbers[0], turn_numbers[-1]] if turn_numbers else None,
+            "count": count, "messages": len(dropped), "tokens": spent,
+            "why": f"{what} {after}"}
+
+
+def dropped_status(request: ContextRequest | None, outcome: str | None = None) -> str | None:
+    """The status bar's sentence when the next request leaves turns out: short enough for
+    the bar, and whole (the full why is the inspector's, :func:`dropped_report`); None
+    when nothing is left out. ``outcome``: the compaction that just ran (failed, skipped)."""
+    if request is None or not request.dropped_turns:
+        return None
+    n = request.dropped_turns
+    lead = {"failed": "Compaction failed: ", "skipped": "Compaction skipped: "}.get(outcome or "", "")
+    sentence = (f"{n} older turn{'s are' if n != 1 else ' is'} not sent; the inspector "
+                "(Ctrl+I) says why.")
+    return lead + (sentence if lead else sentence[0].upper() + sentence[1:])
+
+
 @dataclass
 class BudgetPreview:
     """What candidate settings would do to the current thread's next request."""
@@ -354,6 +414,8 @@ class BudgetPreview:
     min_turns: int = 0
     recall_max: int = 0
     recalled: int = 0  # summarized messages recalled for the draft
+    #: what is left out and why, in full (``dropped_report``'s ``why``)
+    dropped_why: str = ""
 
     def lines(self) -> list[str]:
         """Plain sentences, one per fact, for the dialog."""
@@ -372,9 +434,11 @@ class BudgetPreview:
                        "verbatim history")
         if self.unsummarized_turns:
             fit = ("all of them fit" if not self.dropped_turns else
-                   f"{self.dropped_turns} older turn(s) do not fit and wait for compaction")
+                   f"{self.dropped_turns} older turn(s) do not fit")
             out.append(f"History: {self.history_turns} of {self.unsummarized_turns} unsummarized "
                        f"turn(s) in the request, {tokens(b.history)} tokens; {fit}")
+            if self.dropped_why:
+                out.append(self.dropped_why)
         else:
             out.append("History: this thread has no messages yet")
         if not self.recall_max:
@@ -461,6 +525,8 @@ def budget_preview(
     preview.history_turns = len({m["turn"] for m in described if m["id"] in included})
     preview.unsummarized_turns = request.unsummarized_turns - (1 if draft is not None else 0)
     preview.dropped_turns = request.dropped_turns
+    dropped = dropped_report(request, described, store.compaction_events(thread_id))
+    preview.dropped_why = dropped["why"] if dropped else ""
     preview.recalled = len(request.recall.ids)
     preview.protect_turns = request.protect_turns
     preview.fallback = request.fallback
@@ -601,7 +667,7 @@ def inspector_report(
     ``rerank_problem`` is the host's ``reranker_problem``).
     """
     report: dict[str, Any] = {"thread_id": thread_id, "error": None, "request": [],
-                              "states": {}, "breakdown": None}
+                              "states": {}, "breakdown": None, "dropped": None}
     if request is None:
         request = planner.plan_or_error(store, thread_id, draft)
     if isinstance(request, ConversationTooLargeException):
@@ -612,7 +678,10 @@ def inspector_report(
         counts: dict[str, int] = {}
         for m in described.values():
             counts[m["state"]] = counts.get(m["state"], 0) + 1
+        dropped = dropped_report(request, list(described.values()),
+                                 store.compaction_events(thread_id))
         report.update(
+            dropped=dropped,
             request=_request_rows(engine, request, described, draft), states=counts,
             breakdown=request.breakdown.as_dict(), protect_turns=request.protect_turns,
             fallback=request.fallback, compaction_due=request.compaction_due,

@@ -169,7 +169,9 @@ class InspectorDock(QDockWidget):
                 + (" (fallback)" if report["fallback"] else "")
                 + (f". Compaction due ({', '.join(report['triggers'])})."
                    if report["compaction_due"] else ". Compaction not due.")
-                + (f"\nStored messages: {states}." if states else ""))
+                + (f"\nStored messages: {states}." if states else "")
+                # what is left out and why, whole (the label wraps; nothing is cut)
+                + (f"\n{report['dropped']['why']}" if report.get("dropped") else ""))
         else:
             text = ""
         self.request_label.setText(text)
@@ -215,4 +217,7 @@ class InspectorDock(QDockWidget):
         for i, event in enumerate(events):
             for j, (key, _) in enumerate(EVENT_COLUMNS):
                 value = event.get(key)
-                self.events.setItem(i, j, _item(value, align_right=isinstance(value, (int, float))))
+                item = _item(value, align_right=isinstance(value, (int, float)))
+                if key == "error" and value:  # a narrow column cuts it: the whole text here
+                    item.setToolTip(str(value))
+                self.events.setItem(i, j, item)

@@ -28,7 +28,7 @@ from iris_desktop.core.events import (
     dispatch,
 )
 from iris_desktop.core.turns import Turn
-from iris_desktop.core.views import Entry, call_label, pretty_arguments
+from iris_desktop.core.views import Entry, call_label, dropped_status, pretty_arguments
 from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
@@ -57,6 +57,7 @@ class TurnControl(QObject, TurnListener):
         self.shell_box: QMessageBox | None = None
         self.compacting = False
         self._compacted = ""  # what the last compaction of this turn did, for the status bar
+        self._compaction_outcome: str | None = None  # ok | failed | skipped, this turn's
         self._unsaved: tuple[str, tuple] | None = None  # the message sent, until it is stored
         self._stream_key: str | None = None  # the reply being streamed ("m:<id>")
         self._pending = ""
@@ -256,6 +257,7 @@ class TurnControl(QObject, TurnListener):
         self.compacting = False
         self.app_state.busy(None)
         self._compacted = event.text or "Compaction finished"
+        self._compaction_outcome = event.event.outcome
         self.app_state.show_status(self._compacted)
 
     def on_done(self, event: TurnDone) -> None:
@@ -263,10 +265,14 @@ class TurnControl(QObject, TurnListener):
         self._flush_tokens()
         self._stream_key = None
         state.set_generating(False)
+        # turns left out: one short, whole sentence (the bar would cut a long one); the
+        # inspector says which and why in full
+        dropped = dropped_status(event.next_request, self._compaction_outcome)
         if not self.compacting:  # what the turn ended with; a compaction says what it did
             state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
-                event.finish_reason, self._compacted or self._rate_text() or "Ready"))
+                event.finish_reason, dropped or self._compacted or self._rate_text() or "Ready"))
         self._compacted = ""
+        self._compaction_outcome = None
         state.threads_changed()
         # the new messages join the semantic index, and the open thread's transcript
         state.messages_saved(event.thread_id)
