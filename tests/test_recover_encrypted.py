@@ -30,17 +30,7 @@ PASSPHRASE = "correct horse battery staple 4711"
 TOTAL = len(load_corpus(SYNTHETIC_CHAT))
 
 
-@pytest.fixture(autouse=True)
-def no_keyring(monkeypatch):
-    """No keyring, whatever the developer's machine has (a test plugs in its own)."""
-    import keyring
-    from keyring.backends.fail import Keyring as Fail
-
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
-    previous = keyring.get_keyring()
-    keyring.set_keyring(Fail())
-    yield
-    keyring.set_keyring(previous)
+pytestmark = pytest.mark.usefixtures("no_keyring")
 
 
 def one_sentence(err: str) -> bool:

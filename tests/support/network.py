@@ -1,6 +1,7 @@
 """Fixtures for tests that reach the network on loopback: no proxy from the developer's
 shell (a loopback server must be reached directly, by subprocesses too), a keyring in
-memory, and a record of every address the process connects to or looks up. Loaded as a
+memory (or none at all), and a record of every address the process connects to or looks
+up. Loaded as a
 pytest plugin by ``tests/conftest.py``; a module asks for the first with
 ``pytestmark = pytest.mark.usefixtures("no_proxy_no_keyring")``."""
 
@@ -26,6 +27,19 @@ def no_proxy_no_keyring(monkeypatch):
     keyring.set_keyring(MemoryKeyring())
     yield
     keyring.set_keyring(before)
+
+
+@pytest.fixture
+def no_keyring(monkeypatch):
+    """No keyring, whatever the developer's machine has (a test may plug in its own, as
+    :func:`memory_keyring` does); subprocesses get none either."""
+    from keyring.backends.fail import Keyring as Fail
+
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    previous = keyring.get_keyring()
+    keyring.set_keyring(Fail())
+    yield
+    keyring.set_keyring(previous)
 
 
 def memory_keyring() -> dict[tuple[str, str], str]:
