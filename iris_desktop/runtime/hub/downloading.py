@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from iris_desktop.files import clean_leftovers, commit_partial
+from iris_desktop.files import clean_leftovers, commit_partial, read_json_object
 from iris_desktop.paths import make_private_dir
 
 from ..gguf import GGUFError, read_gguf_info
@@ -32,7 +32,6 @@ from .records import (
     _done_record,
     _own_sha256,
     _partial,
-    _read_json,
     _read_record,
     _record,
     _records_dir,
@@ -145,7 +144,7 @@ def _present(info: HubFile, target: Path, cancel: threading.Event | None, meter:
         return False
     if not target.is_file() or st.st_size != info.size:
         return False
-    record = _read_json(_done_record(target))
+    record = read_json_object(_done_record(target))
     own = _own_sha256(target, record)
     same_path = (record.get("repo"), record.get("file"), record.get("revision")) == (
         info.repo, info.path, info.revision)

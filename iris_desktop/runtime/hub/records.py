@@ -9,8 +9,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from iris_desktop.files import atomic_write
-from iris_desktop.files import read_json_object as _read_json
+from iris_desktop.files import atomic_write, read_json_object
 from iris_desktop.paths import make_private_dir
 
 from .client import HubFile, _check_file, _check_repo, _normal_sha
@@ -62,7 +61,7 @@ def _discard(target: Path) -> bool:
 
 
 def _read_record(target: Path) -> dict[str, Any]:
-    return _read_json(_record(target))
+    return read_json_object(_record(target))
 
 
 def _write_record(target: Path, data: dict[str, Any]) -> None:
@@ -113,7 +112,7 @@ def download_record(models_dir: str | os.PathLike[str], repo: str, file: str) ->
     the GGUF header was checked; say "not verified by the hub" rather than "verified").
     None when the file is absent, has no record or changed since."""
     target = download_target(models_dir, repo, file)
-    record = _read_json(_done_record(target))
+    record = read_json_object(_done_record(target))
     sha = _own_sha256(target, record)
     if sha is None:
         return None
