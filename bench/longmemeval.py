@@ -134,7 +134,10 @@ def evidence_first(evidence: list[int]):
         if not ranking.ranked:
             return ranking
         first = [i for i in evidence if i <= through_id]
-        return dataclasses.replace(ranking, ranked=[*first, *(i for i in ranking.ranked if i not in first)])
+        perfect = {"ranked": [*first, *(i for i in ranking.ranked if i not in first)]}
+        if hasattr(ranking, "strength"):  # as strong as the best: recall's cutoff keeps them
+            perfect["strength"] = {**ranking.strength, **dict.fromkeys(first, 1.0)}
+        return dataclasses.replace(ranking, **perfect)
 
     Recaller.rank = ranked_first
     try:

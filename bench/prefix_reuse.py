@@ -100,16 +100,24 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def run_iris(model, pairs, window, skip=0, recall=RECALL_DEFAULT, idle: float | None = None):
+def run_iris(model, pairs, window, skip=0, recall=RECALL_DEFAULT, idle: float | None = None,
+             embedder=None, reranker=None):
     """Iris's turns, one measured row at a time; with ``idle`` (seconds), the warm-up
     after a compaction and the draft's prefill run before each send, within that much
-    wall time."""
+    wall time. With ``embedder`` and ``reranker``, recall as the app ships it (the draft's
+    ranking, cross-encoder included, is part of the idle work; the new messages' vectors
+    are added after each turn, not timed, as the app adds them on its database thread)."""
     counter = model.counter()
     params = ContextParams(window=window, system_prompt=SYSTEM, recall_max_tokens=recall)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.db")
         thread = store.create_thread("bench")
-        planner = Planner(params, counter)
+        planner = Planner(params, counter, embedder=embedder, reranker=reranker)
+
+        def index() -> None:
+            if embedder is not None:
+                while planner.index(store).index_pending(limit=256):
+                    pass
         compactor = build_compactor(planner, store)
         previous_prompt = 0
         compacted = False
@@ -120,6 +128,7 @@ def run_iris(model, pairs, window, skip=0, recall=RECALL_DEFAULT, idle: float | 
                 if reply:
                     store.add_message(thread, reply)
                 if n == skip:
+                    index()
                     settle_history(compactor, planner, store, thread, model)
                 continue
             idle_work = {"warmed": 0, "prefilled": 0, "idle_s": 0.0}
@@ -153,6 +162,7 @@ def run_iris(model, pairs, window, skip=0, recall=RECALL_DEFAULT, idle: float | 
                   f"evaluated {stats.evaluated_tokens}", file=sys.stderr, flush=True)
             if reply:
                 store.add_message(thread, reply)
+            index()
             # background compaction after the reply, as the agent does; the app then
             # warms the new prefix up (here: in the next turn's idle time)
             events = list(compactor.after_reply(thread))
@@ -226,6 +236,10 @@ def main() -> None:
                         help="the Iris clients' weights: q8 (model.q8_weights, the shipped default: "
                              "the exact Q8_0 copy of the model's Q5_0 weights) or the file as "
                              "published (the rolling client always reads it as published)")
+    parser.add_argument("--recall-models", action="store_true",
+                        help="the Iris clients recall as the app ships it: by meaning too (the "
+                             "embedding model) and reranked (the cross-encoder); default: bm25 only, "
+                             "as the earlier runs")
     parser.add_argument("--compare-recall", type=int, default=None, metavar="TOKENS",
                         help="also run Iris with idle work at this context.recall_max_tokens, "
                              "side by side, and compare the question turns")
@@ -247,13 +261,21 @@ def main() -> None:
                               weights_dir=None if i == 2 else weights_dir)
               for i in range(4 if compare else 3)]
     model = models[0]
+    embedder = reranker = None
+    if args.recall_models:
+        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
+        from iris_desktop.runtime.reranker import CrossEncoder
+
+        embedder = Embedder.load(ensure_embedding_model(app_paths().models_dir))
+        reranker = CrossEncoder.load()
+    recall_models = {"embedder": embedder, "reranker": reranker}
     iris, cold, rolling, other = [], [], [], []
-    clients = [run_iris(models[0], pairs, args.window, args.skip, args.recall, idle=args.idle),
-               run_iris(models[1], pairs, args.window, args.skip, args.recall),
+    clients = [run_iris(models[0], pairs, args.window, args.skip, args.recall, idle=args.idle, **recall_models),
+               run_iris(models[1], pairs, args.window, args.skip, args.recall, **recall_models),
                run_rolling(models[2], pairs, args.window, args.skip)]
     if compare:
         clients.append(run_iris(models[3], pairs, args.window, args.skip, args.compare_recall,
-                                idle=args.idle))
+                                idle=args.idle, **recall_models))
     try:
         for a, c, b, *o in zip(*clients):
             iris.append(a)
@@ -263,11 +285,16 @@ def main() -> None:
     finally:
         for m in models:
             m.close()
+        for part in (embedder, reranker):
+            if part is not None:
+                part.close()
 
     full_from = next((r["turn"] for r in rolling if r["dropped"]), None)
     print(f"chat {args.chat}, turns {args.skip + 1}–{len(pairs)} measured (turns 1–{args.skip} "
           f"already history), window {args.window}, model {model.path.name}, idle time "
-          f"{args.idle:g} s per turn, model.kv_shift {'on' if kv_shift else 'off'}, Iris's weights "
+          f"{args.idle:g} s per turn, model.kv_shift {'on' if kv_shift else 'off'}, Iris's recall "
+          f"{'by words, meaning and the reranker (as shipped)' if args.recall_models else 'by words (bm25) only'}"
+          f", its weights "
           f"{models[0].weights}; the rolling client's {models[2].weights}")
     print(f"rolling window starts dropping turns at turn {full_from}\n")
     print("| turn | Iris prompt | Iris evaluated at send | Iris TTFT (s) | warmed / prefilled "
@@ -314,7 +341,7 @@ def main() -> None:
         compare_recall(iris, other, args.recall, args.compare_recall)
     med, p95, top = ratios["Iris, idle work"]
     print(f"\nprefix_reuse: turns={len(iris)} idle_s={args.idle:g} kv_shift={'on' if kv_shift else 'off'} "
-          f"weights={args.weights} "
+          f"weights={args.weights} recall_models={'on' if args.recall_models else 'off'} "
           f"median_ratio={med:.3f} "
           f"p95_ratio={p95:.3f} max_ratio={top:.3f}")
 

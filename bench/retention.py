@@ -40,8 +40,11 @@ Rows, measured side by side in one run:
 the same vectors, so the same scores, without embedding every chat again).
 ``--rerank`` / ``--no-rerank`` turn recall's cross-encoder on or off (default: as
 ``context.recall_rerank`` ships); ``--rerank-cache FILE`` keeps its scores between runs
-(:class:`CachedReranker`), ``--rerank-threads`` sets its threads. The reranker's own time
-per question is reported when no cache is used.
+(:class:`CachedReranker`, keyed by the whole call: a score depends on the passages read
+beside it), ``--rerank-threads`` sets its threads. The reranker's own time per question is
+reported when no cache is used. ``--recall-cutoff X`` sets recall's relative cutoff
+(``RECALL_CUTOFF``; both benches). The recall block's tokens in each probe's request are
+reported as a median (with p25 and p75), and in the last line with ``evidence_all``.
 
 The last line is one parseable summary.
 """
@@ -179,6 +182,8 @@ class Tally:
         self.rows: dict[str, Counter] = {}
         #: label → [probes, probes whose every evidence message the request shows]
         self.evidence: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        #: label → the recall block's tokens in each probe's request (0: no block)
+        self.block_tokens: dict[str, list[int]] = defaultdict(list)
 
     def add(self, row: str, probe: dict, seen: Seen) -> None:
         found, strict = seen.finds(probe)
@@ -196,38 +201,55 @@ class Tally:
 
 
 class CachedReranker:
-    """``reranker``'s scores looked up first in ``path`` by (model, question, passage):
-    the same scores as the model gives, without reading every pair again on each run
-    (benches only). ``seconds`` lists the model's own time per call that missed."""
+    """``reranker``'s scores looked up first in ``path``, one call at a time: the same scores
+    as the model gives, without reading every pair again on each run (benches only).
+    ``seconds`` lists the model's own time per call that missed.
+
+    The key is the whole call (the model and how it batches, the question, every passage
+    in order), not one (question, passage) pair: the shipped model is INT8 with dynamic
+    quantization, so each batch's activations are scaled by that batch's own range, and a
+    passage's score moves with the passages read beside it (about 0.1–0.3 logit; -7.39
+    alone, -7.46 and -7.23 beside other passages). A cache by pair hands a changed
+    candidate list scores the model gave in other batches; by call, a run that reads the
+    same candidates gets exactly what the model gave for them, and any other list is read
+    by the model."""
 
     def __init__(self, reranker, path: Path | None = None):
         self.reranker = reranker
         self.identity = reranker.identity
+        from iris_desktop.runtime import reranker as module
+
+        #: what else decides a score: the model's batch size and the longest passage it reads
+        self.model = (f"{reranker.identity}|batch={getattr(module, '_BATCH', '?')}"
+                      f"|max_tokens={getattr(reranker, 'max_tokens', '?')}"
+                      f"|max_passage_tokens={getattr(reranker, 'max_passage_tokens', '?')}"
+                      f"|query_tokens={getattr(module, '_QUERY_TOKENS', '?')}")
         self.conn = sqlite3.connect(str(path) if path else ":memory:")  # a run asks twice per question
-        self.conn.execute("CREATE TABLE IF NOT EXISTS scores (model TEXT, key BLOB, score REAL, "
+        self.conn.execute("CREATE TABLE IF NOT EXISTS calls (model TEXT, key BLOB, scores TEXT, "
                           "PRIMARY KEY (model, key))")
         self.seconds: list[float] = []
 
-    def _key(self, query: str, passage: str) -> bytes:
-        return hashlib.sha256(f"{query}\0{passage}".encode()).digest()
+    @staticmethod
+    def _key(query: str, passages) -> bytes:
+        digest = hashlib.sha256(query.encode())
+        for passage in passages:
+            digest.update(b"\0" + passage.encode())
+        return digest.digest()
 
     def score(self, query: str, passages) -> list[float]:
-        out: list[float | None] = [None] * len(passages)
-        for k, passage in enumerate(passages):
-            found = self.conn.execute("SELECT score FROM scores WHERE model = ? AND key = ?",
-                                      (self.identity, self._key(query, passage))).fetchone()
-            out[k] = None if found is None else found[0]
-        missing = [k for k, v in enumerate(out) if v is None]
-        if missing:
-            started = time.perf_counter()
-            scores = self.reranker.score(query, [passages[k] for k in missing])
-            self.seconds.append(time.perf_counter() - started)
-            for k, value in zip(missing, scores):
-                out[k] = value
-            with self.conn:
-                self.conn.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)",
-                                      [(self.identity, self._key(query, passages[k]), out[k]) for k in missing])
-        return out
+        passages = list(passages)
+        key = self._key(query, passages)
+        found = self.conn.execute("SELECT scores FROM calls WHERE model = ? AND key = ?",
+                                  (self.model, key)).fetchone()
+        if found is not None:
+            return json.loads(found[0])
+        started = time.perf_counter()
+        scores = [float(s) for s in self.reranker.score(query, passages)]
+        self.seconds.append(time.perf_counter() - started)
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?)",
+                              (self.model, key, json.dumps(scores)))
+        return scores
 
     def timing(self) -> str:
         """The model's time per call (a question, or one part of it), when it ran."""
@@ -240,9 +262,13 @@ class CachedReranker:
 
 def load_reranker(args):
     """The shipped cross-encoder for a bench run, or None (``--no-rerank``)."""
+    from iris_desktop.core import recall
+
+    if args.recall_cutoff is not None:  # measured for issue 45 item 3 (docs/benchmarks.md)
+        recall.RECALL_CUTOFF = args.recall_cutoff
+    print(f"recall cutoff {getattr(recall, 'RECALL_CUTOFF', 'none (this engine has no cutoff)')}", flush=True)
     if not args.rerank:
         return None
-    from iris_desktop.core import recall
     from iris_desktop.runtime.reranker import CrossEncoder
 
     if args.rerank_candidates:  # measured for issue 45 (docs/benchmarks.md)
@@ -261,6 +287,9 @@ def add_rerank_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rerank-threads", type=int, default=1)
     parser.add_argument("--rerank-candidates", type=int, default=None,
                         help="candidates the reranker reads (default: recall's RERANK_CANDIDATES)")
+    parser.add_argument("--recall-cutoff", type=float, default=None,
+                        help="recall's relative cutoff: a hit weaker than this share of the best is "
+                             "left out (default: recall's RECALL_CUTOFF; 0: none)")
 
 
 def asked_text(planner: Planner, store: Store, thread: int, question: str) -> str:
@@ -336,6 +365,7 @@ def score_thread(store, thread, ids, data, messages, planner, counter, paraphras
         counts = tally.evidence[label]
         counts[0] += 1
         counts[1] += all(ids[data["dia_index"][e]] in shown for e in probe["evidence"])
+        tally.block_tokens[label].append(request.breakdown.recall)
         evidence = recaller.block_for(thread, covered,
                                       [ids[data["dia_index"][e]] for e in probe["evidence"]],
                                       query_terms(probe["question"], store.thread_speakers(thread)))
@@ -420,6 +450,11 @@ def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: boo
               "compaction on average")
     for label, (n, every) in tally.evidence.items():
         print(f"\n{label}: every evidence message in the request for {every:,} of {n:,} probes ({every / n:.1%})")
+    for label, tokens in tally.block_tokens.items():
+        shown = sorted(t for t in tokens if t)
+        print(f"{label}: recall block tokens, median {statistics.median(tokens):,.0f} over the {len(tokens):,} "
+              f"probes (p25 {quantile(tokens, 0.25):,.0f}, p75 {quantile(tokens, 0.75):,.0f}); "
+              f"{len(shown):,} with a block, median {statistics.median(shown) if shown else 0:,.0f}")
     baseline = tally.rate("extractive: names-and-numbers extract")
     shipped = tally.rate("extractive: summary + recall + tail")
     ceiling = "extractive: ceiling: summary + recall + tail + the evidence"
@@ -431,7 +466,15 @@ def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: boo
           f"ceiling={tally.rate(ceiling):.3f} ceiling_multi_hop={tally.rate(ceiling, 1):.3f} "
           f"strict_with_recall={tally.rate('extractive: summary + recall + tail', strict=True):.3f} "
           f"strict_multi_hop={tally.rate('extractive: summary + recall + tail', 1, strict=True):.3f} "
-          f"strict_ceiling={tally.rate(ceiling, strict=True):.3f}")
+          f"strict_ceiling={tally.rate(ceiling, strict=True):.3f} "
+          f"evidence_all={tally.evidence['extractive'][1] / max(tally.evidence['extractive'][0], 1):.3f} "
+          f"recall_tokens_median={statistics.median(tally.block_tokens['extractive'] or [0]):.0f}")
+
+
+def quantile(values: list[int], q: float) -> float:
+    """The q-quantile of ``values`` (nearest rank), 0 for none."""
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0
 
 
 if __name__ == "__main__":

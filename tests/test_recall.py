@@ -13,8 +13,10 @@ from iris_desktop.core.engine import ContextEngine
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.recall import (
     COUNTING_HIT_CHARS,
+    RECALL_CUTOFF,
     RECALL_FOOTER,
     RECALL_HEADER,
+    Ranking,
     Recaller,
     _interleave,
     _statements,
@@ -611,3 +613,98 @@ def test_a_question_about_one_sides_words_shows_more_of_that_sides_messages(fres
                                                  "fence?", budget).ids)) > \
         len(set(plants) & set(recaller.recall(thread, ids[-1], "Which flowers were planted along the garden "
                                               "fence?", budget).ids))
+
+
+#: a relative cutoff as measured in docs/benchmarks.md (the highest that kept every LongMemEval
+#: evidence message; the shipped RECALL_CUTOFF is 0, none, since every cutoff measured lost
+#: LoCoMo probes)
+CUT = 0.4
+
+
+@pytest.fixture
+def cutoff(monkeypatch):
+    monkeypatch.setattr("iris_desktop.core.recall.RECALL_CUTOFF", CUT)
+    return CUT
+
+
+def _cutoff_chat(store, n=12):
+    """``n`` short messages that all match "blue boat", user and assistant in turns."""
+    thread = store.create_thread("t")
+    ids = store.add_messages(thread, [{"role": "user" if i % 2 == 0 else "assistant",
+                                       "content": f"Message {i} is about the blue boat."} for i in range(n)])
+    return thread, ids
+
+
+def test_the_cutoff_leaves_out_hits_far_below_the_best_and_keeps_close_ones(fresh_store, monkeypatch, cutoff):
+    """The block ends where the evidence does, not where the room does: after the first
+    hit, a hit whose strength (its score over the best one's) is below RECALL_CUTOFF is
+    left out, with the messages that would follow it, though the budget has room for it;
+    a hit close to the best is shown, wherever it stands in the ranking."""
+    thread, ids = _cutoff_chat(fresh_store)
+    best, far, close, closer = ids[0], ids[3], ids[6], ids[9]  # each followed by two messages
+    strength = {best: 1.0, far: cutoff / 3, close: cutoff + (1 - cutoff) / 4, closer: 0.95}
+    ranking = Ranking(thread, ids[-1], ["blue", "boat"], [best, far, close, closer], strength=strength)
+    recaller = Recaller(fresh_store, HeuristicCounter())
+    block = recaller.block(ranking, 2000)
+    assert {best, close, closer} <= set(block.ids)
+    assert not set(ids[3:6]) & set(block.ids)  # the far hit, and its replies
+    assert "Message 3 " not in block.text and "Message 6 " in block.text
+    monkeypatch.setattr("iris_desktop.core.recall.RECALL_CUTOFF", 0.0)  # no cutoff: the room decides
+    assert set(recaller.block(ranking, 2000).ids) == set(ids)
+
+
+def test_a_questions_best_hit_is_always_shown_however_weak(fresh_store, cutoff):
+    """The cutoff only ever ends the block after its first hit: the message ranked first
+    is shown whatever its strength (a ranking whose scores are all low, a part's best hit
+    merged first); what follows it is measured against the cutoff."""
+    thread, ids = _cutoff_chat(fresh_store, 6)
+    weak = cutoff / 10
+    ranking = Ranking(thread, ids[-1], ["blue", "boat"], [ids[3], ids[0]], strength={ids[3]: weak, ids[0]: weak})
+    block = Recaller(fresh_store, HeuristicCounter()).block(ranking, 2000)
+    assert block.ids == ids[3:6]  # the first hit with its two replies; the second left out
+    # a ranking without strengths (none measured) is filled by room alone, as before
+    assert set(Recaller(fresh_store, HeuristicCounter()).block(replace(ranking, strength={}), 2000).ids) == set(ids)
+
+
+def test_with_a_reranker_the_block_keeps_the_evidence_and_ends_where_the_matches_weaken(fresh_store, monkeypatch,
+                                                                                          cutoff):
+    """Through the real ranking: the first stage and a cross-encoder agree on the answer,
+    which ranks first with strength 1.0 and is shown; the many messages that only share a
+    word rank far below it and are left out, though the room would hold them."""
+    thread = fresh_store.create_thread("t")
+    filler = [{"role": "user", "content": f"The weather in the city was grey on day {i}, nothing else."}
+              for i in range(40)]
+    ids = fresh_store.add_messages(thread, [
+        {"role": "user", "name": "Rosa", "content": "We finally moved to the city of Tallinn last spring."},
+        {"role": "user", "name": "Tomas", "content": "Oh wow, good for you."},
+        *filler])
+    answer = ids[0]
+
+    class Agrees:  # the cross-encoder's reading: the answer far above the rest
+        identity = "agrees"
+
+        def score(self, query, passages):
+            return [8.0 if "Tallinn" in p else -8.0 for p in passages]
+
+    recaller = Recaller(fresh_store, HeuristicCounter(), reranker=Agrees())
+    ranking = recaller.rank(thread, ids[-1], "Which city did Rosa move to?")
+    assert ranking.reranked and ranking.ranked[0] == answer and ranking.strength[answer] == 1.0
+    assert all(0 < ranking.strength[i] <= 1 for i in ranking.ranked)
+    block = recaller.block(ranking, 4000)
+    assert answer in block.ids and "Tallinn" in block.text
+    strong = [i for i in ranking.ranked if ranking.strength[i] >= cutoff]
+    assert len(strong) < len(ranking.ranked)  # some are far below the answer
+    # every message shown is a strong hit or one of the two messages after one
+    assert set(block.ids) <= {i + k for i in strong for k in range(3)}
+    monkeypatch.setattr("iris_desktop.core.recall.RECALL_CUTOFF", 0.0)
+    assert len(recaller.block(ranking, 4000).ids) > len(block.ids)  # the room alone holds more
+    assert RECALL_CUTOFF == 0.0  # shipped: none (every cutoff measured lost LoCoMo probes)
+
+
+def test_without_the_reranker_the_room_fills_the_block(fresh_store, cutoff):
+    """The cutoff reads the reranked order's strengths only (where it was measured): a
+    ranking the cross-encoder did not reorder carries none, and its block is filled by room."""
+    thread, ids = _cutoff_chat(fresh_store, 30)
+    ranking = Recaller(fresh_store, HeuristicCounter()).rank(thread, ids[-1], "What about the blue boat?")
+    assert not ranking.reranked and ranking.strength == {}
+    assert set(Recaller(fresh_store, HeuristicCounter()).block(ranking, 4000).ids) == set(ids)

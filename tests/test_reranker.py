@@ -423,3 +423,31 @@ def test_the_inspector_says_whether_recall_was_reranked(tmp_path, qtbot, overrid
     finally:
         window.shutdown()
         host.close()
+
+
+def test_a_passages_score_depends_on_the_passages_read_with_it_so_the_bench_cache_keys_the_call(reranker, tmp_path):
+    """The model is INT8 with dynamic quantization: a batch's activations are scaled by
+    that batch's range, so one passage scores differently beside other passages. The
+    benches' score cache (bench/retention.py ``CachedReranker``) therefore keys a whole
+    call, and gives back exactly what the model gave for that list, never a score read in
+    another batch."""
+    import sys
+    from pathlib import Path
+
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        from retention import CachedReranker
+    finally:
+        sys.path.remove(bench)
+    query = "What pet did Mel adopt?"
+    kitten = "5 May 2023. Mel: We finally adopted a little grey kitten, she is called Bailey."
+    others = ["6 May 2023. Caroline: I went hiking in the mountains with friends yesterday, "
+              "and we saw a lot of birds and deer.", "7 May 2023. Mel: ok"]
+    alone, beside = reranker.score(query, [kitten])[0], reranker.score(query, [kitten, *others])[0]
+    assert alone != beside  # the same pair, another batch
+    cache = CachedReranker(reranker, tmp_path / "scores.db")
+    assert cache.score(query, [kitten]) == [alone] and cache.score(query, [kitten, *others])[0] == beside
+    assert len(cache.seconds) == 2  # two calls read by the model, not one pair reused
+    again = CachedReranker(reranker, tmp_path / "scores.db")
+    assert again.score(query, [kitten, *others])[0] == beside and not again.seconds

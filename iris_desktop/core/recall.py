@@ -6,11 +6,11 @@ searches the *summarized* messages for it and shows the best matches to the mode
 that message, verbatim, each with the messages that follow it (what a question asks is
 usually in the reply, and the details in the speaker's next words):
 
-    [Recalled from earlier in this chat: messages the summary replaced, dated]
+    [Recalled from earlier in this chat]
     4 March 2024:
     - Rosa: We finally moved to Tallinn last week (the week before 4 March 2024) …
     - Tomas: Oh wow, good for you.
-    [End of recalled messages]
+    [End of recall]
 
 Who and when come from each message's record (its ``name`` and ``sent_at``, see
 :mod:`.records`), never from the text's layout. Two rankings are fused by reciprocal
@@ -40,7 +40,10 @@ words ("what did I say about…") shows each hit with one message after it, the 
 side's reply only to its first lines: the answer is in that side's messages.
 
 Recall never displaces verbatim history: it uses only what the history budget leaves
-free, up to ``context.recall_max_tokens``. It is deterministic for a given store, so the
+free, up to ``context.recall_max_tokens``. Each hit of a reranked ranking carries its
+strength (its fused score over the best one's); :data:`RECALL_CUTOFF` would end the block
+where the hits fall that far below the best, but measured it cost answers at every value
+tried, so it is 0 and room ends the block. It is deterministic for a given store, so the
 same turn always gets the same block (and the KV cache its prefix). The stored messages
 are never changed; the block exists only in the request.
 """
@@ -73,8 +76,10 @@ from iris_desktop.tokens import TokenCounter
 
 log = logging.getLogger("iris.recall")
 
-RECALL_HEADER = "[Recalled from earlier in this chat: messages the summary replaced, dated]"
-RECALL_FOOTER = "[End of recalled messages]"
+#: the block's framing, 14 tokens with the bundled model's tokenizer (it was 22: "…: messages
+#: the summary replaced, dated]" and "[End of recalled messages]"; the dates are the block's headings)
+RECALL_HEADER = "[Recalled from earlier in this chat]"
+RECALL_FOOTER = "[End of recall]"
 QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "which", "kind",
                   "type", "has", "have", "tell", "remember", "please", "said", "say"}
 WORD_RE = re.compile(r"[A-Za-z0-9]+")
@@ -124,6 +129,17 @@ COUNTING_HIT_CHARS = 300
 #: 30 gave the same on both dev sets' questions but 6 fewer of the two-person chats' paraphrased
 #: ones (123 of 198 against 129), for half the time (docs/benchmarks.md, issue 45)
 RERANK_CANDIDATES = 60
+#: a relative cutoff: after the first hit, a hit whose strength (its fused score over the
+#: best one's, :attr:`Ranking.strength`) is below this is left out of the block, whatever
+#: room is left, so that the block ends where the evidence does rather than where the room
+#: does. 0: none, so the room decides. Measured for issue 45 (docs/benchmarks.md, "Smaller
+#: recall blocks"): the user↔assistant dev set keeps every evidence message up to 0.4 (its
+#: median block at the 8,192-token window 1,512 → 1,145 tokens), but the two-person chats
+#: lose answers at every cutoff tried (0.15 and up: an answer or an evidence message ranked
+#: near the end of the 60 the cross-encoder reads),
+#: so none ships; the reranked order's fused scores fall too gently for a cutoff that is
+#: free on both dev sets
+RECALL_CUTOFF = 0.0
 
 QUESTION_START_RE = re.compile(
     r"^\W*(?:what|when|where|who|whom|whose|why|how|which|did|do|does|is|are|was|were|can|"
@@ -260,6 +276,9 @@ class Ranking:
     rerank_s: float = 0.0  # the cross-encoder's time for this question
     #: why a reranker that was there did not reorder them ('' when it did, or none was there)
     rerank_reason: str = ""
+    #: each hit's score over the best score of the ranking that placed it (1.0: the best);
+    #: a hit weaker than :data:`RECALL_CUTOFF` is left out of the block
+    strength: dict[int, float] = field(default_factory=dict)
 
 
 class RankingCache:
@@ -329,12 +348,16 @@ class Recaller:
         if not asks(query):
             return Ranking(terms=terms, reason="the message asks nothing")
         self._rerank_s, self._reranked, self._rerank_reason = 0.0, False, ""
+        self._strength: dict[int, float] = {}
         ranked, semantic, role = self._rank(thread_id, through_id, query, terms, names, today)
         reason = "" if ranked else (
             "nothing summarized matches" if terms or semantic else "no searchable words")
+        # the cutoff reads strengths of the reranked order only (where it was measured);
+        # without the cross-encoder the block is filled by room, as it was before
         return Ranking(thread_id, through_id, terms, ranked, semantic, reason, role,
                        bool(COUNTING_RE.search(query)), self._reranked, round(self._rerank_s, 3),
-                       "" if self._reranked else self._rerank_reason)
+                       "" if self._reranked else self._rerank_reason,
+                       self._strength if self._reranked else {})
 
     def block(self, ranking: Ranking, budget: int,
               exclude: frozenset[int] = frozenset()) -> Recall:
@@ -346,7 +369,7 @@ class Recaller:
                           semantic=ranking.semantic)
         lines = _Lines(ranking.terms, ranking.role, ranking.counting)  # each line rendered once per block
         chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
-                              exclude, lines)
+                              exclude, lines, ranking.strength)
         if not chosen:
             return Recall(terms=ranking.terms, reason="nothing summarized matches",
                           semantic=ranking.semantic)
@@ -377,28 +400,39 @@ class Recaller:
             if by_meaning or speaker or role or periods else {}
         meaning = _statements(by_meaning, rows)
         boosts = _Boosts(speaker, role, periods)
-        ranked = boosts.ranked(fuse([lexical, meaning, _statements(then, rows)]), rows)
+        first = fuse([lexical, meaning, _statements(then, rows)])
+        ranked = boosts.ranked(first, rows)
+        strength = _relative(first, ranked)
         parts = question_parts(query, names)[:MAX_PARTS]
         if (parts or self.reranker is not None) and len(ranked) > 1:
             rows = {**rows, **self.store.messages_by_id([i for i in ranked if i not in rows])}
         reranked = ranked
         rerank = self.reranker is not None
         if rerank and len(ranked) > 1:
-            reranked = self._rerank(query, terms, ranked, rows, boosts, COUNTING_RE.search(query) is not None)
+            reranked, strength = self._rerank(query, terms, ranked, rows, boosts,
+                                              COUNTING_RE.search(query) is not None, strength)
         elif rerank:
             self._rerank_reason = "fewer than two candidates: nothing to reorder"
         if parts and len(ranked) > 1:  # each part ranked as the whole is, its boosts too
             part_rankings = []
             for part in parts:
-                part_ranked = boosts.ranked(self._score_part(thread_id, through_id, part, names, ranked, rows), rows)
+                part_scores = self._score_part(thread_id, through_id, part, names, ranked, rows)
+                part_ranked = boosts.ranked(part_scores, rows)
+                part_strength = _relative(part_scores, part_ranked)
                 if rerank and len(part_ranked) > 1:
-                    part_ranked = self._rerank(part, query_terms(part, names), part_ranked, rows, boosts, False)
+                    part_ranked, part_strength = self._rerank(part, query_terms(part, names), part_ranked,
+                                                              rows, boosts, False, part_strength)
                 part_rankings.append(part_ranked)
+                # a part's own best hits are as strong as the whole question's
+                for i, value in part_strength.items():
+                    strength[i] = max(strength.get(i, 0.0), value)
             reranked = _interleave([reranked, *part_rankings])
+        self._strength = strength
         return reranked, bool(meaning), role
 
     def _rerank(self, query: str, terms: list[str], ranked: list[int], rows: dict[int, dict],
-                boosts: _Boosts, counting: bool) -> list[int]:
+                boosts: _Boosts, counting: bool,
+                strength: dict[int, float]) -> tuple[list[int], dict[int, float]]:
         """``ranked`` with its first :data:`RERANK_CANDIDATES` reordered: the
         cross-encoder reads each with ``query`` as the block would show it (its date, its
         speaker, a long message's window around the question's words), its order is fused
@@ -408,7 +442,7 @@ class Recaller:
         top = [i for i in ranked[:RERANK_CANDIDATES] if isinstance(rows.get(i, {}).get("content"), str)]
         if len(top) < 2:
             self._rerank_reason = self._rerank_reason or "fewer than two candidates: nothing to reorder"
-            return ranked
+            return ranked, strength
         lines = _Lines(terms, counting=counting)
         lines.hits.update(top)
         passages = []
@@ -422,22 +456,29 @@ class Recaller:
         except Exception as exc:  # noqa: BLE001 - any failure of the model: keep the order recall had
             log.warning("reranking failed (%s); recall keeps its own order", exc)
             self._rerank_reason = f"reranking failed ({' '.join(str(exc).split()) or type(exc).__name__})"
-            return ranked
+            return ranked, strength
         finally:
             self._rerank_s += time.perf_counter() - started
         if len(scores) != len(top):
             log.warning("the reranker gave %d scores for %d passages; recall keeps its own order",
                         len(scores), len(top))
             self._rerank_reason = f"the reranker gave {len(scores)} scores for {len(top)} passages"
-            return ranked
+            return ranked, strength
         self._reranked = True
         by_model = [top[k] for k in sorted(range(len(top)), key=lambda k: (-scores[k], k))]
         # fused with recall's own order, not put in its place: alone the cross-encoder ranks
         # the assistant's explanations above the user's own statements ("did I…"), and the
         # asked side's boost on its order lifts every such message above the answer
-        head = boosts.ranked(fuse([top, by_model]), rows)
+        fused = fuse([top, by_model])
+        head = boosts.ranked(fused, rows)
         chosen = set(head)
-        return [*head, *(i for i in ranked if i not in chosen)]
+        rest = [i for i in ranked if i not in chosen]
+        # each hit's strength is its fused score over the best one's; past the candidates
+        # the cross-encoder read, the first stage's, never above the weakest it read
+        new = _relative(fused, head)
+        floor = min(new.values())
+        new.update((i, min(strength.get(i, 0.0), floor)) for i in rest)
+        return [*head, *rest], new
 
     def _score_part(self, thread_id: int, through_id: int, part: str, names: list[str],
                     candidates: list[int], rows: dict[int, dict]) -> dict[int, float]:
@@ -487,8 +528,10 @@ class Recaller:
         return _render(chosen, lines) if chosen else ""
 
     def _choose(self, thread_id: int, through_id: int, ranked: list[int], budget: int,
-                exclude: frozenset[int], lines: _Lines) -> dict[int, Said]:
-        """The hits and the messages that follow each, in rank order while they fit."""
+                exclude: frozenset[int], lines: _Lines,
+                strength: dict[int, float] | None = None) -> dict[int, Said]:
+        """The hits and the messages that follow each, in rank order while they fit; after
+        the first hit, only those whose strength reaches :data:`RECALL_CUTOFF`."""
         spent = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
         chosen: dict[int, Said] = {}
         headings: set[str] = set()
@@ -497,6 +540,8 @@ class Recaller:
                 break
             if hit_id in chosen or hit_id in exclude:
                 continue
+            if chosen and strength and strength.get(hit_id, 0.0) < RECALL_CUTOFF:
+                continue  # far below the best: the evidence has ended
             following = 0 if lines.counting else ROLE_FOLLOWING if lines.role else FOLLOWING
             group = [s for s in self._group(thread_id, through_id, hit_id, exclude, following)
                      if s.id not in chosen]
@@ -543,6 +588,12 @@ class _Boosts:
             if self.periods and any(p.holds(day_of(row.get("sent_at"))) for p in self.periods):
                 scores[i] *= NAMED_DATE_BOOST
         return sorted(scores, key=lambda i: (-scores[i], i))
+
+
+def _relative(scores: dict[int, float], ranked: Sequence[int]) -> dict[int, float]:
+    """Each ranked id's score over the best one's (1.0 for the first)."""
+    best = scores.get(ranked[0], 0.0) if ranked else 0.0
+    return {i: scores[i] / best if best > 0 else 1.0 for i in ranked}
 
 
 def _interleave(rankings: Sequence[Sequence[int]]) -> list[int]:
