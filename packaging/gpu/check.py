@@ -27,11 +27,28 @@ Phases (each timed; the closing line gives the figures):
             - model.gpu off creates no Vulkan buffer at all
             - without a Vulkan driver (no ICD, and no libvulkan.so.1 at all) the self-test runs
               on the CPU, says why in one sentence, and exits 0
-            - the frozen-app path's ``--self-test`` on the GPU, and tests/test_gpu.py (its
+            - the app's ``--self-test`` on the GPU, and tests/test_gpu.py (its
               GPU tests run here instead of skipping)
+ 5. frozen-build  the frozen Linux app and its .deb: packaging/build.py (what `make dist` runs)
+            on a copy of this checkout in the cache (frozen/src: its build/ and dist/ stay
+            there, never this checkout's), handed the wheel of phase 2 (``--llama-wheel``),
+            with numpy's PyPI wheel (``--stock-numpy``, as windows-check: nothing compiled
+            here), no .tar.gz and a gzip .deb; build.py's own checks and smoke tests run (the
+            Vulkan module there and no loader, the --self-test on the CPU: ggml leaves
+            lavapipe out, the GUI starts). Reused while the files it is made from, the wheel
+            and the options are the same (--rebuild-frozen builds anew)
+ 6. frozen  the bundle has llama_cpp/lib/libggml-vulkan.so, which NEEDs libvulkan.so.1 and finds
+            the system's (ldd); no libvulkan.so* in the bundle nor in the .deb (dpkg-deb -c),
+            whose control says Recommends: libvulkan1 and never Depends on it (dpkg-deb -f);
+            the frozen app's ``-v --self-test``, offline (unshare -n) with its own HOME, XDG
+            folders and IRIS_HOME: on lavapipe every layer offloaded (the self-test's line
+            and the load log's "offloaded 25/25 layers to llvmpipe ..., as planned (Vulkan0
+            ...)") and "Paris"; without a Vulkan driver and without a Vulkan loader, the CPU
+            with one sentence, "Paris", exit 0
 
 Caches: ~/.cache/iris-gpu-check (or $IRIS_GPU_CHECK_CACHE): the sdist, the wheel, the venv,
-the bundled model's copy; the last run's record in last-gpu-check.json there.
+the bundled model's copy, the frozen app's checkout copy (frozen/src, with build.py's build/
+and dist/; frozen/build.log); the last run's record in last-gpu-check.json there.
 """
 
 from __future__ import annotations
@@ -40,10 +57,12 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +71,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 
 import build as project_build  # noqa: E402  (packaging/build.py: the CMAKE_ARGS, names)
+from windows import check as windows_check  # noqa: E402  (its copy of the checkout for build.py)
 
 CACHE = Path(os.environ.get("IRIS_GPU_CHECK_CACHE", Path.home() / ".cache" / "iris-gpu-check"))
 DEBIAN_PACKAGES = ["mesa-vulkan-drivers", "libvulkan-dev", "glslc", "spirv-headers", "vulkan-tools"]
@@ -59,6 +79,15 @@ PROJECT_VENV = ROOT / ".venv"
 #: lavapipe is Vulkan device 0 on a machine without a GPU; ggml skips CPU-type devices unless named
 VISIBLE = {"GGML_VK_VISIBLE_DEVICES": "0"}
 JOBS = "2"
+#: the frozen app: packaging/build.py run on a copy of this checkout (its build/ and dist/ kept
+#: there between runs, never this checkout's), with the Vulkan wheel
+FROZEN = CACHE / "frozen"
+#: build.py's options for it: the wheel above (--llama-wheel), numpy's PyPI wheel as
+#: windows-check does (nothing compiled here), the .deb quickly compressed and no .tar.gz (the
+#: folder it would hold is checked as it is)
+FROZEN_BUILD_ARGS = ["--stock-numpy", "--no-tar", "--deb-compression", "gzip"]
+#: what a Linux build.py never reads (this check, the Windows and macOS installers' files)
+NOT_FROZEN_INPUTS = ("packaging/gpu/", "packaging/windows/", "packaging/macos/")
 
 
 class CheckError(Exception):
@@ -251,40 +280,94 @@ def check_off(venv: Path) -> dict:
     return got
 
 
-def self_test(venv: Path, env: dict, prefix: list | None = None) -> tuple[int, str]:
-    """The app's --self-test, its exit status and its one line (or the end of what it said)."""
-    proc = subprocess.run([str(c) for c in [*(prefix or []), *iris(venv), "--self-test"]], env=env,
+#: the self-test's line (iris_desktop/selftest.py): where the model ran and what it replied
+SELF_TEST_GPU = re.compile(r" on GPU: (?P<device>.+?) · (?P<layers>\d+)/(?P<total>\d+) layers \(")
+SELF_TEST_CPU = re.compile(r" on CPU \((?P<reason>.*?)\); asked ")
+SELF_TEST_REPLY = re.compile(r"replied '(?P<reply>[^']*)'")
+#: what the app logs with -v once the load log agrees with the plan (runtime/loading.py: as_loaded)
+AS_PLANNED = re.compile(r"offloaded (?P<layers>\d+)/(?P<total>\d+) layers to (?P<device>.+), as planned "
+                        r"\((?P<buffers>[^)]*)\)")
+
+
+def read_self_test(output: str) -> dict:
+    """The facts of a ``--self-test`` run's output: its line, ok, the GPU and its layers or the
+    CPU and why, the reply, and (with -v) the load log's "offloaded N/M layers ..., as planned"."""
+    lines = output.strip().splitlines()
+    line = next((x for x in lines if "self-test" in x and ("self-test ok" in x or "FAILED" in x)),
+                output.strip()[-1500:])
+    gpu, cpu, reply = SELF_TEST_GPU.search(line), SELF_TEST_CPU.search(line), SELF_TEST_REPLY.search(line)
+    planned = next((m for m in map(AS_PLANNED.search, lines) if m), None)
+    return {"line": line, "ok": "self-test ok" in line, "device": gpu["device"] if gpu else None,
+            "layers": int(gpu["layers"]) if gpu else None, "total_layers": int(gpu["total"]) if gpu else None,
+            "cpu_reason": cpu["reason"] if cpu else None, "reply": reply["reply"] if reply else None,
+            "load_log": planned[0] if planned else None}
+
+
+def on_whole_gpu(facts: dict) -> bool:
+    """The self-test ran every layer on a GPU and answered."""
+    return bool(facts["ok"] and facts["device"] and facts["layers"] == facts["total_layers"]
+                and "paris" in (facts["reply"] or "").lower())
+
+
+def on_cpu_in_one_sentence(facts: dict) -> bool:
+    """The self-test ran on the CPU, said why in one sentence, and answered."""
+    reason = (facts["cpu_reason"] or "").strip()
+    return bool(facts["ok"] and not facts["device"] and reason and reason.count(". ") == 0
+                and "paris" in (facts["reply"] or "").lower())
+
+
+def self_test(cmd: list, env: dict, prefix: list | None = None) -> tuple[int, dict]:
+    """``cmd --self-test``: its exit status and :func:`read_self_test`'s facts."""
+    proc = subprocess.run([str(c) for c in [*(prefix or []), *cmd, "--self-test"]], env=env,
                           capture_output=True, text=True, timeout=2400)
-    out = (proc.stdout + proc.stderr).strip()
-    return proc.returncode, next((x for x in out.splitlines() if "self-test" in x), out[-1500:])
+    return proc.returncode, read_self_test(proc.stdout + proc.stderr)
 
 
-def check_self_tests(venv: Path) -> dict:
-    code, line = self_test(venv, {**os.environ, **VISIBLE})
-    expect(code == 0 and "self-test ok" in line and " on GPU: " in line, "the self-test on the GPU", line)
-    say(f"      self-test on the GPU: {line}")
-    result = {"gpu": line}
+def vulkan_loader() -> Path:
+    found = run(["sh", "-c", "ldconfig -p | awk '/libvulkan.so.1 /{print $NF; exit}'"]).stdout.strip()
+    return Path(found or "/usr/lib/x86_64-linux-gnu/libvulkan.so.1").resolve()
+
+
+def three_self_tests(cmd: list, env: dict, prefix: list | None = None, verbose_log: bool = False) -> dict:
+    """``cmd --self-test`` on lavapipe (every layer), with no Vulkan driver and with no Vulkan
+    loader at all (the CPU, one sentence, exit 0). ``env``: the environment, without
+    GGML_VK_VISIBLE_DEVICES; ``prefix``: what runs it (offline); ``verbose_log``: ``cmd`` has
+    -v, and the load log must say every layer was offloaded as planned."""
+    prefix = list(prefix or [])
+    code, facts = self_test(cmd, {**env, **VISIBLE}, prefix)
+    expect(code == 0 and on_whole_gpu(facts), "the self-test on the GPU", facts)
+    if verbose_log:
+        logged = AS_PLANNED.search(facts["load_log"] or "")
+        expect(logged is not None and logged["layers"] == logged["total"] == str(facts["total_layers"])
+               and "Vulkan" in logged["buffers"], "the load log does not say every layer went to Vulkan", facts)
+        say(f"      load log: {facts['load_log']}")
+    say(f"      self-test on the GPU: {facts['line']}")
+    result = {"gpu": facts["line"], "gpu_load_log": facts["load_log"]}
     # no Vulkan driver: the loader finds no ICD (GGML_VK_VISIBLE_DEVICES unset: it would name a device)
-    plain = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}
-    code, line = self_test(venv, {**plain, "VK_DRIVER_FILES": "/nonexistent.json",
-                                  "VK_ICD_FILENAMES": "/nonexistent.json"})
-    expect(code == 0 and "self-test ok" in line and " on CPU (" in line, "without a Vulkan driver", line)
-    say(f"      no Vulkan driver (no ICD): exit 0, {line[line.index(' on CPU ('):][:160]}")
-    result["no_icd"] = line
+    code, facts = self_test(cmd, {**env, "VK_DRIVER_FILES": "/nonexistent.json",
+                                  "VK_ICD_FILENAMES": "/nonexistent.json"}, prefix)
+    expect(code == 0 and on_cpu_in_one_sentence(facts), "without a Vulkan driver", facts)
+    say(f"      no Vulkan driver (no ICD): exit 0, on CPU ({facts['cpu_reason']}), replied {facts['reply']!r}")
+    result["no_icd"] = facts["line"]
     # no Vulkan loader at all: libvulkan.so.1 hidden in a mount namespace (ggml's Vulkan module
     # cannot load); needs root and unshare
-    found = run(["sh", "-c", "ldconfig -p | awk '/libvulkan.so.1 /{print $NF; exit}'"]).stdout.strip()
-    loader = Path(found or "/usr/lib/x86_64-linux-gnu/libvulkan.so.1").resolve()
+    loader = vulkan_loader()
     hide = ["unshare", "-m", "sh", "-c", f'mount --bind /dev/null "{loader}" && exec "$0" "$@"']
     if os.geteuid() != 0 or not shutil.which("unshare") or not loader.exists():
         say("      no Vulkan loader: not run (needs root, unshare and a libvulkan.so.1 to hide)")
         result["no_loader"] = None
         return result
-    code, line = self_test(venv, plain, prefix=hide)
-    expect(code == 0 and "self-test ok" in line and " on CPU (" in line, f"without {loader}", line)
-    say(f"      no Vulkan loader ({loader} hidden): exit 0, {line[line.index(' on CPU ('):][:160]}")
-    result["no_loader"] = line
+    code, facts = self_test(cmd, env, [*hide, *prefix])
+    expect(code == 0 and on_cpu_in_one_sentence(facts), f"without {loader}", facts)
+    say(f"      no Vulkan loader ({loader} hidden): exit 0, on CPU ({facts['cpu_reason']}), "
+        f"replied {facts['reply']!r}")
+    result["no_loader"] = facts["line"]
     return result
+
+
+def check_self_tests(venv: Path) -> dict:
+    plain = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}
+    return three_self_tests(iris(venv), plain)
 
 
 def check_tests(venv: Path) -> dict:
@@ -297,10 +380,159 @@ def check_tests(venv: Path) -> dict:
     return {"summary": summary}
 
 
+# -- the frozen Linux app ------------------------------------------------------------------------
+
+
+def frozen_paths(src: Path) -> dict:
+    version = project_build.project_metadata()["version"]
+    dist = src / "dist"
+    return {"app": dist / project_build.APP_NAME, "exe": dist / project_build.APP_NAME / project_build.APP_NAME,
+            "deb": dist / f"{project_build.APP_NAME}_{version}_{project_build.deb_arch()}.deb",
+            "record_file": src / "build" / "last-build.json", "stamp": dist / "iris-gpu-check-build.json"}
+
+
+def phase_frozen_build(wheel: dict, rebuild: bool) -> dict:
+    """packaging/build.py, as `make dist` runs it, on a copy of this checkout in FROZEN/src with
+    the Vulkan wheel: the one-folder app and the .deb (with build.py's own checks and smoke
+    tests: the Vulkan module there, no loader, the --self-test on the CPU, the GUI). Reused
+    while what they are made from (windows_check.BUILD_INPUTS), the wheel and the options are
+    the same."""
+    src = FROZEN / "src"
+    copied = windows_check.sync_checkout(src)
+    say(f"      checkout copied to {src} ({copied} files changed)")
+    args = ["--llama-wheel", wheel["wheel"], f"--cmake-args={wheel['cmake_args']}", *FROZEN_BUILD_ARGS]
+    paths = frozen_paths(src)
+    inputs = [f for f in windows_check.checkout_files()
+              if f.startswith(windows_check.BUILD_INPUTS) and not f.startswith(NOT_FROZEN_INPUTS)]
+    key = windows_check.key_of(windows_check.tree_digest(src, inputs), wheel["sdist_sha256"], wheel["wheel"],
+                               Path(wheel["wheel"]).stat().st_size, args)
+    built = paths["stamp"].exists() and json.loads(paths["stamp"].read_text()).get("key") == key
+    if built and not rebuild and paths["exe"].is_file() and paths["deb"].is_file() and paths["record_file"].exists():
+        record = json.loads(paths["record_file"].read_text())
+        say(f"      cached: {paths['app']} and {paths['deb'].name} (checkout and wheel unchanged; "
+            "--rebuild-frozen builds anew)")
+        return {"args": args, "cached": True, "record": record, **{k: str(v) for k, v in paths.items()}}
+    paths["stamp"].unlink(missing_ok=True)
+    log = FROZEN / "build.log"
+    say(f"      {PROJECT_VENV / 'bin' / 'python'} packaging/build.py {' '.join(map(str, args))} (in {src}; log: {log})")
+    t0 = time.perf_counter()
+    with log.open("w") as fh:
+        proc = subprocess.Popen([str(PROJECT_VENV / "bin" / "python"), "-u", str(src / "packaging" / "build.py"),
+                                 *map(str, args)], cwd=src, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": JOBS})
+        for line in proc.stdout:
+            fh.write(line)
+            if line.startswith("==> "):
+                say("      " + line[4:].rstrip())
+        code = proc.wait()
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise CheckError(f"packaging/build.py failed (exit {code}; log: {log}):\n{tail}")
+    for what in ("exe", "deb", "record_file"):
+        expect(paths[what].is_file(), f"build.py finished without its {what}", str(paths[what]))
+    record = json.loads(paths["record_file"].read_text())
+    paths["stamp"].write_text(json.dumps({"key": key}))
+    say(f"      built in {time.perf_counter() - t0:.0f} s")
+    return {"args": args, "cached": False, "record": record, **{k: str(v) for k, v in paths.items()}}
+
+
+def bundle_vulkan(app: Path) -> dict:
+    """The one-folder app's Vulkan parts: ggml's module in llama_cpp/lib (its size) and every
+    Vulkan loader (``libvulkan.so*``) anywhere in it, which must be none."""
+    module = app / "_internal" / "llama_cpp" / "lib" / project_build.VULKAN_MODULES["linux"]
+    loaders = sorted(p.relative_to(app).as_posix() for p in app.rglob("*")
+                     if p.name.startswith("libvulkan.so"))
+    return {"module": module.relative_to(app).as_posix() if module.is_file() else None,
+            "module_bytes": module.stat().st_size if module.is_file() else None, "loaders": loaders}
+
+
+def deb_vulkan(listing: str, fields: str) -> dict:
+    """The .deb's Vulkan parts from ``dpkg-deb -c`` (``listing``) and ``dpkg-deb -f`` (``fields``):
+    the module's path, every ``libvulkan.so*`` it would install, its Depends and Recommends."""
+    paths = [line.split()[5] for line in listing.splitlines() if len(line.split()) >= 6]
+    control: dict[str, str] = {}
+    for line in fields.splitlines():
+        if ":" in line and not line.startswith(" "):
+            name, value = line.split(":", 1)
+            control[name.strip()] = value.strip()
+    module = project_build.VULKAN_MODULES["linux"]
+    return {"module": next((p for p in paths if p.endswith(f"/llama_cpp/lib/{module}")), None),
+            "loaders": [p for p in paths if p.rsplit("/", 1)[-1].startswith("libvulkan.so")],
+            "depends": control.get("Depends", ""), "recommends": control.get("Recommends", ""),
+            "files": len(paths)}
+
+
+def packages(field: str) -> set[str]:
+    """The package names of a Depends/Recommends field (alternatives and versions included)."""
+    return {part.strip().split()[0] for alt in field.split(",") for part in alt.split("|") if part.strip()}
+
+
+def ldd_resolved(output: str) -> dict[str, str | None]:
+    """``ldd``'s lines: soname -> the file it resolves to (None: not found)."""
+    found: dict[str, str | None] = {}
+    for line in output.splitlines():
+        match = re.match(r"\s*(\S+) => (?:(not found)|(\S+))", line)
+        if match:
+            found[match[1]] = None if match[2] else match[3]
+    return found
+
+
+def check_frozen(build: dict) -> dict:
+    app, deb, exe = Path(build["app"]), Path(build["deb"]), Path(build["exe"])
+    record = build["record"]
+    # the bundle: ggml's Vulkan module, no Vulkan loader
+    bundle = bundle_vulkan(app)
+    expect(bundle["module"] == "_internal/llama_cpp/lib/libggml-vulkan.so", "the bundle lacks libggml-vulkan.so",
+           bundle)
+    expect(not bundle["loaders"], "the bundle carries a Vulkan loader", bundle)
+    # the module needs the system's libvulkan.so.1, and finds it outside the bundle
+    module = app / bundle["module"]
+    needed = project_build.elf_needed(module) or []
+    expect("libvulkan.so.1" in needed, "libggml-vulkan.so does not need libvulkan.so.1", needed)
+    resolved = ldd_resolved(run(["ldd", module]).stdout)
+    loader = resolved.get("libvulkan.so.1")
+    expect(loader is not None and not Path(loader).resolve().is_relative_to(app.resolve()),
+           "libvulkan.so.1 does not resolve to the system's", resolved)
+    say(f"      bundle: {bundle['module']} ({bundle['module_bytes'] / 1e6:.1f} MB), NEEDED "
+        f"{', '.join(n for n in needed if 'vulkan' in n or 'ggml' in n)} (ldd: libvulkan.so.1 => {loader}); "
+        "no libvulkan.so* in the bundle")
+    # the .deb: the same, and Recommends: libvulkan1 (never Depends)
+    listing = run(["dpkg-deb", "-c", deb]).stdout
+    fields = run(["dpkg-deb", "-f", deb, "Package", "Version", "Depends", "Recommends"]).stdout
+    in_deb = deb_vulkan(listing, fields)
+    expect(in_deb["module"] is not None and not in_deb["loaders"], "the .deb's Vulkan parts", in_deb)
+    expect("libvulkan1" in packages(in_deb["recommends"]) and "libvulkan1" not in packages(in_deb["depends"]),
+           "the .deb does not recommend libvulkan1 (or depends on it)", in_deb)
+    say(f"      .deb {deb.name} ({deb.stat().st_size / 1e6:.1f} MB, {in_deb['files']} entries): "
+        f"{in_deb['module']}, no libvulkan.so*; Recommends: {in_deb['recommends']}")
+    # the frozen app's --self-test: offline, its own HOME, on lavapipe, then without a driver or loader
+    offline = project_build.offline_prefix()
+    with tempfile.TemporaryDirectory(prefix="iris-gpu-check-frozen-") as tmp:
+        home = Path(tmp)
+        env = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}
+        env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+                    "XDG_DATA_HOME": str(home / ".local/share"), "XDG_CACHE_HOME": str(home / ".cache"),
+                    "XDG_STATE_HOME": str(home / ".local/state"), "IRIS_HOME": str(home / "iris"),
+                    "QT_QPA_PLATFORM": "offscreen"})
+        where = f"offline ({' '.join(offline)})" if offline else "WITH network (no permitted unshare -n here)"
+        say(f"      the frozen app's --self-test, {where}, HOME={home}")
+        tests = three_self_tests([exe, "-v"], env, offline, verbose_log=True)
+    sizes = record.get("sizes", {})
+    smoke = record.get("smoke", {}).get("self_test", {})
+    return {"bundle": bundle, "needed": needed, "libvulkan": loader, "deb": {**in_deb, "bytes": deb.stat().st_size},
+            "self_tests": tests, "offline": " ".join(offline) or None,
+            "bundle_bytes": sizes.get("total_bytes"), "without_models_bytes": sizes.get("without_models_bytes"),
+            "build_self_test": smoke.get("line"), "build_seconds": record.get("build_seconds"),
+            "gpu_backends": record.get("gpu_backends")}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="packaging/gpu/check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rebuild", action="store_true", help="compile the Vulkan wheel again")
     parser.add_argument("--only-build", action="store_true", help="phases 1-3 only")
+    parser.add_argument("--rebuild-frozen", action="store_true",
+                        help="run packaging/build.py again even if nothing the frozen app is made from changed")
+    parser.add_argument("--no-frozen", action="store_true", help="leave out the frozen app (phases 5-6)")
     opts = parser.parse_args(argv)
     os.chdir(ROOT)
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -326,6 +558,13 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 facts[name] = fn(venv)
                 times[name] = time.perf_counter() - t0
+            if not opts.no_frozen:
+                for name, fn in (("frozen-build", lambda: phase_frozen_build(facts["wheel"], opts.rebuild_frozen)),
+                                 ("frozen", lambda: check_frozen(facts["frozen-build"]))):
+                    say(f"==> {name}")
+                    t0 = time.perf_counter()
+                    facts[name] = fn()
+                    times[name] = time.perf_counter() - t0
         ok = True
     except (CheckError, subprocess.TimeoutExpired) as exc:
         facts["failed"] = str(exc)
@@ -335,8 +574,13 @@ def main(argv=None) -> int:
         (CACHE / "last-gpu-check.json").write_text(json.dumps(facts, indent=2, default=str))
     phases_text = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
     if ok:
+        frozen = facts.get("frozen")
+        frozen_text = (f"; frozen app {frozen['bundle_bytes'] / 1e6:.1f} MB with libggml-vulkan.so "
+                       f"{frozen['bundle']['module_bytes'] / 1e6:.1f} MB, no libvulkan.so*, .deb "
+                       f"{frozen['deb']['bytes'] / 1e6:.1f} MB (Recommends: {frozen['deb']['recommends']})"
+                       if frozen else "")
         say(f"\ngpu-check ok in {time.perf_counter() - started:.0f} s on {', '.join(facts['setup']['vulkan_devices'])} "
-            f"(lavapipe: the offload path, not speed); phases: {phases_text}")
+            f"(lavapipe: the offload path, not speed){frozen_text}; phases: {phases_text}")
     return 0 if ok else 1
 
 
