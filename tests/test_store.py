@@ -165,6 +165,38 @@ def test_migration_7_keeps_the_vectors_an_older_semantic_index_made(tmp_path):
         assert store.first_without_vector(1, 0, 1, "minilm") is None
 
 
+def test_migration_11_keeps_one_vector_per_model_and_deletes_them_with_the_message(tmp_path):
+    """Schema 10 held one vector per message; from 11 a message holds one per model (a
+    change of embedder keeps the old vectors until the new ones are complete), and the
+    vectors made before migrate as they were."""
+    from iris_desktop.core import store as store_module
+    conn = sqlite3.connect(tmp_path / "ten.db")
+    for script in store_module.MIGRATIONS[:10]:
+        for statement in store_module._split_sql(script):
+            conn.execute(statement)
+    conn.execute("INSERT INTO threads(title, created_at, updated_at) VALUES ('t', 0, 0)")
+    conn.execute("INSERT INTO messages(thread_id, turn, role, content, created_at) "
+                 "VALUES (1, 1, 'user', 'I adopted a kitten', 0)")
+    conn.execute("INSERT INTO message_vectors(message_id, model, vector) VALUES (1, 'minilm', x'0000803f')")
+    conn.execute("PRAGMA user_version = 10")
+    conn.commit()
+    conn.close()
+    with Store(tmp_path / "ten.db") as store:
+        assert store.schema_version == SCHEMA_VERSION >= 11
+        assert list(store.iter_vectors(1, 0, 1, "minilm", block=10)) == [[(1, b"\x00\x00\x80\x3f")]]
+        store.save_vectors("bge", [(1, b"\x00\x00\x00\x00")])
+        assert store.vector_counts("bge") == (1, 0) and store.vector_counts("minilm") == (1, 0)
+        assert store.other_vector_models("bge") == ["minilm"]
+        assert list(store.iter_vectors(1, 0, 1, "minilm", block=10)) == [[(1, b"\x00\x00\x80\x3f")]]
+        store.save_vectors("minilm", [(1, b"\x00\x00\x00\x40")])  # its own model's vector is replaced
+        assert list(store.iter_vectors(1, 0, 1, "minilm", block=10)) == [[(1, b"\x00\x00\x00\x40")]]
+        store.add_message(1, {"role": "user", "content": "only the old model embedded this"})
+        store.save_vectors("minilm", [(2, b"\x00\x00\x80\x3f")])
+        assert store.vector_counts("bge") == (1, 1) and store.threads_with_other_vectors("bge") == [1]
+        store.delete_thread(1)
+        assert store.conn.execute("SELECT count(*) FROM message_vectors").fetchone() == (0,)
+
+
 def test_a_new_database_has_message_vectors(fresh_store):
     tables = {r[0] for r in fresh_store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert fresh_store.schema_version == SCHEMA_VERSION >= 7 and "message_vectors" in tables

@@ -204,6 +204,21 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     DELETE FROM token_counts WHERE message_id IN (SELECT id FROM messages WHERE role = 'assistant');
     """,
+    # 11: a message may hold a vector from each embedding model: when the embedder changes
+    # (all-MiniLM-L6-v2 → bge-small-en-v1.5), recall keeps searching the old vectors until
+    # the new ones are complete, and only then are the old ones dropped (core.semantic)
+    """
+    CREATE TABLE message_vectors_by_model (
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (message_id, model)
+    ) WITHOUT ROWID;
+    INSERT INTO message_vectors_by_model(message_id, model, vector)
+        SELECT message_id, model, vector FROM message_vectors;
+    DROP TABLE message_vectors;
+    ALTER TABLE message_vectors_by_model RENAME TO message_vectors;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

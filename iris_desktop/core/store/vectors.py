@@ -1,12 +1,14 @@
-"""Message vectors for semantic recall, in ``message_vectors`` (schema 7):
+"""Message vectors for semantic recall, in ``message_vectors`` (schema 7; by model since 11):
 
-    message_vectors(message_id → messages(id) ON DELETE CASCADE, model, vector BLOB)
+    message_vectors(message_id → messages(id) ON DELETE CASCADE, model, vector BLOB,
+                    PRIMARY KEY (message_id, model))
 
-One vector per message, from the embedding model named by ``model`` (the embedder's
-identity); a vector from another model is stale and is replaced when the message is
-embedded anew. These queries take and return plain ids, rows and bytes:
-:mod:`iris_desktop.core.semantic` keeps the floor, the matrices and numpy. Never changes
-``messages``.
+A message holds at most one vector per embedding model (``model``: the embedder's
+identity). A vector from another model than the current one is searched only while the
+current model's are incomplete (a change of embedder: core.semantic), and
+:meth:`Vectors.drop_other_vectors` removes them once nothing needs them. These queries
+take and return plain ids, rows and bytes: :mod:`iris_desktop.core.semantic` keeps the
+floor, the matrices and numpy. Never changes ``messages``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,17 @@ class Vectors(Connected):
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
+    def messages_with_other_vectors_only(self, model: str, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` messages that have a vector from another model than ``model`` and
+        none from ``model`` (what a change of embedder re-embeds), oldest first, with the
+        columns of :meth:`messages_without_vector`."""
+        cursor = self.conn.execute(
+            "SELECT m.id, m.role, m.content, m.content_is_json, m.name, m.sent_at FROM messages m "
+            "WHERE m.id IN (SELECT o.message_id FROM message_vectors o WHERE o.model != :model) "
+            f"AND {_NO_VECTOR} ORDER BY m.id LIMIT :limit", {"model": model, "limit": limit})
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
     def first_without_vector(self, thread_id: int | None, after_id: int, through_id: int,
                              model: str) -> int | None:
         """The oldest message with ``after_id`` < id ≤ ``through_id`` that should have a
@@ -66,8 +79,9 @@ class Vectors(Connected):
 
     def save_vectors(self, model: str, vectors: Sequence[tuple[int, bytes]]) -> None:
         """Store ``(message id, vector)`` pairs from ``model`` in one transaction,
-        replacing a stale vector of the same message. A message deleted meanwhile (its
-        thread was) is skipped rather than failing the foreign key."""
+        replacing that model's vector of the same message (another model's stays). A
+        message deleted meanwhile (its thread was) is skipped rather than failing the
+        foreign key."""
         rows = [(mid, model, vector, mid) for mid, vector in vectors]
         with self.transaction():
             self.conn.executemany(
@@ -85,3 +99,33 @@ class Vectors(Connected):
             (thread_id, after_id, through_id, model))
         while rows := cursor.fetchmany(block):
             yield rows
+
+    def vector_counts(self, model: str) -> tuple[int, int]:
+        """(messages with a vector from ``model``, messages with a vector from another model
+        only): how far a change of embedder has come (the second falls to 0)."""
+        (current,) = self.conn.execute("SELECT count(*) FROM message_vectors WHERE model = ?",
+                                       (model,)).fetchone()
+        (others,) = self.conn.execute(
+            "SELECT count(DISTINCT o.message_id) FROM message_vectors o WHERE o.model != ? AND NOT EXISTS "
+            "(SELECT 1 FROM message_vectors v WHERE v.message_id = o.message_id AND v.model = ?)",
+            (model, model)).fetchone()
+        return int(current), int(others)
+
+    def threads_with_other_vectors(self, model: str) -> list[int]:
+        """Threads with a message whose only vectors are from another model than ``model``,
+        oldest thread first."""
+        return [int(tid) for (tid,) in self.conn.execute(
+            "SELECT DISTINCT m.thread_id FROM message_vectors o JOIN messages m ON m.id = o.message_id "
+            "WHERE o.model != ? AND NOT EXISTS (SELECT 1 FROM message_vectors v "
+            "WHERE v.message_id = o.message_id AND v.model = ?) ORDER BY m.thread_id", (model, model))]
+
+    def other_vector_models(self, model: str) -> list[str]:
+        """The models other than ``model`` that vectors are stored from."""
+        return [str(m) for (m,) in self.conn.execute(
+            "SELECT DISTINCT model FROM message_vectors WHERE model != ? ORDER BY model", (model,))]
+
+    def drop_other_vectors(self, model: str) -> int:
+        """Delete every vector not from ``model`` (a change of embedder is complete); returns
+        how many."""
+        with self.transaction():
+            return self.conn.execute("DELETE FROM message_vectors WHERE model != ?", (model,)).rowcount
