@@ -66,14 +66,16 @@ from iris_desktop.reasons import plain_reason as plain_reason
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
 from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
-from iris_desktop.settings import BUNDLED, Settings, SettingsError, load_settings
+from iris_desktop.settings import BUNDLED, SETTINGS, Settings, SettingsError, load_settings
 from iris_desktop.stop import Stop, StopEvent
 from iris_desktop.storage_key import AskPassphrase, Prepared, keep_key, kv_key, prepare
 
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
-    from iris_desktop.runtime.embedder import Embedder
+    from iris_desktop.core.semantic import TextEmbedder
     from iris_desktop.runtime.reranker import CrossEncoder
 
+#: recall's embedding models, by their ``context.recall_embedder`` names
+EMBEDDERS = SETTINGS["context.recall_embedder"].choices
 #: planners kept by :meth:`Host.planner` (the settings in use and a few previews)
 PLANNERS_KEPT = 8
 
@@ -292,7 +294,12 @@ class Host:
         self.compacts = compact
         self.runtime: Runtime | None = None
         self.model_error: str | None = None
-        self.embedder: Embedder | None = None
+        self.embedder: TextEmbedder | None = None
+        #: the embedder the stored vectors came from before :attr:`embedder` (all-MiniLM-L6-v2),
+        #: searched while they are re-embedded (:meth:`reembed_for_recall`); None once done
+        self.previous_embedder: TextEmbedder | None = None
+        #: every embedder loaded so far, by its ``context.recall_embedder`` name (None: failed)
+        self._embedders: dict[str, TextEmbedder | None] = {}
         self.reranker: CrossEncoder | None = None
         #: why recall does not rerank although ``context.recall_rerank`` asks (one sentence)
         self.reranker_problem: str | None = None
@@ -327,9 +334,11 @@ class Host:
         """Close what the model thread owns: the runtime (the open thread's KV state is
         saved first), the embedder and the calling thread's Store. Idempotent."""
         self.close_model()
-        if self.embedder is not None:
-            self.embedder.close()
-            self.embedder = None
+        for embedder in self._embedders.values():
+            if embedder is not None:
+                embedder.close()
+        self._embedders.clear()
+        self.embedder = self.previous_embedder = None
         if self.reranker is not None:
             self.reranker.close()
             self.reranker = None
@@ -396,22 +405,55 @@ class Host:
             except Exception:
                 log.exception("closing the model")
 
-    def load_embedder(self, settings: Settings | None = None) -> Embedder | None:
+    def load_embedder(self, settings: Settings | None = None) -> TextEmbedder | None:
         """The small embedding model for recall by meaning (``context.recall_semantic``),
-        loaded once (it does not depend on the chat model); None when that is off or it
-        cannot load (recall then matches words only, and the log says why)."""
+        the one ``context.recall_embedder`` names: all-MiniLM-L6-v2 (``minilm``) or
+        bge-small-en-v1.5 (``bge-small``), each loaded once (they do not depend on the chat
+        model); the other one where the named one's files are missing or damaged; None when
+        recall by meaning is off or neither loads (recall then matches words only, and the
+        log says why). Where the history holds the other model's vectors (from before a
+        change), that model is :attr:`previous_embedder` until they are re-embedded
+        (:meth:`reembed_for_recall`)."""
         settings = settings or self.settings
         self.load_reranker(settings)  # recall's models load together
         if not settings["context.recall_semantic"]:
             return None
-        if self.embedder is None:
-            from iris_desktop.runtime.embedder import Embedder, embedding_model_path
+        wanted = settings["context.recall_embedder"]
+        other = next(name for name in EMBEDDERS if name != wanted)
+        embedder = self._embedder_named(wanted)
+        if embedder is None:
+            embedder = self._embedder_named(other)
+            if embedder is not None:
+                log.warning("recall by meaning uses %s: %s did not load", embedder.identity.split("@")[0], wanted)
+        previous = None
+        if embedder is not None and embedder is not self.embedder:
+            stale = set(self.store.other_vector_models(embedder.identity))
+            candidate = self._embedder_named(other) if stale else None
+            if candidate is not None and candidate is not embedder and candidate.identity in stale:
+                previous = candidate
+        elif embedder is not None:
+            previous = self.previous_embedder
+        self.embedder, self.previous_embedder = embedder, previous
+        return embedder
 
+    def _embedder_named(self, name: str) -> TextEmbedder | None:
+        """Recall's embedder ``name`` (one of :data:`EMBEDDERS`), loaded the first time it is
+        asked for and kept until :meth:`close` (a background job may still be using it after
+        a change); None, with the reason logged, where it cannot load."""
+        if name not in self._embedders:
             try:
-                self.embedder = Embedder.load(embedding_model_path(self.paths.models_dir))
+                if name == "bge-small":
+                    from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
+
+                    self._embedders[name] = OnnxEmbedder.load()
+                else:
+                    from iris_desktop.runtime.embedder import Embedder, embedding_model_path
+
+                    self._embedders[name] = Embedder.load(embedding_model_path(self.paths.models_dir))
             except Exception as exc:  # recall by words still works: say why, go on
-                log.warning("semantic recall is off: %s", exc)
-        return self.embedder
+                log.warning("recall's embedding model %s did not load: %s", name, exc)
+                self._embedders[name] = None
+        return self._embedders[name]
 
     def load_reranker(self, settings: Settings | None = None) -> CrossEncoder | None:
         """The cross-encoder that reorders recall's candidates (``context.recall_rerank``),
@@ -441,18 +483,22 @@ class Host:
         settings = settings or self.settings
         key = (tuple(sorted((k, repr(v)) for k, v in settings.values.items())), fallback)
         runtime, embedder, reranker = self.runtime, self.embedder, self.reranker
+        previous = self.previous_embedder
         with self._planners_lock:
             hit = self._planners.get(key)
             if hit is not None and hit[0] is runtime and hit[1] is embedder and hit[2].reranker is (
-                    reranker if settings["context.recall_rerank"] else None):
+                    reranker if settings["context.recall_rerank"] else None) and (
+                    hit[2].previous_embedder is previous):
                 return hit[2]
         try:
-            planner = Planner.from_settings(settings, runtime, embedder=embedder, reranker=reranker)
+            planner = Planner.from_settings(settings, runtime, embedder=embedder, reranker=reranker,
+                                            previous_embedder=previous)
         except SettingsError as exc:
             if not fallback:
                 raise
             planner = Planner.from_settings(settings.with_overrides({"context.window": "auto"}),
-                                            runtime, embedder=embedder, reranker=reranker)
+                                            runtime, embedder=embedder, reranker=reranker,
+                                            previous_embedder=previous)
             planner.warning = f"{exc} — using the model's n_ctx"
         with self._planners_lock:
             self._planners[key] = (runtime, embedder, planner)
@@ -470,7 +516,8 @@ class Host:
             return self.planner(settings)
         return Planner.from_settings(settings, self.runtime if same_file else None,
                                      n_ctx=settings["model.n_ctx"] if same_file else None,
-                                     embedder=self.embedder, reranker=self.reranker)
+                                     embedder=self.embedder, reranker=self.reranker,
+                                     previous_embedder=self.previous_embedder)
 
     # -- threads --------------------------------------------------------------------------
 
@@ -528,6 +575,29 @@ class Host:
             step = BATCH if limit is None else min(BATCH, limit - done)
             done += index.index_pending(limit=step, thread_id=thread_id)
         return done
+
+    def reembed_for_recall(self, planner: Planner | None = None, *, store: Store | None = None,
+                           limit: int | None = None) -> tuple[int, int, int]:
+        """After a change of embedder: give up to ``limit`` (None: all) messages that only
+        have the previous model's vector one from the current model, oldest first, on
+        whichever thread calls it with that thread's ``store``; once none is left, drop
+        the old vectors and the previous model (recall searched them meanwhile). Returns
+        (re-embedded now, messages with the current model's vector, messages still
+        waiting). Nothing to do without a previous embedder: (0, 0, 0)."""
+        store = store or self.store
+        planner = planner or self.planner()
+        if planner.embedder is None or planner.previous_embedder is None:
+            return 0, 0, 0
+        index = planner.index(store)
+        done = index.reembed(limit)
+        current, waiting = index.change_progress()
+        if not waiting:
+            dropped = index.finish_change()
+            log.info("recall by meaning: %d messages re-embedded with %s, %d old vectors dropped",
+                     current, planner.embedder.identity, dropped)
+            if self.previous_embedder is planner.previous_embedder:
+                self.previous_embedder = None  # the next planner searches the new vectors only
+        return done, current, waiting
 
     # -- turns ----------------------------------------------------------------------------
 

@@ -31,25 +31,37 @@ RERANK_WORSE = "8 May 2023. Caroline: I painted a sunset over the lake last week
 
 
 def embed_check(host) -> str:
-    """Embed once with recall's shipped embedding model, loaded as recall loads it
-    (``Host.load_embedder``, whatever ``context.recall_semantic`` says): of the two passages
-    of the reranker's check, the one that answers the question must be the more similar.
-    Returns what it did, for the self-test's line; raises RuntimeError, in one sentence,
-    when the embedder cannot load or ranks wrongly."""
+    """Embed once with each shipped embedding model (all-MiniLM-L6-v2, the default, and
+    bge-small-en-v1.5), loaded as recall loads it (``Host.load_embedder``, whatever
+    ``context.recall_semantic`` and ``context.recall_embedder`` say): of the two passages of
+    the reranker's check, the one that answers the question must be the more similar. The
+    user's own choice is loaded again afterwards. Returns what it did, for the self-test's
+    line; raises RuntimeError, in one sentence, when an embedder cannot load (recall would
+    fall back to the other one) or ranks wrongly."""
+    from iris_desktop.runtime.embedder import Embedder
     from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
 
-    embedder = host.load_embedder(host.settings.with_overrides({"context.recall_semantic": "true"}))
-    if not isinstance(embedder, OnnxEmbedder):
-        raise RuntimeError("recall's embedding model bge-small-en-v1.5 did not load (the log says why)")
-    started = time.perf_counter()
-    question = embedder.embed_query(RERANK_QUESTION)
-    worse, better = (float(x) for x in embedder.embed_many([RERANK_WORSE, RERANK_BETTER]) @ question)
-    seconds = time.perf_counter() - started
-    if not (math.isfinite(worse) and math.isfinite(better)) or better <= worse:
-        raise RuntimeError(f"the embedding model found the passage that answers the question less similar "
-                           f"({better:.2f} against {worse:.2f}): its model file or onnxruntime is broken")
-    return (f"embedder {embedder.identity.split('@')[0]} matched 2 passages in {seconds:.2f} s, "
-            f"the better closer ({better:.2f} > {worse:.2f})")
+    done = []
+    try:
+        for name, kind, model in (("minilm", Embedder, "all-MiniLM-L6-v2"),
+                                  ("bge-small", OnnxEmbedder, "bge-small-en-v1.5")):
+            embedder = host.load_embedder(host.settings.with_overrides({"context.recall_semantic": "true",
+                                                                         "context.recall_embedder": name}))
+            if not isinstance(embedder, kind):
+                raise RuntimeError(f"recall's embedding model {model} did not load (the log says why)")
+            started = time.perf_counter()
+            question = embedder.embed_query(RERANK_QUESTION)
+            worse, better = (float(x) for x in embedder.embed_many([RERANK_WORSE, RERANK_BETTER]) @ question)
+            seconds = time.perf_counter() - started
+            if not (math.isfinite(worse) and math.isfinite(better)) or better <= worse:
+                raise RuntimeError(f"the embedding model {model} found the passage that answers the question less "
+                                   f"similar ({better:.2f} against {worse:.2f}): its model file or onnxruntime/"
+                                   "llama.cpp is broken")
+            done.append(f"embedder {embedder.identity.split('@')[0]} matched 2 passages in {seconds:.2f} s, "
+                        f"the better closer ({better:.2f} > {worse:.2f})")
+    finally:
+        host.load_embedder()
+    return "; ".join(done)
 
 
 def rerank_check(host) -> str:

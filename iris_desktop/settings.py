@@ -309,10 +309,20 @@ _ALL: tuple[Setting, ...] = (
     ),
     Setting(
         "context.recall_semantic", "bool", True,
-        "Recall also by meaning: a small embedding model (all-MiniLM-L6-v2, shipped with "
-        "Iris) finds earlier messages that answer your question in other words ('what "
+        "Recall also by meaning: a small embedding model (context.recall_embedder, shipped "
+        "with Iris) finds earlier messages that answer your question in other words ('what "
         "pets does she have?' finds 'we adopted a kitten'). Off: recall matches words only.",
         label="Recall by meaning, not only by words",
+    ),
+    Setting(
+        "context.recall_embedder", "choice", "minilm",
+        "The embedding model for recall by meaning: minilm (all-MiniLM-L6-v2) or bge-small "
+        "(BAAI/bge-small-en-v1.5), both shipped with Iris. bge-small was measured against "
+        "minilm on both dev sets and did not win on both (docs/benchmarks.md), so minilm stays "
+        "the default. Changing it re-embeds your chats in the background; recall searches the "
+        "old vectors until the new ones are complete.",
+        choices=("minilm", "bge-small"), needs_reload=True,
+        label="Embedding model for recall",
     ),
     Setting(
         "context.recall_rerank", "bool", True,

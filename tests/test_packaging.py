@@ -1443,7 +1443,8 @@ def test_measure_counts_each_onnx_model_among_the_models(build_py, rules, tmp_pa
 
 _SELF_TEST_START = ("iris-desktop self-test ok: m (jinja format) loaded in 1.20 s on CPU (x); asked 'q', "
                     "replied 'Paris'; prompt 42 tokens, predicted 42; ")
-_EMBEDDED = "embedder bge-small-en-v1.5 matched 2 passages in 0.02 s, the better closer (0.71 > 0.43); "
+_EMBEDDED = ("embedder all-MiniLM-L6-v2 matched 2 passages in 0.01 s, the better closer (0.52 > 0.11); "
+             "embedder bge-small-en-v1.5 matched 2 passages in 0.02 s, the better closer (0.71 > 0.43); ")
 _RERANKED = "reranker ms-marco-MiniLM-L-12-v2 scored 2 passages in 0.03 s, the better first (+5.20 > -11.32); "
 _SELF_TEST_END = "next context 48/2048 tokens; 3.00 s"
 

@@ -37,6 +37,9 @@ class Renamed:
     def embed(self, text: str) -> np.ndarray:
         return self.inner.embed(text)
 
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         rows = self.inner.embed_many(texts)
         if self.after_batch:
@@ -169,13 +172,48 @@ def test_index_pending_works_in_batches_and_stops_on_cancel(fresh_store, embedde
 def test_a_new_model_makes_the_old_vectors_stale_and_embeds_again(indexed, embedder):
     index, thread, ids = indexed
     upgraded = SemanticIndex(index.store, Renamed(embedder, "next-model@sha256:0123456789abcdef"))
-    assert upgraded.pending(thread, limit=1000) == ids  # every vector is the old model's
-    assert upgraded.search(thread, ids[-1], PETS, 5) == []  # stale vectors are never searched
+    assert upgraded.pending(thread, limit=1000) == ids  # no message has the new model's vector
+    assert upgraded.search(thread, ids[-1], PETS, 5) == []  # nor are the old vectors searched
     assert upgraded.index_pending(limit=1000) == len(ids)
-    assert set(vector_models(index.store).values()) == {"next-model@sha256:0123456789abcdef"}
+    # the old vectors stay beside the new ones until finish_change drops them
+    models = index.store.conn.execute("SELECT model, count(*) FROM message_vectors GROUP BY model").fetchall()
+    assert dict(models) == {embedder.identity: len(ids), "next-model@sha256:0123456789abcdef": len(ids)}
     assert upgraded.search(thread, ids[-1], PETS, 1, ["Rosa"]) == [ids[50]]
+    assert upgraded.finish_change() == len(ids)
+    assert set(vector_models(index.store).values()) == {"next-model@sha256:0123456789abcdef"}
     # and back: a fresh index of the first model sees its vectors as stale in turn
     assert SemanticIndex(index.store, embedder).pending(thread, limit=1000) == ids
+
+
+def test_during_a_change_of_model_the_old_vectors_are_searched_until_the_new_ones_are_complete(indexed, embedder):
+    """Recall by meaning keeps working while a new embedder re-embeds the history: the old
+    model's vectors (and its vector of the question) are searched until the new model's
+    reach as far, and the old ones are dropped only once no message needs them."""
+    index, thread, ids = indexed
+    new = Renamed(embedder, "next-model@sha256:0123456789abcdef")
+    asked = []
+    old = Renamed(embedder, embedder.identity)
+    old.embed_query = lambda text: asked.append(("old", text)) or embedder.embed_query(text)
+    new.embed_query = lambda text: asked.append(("new", text)) or embedder.embed_query(text)
+    changing = SemanticIndex(index.store, new, previous=old)
+    assert changing.change_progress() == (0, len(ids))
+    assert changing.search(thread, ids[-1], PETS, 1, ["Rosa"]) == [ids[50]]  # from the old vectors
+    assert asked[-1][0] == "old"
+    assert changing.index_pending(limit=40) == 40  # part-way: Miso (#50) not re-embedded yet
+    assert changing.change_progress() == (40, len(ids) - 40)
+    assert changing.finish_change() == 0  # nothing dropped while a message still needs its old vector
+    assert changing.search(thread, ids[-1], PETS, 1, ["Rosa"]) == [ids[50]]
+    assert asked[-1][0] == "old"
+    # a search that ends where the new vectors already reach reads the new ones
+    assert changing.search(thread, ids[30], PETS, 3, ["Rosa"])
+    assert asked[-1][0] == "new"
+    changing.index_pending(limit=1000)
+    assert changing.change_progress() == (len(ids), 0)
+    assert changing.search(thread, ids[-1], PETS, 1, ["Rosa"]) == [ids[50]]
+    assert asked[-1][0] == "new"
+    assert changing.finish_change() == len(ids)
+    assert changing.change_progress() == (len(ids), 0)
+    assert set(vector_models(index.store).values()) == {"next-model@sha256:0123456789abcdef"}
 
 
 def test_deleting_a_thread_deletes_its_vectors(indexed, fresh_store):
@@ -202,8 +240,8 @@ def test_a_new_vector_extends_the_cached_matrix_without_reading_it_again(indexed
     index, thread, ids = indexed
     loads: list[tuple[int, int]] = []
     real_load = index._load
-    monkeypatch.setattr(index, "_load", lambda matrix, t, floor: (loads.append((matrix.floor, floor)),
-                                                                  real_load(matrix, t, floor)))
+    monkeypatch.setattr(index, "_load", lambda matrix, t, floor, dims: (loads.append((matrix.floor, floor)),
+                                                                        real_load(matrix, t, floor, dims)))
     index.search(thread, ids[-1], PETS, 5)
     index.search(thread, ids[-1], "Where did they move?", 5)
     assert loads == [(0, ids[-1])]  # read once, then searched from memory

@@ -71,6 +71,10 @@ def context_report(host, thread_id: int, draft: str | None = None,
         "recall": {"ids": request.recall.ids, "text": request.recall.text, "terms": request.recall.terms,
                    "reason": request.recall.reason,
                    "semantic": request.recall.semantic,
+                   # the embedding model of recall by meaning, and the one before it while
+                   # the history is re-embedded (its vectors are searched meanwhile)
+                   "embedder": planner.embedder.identity if planner.embedder else None,
+                   "embedder_previous": planner.previous_embedder.identity if planner.previous_embedder else None,
                    # whether the cross-encoder reordered its candidates, and why not
                    **rerank_fact(request.recall, planner, host.reranker_problem),
                    "max_tokens": planner.params.recall_max_tokens},

@@ -139,6 +139,7 @@ class Planner:
         today: Callable[[], dt.date] = dt.date.today,
         reranker: Reranker | None = None,
         rerank: bool | None = None,
+        previous_embedder: TextEmbedder | None = None,
     ):
         self.params = params
         #: the day a draft is asked on: what "yesterday" or "last week" in it means to recall
@@ -149,6 +150,9 @@ class Planner:
         #: over ``embedder``'s vectors (``core.semantic``), when an embedding model is loaded
         self.semantic = semantic
         self.embedder = embedder
+        #: the model the stored vectors came from before ``embedder``, searched until they
+        #: are re-embedded (``core.semantic``: a change of embedder)
+        self.previous_embedder = previous_embedder if embedder is not None else None
         #: recall's cross-encoder, which reorders its first candidates (``context.recall_rerank``)
         self.reranker = reranker
         #: whether the settings ask for it (``context.recall_rerank``; default: a reranker was given)
@@ -172,7 +176,8 @@ class Planner:
     @classmethod
     def from_settings(cls, settings: Settings, runtime: ChatModel | None = None, *,
                       n_ctx: int | None = None, embedder: TextEmbedder | None = None,
-                      reranker: Reranker | None = None) -> Planner:
+                      reranker: Reranker | None = None,
+                      previous_embedder: TextEmbedder | None = None) -> Planner:
         """The planner for ``settings`` on ``runtime``. ``n_ctx`` overrides the runtime's
         window (a candidate ``model.n_ctx`` that a reload would apply). Raises
         SettingsError when ``context.window`` exceeds the runtime's n_ctx."""
@@ -193,6 +198,7 @@ class Planner:
             embedder=embedder if settings["context.recall_semantic"] else None,
             reranker=reranker if settings["context.recall_rerank"] else None,
             rerank=bool(settings["context.recall_rerank"]),
+            previous_embedder=previous_embedder,
         )
 
     @property
@@ -254,9 +260,9 @@ class Planner:
         ``index_pending``); shared by every planner, so a new planner keeps the cache."""
         with _indexes_lock:
             by_embedder = _indexes.setdefault(store, {})
-            key = id(self.embedder)
+            key = (id(self.embedder), id(self.previous_embedder))
             if key not in by_embedder:
-                by_embedder[key] = SemanticIndex(store, self.embedder)
+                by_embedder[key] = SemanticIndex(store, self.embedder, previous=self.previous_embedder)
             return by_embedder[key]
 
     def plan(self, store: Store, thread_id: int, draft: str | None = None, *,

@@ -7,8 +7,16 @@ store's schema 7, read and written through :mod:`iris_desktop.core.store.vectors
     message_vectors(message_id → messages(id) ON DELETE CASCADE, model, vector BLOB)
 
 ``model`` is the embedder's ``identity`` (model name and file hash). A vector written by
-another model is *stale*: it is never searched, and the message is pending again until
-it is embedded anew. Vectors are float32, little-endian, 384 × 4 bytes each.
+another model is *stale*: the message is pending again until the current model embeds it,
+and the stale vector stays beside the new one. Vectors are float32, little-endian, 384 × 4
+bytes each.
+
+**A change of embedder.** Given the ``previous`` embedder too, a search of a thread whose
+messages the current model has not all embedded yet searches the previous model's vectors
+instead (with the previous model's vector of the question), so recall by meaning keeps
+working while the new vectors are made in the background; once the current model's
+vectors reach further, it takes over. :meth:`SemanticIndex.finish_change` drops the old
+vectors when no message needs them any more.
 
 :meth:`SemanticIndex.index_pending` embeds what is pending in small batches, oldest
 first, and runs in the background after each message; :meth:`SemanticIndex.search` ranks
@@ -64,6 +72,8 @@ class TextEmbedder(Protocol):
     dimensions: int
 
     def embed(self, text: str) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -137,14 +147,32 @@ class SemanticIndex:
     shared; it locks). Never changes ``messages``.
     """
 
-    def __init__(self, store: Store, embedder: TextEmbedder, max_cached_threads: int = MAX_CACHED_THREADS):
+    def __init__(self, store: Store, embedder: TextEmbedder, max_cached_threads: int = MAX_CACHED_THREADS,
+                 previous: TextEmbedder | None = None):
         self.store = store
         self.embedder = embedder
+        #: the embedder the stored vectors came from before this one (a change of model)
+        self.previous = previous
         self.max_cached_threads = max_cached_threads
         #: (thread id or None for all threads, model) → floor
         self._floors: dict[tuple[int | None, str], int] = {}
         self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
         self._last_query: tuple[tuple[str, str], np.ndarray] | None = None
+
+    # -- a change of embedder -------------------------------------------------------------
+
+    def change_progress(self) -> tuple[int, int]:
+        """(messages with the current model's vector, messages with only an older model's):
+        how far re-embedding after a change of model has come."""
+        return self.store.vector_counts(self.embedder.identity)
+
+    def finish_change(self) -> int:
+        """Drop the older models' vectors once every message that had one has the current
+        model's too; returns how many were dropped (0 while some message still needs its
+        old vector, or when there are none)."""
+        if self.change_progress()[1]:
+            return 0
+        return self.store.drop_other_vectors(self.embedder.identity)
 
     # -- what is pending ------------------------------------------------------------------
 
@@ -170,8 +198,25 @@ class SemanticIndex:
             done += len(rows)
         return done
 
+    def reembed(self, limit: int | None = None, cancel: threading.Event | None = None) -> int:
+        """Give up to ``limit`` (None: all) messages that have another model's vector and
+        none from the current model theirs, :data:`BATCH` at a time, oldest first (after
+        a change of model); stop before the next batch once ``cancel`` is set. Returns how
+        many were embedded."""
+        done = 0
+        model = self.embedder.identity
+        while (limit is None or done < limit) and not (cancel is not None and cancel.is_set()):
+            step = BATCH if limit is None else min(BATCH, limit - done)
+            rows = self.store.messages_with_other_vectors_only(model, step)
+            if not rows:
+                break
+            self._save([int(row["id"]) for row in rows],
+                       self.embedder.embed_many([said_from_row(row).text for row in rows]))
+            done += len(rows)
+        return done
+
     def _pending_rows(self, thread_id: int | None, limit: int) -> list[dict[str, Any]]:
-        floor = self._advance(thread_id)
+        floor = self._advance(thread_id, self.embedder.identity)
         return self.store.messages_without_vector(thread_id, floor, self.embedder.identity, limit)
 
     def _save(self, ids: list[int], vectors: np.ndarray) -> None:
@@ -180,12 +225,11 @@ class SemanticIndex:
         rows = [(mid, np.asarray(vec, dtype="<f4").tobytes()) for mid, vec in zip(ids, vectors)]
         self.store.save_vectors(self.embedder.identity, rows)
 
-    def _advance(self, thread_id: int | None) -> int:
-        """Raise and return the floor of ``thread_id`` (None: all threads) for the current
-        model. The newest id is read first, then the oldest streaming message, then the
+    def _advance(self, thread_id: int | None, model: str) -> int:
+        """Raise and return the floor of ``thread_id`` (None: all threads) for ``model``.
+        The newest id is read first, then the oldest streaming message, then the
         oldest pending one: a message that finishes or gets its vector in between is
         then never passed over (a message's status only goes from streaming to final)."""
-        model = self.embedder.identity
         key = (thread_id, model)
         floor = self._floors.get(key, 0)
         newest = self.store.newest_message_id(thread_id)
@@ -209,30 +253,41 @@ class SemanticIndex:
         text = strip_names(query, names)
         if limit <= 0 or through_id <= 0 or not re.search(r"\w", text) or (among is not None and not among):
             return []
-        matrix = self._matrix(thread_id)
+        embedder = self._searched(thread_id, through_id)
+        matrix = self._matrix(thread_id, embedder)
         n = int(np.searchsorted(matrix.ids, through_id, side="right"))
         if n == 0:
             return []
         if among is None:
-            ids, scores = matrix.ids[:n], matrix.scores(self._query_vector(text), n)
+            ids, scores = matrix.ids[:n], matrix.scores(self._query_vector(text, embedder), n)
         else:
             wanted = np.unique(np.fromiter(among, dtype=np.int64))
             rows = np.searchsorted(matrix.ids[:n], wanted)
             inside = rows < n
             rows, wanted = rows[inside], wanted[inside]
             rows = rows[matrix.ids[rows] == wanted]  # not embedded (yet): left out
-            ids, scores = matrix.ids[rows], matrix.scores_at(self._query_vector(text), rows)
+            ids, scores = matrix.ids[rows], matrix.scores_at(self._query_vector(text, embedder), rows)
         top = np.flatnonzero(scores > 0)
         if len(top) > limit:
             top = top[np.argpartition(-scores[top], limit - 1)[:limit]]
         top = top[np.lexsort((top, -scores[top]))]  # best first; rows ascend by id
         return [int(i) for i in ids[top]]
 
-    def _query_vector(self, text: str) -> np.ndarray:
-        """The query's vector; the last one is kept, as recall asks twice for one question
-        that names a date (all messages, then those written then)."""
-        if self._last_query is None or self._last_query[0] != (text, self.embedder.identity):
-            self._last_query = ((text, self.embedder.identity), self.embedder.embed(text))
+    def _searched(self, thread_id: int, through_id: int) -> TextEmbedder:
+        """The model whose vectors a search of the thread up to ``through_id`` reads: the
+        current one, unless its vectors stop short of ``through_id`` and the previous
+        model's reach further (a change of model still under way)."""
+        floor = self._advance(thread_id, self.embedder.identity)
+        if self.previous is None or floor >= through_id:
+            return self.embedder
+        return self.previous if self._advance(thread_id, self.previous.identity) > floor else self.embedder
+
+    def _query_vector(self, text: str, embedder: TextEmbedder) -> np.ndarray:
+        """The query's vector from ``embedder`` (as a question: a model may want an
+        instruction before it); the last one is kept, as recall asks twice for one
+        question that names a date (all messages, then those written then)."""
+        if self._last_query is None or self._last_query[0] != (text, embedder.identity):
+            self._last_query = ((text, embedder.identity), embedder.embed_query(text))
         return self._last_query[1]
 
     def recall_search(self, thread_id: int, through_id: int, query: str, limit: int,
@@ -248,30 +303,31 @@ class SemanticIndex:
             log.warning("semantic search in thread %d failed (%s); recall is lexical only", thread_id, exc)
             return []
 
-    def _matrix(self, thread_id: int) -> _Matrix:
-        """The thread's cached matrix, brought up to its floor: only the vectors between
-        the old floor and the new one are read. A new model starts a new matrix; the
-        least recently searched thread beyond ``max_cached_threads`` is dropped."""
-        model = self.embedder.identity
+    def _matrix(self, thread_id: int, embedder: TextEmbedder) -> _Matrix:
+        """The thread's cached matrix of ``embedder``'s vectors, brought up to its floor:
+        only the vectors between the old floor and the new one are read. Another model
+        starts a new matrix; the least recently searched thread beyond
+        ``max_cached_threads`` is dropped."""
+        model = embedder.identity
         matrix = self._matrices.pop(thread_id, None)
         if matrix is None or matrix.model != model:
             matrix = _Matrix(model)
-        floor = self._advance(thread_id)
+        floor = self._advance(thread_id, model)
         if floor > matrix.floor:
-            self._load(matrix, thread_id, floor)
+            self._load(matrix, thread_id, floor, embedder.dimensions)
         self._matrices[thread_id] = matrix
         while len(self._matrices) > self.max_cached_threads:
             self._matrices.popitem(last=False)
         return matrix
 
-    def _load(self, matrix: _Matrix, thread_id: int, floor: int) -> None:
-        """Append the thread's current vectors above ``matrix.floor`` up to ``floor``,
-        a block at a time. A BLOB of the wrong length (a damaged row) is left out."""
-        size = 4 * self.embedder.dimensions
-        blocks = self.store.iter_vectors(thread_id, matrix.floor, floor, self.embedder.identity, _BLOCK_ROWS)
+    def _load(self, matrix: _Matrix, thread_id: int, floor: int, dimensions: int) -> None:
+        """Append the thread's vectors of ``matrix.model`` above ``matrix.floor`` up to
+        ``floor``, a block at a time. A BLOB of the wrong length (a damaged row) is left out."""
+        size = 4 * dimensions
+        blocks = self.store.iter_vectors(thread_id, matrix.floor, floor, matrix.model, _BLOCK_ROWS)
         for block in blocks:
             rows = [row for row in block if len(row[1]) == size]
             ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype="<f4")
-            matrix.append(ids, vectors.reshape(len(rows), self.embedder.dimensions))
+            matrix.append(ids, vectors.reshape(len(rows), dimensions))
         matrix.floor = floor

@@ -483,6 +483,11 @@ class Embedder:
         norm = float(np.linalg.norm(vector))
         return vector / norm if norm > 0 else vector  # llama.cpp does not normalise
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """A question's vector: :meth:`embed` (all-MiniLM-L6-v2 reads questions and messages
+        alike)."""
+        return self.embed(text)
+
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         """One row of :meth:`embed` per text (len(texts) × :attr:`dimensions`). They are
         embedded one at a time: llama.cpp's batches are slower for this model on a CPU."""

@@ -31,6 +31,8 @@ log = logging.getLogger("iris.ui.context")
 PREFILL_PAUSE_MS = 300
 #: messages embedded per DB-thread job (a few tens of milliseconds)
 INDEX_BATCH = 16
+#: messages re-embedded per DB-thread job after a change of embedder (~0.3 s on one core)
+REEMBED_BATCH = 32
 
 
 class ContextControl(QObject):
@@ -87,6 +89,7 @@ class ContextControl(QObject):
         self.app_state.set_planner(planner)
         self.refresh()
         self.index_soon()  # the indexing under way stops with the planner it was given
+        self.reembed_soon()
 
     def _reloads(self, settings: Settings) -> tuple[bool, bool]:
         """(the model would be reloaded, with the same file)."""
@@ -195,6 +198,32 @@ class ContextControl(QObject):
                                                      limit=INDEX_BATCH),
             lambda done: done >= INDEX_BATCH and planner is self.planner and self.index_soon(),
             self._counting_failed, key="index")
+
+    def reembed_soon(self) -> None:
+        """After a change of embedder (the history holds the previous model's vectors): give
+        every chat's messages the new model's vectors, a batch at a time on the DB thread
+        (``Host.reembed_for_recall``), the count in the status bar; recall searches the old
+        vectors until a chat's new ones are complete, so nothing waits for this."""
+        planner = self.planner
+        if planner.embedder is None or planner.previous_embedder is None:
+            return
+        self.background.run(
+            lambda store: self.host.reembed_for_recall(planner, store=store, limit=REEMBED_BATCH),
+            lambda result: self._reembedded(planner, result),
+            self._counting_failed, key="reembed")
+
+    def _reembedded(self, planner: Planner, result: tuple[int, int, int]) -> None:
+        _done, current, waiting = result
+        name = planner.embedder.identity.split("@")[0] if planner.embedder else "the new model"
+        if waiting:
+            self.app_state.show_message(f"Re-embedding your chats for recall by meaning ({name}): "
+                                        f"{current:,} of {current + waiting:,} messages", 10000)
+            if planner is self.planner:
+                self.reembed_soon()
+        elif current:
+            self.app_state.show_message(f"Recall by meaning now uses {name}: {current:,} messages "
+                                        "re-embedded", 10000)
+            self.rebuild()  # the next planner searches the new vectors only
 
     # -- prefilling the draft --
 

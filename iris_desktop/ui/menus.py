@@ -156,6 +156,7 @@ class Menus(QObject):
 
         from iris_desktop.runtime.bundled import BUNDLED_MODEL
         from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+        from iris_desktop.runtime.onnx_embedder import BGE_SMALL
         from iris_desktop.runtime.reranker import RERANKER
 
         info, error = self.app_state.model_info, self.app_state.model_error
@@ -165,7 +166,7 @@ class Menus(QObject):
                  if info else f"none ({error or 'not loaded'})")
         licenses = [f"{bundled.display_name} (bundled): {bundled.license}"
                     + (f", {bundled.via}" if getattr(bundled, "via", "") else "") + f" ({bundled.license_url})"
-                    for bundled in (BUNDLED_MODEL, EMBEDDING_MODEL, RERANKER)]
+                    for bundled in (BUNDLED_MODEL, BGE_SMALL, RERANKER, EMBEDDING_MODEL)]
         if info and info["file"] != BUNDLED_MODEL.file_name:
             licenses.insert(0, f"{info['name']} (in use): {info.get('license') or '?'}")
         return (f"<h3>Iris Desktop {__version__}</h3>"
@@ -192,14 +193,16 @@ class Menus(QObject):
         box.open()
 
     def licenses(self) -> QMessageBox:
-        """The bundled models' full license texts (the chat model, the embedding model and
-        recall's reranker, with the package it comes from)."""
+        """The bundled models' full license texts (the chat model, recall's embedding model
+        and reranker, with the package they come from, and the embedding model before it,
+        kept to search older vectors until they are re-embedded)."""
         from iris_desktop.runtime.bundled import BUNDLED_MODEL
         from iris_desktop.runtime.embedder import EMBEDDING_MODEL
+        from iris_desktop.runtime.onnx_embedder import BGE_SMALL
         from iris_desktop.runtime.reranker import RERANKER
 
         parts = []
-        for model in (BUNDLED_MODEL, EMBEDDING_MODEL, RERANKER):
+        for model in (BUNDLED_MODEL, BGE_SMALL, RERANKER, EMBEDDING_MODEL):
             try:
                 text = model.license_text()
             except OSError as exc:

@@ -129,3 +129,11 @@ def llm_json(words=60, **fields):
                 relationship_dynamics="friendly")
     data.update(fields)
     return json.dumps(data)
+
+
+def link_bundled_model(data: Any, model_path: Any) -> None:
+    """A data folder whose models folder links the bundled model assembled once for the
+    tests (and its ``.verified`` sidecar), so the CLI loads it without assembling it again."""
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):
+        (data / "models" / name).symlink_to(model_path.parent / name)
