@@ -37,6 +37,11 @@ class CachedEmbedder:
     def embed(self, text: str) -> np.ndarray:
         return self.embed_many([text])[0]
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """A question's vector, from the model itself (few, and a model may read a question
+        differently from a passage)."""
+        return self.embedder.embed_query(text)
+
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         missing = []

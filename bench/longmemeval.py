@@ -76,6 +76,7 @@ from retention import (  # noqa: E402
     View,
     add_rerank_options,
     asked_text,
+    load_embedder,
     load_reranker,
     names_and_numbers,
 )
@@ -289,9 +290,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recall", type=int, default=lookup("context.recall_max_tokens").default,
                         help="context.recall_max_tokens (default: the shipped default)")
     parser.add_argument("--timeout", type=float, default=180, help="context.summary_timeout_s, per summary call")
-    parser.add_argument("--no-semantic", action="store_true")
-    parser.add_argument("--vector-cache", type=Path, default=None,
-                        help="keep the embedder's vectors in this file between runs (same vectors, faster)")
     add_rerank_options(parser)
     parser.add_argument("--corpus", type=Path, default=DEV_SET, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -307,15 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     models_dir = app_paths().models_dir
     model = LocalModel.load(ensure_bundled_model(models_dir), n_ctx=8192)
     counter = model.counter()
-    embedder = None
-    if not args.no_semantic:
-        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
-
-        embedder = Embedder.load(ensure_embedding_model(models_dir))
-        if args.vector_cache:
-            from _vector_cache import CachedEmbedder
-
-            embedder = CachedEmbedder(embedder, args.vector_cache)
+    embedder = load_embedder(args, models_dir)
     reranker = load_reranker(args)
     started = time.perf_counter()
     rows = []

@@ -278,7 +278,37 @@ def load_reranker(args):
     return CachedReranker(CrossEncoder.load(n_threads=args.rerank_threads), args.rerank_cache)
 
 
+def load_embedder(args, models_dir: Path):
+    """The embedder recall uses in a bench run, as the host loads it (``--embedder``, as
+    ``context.recall_embedder`` names it: all-MiniLM-L6-v2 as shipped, or
+    bge-small-en-v1.5), its vectors kept between runs with ``--vector-cache``; None with
+    ``--no-semantic``."""
+    if args.no_semantic:
+        return None
+    if args.embedder == "minilm":
+        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
+
+        embedder = Embedder.load(ensure_embedding_model(models_dir))
+    else:
+        from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
+
+        embedder = OnnxEmbedder.load()
+    print(f"embedder {embedder.identity}", flush=True)
+    if args.vector_cache:
+        from _vector_cache import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, args.vector_cache)
+    return embedder
+
+
 def add_rerank_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-semantic", action="store_true")
+    embedder = lookup("context.recall_embedder")
+    parser.add_argument("--embedder", choices=embedder.choices, default=embedder.default,
+                        help="recall's embedding model, as context.recall_embedder names it (default: as it "
+                             "ships, minilm = all-MiniLM-L6-v2; bge-small = bge-small-en-v1.5)")
+    parser.add_argument("--vector-cache", type=Path, default=None,
+                        help="keep the embedder's vectors in this file between runs (same vectors, faster)")
     parser.add_argument("--rerank", action=argparse.BooleanOptionalAction,
                         default=lookup("context.recall_rerank").default,
                         help="recall's cross-encoder (default: as context.recall_rerank ships)")
@@ -393,24 +423,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180,
                         help="context.summary_timeout_s for the LLM rows, per summary call "
                              "(the shipped default is 180)")
-    parser.add_argument("--no-semantic", action="store_true")
-    parser.add_argument("--vector-cache", type=Path, default=None,
-                        help="keep the embedder's vectors in this file between runs (same vectors, faster)")
     add_rerank_options(parser)
     args = parser.parse_args()
 
     models_dir = app_paths().models_dir
     model = LocalModel.load(ensure_bundled_model(models_dir), n_ctx=8192)
     counter = model.counter()
-    embedder = None
-    if not args.no_semantic:
-        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
-
-        embedder = Embedder.load(ensure_embedding_model(models_dir))
-        if args.vector_cache:
-            from _vector_cache import CachedEmbedder
-
-            embedder = CachedEmbedder(embedder, args.vector_cache)
+    embedder = load_embedder(args, models_dir)
     reranker = load_reranker(args)
     paraphrases = json.loads((REPO / "bench" / "paraphrases.json").read_text())
     tally = Tally()
