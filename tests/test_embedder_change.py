@@ -193,12 +193,11 @@ def test_choosing_bge_in_preferences_re_embeds_the_history_in_the_background_and
                     and window.menus.reload_box.isVisible(), timeout=5_000)
     assert "context.recall_embedder" in window.menus.reload_box.text()
     window.menus.reload_box.done(QMessageBox.StandardButton.Yes)
-    qtbot.waitUntil(lambda: any(text.startswith("Recall by meaning now uses bge-small-en-v1.5") for text in shown),
+    qtbot.waitUntil(lambda: any(text.startswith("Recall now uses bge-small-en-v1.5") for text in shown),
                     timeout=120_000)
-    progress = [text for text in shown if text.startswith("Re-embedding your chats")]
-    assert progress and progress[0] == ("Re-embedding your chats for recall by meaning (bge-small-en-v1.5): "
-                                        f"32 of {len(ids)} messages")
-    assert shown[-1] == f"Recall by meaning now uses bge-small-en-v1.5: {len(ids)} messages re-embedded"
+    progress = [text for text in shown if text.startswith("Re-embedding for recall")]
+    assert progress and progress[0] == f"Re-embedding for recall: 32 of {len(ids)} messages (bge-small-en-v1.5)"
+    assert shown[-1] == f"Recall now uses bge-small-en-v1.5: {len(ids)} messages re-embedded"
     planner = window.app_state.planner
     assert isinstance(planner.embedder, OnnxEmbedder) and planner.previous_embedder is None
 

@@ -216,12 +216,13 @@ class ContextControl(QObject):
         _done, current, waiting = result
         name = planner.embedder.identity.split("@")[0] if planner.embedder else "the new model"
         if waiting:
-            self.app_state.show_message(f"Re-embedding your chats for recall by meaning ({name}): "
-                                        f"{current:,} of {current + waiting:,} messages", 10000)
+            # the count first: a narrow status bar elides the end
+            self.app_state.show_message(f"Re-embedding for recall: {current:,} of {current + waiting:,} "
+                                        f"messages ({name})", 10000)
             if planner is self.planner:
                 self.reembed_soon()
         elif current:
-            self.app_state.show_message(f"Recall by meaning now uses {name}: {current:,} messages "
+            self.app_state.show_message(f"Recall now uses {name}: {current:,} messages "
                                         "re-embedded", 10000)
             self.rebuild()  # the next planner searches the new vectors only
 
