@@ -69,8 +69,11 @@ dist: $(STAMP)
 	$(BIN)/python packaging/build.py $(DIST_ARGS)
 
 ## make windows-check: on Debian, the Windows installer built and tested under Wine: llama.cpp
-## cross-compiled with mingw-w64, the app frozen by the spec and the installer written by ISCC
-## (packaging/build.py under Wine), installed silently, its --self-test run offline, uninstalled.
+## cross-compiled with mingw-w64 (the CPU variants and ggml-vulkan.dll, whose imports objdump must
+## show to be vulkan-1.dll, never shipped, besides system and bundled DLLs), the app frozen by the
+## spec and the installer written by ISCC (packaging/build.py under Wine), installed silently, its
+## --self-test run offline (on the CPU: Wine has no GPU; again on lavapipe through Wine's vulkan-1.dll
+## with GGML_VK_VISIBLE_DEVICES=0), uninstalled. --until PHASE stops early (--until llama: the cross-build).
 ## Installs Debian packages; caches in ~/.cache/iris-windows-check (first run long, then minutes)
 windows-check:
 	$(PYTHON) packaging/windows/check.py $(WINDOWS_CHECK_ARGS)

@@ -130,8 +130,8 @@ def os_key(platform: str) -> str:
 
 def default_cmake_args(platform: str = sys.platform) -> str:
     """The CPU part of the CMAKE_ARGS llama-cpp-python is compiled with for ``platform``
-    (``sys.platform``): what packaging/windows/check.py cross-compiles with mingw-w64, which has
-    no Vulkan SDK."""
+    (``sys.platform``); :func:`build_cmake_args` adds the GPU backend (packaging/windows/check.py
+    cross-compiles that full set with mingw-w64, Vulkan included)."""
     return CMAKE_ARGS_BY_OS[os_key(platform)]
 
 

