@@ -85,8 +85,11 @@ windows-check:
 ## buffer, the CPU with one sentence when there is no Vulkan driver, tests/test_gpu.py's GPU tests;
 ## then the frozen Linux app and .deb (packaging/build.py --llama-wheel on a copy of the checkout in the
 ## cache, never this dist/): libggml-vulkan.so in it, no libvulkan.so* in it or the .deb, Recommends:
-## libvulkan1, its --self-test offline on lavapipe (every layer) and without a driver or loader (CPU).
-## lavapipe proves the offload path, not speed. `make test` never compiles any of this
+## libvulkan1, its --self-test offline on lavapipe (every layer) and without a driver or loader (CPU);
+## last, make windows-check (the Windows installer with ggml-vulkan.dll, its imports read with objdump -p;
+## installed under Wine its self-test passes on the CPU, and on lavapipe where Wine lists it), its
+## closing line's figures in gpu-check's. GPU_CHECK_ARGS=--no-windows leaves that out, --only-windows runs
+## it alone. lavapipe proves the offload path, not speed. `make test` never compiles any of this
 gpu-check: $(DEV_STAMP)
 	$(PYTHON) packaging/gpu/check.py $(GPU_CHECK_ARGS)
 

@@ -363,3 +363,164 @@ def test_gpu_check_builds_the_frozen_app_with_its_vulkan_wheel(gpu_check):
     help_text = subprocess.run(["python3", str(PACKAGING / "gpu" / "check.py"), "--help"], capture_output=True,
                                text=True, check=True).stdout
     assert "--rebuild-frozen" in help_text and "--no-frozen" in help_text
+
+
+# -- make gpu-check's phase 7: make windows-check ---------------------------------------------------
+
+WINDOWS_OK_LINE = (
+    "windows-check ok in 429 s: setup.exe 607.8 MB, installed 853 files (813.7 MB); self-test offline under Wine "
+    "answered 'Paris' in 17.7 s (8-bit weight copy 636.9 MB) on CPU (llama.cpp found no GPU it can use on this "
+    "computer); ggml-vulkan.dll 29.6 MB imports ggml-base.dll, kernel32.dll, msvcrt.dll, vulkan-1.dll, no "
+    "vulkan-1.dll installed, under Wine ggml-vulkan.dll loaded, with Wine's builtin vulkan-1.dll; winevulkan.dll "
+    "loaded; with GGML_VK_VISIBLE_DEVICES=0 on GPU: llvmpipe, offloaded 25/25, answered 'Paris' in 56 s; "
+    "shortcuts, uninstall key, uninstall: ok, nothing left but the user's data; llama.cpp: mingw-w64, "
+    "-DGGML_NATIVE=off -DGGML_VULKAN=ON; phases: setup 0 s, downloads 0 s, llama 0 s (cached), prefix 1 s, "
+    "build 316 s, install 30 s, self-test 78 s, checks 0 s, uninstall 4 s")
+WINDOWS_NO_DEVICE_LINE = WINDOWS_OK_LINE.replace(
+    "with GGML_VK_VISIBLE_DEVICES=0 on GPU: llvmpipe, offloaded 25/25, answered 'Paris' in 56 s",
+    "no Vulkan device under Wine (the module's run on a device not checked)")
+WINDOWS_FAILED_LINE = ("windows-check FAILED at build after 40 s (setup 0 s, downloads 0 s, llama 0 s (cached), "
+                       "prefix 1 s, build 39 s): exit 1: wine C:\\iris\\py\\Scripts\\python.exe build.py")
+
+
+def _windows_script(tmp_path: Path, *lines: str, code: int = 0, sleep: float = 0) -> Path:
+    """A stand-in for packaging/windows/check.py: prints ``lines`` and exits with ``code``."""
+    script = tmp_path / "fake_windows_check.py"
+    script.write_text("import sys, time\n"
+                      "print('windows-check: the Windows installer built, installed and tested under Wine "
+                      "(log: /tmp/wc.log)')\n"
+                      f"time.sleep({sleep})\n"
+                      + "".join(f"print({line!r})\n" for line in lines) + f"sys.exit({code})\n")
+    return script
+
+
+def test_windows_checks_closing_line_is_read_for_its_figures(gpu_check):
+    win = gpu_check.read_windows_line(WINDOWS_OK_LINE)
+    assert win["seconds"] == 429 and win["setup_exe"] == "607.8 MB" and win["installed"] == "853 files (813.7 MB)"
+    assert win["answer"] == "Paris" and win["self_test_seconds"] == 17.7
+    assert win["device"] == "CPU (llama.cpp found no GPU it can use on this computer)"
+    assert win["module"] == "ggml-vulkan.dll" and win["module_size"] == "29.6 MB"
+    assert win["module_imports"] == ["ggml-base.dll", "kernel32.dll", "msvcrt.dll", "vulkan-1.dll"]
+    assert win["under_wine"] == "ggml-vulkan.dll loaded, with Wine's builtin vulkan-1.dll; winevulkan.dll loaded"
+    assert win["lavapipe"] == "GPU: llvmpipe, offloaded 25/25, answered 'Paris' in 56 s"
+    assert win["phases"].startswith("setup 0 s") and not win["no_vulkan_device"]
+    clause = gpu_check.windows_clause(win)
+    assert clause.startswith("Windows (windows-check ok in 429 s): ggml-vulkan.dll 29.6 MB imports ggml-base.dll, "
+                             "kernel32.dll, msvcrt.dll, vulkan-1.dll; setup.exe 607.8 MB; under Wine the installed "
+                             "app's self-test on the CPU 'Paris' in 17.7 s")
+    assert clause.endswith("with GGML_VK_VISIBLE_DEVICES=0 on GPU: llvmpipe, offloaded 25/25, answered 'Paris' in 56 s")
+    # no Vulkan device under Wine: no lavapipe run, and the clause says so
+    win = gpu_check.read_windows_line(WINDOWS_NO_DEVICE_LINE)
+    assert win["lavapipe"] is None and win["no_vulkan_device"]
+    assert win["under_wine"].startswith("ggml-vulkan.dll loaded")
+    assert gpu_check.windows_clause(win).endswith("no Vulkan device under Wine (lavapipe not run)")
+
+
+@pytest.fixture
+def gpu_phases(gpu_check, tmp_path, monkeypatch):
+    """gpu-check with phases 1-6 replaced by stand-ins that record their calls, its cache in
+    tmp_path; phase 7 runs a stand-in windows check (set ``WINDOWS_CHECK``)."""
+    called: list[str] = []
+
+    def fake(name, result=None):
+        def phase(*args, **kwargs):
+            called.append(name)
+            return {} if result is None else result
+        return phase
+
+    monkeypatch.setattr(gpu_check, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(gpu_check, "phase_setup", fake("setup", {"installed": [], "vulkan_devices": ["llvmpipe"]}))
+    monkeypatch.setattr(gpu_check, "phase_wheel", fake("wheel"))
+    monkeypatch.setattr(gpu_check, "phase_venv", fake("venv", tmp_path / "venv"))
+    for name in ("check_devices", "check_full", "check_partial", "check_off", "check_self_tests", "check_tests",
+                 "phase_frozen_build", "check_frozen"):
+        monkeypatch.setattr(gpu_check, name, fake(name))
+    real_windows = gpu_check.phase_windows
+    monkeypatch.setattr(gpu_check, "phase_windows", lambda: (called.append("windows"), real_windows())[1])
+    monkeypatch.setattr(gpu_check, "WINDOWS_CHECK", _windows_script(tmp_path, WINDOWS_OK_LINE))
+    return called
+
+
+def _record(gpu_check) -> dict:
+    import json
+
+    return json.loads((gpu_check.CACHE / "last-gpu-check.json").read_text())
+
+
+def test_gpu_check_runs_windows_check_last_and_keeps_its_figures(gpu_check, gpu_phases, capsys):
+    assert gpu_check.main([]) == 0
+    assert gpu_phases[-3:] == ["phase_frozen_build", "check_frozen", "windows"] and gpu_phases[0] == "setup"
+    out = capsys.readouterr().out
+    assert "==> windows" in out and "      | " + WINDOWS_OK_LINE in out  # streamed
+    closing = out.strip().splitlines()[-1]
+    assert closing.startswith("gpu-check ok in ") and "; Windows (windows-check ok in 429 s): ggml-vulkan.dll 29.6 MB" \
+        in closing and closing.endswith("windows 0 s")
+    record = _record(gpu_check)
+    assert record["windows"]["module_imports"][-1] == "vulkan-1.dll" and record["windows"]["exit"] == 0
+    assert record["windows"]["line"] == WINDOWS_OK_LINE and record["windows"]["windows_check_log"] == "/tmp/wc.log"
+    assert WINDOWS_OK_LINE in Path(record["windows"]["log"]).read_text()
+    assert "windows" in record["seconds"]
+
+
+def test_only_windows_runs_phase_7_alone(gpu_check, gpu_phases, capsys):
+    assert gpu_check.main(["--only-windows"]) == 0
+    assert gpu_phases == ["windows"]
+    closing = capsys.readouterr().out.strip().splitlines()[-1]
+    assert closing.startswith("gpu-check ok in ") and "(--only-windows: phases 1-6 not run); Windows (windows-check" \
+        in closing and closing.endswith("; phases: windows 0 s")
+    assert _record(gpu_check)["only_windows"] is True
+    for other in (["--only-windows", "--no-windows"], ["--only-windows", "--only-build"]):
+        with pytest.raises(SystemExit):
+            gpu_check.main(other)
+
+
+def test_no_windows_and_only_build_leave_windows_check_out(gpu_check, gpu_phases, capsys):
+    assert gpu_check.main(["--no-windows"]) == 0
+    assert "windows" not in gpu_phases and gpu_phases[-1] == "check_frozen"
+    assert capsys.readouterr().out.strip().splitlines()[-1].split("; phases:")[0].endswith(
+        "; Windows not run (--no-windows)")
+    gpu_phases.clear()
+    assert gpu_check.main(["--only-build"]) == 0
+    assert gpu_phases == ["setup", "wheel", "venv"]
+    assert "Windows" not in capsys.readouterr().out.strip().splitlines()[-1]
+    gpu_phases.clear()
+    assert gpu_check.main(["--no-frozen"]) == 0  # the frozen Linux app left out, Windows not
+    assert "phase_frozen_build" not in gpu_phases and gpu_phases[-1] == "windows"
+
+
+def test_a_failed_windows_check_fails_gpu_check_with_its_line(gpu_check, gpu_phases, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_check, "WINDOWS_CHECK", _windows_script(tmp_path, "==> build: ...", WINDOWS_FAILED_LINE,
+                                                                    code=1))
+    assert gpu_check.main(["--only-windows"]) == 1
+    closing = capsys.readouterr().out.strip().splitlines()[-1]
+    assert closing.startswith("gpu-check FAILED after ") and closing.endswith(": " + WINDOWS_FAILED_LINE)
+    record = _record(gpu_check)
+    assert record["failed"] == WINDOWS_FAILED_LINE and record["failed_at"] == "windows" and "windows" not in record
+
+
+@pytest.mark.parametrize("lines, code, reason", [
+    (["Traceback (most recent call last):", "KeyError: 'x'"], 1, "exited 1 without 'windows-check ok in'"),
+    (["windows-check stopped after llama (--until llama) in 4 s"], 0, "exited 0 without 'windows-check ok in'"),
+    ([WINDOWS_OK_LINE.replace("ggml-vulkan.dll 29.6 MB imports", "module")], 0,
+     "names no ggml-vulkan.dll importing vulkan-1.dll"),
+])
+def test_windows_check_without_its_ok_line_fails(gpu_check, gpu_phases, tmp_path, monkeypatch, lines, code, reason):
+    monkeypatch.setattr(gpu_check, "WINDOWS_CHECK", _windows_script(tmp_path, *lines, code=code))
+    assert gpu_check.main(["--only-windows"]) == 1
+    assert reason in _record(gpu_check)["failed"]
+
+
+def test_windows_check_is_stopped_at_its_time_limit(gpu_check, tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "CACHE", tmp_path)
+    with pytest.raises(gpu_check.CheckError, match="timed out after 1 s"):
+        gpu_check.phase_windows(_windows_script(tmp_path, WINDOWS_OK_LINE, sleep=60), timeout=1)
+
+
+def test_gpu_check_windows_phase_is_wired(gpu_check):
+    assert gpu_check.WINDOWS_CHECK == PACKAGING / "windows" / "check.py"
+    source = (PACKAGING / "gpu" / "check.py").read_text()
+    assert "[sys.executable, \"-u\", str(script)]" in source and "cwd=ROOT" in source
+    help_text = subprocess.run(["python3", str(PACKAGING / "gpu" / "check.py"), "--help"], capture_output=True,
+                               text=True, check=True).stdout
+    assert "--no-windows" in help_text and "--only-windows" in help_text
+    assert "7. windows" in gpu_check.__doc__

@@ -45,10 +45,23 @@ Phases (each timed; the closing line gives the figures):
             and the load log's "offloaded 25/25 layers to llvmpipe ..., as planned (Vulkan0
             ...)") and "Paris"; without a Vulkan driver and without a Vulkan loader, the CPU
             with one sentence, "Paris", exit 0
+ 7. windows ``make windows-check`` (packaging/windows/check.py, run by this interpreter from the
+            repo root; its output shown as it comes and kept in windows-check.log): the Windows
+            installer with ggml-vulkan.dll, cross-compiled with mingw-w64, the DLL's imports read
+            with ``objdump -p`` (vulkan-1.dll, never shipped, besides system and bundled DLLs),
+            installed under Wine, where the app's offline self-test runs on the CPU (no Vulkan
+            driver for the app: it falls back) and passes, and again on lavapipe through Wine's
+            vulkan-1.dll where Wine lists it. It must close with "windows-check ok in N s: ..."
+            naming ggml-vulkan.dll importing vulkan-1.dll; that line's figures go into the record
+            and the closing line, and its FAILED line is this check's reason when it fails
+
+--only-build: phases 1-3; --no-frozen: without 5-6; --no-windows: without 7; --only-windows:
+7 alone (nothing else set up or built: a check of the Windows part by itself).
 
 Caches: ~/.cache/iris-gpu-check (or $IRIS_GPU_CHECK_CACHE): the sdist, the wheel, the venv,
 the bundled model's copy, the frozen app's checkout copy (frozen/src, with build.py's build/
-and dist/; frozen/build.log); the last run's record in last-gpu-check.json there.
+and dist/; frozen/build.log), windows-check's output (windows-check.log; its own caches are in
+~/.cache/iris-windows-check); the last run's record in last-gpu-check.json there.
 """
 
 from __future__ import annotations
@@ -63,6 +76,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -526,6 +540,130 @@ def check_frozen(build: dict) -> dict:
             "gpu_backends": record.get("gpu_backends")}
 
 
+# -- the Windows installer with ggml-vulkan.dll (make windows-check) -----------------------------
+
+#: ``make windows-check``, run as it is by the windows phase
+WINDOWS_CHECK = ROOT / "packaging" / "windows" / "check.py"
+#: a cold cache compiles llama.cpp with mingw-w64 (11 minutes here) and freezes the app under Wine
+WINDOWS_TIMEOUT = 3 * 3600
+WINDOWS_OK = "windows-check ok in "
+#: the figures of windows-check's closing line (packaging/windows/check.py: closing_line, device_part)
+WINDOWS_FIGURES = {
+    "seconds": re.compile(r"^windows-check ok in (?P<v>\d+) s"),
+    "setup_exe": re.compile(r": setup\.exe (?P<v>[\d,.]+ MB)"),
+    "installed": re.compile(r"installed (?P<v>\d+ files \([\d,.]+ MB\))"),
+    "answer": re.compile(r"self-test offline under Wine answered '(?P<v>[^']*)'"),
+    "self_test_seconds": re.compile(r"self-test offline under Wine answered '[^']*' in (?P<v>[\d.]+) s"),
+    "device": re.compile(r"\(8-bit weight copy [^)]*\) on (?P<v>[^;]+);"),
+    "module": re.compile(r"; (?P<v>ggml-vulkan\.dll) [\d,.]+ MB imports "),
+    "module_size": re.compile(r"; ggml-vulkan\.dll (?P<v>[\d,.]+ MB) imports "),
+    "module_imports": re.compile(r"; ggml-vulkan\.dll [\d,.]+ MB imports (?P<v>.+?), no vulkan-1\.dll installed"),
+    "under_wine": re.compile(r"no vulkan-1\.dll installed, under Wine (?P<v>.+?); (?:with GGML|no Vulkan device|"
+                             r"shortcuts)"),
+    "lavapipe": re.compile(r"; with GGML_VK_VISIBLE_DEVICES=0 on (?P<v>[^;]+?, answered '[^']*' in \d+ s)"),
+    "phases": re.compile(r"; phases: (?P<v>.*)$"),
+}
+
+
+def read_windows_line(line: str) -> dict:
+    """windows-check's closing line, ``windows-check ok in N s: ...``, as figures: the installer,
+    the installed app's CPU self-test under Wine, ggml-vulkan.dll's size and imports (objdump -p),
+    what Wine loaded, and the run on lavapipe through Wine's vulkan-1.dll where there was one
+    (``lavapipe``: None when windows-check found no Vulkan device under Wine, or did not say)."""
+    found = {name: (m["v"] if (m := rx.search(line)) else None) for name, rx in WINDOWS_FIGURES.items()}
+    found["seconds"] = int(found["seconds"]) if found["seconds"] else None
+    found["self_test_seconds"] = float(found["self_test_seconds"]) if found["self_test_seconds"] else None
+    found["module_imports"] = found["module_imports"].split(", ") if found["module_imports"] else []
+    found["no_vulkan_device"] = "no Vulkan device under Wine" in line
+    return {"line": line, **found}
+
+
+def windows_clause(win: dict) -> str:
+    """gpu-check's closing line's words on windows-check."""
+    device = (win["device"] or "CPU").split(" (")[0]
+    said = (f"Windows (windows-check ok in {win['seconds']} s): {win['module']} {win['module_size']} imports "
+            f"{', '.join(win['module_imports'])}; setup.exe {win['setup_exe']}; under Wine the installed app's "
+            f"self-test on {'the CPU' if device == 'CPU' else device} {win['answer']!r} in "
+            f"{win['self_test_seconds']} s")
+    if win["lavapipe"]:
+        said += f", with GGML_VK_VISIBLE_DEVICES=0 on {win['lavapipe']}"
+    elif win["no_vulkan_device"]:
+        said += ", no Vulkan device under Wine (lavapipe not run)"
+    return said
+
+
+def phase_windows(script: Path | None = None, timeout: float | None = None) -> dict:
+    """``make windows-check`` (packaging/windows/check.py, by this interpreter, from the repo
+    root): its output shown as it comes and kept in CACHE/windows-check.log; it must close with
+    ``windows-check ok in N s: ...`` naming ggml-vulkan.dll with vulkan-1.dll among its imports.
+    Its figures are this phase's record."""
+    script = script or WINDOWS_CHECK
+    timeout = timeout or WINDOWS_TIMEOUT
+    log = CACHE / "windows-check.log"
+    cmd = [sys.executable, "-u", str(script)]
+    say(f"      {' '.join(cmd)} (log: {log}; windows-check's own log and cache: "
+        f"{windows_check.CACHE})")
+    lines: list[str] = []
+    timed_out = []
+    with log.open("w", encoding="utf-8") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+
+        def kill() -> None:
+            timed_out.append(True)
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                lines.append(line)
+                fh.write(line + "\n")
+                fh.flush()
+                say("      | " + line)
+            code = proc.wait()
+        finally:
+            timer.cancel()
+    own_log = next((m[1] for m in map(re.compile(r"\(log: (.+)\)$").search, lines[:3]) if m), None)
+    closing = next((x for x in reversed(lines) if x.startswith(WINDOWS_OK)), None)
+    if timed_out:
+        raise CheckError(f"windows-check timed out after {timeout:.0f} s (log: {log})")
+    if code != 0 or closing is None:
+        failed = next((x for x in reversed(lines) if x.startswith("windows-check FAILED")), None)
+        last = next((x for x in reversed(lines) if x.strip()), "no output")
+        raise CheckError(failed if failed else
+                         f"windows-check exited {code} without 'windows-check ok in' (log: {log}); last line: {last}")
+    facts = {**read_windows_line(closing), "exit": code, "log": str(log), "windows_check_log": own_log}
+    expect(facts["module"] is not None and "vulkan-1.dll" in facts["module_imports"],
+           "windows-check ok, but its line names no ggml-vulkan.dll importing vulkan-1.dll", closing)
+    return facts
+
+
+def closing_line(ok: bool, facts: dict, times: dict[str, float], total: float, opts) -> str:
+    """gpu-check's last line: what ran on what, the frozen app's and windows-check's figures."""
+    phases_text = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
+    if not ok:
+        return f"gpu-check FAILED after {total:.0f} s ({phases_text}): {facts['failed'].splitlines()[0]}"
+    win = facts.get("windows")
+    windows_text = f"; {windows_clause(win)}" if win else (
+        "; Windows not run (--no-windows)" if opts.no_windows and not opts.only_build else "")
+    if opts.only_windows:
+        return (f"gpu-check ok in {total:.0f} s (--only-windows: phases 1-6 not run){windows_text}; "
+                f"phases: {phases_text}")
+    frozen = facts.get("frozen")
+    frozen_text = (f"; frozen app {frozen['bundle_bytes'] / 1e6:.1f} MB with libggml-vulkan.so "
+                   f"{frozen['bundle']['module_bytes'] / 1e6:.1f} MB, no libvulkan.so*, .deb "
+                   f"{frozen['deb']['bytes'] / 1e6:.1f} MB (Recommends: {frozen['deb']['recommends']})"
+                   if frozen else "")
+    return (f"gpu-check ok in {total:.0f} s on {', '.join(facts['setup']['vulkan_devices'])} "
+            f"(lavapipe: the offload path, not speed){frozen_text}{windows_text}; phases: {phases_text}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="packaging/gpu/check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rebuild", action="store_true", help="compile the Vulkan wheel again")
@@ -533,56 +671,60 @@ def main(argv=None) -> int:
     parser.add_argument("--rebuild-frozen", action="store_true",
                         help="run packaging/build.py again even if nothing the frozen app is made from changed")
     parser.add_argument("--no-frozen", action="store_true", help="leave out the frozen app (phases 5-6)")
+    parser.add_argument("--no-windows", action="store_true",
+                        help="leave out phase 7, make windows-check (the Windows installer with ggml-vulkan.dll)")
+    parser.add_argument("--only-windows", action="store_true",
+                        help="phase 7 alone: make windows-check and its figures, without phases 1-6")
     opts = parser.parse_args(argv)
+    if opts.only_windows and (opts.no_windows or opts.only_build):
+        parser.error("--only-windows runs phase 7 alone: not with --no-windows or --only-build")
     os.chdir(ROOT)
     CACHE.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
     facts: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if opts.only_windows:
+        facts["only_windows"] = True
     started = time.perf_counter()
     phases = [("setup", lambda: phase_setup()), ("wheel", lambda: phase_wheel(opts.rebuild))]
     ok = False
-    try:
-        for name, fn in phases:
-            say(f"==> {name}")
-            t0 = time.perf_counter()
-            facts[name] = fn()
-            times[name] = time.perf_counter() - t0
-        say("==> venv")
+    current = ""
+
+    def step(name: str, fn) -> None:
+        nonlocal current
+        current = name
+        say(f"==> {name}")
         t0 = time.perf_counter()
-        venv = phase_venv(facts["wheel"])
-        times["venv"] = time.perf_counter() - t0
-        if not opts.only_build:
-            for name, fn in (("devices", check_devices), ("full", check_full), ("partial", check_partial),
-                             ("off", check_off), ("self-test", check_self_tests), ("tests", check_tests)):
-                say(f"==> {name}")
-                t0 = time.perf_counter()
-                facts[name] = fn(venv)
-                times[name] = time.perf_counter() - t0
-            if not opts.no_frozen:
-                for name, fn in (("frozen-build", lambda: phase_frozen_build(facts["wheel"], opts.rebuild_frozen)),
-                                 ("frozen", lambda: check_frozen(facts["frozen-build"]))):
-                    say(f"==> {name}")
-                    t0 = time.perf_counter()
-                    facts[name] = fn()
-                    times[name] = time.perf_counter() - t0
+        try:
+            facts[name] = fn()
+        finally:
+            times[name] = time.perf_counter() - t0
+
+    try:
+        if not opts.only_windows:
+            for name, fn in phases:
+                step(name, fn)
+            step("venv", lambda: phase_venv(facts["wheel"]))
+            venv = facts.pop("venv")
+            if not opts.only_build:
+                for name, check in (("devices", check_devices), ("full", check_full), ("partial", check_partial),
+                                    ("off", check_off), ("self-test", check_self_tests), ("tests", check_tests)):
+                    step(name, lambda check=check: check(venv))
+                if not opts.no_frozen:
+                    step("frozen-build", lambda: phase_frozen_build(facts["wheel"], opts.rebuild_frozen))
+                    step("frozen", lambda: check_frozen(facts["frozen-build"]))
+        if opts.only_windows or not (opts.only_build or opts.no_windows):
+            step("windows", lambda: phase_windows())
         ok = True
     except (CheckError, subprocess.TimeoutExpired) as exc:
         facts["failed"] = str(exc)
-        say(f"\ngpu-check FAILED: {exc}")
+        facts["failed_at"] = current
+        say(f"\ngpu-check FAILED at {current}: {exc}")
     finally:
         facts["seconds"] = {k: round(v, 1) for k, v in times.items()}
         (CACHE / "last-gpu-check.json").write_text(json.dumps(facts, indent=2, default=str))
-    phases_text = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
-    if ok:
-        frozen = facts.get("frozen")
-        frozen_text = (f"; frozen app {frozen['bundle_bytes'] / 1e6:.1f} MB with libggml-vulkan.so "
-                       f"{frozen['bundle']['module_bytes'] / 1e6:.1f} MB, no libvulkan.so*, .deb "
-                       f"{frozen['deb']['bytes'] / 1e6:.1f} MB (Recommends: {frozen['deb']['recommends']})"
-                       if frozen else "")
-        say(f"\ngpu-check ok in {time.perf_counter() - started:.0f} s on {', '.join(facts['setup']['vulkan_devices'])} "
-            f"(lavapipe: the offload path, not speed){frozen_text}; phases: {phases_text}")
+    line = closing_line(ok, facts, times, time.perf_counter() - started, opts)
+    say("\n" + line if ok else line)
     return 0 if ok else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
