@@ -2,9 +2,10 @@
 shipped runtime against llama.cpp at the best flags, side by side in one run.
 
 - **Iris**: the runtime the app builds (``host.load_runtime`` with the default
-  settings), driven as a turn drives it: ``stream()`` from a cold cache for pp
-  (evaluated tokens ÷ time to the first token), a reply at the default temperature for
-  tg (its own ``tokens_per_s``: the tokens after the first ÷ the time between them).
+  settings but ``model.gpu=off``: the CPU column), driven as a turn drives it:
+  ``stream()`` from a cold cache for pp (evaluated tokens ÷ time to the first token), a
+  reply at the default temperature for tg (its own ``tokens_per_s``: the tokens after
+  the first ÷ the time between them).
 - **llama.cpp**, through llama-cpp-python's low-level API: one ``llama_model``, one
   ``llama_context`` per configuration (threads, flash attention, ``n_batch`` /
   ``n_ubatch``, KV cache type), the same prompt tokens decoded with ``llama_decode``
@@ -13,6 +14,17 @@ shipped runtime against llama.cpp at the best flags, side by side in one run.
   found (``--llama-bench``, ``$IRIS_LLAMA_BENCH``, on ``PATH``, or the one
   ``--build-llama-bench`` builds first from the llama.cpp llama-cpp-python vendors, kept
   in ``~/.cache/iris-desktop-tests``); else the column is left out, said so.
+- **Iris GPU**, where llama.cpp lists a GPU device (:func:`iris_desktop.runtime.devices.list_devices`,
+  the listing the app and ``iris-desktop devices`` use): the same runtime loaded again
+  with ``model.gpu=auto`` (the app's own plan, ``runtime/gpu.py``; ``--gpu-layers N`` asks
+  for N layers instead), measured in the same run with the same prompts and sizes; its
+  line names the device and the layer split, and the GPU ÷ CPU ratios are printed. With
+  no GPU listed (a CPU-only build, no driver), with ``--no-gpu``, or where the plan keeps
+  the model on the CPU, the column is left out and one line says why. Lavapipe (Mesa's
+  CPU Vulkan driver) counts only when ``GGML_VK_VISIBLE_DEVICES`` asks for it, and is
+  labelled a CPU-type Vulkan device: it proves the offload path, not a GPU's speed.
+  The low-level llama.cpp contexts always stay on the CPU (no layer, no device, no op
+  offload), as ``model.gpu=off`` loads.
 
 Every repetition runs every configuration, in an order rotated each time, so a
 machine busy with other work slows them alike; the tables show the median and the
@@ -23,6 +35,7 @@ stay the same token for token.
 
     .venv/bin/python bench/throughput.py [--reps 3] [--sizes 1024,4096] [--tg 64]
         [--configs t2.fa1,t2.fa0.ub256] [--model PATH] [--llama-bench PATH | --build-llama-bench]
+        [--gpu-layers N | --no-gpu]
 
 A configuration is dot-separated: ``t2`` (n_threads and n_threads_batch), ``tg1`` /
 ``tb2`` (one of them), ``fa0``/``fa1`` (flash attention), ``b2048`` (n_batch),
@@ -60,10 +73,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.host import load_runtime  # noqa: E402
+from iris_desktop.host import GPU_CHECKS_FILE, load_runtime  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.cpu import physical_cores  # noqa: E402
+from iris_desktop.runtime.devices import list_devices  # noqa: E402
+from iris_desktop.runtime.gguf import read_gguf_info  # noqa: E402
+from iris_desktop.runtime.gpu import Device, GpuPlan  # noqa: E402
+from iris_desktop.runtime.loading import plan_device  # noqa: E402
 from iris_desktop.runtime.weights import q8_copy  # noqa: E402
 from iris_desktop.settings import load_settings  # noqa: E402
 
@@ -162,6 +179,7 @@ class LowLevel:
                                   else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.type_k = params.type_v = KV_TYPES[flags.kv]
         params.no_perf = True
+        params.op_offload = False  # the CPU column: no big batch is sent to a GPU either
         self.ctx = llama_cpp.llama_init_from_model(model, params)
         if not self.ctx:
             raise SystemExit(f"llama.cpp refused the configuration {flags.spec} ({flags.describe()})")
@@ -215,7 +233,12 @@ def load_model(path: Path) -> tuple[Any, int]:
     import llama_cpp
 
     llama_cpp.llama_backend_init()
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
+    params = llama_cpp.llama_model_default_params()
+    # on the CPU only, as model.gpu=off loads (runtime/loading.py's cpu_only_params)
+    params.n_gpu_layers = 0
+    params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
+    params.main_gpu = -1
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise SystemExit(f"llama.cpp could not load {path}")
     vocab = llama_cpp.llama_model_get_vocab(model)
@@ -225,11 +248,78 @@ def load_model(path: Path) -> tuple[Any, int]:
 # -- Iris --------------------------------------------------------------------------
 
 
-def iris_runtime(model_path: Path | None):
-    """The runtime the app loads with the default settings (``model.path`` aside)."""
-    cli = {"model.path": str(model_path)} if model_path else {}
-    settings = load_settings(None, env={}, cli=cli)
+def iris_settings(model_path: Path | None, gpu: str | int = "off"):
+    """The app's default settings, ``model.path`` and ``model.gpu`` aside."""
+    cli: dict[str, Any] = {"model.gpu": str(gpu)}
+    if model_path:
+        cli["model.path"] = str(model_path)
+    return load_settings(None, env={}, cli=cli)
+
+
+def iris_runtime(model_path: Path | None, gpu: str | int = "off"):
+    """The runtime the app loads with the default settings (``model.path`` and
+    ``model.gpu`` aside: ``off`` for the CPU column, ``auto`` or N for the GPU one)."""
+    settings = iris_settings(model_path, gpu)
     return load_runtime(settings, app_paths()), settings
+
+
+# -- the GPU column ----------------------------------------------------------------
+
+#: the line the report prints where llama.cpp lists no GPU device
+NO_GPU = "GPU column: no GPU device found by llama.cpp (CPU-only build or no driver); not measured"
+CPU_TYPE_VULKAN = "a CPU-type Vulkan device, not a GPU speed"
+
+
+def cpu_type_vulkan(device: Device) -> bool:
+    """Lavapipe: Mesa's Vulkan driver that runs on the CPU (its device is "llvmpipe ...")."""
+    return device.backend == "Vulkan" and "llvmpipe" in device.description.lower()
+
+
+def gpu_devices(devices: list[Device], env: dict[str, str] | None = None) -> list[Device]:
+    """The GPU devices in llama.cpp's listing; lavapipe only when ``GGML_VK_VISIBLE_DEVICES``
+    asks for Vulkan devices by number (ggml itself skips CPU-type ones otherwise)."""
+    env = os.environ if env is None else env
+    return [d for d in devices if d.is_gpu and (not cpu_type_vulkan(d) or "GGML_VK_VISIBLE_DEVICES" in env)]
+
+
+def gpu_label(plan: GpuPlan) -> str:
+    """The GPU column's name: the device, its ggml name and the layer split."""
+    device = plan.device
+    layers = f"{min(plan.layers, plan.total_layers)}/{plan.total_layers} layers"
+    label = f"Iris GPU ({device.name}: {device.label} · {layers})"
+    if cpu_type_vulkan(device):
+        label += f" [llvmpipe: {CPU_TYPE_VULKAN}]"
+    return label
+
+
+def plan_gpu_column(path: Path, settings: Any, gpu: str | int,
+                    env: dict[str, str] | None = None) -> tuple[GpuPlan | None, str]:
+    """What the GPU column will measure: the app's plan for ``gpu`` (``auto`` or a layer
+    count) on the first-listed GPU devices, from the GGUF header (nothing is loaded), and
+    one line for the report. No plan where llama.cpp lists no GPU, or the plan keeps the
+    model on the CPU."""
+    try:
+        devices = list_devices()
+    except Exception as exc:  # noqa: BLE001 - a driver that fails to answer: no GPU column
+        return None, f"GPU column: llama.cpp's devices could not be listed ({exc}); not measured"
+    gpus = gpu_devices(devices, env)
+    if not gpus:
+        return None, NO_GPU
+    # the CPU and the GPUs the user allows; not the disabled ones: the first-use check's
+    # record is the app's, kept in its data folder
+    keep = [d for d in devices if not d.is_gpu or d in gpus]
+    info = read_gguf_info(path)
+    n_ctx = settings["model.n_ctx"] or info.context_length or 4096
+    checks = app_paths().data_dir / GPU_CHECKS_FILE
+    plan = plan_device(info, n_ctx, gpu, keep, checks, swa_full=True,
+                       flash_attn=settings["model.flash_attn"])
+    listed = ", ".join(f"{d.name} ({d.label})" for d in gpus)
+    if not plan.on_gpu:
+        return None, f"GPU column: model.gpu={gpu} plans the CPU ({plan.reason}); listed: {listed}; not measured"
+    line = f"GPU column: model.gpu={gpu}: {gpu_label(plan).removeprefix('Iris GPU ')}"
+    if cpu_type_vulkan(plan.device):
+        line += f" (llvmpipe: {CPU_TYPE_VULKAN}; GGML_VK_VISIBLE_DEVICES asked for it)"
+    return plan, line
 
 
 def prompt_of(model, tokens: int, nonce: str) -> list[dict]:
@@ -372,7 +462,13 @@ def main() -> None:
     parser.add_argument("--build-llama-bench", action="store_true",
                         help="first build llama-bench from the llama.cpp llama-cpp-python vendors "
                              "(cmake and a C++ compiler; minutes), kept in ~/.cache/iris-desktop-tests")
+    gpu = parser.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu-layers", type=int, default=None, metavar="N",
+                     help="the GPU column with N layers offloaded (default: model.gpu=auto, the app's plan)")
+    gpu.add_argument("--no-gpu", action="store_true", help="leave the GPU column out even where a GPU is listed")
     args = parser.parse_args()
+    if args.gpu_layers is not None and args.gpu_layers < 1:
+        parser.error("--gpu-layers must be at least 1 (--no-gpu for none)")
     if args.build_llama_bench and not args.llama_bench:
         args.llama_bench = str(build_llama_bench())
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -387,6 +483,20 @@ def main() -> None:
     path = args.model or ensure_bundled_model(app_paths().models_dir)
     iris, settings = iris_runtime(args.model)
     temperature = settings["model.temperature"]
+    gpu_setting: str | int = "auto" if args.gpu_layers is None else args.gpu_layers
+    if args.no_gpu:
+        gpu_plan, gpu_line = None, "GPU column: left out (--no-gpu); not measured"
+    else:
+        gpu_plan, gpu_line = plan_gpu_column(path, settings, gpu_setting)
+    print(gpu_line, file=sys.stderr, flush=True)
+    iris_gpu = iris_runtime(args.model, gpu_setting)[0] if gpu_plan else None
+    gpu_col = Column(gpu_label(iris_gpu.gpu) if iris_gpu and iris_gpu.gpu.on_gpu else "Iris GPU")
+    if iris_gpu is not None and not iris_gpu.gpu.on_gpu:  # every GPU load failed: it fell back to the CPU
+        gpu_line = f"GPU column: the GPU load fell back to the CPU ({iris_gpu.gpu.reason}); not measured"
+        iris_gpu.close()
+        iris_gpu = None
+    elif iris_gpu is not None:
+        gpu_line = f"GPU column: model.gpu={gpu_setting}: {gpu_col.name.removeprefix('Iris GPU ')}"
     llama_model, n_vocab = load_model(path)
     q8_path = q8_copy(path, app_paths().weights_dir) if any(f.q8_weights for f in flags) else path
     q8_model = load_model(q8_path)[0] if q8_path != path else llama_model
@@ -402,7 +512,8 @@ def main() -> None:
     tg_tokens: list[int] = []
     tg_messages = [{"role": "user", "content": TG_PROMPT}]
     tg_prompt = iris.prompt_tokens(tg_messages)
-    workers: list[int | str] = ["iris", *range(len(flags))] + (["llama-bench"] if bench_binary else [])
+    workers: list[int | str] = (["iris", *range(len(flags))] + (["llama-bench"] if bench_binary else [])
+                                + (["iris-gpu"] if iris_gpu else []))
     for rep in range(args.reps):
         prompts = {size: prompt_of(iris, size, f"run {rep} of {os.getpid()}") for size in sizes}
         tokens = {size: iris.prompt_tokens(m) for size, m in prompts.items()}
@@ -415,6 +526,10 @@ def main() -> None:
                 rate, n = iris_tg(iris, tg_messages, args.tg, temperature, seed=rep)
                 iris_col.tg.append(rate)
                 tg_tokens.append(n)
+            elif who == "iris-gpu":
+                for size in sizes:
+                    gpu_col.pp.setdefault(size, []).append(iris_pp(iris_gpu, prompts[size], temperature))
+                gpu_col.tg.append(iris_tg(iris_gpu, tg_messages, args.tg, temperature, seed=rep)[0])
             elif who == "llama-bench":
                 bench_flags = bench_flags or flags[_best_index(columns, sizes)]
                 found = llama_bench(bench_binary, q8_path if bench_flags.q8_weights else path,
@@ -432,7 +547,8 @@ def main() -> None:
                 rate, replies[who, rep] = ctx.generate(tg_prompt, args.tg)
                 col.tg.append(rate)
         figures = " ".join(f"{c.name}:" + ",".join(f"{c.pp[s][-1]:.1f}" for s in sizes) + f",{c.tg[-1]:.1f}"
-                           for c in [iris_col, *columns, *([bench_col] if bench_binary else [])])
+                           for c in [iris_col, *columns, *([bench_col] if bench_binary else []),
+                                     *([gpu_col] if iris_gpu else [])])
         print(f"rep {rep + 1}/{args.reps} after {time.perf_counter() - started:.0f} s, load {load_average()}: "
               f"{figures}", file=sys.stderr, flush=True)
     for who, col in enumerate(columns):
@@ -446,8 +562,11 @@ def main() -> None:
     for ctx in contexts:
         ctx.close()
     iris.close()
+    if iris_gpu is not None:
+        iris_gpu.close()
     report(iris_col, columns, flags, bench_col if bench_binary else None, sizes, args, tg_tokens,
-           load_before, load_average(), time.perf_counter() - started)
+           load_before, load_average(), time.perf_counter() - started,
+           gpu=gpu_col if iris_gpu else None, gpu_line=gpu_line)
 
 
 def _best_index(columns: list[Column], sizes: list[int]) -> int:
@@ -458,19 +577,24 @@ def _best_index(columns: list[Column], sizes: list[int]) -> int:
 
 def report(iris: Column, columns: list[Column], flags: list[Flags], bench: Column | None, sizes: list[int],
            args: argparse.Namespace, tg_tokens: list[int], load_before: str, load_after: str,
-           elapsed: float) -> None:
+           elapsed: float, gpu: Column | None = None, gpu_line: str = NO_GPU) -> None:
     print(f"{args.reps} repetitions, interleaved; prompt sizes {', '.join(map(str, sizes))} tokens; "
           f"tg: {args.tg} tokens (Iris generated {min(tg_tokens)}–{max(tg_tokens)}); "
           f"physical cores {physical_cores()}, logical {multiprocessing.cpu_count()}; "
           f"load average (1/5/15 min) {load_before} before, {load_after} after; {elapsed:.0f} s\n")
+    print(gpu_line + "\n")
     print("tokens/s, median (min–max)\n")
     header = "| configuration | flags | " + " | ".join(f"pp{s}" for s in sizes) + " | tg |"
     print(header)
     print("|---|---|" + "---:|" * (len(sizes) + 1))
     all_columns = [iris, *columns] + ([bench] if bench else [])
-    descriptions = ["the app's runtime, default settings", *(f.describe() for f in flags)]
+    descriptions = ["the app's runtime, default settings, model.gpu=off", *(f.describe() for f in flags)]
     if bench:
         descriptions.append("llama.cpp's C++ tool, best low-level flags")
+    if gpu:
+        all_columns.append(gpu)
+        descriptions.append("the app's runtime, default settings, model.gpu="
+                            + ("auto" if args.gpu_layers is None else str(args.gpu_layers)))
     for col, what in zip(all_columns, descriptions):
         cells = " | ".join(spread(col.pp[s]) for s in sizes)
         print(f"| {col.name} | {what} | {cells} | {spread(col.tg)} |")
@@ -506,13 +630,23 @@ def report(iris: Column, columns: list[Column], flags: list[Flags], bench: Colum
     fastest_tg = max(iris.tg) / max(max(c.tg) for c in others)
     print("fastest repetitions (the least disturbed): "
           + ", ".join(f"pp{s} {fastest[s]:.3f}×" for s in sizes) + f", tg {fastest_tg:.3f}×")
+    gpu_summary = "gpu=no"
+    if gpu:
+        gpu_pp = {s: statistics.median(gpu.pp[s]) / statistics.median(iris.pp[s]) for s in sizes}
+        gpu_tg = statistics.median(gpu.tg) / statistics.median(iris.tg)
+        print(f"GPU ÷ CPU (Iris, medians), {gpu.name}: "
+              + ", ".join(f"pp{s} {gpu_pp[s]:.2f}×" for s in sizes) + f", tg {gpu_tg:.2f}×")
+        if CPU_TYPE_VULKAN in gpu.name:
+            print(f"  llvmpipe: {CPU_TYPE_VULKAN} (the offload path works; the ratio says nothing of a GPU)")
+        gpu_summary = (f"gpu=yes gpu_pp{max(sizes)}_ratio={gpu_pp[max(sizes)]:.3f} gpu_tg_ratio={gpu_tg:.3f}"
+                       + (" gpu_cpu_type=yes" if CPU_TYPE_VULKAN in gpu.name else ""))
     per_size = " ".join(f"pp{s}_ratio={ratios[s]:.3f}" for s in sizes)
     print(f"\nthroughput: pp_ratio={min(ratios.values()):.3f} tg_ratio={tg_ratio:.3f} {per_size} "
           f"pp_ratio_fastest={min(fastest.values()):.3f} tg_ratio_fastest={fastest_tg:.3f} "
           f"pp_best={best_pp[max(sizes)].name.replace(' ', '_')} tg_best={best_tg.name.replace(' ', '_')} "
           f"iris_pp{max(sizes)}={statistics.median(iris.pp[max(sizes)]):.1f} "
           f"iris_tg={statistics.median(iris.tg):.1f} reps={args.reps} llama_bench={'yes' if bench else 'no'} "
-          f"load_before={load_before} load_after={load_after}")
+          f"load_before={load_before} load_after={load_after} {gpu_summary}")
 
 
 if __name__ == "__main__":

@@ -126,14 +126,104 @@ def test_throughput_runs_iris_and_llama_cpp_side_by_side_and_ends_with_its_ratio
     last = re.fullmatch(r"throughput: pp_ratio=(\d+\.\d+) tg_ratio=\d+\.\d+ pp64_ratio=(\d+\.\d+) "
                         r"pp_ratio_fastest=(\d+\.\d+) tg_ratio_fastest=\d+\.\d+ "
                         r"pp_best=(\S+) tg_best=\S+ iris_pp64=\d+\.\d iris_tg=\d+\.\d reps=1 "
-                        r"llama_bench=(yes|no) load_before=\S+ load_after=\S+", lines[-1])
+                        r"llama_bench=(yes|no) load_before=\S+ load_after=\S+ gpu=(yes|no)( \S+)*", lines[-1])
     assert last, lines[-1]
+    # the GPU column: where llama.cpp lists no GPU (a CPU-only build), left out in one line
+    throughput = _throughput()
+    from iris_desktop.runtime.devices import list_devices
+
+    if not throughput.gpu_devices(list_devices()):
+        assert throughput.NO_GPU in lines and last.group(6) == "no"
+        assert not any(line.startswith("| Iris GPU") for line in lines)
     # rates, not asserted: on a machine busy with other work they can round to 0.0
     assert last.group(1) == last.group(2)  # one size: the lowest ratio is its ratio
     # one repetition: its fastest is its median
     assert last.group(3) == last.group(1)
     assert any(line.startswith("fastest repetitions (the least disturbed): pp64 ") for line in lines)
     assert last.group(4) in {"t1", "tg2.tb1", "t1.q8w"} or last.group(4).startswith("llama-bench")
+
+
+def _throughput():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import throughput
+    finally:
+        sys.path.remove(str(BENCH))
+    return throughput
+
+
+def _fake_devices(monkeypatch, throughput, *gpus):
+    from iris_desktop.runtime.gpu import Device
+
+    cpu = Device("CPU", "AMD EPYC", "cpu", "CPU", 16 * 2**30, 16 * 2**30, index=0)
+    monkeypatch.setattr(throughput, "list_devices", lambda: [cpu, *gpus])
+
+
+def test_throughput_gpu_column_is_planned_from_the_device_listing(model_path, monkeypatch, tmp_path):
+    """The GPU column (issue 46): with no GPU listed it is left out, in one line; with a
+    (faked) GPU the app's own plan (model.gpu=auto, or --gpu-layers N) names the device
+    and the layer split; lavapipe counts only when GGML_VK_VISIBLE_DEVICES asks for it,
+    and is labelled a CPU-type Vulkan device. The GGUF header only: nothing is loaded."""
+    from iris_desktop.runtime.gpu import Device
+
+    monkeypatch.setenv("IRIS_HOME", str(tmp_path))  # no first-use record of this machine's
+    throughput = _throughput()
+    settings = throughput.iris_settings(model_path, "auto")
+    assert settings["model.gpu"] == "auto" and throughput.iris_settings(model_path)["model.gpu"] == "off"
+
+    _fake_devices(monkeypatch, throughput)
+    assert throughput.plan_gpu_column(model_path, settings, "auto", env={}) == (None, throughput.NO_GPU)
+
+    rtx = Device("Vulkan0", "NVIDIA GeForce RTX 4070", "gpu", "Vulkan", 11 * 2**30, 12 * 2**30, index=1)
+    _fake_devices(monkeypatch, throughput, rtx)
+    plan, line = throughput.plan_gpu_column(model_path, settings, "auto", env={})
+    assert plan is not None and plan.device == rtx and plan.layers == plan.total_layers
+    every = f"{plan.total_layers}/{plan.total_layers} layers"
+    assert throughput.gpu_label(plan) == f"Iris GPU (Vulkan0: NVIDIA GeForce RTX 4070 · {every})"
+    assert line == f"GPU column: model.gpu=auto: (Vulkan0: NVIDIA GeForce RTX 4070 · {every})"
+    plan, line = throughput.plan_gpu_column(model_path, settings, 5, env={})
+    assert plan.layers == 5 and f"· 5/{plan.total_layers} layers)" in line
+
+    llvmpipe = Device("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "igpu", "Vulkan", 15 * 2**30, 16 * 2**30,
+                      index=1)
+    _fake_devices(monkeypatch, throughput, llvmpipe)
+    assert throughput.plan_gpu_column(model_path, settings, 99, env={}) == (None, throughput.NO_GPU)
+    asked = {"GGML_VK_VISIBLE_DEVICES": "0"}
+    plan, line = throughput.plan_gpu_column(model_path, settings, "auto", env=asked)
+    assert plan is None and line.startswith("GPU column: model.gpu=auto plans the CPU (") and "llvmpipe" in line
+    plan, line = throughput.plan_gpu_column(model_path, settings, 99, env=asked)
+    assert plan is not None and plan.device == llvmpipe
+    assert "[llvmpipe: a CPU-type Vulkan device, not a GPU speed]" in throughput.gpu_label(plan)
+    assert "llvmpipe: a CPU-type Vulkan device, not a GPU speed" in line
+
+
+def test_throughput_report_puts_the_gpu_column_beside_the_cpu_one(capsys):
+    """report(): the GPU column's row, its GPU ÷ CPU ratios and the summary's gpu= fields;
+    without one, the sentence that says it was not measured and gpu=no."""
+    import argparse
+
+    throughput = _throughput()
+
+    def column(name, pp, tg):
+        return throughput.Column(name, pp={64: [pp]}, tg=[tg])
+
+    args = argparse.Namespace(reps=1, tg=4, gpu_layers=None)
+    flags = [throughput.Flags.parse("t1")]
+    throughput.report(column("Iris", 100.0, 10.0), [column("t1", 100.0, 10.0)], flags, None, [64], args, [4],
+                      "0", "0", 1.0)
+    out = capsys.readouterr().out.splitlines()
+    assert throughput.NO_GPU in out and out[-1].endswith(" gpu=no")
+    assert not any(line.startswith("| Iris GPU") for line in out)
+
+    name = "Iris GPU (Vulkan0: NVIDIA GeForce RTX 4070 · 25/25 layers)"
+    throughput.report(column("Iris", 100.0, 10.0), [column("t1", 100.0, 10.0)], flags, None, [64], args, [4],
+                      "0", "0", 1.0, gpu=column(name, 400.0, 30.0), gpu_line=f"GPU column: model.gpu=auto: {name}")
+    out = capsys.readouterr().out.splitlines()
+    assert f"| {name} | the app's runtime, default settings, model.gpu=auto | 400.0 (400.0–400.0) | " \
+           "30.0 (30.0–30.0) |" in out
+    assert f"GPU ÷ CPU (Iris, medians), {name}: pp64 4.00×, tg 3.00×" in out
+    assert out[-1].endswith(" gpu=yes gpu_pp64_ratio=4.000 gpu_tg_ratio=3.000")
+    assert out[-1].startswith("throughput: pp_ratio=1.000 tg_ratio=1.000 ")  # the GPU is not a CPU config
 
 
 def test_versus_pairs_each_figure_with_its_twin_and_skips_what_did_not_change(capsys):
