@@ -24,7 +24,9 @@ from iris_desktop.runtime.gpu import (
     Device,
     GiB,
     GpuChecks,
+    MeasuredCompute,
     MiB,
+    compute_key,
     cpu_plan,
     fewer,
     layer_costs,
@@ -313,6 +315,46 @@ def test_the_load_log_says_what_was_offloaded():
     cpu_log = offload_from_log(CPU_LOG.splitlines())
     assert cpu_log.layers is None and cpu_log.device_buffers() == {}
     assert set(cpu_log.buffers) == {"CPU_Mapped", "CPU_REPACK", "CPU"}
+    assert gpu_log.device_compute_bytes() == int(300.25 * MiB) and cpu_log.device_compute_bytes() == 0
+
+
+def test_the_measured_compute_buffer_replaces_the_estimate_in_the_next_plan(tmp_path):
+    """Issue #46: the compute buffer is an estimate until a load measured it; then the plan
+    for the same model, settings and device uses what llama.cpp reserved."""
+    info = read_gguf_info(_model(tmp_path, "m", 24))
+    device = gpu(1.0)
+    estimate = plan_gpu(info, 1024, [device], "auto")
+    assert not estimate.compute_measured
+    base = estimate.all_bytes - layer_costs(info, 1024).compute
+    # a device just big enough for the model with a small compute buffer, not with the estimate
+    tight = replace(device, free_bytes=base + 8 * MiB + margin(device))  # the margin goes by the total
+    assert plan_gpu(info, 1024, [tight], "auto").layers < estimate.total_layers
+    measured = plan_gpu(info, 1024, [tight], "auto", measured_compute=lambda d: 8 * MiB)
+    assert measured.layers == measured.total_layers and measured.compute_measured
+    assert measured.all_bytes == base + 8 * MiB
+    # a larger measurement than the estimate lowers the split just as well
+    big = plan_gpu(info, 1024, [device], "auto", measured_compute=lambda d: device.free_bytes)
+    assert not big.on_gpu and "does not fit" in big.reason
+
+
+def test_measured_compute_buffers_are_kept_per_device_driver_and_settings(tmp_path):
+    checks = tmp_path / "data" / "gpu-checks.json"
+    record = MeasuredCompute.beside(checks)
+    assert record.path == tmp_path / "data" / "gpu-compute.json"
+    info = read_gguf_info(_model(tmp_path, "m", 24))
+    key = compute_key(info, 2048, True)
+    assert record.get(FAKE_GPU, key) is None
+    record.record(FAKE_GPU, key, 300 * MiB)
+    assert MeasuredCompute.beside(checks).get(FAKE_GPU, key) == 300 * MiB
+    assert record.get(FAKE_GPU, compute_key(info, 4096, True)) is None  # another n_ctx
+    assert record.get(replace(FAKE_GPU, driver="551.0"), key) is None  # another driver
+    # the loader's plan reads it
+    plan = loading.plan_device(info, 2048, "auto", [FAKE_GPU], checks, swa_full=True, flash_attn=True)
+    assert plan.compute_measured and plan.on_gpu
+    record.path.write_text("{not json")
+    assert record.get(FAKE_GPU, key) is None  # unreadable: the estimate again
+    plan = loading.plan_device(info, 2048, "auto", [FAKE_GPU], checks, swa_full=True, flash_attn=True)
+    assert not plan.compute_measured and plan.on_gpu
 
 
 def test_a_capture_inside_another_sees_the_load_log_too(model_path):
@@ -337,7 +379,8 @@ def test_driver_versions_as_vendors_write_them():
 def test_a_plan_is_checked_against_the_log(tmp_path):
     plan = plan_gpu(read_gguf_info(_model(tmp_path, "m", 24)), 1024, [FAKE_GPU], "auto")
     assert plan.layers == 25
-    assert loading.as_loaded(tmp_path, plan, offload_from_log(VULKAN_LOG.splitlines())) == plan
+    loaded = loading.as_loaded(tmp_path, plan, offload_from_log(VULKAN_LOG.splitlines()))
+    assert loaded == replace(plan, measured_compute=int(300.25 * MiB))  # Vulkan_Host's is in RAM
     fewer_log = VULKAN_LOG.replace("offloaded 25/25", "offloaded 20/25")
     partial = loading.as_loaded(tmp_path, plan, offload_from_log(fewer_log.splitlines()))
     assert partial.layers == 20 and partial.describe() == "GPU: Fake GeForce · 20/25 layers"
@@ -528,6 +571,14 @@ def test_the_bundled_model_runs_on_the_gpu_and_answers(model_path, tmp_path):
     finally:
         model.close()
     assert json.loads((tmp_path / "checks.json").read_text())["checks"]
+    # the compute buffer llama.cpp reserved is kept, and the next plan uses it
+    measured = json.loads((tmp_path / "gpu-compute.json").read_text())["compute"]
+    assert len(measured) == 1 and next(iter(measured.values())) > 0
+    again = LocalModel.load(model_path, n_ctx=2048, gpu="auto", gpu_checks=tmp_path / "checks.json")
+    try:
+        assert again.gpu.compute_measured and again.gpu.layers == again.gpu.total_layers
+    finally:
+        again.close()
 
 
 @needs_gpu

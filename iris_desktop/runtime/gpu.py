@@ -8,10 +8,12 @@ embeddings on the CPU, and each offloaded block's KV cache lives with it. So a m
 :func:`plan_gpu` is the one place that decides, from facts only: the GGUF header (every
 tensor's size, so the weights of each block and of the output layer; the attention
 geometry, so the KV cache per token at ``n_ctx``, sliding-window layers counted as the
-cache llama.cpp allocates for them), a compute-buffer estimate, and the devices with
-their free memory. It reads no file and touches no driver: :mod:`.devices` lists the
-devices, :class:`GpuChecks` remembers a device whose answers differed from the CPU's
-(the first-use check in :mod:`.model`), and :mod:`.model` loads with the plan, checks
+cache llama.cpp allocates for them), a compute-buffer estimate (replaced by the size
+llama.cpp reserved at the last load of the same model, settings and device:
+:class:`MeasuredCompute`), and the devices with their free memory. It reads no file and
+touches no driver: :mod:`.devices` lists the devices, :class:`GpuChecks` remembers a
+device whose answers differed from the CPU's (the first-use check in :mod:`.model`), and
+:mod:`.model` loads with the plan, checks
 llama.cpp's load log against it (:func:`offload_from_log`) and retries with fewer layers.
 
 ``auto`` takes a discrete GPU (the one with the most free memory) and as many layers as
@@ -30,8 +32,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +260,11 @@ class GpuPlan:
     notice: bool = False
     #: what a full offload would need (0 when the header does not tell)
     all_bytes: int = 0
+    #: the compute buffer llama.cpp reserved on the device at this load, from its log (0:
+    #: not loaded yet, or on the CPU); :class:`MeasuredCompute` keeps it for the next plan
+    measured_compute: int = 0
+    #: the plan's compute buffer came from such a measurement, not the estimate
+    compute_measured: bool = False
 
     @property
     def on_gpu(self) -> bool:
@@ -273,7 +280,7 @@ class GpuPlan:
         return {"device": self.device.as_json() if self.device else None, "layers": self.layers,
                 "total_layers": self.total_layers, "reason": self.reason, "notice": self.notice,
                 "needed_bytes": self.needed_bytes, "all_bytes": self.all_bytes,
-                "describe": self.describe()}
+                "compute_measured": self.compute_measured, "describe": self.describe()}
 
 
 def cpu_plan(total_layers: int, reason: str, notice: bool = False, **extra: Any) -> GpuPlan:
@@ -291,12 +298,15 @@ def margin(device: Device) -> int:
 
 def plan_gpu(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: str | int, *,
              platform: str | None = None, disabled: Mapping[str, str] | None = None,
-             swa_full: bool = True, flash_attn: bool = True, n_ubatch: int = N_UBATCH) -> GpuPlan:
+             swa_full: bool = True, flash_attn: bool = True, n_ubatch: int = N_UBATCH,
+             measured_compute: Callable[[Device], int | None] | None = None) -> GpuPlan:
     """The device and the number of layers for ``setting`` (``model.gpu``: "auto", "off"
     or a layer count). ``devices``: what llama.cpp found (the CPU among them, or not);
     ``disabled``: device descriptions the first-use check switched off, with why;
     ``platform``: ``sys.platform`` (an integrated GPU is taken by ``auto`` on "darwin"
-    only). Pure: the same facts give the same plan."""
+    only); ``measured_compute``: the compute buffer llama.cpp reserved on a device at an
+    earlier load with the same model and settings (:class:`MeasuredCompute`), used in
+    place of the estimate. Pure: the same facts give the same plan."""
     platform = platform or sys.platform
     disabled = dict(disabled or {})
     costs = layer_costs(info, n_ctx, swa_full=swa_full, flash_attn=flash_attn, n_ubatch=n_ubatch)
@@ -333,6 +343,17 @@ def plan_gpu(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: str
                         notice=asked is not None, all_bytes=all_bytes)
     device = max(candidates, key=lambda d: d.free_bytes)
     budget = device.free_bytes - margin(device)
+    measured = measured_compute(device) if measured_compute is not None and costs is not None else None
+    if measured:
+        costs = replace(costs, compute=measured)
+        all_bytes = costs.gpu_bytes(total)
+    plan = _plan_on(device, budget, costs, total, all_bytes, asked)
+    return replace(plan, compute_measured=bool(measured)) if measured and plan.on_gpu else plan
+
+
+def _plan_on(device: Device, budget: int, costs: LayerCosts | None, total: int, all_bytes: int,
+             asked: int | None) -> GpuPlan:
+    """:func:`plan_gpu` once the device is chosen."""
     if asked is not None:
         layers = min(asked, total)
         fit = costs.fitting(budget) if costs and device.memory_known else layers
@@ -385,7 +406,7 @@ def fewer(plan: GpuPlan, tried: int = 0) -> GpuPlan | None:
 
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_BUFFER = re.compile(r"^\S+:\s+(\S+)\s+(?:model|KV|compute|output|RS) buffer size\s*=\s*([\d.]+) MiB")
+_BUFFER = re.compile(r"^\S+:\s+(\S+)\s+(model|KV|compute|output|RS) buffer size\s*=\s*([\d.]+) MiB")
 
 
 @dataclass(frozen=True)
@@ -398,19 +419,29 @@ class Offload:
     total: int | None
     #: MiB per buffer name ("Vulkan0", "CUDA0", "CPU_Mapped", "Vulkan_Host", ...)
     buffers: dict[str, float]
+    #: of those, the compute buffers' MiB per buffer name
+    compute: dict[str, float] = field(default_factory=dict)
 
     def device_buffers(self, cpu_names: Iterable[str] = ("CPU",)) -> dict[str, float]:
         """The buffers that are not in the computer's memory (``CPU``, ``CPU_Mapped``,
         ``CPU_REPACK``, a backend's ``*_Host`` pinned memory are)."""
-        prefixes = tuple(cpu_names)
-        return {name: mib for name, mib in self.buffers.items()
-                if not name.startswith(prefixes) and not name.endswith("_Host")}
+        return _on_device(self.buffers, tuple(cpu_names))
+
+    def device_compute_bytes(self, cpu_names: Iterable[str] = ("CPU",)) -> int:
+        """The compute buffer llama.cpp reserved on the GPU, in bytes (0: none)."""
+        return int(sum(_on_device(self.compute, tuple(cpu_names)).values()) * MiB)
+
+
+def _on_device(buffers: Mapping[str, float], cpu_prefixes: tuple[str, ...]) -> dict[str, float]:
+    return {name: mib for name, mib in buffers.items()
+            if not name.startswith(cpu_prefixes) and not name.endswith("_Host")}
 
 
 def offload_from_log(lines: Iterable[str]) -> Offload:
     """Read a load's log: the "offloaded N/M layers to GPU" line and the buffers."""
     layers = total = None
     buffers: dict[str, float] = {}
+    compute: dict[str, float] = {}
     for line in lines:
         line = line.strip()
         match = _OFFLOADED.search(line)
@@ -419,8 +450,10 @@ def offload_from_log(lines: Iterable[str]) -> Offload:
             continue
         match = _BUFFER.match(line)
         if match:
-            buffers[match[1]] = buffers.get(match[1], 0.0) + float(match[2])
-    return Offload(layers, total, buffers)
+            buffers[match[1]] = buffers.get(match[1], 0.0) + float(match[3])
+            if match[2] == "compute":
+                compute[match[1]] = compute.get(match[1], 0.0) + float(match[3])
+    return Offload(layers, total, buffers, compute)
 
 
 # -- the first-use check's record --------------------------------------------------------
@@ -486,3 +519,76 @@ class GpuChecks:
             atomic_write(self.path, json.dumps({"version": self.VERSION, "checks": checks}, indent=2))
         except OSError as exc:
             log.warning("%s: cannot record the GPU check (%s)", self.path, exc)
+
+
+# -- the measured compute buffer ------------------------------------------------------------
+
+
+#: the file beside the first-use checks' that keeps the measured compute buffers
+COMPUTE_FILE = "gpu-compute.json"
+
+
+def compute_key(info: GGUFInfo, n_ctx: int, flash_attn: bool, n_ubatch: int = N_UBATCH) -> str:
+    """What a compute buffer's size depends on, besides the device: the model file (its
+    name and size), ``n_ctx``, flash attention and the physical batch."""
+    try:
+        size = info.path.stat().st_size
+    except OSError:
+        size = 0
+    return f"{info.path.name}|{size}|n_ctx {n_ctx}|flash_attn {flash_attn}|n_ubatch {n_ubatch}"
+
+
+class MeasuredCompute:
+    """The compute buffer llama.cpp reserved on a GPU at a load, from its log, per device
+    and driver (:meth:`GpuChecks.key`) and :func:`compute_key`, in a small JSON file in the
+    data folder: the next plan with the same facts uses it in place of the estimate
+    (``plan_gpu(measured_compute=...)``). Unreadable or missing: the estimate is used."""
+
+    VERSION = 1
+
+    def __init__(self, path: str | os.PathLike[str] | None):
+        self.path = Path(path) if path is not None else None
+
+    @classmethod
+    def beside(cls, gpu_checks: str | os.PathLike[str] | None) -> MeasuredCompute:
+        """The record kept beside the first-use checks' file ``gpu_checks``."""
+        return cls(Path(gpu_checks).with_name(COMPUTE_FILE) if gpu_checks is not None else None)
+
+    @staticmethod
+    def key(device: Device, model_key: str) -> str:
+        return f"{GpuChecks.key(device)}|{model_key}"
+
+    def _read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("%s: cannot read the measured compute buffers (%s); estimating", self.path, exc)
+            return {}
+        sizes = data.get("compute") if isinstance(data, dict) else None
+        return sizes if isinstance(sizes, dict) else {}
+
+    def get(self, device: Device, model_key: str) -> int | None:
+        """The measured bytes for ``device`` and ``model_key``, or None."""
+        value = self._read().get(self.key(device, model_key))
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    def record(self, device: Device, model_key: str, nbytes: int) -> None:
+        """Remember a measurement (written atomically; a failure is logged, never raised)."""
+        if self.path is None or nbytes <= 0:
+            return
+        from iris_desktop.files import atomic_write
+
+        sizes = self._read()
+        key = self.key(device, model_key)
+        if sizes.get(key) == nbytes:
+            return
+        sizes[key] = nbytes
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, json.dumps({"version": self.VERSION, "compute": sizes}, indent=2))
+        except OSError as exc:
+            log.warning("%s: cannot record the measured compute buffer (%s)", self.path, exc)

@@ -15,7 +15,18 @@ from typing import Any
 from . import llama_binding
 from .errors import ModelError
 from .gguf import GGUFInfo
-from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan, fewer, offload_from_log, plan_gpu
+from .gpu import (
+    OFF,
+    Device,
+    GpuChecks,
+    GpuPlan,
+    MeasuredCompute,
+    compute_key,
+    cpu_plan,
+    fewer,
+    offload_from_log,
+    plan_gpu,
+)
 from .llama_binding import captured_log, recent_llama_errors
 from .weights import Cancelled as CopyCancelled
 from .weights import WeightsError, q8_copy
@@ -89,7 +100,9 @@ def q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
 def plan_device(info: GGUFInfo, n_ctx: int, gpu: str | int, devices: list[Device] | None,
           gpu_checks: str | os.PathLike[str] | None, *, swa_full: bool, flash_attn: bool) -> GpuPlan:
     """The device and layers for ``model.gpu`` (:func:`.gpu.plan_gpu`), leaving out a GPU
-    the first-use check switched off. No device is looked for with ``off``."""
+    the first-use check switched off, with the compute buffer measured at an earlier load of
+    the same model and settings on that device where there was one (kept beside
+    ``gpu_checks``). No device is looked for with ``off``."""
     if gpu == OFF:
         return plan_gpu(info, n_ctx, [], OFF)
     if devices is None:
@@ -101,7 +114,12 @@ def plan_device(info: GGUFInfo, n_ctx: int, gpu: str | int, devices: list[Device
             log.warning("cannot list llama.cpp's devices (%s); the CPU runs the model", exc)
             devices = []
     disabled = GpuChecks(gpu_checks).disabled(devices) if gpu_checks is not None else {}
-    plan = plan_gpu(info, n_ctx, devices, gpu, disabled=disabled, swa_full=swa_full, flash_attn=flash_attn)
+    measured = None
+    if gpu_checks is not None:
+        record, key = MeasuredCompute.beside(gpu_checks), compute_key(info, n_ctx, flash_attn)
+        measured = lambda device: record.get(device, key)  # noqa: E731
+    plan = plan_gpu(info, n_ctx, devices, gpu, disabled=disabled, swa_full=swa_full, flash_attn=flash_attn,
+                    measured_compute=measured)
     log.info("%s at n_ctx %d, model.gpu %s: %s (%s)", info.path.name, n_ctx, gpu, plan.describe(), plan.reason)
     return plan
 
@@ -167,8 +185,9 @@ def as_loaded(path: Path, plan: GpuPlan, offload: Any) -> GpuPlan:
         log.warning("%s: llama.cpp counts %d layers, the plan %d", path.name, offload.total, plan.total_layers)
     if layers != min(plan.layers, plan.total_layers) or (offload.total and offload.total != plan.total_layers):
         return replace(plan, layers=layers, total_layers=offload.total or plan.total_layers, notice=True,
-                       reason=f"{plan.reason}; llama.cpp offloaded {layers}/{offload.total}")
+                       reason=f"{plan.reason}; llama.cpp offloaded {layers}/{offload.total}",
+                       measured_compute=offload.device_compute_bytes())
     log.info("%s: offloaded %d/%d layers to %s, as planned (%s)", path.name, layers, offload.total,
              plan.device.label, ", ".join(f"{k} {v:.0f} MiB" for k, v in on_device.items()))
-    return plan
+    return replace(plan, measured_compute=offload.device_compute_bytes())
 

@@ -53,7 +53,7 @@ from .cpu import physical_cores
 from .errors import ModelError, PromptTooLongError
 from .first_use import checked_plan
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
-from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan
+from .gpu import OFF, Device, GpuChecks, GpuPlan, MeasuredCompute, compute_key, cpu_plan
 from .kv_reuse import KVReuse, read_sequence, write_sequence
 from .library import is_base_model
 from .llama_binding import EvalStopped, install_llama_logging, recent_llama_errors
@@ -254,6 +254,10 @@ class LocalModel(KVReuse):
             why = "; ".join(recent_llama_errors()) or str(exc)
             raise ModelError(p, f"llama.cpp could not load the model ({why})") from None
         load_s = time.perf_counter() - t0
+        if plan.on_gpu and plan.measured_compute and gpu_checks is not None:
+            # the next plan with these facts uses what llama.cpp reserved, not the estimate
+            MeasuredCompute.beside(gpu_checks).record(plan.device, compute_key(info, n_ctx, flash_attn),
+                                                      plan.measured_compute)
         # the copy's header names its tensor types: a KV state saved with the other
         # weights is read again rather than trusted
         identity = _header_identity(info if load_path == p else read_gguf_info(load_path))
