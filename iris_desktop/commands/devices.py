@@ -24,7 +24,7 @@ def devices(args, overrides) -> int:
     from iris_desktop.runtime.backends import BackendError
     from iris_desktop.runtime.devices import list_devices
     from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
-    from iris_desktop.runtime.gpu import GpuChecks, plan_gpu
+    from iris_desktop.runtime.gpu import GpuChecks, memory_text, plan_model
     from iris_desktop.settings import load_settings
 
     paths = app_paths(args.data_dir).ensure()
@@ -43,9 +43,8 @@ def devices(args, overrides) -> int:
         try:
             model = model_path_for(settings, paths.models_dir)
             info = read_gguf_info(model)
-            n_ctx = n_ctx or info.context_length or 4096
-            plan = plan_gpu(info, n_ctx, found, settings["model.gpu"], disabled=checks.disabled(found),
-                            flash_attn=settings["model.flash_attn"])
+            plan, n_ctx = plan_model(info, n_ctx, found, settings["model.gpu"],
+                                     disabled=checks.disabled(found), flash_attn=settings["model.flash_attn"])
         except (GGUFError, ModelError) as exc:
             problem = f"no plan: {exc}"
     rows = [{**d.as_json(), "check": checks.result(d) if d.is_gpu else None} for d in found]
@@ -55,9 +54,8 @@ def devices(args, overrides) -> int:
                          "problem": problem}, indent=2))
         return EXIT_OK
     print("Devices llama.cpp can use:")
-    for row in rows:
-        memory = (f"{row['free_bytes'] / 2**30:.1f} GiB free of {row['total_bytes'] / 2**30:.1f} GiB"
-                  if row["total_bytes"] else "memory not reported")
+    for device, row in zip(found, rows, strict=True):
+        memory = memory_text(device)
         driver = f", driver {row['driver']}" if row["driver"] else ""
         check = row["check"]
         if row["kind"] not in ("gpu", "igpu"):

@@ -47,9 +47,15 @@ __all__ = [
     "GpuPlan",
     "LayerCosts",
     "cpu_plan",
+    "device_line",
+    "devices_report",
+    "fit_text",
     "layer_costs",
+    "memory_text",
     "offload_from_log",
     "plan_gpu",
+    "plan_line",
+    "plan_model",
 ]
 
 AUTO = "auto"
@@ -384,6 +390,79 @@ def _plan_on(device: Device, budget: int, costs: LayerCosts | None, total: int, 
                    f"free on {device.label} (all would need {_gb(all_bytes)}); the rest run on the CPU",
                    needed_bytes=costs.gpu_bytes(layers), notice=True,
                    all_bytes=all_bytes)
+
+
+def plan_model(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: str | int, *,
+               disabled: Mapping[str, str] | None = None, flash_attn: bool = True) -> tuple[GpuPlan, int]:
+    """:func:`plan_gpu` at ``model.n_ctx`` as a load would use it (0: the model's trained
+    context, else 4,096), and that n_ctx: what ``iris-desktop devices`` and the dialogs show."""
+    n_ctx = n_ctx or info.context_length or 4096
+    return plan_gpu(info, n_ctx, devices, setting, disabled=disabled, flash_attn=flash_attn), n_ctx
+
+
+# -- what is shown: ``iris-desktop devices``, Preferences ▸ Model, Model ▸ Models… ------------
+
+
+def memory_text(device: Device) -> str:
+    """"7.5 GiB free of 8.0 GiB" (MiB under 1 GiB), or "memory not reported"."""
+    if not device.memory_known:
+        return "memory not reported"
+    return f"{_gb(device.free_bytes)} free of {_gb(device.total_bytes)}"
+
+
+def device_line(device: Device) -> str:
+    """"Fake GeForce (gpu, Vulkan): 7.5 GiB free of 8.0 GiB"; the CPU as "Test CPU (cpu): ..."."""
+    kind = device.kind if device.kind == "cpu" or not device.backend else f"{device.kind}, {device.backend}"
+    return f"{device.label} ({kind}): {memory_text(device)}"
+
+
+NO_GPU = "No GPU found: the model runs on the CPU."
+
+
+def plan_line(plan: GpuPlan, devices: Sequence[Device]) -> str:
+    """The plan in one line: "GPU: llvmpipe · 25/25 layers: <reason>", "CPU: <reason>", or
+    :data:`NO_GPU` where llama.cpp found no GPU at all."""
+    if not any(d.is_gpu for d in devices) and not plan.on_gpu:
+        return NO_GPU
+    return f"{plan.describe()}: {plan.reason}"
+
+
+def devices_report(devices: Sequence[Device] | None, plan: GpuPlan | None, *, model: str = "",
+                   n_ctx: int = 0, setting: str | int = AUTO, problem: str | None = None) -> list[str]:
+    """Preferences ▸ Model's "Devices" block, line by line: each device llama.cpp found
+    (:func:`device_line`), then the plan for ``model`` at ``n_ctx`` and ``setting``
+    (:func:`plan_line`), or ``problem`` where there is no plan. ``devices`` None: not
+    listed yet."""
+    if devices is None:
+        return ["Asking llama.cpp for its devices…"]
+    lines = [device_line(d) for d in devices] or ["llama.cpp listed no device"]
+    if plan is None:
+        if not any(d.is_gpu for d in devices):
+            lines.append(NO_GPU)
+        lines.append(f"model.gpu {setting}: {problem or 'no plan'}")
+        return lines
+    lines.append(f"Plan for {model} at n_ctx {n_ctx:,}, model.gpu {setting}:")
+    lines.append(plan_line(plan, devices))
+    return lines
+
+
+def fit_text(plan: GpuPlan | None, devices: Sequence[Device]) -> str:
+    """Whether a model fits on the GPU, in a few words: "all 25 layers on GPU", "12/29
+    layers on GPU", "CPU only: no GPU", "CPU only: model.gpu off", "CPU only: does not
+    fit"; "–" without a plan (an unreadable header)."""
+    if plan is None:
+        return "–"
+    if plan.on_gpu:
+        if plan.layers >= plan.total_layers:
+            return f"all {plan.total_layers} layers on GPU"
+        return f"{plan.layers}/{plan.total_layers} layers on GPU"
+    if not any(d.is_gpu for d in devices):
+        return "CPU only: no GPU"
+    if plan.reason.startswith("model.gpu is off"):
+        return "CPU only: model.gpu off"
+    if "does not fit" in plan.reason:
+        return "CPU only: does not fit"
+    return "CPU only: " + plan.reason.split(":")[0].split(";")[0].split(" (")[0]
 
 
 #: a load that fails on a GPU is tried again with half the layers this many times, then

@@ -118,8 +118,13 @@ class Menus(QObject):
     # -- preferences --
 
     def preferences(self) -> SettingsDialog:
+        from iris_desktop.host import GPU_CHECKS_FILE
+        from iris_desktop.ui.gpu_info import GpuFacts
+
+        gpu = GpuFacts(self.paths.models_dir, self.paths.data_dir / GPU_CHECKS_FILE)
         dialog = SettingsDialog(self.app_state.settings, self.preview, self.parent_widget,
-                                limits=self.limits)
+                                limits=self.limits, gpu=gpu)
+        gpu.setParent(dialog)
         dialog.applied.connect(self.settings_applied)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.settings_dialog = dialog

@@ -197,7 +197,10 @@ class ModelControl(QObject):
             self.library = None
 
     def refresh_library(self) -> None:
+        from iris_desktop.host import GPU_CHECKS_FILE
+        from iris_desktop.runtime.gpu import GpuChecks
         from iris_desktop.runtime.library import discover_models, read_recent
+        from iris_desktop.ui.gpu_info import cached_devices, fit_for
 
         settings, paths = self.app_state.settings, self.paths
         configured = settings["model.path"]
@@ -209,7 +212,15 @@ class ModelControl(QObject):
                                       extra_paths=extra, n_ctx=settings["model.n_ctx"])
             in_use = (str(entries[0].path) if configured == BUNDLED and entries
                       else str(Path(configured)))
-            return [e.as_json() for e in entries], in_use
+            rows = [e.as_json() for e in entries]
+            # whether each fits on the GPU: the same plan as Preferences ▸ Model and
+            # 'iris-desktop devices', from each header at model.n_ctx (devices listed once)
+            found = cached_devices()
+            disabled = GpuChecks(paths.data_dir / GPU_CHECKS_FILE).disabled(found)
+            for row in rows:
+                row["gpu_fit"] = ("–" if row["error"] else
+                                  fit_for(row["path"], settings["model.n_ctx"], found, settings, disabled))
+            return rows, in_use
 
         def show(found: tuple[list[dict[str, Any]], str]) -> None:
             if self.library is not None:

@@ -2,8 +2,10 @@
 "Use this model", which loads it on the model thread with a progress bar and Cancel.
 
 Listing reads GGUF headers only (about 0.1 s a file), on the DB thread; the table shows
-what each header says, and the memory the model needs at the chosen ``n_ctx`` (weights
-plus KV cache). A base model is marked: it continues text rather than following
+what each header says, the memory the model needs at the chosen ``n_ctx`` (weights
+plus KV cache), and whether it fits on the GPU there (``model.gpu``'s plan,
+:func:`iris_desktop.runtime.gpu.fit_text`). A base model is marked: it continues text
+rather than following
 instructions.
 """
 
@@ -32,7 +34,8 @@ from PySide6.QtWidgets import (
 from iris_desktop.core.views import tokens
 
 COLUMNS = ("Name", "Source", "Architecture", "Parameters", "Quantization", "Size",
-           "Trained context", "Chat template", "Memory at n_ctx", "Notes")
+           "Trained context", "Chat template", "Memory at n_ctx", "Notes",
+           "GPU at n_ctx")
 
 
 def size_text(n: int | None) -> str:
@@ -60,6 +63,7 @@ def row_cells(entry: dict[str, Any], selected: bool) -> list[str]:
         tokens(entry["context_length"]) if entry["context_length"] else "–",
         "yes" if entry["chat_template"] else "no",
         size_text(entry["memory_estimate_bytes"]), ", ".join(notes),
+        entry.get("gpu_fit") or "–",
     ]
 
 
@@ -128,7 +132,7 @@ class ModelsDialog(QDialog):
                 self.table.setItem(r, c, item)
         usable = sum(1 for e in entries if not e["error"])
         self.status.setText(f"{usable} model(s) found; memory is the weights plus the KV cache "
-                            f"at n_ctx {tokens(n_ctx)}.")
+                            f"at n_ctx {tokens(n_ctx)}; GPU is model.gpu's plan there.")
 
     def selected_entry(self) -> dict[str, Any] | None:
         rows = self.table.selectionModel().selectedRows()

@@ -46,6 +46,7 @@ from iris_desktop.core.views import (
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
 from iris_desktop.ui.accessibility import keyboard_controls, name_controls
+from iris_desktop.ui.gpu_info import GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.ui.settings_editors import make_editor
@@ -150,6 +151,7 @@ class SettingsDialog(QDialog):
         preview: Callable[[Settings, Callable[[BudgetPreview], None]], None] | None = None,
         parent=None,
         limits: Callable[[Settings], dict[str, str]] | None = None,
+        gpu: GpuFacts | None = None,
     ):
         super().__init__(parent)
         self.setWindowTitle("Preferences")
@@ -157,6 +159,10 @@ class SettingsDialog(QDialog):
         self.settings = settings
         self._preview = preview
         self._limits = limits
+        #: the devices llama.cpp found and the plan, under model.gpu (None: not shown)
+        self.gpu = gpu
+        self.devices_label: QLabel | None = None
+        self._finished = False
         self.fields: dict[str, SettingField] = {}
         self.errors: dict[str, str] = {}
         self.tabs = QTabWidget()
@@ -252,6 +258,8 @@ class SettingsDialog(QDialog):
             line.setFrameShape(QFrame.Shape.HLine)
             line.setFrameShadow(QFrame.Shadow.Sunken)
             layout.addWidget(line)
+            if setting.key == "model.gpu" and self.gpu is not None:
+                layout.addWidget(self._devices_box())
         restore = QPushButton("Restore defaults")
         restore.setObjectName(f"restore-{section}")
         restore.setAccessibleName(f"Restore the defaults of {title}")
@@ -267,6 +275,33 @@ class SettingsDialog(QDialog):
         scroll.setWidget(body)
         scroll.setAccessibleName(f"{title} settings")
         return scroll
+
+    def _devices_box(self) -> QGroupBox:
+        """Read-only: each device llama.cpp found, with its free and total memory, and
+        the plan for the current model at the dialog's model.n_ctx and model.gpu."""
+        box = QGroupBox("Devices")
+        box.setObjectName("gpu-devices-box")
+        self.devices_label = QLabel()
+        self.devices_label.setObjectName("gpu-devices")
+        self.devices_label.setWordWrap(True)
+        self.devices_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.devices_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.devices_label.setAccessibleName("Devices and the GPU plan")
+        QVBoxLayout(box).addWidget(self.devices_label)
+        self.gpu.ready.connect(self.show_devices)
+        self.gpu.request(self.settings)
+        self.show_devices()
+        return box
+
+    def show_devices(self) -> None:
+        """The Devices block for the candidate values (the plan follows model.gpu and
+        model.n_ctx as they are edited; a bad value keeps the last plan)."""
+        if self.devices_label is None or self._finished:
+            return
+        candidate, errors = parse_fields(self.settings, self.raw_values())
+        if {"model.gpu", "model.n_ctx"} & set(errors):
+            return
+        self.devices_label.setText("\n".join(self.gpu.lines(candidate)))
 
     # -- state --
 
@@ -292,6 +327,7 @@ class SettingsDialog(QDialog):
 
     def _changed(self) -> None:
         self.validate()
+        self.show_devices()
         self._debounce.start()
         self._look_timer.start()
 

@@ -1,0 +1,166 @@
+"""Where the devices and model.gpu's plan are shown (issue #46 item 4): Preferences ▸ Model's
+"Devices" block under model.gpu, and Model ▸ Models…'s GPU column. The real dialogs, with
+llama.cpp's device list replaced by made-up devices (this machine's llama.cpp is CPU-only,
+which is the "no GPU" case as it is), and small GGUF headers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iris_desktop.runtime import devices as runtime_devices
+from iris_desktop.runtime.gguf import read_gguf_info
+from iris_desktop.runtime.gpu import (
+    NO_GPU,
+    Device,
+    GiB,
+    MiB,
+    device_line,
+    fit_text,
+    memory_text,
+    plan_model,
+)
+from iris_desktop.ui import gpu_info
+
+from support.gguf_fixtures import tiny_metadata, write_gguf
+
+CPU = Device("CPU", "Test CPU", "cpu", "CPU", 16 * GiB, 32 * GiB, index=0)
+
+
+def gpu(free: int, total: int = 1 * GiB) -> Device:
+    # 1 GiB in all: the plan keeps 512 MiB of it free, the rest is the budget
+    return Device("Vulkan0", "Fake GeForce", "gpu", "Vulkan", free, total, index=1, driver="1.0")
+
+
+def model_file(folder: Path, name: str = "tiny24", blocks: int = 24, embd: int = 64) -> Path:
+    """A llama-shaped GGUF of ``blocks`` blocks (F32 zeros): about 50 KiB a block, its KV
+    cache 128 bytes a token a block."""
+    metadata = tiny_metadata(name)
+    metadata.update({"llama.block_count": blocks, "llama.embedding_length": embd,
+                     "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
+                     "llama.feed_forward_length": embd * 2, "llama.context_length": 32768})
+    tensors = [("token_embd.weight", (embd, 1000))]
+    for i in range(blocks):
+        tensors += [(f"blk.{i}.attn_q.weight", (embd, embd)), (f"blk.{i}.ffn_up.weight", (embd, embd * 2))]
+    tensors += [("output.weight", (embd, 1000)), ("output_norm.weight", (embd,))]
+    return write_gguf(folder / f"{name}.gguf", metadata, tensors)
+
+
+@pytest.fixture
+def fake_devices(monkeypatch):
+    """Set ``fake_devices[:]`` to what llama.cpp "finds"; the cache starts empty."""
+    found: list[Device] = [CPU]
+    monkeypatch.setattr(runtime_devices, "list_devices", lambda: list(found))
+    gpu_info.forget()
+    yield found
+    gpu_info.forget()
+
+
+def open_preferences(window, qtbot):
+    dialog = window.preferences()
+    qtbot.waitUntil(lambda: dialog.last_preview is not None, timeout=5_000)
+    qtbot.waitUntil(lambda: dialog.gpu.devices is not None, timeout=10_000)
+    return dialog
+
+
+def devices_text(dialog) -> str:
+    return dialog.devices_label.text()
+
+
+def test_memory_and_device_lines():
+    assert memory_text(gpu(600 * MiB)) == "600 MiB free of 1.0 GiB"
+    assert memory_text(Device("X", "X", "gpu")) == "memory not reported"
+    assert device_line(gpu(3 * GiB, 8 * GiB)) == "Fake GeForce (gpu, Vulkan): 3.0 GiB free of 8.0 GiB"
+    assert device_line(CPU) == "Test CPU (cpu): 16.0 GiB free of 32.0 GiB"
+
+
+def test_preferences_model_says_plainly_that_there_is_no_gpu(make_window, qtbot, tmp_path, fake_devices):
+    model = model_file(tmp_path)
+    window = make_window(overrides={"model.path": str(model), "model.n_ctx": "2048"})
+    dialog = open_preferences(window, qtbot)
+    text = devices_text(dialog)
+    assert "Test CPU (cpu): 16.0 GiB free of 32.0 GiB" in text
+    assert NO_GPU == "No GPU found: the model runs on the CPU." and NO_GPU in text
+    assert "Plan for tiny24.gguf at n_ctx 2,048, model.gpu auto:" in text
+    # the block sits under model.gpu, on the Model page
+    page = dialog.tabs.widget([dialog.tabs.tabText(i) for i in range(dialog.tabs.count())].index("Model"))
+    assert page.isAncestorOf(dialog.devices_label)
+    assert dialog.fields["model.gpu"].y() < dialog.devices_label.parentWidget().y()
+
+
+def test_preferences_model_shows_a_full_and_a_partial_fit_as_n_ctx_changes(make_window, qtbot, tmp_path,
+                                                                           fake_devices):
+    model = model_file(tmp_path)
+    device = gpu(512 * MiB + 60 * MiB)  # a budget of 60 MiB
+    fake_devices[:] = [CPU, device]
+    window = make_window(overrides={"model.path": str(model)})  # model.n_ctx editable
+    dialog = open_preferences(window, qtbot)
+    dialog.fields["model.n_ctx"].editor.spin.setValue(2048)
+    text = devices_text(dialog)
+    assert "Plan for tiny24.gguf at n_ctx 2,048, model.gpu auto:" in text
+    assert "Fake GeForce (gpu, Vulkan): 572 MiB free of 1.0 GiB" in text
+    assert "GPU: Fake GeForce · 25/25 layers: the whole model fits in the 572 MiB free on Fake GeForce" in text
+    assert NO_GPU not in text
+
+    # a longer context: its KV cache no longer fits, the plan splits (the same planner's numbers)
+    info = read_gguf_info(model)
+    partial, _ = plan_model(info, 16384, [CPU, device], "auto")
+    assert 0 < partial.layers < 25
+    dialog.fields["model.n_ctx"].editor.spin.setValue(16384)
+    text = devices_text(dialog)
+    assert "Plan for tiny24.gguf at n_ctx 16,384, model.gpu auto:" in text
+    assert f"GPU: Fake GeForce · {partial.layers}/25 layers: {partial.layers} of 25 layers fit" in text
+    assert "the rest run on the CPU" in text
+
+    # model.gpu off, then a layer count: the plan follows the dialog's values before Apply
+    dialog.fields["model.gpu"].editor.set_value("off")
+    assert "CPU: model.gpu is off: the CPU only" in devices_text(dialog)
+    dialog.fields["model.gpu"].editor.set_value(3)
+    assert "GPU: Fake GeForce · 3/25 layers: model.gpu asks for 3 layers" in devices_text(dialog)
+    dialog.reject()
+
+
+def test_preferences_model_with_a_gpu_too_small_for_one_layer(make_window, qtbot, tmp_path, fake_devices):
+    fake_devices[:] = [CPU, gpu(520 * MiB)]  # 8 MiB over the margin: not even the output layer
+    window = make_window(overrides={"model.path": str(model_file(tmp_path)), "model.n_ctx": "2048"})
+    dialog = open_preferences(window, qtbot)
+    assert "CPU: the model does not fit on Fake GeForce" in devices_text(dialog)
+    dialog.reject()
+
+
+def test_models_dialog_says_whether_each_model_fits_on_the_gpu(make_window, qtbot, tmp_path, fake_devices):
+    small = model_file(tmp_path, "small", blocks=24)
+    window = make_window(overrides={"model.path": str(small), "model.n_ctx": "16384"})
+    column = 10  # the last: "GPU at n_ctx"
+
+    def fits():
+        dialog = window.models.open_library()
+        qtbot.waitUntil(lambda: any(dialog.table.item(r, 0) and dialog.table.item(r, 0).toolTip() == str(small)
+                                    for r in range(dialog.table.rowCount())), timeout=30_000)
+        assert dialog.table.horizontalHeaderItem(column).text() == "GPU at n_ctx"
+        rows = {dialog.table.item(r, 0).toolTip(): dialog.table.item(r, column).text()
+                for r in range(dialog.table.rowCount())}
+        dialog.reject()
+        return rows[str(small)]
+
+    assert fits() == "CPU only: no GPU"  # CPU-only llama.cpp, as on this machine
+    gpu_info.forget()
+    device = gpu(512 * MiB + 60 * MiB)
+    fake_devices[:] = [CPU, device]
+    partial, _ = plan_model(read_gguf_info(small), 16384, [CPU, device], "auto")
+    assert 0 < partial.layers < 25 and fits() == f"{partial.layers}/25 layers on GPU"
+    gpu_info.forget()
+    fake_devices[:] = [CPU, gpu(8 * GiB, 8 * GiB)]
+    assert fits() == "all 25 layers on GPU"
+    gpu_info.forget()
+    fake_devices[:] = [CPU, gpu(520 * MiB)]
+    assert fits() == "CPU only: does not fit"
+
+
+def test_fit_text_words(tmp_path):
+    info = read_gguf_info(model_file(tmp_path))
+    assert fit_text(None, [CPU]) == "–"  # an unreadable header
+    assert fit_text(plan_model(info, 2048, [CPU, gpu(8 * GiB, 8 * GiB)], "off")[0],
+                    [CPU, gpu(8 * GiB, 8 * GiB)]) == "CPU only: model.gpu off"
+    assert fit_text(plan_model(info, 2048, [CPU], "auto")[0], [CPU]) == "CPU only: no GPU"
