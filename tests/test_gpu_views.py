@@ -164,3 +164,32 @@ def test_fit_text_words(tmp_path):
     assert fit_text(plan_model(info, 2048, [CPU, gpu(8 * GiB, 8 * GiB)], "off")[0],
                     [CPU, gpu(8 * GiB, 8 * GiB)]) == "CPU only: model.gpu off"
     assert fit_text(plan_model(info, 2048, [CPU], "auto")[0], [CPU]) == "CPU only: no GPU"
+
+
+def test_the_views_plan_with_the_compute_buffer_a_load_measured(make_window, qtbot, tmp_path, fake_devices):
+    """Where a load measured the compute buffer (gpu-compute.json beside gpu-checks.json),
+    Preferences ▸ Model, Model ▸ Models… and the loader plan alike: here the estimate leaves
+    no room for one layer, the measurement for all of them."""
+    from iris_desktop.host import GPU_CHECKS_FILE
+    from iris_desktop.runtime.gpu import MeasuredCompute, compute_key
+
+    model = model_file(tmp_path)
+    device = gpu(512 * MiB + 18 * MiB)
+    fake_devices[:] = [CPU, device]
+    window = make_window(overrides={"model.path": str(model), "model.n_ctx": "2048"})
+    checks = window.host.paths.data_dir / GPU_CHECKS_FILE
+    info = read_gguf_info(model)
+    flash_attn = window.host.settings["model.flash_attn"]
+    assert not plan_model(info, 2048, [CPU, device], "auto", flash_attn=flash_attn, gpu_checks=checks)[0].on_gpu
+    MeasuredCompute.beside(checks).record(device, compute_key(info, 2048, flash_attn), 1 * MiB)
+    plan, _ = plan_model(info, 2048, [CPU, device], "auto", flash_attn=flash_attn, gpu_checks=checks)
+    assert plan.compute_measured and plan.layers == 25
+    dialog = open_preferences(window, qtbot)
+    assert "GPU: Fake GeForce · 25/25 layers: the whole model fits" in devices_text(dialog)
+    dialog.reject()
+    library = window.models.open_library()
+    qtbot.waitUntil(lambda: any(library.table.item(r, 10) and library.table.item(r, 0).toolTip() == str(model)
+                                for r in range(library.table.rowCount())), timeout=30_000)
+    row = next(r for r in range(library.table.rowCount()) if library.table.item(r, 0).toolTip() == str(model))
+    assert library.table.item(row, 10).text() == "all 25 layers on GPU"
+    library.reject()

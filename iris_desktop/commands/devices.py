@@ -44,7 +44,8 @@ def devices(args, overrides) -> int:
             model = model_path_for(settings, paths.models_dir)
             info = read_gguf_info(model)
             plan, n_ctx = plan_model(info, n_ctx, found, settings["model.gpu"],
-                                     disabled=checks.disabled(found), flash_attn=settings["model.flash_attn"])
+                                     disabled=checks.disabled(found), flash_attn=settings["model.flash_attn"],
+                                     gpu_checks=checks.path)
         except (GGUFError, ModelError) as exc:
             problem = f"no plan: {exc}"
     rows = [{**d.as_json(), "check": checks.result(d) if d.is_gpu else None} for d in found]

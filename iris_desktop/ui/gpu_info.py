@@ -95,13 +95,13 @@ def current_model_file(settings: Settings, models_dir: Path) -> Path | None:
 
 
 def fit_for(path: str | Path, n_ctx: int, devices: list[Device], settings: Settings,
-            disabled: dict[str, str]) -> str:
+            disabled: dict[str, str], checks_path: Path | None = None) -> str:
     """Model ▸ Models…'s GPU column for one file (blocks on its header: not on the GUI thread)."""
     info = cached_header(path)
     if info is None:
         return "–"
     plan, _ = plan_model(info, n_ctx, devices, settings["model.gpu"], disabled=disabled,
-                         flash_attn=settings["model.flash_attn"])
+                         flash_attn=settings["model.flash_attn"], gpu_checks=checks_path)
     return fit_text(plan, devices)
 
 
@@ -154,5 +154,6 @@ class GpuFacts(QObject):
                        else f"{self.model.name}: its header cannot be read")
             return devices_report(self.devices, None, setting=setting, problem=problem)
         plan, n_ctx = plan_model(self.info, settings["model.n_ctx"], self.devices, setting,
-                                 disabled=self.disabled, flash_attn=settings["model.flash_attn"])
+                                 disabled=self.disabled, flash_attn=settings["model.flash_attn"],
+                                 gpu_checks=self.checks_path)
         return devices_report(self.devices, plan, model=self.model.name, n_ctx=n_ctx, setting=setting)

@@ -219,7 +219,8 @@ class ModelControl(QObject):
             disabled = GpuChecks(paths.data_dir / GPU_CHECKS_FILE).disabled(found)
             for row in rows:
                 row["gpu_fit"] = ("–" if row["error"] else
-                                  fit_for(row["path"], settings["model.n_ctx"], found, settings, disabled))
+                                  fit_for(row["path"], settings["model.n_ctx"], found, settings, disabled,
+                                          paths.data_dir / GPU_CHECKS_FILE))
             return rows, in_use
 
         def show(found: tuple[list[dict[str, Any]], str]) -> None:
