@@ -543,6 +543,22 @@ def offload_from_log(lines: Iterable[str]) -> Offload:
     return Offload(layers, total, buffers, compute)
 
 
+def _read_section(path: Path | None, section: str, what: str, instead: str) -> dict[str, Any]:
+    """The ``section`` object of the small JSON file ``path`` (empty when there is no file;
+    unreadable or malformed: empty, with a warning that says what happens ``instead``)."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("%s: cannot read %s (%s); %s", path, what, exc, instead)
+        return {}
+    found = data.get(section) if isinstance(data, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
 # -- the first-use check's record --------------------------------------------------------
 
 
@@ -561,17 +577,7 @@ class GpuChecks:
         return f"{device.label}|{device.driver or 'driver unknown'}"
 
     def _read(self) -> dict[str, Any]:
-        if self.path is None:
-            return {}
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("%s: cannot read the GPU checks (%s); checking again", self.path, exc)
-            return {}
-        checks = data.get("checks") if isinstance(data, dict) else None
-        return checks if isinstance(checks, dict) else {}
+        return _read_section(self.path, "checks", "the GPU checks", "checking again")
 
     def result(self, device: Device) -> dict[str, Any] | None:
         """The recorded check of ``device`` with its driver, or None (never checked)."""
@@ -646,17 +652,7 @@ class MeasuredCompute:
         return f"{GpuChecks.key(device)}|{model_key}"
 
     def _read(self) -> dict[str, Any]:
-        if self.path is None:
-            return {}
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("%s: cannot read the measured compute buffers (%s); estimating", self.path, exc)
-            return {}
-        sizes = data.get("compute") if isinstance(data, dict) else None
-        return sizes if isinstance(sizes, dict) else {}
+        return _read_section(self.path, "compute", "the measured compute buffers", "estimating")
 
     def get(self, device: Device, model_key: str) -> int | None:
         """The measured bytes for ``device`` and ``model_key``, or None."""
