@@ -223,13 +223,7 @@ class LocalModel(KVReuse):
             info = read_gguf_info(p)
         except GGUFError as exc:
             raise ModelError(p, exc.reason) from None
-        if n_ctx < 0:
-            raise ValueError(f"n_ctx must be >= 0, not {n_ctx}")
-        if n_ctx == 0:
-            n_ctx = info.context_length or 4096
-        elif info.context_length and n_ctx > info.context_length:
-            log.warning("%s: n_ctx %d is larger than the trained context length %d",
-                        p, n_ctx, info.context_length)
+        n_ctx = _context_length(p, info, n_ctx)
         chat_format = select_chat_format(info)
 
         install_llama_logging()
@@ -754,6 +748,18 @@ def _license(path: Path, metadata: dict[str, Any]) -> str:
         return f"{BUNDLED_MODEL.license} ({BUNDLED_MODEL.license_url})"
     named = metadata.get("general.license")
     return str(named) if named else "not stated in the file; see where it came from"
+
+
+def _context_length(path: Path, info: GGUFInfo, n_ctx: int) -> int:
+    """``n_ctx`` as a load uses it: 0 is the model's trained context length (else 4,096);
+    one past the trained length is allowed, with a warning."""
+    if n_ctx < 0:
+        raise ValueError(f"n_ctx must be >= 0, not {n_ctx}")
+    if n_ctx == 0:
+        return info.context_length or 4096
+    if info.context_length and n_ctx > info.context_length:
+        log.warning("%s: n_ctx %d is larger than the trained context length %d", path, n_ctx, info.context_length)
+    return n_ctx
 
 
 def _header_identity(info: GGUFInfo) -> str:

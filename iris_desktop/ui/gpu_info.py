@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QGroupBox, QLabel, QVBoxLayout
 
 from iris_desktop.runtime.gguf import GGUFInfo
 from iris_desktop.runtime.gpu import Device, GpuChecks, devices_report, fit_text, plan_model
@@ -157,3 +159,28 @@ class GpuFacts(QObject):
                                  disabled=self.disabled, flash_attn=settings["model.flash_attn"],
                                  gpu_checks=self.checks_path)
         return devices_report(self.devices, plan, model=self.model.name, n_ctx=n_ctx, setting=setting)
+
+
+class DevicesBox(QGroupBox):
+    """Preferences ▸ Model's read-only "Devices" block: :meth:`GpuFacts.lines` for the
+    settings ``candidate()`` gives (None: keep the last text), drawn again when the facts
+    are in and whenever :meth:`refresh` is called (the dialog's values changed)."""
+
+    def __init__(self, facts: GpuFacts, candidate: Callable[[], Settings | None], parent=None):
+        super().__init__("Devices", parent)
+        self.setObjectName("gpu-devices-box")
+        self.facts, self._candidate = facts, candidate
+        self.label = QLabel()
+        self.label.setObjectName("gpu-devices")
+        self.label.setWordWrap(True)
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setAccessibleName("Devices and the GPU plan")
+        QVBoxLayout(self).addWidget(self.label)
+        facts.ready.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        candidate = self._candidate()
+        if candidate is not None:
+            self.label.setText("\n".join(self.facts.lines(candidate)))

@@ -46,7 +46,7 @@ from iris_desktop.core.views import (
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
 from iris_desktop.ui.accessibility import keyboard_controls, name_controls
-from iris_desktop.ui.gpu_info import GpuFacts
+from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.ui.settings_editors import make_editor
@@ -276,32 +276,23 @@ class SettingsDialog(QDialog):
         scroll.setAccessibleName(f"{title} settings")
         return scroll
 
-    def _devices_box(self) -> QGroupBox:
-        """Read-only: each device llama.cpp found, with its free and total memory, and
-        the plan for the current model at the dialog's model.n_ctx and model.gpu."""
-        box = QGroupBox("Devices")
-        box.setObjectName("gpu-devices-box")
-        self.devices_label = QLabel()
-        self.devices_label.setObjectName("gpu-devices")
-        self.devices_label.setWordWrap(True)
-        self.devices_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.devices_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.devices_label.setAccessibleName("Devices and the GPU plan")
-        QVBoxLayout(box).addWidget(self.devices_label)
-        self.gpu.ready.connect(self.show_devices)
+    def _devices_box(self) -> DevicesBox:
+        """Read-only, under model.gpu: the devices llama.cpp found and the plan for the
+        current model at the dialog's model.n_ctx and model.gpu (:class:`DevicesBox`)."""
+        self.devices_box = box = DevicesBox(self.gpu, self._gpu_candidate)
+        self.devices_label = box.label
         self.gpu.request(self.settings)
-        self.show_devices()
         return box
 
-    def show_devices(self) -> None:
-        """The Devices block for the candidate values (the plan follows model.gpu and
-        model.n_ctx as they are edited; a bad value keeps the last plan)."""
-        if self.devices_label is None or self._finished:
-            return
+    def _gpu_candidate(self) -> Settings | None:
+        """The candidate settings the plan follows as they are edited; None once the dialog
+        is closed, or while model.gpu or model.n_ctx is invalid (the last plan stays)."""
         candidate, errors = parse_fields(self.settings, self.raw_values())
-        if {"model.gpu", "model.n_ctx"} & set(errors):
-            return
-        self.devices_label.setText("\n".join(self.gpu.lines(candidate)))
+        return None if self._finished or {"model.gpu", "model.n_ctx"} & set(errors) else candidate
+
+    def show_devices(self) -> None:
+        if self.devices_label is not None:
+            self.devices_box.refresh()
 
     # -- state --
 
