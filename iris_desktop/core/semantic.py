@@ -44,7 +44,7 @@ import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -188,26 +188,24 @@ class SemanticIndex:
         were embedded. A message with no visible text gets the zero vector, which marks
         it done and never matches. Safe beside a send: the write lock is taken only for
         each batch's insert, never while embedding."""
-        done = 0
-        while done < limit and not (cancel is not None and cancel.is_set()):
-            rows = self._pending_rows(thread_id, min(BATCH, limit - done))
-            if not rows:
-                break
-            vectors = self.embedder.embed_many([said_from_row(row).text for row in rows])
-            self._save([int(row["id"]) for row in rows], vectors)
-            done += len(rows)
-        return done
+        return self._embed_batches(lambda step: self._pending_rows(thread_id, step), limit, cancel)
 
     def reembed(self, limit: int | None = None, cancel: threading.Event | None = None) -> int:
         """Give up to ``limit`` (None: all) messages that have another model's vector and
         none from the current model theirs, :data:`BATCH` at a time, oldest first (after
         a change of model); stop before the next batch once ``cancel`` is set. Returns how
         many were embedded."""
-        done = 0
         model = self.embedder.identity
+        return self._embed_batches(lambda step: self.store.messages_with_other_vectors_only(model, step),
+                                   limit, cancel)
+
+    def _embed_batches(self, fetch: Callable[[int], list[dict[str, Any]]], limit: int | None,
+                       cancel: threading.Event | None) -> int:
+        """Embed and save the messages ``fetch(n)`` gives, up to :data:`BATCH` at a time,
+        until it gives none, ``limit`` (None: no limit) are done or ``cancel`` is set."""
+        done = 0
         while (limit is None or done < limit) and not (cancel is not None and cancel.is_set()):
-            step = BATCH if limit is None else min(BATCH, limit - done)
-            rows = self.store.messages_with_other_vectors_only(model, step)
+            rows = fetch(BATCH if limit is None else min(BATCH, limit - done))
             if not rows:
                 break
             self._save([int(row["id"]) for row in rows],

@@ -393,7 +393,7 @@ def _plan_on(device: Device, budget: int, costs: LayerCosts | None, total: int, 
 
 
 def plan_model(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: str | int, *,
-               disabled: Mapping[str, str] | None = None, flash_attn: bool = True,
+               disabled: Mapping[str, str] | None = None, flash_attn: bool = True, swa_full: bool = True,
                gpu_checks: str | os.PathLike[str] | None = None) -> tuple[GpuPlan, int]:
     """:func:`plan_gpu` at ``model.n_ctx`` as a load would use it (0: the model's trained
     context, else 4,096), and that n_ctx: what ``iris-desktop devices`` and the dialogs show;
@@ -404,7 +404,7 @@ def plan_model(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: s
     if gpu_checks is not None:
         record, key = MeasuredCompute.beside(gpu_checks), compute_key(info, n_ctx, flash_attn)
         measured = lambda device: record.get(device, key)  # noqa: E731
-    return plan_gpu(info, n_ctx, devices, setting, disabled=disabled, flash_attn=flash_attn,
+    return plan_gpu(info, n_ctx, devices, setting, disabled=disabled, flash_attn=flash_attn, swa_full=swa_full,
                     measured_compute=measured), n_ctx
 
 

@@ -20,12 +20,11 @@ from .gpu import (
     Device,
     GpuChecks,
     GpuPlan,
-    MeasuredCompute,
-    compute_key,
     cpu_plan,
     fewer,
     offload_from_log,
     plan_gpu,
+    plan_model,
 )
 from .llama_binding import captured_log, recent_llama_errors
 from .weights import Cancelled as CopyCancelled
@@ -114,12 +113,8 @@ def plan_device(info: GGUFInfo, n_ctx: int, gpu: str | int, devices: list[Device
             log.warning("cannot list llama.cpp's devices (%s); the CPU runs the model", exc)
             devices = []
     disabled = GpuChecks(gpu_checks).disabled(devices) if gpu_checks is not None else {}
-    measured = None
-    if gpu_checks is not None:
-        record, key = MeasuredCompute.beside(gpu_checks), compute_key(info, n_ctx, flash_attn)
-        measured = lambda device: record.get(device, key)  # noqa: E731
-    plan = plan_gpu(info, n_ctx, devices, gpu, disabled=disabled, swa_full=swa_full, flash_attn=flash_attn,
-                    measured_compute=measured)
+    plan, _ = plan_model(info, n_ctx, devices, gpu, disabled=disabled, swa_full=swa_full, flash_attn=flash_attn,
+                         gpu_checks=gpu_checks)
     log.info("%s at n_ctx %d, model.gpu %s: %s (%s)", info.path.name, n_ctx, gpu, plan.describe(), plan.reason)
     return plan
 

@@ -111,14 +111,6 @@ class Vectors(Connected):
             (model, model)).fetchone()
         return int(current), int(others)
 
-    def threads_with_other_vectors(self, model: str) -> list[int]:
-        """Threads with a message whose only vectors are from another model than ``model``,
-        oldest thread first."""
-        return [int(tid) for (tid,) in self.conn.execute(
-            "SELECT DISTINCT m.thread_id FROM message_vectors o JOIN messages m ON m.id = o.message_id "
-            "WHERE o.model != ? AND NOT EXISTS (SELECT 1 FROM message_vectors v "
-            "WHERE v.message_id = o.message_id AND v.model = ?) ORDER BY m.thread_id", (model, model))]
-
     def other_vector_models(self, model: str) -> list[str]:
         """The models other than ``model`` that vectors are stored from."""
         return [str(m) for (m,) in self.conn.execute(
