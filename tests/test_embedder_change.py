@@ -167,6 +167,64 @@ def test_a_history_embedded_by_minilm_is_searched_until_re_embedded_then_the_old
         assert host.reembed_for_recall() == (0, 0, 0)
 
 
+class _CountingEmbedder:
+    """Vectors of the right shape, made at once: what is counted here is the store's work
+    per batch, not what the vectors say (the tests above re-embed with the real models)."""
+
+    identity = "counting@test"
+    dimensions = 384
+
+    def embed(self, text: str) -> np.ndarray:
+        return np.zeros(self.dimensions, dtype=np.float32)
+
+    embed_query = embed
+
+    def embed_many(self, texts) -> np.ndarray:
+        return np.zeros((len(texts), self.dimensions), dtype=np.float32)
+
+
+def test_re_embedding_a_long_history_costs_the_same_per_batch_at_its_start_and_at_its_end(tmp_path):
+    """6,000 messages with the old model's vectors: each batch reads on from the last one's
+    end and the progress is counted once, so the last batch reads no more than the first
+    (counted in SQLite VM steps). Before, every batch scanned all the old vectors and
+    counted them twice: a 100k-message history spent ~0.8 s of store work per batch."""
+    with Host(tmp_path / "data", {}, runtime=ScriptedRuntime([]), compact=False) as host:
+        store = host.store
+        thread = store.create_thread("long")
+        ids = store.add_messages(thread, [{"role": "user" if n % 2 == 0 else "assistant",
+                                           "content": f"message {n} about the garden"} for n in range(6000)])
+        old = np.ones(384, dtype="<f4").tobytes()
+        store.save_vectors("old@test", [(i, old) for i in ids])
+        index = SemanticIndex(store, _CountingEmbedder())
+        steps = [0]
+
+        def step() -> int:
+            steps[0] += 1
+            return 0
+
+        def counted(call) -> tuple[object, int]:
+            steps[0] = 0
+            store.conn.set_progress_handler(step, 100)
+            try:
+                result = call()
+            finally:
+                store.conn.set_progress_handler(None, 100)
+            return result, steps[0]
+
+        _, full_count = counted(lambda: store.vector_counts("counting@test"))
+        assert counted(index.change_progress)[0] == (0, 6000)  # counted once, before the first batch
+        (first, progress), first_steps = counted(lambda: (index.reembed(32), index.change_progress()))
+        assert (first, progress) == (32, (32, 5968))
+        assert index.reembed(6000 - 64) == 6000 - 64
+        (last, progress), last_steps = counted(lambda: (index.reembed(32), index.change_progress()))
+        assert (last, progress) == (32, (6000, 0))
+        assert full_count > 20 * first_steps  # a batch reads its own rows, not the history
+        assert last_steps <= 2 * first_steps
+        assert index.reembed(32) == 0
+        assert index.finish_change() == 6000  # the exact count, then the old vectors go
+        assert store.vector_counts("counting@test") == (6000, 0)
+
+
 def test_choosing_bge_in_preferences_re_embeds_the_history_in_the_background_and_says_how_far(
         qtbot, make_window, data_dir, minilm):
     """As a user does it: Preferences ▸ Context ▸ Embedding model for recall, OK, Yes to the

@@ -158,19 +158,31 @@ class SemanticIndex:
         self._floors: dict[tuple[int | None, str], int] = {}
         self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
         self._last_query: tuple[tuple[str, str], np.ndarray] | None = None
+        #: a change of model: [messages with the current model's vector, messages waiting],
+        #: counted once (a count reads every vector) and kept by :meth:`reembed`; None: count
+        self._progress: list[int] | None = None
+        #: the last message :meth:`reembed` gave the current model's vector (it goes on after it)
+        self._reembed_floor = 0
 
     # -- a change of embedder -------------------------------------------------------------
 
     def change_progress(self) -> tuple[int, int]:
         """(messages with the current model's vector, messages with only an older model's):
-        how far re-embedding after a change of model has come."""
-        return self.store.vector_counts(self.embedder.identity)
+        how far re-embedding after a change of model has come. Counted once, then kept by
+        :meth:`reembed` as it goes (messages embedded or deleted meanwhile by others are
+        not in the kept count, so it is counted again when re-embedding ends)."""
+        if self._progress is None:
+            self._progress = list(self.store.vector_counts(self.embedder.identity))
+        current, waiting = self._progress
+        return current, waiting
 
     def finish_change(self) -> int:
         """Drop the older models' vectors once every message that had one has the current
         model's too; returns how many were dropped (0 while some message still needs its
         old vector, or when there are none)."""
+        self._progress = None  # the decision reads an exact count
         if self.change_progress()[1]:
+            self._reembed_floor = 0  # some were missed (written behind the floor): go round again
             return 0
         return self.store.drop_other_vectors(self.embedder.identity)
 
@@ -194,22 +206,43 @@ class SemanticIndex:
         """Give up to ``limit`` (None: all) messages that have another model's vector and
         none from the current model theirs, :data:`BATCH` at a time, oldest first (after
         a change of model); stop before the next batch once ``cancel`` is set. Returns how
-        many were embedded."""
+        many were embedded. Each batch reads on from the last one's end, so a batch costs
+        the same at the start of a long history and at its end."""
         model = self.embedder.identity
-        return self._embed_batches(lambda step: self.store.messages_with_other_vectors_only(model, step),
-                                   limit, cancel)
+        progress = self.change_progress()
+        ended = False
+
+        def fetch(step: int) -> list[dict[str, Any]]:
+            nonlocal ended
+            rows = self.store.messages_with_other_vectors_only(model, step, self._reembed_floor)
+            ended = not rows
+            return rows
+
+        def saved(ids: list[int]) -> None:
+            self._reembed_floor = max(self._reembed_floor, *ids)
+
+        done = self._embed_batches(fetch, limit, cancel, saved)
+        if ended:
+            self._progress = None  # nothing left past the floor: count exactly
+        else:
+            self._progress = [progress[0] + done, max(progress[1] - done, 0)]
+        return done
 
     def _embed_batches(self, fetch: Callable[[int], list[dict[str, Any]]], limit: int | None,
-                       cancel: threading.Event | None) -> int:
+                       cancel: threading.Event | None,
+                       saved: Callable[[list[int]], None] | None = None) -> int:
         """Embed and save the messages ``fetch(n)`` gives, up to :data:`BATCH` at a time,
-        until it gives none, ``limit`` (None: no limit) are done or ``cancel`` is set."""
+        until it gives none, ``limit`` (None: no limit) are done or ``cancel`` is set;
+        ``saved`` is told each batch's ids once they are stored."""
         done = 0
         while (limit is None or done < limit) and not (cancel is not None and cancel.is_set()):
             rows = fetch(BATCH if limit is None else min(BATCH, limit - done))
             if not rows:
                 break
-            self._save([int(row["id"]) for row in rows],
-                       self.embedder.embed_many([said_from_row(row).text for row in rows]))
+            ids = [int(row["id"]) for row in rows]
+            self._save(ids, self.embedder.embed_many([said_from_row(row).text for row in rows]))
+            if saved is not None:
+                saved(ids)
             done += len(rows)
         return done
 

@@ -46,14 +46,19 @@ class Vectors(Connected):
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
-    def messages_with_other_vectors_only(self, model: str, limit: int) -> list[dict[str, Any]]:
-        """Up to ``limit`` messages that have a vector from another model than ``model`` and
-        none from ``model`` (what a change of embedder re-embeds), oldest first, with the
-        columns of :meth:`messages_without_vector`."""
+    def messages_with_other_vectors_only(self, model: str, limit: int,
+                                         after_id: int = 0) -> list[dict[str, Any]]:
+        """Up to ``limit`` messages above ``after_id`` that have a vector from another model
+        than ``model`` and none from ``model`` (what a change of embedder re-embeds), oldest
+        first, with the columns of :meth:`messages_without_vector`. The vectors are read
+        in key order from ``after_id`` on, so a caller that passes the last id it got
+        reads each batch without scanning the ones before it."""
         cursor = self.conn.execute(
-            "SELECT m.id, m.role, m.content, m.content_is_json, m.name, m.sent_at FROM messages m "
-            "WHERE m.id IN (SELECT o.message_id FROM message_vectors o WHERE o.model != :model) "
-            f"AND {_NO_VECTOR} ORDER BY m.id LIMIT :limit", {"model": model, "limit": limit})
+            "SELECT m.id, m.role, m.content, m.content_is_json, m.name, m.sent_at "
+            "FROM message_vectors o JOIN messages m ON m.id = o.message_id "
+            f"WHERE o.message_id > :after AND o.model != :model AND {_NO_VECTOR} "
+            "GROUP BY o.message_id ORDER BY o.message_id LIMIT :limit",
+            {"model": model, "limit": limit, "after": after_id})
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
