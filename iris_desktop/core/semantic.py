@@ -200,7 +200,8 @@ class SemanticIndex:
         were embedded. A message with no visible text gets the zero vector, which marks
         it done and never matches. Safe beside a send: the write lock is taken only for
         each batch's insert, never while embedding."""
-        return self._embed_batches(lambda step: self._pending_rows(thread_id, step), limit, cancel)
+        return self._embed_batches(lambda step: self._pending_rows(thread_id, step), limit, cancel,
+                                   self._counted)
 
     def reembed(self, limit: int | None = None, cancel: threading.Event | None = None) -> int:
         """Give up to ``limit`` (None: all) messages that have another model's vector and
@@ -209,7 +210,7 @@ class SemanticIndex:
         many were embedded. Each batch reads on from the last one's end, so a batch costs
         the same at the start of a long history and at its end."""
         model = self.embedder.identity
-        progress = self.change_progress()
+        current, waiting = self.change_progress()  # counted once per change, then kept
         ended = False
 
         def fetch(step: int) -> list[dict[str, Any]]:
@@ -222,11 +223,15 @@ class SemanticIndex:
             self._reembed_floor = max(self._reembed_floor, *ids)
 
         done = self._embed_batches(fetch, limit, cancel, saved)
-        if ended:
-            self._progress = None  # nothing left past the floor: count exactly
-        else:
-            self._progress = [progress[0] + done, max(progress[1] - done, 0)]
+        self._progress = None if ended else [current + done, max(waiting - done, 0)]
         return done
+
+    def _counted(self, ids: list[int]) -> None:
+        """A batch of new vectors outside :meth:`reembed` (new messages, or a thread's
+        pending ones during a change of model) kept in the change's count, by key."""
+        if self._progress is not None:
+            others = self.store.count_with_other_vectors(self.embedder.identity, ids)
+            self._progress = [self._progress[0] + len(ids), max(self._progress[1] - others, 0)]
 
     def _embed_batches(self, fetch: Callable[[int], list[dict[str, Any]]], limit: int | None,
                        cancel: threading.Event | None,

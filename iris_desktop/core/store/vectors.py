@@ -116,6 +116,17 @@ class Vectors(Connected):
             (model, model)).fetchone()
         return int(current), int(others)
 
+    def count_with_other_vectors(self, model: str, ids: Sequence[int]) -> int:
+        """How many of ``ids`` hold a vector from another model than ``model`` (read by key:
+        what a batch embedded during a change of embedder took off the waiting count)."""
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        (count,) = self.conn.execute(
+            f"SELECT count(DISTINCT message_id) FROM message_vectors WHERE message_id IN ({marks}) "
+            "AND model != ?", (*ids, model)).fetchone()
+        return int(count)
+
     def other_vector_models(self, model: str) -> list[str]:
         """The models other than ``model`` that vectors are stored from."""
         return [str(m) for (m,) in self.conn.execute(
