@@ -497,6 +497,17 @@ def test_a_question_about_several_things_is_searched_per_part():
         "Did Rosa paint the black and white bowl", "the blue vase?"]
     assert question_parts("What activities has Rosa done with her family or friends?", ["Rosa"]) == []
     assert question_parts("How much did my brother's car cost?") == []  # an apostrophe is no quote
+    # only the sentences that ask are split: a greeting, news or a photo's caption is no part
+    assert question_parts("Sounds special, those beach trips! Do you have any other summer traditions "
+                          "you all do together? Create those memories!") == []
+    assert question_parts("Awesome, Mel! Family support's huge. What else do you guys like doing "
+                          "together? [shares a photo: a family walking through a forest]", ["Mel"]) == []
+    assert question_parts("Great news, really. Did Rosa paint the black and white bowl or the blue "
+                          "vase?", ["Rosa"]) == ["Did Rosa paint the black and white bowl", "the blue vase?"]
+    assert question_parts("Would Tim enjoy reading books by C. S. Lewis or John Greene?", ["Tim"]) == [
+        "Would Tim enjoy reading books by C. S. Lewis", "John Greene?"]  # an initial ends no sentence
+    assert question_parts("Tell me the order of 'the red barn', 'the old mill' and 'the stone "
+                          "bridge'.") == ["the red barn", "the old mill", "the stone bridge"]
     assert _interleave([[1, 2, 3], [4, 1], [5]]) == [1, 4, 5, 2, 3]
 
 

@@ -24,7 +24,9 @@ date also adds a third ranking, of the messages written then, so that one the wh
 chat's rankings miss is still found. "Did I…" ranks up the user's messages and "did
 you…" the assistant's. A question about several things ("…the thermostat or the mesh
 network?", "the order of 'A', 'B' and 'C'") is also ranked per part, among the whole
-question's candidates, and the rankings are merged in turns.
+question's candidates, and the rankings are merged in turns; only the sentences that ask
+are split ("Sounds special, those beach trips! Any other summer traditions?" asks one
+thing).
 
 With a reranker (``context.recall_rerank``, a cross-encoder that reads the question with
 each candidate), the fused ranking's first :data:`RERANK_CANDIDATES` are read as the block
@@ -84,6 +86,9 @@ QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "
                   "type", "has", "have", "tell", "remember", "please", "said", "say"}
 WORD_RE = re.compile(r"[A-Za-z0-9]+")
 SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+#: where a message's sentences end, for finding the ones that ask: not after an initial
+#: ("C. S. Lewis")
+ASKING_SPLIT_RE = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+")
 MAX_TERMS = 24
 MAX_CHARS = 600  # one recalled hit at most (a long message is clipped around what matches)
 #: a message shown after a hit at most, from its start (a reply answers first). Shorter
@@ -220,8 +225,11 @@ def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:
     "black and white"). A quoted phrase counts with one searchable word, another part
     with two; fewer than two parts is no split. "Which did I set up first, the smart
     thermostat or the mesh network?" → "Which did I set up first", "the smart
-    thermostat", "the mesh network"."""
-    text = text or ""
+    thermostat", "the mesh network". Only the sentences that ask are split: a message
+    that greets, tells and then asks ("Sounds special, those beach trips! Do you have any
+    other summer traditions?") asks one thing, and its greeting, its news or a shared
+    photo's caption are not parts of it (each part costs the reranker a call)."""
+    text = _asking(text or "")
     quoted = [m for m in QUOTED_RE.finditer(text) if query_terms(m["phrase"], names)]
     if len(quoted) >= 2:
         return [m["phrase"] for m in quoted]
@@ -234,6 +242,13 @@ def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:
     parts = [p for p in (" ".join(p.split()) for p in [*parts, text[start:]])
              if len(query_terms(p, names)) >= 2]
     return parts if len(parts) >= 2 else []
+
+
+def _asking(text: str) -> str:
+    """The sentences of ``text`` that ask (end in a question mark), or all of it when none
+    does ("Tell me the order of 'A', 'B' and 'C'.")."""
+    asking = [s for s in ASKING_SPLIT_RE.split(text) if s.rstrip(" \"')]").endswith("?")]
+    return " ".join(asking) if asking else text
 
 
 def _stem(word: str) -> str:
