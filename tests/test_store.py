@@ -168,8 +168,10 @@ def test_migration_7_keeps_the_vectors_an_older_semantic_index_made(tmp_path):
 def test_migration_11_keeps_one_vector_per_model_and_deletes_them_with_the_message(tmp_path):
     """Schema 10 held one vector per message; from 11 a message holds one per model (a
     change of embedder keeps the old vectors until the new ones are complete), and the
-    vectors made before migrate as they were."""
+    vectors made before migrate as they were; 12 indexes which messages hold a model's
+    vector apart from the vectors."""
     from iris_desktop.core import store as store_module
+    from iris_desktop.core.store import vectors as vectors_module
     conn = sqlite3.connect(tmp_path / "ten.db")
     for script in store_module.MIGRATIONS[:10]:
         for statement in store_module._split_sql(script):
@@ -193,6 +195,12 @@ def test_migration_11_keeps_one_vector_per_model_and_deletes_them_with_the_messa
         store.add_message(1, {"role": "user", "content": "only the old model embedded this"})
         store.save_vectors("minilm", [(2, b"\x00\x00\x80\x3f")])
         assert store.vector_counts("bge") == (1, 1)
+        # 12: "has it a vector?" and the counts read the (model, message_id) index, not the vectors
+        plan = " ".join(str(row) for row in store.conn.execute(
+            "EXPLAIN QUERY PLAN SELECT m.id FROM messages m WHERE m.id > 0 AND "
+            f"{vectors_module._NO_VECTOR}", {"model": "bge"}))
+        assert "COVERING INDEX message_vectors_by_model" in plan
+        assert store.first_without_vector(1, 0, 2, "bge") == 2
         store.delete_thread(1)
         assert store.conn.execute("SELECT count(*) FROM message_vectors").fetchone() == (0,)
 
@@ -207,6 +215,33 @@ def test_a_new_database_has_message_vectors(fresh_store):
     fresh_store.save_vectors("m", [(ids[0], b"1234"), (ids[-1] + 7, b"gone")])  # a deleted one is skipped
     assert list(fresh_store.iter_vectors(thread, 0, ids[-1], "m", block=1)) == [[(ids[0], b"1234")]]
     assert fresh_store.messages_without_vector(None, 0, "another model", 10)[0]["id"] == ids[0]
+
+
+def test_a_threads_vectors_are_read_alone_whether_its_messages_fill_the_range_or_are_scattered(fresh_store):
+    """A long chat read from its start is read in the vectors' key order, checked against
+    the thread; one whose messages are scattered among another's by one lookup each. Both
+    give exactly the thread's vectors of the range, in id order, that model's only."""
+    dense, sparse = fresh_store.create_thread("dense"), fresh_store.create_thread("sparse")
+    ids = {dense: fresh_store.add_messages(dense, [{"role": "user", "content": f"a{n}"} for n in range(300)]),
+           sparse: []}
+    for n in range(100):  # the two chats in turns (one message of the sparse one in four), then it alone
+        ids[sparse] += fresh_store.add_messages(sparse, [{"role": "user", "content": f"b{n}"}])
+        ids[dense] += fresh_store.add_messages(dense, [{"role": "user", "content": f"b{n}"}] * 3)
+    ids[sparse] += fresh_store.add_messages(sparse, [{"role": "user", "content": f"c{n}"} for n in range(10)])
+    every = sorted(ids[dense] + ids[sparse])
+    fresh_store.save_vectors("m", [(i, i.to_bytes(4, "little")) for i in every])
+    fresh_store.save_vectors("other", [(i, b"none") for i in every])
+    plans = []
+    fresh_store.conn.set_trace_callback(
+        lambda sql: "message_vectors v" in sql and plans.append("CROSS JOIN" in sql))
+    for thread in (dense, sparse):
+        for after, through in ((0, every[-1]), (ids[thread][10], ids[thread][90])):
+            want = [(i, i.to_bytes(4, "little")) for i in ids[thread] if after < i <= through]
+            got = [row for block in fresh_store.iter_vectors(thread, after, through, "m", block=64)
+                   for row in block]
+            assert got == want
+    fresh_store.conn.set_trace_callback(None)
+    assert plans == [True, True, False, False]
 
 
 def closed(store: Store) -> bool:
