@@ -33,6 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from iris_desktop.core.semantic import SemanticIndex
 from iris_desktop.core.store import Store
 
+from _corpus import REPO
+
+sys.path.insert(0, str(REPO / "tests"))
+from support.fakes import ZeroEmbedder  # noqa: E402  (zero vectors at once: the store's work is timed)
+
 JOB = 32  # messages per GUI job (ui.context_control.REEMBED_BATCH)
 OLD, NEW = "old-model@bench", "new-model@bench"
 
@@ -46,21 +51,6 @@ BEFORE_COUNTS = (
     "SELECT count(*) FROM message_vectors WHERE model = :model",
     "SELECT count(DISTINCT o.message_id) FROM message_vectors o WHERE o.model != :model AND NOT EXISTS "
     "(SELECT 1 FROM message_vectors v WHERE v.message_id = o.message_id AND v.model = :model)")
-
-
-class ZeroEmbedder:
-    """Vectors of all-MiniLM-L6-v2's size, made at once (the store's work is timed)."""
-
-    identity = NEW
-    dimensions = 384
-
-    def embed(self, text: str) -> np.ndarray:
-        return np.zeros(self.dimensions, dtype=np.float32)
-
-    embed_query = embed
-
-    def embed_many(self, texts) -> np.ndarray:
-        return np.zeros((len(texts), self.dimensions), dtype=np.float32)
 
 
 def before_job(store: Store) -> None:
@@ -92,7 +82,7 @@ def measure(size: int, repeat: int) -> dict[str, float]:
         rng = np.random.default_rng(size)
         vectors = rng.standard_normal((size, 384)).astype("<f4")
         store.save_vectors(OLD, [(mid, vec.tobytes()) for mid, vec in zip(ids, vectors)])
-        index = SemanticIndex(store, ZeroEmbedder())
+        index = SemanticIndex(store, ZeroEmbedder(NEW))
         index.change_progress()  # counted once, when the change is first seen
         out: dict[str, float] = {}
         for where in ("start", "end"):

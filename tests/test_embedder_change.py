@@ -19,7 +19,7 @@ from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
 from iris_desktop.runtime.onnx_embedder import BGE_SMALL, QUERY_PREFIX, OnnxEmbedder
 
 from conftest import MODEL_CACHE, SYNTHETIC_CHAT, load_corpus
-from support.fakes import ScriptedRuntime
+from support.fakes import ScriptedRuntime, ZeroEmbedder
 
 MISO = "I adopted a kitten yesterday! Her name is Miso."
 
@@ -167,22 +167,6 @@ def test_a_history_embedded_by_minilm_is_searched_until_re_embedded_then_the_old
         assert host.reembed_for_recall() == (0, 0, 0)
 
 
-class _CountingEmbedder:
-    """Vectors of the right shape, made at once: what is counted here is the store's work
-    per batch, not what the vectors say (the tests above re-embed with the real models)."""
-
-    identity = "counting@test"
-    dimensions = 384
-
-    def embed(self, text: str) -> np.ndarray:
-        return np.zeros(self.dimensions, dtype=np.float32)
-
-    embed_query = embed
-
-    def embed_many(self, texts) -> np.ndarray:
-        return np.zeros((len(texts), self.dimensions), dtype=np.float32)
-
-
 def test_re_embedding_a_long_history_costs_the_same_per_batch_at_its_start_and_at_its_end(tmp_path):
     """6,000 messages with the old model's vectors: each batch reads on from the last one's
     end and the progress is counted once, so the last batch reads no more than the first
@@ -195,7 +179,7 @@ def test_re_embedding_a_long_history_costs_the_same_per_batch_at_its_start_and_a
                                            "content": f"message {n} about the garden"} for n in range(6000)])
         old = np.ones(384, dtype="<f4").tobytes()
         store.save_vectors("old@test", [(i, old) for i in ids])
-        index = SemanticIndex(store, _CountingEmbedder())
+        index = SemanticIndex(store, ZeroEmbedder("counting@test"))
         steps = [0]
 
         def step() -> int:

@@ -1,4 +1,5 @@
-"""A scripted runtime for what the real model cannot do on demand (a given tool call).
+"""A scripted runtime for what the real model cannot do on demand (a given tool call), and
+an embedder that makes vectors at once, where the store's work is what is counted.
 
 It satisfies the same :class:`~iris_desktop.runtime.protocol.Runtime` as the local model
 and the server runtimes (``tests/test_protocol.py`` checks it member by member), so it
@@ -11,6 +12,8 @@ import json
 import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.runtime.protocol import (
@@ -134,3 +137,22 @@ class ScriptedRuntime:
 
     def close(self) -> None:
         self.closed = True
+
+
+class ZeroEmbedder:
+    """Zero vectors of all-MiniLM-L6-v2's size, made at once: for counting or timing the
+    store's part of embedding (the tests and benches that need what vectors say use the
+    real models). Satisfies ``core.semantic.TextEmbedder``."""
+
+    dimensions = 384
+
+    def __init__(self, identity: str = "zero@test"):
+        self.identity = identity
+
+    def embed(self, text: str) -> np.ndarray:
+        return np.zeros(self.dimensions, dtype=np.float32)
+
+    embed_query = embed
+
+    def embed_many(self, texts) -> np.ndarray:
+        return np.zeros((len(texts), self.dimensions), dtype=np.float32)
