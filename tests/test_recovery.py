@@ -438,6 +438,25 @@ def test_a_flipped_header_byte_is_damage_and_every_row_is_recovered(capsys, tmp_
     assert "no row was lost" in err and listed_messages(out) == total
 
 
+def test_a_schema_record_that_is_not_text_is_damage_and_every_row_is_recovered(capsys, tmp_path):
+    """A flipped byte in an index's schema record: SQLite's own message then quotes bytes
+    that are not UTF-8, which Python could not decode (a traceback, found by the damaged-
+    database fuzz). It is damage like any other: set aside, every row recovered."""
+    data = tmp_path / "data"
+    total = build(capsys, data)
+    conn = sqlite3.connect(data / "iris.db")
+    conn.execute("PRAGMA writable_schema = ON")
+    broken = "CAST(X'6d7669e9' AS TEXT)"  # 'mvi' and a lone 0xE9
+    assert conn.execute(f"UPDATE sqlite_master SET name = {broken}, sql = 'CREATE INDEX ' || {broken} || "
+                        "' ON message_vectors(model, message_id' WHERE name = 'message_vectors_model'").rowcount == 1
+    conn.commit()
+    conn.close()
+    assert recovery.quick_check(data / "iris.db") == ["the database's schema is damaged (its text is not readable)"]
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0, err
+    assert "schema is damaged" in err and "no row was lost" in err and listed_messages(out) == total
+
+
 def test_a_header_still_older_than_its_wal_is_not_damage(tmp_path):
     """A new database's file header says schema format 0 until the -wal is checkpointed."""
     db = tmp_path / "iris.db"

@@ -199,7 +199,7 @@ def test_migration_11_keeps_one_vector_per_model_and_deletes_them_with_the_messa
         plan = " ".join(str(row) for row in store.conn.execute(
             "EXPLAIN QUERY PLAN SELECT m.id FROM messages m WHERE m.id > 0 AND "
             f"{vectors_module._NO_VECTOR}", {"model": "bge"}))
-        assert "COVERING INDEX message_vectors_by_model" in plan
+        assert "COVERING INDEX message_vectors_model" in plan
         assert store.first_without_vector(1, 0, 2, "bge") == 2
         store.delete_thread(1)
         assert store.conn.execute("SELECT count(*) FROM message_vectors").fetchone() == (0,)

@@ -226,9 +226,9 @@ def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:
     with two; fewer than two parts is no split. "Which did I set up first, the smart
     thermostat or the mesh network?" → "Which did I set up first", "the smart
     thermostat", "the mesh network". Only the sentences that ask are split: a message
-    that greets, tells and then asks ("Sounds special, those beach trips! Do you have any
-    other summer traditions?") asks one thing, and its greeting, its news or a shared
-    photo's caption are not parts of it (each part costs the reranker a call)."""
+    that remarks, tells and then asks ("Sounds special, those beach trips! Do you have any
+    other summer traditions?") asks one thing, and its remark, its news or a caption
+    after it are not parts of it (each part costs the reranker a call)."""
     text = _asking(text or "")
     quoted = [m for m in QUOTED_RE.finditer(text) if query_terms(m["phrase"], names)]
     if len(quoted) >= 2:

@@ -199,6 +199,10 @@ def quick_check(path: Path, budget_s: float | None = None, key: Key | None = Non
         if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT"):
             return [str(exc)]
         raise StoreError(explain(exc, path)) from None
+    except UnicodeDecodeError:
+        # SQLite's own message quoted bytes that are not text: a damaged schema record
+        # (the statement could not even be prepared), not a question of decoding rows
+        return ["the database's schema is damaged (its text is not readable)"]
     finally:
         conn.close()
     problems = [str(row[0]) for row in rows]

@@ -225,7 +225,7 @@ MIGRATIONS: tuple[str, ...] = (
     # thread spent 400 ms finding where its vectors end; by this index 70 ms), and a count
     # of one model's vectors read them all
     """
-    CREATE INDEX message_vectors_by_model ON message_vectors(model, message_id);
+    CREATE INDEX message_vectors_model ON message_vectors(model, message_id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

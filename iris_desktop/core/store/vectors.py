@@ -23,7 +23,7 @@ _ELIGIBLE = ("m.role IN ('user', 'assistant') AND m.status != 'streaming' "
              "AND m.content IS NOT NULL AND trim(m.content) != ''")
 #: read by the small (model, message_id) index, never by the table's key order, whose
 #: pages hold the vectors themselves (schema 12)
-_NO_VECTOR = ("NOT EXISTS (SELECT 1 FROM message_vectors v INDEXED BY message_vectors_by_model "
+_NO_VECTOR = ("NOT EXISTS (SELECT 1 FROM message_vectors v INDEXED BY message_vectors_model "
               "WHERE v.model = :model AND v.message_id = m.id)")
 
 
@@ -127,12 +127,12 @@ class Vectors(Connected):
         """(messages with a vector from ``model``, messages with a vector from another model
         only): how far a change of embedder has come (the second falls to 0)."""
         (current,) = self.conn.execute(
-            "SELECT count(*) FROM message_vectors INDEXED BY message_vectors_by_model WHERE model = ?",
+            "SELECT count(*) FROM message_vectors INDEXED BY message_vectors_model WHERE model = ?",
             (model,)).fetchone()
         (others,) = self.conn.execute(
-            "SELECT count(DISTINCT o.message_id) FROM message_vectors o INDEXED BY message_vectors_by_model "
+            "SELECT count(DISTINCT o.message_id) FROM message_vectors o INDEXED BY message_vectors_model "
             "WHERE o.model != :model AND NOT EXISTS (SELECT 1 FROM message_vectors v INDEXED BY "
-            "message_vectors_by_model WHERE v.model = :model AND v.message_id = o.message_id)",
+            "message_vectors_model WHERE v.model = :model AND v.message_id = o.message_id)",
             {"model": model}).fetchone()
         return int(current), int(others)
 
