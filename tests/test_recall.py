@@ -719,3 +719,50 @@ def test_without_the_reranker_the_room_fills_the_block(fresh_store, cutoff):
     ranking = Recaller(fresh_store, HeuristicCounter()).rank(thread, ids[-1], "What about the blue boat?")
     assert not ranking.reranked and ranking.strength == {}
     assert set(Recaller(fresh_store, HeuristicCounter()).block(ranking, 4000).ids) == set(ids)
+
+
+def test_one_question_is_ranked_once_across_a_files_stores_and_threads(fresh_store, tmp_path):
+    """The GUI's DB thread (the meter) and its model thread (the turn) each hold a Store of
+    the same file, and a send plans on both at once: one ranking serves both, the second
+    caller waiting for the first rather than running the cross-encoder again beside the
+    model reading the prompt."""
+    import threading
+    import time
+
+    from iris_desktop.core.store import Store
+
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, [{"role": "user", "content": f"We planted {n} tomatoes."}
+                                            for n in range(20)])
+    calls = []
+
+    class SlowRecaller(Recaller):
+        def rank(self, *args, **kwargs):
+            calls.append(threading.current_thread().name)
+            time.sleep(0.3)  # as a cross-encoder call would take
+            return super().rank(*args, **kwargs)
+
+    planner = Planner(ContextParams(window=4096, recall_max_tokens=400), HeuristicCounter())
+    second = Store(fresh_store.path)
+    try:
+        assert planner.rankings_for(second) is planner.rankings_for(fresh_store)
+        with Store(tmp_path / "other.db") as elsewhere:  # another file: its own rankings
+            assert planner.rankings_for(elsewhere) is not planner.rankings_for(fresh_store)
+        got = {}
+
+        def ask(store, name):
+            got[name] = planner.rankings_for(store).rank(
+                SlowRecaller(store, HeuristicCounter()), thread, 1, ids[-1], "How many tomatoes?")
+
+        workers = [threading.Thread(target=ask, args=(s, n), name=n)
+                   for s, n in ((fresh_store, "model"), (second, "meter"))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(10)
+        assert len(calls) == 1 and got["model"] is got["meter"] and got["model"].ranked
+        assert planner.rankings_for(second).holds(thread, 1, ids[-1], "How many tomatoes?")
+        assert not planner.rankings_for(second).holds(thread, 1, ids[-1], "How many carrots?")
+    finally:
+        second.close()
+

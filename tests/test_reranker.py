@@ -120,6 +120,44 @@ def test_recall_with_the_reranker_ranks_the_answer_up(fresh_store, reranker):
     assert block.reranked and kitten in block.ids and "kitten" in block.text
 
 
+def summarized(store, thread, ids):
+    """A summary over the whole chat, so that a question's recall searches it."""
+    store.add_summary(thread, {
+        "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[-1],
+        "first_turn": 1, "last_turn": 4, "fields": {"summary": "They talked."}, "text": "x",
+        "tokens": 30, "counter": "heuristic", "path": "extractive"})
+
+
+def test_a_question_sent_before_its_search_was_done_says_the_send_waits_for_it(fresh_store, reranker):
+    """The agent says so (RecallSearch, before RequestSent) only when the plan will run the
+    cross-encoder: not for the same question ranked while it was typed (the draft's plan),
+    not for a message that asks nothing, not without a reranker."""
+    from iris_desktop.core.config import ContextParams
+    from iris_desktop.core.events import RecallSearch, RequestSent
+    from iris_desktop.core.planner import Planner
+    from iris_desktop.host import build_agent
+
+    thread, ids = chat(fresh_store)
+    summarized(fresh_store, thread, ids)
+    runtime = ScriptedRuntime(["A kitten.", "Luna.", "Nice.", "Yes."])
+    params = ContextParams(window=8192, recall_max_tokens=400)
+    planner = Planner(params, runtime.counter(), runtime=runtime, reranker=reranker)
+    agent = build_agent(planner, fresh_store, compact=False)
+
+    def kinds(text):
+        return [type(e).__name__ for e in agent.send(thread, text)
+                if isinstance(e, (RecallSearch, RequestSent))]
+
+    assert kinds(QUESTION) == ["RecallSearch", "RequestSent"]
+    assert RecallSearch(thread).describe() == "Finding earlier messages for your question…"
+    typed = "And what did Mel name the kitten?"
+    assert planner.plan(fresh_store, thread, typed).breakdown.recall  # ranked while it was typed
+    assert kinds(typed) == ["RequestSent"]
+    assert kinds("I love pottery.") == ["RequestSent"]
+    plain = Planner(params, runtime.counter(), runtime=runtime)
+    assert not plain.must_rank(fresh_store, thread)
+
+
 def test_the_reranker_reads_each_candidate_as_the_block_shows_it(fresh_store):
     """Its date, its speaker, and for a long message the window that holds the question's
     words, not its first lines."""
@@ -423,6 +461,39 @@ def test_the_inspector_says_whether_recall_was_reranked(tmp_path, qtbot, overrid
         qtbot.waitUntil(lambda: (window.inspector.report or {}).get("recalled_ids"), timeout=20_000)
         qtbot.waitUntil(lambda: expected in window.inspector.request_label.text(), timeout=20_000)
         assert window.inspector.report["rerank"]["reranked"] is (not overrides)
+    finally:
+        window.shutdown()
+        host.close()
+
+
+def test_the_window_says_when_a_send_waits_for_recalls_search(tmp_path, qtbot):
+    """The real window, the real cross-encoder: a question sent at once (nothing ranked it
+    while it was typed) puts "Finding earlier messages for your question…" in the status
+    bar before the model reads the request; the reply then streams as usual."""
+    pytest.importorskip("pytestqt")
+    from iris_desktop.core.store import Store
+    from iris_desktop.paths import app_paths
+    from iris_desktop.ui.main_window import main_window
+
+    data = tmp_path / "data"
+    with Store(app_paths(data).ensure().db_path) as store:
+        thread, ids = chat(store)
+        summarized(store, thread, ids)
+    host = Host(data, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime(["A grey kitten, Luna."]),
+                compact=False)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    window.show()
+    said: list[str] = []
+    window.app_state.statusText.connect(said.append)
+    try:
+        qtbot.waitUntil(lambda: window.model_state == "ready" and window.background.idle, timeout=60_000)
+        window.open_thread(thread)
+        window.send(QUESTION)
+        qtbot.waitUntil(lambda: not window.generating and "Reading the conversation…" in said, timeout=60_000)
+        assert said.index("Finding earlier messages for your question…") < said.index("Reading the conversation…")
+        with Store(app_paths(data).db_path) as store:
+            assert store.messages(thread)[-1]["content"] == "A grey kitten, Luna."
     finally:
         window.shutdown()
         host.close()

@@ -168,6 +168,19 @@ class UserSaved:
 
 
 @dataclass(frozen=True)
+class RecallSearch:
+    """The newest message asks something, and its search of the summarized history was
+    not done while it was typed (it was sent without a pause): the send waits for it now,
+    the cross-encoder reading its candidates (about 1–2.5 s on a laptop's CPU). The next
+    event is RequestSent."""
+
+    thread_id: int
+
+    def describe(self) -> str:
+        return "Finding earlier messages for your question…"
+
+
+@dataclass(frozen=True)
 class RequestSent:
     """The request that goes to the model now: the meter and the states draw from it."""
 
@@ -261,7 +274,7 @@ class TurnDone:
 
 
 TurnEvent = (ThreadCreated | CacheStatus | PromptProgress | UserSaved
-             | RequestSent | CompactionStarted
+             | RecallSearch | RequestSent | CompactionStarted
              | CompactionFinished | ReplyStarted | ReplyToken | ReplySaved | ToolFinished
              | TurnFailed | TurnDone)
 
@@ -273,6 +286,7 @@ class TurnListener:
     def on_cache(self, event: CacheStatus) -> None: ...
     def on_progress(self, event: PromptProgress) -> None: ...
     def on_user(self, event: UserSaved) -> None: ...
+    def on_recall_search(self, event: RecallSearch) -> None: ...
     def on_request(self, event: RequestSent) -> None: ...
     def on_compaction_started(self, event: CompactionStarted) -> None: ...
     def on_compaction_finished(self, event: CompactionFinished) -> None: ...
@@ -295,6 +309,8 @@ def dispatch(event: TurnEvent, listener: TurnListener) -> None:
             listener.on_progress(event)
         case UserSaved():
             listener.on_user(event)
+        case RecallSearch():
+            listener.on_recall_search(event)
         case RequestSent():
             listener.on_request(event)
         case CompactionStarted():

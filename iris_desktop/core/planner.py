@@ -29,12 +29,13 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextParams, ToolsConfig
 from iris_desktop.core.engine import ContextEngine, ContextRequest, ConversationTooLargeException
 from iris_desktop.core.ports import ChatModel, Reranker
-from iris_desktop.core.recall import RankingCache, SemanticSearch
+from iris_desktop.core.recall import RankingCache, SemanticSearch, asks
 from iris_desktop.core.records import names_relative_date
 from iris_desktop.core.semantic import SemanticIndex, TextEmbedder
 from iris_desktop.core.store import Store
@@ -168,7 +169,7 @@ class Planner:
         self._cache: OrderedDict[tuple, ContextRequest | ConversationTooLargeException] = (
             OrderedDict())
         self._tool_prompts: dict[bool, ToolPrompt] = {}
-        self._rankings: weakref.WeakKeyDictionary[Store, RankingCache] = weakref.WeakKeyDictionary()
+        self._rankings: dict[Path, RankingCache] = {}
         # the runtime can count a whole rendering, and this planner counts with its tokenizer
         self._counts_exactly = (runtime is not None and runtime.capabilities.exact_counts
                                 and counter.name == runtime.counter().name)
@@ -240,13 +241,33 @@ class Planner:
                              self.rankings_for(store), self.today, self.reranker)
 
     def rankings_for(self, store: Store) -> RankingCache:
-        """Recall's recent searches on ``store``: the draft's prefill and the send of the
-        same question get the same block (see :class:`RankingCache`)."""
+        """Recall's recent searches on ``store``'s database file: the draft's prefill and
+        the send of the same question get the same block (see :class:`RankingCache`). One
+        cache per file, not per Store: the GUI's DB thread (the meter, the inspector) and
+        its model thread (the prefill, the turn) each hold a Store of the same file, and a
+        question ranked by one is not ranked again by the other."""
         with self._lock:
-            cache = self._rankings.get(store)
+            cache = self._rankings.get(store.path)
             if cache is None:
-                cache = self._rankings[store] = RankingCache()
+                cache = self._rankings[store.path] = RankingCache()
             return cache
+
+    def must_rank(self, store: Store, thread_id: int) -> bool:
+        """Will the thread's next request wait for the cross-encoder? Its newest message is
+        the user's, asks something, and no ranking of it over the latest summary's messages
+        is kept (the draft's, ranked while it was typed, is): a question sent without a
+        pause. What the send says in the status bar while it waits (``RecallSearch``)."""
+        if self.reranker is None or self.params.recall_max_tokens <= 0:
+            return False
+        summary = store.latest_summary(thread_id)
+        head = store.head(thread_id)
+        if summary is None or head is None:
+            return False
+        row = store.messages_by_id([head]).get(head) or {}
+        text = row.get("content")
+        if row.get("role") != "user" or not isinstance(text, str) or not asks(text):
+            return False
+        return not self.rankings_for(store).holds(thread_id, summary.id, summary.covers_through_id, text)
 
     def semantic_for(self, store: Store) -> SemanticSearch | None:
         """Recall's search by meaning on ``store`` (one index per Store, so its vector

@@ -120,6 +120,9 @@ ASKED_ROLE_BOOST = 2.0
 NAMED_DATE_BOOST = 1.5
 #: below this much room nothing more fits (a date heading and a short line)
 MIN_ROOM_TOKENS = 16
+#: how long a search waits for the same search under way on another thread before it
+#: searches itself (a cross-encoder call takes 1–2.5 s on a laptop's CPU)
+RANK_WAIT_S = 30.0
 #: parts of one question searched on their own ("the thermostat or the mesh network?")
 MAX_PARTS = 3
 #: a question that counts or totals ("how many festivals did I go to?") gathers mentions
@@ -300,14 +303,24 @@ class RankingCache:
     """The rankings of the last few questions asked on one store, so that the question
     searched for its draft's prefill gets the same hits when it is sent. Storing the
     question changes bm25's statistics (one more document holds its words), which can
-    reorder near ties, change the block, and waste the prefilled KV cache. What a ranking
+    reorder near ties, change the block, and waste the prefilled KV cache. A search asked
+    for while the same one runs on another thread waits for it rather than running twice
+    (the cross-encoder would take a core from the model reading the prompt). What a ranking
     covers, the summarized messages up to ``through_id``, never changes; a vector the
     background indexer adds later to one of them is used from the next question on."""
 
     def __init__(self, size: int = 16):
         self.size = size
         self._items: OrderedDict[tuple, Ranking] = OrderedDict()
+        #: the searches under way, so that a second thread asking the same waits for the first
+        self._running: dict[tuple, threading.Event] = {}
         self._lock = threading.Lock()
+
+    def holds(self, thread_id: int, summary_id: int, through_id: int, query: str) -> bool:
+        """Is a ranking of ``query`` over these summarized messages kept (any day, any
+        models)? What a send asks before it plans: whether it will wait for a search."""
+        with self._lock:
+            return any(key[:4] == (thread_id, summary_id, through_id, query) for key in self._items)
 
     def rank(self, recaller: Recaller, thread_id: int, summary_id: int, through_id: int,
              query: str, today: dt.date | None = None) -> Ranking:
@@ -318,11 +331,29 @@ class RankingCache:
             if hit is not None:
                 self._items.move_to_end(key)
                 return hit
-        ranking = recaller.rank(thread_id, through_id, query, today)
-        with self._lock:
-            self._items[key] = ranking
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            running = self._running.get(key)
+            if running is None:
+                running = self._running[key] = threading.Event()
+                mine = True
+            else:
+                mine = False
+        if not mine:  # another thread ranks it now (a send, and the meter beside it): wait
+            running.wait(RANK_WAIT_S)
+            with self._lock:
+                hit = self._items.get(key)
+            if hit is not None:
+                return hit
+        try:
+            ranking = recaller.rank(thread_id, through_id, query, today)
+            with self._lock:
+                self._items[key] = ranking
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        finally:
+            if mine:
+                with self._lock:
+                    self._running.pop(key, None)
+                running.set()
         return ranking
 
 

@@ -15,6 +15,7 @@ from iris_desktop.core.events import (
     CompactionFinished,
     CompactionStarted,
     PromptProgress,
+    RecallSearch,
     ReplySaved,
     ReplyStarted,
     ReplyToken,
@@ -179,6 +180,10 @@ class TurnControl(QObject, TurnListener):
                                      "user", text=event.text, attachments=list(event.attachments)))
         self._changed()
         self.app_state.threads_changed()  # the agent titled a new thread
+
+    def on_recall_search(self, event: RecallSearch) -> None:
+        """A question sent before its search was done while typing: the send waits for it."""
+        self.app_state.show_status(event.describe())
 
     def on_request(self, event: RequestSent) -> None:
         self.app_state.report_request(event.request)
