@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,10 +133,12 @@ def real_model(model_path):
 
 
 def load_source(name: str, path: Path):
-    """The module in ``path`` (a script such as packaging/build.py), loaded as ``name``."""
+    """The module in ``path`` (a script such as packaging/build.py), loaded as ``name``
+    (and known by that name in ``sys.modules`` while it runs, as an imported one is)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

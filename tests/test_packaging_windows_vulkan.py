@@ -9,13 +9,13 @@ contracts on sample tool output; the one that runs dlltool skips where mingw is 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "packaging" / "windows" / "check.py"
@@ -23,11 +23,7 @@ CHECK = ROOT / "packaging" / "windows" / "check.py"
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("iris_windows_check_vulkan", CHECK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_source("iris_windows_check_vulkan", CHECK)
 
 
 #: ``x86_64-w64-mingw32-objdump -p ggml-vulkan.dll``, the import tables (shortened)

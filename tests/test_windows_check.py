@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -20,17 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_source
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "packaging" / "windows" / "check.py"
 
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("iris_windows_check", CHECK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_source("iris_windows_check", CHECK)
 
 
 def test_help_runs_without_wine():

@@ -32,7 +32,6 @@ from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.conversation import title_from
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException, certainly_too_large
 from iris_desktop.core.events import (
-    CompactionFinished,
     PromptProgress,
     RecallSearch,
     ReplySaved,
@@ -285,22 +284,15 @@ class Agent:
         one that goes on with the last reply: ``continuing``). Returns the request, or the
         ConversationTooLargeException that stops the turn."""
         # a question sent before it was ranked waits for the cross-encoder in the first
-        # plan: the compaction check's, or (after a compaction: a new summary) the request's
+        # plan: the compaction check's, or (after a compaction: a new summary, so the
+        # planner asks again) the request's
         if not continuing and self.planner.must_rank(self.store, thread_id):
             yield RecallSearch(thread_id)
         if self.compactor is not None:
-            compacted = yield from self._compacted(thread_id, cancel)
-            if compacted and not continuing and self.planner.must_rank(self.store, thread_id):
+            yield from self.compactor.before_request(thread_id, cancel)
+            if not continuing and self.planner.must_rank(self.store, thread_id):
                 yield RecallSearch(thread_id)
         return self._plan(thread_id, tools_allowed, continuing)
-
-    def _compacted(self, thread_id: int, cancel: Stop):
-        """The compactor's events before a request; returns whether it made a summary."""
-        made = False
-        for event in self.compactor.before_request(thread_id, cancel):
-            made = made or (isinstance(event, CompactionFinished) and event.event.outcome == "ok")
-            yield event
-        return made
 
     def _plan(self, thread_id: int, tools_allowed: bool, continuing: bool = False
               ) -> ContextRequest | ConversationTooLargeException:

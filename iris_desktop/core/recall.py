@@ -250,7 +250,7 @@ def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:
 def _asking(text: str) -> str:
     """The sentences of ``text`` that ask (end in a question mark), or all of it when none
     does ("Tell me the order of 'A', 'B' and 'C'.")."""
-    asking = [s for s in ASKING_SPLIT_RE.split(text) if s.rstrip(" \"')]").endswith("?")]
+    asking = [s for s in ASKING_SPLIT_RE.split(text) if _is_question(s)]
     return " ".join(asking) if asking else text
 
 
@@ -671,7 +671,12 @@ def _statements(ids: list[int], rows: dict[int, dict]) -> list[int]:
 def _asks_only(text: str) -> bool:
     """Is every sentence of ``text`` a question?"""
     sentences = [s for s in SENTENCE_END_RE.split(text) if WORD_RE.search(s)]
-    return bool(sentences) and all(s.rstrip(" \"')]").endswith("?") for s in sentences)
+    return bool(sentences) and all(_is_question(s) for s in sentences)
+
+
+def _is_question(sentence: str) -> bool:
+    """Does a sentence end in a question mark (before closing quotes or brackets)?"""
+    return sentence.rstrip(" \"')]").endswith("?")
 
 
 class _Lines:

@@ -1331,11 +1331,15 @@ def stopped_line(facts: dict, total: float, phases: str) -> str:
                  f"DLLs and their own")
         vulkan = llama.get("vulkan")
         if vulkan:
-            said += (f"; {vulkan['module']} {mb(vulkan['module_bytes'])} imports "
-                     f"{', '.join(vulkan['module_imports'])} (from {VULKAN_LOADER}: "
+            said += (f"; {module_words(vulkan)} (from {VULKAN_LOADER}: "
                      f"{', '.join(vulkan.get('imported_functions', []))})")
         said += f"; {llama['cmake_args']}"
     return said + f"; not run: {', '.join(rest)}; phases: {phases}" if rest else said + f"; phases: {phases}"
+
+
+def module_words(vulkan: dict) -> str:
+    """"ggml-vulkan.dll 29.6 MB imports ggml-base.dll, KERNEL32.dll, …" for a closing line."""
+    return f"{vulkan['module']} {mb(vulkan['module_bytes'])} imports {', '.join(vulkan['module_imports'])}"
 
 
 def device_part(facts: dict) -> str:
@@ -1343,8 +1347,7 @@ def device_part(facts: dict) -> str:
     said = f" on {facts['device']}" if facts.get("device") else ""
     vulkan = facts.get("vulkan")
     if vulkan:
-        said += (f"; {vulkan['module']} {mb(vulkan['module_bytes'])} imports "
-                 f"{', '.join(vulkan['module_imports'])}, no {VULKAN_LOADER} installed, under Wine "
+        said += (f"; {module_words(vulkan)}, no {VULKAN_LOADER} installed, under Wine "
                  f"{describe_vulkan_loads(vulkan.get('loaded', {}))}")
         gpu_run = vulkan.get("run")
         if gpu_run:
