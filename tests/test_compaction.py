@@ -471,6 +471,32 @@ def test_a_cut_reply_is_only_closed_when_the_model_hit_its_cap():
     assert ConversationSummary.parse(cut, cut=True).summary.startswith("fact0")
 
 
+#: what the bundled model wrote once, its cache warm from other requests (test_recall
+#: before this file): 19 words, then one character 110 times
+LOOPED = ("Yesterday I visited Lisbon with Maria and bought 3 books. That sounds lovely, "
+          "1 book is a lot! [date] " + "u" * 110)
+
+
+def test_a_narrative_that_loops_on_one_character_is_not_a_summary():
+    fields = {name: "" if name in ("summary", "emotional_thread", "relationship_dynamics")
+              else [] for name in FIELDS}
+    with pytest.raises(SummaryInvalid, match="repeats one character"):
+        ConversationSummary.parse(json.dumps({**fields, "summary": LOOPED}))
+    ConversationSummary.parse(json.dumps({**fields, "summary": LOOPED.replace("u" * 110, "—")}))
+
+
+@pytest.mark.parametrize("cap", [64, 40, 20, 12, 3])
+def test_fit_keeps_the_cap_when_only_a_short_narrative_of_long_words_is_left(cap):
+    """fit() trims a narrative by words only above 20 of them; a shorter one with long
+    words (numbers, paths, a loop) was returned over the cap. It is cut to what fits."""
+    counter = HeuristicCounter()
+    summary = ConversationSummary(summary=LOOPED.replace(" [date] ", " /srv/" + "x" * 300 + " "))
+    fitted = summary.fit(counter, cap)
+    assert counter.count_text(fitted.render()) <= cap
+    assert summary.summary.startswith(fitted.summary.removesuffix(" …"))
+    assert not fitted.summary or fitted.summary.endswith(" …")
+
+
 def agent_thread(store, files):
     """One agent turn per file: it views the file (the path only in the call's
     arguments), the tool answers with its text (no path in it), the agent comments."""

@@ -79,6 +79,8 @@ def json_schema(max_tokens: int = 768) -> dict[str, Any]:
 JSON_SCHEMA: dict[str, Any] = json_schema()
 
 
+#: one character written over and over (a small model's loop: "uuuuuuuu…")
+CHARACTER_LOOP_RE = re.compile(r"(\S)\1{15,}")
 DATE_PREFIX_RE = re.compile(r"^(\d{1,2} [A-Z][a-z]+ \d{4}) (.+)$", re.DOTALL)
 
 
@@ -165,6 +167,8 @@ class ConversationSummary:
         distinct = len({w.lower() for w in words})
         if distinct < max(8, len(words) // 5):
             raise SummaryInvalid("the narrative repeats itself")
+        if CHARACTER_LOOP_RE.search(self.summary):
+            raise SummaryInvalid("the narrative repeats one character")
 
     def render(self) -> str:
         """The text injected into the system prompt."""
@@ -231,10 +235,33 @@ class ConversationSummary:
                         break
                 else:
                     if not fitted.first_facts:
+                        # a short narrative still over the cap (long words: numbers,
+                        # paths, names): cut to what fits, which may be nothing
+                        fitted.summary = _cut_to(fitted, counter, max_tokens)
                         break
                     fitted.facts.pop(fitted.first_facts - 1)  # the latest first fact
                     fitted.first_facts -= 1
         return fitted
+
+
+def _cut_to(summary: ConversationSummary, counter: TokenCounter, max_tokens: int) -> str:
+    """The longest start of ``summary``'s narrative (ended with " …") with which its
+    rendering is at most ``max_tokens``; "" when even that is too long."""
+    text = summary.summary
+    probe = ConversationSummary.from_fields(summary.as_fields())
+
+    def fits(n: int) -> bool:
+        probe.summary = text[:n].rstrip() + " …" if n else ""
+        return counter.count_text(probe.render()) <= max_tokens
+
+    low, high = 0, len(text)  # fits(low) is taken as true: "" is the last resort
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low].rstrip() + " …" if low else ""
 
 
 def close_cut_json(text: str) -> str | None:
