@@ -158,6 +158,38 @@ def test_a_question_sent_before_its_search_was_done_says_the_send_waits_for_it(f
     assert not plain.must_rank(fresh_store, thread)
 
 
+def test_the_cli_says_a_send_waits_for_recalls_search_then_clears_the_line(
+        fresh_store, reranker, monkeypatch, capsys):
+    """`chat` on a terminal shows the same sentence on stderr, rewritten in place; a
+    runtime that reports no prompt progress (the scripted one, like a server) is followed
+    by the reply, so the line is cleared first, not left in front of the reply."""
+    import io
+    import sys
+
+    from iris_desktop.commands.chat import _ChatPrinter
+    from iris_desktop.core.config import ContextParams
+    from iris_desktop.core.events import dispatch
+    from iris_desktop.core.planner import Planner
+    from iris_desktop.host import build_agent
+
+    thread, ids = chat(fresh_store)
+    summarized(fresh_store, thread, ids)
+    runtime = ScriptedRuntime(["A kitten."])
+    planner = Planner(ContextParams(window=8192, recall_max_tokens=400), runtime.counter(),
+                      runtime=runtime, reranker=reranker)
+    agent = build_agent(planner, fresh_store, compact=False)
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True
+    monkeypatch.setattr(sys, "stderr", terminal)
+    printer = _ChatPrinter(as_json=False)
+    for event in agent.send(thread, QUESTION):
+        dispatch(event, printer)
+    said = terminal.getvalue()
+    assert said.startswith("\r\x1b[KFinding earlier messages for your question…")
+    assert said.endswith("\r\x1b[K") and not printer.line_open  # cleared before the reply
+    assert capsys.readouterr().out == "A kitten."
+
+
 def test_the_reranker_reads_each_candidate_as_the_block_shows_it(fresh_store):
     """Its date, its speaker, and for a long message the window that holds the question's
     words, not its first lines."""

@@ -30,6 +30,7 @@ from iris_desktop.core.events import (
     CacheStatus,
     CompactionFinished,
     PromptProgress,
+    RecallSearch,
     ReplySaved,
     ReplyStarted,
     ReplyToken,
@@ -57,6 +58,8 @@ class _ChatPrinter(TurnListener):
         self.code = EXIT_OK
         self.thread_id: int | None = None
         self.restored = 0
+        #: a progress line is on stderr without its newline (rewritten in place)
+        self.line_open = False
         #: set when stdout's reader leaves: the reply stops as Stop stops it
         self.cancel: threading.Event | None = None
         self.stdout_closed = False
@@ -84,8 +87,13 @@ class _ChatPrinter(TurnListener):
         elif event.state == "warming":  # after a compaction, before the prompt returns
             self._progress_line(event.describe(), event.done >= event.total)
 
+    def on_recall_search(self, event: RecallSearch) -> None:
+        """The send waits for recall's search: said until the model reads the prompt."""
+        self._progress_line(event.describe(), False)
+
     def on_reply_started(self, event: ReplyStarted) -> None:
         self.reply = ""
+        self._end_line()
         if event.text and not self.as_json:  # a continued reply: what it already said
             self._out(event.text)
 
@@ -93,14 +101,22 @@ class _ChatPrinter(TurnListener):
         """How far the model has read the prompt, on one line of a terminal's stderr."""
         self._progress_line(event.describe(), event.done >= event.total)
 
-    @staticmethod
-    def _progress_line(text: str, finished: bool) -> None:
+    def _progress_line(self, text: str, finished: bool) -> None:
         """One line on a terminal's stderr, rewritten in place until ``finished``."""
         if not sys.stderr.isatty():
             return
         end = "\n" if finished else ""
         sys.stderr.write(f"\r\x1b[K{show_untrusted(text)}{end}")
         sys.stderr.flush()
+        self.line_open = not finished
+
+    def _end_line(self) -> None:
+        """A progress line no finished one followed (a server reports no prompt progress)
+        is cleared before the reply is printed where it stood."""
+        if self.line_open:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.line_open = False
 
     def on_token(self, event: ReplyToken) -> None:
         if not self.as_json:
