@@ -220,7 +220,7 @@ def test_choosing_bge_in_preferences_re_embeds_the_history_in_the_background_and
         _thread, ids = _chat_embedded_by(host, minilm, count=80)
     shown: list[str] = []
     window = make_window(ScriptedRuntime([]), overrides={"context.recall_semantic": "true"})
-    window.app_state.statusMessage.connect(lambda text, _ms: shown.append(text))
+    window.app_state.backgroundMessage.connect(lambda text, _ms: shown.append(text))
     qtbot.waitUntil(lambda: window.model_state == "ready", timeout=60_000)
     assert isinstance(window.app_state.planner.embedder, Embedder)
     assert window.app_state.planner.previous_embedder is None and not any("Re-embedding" in t for t in shown)

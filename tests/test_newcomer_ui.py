@@ -208,6 +208,35 @@ def test_stop_while_the_prompt_is_read_leaves_no_progress_bar(make_window, qtbot
     assert window.state_label.text() == "Stopped"
 
 
+def test_a_background_jobs_count_never_hides_a_turns_state(make_window, qtbot):
+    """Re-embedding's count is shown every batch for 10 s, which hid the turn's state
+    ("Finding earlier messages…", "Reading the conversation… 21%") for as long as it ran.
+    Now a turn's state stays; the latest count waits for the reply's end; a count shown
+    before the send gives way to the turn at once. A message the user caused still shows."""
+    from iris_desktop.core.events import PromptProgress
+
+    runtime = ScriptedRuntime([" ".join(f"w{i}" for i in range(300))], delay_s=0.02)
+    window = make_window(runtime)
+    area = window.status_area
+    window.app_state.show_background("Re-embedding for recall: 32 of 600 messages (x)", 10_000)
+    assert area.current_message().startswith("Re-embedding")
+    window.composer.set_text("A question")
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.thread_id is not None and runtime.started.is_set(),
+                    timeout=10_000)
+    assert area.current_message() == "" and window.state_label.isVisible()  # gave way
+    window.model.worker.turnEvent.emit(PromptProgress(window.thread_id, 210, 1000, 0, 2.0))
+    window.app_state.show_background("Re-embedding for recall: 64 of 600 messages (x)", 10_000)
+    window.app_state.show_background("Recall now uses x: 600 messages re-embedded", 10_000)
+    qtbot.waitUntil(lambda: "21%" in window.state_label.text(), timeout=10_000)
+    assert area.current_message() == "" and window.state_label.isVisible()
+    window.app_state.show_message("Stop the reply before deleting this chat")
+    assert area.current_message() == "Stop the reply before deleting this chat"
+    area.end_message()
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    assert area.current_message() == "Recall now uses x: 600 messages re-embedded"  # the latest
+
+
 def test_a_search_hit_on_another_branch_switches_to_it_and_shows_it(make_window, qtbot):
     window = make_window(ScriptedRuntime(["Zebras have stripes.", "Horses run fast."]))
     window.send("Tell me about an animal")

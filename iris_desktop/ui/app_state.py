@@ -24,7 +24,9 @@ Events and requests, emitted on every call:
 * ``requestReported(object)``: a request the agent sent or will send next (None: plan one);
 * ``statesChanged(dict)``: message id → state in the open thread's next request;
 * ``statusText(str)``, ``busyChanged(object, object)``, ``statusMessage(str, int)``: the
-  status bar's text, its bar (text and fraction done; None hides it) and a passing message.
+  status bar's text, its bar (text and fraction done; None hides it) and a passing message;
+  ``backgroundMessage(str, int)``: a background job's passing message, which waits while
+  a turn runs.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class AppState(QObject):
     statusText = Signal(str)
     busyChanged = Signal(object, object)
     statusMessage = Signal(str, int)
+    backgroundMessage = Signal(str, int)
 
     def __init__(self, settings: Settings, reload: Callable[[], Settings],
                  parent: QObject | None = None):
@@ -164,3 +167,6 @@ class AppState(QObject):
 
     def show_message(self, text: str, timeout_ms: int = 4000) -> None:
         self.statusMessage.emit(text, timeout_ms)
+
+    def show_background(self, text: str, timeout_ms: int = 4000) -> None:
+        self.backgroundMessage.emit(text, timeout_ms)

@@ -217,13 +217,13 @@ class ContextControl(QObject):
         name = planner.embedder.identity.split("@")[0] if planner.embedder else "the new model"
         if waiting:
             # the count first: a narrow status bar elides the end
-            self.app_state.show_message(f"Re-embedding for recall: {current:,} of {current + waiting:,} "
-                                        f"messages ({name})", 10000)
+            self.app_state.show_background(f"Re-embedding for recall: {current:,} of {current + waiting:,} "
+                                           f"messages ({name})", 10000)
             if planner is self.planner:
                 self.reembed_soon()
         elif current:
-            self.app_state.show_message(f"Recall now uses {name}: {current:,} messages "
-                                        "re-embedded", 10000)
+            self.app_state.show_background(f"Recall now uses {name}: {current:,} messages "
+                                           "re-embedded", 10000)
             self.rebuild()  # the next planner searches the new vectors only
 
     # -- prefilling the draft --

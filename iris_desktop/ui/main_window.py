@@ -180,7 +180,10 @@ class MainWindow(QMainWindow):
         s.statusText.connect(self.state_label.setText)
         s.busyChanged.connect(self._show_busy)
         s.statusMessage.connect(self.status_area.show_message)
+        s.backgroundMessage.connect(
+            lambda text, ms: self.status_area.show_message(text, ms, background=True))
         s.generatingChanged.connect(self.composer.set_generating)
+        s.generatingChanged.connect(self.status_area.set_working)
         w.loading.connect(s.busy)
         w.loaded.connect(self.models.loaded)
         w.loadFailed.connect(self.models.failed)

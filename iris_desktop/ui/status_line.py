@@ -4,7 +4,8 @@ with "…", and the full sentence is the tooltip (and what a screen reader reads
 
 ``StatusArea`` holds the status sentence, a passing message (shown for a while in its
 place, as ``QStatusBar.showMessage`` would, but elided the same way) and the progress
-bar of a long job."""
+bar of a long job. A background job's message (re-embedding's count) never hides a
+turn's state: while a turn runs it waits, and the latest one is shown when the turn ends."""
 
 from __future__ import annotations
 
@@ -107,6 +108,9 @@ class StatusArea(QWidget):
         self.progress.setAccessibleName("Progress")
         self.progress.hide()
         self._busy = False
+        self._working = False  # a turn runs: its state is what the status bar says
+        self._background = False  # the message shown is a background job's
+        self._pending: tuple[str, int] | None = None  # a background message held back
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
@@ -133,8 +137,23 @@ class StatusArea(QWidget):
             if fraction is not None:
                 self.progress.setValue(int(fraction * 100))
 
-    def show_message(self, text: str, timeout_ms: int = 0) -> None:
-        """``text`` in the status sentence's place for ``timeout_ms`` (0: until the next)."""
+    def set_working(self, working: bool) -> None:
+        """A turn started (its state replaces a background message) or ended (the latest
+        background message held back meanwhile is shown)."""
+        self._working = working
+        if working and self._background and not self.message.isHidden():
+            self.end_message()
+        elif not working and self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.show_message(*pending, background=True)
+
+    def show_message(self, text: str, timeout_ms: int = 0, background: bool = False) -> None:
+        """``text`` in the status sentence's place for ``timeout_ms`` (0: until the next).
+        A ``background`` job's message waits while a turn runs."""
+        if background and self._working:
+            self._pending = (text, timeout_ms)
+            return
+        self._background = background
         self.message.setText(text)
         self.message.show()
         self.state.hide()
@@ -149,6 +168,7 @@ class StatusArea(QWidget):
 
     def end_message(self) -> None:
         self._timer.stop()
+        self._background = False
         self.message.hide()
         self.state.show()
         self.progress.setVisible(self._busy)
