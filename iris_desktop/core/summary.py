@@ -79,8 +79,9 @@ def json_schema(max_tokens: int = 768) -> dict[str, Any]:
 JSON_SCHEMA: dict[str, Any] = json_schema()
 
 
-#: one character written over and over (a small model's loop: "uuuuuuuu…")
-CHARACTER_LOOP_RE = re.compile(r"(\S)\1{15,}")
+#: one character written over and over (a small model's loop: "uuuuuuuu…"); not a digit
+#: (an amount or an id of many zeros is a fact)
+CHARACTER_LOOP_RE = re.compile(r"([^\s\d])\1{15,}")
 DATE_PREFIX_RE = re.compile(r"^(\d{1,2} [A-Z][a-z]+ \d{4}) (.+)$", re.DOTALL)
 
 
