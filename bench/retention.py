@@ -236,6 +236,13 @@ class CachedReranker:
             digest.update(b"\0" + passage.encode())
         return digest.digest()
 
+    @property
+    def max_query_tokens(self) -> int:
+        return self.reranker.max_query_tokens
+
+    def query_tokens(self, text: str) -> int:
+        return self.reranker.query_tokens(text)
+
     def score(self, query: str, passages) -> list[float]:
         passages = list(passages)
         key = self._key(query, passages)

@@ -766,3 +766,17 @@ def test_one_question_is_ranked_once_across_a_files_stores_and_threads(fresh_sto
     finally:
         second.close()
 
+
+
+def test_a_long_message_searches_the_words_of_its_question_first():
+    """Recall searches at most MAX_TERMS words: a long message that asks after more words
+    than that searched only its preamble. Its asking sentences' words come first now; a
+    message within the cap keeps its words in order."""
+    from iris_desktop.core.recall import MAX_TERMS, query_terms
+
+    chatter = " ".join(f"topic{i}" for i in range(40))
+    terms = query_terms(f"So much happened: {chatter}. Which dentist did Rosa recommend?")
+    assert len(terms) == MAX_TERMS and terms[:3] == ["dentist", "rosa", "recommend"]
+    assert terms[3:] == [t for t in query_terms(f"So much happened: {chatter}.")][:MAX_TERMS - 3]
+    short = "Which dentist did Rosa recommend after the move to Lisbon?"
+    assert query_terms(short) == ["dentist", "rosa", "recommend", "after", "move", "lisbon"]

@@ -120,6 +120,46 @@ def test_recall_with_the_reranker_ranks_the_answer_up(fresh_store, reranker):
     assert block.reranked and kitten in block.ids and "kitten" in block.text
 
 
+#: a long message that asks last: 74 of the cross-encoder's tokens, which reads 64
+LONG_QUESTION = (
+    "Sorry I went quiet, it has been a long week. Work was busy, the trains were late every "
+    "morning, and on Thursday the power went out in our whole street for six hours, so we ate "
+    "cold sandwiches by candlelight and the kids told ghost stories until midnight. Anyway, "
+    "I was trying to remember something from our old messages. What pet did Mel adopt?")
+
+
+def test_a_long_message_is_reranked_by_the_sentences_that_ask(fresh_store, reranker):
+    """The cross-encoder cuts a question at 64 of its tokens, so a long message that asks
+    last was read as its preamble; with a preamble before the question (even one that
+    fits) it scores the answer as low as the rest. It is given the asking sentences."""
+    thread, ids = chat(fresh_store)
+    kitten = ids[4]
+    assert reranker.query_tokens(LONG_QUESTION) > reranker.max_query_tokens
+    answer = ("5 May 2023. Mel: We finally adopted a little grey kitten from the shelter yesterday, "
+              "the kids named her Luna.")
+    other = "3 May 2023. Caroline: The adoption interview is next month, I am nervous about adopting."
+    whole, asked = (reranker.score(q, [answer, other]) for q in (LONG_QUESTION, QUESTION))
+    assert whole[0] < whole[1] and asked[0] > 0 > asked[1]
+    queries = []
+
+    class Spy:
+        identity = reranker.identity
+        max_query_tokens = reranker.max_query_tokens
+        query_tokens = staticmethod(reranker.query_tokens)
+
+        def score(self, query, passages):
+            queries.append(query)
+            return reranker.score(query, passages)
+
+    counter = HeuristicCounter()
+    ranking = Recaller(fresh_store, counter, reranker=Spy()).rank(thread, ids[-1], LONG_QUESTION)
+    assert queries == [QUESTION] and ranking.reranked and ranking.ranked[0] == kitten
+    plain = Recaller(fresh_store, counter).rank(thread, ids[-1], LONG_QUESTION)
+    assert plain.ranked[0] != kitten  # the first stage alone had it lower
+    Recaller(fresh_store, counter, reranker=Spy()).rank(thread, ids[-1], "Sorry I was away. " + QUESTION)
+    assert queries[-1] == "Sorry I was away. " + QUESTION  # what fits is read whole
+
+
 def summarized(store, thread, ids):
     """A summary over the whole chat, so that a question's recall searches it."""
     store.add_summary(thread, {

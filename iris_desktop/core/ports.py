@@ -63,5 +63,11 @@ class Reranker(Protocol):
 
     #: names the model and its file's hash
     identity: str
+    #: the most tokens of a question it reads (it cuts a longer one at its end). Optional
+    #: with :meth:`query_tokens`: without them recall keeps a long message's question
+    #: within 48 of the chat model's tokens (``core.recall.RERANK_QUERY_TOKENS``)
+    max_query_tokens: int
+
+    def query_tokens(self, text: str) -> int: ...
 
     def score(self, query: str, passages: Sequence[str]) -> Sequence[float]: ...

@@ -58,7 +58,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -137,6 +137,10 @@ COUNTING_HIT_CHARS = 300
 #: 30 gave the same on both dev sets' questions but 6 fewer of the two-person chats' paraphrased
 #: ones (123 of 198 against 129), for half the time (docs/benchmarks.md, issue 45)
 RERANK_CANDIDATES = 60
+#: the longest question given to a cross-encoder that does not count its own tokens
+#: (``Reranker.query_tokens``), in the chat model's: the shipped one reads 64 WordPiece
+#: tokens, about 1.04× the chat model's on the dev sets' messages (1.19× at p99)
+RERANK_QUERY_TOKENS = 48
 #: a relative cutoff: after the first hit, a hit whose strength (its fused score over the
 #: best one's, :attr:`Ranking.strength`) is below this is left out of the block, whatever
 #: room is left, so that the block ends where the evidence does rather than where the room
@@ -205,19 +209,43 @@ def asked_role(question: str) -> str | None:
 
 def query_terms(text: str, names: Sequence[str] = ()) -> list[str]:
     """The searchable words of a message: no stopwords, no question words, no speaker
-    names (a name is who speaks, not what is said), crude stems ('painting' → 'paint')."""
+    names (a name is who speaks, not what is said), crude stems ('painting' → 'paint').
+    At most :data:`MAX_TERMS`: a longer message that asks gives its asking sentences'
+    words first, then its other words in order (a long message often asks at its end,
+    after more words than the cap)."""
     skip = STOPWORDS | QUESTION_WORDS | {n.lower() for name in names for n in name.split()}
+    terms = _terms(text or "", skip, MAX_TERMS + 1)
+    if len(terms) > MAX_TERMS:
+        asking = _asking(text)
+        if asking != text:
+            first = _terms(asking, skip, MAX_TERMS)
+            terms = [*first, *(t for t in _terms(text, skip, 2 * MAX_TERMS) if t not in first)]
+    return terms[:MAX_TERMS]
+
+
+def _terms(text: str, skip: Collection[str], limit: int) -> list[str]:
+    """The first ``limit`` distinct stems of ``text``'s words not in ``skip``."""
     terms: list[str] = []
-    for word in WORD_RE.findall(text or ""):
-        lowered = word.lower()
+    for match in WORD_RE.finditer(text):
+        lowered = match.group().lower()
         if len(lowered) < 2 or lowered in skip:
             continue
         stem = _stem(lowered)
         if stem not in terms:
             terms.append(stem)
-        if len(terms) >= MAX_TERMS:
-            break
+            if len(terms) >= limit:
+                break
     return terms
+
+
+def rerank_query(query: str, count: Callable[[str], int], limit: int) -> str:
+    """What the cross-encoder reads as the question: ``query`` itself when it fits the
+    ``limit`` of tokens it reads (``count`` gives a text's tokens), else the sentences
+    that ask (all of it when none does). The model cuts a longer question at its end,
+    which for a long message that asks last left only its preamble; and it was trained on
+    short search queries: with 60 tokens of a message's lead-in before "What pet did Mel
+    adopt?" it scored the answer −10.2, the question alone +5.6 (tests/test_reranker.py)."""
+    return query if count(query) <= limit else _asking(query)
 
 
 def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:
@@ -455,7 +483,7 @@ class Recaller:
         reranked = ranked
         rerank = self.reranker is not None
         if rerank and len(ranked) > 1:
-            reranked, strength = self._rerank(query, terms, ranked, rows, boosts,
+            reranked, strength = self._rerank(self._rerank_query(query), terms, ranked, rows, boosts,
                                               COUNTING_RE.search(query) is not None, strength)
         elif rerank:
             self._rerank_reason = "fewer than two candidates: nothing to reorder"
@@ -475,6 +503,15 @@ class Recaller:
             reranked = _interleave([reranked, *part_rankings])
         self._strength = strength
         return reranked, bool(meaning), role
+
+    def _rerank_query(self, query: str) -> str:
+        """The question as the cross-encoder can read it whole (:func:`rerank_query`), in
+        its own tokens when it counts them."""
+        count = getattr(self.reranker, "query_tokens", None)
+        limit = getattr(self.reranker, "max_query_tokens", None)
+        if count is None or limit is None:
+            count, limit = self.counter.count_text, RERANK_QUERY_TOKENS
+        return rerank_query(query, count, limit)
 
     def _rerank(self, query: str, terms: list[str], ranked: list[int], rows: dict[int, dict],
                 boosts: _Boosts, counting: bool,

@@ -97,6 +97,13 @@ class CrossEncoder:
         return cls(session, tokenizer, f"{files.name}@sha256:{digest[:16]}", files.max_tokens,
                    max_passage_tokens)
 
+    #: the most tokens of a question :meth:`score` reads (it cuts a longer one at its end)
+    max_query_tokens = _QUERY_TOKENS
+
+    def query_tokens(self, text: str) -> int:
+        """``text``'s length in this model's tokens."""
+        return len(self.tokenizer.encode(text))
+
     def pair(self, query: list[int], passage: str) -> list[int]:
         """[CLS] query [SEP] passage [SEP], the passage cut to what fits."""
         room = min(self.max_tokens - len(query) - 3, self.max_passage_tokens)
@@ -107,7 +114,7 @@ class CrossEncoder:
         """One relevance logit per passage for ``query``. Raises RuntimeError once closed."""
         if not passages:
             return []
-        q = self.tokenizer.encode(query)[:_QUERY_TOKENS]
+        q = self.tokenizer.encode(query)[:self.max_query_tokens]
         pairs = [self.pair(q, p) for p in passages]
         first = len(q) + 2  # [CLS] query [SEP] is segment 0
         order = sorted(range(len(pairs)), key=lambda i: len(pairs[i]))
