@@ -212,7 +212,8 @@ def test_a_background_jobs_count_never_hides_a_turns_state(make_window, qtbot):
     """Re-embedding's count is shown every batch for 10 s, which hid the turn's state
     ("Finding earlier messages…", "Reading the conversation… 21%") for as long as it ran.
     Now a turn's state stays; the latest count waits for the reply's end; a count shown
-    before the send gives way to the turn at once. A message the user caused still shows."""
+    before the send gives way to the turn at once. A message the user caused still shows,
+    and a count waits for it to pass."""
     from iris_desktop.core.events import PromptProgress
 
     runtime = ScriptedRuntime([" ".join(f"w{i}" for i in range(300))], delay_s=0.02)
@@ -235,6 +236,10 @@ def test_a_background_jobs_count_never_hides_a_turns_state(make_window, qtbot):
     area.end_message()
     qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
     assert area.current_message() == "Recall now uses x: 600 messages re-embedded"  # the latest
+    window.app_state.show_message("Copied", 100)  # the user's message: a count waits for it
+    window.app_state.show_background("Re-embedding for recall: 96 of 900 messages (y)", 10_000)
+    assert area.current_message() == "Copied"
+    qtbot.waitUntil(lambda: area.current_message().startswith("Re-embedding"), timeout=2_000)
 
 
 def test_a_search_hit_on_another_branch_switches_to_it_and_shows_it(make_window, qtbot):

@@ -143,14 +143,14 @@ class StatusArea(QWidget):
         self._working = working
         if working and self._background and not self.message.isHidden():
             self.end_message()
-        elif not working and self._pending is not None:
-            pending, self._pending = self._pending, None
-            self.show_message(*pending, background=True)
+        elif not working:
+            self._show_pending()
 
     def show_message(self, text: str, timeout_ms: int = 0, background: bool = False) -> None:
         """``text`` in the status sentence's place for ``timeout_ms`` (0: until the next).
-        A ``background`` job's message waits while a turn runs."""
-        if background and self._working:
+        A ``background`` job's message waits while a turn runs or while a message the
+        user caused is shown; only the latest one waiting is kept."""
+        if background and self._held():
             self._pending = (text, timeout_ms)
             return
         self._background = background
@@ -172,6 +172,16 @@ class StatusArea(QWidget):
         self.message.hide()
         self.state.show()
         self.progress.setVisible(self._busy)
+        self._show_pending()
+
+    def _held(self) -> bool:
+        """Must a background message wait (a turn runs, or the user's message is shown)?"""
+        return self._working or (not self.message.isHidden() and not self._background)
+
+    def _show_pending(self) -> None:
+        if self._pending is not None and not self._held():
+            pending, self._pending = self._pending, None
+            self.show_message(*pending, background=True)
 
 
 
