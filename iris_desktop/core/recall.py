@@ -245,7 +245,8 @@ def rerank_query(query: str, count: Callable[[str], int], limit: int) -> str:
     which for a long message that asks last left only its preamble; and it was trained on
     short search queries: with 60 tokens of a message's lead-in before "What pet did Mel
     adopt?" it scored the answer −10.2, the question alone +5.6 (tests/test_reranker.py)."""
-    return query if count(query) <= limit else _asking(query)
+    # a text of more than 32 characters a token is long without counting it (a paste)
+    return query if len(query) <= 32 * limit and count(query) <= limit else _asking(query)
 
 
 def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:
