@@ -214,12 +214,13 @@ def query_terms(text: str, names: Sequence[str] = ()) -> list[str]:
     words first, then its other words in order (a long message often asks at its end,
     after more words than the cap)."""
     skip = STOPWORDS | QUESTION_WORDS | {n.lower() for name in names for n in name.split()}
-    terms = _terms(text or "", skip, MAX_TERMS + 1)
+    # twice the cap: enough to fill it after the asking sentences' words, read once
+    terms = _terms(text or "", skip, 2 * MAX_TERMS)
     if len(terms) > MAX_TERMS:
         asking = _asking(text)
         if asking != text:
             first = _terms(asking, skip, MAX_TERMS)
-            terms = [*first, *(t for t in _terms(text, skip, 2 * MAX_TERMS) if t not in first)]
+            terms = [*first, *(t for t in terms if t not in first)]
     return terms[:MAX_TERMS]
 
 
@@ -245,8 +246,11 @@ def rerank_query(query: str, count: Callable[[str], int], limit: int) -> str:
     which for a long message that asks last left only its preamble; and it was trained on
     short search queries: with 60 tokens of a message's lead-in before "What pet did Mel
     adopt?" it scored the answer −10.2, the question alone +5.6 (tests/test_reranker.py)."""
-    # a text of more than 32 characters a token is long without counting it (a paste)
-    return query if len(query) <= 32 * limit and count(query) <= limit else _asking(query)
+    # a token covers at least one character, so a text of at most ``limit`` characters
+    # fits without counting; one of more than 32 a token is long without counting (a paste)
+    if len(query) <= limit or (len(query) <= 32 * limit and count(query) <= limit):
+        return query
+    return _asking(query)
 
 
 def question_parts(text: str, names: Sequence[str] = ()) -> list[str]:

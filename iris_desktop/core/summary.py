@@ -238,22 +238,24 @@ class ConversationSummary:
                     if not fitted.first_facts:
                         # a short narrative still over the cap (long words: numbers,
                         # paths, names): cut to what fits, which may be nothing
-                        fitted.summary = _cut_to(fitted, counter, max_tokens)
+                        _cut_to(fitted, counter, max_tokens)
                         break
                     fitted.facts.pop(fitted.first_facts - 1)  # the latest first fact
                     fitted.first_facts -= 1
         return fitted
 
 
-def _cut_to(summary: ConversationSummary, counter: TokenCounter, max_tokens: int) -> str:
-    """The longest start of ``summary``'s narrative (ended with " …") with which its
-    rendering is at most ``max_tokens``; "" when even that is too long."""
+def _cut_to(summary: ConversationSummary, counter: TokenCounter, max_tokens: int) -> None:
+    """Cut ``summary``'s narrative to its longest start (ended with " …") with which its
+    rendering is at most ``max_tokens``; to "" when even that is too long."""
     text = summary.summary
-    probe = ConversationSummary.from_fields(summary.as_fields())
+
+    def cut(n: int) -> str:
+        return text[:n].rstrip() + " …" if n else ""
 
     def fits(n: int) -> bool:
-        probe.summary = text[:n].rstrip() + " …" if n else ""
-        return counter.count_text(probe.render()) <= max_tokens
+        summary.summary = cut(n)
+        return counter.count_text(summary.render()) <= max_tokens
 
     low, high = 0, len(text)  # fits(low) is taken as true: "" is the last resort
     while low < high:
@@ -262,7 +264,7 @@ def _cut_to(summary: ConversationSummary, counter: TokenCounter, max_tokens: int
             low = middle
         else:
             high = middle - 1
-    return text[:low].rstrip() + " …" if low else ""
+    summary.summary = cut(low)
 
 
 def close_cut_json(text: str) -> str | None:
