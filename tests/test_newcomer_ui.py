@@ -212,7 +212,8 @@ def test_a_background_jobs_count_never_hides_a_turns_state(make_window, qtbot):
     """Re-embedding's count is shown every batch for 10 s, which hid the turn's state
     ("Finding earlier messages…", "Reading the conversation… 21%") for as long as it ran.
     Now a turn's state stays; the latest count waits for the reply's end; a count shown
-    before the send gives way to the turn at once. A message the user caused still shows,
+    before the send gives way to the turn at once and comes back after it unless a later
+    one came meanwhile. A message the user caused still shows,
     and a count waits for it to pass."""
     from iris_desktop.core.events import PromptProgress
 
@@ -240,6 +241,21 @@ def test_a_background_jobs_count_never_hides_a_turns_state(make_window, qtbot):
     window.app_state.show_background("Re-embedding for recall: 96 of 900 messages (y)", 10_000)
     assert area.current_message() == "Copied"
     qtbot.waitUntil(lambda: area.current_message().startswith("Re-embedding"), timeout=2_000)
+
+
+def test_a_background_message_cut_short_by_a_turn_comes_back_after_it(make_window, qtbot):
+    """Seen in the real window with the bundled model: re-embedding ended ("Recall now uses
+    …") 30 ms before the user sent, and the turn's state replaced it for good."""
+    runtime = ScriptedRuntime(["Miso."], delay_s=0.02)
+    window = make_window(runtime)
+    done = "Recall now uses all-MiniLM-L6-v2: 344 messages re-embedded"
+    window.app_state.show_background(done, 10_000)
+    window.composer.set_text("What did Rosa name her kitten?")
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.generating, timeout=10_000)
+    assert window.status_area.current_message() == ""
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    assert window.status_area.current_message() == done
 
 
 def test_a_search_hit_on_another_branch_switches_to_it_and_shows_it(make_window, qtbot):

@@ -109,7 +109,8 @@ class StatusArea(QWidget):
         self.progress.hide()
         self._busy = False
         self._working = False  # a turn runs: its state is what the status bar says
-        self._background = False  # the message shown is a background job's
+        #: the background job's message shown now, and its time: it comes back after a turn
+        self._background: tuple[str, int] | None = None
         self._pending: tuple[str, int] | None = None  # a background message held back
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row = QHBoxLayout(self)
@@ -138,10 +139,11 @@ class StatusArea(QWidget):
                 self.progress.setValue(int(fraction * 100))
 
     def set_working(self, working: bool) -> None:
-        """A turn started (its state replaces a background message) or ended (the latest
-        background message held back meanwhile is shown)."""
+        """A turn started (its state replaces a background message, which comes back after
+        it) or ended (the latest background message held back meanwhile is shown)."""
         self._working = working
-        if working and self._background and not self.message.isHidden():
+        if working and self._background is not None and not self.message.isHidden():
+            self._pending = self._background
             self.end_message()
         elif not working:
             self._show_pending()
@@ -153,7 +155,7 @@ class StatusArea(QWidget):
         if background and self._held():
             self._pending = (text, timeout_ms)
             return
-        self._background = background
+        self._background = (text, timeout_ms) if background else None
         self.message.setText(text)
         self.message.show()
         self.state.hide()
@@ -168,7 +170,7 @@ class StatusArea(QWidget):
 
     def end_message(self) -> None:
         self._timer.stop()
-        self._background = False
+        self._background = None
         self.message.hide()
         self.state.show()
         self.progress.setVisible(self._busy)
@@ -176,7 +178,7 @@ class StatusArea(QWidget):
 
     def _held(self) -> bool:
         """Must a background message wait (a turn runs, or the user's message is shown)?"""
-        return self._working or (not self.message.isHidden() and not self._background)
+        return self._working or (not self.message.isHidden() and self._background is None)
 
     def _show_pending(self) -> None:
         if self._pending is not None and not self._held():
