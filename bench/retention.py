@@ -287,8 +287,8 @@ def load_reranker(args):
 
 def load_embedder(args, models_dir: Path):
     """The embedder recall uses in a bench run, as the host loads it (``--embedder``, as
-    ``context.recall_embedder`` names it: all-MiniLM-L6-v2 as shipped, or
-    bge-small-en-v1.5), its vectors kept between runs with ``--vector-cache``; None with
+    ``context.recall_embedder`` names it: bge-small-en-v1.5 as shipped, or
+    all-MiniLM-L6-v2), its vectors kept between runs with ``--vector-cache``; None with
     ``--no-semantic``."""
     if args.no_semantic:
         return None
@@ -313,7 +313,7 @@ def add_rerank_options(parser: argparse.ArgumentParser) -> None:
     embedder = lookup("context.recall_embedder")
     parser.add_argument("--embedder", choices=embedder.choices, default=embedder.default,
                         help="recall's embedding model, as context.recall_embedder names it (default: as it "
-                             "ships, minilm = all-MiniLM-L6-v2; bge-small = bge-small-en-v1.5)")
+                             "ships; bge-small = bge-small-en-v1.5, minilm = all-MiniLM-L6-v2)")
     parser.add_argument("--vector-cache", type=Path, default=None,
                         help="keep the embedder's vectors in this file between runs (same vectors, faster)")
     parser.add_argument("--rerank", action=argparse.BooleanOptionalAction,

@@ -315,12 +315,12 @@ _ALL: tuple[Setting, ...] = (
         label="Recall by meaning, not only by words",
     ),
     Setting(
-        "context.recall_embedder", "choice", "minilm",
-        "The embedding model for recall by meaning: minilm (all-MiniLM-L6-v2) or bge-small "
-        "(BAAI/bge-small-en-v1.5), both shipped with Iris. bge-small was measured against "
-        "minilm on both dev sets and did not win on both (docs/benchmarks.md), so minilm stays "
-        "the default. Changing it re-embeds your chats in the background; recall searches the "
-        "old vectors until the new ones are complete.",
+        "context.recall_embedder", "choice", "bge-small",
+        "The embedding model for recall by meaning: bge-small (BAAI/bge-small-en-v1.5) or "
+        "minilm (all-MiniLM-L6-v2), both shipped with Iris. bge-small finds more of what a "
+        "question asks for on both dev sets (docs/benchmarks.md) and embeds a message as fast. "
+        "Changing it re-embeds your chats in the background; recall searches the old vectors "
+        "until the new ones are complete.",
         choices=("minilm", "bge-small"), needs_reload=True,
         label="Embedding model for recall",
     ),

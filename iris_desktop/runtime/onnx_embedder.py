@@ -15,10 +15,10 @@ vectors (the messages), :meth:`OnnxEmbedder.embed_query` the question's. The vec
 [CLS] token's last hidden state, L2-normalised (the model's own pooling). Input past 512
 tokens is cut to its start, as the model was trained.
 
-It is recall's second embedder, chosen with ``context.recall_embedder = "bge-small"``:
-measured against all-MiniLM-L6-v2 on both dev sets, it did not win on both, so MiniLM stays
-the default (docs/benchmarks.md, "bge-small-en-v1.5 as the embedder"). It runs ~2× faster
-per token here than MiniLM through llama.cpp, on one thread.
+It is recall's default embedder (``context.recall_embedder = "bge-small"``): measured
+against all-MiniLM-L6-v2 on both dev sets, it loses on neither and gains on LoCoMo
+(docs/benchmarks.md, "bge-small-en-v1.5 as the embedder"); MiniLM is the other choice. It
+runs ~2× faster per token here than MiniLM through llama.cpp, on one thread.
 """
 
 from __future__ import annotations
