@@ -263,10 +263,11 @@ def main() -> None:
     model = models[0]
     embedder = reranker = None
     if args.recall_models:
-        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
+        from iris_desktop.runtime.embedder import load_recall_embedder
         from iris_desktop.runtime.reranker import CrossEncoder
 
-        embedder = Embedder.load(ensure_embedding_model(app_paths().models_dir))
+        # the embedder recall ships with (context.recall_embedder's default)
+        embedder = load_recall_embedder(lookup("context.recall_embedder").default, app_paths().models_dir)
         reranker = CrossEncoder.load()
     recall_models = {"embedder": embedder, "reranker": reranker}
     iris, cold, rolling, other = [], [], [], []

@@ -44,7 +44,7 @@ from iris_desktop.core.recall import Recaller
 from iris_desktop.core.semantic import SemanticIndex
 from iris_desktop.core.store import Store
 from iris_desktop.core.store.cipher import Key
-from iris_desktop.runtime.embedder import Embedder, embedding_model_path
+from iris_desktop.runtime.embedder import Embedder, load_recall_embedder
 from iris_desktop.settings import lookup
 from iris_desktop.tokens import TiktokenCounter
 
@@ -107,12 +107,7 @@ def main() -> None:
     parser.add_argument("--embedder", choices=choice.choices, default=choice.default,
                         help="the query's embedding model (default: as it ships)")
     args = parser.parse_args()
-    if args.embedder == "minilm":
-        embedder = Embedder.load(embedding_model_path(CACHE / "models"))
-    else:
-        from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
-
-        embedder = OnnxEmbedder.load()
+    embedder = load_recall_embedder(args.embedder, CACHE / "models")
     counter = TiktokenCounter()
     with tempfile.TemporaryDirectory() as tmp:
         key = Key.passphrase("bench passphrase") if args.encrypt else None

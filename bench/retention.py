@@ -292,14 +292,9 @@ def load_embedder(args, models_dir: Path):
     ``--no-semantic``."""
     if args.no_semantic:
         return None
-    if args.embedder == "minilm":
-        from iris_desktop.runtime.embedder import Embedder, ensure_embedding_model
+    from iris_desktop.runtime.embedder import load_recall_embedder
 
-        embedder = Embedder.load(ensure_embedding_model(models_dir))
-    else:
-        from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
-
-        embedder = OnnxEmbedder.load()
+    embedder = load_recall_embedder(args.embedder, models_dir)
     print(f"embedder {embedder.identity}", flush=True)
     if args.vector_cache:
         from _vector_cache import CachedEmbedder

@@ -442,14 +442,9 @@ class Host:
         a change); None, with the reason logged, where it cannot load."""
         if name not in self._embedders:
             try:
-                if name == "bge-small":
-                    from iris_desktop.runtime.onnx_embedder import OnnxEmbedder
+                from iris_desktop.runtime.embedder import load_recall_embedder
 
-                    self._embedders[name] = OnnxEmbedder.load()
-                else:
-                    from iris_desktop.runtime.embedder import Embedder, embedding_model_path
-
-                    self._embedders[name] = Embedder.load(embedding_model_path(self.paths.models_dir))
+                self._embedders[name] = load_recall_embedder(name, self.paths.models_dir)
             except Exception as exc:  # recall by words still works: say why, go on
                 log.warning("recall's embedding model %s did not load: %s", name, exc)
                 self._embedders[name] = None

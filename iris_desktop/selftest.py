@@ -31,8 +31,8 @@ RERANK_WORSE = "8 May 2023. Caroline: I painted a sunset over the lake last week
 
 
 def embed_check(host) -> str:
-    """Embed once with each shipped embedding model (all-MiniLM-L6-v2, the default, and
-    bge-small-en-v1.5), loaded as recall loads it (``Host.load_embedder``, whatever
+    """Embed once with each shipped embedding model (all-MiniLM-L6-v2, and
+    bge-small-en-v1.5, the default), loaded as recall loads it (``Host.load_embedder``, whatever
     ``context.recall_semantic`` and ``context.recall_embedder`` say): of the two passages of
     the reranker's check, the one that answers the question must be the more similar. The
     user's own choice is loaded again afterwards. Returns what it did, for the self-test's

@@ -409,6 +409,18 @@ def embedding_model_path(models_dir: str | os.PathLike[str]) -> Path:
     return ensure_embedding_model(models_dir)
 
 
+def load_recall_embedder(name: str, models_dir: str | os.PathLike[str]) -> Any:
+    """Recall's embedding model by its ``context.recall_embedder`` name: ``bge-small``
+    (bge-small-en-v1.5 on onnxruntime, :class:`~.onnx_embedder.OnnxEmbedder`) or ``minilm``
+    (all-MiniLM-L6-v2 through llama.cpp, :class:`Embedder`, its GGUF from
+    :func:`embedding_model_path`). Raises what their ``load`` raises."""
+    if name == "bge-small":
+        from .onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder.load()
+    return Embedder.load(embedding_model_path(models_dir))
+
+
 # ---------------------------------------------------------------------------
 # embedding
 
