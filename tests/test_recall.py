@@ -624,6 +624,43 @@ def test_a_question_about_one_sides_words_shows_more_of_that_sides_messages(fres
                                               "fence?", budget).ids))
 
 
+def test_a_question_about_my_words_says_who_i_am_in_a_chat_with_named_sides(fresh_store):
+    """In a chat imported with names, "What did I plant?" is about the user side's
+    speaker: the block ends by saying so ("I am Rosa."; the bundled model answered with
+    Tomas's tomatoes until told). A question naming someone, one about the assistant's
+    words, an unnamed chat and a user side with two names say nothing of the kind; the
+    line is counted within the budget."""
+    counter = HeuristicCounter()
+    recaller = Recaller(fresh_store, counter)
+
+    def chat(user_names):
+        thread = fresh_store.create_thread("t")
+        messages = []
+        for k, (plant, city) in enumerate((("sunflowers", "Tallinn"), ("tomatoes", "Valencia"))):
+            name = user_names[k % len(user_names)]
+            messages += [{"role": "user", "content": f"I planted {plant} on the balcony in {city}.",
+                          **({"name": name} if name else {})},
+                         {"role": "assistant", "content": f"Lovely! I planted {plant} too.",
+                          **({"name": "Tomas"} if name else {})}]
+        return thread, fresh_store.add_messages(thread, messages)
+
+    thread, ids = chat(["Rosa"])
+    mine = recaller.recall(thread, ids[-1], "What did I plant on the balcony?", 400)
+    assert mine.text.endswith(f"{RECALL_FOOTER}\nI am Rosa.") and "- Rosa: I planted sunflowers" in mine.text
+    assert counter.count_text(mine.text) <= 400
+    for question in ("What did Tomas plant on the balcony?", "What did you plant on the balcony?",
+                     "Which plants were on the balcony?"):
+        assert recaller.recall(thread, ids[-1], question, 400).text.endswith(RECALL_FOOTER), question
+    for names in ([None], ["Rosa", "Ana"]):
+        thread, ids = chat(names)
+        block = recaller.recall(thread, ids[-1], "What did I plant on the balcony?", 400).text
+        assert block.endswith(RECALL_FOOTER) and "I am" not in block, names
+    # the room it takes is counted: a budget that fits the line and one hit holds both
+    thread, ids = chat(["Rosa"])
+    small = recaller.recall(thread, ids[-1], "What did I plant on the balcony?", 40)
+    assert small.text.endswith("I am Rosa.") and counter.count_text(small.text) <= 40
+
+
 #: a relative cutoff as measured in docs/benchmarks.md (the highest that kept every LongMemEval
 #: evidence message; the shipped RECALL_CUTOFF is 0, none, since every cutoff measured lost
 #: LoCoMo probes)

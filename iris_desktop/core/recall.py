@@ -330,6 +330,9 @@ class Ranking:
     #: each hit's score over the best score of the ranking that placed it (1.0: the best);
     #: a hit weaker than :data:`RECALL_CUTOFF` is left out of the block
     strength: dict[int, float] = field(default_factory=dict)
+    #: for a question about the user's own words ("what did I…") in a chat whose user side
+    #: carries one name (an imported two-person chat), that name: the block says who "I" is
+    asker: str | None = None
 
 
 class RankingCache:
@@ -428,7 +431,7 @@ class Recaller:
             return Ranking(terms=terms, reason="the message asks nothing")
         self._rerank_s, self._reranked, self._rerank_reason = 0.0, False, ""
         self._strength: dict[int, float] = {}
-        ranked, semantic, role = self._rank(thread_id, through_id, query, terms, names, today)
+        ranked, semantic, role, asker = self._rank(thread_id, through_id, query, terms, names, today)
         reason = "" if ranked else (
             "nothing summarized matches" if terms or semantic else "no searchable words")
         # the cutoff reads strengths of the reranked order only (where it was measured);
@@ -436,7 +439,7 @@ class Recaller:
         return Ranking(thread_id, through_id, terms, ranked, semantic, reason, role,
                        bool(COUNTING_RE.search(query)), self._reranked, round(self._rerank_s, 3),
                        "" if self._reranked else self._rerank_reason,
-                       self._strength if self._reranked else {})
+                       self._strength if self._reranked else {}, asker)
 
     def block(self, ranking: Ranking, budget: int,
               exclude: frozenset[int] = frozenset()) -> Recall:
@@ -448,21 +451,24 @@ class Recaller:
                           semantic=ranking.semantic)
         lines = _Lines(ranking.terms, ranking.role, ranking.counting)  # each line rendered once per block
         chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
-                              exclude, lines, ranking.strength)
+                              exclude, lines, ranking.strength, _footer(ranking.asker))
         if not chosen:
             return Recall(terms=ranking.terms, reason="nothing summarized matches",
                           semantic=ranking.semantic)
-        return Recall(text=_render(chosen, lines), ids=sorted(chosen), terms=ranking.terms,
+        return Recall(text=_render(chosen, lines, _footer(ranking.asker)), ids=sorted(chosen), terms=ranking.terms,
                       semantic=ranking.semantic, reranked=ranking.reranked,
                       rerank_reason=ranking.rerank_reason)
 
     def _rank(self, thread_id: int, through_id: int, query: str, terms: list[str],
-              names: list[str], today: dt.date | None = None) -> tuple[list[int], bool, str | None]:
+              names: list[str], today: dt.date | None = None
+              ) -> tuple[list[int], bool, str | None, str | None]:
         """Message ids, best first: bm25 and (if available) semantic rankings fused; a
         question that names a date adds a third ranking, of the messages written then,
         and ranks those up, as a question naming one speaker ranks up that speaker's
         messages. The candidates' rows are read once, for all of that. Also whether a
-        ranking by meaning was fused in, and whose words the question asks about."""
+        ranking by meaning was fused in, whose words the question asks about, and for a
+        question about the user's own words the one name that side carries
+        (:attr:`Ranking.asker`)."""
         lexical = [hit_id for hit_id, _ in self.store.recall_hits(
             thread_id, through_id, fts_query(terms), LEXICAL_HITS)] if terms else []
         by_meaning = self.semantic(thread_id, through_id, query, LEXICAL_HITS) \
@@ -507,7 +513,7 @@ class Recaller:
                     strength[i] = max(strength.get(i, 0.0), value)
             reranked = _interleave([reranked, *part_rankings])
         self._strength = strength
-        return reranked, bool(meaning), role
+        return reranked, bool(meaning), role, _asker(role, reranked, rows)
 
     def _rerank_query(self, query: str) -> str:
         """The question as the cross-encoder can read it whole (:func:`rerank_query`), in
@@ -617,10 +623,11 @@ class Recaller:
 
     def _choose(self, thread_id: int, through_id: int, ranked: list[int], budget: int,
                 exclude: frozenset[int], lines: _Lines,
-                strength: dict[int, float] | None = None) -> dict[int, Said]:
+                strength: dict[int, float] | None = None,
+                footer: str = RECALL_FOOTER) -> dict[int, Said]:
         """The hits and the messages that follow each, in rank order while they fit; after
         the first hit, only those whose strength reaches :data:`RECALL_CUTOFF`."""
-        spent = self.counter.count_text(f"{RECALL_HEADER}\n{RECALL_FOOTER}\n\n")
+        spent = self.counter.count_text(f"{RECALL_HEADER}\n{footer}\n\n")
         chosen: dict[int, Said] = {}
         headings: set[str] = set()
         for hit_id in ranked:
@@ -676,6 +683,17 @@ class _Boosts:
             if self.periods and any(p.holds(day_of(row.get("sent_at"))) for p in self.periods):
                 scores[i] *= NAMED_DATE_BOOST
         return sorted(scores, key=lambda i: (-scores[i], i))
+
+
+def _asker(role: str | None, ranked: list[int], rows: dict[int, dict]) -> str | None:
+    """For a question about the user's own words, the one name the user's side carries
+    among the candidates (the person typing, in a chat imported with names); None when
+    that side is unnamed or carries several names."""
+    if role != "user":
+        return None
+    names = {rows[i].get("name") for i in ranked if rows.get(i, {}).get("role") == "user"}
+    names.discard(None)
+    return next(iter(names)) if len(names) == 1 else None
 
 
 def _relative(scores: dict[int, float], ranked: Sequence[int]) -> dict[int, float]:
@@ -809,7 +827,14 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _render(chosen: dict[int, Said], lines: _Lines) -> str:
+def _footer(asker: str | None) -> str:
+    """The block's last line(s): for a question about the user's own words in a chat whose
+    user side is named, who "I" is ("What did I plant?" with Rosa's and Tomas's messages
+    above: the bundled model answered with Tomas's until told)."""
+    return f"{RECALL_FOOTER}\nI am {asker}." if asker else RECALL_FOOTER
+
+
+def _render(chosen: dict[int, Said], lines: _Lines, footer: str = RECALL_FOOTER) -> str:
     """The block, in message order, each date said once (as the ledger does)."""
     out = [RECALL_HEADER]
     current = None
@@ -820,7 +845,7 @@ def _render(chosen: dict[int, Said], lines: _Lines) -> str:
             out.append(f"{heading}:")
             current = heading
         out.append(lines.line(said))
-    out.append(RECALL_FOOTER)
+    out.append(footer)
     return "\n".join(out)
 
 
