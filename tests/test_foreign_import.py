@@ -337,3 +337,141 @@ def test_gui_file_import_uses_the_same_loader(qtbot, tmp_path, monkeypatch):
     finally:
         window.shutdown()
         host.close()
+
+
+# -- hostile and unlucky files (an audit's findings, each reproduced first) --------------------
+
+
+def owu(*messages, **chat) -> list[dict]:
+    """An Open WebUI export of one chat whose history is ``messages`` in a line."""
+    history = {}
+    for i, (role, content) in enumerate(messages):
+        history[f"m{i}"] = {"id": f"m{i}", "parentId": f"m{i - 1}" if i else None,
+                            "childrenIds": [f"m{i + 1}"] if i + 1 < len(messages) else [],
+                            "role": role, "content": content, **chat.pop(f"m{i}", {})}
+    return [{"title": "t", "chat": {"history": {"currentId": f"m{len(messages) - 1}",
+                                                "messages": history}, **chat}}]
+
+
+def test_thousands_of_unclosed_reasoning_tags_import_in_one_pass(tmp_path):
+    """``<think>`` × 200,000 (1.4 MB) hung the import (a backtracking regex: 48 s at 40,000);
+    an unclosed block is kept as text, a closed one cut, Open WebUI's ``<details>`` too."""
+    source = tmp_path / "owu.json"
+    source.write_text(json.dumps(owu(("user", "hi"), ("assistant", "<think>" * 200_000))))
+    assert load_conversations(source).chats[0].messages[1]["content"] == "<think>" * 200_000
+    details = '<details type="reasoning">' * 40_000 + "<details " * 40_000
+    source.write_text(json.dumps(owu(("user", "hi"), ("assistant", details + " Answer."))))
+    assert load_conversations(source).chats[0].messages[1]["content"] == details + " Answer."
+    source.write_text(json.dumps(owu(("user", "hi"), (
+        "assistant", '<think>plan</think>\n<details type="tool_calls" done="true">call</details> '
+                     '<details><summary>kept</summary>x</details> Done. <think>unclosed'))))
+    loaded = load_conversations(source)
+    assert loaded.chats[0].messages[1]["content"] == \
+        "<details><summary>kept</summary>x</details> Done. <think>unclosed"
+    assert any("1 tool step" in note for note in loaded.notes)
+
+
+def test_a_byte_order_mark_is_read_and_utf16_is_named(capsys, tmp_path):
+    source = tmp_path / "bom.json"
+    source.write_bytes(b"\xef\xbb\xbf" + CHATGPT_TREE.read_bytes())
+    assert load_conversations(source).format == CHATGPT
+    source.write_bytes(b"\xef\xbb\xbf" + b'[{"role": "user", "content": "hi"}]')
+    assert load_conversations(source).chats[0].messages == [{"role": "user", "content": "hi"}]
+    source.write_bytes('[{"role": "user", "content": "hi"}]'.encode("utf-16"))
+    code, _, err = run(capsys, "import", source)
+    assert code == 2 and one_sentence(err) and "UTF-16 text; Iris reads UTF-8" in err
+
+
+def test_a_syntax_error_in_a_pretty_printed_file_is_placed_where_it_is(tmp_path):
+    pretty = json.dumps(json.loads(LM_STUDIO_FILE.read_text()), indent=2).splitlines()
+    source = tmp_path / "broken.json"
+    source.write_text("\n".join(pretty[:3] + [pretty[3].rstrip(",")] + pretty[4:]))
+    with pytest.raises(ConversationFormatError, match=r"invalid JSON at line 5, column \d+: "
+                                                      r"Expecting ',' delimiter"):
+        load_conversations(source)
+    source.write_text("\n".join(pretty[:40]))
+    with pytest.raises(ConversationFormatError, match=r"the file ends early \(line 40\)"):
+        load_conversations(source)
+
+
+def test_an_unreadable_folder_is_named(monkeypatch, tmp_path):
+    """Path.is_file raises for a folder one may not look into (tests run as root, where
+    chmod 000 does not bite: the refusal is simulated where the OS would raise it)."""
+    threads_dir = tmp_path / "threads"
+    for name in ("a", "locked"):
+        (threads_dir / name).mkdir(parents=True)
+    real = Path.is_file
+
+    def is_file(self):
+        if self.parent.name == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    with pytest.raises(ConversationFormatError, match=r"locked: cannot read it \(Permission denied\)"):
+        load_conversations(threads_dir)
+    with pytest.raises(ConversationFormatError, match=r"locked: cannot read it \(Permission denied\)"):
+        load_conversations(threads_dir / "locked")
+
+
+@pytest.mark.parametrize("data,fragment", [
+    ([{"title": "T", "current_node": "a", "mapping": {"a": {"parent": "a", "children": [], "message": {
+        "author": {"role": "user"}, "content": {"content_type": "text", "parts": ["hi"]}}}}}],
+     "its messages' parents form a loop (message 'a' is its own parent)"),
+    (json.loads(CHATGPT_TREE.read_text()) + [None], "chat 2: a conversation must be a JSON object"),
+    (owu(("user", "hi")) + [{"title": "x", "mapping": 5, "current_node": "a"}],
+     "chat 1: it is an Open WebUI chat, not a ChatGPT conversation"),
+])
+def test_broken_trees_and_stray_items_are_named(tmp_path, data, fragment):
+    source = tmp_path / "export.json"
+    source.write_text(json.dumps(data))
+    with pytest.raises(ConversationFormatError) as caught:
+        load_conversations(source)
+    assert fragment in str(caught.value)
+
+
+def test_stray_metadata_duplicate_ids_and_system_only_chats(tmp_path):
+    """Attachment metadata of an odd kind does not refuse the file; an older export whose
+    message ids repeat keeps every message in its order; a chat that is only a system
+    prompt is skipped and counted, as an empty one is; "an Open WebUI export"."""
+    source = tmp_path / "owu.json"
+    chats = owu(("user", "hi"), ("assistant", "hello"), m0={"files": True})
+    chats += [{"title": "old", "chat": {"messages": [
+        {"id": "x", "role": "user", "content": "one"}, {"id": "x", "role": "assistant", "content": "two"},
+        {"id": "x", "role": "user", "content": "three"}]}}]
+    chats += [{"title": "New Chat", "chat": {"params": {"system": "You are a pirate."},
+                                             "history": {"currentId": None, "messages": {}}}}]
+    source.write_text(json.dumps(chats))
+    loaded = load_conversations(source)
+    assert [[m["content"] for m in chat.messages] for chat in loaded.chats] == [
+        ["hi", "hello"], ["one", "two", "three"]]
+    assert loaded.report() == ["imported 2 chats from an Open WebUI export",
+                               "1 chat with no text message was skipped."]
+
+
+def test_a_chatgpt_export_is_known_past_its_first_64_kib(tmp_path):
+    chats = json.loads(CHATGPT_TREE.read_text())
+    chats[0]["title"] = "T" * 70_000
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps(chats))
+    assert load_conversations(source).format == CHATGPT
+
+
+def test_jan_one_line_messages_and_an_unreadable_thread_json(capsys, tmp_path):
+    """A messages.jsonl of one line is a Jan thread (it read as an Iris message); a
+    thread.json that cannot be read is said, not silently dropped with the title and
+    instructions it held; a number too long to read is named as such."""
+    folder = tmp_path / "jan_1"
+    folder.mkdir()
+    first = (JAN_THREADS / "jan_1699016383" / "messages.jsonl").read_text().splitlines()[0]
+    (folder / "messages.jsonl").write_text(first + "\n")
+    (folder / "thread.json").write_text('{"object": "thread", "title": "My title"')  # cut short
+    loaded = load_conversations(folder / "messages.jsonl")
+    assert loaded.format == JAN and [m["role"] for m in loaded.chats[0].messages] == ["user"]
+    assert loaded.notes == [f"{folder / 'thread.json'}: not valid JSON: the thread's title and "
+                            "instructions were left out."]
+    ids, err = imported(capsys, folder)
+    assert len(ids) == 1 and "the thread's title and instructions were left out" in err
+    (folder / "messages.jsonl").write_text(first + "\n" + '{"role": "user", "n": ' + "9" * 5000 + "}\n")
+    with pytest.raises(ConversationFormatError, match="line 2: a number has more than"):
+        load_conversations(folder)

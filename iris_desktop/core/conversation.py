@@ -40,7 +40,7 @@ MAX_IMPORT_BYTES = 512 * 1024 * 1024
 #: levels): each read of a stored message parses its JSON again, recursively, wherever
 #: it runs, so deeper values would fail there and not here
 MAX_NESTING = 64
-_TOO_LONG_NUMBER = (f"a number has more than {sys.get_int_max_str_digits():,} digits, "
+TOO_LONG_NUMBER = (f"a number has more than {sys.get_int_max_str_digits():,} digits, "
                     "which is not a value a conversation holds")
 
 
@@ -85,10 +85,25 @@ def read_text_file(path: Path, limit: int) -> str:
             f"{path}: {exc.size:,} bytes is larger than the limit of {limit:,}") from None
     except OSError as exc:
         raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConversationFormatError(f"{path}: UTF-16 text; Iris reads UTF-8 (save the file "
+                                      "as UTF-8)")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConversationFormatError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is no content
+
+
+def json_error(exc: json.JSONDecodeError, text: str) -> str:
+    """Where and what a JSON syntax error is, as a sentence: "the file ends early (line
+    215)", "a string that starts at line 3, column 9 is not closed", "invalid JSON at line
+    4, column 5: Expecting ',' delimiter"."""
+    if not text[exc.pos:].strip():
+        return f"the file ends early (line {exc.lineno})"
+    if exc.msg.startswith("Unterminated string"):
+        return f"a string that starts at line {exc.lineno}, column {exc.colno} is not closed"
+    return f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
 
 
 def _parse(path: Path, text: str):
@@ -99,13 +114,12 @@ def _parse(path: Path, text: str):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            if stripped[0] == "{" and "\n" in stripped.strip():
+            if stripped[0] == "{" and "\n" in stripped.strip() and _first_line_parses(stripped):
                 return _parse_jsonl(path, text)  # JSONL whose first line is an object
-            raise ConversationFormatError(
-                f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from None
+            # a pretty-printed object with an error: where the error is, not "line 1"
+            raise ConversationFormatError(f"{path}: {json_error(exc, text)}") from None
         except ValueError:  # json raises it for a number too long to convert
-            raise ConversationFormatError(f"{path}: {_TOO_LONG_NUMBER}") from None
+            raise ConversationFormatError(f"{path}: {TOO_LONG_NUMBER}") from None
         if isinstance(data, list):
             return data, None, lambda i: f"{path}: message index {i}"
         if isinstance(data, dict) and isinstance(data.get("messages"), list):
@@ -117,6 +131,16 @@ def _parse(path: Path, text: str):
             f"{path}: expected a JSON array of messages or an object with a 'messages' array"
         )
     return _parse_jsonl(path, text)
+
+
+def _first_line_parses(text: str) -> bool:
+    """Is the first line of ``text`` a JSON value by itself (JSONL, not a pretty-printed
+    object that opens with a lone "{")?"""
+    try:
+        json.loads(text.split("\n", 1)[0])
+    except ValueError:
+        return False
+    return True
 
 
 def _parse_jsonl(path: Path, text: str):
@@ -132,7 +156,7 @@ def _parse_jsonl(path: Path, text: str):
                 f"{path}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
             ) from None
         except ValueError:  # json raises it for a number too long to convert
-            raise ConversationFormatError(f"{path}: line {number}: {_TOO_LONG_NUMBER}") from None
+            raise ConversationFormatError(f"{path}: line {number}: {TOO_LONG_NUMBER}") from None
         lines.append(number)
     return messages, None, lambda i: f"{path}: line {lines[i]}"
 

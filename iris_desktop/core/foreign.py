@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from iris_desktop.core.conversation import (
     MAX_IMPORT_BYTES,
+    TOO_LONG_NUMBER,
     TREE_KEY,
     ConversationFormatError,
     import_messages,
@@ -58,13 +59,11 @@ UNKNOWN_SHAPE = ("not a conversation Iris knows: it reads OpenAI message lists (
                  "JSONL), its own exports, ChatGPT's conversations.json, Open WebUI's chat "
                  "export, LM Studio's .conversation.json files and Jan's threads")
 
-#: keys only the foreign formats have; a file whose start has none is left to conversation.py
+#: keys only the foreign formats have; a file that holds none is left to conversation.py
 _SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|'
                         r'currentlySelected|versions|thread_id|object)"\s*:')
-_SNIFF_CHARS = 64 * 1024
-_DETAILS = re.compile(r'<details\b[^>]*\btype="(reasoning|tool_calls|code_interpreter)"[^>]*>'
-                      r'.*?</details>\s*', re.DOTALL)
-_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+#: the kinds of Open WebUI's ``<details type="…">`` blocks that hold no reply text
+_DETAILS_TYPE = re.compile(r'\btype="(reasoning|tool_calls|code_interpreter)"')
 _ROLES = ("system", "user", "assistant")
 _SYSTEM = ("system",)  # the key of a chat's system prompt in a tree
 
@@ -98,8 +97,7 @@ class Loaded(tuple):
 
     def summary(self) -> str:
         """'imported 3 chats from a ChatGPT export'."""
-        article = "an" if self.format[0] in "AEIOU" or self.format.startswith("LM ") else "a"
-        return f"imported {_count(len(self.chats), 'chat')} from {article} {self.format}"
+        return f"imported {_count(len(self.chats), 'chat')} from {_a(self.format)}"
 
     def report(self) -> list[str]:
         """The summary, then the notes: what a user is told after an import."""
@@ -119,19 +117,23 @@ def load_conversations(path: str | Path) -> Loaded:
         return _guard(path, JAN, lambda: _jan_folder(path))
     text = read_text_file(path, MAX_IMPORT_BYTES)
     stripped = text.lstrip()
-    if not _SIGNATURE.search(stripped[:_SNIFF_CHARS]) and not stripped.startswith("{"):
+    if not stripped.startswith("{") and not _SIGNATURE.search(stripped):
         del text, stripped
         return _native(path)
     data = _json(text)
     if data is None:
         lines = _jsonl(text)
         if lines is not None and _jan_messages(lines):
-            thread = _read_json(path.parent / "thread.json", soft=True)
+            thread, problem = _read_json(path.parent / "thread.json", soft=True)
             return _guard(path, JAN, lambda: _finish(path, JAN, [
-                lambda tally: _jan_chat(thread, lines, tally)]))
+                lambda tally: _jan_chat(thread, lines, tally, problem)]))
         del text, stripped
         return _native(path)
     del text, stripped
+    if isinstance(data, dict) and _jan_messages([data]):  # a Jan messages.jsonl of one line
+        thread, problem = _read_json(path.parent / "thread.json", soft=True)
+        return _guard(path, JAN, lambda: _finish(path, JAN, [
+            lambda tally: _jan_chat(thread, [data], tally, problem)]))
     kind, items = _kind(data)
     if kind is None:
         if isinstance(data, dict) and not isinstance(data.get("messages"), list) \
@@ -191,20 +193,29 @@ def _jsonl(text: str) -> list[Any] | None:
     return values
 
 
-def _read_json(path: Path, soft: bool = False) -> Any:
-    """A JSON file beside the one imported (Jan's thread.json); with ``soft``, None when it
-    is missing or unreadable."""
+def _read_json(path: Path, soft: bool = False) -> tuple[Any, str | None]:
+    """A JSON file beside the one imported (Jan's thread.json), and what was wrong with it;
+    with ``soft``, (None, None) when it is missing and (None, the reason) when it cannot
+    be read, instead of raising."""
     try:
         if soft and not path.is_file():
-            return None
+            return None, None
         value = _json(read_text_file(path, MAX_IMPORT_BYTES))
-    except ConversationFormatError:
+    except OSError as exc:  # is_file on a folder one may not look into
         if soft:
-            return None
+            return None, f"{path}: cannot read it ({exc.strerror or exc})"
+        raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ConversationFormatError as exc:
+        if soft:
+            return None, str(exc)
         raise
-    if value is None and not soft:
-        raise ConversationFormatError(f"{path}: not valid JSON")
-    return value
+    if value is None:
+        if not soft:
+            raise ConversationFormatError(f"{path}: not valid JSON")
+        return None, f"{path}: not valid JSON"
+    if soft and not isinstance(value, dict):
+        return None, f"{path}: not a Jan thread (a JSON object)"
+    return value, None
 
 
 def _read_jsonl(path: Path) -> list[Any]:
@@ -220,20 +231,26 @@ def _read_jsonl(path: Path) -> list[Any]:
         if line.strip():
             try:
                 values.append(json.loads(line))
-            except (ValueError, RecursionError):
+            except json.JSONDecodeError:
                 raise ConversationFormatError(f"{path}: line {number} is not valid JSON") from None
+            except ValueError:  # json raises it for a number too long to convert
+                raise ConversationFormatError(f"{path}: line {number}: {TOO_LONG_NUMBER}") from None
+            except RecursionError:
+                raise ConversationFormatError(f"{path}: line {number} is nested too deeply") from None
     return values
 
 
 def _kind(data: Any) -> tuple[str | None, list[Any]]:
     """(format, the chats' raw objects) for a parsed JSON value; (None, []) for one
     conversation.py reads, or an unknown shape."""
-    if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
-        if any("role" in x for x in data):
+    if isinstance(data, list) and data:
+        # a stray null or number among the chats is that chat's error, not another format's
+        objects = [x for x in data if isinstance(x, dict)]
+        if any("role" in x for x in objects):
             return None, []
-        if any("mapping" in x or "current_node" in x for x in data):
+        if any("mapping" in x or "current_node" in x for x in objects):
             return CHATGPT, data
-        if any(isinstance(x.get("chat"), dict) for x in data):
+        if any(isinstance(x.get("chat"), dict) for x in objects):
             return OPEN_WEBUI, data
         return None, []
     if not isinstance(data, dict) or "role" in data:
@@ -269,9 +286,12 @@ class _Tally:
     files: int = 0
     tools: int = 0
     empty: int = 0
+    #: files beside the one imported that could not be read (a Jan thread.json), and why
+    unread: list[str] = field(default_factory=list)
 
     def notes(self) -> list[str]:
-        notes = []
+        notes = [f"{problem}: the thread's title and instructions were left out."
+                 for problem in self.unread]
         media = [_count(self.images, "image"), _count(self.files, "other file")]
         media = [m for m, n in zip(media, (self.images, self.files)) if n]
         if media:
@@ -287,6 +307,11 @@ class _Tally:
         return notes
 
 
+def _a(fmt: str) -> str:
+    """'an Open WebUI export', 'an LM Studio conversation', 'a ChatGPT export'."""
+    return f"{'an' if fmt[0] in 'AEIOU' or fmt.startswith('LM ') else 'a'} {fmt}"
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
@@ -298,11 +323,17 @@ def _guard(path: Path, fmt: str, build: Callable[[], Loaded]) -> Loaded:
     except ConversationFormatError:
         raise
     except RecursionError:
-        raise ConversationFormatError(f"{path}: nested too deeply to be a {fmt}") from None
-    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
-        raise ConversationFormatError(
-            f"{path}: looks like a {fmt} but a value is not of the expected kind "
-            f"({type(exc).__name__})") from None
+        raise ConversationFormatError(f"{path}: nested too deeply to be {_a(fmt)}") from None
+    except _SURPRISES as exc:
+        raise ConversationFormatError(f"{path}: {_unexpected(fmt, exc)}") from None
+
+
+#: what a converter raises on a value of a kind it did not expect
+_SURPRISES = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+
+
+def _unexpected(fmt: str, exc: Exception) -> str:
+    return f"looks like {_a(fmt)} but a value is not of the expected kind ({type(exc).__name__})"
 
 
 def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | None]]) -> Loaded:
@@ -315,8 +346,10 @@ def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | Non
             chat = convert(tally)
         except ConversationFormatError as exc:
             raise ConversationFormatError(f"{where}: {exc}") from None
-        if chat is None or not chat.messages:
-            tally.empty += 1
+        except _SURPRISES as exc:  # named by its chat, not only by the file
+            raise ConversationFormatError(f"{where}: {_unexpected(fmt, exc)}") from None
+        if chat is None or not any(m.get("role") != "system" for m in chat.messages):
+            tally.empty += 1  # (a chat's system prompt alone is no conversation)
             continue
         label = f"{where} ({_short(chat.title)})" if chat.title else where
         validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
@@ -354,7 +387,44 @@ def _message(role: str, text: str, when: Any = None) -> Message:
 
 
 def _strip_reasoning(text: str) -> str:
-    return _THINK.sub("", text).strip()
+    """``text`` without its ``<think>…</think>`` blocks."""
+    return _cut_blocks(text, "<think>", "</think>")[0].strip()
+
+
+def _cut_blocks(text: str, opening: str, closing: str,
+                kind: Callable[[str], str | None] = lambda tag: "") -> tuple[str, list[str]]:
+    """``text`` without its blocks from a tag starting ``opening`` (through its ``>``) to
+    the first ``closing`` after it, and the whitespace after each, with each cut block's
+    ``kind(tag)``; a tag whose ``kind`` is None is kept, as is an unclosed block and all
+    after it. One pass over the text: an export of thousands of unclosed tags must not
+    take minutes, as a backtracking regex did (``<think>`` × 40,000: 48 s)."""
+    out: list[str] = []
+    kinds: list[str] = []
+    pos = scan = 0
+    while True:
+        start = text.find(opening, scan)
+        if start < 0:
+            break
+        end = text.find(">", start + len(opening) - 1)
+        if end < 0:
+            break  # no tag closes after here: none of the later ones can either
+        after = text[start + len(opening):start + len(opening) + 1]
+        what = kind(text[start:end + 1]) if not (after.isalnum() or after == "_") or \
+            opening.endswith(">") else None
+        if what is None:
+            scan = end + 1
+            continue
+        close = text.find(closing, end + 1)
+        if close < 0:
+            break  # unclosed: kept, and so is every later block (none has a closing tag)
+        out.append(text[pos:start])
+        kinds.append(what)
+        pos = scan = close + len(closing)
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        scan = pos
+    out.append(text[pos:])
+    return "".join(out), kinds
 
 
 class _Node(NamedTuple):
@@ -382,6 +452,10 @@ def _tree(nodes: dict[Hashable, _Node], active: Hashable | None,
     if not kept:
         return []
     parent_of = {k: anchor.get(nodes[k].parent) for k in kept}
+    own = next((k for k in kept if parent_of[k] == k), None)
+    if own is not None:
+        raise ConversationFormatError(f"its messages' parents form a loop (message {own!r} is its "
+                                      "own parent)")
     head = anchor.get(active) if active in nodes else None
     if head is None:
         head = kept[-1]
@@ -463,6 +537,9 @@ def _chatgpt_chat(conversation: Any, tally: _Tally) -> Chat | None:
     if not isinstance(conversation, dict):
         raise ConversationFormatError("a conversation must be a JSON object")
     mapping = conversation.get("mapping")
+    if mapping is None and isinstance(conversation.get("chat"), dict):
+        raise ConversationFormatError("it is an Open WebUI chat, not a ChatGPT conversation "
+                                      "(export each app's chats to a file of its own)")
     if mapping is None:
         return None
     if not isinstance(mapping, dict):
@@ -556,6 +633,10 @@ def _openwebui_chat(item: Any, tally: _Tally) -> Chat | None:
     elif isinstance(chat.get("messages"), list):  # an older export: the shown branch only
         source = [(m.get("id", i) if isinstance(m, dict) else i, m)
                   for i, m in enumerate(chat["messages"])]
+        if len({_hashable(k) for k, _ in source}) < len(source):
+            # ids that repeat name no message for sure: the list's order is the branch
+            source = [(i, {k: v for k, v in m.items() if k != "parentId"} if isinstance(m, dict) else m)
+                      for i, (_, m) in enumerate(source)]
         active = source[-1][0] if source else None
     else:
         return None
@@ -582,7 +663,8 @@ def _openwebui_message(message: dict[str, Any], tally: _Tally) -> Message | None
     role = message.get("role")
     if role not in _ROLES:
         return None
-    for file in message.get("files") or []:
+    files = message.get("files")
+    for file in files if isinstance(files, list) else []:  # attachments' metadata only
         if isinstance(file, dict):
             if file.get("type") == "image":
                 tally.images += 1
@@ -601,11 +683,19 @@ def _openwebui_message(message: dict[str, Any], tally: _Tally) -> Message | None
     if not isinstance(content, str):
         return None
     if role == "assistant":
-        tally.tools += sum(match.group(1) != "reasoning" for match in _DETAILS.finditer(content))
-        content = _strip_reasoning(_DETAILS.sub("", content))
+        content, kinds = _cut_blocks(content, "<details", "</details>", _details_kind)
+        tally.tools += sum(k != "reasoning" for k in kinds)
+        content = _strip_reasoning(content)
     if not content.strip():
         return None
     return _message(role, content, message.get("timestamp"))
+
+
+def _details_kind(tag: str) -> str | None:
+    """The kind of an Open WebUI ``<details …>`` tag that holds no reply text (reasoning,
+    a tool's call, a code run), or None for any other ``<details>``."""
+    match = _DETAILS_TYPE.search(tag)
+    return match.group(1) if match else None
 
 
 # -- LM Studio ----------------------------------------------------------------------------------
@@ -618,7 +708,8 @@ def _lmstudio_chat(data: dict[str, Any], tally: _Tally) -> Chat | None:
     system = data.get("systemPrompt") if isinstance(data.get("systemPrompt"), str) else None
     config = data.get("perChatPredictionConfig")
     if not (system and system.strip()) and isinstance(config, dict):
-        for field in config.get("fields") or []:
+        fields = config.get("fields")
+        for field in fields if isinstance(fields, list) else []:
             if isinstance(field, dict) and field.get("key") == "llm.prediction.systemPrompt" \
                     and isinstance(field.get("value"), str):
                 system = field["value"]
@@ -686,15 +777,19 @@ def _lmstudio_parts(parts: Any, tally: _Tally) -> Iterable[str]:
 def _jan_folder(path: Path) -> Loaded:
     """A thread folder (thread.json, messages.jsonl) or Jan's threads folder of them."""
     def is_thread(folder: Path) -> bool:
-        return (folder / "thread.json").is_file() or (folder / "messages.jsonl").is_file()
+        try:
+            return (folder / "thread.json").is_file() or (folder / "messages.jsonl").is_file()
+        except OSError as exc:  # a folder one may not look into (is_file raises for that)
+            raise ConversationFormatError(f"{folder}: cannot read it ({exc.strerror or exc})") from None
 
     if is_thread(path):
         folders = [path]
     else:
         try:
-            folders = sorted(p for p in path.iterdir() if p.is_dir() and is_thread(p))
+            entries = sorted(p for p in path.iterdir() if p.is_dir())
         except OSError as exc:
             raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        folders = [p for p in entries if is_thread(p)]
         if not folders:
             raise ConversationFormatError(f"{path} is a folder; give a file (or a Jan thread "
                                           "folder, with thread.json and messages.jsonl)")
@@ -709,11 +804,10 @@ def _jan_folder(path: Path) -> Loaded:
         if budget < 0:
             raise ConversationFormatError(
                 f"{path}: its threads are larger than the limit of {MAX_IMPORT_BYTES:,} bytes")
-        thread = _read_json(folder / "thread.json", soft=True)
-        threads.append((thread if isinstance(thread, dict) else None,
-                        _read_jsonl(folder / "messages.jsonl")))
+        thread, problem = _read_json(folder / "thread.json", soft=True)
+        threads.append((thread, _read_jsonl(folder / "messages.jsonl"), problem))
     threads.sort(key=lambda t: _created(t[0]))
-    return _finish(path, JAN, [(lambda tally, t=t: _jan_chat(t[0], t[1], tally)) for t in threads])
+    return _finish(path, JAN, [(lambda tally, t=t: _jan_chat(*t[:2], tally, t[2])) for t in threads])
 
 
 def _created(thread: dict[str, Any] | None) -> float:
@@ -721,7 +815,9 @@ def _created(thread: dict[str, Any] | None) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def _jan_chat(thread: Any, lines: list[Any], tally: _Tally) -> Chat | None:
+def _jan_chat(thread: Any, lines: list[Any], tally: _Tally, problem: str | None = None) -> Chat | None:
+    """A Jan thread's chat; ``problem``: why its thread.json (title, instructions) could
+    not be read, said in a note if the thread is imported without it."""
     thread = thread if isinstance(thread, dict) else {}
     system = None
     assistants = thread.get("assistants")
@@ -752,4 +848,6 @@ def _jan_chat(thread: Any, lines: list[Any], tally: _Tally) -> Chat | None:
             messages.append(_message(line["role"], text, when))
     if not any(m["role"] != "system" for m in messages):
         return None
+    if problem:
+        tally.unread.append(problem)
     return Chat(_title(thread.get("title")), messages)
