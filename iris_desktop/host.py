@@ -383,11 +383,11 @@ class Host:
                                  owner_of=self._thread_owner)
         return runtime
 
-    def try_load_model(self) -> Runtime | None:
-        """:meth:`load_model`, or remember why not in ``model_error`` and return None (the
-        caller stays usable without a model)."""
+    def try_load_model(self, stage: Callable[[str], Any] | None = None) -> Runtime | None:
+        """:meth:`load_model` (``stage`` hears its stages), or remember why not in
+        ``model_error`` and return None (the caller stays usable without a model)."""
         try:
-            return self.runtime or self.load_model()
+            return self.runtime or self.load_model(stage=stage)
         except Exception as exc:  # a bad model must never take the app down
             self.model_error = plain_reason(exc, self.paths.log_path)
             log.error("model: %s", exc)

@@ -197,6 +197,11 @@ def test_continue_goes_on_from_where_a_stopped_reply_ended(tmp_path):
         assert done.text == "one two threeseven eight" and done.status == "complete"
         assert host.store.alternatives(done.message_id) == [stopped.message_id, done.message_id]
         assert [r["content"] for r in host.store.messages(thread)][-1] == done.text
+        # a reply that ended on its own has nothing to continue: no duplicate alternative
+        assert host.store.stopped_reply(thread) is None
+        refused = list(host.continue_reply(thread))
+        assert "no stopped or cut-off reply" in refused[0].text and isinstance(refused[-1], TurnDone)
+        assert host.store.alternatives(done.message_id) == [stopped.message_id, done.message_id]
         # nothing to continue after a user message
         list(host.send(thread, "And?"))
         runtime.replies.append("x")

@@ -102,6 +102,28 @@ def test_unknown_thread_and_bad_set_are_usage_errors(capsys):
     assert code == 2 and "context.token_budget_ratio" in err and "0.1 to 0.95" in err
 
 
+def test_an_empty_message_and_a_continue_with_nothing_stopped_are_refused_before_the_model(
+        capsys, tmp_path, monkeypatch):
+    """``chat ""`` or ``chat -`` on empty input sent an empty message and made a chat of it;
+    ``--continue`` on a reply that ended on its own made a duplicate alternative. Both are
+    refused in one sentence, exit 2, nothing stored, no model loaded."""
+    import io
+
+    data = ["--data-dir", str(tmp_path / "home")]
+    for argv, stdin in ((("chat", ""), ""), (("chat", "-"), "\n\n"), (("chat", " \n "), "")):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+        code, out, err = run(capsys, *data, *argv)
+        assert code == 2 and err == "iris-desktop: the message is empty; nothing was sent or stored\n"
+    source = tmp_path / "chat.json"
+    source.write_text(json.dumps([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]))
+    assert run(capsys, *data, "import", str(source))[0] == 0
+    code, out, err = run(capsys, *data, "--set", "model.path=/nonexistent.gguf", "chat", "--thread", "1",
+                         "--continue")
+    assert code == 2 and "thread 1's last reply is complete (not stopped or cut off); there is " \
+        "nothing to continue" in err
+    assert [t["messages"] for t in json.loads(run(capsys, *data, "threads", "--json", "--no-model")[1])] == [2]
+
+
 def test_config_set_get_list_reset(capsys, tmp_path):
     code, _, _ = run(capsys, "config", "set", "context.token_budget_ratio", "0.8")
     assert code == 0

@@ -276,3 +276,8 @@ def test_the_cli_says_it_prepares_the_model_on_its_first_load(capsys, monkeypatc
         said.append(err.count("preparing the model for this computer (once)"))
     assert said == [1, 0]
     assert list((tmp_path / "weights").glob("*.q8_0.gguf"))
+    # a command that loads the model only to count (context) says it too
+    monkeypatch.setenv("IRIS_WEIGHTS_DIR", str(tmp_path / "weights2"))
+    code = main([*argv[:4], "context", "1"])
+    _, err = capsys.readouterr()
+    assert code == 0 and err.count("preparing the model for this computer (once)") == 1, err

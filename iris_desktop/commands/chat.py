@@ -18,6 +18,7 @@ from iris_desktop.commands.common import (
     CliError,
     _index_for_recall,
     _load,
+    _say_stage,
     _thread,
     dump_json,
     open_host,
@@ -193,14 +194,14 @@ def chat_message(args) -> str:
                        "or with --file PATH (exactly one of them)")
     if args.file is not None:
         try:
-            return read_text_file(Path(args.file), MAX_IMPORT_BYTES)
+            return read_text_file(Path(args.file), MAX_IMPORT_BYTES).rstrip("\r\n")
         except ConversationFormatError as exc:
             raise CliError(f"--file: {exc}") from None
     if args.message != "-":
         return text_argument(args.message, "the message")
     data = sys.stdin.buffer.read()
-    try:
-        return data.decode("utf-8")
+    try:  # (the newline that ends the last line is no part of the message)
+        return data.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as exc:
         raise CliError(f"standard input is not UTF-8 text (byte {exc.start})") from None
 
@@ -249,13 +250,18 @@ def chat(args, overrides) -> int:
     if again and (args.message is not None or args.file is not None or args.attach):
         raise CliError("--regenerate and --continue take no message")
     files = _attachments(args)
+    if message is not None and not message.strip() and not files:
+        raise CliError("the message is empty; nothing was sent or stored")
     if args.model:
         overrides = {**overrides, "model.path": args.model}
     with open_host(args, overrides) as host:
+        if args.thread is not None:  # (before the model loads: a mistake is said at once)
+            _thread(host, args.thread)
+            if args.continue_reply and host.store.stopped_reply(args.thread) is None:
+                raise CliError(f"thread {args.thread}'s last reply is complete (not stopped or cut "
+                               "off); there is nothing to continue")
         runtime = _load(host)
         _say_where(runtime)
-        if args.thread is not None:
-            _thread(host, args.thread)
         if message is not None:
             from iris_desktop.core.attachments import model_text
 
@@ -302,7 +308,7 @@ def compact(args, overrides) -> int:
     with open_host(args, overrides) as host:
         _thread(host, args.thread)
         # --no-model: the extractive summarizer, counting without the model's tokenizer
-        if not args.no_model and host.try_load_model() is None:
+        if not args.no_model and host.try_load_model(stage=_say_stage) is None:
             say(f"iris-desktop: warning: no model ({host.model_error}); "
                 "using the extractive summarizer", file=sys.stderr)
         event = None

@@ -134,16 +134,21 @@ def _thread(host, thread_id: int) -> dict[str, Any]:
         raise CliError(f"no thread {thread_id} (see 'iris-desktop threads')") from None
 
 
-def _load(host) -> Runtime:
-    from iris_desktop.host import LOAD_STAGES, ModelError
+def _say_stage(what: str) -> None:
+    """The first load of a model writes its 8-bit copy (seconds, once): said on stderr,
+    whichever command loads it."""
+    from iris_desktop.host import LOAD_STAGES
 
-    def stage(what: str) -> None:  # the first load of a model writes its 8-bit copy: seconds
-        if what == "copying":
-            words = LOAD_STAGES[what]
-            say(f"iris-desktop: {words[:1].lower()}{words[1:]}", file=sys.stderr)
+    if what == "copying":
+        words = LOAD_STAGES[what]
+        say(f"iris-desktop: {words[:1].lower()}{words[1:]}", file=sys.stderr)
+
+
+def _load(host) -> Runtime:
+    from iris_desktop.host import ModelError
 
     try:
-        return host.load_model(stage=stage)
+        return host.load_model(stage=_say_stage)
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
     except RuntimeError as exc:
@@ -173,6 +178,6 @@ def _maybe_load_model(host, args) -> None:
     wanted = s["context.token_counter"] in ("auto", "model") or s["context.window"] == "auto"
     if args.no_model or not wanted:
         return
-    if host.try_load_model() is None:
+    if host.try_load_model(stage=_say_stage) is None:
         say(f"iris-desktop: warning: no model ({host.model_error}); counting without it",
             file=sys.stderr)

@@ -207,10 +207,10 @@ class Agent:
         message; the continued reply is a new alternative holding the old text and what
         follows (``ReplyStarted.replaces`` names the old one, which stays)."""
         cancel = cancel or threading.Event()
-        head = self.store.head(thread_id)
+        head = self.store.stopped_reply(thread_id)
         row = self.store.messages_by_id([head]).get(head) if head is not None else None
-        if row is None or row["role"] != "assistant" or row["tool_calls"] or not row["content"]:
-            yield TurnFailed(thread_id, "There is no stopped reply to continue", "internal")
+        if row is None:  # a reply that ended on its own has nothing to continue
+            yield TurnFailed(thread_id, "There is no stopped or cut-off reply to continue", "internal")
             yield TurnDone(thread_id, "error")
             return
         yield from self.run(thread_id, cancel, continuing=row)

@@ -268,8 +268,7 @@ def load_transcript(store: Store, thread_id: int) -> list[Entry]:
         reply.can_regenerate = reply.role == "assistant" and reply.status != "streaming"
     last = messages[-1] if messages else None
     if (last is not None and last.role == "assistant" and last.kind == "message" and last.text
-            and not last.calls and (last.status in ("interrupted", "error")
-                                    or store.finish_reason_of(last.message_id) == "length")):
+            and not last.calls and store.stopped_reply(thread_id) == last.message_id):
         last.can_continue = True
     return entries
 

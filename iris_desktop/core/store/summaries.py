@@ -115,6 +115,19 @@ class Summaries(Connected):
                                 "ORDER BY id DESC LIMIT 1", (reply_id,)).fetchone()
         return None if row is None else row[0]
 
+    def stopped_reply(self, thread_id: int) -> int | None:
+        """The active branch's last message when it is a reply that can be continued: an
+        assistant message with text and no tool calls that was stopped, failed, or cut off
+        at its token cap (finish reason "length"); None for a reply that ended on its own,
+        or anything else. Raises KeyError for a thread that does not exist."""
+        head = self.head(thread_id)
+        row = self.conn.execute("SELECT role, content, tool_calls, status FROM messages WHERE id = ?",
+                                (head,)).fetchone() if head is not None else None
+        if row is None or row[0] != "assistant" or row[2] or not row[1]:
+            return None
+        stopped = row[3] in ("interrupted", "error") or self.finish_reason_of(head) == "length"
+        return head if stopped else None
+
     def last_request(self, thread_id: int, since_summary: int | None) -> dict[str, Any] | None:
         """The newest completed request of the active branch made with the current summary
         in place (a request made before branches existed counts as on it)."""
