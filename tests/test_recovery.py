@@ -219,6 +219,13 @@ def test_salvage_of_a_truncated_database_counts_what_it_lost(capsys, tmp_path):
     err, recovered = _salvaged(capsys, data)
     assert recovered < total
     _assert_truthful(err, total, recovered)
+    # the damaged original, set aside, is named on every later command until recover lists it
+    (aside,) = asides(data)
+    for _ in range(2):
+        code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+        assert code == 0 and one_sentence(err) and aside.name in err and "iris-desktop recover" in err
+    assert run(capsys, "--data-dir", data, "recover")[0] == 0
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[2] == ""
 
 
 def test_salvage_with_page_2_zeroed_counts_what_it_lost(capsys, tmp_path):
@@ -492,6 +499,8 @@ def test_gui_tells_of_a_set_aside_database_once(qtbot, tmp_path, monkeypatch, ca
     assert [kind for kind, _ in shown] == ["warning", "window"]
     assert aside.name in shown[0][1] and "iris-desktop recover" in shown[0][1]
     assert run_gui_recording(monkeypatch, data) == [("window", "")]  # told once
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")  # the CLI still names it
+    assert code == 0 and aside.name in err and "iris-desktop recover" in err
 
 
 def test_recover_works_on_an_encrypted_history(capsys, tmp_path, monkeypatch):

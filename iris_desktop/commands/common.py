@@ -62,7 +62,7 @@ def open_host(args: Any, overrides: dict[str, str]) -> Iterator[Any]:
     until ``iris-desktop recover`` lists them. Messages found damaged on disk while the
     command read them are named at the end."""
     from iris_desktop.core.store import StoreError
-    from iris_desktop.core.store.recovery import acknowledge, announce, unacknowledged
+    from iris_desktop.core.store.recovery import announce, unacknowledged
     from iris_desktop.host import Host
 
     try:
@@ -74,10 +74,10 @@ def open_host(args: Any, overrides: dict[str, str]) -> Iterator[Any]:
         for problem in host.settings.problems:
             say(f"iris-desktop: warning: {problem}", file=sys.stderr)
         db = host.paths.db_path
-        if host.recovery is not None:
+        if host.recovery is not None:  # named again by the next commands, until recover lists it
             say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)
-            acknowledge(db, [host.recovery.set_aside])
-        pending = unacknowledged(db)
+        told = {host.recovery.set_aside} if host.recovery is not None else set()
+        pending = [p for p in unacknowledged(db) if p not in told]
         if pending:
             say(f"iris-desktop: warning: {announce(db, pending)}", file=sys.stderr)
         yield host

@@ -60,13 +60,13 @@ def _tell_recovery(host: Any, log: logging.Logger) -> None:
         log.warning("%s", host.recovery.describe())
         QMessageBox.warning(None, "Iris Desktop recovered a damaged database",
                             host.recovery.describe())
-        acknowledge(db, [host.recovery.set_aside])
-    pending = unacknowledged(db)
+        acknowledge(db, [host.recovery.set_aside], app=True)
+    pending = unacknowledged(db, app=True)
     if pending:
         text = announce(db, pending)
         log.warning("%s", text)
         QMessageBox.warning(None, "Iris Desktop set a database aside", text[0].upper() + text[1:] + ".")
-        acknowledge(db, pending)
+        acknowledge(db, pending, app=True)
 
 
 def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) -> int:

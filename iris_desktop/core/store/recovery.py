@@ -726,27 +726,36 @@ def set_aside_files(path: Path) -> list[Path]:
     return sorted(found, key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
 
 
-def _seen_file(path: Path) -> Path:
-    return _sidecar(path, ".set-aside-seen")
+def _seen_file(path: Path, app: bool = False) -> Path:
+    return _sidecar(path, ".set-aside-shown" if app else ".set-aside-seen")
 
 
-def unacknowledged(path: Path) -> list[Path]:
-    """The set-aside databases the user has not been shown yet (:func:`acknowledge`)."""
+def _seen_names(path: Path, app: bool) -> set[str]:
     try:
-        seen = set(_seen_file(path).read_text(encoding="utf-8").splitlines())
+        return set(_seen_file(path, app).read_text(encoding="utf-8").splitlines())
     except (OSError, UnicodeDecodeError):
-        seen = set()
+        return set()
+
+
+def unacknowledged(path: Path, app: bool = False) -> list[Path]:
+    """The set-aside databases still to announce: not yet listed by ``iris-desktop
+    recover`` (nor put back, nor set aside at the user's own asking), and for the app
+    (``app``) also not yet shown in it once (:func:`acknowledge`). The CLI names them on
+    every command until then."""
+    seen = _seen_names(path, False) | (_seen_names(path, True) if app else set())
     return [p for p in set_aside_files(path) if p.name not in seen]
 
 
-def acknowledge(path: Path, files: Sequence[Path]) -> None:
-    """Remember that the user was shown these set-aside databases (by name, in
-    ``<db>.set-aside-seen``), so that they are not announced again. Best effort: a
-    folder that cannot be written only means they are announced again."""
+def acknowledge(path: Path, files: Sequence[Path], app: bool = False) -> None:
+    """Remember that the user has seen these set-aside databases (by name): listed by
+    ``recover`` (``<db>.set-aside-seen``: no command or window announces them again) or,
+    with ``app``, shown once in the app (``<db>.set-aside-shown``: the app does not show
+    them again; the CLI still names them). Best effort: a folder that cannot be written
+    only means they are announced again."""
     names = [p.name for p in files]
     if not names:
         return
-    seen = _seen_file(path)
+    seen = _seen_file(path, app)
     try:
         known = seen.read_text(encoding="utf-8").splitlines() if seen.exists() else []
         fd = os.open(seen, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
