@@ -97,6 +97,10 @@ def test_chatgpt_tree_becomes_branches_with_the_current_node_active(capsys):
     assert messages[0]["created_at"].startswith("2024-05-01")  # create_time kept
     sent = context_messages(capsys, ids[0])
     assert len(sent) == 6 and [m["role"] for m in sent] == ["user", "assistant"] * 3
+    # delete counts what it removes, every branch, as `threads` does (it said 6 of 11)
+    assert threads(capsys)[0]["messages"] == 11
+    code, _, err = run(capsys, "delete", ids[0])
+    assert code == 2 and "(11 messages) without --yes" in err
 
 
 def test_chatgpt_export_of_several_chats_skips_the_empty_one(capsys):

@@ -79,7 +79,7 @@ def delete(args, overrides) -> int:
     one, ``--yes`` is required."""
     with open_host(args, overrides) as host:
         thread = _thread(host, args.thread)
-        count = len(host.store.messages(args.thread))
+        count = host.store.message_count(args.thread)  # every branch, as `threads` counts
         what = f"thread {args.thread} “{show_untrusted(thread['title'])}” ({count:,} messages)"
         if not args.yes:
             if not sys.stdin.isatty():

@@ -62,6 +62,11 @@ class Messages(Branches):
             raise KeyError(f"no thread {thread_id}")
         return row[0]
 
+    def message_count(self, thread_id: int) -> int:
+        """How many messages the thread stores, every branch (what deleting it removes)."""
+        return self.conn.execute("SELECT count(*) FROM messages WHERE thread_id = ?",
+                                 (thread_id,)).fetchone()[0]
+
     def rename_thread(self, thread_id: int, title: str) -> None:
         self.thread(thread_id)
         self.conn.execute("UPDATE threads SET title = ? WHERE id = ?", (title, thread_id))
