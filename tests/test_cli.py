@@ -47,7 +47,7 @@ def test_import_jsonl_and_title(capsys, tmp_path):
 @pytest.mark.parametrize(
     "content,fragment",
     [
-        ('[{"role": "user", "content": "hi"},', "invalid JSON at line 1"),
+        ('[{"role": "user", "content": "hi"},', "the file ends early (line 1)"),
         ('[{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}]',
          "message index 1: unknown role 'wizard'"),
         ('{"messages": [{"role": "user", "content": "hi"}, '
@@ -121,7 +121,13 @@ def test_an_empty_message_and_a_continue_with_nothing_stopped_are_refused_before
                          "--continue")
     assert code == 2 and "thread 1's last reply is complete (not stopped or cut off); there is " \
         "nothing to continue" in err
+    code, out, err = run(capsys, *data, "--set", "model.path=/nonexistent.gguf", "chat", "--thread", "1",
+                         "--edit", "999", "Hello")
+    assert code == 2 and out == "" and "message 999 is not a message of yours on thread 1's active" in err
     assert [t["messages"] for t in json.loads(run(capsys, *data, "threads", "--json", "--no-model")[1])] == [2]
+    # nothing to compact yet is a skip, not a failure (exit 0)
+    code, out, err = run(capsys, *data, "compact", "1", "--no-model")
+    assert code == 0 and "nothing to compact yet" in out + err
 
 
 def test_config_set_get_list_reset(capsys, tmp_path):

@@ -413,7 +413,7 @@ def test_cli_download_failures_are_one_line_and_keep_the_partial(server, tmp_pat
 
     server.drop_every = None
     code, _, err = run_cli(capsys, *data, "models", "download", "not-a-repo", QWEN_FILE)
-    assert code == 1 and "is not a repository name" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "is not a repository name" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(capsys, *data, "--set", "models.hub_url=http://127.0.0.1:9", "models", "search", "x")
     assert code == 1 and "cannot be reached" in err
 

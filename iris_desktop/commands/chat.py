@@ -64,6 +64,8 @@ class _ChatPrinter(TurnListener):
         #: set when stdout's reader leaves: the reply stops as Stop stops it
         self.cancel: threading.Event | None = None
         self.stdout_closed = False
+        #: reply text was printed on stdout (a line to end before an error, and at the end)
+        self.written = False
 
     def _out(self, text: str) -> None:
         """Reply text on stdout. A reader that left (``| head``) stops the reply as Stop
@@ -73,6 +75,7 @@ class _ChatPrinter(TurnListener):
         try:
             sys.stdout.write(show_untrusted(text, multiline=True))
             sys.stdout.flush()
+            self.written = self.written or bool(text)
         except BrokenPipeError:
             self.stdout_closed = True
             stdout_gone()
@@ -134,7 +137,7 @@ class _ChatPrinter(TurnListener):
         say(f"\n[{event.text}]", file=sys.stderr)
 
     def on_failed(self, event: TurnFailed) -> None:
-        say(f"\niris-desktop: {event.text}", file=sys.stderr)
+        say(f"{chr(10) if self.written else ''}iris-desktop: {event.text}", file=sys.stderr)
         self.code = EXIT_TOO_LARGE if event.kind == "too_large" else EXIT_FAIL
 
     def on_done(self, event: TurnDone) -> None:
@@ -257,6 +260,9 @@ def chat(args, overrides) -> int:
     with open_host(args, overrides) as host:
         if args.thread is not None:  # (before the model loads: a mistake is said at once)
             _thread(host, args.thread)
+            if args.edit is not None and not host.store.editable(args.thread, args.edit):
+                raise CliError(f"message {args.edit} is not a message of yours on thread "
+                               f"{args.thread}'s active branch; nothing was sent or stored")
             if args.continue_reply and host.store.stopped_reply(args.thread) is None:
                 raise CliError(f"thread {args.thread}'s last reply is complete (not stopped or cut "
                                "off); there is nothing to continue")
@@ -299,7 +305,8 @@ def chat(args, overrides) -> int:
                     "time_to_first_token_s", "tokens_per_s", "finish_reason")},
             }, indent=2))
         else:
-            print()
+            if printer.written:
+                print()
             print(f"[thread {printer.thread_id}]", file=sys.stderr)
         return printer.code
 
@@ -323,4 +330,4 @@ def compact(args, overrides) -> int:
         print(dump_json(event.as_dict(), indent=2, default=str))
     else:
         say(event.describe())
-    return EXIT_OK if event.outcome == "ok" else EXIT_FAIL
+    return EXIT_OK if event.outcome in ("ok", "skipped") else EXIT_FAIL  # nothing to do: no failure

@@ -10,6 +10,7 @@ from iris_desktop.commands.chat import _cancel_on_interrupt
 from iris_desktop.commands.common import (
     EXIT_FAIL,
     EXIT_OK,
+    EXIT_USAGE,
     CliError,
     dump_json,
     open_host,
@@ -117,7 +118,8 @@ def _hub_command(args, overrides) -> int:
             raise CliError(f"the partial file is kept at {exc.partial} (run the same command to "
                            f"{'resume' if exc.resumable else 'start over'}, or add --remove-partial "
                            "to remove it)", EXIT_FAIL) from None
-        raise CliError(str(exc), EXIT_FAIL) from None
+        # a repository or file name, or an address, that cannot be one: the command's mistake
+        raise CliError(str(exc), EXIT_USAGE if exc.kind == "address" else EXIT_FAIL) from None
     _download_line("", True)
     entry = describe_model(path, source="download", repo=args.repo, n_ctx=settings["model.n_ctx"])
     if as_json:

@@ -188,8 +188,7 @@ class Agent:
         runs."""
         cancel = cancel or threading.Event()
         row = self.store.messages_by_id([message_id]).get(message_id)
-        if (row is None or row["thread_id"] != thread_id or row["role"] != "user"
-                or not self.store.on_path(thread_id, [message_id])):
+        if row is None or not self.store.editable(thread_id, message_id):
             yield TurnFailed(thread_id, f"Message {message_id} is not a message of yours in "
                              "this chat's active branch", "internal")
             yield TurnDone(thread_id, "error")
