@@ -383,12 +383,17 @@ class Host:
                                  owner_of=self._thread_owner)
         return runtime
 
-    def try_load_model(self, stage: Callable[[str], Any] | None = None) -> Runtime | None:
+    def try_load_model(self, stage: Callable[[str], Any] | None = None, *,
+                       settings_errors: bool = False) -> Runtime | None:
         """:meth:`load_model` (``stage`` hears its stages), or remember why not in
-        ``model_error`` and return None (the caller stays usable without a model)."""
+        ``model_error`` and return None (the caller stays usable without a model). With
+        ``settings_errors``, settings the model refuses (``model.n_ctx`` beyond what it was
+        trained for) raise SettingsError instead: the CLI's usage error."""
         try:
             return self.runtime or self.load_model(stage=stage)
         except Exception as exc:  # a bad model must never take the app down
+            if settings_errors and isinstance(exc, SettingsError):
+                raise
             self.model_error = plain_reason(exc, self.paths.log_path)
             log.error("model: %s", exc)
             return None

@@ -159,11 +159,11 @@ class Setting:
             return raw
         text = raw.strip()
         if self.kind == "window":
-            return AUTO if text.lower() == AUTO else int(text)
+            return AUTO if text.lower() == AUTO else _number(int, text)
         if self.kind == "int":
-            return int(text)
+            return _number(int, text)
         if self.kind == "float":
-            return float(text)
+            return _number(float, text)
         if self.kind == "bool":
             lowered = text.lower()
             if lowered in ("1", "true", "yes", "on"):
@@ -193,6 +193,15 @@ class Setting:
         return str(value)
 
 
+def _number(kind: type, text: str) -> Any:
+    """``int(text)`` or ``float(text)``; a ValueError without Python's own wording ("invalid
+    literal for int() with base 10"): the message says what is expected instead."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError("") from None
+
+
 def _gpu_value(raw: Any) -> Any:
     """model.gpu: 'auto', 'off' (also 0, as the old n_gpu_layers wrote CPU only) or a
     layer count, from a TOML value or typed text."""
@@ -200,7 +209,7 @@ def _gpu_value(raw: Any) -> Any:
         text = raw.strip().lower()
         if text in (AUTO, OFF):
             return text
-        raw = int(text)
+        raw = _number(int, text)
     if isinstance(raw, int) and not isinstance(raw, bool) and raw == 0:
         return OFF
     return raw

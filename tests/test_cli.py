@@ -274,6 +274,9 @@ def test_a_window_or_n_ctx_the_model_cannot_hold_is_refused_with_both_numbers(ca
     code, out, err = run(capsys, "--data-dir", data, "--set", f"model.path={model_path}",
                          "--set", "model.n_ctx=65536", "chat", "--new", "hi")
     assert code == 2 and "65,536" in err and "(32,768)" in err
+    code, out, err = run(capsys, "--data-dir", data, "--set", f"model.path={model_path}",  # not planned
+                         "--set", "model.n_ctx=65536", "context", thread)
+    assert code == 2 and out == "" and "65,536" in err and "(32,768)" in err
 
 
 def test_a_plain_openai_chat_keeps_its_dates_and_names_in_summary_and_recall(capsys):

@@ -93,7 +93,7 @@ def test_a_file_that_is_not_a_gguf_is_listed_with_an_error_and_the_others_still_
     entries = discover(home)
     [broken] = [e for e in entries if e.path == notes]
     assert broken.source == "lmstudio"
-    assert broken.error == "not a GGUF file (magic b'thes')"
+    assert broken.error == "not a GGUF file (a model file starts with 'GGUF'; this one with 'thes')"
     assert broken.architecture is None and broken.memory_estimate_bytes is None
     assert broken.size_bytes == notes.stat().st_size
     assert len([e for e in entries if e.error is None]) == 7

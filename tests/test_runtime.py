@@ -92,7 +92,8 @@ def test_gguf_errors_name_the_path(tmp_path, bundled_model):
 
     text = tmp_path / "notes.gguf"
     text.write_text("hello, this is not a model at all\n" * 10)
-    with pytest.raises(GGUFError, match=r"not a GGUF file \(magic b'hell'\)") as err:
+    with pytest.raises(GGUFError,
+                       match=r"not a GGUF file \(a model file starts with 'GGUF'; this one with 'hell'\)") as err:
         read_gguf_info(text)
     assert str(text) in str(err.value)
 

@@ -178,6 +178,7 @@ def _maybe_load_model(host, args) -> None:
     wanted = s["context.token_counter"] in ("auto", "model") or s["context.window"] == "auto"
     if args.no_model or not wanted:
         return
-    if host.try_load_model(stage=_say_stage) is None:
+    # settings the model refuses are the command's mistake (exit 2), as chat says them
+    if host.try_load_model(stage=_say_stage, settings_errors=True) is None:
         say(f"iris-desktop: warning: no model ({host.model_error}); counting without it",
             file=sys.stderr)

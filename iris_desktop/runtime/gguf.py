@@ -358,7 +358,8 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
             if magic != GGUF_MAGIC:
                 if not magic:
                     raise GGUFError(p, "not a GGUF file (the file is empty)")
-                raise GGUFError(p, f"not a GGUF file (magic {magic!r})")
+                raise GGUFError(p, f"not a GGUF file (a model file starts with 'GGUF'; this one "
+                                   f"with {_shown_start(magic)})")
             if size < 24:
                 raise GGUFError(p, f"truncated: only {size} bytes, the GGUF header alone needs 24")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -520,3 +521,11 @@ def _special_tokens(r: _Reader, tokens_at: int, metadata: dict[str, Any]) -> dic
         return {name: by_id[i] for name, i in wanted.items() if i in by_id}
     finally:
         r.pos = saved
+
+
+def _shown_start(data: bytes) -> str:
+    """A file's first bytes as a person reads them: text in quotes ('[{"r'), else hex."""
+    text = data.decode("ascii", "replace")
+    if text.isprintable() and "\ufffd" not in text:
+        return repr(text)
+    return "bytes " + " ".join(f"{b:02x}" for b in data)
