@@ -410,6 +410,7 @@ def test_recover_salvage_copies_a_database_on_request(capsys, tmp_path):
     code, out, err = run(capsys, "--data-dir", data, "recover", "--salvage", "--yes")
     assert code == 0, err
     assert "no row was lost" in out and len(asides(data)) == 1
+    assert "was copied row by row, as asked" in out and "damaged" not in out
     assert message_count(data / "iris.db") == total
 
 

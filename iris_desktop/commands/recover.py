@@ -134,7 +134,7 @@ def _list_set_aside(db: Path, files: list[Path], as_json: bool, key: _HistoryKey
     import time
 
     from iris_desktop.core.store.cipher import is_encrypted
-    from iris_desktop.core.store.recovery import SetAside, inspect_set_aside
+    from iris_desktop.core.store.recovery import SetAside, inspect_set_aside, rows_in_words
 
     def inspect(file: Path) -> tuple[SetAside, str]:
         how = _encryption(file, key)
@@ -168,7 +168,7 @@ def _list_set_aside(db: Path, files: list[Path], as_json: bool, key: _HistoryKey
         return
 
     def rows(counts: dict[str, Any]) -> str:
-        return ", ".join(f"{'?' if n is None else f'{n:,}'} {table.replace('_', ' ')}"
+        return ", ".join(f"{'?' if n is None else f'{n:,}'} {rows_in_words(table, n)}"
                          for table, n in counts.items())
 
     def held(aside: SetAside, how: str) -> str:
@@ -246,7 +246,7 @@ def _restore(db: Path, args, overrides, key: _HistoryKey) -> int:
 
 def _salvage_now(db: Path, args, key: _HistoryKey) -> int:
     from iris_desktop.core.store.cipher import is_encrypted
-    from iris_desktop.core.store.recovery import acknowledge, salvage
+    from iris_desktop.core.store.recovery import SALVAGE_ASKED, acknowledge, salvage
     from iris_desktop.storage_key import keep_key
 
     if not db.exists() or not db.stat().st_size:
@@ -258,7 +258,7 @@ def _salvage_now(db: Path, args, key: _HistoryKey) -> int:
     if opened is None and is_encrypted(db) is True:
         raise CliError(f"{db} is encrypted and cannot be salvaged yet: {_no_key(db)}; nothing "
                        "was changed", EXIT_FAIL)
-    recovery = salvage(db, ["salvage asked for with 'iris-desktop recover --salvage'"],
+    recovery = salvage(db, [SALVAGE_ASKED],
                        opened.key if opened else None)
     keep_key(db, opened.key if opened else None)  # the new database has a salt of its own
     acknowledge(db, [recovery.set_aside])

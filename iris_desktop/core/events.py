@@ -52,7 +52,8 @@ class CompactionEvent:
             return (f"compacted ({self.trigger}, {self.path}): turns {self.first_turn}–"
                     f"{self.last_turn}, {self.messages_archived} messages archived, "
                     f"{self.tokens_before:,} → {self.tokens_after:,} tokens, summary "
-                    f"{self.summary_tokens:,} tokens, kept {self.kept_turns} turns, "
+                    f"{self.summary_tokens:,} tokens, kept {self.kept_turns} "
+                    f"{'turn' if self.kept_turns == 1 else 'turns'}, "
                     f"{self.duration_s or 0:.1f} s" + (f" ({self.error})" if self.error else ""))
         return f"compaction {self.outcome} ({self.trigger}): {self.error}"
 

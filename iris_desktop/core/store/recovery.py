@@ -260,13 +260,18 @@ class Recovery:
     def describe(self) -> str:
         """What happened, where the original is, what was recovered and what was lost (as
         far as it can be told), for the user."""
-        parts = [f"{self.recovered.get(t, 0):,} {_words(t)}" for t in SALVAGED_TABLES]
+        parts = [f"{self.recovered.get(t, 0):,} {rows_in_words(t, self.recovered.get(t, 0))}"
+                 for t in SALVAGED_TABLES]
         sides = [p.name.rsplit("-", 1)[-1] for p in self.moved if p != self.set_aside]
         with_sides = f" (with its {' and '.join('-' + s for s in sides)})" if sides else ""
-        recreated = (f"; {self.recreated:,} threads whose title was lost are named "
-                     "'Recovered chat <id>'" if self.recreated else "")
-        return (f"The database {self.path} was damaged ({first_problem(self.problems)}). Iris "
-                f"did not write to it: it is set aside, unchanged, as {self.set_aside}"
+        recreated = (f"; {self.recreated:,} {rows_in_words('threads', self.recreated)} whose title was "
+                     f"lost {'is' if self.recreated == 1 else 'are'} named 'Recovered chat <id>'"
+                     if self.recreated else "")
+        why = f"was damaged ({first_problem(self.problems)})"
+        if self.problems == [SALVAGE_ASKED]:  # a healthy database may be salvaged on request
+            why = "was copied row by row, as asked ('iris-desktop recover --salvage')"
+        return (f"The database {self.path} {why}. Iris did not write to it: it is set aside, "
+                f"unchanged, as {self.set_aside}"
                 f"{with_sides}; 'iris-desktop recover' lists it and can put it back. "
                 f"Recovered into a new database: {', '.join(parts)}{recreated}"
                 f"{self.losses()}.")
@@ -278,22 +283,32 @@ class Recovery:
         for table in SALVAGED_TABLES:
             lost, held = self.lost.get(table, 0), self.held.get(table)
             if lost is None:
-                unknown.append(_words(table))
+                unknown.append(rows_in_words(table))
             elif lost:
                 total += lost
-                known.append(f"{lost:,} of {held:,} {_words(table)}" if held is not None
-                             else f"at least {lost:,} {_words(table)}")
+                known.append(f"{lost:,} of {held:,} {rows_in_words(table, held)}" if held is not None
+                             else f"at least {lost:,} {rows_in_words(table, lost)}")
         if not known and not unknown:
             return "; no row was lost"
-        text = f"; {total:,} rows could not be read ({', '.join(known)})" if known else ""
+        text = (f"; {total:,} {'row' if total == 1 else 'rows'} could not be read ({', '.join(known)})"
+                if known else "")
         if unknown:
             text += (f"; how many {' and '.join(unknown)} were lost cannot be told (what "
                      "counted them is damaged too)")
         return text
 
 
-def _words(table: str) -> str:
-    return table.replace("_", " ")
+_ONE = {"threads": "thread", "messages": "message", "summaries": "summary",
+        "compaction_events": "compaction event", "requests": "request"}
+
+
+#: the reason a salvage gives when the user asked for one (the database may be healthy)
+SALVAGE_ASKED = "salvage asked for with 'iris-desktop recover --salvage'"
+
+
+def rows_in_words(table: str, count: int | None = None) -> str:
+    """A table's rows in words: "threads", or "1 thread" with a ``count`` of one."""
+    return _ONE.get(table, table) if count == 1 else table.replace("_", " ")
 
 
 def first_problem(problems: Sequence[str]) -> str:
