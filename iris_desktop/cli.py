@@ -41,10 +41,30 @@ def record_id(text: str) -> int:
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error as the CLI's one sentence (exit 2), not a usage block."""
 
+    #: the arguments being parsed (for a hint at what went wrong)
+    argv: Sequence[str] = ()
+
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("iris-desktop").strip()
         where = f"{command}: " if command else ""
-        self.exit(EXIT_USAGE, f"iris-desktop: {where}{message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, f"iris-desktop: {where}{message}{_hint(message, _Parser.argv)} "
+                              f"(see '{self.prog} --help')\n")
+
+
+def _hint(message: str, argv: Sequence[str]) -> str:
+    """What an argparse error most likely means, for the two mistakes people make: a
+    ``--set KEY VALUE`` (its value read as the command), a global option after the command."""
+    if "invalid choice" in message:
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--set" and "=" not in argv[i + 1]:
+                value = argv[i + 2] if i + 2 < len(argv) else "VALUE"
+                return f"; --set takes KEY=VALUE as one argument (--set {argv[i + 1]}={value})"
+    if "unrecognized arguments" in message:
+        late = [a for a in message.split(":", 1)[-1].split()
+                if a in ("-v", "--verbose", "--set", "--data-dir") or a.startswith(("--set=", "--data-dir="))]
+        if late:
+            return f"; {late[0].split('=')[0]} goes before the command (iris-desktop {late[0]} … COMMAND)"
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,6 +257,7 @@ def _logging(data_dir: str | None, verbose: bool) -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     with _logging(args.data_dir, args.verbose):
         return _run(args)

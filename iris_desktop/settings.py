@@ -798,9 +798,38 @@ def load_settings(
         if name in env:
             settings.problems.append(f"environment {name} is ADR-0079's name and is not "
                                      f"read; use {instead}")
+    settings.problems.extend(_unknown_env(env))
     if cli:
         settings = settings.with_overrides(cli)
     return settings
+
+
+#: IRIS_ variables that are not settings (where the data lives, the history's passphrase)
+OTHER_ENV = ("IRIS_HOME", "IRIS_WEIGHTS_DIR", "IRIS_STORAGE_PASSPHRASE")
+
+
+def _unknown_env(env: Mapping[str, str]) -> list[str]:
+    """A problem for each environment variable that looks like a setting's and is none (a
+    typo, a key in lower case): it would be ignored without a word. Only names in a
+    settings section (IRIS_CONTEXT_…, IRIS_MODEL_…) are judged: build and test scripts
+    have IRIS_ variables of their own."""
+    import difflib
+
+    known = {s.env_var for s in SETTINGS.values()} | {_env_name(old) for old in RENAMED}
+    known |= set(FOREIGN_ENV) | set(OTHER_ENV)
+    sections = {"IRIS_" + key.split(".")[0].upper() + "_" for key in SETTINGS}
+    problems = []
+    for name in sorted(env):
+        upper = name.upper()
+        if name in known or not upper.startswith(tuple(sections)):
+            continue
+        if upper in known:
+            problems.append(f"environment {name} is not read: its name is {upper}")
+            continue
+        near = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.85)
+        problems.append(f"environment {name} is not a setting Iris knows; ignored"
+                        + (f" (did you mean {near[0]}?)" if near else ""))
+    return problems
 
 
 def _env_name(key: str) -> str:

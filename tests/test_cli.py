@@ -130,6 +130,19 @@ def test_an_empty_message_and_a_continue_with_nothing_stopped_are_refused_before
     assert code == 0 and "nothing to compact yet" in out + err
 
 
+@pytest.mark.parametrize("argv,hint", [
+    (["--set", "context.window", "4096", "config", "get", "context.window"],
+     "; --set takes KEY=VALUE as one argument (--set context.window=4096)"),
+    (["threads", "-v"], "; -v goes before the command (iris-desktop -v … COMMAND)"),
+    (["threads", "--set", "context.window=4096"], "; --set goes before the command"),
+])
+def test_the_two_usual_argument_mistakes_get_a_hint(capsys, argv, hint):
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.count("\n") == 1 and hint in err and "--help" in err
+
+
 def test_config_set_get_list_reset(capsys, tmp_path):
     code, _, _ = run(capsys, "config", "set", "context.token_budget_ratio", "0.8")
     assert code == 0
@@ -159,6 +172,15 @@ def test_env_override_and_bad_env_warns(capsys, monkeypatch):
     assert rows["context.prune_protect_turns"]["source"] == "env"
     assert rows["context.compaction_threshold"]["value"] == 0.75
     assert "IRIS_CONTEXT_COMPACTION_THRESHOLD" in err
+    # a name that looks like a setting's and is none is said, not silently ignored
+    monkeypatch.setenv("IRIS_CONTEXT_WINDOWW", "4096")
+    monkeypatch.setenv("IRIS_context_window", "4096")
+    monkeypatch.setenv("IRIS_TEST_SOMETHING", "1")  # not a settings section: build/test scripts' own
+    err = run(capsys, "config", "get", "context.window")[2]
+    assert "environment IRIS_CONTEXT_WINDOWW is not a setting Iris knows; ignored (did you mean " \
+        "IRIS_CONTEXT_WINDOW?)" in err
+    assert "environment IRIS_context_window is not read: its name is IRIS_CONTEXT_WINDOW" in err
+    assert "IRIS_TEST_SOMETHING" not in err
 
 
 def test_console_script_runs_as_a_subprocess(tmp_path):
