@@ -59,8 +59,10 @@ def test_a_new_reply_beside_the_old_is_a_branch_and_switching_brings_either_back
     assert path_ids(fresh_store, thread) == [u1, a1, u2, a2b]
     assert fresh_store.switch_branch(thread, a2b, -1) == a2
     assert path_ids(fresh_store, thread) == [u1, a1, u2, a2]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"message {a2} is the first of its 2 alternatives"):
         fresh_store.switch_branch(thread, a2, -1)
+    with pytest.raises(ValueError, match=f"message {a1} has no alternatives"):
+        fresh_store.switch_branch(thread, a1, +1)
 
 
 def test_the_engine_and_recall_see_only_the_active_branch(fresh_store):

@@ -400,7 +400,7 @@ def test_threads_counts_a_bounded_amount_and_says_what_is_left(capsys, tmp_path,
                               + "\n" for i in range(30_000)))
     assert run(capsys, "import", source)[0] == 0
     code, out, _ = run(capsys, "threads", "--no-model")
-    assert code == 0 and "not yet counted)" in out
+    assert code == 0 and "messages not counted yet)" in out
 
     from iris_desktop.commands.common import LISTING_COUNT_CHARS
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TOO_LARGE = 0, 1, 2, 3
 
-#: text a ``threads`` listing counts at most; the rest shows as "not yet counted" until a
+#: text a ``threads`` listing counts at most; the rest shows as "messages not counted yet" until a
 #: request (or a later listing) counts it, so a listing never waits for a huge import
 LISTING_COUNT_CHARS = 200_000
 

@@ -138,8 +138,8 @@ def threads(args, overrides) -> int:
         print("no threads yet")
     for row in rows:
         tokens = f"{row['tokens']:,} tokens" + (
-            f" (+{row['uncounted_messages']:,} not yet counted)"
+            f" (+{row['uncounted_messages']:,} messages not counted yet)"
             if row["uncounted_messages"] else "")
-        print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<28} "
+        print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<46} "
               f"{show_untrusted(row['title'])}")
     return EXIT_OK

@@ -151,8 +151,9 @@ def _hub_token(hub_url: str, remove: bool) -> int:
         set_hub_token(hub_url, token)
     except (KeyringError, ValueError) as exc:
         raise CliError(f"the keyring did not keep the token ({exc})", EXIT_FAIL) from None
-    say(f"iris-desktop: {'forgot the token' if remove else 'saved the token in the keyring'} for "
-        f"{hub_url}", file=sys.stderr)
+    # (forgotten, or none was kept, or there is no keyring to keep one: either way, none now)
+    say(f"iris-desktop: no token is kept for {hub_url} now" if remove
+        else f"iris-desktop: saved the token in the keyring for {hub_url}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -143,7 +143,11 @@ class Branches(Connected):
         siblings = self.alternatives(message_id)
         index = siblings.index(message_id) + step
         if not 0 <= index < len(siblings):
-            raise ValueError(f"message {message_id} has no alternative {step:+d} from it")
+            if len(siblings) == 1:
+                raise ValueError(f"message {message_id} has no alternatives")
+            place = "first" if index < 0 else "last"
+            raise ValueError(f"message {message_id} is the {place} of its {len(siblings)} alternatives "
+                             f"(nothing {'before' if index < 0 else 'after'} it)")
         head = self.newest_leaf(siblings[index])
         self.set_head(thread_id, head)
         return head
