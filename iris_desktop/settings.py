@@ -59,6 +59,9 @@ class Setting:
     label: str = ""
     #: for "int": 0 is allowed too, outside the range, and means this ("the system's size")
     zero_means: str = ""
+    #: for "list": each item is a folder, an absolute path or one from ~ (a relative one
+    #: would mean a different folder for each place Iris is started from)
+    folders: bool = False
 
     @property
     def section(self) -> str:
@@ -86,6 +89,8 @@ class Setting:
         if self.kind == "list":
             if self.item_choices:
                 return "a list drawn from " + ", ".join(self.item_choices)
+            if self.folders:
+                return "a list of folders, each an absolute path or one starting with ~"
             return "a list of strings"
         if self.kind == "path":
             return f"'{BUNDLED}' or a path to a file"
@@ -141,6 +146,9 @@ class Setting:
             unknown = [v for v in value if self.item_choices and v not in self.item_choices]
             if unknown:
                 raise SettingsError(bad + f" (unknown: {', '.join(unknown)})")
+            relative = [v for v in value if self.folders and not os.path.isabs(os.path.expanduser(v))]
+            if relative:
+                raise SettingsError(bad + f" ({relative[0]!r} is not an absolute path)")
         elif self.kind in ("str", "path"):
             if not isinstance(value, str):
                 raise SettingsError(bad)
@@ -476,7 +484,7 @@ _ALL: tuple[Setting, ...] = (
     Setting(
         "tools.allowed_paths", "list", [],
         "Folders the tools may read. Nothing is allowed until you add a folder.",
-        label="Folders the tools may read",
+        label="Folders the tools may read", folders=True,
     ),
     Setting(
         "tools.shell", "bool", False,
