@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append",
                         default=[], help="override a setting for this run (repeatable)")
     parser.add_argument("--self-test", action="store_true",
-                        help="load the bundled model, answer one prompt, build one context, exit")
+                        help="check the installation: load the bundled model, answer one "
+                        "prompt, rerank with recall's cross-encoder, build one context, exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
@@ -92,18 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="the full stored history of a thread, never pruned (JSON: "
                        "every branch; Markdown: the active one)")
-    p.add_argument("thread", type=record_id)
+    p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
     p.add_argument("--format", choices=("json", "md"), default="json")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
 
     p = sub.add_parser("delete", help="delete a thread for good: its messages, summaries and "
                        "saved KV state, with no readable trace left in the database files")
-    p.add_argument("thread", type=record_id)
+    p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     p = sub.add_parser("switch", help="show another alternative of a message (a regenerated "
                        "reply, an edited message): its newest branch becomes the active one")
-    p.add_argument("thread", type=record_id)
+    p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
     p.add_argument("message", type=record_id, metavar="MESSAGE_ID")
     p.add_argument("direction", choices=("next", "previous"))
 
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="count without loading the model (approximate counter)")
 
     p = sub.add_parser("context", help="the request that would be sent next, without sending it")
-    p.add_argument("thread", type=record_id)
+    p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
     p.add_argument("--json", action="store_true")
     p.add_argument("--draft", help="include this new user message as the newest turn")
     p.add_argument("--no-model", action="store_true",
@@ -199,7 +200,7 @@ def _add_runtime_commands(sub: Any) -> None:
     m.add_argument("--remove", action="store_true", help="forget the saved token")
 
     p = sub.add_parser("compact", help="compact a thread now and print the event")
-    p.add_argument("thread", type=record_id)
+    p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-model", action="store_true",
                    help="do not load the model: the extractive summarizer, heuristic counts")
