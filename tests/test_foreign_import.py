@@ -479,3 +479,37 @@ def test_jan_one_line_messages_and_an_unreadable_thread_json(capsys, tmp_path):
     (folder / "messages.jsonl").write_text(first + "\n" + '{"role": "user", "n": ' + "9" * 5000 + "}\n")
     with pytest.raises(ConversationFormatError, match="line 2: a number has more than"):
         load_conversations(folder)
+
+
+def test_a_reply_and_a_second_message_after_the_same_one_both_stay_reachable(capsys, tmp_path):
+    """ChatGPT's tree put a reply and a second user message after the same question: the
+    second branch was stored but no switch could reach it (Iris's alternatives are of one
+    role). It becomes an alternative of the question holding both texts; first messages
+    of different roles keep the active one's and say how many were left out."""
+    def node(key, role, text, parent, children):
+        return {"id": key, "parent": parent, "children": children, "message": {
+            "id": key, "author": {"role": role}, "content": {"content_type": "text", "parts": [text]}}}
+
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps([{"title": "mixed", "current_node": "a", "mapping": {
+        "u": node("u", "user", "question", None, ["a", "u2"]),
+        "a": node("a", "assistant", "answer", "u", []),
+        "u2": node("u2", "user", "more", "u", ["a2"]),
+        "a2": node("a2", "assistant", "second answer", "u2", [])}}]))
+    ids, err = imported(capsys, source)
+    assert err == "iris-desktop: imported 1 chat from a ChatGPT export\n"
+    assert shape(exported(capsys, ids[0])) == [
+        ("user", "question", None, True), ("assistant", "answer", 0, True),
+        ("user", "question\n\nmore", None, False), ("assistant", "second answer", 2, False)]
+    first = context_messages(capsys, ids[0])[0]["id"]
+    code, out, _ = run(capsys, "switch", ids[0], first, "next")
+    assert code == 0 and "question more" in out and "second answer" in out
+
+    source.write_text(json.dumps([{"title": "roots", "chat": {"history": {
+        "currentId": "b", "messages": {
+            "a": {"id": "a", "parentId": None, "childrenIds": [], "role": "assistant", "content": "Hello"},
+            "b": {"id": "b", "parentId": None, "childrenIds": [], "role": "user", "content": "hi"}}}}}]))
+    loaded = load_conversations(source)
+    assert [m["content"] for m in loaded.chats[0].messages] == ["hi"]
+    assert loaded.notes == ["1 message on branches that start with a different role than the active one "
+                            "was left out: Iris shows alternatives of one role side by side."]

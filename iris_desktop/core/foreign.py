@@ -8,7 +8,10 @@ converts every chat the file holds into Iris's message format and validates each
 one sentence naming the chat, before anything is written. A source's message tree
 (ChatGPT's ``mapping``, Open WebUI's ``history``, LM Studio's versions) becomes Iris
 branches (``"iris": {"id", "parent_id", "active"}``), the branch the app showed last
-active; a chat of one branch stays a plain list. :func:`import_conversations` stores them,
+active; a chat of one branch stays a plain list. Iris's alternatives are of one role, so a
+second message of the asker's side after the same message as a reply becomes an
+alternative of that message holding both texts; first messages of different roles keep
+the active branch's, the rest counted in a note. :func:`import_conversations` stores them,
 one thread per chat, in one transaction.
 
 Iris keeps the conversation as text. What it leaves out is counted and said in one
@@ -288,6 +291,8 @@ class _Tally:
     empty: int = 0
     #: files beside the one imported that could not be read (a Jan thread.json), and why
     unread: list[str] = field(default_factory=list)
+    #: messages on branches Iris cannot show beside the active one (``_untangle``)
+    unshown: int = 0
 
     def notes(self) -> list[str]:
         notes = [f"{problem}: the thread's title and instructions were left out."
@@ -301,6 +306,11 @@ class _Tally:
             verb = "was" if self.tools == 1 else "were"
             notes.append(f"{_count(self.tools, 'tool step')} (web searches, code runs, image "
                          f"generation) {verb} left out; the replies that used them are kept.")
+        if self.unshown:
+            verb = "was" if self.unshown == 1 else "were"
+            notes.append(f"{_count(self.unshown, 'message')} on branches that start with a "
+                         f"different role than the active one {verb} left out: Iris shows "
+                         "alternatives of one role side by side.")
         if self.empty:
             verb = "was" if self.empty == 1 else "were"
             notes.append(f"{_count(self.empty, 'chat')} with no text message {verb} skipped.")
@@ -434,7 +444,7 @@ class _Node(NamedTuple):
 
 
 def _tree(nodes: dict[Hashable, _Node], active: Hashable | None,
-          system: str | None = None) -> list[Message]:
+          system: str | None = None, tally: _Tally | None = None) -> list[Message]:
     """The kept messages of a source tree in Iris's format: a plain list when they are one
     branch shown to its end, else every message with ``TREE_KEY`` (parents first,
     siblings in the source's order, ``active`` on the branch ending at ``active``'s
@@ -459,6 +469,10 @@ def _tree(nodes: dict[Hashable, _Node], active: Hashable | None,
     head = anchor.get(active) if active in nodes else None
     if head is None:
         head = kept[-1]
+    message = {k: nodes[k].message for k in kept}
+    kept, head, left_out = _untangle(kept, parent_of, message, head)
+    if tally is not None:
+        tally.unshown += left_out
     on_path: set[Hashable] = set()
     while head is not None and head not in on_path:
         on_path.add(head)
@@ -467,11 +481,61 @@ def _tree(nodes: dict[Hashable, _Node], active: Hashable | None,
     for k in kept:
         children[parent_of[k]] = children.get(parent_of[k], 0) + 1
     if len(on_path) == len(kept) and all(count == 1 for count in children.values()):
-        return [dict(nodes[k].message) for k in kept]
+        return [dict(message[k]) for k in kept]
     number = {k: i for i, k in enumerate(kept, start=1)}
-    return [{**nodes[k].message, TREE_KEY: {
+    return [{**message[k], TREE_KEY: {
         "id": number[k], "parent_id": number.get(parent_of[k]), "active": k in on_path}}
         for k in kept]
+
+
+def _untangle(kept: list[Hashable], parent_of: dict[Hashable, Hashable | None],
+              message: dict[Hashable, Message], head: Hashable
+              ) -> tuple[list[Hashable], Hashable, int]:
+    """The tree with every message where Iris can show it. Iris's alternatives are
+    messages of one role after the same message; a source may put a reply and a new
+    message of the asker's after the same one (two branches: "P, reply" and "P, P's side
+    again"). The second becomes an alternative of P holding both texts (P's side said
+    them in a row: the model reads the same), with the rest of its branch under it.
+    Where no such merge exists (first messages of different roles), the role group the
+    active branch goes through is kept and the others are left out, counted (the third
+    value). ``kept`` (parents first), ``parent_of`` and ``message`` are updated; the new
+    head is returned (the same, or its merged stand-in)."""
+    left_out = 0
+    while True:
+        children: dict[Hashable | None, list[Hashable]] = {}
+        for k in kept:
+            children.setdefault(parent_of[k], []).append(k)
+        mixed = next(((p, kids) for p, kids in children.items()
+                      if len({message[k]["role"] for k in kids}) > 1), None)
+        if mixed is None:
+            return kept, head, left_out
+        parent, kids = mixed
+        role = message[parent]["role"] if parent is not None else None
+        same = [k for k in kids if message[k]["role"] == role]
+        if same:
+            for child in same:
+                merged = ("merged", parent, child)
+                message[merged] = {**message[parent], "content": f"{message[parent]['content']}"
+                                                                 f"\n\n{message[child]['content']}"}
+                parent_of[merged] = parent_of[parent]
+                kept[kept.index(child)] = merged  # after its parent's parent: parents stay first
+                for k in kept:
+                    if parent_of[k] == child:
+                        parent_of[k] = merged
+                head = merged if head == child else head
+            continue
+        on_path, k = set(), head
+        while k is not None:
+            on_path.add(k)
+            k = parent_of.get(k)
+        keep_role = next((message[k]["role"] for k in kids if k in on_path), message[kids[0]]["role"])
+        gone = {k for k in kids if message[k]["role"] != keep_role}
+        for k in kept:  # parents first: a child of a gone message is gone too
+            if parent_of[k] in gone:
+                gone.add(k)
+        left_out += len(gone)
+        kept = [k for k in kept if k not in gone]
+        head = head if head not in gone else kept[-1]
 
 
 def _preorder(nodes: dict[Hashable, _Node]) -> dict[Hashable, int]:
@@ -554,7 +618,7 @@ def _chatgpt_chat(conversation: Any, tally: _Tally) -> Chat | None:
                            _chatgpt_message(node.get("message"), tally),
                            [k for k in kids if isinstance(k, str)] if isinstance(kids, list) else [])
     active = conversation.get("current_node")
-    messages = _tree(nodes, active if isinstance(active, str) else None)
+    messages = _tree(nodes, active if isinstance(active, str) else None, tally=tally)
     return Chat(_title(conversation.get("title")), messages)
 
 
@@ -651,7 +715,7 @@ def _openwebui_chat(item: Any, tally: _Tally) -> Chat | None:
                                       [_hashable(k) for k in kids] if isinstance(kids, list) else [])
         previous = key
     messages = _tree(nodes, _hashable(active) if active is not None else None,
-                     system.strip() if system and system.strip() else None)
+                     system.strip() if system and system.strip() else None, tally)
     return Chat(title, messages)
 
 
@@ -725,7 +789,7 @@ def _lmstudio_chat(data: dict[str, Any], tally: _Tally) -> Chat | None:
         for j, version in enumerate(versions):
             nodes[(i, j)] = _Node(parent, _lmstudio_version(version, tally), [])
         parent = (i, chosen)
-    messages_out = _tree(nodes, parent, system.strip() if system and system.strip() else None)
+    messages_out = _tree(nodes, parent, system.strip() if system and system.strip() else None, tally)
     return Chat(_title(data.get("name")), messages_out)
 
 
