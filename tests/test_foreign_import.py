@@ -513,3 +513,13 @@ def test_a_reply_and_a_second_message_after_the_same_one_both_stay_reachable(cap
     assert [m["content"] for m in loaded.chats[0].messages] == ["hi"]
     assert loaded.notes == ["1 message on branches that start with a different role than the active one "
                             "was left out: Iris shows alternatives of one role side by side."]
+
+
+def test_an_imported_title_is_one_line_of_at_most_200_characters(capsys, tmp_path):
+    chats = json.loads(CHATGPT_TREE.read_text())
+    chats[0]["title"] = "Long\n\ttitle " + "x" * 60_000
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps(chats))
+    imported(capsys, source)
+    title = threads(capsys)[0]["title"]
+    assert len(title) == 200 and title.startswith("Long title xxx") and title.endswith("…")

@@ -34,6 +34,8 @@ from iris_desktop.tokens import Message
 BRANCHES_FORMAT = "iris-branches"
 #: where a branched export keeps a message's place in the tree
 TREE_KEY = "iris"
+#: an imported chat's title at most (longer ones are clipped with "…")
+MAX_TITLE_CHARS = 200
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
 #: the deepest a message's values may nest (a message and its tool calls use four
@@ -312,6 +314,9 @@ def export_messages(store: Store, thread_id: int) -> Any:
 def import_messages(store: Store, messages: list[Message], title: str) -> int:
     """Store validated ``messages`` as a new thread, in one transaction; a branched
     export's tree is rebuilt with the same branch active. Returns the thread's id."""
+    title = " ".join(title.split()) or "Imported chat"  # one line: a title is a list's row
+    if len(title) > MAX_TITLE_CHARS:  # (an export's title may be any length: 60,000 characters)
+        title = title[: MAX_TITLE_CHARS - 1].rstrip() + "…"
     with store.transaction():
         thread_id = store.create_thread(title)
         if not any(TREE_KEY in m for m in messages):
