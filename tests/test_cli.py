@@ -143,6 +143,28 @@ def test_the_two_usual_argument_mistakes_get_a_hint(capsys, argv, hint):
     assert caught.value.code == 2 and err.count("\n") == 1 and hint in err and "--help" in err
 
 
+def test_the_window_without_a_display_or_its_libraries_is_one_sentence(capsys, monkeypatch):
+    """Qt aborts (exit 134, a core dump, several lines) where the window cannot open; the
+    app says why first: no display, or the xcb libraries it lacks, by package name."""
+    from iris_desktop.commands import display_problem
+
+    found = {"xcb-cursor": None}
+    lookup_lib = lambda name: found.get(name, f"lib{name}.so")  # noqa: E731
+    assert "no display" in display_problem({}, "linux", lookup_lib)
+    assert display_problem({"DISPLAY": ":0"}, "linux", lookup_lib) == (
+        "the window needs libraries your system lacks: libxcb-cursor0 (on Debian or Ubuntu: "
+        "sudo apt-get install libxcb-cursor0)")
+    assert display_problem({"DISPLAY": ":0"}, "linux", lambda name: "x") is None
+    assert display_problem({"WAYLAND_DISPLAY": "wayland-0"}, "linux", lookup_lib) is None
+    assert display_problem({"QT_QPA_PLATFORM": "offscreen"}, "linux", lookup_lib) is None
+    assert display_problem({}, "win32", lookup_lib) is None and display_problem({}, "darwin") is None
+    if sys.platform.startswith("linux"):
+        for name in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"):
+            monkeypatch.delenv(name, raising=False)
+        code, out, err = run(capsys)
+        assert code == 1 and out == "" and err.count("\n") == 1 and "no display to open the window" in err
+
+
 def test_config_set_get_list_reset(capsys, tmp_path):
     code, _, _ = run(capsys, "config", "set", "context.token_budget_ratio", "0.8")
     assert code == 0

@@ -32,9 +32,52 @@ __all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_TOO_LARGE", "EXIT_USAGE", "
 
 
 def gui(args, overrides) -> int:
+    import os
+    import sys
+
+    problem = display_problem(os.environ, sys.platform)
+    if problem:  # Qt would abort with its own lines (and a core dump), not one sentence
+        raise CliError(problem, EXIT_FAIL)
     from iris_desktop.ui.app import run_gui
 
     return run_gui(args.data_dir, overrides)
+
+
+#: the libraries Qt's xcb platform plugin needs beside Qt's own (the NEEDED entries of
+#: PySide6's libQt6XcbQpa.so.6), with Debian's package names
+XCB_LIBRARIES = {
+    "xcb-cursor": "libxcb-cursor0", "xcb-icccm": "libxcb-icccm4", "xcb-util": "libxcb-util1",
+    "xcb-image": "libxcb-image0", "xcb-keysyms": "libxcb-keysyms1", "xcb-randr": "libxcb-randr0",
+    "xcb-render": "libxcb-render0", "xcb-render-util": "libxcb-render-util0",
+    "xcb-shape": "libxcb-shape0", "xcb-shm": "libxcb-shm0", "xcb-sync": "libxcb-sync1",
+    "xcb": "libxcb1", "xcb-xfixes": "libxcb-xfixes0", "xcb-xkb": "libxcb-xkb1",
+    "xkbcommon": "libxkbcommon0", "X11-xcb": "libx11-xcb1", "X11": "libx11-6",
+    "xkbcommon-x11": "libxkbcommon-x11-0"}
+
+
+def display_problem(env, platform: str, find_library=None) -> str | None:
+    """Why the window cannot open on Linux, in one sentence, before Qt aborts on it: no
+    display at all, or an X display without the xcb libraries Qt's plugin needs. None
+    elsewhere, on Wayland, and for a platform set in QT_QPA_PLATFORM other than xcb
+    (offscreen, vnc…)."""
+    if not platform.startswith("linux"):
+        return None
+    qpa = env.get("QT_QPA_PLATFORM", "")
+    if qpa and not qpa.startswith(("xcb", "wayland")):
+        return None
+    if not env.get("DISPLAY") and not env.get("WAYLAND_DISPLAY"):
+        return ("there is no display to open the window on (neither DISPLAY nor "
+                "WAYLAND_DISPLAY is set): start Iris Desktop in a desktop session, or use "
+                "the command line ('iris-desktop --help')")
+    if env.get("WAYLAND_DISPLAY") and not qpa.startswith("xcb"):
+        return None
+    if find_library is None:
+        from ctypes.util import find_library
+    missing = [package for lib, package in XCB_LIBRARIES.items() if find_library(lib) is None]
+    if missing:
+        return (f"the window needs libraries your system lacks: {', '.join(missing)} (on "
+                f"Debian or Ubuntu: sudo apt-get install {' '.join(missing)})")
+    return None
 
 
 COMMANDS = {
