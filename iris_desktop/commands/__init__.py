@@ -55,11 +55,13 @@ XCB_LIBRARIES = {
     "xkbcommon-x11": "libxkbcommon-x11-0"}
 
 
-def display_problem(env, platform: str, find_library=None) -> str | None:
+def display_problem(env, platform: str, find_library=None, load_xcb=None) -> str | None:
     """Why the window cannot open on Linux, in one sentence, before Qt aborts on it: no
-    display at all, or an X display without the xcb libraries Qt's plugin needs. None
-    elsewhere, on Wayland, and for a platform set in QT_QPA_PLATFORM other than xcb
-    (offscreen, vnc…)."""
+    display at all, or an X display where Qt's xcb plugin cannot load (``load_xcb``, by
+    default loading PySide6's libQt6XcbQpa as the dynamic loader would: only a real
+    failure counts, a library bundled beside it is found as Qt finds it), naming the
+    packages that are missing. None elsewhere, on Wayland, and for a platform set in
+    QT_QPA_PLATFORM other than xcb (offscreen, vnc…)."""
     if not platform.startswith("linux"):
         return None
     qpa = env.get("QT_QPA_PLATFORM", "")
@@ -71,12 +73,34 @@ def display_problem(env, platform: str, find_library=None) -> str | None:
                 "the command line ('iris-desktop --help')")
     if env.get("WAYLAND_DISPLAY") and not qpa.startswith("xcb"):
         return None
+    failure = (load_xcb or _load_xcb)()
+    if failure is None:
+        return None
     if find_library is None:
         from ctypes.util import find_library
     missing = [package for lib, package in XCB_LIBRARIES.items() if find_library(lib) is None]
-    if missing:
-        return (f"the window needs libraries your system lacks: {', '.join(missing)} (on "
-                f"Debian or Ubuntu: sudo apt-get install {' '.join(missing)})")
+    needed = ", ".join(missing) if missing else failure.split(":", 1)[0]
+    install = f" (on Debian or Ubuntu: sudo apt-get install {' '.join(missing)})" if missing else ""
+    return f"the window needs libraries your system lacks: {needed}{install}"
+
+
+def _load_xcb() -> str | None:
+    """Load Qt's xcb platform library as Qt would; None when it loads (or is not there to
+    try), else the loader's error ("libxcb-icccm.so.4: cannot open shared object file…")."""
+    import ctypes
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("PySide6")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    library = Path(next(iter(spec.submodule_search_locations))) / "Qt" / "lib" / "libQt6XcbQpa.so.6"
+    if not library.exists():
+        return None
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:
+        return str(exc)
     return None
 
 
