@@ -1,0 +1,169 @@
+"""Other apps' message trees as Iris branches (:mod:`iris_desktop.core.foreign` builds the
+nodes from each format): the kept messages in order, parents first, with ``TREE_KEY``
+where there is more than one branch; hidden nodes skipped, their children hung from the
+nearest kept ancestor; loops refused; messages Iris cannot show as alternatives merged or
+counted (:func:`untangle`)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import NamedTuple
+
+from iris_desktop.core.conversation import TREE_KEY, ConversationFormatError
+from iris_desktop.tokens import Message
+
+SYSTEM = ("system",)  # the key of a chat's system prompt in a tree
+
+
+class Node(NamedTuple):
+    """One message of a source's tree: its parent's key, the message (None: skipped), its
+    children's keys in the source's order."""
+
+    parent: Hashable | None
+    message: Message | None  # None: skipped, its children hang from its nearest kept ancestor
+    children: list[Hashable]  # the source's order of its children (may be empty)
+
+
+def tree(nodes: dict[Hashable, Node], active: Hashable | None,
+         system: str | None = None) -> tuple[list[Message], int]:
+    """The kept messages of a source tree in Iris's format: a plain list when they are one
+    branch shown to its end, else every message with ``TREE_KEY`` (parents first,
+    siblings in the source's order, ``active`` on the branch ending at ``active``'s
+    nearest kept ancestor-or-self). ``system`` becomes a root above all. Also how many
+    messages were left out where Iris cannot show them (:func:`untangle`)."""
+    if system:
+        nodes = {SYSTEM: Node(None, {"role": "system", "content": system}, []), **{
+            key: node._replace(parent=SYSTEM) if node.parent is None or node.parent not in nodes
+            else node for key, node in nodes.items()}}
+    rank = preorder(nodes)
+    anchor = anchors(nodes)
+    kept = sorted((k for k, n in nodes.items() if n.message is not None and k in rank),
+                  key=rank.__getitem__)
+    if len(kept) < sum(n.message is not None for n in nodes.values()):
+        raise ConversationFormatError("its messages' parents form a loop")
+    if not kept:
+        return [], 0
+    parent_of = {k: anchor.get(nodes[k].parent) for k in kept}
+    own = next((k for k in kept if parent_of[k] == k), None)
+    if own is not None:
+        raise ConversationFormatError(f"its messages' parents form a loop (message {own!r} is its "
+                                      "own parent)")
+    head = anchor.get(active) if active in nodes else None
+    if head is None:
+        head = kept[-1]
+    message = {k: nodes[k].message for k in kept}
+    kept, head, left_out = untangle(kept, parent_of, message, head)
+    on_path: set[Hashable] = set()
+    while head is not None and head not in on_path:
+        on_path.add(head)
+        head = parent_of.get(head)
+    children: dict[Hashable, int] = {}
+    for k in kept:
+        children[parent_of[k]] = children.get(parent_of[k], 0) + 1
+    if len(on_path) == len(kept) and all(count == 1 for count in children.values()):
+        return [dict(message[k]) for k in kept], left_out
+    number = {k: i for i, k in enumerate(kept, start=1)}
+    return [{**message[k], TREE_KEY: {
+        "id": number[k], "parent_id": number.get(parent_of[k]), "active": k in on_path}}
+        for k in kept], left_out
+
+
+def untangle(kept: list[Hashable], parent_of: dict[Hashable, Hashable | None],
+              message: dict[Hashable, Message], head: Hashable
+              ) -> tuple[list[Hashable], Hashable, int]:
+    """The tree with every message where Iris can show it. Iris's alternatives are
+    messages of one role after the same message; a source may put a reply and a new
+    message of the asker's after the same one (two branches: "P, reply" and "P, P's side
+    again"). The second becomes an alternative of P holding both texts (P's side said
+    them in a row: the model reads the same), with the rest of its branch under it.
+    Where no such merge exists (first messages of different roles), the role group the
+    active branch goes through is kept and the others are left out, counted (the third
+    value). ``kept`` (parents first), ``parent_of`` and ``message`` are updated; the new
+    head is returned (the same, or its merged stand-in)."""
+    left_out = 0
+    while True:
+        children: dict[Hashable | None, list[Hashable]] = {}
+        for k in kept:
+            children.setdefault(parent_of[k], []).append(k)
+        mixed = next(((p, kids) for p, kids in children.items()
+                      if len({message[k]["role"] for k in kids}) > 1), None)
+        if mixed is None:
+            return kept, head, left_out
+        parent, kids = mixed
+        role = message[parent]["role"] if parent is not None else None
+        same = [k for k in kids if message[k]["role"] == role]
+        if same:
+            for child in same:
+                merged = ("merged", parent, child)
+                message[merged] = {**message[parent], "content": f"{message[parent]['content']}"
+                                                                 f"\n\n{message[child]['content']}"}
+                parent_of[merged] = parent_of[parent]
+                kept[kept.index(child)] = merged  # after its parent's parent: parents stay first
+                for k in kept:
+                    if parent_of[k] == child:
+                        parent_of[k] = merged
+                head = merged if head == child else head
+            continue
+        on_path, k = set(), head
+        while k is not None:
+            on_path.add(k)
+            k = parent_of.get(k)
+        keep_role = next((message[k]["role"] for k in kids if k in on_path), message[kids[0]]["role"])
+        gone = {k for k in kids if message[k]["role"] != keep_role}
+        for k in kept:  # parents first: a child of a gone message is gone too
+            if parent_of[k] in gone:
+                gone.add(k)
+        left_out += len(gone)
+        kept = [k for k in kept if k not in gone]
+        head = head if head not in gone else kept[-1]
+
+
+def preorder(nodes: dict[Hashable, Node]) -> dict[Hashable, int]:
+    """Each node's place in a walk of the source tree, parents before children, siblings
+    in the source's order; nodes on a loop are not reached."""
+    listed: dict[Hashable, list[Hashable]] = {}
+    roots: list[Hashable] = []
+    for key, node in nodes.items():
+        if node.parent is None or node.parent not in nodes or node.parent == key:
+            roots.append(key)
+        else:
+            listed.setdefault(node.parent, []).append(key)
+    for key, kids in listed.items():
+        order = {child: i for i, child in enumerate(nodes[key].children)}
+        kids.sort(key=lambda child: order.get(child, len(order)))
+    rank: dict[Hashable, int] = {}
+    stack = list(reversed(roots))
+    while stack:
+        key = stack.pop()
+        if key in rank:
+            continue
+        rank[key] = len(rank)
+        stack.extend(reversed(listed.get(key, [])))
+    return rank
+
+
+def anchors(nodes: dict[Hashable, Node]) -> dict[Hashable, Hashable | None]:
+    """Each node's nearest kept ancestor-or-self (None: none above it)."""
+    found: dict[Hashable, Hashable | None] = {}
+    for start in nodes:
+        chain: list[Hashable] = []
+        seen: set[Hashable] = set()
+        key: Hashable | None = start
+        while True:
+            if key is None or key not in nodes or key in seen:
+                result = None
+                break
+            if key in found:
+                result = found[key]
+                break
+            if nodes[key].message is not None:
+                result = key
+                break
+            seen.add(key)
+            chain.append(key)
+            key = nodes[key].parent
+        for key in chain:
+            found[key] = result
+        if start not in found:
+            found[start] = result
+    return found
