@@ -146,7 +146,7 @@ class Setting:
             unknown = [v for v in value if self.item_choices and v not in self.item_choices]
             if unknown:
                 raise SettingsError(bad + f" (unknown: {', '.join(unknown)})")
-            relative = [v for v in value if self.folders and not os.path.isabs(os.path.expanduser(v))]
+            relative = [v for v in value if self.folders and not _absolute(os.path.expanduser(v))]
             if relative:
                 raise SettingsError(bad + f" ({relative[0]!r} is not an absolute path)")
         elif self.kind in ("str", "path"):
@@ -199,6 +199,15 @@ class Setting:
         if self.kind == "bool":
             return "true" if value else "false"
         return str(value)
+
+
+def _absolute(path: str) -> bool:
+    """An absolute path on either kind of system: a settings file may be shared, and
+    'C:\\notes' in it is absolute where it is meant, as '/home/me/notes' is."""
+    import ntpath
+    import posixpath
+
+    return posixpath.isabs(path) or ntpath.isabs(path)
 
 
 def _number(kind: type, text: str) -> Any:

@@ -509,7 +509,7 @@ def test_regenerate_edit_continue_and_a_branched_export_round_trip(capsys, tmp_p
     first_question = tree["messages"][0]["iris"]["id"]
     assert run(capsys, *base, "switch", "1", str(first_question), "next")[0] == 0  # the edit again
     code, _, err = run(capsys, *base, "switch", "1", str(edited), "next")
-    assert code == 2 and "no alternative" in err
+    assert code == 2 and "is the last of its 2 alternatives" in err
 
 
 def test_chat_shows_the_prompt_progress_on_a_terminals_stderr(tmp_path, model_path):
