@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "per chat, their ids printed")
     p.add_argument("file", help="the file, or a Jan thread folder")
     p.add_argument("--title", help="the new thread's title (with several chats: a prefix)")
+    p.add_argument("--again", action="store_true",
+                   help="import chats this history already holds (the same messages) again")
 
     p = sub.add_parser("export", help="the full stored history of a thread, never pruned (JSON: "
                        "every branch; Markdown: the active one)")

@@ -523,3 +523,27 @@ def test_an_imported_title_is_one_line_of_at_most_200_characters(capsys, tmp_pat
     imported(capsys, source)
     title = threads(capsys)[0]["title"]
     assert len(title) == 200 and title.startswith("Long title xxx") and title.endswith("…")
+
+
+def test_the_same_export_imported_again_is_said_not_stored_twice(capsys, tmp_path):
+    """Importing a newer ChatGPT export that holds the old chats too made a second copy of
+    every one of them; a chat whose messages a thread already holds is said and skipped
+    (the new ones are imported), and --again imports it anyway."""
+    first, _ = imported(capsys, CHATGPT_MODERN)
+    chats = json.loads(CHATGPT_MODERN.read_text())
+    newer = json.loads(json.dumps(chats[2]))
+    newer["title"] = "Another dinner"
+    newer["mapping"]["user-3"]["message"]["content"]["parts"] = ["Something with lentils?"]
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps([*chats, newer]))
+    again, err = imported(capsys, source)
+    assert len(again) == 1 and err.splitlines() == [
+        "iris-desktop: imported 1 chat from a ChatGPT export",
+        f"iris-desktop: 2 chats were imported before (thread {first[0]}, {first[1]}) and were not "
+        "imported again; --again imports them anyway",
+        "iris-desktop: 1 chat with no text message was skipped."]
+    assert len(threads(capsys)) == 3
+    code, out, err = run(capsys, "import", CHATGPT_MODERN)
+    assert code == 0 and out == "" and "2 chats were imported before" in err
+    forced, _ = imported(capsys, CHATGPT_MODERN, "--again")
+    assert len(forced) == 2 and len(threads(capsys)) == 5

@@ -36,12 +36,11 @@ def import_(args, overrides) -> int:
     except ConversationFormatError as exc:
         raise CliError(f"import refused, nothing was written: {exc}") from None
     with open_host(args, overrides) as host:
-        thread_ids = import_conversations(host.store, loaded, title)
-    for thread_id in thread_ids:
+        imported = import_conversations(host.store, loaded, title, again=args.again)
+    for thread_id in imported.ids:
         print(thread_id)
-    if loaded.foreign:
-        for line in loaded.report():
-            say(f"iris-desktop: {line}", file=sys.stderr)
+    for line in imported.report(loaded, "; --again imports them anyway"):
+        say(f"iris-desktop: {line}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -46,7 +46,8 @@ from iris_desktop.core.conversation import (
     validate_messages,
 )
 from iris_desktop.core.foreign_tree import Node, tree
-from iris_desktop.core.store import Store, iso_timestamp
+from iris_desktop.core.store import Store, iso_timestamp, row_to_message
+from iris_desktop.core.store.rows import ContentPartsError, parts_text
 from iris_desktop.tokens import Message
 
 CHATGPT = "ChatGPT export"
@@ -153,17 +154,68 @@ def load_conversations(path: str | Path) -> Loaded:
         (lambda tally, item=item: convert(item, tally)) for item in items]))
 
 
-def import_conversations(store: Store, loaded: Loaded, title: str | None = None) -> list[int]:
+class Imported(NamedTuple):
+    """What an import stored: the new threads' ids, and for each chat that was already
+    there (the same messages, in the same order), the thread that holds it."""
+
+    ids: list[int]
+    known: list[int]
+
+    def report(self, loaded: Loaded, hint: str = "") -> list[str]:
+        """What a user is told: ``loaded.report()`` for another app's file, with the chats
+        that were there already said (and ``hint``: how to import them anyway)."""
+        lines = loaded.report() if loaded.foreign else []
+        if not self.known:
+            return lines
+        head = [f"imported {_count(len(self.ids), 'chat')} from {_a(loaded.format)}"] \
+            if self.ids and loaded.foreign else []
+        which = ", ".join(str(t) for t in self.known[:10]) + (", …" if len(self.known) > 10 else "")
+        verb = "was" if len(self.known) == 1 else "were"
+        return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before (thread "
+                       f"{which}) and {verb} not imported again{hint}", *lines[1:]]
+
+
+def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
+                         again: bool = False) -> Imported:
     """Store each chat of ``loaded`` as a new thread, all in one transaction; returns the
-    threads' ids. ``title`` names a single chat, or prefixes the titles of several."""
+    new threads' ids, and the threads that already hold a chat (the same messages in the
+    same order: the same export imported twice), which is not stored again unless
+    ``again``. ``title`` names a single chat, or prefixes the titles of several."""
     ids: list[int] = []
+    known: list[int] = []
     several = len(loaded.chats) > 1
     with store.transaction():
+        sizes: dict[int, list[int]] = {}
+        for thread in [] if again else store.threads():
+            sizes.setdefault(thread["messages"], []).append(thread["id"])
         for chat in loaded.chats:
+            twin = next((t for t in sizes.get(len(chat.messages), [])
+                         if _same_messages(store, t, chat.messages)), None)
+            if twin is not None:
+                known.append(twin)
+                continue
             own = chat.title or title_from(chat.messages)
             name = (f"{title}: {own}" if several else title) if title else own
             ids.append(import_messages(store, chat.messages, name))
-    return ids
+    return Imported(ids, known)
+
+
+def _same_messages(store: Store, thread_id: int, messages: list[Message]) -> bool:
+    """Does the thread store exactly these messages (role and text, every branch, in the
+    order an import stores them)?"""
+    rows = store.all_messages(thread_id)
+    return len(rows) == len(messages) and all(
+        row["role"] == m.get("role") and _text(row_to_message(row).get("content")) == _text(m.get("content"))
+        for row, m in zip(rows, messages))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        try:
+            return parts_text(content)
+        except ContentPartsError:
+            return repr(content)
+    return content if isinstance(content, str) else ""
 
 
 # -- reading --------------------------------------------------------------------------------

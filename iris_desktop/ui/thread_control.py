@@ -369,14 +369,15 @@ class ThreadControl(QObject):
             from iris_desktop.core.foreign import import_conversations, load_conversations
 
             loaded = load_conversations(path)
-            return import_conversations(store, loaded), loaded.report() if loaded.foreign else []
+            imported = import_conversations(store, loaded)  # a chat there already: opened
+            return imported, imported.report(loaded)
 
-        def done(result: tuple[list[int], list[str]]) -> None:
-            thread_ids, report = result
+        def done(result: tuple[Any, list[str]]) -> None:
+            imported, report = result
             self.refresh_threads()
-            for thread_id in thread_ids:
+            for thread_id in imported.ids:
                 self.app_state.messages_saved(thread_id)  # the semantic index takes them
-            self.open_thread(thread_ids[0])
+            self.open_thread((imported.ids or imported.known)[0])
             if report:
                 said = report[0][:1].upper() + report[0][1:] + "."
                 self.app_state.show_message(" ".join([said, *report[1:]]), 10_000)
