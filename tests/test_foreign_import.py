@@ -338,6 +338,13 @@ def test_gui_file_import_uses_the_same_loader(qtbot, tmp_path, monkeypatch):
         assert loaded == [str(OPEN_WEBUI_LIBRECHAT)]
         assert any(text.startswith("Imported 3 chats from an Open WebUI export.")
                    and "1 tool step" in text for text in shown)
+        # the same file again: nothing added, said by title (the app shows no ids), one opened
+        ids = sorted(t["id"] for t in host.store.threads())
+        window.open_thread(ids[-1])
+        window.menus.actions["import"].trigger()
+        qtbot.waitUntil(lambda: any("were imported before (“" in text for text in shown), timeout=10_000)
+        assert window.threads.list.count() == 3 and len(loaded) == 2
+        qtbot.waitUntil(lambda: window.thread_id == ids[0], timeout=10_000)  # the file's first chat
     finally:
         window.shutdown()
         host.close()

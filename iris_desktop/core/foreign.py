@@ -160,19 +160,24 @@ class Imported(NamedTuple):
 
     ids: list[int]
     known: list[int]
+    #: the known threads' titles, in the same order
+    titles: list[str]
 
-    def report(self, loaded: Loaded, hint: str = "") -> list[str]:
+    def report(self, loaded: Loaded, hint: str = "", by_title: bool = False) -> list[str]:
         """What a user is told: ``loaded.report()`` for another app's file, with the chats
-        that were there already said (and ``hint``: how to import them anyway)."""
+        that were there already said, by thread id or (``by_title``: the app, which shows
+        no ids) by title, and ``hint``: how to import them anyway."""
         lines = loaded.report() if loaded.foreign else []
         if not self.known:
             return lines
         head = [f"imported {_count(len(self.ids), 'chat')} from {_a(loaded.format)}"] \
             if self.ids and loaded.foreign else []
-        which = ", ".join(str(t) for t in self.known[:10]) + (", …" if len(self.known) > 10 else "")
+        names = [f"“{_short(t)[1:-1]}”" for t in self.titles] if by_title else [str(t) for t in self.known]
+        which = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
         verb = "was" if len(self.known) == 1 else "were"
-        return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before (thread "
-                       f"{which}) and {verb} not imported again{hint}", *lines[1:]]
+        return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before "
+                       f"({'' if by_title else 'thread '}{which}) and {verb} not imported "
+                       f"again{hint}", *lines[1:]]
 
 
 def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
@@ -186,8 +191,10 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
     several = len(loaded.chats) > 1
     with store.transaction():
         sizes: dict[int, list[int]] = {}
+        titles: dict[int, str] = {}
         for thread in [] if again else store.threads():
             sizes.setdefault(thread["messages"], []).append(thread["id"])
+            titles[thread["id"]] = thread["title"]
         for chat in loaded.chats:
             twin = next((t for t in sizes.get(len(chat.messages), [])
                          if _same_messages(store, t, chat.messages)), None)
@@ -197,7 +204,7 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
             own = chat.title or title_from(chat.messages)
             name = (f"{title}: {own}" if several else title) if title else own
             ids.append(import_messages(store, chat.messages, name))
-    return Imported(ids, known)
+    return Imported(ids, known, [titles[t] for t in known])
 
 
 def _same_messages(store: Store, thread_id: int, messages: list[Message]) -> bool:

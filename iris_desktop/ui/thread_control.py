@@ -370,7 +370,7 @@ class ThreadControl(QObject):
 
             loaded = load_conversations(path)
             imported = import_conversations(store, loaded)  # a chat there already: opened
-            return imported, imported.report(loaded)
+            return imported, imported.report(loaded, by_title=True)
 
         def done(result: tuple[Any, list[str]]) -> None:
             imported, report = result
