@@ -12,7 +12,8 @@ active; a chat of one branch stays a plain list. Iris's alternatives are of one 
 second message of the asker's side after the same message as a reply becomes an
 alternative of that message holding both texts; first messages of different roles keep
 the active branch's, the rest counted in a note. :func:`import_conversations` stores them,
-one thread per chat, in one transaction.
+one thread per chat, in one transaction; a chat whose messages a thread already holds (the
+same export imported again) is said and not stored twice, unless asked.
 
 Iris keeps the conversation as text. What it leaves out is counted and said in one
 sentence each (``Loaded.notes``): images and other attached files; the steps of tools
