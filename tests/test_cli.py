@@ -488,6 +488,8 @@ def test_regenerate_edit_continue_and_a_branched_export_round_trip(capsys, tmp_p
     assert [m["content"] for m in tree["messages"] if m["iris"]["active"]][0].startswith("Count from one to five")
     (tmp_path / "tree.json").write_text(exported)
     code, out, err = run(capsys, *base, "import", str(tmp_path / "tree.json"))
+    assert code == 0 and out == "" and "1 chat was imported before (thread 1)" in err, err
+    code, out, err = run(capsys, *base, "import", "--again", str(tmp_path / "tree.json"))
     assert code == 0, err
     copy = out.strip()
     code, again_exported, _ = run(capsys, *base, "export", copy)
