@@ -479,8 +479,8 @@ def _cut_blocks(text: str, opening: str, closing: str,
         if end < 0:
             break  # no tag closes after here: none of the later ones can either
         after = text[start + len(opening):start + len(opening) + 1]
-        what = kind(text[start:end + 1]) if not (after.isalnum() or after == "_") or \
-            opening.endswith(">") else None
+        whole_name = opening.endswith(">") or not (after.isalnum() or after == "_")  # not <detailsx
+        what = kind(text[start:end + 1]) if whole_name else None
         if what is None:
             scan = end + 1
             continue
@@ -489,7 +489,7 @@ def _cut_blocks(text: str, opening: str, closing: str,
             break  # unclosed: kept, and so is every later block (none has a closing tag)
         out.append(text[pos:start])
         kinds.append(what)
-        pos = scan = close + len(closing)
+        pos = close + len(closing)
         while pos < len(text) and text[pos].isspace():
             pos += 1
         scan = pos
