@@ -48,6 +48,7 @@ def test_import_jsonl_and_title(capsys, tmp_path):
     "content,fragment",
     [
         ('[{"role": "user", "content": "hi"},', "the file ends early (line 1)"),
+        ("Hello, this is my shopping list\n- milk\n", "not a conversation file: it is not JSON"),
         ('[{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}]',
          "message index 1: unknown role 'wizard'"),
         ('{"messages": [{"role": "user", "content": "hi"}, '

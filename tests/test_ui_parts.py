@@ -167,6 +167,7 @@ def delete_box_button(window, qtbot, thread_id: int, text: str):
     box = window.threads_control.delete_dialog(thread_id, "Doomed chat")
     qtbot.waitUntil(box.isVisible, timeout=5_000)
     assert box is window.threads_control.delete_box and "Doomed chat" in box.text()
+    assert "and all its 2 messages?" in box.text()  # what is lost, every branch counted
     assert box.defaultButton().text() == "Cancel"  # Enter keeps the chat
     return next(b for b in box.buttons() if b.text().replace("&", "") == text)
 

@@ -154,6 +154,12 @@ def _parse_jsonl(path: Path, text: str):
         try:
             messages.append(json.loads(line))
         except json.JSONDecodeError as exc:
+            if not messages and not line.lstrip().startswith(("{", "[", '"')):
+                # not JSON from its first line on: plain text, a document, another format
+                raise ConversationFormatError(
+                    f"{path}: not a conversation file: it is not JSON (Iris imports chat "
+                    "exports in JSON or JSONL: OpenAI messages, its own exports, ChatGPT, Open "
+                    "WebUI, LM Studio, Jan)") from None
             raise ConversationFormatError(
                 f"{path}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
             ) from None

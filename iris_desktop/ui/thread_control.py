@@ -269,8 +269,11 @@ class ThreadControl(QObject):
 
     def delete_dialog(self, thread_id: int, title: str) -> QMessageBox:
         """Ask before deleting (Cancel is the default); the chat goes only on Delete."""
+        count = self._rows.get(thread_id, (None, None, None))[2]  # every branch, as listed
+        what = f"all its {count:,} messages" if isinstance(count, int) and count > 1 else (
+            "its message" if count == 1 else "all its messages")
         box = QMessageBox(QMessageBox.Icon.Warning, "Delete chat",
-                          f"Delete “{title}” and all its messages? This cannot be undone.",
+                          f"Delete “{title}” and {what}? This cannot be undone.",
                           parent=self.parent_widget)
         box.setObjectName("delete-confirm")
         delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
