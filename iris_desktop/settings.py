@@ -486,7 +486,8 @@ _ALL: tuple[Setting, ...] = (
     # -- tools -----------------------------------------------------------------------------
     Setting(
         "tools.enabled", "list", ["read_file", "list_directory", "search_files"],
-        "Tools the model may call. File tools work only inside tools.allowed_paths.",
+        "Tools the model may call. The file tools stay off until a folder is in "
+        "tools.allowed_paths (below): until then the model is offered none of them.",
         item_choices=TOOL_CHOICES,
         label="Tools the model may use",
     ),

@@ -104,6 +104,21 @@ def assert_elided_at_a_word(label, full: str) -> None:
     assert label.toolTip() == full
 
 
+def test_the_empty_chat_list_says_how_to_start_or_import(make_window, qtbot):
+    """A first start showed a blank panel; the empty list now says what to do (drawn, so
+    the list still holds chats only), and stops saying it once there is a chat."""
+    window = make_window()
+    chats = window.threads.list
+    qtbot.wait(50)
+    assert chats.count() == 0 and "File ▸ Import conversation…" in chats.placeholder
+    with_hint = chats.viewport().grab().toImage()
+    said, chats.placeholder = chats.placeholder, ""
+    chats.viewport().update()
+    qtbot.wait(50)
+    assert chats.viewport().grab().toImage() != with_hint  # the hint was painted
+    chats.placeholder = said
+
+
 def test_a_long_status_sentence_is_elided_at_a_word_and_never_reaches_the_meter(make_window, qtbot):
     window = make_window()
     window.resize(760, window.height())

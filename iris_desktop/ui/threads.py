@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence, QPainter, QShortcut
 from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
@@ -18,6 +18,25 @@ from PySide6.QtWidgets import (
 
 THREAD_ROLE = Qt.ItemDataRole.UserRole + 1
 MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 2
+#: what the empty list says (a newcomer's first look at the panel)
+NO_CHATS = ("No chats yet.\n\nType a message below to start one, or bring chats from "
+            "ChatGPT, Open WebUI, LM Studio or Jan with File ▸ Import conversation…")
+
+
+class _ChatList(QListWidget):
+    """The list, which says what to do while it is empty (drawn, not an item: the list's
+    items are chats only)."""
+
+    placeholder = ""
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if self.count() or not self.placeholder:
+            return
+        painter = QPainter(self.viewport())
+        painter.setPen(self.palette().placeholderText().color())
+        area = self.viewport().rect().adjusted(8, 8, -8, -8)
+        painter.drawText(area, int(Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap), self.placeholder)
 
 
 class ThreadPanel(QWidget):
@@ -35,7 +54,8 @@ class ThreadPanel(QWidget):
         self.search = QLineEdit(self)
         self.search.setPlaceholderText("Search titles and messages (Ctrl+F)")
         self.search.setClearButtonEnabled(True)
-        self.list = QListWidget(self)
+        self.list = _ChatList(self)
+        self.list.placeholder = NO_CHATS
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setWordWrap(True)
         self.list.setUniformItemSizes(False)
