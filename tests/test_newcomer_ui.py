@@ -119,6 +119,26 @@ def test_the_empty_chat_list_says_how_to_start_or_import(make_window, qtbot):
     chats.placeholder = said
 
 
+def test_the_meter_says_when_earlier_turns_are_not_sent(make_window, qtbot):
+    """A long imported chat read 5,718 / 8,192, under the compaction mark, while 140 turns
+    were left out (the budget, window × 0.7, trips first): the meter marks the budget,
+    in red while turns are left out, and its tooltip says how many, first."""
+    from iris_desktop.ui.meter import BudgetMeter
+
+    window = make_window()
+    meter = window.findChildren(BudgetMeter)[0]
+    breakdown = {"window": 8192, "ratio": 0.7, "budget": 5734, "system": 25, "tools": 0,
+                 "summary": 0, "recall": 0, "history": 5693, "draft": 0, "available": 5709,
+                 "threshold": 6144, "used": 5718, "free": 2474}
+    meter.set_breakdown(breakdown, dropped=140)
+    assert meter.toolTip().splitlines()[0] == (
+        "140 earlier turns are not sent: past the budget (the dashed line). They are "
+        "summarized when you send.")
+    marked = meter.grab().toImage()
+    meter.set_breakdown(breakdown)
+    assert "not sent" not in meter.toolTip() and meter.grab().toImage() != marked  # grey, not red
+
+
 def test_a_long_status_sentence_is_elided_at_a_word_and_never_reaches_the_meter(make_window, qtbot):
     window = make_window()
     window.resize(760, window.height())

@@ -135,7 +135,8 @@ class ContextControl(QObject):
             meter.setToolTip(f"Conversation too large: {result}")
             composer.set_draft_tokens(None)
             return
-        meter.set_breakdown(result.breakdown, estimated=not (result.exact or self.planner.counter.exact))
+        meter.set_breakdown(result.breakdown, estimated=not (result.exact or self.planner.counter.exact),
+                            dropped=result.dropped_turns)
         composer.set_draft_tokens(result.breakdown.draft)
 
     def refresh_meter(self) -> None:

@@ -35,6 +35,8 @@ class BudgetMeter(QProgressBar):
         super().__init__(parent)
         self.breakdown: dict[str, Any] | None = None
         self.estimated = False
+        #: earlier turns the request leaves out (past the budget, until compaction runs)
+        self.dropped = 0
         self.setTextVisible(False)
         self.setRange(0, 1)
         self.setValue(0)
@@ -51,12 +53,19 @@ class BudgetMeter(QProgressBar):
         fm = QFontMetrics(self.font())
         return QSize(fm.horizontalAdvance("0") * 44, fm.height() + 4)
 
-    def set_breakdown(self, breakdown: Any, estimated: bool = False) -> None:
-        """Draw ``breakdown``; ``estimated`` when the counts are not the model's own."""
+    def set_breakdown(self, breakdown: Any, estimated: bool = False, dropped: int = 0) -> None:
+        """Draw ``breakdown``; ``estimated`` when the counts are not the model's own;
+        ``dropped``: the earlier turns the request leaves out (said first in the tooltip,
+        and the budget's mark drawn in red: a chat can be under the compaction mark and
+        still not send its oldest turns)."""
         self.breakdown = None if breakdown is None else (
             breakdown.as_dict() if hasattr(breakdown, "as_dict") else dict(breakdown))
         self.estimated = estimated
-        self.setToolTip(meter_tooltip(self.breakdown, estimated) if self.breakdown else
+        self.dropped = dropped if self.breakdown else 0
+        left_out = (f"{self.dropped:,} earlier turn{'s are' if self.dropped != 1 else ' is'} not "
+                    "sent: past the budget (the dashed line). They are summarized when you send.\n"
+                    if self.dropped else "")
+        self.setToolTip(left_out + meter_tooltip(self.breakdown, estimated) if self.breakdown else
                         "Context budget: no request built yet")
         b = self.breakdown or {"used": 0, "window": 1}
         self.setRange(0, max(int(b["window"]), 1))
@@ -96,11 +105,18 @@ class BudgetMeter(QProgressBar):
             painter.drawRect(QRectF(x, bar.top(), w, bar.height()))
             x += w
         painter.setClipping(False)
+        # the budget: history past it is not sent (until compaction): a dashed mark, red
+        # when turns are being left out right now
+        b = self.breakdown
+        bx = bar.left() + bar.width() * min(int(b["budget"]) / max(int(b["window"]), 1), 1.0)
+        dashed = QPen(QColor(210, 50, 40) if self.dropped else pal.color(QPalette.ColorRole.Mid), 1)
+        dashed.setStyle(Qt.PenStyle.DashLine)
+        painter.setPen(dashed)
+        painter.drawLine(QPointF(bx, 1), QPointF(bx, self.height() - 1))
         tx = bar.left() + bar.width() * min(threshold_fraction(self.breakdown), 1.0)
         painter.setPen(QPen(QColor(210, 50, 40), 2))
         painter.drawLine(QPointF(tx, 0), QPointF(tx, self.height()))
         painter.setPen(pal.color(QPalette.ColorRole.WindowText))
-        b = self.breakdown
         painter.drawText(QRectF(bar.right() + 6, 0, label_w, self.height()),
                          Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
                          ("≈" if self.estimated else "") + f"{tokens(b['used'])} / {tokens(b['window'])}")

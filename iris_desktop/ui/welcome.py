@@ -72,6 +72,8 @@ WELCOME_TEXT = (
     + _meter_legend()
     + "<p>The <span style='color:#d23228'><b>red line</b></span> is the compaction mark: "
     "when a request reaches it, the oldest turns are summarized so the chat can go on. "
+    "The <b>dashed line</b> is the budget: a long chat's oldest turns past it are not sent "
+    "until they are summarized (it turns red, and the meter's tooltip says how many). "
     "Your messages are never changed or lost. A <b>≈</b> before the numbers means they "
     "are estimated. Hover over the meter for the numbers, or open View ▸ Context "
     "inspector to see exactly what the model is sent.</p>"
