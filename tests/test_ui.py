@@ -885,4 +885,7 @@ def test_about_shows_the_model_licenses(make_window, qtbot):
     assert "Apache-2.0" in text and "Qwen2.5-Coder" in text and "all-MiniLM" in text
     box = window.menus.licenses()
     assert "Apache License" in box.detailedText()
+    # a window one can read: resizable, most of a screen's lines, not a message box's five
+    assert box.view.height() > 20 * box.view.fontMetrics().lineSpacing()
+    assert box.minimumSize() != box.maximumSize()
     box.done(0)

@@ -10,9 +10,19 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QUrl
-from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QLineEdit, QMenuBar, QMessageBox, QWidget
+from PySide6.QtCore import QObject, QSize, Qt, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QFontMetrics, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QLineEdit,
+    QMenuBar,
+    QMessageBox,
+    QPlainTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
 
 from iris_desktop import __version__
 from iris_desktop.paths import AppPaths
@@ -197,7 +207,7 @@ class Menus(QObject):
         box.setObjectName("about")
         box.open()
 
-    def licenses(self) -> QMessageBox:
+    def licenses(self) -> LicensesDialog:
         """The bundled models' full license texts (the chat model, recall's embedding model
         and reranker, with the package they come from, and the embedding model before it,
         kept to search older vectors until they are re-embedded)."""
@@ -214,11 +224,7 @@ class Menus(QObject):
                 text = f"(the license file is missing: {exc}) See {model.license_url}"
             via = f", {model.via}" if getattr(model, "via", "") else ""
             parts.append(f"{model.display_name} — {model.license}{via}\n{model.source}\n\n{text}")
-        box = QMessageBox(QMessageBox.Icon.Information, "Model licenses",
-                          "The models that ship with Iris and their licenses.",
-                          parent=self.parent_widget)
-        box.setObjectName("licenses")
-        box.setDetailedText(("\n\n" + "=" * 60 + "\n\n").join(parts))
+        box = LicensesDialog(("\n\n" + "=" * 60 + "\n\n").join(parts), self.parent_widget)
         box.open()
         return box
 
@@ -240,3 +246,30 @@ class Menus(QObject):
         self.path_box = box
         box.open()
         return box
+
+
+class LicensesDialog(QDialog):
+    """Help ▸ Model licenses: the full texts (some 38,000 characters) in a window that can
+    be resized and searched, not a message box's fixed five lines."""
+
+    def __init__(self, text: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("licenses")
+        self.setWindowTitle("Model licenses")
+        self.view = QPlainTextEdit(self)
+        self.view.setReadOnly(True)
+        self.view.setPlainText(text)
+        self.view.setAccessibleName("License texts")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("The models that ship with Iris and their licenses.", self))
+        layout.addWidget(self.view, 1)
+        layout.addWidget(buttons)
+        from iris_desktop.ui.screen_fit import fit_to_screen
+
+        fm = QFontMetrics(self.view.font())
+        fit_to_screen(self, QSize(fm.horizontalAdvance("0") * 90, fm.lineSpacing() * 36))
+
+    def detailedText(self) -> str:  # noqa: N802 (the message box's name, as before)
+        return self.view.toPlainText()
