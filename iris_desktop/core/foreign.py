@@ -48,7 +48,6 @@ from iris_desktop.core.conversation import (
 )
 from iris_desktop.core.foreign_tree import Node, tree
 from iris_desktop.core.store import Store, iso_timestamp, row_to_message
-from iris_desktop.core.store.rows import ContentPartsError, parts_text
 from iris_desktop.tokens import Message
 
 CHATGPT = "ChatGPT export"
@@ -173,7 +172,7 @@ class Imported(NamedTuple):
             return lines
         head = [f"imported {_count(len(self.ids), 'chat')} from {_a(loaded.format)}"] \
             if self.ids and loaded.foreign else []
-        names = [f"“{_short(t)[1:-1]}”" for t in self.titles] if by_title else [str(t) for t in self.known]
+        names = [f"“{_clipped(t)}”" for t in self.titles] if by_title else [str(t) for t in self.known]
         which = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
         verb = "was" if len(self.known) == 1 else "were"
         return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before "
@@ -196,9 +195,15 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
         for thread in [] if again else store.threads():
             sizes.setdefault(thread["messages"], []).append(thread["id"])
             titles[thread["id"]] = thread["title"]
+        stored: dict[int, list[tuple[str, str]]] = {}  # each candidate thread read once
+
+        def holds(thread_id: int, chat: Chat) -> bool:
+            if thread_id not in stored:
+                stored[thread_id] = _said(row_to_message(r) for r in store.all_messages(thread_id))
+            return stored[thread_id] == _said(chat.messages)
+
         for chat in loaded.chats:
-            twin = next((t for t in sizes.get(len(chat.messages), [])
-                         if _same_messages(store, t, chat.messages)), None)
+            twin = next((t for t in sizes.get(len(chat.messages), []) if holds(t, chat)), None)
             if twin is not None:
                 known.append(twin)
                 continue
@@ -208,22 +213,10 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
     return Imported(ids, known, [titles[t] for t in known])
 
 
-def _same_messages(store: Store, thread_id: int, messages: list[Message]) -> bool:
-    """Does the thread store exactly these messages (role and text, every branch, in the
-    order an import stores them)?"""
-    rows = store.all_messages(thread_id)
-    return len(rows) == len(messages) and all(
-        row["role"] == m.get("role") and _text(row_to_message(row).get("content")) == _text(m.get("content"))
-        for row, m in zip(rows, messages))
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        try:
-            return parts_text(content)
-        except ContentPartsError:
-            return repr(content)
-    return content if isinstance(content, str) else ""
+def _said(messages: Iterable[Message]) -> list[tuple[str, str]]:
+    """Who said what, in order: what makes two chats the same (every branch, in the order
+    an import stores them; content is text here, or None)."""
+    return [(m.get("role") or "", m.get("content") or "") for m in messages]
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -431,8 +424,12 @@ def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | Non
     return Loaded(fmt, chats, tally.notes())
 
 
+def _clipped(title: str, limit: int = 40) -> str:
+    return title if len(title) <= limit else title[: limit - 1] + "…"
+
+
 def _short(title: str, limit: int = 40) -> str:
-    return repr(title if len(title) <= limit else title[: limit - 1] + "…")
+    return repr(_clipped(title, limit))
 
 
 def _title(value: Any) -> str | None:

@@ -13,6 +13,8 @@ from iris_desktop.core.conversation import TREE_KEY, ConversationFormatError
 from iris_desktop.tokens import Message
 
 SYSTEM = ("system",)  # the key of a chat's system prompt in a tree
+#: text that merging messages may add in one chat (:func:`untangle`); past it, left out
+MERGED_CHARS = 16 * 1024 * 1024
 
 
 class Node(NamedTuple):
@@ -69,8 +71,8 @@ def tree(nodes: dict[Hashable, Node], active: Hashable | None,
 
 
 def untangle(kept: list[Hashable], parent_of: dict[Hashable, Hashable | None],
-              message: dict[Hashable, Message], head: Hashable
-              ) -> tuple[list[Hashable], Hashable, int]:
+             message: dict[Hashable, Message], head: Hashable
+             ) -> tuple[list[Hashable], Hashable, int]:
     """The tree with every message where Iris can show it. Iris's alternatives are
     messages of one role after the same message; a source may put a reply and a new
     message of the asker's after the same one (two branches: "P, reply" and "P, P's side
@@ -78,44 +80,55 @@ def untangle(kept: list[Hashable], parent_of: dict[Hashable, Hashable | None],
     them in a row: the model reads the same), with the rest of its branch under it.
     Where no such merge exists (first messages of different roles), the role group the
     active branch goes through is kept and the others are left out, counted (the third
-    value). ``kept`` (parents first), ``parent_of`` and ``message`` are updated; the new
-    head is returned (the same, or its merged stand-in)."""
-    left_out = 0
-    while True:
-        children: dict[Hashable | None, list[Hashable]] = {}
-        for k in kept:
-            children.setdefault(parent_of[k], []).append(k)
-        mixed = next(((p, kids) for p, kids in children.items()
-                      if len({message[k]["role"] for k in kids}) > 1), None)
-        if mixed is None:
-            return kept, head, left_out
-        parent, kids = mixed
-        role = message[parent]["role"] if parent is not None else None
-        same = [k for k in kids if message[k]["role"] == role]
-        if same:
-            for child in same:
-                merged = ("merged", parent, child)
-                message[merged] = {**message[parent], "content": f"{message[parent]['content']}"
-                                                                 f"\n\n{message[child]['content']}"}
-                parent_of[merged] = parent_of[parent]
-                kept[kept.index(child)] = merged  # after its parent's parent: parents stay first
-                for k in kept:
-                    if parent_of[k] == child:
-                        parent_of[k] = merged
-                head = merged if head == child else head
+    value), as are merges past :data:`MERGED_CHARS` more text (a hostile chain of them
+    would copy each text into every one below it). One pass, parents first: a merged
+    message joins its grandparent's children, all of its own role there. ``kept``
+    (parents first), ``parent_of`` and ``message`` are updated; the new head is returned
+    (the same, or its merged stand-in)."""
+    kids_of: dict[Hashable | None, list[Hashable]] = {}
+    for k in kept:
+        kids_of.setdefault(parent_of[k], []).append(k)
+    index = {k: i for i, k in enumerate(kept)}
+    gone: set[Hashable] = set()
+    room = MERGED_CHARS
+    for i in range(-1, len(kept)):  # the roots' group first
+        parent = None if i < 0 else kept[i]
+        kids = [k for k in kids_of.get(parent, []) if k not in gone]
+        if parent in gone or len({message[k]["role"] for k in kids}) < 2:
             continue
-        on_path, k = set(), head
-        while k is not None:
-            on_path.add(k)
-            k = parent_of.get(k)
-        keep_role = next((message[k]["role"] for k in kids if k in on_path), message[kids[0]]["role"])
-        gone = {k for k in kids if message[k]["role"] != keep_role}
-        for k in kept:  # parents first: a child of a gone message is gone too
-            if parent_of[k] in gone:
+        role = message[parent]["role"] if parent is not None else None
+        drop = []
+        for child in (k for k in kids if message[k]["role"] == role):
+            text = f"{message[parent]['content']}\n\n{message[child]['content']}"
+            if len(text) > room:
+                drop.append(child)
+                continue
+            room -= len(text)
+            merged = ("merged", parent, child)
+            message[merged] = {**message[parent], "content": text}
+            parent_of[merged] = parent_of[parent]
+            kept[index[child]] = merged  # after its parent's parent: parents stay first
+            index[merged] = index.pop(child)
+            kids_of[merged] = kids_of.pop(child, [])
+            for k in kids_of[merged]:
+                parent_of[k] = merged
+            kids_of.setdefault(parent_of[parent], []).append(merged)
+            head = merged if head == child else head
+        rest = [k for k in kids if message[k]["role"] != role]
+        if len({message[k]["role"] for k in rest}) > 1:  # no message to merge them into
+            path, k = set(), head
+            while k is not None:
+                path.add(k)
+                k = parent_of.get(k)
+            keep = next((message[k]["role"] for k in rest if k in path), message[rest[0]]["role"])
+            drop += [k for k in rest if message[k]["role"] != keep]
+        while drop:  # a left-out message takes its branch with it
+            k = drop.pop()
+            if k not in gone:
                 gone.add(k)
-        left_out += len(gone)
-        kept = [k for k in kept if k not in gone]
-        head = head if head not in gone else kept[-1]
+                drop.extend(kids_of.get(k, []))
+    kept[:] = [k for k in kept if k not in gone]
+    return kept, head if head not in gone else kept[-1], len(gone)
 
 
 def preorder(nodes: dict[Hashable, Node]) -> dict[Hashable, int]:

@@ -450,12 +450,13 @@ class Recaller:
             return Recall(terms=ranking.terms, reason="no room" if budget <= 0 else ranking.reason,
                           semantic=ranking.semantic)
         lines = _Lines(ranking.terms, ranking.role, ranking.counting)  # each line rendered once per block
+        footer = _footer(ranking.asker)
         chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
-                              exclude, lines, ranking.strength, _footer(ranking.asker))
+                              exclude, lines, ranking.strength, footer)
         if not chosen:
             return Recall(terms=ranking.terms, reason="nothing summarized matches",
                           semantic=ranking.semantic)
-        return Recall(text=_render(chosen, lines, _footer(ranking.asker)), ids=sorted(chosen), terms=ranking.terms,
+        return Recall(text=_render(chosen, lines, footer), ids=sorted(chosen), terms=ranking.terms,
                       semantic=ranking.semantic, reranked=ranking.reranked,
                       rerank_reason=ranking.rerank_reason)
 

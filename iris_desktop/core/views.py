@@ -267,8 +267,8 @@ def load_transcript(store: Store, thread_id: int) -> list[Entry]:
         reply = messages[newest_user + 1]
         reply.can_regenerate = reply.role == "assistant" and reply.status != "streaming"
     last = messages[-1] if messages else None
-    if (last is not None and last.role == "assistant" and last.kind == "message" and last.text
-            and not last.calls and store.stopped_reply(thread_id) == last.message_id):
+    if (last is not None and last.kind == "message" and last.text
+            and store.stopped_reply(thread_id) == last.message_id):  # (an assistant's, no calls)
         last.can_continue = True
     return entries
 

@@ -25,6 +25,10 @@ PART_COLORS = {
 }
 
 
+#: the compaction mark (and the budget's while turns are left out; the chart's threshold)
+MARK_RED = QColor(210, 50, 40)
+
+
 class BudgetMeter(QProgressBar):
     """Stacked bar system | tools | summary | recall | history | draft | free, threshold marked.
 
@@ -109,12 +113,12 @@ class BudgetMeter(QProgressBar):
         # when turns are being left out right now
         b = self.breakdown
         bx = bar.left() + bar.width() * min(int(b["budget"]) / max(int(b["window"]), 1), 1.0)
-        dashed = QPen(QColor(210, 50, 40) if self.dropped else pal.color(QPalette.ColorRole.Mid), 1)
+        dashed = QPen(MARK_RED if self.dropped else pal.color(QPalette.ColorRole.Mid), 1)
         dashed.setStyle(Qt.PenStyle.DashLine)
         painter.setPen(dashed)
         painter.drawLine(QPointF(bx, 1), QPointF(bx, self.height() - 1))
         tx = bar.left() + bar.width() * min(threshold_fraction(self.breakdown), 1.0)
-        painter.setPen(QPen(QColor(210, 50, 40), 2))
+        painter.setPen(QPen(MARK_RED, 2))
         painter.drawLine(QPointF(tx, 0), QPointF(tx, self.height()))
         painter.setPen(pal.color(QPalette.ColorRole.WindowText))
         painter.drawText(QRectF(bar.right() + 6, 0, label_w, self.height()),
@@ -182,7 +186,7 @@ class PromptChart(QWidget):
             painter.drawText(rect, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
                              text)
         if self.threshold:
-            painter.setPen(QPen(QColor(210, 50, 40), 1, Qt.PenStyle.DashLine))
+            painter.setPen(QPen(MARK_RED, 1, Qt.PenStyle.DashLine))
             y = y_of(self.threshold)
             painter.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
         painter.setPen(QPen(QColor(220, 150, 40), 2))

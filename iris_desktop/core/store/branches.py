@@ -68,6 +68,14 @@ class Branches(Connected):
             (message_id,)).fetchall()
         return [r[0] for r in rows]
 
+    def editable(self, thread_id: int, message_id: int) -> bool:
+        """Is ``message_id`` a user message on the thread's active branch (one an edit may
+        replace)?"""
+        row = self.conn.execute("SELECT thread_id, role FROM messages WHERE id = ?",
+                                (message_id,)).fetchone()
+        return (row is not None and tuple(row) == (thread_id, "user")
+                and bool(self.on_path(thread_id, [message_id])))
+
     def branch_points(self, thread_id: int) -> dict[int, tuple[int, int]]:
         """For each message of the active branch that has alternatives: (its 1-based
         place among them, how many there are)."""

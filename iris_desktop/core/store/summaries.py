@@ -115,14 +115,6 @@ class Summaries(Connected):
                                 "ORDER BY id DESC LIMIT 1", (reply_id,)).fetchone()
         return None if row is None else row[0]
 
-    def editable(self, thread_id: int, message_id: int) -> bool:
-        """Is ``message_id`` a user message on the thread's active branch (one an edit may
-        replace)?"""
-        row = self.conn.execute("SELECT thread_id, role FROM messages WHERE id = ?",
-                                (message_id,)).fetchone()
-        return (row is not None and tuple(row) == (thread_id, "user")
-                and bool(self.on_path(thread_id, [message_id])))
-
     def stopped_reply(self, thread_id: int) -> int | None:
         """The active branch's last message when it is a reply that can be continued: an
         assistant message with text and no tool calls that was stopped, failed, or cut off
