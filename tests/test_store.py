@@ -322,3 +322,33 @@ def test_an_existing_history_reopens_with_its_threads_branches_and_counts(existi
     assert [r["content"] for r in existing_store.messages(trip)][-1] == "Sunscreen, shoes, a hat."
     assert existing_store.has_branches(trip)
     assert existing_store.conn.execute("SELECT count(*) FROM token_counts").fetchone()[0] == 0
+
+
+_OPEN_AT = """
+import sys, time
+from iris_desktop.core.store import Store
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+Store(sys.argv[1]).close()
+"""
+
+
+def test_processes_creating_the_same_new_database_at_once_all_open_it(tmp_path):
+    """Two commands started together on a new data folder: one failed with "index
+    message_vectors_model already exists" (both had read schema version 0 and each applied
+    the first migration), or "another Iris process is writing" (SQLite does not wait for the
+    switch to WAL). Real processes, released at the same instant, three rounds."""
+    import subprocess
+    import sys
+    import time
+
+    for round_ in range(3):
+        db = tmp_path / f"new-{round_}" / "iris.db"
+        start = time.time() + 1.5
+        procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AT, str(db), str(start)],
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+        with Store(db) as store:
+            assert store.schema_version == SCHEMA_VERSION and store.integrity_check() == "ok"

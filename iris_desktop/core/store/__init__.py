@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import sqlite_utils
@@ -136,7 +137,7 @@ class Store(Messages, Search, Summaries, Vectors):
             )
             conn.text_factory = decode_text  # a flipped byte in one message fails no query
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             # what is deleted or replaced is overwritten with zeros, not left in free space
@@ -162,6 +163,10 @@ class Store(Messages, Search, Summaries, Vectors):
             )
         for number in range(version, SCHEMA_VERSION):
             with self.transaction():
+                # read again under the write lock: another process opening the same new
+                # file at the same moment may have applied this step while this one waited
+                if self.conn.execute("PRAGMA user_version").fetchone()[0] > number:
+                    continue
                 for statement in _split_sql(MIGRATIONS[number]):
                     self.conn.execute(statement)
                 self.conn.execute(f"PRAGMA user_version = {number + 1}")
@@ -172,6 +177,21 @@ class Store(Messages, Search, Summaries, Vectors):
     @property
     def schema_version(self) -> int:
         return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _wal(conn: sqlite3.Connection) -> str:
+    """Switch to WAL mode; the journal mode it is in. The switch on a new file takes a lock
+    SQLite does not wait for (no busy handler): another process creating the same file at
+    that moment makes it "database is locked" at once, so it is tried again, for as long
+    as a busy write is waited for."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def open_store(path: str | os.PathLike[str], key: Key | None = None) -> tuple[Store, Recovery | None]:
