@@ -324,6 +324,15 @@ _ALL: tuple[Setting, ...] = (
         label="Time limit for one summary",
     ),
     Setting(
+        "context.summary_max_parts", "int", 2,
+        "The model summarizes at most this many parts of old turns at once (a part is "
+        "about one window of text, one model call each); older turns, as in a long "
+        "imported chat's first summary, get the extractive summary instead, so a question "
+        "waits minutes, not hours. Recall still finds every message (0 = no limit).",
+        minimum=0, maximum=1000, unit="parts",
+        label="Parts the model summarizes at once",
+    ),
+    Setting(
         "context.recall_max_tokens", "int", 1536,
         "Tokens for recall: when your newest message asks something, earlier messages that a "
         "summary replaced, found by its words and by its meaning and shown to the model with "

@@ -162,7 +162,7 @@ def test_a_reply_an_error_and_a_compaction_are_announced(window, qtbot):
     event = CompactionEvent("tokens", "ok", "extractive", 2, 4, 900, 300, 1, 120, 0.4,
                             first_turn=1, last_turn=2)
     w.model.worker.turnEvent.emit(CompactionFinished(w.thread_id, event))
-    qtbot.waitUntil(lambda: said[-1][0].startswith("Compacted (tokens, extractive)"), timeout=5_000)
+    qtbot.waitUntil(lambda: said[-1][0].startswith("Turns 1–2 (4 messages) are summarized now"), timeout=5_000)
 
 
 # -- read through AT-SPI, as a screen reader does ---------------------------------------------

@@ -94,7 +94,8 @@ def test_llm_path_and_the_compaction_call_never_overflows(fresh_store):
     thread = chat_thread(fresh_store, 60, 400)
     runtime = ScriptedRuntime([llm_json()] * 100, n_ctx=2048)
     compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
-                              CompactionSettings(summary_max_tokens=256), runtime=runtime)
+                              CompactionSettings(summary_max_tokens=256, max_parts=0),
+                              runtime=runtime)
     event = compactor.compact(thread, "budget")
     assert event.outcome == "ok" and event.path == "chunked"
     assert len(runtime.requests) > 1
@@ -106,6 +107,91 @@ def test_llm_path_and_the_compaction_call_never_overflows(fresh_store):
     assert all("fact0" in r[1]["content"] for r in runtime.requests[1:])
     fields = fresh_store.latest_summary(thread).fields
     assert fields["summary"].startswith("fact0") and fields["facts"]
+
+
+def test_the_model_reads_at_most_max_parts_and_the_oldest_turns_are_extracted(fresh_store):
+    """Before: a long imported chat's first summary made the model read every old turn,
+    part after part (at ~130 tokens/s, 500,000 tokens are an hour before the answer). Now
+    the model reads the newest ``max_parts`` windows, folded onto the extractive summary
+    of the older turns, whose facts stay in the ledger; each part's progress says which
+    part of how many, and how long the finished ones took."""
+    from iris_desktop.core.events import PromptProgress
+
+    thread = chat_thread(fresh_store, 60, 400)
+    unlimited = ScriptedRuntime([llm_json()] * 100, n_ctx=2048)
+    compactor_for(fresh_store, HeuristicCounter(), params(),
+                  CompactionSettings(summary_max_tokens=256, max_parts=0),
+                  runtime=unlimited).compact(thread, "budget", force=True)
+    assert len(unlimited.requests) > 3  # what the limit is for
+
+    thread = chat_thread(fresh_store, 60, 400)
+    runtime = ScriptedRuntime([llm_json()] * 100, n_ctx=2048)
+    seen: list[PromptProgress] = []
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
+                              CompactionSettings(summary_max_tokens=256, max_parts=2),
+                              runtime=runtime, progress=seen.append)
+    event = compactor.compact(thread, "budget")
+    assert event.outcome == "ok" and event.path == "chunked" and len(runtime.requests) == 2
+    assert event.error.startswith("turns 1–") and "summarized by extraction" in event.error
+    oldest = int(event.error.split("–")[1].split(" ")[0])
+    assert 1 < oldest < event.last_turn
+    # the first part is folded onto the extract of the older turns
+    assert "In turns 1–" in runtime.requests[0][1]["content"]
+    first_line = next(line for line in runtime.requests[0][1]["content"].splitlines()
+                      if line.startswith("User: "))
+    assert f"bought {oldest + 3} books" in first_line  # the turn after the extracted ones
+    ledger = " ".join(fresh_store.latest_summary(thread).fields["facts"])
+    assert "Lisbon" in ledger and "bought 3 books" in ledger  # turn 1, never read by the model
+    assert {(p.part, p.parts) for p in seen} == {(1, 2), (2, 2)}
+    assert all(p.part_s is None for p in seen if p.part == 1)
+    assert all(p.part_s is not None for p in seen if p.part == 2)
+    assert "Iris summarized the oldest (turns 1–" in event.plain()
+
+
+def test_a_summarys_progress_in_parts_reads_as_the_whole_job():
+    from iris_desktop.core.events import PromptProgress
+
+    first = PromptProgress(1, 1_000, 4_000, 0, 10.0, "summary", part=1, parts=3)
+    assert first.fraction == pytest.approx(0.25 / 3)
+    assert first.describe() == ("Summarizing earlier turns, part 1 of 3… 8% of all, about "
+                                "30 s left to read this part")
+    later = PromptProgress(1, 2_000, 4_000, 0, 20.0, "summary", part=2, parts=3, part_s=100.0)
+    assert later.fraction == pytest.approx(0.5)
+    assert later.describe() == "Summarizing earlier turns, part 2 of 3… 50% of all, about 2 min left"
+    writing = PromptProgress(1, 4_000, 4_000, 0, 40.0, "summary", part=3, parts=3, part_s=90.0)
+    assert writing.describe() == ("Summarizing earlier turns, part 3 of 3: the model writes "
+                                  "this part's summary…")
+    one = PromptProgress(1, 1_536, 4_096, 0, 12.0, "summary")
+    assert one.describe() == ("Summarizing earlier turns… 1,536 of 4,096 tokens (37%), about "
+                              "20 s left")
+
+
+@pytest.mark.parametrize(("note", "why"), [
+    ("LLM summary unusable (stopped by the user); extractive fallback used", "you pressed Stop"),
+    ("LLM summary unusable (timed out after 180 s (part 1)); extractive fallback used",
+     "the model took too long"),
+    ("LLM summary unusable (gave way to your next message); extractive fallback used",
+     "you sent a message meanwhile"),
+    ("LLM summary failed (RuntimeError: boom); extractive fallback used",
+     "the model's summary was not usable"),
+])
+def test_a_compaction_is_told_in_plain_words(note, why):
+    from iris_desktop.core.events import CompactionEvent
+
+    done = CompactionEvent("budget", "ok", "extractive", 53, 106, 24_259, 3_069, 8, 222, 1.1,
+                           note, first_turn=1, last_turn=53)
+    assert done.plain() == (
+        f"Iris summarized turns 1–53 (106 messages) itself, quickly and without the model, "
+        f"because {why}. They stay in the chat, dimmed, and recall brings them back when you "
+        "ask about them.")
+    model = CompactionEvent("budget", "ok", "chunked", 53, 106, 24_259, 3_069, 8, 222, 95.0,
+                            first_turn=1, last_turn=53)
+    assert model.plain().startswith("Turns 1–53 (106 messages) are summarized now, in 95 s.")
+    failed = CompactionEvent("budget", "failed", error="no room for a summary")
+    assert failed.plain() == ("The earlier turns could not be summarized: no room for a "
+                              "summary. Nothing is lost.")
+    for event in (done, model, failed):
+        assert "(budget" not in event.plain() and "→" not in event.plain()
 
 
 def test_a_summary_cut_at_its_token_cap_is_closed_and_used(fresh_store):
@@ -133,8 +219,8 @@ def test_each_summary_call_gets_the_whole_timeout_and_renews_the_lease(fresh_sto
 
     runtime = ScriptedRuntime([reply] * 100, n_ctx=2048)
     compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
-                              CompactionSettings(summary_max_tokens=256, timeout_s=60),
-                              runtime=runtime)
+                              CompactionSettings(summary_max_tokens=256, timeout_s=60,
+                                                 max_parts=0), runtime=runtime)
     event = compactor.compact(thread, "budget")
     assert event.path == "chunked" and len(runtime.deadlines) > 2
     # a long first compaction is slow for its size: each part has the whole timeout

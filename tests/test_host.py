@@ -248,7 +248,7 @@ def test_progress_says_how_long_is_left_at_the_pace_so_far():
     assert event.seconds_left() == pytest.approx(20.0)  # 1,024 tokens in 8 s; 2,560 to go
     assert event.describe() == "Reading the conversation… 1,536 of 4,096 tokens (37%), about 20 s left"
     assert PromptProgress(1, 0, 100).seconds_left() is None
-    assert "Summarizing…" in PromptProgress(1, 50, 100, what="summary").describe()
+    assert "Summarizing earlier turns…" in PromptProgress(1, 50, 100, what="summary").describe()
     warming = CacheStatus(1, "warming", 1536, 4096, start=512, elapsed_s=8.0)
     assert warming.describe() == "Warming up… 1,536 of 4,096 tokens (37%), about 20 s left"
 

@@ -147,7 +147,7 @@ def test_a_long_status_sentence_is_elided_at_a_word_and_never_reaches_the_meter(
     window.model.worker.turnEvent.emit(CompactionFinished(thread, BREAKER))
     qtbot.waitUntil(lambda: "circuit breaker" in window.state_label.text(), timeout=5_000)
     qtbot.wait(50)
-    full = BREAKER.describe()
+    full = BREAKER.plain()
     assert_elided_at_a_word(window.state_label, full)
     bar = window.statusBar()
     right = window.state_label.mapTo(bar, QPoint(window.state_label.width(), 0)).x()
@@ -548,3 +548,65 @@ def test_the_export_proposes_the_chats_title_as_its_file_name(make_window, qtbot
     qtbot.keyClick(name, Qt.Key.Key_Return)
     qtbot.waitUntil(target.exists, timeout=5_000)
     assert "hello" in target.read_text(encoding="utf-8")
+
+
+# -- C. the first question in a long chat waits for its summary: said, and Stop explained --
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_send_that_waits_for_a_summary_says_so_in_the_transcript(qtbot, data_dir, stop):
+    """Before: the first question in a long imported chat showed only the user's message
+    for minutes (the status bar, cut short, said "Summarizing… 71%"), and Stop left the
+    chat summarized by extraction without a word. Now a notice under the message says why
+    there is no answer yet and what Stop does; when the summary is done it says what
+    happened, in words, and after Stop that Iris summarized the turns itself."""
+    from support.helpers import llm_json
+
+    turns = [m for n in range(60) for m in (
+        {"role": "user", "content": f"On {n + 1} May I met Maria and bought {n + 3} books. "
+                                    + "We walked along the river for hours. " * 20},
+        {"role": "assistant", "content": f"{n + 3} books, lovely. "
+                                         + "Walking by the river sounds wonderful. " * 20})]
+    thread = seed_thread(data_dir, turns, title="long")
+    def reply(messages):  # a summary for the summarizer's prompt, else the answer
+        summarizing = "running summary" in messages[0]["content"]
+        return llm_json(words=400 if stop else 60) if summarizing else "Sixty-two."
+
+    runtime = ScriptedRuntime([reply] * 6, delay_s=0.02 if stop else 0.0)
+    host = Host(data_dir, {"context.recall_semantic": "false", "context.window": "8192"},
+                runtime=runtime, compact=True)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
+        window.open_thread(thread)
+        settle(qtbot, window)
+        window.send("How many books did I buy on 60 May?")
+
+        def notices():
+            return [e.text for e in window.view.transcript.entries() if e.kind == "notice"]
+
+        qtbot.waitUntil(lambda: any("Summarizing earlier turns" in t for t in notices()),
+                        timeout=10_000)
+        waiting = notices()[-1]
+        assert "the answer starts after it" in waiting and "Stop makes Iris" in waiting
+        rows = window.view.transcript.entries()
+        assert rows[-1].kind == "notice" and rows[-2].role == "user"  # under the question
+        assert not rows[-1].error  # a note, not painted as "Iris could not answer"
+        if stop:
+            qtbot.waitUntil(lambda: window.turns.compacting, timeout=10_000)
+            window.turns.stop()
+        qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+        settle(qtbot, window)
+        said = [t for t in notices() if "turns 1–" in t.lower()]
+        assert len(said) == 1 and not any("Summarizing earlier" in t for t in notices())
+        if stop:
+            assert said[0].startswith("Iris summarized turns 1–") and "you pressed Stop" in said[0]
+        else:
+            assert " are summarized now, in " in said[0] and "recall brings them back" in said[0]
+            assert any(e.text == "Sixty-two." for e in window.view.transcript.entries())
+        assert "→" not in said[0] and "(budget" not in said[0]
+    finally:
+        window.shutdown()
+        host.close()

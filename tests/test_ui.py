@@ -717,7 +717,7 @@ def test_compact_now_summarizes_the_open_chat(make_window, qtbot, data_dir):
     shown = entries(window)
     assert any(e.kind == "divider" for e in shown)
     assert any(e.state == "summarized" for e in shown)
-    assert "compacted (manual, extractive)" in window.state_label.text()
+    assert "are summarized now, in under a second" in window.state_label.text()
 
 
 # -- every turn starts fast: prefill, warm-up, each thread's KV state --------------------------

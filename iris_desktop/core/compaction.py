@@ -434,7 +434,8 @@ class Compactor:
         note = None
         if self.runtime is not None:
             try:
-                summary, chunks = self._llm_summary(previous, said, cap, cancel, renew)
+                summary, chunks, early = self._llm_summary(previous, said, archived, cap,
+                                                           cancel, renew)
                 summary.facts = list(previous.facts) if previous else []
                 # the chat's first facts open the ledger, whoever wrote the fields
                 summary.first_facts = previous.first_facts if previous else 0
@@ -443,7 +444,12 @@ class Compactor:
                     previous.relevant_files if previous else [], summary.relevant_files,
                     paths_in(said))
                 summary = self.extractive.fill_facts(summary, said, cap, opening=previous is None)
-                return summary, ("chunked" if chunks > 1 else "llm"), None
+                if early:
+                    note = (f"turns {turns[0]}–{archived[early - 1].turn} summarized by "
+                            f"extraction: the model reads at most {self.settings.max_parts} "
+                            f"{'part' if self.settings.max_parts == 1 else 'parts'} at once "
+                            "(context.summary_max_parts)")
+                return summary, ("chunked" if chunks > 1 else "llm"), note
             except (SummaryInvalid, CompactionFailed) as exc:
                 note = f"LLM summary unusable ({exc}); extractive fallback used"
             except Exception as exc:  # the model failed; the extractive path still works
@@ -452,28 +458,44 @@ class Compactor:
         summary = self.extractive.summarize(previous, said, cap, turns)
         return summary, "extractive", note
 
-    def _llm_summary(self, previous, said, cap, cancel=None, renew=None
-                     ) -> tuple[ConversationSummary, int]:
-        """The model writes the eight fields as grammar-constrained JSON, chunk by chunk,
-        each fold chained on the last. A deadline (``context.summary_timeout_s``) and
-        ``cancel`` act within about half a second, also during prompt evaluation."""
+    def _llm_summary(self, previous, said, archived, cap, cancel=None, renew=None
+                     ) -> tuple[ConversationSummary, int, int]:
+        """(summary, model calls, how many of the oldest messages the extractive summary
+        took instead). The model writes the eight fields as grammar-constrained JSON,
+        part by part, each fold chained on the last. A deadline
+        (``context.summary_timeout_s``) and ``cancel`` act within about half a second,
+        also during prompt evaluation."""
         runtime = self.runtime
         window = self.summarizer_window or 4096
         # generation may run past the cap: fit() trims the rendering to it afterwards
         llm_cap = min(max(MIN_LLM_SUMMARY_TOKENS, cap), MAX_LLM_SUMMARY_TOKENS, window // 4)
         schema = json_schema(cap)
         instructions = summary_instructions(cap)
-        summary = previous
-        chunks = 0
-        for chunk in self._chunks(_transcript_lines(said), summary, window, llm_cap, instructions):
-            chunks += 1
-            if renew is not None and chunks > 1:
+
+        def parts_of(start, base):  # (the said index of each line, the parts)
+            numbered = _numbered_lines(said[start:])
+            return [start + i for i, _ in numbered], list(self._chunks(
+                [line for _, line in numbered], base, window, llm_cap, instructions))
+
+        summary, early = previous, 0
+        owners, parts = parts_of(0, previous)
+        limit = self.settings.max_parts
+        while limit and len(parts) > limit:  # the oldest parts: extracted, not read
+            early = owners[sum(len(part) for part in parts[:-limit])]
+            summary = self.extractive.summarize(previous, said[:early], cap,
+                                                (archived[0].turn, archived[early - 1].turn))
+            owners, parts = parts_of(early, summary)
+        clock = self.clock
+        began = clock()
+        for number, chunk in enumerate(parts, 1):
+            if renew is not None and number > 1:
                 renew()
             # each call gets the whole timeout: a long import's first compaction folds
-            # many chunks, and is slow for its size, not stuck
+            # several parts, and is slow for its size, not stuck
             deadline = time.monotonic() + self.settings.timeout_s
+            per_part = (clock() - began) / (number - 1) if number > 1 else None
             report = None if self.progress is None else progress_reporter(
-                self.progress, self._thread_id, "summary", self.clock)
+                self.progress, self._thread_id, "summary", clock, number, len(parts), per_part)
             generation = runtime.stream(GenerationRequest(
                 _summary_prompt(summary, chunk, instructions), max_tokens=llm_cap,
                 temperature=0.0, cancel=cancel, json_schema=schema, repeat_penalty=1.15,
@@ -484,12 +506,12 @@ class Compactor:
                 if cancel is not None and cancel.is_set():
                     raise CompactionFailed(getattr(cancel, "reason", "stopped by the user"))
                 raise CompactionFailed(
-                    f"timed out after {self.settings.timeout_s:.0f} s (part {chunks})")
+                    f"timed out after {self.settings.timeout_s:.0f} s (part {number})")
             cut = stats is not None and stats.finish_reason == "length"
             summary = ConversationSummary.parse(text, cut=cut)
         if summary is None:
             raise CompactionFailed("no input to summarize")
-        return summary, chunks
+        return summary, len(parts), early
 
     def _chunks(self, lines: list[str], previous, window: int, llm_cap: int,
                 instructions: str) -> Iterator[list[str]]:
@@ -578,9 +600,14 @@ def _transcript_lines(said: list[Said]) -> list[str]:
     """The summarizer's input, one line per message: '[date] Speaker: text', the date
     when it changes. Tool outputs come clipped (what a tool found survives even when the
     assistant never restated it); empty messages are dropped."""
-    lines: list[str] = []
+    return [line for _, line in _numbered_lines(said)]
+
+
+def _numbered_lines(said: list[Said]) -> list[tuple[int, str]]:
+    """The transcript's lines, each with the index in ``said`` of its message."""
+    lines: list[tuple[int, str]] = []
     current = None
-    for message in said:
+    for index, message in enumerate(said):
         text = " ".join(message.text.split())
         if message.role == "tool":
             text = _clip(text, TOOL_OUTPUT_CHARS) or "(no output)"
@@ -591,7 +618,7 @@ def _transcript_lines(said: list[Said]) -> list[str]:
         date = fmt_date(message.date) if message.date else None
         prefix = f"[{date}] " if date and date != current else ""
         current = date or current
-        lines.append(f"{prefix}{message.speaker}: {text.strip()}")
+        lines.append((index, f"{prefix}{message.speaker}: {text.strip()}"))
     return lines
 
 

@@ -45,6 +45,9 @@ class CompactionSettings:
     timeout_s: float = 180.0
     #: auto | model | extractive (``context.summarizer``)
     summarizer: str = "auto"
+    #: the model reads at most this many windows of old turns in one compaction; older
+    #: ones get the extractive summary (0: no limit) (``context.summary_max_parts``)
+    max_parts: int = 2
 
     @classmethod
     def from_settings(cls, settings: Any) -> CompactionSettings:
@@ -53,6 +56,7 @@ class CompactionSettings:
             summary_max_tokens=settings["context.summary_max_tokens"],
             timeout_s=settings["context.summary_timeout_s"],
             summarizer=settings["context.summarizer"],
+            max_parts=settings["context.summary_max_parts"],
         )
 
 

@@ -57,6 +57,32 @@ class CompactionEvent:
                     f"{self.duration_s or 0:.1f} s" + (f" ({self.error})" if self.error else ""))
         return f"compaction {self.outcome} ({self.trigger}): {self.error}"
 
+    def plain(self) -> str:
+        """What happened, in the window's words (no field names): "Turns 1–140 (382
+        messages) are summarized now, in 95 s: …"."""
+        if self.outcome == "skipped":
+            return f"The earlier turns were not summarized: {self.error}."
+        if self.outcome != "ok":
+            return f"The earlier turns could not be summarized: {self.error}. Nothing is lost."
+        note = self.error or ""
+        turns = f"turns {self.first_turn}–{self.last_turn} ({self.messages_archived:,} messages)"
+        kept = ("They stay in the chat, dimmed, and recall brings them back when you ask "
+                "about them.")
+        if self.path == "extractive" and note:
+            why = ("you pressed Stop" if "stopped by the user" in note
+                   else "the model took too long" if "timed out" in note
+                   else "you sent a message meanwhile" if "gave way" in note
+                   else "the model's summary was not usable")
+            return (f"Iris summarized {turns} itself, quickly and without the model, because "
+                    f"{why}. {kept}")
+        took = self.duration_s or 0
+        text = (f"{turns[0].upper()}{turns[1:]} are summarized now, in "
+                f"{'under a second' if took < 1 else duration_words(took)}. {kept}")
+        if "summarized by extraction" in note:  # the oldest, beyond the model's parts
+            text += (f" Iris summarized the oldest ({note.split(' summarized by', 1)[0]}) "
+                     "itself, to keep the wait short.")
+        return text
+
 
 _EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",
                   "tokens_before", "tokens_after", "kept_turns", "summary_tokens", "duration_s",
@@ -106,10 +132,15 @@ def seconds_left(done: int, total: int, start: int, elapsed_s: float) -> float |
     return (total - done) * elapsed_s / read
 
 
+def duration_words(seconds: float) -> str:
+    """"12 s", "95 s", "4 min": seconds up to two minutes, then whole minutes."""
+    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.0f} min"
+
+
 def progress_words(label: str, done: int, total: int, start: int, elapsed_s: float) -> str:
     """"Reading the conversation… 1,536 of 4,096 tokens (37%), about 12 s left"."""
     left = seconds_left(done, total, start, elapsed_s)
-    eta = f", about {left:,.0f} s left" if left is not None and done < total else ""
+    eta = f", about {duration_words(left)} left" if left is not None and done < total else ""
     return f"{label}… {done:,} of {total:,} tokens ({100 * done // max(total, 1)}%){eta}"
 
 
@@ -119,7 +150,11 @@ class PromptProgress:
     prompt tokens are in its cache (``start`` of them were there before it began),
     ``elapsed_s`` since it began. ``what``: reply | summary. It arrives while the
     evaluation runs, through the ``progress`` callback of the host's turn operations
-    (a generator cannot yield in the middle of an evaluation)."""
+    (a generator cannot yield in the middle of an evaluation).
+
+    A summary of many old turns is written in ``parts`` model calls, this one the
+    ``part``-th; ``part_s`` is how long each finished part took on average (None in the
+    first), which times the parts still to come."""
 
     thread_id: int
     done: int
@@ -127,23 +162,48 @@ class PromptProgress:
     start: int = 0
     elapsed_s: float = 0.0
     what: str = "reply"
+    part: int = 1
+    parts: int = 1
+    part_s: float | None = None
 
     @property
     def fraction(self) -> float:
-        return self.done / self.total if self.total else 1.0
+        """Of the whole job: a summary's parts count alike."""
+        own = self.done / self.total if self.total else 1.0
+        return (self.part - 1 + own) / self.parts if self.parts > 1 else own
 
     def seconds_left(self) -> float | None:
         """At the pace so far; None before there is one."""
         return seconds_left(self.done, self.total, self.start, self.elapsed_s)
 
     def describe(self) -> str:
-        """"Reading the conversation… 1,536 of 4,096 tokens (37%), about 12 s left"."""
-        label = "Reading the conversation" if self.what == "reply" else "Summarizing"
-        return progress_words(label, self.done, self.total, self.start, self.elapsed_s)
+        """"Reading the conversation… 1,536 of 4,096 tokens (37%), about 12 s left";
+        a summary in parts: "Summarizing earlier turns, part 2 of 5… 40% of all, about
+        4 min left", or while the model writes: "…part 2 of 5: writing its summary…"."""
+        if self.what == "reply":
+            return progress_words("Reading the conversation", self.done, self.total,
+                                  self.start, self.elapsed_s)
+        if self.parts <= 1:
+            if self.done >= self.total:
+                return "Summarizing earlier turns: the model writes the summary…"
+            return progress_words("Summarizing earlier turns", self.done, self.total,
+                                  self.start, self.elapsed_s)
+        label = f"Summarizing earlier turns, part {self.part} of {self.parts}"
+        if self.done >= self.total:
+            return f"{label}: the model writes this part's summary…"
+        left = self.seconds_left()
+        if self.part_s is not None:  # this part at its pace, the rest as the finished ones
+            this = left if left is not None else self.part_s * (1 - self.done / self.total)
+            eta = f", about {duration_words(this + self.part_s * (self.parts - self.part))} left"
+        else:
+            eta = f", about {duration_words(left)} left to read this part" if left else ""
+        return f"{label}… {100 * self.fraction:.0f}% of all{eta}"
 
 
 def progress_reporter(report: Callable[[PromptProgress], None], thread_id: int, what: str,
-                      clock: Callable[[], float] = time.monotonic) -> Callable[[int, int], None]:
+                      clock: Callable[[], float] = time.monotonic, part: int = 1,
+                      parts: int = 1, part_s: float | None = None
+                      ) -> Callable[[int, int], None]:
     """A runtime's ``progress(done, total)`` callback for one evaluation, as PromptProgress
     events to ``report`` (the first call, before the evaluation, sets ``start``)."""
     started = clock()
@@ -152,7 +212,8 @@ def progress_reporter(report: Callable[[PromptProgress], None], thread_id: int, 
     def progress(done: int, total: int) -> None:
         if not first:
             first.append(done)
-        report(PromptProgress(thread_id, done, total, first[0], clock() - started, what))
+        report(PromptProgress(thread_id, done, total, first[0], clock() - started, what,
+                              part, parts, part_s))
 
     return progress
 

@@ -135,7 +135,7 @@ class Announcer(QObject):
         elif isinstance(event, TurnFailed):
             self.say(f"Iris could not answer: {event.text}", assertive=True)
         elif isinstance(event, CompactionFinished):
-            self.say(event.text[:1].upper() + event.text[1:])
+            self.say(event.event.plain())
 
     def say(self, text: str, assertive: bool = False) -> None:
         self.announced.append((text, assertive))

@@ -246,8 +246,9 @@ class TranscriptDelegate(QStyledItemDelegate):
             self._paint_divider(painter, entry, g, pal)
             painter.restore()
             return
-        if entry.kind == "notice":
-            fill = _blend(base, QColor(220, 60, 40), 0.16)
+        if entry.kind == "notice":  # an error red, a note plain
+            fill = _blend(base, QColor(220, 60, 40), 0.16) if entry.error else _blend(
+                base, accent, 0.05)
         elif entry.role == "user":
             fill = _blend(base, accent, 0.13)
         elif entry.kind == "tool":
@@ -282,7 +283,7 @@ class TranscriptDelegate(QStyledItemDelegate):
         if entry.kind == "tool":
             return f"{'▾' if self._expanded(entry) else '▸'} Tool · {entry.tool_name}"
         if entry.kind == "notice":
-            return "Iris could not answer"
+            return "Iris could not answer" if entry.error else "Note"
         label = show_untrusted(entry.speaker)
         if entry.name:  # a long name leaves room for the badges and the Copy button
             label = fm.elidedText(label, Qt.TextElideMode.ElideRight, width // 2)

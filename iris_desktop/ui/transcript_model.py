@@ -41,7 +41,9 @@ class TranscriptModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return entry.copy_text()
         if role == Qt.ItemDataRole.AccessibleTextRole:
-            who = entry.speaker if entry.kind == "message" else ROLE_LABELS.get(entry.role, entry.kind)
+            who = (entry.speaker if entry.kind == "message"
+                   else ("Iris could not answer" if entry.error else "Note")
+                   if entry.kind == "notice" else ROLE_LABELS.get(entry.role, entry.kind))
             return f"{who}: {entry.text[:500]}"
         return None
 
@@ -131,11 +133,21 @@ class TranscriptModel(QAbstractListModel):
         self.endInsertRows()
         return row
 
-    def add_notice(self, text: str) -> int:
-        """A message of the app's own (an error), kept in place across reloads."""
-        entry = Entry("notice", f"n:{next(self._notice_seq)}", text=text, role="notice")
+    def add_notice(self, text: str, error: bool = True) -> int:
+        """A message of the app's own (an error, or a note: ``error`` False), kept in
+        place across reloads."""
+        entry = Entry("notice", f"n:{next(self._notice_seq)}", text=text, role="notice",
+                      error=error)
         self._notices.append((self.last_message_id(), entry))
         return self.append(entry)
+
+    def reword_notice(self, key: str, text: str) -> None:
+        """Change the words of the notice ``key`` (across reloads too)."""
+        self._notices = [(anchor, replace(entry, text=text) if entry.key == key else entry)
+                         for anchor, entry in self._notices]
+        row = self.row_of(key)
+        if row is not None:
+            self.update(row, text=text)
 
     def update(self, row: int, **changes) -> None:
         i = self._offset + row

@@ -59,6 +59,8 @@ class TurnControl(QObject, TurnListener):
         self.compacting = False
         self._compacted = ""  # what the last compaction of this turn did, for the status bar
         self._compaction_outcome: str | None = None  # ok | failed | skipped, this turn's
+        self._replied = False  # this turn saved a reply: a compaction now is background work
+        self._summary_notice: str | None = None  # the transcript's "Summarizing…" row
         self._unsaved: tuple[str, tuple] | None = None  # the message sent, until it is stored
         self._stream_key: str | None = None  # the reply being streamed ("m:<id>")
         self._pending = ""
@@ -117,6 +119,7 @@ class TurnControl(QObject, TurnListener):
     def _start(self, turn: Turn) -> None:
         state = self.app_state
         self.cancel = StopEvent()
+        self._replied = False
         state.set_generating(True)
         state.show_status("Thinking…")
         self.view.follow_bottom()
@@ -195,7 +198,7 @@ class TurnControl(QObject, TurnListener):
         if event.done < event.total:
             self.app_state.busy(event.describe(), event.fraction)
         elif event.what == "summary":  # read: the model writes it now
-            self.app_state.busy("Compacting the conversation: writing the summary…")
+            self.app_state.busy(event.describe())
         else:
             self.app_state.busy(None)
             self.app_state.show_status("Generating…")
@@ -228,6 +231,7 @@ class TurnControl(QObject, TurnListener):
             calls = ["{}({})".format(*call_label(c)) for c in event.tool_calls]
             self.transcript.update(row, text=event.text, status=event.status, calls=calls)
         self._stream_key = None
+        self._replied = True
         rate = getattr(event.stats, "tokens_per_s", None)
         if rate:
             self._last_rate = rate
@@ -255,14 +259,28 @@ class TurnControl(QObject, TurnListener):
         self._changed()
 
     def on_compaction_started(self, event: CompactionStarted) -> None:
+        """The status bar says so; when the user waits for it (a message sent, not yet
+        answered), the transcript says why there is no answer yet, and what Stop does."""
         self.compacting = True
-        self.app_state.busy(f"Compacting the conversation ({event.trigger})…")
+        self.app_state.busy("Summarizing earlier turns…")
+        if (event.trigger != "manual" and not self._replied and self.generating
+                and event.thread_id == self.app_state.thread_id):
+            self.transcript.add_notice(
+                "Summarizing earlier turns so that the chat fits the model's window; the "
+                "answer starts after it. The model does this once the chat grows long, and "
+                "on a long imported chat it can take minutes. Stop makes Iris summarize them "
+                "itself at once, without the model.", error=False)
+            self._summary_notice = self.transcript.entry(self.transcript.rowCount() - 1).key
+            self._changed()
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
         self.compacting = False
         self.app_state.busy(None)
-        self._compacted = event.text or "Compaction finished"
+        self._compacted = event.event.plain()
         self._compaction_outcome = event.event.outcome
+        if self._summary_notice is not None:  # what the wait was for, said where it was
+            self.transcript.reword_notice(self._summary_notice, self._compacted)
+            self._summary_notice = None
         self.app_state.show_status(self._compacted)
 
     def on_done(self, event: TurnDone) -> None:
