@@ -148,6 +148,25 @@ def test_tab_reaches_every_control_of_the_window(window, qtbot):
     assert missed == []
 
 
+def test_tab_on_the_welcome_panel_goes_from_the_chats_to_the_examples_then_the_box(window, qtbot):
+    """Before: the welcome's "Try one" buttons came after the budget meter, at the end
+    of the window. Now they follow the chats, where the conversation will be, and the
+    message box follows them."""
+    w = window
+    qtbot.waitUntil(w.welcome.isVisible, timeout=5_000)
+    w.activateWindow()
+    w.threads.list.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is w.threads.list, timeout=5_000)
+    seen: list[QWidget] = []
+    for _ in range(12):
+        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+        seen.append(QApplication.focusWidget())
+    card = w.welcome.recommend  # a larger model to download, where there is one
+    wanted = [b for b in (card.button, card.stop_button) if b.isVisible()]
+    wanted += [*w.welcome.examples, w.composer.edit]
+    assert seen[:len(wanted)] == wanted
+
+
 def test_a_reply_an_error_and_a_compaction_are_announced(window, qtbot):
     w = window
     said = w.announcer.announced

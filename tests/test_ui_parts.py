@@ -231,6 +231,37 @@ def test_the_delete_key_and_f2_act_on_the_chat_under_the_cursor(window, qtbot, t
     assert asked[0] == ("rename", thread_id, "Doomed chat")
 
 
+def test_the_file_menu_renames_and_deletes_the_open_chat(window, qtbot, tmp_path, monkeypatch):
+    """Before: Rename and Delete were only in the chat list's context menu and its F2 and
+    Delete keys, which a newcomer never finds. Now File ▸ Rename chat… and Delete chat…
+    act on the open chat, and say so when none is open."""
+    from PySide6.QtWidgets import QInputDialog
+
+    shown = []
+    window.app_state.statusMessage.connect(lambda text, _ms: shown.append(text))
+    window.menus.actions["delete-chat"].trigger()
+    qtbot.waitUntil(lambda: "Open a chat to delete it" in shown, timeout=5_000)
+    thread_id = imported_thread(window, qtbot, tmp_path)
+    asked = []
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(
+        lambda parent, title, label, text="": (asked.append((title, text)), ("Lisbon trip", True))[1]))
+    window.menus.actions["rename-chat"].trigger()
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1
+                    and window.threads.list.item(0).text().startswith("Lisbon trip"), timeout=5_000)
+    assert asked == [("Rename chat", "Doomed chat")]  # the old title, ready to edit
+    window.menus.actions["delete-chat"].trigger()
+    qtbot.waitUntil(lambda: window.threads_control.delete_box is not None
+                    and window.threads_control.delete_box.isVisible(), timeout=5_000)
+    box = window.threads_control.delete_box
+    assert "“Lisbon trip” and all its 2 messages?" in box.text()
+    deleted = []
+    window.model.worker.threadDeleted.connect(deleted.append)
+    delete = next(b for b in box.buttons() if b.text().replace("&", "") == "Delete")
+    qtbot.mouseClick(delete, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: deleted == [thread_id] and window.threads.list.count() == 0,
+                    timeout=5_000)
+
+
 def test_setup_logging_writes_a_rotating_file(tmp_path):
     from logging.handlers import RotatingFileHandler
 

@@ -219,6 +219,8 @@ class MainWindow(QMainWindow):
         for name, slot in (("new-chat", t.new_chat), ("import", t.import_dialog),
                            ("export", t.export_dialog), ("compact-now", self.turns.compact_now),
                            ("chat-settings", lambda: t.settings_dialog()),
+                           ("rename-chat", lambda: t.with_open_chat("rename it", t.rename_dialog)),
+                           ("delete-chat", lambda: t.with_open_chat("delete it", t.delete_dialog)),
                            ("quit", self.close), ("models", m.open_library),
                            ("download-model", m.open_download),
                            ("load-model", m.choose_file), ("server", m.open_server),
@@ -233,7 +235,9 @@ class MainWindow(QMainWindow):
         self.welcome.setAccessibleName("Welcome")
         self.inspector.setAccessibleName("Context inspector")
         t, c, i = self.threads, self.composer, self.inspector
-        order = [t.new_button, t.search, t.list, self.view, c.edit, c.button, c.attach_button,
+        card = self.welcome.recommend  # the welcome stands in for the conversation
+        order = [t.new_button, t.search, t.list, self.view, card.button, card.stop_button,
+                 *self.welcome.examples, c.edit, c.button, c.attach_button,
                  self.meter, i.tabs.tabBar(), i.request_table, i.summaries, i.events,
                  i.chart_scroll]
         for before, after in zip(order, order[1:]):

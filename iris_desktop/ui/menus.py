@@ -79,6 +79,8 @@ class Menus(QObject):
         self._action(m, "&Export chat…", None, None, "export")
         self._action(m, "&Compact chat now", None, "Ctrl+Shift+K", "compact-now")
         self._action(m, "Chat &settings…", None, None, "chat-settings")
+        self._action(m, "&Rename chat…", None, None, "rename-chat")
+        self._action(m, "&Delete chat…", None, None, "delete-chat")
         m.addSeparator()
         self._action(m, "&Quit", None, "Ctrl+Q", "quit")
         m = bar.addMenu("&Edit")

@@ -214,6 +214,17 @@ class ThreadControl(QObject):
 
     # -- rename, delete --
 
+    def with_open_chat(self, what: str, then) -> None:
+        """``then(thread_id, title)`` for the open chat (its title read on the DB
+        thread), or "Open a chat to <what>" when none is open: File ▸ Rename chat…,
+        Delete chat…, Export chat…."""
+        thread_id = self.app_state.thread_id
+        if thread_id is None:
+            self.app_state.show_message(f"Open a chat to {what}")
+            return
+        self.background.run(lambda store: store.thread(thread_id)["title"],
+                            lambda title: then(thread_id, title))
+
     def rename_dialog(self, thread_id: int, title: str) -> None:
         text, ok = QInputDialog.getText(self.parent_widget, "Rename chat", "Title:",
                                         text=title)
@@ -316,12 +327,7 @@ class ThreadControl(QObject):
     def export_dialog(self) -> None:
         """File ▸ Export chat…: a save dialog (``self.export_box``) proposing the chat's
         title as the file's name."""
-        thread_id = self.app_state.thread_id
-        if thread_id is None:
-            self.app_state.show_message("Open a chat to export it")
-            return
-
-        def ask(title: str) -> None:
+        def ask(thread_id: int, title: str) -> None:
             box = QFileDialog(self.parent_widget, "Export chat",
                               str(Path.home() / f"{file_name(title)}.md"),
                               "Markdown (*.md);;JSON (*.json)")
@@ -337,7 +343,7 @@ class ThreadControl(QObject):
             self.export_box = box
             box.open()
 
-        self.background.run(lambda store: store.thread(thread_id)["title"], ask)
+        self.with_open_chat("export it", ask)
 
     def export_thread(self, thread_id: int, path: str, fmt: str) -> None:
         """JSON: every branch (``export_messages``); Markdown: the active one, to read.
