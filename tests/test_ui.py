@@ -82,7 +82,8 @@ def test_send_streams_a_reply_from_the_real_model(make_window, qtbot, model_path
     window = make_window(None, overrides={"model.path": str(model_path), "model.max_tokens": "24",
                                     "model.temperature": "0", "model.n_ctx": "4096"})
     assert window.model_state == "ready", window.models.error
-    assert "n_ctx 4,096" in window.model_label.text()
+    assert "4,096-token window" in window.model_label.text()
+    assert "model.n_ctx" in window.model_label.toolTip() and "Q4_K_M" in window.model_label.toolTip()
     tokens, statuses = [], []
     window.model.worker.turnEvent.connect(
         lambda e: isinstance(e, ReplyToken) and tokens.append(e.text))

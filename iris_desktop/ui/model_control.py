@@ -117,14 +117,17 @@ class ModelControl(QObject):
         base = info.get("base_model")
         quant = info.get("file_type")  # the GGUF's quantization (Q4_K_M); none from a server
         device = info.get("device")  # "GPU: <name> · 28/29 layers" or "CPU" (none for a server)
-        self.model_label.setText(f"{info['name']}" + (f" · {quant}" if quant else "")
-                                 + f" · n_ctx {info['n_ctx']:,}" + (" · base model" if base else "")
+        # in words, short: the status sentence beside it gets the room (details: tooltip)
+        self.model_label.setText(f"{info['name']} · {info['n_ctx']:,}-token window"
+                                 + (" · base model" if base else "")
                                  + (f" · {device}" if device else ""))
         self.where_label.setText(info.get("where") or "local")
         self.where_label.setToolTip(
             "Your conversation stays on this computer" if not info.get("base_url") else
             f"Your conversation is sent to {info['base_url']}")
         self.model_label.setToolTip((info.get("path") or info["name"]) + (
+            f"\nQuantization {quant}" if quant else "") + (
+            f"\nContext window (model.n_ctx): {info['n_ctx']:,} tokens") + (
             "\nA base model continues text rather than following instructions: replies "
             "may ramble, and compaction uses the extractive summary." if base else "")
             + (f"\n{device}: {info['device_reason']}" if device and info.get("device_reason") else ""))
