@@ -119,6 +119,37 @@ def test_the_empty_chat_list_says_how_to_start_or_import(make_window, qtbot):
     chats.placeholder = said
 
 
+def test_a_small_window_shows_the_welcome_without_sideways_scrolling(qtbot, data_dir):
+    """Before: at 800×500 the chats took 280 px and the welcome panel scrolled sideways,
+    its text cut at the right edge (an example prompt's button would not shrink). Now a
+    first start gives the chats a quarter of the width, and the examples are cut at a
+    word ("…"), whole in their tooltip."""
+    host = Host(data_dir, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+                compact=False)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    window.resize(680, 480)
+    window._restore_state()  # as on a small screen's first start
+    window.resize(680, 480)
+    window.show()
+    try:
+        qtbot.waitUntil(window.welcome.isVisible, timeout=5_000)
+        qtbot.wait(100)
+        assert window.splitter.sizes()[0] <= 200
+        panel = window.welcome
+        assert not panel.horizontalScrollBar().isVisible()
+        assert panel.widget().width() <= panel.viewport().width()
+        cut = [b for b in panel.examples if b.text() != b.prompt]
+        assert cut  # the longest does not fit beside the chats at this width
+        for button in cut:
+            assert button.text().endswith(ELLIPSIS) and button.toolTip() == button.prompt
+        window.resize(1600, 900)
+        qtbot.waitUntil(lambda: all(b.text() == b.prompt for b in panel.examples), timeout=5_000)
+    finally:
+        window.shutdown()
+        host.close()
+
+
 def test_the_meter_says_when_earlier_turns_are_not_sent(make_window, qtbot):
     """A long imported chat read 5,718 / 8,192, under the compaction mark, while 140 turns
     were left out (the budget, window × 0.7, trips first): the meter marks the budget,

@@ -300,6 +300,9 @@ class MainWindow(QMainWindow):
             value = self.ui_state.value(key)
             if isinstance(value, QByteArray) and not value.isEmpty():
                 restore(value)
+            elif key == "window/splitter":  # the first start: the chats get a quarter
+                chats = max(180, min(280, self.width() // 4))
+                self.splitter.setSizes([chats, max(self.width() - chats, 1)])
         if not self.isMaximized() and not self.isFullScreen():
             screen = QGuiApplication.screenAt(self.geometry().center()) or self.screen()
             available = screen.availableGeometry()  # the screen it was saved on, if present

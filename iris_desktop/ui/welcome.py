@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, QSize, Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QFrame,
@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -28,6 +29,7 @@ from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.meter import PART_COLORS
 from iris_desktop.ui.recommend_card import RecommendCard
+from iris_desktop.ui.status_line import elide_words
 from iris_desktop.ui.transcript import TranscriptView
 
 #: prompts the bundled model (a small coding model) answers well
@@ -107,13 +109,13 @@ class WelcomePanel(QScrollArea):
         column.addWidget(self.title)
         column.addWidget(self.recommend)
         column.addWidget(self.text)
-        column.addWidget(QLabel("<b>Try one</b> (it goes into the message box; press Enter "
-                                "to send it):"))
+        try_one = QLabel("<b>Try one</b> (it goes into the message box; press Enter to send it):")
+        try_one.setWordWrap(True)
+        column.addWidget(try_one)
         self.examples: list[QPushButton] = []
         for prompt in EXAMPLES:
-            button = QPushButton(prompt)
+            button = _ExampleButton(prompt)
             button.setObjectName("welcome-example")
-            button.setToolTip("Put this prompt in the message box")
             button.setStyleSheet("text-align: left; padding: 6px 10px;")
             button.clicked.connect(lambda _=False, prompt=prompt: self.promptChosen.emit(prompt))
             column.addWidget(button)
@@ -127,6 +129,28 @@ class WelcomePanel(QScrollArea):
         row.addWidget(body, 100)
         row.addStretch(1)
         self.setWidget(outer)
+
+
+class _ExampleButton(QPushButton):
+    """An example prompt that never widens the panel: on a narrow window its text is cut
+    at a word with "…" (the full prompt is its tooltip and accessible name)."""
+
+    def __init__(self, prompt: str):
+        super().__init__(prompt)
+        self.prompt = prompt
+        self.setAccessibleName(prompt)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(self.fontMetrics().horizontalAdvance("0") * 12, super().minimumSizeHint().height())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        room = self.width() - self.fontMetrics().horizontalAdvance("0") * 3  # the padding
+        shown = elide_words(self.prompt, self.fontMetrics(), room)
+        if shown != self.text():
+            self.setText(shown)
+        self.setToolTip(self.prompt if shown != self.prompt else "Put this prompt in the message box")
 
 
 class WelcomeControl(QObject):
