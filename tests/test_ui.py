@@ -568,6 +568,25 @@ def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, 
     assert dock.chart.points["values"] == [700, 320]
     assert dock.chart.points["compactions"][0]["index"] == 1
     assert "4 summarized" in dock.request_label.text()
+    assert "counted with an estimate of about 4 characters a token" in dock.request_label.text()
+
+
+def test_the_inspector_says_when_there_is_no_summary_or_compaction_yet(make_window, qtbot,
+                                                                        data_dir):
+    """Before: the Summaries page of a chat never compacted read "No …" (the sentence
+    was cut to the first column) and Compactions was an empty grid."""
+    thread = seed_thread(data_dir, chat(2))
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    window.inspector.toggleViewAction().trigger()
+    qtbot.waitUntil(lambda: window.inspector.report is not None, timeout=5_000)
+    settle(qtbot, window)
+    dock = window.inspector
+    empty = dock.summaries.topLevelItem(0)
+    assert empty.text(0) == "No summary yet: nothing has been compacted."
+    assert empty.isFirstColumnSpanned()
+    assert dock.events.rowCount() == 1 and dock.events.columnSpan(0, 0) == dock.events.columnCount()
+    assert dock.events.item(0, 0).text().startswith("No compaction yet")
 
 
 def test_typed_question_shows_recall_in_the_meter_and_inspector(make_window, qtbot, data_dir):

@@ -69,6 +69,17 @@ def _table(columns: list[str]) -> QTableWidget:
     return table
 
 
+def _counter_words(name: str) -> str:
+    """How the tokens were counted, in words: "the model's own tokenizer" for
+    "model:72ed9a0b959e:v2:jinja", "tiktoken (cl100k_base)", "an estimate of about 4
+    characters a token" for the heuristic."""
+    if name.startswith("model:"):
+        return "the model's own tokenizer"
+    if name.startswith("tiktoken:"):
+        return f"tiktoken ({name.split(':', 1)[1]})"
+    return "an estimate of about 4 characters a token" if name == "heuristic" else name
+
+
 class InspectorDock(QDockWidget):
     def __init__(self, parent=None):
         super().__init__("Context inspector", parent)
@@ -157,7 +168,7 @@ class InspectorDock(QDockWidget):
                 f"{len(report['request'])} messages, {tokens(report['predicted_prompt_tokens'])} "
                 f"tokens of a {tokens(b['window'])} window ("
                 + ("exact, " if report.get("exact") else "estimated, ")
-                + f"counted with {report['counter']}). "
+                + f"counted with {_counter_words(report['counter'])}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
                 f"{tokens(b['summary'])}, recall {tokens(b.get('recall', 0))}"
                 + (f" ({len(report.get('recalled_ids') or [])} summarized messages: "
@@ -208,11 +219,18 @@ class InspectorDock(QDockWidget):
                 top.addChild(child)
             self.summaries.addTopLevelItem(top)
             top.setExpanded(s is summaries[-1])
-        if not summaries:
+        if not summaries:  # across every column: the first alone cut it to "No …"
             item = QTreeWidgetItem(["No summary yet: nothing has been compacted."])
             self.summaries.addTopLevelItem(item)
+            item.setFirstColumnSpanned(True)
 
     def _show_events(self, events: list[dict[str, Any]]) -> None:
+        self.events.clearSpans()
+        if not events:  # a row across the table says so, rather than an empty grid
+            self.events.setRowCount(1)
+            self.events.setItem(0, 0, _item("No compaction yet: this chat has not been summarized."))
+            self.events.setSpan(0, 0, 1, len(EVENT_COLUMNS))
+            return
         self.events.setRowCount(len(events))
         for i, event in enumerate(events):
             for j, (key, _) in enumerate(EVENT_COLUMNS):
