@@ -844,6 +844,11 @@ def test_models_dialog_lists_loads_cancels_and_keeps_the_model_on_failure(
               if "in use" in dialog.table.item(r, 9).text()]
     assert in_use, "the model in use is marked"
     assert "MiB" in dialog.table.item(0, 8).text() or "GiB" in dialog.table.item(0, 8).text()
+    assert "2,048-token window" in dialog.status.text() and "model(s)" not in dialog.status.text()
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)  # one click away
+    qtbot.waitUntil(lambda: window.models.downloads is not None
+                    and window.models.downloads.isVisible(), timeout=5_000)
+    window.models.downloads.close()
 
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)

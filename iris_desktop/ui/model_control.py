@@ -170,6 +170,7 @@ class ModelControl(QObject):
             self.library = ModelsDialog(self.parent_widget)
             self.library.useModel.connect(self.use_file)
             self.library.cancelRequested.connect(self.cancel_load)
+            self.library.downloadRequested.connect(self.open_download)
             self.library.finished.connect(self._library_closed)
         self.refresh_library()
         self.library.loading(0.0 if self.state == "loading" else None)

@@ -73,6 +73,7 @@ class ModelsDialog(QDialog):
 
     useModel = Signal(str)
     cancelRequested = Signal()
+    downloadRequested = Signal()  # Model ▸ Download…, from here
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -94,6 +95,10 @@ class ModelsDialog(QDialog):
         self.progress = QProgressBar()
         self.progress.hide()
         self.open_button = QPushButton("Open GGUF…")
+        self.download_button = QPushButton("Download…")
+        self.download_button.setToolTip("Find a model on Hugging Face and download it "
+                                        "(nothing is contacted until you search)")
+        self.download_button.clicked.connect(self.downloadRequested)
         self.use_button = QPushButton("Use this model")
         self.use_button.setEnabled(False)
         self.cancel_button = QPushButton("Cancel loading")
@@ -105,6 +110,7 @@ class ModelsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         row = QHBoxLayout()
         row.addWidget(self.open_button)
+        row.addWidget(self.download_button)
         row.addStretch(1)
         row.addWidget(self.progress, 2)
         row.addWidget(self.cancel_button)
@@ -131,8 +137,10 @@ class ModelsDialog(QDialog):
                     item.setForeground(Qt.GlobalColor.gray)
                 self.table.setItem(r, c, item)
         usable = sum(1 for e in entries if not e["error"])
-        self.status.setText(f"{usable} model(s) found; memory is the weights plus the KV cache "
-                            f"at n_ctx {tokens(n_ctx)}; GPU is model.gpu's plan there.")
+        self.status.setText(
+            f"{usable} {'model' if usable == 1 else 'models'} found. Memory is the weights "
+            f"plus the KV cache for a {tokens(n_ctx)}-token window (model.n_ctx); GPU is what "
+            "model.gpu would put on the graphics card there.")
 
     def selected_entry(self) -> dict[str, Any] | None:
         rows = self.table.selectionModel().selectedRows()
