@@ -243,3 +243,35 @@ def test_the_editor_closes_when_scrolled_away_or_the_palette_changes(view, qtbot
     press_text(view, qtbot, view.transcript.rowCount() - 1)
     view.setPalette(QPalette(QColor("#303030")))
     assert view.text_editor is None and view.delegate.editing is None
+
+
+def test_a_wide_window_centres_the_conversation_in_a_readable_column(make_window, qtbot, data_dir):
+    """Before: on a 2,400-pixel window each line ran the full width (some 300 characters).
+    Now the cards are a column of about 95 characters, centred; a narrow window still
+    uses its whole width."""
+    from iris_desktop.core.store import Store
+    from iris_desktop.paths import app_paths
+    from iris_desktop.ui.transcript_parts import COLUMN_FONT_HEIGHTS
+
+    from support.windows import settle
+
+    with Store(app_paths(data_dir).ensure().db_path) as store:
+        thread = store.create_thread("wide")
+        store.add_messages(thread, [{"role": "user", "content": "word " * 400},
+                                    {"role": "assistant", "content": "reply " * 400}])
+    window = make_window()
+    window.open_thread(thread)
+    settle(qtbot, window)
+    view = window.view
+    delegate = view.itemDelegate()
+    unit = delegate._unit()
+    for width, wide in ((2400, True), (900, False)):
+        window.resize(width, 800)
+        qtbot.wait(100)
+        card = delegate.geometry(view.model().index(0, 0))["card"]
+        viewport = view.viewport().width()
+        if wide:
+            assert card.width() <= COLUMN_FONT_HEIGHTS * unit
+            assert abs(card.left() - (viewport - card.right())) <= 2  # centred
+        else:
+            assert card.width() >= viewport - 2 * unit and card.left() < unit

@@ -34,6 +34,7 @@ from iris_desktop.ui.highlight import blend as _blend
 from iris_desktop.ui.transcript_model import ENTRY_ROLE, TranscriptModel
 from iris_desktop.ui.transcript_parts import (
     chip_rects,
+    column,
     paint_badges,
     paint_chips,
     paint_switcher,
@@ -65,7 +66,10 @@ class TranscriptDelegate(QStyledItemDelegate):
         return self._metrics()["u"]
 
     def _width(self) -> int:
-        return max(self.view.viewport().width(), 200)
+        return column(self.view.viewport().width(), self._unit())[1]
+
+    def _left(self) -> int:
+        return column(self.view.viewport().width(), self._unit())[0]
 
     def _metrics(self) -> dict:
         """Spacing in font units, so that 125–200% scaling keeps the proportions."""
@@ -208,17 +212,14 @@ class TranscriptDelegate(QStyledItemDelegate):
         return 2 * m["my"] + m["pad"] // 2 + m["header_h"] + body + m["pad"]
 
     def sizeHint(self, option, index) -> QSize:
-        entry = index.data(ENTRY_ROLE)
-        if entry is None:
-            return QSize(0, 0)
-        width = self._width()
-        return QSize(width - 2, self.height_for(entry, width))
+        entry, width = index.data(ENTRY_ROLE), self._width()
+        return QSize(0, 0) if entry is None else QSize(width - 2, self.height_for(entry, width))
 
     def geometry(self, index) -> dict:
         """The layout of the row ``index`` in viewport coordinates (see ``_layout``)."""
         rect = self.view.visualRect(index)
-        return self._layout(index.data(ENTRY_ROLE), QRect(rect.left(), rect.top(), self._width(),
-                                                          rect.height()))
+        return self._layout(index.data(ENTRY_ROLE), QRect(rect.left() + self._left(), rect.top(),
+                                                          self._width(), rect.height()))
 
     def code_copy_rects(self, index) -> list[QRect]:
         """Each code block's Copy button in the row ``index``, viewport coordinates."""
@@ -238,7 +239,8 @@ class TranscriptDelegate(QStyledItemDelegate):
         painter.save()
         # no antialiasing for the cards: an antialiased rounded rect costs ~10× more, and
         # streaming repaints them 30 times a second
-        rect = QRect(option.rect.left(), option.rect.top(), self._width(), option.rect.height())
+        rect = QRect(option.rect.left() + self._left(), option.rect.top(), self._width(),
+                     option.rect.height())
         g = self._layout(entry, rect)
         if entry.dimmed:
             painter.setOpacity(0.45)

@@ -10,6 +10,17 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QPen
 from iris_desktop.core.views import Entry
 from iris_desktop.ui.highlight import blend
 
+#: the transcript's column at its widest, in line heights: about 95 characters a line
+COLUMN_FONT_HEIGHTS = 52
+
+
+def column(view_width: int, unit: int) -> tuple[int, int]:
+    """(left, width) of the transcript's column in a view ``view_width`` wide: the
+    view's width up to COLUMN_FONT_HEIGHTS line heights (``unit``), centred, so that a
+    wide window does not run each line across the screen."""
+    width = min(max(view_width, 200), COLUMN_FONT_HEIGHTS * unit)
+    return max((view_width - width) // 2, 0), width
+
 
 def badges(entry: Entry) -> list[tuple[str, str]]:
     """(text, tone) pairs for the header; tone in info | warn | error | dim."""
