@@ -150,6 +150,25 @@ def test_a_small_window_shows_the_welcome_without_sideways_scrolling(qtbot, data
         host.close()
 
 
+def test_the_inspector_beside_the_conversation_leaves_it_most_of_a_small_window(make_window,
+                                                                                qtbot):
+    """Before: an inspector restored open at 800×500 took 345 pixels and left the
+    conversation 160. Now it takes at most 40% of the window's width, whenever it
+    opens or the window is resized."""
+    from iris_desktop.ui.main_window import INSPECTOR_SHARE
+
+    window = make_window()
+    window.resize(1400, 700)
+    window.inspector.toggleViewAction().trigger()
+    qtbot.waitUntil(window.inspector.isVisible, timeout=5_000)
+    window.resizeDocks([window.inspector], [650], Qt.Orientation.Horizontal)  # a wide one
+    qtbot.wait(50)
+    assert window.inspector.width() > 600
+    window.resize(800, 500)
+    qtbot.waitUntil(lambda: window.inspector.width() <= 800 * INSPECTOR_SHARE + 1, timeout=5_000)
+    assert window.view.width() >= 200 or window.welcome.width() >= 200
+
+
 def test_the_meter_says_when_earlier_turns_are_not_sent(make_window, qtbot):
     """A long imported chat read 5,718 / 8,192, under the compaction mark, while 140 turns
     were left out (the budget, window × 0.7, trips first): the meter marks the budget,

@@ -61,6 +61,8 @@ log = logging.getLogger("iris.ui")
 DEFAULT_SIZE = (1280, 800)
 #: the largest share of the screen's free area a window opens at
 SCREEN_SHARE = 0.9
+#: the largest share of the window's width the inspector takes beside the conversation
+INSPECTOR_SHARE = 0.4
 
 
 def default_geometry(available: QRect, preferred: tuple[int, int] = DEFAULT_SIZE) -> QRect:
@@ -215,7 +217,7 @@ class MainWindow(QMainWindow):
         v.continueRequested.connect(self.turns.continue_reply)
         v.switchRequested.connect(t.switch_branch)
         self.inspector.visibilityChanged.connect(
-            lambda visible: visible and self.context.refresh_inspector())
+            lambda visible: visible and (self.context.refresh_inspector(), self.fit_inspector()))
         for name, slot in (("new-chat", t.new_chat), ("import", t.import_dialog),
                            ("export", t.export_dialog), ("compact-now", self.turns.compact_now),
                            ("chat-settings", lambda: t.settings_dialog()),
@@ -309,6 +311,19 @@ class MainWindow(QMainWindow):
             fitted = fit_geometry(self.geometry(), available)
             if fitted != self.geometry():
                 self.setGeometry(fitted)
+
+    def fit_inspector(self) -> None:
+        """The inspector docked beside the conversation takes at most INSPECTOR_SHARE of
+        the window, so the conversation keeps the rest (restored open at 800 pixels, it
+        left the conversation 160)."""
+        dock = self.inspector
+        most = int(self.width() * INSPECTOR_SHARE)
+        if dock.isVisible() and not dock.isFloating() and dock.width() > most:
+            self.resizeDocks([dock], [most], Qt.Orientation.Horizontal)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self.fit_inspector()
 
     def save_state(self) -> None:
         self.ui_state.setValue("window/geometry", self.saveGeometry())
