@@ -148,7 +148,8 @@ def evidence_first(evidence: list[int]):
 
 
 def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WINDOW,
-             recall: int | None = None, timeout: float = 180, reranker=None) -> dict:
+             recall: int | None = None, timeout: float = 180, reranker=None,
+             max_parts: int | None = None) -> dict:
     """Import, compact, plan the question; the row of one file."""
     data = json.loads(path.read_text())
     qa = data["qa"][0]
@@ -159,7 +160,9 @@ def one_file(path: Path, counter, embedder=None, runtime=None, window: int = WIN
     if recall is None:
         recall = lookup("context.recall_max_tokens").default
     params = ContextParams(window=window, system_prompt=SYSTEM, recall_max_tokens=recall)
-    settings = CompactionSettings(summary_max_tokens=SUMMARY_CAP, timeout_s=timeout)
+    settings = CompactionSettings(summary_max_tokens=SUMMARY_CAP, timeout_s=timeout,
+                                  max_parts=lookup("context.summary_max_parts").default
+                                  if max_parts is None else max_parts)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "lme.db")
         try:
@@ -290,6 +293,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recall", type=int, default=lookup("context.recall_max_tokens").default,
                         help="context.recall_max_tokens (default: the shipped default)")
     parser.add_argument("--timeout", type=float, default=180, help="context.summary_timeout_s, per summary call")
+    parser.add_argument("--summary-max-parts", type=int,
+                        default=lookup("context.summary_max_parts").default,
+                        help="context.summary_max_parts with --llm: how many parts of old turns "
+                             "the model reads at once (0 = all; the shipped default is %(default)s)")
     add_rerank_options(parser)
     parser.add_argument("--corpus", type=Path, default=DEV_SET, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -311,12 +318,15 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for path in paths:
         rows.append(one_file(path, counter, embedder, model if args.llm else None, args.window,
-                             args.recall, args.timeout, reranker))
+                             args.recall, args.timeout, reranker, args.summary_max_parts))
         if not args.json:
             print(json.dumps(rows[-1]), flush=True)
     model.close()
     header = (f"window {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, summarizer "
-              f"{'llm' if args.llm else 'extractive'}, semantic recall {'on' if embedder else 'off'}, "
+              f"{'llm' if args.llm else 'extractive'}"
+              + (f" (the model reads {args.summary_max_parts or 'every'} part(s) of old turns at once)"
+                 if args.llm else "")
+              + f", semantic recall {'on' if embedder else 'off'}, "
               f"reranking {'on' if reranker else 'off'}; "
               f"counter {counter.name}; {len(paths)} files; {time.perf_counter() - started:.0f} s")
     if reranker is not None:

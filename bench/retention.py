@@ -345,7 +345,8 @@ def one_chat(path: Path, args, counter, embedder, model, paraphrases, tally: Tal
                 continue
             thread = store.create_thread(label)
             ids = store.add_messages(thread, messages)
-            settings = CompactionSettings(summary_max_tokens=SUMMARY_CAP, timeout_s=args.timeout)
+            settings = CompactionSettings(summary_max_tokens=SUMMARY_CAP, timeout_s=args.timeout,
+                                          max_parts=args.summary_max_parts)
             planner = Planner(params, counter, compaction=settings)
             started = time.perf_counter()
             events = compact_while_due(build_compactor(planner, store, runtime=runtime), thread)
@@ -425,6 +426,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180,
                         help="context.summary_timeout_s for the LLM rows, per summary call "
                              "(the shipped default is 180)")
+    parser.add_argument("--summary-max-parts", type=int,
+                        default=lookup("context.summary_max_parts").default,
+                        help="context.summary_max_parts for the LLM rows: how many parts of "
+                             "old turns the model reads at once (0 = all; the shipped default "
+                             "is %(default)s)")
     add_rerank_options(parser)
     args = parser.parse_args()
 
@@ -446,8 +452,10 @@ def main() -> None:
 
 
 def report(args, rows, tally: Tally, counter: str, seconds: float, semantic: bool, reranker=None) -> None:
+    parts = f"at most {args.summary_max_parts} part(s)" if args.summary_max_parts else "every part"
     print(f"\nwindow {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, "
           f"summary timeout {args.timeout:g} s per call, "
+          f"the model reads {parts} of old turns at once, "
           f"semantic recall {'on' if semantic else 'off'}, reranking {'on' if reranker else 'off'}; "
           f"counter {counter}; {seconds:.0f} s\n")
     if reranker is not None:

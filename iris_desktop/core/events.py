@@ -179,7 +179,8 @@ class PromptProgress:
     def describe(self) -> str:
         """"Reading the conversation… 1,536 of 4,096 tokens (37%), about 12 s left";
         a summary in parts: "Summarizing earlier turns, part 2 of 5… 40% of all, about
-        4 min left", or while the model writes: "…part 2 of 5: writing its summary…"."""
+        4 min left", or while the model writes: "…, part 2 of 5: the model writes this
+        part's summary…"."""
         if self.what == "reply":
             return progress_words("Reading the conversation", self.done, self.total,
                                   self.start, self.elapsed_s)
