@@ -324,8 +324,9 @@ def main(argv: list[str] | None = None) -> None:
     model.close()
     header = (f"window {args.window}, summary cap {SUMMARY_CAP}, recall {args.recall}, summarizer "
               f"{'llm' if args.llm else 'extractive'}"
-              + (f" (the model reads {args.summary_max_parts or 'every'} part(s) of old turns at once)"
-                 if args.llm else "")
+              + (" (the model reads "
+                 + (f"at most {args.summary_max_parts} part(s)" if args.summary_max_parts
+                    else "every part") + " of old turns at once)" if args.llm else "")
               + f", semantic recall {'on' if embedder else 'off'}, "
               f"reranking {'on' if reranker else 'off'}; "
               f"counter {counter.name}; {len(paths)} files; {time.perf_counter() - started:.0f} s")
