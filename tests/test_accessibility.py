@@ -119,22 +119,29 @@ def test_every_control_of_the_window_preferences_and_inspector_has_a_name_and_ro
     assert dialog.fields["context.window"].title.buddy() is window_field
 
 
+def tab_from(w, start: QWidget, qtbot, most: int) -> list[QWidget]:
+    """The widgets Tab reaches from ``start`` (first), in order, until one comes again
+    or ``most`` were seen."""
+    w.activateWindow()
+    start.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is start, timeout=5_000)
+    seen: list[QWidget] = []
+    for _ in range(most):
+        focus = QApplication.focusWidget()
+        if focus in seen:
+            break
+        seen.append(focus)
+        qtbot.keyClick(focus, Qt.Key.Key_Tab)
+    return seen
+
+
 def test_tab_reaches_every_control_of_the_window(window, qtbot):
     w = window
     w.send("What is the capital of France?")  # the conversation shows (not the welcome)
     qtbot.waitUntil(lambda: not w.generating, timeout=10_000)
     w.inspector.toggleViewAction().trigger()
     qtbot.waitUntil(w.inspector.isVisible, timeout=5_000)
-    w.activateWindow()
-    w.threads.new_button.setFocus(Qt.FocusReason.TabFocusReason)
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is w.threads.new_button, timeout=5_000)
-    seen: list[QWidget] = []
-    for _ in range(60):
-        focus = QApplication.focusWidget()
-        if focus in seen:
-            break
-        seen.append(focus)
-        qtbot.keyClick(focus, Qt.Key.Key_Tab)
+    seen = tab_from(w, w.threads.new_button, qtbot, 60)
     c, t, i = w.composer, w.threads, w.inspector
     wanted = [t.new_button, t.search, t.list, w.view, c.edit, c.button, c.attach_button,
               w.meter, i.tabs.tabBar(), i.request_table, i.chart_scroll]
@@ -154,13 +161,7 @@ def test_tab_on_the_welcome_panel_goes_from_the_chats_to_the_examples_then_the_b
     message box follows them."""
     w = window
     qtbot.waitUntil(w.welcome.isVisible, timeout=5_000)
-    w.activateWindow()
-    w.threads.list.setFocus(Qt.FocusReason.TabFocusReason)
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is w.threads.list, timeout=5_000)
-    seen: list[QWidget] = []
-    for _ in range(12):
-        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
-        seen.append(QApplication.focusWidget())
+    seen = tab_from(w, w.threads.list, qtbot, 12)[1:]  # what follows the chat list
     card = w.welcome.recommend  # a larger model to download, where there is one
     wanted = [b for b in (card.button, card.stop_button) if b.isVisible()]
     wanted += [*w.welcome.examples, w.composer.edit]

@@ -543,6 +543,16 @@ def summarize_first_turns(data_dir, thread: int) -> tuple[list[int], int]:
     return ids, summary
 
 
+def window_with_inspector(make_window, qtbot, thread: int):
+    """A window on ``thread`` with the inspector open and its report in."""
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    window.inspector.toggleViewAction().trigger()
+    qtbot.waitUntil(lambda: window.inspector.report is not None, timeout=5_000)
+    settle(qtbot, window)
+    return window, window.inspector
+
+
 def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, data_dir):
     thread = seed_thread(data_dir, chat(6))
     ids, summary = summarize_first_turns(data_dir, thread)
@@ -554,12 +564,7 @@ def test_inspector_shows_request_summaries_events_and_chart(make_window, qtbot, 
                                             "tokens_before": 700, "tokens_after": 300,
                                             "summary_id": summary})
         store.add_request(thread, {"prompt_tokens": 320, "window": 8192})
-    window = make_window(ScriptedRuntime([]))
-    window.open_thread(thread)
-    window.inspector.toggleViewAction().trigger()
-    qtbot.waitUntil(lambda: window.inspector.report is not None, timeout=5_000)
-    settle(qtbot, window)
-    dock = window.inspector
+    window, dock = window_with_inspector(make_window, qtbot, thread)
     assert dock.request_table.rowCount() == 1 + 8  # system + the 4 unsummarized turns
     states = {dock.request_table.item(r, 3).text() for r in range(dock.request_table.rowCount())}
     assert states == {"verbatim"}  # the newest turn is answered: nothing to recall for
@@ -576,12 +581,7 @@ def test_the_inspector_says_when_there_is_no_summary_or_compaction_yet(make_wind
     """Before: the Summaries page of a chat never compacted read "No …" (the sentence
     was cut to the first column) and Compactions was an empty grid."""
     thread = seed_thread(data_dir, chat(2))
-    window = make_window(ScriptedRuntime([]))
-    window.open_thread(thread)
-    window.inspector.toggleViewAction().trigger()
-    qtbot.waitUntil(lambda: window.inspector.report is not None, timeout=5_000)
-    settle(qtbot, window)
-    dock = window.inspector
+    window, dock = window_with_inspector(make_window, qtbot, thread)
     empty = dock.summaries.topLevelItem(0)
     assert empty.text(0) == "No summary yet: nothing has been compacted."
     assert empty.isFirstColumnSpanned()

@@ -172,6 +172,16 @@ def delete_box_button(window, qtbot, thread_id: int, text: str):
     return next(b for b in box.buttons() if b.text().replace("&", "") == text)
 
 
+def click_delete_and_wait(window, qtbot, box, thread_id: int) -> None:
+    """Click the confirmation's Delete; wait until the chat is gone from the list."""
+    deleted = []
+    window.model.worker.threadDeleted.connect(deleted.append)
+    delete = next(b for b in box.buttons() if b.text().replace("&", "") == "Delete")
+    qtbot.mouseClick(delete, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: deleted == [thread_id] and window.threads.list.count() == 0,
+                    timeout=5_000)
+
+
 def test_delete_asks_and_the_delete_button_deletes(window, qtbot, tmp_path):
     thread_id = imported_thread(window, qtbot, tmp_path)
     deleted = []
@@ -212,12 +222,7 @@ def test_the_delete_key_and_f2_act_on_the_chat_under_the_cursor(window, qtbot, t
     box = window.threads_control.delete_box
     qtbot.waitUntil(lambda: box is not None and box.isVisible(), timeout=5_000)
     assert "Doomed chat" in box.text()
-    deleted = []
-    window.model.worker.threadDeleted.connect(deleted.append)
-    delete = next(b for b in box.buttons() if b.text().replace("&", "") == "Delete")
-    qtbot.mouseClick(delete, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: deleted == [thread_id] and window.threads.list.count() == 0,
-                    timeout=5_000)
+    click_delete_and_wait(window, qtbot, box, thread_id)
 
     thread_id = imported_thread(window, qtbot, tmp_path)
     window.threads_control.rename_thread = lambda tid, title: asked.append(("renamed", tid, title))
@@ -254,12 +259,7 @@ def test_the_file_menu_renames_and_deletes_the_open_chat(window, qtbot, tmp_path
                     and window.threads_control.delete_box.isVisible(), timeout=5_000)
     box = window.threads_control.delete_box
     assert "“Lisbon trip” and all its 2 messages?" in box.text()
-    deleted = []
-    window.model.worker.threadDeleted.connect(deleted.append)
-    delete = next(b for b in box.buttons() if b.text().replace("&", "") == "Delete")
-    qtbot.mouseClick(delete, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: deleted == [thread_id] and window.threads.list.count() == 0,
-                    timeout=5_000)
+    click_delete_and_wait(window, qtbot, box, thread_id)
 
 
 def test_setup_logging_writes_a_rotating_file(tmp_path):
