@@ -167,6 +167,10 @@ def test_the_inspector_beside_the_conversation_leaves_it_most_of_a_small_window(
     window.resize(800, 500)
     qtbot.waitUntil(lambda: window.inspector.width() <= 800 * INSPECTOR_SHARE + 1, timeout=5_000)
     assert window.view.width() >= 200 or window.welcome.width() >= 200
+    # docked under the conversation it spans the window, as a bottom dock does
+    window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, window.inspector)
+    window.resize(820, 520)
+    qtbot.waitUntil(lambda: window.inspector.width() > 700, timeout=5_000)
 
 
 def test_the_meter_says_when_earlier_turns_are_not_sent(make_window, qtbot):

@@ -318,7 +318,9 @@ class MainWindow(QMainWindow):
         left the conversation 160)."""
         dock = self.inspector
         most = int(self.width() * INSPECTOR_SHARE)
-        if dock.isVisible() and not dock.isFloating() and dock.width() > most:
+        beside = self.dockWidgetArea(dock) in (Qt.DockWidgetArea.LeftDockWidgetArea,
+                                               Qt.DockWidgetArea.RightDockWidgetArea)
+        if beside and dock.isVisible() and not dock.isFloating() and dock.width() > most:
             self.resizeDocks([dock], [most], Qt.Orientation.Horizontal)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
