@@ -59,9 +59,9 @@ bench: $(DEV_STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/ui_latency.py
 
 ## make screenshots: the real app under Xvfb with a prepared data dir -> docs/img/*.png
+## (without xvfb-run, or with SHOTS_ARGS=--offscreen: Qt's offscreen platform, same size)
 screenshots: $(DEV_STAMP)
-	@command -v xvfb-run >/dev/null || { echo "needs: apt-get install xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0"; exit 1; }
-	$(BIN)/python tools/screenshots.py --out docs/img
+	$(BIN)/python tools/screenshots.py --out docs/img $(SHOTS_ARGS)
 
 ## make dist: the one-folder app and this OS's installers, into dist/
 ## (packaging/build.py --help lists the options, e.g. make dist DIST_ARGS=--no-deb)

@@ -14,6 +14,7 @@ on a fresh data dir, without the conversations).
    when no display is set), send a real message in each thread, and grab the windows.
 
     .venv/bin/python tools/screenshots.py [--out docs/img] [--data-dir DIR] [--scale 1.25]
+        [--offscreen]   (Qt's offscreen platform at the same screen size, without Xvfb)
 """
 
 from __future__ import annotations
@@ -363,6 +364,17 @@ def shoot_download(window, wait, idle, pause, shoot) -> None:
         server.stop()
 
 
+def offscreen_platform(data_dir: Path) -> str:
+    """QT_QPA_PLATFORM for Qt's offscreen platform with one screen of SCREEN's size (its
+    default screen is 800×800, which would shrink every window)."""
+    width, height = (int(n) for n in SCREEN.split("x")[:2])
+    config = data_dir / "offscreen-screen.json"
+    config.write_text(json.dumps({"screens": [{
+        "name": "shots", "x": 0, "y": 0, "width": width, "height": height,
+        "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}))
+    return f"offscreen:configfile={config}"
+
+
 def hf_cache(data_dir: Path) -> Path:
     """A Hugging Face hub cache laid out as huggingface_hub writes it, holding the gemma
     base model (a dev dependency) by symlink, so the library shows a second source."""
@@ -388,6 +400,9 @@ def main() -> int:
                         help="do not send the two live messages (a quick look at the layout)")
     parser.add_argument("--only", choices=("download",),
                         help="take only this shot, on a fresh data dir (no conversations)")
+    parser.add_argument("--offscreen", action="store_true",
+                        help="Qt's offscreen platform with a screen of the same size, instead "
+                             "of Xvfb (where xvfb-run is missing or cannot start)")
     parser.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ids", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -409,12 +424,13 @@ def main() -> int:
     command = [sys.executable, __file__, "--capture", "--data-dir", str(data_dir), "--out",
                str(out), "--ids", json.dumps(ids)] + (["--no-send"] if args.no_send else []) + (
                    ["--only", args.only] if args.only else [])
-    if not env.get("DISPLAY"):
-        xvfb = shutil.which("xvfb-run")
+    if args.offscreen or not env.get("DISPLAY"):
+        xvfb = None if args.offscreen else shutil.which("xvfb-run")
         if xvfb is None:
-            print("xvfb-run not found (apt-get install xvfb); using the offscreen platform",
-                  file=sys.stderr)
-            env["QT_QPA_PLATFORM"] = "offscreen"
+            if not args.offscreen:
+                print("xvfb-run not found (apt-get install xvfb); using the offscreen platform",
+                      file=sys.stderr)
+            env["QT_QPA_PLATFORM"] = offscreen_platform(data_dir)
         else:
             command = [xvfb, "-a", "-s", f"-screen 0 {SCREEN}", *command]
     return subprocess.call(command, env=env)
