@@ -99,7 +99,10 @@ class Entry:
 
     @property
     def speaker(self) -> str:
-        """The header's word: the message's own speaker name, else You, Iris, …"""
+        """The header's word: the message's own speaker name, else You, Iris, …; an
+        app's notice: "Iris could not answer" (an error) or "Note"."""
+        if self.kind == "notice":
+            return "Iris could not answer" if self.error else "Note"
         if self.name and self.role in ("user", "assistant"):
             return self.name
         return ROLE_LABELS.get(self.role, self.role.capitalize())

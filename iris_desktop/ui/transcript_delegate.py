@@ -284,8 +284,6 @@ class TranscriptDelegate(QStyledItemDelegate):
         stored, escapes and all), or what the card is."""
         if entry.kind == "tool":
             return f"{'▾' if self._expanded(entry) else '▸'} Tool · {entry.tool_name}"
-        if entry.kind == "notice":
-            return "Iris could not answer" if entry.error else "Note"
         label = show_untrusted(entry.speaker)
         if entry.name:  # a long name leaves room for the badges and the Copy button
             label = fm.elidedText(label, Qt.TextElideMode.ElideRight, width // 2)

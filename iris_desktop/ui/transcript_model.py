@@ -41,9 +41,8 @@ class TranscriptModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return entry.copy_text()
         if role == Qt.ItemDataRole.AccessibleTextRole:
-            who = (entry.speaker if entry.kind == "message"
-                   else ("Iris could not answer" if entry.error else "Note")
-                   if entry.kind == "notice" else ROLE_LABELS.get(entry.role, entry.kind))
+            who = (entry.speaker if entry.kind in ("message", "notice")
+                   else ROLE_LABELS.get(entry.role, entry.kind))
             return f"{who}: {entry.text[:500]}"
         return None
 

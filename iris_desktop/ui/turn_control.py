@@ -265,12 +265,12 @@ class TurnControl(QObject, TurnListener):
         self.app_state.busy("Summarizing earlier turns…")
         if (event.trigger != "manual" and not self._replied and self.generating
                 and event.thread_id == self.app_state.thread_id):
-            self.transcript.add_notice(
+            row = self.transcript.add_notice(
                 "Summarizing earlier turns so that the chat fits the model's window; the "
                 "answer starts after it. The model does this once the chat grows long, and "
                 "on a long imported chat it can take minutes. Stop makes Iris summarize them "
                 "itself at once, without the model.", error=False)
-            self._summary_notice = self.transcript.entry(self.transcript.rowCount() - 1).key
+            self._summary_notice = self.transcript.entry(row).key
             self._changed()
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
