@@ -236,11 +236,12 @@ def test_the_delete_key_and_f2_act_on_the_chat_under_the_cursor(window, qtbot, t
     assert asked[0] == ("rename", thread_id, "Doomed chat")
 
 
-def test_the_file_menu_renames_and_deletes_the_open_chat(window, qtbot, tmp_path, monkeypatch):
+def test_the_file_menu_renames_and_deletes_the_open_chat(window, qtbot, tmp_path):
     """Before: Rename and Delete were only in the chat list's context menu and its F2 and
     Delete keys, which a newcomer never finds. Now File ▸ Rename chat… and Delete chat…
-    act on the open chat, and say so when none is open."""
-    from PySide6.QtWidgets import QInputDialog
+    act on the open chat, and say so when none is open. The rename dialog is the real
+    one, typed into and accepted."""
+    from PySide6.QtWidgets import QDialogButtonBox, QInputDialog, QLineEdit
 
     shown = []
     window.app_state.statusMessage.connect(lambda text, _ms: shown.append(text))
@@ -248,8 +249,20 @@ def test_the_file_menu_renames_and_deletes_the_open_chat(window, qtbot, tmp_path
     qtbot.waitUntil(lambda: "Open a chat to delete it" in shown, timeout=5_000)
     thread_id = imported_thread(window, qtbot, tmp_path)
     asked = []
-    monkeypatch.setattr(QInputDialog, "getText", staticmethod(
-        lambda parent, title, label, text="": (asked.append((title, text)), ("Lisbon trip", True))[1]))
+
+    def answer() -> None:  # the modal dialog, as a user meets it
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, QInputDialog):
+            QTimer.singleShot(50, answer)
+            return
+        field = dialog.findChild(QLineEdit)
+        asked.append((dialog.windowTitle(), field.text()))
+        field.selectAll()
+        qtbot.keyClicks(field, "Lisbon trip")
+        ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+        qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+
+    QTimer.singleShot(50, answer)
     window.menus.actions["rename-chat"].trigger()
     qtbot.waitUntil(lambda: window.threads.list.count() == 1
                     and window.threads.list.item(0).text().startswith("Lisbon trip"), timeout=5_000)
