@@ -16,12 +16,18 @@ class Stop(Protocol):
     def is_set(self) -> bool: ...
 
 
+#: Why a stop was set, in words: the user's Stop, and a background job (a warm-up, a
+#: prefill, an after-reply summary) making way for the user's next message.
+USER_STOP = "stopped by the user"
+GAVE_WAY = "it gave way to your next message"
+
+
 class StopEvent(threading.Event):
     """The user's Stop: a ``threading.Event`` that says why it was set."""
 
-    reason = "stopped by the user"
+    reason = USER_STOP
 
 
-def stop_reason(stop: Stop | None, default: str = "stopped by the user") -> str:
+def stop_reason(stop: Stop | None, default: str = USER_STOP) -> str:
     """Why ``stop`` was set, in words."""
     return str(getattr(stop, "reason", default) or default)

@@ -14,7 +14,9 @@ from iris_desktop.core.events import CompactionFinished, CompactionStarted
 from iris_desktop.core.records import said_from_row
 from iris_desktop.core.store import Store, row_to_message
 from iris_desktop.core.summary import FIELDS, ConversationSummary, SummaryInvalid, close_cut_json
+from iris_desktop.core.turns import StopOrGiveWay
 from iris_desktop.generation import GenerationRequest
+from iris_desktop.stop import StopEvent, stop_reason
 from iris_desktop.tokens import HeuristicCounter, TiktokenCounter
 
 from conftest import AGENT_FILES, CHAT_FILES, load_corpus
@@ -166,20 +168,19 @@ def test_a_summarys_progress_in_parts_reads_as_the_whole_job():
                               "20 s left")
 
 
-@pytest.mark.parametrize(("note", "why"), [
-    ("LLM summary unusable (stopped by the user); extractive fallback used", "you pressed Stop"),
-    ("LLM summary unusable (timed out after 180 s (part 1)); extractive fallback used",
-     "the model took too long"),
-    ("LLM summary unusable (gave way to your next message); extractive fallback used",
-     "you sent a message meanwhile"),
-    ("LLM summary failed (RuntimeError: boom); extractive fallback used",
-     "the model's summary was not usable"),
+@pytest.mark.parametrize(("fallback", "why"), [
+    ("stopped", "you pressed Stop"),
+    ("timed_out", "the model took too long"),
+    ("gave_way", "you sent a message meanwhile"),
+    ("unusable", "the model's summary was not usable"),
+    ("failed", "the model could not write one"),
 ])
-def test_a_compaction_is_told_in_plain_words(note, why):
+def test_a_compaction_is_told_in_plain_words(fallback, why):
     from iris_desktop.core.events import CompactionEvent
 
     done = CompactionEvent("budget", "ok", "extractive", 53, 106, 24_259, 3_069, 8, 222, 1.1,
-                           note, first_turn=1, last_turn=53)
+                           "a note for the log, in any words", first_turn=1, last_turn=53,
+                           fallback=fallback)
     assert done.plain() == (
         f"Iris summarized turns 1–53 (106 messages) itself, quickly and without the model, "
         f"because {why}. They stay in the chat, dimmed, and recall brings them back when you "
@@ -251,18 +252,25 @@ def test_timeout_falls_back_to_extractive(fresh_store):
                               CompactionSettings(timeout_s=0.3), runtime=slow)
     event = compactor.compact(thread, "budget")
     assert event.path == "extractive" and "timed out" in event.error
+    assert event.fallback == "timed_out" and "because the model took too long" in event.plain()
     assert slow.finished[-1].completion_tokens < 400  # stopped by the deadline, not finished
 
 
-def test_stop_during_an_llm_summary_falls_back_to_extractive(fresh_store):
+@pytest.mark.parametrize(("which", "fallback", "words"), [
+    ("cancel", "stopped", "because you pressed Stop"),
+    ("give_way", "gave_way", "because you sent a message meanwhile")])
+def test_stop_during_an_llm_summary_falls_back_to_extractive(fresh_store, which, fallback, words):
+    """The user's Stop and a summary giving way to the next message end the same way, and
+    the event says which (the window's sentence comes from it, not from the log note)."""
     thread = chat_thread(fresh_store)
-    cancel = threading.Event()
+    cancel = StopOrGiveWay(StopEvent(), threading.Event())
     slow = ScriptedRuntime([llm_json(words=400)], n_ctx=8192, delay_s=0.05)
-    threading.Timer(0.2, cancel.set).start()
+    threading.Timer(0.2, getattr(cancel, which).set).start()
     event = compactor_for(fresh_store, HeuristicCounter(), params(), runtime=slow).compact(
         thread, "budget", cancel=cancel)
     assert event.outcome == "ok" and event.path == "extractive"
-    assert "stopped by the user" in event.error
+    assert event.fallback == fallback and words in event.plain()
+    assert stop_reason(cancel) in event.error
 
 
 def test_a_chat_with_nothing_worth_compacting_says_so_and_is_not_a_failure(fresh_store):

@@ -69,6 +69,7 @@ from iris_desktop.core.summary import (
     json_schema,
 )
 from iris_desktop.generation import GenerationRequest
+from iris_desktop.stop import GAVE_WAY, stop_reason
 from iris_desktop.tokens import Message
 
 log = logging.getLogger("iris.compaction")
@@ -108,7 +109,13 @@ TOKENS_PER_WORD = 1.3
 
 
 class CompactionFailed(Exception):
-    pass
+    """A compaction (or the model's part of one) that did not finish. ``why``, for the
+    model's part: stopped (the user's Stop) | gave_way (to the user's next message) |
+    timed_out (``context.summary_timeout_s``) | failed."""
+
+    def __init__(self, message: str, why: str = "failed") -> None:
+        super().__init__(message)
+        self.why = why
 
 
 class NothingToCompact(CompactionFailed):
@@ -314,8 +321,8 @@ class Compactor:
         plan = self._plan(thread_id, previous_row)
         rows = self.store.messages_by_id([m.id for m in plan.archived])
         said = [said_from_row(rows[m.id]) for m in plan.archived]
-        summary, path, note = self._summarize(previous, said, plan.archived, plan.cap, cancel,
-                                              renew)
+        summary, path, note, fallback, early_last = self._summarize(
+            previous, said, plan.archived, plan.cap, cancel, renew)
         cap = plan.cap
         while True:  # a summary too long for the context to shrink: a shorter extract
             record = self._record(plan, previous_row, summary, path)
@@ -327,6 +334,8 @@ class Compactor:
                 if cap < MIN_SUMMARY_TOKENS:
                     raise CompactionFailed(f"{exc}, even with a summary of {cap * 2:,} tokens") from None
                 turns = (plan.archived[0].turn, plan.archived[-1].turn)
+                if path != "extractive":  # the model's summary did not save room
+                    fallback, early_last = "too_long", None
                 summary, path = self.extractive.summarize(previous, said, cap, turns), "extractive"
                 note = "; ".join(filter(None, [note, f"{exc}: a shorter extractive summary "
                                                      f"({cap:,} tokens at most) used"]))
@@ -335,7 +344,7 @@ class Compactor:
             messages_archived=len(plan.archived), tokens_before=plan.tokens_before,
             tokens_after=tokens_after, kept_turns=len({m.turn for m in plan.tail}),
             summary_tokens=record["tokens"], error=note, first_turn=record["first_turn"],
-            last_turn=record["last_turn"])
+            last_turn=record["last_turn"], fallback=fallback, extracted_last_turn=early_last)
         return event, record
 
     def _record(self, plan: _Plan, previous_row: Any, summary: ConversationSummary,
@@ -429,9 +438,12 @@ class Compactor:
         return archived, tail
 
     def _summarize(self, previous, said, archived, cap, cancel=None, renew=None):
-        """(summary, path, note): the LLM when it works, else extractive; facts added."""
+        """(summary, path, note, fallback, early_last): the LLM when it works, else
+        extractive; facts added. ``fallback``: why the model's summary was not used
+        (``CompactionFailed.why``, or unusable); ``early_last``: the last turn of the
+        oldest ones summarized by extraction beside the model's parts."""
         turns = (archived[0].turn, archived[-1].turn)
-        note = None
+        note = fallback = None
         if self.runtime is not None:
             try:
                 summary, chunks, early = self._llm_summary(previous, said, archived, cap,
@@ -444,19 +456,22 @@ class Compactor:
                     previous.relevant_files if previous else [], summary.relevant_files,
                     paths_in(said))
                 summary = self.extractive.fill_facts(summary, said, cap, opening=previous is None)
+                early_last = archived[early - 1].turn if early else None
                 if early:
-                    note = (f"turns {turns[0]}–{archived[early - 1].turn} summarized by "
+                    note = (f"turns {turns[0]}–{early_last} summarized by "
                             f"extraction: the model reads at most {self.settings.max_parts} "
                             f"{'part' if self.settings.max_parts == 1 else 'parts'} at once "
                             "(context.summary_max_parts)")
-                return summary, ("chunked" if chunks > 1 else "llm"), note
+                return summary, ("chunked" if chunks > 1 else "llm"), note, None, early_last
             except (SummaryInvalid, CompactionFailed) as exc:
                 note = f"LLM summary unusable ({exc}); extractive fallback used"
+                fallback = exc.why if isinstance(exc, CompactionFailed) else "unusable"
             except Exception as exc:  # the model failed; the extractive path still works
                 note = f"LLM summary failed ({type(exc).__name__}: {exc}); extractive fallback used"
+                fallback = "failed"
             log.warning("compaction: %s", note)
         summary = self.extractive.summarize(previous, said, cap, turns)
-        return summary, "extractive", note
+        return summary, "extractive", note, fallback, None
 
     def _llm_summary(self, previous, said, archived, cap, cancel=None, renew=None
                      ) -> tuple[ConversationSummary, int, int]:
@@ -504,9 +519,10 @@ class Compactor:
             stats = generation.stats
             if stats is not None and stats.finish_reason == "cancelled":
                 if cancel is not None and cancel.is_set():
-                    raise CompactionFailed(getattr(cancel, "reason", "stopped by the user"))
+                    reason = stop_reason(cancel)
+                    raise CompactionFailed(reason, "gave_way" if reason == GAVE_WAY else "stopped")
                 raise CompactionFailed(
-                    f"timed out after {self.settings.timeout_s:.0f} s (part {number})")
+                    f"timed out after {self.settings.timeout_s:.0f} s (part {number})", "timed_out")
             cut = stats is not None and stats.finish_reason == "length"
             summary = ConversationSummary.parse(text, cut=cut)
         if summary is None:

@@ -20,8 +20,11 @@ from iris_desktop.generation import GenerationStats
 
 @dataclass
 class CompactionEvent:
-    """One compaction attempt, as stored in ``compaction_events`` (plus its id and the
-    turns it covered). ``outcome``: ok | failed | skipped."""
+    """One compaction attempt, as stored in ``compaction_events`` (plus its id, the turns
+    it covered, and, not stored, how its summary came about). ``outcome``: ok | failed |
+    skipped. ``fallback``: why an extractive summary stands where the model's was meant
+    to (stopped | gave_way | timed_out | unusable | too_long | failed); ``extracted_last_turn``:
+    the last of the oldest turns summarized by extraction beside the model's parts."""
 
     trigger: str
     outcome: str = "failed"
@@ -38,6 +41,8 @@ class CompactionEvent:
     id: int | None = None
     first_turn: int | None = None
     last_turn: int | None = None
+    fallback: str | None = None
+    extracted_last_turn: int | None = None
 
     def row(self) -> dict[str, Any]:
         """The columns stored in ``compaction_events``."""
@@ -64,24 +69,31 @@ class CompactionEvent:
             return f"The earlier turns were not summarized: {self.error}."
         if self.outcome != "ok":
             return f"The earlier turns could not be summarized: {self.error}. Nothing is lost."
-        note = self.error or ""
         turns = f"turns {self.first_turn}–{self.last_turn} ({self.messages_archived:,} messages)"
         kept = ("They stay in the chat, dimmed, and recall brings them back when you ask "
                 "about them.")
-        if self.path == "extractive" and note:
-            why = ("you pressed Stop" if "stopped by the user" in note
-                   else "the model took too long" if "timed out" in note
-                   else "you sent a message meanwhile" if "gave way" in note
-                   else "the model's summary was not usable")
+        if self.path == "extractive" and self.fallback:
+            why = _FALLBACK_WORDS.get(self.fallback, _FALLBACK_WORDS["failed"])
             return (f"Iris summarized {turns} itself, quickly and without the model, because "
                     f"{why}. {kept}")
         took = self.duration_s or 0
         text = (f"{turns[0].upper()}{turns[1:]} are summarized now, in "
                 f"{'under a second' if took < 1 else duration_words(took)}. {kept}")
-        if "summarized by extraction" in note:  # the oldest, beyond the model's parts
-            text += (f" Iris summarized the oldest ({note.split(' summarized by', 1)[0]}) "
-                     "itself, to keep the wait short.")
+        if self.extracted_last_turn is not None:  # the oldest, beyond the model's parts
+            text += (f" Iris summarized the oldest (turns {self.first_turn}–"
+                     f"{self.extracted_last_turn}) itself, to keep the wait short.")
         return text
+
+
+#: :attr:`CompactionEvent.fallback` in the window's words ("… because {words}")
+_FALLBACK_WORDS = {
+    "stopped": "you pressed Stop",
+    "gave_way": "you sent a message meanwhile",
+    "timed_out": "the model took too long",
+    "unusable": "the model's summary was not usable",
+    "too_long": "the model's summary was too long to save room",
+    "failed": "the model could not write one",
+}
 
 
 _EVENT_COLUMNS = ("trigger", "outcome", "path", "turns_archived", "messages_archived",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from iris_desktop.core.attachments import Attachment
 from iris_desktop.core.events import PromptProgress
-from iris_desktop.stop import Stop, stop_reason
+from iris_desktop.stop import GAVE_WAY, Stop, stop_reason
 
 if TYPE_CHECKING:
     from iris_desktop.core.planner import Planner
@@ -38,7 +38,7 @@ class StopOrGiveWay:
     def reason(self) -> str:
         if self.cancel.is_set():
             return stop_reason(self.cancel)
-        return "it gave way to your next message"
+        return GAVE_WAY
 
 
 @dataclass(frozen=True)

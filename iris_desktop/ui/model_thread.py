@@ -29,7 +29,7 @@ from iris_desktop.core.planner import Planner
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.host import LOAD_STAGES, Host
 from iris_desktop.settings import BUNDLED, Settings
-from iris_desktop.stop import StopEvent
+from iris_desktop.stop import GAVE_WAY, StopEvent
 
 log = logging.getLogger("iris.ui.model")
 
@@ -89,7 +89,7 @@ class GiveWay:
     ``core.turns.Stop`` that a warm-up, a prefill or an after-reply summary polls, set as
     soon as anything else waits for the model."""
 
-    reason = "it gave way to your next message"
+    reason = GAVE_WAY
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
