@@ -21,6 +21,7 @@ from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 from iris_desktop.ui.status_line import ELLIPSIS  # noqa: E402
+from iris_desktop.ui.transcript_model import ENTRY_ROLE  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
 from support.windows import settle  # noqa: E402
@@ -657,6 +658,20 @@ def test_a_send_that_waits_for_a_summary_says_so_in_the_transcript(qtbot, data_d
         assert len(said) == 1 and not any("Summarizing earlier" in t for t in notices())
         if stop:
             assert said[0].startswith("Iris summarized turns 1–") and "you pressed Stop" in said[0]
+            # the reply stopped before its first word says so and how to get the answer
+            view, model = window.view, window.view.transcript
+            last = model.index(model.rowCount() - 1)
+            stopped = last.data(ENTRY_ROLE)
+            assert stopped.role == "assistant" and stopped.text == "" and stopped.can_regenerate
+            shown = view.delegate._doc(stopped, 600).toPlainText()
+            assert shown.startswith("Stopped before Iris began to answer. To have it answer, "
+                                    "right-click here and choose Regenerate.")
+            assert "Stopped before Iris began" in last.data(Qt.ItemDataRole.AccessibleTextRole)
+            menu = view.context_menu(last)
+            next(a for a in menu.actions() if a.text() == "Regenerate").trigger()
+            qtbot.waitUntil(lambda: any(e.text == "Sixty-two."
+                                        for e in model.entries()), timeout=20_000)
+            qtbot.waitUntil(lambda: not window.generating, timeout=20_000)
         else:
             assert " are summarized now, in " in said[0] and "recall brings them back" in said[0]
             assert any(e.text == "Sixty-two." for e in window.view.transcript.entries())

@@ -38,6 +38,7 @@ from iris_desktop.ui.transcript_parts import (
     paint_badges,
     paint_chips,
     paint_switcher,
+    stopped_empty,
     switcher_rects,
 )
 from iris_desktop.ui.transcript_text import MessageText
@@ -106,7 +107,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     def _doc(self, entry: Entry, width: int) -> MessageDocument:
         expanded = self._expanded(entry)
         key = (entry.key, entry.kind, width, hash(entry.text), entry.status, expanded,
-               len(entry.calls))
+               len(entry.calls), entry.can_regenerate)
         doc = self._docs.get(key)
         if doc is not None:
             self._docs.move_to_end(key)
@@ -116,7 +117,8 @@ class TranscriptDelegate(QStyledItemDelegate):
             self._fill_card(doc, entry, expanded)
             doc.setTextWidth(width)
         else:
-            text = entry.text or ("…" if entry.status == "streaming" else "")
+            text = entry.text or ("…" if entry.status == "streaming" else
+                                  f"*{stopped_empty(entry)}*" if stopped_empty(entry) else "")
             if entry.role == "assistant" and entry.calls:
                 text += "\n\n" + "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
             doc = message_document(text, self.view.font(), self._code_theme(),
@@ -188,7 +190,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     def height_for(self, entry: Entry, width: int | None = None) -> int:
         width = width or self._width()
         key = (entry.key, width, self._expanded(entry), hash(entry.text), entry.status,
-               len(entry.calls), tuple(tuple(a) for a in entry.attachments))
+               len(entry.calls), tuple(tuple(a) for a in entry.attachments), entry.can_regenerate)
         height = self._heights.get(key)
         if height is None:
             if len(self._heights) > 20_000:

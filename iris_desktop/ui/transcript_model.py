@@ -11,6 +11,7 @@ from dataclasses import replace
 from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt
 
 from iris_desktop.core.views import ROLE_LABELS, Entry
+from iris_desktop.ui.transcript_parts import stopped_empty
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
 PAGE = 40  # entries laid out at first (a few screens), and revealed per scroll to the top
@@ -43,7 +44,7 @@ class TranscriptModel(QAbstractListModel):
         if role == Qt.ItemDataRole.AccessibleTextRole:
             who = (entry.speaker if entry.kind in ("message", "notice")
                    else ROLE_LABELS.get(entry.role, entry.kind))
-            return f"{who}: {entry.text[:500]}"
+            return f"{who}: {(entry.text or stopped_empty(entry))[:500]}"
         return None
 
     # -- reading -------------------------------------------------------------------------

@@ -22,6 +22,17 @@ def column(view_width: int, unit: int) -> tuple[int, int]:
     return max((view_width - width) // 2, 0), width
 
 
+def stopped_empty(entry: Entry) -> str:
+    """What a reply stopped before its first word shows where its text would be (Stop
+    while the prompt was read or the earlier turns summarized), and, while it is the
+    newest reply, how to have it answer."""
+    if entry.role != "assistant" or entry.status != "interrupted" or entry.text:
+        return ""
+    how = (" To have it answer, right-click here and choose Regenerate."
+           if entry.can_regenerate else "")
+    return f"Stopped before Iris began to answer.{how}"
+
+
 def badges(entry: Entry) -> list[tuple[str, str]]:
     """(text, tone) pairs for the header; tone in info | warn | error | dim."""
     found = []
