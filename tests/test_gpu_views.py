@@ -69,10 +69,10 @@ def devices_text(dialog) -> str:
 
 
 def test_memory_and_device_lines():
-    assert memory_text(gpu(600 * MiB)) == "600 MiB free of 1.0 GiB"
+    assert memory_text(gpu(600 * MiB)) == "600 MB free of 1 GB"
     assert memory_text(Device("X", "X", "gpu")) == "memory not reported"
-    assert device_line(gpu(3 * GiB, 8 * GiB)) == "Fake GeForce (gpu, Vulkan): 3.0 GiB free of 8.0 GiB"
-    assert device_line(CPU) == "Test CPU (cpu): 16.0 GiB free of 32.0 GiB"
+    assert device_line(gpu(3 * GiB, 8 * GiB)) == "Fake GeForce (gpu, Vulkan): 3 GB free of 8 GB"
+    assert device_line(CPU) == "Test CPU (cpu): 16 GB free of 32 GB"
 
 
 def test_preferences_model_says_plainly_that_there_is_no_gpu(make_window, qtbot, tmp_path, fake_devices):
@@ -80,7 +80,7 @@ def test_preferences_model_says_plainly_that_there_is_no_gpu(make_window, qtbot,
     window = make_window(overrides={"model.path": str(model), "model.n_ctx": "2048"})
     dialog = open_preferences(window, qtbot)
     text = devices_text(dialog)
-    assert "Test CPU (cpu): 16.0 GiB free of 32.0 GiB" in text
+    assert "Test CPU (cpu): 16 GB free of 32 GB" in text
     assert NO_GPU == "No GPU found: the model runs on the CPU." and NO_GPU in text
     assert "Plan for tiny24.gguf at n_ctx 2,048, model.gpu auto:" in text
     # the block sits under model.gpu, on the Model page
@@ -99,8 +99,8 @@ def test_preferences_model_shows_a_full_and_a_partial_fit_as_n_ctx_changes(make_
     dialog.fields["model.n_ctx"].editor.spin.setValue(2048)
     text = devices_text(dialog)
     assert "Plan for tiny24.gguf at n_ctx 2,048, model.gpu auto:" in text
-    assert "Fake GeForce (gpu, Vulkan): 572 MiB free of 1.0 GiB" in text
-    assert "GPU: Fake GeForce · 25/25 layers: the whole model fits in the 572 MiB free on Fake GeForce" in text
+    assert "Fake GeForce (gpu, Vulkan): 572 MB free of 1 GB" in text
+    assert "GPU: Fake GeForce · 25/25 layers: the whole model fits in the 572 MB free on Fake GeForce" in text
     assert NO_GPU not in text
 
     # a longer context: its KV cache no longer fits, the plan splits (the same planner's numbers)

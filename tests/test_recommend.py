@@ -16,11 +16,11 @@ from iris_desktop.runtime.hub import RECOMMENDED, download_target, downloading
 from iris_desktop.runtime.recommend import (
     PREFERENCE,
     Machine,
-    memory_gb,
     recommend,
     speed_class,
     usable_gpu,
 )
+from iris_desktop.units import file_size, memory_size
 
 GiB = 2**30
 QWEN_15B = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
@@ -83,7 +83,7 @@ def test_too_little_memory_for_any_keeps_the_bundled_model_and_says_so():
     rec = recommend(Machine(2 * GiB, 4), 8192)
     assert rec.model is None and rec.button_text == "" and rec.file is None
     assert rec.why == ("Your 2 GB of memory leaves no room for a larger model (the smallest, Llama 3.2 1B "
-                       "Instruct, needs 1.0 GB with an 8,192-token window: more than half of it), so keep "
+                       "Instruct, needs 1 GB with an 8,192-token window: more than half of it), so keep "
                        "the bundled model.")
 
 
@@ -123,7 +123,11 @@ def test_the_gpu_is_the_one_model_gpu_auto_would_take():
 
 def test_every_recommended_model_is_ranked_and_memory_reads_as_sold():
     assert set(PREFERENCE) == {rec.repo for rec in RECOMMENDED}
-    assert (memory_gb(16 * GiB), memory_gb(int(7.5 * GiB)), memory_gb(4 * GiB)) == ("16 GB", "7.5 GB", "4 GB")
+    assert (memory_size(16 * GiB), memory_size(int(7.5 * GiB)), memory_size(4 * GiB)) == ("16 GB", "7.5 GB", "4 GB")
+    assert (memory_size(572 * 2**20), memory_size(int(15.6 * GiB))) == ("572 MB", "16 GB")
+    # a file's size counts as the download and the file manager do (10**6, 10**9)
+    assert (file_size(491_400_000), file_size(2_100_000_000), file_size(12_345), file_size(99)) == (
+        "491 MB", "2.10 GB", "12 kB", "99 bytes")
 
 
 def test_this_computer_is_read_without_a_gpu_when_model_gpu_is_off(monkeypatch):

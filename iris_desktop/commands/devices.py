@@ -11,6 +11,7 @@ from iris_desktop.commands.common import (
     dump_json,
     say,
 )
+from iris_desktop.units import memory_size
 
 # -- devices --------------------------------------------------------------------------------
 
@@ -74,6 +75,6 @@ def devices(args, overrides) -> int:
     say(f"model.gpu {settings['model.gpu']}, {model.name} at n_ctx {n_ctx:,}:\n"
         f"  {plan.describe()}: {plan.reason}")
     if plan.all_bytes:
-        say(f"  all {plan.total_layers} layers on a GPU would need about {plan.all_bytes / 2**30:.2f} GiB "
+        say(f"  all {plan.total_layers} layers on a GPU would need about {memory_size(plan.all_bytes, 2)} "
             "(weights, the context's KV cache, the compute buffer)")
     return EXIT_OK

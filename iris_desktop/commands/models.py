@@ -16,6 +16,7 @@ from iris_desktop.commands.common import (
     open_host,
     say,
 )
+from iris_desktop.units import memory_size
 from iris_desktop.untrusted import show_untrusted
 
 
@@ -47,7 +48,7 @@ def models(args, overrides) -> int:
                 f"    {show_untrusted(row['path'])}")
             continue
         params = f"{row['parameters'] / 1e9:.2f}B params" if row["parameters"] else "? params"
-        memory = (f"~{row['memory_estimate_bytes'] / 2**30:.1f} GiB at n_ctx {row['n_ctx']:,}"
+        memory = (f"~{memory_size(row['memory_estimate_bytes'])} at n_ctx {row['n_ctx']:,}"
                   if row["memory_estimate_bytes"] else "memory unknown")
         notes = [n for n, on in (("base model", row["base_model"]),
                                  ("verified", row["verified"])) if on]

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.units import memory_size
+
 from .gguf import GGUFInfo, per_layer
 
 log = logging.getLogger("iris.runtime.gpu")
@@ -293,10 +295,6 @@ def cpu_plan(total_layers: int, reason: str, notice: bool = False, **extra: Any)
     return GpuPlan(None, 0, total_layers, reason, notice=notice, **extra)
 
 
-def _gb(n: int) -> str:
-    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
-
-
 def margin(device: Device) -> int:
     """What a plan leaves free on ``device``."""
     return max(MARGIN_BYTES, int(device.total_bytes * MARGIN_FRACTION))
@@ -364,7 +362,7 @@ def _plan_on(device: Device, budget: int, costs: LayerCosts | None, total: int, 
         layers = min(asked, total)
         fit = costs.fitting(budget) if costs and device.memory_known else layers
         note = ("" if layers <= fit else
-                f"; the estimate says {fit} fit in its {_gb(device.free_bytes)} free: if the load "
+                f"; the estimate says {fit} fit in its {memory_size(device.free_bytes)} free: if the load "
                 "fails, fewer are tried")
         return GpuPlan(device, layers, total, f"model.gpu asks for {asked} layers{note}",
                        needed_bytes=costs.gpu_bytes(layers) if costs else 0, notice=layers > fit,
@@ -378,16 +376,16 @@ def _plan_on(device: Device, budget: int, costs: LayerCosts | None, total: int, 
                        all_bytes=all_bytes)
     layers = costs.fitting(budget)
     if layers == total:
-        return GpuPlan(device, total, total, f"the whole model fits in the {_gb(device.free_bytes)} free "
-                       f"on {device.label} ({_gb(all_bytes)} needed)",
+        return GpuPlan(device, total, total, f"the whole model fits in the {memory_size(device.free_bytes)} free "
+                       f"on {device.label} ({memory_size(all_bytes)} needed)",
                        needed_bytes=all_bytes, all_bytes=all_bytes)
     if layers == 0:
         return cpu_plan(total, f"the model does not fit on {device.label}: even one layer needs "
-                        f"{_gb(costs.gpu_bytes(1))} and {_gb(device.free_bytes)} is free, "
-                        f"{_gb(margin(device))} of it kept for the rest of the computer",
+                        f"{memory_size(costs.gpu_bytes(1))} and {memory_size(device.free_bytes)} is free, "
+                        f"{memory_size(margin(device))} of it kept for the rest of the computer",
                         notice=True, all_bytes=all_bytes)
-    return GpuPlan(device, layers, total, f"{layers} of {total} layers fit in the {_gb(device.free_bytes)} "
-                   f"free on {device.label} (all would need {_gb(all_bytes)}); the rest run on the CPU",
+    return GpuPlan(device, layers, total, f"{layers} of {total} layers fit in the {memory_size(device.free_bytes)} "
+                   f"free on {device.label} (all would need {memory_size(all_bytes)}); the rest run on the CPU",
                    needed_bytes=costs.gpu_bytes(layers), notice=True,
                    all_bytes=all_bytes)
 
@@ -412,14 +410,14 @@ def plan_model(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: s
 
 
 def memory_text(device: Device) -> str:
-    """"7.5 GiB free of 8.0 GiB" (MiB under 1 GiB), or "memory not reported"."""
+    """"7.5 GB free of 8 GB" (memory as it is sold: ``units.memory_size``), or "memory not reported"."""
     if not device.memory_known:
         return "memory not reported"
-    return f"{_gb(device.free_bytes)} free of {_gb(device.total_bytes)}"
+    return f"{memory_size(device.free_bytes)} free of {memory_size(device.total_bytes)}"
 
 
 def device_line(device: Device) -> str:
-    """"Fake GeForce (gpu, Vulkan): 7.5 GiB free of 8.0 GiB"; the CPU as "Test CPU (cpu): ..."."""
+    """"Fake GeForce (gpu, Vulkan): 7.5 GB free of 8 GB"; the CPU as "Test CPU (cpu): ..."."""
     kind = device.kind if device.kind == "cpu" or not device.backend else f"{device.kind}, {device.backend}"
     return f"{device.label} ({kind}): {memory_text(device)}"
 

@@ -37,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from iris_desktop.units import file_size, memory_size
+
 from .cpu import physical_cores, system_memory_bytes
 from .gpu import AUTO, OFF, Device, GpuChecks, margin
 from .hub import RECOMMENDED, Recommended, fits_in_memory
@@ -152,13 +154,7 @@ class Recommendation:
 
 
 def file_gb(n: int) -> str:
-    return f"{n / 1e9:.1f} GB"
-
-
-def memory_gb(n: int) -> str:
-    """Memory as it is sold: "16 GB" (of 2**30 bytes); one decimal below 10."""
-    gb = n / GiB
-    return f"{gb:.0f} GB" if gb >= 9.95 else f"{gb:.1f}".removesuffix(".0") + " GB"
+    return file_size(n, gb_digits=1)
 
 
 def speed_class(size_bytes: int, cores: int, on_gpu: bool = False) -> str:
@@ -213,24 +209,24 @@ def recommend(machine: Machine, n_ctx: int = 8192,
         return Recommendation(rec, _why(machine, ctx, on_gpu, speed), ctx, speed, on_gpu, estimate)
     cores = f"{machine.cores} CPU core" + ("s" if machine.cores != 1 else "")
     if slow:
-        return Recommendation(None, f"Every larger model that fits in your {memory_gb(memory)} of memory "
+        return Recommendation(None, f"Every larger model that fits in your {memory_size(memory)} of memory "
                               f"would be slow on your {cores}, so the bundled model stays the better "
                               "choice here.", n_ctx)
     need = ""
     if models:
         smallest = min(models, key=lambda m: m.memory_estimate_bytes(n_ctx if n_ctx > 0 else m.context_length))
         ctx = n_ctx if n_ctx > 0 else smallest.context_length
-        need = (f" (the smallest, {smallest.title}, needs {smallest.memory_estimate_bytes(ctx) / GiB:.1f} GB "
+        need = (f" (the smallest, {smallest.title}, needs {memory_size(smallest.memory_estimate_bytes(ctx))} "
                 f"with {_window(ctx)}: more than half of it)")
-    return Recommendation(None, f"Your {memory_gb(memory)} of memory leaves no room for a larger model"
+    return Recommendation(None, f"Your {memory_size(memory)} of memory leaves no room for a larger model"
                           f"{need}, so keep the bundled model.", n_ctx)
 
 
 def _why(machine: Machine, n_ctx: int, on_gpu: bool, speed: str) -> str:
-    start = f"It fits in your {memory_gb(machine.memory_bytes or 0)} of memory with room for {_window(n_ctx)}"
+    start = f"It fits in your {memory_size(machine.memory_bytes or 0)} of memory with room for {_window(n_ctx)}"
     if on_gpu:
         gpu = machine.gpu
-        return f"{start}; it runs fast on your GPU ({gpu.label}, {memory_gb(gpu.free_bytes)} free)."
+        return f"{start}; it runs fast on your GPU ({gpu.label}, {memory_size(gpu.free_bytes)} free)."
     cores = f"{machine.cores} CPU core" + ("s" if machine.cores != 1 else "")
     pace = "fast" if speed == "fast" else "at a usable speed"
     return f"{start}; on your {cores} it runs {pace}."

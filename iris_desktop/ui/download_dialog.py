@@ -58,6 +58,7 @@ from iris_desktop.runtime.hub import (
 from iris_desktop.runtime.remote import server_address
 from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb, partial_question, token_dialog
 from iris_desktop.ui.hub_worker import sentence as _sentence
+from iris_desktop.units import memory_size
 
 COLUMNS = ("Model", "File", "Quantization", "Size", "Trained context", "Memory at n_ctx",
            "This computer", "License")
@@ -181,7 +182,8 @@ class DownloadDialog(QDialog):
             rows.append({"repo": rec.repo, "file": rec.file, "size": size or rec.size_bytes,
                          "cells": [rec.title, rec.file, rec.quantization or "–",
                                    gb(size or rec.size_bytes, about=size is None),
-                                   tokens(rec.context_length), gb(estimate), fits_text(estimate, self.memory) + mark,
+                                   tokens(rec.context_length), memory_size(estimate),
+                                   fits_text(estimate, self.memory) + mark,
                                    rec.license],
                          "tip": f"{rec.repo} · {rec.parameters} parameters",
                          "about": f"{rec.title} ({rec.parameters} parameters, {rec.repo}): {rec.note}."})
@@ -197,7 +199,7 @@ class DownloadDialog(QDialog):
                 continue
             rows.append({"repo": repo, "file": f.path, "size": f.size,
                          "cells": [repo.split("/", 1)[1], f.path, f.quantization or "–", gb(f.size), "–",
-                                   f"at least {gb(f.size)}", fits_text(f.size, self.memory),
+                                   f"at least {memory_size(f.size)}", fits_text(f.size, self.memory),
                                    "see the repository"],
                          "tip": repo,
                          "about": f"{f.path} of {repo}" + ("" if f.sha256 else

@@ -14,13 +14,13 @@ from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
 
 from iris_desktop.runtime.hub import HubError, fits_in_memory, set_hub_token
 from iris_desktop.runtime.remote import server_address
+from iris_desktop.units import file_size, memory_size
 
 
 def gb(n: int | None, about: bool = False) -> str:
     if not n:
         return "–"
-    text = (f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB" if n >= 1e6
-            else f"{n / 1e3:,.0f} kB")
+    text = file_size(n)
     return f"about {text}" if about else text
 
 
@@ -28,7 +28,7 @@ def fits_text(estimate: int | None, total: int | None) -> str:
     fits = fits_in_memory(estimate, total)
     if fits is None:
         return "–"
-    return f"fits ({total / 2**30:.0f} GiB)" if fits else f"too big for {total / 2**30:.0f} GiB"
+    return f"fits ({memory_size(total, 0)})" if fits else f"too big for {memory_size(total, 0)}"
 
 
 class HubCalls(QObject):

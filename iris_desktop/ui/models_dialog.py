@@ -32,16 +32,19 @@ from PySide6.QtWidgets import (
 )
 
 from iris_desktop.core.views import tokens
+from iris_desktop.units import file_size, memory_size
 
 COLUMNS = ("Name", "Source", "Architecture", "Parameters", "Quantization", "Size",
            "Trained context", "Chat template", "Memory at n_ctx", "Notes",
            "GPU at n_ctx")
 
 
-def size_text(n: int | None) -> str:
+def size_text(n: int | None, memory: bool = False) -> str:
+    """A file's size (MB/GB of 10**6/10**9, as the download shows it), or with ``memory``
+    the memory it needs (as memory is sold); "–" when unknown."""
     if not n:
         return "–"
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
+    return memory_size(n) if memory else file_size(n)
 
 
 def parameters_text(n: int | None) -> str:
@@ -62,7 +65,7 @@ def row_cells(entry: dict[str, Any], selected: bool) -> list[str]:
         size_text(entry["size_bytes"]),
         tokens(entry["context_length"]) if entry["context_length"] else "–",
         "yes" if entry["chat_template"] else "no",
-        size_text(entry["memory_estimate_bytes"]), ", ".join(notes),
+        size_text(entry["memory_estimate_bytes"], memory=True), ", ".join(notes),
         entry.get("gpu_fit") or "–",
     ]
 

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from iris_desktop.units import file_size
+
 #: how often progress is reported at most
 PROGRESS_EVERY_S = 0.1
 #: the speed is measured over this many seconds
@@ -61,7 +63,7 @@ class DownloadProgress:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+    return file_size(n, mb_digits=1)
 
 
 def _duration(seconds: float) -> str:
