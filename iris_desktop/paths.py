@@ -29,7 +29,8 @@ def make_private_dir(folder: Path) -> None:
     missing: list[Path] = []
     probe = folder
     while not probe.is_dir():
-        if probe.exists() or probe.is_symlink():
+        # (a folder another process made since the look above is no file in the way)
+        if (probe.exists() or probe.is_symlink()) and not probe.is_dir():
             raise DataDirError(f"{probe} is not a folder; move it away or choose another "
                                "--data-dir (or IRIS_HOME)")
         missing.append(probe)
