@@ -57,6 +57,7 @@ class _ChatPrinter(TurnListener):
         self.reply = ""
         self.stats: Any = None
         self.code = EXIT_OK
+        self.gone = False  # the chat was deleted elsewhere
         self.thread_id: int | None = None
         self.restored = 0
         #: a progress line is on stderr without its newline (rewritten in place)
@@ -139,6 +140,7 @@ class _ChatPrinter(TurnListener):
     def on_failed(self, event: TurnFailed) -> None:
         say(f"{chr(10) if self.written else ''}iris-desktop: {event.text}", file=sys.stderr)
         self.code = EXIT_TOO_LARGE if event.kind == "too_large" else EXIT_FAIL
+        self.gone = event.kind == "gone"  # no thread left to name
 
     def on_done(self, event: TurnDone) -> None:
         if event.finish_reason == "cancelled" and not self.stdout_closed:
@@ -307,7 +309,8 @@ def chat(args, overrides) -> int:
         else:
             if printer.written:
                 print()
-            print(f"[thread {printer.thread_id}]", file=sys.stderr)
+            if not printer.gone:
+                print(f"[thread {printer.thread_id}]", file=sys.stderr)
         return printer.code
 
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -46,7 +48,7 @@ from iris_desktop.core.events import (
     progress_reporter,
 )
 from iris_desktop.core.planner import Planner
-from iris_desktop.core.store import Store, min_tokens, utf8_length
+from iris_desktop.core.store import Store, StoreError, min_tokens, utf8_length
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import StopOrGiveWay, Turn
@@ -57,6 +59,9 @@ from iris_desktop.stop import Stop
 log = logging.getLogger("iris.agent")
 
 DEFAULT_TITLE = "New chat"
+#: how long a turn's lease on its thread lasts unrenewed (a reply streaming renews it;
+#: the lease of a process that is gone is free at once)
+TURN_LEASE_S = 1800.0
 
 
 class Agent:
@@ -91,12 +96,74 @@ class Agent:
         #: the next message never waits behind it
         self.give_way = give_way
         self.model_name = self.runtime.model_name
+        self._turn_token: str | None = None  # the turn lease's, while a turn runs
+        self._lease_renewed = 0.0
 
     # -- the turn ---------------------------------------------------------------------------
 
     def run_turn(self, turn: Turn, thread_id: int, cancel: Stop | None = None
                  ) -> Iterator[TurnEvent]:
-        """Run ``turn`` in ``thread_id`` (the turn's own, or the one just made for it)."""
+        """Run ``turn`` in ``thread_id`` (the turn's own, or the one just made for it),
+        holding the thread's turn lease: a chat answers one turn at a time, whichever
+        window or command runs it. A chat that is gone (deleted elsewhere) or answering
+        elsewhere refuses the turn before anything is stored: TurnFailed ("gone" or
+        "busy") and TurnDone."""
+        token = uuid.uuid4().hex
+        refusal = self._take_turn(thread_id, token)
+        if refusal is not None:
+            yield TurnFailed(thread_id, refusal[1], refusal[0])
+            yield TurnDone(thread_id, "error")
+            return
+        self._turn_token, self._lease_renewed = token, self.clock()
+        try:
+            yield from self._dispatch(turn, thread_id, cancel)
+        except StoreError:
+            if not self._gone(thread_id):
+                raise  # the chat is there: a real failure
+            log.info("thread %s was deleted during its turn; the reply is discarded", thread_id)
+            yield TurnFailed(thread_id, "The chat was deleted, in another Iris window or by a "
+                             "command, while Iris answered; the reply went with it", "gone")
+            yield TurnDone(thread_id, "error")
+        finally:
+            self._turn_token = None
+            self.store.release_turn_lease(thread_id, token)
+
+    def _take_turn(self, thread_id: int, token: str) -> tuple[str, str] | None:
+        """(kind, sentence) when the turn cannot start in ``thread_id``; else None, and
+        the lease is ours."""
+        holder = None
+        if not self._gone(thread_id):
+            try:
+                holder = self.store.take_turn_lease(thread_id, token, TURN_LEASE_S)
+            except sqlite3.IntegrityError:  # deleted since
+                pass
+            else:
+                if holder is None:
+                    return None
+        if holder is not None:
+            since = max(0, round(time.time() - holder["acquired_at"]))
+            return "busy", (f"Not sent: this chat is answering in another Iris window or "
+                            f"command (process {holder['pid']}, for {since} s); wait until it "
+                            "finishes, or write in another chat")
+        return "gone", ("Not sent: this chat was deleted, in another Iris window or by a "
+                        "command")
+
+    def _gone(self, thread_id: int) -> bool:
+        try:
+            self.store.thread(thread_id)
+        except KeyError:
+            return True
+        return False
+
+    def _renew_turn(self, thread_id: int) -> None:
+        """Keep the turn lease while a long reply streams (at most once a minute)."""
+        now = self.clock()
+        if self._turn_token is not None and now - self._lease_renewed >= TURN_LEASE_S / 10:
+            self.store.take_turn_lease(thread_id, self._turn_token, TURN_LEASE_S)
+            self._lease_renewed = now
+
+    def _dispatch(self, turn: Turn, thread_id: int, cancel: Stop | None
+                  ) -> Iterator[TurnEvent]:
         match turn.kind:
             case "send":
                 yield from self.send(thread_id, turn.text, cancel, turn.attachments)
@@ -364,6 +431,7 @@ class Agent:
                     yield ReplyToken(thread_id, reply_id, piece)
                 now = self.clock()
                 if now - last_save >= self.config.save_interval_s:
+                    self._renew_turn(thread_id)
                     text = "".join(pieces)
                     if len(text) != saved_len:
                         self.store.update_streaming(reply_id, text)

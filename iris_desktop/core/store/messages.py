@@ -110,11 +110,14 @@ class Messages(Branches):
         return not busy
 
     def threads(self) -> list[dict[str, Any]]:
-        """Newest first, with message counts."""
+        """Newest first, with message counts (``messages``) and how many replies are
+        being written (``streaming``: a window that shows one learns when it is done)."""
         return list(
             self.db.query(
                 """
-                SELECT t.*, (SELECT count(*) FROM messages m WHERE m.thread_id = t.id) AS messages
+                SELECT t.*, (SELECT count(*) FROM messages m WHERE m.thread_id = t.id) AS messages,
+                       (SELECT count(*) FROM messages m
+                        WHERE m.thread_id = t.id AND m.status = 'streaming') AS streaming
                 FROM threads t ORDER BY t.updated_at DESC, t.id DESC
                 """
             )

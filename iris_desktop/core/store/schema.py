@@ -227,6 +227,20 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX message_vectors_model ON message_vectors(model, message_id);
     """,
+    # 13: who is answering in a thread: one turn at a time, whichever process runs it (the
+    # window and a CLI command, two commands). Two turns at once put the second question
+    # before the first reply, and each reply under the newest message, out of order for
+    # good. A lease as compaction's: it expires, and is free once its process is gone
+    """
+    CREATE TABLE IF NOT EXISTS turn_leases (
+        thread_id INTEGER PRIMARY KEY REFERENCES threads(id) ON DELETE CASCADE,
+        token TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        pid_start TEXT,
+        acquired_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

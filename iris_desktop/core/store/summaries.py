@@ -63,23 +63,41 @@ class Summaries(Connected):
         """Take the thread's compaction lease for ``seconds`` (atomically). Returns None
         when it is ours now, else the holder's row (``pid``, ``acquired_at``). A lease
         whose time is up, or whose process is gone, is taken over."""
+        return self._take_lease("compaction_leases", thread_id, token, seconds)
+
+    def release_compaction_lease(self, thread_id: int, token: str) -> None:
+        self._release_lease("compaction_leases", thread_id, token)
+
+    # -- who answers in a thread: one turn at a time, across processes --
+
+    def take_turn_lease(self, thread_id: int, token: str, seconds: float) -> dict[str, Any] | None:
+        """Take (or renew) the thread's turn lease for ``seconds``, as
+        :meth:`take_compaction_lease`: None when it is ours, else the holder's row."""
+        return self._take_lease("turn_leases", thread_id, token, seconds)
+
+    def release_turn_lease(self, thread_id: int, token: str) -> None:
+        self._release_lease("turn_leases", thread_id, token)
+
+    def _take_lease(self, table: str, thread_id: int, token: str, seconds: float
+                    ) -> dict[str, Any] | None:
         now = time.time()
         with self.transaction():
             row = self.conn.execute(
-                "SELECT token, pid, acquired_at, expires_at, pid_start FROM compaction_leases "
+                f"SELECT token, pid, acquired_at, expires_at, pid_start FROM {table} "
                 "WHERE thread_id = ?", (thread_id,)).fetchone()
             # its holder is gone when its pid now names another process (reused)
             if row is not None and row[0] != token and row[3] > now and _same_process(row[1], row[4]):
                 return {"pid": row[1], "acquired_at": row[2], "expires_at": row[3]}
+            acquired = row[2] if row is not None and row[0] == token else now
             self.conn.execute(
-                "INSERT OR REPLACE INTO compaction_leases(thread_id, token, pid, pid_start, "
+                f"INSERT OR REPLACE INTO {table}(thread_id, token, pid, pid_start, "
                 "acquired_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, token, *own_process(), now, now + seconds))
+                (thread_id, token, *own_process(), acquired, now + seconds))
         return None
 
-    def release_compaction_lease(self, thread_id: int, token: str) -> None:
+    def _release_lease(self, table: str, thread_id: int, token: str) -> None:
         with self.transaction():
-            self.conn.execute("DELETE FROM compaction_leases WHERE thread_id = ? AND token = ?",
+            self.conn.execute(f"DELETE FROM {table} WHERE thread_id = ? AND token = ?",
                               (thread_id, token))
 
     def add_compaction_event(self, thread_id: int, event: dict[str, Any]) -> int:
