@@ -369,3 +369,63 @@ def test_a_cancelled_prefill_logs_no_error(real_model, caplog):
     # the model still answers after the aborted decode
     assert real_model.stream(GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=2,
                              temperature=0)).text()
+
+
+def test_text_typed_for_a_chat_deleted_elsewhere_is_never_lost(make_window, qtbot, data_dir):
+    """Before: the CLI deleted the open chat; the window went on showing it, and the
+    message the user then sent failed with "an internal error in Iris (KeyError: 'no
+    thread 1')", stored nowhere, its draft gone. Now the send is refused in one sentence
+    with the text back in the box, and the window moves to a new chat that keeps it."""
+    window = make_window(ScriptedRuntime(["never sent"]))
+    thread = seed_thread(db_path(data_dir), "Holiday plans")
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1, timeout=6_000)
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
+    window.threads_control.poll_timer.stop()  # the send comes before the window's next look
+    with Store(db_path(data_dir)) as store:  # the CLI's `delete`
+        store.delete_thread(thread)
+    notices = []
+    add_notice = window.view.transcript.add_notice
+    window.view.transcript.add_notice = lambda text, **kw: notices.append(text) or add_notice(text, **kw)
+    typed = "Here is the itinerary I worked out over the last hour: " + "day by day " * 30
+    window.send(typed)
+    qtbot.waitUntil(lambda: not window.generating, timeout=10_000)
+    assert notices == ["Not sent: this chat was deleted, in another Iris window or by a command"]
+    qtbot.waitUntil(lambda: window.thread_id is None, timeout=6_000)  # a new chat instead
+    assert window.composer.text() == typed
+    assert window.status_area.current_message().startswith(
+        "“Holiday plans” was deleted in another Iris window or by a command")
+    assert window.threads.list.count() == 0
+    with Store(db_path(data_dir)) as store:
+        assert store.threads() == []
+
+
+def test_the_open_chat_follows_a_branch_switched_and_a_reply_finished_elsewhere(
+        make_window, qtbot, data_dir):
+    """Before: `switch` in the CLI left the window on the old alternative (and the user's
+    next message went under the one they could not see); a reply the CLI finished stayed
+    an empty "generating…" card. Neither changes a chat's title, time or message count,
+    which was all the window compared."""
+    window = make_window()
+    with Store(db_path(data_dir)) as store:
+        thread = store.create_thread("colours")
+        question, red = store.add_messages(thread, [{"role": "user", "content": "name a colour"},
+                                                    {"role": "assistant", "content": "Red."}])
+        store.add_message(thread, {"role": "assistant", "content": "Blue."}, parent_id=question)
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: [e.text for e in window.view.transcript.entries()]
+                    == ["name a colour", "Blue."], timeout=5_000)
+    with Store(db_path(data_dir)) as store:  # `switch THREAD MESSAGE previous`
+        store.switch_branch(thread, store.head(thread), -1)
+    qtbot.waitUntil(lambda: [e.text for e in window.view.transcript.entries()]
+                    == ["name a colour", "Red."], timeout=6_000)
+    with Store(db_path(data_dir)) as store:  # a `chat` starts its reply
+        store.add_message(thread, {"role": "user", "content": "why?"})
+        reply = store.add_message(thread, {"role": "assistant", "content": ""}, status="streaming")
+    qtbot.waitUntil(lambda: window.view.transcript.entries()[-1].status == "streaming",
+                    timeout=6_000)
+    with Store(db_path(data_dir)) as store:  # and finishes it
+        store.update_streaming(reply, "Because it is warm.", status="complete")
+    qtbot.waitUntil(lambda: (window.view.transcript.entries()[-1].text,
+                             window.view.transcript.entries()[-1].status)
+                    == ("Because it is warm.", "complete"), timeout=6_000)

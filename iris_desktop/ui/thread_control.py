@@ -90,10 +90,23 @@ class ThreadControl(QObject):
         saved_here, self._saved_here = self._saved_here, set()
         self.panel.show_threads(threads)
         tid = self.app_state.thread_id
-        if (tid is not None and tid in before and tid in self._rows
-                and before[tid][1:] != self._rows[tid][1:]
+        if tid is not None and tid in before and tid not in self._rows and not self.app_state.generating:
+            self._gone(tid, before[tid][0])
+        elif (tid is not None and tid in self._rows  # (a chat opened before it was listed:
+                and (tid not in before or before[tid][1:] != self._rows[tid][1:])  # unknown)
                 and tid not in saved_here and not self.app_state.generating):
             self.reload_transcript()
+
+    def _gone(self, thread_id: int, title: str | None) -> None:
+        """The open chat was deleted by another window or a command: a new chat takes its
+        place, with whatever was typed for it, and the status bar says what happened."""
+        typed = self.composer.text()
+        self.new_chat()
+        if typed.strip():
+            kept = self.composer.text()
+            self.composer.set_text(f"{typed}\n\n{kept}" if kept.strip() else typed)
+        self.app_state.show_message(f"“{title or 'Untitled'}” was deleted in another Iris window "
+                                    "or by a command; what you typed for it is kept here", 12_000)
 
     def refresh_threads(self) -> None:
         self.background.run(lambda store: store.threads(), self._listed, key="threads")
@@ -396,5 +409,8 @@ class ThreadControl(QObject):
 
 
 def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
-    """What the list shows of each thread, in its order (a change means: show it again)."""
-    return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages")) for t in threads}
+    """What the list shows of each thread, in its order, and what its transcript shows
+    besides (the active branch's head, replies being written): a change means show it
+    again, a branch switched or a reply finished by another process included."""
+    return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages"), t.get("head_id"),
+                      t.get("streaming")) for t in threads}

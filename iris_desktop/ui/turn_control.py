@@ -251,7 +251,7 @@ class TurnControl(QObject, TurnListener):
             if row is not None:
                 self.transcript.update(row, status="error")
         self.transcript.add_notice(event.text)
-        if event.kind == "too_large" and self._unsaved is not None:  # refused, never stored
+        if self._unsaved is not None:  # refused before it was stored: back into the box
             text, files = self._unsaved
             self.composer.set_text(text)
             self.composer.add_attachments(list(files))
