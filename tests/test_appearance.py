@@ -13,7 +13,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QRect, Qt  # noqa: E402
 from PySide6.QtGui import QPalette  # noqa: E402
-from PySide6.QtWidgets import QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QMessageBox, QPushButton  # noqa: E402
 
 from iris_desktop.core.store import Store  # noqa: E402
 from iris_desktop.generation import GenerationRequest
@@ -429,3 +429,26 @@ def test_the_open_chat_follows_a_branch_switched_and_a_reply_finished_elsewhere(
     qtbot.waitUntil(lambda: (window.view.transcript.entries()[-1].text,
                              window.view.transcript.entries()[-1].status)
                     == ("Because it is warm.", "complete"), timeout=6_000)
+
+
+def test_preferences_open_on_the_file_as_a_command_left_it(make_window, qtbot, data_dir):
+    """Before: `config set model.temperature 0.3` while the window ran; Preferences still
+    showed 0.7, and Restore defaults then OK changed nothing: the file kept 0.3 (it was
+    compared with the window's copy), so the next start ran at 0.3 against what the user
+    had just chosen."""
+    from iris_desktop.cli import main as cli_main
+
+    window = make_window()
+    assert window.app_state.settings["model.temperature"] == 0.7
+    assert cli_main(["--data-dir", str(data_dir), "config", "set", "model.temperature", "0.3"]) == 0
+    dialog = window.preferences()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    field = dialog.fields["model.temperature"]
+    assert float(field.raw()) == 0.3  # the file as it is now
+    restore = dialog.findChild(QPushButton, f"restore-{SETTINGS['model.temperature'].section}")
+    restore.click()
+    assert float(field.raw()) == 0.7
+    dialog.accept()
+    config = window.app_state.settings.config_path.read_text()
+    assert "temperature" not in config  # the default, removed from the file
+    assert window.app_state.settings["model.temperature"] == 0.7

@@ -134,7 +134,13 @@ class Menus(QObject):
         from iris_desktop.ui.gpu_info import GpuFacts
 
         gpu = GpuFacts(self.paths.models_dir, self.paths.data_dir / GPU_CHECKS_FILE)
-        dialog = SettingsDialog(self.app_state.settings, self.preview, self.parent_widget,
+        try:  # the file as it is now: `config set` may have changed it since it was read
+            settings = self.app_state.reload_settings()
+        except Exception as exc:  # a file broken by hand meanwhile: the settings in force
+            settings = self.app_state.settings
+            self.app_state.show_message(f"The settings file could not be read again ({exc}); "
+                                        "Preferences shows the settings in force", 10_000)
+        dialog = SettingsDialog(settings, self.preview, self.parent_widget,
                                 limits=self.limits, gpu=gpu)
         gpu.setParent(dialog)
         dialog.applied.connect(self.settings_applied)
