@@ -8,6 +8,8 @@ Iris does not know is refused in one sentence and nothing is written."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -486,6 +488,33 @@ def test_jan_one_line_messages_and_an_unreadable_thread_json(capsys, tmp_path):
     (folder / "messages.jsonl").write_text(first + "\n" + '{"role": "user", "n": ' + "9" * 5000 + "}\n")
     with pytest.raises(ConversationFormatError, match="line 2: a number has more than"):
         load_conversations(folder)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symlinks need privileges on Windows")
+def test_jan_links_that_lead_out_of_the_folder_are_not_followed(tmp_path):
+    """Before: a Jan threads folder with a link to another folder (or a thread's
+    messages.jsonl linked to a file elsewhere) imported whatever the link led to. Links
+    inside the folder are followed; links out of it are named in a note, not read."""
+    threads_dir = tmp_path / "threads"
+    shutil.copytree(JAN_THREADS, threads_dir)
+    private = tmp_path / "elsewhere"
+    shutil.copytree(JAN_THREADS / "jan_1699016383", private)
+    (private / "messages.jsonl").write_text(
+        '{"role": "user", "content": [{"type": "text", "text": {"value": "my secret"}}]}\n')
+    (threads_dir / "jan_9999999999").symlink_to(private, target_is_directory=True)
+    inner = threads_dir / "jan_1699016383"
+    (threads_dir / "jan_1700000000").symlink_to(inner, target_is_directory=True)  # inside
+    loaded = load_conversations(threads_dir)
+    texts = [m["content"] for chat in loaded.chats for m in chat.messages]
+    assert "my secret" not in " ".join(texts) and len(loaded.chats) == 3  # 2 + the inside link
+    assert loaded.notes[0] == "1 link to places outside threads was not followed: jan_9999999999."
+    (inner / "messages.jsonl").unlink()
+    (inner / "messages.jsonl").symlink_to(private / "messages.jsonl")
+    with pytest.raises(ConversationFormatError) as refused:  # its only messages are elsewhere
+        load_conversations(inner)
+    assert str(refused.value) == (f"{inner}: the Jan thread holds no chat with a text message (1 "
+                                  "link to places outside jan_1699016383 was not followed: "
+                                  "messages.jsonl)")
 
 
 def test_a_reply_and_a_second_message_after_the_same_one_both_stay_reachable(capsys, tmp_path):

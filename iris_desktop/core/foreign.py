@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -399,8 +399,10 @@ def _unexpected(fmt: str, exc: Exception) -> str:
     return f"looks like {_a(fmt)} but a value is not of the expected kind ({type(exc).__name__})"
 
 
-def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | None]]) -> Loaded:
-    """Convert and validate every chat; skip (and count) the ones with no text."""
+def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | None]],
+            notes: Sequence[str] = ()) -> Loaded:
+    """Convert and validate every chat; skip (and count) the ones with no text. ``notes``:
+    what reading the files left out already."""
     tally = _Tally()
     chats: list[Chat] = []
     for number, convert in enumerate(converters, start=1):
@@ -418,10 +420,11 @@ def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | Non
         validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
         chats.append(chat)
     if not chats:
-        raise ConversationFormatError(f"{path}: the {fmt} holds no chat with a text message")
+        raise ConversationFormatError(f"{path}: the {fmt} holds no chat with a text message"
+                                      + "".join(f" ({note.rstrip('.')})" for note in notes))
     if fmt == JAN and len(chats) > 1:
         fmt = JAN_FOLDER
-    return Loaded(fmt, chats, tally.notes())
+    return Loaded(fmt, chats, [*notes, *tally.notes()])
 
 
 def _clipped(title: str, limit: int = 40) -> str:
@@ -760,11 +763,20 @@ def _jan_folder(path: Path) -> Loaded:
         except OSError as exc:  # a folder one may not look into (is_file raises for that)
             raise ConversationFormatError(f"{folder}: cannot read it ({exc.strerror or exc})") from None
 
+    root = path.resolve()
+    outside: list[str] = []  # links that lead out of the folder given: not followed
+
+    def inside(item: Path) -> bool:
+        if item.is_symlink() and not item.resolve().is_relative_to(root):
+            outside.append(str(item.relative_to(path)))
+            return False
+        return True
+
     if is_thread(path):
         folders = [path]
     else:
         try:
-            entries = sorted(p for p in path.iterdir() if p.is_dir())
+            entries = sorted(p for p in path.iterdir() if p.is_dir() and inside(p))
         except OSError as exc:
             raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
         folders = [p for p in entries if is_thread(p)]
@@ -782,10 +794,16 @@ def _jan_folder(path: Path) -> Loaded:
         if budget < 0:
             raise ConversationFormatError(
                 f"{path}: its threads are larger than the limit of {MAX_IMPORT_BYTES:,} bytes")
-        thread, problem = _read_json(folder / "thread.json", soft=True)
-        threads.append((thread, _read_jsonl(folder / "messages.jsonl"), problem))
+        thread, problem = (_read_json(folder / "thread.json", soft=True)
+                           if inside(folder / "thread.json") else (None, None))
+        lines = _read_jsonl(folder / "messages.jsonl") if inside(folder / "messages.jsonl") else []
+        threads.append((thread, lines, problem))
     threads.sort(key=lambda t: _created(t[0]))
-    return _finish(path, JAN, [(lambda tally, t=t: _jan_chat(*t[:2], tally, t[2])) for t in threads])
+    notes = [f"{_count(len(outside), 'link')} to places outside {path.name} "
+             f"{'was' if len(outside) == 1 else 'were'} not followed: {', '.join(outside[:3])}"
+             f"{', …' if len(outside) > 3 else ''}."] if outside else []
+    return _finish(path, JAN, [(lambda tally, t=t: _jan_chat(*t[:2], tally, t[2])) for t in threads],
+                   notes)
 
 
 def _created(thread: dict[str, Any] | None) -> float:
