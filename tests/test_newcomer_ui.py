@@ -478,6 +478,13 @@ def test_the_budget_breakdown_adds_up_to_the_meter(make_window, qtbot, data_dir)
     used = int(total.split(" of ")[0].replace(",", ""))
     assert sum(numbers) == used == dialog.meter.breakdown["used"]
     assert "draft" in parts
+    # under the pages that spend the window's tokens only (it showed under Appearance too)
+    shown = {}
+    for index, section in enumerate(dialog.sections):
+        dialog.tabs.setCurrentIndex(index)
+        shown[section] = dialog.budget_box.isVisible()
+    assert {s for s, visible in shown.items() if visible} == {"context", "model", "tools", "chat"}
+    assert not shown["ui"] and not shown["storage"] and not shown["models"]
 
 
 def test_the_inspectors_recall_row_names_its_messages(make_window, qtbot, data_dir):

@@ -116,7 +116,20 @@ class Agent:
             return
         self._turn_token, self._lease_renewed = token, self.clock()
         try:
-            yield from self._dispatch(turn, thread_id, cancel)
+            match turn.kind:
+                case "send":
+                    yield from self.send(thread_id, turn.text, cancel, turn.attachments)
+                case "regenerate":
+                    yield from self.regenerate(thread_id, cancel)
+                case "edit":
+                    if turn.message_id is None:
+                        raise ValueError("an edit names the message it replaces")
+                    yield from self.edit(thread_id, turn.message_id, turn.text, cancel,
+                                         turn.attachments)
+                case "continue":
+                    yield from self.continue_reply(thread_id, cancel)
+                case _:
+                    raise ValueError(f"unknown turn kind {turn.kind!r}")
         except StoreError:
             if not self._gone(thread_id):
                 raise  # the chat is there: a real failure
@@ -161,23 +174,6 @@ class Agent:
         if self._turn_token is not None and now - self._lease_renewed >= TURN_LEASE_S / 10:
             self.store.take_turn_lease(thread_id, self._turn_token, TURN_LEASE_S)
             self._lease_renewed = now
-
-    def _dispatch(self, turn: Turn, thread_id: int, cancel: Stop | None
-                  ) -> Iterator[TurnEvent]:
-        match turn.kind:
-            case "send":
-                yield from self.send(thread_id, turn.text, cancel, turn.attachments)
-            case "regenerate":
-                yield from self.regenerate(thread_id, cancel)
-            case "edit":
-                if turn.message_id is None:
-                    raise ValueError("an edit names the message it replaces")
-                yield from self.edit(thread_id, turn.message_id, turn.text, cancel,
-                                     turn.attachments)
-            case "continue":
-                yield from self.continue_reply(thread_id, cancel)
-            case _:
-                raise ValueError(f"unknown turn kind {turn.kind!r}")
 
     def send(
         self, thread_id: int, text: str, cancel: Stop | None = None,

@@ -16,9 +16,12 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAccessible, QAccessibleEvent
 from PySide6.QtWidgets import (
     QAbstractButton,
+    QCheckBox,
     QComboBox,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
+    QSlider,
     QTabBar,
     QTextEdit,
     QWidget,
@@ -140,3 +143,15 @@ class Announcer(QObject):
     def say(self, text: str, assertive: bool = False) -> None:
         self.announced.append((text, assertive))
         announce(self.widget, text, assertive)
+
+
+def control_name(control: QWidget, label: str) -> str:
+    """A setting's control, named for a screen reader: the setting's label, and for a
+    slider, a check box of a list or a button, what it is besides."""
+    if isinstance(control, QSlider):
+        return f"{label} (slider)"
+    if isinstance(control, QCheckBox) and control.text() != "Enabled":
+        return f"{label}: {control.text()}"
+    if isinstance(control, QPushButton):
+        return f"{control.text().rstrip('…')} ({label})"
+    return label

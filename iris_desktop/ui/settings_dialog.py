@@ -16,7 +16,6 @@ from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
     QApplication,
-    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFrame,
@@ -26,7 +25,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QSlider,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -45,7 +43,7 @@ from iris_desktop.core.views import (
     tokens,
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
-from iris_desktop.ui.accessibility import keyboard_controls, name_controls
+from iris_desktop.ui.accessibility import control_name, keyboard_controls, name_controls
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
@@ -54,6 +52,8 @@ from iris_desktop.ui.theme import apply_appearance
 
 #: pages whose section name is not a word a user would look for
 PAGE_TITLES = {"ui": "Appearance"}
+#: the pages whose settings change the token budget (the live breakdown shows under them)
+BUDGET_SECTIONS = {"context", "model", "tools", "chat"}
 
 
 class SettingField(QWidget):
@@ -168,6 +168,7 @@ class SettingsDialog(QDialog):
         self.tabs = QTabWidget()
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # scrolls rather than cut a name
         self.tabs.setUsesScrollButtons(True)
+        self.sections = [section for section, _, _ in settings_sections()]
         for section, title, items in settings_sections():
             title = PAGE_TITLES.get(section, title)
             self.tabs.addTab(self._page(section, title, items), title)
@@ -196,6 +197,9 @@ class SettingsDialog(QDialog):
         inner.addWidget(heading)
         inner.addWidget(self.meter)
         inner.addWidget(sentences, 1)
+        self.budget_box = box  # on the pages whose settings spend the window's tokens
+        self.tabs.currentChanged.connect(
+            lambda i: box.setVisible(self.sections[i] in BUDGET_SECTIONS))
 
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
@@ -395,18 +399,6 @@ class SettingsDialog(QDialog):
             self._take_back_look()
         self._finished = True
         super().done(result)
-
-
-def control_name(control: QWidget, label: str) -> str:
-    """A setting's control, named for a screen reader: the setting's label, and for a
-    slider, a check box of a list or a button, what it is besides."""
-    if isinstance(control, QSlider):
-        return f"{label} (slider)"
-    if isinstance(control, QCheckBox) and control.text() != "Enabled":
-        return f"{label}: {control.text()}"
-    if isinstance(control, QPushButton):
-        return f"{control.text().rstrip('…')} ({label})"
-    return label
 
 
 def sum_sentence(b: Breakdown) -> str:
