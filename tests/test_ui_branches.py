@@ -189,3 +189,17 @@ def test_a_chats_own_system_prompt_through_its_settings_dialog(window, qtbot):
     w.send("Hi again")
     settle(qtbot, w)
     assert w.runtime.requests[-1][0]["content"].startswith("Answer like a pirate.")
+    # a title given elsewhere while the dialog is open stays when only the prompt changes
+    w.findChild(QAction, "chat-settings").trigger()
+    qtbot.waitUntil(lambda: w.threads_control.chat_settings is not dialog
+                    and w.threads_control.chat_settings.isVisible(), timeout=5_000)
+    again = w.threads_control.chat_settings
+    with Store(w.host.paths.db_path) as store:  # another window, or a command
+        store.rename_thread(w.thread_id, "Named elsewhere")
+    again.prompt.setPlainText("Answer like a parrot.")
+    qtbot.mouseClick(again.buttons.button(QDialogButtonBox.StandardButton.Save),
+                     Qt.MouseButton.LeftButton)
+    settle(qtbot, w)
+    with Store(w.host.paths.db_path) as store:
+        assert store.system_prompt_of(w.thread_id) == "Answer like a parrot."
+        assert store.thread(w.thread_id)["title"] == "Named elsewhere"

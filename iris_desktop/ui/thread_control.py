@@ -258,7 +258,8 @@ class ThreadControl(QObject):
 
         def show(found: tuple[str, str | None]) -> None:
             dialog = ChatSettingsDialog(thread_id, found[0], found[1], default, self.parent_widget)
-            dialog.saved.connect(self.save_settings)
+            dialog.saved.connect(lambda tid, title, prompt: self.save_settings(
+                tid, title, prompt, before=found))
             self.chat_settings = dialog
             dialog.open()
 
@@ -268,16 +269,19 @@ class ThreadControl(QObject):
         self.background.run(lambda store: (store.thread(thread_id)["title"],
                                            store.system_prompt_of(thread_id)), show)
 
-    def save_settings(self, thread_id: int | None, title: str, prompt: str | None) -> None:
-        """Store a chat's title and system prompt; the views plan its next request anew.
-        For a chat not begun (``thread_id`` None) its thread is made now, holding both,
-        and becomes the open one: the first message is sent there, with its prompt (a
-        title left as "New chat" is still taken from that message)."""
+    def save_settings(self, thread_id: int | None, title: str, prompt: str | None,
+                      before: tuple[str, str | None] | None = None) -> None:
+        """Store a chat's title and system prompt, what changed from ``before`` (what the
+        dialog showed: a title given elsewhere meanwhile stays); the views plan anew. A
+        chat not begun (``thread_id`` None) is made now, holding both, and opened (a
+        title left as "New chat" is still taken from its first message)."""
         def job(store) -> int:
             with store.transaction():
                 tid = thread_id if thread_id is not None else store.create_thread(title)
-                store.rename_thread(tid, title)
-                store.set_system_prompt(tid, prompt)
+                if before is None or title != before[0]:
+                    store.rename_thread(tid, title)
+                if before is None or prompt != before[1]:
+                    store.set_system_prompt(tid, prompt)
             return tid
 
         def done(tid: int) -> None:
