@@ -597,3 +597,27 @@ def test_a_passages_score_depends_on_the_passages_read_with_it_so_the_bench_cach
     assert len(cache.seconds) == 2  # two calls read by the model, not one pair reused
     again = CachedReranker(reranker, tmp_path / "scores.db")
     assert again.score(query, [kitten, *others])[0] == beside and not again.seconds
+
+
+def test_onnxruntime_sends_and_keeps_nothing_of_its_own(tmp_path):
+    """onnxruntime 1.29+ ships Microsoft's telemetry on Linux and macOS: loading a model
+    wrote a device id and an event queue under ~/.cache/Microsoft and looked up
+    mobile.events.data.microsoft.com to upload them (a privacy audit found 1,079 queued
+    events on this machine). Iris turns it off before onnxruntime loads: the reranker and
+    the embedder, loaded and used in a process with a home of its own, leave nothing."""
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    script = ("from iris_desktop.runtime.reranker import CrossEncoder\n"
+              "from iris_desktop.runtime.onnx_embedder import OnnxEmbedder\n"
+              "model = CrossEncoder.load()\n"
+              "assert len(model.score('what is it?', ['a passage', 'another'])) == 2\n"
+              "OnnxEmbedder.load().embed('a passage')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORT_", "XDG_"))}
+    done = subprocess.run([sys.executable, "-c", script], env={**env, "HOME": str(home)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []

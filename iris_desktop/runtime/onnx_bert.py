@@ -14,6 +14,7 @@ gave.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -153,10 +154,25 @@ class WordPiece:
         return out
 
 
+#: onnxruntime's switches for Microsoft's telemetry (1DS on Linux and macOS since 1.29:
+#: a device id written under ~/.cache/Microsoft and a "ProcessInfo" event uploaded to
+#: mobile.events.data.microsoft.com). 1.32 reads the first; later releases the second
+TELEMETRY_OFF = ("ORT_DISABLE_TELEMETRY", "ORT_TELEMETRY_DISABLED")
+
+
+def no_telemetry() -> None:
+    """Turn onnxruntime's telemetry off for this process, before it is imported: Iris
+    sends nothing anywhere the user did not ask for (its own API call,
+    ``disable_telemetry_events``, comes after the first event is queued)."""
+    for name in TELEMETRY_OFF:
+        os.environ[name] = "1"
+
+
 def onnx_session(model: bytes, part: BundledPart, n_threads: int):
     """An onnxruntime CPU session of ``model`` (bytes already checked against ``part``) on
     ``n_threads`` intra-op threads. Raises BundledModelError: onnxruntime missing, or the
     model refused (naming ``part``'s package to reinstall)."""
+    no_telemetry()
     try:
         import onnxruntime as ort  # only here: importing the model modules stays cheap
     except ImportError:
