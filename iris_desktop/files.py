@@ -35,6 +35,19 @@ TEMP_SUFFIX = ".iris-tmp"
 UNLOCKED_STALE_S = 3600
 
 
+def private_file(path: str | os.PathLike[str]) -> None:
+    """Make ``path`` a file only its owner may read (0600), created empty when missing: a
+    file another library then writes in place, or replaces keeping its mode (Qt's
+    QSettings does both), stays private whatever the umask."""
+    if os.name != "posix":
+        return
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
+    except OSError:  # an unwritable folder: the writer will say so itself
+        pass
+
+
 def temp_name(path: Path) -> Path:
     """The temporary file a write of ``path`` goes to first: hidden, beside it, unique to
     this write (pid and a random part), ending with TEMP_SUFFIX."""

@@ -68,7 +68,14 @@ from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, SETTINGS, Settings, SettingsError, load_settings
 from iris_desktop.stop import Stop, StopEvent
-from iris_desktop.storage_key import AskPassphrase, Prepared, keep_key, kv_key, prepare
+from iris_desktop.storage_key import (
+    AskPassphrase,
+    Prepared,
+    keep_key,
+    keep_memory_private,
+    kv_key,
+    prepare,
+)
 
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
     from iris_desktop.core.semantic import TextEmbedder
@@ -273,6 +280,8 @@ class Host:
         # recovery: what salvaging a damaged database saved (None: it was sound); the CLI
         # and the GUI tell the user
         # storage.encrypt: the key decided (and the database converted) before it opens
+        if self.settings["storage.encrypt"]:
+            keep_memory_private()
         self.storage: Prepared = prepare(self.paths, bool(self.settings["storage.encrypt"]), env,
                                          ask_passphrase)
         self.stores, self.recovery = open_stores(self.paths.db_path, self.storage.key)

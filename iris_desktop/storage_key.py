@@ -23,6 +23,7 @@ import hmac
 import logging
 import os
 import secrets
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -380,3 +381,29 @@ def kv_key(key: Key | None, salt: bytes) -> bytes | None:
     material = key.stretched(salt) if key.kind == "passphrase" else key.secret
     prk = hmac.new(salt, material, hashlib.sha256).digest()
     return hmac.new(prk, b"iris-desktop kv-state v1\x01", hashlib.sha256).digest()
+
+
+def keep_memory_private() -> bool:
+    """While the history is encrypted, this process's memory (which holds it in plain
+    text) is not written to a core file nor readable by another process of the user's:
+    Linux's PR_SET_DUMPABLE 0 (as ssh-agent and gpg-agent do; a piped core pattern such
+    as systemd-coredump ignores the core-file limit), elsewhere on POSIX the core-file
+    limit 0. Returns whether it was done (Windows: left to its error reporting)."""
+    try:
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        if os.name == "posix":
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            return True
+    except (OSError, ValueError, AttributeError):
+        log.warning("could not keep this process from core dumps", exc_info=True)
+    return False
+
+
+#: prctl(2)'s option for "may this process be dumped (or attached to)"
+PR_SET_DUMPABLE = 4

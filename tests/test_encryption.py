@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -747,3 +748,26 @@ def test_a_conversion_on_a_full_disk_says_the_disk_is_full_and_changes_nothing(c
         assert after == before
         assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
         assert is_encrypted(data / "iris.db")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_an_encrypted_history_is_never_dumped_from_memory(tmp_path):
+    """The process holds the history in plain text: a core dump (systemd-coredump keeps
+    them on disk) or another process of the user's reading its memory would undo the
+    encryption. With storage.encrypt on, the process is not dumpable; off, it is left as
+    it was."""
+    import subprocess
+
+    script = ("import ctypes, sys\n"
+              "from iris_desktop.host import Host\n"
+              "host = Host(sys.argv[1], {'storage.encrypt': sys.argv[2]})\n"
+              "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
+              "host.close()\n")
+    dumpable = {}
+    for encrypt in ("true", "false"):
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / encrypt), encrypt],
+                              env={**os.environ, "IRIS_STORAGE_PASSPHRASE": "correct horse"},
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        dumpable[encrypt] = int(done.stdout.strip())
+    assert dumpable == {"true": 0, "false": 1}

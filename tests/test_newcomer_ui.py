@@ -547,8 +547,6 @@ def test_the_chart_axis_and_the_tab_names_are_never_cut(make_window, qtbot, qapp
 
 
 def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir):
-    from PySide6.QtCore import QSettings
-
     first = seed_thread(data_dir, [{"role": "user", "content": "one"}], title="first")
     second = seed_thread(data_dir, [{"role": "user", "content": "two"}], title="second")
     host = Host(data_dir, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
@@ -569,8 +567,9 @@ def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir)
     assert window.composer.text() == "half a thought about Lisbon"
     qtbot.keyClicks(window.composer.edit, " and Porto")
     qtbot.wait(600)  # a pause in typing: written to disk, before any orderly exit
-    on_disk = QSettings(str(host.paths.data_dir / "ui-state.ini"), QSettings.Format.IniFormat)
-    assert on_disk.value(f"drafts/{first}") == "half a thought about Lisbon and Porto"
+    settle(qtbot, window)
+    with Store(db_path(data_dir)) as other:  # in the history, as another process reads it
+        assert other.draft(first) == "half a thought about Lisbon and Porto"
     # the crash: nothing closes in order; a new window on the same folder brings it back
     window.model.close()
     window.background.close()
@@ -587,6 +586,66 @@ def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir)
                         timeout=5_000)
     finally:
         again.shutdown()
+        host.close()
+
+
+def test_a_draft_is_private_and_goes_with_its_chat_whoever_deletes_it(qtbot, data_dir):
+    """Before (a privacy audit): drafts lived in ui-state.ini, in plain text even with the
+    history encrypted, the file 0644; `iris-desktop delete` left the deleted chat's draft
+    there, and a new chat given the same id showed it in its box, ready to be sent. Now
+    drafts are in the history: a delete anywhere takes the draft, no file keeps its
+    text, and drafts an older version left in ui-state.ini move into the history."""
+    import os
+    import stat
+
+    from PySide6.QtCore import QSettings
+
+    first = seed_thread(data_dir, [{"role": "user", "content": "one"}], title="first")
+    state = QSettings(str(data_dir / "ui-state.ini"), QSettings.Format.IniFormat)
+    state.setValue(f"drafts/{first}", "an old draft, kept by an older version")
+    state.sync()
+    os.chmod(data_dir / "ui-state.ini", 0o644)
+
+    def window_on(folder):
+        host = Host(folder, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+                    compact=False)
+        window = main_window(host)
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
+        return window, host
+
+    window, host = window_on(data_dir)
+    try:
+        window.open_thread(first)
+        qtbot.waitUntil(lambda: window.composer.text() == "an old draft, kept by an older "
+                        "version", timeout=5_000)  # moved into the history
+        window.composer.set_text("my lawyer said ZQXDRAFT about the house")
+        qtbot.wait(600)
+        settle(qtbot, window)
+    finally:
+        window.shutdown()
+        host.close()
+    assert stat.S_IMODE(os.stat(data_dir / "ui-state.ini").st_mode) == 0o600
+    assert "drafts" not in QSettings(str(data_dir / "ui-state.ini"),
+                                     QSettings.Format.IniFormat).childGroups()
+    with Store(db_path(data_dir)) as store:
+        assert store.draft(first) == "my lawyer said ZQXDRAFT about the house"
+    with Host(data_dir, {}) as other:  # `iris-desktop delete`, then `chat --new`
+        other.delete_thread(first)
+        reused = other.store.create_thread("groceries")
+        other.store.add_messages(reused, [{"role": "user", "content": "milk"}])
+    assert reused == first  # SQLite gave the new chat the deleted one's id
+    leaks = [p.name for p in data_dir.rglob("*") if p.is_file() and b"ZQXDRAFT" in p.read_bytes()]
+    assert leaks == []
+    window, host = window_on(data_dir)
+    try:
+        window.open_thread(reused)
+        settle(qtbot, window)
+        qtbot.wait(100)
+        assert window.composer.text() == ""
+    finally:
+        window.shutdown()
         host.close()
 
 

@@ -1,82 +1,85 @@
-"""The unsent draft, kept per chat: what is typed is written to ``ui-state.ini`` a moment
-after each pause (and synced to disk), so a crash, a power cut or switching chats loses
+"""The unsent draft, kept per chat in the history (``Store.save_draft``): what is typed is
+written a moment after each pause, so a crash, a power cut or switching chats loses
 nothing; opening a chat brings its draft back, a new chat has one of its own, and a sent
-message leaves an empty box (and no saved draft)."""
+message leaves an empty box (and no saved draft). Being in the database, a draft is
+encrypted with the history, private as it is, and goes with its chat whichever window or
+command deletes it: a new chat given the same id never shows it. Drafts that older
+versions kept in ``ui-state.ini``, in plain text, are moved there at start."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, QSettings, QTimer
 
+from iris_desktop.core.store import Store
 from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
 
 #: the pause in typing after which the draft is written
 SAVE_PAUSE_MS = 400
-NEW_CHAT = "new"
-
-
-def draft_key(thread_id: int | None) -> str:
-    return f"drafts/{NEW_CHAT if thread_id is None else int(thread_id)}"
+#: where older versions kept each chat's draft (``drafts/<id>``, ``drafts/new``)
+OLD_DRAFTS = "drafts"
 
 
 class DraftControl(QObject):
     """Saves the composer's text for the chat it belongs to, and restores it."""
 
-    def __init__(self, app_state: AppState, composer: Composer, ui_state: QSettings,
-                 parent: QObject | None = None):
+    def __init__(self, app_state: AppState, composer: Composer, background: Background,
+                 ui_state: QSettings | None = None, parent: QObject | None = None):
         super().__init__(parent)
         self.app_state = app_state
         self.composer = composer
-        self.ui_state = ui_state
+        self.background = background
         #: the chat the composer's text belongs to
         self.thread_id: int | None = app_state.thread_id
         self._loading = False
+        self._typed = False  # typed since the chat was opened: its stored draft is older
         self._timer = QTimer(self, singleShot=True, interval=SAVE_PAUSE_MS)
         self._timer.timeout.connect(self.save)
         composer.edit.textChanged.connect(self._edited)
         app_state.threadOpened.connect(self._opened)
         app_state.threadCreated.connect(self._created)
+        if ui_state is not None:
+            self._move_old(ui_state)
         self._load(self.thread_id)
 
-    def draft(self, thread_id: int | None) -> str:
-        value = self.ui_state.value(draft_key(thread_id), "")
-        return value if isinstance(value, str) else ""
-
     def save(self) -> None:
-        """Write the composer's text as its chat's draft now (an empty box removes it)."""
+        """Write the composer's text as its chat's draft (an empty box removes it), on the
+        DB thread, after whatever was asked of it before."""
         self._timer.stop()
-        text = self.composer.text()
-        key = draft_key(self.thread_id)
-        if text.strip():
-            self.ui_state.setValue(key, text)
-        else:
-            self.ui_state.remove(key)
-        self.ui_state.sync()  # on disk now: a crash must not take it
-
-    def forget(self, thread_id: int) -> None:
-        """A deleted chat's draft goes with it."""
-        self.ui_state.remove(draft_key(thread_id))
-        self.ui_state.sync()
+        thread_id, text = self.thread_id, self.composer.text()
+        self.background.run(lambda store: store.save_draft(thread_id, text),
+                            key=f"draft-{thread_id}")
 
     def _edited(self) -> None:
         if not self._loading:
+            self._typed = True
             self._timer.start()
 
     def _opened(self, thread_id: int | None) -> None:
         if self._timer.isActive():
             self.save()  # the chat being left keeps what was typed in it
         self.thread_id = thread_id
+        self._show("")  # never the chat left's text under another chat
         self._load(thread_id)
 
     def _created(self, thread_id: int) -> None:
         """The new chat became ``thread_id``: its draft is that chat's now."""
         if self.thread_id is None:
-            self.ui_state.remove(draft_key(None))
+            self.background.run(lambda store: store.save_draft(None, ""))
             self.thread_id = thread_id
             self.save()
 
     def _load(self, thread_id: int | None) -> None:
-        text = self.draft(thread_id)
+        self._typed = False
+
+        def show(text: str) -> None:
+            if thread_id == self.thread_id and not self._typed:
+                self._show(text)
+
+        self.background.run(lambda store: store.draft(thread_id), show, key="draft-load")
+
+    def _show(self, text: str) -> None:
         if text == self.composer.text():
             return
         self._loading = True
@@ -86,3 +89,23 @@ class DraftControl(QObject):
             edit.moveCursor(edit.textCursor().MoveOperation.End)
         finally:
             self._loading = False
+
+    def _move_old(self, ui_state: QSettings) -> None:
+        """Drafts an older version kept in ``ui-state.ini``: into the history (those of
+        chats that still exist), and out of the file."""
+        ui_state.beginGroup(OLD_DRAFTS)
+        old = {key: ui_state.value(key, "") for key in ui_state.childKeys()}
+        ui_state.endGroup()
+        if not old:
+            return
+
+        def move(store: Store) -> None:
+            for key, text in old.items():
+                if isinstance(text, str) and (key == "new" or key.isdigit()):
+                    store.save_draft(None if key == "new" else int(key), text)
+
+        def moved(_result: object) -> None:
+            ui_state.remove(OLD_DRAFTS)
+            ui_state.sync()
+
+        self.background.run(move, moved)

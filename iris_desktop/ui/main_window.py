@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.files import private_file
 from iris_desktop.host import Host
 from iris_desktop.settings import SETTINGS, Settings, load_settings
 from iris_desktop.ui.accessibility import Announcer, name_controls
@@ -91,6 +92,7 @@ class MainWindow(QMainWindow):
         self.host = host
         self.setWindowTitle("Iris Desktop")
         self.setObjectName("iris-main")
+        private_file(host.paths.data_dir / "ui-state.ini")  # 0600, as everything Iris writes
         self.ui_state = QSettings(str(host.paths.data_dir / "ui-state.ini"),
                                   QSettings.Format.IniFormat)
         cli = {k: SETTINGS[k].to_text(v) for k, v in host.settings.values.items()
@@ -116,7 +118,7 @@ class MainWindow(QMainWindow):
         self.models = ModelControl(s, self.model, self.background, host.paths, self.composer,
                                    self.model_label, self.where_label, ui_state, self)
         self.turns = TurnControl(s, self.model, self.view, self.composer, ui_state, self)
-        self.drafts = DraftControl(s, self.composer, ui_state, self)
+        self.drafts = DraftControl(s, self.composer, self.background, ui_state, self)
         self.cache_words = CacheWords()
         self.menus = Menus(s, self.menuBar(), host.paths, self.view, self.threads.search,
                            self.inspector, self.context.preview, self.context.limit_problems,
@@ -197,7 +199,6 @@ class MainWindow(QMainWindow):
         w.cacheEvent.connect(lambda event: s.generating
                              or s.show_status(self.cache_words.describe(event)))
         s.generatingChanged.connect(self._turn_ended)
-        w.threadDeleted.connect(self.drafts.forget)
         self.composer.sendRequested.connect(self.turns.send)
         self.composer.stopRequested.connect(self.turns.stop)
         self.composer.draftChanged.connect(lambda _: (self.context.refresh_meter(),

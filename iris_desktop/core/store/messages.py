@@ -62,6 +62,23 @@ class Messages(Branches):
             raise KeyError(f"no thread {thread_id}")
         return row[0]
 
+    def draft(self, thread_id: int | None) -> str:
+        """The unsent text kept for a chat (None: a new chat, not begun); "" when none."""
+        row = self.conn.execute("SELECT text FROM drafts WHERE key = ?",
+                                (thread_id or 0,)).fetchone()
+        return row[0] if row else ""
+
+    def save_draft(self, thread_id: int | None, text: str) -> None:
+        """Keep ``text`` as the chat's draft (blank: none). A chat deleted meanwhile
+        keeps none."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM drafts WHERE key = ?", (thread_id or 0,))
+            if text.strip() and (thread_id is None or self.conn.execute(
+                    "SELECT 1 FROM threads WHERE id = ?", (thread_id,)).fetchone()):
+                self.conn.execute("INSERT INTO drafts(key, thread_id, text, saved_at) "
+                                  "VALUES (?, ?, ?, ?)",
+                                  (thread_id or 0, thread_id, text, time.time()))
+
     def message_count(self, thread_id: int) -> int:
         """How many messages the thread stores, every branch (what deleting it removes)."""
         return self.conn.execute("SELECT count(*) FROM messages WHERE thread_id = ?",

@@ -241,6 +241,17 @@ MIGRATIONS: tuple[str, ...] = (
         expires_at REAL NOT NULL
     );
     """,
+    # 14: the unsent draft of each chat, in the history (encrypted with it, gone with its
+    # chat whoever deletes it, never another chat's that is given the same id); it was in
+    # ui-state.ini, in plain text. ``key``: the chat's id, 0 for a chat not begun
+    """
+    CREATE TABLE IF NOT EXISTS drafts (
+        key INTEGER PRIMARY KEY,
+        thread_id INTEGER REFERENCES threads(id) ON DELETE CASCADE,
+        text TEXT NOT NULL,
+        saved_at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
