@@ -141,6 +141,8 @@ def test_tab_reaches_every_control_of_the_window(window, qtbot):
     qtbot.waitUntil(lambda: not w.generating, timeout=10_000)
     w.inspector.toggleViewAction().trigger()
     qtbot.waitUntil(w.inspector.isVisible, timeout=5_000)
+    # with rows in it: a table's Tab went cell to cell, round and round (an audit)
+    qtbot.waitUntil(lambda: w.inspector.request_table.rowCount() > 0, timeout=5_000)
     seen = tab_from(w, w.threads.new_button, qtbot, 60)
     c, t, i = w.composer, w.threads, w.inspector
     wanted = [t.new_button, t.search, t.list, w.view, c.edit, c.button, c.attach_button,
@@ -153,6 +155,30 @@ def test_tab_reaches_every_control_of_the_window(window, qtbot):
     missed = [describe(x) for x in reachable if x not in seen
               and not any(x.isAncestorOf(s) or s.isAncestorOf(x) for s in seen)]
     assert missed == []
+
+
+def test_tab_leaves_every_table_and_enter_uses_the_model_chosen(window, qtbot):
+    """Models…, Keyboard shortcuts and Download…: Tab leaves the table for the buttons
+    (it went cell to cell, so Use this model and Close were never reached), and Enter on
+    a model of the list uses it (it opened the file dialog)."""
+    from PySide6.QtWidgets import QTableWidget
+
+    w = window
+    dialogs = [w.models.open_library(), w.menus.shortcuts()]
+    qtbot.waitUntil(lambda: dialogs[0].table.rowCount() > 0, timeout=30_000)
+    for dialog in dialogs:
+        qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+        dialog.activateWindow()
+        dialog.table.setFocus()
+        qtbot.keyClick(dialog.table, Qt.Key.Key_Tab)
+        assert QApplication.focusWidget() is not dialog.table, dialog.objectName()
+    models = dialogs[0]
+    assert models.use_button.isDefault() and not models.open_button.autoDefault()
+    every = [t for top in QApplication.topLevelWidgets() for t in top.findChildren(QTableWidget)]
+    assert every and [t.objectName() or t.parent().objectName() for t in every
+                      if t.tabKeyNavigation()] == []
+    for dialog in dialogs:
+        dialog.close()
 
 
 def test_tab_on_the_welcome_panel_goes_from_the_chats_to_the_examples_then_the_box(window, qtbot):

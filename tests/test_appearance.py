@@ -452,3 +452,35 @@ def test_preferences_open_on_the_file_as_a_command_left_it(make_window, qtbot, d
     config = window.app_state.settings.config_path.read_text()
     assert "temperature" not in config  # the default, removed from the file
     assert window.app_state.settings["model.temperature"] == 0.7
+
+
+def test_an_invalid_value_says_where_it_is_and_to_a_screen_reader(make_window, qtbot, data_dir):
+    """Before (two audits): with the window at 8,192, n_ctx 4,096 on the Model page greyed
+    OK out while the error stood on the Context page, unmarked; a screen reader heard
+    nothing at all. Now the page's tab is marked, the budget box names it, and the field
+    describes (and says) its error."""
+    from iris_desktop.ui.accessibility import keyboard_controls
+
+    with open(db_path(data_dir).parent / "config.toml", "w", encoding="utf-8") as config:
+        config.write("[context]\nwindow = 8192\n")
+    window = make_window()
+    dialog = window.preferences()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    dialog.tabs.setCurrentIndex(dialog.sections.index("model"))
+    dialog.fields["model.n_ctx"].editor.set_value(4096)
+    qtbot.waitUntil(lambda: not dialog.ok_button.isEnabled(), timeout=5_000)
+    wrong = [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())
+             if dialog.tabs.tabText(i).endswith(" ⚠")]
+    keys = sorted(dialog.errors)
+    assert wrong == sorted({f"{dialog.tabs.tabText(dialog.sections.index(SETTINGS[k].section))}"
+                            for k in keys}) and wrong
+    qtbot.waitUntil(lambda: dialog.breakdown.text().startswith(
+        "Fix the marked values to see the budget ("), timeout=5_000)
+    assert all(page in dialog.breakdown.text() for page in wrong)
+    for key in keys:
+        described = {c.accessibleDescription() for c in keyboard_controls(dialog.fields[key].editor)}
+        assert described == {dialog.errors[key]}
+    dialog.fields["model.n_ctx"].editor.set_value(8192)  # fixed: the marks go
+    qtbot.waitUntil(dialog.ok_button.isEnabled, timeout=5_000)
+    assert not any(dialog.tabs.tabText(i).endswith(" ⚠") for i in range(dialog.tabs.count()))
+    dialog.reject()

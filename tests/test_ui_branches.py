@@ -77,6 +77,48 @@ def test_regenerate_then_switch_back_with_the_switcher(window, qtbot):
     assert stored_texts(w) == ["Hello", "First answer."]
 
 
+def test_a_keyboard_alone_regenerates_switches_and_reads_alternatives(window, qtbot):
+    """Before (an accessibility audit): ‹ 1/2 › was mouse-only, the actions of a message
+    were in its right-click menu only, a screen reader heard no word of alternatives and
+    at most 500 characters of a reply. Now Shift+F10 (or the Menu key) opens the menu of
+    the message under the cursor, Alt+Left/Right switch, and the row reads all of it."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMenu
+
+    w = window
+    w.runtime.replies[0] = "First answer. " + "word " * 300  # 1,514 characters
+    w.send("Hello")
+    settle(qtbot, w)
+    view = w.view
+    view.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(lambda: view.currentIndex().isValid(), timeout=5_000)
+    reply = view.currentIndex()  # Tab landed on the newest message
+    assert reply.data(ENTRY_ROLE).text.startswith("First answer.")
+    spoken = reply.data(Qt.ItemDataRole.AccessibleTextRole)
+    assert spoken == f"Iris: {reply.data(ENTRY_ROLE).text}" and len(spoken) > 1_500  # whole
+    chosen = []
+
+    def choose(name):
+        menu = next(m for m in QApplication.topLevelWidgets()
+                    if isinstance(m, QMenu) and m.isVisible())
+        chosen.append([a.text() for a in menu.actions()])
+        next(a for a in menu.actions() if a.text() == name).trigger()
+        menu.close()
+
+    QTimer.singleShot(200, lambda: choose("Regenerate"))
+    qtbot.keyClick(view, Qt.Key.Key_F10, Qt.KeyboardModifier.ShiftModifier)
+    settle(qtbot, w)
+    assert "Regenerate" in chosen[0]
+    assert texts(w) == ["Hello", "Second answer."]
+    view.setCurrentIndex(row_of(w, "Second answer."))
+    assert row_of(w, "Second answer.").data(Qt.ItemDataRole.AccessibleTextRole) == (
+        "Iris: Second answer. (alternative 2 of 2; Alt+Left, Alt+Right)")
+    qtbot.keyClick(view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    settle(qtbot, w)
+    assert texts(w)[-1].startswith("First answer.")
+    assert stored_texts(w)[-1].startswith("First answer.")
+
+
 def test_edit_a_message_through_its_dialog_starts_a_branch(window, qtbot):
     w = window
     w.runtime.replies[:2] = []  # the edit's reply comes third in the script
@@ -87,8 +129,13 @@ def test_edit_a_message_through_its_dialog_starts_a_branch(window, qtbot):
     dialog = w.view.edit_dialog
     qtbot.waitUntil(dialog.isVisible, timeout=5_000)
     dialog.editor.setPlainText("Hello, edited")
-    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Save),
-                     Qt.MouseButton.LeftButton)
+    assert dialog.editor.accessibleName() == "The message's new text"
+    dialog.activateWindow()
+    dialog.editor.setFocus()
+    qtbot.keyClick(dialog.editor, Qt.Key.Key_Tab)  # on to the buttons, not a tab character
+    assert dialog.editor.toPlainText() == "Hello, edited" and not dialog.editor.hasFocus()
+    dialog.editor.setFocus()
+    qtbot.keyClick(dialog.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # Save
     settle(qtbot, w)
     assert texts(w) == ["Hello, edited", "Edited answer."]
     assert row_of(w, "Hello, edited").data(ENTRY_ROLE).branch == (2, 2)

@@ -32,6 +32,7 @@ class ChatSettingsDialog(QDialog):
         self.title = QLineEdit(title, self)
         self.title.setAccessibleName("Chat title")
         self.prompt = QPlainTextEdit(prompt or "", self)
+        self.prompt.setTabChangesFocus(True)  # Tab goes on to Save, as in every field
         self.prompt.setAccessibleName("System prompt of this chat")
         self.prompt.setPlaceholderText(default_prompt or "(no system prompt)")
         self.prompt.setMinimumHeight(self.fontMetrics().height() * 8)

@@ -119,6 +119,7 @@ class DownloadDialog(QDialog):
         self.repos.addItem(QListWidgetItem(RECOMMENDED_ITEM))
         self.repos.currentItemChanged.connect(self._repo_chosen)
         self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

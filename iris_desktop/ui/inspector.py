@@ -59,6 +59,7 @@ def _reranked(fact: dict[str, Any]) -> str:
 
 def _table(columns: list[str]) -> QTableWidget:
     table = QTableWidget(0, len(columns))
+    table.setTabKeyNavigation(False)  # Tab goes on to the next part of the inspector
     table.setHorizontalHeaderLabels(columns)
     table.verticalHeader().setVisible(False)
     table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)

@@ -184,6 +184,8 @@ class MainWindow(QMainWindow):
         s.statusText.connect(self.state_label.setText)
         s.busyChanged.connect(self._show_busy)
         s.statusMessage.connect(self.status_area.show_message)
+        # what the user caused ("Exported 40 messages…", "Open a chat to rename it"): said
+        s.statusMessage.connect(lambda text, _ms: self.announcer.say(text))
         s.backgroundMessage.connect(
             lambda text, ms: self.status_area.show_message(text, ms, background=True))
         s.generatingChanged.connect(self.composer.set_generating)
@@ -217,6 +219,7 @@ class MainWindow(QMainWindow):
         v.editRequested.connect(self.turns.edit)
         v.continueRequested.connect(self.turns.continue_reply)
         v.switchRequested.connect(t.switch_branch)
+        v.stopRequested.connect(self.turns.stop)
         self.inspector.visibilityChanged.connect(
             lambda visible: visible and (self.context.refresh_inspector(), self.fit_inspector()))
         for name, slot in (("new-chat", t.new_chat), ("import", t.import_dialog),

@@ -43,7 +43,7 @@ from iris_desktop.core.views import (
     tokens,
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
-from iris_desktop.ui.accessibility import control_name, keyboard_controls, name_controls
+from iris_desktop.ui.accessibility import announce, control_name, keyboard_controls, name_controls
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
@@ -135,9 +135,14 @@ class SettingField(QWidget):
         self.editor.set_value(value)
 
     def set_error(self, message: str | None) -> None:
+        """``message`` under the field, as its controls' description, and said when new."""
+        if message and message != self.error.text() and self.isVisible():
+            announce(self, message, assertive=True)
         self.error.setText(message or "")
         self.error.setVisible(bool(message))
         self.editor.set_invalid(bool(message))
+        for control in keyboard_controls(self.editor):
+            control.setAccessibleDescription(message or self.locked or self.hint.text())
 
 
 class SettingsDialog(QDialog):
@@ -315,6 +320,10 @@ class SettingsDialog(QDialog):
             self.errors = {**self._limits(candidate), **self.errors}
         for key, field in self.fields.items():
             field.set_error(self.errors.get(key))
+        for index, section in enumerate(self.sections):  # a page with an error says so
+            title = self.tabs.tabText(index).removesuffix(" ⚠")
+            wrong = any(SETTINGS[k].section == section for k in self.errors)
+            self.tabs.setTabText(index, f"{title} ⚠" if wrong else title)
         ok = not self.errors
         self.ok_button.setEnabled(ok)
         self.apply_button.setEnabled(ok and bool(self.changed()))
@@ -354,7 +363,8 @@ class SettingsDialog(QDialog):
         if self._preview is None:
             return
         if self.errors:
-            self.breakdown.setText("Fix the marked values to see the budget.")
+            pages = {self.tabs.tabText(self.sections.index(SETTINGS[k].section)) for k in self.errors}
+            self.breakdown.setText(f"Fix the marked values to see the budget ({', '.join(sorted(pages))}).")
             return
         self._preview(self.candidate(), self.show_preview)
 

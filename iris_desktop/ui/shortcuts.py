@@ -26,6 +26,11 @@ OTHER_KEYS = (
     ("Chat list", "F2", "Rename the chat under the cursor"),
     ("Transcript", "Home", "Go to the first message"),
     ("Transcript", "End", "Go to the newest message"),
+    ("Transcript", "Enter", "Open the message's text to select part of it"),
+    ("Transcript", "Shift+F10", "The message's actions: Regenerate, Edit, Continue, alternatives"),
+    ("Transcript", "Alt+Left", "The previous alternative of the message"),
+    ("Transcript", "Alt+Right", "The next alternative of the message"),
+    ("Transcript", "Esc", "Stop the reply"),
 )
 
 
@@ -60,6 +65,8 @@ class ShortcutsDialog(QDialog):
         self.setObjectName("shortcuts")
         self.rows = shortcut_rows(bar)
         self.table = QTableWidget(len(self.rows), 3)
+        self.table.setTabKeyNavigation(False)  # Tab reaches Close
+        self.table.setAccessibleName("Keyboard shortcuts")
         self.table.setHorizontalHeaderLabels(["Where", "Keys", "What it does"])
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)

@@ -34,6 +34,7 @@ class TranscriptView(QListView):
     editRequested = Signal(int, str)  # message id, its new text
     continueRequested = Signal(int)  # message id
     switchRequested = Signal(int, int)  # message id, +1 or -1
+    stopRequested = Signal()  # Esc while reading: the reply being written stops
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -227,6 +228,12 @@ class TranscriptView(QListView):
                 menu.addAction("Edit…", lambda: self.edit_message(entry))
             if entry.role == "assistant" and entry.can_continue:
                 menu.addAction("Continue", lambda: self.continueRequested.emit(mid))
+            if entry.branch is not None and entry.branch[1] > 1:
+                number, count = entry.branch
+                for label, step, on in (("Previous alternative\tAlt+Left", -1, number > 1),
+                                        ("Next alternative\tAlt+Right", 1, number < count)):
+                    menu.addAction(label, lambda step=step: self.switchRequested.emit(mid, step)
+                                   ).setEnabled(on)
         if entry.kind in ("tool", "divider"):
             expanded = entry.key in self.transcript.expanded
             persistent = QPersistentModelIndex(index)
@@ -279,17 +286,47 @@ class TranscriptView(QListView):
     def keyPressEvent(self, event) -> None:
         plain = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier in (
             Qt.KeyboardModifier.NoModifier, Qt.KeyboardModifier.ControlModifier)
+        key, current = event.key(), self.currentIndex()
+        alt = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier == Qt.KeyboardModifier.AltModifier
         if event.matches(QKeySequence.StandardKey.Copy):
             self.copy()
-        elif event.key() == Qt.Key.Key_Home and plain:
+        elif key == Qt.Key.Key_Home and plain:
             self.go_top()
-        elif event.key() == Qt.Key.Key_End and plain:
+        elif key == Qt.Key.Key_End and plain:
             self.go_bottom()
-        elif event.key() == Qt.Key.Key_Escape and self.text_editor is not None:
+        elif key == Qt.Key.Key_Escape and self.text_editor is not None:
             self.close_text()
             self.setFocus()
+        elif key == Qt.Key.Key_Escape:
+            self.stopRequested.emit()  # as in the message box
+        elif current.isValid() and (key == Qt.Key.Key_Menu or (
+                key == Qt.Key.Key_F10 and event.modifiers() == Qt.KeyboardModifier.ShiftModifier)):
+            self.show_menu(current)  # Regenerate, Edit…, Continue, alternatives: by keyboard
+        elif current.isValid() and alt and key in (Qt.Key.Key_Left, Qt.Key.Key_Right):
+            entry: Entry = current.data(ENTRY_ROLE)
+            if entry.branch is not None and entry.branch[1] > 1 and entry.message_id is not None:
+                self.switchRequested.emit(entry.message_id, -1 if key == Qt.Key.Key_Left else 1)
+        elif current.isValid() and key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and plain:
+            if editor := self.open_text(current):  # its text, to select by keyboard
+                editor.setFocus(Qt.FocusReason.OtherFocusReason)
         else:
             super().keyPressEvent(event)
+
+    def focusInEvent(self, event) -> None:
+        """Tabbing in lands on the newest message in view (it landed on the oldest loaded
+        one, off screen, or nowhere after a reload)."""
+        rows, current = self.transcript.rowCount(), self.currentIndex()
+        lost = not current.isValid() or not self.viewport().rect().intersects(self.visualRect(current))
+        super().focusInEvent(event)  # (it makes the first row current when none is)
+        if rows and lost and event.reason() in (Qt.FocusReason.TabFocusReason,
+                                                Qt.FocusReason.BacktabFocusReason):
+            self.setCurrentIndex(self.transcript.index(rows - 1))
+
+    def show_menu(self, index: QModelIndex) -> None:
+        """The row's menu, under its top left corner (the Menu key, Shift+F10)."""
+        menu = self.context_menu(index)
+        menu.exec(self.viewport().mapToGlobal(self.visualRect(index).topLeft()))
+        menu.deleteLater()
 
     def _forward(self, event, editor: MessageText) -> None:
         viewport = editor.viewport()

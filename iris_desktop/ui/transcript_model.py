@@ -42,9 +42,7 @@ class TranscriptModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return entry.copy_text()
         if role == Qt.ItemDataRole.AccessibleTextRole:
-            who = (entry.speaker if entry.kind in ("message", "notice")
-                   else ROLE_LABELS.get(entry.role, entry.kind))
-            return f"{who}: {(entry.text or stopped_empty(entry))[:500]}"
+            return spoken(entry)
         return None
 
     # -- reading -------------------------------------------------------------------------
@@ -179,3 +177,15 @@ class TranscriptModel(QAbstractListModel):
                     self.load_older(self._offset - i)
                 return i - self._offset
         return None
+
+
+def spoken(entry: Entry) -> str:
+    """What a screen reader reads for a row: who, the whole text (a reply was cut at 500
+    characters), and where there are alternatives, which one this is and how to switch
+    (Alt+Left, Alt+Right)."""
+    who = (entry.speaker if entry.kind in ("message", "notice")
+           else ROLE_LABELS.get(entry.role, entry.kind))
+    text = f"{who}: {entry.text or stopped_empty(entry)}"
+    if entry.branch is not None and entry.branch[1] > 1:
+        text += f" (alternative {entry.branch[0]} of {entry.branch[1]}; Alt+Left, Alt+Right)"
+    return text

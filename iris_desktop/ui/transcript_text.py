@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QKeySequence, QPainter, QPalette
 from PySide6.QtWidgets import (
     QDialog,
@@ -99,8 +99,12 @@ class EditDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Edit message")
         self.editor = QPlainTextEdit(text)
+        self.editor.setAccessibleName("The message's new text")
+        self.editor.setAccessibleDescription("Ctrl+Enter saves; Tab goes on to Save")
+        self.editor.setTabChangesFocus(True)  # Tab went into the message as a tab character
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
                                         | QDialogButtonBox.StandardButton.Cancel)
+        self.editor.installEventFilter(self)  # Ctrl+Enter saves (the box takes a shortcut's)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
@@ -110,3 +114,11 @@ class EditDialog(QDialog):
 
     def text(self) -> str:
         return self.editor.toPlainText()
+
+    def eventFilter(self, watched, event) -> bool:
+        if (watched is self.editor and event.type() == QEvent.Type.KeyPress
+                and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+                and event.modifiers() & Qt.KeyboardModifier.ControlModifier):
+            self.accept()
+            return True
+        return super().eventFilter(watched, event)
