@@ -907,26 +907,34 @@ def write_config_value(path: Path, key: str, raw: Any | None) -> Any:
     place: comments, order and other keys (even invalid ones) stay as written. Returns
     the parsed value. Raises SettingsError for a file that cannot be read or edited.
     """
-    setting = lookup(key)
-    value = None if raw is None else setting.parse(raw)
+    return write_config_values(path, {key: raw})[key]
+
+
+def write_config_values(path: Path, changes: Mapping[str, Any | None]) -> dict[str, Any]:
+    """:func:`write_config_value` for several keys at once, all or none: every value is
+    validated and every edit made on the document before the file is written, once
+    (Preferences' OK wrote key by key, and a file one key could not go into kept the
+    keys before it). Returns the parsed values."""
+    values = {key: None if raw is None else lookup(key).parse(raw) for key, raw in changes.items()}
     document = _read_document(path)
-    section, name = key.split(".", 1)
-    table = document.get(section)
-    if table is not None and not isinstance(table, dict):
-        raise SettingsError(f"{path}: {section} is a value, not a [{section}] table; fix or "
-                            "remove that line before 'config set' or 'config reset'")
-    if value is None:
-        if table is not None:
-            table.pop(name, None)
-    elif table is None:
-        document[section] = {name: value}
-    else:
-        table[name] = value
-        for old, (renamed_to, _) in RENAMED.items():  # the older name of this key goes
-            if renamed_to == key and old.split(".", 1)[0] == section:
-                table.pop(old.split(".", 1)[1], None)
+    for key, value in values.items():
+        section, name = key.split(".", 1)
+        table = document.get(section)
+        if table is not None and not isinstance(table, dict):
+            raise SettingsError(f"{path}: {section} is a value, not a [{section}] table; fix or "
+                                "remove that line before 'config set' or 'config reset'")
+        if value is None:
+            if table is not None:
+                table.pop(name, None)
+        elif table is None:
+            document[section] = {name: value}
+        else:
+            table[name] = value
+            for old, (renamed_to, _) in RENAMED.items():  # the older name of this key goes
+                if renamed_to == key and old.split(".", 1)[0] == section:
+                    table.pop(old.split(".", 1)[1], None)
     atomic_write_bytes(path, tomlkit.dumps(document).encode("utf-8"))
-    return value
+    return values
 
 
 def _read_document(path: Path) -> tomlkit.TOMLDocument:

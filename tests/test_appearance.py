@@ -484,3 +484,26 @@ def test_an_invalid_value_says_where_it_is_and_to_a_screen_reader(make_window, q
     qtbot.waitUntil(dialog.ok_button.isEnabled, timeout=5_000)
     assert not any(dialog.tabs.tabText(i).endswith(" ⚠") for i in range(dialog.tabs.count()))
     dialog.reject()
+
+
+def test_preferences_save_every_change_or_none_and_say_why(make_window, qtbot, data_dir):
+    """Before (an audit): with `ui = 3` in config.toml, OK wrote the context key, then
+    failed on the ui key with a traceback on stderr only: the dialog stayed open without a
+    word and the file held half the change. Now nothing is written and a box says why."""
+    config = db_path(data_dir).parent / "config.toml"
+    window = make_window()
+    config.write_text("ui = 3\n", encoding="utf-8")
+    before = config.read_bytes()
+    dialog = window.preferences()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    dialog.fields["context.token_budget_ratio"].editor.set_value(0.6)
+    dialog.fields["ui.font_size"].editor.set_value(14)
+    qtbot.waitUntil(dialog.ok_button.isEnabled, timeout=5_000)
+    qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.refusal.isVisible(), timeout=5_000)
+    assert dialog.refusal.text().startswith("Nothing was saved: ")
+    assert "ui is a value, not a [ui] table" in dialog.refusal.text()
+    assert config.read_bytes() == before and dialog.isVisible()
+    assert window.app_state.settings["context.token_budget_ratio"] == 0.7
+    dialog.refusal.close()
+    dialog.reject()

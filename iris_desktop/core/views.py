@@ -125,6 +125,15 @@ class Entry:
         return self.text + extra
 
 
+def sum_sentence(b: Breakdown) -> str:
+    """The meter's total as the sum of its parts: "Next request: system 29 + history 113 +
+    draft 9 = 151 of 8,192 tokens" (parts of 0 left out, the system prompt always in)."""
+    parts = [(name, getattr(b, name)) for name in METER_PARTS]
+    shown = [f"{name} {tokens(n)}" for name, n in parts if n or name == "system"]
+    return (f"Next request: {' + '.join(shown)} = {tokens(b.used)} of the "
+            f"{tokens(b.window)}-token window (the bar above)")
+
+
 def pretty_arguments(raw: Any) -> str:
     if isinstance(raw, str):
         try:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPushButton,
     QScrollArea,
     QSizePolicy,
@@ -30,9 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from iris_desktop.core.engine import Breakdown
 from iris_desktop.core.views import (
-    METER_PARTS,
     BudgetPreview,
     changed_keys,
     field_hint,
@@ -40,9 +39,9 @@ from iris_desktop.core.views import (
     locked_reason,
     parse_fields,
     settings_sections,
-    tokens,
+    sum_sentence,
 )
-from iris_desktop.settings import SETTINGS, Setting, Settings, write_config_value
+from iris_desktop.settings import SETTINGS, Setting, Settings, SettingsError, write_config_values
 from iris_desktop.ui.accessibility import announce, control_name, keyboard_controls, name_controls
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
@@ -386,13 +385,15 @@ class SettingsDialog(QDialog):
         if not self.validate():
             return False
         candidate = self.candidate()
-        keys = changed_keys(self.settings, candidate)
-        path = self.settings.config_path
-        for key in keys:
-            value = candidate.values[key]
-            if path is not None:
-                # the default is removed from the file rather than pinned there
-                write_config_value(path, key, None if value == SETTINGS[key].default else value)
+        keys, path, v = changed_keys(self.settings, candidate), self.settings.config_path, candidate.values
+        try:  # all or none; a default is removed from the file rather than pinned there
+            if path is not None and keys:
+                write_config_values(path, {k: None if v[k] == SETTINGS[k].default else v[k] for k in keys})
+        except SettingsError as exc:  # a file Iris cannot edit: said, nothing half-written
+            self.refusal = QMessageBox(QMessageBox.Icon.Warning, "Preferences not saved",
+                                       f"Nothing was saved: {exc}.", parent=self)
+            self.refusal.open()
+            return False
         self.settings = candidate
         self.validate()
         if keys:
@@ -409,12 +410,3 @@ class SettingsDialog(QDialog):
             self._take_back_look()
         self._finished = True
         super().done(result)
-
-
-def sum_sentence(b: Breakdown) -> str:
-    """The meter's total as the sum of its parts: "Next request: system 29 + history 113 +
-    draft 9 = 151 of 8,192 tokens" (parts of 0 left out, the system prompt always in)."""
-    parts = [(name, getattr(b, name)) for name in METER_PARTS]
-    shown = [f"{name} {tokens(n)}" for name, n in parts if n or name == "system"]
-    return (f"Next request: {' + '.join(shown)} = {tokens(b.used)} of the "
-            f"{tokens(b.window)}-token window (the bar above)")
