@@ -144,6 +144,27 @@ def model_path_for(settings: Settings, models_dir: Path) -> Path:
     return Path(configured).expanduser()
 
 
+def model_problems(settings: Settings, in_force: Settings) -> dict[str, str]:
+    """Model settings being changed that no load could honour, each in a sentence (the
+    settings dialog marks them and saves nothing): a model file that is not there or
+    given by a relative path, a server backend without its address. Saved, they failed
+    the reload, and the next start, with the file holding them."""
+    problems: dict[str, str] = {}
+    path = settings["model.path"]
+    if path != BUNDLED and path != in_force["model.path"]:
+        file = Path(path).expanduser()
+        if not file.is_absolute():
+            problems["model.path"] = (f"model.path: {path} is not a full path; give the file's "
+                                      "full path, or choose it with Model ▸ Models… ▸ Open GGUF…")
+        elif not file.is_file():
+            problems["model.path"] = (f"model.path: there is no file {file}; choose one with "
+                                      "Model ▸ Models… ▸ Open GGUF…")
+    if settings["model.backend"] == "openai" and not settings["model.base_url"]:
+        problems["model.base_url"] = ("model.base_url: the server backend needs the server's "
+                                      "address (http://host:port/v1); Model ▸ Server… tests it")
+    return problems
+
+
 def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[float], Any] | None = None,
                  cancel: threading.Event | None = None, stage: Callable[[str], Any] | None = None) -> Runtime:
     """The runtime the settings name: the local model (a file of the user's own joins the

@@ -507,3 +507,27 @@ def test_preferences_save_every_change_or_none_and_say_why(make_window, qtbot, d
     assert window.app_state.settings["context.token_budget_ratio"] == 0.7
     dialog.refusal.close()
     dialog.reject()
+
+
+def test_preferences_refuse_a_model_setting_no_load_could_honour(make_window, qtbot, tmp_path):
+    """Before (an audit): a model.path that is not there, or the server backend without
+    its address, were saved by OK; the reload failed, and so did every later start, the
+    file holding them. Now the field says why and OK waits."""
+    window = make_window()
+    dialog = window.preferences()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    path = dialog.fields["model.path"].editor
+    for value, said in ((str(tmp_path / "gone.gguf"), f"model.path: there is no file {tmp_path / 'gone.gguf'}"),
+                        ("models/mine.gguf", "model.path: models/mine.gguf is not a full path")):
+        path.set_value(value)
+        qtbot.waitUntil(lambda: not dialog.ok_button.isEnabled(), timeout=5_000)
+        assert dialog.errors["model.path"].startswith(said)
+    real = tmp_path / "real.gguf"
+    real.write_bytes(b"GGUF")
+    path.set_value(str(real))  # there: whether it loads is the reload's to say
+    qtbot.waitUntil(dialog.ok_button.isEnabled, timeout=5_000)
+    path.set_value("bundled")
+    dialog.fields["model.backend"].editor.set_value("openai")
+    qtbot.waitUntil(lambda: "model.base_url" in dialog.errors, timeout=5_000)
+    assert not dialog.ok_button.isEnabled()
+    dialog.reject()

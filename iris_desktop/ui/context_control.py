@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QMessageBox
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
 from iris_desktop.core.planner import Planner, limit_problems
 from iris_desktop.core.views import budget_preview, inspector_report, message_states
+from iris_desktop.host import model_problems
 from iris_desktop.settings import Settings
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
@@ -103,8 +104,9 @@ class ContextControl(QObject):
         reload, same_file = self._reloads(settings)
         n_ctx = (settings["model.n_ctx"] or info.get("context_length")) if reload \
             else info.get("n_ctx")
-        return limit_problems(settings, n_ctx if same_file else None,
-                              info.get("context_length") if same_file else None)
+        return {**limit_problems(settings, n_ctx if same_file else None,
+                                 info.get("context_length") if same_file else None),
+                **model_problems(settings, self.app_state.settings)}
 
     def candidate(self, settings: Settings) -> Planner:
         """The planner candidate settings would make (the settings dialog's preview):
