@@ -405,13 +405,27 @@ class Host:
         self.close_model()
         self.runtime = runtime
         self.model_error = None
-        limit = settings["model.kv_cache_mb"] * 2**20
-        secret = self.kv_secret()
-        if self.encrypted and secret is None:
-            limit = 0  # no way to encrypt a KV state: none is written (it holds the conversation)
-        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, limit, secret), runtime,
-                                 owner_of=self._thread_owner)
+        self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, self._kv_limit(settings),
+                                              self.kv_secret()), runtime, owner_of=self._thread_owner)
         return runtime
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        """New settings in force; ``model.kv_cache_mb`` at once (0 deletes the saved
+        states: it used to wait for the next model load, and the next save still wrote)."""
+        self._settings = settings
+        cache = getattr(self, "cache", None)
+        if cache is not None:
+            cache.store.set_limit(self._kv_limit(settings))
+
+    def _kv_limit(self, settings: Settings) -> int:
+        if self.encrypted and self.kv_secret() is None:
+            return 0  # no way to encrypt a KV state: none is written (it holds the conversation)
+        return settings["model.kv_cache_mb"] * 2**20
 
     def try_load_model(self, stage: Callable[[str], Any] | None = None, *,
                        settings_errors: bool = False) -> Runtime | None:

@@ -153,3 +153,24 @@ def test_a_huge_file_in_place_of_a_state_is_refused_without_being_read(model, tm
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20 and not path.exists()
+
+
+def test_a_lower_limit_in_preferences_holds_at_once_and_zero_keeps_none(model, tmp_path):
+    """Before (an audit): "Disk space for resuming chats" set to 0 in Preferences wrote
+    the chat's KV state (the conversation, as the model holds it) at the next quit all
+    the same: the limit was read only when a model loaded. Now new settings in force
+    set it at once, and 0 deletes the states already kept."""
+    from dataclasses import replace as replaced
+
+    from iris_desktop.host import Host
+
+    with Host(tmp_path / "data", {}, runtime=model) as host:
+        host.load_model()
+        model.prefill(conversation(4)).run()
+        assert host.cache.store.save(model, 1) is not None
+        kept = list(host.paths.kv_cache_dir.glob("*.kv"))
+        assert len(kept) == 1
+        values = {**host.settings.values, "model.kv_cache_mb": 0}
+        host.settings = replaced(host.settings, values=values)  # what the window does on OK
+        assert list(host.paths.kv_cache_dir.glob("*.kv")) == []
+        assert host.cache.store.save(model, 1) is None

@@ -80,6 +80,12 @@ class KVStateStore:
     def enabled(self) -> bool:
         return self.limit_bytes > 0
 
+    def set_limit(self, limit_bytes: int) -> None:
+        """A new limit, in force at once: the least recently used files beyond it go now
+        (0: every saved state, the user asking that none be kept)."""
+        self.limit_bytes = max(0, int(limit_bytes))
+        self._evict(keep=None)
+
     def path_for(self, model: Runtime, thread_id: int) -> Path:
         return self.folder / f"{int(thread_id)}-{model_key(model)}.kv"
 
@@ -111,7 +117,7 @@ class KVStateStore:
                  len(blob) / 1e6)
         return path
 
-    def _evict(self, keep: Path) -> None:
+    def _evict(self, keep: Path | None) -> None:
         total = self.clean_leftovers()  # a save still being written elsewhere takes room too
         files = sorted(self.folder.glob("*.kv"), key=lambda p: p.stat().st_mtime, reverse=True)
         for path in files:
