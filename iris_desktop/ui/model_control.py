@@ -144,6 +144,7 @@ class ModelControl(QObject):
 
     def failed(self, message: str) -> None:
         state = self.app_state
+        cancelled = self.job is not None and self.job.cancel.is_set()  # the user's Cancel
         self._load_ended()
         if self.pending is not None:  # the choice did not work: the settings go back
             before, self.pending = self.pending[1], None
@@ -153,7 +154,10 @@ class ModelControl(QObject):
             state.set_model("ready", state.loaded, message)
             self.composer.set_can_send(True)
             state.show_status(f"Still using {info['name']}")
-            self.show_error(message, keeping=info["name"])
+            if cancelled:  # what was asked for: said in passing, not as a failure
+                state.show_message(f"Loading cancelled; Iris goes on with {info['name']}", 8000)
+            else:
+                self.show_error(message, keeping=info["name"])
             return
         state.set_model("failed", None, message)
         self.model_label.setText("No model")
