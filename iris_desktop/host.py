@@ -185,12 +185,19 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         trained = read_gguf_info(path).context_length
     except GGUFError:
         trained = None  # LocalModel.load says what is wrong with the file
+    n_ctx = settings["model.n_ctx"]
+    if trained and n_ctx > trained and settings.source("model.n_ctx") == "default":
+        # nobody chose 8,192 for this model: an older one trained for less loads at that
+        # (Models… offered it, then refused it until n_ctx was lowered by hand)
+        log.info("%s was trained for %d tokens: loaded at that, not model.n_ctx's default %d",
+                 path.name, trained, n_ctx)
+        n_ctx = trained
     problem = limit_problems(settings, None, trained).get("model.n_ctx")
     if problem:
         raise SettingsError(problem)
     model = LocalModel.load(
         path,
-        n_ctx=settings["model.n_ctx"],
+        n_ctx=n_ctx,
         n_threads=settings["model.n_threads"] or None,
         flash_attn=settings["model.flash_attn"],
         gpu=settings["model.gpu"],

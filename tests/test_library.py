@@ -326,3 +326,35 @@ def test_the_real_bundled_qwen_from_its_header(qwen_models_dir, tmp_path):
     # 24 layers × 2 KV heads × (64 + 64) head size × 2 bytes (f16) × 8192 tokens = 96 MiB
     assert entry.kv_cache_bytes == 24 * 2 * (64 + 64) * 2 * 8192 == 96 * MIB
     assert entry.memory_estimate_bytes == BUNDLED_MODEL.size - info.header_size + 96 * MIB
+
+
+def test_a_model_trained_for_less_than_the_default_n_ctx_loads_at_its_own(tmp_path, monkeypatch):
+    """Before (an audit): Models… offered a model trained for 4,096 tokens, then refused
+    it ("model.n_ctx: 8,192 tokens is more than the model was trained for") until n_ctx
+    was lowered by hand. Nobody chose 8,192 for it: it loads at its own 4,096. An n_ctx
+    the user did choose is still refused in one sentence."""
+    from iris_desktop.host import load_runtime
+    from iris_desktop.paths import app_paths
+    from iris_desktop.runtime.model import LocalModel
+    from iris_desktop.settings import SettingsError, load_settings
+
+    old = tiny_model(tmp_path / "old-4k.gguf")  # trained for 4,096
+    asked = []
+
+    class Asked(Exception):
+        pass
+
+    def load(cls, path, **kw):  # what llama.cpp would be asked for; no model is made
+        asked.append(kw["n_ctx"])
+        raise Asked
+
+    monkeypatch.setattr(LocalModel, "load", classmethod(load))
+    paths = app_paths(tmp_path / "data").ensure()
+    default = load_settings(paths.config_path, {}, {"model.path": str(old)})
+    assert default.source("model.n_ctx") == "default" and default["model.n_ctx"] == 8192
+    with pytest.raises(Asked):
+        load_runtime(default, paths)
+    assert asked == [4096]
+    chosen = load_settings(paths.config_path, {}, {"model.path": str(old), "model.n_ctx": "8192"})
+    with pytest.raises(SettingsError, match="more than the model was trained for"):
+        load_runtime(chosen, paths)

@@ -93,7 +93,8 @@ def window_for(settings: Any, n_ctx: int | None, source: str = "model") -> tuple
 def limit_problems(settings: Any, n_ctx: int | None, trained: int | None) -> dict[str, str]:
     """Settings a model cannot honour, each named with both numbers: a window larger than
     the context llama.cpp allocated (``n_ctx``), or an ``n_ctx`` beyond what the model
-    was trained for. Such a request would otherwise fail inside llama.cpp mid-chat."""
+    was trained for (one the user chose: the default loads at what the model was trained
+    for). Such a request would otherwise fail inside llama.cpp mid-chat."""
     problems: dict[str, str] = {}
     window = settings["context.window"]
     if window != AUTO and n_ctx and int(window) > n_ctx:
@@ -101,7 +102,8 @@ def limit_problems(settings: Any, n_ctx: int | None, trained: int | None) -> dic
             f"context.window: {int(window):,} tokens is more than the loaded model's n_ctx "
             f"of {n_ctx:,}; lower it, or raise model.n_ctx and reload the model")
     requested = settings["model.n_ctx"]
-    if trained and requested > trained:
+    chosen = getattr(settings, "source", lambda _key: "file")("model.n_ctx") != "default"
+    if trained and requested > trained and chosen:  # (the default loads at ``trained``)
         problems["model.n_ctx"] = (
             f"model.n_ctx: {requested:,} tokens is more than the model was trained for "
             f"({trained:,}); use at most {trained:,}, or 0 for that maximum")
