@@ -565,8 +565,13 @@ class Host:
         same_file = settings["model.path"] == current["model.path"]
         if same_file and settings["model.n_ctx"] == current["model.n_ctx"]:
             return self.planner(settings)
+        n_ctx = settings["model.n_ctx"]
+        trained = getattr(getattr(self.runtime, "info", None), "context_length", None)
+        if same_file and trained and (n_ctx == 0 or n_ctx > trained and
+                                      settings.source("model.n_ctx") == "default"):
+            n_ctx = trained  # as the load will (0 read as "not given" previewed 8,192)
         return Planner.from_settings(settings, self.runtime if same_file else None,
-                                     n_ctx=settings["model.n_ctx"] if same_file else None,
+                                     n_ctx=n_ctx if same_file else None,
                                      embedder=self.embedder, reranker=self.reranker,
                                      previous_embedder=self.previous_embedder)
 

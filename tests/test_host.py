@@ -330,3 +330,16 @@ def test_a_chat_deleted_during_its_compaction_is_said_so_not_a_folder_problem(tm
         assert failed and "deleted meanwhile" in failed[0].text, events
         assert "writable" not in failed[0].text
         assert [t["id"] for t in host.store.threads()] == [keep]
+
+
+def test_the_preview_of_n_ctx_0_is_the_window_the_load_will_give(real_host):
+    """Before (an audit): Preferences previewed model.n_ctx 0 as an 8,192-token window
+    (0 read as "not given"); the reload then gave the trained 32,768, four times the KV
+    memory, unannounced. The preview now plans with what the load will give."""
+    host = real_host
+    current = host.settings
+    candidate = current.with_overrides({"model.n_ctx": "0"})
+    assert host.runtime.n_ctx == 2048
+    assert host.candidate_planner(candidate, current).params.window == 32768
+    assert host.candidate_planner(current.with_overrides({"model.n_ctx": "4096"}),
+                                  current).params.window == 4096
