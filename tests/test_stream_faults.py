@@ -304,3 +304,17 @@ def test_the_idle_setting_reaches_the_server_runtime():
             assert runtime.start_timeout_s >= runtime.idle_timeout_s
         with pytest.raises(SettingsError):  # the range stays the settings' own: 5 s at least
             defaults().with_overrides({"model.stream_idle_timeout_s": "1"})
+
+
+def test_a_server_gone_since_it_was_chosen_is_named_as_not_reached(fresh_store):
+    """Before (an audit): a server stopped after Iris connected to it failed the next send
+    with "the connection was lost mid-reply", though nothing had connected. Now: "could
+    not reach the server … is it running?", in one sentence."""
+    with MisbehavingServer("normal", tokens=TOKENS) as server:
+        runtime = connect(server)
+    with runtime:  # the server has stopped: its port refuses
+        events, _ = run_turn(runtime, fresh_store)
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert "could not reach the server at " in failed.text, failed.text
+    assert "is it running?" in failed.text and "mid-reply" not in failed.text
+    assert one_sentence(failed.text.rstrip("."))

@@ -172,6 +172,9 @@ class _EventReader:
                 raise item
             if isinstance(item, Exception):
                 why = _describe(item) if isinstance(item, httpx.HTTPError) else repr(item)
+                if self.answered_at is None:  # nothing came back: it was never reached
+                    raise ServerError(f"could not reach the server at {self._address} "
+                                      f"({why}); is it running?") from item
                 raise ServerError(f"{self._address}: the connection was lost mid-reply "
                                   f"({why})") from item
             if item is None:
