@@ -133,7 +133,8 @@ class ModelControl(QObject):
             + (f"\n{device}: {info['device_reason']}" if device and info.get("device_reason") else ""))
         took = info.get("load_time_s")
         notice = info.get("device_notice")  # why a GPU is not used (fully), in one sentence
-        self.app_state.show_status("Ready" + (f" (model loaded in {took:.1f} s)" if took else "")
+        verb = "server connected" if info.get("base_url") else "model loaded"
+        self.app_state.show_status("Ready" + (f" ({verb} in {took:.1f} s)" if took else "")
                                    + (f" · {device}: {notice}" if notice else ""))
         self.composer.set_can_send(True)
         self.app_state.set_model("ready", loaded, None)  # the planner follows
