@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QRect, Qt  # noqa: E402
+from PySide6.QtCore import QItemSelectionModel, QRect, Qt  # noqa: E402
 from PySide6.QtGui import QPalette  # noqa: E402
 from PySide6.QtWidgets import QMessageBox, QPushButton  # noqa: E402
 
@@ -20,6 +20,7 @@ from iris_desktop.generation import GenerationRequest
 from iris_desktop.settings import SETTINGS  # noqa: E402
 from iris_desktop.ui.main_window import default_geometry, fit_geometry  # noqa: E402
 from iris_desktop.ui.theme import apply_appearance, painted_scheme  # noqa: E402
+from iris_desktop.ui.threads import THREAD_ROLE  # noqa: E402
 from iris_desktop.ui.welcome import EXAMPLES  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
@@ -531,3 +532,25 @@ def test_preferences_refuse_a_model_setting_no_load_could_honour(make_window, qt
     qtbot.waitUntil(lambda: "model.base_url" in dialog.errors, timeout=5_000)
     assert not dialog.ok_button.isEnabled()
     dialog.reject()
+
+
+def test_the_chat_lists_cursor_stays_where_the_keyboard_left_it(make_window, qtbot, data_dir):
+    """Before (an accessibility audit): F2 on a chat that was not open renamed it, and the
+    list, shown again, put the keyboard's cursor back on the open chat."""
+    window = make_window()
+    first = seed_thread(db_path(data_dir), "first")
+    second = seed_thread(db_path(data_dir), "second")
+    qtbot.waitUntil(lambda: window.threads.list.count() == 2, timeout=6_000)
+    window.open_thread(first)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
+    chats = window.threads.list
+    window.activateWindow()
+    chats.setFocus()
+    qtbot.waitUntil(chats.hasFocus, timeout=5_000)
+    row = next(r for r in range(chats.count()) if chats.item(r).data(THREAD_ROLE) == second)
+    chats.setCurrentRow(row, QItemSelectionModel.SelectionFlag.NoUpdate)
+    window.threads_control.rename_thread(second, "second, renamed")  # what F2 then does
+    qtbot.waitUntil(lambda: any(chats.item(r).text() == "second, renamed"
+                                for r in range(chats.count())), timeout=5_000)
+    assert chats.currentItem().data(THREAD_ROLE) == second
+    assert window.thread_id == first

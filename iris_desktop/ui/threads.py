@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QPainter, QShortcut
 from PySide6.QtWidgets import (
     QLineEdit,
@@ -92,6 +92,8 @@ class ThreadPanel(QWidget):
     def show_threads(self, threads: list[dict[str, Any]]) -> None:
         if self.query():
             return  # search results stay until the search is cleared
+        cursor = self.list.currentItem()  # the keyboard's place (F2 on another chat)
+        cursor = cursor.data(THREAD_ROLE) if cursor is not None and self.list.hasFocus() else None
         self.list.clear()
         for thread in threads:
             item = QListWidgetItem(thread["title"])
@@ -101,6 +103,9 @@ class ThreadPanel(QWidget):
             if thread["id"] == self.current_id:
                 item.setSelected(True)
                 self.list.setCurrentItem(item)
+        for row in range(self.list.count()):  # it stays there (it jumped to the open chat)
+            if cursor not in (None, self.current_id) and self.list.item(row).data(THREAD_ROLE) == cursor:
+                self.list.setCurrentItem(self.list.item(row), QItemSelectionModel.SelectionFlag.NoUpdate)
 
     def show_results(self, query: str, rows: list[dict[str, Any]]) -> None:
         if query != self.query():
