@@ -546,15 +546,21 @@ def test_the_chart_axis_and_the_tab_names_are_never_cut(make_window, qtbot, qapp
     assert not dock.chart_label.geometry().intersects(chart.geometry())
 
 
-def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir):
-    first = seed_thread(data_dir, [{"role": "user", "content": "one"}], title="first")
-    second = seed_thread(data_dir, [{"role": "user", "content": "two"}], title="second")
-    host = Host(data_dir, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+def window_on(qtbot, folder):
+    """(window, host) on ``folder`` with a scripted model, ready."""
+    host = Host(folder, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
                 compact=False)
     window = main_window(host)
     qtbot.addWidget(window)
     window.show()
     qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
+    return window, host
+
+
+def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir):
+    first = seed_thread(data_dir, [{"role": "user", "content": "one"}], title="first")
+    second = seed_thread(data_dir, [{"role": "user", "content": "two"}], title="second")
+    window, host = window_on(qtbot, data_dir)
     window.open_thread(first)
     settle(qtbot, window)
     window.composer.edit.setFocus()
@@ -575,11 +581,7 @@ def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir)
     window.background.close()
     window._closed = True
     host.close()
-    host = Host(data_dir, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
-                compact=False)
-    again = main_window(host)
-    qtbot.addWidget(again)
-    again.show()
+    again, host = window_on(qtbot, data_dir)
     try:
         qtbot.waitUntil(lambda: again.thread_id == first, timeout=10_000)
         qtbot.waitUntil(lambda: again.composer.text() == "half a thought about Lisbon and Porto",
@@ -606,16 +608,7 @@ def test_a_draft_is_private_and_goes_with_its_chat_whoever_deletes_it(qtbot, dat
     state.sync()
     os.chmod(data_dir / "ui-state.ini", 0o644)
 
-    def window_on(folder):
-        host = Host(folder, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
-                    compact=False)
-        window = main_window(host)
-        qtbot.addWidget(window)
-        window.show()
-        qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
-        return window, host
-
-    window, host = window_on(data_dir)
+    window, host = window_on(qtbot, data_dir)
     try:
         window.open_thread(first)
         qtbot.waitUntil(lambda: window.composer.text() == "an old draft, kept by an older "
@@ -638,7 +631,7 @@ def test_a_draft_is_private_and_goes_with_its_chat_whoever_deletes_it(qtbot, dat
     assert reused == first  # SQLite gave the new chat the deleted one's id
     leaks = [p.name for p in data_dir.rglob("*") if p.is_file() and b"ZQXDRAFT" in p.read_bytes()]
     assert leaks == []
-    window, host = window_on(data_dir)
+    window, host = window_on(qtbot, data_dir)
     try:
         window.open_thread(reused)
         settle(qtbot, window)
