@@ -404,3 +404,10 @@ def test_a_screen_reader_finds_names_and_roles_and_hears_the_announcements(tmp_p
     failed = [h for h in heard if h["text"].startswith("Iris could not answer")]
     assert failed and failed[0]["politeness"] == 2, heard  # assertive: ATSPI_LIVE_ASSERTIVE
     assert all(h["politeness"] == 1 for h in heard if h not in failed), heard  # polite
+
+
+def test_the_window_opens_ready_to_type(window, qtbot):
+    """Before (an audit): the first focus was on New chat; a keyboard user had to find the
+    message box first."""
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.composer.edit, timeout=5_000)

@@ -134,6 +134,7 @@ class MainWindow(QMainWindow):
         self.threads_control.refresh_threads()
         self.threads_control.reopen_last()
         self.context.refresh()
+        self.composer.edit.setFocus()  # a start is for typing (focus was on New chat)
 
     # -- building ------------------------------------------------------------------------
 
