@@ -37,8 +37,10 @@ def seed(data: Path) -> int:
 
 
 def cli(data: Path, *args: str, reply: str = "scripted reply", gate: Path | None = None,
-        background: bool = False):
+        background: bool = False, loaded: Path | None = None):
     env = {**os.environ, "IRIS_TEST_REPLY": reply}
+    if loaded is not None:
+        env["IRIS_TEST_LOADED"] = str(loaded)
     if gate is not None:
         env["IRIS_TEST_GATE"] = str(gate)
     command = [sys.executable, str(SCRIPTED_CLI), "--data-dir", str(data),
@@ -73,8 +75,11 @@ def test_two_commands_on_one_chat_answer_one_at_a_time_and_the_chat_stays_in_ord
                 background=True)
     try:  # A has stored its question and holds the chat until the gate opens
         wait_for(lambda: any(r[3] == "question A" for r in tree(data, thread)), "question A stored")
-        second = cli(data, "chat", "--thread", str(thread), "question B", reply="reply B")
+        loaded = data.parent / "second-loaded"
+        second = cli(data, "chat", "--thread", str(thread), "question B", reply="reply B",
+                     loaded=loaded)
         assert second.returncode == 1, second
+        assert not loaded.exists()  # said before any model was loaded
         assert second.stderr.startswith("iris-desktop: Not sent: this chat is answering in "
                                         f"another Iris window or command (process {first.pid}, ")
         assert "Traceback" not in second.stderr
@@ -141,3 +146,22 @@ def test_a_chat_deleted_while_it_answers_ends_the_turn_in_one_sentence(tmp_path)
             ("gone", "The chat was deleted, in another Iris window or by a command, while Iris "
                      "answered; the reply went with it")]
         assert isinstance(events[-1], TurnDone) and host.store.threads() == []
+
+
+def test_a_turn_in_a_chat_answering_elsewhere_is_refused_where_it_starts(tmp_path):
+    """The window's path (no pre-check as the CLI's): the turn itself refuses, before its
+    question is stored."""
+    data = tmp_path / "data"
+    thread = seed(data)
+    with Host(data, OFF, runtime=ScriptedRuntime(["never"])) as host:
+        host.load_model()
+        assert host.store.take_turn_lease(thread, "another turn", 60) is None
+        events = list(host.send(thread, "are you there?"))
+        failed = [e for e in events if isinstance(e, TurnFailed)]
+        assert [e.kind for e in failed] == ["busy"]
+        assert failed[0].text.startswith("Not sent: this chat is answering in another Iris "
+                                          f"window or command (process {os.getpid()}, for ")
+        assert not [e for e in events if isinstance(e, UserSaved)]
+        assert len(host.store.messages(thread)) == 2
+        host.store.release_turn_lease(thread, "another turn")
+        assert not [e for e in host.send(thread, "now?") if isinstance(e, TurnFailed)]

@@ -262,6 +262,12 @@ def chat(args, overrides) -> int:
     with open_host(args, overrides) as host:
         if args.thread is not None:  # (before the model loads: a mistake is said at once)
             _thread(host, args.thread)
+            holder = host.store.turn_holder(args.thread)
+            if holder is not None:  # another window or command is answering there
+                from iris_desktop.core.agent import busy_sentence
+
+                say(f"iris-desktop: {busy_sentence(holder)}", file=sys.stderr)
+                return EXIT_FAIL
             if args.edit is not None and not host.store.editable(args.thread, args.edit):
                 raise CliError(f"message {args.edit} is not a message of yours on thread "
                                f"{args.thread}'s active branch; nothing was sent or stored")

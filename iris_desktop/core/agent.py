@@ -64,6 +64,14 @@ DEFAULT_TITLE = "New chat"
 TURN_LEASE_S = 1800.0
 
 
+def busy_sentence(holder: dict[str, Any]) -> str:
+    """Why a turn does not start in a chat another process is answering in (``holder``:
+    the turn lease's row)."""
+    since = max(0, round(time.time() - holder["acquired_at"]))
+    return (f"Not sent: this chat is answering in another Iris window or command (process "
+            f"{holder['pid']}, for {since} s); wait until it finishes, or write in another chat")
+
+
 class Agent:
     """Runs turns for one store on the planner's runtime. Not thread-safe: one turn at a
     time. Every request it sends is the planner's, and it reports it (``RequestSent``).
@@ -154,10 +162,7 @@ class Agent:
                 if holder is None:
                     return None
         if holder is not None:
-            since = max(0, round(time.time() - holder["acquired_at"]))
-            return "busy", (f"Not sent: this chat is answering in another Iris window or "
-                            f"command (process {holder['pid']}, for {since} s); wait until it "
-                            "finishes, or write in another chat")
+            return "busy", busy_sentence(holder)
         return "gone", ("Not sent: this chat was deleted, in another Iris window or by a "
                         "command")
 

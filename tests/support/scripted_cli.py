@@ -6,7 +6,7 @@ in place of the model: for tests of two processes writing one data folder at onc
 Env: ``IRIS_TEST_REPLY``, the reply's text; ``IRIS_TEST_GATE``, a file the turn waits for
 between storing the question and planning its request (up to 60 s), where the model would
 be tokenizing, ranking recall or summarizing: a test holds a turn open there, as long as
-it needs, with no timing to guess."""
+it needs, with no timing to guess; ``IRIS_TEST_LOADED``, a file made when the model loads."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from support.fakes import ScriptedRuntime  # noqa: E402
 
 
 def scripted_runtime(settings, paths, **_kw):
+    if os.environ.get("IRIS_TEST_LOADED"):  # the test learns that a model was loaded
+        Path(os.environ["IRIS_TEST_LOADED"]).touch()
     return ScriptedRuntime([os.environ.get("IRIS_TEST_REPLY", "scripted reply")] * 8)
 
 

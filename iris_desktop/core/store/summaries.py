@@ -75,6 +75,15 @@ class Summaries(Connected):
         :meth:`take_compaction_lease`: None when it is ours, else the holder's row."""
         return self._take_lease("turn_leases", thread_id, token, seconds)
 
+    def turn_holder(self, thread_id: int) -> dict[str, Any] | None:
+        """Who is answering in the thread now (``pid``, ``acquired_at``), or None: a look,
+        nothing taken (a command says so before it loads a model)."""
+        row = self.conn.execute("SELECT pid, acquired_at, expires_at, pid_start FROM turn_leases "
+                                "WHERE thread_id = ?", (thread_id,)).fetchone()
+        if row is None or row[2] <= time.time() or not _same_process(row[0], row[3]):
+            return None
+        return {"pid": row[0], "acquired_at": row[1], "expires_at": row[2]}
+
     def release_turn_lease(self, thread_id: int, token: str) -> None:
         self._release_lease("turn_leases", thread_id, token)
 
