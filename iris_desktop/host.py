@@ -54,7 +54,7 @@ from iris_desktop.core.events import (
     TurnEvent,
     TurnFailed,
 )
-from iris_desktop.core.planner import FALLBACK_WINDOW, Planner, limit_problems
+from iris_desktop.core.planner import FALLBACK_WINDOW, Planner, limit_problems, n_ctx_to_load
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
@@ -185,13 +185,10 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         trained = read_gguf_info(path).context_length
     except GGUFError:
         trained = None  # LocalModel.load says what is wrong with the file
-    n_ctx = settings["model.n_ctx"]
-    if trained and n_ctx > trained and settings.source("model.n_ctx") == "default":
-        # nobody chose 8,192 for this model: an older one trained for less loads at that
-        # (Models… offered it, then refused it until n_ctx was lowered by hand)
-        log.info("%s was trained for %d tokens: loaded at that, not model.n_ctx's default %d",
-                 path.name, trained, n_ctx)
-        n_ctx = trained
+    n_ctx = n_ctx_to_load(settings, trained)  # (an older 4k model: at 4,096, not the default)
+    if n_ctx not in (settings["model.n_ctx"], 0):
+        log.info("%s: loaded at its trained %d tokens, not model.n_ctx's default %d", path.name,
+                 n_ctx, settings["model.n_ctx"])
     problem = limit_problems(settings, None, trained).get("model.n_ctx")
     if problem:
         raise SettingsError(problem)
@@ -565,11 +562,9 @@ class Host:
         same_file = settings["model.path"] == current["model.path"]
         if same_file and settings["model.n_ctx"] == current["model.n_ctx"]:
             return self.planner(settings)
-        n_ctx = settings["model.n_ctx"]
-        trained = getattr(getattr(self.runtime, "info", None), "context_length", None)
-        if same_file and trained and (n_ctx == 0 or n_ctx > trained and
-                                      settings.source("model.n_ctx") == "default"):
-            n_ctx = trained  # as the load will (0 read as "not given" previewed 8,192)
+        # as the load will (0 read as "not given" previewed 8,192)
+        n_ctx = n_ctx_to_load(settings, getattr(getattr(self.runtime, "info", None),
+                                                "context_length", None))
         return Planner.from_settings(settings, self.runtime if same_file else None,
                                      n_ctx=n_ctx if same_file else None,
                                      embedder=self.embedder, reranker=self.reranker,

@@ -90,6 +90,18 @@ def window_for(settings: Any, n_ctx: int | None, source: str = "model") -> tuple
     return (settings["model.n_ctx"] or FALLBACK_WINDOW), "config"
 
 
+def n_ctx_to_load(settings: Any, trained: int | None) -> int:
+    """``model.n_ctx`` as a load of a model trained for ``trained`` tokens uses it: 0 is
+    ``trained``, and so is the default when the model was trained for less (nobody chose
+    8,192 for an older 4k model); a value the user set stays as set (``limit_problems``
+    refuses one above ``trained``)."""
+    n_ctx = settings["model.n_ctx"]
+    default = getattr(settings, "source", lambda _key: "file")("model.n_ctx") == "default"
+    if trained and (n_ctx == 0 or n_ctx > trained and default):
+        return int(trained)
+    return n_ctx
+
+
 def limit_problems(settings: Any, n_ctx: int | None, trained: int | None) -> dict[str, str]:
     """Settings a model cannot honour, each named with both numbers: a window larger than
     the context llama.cpp allocated (``n_ctx``), or an ``n_ctx`` beyond what the model
@@ -101,9 +113,8 @@ def limit_problems(settings: Any, n_ctx: int | None, trained: int | None) -> dic
         problems["context.window"] = (
             f"context.window: {int(window):,} tokens is more than the loaded model's n_ctx "
             f"of {n_ctx:,}; lower it, or raise model.n_ctx and reload the model")
-    requested = settings["model.n_ctx"]
-    chosen = getattr(settings, "source", lambda _key: "file")("model.n_ctx") != "default"
-    if trained and requested > trained and chosen:  # (the default loads at ``trained``)
+    requested = n_ctx_to_load(settings, trained)
+    if trained and requested > trained:
         problems["model.n_ctx"] = (
             f"model.n_ctx: {requested:,} tokens is more than the model was trained for "
             f"({trained:,}); use at most {trained:,}, or 0 for that maximum")

@@ -86,7 +86,7 @@ class SettingField(QWidget):
         self.editor.changed.connect(self.changed)
         # each control says which setting it is; the help is its description
         label = setting.label or field_label(setting)
-        controls = keyboard_controls(self.editor)
+        controls = self.controls = keyboard_controls(self.editor)
         for control in controls:
             control.setAccessibleName(control_name(control, label))
             control.setAccessibleDescription(locked or field_hint(setting))
@@ -140,7 +140,7 @@ class SettingField(QWidget):
         self.error.setText(message or "")
         self.error.setVisible(bool(message))
         self.editor.set_invalid(bool(message))
-        for control in keyboard_controls(self.editor):
+        for control in self.controls:
             control.setAccessibleDescription(message or self.locked or self.hint.text())
 
 
@@ -172,8 +172,9 @@ class SettingsDialog(QDialog):
         self.tabs = QTabWidget()
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # scrolls rather than cut a name
         self.tabs.setUsesScrollButtons(True)
-        self.sections = [section for section, _, _ in settings_sections()]
-        for section, title, items in settings_sections():
+        pages = settings_sections()
+        self.sections = [section for section, _, _ in pages]
+        for section, title, items in pages:
             title = PAGE_TITLES.get(section, title)
             self.tabs.addTab(self._page(section, title, items), title)
         self.tabs.setAccessibleName("Preferences pages")

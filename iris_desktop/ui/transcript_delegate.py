@@ -118,7 +118,7 @@ class TranscriptDelegate(QStyledItemDelegate):
             doc.setTextWidth(width)
         else:
             text = entry.text or ("…" if entry.status == "streaming" else
-                                  f"*{stopped_empty(entry)}*" if stopped_empty(entry) else "")
+                                  f"*{note}*" if (note := stopped_empty(entry)) else "")
             if entry.role == "assistant" and entry.calls:
                 text += "\n\n" + "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
             doc = message_document(text, self.view.font(), self._code_theme(),

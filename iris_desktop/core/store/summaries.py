@@ -78,11 +78,7 @@ class Summaries(Connected):
     def turn_holder(self, thread_id: int) -> dict[str, Any] | None:
         """Who is answering in the thread now (``pid``, ``acquired_at``), or None: a look,
         nothing taken (a command says so before it loads a model)."""
-        row = self.conn.execute("SELECT pid, acquired_at, expires_at, pid_start FROM turn_leases "
-                                "WHERE thread_id = ?", (thread_id,)).fetchone()
-        if row is None or row[2] <= time.time() or not _same_process(row[0], row[3]):
-            return None
-        return {"pid": row[0], "acquired_at": row[1], "expires_at": row[2]}
+        return self._holder("turn_leases", thread_id)[0]
 
     def release_turn_lease(self, thread_id: int, token: str) -> None:
         self._release_lease("turn_leases", thread_id, token)
@@ -91,18 +87,29 @@ class Summaries(Connected):
                     ) -> dict[str, Any] | None:
         now = time.time()
         with self.transaction():
-            row = self.conn.execute(
-                f"SELECT token, pid, acquired_at, expires_at, pid_start FROM {table} "
-                "WHERE thread_id = ?", (thread_id,)).fetchone()
-            # its holder is gone when its pid now names another process (reused)
-            if row is not None and row[0] != token and row[3] > now and _same_process(row[1], row[4]):
-                return {"pid": row[1], "acquired_at": row[2], "expires_at": row[3]}
-            acquired = row[2] if row is not None and row[0] == token else now
+            holder, acquired = self._holder(table, thread_id, token)
+            if holder is not None:
+                return holder
             self.conn.execute(
                 f"INSERT OR REPLACE INTO {table}(thread_id, token, pid, pid_start, "
                 "acquired_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, token, *own_process(), acquired, now + seconds))
+                (thread_id, token, *own_process(), acquired or now, now + seconds))
         return None
+
+    def _holder(self, table: str, thread_id: int, token: str | None = None
+                ) -> tuple[dict[str, Any] | None, float | None]:
+        """(another's live lease on the thread: ``pid``, ``acquired_at``, ``expires_at``,
+        or None; when ``token``'s own, when it was taken). A lease whose time is up, or
+        whose pid now names another process (reused), holds nothing."""
+        row = self.conn.execute(f"SELECT token, pid, acquired_at, expires_at, pid_start FROM {table} "
+                                "WHERE thread_id = ?", (thread_id,)).fetchone()
+        if row is None:
+            return None, None
+        if row[0] == token:
+            return None, row[2]
+        if row[3] > time.time() and _same_process(row[1], row[4]):
+            return {"pid": row[1], "acquired_at": row[2], "expires_at": row[3]}, None
+        return None, None
 
     def _release_lease(self, table: str, thread_id: int, token: str) -> None:
         with self.transaction():
