@@ -174,6 +174,14 @@ def test_tab_leaves_every_table_and_enter_uses_the_model_chosen(window, qtbot):
         assert QApplication.focusWidget() is not dialog.table, dialog.objectName()
     models = dialogs[0]
     assert models.use_button.isDefault() and not models.open_button.autoDefault()
+    asked = []
+    models.useModel.disconnect()  # what Enter asks for, not a load
+    models.useModel.connect(asked.append)
+    models.activateWindow()
+    models.table.setFocus()
+    models.table.selectRow(0)
+    qtbot.keyClick(models.table, Qt.Key.Key_Return)
+    assert models.entries[0]["source"] == "bundled" and asked == ["bundled"]  # Use this model
     every = [t for top in QApplication.topLevelWidgets() for t in top.findChildren(QTableWidget)]
     assert every and [t.objectName() or t.parent().objectName() for t in every
                       if t.tabKeyNavigation()] == []
