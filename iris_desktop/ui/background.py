@@ -19,7 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from iris_desktop.core.store import Store, Stores
+from iris_desktop.core.store import Store, Stores, ThreadGone
 
 log = logging.getLogger("iris.ui.background")
 
@@ -51,6 +51,9 @@ class _DbRunner(QObject):
         else:
             try:
                 job.result = job.fn(self.stores.current())
+            except ThreadGone as exc:  # deleted since the job was asked for: no fault here
+                log.info("background job skipped: %s (deleted meanwhile)", exc)
+                job.error = exc
             except Exception as exc:  # one place for errors: the job's on_failure
                 log.exception("background job failed")
                 job.error = exc

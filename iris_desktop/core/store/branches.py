@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Iterable
 
 from iris_desktop.core.store.base import Connected
+from iris_desktop.core.store.errors import ThreadGone
 
 
 class Branches(Connected):
@@ -28,7 +29,7 @@ class Branches(Connected):
         """The newest message of the thread's active branch (None: no message yet)."""
         row = self.conn.execute("SELECT head_id FROM threads WHERE id = ?", (thread_id,)).fetchone()
         if row is None:
-            raise KeyError(f"no thread {thread_id}")
+            raise ThreadGone(thread_id)
         return row[0]
 
     def parent_of(self, message_id: int) -> int | None:

@@ -1,4 +1,5 @@
-"""What the store raises: a database that cannot be used, and one found damaged."""
+"""What the store raises: a database that cannot be used, one found damaged, and a chat
+that is not there (deleted, perhaps by another process, since it was read)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,12 @@ class DamagedDatabase(StoreError):
         super().__init__(f"{path} is damaged: {problems[0]}")
         self.path = path
         self.problems = problems
+
+
+class ThreadGone(KeyError):
+    """No chat with this id: never made, or deleted since (by another window or command,
+    or by this one). A ``KeyError``, as a lookup that misses is."""
+
+    def __init__(self, thread_id: int):
+        super().__init__(f"no thread {thread_id}")
+        self.thread_id = thread_id

@@ -20,7 +20,7 @@ from typing import Any
 
 from iris_desktop.core.store.base import _alive, own_process
 from iris_desktop.core.store.branches import Branches
-from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.errors import StoreError, ThreadGone
 from iris_desktop.core.store.rows import (
     ROLES,
     MessageMeta,
@@ -59,7 +59,7 @@ class Messages(Branches):
     def thread(self, thread_id: int) -> dict[str, Any]:
         row = list(self.db.query("SELECT * FROM threads WHERE id = ?", [thread_id]))
         if not row:
-            raise KeyError(f"no thread {thread_id}")
+            raise ThreadGone(thread_id)
         return row[0]
 
     def draft(self, thread_id: int | None) -> str:
