@@ -504,6 +504,24 @@ def test_gui_tells_of_a_set_aside_database_once(qtbot, tmp_path, monkeypatch, ca
     assert code == 0 and aside.name in err and "iris-desktop recover" in err
 
 
+def test_a_salvage_keeps_the_unsent_drafts(capsys, tmp_path):
+    """Drafts are what the user typed and has not sent: a salvage copies them with the
+    chats (it left them behind in the database set aside)."""
+    from iris_desktop.core.store import Store
+
+    data = tmp_path / "data"
+    build(capsys, data)
+    with Store(data / "iris.db") as store:
+        thread = store.threads()[0]["id"]
+        store.save_draft(thread, "half a question about the trip")
+        store.save_draft(None, "the first words of a new chat")
+    code, out, err = run(capsys, "--data-dir", data, "recover", "--salvage", "--yes")
+    assert code == 0 and "no row was lost" in out and "2 drafts" in out, err
+    with Store(data / "iris.db") as store:
+        assert store.draft(thread) == "half a question about the trip"
+        assert store.draft(None) == "the first words of a new chat"
+
+
 def test_recover_works_on_an_encrypted_history(capsys, tmp_path, monkeypatch):
     from iris_desktop.core.store import cipher
 

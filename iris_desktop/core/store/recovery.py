@@ -47,7 +47,7 @@ log = logging.getLogger("iris.store")
 QUICK_CHECK_S = 3.0
 #: the tables a damaged database is salvaged from, parents first (token_counts and
 #: message_vectors are caches and streams is rebuilt at start, so none is copied)
-SALVAGED_TABLES = ("threads", "messages", "summaries", "compaction_events", "requests")
+SALVAGED_TABLES = ("threads", "messages", "summaries", "compaction_events", "requests", "drafts")
 
 
 def _sidecar(path: Path, suffix: str) -> Path:
@@ -299,7 +299,7 @@ class Recovery:
 
 
 _ONE = {"threads": "thread", "messages": "message", "summaries": "summary",
-        "compaction_events": "compaction event", "requests": "request"}
+        "compaction_events": "compaction event", "requests": "request", "drafts": "draft"}
 
 
 #: the reason a salvage gives when the user asked for one (the database may be healthy)
@@ -684,7 +684,7 @@ class _RowReader:
         self.failed = False
 
     def rows(self) -> Iterator[tuple]:
-        last, gap_from = 0, None
+        last, gap_from = -1, None  # from rowid 0: the draft of a chat not begun is key 0
         while True:
             try:
                 for row in self.conn.execute(self.sql, (last,)):
