@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from iris_desktop.core.views import Entry  # noqa: E402
 from iris_desktop.ui.highlight import CodeTheme, code_boxes, split_fences  # noqa: E402
+from iris_desktop.ui.transcript_model import MAX_ROWS, PAGE  # noqa: E402
 from iris_desktop.ui.transcript_text import MessageText  # noqa: E402
 
 from support.windows import code_block_colours  # noqa: E402
@@ -150,7 +151,7 @@ def test_a_mouse_drag_selects_and_one_editor_at_most(view, qtbot):
     qtbot.wait(10)
     assert second is not editor
     assert len([w for w in view.viewport().findChildren(MessageText) if w.isVisible()]) == 1
-    view.transcript.append_text(1, " More.")  # its entry changed (a streamed token)
+    view.transcript.append_text("m:2", " More.")  # its entry changed (a streamed token)
     assert view.text_editor is None and view.delegate.editing is None
 
 
@@ -225,13 +226,91 @@ def test_home_reaches_the_first_entry_and_end_the_last(view, qtbot):
     assert view.transcript.has_older
     view.setFocus()
     qtbot.keyClick(view, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
-    assert not view.transcript.has_older and view.transcript.rowCount() == 500
+    # the first page, in place of the newest: never all 500 rows laid out at once
+    assert not view.transcript.has_older and view.transcript.rowCount() == PAGE
+    assert view.transcript.has_newer
     assert view.verticalScrollBar().value() == 0
     assert view.current_entry().key == "m:1"
     assert view.indexAt(QPoint(10, 10)).row() == 0
     qtbot.keyClick(view, Qt.Key.Key_End)
     qtbot.waitUntil(view.at_bottom)
     assert view.current_entry().key == "m:500"
+
+
+def _long_chat(n: int) -> list[Entry]:
+    return [message(i, "user" if i % 2 else "assistant", f"message {i}: " + "words " * (i % 7 * 9))
+            for i in range(1, n + 1)]
+
+
+def _top_key(view) -> str:
+    return view.transcript.entry(view.indexAt(QPoint(10, 2)).row()).key
+
+
+def _measured(view) -> list[str]:
+    """The entries whose height the next layout asks for (each one is text laid out)."""
+    asked = []
+    height_for = view.delegate.height_for
+    view.delegate.height_for = lambda entry, width=None: asked.append(entry.key) or height_for(entry, width)
+    return asked
+
+
+def test_a_20000_message_chat_lays_out_a_few_hundred_rows_at_most(view, qtbot):
+    """Before: Home revealed every message as a row, so Home itself, every streamed token
+    that added a line and every resize measured all 20,000 (3.5 s a layout; 15 s stalls
+    while a reply streamed after Home). Now Home shows the first page in place of the
+    newest, and scrolling up lets the newest rows go past MAX_ROWS."""
+    show(view, qtbot, _long_chat(20_000))
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert view.current_entry().key == "m:1" and view.transcript.rowCount() == PAGE
+    asked = _measured(view)
+    view.resize(640, 500)  # a resize measures every row shown again
+    view.doItemsLayout()
+    assert 0 < len(set(asked)) <= PAGE
+    qtbot.keyClick(view, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(view.at_bottom)
+    assert view.current_entry().key == "m:20000" and not view.transcript.has_newer
+    for _ in range(12):  # the wheel to the top, page after page
+        view.verticalScrollBar().setValue(0)
+        assert view.transcript.rowCount() <= MAX_ROWS
+    assert view.transcript.has_newer  # the newest rows let go
+    asked.clear()
+    view.doItemsLayout()
+    assert len(set(asked)) <= MAX_ROWS
+
+
+def test_scrolling_up_and_down_a_long_chat_keeps_the_text_in_view(view, qtbot):
+    show(view, qtbot, _long_chat(1_000))
+    view.scrollToBottom()
+    bar = view.verticalScrollBar()
+    for _ in range(10):  # up: the first row stays at the top as a page comes in above it
+        before = view.transcript.entry(0).key
+        bar.setValue(0)
+        assert _top_key(view) == before and bar.value() > 0
+    first = view.transcript.entry(0).key
+    assert view.transcript.has_newer and view.transcript.rowCount() == MAX_ROWS
+    bottom = QPoint(10, view.viewport().height() - 2)
+    while view.transcript.has_newer:  # down: the last row stays at the bottom as rows go
+        before = view.transcript.entry(view.transcript.rowCount() - 1).key
+        bar.setValue(bar.maximum())
+        assert view.transcript.entry(view.indexAt(bottom).row()).key == before
+    assert view.transcript.entry(0).key != first
+    assert view.transcript.entry(view.transcript.rowCount() - 1).key == "m:1000"
+
+
+def test_a_reply_streams_on_while_the_user_reads_the_start_of_a_long_chat(view, qtbot):
+    chat = _long_chat(1_000)
+    show(view, qtbot, chat + [message(1001, "assistant", "Once", status="streaming")])
+    view.go_top()
+    assert view.transcript.row_of("m:1001") is None
+    assert view.transcript.append_text("m:1001", " upon a time") is None  # not a row
+    assert view.current_entry().key == "m:1"  # the reader stays where they are
+    view.go_bottom()
+    qtbot.waitUntil(view.at_bottom)
+    assert view.current_entry().text == "Once upon a time"
+    view.go_top()
+    row = view.transcript.append(message(1002, "user", "and then?"))  # a new message: the newest
+    assert view.transcript.entry(row).key == "m:1002" and not view.transcript.has_newer
 
 
 def test_the_editor_closes_when_scrolled_away_or_the_palette_changes(view, qtbot):

@@ -67,14 +67,16 @@ class TranscriptView(QListView):
                                       "message's actions")
         self.edit_dialog: EditDialog | None = None
         self._follow = True
+        self._loading = False  # a page is being revealed
         self._relayout = QTimer(self, singleShot=True, interval=0)
         self._relayout.timeout.connect(self._do_relayout)
 
     # -- following the newest entry -------------------------------------------------------
 
     def at_bottom(self) -> bool:
+        """At the newest entry (not only at the last row shown)."""
         bar = self.verticalScrollBar()
-        return bar.value() >= bar.maximum() - 4
+        return bar.value() >= bar.maximum() - 4 and not self.transcript.has_newer
 
     def content_changed(self, row: int | None = None) -> None:
         """Rows were added or one changed (a streamed token): relayout soon, keep the bottom
@@ -88,6 +90,8 @@ class TranscriptView(QListView):
         self._relayout.start()
 
     def _do_relayout(self) -> None:
+        if self._follow:
+            self.transcript.show_newest()
         self.doItemsLayout()
         if self._follow:
             self.scrollToBottom()
@@ -101,29 +105,46 @@ class TranscriptView(QListView):
         editor_row = self._text_index()
         if editor_row is not None and not self.visualRect(editor_row).intersects(self.viewport().rect()):
             self.close_text()
-        self._maybe_load_older(value)
+        self._maybe_load_more(value)
 
-    def _maybe_load_older(self, value: int) -> None:
-        if value > QFontMetrics(self.font()).height() * 3 or not self.transcript.has_older:
+    def _maybe_load_more(self, value: int) -> None:
+        """Near the top, reveal the page before; near the bottom of the rows shown while
+        newer entries are not rows, the page after; the text in view stays where it is."""
+        if self._loading:  # rows leaving move the bar before the layout: not the user
             return
-        bar = self.verticalScrollBar()
-        old_max, old_value = bar.maximum(), value
-        if self.transcript.load_older():
+        self._loading = True
+        try:
+            self._load_more(value)
+        finally:
+            self._loading = False
+
+    def _load_more(self, value: int) -> None:
+        bar, near = self.verticalScrollBar(), QFontMetrics(self.font()).height() * 3
+        if value <= near and self.transcript.has_older:
+            count = self.transcript.load_older()
             self.doItemsLayout()
-            bar.setValue(old_value + bar.maximum() - old_max)
+            bar.setValue(value + sum(self.delegate.height_for(self.transcript.entry(row))
+                                     for row in range(count)))
+        elif value >= bar.maximum() - near and self.transcript.has_newer:
+            _, gone = self.transcript.load_newer()
+            self.doItemsLayout()
+            bar.setValue(value - sum(self.delegate.height_for(entry) for entry in gone))
 
     def go_top(self) -> None:
-        """To the first entry of the thread, revealing every older page."""
+        """To the first entry of the thread (its first page, shown in place of these)."""
         self.close_text()
         self._follow = False
-        if self.transcript.load_older(self.transcript.total):
-            self.doItemsLayout()
+        self.transcript.show_span(0, PAGE)
+        self.doItemsLayout()
         if self.transcript.rowCount():
             self.setCurrentIndex(self.transcript.index(0))
         self.scrollToTop()
 
     def go_bottom(self) -> None:
         self.close_text()
+        if self.transcript.has_newer:
+            self.transcript.show_newest()
+            self.doItemsLayout()
         if self.transcript.rowCount():
             self.setCurrentIndex(self.transcript.index(self.transcript.rowCount() - 1))
         self.scrollToBottom()

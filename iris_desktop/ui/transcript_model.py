@@ -1,6 +1,8 @@
 """The transcript's data: every entry of one thread (plain data from ``core.views``),
-of which the newest ``PAGE``-sized window is shown; scrolling to the top reveals older
-pages. No painting here (``transcript_delegate``), no widget (``transcript``).
+of which a window of at most ``MAX_ROWS`` is shown as rows: the newest ``PAGE`` at first;
+scrolling to the top reveals older pages and, past ``MAX_ROWS``, lets the newest go
+(scrolling down brings them back), so a 20,000-message chat never lays out more than a
+few hundred rows. No painting here (``transcript_delegate``), no widget (``transcript``).
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ from iris_desktop.core.views import ROLE_LABELS, Entry
 from iris_desktop.ui.transcript_parts import stopped_empty
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
-PAGE = 40  # entries laid out at first (a few screens), and revealed per scroll to the top
+PAGE = 40  # entries laid out at first (a few screens), and revealed per scroll to an edge
+#: rows shown at most: every layout (a streamed token that adds a line, a resize) measures
+#: each row, so the window slides rather than grows
+MAX_ROWS = 5 * PAGE
 
 
 class TranscriptModel(QAbstractListModel):
-    """Entries of one thread; rows are the newest ``len(all) - offset`` of them."""
+    """Entries of one thread; rows are those from ``offset`` to ``end``."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self._all: list[Entry] = []
         self._offset = 0
+        self._end = 0
         self.expanded: set[str] = set()
         self._notices: list[tuple[int, Entry]] = []  # (anchor message id, entry)
         self._notice_seq = itertools.count(1)
@@ -31,7 +37,7 @@ class TranscriptModel(QAbstractListModel):
     # -- Qt ------------------------------------------------------------------------------
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008 - Qt's signature
-        return 0 if parent.isValid() else len(self._all) - self._offset
+        return 0 if parent.isValid() else self._end - self._offset
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not 0 <= index.row() < self.rowCount():
@@ -55,16 +61,29 @@ class TranscriptModel(QAbstractListModel):
     def has_older(self) -> bool:
         return self._offset > 0
 
+    @property
+    def has_newer(self) -> bool:
+        """Newer entries are not rows now (the user went up a long way)."""
+        return self._end < len(self._all)
+
     def entries(self) -> list[Entry]:
         return list(self._all)
+
+    def keys(self) -> set[str]:
+        return {entry.key for entry in self._all}
 
     def entry(self, row: int) -> Entry:
         return self._all[self._offset + row]
 
     def row_of(self, key: str) -> int | None:
-        for i in range(len(self._all) - 1, self._offset - 1, -1):
+        """The row of the entry ``key``; None when it is not a row now."""
+        i = self._find(key)
+        return i - self._offset if i is not None and self._offset <= i < self._end else None
+
+    def _find(self, key: str) -> int | None:
+        for i in range(len(self._all) - 1, -1, -1):
             if self._all[i].key == key:
-                return i - self._offset
+                return i
         return None
 
     def last_message_id(self) -> int:
@@ -77,7 +96,7 @@ class TranscriptModel(QAbstractListModel):
 
     def clear(self) -> None:
         self.beginResetModel()
-        self._all, self._offset = [], 0
+        self._all, self._offset, self._end = [], 0, 0
         self._notices.clear()
         self.expanded.clear()
         self.endResetModel()
@@ -90,14 +109,26 @@ class TranscriptModel(QAbstractListModel):
             for i, (old, new) in enumerate(zip(self._all, merged)):
                 if old != new:
                     self._all[i] = new
-                    if i >= self._offset:
+                    if self._offset <= i < self._end:
                         index = self.index(i - self._offset)
                         self.dataChanged.emit(index, index)
             return
         self.beginResetModel()
         self._all = merged
-        self._offset = max(0, len(merged) - PAGE)
+        self._offset, self._end = max(0, len(merged) - PAGE), len(merged)
         self.endResetModel()
+
+    def show_span(self, start: int, end: int) -> None:
+        """Show the entries from ``start`` to ``end`` (a jump: Home, End, a search hit)."""
+        start, end = max(0, start), min(len(self._all), end)
+        if (start, end) != (self._offset, self._end):
+            self.beginResetModel()
+            self._offset, self._end = start, end
+            self.endResetModel()
+
+    def show_newest(self) -> None:
+        if self.has_newer:
+            self.show_span(len(self._all) - PAGE, len(self._all))
 
     def _with_notices(self, entries: list[Entry]) -> list[Entry]:
         if not self._notices:
@@ -118,18 +149,23 @@ class TranscriptModel(QAbstractListModel):
             state = states.get(entry.message_id) if entry.message_id is not None else None
             if state is not None and state != entry.state:
                 entry.state = state  # in place: a 5,000-entry thread changes thousands at once
-                if i >= self._offset:
+                if self._offset <= i < self._end:
                     first = i if first is None else first
                     last = i
         if first is not None:
             self.dataChanged.emit(self.index(first - self._offset), self.index(last - self._offset))
 
     def append(self, entry: Entry) -> int:
+        """Add ``entry`` as the newest row (the newest page is shown first, if it was not);
+        its row."""
+        self.show_newest()
         row = self.rowCount()
         self.beginInsertRows(QModelIndex(), row, row)
         self._all.append(entry)
+        self._end += 1
         self.endInsertRows()
-        return row
+        self._drop(top=True)
+        return self.rowCount() - 1
 
     def add_notice(self, text: str, error: bool = True) -> int:
         """A message of the app's own (an error, or a note: ``error`` False), kept in
@@ -143,9 +179,7 @@ class TranscriptModel(QAbstractListModel):
         """Change the words of the notice ``key`` (across reloads too)."""
         self._notices = [(anchor, replace(entry, text=text) if entry.key == key else entry)
                          for anchor, entry in self._notices]
-        row = self.row_of(key)
-        if row is not None:
-            self.update(row, text=text)
+        self.change(key, text=text)
 
     def update(self, row: int, **changes) -> None:
         i = self._offset + row
@@ -153,30 +187,72 @@ class TranscriptModel(QAbstractListModel):
         index = self.index(row)
         self.dataChanged.emit(index, index)
 
-    def append_text(self, row: int, text: str) -> None:
-        i = self._offset + row
-        self.update(row, text=self._all[i].text + text)
+    def change(self, key: str, **changes) -> int | None:
+        """Change the entry ``key``, a row or not (a reply streams on while the user reads
+        the chat's start); its row, None when it is not one."""
+        i = self._find(key)
+        if i is None:
+            return None
+        row = self.row_of(key)
+        if row is None:
+            self._all[i] = replace(self._all[i], **changes)
+        else:
+            self.update(row, **changes)
+        return row
+
+    def append_text(self, key: str, text: str) -> int | None:
+        """Add ``text`` to the entry ``key`` (a streamed reply); its row, or None."""
+        i = self._find(key)
+        return None if i is None else self.change(key, text=self._all[i].text + text)
 
     def toggle(self, key: str) -> None:
         self.expanded.symmetric_difference_update({key})
 
     def load_older(self, count: int = PAGE) -> int:
-        """Reveal up to ``count`` older entries at the top; returns how many."""
+        """Reveal up to ``count`` older entries at the top, letting the newest rows go past
+        ``MAX_ROWS``; returns how many were revealed."""
         count = min(count, self._offset)
         if count:
             self.beginInsertRows(QModelIndex(), 0, count - 1)
             self._offset -= count
             self.endInsertRows()
+            self._drop(top=False)
         return count
 
+    def load_newer(self, count: int = PAGE) -> tuple[int, list[Entry]]:
+        """Reveal up to ``count`` newer entries at the bottom, letting the oldest rows go
+        past ``MAX_ROWS``: (how many were revealed, the entries that left at the top)."""
+        count = min(count, len(self._all) - self._end)
+        if not count:
+            return 0, []
+        self.beginInsertRows(QModelIndex(), self.rowCount(), self.rowCount() + count - 1)
+        self._end += count
+        self.endInsertRows()
+        return count, self._drop(top=True)
+
+    def _drop(self, top: bool) -> list[Entry]:
+        """Rows past ``MAX_ROWS`` leave, at the top or the bottom; the entries that left."""
+        excess = self.rowCount() - MAX_ROWS
+        if excess <= 0:
+            return []
+        first = 0 if top else self.rowCount() - excess
+        gone = self._all[self._offset + first:self._offset + first + excess]
+        self.beginRemoveRows(QModelIndex(), first, first + excess - 1)
+        if top:
+            self._offset += excess
+        else:
+            self._end -= excess
+        self.endRemoveRows()
+        return gone
+
     def reveal(self, key: str) -> int | None:
-        """Make sure the entry ``key`` is a row (revealing older pages); its row."""
-        for i, entry in enumerate(self._all):
-            if entry.key == key:
-                if i < self._offset:
-                    self.load_older(self._offset - i)
-                return i - self._offset
-        return None
+        """Make sure the entry ``key`` is a row (showing the page around it); its row."""
+        i = next((i for i, entry in enumerate(self._all) if entry.key == key), None)
+        if i is None:
+            return None
+        if not self._offset <= i < self._end:
+            self.show_span(i - PAGE // 2, i + PAGE // 2)
+        return i - self._offset
 
 
 def spoken(entry: Entry) -> str:

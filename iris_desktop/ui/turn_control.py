@@ -204,10 +204,11 @@ class TurnControl(QObject, TurnListener):
             self.app_state.show_status("Generating…")
 
     def on_reply_started(self, event: ReplyStarted) -> None:
-        old = None if event.replaces is None else self.transcript.row_of(f"m:{event.replaces}")
-        if old is not None:  # a continued reply grows where the stopped one was
-            self._stream_key = f"m:{event.replaces}"
-            self.transcript.update(old, status="streaming")
+        continued = None if event.replaces is None else f"m:{event.replaces}"
+        if continued is not None and continued in self.transcript.keys():
+            # a continued reply grows where the stopped one was
+            self._stream_key = continued
+            self.transcript.change(continued, status="streaming")
         else:
             self._stream_key = f"m:{event.message_id}"
             self.transcript.append(Entry("message", self._stream_key, event.message_id,
@@ -226,10 +227,9 @@ class TurnControl(QObject, TurnListener):
     def on_reply(self, event: ReplySaved) -> None:
         self._flush_tokens()
         # a continued reply streamed into the stopped one's row
-        row = self.transcript.row_of(self._stream_key or f"m:{event.message_id}")
-        if row is not None:
-            calls = ["{}({})".format(*call_label(c)) for c in event.tool_calls]
-            self.transcript.update(row, text=event.text, status=event.status, calls=calls)
+        calls = ["{}({})".format(*call_label(c)) for c in event.tool_calls]
+        self.transcript.change(self._stream_key or f"m:{event.message_id}", text=event.text,
+                               status=event.status, calls=calls)
         self._stream_key = None
         self._replied = True
         rate = getattr(event.stats, "tokens_per_s", None)
@@ -247,9 +247,7 @@ class TurnControl(QObject, TurnListener):
     def on_failed(self, event: TurnFailed) -> None:
         self._flush_tokens()
         if event.message_id is not None:
-            row = self.transcript.row_of(f"m:{event.message_id}")
-            if row is not None:
-                self.transcript.update(row, status="error")
+            self.transcript.change(f"m:{event.message_id}", status="error")
         self.transcript.add_notice(event.text)
         if self._unsaved is not None:  # refused before it was stored: back into the box
             text, files = self._unsaved
@@ -320,9 +318,8 @@ class TurnControl(QObject, TurnListener):
         """Paint the tokens that arrived since the last flush (at most ~30 times a second)."""
         if self._pending and self._stream_key is not None:
             # by key, not row: the user may have opened another thread meanwhile
-            row = self.transcript.row_of(self._stream_key)
-            if row is not None:
-                self.transcript.append_text(row, self._pending)
+            row = self.transcript.append_text(self._stream_key, self._pending)
+            if row is not None:  # a row now (the user may have gone up a long way)
                 self.view.content_changed(row)
         self._pending = ""
         if self.app_state.generating and self._stream_t0 is not None:
