@@ -237,6 +237,19 @@ def test_home_reaches_the_first_entry_and_end_the_last(view, qtbot):
     assert view.current_entry().key == "m:500"
 
 
+def test_html_in_a_message_is_shown_as_the_text_it_is(view, qtbot):
+    """Before: markdown read raw HTML, so a reply about "the <span> element" showed
+    "Use the " and nothing after; a message's <img> or <a> would have been drawn."""
+    reply = ('**Use** the <span> element, or <b>bold</b>, and <img src="/etc/logo.png">; '
+             'see <a href="https://example.com">this</a>.\n\n```html\n<p>hi</p>\n```\n'
+             'Then <div> again.')
+    show(view, qtbot, [message(1, "assistant", reply)])
+    shown = view.delegate._doc(view.transcript.entry(0), 600).toPlainText()
+    for text in ('Use the <span> element, or <b>bold</b>, and <img src="/etc/logo.png">',
+                 '<a href="https://example.com">this</a>', "<p>hi</p>", "Then <div> again."):
+        assert text in shown
+
+
 def _long_chat(n: int) -> list[Entry]:
     return [message(i, "user" if i % 2 else "assistant", f"message {i}: " + "words " * (i % 7 * 9))
             for i in range(1, n + 1)]

@@ -39,6 +39,11 @@ from iris_desktop.core import codeguess
 #: text that markdown would render differently from plain text
 MARKDOWN = re.compile(r"[*_`#\[\]|>~<&\\]|^\s*(?:[-+]|\d+[.)])\s|^\s{4}|^\s*[=-]{3,}\s*$",
                       re.MULTILINE)
+#: GitHub's markdown, with raw HTML shown as the text it is: a reply about "the <span>
+#: element" lost every word after the tag, and a message's tags or images were drawn
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeature(
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value
+    | QTextDocument.MarkdownFeature.MarkdownNoHTML.value)
 _OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$")
 LIGHT_STYLE, DARK_STYLE = "default", "monokai"
 COPY = "Copy"
@@ -245,7 +250,7 @@ def message_document(text: str, font: QFont, theme: CodeTheme, *, markdown: bool
     parts, unclosed = _split(text) if "```" in text or "~~~" in text else ([(text, None)], False)
     if all(lang is None for _, lang in parts):
         if markdown and MARKDOWN.search(text):
-            doc.setMarkdown(text)
+            doc.setMarkdown(text, MARKDOWN_FEATURES)
             _shade_code_blocks(doc)
         else:
             doc.setPlainText(text)
@@ -278,7 +283,7 @@ def _fill(doc: MessageDocument, parts: list[tuple[str, str | None]], theme: Code
         if language is None:
             prose = part.strip("\n")
             if markdown and MARKDOWN.search(prose):
-                cursor.insertMarkdown(prose)
+                cursor.insertMarkdown(prose, MARKDOWN_FEATURES)
             else:
                 cursor.insertText(prose)
             continue
