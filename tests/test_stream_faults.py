@@ -163,10 +163,13 @@ def test_a_normal_stream_is_untouched_by_the_limits(fresh_store):
 
 
 def test_a_finished_reply_on_a_connection_held_open_ends_as_complete(fresh_store):
+    """Its finish reason came, then only silence on an open connection: the reply ends
+    after a short grace for the usage chunk (it was held for the whole idle limit, 60 s
+    by default, the window "generating" all along)."""
     with MisbehavingServer("finish_then_hold", tokens=TOKENS, hold_s=HOLD_S) as server, \
-            connect(server) as runtime:
+            connect(server, idle_timeout_s=HOLD_S) as runtime:
         events, took = run_turn(runtime, fresh_store)
-    assert IDLE_S <= took < CEILING_S
+    assert took < CEILING_S < HOLD_S
     assert not [e for e in events if isinstance(e, TurnFailed)]
     saved = next(e for e in events if isinstance(e, ReplySaved))
     assert (saved.text, saved.status, saved.stats.finish_reason) == (PREAMBLE, "complete", "stop")
@@ -289,6 +292,71 @@ def test_a_server_description_or_count_of_the_wrong_shape_is_named():
         with pytest.raises(ServerError, match="answered /tokenize in a way Iris cannot read: "
                                               "'tokens' is a number, not a list"):
             runtime.count_text("hi")
+
+
+def test_absurd_counts_and_windows_are_not_believed(monkeypatch):
+    """Before: a count of 10**12 made every request "too large" (the window "allows 0"), a
+    count of -5 left more room than the window, and a window of 10**12 was taken, so the
+    chat would never compact."""
+    from support import misbehaving_server
+
+    monkeypatch.setitem(misbehaving_server.BAD_PROPS, "n_ctx", 10**12)
+    for count in (10**12, -5):
+        monkeypatch.setitem(misbehaving_server.BAD_COUNTS, "/v1/chat/completions/input_tokens",
+                            {"input_tokens": count})
+        with MisbehavingServer("bad_counts") as server, connect(server) as runtime:
+            assert runtime.window_source == "config"  # 10**12 is no window
+            with pytest.raises(ServerError) as raised:
+                runtime.count_prompt([{"role": "user", "content": "hi"}])
+            assert str(raised.value) == (
+                f"127.0.0.1:{server.port} answered /v1/chat/completions/input_tokens with "
+                f"{count:,} tokens, which cannot be a count of this conversation")
+
+
+def test_a_web_page_for_a_reply_is_named_as_one(fresh_store):
+    """Before: "the stream ended before the reply did (the connection was lost
+    mid-reply)" for a login portal's page."""
+    with MisbehavingServer("web_page") as server, connect(server) as runtime:
+        events, took = run_turn(runtime, fresh_store)
+        port = server.port
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert f"127.0.0.1:{port} answered with a web page (text/html), not a stream of events" \
+        in failed.text and "model.base_url" in failed.text and "lost" not in failed.text
+    assert took < CEILING_S
+
+
+def test_a_too_long_answer_with_garbled_counts_is_the_http_error_it_is(fresh_store):
+    """Before: "the connection was lost mid-reply (ValueError(\"invalid literal for int()
+    …'x'\"))"."""
+    with MisbehavingServer("garbled_too_long") as server, connect(server) as runtime:
+        events, _ = run_turn(runtime, fresh_store)
+        port = server.port
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert (f"127.0.0.1:{port}: HTTP 400: the request exceeds the available context size"
+            in failed.text and "ValueError" not in failed.text)
+
+
+def test_text_past_the_reply_limit_is_neither_shown_nor_kept(fresh_store):
+    """Before: one event of 900,000 characters was shown and stored whole, though a reply
+    of 16 tokens may hold 1,024."""
+    from iris_desktop.runtime.remote.runtime import CHARS_PER_TOKEN
+
+    with MisbehavingServer("normal", tokens=["x" * 900_000]) as server, connect(server) as runtime:
+        events, _ = run_turn(runtime, fresh_store, max_tokens=16)
+    shown = "".join(e.text for e in events if isinstance(e, ReplyToken))
+    assert len(shown) == 16 * CHARS_PER_TOKEN
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert "kept sending past the 16-token limit" in failed.text
+    kept = fresh_store.messages(failed.thread_id)[-1]
+    assert (kept["content"], kept["status"]) == (shown, "error")
+
+
+def test_an_address_with_a_password_is_refused_before_it_is_saved_or_logged():
+    from iris_desktop.settings import lookup
+
+    with pytest.raises(SettingsError) as raised:
+        lookup("model.base_url").parse("http://alice:hunter2@127.0.0.1:8080/v1")
+    assert "hunter2" not in str(raised.value) and "Model ▸ Server…" in str(raised.value)
 
 
 # -- the setting reaches the runtime ----------------------------------------------------------

@@ -30,7 +30,15 @@ def setup_logging(log_path) -> logging.Handler:
     root.addHandler(handler)
     if root.level == logging.NOTSET or root.level > logging.INFO:
         root.setLevel(logging.INFO)
+    quiet_http_logs()
     return handler
+
+
+def quiet_http_logs() -> None:
+    """httpx and httpcore log every request's URL at INFO (a server's address, a model
+    search's words): the log keeps their warnings only."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def application(argv: list[str] | None = None) -> QApplication:

@@ -39,6 +39,10 @@ and then, by ``mode`` (:data:`MODES`):
 ``slow_headers``        never sends anything, not even the headers (the preamble is skipped)
 ``redirect``            every request, probes included, is answered ``302 Found`` with
                         ``Location: redirect_to`` (default: the same path under ``/moved``)
+``web_page``            a streamed reply is answered ``200`` with an HTML page
+                        (``text/html``), as a web server or a login portal would
+``garbled_too_long``    a streamed reply is answered ``400`` with llama.cpp's
+                        ``exceed_context_size_error`` whose counts are not numbers
 ``bad_counts``          it passes for llama.cpp with fields of the wrong shape: ``/props``
                         has ``"default_generation_settings": "oops"`` and ``"n_ctx":
                         "many"``, ``/v1/chat/completions/input_tokens`` answers
@@ -87,7 +91,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble",
-         "huge_line", "malformed", "slow_headers", "redirect", "bad_counts", "gzip_bomb")
+         "huge_line", "malformed", "slow_headers", "redirect", "bad_counts", "gzip_bomb",
+         "web_page", "garbled_too_long")
 ANSWER_FAULTS = ("endless", "gzip_bomb", "trickle", "trickle_headers")
 
 #: the malformed events mode ``malformed`` can send (a bytes value goes out as the raw
@@ -120,6 +125,10 @@ BAD_COUNTS: dict[str, Any] = {
     "/tokenize": {"tokens": 5},
     "/apply-template": [],
 }
+
+#: mode ``bad_counts``: what ``/props`` answers
+BAD_PROPS: dict[str, Any] = {"default_generation_settings": "oops", "n_ctx": "many",
+                             "chat_template": "{{ messages }}"}
 
 DEFAULT_TOKENS = ("Hello", ",", " world")
 #: a hold's step: how soon it notices the stop, a release or a client that left
@@ -258,8 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._redirected():
             return
         if self.owner.mode == "bad_counts" and self.path == "/props":
-            self._json(200, {"default_generation_settings": "oops", "n_ctx": "many",
-                             "chat_template": "{{ messages }}"})
+            self._json(200, BAD_PROPS)
         elif self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [
                 {"id": self.owner.model, "object": "model", "owned_by": "misbehaving",
@@ -389,6 +397,20 @@ class _Handler(BaseHTTPRequestHandler):
         mode = owner.mode
         if mode == "slow_headers":
             self._hold()
+            return
+        if mode == "web_page":
+            page = (b"<html><body><h1>Welcome</h1><p>Please <a href='https://example.com/login'>"
+                    b"sign in</a>.</p></body></html>")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self._send(page)
+            return
+        if mode == "garbled_too_long":
+            self._json(400, {"error": {"code": 400, "type": "exceed_context_size_error",
+                                       "message": "the request exceeds the available context size",
+                                       "n_prompt_tokens": "x", "n_ctx": "big"}})
             return
         if mode == "gzip_bomb":
             self.send_response(200)

@@ -146,7 +146,7 @@ def _context_field(entry: dict) -> int | None:
     meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
     for value in (entry.get("max_model_len"), meta.get("n_ctx"),
                   entry.get("context_length"), entry.get("context_window")):
-        if isinstance(value, int) and value > 0:
+        if _whole(value):
             return value
     return None
 

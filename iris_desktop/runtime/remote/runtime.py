@@ -40,7 +40,7 @@ from .counting import (
     _calibration,
 )
 from .probe import _PROBE_SYSTEM, _PROBE_USER, ServerInfo, _probe
-from .sse import POLL_S, _EventReader, _Reply, _tokens
+from .sse import MAX_REPORTED_TOKENS, POLL_S, _EventReader, _Reply, _tokens
 from .transport import REQUEST_TIMEOUT_S, _answer_field, _Http, _obj
 
 log = logging.getLogger("iris.runtime.remote")
@@ -52,6 +52,9 @@ START_TIMEOUT_S = 600.0
 #: a reply ends when no new text came for this long after its first (the default of
 #: ``model.stream_idle_timeout_s``); keep-alives and empty chunks do not count
 STREAM_IDLE_TIMEOUT_S = 60.0
+#: after a reply's finish reason, how long Iris waits for its usage chunk and ``[DONE]``
+#: on a connection the server keeps open
+FINISHED_GRACE_S = 2.0
 #: text chunks a reply may stream per token of its ``max_tokens`` (llama.cpp can send a
 #: token's content and a tool call's start as separate chunks), plus a few
 CHUNKS_PER_TOKEN = 2
@@ -341,11 +344,13 @@ class RemoteRuntime:
                     text = reply.feed(event)
                     if (reply.chunks, reply.finish_reason) != before:
                         heard = when
+                    over = reply.chars - CHARS_PER_TOKEN * limit
+                    if over > 0:  # never more than the bound: the rest is not shown or kept
+                        text = text[:max(0, len(text) - over)]
                     if text:
                         yield text
                         beat = time.monotonic()
-                    if (reply.chunks > CHUNKS_PER_TOKEN * limit + CHUNK_SLACK
-                            or reply.chars > CHARS_PER_TOKEN * limit):
+                    if (reply.chunks > CHUNKS_PER_TOKEN * limit + CHUNK_SLACK or over > 0):
                         raise ServerError(f"{address} kept sending past the {limit}-token limit "
                                           f"it was asked to keep (model.max_tokens), so the "
                                           f"reply was cut off there")
@@ -379,14 +384,15 @@ class RemoteRuntime:
                         now: float) -> bool:
         """Raises ServerError when the reply did not start (headers and first text) within
         ``start_timeout_s`` of ``sent``, or went on without new text for
-        ``idle_timeout_s`` after ``heard`` (its last); True instead when it had finished
-        (the server kept the connection open after its finish reason)."""
+        ``idle_timeout_s`` after ``heard`` (its last); True when it had finished and
+        nothing more came for ``FINISHED_GRACE_S`` (the server kept the connection open
+        after its finish reason: the reply is not held for the whole idle timeout)."""
         address = self._http.address
-        if reply.chunks or reply.finish_reason is not None:
+        if reply.finish_reason is not None:  # done; a usage chunk may still come
+            return now - heard > min(FINISHED_GRACE_S, self.idle_timeout_s)
+        if reply.chunks:
             if now - heard <= self.idle_timeout_s:
                 return False
-            if reply.finish_reason is not None:
-                return True
             raise ServerError(f"{address} sent no new text for {self.idle_timeout_s:g} s "
                               f"(model.stream_idle_timeout_s), so the reply was cut off there")
         if now - sent <= self.start_timeout_s:
@@ -486,12 +492,16 @@ class ExactRemoteRuntime(RemoteRuntime):
 
     def _ask_count(self, body: dict) -> int:
         way = self.server.counting
-        if way == "input_tokens":
-            return self._post_field("/v1/chat/completions/input_tokens", body, "input_tokens", int)
-        if way == "vllm-tokenize":
-            return self._post_field("/tokenize", body, "count", int)
-        prompt = self._post_field("/apply-template", body, "prompt", str)
-        return len(self._tokenize(prompt, special=True))
+        if way == "apply-template":
+            prompt = self._post_field("/apply-template", body, "prompt", str)
+            return len(self._tokenize(prompt, special=True))
+        path, key = (("/v1/chat/completions/input_tokens", "input_tokens") if way == "input_tokens"
+                     else ("/tokenize", "count"))
+        count = self._post_field(path, body, key, int)
+        if not 0 <= count <= MAX_REPORTED_TOKENS:  # a broken server's: never a budget
+            raise ServerError(f"{self._http.address} answered {path} with {count:,} tokens, "
+                              "which cannot be a count of this conversation")
+        return count
 
     def _post_field(self, path: str, body: dict, key: str, wanted: type) -> Any:
         """The ``key`` of the server's answer to ``body`` at ``path``, a ``wanted``;

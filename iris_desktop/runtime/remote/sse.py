@@ -130,6 +130,13 @@ class _EventReader:
                     self._put(_http_error(self._address, _read_some(response),
                                           "/v1/chat/completions"))
                     return
+                not_a_stream = _not_a_stream(response.headers.get("content-type", ""))
+                if not_a_stream:
+                    self._put(ServerError(
+                        f"{self._address} answered with {not_a_stream}, not a stream of events, "
+                        "so there is no reply; check that model.base_url is an OpenAI-compatible "
+                        "server's address (it usually ends in /v1) and that it streams"))
+                    return
                 try:
                     # decoded here a step at a time: a compressed line cannot balloon unseen
                     for line in _sse_lines(decoded_chunks(response)):
@@ -369,3 +376,15 @@ class _Reply:
             time_to_first_token_s=(self.first - self.started) if self.first else 0.0,
             tokens_per_s=rate, duration_s=time.perf_counter() - self.started,
             finish_reason=finish)
+
+
+def _not_a_stream(content_type: str) -> str:
+    """What a streamed reply's ``Content-Type`` says it is, in words, when it is surely not
+    a stream of events (a web page, a whole JSON answer); "" otherwise (no type, or one a
+    server may use for a stream by mistake: read on)."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind in ("text/html", "application/xhtml+xml"):
+        return f"a web page ({kind})"
+    if kind == "application/json":
+        return "one whole JSON answer (application/json)"
+    return ""

@@ -167,8 +167,10 @@ def _http_error(address: str, response: httpx.Response, path: str = "") -> Excep
     error = (answer.get("error") or answer) if isinstance(answer, dict) else {}
     if not isinstance(error, dict):
         error = {"message": str(error)}
-    if error.get("type") == "exceed_context_size_error" and "n_ctx" in error:
-        return PromptTooLongError(int(error.get("n_prompt_tokens", 0)), int(error["n_ctx"]))
+    if error.get("type") == "exceed_context_size_error":
+        prompt, window = _whole(error.get("n_prompt_tokens")), _whole(error.get("n_ctx"))
+        if prompt and window:  # else a broken report: said as the HTTP error it is
+            return PromptTooLongError(prompt, window)
     if response.status_code in (401, 403):
         return ServerError(f"{address} refused the API key (HTTP {response.status_code})")
     message = error.get("message") or response.text[:300] or response.reason_phrase
@@ -228,9 +230,16 @@ def _obj(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+#: a context window (or a count of tokens in one) a server states is believed up to this
+#: (16 Mi tokens; ``model.n_ctx`` allows 1 Mi): a larger one is a broken server's, and
+#: taken for the window would mean a chat that never compacts
+MAX_SERVER_WINDOW = 1 << 24
+
+
 def _whole(value: Any) -> int | None:
-    """``value`` when it is a positive whole number, else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    """``value`` when it is a whole number from 1 to :data:`MAX_SERVER_WINDOW`, else None."""
+    return (value if isinstance(value, int) and not isinstance(value, bool)
+            and 0 < value <= MAX_SERVER_WINDOW else None)
 
 
 def _answer_field(answer: Any, key: str, wanted: type, address: str, path: str) -> Any:
