@@ -145,6 +145,40 @@ def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
     assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
 
 
+def _failure_box(window, qtbot):
+    from PySide6.QtWidgets import QMessageBox
+
+    qtbot.waitUntil(lambda: bool(window.findChildren(QMessageBox, "failure")), timeout=5_000)
+    box = window.findChildren(QMessageBox, "failure")[-1]
+    assert box.textFormat() == Qt.TextFormat.PlainText
+    return box
+
+
+def test_a_full_disk_is_named_when_an_import_or_an_export_fails(window, qtbot, tmp_path):
+    """Before: "Import refused — database or disk is full" (SQLite's words, no disk named)
+    and "Export failed — [Errno 28] No space left on device" (no file named)."""
+    source = tmp_path / "big.json"
+    source.write_text(json.dumps({"title": "Too big", "messages": [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 400}
+        for i in range(200)]}))
+    # the database may not grow (SQLite answers as it does on a full disk: SQLITE_FULL)
+    window.background.run(lambda store: store.conn.execute(
+        "PRAGMA max_page_count = " + str(store.conn.execute("PRAGMA page_count").fetchone()[0])))
+    window.threads_control.import_file(str(source))
+    box = _failure_box(window, qtbot)
+    assert box.windowTitle() == "Import failed"
+    assert box.text().startswith("Nothing was imported.\n\nThe disk holding ")
+    assert str(window.host.paths.db_path) in box.text() and "free some space" in box.text()
+    box.setObjectName("seen")
+    window.background.run(lambda store: store.conn.execute("PRAGMA max_page_count = 1073741823"))
+    thread = imported_thread(window, qtbot, tmp_path)
+    window.threads_control.export_thread(thread, str(tmp_path / "no-such-folder" / "out.md"), "md")
+    box = _failure_box(window, qtbot)
+    assert box.windowTitle() == "Export failed"
+    assert box.text() == (f"Nothing was exported: {tmp_path / 'no-such-folder' / 'out.md'} could "
+                          "not be written (No such file or directory); choose another file.")
+
+
 def imported_thread(window, qtbot, tmp_path) -> int:
     """A thread made through the window (imported and opened), shown in the list."""
     source = tmp_path / "doomed.json"

@@ -21,6 +21,7 @@ from iris_desktop.host import model_problems
 from iris_desktop.settings import Settings
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
+from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.meter import BudgetMeter
@@ -277,8 +278,8 @@ class ContextControl(QObject):
                 read = []
         composer.add_attachments(read)
         if problems:
-            box = QMessageBox(QMessageBox.Icon.Warning, "Not attached", "\n\n".join(problems),
-                              parent=self.parent_widget)
+            box = plain_box(QMessageBox(QMessageBox.Icon.Warning, "Not attached",
+                                        "\n\n".join(problems), parent=self.parent_widget))
             box.setObjectName("attach-refused")
             self.attach_box = box
             box.open()

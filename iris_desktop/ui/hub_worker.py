@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
 
 from iris_desktop.runtime.hub import HubError, fits_in_memory, set_hub_token
 from iris_desktop.runtime.remote import server_address
+from iris_desktop.ui.boxes import plain_box
 from iris_desktop.units import file_size, memory_size
 
 
@@ -104,7 +105,8 @@ def partial_question(parent: QWidget, error: HubError, remove_it: Callable[[], A
     """After a failed download: keep the partial file (to resume, or to look at) or remove
     it (``remove_it``); the user says."""
     size = error.partial.stat().st_size if error.partial is not None and error.partial.exists() else 0
-    box = QMessageBox(QMessageBox.Icon.Warning, "The download did not finish", str(error), parent=parent)
+    box = plain_box(QMessageBox(QMessageBox.Icon.Warning, "The download did not finish", str(error),
+                                parent=parent))
     box.setObjectName("partial-question")
     box.setInformativeText(f"The partial file ({gb(size)}) is {error.partial}."
                            + (" Keep it to resume later?" if error.resumable else " It is not used; keep it anyway?"))

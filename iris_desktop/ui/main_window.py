@@ -169,9 +169,10 @@ class MainWindow(QMainWindow):
         # the status sentence never runs into the meter: elided at a word, full in its tooltip
         self.status_area = StatusArea()
         self.state_label, self.progress = self.status_area.state, self.status_area.progress
-        self.model_label = QLabel("No model")
+        # plain text: a server names its own model (Qt would draw tags in it)
+        self.model_label = QLabel("No model", textFormat=Qt.TextFormat.PlainText)
         #: where the conversation goes: "local", or "server: host:port"
-        self.where_label = QLabel("")
+        self.where_label = QLabel("", textFormat=Qt.TextFormat.PlainText)
         self.where_label.setObjectName("where")
         self.meter = BudgetMeter()
         bar.addWidget(self.status_area, 1)

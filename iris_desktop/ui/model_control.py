@@ -19,6 +19,7 @@ from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, write_config_value
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
+from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.download_dialog import DownloadDialog
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
@@ -147,6 +148,7 @@ class ModelControl(QObject):
         state = self.app_state
         cancelled = self.job is not None and self.job.cancel.is_set()  # the user's Cancel
         self._load_ended()
+        server = state.settings["model.backend"] == "openai"  # what failed: a server?
         if self.pending is not None:  # the choice did not work: the settings go back
             before, self.pending = self.pending[1], None
             state.set_settings(before)
@@ -158,14 +160,14 @@ class ModelControl(QObject):
             if cancelled:  # what was asked for: said in passing, not as a failure
                 state.show_message(f"Loading cancelled; Iris goes on with {info['name']}", 8000)
             else:
-                self.show_error(message, keeping=info["name"])
+                self.show_error(message, keeping=info["name"], server=server)
             return
         state.set_model("failed", None, message)
         self.model_label.setText("No model")
         self.model_label.setToolTip(message)
         state.show_status("No model: browsing only")
         self.composer.set_can_send(False, "No model is loaded — Model ▸ Models…")
-        self.show_error(message)
+        self.show_error(message, server=server)
 
     # -- the library --
 
@@ -242,19 +244,23 @@ class ModelControl(QObject):
 
         self.background.run(find, show, failed, key="models")
 
-    def show_error(self, message: str, keeping: str | None = None) -> None:
+    def show_error(self, message: str, keeping: str | None = None, server: bool = False) -> None:
+        """Say why, as plain text (a server's error page is not drawn), and offer what
+        fixes it: another model file, or for a server the Server… dialog."""
         text = (f"The new model could not be loaded, so Iris goes on with {keeping}."
                 if keeping else
                 "Iris could not load its model, so it cannot answer right now. "
                 "Your conversations are still here to browse, search and export.")
-        box = QMessageBox(QMessageBox.Icon.Warning, "The model could not be loaded", text,
-                          parent=self.parent_widget)
+        box = plain_box(QMessageBox(QMessageBox.Icon.Warning, "The model could not be loaded",
+                                    text, parent=self.parent_widget))
         box.setObjectName("model-error")
         box.setInformativeText(message)
-        choose = box.addButton("Choose model file…", QMessageBox.ButtonRole.AcceptRole)
+        choose = box.addButton("Server…" if server else "Choose model file…",
+                               QMessageBox.ButtonRole.AcceptRole)
         box.addButton(f"Keep {keeping}" if keeping else "Continue without a model",
                       QMessageBox.ButtonRole.RejectRole)
-        box.finished.connect(lambda _: box.clickedButton() is choose and self.choose_file())
+        fix = self.open_server if server else self.choose_file
+        box.finished.connect(lambda _: box.clickedButton() is choose and fix())
         self.box = box
         box.open()
 

@@ -39,6 +39,7 @@ from iris_desktop.runtime.remote import (
     set_api_key,
     test_connection,
 )
+from iris_desktop.ui.boxes import warn
 
 #: the QSettings value listing the servers the user agreed to send conversations to
 CONFIRMED_SERVERS = "remote/confirmed_servers"
@@ -63,9 +64,10 @@ class ServerDialog(QDialog):
         self.model = QComboBox(objectName="model-name", editable=True)
         self.model.setEditText(model)
         self.key = QLineEdit(objectName="api-key", echoMode=QLineEdit.EchoMode.Password)
-        self.warning = QLabel(objectName="privacy-warning", wordWrap=True)
+        plain = Qt.TextFormat.PlainText  # what a server answers is text, never drawn as HTML
+        self.warning = QLabel(objectName="privacy-warning", wordWrap=True, textFormat=plain)
         self.warning.setStyleSheet("color: #c0392b;")
-        self.result = QLabel(objectName="test-result", wordWrap=True,
+        self.result = QLabel(objectName="test-result", wordWrap=True, textFormat=plain,
                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.test_button = QPushButton("Test connection", objectName="test-connection")
         self.remove_button = QPushButton("Remove server", objectName="remove-server")
@@ -175,8 +177,8 @@ class ServerDialog(QDialog):
             try:
                 set_api_key(url, self.key.text())
             except Exception as exc:  # no keyring on this system, or it refused
-                QMessageBox.warning(self, "The API key was not saved",
-                                    f"The system keyring refused the key: {exc}")
+                warn(self, "The API key was not saved",
+                     f"The system keyring refused the key: {exc}")
                 return
         self.serverChosen.emit(url, self.model.currentText().strip())
         super().accept()

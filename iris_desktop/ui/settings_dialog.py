@@ -43,6 +43,7 @@ from iris_desktop.core.views import (
 )
 from iris_desktop.settings import SETTINGS, Setting, Settings, SettingsError, write_config_values
 from iris_desktop.ui.accessibility import announce, control_name, keyboard_controls, name_controls
+from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
@@ -391,8 +392,8 @@ class SettingsDialog(QDialog):
             if path is not None and keys:
                 write_config_values(path, {k: None if v[k] == SETTINGS[k].default else v[k] for k in keys})
         except SettingsError as exc:  # a file Iris cannot edit: said, nothing half-written
-            self.refusal = QMessageBox(QMessageBox.Icon.Warning, "Preferences not saved",
-                                       f"Nothing was saved: {exc}.", parent=self)
+            self.refusal = plain_box(QMessageBox(QMessageBox.Icon.Warning, "Preferences not saved",
+                                                 f"Nothing was saved: {exc}.", parent=self))
             self.refusal.open()
             return False
         self.settings = candidate

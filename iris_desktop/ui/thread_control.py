@@ -21,6 +21,7 @@ from iris_desktop.core.agent import DEFAULT_TITLE
 from iris_desktop.core.views import Entry, load_transcript
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
+from iris_desktop.ui.boxes import export_failure, failure, plain_box, warn
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.export_name import file_name
 from iris_desktop.ui.model_thread import ModelThread
@@ -292,17 +293,16 @@ class ThreadControl(QObject):
             if tid == self.app_state.thread_id:
                 self.app_state.report_request(None)  # None: plan it again
 
-        self.background.run(job, done, lambda exc: QMessageBox.warning(
-            self.parent_widget, "Chat settings not saved", str(exc)))
+        self.background.run(job, done, lambda exc: warn(
+            self.parent_widget, "Chat settings not saved", failure(exc, self.background.db_path)))
 
     def delete_dialog(self, thread_id: int, title: str) -> QMessageBox:
         """Ask before deleting (Cancel is the default); the chat goes only on Delete."""
         count = self._rows.get(thread_id, (None, None, None))[2]  # every branch, as listed
         what = f"all its {count:,} messages" if isinstance(count, int) and count > 1 else (
             "its message" if count == 1 else "all its messages")
-        box = QMessageBox(QMessageBox.Icon.Warning, "Delete chat",
-                          f"Delete “{title}” and {what}? This cannot be undone.",
-                          parent=self.parent_widget)
+        box = plain_box(QMessageBox(QMessageBox.Icon.Warning, "Delete chat", f"Delete “{title}” "
+                                    f"and {what}? This cannot be undone.", parent=self.parent_widget))
         box.setObjectName("delete-confirm")
         delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
         cancel = box.addButton(QMessageBox.StandardButton.Cancel)
@@ -378,7 +378,8 @@ class ThreadControl(QObject):
 
         self.background.run(
             job, lambda n: self.app_state.show_message(f"Exported {n:,} messages to {path}", 6000),
-            lambda exc: QMessageBox.warning(self.parent_widget, "Export failed", str(exc)))
+            lambda exc: warn(self.parent_widget, "Export failed",
+                             export_failure(exc, path, self.background.db_path)))
 
     def import_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -408,13 +409,12 @@ class ThreadControl(QObject):
                 said = report[0][:1].upper() + report[0][1:] + "."
                 self.app_state.show_message(" ".join([said, *report[1:]]), 10_000)
 
-        self.background.run(job, done, lambda exc: QMessageBox.warning(
-            self.parent_widget, "Import refused", f"Nothing was imported.\n\n{exc}"))
+        self.background.run(job, done, lambda exc: warn(self.parent_widget, "Import failed", (
+            "Nothing was imported.\n\n" + failure(exc, self.background.db_path))))
 
 
 def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
-    """What the list shows of each thread, in its order, and what its transcript shows
-    besides (the active branch's head, replies being written): a change means show it
-    again, a branch switched or a reply finished by another process included."""
+    """What the list shows of each thread, and what its transcript shows besides (the head,
+    replies being written): a change (by another process too) means show it again."""
     return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages"), t.get("head_id"),
                       t.get("streaming")) for t in threads}
