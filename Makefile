@@ -50,6 +50,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/stop_latency.py
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/loops.py
 	$(BIN)/python bench/sawtooth.py
 	$(BIN)/python bench/retention.py
 	$(BIN)/python bench/longmemeval.py

@@ -157,6 +157,12 @@ class Setting:
         elif self.kind == "url":
             if not isinstance(value, str) or (value and not _is_http_url(value)):
                 raise SettingsError(bad)
+            if "@" in value.split("//", 1)[-1].split("/", 1)[0]:  # user:password@host
+                raise SettingsError(
+                    f"{self.key}: an address with a user name or password in it is not "
+                    "accepted: it would be kept in plain text in config.toml and written to "
+                    "the log; give the server's API key in Model ▸ Server… instead (the system "
+                    "keyring keeps it)")
 
     def _convert(self, raw: Any) -> Any:
         if self.kind == "gpu":
@@ -424,6 +430,33 @@ _ALL: tuple[Setting, ...] = (
         "Sampling temperature; 0 is greedy.",
         minimum=0.0, maximum=2.0,
         label="Creativity (temperature)",
+    ),
+    Setting(
+        "model.repeat_penalty", "float", 1.1,
+        "How much a word already said in the last 64 tokens is held back (1 = not at all); "
+        "small models loop without it.",
+        minimum=1.0, maximum=2.0,
+        label="Penalty for repeating itself",
+    ),
+    Setting(
+        "model.top_p", "float", 0.95,
+        "Sample only from the likeliest words that together make up this share of the "
+        "probability (1 = all).",
+        minimum=0.0, maximum=1.0,
+        label="Top-p (nucleus sampling)",
+    ),
+    Setting(
+        "model.top_k", "int", 40,
+        "Sample only from this many likeliest words (0 = all; a server may ignore it).",
+        minimum=0, maximum=1000, unit="words",
+        label="Top-k",
+    ),
+    Setting(
+        "model.min_p", "float", 0.05,
+        "Leave out words less likely than this share of the likeliest one's probability "
+        "(0 = none; a server may ignore it).",
+        minimum=0.0, maximum=1.0,
+        label="Min-p",
     ),
     Setting(
         "model.max_tokens", "int", 1024,

@@ -421,7 +421,9 @@ class Agent:
         try:
             generation = self.runtime.stream(GenerationRequest(
                 request.messages, max_tokens=self.config.max_tokens,
-                temperature=self.config.temperature, seed=seed, cancel=cancel,
+                temperature=self.config.temperature, top_k=self.config.top_k,
+                top_p=self.config.top_p, min_p=self.config.min_p,
+                repeat_penalty=self.config.repeat_penalty, seed=seed, cancel=cancel,
                 tools=list(request.tool_definitions) or None,
                 progress=None if self.progress is None else progress_reporter(
                     self.progress, thread_id, "reply", self.clock)))

@@ -66,6 +66,11 @@ class AgentConfig:
 
     max_tokens: int = 1024
     temperature: float = 0.7
+    #: sampling besides the temperature (``GenerationRequest``'s)
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
     max_calls_per_turn: int = 8
     #: a streaming reply is saved at least this often, so a crash loses at most this much
     save_interval_s: float = 1.0
@@ -75,6 +80,10 @@ class AgentConfig:
         return cls(
             max_tokens=settings["model.max_tokens"],
             temperature=settings["model.temperature"],
+            top_k=settings["model.top_k"],
+            top_p=settings["model.top_p"],
+            min_p=settings["model.min_p"],
+            repeat_penalty=settings["model.repeat_penalty"],
             max_calls_per_turn=settings["tools.max_calls_per_turn"],
         )
 
