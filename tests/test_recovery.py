@@ -522,6 +522,29 @@ def test_a_salvage_keeps_the_unsent_drafts(capsys, tmp_path):
         assert store.draft(None) == "the first words of a new chat"
 
 
+def test_a_salvage_of_a_history_with_only_a_new_chats_draft_or_no_drafts_table(capsys, tmp_path):
+    """The draft of a chat not begun has no chat: a salvage with no chat copied tried to
+    make it one titled NULL and failed whole. A database from before drafts were kept
+    (schema 13) has no drafts to lose."""
+    import sqlite3
+
+    from iris_desktop.core.store import Store
+
+    data = tmp_path / "data"
+    with Store(data / "iris.db") as store:
+        store.save_draft(None, "the first words of a new chat")
+    code, out, err = run(capsys, "--data-dir", data, "recover", "--salvage", "--yes")
+    assert code == 0 and "no row was lost" in out, err
+    with Store(data / "iris.db") as store:
+        assert store.draft(None) == "the first words of a new chat" and store.threads() == []
+    build(capsys, data)
+    with contextlib.closing(sqlite3.connect(data / "iris.db")) as conn:
+        conn.execute("DROP TABLE drafts")
+        conn.commit()
+    code, out, err = run(capsys, "--data-dir", data, "recover", "--salvage", "--yes")
+    assert code == 0 and "no row was lost" in out and "0 drafts" in out, err
+
+
 def test_recover_works_on_an_encrypted_history(capsys, tmp_path, monkeypatch):
     from iris_desktop.core.store import cipher
 

@@ -26,3 +26,6 @@ class ThreadGone(KeyError):
     def __init__(self, thread_id: int):
         super().__init__(f"no thread {thread_id}")
         self.thread_id = thread_id
+
+    def __str__(self) -> str:  # the sentence, not a KeyError's quoted key
+        return str(self.args[0])

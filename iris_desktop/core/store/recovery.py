@@ -564,6 +564,9 @@ def _copy_all(source: sqlite3.Connection, target: sqlite3.Connection
     target.execute("BEGIN IMMEDIATE")
     try:
         for table in SALVAGED_TABLES:
+            if _absent(source, table):  # older than the table (drafts: schema 14): none lost
+                recovered[table], held[table], lost[table] = 0, 0, 0
+                continue
             copied, refused, failed[table] = _copy_table(source, target, table)
             recovered[table] = copied
             count = _held(source, table)
@@ -626,6 +629,15 @@ def _at_least(conn: sqlite3.Connection, table: str) -> int:
     return max(_counts(conn, _AT_LEAST.get(table, ())), default=0)
 
 
+def _absent(source: sqlite3.Connection, table: str) -> bool:
+    """The database never had ``table`` (its schema says so, and can be read)."""
+    try:
+        return source.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                              (table,)).fetchone() is None
+    except sqlite3.DatabaseError:
+        return False
+
+
 def _copy_table(source: sqlite3.Connection, target: sqlite3.Connection, table: str
                 ) -> tuple[int, int, bool]:
     """(rows copied, rows read but refused, whether reading met damage) of one table;
@@ -656,7 +668,8 @@ def _repair_references(conn: sqlite3.Connection) -> None:
         conn.execute(
             f"""INSERT INTO threads(id, title, created_at, updated_at)
                 SELECT DISTINCT thread_id, 'Recovered chat ' || thread_id, ?, ?
-                FROM {table} WHERE thread_id NOT IN (SELECT id FROM threads)""", (now, now))
+                FROM {table} WHERE thread_id IS NOT NULL
+                AND thread_id NOT IN (SELECT id FROM threads)""", (now, now))
     conn.execute("UPDATE summaries SET prev_id = NULL "
                  "WHERE prev_id NOT IN (SELECT id FROM summaries)")
     conn.execute("UPDATE compaction_events SET summary_id = NULL "
