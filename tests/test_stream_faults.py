@@ -320,9 +320,16 @@ def test_a_web_page_for_a_reply_is_named_as_one(fresh_store):
         events, took = run_turn(runtime, fresh_store)
         port = server.port
     failed = next(e for e in events if isinstance(e, TurnFailed))
-    assert f"127.0.0.1:{port} answered with a web page (text/html), not a stream of events" \
+    assert f"127.0.0.1:{port} answered with a web page, not a stream of events" \
         in failed.text and "model.base_url" in failed.text and "lost" not in failed.text
     assert took < CEILING_S
+
+
+def test_a_stream_sent_as_json_is_read_as_the_stream_it_is(fresh_store):
+    with MisbehavingServer("json_typed", tokens=TOKENS) as server, connect(server) as runtime:
+        events, _ = run_turn(runtime, fresh_store)
+    assert not [e for e in events if isinstance(e, TurnFailed)]
+    assert next(e for e in events if isinstance(e, ReplySaved)).text == PREAMBLE
 
 
 def test_a_too_long_answer_with_garbled_counts_is_the_http_error_it_is(fresh_store):

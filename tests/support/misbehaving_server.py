@@ -41,6 +41,8 @@ and then, by ``mode`` (:data:`MODES`):
                         ``Location: redirect_to`` (default: the same path under ``/moved``)
 ``web_page``            a streamed reply is answered ``200`` with an HTML page
                         (``text/html``), as a web server or a login portal would
+``json_typed``          as ``normal``, the stream sent as ``Content-Type: application/json``
+                        (as some local servers send their streams)
 ``garbled_too_long``    a streamed reply is answered ``400`` with llama.cpp's
                         ``exceed_context_size_error`` whose counts are not numbers
 ``bad_counts``          it passes for llama.cpp with fields of the wrong shape: ``/props``
@@ -92,7 +94,7 @@ from typing import Any
 
 MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble",
          "huge_line", "malformed", "slow_headers", "redirect", "bad_counts", "gzip_bomb",
-         "web_page", "garbled_too_long")
+         "web_page", "garbled_too_long", "json_typed")
 ANSWER_FAULTS = ("endless", "gzip_bomb", "trickle", "trickle_headers")
 
 #: the malformed events mode ``malformed`` can send (a bytes value goes out as the raw
@@ -422,7 +424,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._hold()
             return
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Type", "application/json" if mode == "json_typed"
+                         else "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
         self.wfile.flush()
@@ -431,7 +434,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._pause(owner.interval_s)
             self._event(self._chunk({"content": token}))
         owner.preamble_sent.set()
-        if mode in ("normal", "finish_then_hold", "bad_counts"):
+        if mode in ("normal", "finish_then_hold", "bad_counts", "json_typed"):
             self._event(self._chunk({}, "stop"))
             n = len(owner.tokens)
             self._event({"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk",

@@ -597,6 +597,6 @@ def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float)
     if kind == "llama.cpp":
         return {"top_k": top_k, "min_p": min_p, "repeat_penalty": repeat_penalty,
                 "cache_prompt": True}
-    if kind == "vllm":
-        return {"top_k": top_k, "min_p": min_p, "repetition_penalty": repeat_penalty}
+    if kind == "vllm":  # vLLM says "all" as -1 (before mid-2025 it refused 0)
+        return {"top_k": top_k or -1, "min_p": min_p, "repetition_penalty": repeat_penalty}
     return {}

@@ -6,6 +6,7 @@ tool calls, usage numbers believed only as token counts)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -130,16 +131,19 @@ class _EventReader:
                     self._put(_http_error(self._address, _read_some(response),
                                           "/v1/chat/completions"))
                     return
-                not_a_stream = _not_a_stream(response.headers.get("content-type", ""))
-                if not_a_stream:
-                    self._put(ServerError(
-                        f"{self._address} answered with {not_a_stream}, not a stream of events, "
-                        "so there is no reply; check that model.base_url is an OpenAI-compatible "
-                        "server's address (it usually ends in /v1) and that it streams"))
-                    return
                 try:
                     # decoded here a step at a time: a compressed line cannot balloon unseen
-                    for line in _sse_lines(decoded_chunks(response)):
+                    chunks = decoded_chunks(response)
+                    first = next((c for c in chunks if c.strip()), b"")
+                    not_a_stream = _not_a_stream(first, chunks)
+                    if not_a_stream:
+                        self._put(ServerError(
+                            f"{self._address} answered with {not_a_stream}, not a stream of "
+                            "events, so there is no reply; check that model.base_url is an "
+                            "OpenAI-compatible server's address (it usually ends in /v1) and "
+                            "that it streams"))
+                        return
+                    for line in _sse_lines(itertools.chain([first], chunks)):
                         if not self._put((time.monotonic(), line)):
                             return
                 except LineTooLong:
@@ -378,13 +382,25 @@ class _Reply:
             finish_reason=finish)
 
 
-def _not_a_stream(content_type: str) -> str:
-    """What a streamed reply's ``Content-Type`` says it is, in words, when it is surely not
-    a stream of events (a web page, a whole JSON answer); "" otherwise (no type, or one a
-    server may use for a stream by mistake: read on)."""
-    kind = content_type.split(";", 1)[0].strip().lower()
-    if kind in ("text/html", "application/xhtml+xml"):
-        return f"a web page ({kind})"
-    if kind == "application/json":
-        return "one whole JSON answer (application/json)"
-    return ""
+def _not_a_stream(first: bytes, rest: Iterator[bytes]) -> str:
+    """What a streamed reply's body is, in words, when its first bytes show it is not a
+    stream of events (whatever its ``Content-Type`` says: some servers send a real
+    stream as ``application/json``): a web page, or a whole JSON answer (its error's
+    message when it has one); "" otherwise."""
+    start = first.lstrip()[:1]
+    if start == b"<":
+        return "a web page"
+    if start != b"{":
+        return ""
+    body = bytearray(first)
+    for chunk in rest:  # a whole answer is small; read at most 64 KiB of it
+        body += chunk
+        if len(body) > 1 << 16:
+            break
+    try:
+        answer = json.loads(bytes(body))
+    except ValueError:
+        return "one whole JSON answer"
+    error = answer.get("error") if isinstance(answer, dict) else None
+    message = (error.get("message") if isinstance(error, dict) else error) or ""
+    return f"an error ({str(message)[:300]})" if message else "one whole JSON answer"
