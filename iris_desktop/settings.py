@@ -157,7 +157,7 @@ class Setting:
         elif self.kind == "url":
             if not isinstance(value, str) or (value and not _is_http_url(value)):
                 raise SettingsError(bad)
-            if "@" in value.split("//", 1)[-1].split("/", 1)[0]:  # user:password@host
+            if _has_userinfo(value):  # user:password@host
                 raise SettingsError(
                     f"{self.key}: an address with a user name or password in it is not "
                     "accepted: it would be kept in plain text in config.toml and written to "
@@ -236,6 +236,13 @@ def _gpu_value(raw: Any) -> Any:
     if isinstance(raw, int) and not isinstance(raw, bool) and raw == 0:
         return OFF
     return raw
+
+
+def _has_userinfo(text: str) -> bool:
+    """The address names a user (and perhaps a password) before its host."""
+    from urllib.parse import urlsplit
+
+    return "@" in urlsplit(text).netloc
 
 
 def _is_http_url(text: str) -> bool:
@@ -442,7 +449,7 @@ _ALL: tuple[Setting, ...] = (
         "model.top_p", "float", 0.95,
         "Sample only from the likeliest words that together make up this share of the "
         "probability (1 = all).",
-        minimum=0.0, maximum=1.0,
+        minimum=0.01, maximum=1.0,
         label="Top-p (nucleus sampling)",
     ),
     Setting(

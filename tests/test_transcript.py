@@ -292,6 +292,16 @@ def test_a_20000_message_chat_lays_out_a_few_hundred_rows_at_most(view, qtbot):
     assert len(set(asked)) <= MAX_ROWS
 
 
+def test_a_page_that_fits_the_view_is_not_a_dead_end(view, qtbot):
+    """Home on a tall window whose first page of one-line messages fits in it: with no
+    scroll bar, no scrolling could reveal the next page (only End got out)."""
+    show(view, qtbot, [message(i, "user", "hi") for i in range(1, 1001)])
+    view.resize(700, 4000)
+    view.go_top()
+    assert view.transcript.rowCount() > PAGE and view.verticalScrollBar().maximum() > 0
+    assert view.current_entry().key == "m:1"
+
+
 def test_scrolling_up_and_down_a_long_chat_keeps_the_text_in_view(view, qtbot):
     show(view, qtbot, _long_chat(1_000))
     view.scrollToBottom()

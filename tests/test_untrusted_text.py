@@ -73,3 +73,19 @@ def test_a_model_named_with_tags_is_shown_as_text_in_the_status_bar(make_window,
         assert window.model_label.textFormat() == Qt.TextFormat.PlainText
         assert window.model_label.text().startswith(name)
         assert window.where_label.textFormat() == Qt.TextFormat.PlainText
+
+
+def test_the_server_dialog_refuses_an_address_with_a_password_as_it_is_typed(qtbot):
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from iris_desktop.ui.server_dialog import ServerDialog
+
+    dialog = ServerDialog()
+    qtbot.addWidget(dialog)
+    dialog.url.setText("http://alice:hunter2@127.0.0.1:8080/v1")
+    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+    assert not ok.isEnabled() and not dialog.test_button.isEnabled()
+    assert "API key in Model ▸ Server…" in dialog.warning.text()
+    assert "hunter2" not in dialog.warning.text()
+    dialog.url.setText("http://127.0.0.1:8080/v1?token=a@b")  # an @ after the host is no user
+    assert ok.isEnabled() and dialog.warning.text() == ""

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from iris_desktop.core.store import Store, Stores, ThreadGone
+from iris_desktop.core.store import Store, StoreError, Stores, ThreadGone, explain
 
 log = logging.getLogger("iris.ui.background")
 
@@ -54,6 +55,9 @@ class _DbRunner(QObject):
             except ThreadGone as exc:  # deleted since the job was asked for: no fault here
                 log.info("background job skipped: %s (deleted meanwhile)", exc)
                 job.error = exc
+            except sqlite3.Error as exc:  # said here: explaining may read the file
+                log.exception("background job failed")
+                job.error = StoreError(explain(exc, self.stores.path))
             except Exception as exc:  # one place for errors: the job's on_failure
                 log.exception("background job failed")
                 job.error = exc

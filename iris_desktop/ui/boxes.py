@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from PySide6 import QtGui
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QWidget
 
@@ -21,6 +22,12 @@ def plain_box(box: QMessageBox) -> QMessageBox:
     """``box`` with its text and informative text shown as plain text."""
     box.setTextFormat(Qt.TextFormat.PlainText)
     return box
+
+
+def plain_tip(text: str) -> str:
+    """``text`` for a tooltip, shown word for word (Qt draws a tooltip that looks like
+    HTML as HTML)."""
+    return QtGui.Qt.convertFromPlainText(text)
 
 
 def warn(parent: QWidget | None, title: str, text: str) -> QMessageBox:
@@ -34,7 +41,7 @@ def warn(parent: QWidget | None, title: str, text: str) -> QMessageBox:
 def failure(exc: BaseException, db_path: Path) -> str:
     """What went wrong, in a sentence (capitalized): a database error as the CLI explains
     it, a file that could not be written or read with its name and the reason."""
-    if isinstance(exc, sqlite3.Error):
+    if isinstance(exc, sqlite3.Error):  # the DB thread says these already (Background)
         text = explain(exc, db_path)
     elif isinstance(exc, OSError) and exc.strerror:
         text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror

@@ -21,7 +21,7 @@ from iris_desktop.host import model_problems
 from iris_desktop.settings import Settings
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
-from iris_desktop.ui.boxes import plain_box
+from iris_desktop.ui.boxes import plain_box, plain_tip
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.meter import BudgetMeter
@@ -135,7 +135,7 @@ class ContextControl(QObject):
         meter, composer = self.meter, self.composer
         if isinstance(result, ConversationTooLargeException):
             meter.set_breakdown(None)
-            meter.setToolTip(f"Conversation too large: {result}")
+            meter.setToolTip(plain_tip(f"Conversation too large: {result}"))
             composer.set_draft_tokens(None)
             return
         meter.set_breakdown(result.breakdown, estimated=not (result.exact or self.planner.counter.exact),

@@ -39,7 +39,18 @@ from iris_desktop.runtime.remote import (
     set_api_key,
     test_connection,
 )
+from iris_desktop.settings import SettingsError, lookup
 from iris_desktop.ui.boxes import warn
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``model.base_url`` cannot be ``url`` (a password in it), in the setting's words."""
+    try:
+        lookup("model.base_url").parse(url)
+    except SettingsError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
+
 
 #: the QSettings value listing the servers the user agreed to send conversations to
 CONFIRMED_SERVERS = "remote/confirmed_servers"
@@ -117,12 +128,13 @@ class ServerDialog(QDialog):
         """Say at once what the URL means: not a URL yet, plain http to another machine,
         and whether a key is already saved for that server."""
         address = self._address()
+        problem = _url_problem(self.base_url()) if address is not None else None
         ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
-        ok.setEnabled(address is not None)
-        self.test_button.setEnabled(address is not None)
-        if address is None:
-            self.warning.setText("Type the server's address, for example http://127.0.0.1:8080"
-                                 if self.base_url() else "")
+        ok.setEnabled(address is not None and problem is None)
+        self.test_button.setEnabled(address is not None and problem is None)
+        if address is None or problem:
+            self.warning.setText(problem or ("Type the server's address, for example "
+                                             "http://127.0.0.1:8080" if self.base_url() else ""))
             return
         self.warning.setText(privacy_warning(self.base_url()) or "")
         if address == self._key_address:

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QAbstractItemView, QApplication, QListView, QMenu
 
 from iris_desktop.core.views import Entry
 from iris_desktop.ui.transcript_delegate import TranscriptDelegate
-from iris_desktop.ui.transcript_model import ENTRY_ROLE, PAGE, TranscriptModel
+from iris_desktop.ui.transcript_model import ENTRY_ROLE, MAX_ROWS, PAGE, TranscriptModel
 from iris_desktop.ui.transcript_text import EditDialog, MessageText
 
 __all__ = ["PAGE", "TranscriptModel", "TranscriptDelegate", "TranscriptView"]
@@ -73,8 +73,7 @@ class TranscriptView(QListView):
 
     # -- following the newest entry -------------------------------------------------------
 
-    def at_bottom(self) -> bool:
-        """At the newest entry (not only at the last row shown)."""
+    def at_bottom(self) -> bool:  # at the newest entry, not only at the last row shown
         bar = self.verticalScrollBar()
         return bar.value() >= bar.maximum() - 4 and not self.transcript.has_newer
 
@@ -110,13 +109,12 @@ class TranscriptView(QListView):
     def _maybe_load_more(self, value: int) -> None:
         """Near the top, reveal the page before; near the bottom of the rows shown while
         newer entries are not rows, the page after; the text in view stays where it is."""
-        if self._loading:  # rows leaving move the bar before the layout: not the user
-            return
-        self._loading = True
-        try:
-            self._load_more(value)
-        finally:
-            self._loading = False
+        if not self._loading:  # rows leaving move the bar before the layout: not the user
+            self._loading = True
+            try:
+                self._load_more(value)
+            finally:
+                self._loading = False
 
     def _load_more(self, value: int) -> None:
         bar, near = self.verticalScrollBar(), QFontMetrics(self.font()).height() * 3
@@ -130,12 +128,21 @@ class TranscriptView(QListView):
             self.doItemsLayout()
             bar.setValue(value - sum(self.delegate.height_for(entry) for entry in gone))
 
+    def _fill(self) -> None:
+        """Reveal pages while the rows shown leave no scroll bar to reveal more with."""
+        model = self.transcript
+        while (not self.verticalScrollBar().maximum() and model.rowCount() < MAX_ROWS
+               and (model.has_newer or model.has_older)):
+            model.load_newer() if model.has_newer else model.load_older()
+            self.doItemsLayout()
+
     def go_top(self) -> None:
         """To the first entry of the thread (its first page, shown in place of these)."""
         self.close_text()
         self._follow = False
         self.transcript.show_span(0, PAGE)
         self.doItemsLayout()
+        self._fill()
         if self.transcript.rowCount():
             self.setCurrentIndex(self.transcript.index(0))
         self.scrollToTop()
@@ -155,6 +162,8 @@ class TranscriptView(QListView):
         if row is None:
             return
         self.doItemsLayout()
+        self._fill()
+        row = self.transcript.row_of(key)
         index = self.transcript.index(row)
         self.setCurrentIndex(index)
         self.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
