@@ -631,11 +631,10 @@ def _at_least(conn: sqlite3.Connection, table: str) -> int:
 
 def _absent(source: sqlite3.Connection, table: str) -> bool:
     """The database never had ``table`` (its schema says so, and can be read)."""
-    try:
+    with contextlib.suppress(sqlite3.DatabaseError):
         return source.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                               (table,)).fetchone() is None
-    except sqlite3.DatabaseError:
-        return False
+    return False
 
 
 def _copy_table(source: sqlite3.Connection, target: sqlite3.Connection, table: str
