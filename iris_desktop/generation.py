@@ -22,7 +22,7 @@ class GenerationRequest:
     """A reply to ``messages``, at most ``max_tokens`` long.
 
     - sampling: ``temperature`` (0: greedy), ``top_k``, ``top_p``, ``min_p``,
-      ``repeat_penalty``, ``seed`` (None: the runtime's own);
+      ``repeat_penalty``, ``dry_multiplier``, ``seed`` (None: the runtime's own);
     - shape: ``tools`` (OpenAI definitions, for a template or a server that takes them),
       ``json_schema`` or an OpenAI ``response_format`` (the output constrained to it),
       ``stop`` (strings that end the reply);
@@ -42,6 +42,8 @@ class GenerationRequest:
     top_p: float = 0.95
     min_p: float = 0.05
     repeat_penalty: float = 1.0
+    #: llama.cpp's DRY sampler against repeated passages (0: off)
+    dry_multiplier: float = 0.0
     seed: int | None = None
     tools: list[dict] | None = None
     json_schema: dict | None = None

@@ -446,6 +446,13 @@ _ALL: tuple[Setting, ...] = (
         label="Penalty for repeating itself",
     ),
     Setting(
+        "model.dry_multiplier", "float", 0.8,
+        "Hold back a passage the reply already wrote, more the longer the repeat runs "
+        "(llama.cpp's DRY sampler; 0 = off; a server other than llama.cpp ignores it).",
+        minimum=0.0, maximum=5.0,
+        label="Penalty for repeating a passage",
+    ),
+    Setting(
         "model.top_p", "float", 0.95,
         "Sample only from the likeliest words that together make up this share of the "
         "probability (1 = all).",

@@ -423,7 +423,8 @@ class Agent:
                 request.messages, max_tokens=self.config.max_tokens,
                 temperature=self.config.temperature, top_k=self.config.top_k,
                 top_p=self.config.top_p, min_p=self.config.min_p,
-                repeat_penalty=self.config.repeat_penalty, seed=seed, cancel=cancel,
+                repeat_penalty=self.config.repeat_penalty,
+                dry_multiplier=self.config.dry_multiplier, seed=seed, cancel=cancel,
                 tools=list(request.tool_definitions) or None,
                 progress=None if self.progress is None else progress_reporter(
                     self.progress, thread_id, "reply", self.clock)))

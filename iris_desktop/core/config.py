@@ -71,6 +71,7 @@ class AgentConfig:
     top_p: float = 0.95
     min_p: float = 0.05
     repeat_penalty: float = 1.1
+    dry_multiplier: float = 0.8
     max_calls_per_turn: int = 8
     #: a streaming reply is saved at least this often, so a crash loses at most this much
     save_interval_s: float = 1.0
@@ -84,6 +85,7 @@ class AgentConfig:
             top_p=settings["model.top_p"],
             min_p=settings["model.min_p"],
             repeat_penalty=settings["model.repeat_penalty"],
+            dry_multiplier=settings["model.dry_multiplier"],
             max_calls_per_turn=settings["tools.max_calls_per_turn"],
         )
 

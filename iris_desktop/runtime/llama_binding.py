@@ -102,8 +102,43 @@ def counting_llama_class() -> Any:
                 check = self.iris_should_stop
                 return bool(check is not None and check())
 
+            #: DRY's multiplier for the next generation (0: off); set per request
+            iris_dry = 0.0
+
+            def _init_sampler(self, *args: Any, **kwargs: Any) -> Any:
+                """llama-cpp-python's sampler chain with llama.cpp's DRY sampler right
+                after the penalties, where llama.cpp's own order puts it: its
+                ``generate`` has no parameter for DRY."""
+                sampler = super()._init_sampler(*args, **kwargs)
+                if self.iris_dry > 0:
+                    with_dry(sampler, self._model, self.iris_dry)
+                return sampler
+
         _llama_class = CountingLlama
     return _llama_class
+
+
+#: DRY ("don't repeat yourself", p-e-w's sampler in llama.cpp) as llama.cpp's server
+#: sets it when asked for a multiplier: a repeat longer than 2 tokens is held back by
+#: multiplier × 1.75^(length − 2), over the last 1,024 tokens, a match never running
+#: across a line end, a colon, a quote or an asterisk
+DRY_BASE, DRY_ALLOWED_LENGTH, DRY_LAST_N = 1.75, 2, 1024
+DRY_BREAKERS = ["\n", ":", "\"", "*"]
+
+
+def with_dry(sampler: Any, model: Any, multiplier: float) -> None:
+    """Put DRY into ``sampler`` (a ``LlamaSampler`` chain) after its penalties."""
+    import llama_cpp
+
+    chain = sampler.sampler
+    # a sampler its values make a no-op is named with a "?" ("?penalties" at 1.0)
+    names = [llama_cpp.llama_sampler_name(llama_cpp.llama_sampler_chain_get(chain, i)).lstrip(b"?")
+             for i in range(llama_cpp.llama_sampler_chain_n(chain))]
+    after = names.index(b"penalties") + 1 if b"penalties" in names else 0
+    rest = [llama_cpp.llama_sampler_chain_remove(chain, after) for _ in range(len(names) - after)]
+    sampler.add_dry(model, multiplier, DRY_BASE, DRY_ALLOWED_LENGTH, DRY_LAST_N, DRY_BREAKERS)
+    for each in rest:  # the chain owns them again
+        llama_cpp.llama_sampler_chain_add(chain, each)
 
 
 _load_lock = threading.Lock()

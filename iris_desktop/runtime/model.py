@@ -459,7 +459,7 @@ class LocalModel(KVReuse):
             max_tokens=r.max_tokens, temperature=r.temperature, cancel=r.cancel,
             grammar=self._grammar(r.json_schema, r.response_format, grammar),
             sampling=dict(top_k=r.top_k, top_p=r.top_p, min_p=r.min_p,
-                          repeat_penalty=r.repeat_penalty),
+                          repeat_penalty=r.repeat_penalty, dry_multiplier=r.dry_multiplier),
             seed=self.seed if r.seed is None else r.seed, extra_stop=r.stop or [],
             tools=r.tools if self.native_tools else None, deadline=r.deadline,
             progress=r.progress,
@@ -522,6 +522,8 @@ class LocalModel(KVReuse):
         run.predicted_reuse = predicted = self._plan_reuse(tokens) - shifted
         n_prompt = run.n_prompt
         llm.set_seed(seed)
+        sampling = dict(sampling)
+        llm.iris_dry = sampling.pop("dry_multiplier", 0.0)  # read as generate builds its chain
         if progress is not None:  # what is cached already, then batch by batch
             progress(predicted, n_prompt)
             llm.iris_progress = lambda done, _todo: progress(predicted + done, n_prompt)

@@ -307,7 +307,8 @@ class RemoteRuntime:
         body = {**self._chat_body(r.messages, r.tools), "stream": True,
                 "stream_options": {"include_usage": True},
                 "temperature": r.temperature, "top_p": r.top_p,
-                **_sampling_extras(self.kind, r.top_k, r.min_p, r.repeat_penalty)}
+                **_sampling_extras(self.kind, r.top_k, r.min_p, r.repeat_penalty,
+                                   r.dry_multiplier)}
         if r.seed is not None:
             body["seed"] = r.seed
         if r.stop:
@@ -591,12 +592,13 @@ def _choose_model(server: ServerInfo, name: str, address: str) -> str:
     return name
 
 
-def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float) -> dict:
+def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float,
+                     dry_multiplier: float = 0.0) -> dict:
     """Sampling fields beyond OpenAI's, for the servers that take them; llama.cpp also
     keeps the prompt's KV cache for the next request (its default, said explicitly)."""
     if kind == "llama.cpp":
         return {"top_k": top_k, "min_p": min_p, "repeat_penalty": repeat_penalty,
-                "cache_prompt": True}
+                "dry_multiplier": dry_multiplier, "cache_prompt": True}
     if kind == "vllm":  # vLLM says "all" as -1 (before mid-2025 it refused 0)
         return {"top_k": top_k or -1, "min_p": min_p, "repetition_penalty": repeat_penalty}
     return {}
