@@ -448,7 +448,8 @@ _ALL: tuple[Setting, ...] = (
     Setting(
         "model.dry_multiplier", "float", 0.8,
         "Hold back a passage the reply already wrote, more the longer the repeat runs "
-        "(llama.cpp's DRY sampler; 0 = off; a server other than llama.cpp ignores it).",
+        "(llama.cpp's DRY sampler; 0 = off; the local model only: a server would apply it "
+        "to the question too and garble what the reply copies from it).",
         minimum=0.0, maximum=5.0,
         label="Penalty for repeating a passage",
     ),

@@ -595,10 +595,13 @@ def _choose_model(server: ServerInfo, name: str, address: str) -> str:
 def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float,
                      dry_multiplier: float = 0.0) -> dict:
     """Sampling fields beyond OpenAI's, for the servers that take them; llama.cpp also
-    keeps the prompt's KV cache for the next request (its default, said explicitly)."""
+    keeps the prompt's KV cache for the next request (its default, said explicitly).
+    DRY stays local: llama.cpp's server runs it over the prompt too, so a path the model
+    copies from the question into a tool call came out garbled ("/tmp/pytest-of-root/
+    pytest-47/…" with a space), where the local model's DRY sees only the reply."""
     if kind == "llama.cpp":
         return {"top_k": top_k, "min_p": min_p, "repeat_penalty": repeat_penalty,
-                "dry_multiplier": dry_multiplier, "cache_prompt": True}
+                "cache_prompt": True}
     if kind == "vllm":  # vLLM says "all" as -1 (before mid-2025 it refused 0)
         return {"top_k": top_k or -1, "min_p": min_p, "repetition_penalty": repeat_penalty}
     return {}
