@@ -118,9 +118,9 @@ def counting_llama_class() -> Any:
     return _llama_class
 
 
-#: DRY ("don't repeat yourself", p-e-w's sampler in llama.cpp) as llama.cpp's server
-#: sets it when asked for a multiplier: a repeat longer than 2 tokens is held back by
-#: multiplier × 1.75^(length − 2), over the last 1,024 tokens, a match never running
+#: DRY ("don't repeat yourself", p-e-w's sampler in llama.cpp) with llama.cpp's defaults
+#: but a look-back of 1,024 tokens (its default is the whole context): a repeat longer
+#: than 2 tokens is held back by multiplier × 1.75^(length − 2), a match never running
 #: across a line end, a colon, a quote or an asterisk
 DRY_BASE, DRY_ALLOWED_LENGTH, DRY_LAST_N = 1.75, 2, 1024
 DRY_BREAKERS = ["\n", ":", "\"", "*"]

@@ -88,7 +88,6 @@ class Background(QObject):
         self._pending_by_key: dict[str, int] = {}
         self._thread = QThread()
         self._thread.setObjectName("iris-db")
-        self.db_path = stores.path  # what a failure's sentence names
         self._runner = _DbRunner(stores, self._latest)
         self._runner.moveToThread(self._thread)
         self._submit.connect(self._runner.run)

@@ -294,7 +294,7 @@ class ThreadControl(QObject):
                 self.app_state.report_request(None)  # None: plan it again
 
         self.background.run(job, done, lambda exc: warn(
-            self.parent_widget, "Chat settings not saved", failure(exc, self.background.db_path)))
+            self.parent_widget, "Chat settings not saved", failure(exc)))
 
     def delete_dialog(self, thread_id: int, title: str) -> QMessageBox:
         """Ask before deleting (Cancel is the default); the chat goes only on Delete."""
@@ -378,8 +378,7 @@ class ThreadControl(QObject):
 
         self.background.run(
             job, lambda n: self.app_state.show_message(f"Exported {n:,} messages to {path}", 6000),
-            lambda exc: warn(self.parent_widget, "Export failed",
-                             export_failure(exc, path, self.background.db_path)))
+            lambda exc: warn(self.parent_widget, "Export failed", export_failure(exc, path)))
 
     def import_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -410,7 +409,7 @@ class ThreadControl(QObject):
                 self.app_state.show_message(" ".join([said, *report[1:]]), 10_000)
 
         self.background.run(job, done, lambda exc: warn(self.parent_widget, "Import failed", (
-            "Nothing was imported.\n\n" + failure(exc, self.background.db_path))))
+            "Nothing was imported.\n\n" + failure(exc))))
 
 
 def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:

@@ -307,8 +307,7 @@ class RemoteRuntime:
         body = {**self._chat_body(r.messages, r.tools), "stream": True,
                 "stream_options": {"include_usage": True},
                 "temperature": r.temperature, "top_p": r.top_p,
-                **_sampling_extras(self.kind, r.top_k, r.min_p, r.repeat_penalty,
-                                   r.dry_multiplier)}
+                **_sampling_extras(self.kind, r.top_k, r.min_p, r.repeat_penalty)}
         if r.seed is not None:
             body["seed"] = r.seed
         if r.stop:
@@ -592,8 +591,7 @@ def _choose_model(server: ServerInfo, name: str, address: str) -> str:
     return name
 
 
-def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float,
-                     dry_multiplier: float = 0.0) -> dict:
+def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float) -> dict:
     """Sampling fields beyond OpenAI's, for the servers that take them; llama.cpp also
     keeps the prompt's KV cache for the next request (its default, said explicitly).
     DRY stays local: llama.cpp's server runs it over the prompt too, so a path the model
