@@ -73,15 +73,19 @@ def test_preferences_fit_the_screen_at_any_text_size(make_window, qtbot, points)
         assert button.isVisible()
         assert available.contains(global_rect(button)) and global_rect(dialog).contains(
             global_rect(button)), button.text()
-    # every page scrolls: its last control can be brought into view
+    # every page fits the dialog's width (CI, 24 pt: a ratio's meaning on one line made
+    # the Context page 834 px wide in a 680 px view) and scrolls down to its last control
     for page in range(dialog.tabs.count()):
         dialog.tabs.setCurrentIndex(page)
         scroll = dialog.tabs.widget(page)
         assert isinstance(scroll, QScrollArea)
+        name = dialog.tabs.tabText(page)
+        qtbot.waitUntil(lambda s=scroll: s.widget().width() >= s.viewport().width(), timeout=5_000)
+        assert scroll.widget().minimumSizeHint().width() <= scroll.viewport().width(), name
         restore = scroll.widget().findChildren(type(dialog.ok_button))[-1]
         scroll.ensureWidgetVisible(restore)
-        qtbot.wait(10)
-        assert global_rect(scroll.viewport()).contains(global_rect(restore)), dialog.tabs.tabText(page)
+        qtbot.waitUntil(lambda s=scroll, r=restore: global_rect(s.viewport()).contains(global_rect(r)),
+                        timeout=5_000)
 
 
 def test_preferences_follow_a_text_size_applied_while_open(make_window, qtbot, qapp):

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSlider,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -44,8 +45,10 @@ class Editor(QWidget):
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(parent)
         self.setting = setting
-        self.row = QHBoxLayout(self)
-        self.row.setContentsMargins(0, 0, 0, 0)
+        self.lines = QVBoxLayout(self)  # the row, and a line under it where one is needed
+        self.lines.setContentsMargins(0, 0, 0, 0)
+        self.row = QHBoxLayout()
+        self.lines.addLayout(self.row)
 
     def raw(self) -> Any:
         raise NotImplementedError
@@ -181,8 +184,9 @@ class RatioEditor(FloatEditor):
                              round((setting.maximum or 1) * RATIO_STEPS))
         self.meaning = QLabel("")
         self.meaning.setObjectName("ratio-meaning")
+        self.meaning.setWordWrap(True)  # never widens the page past the dialog at 24 pt
         self.row.insertWidget(0, self.slider, 3)
-        self.row.insertWidget(2, self.meaning, 2)
+        self.lines.addWidget(self.meaning)  # under the slider: a whole line to say it in
         self._syncing = False  # the slider follows the box without writing back
         self.slider.valueChanged.connect(self._slid)
         self.spin.valueChanged.connect(self._typed)
