@@ -86,6 +86,9 @@ def test_a_search_that_needs_too_much_memory_ends_with_a_tool_error(tmp_path, mo
     (tmp_path / "long.txt").write_text("a" * 4_000_000 + "\n")
     (tmp_path / "short.txt").write_text("needle\n")
     monkeypatch.setattr(limits, "SEARCH_MEMORY_BYTES", 48 << 20)
+    # the memory limit, not the clock, must end it: on a busy machine the line's 0.5 s
+    # could run out first (a clean-clone run saw that); the forked child reads both
+    monkeypatch.setattr(limits, "REGEX_LINE_TIME_LIMIT_S", 60.0)
     box = Sandbox([tmp_path])
     content = tool_refused(box.run("search_files", {"pattern": "(?:a|aa)+$"}))
     assert content == ("error: " + limits.OUT_OF_MEMORY.format(limit=48))
