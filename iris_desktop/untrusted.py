@@ -7,6 +7,13 @@ another, a command approved that is not the one that runs). :func:`show_untruste
 every character that draws nothing itself but changes what is drawn as an escape such
 as ``\\u202e``: controls (Cc), format characters such as the bidi controls and zero-width
 characters (Cf), line and paragraph separators (Zl, Zp) and lone surrogates (Cs).
+
+The window shows replies, tool output and titles as text people read, where joiners
+(emoji, Indic and Persian script) and the implicit marks (LRM, RLM) are part of the
+writing: :func:`show_directional` escapes only the explicit embeddings, overrides and
+isolates (U+202A–U+202E, U+2066–U+2069), the characters that draw a run of text in
+another order than it is stored ("Trojan Source": a file name or a line of code shown
+as other text).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import regex
 #: what is shown as an escape (``multiline`` keeps newline and tab)
 _INVISIBLE = regex.compile(r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Cs}]")
 _INVISIBLE_KEEP_LINES = regex.compile(r"[^\n\t\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}\p{Cs}]")
+#: the explicit directional formatting characters: they reorder whole runs of text
+_DIRECTIONAL = regex.compile("[\u202a-\u202e\u2066-\u2069]")
 #: what JSON text leaves raw (json.dumps escapes C0 itself; C0 outside strings is layout)
 _JSON_RAW = regex.compile(r"[\x7f-\x9f\p{Cf}\p{Zl}\p{Zp}\p{Cs}]")
 
@@ -33,6 +42,12 @@ def show_untrusted(text: str, multiline: bool = False) -> str:
     is shown is what is stored; ``multiline`` keeps newlines and tabs as they are."""
     pattern = _INVISIBLE_KEEP_LINES if multiline else _INVISIBLE
     return pattern.sub(lambda m: escape_char(m.group()), text)
+
+
+def show_directional(text: str) -> str:
+    """``text`` with the characters that draw it in another order than stored (the
+    bidi embeddings, overrides and isolates) shown as escapes such as ``\\u202e``."""
+    return _DIRECTIONAL.sub(lambda m: escape_char(m.group()), text)
 
 
 def _json_escape(char: str) -> str:

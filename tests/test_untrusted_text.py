@@ -89,3 +89,81 @@ def test_the_server_dialog_refuses_an_address_with_a_password_as_it_is_typed(qtb
     assert "hunter2" not in dialog.warning.text()
     dialog.url.setText("http://127.0.0.1:8080/v1?token=a@b")  # an @ after the host is no user
     assert ok.isEnabled() and dialog.warning.text() == ""
+
+
+# -- text that draws in another order than stored ------------------------------------------
+
+RLO, PDF, LRI, PDI = "\u202e", "\u202c", "\u2066", "\u2069"
+
+
+def test_a_bidi_override_is_shown_as_an_escape_in_the_list_the_transcript_and_the_boxes(
+        make_window, qtbot, data_dir):  # noqa: F811
+    """Before, a chat titled ``invoice‮gpj.exe`` was listed, and asked about in the
+    delete box, as "invoiceexe.jpg", and a reply's ``rm -rf ⁦…⁩`` drew its words in
+    another order than the ones stored ("Trojan Source"); the CLI showed escapes. Now
+    the window shows the explicit embeddings, overrides and isolates as escapes too,
+    and keeps joiners and marks that are part of the writing (emoji, Hebrew)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
+
+    from iris_desktop.core.store import Store
+    from iris_desktop.paths import app_paths
+    from iris_desktop.ui.threads import TITLE_ROLE
+
+    title = f"invoice{RLO}gpj.exe"
+    reply = f"Run `rm -rf {LRI}tmp/x{PDI}` then say 👩\u200d💻 \u200fשלום {RLO}olleh{PDF}"
+    with Store(app_paths(data_dir).ensure().db_path) as store:
+        thread = store.create_thread(title)
+        store.add_messages(thread, [{"role": "user", "content": f"open {title}"},
+                                    {"role": "assistant", "content": reply}])
+    window = make_window()
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1, timeout=10_000)
+    item = window.threads.list.item(0)
+    assert item.text() == "invoice\\u202egpj.exe" and item.data(TITLE_ROLE) == title
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=10_000)
+    view = window.view
+    shown = [view.delegate._doc(e, 400).toPlainText() for e in view.transcript.entries()]
+    assert shown[0] == "open invoice\\u202egpj.exe"
+    assert "rm -rf \\u2066tmp/x\\u2069" in shown[1] and "\\u202eolleh\\u202c" in shown[1]
+    assert "👩\u200d💻 \u200fשלום" in shown[1]  # the writing itself stays as it is
+    assert not any(c in "".join(shown) for c in (RLO, PDF, LRI, PDI))
+    # the delete box names the chat as listed; the rename field holds the title as stored
+    window.threads.list.setCurrentItem(item)
+    window.threads.list.setFocus()
+    asked = []
+
+    def answer() -> None:  # the real rename dialog, as a user meets it
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, QInputDialog):
+            QTimer.singleShot(50, answer)
+            return
+        asked.append(dialog.findChild(QLineEdit).text())
+        dialog.reject()
+
+    QTimer.singleShot(50, answer)
+    window.threads._on_current(window.threads.renameRequested)  # F2 on the chat
+    qtbot.waitUntil(lambda: bool(asked), timeout=5_000)
+    assert asked == [title]
+    box = window.threads_control.delete_dialog(thread, title)
+    assert "“invoice\\u202egpj.exe”" in box.text() and RLO not in box.text()
+    box.reject()
+
+
+def test_a_tool_card_and_a_summary_show_bidi_overrides_as_escapes(transcript_view, qtbot):
+    from iris_desktop.core.views import Entry
+
+    source = f"access = 'user{RLO} {LRI}// admin only{PDI}'"
+    entries = [Entry("tool", "m:1", 1, "tool", 1, source, tool_name="read_file",
+                     arguments=f'{{"path": "a{RLO}yp.sh"}}'),
+               Entry("divider", "s:1", None, "", 1, "", title=f"Summary of {RLO}olleh",
+                     fields=[("Facts", f"x{RLO}y")])]
+    transcript_view.transcript.set_entries(entries)
+    transcript_view.transcript.expanded.update({"m:1", "s:1"})
+    delegate = transcript_view.delegate
+    card = delegate._doc(entries[0], 400).toPlainText()
+    assert "a\\u202eyp.sh" in card and "user\\u202e \\u2066// admin only\\u2069" in card
+    assert RLO not in card and LRI not in card
+    summary = delegate._doc(entries[1], 400).toPlainText()
+    assert "x\\u202ey" in summary and RLO not in summary
+    assert RLO not in delegate._divider_title(entries[1], transcript_view.rect())[0]

@@ -2,8 +2,9 @@
 
 Qt guesses whether a message box's text is HTML (``Qt.AutoText``): an error that quotes
 a server's error page, a file name or a model name with tags in it was drawn as HTML, its
-links clickable. These boxes show text as text, and a file error in the CLI's sentence
-(the file it could not write, and why).
+links clickable. These boxes show text as text (a bidi override in a chat's title or a
+server's message as an escape: the box says what is stored, :mod:`iris_desktop.untrusted`),
+and a file error in the CLI's sentence (the file it could not write, and why).
 """
 
 from __future__ import annotations
@@ -12,17 +13,21 @@ from PySide6 import QtGui
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QWidget
 
+from iris_desktop.untrusted import show_directional
+
 
 def plain_box(box: QMessageBox) -> QMessageBox:
     """``box`` with its text and informative text shown as plain text."""
     box.setTextFormat(Qt.TextFormat.PlainText)
+    box.setText(show_directional(box.text()))
+    box.setInformativeText(show_directional(box.informativeText()))
     return box
 
 
 def plain_tip(text: str) -> str:
     """``text`` for a tooltip, shown word for word (Qt draws a tooltip that looks like
     HTML as HTML)."""
-    return QtGui.Qt.convertFromPlainText(text)
+    return QtGui.Qt.convertFromPlainText(show_directional(text))
 
 
 def warn(parent: QWidget | None, title: str, text: str) -> QMessageBox:

@@ -16,8 +16,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.untrusted import show_directional
+
 THREAD_ROLE = Qt.ItemDataRole.UserRole + 1
 MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 2
+TITLE_ROLE = Qt.ItemDataRole.UserRole + 3  # as stored: shown with show_directional
 #: what the empty list says (a newcomer's first look at the panel)
 NO_CHATS = ("No chats yet.\n\nType a message below to start one, or bring chats from "
             "ChatGPT, Open WebUI, LM Studio or Jan with File ▸ Import conversation…")
@@ -96,8 +99,9 @@ class ThreadPanel(QWidget):
         cursor = cursor.data(THREAD_ROLE) if cursor is not None and self.list.hasFocus() else None
         self.list.clear()
         for thread in threads:
-            item = QListWidgetItem(thread["title"])
-            item.setToolTip(f"{thread['title']}\n{thread['messages']:,} messages")
+            item = QListWidgetItem(show_directional(thread["title"]))
+            item.setToolTip(f"{item.text()}\n{thread['messages']:,} messages")
+            item.setData(TITLE_ROLE, thread["title"])
             item.setData(THREAD_ROLE, thread["id"])
             self.list.addItem(item)
             if thread["id"] == self.current_id:
@@ -118,8 +122,9 @@ class ThreadPanel(QWidget):
         for row in rows:
             snippet = " ".join((row.get("snippet") or "").split())
             text = row["title"] if row.get("message_id") is None else f"{row['title']}\n   {snippet}"
-            item = QListWidgetItem(text)
-            item.setToolTip(snippet)
+            item = QListWidgetItem(show_directional(text))
+            item.setToolTip(show_directional(snippet))
+            item.setData(TITLE_ROLE, row["title"])
             item.setData(THREAD_ROLE, row["thread_id"])
             item.setData(MESSAGE_ROLE, row.get("message_id"))
             self.list.addItem(item)
@@ -142,14 +147,14 @@ class ThreadPanel(QWidget):
         """Emit ``signal`` (rename or delete) for the thread under the list's cursor."""
         item = self.list.currentItem()
         if item is not None and item.data(THREAD_ROLE) is not None:
-            signal.emit(int(item.data(THREAD_ROLE)), item.text().split("\n", 1)[0])
+            signal.emit(int(item.data(THREAD_ROLE)), item.data(TITLE_ROLE))
 
     def _menu(self, pos) -> None:
         item = self.list.itemAt(pos)
         if item is None or item.data(THREAD_ROLE) is None:
             return
         thread_id = int(item.data(THREAD_ROLE))
-        title = item.text().split("\n", 1)[0]
+        title = item.data(TITLE_ROLE)
         menu = QMenu(self)
         menu.addAction("Rename…", lambda: self.renameRequested.emit(thread_id, title))
         menu.addAction("Chat settings…", lambda: self.settingsRequested.emit(thread_id))

@@ -42,7 +42,7 @@ from iris_desktop.ui.transcript_parts import (
     switcher_rects,
 )
 from iris_desktop.ui.transcript_text import MessageText
-from iris_desktop.untrusted import show_untrusted
+from iris_desktop.untrusted import show_directional, show_untrusted
 
 
 class TranscriptDelegate(QStyledItemDelegate):
@@ -121,7 +121,7 @@ class TranscriptDelegate(QStyledItemDelegate):
                                   f"*{note}*" if (note := stopped_empty(entry)) else "")
             if entry.role == "assistant" and entry.calls:
                 text += "\n\n" + "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
-            doc = message_document(text, self.view.font(), self._code_theme(),
+            doc = message_document(show_directional(text), self.view.font(), self._code_theme(),
                                    markdown=entry.role == "assistant", width=width,
                                    streaming=entry.status == "streaming")
         self._docs[key] = doc
@@ -131,18 +131,18 @@ class TranscriptDelegate(QStyledItemDelegate):
 
     def _fill_card(self, doc: MessageDocument, entry: Entry, expanded: bool) -> None:
         if entry.kind == "tool" and expanded:
-            doc.setPlainText(f"{arguments_text(entry.arguments)}\n{'─' * 12} output "
-                             f"{'─' * 12}\n{entry.text}")
+            doc.setPlainText(show_directional(f"{arguments_text(entry.arguments)}\n{'─' * 12} "
+                                              f"output {'─' * 12}\n{entry.text}"))
         elif entry.kind == "tool":
             lines = entry.text.count("\n") + 1 if entry.text else 0
             args = " ".join(entry.arguments.split())
             args = args if len(args) <= 90 else args[:89] + "…"
             size = (f"{lines:,} line{'s' * (lines != 1)}, {len(entry.text):,} chars — click "
                     "to show the full output") if entry.text else "no output"
-            doc.setPlainText(f"{args}  ·  {size}")
+            doc.setPlainText(show_directional(f"{args}  ·  {size}"))
         elif expanded:
             doc.setHtml("".join(
-                f"<p><b>{_esc(label)}</b><br>{_esc(value).replace(chr(10), '<br>')}</p>"
+                f"<p><b>{_esc(label)}</b><br>{_esc(show_directional(value)).replace(chr(10), '<br>')}</p>"
                 for label, value in entry.fields))
 
     def _layout(self, entry: Entry, rect: QRect) -> dict:
@@ -177,7 +177,7 @@ class TranscriptDelegate(QStyledItemDelegate):
         font = QFont(self.view.font())
         font.setItalic(True)
         fm = QFontMetrics(font)
-        title = f"{'▾' if self._expanded(entry) else '▸'} {entry.title}"
+        title = f"{'▾' if self._expanded(entry) else '▸'} {show_directional(entry.title)}"
         one_line = fm.horizontalAdvance(title) + 4 * u <= card.width()
         if one_line:
             return title, QRect(card.left(), card.top(), card.width(), 2 * u), True
