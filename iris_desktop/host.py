@@ -58,6 +58,7 @@ from iris_desktop.core.planner import FALLBACK_WINDOW, Planner, limit_problems, 
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
+from iris_desktop.core.store.cipher import is_encrypted
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.files import clean_leftovers
@@ -305,10 +306,15 @@ class Host:
         # recovery: what salvaging a damaged database saved (None: it was sound); the CLI
         # and the GUI tell the user
         # storage.encrypt: the key decided (and the database converted) before it opens
-        if self.settings["storage.encrypt"]:
+        # left at its default, the setting follows the file: a start that lacks it (a
+        # launcher without the shell's IRIS_STORAGE_ENCRYPT) never decrypts the history
+        wanted = (bool(self.settings["storage.encrypt"])
+                  if self.settings.source("storage.encrypt") != "default" else None)
+        if wanted or (wanted is None and is_encrypted(self.paths.db_path) is True):
             keep_memory_private()
-        self.storage: Prepared = prepare(self.paths, bool(self.settings["storage.encrypt"]), env,
-                                         ask_passphrase)
+        self.storage: Prepared = prepare(self.paths, wanted, env, ask_passphrase)
+        if self.storage.key is not None:
+            self.settings.values["storage.encrypt"] = True  # what the history is
         self.stores, self.recovery = open_stores(self.paths.db_path, self.storage.key)
         if self.recovery is not None:  # the salvaged copy has a salt of its own
             keep_key(self.paths.db_path, self.storage.key)
@@ -377,6 +383,22 @@ class Host:
             self.reranker.close()
             self.reranker = None
         self.stores.release()
+
+    @property
+    def storage_note(self) -> str | None:
+        """What this start did to the history's encryption, in a sentence the CLI and
+        the window show (a history decrypted silently was the audit's finding); None when
+        it did nothing."""
+        converted = self.storage.converted
+        if converted is None:
+            return None
+        source = self.settings.source("storage.encrypt")
+        where = {"file": f"set in {self.paths.config_path}", "env": "set by IRIS_STORAGE_ENCRYPT",
+                 "cli": "set on the command line"}.get(source, source)
+        if converted == "encrypted":
+            return f"The chat history at {self.paths.db_path} is now encrypted (storage.encrypt is on, {where})."
+        return (f"The chat history at {self.paths.db_path} is no longer encrypted: storage.encrypt is "
+                f"off ({where}). To encrypt it again: iris-desktop config set storage.encrypt true.")
 
     def close(self) -> None:
         """:meth:`release`, then close every Store of this process. Idempotent."""

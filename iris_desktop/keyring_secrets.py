@@ -21,20 +21,27 @@ import logging
 
 log = logging.getLogger("iris.keyring")
 
-__all__ = ["delete_secret", "get_secret", "set_secret"]
+__all__ = ["delete_secret", "get_secret", "read_secret", "set_secret"]
 
 
 def get_secret(service: str, user: str, what: str) -> str | None:
     """The secret kept under ``service`` and ``user``; None when there is none, or when
     the keyring cannot be read (said in the log; ``what`` names the secret there, as in
     "the API key for example.com:443")."""
+    return read_secret(service, user, what)[0]
+
+
+def read_secret(service: str, user: str, what: str) -> tuple[str | None, str | None]:
+    """(the secret, None), or (None, why the keyring could not be read) for a keyring
+    that is there but locked or broken, as "the keyring is locked"; (None, None) when
+    nothing is kept, or this computer has no keyring."""
     try:
         import keyring
 
-        return keyring.get_password(service, user)
+        return keyring.get_password(service, user), None
     except Exception as exc:  # no keyring, a locked one, a broken backend
         _log_failure(f"cannot read {what}", exc)
-        return None
+        return None, None if _quiet(exc) else _reason(exc)
 
 
 def set_secret(service: str, user: str, value: str, what: str) -> None:
@@ -102,9 +109,13 @@ def _reason(exc: Exception) -> str:
 def _log_failure(doing: str, exc: Exception) -> None:
     """One line in the log: info for a computer without a keyring (expected on a headless
     system), a warning for anything else."""
-    reason = _reason(exc)
-    quiet = isinstance(exc, ImportError) or reason == "this computer has no keyring"
-    log.log(logging.INFO if quiet else logging.WARNING, "keyring: %s: %s", doing, reason)
+    log.log(logging.INFO if _quiet(exc) else logging.WARNING, "keyring: %s: %s", doing,
+            _reason(exc))
+
+
+def _quiet(exc: Exception) -> bool:
+    """No keyring at all (expected on a headless system), not one that failed."""
+    return isinstance(exc, ImportError) or _reason(exc) == "this computer has no keyring"
 
 
 def _refusal(reason: str) -> Exception:

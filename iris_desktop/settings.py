@@ -578,7 +578,8 @@ _ALL: tuple[Setting, ...] = (
         "Keep the chat history encrypted on disk (SQLCipher). The key is kept in the "
         "computer's keyring, or derived from a passphrase asked at start "
         "(IRIS_STORAGE_PASSPHRASE supplies it without asking). Turning it on or off "
-        "converts the database at the next start, verified before the old file is removed.",
+        "converts the database at the next start, verified before the old file is removed; "
+        "left unset, an encrypted history stays encrypted.",
         label="Encrypt the chat history on disk",
     ),
     # -- ui --------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from iris_desktop.core.store.cipher import (
     tidy,
 )
 from iris_desktop.core.store.recovery import ASIDE_MARKS
-from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
+from iris_desktop.keyring_secrets import delete_secret, get_secret, read_secret, set_secret
 from iris_desktop.paths import AppPaths
 
 log = logging.getLogger("iris.storage")
@@ -121,15 +121,19 @@ def _keyring_new(path: Path) -> bytes | None:
     return key if _keyring_keep(path, key) else None
 
 
+def _keyring_unreadable(path: Path) -> str | None:
+    """Why the keyring that may hold the key of ``path`` cannot be read now (locked,
+    broken), as a clause that says what to do; None when it can, or there is none."""
+    why = read_secret(KEYRING_SERVICE, _names(path)[0], "the storage key")[1]
+    if why is None:
+        return None
+    return (f"{why}: if Iris kept this history's key there (no passphrase was ever chosen "
+            f"for it), unlock the keyring and start Iris again; else set {PASSPHRASE_ENV} or "
+            "enter the passphrase")
+
+
 def _keyring_delete(name: str) -> None:
     delete_secret(KEYRING_SERVICE, name, f"the storage key of {name}")
-
-
-def _keyring_forget(path: Path, salt: bytes | None) -> None:
-    """Forget every name the key of the database at ``path`` (salt ``salt``) was kept under."""
-    if salt:
-        _keyring_delete(f"database {salt.hex()}")
-    _keyring_delete(str(path.resolve()))
 
 
 # -- deciding the key ----------------------------------------------------------------------
@@ -151,6 +155,8 @@ def _asked(path: Path, new: bool, ask: AskPassphrase | None, problem: str | None
         raise StoreError(f"storage.encrypt is on but no keyring on this computer can keep a key "
                          f"for {path}: set {PASSPHRASE_ENV} or enter a passphrase (run Iris on a "
                          "terminal, or start the desktop app); nothing was changed")
+    if ask is None and problem:  # a locked keyring: its key is likely there
+        raise StoreError(f"{path} is encrypted and {problem}; nothing was changed")
     if ask is None:
         raise StoreError(f"{path} is encrypted, or is not an Iris database: if it is your "
                          f"encrypted history, set {PASSPHRASE_ENV} or enter its passphrase (run "
@@ -196,6 +202,7 @@ def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None)
             if _opens(path, Key.raw(raw)):
                 keep_key(path, Key.raw(raw))
                 return Key.raw(raw)
+        problem = _keyring_unreadable(path)
     for attempt in range(ATTEMPTS):
         key = _asked(path, False, ask, problem)
         try:
@@ -290,21 +297,24 @@ def _set_aside_beside(path: Path) -> list[Path]:
 
 def _file_under_salt(path: Path, key: Key) -> None:
     salt = file_salt(path)
-    if salt is None:
-        return
+    if salt is not None:
+        _file_under_salt_of(salt, key)
+
+
+def _file_under_salt_of(salt: bytes, key: Key) -> None:
     name = f"database {salt.hex()}"
     if get_secret(KEYRING_SERVICE, name, f"the storage key of {name}") == key.secret.hex():
         return
     try:
         set_secret(KEYRING_SERVICE, name, key.secret.hex(), f"the storage key of {name}")
     except Exception:  # no usable keyring: set_secret said why in the log
-        log.warning("the key of %s could not be kept in the keyring", path)
+        log.warning("the key of database %s could not be kept in the keyring", salt.hex())
 
 
 def _keep_for_set_aside(path: Path, key: Key) -> None:
     """Keep the keyring's ``key`` under the salt of each database set aside beside the
-    history at ``path`` that it opens, so that it outlives the names of the history's
-    own key (forgotten when the history is decrypted)."""
+    history at ``path`` that it opens, so that it outlives a new salt of the history's
+    own file (a salvage, a restore)."""
     for aside in _set_aside_beside(path):
         if _opens(aside, key):
             _file_under_salt(aside, key)
@@ -331,26 +341,33 @@ def _drop_kv_states(paths: AppPaths) -> None:
             state.unlink(missing_ok=True)
 
 
-def prepare(paths: AppPaths, encrypt: bool, env: Mapping[str, str] | None = None,
+def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None = None,
             ask: AskPassphrase | None = None, step: Callable[[str], None] | None = None
             ) -> Prepared:
     """Decide the key for ``paths.db_path`` and convert the database when ``encrypt``
-    (``storage.encrypt``) and the file disagree. Raises StoreError (KeyRejected for a
-    wrong key) saying what to do; the file is then unchanged."""
+    (``storage.encrypt`` as set by the user) and the file disagree; None (the setting
+    left at its default) keeps the history as it is: an encrypted one is never decrypted
+    because a start lacked the setting (a desktop launcher without the shell's
+    ``IRIS_STORAGE_ENCRYPT``). Raises StoreError (KeyRejected for a wrong key) saying
+    what to do; the file is then unchanged."""
     env = os.environ if env is None else env
     path = paths.db_path
     tidy(path)
     state = is_encrypted(path)
     if state is True:
         key = _existing_key(path, env, ask)
-        if encrypt:
+        if encrypt is not False:
             return Prepared(key)
         salt = file_salt(path)
         convert(path, key, None, step)
         _drop_kv_states(paths)
         if key.kind == "raw":
-            _keep_for_set_aside(path, key)  # their key stays when the history's goes
-            _keyring_forget(path, salt)
+            # the key stays filed under the encrypted file's salt: a copy of it (a backup,
+            # a database set aside) still opens; only the name by path is forgotten
+            _keep_for_set_aside(path, key)
+            if salt:
+                _file_under_salt_of(salt, key)
+            _keyring_delete(str(path.resolve()))
         log.info("the chat history was decrypted (storage.encrypt is off)")
         return Prepared(None, "decrypted")
     if not encrypt:

@@ -28,6 +28,7 @@ from iris_desktop.generation import GenerationRequest
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.runtime.kv_store import SEALED, KVStateStore  # noqa: E402
 from iris_desktop.runtime.protocol import Capabilities, KVState  # noqa: E402
+from iris_desktop.storage_key import find_key  # noqa: E402
 
 from conftest import AGENT_FILES, load_corpus  # noqa: E402
 from support.fakes import ScriptedRuntime  # noqa: E402
@@ -452,9 +453,60 @@ def test_a_keyring_keeps_a_random_key_and_no_passphrase_is_asked(capsys, monkeyp
     assert PHRASE in json.dumps(export(capsys, data, threads["planted"]))
     moved = data.rename(data.parent / "moved")  # the key follows the file, not its folder
     assert PHRASE in json.dumps(export(capsys, moved, threads["planted"]))
-    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")  # back to plain: the key is forgotten
-    assert run(capsys, "--data-dir", moved, "threads", "--no-model")[0] == 0
-    assert is_encrypted(moved / "iris.db") is False and not saved
+    backup = moved.parent / "backup.db"  # a copy the user made while it was encrypted
+    backup.write_bytes((moved / "iris.db").read_bytes())
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")  # back to plain, and said so
+    code, _, err = run(capsys, "--data-dir", moved, "threads", "--no-model")
+    assert code == 0 and "is no longer encrypted: storage.encrypt is off (set by IRIS_STORAGE_ENCRYPT)" in err
+    assert is_encrypted(moved / "iris.db") is False
+    # before, the key was forgotten here, and the backup could never be opened again
+    assert list(saved.values()) == [secret] and find_key(backup) is not None
+
+
+def test_a_start_without_the_setting_keeps_an_encrypted_history_encrypted(capsys, monkeypatch,
+                                                                          history):
+    """Before, a history encrypted by a run with IRIS_STORAGE_ENCRYPT=true was decrypted,
+    silently (exit 0, nothing on stderr), by the next start that lacked the variable (a
+    desktop launcher). Left at its default, the setting now follows the file; only a
+    storage.encrypt set off decrypts, and the CLI says so."""
+    data, threads = history
+    encrypt_on(monkeypatch)
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0 and "is now encrypted (storage.encrypt is on, set by IRIS_STORAGE_ENCRYPT)" in err
+    monkeypatch.delenv("IRIS_STORAGE_ENCRYPT")  # the passphrase still set
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0 and err == "" and "planted" in out
+    assert is_encrypted(data / "iris.db") is True
+    code, out, _ = run(capsys, "--data-dir", data, "config", "get", "storage.encrypt")
+    assert code == 0 and out.strip() == "true"  # what the history is
+    assert run(capsys, "--data-dir", data, "config", "set", "storage.encrypt", "false")[0] == 0
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0 and "is no longer encrypted: storage.encrypt is off (set in" in err
+    assert is_encrypted(data / "iris.db") is False
+
+
+def test_a_locked_keyring_is_named_not_a_passphrase_never_chosen(capsys, monkeypatch, history):
+    """Before, with the keyring's key and the keyring locked at the next start, Iris asked
+    for "its passphrase", which the user never chose; "locked" was only in the log."""
+    from keyring.errors import KeyringLocked
+
+    saved = memory_keyring()
+    data, _ = history
+    encrypt_on(monkeypatch, None)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    assert saved and is_encrypted(data / "iris.db") is True
+
+    def locked(*_):
+        raise KeyringLocked("Failed to unlock the collection!")
+
+    import keyring
+
+    keyring_now = keyring.get_keyring()
+    monkeypatch.setattr(keyring_now, "get_password", locked)
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 1
+    assert "is encrypted and the keyring is locked: if Iris kept this history's key there" in err
+    assert "unlock the keyring and start Iris again" in err and is_encrypted(data / "iris.db") is True
 
 
 def test_a_new_history_with_a_keyring_is_filed_under_its_salt(capsys, monkeypatch, tmp_path):

@@ -350,6 +350,20 @@ def test_shell_confirmed_runs_in_first_root(root: Path) -> None:
     assert content.splitlines()[:3] == ["exit code: 0", "stdout:", "done"]
 
 
+def test_a_command_never_sees_the_history_passphrase(root: Path, monkeypatch) -> None:
+    """Before, an approved ``env`` put IRIS_STORAGE_PASSPHRASE into its result: sent to
+    the model (a server, with model.backend openai), stored in the history and exported
+    as plain text. The command gets the rest of the environment."""
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", "my-secret-passphrase-QQ17")
+    monkeypatch.setenv("IRIS_SOMETHING_ELSE", "kept")
+    box = _shell_box(root, shell=True, confirm_shell=lambda _: True)
+    command = f'"{sys.executable}" -c "import os; print(sorted(os.environ))"'
+    content = tool_ok(box.run("run_shell", {"command": command}))
+    assert "IRIS_SOMETHING_ELSE" in content and "PATH" in content
+    assert "IRIS_STORAGE_PASSPHRASE" not in content and "QQ17" not in content
+    assert os.environ["IRIS_STORAGE_PASSPHRASE"] == "my-secret-passphrase-QQ17"  # Iris keeps it
+
+
 def test_shell_reports_exit_code_and_stderr(root: Path) -> None:
     box = _shell_box(root, shell=True, confirm_shell=lambda _: True)
     command = f'"{sys.executable}" -c "import sys; print(1); sys.exit(3)" 1>&2'

@@ -73,6 +73,8 @@ def open_host(args: Any, overrides: dict[str, str]) -> Iterator[Any]:
     with host:
         for problem in host.settings.problems:
             say(f"iris-desktop: warning: {problem}", file=sys.stderr)
+        if host.storage_note:
+            say(f"iris-desktop: {host.storage_note}", file=sys.stderr)
         db = host.paths.db_path
         if host.recovery is not None:  # named again by the next commands, until recover lists it
             say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)

@@ -15,6 +15,7 @@ from iris_desktop.untrusted import show_untrusted
 
 
 def config(args, overrides) -> int:
+    from iris_desktop.core.store.cipher import is_encrypted
     from iris_desktop.paths import app_paths
     from iris_desktop.settings import (
         SETTINGS,
@@ -40,6 +41,9 @@ def config(args, overrides) -> int:
     settings = load_settings(config_path, cli=overrides)
     for problem in settings.problems:
         say(f"iris-desktop: warning: {problem}", file=sys.stderr)
+    if settings.source("storage.encrypt") == "default" and is_encrypted(
+            app_paths(args.data_dir).db_path) is True:  # left unset, it follows the history
+        settings.values["storage.encrypt"], settings.sources["storage.encrypt"] = True, "history"
     if args.action == "get":
         print(show_untrusted(lookup(args.key).to_text(settings[args.key])))
         return EXIT_OK

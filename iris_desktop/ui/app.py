@@ -59,11 +59,15 @@ def application(argv: list[str] | None = None) -> QApplication:
 
 
 def _tell_recovery(host: Any, log: logging.Logger) -> None:
-    """A database salvaged now, and databases set aside earlier that the user was not
-    shown yet: a message box each, before the window (then they count as shown)."""
+    """The history encrypted or decrypted now, a database salvaged now, and databases set
+    aside earlier that the user was not shown yet: a message box each, before the window
+    (then they count as shown)."""
     from iris_desktop.core.store.recovery import acknowledge, announce, unacknowledged
 
     db = host.paths.db_path
+    if host.storage_note:
+        log.info("%s", host.storage_note)
+        QMessageBox.information(None, "Iris Desktop", host.storage_note)
     if host.recovery is not None:
         log.warning("%s", host.recovery.describe())
         QMessageBox.warning(None, "Iris Desktop recovered a damaged database",

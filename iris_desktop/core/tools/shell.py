@@ -22,6 +22,17 @@ def check_command(command: str, confirm: Callable[[str], bool] | None) -> None:
         raise ToolError(f"the user refused to run: {command}")
 
 
+#: what a command never inherits: the history's passphrase (``env`` printed it into the
+#: tool result, which goes to the model, a server and the history, and into exports)
+PRIVATE_ENV = ("IRIS_STORAGE_PASSPHRASE",)
+
+
+def command_env() -> dict[str, str]:
+    """This process's environment, less :data:`PRIVATE_ENV`."""
+    return {name: value for name, value in os.environ.items()
+            if name.upper() not in PRIVATE_ENV}
+
+
 def run_shell(command: str, cwd: Path, timeout_s: float) -> str:
     """Run ``command`` (approved) in ``cwd``; its exit code, stdout and stderr. A command
     that ran is a result whatever its exit code; one that outlives ``timeout_s`` is killed,
@@ -38,6 +49,7 @@ def run_shell(command: str, cwd: Path, timeout_s: float) -> str:
             command,
             shell=True,
             cwd=cwd,
+            env=command_env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
