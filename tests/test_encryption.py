@@ -485,6 +485,19 @@ def test_a_start_without_the_setting_keeps_an_encrypted_history_encrypted(capsys
     assert is_encrypted(data / "iris.db") is False
 
 
+def test_the_window_says_the_history_was_decrypted(capsys, monkeypatch, history, qapp):
+    from support.windows import run_gui_recording
+
+    data, _ = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "false")
+    shown = run_gui_recording(monkeypatch, data)
+    assert shown[0][0] == "information" and "is no longer encrypted: storage.encrypt is off" in shown[0][1]
+    assert shown[1:] == [("window", "")] and is_encrypted(data / "iris.db") is False
+    assert run_gui_recording(monkeypatch, data) == [("window", "")]  # said once
+
+
 def test_a_locked_keyring_is_named_not_a_passphrase_never_chosen(capsys, monkeypatch, history):
     """Before, with the keyring's key and the keyring locked at the next start, Iris asked
     for "its passphrase", which the user never chose; "locked" was only in the log."""

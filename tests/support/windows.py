@@ -115,6 +115,10 @@ def run_gui_recording(monkeypatch, data) -> list[tuple[str, str]]:
         def critical(parent, title, text):
             shown.append(("critical", text))
 
+        @staticmethod
+        def information(parent, title, text):
+            shown.append(("information", text))
+
     class Window:
         def show(self):
             QTimer.singleShot(0, app_module.QApplication.instance().quit)
