@@ -141,8 +141,10 @@ def file_salt(path: Path) -> bytes | None:
 
 
 def is_encrypted(path: Path) -> bool | None:
-    """None: no database yet (missing or empty); False: a plain SQLite file; True:
-    anything else (an encrypted database has no header, only its salt)."""
+    """None: no database yet (missing or empty); False: a plain SQLite file (a header one
+    byte off is a damaged plain file, for the salvage to repair: a random salt is that
+    close once in 2^120); True: anything else (an encrypted database has no header, only
+    its salt)."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(HEADER))
@@ -150,7 +152,7 @@ def is_encrypted(path: Path) -> bool | None:
         return None
     if not head:
         return None
-    return head != HEADER
+    return len(head) < len(HEADER) or sum(a != b for a, b in zip(head, HEADER, strict=True)) > 1
 
 
 def _need_sqlcipher() -> Any:
