@@ -33,6 +33,37 @@ def test_import_export_round_trip_every_corpus_file(capsys, tmp_path):
         assert json.loads(out) == load_corpus(path), path.name
 
 
+def test_a_chat_written_in_iris_keeps_its_dates_and_its_stopped_reply_through_export_and_import(
+        capsys, tmp_path):
+    """Before, an export imported again lost the date of every message Iris itself wrote
+    (compaction's dated facts and date-aware recall had nothing left) and the mark of a
+    stopped reply (Continue was no longer offered)."""
+    from iris_desktop.core.store import Store
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    code, _, err = run(capsys, "--data-dir", str(first), "threads")  # makes the database
+    with Store(first / "iris.db") as store:
+        thread = store.create_thread("written here")
+        store.add_message(thread, {"role": "user", "content": "Plan the trip"})
+        store.add_message(thread, {"role": "assistant", "content": "Day one: Lisb"},
+                          status="interrupted")
+        written = [(m["role"], m["sent_at"], m["status"]) for m in store.messages(thread)]
+    assert all(when for _, when, _ in written)
+    code, out, err = run(capsys, "--data-dir", str(first), "export", str(thread))
+    assert code == 0, err
+    exported = json.loads(out)
+    assert [m.get("created_at") for m in exported] == [when for _, when, _ in written]
+    assert exported[1]["status"] == "interrupted" and "status" not in exported[0]
+    path = tmp_path / "export.json"
+    path.write_text(out)
+    code, out, err = run(capsys, "--data-dir", str(second), "import", str(path))
+    assert code == 0, err
+    with Store(second / "iris.db") as store:
+        again = [(m["role"], m["sent_at"], m["status"]) for m in store.messages(int(out))]
+    assert again == written
+    assert json.loads(run(capsys, "--data-dir", str(second), "export", out.strip())[1]) == exported
+
+
 def test_import_jsonl_and_title(capsys, tmp_path):
     f = tmp_path / "chat.jsonl"
     f.write_text('{"role": "user", "content": "What is a walrus?"}\n\n'

@@ -26,7 +26,7 @@ from typing import Any
 
 from iris_desktop.core.attachments import record_problem
 from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
-from iris_desktop.core.store.rows import ContentPartsError, parts_text
+from iris_desktop.core.store.rows import TIMESTAMP_KEYS, ContentPartsError, parts_text
 from iris_desktop.files import NotAFileError, TooLargeError, atomic_write, read_regular_file
 from iris_desktop.tokens import Message
 
@@ -309,12 +309,25 @@ def export_messages(store: Store, thread_id: int) -> Any:
     """What a JSON export of the thread holds: the plain message list for one branch,
     every branch (see the module docstring) when it has more."""
     if not store.has_branches(thread_id):
-        return [row_to_message(r) for r in store.messages(thread_id)]
+        return [_exported(r) for r in store.messages(thread_id)]
     thread = store.thread(thread_id)
-    messages = [{**row_to_message(r), TREE_KEY: {"id": r["id"], "parent_id": r["parent_id"],
-                                                "active": bool(r["on_path"])}}
+    messages = [{**_exported(r), TREE_KEY: {"id": r["id"], "parent_id": r["parent_id"],
+                                           "active": bool(r["on_path"])}}
                 for r in store.all_messages(thread_id)]
     return {"format": BRANCHES_FORMAT, "title": thread["title"], "messages": messages}
+
+
+def _exported(row: dict[str, Any]) -> Message:
+    """A stored row as exported: the message as it was imported or written, with the time
+    Iris knows it was written as ``created_at`` where it says none, and a reply that was
+    stopped marked ``"status": "interrupted"``: import gives both back (before, an export
+    imported again lost every date Iris had, and Continue on a stopped reply)."""
+    message = row_to_message(row)
+    if row.get("sent_at") and not any(key in message for key in TIMESTAMP_KEYS):
+        message["created_at"] = row["sent_at"]
+    if row.get("status") == "interrupted" and "status" not in message:
+        message["status"] = "interrupted"
+    return message
 
 
 def import_messages(store: Store, messages: list[Message], title: str) -> int:

@@ -256,12 +256,14 @@ class Messages(Branches):
         """Append many messages atomically: all or none, each below the one before (the
         first below ``parent_id``: the head by default). An imported message keeps the
         time its source gives (``created_at``, ``create_time`` or ``timestamp``); without
-        one, when it was written is unknown (``sent_at`` NULL), not the import time."""
-        rows = [_message_row(m, None) for m in messages]
+        one, when it was written is unknown (``sent_at`` NULL), not the import time. A
+        message an export marked ``"status": "interrupted"`` (a stopped reply) stays so."""
+        rows = [(_message_row(m, None), "interrupted" if m.get("status") == "interrupted"
+                 else "complete") for m in messages]
         with self.transaction():
             ids = []
-            for row in rows:
-                ids.append(self._insert(thread_id, row, "complete", parent_id if not ids else HEAD))
+            for row, status in rows:
+                ids.append(self._insert(thread_id, row, status, parent_id if not ids else HEAD))
             return ids
 
     def _insert(self, thread_id: int, row: dict[str, Any], status: str, parent_id: Any = HEAD) -> int:
