@@ -585,6 +585,72 @@ def test_the_same_export_imported_again_is_said_not_stored_twice(capsys, tmp_pat
     assert len(forced) == 2 and len(threads(capsys)) == 5
 
 
+def test_the_same_words_at_other_times_are_another_chat_not_one_imported_before(tmp_path):
+    """Before, a chat of "test" / "Hello! How can I assist you today?" from 2023 was
+    skipped as "imported before" when the history held the same two lines from 2025 (a
+    common first chat in ChatGPT): it was lost to the import. The times, where both say,
+    are part of what makes two chats the same."""
+    from iris_desktop.core.foreign import OPENAI, Chat, Loaded, import_conversations
+    from iris_desktop.core.store import Store
+
+    def chat(year: int, dated: bool = True) -> Chat:
+        lines = [("user", "test"), ("assistant", "Hello! How can I assist you today?")]
+        return Chat(None, [{"role": role, "content": text,
+                            **({"created_at": f"{year}-03-0{i + 1}T10:00:00+00:00"} if dated else {})}
+                           for i, (role, text) in enumerate(lines)])
+
+    with Store(tmp_path / "iris.db") as store:
+        first = import_conversations(store, Loaded(OPENAI, [chat(2025)]))
+        assert len(first.ids) == 1
+        other = import_conversations(store, Loaded(OPENAI, [chat(2023)]))
+        assert len(other.ids) == 1 and other.known == []
+        again = import_conversations(store, Loaded(OPENAI, [chat(2025), chat(2023), chat(0, False)]))
+        assert again.ids == [] and again.known[:2] == [first.ids[0], other.ids[0]]
+        assert again.known[2] in (first.ids[0], other.ids[0])  # no times: either is the same
+        assert len(store.threads()) == 2
+
+
+def test_an_import_writes_in_short_transactions_and_a_killed_one_is_finished_by_running_it_again(
+        tmp_path, monkeypatch):
+    """Before, a whole export was one transaction: a 279 MB one held the write lock for
+    25 s, and a reply the window was writing meanwhile failed. Now a transaction holds at
+    most about CHUNK_S of work (counted here with a clock that advances 0.1 s a look);
+    an import killed part way keeps the chats stored so far, and the same import again
+    adds only the rest."""
+    from iris_desktop.core import foreign
+    from iris_desktop.core.foreign import OPENAI, Chat, Loaded, import_conversations
+    from iris_desktop.core.store import Store
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(foreign.time, "monotonic", lambda: next(ticks) * 0.1)
+    chats = [Chat(f"chat {i}", [{"role": "user", "content": f"question {i}"},
+                                {"role": "assistant", "content": f"answer {i}"}]) for i in range(20)]
+    with Store(tmp_path / "iris.db") as store:
+        begun = []
+        transaction = store.transaction
+        monkeypatch.setattr(store, "transaction", lambda: begun.append(1) or transaction())
+        stored = foreign.import_messages
+        calls = []
+
+        def killed_at_13(store_, messages, title):
+            calls.append(title)
+            if len(calls) == 13:
+                raise KeyboardInterrupt  # Ctrl-C, or the process killed
+            return stored(store_, messages, title)
+
+        monkeypatch.setattr(foreign, "import_messages", killed_at_13)
+        with pytest.raises(KeyboardInterrupt):
+            import_conversations(store, Loaded(OPENAI, chats))
+        kept = sorted(t["title"] for t in store.threads())
+        assert 0 < len(kept) <= 12 and len(begun) > 1  # whole chunks kept, the killed one not
+        monkeypatch.setattr(foreign, "import_messages", stored)
+        begun.clear()
+        rest = import_conversations(store, Loaded(OPENAI, chats))
+        assert len(rest.known) == len(kept) and len(rest.ids) == 20 - len(kept)
+        assert sorted(t["title"] for t in store.threads()) == sorted(c.title for c in chats)
+        assert len(begun) >= 20 // 3  # never more than about CHUNK_S of chats at once
+
+
 def test_a_long_chain_of_second_messages_is_untangled_in_one_pass(tmp_path):
     """Each question followed by its reply and by the next question: every second question
     becomes an alternative holding the texts above it. One pass, parents first (it was a

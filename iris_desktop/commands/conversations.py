@@ -24,8 +24,9 @@ from iris_desktop.untrusted import show_untrusted
 
 def import_(args, overrides) -> int:
     """Every chat of the file (an OpenAI message list, an Iris export, a ChatGPT, Open WebUI
-    or LM Studio export, a Jan thread or threads folder) as a thread, in one transaction:
-    the new threads' ids on stdout, one a line; for another app's file, what was imported
+    or LM Studio export, a Jan thread or threads folder) as a thread, a few chats per short
+    transaction (others write between them; a killed import is finished by running it
+    again): the new threads' ids on stdout, one a line; for another app's file, what was imported
     and what was left out on stderr."""
     from iris_desktop.core.conversation import ConversationFormatError
     from iris_desktop.core.foreign import import_conversations, load_conversations

@@ -12,8 +12,8 @@ active; a chat of one branch stays a plain list. Iris's alternatives are of one 
 second message of the asker's side after the same message as a reply becomes an
 alternative of that message holding both texts; first messages of different roles keep
 the active branch's, the rest counted in a note. :func:`import_conversations` stores them,
-one thread per chat, in one transaction; a chat whose messages a thread already holds (the
-same export imported again) is said and not stored twice, unless asked.
+one thread per chat, a few chats per short transaction; a chat whose messages a thread
+already holds (the same export imported again) is said and not stored twice, unless asked.
 
 Iris keeps the conversation as text. What it leaves out is counted and said in one
 sentence each (``Loaded.notes``): images and other attached files; the steps of tools
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,8 @@ from iris_desktop.core.conversation import (
     validate_messages,
 )
 from iris_desktop.core.foreign_tree import Node, tree
-from iris_desktop.core.store import Store, iso_timestamp, row_to_message
+from iris_desktop.core.import_twins import StoredThreads
+from iris_desktop.core.store import Store, iso_timestamp
 from iris_desktop.tokens import Message
 
 CHATGPT = "ChatGPT export"
@@ -180,43 +182,41 @@ class Imported(NamedTuple):
                        f"again{hint}", *lines[1:]]
 
 
+#: the longest an import holds the database's write lock at once, in seconds: it commits
+#: and lets others write between chunks of chats (one transaction for a whole 279 MB
+#: export held it for 25 s, and a reply the window was writing meanwhile failed)
+CHUNK_S = 0.25
+
+
 def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
                          again: bool = False) -> Imported:
-    """Store each chat of ``loaded`` as a new thread, all in one transaction; returns the
-    new threads' ids, and the threads that already hold a chat (the same messages in the
-    same order: the same export imported twice), which is not stored again unless
-    ``again``. ``title`` names a single chat, or prefixes the titles of several."""
+    """Store each chat of ``loaded`` as a new thread, a few chats per transaction (at most
+    about :data:`CHUNK_S` each: a killed import keeps the chats stored so far, and running
+    it again adds the rest); returns the new threads' ids, and the threads that already
+    hold a chat (the same messages in the same order, at the same times where both say:
+    the same export imported twice), which is not stored again unless ``again``. Whether
+    a chat is there already is decided in the transaction that would store it, so two
+    imports at once store it once. ``title`` names a single chat, or prefixes the titles
+    of several."""
     ids: list[int] = []
     known: list[int] = []
     several = len(loaded.chats) > 1
-    with store.transaction():
-        sizes: dict[int, list[int]] = {}
-        titles: dict[int, str] = {}
-        for thread in [] if again else store.threads():
-            sizes.setdefault(thread["messages"], []).append(thread["id"])
-            titles[thread["id"]] = thread["title"]
-        stored: dict[int, list[tuple[str, str]]] = {}  # each candidate thread read once
-
-        def holds(thread_id: int, chat: Chat) -> bool:
-            if thread_id not in stored:
-                stored[thread_id] = _said(row_to_message(r) for r in store.all_messages(thread_id))
-            return stored[thread_id] == _said(chat.messages)
-
-        for chat in loaded.chats:
-            twin = next((t for t in sizes.get(len(chat.messages), []) if holds(t, chat)), None)
-            if twin is not None:
-                known.append(twin)
-                continue
-            own = chat.title or title_from(chat.messages)
-            name = (f"{title}: {own}" if several else title) if title else own
-            ids.append(import_messages(store, chat.messages, name))
-    return Imported(ids, known, [titles[t] for t in known])
-
-
-def _said(messages: Iterable[Message]) -> list[tuple[str, str]]:
-    """Who said what, in order: what makes two chats the same (every branch, in the order
-    an import stores them; content is text here, or None)."""
-    return [(m.get("role") or "", m.get("content") or "") for m in messages]
+    threads = StoredThreads(store, again)
+    pending = list(reversed(loaded.chats))
+    while pending:
+        with store.transaction():
+            threads.catch_up(ids)
+            started = time.monotonic()
+            while pending and time.monotonic() - started < CHUNK_S:
+                chat = pending.pop()
+                twin = threads.holding(chat.messages)
+                if twin is not None:
+                    known.append(twin)
+                    continue
+                own = chat.title or title_from(chat.messages)
+                name = (f"{title}: {own}" if several else title) if title else own
+                ids.append(import_messages(store, chat.messages, name))
+    return Imported(ids, known, [threads.titles[t] for t in known])
 
 
 # -- reading --------------------------------------------------------------------------------
