@@ -23,6 +23,7 @@ from support.helpers import run_cli as run
 FOREIGN = FIXTURES / "foreign"
 CHATGPT_TREE = FOREIGN / "chatgpt" / "librechat-chatgpt-tree.json"
 CHATGPT_MODERN = FOREIGN / "chatgpt" / "librechat-chatgpt-modern-export.json"
+CLAUDE = FOREIGN / "claude" / "conversations.json"
 CHATGPT_TOOLS = FOREIGN / "chatgpt" / "chatgpt-exporter-image-generation.json"
 OPEN_WEBUI_LIBRECHAT = FOREIGN / "openwebui" / "librechat-openwebui-export.json"
 OPEN_WEBUI_APP = FOREIGN / "openwebui" / "mobileapp-openwebui-chats.json"
@@ -676,3 +677,85 @@ def test_a_long_chain_of_second_messages_is_untangled_in_one_pass(tmp_path):
     assert sum(len(m["content"]) for m in messages) < foreign_tree.MERGED_CHARS + 2 * n * 120
     left_out = int(loaded.notes[0].split()[0].replace(",", ""))  # "N messages on branches…"
     assert len(messages) < 2 * n and len(messages) + left_out == 2 * n  # every one kept or counted
+
+
+# -- Claude, and the zip archives exports are downloaded as -----------------------------------
+
+
+def test_a_claude_export_imports_with_its_branches_pasted_files_and_dates(capsys):
+    """Before: "message index 0: unknown role None". Now each conversation is a thread:
+    the edited message's branch active (current_leaf_message_uuid), a pasted file
+    (Claude keeps its text as extracted_content) as an attachment the model reads,
+    thinking left out, tool steps and an image counted, every message's date kept."""
+    ids, err = imported(capsys, CLAUDE)
+    assert len(ids) == 2 and err.splitlines() == [
+        "iris-desktop: imported 2 chats from a Claude export",
+        "iris-desktop: 1 image was left out: Iris imports text only.",
+        "iris-desktop: 1 tool step (web searches, code runs, image generation) was left out; the "
+        "replies that used them are kept.",
+        "iris-desktop: 1 chat with no text message was skipped."]
+    listed = {t["id"]: t["title"] for t in threads(capsys)}
+    assert [listed[i] for i in ids] == ["Trip to Lisbon in May", "Weather lookup"]
+    trip = exported(capsys, ids[0])
+    assert len(trip) == 6 and all(m["created_at"].startswith("2025-04-02T08:") for m in trip)
+    pasted = trip[2]
+    assert '<file name="pasted.txt">\nHotel 120 EUR/night' in pasted["content"]
+    assert pasted["attachments"]["files"][0]["name"] == "pasted.txt"
+    sent = [m["id"] for m in context_messages(capsys, ids[0]) if m["role"] != "system"]
+    by_id = {m["iris"]["id"]: m["content"] for m in trip}
+    assert [by_id[i] for i in sent[-2:]] == [
+        "Actually we land on 15 May, redo it for two days.",
+        "Two days from 15 May: Alfama and the tile museum, then Belém and the Time Out Market."]
+    assert len(sent) == 4  # the edited branch only
+    assert not any("They like food and azulejos" in m["content"] for m in trip)  # thinking
+    weather = exported(capsys, ids[1])
+    assert weather[1]["content"] == "Let me check.\n\nYes: showers are forecast, around 17 °C."
+
+
+def zipped(tmp_path: Path, source: Path, inside: str = "conversations.json", **others: str) -> Path:
+    import zipfile
+
+    archive = tmp_path / "data-2025-06-12-10-00-00.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in others.items():
+            zf.writestr(name.replace("__", "/").replace("_json", ".json"), text)
+        zf.write(source, inside)
+    return archive
+
+
+@pytest.mark.parametrize("source", [CLAUDE, CHATGPT_MODERN], ids=["claude", "chatgpt"])
+def test_the_zip_an_export_is_downloaded_as_and_its_folder_import_as_its_conversations(
+        capsys, tmp_path, source):
+    """Before: "not UTF-8 text (byte 12)" for the zip ChatGPT and Claude send, and a
+    sentence about Jan's folders for the folder it unzips to."""
+    archive = zipped(tmp_path, source, users_json='[{"uuid": "u"}]', chat_html="<html></html>")
+    ids, err = imported(capsys, archive)
+    direct, _ = imported(capsys, source, "--again")
+    assert len(ids) == len(direct) > 0 and "imported before" not in err
+    def said(thread: int) -> list[tuple]:
+        return [(m["role"], m["content"], m.get("created_at")) for m in exported(capsys, thread)]
+
+    assert [said(a) for a in ids] == [said(b) for b in direct]
+    folder = tmp_path / "unzipped"
+    folder.mkdir()
+    (folder / "conversations.json").write_bytes(source.read_bytes())
+    code, out, err = run(capsys, "import", folder)
+    assert code == 0 and out == "" and f"{len(ids)} chat" in err and "imported before" in err
+
+
+def test_a_zip_without_conversations_or_damaged_is_one_sentence_and_nothing_is_written(
+        capsys, tmp_path):
+    archive = zipped(tmp_path, CLAUDE, inside="notes/readme.json")
+    code, out, err = run(capsys, "import", archive)
+    assert code != 0 and out == ""
+    assert err.strip() == (f"iris-desktop: import refused, nothing was written: {archive}: a zip "
+                           "archive with no conversations.json in it; unzip it and import the "
+                           "chat file it holds")
+    damaged = tmp_path / "damaged.zip"
+    damaged.write_bytes(zipped(tmp_path, CLAUDE).read_bytes()[:200])
+    code, out, err = run(capsys, "import", damaged)
+    assert code != 0 and "a zip archive Iris cannot read" in err and "Traceback" not in err
+    outside = zipped(tmp_path, CLAUDE, inside="../../conversations.json")  # a hostile name
+    ids, _ = imported(capsys, outside)
+    assert len(ids) == 2 and not (tmp_path.parent / "conversations.json").exists()
+    assert len(threads(capsys)) == 2

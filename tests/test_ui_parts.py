@@ -145,6 +145,24 @@ def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
     assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
 
 
+def test_the_window_imports_a_claude_export_as_downloaded_a_zip(window, qtbot, tmp_path):
+    """File ▸ Import conversation… on the zip claude.ai sends: its chats in the list,
+    the newest opened with its pasted file shown as an attachment."""
+    import zipfile
+
+    from conftest import FIXTURES
+
+    archive = tmp_path / "data-2025-06-12.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.write(FIXTURES / "foreign" / "claude" / "conversations.json", "conversations.json")
+        zf.writestr("users.json", "[]")
+    window.threads_control.import_file(str(archive))
+    qtbot.waitUntil(lambda: window.threads.list.count() == 2 and window.thread_id is not None,
+                    timeout=10_000)
+    titles = {window.threads.list.item(i).text() for i in range(2)}
+    assert titles == {"Trip to Lisbon in May", "Weather lookup"}
+
+
 def _failure_box(window, qtbot):
     from PySide6.QtWidgets import QMessageBox
 

@@ -1,5 +1,7 @@
-"""Conversations from other apps: ChatGPT's data export, Open WebUI's export, LM Studio's
-conversation files and Jan's threads, besides Iris's own exports and OpenAI message lists
+"""Conversations from other apps: ChatGPT's and Claude's data exports (``conversations.json``,
+the folder it is in, or the zip archive they are downloaded as: :mod:`.export_zip`; Claude's
+read by :mod:`.foreign_claude`), Open WebUI's export, LM Studio's conversation files and
+Jan's threads, besides Iris's own exports and OpenAI message lists
 (:mod:`iris_desktop.core.conversation`, which reads those two).
 
 :func:`load_conversations` tells the format from the content (never from the file name),
@@ -32,7 +34,6 @@ import json
 import re
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,7 +48,15 @@ from iris_desktop.core.conversation import (
     title_from,
     validate_messages,
 )
-from iris_desktop.core.foreign_tree import Node, tree
+from iris_desktop.core.export_zip import EXPORT_NAME, zipped_export
+from iris_desktop.core.foreign_claude import claude_chat
+from iris_desktop.core.foreign_parts import Chat
+from iris_desktop.core.foreign_parts import Tally as _Tally
+from iris_desktop.core.foreign_parts import count as _count
+from iris_desktop.core.foreign_parts import hashable as _hashable
+from iris_desktop.core.foreign_parts import tree_messages as _tree
+from iris_desktop.core.foreign_parts import usable_title as _title
+from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.import_twins import StoredThreads
 from iris_desktop.core.store import Store, iso_timestamp
 from iris_desktop.tokens import Message
@@ -55,6 +64,7 @@ from iris_desktop.tokens import Message
 CHATGPT = "ChatGPT export"
 OPEN_WEBUI = "Open WebUI export"
 LM_STUDIO = "LM Studio conversation"
+CLAUDE = "Claude export"
 JAN = "Jan thread"
 JAN_FOLDER = "Jan threads folder"
 IRIS = "Iris export"
@@ -68,15 +78,10 @@ UNKNOWN_SHAPE = ("not a conversation Iris knows: it reads OpenAI message lists (
 
 #: keys only the foreign formats have; a file that holds none is left to conversation.py
 _SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|'
-                        r'currentlySelected|versions|thread_id|object)"\s*:')
+                        r'currentlySelected|versions|thread_id|object|chat_messages)"\s*:')
 #: the kinds of Open WebUI's ``<details type="…">`` blocks that hold no reply text
 _DETAILS_TYPE = re.compile(r'\btype="(reasoning|tool_calls|code_interpreter)"')
 _ROLES = ("system", "user", "assistant")
-
-
-class Chat(NamedTuple):
-    title: str | None
-    messages: list[Message]
 
 
 class Loaded(tuple):
@@ -119,13 +124,16 @@ def load_conversations(path: str | Path) -> Loaded:
         folder = path.is_dir()
     except OSError:
         folder = False
+    if folder and _is_file(path / EXPORT_NAME):  # ChatGPT's or Claude's export, unzipped
+        path, folder = path / EXPORT_NAME, False
     if folder:
         return _guard(path, JAN, lambda: _jan_folder(path))
-    text = read_text_file(path, MAX_IMPORT_BYTES)
+    zipped = zipped_export(path)
+    text = read_text_file(path, MAX_IMPORT_BYTES) if zipped is None else zipped
     stripped = text.lstrip()
     if not stripped.startswith("{") and not _SIGNATURE.search(stripped):
         del text, stripped
-        return _native(path)
+        return _native(path, zipped is not None)
     data = _json(text)
     if data is None:
         lines = _jsonl(text)
@@ -134,7 +142,7 @@ def load_conversations(path: str | Path) -> Loaded:
             return _guard(path, JAN, lambda: _finish(path, JAN, [
                 lambda tally: _jan_chat(thread, lines, tally, problem)]))
         del text, stripped
-        return _native(path)
+        return _native(path, zipped is not None)
     del text, stripped
     if isinstance(data, dict) and _jan_messages([data]):  # a Jan messages.jsonl of one line
         thread, problem = _read_json(path.parent / "thread.json", soft=True)
@@ -146,14 +154,22 @@ def load_conversations(path: str | Path) -> Loaded:
                 and "role" not in data:
             raise ConversationFormatError(f"{path}: {UNKNOWN_SHAPE}")
         del data
-        return _native(path)
+        return _native(path, zipped is not None)
     if kind == JAN:
         lines = _read_jsonl(path.parent / "messages.jsonl")
         return _guard(path, JAN, lambda: _finish(path, JAN, [
             lambda tally: _jan_chat(data, lines, tally)]))
-    convert = {CHATGPT: _chatgpt_chat, OPEN_WEBUI: _openwebui_chat, LM_STUDIO: _lmstudio_chat}[kind]
+    convert = {CHATGPT: _chatgpt_chat, OPEN_WEBUI: _openwebui_chat, LM_STUDIO: _lmstudio_chat,
+               CLAUDE: claude_chat}[kind]
     return _guard(path, kind, lambda: _finish(path, kind, [
         (lambda tally, item=item: convert(item, tally)) for item in items]))
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a folder one may not look into: the Jan reader names it
+        return False
 
 
 class Imported(NamedTuple):
@@ -222,7 +238,10 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
 # -- reading --------------------------------------------------------------------------------
 
 
-def _native(path: Path) -> Loaded:
+def _native(path: Path, zipped: bool = False) -> Loaded:
+    if zipped:
+        raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is not a ChatGPT or Claude "
+                                      "export")
     messages, title = load_conversation(path)
     fmt = IRIS if any(TREE_KEY in m for m in messages) else OPENAI
     return Loaded(fmt, [Chat(title, messages)])
@@ -308,6 +327,8 @@ def _kind(data: Any) -> tuple[str | None, list[Any]]:
             return CHATGPT, data
         if any(isinstance(x.get("chat"), dict) for x in objects):
             return OPEN_WEBUI, data
+        if any(isinstance(x.get("chat_messages"), list) for x in objects):
+            return CLAUDE, data
         return None, []
     if not isinstance(data, dict) or "role" in data:
         return None, []
@@ -324,6 +345,8 @@ def _kind(data: Any) -> tuple[str | None, list[Any]]:
         return LM_STUDIO, [data]
     if data.get("object") == "thread":
         return JAN, [data]
+    if isinstance(data.get("chat_messages"), list):
+        return CLAUDE, [data]
     return None, []
 
 
@@ -335,48 +358,9 @@ def _jan_messages(lines: list[Any]) -> bool:
 # -- what every format shares -------------------------------------------------------------------
 
 
-@dataclass
-class _Tally:
-    """What was left out of the whole file."""
-    images: int = 0
-    files: int = 0
-    tools: int = 0
-    empty: int = 0
-    #: files beside the one imported that could not be read (a Jan thread.json), and why
-    unread: list[str] = field(default_factory=list)
-    #: messages on branches Iris cannot show beside the active one (``_untangle``)
-    unshown: int = 0
-
-    def notes(self) -> list[str]:
-        notes = [f"{problem}: the thread's title and instructions were left out."
-                 for problem in self.unread]
-        media = [_count(self.images, "image"), _count(self.files, "other file")]
-        media = [m for m, n in zip(media, (self.images, self.files)) if n]
-        if media:
-            verb = "was" if self.images + self.files == 1 else "were"
-            notes.append(f"{' and '.join(media)} {verb} left out: Iris imports text only.")
-        if self.tools:
-            verb = "was" if self.tools == 1 else "were"
-            notes.append(f"{_count(self.tools, 'tool step')} (web searches, code runs, image "
-                         f"generation) {verb} left out; the replies that used them are kept.")
-        if self.unshown:
-            verb = "was" if self.unshown == 1 else "were"
-            notes.append(f"{_count(self.unshown, 'message')} on branches that start with a "
-                         f"different role than the active one {verb} left out: Iris shows "
-                         "alternatives of one role side by side.")
-        if self.empty:
-            verb = "was" if self.empty == 1 else "were"
-            notes.append(f"{_count(self.empty, 'chat')} with no text message {verb} skipped.")
-        return notes
-
-
 def _a(fmt: str) -> str:
     """'an Open WebUI export', 'an LM Studio conversation', 'a ChatGPT export'."""
     return f"{'an' if fmt[0] in 'AEIOU' or fmt.startswith('LM ') else 'a'} {fmt}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _guard(path: Path, fmt: str, build: Callable[[], Loaded]) -> Loaded:
@@ -435,17 +419,6 @@ def _short(title: str, limit: int = 40) -> str:
     return repr(_clipped(title, limit))
 
 
-def _title(value: Any) -> str | None:
-    """A usable title: text that can be stored (else the first user message names it)."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    return value.strip()
-
-
 def _message(role: str, text: str, when: Any = None) -> Message:
     message: Message = {"role": role, "content": text}
     if isinstance(when, (int, float)) and not isinstance(when, bool) and when > 0:
@@ -495,15 +468,6 @@ def _cut_blocks(text: str, opening: str, closing: str,
         scan = pos
     out.append(text[pos:])
     return "".join(out), kinds
-
-
-def _tree(nodes: dict[Hashable, Node], active: Hashable | None, system: str | None = None,
-          tally: _Tally | None = None) -> list[Message]:
-    """:func:`~iris_desktop.core.foreign_tree.tree`, what it left out counted in ``tally``."""
-    messages, left_out = tree(nodes, active, system)
-    if tally is not None:
-        tally.unshown += left_out
-    return messages
 
 
 # -- ChatGPT ------------------------------------------------------------------------------------
@@ -634,10 +598,6 @@ def _openwebui_chat(item: Any, tally: _Tally) -> Chat | None:
     messages = _tree(nodes, _hashable(active) if active is not None else None,
                      system.strip() if system and system.strip() else None, tally)
     return Chat(title, messages)
-
-
-def _hashable(value: Any) -> Hashable:
-    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else repr(value)
 
 
 def _openwebui_message(message: dict[str, Any], tally: _Tally) -> Message | None:

@@ -383,8 +383,8 @@ class ThreadControl(QObject):
     def import_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self.parent_widget, "Import conversations", str(Path.home()),
-            "Conversations: OpenAI, Iris, ChatGPT's conversations.json, Open WebUI, LM Studio, "
-            "Jan's thread.json (*.json *.jsonl);;All files (*)")
+            "Conversations: OpenAI, Iris, ChatGPT's or Claude's export (.zip or conversations.json), "
+            "Open WebUI, LM Studio, Jan's thread.json (*.json *.jsonl *.zip);;All files (*)")
         if path:
             self.import_file(path)
 

@@ -1,0 +1,56 @@
+"""The chats of a data export still in the zip archive it is downloaded as (ChatGPT's,
+Claude's): the ``conversations.json`` inside, read without unpacking anything to disk
+(no name in the archive is ever a path written to), and never more than the import limit
+of it, whatever the archive's headers claim.
+"""
+
+from __future__ import annotations
+
+import zipfile
+import zlib
+from pathlib import Path, PurePosixPath
+
+from iris_desktop.core.conversation import MAX_IMPORT_BYTES, ConversationFormatError
+
+#: the file ChatGPT's and Claude's data exports hold the chats in
+EXPORT_NAME = "conversations.json"
+
+
+def zipped_export(path: Path) -> str | None:
+    """The text of the ``conversations.json`` in a zip archive (ChatGPT's and Claude's
+    exports are downloaded so), read without unpacking anything to disk and never more
+    than MAX_IMPORT_BYTES of it; None for a file that is not a zip archive."""
+    try:
+        if not path.is_file():
+            return None  # a device or a pipe: read_text_file says so, never blocking
+        with open(path, "rb") as handle:
+            if handle.read(4) != b"PK\x03\x04":
+                return None
+        with zipfile.ZipFile(path) as archive:
+            inside = sorted((i for i in archive.infolist() if not i.is_dir()
+                             and PurePosixPath(i.filename).name == EXPORT_NAME),
+                            key=lambda i: len(i.filename))
+            if not inside:
+                raise ConversationFormatError(
+                    f"{path}: a zip archive with no {EXPORT_NAME} in it; unzip it and import "
+                    "the chat file it holds")
+            if inside[0].file_size > MAX_IMPORT_BYTES:
+                raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is larger than the "
+                                              f"limit of {MAX_IMPORT_BYTES:,} bytes")
+            with archive.open(inside[0]) as member:
+                data = member.read(MAX_IMPORT_BYTES + 1)
+    except ConversationFormatError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            OSError) as exc:  # damaged, encrypted, an unknown compression, unreadable
+        raise ConversationFormatError(f"{path}: a zip archive Iris cannot read ({exc}); unzip "
+                                      f"it and import its {EXPORT_NAME}") from None
+    if len(data) > MAX_IMPORT_BYTES:
+        raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is larger than the limit of "
+                                      f"{MAX_IMPORT_BYTES:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is not UTF-8 text (byte "
+                                      f"{exc.start})") from None
+    return text[1:] if text.startswith("\ufeff") else text
