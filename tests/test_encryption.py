@@ -196,6 +196,57 @@ def test_a_damaged_encrypted_history_is_salvaged_into_an_encrypted_one(tmp_path)
     assert PHRASE.encode() not in path.read_bytes()
 
 
+def test_one_damaged_page_of_an_encrypted_history_loses_only_its_own_rows(tmp_path):
+    """Before, SQLCipher's connection failed every read after the first page that failed
+    its check, sound pages too: a salvage of 2,000 messages with one leaf damaged kept
+    the 787 before it. Each failed read now opens the file again, so the rows of the other
+    pages are kept. A raw key (no KDF), as the keyring's."""
+    import shutil
+
+    from iris_desktop.core.store.salvage_read import damaged_reader
+
+    key = Key.raw(bytes(range(32)))
+    path = tmp_path / "iris.db"
+    with Store(path, key=key) as store:
+        thread = store.create_thread("long")
+        store.add_messages(thread, [{"role": "user", "content": f"message {i} " * 6}
+                                    for i in range(2000)])
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def flipped(target: Path, page: int) -> None:
+        with open(target, "r+b") as handle:
+            handle.seek((page - 1) * 4096 + 1500)
+            byte = handle.read(1)
+            handle.seek((page - 1) * 4096 + 1500)
+            handle.write(bytes([byte[0] ^ 1]))
+
+    def breaks_the_messages(page: int) -> bool:  # a page of the messages table's b-tree
+        probe = tmp_path / "probe.db"
+        shutil.copyfile(path, probe)
+        flipped(probe, page)
+        try:
+            conn = damaged_reader(probe, key)
+        except sqlite3.DatabaseError:
+            return False
+        try:
+            conn.execute("SELECT max(length(content)) FROM messages NOT INDEXED").fetchone()
+            return False
+        except sqlite3.DatabaseError:
+            return True
+        finally:
+            conn.close()
+
+    pages = [p for p in range(2, path.stat().st_size // 4096 + 1) if breaks_the_messages(p)]
+    assert len(pages) > 10
+    flipped(path, pages[len(pages) // 3])  # a leaf a third of the way in
+    store, recovery = open_store(path, key)
+    with store:
+        assert recovery is not None
+        kept = [m["id"] for m in store.messages(thread)]
+    assert 1_900 < len(kept) < 2_000 and max(kept) == 2_000, len(kept)  # one leaf's rows lost
+    assert recovery.lost["messages"] == 2_000 - len(kept)
+
+
 # -- the wrong key -------------------------------------------------------------------------
 
 

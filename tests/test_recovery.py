@@ -598,3 +598,48 @@ def test_recover_refuses_while_another_process_has_the_database_open(capsys, tmp
         holder.communicate("")
     code, out, err = run(capsys, "--data-dir", data, "recover", aside.name, "--yes")
     assert code == 0, err
+
+
+def test_a_chat_cut_by_a_damaged_page_stays_one_chat_on_its_path(tmp_path):
+    """Before, the message after the rows a damaged page took lost its parent and became
+    a root: the window's path started there, and every message above the gap (the chat's
+    beginning) was off the path, shown nowhere. It now hangs below the nearest earlier
+    message left, so the chat reads on across the gap."""
+    import shutil
+
+    from iris_desktop.core.store import Store, open_store
+
+    path = tmp_path / "iris.db"
+    with Store(path) as store:
+        thread = store.create_thread("long")
+        store.add_messages(thread, [{"role": "user" if i % 2 == 0 else "assistant",
+                                     "content": f"message {i} " * 6} for i in range(2000)])
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = 4096
+
+    def breaks_the_messages(page: int) -> bool:
+        probe = tmp_path / "probe.db"
+        shutil.copyfile(path, probe)
+        with open(probe, "r+b") as handle:  # a leaf's cell pointers zeroed: its rows unreadable
+            handle.seek((page - 1) * page_size)
+            handle.write(b"\x0d" + b"\xff" * 40)
+        conn = sqlite3.connect(f"{probe.as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            conn.execute("SELECT max(length(content)) FROM messages NOT INDEXED").fetchone()
+            return False
+        except sqlite3.DatabaseError:
+            return True
+        finally:
+            conn.close()
+
+    pages = [p for p in range(2, path.stat().st_size // page_size + 1) if breaks_the_messages(p)]
+    assert len(pages) > 10
+    with open(path, "r+b") as handle:
+        handle.seek((pages[len(pages) // 3] - 1) * page_size)
+        handle.write(b"\x0d" + b"\xff" * 40)
+    store, recovery = open_store(path)
+    with store:
+        assert recovery is not None and 0 < recovery.lost["messages"] < 100
+        on_path = [m["id"] for m in store.messages(thread)]
+        assert on_path[0] == 1 and on_path[-1] == 2000
+        assert len(on_path) == 2000 - recovery.lost["messages"]  # every row kept is shown

@@ -163,11 +163,16 @@ class Branches(Connected):
 
 
 def rebuild_paths(conn: sqlite3.Connection) -> None:
-    """After a salvage: links to lost messages dropped, a thread whose messages lost every
-    link (a database older than branches) read as one line again, and each thread's
-    active path rebuilt from its head (or its newest message)."""
-    conn.execute("UPDATE messages SET parent_id = NULL WHERE parent_id IS NOT NULL "
-                 "AND parent_id NOT IN (SELECT id FROM messages)")
+    """After a salvage: a message whose parent was lost hangs below the thread's nearest
+    earlier message that is left (a damaged page in the middle of a chat cut it in two
+    before, and the part above the gap was no longer on the path the window shows); a
+    thread whose messages lost every link (a database older than branches) read as one
+    line again, and each thread's active path rebuilt from its head (or its newest
+    message)."""
+    conn.execute("""
+        UPDATE messages SET parent_id = (SELECT max(p.id) FROM messages p
+                                         WHERE p.thread_id = messages.thread_id AND p.id < messages.id)
+        WHERE parent_id IS NOT NULL AND parent_id NOT IN (SELECT id FROM messages)""")
     conn.execute("""
         UPDATE messages SET parent_id = (SELECT max(p.id) FROM messages p
                                          WHERE p.thread_id = messages.thread_id AND p.id < messages.id)

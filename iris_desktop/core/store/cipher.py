@@ -257,7 +257,8 @@ def connect(database: str | os.PathLike[str], key: Key | None = None, *, path: P
                              "nothing was changed") from None
         raise KeyRejected(f"{key.what} does not open the encrypted history at {where}; nothing "
                           "was changed; give the right one (IRIS_STORAGE_PASSPHRASE, or enter "
-                          "it when asked)") from None
+                          "it when asked); if it is the right one, the file's first page is "
+                          "damaged: 'iris-desktop recover' lists copies to put back") from None
     conn.execute(f"PRAGMA cache_size = -{ENCRYPTED_CACHE_KIB}")
     return conn
 

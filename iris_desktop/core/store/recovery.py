@@ -37,7 +37,10 @@ from iris_desktop.core.store.base import _exists
 from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, convert
 from iris_desktop.core.store.errors import StoreError
-from iris_desktop.core.store.rows import decode_text
+from iris_desktop.core.store.salvage_read import Reader, RowReader, read_only
+from iris_desktop.core.store.salvage_read import absent as _absent
+from iris_desktop.core.store.salvage_read import at_least as _at_least
+from iris_desktop.core.store.salvage_read import held as _held
 from iris_desktop.files import free_bytes, fsync_dir
 
 log = logging.getLogger("iris.store")
@@ -160,17 +163,6 @@ def _repaired_header(head: bytes, page_size: int) -> bytes:
     return bytes(fixed)
 
 
-def _read_only(path: Path, key: Key | None = None) -> sqlite3.Connection:
-    """A connection that cannot write to ``path``: unlike a read-write one, it never
-    checkpoints the WAL into the file when it closes. Without a -wal file the database
-    is opened immutable, so that not even a -wal or -shm is created beside it."""
-    mode = "ro" if _sidecar(path, "-wal").exists() else "ro&immutable=1"
-    conn = connect(f"{path.resolve().as_uri()}?mode={mode}", key, uri=True, path=path)
-    conn.execute("PRAGMA query_only = 1")
-    conn.text_factory = decode_text  # a damaged text is copied with U+FFFD, not skipped
-    return conn
-
-
 def quick_check(path: Path, budget_s: float | None = None, key: Key | None = None) -> list[str]:
     """PRAGMA quick_check's findings for the file ([] when sound, or when it stops
     after ``budget_s`` on a large file), read through :func:`_read_only`, after a look
@@ -186,7 +178,7 @@ def quick_check(path: Path, budget_s: float | None = None, key: Key | None = Non
             return header
     seconds = QUICK_CHECK_S if budget_s is None else budget_s
     try:
-        conn = _read_only(path, key)
+        conn = read_only(path, key)
     except sqlite3.DatabaseError as exc:
         raise StoreError(explain(exc, path)) from None
     try:
@@ -453,7 +445,7 @@ def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery
         _remove_stale_work(path)
         if key is None and header_problems(path):
             repaired = _repaired_copy(path)
-        source = _damaged_reader(repaired or path, key)
+        source = Reader(repaired or path, key)
         try:
             target = Store(work, key=key)
             try:
@@ -510,15 +502,6 @@ def _swap_in(path: Path, work: Path, mark: str) -> list[Path]:
     return moved
 
 
-def _damaged_reader(path: Path, key: Key | None = None) -> sqlite3.Connection:
-    """:func:`_read_only`, reading on where a file is shorter than its header says (a
-    truncated file: SQLite refuses it whole otherwise; ``writable_schema`` lets it read
-    the pages that are there, and ``query_only`` still forbids any write)."""
-    conn = _read_only(path, key)
-    conn.execute("PRAGMA writable_schema = ON")
-    return conn
-
-
 class _NothingRead(Exception):
     """Salvage read no row of a database that held some (or may have)."""
 
@@ -540,7 +523,7 @@ def _repaired_copy(path: Path) -> Path:
         with open(copy, "r+b") as fh:
             fh.write(_repaired_header(head, size))
         try:
-            conn = _read_only(copy)
+            conn = read_only(copy)
             try:
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
                 return copy
@@ -551,7 +534,7 @@ def _repaired_copy(path: Path) -> Path:
     return copy
 
 
-def _copy_all(source: sqlite3.Connection, target: sqlite3.Connection
+def _copy_all(source: Reader, target: sqlite3.Connection
               ) -> tuple[dict[str, int], dict[str, int | None], dict[str, int | None], int]:
     """Copy the salvaged tables; (recovered, held, lost, threads recreated): see
     :class:`Recovery`."""
@@ -590,54 +573,7 @@ def _copy_all(source: sqlite3.Connection, target: sqlite3.Connection
     return recovered, held, lost, recreated
 
 
-#: more parts of the database that count a table's rows, besides the table and its
-#: indexes: the full-text index keeps one row per message
-_COUNTED_BY = {"messages": ("SELECT count(*) FROM messages_fts_docsize",)}
-#: lower bounds on a table's rows, when nothing counts them: threads that messages name
-_AT_LEAST = {"threads": ("SELECT count(DISTINCT thread_id) FROM messages INDEXED BY messages_thread",
-                         "SELECT count(DISTINCT thread_id) FROM messages NOT INDEXED")}
-
-
-def _counts(conn: sqlite3.Connection, queries: Sequence[str]) -> list[int]:
-    found = []
-    for sql in queries:
-        try:
-            found.append(int(conn.execute(sql).fetchone()[0]))
-        except sqlite3.DatabaseError:
-            continue
-    return found
-
-
-def _held(conn: sqlite3.Connection, table: str) -> int | None:
-    """How many rows ``table`` holds, as far as its b-tree, one of its (whole) indexes or
-    another part that counts them can still tell (the largest count read); None when
-    none can."""
-    queries = [f"SELECT count(*) FROM {table} NOT INDEXED"]
-    try:
-        indexes = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
-                               "AND tbl_name = ?", (table,)).fetchall()
-    except sqlite3.DatabaseError:
-        indexes = []
-    for name, sql in indexes:
-        if sql is None or " WHERE " not in sql.upper():  # a partial index counts a part
-            queries.append(f'SELECT count(*) FROM {table} INDEXED BY "{name}"')
-    found = _counts(conn, [*queries, *_COUNTED_BY.get(table, ())])
-    return max(found) if found else None
-
-
-def _at_least(conn: sqlite3.Connection, table: str) -> int:
-    return max(_counts(conn, _AT_LEAST.get(table, ())), default=0)
-
-
-def _absent(source: sqlite3.Connection, table: str) -> bool:
-    """The database never had ``table`` (its schema says so, and can be read)."""
-    with contextlib.suppress(sqlite3.DatabaseError):
-        return source.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                              (table,)).fetchone() is None
-    return False
-
-
-def _copy_table(source: sqlite3.Connection, target: sqlite3.Connection, table: str
+def _copy_table(source: Reader, target: sqlite3.Connection, table: str
                 ) -> tuple[int, int, bool]:
     """(rows copied, rows read but refused, whether reading met damage) of one table;
     FTS is filled by the insert triggers."""
@@ -645,9 +581,10 @@ def _copy_table(source: sqlite3.Connection, target: sqlite3.Connection, table: s
     try:
         present = {row[1] for row in source.execute(f"PRAGMA table_info({table})")}
     except sqlite3.DatabaseError:
+        source.renew()
         present = set(wanted)
     columns = [c for c in wanted if c in present] or wanted
-    reader = _RowReader(source, table, columns)
+    reader = RowReader(source, table, columns)
     insert = (f"INSERT INTO {table}({', '.join(columns)}) "
               f"VALUES ({', '.join('?' * len(columns))})")
     copied = refused = 0
@@ -674,68 +611,6 @@ def _repair_references(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE compaction_events SET summary_id = NULL "
                  "WHERE summary_id NOT IN (SELECT id FROM summaries)")
     rebuild_paths(conn)
-
-
-class _RowReader:
-    """The readable rows of one table of a damaged database, in id order.
-
-    A damaged page fails every read that touches it, so after a failure the next start
-    that reads is searched for: doubling steps past it, then bisection back to the
-    first id that reads. ``skipped`` counts the ids stepped over (the rows lost, when
-    ids are dense as Iris writes them); ``failed``: some read failed (rows may be lost
-    past the last one read, too).
-    """
-
-    _MAX_ROWID = 2**63 - 1
-
-    def __init__(self, conn: sqlite3.Connection, table: str, columns: Sequence[str]):
-        self.conn = conn
-        self.sql = (f"SELECT rowid, {', '.join(columns)} FROM {table} "
-                    "WHERE rowid > ? ORDER BY rowid")
-        self.skipped = 0
-        self.failed = False
-
-    def rows(self) -> Iterator[tuple]:
-        last, gap_from = -1, None  # from rowid 0: the draft of a chat not begun is key 0
-        while True:
-            try:
-                for row in self.conn.execute(self.sql, (last,)):
-                    if gap_from is not None:
-                        self.skipped += row[0] - gap_from - 1
-                        gap_from = None
-                    last = row[0]
-                    yield row[1:]
-                return
-            except sqlite3.DatabaseError:
-                self.failed = True
-                gap_from = last if gap_from is None else gap_from
-                resume = self._resume(last)
-                if resume is None:
-                    return
-                last = resume
-
-    def _readable(self, start: int) -> bool:
-        try:
-            self.conn.execute(self.sql + " LIMIT 1", (start,)).fetchall()
-            return True
-        except sqlite3.DatabaseError:
-            return False
-
-    def _resume(self, last: int) -> int | None:
-        """The smallest start after ``last`` from which a read succeeds."""
-        step = 1
-        while not self._readable(last + step):
-            step *= 2
-            if last + step >= self._MAX_ROWID:
-                return None
-        low, high = last + step // 2, last + step  # low fails (or is last), high reads
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self._readable(middle):
-                high = middle
-            else:
-                low = middle
-        return high
 
 
 # -- set-aside databases: listing, telling, restoring ---------------------------------------
@@ -826,7 +701,7 @@ def inspect_set_aside(file: Path, key: Key | None = None) -> SetAside:
     source = file
     repaired = _repaired_copy(file) if key is None and header_problems(file) else None
     try:
-        conn = _damaged_reader(repaired or source, key)
+        conn = Reader(repaired or source, key)
         try:
             for table in SALVAGED_TABLES:
                 rows[table] = _held(conn, table)
@@ -860,7 +735,7 @@ def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = Fals
     _remove_stale_work(path)
     work = _sidecar(path, f".restoring-{os.getpid()}")
     try:
-        source = _read_only(file, key)
+        source = read_only(file, key)
         try:
             fd = os.open(work, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             os.close(fd)
@@ -875,7 +750,7 @@ def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = Fals
         found = quick_check(work, budget_s=60, key=key)
         if found:
             raise StoreError(f"the copy failed its check: {first_problem(found)}")
-        check = _read_only(work, key)
+        check = read_only(work, key)
         try:
             copied = {t: _held(check, t) for t in SALVAGED_TABLES}
         finally:
