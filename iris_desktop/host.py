@@ -58,7 +58,7 @@ from iris_desktop.core.planner import FALLBACK_WINDOW, Planner, limit_problems, 
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
-from iris_desktop.core.store.cipher import is_encrypted
+from iris_desktop.core.store.cipher import is_encrypted, no_conversion
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.files import clean_leftovers
@@ -312,10 +312,19 @@ class Host:
                   if self.settings.source("storage.encrypt") != "default" else None)
         if wanted or (wanted is None and is_encrypted(self.paths.db_path) is True):
             keep_memory_private()
+        db = self.paths.db_path
+        with no_conversion(db):
+            pass  # another process's encryption or decryption finishes before the decision
         self.storage: Prepared = prepare(self.paths, wanted, env, ask_passphrase)
         if self.storage.key is not None:
             self.settings.values["storage.encrypt"] = True  # what the history is
-        self.stores, self.recovery = open_stores(self.paths.db_path, self.storage.key)
+        with no_conversion(db):  # none starts until this connection (and its -wal) is open
+            state = is_encrypted(db)
+            if (state is True and self.storage.key is None) or (
+                    state is False and self.storage.key is not None):
+                raise StoreError(f"another Iris process encrypted or decrypted {db} while this "
+                                 "one started; start Iris again")
+            self.stores, self.recovery = open_stores(db, self.storage.key)
         if self.recovery is not None:  # the salvaged copy has a salt of its own
             keep_key(self.paths.db_path, self.storage.key)
         self._kv_secret: bytes | None = None

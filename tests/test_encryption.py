@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -333,6 +334,57 @@ def crash_at(data: Path, at: str, encrypt: bool) -> int:
     script = CRASH.format(tests=str(REPO / "tests"), repo=str(REPO), at=at, data=str(data),
                           encrypt=encrypt, passphrase=PASSPHRASE)
     return subprocess.run([sys.executable, "-c", script], timeout=120).returncode
+
+
+SLOW_CONVERSION = textwrap.dedent("""
+    import sys, time
+    sys.path[:0] = [{tests!r}, {repo!r}]
+    from pathlib import Path
+    from iris_desktop.paths import app_paths
+    from iris_desktop.storage_key import prepare
+
+    def step(name):
+        if name == "verified":  # the copy made, the swap to come: a slow disk's fsync
+            Path({marker!r}).touch()
+            deadline = time.monotonic() + 120
+            while not Path({marker!r} + ".go").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)  # held until the test has started the other process
+
+    prepare(app_paths({data!r}), True, {{"IRIS_STORAGE_PASSPHRASE": {passphrase!r}}}, None, step)
+""")
+
+
+def test_a_write_by_another_process_during_a_conversion_is_not_lost(capsys, monkeypatch, history,
+                                                                     tmp_path):
+    """Before, a second process whose setting said nothing opened the plain history while
+    the first encrypted it, imported a chat (exit 0), and the swap put the encrypted copy
+    over it: the chat was gone. A start now says the conversion is running and writes
+    nothing, and holds conversions off while it opens the database; once it is done, the
+    import lands in the encrypted history."""
+    data, threads = history
+    marker = tmp_path / "converting"
+    script = SLOW_CONVERSION.format(tests=str(REPO / "tests"), repo=str(REPO), data=str(data),
+                                    marker=str(marker), passphrase=PASSPHRASE)
+    converting = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and converting.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.exists()
+        monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", PASSPHRASE)  # not IRIS_STORAGE_ENCRYPT
+        other = tmp_path / "other.json"
+        other.write_text(json.dumps([{"role": "user", "content": "A chat typed meanwhile"}]))
+        code, out, err = run(capsys, "--data-dir", data, "import", other,
+                             "--title", "written meanwhile")
+        assert code == 1 and one_sentence(err) and "another Iris process is converting" in err
+    finally:
+        Path(f"{marker}.go").touch()
+        assert converting.wait(timeout=120) == 0
+    assert is_encrypted(data / "iris.db") is True
+    code, out, err = run(capsys, "--data-dir", data, "import", other, "--title", "written meanwhile")
+    assert code == 0, err
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--json", "--no-model")
+    assert {row["title"] for row in json.loads(out)} == {*threads, "written meanwhile"}
 
 
 def complete(db: Path) -> dict[str, int]:

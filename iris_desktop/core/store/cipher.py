@@ -27,7 +27,9 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -322,6 +324,38 @@ def _shred(path: Path) -> None:
 def _conversion_lock(path: Path) -> Path:
     """The file whose lock a conversion of ``path`` holds (hidden, beside it, empty)."""
     return path.with_name(f".{path.name}.lock")
+
+
+#: how long a start waits for the conversion lock: another process's opening holds it a
+#: moment; a conversion holds it longer, and is said instead
+CONVERSION_WAIT_S = 5.0
+
+
+@contextmanager
+def no_conversion(path: Path, wait_s: float = CONVERSION_WAIT_S) -> Iterator[None]:
+    """Hold the conversion lock of ``path`` for the block: none can start until the block
+    ends, and one another process is running (it holds the lock from its start to its
+    swap) is said, after waiting ``wait_s`` for a lock another process's opening holds.
+    Around the opening of the database, so that a conversion finds this process's
+    connection (its -wal) and refuses, instead of swapping a new file over the writes it
+    makes (a second process whose setting said nothing imported into the old file during
+    an encryption, and its chats were lost with it)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        entered = False
+        try:
+            with exclusive_lock(_conversion_lock(Path(path))):
+                entered = True
+                yield
+            return
+        except Busy:
+            if entered:  # the block's own
+                raise
+            if time.monotonic() > deadline:
+                raise StoreError(f"another Iris process is converting {path} now (encrypting or "
+                                 "decrypting it); start Iris again when it is done; nothing was "
+                                 "changed") from None
+            time.sleep(0.2)
 
 
 def tidy(path: Path) -> None:
