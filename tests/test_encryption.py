@@ -202,9 +202,9 @@ def test_one_damaged_page_of_an_encrypted_history_loses_only_its_own_rows(tmp_pa
     its check, sound pages too: a salvage of 2,000 messages with one leaf damaged kept
     the 787 before it. Each failed read now opens the file again, so the rows of the other
     pages are kept. A raw key (no KDF), as the keyring's."""
-    import shutil
-
     from iris_desktop.core.store.salvage_read import damaged_reader
+
+    from support.faults import flip_byte, pages_of_messages
 
     key = Key.raw(bytes(range(32)))
     path = tmp_path / "iris.db"
@@ -215,29 +215,9 @@ def test_one_damaged_page_of_an_encrypted_history_loses_only_its_own_rows(tmp_pa
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def flipped(target: Path, page: int) -> None:
-        with open(target, "r+b") as handle:
-            handle.seek((page - 1) * 4096 + 1500)
-            byte = handle.read(1)
-            handle.seek((page - 1) * 4096 + 1500)
-            handle.write(bytes([byte[0] ^ 1]))
+        flip_byte(target, (page - 1) * 4096 + 1500, 1)
 
-    def breaks_the_messages(page: int) -> bool:  # a page of the messages table's b-tree
-        probe = tmp_path / "probe.db"
-        shutil.copyfile(path, probe)
-        flipped(probe, page)
-        try:
-            conn = damaged_reader(probe, key)
-        except sqlite3.DatabaseError:
-            return False
-        try:
-            conn.execute("SELECT max(length(content)) FROM messages NOT INDEXED").fetchone()
-            return False
-        except sqlite3.DatabaseError:
-            return True
-        finally:
-            conn.close()
-
-    pages = [p for p in range(2, path.stat().st_size // 4096 + 1) if breaks_the_messages(p)]
+    pages = pages_of_messages(path, flipped, lambda probe: damaged_reader(probe, key))
     assert len(pages) > 10
     flipped(path, pages[len(pages) // 3])  # a leaf a third of the way in
     store, recovery = open_store(path, key)

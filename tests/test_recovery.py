@@ -605,9 +605,9 @@ def test_a_chat_cut_by_a_damaged_page_stays_one_chat_on_its_path(tmp_path):
     a root: the window's path started there, and every message above the gap (the chat's
     beginning) was off the path, shown nowhere. It now hangs below the nearest earlier
     message left, so the chat reads on across the gap."""
-    import shutil
-
     from iris_desktop.core.store import Store, open_store
+
+    from support.faults import pages_of_messages
 
     path = tmp_path / "iris.db"
     with Store(path) as store:
@@ -615,28 +615,16 @@ def test_a_chat_cut_by_a_damaged_page_stays_one_chat_on_its_path(tmp_path):
         store.add_messages(thread, [{"role": "user" if i % 2 == 0 else "assistant",
                                      "content": f"message {i} " * 6} for i in range(2000)])
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    page_size = 4096
 
-    def breaks_the_messages(page: int) -> bool:
-        probe = tmp_path / "probe.db"
-        shutil.copyfile(path, probe)
-        with open(probe, "r+b") as handle:  # a leaf's cell pointers zeroed: its rows unreadable
-            handle.seek((page - 1) * page_size)
+    def zeroed(target: Path, page: int) -> None:  # a leaf's cell pointers: its rows unreadable
+        with open(target, "r+b") as handle:
+            handle.seek((page - 1) * 4096)
             handle.write(b"\x0d" + b"\xff" * 40)
-        conn = sqlite3.connect(f"{probe.as_uri()}?mode=ro&immutable=1", uri=True)
-        try:
-            conn.execute("SELECT max(length(content)) FROM messages NOT INDEXED").fetchone()
-            return False
-        except sqlite3.DatabaseError:
-            return True
-        finally:
-            conn.close()
 
-    pages = [p for p in range(2, path.stat().st_size // page_size + 1) if breaks_the_messages(p)]
+    pages = pages_of_messages(path, zeroed, lambda probe: sqlite3.connect(
+        f"{probe.as_uri()}?mode=ro&immutable=1", uri=True))
     assert len(pages) > 10
-    with open(path, "r+b") as handle:
-        handle.seek((pages[len(pages) // 3] - 1) * page_size)
-        handle.write(b"\x0d" + b"\xff" * 40)
+    zeroed(path, pages[len(pages) // 3])
     store, recovery = open_store(path)
     with store:
         assert recovery is not None and 0 < recovery.lost["messages"] < 100

@@ -25,10 +25,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import sqlite3
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +109,30 @@ def flip_byte(path: Path, offset: int, mask: int = 0x80) -> int:
         fh.seek(offset)
         fh.write(bytes([old ^ mask]))
     return old ^ mask
+
+
+def pages_of_messages(path: Path, damage: Callable[[Path, int], None],
+                      open_: Callable[[Path], sqlite3.Connection], page_size: int = 4096) -> list[int]:
+    """The pages of ``path`` whose damage breaks a full scan of the messages table (its
+    b-tree's pages): each page is damaged (``damage(copy, page)``) on a copy of the file,
+    opened with ``open_``, and scanned; a copy that does not open at all does not count."""
+    probe = path.with_name(path.name + ".probe")
+    found = []
+    for page in range(2, path.stat().st_size // page_size + 1):
+        shutil.copyfile(path, probe)
+        damage(probe, page)
+        try:
+            conn = open_(probe)
+        except sqlite3.DatabaseError:
+            continue
+        try:
+            conn.execute("SELECT max(length(content)) FROM messages NOT INDEXED").fetchone()
+        except sqlite3.DatabaseError:
+            found.append(page)
+        finally:
+            conn.close()
+    probe.unlink(missing_ok=True)
+    return found
 
 
 def message_text_offset(db: Path, message_id: int, at: int = 0) -> int:
