@@ -759,3 +759,25 @@ def test_a_zip_without_conversations_or_damaged_is_one_sentence_and_nothing_is_w
     ids, _ = imported(capsys, outside)
     assert len(ids) == 2 and not (tmp_path.parent / "conversations.json").exists()
     assert len(threads(capsys)) == 2
+
+
+def test_imported_chats_take_their_place_in_the_list_by_when_they_were_last_written(tmp_path):
+    """Before, every imported chat was dated by the import: a file listing a 2025 chat
+    before a 2021 one put the 2021 chat on top of the list. A chat whose messages give
+    dates is listed by its last one; one without dates by the import, as before."""
+    from iris_desktop.core.foreign import OPENAI, Chat, Loaded, import_conversations
+    from iris_desktop.core.store import Store
+
+    def chat(title: str, year: int | None) -> Chat:
+        when = {"created_at": f"{year}-05-01T10:00:00+00:00"} if year else {}
+        return Chat(title, [{"role": "user", "content": f"{title}?", **when},
+                            {"role": "assistant", "content": f"{title}.", **when}])
+
+    with Store(tmp_path / "iris.db") as store:
+        store.create_thread("typed today")
+        import_conversations(store, Loaded(OPENAI, [chat("from 2025", 2025), chat("from 2021", 2021),
+                                                    chat("undated", None)]))
+        listed = [t["title"] for t in store.threads()]
+        assert listed == ["undated", "typed today", "from 2025", "from 2021"]
+        dated = {t["title"]: t for t in store.threads()}["from 2021"]
+        assert dated["created_at"] == dated["updated_at"] == 1619863200.0

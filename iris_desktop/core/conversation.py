@@ -17,6 +17,7 @@ branch exports as the plain list it always was.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import stat
@@ -340,6 +341,7 @@ def import_messages(store: Store, messages: list[Message], title: str) -> int:
         thread_id = store.create_thread(title)
         if not any(TREE_KEY in m for m in messages):
             store.add_messages(thread_id, messages)
+            _date(store, thread_id, messages)
             return thread_id
         ids: dict[Any, int] = {}
         active = None
@@ -351,7 +353,23 @@ def import_messages(store: Store, messages: list[Message], title: str) -> int:
             if node.get("active"):
                 active = ids[node["id"]]
         store.set_head(thread_id, active if active is not None else max(ids.values()))
+        _date(store, thread_id, messages)
     return thread_id
+
+
+def _date(store: Store, thread_id: int, messages: list[Message]) -> None:
+    """The thread's times from its messages' dates, where they give them: an imported chat
+    takes its place in the list by when it was last written to, not by when it came in."""
+    stamps = []
+    for message in messages:
+        try:
+            when = sent_at_of(message)
+        except (ValueError, OverflowError, OSError):
+            continue
+        if when is not None:
+            stamps.append(dt.datetime.fromisoformat(when).timestamp())
+    if stamps:
+        store.date_thread(thread_id, min(stamps), max(stamps))
 
 
 def _too_deep(value: Any) -> bool:

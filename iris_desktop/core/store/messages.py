@@ -56,6 +56,12 @@ class Messages(Branches):
         )
         return int(cur.lastrowid)
 
+    def date_thread(self, thread_id: int, created: float, updated: float) -> None:
+        """When an imported chat began and was last written to, as its source says (the
+        chat list is ordered by the second)."""
+        self.conn.execute("UPDATE threads SET created_at = ?, updated_at = ? WHERE id = ?",
+                          (created, updated, thread_id))
+
     def thread(self, thread_id: int) -> dict[str, Any]:
         row = list(self.db.query("SELECT * FROM threads WHERE id = ?", [thread_id]))
         if not row:
