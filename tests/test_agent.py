@@ -143,6 +143,37 @@ def test_partial_text_is_saved_while_streaming(fresh_store):
     assert fresh_store.messages(thread)[-1]["status"] == "complete"
 
 
+def test_a_save_the_write_lock_holds_off_does_not_end_the_reply(fresh_store, tmp_path):
+    """Before, a periodic save of the reply that met another process's write lock past
+    the busy timeout (a long import) ended the reply as "The model failed", and the error
+    save met the lock too: the reply stayed 'streaming'. The save is skipped and made
+    later; the reply is saved whole when it ends (the lock let go by then)."""
+    import sqlite3
+
+    thread = fresh_store.create_thread("t")
+    fresh_store.conn.execute("PRAGMA busy_timeout = 20")  # a busy timeout run out at once
+    other = sqlite3.connect(fresh_store.path, isolation_level=None)
+    ticks = iter(range(1000))
+    words = [f"w{i}" for i in range(12)]
+    runtime = ScriptedRuntime([" ".join(words)])
+    agent = Agent(fresh_store, planner_for(runtime, ContextParams(window=8192), save_interval_s=2.0),
+                  clock=lambda: next(ticks))
+    events, holding = [], False
+    for event in agent.send(thread, "go"):
+        events.append(event)
+        tokens = sum(isinstance(e, ReplyToken) for e in events)
+        if tokens == 2 and not holding:
+            other.execute("BEGIN IMMEDIATE")  # another process writes for a long time
+            holding = True
+        if tokens == 8 and holding:
+            other.execute("COMMIT")
+            holding = False
+    assert not [e for e in events if isinstance(e, TurnFailed)]
+    reply = fresh_store.messages(thread)[-1]
+    assert reply["status"] == "complete" and reply["content"] == " ".join(words)
+    other.close()
+
+
 def test_model_failure_mid_reply_keeps_everything(fresh_store):
     thread = fresh_store.create_thread("t")
     agent, _ = make_agent(fresh_store, [RuntimeError("GPU on fire")])

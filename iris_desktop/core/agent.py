@@ -437,8 +437,7 @@ class Agent:
                 if now - last_save >= self.config.save_interval_s:
                     self._renew_turn(thread_id)
                     text = "".join(pieces)
-                    if len(text) != saved_len:
-                        self.store.update_streaming(reply_id, text)
+                    if len(text) != saved_len and self._saved_so_far(reply_id, text):
                         saved_len = len(text)
                     last_save = now
         except Exception as exc:  # the model failed mid-reply: keep what came, say why
@@ -446,6 +445,20 @@ class Agent:
             self.store.update_streaming(reply_id, "".join(pieces), status="error")
             return reply_id, "".join(pieces), None, f"The model failed: {plain_reason(exc)}"
         return reply_id, "".join(pieces), generation.stats, None
+
+    def _saved_so_far(self, reply_id: int, text: str) -> bool:
+        """Save the reply so far; False when another process holds the database's write
+        lock past the busy timeout (a long import, before it wrote in short transactions):
+        the reply goes on, and the next save, or the last, writes it (this failed the
+        whole reply, and its error save failed too, leaving it 'streaming')."""
+        try:
+            self.store.update_streaming(reply_id, text)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            log.warning("the reply so far was not saved (%s); it is saved later", exc)
+            return False
+        return True
 
     @staticmethod
     def _number_calls(reply_id: int, calls: list[ToolCall]) -> list[ToolCall]:
