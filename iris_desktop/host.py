@@ -72,6 +72,7 @@ from iris_desktop.stop import Stop, StopEvent
 from iris_desktop.storage_key import (
     AskPassphrase,
     Prepared,
+    follow_history,
     keep_key,
     keep_memory_private,
     kv_key,
@@ -316,8 +317,6 @@ class Host:
         with no_conversion(db):
             pass  # another process's encryption or decryption finishes before the decision
         self.storage: Prepared = prepare(self.paths, wanted, env, ask_passphrase)
-        if self.storage.key is not None:
-            self.settings.values["storage.encrypt"] = True  # what the history is
         with no_conversion(db):  # none starts until this connection (and its -wal) is open
             state = is_encrypted(db)
             if (state is True and self.storage.key is None) or (
@@ -325,6 +324,7 @@ class Host:
                 raise StoreError(f"another Iris process encrypted or decrypted {db} while this "
                                  "one started; start Iris again")
             self.stores, self.recovery = open_stores(db, self.storage.key)
+        self.follow_history(self.settings)  # the dialog shows what the history is
         if self.recovery is not None:  # the salvaged copy has a salt of its own
             keep_key(self.paths.db_path, self.storage.key)
         self._kv_secret: bytes | None = None
@@ -392,6 +392,11 @@ class Host:
             self.reranker.close()
             self.reranker = None
         self.stores.release()
+
+    def follow_history(self, settings: Settings) -> Settings:
+        """``settings`` with storage.encrypt, when nothing sets it, as the history is
+        (:func:`~iris_desktop.storage_key.follow_history`): for every load of them."""
+        return follow_history(settings, self.paths.db_path)
 
     @property
     def storage_note(self) -> str | None:

@@ -19,7 +19,8 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from iris_desktop.files import atomic_write, file_kind
+from iris_desktop.files import atomic_write, exclusive_lock, file_kind
 from iris_desktop.paths import DataDirError, make_private_dir
 
 BUNDLED = "bundled"
@@ -882,6 +883,10 @@ def load_settings(
 
 #: IRIS_ variables that are not settings (where the data lives, the history's passphrase)
 OTHER_ENV = ("IRIS_HOME", "IRIS_WEIGHTS_DIR", "IRIS_STORAGE_PASSPHRASE")
+#: keys whose absence means something other than their default, so that a value equal to
+#: the default is written, not removed, and Restore defaults leaves them: storage.encrypt
+#: unset follows the history (an encrypted one stays so); false decrypts it
+PINNED = frozenset({"storage.encrypt"})
 
 
 def _unknown_env(env: Mapping[str, str]) -> list[str]:
@@ -963,27 +968,61 @@ def write_config_values(path: Path, changes: Mapping[str, Any | None]) -> dict[s
     """:func:`write_config_value` for several keys at once, all or none: every value is
     validated and every edit made on the document before the file is written, once
     (Preferences' OK wrote key by key, and a file one key could not go into kept the
-    keys before it). Returns the parsed values."""
+    keys before it). Two writers at once take turns: each reads the file the other wrote
+    (two `config set` at once lost one key, both saying it was saved). A file that is a
+    link is written where it leads. Returns the parsed values."""
     values = {key: None if raw is None else lookup(key).parse(raw) for key, raw in changes.items()}
-    document = _read_document(path)
     for key, value in values.items():
-        section, name = key.split(".", 1)
-        table = document.get(section)
-        if table is not None and not isinstance(table, dict):
-            raise SettingsError(f"{path}: {section} is a value, not a [{section}] table; fix or "
-                                "remove that line before 'config set' or 'config reset'")
-        if value is None:
-            if table is not None:
-                table.pop(name, None)
-        elif table is None:
-            document[section] = {name: value}
-        else:
-            table[name] = value
-            for old, (renamed_to, _) in RENAMED.items():  # the older name of this key goes
-                if renamed_to == key and old.split(".", 1)[0] == section:
+        _check_utf8(key, value)
+    path = Path(os.path.realpath(path))  # a dotfile linked here stays a link
+    with _turn(path):
+        document = _read_document(path)
+        for key, value in values.items():
+            section, name = key.split(".", 1)
+            table = document.get(section)
+            if table is not None and not isinstance(table, dict):
+                raise SettingsError(f"{path}: {section} is a value, not a [{section}] table; fix or "
+                                    "remove that line before 'config set' or 'config reset'")
+            if value is None:
+                if table is not None:
+                    table.pop(name, None)
+            elif table is None:
+                document[section] = table = {name: value}
+            else:
+                table[name] = value
+            for old, (renamed_to, _) in RENAMED.items():  # the older name of this key goes too
+                if renamed_to == key and old.split(".", 1)[0] == section and table is not None:
                     table.pop(old.split(".", 1)[1], None)
-    atomic_write_bytes(path, tomlkit.dumps(document).encode("utf-8"))
+        atomic_write_bytes(path, tomlkit.dumps(document).encode("utf-8"))
     return values
+
+
+def _check_utf8(key: str, value: Any) -> None:
+    """SettingsError for a value the UTF-8 settings file cannot hold: a file name in
+    another encoding (it was "unexpected error (UnicodeEncodeError)")."""
+    for text in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SettingsError(f"{key}: {text.encode('utf-8', 'backslashreplace').decode()!r} "
+                                    "holds bytes that are not UTF-8 (a file name in another "
+                                    "encoding), which the settings file cannot hold; rename it, "
+                                    f"or give it with --set or {lookup(key).env_var}") from None
+
+
+@contextmanager
+def _turn(path: Path) -> Iterator[None]:
+    """One writer of the settings file at a time, across processes."""
+    make_private_dir(path.parent)
+    try:
+        with exclusive_lock(path.with_name(f".{path.name}.lock"), wait=True):
+            yield
+    except DataDirError:
+        raise
+    except OSError as exc:
+        raise DataDirError(f"cannot write {path} ({exc.strerror or exc}); make its folder "
+                           "writable or choose another --data-dir (or IRIS_HOME)") from None
 
 
 def _read_document(path: Path) -> tomlkit.TOMLDocument:
@@ -1007,6 +1046,7 @@ def reset_config(path: Path, key: str | None = None) -> None:
     if key is not None:
         write_config_value(path, key, None)
         return
+    path = Path(os.path.realpath(path))
     try:
         mode = os.stat(path).st_mode
     except OSError:  # none there (or none reachable: writing says why)
@@ -1015,7 +1055,8 @@ def reset_config(path: Path, key: str | None = None) -> None:
         raise SettingsError(f"cannot use {path}: it is {file_kind(mode)}, not a regular file; "
                             "fix or remove it before 'config set' or 'config reset'")
     if mode is not None:
-        atomic_write_bytes(path, b"")
+        with _turn(path):
+            atomic_write_bytes(path, b"")
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:

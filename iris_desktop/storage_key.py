@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from iris_desktop.core.store import StoreError
 from iris_desktop.core.store.cipher import (
@@ -45,8 +46,8 @@ from iris_desktop.paths import AppPaths
 log = logging.getLogger("iris.storage")
 
 __all__ = [
-    "KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Found", "Prepared", "find_key", "keep_key",
-    "kv_key", "prepare",
+    "KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Found", "Prepared", "find_key",
+    "follow_history", "keep_key", "kv_key", "prepare",
 ]
 
 #: the environment variable that supplies the passphrase without asking
@@ -386,6 +387,16 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
         log.warning("%d database file(s) set aside earlier are not encrypted (%s); delete them "
                     "once they are no longer needed", len(earlier), ", ".join(earlier))
     return Prepared(key, "encrypted")
+
+
+def follow_history(settings: Any, db_path: Path) -> Any:
+    """``settings`` (a :class:`~iris_desktop.settings.Settings`, changed in place) with
+    ``storage.encrypt``, when nothing sets it, as the history at ``db_path`` is: left
+    unset the setting follows the file, so the dialog and ``config get`` say "on" for an
+    encrypted history (source "history") and a start never decrypts it."""
+    if settings.source("storage.encrypt") == "default" and is_encrypted(db_path) is True:
+        settings.values["storage.encrypt"], settings.sources["storage.encrypt"] = True, "history"
+    return settings
 
 
 def kv_key(key: Key | None, salt: bytes) -> bytes | None:

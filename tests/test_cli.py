@@ -242,6 +242,30 @@ def test_env_override_and_bad_env_warns(capsys, monkeypatch):
     assert "IRIS_TEST_SOMETHING" not in err
 
 
+def test_config_set_says_when_the_environment_wins(capsys, monkeypatch, tmp_path):
+    """Before, `config set model.top_k 15` with IRIS_MODEL_TOP_K=20 set said only that it
+    was saved; `config get` then printed 20."""
+    monkeypatch.setenv("IRIS_MODEL_TOP_K", "20")
+    code, out, err = run(capsys, "--data-dir", str(tmp_path), "config", "set", "model.top_k", "15")
+    assert code == 0 and out.startswith("model.top_k = 15")
+    assert "IRIS_MODEL_TOP_K is set in this environment and wins over the settings file" in err
+    monkeypatch.delenv("IRIS_MODEL_TOP_K")
+    assert run(capsys, "--data-dir", str(tmp_path), "config", "get", "model.top_k")[1].strip() == "15"
+
+
+def test_the_window_says_settings_it_could_not_use(monkeypatch, tmp_path, qapp):
+    """Before, the app started on a config.toml that is not TOML, or holds theme =
+    "purple", with every setting silently at its default; the reason was only in the log."""
+    from support.windows import run_gui_recording
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "config.toml").write_text('[ui]\ntheme = "purple"\n')
+    shown = run_gui_recording(monkeypatch, data)
+    assert shown[0][0] == "warning" and "ui.theme" in shown[0][1] and "purple" in shown[0][1]
+    assert "Iris uses the defaults for these" in shown[0][1] and shown[1:] == [("window", "")]
+
+
 def test_console_script_runs_as_a_subprocess(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "iris_desktop", "--data-dir", str(tmp_path), "threads", "--no-model"],

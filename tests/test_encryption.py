@@ -581,6 +581,41 @@ def test_the_window_says_the_history_was_decrypted(capsys, monkeypatch, history,
     assert run_gui_recording(monkeypatch, data) == [("window", "")]  # said once
 
 
+def test_preferences_show_an_encrypted_history_as_encrypted_and_unticking_decrypts_it(
+        capsys, monkeypatch, history, qtbot):
+    """Before: a history encrypted by a run with IRIS_STORAGE_ENCRYPT showed the box
+    unticked (the dialog reloads the file's settings, which say nothing); and unticking
+    it wrote nothing (false is the default, so the key was removed), so the history
+    stayed encrypted without a word."""
+    from support.fakes import ScriptedRuntime
+
+    data, _ = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    monkeypatch.delenv("IRIS_STORAGE_ENCRYPT")  # the passphrase still in the environment
+    from iris_desktop.ui.main_window import main_window
+
+    host = Host(data, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]))
+    window = main_window(host)
+    qtbot.addWidget(window)
+    try:
+        window.menus.actions["preferences"].trigger()
+        dialog = window.menus.settings_dialog
+        qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+        field = dialog.fields["storage.encrypt"]
+        assert field.raw() is True  # what the history is
+        dialog.restore_defaults("storage")
+        assert field.raw() is True  # Restore defaults never decrypts
+        field.editor.box.setChecked(False)
+        dialog.accept()
+        assert "encrypt = false" in (data / "config.toml").read_text()
+    finally:
+        window.shutdown()
+        host.close()
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0 and "is no longer encrypted" in err and is_encrypted(data / "iris.db") is False
+
+
 def test_a_locked_keyring_is_named_not_a_passphrase_never_chosen(capsys, monkeypatch, history):
     """Before, with the keyring's key and the keyring locked at the next start, Iris asked
     for "its passphrase", which the user never chose; "locked" was only in the log."""

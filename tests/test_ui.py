@@ -497,6 +497,47 @@ def test_restore_defaults_per_page(make_window, qtbot):
     dialog.reject()
 
 
+def test_ok_keeps_every_setting_it_was_not_asked_to_change(make_window, qtbot, data_dir):
+    """Before, Preferences' OK after changing only the theme wrote back every value a
+    field could not show exactly: min_p 0.025 became 0.03, repeat_penalty 1.005 became
+    1.0, and a system prompt's non-breaking space a plain one."""
+    config = app_paths(data_dir).ensure().config_path
+    prompt = "Answer\u00a0briefly.  "
+    config.write_text('[model]\nmin_p = 0.025\nrepeat_penalty = 1.005\n[context]\n'
+                      f'token_budget_ratio = 0.725\nsystem_prompt = "{prompt}"\n')
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    assert dialog.changed() == [] and not dialog.apply_button.isEnabled()  # nothing changed yet
+    dialog.fields["ui.theme"].editor.combo.setCurrentText("dark")
+    assert dialog.changed() == ["ui.theme"]
+    dialog.accept()
+    written = config.read_text()
+    for kept in ("min_p = 0.025", "repeat_penalty = 1.005", "token_budget_ratio = 0.725",
+                 f'system_prompt = "{prompt}"', 'theme = "dark"'):
+        assert kept in written, (kept, written)
+
+
+def test_ok_that_cannot_write_the_settings_says_so(make_window, qtbot, monkeypatch):
+    """Before: a read-only settings folder or a full disk left the dialog open, silent, and
+    a traceback on stderr (the OSError was not caught)."""
+    from iris_desktop import settings as settings_module
+
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+
+    def refused(path, data, mode=0o600):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(settings_module, "atomic_write", refused)
+    dialog.fields["ui.theme"].editor.combo.setCurrentText("dark")
+    assert dialog.apply() is False
+    box = dialog.refusal
+    assert box.isVisible() and box.text().startswith("Nothing was saved: cannot write ")
+    assert "Permission denied" in box.text()
+    box.done(0)
+    dialog.reject()
+
+
 # -- the model, the inspector, the window -----------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from iris_desktop.commands.common import (
@@ -15,7 +16,6 @@ from iris_desktop.untrusted import show_untrusted
 
 
 def config(args, overrides) -> int:
-    from iris_desktop.core.store.cipher import is_encrypted
     from iris_desktop.paths import app_paths
     from iris_desktop.settings import (
         SETTINGS,
@@ -24,6 +24,7 @@ def config(args, overrides) -> int:
         reset_config,
         write_config_value,
     )
+    from iris_desktop.storage_key import follow_history
 
     config_path = app_paths(args.data_dir).config_path
     if args.action == "path":
@@ -32,6 +33,9 @@ def config(args, overrides) -> int:
     if args.action == "set":
         value = write_config_value(config_path, args.key, args.value)
         print(f"{args.key} = {show_untrusted(lookup(args.key).to_text(value))}  ({config_path})")
+        if lookup(args.key).env_var in os.environ:  # saved, but not what is in force here
+            say(f"iris-desktop: warning: {lookup(args.key).env_var} is set in this environment "
+                "and wins over the settings file; unset it for this value to apply", file=sys.stderr)
         return EXIT_OK
     if args.action == "reset":
         if args.key:
@@ -41,9 +45,7 @@ def config(args, overrides) -> int:
     settings = load_settings(config_path, cli=overrides)
     for problem in settings.problems:
         say(f"iris-desktop: warning: {problem}", file=sys.stderr)
-    if settings.source("storage.encrypt") == "default" and is_encrypted(
-            app_paths(args.data_dir).db_path) is True:  # left unset, it follows the history
-        settings.values["storage.encrypt"], settings.sources["storage.encrypt"] = True, "history"
+    follow_history(settings, app_paths(args.data_dir).db_path)  # unset, it follows the history
     if args.action == "get":
         print(show_untrusted(lookup(args.key).to_text(settings[args.key])))
         return EXIT_OK

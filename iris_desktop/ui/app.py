@@ -101,6 +101,10 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
     log.info("Iris Desktop %s starting; data dir %s", __version__, host.paths.data_dir)
     for problem in host.settings.problems:
         log.warning("settings: %s", problem)
+    if host.settings.problems:  # said, as the CLI says them (they were only in the log)
+        QMessageBox.warning(None, "Iris Desktop: settings not used", "\n\n".join(
+            [*host.settings.problems, f"Iris uses the defaults for these. Fix them in Edit ▸ "
+             f"Preferences, or in {host.paths.config_path}."]))
     _tell_recovery(host, log)
     window = main_window(host)
     window.show()

@@ -98,7 +98,8 @@ class MainWindow(QMainWindow):
         cli = {k: SETTINGS[k].to_text(v) for k, v in host.settings.values.items()
                if host.settings.source(k) == "cli"}
         self.app_state = AppState(
-            host.settings, lambda: load_settings(host.paths.config_path, cli=cli), self)
+            host.settings, lambda: host.follow_history(load_settings(host.paths.config_path, cli=cli)),
+            self)
         # first: the host's settings follow before any controller hears of new ones
         self.app_state.settingsChanged.connect(lambda settings: setattr(host, "settings", settings))
         self.appearance = Appearance(self.app_state, self)  # before any widget measures text

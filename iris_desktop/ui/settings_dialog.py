@@ -41,7 +41,7 @@ from iris_desktop.core.views import (
     settings_sections,
     sum_sentence,
 )
-from iris_desktop.settings import SETTINGS, Setting, Settings, SettingsError, write_config_values
+from iris_desktop.settings import PINNED, SETTINGS, Setting, Settings, SettingsError, write_config_values
 from iris_desktop.ui.accessibility import announce, control_name, keyboard_controls, name_controls
 from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
@@ -170,6 +170,7 @@ class SettingsDialog(QDialog):
         self._finished = False
         self.fields: dict[str, SettingField] = {}
         self.errors: dict[str, str] = {}
+        self.shown: dict[str, Any] = {}  # each field's value as shown (below): kept unless changed
         self.tabs = QTabWidget()
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # scrolls rather than cut a name
         self.tabs.setUsesScrollButtons(True)
@@ -232,6 +233,7 @@ class SettingsDialog(QDialog):
         self._look_timer.timeout.connect(self.show_look)
         self.last_preview: BudgetPreview | None = None
         self._finished = False
+        self.shown = self.raw_values(every=True)
         self.validate()
         self._request_preview()
         name_controls(self)  # the rest (the tab bar's scroll buttons) from what they show
@@ -306,8 +308,10 @@ class SettingsDialog(QDialog):
 
     # -- state --
 
-    def raw_values(self) -> dict[str, Any]:
-        return {k: f.raw() for k, f in self.fields.items() if not f.locked}
+    def raw_values(self, every: bool = False) -> dict[str, Any]:
+        """The fields changed here (``every``: all): the rest keep the stored value exactly (min_p 0.025 shows 0.03)."""
+        raws = {k: f.raw() for k, f in self.fields.items() if not f.locked}
+        return raws if every else {k: raw for k, raw in raws.items() if raw != self.shown.get(k)}
 
     def candidate(self) -> Settings:
         return parse_fields(self.settings, self.raw_values())[0]
@@ -354,7 +358,7 @@ class SettingsDialog(QDialog):
 
     def restore_defaults(self, section: str) -> None:
         for key, field in self.fields.items():
-            if SETTINGS[key].section == section and not field.locked:
+            if SETTINGS[key].section == section and not field.locked and key not in PINNED:
                 field.set_value(SETTINGS[key].default)
         self._changed()
 
@@ -390,13 +394,14 @@ class SettingsDialog(QDialog):
         keys, path, v = changed_keys(self.settings, candidate), self.settings.config_path, candidate.values
         try:  # all or none; a default is removed from the file rather than pinned there
             if path is not None and keys:
-                write_config_values(path, {k: None if v[k] == SETTINGS[k].default else v[k] for k in keys})
-        except SettingsError as exc:  # a file Iris cannot edit: said, nothing half-written
+                write_config_values(path, {k: None if v[k] == SETTINGS[k].default and k not in PINNED
+                                           else v[k] for k in keys})
+        except (SettingsError, OSError) as exc:  # a file Iris cannot edit or write: said
             self.refusal = plain_box(QMessageBox(QMessageBox.Icon.Warning, "Preferences not saved",
-                                                 f"Nothing was saved: {exc}.", parent=self))
+                                                 f"Nothing was saved: {str(exc).rstrip('.')}.", parent=self))
             self.refusal.open()
             return False
-        self.settings = candidate
+        self.settings, self.shown = candidate, self.raw_values(every=True)
         self.validate()
         if keys:
             self.applied.emit(keys)
