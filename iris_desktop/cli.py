@@ -52,13 +52,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _hint(message: str, argv: Sequence[str]) -> str:
-    """What an argparse error most likely means, for the two mistakes people make: a
-    ``--set KEY VALUE`` (its value read as the command), a global option after the command."""
+    """What an argparse error most likely means, for the mistakes people make: a
+    ``--set KEY VALUE`` (its value read as the command), ``--set a=1 b=2`` (one --set for
+    two), a global option after the command."""
     if "invalid choice" in message:
         for i, arg in enumerate(argv[:-1]):
             if arg == "--set" and "=" not in argv[i + 1]:
                 value = argv[i + 2] if i + 2 < len(argv) else "VALUE"
                 return f"; --set takes KEY=VALUE as one argument (--set {argv[i + 1]}={value})"
+            if arg == "--set" and i + 2 < len(argv) and "=" in argv[i + 2]:  # --set a=1 b=2
+                return f"; repeat --set for each setting (--set {argv[i + 1]} --set {argv[i + 2]})"
     if "unrecognized arguments" in message:
         late = [a for a in message.split(":", 1)[-1].split()
                 if a in ("-v", "--verbose", "--set", "--data-dir") or a.startswith(("--set=", "--data-dir="))]
@@ -85,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
     p = sub.add_parser("import", help="import conversations: OpenAI chat format (JSON or JSONL), "
-                       "an Iris export, ChatGPT's conversations.json, an Open WebUI export, an LM "
-                       "Studio .conversation.json, a Jan thread (or threads) folder; one thread "
-                       "per chat, their ids printed")
-    p.add_argument("file", help="the file, or a Jan thread folder")
+                       "an Iris export, ChatGPT's or Claude's export (the .zip, its folder or "
+                       "conversations.json), an Open WebUI export, an LM Studio "
+                       ".conversation.json, a Jan thread (or threads) folder; one thread per "
+                       "chat, their ids printed")
+    p.add_argument("file", help="the file, a ChatGPT or Claude export's .zip or folder, or a Jan "
+                   "thread folder")
     p.add_argument("--title", help="the new thread's title (with several chats: a prefix)")
     p.add_argument("--again", action="store_true",
                    help="import chats this history already holds (the same messages) again")

@@ -167,6 +167,8 @@ def test_an_empty_message_and_a_continue_with_nothing_stopped_are_refused_before
      "; --set takes KEY=VALUE as one argument (--set context.window=4096)"),
     (["threads", "-v"], "; -v goes before the command (iris-desktop -v … COMMAND)"),
     (["threads", "--set", "context.window=4096"], "; --set goes before the command"),
+    (["--set", "context.window=4096", "model.temperature=0.2", "threads"],
+     "; repeat --set for each setting (--set context.window=4096 --set model.temperature=0.2)"),
 ])
 def test_the_two_usual_argument_mistakes_get_a_hint(capsys, argv, hint):
     with pytest.raises(SystemExit) as caught:
@@ -264,6 +266,17 @@ def test_the_window_says_settings_it_could_not_use(monkeypatch, tmp_path, qapp):
     shown = run_gui_recording(monkeypatch, data)
     assert shown[0][0] == "warning" and "ui.theme" in shown[0][1] and "purple" in shown[0][1]
     assert "Iris uses the defaults for these" in shown[0][1] and shown[1:] == [("window", "")]
+
+
+def test_a_second_file_after_one_attach_is_not_sent_as_the_message(capsys, tmp_path):
+    """`chat --attach a.md b.md` read b.md as the message: the text "b.md" would have gone
+    to the model with only a.md attached."""
+    for name in ("a.md", "b.md"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    code, out, err = run(capsys, "--data-dir", str(tmp_path / "d"), "chat", "--attach",
+                         str(tmp_path / "a.md"), str(tmp_path / "b.md"))
+    assert code == 2 and "is a file: to attach several files, repeat --attach" in err
+    assert "nothing was sent or stored" in err and out == ""
 
 
 def test_console_script_runs_as_a_subprocess(tmp_path):

@@ -344,6 +344,42 @@ def test_setup_logging_writes_a_rotating_file(tmp_path):
         handler.close()
 
 
+def test_ctrl_c_in_the_terminal_quits_the_window(tmp_path):
+    """Before, SIGINT (Ctrl+C in the terminal `make run` runs in) printed a traceback and
+    left the window running; only SIGTERM ended it. It now quits as File ▸ Quit does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    data = tmp_path / "data"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "IRIS_MODEL_PATH": str(tmp_path / "none.gguf")}
+    app = subprocess.Popen([sys.executable, "-m", "iris_desktop", "-v", "--data-dir", str(data)],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    shown = threading.Event()
+
+    def read() -> None:  # -v: the log on stderr too
+        for line in app.stderr:
+            said.append(line)
+            if "window shown" in line:
+                shown.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert shown.wait(timeout=120), said
+        app.send_signal(signal.SIGINT)
+        app.wait(timeout=60)
+        reader.join(timeout=10)
+    finally:
+        if app.poll() is None:
+            app.kill()
+    assert app.returncode == 0, said
+    assert not any("Traceback" in line for line in said) and "exited (0)" in said[-1], said
+
+
 def test_run_gui_starts_loads_and_closes_the_model(qtbot, tmp_path, model_path, monkeypatch):
     from iris_desktop.ui import app as app_module
 

@@ -203,6 +203,11 @@ def chat_message(args) -> str:
         except ConversationFormatError as exc:
             raise CliError(f"--file: {exc}") from None
     if args.message != "-":
+        if args.attach and " " not in args.message and Path(args.message).is_file():
+            # `--attach a.md b.md`: the second file was read as the message
+            raise CliError(f"the message {args.message!r} is a file: to attach several files, "
+                           f"repeat --attach (--attach {args.attach[-1]} --attach "
+                           f"{args.message} MESSAGE); nothing was sent or stored")
         return text_argument(args.message, "the message")
     data = sys.stdin.buffer.read()
     try:  # (the newline that ends the last line is no part of the message)

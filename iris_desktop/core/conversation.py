@@ -159,8 +159,8 @@ def _parse_jsonl(path: Path, text: str):
                 # not JSON from its first line on: plain text, a document, another format
                 raise ConversationFormatError(
                     f"{path}: not a conversation file: it is not JSON (Iris imports chat "
-                    "exports in JSON or JSONL: OpenAI messages, its own exports, ChatGPT, Open "
-                    "WebUI, LM Studio, Jan)") from None
+                    "exports in JSON or JSONL: OpenAI messages, its own exports, ChatGPT, "
+                    "Claude, Open WebUI, LM Studio, Jan)") from None
             raise ConversationFormatError(
                 f"{path}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
             ) from None

@@ -73,8 +73,9 @@ OPENAI = "OpenAI message list"
 NATIVE = (IRIS, OPENAI)
 
 UNKNOWN_SHAPE = ("not a conversation Iris knows: it reads OpenAI message lists (JSON or "
-                 "JSONL), its own exports, ChatGPT's conversations.json, Open WebUI's chat "
-                 "export, LM Studio's .conversation.json files and Jan's threads")
+                 "JSONL), its own exports, ChatGPT's and Claude's exports (conversations.json, "
+                 "its folder or the .zip), Open WebUI's chat export, LM Studio's "
+                 ".conversation.json files and Jan's threads")
 
 #: keys only the foreign formats have; a file that holds none is left to conversation.py
 _SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|'
@@ -741,8 +742,9 @@ def _jan_folder(path: Path) -> Loaded:
             raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
         folders = [p for p in entries if is_thread(p)]
         if not folders:
-            raise ConversationFormatError(f"{path} is a folder; give a file (or a Jan thread "
-                                          "folder, with thread.json and messages.jsonl)")
+            raise ConversationFormatError(f"{path} is a folder; give a file (or a ChatGPT or "
+                                          "Claude export's folder, with conversations.json, or a "
+                                          "Jan thread folder, with thread.json and messages.jsonl)")
     threads = []
     budget = MAX_IMPORT_BYTES
     for folder in folders:

@@ -4,11 +4,12 @@ command, and what ``make run`` runs)."""
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -81,6 +82,22 @@ def _tell_recovery(host: Any, log: logging.Logger) -> None:
         acknowledge(db, pending, app=True)
 
 
+def _quit_on_interrupt(window: Any) -> tuple[Any, QTimer]:
+    """Ctrl+C in the terminal that started the window quits as File ▸ Quit does (it left a
+    traceback and the window running). Python sees a signal only when it runs: a timer
+    gives it a turn while Qt's loop waits. Returns the handler it replaced, and the timer."""
+    turn = QTimer()
+    turn.timeout.connect(lambda: None)
+    turn.start(200)
+    def quit_now() -> None:  # every loop ends: a message box open (a model that failed) too
+        window.quit_now()
+        QApplication.quit()
+
+    # in the loop: a Ctrl+C before it runs would close the window before it, and the loop
+    # would then wait for a window to close that is gone
+    return signal.signal(signal.SIGINT, lambda *_: QTimer.singleShot(0, quit_now)), turn
+
+
 def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) -> int:
     """Open the main window on ``data_dir`` (default: IRIS_HOME / platform folders). A
     database that had to be salvaged is reported in a message box before the window."""
@@ -108,9 +125,13 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
     _tell_recovery(host, log)
     window = main_window(host)
     window.show()
+    before, turn = _quit_on_interrupt(window)
+    log.info("window shown (Ctrl+C in this terminal quits)")
     try:
         code = app.exec()
     finally:
+        signal.signal(signal.SIGINT, before)
+        turn.stop()
         window.shutdown()  # closes the model (model.close()) on its own thread
         host.close()
     log.info("Iris Desktop exited (%s)", code)

@@ -377,12 +377,13 @@ class MainWindow(QMainWindow):
         quit_button = box.addButton("Quit", QMessageBox.ButtonRole.AcceptRole)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         box.setEscapeButton(QMessageBox.StandardButton.Cancel)
-        box.finished.connect(lambda _: box.clickedButton() is quit_button and self._quit_now())
+        box.finished.connect(lambda _: box.clickedButton() is quit_button and self.quit_now())
         self.quit_box = box
         box.open()
         return box
 
-    def _quit_now(self) -> None:
+    def quit_now(self) -> None:
+        """Quit without asking (a reply being written is saved as stopped)."""
         self._quit_confirmed = True
         self.close()
 
