@@ -18,6 +18,7 @@ import math
 import os
 import re
 import stat
+import sys
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -115,7 +116,7 @@ class Setting:
     def validate(self, value: Any, shown: Any = None) -> None:
         """Raise SettingsError unless ``value`` (already converted) is allowed."""
         bad = (
-            f"{self.key}: invalid value {value if shown is None else shown!r}: "
+            f"{self.key}: invalid value {_shown(value) if shown is None else _shown(shown)}: "
             f"expected {self.describe_allowed()}"
         )
         if self.kind in ("window", "gpu") and value == AUTO:
@@ -621,7 +622,10 @@ SOURCES = ("default", "file", "env", "cli")
 
 def _from_n_gpu_layers(raw: Any) -> Any:
     """model.n_gpu_layers (0 = CPU only, -1 = all) as model.gpu."""
-    value = int(raw.strip()) if isinstance(raw, str) else raw
+    try:
+        value = int(raw.strip()) if isinstance(raw, str) else raw
+    except ValueError:  # not Python's "invalid literal for int() with base 10"
+        value = None
     if isinstance(value, bool) or not isinstance(value, int):
         raise SettingsError(f"model.n_gpu_layers: invalid value {_shown(raw)}: expected an integer")
     if value < 0:  # all of them
@@ -822,6 +826,9 @@ def parse_config_text(data: bytes) -> dict[str, Any]:
         raise ConfigFileError(f"it is not valid TOML ({exc})") from None
     except RecursionError:  # check_toml_depth keeps far below the limit: a last guard
         raise ConfigFileError("it nests tables or lists too deeply") from None
+    except ValueError:  # Python's limit on digits: an integer of 5,000 digits crashed every start
+        raise ConfigFileError(f"it holds a number of more than {sys.get_int_max_str_digits():,} "
+                              "digits, which no setting takes") from None
 
 
 def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:

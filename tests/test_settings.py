@@ -189,3 +189,18 @@ def test_a_linked_settings_file_stays_a_link(tmp_path):
     write_config_value(link, "ui.theme", "dark")
     assert link.is_symlink() and 'theme = "dark"' in dotfile.read_text()
     assert dotfile.read_text().startswith("# mine")
+
+
+def test_problems_are_said_in_iris_words_and_briefly(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[model]\nn_gpu_layers = "x"\n[context]\nprune_protect_turns = ' + "9" * 2000 + "\n")
+    problems = load_settings(path, env={}).problems
+    assert any("model.n_gpu_layers: invalid value 'x': expected an integer" in p for p in problems), problems
+    assert not any("invalid literal" in p for p in problems)
+    assert all(len(p) < 600 for p in problems), [len(p) for p in problems]  # not 2,000 digits
+    # more digits than Python reads: a traceback at every start, and in config set
+    path.write_text("[context]\nprune_protect_turns = " + "9" * 5000 + "\n")
+    problem, = load_settings(path, env={}).problems
+    assert "holds a number of more than 4,300 digits" in problem and "using the defaults" in problem
+    with pytest.raises(SettingsError, match="holds a number of more than 4,300 digits"):
+        write_config_value(path, "ui.theme", "dark")
