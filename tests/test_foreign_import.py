@@ -781,3 +781,22 @@ def test_imported_chats_take_their_place_in_the_list_by_when_they_were_last_writ
         assert listed == ["undated", "typed today", "from 2025", "from 2021"]
         dated = {t["title"]: t for t in store.threads()}["from 2021"]
         assert dated["created_at"] == dated["updated_at"] == 1619863200.0
+
+
+def test_a_thread_changed_or_deleted_after_it_was_counted_is_no_twin_and_no_crash(tmp_path):
+    """Another process may write to or delete a thread between an import's chunks: the
+    comparison of a thread whose rows no longer match its count raised ValueError (zip
+    strict) in the middle of the import."""
+    from iris_desktop.core.import_twins import StoredThreads
+    from iris_desktop.core.store import Store
+
+    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+    with Store(tmp_path / "iris.db") as store:
+        kept, gone = store.create_thread("kept"), store.create_thread("gone")
+        store.add_messages(kept, messages)
+        store.add_messages(gone, messages)
+        threads = StoredThreads(store, again=False)
+        threads.catch_up([])
+        store.delete_thread(gone)
+        store.add_messages(kept, [{"role": "user", "content": "and more"}])
+        assert threads.holding(messages) is None

@@ -45,7 +45,8 @@ class StoredThreads:
                 self.said[thread_id] = [
                     _Said(m.get("role") or "", m.get("content") or "", _instant(r["sent_at"]))
                     for r in self.store.all_messages(thread_id) for m in [row_to_message(r)]]
-            if all(a.same(b) for a, b in zip(self.said[thread_id], said, strict=True)):
+            stored = self.said[thread_id]  # (written to, or deleted, since it was counted)
+            if len(stored) == len(said) and all(a.same(b) for a, b in zip(stored, said)):
                 return thread_id
         return None
 
