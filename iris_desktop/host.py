@@ -395,8 +395,11 @@ class Host:
 
     def follow_history(self, settings: Settings) -> Settings:
         """``settings`` with storage.encrypt, when nothing sets it, as the history is
-        (:func:`~iris_desktop.storage_key.follow_history`): for every load of them."""
-        return follow_history(settings, self.paths.db_path)
+        (:func:`~iris_desktop.storage_key.follow_history`): for every load of them. Known
+        from the key it was opened with, never by reading the file again: closing any
+        descriptor of the database file drops this process's POSIX locks on it, which
+        SQLite's open connection holds (another process then saw none of its writes)."""
+        return follow_history(settings, encrypted=self.storage.key is not None)
 
     @property
     def storage_note(self) -> str | None:

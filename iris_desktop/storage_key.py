@@ -389,12 +389,15 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
     return Prepared(key, "encrypted")
 
 
-def follow_history(settings: Any, db_path: Path) -> Any:
+def follow_history(settings: Any, db_path: Path | None = None, encrypted: bool | None = None) -> Any:
     """``settings`` (a :class:`~iris_desktop.settings.Settings`, changed in place) with
-    ``storage.encrypt``, when nothing sets it, as the history at ``db_path`` is: left
-    unset the setting follows the file, so the dialog and ``config get`` say "on" for an
-    encrypted history (source "history") and a start never decrypts it."""
-    if settings.source("storage.encrypt") == "default" and is_encrypted(db_path) is True:
+    ``storage.encrypt``, when nothing sets it, as the history is (``encrypted``, or read
+    from the file at ``db_path``: only where no connection to it is open in this process):
+    left unset the setting follows the file, so the dialog and ``config get`` say "on" for
+    an encrypted history (source "history") and a start never decrypts it."""
+    if encrypted is None:
+        encrypted = db_path is not None and is_encrypted(db_path) is True
+    if settings.source("storage.encrypt") == "default" and encrypted:
         settings.values["storage.encrypt"], settings.sources["storage.encrypt"] = True, "history"
     return settings
 
