@@ -58,7 +58,7 @@ from iris_desktop.core.planner import FALLBACK_WINDOW, Planner, limit_problems, 
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
-from iris_desktop.core.store.cipher import is_encrypted, no_conversion
+from iris_desktop.core.store.cipher import is_encrypted, no_conversion, salt
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.files import clean_leftovers
@@ -326,7 +326,7 @@ class Host:
             self.stores, self.recovery = open_stores(db, self.storage.key)
         self.follow_history(self.settings)  # the dialog shows what the history is
         if self.recovery is not None:  # the salvaged copy has a salt of its own
-            keep_key(self.paths.db_path, self.storage.key)
+            keep_key(self.paths.db_path, self.storage.key, salt(self.store.conn))
         self._kv_secret: bytes | None = None
         try:
             interrupted = self.store.mark_interrupted_streams()
@@ -369,8 +369,6 @@ class Host:
         if self.storage.key is None or not can_seal():
             return None
         if self._kv_secret is None:
-            from iris_desktop.core.store.cipher import salt
-
             self._kv_secret = kv_key(self.storage.key, salt(self.store.conn))
         return self._kv_secret
 

@@ -321,15 +321,19 @@ def _keep_for_set_aside(path: Path, key: Key) -> None:
             _file_under_salt(aside, key)
 
 
-def keep_key(path: Path, key: Key | None) -> None:
+def keep_key(path: Path, key: Key | None, salt: bytes | None = None) -> None:
     """After a salvage or a restore wrote the encrypted database at ``path`` with a key
     from the keyring: keep that key under the new file's salt, and under the salt of
     each database set aside beside it that it opens (no name is forgotten). Nothing for a
     passphrase (nothing of it is ever kept), a plain file, or a computer without a
-    keyring."""
+    keyring. ``salt``: the file's, read through a connection this process has open to it
+    (reading the file itself would close a descriptor of it, which drops the connection's
+    POSIX locks)."""
     if key is None or key.kind != "raw":
         return
-    if is_encrypted(path) is True:
+    if salt:
+        _file_under_salt_of(salt, key)
+    elif salt is None and is_encrypted(path) is True:
         _file_under_salt(path, key)
     _keep_for_set_aside(path, key)
 
