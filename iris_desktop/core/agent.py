@@ -453,8 +453,9 @@ class Agent:
         whole reply, and its error save failed too, leaving it 'streaming')."""
         try:
             self.store.update_streaming(reply_id, text)
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+        except sqlite3.OperationalError as exc:  # told apart as store.explain tells them
+            if not (getattr(exc, "sqlite_errorname", None) or "").startswith(("SQLITE_BUSY",
+                                                                               "SQLITE_LOCKED")):
                 raise
             log.warning("the reply so far was not saved (%s); it is saved later", exc)
             return False
