@@ -70,13 +70,13 @@ def test_a_sent_file_is_counted_stored_shown_and_exported(tmp_path, capsys):
         assert request.breakdown.history > saved.attachments[0][1]  # counted with the message
     data = ["--data-dir", str(tmp_path / "data")]
     assert main([*data, "export", "1", "-o", str(tmp_path / "out.json")]) == 0
-    exported = json.loads((tmp_path / "out.json").read_text())
+    exported = json.loads((tmp_path / "out.json").read_text())["messages"]
     assert exported[0]["attachments"]["files"][0]["name"] == "list.md"
     assert main([*data, "import", str(tmp_path / "out.json")]) == 0  # the same chat: not again
     assert "1 chat was imported before (thread 1)" in capsys.readouterr().err
     assert main([*data, "import", "--again", str(tmp_path / "out.json")]) == 0
     assert main([*data, "export", "2"]) == 0
-    assert json.loads(capsys.readouterr().out.split("\n", 1)[1]) == exported
+    assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["messages"] == exported
 
 
 def test_the_cli_refuses_a_binary_attachment_before_anything_is_stored(tmp_path, capsys):

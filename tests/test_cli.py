@@ -30,7 +30,39 @@ def test_import_export_round_trip_every_corpus_file(capsys, tmp_path):
         assert code == 0, err
         thread = out.strip()
         code, out, _ = run(capsys, "--data-dir", data, "export", thread)
-        assert json.loads(out) == load_corpus(path), path.name
+        assert json.loads(out)["messages"] == load_corpus(path), path.name
+
+
+def test_an_export_keeps_the_chats_title_and_its_own_system_prompt(capsys, tmp_path):
+    """Before, a chat of one branch exported as a plain message list: imported again it was
+    titled by its first words and answered under the global system prompt."""
+    from iris_desktop.core.store import Store
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    run(capsys, "--data-dir", str(first), "threads")  # makes the database
+    with Store(first / "iris.db") as store:
+        thread = store.create_thread("Trip to Lisbon")
+        store.set_system_prompt(thread, "Answer as a travel agent.")
+        store.add_message(thread, {"role": "user", "content": "Plan the trip"})
+    code, out, err = run(capsys, "--data-dir", str(first), "export", str(thread))
+    assert code == 0, err
+    exported = json.loads(out)
+    assert exported["title"] == "Trip to Lisbon"
+    assert exported["system_prompt"] == "Answer as a travel agent."
+    path = tmp_path / "export.json"
+    path.write_text(out)
+    code, out, err = run(capsys, "--data-dir", str(second), "import", str(path))
+    assert code == 0, err
+    with Store(second / "iris.db") as store:
+        assert store.thread(int(out))["title"] == "Trip to Lisbon"
+        assert store.system_prompt_of(int(out)) == "Answer as a travel agent."
+    # a chat under the global prompt says none, and another app's "system_prompt" key
+    # in a plain messages object is read the same way (it is only text for the thread)
+    with Store(first / "iris.db") as store:
+        plain = store.create_thread("plain")
+        store.add_message(plain, {"role": "user", "content": "hi"})
+    assert "system_prompt" not in json.loads(run(capsys, "--data-dir", str(first), "export",
+                                                 str(plain))[1])
 
 
 def test_a_chat_written_in_iris_keeps_its_dates_and_its_stopped_reply_through_export_and_import(
@@ -51,7 +83,7 @@ def test_a_chat_written_in_iris_keeps_its_dates_and_its_stopped_reply_through_ex
     assert all(when for _, when, _ in written)
     code, out, err = run(capsys, "--data-dir", str(first), "export", str(thread))
     assert code == 0, err
-    exported = json.loads(out)
+    exported = json.loads(out)["messages"]
     assert [m.get("created_at") for m in exported] == [when for _, when, _ in written]
     assert exported[1]["status"] == "interrupted" and "status" not in exported[0]
     path = tmp_path / "export.json"
@@ -61,7 +93,8 @@ def test_a_chat_written_in_iris_keeps_its_dates_and_its_stopped_reply_through_ex
     with Store(second / "iris.db") as store:
         again = [(m["role"], m["sent_at"], m["status"]) for m in store.messages(int(out))]
     assert again == written
-    assert json.loads(run(capsys, "--data-dir", str(second), "export", out.strip())[1]) == exported
+    again = json.loads(run(capsys, "--data-dir", str(second), "export", out.strip())[1])
+    assert again["messages"] == exported and again["title"] == "written here"
 
 
 def test_import_jsonl_and_title(capsys, tmp_path):

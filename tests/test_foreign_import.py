@@ -633,11 +633,11 @@ def test_an_import_writes_in_short_transactions_and_a_killed_one_is_finished_by_
         stored = foreign.import_messages
         calls = []
 
-        def killed_at_13(store_, messages, title):
+        def killed_at_13(store_, messages, title, system_prompt=None):
             calls.append(title)
             if len(calls) == 13:
                 raise KeyboardInterrupt  # Ctrl-C, or the process killed
-            return stored(store_, messages, title)
+            return stored(store_, messages, title, system_prompt)
 
         monkeypatch.setattr(foreign, "import_messages", killed_at_13)
         with pytest.raises(KeyboardInterrupt):

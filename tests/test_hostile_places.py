@@ -344,7 +344,7 @@ def test_chat_takes_the_message_from_stdin_or_a_file(capsys, tmp_path, monkeypat
     (tmp_path / "q.txt").write_text("héllo from a file\n", encoding="utf-8")
     code, out, err = run(capsys, "chat", "--thread", "1", "--file", tmp_path / "q.txt")
     assert code == 0, err
-    exported = json.loads(run(capsys, "export", "1")[1])
+    exported = json.loads(run(capsys, "export", "1")[1])["messages"]
     assert [m["content"] for m in exported if m["role"] == "user"] == [big, "héllo from a file"]
 
 
@@ -428,7 +428,7 @@ def test_control_characters_in_stored_text_are_shown_as_escapes(capsys, tmp_path
     scripted("clear\x1b[2J the screen")
     code, out, _ = run(capsys, "chat", "--thread", "1", "do it")
     assert code == 0 and "clear\\x1b[2J the screen" in out and "\x1b" not in out
-    exported = json.loads(run(capsys, "export", "1")[1])
+    exported = json.loads(run(capsys, "export", "1")[1])["messages"]
     assert exported[-1]["content"] == "clear\x1b[2J the screen"  # stored exactly
 
     code, out, _ = run(capsys, "export", "1", "--format", "md")

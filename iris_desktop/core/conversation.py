@@ -8,11 +8,13 @@ Content given as OpenAI content parts (``[{"type": "text", "text": …}, …]``)
 the text it holds, the parts one after the other with a newline between; a part that is
 not text (an image, audio, a file) is refused: Iris reads text only.
 
-A thread with branches (regenerated replies, edited messages) exports every branch: an
-object ``{"format": "iris-branches", "title": …, "messages": […]}`` whose messages each
-carry ``"iris": {"id": …, "parent_id": …, "active": …}`` (``active``: on the active
-branch); import rebuilds the same tree with the same branch active. A thread of one
-branch exports as the plain list it always was.
+An export is an object ``{"title": …, "messages": […]}`` (the shape OpenAI's fine-tuning
+files use for a chat), with ``"system_prompt"`` when the thread has its own: import gives
+the chat both back (a plain list, as exports were before, lost them). A thread with
+branches (regenerated replies, edited messages) exports every branch, with ``"format":
+"iris-branches"``, its messages each carrying ``"iris": {"id": …, "parent_id": …,
+"active": …}`` (``active``: on the active branch); import rebuilds the same tree with the
+same branch active.
 """
 
 from __future__ import annotations
@@ -51,21 +53,24 @@ class ConversationFormatError(ValueError):
     """A malformed conversation; the message says where."""
 
 
-def load_conversation(path: str | Path) -> tuple[list[Message], str | None]:
-    """Parse and validate a conversation file. Returns (messages, title from the file),
-    each message's content text (or None): content parts become the text they hold.
-    Raises ConversationFormatError, and nothing else, for any file."""
+def load_conversation(path: str | Path) -> tuple[list[Message], str | None, str | None]:
+    """Parse and validate a conversation file. Returns (messages, title from the file, the
+    chat's own system prompt from an Iris export), each message's content text (or None):
+    content parts become the text they hold. Raises ConversationFormatError, and nothing
+    else, for any file."""
     path = Path(path)
     text = read_text_file(path, MAX_IMPORT_BYTES)
     try:
-        messages, title, where = _parse(path, text)
+        messages, (title, system_prompt), where = _parse(path, text)
     except RecursionError:
         raise ConversationFormatError(f"{path}: JSON nested too deeply to be a conversation "
                                       f"(more than {sys.getrecursionlimit():,} levels)") from None
     validate_messages(messages, where)
     if title is not None:
         _check_storable(title, f"{path}: title")
-    return [_with_text(m) for m in messages], title
+    if system_prompt is not None:
+        _check_storable(system_prompt, f"{path}: system_prompt")
+    return [_with_text(m) for m in messages], title, system_prompt
 
 
 def read_text_file(path: Path, limit: int) -> str:
@@ -124,12 +129,13 @@ def _parse(path: Path, text: str):
         except ValueError:  # json raises it for a number too long to convert
             raise ConversationFormatError(f"{path}: {TOO_LONG_NUMBER}") from None
         if isinstance(data, list):
-            return data, None, lambda i: f"{path}: message index {i}"
+            return data, (None, None), lambda i: f"{path}: message index {i}"
         if isinstance(data, dict) and isinstance(data.get("messages"), list):
-            title = data.get("title") if isinstance(data.get("title"), str) else None
-            return data["messages"], title, lambda i: f"{path}: messages[{i}]"
+            title, prompt = (data.get(k) if isinstance(data.get(k), str) else None
+                             for k in ("title", "system_prompt"))
+            return data["messages"], (title, prompt), lambda i: f"{path}: messages[{i}]"
         if isinstance(data, dict) and "role" in data:
-            return [data], None, lambda i: f"{path}: line 1"
+            return [data], (None, None), lambda i: f"{path}: line 1"
         raise ConversationFormatError(
             f"{path}: expected a JSON array of messages or an object with a 'messages' array"
         )
@@ -167,7 +173,7 @@ def _parse_jsonl(path: Path, text: str):
         except ValueError:  # json raises it for a number too long to convert
             raise ConversationFormatError(f"{path}: line {number}: {TOO_LONG_NUMBER}") from None
         lines.append(number)
-    return messages, None, lambda i: f"{path}: line {lines[i]}"
+    return messages, (None, None), lambda i: f"{path}: line {lines[i]}"
 
 
 def validate_messages(messages: list[Any], where=lambda i: f"message index {i}") -> None:
@@ -306,16 +312,19 @@ def _with_text(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def export_messages(store: Store, thread_id: int) -> Any:
-    """What a JSON export of the thread holds: the plain message list for one branch,
-    every branch (see the module docstring) when it has more."""
+def export_messages(store: Store, thread_id: int) -> dict[str, Any]:
+    """What a JSON export of the thread holds: its title, its own system prompt if it has
+    one, and its messages: the active branch's for one branch, every branch (see the
+    module docstring) when it has more."""
+    head: dict[str, Any] = {"title": store.thread(thread_id)["title"]}
+    if prompt := store.system_prompt_of(thread_id):
+        head["system_prompt"] = prompt
     if not store.has_branches(thread_id):
-        return [_exported(r) for r in store.messages(thread_id)]
-    thread = store.thread(thread_id)
+        return {**head, "messages": [_exported(r) for r in store.messages(thread_id)]}
     messages = [{**_exported(r), TREE_KEY: {"id": r["id"], "parent_id": r["parent_id"],
                                            "active": bool(r["on_path"])}}
                 for r in store.all_messages(thread_id)]
-    return {"format": BRANCHES_FORMAT, "title": thread["title"], "messages": messages}
+    return {"format": BRANCHES_FORMAT, **head, "messages": messages}
 
 
 def _exported(row: dict[str, Any]) -> Message:
@@ -331,14 +340,18 @@ def _exported(row: dict[str, Any]) -> Message:
     return message
 
 
-def import_messages(store: Store, messages: list[Message], title: str) -> int:
-    """Store validated ``messages`` as a new thread, in one transaction; a branched
-    export's tree is rebuilt with the same branch active. Returns the thread's id."""
+def import_messages(store: Store, messages: list[Message], title: str,
+                    system_prompt: str | None = None) -> int:
+    """Store validated ``messages`` as a new thread (with its own ``system_prompt``, if
+    given), in one transaction; a branched export's tree is rebuilt with the same branch
+    active. Returns the thread's id."""
     title = " ".join(title.split()) or "Imported chat"  # one line: a title is a list's row
     if len(title) > MAX_TITLE_CHARS:  # (an export's title may be any length: 60,000 characters)
         title = title[: MAX_TITLE_CHARS - 1].rstrip() + "…"
     with store.transaction():
         thread_id = store.create_thread(title)
+        if system_prompt and system_prompt.strip():
+            store.set_system_prompt(thread_id, system_prompt)
         if not any(TREE_KEY in m for m in messages):
             store.add_messages(thread_id, messages)
             _date(store, thread_id, messages)

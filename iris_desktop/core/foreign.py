@@ -232,7 +232,7 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
                     continue
                 own = chat.title or title_from(chat.messages)
                 name = (f"{title}: {own}" if several else title) if title else own
-                ids.append(import_messages(store, chat.messages, name))
+                ids.append(import_messages(store, chat.messages, name, chat.system_prompt))
     return Imported(ids, known, [threads.titles[t] for t in known])
 
 
@@ -243,9 +243,9 @@ def _native(path: Path, zipped: bool = False) -> Loaded:
     if zipped:
         raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is not a ChatGPT or Claude "
                                       "export")
-    messages, title = load_conversation(path)
+    messages, title, system_prompt = load_conversation(path)
     fmt = IRIS if any(TREE_KEY in m for m in messages) else OPENAI
-    return Loaded(fmt, [Chat(title, messages)])
+    return Loaded(fmt, [Chat(title, messages, system_prompt)])
 
 
 def _json(text: str) -> Any:

@@ -15,6 +15,8 @@ from iris_desktop.tokens import Message
 class Chat(NamedTuple):
     title: str | None
     messages: list[Message]
+    #: the chat's own system prompt (an Iris export's; other apps' are not read)
+    system_prompt: str | None = None
 
 
 @dataclass
