@@ -250,3 +250,54 @@ def test_a_chats_own_system_prompt_through_its_settings_dialog(window, qtbot):
     with Store(w.host.paths.db_path) as store:
         assert store.system_prompt_of(w.thread_id) == "Answer like a parrot."
         assert store.thread(w.thread_id)["title"] == "Named elsewhere"
+
+
+def test_a_file_attached_in_one_chat_stays_with_that_chat(window, qtbot, tmp_path):
+    """Before (an audit): the composer's box emptied when another chat was opened, but the
+    file attached in the first chat stayed as a chip and went, with its contents, into
+    the other chat's message (File ▸ New chat kept it too)."""
+    from iris_desktop.core.attachments import read_attachment
+
+    w = window
+    with Store(w.host.paths.db_path) as store:
+        lawyer = store.create_thread("lawyer")
+        store.add_message(lawyer, {"role": "user", "content": "hello"})
+        groceries = store.create_thread("groceries")
+        store.add_message(groceries, {"role": "user", "content": "hi"})
+    (tmp_path / "notes.txt").write_text("SECRET settlement notes\n")
+    w.open_thread(lawyer)
+    settle(qtbot, w)
+    w.composer.add_attachments([read_attachment(tmp_path / "notes.txt")])
+    w.composer.set_text("read this")
+    w.open_thread(groceries)
+    settle(qtbot, w)
+    assert w.composer.attachments == [] and w.composer.text() == ""
+    w.threads_control.new_chat()
+    assert w.composer.attachments == []
+    w.open_thread(groceries)
+    settle(qtbot, w)
+    w.composer.set_text("milk?")
+    w.turns.send(w.composer.text())
+    settle(qtbot, w)
+    assert "SECRET" not in w.runtime.requests[-1][-1]["content"]
+    assert all("SECRET" not in text for text in stored_texts(w))
+    w.open_thread(lawyer)  # the first chat's file is still its own, ready to send
+    settle(qtbot, w)
+    assert [a.name for a in w.composer.attachments] == ["notes.txt"]
+    assert w.composer.text() == "read this"
+
+
+def test_text_typed_just_before_quitting_is_kept(window, qtbot):
+    """Before (an audit): a draft was written only after a 400 ms pause in typing, and
+    quitting within it lost what was typed; closing the window now writes it first."""
+    w = window
+    with Store(w.host.paths.db_path) as store:
+        chat = store.create_thread("notes")
+        store.add_message(chat, {"role": "user", "content": "hello"})
+    w.open_thread(chat)
+    settle(qtbot, w)
+    w.composer.edit.setFocus()
+    qtbot.keyClicks(w.composer.edit, "important unsent thought")
+    w.close()  # at once: no pause in typing before it
+    with Store(w.host.paths.db_path) as store:
+        assert store.draft(chat) == "important unsent thought"

@@ -170,6 +170,12 @@ class Composer(QWidget):
             self._chip_tokens.append(None)
         self._changed()
 
+    def set_attachments(self, attachments: list[Attachment]) -> None:
+        """The draft's files are ``attachments`` (another chat's draft is shown)."""
+        if attachments or self.attachments:
+            self.attachments, self._chip_tokens = list(attachments), [None] * len(attachments)
+            self._changed()
+
     def remove_attachment(self, index: int) -> None:
         if 0 <= index < len(self.attachments):
             del self.attachments[index], self._chip_tokens[index]

@@ -4,12 +4,18 @@ nothing; opening a chat brings its draft back, a new chat has one of its own, an
 message leaves an empty box (and no saved draft). Being in the database, a draft is
 encrypted with the history, private as it is, and goes with its chat whichever window or
 command deletes it: a new chat given the same id never shows it. Drafts that older
-versions kept in ``ui-state.ini``, in plain text, are moved there at start."""
+versions kept in ``ui-state.ini``, in plain text, are moved there at start.
+
+Files attached to a draft stay with its chat too, while the window is open: another chat
+shows its own (before, a file attached in one chat stayed in the box and was sent with
+the next chat's message). They are not written to the history: after a restart a draft
+comes back without its files, which are still where they were on disk."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, QSettings, QTimer
 
+from iris_desktop.core.attachments import Attachment
 from iris_desktop.core.store import Store
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
@@ -34,6 +40,8 @@ class DraftControl(QObject):
         self.thread_id: int | None = app_state.thread_id
         self._loading = False
         self._typed = False  # typed since the chat was opened: its stored draft is older
+        #: the files attached to the drafts of chats not open now
+        self._files: dict[int | None, list[Attachment]] = {}
         self._timer = QTimer(self, singleShot=True, interval=SAVE_PAUSE_MS)
         self._timer.timeout.connect(self.save)
         composer.edit.textChanged.connect(self._edited)
@@ -51,6 +59,11 @@ class DraftControl(QObject):
         self.background.run(lambda store: store.save_draft(thread_id, text),
                             key=f"draft-{thread_id}")
 
+    def flush(self) -> None:
+        """Write a draft still waiting for its pause now (the window is closing)."""
+        if self._timer.isActive():
+            self.save()
+
     def _edited(self) -> None:
         if not self._loading:
             self._typed = True
@@ -59,12 +72,16 @@ class DraftControl(QObject):
     def _opened(self, thread_id: int | None) -> None:
         if self._timer.isActive():
             self.save()  # the chat being left keeps what was typed in it
+        if self.composer.attachments:  # the chat being left keeps its files
+            self._files[self.thread_id] = list(self.composer.attachments)
         self.thread_id = thread_id
         self._show("")  # never the chat left's text under another chat
+        self.composer.set_attachments(self._files.pop(thread_id, []))  # nor its files
         self._load(thread_id)
 
     def _created(self, thread_id: int) -> None:
         """The new chat became ``thread_id``: its draft is that chat's now."""
+        self._files.pop(thread_id, None)  # a deleted chat's, whose id was given again
         if self.thread_id is None:
             self.background.run(lambda store: store.save_draft(None, ""))
             self.thread_id = thread_id

@@ -348,6 +348,7 @@ class MainWindow(QMainWindow):
             return
         self._closed = True
         self.save_state()
+        self.drafts.flush()  # text typed in the last pause is kept (it was lost)
         cancel = self.turns.cancel
         if cancel is not None:
             cancel.set()

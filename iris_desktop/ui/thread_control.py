@@ -101,11 +101,12 @@ class ThreadControl(QObject):
     def _gone(self, thread_id: int, title: str | None) -> None:
         """The open chat was deleted by another window or a command: a new chat takes its
         place, with whatever was typed for it, and the status bar says what happened."""
-        typed = self.composer.text()
+        typed, files = self.composer.text(), self.composer.attachments
         self.new_chat()
         if typed.strip():
             kept = self.composer.text()
             self.composer.set_text(f"{typed}\n\n{kept}" if kept.strip() else typed)
+        self.composer.add_attachments(files)
         self.app_state.show_message(f"“{title or 'Untitled'}” was deleted in another Iris window "
                                     "or by a command; what you typed for it is kept here", 12_000)
 
