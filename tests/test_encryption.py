@@ -120,7 +120,7 @@ def test_turning_encryption_on_encrypts_the_history_and_the_cli_works(capsys, mo
     assert not [p for p in data.iterdir() if ".converting" in p.name or ".replaced" in p.name]
 
     assert {title: export(capsys, data, tid) for title, tid in threads.items()} == before
-    assert before["agent"] == load_corpus(AGENT_FILES[0])
+    assert before["agent"]["messages"] == load_corpus(AGENT_FILES[0])
     code, out, err = run(capsys, "--data-dir", data, "context", threads["planted"], "--json",
                          "--no-model", "--show-request")
     assert code == 0, err

@@ -42,7 +42,7 @@ def test_switch_refuses_another_thread_s_message_and_changes_nothing(capsys, two
         assert [r["id"] for r in store.messages(1)] == before
     assert run(capsys, "--data-dir", data, "delete", 2, "--yes")[0] == 0
     code, out, err = run(capsys, "--data-dir", data, "export", 1)
-    assert code == 0 and [m["content"] for m in json.loads(out)] == ["hello a", "hi a"]
+    assert code == 0 and [m["content"] for m in json.loads(out)["messages"]] == ["hello a", "hi a"]
 
 
 @pytest.mark.parametrize("value", [str(10**30), "-5", "0", "1e3", str(2**63)])

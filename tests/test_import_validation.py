@@ -115,7 +115,7 @@ def test_content_parts_import_as_text_and_context_plans_the_thread(capsys, tmp_p
     assert context["counter"].startswith("model:")  # counted as the chat template renders it
     assert [m["content"] for m in context["request"]] == PARTS_TEXT
     code, out, err = run(capsys, "--data-dir", data, "export", thread)
-    assert [m["content"] for m in json.loads(out)] == PARTS_TEXT  # stored as the text
+    assert [m["content"] for m in json.loads(out)["messages"]] == PARTS_TEXT  # stored as the text
 
 
 def old_iris_thread(data: Path, messages: list[dict]) -> int:
@@ -147,7 +147,7 @@ def test_a_thread_an_older_iris_stored_with_content_parts_reads_as_text(capsys, 
     assert request[1:3] == PARTS_TEXT[1:3]
     assert request[-1] == "What is in this picture?\n[an image part left out: Iris reads text only]"
     code, out, err = run(capsys, "--data-dir", data, "export", thread)
-    assert all(isinstance(m["content"], str) for m in json.loads(out)), out
+    assert all(isinstance(m["content"], str) for m in json.loads(out)["messages"]), out
 
 
 def test_an_older_iris_s_system_message_stored_as_parts_reaches_the_model_as_text(capsys, tmp_path):

@@ -358,6 +358,17 @@ def test_rename_and_delete_a_thread(make_window, qtbot, data_dir):
     window.threads_control.rename_thread(thread, "new title")
     qtbot.waitUntil(lambda: window.threads.list.count() == 1
                     and window.threads.list.item(0).text() == "new title", timeout=5_000)
+    # before (an audit): a pasted title kept its line breaks (a row three lines high) and
+    # any length (5,000 characters: a sideways scroll bar); a blank one was ignored unsaid
+    window.threads_control.rename_thread(thread, "Line one\nLine two\r\n  line three")
+    qtbot.waitUntil(lambda: window.threads.list.item(0).text() == "Line one Line two line three",
+                    timeout=5_000)
+    window.threads_control.rename_thread(thread, "x" * 5_000)
+    qtbot.waitUntil(lambda: window.threads.list.item(0).text() == "x" * 199 + "…", timeout=5_000)
+    window.threads_control.rename_thread(thread, " \n ")
+    qtbot.waitUntil(lambda: "title cannot be empty" in window.status_area.current_message(),
+                    timeout=5_000)
+    assert window.threads.list.item(0).text() == "x" * 199 + "…"
     window.threads_control.delete_thread(thread)
     qtbot.waitUntil(lambda: window.threads.list.count() == 0, timeout=5_000)
 

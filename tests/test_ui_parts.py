@@ -141,7 +141,8 @@ def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
     window.threads_control.export_thread(window.thread_id, str(tmp_path / "out.json"), "json")
     window.threads_control.export_thread(window.thread_id, str(tmp_path / "out.md"), "md")
     qtbot.waitUntil(lambda: window.background.idle, timeout=5_000)
-    assert json.loads((tmp_path / "out.json").read_text()) == messages
+    exported = json.loads((tmp_path / "out.json").read_text())
+    assert exported == {"title": "Imported turns", "messages": messages}
     assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
 
 

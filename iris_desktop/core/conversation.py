@@ -29,6 +29,7 @@ from typing import Any
 
 from iris_desktop.core.attachments import record_problem
 from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
+from iris_desktop.core.store.messages import one_line_title
 from iris_desktop.core.store.rows import TIMESTAMP_KEYS, ContentPartsError, parts_text
 from iris_desktop.files import NotAFileError, TooLargeError, atomic_write, read_regular_file
 from iris_desktop.tokens import Message
@@ -37,8 +38,6 @@ from iris_desktop.tokens import Message
 BRANCHES_FORMAT = "iris-branches"
 #: where a branched export keeps a message's place in the tree
 TREE_KEY = "iris"
-#: an imported chat's title at most (longer ones are clipped with "…")
-MAX_TITLE_CHARS = 200
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
 #: the deepest a message's values may nest (a message and its tool calls use four
@@ -345,9 +344,7 @@ def import_messages(store: Store, messages: list[Message], title: str,
     """Store validated ``messages`` as a new thread (with its own ``system_prompt``, if
     given), in one transaction; a branched export's tree is rebuilt with the same branch
     active. Returns the thread's id."""
-    title = " ".join(title.split()) or "Imported chat"  # one line: a title is a list's row
-    if len(title) > MAX_TITLE_CHARS:  # (an export's title may be any length: 60,000 characters)
-        title = title[: MAX_TITLE_CHARS - 1].rstrip() + "…"
+    title = one_line_title(title) or "Imported chat"  # a title is a list's row
     with store.transaction():
         thread_id = store.create_thread(title)
         if system_prompt and system_prompt.strip():

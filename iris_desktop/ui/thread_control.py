@@ -241,14 +241,14 @@ class ThreadControl(QObject):
                             lambda title: then(thread_id, title))
 
     def rename_dialog(self, thread_id: int, title: str) -> None:
-        text, ok = QInputDialog.getText(self.parent_widget, "Rename chat", "Title:",
-                                        text=title)
-        if ok and text.strip():
-            self.rename_thread(thread_id, text.strip())
+        text, ok = QInputDialog.getText(self.parent_widget, "Rename chat", "Title:", text=title)
+        if ok:  # one line, clipped, by the store; a blank title is refused in one sentence
+            self.rename_thread(thread_id, text)
 
     def rename_thread(self, thread_id: int, title: str) -> None:
         self.background.run(lambda store: store.rename_thread(thread_id, title),
-                            lambda _: self.refresh_threads())
+                            lambda _: self.refresh_threads(),
+                            lambda exc: self.app_state.show_message(f"Not renamed: {exc}", 6000))
 
     def settings_dialog(self, thread_id: int | None = None) -> None:
         """The chat's own settings (title, system prompt), read on the DB thread and

@@ -35,6 +35,17 @@ from iris_desktop.tokens import Message
 
 #: ``parent_id`` of a new message: below the thread's head (the active branch goes on)
 HEAD = object()
+#: a chat's title at most (longer ones are clipped with "…"); a title is one line
+MAX_TITLE_CHARS = 200
+
+
+def one_line_title(title: str) -> str:
+    """``title`` as a chat list's row shows it: one line (any run of spaces, tabs and line
+    breaks one space), at most :data:`MAX_TITLE_CHARS` characters; "" if nothing is left."""
+    title = " ".join(title.split())
+    if len(title) > MAX_TITLE_CHARS:  # (an export's title may be any length: 60,000 characters)
+        title = title[: MAX_TITLE_CHARS - 1].rstrip() + "…"
+    return title
 
 #: the active branch's messages, joined: ``p`` is thread_paths, ``m`` messages
 _PATH = "thread_paths p JOIN messages m ON m.id = p.message_id"
@@ -52,7 +63,7 @@ class Messages(Branches):
         now = time.time()
         cur = self.conn.execute(
             "INSERT INTO threads(title, created_at, updated_at) VALUES (?, ?, ?)",
-            (title, now, now),
+            (one_line_title(title) or "New chat", now, now),
         )
         return int(cur.lastrowid)
 
@@ -91,7 +102,12 @@ class Messages(Branches):
                                  (thread_id,)).fetchone()[0]
 
     def rename_thread(self, thread_id: int, title: str) -> None:
+        """Retitle the chat: one line, clipped (:func:`one_line_title`); ValueError for a
+        title of nothing but spaces."""
         self.thread(thread_id)
+        title = one_line_title(title)
+        if not title:
+            raise ValueError("a chat's title cannot be empty")
         self.conn.execute("UPDATE threads SET title = ? WHERE id = ?", (title, thread_id))
 
     def set_system_prompt(self, thread_id: int, text: str | None) -> None:
