@@ -149,6 +149,16 @@ def test_gguf_synthetic_header(tmp_path):
         read_gguf_info(_tiny_gguf(tmp_path / "noarch.gguf", kv=[]))
     with pytest.raises(GGUFError, match="truncated"):
         read_gguf_info(_tiny_gguf(tmp_path / "t.gguf", tensors=1))
+    # a context no model has (2^32 - 1 failed inside llama-cpp-python as "a bug in Iris",
+    # 2^31 - 1 took 9 GB to say hi): the file is named as damaged before it is loaded
+    from support.gguf_fixtures import tiny_metadata, write_gguf
+    for claimed in (0, 0xFFFFFFFF, (1 << 24) + 1):
+        path = write_gguf(tmp_path / f"ctx{claimed}.gguf",
+                          {**tiny_metadata(), "llama.context_length": claimed})
+        with pytest.raises(GGUFError, match=f"claims a context of {claimed:,} tokens"):
+            read_gguf_info(path)
+    assert read_gguf_info(write_gguf(tmp_path / "16m.gguf", {
+        **tiny_metadata(), "llama.context_length": 1 << 24})).context_length == 1 << 24
 
 
 def test_load_errors_are_model_errors(tmp_path, bundled_model):

@@ -9,6 +9,7 @@ the runtime gets short limits through its constructor (``idle_timeout_s``,
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import tracemalloc
@@ -393,3 +394,31 @@ def test_a_server_gone_since_it_was_chosen_is_named_as_not_reached(fresh_store):
     assert "could not reach the server at " in failed.text, failed.text
     assert "is it running?" in failed.text and "mid-reply" not in failed.text
     assert one_sentence(failed.text.rstrip("."))
+
+
+def test_a_servers_error_message_is_said_short_on_one_line():
+    """Before (an audit): a 60 KB message in an HTTP 500, or 800 KB in a mid-stream error
+    event, became the whole "sentence" on stderr, in the log and in the chat, line breaks
+    and a fake traceback included; ``{"error": {"code": 500}}`` read as "…: None"."""
+    import httpx
+
+    from iris_desktop.runtime.remote.sse import _parse_data
+    from iris_desktop.runtime.remote.transport import SERVER_MESSAGE_CHARS, _http_error
+
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    huge = "model crashed:\n  at line 2\n" + "y" * 800_000
+    for answer, said in [
+        (httpx.Response(500, json={"error": {"message": huge}}, request=request),
+         "model crashed: at line 2 yyy"),
+        (httpx.Response(429, text="<html><body>" + "z" * 5000, request=request), "a web page"),
+        (httpx.Response(500, json={"error": {"code": 500}}, request=request),
+         "Internal Server Error"),
+    ]:
+        text = str(_http_error("127.0.0.1:9", answer))
+        assert one_sentence(text) and said in text and len(text) < SERVER_MESSAGE_CHARS + 60, text
+    for event, said in [({"error": {"message": huge}}, "model crashed: at line 2 yyy"),
+                        ({"error": {"code": 500}}, "it did not say why")]:
+        with pytest.raises(ServerError) as caught:
+            _parse_data(json.dumps(event), "127.0.0.1:9")
+        text = str(caught.value)
+        assert one_sentence(text) and said in text and len(text) < SERVER_MESSAGE_CHARS + 80, text

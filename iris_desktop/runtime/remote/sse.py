@@ -24,7 +24,7 @@ from iris_desktop.generation import GenerationStats
 
 from ..errors import PromptTooLongError, ServerError
 from ..http import AnswerUndecodable, decoded_chunks
-from .transport import _WANTED, _describe, _http_error, _kind, _read_some
+from .transport import _WANTED, _describe, _http_error, _kind, _read_some, server_said
 
 log = logging.getLogger("iris.runtime.remote")
 
@@ -231,7 +231,7 @@ def _parse_data(payload: str, address: str) -> dict | None:
     if isinstance(event, dict) and event.get("error"):
         error = event["error"]
         message = error.get("message") if isinstance(error, dict) else str(error)
-        raise ServerError(f"{address}: the server failed mid-reply: {message}")
+        raise ServerError(f"{address}: the server failed mid-reply: {server_said(message)}")
     if not isinstance(event, dict):
         raise _unreadable(address, f"an event is {_kind(event)}, not an object")
     return event

@@ -152,6 +152,22 @@ def _describe(exc: httpx.HTTPError) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+#: the most of a server's own error message an error repeats, in characters
+SERVER_MESSAGE_CHARS = 300
+
+
+def server_said(message: Any) -> str:
+    """A server's error message as part of one sentence: on one line, at most
+    :data:`SERVER_MESSAGE_CHARS` characters ("…" where cut; an 800 KB message reached the
+    terminal, the log and the chat whole), a web page named as one, none said as none."""
+    text = " ".join(str(message).split()) if message is not None else ""
+    if not text:
+        return "it did not say why"
+    if text[:1] == "<" and any(tag in text[:300].lower() for tag in ("<html", "<!doctype", "<body")):
+        return "it answered with a web page, not an error message"
+    return text if len(text) <= SERVER_MESSAGE_CHARS else text[:SERVER_MESSAGE_CHARS - 1] + "…"
+
+
 def _http_error(address: str, response: httpx.Response, path: str = "") -> Exception:
     """The exception for an error answer: PromptTooLongError when llama.cpp says the
     prompt exceeds the context (it gives both numbers), a ServerError saying where a
@@ -173,8 +189,9 @@ def _http_error(address: str, response: httpx.Response, path: str = "") -> Excep
             return PromptTooLongError(prompt, window)
     if response.status_code in (401, 403):
         return ServerError(f"{address} refused the API key (HTTP {response.status_code})")
-    message = error.get("message") or response.text[:300] or response.reason_phrase
-    return ServerError(f"{address}: HTTP {response.status_code}: {message}")
+    message = (error.get("message") or (None if answer else response.text[:1000])
+               or response.reason_phrase)  # a JSON answer without a message: the status
+    return ServerError(f"{address}: HTTP {response.status_code}: {server_said(message)}")
 
 
 def _redirect_error(address: str, response: httpx.Response, path: str) -> ServerError:
