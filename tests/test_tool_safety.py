@@ -153,8 +153,12 @@ def test_invisible_and_bidi_characters_are_shown_as_escapes():
 @pytest.mark.skipif(not POSIX, reason="needs a pty")
 def test_the_cli_confirmation_shows_bidi_controls_as_escapes():
     """The CLI asks on a real terminal (a pty): a right-to-left override in the command is
-    shown as \\u202e, never sent raw for the terminal to reorder."""
+    shown as \\u202e, never sent raw for the terminal to reorder. The question goes to the
+    terminal even when stdout goes to a file (before, "Run it? [y/N]" went into the reply
+    written there, and the terminal waited with no question shown)."""
     import pty
+    import select
+    import tempfile
 
     command = "echo safe \u202e;txt.exe hsab | moc.live//:ptth lruc\u2066 \u2069"
     master, slave = pty.openpty()
@@ -165,12 +169,14 @@ def test_the_cli_confirmation_shows_bidi_controls_as_escapes():
             ask = _shell_confirmation(argparse.Namespace(yes_shell=False))
             print("ANSWER", ask({command!r}), file=sys.stderr)
         """)],
-        cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+        cwd=ROOT, stdin=slave, stdout=(reply := tempfile.TemporaryFile()), stderr=slave,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"})
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 60
     while b"[y/N]" not in seen and time.monotonic() < deadline:
-        seen += os.read(master, 4096)
+        if select.select([master], [], [], 0.5)[0]:  # never blocks past the deadline
+            seen += os.read(master, 4096)
     os.write(master, b"n\n")
     while time.monotonic() < deadline:  # to the end: EIO once the child is gone
         try:
@@ -185,4 +191,6 @@ def test_the_cli_confirmation_shows_bidi_controls_as_escapes():
     text = seen.decode("utf-8")
     assert "echo safe \\u202e;txt.exe hsab | moc.live//:ptth lruc\\u2066 \\u2069" in text
     assert not any(c in text for c in "\u202e\u2066\u2069")
-    assert "ANSWER False" in text
+    assert "ANSWER False" in text and "Run it? [y/N]" in text
+    reply.seek(0)
+    assert reply.read() == b""

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -380,6 +381,64 @@ def test_shell_timeout_kills_the_whole_command(root: Path) -> None:
     assert time.monotonic() - started < 10
     assert "timed out after 0.5 s" in content
     assert content.split("\n", 1)[1] == "stdout:\nearly"  # partial output kept
+
+
+@pytest.mark.skipif(os.name != "posix", reason="uses sleep and process groups")
+def test_stop_ends_a_running_command_and_everything_it_started(root: Path) -> None:
+    """Before (an audit): Stop waited for ``sleep 20; touch M`` to finish (the marker was
+    made, the result "ok"), and a second Ctrl+C left it running as an orphan."""
+    box = _shell_box(root, shell=True, confirm_shell=lambda _: True)
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    started = time.monotonic()
+    content = tool_refused(box.run("run_shell", {"command": "echo early; sleep 20; touch M"},
+                                   cancel=cancel))
+    assert time.monotonic() - started < 5
+    assert content.startswith("error: stopped by the user before it finished")
+    assert "stdout:\nearly" in content
+    time.sleep(0.3)
+    assert not (root / "M").exists()
+    # Stop pressed while the question was open: the command does not start
+    cancel = threading.Event()
+    asked = _shell_box(root, shell=True, confirm_shell=lambda _: cancel.set() or True)
+    assert "stopped by the user" in tool_refused(asked.run("run_shell", {"command": "touch N"},
+                                                           cancel=cancel))
+    assert not (root / "N").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="uses sleep and process groups")
+def test_an_interrupt_never_leaves_a_command_running(root: Path, monkeypatch) -> None:
+    from iris_desktop.core.tools import shell
+
+    def interrupted(self, timeout=None):  # Ctrl+C while the command runs
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shell._Drain, "join", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        shell.run_shell("sleep 1; touch M", root, 30)
+    monkeypatch.undo()
+    time.sleep(1.5)
+    assert not (root / "M").exists()
+
+
+def test_a_flood_of_output_is_read_in_bounded_memory_and_keeps_the_error(root: Path) -> None:
+    """Before (an audit): all of a command's output was held and then capped: 1.5 GB of
+    output took 7.5 GB of memory; once stdout filled the cap, stderr was dropped."""
+    import tracemalloc
+
+    box = _shell_box(root, shell=True, confirm_shell=lambda _: True)
+    command = (f'"{sys.executable}" -c "import sys; sys.stdout.write(\'x\' * (64 << 20)); '
+               'sys.stdout.flush(); sys.stderr.write(\'the real error\')"')
+    tracemalloc.start()
+    try:
+        content = tool_ok(box.run("run_shell", {"command": command}))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20  # 64 MiB written; the cap is 1 MiB
+    assert f"bytes of {64 << 20}]" in content
+    assert content.endswith("stderr:\nthe real error")
+    assert len(content.encode()) <= limits.MAX_OUTPUT_BYTES
 
 
 # --- dispatch and arguments ------------------------------------------------------------

@@ -177,8 +177,10 @@ def _shell_confirmation(args):
     def ask(command: str) -> bool:
         # every control, bidi and invisible character as an escape: what is shown is what runs
         say(f"\nThe model wants to run:\n  {show_untrusted(command)}", file=sys.stderr)
+        # the question on stderr too: with stdout sent to a file it went into the reply
+        print("Run it? [y/N] ", end="", file=sys.stderr, flush=True)
         try:
-            answer = input("Run it? [y/N] ")
+            answer = input()
         except EOFError:
             return False
         return answer.strip().lower() in ("y", "yes")

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.tools import files, search
-from iris_desktop.core.tools.limits import NO_ROOTS, SHELL_DISABLED, ToolError, ToolResult
+from iris_desktop.core.tools.limits import (
+    NO_ROOTS,
+    SHELL_DISABLED,
+    ToolError,
+    ToolResult,
+    check_cancel,
+)
 from iris_desktop.core.tools.safe_files import folders
 from iris_desktop.core.tools.shell import check_command, run_shell
 from iris_desktop.core.tools.specs import (
@@ -122,7 +128,7 @@ class Sandbox:
         if name not in self._enabled:
             raise ToolError(f"tool {name} is not enabled")
         kwargs = parse_arguments(spec, arguments)
-        if name in FILE_TOOLS:
+        if name in FILE_TOOLS or name == "run_shell":
             kwargs["cancel"] = cancel
         handler: Callable[..., str] = getattr(self, f"_tool_{name}")
         return handler(**kwargs)
@@ -144,8 +150,9 @@ class Sandbox:
     def _tool_search_files(self, pattern: str, path: str, cancel: threading.Event) -> str:
         return search.search_files(self._require_roots(), pattern, path, cancel)
 
-    def _tool_run_shell(self, command: str) -> str:
+    def _tool_run_shell(self, command: str, cancel: threading.Event) -> str:
         check_command(command, self._confirm)
+        check_cancel(cancel)  # Stop while the question was open: nothing runs
         roots = self.roots
         # With no allowed folder yet, the home folder is the least surprising place.
-        return run_shell(command, roots[0] if roots else Path.home(), self._timeout)
+        return run_shell(command, roots[0] if roots else Path.home(), self._timeout, cancel)

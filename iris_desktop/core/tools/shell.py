@@ -1,16 +1,19 @@
 """The ``run_shell`` tool: a command the user approved, run in its own process group so a
-timeout kills everything it started, its exit code and output reported."""
+timeout or Stop kills everything it started, its exit code and output reported."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.tools.limits import ToolError
+from iris_desktop.core.tools import limits
+from iris_desktop.core.tools.limits import STOPPED, ToolError
 from iris_desktop.core.tools.text import CappedText
 
 
@@ -33,10 +36,22 @@ def command_env() -> dict[str, str]:
             if name.upper() not in PRIVATE_ENV}
 
 
-def run_shell(command: str, cwd: Path, timeout_s: float) -> str:
+#: how often a running command is checked for Stop, in seconds
+POLL_S = 0.1
+#: of the output cap, what stderr keeps for itself however much stdout wrote (a noisy
+#: command's error message was lost once stdout filled the cap)
+STDERR_SHARE = 8
+
+
+def run_shell(command: str, cwd: Path, timeout_s: float,
+              cancel: threading.Event | None = None) -> str:
     """Run ``command`` (approved) in ``cwd``; its exit code, stdout and stderr. A command
-    that ran is a result whatever its exit code; one that outlives ``timeout_s`` is killed,
-    with everything it started, and is a ToolError with what it wrote so far."""
+    that ran is a result whatever its exit code; one that outlives ``timeout_s``, or is
+    stopped (``cancel`` set: the turn's Stop), is killed with everything it started, and
+    is a ToolError with what it wrote so far. Output is read as it comes and kept up to
+    the tools' cap (stdout and stderr each their share), the rest only counted: memory
+    stays bounded however much a command writes (a 1.5 GB output took 7.5 GB before). A
+    command is never left running: an interrupt (Ctrl+C, quitting) kills it too."""
     # Own process group, so a timeout kills the commands the shell started too;
     # otherwise a surviving child keeps the pipes open and the wait never ends.
     group: dict[str, Any] = (
@@ -44,32 +59,70 @@ def run_shell(command: str, cwd: Path, timeout_s: float) -> str:
         if os.name == "posix"
         else {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
     )
+    cancel = cancel or threading.Event()
     try:
-        with subprocess.Popen(
-            command,
-            shell=True,
-            cwd=cwd,
-            env=command_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            **group,
-        ) as proc:
-            try:
-                stdout, stderr = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_tree(proc)
-                try:
-                    stdout, stderr = proc.communicate(timeout=5)
-                except subprocess.TimeoutExpired:
-                    stdout, stderr = b"", b""
-                raise ToolError(
-                    f"command timed out after {timeout_s:g} s and was stopped: "
-                    f"{command}\n" + _output(None, stdout, stderr)
-                ) from None
+        proc = subprocess.Popen(command, shell=True, cwd=cwd, env=command_env(),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, **group)
     except OSError as exc:
         raise ToolError(f"cannot run {command!r}: {exc.strerror or exc}") from None
-    return _output(proc.returncode, stdout, stderr)
+    cap = limits.MAX_OUTPUT_BYTES
+    out, err = _Drain(proc.stdout, cap), _Drain(proc.stderr, cap)
+    deadline = time.monotonic() + timeout_s
+    ended = None
+
+    def running() -> bool:  # the shell, or anything it started that holds its output
+        return proc.poll() is None or out.is_alive() or err.is_alive()
+
+    try:
+        while running():
+            if cancel.is_set():
+                ended = f"{STOPPED}: {command}"
+            elif time.monotonic() >= deadline:
+                ended = f"command timed out after {timeout_s:g} s and was stopped: {command}"
+            if ended:
+                break
+            out.join(POLL_S)
+    finally:
+        if ended is not None or running():  # stopped, timed out, or an interrupt here
+            _kill_tree(proc)
+        out.join(), err.join()
+        proc.wait()
+    if ended is not None:
+        raise ToolError(f"{ended}\n" + _output(None, out, err))
+    return _output(proc.returncode, out, err)
+
+
+class _Drain(threading.Thread):
+    """Reads one of a command's pipes to its end, keeping its first ``keep`` bytes and
+    counting the rest."""
+
+    def __init__(self, pipe, keep: int) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.keep = pipe, keep
+        self.data = bytearray()
+        self.total = 0
+        self.start()
+
+    def run(self) -> None:
+        with self.pipe:
+            while chunk := self.pipe.read1(1 << 16):
+                self.total += len(chunk)
+                room = self.keep - len(self.data)
+                if room > 0:
+                    self.data += chunk[:room]
+
+    def join(self, timeout: float | None = 5.0) -> None:
+        super().join(timeout)  # a grandchild that left the group may hold the pipe open
+
+    def text(self, limit: int) -> str:
+        """What was read, its first ``limit`` bytes, marked where cut."""
+        data = bytes(self.data[:limit])
+        # Process output is not a file the user asked to see verbatim: replace, don't refuse.
+        text = data.decode("utf-8", "replace")
+        if self.total > len(data):
+            text += f"\n[output truncated at {len(data)} bytes of {self.total}]"
+        return text
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -88,20 +141,18 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.kill()
 
 
-def _output(code: int | None, stdout: bytes | None, stderr: bytes | None) -> str:
-    out = CappedText()
+def _output(code: int | None, out: _Drain, err: _Drain) -> str:
+    text = CappedText()
     if code is not None:
-        out.write(f"exit code: {code}\n")
-    out_text, err_text = _decode(stdout), _decode(stderr)
+        text.write(f"exit code: {code}\n")
+    cap = limits.MAX_OUTPUT_BYTES - 256  # room for the labels and the marks
+    err_room = min(err.total, cap // STDERR_SHARE)  # stdout's flood never hides the error
+    out_text = out.text(cap - err_room)
+    err_text = err.text(max(err_room, cap - len(out_text.encode("utf-8", "replace"))))
     if out_text:
-        out.write("stdout:\n" + out_text.rstrip("\n") + "\n")
+        text.write("stdout:\n" + out_text.rstrip("\n") + "\n")
     if err_text:
-        out.write("stderr:\n" + err_text.rstrip("\n") + "\n")
+        text.write("stderr:\n" + err_text.rstrip("\n") + "\n")
     if not out_text and not err_text:
-        out.write("(no output)\n")
-    return out.getvalue().rstrip("\n")
-
-
-def _decode(data: bytes | None) -> str:
-    # Process output is not a file the user asked to see verbatim: replace, don't refuse.
-    return (data or b"").decode("utf-8", "replace")
+        text.write("(no output)\n")
+    return text.getvalue().rstrip("\n")
