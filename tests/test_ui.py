@@ -167,9 +167,8 @@ def test_shell_command_asks_with_the_exact_command(make_window, qtbot, tmp_path)
     qtbot.waitUntil(lambda: window.turns.shell_box is not None and window.turns.shell_box.isVisible(),
                     timeout=10_000)
     box = window.turns.shell_box
-    assert command in box.informativeText().replace("&amp;", "&")
-    run = next(b for b in box.buttons() if b.text() == "Run")
-    qtbot.mouseClick(run, Qt.MouseButton.LeftButton)
+    assert box.command_text() == command
+    qtbot.mouseClick(box.run_button, Qt.MouseButton.LeftButton)
     wait_turn(qtbot, window)
     card = next(e for e in entries(window) if e.kind == "tool")
     assert "iris-was-here" in card.text and "42" in card.text
@@ -189,12 +188,49 @@ def test_shell_dialog_shows_bidi_and_invisible_characters_as_escapes(make_window
     qtbot.waitUntil(lambda: window.turns.shell_box is not None and window.turns.shell_box.isVisible(),
                     timeout=10_000)
     box = window.turns.shell_box
-    shown = box.informativeText()
+    shown = box.command_text()
     assert "echo safe \\u202e;txt.exe hsab | moc.live//:ptth lruc\\u2066#\\u2069\\u200b" in shown
     assert not any(c in shown for c in "\u202e\u2066\u2069\u200b")
-    deny = next(b for b in box.buttons() if b.text() == "Don't run")
-    qtbot.mouseClick(deny, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(box.deny_button, Qt.MouseButton.LeftButton)
     wait_turn(qtbot, window)
+    card = next(e for e in entries(window) if e.kind == "tool")
+    assert "the user refused to run" in card.text
+
+
+@pytest.mark.parametrize("command", ["echo hello" + " " * 3000 + "; touch RAN",
+                                     "ls" + "\n" * 120 + "touch RAN",
+                                     "echo " + "word " * 4000 + "&& touch RAN"])
+def test_the_shell_question_shows_all_of_a_long_command_and_its_buttons(make_window, qtbot,
+                                                                      tmp_path, command):
+    """Before (an audit): the command sat in a message box's text. 3,000 spaces before a
+    second command made the box 22,330 px wide, clipped to the screen, showing "echo
+    hello" beside Run; 120 line breaks pushed Run and Don't run off the screen."""
+    folder = tmp_path / "allowed"
+    folder.mkdir()
+    runtime = ScriptedRuntime([call("run_shell", command=command), "Done."])
+    window = make_window(runtime, overrides={
+        "tools.allowed_paths": json.dumps([str(folder)]), "tools.shell": "true",
+        "tools.enabled": "read_file,run_shell"})
+    send(qtbot, window, "Run it")
+    qtbot.waitUntil(lambda: window.turns.shell_box is not None and window.turns.shell_box.isVisible(),
+                    timeout=10_000)
+    box = window.turns.shell_box
+    screen = box.screen().availableGeometry()
+    assert screen.contains(box.frameGeometry())  # the whole box, buttons included, on screen
+    for button in (box.run_button, box.deny_button):
+        assert button.isVisible() and box.rect().contains(button.geometry().center())
+    view = box.command_view
+    assert view.horizontalScrollBar().maximum() == 0  # wrapped: nothing out of sight sideways
+    shown = box.command_text()
+    assert "touch RAN" in shown  # said, not hidden after the blanks
+    assert len(shown) < 2_000 or view.verticalScrollBar().maximum() > 0
+    assert f"{len(command):,} characters" in box.size_label.text()
+    if view.verticalScrollBar().maximum() > 0:
+        assert "Scroll to read all of it" in box.size_label.text()
+    assert box.deny_button.isDefault()
+    qtbot.keyClick(box, Qt.Key.Key_Escape)  # Escape: Don't run
+    wait_turn(qtbot, window)
+    assert not (folder / "RAN").exists()
     card = next(e for e in entries(window) if e.kind == "tool")
     assert "the user refused to run" in card.text
 

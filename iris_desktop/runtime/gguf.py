@@ -38,7 +38,9 @@ __all__ = [
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 #: the longest context a model's metadata may claim (16 Mi tokens: the longest published
-#: models train on 10 M; servers are held to the same bound)
+#: models train on 10 M; servers are held to the same bound). llama.cpp sizes buffers by
+#: it: 2^32 - 1 failed inside llama-cpp-python ("a bug in Iris"), 2^31 - 1 took 9 GB of
+#: memory to say hi
 MAX_CONTEXT_LENGTH = 1 << 24
 
 #: arrays with at most this many elements are kept in ``GGUFInfo.metadata``
@@ -445,9 +447,7 @@ def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
     ftype = metadata.get("general.file_type")
     file_type = FILE_TYPES.get(ftype, f"ftype {ftype}") if isinstance(ftype, int) else None
     ctx = metadata.get(f"{arch}.context_length")
-    if isinstance(ctx, int) and not 0 < ctx <= MAX_CONTEXT_LENGTH:
-        # llama.cpp sizes buffers by it: 2^32 - 1 failed inside llama-cpp-python ("a bug
-        # in Iris"), 2^31 - 1 took 9 GB of memory to say hi
+    if isinstance(ctx, int) and not 0 < ctx <= MAX_CONTEXT_LENGTH:  # buffers are sized by it
         raise GGUFError(p, f"its metadata claims a context of {ctx:,} tokens, which no model "
                            "has; the file is damaged or not a usable model")
     swa = metadata.get(f"{arch}.attention.sliding_window")

@@ -4,12 +4,11 @@ the same dispatcher the CLI uses; this is the GUI's listener."""
 
 from __future__ import annotations
 
-import html
 import threading
 import time
 
 from PySide6.QtCore import QObject, QSettings, QTimer
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QWidget
 
 from iris_desktop.core.events import (
     CompactionFinished,
@@ -35,8 +34,8 @@ from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.model_thread import CompactJob, ModelThread, ShellQuestion, TurnJob
 from iris_desktop.ui.server_dialog import confirm_send
+from iris_desktop.ui.shell_confirm import ShellConfirm
 from iris_desktop.ui.transcript import TranscriptView
-from iris_desktop.untrusted import show_untrusted
 
 STREAM_FLUSH_MS = 33  # streamed tokens are painted at most ~30 times a second
 
@@ -55,7 +54,7 @@ class TurnControl(QObject, TurnListener):
         self.ui_state = ui_state  # ui-state.ini: the servers a conversation may go to
         self.parent_widget = parent  # dialogs open over it
         self.cancel: threading.Event | None = None
-        self.shell_box: QMessageBox | None = None
+        self.shell_box: ShellConfirm | None = None
         self.compacting = False
         self._compacted = ""  # what the last compaction of this turn did, for the status bar
         self._compaction_outcome: str | None = None  # ok | failed | skipped, this turn's
@@ -337,19 +336,9 @@ class TurnControl(QObject, TurnListener):
     # -- shell confirmation --
 
     def ask_shell(self, question: ShellQuestion) -> None:
-        """Show the exact command; the model thread waits for the answer."""
-        box = QMessageBox(QMessageBox.Icon.Question, "Run a shell command?",
-                          "Iris wants to run this command on your computer:",
-                          parent=self.parent_widget)
-        box.setObjectName("shell-confirm")
-        # every control, bidi and invisible character as an escape: what is shown is what runs
-        shown = html.escape(show_untrusted(question.command, multiline=True))
-        box.setInformativeText(f"<pre>{shown}</pre>"
-                               "It runs only if you choose Run.")
-        run = box.addButton("Run", QMessageBox.ButtonRole.AcceptRole)
-        deny = box.addButton("Don't run", QMessageBox.ButtonRole.RejectRole)
-        box.setDefaultButton(deny)
-        box.setEscapeButton(deny)
-        box.finished.connect(lambda _: question.reply(box.clickedButton() is run))
+        """Show the exact command, all of it (``ShellConfirm``); the model thread waits for
+        the answer."""
+        box = ShellConfirm(question.command, self.parent_widget)
+        box.finished.connect(lambda _: question.reply(box.approved))
         self.shell_box = box
         box.open()
