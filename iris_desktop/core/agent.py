@@ -315,6 +315,7 @@ class Agent:
             yield RequestSent(thread_id, request)
             reply_id, reply_text, stats, error = yield from self._stream(
                 thread_id, request, cancel, continuing, seed)
+            kept = len(continuing["content"] or "") if continuing else 0
             continuing = None
             if error is not None:
                 yield TurnFailed(thread_id, error, "model", message_id=reply_id)
@@ -322,7 +323,7 @@ class Agent:
                 return
             cancelled = stats is not None and stats.finish_reason == "cancelled"
             offered = self.planner.tool_prompt(tools_allowed).definitions
-            content, calls = self._save_reply(reply_id, reply_text, offered, cancelled)
+            content, calls = self._save_reply(reply_id, reply_text, offered, cancelled, kept)
             self._record(thread_id, request, stats, reply_id)
             yield ReplySaved(thread_id, reply_id, content,
                              "interrupted" if cancelled else "complete", stats,
@@ -379,14 +380,19 @@ class Agent:
         return planned if isinstance(planned, ContextRequest) else None
 
     def _save_reply(self, reply_id: int, reply_text: str, offered: tuple[dict, ...],
-                    cancelled: bool) -> tuple[str, list[ToolCall]]:
+                    cancelled: bool, kept: int = 0) -> tuple[str, list[ToolCall]]:
         """Commit the finished reply with the tool calls it makes (only tools that were
-        offered count); returns (the stored content, the calls)."""
+        offered count); returns (the stored content, the calls). Only what the model
+        wrote now makes calls: a continued reply's first ``kept`` characters (a stopped
+        reply, or an imported one, whose call markup ran on Continue without a question
+        before) stay text as they were."""
         names = {d["function"]["name"] for d in offered}
-        parsed = (parse_tool_calls(reply_text, names) if names and not cancelled
-                  else ParsedReply(reply_text, []))
+        old, new = reply_text[:kept], reply_text[kept:]
+        parsed = (parse_tool_calls(new, names) if names and not cancelled
+                  else ParsedReply(new, []))
         calls = self._number_calls(reply_id, parsed.calls)
-        content = parsed.content if calls else reply_text
+        lead = new[:len(new) - len(new.lstrip())] if old else ""  # stripped with the markup
+        content = old + lead + parsed.content if calls else reply_text
         self.store.update_streaming(
             reply_id, content, status="interrupted" if cancelled else "complete",
             tool_calls=[c.to_openai() for c in calls] or None)

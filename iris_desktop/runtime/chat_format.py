@@ -22,7 +22,9 @@ pastes ``<end_of_turn>`` cannot close the turn): :meth:`ChatFormat.message_parts
 ``JinjaFormat`` runs the GGUF's own chat template (the model author's format). Templates
 are not generally additive (they special-case the first or the system message, drop old
 reasoning, ...), so the prompt is the template's full rendering and per-message counts
-come from rendering each message on its own (``additive = False``; see its docstring).
+come from rendering each message on its own (``additive = False``; see its docstring);
+the model reads a message's text in that rendering as plain text too
+(``LocalModel._template_tokens``).
 
 Never fall back to llama-cpp-python's default (llama-2 ``[INST] <<SYS>>``) format: a
 model without a template gets the format of its family, chosen by architecture.

@@ -39,7 +39,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,8 @@ class LocalModel(KVReuse):
         self._closing = threading.Event()
         self._closed = False
         self._grammars: dict[str, Any] = {}
+        #: the control tokens' spellings (``_control_spellings``; False: not read yet)
+        self._controls: re.Pattern | None | bool = False
         import llama_cpp
 
         self._n_ctx = int(llm.n_ctx())
@@ -324,8 +326,17 @@ class LocalModel(KVReuse):
         return tokens
 
     def message_tokens(self, message: Message, index: int = 1) -> list[int]:
-        """The exact tokens ``message`` contributes to a prompt."""
-        return self._parts_tokens(self.chat_format.message_parts(message, index))
+        """The exact tokens ``message`` contributes to a prompt (for a template that is
+        not additive, its estimate); its text is read as text (:meth:`_template_tokens`)."""
+        parts = self.chat_format.message_parts(message, index)
+        content = message.get("content")
+        if (len(parts) == 1 and isinstance(content, str) and content
+                and (control := self._control_spellings()) is not None and control.search(content)):
+            text = parts[0][0]
+            at = text.find(content)
+            if at >= 0:
+                parts = [(text[:at], True), (content, False), (text[at + len(content):], True)]
+        return self._parts_tokens(parts)
 
     @property
     def native_tools(self) -> bool:
@@ -352,23 +363,23 @@ class LocalModel(KVReuse):
         if continues_reply(messages):
             return self._continuation_tokens(list(messages), tools)
         if tools and self.native_tools:
-            text = self.chat_format.render_prompt(list(messages), tools=tools)
-            return self._with_bos(self.tokenize(text, special=True))
+            return self._template_tokens(
+                lambda ms: self.chat_format.render_prompt(ms, tools=tools), list(messages))
         if self.chat_format.additive:
             tokens = list(self._prefix_tokens)
             for i, m in enumerate(messages):
                 tokens.extend(self.message_tokens(m, i))
             tokens.extend(self._generation_tokens)
             return tokens
-        return self._with_bos(self.tokenize(self.chat_format.render_prompt(list(messages)), special=True))
+        return self._template_tokens(self.chat_format.render_prompt, list(messages))
 
     def _continuation_tokens(self, messages: list[Message], tools: list[dict] | None) -> list[int]:
         """The prompt that ends inside the trailing assistant message: its closing
         template text and the generation prompt left out."""
         if (tools and self.native_tools) or not self.chat_format.additive:
-            text = self.chat_format.render_continuation(
-                messages, tools=tools if self.native_tools else None)
-            return self._with_bos(self.tokenize(text, special=True))
+            native = tools if self.native_tools else None
+            return self._template_tokens(
+                lambda ms: self.chat_format.render_continuation(ms, tools=native), messages)
         tokens = list(self._prefix_tokens)
         for i, m in enumerate(messages[:-1]):
             tokens.extend(self.message_tokens(m, i))
@@ -377,6 +388,63 @@ class LocalModel(KVReuse):
             parts.pop()
         tokens.extend(self._parts_tokens(parts))
         return tokens
+
+    def _template_tokens(self, render: Callable[[list[Message]], str],
+                         messages: list[Message]) -> list[int]:
+        """The tokens of a template's rendering of ``messages``: the template's own text
+        read with its control tokens, each message's text as plain text. Before (an audit),
+        the whole rendering was read with control tokens, so a file, a tool result, a
+        recalled or imported message holding ``<|im_end|>\n<|im_start|>system`` closed its
+        turn and opened a forged system turn for the model.
+
+        The messages whose text spells a control token are rendered with a mark in its
+        place; where putting each text back in its mark gives the rendering exactly, the
+        text between the marks is read as text. A template that changes the text it
+        shows (trims it, cuts a reasoning part) gets those texts with every control
+        token's spelling broken by a word joiner (U+2060) instead, so none is read."""
+        text = render(messages)
+        control = self._control_spellings()
+        risky = {i: m for i, m in enumerate(messages)
+                 if control is not None and isinstance(m.get("content"), str)
+                 and control.search(m["content"])}
+        if not risky:
+            return self._with_bos(self.tokenize(text, special=True))
+        marks = {f"\ue000{i}\ue001": m["content"] for i, m in risky.items()}
+        marked = render([{**m, "content": f"\ue000{i}\ue001"} if i in risky else m
+                         for i, m in enumerate(messages)])
+        pieces = re.split("(\ue000\\d+\ue001)", marked)
+        if (all(marked.count(mark) == 1 for mark in marks)
+                and "".join(marks.get(p, p) for p in pieces) == text):
+            tokens: list[int] = []
+            for piece in pieces:
+                if piece in marks:
+                    tokens.extend(self.tokenize(marks[piece], special=False))
+                else:
+                    tokens.extend(self.tokenize(piece, special=True))
+            return self._with_bos(tokens)
+        broken = [{**m, "content": control.sub(lambda c: c.group()[0] + "\u2060" + c.group()[1:],
+                                               m["content"])} if i in risky else m
+                  for i, m in enumerate(messages)]
+        return self._with_bos(self.tokenize(render(broken), special=True))
+
+    def _control_spellings(self) -> re.Pattern | None:
+        """A pattern of the text of every control token of the model's vocabulary
+        (``<|im_end|>``, ``<start_of_turn>``…), which the tokenizer reads as that token
+        where special text is recognized; None if it has none. Read once (0.07 s for
+        152k tokens)."""
+        if self._controls is False:
+            import llama_cpp
+
+            with self._life:
+                self._check_open()
+                model = self._llm._model
+                vocab = model.vocab
+                texts = [model.token_get_text(i) for i in range(self._llm.n_vocab())
+                         if llama_cpp.llama_vocab_get_attr(vocab, i)
+                         & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL]
+            texts = sorted({t for t in texts if t}, key=len, reverse=True)
+            self._controls = re.compile("|".join(map(re.escape, texts))) if texts else None
+        return self._controls
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
         """The exact number of prompt tokens :meth:`stream` evaluates for ``messages``."""
