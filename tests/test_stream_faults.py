@@ -422,3 +422,26 @@ def test_a_servers_error_message_is_said_short_on_one_line():
             _parse_data(json.dumps(event), "127.0.0.1:9")
         text = str(caught.value)
         assert one_sentence(text) and said in text and len(text) < SERVER_MESSAGE_CHARS + 80, text
+
+
+@pytest.mark.parametrize("mode,said", [
+    ("tool_flood", "kept sending past the 64-token limit"),
+    ("many_calls", "sent more than 64 tool calls in one reply"),
+])
+def test_streamed_tool_calls_are_held_to_the_replys_bounds(fresh_store, mode, said):
+    """Before (an audit): a tool call's arguments did not count toward the reply's bound:
+    900 KiB pieces held ~1 GB at max_tokens 256 (~3.7 GB at the default), and 50,000
+    calls in one reply became 50,000 rows of the history. Now they end the reply in one
+    sentence, in bounded memory, and nothing of them is stored as a call."""
+    with MisbehavingServer(mode) as server, connect(server) as runtime:
+        tracemalloc.start()
+        try:
+            events, took = run_turn(runtime, fresh_store)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert said in failed.text and one_sentence(failed.text), failed.text
+    assert took < CEILING_S and peak < 64 << 20
+    rows = fresh_store.all_messages(1)
+    assert len(rows) == 2 and not rows[-1]["tool_calls"]

@@ -45,6 +45,9 @@ and then, by ``mode`` (:data:`MODES`):
                         (as some local servers send their streams)
 ``garbled_too_long``    a streamed reply is answered ``400`` with llama.cpp's
                         ``exceed_context_size_error`` whose counts are not numbers
+``tool_flood``          one tool call whose arguments come in pieces of 900 KiB (each line
+                        under the line limit), forever
+``many_calls``          1,000 new tool calls (each its own ``index``) in every chunk, forever
 ``bad_counts``          it passes for llama.cpp with fields of the wrong shape: ``/props``
                         has ``"default_generation_settings": "oops"`` and ``"n_ctx":
                         "many"``, ``/v1/chat/completions/input_tokens`` answers
@@ -94,7 +97,7 @@ from typing import Any
 
 MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble",
          "huge_line", "malformed", "slow_headers", "redirect", "bad_counts", "gzip_bomb",
-         "web_page", "garbled_too_long", "json_typed")
+         "web_page", "garbled_too_long", "json_typed", "tool_flood", "many_calls")
 ANSWER_FAULTS = ("endless", "gzip_bomb", "trickle", "trickle_headers")
 
 #: the malformed events mode ``malformed`` can send (a bytes value goes out as the raw
@@ -481,6 +484,23 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(piece[:left])
                 left -= len(piece)
             self._hold()
+        elif mode == "tool_flood":
+            piece = "x" * (900 << 10)
+            i = 0
+            while True:
+                function = ({"name": "read_file", "arguments": '{"path": "'} if i == 0
+                            else {"arguments": piece})
+                self._event(self._chunk({"tool_calls": [{"index": 0, "id": "c0",
+                                                         "type": "function", "function": function}]}))
+                i += 1
+        elif mode == "many_calls":
+            i = 0
+            while True:
+                self._event(self._chunk({"tool_calls": [
+                    {"index": n, "id": f"c{n}", "type": "function",
+                     "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
+                    for n in range(i, i + 1000)]}))
+                i += 1000
         elif mode == "malformed":
             bad = MALFORMED[owner.malformed]
             self._send(b"data: " + (bad if isinstance(bad, bytes) else json.dumps(bad).encode())

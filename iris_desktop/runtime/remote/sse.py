@@ -272,6 +272,11 @@ def _rate(value: Any, address: str) -> float:
     return 0.0
 
 
+#: the most tool calls one streamed reply may make (tools.max_calls_per_turn is at most
+#: a few dozen; more is a server gone wrong)
+MAX_STREAMED_CALLS = 64
+
+
 class _Reply:
     """What a streamed reply has told so far: text, tool calls, usage, timings. A field
     of the wrong shape raises ServerError naming it (``address`` says whose)."""
@@ -288,7 +293,8 @@ class _Reply:
         self.usage: dict = {}
         self.timings: dict = {}
         self.finish_reason: str | None = None
-        self.calls: dict[int, dict[str, str]] = {}
+        #: the streamed tool calls by index: their name and their arguments' pieces
+        self.calls: dict[int, dict[str, Any]] = {}
 
     def feed(self, event: dict) -> str:
         """Take one chunk in; returns its new text. ``chunks`` grows when it carried
@@ -320,16 +326,25 @@ class _Reply:
         return text
 
     def _add_call(self, delta: Any) -> None:
-        """OpenAI streams a call as deltas: the name once, the arguments in pieces."""
+        """OpenAI streams a call as deltas: the name once, the arguments in pieces. Their
+        characters count toward the reply's bound as its text does, and a reply holds at
+        most :data:`MAX_STREAMED_CALLS` calls (before, a server's 900 KiB pieces grew one
+        call to gigabytes, and 50,000 calls became 50,000 rows of the history)."""
         address = self.address
         if not isinstance(delta, dict):
             raise _unreadable(address, f"a tool call is {_kind(delta)}, not an object")
         index = _field(delta.get("index"), int, "a tool call's 'index'", address)
-        entry = self.calls.setdefault(len(self.calls) if index is None else index,
-                                      {"name": "", "arguments": ""})
+        index = len(self.calls) if index is None else index
+        if index not in self.calls and len(self.calls) >= MAX_STREAMED_CALLS:
+            raise ServerError(f"{address} sent more than {MAX_STREAMED_CALLS} tool calls in one "
+                              "reply, so the reply was cut off there")
+        entry = self.calls.setdefault(index, {"name": "", "arguments": []})
         function = _field(delta.get("function"), dict, "'function'", address) or {}
-        entry["name"] = entry["name"] or _field(function.get("name"), str, "'name'", address) or ""
-        entry["arguments"] += _field(function.get("arguments"), str, "'arguments'", address) or ""
+        name = _field(function.get("name"), str, "'name'", address) or ""
+        piece = _field(function.get("arguments"), str, "'arguments'", address) or ""
+        entry["name"] = entry["name"] or name
+        entry["arguments"].append(piece)
+        self.chars += len(name) + len(piece)
 
     def tool_call_text(self) -> str:
         """The streamed tool calls as ``<tool_call>{"name", "arguments"}</tool_call>``
@@ -338,10 +353,11 @@ class _Reply:
         blocks = []
         for index in sorted(self.calls):
             call = self.calls[index]
+            text = "".join(call["arguments"])
             try:
-                arguments: Any = json.loads(call["arguments"] or "{}")
+                arguments: Any = json.loads(text or "{}")
             except ValueError:
-                arguments = call["arguments"]
+                arguments = text
             blocks.append("<tool_call>" + json.dumps(
                 {"name": call["name"], "arguments": arguments}, ensure_ascii=False)
                 + "</tool_call>")
