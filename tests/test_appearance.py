@@ -558,3 +558,39 @@ def test_the_chat_lists_cursor_stays_where_the_keyboard_left_it(make_window, qtb
                                 for r in range(chats.count())), timeout=5_000)
     assert chats.currentItem().data(THREAD_ROLE) == second
     assert window.thread_id == first
+
+
+def test_the_meter_and_states_follow_a_change_another_process_made_to_the_open_chat(
+        make_window, qtbot, data_dir):
+    """Before (an audit): after `switch`, `chat` or `compact` in the CLI on the open chat,
+    the transcript reloaded (not even that after a compaction, which adds no message) but
+    the meter, the inspector and each message's state kept the old request until the chat
+    was opened again."""
+    from iris_desktop.cli import main as cli_main
+
+    overrides = {"context.window": "2048"}
+    window = make_window(overrides=overrides)
+    words = " ".join(f"word{i}" for i in range(60))
+    with Store(db_path(data_dir)) as store:
+        thread = store.create_thread("long")
+        for i in range(30):
+            store.add_messages(thread, [{"role": "user", "content": f"question {i}: {words}"},
+                                        {"role": "assistant", "content": f"answer {i}: {words}"}])
+
+    def planned():
+        with Store(db_path(data_dir)) as store:
+            return window.context.planner.plan_or_error(store, thread)
+
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: window.meter.breakdown == planned().breakdown.as_dict(), timeout=10_000)
+    before = dict(window.meter.breakdown)
+    assert before["summary"] == 0
+    code = cli_main(["--data-dir", str(data_dir), "--set", "context.window=2048", "compact",
+                     str(thread), "--no-model"])
+    assert code == 0
+    qtbot.waitUntil(lambda: window.meter.breakdown == planned().breakdown.as_dict(), timeout=8_000)
+    assert window.meter.breakdown["summary"] > 0  # the summary the other process made
+    states = window.threads_control.states
+    assert "summarized" in states.values()
+    qtbot.waitUntil(lambda: any(e.kind != "message" for e in window.view.transcript.entries()),
+                    timeout=8_000)  # the summary's divider, though no message was added

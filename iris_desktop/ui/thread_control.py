@@ -4,9 +4,9 @@ through the host on the model thread, which also forgets the thread's KV states.
 
 The list stays live: every :data:`POLL_MS` the DB thread reads SQLite's data version,
 which changes when another connection commits (the CLI, another window, this app's model
-thread); only then are the threads read again, and the open transcript reloaded when its
-thread changed. The last chat opened is remembered in ``ui-state.ini`` and reopened at
-start."""
+thread); only then are the threads read again, and the open transcript reloaded and the
+next request planned anew when its thread changed (a summary added counts). The last chat
+opened is remembered in ``ui-state.ini`` and reopened at start."""
 
 from __future__ import annotations
 
@@ -97,6 +97,7 @@ class ThreadControl(QObject):
                 and (tid not in before or before[tid][1:] != self._rows[tid][1:])  # unknown)
                 and tid not in saved_here and not self.app_state.generating):
             self.reload_transcript()
+            self.app_state.report_request(None)  # the meter, states, inspector: planned anew
 
     def _gone(self, thread_id: int, title: str | None) -> None:
         """The open chat was deleted by another window or a command: a new chat takes its
@@ -230,9 +231,8 @@ class ThreadControl(QObject):
     # -- rename, delete --
 
     def with_open_chat(self, what: str, then) -> None:
-        """``then(thread_id, title)`` for the open chat (its title read on the DB
-        thread), or "Open a chat to <what>" when none is open: File ▸ Rename chat…,
-        Delete chat…, Export chat…."""
+        """``then(thread_id, title)`` for the open chat (its title read on the DB thread),
+        or "Open a chat to <what>": File ▸ Rename chat…, Delete chat…, Export chat…."""
         thread_id = self.app_state.thread_id
         if thread_id is None:
             self.app_state.show_message(f"Open a chat to {what}")
@@ -417,4 +417,4 @@ def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
     """What the list shows of each thread, and what its transcript shows besides (the head,
     replies being written): a change (by another process too) means show it again."""
     return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages"), t.get("head_id"),
-                      t.get("streaming")) for t in threads}
+                      t.get("streaming"), t.get("summary_id")) for t in threads}
