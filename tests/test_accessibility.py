@@ -144,6 +144,9 @@ def test_tab_reaches_every_control_of_the_window(window, qtbot):
     # with rows in it: a table's Tab went cell to cell, round and round (an audit)
     qtbot.waitUntil(lambda: w.inspector.request_table.rowCount() > 0, timeout=5_000)
     seen = tab_from(w, w.threads.new_button, qtbot, 60)
+    # the ring closes: Tab after the inspector's last control comes back to the first
+    # (an audit: with the inspector open, Tab went round the inspector and never left it)
+    assert QApplication.focusWidget() is w.threads.new_button, describe(QApplication.focusWidget())
     c, t, i = w.composer, w.threads, w.inspector
     wanted = [t.new_button, t.search, t.list, w.view, c.edit, c.button, c.attach_button,
               w.meter, i.tabs.tabBar(), i.request_table, i.chart_scroll]

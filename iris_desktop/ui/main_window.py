@@ -247,7 +247,7 @@ class MainWindow(QMainWindow):
         card = self.welcome.recommend  # the welcome stands in for the conversation
         order = [t.new_button, t.search, t.list, self.view, card.button, card.stop_button,
                  *self.welcome.examples, c.edit, c.button, c.attach_button,
-                 self.meter, i.tabs.tabBar(), i.request_table, i.summaries, i.events,
+                 self.meter, i.tabs, i.request_table, i.summaries, i.events,
                  i.chart_scroll]
         for before, after in zip(order, order[1:]):
             QWidget.setTabOrder(before, after)
