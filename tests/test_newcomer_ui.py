@@ -223,6 +223,34 @@ def test_a_long_status_sentence_is_elided_at_a_word_and_never_reaches_the_meter(
     assert window.state_label.isVisible()
 
 
+@pytest.mark.parametrize("points", [14, 18])
+def test_the_status_sentence_keeps_its_room_at_a_large_text_size(make_window, qtbot, points):
+    """Before (an audit): at 14 pt in an 800 px window the sentence got 0 px (prefill
+    progress, errors, "Copied" never seen) and the model's name was cut mid-word; a
+    sentence ending in "Prefilling…" was elided to "Prefilling……"."""
+    from iris_desktop.ui.status_line import MIN_SENTENCE_CHARS
+
+    window = make_window(overrides={"ui.font_size": str(points)})
+    window.resize(800, 700)
+    window.model_label.setText("Qwen2.5 Coder 0.5B Instruct · 8,192-token window")
+    sentence = "Prefilling… 1,536 of 4,096 tokens (37%), about 12 s left"
+    window.app_state.show_message(sentence, 5_000)
+    qtbot.waitUntil(lambda: window.status_area.current_message() == sentence, timeout=2_000)
+    qtbot.wait(100)
+    label = window.status_area.message
+    digit = label.fontMetrics().horizontalAdvance("0")
+    assert label.width() >= digit * (MIN_SENTENCE_CHARS - 6)  # all of it, less the margins
+    assert label.shown_text().startswith("Prefilling… 1,536")
+    assert "……" not in label.shown_text()
+    model = window.model_label  # elided at a word, never cut inside one
+    shown = model.shown_text()
+    assert shown == model.text() or (shown.endswith(ELLIPSIS)
+                                     and model.text().startswith(shown[:-1].rstrip(" ·")))
+    assert model.fontMetrics().horizontalAdvance(shown) <= model.contentsRect().width()
+    bar = window.statusBar()
+    assert window.meter.mapTo(bar, QPoint(window.meter.width(), 0)).x() <= bar.width()
+
+
 # -- B. a chat's settings before its first message; imported speakers ---------------------
 
 

@@ -410,7 +410,9 @@ def test_a_servers_error_message_is_said_short_on_one_line():
     for answer, said in [
         (httpx.Response(500, json={"error": {"message": huge}}, request=request),
          "model crashed: at line 2 yyy"),
-        (httpx.Response(429, text="<html><body>" + "z" * 5000, request=request), "a web page"),
+        (httpx.Response(429, text="<html><head><style>p {}</style></head><body><p>Slow "
+                        "&amp; down</p>" + "z" * 5000, request=request),
+         "answered with a web page: Slow & down zzz"),
         (httpx.Response(500, json={"error": {"code": 500}}, request=request),
          "Internal Server Error"),
     ]:

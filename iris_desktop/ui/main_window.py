@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
+    QSizePolicy,
     QSplitter,
     QStackedWidget,
     QVBoxLayout,
@@ -49,7 +50,7 @@ from iris_desktop.ui.menus import Menus
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
 from iris_desktop.ui.model_thread import ModelThread, ModelWorker
-from iris_desktop.ui.status_line import CacheWords, StatusArea
+from iris_desktop.ui.status_line import CacheWords, ElidedLabel, StatusArea
 from iris_desktop.ui.theme import Appearance
 from iris_desktop.ui.thread_control import ThreadControl
 from iris_desktop.ui.threads import ThreadPanel
@@ -171,7 +172,10 @@ class MainWindow(QMainWindow):
         self.status_area = StatusArea()
         self.state_label, self.progress = self.status_area.state, self.status_area.progress
         # plain text: a server names its own model (Qt would draw tags in it)
-        self.model_label = QLabel("No model", textFormat=Qt.TextFormat.PlainText)
+        # it elides at a word when the status bar is short of room (a model's name was cut
+        # mid-word), full in its tooltip
+        self.model_label = ElidedLabel("No model")
+        self.model_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         #: where the conversation goes: "local", or "server: host:port"
         self.where_label = QLabel("", textFormat=Qt.TextFormat.PlainText)
         self.where_label.setObjectName("where")

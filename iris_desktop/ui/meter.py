@@ -46,12 +46,13 @@ class BudgetMeter(QProgressBar):
         self.setValue(0)
         self.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.setAccessibleName("Context budget")
-        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        # its bar gives way to the status sentence when the status bar is short of room
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.setToolTip("Context budget: no request built yet")
         self.setAccessibleDescription(self.toolTip())
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(QFontMetrics(self.font()).horizontalAdvance("0") * 20, self.sizeHint().height())
+        return QSize(QFontMetrics(self.font()).horizontalAdvance("0") * 28, self.sizeHint().height())
 
     def sizeHint(self) -> QSize:
         fm = QFontMetrics(self.font())

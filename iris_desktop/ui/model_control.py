@@ -19,7 +19,7 @@ from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, write_config_value
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
-from iris_desktop.ui.boxes import plain_box, plain_tip
+from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.download_dialog import DownloadDialog
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
@@ -126,12 +126,12 @@ class ModelControl(QObject):
         self.where_label.setToolTip(
             "Your conversation stays on this computer" if not info.get("base_url") else
             f"Your conversation is sent to {info['base_url']}")
-        self.model_label.setToolTip(plain_tip((info.get("path") or info["name"]) + (
+        self.model_label.set_details((info.get("path") or info["name"]) + (
             f"\nQuantization {quant}" if quant else "") + (
             f"\nContext window (model.n_ctx): {info['n_ctx']:,} tokens") + (
             "\nA base model continues text rather than following instructions: replies "
             "may ramble, and compaction uses the extractive summary." if base else "")
-            + (f"\n{device}: {info['device_reason']}" if device and info.get("device_reason") else "")))
+            + (f"\n{device}: {info['device_reason']}" if device and info.get("device_reason") else ""))
         took = info.get("load_time_s")
         notice = info.get("device_notice")  # why a GPU is not used (fully), in one sentence
         verb = "server connected" if info.get("base_url") else "model loaded"
@@ -164,7 +164,7 @@ class ModelControl(QObject):
             return
         state.set_model("failed", None, message)
         self.model_label.setText("No model")
-        self.model_label.setToolTip(plain_tip(message))
+        self.model_label.set_details(message)
         state.show_status("No model: browsing only")
         self.composer.set_can_send(False, "No model is loaded — Model ▸ Models…")
         self.show_error(message, server=server)

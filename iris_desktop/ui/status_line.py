@@ -14,6 +14,7 @@ from PySide6.QtGui import QFontMetrics, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
 from iris_desktop.core.events import CacheStatus
+from iris_desktop.ui.boxes import plain_tip
 
 ELLIPSIS = "…"
 
@@ -27,7 +28,7 @@ def elide_words(text: str, metrics: QFontMetrics, width: int) -> str:
     words = line.split(" ")
 
     def shortened(count: int) -> str:
-        return " ".join(words[:count]).rstrip(" ,;:·—-") + ELLIPSIS
+        return " ".join(words[:count]).rstrip(" ,;:·—-…") + ELLIPSIS
 
     low, high = 0, len(words) - 1  # the most words that fit, found by halving
     while low < high:
@@ -41,14 +42,22 @@ def elide_words(text: str, metrics: QFontMetrics, width: int) -> str:
 
 class ElidedLabel(QLabel):
     """A one-line label that elides at a word boundary (:func:`elide_words`); ``text()``
-    stays the full sentence, the tooltip holds it whenever it is shortened."""
+    stays the full sentence, the tooltip holds it whenever it is shortened (above a
+    tooltip of its own, ``set_details``)."""
 
     def __init__(self, text: str = "", parent: QWidget | None = None):
         super().__init__(parent)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._shown = ""
+        self._details = ""
         self.setText(text)
+
+    def set_details(self, tip: str) -> None:
+        """A tooltip of the label's own (plain text), shown whether it is shortened or not,
+        below the full text when it is."""
+        self._details = tip
+        self._elide()
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         super().setText(text)
@@ -69,7 +78,11 @@ class ElidedLabel(QLabel):
     def _elide(self) -> None:
         full = self.text()
         self._shown = elide_words(full, self.fontMetrics(), max(self.contentsRect().width(), 0))
-        self.setToolTip(full if self._shown != " ".join(full.split()) else "")
+        shortened = full if self._shown != " ".join(full.split()) else ""
+        if self._details:
+            self.setToolTip(plain_tip("\n".join(t for t in (shortened, self._details) if t)))
+        else:
+            self.setToolTip(shortened)
         self.update()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
@@ -87,6 +100,10 @@ class ElidedLabel(QLabel):
                                   int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
                                   self.palette(), self.isEnabled(), self._shown,
                                   self.foregroundRole())
+
+
+#: the status sentence's room at least, in characters ("Prefilling… 37%, 12 s left")
+MIN_SENTENCE_CHARS = 26
 
 
 class StatusArea(QWidget):
@@ -112,7 +129,10 @@ class StatusArea(QWidget):
         #: the background job's message shown now, and its time: it comes back after a turn
         self._background: tuple[str, int] | None = None
         self._pending: tuple[str, int] | None = None  # a background message held back
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # it keeps room for a short sentence whatever the text size; the labels beside it
+        # give way first (an audit: at 14 pt an 800 px window left it 0 px, so prefill
+        # progress, errors and "Copied" were never seen)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.state, 1)
@@ -122,8 +142,11 @@ class StatusArea(QWidget):
         self._timer.timeout.connect(self.end_message)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        return QSize(self.state.minimumSizeHint().width(),
+        return QSize(self.fontMetrics().horizontalAdvance("0") * MIN_SENTENCE_CHARS,
                      max(self.state.minimumSizeHint().height(), self.progress.minimumHeight()))
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return self.minimumSizeHint()  # what is left over is its stretch
 
     def set_status(self, text: str) -> None:
         self.state.setText(text)

@@ -6,6 +6,8 @@ of the wrong shape."""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 import httpx
@@ -161,11 +163,18 @@ def server_said(message: Any) -> str:
     :data:`SERVER_MESSAGE_CHARS` characters ("…" where cut; an 800 KB message reached the
     terminal, the log and the chat whole), a web page named as one, none said as none."""
     text = " ".join(str(message).split()) if message is not None else ""
+    said = ""
+    if text[:1] == "<" and any(tag in text[:300].lower() for tag in ("<html", "<!doctype", "<body")):
+        said = "it answered with a web page"  # its words, without the markup
+        text = re.sub(r"(?is)<(script|style)\b.*?</\1\s*>|<[^>]*>", " ", text)
+        text = " ".join(html.unescape(text).split())
+        if not text:
+            return said
+        said += ": "
     if not text:
         return "it did not say why"
-    if text[:1] == "<" and any(tag in text[:300].lower() for tag in ("<html", "<!doctype", "<body")):
-        return "it answered with a web page, not an error message"
-    return text if len(text) <= SERVER_MESSAGE_CHARS else text[:SERVER_MESSAGE_CHARS - 1] + "…"
+    cut = SERVER_MESSAGE_CHARS - len(said)
+    return said + (text if len(text) <= cut else text[:cut - 1] + "…")
 
 
 def _http_error(address: str, response: httpx.Response, path: str = "") -> Exception:
