@@ -50,6 +50,17 @@ def show_directional(text: str) -> str:
     return _DIRECTIONAL.sub(lambda m: escape_char(m.group()), text)
 
 
+def copied_note(text: str) -> str:
+    """What the status bar says of ``text`` put on the clipboard: "Copied", and that it
+    holds direction characters where it does (the window shows them as escapes; the
+    clipboard gets the characters as stored, which another app may draw reordered)."""
+    found = len(_DIRECTIONAL.findall(text))
+    if not found:
+        return "Copied"
+    return (f"Copied; it holds {found:,} character{'s' if found != 1 else ''} that change the "
+            "direction of the text (shown here as escapes such as \\u202e)")
+
+
 def _json_escape(char: str) -> str:
     code = ord(char)
     if code < 0x10000:

@@ -64,6 +64,27 @@ def test_a_code_block_is_highlighted_labelled_and_its_copy_button_copies_the_cod
     assert view.text_editor is None  # a click on Copy does not start a selection
 
 
+def test_copy_gives_a_code_block_as_stored_and_says_it_holds_direction_characters(view, qtbot):
+    """Before (an audit): the block's Copy gave the code as the window shows it, with
+    ``\\u202e`` typed out in place of the character (not the code stored), while
+    Ctrl+C on the message gave the stored characters. Now both give what is stored, and
+    the status bar says it holds characters that change the direction."""
+    from iris_desktop.untrusted import copied_note
+
+    code = 'access = "user\u202e \u2066// admin\u2069 \u2066"'
+    reply = f"Look:\n\n```python\n{code}\n```\n"
+    show(view, qtbot, [message(1, "user", "hi"), message(2, "assistant", reply)])
+    index = view.transcript.index(1)
+    doc = view.delegate._doc(view.transcript.entry(1), view.delegate.body_width())
+    assert "\\u202e" in doc.toPlainText() and "\u202e" not in doc.toPlainText()  # shown escaped
+    rect, = view.delegate.code_copy_rects(index)
+    with qtbot.waitSignal(view.copied) as copied:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert QGuiApplication.clipboard().text() == code == copied.args[0]
+    assert copied_note(code).startswith("Copied; it holds 4 characters that change the direction")
+    assert copied_note(CODE) == "Copied"
+
+
 def test_a_fence_without_a_language_is_guessed_or_text_and_user_messages_highlight_too(view, qtbot):
     show(view, qtbot, [message(1, "user", "```\nimport os\nfor i in range(3):\n    print(i)\n```"),
                        message(2, "assistant", "```\nhello there\n```")])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from pygments.lexer import Lexer
@@ -241,11 +241,14 @@ class MessageDocument(QTextDocument):
 
 
 def message_document(text: str, font: QFont, theme: CodeTheme, *, markdown: bool,
-                     width: int, streaming: bool = False) -> MessageDocument:
+                     width: int, streaming: bool = False,
+                     stored: str | None = None) -> MessageDocument:
     """``text`` laid out at ``width``: prose as markdown (or plain, for ``markdown`` False, or
     text with no markdown syntax: it lays out the same, twice as fast), fenced code
     highlighted — but for a last block still ``streaming``: highlighting it again per token
-    would cost more than the whole layout."""
+    would cost more than the whole layout. ``stored``: the text as stored, when ``text``
+    shows some of its characters as escapes (the same fences, character for character
+    elsewhere): each code block's Copy gives its code as stored, not as shown."""
     doc = MessageDocument(font)
     parts, unclosed = _split(text) if "```" in text or "~~~" in text else ([(text, None)], False)
     if all(lang is None for _, lang in parts):
@@ -256,6 +259,11 @@ def message_document(text: str, font: QFont, theme: CodeTheme, *, markdown: bool
             doc.setPlainText(text)
     else:
         _fill(doc, parts, theme, markdown, streaming and unclosed)
+        if stored is not None and stored != text:
+            codes = [part for part, language in _split(stored)[0] if language is not None]
+            if len(codes) == len(doc.code_blocks):
+                doc.code_blocks = [replace(block, code=code)
+                                   for block, code in zip(doc.code_blocks, codes)]
     doc.setTextWidth(width)
     return doc
 

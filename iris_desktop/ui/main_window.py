@@ -57,6 +57,7 @@ from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
 from iris_desktop.ui.turn_control import TurnControl
 from iris_desktop.ui.welcome import WelcomeControl, WelcomePanel
+from iris_desktop.untrusted import copied_note
 
 log = logging.getLogger("iris.ui")
 
@@ -220,7 +221,7 @@ class MainWindow(QMainWindow):
         self.threads.renameRequested.connect(t.rename_dialog)
         self.threads.deleteRequested.connect(t.delete_dialog)
         self.threads.settingsRequested.connect(t.settings_dialog)
-        self.view.copied.connect(lambda _: s.show_message("Copied", 2000))
+        self.view.copied.connect(lambda text: s.show_message(copied_note(text), 4000))
         v = self.view  # a message's own actions: another answer, an edit, going on, a branch
         v.regenerateRequested.connect(self.turns.regenerate)
         v.editRequested.connect(self.turns.edit)

@@ -123,7 +123,7 @@ class TranscriptDelegate(QStyledItemDelegate):
                 text += "\n\n" + "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
             doc = message_document(show_directional(text), self.view.font(), self._code_theme(),
                                    markdown=entry.role == "assistant", width=width,
-                                   streaming=entry.status == "streaming")
+                                   streaming=entry.status == "streaming", stored=text)
         self._docs[key] = doc
         if len(self._docs) > 400:
             self._docs.popitem(last=False)
