@@ -471,3 +471,27 @@ def test_stop_acts_during_a_long_prompt_evaluation(model_path):
         assert stats.evaluated_tokens < stats.prompt_tokens
     finally:
         model.close()
+
+
+def test_a_model_file_changed_on_disk_since_the_load_is_named_not_read(bundled_model, tmp_path):
+    """Before (an audit): a model file truncated in place while loaded (a download or a
+    sync tool writing the same name) killed the process at its next reply (SIGBUS: a
+    mapped page past the end), with no word said. Now a request first checks the file
+    is as it was loaded, and says to load it again. Here the copy grows by a byte (safe
+    to read on); a truncation is told the same way."""
+    import shutil
+
+    copy = tmp_path / "model.gguf"
+    shutil.copyfile(bundled_model, copy)
+    m = LocalModel.load(copy, n_ctx=512, seed=1)
+    try:
+        text, _ = complete(m, [{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0)
+        with open(copy, "ab") as f:
+            f.write(b"\0")
+        with pytest.raises(ModelError, match="changed on disk since it was loaded; load it "
+                                             r"again \(Model ▸ Reload\)"):
+            list(m.stream(GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=2)))
+        with pytest.raises(ModelError, match="changed on disk"):
+            m.prefill([{"role": "user", "content": "Hi"}])
+    finally:
+        m.close()

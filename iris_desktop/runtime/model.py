@@ -261,6 +261,7 @@ class LocalModel(KVReuse):
                     kv_shift=kv_shift)
         model.weights = weights
         model.gpu = plan
+        model._mapped = _file_state(load_path)
         log.info(
             "%s: loaded %s %s (%s, %.0f MB) in %.2f s; n_ctx %d, chat format %s, "
             "sliding window %d (swa_full=%s); %d threads, flash attention %s; weights %s; "
@@ -273,6 +274,8 @@ class LocalModel(KVReuse):
         return model
 
     load_time_s: float = 0.0
+    #: the file llama.cpp maps its weights from, as it was at load: (path, size, mtime, inode)
+    _mapped: tuple | None = None
     #: how the weights were loaded: "as published", or "Q5_0 read as Q8_0 (…)" (:mod:`.weights`)
     weights: str = "as published"
     #: where it runs: the device and layers llama.cpp loaded it with, and why (:mod:`.gpu`)
@@ -299,6 +302,15 @@ class LocalModel(KVReuse):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self.path}: the model is closed")
+
+    def _check_file(self) -> None:
+        """ModelError when the file the weights are mapped from changed on disk since the
+        load (truncated in place by a download or a sync tool, rewritten, replaced):
+        reading a mapped page past a truncation kills the process (SIGBUS, no word said).
+        One stat per request."""
+        if self._mapped is not None and _file_state(self._mapped[0]) != self._mapped:
+            raise ModelError(self._mapped[0], "the model file changed on disk since it was "
+                                              "loaded; load it again (Model ▸ Reload)")
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         """Tokens of ``text``, without BOS. ``special``: recognize control-token text
@@ -519,9 +531,11 @@ class LocalModel(KVReuse):
         :class:`~iris_desktop.generation.GenerationStats`.
 
         Raises :class:`PromptTooLongError` (at the first ``next``) when the prompt
-        leaves no room in the context window.
+        leaves no room in the context window, and ModelError when the model's file changed
+        on disk since it was loaded (:meth:`_check_file`).
         """
         self._check_open()
+        self._check_file()
         r = request
         options = dict(
             max_tokens=r.max_tokens, temperature=r.temperature, cancel=r.cancel,
@@ -688,8 +702,10 @@ class LocalModel(KVReuse):
         :class:`~.protocol.Prefill` yields ``(evaluated, total)`` after each. ``cancel``
         (anything with ``is_set()``) stops it between two graph nodes (a send preempts a
         warm-up this way), and so does closing the Prefill; what was evaluated stays
-        cached. Raises PromptTooLongError (at the first ``next``)."""
+        cached. Raises PromptTooLongError (at the first ``next``), and ModelError for a
+        file changed since it was loaded."""
         self._check_open()
+        self._check_file()
         return Prefill(lambda result: self._prefill(result, list(messages), tools, cancel))
 
     def _prefill(self, result: Prefill, messages: list[Message], tools: list[dict] | None,
@@ -851,6 +867,15 @@ def _header_identity(info: GGUFInfo) -> str:
 #: how messages are rendered for counting; 2: Jinja messages measured after a system
 #: message, so a template's default system prompt is not counted with every message
 COUNT_SCHEME = 2
+
+
+def _file_state(path: Path) -> tuple:
+    """(path, size, modification time, inode) of ``path``; ``None``s when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, None, None, None)
+    return (path, st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 class ModelTokenCounter:
