@@ -671,3 +671,23 @@ def test_self_test_asks_the_bundled_model_and_checks_the_code_highlighting(capsy
     assert selftest.missing_lexers() == ["no-such-language"]
     code, out, err = run(capsys, "--data-dir", str(data), "--self-test")
     assert code == 1 and "code highlighting lacks no-such-language" in out
+
+
+def test_each_message_says_what_it_costs_in_the_request(capsys, tmp_path):
+    """Before (an audit): `context --json` gave a pruned tool output its stored count
+    (149 tokens) while the request held the 18-token placeholder, so the messages did not
+    add up to `history_tokens` and disagreed with the inspector's rows."""
+    data = str(tmp_path / "home")
+    tools = next(p for p in AGENT_FILES if p.name.startswith("swe-i_got_id_demo"))
+    code, out, err = run(capsys, "--data-dir", data, "import", str(tools))
+    assert code == 0, err
+    code, out, err = run(capsys, "--data-dir", data, "context", out.strip(), "--json", "--no-model")
+    assert code == 0, err
+    report = json.loads(out)
+    rows = report["messages"]
+    pruned = [m for m in rows if m["state"] == "pruned"]
+    assert pruned and all(m["sent_tokens"] < m["tokens"] for m in pruned)
+    assert all(m["sent_tokens"] == m["tokens"] for m in rows if m["state"] == "verbatim")
+    assert all(m["sent_tokens"] == 0 for m in rows if m["state"] in ("summarized", "dropped"))
+    # (a stored system message is sent as part of the system prompt, counted there)
+    assert sum(m["sent_tokens"] for m in rows if m["role"] != "system") == report["history_tokens"]

@@ -761,8 +761,9 @@ class ContextEngine:
     # -- the full picture -----------------------------------------------------------------
 
     def describe(self, request: ContextRequest) -> list[dict[str, Any]]:
-        """Every stored message of the active branch, in order, with its turn, tokens and
-        state."""
+        """Every stored message of the active branch, in order, with its turn, tokens (as
+        stored), state and ``sent_tokens`` (what it costs in the request: a pruned or
+        clipped message as it is sent, 0 when it is not sent)."""
         thread_id = request.thread_id
         last = self.store.head(thread_id) if thread_id > 0 else None
         if last is None:
@@ -779,6 +780,10 @@ class ContextEngine:
         # a message written after the request was planned (the reply to it, streaming or
         # saved since) was not left out of it: it goes into the next one
         planned = request.head_id if request.head_id is not None else 2**62
+        changed = pruned | clipped  # sent other than stored: counted as sent
+        sent = {mid: self.counter.count_message(message)
+                for mid, message in zip(request.included_ids, request.messages[1:])
+                if mid in changed}
         result = []
         for m in metas:
             if m.id in pinned or m.id > planned or m.status == "streaming":
@@ -793,9 +798,10 @@ class ContextEngine:
                 state = "summarized"
             else:
                 state = "dropped"
+            cost = sent.get(m.id, m.tokens if state == "verbatim" else 0)
             result.append(
                 {"id": m.id, "role": m.role, "turn": m.turn, "tokens": m.tokens, "state": state,
-                 "recalled": m.id in recalled}
+                 "sent_tokens": cost, "recalled": m.id in recalled}
             )
         return result
 

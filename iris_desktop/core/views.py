@@ -724,10 +724,9 @@ def _request_rows(engine: ContextEngine, request: ContextRequest,
         "tokens": b.system + b.tools + b.summary,
         "preview": _preview(request.messages[0].get("content")),
     }]
-    changed = set(request.pruned_ids) | set(request.clipped_ids)  # sent other than stored
     for mid, message in zip(request.included_ids, request.messages[1:]):
         meta = described.get(mid, {})
-        cost = engine.counter.count_message(message) if mid in changed else meta.get("tokens")
+        cost = meta["sent_tokens"] if "sent_tokens" in meta else engine.counter.count_message(message)
         rows.append({"id": mid, "role": message["role"], "turn": meta.get("turn"),
                      "state": meta.get("state", "verbatim"), "tokens": cost,
                      "preview": _preview(message.get("content") or message_text(message))})
