@@ -100,3 +100,21 @@ def test_paths_the_agent_called_come_first_and_markup_tags_are_not_paths():
     assert found[:2] == ["/etc/hosts", "src/app.py"]  # acted on, before 30 mentions
     assert "/usr/share/doc/x.txt" in found
     assert not {"/form", "/body", "/html"} & set(found)
+
+
+def test_a_ledger_line_keeps_its_first_word_unless_punctuation_says_it_is_an_interjection():
+    """Before (an audit): a leading "No", "Great", "Well", "Nice" or "So" was dropped as
+    filler whatever followed: "No pets are allowed…" became "Pets are allowed…" (a fact
+    turned round), "Great Wall of China…" "Wall of China…", "Nice is where…" "Is
+    where…". An interjection is still left out where its punctuation says it is one."""
+    kept = ["No pets are allowed in Valentina's building since March 2021.",
+            "Great Wall of China trip got cancelled in 2024.",
+            "Well water in Tromsø tested at 7 ppm.",
+            "Nice is where Amélie moved in 2019.",
+            "So many people came to Lisbon in 2023."]
+    said = [Said(i, "user", "Rosa", text, dt.date(2024, 5, 1), True) for i, text in enumerate(
+        [*kept, "No, I never told Marco my PIN 4412.", "Wow! Lena moved to Porto in 2022.",
+         "Well, the launch moved to 12 June."])]
+    lines = [f.text.split("Rosa: ", 1)[1] for f in ExtractiveSummarizer(HeuristicCounter()).facts(said)]
+    assert lines == [*kept, "I never told Marco my PIN 4412.", "Lena moved to Porto in 2022.",
+                     "The launch moved to 12 June."]

@@ -34,14 +34,19 @@ NUMBER_RE = re.compile(r"\b\d[\d,.:]*\b")
 #: capitalized words inside a sentence (not its first word): names, places, titles
 NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*")
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(\[])")
+#: interjections before a sentence ("Wow, ", "No! ", "Thanks. "): only where punctuation
+#: says they are one (an audit: "No pets are allowed…" became "Pets are allowed…", "Great
+#: Wall of China…" "Wall of China…", "Nice is where…" "Is where…")
 FILLER_RE = re.compile(
     r"^(?:(?:hey|hi|hello|wow|oh|ah|yeah|yes|no|sure|thanks|thank you|awesome|great|cool|"
-    r"nice|haha|lol|omg|totally|definitely|absolutely|aww|ooh|hmm|well|so)\b[\s,!.]*)+",
+    r"nice|haha|lol|omg|totally|definitely|absolutely|aww|ooh|hmm|well|so)\s*[,!.]+\s*)+",
     re.IGNORECASE,
 )
+#: words that lead into a sentence without adding to it; "so", "well" and "plus" only with
+#: a comma ("Well water…", "So many…" are the sentence)
 LEAD_RE = re.compile(
-    r"^(?:by the way|btw|anyway|also|plus|and|but|so|oh|well|actually|honestly|guess what)"
-    r"[,\s]+", re.IGNORECASE)
+    r"^(?:(?:by the way|btw|anyway|also|and|but|oh|actually|honestly|guess what)[,\s]+"
+    r"|(?:so|well|plus)\s*,\s*)", re.IGNORECASE)
 FIRST_PERSON_RE = re.compile(r"\b(?:I|my|I'm|I've|I'd|we|our|me)\b")
 DATED_RE = re.compile(r"\d{4}\)")
 EMOTION_WORDS = {
