@@ -30,6 +30,8 @@ from iris_desktop.settings import (
     write_config_value,
 )
 
+from conftest import SYNTHETIC_CHAT
+
 REPO = Path(__file__).resolve().parents[1]
 #: every command's deadline: a settings file must never make one wait
 PROMPT_S = 60
@@ -353,3 +355,38 @@ def test_a_closed_stdout_ends_chat_json_and_context_json_quietly(tmp_path, model
     assert shown == b'{\n  "threa' and code == 0, err
     assert no_traceback(err), err
     assert all(status != "streaming" for _, status in _replies(data / "iris.db"))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends itself SIGINT")
+def test_ctrl_c_during_compact_stops_the_models_summary_as_stop_does(tmp_path, capsys, monkeypatch):
+    """Before (an audit): `compact` took no Ctrl+C of its own: Python's KeyboardInterrupt
+    was raised inside llama.cpp's abort callback, which printed a traceback and swallowed
+    it, and the model's summary ran on for minutes. Now Ctrl+C stops it as Stop does (the
+    extractive summary is used) and a second one interrupts for real. The compaction is
+    the host's own, Stop included (test_compaction.py); here, that `compact` hands it
+    the Ctrl+C."""
+    import signal
+
+    from iris_desktop.cli import main as cli_main
+    from iris_desktop.core.events import CompactionEvent, CompactionFinished
+    from iris_desktop.host import Host
+
+    data = tmp_path / "home"
+    assert cli_main(["--data-dir", str(data), "import", str(SYNTHETIC_CHAT)]) == 0
+    seen = {}
+
+    def compacting(self, thread_id, cancel=None, **_):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C while the model writes the summary
+        seen["stopped"] = cancel is not None and cancel.is_set()
+        yield CompactionFinished(thread_id, CompactionEvent(
+            "manual", "ok", "extractive", 3, 6, 900, 300, 2, 120, 1.0,
+            error="LLM summary unusable (stopped by the user); extractive fallback used",
+            first_turn=1, last_turn=3))
+
+    monkeypatch.setattr(Host, "compact", compacting)
+    capsys.readouterr()
+    code = cli_main(["--data-dir", str(data), "compact", "1", "--no-model"])
+    out, err = capsys.readouterr()
+    assert seen == {"stopped": True}
+    assert code == 0 and "compacted (manual, extractive)" in out and "[stopping…]" in err
+    assert "Traceback" not in err

@@ -335,11 +335,15 @@ def compact(args, overrides) -> int:
             say(f"iris-desktop: warning: no model ({host.model_error}); "
                 "using the extractive summarizer", file=sys.stderr)
         event = None
-        for reported in host.compact(args.thread):
-            if isinstance(reported, CompactionFinished):
-                event = reported.event
-            elif isinstance(reported, TurnFailed):
-                raise CliError(reported.text, EXIT_FAIL)
+        # Ctrl+C stops the model's summary, as Stop does: the extractive one is used (it
+        # went on for minutes, a traceback from llama.cpp's callback printed meanwhile)
+        cancel = threading.Event()
+        with _cancel_on_interrupt(cancel):
+            for reported in host.compact(args.thread, cancel):
+                if isinstance(reported, CompactionFinished):
+                    event = reported.event
+                elif isinstance(reported, TurnFailed):
+                    raise CliError(reported.text, EXIT_FAIL)
     if event is None:
         raise CliError("compaction did not run", EXIT_FAIL)
     if args.json:
