@@ -343,3 +343,36 @@ def test_the_preview_of_n_ctx_0_is_the_window_the_load_will_give(real_host):
     assert host.candidate_planner(candidate, current).params.window == 32768
     assert host.candidate_planner(current.with_overrides({"model.n_ctx": "4096"}),
                                   current).params.window == 4096
+
+
+def test_a_full_disk_mid_reply_leaves_the_model_free_and_the_host_closes(tmp_path, model_path,
+                                                                        monkeypatch):
+    """Before (an audit): a disk that filled while a reply was written failed the reply's
+    periodic save, then its error save, and the generation was never closed: it held the
+    model's lock, so closing the host (the CLI's exit) waited forever, Ctrl+C or not."""
+    import sqlite3
+    import threading
+
+    from iris_desktop.core.store import Store
+
+    overrides = {"model.path": str(model_path), "model.n_ctx": "2048", "model.max_tokens": "300",
+                 "model.temperature": "0", "context.summarizer": "extractive"}
+    host = Host(tmp_path / "data", overrides)
+    host.load_model()
+    thread = new_thread(host, "Hello")
+
+    def full(self, *args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "update_streaming", full)  # the save a second into the reply
+    events = list(host.send(thread, "Write a long story about a lighthouse keeper."))
+    monkeypatch.undo()
+    failed = next(e for e in events if isinstance(e, TurnFailed))
+    assert "is full" in failed.text  # the disk named, not "the model failed"
+    free = host.runtime._lock.acquire(timeout=5)  # the generation let go of the model
+    assert free
+    host.runtime._lock.release()
+    closed = threading.Thread(target=host.close, daemon=True)
+    closed.start()
+    closed.join(30)
+    assert not closed.is_alive()

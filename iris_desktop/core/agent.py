@@ -446,10 +446,20 @@ class Agent:
                     if len(text) != saved_len and self._saved_so_far(reply_id, text):
                         saved_len = len(text)
                     last_save = now
+        except (sqlite3.Error, StoreError):  # the history took no more (a full disk): the
+            raise  # caller says so; the reply is recovered as stopped at the next start
         except Exception as exc:  # the model failed mid-reply: keep what came, say why
             log.exception("generation failed")
-            self.store.update_streaming(reply_id, "".join(pieces), status="error")
+            try:
+                self.store.update_streaming(reply_id, "".join(pieces), status="error")
+            except (sqlite3.Error, StoreError) as saving:  # recovered at the next start
+                log.warning("the failed reply's text was not saved: %s", saving)
             return reply_id, "".join(pieces), None, f"The model failed: {plain_reason(exc)}"
+        finally:
+            # the model is free again whatever happened (a full disk left the generation
+            # open, holding the model's lock: closing the model then waited forever)
+            if generation is not None:
+                generation.close()
         return reply_id, "".join(pieces), generation.stats, None
 
     def _saved_so_far(self, reply_id: int, text: str) -> bool:
