@@ -594,3 +594,26 @@ def test_the_meter_and_states_follow_a_change_another_process_made_to_the_open_c
     assert "summarized" in states.values()
     qtbot.waitUntil(lambda: any(e.kind != "message" for e in window.view.transcript.entries()),
                     timeout=8_000)  # the summary's divider, though no message was added
+
+
+def test_the_first_message_of_a_new_chat_comes_back_when_it_cannot_be_stored(
+        make_window, qtbot, data_dir, monkeypatch):
+    """Before (an audit): on a new chat, a send that failed before the chat was made (a
+    full disk, another process holding the write lock) emptied the box with no word: its
+    failure came for "thread -1" and the window, on no thread, dropped it. In an open
+    chat the same failure gave the text back with the sentence."""
+    import sqlite3
+
+    window = make_window(ScriptedRuntime(["never sent"]))
+    assert window.thread_id is None
+
+    def full(self, *args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "create_thread", full)
+    typed = "My first question, typed with care"
+    window.send(typed)
+    qtbot.waitUntil(lambda: not window.generating, timeout=10_000)
+    qtbot.waitUntil(lambda: window.composer.text() == typed, timeout=5_000)
+    notices = [e.text for e in window.view.transcript.entries() if e.kind != "message"]
+    assert any("is full" in n for n in notices), notices

@@ -322,7 +322,7 @@ def chat(args, overrides) -> int:
         else:
             if printer.written:
                 print()
-            if not printer.gone:
+            if not printer.gone and printer.thread_id not in (None, -1):  # (none was made)
                 print(f"[thread {printer.thread_id}]", file=sys.stderr)
         return printer.code
 

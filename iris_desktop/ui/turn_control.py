@@ -171,9 +171,10 @@ class TurnControl(QObject, TurnListener):
     # -- events from the model thread --
 
     def on_event(self, event: TurnEvent) -> None:
-        if not isinstance(event, (TurnDone, CompactionStarted, CompactionFinished)) and (
-                event.thread_id != self.app_state.thread_id):
-            return  # the user opened another thread meanwhile; it is in the store
+        tid = self.app_state.thread_id
+        mine = event.thread_id == tid or (event.thread_id == -1 and tid is None)  # (-1: a new
+        if not isinstance(event, (TurnDone, CompactionStarted, CompactionFinished)) and not mine:
+            return  # chat that failed before it was made) the user opened another meanwhile
         dispatch(event, self)
 
     def on_user(self, event: UserSaved) -> None:
