@@ -301,3 +301,33 @@ def test_text_typed_just_before_quitting_is_kept(window, qtbot):
     w.close()  # at once: no pause in typing before it
     with Store(w.host.paths.db_path) as store:
         assert store.draft(chat) == "important unsent thought"
+
+
+def test_a_draft_the_history_cannot_take_is_kept_and_said(window, qtbot, monkeypatch):
+    """Before (an audit): with the disk full, a draft's save failed into the log only, and
+    switching chats (or quitting) threw the typed text away. Now it is kept while Iris
+    runs, comes back with its chat, and the status bar says it is not saved."""
+    import sqlite3
+
+    w = window
+    with Store(w.host.paths.db_path) as store:
+        first = store.create_thread("one")
+        store.add_message(first, {"role": "user", "content": "hello"})
+        second = store.create_thread("two")
+        store.add_message(second, {"role": "user", "content": "hi"})
+    w.open_thread(first)
+    settle(qtbot, w)
+
+    def full(self, *args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "save_draft", full)
+    w.composer.edit.setFocus()
+    qtbot.keyClicks(w.composer.edit, "a thought I must not lose")
+    qtbot.waitUntil(lambda: "draft is not saved" in w.status_area.current_message(), timeout=5_000)
+    assert "full" in w.status_area.current_message()
+    w.open_thread(second)
+    settle(qtbot, w)
+    w.open_thread(first)
+    settle(qtbot, w)
+    assert w.composer.text() == "a thought I must not lose"

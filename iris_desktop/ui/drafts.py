@@ -19,6 +19,7 @@ from iris_desktop.core.attachments import Attachment
 from iris_desktop.core.store import Store
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
+from iris_desktop.ui.boxes import failure
 from iris_desktop.ui.composer import Composer
 
 #: the pause in typing after which the draft is written
@@ -42,6 +43,8 @@ class DraftControl(QObject):
         self._typed = False  # typed since the chat was opened: its stored draft is older
         #: the files attached to the drafts of chats not open now
         self._files: dict[int | None, list[Attachment]] = {}
+        #: drafts not written yet (their save queued, or failed), by chat
+        self._unsaved: dict[int | None, str] = {}
         self._timer = QTimer(self, singleShot=True, interval=SAVE_PAUSE_MS)
         self._timer.timeout.connect(self.save)
         composer.edit.textChanged.connect(self._edited)
@@ -53,10 +56,22 @@ class DraftControl(QObject):
 
     def save(self) -> None:
         """Write the composer's text as its chat's draft (an empty box removes it), on the
-        DB thread, after whatever was asked of it before."""
+        DB thread, after whatever was asked of it before. Until it is written it is kept
+        here: a draft the history cannot take (a full disk) comes back when its chat is
+        opened again, and the status bar says it is not saved (it was lost unsaid)."""
         self._timer.stop()
         thread_id, text = self.thread_id, self.composer.text()
-        self.background.run(lambda store: store.save_draft(thread_id, text),
+        self._unsaved[thread_id] = text
+
+        def saved(_result: object) -> None:
+            if self._unsaved.get(thread_id) == text:
+                del self._unsaved[thread_id]
+
+        def failed(exc: BaseException) -> None:
+            self.app_state.show_message(f"Your draft is not saved: {failure(exc)}; it is kept "
+                                        "while Iris runs", 10_000)
+
+        self.background.run(lambda store: store.save_draft(thread_id, text), saved, failed,
                             key=f"draft-{thread_id}")
 
     def flush(self) -> None:
@@ -82,6 +97,8 @@ class DraftControl(QObject):
     def _created(self, thread_id: int) -> None:
         """The new chat became ``thread_id``: its draft is that chat's now."""
         self._files.pop(thread_id, None)  # a deleted chat's, whose id was given again
+        self._unsaved.pop(thread_id, None)
+        self._unsaved.pop(None, None)  # the new chat's text is this chat's now
         if self.thread_id is None:
             self.background.run(lambda store: store.save_draft(None, ""))
             self.thread_id = thread_id
@@ -92,7 +109,7 @@ class DraftControl(QObject):
 
         def show(text: str) -> None:
             if thread_id == self.thread_id and not self._typed:
-                self._show(text)
+                self._show(self._unsaved.get(thread_id, text))
 
         self.background.run(lambda store: store.draft(thread_id), show, key="draft-load")
 
