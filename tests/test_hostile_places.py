@@ -560,3 +560,28 @@ def test_adr_0079_variables_name_the_key_to_use(capsys, monkeypatch, name, inste
     code, out, err = run(capsys, "config", "list", "--json")
     assert code == 0 and err.count(name) == 1 and f"use {instead}" in err
     assert all(row["source"] == "default" for row in json.loads(out))
+
+
+@pytest.mark.parametrize("schema,version", [
+    ("CREATE TABLE moz_places(id INTEGER PRIMARY KEY, url TEXT)", 0),
+    ("CREATE TABLE messages(id INTEGER PRIMARY KEY, body TEXT)", 0),
+    ("CREATE TABLE moz_places(id INTEGER PRIMARY KEY, url TEXT)", 70),
+])
+def test_another_apps_database_in_the_history_s_place_is_named_and_left_as_it_is(
+        capsys, tmp_path, schema, version):
+    """Before (an audit): a browser's database at iris.db got Iris's 19 tables beside its
+    own and its user_version set (exit 0, "no threads yet"); one with its own `messages`
+    table was refused as a folder or disk problem, one with user_version 70 as "newer
+    than this Iris", and each was switched to WAL for good, refused or not."""
+    data = tmp_path / "home"
+    data.mkdir()
+    db = data / "iris.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(schema)
+        conn.execute(f"PRAGMA user_version = {version}")
+    before = db.read_bytes()
+    code, out, err = run(capsys, "--data-dir", str(data), "threads")
+    assert code == 1 and "is not an Iris history: it holds other tables" in err, err
+    assert "Traceback" not in err
+    assert db.read_bytes() == before  # not a byte changed: no tables, no WAL switch
+    assert not (data / "iris.db-wal").exists()

@@ -137,6 +137,7 @@ class Store(Messages, Search, Summaries, Vectors):
             )
             conn.text_factory = decode_text  # a flipped byte in one message fails no query
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            _check_is_iris(conn, self.path)  # before anything is written to it
             mode = _wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -177,6 +178,20 @@ class Store(Messages, Search, Summaries, Vectors):
     @property
     def schema_version(self) -> int:
         return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _check_is_iris(conn: sqlite3.Connection, path: Path) -> None:
+    """StoreError when the database holds tables and not Iris's: another app's SQLite
+    file where the history should be. It is left exactly as it is (an audit: Iris added
+    its tables beside a browser's and switched the file to WAL, even where it refused it
+    afterwards as "newer than this Iris")."""
+    names = {row[0] for row in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    if names and not {"threads", "messages"} <= names:
+        shown = ", ".join(sorted(names)[:3]) + (", …" if len(names) > 3 else "")
+        raise StoreError(f"{path} is not an Iris history: it holds other tables ({shown}), "
+                         "another app's database perhaps; Iris left it as it is. Move it "
+                         "elsewhere, or choose another data folder")
 
 
 def _wal(conn: sqlite3.Connection) -> str:
