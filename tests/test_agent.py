@@ -325,3 +325,44 @@ def test_continue_runs_no_call_written_before_only_what_the_model_writes_now(fre
     assert len(finished) == 1 and "1234" in finished[0].text
     reply = next(r for r in fresh_store.messages(thread) if r["tool_calls"])
     assert reply["content"] == "Sure, reading."
+
+
+def test_a_large_result_the_model_waits_on_leaves_room_to_summarize_the_turns_before(
+        fresh_store, tmp_path):
+    """Before (an audit): compaction sized its split with the result the model was waiting
+    on at full size (104,060 tokens), which the request sends clipped; every tool step's
+    compaction failed ("no room for a summary"), the third opened the circuit breaker, and
+    the chat's first turns were dropped with no summary: "my badge number is 5521" was
+    gone from the next question's request."""
+    import random
+
+    from iris_desktop.core.config import CompactionSettings
+    from iris_desktop.core.events import CompactionFinished
+
+    folder = tmp_path / "allowed"
+    folder.mkdir()
+    rng = random.Random(5)
+    words = "river stone lantern copper orchard violet harbor meadow signal pepper quartz".split()
+    (folder / "big.txt").write_text("\n".join(" ".join(rng.choice(words) for _ in range(14))
+                                              for _ in range(3000)))
+    store = fresh_store
+    thread = store.create_thread("t")
+    store.add_messages(thread, [{"role": "user", "content": "I'm Odile; my badge number is 5521."},
+                                {"role": "assistant", "content": "Noted: badge 5521."}])
+    for i in range(30):
+        store.add_messages(thread, [
+            {"role": "user", "content": f"Topic {i}: " + " ".join(rng.choice(words) for _ in range(120))},
+            {"role": "assistant", "content": "Reply: " + " ".join(rng.choice(words) for _ in range(120))}])
+    runtime = ScriptedRuntime([call("read_file", path="big.txt")] * 4 + ["A word list.", "5521."])
+    planner = Planner(ContextParams(window=8192, system_prompt="You are Iris."), runtime.counter(),
+                      runtime=runtime, agent=AgentConfig(),
+                      compaction=CompactionSettings(summarizer="extractive"),
+                      tools=ToolsConfig(allowed_paths=(str(folder),)))
+    agent = build_agent(planner, store)
+    events = list(agent.send(thread, "Read big.txt four times and tell me what it is."))
+    outcomes = [e.event for e in events if isinstance(e, CompactionFinished)]
+    assert outcomes and not [e for e in outcomes if "no room for a summary" in (e.error or "")]
+    assert not [e for e in outcomes if e.outcome == "skipped" and "breaker" in (e.error or "")]
+    list(agent.send(thread, "What is my badge number?"))
+    assert any("5521" in (m.get("content") or "") for m in runtime.requests[-1])
+    assert planner.plan(store, thread).dropped_turns == 0

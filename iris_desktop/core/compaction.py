@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iris_desktop.core.engine import (
+    MIN_CLIP_TOKENS,
     ContextEngine,
     ContextRequest,
     ConversationTooLargeException,
@@ -385,13 +386,16 @@ class Compactor:
         # anchor), so its cost is held back from the tail's share; when it cannot fit
         # beside the tail and a summary, the engine leaves it out, and so does this plan
         task = _newest_task(metas)
-        for anchor in ([plan.cost[task.id]] if task is not None else []) + [0]:
-            plan.archived, plan.tail = self._split(metas, plan.cost, plan.fixed + anchor)
-            tail = sum(plan.cost[m.id] for m in plan.tail)
-            if anchor and task in plan.archived:
-                tail += anchor
-            if self._summary_room(plan, tail) >= MIN_SUMMARY_TOKENS:
-                break
+        tail = self._fit_tail(plan, metas, task)
+        in_flight = _in_flight(metas)
+        if self._summary_room(plan, tail) < MIN_SUMMARY_TOKENS and in_flight:
+            # the results the model waits on are sent shortened to what is left beside
+            # the summary (the engine clips them): counted whole, a large one left no
+            # room for any summary, so compaction failed at every step, the breaker
+            # opened, and the turns before it were dropped unsummarized (an audit)
+            for meta in in_flight:
+                plan.cost[meta.id] = min(plan.cost[meta.id], MIN_CLIP_TOKENS)
+            tail = self._fit_tail(plan, metas, task)
         if not plan.archived:
             raise NothingToCompact("the unsummarized history is one step of one turn, which is kept")
         replaced = plan.old_summary + sum(plan.cost[m.id] for m in plan.archived)
@@ -406,6 +410,17 @@ class Compactor:
                 f"no room for a summary: the kept tail needs {tail:,} of the {budget:,}-token "
                 f"budget after the system prompt ({plan.fixed:,})")
         return plan
+
+    def _fit_tail(self, plan: _Plan, metas: list[MessageMeta], task: MessageMeta | None) -> int:
+        """Split ``plan`` into archived and tail (see :meth:`_plan`); the tail's tokens."""
+        for anchor in ([plan.cost[task.id]] if task is not None else []) + [0]:
+            plan.archived, plan.tail = self._split(metas, plan.cost, plan.fixed + anchor)
+            tail = sum(plan.cost[m.id] for m in plan.tail)
+            if anchor and task in plan.archived:
+                tail += anchor
+            if self._summary_room(plan, tail) >= MIN_SUMMARY_TOKENS:
+                break
+        return tail
 
     def _summary_room(self, plan: _Plan, tail: int) -> int:
         """What the budget leaves for the summary beside the fixed part and the tail."""
@@ -590,6 +605,16 @@ def _newest_task(metas: list[MessageMeta]) -> MessageMeta | None:
         return None
     newest = [m for m in metas if m.turn == metas[-1].turn]
     return newest[0] if newest[0].role == "user" else None
+
+
+def _in_flight(metas: list[MessageMeta]) -> list[MessageMeta]:
+    """The tool results the model has not answered yet: those that end the newest turn."""
+    results: list[MessageMeta] = []
+    for meta in reversed(metas):
+        if meta.role != "tool" or meta.turn != metas[-1].turn:
+            break
+        results.append(meta)
+    return results
 
 
 def _units(metas: list[MessageMeta]) -> list[_Unit]:
