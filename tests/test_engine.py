@@ -121,6 +121,19 @@ def test_newest_turn_pruned_when_nothing_else_fits_but_keeps_in_flight_result(fr
     assert len(request.pruned_ids) == 2
 
 
+def test_a_system_prompt_that_takes_the_whole_budget_is_named_not_the_message(fresh_store):
+    """Before (an audit): "the newest turn alone is at least 1 tokens (5 bytes of text);
+    the window allows 0" for a "hello" beside a system prompt larger than the budget."""
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "hello"}])
+    with pytest.raises(ConversationTooLargeException) as err:
+        engine_for(fresh_store, 512, prompt="word " * 1000).build(thread)
+    text = str(err.value)
+    assert text.startswith("the system prompt (") and "alone takes the whole 358-token budget" in text
+    assert "chat.system_prompt" in text and "newest turn" not in text
+    assert err.value.allowed == 358 and err.value.needed > 358
+
+
 def test_too_large_raises_with_numbers_and_writes_nothing(fresh_store):
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, [{"role": "user", "content": "x" * 40000}])

@@ -60,6 +60,11 @@ PINNED_LOOKAHEAD = 8
 _BATCH = 128
 
 
+def _tokens(n: int) -> str:
+    """``n`` tokens in words: "1 token", "1,043 tokens"."""
+    return f"{n:,} token{'' if n == 1 else 's'}"
+
+
 class ConversationTooLargeException(Exception):
     """Even the newest turn, with every tool output cleared, does not fit the budget."""
 
@@ -537,6 +542,7 @@ class ContextEngine:
         token per MAX_BYTES_PER_TOKEN bytes at most, so the newest turn's user text gives
         a floor on its tokens from its size alone (a 10 MiB message would otherwise be
         tokenized, seconds and a gigabyte, only to be refused)."""
+        self._refuse_full_frame(frame)
         n_bytes = (utf8_length(draft.strip()) if draft is not None
                    else self.store.newest_turn_text_bytes(thread_id, frame.lower_id))
         allowed = max(frame.history_budget, 0)
@@ -544,11 +550,34 @@ class ContextEngine:
         if needed > allowed:
             p = self.params
             raise ConversationTooLargeException(
-                f"the newest turn alone is at least {needed:,} tokens ({n_bytes:,} bytes of "
+                f"the newest turn alone is at least {_tokens(needed)} ({n_bytes:,} bytes of "
                 f"text); the window allows {allowed:,} (window {p.window:,} × ratio "
                 f"{p.token_budget_ratio} − system {frame.system_tokens:,} − tools "
                 f"{frame.tool_tokens:,} − summary {frame.summary_tokens:,})",
                 needed=needed, allowed=allowed)
+
+    def _refuse_full_frame(self, frame: Frame) -> None:
+        """ConversationTooLargeException naming the system prompt, the tools and the summary
+        when they alone leave nothing of the budget (the sentence blamed the newest turn:
+        "the newest turn alone is at least 1 tokens … the window allows 0")."""
+        if frame.history_budget > 0:
+            return
+        p = self.params
+        budget = math.floor(p.window * p.token_budget_ratio)
+        parts = [f"the system prompt ({_tokens(frame.system_tokens)})"]
+        fixes = ["shorten the system prompt (chat.system_prompt, or the chat's own)"]
+        if frame.tool_tokens:
+            parts.append(f"the tools' descriptions ({_tokens(frame.tool_tokens)})")
+            fixes.append("turn tools off (tools.enabled)")
+        if frame.summary_tokens:
+            parts.append(f"the summary ({_tokens(frame.summary_tokens)})")
+        raise ConversationTooLargeException(
+            f"{' and '.join([', '.join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)} "
+            f"alone take{'' if len(parts) > 1 else 's'} the whole {budget:,}-token budget (window {p.window:,} × ratio "
+            f"{p.token_budget_ratio}), leaving nothing for the conversation; "
+            f"{', '.join(fixes)}, or raise context.window",
+            needed=frame.system_tokens + frame.tool_tokens + frame.summary_tokens,
+            allowed=budget)
 
     def frame(self, thread_id: int, tools_text: str = "", native_tool_tokens: int = 0,
               reserve: int = 0) -> Frame:
@@ -598,6 +627,7 @@ class ContextEngine:
                 return protect
         needed = turns.cost(0, 0)
         allowed = max(frame.history_budget, 0)
+        self._refuse_full_frame(frame)
         if turns.clipped:
             cleared = ("every finished tool output cleared and the result the model just "
                        "asked for shortened")
@@ -608,7 +638,7 @@ class ContextEngine:
             cleared = "every tool output cleared"
         p = self.params
         raise ConversationTooLargeException(
-            f"the newest turn alone is {needed:,} tokens even with {cleared}; the window "
+            f"the newest turn alone is {_tokens(needed)} even with {cleared}; the window "
             f"allows {allowed:,} (window {p.window:,} × ratio {p.token_budget_ratio} − system "
             f"{frame.system_tokens:,} − tools {frame.tool_tokens:,} − summary "
             f"{frame.summary_tokens:,})",
