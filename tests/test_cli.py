@@ -691,3 +691,24 @@ def test_each_message_says_what_it_costs_in_the_request(capsys, tmp_path):
     assert all(m["sent_tokens"] == 0 for m in rows if m["state"] in ("summarized", "dropped"))
     # (a stored system message is sent as part of the system prompt, counted there)
     assert sum(m["sent_tokens"] for m in rows if m["role"] != "system") == report["history_tokens"]
+
+
+def test_context_shows_the_request_as_text_and_a_refusal_as_json(capsys, tmp_path):
+    """Before (an audit): `context --show-request` without --json printed no message of
+    the request (its help promises them), and `context --json` on a chat too large gave
+    scripts nothing on stdout (exit 3, stderr only)."""
+    data = ["--data-dir", str(tmp_path / "home")]
+    code, out, err = run(capsys, *data, "import", str(SYNTHETIC_CHAT))
+    thread = out.strip()
+    code, out, err = run(capsys, *data, "context", thread, "--no-model", "--show-request")
+    assert code == 0, err
+    request = out.split("\nrequest\n", 1)[1]
+    newest = [m for m in load_corpus(SYNTHETIC_CHAT) if m["role"] == "user"][-1]
+    assert "--- system" in request and "--- user" in request
+    assert newest["content"].splitlines()[0] in request  # always sent
+    code, out, err = run(capsys, *data, "--set", "context.window=512", "--set",
+                         "chat.system_prompt=" + "word " * 1000, "context", thread, "--no-model",
+                         "--json")
+    assert code == 3 and "system prompt" in err
+    refusal = json.loads(out)
+    assert refusal["error"] == "too_large" and refusal["needed"] > refusal["allowed"] == 358

@@ -103,6 +103,9 @@ def context(args, overrides) -> int:
             report = context_report(host, args.thread, draft, args.show_request)
         except ConversationTooLargeException as exc:
             say(f"iris-desktop: conversation too large: {exc}", file=sys.stderr)
+            if args.json:  # a script reading stdout gets the refusal too (it got nothing)
+                print(dump_json({"error": "too_large", "message": str(exc),
+                                 "needed": exc.needed, "allowed": exc.allowed}, indent=2))
             return EXIT_TOO_LARGE
     if args.json:
         print(dump_json(report, indent=2))
@@ -151,3 +154,11 @@ def _print_context(r: dict[str, Any]) -> None:
     print(f"compaction  {due}")
     if r.get("dropped"):  # whole sentences: the terminal wraps them, nothing is cut
         print(f"dropped     {show_untrusted(r['dropped']['why'])}")
+    if r.get("request") is not None:  # --show-request: the messages, as they are sent
+        print("request")
+        for message in r["request"]:
+            text = message.get("content") or ""
+            calls = message.get("tool_calls") or []
+            print(f"--- {message['role']}" + (f" ({len(calls)} tool call{'s' if len(calls) != 1 else ''})"
+                                              if calls else ""))
+            say(text if isinstance(text, str) else dump_json(text))
