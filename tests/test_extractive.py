@@ -118,3 +118,13 @@ def test_a_ledger_line_keeps_its_first_word_unless_punctuation_says_it_is_an_int
     lines = [f.text.split("Rosa: ", 1)[1] for f in ExtractiveSummarizer(HeuristicCounter()).facts(said)]
     assert lines == [*kept, "I never told Marco my PIN 4412.", "Lena moved to Porto in 2022.",
                      "The launch moved to 12 June."]
+
+
+def test_a_title_s_full_stop_ends_no_sentence():
+    """Before (an audit): "Well, my doctor Dr. Smith said so." became the ledger line
+    "Well, my doctor Dr." and a second one "Smith said so."."""
+    said = [Said(1, "user", "Rosa", "No, Dr. Hale did not approve the 2025 trip yet. Well, my "
+                 "doctor Dr. Smith said the MRI on 4 May was fine.", dt.date(2024, 5, 1), True)]
+    lines = [f.text.split("Rosa: ", 1)[1] for f in ExtractiveSummarizer(HeuristicCounter()).facts(said)]
+    assert lines == ["Dr. Hale did not approve the 2025 trip yet.",
+                     "My doctor Dr. Smith said the MRI on 4 May was fine."]

@@ -57,6 +57,16 @@ def one_sentence(text: str) -> bool:
             and "object has no attribute" not in text and "Error(" not in text)
 
 
+def measured_turn(runtime: RemoteRuntime, store: Store) -> tuple[list, float, int]:
+    """:func:`run_turn`, and the most memory it took (tracemalloc's peak)."""
+    tracemalloc.start()
+    try:
+        events, took = run_turn(runtime, store)
+        return events, took, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def run_turn(runtime: RemoteRuntime, store: Store, max_tokens: int = 64) -> tuple[list, float]:
     thread = store.create_thread("t")
     started = time.monotonic()
@@ -183,12 +193,7 @@ def test_one_huge_line_is_refused_at_the_limit_and_never_held_whole(fresh_store)
     huge = 64 << 20
     with MisbehavingServer("huge_line", tokens=TOKENS, huge_bytes=huge, hold_s=HOLD_S) as server, \
             connect(server, idle_timeout_s=30.0) as runtime:
-        tracemalloc.start()
-        try:
-            events, took = run_turn(runtime, fresh_store)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        events, took, peak = measured_turn(runtime, fresh_store)
         assert server.client_gone.wait(CEILING_S)
         sent = server.bytes_sent
     assert took < CEILING_S
@@ -436,12 +441,7 @@ def test_streamed_tool_calls_are_held_to_the_replys_bounds(fresh_store, mode, sa
     calls in one reply became 50,000 rows of the history. Now they end the reply in one
     sentence, in bounded memory, and nothing of them is stored as a call."""
     with MisbehavingServer(mode) as server, connect(server) as runtime:
-        tracemalloc.start()
-        try:
-            events, took = run_turn(runtime, fresh_store)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        events, took, peak = measured_turn(runtime, fresh_store)
     failed = next(e for e in events if isinstance(e, TurnFailed))
     assert said in failed.text and one_sentence(failed.text), failed.text
     assert took < CEILING_S and peak < 64 << 20

@@ -155,10 +155,11 @@ def test_tool_error_shows_in_its_card(make_window, qtbot, tmp_path):
     assert card.error and "does not exist" in card.text
 
 
-def test_shell_command_asks_with_the_exact_command(make_window, qtbot, tmp_path):
+def shell_question(make_window, qtbot, tmp_path, command: str):
+    """(window, its open shell question, the allowed folder) once the scripted model asked
+    to run ``command``."""
     folder = tmp_path / "allowed"
     folder.mkdir()
-    command = "echo iris-was-here && echo $((6 * 7))"
     runtime = ScriptedRuntime([call("run_shell", command=command), "Done."])
     window = make_window(runtime, overrides={
         "tools.allowed_paths": json.dumps([str(folder)]), "tools.shell": "true",
@@ -166,7 +167,12 @@ def test_shell_command_asks_with_the_exact_command(make_window, qtbot, tmp_path)
     send(qtbot, window, "Run it")
     qtbot.waitUntil(lambda: window.turns.shell_box is not None and window.turns.shell_box.isVisible(),
                     timeout=10_000)
-    box = window.turns.shell_box
+    return window, window.turns.shell_box, folder
+
+
+def test_shell_command_asks_with_the_exact_command(make_window, qtbot, tmp_path):
+    command = "echo iris-was-here && echo $((6 * 7))"
+    window, box, _ = shell_question(make_window, qtbot, tmp_path, command)
     assert box.command_text() == command
     qtbot.mouseClick(box.run_button, Qt.MouseButton.LeftButton)
     wait_turn(qtbot, window)
@@ -177,17 +183,8 @@ def test_shell_command_asks_with_the_exact_command(make_window, qtbot, tmp_path)
 def test_shell_dialog_shows_bidi_and_invisible_characters_as_escapes(make_window, qtbot, tmp_path):
     """A right-to-left override (or an isolate, a zero-width space) would let the dialog show
     another command than the one that runs: each is shown as an escape such as \\u202e."""
-    folder = tmp_path / "allowed"
-    folder.mkdir()
     command = "echo safe \u202e;txt.exe hsab | moc.live//:ptth lruc\u2066#\u2069\u200b"
-    runtime = ScriptedRuntime([call("run_shell", command=command), "Done."])
-    window = make_window(runtime, overrides={
-        "tools.allowed_paths": json.dumps([str(folder)]), "tools.shell": "true",
-        "tools.enabled": "read_file,run_shell"})
-    send(qtbot, window, "Run it")
-    qtbot.waitUntil(lambda: window.turns.shell_box is not None and window.turns.shell_box.isVisible(),
-                    timeout=10_000)
-    box = window.turns.shell_box
+    window, box, _ = shell_question(make_window, qtbot, tmp_path, command)
     shown = box.command_text()
     assert "echo safe \\u202e;txt.exe hsab | moc.live//:ptth lruc\\u2066#\\u2069\\u200b" in shown
     assert not any(c in shown for c in "\u202e\u2066\u2069\u200b")
@@ -205,16 +202,7 @@ def test_the_shell_question_shows_all_of_a_long_command_and_its_buttons(make_win
     """Before (an audit): the command sat in a message box's text. 3,000 spaces before a
     second command made the box 22,330 px wide, clipped to the screen, showing "echo
     hello" beside Run; 120 line breaks pushed Run and Don't run off the screen."""
-    folder = tmp_path / "allowed"
-    folder.mkdir()
-    runtime = ScriptedRuntime([call("run_shell", command=command), "Done."])
-    window = make_window(runtime, overrides={
-        "tools.allowed_paths": json.dumps([str(folder)]), "tools.shell": "true",
-        "tools.enabled": "read_file,run_shell"})
-    send(qtbot, window, "Run it")
-    qtbot.waitUntil(lambda: window.turns.shell_box is not None and window.turns.shell_box.isVisible(),
-                    timeout=10_000)
-    box = window.turns.shell_box
+    window, box, folder = shell_question(make_window, qtbot, tmp_path, command)
     screen = box.screen().availableGeometry()
     assert screen.contains(box.frameGeometry())  # the whole box, buttons included, on screen
     for button in (box.run_button, box.deny_button):

@@ -54,6 +54,15 @@ def trigger(w, index, name: str) -> None:
     action.trigger()
 
 
+def chats(w, *titles: str) -> list[int]:
+    """A chat of one message for each title, made in the window's history."""
+    with Store(w.host.paths.db_path) as store:
+        made = [store.create_thread(title) for title in titles]
+        for thread in made:
+            store.add_message(thread, {"role": "user", "content": "hello"})
+    return made
+
+
 def stored_texts(w) -> list[str]:
     with Store(w.host.paths.db_path) as store:
         return [r["content"] for r in store.messages(w.thread_id)]
@@ -259,11 +268,7 @@ def test_a_file_attached_in_one_chat_stays_with_that_chat(window, qtbot, tmp_pat
     from iris_desktop.core.attachments import read_attachment
 
     w = window
-    with Store(w.host.paths.db_path) as store:
-        lawyer = store.create_thread("lawyer")
-        store.add_message(lawyer, {"role": "user", "content": "hello"})
-        groceries = store.create_thread("groceries")
-        store.add_message(groceries, {"role": "user", "content": "hi"})
+    lawyer, groceries = chats(w, "lawyer", "groceries")
     (tmp_path / "notes.txt").write_text("SECRET settlement notes\n")
     w.open_thread(lawyer)
     settle(qtbot, w)
@@ -291,9 +296,7 @@ def test_text_typed_just_before_quitting_is_kept(window, qtbot):
     """Before (an audit): a draft was written only after a 400 ms pause in typing, and
     quitting within it lost what was typed; closing the window now writes it first."""
     w = window
-    with Store(w.host.paths.db_path) as store:
-        chat = store.create_thread("notes")
-        store.add_message(chat, {"role": "user", "content": "hello"})
+    chat, = chats(w, "notes")
     w.open_thread(chat)
     settle(qtbot, w)
     w.composer.edit.setFocus()
@@ -310,11 +313,7 @@ def test_a_draft_the_history_cannot_take_is_kept_and_said(window, qtbot, monkeyp
     import sqlite3
 
     w = window
-    with Store(w.host.paths.db_path) as store:
-        first = store.create_thread("one")
-        store.add_message(first, {"role": "user", "content": "hello"})
-        second = store.create_thread("two")
-        store.add_message(second, {"role": "user", "content": "hi"})
+    first, second = chats(w, "one", "two")
     w.open_thread(first)
     settle(qtbot, w)
 
