@@ -33,7 +33,12 @@ PATH_RE = re.compile(
 NUMBER_RE = re.compile(r"\b\d[\d,.:]*\b")
 #: capitalized words inside a sentence (not its first word): names, places, titles
 NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*")
-SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(\[])")
+#: a title's or a Latin abbreviation's full stop ends no sentence ("Dr. Hale", "e.g. this"):
+#: a ledger line was cut to "User: Well, my doctor Dr."
+_NOT_AFTER = "".join(rf"(?<!\b{re.escape(a)})" for a in (
+    "Dr.", "Mr.", "Mrs.", "Ms.", "Prof.", "St.", "Jr.", "Sr.", "Mt.", "vs.", "e.g.", "i.e.",
+    "etc.", "approx."))
+SENTENCE_RE = re.compile(rf"(?<=[.!?]){_NOT_AFTER}\s+(?=[A-Z\"'(\[])")
 #: interjections before a sentence ("Wow, ", "No! ", "Thanks. "): only where punctuation
 #: says they are one (an audit: "No pets are allowed…" became "Pets are allowed…", "Great
 #: Wall of China…" "Wall of China…", "Nice is where…" "Is where…")
@@ -90,7 +95,7 @@ FIRST_FACTS_TOKENS = 64
 #: ... and one of them at most this many characters (a long request keeps its start)
 FIRST_FACT_CHARS = 240
 #: a sentence ends at one of these, then space (or at once, for the full-width ones)
-FIRST_SENTENCE_RE = re.compile(r"(?<=[.!?…;])\s+|(?<=[。！？；؟।])\s*|\s*\n\s*")
+FIRST_SENTENCE_RE = re.compile(rf"(?<=[.!?…;]){_NOT_AFTER}\s+|(?<=[。！？；؟।])\s*|\s*\n\s*")
 #: a word is a run of letters, in any script
 LETTERS_RE = re.compile(r"[^\W\d_]+")
 DIGITS_RE = re.compile(r"\d+(?:[.,:/]\d+)*")
