@@ -576,8 +576,8 @@ class ContextEngine:
             f"alone take{'' if len(parts) > 1 else 's'} the whole {budget:,}-token budget (window {p.window:,} × ratio "
             f"{p.token_budget_ratio}), leaving nothing for the conversation; "
             f"{', '.join(fixes)}, or raise context.window",
-            needed=frame.system_tokens + frame.tool_tokens + frame.summary_tokens,
-            allowed=budget)
+            # what the fixed parts take, and a token at least for the conversation
+            needed=budget - frame.history_budget + 1, allowed=budget)
 
     def frame(self, thread_id: int, tools_text: str = "", native_tool_tokens: int = 0,
               reserve: int = 0) -> Frame:

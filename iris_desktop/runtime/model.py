@@ -49,6 +49,7 @@ from iris_desktop.stop import Stop
 from iris_desktop.tokens import Message, continues_reply
 
 from .chat_format import ChatFormat, select_chat_format
+from .control_text import control_spellings, template_tokens, text_parts
 from .cpu import physical_cores
 from .errors import ModelError, PromptTooLongError
 from .first_use import checked_plan
@@ -341,14 +342,7 @@ class LocalModel(KVReuse):
         """The exact tokens ``message`` contributes to a prompt (for a template that is
         not additive, its estimate); its text is read as text (:meth:`_template_tokens`)."""
         parts = self.chat_format.message_parts(message, index)
-        content = message.get("content")
-        if (len(parts) == 1 and isinstance(content, str) and content
-                and (control := self._control_spellings()) is not None and control.search(content)):
-            text = parts[0][0]
-            at = text.find(content)
-            if at >= 0:
-                parts = [(text[:at], True), (content, False), (text[at + len(content):], True)]
-        return self._parts_tokens(parts)
+        return self._parts_tokens(text_parts(parts, message.get("content"), self._control_spellings()))
 
     @property
     def native_tools(self) -> bool:
@@ -404,58 +398,17 @@ class LocalModel(KVReuse):
     def _template_tokens(self, render: Callable[[list[Message]], str],
                          messages: list[Message]) -> list[int]:
         """The tokens of a template's rendering of ``messages``: the template's own text
-        read with its control tokens, each message's text as plain text. Before (an audit),
-        the whole rendering was read with control tokens, so a file, a tool result, a
-        recalled or imported message holding ``<|im_end|>\n<|im_start|>system`` closed its
-        turn and opened a forged system turn for the model.
-
-        The messages whose text spells a control token are rendered with a mark in its
-        place; where putting each text back in its mark gives the rendering exactly, the
-        text between the marks is read as text. A template that changes the text it
-        shows (trims it, cuts a reasoning part) gets those texts with every control
-        token's spelling broken by a word joiner (U+2060) instead, so none is read."""
-        text = render(messages)
-        control = self._control_spellings()
-        risky = {i: m for i, m in enumerate(messages)
-                 if control is not None and isinstance(m.get("content"), str)
-                 and control.search(m["content"])}
-        if not risky:
-            return self._with_bos(self.tokenize(text, special=True))
-        marks = {f"\ue000{i}\ue001": m["content"] for i, m in risky.items()}
-        marked = render([{**m, "content": f"\ue000{i}\ue001"} if i in risky else m
-                         for i, m in enumerate(messages)])
-        pieces = re.split("(\ue000\\d+\ue001)", marked)
-        if (all(marked.count(mark) == 1 for mark in marks)
-                and "".join(marks.get(p, p) for p in pieces) == text):
-            tokens: list[int] = []
-            for piece in pieces:
-                if piece in marks:
-                    tokens.extend(self.tokenize(marks[piece], special=False))
-                else:
-                    tokens.extend(self.tokenize(piece, special=True))
-            return self._with_bos(tokens)
-        broken = [{**m, "content": control.sub(lambda c: c.group()[0] + "\u2060" + c.group()[1:],
-                                               m["content"])} if i in risky else m
-                  for i, m in enumerate(messages)]
-        return self._with_bos(self.tokenize(render(broken), special=True))
+        read with its control tokens, each message's text as text (:mod:`.control_text`)."""
+        return self._with_bos(template_tokens(render, messages, lambda text, special: self.tokenize(
+            text, special=special), self._control_spellings()))
 
     def _control_spellings(self) -> re.Pattern | None:
-        """A pattern of the text of every control token of the model's vocabulary
-        (``<|im_end|>``, ``<start_of_turn>``…), which the tokenizer reads as that token
-        where special text is recognized; None if it has none. Read once (0.07 s for
-        152k tokens)."""
+        """The model's control tokens' spellings (:func:`.control_text.control_spellings`),
+        read once."""
         if self._controls is False:
-            import llama_cpp
-
             with self._life:
                 self._check_open()
-                model = self._llm._model
-                vocab = model.vocab
-                texts = [model.token_get_text(i) for i in range(self._llm.n_vocab())
-                         if llama_cpp.llama_vocab_get_attr(vocab, i)
-                         & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL]
-            texts = sorted({t for t in texts if t}, key=len, reverse=True)
-            self._controls = re.compile("|".join(map(re.escape, texts))) if texts else None
+                self._controls = control_spellings(self._llm)
         return self._controls
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
