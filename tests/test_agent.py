@@ -366,3 +366,25 @@ def test_a_large_result_the_model_waits_on_leaves_room_to_summarize_the_turns_be
     list(agent.send(thread, "What is my badge number?"))
     assert any("5521" in (m.get("content") or "") for m in runtime.requests[-1])
     assert planner.plan(store, thread).dropped_turns == 0
+
+
+def test_an_edit_keeps_the_files_the_message_had(fresh_store):
+    """Before (an audit): Edit… on a message with an attached file started a branch
+    holding the new text only: the model no longer read the file, and nothing said so."""
+    from iris_desktop.core.attachments import Attachment, shown
+    from iris_desktop.core.events import UserSaved
+    from iris_desktop.core.store import row_to_message
+
+    thread = fresh_store.create_thread("t")
+    agent, runtime = make_agent(fresh_store, ["Eggs.", "Eggs and milk."])
+    list(agent.send(thread, "What is on my list?",
+                    attachments=[Attachment("notes.txt", "- eggs\n- milk\n")]))
+    asked = fresh_store.newest_user_message(thread)
+    events = list(agent.edit(thread, asked, "What is on my shopping list?"))
+    saved = next(e for e in events if isinstance(e, UserSaved))
+    assert saved.text == "What is on my shopping list?" and saved.attachments[0][0] == "notes.txt"
+    row = fresh_store.messages_by_id([saved.message_id])[saved.message_id]
+    typed, chips = shown(row_to_message(row))
+    assert typed == "What is on my shopping list?" and [c[0] for c in chips] == ["notes.txt"]
+    sent = runtime.requests[-1][-1]["content"]
+    assert sent.startswith("What is on my shopping list?\n\n<file") and "- milk" in sent

@@ -86,6 +86,29 @@ def test_regenerate_then_switch_back_with_the_switcher(window, qtbot):
     assert stored_texts(w) == ["Hello", "First answer."]
 
 
+def test_the_meter_follows_the_branch_switched_to(make_window, qtbot):
+    """Before (an audit): after ‹ ›, the transcript showed the other branch but the
+    meter, the states and the inspector kept describing the branch left, until a draft
+    was typed."""
+    w = make_window(ScriptedRuntime(["Short.", "A much longer second answer, with many more "
+                                     "words in it than the first one had at all."]))
+    w.send("Hello")
+    settle(qtbot, w)
+    trigger(w, row_of(w, "Short."), "Regenerate")
+    settle(qtbot, w)
+    reply = next(r for r in range(w.view.transcript.rowCount())
+                 if w.view.transcript.index(r).data(ENTRY_ROLE).text.startswith("A much longer"))
+    long_used = w.meter.breakdown["used"]
+    prev, _, _ = w.view.delegate.geometry(w.view.transcript.index(reply))["switch"]
+    qtbot.mouseClick(w.view.viewport(), Qt.MouseButton.LeftButton, pos=prev.center())
+    settle(qtbot, w)
+    assert texts(w) == ["Hello", "Short."]
+    with Store(w.host.paths.db_path) as store:
+        planned = w.context.planner.plan_or_error(store, w.thread_id).breakdown.as_dict()
+    assert planned["used"] < long_used
+    qtbot.waitUntil(lambda: w.meter.breakdown == planned, timeout=5_000)
+
+
 def test_a_keyboard_alone_regenerates_switches_and_reads_alternatives(window, qtbot):
     """Before (an accessibility audit): ‹ 1/2 › was mouse-only, the actions of a message
     were in its right-click menu only, a screen reader heard no word of alternatives and

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from iris_desktop.core.attachments import Attachment, with_attachments
+from iris_desktop.core.attachments import Attachment, edited, shown, with_attachments
 from iris_desktop.core.compaction import Compactor
 from iris_desktop.core.conversation import title_from
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException, certainly_too_large
@@ -48,7 +48,7 @@ from iris_desktop.core.events import (
     progress_reporter,
 )
 from iris_desktop.core.planner import Planner
-from iris_desktop.core.store import Store, StoreError, min_tokens, utf8_length
+from iris_desktop.core.store import Store, StoreError, min_tokens, row_to_message, utf8_length
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import StopOrGiveWay, Turn
@@ -262,9 +262,11 @@ class Agent:
             yield TurnDone(thread_id, "error")
             return
         tokens = [self.planner.counter.count_text(a.block()) for a in attachments]
-        user_id = self.store.add_message(thread_id, with_attachments(text, attachments, tokens),
-                                         parent_id=row["parent_id"])
-        yield UserSaved(thread_id, user_id, text, tuple(zip((a.name for a in attachments), tokens)))
+        message = (with_attachments(text, attachments, tokens) if attachments
+                   else edited(row_to_message(row), text))  # the files the message had stay
+        user_id = self.store.add_message(thread_id, message, parent_id=row["parent_id"])
+        yield UserSaved(thread_id, user_id, text, tuple(zip((a.name for a in attachments), tokens))
+                        or tuple(shown(message)[1]))
         yield from self.run(thread_id, cancel)
 
     def continue_reply(self, thread_id: int, cancel: Stop | None = None

@@ -130,6 +130,21 @@ def shown(message: Message) -> tuple[str, list[tuple[str, int]]]:
     return typed, chips
 
 
+def edited(message: Message, text: str) -> Message:
+    """The user message ``text`` that replaces the stored ``message`` in an edit, with the
+    files ``message`` carried (an edit changed the typed text and dropped them: the model
+    no longer read the file, and nothing said so). A message without files, or a record
+    :func:`with_attachments` could not have written, gives the plain text."""
+    content, meta = message.get("content"), message.get("attachments")
+    chars = meta.get("text_chars") if isinstance(meta, dict) else None
+    if (not isinstance(content, str) or not isinstance(meta.get("files") if meta else None, list)
+            or _count(chars) is None or chars > len(content) or not meta["files"]):
+        return {"role": "user", "content": text}
+    blocks = content[chars:].lstrip("\n")
+    return {"role": "user", "content": f"{text}\n\n{blocks}" if text.strip() else blocks,
+            "attachments": {"text_chars": len(text), "files": meta["files"]}}
+
+
 def _count(value: Any) -> int | None:
     """``value`` when it is a count (an int ≥ 0, not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \

@@ -330,21 +330,21 @@ class ThreadControl(QObject):
         self.refresh_threads()
 
     def switch_branch(self, message_id: int, step: int) -> None:
-        """Show the alternative ``step`` places from ``message_id`` (the ‹ › switcher):
-        its newest branch becomes the open thread's active one."""
+        """Show the alternative ``step`` places from ``message_id`` (the ‹ › switcher): its
+        newest branch becomes the open thread's active one."""
         state, thread_id = self.app_state, self.app_state.thread_id
         if thread_id is None or state.generating:
             state.show_message("Wait for the reply before switching branches", 4000)
             return
         self.background.run(lambda store: store.switch_branch(thread_id, message_id, step),
-                            lambda _head: state.messages_saved(thread_id),
+                            # the meter, states, inspector too (they kept the other branch's)
+                            lambda _head: (state.messages_saved(thread_id), state.report_request(None)),
                             lambda exc: state.show_message(f"Could not switch: {exc}", 6000))
 
     # -- import, export --
 
     def export_dialog(self) -> None:
-        """File ▸ Export chat…: a save dialog (``self.export_box``) proposing the chat's
-        title as the file's name."""
+        """File ▸ Export chat…: a save dialog (``self.export_box``), the title as name."""
         def ask(thread_id: int, title: str) -> None:
             box = QFileDialog(self.parent_widget, "Export chat",
                               str(Path.home() / f"{file_name(title)}.md"),
