@@ -810,10 +810,10 @@ class ContextEngine:
         # a message written after the request was planned (the reply to it, streaming or
         # saved since) was not left out of it: it goes into the next one
         planned = request.head_id if request.head_id is not None else 2**62
-        changed = pruned | clipped  # sent other than stored: counted as sent
+        # a clipped result is counted as sent; a pruned output costs its placeholder
         sent = {mid: self.counter.count_message(message)
                 for mid, message in zip(request.included_ids, request.messages[1:])
-                if mid in changed}
+                if mid in clipped}
         result = []
         for m in metas:
             if m.id in pinned or m.id > planned or m.status == "streaming":
@@ -828,7 +828,8 @@ class ContextEngine:
                 state = "summarized"
             else:
                 state = "dropped"
-            cost = sent.get(m.id, m.tokens if state == "verbatim" else 0)
+            cost = (self.pruned_cost(m) if state == "pruned" else sent.get(m.id, 0)
+                    if state == "clipped" else m.tokens if state == "verbatim" else 0)
             result.append(
                 {"id": m.id, "role": m.role, "turn": m.turn, "tokens": m.tokens, "state": state,
                  "sent_tokens": cost, "recalled": m.id in recalled}
