@@ -217,6 +217,34 @@ def test_the_edit_dialog_emits_the_new_text_on_save_and_nothing_on_cancel(view, 
     assert edits == [(7, "new text")]
 
 
+def test_escape_on_a_changed_edit_asks_before_discarding_it(view, qtbot):
+    show(view, qtbot, [message(7, "user", "old text")])
+    edits = []
+    view.editRequested.connect(lambda mid, text: edits.append((mid, text)))
+    dialog = view.edit_message(view.transcript.entry(0))
+    qtbot.waitUntil(dialog.isVisible)
+    dialog.editor.setPlainText("a long rewrite I do not want to lose")
+    qtbot.keyClick(dialog.editor, Qt.Key.Key_Escape)
+    box = dialog.discard_box
+    assert box is not None and box.isVisible() and dialog.isVisible()
+    assert "Discard your edit of this message?" in box.text()
+    assert box.defaultButton().text() == "Keep editing"
+    qtbot.keyClick(box, Qt.Key.Key_Escape)  # Escape answers "Keep editing"
+    qtbot.waitUntil(lambda: not box.isVisible())
+    assert dialog.isVisible() and dialog.text() == "a long rewrite I do not want to lose"
+    dialog.close()  # the title bar's close asks too
+    box = dialog.discard_box
+    assert box is not None and box.isVisible() and dialog.isVisible()
+    discard = next(b for b in box.buttons() if b.text() == "Discard")
+    qtbot.mouseClick(discard, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.isVisible())
+    assert edits == []
+    dialog = view.edit_message(view.transcript.entry(0))  # unchanged: Escape closes at once
+    qtbot.waitUntil(dialog.isVisible)
+    qtbot.keyClick(dialog.editor, Qt.Key.Key_Escape)
+    assert not dialog.isVisible() and dialog.discard_box is None
+
+
 def test_the_switcher_emits_only_where_there_is_an_alternative(view, qtbot):
     show(view, qtbot, [message(1, "user", "hi"), message(2, "assistant", "first", branch=(1, 2))])
     index = view.transcript.index(1)

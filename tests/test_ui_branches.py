@@ -284,6 +284,31 @@ def test_a_chats_own_system_prompt_through_its_settings_dialog(window, qtbot):
         assert store.thread(w.thread_id)["title"] == "Named elsewhere"
 
 
+def test_cancel_on_changed_chat_settings_asks_and_keep_editing_keeps_them(window, qtbot):
+    from PySide6.QtGui import QAction
+
+    w = window
+    w.send("Hello")
+    settle(qtbot, w)
+    w.findChild(QAction, "chat-settings").trigger()
+    qtbot.waitUntil(lambda: w.threads_control.chat_settings is not None
+                    and w.threads_control.chat_settings.isVisible(), timeout=5_000)
+    dialog = w.threads_control.chat_settings
+    dialog.prompt.setPlainText("A long prompt I spent a while on.")
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Cancel),
+                     Qt.MouseButton.LeftButton)
+    box = dialog.discard_box
+    assert box is not None and box.isVisible() and dialog.isVisible()
+    qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Keep editing"),
+                     Qt.MouseButton.LeftButton)
+    assert dialog.isVisible() and dialog.prompt.toPlainText() == "A long prompt I spent a while on."
+    qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Save),
+                     Qt.MouseButton.LeftButton)
+    settle(qtbot, w)
+    with Store(w.host.paths.db_path) as store:
+        assert store.system_prompt_of(w.thread_id) == "A long prompt I spent a while on."
+
+
 def test_a_file_attached_in_one_chat_stays_with_that_chat(window, qtbot, tmp_path):
     """Before (an audit): the composer's box emptied when another chat was opened, but the
     file attached in the first chat stayed as a chip and went, with its contents, into

@@ -16,10 +16,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.ui.discard import AsksBeforeDiscarding
 
-class ChatSettingsDialog(QDialog):
+
+class ChatSettingsDialog(AsksBeforeDiscarding, QDialog):
     """Edit one chat's title and system prompt; ``saved(thread_id, title, prompt)`` on
-    Save (``thread_id`` None: a chat not begun yet; ``prompt`` None: use the global one)."""
+    Save (``thread_id`` None: a chat not begun yet; ``prompt`` None: use the global one).
+    Cancel asks first when either was changed."""
+
+    changes_name = "your changes to this chat's settings"
 
     saved = Signal(object, str, object)
 
@@ -29,6 +34,7 @@ class ChatSettingsDialog(QDialog):
         self.setObjectName("chat-settings")
         self.setWindowTitle("Chat settings")
         self.thread_id = thread_id
+        self.original = (title, prompt or "")
         self.title = QLineEdit(title, self)
         self.title.setAccessibleName("Chat title")
         self.prompt = QPlainTextEdit(prompt or "", self)
@@ -53,6 +59,9 @@ class ChatSettingsDialog(QDialog):
         form.addRow(note)
         form.addRow(self.buttons)
         self.resize(self.fontMetrics().averageCharWidth() * 80, self.sizeHint().height())
+
+    def has_changes(self) -> bool:
+        return (self.title.text(), self.prompt.toPlainText()) != self.original
 
     def _save(self) -> None:
         title = " ".join(self.title.text().split()) or "Chat"

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from iris_desktop.core.views import Entry
+from iris_desktop.ui.discard import AsksBeforeDiscarding
 from iris_desktop.ui.highlight import MessageDocument, code_block_at, paint_code
 
 #: keys the transcript handles even while its editor has the focus
@@ -92,11 +93,15 @@ class MessageText(QTextEdit):
         event.ignore()  # the transcript scrolls, not this one row
 
 
-class EditDialog(QDialog):
-    """Asks for a message's new text: a multi-line field prefilled with it, Save, Cancel."""
+class EditDialog(AsksBeforeDiscarding, QDialog):
+    """Asks for a message's new text: a multi-line field prefilled with it, Save, Cancel
+    (which asks first when the text was changed)."""
+
+    changes_name = "your edit of this message"
 
     def __init__(self, text: str, parent: QWidget | None = None):
         super().__init__(parent)
+        self.original = text
         self.setWindowTitle("Edit message")
         self.editor = QPlainTextEdit(text)
         self.editor.setAccessibleName("The message's new text")
@@ -114,6 +119,9 @@ class EditDialog(QDialog):
 
     def text(self) -> str:
         return self.editor.toPlainText()
+
+    def has_changes(self) -> bool:
+        return self.text() != self.original
 
     def eventFilter(self, watched, event) -> bool:
         if (watched is self.editor and event.type() == QEvent.Type.KeyPress
