@@ -37,6 +37,11 @@ AUTO = "auto"
 OFF = "off"
 
 
+#: the longest text a setting takes (a system prompt of ~50,000 tokens): the settings
+#: file it is kept in is read only up to MAX_CONFIG_BYTES
+MAX_TEXT_CHARS = 200_000
+
+
 class SettingsError(ValueError):
     """An invalid key or value. The message names the key, the value and what is allowed."""
 
@@ -98,7 +103,7 @@ class Setting:
             return f"'{BUNDLED}' or a path to a file"
         if self.kind == "url":
             return "empty, or an http:// or https:// address such as http://127.0.0.1:8080/v1"
-        return "any text"
+        return f"text of at most {MAX_TEXT_CHARS:,} characters"
 
     def parse(self, raw: Any) -> Any:
         """Convert a raw value (a string from the environment/CLI, or a TOML value) and validate it."""
@@ -156,6 +161,9 @@ class Setting:
                 raise SettingsError(bad)
             if self.kind == "path" and not value.strip():
                 raise SettingsError(bad)
+            if len(value) > MAX_TEXT_CHARS:  # the settings file holds at most MAX_CONFIG_BYTES
+                raise SettingsError(f"{self.key}: {len(value):,} characters is too long: expected "
+                                    f"{self.describe_allowed()}")
         elif self.kind == "url":
             if not isinstance(value, str) or (value and not _is_http_url(value)):
                 raise SettingsError(bad)
@@ -423,8 +431,8 @@ _ALL: tuple[Setting, ...] = (
     Setting(
         "model.n_ctx", "int", 8192,
         "llama.cpp context size in tokens; 0 = the model's trained maximum.",
-        minimum=0, maximum=1_048_576, unit="tokens", needs_reload=True,
-        label="Model context size",
+        minimum=512, maximum=1_048_576, unit="tokens", needs_reload=True,
+        label="Model context size", zero_means="the model's trained maximum",
     ),
     Setting(
         "model.kv_cache_mb", "int", 1024,
@@ -612,7 +620,9 @@ def lookup(key: str) -> Setting:
             new = RENAMED[key][0]
             raise SettingsError(f"{key} is now {new} ({SETTINGS[new].describe_allowed()}); "
                                 f"use {new}") from None
-        close = [k for k in SETTINGS if k.split(".")[-1] == key.split(".")[-1]]
+        folded = key.strip().lower().replace("-", "_")
+        close = [k for k in SETTINGS if k == folded or k.replace(".", "_") == folded
+                 or k.split(".")[-1] == folded.split(".")[-1]]
         hint = f"; did you mean {close[0]}?" if close else ""
         raise SettingsError(f"unknown setting {_shown(key)}{hint} (see 'iris-desktop config list')") from None
 
@@ -660,6 +670,8 @@ class Settings:
     sources: dict[str, str]
     problems: list[str] = field(default_factory=list)
     config_path: Path | None = None
+    #: why the settings file could not be used at all (its values are not in these)
+    file_unreadable: str | None = None
 
     def __getitem__(self, key: str) -> Any:
         lookup(key)
@@ -678,7 +690,7 @@ class Settings:
         for key, raw in overrides.items():
             values[key] = lookup(key).parse(raw)
             sources[key] = "cli"
-        return Settings(values, sources, list(self.problems), self.config_path)
+        return Settings(values, sources, list(self.problems), self.config_path, self.file_unreadable)
 
 
 def defaults() -> Settings:
@@ -816,7 +828,7 @@ def parse_config_text(data: bytes) -> dict[str, Any]:
     """The TOML document in ``data``, parsed after the checks of ``check_toml_depth``.
     Raises ConfigFileError saying what is wrong."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")  # "UTF-8 with BOM" (Notepad)
     except UnicodeDecodeError as exc:
         raise ConfigFileError(f"it is not UTF-8 text (byte {exc.start})") from None
     check_toml_depth(text)
@@ -860,6 +872,7 @@ def load_settings(
     if config_path is not None:
         raw, problems = read_config_file(config_path)
         settings.problems.extend(problems)
+        settings.file_unreadable = problems[0] if problems else None
         for key, value in raw.items():
             if key in RENAMED:
                 continue
@@ -1000,7 +1013,13 @@ def write_config_values(path: Path, changes: Mapping[str, Any | None]) -> dict[s
             for old, (renamed_to, _) in RENAMED.items():  # the older name of this key goes too
                 if renamed_to == key and old.split(".", 1)[0] == section and table is not None:
                     table.pop(old.split(".", 1)[1], None)
-        atomic_write_bytes(path, tomlkit.dumps(document).encode("utf-8"))
+        data = tomlkit.dumps(document).encode("utf-8")
+        if len(data) > MAX_CONFIG_BYTES:  # a file Iris would then refuse to read at all
+            longest = max(values, key=lambda k: len(str(values[k] or "")))
+            raise SettingsError(f"{path}: the settings file would be {len(data):,} bytes, more "
+                                f"than the {MAX_CONFIG_BYTES:,} Iris reads; {longest} is the "
+                                "longest value: shorten it (nothing was saved)")
+        atomic_write_bytes(path, data)
     return values
 
 
@@ -1041,7 +1060,7 @@ def _read_document(path: Path) -> tomlkit.TOMLDocument:
         if data is None:  # writing says what is wrong with the folder
             return tomlkit.document()
         parse_config_text(data)  # bounded: tomlkit is slower and recurses just the same
-        return tomlkit.parse(data.decode("utf-8"))
+        return tomlkit.parse(data.decode("utf-8").removeprefix("\ufeff"))
     except ConfigFileError as exc:
         raise SettingsError(f"cannot use {path}: {exc}; {fix}") from None
     except (TOMLKitError, RecursionError) as exc:

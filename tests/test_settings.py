@@ -51,7 +51,7 @@ def test_layering_defaults_file_env_cli(tmp_path):
         ("context.token_counter", "words", "one of auto, model, tiktoken, heuristic"),
         ("tools.enabled", "read_file,format_disk", "unknown: format_disk"),
         ("tools.shell", "maybe", "true or false"),
-        ("model.n_ctx", "-5", "from 0 to"),
+        ("model.n_ctx", "-5", "or an integer from 512 to"),
     ],
 )
 def test_invalid_values_name_key_value_and_range(key, value, fragment):
@@ -204,3 +204,67 @@ def test_problems_are_said_in_iris_words_and_briefly(tmp_path):
     assert "holds a number of more than 4,300 digits" in problem and "using the defaults" in problem
     with pytest.raises(SettingsError, match="holds a number of more than 4,300 digits"):
         write_config_value(path, "ui.theme", "dark")
+
+
+# -- an audit of the settings' faces (session 55) ------------------------------------------
+
+
+def test_a_text_setting_is_bounded_so_the_file_stays_readable(tmp_path):
+    """Before: Preferences saved a 1.1 MB system prompt into a file Iris then refused to
+    read, and every setting went back to its default."""
+    with pytest.raises(SettingsError, match="chat.system_prompt: 200,001 characters is too long"):
+        SETTINGS["chat.system_prompt"].parse("x" * (S.MAX_TEXT_CHARS + 1))
+    assert SETTINGS["chat.system_prompt"].parse("x" * S.MAX_TEXT_CHARS)
+    path = tmp_path / "config.toml"
+    # values of the longest length with every character escaped in TOML still refused whole
+    with pytest.raises(SettingsError, match="would be .* bytes, more than the 1,048,576 Iris reads"):
+        S.write_config_values(path, {"chat.system_prompt": "\x01" * S.MAX_TEXT_CHARS})
+    assert not path.exists()  # nothing written
+    write_config_value(path, "chat.system_prompt", "é" * S.MAX_TEXT_CHARS)
+    assert load_settings(path, env={})["chat.system_prompt"] == "é" * S.MAX_TEXT_CHARS
+
+
+def test_a_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes("\ufeff[model]\ntemperature = 0.3\n".encode())
+    settings = load_settings(path, env={})
+    assert settings["model.temperature"] == 0.3 and not settings.problems
+    write_config_value(path, "model.top_k", 20)  # `config set` edits it too
+    assert load_settings(path, env={})["model.top_k"] == 20
+
+
+def test_an_unreadable_file_is_marked_as_such(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("[ui]\nfont_size = 14pt\n")
+    settings = load_settings(path, env={})
+    assert settings.file_unreadable is not None and "not valid TOML" in settings.file_unreadable
+    assert settings.with_overrides({"model.top_k": "5"}).file_unreadable == settings.file_unreadable
+    path.write_text("[ui]\nfont_size = 14\n")
+    assert load_settings(path, env={}).file_unreadable is None
+
+
+@pytest.mark.parametrize("typed", ["Context.Window", "CONTEXT.WINDOW", "context_window",
+                                   "context-window"])
+def test_a_key_in_the_wrong_case_or_with_underscores_is_named(typed):
+    with pytest.raises(SettingsError, match="did you mean context.window"):
+        S.lookup(typed)
+
+
+def test_the_model_context_size_is_0_or_at_least_512():
+    """Before: 100 was accepted, the breakdown planned a window of 100 and llama.cpp
+    loaded 256."""
+    setting = SETTINGS["model.n_ctx"]
+    assert setting.parse("0") == 0 and setting.parse("512") == 512
+    with pytest.raises(SettingsError, match="0 \\(the model's trained maximum\\) or an integer from 512"):
+        setting.parse("100")
+
+
+def test_a_restored_default_is_planned_as_the_default_the_file_will_then_hold():
+    """Before: Restore defaults (n_ctx 8192) was read as a value the user chose, and a
+    model trained for 4,096 had OK disabled though saving removes the key."""
+    from iris_desktop.core.views import parse_fields
+
+    base = S.defaults().with_overrides({"model.n_ctx": "2048"})
+    candidate, errors = parse_fields(base, {"model.n_ctx": "8192", "model.top_k": "20"})
+    assert not errors
+    assert candidate.source("model.n_ctx") == "default" and candidate.source("model.top_k") == "file"

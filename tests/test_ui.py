@@ -552,6 +552,75 @@ def test_ok_keeps_every_setting_it_was_not_asked_to_change(make_window, qtbot, d
         assert kept in written, (kept, written)
 
 
+def test_a_settings_file_broken_while_running_keeps_the_settings_in_force(make_window, qtbot,
+                                                                         data_dir):
+    """Before: a typo made by hand while the app ran put every default in force as soon
+    as Preferences opened (window, ratio, theme), without a word, and Model ▸ Reload then
+    loaded the model with the default n_ctx and threads."""
+    config = app_paths(data_dir).ensure().config_path
+    config.write_text("[context]\ntoken_budget_ratio = 0.5\n[model]\nn_ctx = 2048\n")
+    window = make_window(ScriptedRuntime([]))
+    assert window.app_state.settings["context.token_budget_ratio"] == 0.5
+    config.write_text(config.read_text() + "[ui]\nfont_size = 14pt\n")
+    dialog = open_preferences(window, qtbot)
+    assert window.app_state.settings["context.token_budget_ratio"] == 0.5
+    assert window.app_state.settings["model.n_ctx"] == 2048
+    assert dialog.fields["model.n_ctx"].raw() == "2048"
+    message = window.status_area.current_message()
+    assert "could not be read again" in message and "not valid TOML" in message, message
+    dialog.fields["model.top_k"].editor.spin.setValue(7)
+    dialog.accept()  # nothing is written into a file Iris cannot read
+    assert dialog.refusal is not None and "not valid TOML" in dialog.refusal.text()
+    assert "14pt" in config.read_text() and "top_k" not in config.read_text()
+    dialog.refusal.done(0)
+    dialog.reject()
+
+
+def test_restore_defaults_wins_over_a_change_made_elsewhere_while_open(make_window, qtbot,
+                                                                       data_dir):
+    """Before: `config set model.top_k 20` in another process while Preferences was open
+    stayed in force after the user chose Restore defaults (40) and OK: a value equal to the
+    one read at opening was never written."""
+    from iris_desktop.settings import write_config_value
+
+    config = app_paths(data_dir).ensure().config_path
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    write_config_value(config, "model.top_k", 20)  # another process
+    write_config_value(config, "context.summary_max_tokens", 500)
+    dialog.restore_defaults("model")
+    dialog.accept()
+    text = config.read_text()
+    assert "top_k" not in text  # the default: removed from the file
+    assert "summary_max_tokens = 500" in text  # a key not touched here keeps its new value
+    assert window.app_state.settings["model.top_k"] == 40
+
+
+def test_no_to_reloading_says_what_is_not_in_use_yet(make_window, qtbot):
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    dialog.fields["model.n_ctx"].editor.spin.setValue(4096)
+    qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: getattr(window.menus, "reload_box", None) is not None
+                    and window.menus.reload_box.isVisible(), timeout=5_000)
+    window.menus.reload_box.done(QMessageBox.StandardButton.No)
+    assert window.status_area.current_message() == (
+        "Not in use yet: model.n_ctx (the model keeps its old values until Model ▸ Reload)")
+
+
+def test_a_system_prompt_too_long_for_the_settings_file_is_marked(make_window, qtbot, data_dir):
+    """Before: a 1.1 MB prompt was saved, and Iris then refused its own settings file."""
+    window = make_window(ScriptedRuntime([]))
+    dialog = open_preferences(window, qtbot)
+    dialog.fields["chat.system_prompt"].editor.text.setPlainText("x" * 1_100_000)
+    qtbot.waitUntil(lambda: "chat.system_prompt" in dialog.errors, timeout=5_000)
+    assert "1,100,000 characters is too long" in dialog.errors["chat.system_prompt"]
+    assert not dialog.ok_button.isEnabled()
+    dialog.accept()
+    assert not app_paths(data_dir).config_path.exists()
+    dialog.reject()
+
+
 def test_ok_that_cannot_write_the_settings_says_so(make_window, qtbot, monkeypatch):
     """Before: a read-only settings folder or a full disk left the dialog open, silent, and
     a traceback on stderr (the OSError was not caught)."""

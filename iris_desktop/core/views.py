@@ -28,7 +28,7 @@ from iris_desktop.core.engine import (
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.recall import Recall
 from iris_desktop.core.store import Store, SummaryRow, row_to_message
-from iris_desktop.settings import SETTINGS, Setting, Settings, SettingsError
+from iris_desktop.settings import PINNED, SETTINGS, Setting, Settings, SettingsError
 from iris_desktop.tokens import message_text
 
 #: the summary's eight fields, in the order the divider shows them
@@ -622,9 +622,11 @@ def parse_fields(
             errors[key] = str(exc)
             continue
         if parsed != base.values.get(key):
-            values[key] = parsed
-            sources[key] = "file"
-    return Settings(values, sources, list(base.problems), base.config_path), errors
+            values[key] = parsed  # saved, a default is removed from the file (not PINNED)
+            sources[key] = ("default" if parsed == SETTINGS[key].default and key not in PINNED
+                            else "file")
+    return Settings(values, sources, list(base.problems), base.config_path,
+                    base.file_unreadable), errors
 
 
 def changed_keys(base: Settings, candidate: Settings) -> list[str]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from iris_desktop.settings import Settings
+from iris_desktop.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from iris_desktop.core.planner import Planner
@@ -135,8 +135,14 @@ class AppState(QObject):
 
     def reload_settings(self) -> Settings:
         """Read the settings again (the config file; the command line's values still win)
-        and put them in force. Raises what loading them raises."""
-        self.set_settings(self._reload())
+        and put them in force. Raises what loading them raises, and SettingsError for a
+        file that cannot be used at all (broken by hand since): the settings in force stay
+        (before, every setting went back to its default without a word)."""
+        fresh = self._reload()
+        if fresh.file_unreadable is not None and self._settings.file_unreadable is None:
+            raise SettingsError(fresh.file_unreadable.replace("; using the defaults",
+                                                              "; the settings in force are kept"))
+        self.set_settings(fresh)
         return self._settings
 
     # -- events and requests --

@@ -160,8 +160,11 @@ class Menus(QObject):
                               self.parent_widget)
             box.setObjectName("reload-confirm")
             reload_model = self.actions["reload-model"]  # Yes is Model ▸ Reload
-            box.finished.connect(lambda result: result == QMessageBox.StandardButton.Yes
-                                 and reload_model.trigger())
+            later = (f"Not in use yet: {', '.join(reload)} (the model keeps its old values until "
+                     "Model ▸ Reload)")
+            box.finished.connect(lambda result: reload_model.trigger()
+                                 if result == QMessageBox.StandardButton.Yes
+                                 else self.app_state.show_message(later, 30_000))
             self.reload_box = box
             box.open()
 

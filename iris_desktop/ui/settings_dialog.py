@@ -8,12 +8,10 @@ the candidate values do to the current thread's next request, before anything is
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -34,115 +32,24 @@ from PySide6.QtWidgets import (
 from iris_desktop.core.views import (
     BudgetPreview,
     changed_keys,
-    field_hint,
-    field_label,
     locked_reason,
     parse_fields,
     settings_sections,
     sum_sentence,
 )
 from iris_desktop.settings import PINNED, SETTINGS, Setting, Settings, SettingsError, write_config_values
-from iris_desktop.ui.accessibility import announce, control_name, keyboard_controls, name_controls
+from iris_desktop.ui.accessibility import name_controls
 from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
-from iris_desktop.ui.settings_editors import make_editor
+from iris_desktop.ui.setting_field import SettingField
 from iris_desktop.ui.theme import apply_appearance
 
 #: pages whose section name is not a word a user would look for
 PAGE_TITLES = {"ui": "Appearance"}
 #: the pages whose settings change the token budget (the live breakdown shows under them)
 BUDGET_SECTIONS = {"context", "model", "tools", "chat"}
-
-
-class SettingField(QWidget):
-    """The editor for one Setting (``settings_editors``), its help text, and its error."""
-
-    changed = Signal()
-
-    def __init__(self, setting: Setting, value: Any, locked: str | None, parent=None):
-        super().__init__(parent)
-        self.setting = setting
-        self.locked = locked
-        self.setObjectName(setting.key)
-        #: the plain-language label, and the key (what the file, the CLI and the
-        #: environment call it) on a smaller line under it
-        self.title = QLabel(f"<b>{html.escape(setting.label or field_label(setting))}</b>")
-        self.title.setWordWrap(True)  # at 24 pt a long label wraps rather than widen the page
-        self.key_label = QLabel(setting.key)
-        self.key_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.key_label.setToolTip(f"In the settings file, the command line "
-                                  f"(config set {setting.key}) and {setting.env_var}")
-        self.error = QLabel()
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #c0392b;")
-        self.error.hide()
-        hint = QLabel(locked or field_hint(setting))
-        hint.setWordWrap(True)
-        if locked:
-            hint.setStyleSheet("color: #b9770e;")
-        self.hint = hint
-        self.editor = make_editor(setting, value)
-        self.editor.changed.connect(self.changed)
-        # each control says which setting it is; the help is its description
-        label = setting.label or field_label(setting)
-        controls = self.controls = keyboard_controls(self.editor)
-        for control in controls:
-            control.setAccessibleName(control_name(control, label))
-            control.setAccessibleDescription(locked or field_hint(setting))
-        if controls:
-            self.title.setBuddy(controls[0])
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 4, 0, 8)
-        layout.setSpacing(2)
-        layout.addWidget(self.title)
-        layout.addWidget(self.key_label)
-        layout.addWidget(self.editor)
-        layout.addWidget(hint)
-        layout.addWidget(self.error)
-        if locked:
-            self.editor.setEnabled(False)
-            self.editor.setToolTip(locked)
-        self._style_secondary()
-
-    def _style_secondary(self) -> None:
-        """Secondary text (the key, the help): smaller, and dimmed from the palette, so
-        that it follows the theme and the text size, also when they change while the
-        dialog is open."""
-        small = QFont(self.font())
-        small.setPointSizeF(small.pointSizeF() * 0.9)
-        for label in (self.key_label, self.hint):
-            label.setFont(small)
-            if label is self.hint and self.locked:
-                continue  # its own colour
-            pal = QPalette(self.palette())
-            text = pal.color(QPalette.ColorRole.WindowText)
-            text.setAlphaF(0.72)
-            pal.setColor(QPalette.ColorRole.WindowText, text)
-            label.setPalette(pal)
-
-    def changeEvent(self, event) -> None:
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
-            self._style_secondary()
-        super().changeEvent(event)
-
-    def raw(self) -> Any:
-        """The field's value as Setting.parse takes it."""
-        return self.editor.raw()
-
-    def set_value(self, value: Any) -> None:
-        self.editor.set_value(value)
-
-    def set_error(self, message: str | None) -> None:
-        """``message`` under the field, as its controls' description, and said when new."""
-        if message and message != self.error.text() and self.isVisible():
-            announce(self, message, assertive=True)
-        self.error.setText(message or "")
-        self.error.setVisible(bool(message))
-        self.editor.set_invalid(bool(message))
-        for control in self.controls:
-            control.setAccessibleDescription(message or self.locked or self.hint.text())
 
 
 class SettingsDialog(QDialog):
@@ -171,6 +78,9 @@ class SettingsDialog(QDialog):
         self.fields: dict[str, SettingField] = {}
         self.errors: dict[str, str] = {}
         self.shown: dict[str, Any] = {}  # each field's value as shown (below): kept unless changed
+        #: the fields edited or restored here since the last save: written even when equal
+        #: to the value read at opening (`config set` elsewhere may have changed the file)
+        self.touched: set[str] = set()
         self.tabs = QTabWidget()
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # scrolls rather than cut a name
         self.tabs.setUsesScrollButtons(True)
@@ -234,6 +144,7 @@ class SettingsDialog(QDialog):
         self.last_preview: BudgetPreview | None = None
         self._finished = False
         self.shown = self.raw_values(every=True)
+        self.touched.clear()  # what setting up the editors emitted
         self.validate()
         self._request_preview()
         name_controls(self)  # the rest (the tab bar's scroll buttons) from what they show
@@ -263,6 +174,7 @@ class SettingsDialog(QDialog):
             field = SettingField(setting, self.settings.values.get(setting.key, setting.default),
                                  locked_reason(self.settings, setting.key)
                                  if setting.key in self.settings.sources else None)
+            field.changed.connect(lambda key=setting.key: self.touched.add(key))
             field.changed.connect(self._changed)
             self.fields[setting.key] = field
             layout.addWidget(field)
@@ -360,6 +272,7 @@ class SettingsDialog(QDialog):
         for key, field in self.fields.items():
             if SETTINGS[key].section == section and not field.locked and key not in PINNED:
                 field.set_value(SETTINGS[key].default)
+                self.touched.add(key)
         self._changed()
 
     # -- live breakdown --
@@ -392,16 +305,19 @@ class SettingsDialog(QDialog):
             return False
         candidate = self.candidate()
         keys, path, v = changed_keys(self.settings, candidate), self.settings.config_path, candidate.values
+        written = keys + [k for k in SETTINGS if k in self.touched and k not in keys
+                          and not self.fields[k].locked]
         try:  # all or none; a default is removed from the file rather than pinned there
-            if path is not None and keys:
+            if path is not None and written:
                 write_config_values(path, {k: None if v[k] == SETTINGS[k].default and k not in PINNED
-                                           else v[k] for k in keys})
+                                           else v[k] for k in written})
         except (SettingsError, OSError) as exc:  # a file Iris cannot edit or write: said
             self.refusal = plain_box(QMessageBox(QMessageBox.Icon.Warning, "Preferences not saved",
                                                  f"Nothing was saved: {str(exc).rstrip('.')}.", parent=self))
             self.refusal.open()
             return False
         self.settings, self.shown = candidate, self.raw_values(every=True)
+        self.touched.clear()
         self.validate()
         if keys:
             self.applied.emit(keys)
