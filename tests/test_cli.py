@@ -712,3 +712,34 @@ def test_context_shows_the_request_as_text_and_a_refusal_as_json(capsys, tmp_pat
     assert code == 3 and "system prompt" in err
     refusal = json.loads(out)
     assert refusal["error"] == "too_large" and refusal["needed"] > refusal["allowed"] == 358
+
+
+def test_a_reply_cut_off_at_max_tokens_is_said_with_how_to_go_on(capsys, tmp_path, monkeypatch):
+    """Before: a reply that stopped at model.max_tokens or at the window's end was printed
+    as if it were whole (an audit saw one end mid-sentence with nothing said)."""
+    from support.fakes import ScriptedRuntime
+
+    runtime = ScriptedRuntime(["one two three four five six", "seven eight"], cut_at_cap=True)
+    monkeypatch.setattr("iris_desktop.host.load_runtime", lambda *a, **k: runtime)
+    data = tmp_path / "data"
+    code = main(["--data-dir", str(data), "--set", "model.max_tokens=3", "chat", "Count"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.strip() == "one two three"
+    assert ("[cut off: the reply reached model.max_tokens (3 tokens); 'iris-desktop chat "
+            "--thread 1 --continue' goes on with it]") in err
+    code = main(["--data-dir", str(data), "chat", "--thread", "1", "--continue"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "cut off" not in err  # finished this time
+
+
+def test_cut_off_names_the_window_when_max_tokens_was_not_reached():
+    from iris_desktop.core.views import cut_off
+    from iris_desktop.generation import GenerationStats
+
+    def stats(reason: str, completion: int) -> GenerationStats:
+        return GenerationStats(1_000, 0, 1_000, completion, 0.1, 10.0, 1.0, reason)
+
+    assert cut_off(stats("stop", 5), 1024) is None and cut_off(None, 1024) is None
+    assert cut_off(stats("length", 1024), 1024) == "the reply reached model.max_tokens (1,024 tokens)"
+    assert cut_off(stats("length", 684), 1024) == (
+        "the reply filled the model's window (1,000 tokens of prompt and 684 of reply)")

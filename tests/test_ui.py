@@ -1066,3 +1066,14 @@ def test_about_shows_the_model_licenses(make_window, qtbot):
     assert box.view.height() > 20 * box.view.fontMetrics().lineSpacing()
     assert box.minimumSize() != box.maximumSize()
     box.done(0)
+
+
+def test_a_reply_cut_off_at_max_tokens_says_so_in_the_status_bar(make_window, qtbot):
+    window = make_window(ScriptedRuntime(["one two three four five"], cut_at_cap=True),
+                         overrides={"model.max_tokens": "3"})
+    window.send("Count")
+    settle(qtbot, window)
+    assert window.status_area.current_message() == (
+        "Cut off: the reply reached model.max_tokens (3 tokens); right-click the reply ▸ "
+        "Continue goes on")
+    assert window.state_label.text() == "Cut off"

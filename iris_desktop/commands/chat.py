@@ -43,6 +43,7 @@ from iris_desktop.core.events import (
     dispatch,
 )
 from iris_desktop.core.turns import Turn, TurnOptions
+from iris_desktop.core.views import cut_off
 from iris_desktop.stop import StopEvent
 from iris_desktop.untrusted import show_untrusted
 
@@ -52,8 +53,9 @@ from iris_desktop.untrusted import show_untrusted
 class _ChatPrinter(TurnListener):
     """How ``chat`` shows a turn: tokens on stdout (unless --json), the rest on stderr."""
 
-    def __init__(self, as_json: bool):
+    def __init__(self, as_json: bool, max_tokens: int = 0):
         self.as_json = as_json
+        self.max_tokens = max_tokens
         self.reply = ""
         self.stats: Any = None
         self.code = EXIT_OK
@@ -145,6 +147,10 @@ class _ChatPrinter(TurnListener):
     def on_done(self, event: TurnDone) -> None:
         if event.finish_reason == "cancelled" and not self.stdout_closed:
             print("\n[stopped]", file=sys.stderr)
+        cut = cut_off(event.stats, self.max_tokens)
+        if cut and not self.stdout_closed:
+            print(f"\n[cut off: {cut}; 'iris-desktop chat --thread {event.thread_id} "
+                  "--continue' goes on with it]", file=sys.stderr)
 
 
 @contextmanager
@@ -290,7 +296,7 @@ def chat(args, overrides) -> int:
                                           "nothing was sent or stored")
         if args.thread is not None:
             _index_for_recall(host, args.thread)
-        printer = _ChatPrinter(args.json)
+        printer = _ChatPrinter(args.json, host.settings["model.max_tokens"])
         printer.thread_id = args.thread
         cancel = printer.cancel = StopEvent()
         with _cancel_on_interrupt(cancel):

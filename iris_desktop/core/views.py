@@ -386,6 +386,18 @@ def dropped_report(request: ContextRequest, described: Sequence[Mapping[str, Any
             "why": f"{what} {after}"}
 
 
+def cut_off(stats: Any, max_tokens: int) -> str | None:
+    """Why a reply ended before the model finished it, in a clause (None: it finished,
+    or was stopped or failed, which are said otherwise): the length limit, or a window
+    with no room left. Before, a reply cut mid-sentence was shown as if complete."""
+    if stats is None or stats.finish_reason != "length":
+        return None
+    if stats.completion_tokens >= max_tokens:
+        return f"the reply reached model.max_tokens ({max_tokens:,} tokens)"
+    return (f"the reply filled the model's window ({stats.prompt_tokens:,} tokens of prompt "
+            f"and {stats.completion_tokens:,} of reply)")
+
+
 def dropped_status(request: ContextRequest | None, outcome: str | None = None) -> str | None:
     """The status bar's sentence when the next request leaves turns out: short enough for
     the bar, and whole (the full why is the inspector's, :func:`dropped_report`); None

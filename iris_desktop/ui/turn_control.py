@@ -28,7 +28,7 @@ from iris_desktop.core.events import (
     dispatch,
 )
 from iris_desktop.core.turns import Turn
-from iris_desktop.core.views import Entry, call_label, dropped_status, pretty_arguments
+from iris_desktop.core.views import Entry, call_label, cut_off, dropped_status, pretty_arguments
 from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
@@ -290,8 +290,13 @@ class TurnControl(QObject, TurnListener):
         # inspector says which and why in full
         dropped = dropped_status(event.next_request, self._compaction_outcome)
         if not self.compacting:  # what the turn ended with; a compaction says what it did
+            cut = cut_off(event.stats, state.settings["model.max_tokens"])
             state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
-                event.finish_reason, dropped or self._compacted or self._rate_text() or "Ready"))
+                event.finish_reason, ("Cut off" if cut else None)
+                or dropped or self._compacted or self._rate_text() or "Ready"))
+            if cut:  # the whole sentence while it is news; the state stays
+                state.show_message(f"Cut off: {cut}; right-click the reply ▸ Continue goes on",
+                                   15_000)
         self._compacted = ""
         self._compaction_outcome = None
         state.threads_changed()
