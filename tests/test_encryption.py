@@ -197,6 +197,31 @@ def test_a_damaged_encrypted_history_is_salvaged_into_an_encrypted_one(tmp_path)
     assert PHRASE.encode() not in path.read_bytes()
 
 
+def test_a_truncated_encrypted_history_is_salvaged_and_its_key_not_blamed(capsys, monkeypatch,
+                                                                         history):
+    """Before (an audit): an encrypted history cut short could not be opened ("database
+    disk image is malformed", no next step), and `recover --salvage` said no key opened
+    it; the same damage to a plain history is set aside and salvaged at start. The key
+    is checked on the first page; what lies past the cut is the salvage's."""
+    data, threads = history
+    encrypt_on(monkeypatch)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    db = data / "iris.db"
+    size = db.stat().st_size
+    os.truncate(db, size * 3 // 4 // 4096 * 4096)
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", "not the passphrase")
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code != 0 and "does not open the encrypted history" in err  # a wrong key still is
+    encrypt_on(monkeypatch)
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0, err
+    assert "was damaged" in err and "set aside, unchanged" in err and "Recovered into a new database" in err
+    assert "planted" in out  # what could be read is there
+    assert is_encrypted(db) is True
+    code, out, err = run(capsys, "--data-dir", data, "recover")
+    assert code == 0 and ".corrupt-" in out and "no key" not in out + err
+
+
 def test_one_damaged_page_of_an_encrypted_history_loses_only_its_own_rows(tmp_path):
     """Before, SQLCipher's connection failed every read after the first page that failed
     its check, sound pages too: a salvage of 2,000 messages with one leaf damaged kept

@@ -251,6 +251,11 @@ def connect(database: str | os.PathLike[str], key: Key | None = None, *, path: P
         conn.execute(f"PRAGMA key = {key.sql(file_salt(where))}")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_CORRUPT" and _reads_page_one(conn):
+            # page 1 passed its check, so the key is right: the damage is further on (a
+            # truncated file), which the check at start and the salvage find and handle,
+            # as for a plain file (before, such a history could not be opened at all)
+            return conn
         conn.close()
         if getattr(exc, "sqlite_errorname", "") != "SQLITE_NOTADB":
             raise
@@ -263,6 +268,18 @@ def connect(database: str | os.PathLike[str], key: Key | None = None, *, path: P
                           "damaged: 'iris-desktop recover' lists copies to put back") from None
     conn.execute(f"PRAGMA cache_size = -{ENCRYPTED_CACHE_KIB}")
     return conn
+
+
+def _reads_page_one(conn: sqlite3.Connection) -> bool:
+    """Whether the first page reads with the key given: the key is right (a wrong one
+    fails there, SQLITE_NOTADB), even where the schema cannot be read (pages missing)."""
+    try:
+        conn.execute("PRAGMA writable_schema = ON")  # a file shorter than its header says
+        conn.execute("PRAGMA page_count").fetchone()
+        conn.execute("PRAGMA writable_schema = OFF")
+        return True
+    except sqlite3.DatabaseError:
+        return False
 
 
 def check_key(path: Path, key: Key) -> None:
