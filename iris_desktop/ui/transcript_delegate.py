@@ -38,6 +38,7 @@ from iris_desktop.ui.transcript_parts import (
     paint_badges,
     paint_chips,
     paint_switcher,
+    shown_part,
     stopped_empty,
     switcher_rects,
 )
@@ -121,8 +122,9 @@ class TranscriptDelegate(QStyledItemDelegate):
                                   f"*{note}*" if (note := stopped_empty(entry)) else "")
             if entry.role == "assistant" and entry.calls:
                 text += "\n\n" + "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
+            text, markdown = shown_part(text, entry.role == "assistant"), entry.role == "assistant"
             doc = message_document(show_directional(text), self.view.font(), self._code_theme(),
-                                   markdown=entry.role == "assistant", width=width,
+                                   markdown=markdown, width=width,
                                    streaming=entry.status == "streaming", stored=text)
         self._docs[key] = doc
         if len(self._docs) > 400:
@@ -132,7 +134,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     def _fill_card(self, doc: MessageDocument, entry: Entry, expanded: bool) -> None:
         if entry.kind == "tool" and expanded:
             doc.setPlainText(show_directional(f"{arguments_text(entry.arguments)}\n{'─' * 12} "
-                                              f"output {'─' * 12}\n{entry.text}"))
+                                              f"output {'─' * 12}\n{shown_part(entry.text, False)}"))
         elif entry.kind == "tool":
             lines = entry.text.count("\n") + 1 if entry.text else 0
             args = " ".join(entry.arguments.split())

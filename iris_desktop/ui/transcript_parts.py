@@ -7,8 +7,10 @@ from __future__ import annotations
 from PySide6.QtCore import QRect, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QPen
 
+from iris_desktop.core.store import utf8_length
 from iris_desktop.core.views import Entry
 from iris_desktop.ui.highlight import blend
+from iris_desktop.units import file_size
 
 #: the transcript's column at its widest, in line heights: about 95 characters a line
 COLUMN_FONT_HEIGHTS = 52
@@ -20,6 +22,22 @@ def column(view_width: int, unit: int) -> tuple[int, int]:
     wide window does not run each line across the screen."""
     width = min(max(view_width, 200), COLUMN_FONT_HEIGHTS * unit)
     return max((view_width - width) // 2, 0), width
+
+
+#: the most of one message a card lays out and paints: a pasted or imported message of
+#: 20 MB froze the window 10 s on each paint, and one of 300 MB never showed
+MAX_SHOWN_CHARS = 100_000
+
+
+def shown_part(text: str, markdown: bool) -> str:
+    """``text``, or for a message longer than MAX_SHOWN_CHARS its beginning and a line
+    saying it is shown in part (Copy and export give all of it; the model gets it whole,
+    as the context engine counts it)."""
+    if len(text) <= MAX_SHOWN_CHARS:
+        return text
+    note = (f"[shown in part: the first {MAX_SHOWN_CHARS:,} of {len(text):,} characters "
+            f"({file_size(utf8_length(text))}); Copy or File ▸ Export gives all of it]")
+    return f"{text[:MAX_SHOWN_CHARS]}\n\n{'*' + note + '*' if markdown else note}"
 
 
 def stopped_empty(entry: Entry) -> str:
