@@ -582,6 +582,7 @@ def test_the_same_export_imported_again_is_said_not_stored_twice(capsys, tmp_pat
     assert len(threads(capsys)) == 3
     code, out, err = run(capsys, "import", CHATGPT_MODERN)
     assert code == 0 and out == "" and "2 chats were imported before" in err
+    assert len(err.splitlines()) == 1  # nothing stored: nothing was left out of it either
     forced, _ = imported(capsys, CHATGPT_MODERN, "--again")
     assert len(forced) == 2 and len(threads(capsys)) == 5
 
@@ -761,6 +762,29 @@ def test_a_zip_without_conversations_or_damaged_is_one_sentence_and_nothing_is_w
     assert len(threads(capsys)) == 2
 
 
+def test_a_zip_bomb_is_refused_before_it_is_unpacked(capsys, tmp_path):
+    """Before (an audit): 500 MB of spaces packed into a 500 kB zip took a gigabyte of
+    memory before it was refused. A member packed over 200 times tighter than its text is
+    refused from its header; one that does not begin as JSON after 64 KiB is refused there."""
+    import resource
+    import zipfile
+
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("conversations.json", " " * 50_000_000 + "[]")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    code, out, err = run(capsys, "import", bomb)
+    assert code != 0 and out == ""
+    assert "over 200 times its packed size, which no chat export is (a zip bomb?)" in err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 40_000  # KiB
+    stored = tmp_path / "stored.zip"  # not compressed: no ratio to tell, the start does
+    with zipfile.ZipFile(stored, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("conversations.json", " " * 200_000 + "[]")
+    code, out, err = run(capsys, "import", stored)
+    assert code != 0 and "does not begin like a chat export" in err
+    assert threads(capsys) == []
+
+
 def test_imported_chats_take_their_place_in_the_list_by_when_they_were_last_written(tmp_path):
     """Before, every imported chat was dated by the import: a file listing a 2025 chat
     before a 2021 one put the 2021 chat on top of the list. A chat whose messages give
@@ -800,3 +824,20 @@ def test_a_thread_changed_or_deleted_after_it_was_counted_is_no_twin_and_no_cras
         store.delete_thread(gone)
         store.add_messages(kept, [{"role": "user", "content": "and more"}])
         assert threads.holding(messages) is None
+
+
+def test_a_time_far_in_the_future_is_left_out_not_kept(capsys, tmp_path):
+    """Before (an audit): a create_time of 99999999999999 was read as milliseconds, the
+    year 5138, and the chat sorted above every other for good. A time over a day ahead is
+    left out like an unreadable one (the message is kept, dated by the import)."""
+    chats = json.loads(CHATGPT_MODERN.read_text())
+    for node in chats[0]["mapping"].values():
+        if node.get("message"):
+            node["message"]["create_time"] = 99999999999999
+    chats[0]["create_time"] = chats[0]["update_time"] = 99999999999999
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps(chats[:1]))
+    ids, _ = imported(capsys, source)
+    assert len(ids) == 1
+    for message in exported(capsys, ids[0]):
+        assert message.get("created_at", "0")[:4] < "2100", message

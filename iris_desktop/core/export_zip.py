@@ -14,6 +14,19 @@ from iris_desktop.core.conversation import MAX_IMPORT_BYTES, ConversationFormatE
 
 #: the file ChatGPT's and Claude's data exports hold the chats in
 EXPORT_NAME = "conversations.json"
+#: how much is read first, to see that it begins as JSON does
+PREFIX_BYTES = 64 * 1024
+#: chat JSON compresses 5 to 20 times; a member packed far tighter is a zip bomb (500 MB of
+#: spaces in a 500 kB archive took a gigabyte of memory before it was refused)
+MAX_RATIO = 200
+
+
+def _refuse_a_bomb(path: Path, info: zipfile.ZipInfo) -> None:
+    if info.file_size > 16 * PREFIX_BYTES and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        raise ConversationFormatError(
+            f"{path}: its {EXPORT_NAME} would unpack to {info.file_size:,} bytes from "
+            f"{info.compress_size:,}, over {MAX_RATIO} times its packed size, which no chat "
+            "export is (a zip bomb?); nothing was unpacked")
 
 
 def zipped_export(path: Path) -> str | None:
@@ -37,8 +50,14 @@ def zipped_export(path: Path) -> str | None:
             if inside[0].file_size > MAX_IMPORT_BYTES:
                 raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is larger than the "
                                               f"limit of {MAX_IMPORT_BYTES:,} bytes")
+            _refuse_a_bomb(path, inside[0])
             with archive.open(inside[0]) as member:
-                data = member.read(MAX_IMPORT_BYTES + 1)
+                head = member.read(PREFIX_BYTES)
+                if head and head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"[", b"{"):
+                    raise ConversationFormatError(
+                        f"{path}: its {EXPORT_NAME} does not begin like a chat export (JSON "
+                        "starting with [ or {); nothing was read further")
+                data = head + member.read(MAX_IMPORT_BYTES + 1 - len(head))
     except ConversationFormatError:
         raise
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,

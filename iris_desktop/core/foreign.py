@@ -59,6 +59,7 @@ from iris_desktop.core.foreign_parts import usable_title as _title
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.import_twins import StoredThreads
 from iris_desktop.core.store import Store, iso_timestamp
+from iris_desktop.core.store.rows import not_in_future
 from iris_desktop.tokens import Message
 
 CHATGPT = "ChatGPT export"
@@ -196,7 +197,7 @@ class Imported(NamedTuple):
         verb = "was" if len(self.known) == 1 else "were"
         return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before "
                        f"({'' if by_title else 'thread '}{which}) and {verb} not imported "
-                       f"again{hint}", *lines[1:]]
+                       f"again{hint}", *(lines[1:] if self.ids else [])]  # (left-out notes: of chats stored now)
 
 
 #: the longest an import holds the database's write lock at once, in seconds: it commits
@@ -424,7 +425,7 @@ def _message(role: str, text: str, when: Any = None) -> Message:
     message: Message = {"role": role, "content": text}
     if isinstance(when, (int, float)) and not isinstance(when, bool) and when > 0:
         try:
-            message["created_at"] = iso_timestamp(when)
+            message["created_at"] = not_in_future(iso_timestamp(when))
         except (ValueError, OverflowError, OSError):
             pass
     return message

@@ -13,6 +13,7 @@ from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign_parts import Chat, Tally, hashable, tree_messages, usable_title
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.store import iso_timestamp
+from iris_desktop.core.store.rows import not_in_future
 from iris_desktop.tokens import Message
 
 
@@ -75,7 +76,7 @@ def _message(item: dict[str, Any], tally: Tally) -> Message | None:
         return None
     message = with_attachments(text, files) if files else {"role": role, "content": text}
     try:
-        message["created_at"] = iso_timestamp(item["created_at"])
+        message["created_at"] = not_in_future(iso_timestamp(item["created_at"]))
     except (KeyError, ValueError, TypeError, OverflowError, OSError):
         pass
     return message

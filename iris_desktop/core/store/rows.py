@@ -133,6 +133,15 @@ def iso_timestamp(value: Any) -> str:
     return when.isoformat(timespec="seconds")
 
 
+def not_in_future(iso: str, slack_s: float = 86_400) -> str:
+    """``iso`` unless it is more than ``slack_s`` ahead of now (ValueError): another app's
+    time of 99999999999999 read as the year 5138, and its chat sorted above every other
+    for good."""
+    if dt.datetime.fromisoformat(iso).timestamp() > dt.datetime.now().timestamp() + slack_s:
+        raise ValueError(f"a time in the future: {iso}")
+    return iso
+
+
 def sent_at_of(message: Message) -> str | None:
     """The time a message says it was written, if it says (see TIMESTAMP_KEYS)."""
     for key in TIMESTAMP_KEYS:
