@@ -164,6 +164,39 @@ def test_the_window_imports_a_claude_export_as_downloaded_a_zip(window, qtbot, t
     assert titles == {"Trip to Lisbon in May", "Weather lookup"}
 
 
+def test_an_import_runs_beside_the_window_and_leaves_the_chat_the_user_opened(
+        window, qtbot, tmp_path, monkeypatch):
+    """Before (an audit): a 276 MB export took 50 s with "Ready" in the status bar, no chat
+    could be opened meanwhile (its transcript queued behind the import on the DB thread),
+    and at the end the window switched to the imported chat away from the one opened."""
+    from iris_desktop.core import foreign
+
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps({"title": "Opened meanwhile", "messages": [
+        {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}]}))
+    window.threads_control.import_file(str(first))
+    qtbot.waitUntil(lambda: window.thread_id is not None, timeout=5_000)
+    opened = window.thread_id
+    window.threads_control.new_chat()
+    qtbot.waitUntil(lambda: window.thread_id is None, timeout=5_000)
+    gate = threading.Event()
+    load = foreign.load_conversations
+    monkeypatch.setattr(foreign, "load_conversations", lambda path: gate.wait(20) and load(path))
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps({"title": "Imported later", "messages": [
+        {"role": "user", "content": "Question"}, {"role": "assistant", "content": "Answer"}]}))
+    window.threads_control.import_file(str(second))
+    assert window.status_area.current_message().startswith("Importing second.json…")
+    window.threads_control.open_thread(opened)  # while the import is held: it opens
+    qtbot.waitUntil(lambda: [e.text for e in window.view.transcript.entries()]
+                    == ["Hello", "Hi there"], timeout=5_000)
+    gate.set()
+    qtbot.waitUntil(lambda: window.threads.list.count() == 2, timeout=10_000)
+    qtbot.waitUntil(lambda: "They are in the chat list" in window.status_area.current_message(),
+                    timeout=5_000)
+    assert window.thread_id == opened  # not switched away
+
+
 def _failure_box(window, qtbot):
     from PySide6.QtWidgets import QMessageBox
 
@@ -181,7 +214,8 @@ def test_a_full_disk_is_named_when_an_import_or_an_export_fails(window, qtbot, t
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 400}
         for i in range(200)]}))
     # the database may not grow (SQLite answers as it does on a full disk: SQLITE_FULL)
-    window.background.run(lambda store: store.conn.execute(
+    importing = window.threads_control.importer.thread_jobs()  # imports have a connection of their own
+    importing.run(lambda store: store.conn.execute(
         "PRAGMA max_page_count = " + str(store.conn.execute("PRAGMA page_count").fetchone()[0])))
     window.threads_control.import_file(str(source))
     box = _failure_box(window, qtbot)
@@ -189,7 +223,7 @@ def test_a_full_disk_is_named_when_an_import_or_an_export_fails(window, qtbot, t
     assert box.text().startswith("Nothing was imported.\n\nThe disk holding ")
     assert str(window.host.paths.db_path) in box.text() and "free some space" in box.text()
     box.setObjectName("seen")
-    window.background.run(lambda store: store.conn.execute("PRAGMA max_page_count = 1073741823"))
+    importing.run(lambda store: store.conn.execute("PRAGMA max_page_count = 1073741823"))
     thread = imported_thread(window, qtbot, tmp_path)
     window.threads_control.export_thread(thread, str(tmp_path / "no-such-folder" / "out.md"), "md")
     box = _failure_box(window, qtbot)

@@ -79,15 +79,16 @@ class Background(QObject):
     _submit = Signal(object)
     _stop = Signal()
 
-    def __init__(self, stores: Stores, parent: QObject | None = None):
+    def __init__(self, stores: Stores, parent: QObject | None = None, name: str = "iris-db"):
         super().__init__(parent)
+        self.stores = stores
         self._latest: dict[str, int] = {}
         self._seq = itertools.count(1)
         self._pending = 0
         #: queued or running jobs per key (the semantic indexer chains its batches)
         self._pending_by_key: dict[str, int] = {}
         self._thread = QThread()
-        self._thread.setObjectName("iris-db")
+        self._thread.setObjectName(name)
         self._runner = _DbRunner(stores, self._latest)
         self._runner.moveToThread(self._thread)
         self._submit.connect(self._runner.run)

@@ -360,6 +360,7 @@ class MainWindow(QMainWindow):
         if self.turns.shell_box is not None:
             self.turns.shell_box.close()
         self.model.close(cancel)
+        self.threads_control.importer.close()
         self.background.close()
 
     def closeEvent(self, event) -> None:

@@ -24,6 +24,7 @@ from iris_desktop.ui.background import Background
 from iris_desktop.ui.boxes import export_failure, failure, plain_box, warn
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.export_name import file_name
+from iris_desktop.ui.import_control import ImportControl
 from iris_desktop.ui.model_thread import ModelThread
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
@@ -62,6 +63,8 @@ class ThreadControl(QObject):
         app_state.messagesSaved.connect(self._messages_saved)
         app_state.statesChanged.connect(self.apply_states)
         app_state.threadChanged.connect(self._remember)
+        self.importer = ImportControl(app_state, background.stores, self.open_thread,
+                                      self.refresh_threads, parent)
         self.poll_timer = QTimer(self, interval=POLL_MS)
         self.poll_timer.timeout.connect(self.poll)
         self.poll_timer.start()
@@ -390,27 +393,7 @@ class ThreadControl(QObject):
             self.import_file(path)
 
     def import_file(self, path: str) -> None:
-        """Every chat of the file as a thread (``core.foreign``: the CLI's loader), in one
-        transaction; the first one opens, and what was imported and left out is said."""
-        def job(store):
-            from iris_desktop.core.foreign import import_conversations, load_conversations
-
-            loaded = load_conversations(path)
-            imported = import_conversations(store, loaded)  # a chat there already: opened
-            return imported, imported.report(loaded, by_title=True)
-
-        def done(result: tuple[Any, list[str]]) -> None:
-            imported, report = result
-            self.refresh_threads()
-            for thread_id in imported.ids:
-                self.app_state.messages_saved(thread_id)  # the semantic index takes them
-            self.open_thread((imported.ids or imported.known)[0])
-            if report:
-                said = report[0][:1].upper() + report[0][1:] + "."
-                self.app_state.show_message(" ".join([said, *report[1:]]), 10_000)
-
-        self.background.run(job, done, lambda exc: warn(self.parent_widget, "Import failed", (
-            "Nothing was imported.\n\n" + failure(exc))))
+        self.importer.import_file(path)
 
 
 def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
