@@ -743,3 +743,29 @@ def test_cut_off_names_the_window_when_max_tokens_was_not_reached():
     assert cut_off(stats("length", 1024), 1024) == "the reply reached model.max_tokens (1,024 tokens)"
     assert cut_off(stats("length", 684), 1024) == (
         "the reply filled the model's window (1,000 tokens of prompt and 684 of reply)")
+
+
+def test_a_progress_line_after_the_reply_never_clears_its_last_line(monkeypatch):
+    """Before (an audit): on a terminal, the cache warming up after a reply that compacted
+    the chat wrote "\\r\\x1b[K…" over the reply's unfinished last line (a one-line reply
+    vanished); and a progress line wider than the terminal left a stale row per update."""
+    import io
+    import os
+
+    from iris_desktop.commands.chat import _ChatPrinter
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out, err = Tty(), Tty()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *a: os.terminal_size((40, 24)))
+    printer = _ChatPrinter(False)
+    printer._out("Hello!")
+    printer._progress_line("Warming up… 881 of 881 tokens (100%)", True)
+    assert out.getvalue() == "Hello!\n"  # the line ended before the progress
+    printer._progress_line("Summarizing earlier turns, part 1 of 2… 4% of all, about 109 s left", False)
+    last = err.getvalue().rsplit("\r\x1b[K", 1)[1]
+    assert len(last) <= 39 and last.endswith("…")

@@ -380,7 +380,8 @@ def test_ctrl_c_during_compact_stops_the_models_summary_as_stop_does(tmp_path, c
         seen["stopped"] = cancel is not None and cancel.is_set()
         yield CompactionFinished(thread_id, CompactionEvent(
             "manual", "ok", "extractive", 3, 6, 900, 300, 2, 120, 1.0,
-            error="LLM summary unusable (stopped by the user); extractive fallback used",
+            error="the model's summary could not be used (stopped by the user); one made of the "
+                  "chat's own sentences was used instead",
             first_turn=1, last_turn=3))
 
     monkeypatch.setattr(Host, "compact", compacting)

@@ -242,7 +242,7 @@ def test_unusable_llm_output_falls_back_to_extractive(fresh_store, reply):
                               runtime=ScriptedRuntime([reply] * 5, n_ctx=8192))
     event = compactor.compact(thread, "budget")
     assert event.outcome == "ok" and event.path == "extractive"
-    assert "extractive fallback used" in event.error
+    assert "one made of the chat's own sentences was used instead" in event.error
 
 
 def test_timeout_falls_back_to_extractive(fresh_store):

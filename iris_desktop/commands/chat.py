@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import signal
 import sys
 import threading
@@ -69,6 +70,8 @@ class _ChatPrinter(TurnListener):
         self.stdout_closed = False
         #: reply text was printed on stdout (a line to end before an error, and at the end)
         self.written = False
+        #: the reply's last line has no line break yet (a progress line must not clear it)
+        self.reply_open = False
 
     def _out(self, text: str) -> None:
         """Reply text on stdout. A reader that left (``| head``) stops the reply as Stop
@@ -76,9 +79,12 @@ class _ChatPrinter(TurnListener):
         if self.stdout_closed:
             return
         try:
-            sys.stdout.write(show_untrusted(text, multiline=True))
+            shown = show_untrusted(text, multiline=True)
+            sys.stdout.write(shown)
             sys.stdout.flush()
             self.written = self.written or bool(text)
+            if shown:
+                self.reply_open = not shown.endswith("\n")
         except BrokenPipeError:
             self.stdout_closed = True
             stdout_gone()
@@ -112,8 +118,15 @@ class _ChatPrinter(TurnListener):
         """One line on a terminal's stderr, rewritten in place until ``finished``."""
         if not sys.stderr.isatty():
             return
+        if self.reply_open and not self.stdout_closed:  # "\r\x1b[K" would clear the reply's
+            sys.stdout.write("\n")                     # last line (warming up after a reply)
+            sys.stdout.flush()
+            self.reply_open = False
+        width = shutil.get_terminal_size().columns - 1  # a longer line wraps and is not rewritten
+        text = show_untrusted(text)
+        text = text if len(text) <= width else text[:max(width - 1, 1)] + "…"
         end = "\n" if finished else ""
-        sys.stderr.write(f"\r\x1b[K{show_untrusted(text)}{end}")
+        sys.stderr.write(f"\r\x1b[K{text}{end}")
         sys.stderr.flush()
         self.line_open = not finished
 
@@ -137,6 +150,7 @@ class _ChatPrinter(TurnListener):
             file=sys.stderr)
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
+        self._end_line()  # a summary's progress line that did not reach 100% (it timed out)
         say(f"\n[{event.text}]", file=sys.stderr)
 
     def on_failed(self, event: TurnFailed) -> None:
@@ -326,7 +340,7 @@ def chat(args, overrides) -> int:
                     "time_to_first_token_s", "tokens_per_s", "finish_reason")},
             }, indent=2))
         else:
-            if printer.written:
+            if printer.reply_open:
                 print()
             if not printer.gone and printer.thread_id not in (None, -1):  # (none was made)
                 print(f"[thread {printer.thread_id}]", file=sys.stderr)
@@ -344,12 +358,18 @@ def compact(args, overrides) -> int:
         # Ctrl+C stops the model's summary, as Stop does: the extractive one is used (it
         # went on for minutes, a traceback from llama.cpp's callback printed meanwhile)
         cancel = threading.Event()
+        shown = _ChatPrinter(args.json)  # the summary's progress on a terminal, as chat shows it
+        if sys.stderr.isatty() and not args.no_model:
+            say("Summarizing the earlier turns (Ctrl+C: use the quick extractive summary now)…",
+                file=sys.stderr)
         with _cancel_on_interrupt(cancel):
-            for reported in host.compact(args.thread, cancel):
+            for reported in host.compact(args.thread, cancel, progress=shown.on_progress):
                 if isinstance(reported, CompactionFinished):
                     event = reported.event
                 elif isinstance(reported, TurnFailed):
+                    shown._end_line()
                     raise CliError(reported.text, EXIT_FAIL)
+        shown._end_line()
     if event is None:
         raise CliError("compaction did not run", EXIT_FAIL)
     if args.json:

@@ -479,10 +479,12 @@ class Compactor:
                             "(context.summary_max_parts)")
                 return summary, ("chunked" if chunks > 1 else "llm"), note, None, early_last
             except (SummaryInvalid, CompactionFailed) as exc:
-                note = f"LLM summary unusable ({exc}); extractive fallback used"
+                note = (f"the model's summary could not be used ({exc}); one made of the chat's "
+                        "own sentences was used instead")
                 fallback = exc.why if isinstance(exc, CompactionFailed) else "unusable"
             except Exception as exc:  # the model failed; the extractive path still works
-                note = f"LLM summary failed ({type(exc).__name__}: {exc}); extractive fallback used"
+                note = (f"the model's summary failed ({type(exc).__name__}: {exc}); one made of the "
+                        "chat's own sentences was used instead")
                 fallback = "failed"
             log.warning("compaction: %s", note)
         summary = self.extractive.summarize(previous, said, cap, turns)
