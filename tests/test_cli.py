@@ -210,7 +210,8 @@ def test_the_two_usual_argument_mistakes_get_a_hint(capsys, argv, hint):
     assert caught.value.code == 2 and err.count("\n") == 1 and hint in err and "--help" in err
 
 
-def test_the_window_without_a_display_or_its_libraries_is_one_sentence(capsys, monkeypatch):
+def test_the_window_without_a_display_or_its_libraries_is_one_sentence(capsys, monkeypatch,
+                                                                      tmp_path):
     """Qt aborts (exit 134, a core dump, several lines) where the window cannot open; the
     app says why first: no display, or the xcb libraries it lacks, by package name."""
     from iris_desktop.commands import display_problem
@@ -227,7 +228,15 @@ def test_the_window_without_a_display_or_its_libraries_is_one_sentence(capsys, m
     assert display_problem({"DISPLAY": ":0"}, "linux", lookup_lib, lambda: None) is None
     assert display_problem({"DISPLAY": ":0"}, "linux", lambda name: "x", fails) == (
         "the window needs libraries your system lacks: libxcb-cursor.so.0")
-    assert display_problem({"WAYLAND_DISPLAY": "wayland-0"}, "linux", lookup_lib, fails) is None
+    assert "WAYLAND_DISPLAY names 'wayland-0', which is not there" in display_problem(
+        {"WAYLAND_DISPLAY": "wayland-0"}, "linux", lookup_lib, fails)  # before: Qt aborted
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    (runtime / "wayland-0").touch()  # the compositor's socket
+    wayland = {"WAYLAND_DISPLAY": "wayland-0", "XDG_RUNTIME_DIR": str(runtime)}
+    assert display_problem(wayland, "linux", lookup_lib, fails) is None
+    stale = {"WAYLAND_DISPLAY": "wayland-9", "XDG_RUNTIME_DIR": str(runtime), "DISPLAY": ":0"}
+    assert "libxcb-cursor0" in display_problem(stale, "linux", lookup_lib, fails)  # Qt's xcb then
     assert display_problem({"QT_QPA_PLATFORM": "offscreen"}, "linux", lookup_lib, fails) is None
     assert display_problem({}, "win32") is None and display_problem({}, "darwin") is None
     if sys.platform.startswith("linux"):

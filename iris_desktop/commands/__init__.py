@@ -67,12 +67,18 @@ def display_problem(env, platform: str, find_library=None, load_xcb=None) -> str
     qpa = env.get("QT_QPA_PLATFORM", "")
     if qpa and not qpa.startswith(("xcb", "wayland")):
         return None
-    if not env.get("DISPLAY") and not env.get("WAYLAND_DISPLAY"):
+    wayland = _wayland_socket(env)
+    if not env.get("DISPLAY") and wayland is None:
+        if env.get("WAYLAND_DISPLAY"):
+            return (f"there is no display to open the window on: WAYLAND_DISPLAY names "
+                    f"{env['WAYLAND_DISPLAY']!r}, which is not there (a variable left from "
+                    "another session?), and DISPLAY is not set: start Iris Desktop in a "
+                    "desktop session, or use the command line ('iris-desktop --help')")
         return ("there is no display to open the window on (neither DISPLAY nor "
                 "WAYLAND_DISPLAY is set): start Iris Desktop in a desktop session, or use "
                 "the command line ('iris-desktop --help')")
-    if env.get("WAYLAND_DISPLAY") and not qpa.startswith("xcb"):
-        return None
+    if wayland is not None and not qpa.startswith("xcb"):
+        return None  # (with its socket missing, Qt falls back to xcb: checked below)
     failure = (load_xcb or _load_xcb)()
     if failure is None:
         return None
@@ -82,6 +88,19 @@ def display_problem(env, platform: str, find_library=None, load_xcb=None) -> str
     needed = ", ".join(missing) if missing else failure.split(":", 1)[0]
     install = f" (on Debian or Ubuntu: sudo apt-get install {' '.join(missing)})" if missing else ""
     return f"the window needs libraries your system lacks: {needed}{install}"
+
+
+def _wayland_socket(env) -> str | None:
+    """The Wayland compositor's socket WAYLAND_DISPLAY names (a name is under
+    XDG_RUNTIME_DIR), if it is there; else None. A variable left from another session
+    (sudo, su, ssh) named a socket that was not there: Qt fell back to xcb and aborted."""
+    import os
+
+    name = env.get("WAYLAND_DISPLAY")
+    if not name:
+        return None
+    path = name if os.path.isabs(name) else os.path.join(env.get("XDG_RUNTIME_DIR") or "", name)
+    return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
 def _load_xcb() -> str | None:
