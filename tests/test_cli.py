@@ -778,3 +778,14 @@ def test_a_progress_line_after_the_reply_never_clears_its_last_line(monkeypatch)
     printer._progress_line("Summarizing earlier turns, part 1 of 2… 4% of all, about 109 s left", False)
     last = err.getvalue().rsplit("\r\x1b[K", 1)[1]
     assert len(last) <= 39 and last.endswith("…")
+
+
+def test_threads_without_the_model_marks_its_counts_as_estimates(capsys, tmp_path):
+    """An audit: `threads --no-model` printed 18,566 tokens where the model counts 17,674,
+    unmarked; the window marks such numbers with ≈."""
+    data = tmp_path / "data"
+    assert main(["--data-dir", str(data), "import", str(SYNTHETIC_CHAT)]) == 0
+    capsys.readouterr()
+    assert main(["--data-dir", str(data), "threads", "--no-model"]) == 0
+    out = capsys.readouterr().out
+    assert " messages  ≈" in out and " tokens" in out

@@ -136,8 +136,9 @@ def threads(args, overrides) -> int:
         return EXIT_OK
     if not rows:
         print("no threads yet")
+    about = "" if getattr(counter, "exact", False) else "≈"  # no model: estimated, as the window marks them
     for row in rows:
-        tokens = f"{row['tokens']:,} tokens" + (
+        tokens = f"{about}{row['tokens']:,} tokens" + (
             f" (+{row['uncounted_messages']:,} messages not counted yet)"
             if row["uncounted_messages"] else "")
         print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<46} "
