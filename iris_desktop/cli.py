@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="the full stored history of a thread, never pruned (JSON: "
                        "every branch; Markdown: the active one)")
     p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
-    p.add_argument("--format", choices=("json", "md"), default="json")
+    p.add_argument("--format", choices=("json", "md"), default="json",
+                   help="json (every branch, importable again) or md (the active branch, to read)")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
 
     p = sub.add_parser("delete", help="delete a thread for good: its messages, summaries and "
@@ -112,17 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("switch", help="show another alternative of a message (a regenerated "
                        "reply, an edited message): its newest branch becomes the active one")
     p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
-    p.add_argument("message", type=record_id, metavar="MESSAGE_ID")
-    p.add_argument("direction", choices=("next", "previous"))
+    p.add_argument("message", type=record_id, metavar="MESSAGE_ID",
+                   help="a message with alternatives (its id: 'iris-desktop export THREAD')")
+    p.add_argument("direction", choices=("next", "previous"), help="which alternative to show")
 
     p = sub.add_parser("threads", help="list threads with message and token counts")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-model", action="store_true",
                    help="count without loading the model (approximate counter)")
 
     p = sub.add_parser("context", help="the request that would be sent next, without sending it")
     p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--draft", help="include this new user message as the newest turn")
     p.add_argument("--no-model", action="store_true",
                    help="do not load the model (headless: config window, non-model counter)")
@@ -132,19 +134,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="show or change settings")
     csub = p.add_subparsers(dest="action", metavar="<action>", required=True)
     c = csub.add_parser("list", help="every key with its value and where it comes from")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print JSON instead of text")
     c = csub.add_parser("get", help="one key's value")
-    c.add_argument("key")
+    c.add_argument("key", help="a setting, such as context.window ('config list' shows them all)")
     c = csub.add_parser("set", help="validate and save a value in the settings file")
-    c.add_argument("key")
-    c.add_argument("value")
+    c.add_argument("key", help="a setting, such as context.window ('config list' shows them all)")
+    c.add_argument("value", help="its new value, as the README's Settings table allows")
     c = csub.add_parser("reset", help="remove one key (or all) from the settings file")
-    c.add_argument("key", nargs="?")
+    c.add_argument("key", nargs="?", help="the setting to reset (none: every one)")
     csub.add_parser("path", help="the settings file's path")
 
     p = sub.add_parser("recover", help="list the databases Iris set aside (damaged, or replaced "
                        "by a restore), put one back, or salvage the current one")
-    p.add_argument("file", nargs="?", metavar="FILE",
+    p.add_argument("file", nargs="?", metavar="NAME",
                    help="a set-aside database to put back (its name, as listed); the current "
                    "one is set aside first, never deleted")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -184,8 +186,8 @@ def _add_runtime_commands(sub: Any) -> None:
     p = sub.add_parser("models", help="the model library: the bundled model, downloaded models, "
                        "other apps' GGUFs (LM Studio, Ollama, Hugging Face, GPT4All, Jan) and files "
                        "opened before; search and download contact the model hub (models.hub_url)")
-    p.add_argument("--json", action="store_true")
-    msub = p.add_subparsers(dest="action", metavar="<action>")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    msub = p.add_subparsers(dest="action", metavar="[<action>]")
     m = msub.add_parser("search", help="search the model hub for repositories with GGUF files")
     m.add_argument("text", nargs="+")
     m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
@@ -208,14 +210,14 @@ def _add_runtime_commands(sub: Any) -> None:
 
     p = sub.add_parser("compact", help="compact a thread now and print the event")
     p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the event as JSON")
     p.add_argument("--no-model", action="store_true",
                    help="do not load the model: the extractive summarizer, heuristic counts")
 
     p = sub.add_parser("devices", help="the devices llama.cpp can run the model on (CPU, GPUs) "
                        "with their free memory, and where model.gpu puts the model at model.n_ctx "
                        "(loads nothing)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     sub.add_parser("gui", help="start the desktop app (the default)")
 

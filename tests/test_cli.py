@@ -262,8 +262,11 @@ def test_config_set_get_list_reset(capsys, tmp_path):
     rows = {r["key"]: r for r in json.loads(out)}
     assert rows["context.token_budget_ratio"]["source"] == "file"
     assert rows["context.token_budget_ratio"]["env"] == "IRIS_CONTEXT_TOKEN_BUDGET_RATIO"
-    run(capsys, "config", "reset", "context.token_budget_ratio")
+    code, out, _ = run(capsys, "config", "reset", "context.token_budget_ratio")
+    assert code == 0 and out.startswith("context.token_budget_ratio = 0.7  (the default; removed from ")
     assert run(capsys, "config", "get", "context.token_budget_ratio")[1].strip() == "0.7"
+    code, out, _ = run(capsys, "config", "reset")
+    assert code == 0 and out.startswith("every setting is at its default")
 
 
 def test_env_override_and_bad_env_warns(capsys, monkeypatch):

@@ -41,6 +41,12 @@ def config(args, overrides) -> int:
         if args.key:
             lookup(args.key)
         reset_config(config_path, args.key)
+        if args.key:
+            setting = lookup(args.key)
+            print(f"{setting.key} = {show_untrusted(setting.to_text(setting.default))}  "
+                  f"(the default; removed from {config_path})")
+        else:
+            print(f"every setting is at its default  (removed from {config_path})")
         return EXIT_OK
     settings = load_settings(config_path, cli=overrides)
     for problem in settings.problems:

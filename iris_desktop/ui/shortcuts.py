@@ -26,11 +26,15 @@ OTHER_KEYS = (
     ("Chat list", "F2", "Rename the chat under the cursor"),
     ("Transcript", "Home", "Go to the first message"),
     ("Transcript", "End", "Go to the newest message"),
+    ("Transcript", "Ctrl+Home", "Go to the first message (as Home)"),
+    ("Transcript", "Ctrl+End", "Go to the newest message (as End)"),
     ("Transcript", "Enter", "Open the message's text to select part of it"),
     ("Transcript", "Shift+F10", "The message's actions: Regenerate, Edit, Continue, alternatives"),
+    ("Transcript", "Menu", "The message's actions (as Shift+F10)"),
     ("Transcript", "Alt+Left", "The previous alternative of the message"),
     ("Transcript", "Alt+Right", "The next alternative of the message"),
     ("Transcript", "Esc", "Stop the reply"),
+    ("Edit message", "Ctrl+Enter", "Save the edited message"),
 )
 
 
