@@ -6,6 +6,7 @@ connect of the process is recorded while the app starts, chats and opens the dia
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.runtime.hub import RECOMMENDED, download_target  # noqa: E402
+from iris_desktop.ui import hub_worker  # noqa: E402
 from iris_desktop.ui.download_dialog import DownloadDialog  # noqa: E402
 from iris_desktop.ui.main_window import main_window  # noqa: E402
 
@@ -253,3 +255,105 @@ def test_closing_the_dialog_stops_the_download_and_keeps_what_arrived(qtbot, tmp
                                if again.table.item(r, 1).text() == QWEN_FILE))
     assert again.status.text().startswith("Already downloaded and verified")
     assert again.use_button.isVisible() and not again.download_button.isEnabled()
+
+
+def open_repo(qtbot, dialog, text="1.5b"):
+    dialog.search_edit.setText(text)
+    qtbot.mouseClick(dialog.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.repos.count() == 2, timeout=10_000)
+    dialog.repos.setCurrentRow(1)
+    qtbot.waitUntil(lambda: not dialog.calls.busy and dialog.table.rowCount() > 0, timeout=10_000)
+
+
+def pick(dialog, file):
+    dialog.table.clearSelection()
+    dialog.table.selectRow(next(r for r, row in enumerate(dialog.rows) if row["file"] == file))
+
+
+def test_stop_and_closing_end_a_stalled_download_at_once(qtbot, tmp_path, server, monkeypatch):
+    """The file host stops sending mid-file and holds the connection: Stop ends the
+    download within a moment as a Stop (it took 4 minutes and then asked about the
+    partial file), the progress line says nothing arrives, and closing the dialog does
+    not hold the window (it waited 5 s, and the download went on behind it)."""
+    monkeypatch.setattr(hub_worker, "STALE_S", 0.5)
+    server.stall_at, server.hold_s = [300_000], 60
+    dialog = DownloadDialog(server.url, tmp_path / "models", 4096)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    pick(dialog, QWEN_FILE)
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: server.stalled.is_set(), timeout=10_000)
+    qtbot.waitUntil(lambda: "nothing received for" in dialog.progress_label.text(), timeout=5_000)
+    assert dialog.progress_label.text().startswith("300 kB of ")
+    began = time.monotonic()
+    qtbot.mouseClick(dialog.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.cancel is None, timeout=3_000)
+    assert time.monotonic() - began < 1.5
+    assert dialog.status.text().startswith("Stopped at ") and dialog.box is None
+    assert dialog.download_button.text() == "Resume"
+
+    server.stalled.clear()
+    server.stall_at = [600_000]
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)  # Resume, then it stalls again
+    target = download_target(tmp_path / "models", QWEN, QWEN_FILE)
+    partial = target.with_name(target.name + ".partial")
+    qtbot.waitUntil(lambda: server.stalled.is_set() and partial.stat().st_size == 600_000, timeout=10_000)
+    began = time.monotonic()
+    dialog.reject()
+    assert time.monotonic() - began < 1.5 and not dialog.isVisible()
+    qtbot.waitUntil(lambda: not dialog.calls.thread.is_alive(), timeout=2_000)
+    assert partial.stat().st_size == 600_000 and not target.exists()
+
+
+def test_two_files_of_one_name_in_two_folders_are_told_apart(qtbot, tmp_path, server):
+    data = server.repos[QWEN]["qwen2.5-1.5b-instruct-q8_0.gguf"]
+    server.repos[QWEN].update({"a/model-q4_k_m.gguf": data, "b/model-q4_k_m.gguf": data[:-1] + b"\1"})
+    dialog = DownloadDialog(server.url, tmp_path / "models", 4096)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    open_repo(qtbot, dialog)
+    pick(dialog, "a/model-q4_k_m.gguf")
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.use_button.isVisible(), timeout=20_000)
+    assert dialog.path.parent.name == "a"
+
+    pick(dialog, "b/model-q4_k_m.gguf")  # the same name in another folder: not downloaded yet
+    assert not dialog.status.text().startswith("Already downloaded")
+    assert dialog.download_button.isEnabled() and not dialog.use_button.isVisible()
+    pick(dialog, "a/model-q4_k_m.gguf")
+    assert dialog.status.text().startswith("Already downloaded and verified")
+
+
+def test_the_hubs_names_are_shown_as_text_and_unsafe_ones_are_not_listed(qtbot, tmp_path, server):
+    """A file list's names with tags, a bidi override, ``..`` or an absolute path: the
+    labels are plain text, and a name that cannot be a path here is not listed (selecting
+    one raised a traceback out of a Qt callback, and Download did nothing)."""
+    server.extra_entries = [
+        {"type": "file", "path": '<h1 style="color:red">BIG</h1><a href="https://evil.example/">x</a>-q4_k_m.gguf',
+         "size": 1000},
+        {"type": "file", "path": "model-\u202efgg.exe-q4_k_m.gguf", "size": 1000},
+        {"type": "file", "path": "../../../../etc/evil.gguf", "size": 1000},
+        {"type": "file", "path": "/abs/evil.gguf", "size": 1000},
+        {"type": "file", "path": "R&D <b model-q4_k_m.gguf", "size": 1000},
+        {"type": "file", "path": "R&D model-q4_k_m.gguf", "size": 1000},
+    ]
+    dialog = DownloadDialog(server.url, tmp_path / "models", 4096)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    open_repo(qtbot, dialog)
+    assert dialog.status.textFormat() == Qt.TextFormat.PlainText
+    assert dialog.progress_label.textFormat() == Qt.TextFormat.PlainText
+    assert sorted(row["file"] for row in dialog.rows) == sorted([QWEN_FILE, "qwen2.5-1.5b-instruct-q8_0.gguf",
+                                                                 "R&D model-q4_k_m.gguf"])
+    said = dialog.status.text()
+    assert "5 more are not listed: their names cannot be kept as files here" in said, said
+    assert "\u202e" not in said
+    pick(dialog, "R&D model-q4_k_m.gguf")
+    assert dialog.status.text().endswith("(no sha256 listed: checked by its size and GGUF header only)")
+
+    # a row whose name cannot be a path (were one to get there) says so, and Download stays off
+    dialog._fill([{"repo": QWEN, "file": "../x\u202e.gguf", "size": 1, "cells": ["../x\u202e.gguf"] * 8,
+                   "tip": QWEN, "about": "../x\u202e.gguf"}])
+    dialog.table.selectRow(0)
+    assert "is not a file name in a repository" in dialog.status.text() and "\u202e" not in dialog.status.text()
+    assert "\\u202e" in dialog.table.item(0, 1).text() and not dialog.download_button.isEnabled()

@@ -321,11 +321,12 @@ def test_the_same_name_in_another_folder_of_the_repo_is_not_taken_for_it(server,
     first = download(client, TWINS, "twin.gguf", tmp_path)
     assert first.read_bytes() == blobs["a"]
     second = download(client, TWINS, "other/twin.gguf", tmp_path)  # same name, same size
-    assert second == first and second.read_bytes() == blobs["b"]
+    assert second != first and second.read_bytes() == blobs["b"]  # two files: neither replaced
+    assert first.read_bytes() == blobs["a"]
     assert len(server.served("files")) == 2
     assert download_record(tmp_path, TWINS, "other/twin.gguf")["file"] == "other/twin.gguf"
     assert download(client, TWINS, "twin.gguf", tmp_path).read_bytes() == blobs["a"]
-    assert len(server.served("files")) == 3
+    assert len(server.served("files")) == 2  # there already, verified: not fetched again
 
 
 def test_another_revision_of_the_same_size_is_downloaded_not_returned_unchecked(server, client, tmp_path, blobs):

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from iris_desktop.runtime.hub import (
     HubError,
     discard_partial,
     download,
+    download_record,
     download_target,
     downloading,
     fits_in_memory,
@@ -104,7 +106,11 @@ def test_files_come_with_sizes_and_sha256_across_pages(server, client, blobs):
 
 def test_bad_names_are_refused_before_anything_is_sent(server, client, tmp_path):
     for repo, file in (("no-slash", QWEN_FILE), ("../etc/x", QWEN_FILE), (QWEN, "../../x.gguf"),
-                       (QWEN, "/abs.gguf"), (QWEN, "README.md")):
+                       (QWEN, "/abs.gguf"), (QWEN, "README.md"),
+                       # a repository id the hub would not give; a name no file system keeps as it is
+                       ("Org/.", QWEN_FILE), ("Org/name.", QWEN_FILE), ("Org/-x", QWEN_FILE),
+                       (QWEN, ".hidden/x.gguf"), (QWEN, "a/con.gguf"), (QWEN, "a:b.gguf"),
+                       (QWEN, "m\u202efgg.exe-q4.gguf"), (QWEN, "dir./x.gguf"), (QWEN, "a/b/c/d/e/f/g/h/i/x.gguf")):
         with pytest.raises(HubError) as caught:
             download(client, repo, file, tmp_path)
         assert caught.value.kind == "address" and str(caught.value).endswith(".")
@@ -228,10 +234,17 @@ def test_a_models_folder_that_cannot_be_written_is_one_sentence(server, client, 
 
 
 def test_a_file_that_is_not_a_gguf_is_refused(server, client, tmp_path):
-    with pytest.raises(HubError) as caught:
+    with pytest.raises(HubError) as caught:  # its first bytes are not GGUF: nothing is written
         download(client, LLAMA, "not-a-model.gguf", tmp_path)
-    assert caught.value.kind == "not_gguf" and "is not a usable GGUF file (not a GGUF file" in str(caught.value)
+    assert caught.value.kind == "not_gguf" and "is not a GGUF file for not-a-model.gguf" in str(caught.value)
+    assert caught.value.partial is None and not list(tmp_path.rglob("*.partial"))
     assert not download_target(tmp_path, LLAMA, "not-a-model.gguf").exists()
+
+    server.repos[LLAMA]["broken.gguf"] = b"GGUF" + b"\xff" * 2000  # starts as one, does not read as one
+    with pytest.raises(HubError) as caught:
+        download(client, LLAMA, "broken.gguf", tmp_path)
+    assert caught.value.kind == "not_gguf" and "is not a usable GGUF file" in str(caught.value)
+    assert not download_target(tmp_path, LLAMA, "broken.gguf").exists()
 
 
 def test_http_failures_say_what_happened(server, client, tmp_path):
@@ -436,3 +449,241 @@ def test_cli_token_goes_to_the_keyring_and_opens_a_gated_repository(server, tmp_
 
     code, _, err = run_cli(capsys, *data, "models", "token", "--remove")
     assert code == 0 and get_hub_token(server.url) is None
+
+
+# -- a silent file host, Stop, and the pause before a resume ---------------------------------------
+
+
+def _download_in_thread(client, tmp_path, cancel, **kwargs):
+    result: dict = {}
+
+    def run():
+        try:
+            result["path"] = download(client, QWEN, QWEN_FILE, tmp_path, cancel=cancel, **kwargs)
+        except HubError as exc:
+            result["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    return worker, result
+
+
+def test_stop_ends_a_download_at_once_while_the_file_host_sends_nothing(server, client, tmp_path):
+    """The file host stops sending mid-file, the connection open: Stop ends the download
+    within a moment (it waited for the 60 s read timeout, then three more tries: 4 min),
+    as the same "Stopped at" a Stop of a flowing download gives; the next run resumes."""
+    server.stall_at, server.hold_s = [300_000], 60
+    cancel = threading.Event()
+    worker, result = _download_in_thread(client, tmp_path, cancel)
+    assert server.stalled.wait(10)
+    time.sleep(0.3)
+    stopped_at = time.monotonic()
+    cancel.set()
+    worker.join(5)
+    assert not worker.is_alive() and time.monotonic() - stopped_at < 1.5
+    error = result["error"]
+    assert error.kind == "stopped" and error.resumable and str(error).startswith("Stopped at ")
+    assert error.partial.stat().st_size == 300_000
+    assert len(server.served("files")) == 1  # no retry after a Stop
+
+    path = download(client, QWEN, QWEN_FILE, tmp_path)
+    assert sha(path) == server.sha256(QWEN, QWEN_FILE)
+    assert server.served("files")[-1]["range"] == "bytes=300000-"
+
+
+def test_a_stall_with_no_stop_is_named_after_stall_s(server, client, tmp_path, monkeypatch):
+    monkeypatch.setattr(downloading, "STALL_S", 1.0)
+    server.stall_at, server.hold_s = [300_000], 30
+    began = time.monotonic()
+    with pytest.raises(HubError) as caught:
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    assert time.monotonic() - began < 5
+    error = caught.value
+    assert error.kind == "network" and error.resumable and error.partial.stat().st_size == 300_000
+    assert str(error).startswith(f"The file host for {QWEN_FILE} sent nothing for 1 s at ")
+    assert str(error).endswith("download again to resume.")
+    assert len(server.served("files")) == 1  # named, not retried
+
+
+def test_stop_during_the_pause_before_a_resume_ends_at_once(server, client, tmp_path, monkeypatch):
+    monkeypatch.setattr(downloading, "RESUME_PAUSE_S", 30.0)
+    server.drop_every = 200_000
+    cancel = threading.Event()
+    worker, result = _download_in_thread(client, tmp_path, cancel)
+    target = download_target(tmp_path, QWEN, QWEN_FILE)
+    partial = target.with_name(target.name + ".partial")
+    end = time.monotonic() + 10
+    while not (partial.exists() and partial.stat().st_size == 200_000) and time.monotonic() < end:
+        time.sleep(0.02)
+    time.sleep(0.3)  # in the pause now
+    stopped_at = time.monotonic()
+    cancel.set()
+    worker.join(5)
+    assert not worker.is_alive() and time.monotonic() - stopped_at < 1.5
+    assert result["error"].kind == "stopped" and len(server.served("files")) == 1
+
+
+# -- what the hub's answers may not do ---------------------------------------------------------------
+
+
+def test_the_token_never_follows_a_next_page_to_another_address(server, tmp_path):
+    server.page_size = 1
+    server.next_url = f"{server.files_url}/api/models/{QWEN}/tree/main"  # another port: another origin
+    with HubClient(server.url, token="hf_secret") as client, pytest.raises(HubError) as caught:
+        client.files(QWEN)
+    message = str(caught.value)
+    assert caught.value.kind == "answer" and "to another address" in message and "token stays" in message
+    assert server.served("files") == []
+    assert [r["authorization"] for r in server.served("hub")] == ["Bearer hf_secret"]
+
+    server.next_url = f"{server.url}/api/models/{QWEN}/tree/main"  # the hub itself: followed
+    with HubClient(server.url, token="hf_secret") as client:
+        assert QWEN_FILE in {f.path for f in client.files(QWEN)}
+
+
+def test_a_deeply_nested_answer_is_said_as_not_json(server, client):
+    server.answer_fault, server.answer_match = "deep", "/api/models"
+    for ask in (lambda: client.search("qwen"), lambda: client.files(QWEN)):
+        with pytest.raises(HubError) as caught:
+            ask()
+        assert caught.value.kind == "answer" and "did not answer JSON" in str(caught.value)
+
+
+def test_a_file_list_is_bounded_across_its_pages_and_a_search_by_its_limit(server, client, monkeypatch):
+    monkeypatch.setattr(hub_client, "MAX_LIST_ENTRIES", 6)
+    server.extra_entries = [{"type": "file", "path": f"many/f{i}.gguf", "size": 10} for i in range(40)]
+    server.page_size = 5
+    files = client.files(QWEN)
+    assert len(files) == 6 and files.cut is not None
+    assert "so the list was cut there" in files.cut and files.cut.endswith(".")
+    assert len([r for r in server.served("hub") if "/tree/" in r["path"]]) == 2
+    with pytest.raises(HubError) as caught:  # a file after the cut: said, not "no such file"
+        download(client, QWEN, "many/f39.gguf", Path("/nonexistent"))
+    assert "the list was cut" in str(caught.value)
+
+    monkeypatch.setattr(hub_client, "MAX_LIST_ENTRIES", 50_000)
+    monkeypatch.setattr(hub_client, "MAX_LIST_BYTES", 1500)  # all pages together
+    files = client.files(QWEN)
+    assert files.cut is not None and 0 < len(files) < 45
+
+    assert len(client.search("qwen", limit=1)) == 1  # the hub sent two
+
+
+# -- a login page, a redirect loop, a file host that sends too much -------------------------------
+
+
+def test_a_login_page_never_becomes_the_partial_file(server, client, tmp_path):
+    server.portal = "text/html; charset=utf-8"
+    with pytest.raises(HubError) as caught:
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    assert caught.value.kind == "network" and "answered with a web page (a login page?)" in str(caught.value)
+    assert caught.value.partial is None and not list(tmp_path.rglob("*.partial"))
+    server.portal = "application/octet-stream"  # a portal that does not say it is a page
+    with pytest.raises(HubError) as caught:
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    assert caught.value.kind == "not_gguf" and not list(tmp_path.rglob("*.partial"))
+
+    # a partial from before is left as it was, and resumed once the network is back
+    server.portal, server.drop_every = None, 300_000
+    with pytest.raises(HubError):
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    server.drop_every = None
+    partial = download_target(tmp_path, QWEN, QWEN_FILE).with_name(QWEN_FILE + ".partial")
+    have = partial.stat().st_size
+    assert 0 < have < len(server.repos[QWEN][QWEN_FILE])
+    for portal in ("text/html", "application/octet-stream"):  # 200 to a Range: it was taken as a restart
+        server.portal = portal
+        with pytest.raises(HubError) as caught:
+            download(client, QWEN, QWEN_FILE, tmp_path)
+        assert caught.value.resumable and partial.stat().st_size == have, str(caught.value)
+        assert "download again to resume" in str(caught.value)
+    server.portal = None
+    path = download(client, QWEN, QWEN_FILE, tmp_path)
+    assert sha(path) == server.sha256(QWEN, QWEN_FILE)
+    assert server.served("files")[-1]["range"] == f"bytes={have}-"
+
+
+def test_a_partial_file_that_is_not_the_start_of_a_gguf_is_not_resumed(server, client, tmp_path):
+    """A login page an older Iris kept as the start of the partial file: started over
+    (it was resumed, the whole rest downloaded before the sha256 failed)."""
+    server.drop_every = 300_000
+    with pytest.raises(HubError):
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    server.drop_every = None
+    partial = download_target(tmp_path, QWEN, QWEN_FILE).with_name(QWEN_FILE + ".partial")
+    with open(partial, "r+b") as handle:
+        handle.write(b"<html>")
+    path = download(client, QWEN, QWEN_FILE, tmp_path)
+    assert sha(path) == server.sha256(QWEN, QWEN_FILE)
+    assert server.served("files")[-1]["range"] is None
+
+
+@pytest.mark.parametrize("where, words", [("loop", "kept redirecting (more than 10 times, last to "),
+                                          ("file:///etc/passwd", "redirected to 'file:///etc/passwd', which is "
+                                                                 "not an http:// or https:// address")])
+def test_a_redirect_loop_or_elsewhere_is_one_sentence_not_retried(server, client, tmp_path, monkeypatch,
+                                                                   where, words):
+    monkeypatch.setattr(downloading, "RESUME_PAUSE_S", 5.0)  # a retry would show in the time taken
+    server.resolve_to = where
+    began = time.monotonic()
+    with pytest.raises(HubError) as caught:
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    assert time.monotonic() - began < 3
+    message = str(caught.value)
+    assert caught.value.kind == "http" and words in message and "resume" not in message, message
+    assert len([r for r in server.served("hub") if "/resolve/" in r["path"]]) <= 11
+
+
+def test_a_file_host_that_sends_too_much_makes_the_next_download_start_over(server, client, tmp_path):
+    server.blob_extra = 100
+    with pytest.raises(HubError) as caught:
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    error = caught.value
+    assert "sent more than the" in str(error) and "start over" in str(error) and not error.resumable
+    assert partial_state(tmp_path, QWEN, QWEN_FILE)["mismatch"]  # Download, not Resume
+    server.blob_extra = 0
+    path = download(client, QWEN, QWEN_FILE, tmp_path)
+    assert sha(path) == server.sha256(QWEN, QWEN_FILE) and server.served("files")[-1]["range"] is None
+
+
+def test_an_error_status_says_the_standard_words_not_the_hosts(server, client, tmp_path):
+    server.file_status, server.file_reason = 502, '<a href="https://evil.example/">Sign in again</a>'
+    with pytest.raises(HubError) as caught:
+        download(client, QWEN, QWEN_FILE, tmp_path)
+    message = str(caught.value)
+    assert "HTTP 502 (Bad Gateway)" in message and "<a" not in message and "Sign in" not in message
+
+
+# -- two files of one name in two folders ---------------------------------------------------------
+
+
+def test_two_files_of_one_name_in_two_folders_are_two_files(server, client, tmp_path, blobs):
+    server.repos[QWEN].update({"a/model.gguf": blobs["llama"], "b/model.gguf": blobs["q8"]})
+    first = download(client, QWEN, "a/model.gguf", tmp_path)
+    second = download(client, QWEN, "b/model.gguf", tmp_path)
+    root = tmp_path / "downloads" / "Qwen" / "Qwen2.5-1.5B-Instruct-GGUF"
+    assert (first, second) == (root / "a" / "model.gguf", root / "b" / "model.gguf")
+    assert first.read_bytes() == blobs["llama"] and second.read_bytes() == blobs["q8"]
+    assert download_record(tmp_path, QWEN, "a/model.gguf")["file"] == "a/model.gguf"
+    assert download_record(tmp_path, QWEN, "b/model.gguf", "main")["verified_by_hub"] is True
+    assert download_record(tmp_path, QWEN, "b/model.gguf", "v2") is None  # another revision
+    assert download_record(tmp_path, QWEN, "model.gguf") is None  # not downloaded at the top
+    fetched = len(server.served("files"))
+    assert download(client, QWEN, "a/model.gguf", tmp_path) == first
+    assert len(server.served("files")) == fetched
+
+
+def test_a_download_of_an_older_iris_is_still_found(server, client, tmp_path, blobs):
+    """The old layout: every file directly under <org>/<repo>/. A file at the top of the
+    repository is where it always was; a file of a folder kept there is not taken for
+    the file of that name at the top."""
+    path = download(client, QWEN, QWEN_FILE, tmp_path)
+    assert path.parent.name == "Qwen2.5-1.5B-Instruct-GGUF"
+    fetched = len(server.served("files"))
+    assert download(client, QWEN, QWEN_FILE, tmp_path) == path and len(server.served("files")) == fetched
+    assert download_record(tmp_path, QWEN, QWEN_FILE)["file"] == QWEN_FILE
+
+    record = tmp_path / "downloads" / ".records" / "Qwen" / "Qwen2.5-1.5B-Instruct-GGUF" / f"{QWEN_FILE}.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "file": f"sub/{QWEN_FILE}"}))  # an older Iris kept sub/… here
+    assert download_record(tmp_path, QWEN, QWEN_FILE) is None

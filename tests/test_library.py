@@ -143,6 +143,19 @@ def test_recent_files_and_extra_folders(home, tmp_path):
     assert entries[gone].error == "file not found"
 
 
+def test_a_download_kept_in_a_folder_of_its_repository_is_listed(tmp_path, monkeypatch):
+    """Downloads keep their repository's folders (two files of one name in two folders
+    overwrote each other): the library finds them there too."""
+    monkeypatch.setattr(library, "_bundled_entry", lambda models, n_ctx: ModelEntry(
+        path=models / "bundled.gguf", name="bundled", source="bundled"))
+    models = tmp_path / "models"
+    nested = tiny_model(models / "downloads/Org/Repo-GGUF/q4/a/model.gguf", "Nested")
+    top = tiny_model(models / "downloads/Org/Repo-GGUF/model.gguf", "Top")
+    found = {e.path: e for e in discover(tmp_path / "home", models_dir=models)}
+    assert found[nested].source == found[top].source == "download"
+    assert found[nested].repo == "Org/Repo-GGUF"
+
+
 def test_walks_are_bounded(tmp_path, monkeypatch):
     home = tmp_path / "home"
     tiny_model(home / ".lmstudio/models/a/b/c/d/too-deep.gguf")

@@ -685,9 +685,13 @@ def discover_models(
         bundled = _bundled_entry(models, n_ctx)
         seen.add(_real(bundled.path))
         entries.append(replace(bundled, recent=_real(bundled.path) in recent_keys))
+    from iris_desktop.runtime.hub.records import MAX_FOLDERS  # (hub imports this module)
+
     candidates = itertools.chain(
-        # what Model ▸ Download… fetched: <models>/downloads/<org>/<repo>/<file> (runtime.hub)
-        _folder_models(models / "downloads", "download", 2, repo_levels=2) if models is not None else (),
+        # what Model ▸ Download… fetched: <models>/downloads/<org>/<repo>/<file> (runtime.hub),
+        # <org>/<repo>/ and the folders of the file in its repository
+        _folder_models(models / "downloads", "download", 2 + MAX_FOLDERS, repo_levels=2)
+        if models is not None else (),
         _app_candidates(dirs, env),
         _folder_models(models, "file", 1) if models is not None else (),
         _user_candidates(recent),

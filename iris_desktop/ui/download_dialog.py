@@ -8,17 +8,21 @@ when the user searches, opens a repository's files, checks the sizes or download
 privacy line says so. Hub calls run on a worker thread of their own (a download may take
 an hour: the DB thread must stay free), one at a time; their results come back on the GUI
 thread as signals. A failed or stopped download keeps its ``.partial`` file; the user
-keeps it (Resume) or removes it (Remove partial, or the question after a failure).
+keeps it (Resume) or removes it (Remove partial, or the question after a failure). What the
+hub sends is shown as text (plain-text labels, names through ``show_untrusted``); Stop and
+closing end a download at once, and the progress line says when nothing arrives.
 """
 
 from __future__ import annotations
 
+import html
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -42,11 +46,9 @@ from PySide6.QtWidgets import (
 
 from iris_desktop.core.views import tokens
 from iris_desktop.runtime.hub import (
-    RECOMMENDED,
     DownloadProgress,
     HubClient,
     HubError,
-    HubFile,
     discard_partial,
     download,
     download_record,
@@ -56,9 +58,11 @@ from iris_desktop.runtime.hub import (
     verified_words,
 )
 from iris_desktop.runtime.remote import server_address
-from iris_desktop.ui.hub_worker import HubCalls, fits_text, gb, partial_question, token_dialog
+from iris_desktop.ui import hub_worker
+from iris_desktop.ui.boxes import plain_tip
+from iris_desktop.ui.hub_worker import HubCalls, gb, partial_question, token_dialog
 from iris_desktop.ui.hub_worker import sentence as _sentence
-from iris_desktop.units import memory_size
+from iris_desktop.untrusted import show_untrusted
 
 COLUMNS = ("Model", "File", "Quantization", "Size", "Trained context", "Memory at n_ctx",
            "This computer", "License")
@@ -90,6 +94,8 @@ class DownloadDialog(QDialog):
         self.sizes: dict[tuple[str, str], int] = {}
         self.path: Path | None = None
         self.box: QMessageBox | QInputDialog | None = None
+        self.last: tuple[float, DownloadProgress] | None = None  # the latest progress, and when
+        self.stale = QTimer(self, interval=1000, timeout=self._stale)  # a stall: the line says so
 
         try:
             host = server_address(hub_url) if hub_url else "no hub (models.hub_url is empty)"
@@ -97,7 +103,7 @@ class DownloadDialog(QDialog):
             host = hub_url
         self.privacy = QLabel(
             f"Nothing is contacted until you search, check sizes or download. Then Iris asks "
-            f"<b>{host}</b> (models.hub_url) — sending only the search text and the model and "
+            f"<b>{html.escape(host)}</b> (models.hub_url) — sending only the search text and the model and "
             f"file names — and downloads from the file host it points to. Your chats never leave "
             f"this computer.")
         self.privacy.setObjectName("privacy")
@@ -137,14 +143,13 @@ class DownloadDialog(QDialog):
         zero = self.fontMetrics().horizontalAdvance("0")
         split.setSizes([zero * 28, zero * 132])
 
-        self.status = QLabel("")
-        self.status.setObjectName("download-status")
-        self.status.setWordWrap(True)
+        # plain text: it quotes what the hub sent
+        self.status = QLabel("", objectName="download-status", textFormat=Qt.TextFormat.PlainText, wordWrap=True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.hide()
-        self.progress_label = QLabel("")
+        self.progress_label = QLabel("", textFormat=Qt.TextFormat.PlainText)
         self.download_button = QPushButton("Download")
         self.download_button.setEnabled(False)
         self.download_button.clicked.connect(self.start)
@@ -174,49 +179,23 @@ class DownloadDialog(QDialog):
 
     # -- what the table shows --
 
-    def show_recommended(self) -> None:
-        rows = []
-        for rec in RECOMMENDED:
-            size = self.sizes.get((rec.repo, rec.file))
-            estimate = rec.memory_estimate_bytes(self.n_ctx, size)
-            mark = " · Recommended for this computer" if (rec.repo, rec.file) == self.recommended else ""
-            rows.append({"repo": rec.repo, "file": rec.file, "size": size or rec.size_bytes,
-                         "cells": [rec.title, rec.file, rec.quantization or "–",
-                                   gb(size or rec.size_bytes, about=size is None),
-                                   tokens(rec.context_length), memory_size(estimate),
-                                   fits_text(estimate, self.memory) + mark,
-                                   rec.license],
-                         "tip": f"{rec.repo} · {rec.parameters} parameters",
-                         "about": f"{rec.title} ({rec.parameters} parameters, {rec.repo}): {rec.note}."})
-        self._fill(rows)
-        self.status.setText(f"Recommended chat models, small to larger; memory is the weights plus the KV "
-                            f"cache at n_ctx {tokens(self.n_ctx) if self.n_ctx else 'trained'}."
-                            + ("" if self.sizes else " Sizes are as published until you check them."))
+    def _say(self, text: str) -> None:
+        """The status line: plain text, what the hub named shown as stored."""
+        self.status.setText(show_untrusted(text))
 
-    def show_files(self, repo: str, files: list[HubFile]) -> None:
-        rows = []
-        for f in files:
-            if not f.is_gguf:
-                continue
-            rows.append({"repo": repo, "file": f.path, "size": f.size,
-                         "cells": [repo.split("/", 1)[1], f.path, f.quantization or "–", gb(f.size), "–",
-                                   f"at least {memory_size(f.size)}", fits_text(f.size, self.memory),
-                                   "see the repository"],
-                         "tip": repo,
-                         "about": f"{f.path} of {repo}" + ("" if f.sha256 else
-                                                           " (no sha256 listed: checked by size only)")})
-        self._fill(rows)
-        self.status.setText(f"{len(rows)} GGUF file(s) in {repo}. The KV cache comes on top of the "
-                            "weights; the library shows the full estimate once it is downloaded."
-                            if rows else f"{repo} holds no GGUF file.")
+    def show_recommended(self) -> None:
+        self._fill(hub_worker.recommended_rows(self.sizes, self.n_ctx, self.memory, self.recommended))
+        self._say(f"Recommended chat models, small to larger; memory is the weights plus the KV "
+                  f"cache at n_ctx {tokens(self.n_ctx) if self.n_ctx else 'trained'}."
+                  + ("" if self.sizes else " Sizes are as published until you check them."))
 
     def _fill(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             for c, text in enumerate(row["cells"]):
-                item = QTableWidgetItem(text)
-                item.setToolTip(row["tip"] if c == 0 else text)
+                item = QTableWidgetItem(show_untrusted(text))
+                item.setToolTip(plain_tip(show_untrusted(row["tip"] if c == 0 else text)))
                 self.table.setItem(r, c, item)
         self._row_chosen()
 
@@ -233,37 +212,50 @@ class DownloadDialog(QDialog):
         self.discard_button.setVisible(False)
         if row is None or busy:
             return
-        self.status.setText(row["about"])
-        target = download_target(self.models_dir, row["repo"], row["file"])
-        partial = partial_state(self.models_dir, row["repo"], row["file"])
-        if target.is_file():
+        self._say(row["about"])
+        try:
+            target = download_target(self.models_dir, row["repo"], row["file"])
+            partial = partial_state(self.models_dir, row["repo"], row["file"])
+            # only a record of this very repository, path and revision vouches for the file
+            record = download_record(self.models_dir, row["repo"], row["file"], "main")
+        except HubError as exc:  # a name that cannot be a path here
+            self.download_button.setEnabled(False)
+            self._say(str(exc))
+            return
+        if record is not None:
             self.path = target
             self.use_button.setVisible(True)
             self.download_button.setEnabled(False)
-            checked = verified_words(download_record(self.models_dir, row["repo"], row["file"]))
-            self.status.setText(f"Already downloaded and {checked}: {target}")
+            self._say(f"Already downloaded and {verified_words(record)}: {target}")
         elif partial is not None:
             self.discard_button.setVisible(True)
             if not partial["mismatch"]:
                 self.download_button.setText("Resume")
-            self.status.setText(f"{gb(partial['done'])} of {gb(partial['total'])} downloaded before; "
-                                + ("Resume goes on from there." if not partial["mismatch"] else
-                                   "it did not match the hub's sha256, so Download starts over."))
+            self._say(f"{gb(partial['done'])} of {gb(partial['total'])} downloaded before; "
+                      + ("Resume goes on from there." if not partial["mismatch"] else
+                         "it was not the file the hub lists, so Download starts over."))
+        elif target.exists():
+            self._say(f"{target} is there, but not as a download of this file; Download checks it "
+                      "against the hub's sha256 and keeps it only if it matches.")
 
     def discard(self) -> None:
         row = self.selected()
         if row is not None and self.cancel is None:
-            discard_partial(self.models_dir, row["repo"], row["file"])
+            try:
+                discard_partial(self.models_dir, row["repo"], row["file"])
+            except HubError as exc:
+                self._say(str(exc))
+                return
             self._row_chosen()
-            self.status.setText(f"Removed the partial file of {row['file']}.")
+            self._say(f"Removed the partial file of {row['file']}.")
 
     # -- asking the hub (only when the user does) --
 
     def _busy(self, text: str) -> bool:
         if self.calls.busy:
-            self.status.setText("Wait for the hub to answer, or stop the download, first.")
+            self._say("Wait for the hub to answer, or stop the download, first.")
             return True
-        self.status.setText(text)
+        self._say(text)
         return False
 
     def _ask(self, saying: str, call: Callable[[HubClient], Any], on_done: Callable) -> None:
@@ -280,7 +272,7 @@ class DownloadDialog(QDialog):
         self.calls.run(work, on_done)
 
     def ask_token(self) -> None:
-        self.box = token_dialog(self, self.hub_url, self.status.setText)
+        self.box = token_dialog(self, self.hub_url, self._say)
 
     def search(self) -> None:
         text = self.search_edit.text().strip()
@@ -289,16 +281,16 @@ class DownloadDialog(QDialog):
 
     def _found(self, repos: list | None, error: BaseException | None) -> None:
         if error is not None:
-            self.status.setText(_sentence(error))
+            self._say(_sentence(error))
             return
         while self.repos.count() > 1:
             self.repos.takeItem(1)
         for repo in repos or []:
-            item = QListWidgetItem(repo.id + ("  (gated)" if repo.gated else ""))
+            item = QListWidgetItem(show_untrusted(repo.id) + ("  (gated)" if repo.gated else ""))
             item.setData(Qt.ItemDataRole.UserRole, repo.id)
             item.setToolTip(f"{repo.downloads or 0:,} downloads")
             self.repos.addItem(item)
-        self.status.setText(f"{len(repos or [])} repositories with GGUF files; choose one to see its files."
+        self._say(f"{len(repos or [])} repositories with GGUF files; choose one to see its files."
                             if repos else "No repository with GGUF files matches that.")
 
     def _repo_chosen(self, item: QListWidgetItem | None, _previous: Any = None) -> None:
@@ -309,41 +301,32 @@ class DownloadDialog(QDialog):
             self.show_recommended()
             return
         self._fill([])
-        self._ask(f"Listing the files of {repo}…", lambda client: client.files(repo),
-                  lambda files, error: self._listed(repo, files, error))
+        memory, models_dir = self.memory, self.models_dir
+        self._ask(f"Listing the files of {repo}…",
+                  lambda client: hub_worker.file_rows(repo, client.files(repo), memory, models_dir),
+                  lambda found, error: self._listed(repo, found, error))
 
-    def _listed(self, repo: str, files: list | None, error: BaseException | None) -> None:
+    def _listed(self, repo: str, found: tuple | None, error: BaseException | None) -> None:
         current = self.repos.currentItem()
         if current is None or current.data(Qt.ItemDataRole.UserRole) != repo:
             return
-        if error is not None:
-            self.status.setText(_sentence(error))
+        if error is not None or found is None:
+            self._say(_sentence(error))
             return
-        self.show_files(repo, files or [])
+        self._fill(found[0])
+        self._say(found[1])
 
     def check_sizes(self) -> None:
-        def ask(client: HubClient) -> dict:
-            found = {}
-            for rec in RECOMMENDED:
-                try:
-                    files = client.files(rec.repo)
-                except HubError as exc:  # one repository gone or gated: the others still count
-                    if exc.kind not in ("not_found", "auth"):
-                        raise
-                    continue
-                found.update({(rec.repo, f.path): f.size for f in files if f.path == rec.file})
-            return found
-
         def done(found: dict | None, error: BaseException | None) -> None:
             if error is not None:
-                self.status.setText(_sentence(error))
+                self._say(_sentence(error))
                 return
             self.sizes.update(found or {})
             current = self.repos.currentItem()
             if current is not None and not current.data(Qt.ItemDataRole.UserRole):
                 self.show_recommended()
 
-        self._ask("Asking the hub for the recommended files' sizes…", ask, done)
+        self._ask("Asking the hub for the recommended files' sizes…", hub_worker.recommended_sizes, done)
 
     # -- downloading --
 
@@ -356,11 +339,12 @@ class DownloadDialog(QDialog):
         progressed = self.calls.progressed
         self._ask("", lambda client: download(client, repo, file, models_dir, cancel=cancel, progress=progressed.emit),
                   lambda path, error: self._fetched(repo, file, path, error))
-        self.status.setText(f"Downloading {file} of {repo}; Stop keeps what arrived, and Resume goes on "
-                            "from there.")
+        self._say(f"Downloading {file} of {repo}; Stop keeps what arrived, and Resume goes on from there.")
         self.progress.setValue(0)
         self.progress.show()
         self.progress_label.setText("Connecting…")
+        self.last = None
+        self.stale.start()
         self.stop_button.show()
         self.stop_button.setEnabled(True)
         self.download_button.setEnabled(False)
@@ -371,7 +355,14 @@ class DownloadDialog(QDialog):
         if self.cancel is None:
             return
         self.progress.setValue(int(p.fraction * 1000))
-        self.progress_label.setText(p.describe())
+        self.progress_label.setText(show_untrusted(p.describe()))
+        self.last = (time.monotonic(), p)
+
+    def _stale(self) -> None:
+        if self.cancel is not None and self.last is not None:
+            words = hub_worker.stale_words(*self.last)
+            if words is not None:
+                self.progress_label.setText(show_untrusted(words))
 
     def stop(self) -> None:
         if self.cancel is not None:
@@ -381,13 +372,14 @@ class DownloadDialog(QDialog):
 
     def _fetched(self, repo: str, file: str, path: Path | None, error: BaseException | None) -> None:
         self.cancel = None
+        self.stale.stop()
         self.stop_button.hide()
         if error is None and path is not None:
             self.path = path
             self.progress.setValue(1000)
             self.progress_label.setText("Done")
-            checked = verified_words(download_record(self.models_dir, repo, file))
-            self.status.setText(f"Downloaded and {checked}: {path}")
+            checked = verified_words(download_record(self.models_dir, repo, file, "main"))
+            self._say(f"Downloaded and {checked}: {path}")
             self.download_button.setEnabled(False)
             self.use_button.show()
             self.use_button.setFocus()
@@ -396,7 +388,7 @@ class DownloadDialog(QDialog):
         self.progress.hide()
         self.progress_label.setText("")
         self._row_chosen()  # "Resume" when a partial file stays
-        self.status.setText(_sentence(error))
+        self._say(_sentence(error))
         if isinstance(error, HubError) and error.kind != "stopped" and error.partial is not None \
                 and error.partial.exists():
             self.box = partial_question(self, error, self.discard)
@@ -408,9 +400,10 @@ class DownloadDialog(QDialog):
 
     def done(self, result: int) -> None:  # closing: a download under way stops, its partial stays
         if self.cancel is not None:
-            self.cancel.set()
+            self.cancel.set()  # runtime.hub shuts its socket: it ends within a moment
+            self.stale.stop()
             thread = self.calls.thread
             if thread is not None:
-                thread.join(5.0)
+                thread.join(1.0)  # at most a second; a worker still writing its end goes on alone
         super().done(result)
 

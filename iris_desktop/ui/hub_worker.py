@@ -1,18 +1,32 @@
 """The download dialog's worker: hub calls (``runtime.hub``) on a thread of their own,
 one at a time, with their results and a download's progress back on the GUI thread as
 queued signals; how sizes and memory read in the dialog; the question about a failed
-download's partial file; and the hub token's dialog."""
+download's partial file; the hub token's dialog; and the table's rows (a repository's
+files turned into rows on the worker thread, names that cannot be paths left out)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
 
-from iris_desktop.runtime.hub import HubError, fits_in_memory, set_hub_token
+from iris_desktop.core.views import tokens
+from iris_desktop.runtime.hub import (
+    RECOMMENDED,
+    DownloadProgress,
+    HubClient,
+    HubError,
+    HubFile,
+    download_target,
+    fits_in_memory,
+    set_hub_token,
+)
 from iris_desktop.runtime.remote import server_address
 from iris_desktop.ui.boxes import plain_box
 from iris_desktop.units import file_size, memory_size
@@ -116,3 +130,89 @@ def partial_question(parent: QWidget, error: HubError, remove_it: Callable[[], A
     box.finished.connect(lambda _result: box.clickedButton() is remove and remove_it())
     box.open()
     return box
+
+
+# ---------------------------------------------------------------------------
+# the dialog's rows, built off the GUI thread where they come from the hub
+
+#: a repository's GGUF files shown at most (a hostile list may name 50,000)
+MAX_ROWS = 2_000
+#: after this long with no progress, the progress line says nothing is arriving
+STALE_S = 3.0
+
+
+def recommended_rows(sizes: dict, n_ctx: int, memory: int | None,
+                     recommended: tuple[str, str] | None) -> list[dict[str, Any]]:
+    """The table's rows for :data:`RECOMMENDED` (local data; ``sizes``: what the hub said)."""
+    rows = []
+    for rec in RECOMMENDED:
+        size = sizes.get((rec.repo, rec.file))
+        estimate = rec.memory_estimate_bytes(n_ctx, size)
+        mark = " · Recommended for this computer" if (rec.repo, rec.file) == recommended else ""
+        rows.append({"repo": rec.repo, "file": rec.file, "size": size or rec.size_bytes,
+                     "cells": [rec.title, rec.file, rec.quantization or "–",
+                               gb(size or rec.size_bytes, about=size is None),
+                               tokens(rec.context_length), memory_size(estimate),
+                               fits_text(estimate, memory) + mark, rec.license],
+                     "tip": f"{rec.repo} · {rec.parameters} parameters",
+                     "about": f"{rec.title} ({rec.parameters} parameters, {rec.repo}): {rec.note}."})
+    return rows
+
+
+def recommended_sizes(client: HubClient) -> dict[tuple[str, str], int]:
+    """The hub's exact sizes of the recommended files (on the worker thread)."""
+    found = {}
+    for rec in RECOMMENDED:
+        try:
+            files = client.files(rec.repo)
+        except HubError as exc:  # one repository gone or gated: the others still count
+            if exc.kind not in ("not_found", "auth"):
+                raise
+            continue
+        found.update({(rec.repo, f.path): f.size for f in files if f.path == rec.file})
+    return found
+
+
+def file_rows(repo: str, files: list[HubFile], memory: int | None,
+              models_dir: Path) -> tuple[list[dict[str, Any]], str]:
+    """The table's rows for ``repo``'s GGUF files (on the worker thread: a list may be
+    long), and the sentence for the status line. A file whose name cannot be a path in
+    the models folder (``../x.gguf``, an invisible character) is not listed: the
+    sentence says how many were left out, and why."""
+    rows, left_out, why = [], 0, ""
+    for f in files:
+        if not f.is_gguf:
+            continue
+        try:
+            download_target(models_dir, repo, f.path)
+        except HubError as exc:
+            left_out, why = left_out + 1, why or str(exc)
+            continue
+        if len(rows) < MAX_ROWS:
+            rows.append({"repo": repo, "file": f.path, "size": f.size,
+                         "cells": [repo.split("/", 1)[1], f.path, f.quantization or "–", gb(f.size), "–",
+                                   f"at least {memory_size(f.size)}", fits_text(f.size, memory),
+                                   "see the repository"],
+                         "tip": repo,
+                         "about": f"{f.path} of {repo}" + ("" if f.sha256 else " (no sha256 listed: "
+                                                           "checked by its size and GGUF header only)")})
+    shown = len(rows)
+    total = sum(1 for f in files if f.is_gguf) - left_out
+    said = (f"{total} GGUF file(s) in {repo}. The KV cache comes on top of the weights; the library "
+            "shows the full estimate once it is downloaded." if rows else f"{repo} holds no GGUF file.")
+    if total > shown:
+        said += f" The first {shown:,} are shown."
+    if left_out:
+        said += (f" {left_out} more {'is' if left_out == 1 else 'are'} not listed: their names cannot be "
+                 f"kept as files here ({why.rstrip('.')}).")
+    if getattr(files, "cut", None):
+        said += " " + files.cut
+    return rows, said
+
+
+def stale_words(since: float, p: DownloadProgress) -> str | None:
+    """The progress line when nothing arrived for :data:`STALE_S` (None: it is fresh)."""
+    idle = time.monotonic() - since
+    if p.phase != "downloading" or idle < STALE_S:
+        return None
+    return f"{replace(p, speed=0.0, eta_s=None).describe()} · nothing received for {idle:.0f} s"

@@ -15,8 +15,8 @@ Modes, set on the :class:`HubServer` at any time: ``delay_s`` (a pause before ea
 chunk: a slow download), ``drop_at`` (byte offsets where the file host cuts the
 connection, each once), ``drop_every`` (cut every response after that many bytes),
 ``wrong_checksum`` (the tree lists another sha256), ``ignore_range``, ``file_status``
-(the file host answers this status instead), ``token`` (repositories in ``gated`` need
-``Authorization: Bearer <token>``). ``requests`` records every request.
+(the file host answers this status instead; ``file_reason``: with that reason phrase),
+``token`` (repositories in ``gated`` need ``Authorization: Bearer <token>``). ``requests`` records every request.
 
 For the hostile-peer tests (``tests/test_hostile_peers.py``):
 
@@ -30,7 +30,16 @@ For the hostile-peer tests (``tests/test_hostile_peers.py``):
   the file host serves them too);
 * ``redirect_junk`` sends that many bytes of body with the 302 of ``resolve``;
 * ``gate``, when set to an Event, makes the file host wait for it (at most 30 s) before
-  sending a file's bytes, so that a download is under way for as long as a test needs.
+  sending a file's bytes, so that a download is under way for as long as a test needs;
+* ``stall_at`` (byte offsets, each once): the file host stops sending there and holds the
+  connection open, sending nothing, until ``hold_s`` or :meth:`stop` (``stalled`` is set);
+* ``portal`` (a Content-Type): the file host answers every request with a login page
+  (200, that type), as a captive portal does;
+* ``blob_extra``: the file host sends that many bytes more than the file (its length says so);
+* ``resolve_to``: the 302 of ``resolve`` points there (``"loop"``: back at itself);
+* ``next_url``: the tree's ``Link: next`` names this address (with the page's cursor);
+* ``extra_entries``: more entries the tree lists (dicts as the hub writes them);
+* ``answer_fault = "deep"``: the answer is JSON nested ``deep_levels`` deep.
 
 Every fault is bounded: it stops when the client leaves, after ``max_fault_bytes`` or
 after ``hold_s``.
@@ -119,6 +128,15 @@ class HubServer:
         self.redirect_junk = 0
         self.gate: threading.Event | None = None
         self.fault_bytes_sent = 0
+        self.stall_at: list[int] = []
+        self.stalled = threading.Event()  # set when a stall began
+        self.released = threading.Event()  # set by stop(): every stall ends
+        self.portal: str | None = None
+        self.blob_extra = 0
+        self.resolve_to: str | None = None
+        self.next_url: str | None = None
+        self.extra_entries: list[dict[str, Any]] = []
+        self.deep_levels = 100_000
         self.requests: list[dict[str, Any]] = []
         self.delay_s = 0.0
         self.drop_at: list[int] = []
@@ -126,6 +144,7 @@ class HubServer:
         self.wrong_checksum = False
         self.ignore_range = False
         self.file_status: int | None = None
+        self.file_reason: str | None = None
         self.token: str | None = None
         self.gated: set[str] = set()
         self.page_size: int | None = None
@@ -162,6 +181,7 @@ class HubServer:
         return [r for r in self.requests if r["host"] == host]
 
     def stop(self) -> None:
+        self.released.set()
         for server in (self.hub, self.files):
             server.shutdown()
             server.server_close()
@@ -228,8 +248,11 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                     self._json({"error": "Entry not found"}, 404)
                     return
                 sha = hashlib.sha256(data).hexdigest()
+                location = f"{hub.files_url}/blob/{sha}?name={quote(file)}"
+                if hub.resolve_to is not None:
+                    location = f"{hub.url}{path}" if hub.resolve_to == "loop" else hub.resolve_to
                 self.send_response(302)
-                self.send_header("Location", f"{hub.files_url}/blob/{sha}?name={quote(file)}")
+                self.send_header("Location", location)
                 self.send_header("X-Linked-Size", str(len(data)))
                 self.send_header("Content-Length", str(hub.redirect_junk))
                 self.end_headers()
@@ -256,21 +279,23 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                 if listed["sha256"] is not None:
                     entry["lfs"] = {"oid": listed["sha256"], "size": listed["size"], "pointerSize": 134}
                 entries.append(entry)
+            entries += hub.extra_entries
             start = int(query.get("cursor", ["0"])[0])
             size = hub.page_size or len(entries)
             page = entries[start:start + size]
             headers = {}
             if start + size < len(entries):
-                headers["Link"] = (f'<{hub.url}{self.path.split("?")[0]}?recursive=true&cursor={start + size}>; '
-                                   'rel="next"')
+                base = hub.next_url or f'{hub.url}{self.path.split("?")[0]}'
+                headers["Link"] = f'<{base}?recursive=true&cursor={start + size}>; rel="next"'
             self._json(page, headers=headers)
 
-        def _json(self, value: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        def _json(self, value: Any, status: int = 200, headers: dict[str, str] | None = None,
+                  reason: str | None = None) -> None:
             body = json.dumps(value).encode()
             if hub.answer_fault is not None and hub.answer_match in self.path:
                 self._misbehave(status, body)
                 return
-            self.send_response(status)
+            self.send_response(status, reason)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             for key, val in (headers or {}).items():
@@ -285,7 +310,12 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
             deadline = time.monotonic() + hub.hold_s
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            if hub.answer_fault == "trickle":
+            if hub.answer_fault == "deep":
+                deep = b"[" * hub.deep_levels + b"]" * hub.deep_levels
+                self.send_header("Content-Length", str(len(deep)))
+                self.end_headers()
+                self._out(deep)
+            elif hub.answer_fault == "trickle":
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 for i in range(len(body)):
@@ -335,10 +365,19 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                 self._json({"error": "no such blob"}, 404)
                 return
             if hub.file_status is not None:
-                self._json({"error": "the file host says no"}, hub.file_status)
+                self._json({"error": "the file host says no"}, hub.file_status, reason=hub.file_reason)
                 return
             if hub.gate is not None:
                 hub.gate.wait(30)
+            if hub.portal is not None:
+                page = b"<html><body><h1>Sign in to the network</h1><form>...</form></body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", hub.portal)
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+                return
+            data = data + b"\0" * hub.blob_extra
             start = 0
             wanted = self.headers.get("Range")
             if wanted and not hub.ignore_range:
@@ -364,11 +403,21 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
                     hub.drop_at.remove(cut)
                 if hub.drop_every is not None:
                     cut = min(cut or len(data), start + hub.drop_every)
+                stalls = [d for d in hub.stall_at if d > start]
+                stall = min(stalls) if stalls else None
+                if stall is not None:
+                    hub.stall_at.remove(stall)
             pos = start
             while pos < len(data):
                 if hub.delay_s:
                     time.sleep(hub.delay_s)
-                end = min(pos + CHUNK, len(data), cut if cut is not None else len(data))
+                if stall is not None and pos >= stall:  # nothing more, the connection held open
+                    hub.stalled.set()
+                    self.close_connection = True
+                    hub.released.wait(hub.hold_s)
+                    return
+                end = min(pos + CHUNK, len(data), cut if cut is not None else len(data),
+                          stall if stall is not None else len(data))
                 self.wfile.write(data[pos:end])
                 self.wfile.flush()
                 pos = end

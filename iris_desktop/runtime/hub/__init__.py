@@ -7,7 +7,9 @@ Only when the user asks (Model ▸ Download…, ``iris-desktop models search`` a
 
 * ``GET /api/models?search=TEXT&filter=gguf`` — repositories that hold GGUF files;
 * ``GET /api/models/{repo}/tree/{revision}?recursive=true`` — a repository's files, with
-  their sizes and, for LFS files, their sha256 (``lfs.oid``); pages follow ``Link: next``;
+  their sizes and, for LFS files, their sha256 (``lfs.oid``); pages follow ``Link: next``
+  on the hub's own scheme, host and port only (another address is refused: the token
+  would go there), within 16 MiB and 50,000 entries in all;
 * ``GET /{repo}/resolve/{revision}/{file}`` — the file, after a redirect to the file host
   (Hugging Face's CDN), with ``Range`` to resume.
 
@@ -17,19 +19,22 @@ when the redirect leaves the hub's origin). The usual proxy variables (``HTTPS_P
 ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) are honoured here, for people behind a
 proxy; a local model server (``runtime.remote``) stays proxy-free.
 
-A download (:func:`download`) goes to ``<models>/downloads/<org>/<repo>/<file>.gguf``,
-where the model library lists it under the source ``download``:
+A download (:func:`download`) goes to ``<models>/downloads/<org>/<repo>/<path>``, the
+file's folders in the repository kept (every part checked to be a plain name), where the
+model library lists it under the source ``download``:
 
 1. the file's size and sha256 come from the hub's tree first;
 2. the free space is checked before a byte is written;
 3. bytes go to ``<file>.gguf.partial`` (0600) beside a small ``.partial.json`` record
    (repo, revision, size, sha256); Stop, a crash or a lost connection leave it, and the
    next download of the same file resumes it with ``Range`` (a lost connection is resumed
-   at once, a few times);
+   at once, a few times; Stop is heard at once, even from a silent file host, and a
+   stall is named after ``downloading.STALL_S``); a web page (a login page) or bytes
+   that do not start with ``GGUF`` are never written;
 4. the whole file's sha256 must equal the hub's, and its GGUF header must read as any
    opened model's (:func:`~.gguf.read_gguf_info`), before it gets its name (fsynced,
    renamed, the folder fsynced);
-5. what was verified is recorded in ``<models>/downloads/.records/<org>/<repo>/<file>.json``
+5. what was verified is recorded in ``<models>/downloads/.records/<org>/<repo>/<path>.json``
    (the repository path, revision, sha256, size and mtime): a file already there counts
    as downloaded only when its own recorded sha256 (hashed again when the file changed
    or has no record) equals the sha256 the hub lists for that exact path and revision.

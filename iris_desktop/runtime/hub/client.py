@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -40,8 +41,14 @@ SEARCH_LIMIT = 30
 MAX_LISTING_BYTES = 16 << 20
 #: …within this long, the whole exchange
 LISTING_TIMEOUT_S = 60.0
+#: a file list, all its pages together: at most this many bytes and entries (the rest is
+#: left out, and :attr:`HubFiles.cut` says so)
+MAX_LIST_BYTES = 16 << 20
+MAX_LIST_ENTRIES = 50_000
 
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+#: a part of a repository id may not start or end with "." or "-" (the hub's own rule)
+_REPO_PART_EDGE = re.compile(r"(^[.-])|([.-]$)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _QUANT = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
 
@@ -52,16 +59,19 @@ class HubError(RuntimeError):
     (None when there is none)."""
 
     def __init__(self, message: str, kind: str = "http", partial: Path | None = None,
-                 status: int | None = None) -> None:
+                 status: int | None = None, start_over: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
         self.partial = partial
         self.status = status
+        #: the partial file cannot be resumed (the next download starts over)
+        self.start_over = start_over
 
     @property
     def resumable(self) -> bool:
         """Downloading the same file again goes on from the partial file."""
-        return self.partial is not None and self.kind not in ("checksum", "not_gguf")
+        return (self.partial is not None and self.kind not in ("checksum", "not_gguf")
+                and not self.start_over)
 
 
 # ---------------------------------------------------------------------------
@@ -119,6 +129,17 @@ class HubFile:
         return {**asdict(self), "quantization": self.quantization}
 
 
+class _TooLarge(HubError):
+    """An answer larger than it may be (a HubError of kind ``answer``)."""
+
+
+class HubFiles(list):
+    """A repository's files (:meth:`HubClient.files`); ``cut`` is the sentence that says
+    the hub's list was longer than Iris reads (None: the whole list)."""
+
+    cut: str | None = None
+
+
 # ---------------------------------------------------------------------------
 # the token
 
@@ -156,9 +177,16 @@ def delete_hub_token(hub_url: str) -> None:
 # the client
 
 
+def _is_repo(repo: str) -> bool:
+    """``owner/name`` as the hub allows it: no ".." and no part that starts or ends with
+    "." or "-" (``Org/.``, ``Org/name.`` are none)."""
+    return bool(_REPO.match(repo)) and ".." not in repo and not any(
+        _REPO_PART_EDGE.search(part) for part in repo.split("/"))
+
+
 def _check_repo(repo: str) -> str:
     repo = repo.strip()
-    if not _REPO.match(repo) or ".." in repo:
+    if not _is_repo(repo):
         raise HubError(f"{repo!r} is not a repository name; expected owner/name, such as "
                        "Qwen/Qwen2.5-3B-Instruct-GGUF.", "address")
     return repo
@@ -226,15 +254,19 @@ class HubClient:
 
     # -- JSON --
 
-    def _get_json(self, url: str, params: dict | None = None, what: str = "") -> tuple[Any, httpx.Response]:
-        """The JSON answer, read whole within :attr:`answer_limit` bytes and
-        :attr:`answer_timeout_s` (``runtime.http``); HubError otherwise."""
+    def _get_json(self, url: str, params: dict | None = None, what: str = "", *,
+                  limit: int | None = None, hook: Callable[[list], Any] | None = None
+                  ) -> tuple[Any, httpx.Response]:
+        """The JSON answer, read whole within :attr:`answer_limit` bytes (or ``limit``) and
+        :attr:`answer_timeout_s` (``runtime.http``), its objects made by ``hook`` (json's
+        ``object_pairs_hook``) when given; HubError otherwise."""
+        limit = self.answer_limit if limit is None else limit
         try:
             request = self.client.build_request("GET", url, params=params)
-            response = read_answer(self.client, request, limit=self.answer_limit,
+            response = read_answer(self.client, request, limit=limit,
                                    timeout_s=self.answer_timeout_s, follow_redirects=True)
         except AnswerTooLarge as exc:
-            raise HubError(f"The model hub {self.address} sent more than {size_words(exc.limit)} in "
+            raise _TooLarge(f"The model hub {self.address} sent more than {size_words(exc.limit)} in "
                            f"its answer about {what or url}, so Iris stopped reading it; check that "
                            "models.hub_url is a Hugging Face hub.", "answer") from None
         except AnswerTooSlow as exc:
@@ -250,8 +282,8 @@ class HubClient:
         if response.status_code >= 400:
             raise self._status_error(response, what)
         try:
-            return response.json(), response
-        except ValueError:
+            return json.loads(response.content, object_pairs_hook=hook), response
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python recurses
             raise HubError(f"The model hub {self.address} did not answer JSON for {what or url}; "
                            "is models.hub_url a Hugging Face hub?", "answer") from None
 
@@ -267,7 +299,8 @@ class HubClient:
         if status == 429:
             return HubError(f"The model hub {self.address} asks to slow down (HTTP 429); try "
                             "again in a few minutes.", "http", partial, status)
-        reason = response.reason_phrase or "error"
+        # the standard words for the status: the server's own reason phrase is not shown
+        reason = httpx.codes.get_reason_phrase(status) or "error"
         return HubError(f"The model hub {self.address} answered HTTP {status} ({reason}) for {what}; "
                         "try again later.", "http", partial, status)
 
@@ -286,28 +319,47 @@ class HubClient:
         if not isinstance(data, list):
             raise HubError(f"The model hub {self.address} answered the search with something "
                            "other than a list.", "answer")
-        repos = []
+        repos: list[HubRepo] = []
         for item in data:
+            if len(repos) >= limit:  # no more than asked for, whatever the hub sends
+                break
             if not isinstance(item, dict):
                 continue
             rid = item.get("id") or item.get("modelId")
-            if not isinstance(rid, str) or not _REPO.match(rid):
+            if not isinstance(rid, str) or not _is_repo(rid):
                 continue
             repos.append(HubRepo(rid, _int(item.get("downloads")), _int(item.get("likes")),
                                  item.get("lastModified") if isinstance(item.get("lastModified"), str) else None,
                                  item.get("gated") if isinstance(item.get("gated"), (bool, str)) else False))
         return repos
 
-    def files(self, repo: str, revision: str = "main") -> list[HubFile]:
-        """Every file of ``repo`` at ``revision`` with its size and sha256 (LFS files)."""
+    def files(self, repo: str, revision: str = "main") -> HubFiles:
+        """Every file of ``repo`` at ``revision`` with its size and sha256 (LFS files): the
+        pages that ``Link: next`` names on the hub's own address (another address is
+        refused: the token goes to the hub only), within :data:`MAX_LIST_BYTES` and
+        :data:`MAX_LIST_ENTRIES` in all (``cut`` says when the list was longer)."""
         repo = _check_repo(repo)
         url: str | None = f"{self.root}/api/models/{repo}/tree/{quote(revision, safe='')}"
         params: dict | None = {"recursive": "true"}
-        out: list[HubFile] = []
-        for _ in range(MAX_TREE_PAGES):
+        out = HubFiles()
+        what = f"{repo} at {revision}"
+        read = 0
+        kept = _Entries(MAX_LIST_ENTRIES)
+        for page in range(MAX_TREE_PAGES):
             if url is None:
                 break
-            data, response = self._get_json(url, params, f"{repo} at {revision}")
+            if read >= MAX_LIST_BYTES or kept.full:
+                out.cut = self._cut(repo, what)
+                break
+            try:
+                data, response = self._get_json(url, params, what, hook=kept,
+                                                 limit=min(self.answer_limit, MAX_LIST_BYTES - read))
+            except _TooLarge:
+                if page == 0:
+                    raise
+                out.cut = self._cut(repo, what)  # the pages read so far are kept
+                break
+            read += len(response.content)
             if not isinstance(data, list):
                 raise HubError(f"The model hub {self.address} listed {repo} as something other "
                                "than a list of files.", "answer")
@@ -316,16 +368,45 @@ class HubClient:
                     entry = _hub_file(repo, revision, item)
                     if entry is not None:
                         out.append(entry)
-            url = response.links.get("next", {}).get("url")
+            if kept.full:
+                out.cut = self._cut(repo, what)
+                break
+            url = self._next_page(response, repo)
             params = None
         return out
+
+    def _cut(self, repo: str, what: str) -> str:
+        log.warning("%s: the file list of %s was cut at %d entries or %d bytes", self.address, what,
+                    MAX_LIST_ENTRIES, MAX_LIST_BYTES)
+        return (f"The model hub {self.address} lists more files in {repo} than Iris reads "
+                f"({MAX_LIST_ENTRIES:,} entries or {size_words(MAX_LIST_BYTES)}), so the list was cut "
+                "there; a file after that cannot be chosen.")
+
+    def _next_page(self, response: httpx.Response, repo: str) -> str | None:
+        """The ``Link: next`` page, when it is on the hub's own scheme, host and port;
+        HubError when it names another address (the token would go there)."""
+        link = response.links.get("next", {}).get("url")
+        if not link:
+            return None
+        try:
+            url = response.url.join(link)
+        except (httpx.InvalidURL, ValueError, TypeError):
+            url = None
+        if url is None or _origin(url) != _origin(httpx.URL(self.root)):
+            raise HubError(f"The model hub {self.address} sent the rest of the file list of {repo} "
+                           f"to another address ({_shown(link)}); Iris did not follow it, so your "
+                           "token stays with the hub; check models.hub_url.", "answer")
+        return str(url)
 
     def file(self, repo: str, path: str, revision: str = "main") -> HubFile:
         """One file's size and sha256; HubError (``not_found``) when the repo lacks it."""
         path = _check_file(path)
-        for entry in self.files(repo, revision):
+        files = self.files(repo, revision)
+        for entry in files:
             if entry.path == path:
                 return entry
+        if files.cut is not None:
+            raise HubError(files.cut, "answer")
         raise HubError(f"{repo} has no file {path} at revision {revision}; "
                        f"'iris-desktop models search' lists the repositories and files.", "not_found")
 
@@ -341,6 +422,40 @@ class HubClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """Scheme, host and port (the default one written out)."""
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host.lower(), url.port or default
+
+
+class _Entries:
+    """json's ``object_pairs_hook`` for a file list: a file entry is kept while fewer than
+    ``limit`` were, an object that is no entry (a folder) is dropped as it is parsed, so a
+    huge list holds no more than that in memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self.parts_left = 4 * limit
+        self.full = False
+
+    def __call__(self, pairs: list) -> Any:
+        value = dict(pairs)
+        kind = value.get("type")
+        if kind is None:  # an entry's part (its "lfs"), or an answer of another shape
+            self.parts_left -= 1
+            if self.parts_left < 0:
+                self.full = True
+                return None
+            return value
+        if kind != "file":
+            return None
+        if self.left <= 0:
+            self.full = True
+            return None
+        self.left -= 1
+        return value
 
 
 def _int(value: Any) -> int | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .client import HubError, HubFile
 from .progress import _Meter
-from .records import _lock_file
+from .records import _lock_file, _Place
 
 log = logging.getLogger("iris.runtime.hub")
 
@@ -24,11 +24,13 @@ LOCK_POLL_S = 0.2
 
 
 @contextlib.contextmanager
-def _download_lock(target: Path, info: HubFile, cancel: threading.Event | None, meter: _Meter,
+def _download_lock(place: _Place, info: HubFile, cancel: threading.Event | None, meter: _Meter,
                    wait: bool) -> Any:
-    """Hold the lock of ``target``'s download (another process or window downloading the
-    same file waits here, reporting "waiting"; ``wait`` False: HubError ``busy``)."""
-    path = _lock_file(target)
+    """Hold the lock of the download of ``place``'s file (another process or window
+    downloading the same file waits here, reporting "waiting"; ``wait`` False: HubError
+    ``busy``)."""
+    target = place.target
+    path = _lock_file(place)
     waiting = False
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)

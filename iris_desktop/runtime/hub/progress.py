@@ -4,6 +4,7 @@ and the meter that measures its speed and reports it."""
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,7 +78,9 @@ def _duration(seconds: float) -> str:
 
 class _Meter:
     """Speed over the last :data:`SPEED_WINDOW_S` seconds, and progress reports at most
-    every :data:`PROGRESS_EVERY_S`."""
+    every :data:`PROGRESS_EVERY_S`; a report held back by that is sent by :meth:`flush`
+    (called from another thread while the download waits for bytes, so that the count
+    shown is the one reached, not one from before a stall)."""
 
     def __init__(self, file: str, total: int, start: int, report: Callable[[DownloadProgress], Any] | None,
                  listed_sha256: bool = True):
@@ -85,18 +88,34 @@ class _Meter:
         self.listed_sha256 = listed_sha256
         self.samples: collections.deque[tuple[float, int]] = collections.deque()
         self.last = 0.0
+        self.held: tuple[int, str] | None = None
+        self.lock = threading.Lock()
 
     def __call__(self, done: int, phase: str = "downloading", force: bool = False) -> None:
         if self.report is None:
             return
-        now = time.monotonic()
-        if phase == "downloading":
-            self.samples.append((now, done))
-            while len(self.samples) > 2 and now - self.samples[0][0] > SPEED_WINDOW_S:
-                self.samples.popleft()
-        if not force and now - self.last < PROGRESS_EVERY_S:
+        with self.lock:
+            now = time.monotonic()
+            if phase == "downloading":
+                self.samples.append((now, done))
+                while len(self.samples) > 2 and now - self.samples[0][0] > SPEED_WINDOW_S:
+                    self.samples.popleft()
+            if not force and now - self.last < PROGRESS_EVERY_S:
+                self.held = (done, phase)
+                return
+            self._send(now, done, phase)
+
+    def flush(self) -> None:
+        """Send the report held back, if any (and :data:`PROGRESS_EVERY_S` has passed)."""
+        if self.report is None:
             return
-        self.last = now
+        with self.lock:
+            now = time.monotonic()
+            if self.held is not None and now - self.last >= PROGRESS_EVERY_S:
+                self._send(now, *self.held)
+
+    def _send(self, now: float, done: int, phase: str) -> None:
+        self.last, self.held = now, None
         speed, eta = 0.0, None
         if phase == "downloading" and len(self.samples) >= 2:
             (t0, d0), (t1, d1) = self.samples[0], self.samples[-1]
