@@ -411,7 +411,13 @@ class Host:
         where = {"file": f"set in {self.paths.config_path}", "env": "set by IRIS_STORAGE_ENCRYPT",
                  "cli": "set on the command line"}.get(source, source)
         if converted == "encrypted":
-            return f"The chat history at {self.paths.db_path} is now encrypted (storage.encrypt is on, {where})."
+            plain = self.storage.plain_copies
+            left = (f" {len(plain)} {'copy' if len(plain) == 1 else 'copies'} of it set aside "
+                    f"earlier {'is' if len(plain) == 1 else 'are'} not encrypted ({', '.join(plain[:3])}"
+                    f"{', …' if len(plain) > 3 else ''}): 'iris-desktop recover' lists them; delete "
+                    "them once they are no longer needed.") if plain else ""
+            return (f"The chat history at {self.paths.db_path} is now encrypted (storage.encrypt "
+                    f"is on, {where}).{left}")
         return (f"The chat history at {self.paths.db_path} is no longer encrypted: storage.encrypt is "
                 f"off ({where}). To encrypt it again: iris-desktop config set storage.encrypt true.")
 

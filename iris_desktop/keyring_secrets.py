@@ -44,6 +44,18 @@ def read_secret(service: str, user: str, what: str) -> tuple[str | None, str | N
         return None, None if _quiet(exc) else _reason(exc)
 
 
+def keyring_present() -> bool:
+    """Whether this computer has a keyring to keep secrets in (not keyring's "fail"
+    backend, which is what it picks when there is none)."""
+    try:
+        import keyring
+        from keyring.backends import fail
+
+        return not isinstance(keyring.get_keyring(), fail.Keyring)
+    except Exception:  # the package cannot load: no keyring
+        return False
+
+
 def set_secret(service: str, user: str, value: str, what: str) -> None:
     """Keep ``value`` under ``service`` and ``user`` (an empty one: forget what is kept).
     Raises ``keyring.errors.PasswordSetError`` saying why in one clause when the keyring

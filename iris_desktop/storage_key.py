@@ -40,7 +40,13 @@ from iris_desktop.core.store.cipher import (
     tidy,
 )
 from iris_desktop.core.store.recovery import ASIDE_MARKS
-from iris_desktop.keyring_secrets import delete_secret, get_secret, read_secret, set_secret
+from iris_desktop.keyring_secrets import (
+    delete_secret,
+    get_secret,
+    keyring_present,
+    read_secret,
+    set_secret,
+)
 from iris_desktop.paths import AppPaths
 
 log = logging.getLogger("iris.storage")
@@ -70,6 +76,9 @@ class Prepared:
 
     key: Key | None
     converted: str | None = None
+    #: database copies set aside before (damaged, or replaced by a restore) that stay
+    #: plain beside a history encrypted now
+    plain_copies: tuple[str, ...] = ()
 
 
 # -- the keyring ---------------------------------------------------------------------------
@@ -133,6 +142,18 @@ def _keyring_unreadable(path: Path) -> str | None:
             "enter the passphrase")
 
 
+def _no_key_kept() -> str:
+    """Why no key opened the history when the keyring could be read, as a clause: none is
+    kept for it (the dialog asked for "its passphrase" of a history no passphrase was ever
+    chosen for, and never said the keyring had nothing, or that there was no keyring)."""
+    if not keyring_present():
+        return ("this computer has no keyring to keep its key in (or it is not an Iris "
+                f"database): enter the passphrase it was encrypted with, or set {PASSPHRASE_ENV}")
+    return ("no key for it is kept in this computer's keyring (it was encrypted with a "
+            "passphrase, its key is kept on another computer or user account, or it is not "
+            f"an Iris database): enter the passphrase, or set {PASSPHRASE_ENV}")
+
+
 def _keyring_delete(name: str) -> None:
     delete_secret(KEYRING_SERVICE, name, f"the storage key of {name}")
 
@@ -159,9 +180,8 @@ def _asked(path: Path, new: bool, ask: AskPassphrase | None, problem: str | None
     if ask is None and problem:  # a locked keyring: its key is likely there
         raise StoreError(f"{path} is encrypted and {problem}; nothing was changed")
     if ask is None:
-        raise StoreError(f"{path} is encrypted, or is not an Iris database: if it is your "
-                         f"encrypted history, set {PASSPHRASE_ENV} or enter its passphrase (run "
-                         "Iris on a terminal, or start the desktop app); nothing was changed")
+        raise StoreError(f"{path} is encrypted and {_no_key_kept()} (run Iris on a terminal, or "
+                         "start the desktop app, to be asked); nothing was changed")
     text = ask(path, new, problem)
     if not text and new:
         raise StoreError(f"no passphrase was given, so the history at {path} was neither encrypted "
@@ -181,7 +201,15 @@ def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None)
     """The key that opens the encrypted database at ``path``, checked."""
     key = _env_passphrase(env)
     if key is not None:
-        check_key(path, key)  # a wrong passphrase in the environment is not asked again
+        try:
+            check_key(path, key)  # a wrong passphrase in the environment is not asked again
+        except KeyRejected:
+            raw = _keyring_get(path)
+            if raw is not None and _opens(path, Key.raw(raw)):  # a variable left from before
+                raise KeyRejected(f"{PASSPHRASE_ENV} does not open the encrypted history at "
+                                  f"{path}, but the key kept in this computer's keyring does: "
+                                  f"unset {PASSPHRASE_ENV}; nothing was changed") from None
+            raise
         return key
     raw = _keyring_get(path)
     problem = None
@@ -338,12 +366,26 @@ def keep_key(path: Path, key: Key | None, salt: bytes | None = None) -> None:
     _keep_for_set_aside(path, key)
 
 
-def _drop_kv_states(paths: AppPaths) -> None:
-    """The saved KV states were written under the other key (or none): delete them."""
+def _drop_kv_states(paths: AppPaths, only_plain: bool = False) -> None:
+    """The saved KV states were written under the other key (or none): delete them,
+    overwritten first (a plain one holds the chat's tokens). ``only_plain``: the plain
+    ones only, at every start of an encrypted history: a process killed after the switch
+    to encryption and before the states were dropped left them, said nowhere, for good."""
+    from iris_desktop.core.store.cipher import _shred
+    from iris_desktop.runtime.kv_store import SEALED
+
     folder = paths.kv_cache_dir
-    if folder.is_dir():
-        for state in folder.glob("*.kv"):
-            state.unlink(missing_ok=True)
+    if not folder.is_dir():
+        return
+    for state in folder.glob("*.kv"):
+        try:
+            if only_plain:
+                with open(state, "rb") as handle:
+                    if handle.read(len(SEALED)) == SEALED:
+                        continue
+            _shred(state)
+        except OSError as exc:  # another process's state in use, a file gone: next start
+            log.warning("could not remove the saved state %s: %s", state, exc)
 
 
 def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None = None,
@@ -362,10 +404,11 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
     if state is True:
         key = _existing_key(path, env, ask)
         if encrypt is not False:
+            _drop_kv_states(paths, only_plain=True)
             return Prepared(key)
         salt = file_salt(path)
-        convert(path, key, None, step)
         _drop_kv_states(paths)
+        convert(path, key, None, step)
         if key.kind == "raw":
             # the key stays filed under the encrypted file's salt: a copy of it (a backup,
             # a database set aside) still opens; only the name by path is forgotten
@@ -380,17 +423,17 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
     key = _new_key(path, env, ask)
     if state is None:  # a new database: created encrypted
         return Prepared(key)
+    _drop_kv_states(paths)  # before the switch: a kill after it left the plain ones
     convert(path, None, key, step)
-    _drop_kv_states(paths)
     if key.kind == "raw":
         _keyring_keep(path, key.secret)  # filed under the new file's salt
     log.info("the chat history was encrypted (storage.encrypt is on)")
-    earlier = sorted(p.name for p in path.parent.glob(f"{path.name}.corrupt-*")
-                     if not p.name.endswith(("-wal", "-shm")))
-    if earlier:  # damaged copies set aside before: the user's to keep or delete
+    earlier = sorted(p.name for mark in ASIDE_MARKS for p in path.parent.glob(f"{path.name}{mark}*")
+                     if not p.name.endswith(("-wal", "-shm")) and is_encrypted(p) is False)
+    if earlier:  # copies set aside before: the user's to keep or delete (said at the switch)
         log.warning("%d database file(s) set aside earlier are not encrypted (%s); delete them "
                     "once they are no longer needed", len(earlier), ", ".join(earlier))
-    return Prepared(key, "encrypted")
+    return Prepared(key, "encrypted", tuple(earlier))
 
 
 def follow_history(settings: Any, db_path: Path | None = None, encrypted: bool | None = None) -> Any:

@@ -529,6 +529,46 @@ def test_turning_encryption_on_deletes_the_plain_kv_states(monkeypatch, tmp_path
         assert PHRASE.encode() not in content, path
 
 
+def test_a_plain_state_left_beside_an_encrypted_history_goes_at_the_next_start(monkeypatch,
+                                                                               tmp_path):
+    """Before (an audit): a process killed after the switch to encryption, before the
+    plain KV states were dropped, left them (the chat's tokens in plain) for good, and no
+    later start looked. Now they go before the switch, and any start of an encrypted
+    history removes a plain one it finds (a sealed one stays)."""
+    data = tmp_path / "data"
+    overrides = {"context.recall_semantic": "false"}
+    encrypt_on(monkeypatch)
+    with Host(data, overrides, runtime=KVScripted(["Noted."]), compact=False) as host:
+        host.load_model()
+        list(host.send(None, f"Remember the {PHRASE} plan."))
+    sealed = list((data / "kv-cache").glob("*.kv"))
+    assert sealed and all(p.read_bytes().startswith(SEALED) for p in sealed)
+    left = data / "kv-cache" / "9-abc-1.kv"  # what the kill left
+    left.write_bytes(b"plain tokens " + PHRASE.encode() * 100)
+    with Host(data, overrides, runtime=KVScripted([]), compact=False):
+        pass
+    assert not left.exists() and all(p.exists() for p in sealed)
+
+
+def test_plain_copies_set_aside_before_are_said_when_the_history_is_encrypted(
+        capsys, monkeypatch, history):
+    """Before: `config set storage.encrypt true` said only "is now encrypted" while a
+    whole plain copy set aside by a restore stayed beside it, said nowhere (a damaged one
+    only in the log), and `recover` listed it as if it were like the rest."""
+    import shutil
+
+    data, _ = history
+    aside = data / "iris.db.before-restore-20261201T100000"
+    shutil.copyfile(data / "iris.db", aside)
+    encrypt_on(monkeypatch)
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0, err
+    assert ("is now encrypted" in err and "1 copy of it set aside earlier is not encrypted "
+            "(iris.db.before-restore-20261201T100000): 'iris-desktop recover' lists them") in err
+    code, out, err = run(capsys, "--data-dir", data, "recover")
+    assert "(not encrypted: delete it once it is no longer needed)" in out
+
+
 def test_a_state_file_of_the_other_kind_is_never_restored(tmp_path):
     runtime = KVScripted(["x"])
     list(runtime.stream(GenerationRequest([{"role": "user", "content": PHRASE}], max_tokens=5)))
@@ -569,6 +609,28 @@ def test_a_keyring_keeps_a_random_key_and_no_passphrase_is_asked(capsys, monkeyp
     assert is_encrypted(moved / "iris.db") is False
     # before, the key was forgotten here, and the backup could never be opened again
     assert list(saved.values()) == [secret] and find_key(backup) is not None
+
+
+def test_a_stale_passphrase_variable_and_a_missing_keyring_key_are_named(capsys, monkeypatch,
+                                                                        history):
+    """Before (an audit): with the keyring holding the key, a leftover IRIS_STORAGE_PASSPHRASE
+    was blamed as a wrong passphrase or a damaged first page; with the key gone from the
+    keyring, the sentence asked for a passphrase that was never chosen."""
+    saved = memory_keyring()
+    data, _ = history
+    encrypt_on(monkeypatch, None)
+    assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", "left from another history")
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 1 and one_sentence(err), err
+    assert ("IRIS_STORAGE_PASSPHRASE does not open the encrypted history at" in err
+            and "but the key kept in this computer's keyring does: unset IRIS_STORAGE_PASSPHRASE"
+            in err)
+    monkeypatch.delenv("IRIS_STORAGE_PASSPHRASE")
+    saved.clear()  # the keyring lost it
+    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 1 and one_sentence(err), err
+    assert "no key for it is kept in this computer's keyring" in err
 
 
 def test_a_start_without_the_setting_keeps_an_encrypted_history_encrypted(capsys, monkeypatch,

@@ -145,6 +145,9 @@ def _list_set_aside(db: Path, files: list[Path], as_json: bool, key: _HistoryKey
 
     found = [inspect(f) for f in files]
     current, current_how = (inspect(db) if db.exists() and db.stat().st_size else (None, ""))
+    if current_how:  # beside an encrypted history, a plain copy is said to be one
+        found = [(a, how or "not encrypted: delete it once it is no longer needed")
+                 for a, how in found]
 
     def source(file: Path) -> str | None:
         opened = key.found(file)
