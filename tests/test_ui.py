@@ -7,6 +7,7 @@ only for what the model cannot produce on demand (a tool call, a slow fixed repl
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -1077,3 +1078,16 @@ def test_a_reply_cut_off_at_max_tokens_says_so_in_the_status_bar(make_window, qt
         "Cut off: the reply reached model.max_tokens (3 tokens); right-click the reply ▸ "
         "Continue goes on")
     assert window.state_label.text() == "Cut off"
+
+
+def test_a_draft_too_large_for_the_window_says_so_beside_the_box(make_window, qtbot):
+    """Before: 30,000 pasted words showed "Draft: – tokens" (the meter's tooltip alone
+    said why)."""
+    window = make_window(ScriptedRuntime([]))
+    window.composer.edit.setPlainText("word " * 30_000)
+    qtbot.waitUntil(lambda: window.composer.tokens.text().startswith("Draft: too large"),
+                    timeout=20_000)
+    assert window.composer.tokens.text().startswith("Draft: too large (at least 37,504 tokens; ")
+    window.composer.edit.setPlainText("word " * 10)
+    qtbot.waitUntil(lambda: "too large" not in window.composer.tokens.text(), timeout=10_000)
+    assert re.fullmatch(r"Draft: \d+ tokens", window.composer.tokens.text())

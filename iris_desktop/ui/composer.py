@@ -254,8 +254,13 @@ class Composer(QWidget):
     def _update_enabled(self) -> None:
         self.button.setEnabled(self.generating or self._can_send)
 
-    def set_draft_tokens(self, count: int | None) -> None:
-        self.tokens.setText("Draft: – tokens" if count is None else f"Draft: {count:,} tokens")
+    def set_draft_tokens(self, count: int | None, too_large: tuple[int, int] | None = None) -> None:
+        """The draft's tokens; ``too_large``: (needed, allowed) when the turn it makes does
+        not fit (before, "Draft: – tokens" beside 30,000 pasted words)."""
+        if too_large is not None:
+            self.tokens.setText(f"Draft: too large (at least {too_large[0]:,} tokens; {too_large[1]:,} fit)")
+        else:
+            self.tokens.setText("Draft: – tokens" if count is None else f"Draft: {count:,} tokens")
 
     def _clicked(self) -> None:
         if self.generating:

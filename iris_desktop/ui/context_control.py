@@ -136,7 +136,8 @@ class ContextControl(QObject):
         if isinstance(result, ConversationTooLargeException):
             meter.set_breakdown(None)
             meter.setToolTip(plain_tip(f"Conversation too large: {result}"))
-            composer.set_draft_tokens(None)
+            composer.set_draft_tokens(None, (result.needed, result.allowed)
+                                      if composer.model_draft() else None)
             return
         meter.set_breakdown(result.breakdown, estimated=not (result.exact or self.planner.counter.exact),
                             dropped=result.dropped_turns)
