@@ -422,3 +422,44 @@ def test_the_window_opens_ready_to_type(window, qtbot):
     message box first."""
     window.activateWindow()
     qtbot.waitUntil(lambda: QApplication.focusWidget() is window.composer.edit, timeout=5_000)
+
+
+# -- an audit of keyboard use (session 55) ------------------------------------------------------
+
+
+def test_tab_leaves_every_text_field_of_preferences(window, qtbot):
+    """Before: Tab in "Folders the tools may read" or the system prompt typed a tab
+    character and stayed there; OK and Apply were out of reach by Tab."""
+    dialog = window.preferences()
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    for key in ("tools.allowed_paths", "chat.system_prompt"):
+        field = dialog.fields[key].editor.text
+        dialog.tabs.setCurrentIndex(dialog.sections.index(key.split(".")[0]))
+        field.setFocus(Qt.FocusReason.TabFocusReason)
+        qtbot.waitUntil(field.hasFocus, timeout=5_000)
+        before = field.toPlainText()
+        qtbot.keyClick(field, Qt.Key.Key_Tab)
+        assert not field.hasFocus() and field.toPlainText() == before, key
+    dialog.reject()
+
+
+def test_the_download_dialogs_controls_and_the_menus_access_keys(window, qtbot, tmp_path):
+    from iris_desktop.ui.download_dialog import DownloadDialog
+
+    dialog = DownloadDialog("http://127.0.0.1:9", tmp_path / "models", 8192)
+    qtbot.addWidget(dialog)
+    assert problems(dialog) == []
+    assert (dialog.search_edit.accessibleName(), dialog.repos.accessibleName(),
+            dialog.table.accessibleName()) == ("Search the model hub", "Models found",
+                                               "Files of the chosen model")
+    for top in window.menuBar().actions():  # Alt+H, L opened nothing: two items had L
+        keys = [a.text().split("&")[1][:1].lower() for a in top.menu().actions()
+                if "&" in a.text()]
+        assert len(keys) == len(set(keys)), (top.text(), keys)
+
+
+def test_a_model_ready_is_announced(window, qtbot):
+    """Before: the box stays disabled while the model loads; "Ready" was shown, never said."""
+    said = window.announcer.announced
+    window.menus.actions["reload-model"].trigger()
+    qtbot.waitUntil(lambda: ("Model ready: ScriptedRuntime", False) in said, timeout=10_000)

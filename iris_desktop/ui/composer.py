@@ -3,7 +3,7 @@ Files dropped on it (or chosen with Attach…) go with the message, one chip eac
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -138,9 +138,24 @@ class Composer(QWidget):
         super().changeEvent(event)
 
     def _fit_height(self) -> None:
-        """Grow with the draft from 2 to 8 lines, then scroll."""
-        lines = max(2, min(8, self.edit.document().lineCount()))
-        self.edit.setFixedHeight(lines * self._line + 2 * int(self.edit.frameWidth()) + 10)
+        """Grow with the draft from 2 to 8 lines, then scroll; empty, as many lines as the
+        placeholder takes at this width (at 18 pt it was cut in half). Never narrower
+        than about 20 characters (the buttons beside it gave way last)."""
+        edit = self.edit
+        edit.setMinimumWidth(edit.fontMetrics().averageCharWidth() * 20)
+        lines = edit.document().lineCount()
+        if not edit.document().characterCount() > 1 and edit.placeholderText():
+            width = max(edit.viewport().width() - 2 * int(edit.document().documentMargin()), 1)
+            needed = edit.fontMetrics().boundingRect(
+                QRect(0, 0, width, 100_000), Qt.TextFlag.TextWordWrap, edit.placeholderText())
+            lines = -(-needed.height() // max(self._line, 1))
+        lines = max(2, min(8, lines))
+        edit.setFixedHeight(lines * self._line + 2 * int(edit.frameWidth()) + 10)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if not self.edit.document().characterCount() > 1:
+            self._fit_height()  # the placeholder wraps anew
 
     def text(self) -> str:
         return self.edit.toPlainText()

@@ -111,6 +111,7 @@ class DownloadDialog(QDialog):
         self.search_edit = QLineEdit()
         self.search_edit.setPlaceholderText("Search the hub for GGUF models, e.g. qwen2.5 instruct")
         self.search_edit.setClearButtonEnabled(True)
+        self.search_edit.setAccessibleName("Search the model hub")
         self.search_button = QPushButton("Search")
         self.search_edit.returnPressed.connect(self.search)
         self.search_button.clicked.connect(self.search)
@@ -124,7 +125,9 @@ class DownloadDialog(QDialog):
         self.repos = QListWidget()
         self.repos.addItem(QListWidgetItem(RECOMMENDED_ITEM))
         self.repos.currentItemChanged.connect(self._repo_chosen)
+        self.repos.setAccessibleName("Models found")
         self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setAccessibleName("Files of the chosen model")
         self.table.setTabKeyNavigation(False)  # Tab leaves the table
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)

@@ -107,7 +107,7 @@ class Menus(QObject):
         paths = self.paths
         self._action(m, "Open &data folder", lambda: self.open_path(paths.data_dir, "data folder"),
                      None, "open-data-folder")
-        self._action(m, "Open &log", lambda: self.open_path(paths.log_path, "log"), None,
+        self._action(m, "Open lo&g", lambda: self.open_path(paths.log_path, "log"), None,
                      "open-log")
 
     # -- edit --

@@ -275,6 +275,7 @@ class TextEditor(Editor):
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
         self.text = QPlainTextEdit()
+        self.text.setTabChangesFocus(True)  # Tab went into the text (a trap on the page)
         lines = 3 if setting.kind == "list" else 4
         self.text.setFixedHeight(self.text.fontMetrics().lineSpacing() * lines + 14)
         self.text.textChanged.connect(self.changed)
