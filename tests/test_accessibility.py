@@ -463,3 +463,15 @@ def test_a_model_ready_is_announced(window, qtbot):
     said = window.announcer.announced
     window.menus.actions["reload-model"].trigger()
     qtbot.waitUntil(lambda: ("Model ready: ScriptedRuntime", False) in said, timeout=10_000)
+
+
+def test_the_live_rate_is_shown_at_most_once_a_second(make_window, qtbot):
+    """The status line is what screen readers hear: the tokens-per-second text was set
+    about 30 times a second while a reply streamed."""
+    w = make_window(ScriptedRuntime(["word " * 120], delay_s=0.01))
+    shown: list[str] = []
+    w.app_state.statusText.connect(shown.append)
+    w.send("Count")
+    qtbot.waitUntil(lambda: not w.generating, timeout=20_000)
+    live = [t for t in shown if t.startswith("Generating")]
+    assert 1 <= len(live) <= 4, live  # about 1.2 s of streaming

@@ -65,6 +65,7 @@ class TurnControl(QObject, TurnListener):
         self._pending = ""
         self._stream_tokens = 0
         self._stream_t0: float | None = None
+        self._rate_shown = 0.0  # when the live rate was last shown
         self._last_rate: float | None = None
         self._flush_timer = QTimer(self, singleShot=True, interval=STREAM_FLUSH_MS)
         self._flush_timer.timeout.connect(self._flush_tokens)
@@ -327,7 +328,10 @@ class TurnControl(QObject, TurnListener):
             if row is not None:  # a row now (the user may have gone up a long way)
                 self.view.content_changed(row)
         self._pending = ""
-        if self.app_state.generating and self._stream_t0 is not None:
+        now = time.monotonic()  # the rate once a second: the status line speaks to screen readers
+        if self.app_state.generating and self._stream_t0 is not None \
+                and now - self._rate_shown >= 1.0:
+            self._rate_shown = now
             self.app_state.show_status(self._rate_text(live=True))
 
     def _rate_text(self, live: bool = False) -> str:
