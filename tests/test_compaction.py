@@ -626,3 +626,38 @@ def test_files_the_agent_only_named_in_its_calls_survive_compaction(fresh_store,
                        for m in fresh_store.messages(thread) if m["id"] <= summary.covers_through_id)}
     assert archived and archived <= set(summary.fields["relevant_files"])
     assert all(f in summary.text for f in archived)
+
+
+@pytest.mark.parametrize("summarizer", ["extractive", "llm"])
+def test_the_files_acted_on_last_survive_a_chain_that_holds_many(fresh_store, summarizer):
+    """An audit: the extractive summary kept the last 12 of its files, which, ranked with
+    the acted-on first, dropped exactly those (a pydicom fix listed only the files of its
+    demonstration text); the model's kept the first 24 of the chain, so once it held 24
+    no new file got in."""
+    from iris_desktop.core.extractive import merge_files
+
+    assert merge_files(["acted_on.py", *[f"m{n}.py" for n in range(15)]], [], limit=12)[0] == \
+        "acted_on.py"
+    mentioned = " ".join(f"/repo/docs/mention_{n}.md" for n in range(30))
+    thread = fresh_store.create_thread("agent")
+    for n in range(4):  # turns mentioning 30 files, compacted first
+        fresh_store.add_messages(thread, [
+            {"role": "user", "content": f"Read these ({n}): {mentioned}"},
+            {"role": "assistant", "content": f"Noted {mentioned}"}])
+    runtime = ScriptedRuntime([llm_json()] * 40) if summarizer == "llm" else None
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(), runtime=runtime)
+    assert compactor.compact(thread, "manual").outcome == "ok"
+    assert len(fresh_store.latest_summary(thread).fields["relevant_files"]) >= 10
+    args = json.dumps({"command": "str_replace", "path": "/testbed/src/fixed_now.py"})
+    for n in range(6):
+        fresh_store.add_messages(thread, [
+            {"role": "user", "content": f"Step {n}: fix it. {mentioned}"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{n}", "type": "function",
+                 "function": {"name": "str_replace_editor", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "name": "str_replace_editor",
+             "content": "edited " + "x" * 600},
+            {"role": "assistant", "content": "Fixed. " + "a" * 300}])
+    event = compactor.compact(thread, "manual")
+    assert event.outcome == "ok"
+    assert "/testbed/src/fixed_now.py" in fresh_store.latest_summary(thread).fields["relevant_files"]

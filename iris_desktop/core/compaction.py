@@ -57,7 +57,7 @@ from iris_desktop.core.events import (
     TurnEvent,
     progress_reporter,
 )
-from iris_desktop.core.extractive import ExtractiveSummarizer, paths_in
+from iris_desktop.core.extractive import ExtractiveSummarizer, merge_files, paths_in
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.records import Said, fmt_date, said_from_row
@@ -466,10 +466,11 @@ class Compactor:
                 summary.facts = list(previous.facts) if previous else []
                 # the chat's first facts open the ledger, whoever wrote the fields
                 summary.first_facts = previous.first_facts if previous else 0
-                # files must survive a chain even when the model drops them
-                summary.relevant_files = _merge_files(
-                    previous.relevant_files if previous else [], summary.relevant_files,
-                    paths_in(said))
+                # files must survive a chain even when the model drops them; the newest
+                # first (the oldest went last: once 24 were kept, no new file got in)
+                summary.relevant_files = merge_files(
+                    summary.relevant_files, paths_in(said),
+                    previous.relevant_files if previous else [], limit=24)
                 summary = self.extractive.fill_facts(summary, said, cap, opening=previous is None)
                 early_last = archived[early - 1].turn if early else None
                 if early:
@@ -667,14 +668,6 @@ def _numbered_lines(said: list[Said]) -> list[tuple[int, str]]:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _merge_files(*lists: list[str], limit: int = 24) -> list[str]:
-    out: list[str] = []
-    for item in (i for items in lists for i in items):
-        if item and item not in out:
-            out.append(item)
-    return out[:limit]
 
 
 def summary_instructions(cap: int) -> str:

@@ -239,7 +239,7 @@ class ExtractiveSummarizer:
             accomplishments=_merge(previous.accomplishments,
                                    [_clip(a.text, 100) for a in assistants[-1:]], 2),
             key_decisions=_merge(previous.key_decisions, decisions, 2),
-            relevant_files=_merge(previous.relevant_files, paths, 12),
+            relevant_files=merge_files(paths, previous.relevant_files, limit=12),
             active_goals=[_clip(u.text, 100) for u in users[-1:]] or previous.active_goals,
             emotional_thread=_clip(emotions[-1], 80) if emotions else previous.emotional_thread,
             relationship_dynamics=_dynamics(users, assistants) or previous.relationship_dynamics,
@@ -380,6 +380,18 @@ def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
         if item and item not in out:
             out.append(item)
     return out[-limit:]
+
+
+def merge_files(*lists: list[str], limit: int) -> list[str]:
+    """The files of ``lists`` in their order, each once, the first ``limit``: give the
+    newest, in priority order, first. (Merged as the other fields are, oldest first and
+    the last kept, the files the agent acted on, first of the new ones, were the ones
+    cut: a pydicom fix's summary listed only the files of its demonstration text.)"""
+    out: list[str] = []
+    for item in (i for items in lists for i in items):
+        if item and item not in out:
+            out.append(item)
+    return out[:limit]
 
 
 def paths_in(said: Sequence[Said]) -> list[str]:
