@@ -313,6 +313,52 @@ def test_a_huge_in_flight_result_is_shortened_for_the_model_not_the_store(fresh_
     assert snapshot(fresh_store, thread) == before  # the store keeps every line
 
 
+def test_a_small_result_beside_a_huge_one_is_sent_whole_and_the_huge_one_gets_the_rest(fresh_store):
+    """An audit: two results of one step (a 44 KB listing and a 39-token README) were each
+    given half of the room: the README was whole in a half it did not need, the listing
+    cut to the other half, and the rest of the budget (1,361 of 2,854 tokens) was unused."""
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [
+        {"role": "user", "content": "Look around."},
+        {"role": "assistant", "content": "Listing.", "tool_calls": [call("c1", "bash"),
+                                                                  call("c2", "read_file")]},
+        {"role": "tool", "tool_call_id": "c1", "name": "bash",
+         "content": "".join(f"file_{i}.py\n" for i in range(8000))},
+        {"role": "tool", "tool_call_id": "c2", "name": "read_file", "content": "A small README."},
+    ])
+    engine = engine_for(fresh_store, 2048)
+    request = engine.build(thread)
+    check_request(engine, request)
+    listing, readme = fresh_store.messages(thread)[-2:]
+    assert request.clipped_ids == [listing["id"]]
+    assert request.messages[-1]["content"] == "A small README."
+    budget = request.breakdown.budget - request.breakdown.system - request.breakdown.tools
+    assert request.breakdown.history > budget * 0.9  # the room is used, not half of it
+
+
+def test_a_tool_output_shorter_than_its_placeholder_is_sent_as_it_is(fresh_store):
+    """An audit: outputs of 13 and 16 tokens were "cleared" into an 18-token placeholder,
+    the request growing for it and the window saying they were cleared."""
+    thread = fresh_store.create_thread("t")
+    for n in range(3):
+        fresh_store.add_messages(thread, [
+            {"role": "user", "content": f"Step {n}"},
+            {"role": "assistant", "content": "", "tool_calls": [call(f"a{n}"), call(f"b{n}")]},
+            {"role": "tool", "tool_call_id": f"a{n}", "name": "bash", "content": "ok"},
+            {"role": "tool", "tool_call_id": f"b{n}", "name": "bash", "content": "output " * 200},
+            {"role": "assistant", "content": f"Done {n}."}])
+    engine = engine_for(fresh_store, 8192, protect=0)
+    request = engine.build(thread)
+    described = {m["id"]: m for m in check_request(engine, request)}
+    rows = fresh_store.messages(thread)
+    small = [r["id"] for r in rows if r["content"] == "ok"]
+    large = [r["id"] for r in rows if r["role"] == "tool" and r["content"] != "ok"]
+    assert set(request.pruned_ids) == set(large)
+    assert all(described[i]["state"] == "verbatim" for i in small)
+    sent = {i: m["content"] for i, m in zip(request.included_ids, request.messages[1:])}
+    assert all(sent[i] == "ok" for i in small)
+
+
 def test_too_large_says_what_was_tried(fresh_store):
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, [

@@ -150,7 +150,7 @@ class Turn:
              clipped: dict[int, int] | None = None) -> int:
         total = self.extra
         for m in self.messages:
-            if pruned and m.role == "tool" and m.id not in keep:
+            if pruned and m.role == "tool" and m.id not in keep and m.id in pruned_cost:
                 total += pruned_cost[m.id]
             elif clipped and m.id in clipped:
                 total += clipped[m.id]
@@ -331,7 +331,7 @@ class _TurnSource:
             source = _chain(Turn((span[1] if span else 0) + 1, extra=self.draft_tokens), source)
         self._source = source
         self.loaded: list[Turn] = []  # newest first
-        self._pruned_cost: dict[int, int] = {}
+        self.pruned_costs: dict[int, int] = {}
         self.keep: set[int] = set()
         self.clipped: dict[int, tuple[Message, int]] = {}  # id → (shortened, its tokens)
         newest = self.get(0)
@@ -346,8 +346,8 @@ class _TurnSource:
             if turn is None:
                 return None
             for m in turn.messages:
-                if m.role == "tool":
-                    self._pruned_cost[m.id] = self.engine.pruned_cost(m)
+                if m.role == "tool" and self.engine.prunable(m):
+                    self.pruned_costs[m.id] = self.engine.pruned_cost(m)
             self.loaded.append(turn)
         return self.loaded[index]
 
@@ -356,7 +356,7 @@ class _TurnSource:
         tool outputs."""
         turn = self.get(index)
         clipped = {i: tokens for i, (_, tokens) in self.clipped.items()}
-        return 0 if turn is None else turn.cost(index >= protect, self._pruned_cost, self.keep,
+        return 0 if turn is None else turn.cost(index >= protect, self.pruned_costs, self.keep,
                                                 clipped)
 
 
@@ -419,6 +419,11 @@ class ContextEngine:
             "content": full_text,
         }
 
+    def prunable(self, meta: MessageMeta) -> bool:
+        """Whether clearing this tool output saves tokens: one no longer than its
+        placeholder is sent as it is (13 tokens became 18, marked "cleared")."""
+        return meta.tokens is None or meta.tokens > self.pruned_cost(meta)
+
     def pruned_cost(self, meta: MessageMeta) -> int:
         placeholder: Message = {"role": "tool", "content": PRUNED_PLACEHOLDER}
         if meta.tool_call_id:
@@ -434,7 +439,7 @@ class ContextEngine:
         turns = sorted({m.turn for m in metas}, reverse=True)
         protected = set(turns[: self.params.prune_protect_turns])
         return {m.id: (self.pruned_cost(m) if m.role == "tool" and m.turn not in protected
-                       else m.tokens or 0) for m in metas}
+                       and self.prunable(m) else m.tokens or 0) for m in metas}
 
     def open_turn_anchor(self, thread_id: int, covered: int) -> MessageMeta | None:
         """The user message that opens a turn the summary boundary cuts through (its
@@ -678,7 +683,8 @@ class ContextEngine:
                 message = wire_message(row_to_message(rows[meta.id]))
                 if meta.id in turns.clipped:
                     message = turns.clipped[meta.id][0]
-                elif age >= protect and meta.role == "tool" and meta.id not in turns.keep:
+                elif age >= protect and meta.role == "tool" and meta.id not in turns.keep \
+                        and meta.id in turns.pruned_costs:
                     message = {**message, "content": PRUNED_PLACEHOLDER}
                     pruned_ids.append(meta.id)
                 history.append(message)
@@ -694,11 +700,17 @@ class ContextEngine:
             return False
         kept = [m for m in newest.messages if m.id in turns.keep]
         others = turns.cost(0, 0) - sum(m.tokens or 0 for m in kept)
-        share = (frame.history_budget - others) // len(kept)
+        # water-filling: a result that fits its share is sent whole, and what it leaves
+        # goes to the larger ones (an equal share left a 39-token result's room unused
+        # beside a 44 KB listing cut to half the budget)
+        room, larger = frame.history_budget - others, sorted(kept, key=lambda m: m.tokens or 0)
+        while larger and (larger[0].tokens or 0) <= room // len(larger):
+            room -= larger.pop(0).tokens or 0
+        share = room // max(len(larger), 1)
         if share < MIN_CLIP_TOKENS:
             return False
         rows = self.store.messages_by_id([m.id for m in kept])
-        for meta in kept:
+        for meta in larger:
             if (meta.tokens or 0) > share:
                 message = wire_message(row_to_message(rows[meta.id]))
                 turns.clipped[meta.id] = self._shorten(message, share)
