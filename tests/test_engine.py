@@ -359,6 +359,30 @@ def test_a_tool_output_shorter_than_its_placeholder_is_sent_as_it_is(fresh_store
     assert all(sent[i] == "ok" for i in small)
 
 
+def test_a_turn_whose_steps_overflow_names_them_and_compaction_makes_it_fit(fresh_store):
+    """An audit: a turn of long steps before a 31-token result was refused as if the
+    result were "too large to shorten"; the steps are what overflow, and compacting the
+    chat summarizes the earlier ones (the next send does so)."""
+    from support.helpers import compactor_for
+
+    thread = fresh_store.create_thread("t")
+    fresh_store.add_messages(thread, [{"role": "user", "content": "Fix the bug."}])
+    for n in range(8):
+        fresh_store.add_messages(thread, [
+            {"role": "assistant", "content": f"Step {n}: " + "thinking it through " * 40,
+             "tool_calls": [call(f"c{n}")]},
+            {"role": "tool", "tool_call_id": f"c{n}", "name": "bash", "content": "ok " * 3}])
+    engine = engine_for(fresh_store, 1024)
+    with pytest.raises(ConversationTooLargeException) as err:
+        engine.build(thread)
+    text = str(err.value)
+    assert "its message and the model's steps before the result it just asked for are" in text
+    assert "compacting the chat (Compact now, or the next send) summarizes the earlier steps" in text
+    compactor = compactor_for(fresh_store, HeuristicCounter(), engine.params)
+    assert compactor.compact(thread, "manual").outcome == "ok"
+    check_request(engine, engine.build(thread))
+
+
 def test_too_large_says_what_was_tried(fresh_store):
     thread = fresh_store.create_thread("t")
     fresh_store.add_messages(thread, [

@@ -815,3 +815,29 @@ def test_a_long_message_searches_the_words_of_its_question_first():
     assert terms[3:] == [t for t in query_terms(f"So much happened: {chatter}.")][:MAX_TERMS - 3]
     short = "Which dentist did Rosa recommend after the move to Lisbon?"
     assert query_terms(short) == ["dentist", "rosa", "recommend", "after", "move", "lisbon"]
+
+
+def test_a_turn_whose_task_message_is_summarized_says_so_not_answered(fresh_store):
+    """An audit: a long agent turn compacted with its task message summarized (it did not
+    fit with the steps) sent no user message, and recall said "the newest turn is
+    answered" although it was still in progress."""
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, [
+        {"role": "user", "content": "Earlier chat about the bug."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "Fix the bug in parser.py. " * 300},  # over the budget
+        {"role": "assistant", "content": "Looking.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "bash", "content": "parser.py:12 error"},
+    ])
+    summary_id = fresh_store.add_summary(thread, {
+        "prev_id": None, "first_message_id": ids[0], "covers_through_id": ids[2],
+        "first_turn": 1, "last_turn": 2, "fields": "{}", "text": "The user asked for a fix.",
+        "tokens": 8, "counter": "heuristic", "path": "extractive"})
+    fresh_store.add_compaction_event(thread, {
+        "trigger": "tokens", "outcome": "ok", "path": "extractive", "turns_archived": 1,
+        "tokens_before": 100, "tokens_after": 20, "kept_turns": 0, "summary_tokens": 8,
+        "duration_s": 0.1, "summary_id": summary_id})
+    request = Planner(params(), HeuristicCounter()).plan(fresh_store, thread)
+    assert [m["role"] for m in request.messages] == ["system", "assistant", "tool"]
+    assert request.recall.reason == "the message that opened the newest turn is summarized"

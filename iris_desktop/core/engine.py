@@ -636,6 +636,13 @@ class ContextEngine:
         if turns.clipped:
             cleared = ("every finished tool output cleared and the result the model just "
                        "asked for shortened")
+        elif turns.keep and needed - self._in_flight_tokens(turns) > allowed \
+                and self._steps_overflow(turns, allowed):
+            # the steps before the result overflow, not the result (a 31-token one was blamed)
+            cleared = ("every finished tool output cleared: its message and the model's steps "
+                       f"before the result it just asked for are {_tokens(needed - self._in_flight_tokens(turns))} "
+                       "alone; compacting the chat (Compact now, or the next send) summarizes "
+                       "the earlier steps")
         elif turns.keep:
             cleared = ("every finished tool output cleared (the result the model just asked for "
                        "is too large to shorten into what is left)")
@@ -689,6 +696,21 @@ class ContextEngine:
                     pruned_ids.append(meta.id)
                 history.append(message)
         return history, pruned_ids
+
+    @staticmethod
+    def _steps_overflow(turns: _TurnSource, allowed: int) -> bool:
+        """The newest turn's steps (two or more) are what does not fit, not its message."""
+        newest = turns.get(0)
+        if newest is None:
+            return False
+        opening = newest.messages[0].tokens or 0 if newest.messages[0].role == "user" else 0
+        return opening <= allowed // 2 and sum(m.role == "assistant" for m in newest.messages) >= 2
+
+    @staticmethod
+    def _in_flight_tokens(turns: _TurnSource) -> int:
+        newest = turns.get(0)
+        return 0 if newest is None else sum(m.tokens or 0 for m in newest.messages
+                                            if m.id in turns.keep)
 
     def _clip_in_flight(self, turns: _TurnSource, frame: Frame) -> bool:
         """The in-flight tool results, shortened to share what the newest turn leaves of
@@ -770,6 +792,10 @@ class ContextEngine:
             index = len(history) - 1
         elif included and _in_progress(included[-1]):
             index = len(history) - len(included[-1].messages)
+        elif included and _in_progress(included[-1], opened=False):
+            # its task message is summarized (it did not fit with the steps): said, not
+            # "answered" as before
+            return Recall(reason="the message that opened the newest turn is summarized"), 0
         else:  # a finished turn: the next message will get its own recall
             return Recall(reason="the newest turn is answered"), 0
         message = history[index]
@@ -849,11 +875,12 @@ class ContextEngine:
         return result
 
 
-def _in_progress(turn: Turn) -> bool:
-    """A turn opened by a user message and not yet answered: the user message alone, or
-    tool steps after it (the final reply is an assistant message without tool calls)."""
+def _in_progress(turn: Turn, opened: bool = True) -> bool:
+    """A turn opened by a user message (``opened``: that message is in ``turn``, not
+    left out of it) and not yet answered: the user message alone, or tool steps after
+    it (the final reply is an assistant message without tool calls)."""
     first, last = turn.messages[0], turn.messages[-1]
-    return first.role == "user" and (
+    return (first.role == "user") == opened and (
         last.role in ("user", "tool") or (last.role == "assistant" and last.has_tool_calls))
 
 
