@@ -841,3 +841,29 @@ def test_a_turn_whose_task_message_is_summarized_says_so_not_answered(fresh_stor
     request = Planner(params(), HeuristicCounter()).plan(fresh_store, thread)
     assert [m["role"] for m in request.messages] == ["system", "assistant", "tool"]
     assert request.recall.reason == "the message that opened the newest turn is summarized"
+
+
+def test_an_agents_result_in_a_summarized_tool_output_is_recalled(fresh_store):
+    """An audit: after compaction, what an agent found lived only in a tool output (a CTF
+    flag, a traceback), and recall searched user and assistant messages only: asked for
+    it, the model made a flag up. Tool outputs are searched too, shown as the tool's."""
+    counter = HeuristicCounter()
+    p = params(window=2048, recall=512)
+    messages = []
+    for n in range(12):
+        found = "Flag: HTB{l00k_47_7h3_w4ll}" if n == 1 else f"nothing in chunk {n}"
+        messages += [
+            {"role": "user", "content": f"Task {n}: look at the next file. " + "context " * 60},
+            {"role": "assistant", "content": "Running it.", "tool_calls": [
+                {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "name": "bash",
+             "content": f"$ python decrypt.py\n{found}\n" + "log line " * 80},
+            {"role": "assistant", "content": f"Step {n} done."}]
+    thread = compacted(fresh_store, messages, counter, p)
+    summary = fresh_store.latest_summary(thread)
+    flag_id = next(m["id"] for m in fresh_store.messages(thread) if "HTB{" in (m["content"] or ""))
+    assert flag_id <= summary.covers_through_id  # summarized
+    request = Planner(p, counter).plan(fresh_store, thread, "Which flag did decrypt.py print?")
+    assert flag_id in request.recall.ids
+    assert "- Tool bash: " in request.recall.text and "HTB{l00k_47_7h3_w4ll}" in request.recall.text
+    check_request(ContextEngine(fresh_store, counter, p), request)

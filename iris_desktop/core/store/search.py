@@ -19,16 +19,17 @@ class Search(Connected):
         self, thread_id: int, through_id: int, fts: str, limit: int = 60,
         among: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
-        """(id, bm25 rank) of the active branch's user and assistant messages up to
-        ``through_id`` (and among ``among``, when given) that match the FTS5 query
-        ``fts``, best first."""
+        """(id, bm25 rank) of the active branch's messages up to ``through_id`` (and
+        among ``among``, when given) that match the FTS5 query ``fts``, best first: what
+        the user and the model said, and the tools' outputs (an agent's results, a flag
+        it found, a traceback, lived only there once summarized: never recalled)."""
         if through_id <= 0 or not fts or (among is not None and not among):
             return []
         rows = self.conn.execute(
             f"""
             SELECT m.id, rank FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
             WHERE messages_fts MATCH ? AND m.thread_id = ? AND m.id <= ?
-              AND m.role IN ('user', 'assistant')
+              AND m.role IN ('user', 'assistant', 'tool')
               AND EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = m.thread_id
                           AND p.message_id = m.id)
               {"AND m.id IN (SELECT value FROM json_each(?))" if among is not None else ""}
