@@ -320,13 +320,15 @@ def _narrative(previous: ConversationSummary, users: list[Said], assistants: lis
     parts: list[str] = []
     if previous.summary:
         parts.append(_clip(previous.summary, 300))
-    span = f"turns {turns[0]}–{turns[1]}" if turns[1] else "the earlier turns"
+    span = ("the earlier turns" if not turns[1] else f"turn {turns[1]}" if turns[0] == turns[1]
+            else f"turns {turns[0]}–{turns[1]}")
     dates = [s.date for s in said if s.date]
     when = f", from {fmt_date(min(dates))} to {fmt_date(max(dates))}" if dates else ""
     user = users[0].speaker if users and users[0].named else "the user"
     assistant = assistants[0].speaker if assistants and assistants[0].named else "the assistant"
-    parts.append(f"In {span}{when} {user} wrote {len(users)} messages and {assistant} "
-                 f"{len(assistants)} replies.")
+    messages = f"{len(users)} message{'' if len(users) == 1 else 's'}"
+    replies = f"{len(assistants)} {'reply' if len(assistants) == 1 else 'replies'}"
+    parts.append(f"In {span}{when} {user} wrote {messages} and {assistant} {replies}.")
     if users:
         parts.append(f"Most recently {user} said: \"{_clip(users[-1].text, 100)}\"")
     if paths:
