@@ -159,12 +159,14 @@ class _ChatPrinter(TurnListener):
         self.gone = event.kind == "gone"  # no thread left to name
 
     def on_done(self, event: TurnDone) -> None:
-        if event.finish_reason == "cancelled" and not self.stdout_closed:
-            print("\n[stopped]", file=sys.stderr)
         cut = cut_off(event.stats, self.max_tokens)
-        if cut and not self.stdout_closed:
-            print(f"\n[cut off: {cut}; 'iris-desktop chat --thread {event.thread_id} "
-                  "--continue' goes on with it]", file=sys.stderr)
+        if self.stdout_closed or (event.finish_reason != "cancelled" and not cut):
+            return
+        if self.reply_open:  # the reply's line ends on stdout, where it is
+            self._out("\n")
+        print("[stopped]" if event.finish_reason == "cancelled" else
+              f"[cut off: {cut}; 'iris-desktop chat --thread {event.thread_id} --continue' "
+              "goes on with it]", file=sys.stderr)
 
 
 @contextmanager
