@@ -781,6 +781,12 @@ def test_a_progress_line_after_the_reply_never_clears_its_last_line(monkeypatch)
     printer._progress_line("Summarizing earlier turns, part 1 of 2… 4% of all, about 109 s left", False)
     last = err.getvalue().rsplit("\r\x1b[K", 1)[1]
     assert len(last) <= 39 and last.endswith("…")
+    to_file = io.StringIO()  # `chat … > reply.txt` on a terminal: the file gets the reply as is
+    monkeypatch.setattr(sys, "stdout", to_file)
+    printer = _ChatPrinter(False)
+    printer._out("Hello!")
+    printer._progress_line("Warming up…", True)
+    assert to_file.getvalue() == "Hello!"
 
 
 def test_threads_without_the_model_marks_its_counts_as_estimates(capsys, tmp_path):

@@ -357,3 +357,15 @@ def test_the_hubs_names_are_shown_as_text_and_unsafe_ones_are_not_listed(qtbot, 
     dialog.table.selectRow(0)
     assert "is not a file name in a repository" in dialog.status.text() and "\u202e" not in dialog.status.text()
     assert "\\u202e" in dialog.table.item(0, 1).text() and not dialog.download_button.isEnabled()
+
+
+def test_a_repository_whose_every_gguf_name_is_unsafe_says_so_in_one_sentence(tmp_path):
+    """A review: "org/repo holds no GGUF file. 2 more are not listed: …" contradicted
+    itself."""
+    from iris_desktop.runtime.hub.client import HubFile
+    from iris_desktop.ui.hub_worker import file_rows
+
+    files = [HubFile("org/repo", path, 1000, "main") for path in ("../evil.gguf", "/abs/x.gguf")]
+    rows, said = file_rows("org/repo", files, None, tmp_path)
+    assert rows == [] and said.startswith("None of the 2 GGUF file(s) in org/repo can be listed: "
+                                          "their names cannot be kept as files here (")

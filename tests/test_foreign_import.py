@@ -841,3 +841,20 @@ def test_a_time_far_in_the_future_is_left_out_not_kept(capsys, tmp_path):
     assert len(ids) == 1
     for message in exported(capsys, ids[0]):
         assert message.get("created_at", "0")[:4] < "2100", message
+
+
+def test_an_iris_or_openai_file_with_a_time_in_the_future_does_not_date_its_chat(capsys, tmp_path):
+    """A review: the native formats kept a chat dated in the year 5138 at the top of the
+    list for good (only other apps' exports were fixed). The message keeps the time it
+    gives (an export gives it back); the chat is dated by the others, or by the import."""
+    import time
+
+    source = tmp_path / "future.jsonl"
+    source.write_text(json.dumps({"role": "user", "content": "hello", "created_at": 99999999999})
+                      + "\n" + json.dumps({"role": "assistant", "content": "hi",
+                                           "created_at": "5138-01-01T00:00:00+00:00"}) + "\n")
+    ids, _ = imported(capsys, source)
+    [thread] = [t for t in json.loads(run(capsys, "threads", "--no-model", "--json")[1])
+                if t["id"] == ids[0]]
+    assert thread["updated_at"] < time.time() + 86_400
+    assert exported(capsys, ids[0])[1]["created_at"].startswith("5138")

@@ -673,6 +673,36 @@ def test_two_files_of_one_name_in_two_folders_are_two_files(server, client, tmp_
     assert len(server.served("files")) == fetched
 
 
+def test_a_file_of_a_folder_an_older_iris_kept_by_its_name_is_moved_not_fetched_again(
+        server, client, tmp_path, blobs):
+    """A review: an older Iris kept ``a/model.gguf`` as ``<org>/<repo>/model.gguf``; kept
+    now under ``a/``, the finished file was fetched again (many GB) and a half-finished
+    one started over, the old copy left beside. Its record names the file: it moves."""
+    import shutil
+
+    server.repos[QWEN].update({"a/model.gguf": blobs["llama"], "b/part.gguf": blobs["q8"]})
+    new = download(client, QWEN, "a/model.gguf", tmp_path)
+    root = tmp_path / "downloads" / "Qwen" / "Qwen2.5-1.5B-Instruct-GGUF"
+    records = tmp_path / "downloads" / ".records" / "Qwen" / "Qwen2.5-1.5B-Instruct-GGUF"
+    shutil.move(new, root / "model.gguf")  # where the older Iris kept it, with its record
+    shutil.move(records / "a" / "model.gguf.json", records / "model.gguf.json")
+    fetched = len(server.served("files"))
+    assert download_record(tmp_path, QWEN, "a/model.gguf")["path"] == str(new)
+    assert download(client, QWEN, "a/model.gguf", tmp_path) == new
+    assert len(server.served("files")) == fetched and not (root / "model.gguf").exists()
+    half = root / "part.gguf.partial"  # a half download of the older layout
+    half.write_bytes(blobs["q8"][:1000])
+    (root / "part.gguf.partial.json").write_text(json.dumps(
+        {"repo": QWEN, "file": "b/part.gguf", "revision": "main", "size": len(blobs["q8"])}))
+    assert partial_state(tmp_path, QWEN, "b/part.gguf")["done"] == 1000  # resumed, not anew
+    assert download(client, QWEN, "b/part.gguf", tmp_path).read_bytes() == blobs["q8"]
+    assert not half.exists()
+    (root / "model.gguf.partial").write_bytes(b"GGUF")  # another file's: left alone
+    (root / "model.gguf.partial.json").write_text(json.dumps({"repo": QWEN, "file": "model.gguf"}))
+    assert partial_state(tmp_path, QWEN, "c/model.gguf") is None
+    assert (root / "model.gguf.partial").exists()
+
+
 def test_a_download_of_an_older_iris_is_still_found(server, client, tmp_path, blobs):
     """The old layout: every file directly under <org>/<repo>/. A file at the top of the
     repository is where it always was; a file of a folder kept there is not taken for

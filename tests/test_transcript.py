@@ -448,3 +448,16 @@ def test_a_huge_message_is_shown_in_part_and_copied_whole(view, qtbot):
     view.setCurrentIndex(view.transcript.index(0))
     view.copy()
     assert QGuiApplication.clipboard().text() == huge
+
+
+def test_a_code_block_the_cut_falls_in_is_closed_and_copies_whole(view, qtbot):
+    """A review: cut inside a fenced block, the note showed as code and the block's Copy
+    gave the cut code."""
+    code = "\n".join(f"print({n})" for n in range(20_000))
+    reply = "intro " * 16_000 + "\n```python\n" + code + "\n```\nThat is all."
+    show(view, qtbot, [message(1, "user", "Code please"), message(2, "assistant", reply)])
+    doc = view.delegate._doc(view.transcript.entry(1), view.delegate.body_width())
+    (block, _, _), = code_boxes(doc)
+    assert block.code == code  # the block's Copy gives all of it
+    assert doc.toPlainText().rstrip().endswith("Copy or File ▸ Export gives all of it]")
+    assert "```" not in doc.toPlainText()

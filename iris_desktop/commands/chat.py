@@ -118,8 +118,10 @@ class _ChatPrinter(TurnListener):
         """One line on a terminal's stderr, rewritten in place until ``finished``."""
         if not sys.stderr.isatty():
             return
-        if self.reply_open and not self.stdout_closed:  # "\r\x1b[K" would clear the reply's
-            sys.stdout.write("\n")                     # last line (warming up after a reply)
+        # "\r\x1b[K" would clear the reply's last line on the same terminal (warming up
+        # after a reply); a reply written to a file is left as it is
+        if self.reply_open and not self.stdout_closed and sys.stdout.isatty():
+            sys.stdout.write("\n")
             sys.stdout.flush()
             self.reply_open = False
         width = shutil.get_terminal_size().columns - 1  # a longer line wraps and is not rewritten

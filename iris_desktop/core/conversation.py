@@ -371,13 +371,15 @@ def _date(store: Store, thread_id: int, messages: list[Message]) -> None:
     """The thread's times from its messages' dates, where they give them: an imported chat
     takes its place in the list by when it was last written to, not by when it came in."""
     stamps = []
+    latest = dt.datetime.now().timestamp() + 86_400  # a time in the future does not date it
     for message in messages:
         try:
             when = sent_at_of(message)
         except (ValueError, OverflowError, OSError):
             continue
-        if when is not None:
-            stamps.append(dt.datetime.fromisoformat(when).timestamp())
+        if when is not None and dt.datetime.fromisoformat(when).timestamp() <= latest:
+            stamps.append(dt.datetime.fromisoformat(when).timestamp())  # (the year 5138 sorted
+            # the chat above every other for good; the message keeps the time it gives)
     if stamps:
         store.date_thread(thread_id, min(stamps), max(stamps))
 

@@ -260,8 +260,10 @@ def message_document(text: str, font: QFont, theme: CodeTheme, *, markdown: bool
     else:
         _fill(doc, parts, theme, markdown, streaming and unclosed)
         if stored is not None and stored != text:
+            # (stored may hold more: a message shown in part; its blocks come first, and
+            # the one the cut fell in copies whole)
             codes = [part for part, language in _split(stored)[0] if language is not None]
-            if len(codes) == len(doc.code_blocks):
+            if len(codes) >= len(doc.code_blocks):
                 doc.code_blocks = [replace(block, code=code)
                                    for block, code in zip(doc.code_blocks, codes)]
     doc.setTextWidth(width)

@@ -202,7 +202,10 @@ def file_rows(repo: str, files: list[HubFile], memory: int | None,
             "shows the full estimate once it is downloaded." if rows else f"{repo} holds no GGUF file.")
     if total > shown:
         said += f" The first {shown:,} are shown."
-    if left_out:
+    if left_out and not rows:  # ("holds no GGUF file. 2 more are not listed" contradicted itself)
+        said = (f"None of the {left_out} GGUF file(s) in {repo} can be listed: their names cannot "
+                f"be kept as files here ({why.rstrip('.')}).")
+    elif left_out:
         said += (f" {left_out} more {'is' if left_out == 1 else 'are'} not listed: their names cannot be "
                  f"kept as files here ({why.rstrip('.')}).")
     if getattr(files, "cut", None):

@@ -122,8 +122,8 @@ class TranscriptDelegate(QStyledItemDelegate):
                                   f"*{note}*" if (note := stopped_empty(entry)) else "")
             if entry.role == "assistant" and entry.calls:
                 text += "\n\n" + "\n\n".join(f"`→ {c.replace('`', chr(39))}`" for c in entry.calls)
-            text, markdown = shown_part(text, entry.role == "assistant"), entry.role == "assistant"
-            doc = message_document(show_directional(text), self.view.font(), self._code_theme(),
+            shown, markdown = shown_part(text, entry.role == "assistant"), entry.role == "assistant"
+            doc = message_document(show_directional(shown), self.view.font(), self._code_theme(),
                                    markdown=markdown, width=width,
                                    streaming=entry.status == "streaming", stored=text)
         self._docs[key] = doc

@@ -37,7 +37,11 @@ def shown_part(text: str, markdown: bool) -> str:
         return text
     note = (f"[shown in part: the first {MAX_SHOWN_CHARS:,} of {len(text):,} characters "
             f"({file_size(utf8_length(text))}); Copy or File ▸ Export gives all of it]")
-    return f"{text[:MAX_SHOWN_CHARS]}\n\n{'*' + note + '*' if markdown else note}"
+    cut = text[:MAX_SHOWN_CHARS]
+    fences = [line.lstrip()[:3] for line in cut.splitlines() if line.lstrip()[:3] in ("```", "~~~")]
+    if len(fences) % 2:  # cut inside a code block: it is closed before the note
+        cut += "\n" + fences[-1]
+    return f"{cut}\n\n{'*' + note + '*' if markdown else note}"
 
 
 def stopped_empty(entry: Entry) -> str:

@@ -82,7 +82,36 @@ def _place(models_dir: str | os.PathLike[str], repo: str, file: str) -> _Place:
     owner, name = _check_repo(repo).split("/")
     parts = _parts(file)
     downloads = Path(models_dir) / "downloads"
-    return _Place(downloads.joinpath(owner, name, *parts), downloads.joinpath(RECORDS, owner, name, *parts))
+    place = _Place(downloads.joinpath(owner, name, *parts), downloads.joinpath(RECORDS, owner, name, *parts))
+    if len(parts) > 1:
+        _adopt_flat(place, _Place(downloads.joinpath(owner, name, parts[-1]),
+                                  downloads.joinpath(RECORDS, owner, name, parts[-1])),
+                    repo.strip(), file.strip())
+    return place
+
+
+def _adopt_flat(place: _Place, flat: _Place, repo: str, file: str) -> None:
+    """A file in a folder of its repository that an earlier Iris kept by its name alone
+    (``<org>/<repo>/<name>``), downloaded or half-downloaded, moves to where it is kept
+    now, with its record, when that record names this very file and nothing is there yet
+    (otherwise it was downloaded again, many GB, and the old copy stayed beside it)."""
+    if place.target.exists() or _partial(place.target).exists():
+        return
+    moves: list[tuple[Path, Path]] = []
+    done = read_json_object(_done_record(flat))
+    if flat.target.is_file() and (done.get("repo"), done.get("file")) == (repo, file):
+        moves = [(flat.target, place.target), (_done_record(flat), _done_record(place))]
+    partial = read_json_object(_record(flat.target))
+    if not moves and _partial(flat.target).is_file() \
+            and (partial.get("repo"), partial.get("file")) == (repo, file):
+        moves = [(_partial(flat.target), _partial(place.target)),
+                 (_record(flat.target), _record(place.target))]
+    try:
+        for source, destination in moves:
+            make_private_dir(destination.parent)
+            os.replace(source, destination)  # (a rename keeps the time the record checks)
+    except OSError:  # another process moved it first, or a folder cannot be made: as before
+        pass
 
 
 def _partial(target: Path) -> Path:
