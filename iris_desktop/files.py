@@ -111,6 +111,15 @@ def commit_partial(partial: str | os.PathLike[str], target: str | os.PathLike[st
     fsync_dir(Path(target).parent)
 
 
+def move_file(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Move a whole file to another name in the same file system (an older layout's
+    download to where it is kept now), durably: the rename, then both folders fsynced.
+    Raises OSError."""
+    os.replace(source, target)
+    fsync_dir(Path(target).parent)
+    fsync_dir(Path(source).parent)
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o600,
                  keep_mode: bool = False) -> None:
     """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; see

@@ -69,6 +69,18 @@ COLUMNS = ("Model", "File", "Quantization", "Size", "Trained context", "Memory a
 RECOMMENDED_ITEM = "Recommended"
 
 
+def _privacy_words(hub_url: str) -> str:
+    """What is sent where, and only when asked (the dialog's first line)."""
+    try:
+        host = server_address(hub_url) if hub_url else "no hub (models.hub_url is empty)"
+    except ValueError:
+        host = hub_url
+    return (f"Nothing is contacted until you search, check sizes or download. Then Iris asks "
+            f"<b>{html.escape(host)}</b> (models.hub_url) — sending only the search text and the "
+            "model and file names — and downloads from the file host it points to. Your chats "
+            "never leave this computer.")
+
+
 class DownloadDialog(QDialog):
     """``useModel(path)`` asks for a downloaded model to be loaded; ``downloaded(path)``
     says a model joined the library."""
@@ -97,15 +109,7 @@ class DownloadDialog(QDialog):
         self.last: tuple[float, DownloadProgress] | None = None  # the latest progress, and when
         self.stale = QTimer(self, interval=1000, timeout=self._stale)  # a stall: the line says so
 
-        try:
-            host = server_address(hub_url) if hub_url else "no hub (models.hub_url is empty)"
-        except ValueError:
-            host = hub_url
-        self.privacy = QLabel(
-            f"Nothing is contacted until you search, check sizes or download. Then Iris asks "
-            f"<b>{html.escape(host)}</b> (models.hub_url) — sending only the search text and the model and "
-            f"file names — and downloads from the file host it points to. Your chats never leave "
-            f"this computer.")
+        self.privacy = QLabel(_privacy_words(hub_url))
         self.privacy.setObjectName("privacy")
         self.privacy.setWordWrap(True)
         self.search_edit = QLineEdit()

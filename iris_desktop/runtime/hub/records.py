@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from iris_desktop.files import atomic_write, read_json_object
+from iris_desktop.files import atomic_write, move_file, read_json_object
 from iris_desktop.paths import make_private_dir
 
 from .client import HubError, HubFile, _check_file, _check_repo, _normal_sha
@@ -109,7 +109,7 @@ def _adopt_flat(place: _Place, flat: _Place, repo: str, file: str) -> None:
     try:
         for source, destination in moves:
             make_private_dir(destination.parent)
-            os.replace(source, destination)  # (a rename keeps the time the record checks)
+            move_file(source, destination)  # (a rename keeps the time the record checks)
     except OSError:  # another process moved it first, or a folder cannot be made: as before
         pass
 
