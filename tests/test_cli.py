@@ -798,3 +798,54 @@ def test_threads_without_the_model_marks_its_counts_as_estimates(capsys, tmp_pat
     assert main(["--data-dir", str(data), "threads", "--no-model"]) == 0
     out = capsys.readouterr().out
     assert " messages  ≈" in out and " tokens" in out
+
+
+def test_the_markdown_export_keeps_its_structure_whatever_the_messages_hold(capsys, tmp_path):
+    """An audit: a reply's "## User" line looked like a message boundary; a tool output
+    or arguments holding ``` closed their fence early and what followed became headings;
+    an attached file's unclosed fence swallowed the next message; the chat's own system
+    prompt, a stopped reply and the existence of other branches were not said."""
+    from iris_desktop.core.conversation import markdown_export
+    from iris_desktop.core.store import Store
+
+    data = tmp_path / "data"
+    with Store(data / "iris.db") as store:
+        thread = store.create_thread("Fences")
+        store.set_system_prompt(thread, "Be terse.")
+        store.add_messages(thread, [
+            {"role": "user", "content": "Show me\n```python\nprint(1)\n"},  # left open
+            {"role": "assistant", "content": "Sure.\n## User\n# not a heading", "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "bash", "arguments": '{"cmd": "echo ```"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "bash",
+             "content": "```\n# after fence\n````"},
+            {"role": "assistant", "content": "Stopped here", "status": "interrupted"},
+        ])
+        text = markdown_export(store, thread)
+    headings, fence = [], None  # as a CommonMark reader sees them: outside code blocks
+    for line in text.splitlines():
+        run = re.match(r"`{3,}", line)
+        if fence is None and run:
+            fence = run.group(0)
+        elif fence is not None and line.strip() == "`" * len(line.strip()) and len(line.strip()) >= len(fence):
+            fence = None
+        elif fence is None and line.startswith("#"):
+            headings.append(line)
+    assert headings == ["# Fences", "## System prompt (this chat's own)", "## User", "## Assistant",
+                        "## Tool (bash)", "## Assistant (stopped)"], headings
+    assert "\\## User" in text and "\\# not a heading" in text and "Be terse." in text
+    assert "`````\n```\n# after fence\n````\n`````" in text  # a fence longer than any run inside
+
+
+def test_a_reply_being_written_is_exported_as_stopped(capsys, tmp_path):
+    """An audit: an export while a reply was being written saved it unmarked, and an
+    import of that file stored it complete (no Continue)."""
+    from iris_desktop.core.conversation import export_messages, markdown_export
+    from iris_desktop.core.store import Store
+
+    with Store(tmp_path / "iris.db") as store:
+        thread = store.create_thread("Writing")
+        store.add_messages(thread, [{"role": "user", "content": "Tell me a story."}])
+        store.add_message(thread, {"role": "assistant", "content": "Once upon"}, status="streaming")
+        assert export_messages(store, thread)["messages"][-1]["status"] == "interrupted"
+        assert "## Assistant (stopped)" in markdown_export(store, thread)

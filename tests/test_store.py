@@ -352,3 +352,27 @@ def test_processes_creating_the_same_new_database_at_once_all_open_it(tmp_path):
         assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
         with Store(db) as store:
             assert store.schema_version == SCHEMA_VERSION and store.integrity_check() == "ok"
+
+
+def test_the_search_box_finds_titles_in_any_case_and_order_and_words_inside_cjk_and_emoji(fresh_store):
+    """An audit: title search was case-sensitive outside ASCII, kept the words' order and
+    took % and _ as wildcards; 日本 inside 東京は日本の首都です and an emoji alone were
+    never found ("No match"); a pasted page of prefixes took 40 s."""
+    from iris_desktop.core.store.search import MAX_SEARCH_TERMS
+
+    ids = {title: fresh_store.create_thread(title) for title in (
+        "Привет план", "Ölwechsel Termin", "Trip plans Paris", "done_ok", "doneXok", "500 off")}
+    fresh_store.add_messages(ids["done_ok"], [{"role": "user", "content": "東京は日本の首都です"},
+                                              {"role": "assistant", "content": "Pizza 🍕 tonight"}])
+
+    def titles(query: str) -> list[str]:
+        return [h["title"] for h in fresh_store.search(query) if h["message_id"] is None]
+
+    assert titles("ПРИВЕТ") == ["Привет план"] and titles("ölwechsel") == ["Ölwechsel Termin"]
+    assert titles("paris trip") == ["Trip plans Paris"]
+    assert titles("done_ok") == ["done_ok"] and titles("50%") == [] and titles("%") == []
+    hits = [h for h in fresh_store.search("日本") if h["message_id"] is not None]
+    assert len(hits) == 1 and "[日本]" in hits[0]["snippet"]
+    assert len([h for h in fresh_store.search("🍕") if h["message_id"] is not None]) == 1
+    assert fresh_store.search(" ".join(f"w{n}" for n in range(5_000))) == []  # bounded
+    assert MAX_SEARCH_TERMS == 16

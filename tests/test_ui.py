@@ -359,6 +359,38 @@ def test_search_finds_a_message_and_opens_it(make_window, qtbot, data_dir):
     assert current is not None and "purple elephant" in current.text
 
 
+def test_search_results_follow_a_delete_and_a_hit_of_a_deleted_chat_says_so(make_window, qtbot,
+                                                                            data_dir):
+    """An audit: results stayed as they were while the box held text (a chat deleted in
+    this window or by a command still listed); a click on a deleted chat's hit opened an
+    empty chat that refused every message."""
+    messages = chat(3)
+    messages[0]["content"] = "banana bread recipe"
+    doomed = seed_thread(data_dir, messages, title="Alpha plans")
+    messages[0]["content"] = "banana split"
+    seed_thread(data_dir, messages, title="Beta notes")
+    window = make_window(ScriptedRuntime([]))
+    qtbot.keyClicks(window.threads.search, "banana")
+    qtbot.waitUntil(lambda: window.threads.list.count() == 2, timeout=5_000)
+    from iris_desktop.ui.threads import MESSAGE_ROLE
+
+    hit = next(window.threads.list.item(i).data(MESSAGE_ROLE) for i in range(2)
+               if "Alpha" in window.threads.list.item(i).text())
+    with Store(app_paths(data_dir).db_path) as store:  # another process
+        store.delete_thread(doomed)
+    said: list[str] = []
+    window.app_state.statusMessage.connect(lambda text, _ms: said.append(text))
+    window.threads_control.open_thread(doomed, hit)  # a click on the hit
+    qtbot.waitUntil(lambda: any("That chat was deleted" in t for t in said), timeout=5_000)
+    assert window.thread_id != doomed
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1
+                    and "Beta" in window.threads.list.item(0).text(), timeout=10_000)
+    said.clear()
+    window.threads_control.open_thread(doomed)  # a title hit: opened, found gone, said
+    qtbot.waitUntil(lambda: any("That chat was deleted" in t for t in said), timeout=5_000)
+    assert window.thread_id is None
+
+
 def test_a_5000_message_thread_opens_without_5000_widgets(make_window, qtbot, data_dir):
     thread = seed_thread(data_dir, chat(2500, words=12))
     window = make_window(ScriptedRuntime([]))

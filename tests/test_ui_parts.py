@@ -146,6 +146,24 @@ def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
     assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
 
 
+def test_a_json_export_of_a_chat_with_branches_says_how_many_messages_it_holds(window, qtbot,
+                                                                              tmp_path):
+    """An audit: "Exported 2 messages" for a file of 3 (the branch shown was counted)."""
+    from iris_desktop.core.store import Store
+
+    with Store(window.host.paths.db_path) as store:
+        thread = store.create_thread("Branches")
+        first, reply = store.add_messages(thread, [{"role": "user", "content": "Hi"},
+                                                   {"role": "assistant", "content": "Hello"}])
+        store.add_message(thread, {"role": "assistant", "content": "Hey"}, parent_id=first)
+    said: list[str] = []
+    window.app_state.statusMessage.connect(lambda text, _ms: said.append(text))
+    window.threads_control.export_thread(thread, str(tmp_path / "out.json"), "json")
+    qtbot.waitUntil(lambda: any(t.startswith("Exported") for t in said), timeout=5_000)
+    assert said[-1].startswith("Exported 3 messages to ")
+    assert len(json.loads((tmp_path / "out.json").read_text())["messages"]) == 3
+
+
 def test_the_window_imports_a_claude_export_as_downloaded_a_zip(window, qtbot, tmp_path):
     """File ▸ Import conversation… on the zip claude.ai sends: its chats in the list,
     the newest opened with its pasted file shown as an attachment."""

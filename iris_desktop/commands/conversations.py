@@ -46,16 +46,14 @@ def import_(args, overrides) -> int:
 
 
 def export(args, overrides) -> int:
-    from iris_desktop.core.conversation import export_messages, to_markdown
-    from iris_desktop.core.store import row_to_message
+    from iris_desktop.core.conversation import export_messages, markdown_export
 
     with open_host(args, overrides) as host:
-        thread = _thread(host, args.thread)
+        _thread(host, args.thread)
         if args.format == "json":  # every branch
             text = dump_json(export_messages(host.store, args.thread), indent=2) + "\n"
         else:  # the active branch, to read
-            text = to_markdown(thread["title"],
-                               [row_to_message(r) for r in host.store.messages(args.thread)])
+            text = markdown_export(host.store, args.thread)
     if args.output:
         _write_private(Path(args.output), text)
     else:  # Markdown is exact in a file or a pipe, and shown safely on a terminal

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -334,8 +335,8 @@ def _exported(row: dict[str, Any]) -> Message:
     message = row_to_message(row)
     if row.get("sent_at") and not any(key in message for key in TIMESTAMP_KEYS):
         message["created_at"] = row["sent_at"]
-    if row.get("status") == "interrupted" and "status" not in message:
-        message["status"] = "interrupted"
+    if row.get("status") in ("interrupted", "streaming") and "status" not in message:
+        message["status"] = "interrupted"  # (a reply still being written is partial too)
     return message
 
 
@@ -439,9 +440,54 @@ def title_from(messages: list[Message], limit: int = 60) -> str:
     return "Imported chat"
 
 
-def to_markdown(title: str, messages: list[Message]) -> str:
+def markdown_export(store: Store, thread_id: int) -> str:
+    """The Markdown export of a thread (the window's and the CLI's): its active branch,
+    its own system prompt, a stopped reply marked, and a note when other branches exist
+    (the JSON export holds them)."""
+    rows = store.messages(thread_id)
+    return to_markdown(store.thread(thread_id)["title"], [_exported(r) for r in rows],
+                       system_prompt=store.system_prompt_of(thread_id),
+                       other_branches=store.has_branches(thread_id))
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text`` (CommonMark's rule: a
+    tool output holding ``` closed a fixed fence early, and what followed became
+    headings)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _body(text: str) -> str:
+    """A message's text as Markdown that keeps the export's structure: a line starting
+    with # outside the message's own code blocks is escaped (a reply's "## User" line
+    looked like a message boundary), and a code block left open is closed (an attached
+    file's unclosed fence swallowed the next message)."""
+    lines, fence = [], None
+    for line in text.split("\n"):
+        stripped = line.lstrip()
+        marker = re.match(r"(`{3,}|~{3,})", stripped)
+        if fence is None and marker:
+            fence = marker.group(1)
+        elif fence is not None and stripped.startswith(fence) and not stripped[len(fence):].strip():
+            fence = None
+        elif fence is None and stripped.startswith("#"):
+            line = line.replace("#", "\\#", 1)
+        lines.append(line)
+    if fence is not None:
+        lines.append(fence)
+    return "\n".join(lines)
+
+
+def to_markdown(title: str, messages: list[Message], system_prompt: str | None = None,
+                other_branches: bool = False) -> str:
     """A readable export; the JSON export is the exact one."""
     out = [f"# {title}", ""]
+    if other_branches:
+        out += ["*This chat has other branches (regenerated or edited messages); this file "
+                "holds the one shown. The JSON export holds them all.*", ""]
+    if system_prompt:
+        out += ["## System prompt (this chat's own)", "", _body(system_prompt), ""]
     for message in messages:
         role = message["role"]
         heading = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}[
@@ -449,18 +495,23 @@ def to_markdown(title: str, messages: list[Message]) -> str:
         ]
         if role == "tool" and message.get("name"):
             heading += f" ({message['name']})"
+        if message.get("status") == "interrupted":
+            heading += " (stopped)"
         out.append(f"## {heading}")
         out.append("")
         content = message.get("content")
         if isinstance(content, list):
             content = json.dumps(content, ensure_ascii=False)
         if content:
-            out.append(content if role != "tool" else f"```\n{content}\n```")
+            fence = _fence(content)
+            out.append(_body(content) if role != "tool" else f"{fence}\n{content}\n{fence}")
             out.append("")
         for call in message.get("tool_calls") or []:
             function = call.get("function", {})
+            arguments = str(function.get("arguments"))
+            fence = _fence(arguments)
             out.append(f"Tool call `{function.get('name')}`:")
             out.append("")
-            out.append(f"```json\n{function.get('arguments')}\n```")
+            out.append(f"{fence}json\n{arguments}\n{fence}")
             out.append("")
     return "\n".join(out).rstrip() + "\n"

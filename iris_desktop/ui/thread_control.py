@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from iris_desktop.core.agent import DEFAULT_TITLE
+from iris_desktop.core.store import ThreadGone
 from iris_desktop.core.views import Entry, load_transcript
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
@@ -93,6 +94,8 @@ class ThreadControl(QObject):
         before, self._rows = self._rows, _rows(threads)
         saved_here, self._saved_here = self._saved_here, set()
         self.panel.show_threads(threads)
+        if self.panel.query() and before != self._rows:  # results of a list that changed
+            self.search(self.panel.query())  # (a deleted chat's hits stayed, and opened blank)
         tid = self.app_state.thread_id
         if tid is not None and tid in before and tid not in self._rows and not self.app_state.generating:
             self._gone(tid, before[tid][0])
@@ -123,6 +126,7 @@ class ThreadControl(QObject):
             return
         self.background.run(lambda store: store.search(query),
                             lambda rows: self.panel.show_results(query, rows),
+                            lambda exc: self.app_state.show_message(f"Search failed: {exc}", 8000),
                             key="search")
 
     def new_chat(self) -> None:
@@ -139,12 +143,15 @@ class ThreadControl(QObject):
         newest below it), and says so."""
         if message_id is None:
             self._open(thread_id)
+            self.background.run(lambda store: store.thread(thread_id), None,
+                                lambda exc: self._deleted(exc, thread_id))
             return
         if self.app_state.generating:  # the branch of a reply being written stays
             self._open(thread_id, message_id)
             return
 
         def onto_path(store) -> bool:
+            store.thread(thread_id)  # ThreadGone: deleted since the hit was listed
             if store.on_path(thread_id, [message_id]):
                 return False
             store.set_head(thread_id, store.newest_leaf(message_id))
@@ -155,7 +162,17 @@ class ThreadControl(QObject):
             if switched:
                 self.app_state.show_message("Switched to the branch with this message", 6000)
 
-        self.background.run(onto_path, opened, lambda exc: self._open(thread_id, message_id))
+        self.background.run(onto_path, opened, lambda exc: self._open(thread_id, message_id)
+                            if not isinstance(exc, ThreadGone) else self._deleted(exc, thread_id))
+
+    def _deleted(self, exc: BaseException, thread_id: int) -> None:
+        """A chat chosen in the list was deleted since it was listed: said, list anew."""
+        if not isinstance(exc, ThreadGone):
+            return
+        if self.app_state.thread_id == thread_id:
+            self.new_chat()
+        self.app_state.show_message("That chat was deleted (in another window or by a command)", 6000)
+        self.refresh_threads()
 
     def _open(self, thread_id: int, message_id: int | None = None) -> None:
         if thread_id != self.app_state.thread_id:
@@ -370,15 +387,13 @@ class ThreadControl(QObject):
         """JSON: every branch (``export_messages``); Markdown: the active one, to read.
         A new file is private (0600), as the CLI writes it."""
         def job(store):
-            from iris_desktop.core.conversation import export_messages, to_markdown, write_private
-            from iris_desktop.core.store import row_to_message
+            from iris_desktop.core.conversation import export_messages, markdown_export, write_private
 
-            thread = store.thread(thread_id)
-            messages = [row_to_message(r) for r in store.messages(thread_id)]
-            text = (json.dumps(export_messages(store, thread_id), ensure_ascii=False, indent=2)
-                    + "\n" if fmt == "json" else to_markdown(thread["title"], messages))
-            write_private(Path(path), text)
-            return len(messages)
+            payload = export_messages(store, thread_id) if fmt == "json" else None
+            text = (json.dumps(payload, ensure_ascii=False, indent=2) + "\n" if payload is not None
+                    else markdown_export(store, thread_id))
+            write_private(Path(path), text)  # (the count: every branch's in JSON; was the shown one's)
+            return len(payload["messages"]) if payload is not None else len(store.messages(thread_id))
 
         self.background.run(
             job, lambda n: self.app_state.show_message(f"Exported {n:,} messages to {path}", 6000),

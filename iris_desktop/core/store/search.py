@@ -10,6 +10,17 @@ from typing import Any
 
 from iris_desktop.core.store.base import Connected
 
+#: the most words, and characters, the search box looks for
+MAX_SEARCH_TERMS = 16
+MAX_SEARCH_CHARS = 1_000
+
+
+def _unsegmented(term: str) -> bool:
+    """A word the full-text index keeps inside longer runs or drops: Chinese, Japanese or
+    Korean text (written without spaces), or a symbol such as an emoji."""
+    return any(not ch.isalnum() and ch not in "-_.'@:#/+" or "\u3040" <= ch <= "\u30ff"
+               or "\u3400" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" for ch in term)
+
 
 class Search(Connected):
     """Finding messages: what :mod:`iris_desktop.core.recall` ranks, and what the thread
@@ -115,26 +126,47 @@ class Search(Connected):
         return out
 
     def search(self, query: str, limit: int = 50) -> list[dict[str, Any]]:
-        """Threads whose title or message text matches ``query`` (FTS5), best first."""
-        terms = [t for t in query.replace('"', " ").split() if t]
+        """Threads whose title holds every word of ``query`` (any order, case folded in
+        every script, taken literally), then messages that match (FTS5), best first. A
+        word the full-text index cannot find inside a longer run (Chinese or Japanese
+        text, an emoji) is looked for as it is written. At most MAX_SEARCH_TERMS words
+        of at most MAX_SEARCH_CHARS characters in all: a pasted page took 40 s."""
+        terms = [t for t in query[:MAX_SEARCH_CHARS].replace('"', " ").split() if t][:MAX_SEARCH_TERMS]
         if not terms:
             return []
+        folded = [t.casefold() for t in terms]
+        titles = [{"thread_id": r[0], "title": r[1], "message_id": None, "snippet": r[1]}
+                  for r in self.conn.execute("SELECT id, title FROM threads ORDER BY updated_at DESC")
+                  if all(t in (r[1] or "").casefold() for t in folded)]
+        if any(_unsegmented(t) for t in terms):
+            return titles + self._search_as_written(terms, limit)
         fts = " ".join(f'"{t}"*' for t in terms)
-        like = "%" + "%".join(terms) + "%"
-        return list(
+        return titles + list(
             self.db.query(
                 """
-                SELECT t.id AS thread_id, t.title, NULL AS message_id, t.title AS snippet
-                FROM threads t WHERE t.title LIKE :like
-                UNION ALL
-                SELECT * FROM (
-                    SELECT m.thread_id, t.title, m.id AS message_id,
-                           snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
-                    FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                    JOIN threads t ON t.id = m.thread_id
-                    WHERE messages_fts MATCH :fts ORDER BY rank LIMIT :limit
-                )
+                SELECT m.thread_id, t.title, m.id AS message_id,
+                       snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
+                FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                JOIN threads t ON t.id = m.thread_id
+                WHERE messages_fts MATCH :fts ORDER BY rank LIMIT :limit
                 """,
-                {"like": like, "fts": fts, "limit": limit},
+                {"fts": fts, "limit": limit},
             )
         )
+
+    def _search_as_written(self, terms: list[str], limit: int) -> list[dict[str, Any]]:
+        """Messages holding every term as written (newest first), with a snippet."""
+        where = " AND ".join("instr(lower(m.content), lower(?)) > 0" for _ in terms)
+        rows = self.conn.execute(
+            f"SELECT m.thread_id, t.title, m.id, m.content FROM messages m "
+            f"JOIN threads t ON t.id = m.thread_id WHERE m.content IS NOT NULL AND {where} "
+            f"ORDER BY m.id DESC LIMIT ?", (*terms, limit)).fetchall()
+        out = []
+        for thread_id, title, message_id, content in rows:
+            at = content.lower().find(terms[0].lower())
+            start = max(at - 40, 0)
+            snippet = (("…" if start else "") + content[start:at] + "[" + content[at:at + len(terms[0])]
+                       + "]" + content[at + len(terms[0]):at + len(terms[0]) + 40] + "…")
+            out.append({"thread_id": thread_id, "title": title, "message_id": message_id,
+                        "snippet": snippet})
+        return out
