@@ -472,6 +472,7 @@ def test_the_live_rate_is_shown_at_most_once_a_second(make_window, qtbot):
     shown: list[str] = []
     w.app_state.statusText.connect(shown.append)
     w.send("Count")
+    qtbot.waitUntil(lambda: any(t.startswith("Generating") for t in shown), timeout=20_000)
     qtbot.waitUntil(lambda: not w.generating, timeout=20_000)
     live = [t for t in shown if t.startswith("Generating")]
     assert 1 <= len(live) <= 4, live  # about 1.2 s of streaming

@@ -1105,7 +1105,8 @@ def test_a_reply_cut_off_at_max_tokens_says_so_in_the_status_bar(make_window, qt
     window = make_window(ScriptedRuntime(["one two three four five"], cut_at_cap=True),
                          overrides={"model.max_tokens": "3"})
     window.send("Count")
-    settle(qtbot, window)
+    qtbot.waitUntil(lambda: window.status_area.current_message().startswith("Cut off"),
+                    timeout=20_000)  # (settle waits for the DB thread, not for the turn)
     assert window.status_area.current_message() == (
         "Cut off: the reply reached model.max_tokens (3 tokens); right-click the reply ▸ "
         "Continue goes on")
