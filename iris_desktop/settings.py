@@ -843,17 +843,17 @@ def parse_config_text(data: bytes) -> dict[str, Any]:
                               "digits, which no setting takes") from None
 
 
-def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """Raw key → value pairs from a TOML file, and problems reading it. Never raises and
-    never blocks (``read_config_bytes``); a file that cannot be used is one problem."""
+def read_config_file(path: Path) -> tuple[dict[str, Any], str | None]:
+    """Raw key → value pairs from a TOML file, or why it cannot be used at all ("PATH:
+    cannot read the settings file: …"). Never raises and never blocks
+    (``read_config_bytes``)."""
     try:
         data = read_config_bytes(path)
         if data is None:
-            return {}, []
-        return flatten(parse_config_text(data)), []
+            return {}, None
+        return flatten(parse_config_text(data)), None
     except ConfigFileError as exc:
-        return {}, [f"{path}: cannot read the settings file: {exc}; using the defaults "
-                    "(fix it, or remove it)"]
+        return {}, f"{path}: cannot read the settings file: {exc}"
 
 
 def load_settings(
@@ -870,9 +870,10 @@ def load_settings(
     settings = defaults()
     settings.config_path = config_path
     if config_path is not None:
-        raw, problems = read_config_file(config_path)
-        settings.problems.extend(problems)
-        settings.file_unreadable = problems[0] if problems else None
+        raw, settings.file_unreadable = read_config_file(config_path)
+        if settings.file_unreadable is not None:
+            settings.problems.append(f"{settings.file_unreadable}; using the defaults (fix it, "
+                                     "or remove it)")
         for key, value in raw.items():
             if key in RENAMED:
                 continue

@@ -47,6 +47,7 @@ from iris_desktop.core.engine import (
     ContextRequest,
     ConversationTooLargeException,
     ensure_counts,
+    in_flight,
     summary_block,
 )
 from iris_desktop.core.events import (
@@ -387,13 +388,13 @@ class Compactor:
         # beside the tail and a summary, the engine leaves it out, and so does this plan
         task = _newest_task(metas)
         tail = self._fit_tail(plan, metas, task)
-        in_flight = _in_flight(metas)
-        if self._summary_room(plan, tail) < MIN_SUMMARY_TOKENS and in_flight:
+        waiting = in_flight(metas)
+        if self._summary_room(plan, tail) < MIN_SUMMARY_TOKENS and waiting:
             # the results the model waits on are sent shortened to what is left beside
             # the summary (the engine clips them): counted whole, a large one left no
             # room for any summary, so compaction failed at every step, the breaker
             # opened, and the turns before it were dropped unsummarized (an audit)
-            for meta in in_flight:
+            for meta in waiting:
                 plan.cost[meta.id] = min(plan.cost[meta.id], MIN_CLIP_TOKENS)
             tail = self._fit_tail(plan, metas, task)
         if not plan.archived:
@@ -608,16 +609,6 @@ def _newest_task(metas: list[MessageMeta]) -> MessageMeta | None:
         return None
     newest = [m for m in metas if m.turn == metas[-1].turn]
     return newest[0] if newest[0].role == "user" else None
-
-
-def _in_flight(metas: list[MessageMeta]) -> list[MessageMeta]:
-    """The tool results the model has not answered yet: those that end the newest turn."""
-    results: list[MessageMeta] = []
-    for meta in reversed(metas):
-        if meta.role != "tool" or meta.turn != metas[-1].turn:
-            break
-        results.append(meta)
-    return results
 
 
 def _units(metas: list[MessageMeta]) -> list[_Unit]:

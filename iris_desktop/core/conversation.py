@@ -378,9 +378,10 @@ def _date(store: Store, thread_id: int, messages: list[Message]) -> None:
             when = sent_at_of(message)
         except (ValueError, OverflowError, OSError):
             continue
-        if when is not None and dt.datetime.fromisoformat(when).timestamp() <= latest:
-            stamps.append(dt.datetime.fromisoformat(when).timestamp())  # (the year 5138 sorted
-            # the chat above every other for good; the message keeps the time it gives)
+        stamp = dt.datetime.fromisoformat(when).timestamp() if when is not None else None
+        if stamp is not None and stamp <= latest:  # (the year 5138 sorted the chat above
+            stamps.append(stamp)                   # every other for good; the message keeps
+            # the time it gives)
     if stamps:
         store.date_thread(thread_id, min(stamps), max(stamps))
 

@@ -335,10 +335,7 @@ class _TurnSource:
         self.keep: set[int] = set()
         self.clipped: dict[int, tuple[Message, int]] = {}  # id → (shortened, its tokens)
         newest = self.get(0)
-        for meta in reversed(newest.messages if newest is not None else []):
-            if meta.role != "tool":
-                break
-            self.keep.add(meta.id)
+        self.keep.update(m.id for m in in_flight(newest.messages if newest is not None else []))
 
     def get(self, index: int) -> Turn | None:
         while len(self.loaded) <= index:
@@ -636,13 +633,13 @@ class ContextEngine:
         if turns.clipped:
             cleared = ("every finished tool output cleared and the result the model just "
                        "asked for shortened")
-        elif turns.keep and needed - self._in_flight_tokens(turns) > allowed \
+        elif turns.keep and (steps := needed - self._in_flight_tokens(turns)) > allowed \
                 and self._steps_overflow(turns, allowed):
             # the steps before the result overflow, not the result (a 31-token one was blamed)
             cleared = ("every finished tool output cleared: its message and the model's steps "
-                       f"before the result it just asked for are {_tokens(needed - self._in_flight_tokens(turns))} "
-                       "alone; compacting the chat (Compact now, or the next send) summarizes "
-                       "the earlier steps")
+                       f"before the result it just asked for are {_tokens(steps)} alone; "
+                       "compacting the chat (Compact now, or the next send) summarizes the "
+                       "earlier steps")
         elif turns.keep:
             cleared = ("every finished tool output cleared (the result the model just asked for "
                        "is too large to shorten into what is left)")
@@ -873,6 +870,17 @@ class ContextEngine:
                  "sent_tokens": cost, "recalled": m.id in recalled}
             )
         return result
+
+
+def in_flight(metas: Sequence[MessageMeta]) -> list[MessageMeta]:
+    """The tool results the model has not answered yet: those that end the newest turn
+    (the engine keeps them whole or clips them; compaction counts them as clipped)."""
+    results: list[MessageMeta] = []
+    for meta in reversed(metas):
+        if meta.role != "tool" or meta.turn != metas[-1].turn:
+            break
+        results.append(meta)
+    return results
 
 
 def _in_progress(turn: Turn, opened: bool = True) -> bool:

@@ -140,8 +140,7 @@ class AppState(QObject):
         (before, every setting went back to its default without a word)."""
         fresh = self._reload()
         if fresh.file_unreadable is not None and self._settings.file_unreadable is None:
-            raise SettingsError(fresh.file_unreadable.replace("; using the defaults",
-                                                              "; the settings in force are kept"))
+            raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
         self.set_settings(fresh)
         return self._settings
 

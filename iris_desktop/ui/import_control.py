@@ -37,14 +37,12 @@ class ImportControl(QObject):
         self.refresh = refresh
         self.parent_widget = parent
         self.jobs: Background | None = None
-        self.running = 0
 
     def import_file(self, path: str) -> None:
         """Every chat of the file as a thread (``core.foreign``: the CLI's loader), in
         chunks of one transaction; what was imported and left out is said."""
         opened = self.app_state.thread_id
         name = Path(path).name
-        self.running += 1
         self.app_state.show_message(f"Importing {name}… (other chats can be opened meanwhile)", 0)
 
         def job(store):
@@ -55,7 +53,6 @@ class ImportControl(QObject):
             return imported, imported.report(loaded, by_title=True)
 
         def done(result: tuple[Any, list[str]]) -> None:
-            self.running -= 1
             imported, report = result
             self.refresh()
             for thread_id in imported.ids:
@@ -69,7 +66,6 @@ class ImportControl(QObject):
             self.app_state.show_message(" ".join([said, *report[1:], *where]), 10_000)
 
         def failed(exc: BaseException) -> None:
-            self.running -= 1
             self.app_state.show_message(f"Nothing was imported from {name}.", 6000)
             warn(self.parent_widget, "Import failed", "Nothing was imported.\n\n" + failure(exc))
 
