@@ -47,7 +47,6 @@ from iris_desktop.core.engine import (
     ContextRequest,
     ConversationTooLargeException,
     ensure_counts,
-    in_flight,
     summary_block,
 )
 from iris_desktop.core.events import (
@@ -62,7 +61,7 @@ from iris_desktop.core.extractive import ExtractiveSummarizer, merge_files, path
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.records import Said, fmt_date, said_from_row
-from iris_desktop.core.store import MessageMeta, Store
+from iris_desktop.core.store import MessageMeta, Store, in_flight
 from iris_desktop.core.summary import (
     FIELD_MEANINGS,
     FIELDS,

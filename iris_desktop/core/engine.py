@@ -40,6 +40,7 @@ from iris_desktop.core.store import (
     MessageMeta,
     Store,
     SummaryRow,
+    in_flight,
     min_tokens,
     row_to_message,
     utf8_length,
@@ -870,17 +871,6 @@ class ContextEngine:
                  "sent_tokens": cost, "recalled": m.id in recalled}
             )
         return result
-
-
-def in_flight(metas: Sequence[MessageMeta]) -> list[MessageMeta]:
-    """The tool results the model has not answered yet: those that end the newest turn
-    (the engine keeps them whole or clips them; compaction counts them as clipped)."""
-    results: list[MessageMeta] = []
-    for meta in reversed(metas):
-        if meta.role != "tool" or meta.turn != metas[-1].turn:
-            break
-        results.append(meta)
-    return results
 
 
 def _in_progress(turn: Turn, opened: bool = True) -> bool:

@@ -56,6 +56,7 @@ from iris_desktop.core.store.rows import (
     MessageMeta,
     SummaryRow,
     decode_text,
+    in_flight,
     iso_timestamp,
     min_tokens,
     now_iso,
@@ -73,8 +74,8 @@ from iris_desktop.paths import DataDirError, make_private_dir
 __all__ = [
     "BUSY_TIMEOUT_S", "MAX_BYTES_PER_TOKEN", "MIGRATIONS", "QUICK_CHECK_S", "ROLES", "SALVAGED_TABLES",
     "SCHEMA_VERSION", "TIMESTAMP_KEYS", "DamagedDatabase", "MessageMeta", "Recovery", "Store", "StoreError",
-    "Stores", "SummaryRow", "ThreadGone", "explain", "iso_timestamp", "min_tokens", "now_iso", "open_store",
-    "open_stores", "quick_check", "row_to_message", "salvage", "sent_at_of", "utf8_length",
+    "Stores", "SummaryRow", "ThreadGone", "explain", "in_flight", "iso_timestamp", "min_tokens", "now_iso",
+    "open_store", "open_stores", "quick_check", "row_to_message", "salvage", "sent_at_of", "utf8_length",
 ]
 
 #: how long a write waits for another process's write to finish

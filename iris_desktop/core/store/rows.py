@@ -14,6 +14,7 @@ import functools
 import json
 import sqlite3
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,17 @@ class MessageMeta:
     tool_call_id: str | None
     status: str
     name: str | None = None
+
+
+def in_flight(metas: Sequence[MessageMeta]) -> list[MessageMeta]:
+    """The tool results the model has not answered yet: those that end the newest turn
+    (the engine keeps them whole or clips them; compaction counts them as clipped)."""
+    results: list[MessageMeta] = []
+    for meta in reversed(metas):
+        if meta.role != "tool" or meta.turn != metas[-1].turn:
+            break
+        results.append(meta)
+    return results
 
 
 @dataclass(frozen=True)
