@@ -516,12 +516,13 @@ def test_a_salvage_keeps_the_unsent_drafts(capsys, tmp_path):
     build(capsys, data)
     with Store(data / "iris.db") as store:
         thread = store.threads()[0]["id"]
-        store.save_draft(thread, "half a question about the trip")
+        store.save_draft(thread, "half a question about the trip", [("plan.md", "Day 1: Porto")])
         store.save_draft(None, "the first words of a new chat")
     code, out, err = run(capsys, "--data-dir", data, "recover", "--salvage", "--yes")
     assert code == 0 and "no row was lost" in out and "2 drafts" in out, err
     with Store(data / "iris.db") as store:
-        assert store.draft(thread) == "half a question about the trip"
+        assert store.draft_with_files(thread) == ("half a question about the trip",
+                                                  [("plan.md", "Day 1: Porto")])
         assert store.draft(None) == "the first words of a new chat"
 
 

@@ -376,3 +376,23 @@ def test_the_search_box_finds_titles_in_any_case_and_order_and_words_inside_cjk_
     assert len([h for h in fresh_store.search("🍕") if h["message_id"] is not None]) == 1
     assert fresh_store.search(" ".join(f"w{n}" for n in range(5_000))) == []  # bounded
     assert MAX_SEARCH_TERMS == 16
+
+
+def test_a_draft_keeps_its_files_until_they_are_changed_and_a_damaged_record_gives_none(
+        fresh_store):
+    """Files attached to a draft are kept with it (schema 15): saving the text alone
+    leaves them, an empty list removes them, a draft of no text and no files is none,
+    and a files record Iris could not have written reads as no files, not an error."""
+    thread = fresh_store.create_thread("trip")
+    fresh_store.save_draft(thread, "see the plan", [("plan.md", "Day 1: Porto")])
+    fresh_store.save_draft(thread, "see the plan, please")
+    assert fresh_store.draft_with_files(thread) == ("see the plan, please",
+                                                    [("plan.md", "Day 1: Porto")])
+    fresh_store.save_draft(thread, "")
+    assert fresh_store.draft_with_files(thread) == ("", [("plan.md", "Day 1: Porto")])
+    fresh_store.save_draft(thread, "", [])
+    assert fresh_store.conn.execute("SELECT count(*) FROM drafts").fetchone()[0] == 0
+    for damaged in ("{not json", '{"name": "a"}', '[{"name": 3, "text": "x"}, "b"]'):
+        fresh_store.save_draft(thread, "text")
+        fresh_store.conn.execute("UPDATE drafts SET files = ?", (damaged,))
+        assert fresh_store.draft_with_files(thread) == ("text", [])

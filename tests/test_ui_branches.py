@@ -378,3 +378,48 @@ def test_a_draft_the_history_cannot_take_is_kept_and_said(window, qtbot, monkeyp
     w.open_thread(first)
     settle(qtbot, w)
     assert w.composer.text() == "a thought I must not lose"
+
+
+def test_files_attached_to_a_draft_come_back_after_a_restart_and_leave_with_the_send(
+        make_window, qtbot, tmp_path):
+    """Before: a draft's files were kept only while the window was open; a restart (or a
+    crash) brought the typed text back without them. Now they are written with the draft,
+    when they change, and a send takes them out of it."""
+    from iris_desktop.core.attachments import read_attachment
+
+    (tmp_path / "notes.txt").write_text("SETTLEMENT notes: 40% by March\n")
+    (tmp_path / "list.md").write_text("- lemons\n")
+    first = make_window(ScriptedRuntime([]))
+    lawyer, groceries = chats(first, "lawyer", "groceries")
+    first.open_thread(lawyer)
+    settle(qtbot, first)
+    first.composer.add_attachments([read_attachment(tmp_path / "notes.txt")])
+    first.composer.set_text("read this")
+    first.open_thread(groceries)  # a file alone, no text, is a draft too
+    settle(qtbot, first)
+    first.composer.add_attachments([read_attachment(tmp_path / "list.md")])
+    first.close()  # at once: the draft's pause has not passed
+    with Store(first.host.paths.db_path) as store:
+        assert store.draft_with_files(lawyer) == (
+            "read this", [("notes.txt", "SETTLEMENT notes: 40% by March\n")])
+        assert store.draft_with_files(groceries) == ("", [("list.md", "- lemons\n")])
+
+    runtime = ScriptedRuntime(["Noted."])
+    w = make_window(runtime)
+    w.open_thread(lawyer)
+    qtbot.waitUntil(lambda: [a.name for a in w.composer.attachments] == ["notes.txt"],
+                    timeout=5_000)
+    assert w.composer.text() == "read this"
+    w.turns.send(w.composer.text())
+    settle(qtbot, w)
+    assert "SETTLEMENT" in runtime.requests[-1][-1]["content"]
+    w.open_thread(groceries)
+    qtbot.waitUntil(lambda: [a.name for a in w.composer.attachments] == ["list.md"],
+                    timeout=5_000)
+    qtbot.mouseClick(w.composer.findChildren(QToolButton, "attachment-chip")[0],
+                     Qt.MouseButton.LeftButton)  # its cross removes it
+    assert w.composer.attachments == []
+    w.close()
+    with Store(w.host.paths.db_path) as store:
+        assert store.draft_with_files(lawyer) == ("", [])  # sent: gone from the draft
+        assert store.draft_with_files(groceries) == ("", [])

@@ -247,6 +247,7 @@ class Composer(QWidget):
         if self.attachments:
             self.attachments, self._chip_tokens = [], []
             self._draw_chips()
+            self.attachmentsChanged.emit()  # the saved draft loses them (sent, not kept)
         if quiet:
             self._debounce.stop()
 

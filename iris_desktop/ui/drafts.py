@@ -6,10 +6,11 @@ encrypted with the history, private as it is, and goes with its chat whichever w
 command deletes it: a new chat given the same id never shows it. Drafts that older
 versions kept in ``ui-state.ini``, in plain text, are moved there at start.
 
-Files attached to a draft stay with its chat too, while the window is open: another chat
-shows its own (before, a file attached in one chat stayed in the box and was sent with
-the next chat's message). They are not written to the history: after a restart a draft
-comes back without its files, which are still where they were on disk."""
+Files attached to a draft stay with its chat too: another chat shows its own (before, a
+file attached in one chat stayed in the box and was sent with the next chat's message),
+and they are written with the draft (their text, as read when attached), so a restart or
+a crash brings them back as well (before, only the typed text came back). They are
+written when they change, not at every pause in typing."""
 
 from __future__ import annotations
 
@@ -41,13 +42,15 @@ class DraftControl(QObject):
         self.thread_id: int | None = app_state.thread_id
         self._loading = False
         self._typed = False  # typed since the chat was opened: its stored draft is older
-        #: the files attached to the drafts of chats not open now
-        self._files: dict[int | None, list[Attachment]] = {}
-        #: drafts not written yet (their save queued, or failed), by chat
-        self._unsaved: dict[int | None, str] = {}
+        #: drafts not written yet (their save queued, or failed), by chat: (text, files)
+        self._unsaved: dict[int | None, tuple[str, tuple[Attachment, ...]]] = {}
+        #: the files each chat's stored draft holds, as far as this window has written or
+        #: read them (None: a write failed, what is stored is not known)
+        self._stored_files: dict[int | None, tuple[Attachment, ...] | None] = {}
         self._timer = QTimer(self, singleShot=True, interval=SAVE_PAUSE_MS)
         self._timer.timeout.connect(self.save)
         composer.edit.textChanged.connect(self._edited)
+        composer.attachmentsChanged.connect(self._edited)
         app_state.threadOpened.connect(self._opened)
         app_state.threadCreated.connect(self._created)
         if ui_state is not None:
@@ -55,24 +58,32 @@ class DraftControl(QObject):
         self._load(self.thread_id)
 
     def save(self) -> None:
-        """Write the composer's text as its chat's draft (an empty box removes it), on the
-        DB thread, after whatever was asked of it before. Until it is written it is kept
-        here: a draft the history cannot take (a full disk) comes back when its chat is
-        opened again, and the status bar says it is not saved (it was lost unsaid)."""
+        """Write the composer's text as its chat's draft, with its files when they changed
+        (an empty box and no files remove it), on the DB thread, after whatever was asked
+        of it before. Until it is written it is kept here: a draft the history cannot take
+        (a full disk) comes back when its chat is opened again, and the status bar says it
+        is not saved (it was lost unsaid)."""
         self._timer.stop()
         thread_id, text = self.thread_id, self.composer.text()
-        self._unsaved[thread_id] = text
+        files = tuple(self.composer.attachments)
+        self._unsaved[thread_id] = (text, files)
+        stored = self._stored_files.get(thread_id, ())
+        write = None if stored is not None and files == stored else \
+            [(a.name, a.text) for a in files]
 
         def saved(_result: object) -> None:
-            if self._unsaved.get(thread_id) == text:
+            # known only once written: a newer save may skip this one while queued
+            self._stored_files[thread_id] = files
+            if self._unsaved.get(thread_id) == (text, files):
                 del self._unsaved[thread_id]
 
         def failed(exc: BaseException) -> None:
+            self._stored_files[thread_id] = None  # not known: written at the next save
             self.app_state.show_message(f"Your draft is not saved: {failure(exc)}; it is kept "
                                         "while Iris runs", 10_000)
 
-        self.background.run(lambda store: store.save_draft(thread_id, text), saved, failed,
-                            key=f"draft-{thread_id}")
+        self.background.run(lambda store: store.save_draft(thread_id, text, write), saved,
+                            failed, key=f"draft-{thread_id}")
 
     def flush(self) -> None:
         """Write a draft still waiting for its pause now (the window is closing)."""
@@ -86,41 +97,48 @@ class DraftControl(QObject):
 
     def _opened(self, thread_id: int | None) -> None:
         if self._timer.isActive():
-            self.save()  # the chat being left keeps what was typed in it
-        if self.composer.attachments:  # the chat being left keeps its files
-            self._files[self.thread_id] = list(self.composer.attachments)
+            self.save()  # the chat being left keeps what was typed in it, and its files
         self.thread_id = thread_id
-        self._show("")  # never the chat left's text under another chat
-        self.composer.set_attachments(self._files.pop(thread_id, []))  # nor its files
+        self._show("", ())  # never the chat left's text or files under another chat
         self._load(thread_id)
 
     def _created(self, thread_id: int) -> None:
         """The new chat became ``thread_id``: its draft is that chat's now."""
-        self._files.pop(thread_id, None)  # a deleted chat's, whose id was given again
-        self._unsaved.pop(thread_id, None)
-        self._unsaved.pop(None, None)  # the new chat's text is this chat's now
+        self._unsaved.pop(thread_id, None)  # a deleted chat's, whose id was given again
+        self._stored_files.pop(thread_id, None)
+        self._unsaved.pop(None, None)  # the new chat's draft is this chat's now
         if self.thread_id is None:
-            self.background.run(lambda store: store.save_draft(None, ""))
+            self._stored_files.pop(None, None)
+            self.background.run(lambda store: store.save_draft(None, "", []))
             self.thread_id = thread_id
             self.save()
 
     def _load(self, thread_id: int | None) -> None:
         self._typed = False
 
-        def show(text: str) -> None:
-            if thread_id == self.thread_id and not self._typed:
-                self._show(self._unsaved.get(thread_id, text))
+        def show(draft: tuple[str, list[tuple[str, str]]]) -> None:
+            files = tuple(Attachment(name, body) for name, body in draft[1])
+            if self._unsaved.get(thread_id) is None:
+                self._stored_files[thread_id] = files
+            if thread_id != self.thread_id:
+                return
+            if not self._typed:
+                self._show(*self._unsaved.get(thread_id, (draft[0], files)))
+            elif files and not self.composer.attachments:  # typed before they were read:
+                self._show(self.composer.text(), files)  # the stored files are still there
 
-        self.background.run(lambda store: store.draft(thread_id), show, key="draft-load")
+        self.background.run(lambda store: store.draft_with_files(thread_id), show,
+                            key="draft-load")
 
-    def _show(self, text: str) -> None:
-        if text == self.composer.text():
-            return
+    def _show(self, text: str, files: tuple[Attachment, ...]) -> None:
         self._loading = True
         try:
-            self.composer.set_text(text)
-            edit = self.composer.edit
-            edit.moveCursor(edit.textCursor().MoveOperation.End)
+            if tuple(self.composer.attachments) != files:
+                self.composer.set_attachments(list(files))
+            if text != self.composer.text():
+                self.composer.set_text(text)
+                edit = self.composer.edit
+                edit.moveCursor(edit.textCursor().MoveOperation.End)
         finally:
             self._loading = False
 

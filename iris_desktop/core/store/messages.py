@@ -81,20 +81,39 @@ class Messages(Branches):
 
     def draft(self, thread_id: int | None) -> str:
         """The unsent text kept for a chat (None: a new chat, not begun); "" when none."""
-        row = self.conn.execute("SELECT text FROM drafts WHERE key = ?",
-                                (thread_id or 0,)).fetchone()
-        return row[0] if row else ""
+        return self.draft_with_files(thread_id)[0]
 
-    def save_draft(self, thread_id: int | None, text: str) -> None:
-        """Keep ``text`` as the chat's draft (blank: none). A chat deleted meanwhile
-        keeps none."""
+    def draft_with_files(self, thread_id: int | None) -> tuple[str, list[tuple[str, str]]]:
+        """The unsent text kept for a chat and the files attached to it, (name, text)
+        each; a record that is not what :meth:`save_draft` writes gives no files."""
+        row = self.conn.execute("SELECT text, files FROM drafts WHERE key = ?",
+                                (thread_id or 0,)).fetchone()
+        if not row:
+            return "", []
+        return row[0], _draft_files(row[1])
+
+    def save_draft(self, thread_id: int | None, text: str,
+                   files: Sequence[tuple[str, str]] | None = None) -> None:
+        """Keep ``text`` as the chat's draft, and ``files`` (name, text each) as the files
+        attached to it (None: those kept already stay). A draft of blank text and no files
+        is none; a chat deleted meanwhile keeps none."""
+        key = thread_id or 0
         with self.transaction():
-            self.conn.execute("DELETE FROM drafts WHERE key = ?", (thread_id or 0,))
-            if text.strip() and (thread_id is None or self.conn.execute(
-                    "SELECT 1 FROM threads WHERE id = ?", (thread_id,)).fetchone()):
-                self.conn.execute("INSERT INTO drafts(key, thread_id, text, saved_at) "
-                                  "VALUES (?, ?, ?, ?)",
-                                  (thread_id or 0, thread_id, text, time.time()))
+            if thread_id is not None and not self.conn.execute(
+                    "SELECT 1 FROM threads WHERE id = ?", (thread_id,)).fetchone():
+                self.conn.execute("DELETE FROM drafts WHERE key = ?", (key,))
+                return
+            stored = None if files is None else (
+                json.dumps([{"name": name, "text": body} for name, body in files],
+                           ensure_ascii=False) if files else None)
+            self.conn.execute(
+                "INSERT INTO drafts(key, thread_id, text, saved_at, files) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET text = excluded.text, "
+                "saved_at = excluded.saved_at" + (", files = excluded.files" if files is not None
+                                                  else ""),
+                (key, thread_id, text, time.time(), stored))
+            if not text.strip():
+                self.conn.execute("DELETE FROM drafts WHERE key = ? AND files IS NULL", (key,))
 
     def message_count(self, thread_id: int) -> int:
         """How many messages the thread stores, every branch (what deleting it removes)."""
@@ -541,3 +560,17 @@ class Messages(Branches):
         if row is None or row[1] or row[0] is None:
             return 0
         return utf8_length(row[0].strip())
+
+
+def _draft_files(stored: str | None) -> list[tuple[str, str]]:
+    """The (name, text) files of a draft's ``files`` column; none for NULL or for a record
+    :meth:`Messages.save_draft` could not have written (a damaged row)."""
+    try:
+        files = json.loads(stored) if stored else []
+    except ValueError:
+        return []
+    if not isinstance(files, list):
+        return []
+    return [(f["name"], f["text"]) for f in files
+            if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]
+            and isinstance(f.get("text"), str)]

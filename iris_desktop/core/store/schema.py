@@ -252,6 +252,11 @@ MIGRATIONS: tuple[str, ...] = (
         saved_at REAL NOT NULL
     );
     """,
+    # 15: the files attached to a draft, kept with it (a restart or a crash lost them):
+    # a JSON list of {"name", "text"}, NULL when none
+    """
+    ALTER TABLE drafts ADD COLUMN files TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
