@@ -417,9 +417,25 @@ def test_appearance_applies_at_once_and_cancel_takes_it_back(make_window, qtbot,
                     and qapp.font().pointSize() == 18, timeout=5_000)
     assert window.app_state.settings["ui.theme"] == "system"  # nothing written yet
     cancel = dialog.buttons.button(dialog.buttons.StandardButton.Cancel)
-    qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)  # asks first (it discarded at once)
+    box = dialog.discard_box
+    assert box is not None and box.isVisible() and "Preferences" in box.text()
+    qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Keep editing"),
+                     Qt.MouseButton.LeftButton)
+    assert dialog.isVisible() and qapp.font().pointSize() == 18
+    assert dialog.fields["ui.theme"].editor.combo.currentText() == "dark"
+    qtbot.keyClick(dialog, Qt.Key.Key_Escape)  # Escape asks too; Discard takes the look back
+    box = dialog.discard_box
+    assert box is not None and box.isVisible()
+    qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Discard"),
+                     Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: qapp.font().pointSize() == size, timeout=5_000)
+    assert not dialog.isVisible() and window.app_state.settings["ui.theme"] == "system"
     assert qapp.palette().color(qapp.palette().ColorRole.Window).lightness() == system
+    dialog = open_preferences(window, qtbot)  # nothing changed: Cancel closes at once
+    qtbot.mouseClick(dialog.buttons.button(dialog.buttons.StandardButton.Cancel),
+                     Qt.MouseButton.LeftButton)
+    assert not dialog.isVisible() and dialog.discard_box is None
     # chosen and kept with OK
     dialog = open_preferences(window, qtbot)
     dialog.fields["ui.theme"].editor.combo.setCurrentText("dark")

@@ -20,6 +20,8 @@ class AsksBeforeDiscarding:
     discard_box: QMessageBox | None = None
     #: what the question calls the changes, e.g. "your edit of this message"
     changes_name = "your changes"
+    #: what discarding them means
+    discard_detail = "What you typed is not saved."
 
     def has_changes(self) -> bool:
         raise NotImplementedError
@@ -31,7 +33,7 @@ class AsksBeforeDiscarding:
         if self.discard_box is not None and self.discard_box.isVisible():
             return
         box = plain_box(QMessageBox(QMessageBox.Icon.Question, "Discard changes?",
-                                    f"Discard {self.changes_name}? What you typed is not saved.",
+                                    f"Discard {self.changes_name}? {self.discard_detail}",
                                     parent=self))  # type: ignore[arg-type]
         box.setObjectName("discard-changes")
         discard = box.addButton("Discard", QMessageBox.ButtonRole.DestructiveRole)

@@ -40,6 +40,7 @@ from iris_desktop.core.views import (
 from iris_desktop.settings import PINNED, SETTINGS, Setting, Settings, SettingsError, write_config_values
 from iris_desktop.ui.accessibility import name_controls
 from iris_desktop.ui.boxes import plain_box
+from iris_desktop.ui.discard import AsksBeforeDiscarding
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
@@ -52,8 +53,12 @@ PAGE_TITLES = {"ui": "Appearance"}
 BUDGET_SECTIONS = {"context", "model", "tools", "chat"}
 
 
-class SettingsDialog(QDialog):
-    """``preview(candidate, callback)`` computes a BudgetPreview off the GUI thread."""
+class SettingsDialog(AsksBeforeDiscarding, QDialog):
+    """``preview(candidate, callback)`` computes a BudgetPreview off the GUI thread.
+    Cancel, Escape or closing asks before changes not applied are thrown away."""
+
+    changes_name = "your changes to Preferences"
+    discard_detail = "They are not applied or saved."
 
     applied = Signal(object)  # the keys that changed
 
@@ -224,6 +229,10 @@ class SettingsDialog(QDialog):
         """The fields changed here (``every``: all): the rest keep the stored value exactly (min_p 0.025 shows 0.03)."""
         raws = {k: f.raw() for k, f in self.fields.items() if not f.locked}
         return raws if every else {k: raw for k, raw in raws.items() if raw != self.shown.get(k)}
+
+    def has_changes(self) -> bool:
+        """A field shows something else than it did when opened or last applied."""
+        return not self._finished and bool(self.raw_values())
 
     def candidate(self) -> Settings:
         return parse_fields(self.settings, self.raw_values())[0]
