@@ -101,6 +101,35 @@ def test_a_summary_of_one_branch_never_stands_in_for_another(fresh_store):
     assert planner.plan(fresh_store, thread).summary.id == summary.id
 
 
+def test_a_branchs_own_summary_is_not_hidden_by_another_branchs_summary_of_the_shared_part(
+        fresh_store):
+    """Before (an audit): the newest summary on the path won. An edit far back whose new
+    branch was compacted made a summary of the part both branches share; switching back,
+    that short summary stood in for the old branch's own, far longer one: 151 turns
+    dropped out of the request and compaction was due again, its chain forked."""
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, chat(60, "old"))
+    planner = Planner(ContextParams(window=2048, compaction_min_turns=10), HeuristicCounter())
+    compactor = build_compactor(planner, fresh_store)
+    assert compactor.compact(thread, "manual", force=True).outcome == "ok"
+    own = fresh_store.latest_summary(thread)
+    # an edit at turn 30, a short branch of its own, compacted (it summarizes turns both share)
+    edited = fresh_store.add_message(thread, {"role": "user", "content": "turn 30 again"},
+                                     parent_id=ids[57])
+    fresh_store.add_message(thread, {"role": "assistant", "content": "a new answer"})
+    assert compactor.compact(thread, "manual", force=True).outcome == "ok"
+    shared = fresh_store.latest_summary(thread)
+    assert shared.id > own.id and shared.covers_through_id < ids[57] < own.covers_through_id
+    fresh_store.switch_branch(thread, edited, -1)  # back to the first branch
+    assert fresh_store.latest_summary(thread).id == own.id
+    assert [s.id for s in fresh_store.summaries(thread)] == [own.id]
+    assert planner.plan(fresh_store, thread).summary.id == own.id
+    assert fresh_store.thread_state(thread)[4] == own.id
+    fresh_store.switch_branch(thread, ids[58], 1)  # and the new branch has its own
+    assert fresh_store.latest_summary(thread).id == shared.id
+    assert [s.id for s in fresh_store.summaries(thread)] == [shared.id]
+
+
 def test_a_database_before_branches_migrates_to_one_branch_per_thread(tmp_path):
     path = tmp_path / "old.db"
     with Store(path) as store:
@@ -113,6 +142,7 @@ def test_a_database_before_branches_migrates_to_one_branch_per_thread(tmp_path):
                        "ALTER TABLE requests DROP COLUMN head_id; ALTER TABLE requests DROP COLUMN reply_id;"
                        "ALTER TABLE streams DROP COLUMN pid_start;"  # migration 9's, as 7 had none
                        "ALTER TABLE compaction_leases DROP COLUMN pid_start;"
+                       "DROP TABLE drafts;"  # schema 14's
                        "PRAGMA user_version = 7;")
     conn.close()
     with Store(path) as store:

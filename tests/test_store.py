@@ -396,3 +396,21 @@ def test_a_draft_keeps_its_files_until_they_are_changed_and_a_damaged_record_giv
         fresh_store.save_draft(thread, "text")
         fresh_store.conn.execute("UPDATE drafts SET files = ?", (damaged,))
         assert fresh_store.draft_with_files(thread) == ("text", [])
+
+
+def test_migration_15_keeps_the_drafts_and_gives_them_no_files(tmp_path):
+    """Schema 14 kept a draft's text; 15 keeps the files attached to it too: a draft
+    written before comes back as it was, with no files."""
+    from iris_desktop.core import store as store_module
+    conn = sqlite3.connect(tmp_path / "fourteen.db")
+    for script in store_module.MIGRATIONS[:14]:
+        for statement in store_module._split_sql(script):
+            conn.execute(statement)
+    conn.execute("INSERT INTO threads(title, created_at, updated_at) VALUES ('t', 0, 0)")
+    conn.execute("INSERT INTO drafts(key, thread_id, text, saved_at) VALUES (1, 1, 'half a thought', 0)")
+    conn.execute("PRAGMA user_version = 14")
+    conn.commit()
+    conn.close()
+    with Store(tmp_path / "fourteen.db") as store:
+        assert store.schema_version == SCHEMA_VERSION >= 15
+        assert store.draft_with_files(1) == ("half a thought", [])

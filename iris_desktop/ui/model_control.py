@@ -112,9 +112,27 @@ class ModelControl(QObject):
         if self.library is not None:
             self.library.loading(None)
 
+    def _superseded(self, job: LoadJob | None) -> bool:
+        """Whether ``job`` is a load a newer choice replaced (its result is not the one
+        the window waits for: taking a replaced load's "loading was cancelled" for the
+        newer one's failure rolled the new choice back while it went on loading)."""
+        return job is not None and job is not self.job
+
     def loaded(self, loaded: LoadedModel) -> None:
-        info = loaded.info
+        if self._superseded(loaded.job):
+            # it loaded before its cancel was seen: it answers until the newer load
+            # replaces it, so it is the model a failure of that load goes on with
+            self._show_model(loaded.info)
+            self.app_state.set_model("loading", loaded, None)
+            if self.pending is not None and loaded.job is not None:
+                self.pending = (self.pending[0], loaded.job.settings)
+            return
         self._load_ended()
+        self._show_model(loaded.info)
+        self._ready(loaded)
+
+    def _show_model(self, info: dict[str, Any]) -> None:
+        """The status bar's labels for the model that answers now."""
         base = info.get("base_model")
         quant = info.get("file_type")  # the GGUF's quantization (Q4_K_M); none from a server
         device = info.get("device")  # "GPU: <name> · 28/29 layers" or "CPU" (none for a server)
@@ -132,6 +150,9 @@ class ModelControl(QObject):
             "\nA base model continues text rather than following instructions: replies "
             "may ramble, and compaction uses the extractive summary." if base else "")
             + (f"\n{device}: {info['device_reason']}" if device and info.get("device_reason") else ""))
+
+    def _ready(self, loaded: LoadedModel) -> None:
+        info, device = loaded.info, loaded.info.get("device")
         took = info.get("load_time_s")
         notice = info.get("device_notice")  # why a GPU is not used (fully), in one sentence
         verb = "server connected" if info.get("base_url") else "model loaded"
@@ -144,9 +165,12 @@ class ModelControl(QObject):
         if self.library is not None:
             self.refresh_library()
 
-    def failed(self, message: str) -> None:
+    def failed(self, message: str, job: LoadJob | None = None) -> None:
+        if self._superseded(job):  # a replaced load's end: the newer one is still under way
+            return
         state = self.app_state
-        cancelled = self.job is not None and self.job.cancel.is_set()  # the user's Cancel
+        job = job or self.job
+        cancelled = job is not None and job.cancel.is_set()  # the user's Cancel
         self._load_ended()
         server = state.settings["model.backend"] == "openai"  # what failed: a server?
         if self.pending is not None:  # the choice did not work: the settings go back

@@ -63,9 +63,12 @@ class PrefillJob:
     request: ContextRequest
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LoadJob:
-    """A model to load for ``settings``; setting ``cancel`` stops the load."""
+    """A model to load for ``settings``; setting ``cancel`` stops the load. What the load
+    comes to (``loaded``, ``loadFailed``) carries its job, so the window can tell the
+    result of the load it waits for from one it has since replaced (compared by
+    identity: two picks of the same file are two jobs)."""
 
     settings: Settings
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -122,6 +125,8 @@ class LoadedModel:
 
     info: dict[str, Any]
     recall_by_meaning: bool = False
+    #: the load that brought it (None: not from a LoadJob)
+    job: LoadJob | None = field(default=None, compare=False, repr=False)
 
 
 class ModelWorker(QObject):
@@ -130,7 +135,7 @@ class ModelWorker(QObject):
     loading = Signal(str)  # what is happening now, in words
     loaded = Signal(object)  # LoadedModel
     loadProgress = Signal(float)  # 0..1 of the weights loaded
-    loadFailed = Signal(str)
+    loadFailed = Signal(str, object)  # why, in one sentence; the LoadJob
     threadCreated = Signal(int)
     threadDeleted = Signal(int)
     turnEvent = Signal(object)  # a core.events TurnEvent
@@ -153,8 +158,12 @@ class ModelWorker(QObject):
     @Slot(object)
     def load(self, job: LoadJob) -> None:
         """Load the model for ``job.settings``; a load that fails or is cancelled leaves
-        the model in use as it was (see ``Host.load_model``)."""
+        the model in use as it was (see ``Host.load_model``). A job cancelled before it
+        starts (a newer choice replaced it while it waited) loads nothing."""
         self.give_way.started()
+        if job.cancel.is_set():
+            self.loadFailed.emit("loading was cancelled", job)
+            return
         try:
             if job.settings["model.path"] == BUNDLED:
                 self.loading.emit("Preparing the bundled model…")
@@ -163,10 +172,10 @@ class ModelWorker(QObject):
                                            cancel=job.cancel, stage=self._stage)
         except Exception as exc:  # a bad model must never take the app down
             log.error("model: %s", exc)
-            self.loadFailed.emit(str(exc))
+            self.loadFailed.emit(str(exc), job)
             return
         embedder = self.host.load_embedder(job.settings)
-        self.loaded.emit(LoadedModel(asdict(runtime.describe()), embedder is not None))
+        self.loaded.emit(LoadedModel(asdict(runtime.describe()), embedder is not None, job))
 
     def _stage(self, stage: str) -> None:
         """The load's stage (``LocalModel.load``), in words for the status bar."""

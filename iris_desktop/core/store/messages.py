@@ -235,9 +235,10 @@ class Messages(Branches):
         return self.conn.execute(
             """
             SELECT m.id, m.status, length(m.content), m.tool_calls IS NOT NULL,
-                   (SELECT max(s.id) FROM summaries s JOIN thread_paths p
+                   (SELECT s.id FROM summaries s JOIN thread_paths p
                       ON p.thread_id = s.thread_id AND p.message_id = s.covers_through_id
-                    WHERE s.thread_id = :t),
+                    WHERE s.thread_id = :t ORDER BY s.covers_through_id DESC, s.id DESC
+                    LIMIT 1),
                    (SELECT max(id) FROM requests WHERE thread_id = :t),
                    (SELECT system_prompt FROM threads WHERE id = :t)
             FROM (SELECT 1) LEFT JOIN messages m ON m.id =

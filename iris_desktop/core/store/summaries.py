@@ -26,18 +26,32 @@ class Summaries(Connected):
     went, and each request sent to the model."""
 
     def latest_summary(self, thread_id: int) -> SummaryRow | None:
-        """The newest summary of the active branch (None: nothing of it is summarized)."""
+        """The active branch's summary (None: nothing of it is summarized): of those on
+        its path, the one that reaches furthest along it. A message's id is above its
+        parent's, so that is the one covering the highest id; the newest of them only
+        breaks a tie. (The newest alone was wrong: a summary made on another branch, of
+        the part both share, hid this branch's own, longer one when switching back.)"""
         row = self.conn.execute(
-            f"SELECT s.* FROM {_ON_PATH} WHERE s.thread_id = ? ORDER BY s.id DESC LIMIT 1",
-            (thread_id,))
+            f"SELECT s.* FROM {_ON_PATH} WHERE s.thread_id = ? "
+            "ORDER BY s.covers_through_id DESC, s.id DESC LIMIT 1", (thread_id,))
         return _summary(row)
 
     def summaries(self, thread_id: int) -> list[SummaryRow]:
-        """The active branch's summary chain, oldest first."""
+        """The active branch's summary chain, oldest first: :meth:`latest_summary` and
+        the summaries it was chained from (another branch's summary of the shared part,
+        on the path too, is not in it)."""
         cur = self.conn.execute(
-            f"SELECT s.* FROM {_ON_PATH} WHERE s.thread_id = ? ORDER BY s.id", (thread_id,))
+            f"SELECT s.* FROM {_ON_PATH} WHERE s.thread_id = ? "
+            "ORDER BY s.covers_through_id DESC, s.id DESC", (thread_id,))
         cols = [d[0] for d in cur.description]
-        return [_summary_from(dict(zip(cols, r))) for r in cur.fetchall()]
+        rows = [_summary_from(dict(zip(cols, r))) for r in cur.fetchall()]
+        by_id = {row.id: row for row in rows}
+        chain: list[SummaryRow] = []
+        row = rows[0] if rows else None
+        while row is not None and len(chain) < len(rows):
+            chain.append(row)
+            row = by_id.get(row.prev_id) if row.prev_id is not None else None
+        return chain[::-1]
 
     def add_summary(self, thread_id: int, summary: dict[str, Any]) -> int:
         cur = self.conn.execute(
