@@ -423,3 +423,35 @@ def test_files_attached_to_a_draft_come_back_after_a_restart_and_leave_with_the_
     with Store(w.host.paths.db_path) as store:
         assert store.draft_with_files(lawyer) == ("", [])  # sent: gone from the draft
         assert store.draft_with_files(groceries) == ("", [])
+
+
+def test_stepping_through_alternatives_keeps_the_message_current_and_in_view(make_window, qtbot):
+    """Before (an audit): after a switch the transcript reloaded at its end, the row left
+    was gone: a second Alt+Left did nothing (the cursor jumped to the first loaded row),
+    and ‹ on a reply 200 messages up showed the new branch's end, so each step meant
+    scrolling back. The alternative switched to stays current and in view."""
+    w = make_window(ScriptedRuntime([]))
+    with Store(w.host.paths.db_path) as store:
+        thread = store.create_thread("three answers")
+        ids = store.add_messages(thread, [{"role": "user", "content": "which city?"},
+                                          {"role": "assistant", "content": "answer v1"}])
+        for v in (2, 3):  # each alternative goes on for 200 messages
+            store.add_message(thread, {"role": "assistant", "content": f"answer v{v}"},
+                              parent_id=ids[0])
+            store.add_messages(thread, [m for i in range(100) for m in (
+                {"role": "user", "content": f"v{v} q{i}"},
+                {"role": "assistant", "content": f"v{v} a{i}"})])
+    w.open_thread(thread)
+    settle(qtbot, w)
+    view = w.view
+    view.scroll_to_key(next(e.key for e in view.transcript.entries() if e.text == "answer v3"))
+    view.setFocus()
+    for shown in ("answer v2", "answer v1"):
+        qtbot.keyClick(view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+        qtbot.waitUntil(lambda shown=shown: view.current_entry() is not None
+                        and view.current_entry().text == shown, timeout=5_000)
+        settle(qtbot, w)
+        assert view.current_entry().text == shown
+        assert view.viewport().rect().intersects(view.visualRect(view.currentIndex()))
+    with Store(w.host.paths.db_path) as store:
+        assert [m["content"] for m in store.messages(thread)] == ["which city?", "answer v1"]

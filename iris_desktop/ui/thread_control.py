@@ -356,9 +356,11 @@ class ThreadControl(QObject):
         if thread_id is None or state.generating:
             state.show_message("Wait for the reply before switching branches", 4000)
             return
-        self.background.run(lambda store: store.switch_branch(thread_id, message_id, step),
-                            # the meter, states, inspector too (they kept the other branch's)
-                            lambda _head: (state.messages_saved(thread_id), state.report_request(None)),
+        self.background.run(lambda store: store.switch_to_alternative(thread_id, message_id, step),
+                            # the meter, states, inspector too (they kept the other branch's);
+                            # the alternative stays current, in view (it jumped to the end)
+                            lambda shown: (state.messages_saved(thread_id), state.report_request(None),
+                                           self.reload_transcript(shown)),
                             lambda exc: state.show_message(f"Could not switch: {exc}", 6000))
 
     # -- import, export --

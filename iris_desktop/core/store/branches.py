@@ -161,6 +161,13 @@ class Branches(Connected):
         self.set_head(thread_id, head)
         return head
 
+    def switch_to_alternative(self, thread_id: int, message_id: int, step: int) -> int:
+        """:meth:`switch_branch`, returning the alternative switched to (what a view keeps
+        in sight: it is not the new head when a reply or more follow it)."""
+        self.switch_branch(thread_id, message_id, step)
+        siblings = self.alternatives(message_id)
+        return siblings[siblings.index(message_id) + step]
+
 
 def rebuild_paths(conn: sqlite3.Connection) -> None:
     """After a salvage: a message whose parent was lost hangs below the thread's nearest
