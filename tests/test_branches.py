@@ -130,6 +130,36 @@ def test_a_branchs_own_summary_is_not_hidden_by_another_branchs_summary_of_the_s
     assert [s.id for s in fresh_store.summaries(thread)] == [shared.id]
 
 
+def test_a_branch_shows_its_own_compactions_and_requests(fresh_store):
+    """Before (an audit): the inspector, its chart and `context` listed every branch's
+    compactions and requests, so a branch with no summary showed two compactions, and a
+    compaction that failed on another branch could be given as why this one's turns are
+    dropped. Each is recorded with its branch's head and shown on that branch."""
+    thread = fresh_store.create_thread("t")
+    ids = fresh_store.add_messages(thread, chat(30, "old"))
+    planner = Planner(ContextParams(window=2048, compaction_min_turns=10), HeuristicCounter())
+    assert build_compactor(planner, fresh_store).compact(thread, "manual", force=True).outcome == "ok"
+    fresh_store.add_compaction_event(thread, {"trigger": "budget", "outcome": "failed",
+                                              "error": "the model failed"})
+    fresh_store.add_request(thread, {"head_id": ids[-2], "prompt_tokens": 900})
+    old = fresh_store.compaction_events(thread)
+    assert [e["head_id"] for e in old] == [ids[-1], ids[-1]]
+    fresh_store.conn.execute("INSERT INTO compaction_events(thread_id, created_at, trigger, "
+                             "outcome) VALUES (?, 0, 'budget', 'skipped')", (thread,))
+    # an edit far back: the new branch has no compaction and no request of its own yet
+    edited = fresh_store.add_message(thread, {"role": "user", "content": "a new start"},
+                                     parent_id=ids[1])
+    assert [e["outcome"] for e in fresh_store.compaction_events(thread, branch=True)] == ["skipped"]
+    assert fresh_store.requests(thread, branch=True) == []
+    fresh_store.add_request(thread, {"head_id": edited, "prompt_tokens": 40})
+    assert [r["prompt_tokens"] for r in fresh_store.requests(thread, branch=True)] == [40]
+    assert len(fresh_store.compaction_events(thread)) == 3 and len(fresh_store.requests(thread)) == 2
+    fresh_store.switch_branch(thread, edited, -1)  # back: its own again
+    assert [e["outcome"] for e in fresh_store.compaction_events(thread, branch=True)] == [
+        "ok", "failed", "skipped"]
+    assert [r["prompt_tokens"] for r in fresh_store.requests(thread, branch=True)] == [900]
+
+
 def test_a_database_before_branches_migrates_to_one_branch_per_thread(tmp_path):
     path = tmp_path / "old.db"
     with Store(path) as store:
@@ -143,6 +173,7 @@ def test_a_database_before_branches_migrates_to_one_branch_per_thread(tmp_path):
                        "ALTER TABLE streams DROP COLUMN pid_start;"  # migration 9's, as 7 had none
                        "ALTER TABLE compaction_leases DROP COLUMN pid_start;"
                        "DROP TABLE drafts;"  # schema 14's
+                       "ALTER TABLE compaction_events DROP COLUMN head_id;"  # 15's
                        "PRAGMA user_version = 7;")
     conn.close()
     with Store(path) as store:

@@ -75,6 +75,7 @@ def test_an_older_database_s_reply_counts_are_counted_again(tmp_path):
         store.conn.execute("DROP TRIGGER token_counts_not_streaming")
         store.conn.execute("DROP TRIGGER token_counts_text_changed")
         store.conn.execute("DROP TABLE drafts")  # schema 14's
+        store.conn.execute("ALTER TABLE compaction_events DROP COLUMN head_id")  # 15's
         store.conn.execute("PRAGMA user_version = 9")
     with Store(path) as store:
         assert stored_counts(store, "heuristic") == {user: 3}

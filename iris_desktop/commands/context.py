@@ -78,7 +78,7 @@ def context_report(host, thread_id: int, draft: str | None = None,
                    # whether the cross-encoder reordered its candidates, and why not
                    **rerank_fact(request.recall, planner, host.reranker_problem),
                    "max_tokens": planner.params.recall_max_tokens},
-        "compactions": host.store.compaction_events(thread_id),
+        "compactions": host.store.compaction_events(thread_id, branch=True),
         "messages": planner.engine(host.store).describe(request),
     }
     # what the request leaves out and why, in whole sentences (never shortened)

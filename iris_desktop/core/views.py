@@ -269,7 +269,8 @@ def load_transcript(store: Store, thread_id: int) -> list[Entry]:
     applied yet), and what can be done with its messages: their place among their
     alternatives, regenerating the newest reply, continuing a stopped or cut-off one."""
     rows = store.messages(thread_id)
-    entries = transcript_entries(rows, store.summaries(thread_id), store.compaction_events(thread_id))
+    entries = transcript_entries(rows, store.summaries(thread_id),
+                                 store.compaction_events(thread_id, branch=True))
     points = store.branch_points(thread_id)
     messages = [e for e in entries if e.kind in ("message", "tool")]
     for entry in messages:
@@ -548,7 +549,7 @@ def budget_preview(
     preview.history_turns = len({m["turn"] for m in described if m["id"] in included})
     preview.unsummarized_turns = request.unsummarized_turns - (1 if draft is not None else 0)
     preview.dropped_turns = request.dropped_turns
-    dropped = dropped_report(request, described, store.compaction_events(thread_id))
+    dropped = dropped_report(request, described, store.compaction_events(thread_id, branch=True))
     preview.dropped_why = dropped["why"] if dropped else ""
     preview.recalled = len(request.recall.ids)
     preview.protect_turns = request.protect_turns
@@ -704,7 +705,7 @@ def inspector_report(
         for m in described.values():
             counts[m["state"]] = counts.get(m["state"], 0) + 1
         dropped = dropped_report(request, list(described.values()),
-                                 store.compaction_events(thread_id))
+                                 store.compaction_events(thread_id, branch=True))
         report.update(
             dropped=dropped,
             request=_request_rows(engine, request, described, draft), states=counts,
@@ -782,14 +783,14 @@ def _telemetry(store: Store, thread_id: int) -> dict[str, Any]:
          "fields": [(label, field_text(s.fields.get(key))) for key, label in SUMMARY_FIELDS]}
         for s in store.summaries(thread_id)
     ]
-    events = store.compaction_events(thread_id)
+    events = store.compaction_events(thread_id, branch=True)
     requests = [
         {"id": r["id"], "created_at": r["created_at"],
          "prompt_tokens": r.get("prompt_tokens"),
          "predicted": r.get("predicted_prompt_tokens"), "window": r.get("window"),
          "reused": r.get("reused_tokens"), "evaluated": r.get("evaluated_tokens"),
          "ttft": r.get("time_to_first_token_s"), "tps": r.get("tokens_per_s")}
-        for r in store.requests(thread_id)
+        for r in store.requests(thread_id, branch=True)
     ]
     return {"summaries": summaries, "events": events, "requests": requests,
             "chart": chart_points(requests, events)}

@@ -253,9 +253,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
     # 15: the files attached to a draft, kept with it (a restart or a crash lost them):
-    # a JSON list of {"name", "text"}, NULL when none
+    # a JSON list of {"name", "text"}, NULL when none. And the head of the branch a
+    # compaction ran on, so a branch's inspector and reasons show its own compactions
     """
     ALTER TABLE drafts ADD COLUMN files TEXT;
+    ALTER TABLE compaction_events ADD COLUMN head_id INTEGER;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -131,18 +131,29 @@ class Summaries(Connected):
                               (thread_id, token))
 
     def add_compaction_event(self, thread_id: int, event: dict[str, Any]) -> int:
+        """Record a compaction of the thread's active branch (its head is kept with it)."""
         row = {"thread_id": thread_id, "created_at": time.time(), **event}
         cols = ", ".join(row)
         marks = ", ".join(f":{c}" for c in row)
-        cur = self.conn.execute(f"INSERT INTO compaction_events({cols}) VALUES ({marks})", row)
+        cur = self.conn.execute(
+            f"INSERT INTO compaction_events({cols}, head_id) VALUES ({marks}, "
+            "(SELECT head_id FROM threads WHERE id = :thread_id))", row)
         return int(cur.lastrowid)
 
-    def compaction_events(self, thread_id: int) -> list[dict[str, Any]]:
-        return list(
-            self.db.query(
-                "SELECT * FROM compaction_events WHERE thread_id = ? ORDER BY id", [thread_id]
-            )
-        )
+    def compaction_events(self, thread_id: int, branch: bool = False) -> list[dict[str, Any]]:
+        """The thread's compactions, oldest first; ``branch``: those of the active branch
+        only (what its inspector, chart and reasons describe: a compaction that failed on
+        another branch is not why this one's turns are dropped). One belongs to the branch
+        when it ran there (its head is on the path) or made a summary of the branch's chain;
+        one recorded before heads were kept, and making no summary, is shown everywhere."""
+        events = list(self.db.query(
+            "SELECT * FROM compaction_events WHERE thread_id = ? ORDER BY id", [thread_id]))
+        if not branch:
+            return events
+        chain = {s.id for s in self.summaries(thread_id)}
+        path = self._on_path(thread_id, [e["head_id"] for e in events])
+        return [e for e in events if e["summary_id"] in chain or e["head_id"] in path
+                or e["head_id"] is None and e["summary_id"] is None]
 
     def add_request(self, thread_id: int, request: dict[str, Any]) -> int:
         row = {"thread_id": thread_id, "created_at": time.time(), **request}
@@ -151,10 +162,27 @@ class Summaries(Connected):
         cur = self.conn.execute(f"INSERT INTO requests({cols}) VALUES ({marks})", row)
         return int(cur.lastrowid)
 
-    def requests(self, thread_id: int) -> list[dict[str, Any]]:
-        return list(
-            self.db.query("SELECT * FROM requests WHERE thread_id = ? ORDER BY id", [thread_id])
-        )
+    def requests(self, thread_id: int, branch: bool = False) -> list[dict[str, Any]]:
+        """The requests sent for the thread, oldest first; ``branch``: those sent on the
+        active branch only (their head on its path; one recorded before heads were kept
+        counts everywhere)."""
+        rows = list(self.db.query("SELECT * FROM requests WHERE thread_id = ? ORDER BY id",
+                                  [thread_id]))
+        if not branch:
+            return rows
+        path = self._on_path(thread_id, [r["head_id"] for r in rows])
+        return [r for r in rows if r["head_id"] is None or r["head_id"] in path]
+
+    def _on_path(self, thread_id: int, ids: list[int | None]) -> set[int]:
+        """Those of ``ids`` on the thread's active path."""
+        wanted = sorted({i for i in ids if i is not None})
+        found: set[int] = set()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            found.update(r[0] for r in self.conn.execute(
+                "SELECT message_id FROM thread_paths WHERE thread_id = ? AND message_id IN "
+                f"({', '.join('?' * len(chunk))})", (thread_id, *chunk)))
+        return found
 
     def finish_reason_of(self, reply_id: int) -> str | None:
         """How the request that wrote reply ``reply_id`` ended (stop, length, cancelled,
