@@ -763,9 +763,9 @@ class Host:
 
     def switch_branch(self, thread_id: int, message_id: int, step: int) -> int:
         """Make the alternative ``step`` places from ``message_id`` (a reply, a user
-        message) active, with the newest branch below it; returns the new head. Raises
-        ValueError when there is none there."""
-        return self.store.switch_branch(thread_id, message_id, step)
+        message) active, with the newest branch below it; returns that alternative.
+        Raises ValueError when there is none there."""
+        return self.store.switch_to_alternative(thread_id, message_id, step)
 
     def compact(self, thread_id: int, cancel: Stop | None = None, *,
                 planner: Planner | None = None, trigger: str = "manual", force: bool = True,

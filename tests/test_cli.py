@@ -849,3 +849,37 @@ def test_a_reply_being_written_is_exported_as_stopped(capsys, tmp_path):
         store.add_message(thread, {"role": "assistant", "content": "Once upon"}, status="streaming")
         assert export_messages(store, thread)["messages"][-1]["status"] == "interrupted"
         assert "## Assistant (stopped)" in markdown_export(store, thread)
+
+
+def test_threads_says_a_branched_chats_shown_branch_and_switch_prints_from_the_switch_on(
+        capsys, tmp_path):
+    """Before (an audit): `threads` gave "3902 messages" for a chat whose branch on screen
+    held 2,500, and `switch` printed the whole new branch, 1,500 lines for a long chat.
+    Now the listing says how many are on the branch shown, and `switch` prints from the
+    alternative switched to on, at most 40 lines, and says what is left out."""
+    from iris_desktop.core.store import Store
+
+    data = tmp_path / "data"
+    base = ("--data-dir", str(data))
+    assert run(capsys, *base, "threads", "--no-model")[0] == 0  # makes the history
+    with Store(data / "iris.db") as store:
+        thread = store.create_thread("long")
+        ids = store.add_messages(thread, [m for i in range(100) for m in (
+            {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"})])
+        again = store.add_message(thread, {"role": "assistant", "content": "a9 again"},
+                                  parent_id=ids[18])
+        store.add_messages(thread, [{"role": "user", "content": "more"},
+                                    {"role": "assistant", "content": "ok"}])
+    code, out, err = run(capsys, *base, "threads", "--no-model")
+    assert code == 0 and "203 messages" in out and "(branches: 22 of them on the one shown)" in out, err
+    code, out, _ = run(capsys, *base, "threads", "--no-model", "--json")
+    assert json.loads(out)[0]["branch_messages"] == 22 and json.loads(out)[0]["messages"] == 203
+    code, out, err = run(capsys, *base, "switch", str(thread), str(ids[19]), "next")
+    lines = out.splitlines()
+    assert code == 0 and "a9 again" in lines[0] and "‹ 2/2 ›" in lines[0], out
+    assert len(lines) == 3 and "ok" in lines[-1]
+    code, out, err = run(capsys, *base, "switch", str(thread), str(again), "previous")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[0] == str(ids[19]) and "‹ 1/2 ›" in lines[0], out
+    assert len(lines) == 41 and "141 more messages on this branch" in lines[-1]
+    assert f"iris-desktop export {thread}" in lines[-1]

@@ -19,6 +19,9 @@ from iris_desktop.commands.common import (
 )
 from iris_desktop.untrusted import show_untrusted
 
+#: the most messages ``switch`` prints (the branch from the alternative switched to on)
+SWITCH_LINES = 40
+
 # -- conversations -------------------------------------------------------------------------
 
 
@@ -96,26 +99,34 @@ def delete(args, overrides) -> int:
 
 def switch(args, overrides) -> int:
     """Make the next or previous alternative of a message active (``Host.switch_branch``)
-    and print the active branch's messages, one line each."""
+    and print the active branch from that alternative on, one line a message, at most
+    SWITCH_LINES (a long chat's whole branch flooded the terminal)."""
     with open_host(args, overrides) as host:
         _thread(host, args.thread)
         try:
-            host.switch_branch(args.thread, args.message, 1 if args.direction == "next" else -1)
+            shown = host.switch_branch(args.thread, args.message,
+                                       1 if args.direction == "next" else -1)
         except KeyError:
             raise CliError(f"no message {args.message} in thread {args.thread}") from None
         except ValueError as exc:
             raise CliError(str(exc)) from None
         points = host.store.branch_points(args.thread)
-        for row in host.store.messages(args.thread):
+        rows = host.store.messages(args.thread)
+        rows = rows[next(i for i, row in enumerate(rows) if row["id"] == shown):]
+        for row in rows[:SWITCH_LINES]:
             place = points.get(row["id"])
             mark = f" ‹ {place[0]}/{place[1]} ›" if place else ""
             text = " ".join((row["content"] or "").split())
             say(f"{row['id']:>6} {row['role']:<9}{mark} {show_untrusted(text[:90])}")
+        if len(rows) > SWITCH_LINES:
+            say(f"… {len(rows) - SWITCH_LINES:,} more messages on this branch "
+                f"('iris-desktop export {args.thread}' shows them all)")
     return EXIT_OK
 
 
 def threads(args, overrides) -> int:
-    """Threads with cached token totals. A listing counts at most LISTING_COUNT_CHARS of
+    """Threads with cached token totals (every branch's messages; a chat with branches
+    says how many are on the one shown). A listing counts at most LISTING_COUNT_CHARS of
     text not counted yet (newest first) and says how many messages remain uncounted."""
     from iris_desktop.core.engine import ensure_counts
 
@@ -139,6 +150,8 @@ def threads(args, overrides) -> int:
         tokens = f"{about}{row['tokens']:,} tokens" + (
             f" (+{row['uncounted_messages']:,} messages not counted yet)"
             if row["uncounted_messages"] else "")
+        branches = (f"  (branches: {row['branch_messages']:,} of them on the one shown)"
+                    if row["branch_messages"] != row["messages"] else "")
         print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<46} "
-              f"{show_untrusted(row['title'])}")
+              f"{show_untrusted(row['title'])}{branches}")
     return EXIT_OK

@@ -100,7 +100,9 @@ class ThreadPanel(QWidget):
         self.list.clear()
         for thread in threads:
             item = QListWidgetItem(show_directional(thread["title"]))
-            item.setToolTip(f"{item.text()}\n{thread['messages']:,} messages")
+            shown, stored = thread.get("branch_messages", thread["messages"]), thread["messages"]
+            item.setToolTip(f"{item.text()}\n{shown:,} messages" + (
+                f" on the branch shown, {stored:,} with its other branches" if shown != stored else ""))
             item.setData(TITLE_ROLE, thread["title"])
             item.setData(THREAD_ROLE, thread["id"])
             self.list.addItem(item)

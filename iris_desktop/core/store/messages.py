@@ -168,7 +168,8 @@ class Messages(Branches):
         return not busy
 
     def threads(self) -> list[dict[str, Any]]:
-        """Newest first, with message counts (``messages``), how many replies are being
+        """Newest first, with message counts (``messages``: every branch's;
+        ``branch_messages``: the active branch's), how many replies are being
         written (``streaming``: a window that shows one learns when it is done; read from
         the partial index of such replies: 0.5 ms for 18,000 messages, 4.8 ms by reading
         each thread's rows) and the newest summary's id (``summary_id``: a compaction by
@@ -177,6 +178,8 @@ class Messages(Branches):
             self.db.query(
                 """
                 SELECT t.*, (SELECT count(*) FROM messages m WHERE m.thread_id = t.id) AS messages,
+                       (SELECT count(*) FROM thread_paths p WHERE p.thread_id = t.id)
+                           AS branch_messages,
                        (SELECT count(*) FROM messages m INDEXED BY messages_streaming
                         WHERE m.status = 'streaming' AND m.thread_id = t.id) AS streaming,
                        (SELECT max(s.id) FROM summaries s WHERE s.thread_id = t.id) AS summary_id
