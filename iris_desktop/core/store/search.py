@@ -13,6 +13,9 @@ from iris_desktop.core.store.base import Connected
 #: the most words, and characters, the search box looks for
 MAX_SEARCH_TERMS = 16
 MAX_SEARCH_CHARS = 1_000
+#: the most message hits of one chat among the first results (one long chat filled all 50
+#: rows, hiding every other chat's); more of it follow only when others have no more
+HITS_PER_CHAT = 5
 
 
 def _unsegmented(term: str) -> bool:
@@ -139,9 +142,9 @@ class Search(Connected):
                   for r in self.conn.execute("SELECT id, title FROM threads ORDER BY updated_at DESC")
                   if all(t in (r[1] or "").casefold() for t in folded)]
         if any(_unsegmented(t) for t in terms):
-            return titles + self._search_as_written(terms, limit)
+            return titles + _spread(self._search_as_written(terms, limit * 4), limit)
         fts = " ".join(f'"{t}"*' for t in terms)
-        return titles + list(
+        return titles + _spread(list(
             self.db.query(
                 """
                 SELECT m.thread_id, t.title, m.id AS message_id,
@@ -150,9 +153,9 @@ class Search(Connected):
                 JOIN threads t ON t.id = m.thread_id
                 WHERE messages_fts MATCH :fts ORDER BY rank LIMIT :limit
                 """,
-                {"fts": fts, "limit": limit},
+                {"fts": fts, "limit": limit * 4},
             )
-        )
+        ), limit)
 
     def _search_as_written(self, terms: list[str], limit: int) -> list[dict[str, Any]]:
         """Messages holding every term as written (newest first), with a snippet."""
@@ -170,3 +173,17 @@ class Search(Connected):
             out.append({"thread_id": thread_id, "title": title, "message_id": message_id,
                         "snippet": snippet})
         return out
+
+
+def _spread(hits: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` of ``hits`` (best first), at most HITS_PER_CHAT of one chat
+    before every chat's have had their turn; then the rest in order; grouped by chat in
+    the order each chat's best hit came."""
+    seen: dict[int, int] = {}
+    first, rest = [], []
+    for hit in hits:
+        seen[hit["thread_id"]] = seen.get(hit["thread_id"], 0) + 1
+        (first if seen[hit["thread_id"]] <= HITS_PER_CHAT else rest).append(hit)
+    chosen = (first + rest)[:limit]
+    order = {tid: i for i, tid in enumerate(dict.fromkeys(h["thread_id"] for h in chosen))}
+    return sorted(chosen, key=lambda h: order[h["thread_id"]])
