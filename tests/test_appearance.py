@@ -405,6 +405,69 @@ def test_text_typed_for_a_chat_deleted_elsewhere_is_never_lost(make_window, qtbo
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+def test_the_chat_on_screen_follows_other_processes_while_another_chat_is_answered(
+        make_window, qtbot, data_dir):
+    """Before (an audit): while the window answered in one chat, it ignored every change
+    another process made to the chat on screen, and for good: a chat a command deleted
+    stayed on screen (its draft silently never saved), a reply the CLI added never
+    showed. Only the chat being answered waits, and it catches up when the turn ends."""
+    runtime = ScriptedRuntime(["word " * 400], delay_s=0.01)
+    window = make_window(runtime)
+    answered = seed_thread(db_path(data_dir), "Long answer")
+    other = seed_thread(db_path(data_dir), "Holiday plans")
+    qtbot.waitUntil(lambda: window.threads.list.count() == 2, timeout=6_000)
+    window.threads_control.poll_timer.stop()  # the test says when the window looks
+    window.open_thread(answered)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
+    window.send("tell me everything")
+    qtbot.waitUntil(lambda: window.generating, timeout=5_000)
+    window.open_thread(other)  # reading another chat while the reply is written
+    qtbot.waitUntil(lambda: [e.text for e in window.view.transcript.entries()] == ["hello", "hi"],
+                    timeout=5_000)
+    with Store(db_path(data_dir)) as store:  # the CLI's `chat --thread` in the chat on screen
+        store.add_messages(other, [{"role": "user", "content": "and the hotel?"},
+                                   {"role": "assistant", "content": "Booked."}])
+    window.threads_control.poll()
+    qtbot.waitUntil(lambda: "Booked." in [e.text for e in window.view.transcript.entries()],
+                    timeout=5_000)
+    assert window.generating  # shown while the other chat is still being answered
+    window.composer.set_text("a thought for the holiday")
+    with Store(db_path(data_dir)) as store:  # the CLI's `delete`
+        store.delete_thread(other)
+    window.threads_control.poll()
+    qtbot.waitUntil(lambda: window.thread_id is None, timeout=5_000)
+    assert window.generating and window.composer.text() == "a thought for the holiday"
+    assert window.status_area.current_message().startswith("“Holiday plans” was deleted")
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    with Store(db_path(data_dir)) as store:
+        assert store.messages(answered)[-1]["content"].startswith("word word")
+
+
+def test_a_change_to_the_chat_being_answered_waits_for_the_turns_end(make_window, qtbot,
+                                                                     data_dir):
+    """The chat being answered is not reloaded under its streaming reply; a change another
+    process made to it is looked at once the turn ends (it was never looked at again)."""
+    runtime = ScriptedRuntime(["word " * 200], delay_s=0.01)
+    window = make_window(runtime)
+    answered = seed_thread(db_path(data_dir), "Long answer")
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1, timeout=6_000)
+    window.threads_control.poll_timer.stop()
+    window.open_thread(answered)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
+    window.send("tell me everything")
+    qtbot.waitUntil(lambda: window.generating, timeout=5_000)
+    with Store(db_path(data_dir)) as store:
+        store.rename_thread(answered, "Renamed by a command")
+    window.threads_control.poll()
+    qtbot.waitUntil(lambda: window.threads.list.item(0).text() == "Renamed by a command",
+                    timeout=5_000)
+    assert window.threads_control._held_back and window.generating
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    qtbot.waitUntil(lambda: not window.threads_control._held_back, timeout=5_000)
+    texts = [e.text for e in window.view.transcript.entries()]
+    assert texts[:3] == ["hello", "hi", "tell me everything"] and texts[3].startswith("word")
+
+
 def test_the_open_chat_follows_a_branch_switched_and_a_reply_finished_elsewhere(
         make_window, qtbot, data_dir):
     """Before: `switch` in the CLI left the window on the old alternative (and the user's

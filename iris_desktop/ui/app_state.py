@@ -9,7 +9,8 @@ State: a property, a setter and a signal; a setter emits only when the value cha
   :class:`~.model_thread.LoadedModel` in use, kept while another loads (it still
   answers), with ``model_info`` its facts; ``model_error``: why the last load failed
   (``modelStateChanged(str)``, emitted when any of the three changes);
-* ``generating``: a turn or a compaction is under way (``generatingChanged(bool)``);
+* ``generating``: a turn or a compaction is under way (``generatingChanged(bool)``), in
+  the chat ``answering`` (None: a new chat not made yet; set with it, no signal);
 * ``planner``: the planner of the settings and the model (``plannerChanged(object)``);
 * ``settings``: the settings in force, a model being tried included (the host's follow
   them); ``reload_settings()`` reads the config file again (``settingsChanged(object)``).
@@ -72,6 +73,7 @@ class AppState(QObject):
         self._loaded: LoadedModel | None = None
         self._model_error: str | None = None
         self._generating = False
+        self.answering: int | None = None
         self._planner: Planner | None = None
 
     # -- state --

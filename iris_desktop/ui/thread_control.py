@@ -2,17 +2,13 @@
 import and export. Every DB access runs on the DB thread (``Background``); deleting goes
 through the host on the model thread, which also forgets the thread's KV states.
 
-The list stays live: every :data:`POLL_MS` the DB thread reads SQLite's data version,
-which changes when another connection commits (the CLI, another window, this app's model
-thread); only then are the threads read again, and the open transcript reloaded and the
-next request planned anew when its thread changed (a summary added counts). The last chat
-opened is remembered in ``ui-state.ini`` and reopened at start."""
+The list stays live (:mod:`.live_list`). The last chat opened is remembered in
+``ui-state.ini`` and reopened at start."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
@@ -26,16 +22,15 @@ from iris_desktop.ui.boxes import export_failure, failure, plain_box, warn
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.export_name import file_name
 from iris_desktop.ui.import_control import ImportControl
+from iris_desktop.ui.live_list import POLL_MS, LiveList
 from iris_desktop.ui.model_thread import ModelThread
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
 
-#: how often the list asks whether another connection changed the database
-POLL_MS = 2000
 LAST_THREAD_KEY = "chat/last_thread"
 
 
-class ThreadControl(QObject):
+class ThreadControl(LiveList, QObject):
     """Which thread is open (``app_state.thread_id``), and everything that changes the
     list of threads."""
 
@@ -55,11 +50,7 @@ class ThreadControl(QObject):
         self.chat_settings: QWidget | None = None  # the open Chat settings dialog
         self.export_box: QFileDialog | None = None  # the open Export chat dialog
         self.ui_state = ui_state  # ui-state.ini: the last chat opened
-        #: the data version last seen, and each thread's row as last listed
-        self._version: int | None = None
-        self._rows: dict[int, tuple] = {}
-        #: threads whose new messages this window saved (and showed) itself
-        self._saved_here: set[int] = set()
+        self._start_live_list()
         app_state.threadsChanged.connect(self.refresh_threads)
         app_state.messagesSaved.connect(self._messages_saved)
         app_state.statesChanged.connect(self.apply_states)
@@ -69,53 +60,6 @@ class ThreadControl(QObject):
         self.poll_timer = QTimer(self, interval=POLL_MS)
         self.poll_timer.timeout.connect(self.poll)
         self.poll_timer.start()
-
-    # -- a live list --
-
-    def poll(self) -> None:
-        """Ask the DB thread whether another connection committed since the last look;
-        only then read the threads (see the module's docstring)."""
-        seen = self._version
-
-        def job(store):
-            version = store.data_version()
-            return version, (store.threads() if version != seen else None)
-
-        self.background.run(job, self._polled, lambda _exc: None, key="data-version")
-
-    def _polled(self, answer: tuple[int, list[dict[str, Any]] | None]) -> None:
-        version, threads = answer
-        self._version = version
-        if threads is not None and list(_rows(threads).items()) != list(self._rows.items()):
-            self._listed(threads)  # else a reply being streamed: the list is the same
-
-    def _listed(self, threads: list[dict[str, Any]]) -> None:
-        """Show ``threads``; reload the open chat when another process changed it."""
-        before, self._rows = self._rows, _rows(threads)
-        saved_here, self._saved_here = self._saved_here, set()
-        self.panel.show_threads(threads)
-        if self.panel.query() and before != self._rows:  # results of a list that changed
-            self.search(self.panel.query())  # (a deleted chat's hits stayed, and opened blank)
-        tid = self.app_state.thread_id
-        if tid is not None and tid in before and tid not in self._rows and not self.app_state.generating:
-            self._gone(tid, before[tid][0])
-        elif (tid is not None and tid in self._rows  # (a chat opened before it was listed:
-                and (tid not in before or before[tid][1:] != self._rows[tid][1:])  # unknown)
-                and tid not in saved_here and not self.app_state.generating):
-            self.reload_transcript()
-            self.app_state.report_request(None)  # the meter, states, inspector: planned anew
-
-    def _gone(self, thread_id: int, title: str | None) -> None:
-        """The open chat was deleted by another window or a command: a new chat takes its
-        place, with whatever was typed for it, and the status bar says what happened."""
-        typed, files = self.composer.text(), self.composer.attachments
-        self.new_chat()
-        if typed.strip():
-            kept = self.composer.text()
-            self.composer.set_text(f"{typed}\n\n{kept}" if kept.strip() else typed)
-        self.composer.add_attachments(files)
-        self.app_state.show_message(f"“{title or 'Untitled'}” was deleted in another Iris window "
-                                    "or by a command; what you typed for it is kept here", 12_000)
 
     def refresh_threads(self) -> None:
         self.background.run(lambda store: store.threads(), self._listed, key="threads")
@@ -243,6 +187,8 @@ class ThreadControl(QObject):
     def created(self, thread_id: int) -> None:
         """The new chat is ``thread_id`` now (the model thread made it for its first
         message, or its settings were saved)."""
+        if self.app_state.generating and self.app_state.answering is None:
+            self.app_state.answering = thread_id  # the turn's chat, made for it
         self.app_state.set_thread_id(thread_id)
         self.app_state.thread_created(thread_id)
         self.panel.current_id = thread_id
@@ -412,9 +358,3 @@ class ThreadControl(QObject):
     def import_file(self, path: str) -> None:
         self.importer.import_file(path)
 
-
-def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
-    """What the list shows of each thread, and what its transcript shows besides (the head,
-    replies being written): a change (by another process too) means show it again."""
-    return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages"), t.get("head_id"),
-                      t.get("streaming"), t.get("summary_id")) for t in threads}

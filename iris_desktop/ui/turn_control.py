@@ -120,6 +120,7 @@ class TurnControl(QObject, TurnListener):
         state = self.app_state
         self.cancel = StopEvent()
         self._replied = False
+        state.answering = turn.thread_id
         state.set_generating(True)
         state.show_status("Thinking…")
         self.view.follow_bottom()
@@ -152,6 +153,7 @@ class TurnControl(QObject, TurnListener):
         if not self.may_send():  # a summary the server writes carries the chat too
             return
         self.cancel = StopEvent()
+        state.answering = state.thread_id
         state.set_generating(True)
         self.model.compact(CompactJob(state.thread_id, state.planner, self.cancel))
 

@@ -1,0 +1,105 @@
+"""The list of chats stays live, and so does the chat on screen (mixed into
+:class:`~iris_desktop.ui.thread_control.ThreadControl`).
+
+Every :data:`POLL_MS` the DB thread reads SQLite's data version, which changes when
+another connection commits (the CLI, another window, this app's model thread); only then
+are the threads read again, and the open chat reloaded, or given up when it was deleted,
+when its row changed (a summary added counts).
+
+Only the chat this window is answering in waits: its reply is being drawn. Before, any
+turn held every change back, and for good: a chat deleted by a command while the window
+answered in another stayed on screen, its draft silently never saved. A change held back
+is looked at again once the turn ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: how often the list asks whether another connection changed the database
+POLL_MS = 2000
+
+
+class LiveList:
+    """Needs ``app_state``, ``panel``, ``composer``, ``background``, ``new_chat``,
+    ``reload_transcript`` and ``search`` of the class it is mixed into; call
+    :meth:`_start_live_list` from its constructor."""
+
+    def _start_live_list(self) -> None:
+        #: the data version last seen, and each thread's row as last listed
+        self._version: int | None = None
+        self._rows: dict[int, tuple] = {}
+        #: threads whose new messages this window saved (and showed) itself
+        self._saved_here: set[int] = set()
+        self._held_back = False  # a change to the open chat waits for the turn's end
+        self.app_state.generatingChanged.connect(self._turn_ended)
+
+    def poll(self) -> None:
+        """Ask the DB thread whether another connection committed since the last look;
+        only then read the threads."""
+        seen = self._version
+
+        def job(store):
+            version = store.data_version()
+            return version, (store.threads() if version != seen else None)
+
+        self.background.run(job, self._polled, lambda _exc: None, key="data-version")
+
+    def _polled(self, answer: tuple[int, list[dict[str, Any]] | None]) -> None:
+        version, threads = answer
+        self._version = version
+        if threads is not None and list(_rows(threads).items()) != list(self._rows.items()):
+            self._listed(threads)  # else a reply being streamed: the list is the same
+
+    def _listed(self, threads: list[dict[str, Any]]) -> None:
+        """Show ``threads``; reload the open chat when another process changed it."""
+        before, self._rows = self._rows, _rows(threads)
+        saved_here, self._saved_here = self._saved_here, set()
+        self.panel.show_threads(threads)
+        if self.panel.query() and before != self._rows:  # results of a list that changed
+            self.search(self.panel.query())  # (a deleted chat's hits stayed, and opened blank)
+        tid = self.app_state.thread_id
+        gone = tid is not None and tid in before and tid not in self._rows
+        changed = (tid is not None and tid in self._rows  # (a chat opened before it was
+                   and (tid not in before or before[tid][1:] != self._rows[tid][1:])  # listed)
+                   and tid not in saved_here)
+        if (gone or changed) and self._answering(tid):
+            self._held_back = True  # seen again when the turn ends: as if not listed yet
+            if tid in before:
+                self._rows[tid] = before[tid]
+            else:
+                self._rows.pop(tid, None)
+        elif gone:
+            self._gone(tid, before[tid][0])
+        elif changed:
+            self.reload_transcript()
+            self.app_state.report_request(None)  # the meter, states, inspector: planned anew
+
+    def _answering(self, thread_id: int) -> bool:
+        """This window is answering (or compacting) in ``thread_id``, or in a chat it has
+        not made yet (which may become that one)."""
+        state = self.app_state
+        return state.generating and state.answering in (thread_id, None)
+
+    def _turn_ended(self, generating: bool) -> None:
+        if not generating and self._held_back:
+            self._held_back = False
+            self.refresh_threads()
+
+    def _gone(self, thread_id: int, title: str | None) -> None:
+        """The open chat was deleted by another window or a command: a new chat takes its
+        place, with whatever was typed for it, and the status bar says what happened."""
+        typed, files = self.composer.text(), self.composer.attachments
+        self.new_chat()
+        if typed.strip():
+            kept = self.composer.text()
+            self.composer.set_text(f"{typed}\n\n{kept}" if kept.strip() else typed)
+        self.composer.add_attachments(files)
+        self.app_state.show_message(f"“{title or 'Untitled'}” was deleted in another Iris window "
+                                    "or by a command; what you typed for it is kept here", 12_000)
+
+
+def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
+    """What the list shows of each thread, and what its transcript shows besides (the head,
+    replies being written): a change (by another process too) means show it again."""
+    return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages"), t.get("head_id"),
+                      t.get("streaming"), t.get("summary_id")) for t in threads}
