@@ -48,7 +48,7 @@ def embed_check(host) -> str:
             embedder = host.load_embedder(host.settings.with_overrides({"context.recall_semantic": "true",
                                                                          "context.recall_embedder": name}))
             if not isinstance(embedder, kind):
-                raise RuntimeError(f"recall's embedding model {model} did not load (the log says why)")
+                raise RuntimeError(f"recall's embedding model {model} did not load: {load_problem(host, name)}")
             started = time.perf_counter()
             question = embedder.embed_query(RERANK_QUESTION)
             worse, better = (float(x) for x in embedder.embed_many([RERANK_WORSE, RERANK_BETTER]) @ question)
@@ -62,6 +62,36 @@ def embed_check(host) -> str:
     finally:
         host.load_embedder()
     return "; ".join(done)
+
+
+def load_problem(host, name: str) -> str:
+    """Why recall's embedder ``name`` does not load, in its loader's own sentence (the file,
+    the sha256 it should have, how to reinstall it): the host logs that and goes on with
+    the other embedder, and "the log says why" told an installer's user neither where the
+    log is nor what it says."""
+    from iris_desktop.reasons import plain_reason
+    from iris_desktop.runtime.embedder import load_recall_embedder
+
+    try:
+        load_recall_embedder(name, host.paths.models_dir).close()
+    except Exception as exc:
+        return plain_reason(exc, host.paths.log_path)
+    return "it loads when tried again (the log says why it did not before)"
+
+
+def recall_checks(host) -> tuple[str, str]:
+    """:func:`embed_check` and :func:`rerank_check`, both run whatever the first says: the
+    RuntimeError raised names every one that failed (a broken reranker was not mentioned
+    when an embedder had failed too)."""
+    done, problems = [], []
+    for check in (embed_check, rerank_check):
+        try:
+            done.append(check(host))
+        except RuntimeError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise RuntimeError("; ".join(problems))
+    return done[0], done[1]
 
 
 def rerank_check(host) -> str:
@@ -137,8 +167,7 @@ def run_self_test(data_dir=None, overrides=None) -> int:
                 elif isinstance(event, TurnFailed):
                     raise RuntimeError(event.text)
             request = planner.plan(host.store, thread)
-            embedded = embed_check(host)
-            reranked = rerank_check(host)
+            embedded, reranked = recall_checks(host)
             stats = host.store.requests(thread)[-1]
             exact = stats["prompt_tokens"] == stats["predicted_prompt_tokens"]
             answered = ANSWER in reply.lower()

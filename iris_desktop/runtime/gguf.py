@@ -48,6 +48,10 @@ MAX_ARRAY_IN_METADATA = 64
 #: strings longer than this are left out of ``GGUFInfo.metadata`` (the chat template
 #: has its own field)
 MAX_STRING_IN_METADATA = 1024
+#: no string or array in a GGUF header is longer (the largest, a vocabulary's scores or
+#: a chat template, are megabytes): a length past it is a damaged header, not a file cut
+#: short ("truncated … needs byte 7818421948897766972" sent users after a bad download)
+MAX_HEADER_ITEM = 1 << 30
 
 # GGUF metadata value types
 _UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _FLOAT32, _BOOL = range(8)
@@ -256,11 +260,22 @@ class _Reader:
 
     def _need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
+            if n > MAX_HEADER_ITEM:
+                raise self.corrupt(what, self.pos + n)
             raise GGUFError(
                 self.path,
                 f"truncated: the header ends early while reading {what} "
                 f"(needs byte {self.pos + n}, the file ends at byte {self.size})",
             )
+
+    def corrupt(self, what: str, end: int) -> GGUFError:
+        """A header whose ``what`` would end at byte ``end``, far past anything a header
+        holds: its bytes are damaged (a full-size file), not missing."""
+        return GGUFError(
+            self.path,
+            f"corrupt: the header is damaged (the length of {what} runs to byte {end:,}, "
+            f"far past the end of the file at byte {self.size:,})",
+        )
 
     def scalar(self, vtype: int, what: str) -> Any:
         fmt = _SCALAR_FORMATS[vtype]
@@ -317,11 +332,15 @@ class _Reader:
                 buf, pos, size = self.buf, self.pos, self.size
                 for _ in range(count):
                     if pos + 8 > size:
+                        if pos > size:  # an element ran past the end: said below
+                            break
                         self.pos = pos
                         self._need(8, f"an element of {key!r}")
                     (n,) = unpack(buf, pos)
                     pos += 8 + n
                 if pos > size:
+                    if pos - self.pos > MAX_HEADER_ITEM:
+                        raise self.corrupt(f"the array {key!r}", pos)
                     self.pos = size
                     raise GGUFError(
                         self.path,

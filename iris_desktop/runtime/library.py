@@ -225,8 +225,10 @@ def is_base_model(info: GGUFInfo, file_name: str = "") -> bool:
     return bool(words & _BASE_WORDS) and not words & _INSTRUCT_WORDS
 
 
-def _not_a_chat_model(info: GGUFInfo) -> str | None:
-    """Why a valid GGUF is no model to chat with; None when it is one."""
+def not_a_chat_model(info: GGUFInfo) -> str | None:
+    """Why a valid GGUF is no model to chat with; None when it is one. The library leaves
+    such a file out, and ``LocalModel.load`` refuses it (an embedding model loaded as the
+    chat model failed every send with llama.cpp's "Memory is not initialized")."""
     kind = info.metadata.get("general.type")
     if isinstance(kind, str) and kind not in ("", "model"):
         return f"general.type is {kind!r}"  # "adapter" (LoRA), "mmproj", ...
@@ -332,7 +334,7 @@ def _entry_from(found: _Found, n_ctx: int) -> tuple[ModelEntry, str | None]:
         base_model=is_base_model(info, found.path.name),
         **common,
     )
-    return entry, _not_a_chat_model(info)
+    return entry, not_a_chat_model(info)
 
 
 def describe_model(path: str | os.PathLike[str], *, source: str = "file", n_ctx: int = DEFAULT_N_CTX,

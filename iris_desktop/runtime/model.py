@@ -56,7 +56,7 @@ from .first_use import checked_plan
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .gpu import OFF, Device, GpuChecks, GpuPlan, MeasuredCompute, compute_key, cpu_plan
 from .kv_reuse import KVReuse, read_sequence, write_sequence
-from .library import is_base_model
+from .library import is_base_model, not_a_chat_model
 from .llama_binding import EvalStopped, install_llama_logging, recent_llama_errors
 from .loading import load_weights, plan_device, q8_weights
 from .protocol import (
@@ -209,8 +209,9 @@ class LocalModel(KVReuse):
         weights' loading, and ``stage`` is told ``"copying"`` when a copy is being written,
         ``"checking"`` during a GPU's first-use check and ``"loading"`` after them (a first
         load takes longer); setting ``cancel`` stops it (:class:`ModelError` "loading was
-        cancelled"). Raises :class:`ModelError` for a missing, truncated or non-GGUF file
-        and for anything llama.cpp refuses.
+        cancelled"). Raises :class:`ModelError` for a missing, truncated or non-GGUF file,
+        for a GGUF that is not a chat model (:func:`_chat_model_info`) and for anything
+        llama.cpp refuses.
 
         ``gpu`` is ``model.gpu`` ("auto", "off" or a layer count): :func:`.gpu.plan_gpu`
         chooses the device and the layers from ``devices`` (default: what llama.cpp finds,
@@ -222,10 +223,7 @@ class LocalModel(KVReuse):
         on the CPU. :attr:`gpu` holds the plan that loaded.
         """
         p = Path(path)
-        try:
-            info = read_gguf_info(p)
-        except GGUFError as exc:
-            raise ModelError(p, exc.reason) from None
+        info = _chat_model_info(p)
         n_ctx = _context_length(p, info, n_ctx)
         chat_format = select_chat_format(info)
 
@@ -787,6 +785,21 @@ def _license(path: Path, metadata: dict[str, Any]) -> str:
         return f"{BUNDLED_MODEL.license} ({BUNDLED_MODEL.license_url})"
     named = metadata.get("general.license")
     return str(named) if named else "not stated in the file; see where it came from"
+
+
+def _chat_model_info(p: Path) -> GGUFInfo:
+    """The header of the chat model ``p``; ModelError for a file that is no GGUF or no
+    chat model ("not a chat model: an embedding model; …", the library's rule,
+    ``library.not_a_chat_model``: an embedding model loaded, was saved as the chat
+    model, then failed every send with llama.cpp's "Memory is not initialized")."""
+    try:
+        info = read_gguf_info(p)
+    except GGUFError as exc:
+        raise ModelError(p, exc.reason) from None
+    not_chat = not_a_chat_model(info)
+    if not_chat:
+        raise ModelError(p, f"not a chat model: {not_chat}; it cannot write replies")
+    return info
 
 
 def _context_length(path: Path, info: GGUFInfo, n_ctx: int) -> int:

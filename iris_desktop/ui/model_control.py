@@ -173,6 +173,7 @@ class ModelControl(QObject):
         cancelled = job is not None and job.cancel.is_set()  # the user's Cancel
         self._load_ended()
         server = state.settings["model.backend"] == "openai"  # what failed: a server?
+        again = self.pending is None  # not a new choice: the model in use, loaded again
         if self.pending is not None:  # the choice did not work: the settings go back
             before, self.pending = self.pending[1], None
             state.set_settings(before)
@@ -184,14 +185,17 @@ class ModelControl(QObject):
             if cancelled:  # what was asked for: said in passing, not as a failure
                 state.show_message(f"Loading cancelled; Iris goes on with {info['name']}", 8000)
             else:
-                self.show_error(message, keeping=info["name"], server=server)
+                self.show_error(message, keeping=info["name"], server=server, again=again)
             return
         state.set_model("failed", None, message)
         self.model_label.setText("No model")
         self.model_label.set_details(message)
         state.show_status("No model: browsing only")
         self.composer.set_can_send(False, "No model is loaded — Model ▸ Models…")
-        self.show_error(message, server=server)
+        if cancelled:  # asked for: no warning that Iris "could not load its model"
+            state.show_message("Loading cancelled; no model is loaded (Model ▸ Models… loads one)", 8000)
+        else:
+            self.show_error(message, server=server)
 
     # -- the library --
 
@@ -268,10 +272,14 @@ class ModelControl(QObject):
 
         self.background.run(find, show, failed, key="models")
 
-    def show_error(self, message: str, keeping: str | None = None, server: bool = False) -> None:
+    def show_error(self, message: str, keeping: str | None = None, server: bool = False,
+                   again: bool = False) -> None:
         """Say why, as plain text (a server's error page is not drawn), and offer what
-        fixes it: another model file, or for a server the Server… dialog."""
-        text = (f"The new model could not be loaded, so Iris goes on with {keeping}."
+        fixes it: another model file, or for a server the Server… dialog. ``again``: the
+        load was of the model in use (Reload, new settings), not a new one."""
+        text = (f"The model could not be loaded again, so Iris goes on with {keeping} as it "
+                "was loaded before." if keeping and again else
+                f"The new model could not be loaded, so Iris goes on with {keeping}."
                 if keeping else
                 "Iris could not load its model, so it cannot answer right now. "
                 "Your conversations are still here to browse, search and export.")

@@ -1,0 +1,76 @@
+"""Files ``LocalModel.load`` refuses before llama.cpp sees them, with the sentence the user
+reads: here a valid GGUF that is no chat model (the library's rule,
+``library.not_a_chat_model``), whichever way it is chosen (``--model``, Open GGUF…)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iris_desktop.runtime.errors import ModelError
+from iris_desktop.runtime.model import LocalModel
+
+from conftest import MODEL_CACHE
+from support.gguf_fixtures import tiny_metadata, write_gguf
+
+#: the recall embedder's GGUF (tests/test_embedder.py converts it once per machine)
+MINILM = MODEL_CACHE / "models" / "all-MiniLM-L6-v2-q8_0.gguf"
+
+
+def embedding_gguf(path: Path) -> Path:
+    return write_gguf(path, tiny_metadata(arch="bert", template=None, **{"bert.pooling_type": 1}))
+
+
+def real_embedding_gguf(tmp_path: Path) -> Path:
+    """all-MiniLM-L6-v2 (which llama.cpp loads: the case users met), else a tiny one."""
+    return MINILM if MINILM.is_file() else embedding_gguf(tmp_path / "embed.gguf")
+
+
+@pytest.mark.parametrize("kind", ["tiny", "minilm"])
+def test_an_embedding_model_is_refused_as_the_chat_model(tmp_path, kind):
+    """Before: it loaded, was saved as the chat model, and every send failed with "an
+    internal error in Iris (AssertionError: Memory is not initialized)"."""
+    if kind == "minilm" and not MINILM.is_file():
+        pytest.skip("all-MiniLM-L6-v2's GGUF is written by tests/test_embedder.py")
+    path = embedding_gguf(tmp_path / "embed.gguf") if kind == "tiny" else MINILM
+    weights = tmp_path / "weights"
+    with pytest.raises(ModelError) as refused:
+        LocalModel.load(path, weights_dir=weights)
+    assert str(refused.value) == f"{path}: not a chat model: an embedding model; it cannot write replies"
+    assert not weights.exists()  # refused before the 8-bit copy is written
+
+
+def test_a_lora_adapter_is_refused_with_its_type(tmp_path):
+    path = write_gguf(tmp_path / "adapter.gguf", tiny_metadata(**{"general.type": "adapter"}))
+    with pytest.raises(ModelError, match="not a chat model: general.type is 'adapter'"):
+        LocalModel.load(path)
+
+
+def test_the_cli_refuses_an_embedding_model_in_one_sentence_and_keeps_no_thread(tmp_path, capsys):
+    """Before: ``chat --new --model all-MiniLM….gguf hi`` left a new thread with an empty
+    failed reply each time, exit 1."""
+    from iris_desktop.cli import main
+
+    data = str(tmp_path / "home")
+    path = real_embedding_gguf(tmp_path)
+    assert main(["--data-dir", data, "chat", "--new", "--model", str(path), "hi"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot load the model" in err and "not a chat model: an embedding model" in err
+    assert "Memory is not initialized" not in err
+    assert main(["--data-dir", data, "threads"]) == 0
+    assert "no threads yet" in capsys.readouterr().out
+
+
+def test_open_gguf_refuses_an_embedding_model_and_saves_nothing(make_window, qtbot, model_path,
+                                                                tmp_path):
+    window = make_window(None, overrides={"model.path": str(model_path)})
+    path = real_embedding_gguf(tmp_path)
+    window.models.use_file(str(path))
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=60_000)
+    assert window.model_state == "ready" and window.models.info["path"] == str(model_path)
+    assert "not a chat model: an embedding model" in window.models.box.informativeText()
+    assert window.host.settings["model.path"] == str(model_path)
+    config = window.host.paths.config_path
+    assert not config.exists() or str(path) not in config.read_text()
+    window.models.box.done(0)
