@@ -285,3 +285,34 @@ def test_a_chat_of_its_own_system_prompt_is_counted_and_planned_like_the_global_
     fresh_store.set_system_prompt(thread, "  ")  # blank: the global one again
     assert fresh_store.system_prompt_of(thread) is None
     assert planner.plan(fresh_store, thread).messages[0]["content"].startswith("You are Iris.")
+
+
+def test_switching_a_chat_another_process_is_answering_in_is_refused(tmp_path, capsys):
+    """Before (an audit): `switch` while another window or command wrote a reply in the
+    chat moved the head under it; the question and its reply went on below the old head,
+    on a branch no longer shown, and seemed gone. Now it is refused in one sentence, as
+    an edit or a regenerate is, and nothing moves."""
+    import os
+
+    from iris_desktop.cli import main
+    from iris_desktop.core.store import ThreadBusy
+
+    data = tmp_path / "data"
+    data.mkdir()
+    with Store(data / "iris.db") as store:
+        thread = store.create_thread("t")
+        q, a = store.add_messages(thread, [{"role": "user", "content": "q"},
+                                           {"role": "assistant", "content": "a"}])
+        again = store.add_message(thread, {"role": "assistant", "content": "a again"}, parent_id=q)
+        assert store.take_turn_lease(thread, "a turn elsewhere", 60) is None  # (this pid: alive)
+        with pytest.raises(ThreadBusy, match=f"Not switched: this chat is answering in another "
+                                             f"Iris window or command \\(process {os.getpid()}"):
+            store.switch_to_alternative(thread, again, -1)
+        assert store.head(thread) == again
+    code = main(["--data-dir", str(data), "switch", str(thread), str(again), "previous"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Not switched: this chat is answering" in err and "Traceback" not in err
+    with Store(data / "iris.db") as store:
+        assert store.head(thread) == again
+        store.release_turn_lease(thread, "a turn elsewhere")
+        assert store.switch_to_alternative(thread, again, -1) == a

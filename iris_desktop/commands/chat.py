@@ -295,7 +295,7 @@ def chat(args, overrides) -> int:
             _thread(host, args.thread)
             holder = host.store.turn_holder(args.thread)
             if holder is not None:  # another window or command is answering there
-                from iris_desktop.core.agent import busy_sentence
+                from iris_desktop.core.store.errors import busy_sentence
 
                 say(f"iris-desktop: {busy_sentence(holder)}", file=sys.stderr)
                 return EXIT_FAIL

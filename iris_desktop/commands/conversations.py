@@ -17,6 +17,7 @@ from iris_desktop.commands.common import (
     say,
     text_argument,
 )
+from iris_desktop.core.store import ThreadBusy
 from iris_desktop.untrusted import show_untrusted
 
 #: the most messages ``switch`` prints (the branch from the alternative switched to on)
@@ -110,6 +111,9 @@ def switch(args, overrides) -> int:
             raise CliError(f"no message {args.message} in thread {args.thread}") from None
         except ValueError as exc:
             raise CliError(str(exc)) from None
+        except ThreadBusy as exc:  # another window or command is answering there
+            say(f"iris-desktop: {exc}", file=sys.stderr)
+            return EXIT_FAIL
         points = host.store.branch_points(args.thread)
         rows = host.store.messages(args.thread)
         rows = rows[next(i for i, row in enumerate(rows) if row["id"] == shown):]

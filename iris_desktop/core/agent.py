@@ -49,6 +49,7 @@ from iris_desktop.core.events import (
 )
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store, StoreError, min_tokens, row_to_message, utf8_length
+from iris_desktop.core.store.errors import busy_sentence
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import StopOrGiveWay, Turn
@@ -62,14 +63,6 @@ DEFAULT_TITLE = "New chat"
 #: how long a turn's lease on its thread lasts unrenewed (a reply streaming renews it;
 #: the lease of a process that is gone is free at once)
 TURN_LEASE_S = 1800.0
-
-
-def busy_sentence(holder: dict[str, Any]) -> str:
-    """Why a turn does not start in a chat another process is answering in (``holder``:
-    the turn lease's row)."""
-    since = max(0, round(time.time() - holder["acquired_at"]))
-    return (f"Not sent: this chat is answering in another Iris window or command (process "
-            f"{holder['pid']}, for {since} s); wait until it finishes, or write in another chat")
 
 
 class Agent:

@@ -37,7 +37,7 @@ from iris_desktop.core.store.base import _alive as _alive
 from iris_desktop.core.store.cipher import Key as Key
 from iris_desktop.core.store.cipher import KeyRejected as KeyRejected
 from iris_desktop.core.store.cipher import connect
-from iris_desktop.core.store.errors import DamagedDatabase, StoreError, ThreadGone
+from iris_desktop.core.store.errors import DamagedDatabase, StoreError, ThreadBusy, ThreadGone
 from iris_desktop.core.store.messages import Messages
 from iris_desktop.core.store.recovery import (
     QUICK_CHECK_S,
@@ -74,8 +74,9 @@ from iris_desktop.paths import DataDirError, make_private_dir
 __all__ = [
     "BUSY_TIMEOUT_S", "MAX_BYTES_PER_TOKEN", "MIGRATIONS", "QUICK_CHECK_S", "ROLES", "SALVAGED_TABLES",
     "SCHEMA_VERSION", "TIMESTAMP_KEYS", "DamagedDatabase", "MessageMeta", "Recovery", "Store", "StoreError",
-    "Stores", "SummaryRow", "ThreadGone", "explain", "in_flight", "iso_timestamp", "min_tokens", "now_iso",
-    "open_store", "open_stores", "quick_check", "row_to_message", "salvage", "sent_at_of", "utf8_length",
+    "Stores", "SummaryRow", "ThreadBusy", "ThreadGone", "explain", "in_flight", "iso_timestamp",
+    "min_tokens", "now_iso", "open_store", "open_stores", "quick_check", "row_to_message", "salvage",
+    "sent_at_of", "utf8_length",
 ]
 
 #: how long a write waits for another process's write to finish

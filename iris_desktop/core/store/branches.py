@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable
 
 from iris_desktop.core.store.base import Connected
-from iris_desktop.core.store.errors import ThreadGone
+from iris_desktop.core.store.errors import ThreadBusy, ThreadGone
 
 
 class Branches(Connected):
@@ -163,8 +163,14 @@ class Branches(Connected):
 
     def switch_to_alternative(self, thread_id: int, message_id: int, step: int) -> int:
         """:meth:`switch_branch`, returning the alternative switched to (what a view keeps
-        in sight: it is not the new head when a reply or more follow it)."""
-        self.switch_branch(thread_id, message_id, step)
+        in sight: it is not the new head when a reply or more follow it). ThreadBusy while
+        another window or command is answering in the chat: its question and reply would
+        go on below the head it read, on a branch no longer shown."""
+        with self.transaction():
+            holder = self.turn_holder(thread_id)  # type: ignore[attr-defined]
+            if holder is not None:
+                raise ThreadBusy(holder)
+            self.switch_branch(thread_id, message_id, step)
         siblings = self.alternatives(message_id)
         return siblings[siblings.index(message_id) + step]
 

@@ -3,7 +3,9 @@ that is not there (deleted, perhaps by another process, since it was read)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 
 class StoreError(Exception):
@@ -29,3 +31,20 @@ class ThreadGone(KeyError):
 
     def __str__(self) -> str:  # the sentence, not a KeyError's quoted key
         return str(self.args[0])
+
+
+def busy_sentence(holder: dict[str, Any], not_done: str = "Not sent") -> str:
+    """Why something does not happen in a chat another process is answering in
+    (``holder``: the turn lease's row)."""
+    since = max(0, round(time.time() - holder["acquired_at"]))
+    return (f"{not_done}: this chat is answering in another Iris window or command (process "
+            f"{holder['pid']}, for {since} s); wait until it finishes, or write in another chat")
+
+
+class ThreadBusy(RuntimeError):
+    """Another window or command is answering in the chat: its branch stays as it is (a
+    switch under a reply being written hid the question and its reply on another branch)."""
+
+    def __init__(self, holder: dict[str, Any]):
+        super().__init__(busy_sentence(holder, "Not switched"))
+        self.holder = holder
