@@ -78,6 +78,7 @@ from iris_desktop.storage_key import (
     kv_key,
     prepare,
 )
+from iris_desktop.untrusted import show_untrusted
 
 if TYPE_CHECKING:  # loaded lazily: numpy and the embedding model only when recall wants them
     from iris_desktop.core.semantic import TextEmbedder
@@ -335,7 +336,9 @@ class Host:
             raise StoreError(explain(exc, self.paths.db_path)) from None
         if interrupted:
             log.warning("%d reply(ies) cut off by an earlier crash marked interrupted",
-                        interrupted)
+                        len(interrupted))
+        #: (thread id, title) of the chats whose reply this start found cut off by a crash
+        self.cut_by_crash = self.store.chats_of(interrupted)
         # a KV save killed mid-write leaves a copy of a chat's tokens: gone at start, not
         # only when a model loads (encryption may have been turned on since)
         clean_leftovers(self.paths.kv_cache_dir, ".*.tmp")
@@ -398,6 +401,20 @@ class Host:
         descriptor of the database file drops this process's POSIX locks on it, which
         SQLite's open connection holds (another process then saw none of its writes)."""
         return follow_history(settings, encrypted=self.storage.key is not None)
+
+    @property
+    def crash_note(self) -> str | None:
+        """What an earlier crash (a kill, a power cut) cut off, said once, by the start
+        that found it: the window and the CLI said nothing, and the reply looked stopped
+        by the user. None when nothing was."""
+        if not self.cut_by_crash:
+            return None
+        thread_id, title = self.cut_by_crash[0]
+        more = len(self.cut_by_crash) - 1
+        where = f"“{show_untrusted(title)}” (chat {thread_id})" + (
+            f" and {more} other chat{'s' if more > 1 else ''}" if more else "")
+        return (f"The reply in {where} was cut off when Iris closed unexpectedly; what it had "
+                "written is kept")
 
     @property
     def storage_note(self) -> str | None:

@@ -57,7 +57,7 @@ def test_a_killed_chat_s_reply_is_recovered_even_when_its_pid_is_reused(tmp_path
     other = None
     try:
         with Store(db) as store:
-            assert store.mark_interrupted_streams() == 0  # its writer is alive: left alone
+            assert store.mark_interrupted_streams() == []  # its writer is alive: left alone
         writer.kill()
         writer.wait()
         # the OS hands the dead writer's pid to an unrelated process
@@ -65,7 +65,7 @@ def test_a_killed_chat_s_reply_is_recovered_even_when_its_pid_is_reused(tmp_path
         with Store(db) as store:
             store.conn.execute("UPDATE streams SET pid = ? WHERE message_id = ?", (other.pid, reply))
             store.conn.commit()
-            assert store.mark_interrupted_streams() == 1
+            assert len(store.mark_interrupted_streams()) == 1
             row = store.messages(thread)[-1]
             assert (row["id"], row["status"], row["content"]) == (reply, "interrupted", "Hel")
     finally:
@@ -98,7 +98,7 @@ def test_a_killed_writer_not_yet_reaped_is_dead(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         with Store(db) as store:
-            assert store.mark_interrupted_streams() == 1
+            assert len(store.mark_interrupted_streams()) == 1
     finally:
         writer.kill()
         writer.wait()
@@ -144,8 +144,47 @@ def test_rows_written_before_the_start_was_recorded_fall_back_to_the_pid(tmp_pat
             store.conn.execute("UPDATE streams SET pid = ?, pid_start = NULL WHERE message_id = ?",
                                (other.pid, reply))
             store.conn.commit()
-            assert store.mark_interrupted_streams() == 0  # all it knows is a live pid
+            assert store.mark_interrupted_streams() == []  # all it knows is a live pid
         finally:
             other.kill()
             other.wait()
-        assert store.mark_interrupted_streams() == 1
+        assert len(store.mark_interrupted_streams()) == 1
+
+
+def _cut_by_a_crash(data) -> int:
+    """A chat whose reply was being written by a process that is gone."""
+    from iris_desktop.core.store import Store
+
+    data.mkdir(parents=True, exist_ok=True)
+    with Store(data / "iris.db") as store:
+        thread = store.create_thread("Trip to Porto")
+        store.add_message(thread, {"role": "user", "content": "plan three days"})
+        store.add_message(thread, {"role": "assistant", "content": "Day 1: the Ribeira"},
+                          status="streaming")  # no live writer: a crash
+    return thread
+
+
+def test_a_reply_cut_off_by_a_crash_is_said_once_by_the_cli(tmp_path, capsys):
+    """Before (an audit): a reply cut off by a kill or a power cut came back marked as
+    stopped, as if the user had pressed Stop; only the log said a crash happened. The
+    start that finds it says so, once, with how to go on."""
+    from iris_desktop.cli import main
+
+    data = tmp_path / "data"
+    thread = _cut_by_a_crash(data)
+    assert main(["--data-dir", str(data), "threads", "--no-model"]) == 0
+    err = capsys.readouterr().err
+    assert ("The reply in “Trip to Porto” (chat 1) was cut off when Iris closed unexpectedly; "
+            "what it had written is kept; 'iris-desktop chat --thread 1 --continue' goes on "
+            "with it") in err and thread == 1
+    assert main(["--data-dir", str(data), "threads", "--no-model"]) == 0
+    assert "cut off" not in capsys.readouterr().err  # said once
+
+
+def test_a_reply_cut_off_by_a_crash_is_said_by_the_window(make_window, qtbot, data_dir):
+    _cut_by_a_crash(data_dir)
+    window = make_window()
+    message = window.status_area.current_message()
+    assert message.startswith("The reply in “Trip to Porto” (chat 1) was cut off when Iris "
+                              "closed unexpectedly"), message
+    assert "Continue" in message

@@ -81,7 +81,7 @@ def test_streaming_rows_only_change_while_streaming(fresh_store):
 def test_interrupted_streams_are_marked_on_start(fresh_store):
     thread = fresh_store.create_thread("t")
     reply = fresh_store.add_message(thread, {"role": "assistant", "content": "par"}, status="streaming")
-    assert fresh_store.mark_interrupted_streams() == 1
+    assert len(fresh_store.mark_interrupted_streams()) == 1
     assert fresh_store.messages(thread)[0]["status"] == "interrupted"
     assert fresh_store.messages(thread)[0]["id"] == reply
 

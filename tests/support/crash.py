@@ -77,7 +77,7 @@ def crash_once(data_dir: Path, model_path: Path, timeout_s: float = 120.0) -> di
 
     store = Store(db)
     try:
-        recovered = store.mark_interrupted_streams()
+        recovered = len(store.mark_interrupted_streams())
         rows = list(store.db.query("SELECT role, content, status FROM messages ORDER BY id"))
         return {
             "integrity": store.integrity_check(),

@@ -371,9 +371,10 @@ class Messages(Branches):
         if status != "streaming":
             self.conn.execute("DELETE FROM streams WHERE message_id = ?", (message_id,))
 
-    def mark_interrupted_streams(self) -> int:
+    def mark_interrupted_streams(self) -> list[int]:
         """At start-up: replies left 'streaming' by a process that is gone (a crash, a
-        kill -9) become 'interrupted'. Replies a live process is writing are left alone."""
+        kill -9) become 'interrupted'; their ids. Replies a live process is writing are
+        left alone."""
         rows = self.conn.execute(
             """
             SELECT m.id, s.pid, s.pid_start FROM messages m LEFT JOIN streams s ON s.message_id = m.id
@@ -382,13 +383,24 @@ class Messages(Branches):
         ).fetchall()
         dead = [mid for mid, pid, started in rows if pid is None or not _alive(pid, started)]
         if not dead:
-            return 0  # no write, so a start never waits for another process's write lock
+            return []  # no write, so a start never waits for another process's write lock
         with self.transaction():
             for mid in dead:
                 self.conn.execute(
                     "UPDATE messages SET status = 'interrupted' WHERE id = ?", (mid,))
                 self.conn.execute("DELETE FROM streams WHERE message_id = ?", (mid,))
-        return len(dead)
+        return dead
+
+    def chats_of(self, message_ids: Sequence[int]) -> list[tuple[int, str]]:
+        """(thread id, title) of the chats ``message_ids`` are in, each once, in order."""
+        chats: dict[int, str] = {}
+        for message_id in message_ids:
+            row = self.conn.execute(
+                "SELECT t.id, t.title FROM messages m JOIN threads t ON t.id = m.thread_id "
+                "WHERE m.id = ?", (message_id,)).fetchone()
+            if row is not None:
+                chats.setdefault(row[0], row[1])
+        return list(chats.items())
 
     def messages(
         self, thread_id: int, after_id: int = 0, through_id: int | None = None
