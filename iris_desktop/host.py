@@ -355,6 +355,10 @@ class Host:
         self.reranker: CrossEncoder | None = None
         #: why recall does not rerank although ``context.recall_rerank`` asks (one sentence)
         self.reranker_problem: str | None = None
+        #: why recall by meaning does not use the embedder ``context.recall_embedder``
+        #: names (its files missing or damaged), in one sentence; None when it does
+        self.embedder_problem: str | None = None
+        self._embedder_errors: dict[str, str] = {}
         self.cache: ThreadCache | None = None
         #: planner memo: settings key → (runtime, embedder, planner) (see :meth:`planner`)
         self._planners: dict[tuple, tuple[Any, Any, Planner]] = {}
@@ -534,10 +538,15 @@ class Host:
         wanted = settings["context.recall_embedder"]
         other = next(name for name in EMBEDDERS if name != wanted)
         embedder = self._embedder_named(wanted)
+        self.embedder_problem = None
         if embedder is None:
             embedder = self._embedder_named(other)
-            if embedder is not None:
-                log.warning("recall by meaning uses %s: %s did not load", embedder.identity.split("@")[0], wanted)
+            why = self._embedder_errors.get(wanted, "it did not load")
+            self.embedder_problem = (
+                f"recall by meaning uses {embedder.identity.split('@')[0]}, not {wanted}: {why}"
+                if embedder is not None else
+                f"recall matches words only: neither embedding model loaded ({wanted}: {why})")
+            log.warning("%s", self.embedder_problem)
         previous = None
         if embedder is not None and embedder is not self.embedder:
             stale = set(self.store.other_vector_models(embedder.identity))
@@ -561,6 +570,7 @@ class Host:
             except Exception as exc:  # recall by words still works: say why, go on
                 log.warning("recall's embedding model %s did not load: %s", name, exc)
                 self._embedders[name] = None
+                self._embedder_errors[name] = " ".join(str(exc).split()) or type(exc).__name__
         return self._embedders[name]
 
     def load_reranker(self, settings: Settings | None = None) -> CrossEncoder | None:

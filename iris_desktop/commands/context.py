@@ -75,6 +75,8 @@ def context_report(host, thread_id: int, draft: str | None = None,
                    # the history is re-embedded (its vectors are searched meanwhile)
                    "embedder": planner.embedder.identity if planner.embedder else None,
                    "embedder_previous": planner.previous_embedder.identity if planner.previous_embedder else None,
+                   # why it is not the one context.recall_embedder names (files damaged)
+                   "embedder_problem": host.embedder_problem,
                    # whether the cross-encoder reordered its candidates, and why not
                    **rerank_fact(request.recall, planner, host.reranker_problem),
                    "max_tokens": planner.params.recall_max_tokens},
@@ -144,6 +146,8 @@ def _print_context(r: dict[str, Any]) -> None:
     print(f"protect     {r['protect_turns']:>8}  turns" + ("  (fallback)" if r["fallback"] else ""))
     print("messages    " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
     recall = r.get("recall") or {}
+    if recall.get("embedder_problem"):
+        print(f"warning     {recall['embedder_problem']}")
     if recall.get("ids"):
         reranked = "reranked" if recall.get("reranked") else f"not reranked: {recall.get('rerank_reason')}"
         print(f"recall      {len(recall['ids'])} summarized messages shown with the newest message "

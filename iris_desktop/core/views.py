@@ -681,7 +681,7 @@ def rerank_fact(recall: Recall, planner: Planner, problem: str | None = None) ->
 def inspector_report(
     store: Store, planner: Planner, thread_id: int, draft: str | None = None,
     request: ContextRequest | ConversationTooLargeException | None = None,
-    rerank_problem: str | None = None,
+    rerank_problem: str | None = None, embedder_problem: str | None = None,
 ) -> dict[str, Any]:
     """Everything the inspector dock shows for one thread. Never modifies messages.
 
@@ -690,10 +690,12 @@ def inspector_report(
     each state; ``summaries``, ``events``, ``requests``: the stored telemetry. Pass the
     planner's ``request`` when one is at hand (the agent reported it), else it is planned.
     ``rerank``: whether recall was reranked, and why not (:func:`rerank_fact`;
-    ``rerank_problem`` is the host's ``reranker_problem``).
+    ``rerank_problem`` is the host's ``reranker_problem``); ``embedder_problem``: the
+    host's, why recall by meaning does not use the embedder the settings name.
     """
     report: dict[str, Any] = {"thread_id": thread_id, "error": None, "request": [],
-                              "states": {}, "breakdown": None, "dropped": None}
+                              "states": {}, "breakdown": None, "dropped": None,
+                              "embedder_problem": embedder_problem}
     if request is None:
         request = planner.plan_or_error(store, thread_id, draft)
     if isinstance(request, ConversationTooLargeException):

@@ -178,7 +178,8 @@ class ContextControl(QObject):
         draft = self.composer.model_draft() or None  # the next request includes what is typed
         self.background.run(
             lambda store: inspector_report(store, planner, tid, draft, request,
-                                           rerank_problem=self.host.reranker_problem),
+                                           rerank_problem=self.host.reranker_problem,
+                                           embedder_problem=self.host.embedder_problem),
             lambda r: tid == self.app_state.thread_id and inspector.show_report(r),
             self._counting_failed, key="inspector")
 

@@ -182,6 +182,7 @@ class InspectorDock(QDockWidget):
                 + (f". Compaction due ({', '.join(report['triggers'])})."
                    if report["compaction_due"] else ". Compaction not due.")
                 + (f"\nStored messages: {states}." if states else "")
+                + (f"\nNote: {report['embedder_problem']}." if report.get("embedder_problem") else "")
                 # what is left out and why, whole (the label wraps; nothing is cut)
                 + (f"\n{report['dropped']['why']}" if report.get("dropped") else ""))
         else:
