@@ -33,12 +33,17 @@ def test_a_second_choice_while_one_loads_is_loaded_saved_and_can_be_cancelled(
     before = window.models.info["path"]
     mine = tmp_path / "mine.gguf"
     mine.hardlink_to(model_path)  # another file, so the first pick really loads
+    said = []
+    window.announcer.say = lambda text, *_a, **_k: said.append(text)
 
     window.models.use_file(str(mine))
     window.models.use_file(str(base_model_path))  # the user picks again at once
     assert window.models.job is not None  # Cancel reaches the second load
     qtbot.waitUntil(lambda: window.models.job is None, timeout=120_000)
     assert window.model_state == "ready", window.models.error
+    # a screen reader hears of the model that answers, once (a replaced load was said too)
+    assert [t for t in said if t.startswith("Model ready")] == [
+        f"Model ready: {window.models.info['name']}"]
     assert window.models.info["path"] == str(base_model_path)
     assert not box_shown(window)
     assert window.host.settings["model.path"] == str(base_model_path)

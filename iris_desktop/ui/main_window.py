@@ -203,7 +203,8 @@ class MainWindow(QMainWindow):
         s.generatingChanged.connect(self.status_area.set_working)
         w.loading.connect(s.busy)
         w.loaded.connect(self.models.loaded)  # and said: the box was disabled while it loaded
-        w.loaded.connect(lambda loaded: self.announcer.say(f"Model ready: {loaded.info['name']}"))
+        s.modelStateChanged.connect(  # the load the window waited for (not one it replaced)
+            lambda state: state == "ready" and self.announcer.say(f"Model ready: {s.model_info['name']}"))
         w.loadFailed.connect(self.models.failed)
         w.threadCreated.connect(self.threads_control.created)
         w.threadDeleted.connect(self.threads_control.deleted)
