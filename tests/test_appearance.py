@@ -680,3 +680,33 @@ def test_the_first_message_of_a_new_chat_comes_back_when_it_cannot_be_stored(
     qtbot.waitUntil(lambda: window.composer.text() == typed, timeout=5_000)
     notices = [e.text for e in window.view.transcript.entries() if e.kind != "message"]
     assert any("is full" in n for n in notices), notices
+
+
+def test_a_summarized_chat_opened_in_the_window_is_embedded_for_recall(make_window, qtbot,
+                                                                      data_dir, capsys):
+    """Before (an audit): the window embedded a chat's summarized messages only after a
+    turn (or a new planner): a long chat imported, compacted and opened was searched by
+    words only, 20 s later still 0 vectors, and its recall disagreed with `context`."""
+    from iris_desktop.cli import main
+
+    with Store(db_path(data_dir)) as store:
+        thread = store.create_thread("Long chat")
+        store.add_messages(thread, [m for i in range(40) for m in (
+            {"role": "user", "content": f"Day {i}: I repotted the fern number {i} today."},
+            {"role": "assistant", "content": f"Nice, fern {i} will like the new pot."})])
+    assert main(["--data-dir", str(data_dir), "--set", "context.window=1024",
+                 "compact", str(thread), "--no-model"]) == 0
+    capsys.readouterr()
+    window = make_window(overrides={"context.recall_semantic": "true", "context.window": "1024"})
+    embedder = window.app_state.planner.embedder
+    assert embedder is not None
+    with Store(db_path(data_dir)) as store:
+        covered = store.latest_summary(thread).covers_through_id
+        assert store.first_without_vector(thread, 0, covered, embedder.identity) is not None
+    window.open_thread(thread)
+
+    def embedded() -> bool:
+        with Store(db_path(data_dir)) as store:
+            return store.first_without_vector(thread, 0, covered, embedder.identity) is None
+
+    qtbot.waitUntil(embedded, timeout=60_000)  # no message sent

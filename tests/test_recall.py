@@ -867,3 +867,16 @@ def test_an_agents_result_in_a_summarized_tool_output_is_recalled(fresh_store):
     assert flag_id in request.recall.ids
     assert "- Tool bash: " in request.recall.text and "HTB{l00k_47_7h3_w4ll}" in request.recall.text
     check_request(ContextEngine(fresh_store, counter, p), request)
+
+
+def test_a_question_typed_with_a_full_width_or_arabic_question_mark_asks():
+    """Before (an audit): "我的猫叫什么名字？" and "ما اسم قطتي؟" got no recall ("the
+    message asks nothing"): only the ASCII "?" counted. The question marks people's
+    keyboards type count, and a sentence ending in one holds no fact for the summary.
+    (No message of either dev set holds one: their results cannot change.)"""
+    from iris_desktop.core.recall import _is_question
+
+    for question in ("我的猫叫什么名字？", "猫の名前は何ですか？", "ما اسم قطتي؟", "Πού είναι\u037e"):
+        assert asks(question), question
+        assert _is_question(question) and _is_question(f"「{question}」")
+    assert not asks("我喜欢猫。") and not asks("أحب القطط.")

@@ -95,6 +95,9 @@ FIRST_FACTS_TOKENS = 64
 #: ... and one of them at most this many characters (a long request keeps its start)
 FIRST_FACT_CHARS = 240
 #: a sentence ends at one of these, then space (or at once, for the full-width ones)
+#: the question marks people type: ASCII, full-width (Chinese, Japanese), Arabic, Greek,
+#: Armenian, Ethiopic (a question typed with "？" or "؟" was taken for a statement)
+QUESTION_MARKS = ("?", "？", "؟", "\u037e", "՞", "፧")
 FIRST_SENTENCE_RE = re.compile(rf"(?<=[.!?…;]){_NOT_AFTER}\s+|(?<=[。！？；؟।])\s*|\s*\n\s*")
 #: a word is a run of letters, in any script
 LETTERS_RE = re.compile(r"[^\W\d_]+")
@@ -163,7 +166,7 @@ class ExtractiveSummarizer:
                 continue
             for sentence in _sentences(message.text):
                 sentence = LEAD_RE.sub("", FILLER_RE.sub("", sentence).strip()).strip()
-                if not sentence or sentence.endswith("?"):
+                if not sentence or sentence.endswith(QUESTION_MARKS):
                     continue  # questions hold no facts
                 sentence = resolve_relative(sentence[0].upper() + sentence[1:], message.date)
                 score = scorer(sentence)
@@ -230,7 +233,7 @@ class ExtractiveSummarizer:
         paths = paths_in(said)
         previous = previous or ConversationSummary()
         decisions = [_clip(sentence, 100) for s in assistants for sentence in _sentences(s.text)
-                     if DECISION_WORDS.search(sentence) and not sentence.endswith("?")
+                     if DECISION_WORDS.search(sentence) and not sentence.endswith(QUESTION_MARKS)
                      and len(_content_words(sentence)) >= 3][-1:]
         emotions = [sentence for s in [*users, *assistants] for sentence in _sentences(s.text)
                     if EMOTION_WORDS & {w.lower().strip(".,!?") for w in sentence.split()}]

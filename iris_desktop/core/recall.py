@@ -62,7 +62,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from iris_desktop.core.extractive import STOPWORDS
+from iris_desktop.core.extractive import QUESTION_MARKS, STOPWORDS
 from iris_desktop.core.ports import Reranker
 from iris_desktop.core.records import (
     Period,
@@ -182,7 +182,8 @@ def asks(text: str) -> bool:
     to remember ("remind me what…"). Recall runs for these only: a statement is answered
     from what is in view, and every recall block costs its tokens on that turn."""
     text = text or ""
-    return "?" in text or bool(QUESTION_START_RE.match(text)) or bool(RECALL_ASK_RE.search(text))
+    return (any(mark in text for mark in QUESTION_MARKS) or bool(QUESTION_START_RE.match(text))
+            or bool(RECALL_ASK_RE.search(text)))
 
 
 @dataclass
@@ -737,7 +738,7 @@ def _asks_only(text: str) -> bool:
 
 def _is_question(sentence: str) -> bool:
     """Does a sentence end in a question mark (before closing quotes or brackets)?"""
-    return sentence.rstrip(" \"')]").endswith("?")
+    return sentence.rstrip(" \"')]」』）").endswith(QUESTION_MARKS)
 
 
 class _Lines:

@@ -62,7 +62,7 @@ class ContextControl(QObject):
         self._prefill_timer.timeout.connect(self._prefill_draft)
         app_state.settingsChanged.connect(lambda _settings: self.rebuild())
         app_state.modelStateChanged.connect(self._model_changed)
-        app_state.threadOpened.connect(lambda _thread_id: self.refresh())
+        app_state.threadOpened.connect(self._opened)
         app_state.requestReported.connect(self.show_request)
         app_state.messagesSaved.connect(lambda _thread_id: self.index_soon())
         composer.attachRequested.connect(self.attach)
@@ -192,17 +192,28 @@ class ContextControl(QObject):
 
     # -- the semantic index --
 
-    def index_soon(self) -> None:
-        """Embed the open thread's summarized messages that have no vector yet, a batch at
-        a time on the DB thread (``Host.index_for_recall``, the CLI's rule; a send never
-        waits for it); recall by meaning finds only embedded messages."""
-        planner, thread_id = self.planner, self.app_state.thread_id
+    def _opened(self, _thread_id: int | None) -> None:
+        """A chat opened: drawn, and its summarized messages embedded (only a turn or a
+        new planner started that: a long chat imported and opened was searched by words
+        only, and disagreed with ``context``, until a message was sent in it)."""
+        self.refresh()
+        self.index_soon()
+
+    def index_soon(self, thread_id: int | None = None) -> None:
+        """Embed the summarized messages of ``thread_id`` (default: the open thread) that
+        have no vector yet, a batch at a time on the DB thread (``Host.index_for_recall``,
+        the CLI's rule; a send never waits for it), until that thread is done; recall by
+        meaning finds only embedded messages. Another chat opened meanwhile comes first
+        (its batches replace the queued one)."""
+        planner = self.planner
+        thread_id = self.app_state.thread_id if thread_id is None else thread_id
         if planner.embedder is None or thread_id is None:
             return
         self.background.run(
             lambda store: self.host.index_for_recall(thread_id, planner, store=store,
                                                      limit=INDEX_BATCH),
-            lambda done: done >= INDEX_BATCH and planner is self.planner and self.index_soon(),
+            lambda done: (done >= INDEX_BATCH and planner is self.planner
+                          and self.index_soon(thread_id)),
             self._counting_failed, key="index")
 
     def reembed_soon(self) -> None:
