@@ -676,12 +676,15 @@ class Host:
         KVStateStore(self.paths.kv_cache_dir, 0).forget(thread_id)
 
     def index_for_recall(self, thread_id: int, planner: Planner | None = None, *,
-                         store: Store | None = None, limit: int | None = None) -> int:
+                         store: Store | None = None, limit: int | None = None,
+                         progress: Callable[[int], None] | None = None) -> int:
         """Embed the thread's summarized messages that have no vector yet (recall only
         searches those), oldest first, with the planner's embedder (none: nothing);
-        returns how many. The one indexing rule of both faces, on whichever thread calls
-        it with that thread's ``store`` (default: the calling thread's): the CLI before it
-        plans, the GUI's DB thread after each turn, ``limit`` messages a call."""
+        returns how many (never one past the summary: they were counted as summarized).
+        The one indexing rule of both faces, on whichever thread calls it with that
+        thread's ``store`` (default: the calling thread's): the CLI before it plans, the
+        GUI's DB thread after each turn, ``limit`` messages a call; ``progress`` is told
+        the count after each batch."""
         store = store or self.store
         planner = planner or self.planner()
         summary = store.latest_summary(thread_id)
@@ -689,12 +692,15 @@ class Host:
             return 0
         index = planner.index(store)
         done = 0
-        while limit is None or done < limit:  # oldest first: stop once the summarized ones are done
-            first = index.pending(thread_id, limit=1)
-            if not first or first[0] > summary.covers_through_id:
-                break
+        while limit is None or done < limit:
             step = BATCH if limit is None else min(BATCH, limit - done)
-            done += index.index_pending(limit=step, thread_id=thread_id)
+            embedded = index.index_pending(limit=step, thread_id=thread_id,
+                                           through_id=summary.covers_through_id)
+            if not embedded:
+                break
+            done += embedded
+            if progress is not None:
+                progress(done)
         return done
 
     def reembed_for_recall(self, planner: Planner | None = None, *, store: Store | None = None,

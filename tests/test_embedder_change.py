@@ -327,3 +327,32 @@ def test_context_json_names_the_embedder_and_the_one_before_while_old_vectors_re
     with Store(data / "iris.db") as store:
         current, waiting = store.vector_counts(recall["embedder"])
         assert current > 0 and current + waiting == before  # the others wait for the GUI's re-embedding
+
+
+def test_indexing_for_recall_embeds_the_summarized_messages_only_and_counts_them(tmp_path):
+    """Before (an audit): `context` said "embedded 5,728 summarized messages" when 5,722
+    were summarized: each call embedded a batch past the summary's end once the first
+    pending message was inside it. Now it stops at the summary's last message, the count
+    is what was summarized, and progress is told after each batch."""
+    from iris_desktop.core.config import ContextParams
+    from iris_desktop.core.planner import Planner
+    from iris_desktop.host import build_compactor
+    from iris_desktop.tokens import HeuristicCounter
+
+    with Host(tmp_path / "data", {}, runtime=ScriptedRuntime([]), compact=False) as host:
+        host.load_model()
+        host.load_embedder()
+        thread = host.store.create_thread("friends")
+        host.store.add_messages(thread, load_corpus(SYNTHETIC_CHAT)[:80])
+        planner = Planner(ContextParams(window=2048, compaction_min_turns=10), HeuristicCounter())
+        assert build_compactor(planner, host.store).compact(thread, "manual", force=True).outcome == "ok"
+        covered = host.store.latest_summary(thread).covers_through_id
+        summarized = [m["id"] for m in host.store.messages(thread, through_id=covered)
+                      if m["role"] in ("user", "assistant")]
+        told: list[int] = []
+        done = host.index_for_recall(thread, progress=told.append)
+        model = host.planner().embedder.identity
+        assert done == len(summarized) and told[-1] == done
+        assert host.store.first_without_vector(thread, 0, covered, model) is None
+        assert host.store.first_without_vector(thread, covered, 10**9, model) is not None
+        assert host.index_for_recall(thread) == 0  # once

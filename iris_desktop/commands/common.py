@@ -171,7 +171,17 @@ def _index_for_recall(host, thread_id: int) -> None:
     (once; the GUI does it in the background)."""
     if host.load_embedder() is None:
         return
-    done = host.index_for_recall(thread_id)
+    tty = sys.stderr.isatty()
+
+    def progress(done: int) -> None:  # a long chat takes a minute: said as it goes
+        if tty:
+            sys.stderr.write(f"\r\x1b[Kiris-desktop: embedding thread {thread_id}'s summarized "
+                             f"messages for recall by meaning (once): {done:,} done…")
+            sys.stderr.flush()
+
+    done = host.index_for_recall(thread_id, progress=progress)
+    if tty and done:
+        sys.stderr.write("\r\x1b[K")
     if done:
         say(f"iris-desktop: embedded {done:,} summarized messages of thread {thread_id} for "
             "recall by meaning (once)", file=sys.stderr)

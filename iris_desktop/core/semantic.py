@@ -194,14 +194,14 @@ class SemanticIndex:
         return [int(row["id"]) for row in self._pending_rows(thread_id, limit)]
 
     def index_pending(self, limit: int = 64, cancel: threading.Event | None = None,
-                      thread_id: int | None = None) -> int:
-        """Embed up to ``limit`` pending messages, :data:`BATCH` at a time, committing
-        each batch; stop before the next batch once ``cancel`` is set. Returns how many
-        were embedded. A message with no visible text gets the zero vector, which marks
-        it done and never matches. Safe beside a send: the write lock is taken only for
-        each batch's insert, never while embedding."""
-        return self._embed_batches(lambda step: self._pending_rows(thread_id, step), limit, cancel,
-                                   self._counted)
+                      thread_id: int | None = None, through_id: int | None = None) -> int:
+        """Embed up to ``limit`` pending messages (at most ``through_id``: a summary's
+        last), :data:`BATCH` at a time, committing each batch; stop before the next batch
+        once ``cancel`` is set. Returns how many were embedded. A message with no visible
+        text gets the zero vector, which marks it done and never matches. Safe beside a
+        send: the write lock is taken only for each batch's insert, never while embedding."""
+        return self._embed_batches(lambda step: self._pending_rows(thread_id, step, through_id),
+                                   limit, cancel, self._counted)
 
     def reembed(self, limit: int | None = None, cancel: threading.Event | None = None) -> int:
         """Give up to ``limit`` (None: all) messages that have another model's vector and
@@ -251,9 +251,11 @@ class SemanticIndex:
             done += len(rows)
         return done
 
-    def _pending_rows(self, thread_id: int | None, limit: int) -> list[dict[str, Any]]:
+    def _pending_rows(self, thread_id: int | None, limit: int,
+                      through_id: int | None = None) -> list[dict[str, Any]]:
         floor = self._advance(thread_id, self.embedder.identity)
-        return self.store.messages_without_vector(thread_id, floor, self.embedder.identity, limit)
+        return self.store.messages_without_vector(thread_id, floor, self.embedder.identity, limit,
+                                                  through_id)
 
     def _save(self, ids: list[int], vectors: np.ndarray) -> None:
         """Store one batch (replacing stale vectors). A message deleted meanwhile (its

@@ -36,16 +36,18 @@ class Vectors(Connected):
     """What semantic recall stores: which messages still need a vector, and the vectors."""
 
     def messages_without_vector(self, thread_id: int | None, after_id: int, model: str,
-                                limit: int) -> list[dict[str, Any]]:
-        """Up to ``limit`` messages above ``after_id`` (of one thread, or of all when
-        ``thread_id`` is None) that should have a vector from ``model`` and have none:
-        user and assistant messages with final text, oldest first, with the columns
-        their text is read from (id, role, content, content_is_json, name, sent_at)."""
+                                limit: int, through_id: int | None = None) -> list[dict[str, Any]]:
+        """Up to ``limit`` messages above ``after_id`` (and at most ``through_id``; of one
+        thread, or of all when ``thread_id`` is None) that should have a vector from
+        ``model`` and have none: user and assistant messages with final text, oldest
+        first, with the columns their text is read from (id, role, content,
+        content_is_json, name, sent_at)."""
         cursor = self.conn.execute(
             f"SELECT m.id, m.role, m.content, m.content_is_json, m.name, m.sent_at FROM messages m "
-            f"WHERE {_scope(thread_id)}m.id > :floor AND {_ELIGIBLE} AND {_NO_VECTOR} "
-            "ORDER BY m.id LIMIT :limit",
-            {"thread": thread_id, "floor": after_id, "model": model, "limit": limit})
+            f"WHERE {_scope(thread_id)}m.id > :floor AND m.id <= :through AND {_ELIGIBLE} "
+            f"AND {_NO_VECTOR} ORDER BY m.id LIMIT :limit",
+            {"thread": thread_id, "floor": after_id, "model": model, "limit": limit,
+             "through": through_id if through_id is not None else 2**63 - 1})
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
