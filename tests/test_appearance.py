@@ -710,3 +710,28 @@ def test_a_summarized_chat_opened_in_the_window_is_embedded_for_recall(make_wind
             return store.first_without_vector(thread, 0, covered, embedder.identity) is None
 
     qtbot.waitUntil(embedded, timeout=60_000)  # no message sent
+
+
+def test_closing_the_window_while_a_chat_is_embedded_logs_no_failure(make_window, qtbot,
+                                                                     data_dir, capsys, caplog):
+    """Before (an audit): closing the window while recall's embedding ran logged "background
+    job failed … RuntimeError: the embedding model is closed" with a traceback, every
+    time: the model (and its embedder) closed before the DB thread's queued batch ran."""
+    import logging
+
+    from iris_desktop.cli import main
+
+    with Store(db_path(data_dir)) as store:
+        thread = store.create_thread("Long chat")
+        store.add_messages(thread, [m for i in range(300) for m in (
+            {"role": "user", "content": f"Day {i}: I repotted the fern number {i} today."},
+            {"role": "assistant", "content": f"Nice, fern {i} will like the new pot."})])
+    assert main(["--data-dir", str(data_dir), "--set", "context.window=1024",
+                 "compact", str(thread), "--no-model"]) == 0
+    capsys.readouterr()
+    window = make_window(overrides={"context.recall_semantic": "true", "context.window": "1024"})
+    caplog.set_level(logging.WARNING)
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: not window.background.idle, timeout=5_000)  # embedding under way
+    window.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

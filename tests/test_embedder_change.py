@@ -249,6 +249,10 @@ def test_choosing_minilm_in_preferences_re_embeds_the_history_in_the_background_
     assert shown[-1] == f"Recall now uses all-MiniLM-L6-v2: {len(ids)} messages re-embedded"
     planner = window.app_state.planner
     assert isinstance(planner.embedder, Embedder) and planner.previous_embedder is None
+    # a change back half-way finds its vectors complete: it re-embedded nothing, and says
+    # so (it claimed every message "re-embedded", an audit found)
+    window.context._reembedded(planner, (0, len(ids), 0))
+    assert shown[-1] == "Recall uses all-MiniLM-L6-v2 again (its vectors were complete)"
 
 
 def test_help_model_licenses_and_about_name_bge_with_its_mit_license(make_window, qtbot):

@@ -56,6 +56,8 @@ class ContextControl(QObject):
         #: the host owns the runtime, the embedder and every planner; this holds facts only
         self.host = model.worker.host
         self._loaded: LoadedModel | None = None  # the model the planner was made for
+        #: the planner a change of embedder re-embeds for, and how many it has re-embedded
+        self._reembedding: tuple[Planner | None, int] = (None, 0)
         app_state.set_planner(self.host.planner(app_state.settings, fallback=True))
         # the draft's request is evaluated after a pause in typing, so a send starts at once
         self._prefill_timer = QTimer(self, singleShot=True, interval=PREFILL_PAUSE_MS)
@@ -224,13 +226,18 @@ class ContextControl(QObject):
         planner = self.planner
         if planner.embedder is None or planner.previous_embedder is None:
             return
+        if self._reembedding[0] is not planner:  # a change begins: nothing re-embedded yet
+            self._reembedding = (planner, 0)
         self.background.run(
             lambda store: self.host.reembed_for_recall(planner, store=store, limit=REEMBED_BATCH),
             lambda result: self._reembedded(planner, result),
             self._counting_failed, key="reembed")
 
     def _reembedded(self, planner: Planner, result: tuple[int, int, int]) -> None:
-        _done, current, waiting = result
+        done, current, waiting = result
+        if self._reembedding[0] is planner:
+            self._reembedding = (planner, self._reembedding[1] + done)
+        total = self._reembedding[1] if self._reembedding[0] is planner else done
         name = planner.embedder.identity.split("@")[0] if planner.embedder else "the new model"
         if waiting:
             # the count first: a narrow status bar elides the end
@@ -238,9 +245,10 @@ class ContextControl(QObject):
                                            f"messages ({name})", 10000)
             if planner is self.planner:
                 self.reembed_soon()
-        elif current:
-            self.app_state.show_background(f"Recall now uses {name}: {current:,} messages "
-                                           "re-embedded", 10000)
+        elif current:  # a change back half-way re-embeds nothing: its vectors were all there
+            self.app_state.show_background(
+                f"Recall now uses {name}: {total:,} messages re-embedded" if total else
+                f"Recall uses {name} again (its vectors were complete)", 10000)
             self.rebuild()  # the next planner searches the new vectors only
 
     # -- prefilling the draft --

@@ -364,9 +364,12 @@ class MainWindow(QMainWindow):
             cancel.set()
         if self.turns.shell_box is not None:
             self.turns.shell_box.close()
-        self.model.close(cancel)
         self.threads_control.importer.close()
+        # the DB thread's queued jobs first (a batch of recall's embedding, a meter's
+        # count): they use the embedder and the tokenizer, which closing the model
+        # releases ("the embedding model is closed" in the log at every such close)
         self.background.close()
+        self.model.close(cancel)
 
     def closeEvent(self, event) -> None:
         """Closing (Ctrl+Q, the window's close button) while a reply is being generated
