@@ -180,14 +180,19 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
     if settings["model.backend"] == "openai":
         return connect_server(settings)
     from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
-    from iris_desktop.runtime.library import remember_recent
-    from iris_desktop.runtime.model import LocalModel
+    from iris_desktop.runtime.library import not_a_chat_model, remember_recent
+    from iris_desktop.runtime.model import LocalModel, ModelError
 
     path = model_path_for(settings, paths.models_dir)
     try:
-        trained = read_gguf_info(path).context_length
+        info = read_gguf_info(path)
     except GGUFError:
         trained = None  # LocalModel.load says what is wrong with the file
+    else:
+        trained = info.context_length
+        if why := not_a_chat_model(info):  # first: no n_ctx makes it one (an embedding
+            # model's 512 trained tokens were named, as if a smaller n_ctx would do)
+            raise ModelError(path, f"not a chat model: {why}; it cannot write replies")
     n_ctx = n_ctx_to_load(settings, trained)  # (an older 4k model: at 4,096, not the default)
     if n_ctx not in (settings["model.n_ctx"], 0):
         log.info("%s: loaded at its trained %d tokens, not model.n_ctx's default %d", path.name,

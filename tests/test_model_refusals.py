@@ -60,6 +60,11 @@ def test_the_cli_refuses_an_embedding_model_in_one_sentence_and_keeps_no_thread(
     assert "Memory is not initialized" not in err
     assert main(["--data-dir", data, "threads"]) == 0
     assert "no threads yet" in capsys.readouterr().out
+    # with an n_ctx over its 512 trained tokens, still the real cause (not the window)
+    assert main(["--data-dir", data, "--set", "model.n_ctx=4096", "chat", "--new", "--model",
+                 str(path), "hi"]) == 1
+    err = capsys.readouterr().err
+    assert "not a chat model: an embedding model" in err and "trained" not in err, err
 
 
 def test_open_gguf_refuses_an_embedding_model_and_saves_nothing(make_window, qtbot, model_path,
