@@ -153,3 +153,23 @@ def test_a_failed_reload_says_the_model_in_use_goes_on(make_window, qtbot, monke
     assert window.model_state == "ready"
     assert window.models.box.text().startswith("The model could not be loaded again, so Iris goes on with ")
     window.models.box.done(0)
+
+
+def test_a_failed_load_that_keeps_the_model_in_use_is_not_said_as_ready(make_window, qtbot,
+                                                                         monkeypatch):
+    """A review found the screen reader told "Model ready: <the old model>" after a load
+    failed and the model in use was kept (the state goes back to ready, with the error)."""
+    from iris_desktop.runtime.errors import ModelError
+
+    window = make_window(ScriptedRuntime([]))
+    said: list[str] = []
+    window.announcer.say = lambda text, *_a, **_k: said.append(text)
+
+    def load_model(settings=None, **_kwargs):
+        raise ModelError(settings["model.path"], "not a GGUF file")
+
+    monkeypatch.setattr(window.host, "load_model", load_model)
+    window.models.use_file("/nonexistent/broken.gguf")
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=20_000)
+    assert window.model_state == "ready" and window.models.error
+    assert not [t for t in said if t.startswith("Model ready")], said

@@ -455,3 +455,36 @@ def test_stepping_through_alternatives_keeps_the_message_current_and_in_view(mak
         assert view.viewport().rect().intersects(view.visualRect(view.currentIndex()))
     with Store(w.host.paths.db_path) as store:
         assert [m["content"] for m in store.messages(thread)] == ["which city?", "answer v1"]
+
+
+def test_a_file_removed_while_the_save_that_wrote_it_runs_does_not_come_back(
+        make_window, qtbot, monkeypatch):
+    """A review found: a save that writes a draft's files, slow (another process holds
+    the write lock), then the file removed: the newer save took the files as stored
+    (its answer had been dropped for the newer job) and kept them: the chip was gone,
+    the stored draft held the file, back after a restart."""
+    import time
+
+    from iris_desktop.core.attachments import Attachment
+
+    w = make_window(ScriptedRuntime([]))
+    with Store(w.host.paths.db_path) as store:
+        chat = store.create_thread("trip")
+    w.open_thread(chat)
+    settle(qtbot, w)
+    real = Store.save_draft
+
+    def slow(self, thread_id, text, files=None):
+        if files:
+            time.sleep(1.5)
+        return real(self, thread_id, text, files)
+
+    monkeypatch.setattr(Store, "save_draft", slow)
+    w.composer.add_attachments([Attachment("plan.md", "Day 1: Porto")])
+    qtbot.wait(700)  # the save writing the file runs on the DB thread
+    w.composer.remove_attachment(0)
+    qtbot.wait(600)  # the next save is asked for meanwhile
+    settle(qtbot, w)
+    assert w.composer.attachments == []
+    with Store(w.host.paths.db_path) as store:
+        assert store.draft_with_files(chat) == ("", [])

@@ -82,6 +82,10 @@ class DraftControl(QObject):
             self.app_state.show_message(f"Your draft is not saved: {failure(exc)}; it is kept "
                                         "while Iris runs", 10_000)
 
+        if write is not None:  # not known until a save is confirmed: a newer save whose
+            # job replaces this one before its answer comes writes the files again (it
+            # wrote None, "as stored", and a file removed since came back)
+            self._stored_files[thread_id] = None
         self.background.run(lambda store: store.save_draft(thread_id, text, write), saved,
                             failed, key=f"draft-{thread_id}")
 

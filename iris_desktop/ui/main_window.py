@@ -204,7 +204,8 @@ class MainWindow(QMainWindow):
         w.loading.connect(s.busy)
         w.loaded.connect(self.models.loaded)  # and said: the box was disabled while it loaded
         s.modelStateChanged.connect(  # the load the window waited for (not one it replaced)
-            lambda state: state == "ready" and self.announcer.say(f"Model ready: {s.model_info['name']}"))
+            lambda state: state == "ready" and not s.model_error  # (kept after a failure: no news)
+            and self.announcer.say(f"Model ready: {s.model_info['name']}"))
         w.loadFailed.connect(self.models.failed)
         w.threadCreated.connect(self.threads_control.created)
         w.threadDeleted.connect(self.threads_control.deleted)
