@@ -418,20 +418,19 @@ def test_migration_15_keeps_the_drafts_and_gives_them_no_files(tmp_path):
 
 def test_one_long_chat_does_not_fill_the_search_results(fresh_store):
     """Before (an audit): the 50 result rows were the best 50 hits of any chat, so a long
-    chat that says "Lisbon" a hundred times hid the one other chat that does. Now at
-    most HITS_PER_CHAT of one chat come before every chat has had its turn, grouped by
-    chat; more of it fill the rows left."""
+    chat that says "Lisbon" a thousand times hid the one other chat that does (its one
+    message, longer, ranks below all of them). Now each chat's best HITS_PER_CHAT come
+    first, chosen over every hit, each chat's together, then the rest fill the rows."""
     from iris_desktop.core.store.search import HITS_PER_CHAT
 
     long = fresh_store.create_thread("trip diary")
-    fresh_store.add_messages(long, [{"role": "user", "content": f"day {i} in Lisbon, again"}
-                                    for i in range(120)])
+    fresh_store.add_messages(long, [{"role": "user", "content": f"Lisbon {i}"} for i in range(1000)])
     other = fresh_store.create_thread("work")
-    fresh_store.add_messages(other, [{"role": "user", "content": "the Lisbon office moved"}])
+    fresh_store.add_messages(other, [{"role": "user", "content": "we talked about moving the "
+                                      "whole office to Lisbon next spring, with everyone"}])
     hits = [h for h in fresh_store.search("lisbon") if h["message_id"] is not None]
-    assert len(hits) == 50 and any(h["thread_id"] == other for h in hits)
     threads = [h["thread_id"] for h in hits]
-    assert threads == sorted(threads, key=threads.index)  # grouped: each chat's hits together
-    assert threads.count(long) == 49 > HITS_PER_CHAT  # the rows left are filled
+    assert len(hits) == 50 and threads.index(other) == HITS_PER_CHAT  # right after the first five
+    assert threads[:HITS_PER_CHAT] == [long] * HITS_PER_CHAT and threads.count(long) == 49
     few = [h for h in fresh_store.search("lisbon", limit=6) if h["message_id"] is not None]
-    assert sorted(h["thread_id"] for h in few) == [long] * HITS_PER_CHAT + [other]
+    assert [h["thread_id"] for h in few] == [long] * HITS_PER_CHAT + [other]

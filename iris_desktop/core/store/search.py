@@ -144,18 +144,31 @@ class Search(Connected):
         if any(_unsegmented(t) for t in terms):
             return titles + _spread(self._search_as_written(terms, limit * 4), limit)
         fts = " ".join(f'"{t}"*' for t in terms)
-        return titles + _spread(list(
-            self.db.query(
-                """
-                SELECT m.thread_id, t.title, m.id AS message_id,
-                       snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
+        # the best HITS_PER_CHAT of each chat first, then the rest, by rank: chosen in SQL
+        # over every hit (a long chat's 200 best hits hid another chat's one); snippets
+        # only for those chosen
+        chosen = self.conn.execute(
+            """
+            SELECT id, nth FROM (
+                SELECT m.id, messages_fts.rank AS r,
+                       ROW_NUMBER() OVER (PARTITION BY m.thread_id ORDER BY messages_fts.rank) AS nth
                 FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                JOIN threads t ON t.id = m.thread_id
-                WHERE messages_fts MATCH :fts ORDER BY rank LIMIT :limit
-                """,
-                {"fts": fts, "limit": limit * 4},
-            )
-        ), limit)
+                WHERE messages_fts MATCH :fts)
+            ORDER BY nth > :per, r LIMIT :limit
+            """, {"fts": fts, "per": HITS_PER_CHAT, "limit": limit}).fetchall()
+        if not chosen:
+            return titles
+        rows = {r["message_id"]: r for r in self.db.query(
+            f"""
+            SELECT m.thread_id, t.title, m.id AS message_id,
+                   snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
+            FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+            JOIN threads t ON t.id = m.thread_id
+            WHERE messages_fts MATCH :fts AND messages_fts.rowid IN
+                ({", ".join(str(int(mid)) for mid, _ in chosen)})
+            """, {"fts": fts})}
+        return titles + _grouped([(rows[mid], nth <= HITS_PER_CHAT) for mid, nth in chosen
+                                  if mid in rows])
 
     def _search_as_written(self, terms: list[str], limit: int) -> list[dict[str, Any]]:
         """Messages holding every term as written (newest first), with a snippet."""
@@ -177,13 +190,23 @@ class Search(Connected):
 
 def _spread(hits: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` of ``hits`` (best first), at most HITS_PER_CHAT of one chat
-    before every chat's have had their turn; then the rest in order; grouped by chat in
-    the order each chat's best hit came."""
+    before every chat's have had their turn, then the rest in order (:func:`_grouped`)."""
     seen: dict[int, int] = {}
     first, rest = [], []
     for hit in hits:
         seen[hit["thread_id"]] = seen.get(hit["thread_id"], 0) + 1
         (first if seen[hit["thread_id"]] <= HITS_PER_CHAT else rest).append(hit)
-    chosen = (first + rest)[:limit]
-    order = {tid: i for i, tid in enumerate(dict.fromkeys(h["thread_id"] for h in chosen))}
-    return sorted(chosen, key=lambda h: order[h["thread_id"]])
+    return _grouped([(hit, True) for hit in first] + [(hit, False) for hit in rest][:max(
+        limit - len(first), 0)])[:limit]
+
+
+def _grouped(hits: list[tuple[dict[str, Any], bool]]) -> list[dict[str, Any]]:
+    """``hits`` (best first, each marked whether it is among its chat's first
+    HITS_PER_CHAT), listed by chat: the first ones of each chat, chats in the order of
+    their best hit, before any chat's further ones (grouped the same way)."""
+    out: list[dict[str, Any]] = []
+    for first in (True, False):
+        part = [hit for hit, is_first in hits if is_first is first]
+        order = {tid: i for i, tid in enumerate(dict.fromkeys(h["thread_id"] for h in part))}
+        out += sorted(part, key=lambda h: order[h["thread_id"]])
+    return out
