@@ -538,12 +538,12 @@ class Host:
         (:meth:`reembed_for_recall`)."""
         settings = settings or self.settings
         self.load_reranker(settings)  # recall's models load together
+        self.embedder_problem = None  # (a problem of settings since changed is no news)
         if not settings["context.recall_semantic"]:
             return None
         wanted = settings["context.recall_embedder"]
         other = next(name for name in EMBEDDERS if name != wanted)
         embedder = self._embedder_named(wanted)
-        self.embedder_problem = None
         if embedder is None:
             embedder = self._embedder_named(other)
             why = self._embedder_errors.get(wanted, "it did not load")

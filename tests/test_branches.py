@@ -158,6 +158,13 @@ def test_a_branch_shows_its_own_compactions_and_requests(fresh_store):
     assert [e["outcome"] for e in fresh_store.compaction_events(thread, branch=True)] == [
         "ok", "failed", "skipped"]
     assert [r["prompt_tokens"] for r in fresh_store.requests(thread, branch=True)] == [900]
+    # a compaction is recorded with the head it started from, whatever is active when it
+    # ends (a switch meanwhile recorded it on the other branch)
+    fresh_store.add_compaction_event(thread, {"trigger": "manual", "outcome": "failed",
+                                              "head_id": edited})
+    assert fresh_store.compaction_events(thread)[-1]["head_id"] == edited
+    assert [e["outcome"] for e in fresh_store.compaction_events(thread, branch=True)] == [
+        "ok", "failed", "skipped"]
 
 
 def test_a_database_before_branches_migrates_to_one_branch_per_thread(tmp_path):
@@ -312,6 +319,7 @@ def test_switching_a_chat_another_process_is_answering_in_is_refused(tmp_path, c
     code = main(["--data-dir", str(data), "switch", str(thread), str(again), "previous"])
     err = capsys.readouterr().err
     assert code == 1 and "Not switched: this chat is answering" in err and "Traceback" not in err
+    assert "write in another chat" not in err  # (advice for a send, not a switch)
     with Store(data / "iris.db") as store:
         assert store.head(thread) == again
         store.release_turn_lease(thread, "a turn elsewhere")

@@ -80,3 +80,11 @@ def test_a_damaged_embedder_is_said_where_recall_is_shown(tmp_path, monkeypatch,
         report = inspector_report(host.store, host.planner(), thread,
                                   embedder_problem=host.embedder_problem)
     assert report["embedder_problem"].startswith("recall by meaning uses all-MiniLM-L6-v2")
+    with Host(data, {}, runtime=ScriptedRuntime([]), compact=False) as host:
+        host.load_embedder()
+        assert host.embedder_problem is not None
+        # recall by meaning turned off, or the working embedder chosen: no stale note
+        host.load_embedder(host.settings.with_overrides({"context.recall_semantic": "false"}))
+        assert host.embedder_problem is None
+        host.load_embedder(host.settings.with_overrides({"context.recall_embedder": "minilm"}))
+        assert host.embedder_problem is None

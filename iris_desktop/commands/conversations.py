@@ -116,7 +116,8 @@ def switch(args, overrides) -> int:
             return EXIT_FAIL
         points = host.store.branch_points(args.thread)
         rows = host.store.messages(args.thread)
-        rows = rows[next(i for i, row in enumerate(rows) if row["id"] == shown):]
+        # from the alternative on (another process may have switched again meanwhile)
+        rows = rows[next((i for i, row in enumerate(rows) if row["id"] == shown), 0):]
         for row in rows[:SWITCH_LINES]:
             place = points.get(row["id"])
             mark = f" ‹ {place[0]}/{place[1]} ›" if place else ""

@@ -284,6 +284,7 @@ class Compactor:
                                   "thread just now; its summary is used")
             event, record = CompactionEvent(trigger), None
             self._thread_id = thread_id
+            head = self.store.head(thread_id)  # the branch it compacts (one may be switched to)
             try:
                 event, record = self._compact(
                     thread_id, trigger, cancel,
@@ -299,7 +300,8 @@ class Compactor:
             with self.store.transaction():
                 if record is not None:
                     event.summary_id = self.store.add_summary(thread_id, record)
-                event.id = self.store.add_compaction_event(thread_id, event.row())
+                event.id = self.store.add_compaction_event(thread_id, {**event.row(),
+                                                                       "head_id": head})
         finally:
             self.store.release_compaction_lease(thread_id, token)
         log.info("compaction thread=%s %s", thread_id, event.describe())

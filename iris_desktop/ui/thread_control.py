@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from iris_desktop.core.agent import DEFAULT_TITLE
-from iris_desktop.core.store import ThreadGone
+from iris_desktop.core.store import ThreadBusy, ThreadGone
 from iris_desktop.core.views import Entry, load_transcript
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
@@ -307,7 +307,8 @@ class ThreadControl(LiveList, QObject):
                             # the alternative stays current, in view (it jumped to the end)
                             lambda shown: (state.messages_saved(thread_id), state.report_request(None),
                                            self.reload_transcript(shown)),
-                            lambda exc: state.show_message(f"Could not switch: {exc}", 6000))
+                            lambda exc: state.show_message(str(exc) if isinstance(exc, ThreadBusy)
+                                                           else f"Could not switch: {exc}", 6000))
 
     # -- import, export --
 

@@ -33,12 +33,13 @@ class ThreadGone(KeyError):
         return str(self.args[0])
 
 
-def busy_sentence(holder: dict[str, Any], not_done: str = "Not sent") -> str:
+def busy_sentence(holder: dict[str, Any], not_done: str = "Not sent",
+                  instead: str = ", or write in another chat") -> str:
     """Why something does not happen in a chat another process is answering in
     (``holder``: the turn lease's row)."""
     since = max(0, round(time.time() - holder["acquired_at"]))
     return (f"{not_done}: this chat is answering in another Iris window or command (process "
-            f"{holder['pid']}, for {since} s); wait until it finishes, or write in another chat")
+            f"{holder['pid']}, for {since} s); wait until it finishes{instead}")
 
 
 class ThreadBusy(RuntimeError):
@@ -46,5 +47,5 @@ class ThreadBusy(RuntimeError):
     switch under a reply being written hid the question and its reply on another branch)."""
 
     def __init__(self, holder: dict[str, Any]):
-        super().__init__(busy_sentence(holder, "Not switched"))
+        super().__init__(busy_sentence(holder, "Not switched", ""))
         self.holder = holder

@@ -131,14 +131,16 @@ class Summaries(Connected):
                               (thread_id, token))
 
     def add_compaction_event(self, thread_id: int, event: dict[str, Any]) -> int:
-        """Record a compaction of the thread's active branch (its head is kept with it)."""
+        """Record a compaction of the branch ending at ``event["head_id"]`` (default: the
+        thread's active branch now)."""
         row = {"thread_id": thread_id, "created_at": time.time(), **event}
-        cols = ", ".join(row)
-        marks = ", ".join(f":{c}" for c in row)
-        cur = self.conn.execute(
-            f"INSERT INTO compaction_events({cols}, head_id) VALUES ({marks}, "
-            "(SELECT head_id FROM threads WHERE id = :thread_id))", row)
-        return int(cur.lastrowid)
+        head = row.pop("head_id", None)
+        cols, marks = ", ".join(row), ", ".join(f":{c}" for c in row)
+        head_sql = ":head_id" if head is not None else \
+            "(SELECT head_id FROM threads WHERE id = :thread_id)"
+        return int(self.conn.execute(
+            f"INSERT INTO compaction_events({cols}, head_id) VALUES ({marks}, {head_sql})",
+            {**row, "head_id": head}).lastrowid)
 
     def compaction_events(self, thread_id: int, branch: bool = False) -> list[dict[str, Any]]:
         """The thread's compactions, oldest first; ``branch``: those of the active branch
