@@ -27,7 +27,7 @@ from iris_desktop.commands.common import (
     stdout_gone,
     text_argument,
 )
-from iris_desktop.commands.context import refuse_if_certainly_too_large
+from iris_desktop.commands.context import refuse_if_certainly_too_large, say_where
 from iris_desktop.core.events import (
     CacheStatus,
     CompactionFinished,
@@ -59,6 +59,8 @@ class _ChatPrinter(TurnListener):
         self.max_tokens = max_tokens
         self.reply = ""
         self.stats: Any = None
+        #: the model's window, for telling a full window from a server's own length limit
+        self.n_ctx: int | None = None
         self.code = EXIT_OK
         self.gone = False  # the chat was deleted elsewhere
         self.thread_id: int | None = None
@@ -105,7 +107,7 @@ class _ChatPrinter(TurnListener):
         self._progress_line(event.describe(), False)
 
     def on_reply_started(self, event: ReplyStarted) -> None:
-        self.reply = ""
+        self.reply = event.text  # grows with the tokens: a reply that fails keeps what came
         self._end_line()
         if event.text and not self.as_json:  # a continued reply: what it already said
             self._out(event.text)
@@ -141,6 +143,7 @@ class _ChatPrinter(TurnListener):
             self.line_open = False
 
     def on_token(self, event: ReplyToken) -> None:
+        self.reply += event.text
         if not self.as_json:
             self._out(event.text)
 
@@ -161,7 +164,11 @@ class _ChatPrinter(TurnListener):
         self.gone = event.kind == "gone"  # no thread left to name
 
     def on_done(self, event: TurnDone) -> None:
-        cut = cut_off(event.stats, self.max_tokens)
+        cut = cut_off(event.stats, self.max_tokens, self.n_ctx)
+        if getattr(event.stats, "answered", True) is False and event.stats.thought_chars \
+                and not cut:
+            say("iris-desktop: the model only thought (its reasoning is not shown) and wrote "
+                "no answer", file=sys.stderr)
         if self.stdout_closed or (event.finish_reason != "cancelled" and not cut):
             return
         if self.reply_open:  # the reply's line ends on stdout, where it is
@@ -242,16 +249,6 @@ def chat_message(args) -> str:
         raise CliError(f"standard input is not UTF-8 text (byte {exc.start})") from None
 
 
-def _say_where(runtime) -> None:
-    """A server on another machine gets the conversation: say so on every run (the GUI
-    asks once per server instead), with the warning for plain http."""
-    if runtime.is_loopback and not runtime.warning:
-        return
-    say(f"iris-desktop: this conversation is sent to {runtime.where}", file=sys.stderr)
-    if runtime.warning:
-        say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
-
-
 def _attachments(args) -> list:
     """The files ``--attach`` names, read as text; a file that is not text is refused
     before anything is sent."""
@@ -306,7 +303,7 @@ def chat(args, overrides) -> int:
                 raise CliError(f"thread {args.thread}'s last reply is complete (not stopped or cut "
                                "off); there is nothing to continue")
         runtime = _load(host)
-        _say_where(runtime)
+        say_where(runtime)
         if message is not None:
             from iris_desktop.core.attachments import model_text
 
@@ -315,6 +312,7 @@ def chat(args, overrides) -> int:
         if args.thread is not None:
             _index_for_recall(host, args.thread)
         printer = _ChatPrinter(args.json, host.settings["model.max_tokens"])
+        printer.n_ctx = runtime.n_ctx
         printer.thread_id = args.thread
         cancel = printer.cancel = StopEvent()
         with _cancel_on_interrupt(cancel):
@@ -358,6 +356,8 @@ def compact(args, overrides) -> int:
         if not args.no_model and host.try_load_model(stage=_say_stage) is None:
             say(f"iris-desktop: warning: no model ({host.model_error}); "
                 "using the extractive summarizer", file=sys.stderr)
+        elif not args.no_model:
+            say_where(host.runtime)  # the server writes the summary: it reads the chat
         event = None
         # Ctrl+C stops the model's summary, as Stop does: the extractive one is used (it
         # went on for minutes, a traceback from llama.cpp's callback printed meanwhile)

@@ -22,6 +22,19 @@ from iris_desktop.untrusted import show_untrusted
 # -- the context ---------------------------------------------------------------------------
 
 
+def say_where(runtime, purpose: str = "") -> None:
+    """A server on another machine gets the conversation: say so on every run (the GUI
+    asks once per server instead), with the warning for plain http. ``purpose``: why it
+    goes there, when not for a reply ("to be counted")."""
+    if runtime is None or getattr(runtime, "is_loopback", True) and not runtime.warning:
+        return
+    say(f"iris-desktop: this conversation is sent to {runtime.where}"
+        + (f" {purpose}" if purpose else ""), file=sys.stderr)
+    if runtime.warning:
+        say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
+
+
+
 def context_report(host, thread_id: int, draft: str | None = None,
                    show_request: bool = False) -> dict[str, Any]:
     """What ``context --json`` prints; raises ConversationTooLargeException."""
@@ -99,6 +112,9 @@ def context(args, overrides) -> int:
     with open_host(args, overrides) as host:
         _thread(host, args.thread)
         _maybe_load_model(host, args)
+        runtime = host.runtime
+        if runtime is not None and runtime.capabilities.exact_counts:  # a server counting
+            say_where(runtime, "to be counted")  # with its own tokenizer reads the chat
         if host.runtime is not None:
             _index_for_recall(host, args.thread)
         try:  # a huge newest turn is refused from its size, before it is counted

@@ -387,16 +387,34 @@ def dropped_report(request: ContextRequest, described: Sequence[Mapping[str, Any
             "why": f"{what} {after}"}
 
 
-def cut_off(stats: Any, max_tokens: int) -> str | None:
+def cut_off(stats: Any, max_tokens: int, n_ctx: int | None = None) -> str | None:
     """Why a reply ended before the model finished it, in a clause (None: it finished,
-    or was stopped or failed, which are said otherwise): the length limit, or a window
-    with no room left. Before, a reply cut mid-sentence was shown as if complete."""
+    or was stopped or failed, which are said otherwise): the length limit, a window
+    with no room left, or (a server) its own length limit with the window not full
+    (``n_ctx``: the window; "filled the model's window" was said of 105 tokens in
+    8,192). A reply that was all thinking (``thought_chars``: a server's reasoning,
+    neither shown nor kept) says so: it looked empty. Before, a reply cut mid-sentence
+    was shown as if complete."""
     if stats is None or stats.finish_reason != "length":
         return None
+    thought = getattr(stats, "thought_chars", 0)
+    thinking = (f"; the model was still thinking ({thought:,} characters of reasoning, "
+                "not shown) and had not begun its answer") if thought and not getattr(
+        stats, "answered", True) else ""
     if stats.completion_tokens >= max_tokens:
-        return f"the reply reached model.max_tokens ({max_tokens:,} tokens)"
+        return f"the reply reached model.max_tokens ({max_tokens:,} tokens){thinking}"
+    used = stats.prompt_tokens + stats.completion_tokens
+    if n_ctx and used < n_ctx * WINDOW_FULL:
+        return (f"the server ended the reply at its own length limit ({stats.completion_tokens:,} "
+                f"tokens, below model.max_tokens; the window was not full: {used:,} of "
+                f"{n_ctx:,} tokens){thinking}")
     return (f"the reply filled the model's window ({stats.prompt_tokens:,} tokens of prompt "
-            f"and {stats.completion_tokens:,} of reply)")
+            f"and {stats.completion_tokens:,} of reply){thinking}")
+
+
+#: a reply cut off at "length" with prompt and reply below this share of the window did
+#: not fill it (a server's own limit did)
+WINDOW_FULL = 0.9
 
 
 def dropped_status(request: ContextRequest | None, outcome: str | None = None) -> str | None:

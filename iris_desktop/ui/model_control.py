@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QSettings, Qt
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
 
 from iris_desktop.host import LOAD_STAGES
@@ -25,7 +25,11 @@ from iris_desktop.ui.download_dialog import DownloadDialog
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
 from iris_desktop.ui.models_dialog import ModelsDialog
 from iris_desktop.ui.recommend_card import RecommendCard, RecommendControl
-from iris_desktop.ui.server_dialog import ServerDialog, forget_send_confirmation
+from iris_desktop.ui.server_dialog import (
+    ServerDialog,
+    forget_send_confirmation,
+    hold_conversation,
+)
 
 
 class ModelControl(QObject):
@@ -59,6 +63,9 @@ class ModelControl(QObject):
         self.load_text = LOAD_STAGES["loading"]
         model.worker.loadProgress.connect(self.progress)
         model.worker.loading.connect(self._load_stage)
+        #: why the server is being connected to again (said once it is)
+        self._reconnecting: str | None = None
+        app_state.generatingChanged.connect(self._after_turn)
         #: the welcome panel's recommendation (its card, when the window has one), and
         #: Model ▸ Download…'s "Recommended for this computer"
         self.recommend = RecommendControl(parent.findChild(RecommendCard), app_state, paths, self.use_file, self)
@@ -119,6 +126,8 @@ class ModelControl(QObject):
         return job is not None and job is not self.job
 
     def loaded(self, loaded: LoadedModel) -> None:
+        # before the planner is made for it: a server not yet agreed to gets nothing
+        hold_conversation(self.model.worker.host.runtime, self.ui_state)
         if self._superseded(loaded.job):
             # it loaded before its cancel was seen: it answers until the newer load
             # replaces it, so it is the model a failure of that load goes on with
@@ -160,6 +169,9 @@ class ModelControl(QObject):
                                    + (f" · {device}: {notice}" if notice else ""))
         self.composer.set_can_send(True)
         self.app_state.set_model("ready", loaded, None)  # the planner follows
+        if self._reconnecting:
+            self.app_state.show_message(self._reconnecting, 15_000)
+            self._reconnecting = None
         if self.pending is not None:
             self._save_choice(self.pending[0])
         if self.library is not None:
@@ -168,6 +180,7 @@ class ModelControl(QObject):
     def failed(self, message: str, job: LoadJob | None = None) -> None:
         if self._superseded(job):  # a replaced load's end: the newer one is still under way
             return
+        self._reconnecting = None
         state = self.app_state
         job = job or self.job
         cancelled = job is not None and job.cancel.is_set()  # the user's Cancel
@@ -343,6 +356,30 @@ class ModelControl(QObject):
 
     # -- a server --
 
+    def _after_turn(self, generating: bool) -> None:
+        if not generating:  # after the turn's own updates (its status, its request)
+            QTimer.singleShot(0, self._follow_server)
+
+    def _follow_server(self) -> None:
+        """Connect to the server again when what the planner was made with no longer
+        holds: the server said mid-reply that it now runs another window (restarted
+        with ``-c 512``: every send failed "the prompt is 566 tokens but the context
+        window is 512", the status bar still said 1,024), or the user has just agreed
+        to send it the conversation (its exact counts replace the estimate counted
+        before). A connect only probes the server; nothing of the chat is sent."""
+        runtime, info = self.model.worker.host.runtime, self.info or {}
+        if (self.state != "ready" or self.app_state.generating or self.job is not None
+                or runtime is None or not info.get("base_url")):
+            return
+        planner = self.app_state.planner
+        if runtime.n_ctx != info.get("n_ctx"):
+            self._reconnecting = (f"The server now runs a {runtime.n_ctx:,}-token window "
+                                  f"(it ran {info['n_ctx']:,}); Iris uses it from now on")
+        elif not (runtime.capabilities.exact_counts and planner is not None
+                  and ":estimated:" in planner.counter.name):
+            return
+        self.load()
+
     def open_server(self) -> ServerDialog:
         """Model ▸ Server…: add a server, test it, choose its model, or remove it."""
         settings = self.app_state.settings
@@ -366,5 +403,6 @@ class ModelControl(QObject):
         """Forget ``base_url`` (its key already left the keyring); when it is the server
         in use, go back to the local model."""
         forget_send_confirmation(base_url, self.ui_state)
+        hold_conversation(self.model.worker.host.runtime, self.ui_state)
         if self.app_state.settings["model.base_url"] == base_url.rstrip("/"):
             self._choose({"model.backend": "local", "model.base_url": "", "model.name": ""})

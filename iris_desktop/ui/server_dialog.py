@@ -238,6 +238,17 @@ def confirm_send(base_url: str, state: QSettings, parent: QWidget | None = None)
     return True
 
 
+def hold_conversation(runtime: object, state: QSettings) -> None:
+    """Tell a server runtime whether the conversation may go to it yet: not to a server on
+    another machine the user has not agreed to (``confirm_send``), so that until then the
+    meter, the draft's count and the inspector count locally (estimated) and nothing of
+    the chat or the draft is sent. A local model is left as it is. Before, opening a chat
+    sent its messages, and the draft as it was typed, to be counted."""
+    base_url = getattr(runtime, "base_url", None)
+    if base_url and hasattr(runtime, "conversation_allowed"):
+        runtime.conversation_allowed = not needs_send_confirmation(base_url, state)
+
+
 def forget_send_confirmation(base_url: str, state: QSettings) -> None:
     """Ask again before the next send to this server (it was removed)."""
     remaining = _confirmed(state) - {server_address(base_url)}

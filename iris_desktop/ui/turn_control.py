@@ -33,7 +33,7 @@ from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.model_thread import CompactJob, ModelThread, ShellQuestion, TurnJob
-from iris_desktop.ui.server_dialog import confirm_send
+from iris_desktop.ui.server_dialog import confirm_send, hold_conversation
 from iris_desktop.ui.shell_confirm import ShellConfirm
 from iris_desktop.ui.transcript import TranscriptView
 
@@ -164,7 +164,10 @@ class TurnControl(QObject, TurnListener):
         base_url = (self.app_state.model_info or {}).get("base_url")
         if not base_url:
             return True
-        return confirm_send(base_url, self.ui_state, self.parent_widget)
+        if not confirm_send(base_url, self.ui_state, self.parent_widget):
+            return False
+        hold_conversation(self.model.worker.host.runtime, self.ui_state)  # agreed: it may go
+        return True
 
     def stop(self) -> None:
         if self.app_state.generating and self.cancel is not None:
@@ -293,13 +296,17 @@ class TurnControl(QObject, TurnListener):
         # inspector says which and why in full
         dropped = dropped_status(event.next_request, self._compaction_outcome)
         if not self.compacting:  # what the turn ended with; a compaction says what it did
-            cut = cut_off(event.stats, state.settings["model.max_tokens"])
+            cut = cut_off(event.stats, state.settings["model.max_tokens"],
+                          (state.model_info or {}).get("n_ctx"))
             state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
                 event.finish_reason, ("Cut off" if cut else None)
                 or dropped or self._compacted or self._rate_text() or "Ready"))
             if cut:  # the whole sentence while it is news; the state stays
                 state.show_message(f"Cut off: {cut}; right-click the reply ▸ Continue goes on",
                                    15_000)
+            elif getattr(event.stats, "answered", True) is False and event.stats.thought_chars:
+                state.show_message("The model only thought (its reasoning is not shown) and "
+                                   "wrote no answer; send again or rephrase", 15_000)
         self._compacted = ""
         self._compaction_outcome = None
         state.threads_changed()

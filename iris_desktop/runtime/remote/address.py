@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 
 from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
 
+from ..errors import ServerError
+
 #: the keyring service; the user name is the server's ``host:port``
 KEYRING_SERVICE = "iris-desktop"
 
@@ -26,6 +28,20 @@ def _split(base_url: str) -> tuple[str, str, int]:
     except ValueError:
         raise ValueError(f"not a server address: {base_url!r} (bad port)") from None
     return parts.scheme, parts.hostname.lower(), port
+
+
+def refuse_query(base_url: str) -> None:
+    """Raises ServerError for a base URL with a query string or a fragment (``?api_key=…``):
+    Iris builds every path from the base URL, so the query would be dropped or mangled
+    (a server answered "no OpenAI-compatible API here"), and a key in it belongs in the
+    keyring. The message leaves the query out: it may be a key."""
+    parts = urlsplit(base_url.strip())
+    if parts.query or parts.fragment:
+        address = server_address(base_url)
+        raise ServerError(f"the server address for {address} has a query string or fragment "
+                         f"(after ? or #), which Iris does not send; remove it (an API key goes "
+                         f"in Model ▸ Server…, kept in the system keyring, and is sent as a "
+                         f"bearer token)")
 
 
 def server_address(base_url: str) -> str:

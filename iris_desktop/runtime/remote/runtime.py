@@ -41,7 +41,7 @@ from .counting import (
 )
 from .probe import _PROBE_SYSTEM, _PROBE_USER, ServerInfo, _probe
 from .sse import MAX_REPORTED_TOKENS, POLL_S, _EventReader, _Reply, _tokens
-from .transport import REQUEST_TIMEOUT_S, _answer_field, _Http, _obj
+from .transport import REQUEST_TIMEOUT_S, ServerRefused, _answer_field, _Http, _obj
 
 log = logging.getLogger("iris.runtime.remote")
 
@@ -64,6 +64,29 @@ CHUNK_SLACK = 16
 CHARS_PER_TOKEN = 64
 #: a silent stream yields "" this often, so that the caller can save what came
 HEARTBEAT_S = POLL_S
+_EXACT = Capabilities(exact_counts=True, native_tools=True)
+
+
+#: windows servers said mid-reply they now run (``"host:port/model"``: n_ctx), kept for
+#: the life of the process, so that a reconnect to a server that does not say its window
+#: keeps the one it said in a refusal
+_adopted_windows: dict[str, int] = {}
+
+
+class WindowChanged(PromptTooLongError):
+    """The server refused a prompt as longer than its window, which is not the window
+    Iris connected with (it was restarted with another): the runtime now uses the new one."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int, before: int, address: str) -> None:
+        super().__init__(prompt_tokens, n_ctx)
+        self.before = before
+        self.args = (f"{address} now runs a {n_ctx:,}-token window (it ran {before:,} when "
+                     f"Iris connected), and this prompt is {prompt_tokens:,} tokens; Iris uses "
+                     f"the new window from now on, so the next message is made to fit "
+                     f"(older turns are summarized or left out)",)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 @dataclass(frozen=True)
@@ -127,6 +150,11 @@ class RemoteRuntime:
         self.identity = f"{http.address}/{model}"
         self.model_name = self.path.name or model
         self._closing = threading.Event()
+        #: whether the conversation may go to this server (counts, replies). True for the
+        #: CLI, whose ``chat`` says where it goes; the window sets False for a server on
+        #: another machine the user has not agreed to yet, and True once they agree: until
+        #: then every count is this runtime's local estimate and no reply is asked for
+        self.conversation_allowed = True
 
     # -- connecting --------------------------------------------------------------
 
@@ -157,6 +185,9 @@ class RemoteRuntime:
             served = server.model(model)
             window, source = ((served.context_length, "server")
                               if served and served.context_length else (fallback_window, "config"))
+            identity = f"{http.address}/{model}"
+            if source == "config" and identity in _adopted_windows:
+                window, source = _adopted_windows[identity], "server"  # it said so mid-reply
             kind = ExactRemoteRuntime if server.exact_counts else RemoteRuntime
             runtime = kind(http, server, model, window, source, idle_timeout_s=idle_timeout_s,
                            start_timeout_s=start_timeout_s)
@@ -222,6 +253,13 @@ class RemoteRuntime:
     def _check_open(self) -> None:
         if self._closing.is_set():
             raise RuntimeError(f"{self.where}: the connection is closed")
+
+    def _check_allowed(self) -> None:
+        """The last guard before conversation text leaves: refused (ServerError) while
+        the user has not agreed to send this conversation to the server."""
+        if not self.conversation_allowed:
+            raise ServerError(f"{self._http.address} is on another machine and you have not "
+                              "agreed to send it your conversation yet, so nothing was sent")
 
     # -- counting (estimated) ------------------------------------------------------
 
@@ -299,6 +337,7 @@ class RemoteRuntime:
         text that arrived was yielded.
         """
         self._check_open()
+        self._check_allowed()
         r = request
         response_format = r.response_format
         if r.json_schema is not None:
@@ -332,7 +371,7 @@ class RemoteRuntime:
         outcome: str | None = None
         if should_stop():
             outcome = "cancelled"
-            result.stats = reply.stats(prompt_size, outcome)
+            result.stats = reply.stats(prompt_size, outcome, self.n_ctx, limit)
             return
         reader = _EventReader(self._http.streams, self._http.url("/v1/chat/completions"),
                               body, address)
@@ -361,24 +400,57 @@ class RemoteRuntime:
                     beat = time.monotonic()
             if reader.stopped:
                 outcome = "cancelled"
-            elif reply.finish_reason is None:
-                raise ServerError(f"{address}: the stream ended before the reply "
-                                  f"did (the connection was lost mid-reply)")
+            elif reply.finish_reason is None and not reader.done:
+                raise self._ended_early(reply, prompt_size)
             elif reply.calls:
                 yield reply.tool_call_text()
         except GeneratorExit:
             outcome = "cancelled"
             raise
+        except PromptTooLongError as exc:
+            outcome = "error"
+            raise self._adopt_window(exc) from None
         except BaseException:
             outcome = "error"
             raise
         finally:
             reader.abort()
-            result.stats = reply.stats(prompt_size, outcome)
-            reported = _tokens(reply.usage.get("prompt_tokens"), "prompt_tokens", address)
+            result.stats = reply.stats(prompt_size, outcome, self.n_ctx, limit)
+            reported = reply.prompt_tokens(prompt_size, self.n_ctx)
             if reported and not self.closed:
                 self._observe(reported, basis)
             log.debug("%s: %s", self.where, result.stats)
+
+    def _ended_early(self, reply: _Reply, prompt_size: int) -> ServerError:
+        """Why a stream ended without a finish reason or ``[DONE]``, in words. A server
+        that does not say its window (``window_source`` config) and closed the stream
+        before any text most likely refused a prompt longer than the window it runs
+        (llama-cpp-python's server does that): said with both numbers and the setting
+        that fixes it, since every later message would fail the same way."""
+        address = self._http.address
+        if reply.chunks or self.window_source != "config":
+            return ServerError(f"{address}: the stream ended before the reply did (the "
+                               "connection was lost mid-reply)")
+        return ServerError(
+            f"{address} closed the reply before any text. It does not say its context window, "
+            f"so Iris assumed model.n_ctx = {self.n_ctx:,} tokens, and this prompt is about "
+            f"{prompt_size:,}: a server running a smaller window refuses it this way. Set "
+            f"model.n_ctx to the server's window (its -c or --n_ctx), so that Iris compacts "
+            f"the chat to fit; or the server failed (its log says)")
+
+    def _adopt_window(self, exc: PromptTooLongError) -> PromptTooLongError:
+        """The server refused the prompt as longer than its window. A window other than
+        the one Iris connected with means the server was restarted with another one:
+        it is adopted (``n_ctx``, and for the rest of this process on reconnects), so
+        that the next request is planned to fit (compacted or pruned), and said once
+        ("the server now runs a 512-token window"); before, every later send failed."""
+        if exc.n_ctx == self._n_ctx:
+            return exc
+        before, self._n_ctx, self.window_source = self._n_ctx, exc.n_ctx, "server"
+        _adopted_windows[self.identity] = exc.n_ctx
+        log.warning("%s: the server now runs a %d-token window (it ran %d); adopted",
+                    self.where, exc.n_ctx, before)
+        return WindowChanged(exc.prompt_tokens, exc.n_ctx, before, self._http.address)
 
     def _quiet_too_long(self, reader: _EventReader, reply: _Reply, sent: float, heard: float,
                         now: float) -> bool:
@@ -469,21 +541,30 @@ class ExactRemoteRuntime(RemoteRuntime):
         self._counts = _LRU()
         self._texts = _LRU()
 
-    capabilities = Capabilities(exact_counts=True, native_tools=True)
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        """Exact counts once the conversation may go to the server; estimated before
+        (:attr:`conversation_allowed`), as for a server that cannot count."""
+        return _EXACT if self.conversation_allowed else RemoteRuntime.capabilities
 
     def _calibrate(self) -> None:
         """Exact counts need no calibration."""
 
-    def counter(self) -> ServerTokenCounter:
-        return ServerTokenCounter(self)
+    def counter(self) -> ServerTokenCounter | EstimatedTokenCounter:  # type: ignore[override]
+        """The server's counter; the estimating one while the conversation may not go to
+        the server (a planner made then never asks it, and its counts are cached under
+        the estimate's name, never the server's)."""
+        return ServerTokenCounter(self) if self.conversation_allowed else super().counter()
 
     # -- the server's counts -----------------------------------------------------------
 
     def _count(self, messages: list[Message], tools: list[dict] | None = None,
                generation: bool = True) -> int:
         """The server's count of the prompt for ``messages`` (with the generation prompt
-        unless ``generation`` is False), as it would evaluate it. Cached."""
+        unless ``generation`` is False), as it would evaluate it. Cached. Raises
+        ServerError, having sent nothing, while the conversation may not go to the server."""
         self._check_open()
+        self._check_allowed()
         body = self._chat_body(messages, tools)
         if not generation:
             body["add_generation_prompt"] = False
@@ -520,13 +601,17 @@ class ExactRemoteRuntime(RemoteRuntime):
         if not text:
             return 0
         self._check_open()
+        self._check_allowed()
         if self.server.counting == "vllm-tokenize":
             body = {"model": self.model, "prompt": text, "add_special_tokens": False}
             return self._texts.get(text, lambda: self._post_field("/tokenize", body, "count", int))
         return self._texts.get(text, lambda: len(self._tokenize(text, special=False)))
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
-        """The exact number of prompt tokens the server evaluates for this request."""
+        """The exact number of prompt tokens the server evaluates for this request; the
+        local estimate while the conversation may not go to the server."""
+        if not self.conversation_allowed:
+            return RemoteRuntime._measure(self, list(messages), tools or None)[0]
         return self._count(list(messages), tools or None)
 
     def prompt_overhead(self) -> int:
@@ -547,7 +632,9 @@ class ExactRemoteRuntime(RemoteRuntime):
             try:
                 return (self._count([*before, message, *after], generation=False)
                         - self._count([*before, *after], generation=False))
-            except ServerError:  # the template refuses this shape (alternation checks)
+            except ServerRefused as exc:  # the template refuses this shape (alternation
+                if not 400 <= exc.status < 500:  # checks); a server down or failing is no
+                    raise  # refusal: the count fails, and no estimate takes its name
                 continue
         return self.count_text(message_text(message)) + _FALLBACK_FRAMING_TOKENS
 
@@ -555,6 +642,8 @@ class ExactRemoteRuntime(RemoteRuntime):
         """What passing ``tools`` adds to a prompt, as the server's template renders them."""
         if not tools:
             return 0
+        if not self.conversation_allowed:
+            return super().tool_tokens(tools)
         probe = [_PROBE_SYSTEM, _PROBE_USER]
         return self._count(probe, tools) - self._count(probe)
 
@@ -562,17 +651,18 @@ class ExactRemoteRuntime(RemoteRuntime):
         counted = self.count_prompt(messages, tools)
         return counted, counted
 
+    def _observe(self, reported: int, counted: int) -> None:
+        """A server that reports another size than it counted is a bug worth a line."""
+        if reported != counted and self.conversation_allowed:
+            log.warning("%s: counted %d prompt tokens, the server reported %d",
+                        self.where, counted, reported)
+
     def _room(self, prompt_size: int, max_tokens: int) -> int:
         """As the local model: a prompt that leaves no room is refused before sending."""
         if prompt_size >= self.n_ctx:
             raise PromptTooLongError(prompt_size, self.n_ctx)
         return min(max_tokens, self.n_ctx - prompt_size)
 
-    def _observe(self, reported: int, counted: int) -> None:
-        """A server that reports another size than it counted is a bug worth a line."""
-        if reported != counted:
-            log.warning("%s: counted %d prompt tokens, the server reported %d",
-                        self.where, counted, reported)
 
 
 def _choose_model(server: ServerInfo, name: str, address: str) -> str:

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -95,6 +96,9 @@ class _EventReader:
         self._address = address
         #: the caller stopped the stream (Stop, the deadline, close)
         self.stopped = False
+        #: the stream ended with ``data: [DONE]``: the server finished the reply (some
+        #: send no finish reason before it)
+        self.done = False
         #: ``time.monotonic()`` when the response headers came (None: not yet)
         self.answered_at: float | None = None
         self._thread = threading.Thread(target=self._read, args=(client, url, body),
@@ -197,6 +201,7 @@ class _EventReader:
                 continue
             event = _parse_data(line[5:].strip(), self._address)
             if event is None:
+                self.done = True
                 return
             yield event, when
 
@@ -272,6 +277,23 @@ def _rate(value: Any, address: str) -> float:
     return 0.0
 
 
+#: a reported prompt size outside these times the count made before sending is a broken
+#: report (as the calibration's bounds: no tokenizer is four times another)
+MIN_REPORTED_RATIO = 0.25
+MAX_REPORTED_RATIO = 4.0
+
+
+@dataclass
+class ServerGenerationStats(GenerationStats):
+    """GenerationStats with what a server's reply had besides its text: ``thought_chars``,
+    the characters of reasoning it streamed (``reasoning_content``), which Iris neither
+    shows nor keeps, so that a reply that is only thinking can be said as such."""
+
+    thought_chars: int = 0
+    #: the reply had text or a tool call (False: nothing but thinking, if anything)
+    answered: bool = True
+
+
 #: the most tool calls one streamed reply may make (tools.max_calls_per_turn is at most
 #: a few dozen; more is a server gone wrong)
 MAX_STREAMED_CALLS = 64
@@ -290,6 +312,8 @@ class _Reply:
         #: chunks that carried something new (text, reasoning, a tool call's part)
         self.chunks = 0
         self.chars = 0
+        #: characters of reasoning (``reasoning_content``), which is neither shown nor kept
+        self.thought_chars = 0
         self.usage: dict = {}
         self.timings: dict = {}
         self.finish_reason: str | None = None
@@ -315,12 +339,13 @@ class _Reply:
             for call in calls:
                 self._add_call(call)
             self.finish_reason = finish or self.finish_reason
-            if piece or calls:
+            if isinstance(thought, str):
+                self.thought_chars += len(thought)
+            if piece or calls or (isinstance(thought, str) and thought):
                 now = time.perf_counter()
                 self.first = self.first or now
                 self.last = now
                 self.pieces += 1
-            if piece or calls or (isinstance(thought, str) and thought):
                 self.chunks += 1
         self.chars += len(text)
         return text
@@ -334,15 +359,23 @@ class _Reply:
         if not isinstance(delta, dict):
             raise _unreadable(address, f"a tool call is {_kind(delta)}, not an object")
         index = _field(delta.get("index"), int, "a tool call's 'index'", address)
-        index = len(self.calls) if index is None else index
+        function = _field(delta.get("function"), dict, "'function'", address) or {}
+        name = _field(function.get("name"), str, "'name'", address) or ""
+        call_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
+        if index is None:  # some servers send none: a delta goes on with the last call
+            last = self.calls.get(max(self.calls)) if self.calls else None  # unless it starts
+            new = last is None or (call_id and call_id != last["id"]) or (name and last["name"])
+            index = len(self.calls) if new else max(self.calls)  # another (an id or a name)
         if index not in self.calls and len(self.calls) >= MAX_STREAMED_CALLS:
             raise ServerError(f"{address} sent more than {MAX_STREAMED_CALLS} tool calls in one "
                               "reply, so the reply was cut off there")
-        entry = self.calls.setdefault(index, {"name": "", "arguments": []})
-        function = _field(delta.get("function"), dict, "'function'", address) or {}
-        name = _field(function.get("name"), str, "'name'", address) or ""
-        piece = _field(function.get("arguments"), str, "'arguments'", address) or ""
+        entry = self.calls.setdefault(index, {"name": "", "arguments": [], "id": call_id})
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # some servers send the arguments as an object
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        piece = _field(arguments, str, "'arguments'", address) or ""
         entry["name"] = entry["name"] or name
+        entry["id"] = entry["id"] or call_id
         entry["arguments"].append(piece)
         self.chars += len(name) + len(piece)
 
@@ -357,24 +390,43 @@ class _Reply:
             try:
                 arguments: Any = json.loads(text or "{}")
             except ValueError:
-                arguments = text
+                arguments = _repeated_whole(call["arguments"], text)
             blocks.append("<tool_call>" + json.dumps(
                 {"name": call["name"], "arguments": arguments}, ensure_ascii=False)
                 + "</tool_call>")
         return "".join(blocks)
 
-    def stats(self, prompt_size: int, outcome: str | None) -> GenerationStats:
+    def prompt_tokens(self, prompt_size: int, n_ctx: int) -> int | None:
+        """The ``prompt_tokens`` the server reported, when it can be this prompt's size:
+        at most the window ``n_ctx`` and within :data:`MIN_REPORTED_RATIO` to
+        :data:`MAX_REPORTED_RATIO` of ``prompt_size``, the count made before sending;
+        None otherwise (said in the log). A server's 999,999,999 was stored as the
+        thread's last prompt size, and made compaction due at every turn."""
+        reported = _tokens(self.usage.get("prompt_tokens"), "prompt_tokens", self.address)
+        if not reported:
+            return reported
+        if reported > n_ctx or (prompt_size > 0 and not MIN_REPORTED_RATIO
+                                <= reported / prompt_size <= MAX_REPORTED_RATIO):
+            log.warning("%s reported prompt_tokens = %d for a prompt counted as %d in a "
+                        "%d-token window; ignored", self.address, reported, prompt_size, n_ctx)
+            return None
+        return reported
+
+    def stats(self, prompt_size: int, outcome: str | None, n_ctx: int = MAX_REPORTED_TOKENS,
+              max_tokens: int = MAX_REPORTED_TOKENS) -> GenerationStats:
         """GenerationStats from what the server reported (``usage``; llama.cpp's
         ``timings``: ``cache_n`` reused, ``prompt_n`` evaluated), else from the count
         made before sending and what was seen. A count the server sent as anything but
         a whole number from 0 to :data:`MAX_REPORTED_TOKENS` counts as not sent
-        (:func:`_tokens`), and none exceeds the prompt it is part of."""
+        (:func:`_tokens`), a prompt size that cannot be this prompt's too
+        (:meth:`prompt_tokens`), none exceeds the prompt it is part of, and the reply
+        is at most the ``max_tokens`` it was asked for."""
         usage, timings, address = self.usage, self.timings, self.address
 
         def count(source: dict, key: str) -> int | None:
             return _tokens(source.get(key), key, address)
 
-        prompt = count(usage, "prompt_tokens") or prompt_size
+        prompt = self.prompt_tokens(prompt_size, n_ctx) or prompt_size
         details = usage.get("prompt_tokens_details")
         cached = (count(details, "cached_tokens") or 0) if isinstance(details, dict) else 0
         reused = count(timings, "cache_n")
@@ -384,18 +436,34 @@ class _Reply:
         if evaluated is None:
             evaluated = prompt - reused if self.first or usage else 0
         evaluated = min(prompt, evaluated)
-        completion = (count(usage, "completion_tokens") or count(timings, "predicted_n")
-                      or self.pieces)
+        completion = next((n for n in (count(usage, "completion_tokens"),
+                                       count(timings, "predicted_n")) if n and n <= max_tokens),
+                          min(max_tokens, self.pieces))  # more than asked for: not this reply's
         rate = _rate(timings.get("predicted_per_second"), address)
         if not rate and completion > 1 and self.first and self.last and self.last > self.first:
             rate = (completion - 1) / (self.last - self.first)
         finish = outcome or ("length" if self.finish_reason == "length" else "stop")
-        return GenerationStats(
+        return ServerGenerationStats(
             prompt_tokens=prompt, reused_tokens=reused, evaluated_tokens=evaluated,
             completion_tokens=completion,
             time_to_first_token_s=(self.first - self.started) if self.first else 0.0,
             tokens_per_s=rate, duration_s=time.perf_counter() - self.started,
-            finish_reason=finish)
+            finish_reason=finish, thought_chars=self.thought_chars,
+            answered=self.chars > 0)
+
+
+def _repeated_whole(pieces: list[str], text: str) -> Any:
+    """The arguments of a call whose every delta repeated the whole JSON object (some
+    servers stream a call so), as that object; else ``text`` as it came."""
+    whole = [p for p in pieces if p]
+    if whole and all(p == whole[0] for p in whole):
+        try:
+            value = json.loads(whole[0])
+        except ValueError:
+            return text
+        if isinstance(value, dict):
+            return value
+    return text
 
 
 def _not_a_stream(first: bytes, rest: Iterator[bytes]) -> str:

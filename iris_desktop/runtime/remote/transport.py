@@ -22,7 +22,18 @@ from ..http import (
     read_answer,
     size_words,
 )
-from .address import server_address
+from .address import refuse_query, server_address
+
+
+class ServerRefused(ServerError):
+    """The server answered a request with an error (``status``: its HTTP status), as
+    opposed to not answering at all: a count whose probe shape a template refuses (a
+    4xx) is estimated instead; a server that cannot be reached is no such refusal."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 CONNECT_TIMEOUT_S = 5.0
 #: a refused or timed-out connect is tried again this many times (a reply never is)
@@ -55,6 +66,7 @@ class _Http:
     def __init__(self, base_url: str, api_key: str | None, *, answer_limit: int | None = None,
                  answer_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.address = server_address(base_url)
+        refuse_query(base_url)
         root = base_url.strip().rstrip("/")
         self.root = root[:-3] if root.endswith("/v1") else root
         self.answer_limit = answer_limit
@@ -200,7 +212,8 @@ def _http_error(address: str, response: httpx.Response, path: str = "") -> Excep
         return ServerError(f"{address} refused the API key (HTTP {response.status_code})")
     message = (error.get("message") or (None if answer else response.text[:1000])
                or response.reason_phrase)  # a JSON answer without a message: the status
-    return ServerError(f"{address}: HTTP {response.status_code}: {server_said(message)}")
+    return ServerRefused(f"{address}: HTTP {response.status_code}: {server_said(message)}",
+                         response.status_code)
 
 
 def _redirect_error(address: str, response: httpx.Response, path: str) -> ServerError:
