@@ -167,7 +167,8 @@ def _add_runtime_commands(sub: Any) -> None:
     p.add_argument("--model", help="GGUF file to use (same as --set model.path=PATH)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.add_argument("--yes-shell", action="store_true",
-                   help="approve every run_shell call without asking (tools.shell must be on)")
+                   help="approve every run_shell call without asking (tools.shell must be on and "
+                        "run_shell in tools.enabled)")
     p.add_argument("--file", metavar="PATH", help="read the message from a UTF-8 text file")
     p.add_argument("--attach", metavar="PATH", action="append", default=[],
                    help="attach a text file to the message (repeatable): the model reads it "

@@ -565,7 +565,8 @@ _ALL: tuple[Setting, ...] = (
     ),
     Setting(
         "tools.shell", "bool", False,
-        "Allow run_shell. Every command still needs your confirmation.",
+        "Allow run_shell; add it to tools.enabled too (the model is offered only the tools "
+        "listed there). Every command still needs your confirmation.",
         label="Allow shell commands",
     ),
     Setting(

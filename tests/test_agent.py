@@ -106,11 +106,27 @@ def test_tool_call_limit(fresh_store, folder):
         max_calls_per_turn=2)
     events = list(agent.send(thread, "look around"))
     tools = [e for e in events if isinstance(e, ToolFinished)]
-    assert [t.ok for t in tools] == [True, True]
-    # after the limit the model answers without tools
+    # after the limit the model is asked without tools; a call it makes anyway is read as
+    # one and answered "limit reached" (an audit: it was shown as the answer, raw markup)
+    assert [t.ok for t in tools] == [True, True, False]
+    assert "tool call limit reached (tools.max_calls_per_turn = 2)" in tools[2].text
     assert "list_directory" not in runtime.requests[2][0]["content"]
-    assert isinstance(events[-1], TurnDone)
-    assert len(runtime.requests) == 3
+    assert isinstance(events[-1], TurnDone) and events[-1].finish_reason == "stop"
+    assert len(runtime.requests) == 4
+    assert fresh_store.messages(thread)[-1]["content"] == "Done."
+    assert all("<tool_call>" not in (m["content"] or "") for m in fresh_store.messages(thread))
+
+
+def test_a_model_that_keeps_calling_past_the_limit_is_stopped_and_said(fresh_store, folder):
+    thread = fresh_store.create_thread("t")
+    agent, runtime = make_agent(fresh_store, [call("list_directory", path=".")] * 10, folder,
+                                max_calls_per_turn=2)
+    events = list(agent.send(thread, "look around"))
+    failed = [e for e in events if isinstance(e, TurnFailed)]
+    assert len(failed) == 1 and "kept calling tools after tools.max_calls_per_turn (2)" in failed[0].text
+    assert isinstance(events[-1], TurnDone) and events[-1].finish_reason == "error"
+    assert len(runtime.requests) == 4  # two with tools, one told none remain, one more: stop
+    assert all("<tool_call>" not in (m["content"] or "") for m in fresh_store.messages(thread))
 
 
 def test_cancel_keeps_partial_reply_marked_interrupted(fresh_store):
@@ -388,3 +404,29 @@ def test_an_edit_keeps_the_files_the_message_had(fresh_store):
     assert typed == "What is on my shopping list?" and [c[0] for c in chips] == ["notes.txt"]
     sent = runtime.requests[-1][-1]["content"]
     assert sent.startswith("What is on my shopping list?\n\n<file") and "- milk" in sent
+
+
+def test_every_call_gets_a_result_when_the_turn_is_interrupted_at_a_tool(fresh_store, folder,
+                                                                        monkeypatch):
+    """Before (an audit): a second Ctrl+C at the CLI's shell question raised out of the
+    tool (KeyboardInterrupt is no Exception), and the call stayed without a result: the
+    next request sent it unanswered, which strict servers refuse."""
+    from iris_desktop.core.tools import Sandbox
+
+    thread = fresh_store.create_thread("t")
+    agent, runtime = make_agent(
+        fresh_store, ['<tool_call>{"name": "list_directory", "arguments": {"path": "."}}</tool_call>'
+                      '<tool_call>{"name": "list_directory", "arguments": {"path": "."}}</tool_call>',
+                      "Fine."], folder)
+
+    def interrupted(self, *_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Sandbox, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        list(agent.send(thread, "look around"))
+    rows = fresh_store.messages(thread)
+    calls = [c["id"] for c in json.loads(rows[1]["tool_calls"])]
+    results = {r["tool_call_id"]: r["content"] for r in rows if r["role"] == "tool"}
+    assert len(calls) == 2 and set(results) == set(calls)
+    assert set(results.values()) == {"error: stopped before it ran"}

@@ -883,3 +883,23 @@ def test_threads_says_a_branched_chats_shown_branch_and_switch_prints_from_the_s
     assert code == 0 and lines[0].split()[0] == str(ids[19]) and "‹ 1/2 ›" in lines[0], out
     assert len(lines) == 41 and "141 more messages on this branch" in lines[-1]
     assert f"iris-desktop export {thread}" in lines[-1]
+
+
+def test_chat_without_a_terminal_says_nobody_could_approve_a_command(capsys):
+    """Before (an audit): with standard input not a terminal, every command was refused
+    without asking and stored as "the user refused to run", and stderr said only
+    "[tool run_shell: error]". Now the result says nobody could be asked and how to
+    allow it, and the CLI prints a failed tool's reason."""
+    from argparse import Namespace
+
+    from iris_desktop.commands.chat import _ChatPrinter, _shell_confirmation
+    from iris_desktop.core.events import ToolFinished
+    from iris_desktop.core.tools import ToolError
+
+    confirm = _shell_confirmation(Namespace(yes_shell=False))  # pytest's stdin: no terminal
+    with pytest.raises(ToolError, match="nobody could be asked .* 'chat --yes-shell'"):
+        confirm("env")
+    printer = _ChatPrinter(False, 100)
+    printer.on_tool(ToolFinished(1, 2, "run_shell", "{}", False, "error: nobody could be asked "
+                                 "to approve it", "call_1"))
+    assert "[tool run_shell: error: nobody could be asked to approve it]" in capsys.readouterr().err

@@ -324,8 +324,28 @@ def test_shell_enabled_but_not_in_enabled_tools(root: Path) -> None:
 def test_shell_without_confirmation_callback_refuses(root: Path) -> None:
     box = _shell_box(root, shell=True, confirm_shell=None)
     content = tool_refused(box.run("run_shell", {"command": "echo hi > marker.txt"}))
-    assert content == "error: the user refused to run: echo hi > marker.txt"
+    # nobody was asked: said as that, not as the user's refusal (an audit)
+    assert content == ("error: nobody could be asked to approve it, so it did not run: "
+                       "echo hi > marker.txt")
     assert not (root / "marker.txt").exists()
+
+
+def test_shell_whose_question_could_not_be_answered_says_why(root: Path) -> None:
+    from iris_desktop.core.tools import ToolError
+
+    def closed(_command: str) -> bool:
+        raise ToolError("Iris was closed before the question was answered, so it did not run: x")
+
+    box = _shell_box(root, shell=True, confirm_shell=closed)
+    content = tool_refused(box.run("run_shell", {"command": "touch RAN"}))
+    assert "Iris was closed before the question was answered" in content
+    assert "refused" not in content and not (root / "RAN").exists()
+
+
+def test_a_command_never_sees_the_hubs_token(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    box = _shell_box(root, shell=True, confirm_shell=lambda _: True)
+    assert "hf_secret_value" not in tool_ok(box.run("run_shell", {"command": "env"}))
 
 
 def test_shell_refused_by_user(root: Path) -> None:
@@ -577,3 +597,21 @@ def test_file_tools_work_with_network_blocked(
 def test_absurdly_nested_arguments_are_refused(box: Sandbox) -> None:
     content = tool_refused(box.run("read_file", "[" * 100_000))
     assert "bad arguments for read_file" in content
+
+
+def test_a_read_stopped_by_the_output_cap_says_where_to_go_on(
+    box: Sandbox, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before (an audit): a 40,000-line file read at once was cut by the 1 MiB cap at line
+    18,591 under a header saying "lines 1-40000 of 40000", with no offset to go on from.
+    The read ends at the last whole line that fits, and the header gives the offset."""
+    monkeypatch.setattr(limits, "MAX_OUTPUT_BYTES", 1000)
+    (root / "long.txt").write_text("".join(f"line number {i}\n" for i in range(1, 401)),
+                                   encoding="utf-8")
+    content = tool_ok(box.run("read_file", {"path": "long.txt", "limit": 400}))
+    header, body = content.split("\n", 1)
+    last = int(body.rstrip("\n").rsplit("\n", 1)[1].split("\t")[0])
+    assert 30 < last < 400 and "[output truncated" not in body
+    assert header.startswith(f"long.txt: lines 1-{last} ") and f"continue with offset={last}" in header
+    again = tool_ok(box.run("read_file", {"path": "long.txt", "offset": last, "limit": 400}))
+    assert again.split("\n", 2)[1].split("\t") == [f"{last + 1:>6}", f"line number {last + 1}"]

@@ -43,6 +43,7 @@ from iris_desktop.core.events import (
     TurnListener,
     dispatch,
 )
+from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.core.views import cut_off
 from iris_desktop.stop import StopEvent
@@ -151,7 +152,10 @@ class _ChatPrinter(TurnListener):
         self.reply, self.stats = event.text, event.stats
 
     def on_tool(self, event: ToolFinished) -> None:
-        say(f"\n[tool {show_untrusted(event.name)}: {'ok' if event.ok else 'error'}]",
+        # an error says why (the reason was only in the history, for the model)
+        reason = " ".join(event.text.removeprefix("error:").split())[:200]
+        why = f": {show_untrusted(reason)}" if not event.ok and reason else ""
+        say(f"\n[tool {show_untrusted(event.name)}: {'ok' if event.ok else 'error'}{why}]",
             file=sys.stderr)
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
@@ -202,7 +206,12 @@ def _shell_confirmation(args):
     if args.yes_shell:
         return lambda command: True
     if not sys.stdin.isatty():
-        return None  # nobody to ask: every shell call is refused
+        def nobody(_command: str) -> bool:  # said as what it is, not as the user's refusal
+            raise ToolError("nobody could be asked to approve it (standard input is not a "
+                            "terminal), so it did not run; 'chat --yes-shell' runs commands "
+                            "without asking")
+
+        return nobody
 
 
     def ask(command: str) -> bool:

@@ -298,6 +298,7 @@ class Agent:
         with the reply ``continuing`` (a stored row: the head of the active branch).
         ``seed``: the sampling seed (None: the runtime's own)."""
         calls_made = 0
+        past_limit = 0  # requests after the limit whose reply still called a tool
         while True:
             tools_allowed = calls_made < self.config.max_calls_per_turn
             request = yield from self._request(thread_id, tools_allowed, cancel,
@@ -317,7 +318,9 @@ class Agent:
                 yield TurnDone(thread_id, "error")
                 return
             cancelled = stats is not None and stats.finish_reason == "cancelled"
-            offered = self.planner.tool_prompt(tools_allowed).definitions
+            # past the limit a call is still read as one (answered "limit reached"): it
+            # was shown as the model's answer, raw markup, with nothing said
+            offered = self.planner.tool_prompt(True).definitions
             content, calls = self._save_reply(reply_id, reply_text, offered, cancelled, kept)
             self._record(thread_id, request, stats, reply_id)
             yield ReplySaved(thread_id, reply_id, content,
@@ -328,17 +331,17 @@ class Agent:
                 following = None if cancelled else (yield from self._after_reply(thread_id, cancel))
                 yield TurnDone(thread_id, reason, stats, following)
                 return
-            for call in calls:
-                text, ok, ran = self._tool_result(call, cancel, calls_made)
-                calls_made += ran
-                tool_id = self.store.add_message(thread_id, {
-                    "role": "tool", "tool_call_id": call.id, "name": call.name or "unknown",
-                    "content": text,
-                })
-                yield ToolFinished(thread_id, tool_id, call.name or "unknown", call.arguments,
-                                   ok, text, call.id)
+            calls_made = yield from self._run_calls(thread_id, calls, cancel, calls_made)
             if cancel.is_set():
                 yield TurnDone(thread_id, "cancelled")
+                return
+            past_limit += not tools_allowed
+            if past_limit >= 2:  # told once that no calls remain; it called again
+                yield TurnFailed(thread_id, "The model kept calling tools after "
+                                 f"tools.max_calls_per_turn ({self.config.max_calls_per_turn}) "
+                                 "was reached and wrote no answer; ask again, or raise "
+                                 "tools.max_calls_per_turn", "model")
+                yield TurnDone(thread_id, "error")
                 return
 
     def _request(self, thread_id: int, tools_allowed: bool, cancel: Stop,
@@ -392,6 +395,31 @@ class Agent:
             reply_id, content, status="interrupted" if cancelled else "complete",
             tool_calls=[c.to_openai() for c in calls] or None)
         return content, calls
+
+    def _run_calls(self, thread_id: int, calls: list[ToolCall], cancel: Stop, calls_made: int):
+        """Run the reply's ``calls``, each result stored and reported (ToolFinished); returns
+        how many calls have run in the turn now. Every call gets its result, also when the
+        turn is broken off at one (a second Ctrl+C at the shell's question: a call left
+        without one was sent, unanswered, in every later request)."""
+        answered = 0
+        try:
+            for call in calls:
+                text, ok, ran = self._tool_result(call, cancel, calls_made)
+                calls_made += ran
+                tool_id = self._add_result(thread_id, call, text)
+                answered += 1
+                yield ToolFinished(thread_id, tool_id, call.name or "unknown",
+                                   call.arguments, ok, text, call.id)
+        except BaseException:
+            for call in calls[answered:]:
+                self._add_result(thread_id, call, "error: stopped before it ran")
+            raise
+        return calls_made
+
+    def _add_result(self, thread_id: int, call: ToolCall, text: str) -> int:
+        return self.store.add_message(thread_id, {
+            "role": "tool", "tool_call_id": call.id, "name": call.name or "unknown",
+            "content": text})
 
     def _tool_result(self, call: ToolCall, cancel: Stop, calls_made: int
                      ) -> tuple[str, bool, bool]:

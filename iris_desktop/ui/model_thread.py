@@ -26,6 +26,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.events import CacheStatus, ThreadCreated, TurnEvent
 from iris_desktop.core.planner import Planner
+from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.host import LOAD_STAGES, Host
 from iris_desktop.settings import BUNDLED, Settings
@@ -189,8 +190,11 @@ class ModelWorker(QObject):
         self.shellQuestion.emit(question)
         cancel = self._cancel
         while not question.answered.wait(0.05):
-            if self._closing.is_set() or (cancel is not None and cancel.is_set()):
-                return False
+            if self._closing.is_set():
+                raise ToolError("Iris was closed before the question was answered, so it "
+                                f"did not run: {command}")
+            if cancel is not None and cancel.is_set():
+                raise ToolError(f"stopped by the user before it ran: {command}")
         return question.answer
 
     def _emit(self, event: TurnEvent) -> None:

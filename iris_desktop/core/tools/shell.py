@@ -18,16 +18,22 @@ from iris_desktop.core.tools.text import CappedText
 
 
 def check_command(command: str, confirm: Callable[[str], bool] | None) -> None:
-    """ToolError unless ``command`` is not blank and ``confirm(command)`` returned ``True``."""
+    """ToolError unless ``command`` is not blank and ``confirm(command)`` returned ``True``.
+    ``confirm`` may raise ToolError itself, saying why no one answered (nobody could be
+    asked, the window closed): "the user refused" was said of questions never asked."""
     if not command.strip():
         raise ToolError("command must not be empty")
-    if confirm is None or confirm(command) is not True:
+    if confirm is None:
+        raise ToolError(f"nobody could be asked to approve it, so it did not run: {command}")
+    if confirm(command) is not True:
         raise ToolError(f"the user refused to run: {command}")
 
 
 #: what a command never inherits: the history's passphrase (``env`` printed it into the
-#: tool result, which goes to the model, a server and the history, and into exports)
-PRIVATE_ENV = ("IRIS_STORAGE_PASSPHRASE",)
+#: tool result, which goes to the model, a server and the history, and into exports), and
+#: the hub's tokens (an audit found HF_TOKEN in a tool result)
+PRIVATE_ENV = ("IRIS_STORAGE_PASSPHRASE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+               "HUGGINGFACE_TOKEN")
 
 
 def command_env() -> dict[str, str]:

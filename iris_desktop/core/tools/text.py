@@ -41,6 +41,10 @@ class CappedText:
         self._parts.append(text)
         self._kept += len(data)
 
+    def fits(self, text: str) -> bool:
+        """Whether ``text`` would be kept whole."""
+        return self._kept + len(text.encode("utf-8", "replace")) <= self._cap
+
     def getvalue(self) -> str:
         text = "".join(self._parts)
         if self.total > self._kept:
@@ -121,14 +125,19 @@ def numbered_lines(
     """Lines ``offset+1`` to ``offset+limit`` of ``handle``, numbered as read_file shows them.
 
     Returns (that text, the number of lines read, whether the end was reached). Reads no
-    further than the last line shown unless ``count_all``. Raises UnicodeDecodeError when a
-    shown line is not UTF-8.
+    further than the last line shown unless ``count_all``. A line that would pass the
+    output cap is not begun: the lines read end at the last one shown whole (the header
+    said "lines 1-40000 of 40000" over 18,591 of them, with no offset to go on from).
+    Raises UnicodeDecodeError when a shown line is not UTF-8.
     """
     body = CappedText()
     number = 0
     for number, (head, length) in enumerate(_capped_lines(handle, cancel), start=1):
         if offset < number <= offset + limit:
-            body.write(f"{number:>6}\t{_shown_line(head, length, first=number == 1)}\n")
+            line = f"{number:>6}\t{_shown_line(head, length, first=number == 1)}\n"
+            if number > offset + 1 and not body.fits(line):  # (a first line is cut, marked)
+                return body.getvalue(), number - 1, False
+            body.write(line)
         if number == offset + limit and not count_all:
             return body.getvalue(), number, not handle.peek(1)
     return body.getvalue(), number, True
