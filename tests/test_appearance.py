@@ -447,7 +447,7 @@ def test_a_change_to_the_chat_being_answered_waits_for_the_turns_end(make_window
                                                                      data_dir):
     """The chat being answered is not reloaded under its streaming reply; a change another
     process made to it is looked at once the turn ends (it was never looked at again)."""
-    runtime = ScriptedRuntime(["word " * 200], delay_s=0.01)
+    runtime = ScriptedRuntime(["word " * 600], delay_s=0.01)
     window = make_window(runtime)
     answered = seed_thread(db_path(data_dir), "Long answer")
     qtbot.waitUntil(lambda: window.threads.list.count() == 1, timeout=6_000)
@@ -456,6 +456,10 @@ def test_a_change_to_the_chat_being_answered_waits_for_the_turns_end(make_window
     qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
     window.send("tell me everything")
     qtbot.waitUntil(lambda: window.generating, timeout=5_000)
+    # the window's own save of the question is listed first (a change listed with it is
+    # taken for the window's own, shown by its own reload)
+    window.threads_control.refresh_threads()
+    qtbot.waitUntil(lambda: not window.threads_control._saved_here, timeout=5_000)
     with Store(db_path(data_dir)) as store:
         store.rename_thread(answered, "Renamed by a command")
     window.threads_control.poll()
