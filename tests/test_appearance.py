@@ -686,21 +686,28 @@ def test_the_first_message_of_a_new_chat_comes_back_when_it_cannot_be_stored(
     assert any("is full" in n for n in notices), notices
 
 
-def test_a_summarized_chat_opened_in_the_window_is_embedded_for_recall(make_window, qtbot,
-                                                                      data_dir, capsys):
-    """Before (an audit): the window embedded a chat's summarized messages only after a
-    turn (or a new planner): a long chat imported, compacted and opened was searched by
-    words only, 20 s later still 0 vectors, and its recall disagreed with `context`."""
+def compacted_chat(data_dir, capsys, turns: int) -> int:
+    """A chat of ``turns`` turns, compacted by the CLI at a 1,024-token window (its
+    summarized messages not embedded yet)."""
     from iris_desktop.cli import main
 
     with Store(db_path(data_dir)) as store:
         thread = store.create_thread("Long chat")
-        store.add_messages(thread, [m for i in range(40) for m in (
+        store.add_messages(thread, [m for i in range(turns) for m in (
             {"role": "user", "content": f"Day {i}: I repotted the fern number {i} today."},
             {"role": "assistant", "content": f"Nice, fern {i} will like the new pot."})])
     assert main(["--data-dir", str(data_dir), "--set", "context.window=1024",
                  "compact", str(thread), "--no-model"]) == 0
     capsys.readouterr()
+    return thread
+
+
+def test_a_summarized_chat_opened_in_the_window_is_embedded_for_recall(make_window, qtbot,
+                                                                      data_dir, capsys):
+    """Before (an audit): the window embedded a chat's summarized messages only after a
+    turn (or a new planner): a long chat imported, compacted and opened was searched by
+    words only, 20 s later still 0 vectors, and its recall disagreed with `context`."""
+    thread = compacted_chat(data_dir, capsys, turns=40)
     window = make_window(overrides={"context.recall_semantic": "true", "context.window": "1024"})
     embedder = window.app_state.planner.embedder
     assert embedder is not None
@@ -723,16 +730,7 @@ def test_closing_the_window_while_a_chat_is_embedded_logs_no_failure(make_window
     time: the model (and its embedder) closed before the DB thread's queued batch ran."""
     import logging
 
-    from iris_desktop.cli import main
-
-    with Store(db_path(data_dir)) as store:
-        thread = store.create_thread("Long chat")
-        store.add_messages(thread, [m for i in range(300) for m in (
-            {"role": "user", "content": f"Day {i}: I repotted the fern number {i} today."},
-            {"role": "assistant", "content": f"Nice, fern {i} will like the new pot."})])
-    assert main(["--data-dir", str(data_dir), "--set", "context.window=1024",
-                 "compact", str(thread), "--no-model"]) == 0
-    capsys.readouterr()
+    thread = compacted_chat(data_dir, capsys, turns=300)
     window = make_window(overrides={"context.recall_semantic": "true", "context.window": "1024"})
     caplog.set_level(logging.WARNING)
     window.open_thread(thread)

@@ -138,14 +138,22 @@ def test_migration_from_version_1(tmp_path):
     store.close()
 
 
+def database_at(path, version: int) -> sqlite3.Connection:
+    """A database as Iris's schema ``version`` made it (its first ``version`` migrations),
+    open, for a migration test to fill before Iris opens it."""
+    from iris_desktop.core import store as store_module
+
+    conn = sqlite3.connect(path)
+    for script in store_module.MIGRATIONS[:version]:
+        for statement in store_module._split_sql(script):
+            conn.execute(statement)
+    return conn
+
+
 def test_migration_7_keeps_the_vectors_an_older_semantic_index_made(tmp_path):
     """Before schema 7 the semantic index created message_vectors itself, so a database
     at schema 6 may already have it: it migrates, and its vectors stay."""
-    from iris_desktop.core import store as store_module
-    conn = sqlite3.connect(tmp_path / "six.db")
-    for script in store_module.MIGRATIONS[:6]:
-        for statement in store_module._split_sql(script):
-            conn.execute(statement)
+    conn = database_at(tmp_path / "six.db", 6)
     conn.execute("""
         CREATE TABLE IF NOT EXISTS message_vectors (
             message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
@@ -170,12 +178,8 @@ def test_migration_11_keeps_one_vector_per_model_and_deletes_them_with_the_messa
     change of embedder keeps the old vectors until the new ones are complete), and the
     vectors made before migrate as they were; 12 indexes which messages hold a model's
     vector apart from the vectors."""
-    from iris_desktop.core import store as store_module
     from iris_desktop.core.store import vectors as vectors_module
-    conn = sqlite3.connect(tmp_path / "ten.db")
-    for script in store_module.MIGRATIONS[:10]:
-        for statement in store_module._split_sql(script):
-            conn.execute(statement)
+    conn = database_at(tmp_path / "ten.db", 10)
     conn.execute("INSERT INTO threads(title, created_at, updated_at) VALUES ('t', 0, 0)")
     conn.execute("INSERT INTO messages(thread_id, turn, role, content, created_at) "
                  "VALUES (1, 1, 'user', 'I adopted a kitten', 0)")
@@ -401,11 +405,7 @@ def test_a_draft_keeps_its_files_until_they_are_changed_and_a_damaged_record_giv
 def test_migration_15_keeps_the_drafts_and_gives_them_no_files(tmp_path):
     """Schema 14 kept a draft's text; 15 keeps the files attached to it too: a draft
     written before comes back as it was, with no files."""
-    from iris_desktop.core import store as store_module
-    conn = sqlite3.connect(tmp_path / "fourteen.db")
-    for script in store_module.MIGRATIONS[:14]:
-        for statement in store_module._split_sql(script):
-            conn.execute(statement)
+    conn = database_at(tmp_path / "fourteen.db", 14)
     conn.execute("INSERT INTO threads(title, created_at, updated_at) VALUES ('t', 0, 0)")
     conn.execute("INSERT INTO drafts(key, thread_id, text, saved_at) VALUES (1, 1, 'half a thought', 0)")
     conn.execute("PRAGMA user_version = 14")
