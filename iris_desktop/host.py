@@ -348,6 +348,10 @@ class Host:
         # only when a model loads (encryption may have been turned on since)
         clean_leftovers(self.paths.kv_cache_dir, ".*.tmp")
         self._ready = runtime
+        #: a server on another machine gets nothing of the chat until the face says so
+        #: (the window: once the user agreed): set before the runtime is in use, so no
+        #: planner made meanwhile counts through it. The CLI sends only on its commands.
+        self.hold_remote = False
         self.compacts = compact
         self.runtime: Runtime | None = None
         self.model_error: str | None = None
@@ -475,6 +479,9 @@ class Host:
         settings = settings or self.settings
         runtime = self._ready if self._ready is not None else load_runtime(
             settings, self.paths, progress=progress, cancel=cancel, stage=stage)
+        if self.hold_remote and hasattr(runtime, "conversation_allowed") \
+                and not getattr(runtime, "is_loopback", True):
+            runtime.conversation_allowed = False  # the window lets it go once agreed to
         self.close_model()
         self.runtime = runtime
         self.model_error = None

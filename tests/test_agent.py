@@ -429,4 +429,4 @@ def test_every_call_gets_a_result_when_the_turn_is_interrupted_at_a_tool(fresh_s
     calls = [c["id"] for c in json.loads(rows[1]["tool_calls"])]
     results = {r["tool_call_id"]: r["content"] for r in rows if r["role"] == "tool"}
     assert len(calls) == 2 and set(results) == set(calls)
-    assert set(results.values()) == {"error: stopped before it ran"}
+    assert set(results.values()) == {"error: the turn was broken off at this call; no result was kept"}

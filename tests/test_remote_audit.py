@@ -408,3 +408,116 @@ def test_the_cli_keeps_the_text_of_a_reply_that_failed_midway(server, tmp_path, 
     assert main([*base, "chat", "--json", "hi"]) != 0
     assert json.loads(capsys.readouterr().out)["reply"] == "The answer is being written "
 
+
+
+def test_threads_counts_locally_for_a_server_on_another_machine(server, tmp_path, capsys,
+                                                                monkeypatch):
+    """A review found `threads` counted every chat's uncounted text through a counting
+    server on another machine, saying nothing: a listing sends no chat; it estimates."""
+    from iris_desktop.cli import main
+    from iris_desktop.core.store import Store
+    from iris_desktop.runtime.remote import runtime as remote_runtime
+
+    monkeypatch.setattr(remote_runtime, "is_loopback", lambda url: False)
+    s = server()
+    home = tmp_path / "home"
+    base = ["--data-dir", str(home), "--set", "model.backend=openai",
+            "--set", f"model.base_url={s.base_url}"]
+    assert main([*base, "threads"]) == 0
+    capsys.readouterr()
+    with Store(home / "iris.db") as store:
+        store.add_message(store.create_thread("old"), {"role": "user", "content": SECRET})
+    assert main([*base, "threads"]) == 0
+    assert "≈" in capsys.readouterr().out  # estimated, and said so
+    assert s.carrying(SECRET) == []
+
+
+def test_a_server_switched_to_is_held_back_before_any_planner_can_count_through_it(
+        server, make_window, data_dir, qtbot, monkeypatch):
+    """A review found a gap: the new runtime was allowed the conversation from its connect
+    until the window held it back, and a planner made meanwhile (a setting applied while
+    it loaded) counted the chat and the draft through a server not agreed to. The host
+    holds such a runtime back before it is in use."""
+    import time
+
+    from iris_desktop.core.store import Store
+    from iris_desktop.host import Host
+    from iris_desktop.runtime.remote import runtime as remote_runtime
+    from iris_desktop.ui import server_dialog
+
+    a, b = server(), server()
+    remote = lambda url: url.rstrip("/") != b.base_url  # noqa: E731  (b: another machine)
+    monkeypatch.setattr(server_dialog, "is_loopback", remote)
+    monkeypatch.setattr(remote_runtime, "is_loopback", remote)
+    data_dir.mkdir(parents=True)
+    with Store(data_dir / "iris.db") as store:
+        thread = store.create_thread("old")
+        store.add_message(thread, {"role": "user", "content": SECRET})
+        store.add_message(thread, {"role": "assistant", "content": "Noted."})
+    window = make_window(runtime=None, overrides={
+        "model.backend": "openai", "model.base_url": a.base_url, "context.recall_semantic": "false"})
+    window.open_thread(thread)
+    window.composer.set_text(DRAFT)
+    qtbot.waitUntil(lambda: window.background.idle, timeout=20_000)
+    real = Host.load_embedder
+
+    def slow(self, settings=None):  # the moment between the connect and the window's hold
+        time.sleep(1.5)
+        return real(self, settings)
+
+    monkeypatch.setattr(Host, "load_embedder", slow)
+    host = window.model.worker.host
+    window.models.use_server(b.base_url, "")
+    qtbot.waitUntil(lambda: host.runtime is not None
+                    and host.runtime.base_url.rstrip("/") == b.base_url, timeout=20_000)
+    assert host.runtime.conversation_allowed is False
+    window.app_state.set_settings(window.app_state.settings.with_overrides(
+        {"model.max_tokens": 700}))  # a setting applied meanwhile: a new planner
+    qtbot.waitUntil(lambda: window.model_state == "ready", timeout=20_000)
+    qtbot.waitUntil(lambda: window.background.idle, timeout=20_000)
+    assert b.carrying(SECRET) == [] and b.carrying("hunter2") == []
+
+
+def test_a_smaller_window_the_server_refuses_with_is_kept_while_its_probe_says_the_old_one(
+        server, make_window, qtbot):
+    """A review found: a server (a proxy, a slot smaller than the total) refusing at 512
+    while its /props still said 1,024: each reconnect took 1,024 again, every send failed,
+    and the window reconnected after every turn. The refusal's window is kept until the
+    probe reports another one."""
+    s = server(window=1024)
+    window = make_window(runtime=None, overrides={
+        "model.backend": "openai", "model.base_url": s.base_url, "context.recall_semantic": "false"})
+    states: list[str] = []
+    window.app_state.modelStateChanged.connect(states.append)
+    s.refuse = 512
+    window.send("Thanks.")
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    qtbot.waitUntil(lambda: window.model_state == "ready"
+                    and window.context.planner.params.window == 512, timeout=30_000)
+    reloads = states.count("loading")
+    window.send("Again.")
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    qtbot.wait(500)
+    assert window.context.planner.params.window == 512 and states.count("loading") == reloads
+
+
+def test_a_reply_stopped_at_the_room_iris_left_is_not_called_the_servers_limit(server):
+    """A review found: for a server that cannot count, Iris caps max_tokens to the room
+    its estimate leaves; a reply stopped there, with the server counting the prompt
+    smaller, was said as "the server ended the reply at its own length limit"."""
+    from iris_desktop.core.views import cut_off
+
+    s = server(llama=False, window=4096)
+    runtime = RemoteRuntime.connect(s.base_url)
+    try:
+        messages = [{"role": "user", "content": "word " * 4000}]
+        room = 4096 - runtime.count_prompt(messages)
+        s.events = [chunk({"content": "x"}), chunk({}, "length"),
+                    {"choices": [], "usage": {"prompt_tokens": int((4096 - room) * 0.8),
+                                              "completion_tokens": room}}, "[DONE]"]
+        _text, stats, _error = reply_of(runtime, messages, max_tokens=2048)
+        said = cut_off(stats, 2048, runtime.n_ctx)
+        assert stats.max_tokens_sent == room < 2048
+        assert said.startswith(f"the reply used the room Iris left for it in the window ({room:,} tokens")
+    finally:
+        runtime.close()

@@ -136,6 +136,7 @@ def threads(args, overrides) -> int:
     from iris_desktop.core.engine import ensure_counts
 
     with open_host(args, overrides) as host:
+        host.hold_remote = True  # a listing sends no chat to another machine: estimated
         _maybe_load_model(host, args)
         counter = host.planner().counter
         store = host.store

@@ -412,7 +412,8 @@ class Agent:
                                    call.arguments, ok, text, call.id)
         except BaseException:
             for call in calls[answered:]:
-                self._add_result(thread_id, call, "error: stopped before it ran")
+                self._add_result(thread_id, call, "error: the turn was broken off at this call; "
+                                 "no result was kept")
             raise
         return calls_made
 

@@ -403,6 +403,10 @@ def cut_off(stats: Any, max_tokens: int, n_ctx: int | None = None) -> str | None
         stats, "answered", True) else ""
     if stats.completion_tokens >= max_tokens:
         return f"the reply reached model.max_tokens ({max_tokens:,} tokens){thinking}"
+    sent = getattr(stats, "max_tokens_sent", None)  # a server: less where the window left less
+    if sent is not None and sent < max_tokens and stats.completion_tokens >= sent:
+        return (f"the reply used the room Iris left for it in the window ({sent:,} tokens; "
+                f"Iris counted the prompt larger than the server did){thinking}")
     used = stats.prompt_tokens + stats.completion_tokens
     if n_ctx and used < n_ctx * WINDOW_FULL:
         return (f"the server ended the reply at its own length limit ({stats.completion_tokens:,} "

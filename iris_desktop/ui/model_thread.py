@@ -148,6 +148,7 @@ class ModelWorker(QObject):
     def __init__(self, host: Host):
         super().__init__()
         self.host = host
+        host.hold_remote = True  # a server on another machine: held back until agreed to
         self._closing = threading.Event()
         self._cancel: threading.Event | None = None
         #: jobs queued behind the one running: a warm-up or a prefill under way stops

@@ -67,10 +67,13 @@ HEARTBEAT_S = POLL_S
 _EXACT = Capabilities(exact_counts=True, native_tools=True)
 
 
-#: windows servers said mid-reply they now run (``"host:port/model"``: n_ctx), kept for
-#: the life of the process, so that a reconnect to a server that does not say its window
-#: keeps the one it said in a refusal
-_adopted_windows: dict[str, int] = {}
+#: windows servers said mid-reply they now run (``"host:port/model"``: (the window its
+#: probe reported then, or None, and the n_ctx its refusal gave)), kept for the life of
+#: the process, so that a reconnect keeps the one it said in a refusal: when the server
+#: does not say its window, and when its probe still says the old one (a proxy's
+#: metadata: the window adopted was dropped at each reconnect, and the window
+#: reconnected after every turn)
+_adopted_windows: dict[str, tuple[int | None, int]] = {}
 
 
 class WindowChanged(PromptTooLongError):
@@ -186,8 +189,11 @@ class RemoteRuntime:
             window, source = ((served.context_length, "server")
                               if served and served.context_length else (fallback_window, "config"))
             identity = f"{http.address}/{model}"
-            if source == "config" and identity in _adopted_windows:
-                window, source = _adopted_windows[identity], "server"  # it said so mid-reply
+            reported, adopted = _adopted_windows.get(identity, (None, None))
+            if adopted is not None and (source == "config" or window == reported):
+                window, source = adopted, "server"  # it said so mid-reply
+            elif adopted is not None:  # the server reports another window now: that one
+                del _adopted_windows[identity]
             kind = ExactRemoteRuntime if server.exact_counts else RemoteRuntime
             runtime = kind(http, server, model, window, source, idle_timeout_s=idle_timeout_s,
                            start_timeout_s=start_timeout_s)
@@ -446,8 +452,11 @@ class RemoteRuntime:
         ("the server now runs a 512-token window"); before, every later send failed."""
         if exc.n_ctx == self._n_ctx:
             return exc
+        previous = _adopted_windows.get(self.identity)  # adopted before: what the probe said
+        reported = previous[0] if previous else (
+            self._n_ctx if self.window_source == "server" else None)
         before, self._n_ctx, self.window_source = self._n_ctx, exc.n_ctx, "server"
-        _adopted_windows[self.identity] = exc.n_ctx
+        _adopted_windows[self.identity] = (reported, exc.n_ctx)
         log.warning("%s: the server now runs a %d-token window (it ran %d); adopted",
                     self.where, exc.n_ctx, before)
         return WindowChanged(exc.prompt_tokens, exc.n_ctx, before, self._http.address)

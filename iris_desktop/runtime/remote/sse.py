@@ -292,6 +292,8 @@ class ServerGenerationStats(GenerationStats):
     thought_chars: int = 0
     #: the reply had text or a tool call (False: nothing but thinking, if anything)
     answered: bool = True
+    #: the max_tokens sent: model.max_tokens, or less where the window left less room
+    max_tokens_sent: int | None = None
 
 
 #: the most tool calls one streamed reply may make (tools.max_calls_per_turn is at most
@@ -449,7 +451,7 @@ class _Reply:
             time_to_first_token_s=(self.first - self.started) if self.first else 0.0,
             tokens_per_s=rate, duration_s=time.perf_counter() - self.started,
             finish_reason=finish, thought_chars=self.thought_chars,
-            answered=self.chars > 0)
+            answered=self.chars > 0, max_tokens_sent=max_tokens)
 
 
 def _repeated_whole(pieces: list[str], text: str) -> Any:
