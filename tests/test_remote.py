@@ -504,6 +504,10 @@ def test_the_first_send_to_another_machine_is_confirmed_once(qtbot, tmp_path):
     assert confirm_send("https://gpu-box.lan:8443/v1", state)
     assert confirm_send("https://gpu-box.lan:8443", state)  # remembered for that server
     assert asked == ["Send your conversation to gpu-box.lan:8443?"] * 2
+    # plain http to the same host and port is another agreement (a review: it was covered,
+    # and its plain-http warning never shown)
+    QTimer.singleShot(0, lambda: answer(QMessageBox.StandardButton.No))
+    assert not confirm_send("http://gpu-box.lan:8443", state) and len(asked) == 3
     forget_send_confirmation("https://gpu-box.lan:8443", state)
     QTimer.singleShot(0, lambda: answer(QMessageBox.StandardButton.No))
     assert not confirm_send("https://gpu-box.lan:8443", state)

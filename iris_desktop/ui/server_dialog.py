@@ -209,9 +209,17 @@ def _confirmed(state: QSettings) -> set[str]:
     return set(str(state.value(CONFIRMED_SERVERS, "") or "").split())
 
 
+def _agreed_key(base_url: str) -> str:
+    """What an agreement is kept under: the address and its scheme (agreeing to
+    ``https://h:8443`` covered ``http://h:8443`` too, whose plain-http warning was then
+    never shown)."""
+    scheme = base_url.split("://", 1)[0].lower() if "://" in base_url else "http"
+    return f"{scheme}://{server_address(base_url)}"
+
+
 def needs_send_confirmation(base_url: str, state: QSettings) -> bool:
     """The conversation would leave this computer for a server not yet agreed to."""
-    return not is_loopback(base_url) and server_address(base_url) not in _confirmed(state)
+    return not is_loopback(base_url) and _agreed_key(base_url) not in _confirmed(state)
 
 
 def confirm_send(base_url: str, state: QSettings, parent: QWidget | None = None) -> bool:
@@ -234,7 +242,7 @@ def confirm_send(base_url: str, state: QSettings, parent: QWidget | None = None)
     box.setDefaultButton(QMessageBox.StandardButton.No)
     if box.exec() != QMessageBox.StandardButton.Yes:
         return False
-    state.setValue(CONFIRMED_SERVERS, " ".join(sorted(_confirmed(state) | {address})))
+    state.setValue(CONFIRMED_SERVERS, " ".join(sorted(_confirmed(state) | {_agreed_key(base_url)})))
     return True
 
 
@@ -251,5 +259,5 @@ def hold_conversation(runtime: object, state: QSettings) -> None:
 
 def forget_send_confirmation(base_url: str, state: QSettings) -> None:
     """Ask again before the next send to this server (it was removed)."""
-    remaining = _confirmed(state) - {server_address(base_url)}
+    remaining = _confirmed(state) - {_agreed_key(base_url), server_address(base_url)}
     state.setValue(CONFIRMED_SERVERS, " ".join(sorted(remaining)))
