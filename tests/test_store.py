@@ -434,3 +434,13 @@ def test_one_long_chat_does_not_fill_the_search_results(fresh_store):
     assert threads[:HITS_PER_CHAT] == [long] * HITS_PER_CHAT and threads.count(long) == 49
     few = [h for h in fresh_store.search("lisbon", limit=6) if h["message_id"] is not None]
     assert [h["thread_id"] for h in few] == [long] * HITS_PER_CHAT + [other]
+
+
+def test_the_as_written_search_keeps_the_best_hits_when_the_first_round_passes_the_limit():
+    """A review found the path for CJK and emoji grouped before it cut: with a small
+    limit, one chat kept five hits while a better-ranked hit of another was dropped."""
+    from iris_desktop.core.store.search import _spread
+
+    hits = [{"thread_id": t, "rank": i} for i, t in enumerate([1, 1, 2, 1, 3, 2, 1, 1, 1, 1, 4])]
+    assert [(h["thread_id"], h["rank"]) for h in _spread(hits, 4)] == [(1, 0), (1, 1), (1, 3), (2, 2)]
+    assert [h["thread_id"] for h in _spread(hits, 20)] == [1, 1, 1, 1, 1, 2, 2, 3, 4, 1, 1]

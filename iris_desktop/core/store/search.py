@@ -196,8 +196,9 @@ def _spread(hits: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     for hit in hits:
         seen[hit["thread_id"]] = seen.get(hit["thread_id"], 0) + 1
         (first if seen[hit["thread_id"]] <= HITS_PER_CHAT else rest).append(hit)
-    return _grouped([(hit, True) for hit in first] + [(hit, False) for hit in rest][:max(
-        limit - len(first), 0)])[:limit]
+    # the first ``limit`` by round then rank, grouped after (grouping first dropped a
+    # chat's hits by the order of the groups when the first round alone passed ``limit``)
+    return _grouped(([(hit, True) for hit in first] + [(hit, False) for hit in rest])[:limit])
 
 
 def _grouped(hits: list[tuple[dict[str, Any], bool]]) -> list[dict[str, Any]]:
