@@ -14,26 +14,25 @@ from iris_desktop.runtime.model import LocalModel
 from conftest import MODEL_CACHE
 from support.gguf_fixtures import tiny_metadata, write_gguf
 
-#: the recall embedder's GGUF (tests/test_embedder.py converts it once per machine)
-MINILM = MODEL_CACHE / "models" / "all-MiniLM-L6-v2-q8_0.gguf"
+
+@pytest.fixture(scope="module")
+def minilm() -> Path:
+    """all-MiniLM-L6-v2's GGUF (which llama.cpp loads: the case users met), converted
+    from its pinned package once per machine, as the recall tests use it."""
+    from iris_desktop.runtime.embedder import ensure_embedding_model
+
+    return ensure_embedding_model(MODEL_CACHE / "models")
 
 
 def embedding_gguf(path: Path) -> Path:
     return write_gguf(path, tiny_metadata(arch="bert", template=None, **{"bert.pooling_type": 1}))
 
 
-def real_embedding_gguf(tmp_path: Path) -> Path:
-    """all-MiniLM-L6-v2 (which llama.cpp loads: the case users met), else a tiny one."""
-    return MINILM if MINILM.is_file() else embedding_gguf(tmp_path / "embed.gguf")
-
-
 @pytest.mark.parametrize("kind", ["tiny", "minilm"])
-def test_an_embedding_model_is_refused_as_the_chat_model(tmp_path, kind):
+def test_an_embedding_model_is_refused_as_the_chat_model(tmp_path, kind, minilm):
     """Before: it loaded, was saved as the chat model, and every send failed with "an
     internal error in Iris (AssertionError: Memory is not initialized)"."""
-    if kind == "minilm" and not MINILM.is_file():
-        pytest.skip("all-MiniLM-L6-v2's GGUF is written by tests/test_embedder.py")
-    path = embedding_gguf(tmp_path / "embed.gguf") if kind == "tiny" else MINILM
+    path = embedding_gguf(tmp_path / "embed.gguf") if kind == "tiny" else minilm
     weights = tmp_path / "weights"
     with pytest.raises(ModelError) as refused:
         LocalModel.load(path, weights_dir=weights)
@@ -47,13 +46,14 @@ def test_a_lora_adapter_is_refused_with_its_type(tmp_path):
         LocalModel.load(path)
 
 
-def test_the_cli_refuses_an_embedding_model_in_one_sentence_and_keeps_no_thread(tmp_path, capsys):
+def test_the_cli_refuses_an_embedding_model_in_one_sentence_and_keeps_no_thread(tmp_path, capsys,
+                                                                              minilm):
     """Before: ``chat --new --model all-MiniLM….gguf hi`` left a new thread with an empty
     failed reply each time, exit 1."""
     from iris_desktop.cli import main
 
     data = str(tmp_path / "home")
-    path = real_embedding_gguf(tmp_path)
+    path = minilm
     assert main(["--data-dir", data, "chat", "--new", "--model", str(path), "hi"]) == 1
     err = capsys.readouterr().err
     assert "cannot load the model" in err and "not a chat model: an embedding model" in err
@@ -68,9 +68,9 @@ def test_the_cli_refuses_an_embedding_model_in_one_sentence_and_keeps_no_thread(
 
 
 def test_open_gguf_refuses_an_embedding_model_and_saves_nothing(make_window, qtbot, model_path,
-                                                                tmp_path):
+                                                                minilm):
     window = make_window(None, overrides={"model.path": str(model_path)})
-    path = real_embedding_gguf(tmp_path)
+    path = minilm
     window.models.use_file(str(path))
     qtbot.waitUntil(lambda: window.models.job is None, timeout=60_000)
     assert window.model_state == "ready" and window.models.info["path"] == str(model_path)
