@@ -367,7 +367,9 @@ class Host:
         #: why recall by meaning does not use the embedder ``context.recall_embedder``
         #: names (its files missing or damaged), in one sentence; None when it does
         self.embedder_problem: str | None = None
-        self._embedder_errors: dict[str, str] = {}
+        #: why each of recall's embedders that failed to load did not, by name (the
+        #: loader's sentence: the file, the sha256 it should have, how to reinstall)
+        self.embedder_errors: dict[str, str] = {}
         self.cache: ThreadCache | None = None
         #: planner memo: settings key → (runtime, embedder, planner) (see :meth:`planner`)
         self._planners: dict[tuple, tuple[Any, Any, Planner]] = {}
@@ -553,7 +555,7 @@ class Host:
         embedder = self._embedder_named(wanted)
         if embedder is None:
             embedder = self._embedder_named(other)
-            why = self._embedder_errors.get(wanted, "it did not load")
+            why = self.embedder_errors.get(wanted, "it did not load")
             self.embedder_problem = (
                 f"recall by meaning uses {embedder.identity.split('@')[0]}, not {wanted}: {why}"
                 if embedder is not None else
@@ -582,7 +584,7 @@ class Host:
             except Exception as exc:  # recall by words still works: say why, go on
                 log.warning("recall's embedding model %s did not load: %s", name, exc)
                 self._embedders[name] = None
-                self._embedder_errors[name] = " ".join(str(exc).split()) or type(exc).__name__
+                self.embedder_errors[name] = plain_reason(exc, self.paths.log_path)
         return self._embedders[name]
 
     def load_reranker(self, settings: Settings | None = None) -> CrossEncoder | None:

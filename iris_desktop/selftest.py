@@ -48,7 +48,10 @@ def embed_check(host) -> str:
             embedder = host.load_embedder(host.settings.with_overrides({"context.recall_semantic": "true",
                                                                          "context.recall_embedder": name}))
             if not isinstance(embedder, kind):
-                raise RuntimeError(f"recall's embedding model {model} did not load: {load_problem(host, name)}")
+                # the loader's own sentence, kept by the host ("the log says why" told an
+                # installer's user neither where the log is nor what it says)
+                why = host.embedder_errors.get(name, "the log says why")
+                raise RuntimeError(f"recall's embedding model {model} did not load: {why}")
             started = time.perf_counter()
             question = embedder.embed_query(RERANK_QUESTION)
             worse, better = (float(x) for x in embedder.embed_many([RERANK_WORSE, RERANK_BETTER]) @ question)
@@ -62,21 +65,6 @@ def embed_check(host) -> str:
     finally:
         host.load_embedder()
     return "; ".join(done)
-
-
-def load_problem(host, name: str) -> str:
-    """Why recall's embedder ``name`` does not load, in its loader's own sentence (the file,
-    the sha256 it should have, how to reinstall it): the host logs that and goes on with
-    the other embedder, and "the log says why" told an installer's user neither where the
-    log is nor what it says."""
-    from iris_desktop.reasons import plain_reason
-    from iris_desktop.runtime.embedder import load_recall_embedder
-
-    try:
-        load_recall_embedder(name, host.paths.models_dir).close()
-    except Exception as exc:
-        return plain_reason(exc, host.paths.log_path)
-    return "it loads when tried again (the log says why it did not before)"
 
 
 def recall_checks(host) -> tuple[str, str]:

@@ -33,6 +33,18 @@ SECRET = "My bank PIN is 4321"
 DRAFT = "my new password is hunter2"
 
 
+def chat_with_a_secret(data_dir) -> int:
+    """A chat in a new history at ``data_dir`` whose first message holds SECRET."""
+    from iris_desktop.core.store import Store
+
+    data_dir.mkdir(parents=True)
+    with Store(data_dir / "iris.db") as store:
+        thread = store.create_thread("old")
+        store.add_message(thread, {"role": "user", "content": SECRET})
+        store.add_message(thread, {"role": "assistant", "content": "Noted."})
+    return thread
+
+
 @pytest.fixture(autouse=True)
 def memory_keyring():
     before = keyring.get_keyring()
@@ -198,16 +210,11 @@ def test_a_window_on_a_server_not_agreed_to_sends_it_nothing_of_the_chat(
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
-    from iris_desktop.core.store import Store
     from iris_desktop.ui import server_dialog
 
     monkeypatch.setattr(server_dialog, "is_loopback", lambda url: False)  # "another machine"
     s = server()
-    data_dir.mkdir(parents=True)
-    with Store(data_dir / "iris.db") as store:
-        tid = store.create_thread("old")
-        store.add_message(tid, {"role": "user", "content": SECRET})
-        store.add_message(tid, {"role": "assistant", "content": "Noted."})
+    tid = chat_with_a_secret(data_dir)
     window = make_window(runtime=None, overrides={
         "model.backend": "openai", "model.base_url": s.base_url,
         "context.recall_semantic": "false"})
@@ -440,7 +447,6 @@ def test_a_server_switched_to_is_held_back_before_any_planner_can_count_through_
     holds such a runtime back before it is in use."""
     import time
 
-    from iris_desktop.core.store import Store
     from iris_desktop.host import Host
     from iris_desktop.runtime.remote import runtime as remote_runtime
     from iris_desktop.ui import server_dialog
@@ -449,11 +455,7 @@ def test_a_server_switched_to_is_held_back_before_any_planner_can_count_through_
     remote = lambda url: url.rstrip("/") != b.base_url  # noqa: E731  (b: another machine)
     monkeypatch.setattr(server_dialog, "is_loopback", remote)
     monkeypatch.setattr(remote_runtime, "is_loopback", remote)
-    data_dir.mkdir(parents=True)
-    with Store(data_dir / "iris.db") as store:
-        thread = store.create_thread("old")
-        store.add_message(thread, {"role": "user", "content": SECRET})
-        store.add_message(thread, {"role": "assistant", "content": "Noted."})
+    thread = chat_with_a_secret(data_dir)
     window = make_window(runtime=None, overrides={
         "model.backend": "openai", "model.base_url": a.base_url, "context.recall_semantic": "false"})
     window.open_thread(thread)

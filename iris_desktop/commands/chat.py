@@ -24,10 +24,11 @@ from iris_desktop.commands.common import (
     dump_json,
     open_host,
     say,
+    say_where,
     stdout_gone,
     text_argument,
 )
-from iris_desktop.commands.context import refuse_if_certainly_too_large, say_where
+from iris_desktop.commands.context import refuse_if_certainly_too_large
 from iris_desktop.core.events import (
     CacheStatus,
     CompactionFinished,
@@ -45,7 +46,7 @@ from iris_desktop.core.events import (
 )
 from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
-from iris_desktop.core.views import cut_off
+from iris_desktop.core.views import cut_off, only_thought
 from iris_desktop.stop import StopEvent
 from iris_desktop.untrusted import show_untrusted
 
@@ -169,10 +170,9 @@ class _ChatPrinter(TurnListener):
 
     def on_done(self, event: TurnDone) -> None:
         cut = cut_off(event.stats, self.max_tokens, self.n_ctx)
-        if getattr(event.stats, "answered", True) is False and event.stats.thought_chars \
-                and not cut:
-            say("iris-desktop: the model only thought (its reasoning is not shown) and wrote "
-                "no answer", file=sys.stderr)
+        thought = only_thought(event.stats)
+        if thought and not cut:
+            say(f"iris-desktop: {thought}", file=sys.stderr)
         if self.stdout_closed or (event.finish_reason != "cancelled" and not cut):
             return
         if self.reply_open:  # the reply's line ends on stdout, where it is

@@ -139,6 +139,18 @@ def _thread(host, thread_id: int) -> dict[str, Any]:
         raise CliError(f"no thread {thread_id} (see 'iris-desktop threads')") from None
 
 
+def say_where(runtime, purpose: str = "") -> None:
+    """A server on another machine gets the conversation: say so on every run (the GUI
+    asks once per server instead), with the warning for plain http. ``purpose``: why it
+    goes there, when not for a reply ("to be counted")."""
+    if runtime is None or getattr(runtime, "is_loopback", True) and not runtime.warning:
+        return
+    say(f"iris-desktop: this conversation is sent to {runtime.where}"
+        + (f" {purpose}" if purpose else ""), file=sys.stderr)
+    if runtime.warning:
+        say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
+
+
 def _say_stage(what: str) -> None:
     """The first load of a model writes its 8-bit copy (seconds, once): said on stderr,
     whichever command loads it."""

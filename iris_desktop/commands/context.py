@@ -15,24 +15,12 @@ from iris_desktop.commands.common import (
     dump_json,
     open_host,
     say,
+    say_where,
     text_argument,
 )
 from iris_desktop.untrusted import show_untrusted
 
 # -- the context ---------------------------------------------------------------------------
-
-
-def say_where(runtime, purpose: str = "") -> None:
-    """A server on another machine gets the conversation: say so on every run (the GUI
-    asks once per server instead), with the warning for plain http. ``purpose``: why it
-    goes there, when not for a reply ("to be counted")."""
-    if runtime is None or getattr(runtime, "is_loopback", True) and not runtime.warning:
-        return
-    say(f"iris-desktop: this conversation is sent to {runtime.where}"
-        + (f" {purpose}" if purpose else ""), file=sys.stderr)
-    if runtime.warning:
-        say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
-
 
 
 def context_report(host, thread_id: int, draft: str | None = None,

@@ -416,6 +416,15 @@ def cut_off(stats: Any, max_tokens: int, n_ctx: int | None = None) -> str | None
             f"and {stats.completion_tokens:,} of reply){thinking}")
 
 
+def only_thought(stats: Any) -> str | None:
+    """A reply that ended without a word of answer after the model's reasoning (a
+    server's ``reasoning_content``, neither shown nor kept: the reply looked empty), in
+    a sentence both faces say; None otherwise."""
+    if getattr(stats, "answered", True) is False and getattr(stats, "thought_chars", 0):
+        return "the model only thought (its reasoning is not shown) and wrote no answer"
+    return None
+
+
 #: a reply cut off at "length" with prompt and reply below this share of the window did
 #: not fill it (a server's own limit did)
 WINDOW_FULL = 0.9

@@ -28,7 +28,14 @@ from iris_desktop.core.events import (
     dispatch,
 )
 from iris_desktop.core.turns import Turn
-from iris_desktop.core.views import Entry, call_label, cut_off, dropped_status, pretty_arguments
+from iris_desktop.core.views import (
+    Entry,
+    call_label,
+    cut_off,
+    dropped_status,
+    only_thought,
+    pretty_arguments,
+)
 from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.composer import Composer
@@ -304,9 +311,9 @@ class TurnControl(QObject, TurnListener):
             if cut:  # the whole sentence while it is news; the state stays
                 state.show_message(f"Cut off: {cut}; right-click the reply ▸ Continue goes on",
                                    15_000)
-            elif getattr(event.stats, "answered", True) is False and event.stats.thought_chars:
-                state.show_message("The model only thought (its reasoning is not shown) and "
-                                   "wrote no answer; send again or rephrase", 15_000)
+            elif thought := only_thought(event.stats):
+                state.show_message(f"{thought[0].upper()}{thought[1:]}; send again or rephrase",
+                                   15_000)
         self._compacted = ""
         self._compaction_outcome = None
         state.threads_changed()

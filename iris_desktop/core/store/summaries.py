@@ -16,6 +16,9 @@ from typing import Any
 from iris_desktop.core.store.base import Connected, _same_process, own_process
 from iris_desktop.core.store.rows import SummaryRow, _summary, _summary_from
 
+#: whether a row's ``head_id`` is on its thread's active path (``{table}``: its alias)
+_HEAD_ON_PATH = ("EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = {table}.thread_id "
+                 "AND p.message_id = {table}.head_id)")
 #: summaries whose last covered message is on the active branch: ``s`` is summaries
 _ON_PATH = ("summaries s JOIN thread_paths p ON p.thread_id = s.thread_id "
             "AND p.message_id = s.covers_through_id")
@@ -148,14 +151,14 @@ class Summaries(Connected):
         another branch is not why this one's turns are dropped). One belongs to the branch
         when it ran there (its head is on the path) or made a summary of the branch's chain;
         one recorded before heads were kept, and making no summary, is shown everywhere."""
-        events = list(self.db.query(
-            "SELECT * FROM compaction_events WHERE thread_id = ? ORDER BY id", [thread_id]))
-        if not branch:
-            return events
-        chain = {s.id for s in self.summaries(thread_id)}
-        path = self._on_path(thread_id, [e["head_id"] for e in events])
-        return [e for e in events if e["summary_id"] in chain or e["head_id"] in path
-                or e["head_id"] is None and e["summary_id"] is None]
+        where = ""
+        if branch:
+            chain = ", ".join(str(int(s.id)) for s in self.summaries(thread_id))
+            where = (f" AND ({_HEAD_ON_PATH.format(table='e')} OR e.summary_id IN ({chain})"
+                     " OR (e.head_id IS NULL AND e.summary_id IS NULL))")
+        return list(self.db.query(
+            f"SELECT e.* FROM compaction_events e WHERE e.thread_id = ?{where} ORDER BY e.id",
+            [thread_id]))
 
     def add_request(self, thread_id: int, request: dict[str, Any]) -> int:
         row = {"thread_id": thread_id, "created_at": time.time(), **request}
@@ -168,23 +171,9 @@ class Summaries(Connected):
         """The requests sent for the thread, oldest first; ``branch``: those sent on the
         active branch only (their head on its path; one recorded before heads were kept
         counts everywhere)."""
-        rows = list(self.db.query("SELECT * FROM requests WHERE thread_id = ? ORDER BY id",
-                                  [thread_id]))
-        if not branch:
-            return rows
-        path = self._on_path(thread_id, [r["head_id"] for r in rows])
-        return [r for r in rows if r["head_id"] is None or r["head_id"] in path]
-
-    def _on_path(self, thread_id: int, ids: list[int | None]) -> set[int]:
-        """Those of ``ids`` on the thread's active path."""
-        wanted = sorted({i for i in ids if i is not None})
-        found: set[int] = set()
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start:start + 500]
-            found.update(r[0] for r in self.conn.execute(
-                "SELECT message_id FROM thread_paths WHERE thread_id = ? AND message_id IN "
-                f"({', '.join('?' * len(chunk))})", (thread_id, *chunk)))
-        return found
+        where = f" AND (r.head_id IS NULL OR {_HEAD_ON_PATH.format(table='r')})" if branch else ""
+        return list(self.db.query(
+            f"SELECT r.* FROM requests r WHERE r.thread_id = ?{where} ORDER BY r.id", [thread_id]))
 
     def finish_reason_of(self, reply_id: int) -> str | None:
         """How the request that wrote reply ``reply_id`` ended (stop, length, cancelled,
