@@ -242,6 +242,17 @@ def test_the_ranking_by_meaning_drops_questions_not_a_statement_that_ends_asking
     assert _statements([1, 2, 3, 4, 5, 6, 7, 8], rows) == [2, 3]
 
 
+def test_the_ranking_by_meaning_drops_questions_in_any_script():
+    """CJK sentences end without a space and have no ASCII words: "我的猫叫什么名字？"
+    only asks (it was kept as a statement), "我的猫叫米米。你呢？" says something first."""
+    rows = {1: {"content": "我的猫叫什么名字？"},
+            2: {"content": "我的猫叫米米。你呢？"},
+            3: {"content": "ما اسم قطتي؟"},
+            4: {"content": "猫の名前は何？ 教えて？"},
+            5: {"content": "Моего кота зовут Мими."}}
+    assert _statements([1, 2, 3, 4, 5], rows) == [2, 5]
+
+
 def test_dates_a_question_names_are_read_in_any_common_form():
     day, month = dt.date(2023, 4, 9), dt.date(2023, 8, 1)
     assert periods_in("Which show did she see on 9 April, 2023?") == [Period(day, day)]

@@ -86,6 +86,9 @@ QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "
                   "type", "has", "have", "tell", "remember", "please", "said", "say"}
 WORD_RE = re.compile(r"[A-Za-z0-9]+")
 SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+#: a word, and a sentence's end, in any script (CJK sentences end without a space after)
+ANY_WORD_RE = re.compile(r"[^\W_]+")
+ANY_SENTENCE_END_RE = re.compile(r"(?<=[.!?\u037e\u055e\u1367])\s+|(?<=[。！？؟])\s*")
 #: where a message's sentences end, for finding the ones that ask: not after an initial
 #: ("C. S. Lewis")
 ASKING_SPLIT_RE = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+")
@@ -731,8 +734,9 @@ def _statements(ids: list[int], rows: dict[int, dict]) -> list[int]:
 
 
 def _asks_only(text: str) -> bool:
-    """Is every sentence of ``text`` a question?"""
-    sentences = [s for s in SENTENCE_END_RE.split(text) if WORD_RE.search(s)]
+    """Is every sentence of ``text`` a question? In any script: "我的猫叫什么名字？你呢？"
+    asks only, "我的猫叫米米。你呢？" says something first."""
+    sentences = [s for s in ANY_SENTENCE_END_RE.split(text) if ANY_WORD_RE.search(s)]
     return bool(sentences) and all(_is_question(s) for s in sentences)
 
 
