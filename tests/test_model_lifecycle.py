@@ -105,7 +105,8 @@ def test_a_replaced_load_is_skipped_or_ignored_and_only_the_last_choice_is_saved
 def test_when_the_newer_choice_fails_iris_names_the_model_that_answers(
         make_window, qtbot, monkeypatch, tmp_path):
     """The replaced load that did load is the model a failure of the newer one goes on
-    with (the one before it is closed): the box and the settings say that one."""
+    with (the one before it is closed): the box and the settings say that one, and it is
+    saved (it was in force but not saved: a restart went back to the model before it)."""
     window, gate, ran = gated_window(make_window, monkeypatch)
     first, broken = tmp_path / "first.gguf", tmp_path / "broken.gguf"
     first.write_bytes(b"GGUF")
@@ -119,7 +120,8 @@ def test_when_the_newer_choice_fails_iris_names_the_model_that_answers(
     assert window.model_state == "ready" and window.app_state.loaded.job is job
     assert "not a GGUF file" in window.models.error
     assert box_shown(window) and "not a GGUF file" in window.models.box.informativeText()
-    assert window.host.settings["model.path"] == str(first)  # in force, not saved
+    assert window.host.settings["model.path"] == str(first)
+    assert str(first) in window.host.paths.config_path.read_text()
     window.models.box.done(0)
 
 

@@ -55,6 +55,10 @@ class ModelControl(QObject):
         #: a model chosen in this run: (the model.* values that choose it, the settings
         #: before), saved to the config file only once it has loaded
         self.pending: tuple[dict[str, Any], Any] | None = None
+        #: each load under way's model.* values; and those of a replaced load that loaded
+        #: anyway (saved if the newer choice fails: it is the model that goes on answering)
+        self.chosen: dict[LoadJob, dict[str, Any]] = {}
+        self.adopted: dict[str, Any] | None = None
         self.library: ModelsDialog | None = None
         self.downloads: DownloadDialog | None = None
         self.server_dialog: ServerDialog | None = None
@@ -114,7 +118,7 @@ class ModelControl(QObject):
             self.library.loading(fraction)
 
     def _load_ended(self) -> None:
-        self.job = None
+        self.job, self.chosen = None, {}
         self.app_state.busy(None)
         if self.library is not None:
             self.library.loading(None)
@@ -135,6 +139,7 @@ class ModelControl(QObject):
             self.app_state.set_model("loading", loaded, None)
             if self.pending is not None and loaded.job is not None:
                 self.pending = (self.pending[0], loaded.job.settings)
+                self.adopted = self.chosen.get(loaded.job)
             return
         self._load_ended()
         self._show_model(loaded.info)
@@ -190,6 +195,8 @@ class ModelControl(QObject):
         if self.pending is not None:  # the choice did not work: the settings go back
             before, self.pending = self.pending[1], None
             state.set_settings(before)
+        if self.adopted is not None:  # to a replaced choice that loaded: it answers now
+            self._save_choice(self.adopted)
         info = state.model_info
         if info is not None:  # the previous model is still loaded and answering
             state.set_model("ready", state.loaded, message)
@@ -338,11 +345,13 @@ class ModelControl(QObject):
         state.set_settings(trying)
         self.pending = (values, before)
         self.load()
+        if self.job is not None:
+            self.chosen[self.job] = values
 
     def _save_choice(self, values: dict[str, Any]) -> None:
         """Write the chosen ``model.*`` values (for this run too when a variable pins
         one)."""
-        self.pending = None
+        self.pending = self.adopted = None
         try:
             for key, value in values.items():
                 write_config_value(self.paths.config_path, key, value)
