@@ -7,7 +7,11 @@ request with a deadline (the summary's timeout), and how many tokens were evalua
 after Stop. llama.cpp checks the abort callback between graph nodes, so a stop waits
 for one node at most, never for the rest of a 512-token batch.
 
-    .venv/bin/python bench/stop_latency.py [--tries 8] [--tokens 4000]
+Also recall's cross-encoder reading a send's 60 candidates (a question sent before its
+draft was ranked waits for it): Stop during that reading, under the turn's stop
+(``iris_desktop.stop.stopping``), as ``Agent`` runs it.
+
+    .venv/bin/python bench/stop_latency.py [--tries 8] [--tokens 4000] [--rerank-only]
 
 The last line is one parseable summary: ``stop_latency: tries=… median_s=… max_s=…``.
 """
@@ -27,6 +31,15 @@ from iris_desktop.generation import GenerationRequest
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import ensure_bundled_model  # noqa: E402
 from iris_desktop.runtime.model import LocalModel  # noqa: E402
+from iris_desktop.runtime.reranker import CrossEncoder  # noqa: E402
+from iris_desktop.stop import Stopped, stopping  # noqa: E402
+
+#: a send's candidates as recall renders them for the cross-encoder: 60, each a dated
+#: "Speaker: text" of about 600 characters (a long message's window)
+RERANK_QUESTION = "What did we decide about the walk along the lake?"
+RERANK_PASSAGES = [f"Sat, 3 June 2023. User: day {i}: we walked along the lake and talked about "
+                   + "the route, the weather and the long way home past the old mill. " * 6
+                   for i in range(60)]
 
 
 def prompt_of(model: LocalModel, tokens: int) -> list[dict]:
@@ -37,6 +50,39 @@ def prompt_of(model: LocalModel, tokens: int) -> list[dict]:
         messages = [{"role": "user", "content": "\n".join(lines)}]
         if n % 20 == 0 and model.count_prompt(messages) >= tokens:
             return messages
+
+
+#: the same reading outside a ``stopping`` block: as a send ran it before (the Stop waited)
+BEFORE = "rerank, not under the stop (before)"
+
+
+def rerank_try(reranker: CrossEncoder, delay: float, under_stop: bool = True) -> dict:
+    """Stop pressed ``delay`` s into the cross-encoder's reading of 60 candidates."""
+    cancel = threading.Event()
+    timer = threading.Timer(delay, cancel.set)
+    timer.start()
+    started = time.perf_counter()
+    try:
+        with stopping(cancel if under_stop else None):
+            reranker.score(RERANK_QUESTION, RERANK_PASSAGES)
+    except Stopped:
+        pass
+    ended = time.perf_counter()
+    timer.cancel()
+    latency = ended - started - delay if cancel.is_set() else None
+    return {"kind": "rerank" if under_stop else BEFORE, "delay": delay, "latency": latency, "evaluated": None,
+            "after_stop": None, "whole": ended - started}
+
+
+def rerank_rows(tries: int, rng: random.Random) -> tuple[list[dict], float]:
+    reranker = CrossEncoder.load()
+    started = time.perf_counter()
+    reranker.score(RERANK_QUESTION, RERANK_PASSAGES)
+    full_s = time.perf_counter() - started
+    rows = [rerank_try(reranker, rng.uniform(0.1, 0.8) * full_s, under) for under in (True, False)
+            for _ in range(tries)]
+    reranker.close()
+    return rows, full_s
 
 
 def one_try(model: LocalModel, messages: list[dict], kind: str, delay: float) -> dict:
@@ -80,7 +126,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tries", type=int, default=8, help="stops per kind")
     parser.add_argument("--tokens", type=int, default=4000)
+    parser.add_argument("--rerank-only", action="store_true",
+                        help="only the cross-encoder's reading (no chat model)")
     args = parser.parse_args()
+    rng = random.Random(7)
+    rerank, rerank_s = rerank_rows(args.tries, rng)
+    print(f"the cross-encoder reads 60 candidates in {rerank_s:.2f} s here", file=sys.stderr)
+    if args.rerank_only:
+        report(rerank, args.tries, ("rerank", BEFORE), f"60 candidates read in {rerank_s:.2f} s",
+               f"full_rerank_s={rerank_s:.2f}")
+        return
     model = LocalModel.load(ensure_bundled_model(app_paths().models_dir), n_ctx=8192)
     messages = prompt_of(model, args.tokens)
     prompt = model.count_prompt(messages)
@@ -89,21 +144,25 @@ def main() -> None:
     started = time.perf_counter()
     model.prefill(messages).run()
     full_s = time.perf_counter() - started
-    rng = random.Random(7)
     rows = []
     for kind in ("chat", "warm-up", "deadline"):
         for _ in range(args.tries):
             rows.append(one_try(model, messages, kind, rng.uniform(0.1, 0.8) * full_s))
             print(rows[-1], file=sys.stderr, flush=True)
     model.close()
+    report(rows + rerank, args.tries, ("chat", "warm-up", "deadline", "rerank", BEFORE),
+           f"prompt {prompt:,} tokens; evaluating it whole takes {full_s:.2f} s here; "
+           f"60 candidates read by the cross-encoder in {rerank_s:.2f} s",
+           f"prompt_tokens={prompt} full_eval_s={full_s:.2f} full_rerank_s={rerank_s:.2f}")
 
-    print(f"prompt {prompt:,} tokens; evaluating it whole takes {full_s:.2f} s here; "
-          f"{args.tries} stops per kind at random points within it\n")
+
+def report(rows: list[dict], tries: int, kinds: tuple[str, ...], heading: str, facts: str) -> None:
+    print(f"{heading}; {tries} stops per kind at random points within it\n")
     print("| request | stops | median latency (s) | max latency (s) | tokens evaluated after Stop (max) |")
     print("|---|---:|---:|---:|---:|")
     early = [r for r in rows if r["latency"] is None]
     rows = [r for r in rows if r["latency"] is not None]
-    for kind in ("chat", "warm-up", "deadline"):
+    for kind in kinds:
         mine = [r for r in rows if r["kind"] == kind]
         if not mine:
             print(f"| {kind} | 0 | – | – | – |")
@@ -115,8 +174,8 @@ def main() -> None:
     if early:
         print(f"\n{len(early)} tries ended before their Stop was pressed (the machine ran faster than when "
               "the whole evaluation was timed): left out")
-    lat = [r["latency"] for r in rows] or [float("nan")]
-    print(f"\nstop_latency: tries={len(rows)} prompt_tokens={prompt} full_eval_s={full_s:.2f} "
+    lat = [r["latency"] for r in rows if r["kind"] != BEFORE] or [float("nan")]
+    print(f"\nstop_latency: tries={len(rows)} {facts} "
           f"median_s={statistics.median(lat):.3f} max_s={max(lat):.3f}")
 
 

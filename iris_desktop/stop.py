@@ -5,6 +5,9 @@ prompt evaluation, a prefill, a summary, a download) polls ``is_set()`` between 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol, runtime_checkable
 
 
@@ -31,3 +34,29 @@ class StopEvent(threading.Event):
 def stop_reason(stop: Stop | None, default: str = USER_STOP) -> str:
     """Why ``stop`` was set, in words."""
     return str(getattr(stop, "reason", default) or default)
+
+
+class Stopped(Exception):
+    """A step gave up because the stop it polls was set."""
+
+
+#: the stop of the operation under way on this thread, for steps no parameter reaches
+#: (recall's cross-encoder, deep inside the planner): :func:`stopping`, :func:`active_stop`
+_ACTIVE: ContextVar[Stop | None] = ContextVar("iris_active_stop", default=None)
+
+
+@contextmanager
+def stopping(stop: Stop | None) -> Iterator[None]:
+    """Within this block, :func:`active_stop` is ``stop``: a step that takes long and is
+    called from deep inside (the cross-encoder reading a send's candidates for a second
+    or more) stops when it is set, rather than making the user's Stop wait for it."""
+    token = _ACTIVE.set(stop)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_stop() -> Stop | None:
+    """The stop of the :func:`stopping` block this runs in (None outside one)."""
+    return _ACTIVE.get()

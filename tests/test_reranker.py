@@ -621,3 +621,75 @@ def test_onnxruntime_sends_and_keeps_nothing_of_its_own(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+
+
+def test_a_scoring_ends_at_the_stop_it_runs_under_mid_batch(reranker, monkeypatch):
+    """Before: the user's Stop during a send waited for the cross-encoder to read all 60
+    candidates (1–2.6 s on two cores). Under ``stopping()``, a stop that is set ends the
+    batch under way (onnxruntime's terminate flag, set from a watching thread) and no
+    later batch starts; outside such a block the same call scores as before."""
+    import threading
+
+    from iris_desktop.stop import Stopped, stopping
+
+    stop, session, runs = threading.Event(), reranker._session, []
+
+    class Watched:  # the real session; the Stop comes as its first batch starts
+        def run(self, *args):
+            runs.append("started")
+            stop.set()
+            try:
+                out = session.run(*args)
+            except Exception:
+                runs.append("terminated")
+                raise
+            runs.append("finished")
+            return out
+
+    monkeypatch.setattr(reranker, "_session", Watched())
+    passages = ["the lake and the long walk home " * 80] * 60  # four batches of 16, 512 tokens
+    with stopping(stop), pytest.raises(Stopped, match="stopped by the user"):
+        reranker.score("Where did they walk?", passages)
+    assert runs == ["started", "terminated"]
+    runs.clear()
+    assert len(reranker.score("Where did they walk?", passages[:3])) == 3
+    assert runs == ["started", "finished"]
+
+
+def test_the_users_stop_during_a_sends_rerank_ends_it_and_the_question_is_ranked_again(
+        fresh_store, reranker):
+    """The send's plan runs the cross-encoder under the turn's own stop: a Stop while it
+    reads ends the turn as cancelled, and the half-read ranking is kept by no cache, so
+    the same question asked again (typed, or sent) is reranked."""
+    import threading
+
+    from iris_desktop.core.config import ContextParams
+    from iris_desktop.core.events import TurnDone
+    from iris_desktop.core.planner import Planner
+    from iris_desktop.host import build_agent
+    from iris_desktop.stop import active_stop
+
+    thread, ids = chat(fresh_store)
+    summarized(fresh_store, thread, ids)
+    cancel, seen = threading.Event(), []
+
+    class StopWhileReading:  # the real cross-encoder; the user presses Stop as it starts
+        identity = reranker.identity
+        max_query_tokens = reranker.max_query_tokens
+        query_tokens = reranker.query_tokens
+
+        def score(self, query, passages):
+            seen.append(active_stop())
+            if len(seen) == 1:
+                cancel.set()
+            return reranker.score(query, passages)
+
+    runtime = ScriptedRuntime(["A kitten."])
+    planner = Planner(ContextParams(window=8192, recall_max_tokens=400), runtime.counter(),
+                      runtime=runtime, reranker=StopWhileReading())
+    agent = build_agent(planner, fresh_store, compact=False)
+    events = list(agent.send(thread, QUESTION, cancel))
+    assert seen == [cancel]
+    assert [e.finish_reason for e in events if isinstance(e, TurnDone)] == ["cancelled"]
+    again = planner.plan(fresh_store, thread, QUESTION)  # typed again: read whole this time
+    assert len(seen) == 2 and again.recall.reranked and again.recall.rerank_reason == ""

@@ -55,7 +55,7 @@ from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import StopOrGiveWay, Turn
 from iris_desktop.generation import GenerationRequest, GenerationStats
 from iris_desktop.reasons import plain_reason
-from iris_desktop.stop import Stop
+from iris_desktop.stop import Stop, stopping
 
 log = logging.getLogger("iris.agent")
 
@@ -358,7 +358,8 @@ class Agent:
             yield from self.compactor.before_request(thread_id, cancel)
             if not continuing and self.planner.must_rank(self.store, thread_id):
                 yield RecallSearch(thread_id)
-        return self._plan(thread_id, tools_allowed, continuing)
+        with stopping(cancel):  # the Stop does not wait for the reranker
+            return self._plan(thread_id, tools_allowed, continuing)
 
     def _plan(self, thread_id: int, tools_allowed: bool, continuing: bool = False
               ) -> ContextRequest | ConversationTooLargeException:

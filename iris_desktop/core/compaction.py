@@ -70,7 +70,7 @@ from iris_desktop.core.summary import (
     json_schema,
 )
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.stop import GAVE_WAY, stop_reason
+from iris_desktop.stop import GAVE_WAY, stop_reason, stopping
 from iris_desktop.tokens import Message
 
 log = logging.getLogger("iris.compaction")
@@ -222,7 +222,8 @@ class Compactor:
                        ) -> Iterator[TurnEvent]:
         """Agent hook: compact first when the next request is due (the planner caches
         that request, so the agent's own plan afterwards costs no second build)."""
-        trigger, _ = self.check(thread_id)
+        with stopping(cancel):  # a question's rerank in this plan ends at the user's Stop
+            trigger, _ = self.check(thread_id)
         if trigger != "none":
             yield from self.run_events(thread_id, trigger, cancel)
 

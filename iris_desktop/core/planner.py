@@ -35,7 +35,7 @@ from typing import Any
 from iris_desktop.core.config import AgentConfig, CompactionSettings, ContextParams, ToolsConfig
 from iris_desktop.core.engine import ContextEngine, ContextRequest, ConversationTooLargeException
 from iris_desktop.core.ports import ChatModel, Reranker
-from iris_desktop.core.recall import RankingCache, SemanticSearch, asks
+from iris_desktop.core.recall import RERANK_STOPPED, RankingCache, SemanticSearch, asks
 from iris_desktop.core.records import names_relative_date
 from iris_desktop.core.semantic import SemanticIndex, TextEmbedder
 from iris_desktop.core.store import Store
@@ -327,7 +327,8 @@ class Planner:
         except ConversationTooLargeException as exc:
             self._remember(key, exc)
             raise
-        self._remember(key, request)
+        if request.recall.rerank_reason != RERANK_STOPPED:  # asked again, it is reranked
+            self._remember(key, request)
         return request
 
     def plan_or_error(self, store: Store, thread_id: int, draft: str | None = None

@@ -74,6 +74,7 @@ from iris_desktop.core.records import (
     said_from_row,
 )
 from iris_desktop.core.store import Store
+from iris_desktop.stop import Stopped
 from iris_desktop.tokens import TokenCounter
 
 log = logging.getLogger("iris.recall")
@@ -339,6 +340,10 @@ class Ranking:
     asker: str | None = None
 
 
+#: ``Ranking.rerank_reason`` of a ranking whose rerank the user's Stop ended: never kept
+RERANK_STOPPED = "stopped before the reranker finished"
+
+
 class RankingCache:
     """The rankings of the last few questions asked on one store, so that the question
     searched for its draft's prefill gets the same hits when it is sent. Storing the
@@ -386,7 +391,8 @@ class RankingCache:
         try:
             ranking = recaller.rank(thread_id, through_id, query, today)
             with self._lock:
-                self._items[key] = ranking
+                if ranking.rerank_reason != RERANK_STOPPED:  # asked again, it is reranked
+                    self._items[key] = ranking
                 while len(self._items) > self.size:
                     self._items.popitem(last=False)
         finally:
@@ -442,7 +448,8 @@ class Recaller:
         # without the cross-encoder the block is filled by room, as it was before
         return Ranking(thread_id, through_id, terms, ranked, semantic, reason, role,
                        bool(COUNTING_RE.search(query)), self._reranked, round(self._rerank_s, 3),
-                       "" if self._reranked else self._rerank_reason,
+                       self._rerank_reason if not self._reranked
+                       or self._rerank_reason == RERANK_STOPPED else "",
                        self._strength if self._reranked else {}, asker)
 
     def block(self, ranking: Ranking, budget: int,
@@ -552,6 +559,9 @@ class Recaller:
         started = time.perf_counter()
         try:
             scores = list(self.reranker.score(query, passages))
+        except Stopped:  # the user's Stop during a send: the turn ends without the model
+            self._rerank_reason = RERANK_STOPPED
+            return ranked, strength
         except Exception as exc:  # noqa: BLE001 - any failure of the model: keep the order recall had
             log.warning("reranking failed (%s); recall keeps its own order", exc)
             self._rerank_reason = f"reranking failed ({' '.join(str(exc).split()) or type(exc).__name__})"
