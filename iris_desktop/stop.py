@@ -23,6 +23,8 @@ class Stop(Protocol):
 #: prefill, an after-reply summary) making way for the user's next message.
 USER_STOP = "stopped by the user"
 GAVE_WAY = "it gave way to your next message"
+#: the window is closing: work that would only be kept for later is left undone
+CLOSING = "Iris is closing"
 
 
 class StopEvent(threading.Event):
@@ -34,6 +36,24 @@ class StopEvent(threading.Event):
 def stop_reason(stop: Stop | None, default: str = USER_STOP) -> str:
     """Why ``stop`` was set, in words."""
     return str(getattr(stop, "reason", default) or default)
+
+
+def closing(stop: Stop | None) -> bool:
+    """Was ``stop`` set because Iris is closing (:data:`CLOSING`)?"""
+    return stop is not None and stop.is_set() and stop_reason(stop) == CLOSING
+
+
+class WhenClosing:
+    """``stop`` seen only when it is set because Iris is closing: what the user's Stop
+    must not end (the summary Iris makes itself after a Stop) still ends at a close."""
+
+    reason = CLOSING
+
+    def __init__(self, stop: Stop | None) -> None:
+        self.stop = stop
+
+    def is_set(self) -> bool:
+        return closing(self.stop)
 
 
 class Stopped(Exception):

@@ -273,6 +273,54 @@ def test_stop_during_an_llm_summary_falls_back_to_extractive(fresh_store, which,
     assert stop_reason(cancel) in event.error
 
 
+def stopped_while_extracting(store, reason):
+    """A compaction whose model reads the newest two parts, the oldest turns extracted
+    first; the user presses Stop (or closes Iris: ``reason``) during that extraction.
+    Returns (the event, the runtime, the number of messages each extraction read)."""
+    thread = chat_thread(store, 60, 400)
+    runtime = ScriptedRuntime([llm_json()] * 10, n_ctx=2048)
+    cancel = StopEvent()
+    compactor = compactor_for(store, HeuristicCounter(), params(),
+                              CompactionSettings(summary_max_tokens=256, max_parts=2),
+                              runtime=runtime)
+    summarize, read = compactor.extractive.summarize, []
+
+    def extracting(previous, said, *args, **kwargs):
+        read.append(len(said))
+        if len(read) == 1:
+            cancel.reason = reason
+            cancel.set()
+        return summarize(previous, said, *args, **kwargs)
+
+    compactor.extractive.summarize = extracting
+    return compactor.compact(thread, "budget", cancel=cancel), runtime, read
+
+
+def test_stop_while_the_oldest_turns_are_extracted_asks_no_model_and_extracts_each_once(fresh_store):
+    """Before: Stop during a long chat's first summary let the extraction of the oldest
+    turns finish, then started the model on part 1 anyway, then extracted every turn
+    again (20,000 messages: Stop ended 16 s later, as long as no Stop). Now no model
+    call follows a Stop, and the fallback goes on from what was extracted."""
+    event, runtime, read = stopped_while_extracting(fresh_store, "stopped by the user")
+    assert runtime.requests == []
+    assert event.outcome == "ok" and event.path == "extractive" and event.fallback == "stopped"
+    assert len(read) == 2 and sum(read) == event.messages_archived  # each message read once
+    ledger = " ".join(fresh_store.latest_summary(1).fields["facts"])
+    assert "Lisbon" in ledger and "bought 3 books" in ledger  # turn 1, from the first part
+
+
+def test_closing_during_a_summary_leaves_it_for_the_next_start(fresh_store):
+    """Before: closing the window during a long chat's first summary froze it ~15 s while
+    the extraction ran to its end and was saved. Now the extraction stops at the close,
+    nothing is saved, and the skip does not count towards the circuit breaker."""
+    from iris_desktop.stop import CLOSING
+
+    event, runtime, read = stopped_while_extracting(fresh_store, CLOSING)
+    assert runtime.requests == [] and read == [read[0]]  # no second extraction
+    assert event.outcome == "skipped" and event.error == CLOSING
+    assert fresh_store.summaries(1) == []
+
+
 def test_a_chat_with_nothing_worth_compacting_says_so_and_is_not_a_failure(fresh_store):
     """Before: "compaction failed … only 25 tokens to reclaim", three of those opened the
     circuit breaker. Now: skipped, "nothing to compact yet", and the breaker stays shut."""

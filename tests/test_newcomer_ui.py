@@ -752,14 +752,21 @@ def test_a_send_that_waits_for_a_summary_says_so_in_the_transcript(qtbot, data_d
         qtbot.waitUntil(lambda: any("Summarizing earlier turns" in t for t in notices()),
                         timeout=10_000)
         waiting = notices()[-1]
-        assert "the answer starts after it" in waiting and "Stop makes Iris" in waiting
+        assert "the answer starts after it" in waiting and "Stop skips the model" in waiting
         rows = window.view.transcript.entries()
         assert rows[-1].kind == "notice" and rows[-2].role == "user"  # under the question
         assert not rows[-1].error  # a note, not painted as "Iris could not answer"
+        shown_after_stop: list[str] = []
         if stop:
             qtbot.waitUntil(lambda: window.turns.compacting, timeout=10_000)
+            window.app_state.statusText.connect(shown_after_stop.append)
+            window.app_state.busyChanged.connect(lambda text, _f: shown_after_stop.append(text))
             window.turns.stop()
         qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+        # after Stop the status bar never says the model reads or writes (it said "part 1
+        # of 2: the model writes this part's summary…" for a call the Stop had cancelled)
+        assert not any("model" in t and "without the model" not in t
+                       for t in shown_after_stop if t), shown_after_stop
         settle(qtbot, window)
         said = [t for t in notices() if "turns 1–" in t.lower()]
         assert len(said) == 1 and not any("Summarizing earlier" in t for t in notices())

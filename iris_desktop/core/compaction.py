@@ -70,7 +70,7 @@ from iris_desktop.core.summary import (
     json_schema,
 )
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.stop import GAVE_WAY, stop_reason, stopping
+from iris_desktop.stop import GAVE_WAY, Stop, Stopped, WhenClosing, closing, stop_reason, stopping
 from iris_desktop.tokens import Message
 
 log = logging.getLogger("iris.compaction")
@@ -117,6 +117,19 @@ class CompactionFailed(Exception):
     def __init__(self, message: str, why: str = "failed") -> None:
         super().__init__(message)
         self.why = why
+        #: (the summary of the oldest messages, how many): what extraction had done when
+        #: the model's part ended (a fallback goes on from it rather than doing it again)
+        self.extracted: tuple[ConversationSummary | None, int] = (None, 0)
+
+
+def _stopped(cancel: Stop, extracted: ConversationSummary | None, early: int) -> CompactionFailed:
+    """The model's part ended by ``cancel``, with what extraction had done before it (the
+    summary of the ``early`` oldest messages, when no model part had been read onto it)."""
+    reason = stop_reason(cancel)
+    failed = CompactionFailed(reason, "gave_way" if reason == GAVE_WAY else "stopped")
+    if extracted is not None and early:
+        failed.extracted = (extracted, early)
+    return failed
 
 
 class NothingToCompact(CompactionFailed):
@@ -294,6 +307,8 @@ class Compactor:
                 event = CompactionEvent(trigger, "skipped", error=f"nothing to compact yet: {exc}")
             except CompactionFailed as exc:
                 event.error = str(exc)
+                if closing(cancel):  # not a failure: the next start compacts again
+                    event.outcome = "skipped"
             except Exception as exc:  # a bug must not lose history either: record and go on
                 log.exception("compaction crashed")
                 event.error = f"{type(exc).__name__}: {exc}"
@@ -325,8 +340,12 @@ class Compactor:
         plan = self._plan(thread_id, previous_row)
         rows = self.store.messages_by_id([m.id for m in plan.archived])
         said = [said_from_row(rows[m.id]) for m in plan.archived]
-        summary, path, note, fallback, early_last = self._summarize(
-            previous, said, plan.archived, plan.cap, cancel, renew)
+        try:  # extraction of a long chat takes seconds: a close does not wait for it
+            with stopping(WhenClosing(cancel)):
+                summary, path, note, fallback, early_last = self._summarize(
+                    previous, said, plan.archived, plan.cap, cancel, renew)
+        except Stopped as exc:
+            raise CompactionFailed(str(exc), "stopped") from None
         cap = plan.cap
         while True:  # a summary too long for the context to shrink: a shorter extract
             record = self._record(plan, previous_row, summary, path)
@@ -483,9 +502,16 @@ class Compactor:
                             "(context.summary_max_parts)")
                 return summary, ("chunked" if chunks > 1 else "llm"), note, None, early_last
             except (SummaryInvalid, CompactionFailed) as exc:
+                if closing(cancel):  # nothing more is done: the next start compacts again
+                    raise CompactionFailed(stop_reason(cancel), "stopped") from None
                 note = (f"the model's summary could not be used ({exc}); one made of the chat's "
                         "own sentences was used instead")
                 fallback = exc.why if isinstance(exc, CompactionFailed) else "unusable"
+                done, early = exc.extracted if isinstance(exc, CompactionFailed) else (None, 0)
+                if done is not None:  # the oldest messages are extracted: go on from them
+                    previous, said, turns = done, said[early:], (archived[early].turn, turns[1])
+            except Stopped:  # Iris is closing (WhenClosing): nothing more is done
+                raise
             except Exception as exc:  # the model failed; the extractive path still works
                 note = (f"the model's summary failed ({type(exc).__name__}: {exc}); one made of the "
                         "chat's own sentences was used instead")
@@ -524,6 +550,8 @@ class Compactor:
         clock = self.clock
         began = clock()
         for number, chunk in enumerate(parts, 1):
+            if cancel is not None and cancel.is_set():  # Stop while extracting, or between parts
+                raise _stopped(cancel, summary if number == 1 else None, early)
             if renew is not None and number > 1:
                 renew()
             # each call gets the whole timeout: a long import's first compaction folds
@@ -540,8 +568,7 @@ class Compactor:
             stats = generation.stats
             if stats is not None and stats.finish_reason == "cancelled":
                 if cancel is not None and cancel.is_set():
-                    reason = stop_reason(cancel)
-                    raise CompactionFailed(reason, "gave_way" if reason == GAVE_WAY else "stopped")
+                    raise _stopped(cancel, summary if number == 1 else None, early)
                 raise CompactionFailed(
                     f"timed out after {self.settings.timeout_s:.0f} s (part {number})", "timed_out")
             cut = stats is not None and stats.finish_reason == "length"

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from iris_desktop.core.records import Said, fmt_date, resolve_relative
 from iris_desktop.core.summary import ConversationSummary, split_date
+from iris_desktop.stop import Stopped, active_stop, stop_reason
 from iris_desktop.tokens import TokenCounter
 
 PATH_RE = re.compile(
@@ -161,7 +162,10 @@ class ExtractiveSummarizer:
         """Every sentence worth keeping, as a ledger line: '<date> <speaker>: <sentence>'."""
         scorer = scorer or _Scorer([s.text for s in said])
         facts: list[Fact] = []
-        for message in said:
+        stop = active_stop()  # a close during a long chat's first summary
+        for n, message in enumerate(said):
+            if stop is not None and n % 256 == 0 and stop.is_set():
+                raise Stopped(stop_reason(stop))
             if message.role not in ("user", "assistant"):
                 continue
             for sentence in _sentences(message.text):

@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 from iris_desktop.files import private_file
 from iris_desktop.host import Host
 from iris_desktop.settings import SETTINGS, Settings, load_settings
+from iris_desktop.stop import CLOSING
 from iris_desktop.ui.accessibility import Announcer, name_controls
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
@@ -362,6 +363,7 @@ class MainWindow(QMainWindow):
         self.drafts.flush()  # text typed in the last pause is kept (it was lost)
         cancel = self.turns.cancel
         if cancel is not None:
+            cancel.reason = CLOSING  # a summary under way is left for the next start
             cancel.set()
         if self.turns.shell_box is not None:
             self.turns.shell_box.close()

@@ -179,7 +179,9 @@ class TurnControl(QObject, TurnListener):
     def stop(self) -> None:
         if self.app_state.generating and self.cancel is not None:
             self.cancel.set()
-            self.app_state.show_status("Stopping…")
+            self.app_state.show_status(
+                "Stopping: Iris summarizes the earlier turns itself, without the model…"
+                if self.compacting else "Stopping…")
 
     # -- events from the model thread --
 
@@ -197,17 +199,26 @@ class TurnControl(QObject, TurnListener):
         self._changed()
         self.app_state.threads_changed()  # the agent titled a new thread
 
+    def _stopping(self) -> bool:
+        """Stop was pressed: the status bar keeps "Stopping…" until the turn ends (it said
+        the model was writing a summary the Stop had just cancelled)."""
+        return self.cancel is not None and self.cancel.is_set()
+
     def on_recall_search(self, event: RecallSearch) -> None:
         """A question sent before its search was done while typing: the send waits for it."""
-        self.app_state.show_status(event.describe())
+        if not self._stopping():
+            self.app_state.show_status(event.describe())
 
     def on_request(self, event: RequestSent) -> None:
         self.app_state.report_request(event.request)
-        self.app_state.show_status("Reading the conversation…")
+        if not self._stopping():
+            self.app_state.show_status("Reading the conversation…")
 
     def on_progress(self, event: PromptProgress) -> None:
         """How far the model has read the prompt: tokens, percentage, time left, with the
         bar (Stop stays in the composer)."""
+        if self._stopping():
+            return
         if event.done < event.total:
             self.app_state.busy(event.describe(), event.fraction)
         elif event.what == "summary":  # read: the model writes it now
@@ -279,8 +290,8 @@ class TurnControl(QObject, TurnListener):
             row = self.transcript.add_notice(
                 "Summarizing earlier turns so that the chat fits the model's window; the "
                 "answer starts after it. The model does this once the chat grows long, and "
-                "on a long imported chat it can take minutes. Stop makes Iris summarize them "
-                "itself at once, without the model.", error=False)
+                "on a long imported chat it can take minutes. Stop skips the model: Iris then "
+                "summarizes them itself from the chat's own sentences.", error=False)
             self._summary_notice = self.transcript.entry(row).key
             self._changed()
 
