@@ -1124,3 +1124,25 @@ def test_a_draft_too_large_for_the_window_says_so_beside_the_box(make_window, qt
     window.composer.edit.setPlainText("word " * 10)
     qtbot.waitUntil(lambda: "too large" not in window.composer.tokens.text(), timeout=10_000)
     assert re.fullmatch(r"Draft: \d+ tokens", window.composer.tokens.text())
+
+
+def test_the_status_bars_sentence_about_a_chat_goes_when_another_is_opened(make_window, qtbot, data_dir):
+    """Before: after a reply in a long chat the status bar said "9978 older turns are not
+    sent…", and it stayed when a two-message chat was opened, or the long chat deleted.
+    Now it is about the chat it was said for (and its count reads 1,234)."""
+    long_turns = [m for n in range(1_300) for m in (
+        {"role": "user", "content": f"Turn {n}: the walk by the river was long."},
+        {"role": "assistant", "content": f"Noted, turn {n}."})]
+    long_chat = seed_thread(data_dir, long_turns, title="long")
+    short_chat = seed_thread(data_dir, long_turns[:2], title="short")
+    window = make_window(ScriptedRuntime(["Yes."]), overrides={"context.window": "8192"})
+    window.open_thread(long_chat)
+    settle(qtbot, window)
+    window.send("And then?")
+    qtbot.waitUntil(lambda: not window.generating, timeout=20_000)
+    said = window.status_area.state.text()
+    assert re.fullmatch(r"\d,\d{3} older turns are not sent; the inspector \(Ctrl\+I\) says why\.",
+                        said), said
+    window.open_thread(short_chat)
+    settle(qtbot, window)
+    assert window.status_area.state.text() == "Ready"

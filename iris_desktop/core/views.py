@@ -438,7 +438,7 @@ def dropped_status(request: ContextRequest | None, outcome: str | None = None) -
         return None
     n = request.dropped_turns
     lead = {"failed": "Compaction failed: ", "skipped": "Compaction skipped: "}.get(outcome or "", "")
-    sentence = (f"{n} older turn{'s are' if n != 1 else ' is'} not sent; the inspector "
+    sentence = (f"{n:,} older turn{'s are' if n != 1 else ' is'} not sent; the inspector "
                 "(Ctrl+I) says why.")
     return lead + (sentence if lead else sentence[0].upper() + sentence[1:])
 

@@ -76,6 +76,16 @@ class TurnControl(QObject, TurnListener):
         self._last_rate: float | None = None
         self._flush_timer = QTimer(self, singleShot=True, interval=STREAM_FLUSH_MS)
         self._flush_timer.timeout.connect(self._flush_tokens)
+        #: the chat the status bar's sentence is about (turns left out, cut off…)
+        self._status_thread: int | None = None
+        app_state.threadChanged.connect(self._thread_changed)
+
+    def _thread_changed(self, thread_id: int | None) -> None:
+        """Another chat opened (or the one shown deleted): a sentence about the one a turn
+        ended in ("9,978 older turns are not sent") no longer holds."""
+        if self._status_thread not in (None, thread_id) and not self.generating:
+            self._status_thread = None
+            self.app_state.show_status("Ready")
 
     @property
     def transcript(self):
@@ -319,6 +329,7 @@ class TurnControl(QObject, TurnListener):
             state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
                 event.finish_reason, ("Cut off" if cut else None)
                 or dropped or self._compacted or self._rate_text() or "Ready"))
+            self._status_thread = event.thread_id
             if cut:  # the whole sentence while it is news; the state stays
                 state.show_message(f"Cut off: {cut}; right-click the reply ▸ Continue goes on",
                                    15_000)
