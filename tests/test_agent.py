@@ -10,6 +10,7 @@ import pytest
 
 from iris_desktop.core.agent import Agent
 from iris_desktop.core.config import AgentConfig, ContextParams, ToolsConfig
+from iris_desktop.core.engine import ConversationTooLargeException
 from iris_desktop.core.events import (
     ReplyToken,
     RequestSent,
@@ -211,16 +212,28 @@ def test_a_message_too_large_for_any_request_is_refused_before_it_is_stored(fres
     assert fresh_store.messages(thread) == []  # nothing stored
 
 
-def test_a_message_that_fits_alone_but_not_beside_the_system_prompt_is_kept(fresh_store):
-    """Whether it fits beside the system prompt is the planner's to say once stored."""
+def test_a_message_that_fits_alone_but_not_beside_the_system_prompt_is_refused_with_contexts_numbers(
+        fresh_store):
+    """Before: the message alone was compared with the whole budget (window × ratio): one
+    that fit that but not beside the system prompt was stored, then refused with another
+    number ("allows 358" before storing, "allows 333" after, for one window), and the chat
+    kept a question that could never be answered. Now it is refused before it is stored,
+    in the planner's words and numbers; one that fits is sent as before."""
     thread = fresh_store.create_thread("t")
-    runtime = ScriptedRuntime(["never"])
+    runtime = ScriptedRuntime(["Fine."])
     params = ContextParams(window=1024, system_prompt="Be brief. " * 150)
-    agent = Agent(fresh_store, planner_for(runtime, params))
+    planner = planner_for(runtime, params)
+    agent = Agent(fresh_store, planner)
     events = list(agent.send(thread, "word " * 500))
     error = [e for e in events if isinstance(e, TurnFailed)][0]
     assert error.kind == "too_large" and runtime.requests == []
-    assert fresh_store.messages(thread)[0]["content"] == "word " * 500
+    assert error.message_id is None and fresh_store.messages(thread) == []
+    with pytest.raises(ConversationTooLargeException) as planned:
+        planner.plan(fresh_store, thread, "word " * 500)
+    assert error.text == f"Not sent: {planned.value}" and "− system " in error.text
+    assert (error.needed, error.allowed) == (planned.value.needed, planned.value.allowed)
+    events = list(agent.send(thread, "word " * 20))
+    assert fresh_store.messages(thread)[-1]["content"] == "Fine."
 
 
 def test_full_turn_opens_no_network_connection(fresh_store, folder, monkeypatch):

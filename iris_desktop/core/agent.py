@@ -65,6 +65,11 @@ DEFAULT_TITLE = "New chat"
 TURN_LEASE_S = 1800.0
 
 
+#: more than a chat template adds around a message beyond its counted tokens: a message
+#: this far under the history's room fits without building the request to make sure
+FRAMING_MARGIN = 64
+
+
 class Agent:
     """Runs turns for one store on the planner's runtime. Not thread-safe: one turn at a
     time. Every request it sends is the planner's, and it reports it (``RequestSent``).
@@ -185,7 +190,7 @@ class Agent:
         thread = self.store.thread(thread_id)
         tokens = [self.planner.counter.count_text(a.block()) for a in attachments]
         message = with_attachments(text, attachments, tokens)
-        refusal = self._too_large_to_store(message)
+        refusal = self._too_large_to_store(thread_id, message)
         if refusal is not None:
             yield TurnFailed(thread_id, f"Not sent: {refusal}", "too_large",
                              needed=refusal.needed, allowed=refusal.allowed)
@@ -198,30 +203,37 @@ class Agent:
         yield UserSaved(thread_id, user_id, text, tuple(zip((a.name for a in attachments), tokens)))
         yield from self.run(thread_id, cancel)
 
-    def _too_large_to_store(self, message: dict
+    def _too_large_to_store(self, thread_id: int, message: dict
                             ) -> ConversationTooLargeException | None:
-        """Why ``message`` cannot be sent in any request of this window: it alone is more
-        than the budget (window × ratio); None otherwise (whether it fits beside the
-        system prompt is the planner's to say, once it is stored). A size that is
-        certainly too large is known without tokenizing."""
+        """Why ``message`` cannot be sent in this chat: the planner's own refusal of it as
+        the newest turn (beside the system prompt, the tools and the summary, with the
+        numbers ``context`` gives); None when it fits. A size that is certainly too large
+        is known without tokenizing. Before: the message alone was compared with the
+        whole budget, so one a little smaller was stored, then refused, and the chat kept
+        a question that could never be answered."""
         params = self.planner.params
-        budget = math.floor(params.window * params.token_budget_ratio)
         text = message.get("content") or ""
         n_bytes = utf8_length(text.strip())
         floor = certainly_too_large(params, n_bytes)
         if floor is not None:
-            return ConversationTooLargeException(floor.removeprefix("conversation too large: "),
-                                                 min_tokens(n_bytes), budget)
+            return ConversationTooLargeException(
+                floor.removeprefix("conversation too large: "), min_tokens(n_bytes),
+                math.floor(params.window * params.token_budget_ratio))
         try:
             needed = self.planner.counter.count_message(message)
+            tools = self.planner.tool_prompt(True)
+            frame = self.planner.engine(self.store, recall=False).frame(
+                thread_id, tools.text, tools.native_tokens)
+            if needed + FRAMING_MARGIN <= frame.history_budget:
+                return None  # it fits whatever the template adds: no second build
+            # near the limit: the request's own build (without recall: its block only
+            # fills room that is left) says whether it fits, and in its words
+            self.planner.plan(self.store, thread_id, text, recall=False)
+        except ConversationTooLargeException as exc:
+            return exc
         except Exception:  # a counter that fails (a server's) fails the turn once stored
             log.warning("could not count the new message before storing it", exc_info=True)
-            return None
-        if needed <= budget:
-            return None
-        return ConversationTooLargeException(
-            f"the message alone is {needed:,} tokens; the window allows at most {budget:,} "
-            f"(window {params.window:,} × ratio {params.token_budget_ratio})", needed, budget)
+        return None
 
     def regenerate(self, thread_id: int, cancel: Stop | None = None
                    ) -> Iterator[TurnEvent]:

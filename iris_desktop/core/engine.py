@@ -644,11 +644,13 @@ class ContextEngine:
         elif turns.keep:
             cleared = ("every finished tool output cleared (the result the model just asked for "
                        "is too large to shorten into what is left)")
-        else:
+        elif turns.cost(0, 1) != needed:
             cleared = "every tool output cleared"
+        else:  # a message without tool outputs: nothing was cleared
+            cleared = ""
         p = self.params
         raise ConversationTooLargeException(
-            f"the newest turn alone is {_tokens(needed)} even with {cleared}; the window "
+            f"the newest turn alone is {_tokens(needed)}{f' even with {cleared}' if cleared else ''}; the window "
             f"allows {allowed:,} (window {p.window:,} × ratio {p.token_budget_ratio} − system "
             f"{frame.system_tokens:,} − tools {frame.tool_tokens:,} − summary "
             f"{frame.summary_tokens:,})",
