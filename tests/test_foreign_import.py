@@ -125,12 +125,13 @@ def test_chatgpt_export_of_several_chats_skips_the_empty_one(capsys):
 def test_chatgpt_images_and_tool_steps_are_left_out_with_a_note(capsys):
     """A chatgpt-exporter capture (one conversation object, not a list): images, tool
     messages, code sent to a tool, reasoning recaps and hidden nodes leave only the text
-    the user typed (its replies were empty in the capture)."""
+    the user typed (its replies were empty in the capture). A call and the result that
+    answers it are one step (they were counted as two: 6)."""
     ids, err = imported(capsys, CHATGPT_TOOLS)
     assert err.splitlines() == [
         "iris-desktop: imported 1 chat from a ChatGPT export",
         "iris-desktop: 1 image was left out: Iris imports text only.",
-        "iris-desktop: 6 tool steps (web searches, code runs, image generation) were left "
+        "iris-desktop: 5 tool steps (web searches, code runs, image generation) were left "
         "out; the replies that used them are kept."]
     assert [(m["role"], m["content"]) for m in exported(capsys, ids[0])] == [
         ("user", f"question {n}") for n in range(1, 5)]

@@ -31,9 +31,10 @@ def import_(args, overrides) -> int:
     or LM Studio export, a Jan thread or threads folder) as a thread, a few chats per short
     transaction (others write between them; a killed import is finished by running it
     again): the new threads' ids on stdout, one a line; for another app's file, what was imported
-    and what was left out on stderr."""
+    and what was left out on stderr. An import that fails midway prints the ids of the
+    chats it stored, and says how many (importing the file again adds only the rest)."""
     from iris_desktop.core.conversation import ConversationFormatError
-    from iris_desktop.core.foreign import import_conversations, load_conversations
+    from iris_desktop.core.foreign import PartlyImported, import_conversations, load_conversations
 
     title = text_argument(args.title, "--title") if args.title else None
     try:
@@ -41,7 +42,12 @@ def import_(args, overrides) -> int:
     except ConversationFormatError as exc:
         raise CliError(f"import refused, nothing was written: {exc}") from None
     with open_host(args, overrides) as host:
-        imported = import_conversations(host.store, loaded, title, again=args.again)
+        try:
+            imported = import_conversations(host.store, loaded, title, again=args.again)
+        except PartlyImported as exc:  # the chats stored before it failed: their ids too
+            for thread_id in exc.imported.ids:
+                print(thread_id)
+            raise CliError(str(exc), EXIT_FAIL) from None
     for thread_id in imported.ids:
         print(thread_id)
     for line in imported.report(loaded, "; --again imports them anyway"):

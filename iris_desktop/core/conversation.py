@@ -432,10 +432,14 @@ def write_private(path: Path, text: str) -> None:
 
 
 def title_from(messages: list[Message], limit: int = 60) -> str:
-    """A thread title from the first user message."""
+    """A thread title from the first user message: its typed text, else the names of the
+    files it carries (never their ``<file name=…>`` blocks)."""
+    from iris_desktop.core.attachments import shown
+
     for message in messages:
         if message.get("role") == "user" and isinstance(message.get("content"), str):
-            text = " ".join(message["content"].split())
+            typed, files = shown(message)
+            text = " ".join(typed.split()) or ", ".join(" ".join(name.split()) for name, _ in files)
             if text:
                 return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
     return "Imported chat"

@@ -19,19 +19,24 @@ already holds (the same export imported again) is said and not stored twice, unl
 
 Iris keeps the conversation as text. What it leaves out is counted and said in one
 sentence each (``Loaded.notes``): images and other attached files; the steps of tools
-(web searches, code runs, image generation: the replies that used them are kept); the
+(web searches, code runs, image generation: the replies that used them are kept; a call
+and its result are one step); the
 model's hidden reasoning (ChatGPT's thoughts, ``<details type="reasoning">``, LM Studio's
 thinking blocks, ``<think>``) is dropped without a note, as the apps themselves do not send
 it back to the model. Hidden and empty messages (ChatGPT's system and context nodes) are
 skipped, and a chat left with no text message is skipped with a note. A chat's own system
 prompt (Open WebUI's, LM Studio's, a Jan assistant's instructions) becomes its leading
-system message, which Iris sends as the chat's system prompt.
+system message, which Iris sends as the chat's system prompt. A document a reply wrote
+(Claude's artifacts, ChatGPT's canvas) is no tool step: it stays in the reply, as a titled
+fenced block (:class:`~iris_desktop.core.foreign_parts.Documents`). ChatGPT's citation
+markers become the cited link, or go.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
@@ -50,15 +55,16 @@ from iris_desktop.core.conversation import (
 )
 from iris_desktop.core.export_zip import EXPORT_NAME, zipped_export
 from iris_desktop.core.foreign_claude import claude_chat
-from iris_desktop.core.foreign_parts import Chat
+from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
 from iris_desktop.core.foreign_parts import hashable as _hashable
 from iris_desktop.core.foreign_parts import tree_messages as _tree
 from iris_desktop.core.foreign_parts import usable_title as _title
+from iris_desktop.core.foreign_parts import without_markers as _without_markers
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.import_twins import StoredThreads
-from iris_desktop.core.store import Store, iso_timestamp
+from iris_desktop.core.store import Store, explain, iso_timestamp
 from iris_desktop.core.store.rows import not_in_future
 from iris_desktop.tokens import Message
 
@@ -89,12 +95,23 @@ _ROLES = ("system", "user", "assistant")
 class Loaded(tuple):
     """``(format, chats)``: the format's name and each chat's (title or None, messages in
     Iris's format, with the tree key when branched). ``notes``: what was left out, one
-    sentence each."""
+    sentence each; ``read``: the notes on reading the files (not on a chat), ``skipped``:
+    the chats skipped, counted (each chat's own tally is its ``tally``)."""
 
-    def __new__(cls, fmt: str, chats: list[Chat], notes: Iterable[str] = ()):
+    def __new__(cls, fmt: str, chats: list[Chat], notes: Iterable[str] = (),
+                read: Iterable[str] = (), skipped: _Tally | None = None):
         self = super().__new__(cls, (fmt, chats))
         self.notes = list(notes)
+        self.read = list(read)
+        self.skipped = skipped or _Tally()
         return self
+
+    def left_out(self, stored: Iterable[Chat]) -> list[str]:
+        """The notes on what was left out of the ``stored`` chats, and on the file."""
+        tally = _Tally().add(self.skipped)
+        for chat in stored:
+            tally.add(chat.tally)
+        return [*self.read, *tally.notes()]
 
     @property
     def format(self) -> str:
@@ -182,6 +199,8 @@ class Imported(NamedTuple):
     known: list[int]
     #: the known threads' titles, in the same order
     titles: list[str]
+    #: what was left out of the chats stored (None: ``loaded.notes``, all of them stored)
+    notes: list[str] | None = None
 
     def report(self, loaded: Loaded, hint: str = "", by_title: bool = False) -> list[str]:
         """What a user is told: ``loaded.report()`` for another app's file, with the chats
@@ -197,7 +216,8 @@ class Imported(NamedTuple):
         verb = "was" if len(self.known) == 1 else "were"
         return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before "
                        f"({'' if by_title else 'thread '}{which}) and {verb} not imported "
-                       f"again{hint}", *(lines[1:] if self.ids else [])]  # (left-out notes: of chats stored now)
+                       f"again{hint}", *((lines[1:] if self.notes is None else self.notes)
+                                         if self.ids else [])]  # (left-out notes: of chats stored now)
 
 
 #: the longest an import holds the database's write lock at once, in seconds: it commits
@@ -215,26 +235,52 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
     the same export imported twice), which is not stored again unless ``again``. Whether
     a chat is there already is decided in the transaction that would store it, so two
     imports at once store it once. ``title`` names a single chat, or prefixes the titles
-    of several."""
+    of several. An import that fails after it stored chats raises :class:`PartlyImported`,
+    which says so (nothing stored: the error itself)."""
     ids: list[int] = []
     known: list[int] = []
+    stored: list[Chat] = []
     several = len(loaded.chats) > 1
     threads = StoredThreads(store, again)
     pending = list(reversed(loaded.chats))
-    while pending:
-        with store.transaction():
-            threads.catch_up(ids)
-            started = time.monotonic()
-            while pending and time.monotonic() - started < CHUNK_S:
-                chat = pending.pop()
-                twin = threads.holding(chat.messages)
-                if twin is not None:
-                    known.append(twin)
-                    continue
-                own = chat.title or title_from(chat.messages)
-                name = (f"{title}: {own}" if several else title) if title else own
-                ids.append(import_messages(store, chat.messages, name, chat.system_prompt))
-    return Imported(ids, known, [threads.titles[t] for t in known])
+    try:
+        while pending:
+            with store.transaction():
+                threads.catch_up(ids)
+                started, chunk = time.monotonic(), []
+                while pending and time.monotonic() - started < CHUNK_S:
+                    chat = pending.pop()
+                    twin = threads.holding(chat.messages)
+                    if twin is not None:
+                        known.append(twin)
+                        continue
+                    own = chat.title or title_from(chat.messages)
+                    name = (f"{title}: {own}" if several else title) if title else own
+                    chunk.append((import_messages(store, chat.messages, name, chat.system_prompt),
+                                  chat))
+            ids += [thread for thread, _ in chunk]  # committed
+            stored += [chat for _, chat in chunk]
+    except Exception as exc:
+        if not ids:
+            raise
+        reason = explain(exc, store.path) if isinstance(exc, sqlite3.Error) else str(exc)
+        raise PartlyImported(Imported(ids, [], []), reason) from exc
+    notes = loaded.left_out(stored) if known else None
+    return Imported(ids, known, [threads.titles[t] for t in known], notes)
+
+
+class PartlyImported(Exception):
+    """An import that failed after it had stored some chats (each chunk is committed):
+    ``imported`` holds their threads; the message says how many, why it stopped
+    (``reason``), and that importing the same file again adds only the rest."""
+
+    def __init__(self, imported: Imported, reason: str):
+        stored = len(imported.ids)
+        super().__init__(f"{_count(stored, 'chat')} {'was' if stored == 1 else 'were'} stored "
+                         f"before the import failed: {reason.rstrip('.')} (importing the same "
+                         "file again adds only the rest)")
+        self.imported = imported
+        self.reason = reason
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -387,30 +433,38 @@ def _unexpected(fmt: str, exc: Exception) -> str:
 
 def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | None]],
             notes: Sequence[str] = ()) -> Loaded:
-    """Convert and validate every chat; skip (and count) the ones with no text. ``notes``:
-    what reading the files left out already."""
-    tally = _Tally()
+    """Convert and validate every chat; skip (and count) the ones with no text, and say
+    the ones that cannot be read as they are (:class:`SkippedChat`). ``notes``: what
+    reading the files left out already. Each chat's tally is its own (a chat imported
+    before is not stored again, nor counted)."""
+    tally, skipped = _Tally(), _Tally()
     chats: list[Chat] = []
     for number, convert in enumerate(converters, start=1):
         where = f"{path}: chat {number}" if len(converters) > 1 else str(path)
+        own = _Tally()
         try:
-            chat = convert(tally)
+            chat = convert(own)
+        except SkippedChat as exc:
+            skipped.skipped.append(f"chat {number} of {path.name}: {exc}")
+            continue
         except ConversationFormatError as exc:
             raise ConversationFormatError(f"{where}: {exc}") from None
         except _SURPRISES as exc:  # named by its chat, not only by the file
             raise ConversationFormatError(f"{where}: {_unexpected(fmt, exc)}") from None
+        tally.add(own)
         if chat is None or not any(m.get("role") != "system" for m in chat.messages):
-            tally.empty += 1  # (a chat's system prompt alone is no conversation)
+            skipped.empty += 1  # (a chat's system prompt alone is no conversation)
             continue
         label = f"{where} ({_short(chat.title)})" if chat.title else where
         validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
-        chats.append(chat)
+        chats.append(chat._replace(tally=own))
     if not chats:
+        said = [*notes, *(f"{what[:1].upper()}{what[1:]}" for what in skipped.skipped)]
         raise ConversationFormatError(f"{path}: the {fmt} holds no chat with a text message"
-                                      + "".join(f" ({note.rstrip('.')})" for note in notes))
+                                      + "".join(f" ({note.rstrip('.')})" for note in said))
     if fmt == JAN and len(chats) > 1:
         fmt = JAN_FOLDER
-    return Loaded(fmt, chats, [*notes, *tally.notes()])
+    return Loaded(fmt, chats, [*notes, *tally.add(skipped).notes()], notes, skipped)
 
 
 def _clipped(title: str, limit: int = 40) -> str:
@@ -492,22 +546,36 @@ def _chatgpt_chat(conversation: Any, tally: _Tally) -> Chat | None:
     if not isinstance(mapping, dict):
         raise ConversationFormatError("its 'mapping' must be an object of message nodes")
     nodes: dict[Hashable, Node] = {}
+    steps = {key for key, node in mapping.items() if isinstance(node, dict) and _step(node)}
+    documents = Documents()
     for key, node in mapping.items():
         if not isinstance(node, dict):
             raise ConversationFormatError(f"node {key!r} of its 'mapping' is not an object")
         parent = node.get("parent")
         kids = node.get("children")
         nodes[key] = Node(parent if isinstance(parent, str) else None,
-                           _chatgpt_message(node.get("message"), tally),
+                           _chatgpt_message(node.get("message"), tally, documents,
+                                            parent in steps if isinstance(parent, str) else False),
                            [k for k in kids if isinstance(k, str)] if isinstance(kids, list) else [])
     active = conversation.get("current_node")
     messages = _tree(nodes, active if isinstance(active, str) else None, tally=tally)
     return Chat(_title(conversation.get("title")), messages)
 
 
-def _chatgpt_message(message: Any, tally: _Tally) -> Message | None:
+def _step(node: dict[str, Any]) -> bool:
+    """Whether a node is a tool's call (the assistant's message to a recipient) or result."""
+    message = node.get("message")
+    author = message.get("author") if isinstance(message, dict) else None
+    role = author.get("role") if isinstance(author, dict) else None
+    return role == "tool" or (role == "assistant" and message.get("recipient") not in (None, "all"))
+
+
+def _chatgpt_message(message: Any, tally: _Tally, documents: Documents,
+                     after_step: bool = False) -> Message | None:
     """A visible user or assistant message as text; None for the rest (system and hidden
-    nodes, tool calls and results, reasoning), counting what a user would miss."""
+    nodes, tool calls and results, reasoning), counting what a user would miss: a tool's
+    step once (a result ``after_step``, a call's or another result's, is the same step).
+    A canvas document (``canmore``) is the reply's text."""
     if not isinstance(message, dict):
         return None
     author = message.get("author") if isinstance(message.get("author"), dict) else {}
@@ -519,8 +587,13 @@ def _chatgpt_message(message: Any, tally: _Tally) -> Message | None:
             or kind in _HIDDEN_TYPES:
         return None
     recipient = message.get("recipient")
+    if role == "assistant" and isinstance(recipient, str) and recipient.startswith("canmore.") \
+            and isinstance(content.get("text"), str):
+        document = documents.canvas(recipient, content["text"])
+        if document is not None:
+            return _message(role, document, message.get("create_time")) if document else None
     if role == "tool" or (role == "assistant" and recipient not in (None, "all")):
-        tally.tools += 1  # with what it made (a generated image is a tool's output)
+        tally.tools += not (role == "tool" and after_step)  # what it made: a tool's output
         return None
     if role not in ("user", "assistant"):
         return None
@@ -530,6 +603,8 @@ def _chatgpt_message(message: Any, tally: _Tally) -> Message | None:
                        for a in attachments)
         tally.files += len(attachments) - pictures
     text = _chatgpt_text(content, kind, tally)
+    if role == "assistant":
+        text = _without_markers(text, meta.get("content_references"))
     if not text.strip():
         return None
     return _message(role, text, message.get("create_time"))

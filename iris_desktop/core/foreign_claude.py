@@ -1,6 +1,8 @@
 """claude.ai's data export (``conversations.json``, alone or in the zip archive it comes
 in): one object per conversation, ``name`` and ``chat_messages``, read into Iris's format
-with the parts :mod:`iris_desktop.core.foreign` shares by every format.
+with the parts :mod:`iris_desktop.core.foreign` shares by every format. An artifact (the
+code or document a reply wrote with the ``artifacts`` tool) stays in its reply, as a
+titled fenced block where it was written; an update applies to its latest version.
 """
 
 from __future__ import annotations
@@ -10,7 +12,16 @@ from typing import Any
 
 from iris_desktop.core.attachments import Attachment, with_attachments
 from iris_desktop.core.conversation import ConversationFormatError
-from iris_desktop.core.foreign_parts import Chat, Tally, hashable, tree_messages, usable_title
+from iris_desktop.core.foreign_parts import (
+    Chat,
+    Documents,
+    SkippedChat,
+    Tally,
+    hashable,
+    text_of,
+    tree_messages,
+    usable_title,
+)
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.store import iso_timestamp
 from iris_desktop.core.store.rows import not_in_future
@@ -30,13 +41,16 @@ def claude_chat(conversation: Any, tally: Tally) -> Chat | None:
     linked = any(isinstance(m, dict) and "parent_message_uuid" in m for m in source)
     nodes: dict[Hashable, Node] = {}
     key: Hashable | None = None
+    documents = Documents()
     for number, item in enumerate(source, start=1):
         if not isinstance(item, dict):
             raise ConversationFormatError(f"message {number} is not an object")
         parent = item.get("parent_message_uuid") if linked else key  # unlinked: in order
         parent = hashable(parent) if parent is not None else None
         key = hashable(item.get("uuid", number))
-        nodes[key] = Node(parent, _message(item, tally), [])
+        if key in nodes:  # which one a reply answers cannot be told
+            raise SkippedChat(f"two of its messages have the same id ({key!r})")
+        nodes[key] = Node(parent, _message(item, tally, documents), [])
     for child, node in nodes.items():
         if node.parent in nodes:
             nodes[node.parent].children.append(child)
@@ -45,19 +59,27 @@ def claude_chat(conversation: Any, tally: Tally) -> Chat | None:
     return Chat(usable_title(conversation.get("name")), messages)
 
 
-def _message(item: dict[str, Any], tally: Tally) -> Message | None:
-    """Its text blocks (or ``text``), the text of what was attached or pasted as a file
-    (``extracted_content``) as Iris's own attachments; tool steps counted, thinking left
-    out, files without text (images, PDFs) counted."""
+def _message(item: dict[str, Any], tally: Tally, documents: Documents) -> Message | None:
+    """Its text blocks (or ``text``) and artifacts, in order, the text of what was attached
+    or pasted as a file (``extracted_content``) as Iris's own attachments; other tools'
+    steps counted (each call once: its result is the same step), thinking left out, files
+    without text (images, PDFs) counted."""
     role = {"human": "user", "user": "user", "assistant": "assistant"}.get(item.get("sender"))
     if role is None:
         return None
     blocks = item.get("content")
     if isinstance(blocks, list) and blocks:
-        texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"
-                 and isinstance(b.get("text"), str) and b["text"].strip()]
-        tally.tools += sum(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks)
-        text = "\n\n".join(texts)
+        texts = []
+        for block in blocks:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and text_of(block.get("text")).strip():
+                texts.append(block["text"])
+            elif block.get("type") == "tool_use" and block.get("name") == "artifacts":
+                texts.append(_artifact(block.get("input"), documents))
+            elif block.get("type") == "tool_use":
+                tally.tools += 1
+        text = "\n\n".join(t for t in texts if t)
     else:
         text = item["text"] if isinstance(item.get("text"), str) else ""
     files = [Attachment(str(a.get("file_name") or "pasted.txt"), a["extracted_content"])
@@ -80,3 +102,24 @@ def _message(item: dict[str, Any], tally: Tally) -> Message | None:
     except (KeyError, ValueError, TypeError, OverflowError, OSError):
         pass
     return message
+
+
+#: the fence's language of an artifact's type, where the artifact names none
+_LANGUAGES = {"text/markdown": "markdown", "text/html": "html", "image/svg+xml": "svg",
+              "application/vnd.ant.react": "jsx", "application/vnd.ant.mermaid": "mermaid"}
+
+
+def _artifact(given: Any, documents: Documents) -> str:
+    """An ``artifacts`` call as its document: ``create`` and ``rewrite`` whole, ``update``
+    (``old_str`` to ``new_str``) applied to the latest version ("" when nothing is said)."""
+    if not isinstance(given, dict):
+        return ""
+    key = str(hashable(given.get("id", "")))
+    title = " ".join(text_of(given.get("title")).split())
+    language = text_of(given.get("language")) or _LANGUAGES.get(text_of(given.get("type")), "")
+    command = given.get("command")
+    if command in ("create", "rewrite") and isinstance(given.get("content"), str):
+        return documents.write(key, title, language, given["content"])
+    if command == "update" and isinstance(given.get("new_str"), str):
+        return documents.change(key, text_of(given.get("old_str")), given["new_str"], title=title)
+    return ""

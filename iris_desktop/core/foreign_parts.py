@@ -1,14 +1,16 @@
 """What every reader of another app's chats shares (:mod:`iris_desktop.core.foreign` and
 the readers beside it): a chat, the tally of what was left out, a usable title, a tree's
-messages."""
+messages, the documents a chat's replies wrote (Claude's artifacts, ChatGPT's canvas)."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from iris_desktop.core.foreign_tree import Node, tree
+from iris_desktop.core.foreign_tree import MERGED_CHARS, Node, tree
 from iris_desktop.tokens import Message
 
 
@@ -17,11 +19,18 @@ class Chat(NamedTuple):
     messages: list[Message]
     #: the chat's own system prompt (an Iris export's; other apps' are not read)
     system_prompt: str | None = None
+    #: what was left out of this chat (None: nothing is counted for its format)
+    tally: Tally | None = None
+
+
+class SkippedChat(Exception):
+    """A chat that cannot be read as it is (two messages with one id): the file's other
+    chats are imported, and this one is said in a note."""
 
 
 @dataclass
 class Tally:
-    """What was left out of the whole file."""
+    """What was left out of a chat, or of the whole file (:meth:`add`)."""
     images: int = 0
     files: int = 0
     tools: int = 0
@@ -30,6 +39,20 @@ class Tally:
     unread: list[str] = field(default_factory=list)
     #: messages on branches Iris cannot show beside the active one (``_untangle``)
     unshown: int = 0
+    #: the chats skipped whole (:class:`SkippedChat`), each said: "chat 3: why"
+    skipped: list[str] = field(default_factory=list)
+
+    def add(self, other: Tally | None) -> Tally:
+        """Count ``other``'s too; returns self."""
+        if other is not None:
+            self.images += other.images
+            self.files += other.files
+            self.tools += other.tools
+            self.empty += other.empty
+            self.unshown += other.unshown
+            self.unread += other.unread
+            self.skipped += other.skipped
+        return self
 
     def notes(self) -> list[str]:
         notes = [f"{problem}: the thread's title and instructions were left out."
@@ -51,6 +74,7 @@ class Tally:
         if self.empty:
             verb = "was" if self.empty == 1 else "were"
             notes.append(f"{count(self.empty, 'chat')} with no text message {verb} skipped.")
+        notes += [f"{what[:1].upper()}{what[1:]}; it was skipped." for what in self.skipped]
         return notes
 
 
@@ -80,3 +104,154 @@ def tree_messages(nodes: dict[Hashable, Node], active: Hashable | None, system: 
 
 def hashable(value: Any) -> Hashable:
     return value if isinstance(value, (str, int)) and not isinstance(value, bool) else repr(value)
+
+
+# -- documents a reply wrote ----------------------------------------------------------------
+
+#: a canvas update's pattern that stands for the whole document
+_WHOLE = {".*", "(?s).*", "^.*$", "(?s)^.*$", "[\\s\\S]*", "^[\\s\\S]*$"}
+
+
+class Documents:
+    """The documents one chat's replies wrote, each by its id at its latest version: a
+    document is kept in the reply that wrote it as a titled fenced block
+    (:func:`document_block`), an update as the whole new version where it applies to the
+    latest one, else as the changed part alone (so too past :data:`MERGED_CHARS` of text
+    that updates added in one chat: a hostile chain of small updates to a large document
+    would copy it into every reply)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, tuple[str, str, str]] = {}  # id: (title, language, text)
+        self.last: str | None = None  # the id written last (ChatGPT's canvas names none)
+        self.room = MERGED_CHARS
+
+    def write(self, key: str, title: str, language: str, text: str) -> str:
+        """A new document, or a new version of one, written whole."""
+        old = self.latest.get(key)
+        title = title or (old[0] if old else "")
+        language = language or (old[1] if old else "")
+        self.latest[key], self.last = (title, language, text), key
+        return document_block(title, language, text)
+
+    def change(self, key: str | None, old: str, new: str, every: bool = False,
+               title: str = "") -> str:
+        """``old`` replaced by ``new`` in the latest version of ``key`` (None: the one
+        written last); where that version is not known or lacks ``old``, the changed part."""
+        key = self.last if key is None else key
+        known = self.latest.get(key) if key is not None else None
+        if known is None or not old or old not in known[2]:
+            name = title or (known[0] if known else "")
+            return document_block(f"{name}, changed part" if name else "Changed part",
+                                  known[1] if known else "", new) if new.strip() else ""
+        text = known[2].replace(old, new) if every else known[2].replace(old, new, 1)
+        whole = self.write(key, title, "", text)
+        if len(text) > self.room:
+            return document_block(f"{self.latest[key][0] or 'Document'}, changed part",
+                                  known[1], new) if new.strip() else ""
+        self.room -= len(text)
+        return whole
+
+    def canvas(self, recipient: str, payload: str) -> str | None:
+        """ChatGPT's ``canmore.create_textdoc`` or ``canmore.update_textdoc`` call (its
+        JSON ``payload``) as the document; None for another call (a tool step)."""
+        try:
+            given = json.loads(payload)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(given, dict):
+            return None
+        if recipient == "canmore.create_textdoc" and isinstance(given.get("content"), str):
+            kind = given.get("type") if isinstance(given.get("type"), str) else ""
+            return self.write(f"canvas {len(self.latest)}", text_of(given.get("name")),
+                              kind.partition("code/")[2], given["content"])
+        updates = given.get("updates")
+        if recipient != "canmore.update_textdoc" or not isinstance(updates, list):
+            return None
+        shown = ""
+        for update in updates:
+            if not isinstance(update, dict) or not isinstance(update.get("replacement"), str):
+                continue
+            pattern = text_of(update.get("pattern"))
+            if pattern.strip() in _WHOLE and self.last is not None:
+                shown = self.write(self.last, "", "", update["replacement"])
+            else:
+                literal = _literal(pattern)
+                shown = self.change(None, literal or "", update["replacement"],
+                                    bool(update.get("multiple")))
+        return shown
+
+
+def document_block(title: str, language: str, text: str) -> str:
+    """``text`` in a fence longer than any run of backticks in it, ``title`` above it."""
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    language = "".join(c for c in language if c.isalnum() or c in "+#.-_")[:30]
+    head = f"**{' '.join(title.split())}**\n\n" if title.strip() else ""
+    return f"{head}{fence}{language}\n{text.rstrip()}\n{fence}"
+
+
+def text_of(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+_ESCAPES = {"n": "\n", "t": "\t"}
+
+
+def _literal(pattern: str) -> str | None:
+    """The text a regular expression matches when it is plain text (escaped punctuation
+    allowed), else None: a canvas update's pattern is applied only so, never run (a
+    hostile one could take hours)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            following = pattern[i + 1:i + 2]
+            if following in _ESCAPES:
+                out.append(_ESCAPES[following])
+            elif not following or following.isalnum():
+                return None  # \d, \b, \1: no plain text
+            else:
+                out.append(following)
+            i += 2
+            continue
+        if char in ".^$*+?{}[]|()":
+            return None
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+#: a ChatGPT marker: \ue200kind\ue202what\ue201 (a citation, an entity, a file's citation)
+_MARKER = re.compile("[ ]?\ue200([^\ue200\ue201\ue202]*)\ue202([^\ue200\ue201]*)\ue201")
+
+
+def without_markers(text: str, references: Any) -> str:
+    """ChatGPT's reply text without its private markers: a citation becomes its
+    reference's link text (``metadata.content_references``' ``alt``, else its first
+    URL) or nothing, an entity its name; the highlight marks around cited text go."""
+    if "\ue200" not in text and "\ue203" not in text:
+        return text
+    cited: dict[str, str] = {}
+    for ref in references if isinstance(references, list) else []:
+        if isinstance(ref, dict) and isinstance(ref.get("matched_text"), str):
+            items = ref.get("items") if isinstance(ref.get("items"), list) else []
+            urls = [i["url"] for i in items if isinstance(i, dict) and isinstance(i.get("url"), str)]
+            alt = ref.get("alt")
+            cited[ref["matched_text"]] = alt.strip() if isinstance(alt, str) and alt.strip() \
+                else (f"({urls[0]})" if urls else "")
+
+    def said(match: re.Match[str]) -> str:
+        space = " " if match.group(0).startswith(" ") else ""
+        marker = match.group(0)[len(space):]
+        if cited.get(marker):
+            return f" {cited[marker]}"
+        if match.group(1) == "entity":
+            try:
+                parts = json.loads(match.group(2))
+                return space + parts[1] if isinstance(parts, list) and isinstance(parts[1], str) \
+                    else ""
+            except (ValueError, RecursionError, IndexError):
+                return ""
+        return ""
+
+    return re.sub("[\ue200-\ue206]", "", _MARKER.sub(said, text))

@@ -66,8 +66,20 @@ class ImportControl(QObject):
             self.app_state.show_message(" ".join([said, *report[1:], *where]), 10_000)
 
         def failed(exc: BaseException) -> None:
-            self.app_state.show_message(f"Nothing was imported from {name}.", 6000)
-            warn(self.parent_widget, "Import failed", "Nothing was imported.\n\n" + failure(exc))
+            from iris_desktop.core.foreign import PartlyImported
+
+            if not isinstance(exc, PartlyImported):
+                self.app_state.show_message(f"Nothing was imported from {name}.", 6000)
+                warn(self.parent_widget, "Import failed", "Nothing was imported.\n\n" + failure(exc))
+                return
+            self.refresh()  # the chats stored before it failed are in the list
+            for thread_id in exc.imported.ids:
+                self.app_state.messages_saved(thread_id)
+            stored = len(exc.imported.ids)
+            self.app_state.show_message(f"Importing {name} failed after storing {stored:,} "
+                                        f"chat{'' if stored == 1 else 's'}; they are in the chat "
+                                        "list.", 10_000)
+            warn(self.parent_widget, "Import failed", failure(exc) + ".")
 
         self.thread_jobs().run(job, done, failed)
 
