@@ -372,8 +372,9 @@ def compact(args, overrides) -> int:
         # went on for minutes, a traceback from llama.cpp's callback printed meanwhile)
         cancel = threading.Event()
         shown = _ChatPrinter(args.json)  # the summary's progress on a terminal, as chat shows it
-        if sys.stderr.isatty() and not args.no_model:
-            say("Summarizing the earlier turns (Ctrl+C: use the quick extractive summary now)…",
+        if not args.no_model:  # (a log or a pipe gets the line too: minutes pass silently)
+            say("Summarizing the earlier turns"
+                + (" (Ctrl+C: use the quick extractive summary now)…" if sys.stderr.isatty() else "…"),
                 file=sys.stderr)
         with _cancel_on_interrupt(cancel):
             for reported in host.compact(args.thread, cancel, progress=shown.on_progress):

@@ -429,8 +429,9 @@ class Compactor:
         if plan.cap < MIN_SUMMARY_TOKENS:
             budget = math.floor(self.params.window * self.params.token_budget_ratio)
             raise CompactionFailed(
-                f"no room for a summary: the kept tail needs {tail:,} of the {budget:,}-token "
-                f"budget after the system prompt ({plan.fixed:,})")
+                f"no room for a summary: the kept tail needs {tail:,} of the "
+                f"{budget - plan.fixed:,} tokens the {budget:,}-token budget leaves after the "
+                f"system prompt and tools ({plan.fixed:,})")
         return plan
 
     def _fit_tail(self, plan: _Plan, metas: list[MessageMeta], task: MessageMeta | None) -> int:
