@@ -100,7 +100,7 @@ class Setting:
                 return "a list of folders, each an absolute path or one starting with ~"
             return "a list of strings"
         if self.kind == "path":
-            return f"'{BUNDLED}' or a path to a file"
+            return f"'{BUNDLED}' or a file's full path (absolute, or starting with ~)"
         if self.kind == "url":
             return "empty, or an http:// or https:// address such as http://127.0.0.1:8080/v1"
         return f"text of at most {MAX_TEXT_CHARS:,} characters"
@@ -161,6 +161,11 @@ class Setting:
                 raise SettingsError(bad)
             if self.kind == "path" and not value.strip():
                 raise SettingsError(bad)
+            if self.kind == "path" and value != BUNDLED and not _absolute(os.path.expanduser(value)):
+                # it would be the file of the folder Iris was started from (Preferences refused it)
+                named = value if len(value) <= 80 else value[:80] + "…"
+                raise SettingsError(f"{self.key}: {named} is not a full path; give the file's full "
+                                    f"path (absolute, or starting with ~), or '{BUNDLED}'")
             if len(value) > MAX_TEXT_CHARS:  # the settings file holds at most MAX_CONFIG_BYTES
                 raise SettingsError(f"{self.key}: {len(value):,} characters is too long: expected "
                                     f"{self.describe_allowed()}")
@@ -621,11 +626,27 @@ def lookup(key: str) -> Setting:
             new = RENAMED[key][0]
             raise SettingsError(f"{key} is now {new} ({SETTINGS[new].describe_allowed()}); "
                                 f"use {new}") from None
-        folded = key.strip().lower().replace("-", "_")
-        close = [k for k in SETTINGS if k == folded or k.replace(".", "_") == folded
-                 or k.split(".")[-1] == folded.split(".")[-1]]
-        hint = f"; did you mean {close[0]}?" if close else ""
+        near = _near_key(key)
+        hint = f"; did you mean {near}?" if near else ""
         raise SettingsError(f"unknown setting {_shown(key)}{hint} (see 'iris-desktop config list')") from None
+
+
+def _near_key(key: str) -> str | None:
+    """The setting ``key`` was probably meant to be: the same in another case or with
+    underscores, the same last part, or a typo of one (context.windw), as the
+    environment's names are suggested."""
+    import difflib
+
+    folded = key.strip().lower().replace("-", "_")
+    close = [k for k in SETTINGS if k == folded or k.replace(".", "_") == folded
+             or k.split(".")[-1] == folded.split(".")[-1]]
+    close = close or difflib.get_close_matches(folded, list(SETTINGS), n=1, cutoff=0.85)
+    return close[0] if close else None
+
+
+#: how a problem ends for a key of the settings file that this Iris has not (a newer
+#: Iris's): the window logs it rather than ask the user on every start
+NOT_KNOWN = "is not known to this version of Iris; ignored"
 
 
 SOURCES = ("default", "file", "env", "cli")
@@ -878,6 +899,11 @@ def load_settings(
         for key, value in raw.items():
             if key in RENAMED:
                 continue
+            if key not in SETTINGS:  # a newer Iris's key (or a typo): it has no default
+                near = _near_key(key)
+                settings.problems.append(f"{config_path}: {key} {NOT_KNOWN}"
+                                         + (f" (did you mean {near}?)" if near else ""))
+                continue
             try:
                 settings.values[key] = lookup(key).parse(value)
                 settings.sources[key] = "file"
@@ -889,8 +915,10 @@ def load_settings(
             try:
                 settings.values[key] = setting.parse(env[setting.env_var])
                 settings.sources[key] = "env"
-            except SettingsError as exc:
-                settings.problems.append(f"environment {setting.env_var}: {exc}; ignored")
+            except SettingsError as exc:  # the layer below is used: the file's value or the default
+                below = "the settings file's value" if settings.sources[key] == "file" else "the default"
+                settings.problems.append(f"environment {setting.env_var}: {exc}; ignored, {below} "
+                                         "is used")
     _read_renamed(settings, {old: env[_env_name(old)] for old in RENAMED if _env_name(old) in env},
                   "env", "environment ")
     for name, instead in FOREIGN_ENV.items():

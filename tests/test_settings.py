@@ -268,3 +268,117 @@ def test_a_restored_default_is_planned_as_the_default_the_file_will_then_hold():
     candidate, errors = parse_fields(base, {"model.n_ctx": "8192", "model.top_k": "20"})
     assert not errors
     assert candidate.source("model.n_ctx") == "default" and candidate.source("model.top_k") == "file"
+
+
+# -- an audit of the settings' faces (session 57) ------------------------------------------
+
+
+def test_config_reset_says_when_the_environment_still_wins(capsys, monkeypatch, tmp_path):
+    """Before: with IRIS_CONTEXT_WINDOW=2048 set, `config reset context.window` printed
+    "= auto (the default…)" and nothing else, and `config get` then gave 2048; a full
+    reset said every setting was at its default. Now both warn as `config set` does."""
+    from iris_desktop.cli import main
+
+    data = ["--data-dir", str(tmp_path)]
+    assert main([*data, "config", "set", "context.window", "4096"]) == 0
+    monkeypatch.setenv("IRIS_CONTEXT_WINDOW", "2048")
+    capsys.readouterr()
+    assert main([*data, "config", "reset", "context.window"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("context.window = auto")
+    assert ("IRIS_CONTEXT_WINDOW is set in this environment and wins over the settings file; "
+            "unset it for the default to apply") in err
+    monkeypatch.setenv("IRIS_MODEL_TOP_K", "3")
+    assert main([*data, "config", "reset"]) == 0
+    err = capsys.readouterr().err
+    assert "IRIS_CONTEXT_WINDOW, IRIS_MODEL_TOP_K are set in this environment and win" in err
+    monkeypatch.delenv("IRIS_CONTEXT_WINDOW")
+    monkeypatch.delenv("IRIS_MODEL_TOP_K")
+    assert main([*data, "config", "reset", "context.window"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("where", ["parse", "file", "env"])
+def test_a_relative_model_path_is_refused_as_preferences_refuse_it(tmp_path, where):
+    """Before: `config set model.path mymodel.gguf`, the file and IRIS_MODEL_PATH took a
+    relative path (the file of whatever folder Iris was started from) that Preferences
+    refuses. 'bundled', an absolute path and one from ~ are taken."""
+    setting = SETTINGS["model.path"]
+    for good in ("bundled", "/models/x.gguf", "~/models/x.gguf", "C:\\models\\x.gguf"):
+        assert setting.parse(good) == good
+    said = "model.path: mymodel.gguf is not a full path"
+    if where == "parse":
+        with pytest.raises(SettingsError, match=said):
+            write_config_value(tmp_path / "config.toml", "model.path", "mymodel.gguf")
+        assert not (tmp_path / "config.toml").exists()
+        return
+    config = tmp_path / "config.toml"
+    config.write_text('[model]\npath = "mymodel.gguf"\n' if where == "file" else "")
+    s = load_settings(config, {"IRIS_MODEL_PATH": "mymodel.gguf"} if where == "env" else {})
+    assert s["model.path"] == "bundled"
+    assert any(said in p for p in s.problems), s.problems
+
+
+def test_a_typo_in_a_key_is_suggested_as_for_the_environment():
+    """Before: `config set context.windw 4096` and `--set context.windw=1` said "unknown
+    setting" with no suggestion, while IRIS_CONTEXT_WINDW got "did you mean"."""
+    with pytest.raises(SettingsError, match="unknown setting 'context.windw'; did you mean context.window\\?"):
+        S.lookup("context.windw")
+    with pytest.raises(SettingsError, match="did you mean model.temperature\\?"):
+        S.parse_assignments(["model.temprature=0.5"])
+    with pytest.raises(SettingsError) as err:
+        S.lookup("context.future_knob")
+    assert "did you mean" not in str(err.value)
+
+
+def test_each_problem_says_its_own_outcome(tmp_path):
+    """Before: a key of a newer Iris was "unknown setting …; using the default" (it has
+    none), and a bad variable was "ignored" though the file's value is what is used."""
+    config = tmp_path / "config.toml"
+    config.write_text("[context]\ntoken_budget_ratio = 0.5\nfuture_knob = 1\nwindw = 3\n"
+                      "[model]\nn_gpu_layers = 0\n")
+    s = load_settings(config, {"IRIS_CONTEXT_TOKEN_BUDGET_RATIO": "abc",
+                               "IRIS_MODEL_TOP_K": "lots"})
+    text = "\n".join(s.problems)
+    assert s["context.token_budget_ratio"] == 0.5 and s["model.gpu"] == "off"
+    assert f"{config}: context.future_knob is not known to this version of Iris; ignored\n" in text + "\n"
+    assert "context.windw is not known to this version of Iris; ignored (did you mean context.window?)" in text
+    assert "IRIS_CONTEXT_TOKEN_BUDGET_RATIO: context.token_budget_ratio: invalid value 'abc': " \
+           "expected a number from 0.1 to 0.95; ignored, the settings file's value is used" in text
+    assert "IRIS_MODEL_TOP_K" in text and "ignored, the default is used" in text
+    assert "model.n_gpu_layers = 0 is read as model.gpu = off" in text
+    assert "default" not in [p for p in s.problems if "n_gpu_layers" in p][0]
+
+
+def test_the_start_box_says_no_default_that_is_not_used(monkeypatch, tmp_path, qapp):
+    """Before: the start-up box said "settings not used … Iris uses the defaults for
+    these" of an older key that is used (n_gpu_layers = 0 as model.gpu = off) and of a bad
+    variable whose file value is used; a newer Iris's key opened the box on every start.
+    Now each problem says its own outcome, and a newer Iris's key is only logged (and said
+    in the status bar)."""
+    pytest.importorskip("PySide6")
+    from support.windows import run_gui_recording
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "config.toml").write_text("[context]\ntoken_budget_ratio = 0.5\n[model]\n"
+                                      "n_gpu_layers = 0\nq8_weights = false\n")
+    monkeypatch.setenv("IRIS_CONTEXT_TOKEN_BUDGET_RATIO", "abc")
+    shown = run_gui_recording(monkeypatch, data)
+    assert shown[0][0] == "warning" and shown[1:] == [("window", "")], shown
+    assert "Iris uses the defaults for these" not in shown[0][1]
+    assert "is read as model.gpu = off" in shown[0][1]
+    assert "ignored, the settings file's value is used" in shown[0][1]
+    monkeypatch.delenv("IRIS_CONTEXT_TOKEN_BUDGET_RATIO")
+    (data / "config.toml").write_text("[context]\nfuture_knob = 1\n")
+    assert run_gui_recording(monkeypatch, data) == [("window", "")]  # no box on every start
+    import logging
+    from types import SimpleNamespace
+
+    from iris_desktop.ui.app import _tell_settings
+
+    host = SimpleNamespace(settings=load_settings(data / "config.toml", {}),
+                           paths=SimpleNamespace(config_path=data / "config.toml"))
+    assert _tell_settings(host, logging.getLogger("test")) == (
+        "The settings file has context.future_knob, not known to this version of Iris; "
+        "ignored (see the log)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import signal
 import sys
@@ -294,8 +295,9 @@ def chat(args, overrides) -> int:
     files = _attachments(args)
     if message is not None and not message.strip() and not files:
         raise CliError("the message is empty; nothing was sent or stored")
-    if args.model:
-        overrides = {**overrides, "model.path": args.model}
+    if args.model:  # a file named on the command line is where the user stands
+        path = args.model if args.model == "bundled" else os.path.abspath(os.path.expanduser(args.model))
+        overrides = {**overrides, "model.path": path}
     with open_host(args, overrides) as host:
         if args.thread is not None:  # (before the model loads: a mistake is said at once)
             _thread(host, args.thread)

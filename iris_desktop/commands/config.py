@@ -33,9 +33,7 @@ def config(args, overrides) -> int:
     if args.action == "set":
         value = write_config_value(config_path, args.key, args.value)
         print(f"{args.key} = {show_untrusted(lookup(args.key).to_text(value))}  ({config_path})")
-        if lookup(args.key).env_var in os.environ:  # saved, but not what is in force here
-            say(f"iris-desktop: warning: {lookup(args.key).env_var} is set in this environment "
-                "and wins over the settings file; unset it for this value to apply", file=sys.stderr)
+        _warn_env([lookup(args.key).env_var], "this value")  # saved, but not what is in force here
         return EXIT_OK
     if args.action == "reset":
         if args.key:
@@ -47,6 +45,9 @@ def config(args, overrides) -> int:
                   f"(the default; removed from {config_path})")
         else:
             print(f"every setting is at its default  (removed from {config_path})")
+        # the file holds the default now; a variable still wins over it (it was not said)
+        _warn_env([lookup(args.key).env_var] if args.key else [s.env_var for s in SETTINGS.values()],
+                  "the default")
         return EXIT_OK
     settings = load_settings(config_path, cli=overrides)
     for problem in settings.problems:
@@ -67,3 +68,14 @@ def config(args, overrides) -> int:
         value = show_untrusted(lookup(row["key"]).to_text(row["value"]))
         print(f"{row['key']:<30} {value:<24} [{row['source']}]")
     return EXIT_OK
+
+
+def _warn_env(names: list[str], what: str) -> None:
+    """A warning for each of the variables ``names`` that is set here: it wins over the
+    settings file, so ``what`` was written there but is not in force."""
+    set_here = [name for name in names if name in os.environ]
+    if set_here:
+        verb = "is" if len(set_here) == 1 else "are"
+        say(f"iris-desktop: warning: {', '.join(set_here)} {verb} set in this environment "
+            f"and {'wins' if len(set_here) == 1 else 'win'} over the settings file; unset "
+            f"{'it' if len(set_here) == 1 else 'them'} for {what} to apply", file=sys.stderr)

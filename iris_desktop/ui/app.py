@@ -82,6 +82,31 @@ def _tell_recovery(host: Any, log: logging.Logger) -> None:
         acknowledge(db, pending, app=True)
 
 
+def _tell_settings(host: Any, log: logging.Logger) -> str | None:
+    """The settings' problems, in a message box before the window, each with its own
+    outcome (the box said "Iris uses the defaults for these" of an older key that is
+    used, and of a bad variable whose file value is). A key of a newer Iris is only
+    logged: a box on every start would be too much. Returns what the status bar says of
+    those."""
+    from iris_desktop.settings import NOT_KNOWN
+
+    problems = host.settings.problems
+    for problem in problems:
+        log.warning("settings: %s", problem)
+    unknown = [p for p in problems if NOT_KNOWN in p]
+    shown = [p for p in problems if p not in unknown]
+    if shown:  # said, as the CLI says them (they were only in the log)
+        every = all(p.endswith("using the default") for p in shown)  # only when true
+        QMessageBox.warning(None, "Iris Desktop: settings to check", "\n\n".join(
+            [*shown, ("Iris uses the defaults for these. " if every else "") + "Fix them in "
+             f"Edit ▸ Preferences, or in {host.paths.config_path}."]))
+    if not unknown:
+        return None
+    keys = [p[:p.index(f" {NOT_KNOWN}")].rsplit(": ", 1)[-1] for p in unknown]
+    return (f"The settings file has {', '.join(keys)}, not known to this version of Iris; "
+            "ignored (see the log)")
+
+
 def _quit_on_interrupt(window: Any) -> tuple[Any, QTimer]:
     """Ctrl+C in the terminal that started the window quits as File ▸ Quit does (it left a
     traceback and the window running). Python sees a signal only when it runs: a timer
@@ -116,15 +141,12 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
     setup_logging(host.paths.log_path)
     log = logging.getLogger("iris.ui")
     log.info("Iris Desktop %s starting; data dir %s", __version__, host.paths.data_dir)
-    for problem in host.settings.problems:
-        log.warning("settings: %s", problem)
-    if host.settings.problems:  # said, as the CLI says them (they were only in the log)
-        QMessageBox.warning(None, "Iris Desktop: settings not used", "\n\n".join(
-            [*host.settings.problems, f"Iris uses the defaults for these. Fix them in Edit ▸ "
-             f"Preferences, or in {host.paths.config_path}."]))
+    newer = _tell_settings(host, log)
     _tell_recovery(host, log)
     window = main_window(host)
     window.show()
+    if newer and getattr(window, "app_state", None) is not None:  # a passing word, no box
+        window.app_state.show_message(newer, 30_000)
     before, turn = _quit_on_interrupt(window)
     log.info("window shown (Ctrl+C in this terminal quits)")
     try:

@@ -13,7 +13,8 @@ State: a property, a setter and a signal; a setter emits only when the value cha
   the chat ``answering`` (None: a new chat not made yet; set with it, no signal);
 * ``planner``: the planner of the settings and the model (``plannerChanged(object)``);
 * ``settings``: the settings in force, a model being tried included (the host's follow
-  them); ``reload_settings()`` reads the config file again (``settingsChanged(object)``).
+  them); ``reload_settings()`` reads the config file again, ``follow_file()`` puts in force
+  what changed in it since (``settingsChanged(object)``).
 
 Events and requests, emitted on every call:
 
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from iris_desktop.settings import Settings, SettingsError
+from iris_desktop.settings import Settings, SettingsError, read_config_file
 
 if TYPE_CHECKING:
     from iris_desktop.core.planner import Planner
@@ -68,6 +69,9 @@ class AppState(QObject):
         super().__init__(parent)
         self._settings = settings
         self._reload = reload
+        #: the settings as last read from the file (``follow_file`` puts in force what
+        #: changed there since, not what was chosen for this run meanwhile)
+        self._read = settings
         self._thread_id: int | None = None
         self._model_state = "none"
         self._loaded: LoadedModel | None = None
@@ -143,8 +147,33 @@ class AppState(QObject):
         fresh = self._reload()
         if fresh.file_unreadable is not None and self._settings.file_unreadable is None:
             raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
+        self._read = fresh
         self.set_settings(fresh)
         return self._settings
+
+    def follow_file(self) -> tuple[list[str], list[str]]:
+        """The settings file changed (:class:`~.config_watch.ConfigWatch`): the keys whose
+        value there changed since it was last read go into force; the others keep the
+        value in force (a model being tried keeps its own). A key the file now holds a bad
+        value for keeps the value in force too (an editor saves as it is typed). Returns
+        those keys and the problems not met before. Raises SettingsError for a file that
+        cannot be used at all: every setting in force stays."""
+        before, fresh = self._read, self._reload()
+        if fresh.file_unreadable is not None:
+            raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
+        raw = read_config_file(fresh.config_path)[0] if fresh.config_path is not None else {}
+        self._read = fresh
+        keys = [k for k, value in fresh.values.items()
+                if (value, fresh.sources[k]) != (before.values.get(k), before.sources.get(k))
+                and not (k in raw and fresh.sources[k] == "default")]  # a bad value: kept
+        if keys:
+            now = self._settings
+            self.set_settings(Settings({**now.values, **{k: fresh.values[k] for k in keys}},
+                                       {**now.sources, **{k: fresh.sources[k] for k in keys}},
+                                       list(fresh.problems), now.config_path))
+        kept = "; the value in force is kept"  # not the default, as at a start
+        return keys, [p.removesuffix("; using the default") + kept if p.endswith("; using the default")
+                      else p for p in fresh.problems if p not in before.problems]
 
     # -- events and requests --
 

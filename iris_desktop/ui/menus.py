@@ -28,6 +28,7 @@ from iris_desktop import __version__
 from iris_desktop.paths import AppPaths
 from iris_desktop.settings import SETTINGS, Settings
 from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.config_watch import ConfigWatch
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.settings_dialog import SettingsDialog
 from iris_desktop.ui.shortcuts import ShortcutsDialog
@@ -59,6 +60,9 @@ class Menus(QObject):
         self.path_box: QMessageBox | None = None
         self.bar = bar
         self._build(bar)
+        # `config set` in a terminal, an editor: the window follows the settings file
+        self.config_watch = ConfigWatch(app_state, paths.config_path, self)
+        self.config_watch.followed.connect(self.file_followed)
 
     def _action(self, menu, text: str, slot=None, shortcut=None, name: str | None = None) -> QAction:
         action = QAction(text, self.parent_widget)
@@ -141,7 +145,7 @@ class Menus(QObject):
             self.app_state.show_message(f"The settings file could not be read again ({exc}); "
                                         "Preferences shows the settings in force", 10_000)
         dialog = SettingsDialog(settings, self.preview, self.parent_widget,
-                                limits=self.limits, gpu=gpu)
+                                limits=self.limits, gpu=gpu, reload=self.app_state.reload_settings)
         gpu.setParent(dialog)
         dialog.applied.connect(self.settings_applied)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -167,6 +171,24 @@ class Menus(QObject):
                                  else self.app_state.show_message(later, 30_000))
             self.reload_box = box
             box.open()
+
+    def file_followed(self, keys: list[str]) -> None:
+        """The settings file changed elsewhere and ``keys`` are in force: an open
+        Preferences shows them where the user has not edited, and a key the model reads
+        at loading is said to wait for Model ▸ Reload (never reloaded mid-reply)."""
+        dialog = self.settings_dialog
+        try:
+            if dialog is not None and dialog.isVisible():
+                dialog.rebase(self.app_state.settings)
+        except RuntimeError:  # closed, and deleted with it
+            self.settings_dialog = None
+        reload = [k for k in keys if SETTINGS[k].needs_reload]
+        now = [k for k in keys if k not in reload or self.app_state.model_state == "none"]
+        said = [f"in force: {', '.join(now)}"] if now else []
+        if len(now) < len(keys):
+            said.append(f"not in use yet: {', '.join(k for k in keys if k not in now)} (the model "
+                        "keeps its old values until Model ▸ Reload)")
+        self.app_state.show_message("The settings file changed; " + "; ".join(said), 15_000)
 
     # -- help --
 

@@ -69,12 +69,15 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         parent=None,
         limits: Callable[[Settings], dict[str, str]] | None = None,
         gpu: GpuFacts | None = None,
+        reload: Callable[[], Settings] | None = None,
     ):
         super().__init__(parent)
         self.setWindowTitle("Preferences")
         self.setObjectName("preferences")
         self.settings = settings
         self._preview = preview
+        #: reads the settings again after a save (the file may hold what others wrote)
+        self._reload = reload
         self._limits = limits
         #: the devices llama.cpp found and the plan, under model.gpu (None: not shown)
         self.gpu = gpu
@@ -327,10 +330,33 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
             return False
         self.settings, self.shown = candidate, self.raw_values(every=True)
         self.touched.clear()
-        self.validate()
+        try:  # what is in force now: `config set` elsewhere may have changed other keys
+            fresh = self._reload() if self._reload is not None else candidate
+        except Exception:  # saved; the file could not be read back: what was saved
+            fresh = candidate
+        self.rebase(fresh)
         if keys:
             self.applied.emit(keys)
         return True
+
+    def rebase(self, settings: Settings) -> None:
+        """``settings`` (read again after Apply, or the file changed elsewhere while open)
+        become what the dialog starts from: each field not edited since the last save shows
+        its value there, an edited one keeps what was typed, and the budget follows (after
+        Apply it still showed the values read at opening, on a window no longer in force)."""
+        before, touched = self.settings, set(self.touched)
+        self.settings = settings
+        for key, field in self.fields.items():
+            if (field.locked or key in touched or field.raw() != self.shown.get(key)
+                    or settings.values[key] == before.values.get(key)):
+                continue
+            field.set_value(settings.values[key])
+            self.shown[key] = field.raw()
+        self.touched = touched  # setting the editors is no edit of the user's
+        self.validate()
+        self.show_devices()
+        self._debounce.stop()
+        self._request_preview()
 
     def accept(self) -> None:
         if self.apply():

@@ -1,0 +1,102 @@
+"""The window follows the settings file: ``config set`` in a terminal, or an editor's save,
+is in force in a running window (a new budget ratio or theme waited until Preferences
+was opened, though the help says "Applies at once").
+
+The file and its folder are watched: an editor, and Iris's own writes, replace the file
+with a new one (the old one's watch then ends). Changes are read once they pause
+(``DELAY_MS``), so an editor that saves as it is typed is read once, not per keystroke,
+and a file that cannot be read mid-write keeps the settings in force and is said once
+in the status bar, never in a box."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
+
+from iris_desktop.ui.app_state import AppState
+
+log = logging.getLogger("iris.ui")
+
+#: how long the file must stay unchanged before it is read
+DELAY_MS = 400
+#: the longest a read waits for the folder to rest
+MAX_WAIT_S = 2.0
+
+
+class ConfigWatch(QObject):
+    """Reads ``path`` again when it changes and puts what changed there in force
+    (``AppState.follow_file``); ``followed(keys)`` says which keys, when any."""
+
+    followed = Signal(object)  # list[str]
+
+    def __init__(self, app_state: AppState, path: Path, parent: QObject | None = None):
+        super().__init__(parent)
+        self.app_state = app_state
+        self.path = Path(path)
+        self.watcher = QFileSystemWatcher(self)
+        self.watcher.fileChanged.connect(self._changed)
+        self.watcher.directoryChanged.connect(self._changed)
+        self.timer = QTimer(self, singleShot=True, interval=DELAY_MS)
+        self.timer.timeout.connect(self.follow)
+        self._seen = self._stamp()
+        #: what the status bar said last, so that it is said once
+        self._said: str | None = None
+        self._since = 0.0  # when the changes now waited on began
+        self._watch()
+
+    def _watch(self) -> None:
+        """Watch the folder, and the file when there is one (again after a replace)."""
+        for path in (self.path.parent, self.path):
+            name = str(path)
+            if name not in self.watcher.files() + self.watcher.directories() and path.exists():
+                self.watcher.addPath(name)
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        """The file's identity, time and size: any other file of the folder (the
+        database's journal, the window's state) changes nothing of it."""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
+    def _changed(self, _path: str = "") -> None:
+        self._watch()
+        now = time.monotonic()
+        if not self.timer.isActive():
+            self._since = now
+        if now - self._since < MAX_WAIT_S:  # again: read once the writes pause, but a
+            self.timer.start()  # folder that never rests (the database's journal) waits no more
+
+    def follow(self) -> list[str]:
+        """Read the file if it changed since last seen; the keys put in force."""
+        self._watch()
+        stamp = self._stamp()
+        if stamp == self._seen:
+            return []
+        self._seen = stamp
+        try:
+            keys, problems = self.app_state.follow_file()
+        except Exception as exc:  # mid-write, broken by hand: the settings in force stay
+            log.warning("settings: %s", exc)
+            self._say(f"The settings file changed: {exc}")
+            return []
+        if keys:
+            log.info("settings file changed: %s", ", ".join(keys))
+            self.followed.emit(keys)
+        for problem in problems:
+            log.warning("settings: %s", problem)
+        if problems:  # after what is in force: a problem is what the status bar keeps
+            self._say("The settings file changed: " + "; ".join(problems))
+        else:
+            self._said = None
+        return keys
+
+    def _say(self, text: str) -> None:
+        if text != self._said:
+            self._said = text
+            self.app_state.show_message(text, 15_000)
