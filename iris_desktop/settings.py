@@ -1100,7 +1100,8 @@ def _read_document(path: Path) -> tomlkit.TOMLDocument:
 
 def reset_config(path: Path, key: str | None = None) -> None:
     if key is not None:
-        write_config_value(path, key, None)
+        if os.path.lexists(path):  # (none there: nothing to remove, none is made)
+            write_config_value(path, key, None)
         return
     path = Path(os.path.realpath(path))
     try:

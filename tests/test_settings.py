@@ -382,3 +382,20 @@ def test_the_start_box_says_no_default_that_is_not_used(monkeypatch, tmp_path, q
     assert _tell_settings(host, logging.getLogger("test")) == (
         "The settings file has context.future_knob, not known to this version of Iris; "
         "ignored (see the log)")
+
+
+def test_config_reset_without_a_settings_file_says_so_and_makes_none(capsys, tmp_path):
+    """Before: `config reset` on a fresh data folder said "(removed from …/config.toml)" of
+    a file that never existed, and `config reset KEY` wrote an empty one."""
+    from iris_desktop.cli import main
+
+    data = ["--data-dir", str(tmp_path / "fresh")]
+    assert main([*data, "config", "reset"]) == 0
+    assert "(there is no settings file; " in capsys.readouterr().out
+    assert main([*data, "config", "reset", "context.window"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("context.window = auto  (the default; there is no settings file; ")
+    assert not (tmp_path / "fresh" / "config.toml").exists()
+    assert main([*data, "config", "set", "context.window", "4096"]) == 0
+    assert main([*data, "config", "reset", "context.window"]) == 0
+    assert "(the default; removed from " in capsys.readouterr().out

@@ -38,13 +38,16 @@ def config(args, overrides) -> int:
     if args.action == "reset":
         if args.key:
             lookup(args.key)
+        had_file = os.path.lexists(config_path)
         reset_config(config_path, args.key)
+        # where it was removed from; no file was there to remove it from (it said "removed")
+        where = f"removed from {config_path}" if had_file else f"there is no settings file; {config_path}"
         if args.key:
             setting = lookup(args.key)
             print(f"{setting.key} = {show_untrusted(setting.to_text(setting.default))}  "
-                  f"(the default; removed from {config_path})")
+                  f"(the default; {where})")
         else:
-            print(f"every setting is at its default  (removed from {config_path})")
+            print(f"every setting is at its default  ({where})")
         # the file holds the default now; a variable still wins over it (it was not said)
         _warn_env([lookup(args.key).env_var] if args.key else [s.env_var for s in SETTINGS.values()],
                   "the default")
