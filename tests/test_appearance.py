@@ -552,9 +552,16 @@ def test_an_invalid_value_says_where_it_is_and_to_a_screen_reader(make_window, q
     for key in keys:
         described = {c.accessibleDescription() for c in keyboard_controls(dialog.fields[key].editor)}
         assert described == {dialog.errors[key]}
+    # no figure of the last valid window stands beside the marked values (the ratio's line
+    # still said "= 5,734 of 8,192 tokens", the dialog's meter the old budget)
+    meaning = dialog.fields["context.token_budget_ratio"].editor.meaning
+    assert meaning.text() == "= – tokens until the marked values are fixed"
+    assert dialog.meter.breakdown is None
     dialog.fields["model.n_ctx"].editor.set_value(8192)  # fixed: the marks go
     qtbot.waitUntil(dialog.ok_button.isEnabled, timeout=5_000)
     assert not any(dialog.tabs.tabText(i).endswith(" ⚠") for i in range(dialog.tabs.count()))
+    qtbot.waitUntil(lambda: meaning.text() == "= 5,734 of 8,192 tokens", timeout=5_000)
+    assert dialog.meter.breakdown is not None
     dialog.reject()
 
 

@@ -295,6 +295,9 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         if self.errors:
             pages = {self.tabs.tabText(self.sections.index(SETTINGS[k].section)) for k in self.errors}
             self.breakdown.setText(f"Fix the marked values to see the budget ({', '.join(sorted(pages))}).")
+            for field in self.fields.values():  # no figure of a window no longer asked for
+                field.editor.set_window(None, {})
+            self.meter.set_breakdown(None)
             return
         self._preview(self.candidate(), self.show_preview)
 

@@ -59,8 +59,9 @@ class Editor(QWidget):
     def set_invalid(self, invalid: bool) -> None:
         self.setStyleSheet(INVALID_STYLE if invalid else "")
 
-    def set_window(self, window: int, values: dict[str, Any]) -> None:
-        """The current window and candidate values (ratios show what they mean)."""
+    def set_window(self, window: int | None, values: dict[str, Any]) -> None:
+        """The current window and candidate values (ratios show what they mean); None
+        while a marked value leaves the budget unknown."""
 
 
 class IntEditor(Editor):
@@ -209,7 +210,10 @@ class RatioEditor(FloatEditor):
         super().set_value(value)
         self._typed(float(value))
 
-    def set_window(self, window: int, values: dict[str, Any]) -> None:
+    def set_window(self, window: int | None, values: dict[str, Any]) -> None:
+        if window is None:  # (it showed the figures of the last valid window)
+            self.meaning.setText("= – tokens until the marked values are fixed")
+            return
         values = {**values, self.setting.key: self.spin.value()}
         self.meaning.setText(ratio_meaning(self.setting.key, values, window))
 
