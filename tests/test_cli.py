@@ -425,6 +425,29 @@ def test_the_default_model_answers_offline(capsys, tmp_path, model_path):
     assert context["chat_format"] == "jinja" and context["counter"].startswith("model:")
 
 
+def test_a_new_chat_whose_message_is_refused_is_not_left_behind(capsys, tmp_path, model_path):
+    """Before (an audit, the bundled model, window 512): a ~346-token message passed the
+    first check (window × ratio, 358), was stored in a new chat, then refused with another
+    limit (333); and each refused `chat --new` left an empty "New chat" behind. Now the
+    message is refused before it is stored, with the limit `context` gives, and the chat
+    made for it goes too."""
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    for name in (model_path.name, model_path.name + ".verified"):
+        (data / "models" / name).symlink_to(model_path.parent / name)
+    base = ("--data-dir", str(data), "--set", "context.window=512", "--set", "model.max_tokens=4")
+    code, out, err = run(capsys, *base, "chat", "--new", "word " * 340)
+    assert code == 3 and "Not sent: the newest turn alone is " in err, err
+    assert "the window allows 333 (window 512 × ratio 0.7 − system " in err
+    assert "[thread" not in err
+    code, out, err = run(capsys, *base, "threads", "--json")
+    assert code == 0 and json.loads(out) == []
+    code, out, err = run(capsys, *base, "chat", "--new", "--json", "Hi")
+    assert code == 0, err
+    code, out, err = run(capsys, *base, "threads", "--json")
+    assert [t["messages"] for t in json.loads(out)] == [2]
+
+
 def test_a_window_or_n_ctx_the_model_cannot_hold_is_refused_with_both_numbers(capsys, tmp_path,
                                                                               model_path):
     data = str(tmp_path / "data")

@@ -337,6 +337,11 @@ def chat(args, overrides) -> int:
                     dispatch(event, printer)
             finally:  # whatever stopped the loop, the turn ends here, before the host closes
                 turn.close()
+            made = printer.thread_id if args.thread is None else None
+            if (printer.code == EXIT_TOO_LARGE and made not in (None, -1)
+                    and not host.store.messages(made)):  # refused before it was stored: no
+                host.delete_thread(made)  # empty "New chat" is left behind for each try
+                printer.thread_id = None
         if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
             return printer.code
         stats = printer.stats
