@@ -236,6 +236,50 @@ def test_a_message_that_fits_alone_but_not_beside_the_system_prompt_is_refused_w
     assert fresh_store.messages(thread)[-1]["content"] == "Fine."
 
 
+def test_a_message_that_fits_once_compaction_shortens_the_summary_is_sent(fresh_store):
+    """Before (a review of the check above): in a compacted chat, a message larger than
+    the room beside today's summary was refused ("allows 2,481 … − summary 375"), though
+    compaction, due once it is stored, writes a shorter summary and makes room for it (it
+    was answered before the check). Now only a message that not even the shortest summary
+    leaves room for is refused, and the sentence says so."""
+    from iris_desktop.core.compaction import MIN_SUMMARY_TOKENS
+    from iris_desktop.core.config import CompactionSettings
+    from iris_desktop.core.events import CompactionFinished
+
+    from support.helpers import llm_json
+
+    thread = fresh_store.create_thread("t")
+    for n in range(40):
+        fresh_store.add_messages(thread, [
+            {"role": "user", "content": f"On {1 + n % 28} May I visited Lisbon with Maria and "
+                                        f"bought {n + 3} books. " + "u" * 300},
+            {"role": "assistant", "content": f"That sounds lovely, {n} books! " + "a" * 300}])
+    runtime = ScriptedRuntime([llm_json(words=400)] * 3 + ["Answer."] * 3, n_ctx=4096)
+    planner = Planner(ContextParams(window=4096, system_prompt="You are Iris."),
+                      runtime.counter(), runtime=runtime,
+                      compaction=CompactionSettings(summary_max_tokens=900))
+    agent = build_agent(planner, fresh_store)
+    list(agent.send(thread, "hello"))  # the first compaction
+    frame = planner.engine(fresh_store, recall=False).frame(thread)
+    assert frame.summary_tokens > MIN_SUMMARY_TOKENS + 200
+    counter = runtime.counter()
+    words = next(n for n in range(100, 4000, 10)
+                 if counter.count_message({"role": "user", "content": "word " * n})
+                 > frame.history_budget + 100)
+    events = list(agent.send(thread, "word " * words))
+    assert not [e for e in events if isinstance(e, TurnFailed)]
+    assert [e for e in events if isinstance(e, CompactionFinished)]  # it made the room
+    assert fresh_store.messages(thread)[-1]["content"] == "Answer."
+    room = frame.history_budget + frame.summary_tokens - MIN_SUMMARY_TOKENS
+    too_many = next(n for n in range(words, 8000, 10)
+                    if counter.count_message({"role": "user", "content": "word " * n}) > room + 400)
+    events = list(agent.send(thread, "word " * too_many))
+    failed = [e for e in events if isinstance(e, TurnFailed)]
+    assert failed and failed[0].kind == "too_large" and failed[0].message_id is None
+    assert "even beside the shortest summary compaction writes the window allows" in failed[0].text
+    assert f"− summary {MIN_SUMMARY_TOKENS})" in failed[0].text
+
+
 def test_full_turn_opens_no_network_connection(fresh_store, folder, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("network access attempted")

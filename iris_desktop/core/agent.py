@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from iris_desktop.core.attachments import Attachment, edited, shown, with_attachments
-from iris_desktop.core.compaction import Compactor
+from iris_desktop.core.compaction import MIN_SUMMARY_TOKENS, Compactor
 from iris_desktop.core.conversation import title_from
-from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException, certainly_too_large
+from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException, Frame, certainly_too_large
 from iris_desktop.core.events import (
     PromptProgress,
     RecallSearch,
@@ -224,8 +224,14 @@ class Agent:
             tools = self.planner.tool_prompt(True)
             frame = self.planner.engine(self.store, recall=False).frame(
                 thread_id, tools.text, tools.native_tokens)
-            if needed + FRAMING_MARGIN <= frame.history_budget:
+            # compaction (due once it is stored) can write a shorter summary: the room
+            # counts the shortest one it would write, not today's
+            shorter = (max(frame.summary_tokens - MIN_SUMMARY_TOKENS, 0)
+                       if self.compactor is not None else 0)
+            if needed + FRAMING_MARGIN <= frame.history_budget + shorter:
                 return None  # it fits whatever the template adds: no second build
+            if shorter:
+                return self._beyond_shortest_summary(needed, frame, shorter)
             # near the limit: the request's own build (without recall: its block only
             # fills room that is left) says whether it fits, and in its words
             self.planner.plan(self.store, thread_id, text, recall=False)
@@ -234,6 +240,21 @@ class Agent:
         except Exception:  # a counter that fails (a server's) fails the turn once stored
             log.warning("could not count the new message before storing it", exc_info=True)
         return None
+
+    def _beyond_shortest_summary(self, needed: int, frame: Frame, shorter: int
+                                 ) -> ConversationTooLargeException | None:
+        """A message near the room a shorter summary would leave: let compaction try (a
+        borderline one fails after it, in the planner's words), or say why not even the
+        shortest summary leaves it room."""
+        allowed = frame.history_budget + shorter
+        if needed <= allowed:
+            return None
+        p = self.planner.params
+        return ConversationTooLargeException(
+            f"the newest turn alone is {needed:,} tokens; even beside the shortest summary "
+            f"compaction writes the window allows {allowed:,} (window {p.window:,} × ratio "
+            f"{p.token_budget_ratio} − system {frame.system_tokens:,} − tools "
+            f"{frame.tool_tokens:,} − summary {MIN_SUMMARY_TOKENS})", needed, allowed)
 
     def regenerate(self, thread_id: int, cancel: Stop | None = None
                    ) -> Iterator[TurnEvent]:
