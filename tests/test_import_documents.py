@@ -363,3 +363,86 @@ def test_a_window_import_that_fails_midway_says_what_it_stored_and_lists_it(
     assert "Nothing was imported" not in warned[0] and "adds only the rest" in warned[0]
     assert shown[-1] == (f"Importing conversations.json failed after storing {stored} chats; "
                          "they are in the chat list.")
+
+
+# -- chats an earlier Iris imported -----------------------------------------------------------
+
+
+def stored_by_earlier_iris(chats: dict[str, list[tuple[str, str, object]]]) -> list[int]:
+    """Threads as the Iris before documents were kept stored its import of an export
+    (``title: [(role, content, source time)]``, the messages as its reader gave them:
+    documents and a reply that only wrote one left out, ChatGPT's markers kept)."""
+    from iris_desktop.core.conversation import import_messages
+    from iris_desktop.core.store import Store, iso_timestamp
+    from iris_desktop.paths import app_paths
+
+    path = app_paths().db_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with Store(path) as store:
+        return [import_messages(store, [{"role": role, "content": content,
+                                         "created_at": iso_timestamp(when)}
+                                        for role, content, when in messages], title)
+                for title, messages in chats.items()]
+
+
+def gpt_chat(title: str, current: str, *nodes: tuple) -> dict:
+    return {"title": title, "create_time": 1.7e9, "mapping": chain(*nodes), "current_node": current}
+
+
+def test_chats_an_earlier_iris_imported_are_known_when_a_newer_export_is_imported(capsys, tmp_path):
+    """Before: the readers now keep a Claude artifact and a ChatGPT canvas document in the
+    reply (a reply that only wrote one is a message of its own) and drop ChatGPT's
+    citation markers, so a chat the earlier Iris had imported (without the documents,
+    with the markers) was no longer "the same messages": importing a newer export, the
+    usual way to pick up new chats, stored every such chat a second time. Now a chat is
+    also known by its messages as that Iris read them; a chat that differs is still
+    imported, and a chat stored by this Iris is known as before."""
+    claude_time, when = "2025-03-01T10:00:00Z", lambda i: 1.7e9 + i
+    first = stored_by_earlier_iris({
+        "Fibonacci": [("user", "Write fib.", claude_time), ("assistant", "Here it is:", claude_time),
+                      ("user", "Start at one.", claude_time)],
+        "Cat essay": [("user", "Write an essay on why cats purr in canvas", when(1)),
+                      ("assistant", "I've written the essay in the canvas.", when(4))],
+        "Cat origins": [("user", "Where do cats come from?", when(1)),
+                        ("assistant", f"From the Near East.{MARK}", when(2))]})
+    (tmp_path / "claude").mkdir()
+    claude = write(tmp_path / "claude" / "conversations.json", [
+        claude_chat("c1", "Fibonacci", [
+            claude_message("u1", "human", [{"type": "text", "text": "Write fib."}], SENTINEL),
+            claude_message("a1", "assistant", [{"type": "text", "text": "Here it is:"},
+                                               artifact("create", content=FIB)], "u1"),
+            claude_message("u2", "human", [{"type": "text", "text": "Start at one."}], "a1"),
+            claude_message("a2", "assistant", [artifact("update", old_str="0, 1", new_str="1, 1")],
+                           "u2")]),  # a reply that only updated the artifact
+        claude_chat("c2", "Plain", [
+            claude_message("u", "human", [{"type": "text", "text": "Hi."}], SENTINEL),
+            claude_message("a", "assistant", [{"type": "text", "text": "Hello!"}], "u")])])
+    (tmp_path / "gpt").mkdir()
+    cited = {"content_references": [{"matched_text": MARK, "items": [{"url": "https://c.org"}]}]}
+    chatgpt = write(tmp_path / "gpt" / "conversations.json", [
+        gpt_chat("Cat essay", "a1",
+                 ("u1", "user", text("Write an essay on why cats purr in canvas"), "all", {}),
+                 ("c1", "assistant", canvas_call("canmore.create_textdoc", {
+                     "name": "why_cats_purr", "type": "document", "content": ESSAY}),
+                  "canmore.create_textdoc", {}),
+                 ("t1", "tool", text("Successfully created text document"), "all", {}),
+                 ("a1", "assistant", text("I've written the essay in the canvas."), "all", {})),
+        gpt_chat("Cat origins", "a", ("u", "user", text("Where do cats come from?"), "all", {}),
+                 ("a", "assistant", text(f"From the Near East.{MARK}"), "all", cited)),
+        gpt_chat("Cat origins", "a", ("u", "user", text("Where do cats come from?"), "all", {}),
+                 ("a", "assistant", text(f"From Egypt.{MARK}"), "all", cited))])  # another chat
+    ids, err = imported(capsys, claude)
+    assert len(ids) == 1 and err.splitlines()[:2] == [
+        "iris-desktop: imported 1 chat from a Claude export",
+        f"iris-desktop: 1 chat was imported before (thread {first[0]}) and was not imported "
+        "again; --again imports them anyway"]
+    more, err = imported(capsys, chatgpt)
+    assert len(more) == 1 and err.splitlines()[:2] == [
+        "iris-desktop: imported 1 chat from a ChatGPT export",
+        f"iris-desktop: 2 chats were imported before (thread {first[1]}, {first[2]}) and were "
+        "not imported again; --again imports them anyway"]
+    assert [m["content"] for m in exported(capsys, more[0])][1] == "From Egypt. (https://c.org)"
+    assert len(threads(capsys)) == 5
+    code, out, err = run(capsys, "import", chatgpt)  # once more: each known, either form
+    assert code == 0 and out == "" and err.startswith("iris-desktop: 3 chats were imported before")
+    assert len(threads(capsys)) == 5

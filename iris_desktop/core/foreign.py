@@ -55,13 +55,12 @@ from iris_desktop.core.conversation import (
 )
 from iris_desktop.core.export_zip import EXPORT_NAME, zipped_export
 from iris_desktop.core.foreign_claude import claude_chat
-from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat
+from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
 from iris_desktop.core.foreign_parts import hashable as _hashable
 from iris_desktop.core.foreign_parts import tree_messages as _tree
 from iris_desktop.core.foreign_parts import usable_title as _title
-from iris_desktop.core.foreign_parts import without_markers as _without_markers
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.import_twins import StoredThreads
 from iris_desktop.core.store import Store, explain, iso_timestamp
@@ -250,7 +249,7 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
                 started, chunk = time.monotonic(), []
                 while pending and time.monotonic() - started < CHUNK_S:
                     chat = pending.pop()
-                    twin = threads.holding(chat.messages)
+                    twin = threads.holding(chat.messages, chat.before)
                     if twin is not None:
                         known.append(twin)
                         continue
@@ -534,7 +533,8 @@ _IMAGE_PARTS = {"image_asset_pointer"}
 _TEXT_PARTS = {"audio_transcription"}
 
 
-def _chatgpt_chat(conversation: Any, tally: _Tally) -> Chat | None:
+@read_before  # (and as an earlier Iris read it: its imports are known)
+def _chatgpt_chat(conversation: Any, tally: _Tally, documents: Documents) -> Chat | None:
     if not isinstance(conversation, dict):
         raise ConversationFormatError("a conversation must be a JSON object")
     mapping = conversation.get("mapping")
@@ -547,7 +547,6 @@ def _chatgpt_chat(conversation: Any, tally: _Tally) -> Chat | None:
         raise ConversationFormatError("its 'mapping' must be an object of message nodes")
     nodes: dict[Hashable, Node] = {}
     steps = {key for key, node in mapping.items() if isinstance(node, dict) and _step(node)}
-    documents = Documents()
     for key, node in mapping.items():
         if not isinstance(node, dict):
             raise ConversationFormatError(f"node {key!r} of its 'mapping' is not an object")
@@ -604,7 +603,7 @@ def _chatgpt_message(message: Any, tally: _Tally, documents: Documents,
         tally.files += len(attachments) - pictures
     text = _chatgpt_text(content, kind, tally)
     if role == "assistant":
-        text = _without_markers(text, meta.get("content_references"))
+        text = documents.cited(text, meta.get("content_references"))
     if not text.strip():
         return None
     return _message(role, text, message.get("create_time"))

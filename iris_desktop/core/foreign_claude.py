@@ -18,6 +18,7 @@ from iris_desktop.core.foreign_parts import (
     SkippedChat,
     Tally,
     hashable,
+    read_before,
     text_of,
     tree_messages,
     usable_title,
@@ -28,11 +29,13 @@ from iris_desktop.core.store.rows import not_in_future
 from iris_desktop.tokens import Message
 
 
-def claude_chat(conversation: Any, tally: Tally) -> Chat | None:
+@read_before
+def claude_chat(conversation: Any, tally: Tally, documents: Documents) -> Chat | None:
     """A claude.ai data export's conversation: ``chat_messages`` with ``sender`` human or
     assistant, each a tree node by ``parent_message_uuid`` (edits and retries are
     branches; the first message's parent is a sentinel, no message), the branch of
-    ``current_leaf_message_uuid`` (else the last message) active."""
+    ``current_leaf_message_uuid`` (else the last message) active; with the messages as
+    an earlier Iris read them (:func:`~iris_desktop.core.foreign_parts.read_before`)."""
     if not isinstance(conversation, dict):
         raise ConversationFormatError("a conversation must be a JSON object")
     source = conversation.get("chat_messages")
@@ -41,7 +44,6 @@ def claude_chat(conversation: Any, tally: Tally) -> Chat | None:
     linked = any(isinstance(m, dict) and "parent_message_uuid" in m for m in source)
     nodes: dict[Hashable, Node] = {}
     key: Hashable | None = None
-    documents = Documents()
     for number, item in enumerate(source, start=1):
         if not isinstance(item, dict):
             raise ConversationFormatError(f"message {number} is not an object")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign_tree import MERGED_CHARS, Node, tree
 from iris_desktop.tokens import Message
 
@@ -21,6 +22,9 @@ class Chat(NamedTuple):
     system_prompt: str | None = None
     #: what was left out of this chat (None: nothing is counted for its format)
     tally: Tally | None = None
+    #: the messages as an earlier Iris read them, where they differ (:func:`read_before`):
+    #: a chat it imported is known by them (None: the same, or not read by that Iris)
+    before: list[Message] | None = None
 
 
 class SkippedChat(Exception):
@@ -118,15 +122,30 @@ class Documents:
     (:func:`document_block`), an update as the whole new version where it applies to the
     latest one, else as the changed part alone (so too past :data:`MERGED_CHARS` of text
     that updates added in one chat: a hostile chain of small updates to a large document
-    would copy it into every reply)."""
+    would copy it into every reply). Also a reply's text without ChatGPT's markers
+    (:meth:`cited`). ``before``: read as the Iris before it did either (every document
+    "", a canvas call's message dropped, markers kept: :func:`read_before`); ``touched``:
+    whether a document or a marker was met."""
 
-    def __init__(self) -> None:
+    def __init__(self, before: bool = False) -> None:
         self.latest: dict[str, tuple[str, str, str]] = {}  # id: (title, language, text)
         self.last: str | None = None  # the id written last (ChatGPT's canvas names none)
         self.room = MERGED_CHARS
+        self.before, self.touched = before, False
+
+    def cited(self, text: str, references: Any) -> str:
+        """A ChatGPT reply's ``text`` without its markers (:func:`without_markers`)."""
+        if self.before:
+            return text
+        plain = without_markers(text, references)
+        self.touched = self.touched or plain != text
+        return plain
 
     def write(self, key: str, title: str, language: str, text: str) -> str:
         """A new document, or a new version of one, written whole."""
+        self.touched = True
+        if self.before:
+            return ""
         old = self.latest.get(key)
         title = title or (old[0] if old else "")
         language = language or (old[1] if old else "")
@@ -137,6 +156,9 @@ class Documents:
                title: str = "") -> str:
         """``old`` replaced by ``new`` in the latest version of ``key`` (None: the one
         written last); where that version is not known or lacks ``old``, the changed part."""
+        self.touched = True
+        if self.before:
+            return ""
         key = self.last if key is None else key
         known = self.latest.get(key) if key is not None else None
         if known is None or not old or old not in known[2]:
@@ -154,6 +176,8 @@ class Documents:
     def canvas(self, recipient: str, payload: str) -> str | None:
         """ChatGPT's ``canmore.create_textdoc`` or ``canmore.update_textdoc`` call (its
         JSON ``payload``) as the document; None for another call (a tool step)."""
+        if self.before:  # every canvas call was a tool step, its message dropped
+            return ""
         try:
             given = json.loads(payload)
         except (ValueError, RecursionError):
@@ -179,6 +203,30 @@ class Documents:
                 shown = self.change(None, literal or "", update["replacement"],
                                     bool(update.get("multiple")))
         return shown
+
+
+def read_before(read: Callable[[Any, Tally, Documents], Chat | None]
+                ) -> Callable[[Any, Tally], Chat | None]:
+    """A reader of one chat (``read(conversation, tally, documents)``) that also gives
+    the chat's messages as the Iris before :class:`Documents` read them (``before``),
+    where they differ: that Iris dropped the documents replies wrote (and a reply that
+    only wrote one) and kept ChatGPT's markers, and the chats it imported would be
+    imported again as new ones. Only a chat where documents or markers were met is read
+    twice."""
+    def chat(conversation: Any, tally: Tally) -> Chat | None:
+        documents = Documents()
+        now = read(conversation, tally, documents)
+        if now is None or not documents.touched:
+            return now
+        try:
+            then = read(conversation, Tally(), Documents(before=True))
+        except (ConversationFormatError, SkippedChat):
+            return now  # (that Iris refused it, or this one would have: never stored)
+        before = then.messages if then is not None else []
+        kept = any(m.get("role") != "system" for m in before) and before != now.messages
+        return now._replace(before=before if kept else None)
+
+    return chat
 
 
 def document_block(title: str, language: str, text: str) -> str:

@@ -1,5 +1,6 @@
 """Whether a chat being imported is in the history already (the same export imported
-again): the same messages in the same order, at the same times where both say.
+again): the same messages in the same order, at the same times where both say; as this
+Iris reads the chat, or as an earlier one read it (and stored it).
 
 Read by :func:`iris_desktop.core.foreign.import_conversations` inside the transaction
 that would store the chat, so that two imports at once store it once.
@@ -37,17 +38,22 @@ class StoredThreads:
                 self.sizes.setdefault(thread["messages"], []).append(thread["id"])
                 self.titles[thread["id"]] = thread["title"]
 
-    def holding(self, messages: list[Message]) -> int | None:
-        """The thread that holds ``messages`` already, or None."""
-        said = _said(messages)
-        for thread_id in self.sizes.get(len(messages), []):
-            if thread_id not in self.said:
-                self.said[thread_id] = [
-                    _Said(m.get("role") or "", m.get("content") or "", _instant(r["sent_at"]))
-                    for r in self.store.all_messages(thread_id) for m in [row_to_message(r)]]
-            stored = self.said[thread_id]  # (written to, or deleted, since it was counted)
-            if len(stored) == len(said) and all(a.same(b) for a, b in zip(stored, said)):
-                return thread_id
+    def holding(self, messages: list[Message], before: list[Message] | None = None
+                ) -> int | None:
+        """The thread that holds ``messages`` already, or None; or ``before``: the same
+        chat as an earlier Iris read it (without the documents its replies wrote, with
+        ChatGPT's markers: :attr:`~iris_desktop.core.foreign_parts.Chat.before`), the way
+        that Iris stored it."""
+        for form in (messages, before) if before else (messages,):
+            said = _said(form)
+            for thread_id in self.sizes.get(len(form), []):
+                if thread_id not in self.said:
+                    self.said[thread_id] = [
+                        _Said(m.get("role") or "", m.get("content") or "", _instant(r["sent_at"]))
+                        for r in self.store.all_messages(thread_id) for m in [row_to_message(r)]]
+                stored = self.said[thread_id]  # (written to, or deleted, since it was counted)
+                if len(stored) == len(said) and all(a.same(b) for a, b in zip(stored, said)):
+                    return thread_id
         return None
 
 
