@@ -58,6 +58,9 @@ class Setting:
     unit: str = ""
     #: changing it needs the model to be reloaded
     needs_reload: bool = False
+    #: read only when Iris starts: a change is not in use until the next start (a running
+    #: window that follows the settings file says so rather than "in force")
+    at_start: bool = False
     #: for "list": the values allowed in the list (empty = any string)
     item_choices: tuple[str, ...] = ()
     #: for "str": edited as several lines (a prompt), not one
@@ -596,7 +599,7 @@ _ALL: tuple[Setting, ...] = (
         "(IRIS_STORAGE_PASSPHRASE supplies it without asking). Turning it on or off "
         "converts the database at the next start, verified before the old file is removed; "
         "left unset, an encrypted history stays encrypted.",
-        label="Encrypt the chat history on disk",
+        label="Encrypt the chat history on disk", at_start=True,
     ),
     # -- ui --------------------------------------------------------------------------------
     Setting(

@@ -180,3 +180,77 @@ def test_a_failed_load_that_keeps_the_model_in_use_is_not_said_as_ready(make_win
     qtbot.waitUntil(lambda: window.models.job is None, timeout=20_000)
     assert window.model_state == "ready" and window.models.error
     assert not [t for t in said if t.startswith("Model ready")], said
+
+
+def slow_try(window, monkeypatch, fails: bool = True):
+    """The window's loads of a file named ``try*.gguf`` wait at a gate (then fail, or load
+    the scripted model): what the user does meanwhile happens during the try."""
+    host, gate, original = window.host, threading.Event(), window.host.load_model
+
+    def load_model(settings=None, cancel=None, **kwargs):
+        if "try" in str(settings["model.path"]):
+            gate.wait(30)
+            if cancel is not None and cancel.is_set():
+                raise ModelError("loading was cancelled", "cancelled")
+            if fails:
+                raise ModelError(settings["model.path"], "not a GGUF file")
+        return original(settings, cancel=cancel, **kwargs)
+
+    monkeypatch.setattr(host, "load_model", load_model)
+    return gate
+
+
+@pytest.mark.usefixtures("system_look_after")
+@pytest.mark.parametrize("end", ["fails", "cancelled"])
+def test_a_failed_try_takes_back_only_the_model_keys_it_set(make_window, qtbot, monkeypatch,
+                                                            tmp_path, end):
+    """Before: a model try that failed or was cancelled put back every setting as it was
+    when the model was chosen: `config set ui.theme dark` in a terminal, or a budget ratio
+    saved in Preferences, during the load were undone in the window while the file kept
+    them. Now only the model.* keys the try set go back."""
+    from iris_desktop.settings import write_config_value
+
+    window = make_window()
+    state, config = window.app_state, window.host.paths.config_path
+    path = state.settings["model.path"]
+    gate = slow_try(window, monkeypatch)
+    window.models.use_file(str(tmp_path / "try.gguf"))
+    write_config_value(config, "ui.theme", "dark")  # another terminal
+    qtbot.waitUntil(lambda: state.settings["ui.theme"] == "dark", timeout=10_000)
+    dialog = window.preferences()  # and Preferences, saved during the load
+    dialog.fields["context.token_budget_ratio"].editor.set_value(0.5)
+    dialog.accept()
+    assert state.settings["context.token_budget_ratio"] == 0.5
+    if end == "cancelled":
+        window.models.cancel_load()
+    gate.set()
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=20_000)
+    if window.models.box is not None:
+        window.models.box.done(0)
+    assert state.settings["model.path"] == path and state.settings.source("model.path") != "cli"
+    assert state.settings["ui.theme"] == "dark" and window.appearance.applied == ("dark", 0)
+    assert state.planner.params.token_budget_ratio == 0.5
+
+
+@pytest.mark.usefixtures("system_look_after")
+def test_a_second_choice_keeps_what_changed_during_the_first(make_window, qtbot, monkeypatch,
+                                                             tmp_path):
+    """Before: choosing again while a choice loaded started over from the settings taken
+    at the first choice: a theme set in the file meanwhile went back at once."""
+    from iris_desktop.settings import write_config_value
+
+    window, gate, ran = gated_window(make_window, monkeypatch)
+    state = window.app_state
+    first = tmp_path / "first.gguf"
+    first.write_bytes(b"GGUF")
+    window.models.use_file(str(first))
+    qtbot.waitUntil(lambda: bool(ran), timeout=5_000)
+    write_config_value(window.host.paths.config_path, "ui.theme", "dark")
+    qtbot.waitUntil(lambda: state.settings["ui.theme"] == "dark", timeout=10_000)
+    window.models.use_file(str(tmp_path / "broken.gguf"))
+    assert state.settings["ui.theme"] == "dark"
+    gate.set()
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=20_000)
+    window.models.box.done(0)
+    assert state.settings["ui.theme"] == "dark"
+    assert state.settings["model.path"] == str(first)  # the replaced choice that loaded

@@ -123,3 +123,110 @@ def test_iris_own_writes_do_not_undo_a_choice_for_this_run(make_window, qtbot, d
     write_config_value(config, "model.temperature", 0.3)
     qtbot.waitUntil(lambda: state.settings["model.temperature"] == 0.3, timeout=10_000)
     assert state.settings["model.top_k"] == 33
+
+
+@pytest.mark.usefixtures("system_look_after")
+def test_a_bad_value_then_the_line_removed_puts_the_default_in_force(make_window, qtbot,
+                                                                       data_dir):
+    """Before: a half-typed value kept the value in force (as it should), but once the line
+    was removed the window kept it with no word: the default had been taken as read, so
+    the file's default looked unchanged. `config get` said system while the window was
+    dark."""
+    config = app_paths(data_dir).ensure().config_path
+    window = make_window()
+    state = window.app_state
+    config.write_text('[ui]\ntheme = "dark"\n')
+    qtbot.waitUntil(lambda: state.settings["ui.theme"] == "dark", timeout=10_000)
+    messages = said(window)
+    config.write_text('[ui]\ntheme = "dar"\n')  # half typed: the value in force is kept
+    qtbot.waitUntil(lambda: len(messages) >= 1, timeout=10_000)
+    assert "the value in force is kept" in messages[0] and state.settings["ui.theme"] == "dark"
+    config.write_text("")  # the line removed: the default, as `config get` says
+    qtbot.waitUntil(lambda: state.settings["ui.theme"] == "system", timeout=10_000)
+    assert window.appearance.applied == ("system", 0)
+    assert "in force: ui.theme" in messages[-1], messages
+
+
+def test_a_key_read_only_at_start_is_said_to_wait_for_the_next_start(make_window, qtbot,
+                                                                     data_dir):
+    """Before: `config set storage.encrypt true` was said "in force" while the history
+    stays unencrypted until the next start converts it."""
+    config = app_paths(data_dir).ensure().config_path
+    window = make_window()
+    messages = said(window)
+    write_config_value(config, "storage.encrypt", True)
+    write_config_value(config, "model.top_k", 12)
+    qtbot.waitUntil(lambda: bool(messages), timeout=10_000)
+    assert "not in use until Iris starts again: storage.encrypt" in messages[-1], messages
+    assert "in force: model.top_k;" in messages[-1] and "in force: storage" not in messages[-1]
+    assert window.host.storage.key is None
+
+
+def test_a_model_key_with_no_model_loaded_is_not_said_to_keep_old_values(make_window, qtbot,
+                                                                       data_dir, tmp_path):
+    """Before: with no model loaded (its load failed) a new model.path in the file was said
+    to wait because "the model keeps its old values" — there is no model."""
+    config = app_paths(data_dir).ensure().config_path
+    write_config_value(config, "model.path", str(tmp_path / "gone.gguf"))
+    window = make_window(None)
+    assert window.model_state == "failed"
+    window.models.box.done(0)
+    messages = said(window)
+    write_config_value(config, "model.path", str(tmp_path / "fixed.gguf"))
+    qtbot.waitUntil(lambda: bool(messages), timeout=10_000)
+    assert "keeps its old values" not in messages[-1]
+    assert "not in use yet: model.path (no model is loaded; Model ▸ Reload loads it with this " \
+        "value)" in messages[-1], messages
+
+
+def test_preferences_opened_during_a_model_try_keep_the_try(make_window, qtbot, data_dir,
+                                                           tmp_path, monkeypatch):
+    """Before: opening Preferences while a chosen model loaded read the file again and put
+    its model.path in force: the model being tried was no longer the one in the settings
+    (the status, the library, a later Reload went back to the old one)."""
+    import threading
+
+    window = make_window()
+    state, gate, original = window.app_state, threading.Event(), window.host.load_model
+
+    def load_model(settings=None, **kwargs):
+        if "try" in str(settings["model.path"]):
+            gate.wait(30)
+        return original(settings, **kwargs)
+
+    monkeypatch.setattr(window.host, "load_model", load_model)
+    trying = str(tmp_path / "try.gguf")
+    window.models.use_file(trying)
+    dialog = window.preferences()
+    assert state.settings["model.path"] == trying
+    dialog.fields["context.prune_protect_turns"].editor.spin.setValue(5)
+    dialog.accept()
+    assert state.settings["model.path"] == trying
+    assert state.settings["context.prune_protect_turns"] == 5
+    gate.set()
+    qtbot.waitUntil(lambda: window.models.job is None, timeout=20_000)
+    assert window.model_state == "ready" and state.settings["model.path"] == trying
+    assert trying in app_paths(data_dir).config_path.read_text()
+
+
+@pytest.mark.usefixtures("system_look_after")
+def test_the_watch_stops_with_the_window(make_window, qtbot, data_dir):
+    """Before: a change made just before quitting was put in force after the window had
+    shut down and the host had closed (model.kv_cache_mb 0 deleted the saved states on
+    the way out). ``ConfigWatch.stop()`` (called by ``MainWindow.shutdown``) ends it."""
+    config = app_paths(data_dir).ensure().config_path
+    window = make_window()
+    messages = said(window)
+    write_config_value(config, "ui.theme", "dark")
+    qtbot.wait(50)
+    window.shutdown()
+    watch = window.menus.config_watch
+    watch.stop()  # what MainWindow.shutdown calls
+    assert not watch.timer.isActive()
+    assert not watch.watcher.files() and not watch.watcher.directories()
+    qtbot.wait(1_200)
+    write_config_value(config, "ui.theme", "light")
+    qtbot.wait(800)
+    assert watch.follow() == [] and messages == []
+    assert window.app_state.settings["ui.theme"] == "system"
+    watch.stop()  # again: nothing more

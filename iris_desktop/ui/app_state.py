@@ -14,7 +14,8 @@ State: a property, a setter and a signal; a setter emits only when the value cha
 * ``planner``: the planner of the settings and the model (``plannerChanged(object)``);
 * ``settings``: the settings in force, a model being tried included (the host's follow
   them); ``reload_settings()`` reads the config file again, ``follow_file()`` puts in force
-  what changed in it since (``settingsChanged(object)``).
+  what changed in it since, ``rebase_settings()`` reads it again keeping what was chosen
+  for this run only (``settingsChanged(object)``).
 
 Events and requests, emitted on every call:
 
@@ -33,7 +34,7 @@ Events and requests, emitted on every call:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
@@ -43,6 +44,23 @@ from iris_desktop.settings import Settings, SettingsError, read_config_file
 if TYPE_CHECKING:
     from iris_desktop.core.planner import Planner
     from iris_desktop.ui.model_thread import LoadedModel
+
+
+def mixed(base: Settings, other: Settings, keys: Iterable[str]) -> Settings:
+    """``base`` with ``keys`` as ``other`` has them (value and source)."""
+    keys = [k for k in keys if k in other.values]
+    return Settings({**base.values, **{k: other.values[k] for k in keys}},
+                    {**base.sources, **{k: other.sources[k] for k in keys}},
+                    list(base.problems), base.config_path, base.file_unreadable)
+
+
+def rolled_back(now: Settings, before: Settings, keys: Iterable[str]) -> Settings:
+    """The settings in force ``now`` with the keys a model try set (``keys``) back as they
+    were ``before`` it, where they are still the try's (source 'cli'; one the file changed
+    since keeps the file's): every other setting changed meanwhile stays (before, a failed
+    or cancelled try put back the whole snapshot, undoing a theme set in a terminal or
+    Preferences saved during the load while the file kept them)."""
+    return mixed(now, before, [k for k in keys if now.sources.get(k) == "cli"])
 
 
 class AppState(QObject):
@@ -151,6 +169,25 @@ class AppState(QObject):
         self.set_settings(fresh)
         return self._settings
 
+    def rebase_settings(self) -> Settings:
+        """Read the settings file again as ``reload_settings`` does (Preferences opened or
+        saved), but a key chosen for this run only that the file has not changed since it
+        was read keeps the value in force: a model being tried, a choice a variable pins
+        (before, opening Preferences during a try put the file's model.path in force, and
+        the try was lost). Raises as ``reload_settings``."""
+        before, now = self._read, self._settings
+        fresh = self._reload()
+        if fresh.file_unreadable is not None and now.file_unreadable is None:
+            raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
+
+        def of(settings: Settings, key: str) -> tuple[Any, Any]:
+            return settings.values.get(key), settings.sources.get(key)
+
+        ours = [k for k in now.values if of(now, k) != of(before, k) and of(fresh, k) == of(before, k)]
+        self._read = fresh
+        self.set_settings(mixed(fresh, now, ours))
+        return self._settings
+
     def follow_file(self) -> tuple[list[str], list[str]]:
         """The settings file changed (:class:`~.config_watch.ConfigWatch`): the keys whose
         value there changed since it was last read go into force; the others keep the
@@ -162,10 +199,13 @@ class AppState(QObject):
         if fresh.file_unreadable is not None:
             raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
         raw = read_config_file(fresh.config_path)[0] if fresh.config_path is not None else {}
-        self._read = fresh
-        keys = [k for k, value in fresh.values.items()
-                if (value, fresh.sources[k]) != (before.values.get(k), before.sources.get(k))
-                and not (k in raw and fresh.sources[k] == "default")]  # a bad value: kept
+        changed = [k for k, value in fresh.values.items()
+                   if (value, fresh.sources[k]) != (before.values.get(k), before.sources.get(k))]
+        bad = [k for k in changed if k in raw and fresh.sources[k] == "default"]  # kept
+        keys = [k for k in changed if k not in bad]
+        # a kept key is read as it was: once the line is fixed or removed, that is a change
+        # (before, the default was taken as read and a removed line changed nothing)
+        self._read = mixed(fresh, before, bad)
         if keys:
             now = self._settings
             self.set_settings(Settings({**now.values, **{k: fresh.values[k] for k in keys}},

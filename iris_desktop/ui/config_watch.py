@@ -46,10 +46,23 @@ class ConfigWatch(QObject):
         #: what the status bar said last, so that it is said once
         self._said: str | None = None
         self._since = 0.0  # when the changes now waited on began
+        self.stopped = False
         self._watch()
+
+    def stop(self) -> None:
+        """The window shuts down: nothing is watched or followed from now on (before, a
+        change made just before quitting was put in force after the host had closed, and
+        ``model.kv_cache_mb 0`` deleted the saved states on its way out). Idempotent."""
+        self.stopped = True
+        self.timer.stop()
+        watched = self.watcher.files() + self.watcher.directories()
+        if watched:
+            self.watcher.removePaths(watched)
 
     def _watch(self) -> None:
         """Watch the folder, and the file when there is one (again after a replace)."""
+        if self.stopped:
+            return
         for path in (self.path.parent, self.path):
             name = str(path)
             if name not in self.watcher.files() + self.watcher.directories() and path.exists():
@@ -65,6 +78,8 @@ class ConfigWatch(QObject):
         return info.st_ino, info.st_mtime_ns, info.st_size
 
     def _changed(self, _path: str = "") -> None:
+        if self.stopped:
+            return
         self._watch()
         now = time.monotonic()
         if not self.timer.isActive():
@@ -74,6 +89,8 @@ class ConfigWatch(QObject):
 
     def follow(self) -> list[str]:
         """Read the file if it changed since last seen; the keys put in force."""
+        if self.stopped:
+            return []
         self._watch()
         stamp = self._stamp()
         if stamp == self._seen:

@@ -359,6 +359,7 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self._closed = True
+        self.menus.config_watch.stop()  # no change to the settings file is followed after this
         self.save_state()
         self.drafts.flush()  # text typed in the last pause is kept (it was lost)
         cancel = self.turns.cancel

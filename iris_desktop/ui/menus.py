@@ -139,13 +139,13 @@ class Menus(QObject):
 
         gpu = GpuFacts(self.paths.models_dir, self.paths.data_dir / GPU_CHECKS_FILE)
         try:  # the file as it is now: `config set` may have changed it since it was read
-            settings = self.app_state.reload_settings()
+            settings = self.app_state.rebase_settings()  # a model being tried stays
         except Exception as exc:  # a file broken by hand meanwhile: the settings in force
             settings = self.app_state.settings
             self.app_state.show_message(f"The settings file could not be read again ({exc}); "
                                         "Preferences shows the settings in force", 10_000)
         dialog = SettingsDialog(settings, self.preview, self.parent_widget,
-                                limits=self.limits, gpu=gpu, reload=self.app_state.reload_settings)
+                                limits=self.limits, gpu=gpu, reload=self.app_state.rebase_settings)
         gpu.setParent(dialog)
         dialog.applied.connect(self.settings_applied)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -154,7 +154,7 @@ class Menus(QObject):
         return dialog
 
     def settings_applied(self, keys: list[str]) -> None:
-        self.app_state.reload_settings()  # the planner follows
+        self.app_state.rebase_settings()  # the planner follows; a model being tried stays
         reload = [k for k in keys if SETTINGS[k].needs_reload]
         if reload and self.app_state.model_state != "none":
             box = QMessageBox(QMessageBox.Icon.Question, "Reload the model?",
@@ -174,20 +174,28 @@ class Menus(QObject):
 
     def file_followed(self, keys: list[str]) -> None:
         """The settings file changed elsewhere and ``keys`` are in force: an open
-        Preferences shows them where the user has not edited, and a key the model reads
-        at loading is said to wait for Model ▸ Reload (never reloaded mid-reply)."""
+        Preferences shows them where the user has not edited, a key the model reads at
+        loading is said to wait for Model ▸ Reload (never reloaded mid-reply), and one read
+        only at start (storage.encrypt) to wait for the next start (it was said "in
+        force" while the history stayed as it was)."""
         dialog = self.settings_dialog
         try:
             if dialog is not None and dialog.isVisible():
                 dialog.rebase(self.app_state.settings)
         except RuntimeError:  # closed, and deleted with it
             self.settings_dialog = None
-        reload = [k for k in keys if SETTINGS[k].needs_reload]
-        now = [k for k in keys if k not in reload or self.app_state.model_state == "none"]
+        state = self.app_state.model_state
+        start = [k for k in keys if SETTINGS[k].at_start]
+        reload = [k for k in keys if SETTINGS[k].needs_reload and state != "none"]
+        now = [k for k in keys if k not in reload and k not in start]
         said = [f"in force: {', '.join(now)}"] if now else []
-        if len(now) < len(keys):
-            said.append(f"not in use yet: {', '.join(k for k in keys if k not in now)} (the model "
-                        "keeps its old values until Model ▸ Reload)")
+        if reload:  # with no model loaded (its load failed) there are no old values
+            said.append(f"not in use yet: {', '.join(reload)} " + (
+                "(no model is loaded; Model ▸ Reload loads it with "
+                + ("this value)" if len(reload) == 1 else "these values)") if state == "failed"
+                else "(the model keeps its old values until Model ▸ Reload)"))
+        if start:
+            said.append(f"not in use until Iris starts again: {', '.join(start)}")
         self.app_state.show_message("The settings file changed; " + "; ".join(said), 15_000)
 
     # -- help --

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
 from iris_desktop.host import LOAD_STAGES
 from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, write_config_value
-from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.app_state import AppState, rolled_back
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.composer import Composer
@@ -192,9 +192,9 @@ class ModelControl(QObject):
         self._load_ended()
         server = state.settings["model.backend"] == "openai"  # what failed: a server?
         again = self.pending is None  # not a new choice: the model in use, loaded again
-        if self.pending is not None:  # the choice did not work: the settings go back
-            before, self.pending = self.pending[1], None
-            state.set_settings(before)
+        if self.pending is not None:  # the choice did not work: the keys it set go back
+            (values, before), self.pending = self.pending, None
+            state.set_settings(rolled_back(state.settings, before, values))
         if self.adopted is not None:  # to a replaced choice that loaded: it answers now
             self._save_choice(self.adopted)
         info = state.model_info
@@ -336,8 +336,9 @@ class ModelControl(QObject):
             state.show_message("Stop the reply before changing the model")
             return
         before = self.pending[1] if self.pending is not None else state.settings
-        try:
-            trying = before.with_overrides(values)
+        try:  # over the settings in force: what changed during a replaced try stays
+            trying = (rolled_back(state.settings, before, self.pending[0]) if self.pending
+                      else before).with_overrides(values)
         except Exception as exc:  # a value the settings refuse: say so, change nothing
             self.show_error(str(exc), keeping=self.info["name"] if self.info else None,
                             server=values.get("model.backend") == "openai")
