@@ -693,3 +693,70 @@ def test_the_users_stop_during_a_sends_rerank_ends_it_and_the_question_is_ranked
     assert [e.finish_reason for e in events if isinstance(e, TurnDone)] == ["cancelled"]
     again = planner.plan(fresh_store, thread, QUESTION)  # typed again: read whole this time
     assert len(seen) == 2 and again.recall.reranked and again.recall.rerank_reason == ""
+
+
+def test_the_users_stop_does_not_wait_behind_another_threads_scoring(reranker):
+    """Before (a review): a send's scoring waited for the cross-encoder's lock, held by the
+    meter's scoring of an earlier draft (12 s on a busy machine), whatever the Stop. Now
+    the wait for the lock ends at the stop it runs under."""
+    import threading
+
+    from iris_desktop.stop import Stopped, stopping
+
+    stop, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: (reranker._lock.acquire(), release.wait(30),
+                                              reranker._lock.release()))
+    holder.start()
+    try:
+        threading.Timer(0.1, stop.set).start()
+        with stopping(stop), pytest.raises(Stopped):
+            reranker.score("Where did they walk?", ["We walked by the lake."] * 3)
+        assert holder.is_alive()  # it ended while the other scoring still held the model
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_the_users_stop_does_not_wait_for_the_same_question_ranked_elsewhere(fresh_store):
+    """Before (a review): a send whose question the meter was ranking (the draft's plan,
+    on another thread, under no stop) waited for that ranking, up to 30 s, after the
+    user's Stop. Now it stops waiting at the Stop and ranks itself, which its reranker
+    ends at once (kept by no cache)."""
+    import threading
+    import time
+
+    from iris_desktop.core.recall import RERANK_STOPPED, RankingCache, Recaller
+    from iris_desktop.stop import Stopped, active_stop, stopping
+    from iris_desktop.tokens import HeuristicCounter
+
+    finished = threading.Event()  # the meter's scoring ends when the test is done
+
+    class Slow:  # honours the stop it runs under, as the real cross-encoder does
+        identity = "slow"
+        max_query_tokens = 64
+
+        def query_tokens(self, text):
+            return len(text.split())
+
+        def score(self, query, passages):
+            stop = active_stop()
+            while not finished.wait(0.01):
+                if stop is not None and stop.is_set():
+                    raise Stopped("stopped by the user")
+            return [0.0] * len(passages)
+
+    thread, ids = chat(fresh_store)
+    recaller = Recaller(fresh_store, HeuristicCounter(), reranker=Slow())
+    cache, stop = RankingCache(), threading.Event()
+    meter = threading.Thread(target=cache.rank, args=(recaller, thread, 1, ids[-1], QUESTION),
+                             daemon=True)
+    meter.start()
+    time.sleep(0.2)  # the meter's ranking is under way
+    threading.Timer(0.1, stop.set).start()
+    with stopping(stop):
+        ranking = cache.rank(Recaller(fresh_store, HeuristicCounter(), reranker=Slow()),
+                             thread, 1, ids[-1], QUESTION)
+    assert ranking.rerank_reason == RERANK_STOPPED
+    assert meter.is_alive()  # it returned while the meter's ranking still ran
+    finished.set()
+    meter.join()

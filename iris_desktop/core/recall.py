@@ -74,7 +74,7 @@ from iris_desktop.core.records import (
     said_from_row,
 )
 from iris_desktop.core.store import Store
-from iris_desktop.stop import Stopped
+from iris_desktop.stop import Stopped, active_stop
 from iris_desktop.tokens import TokenCounter
 
 log = logging.getLogger("iris.recall")
@@ -382,8 +382,8 @@ class RankingCache:
                 mine = True
             else:
                 mine = False
-        if not mine:  # another thread ranks it now (a send, and the meter beside it): wait
-            running.wait(RANK_WAIT_S)
+        if not mine:  # another thread ranks it now (a send, and the meter beside it): wait,
+            _wait_unless_stopped(running, RANK_WAIT_S)  # not past the user's Stop
             with self._lock:
                 hit = self._items.get(key)
             if hit is not None:
@@ -401,6 +401,20 @@ class RankingCache:
                     self._running.pop(key, None)
                 running.set()
         return ranking
+
+
+def _wait_unless_stopped(done: threading.Event, limit_s: float) -> None:
+    """Wait for ``done`` at most ``limit_s``, or until the stop this runs under is set
+    (``iris_desktop.stop.stopping``): the caller then ranks itself, and its reranker stops
+    at once."""
+    stop = active_stop()
+    if stop is None:
+        done.wait(limit_s)
+        return
+    until = time.monotonic() + limit_s
+    while not done.wait(min(0.02, max(until - time.monotonic(), 0))):
+        if stop.is_set() or time.monotonic() >= until:
+            return
 
 
 class Recaller:
@@ -559,7 +573,7 @@ class Recaller:
         started = time.perf_counter()
         try:
             scores = list(self.reranker.score(query, passages))
-        except Stopped:  # the user's Stop during a send: the turn ends without the model
+        except Stopped:  # the user's Stop during a send: the model stops before its first token
             self._rerank_reason = RERANK_STOPPED
             return ranked, strength
         except Exception as exc:  # noqa: BLE001 - any failure of the model: keep the order recall had

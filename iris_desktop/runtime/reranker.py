@@ -128,7 +128,7 @@ class CrossEncoder:
         order = sorted(range(len(pairs)), key=lambda i: len(pairs[i]))
         out = np.zeros(len(pairs), dtype=np.float32)
         stop = active_stop()
-        with self._lock, _terminated_by(stop) as options:
+        with _locked(self._lock, stop), _terminated_by(stop) as options:
             if self._closed:
                 raise RuntimeError("the reranker is closed")
             for start in range(0, len(order), _BATCH):
@@ -159,6 +159,19 @@ class CrossEncoder:
         with self._lock:
             self._closed = True
             self._session = None
+
+
+@contextmanager
+def _locked(lock: threading.Lock, stop: Stop | None) -> Iterator[None]:
+    """``lock``, waited for while ``stop`` is not set (a send's scoring waited behind the
+    meter's scoring of an earlier draft, seconds, after the user's Stop)."""
+    while not lock.acquire(timeout=_STOP_POLL_S if stop is not None else -1):
+        if stop is not None and stop.is_set():
+            raise Stopped(stop_reason(stop))
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @contextmanager
