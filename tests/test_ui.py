@@ -1135,7 +1135,8 @@ def test_the_status_bars_sentence_about_a_chat_goes_when_another_is_opened(make_
         {"role": "assistant", "content": f"Noted, turn {n}."})]
     long_chat = seed_thread(data_dir, long_turns, title="long")
     short_chat = seed_thread(data_dir, long_turns[:2], title="short")
-    window = make_window(ScriptedRuntime(["Yes."]), overrides={"context.window": "8192"})
+    window = make_window(ScriptedRuntime(["Yes.", "word " * 400], delay_s=0.01),
+                         overrides={"context.window": "8192"})
     window.open_thread(long_chat)
     settle(qtbot, window)
     window.send("And then?")
@@ -1146,3 +1147,11 @@ def test_the_status_bars_sentence_about_a_chat_goes_when_another_is_opened(make_
     window.open_thread(short_chat)
     settle(qtbot, window)
     assert window.status_area.state.text() == "Ready"
+    # a turn that ends while another chat is open says nothing about the one it answered
+    window.open_thread(long_chat)
+    settle(qtbot, window)
+    window.send("And after that?")
+    qtbot.waitUntil(lambda: window.generating, timeout=5_000)
+    window.open_thread(short_chat)
+    qtbot.waitUntil(lambda: not window.generating, timeout=30_000)
+    assert "older turns" not in window.status_area.state.text()

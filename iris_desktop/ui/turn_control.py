@@ -85,7 +85,12 @@ class TurnControl(QObject, TurnListener):
         ended in ("9,978 older turns are not sent") no longer holds."""
         if self._status_thread not in (None, thread_id) and not self.generating:
             self._status_thread = None
-            self.app_state.show_status("Ready")
+            self.app_state.show_status(self._idle())
+
+    def _idle(self) -> str:
+        """The status bar's word with nothing under way: the model's state, not always
+        "Ready" (after a failed load it is "No model: browsing only")."""
+        return "No model: browsing only" if self.app_state.model_state == "failed" else "Ready"
 
     @property
     def transcript(self):
@@ -323,12 +328,14 @@ class TurnControl(QObject, TurnListener):
         # turns left out: one short, whole sentence (the bar would cut a long one); the
         # inspector says which and why in full
         dropped = dropped_status(event.next_request, self._compaction_outcome)
+        if event.thread_id not in (state.thread_id, -1):  # another chat is open now: a
+            dropped = None  # sentence about the one answered would be read as about it
         if not self.compacting:  # what the turn ended with; a compaction says what it did
             cut = cut_off(event.stats, state.settings["model.max_tokens"],
                           (state.model_info or {}).get("n_ctx"))
             state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
                 event.finish_reason, ("Cut off" if cut else None)
-                or dropped or self._compacted or self._rate_text() or "Ready"))
+                or dropped or self._compacted or self._rate_text() or self._idle()))
             self._status_thread = event.thread_id
             if cut:  # the whole sentence while it is news; the state stays
                 state.show_message(f"Cut off: {cut}; right-click the reply ▸ Continue goes on",
