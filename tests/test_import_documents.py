@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_foreign_import import exported, imported, threads
 
 from iris_desktop.core.foreign import load_conversations
 
@@ -27,23 +28,6 @@ FIB = "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a
 def write(path: Path, value) -> Path:
     path.write_text(json.dumps(value))
     return path
-
-
-def imported(capsys, source: Path, *extra) -> tuple[list[int], str]:
-    code, out, err = run(capsys, "import", source, *extra)
-    assert code == 0, err
-    return [int(line) for line in out.split()], err
-
-
-def exported(capsys, thread: int) -> list[dict]:
-    code, out, err = run(capsys, "export", thread)
-    assert code == 0, err
-    doc = json.loads(out)
-    return doc["messages"] if isinstance(doc, dict) else doc
-
-
-def threads(capsys) -> list[dict]:
-    return json.loads(run(capsys, "threads", "--json", "--no-model")[1])
 
 
 # -- Claude -----------------------------------------------------------------------------------
