@@ -1102,7 +1102,10 @@ def test_about_shows_the_model_licenses(make_window, qtbot):
 
 
 def test_a_reply_cut_off_at_max_tokens_says_so_in_the_status_bar(make_window, qtbot):
-    window = make_window(ScriptedRuntime(["one two three four five"], cut_at_cap=True),
+    """…and only until the next turn starts (before, an audit: "Cut off…" stayed through
+    the next turn, hiding its "Generating…", and was still shown after it ended
+    complete)."""
+    window = make_window(ScriptedRuntime(["one two three four five", "Yes."], cut_at_cap=True),
                          overrides={"model.max_tokens": "3"})
     window.send("Count")
     qtbot.waitUntil(lambda: window.status_area.current_message().startswith("Cut off"),
@@ -1111,6 +1114,14 @@ def test_a_reply_cut_off_at_max_tokens_says_so_in_the_status_bar(make_window, qt
         "Cut off: the reply reached model.max_tokens (3 tokens); right-click the reply ▸ "
         "Continue goes on")
     assert window.state_label.text() == "Cut off"
+    seen: list[str] = []
+    window.app_state.generatingChanged.connect(
+        lambda on: seen.append(window.status_area.current_message()) if on else None)
+    window.send("Say yes")
+    qtbot.waitUntil(lambda: seen and not window.generating, timeout=20_000)
+    assert seen == [""] and not window.status_area.message.isVisible()
+    assert not window.status_area.current_message().startswith("Cut off")
+    assert window.status_area.state.isVisible() and window.state_label.text() != "Cut off"
 
 
 def test_a_draft_too_large_for_the_window_says_so_beside_the_box(make_window, qtbot):

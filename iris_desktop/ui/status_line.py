@@ -165,8 +165,12 @@ class StatusArea(QWidget):
         """A turn started (its state replaces a background message, which comes back after
         it) or ended (the latest background message held back meanwhile is shown)."""
         self._working = working
-        if working and self._background is not None and not self.message.isHidden():
-            self._pending = self._background
+        if working and not self.message.isHidden():
+            # the turn's state is what is said now: a background message comes back after
+            # it, the last turn's passing word goes ("Cut off…" hid a whole next turn's
+            # "Generating…" and read as that turn's end)
+            if self._background is not None:
+                self._pending = self._background
             self.end_message()
         elif not working:
             self._show_pending()
