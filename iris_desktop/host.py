@@ -873,5 +873,6 @@ class Host:
         except Exception as exc:  # an optimisation: never a failure
             log.info("warm-up skipped: %s", exc)
             return
-        if stats is not None and not stats.stopped:
-            yield CacheStatus(thread_id, "prefilled" if state == "prefilling" else "warmed")
+        if stats is not None and not stats.stopped:  # what the cache held, the runtime's count
+            yield CacheStatus(thread_id, "prefilled" if state == "prefilling" else "warmed",
+                              stats.reused_tokens, stats.prompt_tokens)

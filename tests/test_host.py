@@ -158,6 +158,33 @@ def test_a_prefilled_draft_is_sent_evaluating_only_what_is_new(real_host):
     assert stats.prompt_tokens == request.predicted_prompt_tokens and stats.evaluated_tokens <= 1
 
 
+def test_a_prefill_says_what_the_cache_held_as_the_runtime_counted_it(real_host):
+    """Before (an audit, the bundled model): "Prefilled: 667 of 921 prompt tokens came from
+    the cache, 254 were read now" where the runtime had reused 539 and read 382: the count
+    was taken from the first batch's progress, past its first 128-token chunk. Now the
+    last status carries the runtime's own count, and the sentence is worded from it."""
+    from iris_desktop.ui.status_line import CacheWords
+
+    host = real_host
+    thread = new_thread(host, "Hello!")
+    planner = host.planner()
+    short = planner.plan(host.store, thread, "What is the capital of France?")
+    list(host.prefill(thread, short))  # the cache holds the chat and a short draft
+    draft = "What is the capital of France? And of Spain? " + "Tell me more. " * 60
+    request = planner.plan(host.store, thread, draft)
+    statuses = list(host.prefill(thread, request))
+    final = statuses[-1]
+    progress = [s for s in statuses if s.state == "prefilling"]
+    assert final.state == "prefilled" and final.total == request.predicted_prompt_tokens
+    read = final.total - final.done
+    assert read > 128 and host.runtime.llm.iris_evaluated == read  # what was really read
+    assert progress[0].start > final.done  # the first progress was past the first chunk
+    words = CacheWords()
+    said = [words.describe(s) for s in statuses][-1]
+    assert said == (f"Prefilled: {final.done:,} of {final.total:,} prompt tokens came from "
+                    f"the cache, {read:,} were read now")
+
+
 def test_after_a_compaction_the_new_prefix_is_warmed_up_once_the_reply_is_saved(real_host):
     host = real_host
     thread = host.create_thread("long")

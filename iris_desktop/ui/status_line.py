@@ -230,6 +230,9 @@ class CacheWords:
                 self._reading = (event.start, event.total)
             return event.describe()
         reading, self._reading = self._reading, None
+        if event.state in ("prefilled", "warmed") and event.total:
+            reading = (event.done, event.total)  # the runtime's own count (the first
+            # batch's progress was past its first chunk: 128 tokens read were called cached)
         if event.state in ("prefilled", "warmed") and reading is not None:
             kept, total = reading
             done = "Prefilled" if event.state == "prefilled" else "Ready (warmed up)"
