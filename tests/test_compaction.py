@@ -75,6 +75,12 @@ def test_summaries_chain(fresh_store):
     assert chain[1].prev_id == chain[0].id
     assert chain[1].first_turn == chain[0].first_turn == 1
     assert chain[1].covers_through_id > chain[0].covers_through_id
+    # the second run says the turns it summarized, not the chain's (before, an audit:
+    # "Turns 1–177 (8 messages) are summarized now" of turns 174–177)
+    assert first.first_turn == 1 and second.first_turn == first.last_turn + 1
+    assert second.plain().startswith(f"Turns {first.last_turn + 1}–{second.last_turn} "
+                                     f"({second.messages_archived:,} messages)")
+    assert f"turns {first.last_turn + 1}–{second.last_turn}, " in second.describe()
 
 
 def test_short_turns_do_not_loop_on_the_turns_trigger(fresh_store):

@@ -366,7 +366,9 @@ class Compactor:
             trigger, "ok", path=path, turns_archived=len({m.turn for m in plan.archived}),
             messages_archived=len(plan.archived), tokens_before=plan.tokens_before,
             tokens_after=tokens_after, kept_turns=len({m.turn for m in plan.tail}),
-            summary_tokens=record["tokens"], error=note, first_turn=record["first_turn"],
+            # the turns this run summarized (the summary row keeps the chain's first turn:
+            # "turns 1–177 (8 messages)" was said of a second compaction of turns 174–177)
+            summary_tokens=record["tokens"], error=note, first_turn=plan.archived[0].turn,
             last_turn=record["last_turn"], fallback=fallback, extracted_last_turn=early_last)
         return event, record
 
