@@ -476,3 +476,23 @@ def test_the_live_rate_is_shown_at_most_once_a_second(make_window, qtbot):
     qtbot.waitUntil(lambda: not w.generating, timeout=20_000)
     live = [t for t in shown if t.startswith("Generating")]
     assert 1 <= len(live) <= 4, live  # about 1.2 s of streaming
+
+
+def test_a_rows_state_a_divider_and_a_wait_for_a_summary_are_spoken():
+    """Before (an audit): a compaction divider was read as "divider: "; a stopped, failed,
+    summarized or not-yet-sent message was read without the badge that says so, and a
+    tool row without its name. (The wait for a summary is announced: see
+    test_newcomer_ui.py::test_a_send_that_waits_for_a_summary_says_so_in_the_transcript.)"""
+    from iris_desktop.core.views import Entry
+    from iris_desktop.ui.transcript_model import spoken
+
+    divider = Entry("divider", "d:1", title="▸ Earlier turns summarized (turns 1–53)")
+    assert spoken(divider) == "▸ Earlier turns summarized (turns 1–53). Shift+F10, Expand: the summary"
+    stopped = Entry("message", "m:2", 2, "assistant", text="word word", status="interrupted")
+    assert spoken(stopped).endswith("(stopped): word word")
+    failed = Entry("message", "m:3", 3, "assistant", text="partial", status="error")
+    assert "(failed): partial" in spoken(failed)
+    waiting = Entry("message", "m:4", 4, "user", text="old question", state="dropped")
+    assert "(not sent — waiting for compaction): old question" in spoken(waiting)
+    tool = Entry("tool", "t:5", 5, "tool", text="Traceback…", tool_name="run_shell", error=True)
+    assert spoken(tool).startswith("Tool run_shell (error): Traceback")

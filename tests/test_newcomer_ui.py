@@ -753,6 +753,8 @@ def test_a_send_that_waits_for_a_summary_says_so_in_the_transcript(qtbot, data_d
                         timeout=10_000)
         waiting = notices()[-1]
         assert "the answer starts after it" in waiting and "Stop skips the model" in waiting
+        # said to a screen reader too, once (a wait of minutes was silent: an audit)
+        assert [t for t, _ in window.announcer.announced if t == waiting] == [waiting]
         rows = window.view.transcript.entries()
         assert rows[-1].kind == "notice" and rows[-2].role == "user"  # under the question
         assert not rows[-1].error  # a note, not painted as "Iris could not answer"

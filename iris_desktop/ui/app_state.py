@@ -81,6 +81,8 @@ class AppState(QObject):
     busyChanged = Signal(object, object)
     statusMessage = Signal(str, int)
     backgroundMessage = Signal(str, int)
+    #: said to a screen reader only (what the window shows elsewhere: a note in the chat)
+    spoken = Signal(str)
 
     def __init__(self, settings: Settings, reload: Callable[[], Settings],
                  parent: QObject | None = None):
@@ -246,3 +248,6 @@ class AppState(QObject):
 
     def show_background(self, text: str, timeout_ms: int = 4000) -> None:
         self.backgroundMessage.emit(text, timeout_ms)
+
+    def speak(self, text: str) -> None:
+        self.spoken.emit(text)

@@ -198,6 +198,7 @@ class MainWindow(QMainWindow):
         s.statusMessage.connect(self.status_area.show_message)
         # what the user caused ("Exported 40 messages…", "Open a chat to rename it"): said
         s.statusMessage.connect(lambda text, _ms: self.announcer.say(text))
+        s.spoken.connect(self.announcer.say)
         s.backgroundMessage.connect(
             lambda text, ms: self.status_area.show_message(text, ms, background=True))
         s.generatingChanged.connect(self.composer.set_generating)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt
 
 from iris_desktop.core.views import ROLE_LABELS, Entry
-from iris_desktop.ui.transcript_parts import stopped_empty
+from iris_desktop.ui.transcript_parts import badges, stopped_empty
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
 PAGE = 40  # entries laid out at first (a few screens), and revealed per scroll to an edge
@@ -256,12 +256,18 @@ class TranscriptModel(QAbstractListModel):
 
 
 def spoken(entry: Entry) -> str:
-    """What a screen reader reads for a row: who, the whole text (a reply was cut at 500
+    """What a screen reader reads for a row: who, what the badges say (stopped, failed,
+    summarized, not sent…: they were only drawn), the whole text (a reply was cut at 500
     characters), and where there are alternatives, which one this is and how to switch
-    (Alt+Left, Alt+Right)."""
+    (Alt+Left, Alt+Right). A divider reads its heading and how to expand it (it read
+    "divider: ")."""
+    if entry.kind == "divider":
+        return f"{entry.title}. Shift+F10, Expand: the summary"
     who = (entry.speaker if entry.kind in ("message", "notice")
+           else f"Tool {entry.tool_name}" if entry.kind == "tool" and entry.tool_name
            else ROLE_LABELS.get(entry.role, entry.kind))
-    text = f"{who}: {entry.text or stopped_empty(entry)}"
+    said = "; ".join(badge for badge, _tone in badges(entry) if badge != "generating…")
+    text = f"{who}{f' ({said})' if said else ''}: {entry.text or stopped_empty(entry)}"
     if entry.branch is not None and entry.branch[1] > 1:
         text += f" (alternative {entry.branch[0]} of {entry.branch[1]}; Alt+Left, Alt+Right)"
     return text

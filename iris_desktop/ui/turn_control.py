@@ -302,11 +302,12 @@ class TurnControl(QObject, TurnListener):
         self.app_state.busy("Summarizing earlier turns…")
         if (event.trigger != "manual" and not self._replied and self.generating
                 and event.thread_id == self.app_state.thread_id):
-            row = self.transcript.add_notice(
-                "Summarizing earlier turns so that the chat fits the model's window; the "
-                "answer starts after it. The model does this once the chat grows long, and "
-                "on a long imported chat it can take minutes. Stop skips the model: Iris then "
-                "summarizes them itself from the chat's own sentences.", error=False)
+            note = ("Summarizing earlier turns so that the chat fits the model's window; the "
+                    "answer starts after it. The model does this once the chat grows long, and "
+                    "on a long imported chat it can take minutes. Stop skips the model: Iris "
+                    "then summarizes them itself from the chat's own sentences.")
+            row = self.transcript.add_notice(note, error=False)
+            self.app_state.speak(note)  # a wait of minutes was silent to a screen reader
             self._summary_notice = self.transcript.entry(row).key
             self._changed()
 
