@@ -696,6 +696,9 @@ def test_preferences_show_an_encrypted_history_as_encrypted_and_unticking_decryp
         field.editor.box.setChecked(False)
         dialog.accept()
         assert "encrypt = false" in (data / "config.toml").read_text()
+        # it says when it applies (it was saved without a word)
+        assert window.status_area.current_message() == (
+            "Saved; in use when Iris starts again: storage.encrypt")
     finally:
         window.shutdown()
         host.close()

@@ -155,6 +155,9 @@ class Menus(QObject):
 
     def settings_applied(self, keys: list[str]) -> None:
         self.app_state.rebase_settings()  # the planner follows; a model being tried stays
+        if at_start := [k for k in keys if SETTINGS[k].at_start]:  # (saved without a word)
+            self.app_state.show_message(f"Saved; in use when Iris starts again: "
+                                        f"{', '.join(at_start)}", 30_000)
         reload = [k for k in keys if SETTINGS[k].needs_reload]
         if reload and self.app_state.model_state != "none":
             box = QMessageBox(QMessageBox.Icon.Question, "Reload the model?",
