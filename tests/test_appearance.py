@@ -566,8 +566,10 @@ def test_an_invalid_value_says_where_it_is_and_to_a_screen_reader(make_window, q
         assert described == {dialog.errors[key]}
     # no figure of the last valid window stands beside the marked values (the ratio's line
     # still said "= 5,734 of 8,192 tokens", the dialog's meter the old budget)
-    meaning = dialog.fields["context.token_budget_ratio"].editor.meaning
-    assert meaning.text() == "= – tokens until the marked values are fixed"
+    ratio = dialog.fields["context.token_budget_ratio"].editor
+    meaning = ratio.meaning  # (it read "= – tokens until…": aloud, "equals dash tokens")
+    assert meaning.text() == "In tokens: unknown until the marked values are fixed"
+    assert ratio.slider.accessibleDescription().endswith(f"{meaning.text()}.")
     assert dialog.meter.breakdown is None
     dialog.fields["model.n_ctx"].editor.set_value(8192)  # fixed: the marks go
     qtbot.waitUntil(dialog.ok_button.isEnabled, timeout=5_000)

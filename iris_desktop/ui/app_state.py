@@ -190,6 +190,11 @@ class AppState(QObject):
         self.set_settings(mixed(fresh, now, ours))
         return self._settings
 
+    @property
+    def file_problems(self) -> list[str]:
+        """The settings file's problems as it was last read."""
+        return list(self._read.problems)
+
     def follow_file(self) -> tuple[list[str], list[str]]:
         """The settings file changed (:class:`~.config_watch.ConfigWatch`): the keys whose
         value there changed since it was last read go into force; the others keep the

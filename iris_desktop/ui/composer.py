@@ -75,6 +75,8 @@ class Composer(QWidget):
     #: files to attach: paths dropped or chosen (the window reads and checks them)
     attachRequested = Signal(list)
     attachmentsChanged = Signal()
+    #: Enter while the box cannot send (no model, one loading): why, to show and say
+    refused = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -99,6 +101,7 @@ class Composer(QWidget):
         self.tokens.setAccessibleName("Draft size")
         self.generating = False
         self._can_send = True
+        self._why_not = ""  # why it cannot send (``set_can_send``)
         self.attachments: list[Attachment] = []
         self._chip_tokens: list[int | None] = []
         self.chips = QHBoxLayout()
@@ -261,6 +264,7 @@ class Composer(QWidget):
     def set_can_send(self, can: bool, reason: str = "") -> None:
         """Sending needs a loaded model; the reason shows as a tooltip."""
         self._can_send = can
+        self._why_not = "" if can else (reason or "No model is loaded")
         self.edit.setPlaceholderText(
             "Message Iris  (Enter to send, Shift+Enter for a new line)" if can else
             (reason or "No model is loaded"))
@@ -286,6 +290,9 @@ class Composer(QWidget):
 
     def _submit(self) -> None:
         text = self.text()
-        if self.generating or not self._can_send or not (text.strip() or self.attachments):
+        if not self.generating and not self._can_send:  # (Enter did nothing, unsaid)
+            self.refused.emit(self._why_not)
+            return
+        if self.generating or not (text.strip() or self.attachments):
             return
         self.sendRequested.emit(text)

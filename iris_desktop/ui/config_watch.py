@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
@@ -27,16 +28,26 @@ DELAY_MS = 400
 MAX_WAIT_S = 2.0
 
 
+def kept(problem: str) -> str:
+    """A problem of the file as a running window has it (``AppState.follow_file``)."""
+    default = "; using the default"
+    return problem.removesuffix(default) + "; the value in force is kept" \
+        if problem.endswith(default) else problem
+
+
 class ConfigWatch(QObject):
     """Reads ``path`` again when it changes and puts what changed there in force
     (``AppState.follow_file``); ``followed(keys)`` says which keys, when any."""
 
     followed = Signal(object)  # list[str]
 
-    def __init__(self, app_state: AppState, path: Path, parent: QObject | None = None):
+    def __init__(self, app_state: AppState, path: Path, parent: QObject | None = None,
+                 describe: Callable[[list[str]], str] | None = None):
         super().__init__(parent)
         self.app_state = app_state
         self.path = Path(path)
+        #: what the window says of the keys put in force (``Menus.file_followed``)
+        self.describe = describe
         self.watcher = QFileSystemWatcher(self)
         self.watcher.fileChanged.connect(self._changed)
         self.watcher.directoryChanged.connect(self._changed)
@@ -46,6 +57,7 @@ class ConfigWatch(QObject):
         #: what the status bar said last, so that it is said once
         self._said: str | None = None
         self._since = 0.0  # when the changes now waited on began
+        self._unreadable = False  # the file could not be read, and that was said
         self.stopped = False
         self._watch()
 
@@ -101,17 +113,40 @@ class ConfigWatch(QObject):
         except Exception as exc:  # mid-write, broken by hand: the settings in force stay
             log.warning("settings: %s", exc)
             self._say(f"The settings file changed: {exc}")
+            self._unreadable = True
             return []
-        if keys:
-            log.info("settings file changed: %s", ", ".join(keys))
-            self.followed.emit(keys)
+        said = self._followed(keys) if keys else ""
+        if self._unreadable and not problems:  # its problems said before it could not be
+            problems = [kept(p) for p in self._file_problems()]  # read: they stand again
+        self._unreadable = False
         for problem in problems:
             log.warning("settings: %s", problem)
-        if problems:  # after what is in force: a problem is what the status bar keeps
-            self._say("The settings file changed: " + "; ".join(problems))
-        else:
+        # one message for one save: what is in force and what is not taken (the problem
+        # replaced the keys at once, unsaid); a problem said before and gone now is said
+        # gone (its message stayed up after the file was fixed, never taken back)
+        fine = self._said is not None and not problems and not self._file_problems()
+        if problems:
+            self._say(f"{said}. Not taken: {'; '.join(problems)}" if said else
+                      "The settings file changed: " + "; ".join(problems))
+        elif said or fine:
             self._said = None
+            if fine:
+                said = f"{said}. It is fine again" if said else "The settings file is fine again"
+            self.app_state.show_message(said, 15_000)
         return keys
+
+    def _followed(self, keys: list[str]) -> str:
+        """Emit ``followed(keys)``; what the window says of them (``describe``, the
+        window's ``Menus.file_followed``), to be said with the file's problems, or that
+        the file is fine again, in one message (two messages cut each other off)."""
+        log.info("settings file changed: %s", ", ".join(keys))
+        self.followed.emit(keys)
+        return self.describe(keys) if self.describe is not None else ""
+
+    def _file_problems(self) -> list[str]:
+        """The problems of the file as last read (the same one saved again is not new,
+        so ``follow_file`` does not return it)."""
+        return self.app_state.file_problems
 
     def _say(self, text: str) -> None:
         if text != self._said:

@@ -47,12 +47,17 @@ class DraftControl(QObject):
         #: the files each chat's stored draft holds, as far as this window has written or
         #: read them (None: a write failed, what is stored is not known)
         self._stored_files: dict[int | None, tuple[Attachment, ...] | None] = {}
+        #: the last save failed and said so: said once until one succeeds (it was said
+        #: again after every pause in typing)
+        self._failing = False
         self._timer = QTimer(self, singleShot=True, interval=SAVE_PAUSE_MS)
         self._timer.timeout.connect(self.save)
         composer.edit.textChanged.connect(self._edited)
         composer.attachmentsChanged.connect(self._edited)
         app_state.threadOpened.connect(self._opened)
         app_state.threadCreated.connect(self._created)
+        # Enter in a box that cannot send (no model, one loading) says why (it did nothing)
+        composer.refused.connect(lambda reason: app_state.show_message(reason, 6000))
         if ui_state is not None:
             self._move_old(ui_state)
         self._load(self.thread_id)
@@ -76,11 +81,16 @@ class DraftControl(QObject):
             self._stored_files[thread_id] = files
             if self._unsaved.get(thread_id) == (text, files):
                 del self._unsaved[thread_id]
+            if self._failing:
+                self._failing = False
+                self.app_state.show_message("Your draft is saved again", 4000)
 
         def failed(exc: BaseException) -> None:
             self._stored_files[thread_id] = None  # not known: written at the next save
-            self.app_state.show_message(f"Your draft is not saved: {failure(exc)}; it is kept "
-                                        "while Iris runs", 10_000)
+            if not self._failing:
+                self._failing = True
+                self.app_state.show_message(f"Your draft is not saved: {failure(exc)}; it is "
+                                            "kept while Iris runs", 10_000)
 
         if write is not None:  # not known until a save is confirmed: a newer save whose
             # job replaces this one before its answer comes writes the files again (it

@@ -61,8 +61,8 @@ class Menus(QObject):
         self.bar = bar
         self._build(bar)
         # `config set` in a terminal, an editor: the window follows the settings file
-        self.config_watch = ConfigWatch(app_state, paths.config_path, self)
-        self.config_watch.followed.connect(self.file_followed)
+        self.config_watch = ConfigWatch(app_state, paths.config_path, self,
+                                        describe=self.file_followed)
 
     def _action(self, menu, text: str, slot=None, shortcut=None, name: str | None = None) -> QAction:
         action = QAction(text, self.parent_widget)
@@ -175,8 +175,9 @@ class Menus(QObject):
             self.reload_box = box
             box.open()
 
-    def file_followed(self, keys: list[str]) -> None:
-        """The settings file changed elsewhere and ``keys`` are in force: an open
+    def file_followed(self, keys: list[str]) -> str:
+        """The settings file changed elsewhere and ``keys`` are in force; what to say of
+        it (:class:`ConfigWatch` says it, with the file's problems, in one message): an open
         Preferences shows them where the user has not edited, a key the model reads at
         loading is said to wait for Model ▸ Reload (never reloaded mid-reply), and one read
         only at start (storage.encrypt) to wait for the next start (it was said "in
@@ -199,7 +200,7 @@ class Menus(QObject):
                 else "(the model keeps its old values until Model ▸ Reload)"))
         if start:
             said.append(f"not in use until Iris starts again: {', '.join(start)}")
-        self.app_state.show_message("The settings file changed; " + "; ".join(said), 15_000)
+        return "The settings file changed; " + "; ".join(said)
 
     # -- help --
 

@@ -1,12 +1,14 @@
 """One Preferences field: the editor for one Setting (``settings_editors``), its label and
-key, its help text, and its error (said to a screen reader when new)."""
+key, its help text, and its error (said to a screen reader when the field becomes
+invalid, and again, politely, when typing pauses on another error: before, each keystroke
+of "100" said a new error, assertively, cutting off the echo of the typing)."""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
@@ -14,6 +16,9 @@ from iris_desktop.core.views import field_hint, field_label
 from iris_desktop.settings import Setting
 from iris_desktop.ui.accessibility import announce, control_name, keyboard_controls
 from iris_desktop.ui.settings_editors import make_editor
+
+#: how long typing must pause before a changed error is said again
+SAY_AGAIN_MS = 1500
 
 
 class SettingField(QWidget):
@@ -38,19 +43,24 @@ class SettingField(QWidget):
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #c0392b;")
         self.error.hide()
+        self._said = ""  # the error last said to a screen reader
+        self._say_later = QTimer(self, singleShot=True, interval=SAY_AGAIN_MS)
+        self._say_later.timeout.connect(lambda: self._say(assertive=False))
         hint = QLabel(locked or field_hint(setting))
         hint.setWordWrap(True)
         if locked:
             hint.setStyleSheet("color: #b9770e;")
         self.hint = hint
+        self.controls: list[QWidget] = []
         self.editor = make_editor(setting, value)
         self.editor.changed.connect(self.changed)
+        self.editor.noteChanged.connect(self._describe)
         # each control says which setting it is; the help is its description
         label = setting.label or field_label(setting)
         controls = self.controls = keyboard_controls(self.editor)
         for control in controls:
             control.setAccessibleName(control_name(control, label))
-            control.setAccessibleDescription(locked or field_hint(setting))
+        self._describe()
         if controls:
             self.title.setBuddy(controls[0])
         layout = QVBoxLayout(self)
@@ -95,11 +105,36 @@ class SettingField(QWidget):
         self.editor.set_value(value)
 
     def set_error(self, message: str | None) -> None:
-        """``message`` under the field, as its controls' description, and said when new."""
-        if message and message != self.error.text() and self.isVisible():
-            announce(self, message, assertive=True)
+        """``message`` under the field, as its controls' description; said, with the
+        field's label, when the field becomes invalid, and once typing pauses when the
+        error changed (the typed value is part of it)."""
+        was_valid = not self.error.text()
         self.error.setText(message or "")
+        if not message:
+            self._said = ""
+            self._say_later.stop()
+        elif was_valid:
+            self._say(assertive=True)
+        elif message != self._said:
+            self._say_later.start()
         self.error.setVisible(bool(message))
         self.editor.set_invalid(bool(message))
+        self._describe()
+
+    def _describe(self) -> None:
+        """Each control's description: its error, else the help (or why it is locked)
+        and what the editor notes (a ratio's figure in tokens)."""
+        text = self.error.text() or " ".join(
+            part for part in (self.locked or self.hint.text(), self.editor.note()) if part)
         for control in self.controls:
-            control.setAccessibleDescription(message or self.locked or self.hint.text())
+            control.setAccessibleDescription(text)
+
+    def _say(self, assertive: bool) -> None:
+        """The error, said with the field's label (the message names only its key)."""
+        message = self.error.text()
+        if not message or message == self._said or not self.isVisible():
+            return
+        self._said = message
+        label = self.setting.label or field_label(self.setting)
+        key = f"{self.setting.key}: "
+        announce(self, f"{label}: {message.removeprefix(key)}", assertive=assertive)

@@ -36,11 +36,15 @@ from iris_desktop.ui.bounded_spin import BoundedDoubleSpinBox, BoundedSpinBox
 
 #: ratios move in steps of one hundredth on the slider
 RATIO_STEPS = 100
+#: a ratio's line while a marked value leaves the window unknown
+UNKNOWN_MEANING = "In tokens: unknown until the marked values are fixed"
 INVALID_STYLE = "border: 1px solid #c0392b;"
 
 
 class Editor(QWidget):
     changed = Signal()
+    #: ``note()`` changed: what the field's controls add to their description
+    noteChanged = Signal()
 
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(parent)
@@ -62,6 +66,11 @@ class Editor(QWidget):
     def set_window(self, window: int | None, values: dict[str, Any]) -> None:
         """The current window and candidate values (ratios show what they mean); None
         while a marked value leaves the budget unknown."""
+
+    def note(self) -> str:
+        """What the controls' description says after the help ('' for nothing): a figure
+        shown beside them, which a screen reader never reached (a label is not focused)."""
+        return ""
 
 
 class IntEditor(Editor):
@@ -211,11 +220,20 @@ class RatioEditor(FloatEditor):
         self._typed(float(value))
 
     def set_window(self, window: int | None, values: dict[str, Any]) -> None:
-        if window is None:  # (it showed the figures of the last valid window)
-            self.meaning.setText("= – tokens until the marked values are fixed")
-            return
-        values = {**values, self.setting.key: self.spin.value()}
-        self.meaning.setText(ratio_meaning(self.setting.key, values, window))
+        if window is None:  # (it showed the figures of the last valid window; its
+            # "= – tokens until…" read aloud as "equals dash tokens")
+            self.meaning.setText(UNKNOWN_MEANING)
+        else:
+            values = {**values, self.setting.key: self.spin.value()}
+            self.meaning.setText(ratio_meaning(self.setting.key, values, window))
+        self.noteChanged.emit()
+
+    def note(self) -> str:
+        """The line under the slider, as said: "In tokens: 5,734 of 8,192 tokens."."""
+        text = self.meaning.text()
+        if not text or text == UNKNOWN_MEANING:
+            return f"{text}." if text else ""
+        return f"In tokens: {text.removeprefix('= ').replace('≈ ', 'about ', 1)}."
 
 
 class ChoiceEditor(Editor):

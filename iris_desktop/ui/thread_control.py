@@ -26,6 +26,7 @@ from iris_desktop.ui.live_list import POLL_MS, LiveList
 from iris_desktop.ui.model_thread import ModelThread
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
+from iris_desktop.ui.transcript_parts import CurrentKeeper
 
 LAST_THREAD_KEY = "chat/last_thread"
 
@@ -41,6 +42,7 @@ class ThreadControl(LiveList, QObject):
         self.app_state = app_state
         self.panel = panel
         self.view = view
+        self.keeper = CurrentKeeper(view)  # its current message survives a reload
         self.composer = composer
         self.background = background
         self.model = model
@@ -78,6 +80,7 @@ class ThreadControl(LiveList, QObject):
         self.states = {}
         self.panel.select(None)
         self.view.transcript.clear()
+        self.keeper.forget()
         self.composer.edit.setFocus()
         self.app_state.thread_opened(None)
 
@@ -122,6 +125,7 @@ class ThreadControl(LiveList, QObject):
         if thread_id != self.app_state.thread_id:
             self.states = {}
             self.view.transcript.clear()
+            self.keeper.forget()
         self.app_state.set_thread_id(thread_id)
         self.panel.select(thread_id)
         self.reload_transcript(message_id)

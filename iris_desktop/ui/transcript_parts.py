@@ -1,10 +1,11 @@
 """The small things painted on a transcript card, laid out and painted: the header's
 badges, the ‹ n/m › switcher between a message's alternatives and the attachment chips.
-Plain functions of an entry and rects; the delegate calls them."""
+Plain functions of an entry and rects; the delegate calls them. And the one thing the
+view keeps across a reset of its rows: its current message (:class:`CurrentKeeper`)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRect, QRectF, Qt
+from PySide6.QtCore import QObject, QRect, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QPen
 
 from iris_desktop.core.store import utf8_length
@@ -50,7 +51,8 @@ def stopped_empty(entry: Entry) -> str:
     newest reply, how to have it answer."""
     if entry.role != "assistant" or entry.status != "interrupted" or entry.text:
         return ""
-    how = (" To have it answer, right-click here and choose Regenerate."
+    how = (" To have it answer, right-click here and choose Regenerate. By keyboard: "
+           "Shift+F10 (or the Menu key) on this message, then Regenerate."
            if entry.can_regenerate else "")
     return f"Stopped before Iris began to answer.{how}"
 
@@ -173,3 +175,64 @@ def paint_chips(painter: QPainter, chips: list[tuple[QRect, str]], pal: QPalette
             label = sfm.elidedText(label, Qt.TextElideMode.ElideMiddle, inner.width())
         painter.drawText(inner, Qt.AlignmentFlag.AlignCenter, label)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+
+
+class CurrentKeeper(QObject):
+    """Keeps the transcript's current message across a reset of its rows (a reload after
+    a turn; Regenerate and Edit… cutting the rows shown). Before, the view had no current
+    row after one (-1), even with the keyboard's focus on it: Alt+Left, which the row said
+    to press, did nothing and Up went to the first message. Now, when the view had a
+    current row or the focus, the same message stays current when it is still a row; when
+    it went (the reply regenerated, the message edited) the newest row becomes current and
+    stays the newest as the new reply's rows come, until the user moves. Setting it never
+    scrolls: following the bottom stays the view's."""
+
+    def __init__(self, view):
+        super().__init__(view)
+        self.view = view
+        self._key: str | None = None  # the current entry's key before a reset
+        self._had = False  # the view had a current row or the focus before a reset
+        self._newest = False  # the current message went: the newest row is current
+        self._setting = False
+        model = view.model()
+        model.modelAboutToBeReset.connect(self._before)
+        model.modelReset.connect(self._after)
+        model.rowsInserted.connect(self._inserted)
+        view.selectionModel().currentChanged.connect(self._moved)
+
+    def forget(self) -> None:
+        """Another chat is opened: nothing of this one's current message carries over."""
+        self._key, self._had, self._newest = None, False, False
+
+    def _before(self) -> None:
+        entry = self.view.current_entry()
+        self._key = entry.key if entry is not None else None
+        self._had = entry is not None or self.view.hasFocus() or self._newest
+
+    def _after(self) -> None:
+        if not self._had:
+            return
+        model = self.view.transcript
+        row = model.row_of(self._key) if self._key is not None else None
+        self._newest = row is None and self._key not in model.keys()
+        self._set(model.rowCount() - 1 if row is None else row)
+
+    def _inserted(self, _parent, _first: int, last: int) -> None:
+        if self._newest and last == self.view.transcript.rowCount() - 1:
+            self._set(last)
+
+    def _set(self, row: int) -> None:
+        if row < 0:
+            return
+        view, scroll = self.view, self.view.hasAutoScroll()
+        self._setting = True
+        view.setAutoScroll(False)
+        try:
+            view.setCurrentIndex(view.transcript.index(row))
+        finally:
+            view.setAutoScroll(scroll)
+            self._setting = False
+
+    def _moved(self, *_indexes) -> None:
+        if not self._setting:
+            self._newest = False
