@@ -689,16 +689,28 @@ class Host:
         self.store.delete_thread(thread_id)
         KVStateStore(self.paths.kv_cache_dir, 0).forget(thread_id)
 
+    def pending_for_recall(self, thread_id: int, planner: Planner | None = None) -> int:
+        """How many of the thread's summarized messages recall by meaning has no vector
+        for yet (0 without an embedder or a summary)."""
+        planner = planner or self.planner()
+        summary = self.store.latest_summary(thread_id)
+        if planner.embedder is None or summary is None:
+            return 0
+        return self.store.count_without_vector(thread_id, summary.covers_through_id,
+                                               planner.embedder.identity)
+
     def index_for_recall(self, thread_id: int, planner: Planner | None = None, *,
                          store: Store | None = None, limit: int | None = None,
-                         progress: Callable[[int], None] | None = None) -> int:
+                         progress: Callable[[int], None] | None = None,
+                         until: float | None = None) -> int:
         """Embed the thread's summarized messages that have no vector yet (recall only
         searches those), oldest first, with the planner's embedder (none: nothing);
         returns how many (never one past the summary: they were counted as summarized).
         The one indexing rule of both faces, on whichever thread calls it with that
         thread's ``store`` (default: the calling thread's): the CLI before it plans, the
-        GUI's DB thread after each turn, ``limit`` messages a call; ``progress`` is told
-        the count after each batch."""
+        GUI's DB thread after each turn, ``limit`` messages a call, or (``until``, a
+        ``time.monotonic()``) until then, a batch at least; ``progress`` is told the count
+        after each batch."""
         store = store or self.store
         planner = planner or self.planner()
         summary = store.latest_summary(thread_id)
@@ -706,7 +718,8 @@ class Host:
             return 0
         index = planner.index(store)
         done = 0
-        while limit is None or done < limit:
+        while (limit is None or done < limit) and not (
+                until is not None and done and time.monotonic() >= until):
             step = BATCH if limit is None else min(BATCH, limit - done)
             embedded = index.index_pending(limit=step, thread_id=thread_id,
                                            through_id=summary.covers_through_id)

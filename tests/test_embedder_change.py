@@ -21,6 +21,7 @@ from iris_desktop.runtime.onnx_embedder import BGE_SMALL, QUERY_PREFIX, OnnxEmbe
 
 from conftest import MODEL_CACHE, SYNTHETIC_CHAT, load_corpus
 from support.fakes import ScriptedRuntime, ZeroEmbedder
+from support.helpers import run_cli
 
 MISO = "I adopted a kitten yesterday! Her name is Miso."
 
@@ -360,3 +361,39 @@ def test_indexing_for_recall_embeds_the_summarized_messages_only_and_counts_them
         assert host.store.first_without_vector(thread, 0, covered, model) is None
         assert host.store.first_without_vector(thread, covered, 10**9, model) is not None
         assert host.index_for_recall(thread) == 0  # once
+
+
+def test_a_command_embeds_for_a_bounded_time_says_so_first_and_what_is_left(
+        tmp_path, capsys, monkeypatch, model_path):
+    """Before (an audit of the CLI on long chats): the first `chat` or `context` after a
+    compaction embedded every summarized message before it said a word (20,000 messages:
+    six minutes; 100,000: about half an hour), silently when stderr was not a terminal.
+    Now it says how many first, embeds for at most CLI_EMBED_S, and says what is left:
+    recall by meaning covers those once a later command or the window embeds them."""
+    from iris_desktop.commands import common
+    from iris_desktop.core.config import ContextParams
+    from iris_desktop.core.planner import Planner
+    from iris_desktop.core.semantic import BATCH
+    from iris_desktop.host import build_compactor
+    from iris_desktop.tokens import HeuristicCounter
+
+    from support.helpers import link_bundled_model
+
+    data = tmp_path / "data"
+    link_bundled_model(data, model_path)
+    with Host(data, {}, runtime=ScriptedRuntime([]), compact=False) as host:
+        thread = host.store.create_thread("friends")
+        host.store.add_messages(thread, load_corpus(SYNTHETIC_CHAT)[:80])
+        planner = Planner(ContextParams(window=2048, compaction_min_turns=10), HeuristicCounter())
+        assert build_compactor(planner, host.store).compact(thread, "manual", force=True).outcome == "ok"
+    monkeypatch.setattr(common, "CLI_EMBED_S", 0.0)  # one batch, then on
+    code, out, err = run_cli(capsys, "--data-dir", data, "context", thread)
+    assert code == 0, err
+    first, last = [line for line in err.splitlines() if "embed" in line][:2]
+    pending = int(first.split("'s ")[1].split(" summarized")[0].replace(",", ""))
+    assert pending > BATCH and first.startswith(f"iris-desktop: embedding thread {thread}'s ")
+    assert last == (f"iris-desktop: embedded {BATCH} summarized messages of thread {thread} for "
+                    f"recall by meaning; {pending - BATCH:,} wait for the next command or the "
+                    "window (until then recall finds them by their words)")
+    code, out, err = run_cli(capsys, "--data-dir", data, "context", thread)
+    assert f"thread {thread}'s {pending - BATCH:,} summarized messages" in err  # goes on

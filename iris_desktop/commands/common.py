@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -178,25 +179,39 @@ def _load(host) -> Runtime:
         raise CliError(f"cannot use the server: {exc}", EXIT_FAIL) from None
 
 
+#: the longest a command embeds a chat's summarized messages before it goes on (a chat of
+#: 20,000 took six minutes, 100,000 half an hour, before `chat` or `context` said a word):
+#: the rest waits for the next command or the window, and recall finds them by their words
+CLI_EMBED_S = 20.0
+
+
 def _index_for_recall(host, thread_id: int) -> None:
-    """Recall by meaning needs the summarized messages' vectors: embed what is missing
-    (once; the GUI does it in the background)."""
+    """Recall by meaning needs the summarized messages' vectors: embed what is missing,
+    for :data:`CLI_EMBED_S` at most (the GUI does it in the background), said first
+    whether or not stderr is a terminal, and what is left after."""
     if host.load_embedder() is None:
         return
+    pending = host.pending_for_recall(thread_id)
+    if not pending:
+        return
     tty = sys.stderr.isatty()
+    say(f"iris-desktop: embedding thread {thread_id}'s {pending:,} summarized messages for "
+        f"recall by meaning (once; at most {CLI_EMBED_S:.0f} s now, the rest later)…",
+        file=sys.stderr)
 
-    def progress(done: int) -> None:  # a long chat takes a minute: said as it goes
+    def progress(done: int) -> None:  # said as it goes, on a terminal
         if tty:
-            sys.stderr.write(f"\r\x1b[Kiris-desktop: embedding thread {thread_id}'s summarized "
-                             f"messages for recall by meaning (once): {done:,} done…")
+            sys.stderr.write(f"\r\x1b[Kiris-desktop: {done:,} of {pending:,} embedded…")
             sys.stderr.flush()
 
-    done = host.index_for_recall(thread_id, progress=progress)
+    done = host.index_for_recall(thread_id, progress=progress,
+                                 until=time.monotonic() + CLI_EMBED_S)
     if tty and done:
         sys.stderr.write("\r\x1b[K")
-    if done:
-        say(f"iris-desktop: embedded {done:,} summarized messages of thread {thread_id} for "
-            "recall by meaning (once)", file=sys.stderr)
+    left = max(pending - done, 0)
+    say(f"iris-desktop: embedded {done:,} summarized messages of thread {thread_id} for recall "
+        "by meaning" + (f"; {left:,} wait for the next command or the window (until then "
+                        "recall finds them by their words)" if left else ""), file=sys.stderr)
 
 
 def _maybe_load_model(host, args) -> None:

@@ -77,6 +77,15 @@ class Vectors(Connected):
             {"thread": thread_id, "floor": after_id, "newest": through_id, "model": model}).fetchone()
         return row[0] if row else None
 
+    def count_without_vector(self, thread_id: int, through_id: int, model: str) -> int:
+        """How many of the thread's messages up to ``through_id`` should have a vector
+        from ``model`` and have none (as :meth:`messages_without_vector`)."""
+        (count,) = self.conn.execute(
+            f"SELECT count(*) FROM messages m WHERE {_scope(thread_id)}m.id <= :through "
+            f"AND {_ELIGIBLE} AND {_NO_VECTOR}",
+            {"thread": thread_id, "through": through_id, "model": model}).fetchone()
+        return int(count)
+
     def first_streaming_id(self, thread_id: int | None, after_id: int) -> int | None:
         """The oldest reply above ``after_id`` still being streamed (of one thread, or of
         all when ``thread_id`` is None), or None."""
