@@ -585,3 +585,21 @@ def test_another_apps_database_in_the_history_s_place_is_named_and_left_as_it_is
     assert "Traceback" not in err
     assert db.read_bytes() == before  # not a byte changed: no tables, no WAL switch
     assert not (data / "iris.db-wal").exists()
+
+
+def test_a_small_chat_is_counted_at_the_first_listing_beside_a_long_one(capsys, tmp_path, counted):
+    """Before (an audit, 100,000 messages): the long chat, newest, took every listing's
+    share of counting, and a two-message chat read "≈0 tokens (+2 messages not counted
+    yet)" for hundreds of listings. Now the chats with the least to count go first."""
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps([{"role": "user", "content": "Hello there, how are you?"},
+                                 {"role": "assistant", "content": "Fine, thanks."}]))
+    assert run(capsys, "import", small)[0] == 0
+    source = tmp_path / "many.jsonl"
+    source.write_text("".join(json.dumps({"role": "user", "content": f"message number {i}"})
+                              + "\n" for i in range(30_000)))
+    assert run(capsys, "import", source)[0] == 0  # newer: listed first
+    rows = json.loads(run(capsys, "threads", "--json", "--no-model")[1])
+    by_size = {row["messages"]: row for row in rows}
+    assert by_size[2]["uncounted_messages"] == 0 and by_size[2]["tokens"] > 0
+    assert 0 < by_size[30_000]["uncounted_messages"] < 30_000  # it goes on, bounded

@@ -148,7 +148,7 @@ def _print_context(r: dict[str, Any]) -> None:
     exact = "exact" if r["prompt_exact"] else "estimated"
     print(f"prompt      {r['predicted_prompt_tokens']:>8,}  (predicted, {exact})")
     print(f"protect     {r['protect_turns']:>8}  turns" + ("  (fallback)" if r["fallback"] else ""))
-    print("messages    " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    print("messages    " + ", ".join(f"{n:,} {s}" for s, n in sorted(states.items())))
     recall = r.get("recall") or {}
     if recall.get("embedder_problem"):
         print(f"warning     {recall['embedder_problem']}")

@@ -55,7 +55,7 @@ class CompactionEvent:
         """One line for logs, the CLI and the GUI."""
         if self.outcome == "ok":
             return (f"compacted ({self.trigger}, {self.path}): turns {self.first_turn}–"
-                    f"{self.last_turn}, {self.messages_archived} messages archived, "
+                    f"{self.last_turn}, {self.messages_archived:,} messages archived, "
                     f"{self.tokens_before:,} → {self.tokens_after:,} tokens, summary "
                     f"{self.summary_tokens:,} tokens, kept {self.kept_turns} "
                     f"{'turn' if self.kept_turns == 1 else 'turns'}, "

@@ -207,16 +207,23 @@ class Messages(Branches):
         return int(row[0]), int(row[1] or 0)
 
     def uncounted(self, counter: str, max_chars: int) -> list[MessageMeta]:
-        """Newest first, messages of any thread without a cached count under ``counter``
-        whose text (content and tool calls) adds up to at most ``max_chars``, stopping at
-        the first that does not fit; one larger than ``max_chars`` alone is left for a
-        request to count. Bounds what a listing spends on counting."""
+        """Messages of any thread without a cached count under ``counter`` whose text
+        (content and tool calls) adds up to at most ``max_chars``, stopping at the first
+        that does not fit; one larger than ``max_chars`` alone is left for a request to
+        count. The threads with the least text to count first, each newest first: a small
+        chat is counted at the first listing (a long one, newest, took every listing's
+        share, and a two-message chat read "≈0 tokens" for hundreds of listings). Bounds
+        what a listing spends on counting."""
         cur = self.conn.execute(
             """
-            SELECT m.id, m.turn, m.role, m.tool_calls IS NOT NULL, m.tool_call_id, m.status,
-                   m.name, coalesce(length(m.content), 0) + coalesce(length(m.tool_calls), 0)
-            FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
-            WHERE c.tokens IS NULL ORDER BY m.id DESC
+            SELECT id, turn, role, calls, tool_call_id, status, name, chars FROM (
+                SELECT m.id, m.turn, m.role, m.tool_calls IS NOT NULL AS calls, m.tool_call_id,
+                       m.status, m.name,
+                       coalesce(length(m.content), 0) + coalesce(length(m.tool_calls), 0) AS chars,
+                       m.thread_id
+                FROM messages m LEFT JOIN token_counts c ON c.message_id = m.id AND c.counter = ?
+                WHERE c.tokens IS NULL)
+            ORDER BY sum(chars) OVER (PARTITION BY thread_id), thread_id, id DESC
             """,
             (counter,),
         )
