@@ -315,6 +315,22 @@ def test_stop_while_the_oldest_turns_are_extracted_asks_no_model_and_extracts_ea
     assert "Lisbon" in ledger and "bought 3 books" in ledger  # turn 1, from the first part
 
 
+def test_a_model_part_that_times_out_goes_on_from_the_extracted_turns(fresh_store):
+    """The same after a timeout: the fallback extracts the turns the model was to read,
+    onto the oldest ones already extracted (they were extracted a second time)."""
+    thread = chat_thread(fresh_store, 60, 400)
+    slow = ScriptedRuntime([llm_json(words=400)] * 3, n_ctx=2048, delay_s=0.05)
+    compactor = compactor_for(fresh_store, HeuristicCounter(), params(),
+                              CompactionSettings(summary_max_tokens=256, max_parts=2,
+                                                 timeout_s=0.3), runtime=slow)
+    summarize, read = compactor.extractive.summarize, []
+    compactor.extractive.summarize = lambda previous, said, *a, **k: (
+        read.append(len(said)), summarize(previous, said, *a, **k))[1]
+    event = compactor.compact(thread, "budget")
+    assert event.outcome == "ok" and event.path == "extractive" and event.fallback == "timed_out"
+    assert len(read) == 2 and sum(read) == event.messages_archived
+
+
 def test_closing_during_a_summary_leaves_it_for_the_next_start(fresh_store):
     """Before: closing the window during a long chat's first summary froze it ~15 s while
     the extraction ran to its end and was saved. Now the extraction stops at the close,

@@ -572,8 +572,11 @@ class Compactor:
             if stats is not None and stats.finish_reason == "cancelled":
                 if cancel is not None and cancel.is_set():
                     raise _stopped(cancel, summary if number == 1 else None, early)
-                raise CompactionFailed(
+                timed_out = CompactionFailed(
                     f"timed out after {self.settings.timeout_s:.0f} s (part {number})", "timed_out")
+                if number == 1 and early:  # the fallback goes on from the extracted turns
+                    timed_out.extracted = (summary, early)
+                raise timed_out
             cut = stats is not None and stats.finish_reason == "length"
             summary = ConversationSummary.parse(text, cut=cut)
         if summary is None:
