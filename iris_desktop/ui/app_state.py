@@ -46,12 +46,27 @@ if TYPE_CHECKING:
     from iris_desktop.ui.model_thread import LoadedModel
 
 
-def mixed(base: Settings, other: Settings, keys: Iterable[str]) -> Settings:
-    """``base`` with ``keys`` as ``other`` has them (value and source)."""
+#: the status bar's word when no model could be loaded
+NO_MODEL = "No model: browsing only"
+
+
+def mixed(base: Settings, other: Settings, keys: Iterable[str],
+          problems: list[str] | None = None) -> Settings:
+    """``base`` with ``keys`` as ``other`` has them (value and source), and ``problems``
+    (default: ``base``'s)."""
     keys = [k for k in keys if k in other.values]
     return Settings({**base.values, **{k: other.values[k] for k in keys}},
                     {**base.sources, **{k: other.sources[k] for k in keys}},
-                    list(base.problems), base.config_path, base.file_unreadable)
+                    list(base.problems if problems is None else problems), base.config_path,
+                    base.file_unreadable)
+
+
+def kept(problem: str) -> str:
+    """A problem of the settings file as a running window has it: a bad value keeps the
+    value in force, not the default it falls back to at a start."""
+    default = "; using the default"
+    return (problem.removesuffix(default) + "; the value in force is kept"
+            if problem.endswith(default) else problem)
 
 
 def rolled_back(now: Settings, before: Settings, keys: Iterable[str]) -> Settings:
@@ -164,12 +179,18 @@ class AppState(QObject):
         and put them in force. Raises what loading them raises, and SettingsError for a
         file that cannot be used at all (broken by hand since): the settings in force stay
         (before, every setting went back to its default without a word)."""
-        fresh = self._reload()
-        if fresh.file_unreadable is not None and self._settings.file_unreadable is None:
-            raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
+        fresh = self._fresh(self._settings.file_unreadable is None)
         self._read = fresh
         self.set_settings(fresh)
         return self._settings
+
+    def _fresh(self, strict: bool = True) -> Settings:
+        """The settings file read again; SettingsError when it cannot be read and
+        ``strict`` (the settings in force are then kept)."""
+        fresh = self._reload()
+        if fresh.file_unreadable is not None and strict:
+            raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
+        return fresh
 
     def rebase_settings(self) -> Settings:
         """Read the settings file again as ``reload_settings`` does (Preferences opened or
@@ -178,9 +199,7 @@ class AppState(QObject):
         (before, opening Preferences during a try put the file's model.path in force, and
         the try was lost). Raises as ``reload_settings``."""
         before, now = self._read, self._settings
-        fresh = self._reload()
-        if fresh.file_unreadable is not None and now.file_unreadable is None:
-            raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
+        fresh = self._fresh(now.file_unreadable is None)
 
         def of(settings: Settings, key: str) -> tuple[Any, Any]:
             return settings.values.get(key), settings.sources.get(key)
@@ -202,9 +221,7 @@ class AppState(QObject):
         value for keeps the value in force too (an editor saves as it is typed). Returns
         those keys and the problems not met before. Raises SettingsError for a file that
         cannot be used at all: every setting in force stays."""
-        before, fresh = self._read, self._reload()
-        if fresh.file_unreadable is not None:
-            raise SettingsError(f"{fresh.file_unreadable}; the settings in force are kept")
+        before, fresh = self._read, self._fresh()
         raw = read_config_file(fresh.config_path)[0] if fresh.config_path is not None else {}
         changed = [k for k, value in fresh.values.items()
                    if (value, fresh.sources[k]) != (before.values.get(k), before.sources.get(k))]
@@ -214,13 +231,8 @@ class AppState(QObject):
         # (before, the default was taken as read and a removed line changed nothing)
         self._read = mixed(fresh, before, bad)
         if keys:
-            now = self._settings
-            self.set_settings(Settings({**now.values, **{k: fresh.values[k] for k in keys}},
-                                       {**now.sources, **{k: fresh.sources[k] for k in keys}},
-                                       list(fresh.problems), now.config_path))
-        kept = "; the value in force is kept"  # not the default, as at a start
-        return keys, [p.removesuffix("; using the default") + kept if p.endswith("; using the default")
-                      else p for p in fresh.problems if p not in before.problems]
+            self.set_settings(mixed(self._settings, fresh, keys, fresh.problems))
+        return keys, [kept(p) for p in fresh.problems if p not in before.problems]
 
     # -- events and requests --
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
+from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer
 
-from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.app_state import AppState, kept
 
 log = logging.getLogger("iris.ui")
 
@@ -28,18 +28,10 @@ DELAY_MS = 400
 MAX_WAIT_S = 2.0
 
 
-def kept(problem: str) -> str:
-    """A problem of the file as a running window has it (``AppState.follow_file``)."""
-    default = "; using the default"
-    return problem.removesuffix(default) + "; the value in force is kept" \
-        if problem.endswith(default) else problem
-
-
 class ConfigWatch(QObject):
     """Reads ``path`` again when it changes and puts what changed there in force
-    (``AppState.follow_file``); ``followed(keys)`` says which keys, when any."""
-
-    followed = Signal(object)  # list[str]
+    (``AppState.follow_file``); ``describe(keys)`` (the window's) words the keys put
+    in force."""
 
     def __init__(self, app_state: AppState, path: Path, parent: QObject | None = None,
                  describe: Callable[[list[str]], str] | None = None):
@@ -117,14 +109,14 @@ class ConfigWatch(QObject):
             return []
         said = self._followed(keys) if keys else ""
         if self._unreadable and not problems:  # its problems said before it could not be
-            problems = [kept(p) for p in self._file_problems()]  # read: they stand again
+            problems = [kept(p) for p in self.app_state.file_problems]  # read: they stand again
         self._unreadable = False
         for problem in problems:
             log.warning("settings: %s", problem)
         # one message for one save: what is in force and what is not taken (the problem
         # replaced the keys at once, unsaid); a problem said before and gone now is said
         # gone (its message stayed up after the file was fixed, never taken back)
-        fine = self._said is not None and not problems and not self._file_problems()
+        fine = self._said is not None and not problems and not self.app_state.file_problems
         if problems:
             self._say(f"{said}. Not taken: {'; '.join(problems)}" if said else
                       "The settings file changed: " + "; ".join(problems))
@@ -136,17 +128,11 @@ class ConfigWatch(QObject):
         return keys
 
     def _followed(self, keys: list[str]) -> str:
-        """Emit ``followed(keys)``; what the window says of them (``describe``, the
-        window's ``Menus.file_followed``), to be said with the file's problems, or that
-        the file is fine again, in one message (two messages cut each other off)."""
+        """What the window says of ``keys`` (``describe``: ``Menus.file_followed``), to be
+        said with the file's problems, or that the file is fine again, in one message
+        (two messages cut each other off)."""
         log.info("settings file changed: %s", ", ".join(keys))
-        self.followed.emit(keys)
         return self.describe(keys) if self.describe is not None else ""
-
-    def _file_problems(self) -> list[str]:
-        """The problems of the file as last read (the same one saved again is not new,
-        so ``follow_file`` does not return it)."""
-        return self.app_state.file_problems
 
     def _say(self, text: str) -> None:
         if text != self._said:

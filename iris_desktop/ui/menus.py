@@ -154,7 +154,7 @@ class Menus(QObject):
         return dialog
 
     def settings_applied(self, keys: list[str]) -> None:
-        self.app_state.rebase_settings()  # the planner follows; a model being tried stays
+        # (the dialog's Apply read the file again into force: ``reload``, rebase_settings)
         if at_start := [k for k in keys if SETTINGS[k].at_start]:  # (saved without a word)
             self.app_state.show_message(f"Saved; in use when Iris starts again: "
                                         f"{', '.join(at_start)}", 30_000)

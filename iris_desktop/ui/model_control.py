@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
 from iris_desktop.host import LOAD_STAGES
 from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, write_config_value
-from iris_desktop.ui.app_state import AppState, rolled_back
+from iris_desktop.ui.app_state import NO_MODEL, AppState, rolled_back
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.composer import Composer
@@ -210,7 +210,7 @@ class ModelControl(QObject):
         state.set_model("failed", None, message)
         self.model_label.setText("No model")
         self.model_label.set_details(message)
-        state.show_status("No model: browsing only")
+        state.show_status(NO_MODEL)
         self.composer.set_can_send(False, "No model is loaded — Model ▸ Models…")
         if cancelled:  # asked for: no warning that Iris "could not load its model"
             state.show_message("Loading cancelled; no model is loaded (Model ▸ Models… loads one)", 8000)

@@ -37,7 +37,7 @@ from iris_desktop.core.views import (
     pretty_arguments,
 )
 from iris_desktop.stop import StopEvent
-from iris_desktop.ui.app_state import AppState
+from iris_desktop.ui.app_state import NO_MODEL, AppState
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.model_thread import CompactJob, ModelThread, ShellQuestion, TurnJob
 from iris_desktop.ui.server_dialog import confirm_send, hold_conversation
@@ -89,8 +89,8 @@ class TurnControl(QObject, TurnListener):
 
     def _idle(self) -> str:
         """The status bar's word with nothing under way: the model's state, not always
-        "Ready" (after a failed load it is "No model: browsing only")."""
-        return "No model: browsing only" if self.app_state.model_state == "failed" else "Ready"
+        "Ready" (after a failed load it is :data:`NO_MODEL`)."""
+        return NO_MODEL if self.app_state.model_state == "failed" else "Ready"
 
     @property
     def transcript(self):
