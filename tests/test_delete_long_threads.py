@@ -15,6 +15,7 @@ import pytest
 
 from iris_desktop.core.store import Store
 from iris_desktop.paths import app_paths
+from iris_desktop.tokens import Message
 
 from support.helpers import run_cli as run
 
@@ -83,3 +84,102 @@ def test_a_20000_message_chat_is_deleted_with_nothing_readable_left(capsys, tmp_
     conn.close()
     code, out, _ = run(capsys, "--data-dir", str(data), "threads", "--json", "--no-model")
     assert [t["id"] for t in json.loads(out)] == [kept]
+
+
+# -- the space a deleted chat took ------------------------------------------------------------
+
+
+def _pragma(db, name: str) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(f"PRAGMA {name}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _filled(tmp_path, messages: int) -> tuple:
+    """A data folder with one chat of ``messages`` long messages; (data, db, thread)."""
+    data = tmp_path / "home"
+    db = app_paths(data).db_path
+    with Store(db) as store:
+        thread = store.create_thread("long")
+        store.add_messages(thread, [
+            Message(role="user" if i % 2 == 0 else "assistant",
+                    content=f"{PLANTED} {i} " + "words of a long reply " * 40)
+            for i in range(messages)])
+        store.checkpoint()
+    return data, db, thread
+
+
+def _made_by_an_older_iris(db) -> None:
+    """The file as Iris made it before incremental vacuum: ``auto_vacuum`` off."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA auto_vacuum = NONE")
+    conn.execute("VACUUM")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    assert _pragma(db, "auto_vacuum") == 0
+
+
+@pytest.mark.parametrize("made_by", ["this iris", "an older iris"])
+def test_deleting_a_long_chat_gives_its_space_back_to_the_disk(capsys, tmp_path, made_by):
+    """Before: the file kept its size (20,000 messages: 18 MB stayed on the disk after the
+    delete, zeroed but never freed). Now a file made by this Iris frees the pages at once,
+    and an older file is rewritten once by the first large delete, incremental after it."""
+    data, db, thread = _filled(tmp_path, 5_000)
+    if made_by == "an older iris":
+        _made_by_an_older_iris(db)
+    before = db.stat().st_size
+    assert before > 5_000_000
+    code, out, err = run(capsys, "--data-dir", str(data), "delete", str(thread), "--yes")
+    assert code == 0 and f"deleted thread {thread}" in out, err
+    assert db.stat().st_size < before / 20
+    assert _pragma(db, "auto_vacuum") == 2  # the next delete frees its pages at once
+    assert _pragma(db, "freelist_count") == 0
+    assert holders(data) == []
+
+
+def test_a_small_delete_does_not_rewrite_an_older_large_file(capsys, tmp_path):
+    """A rewrite (VACUUM) costs the whole file: a two-message chat deleted beside 5,000
+    messages leaves an older file as it is (counted: it stays non-incremental)."""
+    data, db, _ = _filled(tmp_path, 5_000)
+    with Store(db) as store:
+        small = store.create_thread("small")
+        store.add_message(small, Message(role="user", content=f"{PLANTED} small"))
+    _made_by_an_older_iris(db)
+    code, _, err = run(capsys, "--data-dir", str(data), "delete", str(small), "--yes")
+    assert code == 0, err
+    assert _pragma(db, "auto_vacuum") == 0
+
+
+class _FullDisk:
+    """The store's connection, where the rewrite of the file fails as on a full disk."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def execute(self, sql, *args):
+        if sql.strip().upper() == "VACUUM":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def test_a_rewrite_that_fails_leaves_the_delete_done(tmp_path, caplog):
+    """The space not given back (a full disk) is logged; the chat is deleted all the same,
+    the other chats are there, and the delete is not reported as failed."""
+    _, db, thread = _filled(tmp_path, 400)
+    _made_by_an_older_iris(db)
+    with Store(db) as store:
+        kept = store.create_thread("kept")
+        store.add_message(kept, Message(role="user", content="keep me"))
+        real = store.conn
+        store.conn = _FullDisk(real)
+        try:
+            store.delete_thread(thread)
+        finally:
+            store.conn = real
+        assert [t["id"] for t in store.threads()] == [kept]
+    assert "the space of deleted messages stays" in caplog.text

@@ -430,6 +430,26 @@ def test_rename_and_delete_a_thread(make_window, qtbot, data_dir):
     qtbot.waitUntil(lambda: window.threads.list.count() == 0, timeout=5_000)
 
 
+def test_a_long_chat_deleted_in_the_window_gives_its_space_back(make_window, qtbot, data_dir):
+    """Before: 3,000 long messages deleted in the window left the file at its size (the
+    pages zeroed, never freed). Now they go back to the disk, with the window open."""
+    thread = seed_thread(data_dir, chat(1_500, words=150), title="long")
+    kept = seed_thread(data_dir, chat(1), title="kept")
+    db = app_paths(data_dir).db_path
+    window = make_window(ScriptedRuntime([]))
+    settle(qtbot, window)
+    with Store(db) as store:
+        store.checkpoint()
+    before = db.stat().st_size
+    assert before > 2_000_000
+    window.threads_control.delete_thread(thread)
+    qtbot.waitUntil(lambda: window.threads.list.count() == 1, timeout=10_000)
+    settle(qtbot, window)
+    assert db.stat().st_size < before / 10
+    with Store(db) as store:
+        assert [t["id"] for t in store.threads()] == [kept]
+
+
 # -- preferences ------------------------------------------------------------------------------
 
 

@@ -140,6 +140,10 @@ class Store(Messages, Search, Summaries, Vectors):
             conn.text_factory = decode_text  # a flipped byte in one message fails no query
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             _check_is_iris(conn, self.path)  # before anything is written to it
+            if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+                # a new file: a deleted chat's pages go back to the disk (``reclaim``);
+                # it can only be chosen before the first page is written
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = _wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")

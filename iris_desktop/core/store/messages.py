@@ -14,6 +14,8 @@ sees the active branch only.
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -32,6 +34,8 @@ from iris_desktop.core.store.rows import (
     valid_utf8,
 )
 from iris_desktop.tokens import Message
+
+log = logging.getLogger("iris.store")
 
 #: ``parent_id`` of a new message: below the thread's head (the active branch goes on)
 HEAD = object()
@@ -159,7 +163,30 @@ class Messages(Branches):
             self.conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
             self.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
         self._speakers = None
+        self.reclaim()
         self.checkpoint()
+
+    def reclaim(self) -> bool:
+        """Give the free pages of the file back to the disk (a deleted chat's space stayed
+        in the file: 20,000 messages kept 18 MB). A file made by this Iris does it at once
+        (``auto_vacuum = INCREMENTAL``); an older one is rewritten once (``VACUUM``, which
+        also makes it incremental) when a quarter of it or more is free, so a small delete
+        in a large history does not rewrite it all. False when it could not be done (a
+        full disk, another process writing): the space stays in the file, nothing of the
+        history changes. The file shrinks at the next checkpoint."""
+        mode, free, pages = (self.conn.execute(f"PRAGMA {name}").fetchone()[0]
+                             for name in ("auto_vacuum", "freelist_count", "page_count"))
+        try:
+            if mode == 2:
+                # stepped to its end by executescript: execute() frees one page only
+                self.conn.executescript("PRAGMA incremental_vacuum;")
+            elif free and free * 4 >= pages:
+                self.conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                self.conn.execute("VACUUM")
+        except sqlite3.Error as exc:
+            log.warning("the space of deleted messages stays in %s: %s", self.path, exc)
+            return False
+        return True
 
     def checkpoint(self) -> bool:
         """Copy the WAL into the database file and truncate it to nothing (it waits for
