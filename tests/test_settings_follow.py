@@ -179,11 +179,12 @@ def test_a_model_key_with_no_model_loaded_is_not_said_to_keep_old_values(make_wi
         "value)" in messages[-1], messages
 
 
-def test_preferences_opened_during_a_model_try_keep_the_try(make_window, qtbot, data_dir,
+def test_preferences_opened_during_a_model_try_keep_the_try_and_say_so(make_window, qtbot, data_dir,
                                                            tmp_path, monkeypatch):
     """Before: opening Preferences while a chosen model loaded read the file again and put
     its model.path in force: the model being tried was no longer the one in the settings
-    (the status, the library, a later Reload went back to the old one)."""
+    (the status, the library, a later Reload went back to the old one); and its field
+    said it was set with --set."""
     import threading
 
     window = make_window()
@@ -199,6 +200,11 @@ def test_preferences_opened_during_a_model_try_keep_the_try(make_window, qtbot, 
     window.models.use_file(trying)
     dialog = window.preferences()
     assert state.settings["model.path"] == trying
+    # before (an audit): the field said "Set for this run with --set model.path=…; it is
+    # not saved" of a model chosen in the window, to be saved once it has loaded
+    field = dialog.fields["model.path"]
+    assert field.locked.startswith("Being tried") and "--set" not in field.hint.text()
+    assert field.hint.text() == field.locked
     dialog.fields["context.prune_protect_turns"].editor.spin.setValue(5)
     dialog.accept()
     assert state.settings["model.path"] == trying

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -639,11 +639,15 @@ def field_hint(setting: Setting) -> str:
     return f"{setting.help} Allowed: {setting.describe_allowed()}{unit}.{reload}"
 
 
-def locked_reason(settings: Settings, key: str) -> str | None:
-    """Why a field cannot be edited here (set by the environment or --set), or None."""
+def locked_reason(settings: Settings, key: str, trying: Collection[str] = ()) -> str | None:
+    """Why a field cannot be edited here (set by the environment or --set, or ``trying``:
+    the model chosen in the window is loading with it), or None."""
     source = settings.source(key)
     if source == "env":
         return f"Set by the environment variable {SETTINGS[key].env_var}; unset it to edit here."
+    if source == "cli" and key in trying:
+        return ("Being tried: the model you chose is loading with it; it is saved once the "
+                "model has loaded.")
     if source == "cli":
         return f"Set for this run with --set {key}=…; it is not saved."
     return None

@@ -113,6 +113,9 @@ class AppState(QObject):
         self._model_error: str | None = None
         self._generating = False
         self.answering: int | None = None
+        #: a model chosen in this run and loading: (its model.* values, the settings
+        #: before); Preferences says its keys are being tried, not "set with --set"
+        self.model_try: tuple[dict, Settings] | None = None
         self._planner: Planner | None = None
 
     # -- state --

@@ -144,8 +144,10 @@ class Menus(QObject):
             settings = self.app_state.settings
             self.app_state.show_message(f"The settings file could not be read again ({exc}); "
                                         "Preferences shows the settings in force", 10_000)
+        trying = self.app_state.model_try
         dialog = SettingsDialog(settings, self.preview, self.parent_widget,
-                                limits=self.limits, gpu=gpu, reload=self.app_state.rebase_settings)
+                                limits=self.limits, gpu=gpu, reload=self.app_state.rebase_settings,
+                                trying=set(trying[0]) if trying else ())
         gpu.setParent(dialog)
         dialog.applied.connect(self.settings_applied)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)

@@ -52,9 +52,6 @@ class ModelControl(QObject):
         self.parent_widget = parent  # dialogs open over it
         self.box: QMessageBox | None = None
         self.job: LoadJob | None = None
-        #: a model chosen in this run: (the model.* values that choose it, the settings
-        #: before), saved to the config file only once it has loaded
-        self.pending: tuple[dict[str, Any], Any] | None = None
         #: each load under way's model.* values; and those of a replaced load that loaded
         #: anyway (saved if the newer choice fails: it is the model that goes on answering)
         self.chosen: dict[LoadJob, dict[str, Any]] = {}
@@ -73,6 +70,11 @@ class ModelControl(QObject):
         #: the welcome panel's recommendation (its card, when the window has one), and
         #: Model ▸ Download…'s "Recommended for this computer"
         self.recommend = RecommendControl(parent.findChild(RecommendCard), app_state, paths, self.use_file, self)
+
+    #: a model chosen in this run: (its model.* values, the settings before), saved to the
+    #: config file only once it has loaded; kept by AppState (Preferences shows it)
+    pending = property(lambda self: self.app_state.model_try,
+                       lambda self, value: setattr(self.app_state, "model_try", value))
 
     @property
     def state(self) -> str:

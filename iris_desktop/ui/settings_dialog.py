@@ -8,7 +8,7 @@ the candidate values do to the current thread's next request, before anything is
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
@@ -70,6 +70,7 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         limits: Callable[[Settings], dict[str, str]] | None = None,
         gpu: GpuFacts | None = None,
         reload: Callable[[], Settings] | None = None,
+        trying: Collection[str] = (),
     ):
         super().__init__(parent)
         self.setWindowTitle("Preferences")
@@ -79,6 +80,7 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         #: reads the settings again after a save (the file may hold what others wrote)
         self._reload = reload
         self._limits = limits
+        self._trying = trying  # the model.* keys of a model chosen in the window, loading
         #: the devices llama.cpp found and the plan, under model.gpu (None: not shown)
         self.gpu = gpu
         self.devices_label: QLabel | None = None
@@ -180,7 +182,7 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
             layout.addWidget(note)
         for setting in items:
             field = SettingField(setting, self.settings.values.get(setting.key, setting.default),
-                                 locked_reason(self.settings, setting.key)
+                                 locked_reason(self.settings, setting.key, self._trying)
                                  if setting.key in self.settings.sources else None)
             field.changed.connect(lambda key=setting.key: self.touched.add(key))
             field.changed.connect(self._changed)
