@@ -578,6 +578,13 @@ _ALL: tuple[Setting, ...] = (
         label="Allow shell commands",
     ),
     Setting(
+        "tools.shell_timeout_s", "int", 60,
+        "Longest time one shell command (run_shell) may run; after it the command and "
+        "everything it started are stopped, and what it wrote so far is kept.",
+        minimum=1, maximum=3600, unit="seconds",
+        label="Time limit for a shell command",
+    ),
+    Setting(
         "tools.max_calls_per_turn", "int", 8,
         "Maximum tool calls the model may make in one turn.",
         minimum=0, maximum=64, unit="calls",

@@ -68,6 +68,11 @@ TURN_LEASE_S = 1800.0
 #: more than a chat template adds around a message beyond its counted tokens: a message
 #: this far under the history's room fits without building the request to make sure
 FRAMING_MARGIN = 64
+#: the most tool calls one reply may make: a server's streamed ones are held to the same
+#: (``runtime.remote.sse.MAX_STREAMED_CALLS``)
+MAX_REPLY_CALLS = 64
+TOO_MANY_CALLS = (f"The model wrote more than {MAX_REPLY_CALLS} tool calls in one reply, so "
+                  "none of them ran; ask again, for fewer steps at a time")
 
 
 class Agent:
@@ -354,11 +359,16 @@ class Agent:
             # past the limit a call is still read as one (answered "limit reached"): it
             # was shown as the model's answer, raw markup, with nothing said
             offered = self.planner.tool_prompt(True).definitions
-            content, calls = self._save_reply(reply_id, reply_text, offered, cancelled, kept)
+            content, calls, too_many = self._save_reply(reply_id, reply_text, offered,
+                                                        cancelled, kept)
             self._record(thread_id, request, stats, reply_id)
             yield ReplySaved(thread_id, reply_id, content,
                              "interrupted" if cancelled else "complete", stats,
                              tuple(c.to_openai() for c in calls))
+            if too_many:
+                yield TurnFailed(thread_id, TOO_MANY_CALLS, "model", message_id=reply_id)
+                yield TurnDone(thread_id, "error")
+                return
             if cancelled or not calls:
                 reason = "cancelled" if cancelled else (stats.finish_reason if stats else "stop")
                 following = None if cancelled else (yield from self._after_reply(thread_id, cancel))
@@ -412,9 +422,10 @@ class Agent:
         return planned if isinstance(planned, ContextRequest) else None
 
     def _save_reply(self, reply_id: int, reply_text: str, offered: tuple[dict, ...],
-                    cancelled: bool, kept: int = 0) -> tuple[str, list[ToolCall]]:
+                    cancelled: bool, kept: int = 0) -> tuple[str, list[ToolCall], bool]:
         """Commit the finished reply with the tool calls it makes (only tools that were
-        offered count); returns (the stored content, the calls). Only what the model
+        offered count); returns (the stored content, the calls, whether it made more than
+        :data:`MAX_REPLY_CALLS`: then it is kept as text, no call). Only what the model
         wrote now makes calls: a continued reply's first ``kept`` characters (a stopped
         reply, or an imported one, whose call markup ran on Continue without a question
         before) stay text as they were."""
@@ -422,13 +433,16 @@ class Agent:
         old, new = reply_text[:kept], reply_text[kept:]
         parsed = (parse_tool_calls(new, names) if names and not cancelled
                   else ParsedReply(new, []))
+        too_many = len(parsed.calls) > MAX_REPLY_CALLS  # 50,000 calls were 50,000 rows
+        if too_many:
+            parsed = ParsedReply(new, [])
         calls = self._number_calls(reply_id, parsed.calls)
         lead = new[:len(new) - len(new.lstrip())] if old else ""  # stripped with the markup
         content = old + lead + parsed.content if calls else reply_text
         self.store.update_streaming(
             reply_id, content, status="interrupted" if cancelled else "complete",
             tool_calls=[c.to_openai() for c in calls] or None)
-        return content, calls
+        return content, calls, too_many
 
     def _run_calls(self, thread_id: int, calls: list[ToolCall], cancel: Stop, calls_made: int):
         """Run the reply's ``calls``, each result stored and reported (ToolFinished); returns

@@ -98,6 +98,8 @@ class ToolsConfig:
     allowed_paths: tuple[str, ...] = ()
     shell: bool = False
     max_calls_per_turn: int = 8
+    #: the longest a ``run_shell`` command may run
+    shell_timeout_s: float = 60.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> ToolsConfig:
@@ -106,4 +108,5 @@ class ToolsConfig:
             allowed_paths=tuple(settings["tools.allowed_paths"]),
             shell=settings["tools.shell"],
             max_calls_per_turn=settings["tools.max_calls_per_turn"],
+            shell_timeout_s=float(settings["tools.shell_timeout_s"]),
         )

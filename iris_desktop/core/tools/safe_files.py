@@ -55,6 +55,12 @@ def resolve(raw: str, roots: Sequence[Path]) -> Path:
         raise ToolError("path must not be empty")
     try:
         candidate = Path(raw).expanduser()
+    except RuntimeError:  # "~someone" with no such user, or no home folder known
+        raise ToolError(f"cannot resolve path {raw!r}: {_home_of(raw)} is not known "
+                        "here; give the path without it") from None
+    except ValueError:
+        raise ToolError(f"cannot resolve path {raw!r}: it is not a valid path") from None
+    try:
         if not candidate.is_absolute():
             candidate = roots[0] / candidate
         resolved = candidate.resolve()
@@ -71,7 +77,23 @@ def resolve(raw: str, roots: Sequence[Path]) -> Path:
             raise ToolError(f"{raw!r} is a link that leads outside the allowed folders "
                             f"({folders(roots)})")
         raise ToolError(f"{raw!r} is outside the allowed folders ({folders(roots)})")
+    try:  # a name too long for the system failed later, as "read_file failed: OSError"
+        resolved.stat()
+    except OSError as exc:
+        if exc.errno not in _MISSING:
+            raise ToolError(f"cannot resolve path {raw!r}: {exc.strerror or 'not readable'}"
+                            ) from None
     return resolved
+
+
+#: what a path that does not lie there (yet) gives: each tool says that in its own words
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def _home_of(raw: str) -> str:
+    """The ``~`` or ``~user`` that ``raw`` starts with, as a phrase."""
+    head = raw.replace("\\", "/").split("/", 1)[0]
+    return "the home folder" if head == "~" else f"the user {head[1:]!r}"
 
 
 def display(path: Path, roots: Sequence[Path]) -> str:

@@ -59,9 +59,11 @@ class Sandbox:
     @classmethod
     def from_config(cls, config: Any, confirm_shell: Callable[[str], bool] | None = None
                     ) -> Sandbox:
-        """The sandbox the tool settings describe (a ``core.config.ToolsConfig``)."""
+        """The sandbox the tool settings describe (a ``core.config.ToolsConfig``; one
+        without ``shell_timeout_s`` gives commands the 60 s default)."""
         return cls(list(config.allowed_paths), enabled=list(config.enabled),
-                   shell=config.shell, confirm_shell=confirm_shell)
+                   shell=config.shell, confirm_shell=confirm_shell,
+                   shell_timeout_s=getattr(config, "shell_timeout_s", 60.0))
 
     @property
     def roots(self) -> list[Path]:

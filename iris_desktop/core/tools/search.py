@@ -62,6 +62,9 @@ def _search(pattern: str, path: str, roots: Sequence[Path], cancel: threading.Ev
     shown = display(target, roots)
     if not target.exists():
         raise ToolError(f"{shown} does not exist")
+    if not target.is_dir() and not stat.S_ISREG(target.stat().st_mode):
+        # A pipe or device was left out unsaid, as "0 matches"
+        raise ToolError(f"{shown} is not a regular file; not searched")
     literal = False
     try:
         compiled = regex.compile(pattern)

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ POLL_S = 0.1
 #: of the output cap, what stderr keeps for itself however much stdout wrote (a noisy
 #: command's error message was lost once stdout filled the cap)
 STDERR_SHARE = 8
+#: how long the pipes may take to close once the command's process group is killed
+KILL_GRACE_S = 0.5
 
 
 def run_shell(command: str, cwd: Path, timeout_s: float,
@@ -57,7 +59,9 @@ def run_shell(command: str, cwd: Path, timeout_s: float,
     is a ToolError with what it wrote so far. Output is read as it comes and kept up to
     the tools' cap (stdout and stderr each their share), the rest only counted: memory
     stays bounded however much a command writes (a 1.5 GB output took 7.5 GB before). A
-    command is never left running: an interrupt (Ctrl+C, quitting) kills it too."""
+    command is never left running: an interrupt (Ctrl+C, quitting) kills it too, and what
+    it left in the background is killed once it ends; only a process that left its group
+    (``setsid``) can outlive it, and the result then says so."""
     # Own process group, so a timeout kills the commands the shell started too;
     # otherwise a surviving child keeps the pipes open and the wait never ends.
     group: dict[str, Any] = (
@@ -78,25 +82,51 @@ def run_shell(command: str, cwd: Path, timeout_s: float,
     ended = None
 
     def running() -> bool:  # the shell, or anything it started that holds its output
-        return proc.poll() is None or out.is_alive() or err.is_alive()
+        return not _exited(proc) or out.is_alive() or err.is_alive()
 
     try:
         while running():
             if cancel.is_set():
-                ended = f"{STOPPED}: {command}"
+                ended = STOPPED
             elif time.monotonic() >= deadline:
-                ended = f"command timed out after {timeout_s:g} s and was stopped: {command}"
+                ended = f"command timed out after {timeout_s:g} s and was stopped"
             if ended:
                 break
             out.join(POLL_S)
     finally:
-        if ended is not None or running():  # stopped, timed out, or an interrupt here
-            _kill_tree(proc)
-        out.join(), err.join()
+        # Always, even once the shell has exited: a job it left in the background
+        # (``sleep 99 >/dev/null &``) ran on after the call returned. The shell is not
+        # reaped yet, so its group's number cannot have passed to another process.
+        _kill_tree(proc)
         proc.wait()
+        # A process that left the group (setsid) may hold the pipes for ever: the call
+        # comes back now, not after waiting on each pipe in turn.
+        detached = not _joined((out, err), KILL_GRACE_S)
+    if detached:
+        ended = f"{ended or 'command ended'}; a process it detached may still run"
     if ended is not None:
-        raise ToolError(f"{ended}\n" + _output(None, out, err))
+        raise ToolError(f"{ended}: {command}\n" + _output(None, out, err))
     return _output(proc.returncode, out, err)
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the shell has exited, without reaping it where the system allows (its
+    process group's number stays its own until :func:`_kill_tree` has run)."""
+    if proc.returncode is not None or not hasattr(os, "waitid"):
+        return proc.poll() is not None
+    try:
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, proc.pid, flags) is not None
+    except ChildProcessError:  # reaped already
+        return proc.poll() is not None
+
+
+def _joined(drains: Sequence[threading.Thread], grace_s: float) -> bool:
+    """Whether every one of ``drains`` ended within ``grace_s`` seconds in all."""
+    until = time.monotonic() + grace_s
+    for drain in drains:
+        drain.join(max(0.0, until - time.monotonic()))
+    return not any(drain.is_alive() for drain in drains)
 
 
 class _Drain(threading.Thread):
@@ -117,9 +147,6 @@ class _Drain(threading.Thread):
                 room = self.keep - len(self.data)
                 if room > 0:
                     self.data += chunk[:room]
-
-    def join(self, timeout: float | None = 5.0) -> None:
-        super().join(timeout)  # a grandchild that left the group may hold the pipe open
 
     def text(self, limit: int) -> str:
         """What was read, its first ``limit`` bytes, marked where cut."""
