@@ -148,6 +148,28 @@ def test_a_chat_deleted_while_it_answers_ends_the_turn_in_one_sentence(tmp_path)
         assert isinstance(events[-1], TurnDone) and host.store.threads() == []
 
 
+def test_a_chat_deleted_while_its_turn_is_prepared_ends_it_in_one_sentence(tmp_path):
+    """Before (an audit): deleted after the question was stored, while the turn was
+    planned (compaction and recall take seconds on a long chat), the turn ended "an
+    internal error in Iris (ThreadGone: no thread 1)" with a traceback in the log."""
+    data = tmp_path / "data"
+    thread = seed(data)
+    with Host(data, OFF, runtime=ScriptedRuntime(["never"])) as host:
+        host.load_model()
+        events = []
+        for event in host.send(thread, "are you there?"):
+            events.append(event)
+            if isinstance(event, UserSaved):
+                with Host(data, OFF) as other:
+                    other.delete_thread(thread)
+        failed = [e for e in events if isinstance(e, TurnFailed)]
+        assert [(e.kind, e.text) for e in failed] == [
+            ("gone", "The chat was deleted, in another Iris window or by a command, while Iris "
+                     "answered; the reply went with it")]
+        assert not [e for e in events if isinstance(e, ReplyStarted)]
+        assert isinstance(events[-1], TurnDone) and host.store.threads() == []
+
+
 def test_a_turn_in_a_chat_answering_elsewhere_is_refused_where_it_starts(tmp_path):
     """The window's path (no pre-check as the CLI's): the turn itself refuses, before its
     question is stored."""

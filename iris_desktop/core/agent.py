@@ -49,7 +49,7 @@ from iris_desktop.core.events import (
 )
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import Store, StoreError, min_tokens, row_to_message, utf8_length
-from iris_desktop.core.store.errors import busy_sentence
+from iris_desktop.core.store.errors import ThreadGone, busy_sentence
 from iris_desktop.core.toolcalls import ParsedReply, ToolCall, parse_tool_calls
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import StopOrGiveWay, Turn
@@ -141,7 +141,7 @@ class Agent:
                     yield from self.continue_reply(thread_id, cancel)
                 case _:
                     raise ValueError(f"unknown turn kind {turn.kind!r}")
-        except StoreError:
+        except (StoreError, ThreadGone):  # ThreadGone: deleted while the turn was planned
             if not self._gone(thread_id):
                 raise  # the chat is there: a real failure
             log.info("thread %s was deleted during its turn; the reply is discarded", thread_id)
