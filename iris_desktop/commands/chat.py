@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import sys
@@ -33,6 +34,7 @@ from iris_desktop.commands.context import refuse_if_certainly_too_large
 from iris_desktop.core.events import (
     CacheStatus,
     CompactionFinished,
+    CompactionStarted,
     PromptProgress,
     RecallSearch,
     ReplySaved,
@@ -47,15 +49,45 @@ from iris_desktop.core.events import (
 )
 from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
-from iris_desktop.core.views import cut_off, only_thought
+from iris_desktop.core.views import cut_off, only_thought, wrote_nothing
 from iris_desktop.stop import StopEvent
 from iris_desktop.untrusted import show_untrusted
 
 # -- the model -----------------------------------------------------------------------------
 
+#: tool-call markup a model writes inline, anywhere in a reply (``core.toolcalls``' formats)
+_CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]")
+#: how a reply begins that may be a call as a whole: bare JSON, after <|python_tag|>, fenced
+_CALL_START = re.compile(r"[{\[]|<\|python_tag\|>|```[A-Za-z]*[ \t]*\n?[ \t]*[{\[]")
+_FENCE_START = re.compile(r"`{1,3}|```[A-Za-z]*[ \t]*\n?[ \t]*")
+
+
+def printable(reply: str) -> int:
+    """How much of a reply being written may go to a file or a pipe before it is saved:
+    nothing while it may be a tool call as a whole (it begins as a call's JSON does), else
+    the text before its first call markup (or before the start of one a token cut off)
+    and before its trailing spaces (the saved text of a reply that calls a tool ends
+    where its words end)."""
+    head = reply.lstrip()
+    if (not head or _CALL_START.match(head) or "<|python_tag|>".startswith(head)
+            or _FENCE_START.fullmatch(head)):
+        return 0
+    end = min((at for marker in _CALL_MARKERS if (at := reply.find(marker)) != -1),
+              default=len(reply))
+    for marker in _CALL_MARKERS:  # "…<tool_" at the end: the rest may follow
+        cut = next((k for k in range(len(marker) - 1, 0, -1) if reply.endswith(marker[:k])), 0)
+        end = min(end, len(reply) - cut)
+    return len(reply[:end].rstrip())
+
 
 class _ChatPrinter(TurnListener):
-    """How ``chat`` shows a turn: tokens on stdout (unless --json), the rest on stderr."""
+    """How ``chat`` shows a turn: the replies on stdout (unless --json), the rest on stderr.
+
+    On a terminal each reply streams as it comes; a reply that turns out to call a tool
+    ends its line there, and the ``[tool …]`` line on stderr says what ran. Elsewhere (a
+    file, a pipe) a reply streams up to where it may be a tool call (:func:`printable`),
+    and the rest follows as saved: without the markup (before, the call's JSON went into
+    the file glued onto the answer)."""
 
     def __init__(self, as_json: bool, max_tokens: int = 0):
         self.as_json = as_json
@@ -77,6 +109,14 @@ class _ChatPrinter(TurnListener):
         self.written = False
         #: the reply's last line has no line break yet (a progress line must not clear it)
         self.reply_open = False
+        #: stdout is no terminal: what may be a tool call waits until the reply is saved
+        self.hold = not as_json and not _is_terminal(sys.stdout)
+        #: of the reply being written, what stdout has (held: the rest, as saved, follows)
+        self.shown = ""
+        #: a reply started and not saved yet (held: printed as it stands if the turn fails)
+        self.unsaved = False
+        #: the last saved reply's text (None: none was saved), for a turn that said nothing
+        self.answer: str | None = None
 
     def _out(self, text: str) -> None:
         """Reply text on stdout. A reader that left (``| head``) stops the reply as Stop
@@ -111,9 +151,10 @@ class _ChatPrinter(TurnListener):
 
     def on_reply_started(self, event: ReplyStarted) -> None:
         self.reply = event.text  # grows with the tokens: a reply that fails keeps what came
+        self.unsaved, self.shown = True, ""
         self._end_line()
         if event.text and not self.as_json:  # a continued reply: what it already said
-            self._out(event.text)
+            self._show(printable(event.text) if self.hold else len(event.text))
 
     def on_progress(self, event: PromptProgress) -> None:
         """How far the model has read the prompt, on one line of a terminal's stderr."""
@@ -148,23 +189,59 @@ class _ChatPrinter(TurnListener):
     def on_token(self, event: ReplyToken) -> None:
         self.reply += event.text
         if not self.as_json:
-            self._out(event.text)
+            self._show(printable(self.reply) if self.hold else len(self.reply))
+
+    def _show(self, end: int) -> None:
+        """The reply's text up to ``end`` on stdout (what of it is not there yet); an
+        earlier reply's line (a tool call's, with words before the call) ends first."""
+        if end > len(self.shown):
+            if not self.shown and self.reply_open:
+                self._out("\n")
+            self._out(self.reply[len(self.shown):end])
+            self.shown = self.reply[:end]
 
     def on_reply(self, event: ReplySaved) -> None:
         self.reply, self.stats = event.text, event.stats
+        self.answer, self.unsaved = event.text, False
+        if self.as_json:
+            return
+        if self.hold:  # the rest as saved: a tool call's markup is no part of it
+            shown = self.shown if event.text.startswith(self.shown) else self.shown.strip()
+            if event.text.startswith(shown):
+                self.shown = shown
+                self._show(len(event.text))
+        if event.tool_calls and self.reply_open:  # (a terminal shows the call's markup) the
+            self._out("\n")  # line ends, and the [tool …] line below says what ran
+
+    def release_unsaved(self) -> None:
+        """A reply the turn never saved (it failed, or a second Ctrl+C broke the turn off)
+        is printed as far as it came, as it was generated, markup and all."""
+        if self.hold and self.unsaved:
+            self.unsaved = False
+            self._show(len(self.reply))
 
     def on_tool(self, event: ToolFinished) -> None:
         # an error says why (the reason was only in the history, for the model)
         reason = " ".join(event.text.removeprefix("error:").split())[:200]
         why = f": {show_untrusted(reason)}" if not event.ok and reason else ""
-        say(f"\n[tool {show_untrusted(event.name)}: {'ok' if event.ok else 'error'}{why}]",
+        self._end_line()  # (the reply's line ended when it was saved: no blank line first)
+        say(f"[tool {show_untrusted(event.name)}: {'ok' if event.ok else 'error'}{why}]",
             file=sys.stderr)
+
+    def on_compaction_started(self, event: CompactionStarted) -> None:
+        """A log or a pipe gets one line when a compaction starts: on a long chat it takes
+        minutes, and the progress line that says so is a terminal's only (before, a piped
+        run was silent for minutes between loading the model and the compaction's line)."""
+        if not _is_terminal(sys.stderr):
+            say("iris-desktop: summarizing the earlier turns so that the chat fits the "
+                "model's window (on a long chat this takes minutes)…", file=sys.stderr)
 
     def on_compaction_finished(self, event: CompactionFinished) -> None:
         self._end_line()  # a summary's progress line that did not reach 100% (it timed out)
         say(f"\n[{event.text}]", file=sys.stderr)
 
     def on_failed(self, event: TurnFailed) -> None:
+        self.release_unsaved()  # what was generated before it failed
         say(f"{chr(10) if self.written else ''}iris-desktop: {event.text}", file=sys.stderr)
         self.code = EXIT_TOO_LARGE if event.kind == "too_large" else EXIT_FAIL
         self.gone = event.kind == "gone"  # no thread left to name
@@ -174,6 +251,10 @@ class _ChatPrinter(TurnListener):
         thought = only_thought(event.stats)
         if thought and not cut:
             say(f"iris-desktop: {thought}", file=sys.stderr)
+        elif empty := wrote_nothing(self.answer, event.finish_reason):
+            say(f"iris-desktop: {empty}; 'iris-desktop chat --thread {event.thread_id} "
+                "--regenerate' asks for another reply, or ask again in other words",
+                file=sys.stderr)
         if self.stdout_closed or (event.finish_reason != "cancelled" and not cut):
             return
         if self.reply_open:  # the reply's line ends on stdout, where it is
@@ -181,6 +262,13 @@ class _ChatPrinter(TurnListener):
         print("[stopped]" if event.finish_reason == "cancelled" else
               f"[cut off: {cut}; 'iris-desktop chat --thread {event.thread_id} --continue' "
               "goes on with it]", file=sys.stderr)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        return False
 
 
 @contextmanager
@@ -337,6 +425,7 @@ def chat(args, overrides) -> int:
                     dispatch(event, printer)
             finally:  # whatever stopped the loop, the turn ends here, before the host closes
                 turn.close()
+                printer.release_unsaved()
             made = printer.thread_id if args.thread is None else None
             if (printer.code == EXIT_TOO_LARGE and made not in (None, -1)
                     and not host.store.messages(made)):  # refused before it was stored: no

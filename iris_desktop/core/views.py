@@ -425,6 +425,16 @@ def only_thought(stats: Any) -> str | None:
     return None
 
 
+def wrote_nothing(answer: str | None, finish_reason: str | None) -> str | None:
+    """A turn whose last reply ended on its own (not stopped, cut off or failed) without
+    a word (``answer``: its saved text, None when no reply was saved), in a clause both
+    faces say, each with its own way to ask again; None otherwise. Before, the CLI exited
+    0 with nothing on stdout and the window showed an empty reply and "Ready"."""
+    if answer is None or answer.strip() or finish_reason != "stop":
+        return None
+    return "the model ended its reply without writing anything"
+
+
 #: a reply cut off at "length" with prompt and reply below this share of the window did
 #: not fill it (a server's own limit did)
 WINDOW_FULL = 0.9

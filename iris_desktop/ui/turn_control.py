@@ -35,6 +35,7 @@ from iris_desktop.core.views import (
     dropped_status,
     only_thought,
     pretty_arguments,
+    wrote_nothing,
 )
 from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import NO_MODEL, AppState
@@ -66,6 +67,7 @@ class TurnControl(QObject, TurnListener):
         self._compacted = ""  # what the last compaction of this turn did, for the status bar
         self._compaction_outcome: str | None = None  # ok | failed | skipped, this turn's
         self._replied = False  # this turn saved a reply: a compaction now is background work
+        self._answer: str | None = None  # the text of the last reply this turn saved
         self._summary_notice: str | None = None  # the transcript's "Summarizing…" row
         self._unsaved: tuple[str, tuple] | None = None  # the message sent, until it is stored
         self._stream_key: str | None = None  # the reply being streamed ("m:<id>")
@@ -141,7 +143,7 @@ class TurnControl(QObject, TurnListener):
     def _start(self, turn: Turn) -> None:
         state = self.app_state
         self.cancel = StopEvent()
-        self._replied = False
+        self._replied, self._answer = False, None
         state.answering = turn.thread_id
         state.set_generating(True)
         state.show_status("Thinking…")
@@ -270,7 +272,7 @@ class TurnControl(QObject, TurnListener):
         self.transcript.change(self._stream_key or f"m:{event.message_id}", text=event.text,
                                status=event.status, calls=calls)
         self._stream_key = None
-        self._replied = True
+        self._replied, self._answer = True, event.text
         rate = getattr(event.stats, "tokens_per_s", None)
         if rate:
             self._last_rate = rate
@@ -334,8 +336,10 @@ class TurnControl(QObject, TurnListener):
         if not self.compacting:  # what the turn ended with; a compaction says what it did
             cut = cut_off(event.stats, state.settings["model.max_tokens"],
                           (state.model_info or {}).get("n_ctx"))
+            empty = None if only_thought(event.stats) else wrote_nothing(
+                self._answer, event.finish_reason)
             state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
-                event.finish_reason, ("Cut off" if cut else None)
+                event.finish_reason, ("Cut off" if cut else "No answer" if empty else None)
                 or dropped or self._compacted or self._rate_text() or self._idle()))
             self._status_thread = event.thread_id
             if cut:  # the whole sentence while it is news; the state stays
@@ -344,7 +348,11 @@ class TurnControl(QObject, TurnListener):
             elif thought := only_thought(event.stats):
                 state.show_message(f"{thought[0].upper()}{thought[1:]}; send again or rephrase",
                                    15_000)
-        self._compacted = ""
+            elif empty:  # an empty reply and "Ready" said nothing had gone wrong
+                state.show_message(f"{empty[0].upper()}{empty[1:]}; Regenerate it (right-click "
+                                   "the reply, or Shift+F10), or ask again in other words",
+                                   15_000)
+        self._compacted, self._answer = "", None  # (Compact now ends with a TurnDone too)
         self._compaction_outcome = None
         state.threads_changed()
         # the new messages join the semantic index, and the open thread's transcript
