@@ -68,6 +68,7 @@ class TurnControl(QObject, TurnListener):
         self._compaction_outcome: str | None = None  # ok | failed | skipped, this turn's
         self._replied = False  # this turn saved a reply: a compaction now is background work
         self._answer: str | None = None  # the text of the last reply this turn saved
+        self._refused = False  # this turn was refused before anything of it was stored
         self._summary_notice: str | None = None  # the transcript's "Summarizing…" row
         self._unsaved: tuple[str, tuple] | None = None  # the message sent, until it is stored
         self._stream_key: str | None = None  # the reply being streamed ("m:<id>")
@@ -143,7 +144,7 @@ class TurnControl(QObject, TurnListener):
     def _start(self, turn: Turn) -> None:
         state = self.app_state
         self.cancel = StopEvent()
-        self._replied, self._answer = False, None
+        self._replied, self._answer, self._refused = False, None, False
         state.answering = turn.thread_id
         state.set_generating(True)
         state.show_status("Thinking…")
@@ -289,7 +290,11 @@ class TurnControl(QObject, TurnListener):
         self._flush_tokens()
         if event.message_id is not None:
             self.transcript.change(f"m:{event.message_id}", status="error")
-        self.transcript.add_notice(event.text)
+        self._refused = self._unsaved is not None  # nothing of the turn was stored
+        if self._refused and event.kind == "busy":  # the other turn's rows come after: a
+            self.app_state.show_message(event.text, 20_000)  # notice stayed between them
+        else:
+            self.transcript.add_notice(event.text)
         if self._unsaved is not None:  # refused before it was stored: back into the box
             text, files = self._unsaved
             self.composer.set_text(text)
@@ -338,7 +343,8 @@ class TurnControl(QObject, TurnListener):
                           (state.model_info or {}).get("n_ctx"))
             empty = None if only_thought(event.stats) else wrote_nothing(
                 self._answer, event.finish_reason)
-            state.show_status({"cancelled": "Stopped", "error": "Failed"}.get(
+            state.show_status({"cancelled": "Stopped", "error": "Not sent" if self._refused
+                               else "Failed"}.get(
                 event.finish_reason, ("Cut off" if cut else "No answer" if empty else None)
                 or dropped or self._compacted or self._rate_text() or self._idle()))
             self._status_thread = event.thread_id
