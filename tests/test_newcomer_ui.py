@@ -674,9 +674,13 @@ def test_a_draft_is_private_and_goes_with_its_chat_whoever_deletes_it(qtbot, dat
         assert store.draft(first) == "my lawyer said ZQXDRAFT about the house"
     with Host(data_dir, {}) as other:  # `iris-desktop delete`, then `chat --new`
         other.delete_thread(first)
+        # as an older Iris did: the new chat given the deleted one's id (Iris gives a
+        # deleted chat's id to no other now, test_thread_identity.py; its drafts still
+        # go with it, for histories where an older Iris gave ids again)
+        other.store.conn.execute("DELETE FROM id_marks")
         reused = other.store.create_thread("groceries")
         other.store.add_messages(reused, [{"role": "user", "content": "milk"}])
-    assert reused == first  # SQLite gave the new chat the deleted one's id
+    assert reused == first
     leaks = [p.name for p in data_dir.rglob("*") if p.is_file() and b"ZQXDRAFT" in p.read_bytes()]
     assert leaks == []
     window, host = window_on(qtbot, data_dir)

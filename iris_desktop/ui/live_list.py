@@ -58,7 +58,10 @@ class LiveList:
         if self.panel.query() and before != self._rows:  # results of a list that changed
             self.search(self.panel.query())  # (a deleted chat's hits stayed, and opened blank)
         tid = self.app_state.thread_id
-        gone = tid is not None and tid in before and tid not in self._rows
+        # gone: not listed, or another chat under its id (made at another time: an id
+        # an older Iris gave again); its draft must not go into that chat
+        gone = tid is not None and tid in before and (
+            tid not in self._rows or before[tid][-1] != self._rows[tid][-1])
         changed = (tid is not None and tid in self._rows  # (a chat opened before it was
                    and (tid not in before or before[tid][1:] != self._rows[tid][1:])  # listed)
                    and tid not in saved_here)
@@ -100,6 +103,7 @@ class LiveList:
 
 def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:
     """What the list shows of each thread, and what its transcript shows besides (the head,
-    replies being written): a change (by another process too) means show it again."""
+    replies being written): a change (by another process too) means show it again. Last,
+    when it was made: which chat holds the id."""
     return {t["id"]: (t.get("title"), t.get("updated_at"), t.get("messages"), t.get("head_id"),
-                      t.get("streaming"), t.get("summary_id")) for t in threads}
+                      t.get("streaming"), t.get("summary_id"), t.get("created_at")) for t in threads}

@@ -17,6 +17,7 @@ closed (see ``runtime.protocol``).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,11 +27,13 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.events import CacheStatus, ThreadCreated, TurnEvent
 from iris_desktop.core.planner import Planner
+from iris_desktop.core.store import StoreError, ThreadGone, explain
 from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.host import LOAD_STAGES, Host
 from iris_desktop.settings import BUNDLED, Settings
 from iris_desktop.stop import GAVE_WAY, StopEvent
+from iris_desktop.ui.boxes import failure
 
 log = logging.getLogger("iris.ui.model")
 
@@ -139,6 +142,7 @@ class ModelWorker(QObject):
     loadFailed = Signal(str, object)  # why, in one sentence; the LoadJob
     threadCreated = Signal(int)
     threadDeleted = Signal(int)
+    deleteFailed = Signal(int, str)  # thread id; why it is still there, in one sentence
     turnEvent = Signal(object)  # a core.events TurnEvent
     turnFinished = Signal(int)  # thread id
     shellQuestion = Signal(object)  # ShellQuestion
@@ -254,12 +258,28 @@ class ModelWorker(QObject):
 
     @Slot(int)
     def delete(self, thread_id: int) -> None:
-        """Delete a thread and its saved KV states (``Host.delete_thread``)."""
+        """Delete a thread and its saved KV states (``Host.delete_thread``):
+        ``threadDeleted``, also for a chat deleted meanwhile (by another window or a
+        command); ``deleteFailed`` with why when it is still there (another process
+        writing, a full disk). Before, every failure was only logged and reported as
+        deleted: the chat stayed listed, and nothing said why."""
         self.give_way.started()
         try:
             self.host.delete_thread(thread_id)
-        except Exception as exc:  # said in the log; the list shows what is still there
+        except ThreadGone:
+            log.info("thread %s was already deleted (by another window or a command)", thread_id)
+        except sqlite3.Error as exc:
+            log.warning("deleting thread %s failed: %s", thread_id, exc)
+            self.deleteFailed.emit(thread_id, explain(exc, self.host.paths.db_path))
+            return
+        except (StoreError, OSError) as exc:  # the history could not be opened, a KV file
+            log.warning("deleting thread %s failed: %s", thread_id, exc)
+            self.deleteFailed.emit(thread_id, failure(exc))
+            return
+        except Exception as exc:
             log.exception("deleting thread %s failed: %s", thread_id, exc)
+            self.deleteFailed.emit(thread_id, failure(exc))
+            return
         self.threadDeleted.emit(thread_id)
 
     @Slot()

@@ -59,6 +59,7 @@ class ThreadControl(LiveList, QObject):
         app_state.threadChanged.connect(self._remember)
         self.importer = ImportControl(app_state, background.stores, self.open_thread,
                                       self.refresh_threads, parent)
+        model.worker.deleteFailed.connect(self.delete_failed)
         self.poll_timer = QTimer(self, interval=POLL_MS)
         self.poll_timer.timeout.connect(self.poll)
         self.poll_timer.start()
@@ -287,7 +288,8 @@ class ThreadControl(LiveList, QObject):
 
     def delete_thread(self, thread_id: int) -> None:
         """Delete on the model thread: it may hold the thread in its KV cache, and the
-        thread's saved KV states go too; the list follows ``threadDeleted``."""
+        thread's saved KV states go too; the list follows ``threadDeleted`` (or
+        ``deleteFailed``: :meth:`delete_failed`)."""
         if thread_id == self.app_state.thread_id:
             if self.app_state.generating:
                 self.app_state.show_message("Stop the reply before deleting this chat")
@@ -296,8 +298,26 @@ class ThreadControl(LiveList, QObject):
         self.model.delete(thread_id)
 
     def deleted(self, thread_id: int) -> None:
-        """The model thread deleted a thread (or tried: the list shows what is left)."""
+        """The model thread deleted a thread (or found it deleted already)."""
         self.refresh_threads()
+
+    def delete_failed(self, thread_id: int, reason: str) -> None:
+        """The model thread could not delete a thread (another process writing, a full
+        disk): said in a box, with what to do, and the list shows it still there. Before,
+        only the log said so, and the chat stayed listed as if deleted by mistake. Whether
+        it is still there is read again (a failure after the history's part, in its saved
+        KV states, leaves it deleted)."""
+        title = self._rows.get(thread_id, ("",))[0] or "Untitled"
+        reason = reason[:1].upper() + reason[1:]
+
+        def said(there: bool) -> None:
+            self.refresh_threads()
+            warn(self.parent_widget, "Chat not deleted" if there else "Chat deleted",
+                 f"“{title}” was not deleted. {reason}." if there else
+                 f"“{title}” was deleted, but not everything kept for it. {reason}.")
+
+        self.background.run(lambda store: store.thread(thread_id) is not None, said,
+                            lambda exc: said(not isinstance(exc, ThreadGone)))
 
     def switch_branch(self, message_id: int, step: int) -> None:
         """Show the alternative ``step`` places from ``message_id`` (the ‹ › switcher): its

@@ -51,6 +51,18 @@ def one_line_title(title: str) -> str:
         title = title[: MAX_TITLE_CHARS - 1].rstrip() + "…"
     return title
 
+
+def next_id(table: str) -> str:
+    """SQL for the id a new row of ``table`` (threads, messages) takes: one above the
+    highest it has ever had, deleted rows' included (schema 16's ``id_marks``), so that
+    a deleted chat's id or its messages' is never another's. Read in the INSERT itself,
+    under its write lock, so two processes never take the same one."""
+    return (f"(SELECT max(coalesce((SELECT max(id) FROM {table}), 0), coalesce("
+            f"(SELECT high FROM id_marks WHERE name = '{table}'), 0)) + 1)")
+
+
+_NEW_THREAD_ID, _NEW_MESSAGE_ID = next_id("threads"), next_id("messages")
+
 #: the active branch's messages, joined: ``p`` is thread_paths, ``m`` messages
 _PATH = "thread_paths p JOIN messages m ON m.id = p.message_id"
 #: a message's text columns, as the bytes stored (to tell damage from a real U+FFFD)
@@ -66,7 +78,7 @@ class Messages(Branches):
     def create_thread(self, title: str = "New chat") -> int:
         now = time.time()
         cur = self.conn.execute(
-            "INSERT INTO threads(title, created_at, updated_at) VALUES (?, ?, ?)",
+            f"INSERT INTO threads(id, title, created_at, updated_at) VALUES ({_NEW_THREAD_ID}, ?, ?, ?)",
             (one_line_title(title) or "New chat", now, now),
         )
         return int(cur.lastrowid)
@@ -268,7 +280,9 @@ class Messages(Branches):
     def thread_state(self, thread_id: int) -> tuple:
         """What a request of the thread depends on, cheaply: the head of its active branch
         (and how far a streaming one got), the newest summary of that branch, the newest
-        recorded request, and the thread's own system prompt."""
+        recorded request, the thread's own system prompt, and which chat it is (when it was
+        made: a chat deleted and another given its id, as an older Iris did, is not the same,
+        and a request cached for one is never the other's)."""
         return self.conn.execute(
             """
             SELECT m.id, m.status, length(m.content), m.tool_calls IS NOT NULL,
@@ -277,7 +291,8 @@ class Messages(Branches):
                     WHERE s.thread_id = :t ORDER BY s.covers_through_id DESC, s.id DESC
                     LIMIT 1),
                    (SELECT max(id) FROM requests WHERE thread_id = :t),
-                   (SELECT system_prompt FROM threads WHERE id = :t)
+                   (SELECT system_prompt FROM threads WHERE id = :t),
+                   (SELECT created_at FROM threads WHERE id = :t)
             FROM (SELECT 1) LEFT JOIN messages m ON m.id =
                 (SELECT head_id FROM threads WHERE id = :t)
             """,
@@ -368,11 +383,11 @@ class Messages(Branches):
         turn = (above[0] if above else 0) + (1 if row["role"] == "user" else 0)
         now = time.time()
         cur = self.conn.execute(
-            """
-            INSERT INTO messages(thread_id, turn, role, content, content_is_json, tool_calls,
+            f"""
+            INSERT INTO messages(id, thread_id, turn, role, content, content_is_json, tool_calls,
                                  tool_call_id, name, extra, status, created_at, sent_at, parent_id)
-            VALUES (:thread_id, :turn, :role, :content, :content_is_json, :tool_calls,
-                    :tool_call_id, :name, :extra, :status, :created_at, :sent_at, :parent_id)
+            VALUES ({_NEW_MESSAGE_ID}, :thread_id, :turn, :role, :content, :content_is_json,
+                    :tool_calls, :tool_call_id, :name, :extra, :status, :created_at, :sent_at, :parent_id)
             """,
             {**row, "thread_id": thread_id, "turn": turn, "status": status, "created_at": now,
              "parent_id": parent},

@@ -259,6 +259,27 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE drafts ADD COLUMN files TEXT;
     ALTER TABLE compaction_events ADD COLUMN head_id INTEGER;
     """,
+    # 16: a chat's id and a message's id are never given again once deleted. Without
+    # AUTOINCREMENT SQLite gives max(id) + 1, so deleting the newest chat gave its id to
+    # the next chat made (by any process): a window that showed the deleted chat showed the
+    # new one as if it were the same, and sent its draft there. ``id_marks`` holds the
+    # highest id each table has had, kept by a trigger whichever process deletes a chat,
+    # and a new chat or message takes max(max(id), mark) + 1 (``messages.next_id``).
+    # AUTOINCREMENT would mean rebuilding the messages table (its FTS index and every
+    # reference), minutes for a long history. A database whose ids were reused before
+    # keeps them; the rule holds from the first delete after this step
+    """
+    CREATE TABLE IF NOT EXISTS id_marks (
+        name TEXT PRIMARY KEY,
+        high INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TRIGGER IF NOT EXISTS threads_id_mark BEFORE DELETE ON threads BEGIN
+        INSERT INTO id_marks(name, high) SELECT 'threads', coalesce(max(id), 0) FROM threads WHERE 1
+            ON CONFLICT(name) DO UPDATE SET high = max(high, excluded.high);
+        INSERT INTO id_marks(name, high) SELECT 'messages', coalesce(max(id), 0) FROM messages WHERE 1
+            ON CONFLICT(name) DO UPDATE SET high = max(high, excluded.high);
+    END;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
