@@ -21,6 +21,7 @@ from iris_desktop import __version__
 from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, say, stdout_gone
 from iris_desktop.logfile import PrivateLogFile
 from iris_desktop.paths import DataDirError, app_paths
+from iris_desktop.runtime.errors import ServerError
 from iris_desktop.settings import SettingsError, parse_assignments
 
 #: SQLite's largest integer: a thread or message id above it cannot exist
@@ -298,6 +299,10 @@ def _run(args: argparse.Namespace) -> int:
         from iris_desktop.core.store import explain
 
         say(f"iris-desktop: {explain(exc, app_paths(args.data_dir).db_path)}", file=sys.stderr)
+        return EXIT_FAIL
+    except ServerError as exc:  # a server the command reached failed it (its counts)
+        say(f"iris-desktop: the server could not be used: {exc}", file=sys.stderr)
+        log.warning("the server failed the command: %s", exc)
         return EXIT_FAIL
     except KeyboardInterrupt:
         return 130

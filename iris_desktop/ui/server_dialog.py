@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from iris_desktop.runtime.remote import (
+    ServerError,
     ServerInfo,
     delete_api_key,
     get_api_key,
@@ -39,6 +40,7 @@ from iris_desktop.runtime.remote import (
     set_api_key,
     test_connection,
 )
+from iris_desktop.runtime.remote.address import clean_api_key
 from iris_desktop.settings import SettingsError, lookup
 from iris_desktop.ui.boxes import warn
 
@@ -51,6 +53,9 @@ def _url_problem(url: str) -> str | None:
         return str(exc).split(": ", 1)[-1]
     return None
 
+
+#: the most models the model box offers (a server listing 100,000 froze the dialog)
+LISTED_MODELS = 1000
 
 #: the QSettings value listing the servers the user agreed to send conversations to
 CONFIRMED_SERVERS = "remote/confirmed_servers"
@@ -150,7 +155,7 @@ class ServerDialog(QDialog):
         """Probe the server on a helper thread; the result arrives through ``_tested``."""
         if self._address() is None or (self._probe is not None and self._probe.is_alive()):
             return
-        url, typed = self.base_url(), self.key.text()
+        url, typed = self.base_url(), self.key.text().strip()  # a pasted key's line end
         self.test_button.setEnabled(False)
         self.result.setText(f"Connecting to {self._address()}…")
 
@@ -173,10 +178,14 @@ class ServerDialog(QDialog):
             return
         assert isinstance(outcome, ServerInfo)
         self.info = outcome
-        self.result.setText("\n".join(outcome.describe()))
+        lines = outcome.describe()
+        if len(outcome.models) > LISTED_MODELS:
+            lines.append(f"The model box offers the first {LISTED_MODELS:,} of "
+                         f"{len(outcome.models):,}; type the name of another.")
+        self.result.setText("\n".join(lines))
         typed = self.model.currentText()
         self.model.clear()
-        self.model.addItems([m.name for m in outcome.models])
+        self.model.addItems([m.name for m in outcome.models[:LISTED_MODELS]])
         self.model.setEditText(typed if typed and outcome.model(typed) else
                                (outcome.models[0].name if outcome.models else typed))
 
@@ -185,9 +194,16 @@ class ServerDialog(QDialog):
     def accept(self) -> None:
         """Save a typed key in the keyring (a refusal is said, and the dialog stays)."""
         url = self.base_url()
-        if self.key.text():
+        try:
+            key = clean_api_key(url, self.key.text())
+        except ServerError:  # said without repeating the key
+            warn(self, "The API key was not saved",
+                 "The API key has characters an HTTP header cannot carry (a space inside it, "
+                 "or letters beyond plain ASCII); type it again.")
+            return
+        if key:
             try:
-                set_api_key(url, self.key.text())
+                set_api_key(url, key)
             except Exception as exc:  # no keyring on this system, or it refused
                 warn(self, "The API key was not saved",
                      f"The system keyring refused the key: {exc}")

@@ -92,3 +92,18 @@ def delete_api_key(base_url: str) -> None:
     that cannot be asked is said in the log)."""
     address = server_address(base_url)
     delete_secret(KEYRING_SERVICE, address, f"the API key for {address}")
+
+
+def clean_api_key(base_url: str, key: str | None) -> str | None:
+    """``key`` without the spaces and line ends around it (pasted keys often carry one),
+    None when nothing is left. Raises ServerError when what is left cannot be sent as a
+    bearer token (anything but printable ASCII, or a space inside): the sentence never
+    repeats the key (before, httpx's error quoted the header, key and all, into the
+    dialog, the terminal and the log)."""
+    key = (key or "").strip()
+    if not key:
+        return None
+    if not all("!" <= c <= "~" for c in key):
+        raise ServerError(f"the API key for {server_address(base_url)} has characters an HTTP "
+                          f"header cannot carry; type it again in Model ▸ Server…")
+    return key

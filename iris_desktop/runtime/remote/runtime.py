@@ -41,7 +41,14 @@ from .counting import (
 )
 from .probe import _PROBE_SYSTEM, _PROBE_USER, ServerInfo, _probe
 from .sse import MAX_REPORTED_TOKENS, POLL_S, _EventReader, _Reply, _tokens
-from .transport import REQUEST_TIMEOUT_S, ServerRefused, _answer_field, _Http, _obj
+from .transport import (
+    REQUEST_TIMEOUT_S,
+    ServerRefused,
+    _answer_field,
+    _Http,
+    _obj,
+    server_said,
+)
 
 log = logging.getLogger("iris.runtime.remote")
 
@@ -74,6 +81,11 @@ _EXACT = Capabilities(exact_counts=True, native_tools=True)
 #: metadata: the window adopted was dropped at each reconnect, and the window
 #: reconnected after every turn)
 _adopted_windows: dict[str, tuple[int | None, int]] = {}
+
+
+class NotACount(ServerError):
+    """The server's counts of two probe conversations say that a message (the tools, the
+    generation prompt) takes tokens away: they cannot be counts of them."""
 
 
 class WindowChanged(PromptTooLongError):
@@ -587,11 +599,27 @@ class ExactRemoteRuntime(RemoteRuntime):
             return len(self._tokenize(prompt, special=True))
         path, key = (("/v1/chat/completions/input_tokens", "input_tokens") if way == "input_tokens"
                      else ("/tokenize", "count"))
-        count = self._post_field(path, body, key, int)
-        if not 0 <= count <= MAX_REPORTED_TOKENS:  # a broken server's: never a budget
+        return self._checked(self._post_field(path, body, key, int), path)
+
+    def _checked(self, count: int, path: str) -> int:
+        """``count``, the server's answer at ``path``, when it can be a count: from 0 to
+        :data:`MAX_REPORTED_TOKENS`; else ServerError (a broken server's: never a budget)."""
+        if not 0 <= count <= MAX_REPORTED_TOKENS:
             raise ServerError(f"{self._http.address} answered {path} with {count:,} tokens, "
                               "which cannot be a count of this conversation")
         return count
+
+    def _added(self, more: int, less: int) -> int:
+        """``more - less``: what a message (the tools, the generation prompt) adds to a
+        probe conversation, by the server's counts; NotACount when that is negative (a
+        lying ``/tokenize`` made ``context`` show "history -246" as exact)."""
+        if more < less:
+            path = {"input_tokens": "/v1/chat/completions/input_tokens",
+                    "apply-template": "/apply-template"}.get(self.server.counting, "/tokenize")
+            raise NotACount(f"{self._http.address} answered {path} with fewer tokens for a "
+                            f"longer conversation ({more:,} against {less:,}), which cannot "
+                            "be counts of it")
+        return more - less
 
     def _post_field(self, path: str, body: dict, key: str, wanted: type) -> Any:
         """The ``key`` of the server's answer to ``body`` at ``path``, a ``wanted``;
@@ -613,7 +641,8 @@ class ExactRemoteRuntime(RemoteRuntime):
         self._check_allowed()
         if self.server.counting == "vllm-tokenize":
             body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-            return self._texts.get(text, lambda: self._post_field("/tokenize", body, "count", int))
+            return self._texts.get(text, lambda: self._checked(
+                self._post_field("/tokenize", body, "count", int), "/tokenize"))
         return self._texts.get(text, lambda: len(self._tokenize(text, special=False)))
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
@@ -626,21 +655,26 @@ class ExactRemoteRuntime(RemoteRuntime):
     def prompt_overhead(self) -> int:
         """What a request adds once: the generation prompt (the BOS is counted with the
         system message, which a request always starts with)."""
-        return self._count([_PROBE_SYSTEM]) - self._count([_PROBE_SYSTEM], generation=False)
+        return self._added(self._count([_PROBE_SYSTEM]),
+                           self._count([_PROBE_SYSTEM], generation=False))
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a prompt: the server's count of a probe conversation
         with it, less the probe's. A system message is counted alone (BOS included). A
         trailing assistant message would be continued rather than closed (llama.cpp's
         prefill), so one is measured before a probe user message. A template that refuses
-        every probe shape gets a text estimate; whole requests stay exact regardless."""
+        every probe shape, or counts that say the message takes tokens away (said in the
+        log), get a text estimate; whole requests stay exact regardless."""
         if message.get("role") == "system":
             return self._count([message], generation=False)
         after = [_PROBE_USER] if message.get("role") == "assistant" else []
         for before in ([_PROBE_SYSTEM], [_PROBE_SYSTEM, _PROBE_USER]):
             try:
-                return (self._count([*before, message, *after], generation=False)
-                        - self._count([*before, *after], generation=False))
+                return self._added(self._count([*before, message, *after], generation=False),
+                                   self._count([*before, *after], generation=False))
+            except NotACount as exc:  # counted as fewer tokens with the message than without
+                log.warning("%s; the message's tokens are counted from its text", exc)
+                continue
             except ServerRefused as exc:  # the template refuses this shape (alternation
                 if not 400 <= exc.status < 500:  # checks); a server down or failing is no
                     raise  # refusal: the count fails, and no estimate takes its name
@@ -654,7 +688,7 @@ class ExactRemoteRuntime(RemoteRuntime):
         if not self.conversation_allowed:
             return super().tool_tokens(tools)
         probe = [_PROBE_SYSTEM, _PROBE_USER]
-        return self._count(probe, tools) - self._count(probe)
+        return self._added(self._count(probe, tools), self._count(probe))
 
     def _measure(self, messages: list[Message], tools: list[dict] | None) -> tuple[int, int]:
         counted = self.count_prompt(messages, tools)
@@ -686,8 +720,20 @@ def _choose_model(server: ServerInfo, name: str, address: str) -> str:
             raise ServerError(f"{address} lists no model; set model.name")
         return names[0]
     if names and name not in names:
-        raise ServerError(f"{address} does not serve {name!r}; it serves: " + ", ".join(names))
+        raise ServerError(f"{address} does not serve {name!r}; it serves: " + _listed(names))
     return name
+
+
+#: the most model names an error lists (a server listing 100,000 made a 3.5 MB line)
+LISTED_NAMES = 10
+
+
+def _listed(names: list[str]) -> str:
+    """The first :data:`LISTED_NAMES` of ``names``, each as a server's words, and how
+    many more there are."""
+    shown = ", ".join(server_said(n) for n in names[:LISTED_NAMES])
+    more = len(names) - LISTED_NAMES
+    return shown + (f" and {more:,} more" if more > 0 else "")
 
 
 def _sampling_extras(kind: str, top_k: int, min_p: float, repeat_penalty: float) -> dict:

@@ -233,6 +233,8 @@ def _parse_data(payload: str, address: str) -> dict | None:
         event = json.loads(payload)
     except ValueError:
         raise _unreadable(address, f"an event is not JSON ({payload[:80]!r})") from None
+    except RecursionError:  # before: "The model failed: maximum recursion depth exceeded"
+        raise _unreadable(address, "an event's JSON is nested too deeply") from None
     if isinstance(event, dict) and event.get("error"):
         error = event["error"]
         message = error.get("message") if isinstance(error, dict) else str(error)
@@ -266,12 +268,23 @@ def _tokens(value: Any, what: str, address: str) -> int | None:
     return None
 
 
-def _rate(value: Any, address: str) -> float:
-    """A tokens-per-second figure the server reported (0.0: none usable)."""
+#: a generation rate a server reports is believed up to this many tokens a second
+MAX_REPORTED_RATE = 1e5
+#: ... and up to this many times the rate the reply's own timing shows
+MAX_RATE_RATIO = 10.0
+
+
+def _rate(value: Any, address: str, completion: int = 0, span_s: float = 0.0) -> float:
+    """A tokens-per-second figure the server reported (0.0: none usable): a number from
+    0 to :data:`MAX_REPORTED_RATE`, and at most :data:`MAX_RATE_RATIO` times
+    ``completion`` tokens over ``span_s``, the seconds from the reply's first text to its
+    last, when those are known (a server's 999,999,999 tok/s for a 2-token reply was
+    shown as it came)."""
     if value is None:
         return 0.0
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
-            and 0 <= value <= MAX_REPORTED_TOKENS:
+            and 0 <= value <= MAX_REPORTED_RATE and not (
+                completion > 1 and span_s > 0 and value > MAX_RATE_RATIO * completion / span_s):
         return float(value)
     log.warning("%s reported predicted_per_second = %.80r; ignored", address, value)
     return 0.0
@@ -332,6 +345,8 @@ class _Reply:
         for choice in _field(event.get("choices"), list, "'choices'", address) or []:
             if not isinstance(choice, dict):
                 raise _unreadable(address, f"a choice is {_kind(choice)}, not an object")
+            if choice.get("index") not in (None, 0):  # another reply (n > 1): before, the
+                continue  # choices' texts were merged into one ("A0 B1 ")
             delta = _field(choice.get("delta"), dict, "'delta'", address) or {}
             piece = _field(delta.get("content"), str, "'content'", address) or ""
             calls = _field(delta.get("tool_calls"), list, "'tool_calls'", address) or []
@@ -441,7 +456,8 @@ class _Reply:
         completion = next((n for n in (count(usage, "completion_tokens"),
                                        count(timings, "predicted_n")) if n and n <= max_tokens),
                           min(max_tokens, self.pieces))  # more than asked for: not this reply's
-        rate = _rate(timings.get("predicted_per_second"), address)
+        span = (self.last - self.first) if self.first and self.last else 0.0
+        rate = _rate(timings.get("predicted_per_second"), address, completion, span)
         if not rate and completion > 1 and self.first and self.last and self.last > self.first:
             rate = (completion - 1) / (self.last - self.first)
         finish = outcome or ("length" if self.finish_reason == "length" else "stop")
@@ -485,8 +501,8 @@ def _not_a_stream(first: bytes, rest: Iterator[bytes]) -> str:
             break
     try:
         answer = json.loads(bytes(body))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to read
         return "one whole JSON answer"
     error = answer.get("error") if isinstance(answer, dict) else None
     message = (error.get("message") if isinstance(error, dict) else error) or ""
-    return f"an error ({str(message)[:300]})" if message else "one whole JSON answer"
+    return f"an error ({server_said(message)})" if message else "one whole JSON answer"

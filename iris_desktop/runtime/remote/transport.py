@@ -22,7 +22,7 @@ from ..http import (
     read_answer,
     size_words,
 )
-from .address import refuse_query, server_address
+from .address import clean_api_key, refuse_query, server_address
 
 
 class ServerRefused(ServerError):
@@ -71,6 +71,7 @@ class _Http:
         self.root = root[:-3] if root.endswith("/v1") else root
         self.answer_limit = answer_limit
         self.answer_timeout_s = float(answer_timeout_s)
+        api_key = clean_api_key(base_url, api_key)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(
             headers=headers, trust_env=False,
@@ -114,6 +115,9 @@ class _Http:
             return response.json()
         except ValueError:
             raise ServerError(f"{self.address}: {path} did not answer JSON") from None
+        except RecursionError:  # a Python error before ("maximum recursion depth exceeded")
+            raise ServerError(f"{self.address} answered {path} in a way Iris cannot read: "
+                              f"its JSON is nested too deeply") from None
 
     def _bound_error(self, exc: AnswerError, path: str) -> str:
         """One sentence naming the server and the bound its answer to ``path`` broke."""
@@ -163,6 +167,8 @@ def _describe(exc: httpx.HTTPError) -> str:
         return "the server did not answer in time; check that it is running and not overloaded"
     if isinstance(exc, httpx.RemoteProtocolError):
         return f"the server broke off the connection or answered something that is not HTTP ({text})"
+    if isinstance(exc, httpx.LocalProtocolError):  # its text can quote a header: the key
+        return "Iris could not make a valid HTTP request of it (a header was malformed)"
     return f"{type(exc).__name__}: {text}"
 
 
@@ -198,7 +204,7 @@ def _http_error(address: str, response: httpx.Response, path: str = "") -> Excep
         return _redirect_error(address, response, path or response.request.url.path)
     try:
         answer = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to read
         answer = {}
     # llama.cpp and OpenAI nest {"error": {...}}; vLLM puts "message" at the top
     error = (answer.get("error") or answer) if isinstance(answer, dict) else {}
@@ -225,12 +231,27 @@ def _redirect_error(address: str, response: httpx.Response, path: str) -> Server
         return ServerError(f"{address} redirected {path} (HTTP {response.status_code}) without "
                            f"saying where; Iris does not follow redirects, so set "
                            f"model.base_url to the server's final address")
-    target = str(response.request.url.join(location))
-    final = target.split("?", 1)[0].split("#", 1)[0]
+    try:
+        target = str(response.request.url.join(location))
+    except (httpx.InvalidURL, ValueError):
+        target = location
+    final = target.split("?", 1)[0].split("#", 1)[0]  # a query may hold a token
     suggestion = f"{final[:-len(path)]}/v1" if path and final.endswith(path) else None
-    return ServerError(f"{address} redirected {path} to {target}; Iris does not follow "
-                       f"redirects, so set model.base_url to the final address"
-                       + (f" ({suggestion})" if suggestion else ""))
+    return ServerError(f"{address} redirected {path} to {_shown_url(final)}; Iris does not "
+                       f"follow redirects, so set model.base_url to the final address"
+                       + (f" ({_shown_url(suggestion)})" if suggestion else ""))
+
+
+#: the most of a URL a server gave that an error repeats, in characters
+SHOWN_URL_CHARS = 200
+
+
+def _shown_url(url: str) -> str:
+    """A URL a server gave, as part of a sentence: on one line and at most
+    :data:`SHOWN_URL_CHARS` characters ("…" where cut; a 60 KB ``Location`` was repeated
+    whole)."""
+    text = "".join(url.split())
+    return text if len(text) <= SHOWN_URL_CHARS else text[:SHOWN_URL_CHARS - 1] + "…"
 
 
 def _read_some(response: httpx.Response, limit: int = 1 << 16) -> httpx.Response:
