@@ -435,23 +435,11 @@ class Host:
     def storage_note(self) -> str | None:
         """What this start did to the history's encryption, in a sentence the CLI and
         the window show (a history decrypted silently was the audit's finding); None when
-        it did nothing."""
-        converted = self.storage.converted
-        if converted is None:
-            return None
-        source = self.settings.source("storage.encrypt")
-        where = {"file": f"set in {self.paths.config_path}", "env": "set by IRIS_STORAGE_ENCRYPT",
-                 "cli": "set on the command line"}.get(source, source)
-        if converted == "encrypted":
-            plain = self.storage.plain_copies
-            left = (f" {len(plain)} {'copy' if len(plain) == 1 else 'copies'} of it set aside "
-                    f"earlier {'is' if len(plain) == 1 else 'are'} not encrypted ({', '.join(plain[:3])}"
-                    f"{', …' if len(plain) > 3 else ''}): 'iris-desktop recover' lists them; delete "
-                    "them once they are no longer needed.") if plain else ""
-            return (f"The chat history at {self.paths.db_path} is now encrypted (storage.encrypt "
-                    f"is on, {where}).{left}")
-        return (f"The chat history at {self.paths.db_path} is no longer encrypted: storage.encrypt is "
-                f"off ({where}). To encrypt it again: iris-desktop config set storage.encrypt true.")
+        it did nothing (:func:`~iris_desktop.storage_key.storage_note`)."""
+        from iris_desktop.storage_key import storage_note
+
+        return storage_note(self.storage, self.paths.db_path, self.paths.config_path,
+                            self.settings.source("storage.encrypt"))
 
     def close(self) -> None:
         """:meth:`release`, then close every Store of this process. Idempotent."""

@@ -53,7 +53,7 @@ log = logging.getLogger("iris.storage")
 
 __all__ = [
     "KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Found", "Prepared", "find_key",
-    "follow_history", "keep_key", "kv_key", "prepare",
+    "follow_history", "keep_key", "kv_key", "prepare", "storage_note",
 ]
 
 #: the environment variable that supplies the passphrase without asking
@@ -142,16 +142,67 @@ def _keyring_unreadable(path: Path) -> str | None:
             "enter the passphrase")
 
 
-def _no_key_kept() -> str:
+def _no_key_kept(path: Path) -> str:
     """Why no key opened the history when the keyring could be read, as a clause: none is
     kept for it (the dialog asked for "its passphrase" of a history no passphrase was ever
-    chosen for, and never said the keyring had nothing, or that there was no keyring)."""
+    chosen for, and never said the keyring had nothing, or that there was no keyring).
+    What the history was encrypted with (:func:`_kept_kind`) says which: a history
+    encrypted with the keyring's key is never asked a passphrase (an audit: opened where
+    the keyring could not be reached, such as an SSH session, it asked for "the
+    passphrase it was encrypted with", though none was ever chosen)."""
+    kind = _kept_kind(path)
+    if kind == "passphrase":
+        return f"it was encrypted with a passphrase: enter it, or set {PASSPHRASE_ENV}"
+    if kind == "keyring" and not keyring_present():
+        return ("its key is in your desktop keyring, which cannot be reached from this session "
+                "(no passphrase was ever chosen for it): run Iris in your desktop session (or "
+                "where that keyring is)")
+    if kind == "keyring":
+        return ("no key for it is kept in this computer's keyring, and no passphrase was ever "
+                "chosen for it: its key is in the keyring of the computer and user account that "
+                "encrypted it (a copy of the data folder alone cannot be opened elsewhere); run "
+                "Iris there")
     if not keyring_present():
-        return ("this computer has no keyring to keep its key in (or it is not an Iris "
-                f"database): enter the passphrase it was encrypted with, or set {PASSPHRASE_ENV}")
-    return ("no key for it is kept in this computer's keyring (it was encrypted with a "
-            "passphrase, its key is kept on another computer or user account, or it is not "
-            f"an Iris database): enter the passphrase, or set {PASSPHRASE_ENV}")
+        return ("no keyring can be reached from this session (or it is not an Iris database): "
+                f"if it was encrypted with a passphrase, enter it, or set {PASSPHRASE_ENV}; if "
+                "Iris kept its key in your desktop keyring, run Iris in your desktop session")
+    return ("no key for it is kept in this computer's keyring (its key is kept on another "
+            "computer or user account, or it is not an Iris database): if it was encrypted "
+            f"with a passphrase, enter it, or set {PASSPHRASE_ENV}")
+
+
+def _kind_file(path: Path) -> Path:
+    """Beside the history at ``path``, hidden: what it is encrypted with, "keyring" or
+    "passphrase" (no secret: only which of the two to ask for)."""
+    return path.with_name(f".{path.name}.key-kind")
+
+
+def _kept_kind(path: Path) -> str | None:
+    """"keyring" or "passphrase": what the history at ``path`` was encrypted with; None
+    when that was not recorded (encrypted by an older Iris)."""
+    try:
+        kind = _kind_file(path).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return kind if kind in ("keyring", "passphrase") else None
+
+
+def _keep_kind(path: Path, key: Key | None) -> None:
+    """Record what the history at ``path`` is encrypted with (remove the record for a
+    plain one): written when it is encrypted, or first opened by this version."""
+    marker = _kind_file(path)
+    try:
+        if key is None:
+            marker.unlink(missing_ok=True)
+            return
+        kind = "keyring" if key.kind == "raw" else "passphrase"
+        if _kept_kind(path) == kind:
+            return
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(kind + "\n")
+    except OSError as exc:  # only the wording of a later question depends on it
+        log.warning("could not record what %s is encrypted with: %s", path, exc)
 
 
 def _keyring_delete(name: str) -> None:
@@ -180,7 +231,7 @@ def _asked(path: Path, new: bool, ask: AskPassphrase | None, problem: str | None
     if ask is None and problem:  # a locked keyring: its key is likely there
         raise StoreError(f"{path} is encrypted and {problem}; nothing was changed")
     if ask is None:
-        raise StoreError(f"{path} is encrypted and {_no_key_kept()} (run Iris on a terminal, or "
+        raise StoreError(f"{path} is encrypted and {_no_key_kept(path)} (run Iris on a terminal, or "
                          "start the desktop app, to be asked); nothing was changed")
     text = ask(path, new, problem)
     if not text and new:
@@ -232,6 +283,8 @@ def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None)
                 keep_key(path, Key.raw(raw))
                 return Key.raw(raw)
         problem = _keyring_unreadable(path)
+        if problem is None and _kept_kind(path) == "keyring":  # no passphrase to ask for
+            raise StoreError(f"{path} is encrypted and {_no_key_kept(path)}; nothing was changed")
     for attempt in range(ATTEMPTS):
         key = _asked(path, False, ask, problem)
         try:
@@ -405,10 +458,12 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
         key = _existing_key(path, env, ask)
         if encrypt is not False:
             _drop_kv_states(paths, only_plain=True)
+            _keep_kind(path, key)  # a history encrypted by an older Iris: from now on
             return Prepared(key)
         salt = file_salt(path)
         _drop_kv_states(paths)
         convert(path, key, None, step)
+        _keep_kind(path, None)
         if key.kind == "raw":
             # the key stays filed under the encrypted file's salt: a copy of it (a backup,
             # a database set aside) still opens; only the name by path is forgotten
@@ -422,9 +477,11 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
         return Prepared(None)
     key = _new_key(path, env, ask)
     if state is None:  # a new database: created encrypted
+        _keep_kind(path, key)
         return Prepared(key)
     _drop_kv_states(paths)  # before the switch: a kill after it left the plain ones
     convert(path, None, key, step)
+    _keep_kind(path, key)
     if key.kind == "raw":
         _keyring_keep(path, key.secret)  # filed under the new file's salt
     log.info("the chat history was encrypted (storage.encrypt is on)")
@@ -434,6 +491,57 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
         log.warning("%d database file(s) set aside earlier are not encrypted (%s); delete them "
                     "once they are no longer needed", len(earlier), ", ".join(earlier))
     return Prepared(key, "encrypted", tuple(earlier))
+
+
+def storage_note(prepared: Prepared, db_path: Path, config_path: Path, source: str) -> str | None:
+    """What this start did to the history's encryption, in a sentence the CLI and the
+    window show; None when it did nothing. ``source``: where storage.encrypt was set.
+    When a one-run override (the command line, IRIS_STORAGE_ENCRYPT) went against the
+    settings file, it says that the next start without it converts the history back
+    (before, it advised setting in the file what the file already said)."""
+    if prepared.converted is None:
+        return None
+    where = {"file": f"set in {config_path}", "env": "set by IRIS_STORAGE_ENCRYPT",
+             "cli": "set on the command line"}.get(source, source)
+    encrypted = prepared.converted == "encrypted"
+    below = _setting_below(config_path, source)
+    back = ""
+    if below is not None and below[0] != encrypted:
+        fix = ("iris-desktop config set storage.encrypt " + ("true" if encrypted else "false")
+               if below[1] == "file" else
+               f"set IRIS_STORAGE_ENCRYPT to {'true' if encrypted else 'false'}")
+        back = (f" {config_path if below[1] == 'file' else 'IRIS_STORAGE_ENCRYPT'} still sets "
+                f"it {'off' if encrypted else 'on'}, so the next start without that override "
+                f"{'decrypts' if encrypted else 'encrypts'} it again; to keep it "
+                f"{'encrypted' if encrypted else 'decrypted'}: {fix}.")
+    if not encrypted:
+        again = back or " To encrypt it again: iris-desktop config set storage.encrypt true."
+        return (f"The chat history at {db_path} is no longer encrypted: storage.encrypt is off "
+                f"({where}).{again}")
+    plain = prepared.plain_copies
+    left = (f" {len(plain)} {'copy' if len(plain) == 1 else 'copies'} of it set aside earlier "
+            f"{'is' if len(plain) == 1 else 'are'} not encrypted ({', '.join(plain[:3])}"
+            f"{', …' if len(plain) > 3 else ''}): 'iris-desktop recover' lists them; delete "
+            "them once they are no longer needed.") if plain else ""
+    kept = (" Its key is kept in this computer's keyring, not in the data folder: a copy of the "
+            "data folder alone cannot be opened on another computer or user account."
+            ) if prepared.key is not None and prepared.key.kind == "raw" else ""
+    return (f"The chat history at {db_path} is now encrypted (storage.encrypt is on, "
+            f"{where}).{back}{kept}{left}")
+
+
+def _setting_below(config_path: Path, source: str) -> tuple[bool, str] | None:
+    """storage.encrypt as the next start without this run's override (``source`` "cli"
+    or "env") sets it, and where ("file" or "env"); None when nothing below sets it (it
+    then follows the history as it is now) or there was no override."""
+    if source not in ("cli", "env"):
+        return None
+    from iris_desktop.settings import load_settings
+
+    below = load_settings(config_path, {} if source == "env" else None)
+    if below.source("storage.encrypt") not in ("file", "env"):
+        return None
+    return bool(below["storage.encrypt"]), below.source("storage.encrypt")
 
 
 def follow_history(settings: Any, db_path: Path | None = None, encrypted: bool | None = None) -> Any:

@@ -246,6 +246,20 @@ def test_salvage_with_page_2_zeroed_counts_what_it_lost(capsys, tmp_path):
         _assert_truthful(err, total, recovered)
 
 
+def test_a_header_a_power_cut_zeroed_is_salvaged_not_taken_for_encrypted(capsys, tmp_path):
+    """Before (an audit): a plain history whose first bytes were zeroed was taken for an
+    encrypted one: every start asked for a passphrase never chosen, and the salvage
+    refused it. Now the header is named as damaged, the file set aside, and every row
+    recovered."""
+    data = tmp_path / "data"
+    total = build(capsys, data, SYNTHETIC_CHAT)
+    with open(data / "iris.db", "r+b") as fh:
+        fh.write(b"\0" * 100)
+    err, recovered = _salvaged(capsys, data)
+    assert "its header (the first 100 bytes) is damaged" in err and "passphrase" not in err
+    assert recovered == total and "no row was lost" in err
+
+
 def test_salvage_with_the_pointer_map_zeroed_loses_no_row(capsys, tmp_path):
     """A history with incremental vacuum (a deleted chat's space goes back to the disk)
     has a pointer map at page 2: zeroed, the file is damaged, no row is lost, and the

@@ -16,7 +16,9 @@ raises the standard library's (same class name, message, ``sqlite_errorcode`` an
 less than one complete database at ``iris.db``: the converted copy is written beside it
 (``iris.db.converting``, ``sqlcipher_export``), verified (opened with its key,
 ``integrity_check``, the rows of every table counted against the original), synced, and
-only then renamed over the original in one atomic step. :func:`tidy` removes what an
+only then renamed over the original in one atomic step; the original is held under
+SQLite's exclusive lock from the export until just before the swap, so that no other
+process writes to it meanwhile (one that has it open is a refusal). :func:`tidy` removes what an
 interrupted conversion left.
 """
 
@@ -48,6 +50,9 @@ HEADER = b"SQLite format 3\x00"
 CONVERTING = ".converting"
 #: the original after the swap, overwritten with zeros, then deleted
 REPLACED = ".replaced"
+#: how long a conversion waits for the database's exclusive lock (another process's
+#: short command ends) before it says another process has the history open
+LOCK_WAIT_MS = 3000
 #: SQLCipher 4's KDF: PBKDF2-HMAC-SHA512 with this many rounds, a 16-byte salt at the
 #: start of the file
 KDF_ITERATIONS = 256_000
@@ -142,19 +147,28 @@ def file_salt(path: Path) -> bytes | None:
     return head if len(head) == SALT_BYTES and head != HEADER else None
 
 
+#: the smallest encrypted database: one page of SQLCipher's smallest page size
+MIN_ENCRYPTED_BYTES = 512
+
+
 def is_encrypted(path: Path) -> bool | None:
     """None: no database yet (missing or empty); False: a plain SQLite file (a header one
     byte off is a damaged plain file, for the salvage to repair: a random salt is that
-    close once in 2^120); True: anything else (an encrypted database has no header, only
-    its salt)."""
+    close once in 2^120), or a file no encrypted database can be: shorter than one page,
+    or starting with 16 equal bytes (a first page zeroed by a power cut): a damaged plain
+    file too (before, such a plain history was called encrypted: every start asked for a
+    passphrase never chosen, and the salvage refused it); True: anything else (an
+    encrypted database has no header, only its random salt)."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(len(HEADER))
+            head = handle.read(MIN_ENCRYPTED_BYTES)
     except FileNotFoundError:
         return None
     if not head:
         return None
-    return len(head) < len(HEADER) or sum(a != b for a, b in zip(head, HEADER, strict=True)) > 1
+    if len(head) < MIN_ENCRYPTED_BYTES or len(set(head[:SALT_BYTES])) == 1:
+        return False
+    return sum(a != b for a, b in zip(head[:len(HEADER)], HEADER, strict=True)) > 1
 
 
 def _need_sqlcipher() -> Any:
@@ -475,17 +489,22 @@ def _convert(path: Path, source: Key | None, target: Key | None,
 def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
             ) -> tuple[dict[str, int], int]:
     """Write the converted copy (``sqlcipher_export``) with the source's rows counted in
-    the same transaction, no other process writing meanwhile; (counts, user_version)."""
+    the same transaction; (counts, user_version). The source is taken in SQLite's
+    exclusive locking mode first, and that lock is kept until the connection closes,
+    just before the swap: no other connection can read or write it meanwhile, and one
+    another process holds open (even idle: in WAL mode it keeps a shared lock) is a
+    refusal. Before, a commit another process made after the export landed in the
+    original only, and the swap lost it when that process closed first."""
     _create_private(copy)
     try:
         conn.execute("PRAGMA busy_timeout = 10000")
         # everything in the WAL into the file, so that no -wal survives the close
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
         conn.execute("ATTACH DATABASE ? AS converted KEY ?",
                      (str(copy), target.attach_value() if target else ""))
-        conn.execute("BEGIN IMMEDIATE")
+        _take_alone(conn, path)
         try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
             conn.execute("SELECT sqlcipher_export('converted')")
             conn.execute(f"PRAGMA converted.user_version = {int(version)}")
             before = _counts(conn)
@@ -504,6 +523,21 @@ def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
                              "space, then start Iris again") from None
         raise StoreError(f"converting {path} failed ({exc}); it was not changed") from None
     return before, version
+
+
+def _take_alone(conn: sqlite3.Connection, path: Path) -> None:
+    """Begin the export's transaction holding the source's exclusive lock, which the
+    connection keeps until it closes (``locking_mode = EXCLUSIVE``); StoreError when
+    another connection has the database open after :data:`LOCK_WAIT_MS`."""
+    conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+    conn.execute(f"PRAGMA busy_timeout = {LOCK_WAIT_MS}")
+    try:
+        conn.execute("BEGIN EXCLUSIVE")
+    except sqlite3.OperationalError as exc:
+        if not (getattr(exc, "sqlite_errorname", "") or "").startswith("SQLITE_BUSY"):
+            raise
+        raise StoreError(f"another Iris process has {path} open; close it, then start Iris "
+                         "again to convert the database") from None
 
 
 def _verify(path: Path, copy: Path, target: Key | None, before: dict[str, int], version: int

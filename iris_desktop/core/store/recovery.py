@@ -128,7 +128,9 @@ def header_problems(path: Path) -> list[str]:
             head = fh.read(100)
     except OSError:
         return []
-    if len(head) < 100 or sum(a != b for a, b in zip(head, MAGIC, strict=False)) > 1:
+    zeroed = len(set(head[:16])) == 1  # a first page a power cut zeroed: still SQLite's
+    if len(head) < 100 or (sum(a != b for a, b in zip(head, MAGIC, strict=False)) > 1
+                           and not zeroed):
         return []
     found = []
     if head[:16] != MAGIC:
