@@ -330,7 +330,7 @@ def chat_message(args) -> str:
                        "or with --file PATH (exactly one of them)")
     if args.file is not None:
         try:
-            return read_text_file(Path(args.file), MAX_IMPORT_BYTES).rstrip("\r\n")
+            return read_text_file(Path(args.file), MAX_IMPORT_BYTES, message=True).rstrip("\n")
         except ConversationFormatError as exc:
             raise CliError(f"--file: {exc}") from None
     if args.message != "-":
@@ -407,7 +407,7 @@ def chat(args, overrides) -> int:
             from iris_desktop.core.attachments import model_text
 
             refuse_if_certainly_too_large(host, utf8_length(model_text(message, files).strip()),
-                                          "nothing was sent or stored")
+                                          "nothing was sent or stored", args.thread)
         if args.thread is not None:
             _index_for_recall(host, args.thread)
         printer = _ChatPrinter(args.json, host.settings["model.max_tokens"])

@@ -120,14 +120,19 @@ def context(args, overrides) -> int:
     return EXIT_OK
 
 
-def refuse_if_certainly_too_large(host, n_bytes: int, outcome: str) -> None:
+def refuse_if_certainly_too_large(host, n_bytes: int, outcome: str,
+                                  thread_id: int | None = None) -> None:
     """Exit 3 before anything is tokenized when ``n_bytes`` of text in the newest turn
     are certainly more than any history budget of this window: they need at least
     store.min_tokens(n_bytes) tokens. Tokenizing 10 MiB takes tens of seconds and over
     a gigabyte, only to reach the same answer."""
     from iris_desktop.core.engine import certainly_too_large
 
-    refusal = certainly_too_large(host.planner().params, n_bytes)
+    planner = host.planner()
+    tools = planner.tool_prompt(True)
+    refusal = certainly_too_large(planner.params, n_bytes, lambda: planner.engine(
+        host.store, recall=False).frame(-1 if thread_id is None else thread_id, tools.text,
+                                        tools.native_tokens))
     if refusal:
         raise CliError(f"{refusal}; {outcome}. Shorten the message, or raise context.window and "
                        "model.n_ctx", EXIT_TOO_LARGE)

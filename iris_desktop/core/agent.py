@@ -20,8 +20,8 @@ thing the UI can show (napari's ``thread_worker`` shape). Cancel is cooperative:
 
 from __future__ import annotations
 
+import functools
 import logging
-import math
 import sqlite3
 import threading
 import time
@@ -32,7 +32,13 @@ from typing import Any
 from iris_desktop.core.attachments import Attachment, edited, shown, with_attachments
 from iris_desktop.core.compaction import MIN_SUMMARY_TOKENS, Compactor
 from iris_desktop.core.conversation import title_from
-from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException, Frame, certainly_too_large
+from iris_desktop.core.engine import (
+    ContextRequest,
+    ConversationTooLargeException,
+    Frame,
+    certainly_too_large,
+    oversized,
+)
 from iris_desktop.core.events import (
     PromptProgress,
     RecallSearch,
@@ -219,16 +225,17 @@ class Agent:
         params = self.planner.params
         text = message.get("content") or ""
         n_bytes = utf8_length(text.strip())
-        floor = certainly_too_large(params, n_bytes)
-        if floor is not None:
+        tools = self.planner.tool_prompt(True)
+        room = functools.partial(self.planner.engine(self.store, recall=False).frame,
+                                 thread_id, tools.text, tools.native_tokens)
+        if certainly_too_large(params, n_bytes) is not None:  # (the room, only to say so)
+            frame = room()
             return ConversationTooLargeException(
-                floor.removeprefix("conversation too large: "), min_tokens(n_bytes),
-                math.floor(params.window * params.token_budget_ratio))
+                oversized(params, min_tokens(n_bytes), n_bytes, frame), min_tokens(n_bytes),
+                max(frame.history_budget, 0))
         try:
             needed = self.planner.counter.count_message(message)
-            tools = self.planner.tool_prompt(True)
-            frame = self.planner.engine(self.store, recall=False).frame(
-                thread_id, tools.text, tools.native_tokens)
+            frame = room()
             # compaction (due once it is stored) can write a shorter summary: the room
             # counts the shortest one it would write, not today's
             shorter = (max(frame.summary_tokens - MIN_SUMMARY_TOKENS, 0)

@@ -9,7 +9,10 @@ with its name, size and tokens, and where the typed text ends.
 
 Only text is accepted (plain text, Markdown, source code, CSV, JSON…): UTF-8, no NUL
 byte, from a regular file (a device such as ``/dev/zero`` or a named pipe is refused by its
-type, never read). Anything else is refused with one sentence that says what was read.
+type, never read). Anything else is refused with one sentence that says what was read (a
+UTF-16 or UTF-32 file, by its byte-order mark, as that). Line endings become ``\\n``
+(Windows' CRLF and the old Mac's lone CR alike), as for ``chat --file``
+(:func:`message_text` reads both).
 """
 
 from __future__ import annotations
@@ -41,6 +44,47 @@ class AttachmentError(ValueError):
     """A file that cannot be attached; the message names it and says why."""
 
 
+class NotTextError(ValueError):
+    """Bytes that are not UTF-8 text; the message says what they are, as a clause ("not
+    UTF-8 text (byte 5)"); ``encoded``: the encoding a byte-order mark names (the clause
+    then says how to save the file), else None."""
+
+    def __init__(self, clause: str, encoded: str | None = None) -> None:
+        super().__init__(clause)
+        self.encoded = encoded
+
+
+#: byte-order marks of the encodings Iris does not read (UTF-32's first: its
+#: little-endian mark starts with UTF-16's)
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def decode_text(data: bytes, *, nul: bool = True) -> str:
+    """The UTF-8 text of a file's bytes, without a byte-order mark; NotTextError for a
+    UTF-16 or UTF-32 file (known by its mark, before its NUL bytes are taken for binary
+    data), a NUL byte unless ``nul``, or other bytes."""
+    for bom, encoding in _OTHER_BOMS:
+        if data.startswith(bom):
+            raise NotTextError(f"{encoding} text; Iris reads UTF-8 (save the file as UTF-8)",
+                               encoding)
+    if not nul and b"\0" in data:
+        raise NotTextError(f"not a text file (binary data at byte {data.index(0):,})")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotTextError(f"not UTF-8 text (byte {exc.start:,})") from None
+    return text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is no content
+
+
+def message_text(data: bytes) -> str:
+    """The text a file gives a message (an attached file, ``chat --file``): UTF-8 text
+    without a NUL byte (:func:`decode_text`), its line endings ``\\n`` (CRLF and a lone
+    CR alike); NotTextError for anything else. Before: ``--file`` sent a NUL that
+    ``--attach`` refused, and both kept a lone CR."""
+    return decode_text(data, nul=False).replace("\r\n", "\n").replace("\r", "\n")
+
+
 @dataclass(frozen=True)
 class Attachment:
     name: str
@@ -58,33 +102,31 @@ class Attachment:
 def read_attachment(path: str | Path, limit: int = MAX_ATTACHMENT_BYTES) -> Attachment:
     """A text file to attach; AttachmentError for a folder or anything else that is not a
     regular file, an unreadable or too large file, or one that is not UTF-8 text (a NUL
-    byte, other bytes)."""
+    byte, other bytes, a UTF-16 file: :func:`message_text`)."""
     path = Path(path)
+    # (`.`, `..` and `/` have no name of their own: "--attach:  is a folder")
+    name = path.name if path.name not in ("", ".", "..") else path.resolve().name or str(path)
     try:
         data = read_regular_file(path, limit)
     except NotAFileError as exc:
         if exc.kind == "a folder":
-            raise AttachmentError(f"{path.name} is a folder; attach a file") from None
-        raise AttachmentError(f"{path.name} is {exc.kind}, not a regular file; attach a "
+            raise AttachmentError(f"{name} is a folder; attach a file") from None
+        raise AttachmentError(f"{name} is {exc.kind}, not a regular file; attach a "
                               "file") from None
     except TooLargeError as exc:
         if exc.size is None:
-            raise AttachmentError(f"{path.name} grew past the {limit:,} bytes a file may have "
+            raise AttachmentError(f"{name} grew past the {limit:,} bytes a file may have "
                                   "to be attached while it was read") from None
-        raise AttachmentError(f"{path.name} is {exc.size:,} bytes, more than the {limit:,} a "
+        raise AttachmentError(f"{name} is {exc.size:,} bytes, more than the {limit:,} a "
                               "file may have to be attached") from None
     except OSError as exc:
-        raise AttachmentError(f"cannot read {path.name} ({exc.strerror or exc})") from None
-    if b"\0" in data:
-        raise AttachmentError(f"{path.name} is not a text file (binary data at byte "
-                              f"{data.index(0):,}); attach text: plain text, Markdown, source "
-                              "code, CSV or JSON")
+        raise AttachmentError(f"cannot read {name} ({exc.strerror or exc})") from None
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise AttachmentError(f"{path.name} is not UTF-8 text (byte {exc.start:,}); attach "
-                              "text: plain text, Markdown, source code, CSV or JSON") from None
-    return Attachment(path.name, text.replace("\r\n", "\n"))
+        text = message_text(data)
+    except NotTextError as exc:
+        fix = "" if exc.encoded else "; attach text: plain text, Markdown, source code, CSV or JSON"
+        raise AttachmentError(f"{name} is {exc}{fix}") from None
+    return Attachment(name, text)
 
 
 def with_attachments(text: str, attachments: Sequence[Attachment],

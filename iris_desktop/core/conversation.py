@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.attachments import record_problem
+from iris_desktop.core.attachments import NotTextError, decode_text, message_text, record_problem
 from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
 from iris_desktop.core.store.messages import one_line_title
 from iris_desktop.core.store.rows import TIMESTAMP_KEYS, ContentPartsError, parts_text
@@ -73,11 +73,13 @@ def load_conversation(path: str | Path) -> tuple[list[Message], str | None, str 
     return [_with_text(m) for m in messages], title, system_prompt
 
 
-def read_text_file(path: Path, limit: int) -> str:
+def read_text_file(path: Path, limit: int, *, message: bool = False) -> str:
     """A UTF-8 text file of at most ``limit`` bytes; ConversationFormatError for
-    anything else (a folder, a device, a named pipe, an unreadable file, other bytes).
-    Never blocks and never reads more than ``limit`` + 1 bytes
-    (:func:`~iris_desktop.files.read_regular_file`)."""
+    anything else (a folder, a device, a named pipe, an unreadable file, a UTF-16 file,
+    other bytes). ``message``: the text of a message (``chat --file``), read as an
+    attached file is (:func:`~iris_desktop.core.attachments.message_text`: a NUL byte
+    refused, line endings ``\\n``). Never blocks and never reads more than ``limit`` + 1
+    bytes (:func:`~iris_desktop.files.read_regular_file`)."""
     try:
         data = read_regular_file(path, limit)
     except NotAFileError as exc:
@@ -93,14 +95,10 @@ def read_text_file(path: Path, limit: int) -> str:
             f"{path}: {exc.size:,} bytes is larger than the limit of {limit:,}") from None
     except OSError as exc:
         raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise ConversationFormatError(f"{path}: UTF-16 text; Iris reads UTF-8 (save the file "
-                                      "as UTF-8)")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConversationFormatError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    return text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is no content
+        return message_text(data) if message else decode_text(data)
+    except NotTextError as exc:
+        raise ConversationFormatError(f"{path}: {exc}") from None
 
 
 def json_error(exc: json.JSONDecodeError, text: str) -> str:

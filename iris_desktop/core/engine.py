@@ -36,7 +36,6 @@ from iris_desktop.core.ports import Reranker
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.records import day_of, names_relative_date
 from iris_desktop.core.store import (
-    MAX_BYTES_PER_TOKEN,
     MessageMeta,
     Store,
     SummaryRow,
@@ -247,20 +246,27 @@ def compose_system(base: str, tools_text: str = "", summary_text: str = "") -> s
     return "\n\n".join(parts)
 
 
-def certainly_too_large(params: ContextParams, n_bytes: int) -> str | None:
-    """Why ``n_bytes`` of text in the newest turn certainly do not fit any history budget
-    of this window (they need at least ``min_tokens(n_bytes)`` tokens), known without
-    tokenizing (10 MiB take tens of seconds and over a gigabyte to reach the same
-    answer); None when they might fit. The CLI refuses a message with it, the composer
-    a file."""
-    budget = TokenBudgetCalculator(params.window, params.token_budget_ratio,
-                                   params.compaction_threshold).budget
-    if min_tokens(n_bytes) <= budget:
+def certainly_too_large(params: ContextParams, n_bytes: int,
+                        frame: Callable[[], Frame] | None = None) -> str | None:
+    """Why ``n_bytes`` of text in the newest turn certainly fit no history budget of this
+    window (they need at least ``min_tokens(n_bytes)`` tokens), known without tokenizing
+    (10 MiB take seconds and a gigabyte); None when they might fit. ``frame``, called only
+    to refuse, says what the system prompt, tools and summary leave: the number ``context``
+    gives (before: the whole budget, a second number). The CLI refuses a message with it."""
+    p, needed = params, min_tokens(n_bytes)
+    if needed <= TokenBudgetCalculator(p.window, p.token_budget_ratio, p.compaction_threshold).budget:
         return None
-    return (f"conversation too large: the newest turn alone is at least {min_tokens(n_bytes):,} "
-            f"tokens ({n_bytes:,} bytes of text; no token is longer than {MAX_BYTES_PER_TOKEN} "
-            f"bytes); the window allows at most {budget:,} (window {params.window:,} × ratio "
-            f"{params.token_budget_ratio})")
+    return f"conversation too large: {oversized(p, needed, n_bytes, frame and frame())}"
+
+
+def oversized(p: ContextParams, needed: int, n_bytes: int, frame: Frame | None) -> str:
+    """Why a newest turn of ``n_bytes`` (≥ ``needed`` tokens) does not fit ``frame``'s room."""
+    fixed = (f" − system {frame.system_tokens:,} − tools {frame.tool_tokens:,} − summary "
+             f"{frame.summary_tokens:,}" if frame else "")
+    allowed = max(frame.history_budget, 0) if frame else math.floor(p.window * p.token_budget_ratio)
+    return (f"the newest turn alone is at least {_tokens(needed)} ({n_bytes:,} bytes of text); "
+            f"the window allows {'' if frame else 'at most '}{allowed:,} (window {p.window:,} × "
+            f"ratio {p.token_budget_ratio}{fixed})")
 
 
 def wire_message(message: Message) -> Message:
@@ -548,16 +554,10 @@ class ContextEngine:
         self._refuse_full_frame(frame)
         n_bytes = (utf8_length(draft.strip()) if draft is not None
                    else self.store.newest_turn_text_bytes(thread_id, frame.lower_id))
-        allowed = max(frame.history_budget, 0)
-        needed = min_tokens(n_bytes)
+        allowed, needed = max(frame.history_budget, 0), min_tokens(n_bytes)
         if needed > allowed:
-            p = self.params
-            raise ConversationTooLargeException(
-                f"the newest turn alone is at least {_tokens(needed)} ({n_bytes:,} bytes of "
-                f"text); the window allows {allowed:,} (window {p.window:,} × ratio "
-                f"{p.token_budget_ratio} − system {frame.system_tokens:,} − tools "
-                f"{frame.tool_tokens:,} − summary {frame.summary_tokens:,})",
-                needed=needed, allowed=allowed)
+            raise ConversationTooLargeException(oversized(self.params, needed, n_bytes, frame),
+                                                needed=needed, allowed=allowed)
 
     def _refuse_full_frame(self, frame: Frame) -> None:
         """ConversationTooLargeException naming the system prompt, the tools and the summary
