@@ -675,7 +675,7 @@ class Host:
         if self.cache is not None and self.cache.thread_id == thread_id:
             self.cache.thread_id = None
         self.store.delete_thread(thread_id)
-        KVStateStore(self.paths.kv_cache_dir, 0).forget(thread_id)
+        KVStateStore.forget_in(self.paths.kv_cache_dir, thread_id)  # a store made applies its limit
 
     def pending_for_recall(self, thread_id: int, planner: Planner | None = None) -> int:
         """How many of the thread's summarized messages recall by meaning has no vector

@@ -108,10 +108,10 @@ def test_a_delete_whose_saved_states_cannot_go_says_what_is_left(make_window, qt
     qtbot.waitUntil(lambda: window.threads.list.count() == 2, timeout=5_000)
     from iris_desktop.runtime.kv_store import KVStateStore
 
-    def refused(self, thread_id):
+    def refused(folder, thread_id):
         raise PermissionError(13, "Permission denied", f"/kv/{thread_id}-1.kv")
 
-    monkeypatch.setattr(KVStateStore, "forget", refused)
+    monkeypatch.setattr(KVStateStore, "forget_in", staticmethod(refused))
     window.threads_control.delete_thread(plans)
     qtbot.waitUntil(lambda: bool(failure_boxes(window)), timeout=10_000)
     box = failure_boxes(window)[0]

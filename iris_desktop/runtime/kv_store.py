@@ -6,14 +6,17 @@ One file per thread and model (``<thread>-<model id>.kv``, 0600) in a private fo
 
     MAGIC | header length (u32) | header (JSON) | tokens (int32 × n) | llama.cpp state
 
-The header names the model (its identity: a hash of the GGUF header, and the file
-size), the number of tokens, and the sha256 of the tokens and of the state. A file is
-restored only when all of them match: a corrupt, truncated or foreign file is deleted,
-never handed to llama.cpp (a bad state blob could crash it). The state is what the
-runtime's ``kv_state()`` gives (for llama.cpp its per-sequence copy of the KV cache: the
-keys and values only, no logits), and only a runtime whose ``capabilities.kv_state`` says
-so has one. Disk use is bounded by ``model.kv_cache_mb``: the least recently used files
-go first.
+The header names the model (its identity: a hash of the GGUF header, the file size,
+and the weights file as loaded: its modification time and inode), the number of tokens,
+and the sha256 of the tokens and of the state. A file is restored only when all of them
+match: a corrupt, truncated or foreign file is deleted, never handed to llama.cpp (a bad
+state blob could crash it). The state is what the runtime's ``kv_state()`` gives (for
+llama.cpp its per-sequence copy of the KV cache: the keys and values only, no logits),
+and only a runtime whose ``capabilities.kv_state`` says so has one. Disk use is bounded
+by ``model.kv_cache_mb`` (whole files, from the moment a store is made): the least
+recently used files go first. A chat saves a state only once a request of its own has
+filled the cache (:class:`ThreadCache`): what another chat left there is never saved
+under its name.
 
 A file is written by Iris's one atomic writer (:mod:`iris_desktop.files`): a hidden
 temporary file beside it, locked while it is written, fsynced, renamed into place. A save
@@ -54,8 +57,12 @@ class Restored:
 
 
 def model_key(model: Runtime) -> str:
-    """Who may read a saved state: the same GGUF (its header hash and size)."""
-    return f"{model.identity[:24]}-{model.describe().size_bytes}"
+    """Who may read a saved state: the same GGUF (its header hash and size) and the same
+    weights file (its ``weights_stamp``: a file replaced by other weights with the same
+    header and size, as a re-quantization of the same recipe is, has another)."""
+    key = f"{model.identity[:24]}-{model.describe().size_bytes}"
+    stamp = getattr(model, "weights_stamp", "")
+    return f"{key}-{stamp}" if stamp else key
 
 
 class KVStateStore:
@@ -66,7 +73,8 @@ class KVStateStore:
         self.limit_bytes = max(0, int(limit_bytes))
         #: the files' 256-bit AES-GCM key while the history is encrypted (None: plain)
         self.secret = secret
-        self.clean_leftovers()
+        # a limit lowered (or set to 0) while Iris was closed holds from the start
+        self._evict(keep=None)
 
     def clean_leftovers(self) -> int:
         """Delete the temporary files of saves that were killed mid-write; returns the bytes
@@ -91,37 +99,54 @@ class KVStateStore:
 
     # -- saving --
 
-    def save(self, model: Runtime, thread_id: int, owner: str = "") -> Path | None:
+    def save(self, model: Runtime, thread_id: int, owner: str = "",
+             inherited: list[int] | None = None) -> Path | None:
         """Write the model's current KV prefix as ``thread_id``'s state (replacing the old
         one atomically), then evict the least recently used files beyond the limit. None
         when off, or when there is nothing to save or it does not fit the limit.
         ``owner`` names the chat it belongs to (the host's thread identity: a new chat
         that gets a deleted one's id has another), and only a restore for the same owner
-        takes it."""
+        takes it. ``inherited``: what the cache held from another chat when this one was
+        entered with nothing restored; a cache that still holds only (a start of) those
+        tokens has nothing of this chat's and is not saved under its name."""
         if not self.enabled:
             return None
         state = model.kv_state()
-        if state is None or not state.tokens or len(state.data) > self.limit_bytes:
+        if state is None or not state.tokens:
+            return None
+        if inherited is not None and state.tokens == inherited[:len(state.tokens)]:
+            log.info("thread %s: the KV cache holds only another chat's tokens; not saved", thread_id)
             return None
         tokens, blob = state.tokens, state.data
+        if len(blob) > self.limit_bytes:
+            return None
         header = json.dumps({
             "version": 1, "model": model_key(model), "owner": owner, "n_tokens": len(tokens),
             "tokens_sha256": hashlib.sha256(_pack(tokens)).hexdigest(),
             "state_bytes": len(blob), "state_sha256": hashlib.sha256(blob).hexdigest(),
         }).encode()
         path = self.path_for(model, thread_id)
-        _write_private(path, _seal(MAGIC + struct.pack("<I", len(header)) + header + _pack(tokens) + blob,
-                                   self.secret))
+        data = _seal(MAGIC + struct.pack("<I", len(header)) + header + _pack(tokens) + blob, self.secret)
+        if len(data) > self.limit_bytes:  # the whole file counts, not only the state
+            return None
+        _write_private(path, data)
         self._evict(keep=path)
         log.info("saved the KV state of thread %s: %d tokens, %.1f MB", thread_id, len(tokens),
                  len(blob) / 1e6)
         return path
 
     def _evict(self, keep: Path | None) -> None:
+        """Delete the least recently used files beyond the limit (never ``keep``). A file
+        another process removes meanwhile (its own eviction, a deleted chat) is skipped."""
         total = self.clean_leftovers()  # a save still being written elsewhere takes room too
-        files = sorted(self.folder.glob("*.kv"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for path in files:
-            size = path.stat().st_size
+        found = []
+        for path in self.folder.glob("*.kv"):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            found.append((st.st_mtime, st.st_size, path))
+        for _, size, path in sorted(found, key=lambda f: f[0], reverse=True):
             if path != keep and total + size > self.limit_bytes:
                 path.unlink(missing_ok=True)
                 log.info("evicted %s (the KV cache is limited to %d MB)", path.name,
@@ -144,6 +169,13 @@ class KVStateStore:
             if size > self.limit_bytes + MAX_FILE_OVERHEAD:  # never one of ours: not read
                 raise ValueError(f"{size:,} bytes, more than the KV cache may hold")
             tokens, blob = _read(path, model_key(model), self.secret, owner)
+            n_ctx = model.describe().n_ctx
+            if n_ctx and len(tokens) >= n_ctx:
+                raise ValueError(f"{len(tokens)} tokens, and the model's context (model.n_ctx) "
+                                 f"holds {n_ctx}")
+        except FileNotFoundError:  # removed meanwhile by another process: start cold
+            log.info("%s was removed while it was being restored; the chat starts cold", path.name)
+            return Restored(0)
         except (OSError, ValueError) as exc:
             log.warning("%s: not a usable KV state (%s); deleted", path.name, exc)
             path.unlink(missing_ok=True)
@@ -152,12 +184,21 @@ class KVStateStore:
             log.warning("%s: llama.cpp refused the KV state; deleted", path.name)
             path.unlink(missing_ok=True)
             return Restored(0)
-        os.utime(path)  # most recently used
+        try:
+            os.utime(path)  # most recently used
+        except FileNotFoundError:  # evicted by another process meanwhile: what was read stands
+            log.info("%s was removed while it was being restored", path.name)
         return Restored(len(tokens), path)
 
     def forget(self, thread_id: int) -> None:
         """Delete every saved state of a thread (it was deleted)."""
-        for path in self.folder.glob(f"{int(thread_id)}-*.kv"):
+        self.forget_in(self.folder, thread_id)
+
+    @staticmethod
+    def forget_in(folder: Path, thread_id: int) -> None:
+        """Delete every saved state of a thread in ``folder``, with no store made (making
+        one applies a limit)."""
+        for path in Path(folder).glob(f"{int(thread_id)}-*.kv"):
             path.unlink(missing_ok=True)
 
 
@@ -234,6 +275,10 @@ class ThreadCache:
         #: the chat a thread id names now (None: deleted); without it, the id alone
         self.owner_of = owner_of or str
         self.thread_id: int | None = None
+        #: the tokens the cache held from another chat when ``thread_id`` was entered with
+        #: nothing restored (None: its own state was restored): until a request of this
+        #: chat's replaces them, they are not its to save
+        self.inherited: list[int] | None = None
 
     @property
     def usable(self) -> bool:
@@ -250,13 +295,26 @@ class ThreadCache:
         if thread_id is None:
             return 0
         owner = self.owner_of(thread_id)
-        return self.store.restore(self.model, thread_id, owner).tokens if owner is not None else 0
+        restored = self.store.restore(self.model, thread_id, owner).tokens if owner is not None else 0
+        if not restored:  # the cache still holds the chat before (or a deleted one)
+            self.inherited = self._cached_tokens()
+        return restored
 
     def leave(self) -> None:
         """Save the cached thread's state (the app quits, or another thread comes)."""
         if self.thread_id is not None and self.usable:
             self._save(self.thread_id)
         self.thread_id = None
+        self.inherited = None
+
+    def _cached_tokens(self) -> list[int]:
+        """The tokens in the model's KV cache now (a local model lists them without copying
+        the state)."""
+        listed = getattr(self.model, "kv_tokens", None)
+        if callable(listed):
+            return list(listed())
+        state = self.model.kv_state()
+        return list(state.tokens) if state is not None else []
 
     def _save(self, thread_id: int) -> None:
         """Save the state of a chat that still exists: one deleted meanwhile (by another
@@ -265,7 +323,7 @@ class ThreadCache:
         owner = self.owner_of(thread_id)
         try:
             if owner is not None:
-                self.store.save(self.model, thread_id, owner)
+                self.store.save(self.model, thread_id, owner, self.inherited)
         except OSError as exc:  # a full disk must not stop the app: the cache is optional
             log.warning("could not save the KV state of thread %s: %s", thread_id, exc)
         if owner is None or self.owner_of(thread_id) != owner:

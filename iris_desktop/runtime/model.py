@@ -718,6 +718,17 @@ class LocalModel(KVReuse):
                 return None
             return KVState(tokens, read_sequence(self._llm.ctx))
 
+    @property
+    def weights_stamp(self) -> str:
+        """The file the weights were mapped from, as it was at load (size, modification
+        time, inode), hashed: a saved KV state is only for these weights
+        (``kv_store.model_key``). A file replaced by other weights with the same GGUF header
+        and size gets another; an unchanged file (the bundled model, its 8-bit copy) keeps
+        its own across restarts."""
+        if self._mapped is None:
+            return ""
+        return hashlib.sha256(repr(self._mapped[1:]).encode()).hexdigest()[:12]
+
     def restore_kv_state(self, state: KVState) -> bool:
         """Put a checked state into the (cleared) cache; False if llama.cpp refuses it (the
         cache is then empty). The next request computes the logits it did not save."""
