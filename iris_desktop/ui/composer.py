@@ -3,6 +3,8 @@ Files dropped on it (or chosen with Attach…) go with the message, one chip eac
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import QEvent, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
@@ -17,6 +19,9 @@ from PySide6.QtWidgets import (
 )
 
 from iris_desktop.core.attachments import Attachment, model_text
+from iris_desktop.core.engine import certainly_too_large
+from iris_desktop.core.store import utf8_length
+from iris_desktop.untrusted import show_untrusted
 
 
 def dropped_files(mime) -> list[str]:
@@ -81,6 +86,12 @@ class Composer(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.edit = ComposerEdit(self)
+        #: the box's text, and the draft as the model reads it: read once per change (a
+        #: 5 MB draft was copied out several times a keystroke, by each that showed it)
+        self._text: str | None = None
+        self._model: tuple[str, tuple[Attachment, ...], str] | None = None
+        self.edit.document().contentsChange.connect(self._forget_text)
+        self.edit.textChanged.connect(self._forget_text)
         self.edit.setPlaceholderText("Message Iris  (Enter to send, Shift+Enter for a new line)")
         self.edit.setTabChangesFocus(True)
         self._line = QFontMetrics(self.edit.font()).lineSpacing()
@@ -104,6 +115,9 @@ class Composer(QWidget):
         self._why_not = ""  # why it cannot send (``set_can_send``)
         self.attachments: list[Attachment] = []
         self._chip_tokens: list[int | None] = []
+        #: where each file was read from, where known (not for a draft read back)
+        self._paths: list[str | None] = []
+        self._requested: list[str] = []  # paths asked for, until the files read come
         self.chips = QHBoxLayout()
         self.chips.setContentsMargins(0, 0, 0, 0)
         self.chips.addStretch(1)
@@ -125,6 +139,7 @@ class Composer(QWidget):
         row.addLayout(side)
         self.setAcceptDrops(True)
         self.edit.filesDropped.connect(self.attachRequested)
+        self.attachRequested.connect(self._asked)
 
         self._debounce = QTimer(self, singleShot=True, interval=150)
         self._debounce.timeout.connect(lambda: self.draftChanged.emit(self.text()))
@@ -144,29 +159,44 @@ class Composer(QWidget):
         """Grow with the draft from 2 to 8 lines, then scroll; empty, as many lines as the
         placeholder takes at this width (at 18 pt it was cut in half). Never narrower
         than about 20 characters (the buttons beside it gave way last)."""
-        edit = self.edit
-        edit.setMinimumWidth(edit.fontMetrics().averageCharWidth() * 20)
-        lines = edit.document().lineCount()
-        if not edit.document().characterCount() > 1 and edit.placeholderText():
+        edit, doc = self.edit, self.edit.document()
+        if edit.minimumWidth() != (least := edit.fontMetrics().averageCharWidth() * 20):
+            edit.setMinimumWidth(least)
+        lines = 8 if doc.blockCount() >= 8 else doc.lineCount()  # (8 lines at most)
+        if not doc.characterCount() > 1 and edit.placeholderText():
             width = max(edit.viewport().width() - 2 * int(edit.document().documentMargin()), 1)
             needed = edit.fontMetrics().boundingRect(
                 QRect(0, 0, width, 100_000), Qt.TextFlag.TextWordWrap, edit.placeholderText())
             lines = -(-needed.height() // max(self._line, 1))
-        lines = max(2, min(8, lines))
-        edit.setFixedHeight(lines * self._line + 2 * int(edit.frameWidth()) + 10)
+        height = max(2, min(8, lines)) * self._line + 2 * int(edit.frameWidth()) + 10
+        if (edit.minimumHeight(), edit.maximumHeight()) != (height, height):  # else not
+            edit.setFixedHeight(height)  # set again: in a 5 MB draft that took 0.3 s a key
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if not self.edit.document().characterCount() > 1:
             self._fit_height()  # the placeholder wraps anew
 
+    def _forget_text(self, *_change) -> None:
+        self._text = None
+
     def text(self) -> str:
-        return self.edit.toPlainText()
+        if self._text is None:
+            self._text = self.edit.toPlainText()
+        return self._text
 
     def model_draft(self) -> str:
         """The draft as the model would read it: the text, then each attached file (what
-        the meter counts)."""
-        return model_text(self.text(), self.attachments)
+        the meter counts); made again only when either changed."""
+        text, files = self.text(), tuple(self.attachments)
+        if self._model is None or self._model[0] is not text or self._model[1] != files:
+            self._model = (text, files, model_text(text, files))
+        return self._model[2]
+
+    def too_large(self, params) -> bool:
+        """The draft is certainly too large for any request of ``params``' window: the
+        model refuses it before it is stored, by this same check (so a send keeps it here)."""
+        return certainly_too_large(params, utf8_length(self.model_draft().strip())) is not None
 
     # -- attachments --
 
@@ -177,27 +207,56 @@ class Composer(QWidget):
         if paths:
             self.attachRequested.emit(paths)
 
+    def _asked(self, paths: list[str]) -> None:
+        self._requested = [os.path.abspath(p) for p in paths]
+
     def add_attachments(self, attachments: list[Attachment]) -> None:
-        """Attach files that were read and checked (a file of the same name is replaced)."""
+        """Attach files that were read and checked. The same file again (read from the same
+        place, or the same name and text) replaces it; another of the same name is kept
+        beside it, both sent as the CLI sends them (before, it took the other's place
+        unsaid: two README.md from two folders sent one)."""
+        asked, self._requested = self._requested, []
         for attachment in attachments:
+            path = next((p for p in asked if os.path.basename(p) == attachment.name), None)
+            if path is not None:
+                asked.remove(path)
             for i, old in enumerate(self.attachments):
-                if old.name == attachment.name:
-                    del self.attachments[i], self._chip_tokens[i]
+                if old == attachment or (path is not None and self._paths[i] == path):
+                    del self.attachments[i], self._chip_tokens[i], self._paths[i]
                     break
             self.attachments.append(attachment)
             self._chip_tokens.append(None)
+            self._paths.append(path)
         self._changed()
 
     def set_attachments(self, attachments: list[Attachment]) -> None:
         """The draft's files are ``attachments`` (another chat's draft is shown)."""
         if attachments or self.attachments:
             self.attachments, self._chip_tokens = list(attachments), [None] * len(attachments)
+            self._paths = [None] * len(attachments)
             self._changed()
 
     def remove_attachment(self, index: int) -> None:
         if 0 <= index < len(self.attachments):
-            del self.attachments[index], self._chip_tokens[index]
+            del self.attachments[index], self._chip_tokens[index], self._paths[index]
             self._changed()
+
+    def chip_names(self) -> list[str]:
+        """Each file's name as its chip shows it: invisible and reordering characters as
+        escapes (``evil\u202etxt.exe`` drew as "evilexe.txt"); files of the same name told
+        apart by their folder, or else their order ("README.md (b)", "README.md (2)")."""
+        names = [a.name for a in self.attachments]
+        folders = [os.path.basename(os.path.dirname(p)) if p else "" for p in self._paths]
+        shown = []
+        for i, name in enumerate(names):
+            label = show_untrusted(name)
+            same = [f for n, f in zip(names, folders) if n == name]
+            if len(same) > 1:
+                tag = folders[i] if folders[i] and same.count(folders[i]) == 1 else \
+                    str(names[:i + 1].count(name))
+                label += f" ({show_untrusted(tag)})"
+            shown.append(label)
+        return shown
 
     def set_attachment_tokens(self, tokens: list[int]) -> None:
         """Each chip's size in tokens, as the engine counts it."""
@@ -215,15 +274,16 @@ class Composer(QWidget):
             item = self.chips.takeAt(0)
             if item.widget() is not None:
                 item.widget().deleteLater()
+        names = self.chip_names()
         for i, (attachment, tokens) in enumerate(zip(self.attachments, self._chip_tokens)):
             size = f"{tokens:,} tokens" if tokens is not None else f"{attachment.size:,} bytes"
             chip = QToolButton(self)
             chip.setObjectName("attachment-chip")
-            chip.setText(f"{attachment.name} · {size}  ✕")
-            chip.setToolTip(f"{attachment.name}: {attachment.size:,} bytes, sent with the "
+            chip.setText(f"{names[i]} · {size}  ✕")
+            chip.setToolTip(f"{names[i]}: {attachment.size:,} bytes, sent with the "
                             "message. Click to remove it.")
             chip.clicked.connect(lambda _=False, i=i: self.remove_attachment(i))
-            chip.setAccessibleName(f"Remove the attached file {attachment.name} ({size})")
+            chip.setAccessibleName(f"Remove the attached file {names[i]} ({size})")
             self.chips.insertWidget(i, chip)
             QWidget.setTabOrder(self.edit if i == 0 else self.chips.itemAt(i - 1).widget(), chip)
         if self.attachments:  # Tab: the message, its files, then Send
@@ -248,7 +308,7 @@ class Composer(QWidget):
         change (a send, whose reported request redraws everything that shows the draft)."""
         self.edit.clear()
         if self.attachments:
-            self.attachments, self._chip_tokens = [], []
+            self.attachments, self._chip_tokens, self._paths = [], [], []
             self._draw_chips()
             self.attachmentsChanged.emit()  # the saved draft loses them (sent, not kept)
         if quiet:

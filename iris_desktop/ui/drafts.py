@@ -136,10 +136,17 @@ class DraftControl(QObject):
                 self._stored_files[thread_id] = files
             if thread_id != self.thread_id:
                 return
+            stored = self._unsaved.get(thread_id, (draft[0], files))
             if not self._typed:
-                self._show(*self._unsaved.get(thread_id, (draft[0], files)))
-            elif files and not self.composer.attachments:  # typed before they were read:
-                self._show(self.composer.text(), files)  # the stored files are still there
+                self._show(*stored)
+                return
+            # typed (or moved here from a deleted chat) before it was read: both are kept
+            # (before, the stored draft was dropped, or replaced when the pause came)
+            typed = (self.composer.text(), tuple(self.composer.attachments))
+            both = merged(typed, stored)
+            if both != typed:
+                self._show(*both)
+                self._timer.start()  # written as merged
 
         self.background.run(lambda store: store.draft_with_files(thread_id), show,
                             key="draft-load")
@@ -175,3 +182,14 @@ class DraftControl(QObject):
             ui_state.sync()
 
         self.background.run(move, moved)
+
+
+def merged(typed: tuple[str, tuple[Attachment, ...]], stored: tuple[str, tuple[Attachment, ...]]
+           ) -> tuple[str, tuple[Attachment, ...]]:
+    """What was typed before a stored draft was read, and that draft: the typed text, a
+    blank line, the stored text (the one alone when the other is blank or the same), and
+    the files of both (each once)."""
+    text, stored_text = typed[0], stored[0]
+    if stored_text.strip() and stored_text != text:
+        text = f"{text}\n\n{stored_text}" if text.strip() else stored_text
+    return text, typed[1] + tuple(f for f in stored[1] if f not in typed[1])

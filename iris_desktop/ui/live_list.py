@@ -91,11 +91,10 @@ class LiveList:
     def _gone(self, thread_id: int, title: str | None) -> None:
         """The open chat was deleted by another window or a command: a new chat takes its
         place, with whatever was typed for it, and the status bar says what happened."""
-        typed, files = self.composer.text(), self.composer.attachments
-        self.new_chat()
-        if typed.strip():
-            kept = self.composer.text()
-            self.composer.set_text(f"{typed}\n\n{kept}" if kept.strip() else typed)
+        typed, files = self.composer.text(), list(self.composer.attachments)
+        self.new_chat()  # its own draft is read after this: the drafts keep it and these
+        if typed.strip():  # (before, read too early, it was taken for empty and lost)
+            self.composer.set_text(typed)
         self.composer.add_attachments(files)
         self.app_state.show_message(f"“{title or 'Untitled'}” was deleted in another Iris window "
                                     "or by a command; what you typed for it is kept here", 12_000)

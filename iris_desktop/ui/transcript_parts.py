@@ -12,6 +12,7 @@ from iris_desktop.core.store import utf8_length
 from iris_desktop.core.views import Entry
 from iris_desktop.ui.highlight import blend
 from iris_desktop.units import file_size
+from iris_desktop.untrusted import show_untrusted
 
 #: the transcript's column at its widest, in line heights: about 95 characters a line
 COLUMN_FONT_HEIGHTS = 52
@@ -133,7 +134,9 @@ def paint_switcher(painter: QPainter, entry: Entry, rects: tuple[QRect, QRect, Q
 
 
 def chip_text(name: str, tokens: int) -> str:
-    return f"{name} · {tokens:,} tokens"
+    """A file's chip: its name with invisible and reordering characters as escapes (one
+    named ``evil\u202etxt.exe`` drew as "evilexe.txt", a newline cut the name)."""
+    return f"{show_untrusted(name)} · {tokens:,} tokens"
 
 
 def chip_rects(entry: Entry, left: int, top: int, width: int, small: QFont, u: int

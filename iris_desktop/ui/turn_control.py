@@ -70,7 +70,8 @@ class TurnControl(QObject, TurnListener):
         self._answer: str | None = None  # the text of the last reply this turn saved
         self._refused = False  # this turn was refused before anything of it was stored
         self._summary_notice: str | None = None  # the transcript's "Summarizing…" row
-        self._unsaved: tuple[str, tuple] | None = None  # the message sent, until it is stored
+        self._unsaved: tuple[str, tuple, bool] | None = None  # the message sent, until stored;
+        # and whether it stayed in the box (too large: the model certainly refuses it)
         self._stream_key: str | None = None  # the reply being streamed ("m:<id>")
         self._pending = ""
         self._stream_tokens = 0
@@ -112,8 +113,10 @@ class TurnControl(QObject, TurnListener):
             return
         if not self.may_send():
             return  # the user declined to send to that server: the draft stays
-        self.composer.clear(quiet=True)  # the request the agent reports redraws the meter
-        self._unsaved = (text, files)  # back into the box if it is refused before it is saved
+        kept = text == self.composer.text() and self.composer.too_large(state.planner.params)
+        if not kept:  # (a 5 MB paste was taken out of the box, and put back: seconds)
+            self.composer.clear(quiet=True)  # the request the agent reports redraws the meter
+        self._unsaved = (text, files, kept)  # back into the box if it is refused unstored
         self._start(Turn.send(state.thread_id, text, files))
 
     def regenerate(self, message_id: int) -> None:
@@ -295,8 +298,8 @@ class TurnControl(QObject, TurnListener):
             self.app_state.show_message(event.text, 20_000)  # notice stayed between them
         else:
             self.transcript.add_notice(event.text)
-        if self._unsaved is not None:  # refused before it was stored: back into the box
-            text, files = self._unsaved
+        if self._unsaved is not None and not self._unsaved[2]:  # refused before it was
+            text, files, _kept = self._unsaved  # stored: back into the box
             self.composer.set_text(text)
             self.composer.add_attachments(list(files))
         self._unsaved = None
