@@ -176,11 +176,13 @@ class Setting:
             if not isinstance(value, str) or (value and not _is_http_url(value)):
                 raise SettingsError(bad)
             if _has_userinfo(value):  # user:password@host
+                instead = ("give the hub's token in Model ▸ Download… ▸ Token… or with "
+                           "'iris-desktop models token'" if self.key == "models.hub_url" else
+                           "give the server's API key in Model ▸ Server…")
                 raise SettingsError(
                     f"{self.key}: an address with a user name or password in it is not "
                     "accepted: it would be kept in plain text in config.toml and written to "
-                    "the log; give the server's API key in Model ▸ Server… instead (the system "
-                    "keyring keeps it)")
+                    f"the log; {instead} instead (the system keyring keeps it)")
 
     def _convert(self, raw: Any) -> Any:
         if self.kind == "gpu":

@@ -16,7 +16,7 @@ from iris_desktop.commands.common import (
     open_host,
     say,
 )
-from iris_desktop.units import memory_size
+from iris_desktop.units import file_size, memory_size
 from iris_desktop.untrusted import show_untrusted
 
 
@@ -65,11 +65,14 @@ def _hub_command(args, overrides) -> int:
     """``models search TEXT``, ``models files REPO``, ``models download REPO FILE``."""
     from iris_desktop.paths import app_paths
     from iris_desktop.runtime.hub import (
+        CHAT_PIPELINES,
         HubClient,
         HubError,
         discard_partial,
         download,
         download_record,
+        not_for_chat,
+        not_for_chat_words,
         verified_words,
     )
     from iris_desktop.runtime.library import describe_model
@@ -96,18 +99,14 @@ def _hub_command(args, overrides) -> int:
                     print(dump_json([r.as_json() for r in repos], indent=2))
                 for r in [] if as_json else repos:
                     gated = ", gated: needs a token" if r.gated else ""
+                    if r.pipeline_tag is not None and r.pipeline_tag not in CHAT_PIPELINES:
+                        gated += f", not for chat: {r.pipeline_tag}"
                     say(f"{show_untrusted(r.id)}  ({r.downloads or 0:,} downloads{gated})")
                 if not repos and not as_json:
                     say(f"iris-desktop: no GGUF repository on {client.address} matches that", file=sys.stderr)
                 return EXIT_OK
             if args.action == "files":
-                files = [f for f in client.files(args.repo, args.revision) if f.is_gguf]
-                if as_json:
-                    print(dump_json([f.as_json() for f in files], indent=2))
-                for f in [] if as_json else files:
-                    say(f"{show_untrusted(f.path)}  {f.size / 1e9:.2f} GB  {f.quantization or '?'}"
-                        f"{'' if f.sha256 else '  (no sha256 listed)'}")
-                return EXIT_OK
+                return _hub_files([f for f in client.files(args.repo, args.revision) if f.is_gguf], as_json)
             cancel = threading.Event()
             with _cancel_on_interrupt(cancel):
                 path = download(client, args.repo, args.file, paths.models_dir, revision=args.revision,
@@ -128,10 +127,33 @@ def _hub_command(args, overrides) -> int:
                          "revision": args.revision, "model": entry.as_json()}, indent=2))
         return EXIT_OK
     say(str(path))
+    not_chat = not_for_chat(path)
+    if not_chat is not None:  # (an embedding model: the library leaves it out, chat refuses it)
+        say(f"iris-desktop: downloaded, but {not_for_chat_words(not_chat)}", file=sys.stderr)
+        return EXIT_OK
     checked = verified_words(download_record(paths.models_dir, args.repo, args.file))
     say(f"iris-desktop: downloaded and {checked}; use it with "
         f"'iris-desktop chat --model {path}' or 'iris-desktop config set model.path {path}'",
         file=sys.stderr)
+    return EXIT_OK
+
+
+def _hub_files(files: list, as_json: bool) -> int:
+    """``models files REPO``: its GGUF files, each with its size; a name that cannot be
+    kept as a file here (``../x.gguf``, a control character) is left out, as in the
+    download dialog, and the end says how many and why (``download`` refuses them)."""
+    from iris_desktop.runtime.hub import name_problem
+
+    kept = [f for f in files if name_problem(f.path) is None]
+    if as_json:
+        print(dump_json([f.as_json() for f in kept], indent=2))
+    for f in [] if as_json else kept:
+        say(f"{show_untrusted(f.path)}  {file_size(f.size)}  {f.quantization or '?'}"
+            f"{'' if f.sha256 else '  (no sha256 listed)'}")
+    left_out = [problem for f in files if (problem := name_problem(f.path)) is not None]
+    if left_out:
+        say(f"iris-desktop: {len(left_out)} more GGUF file(s) not listed: their names cannot be kept "
+            f"as files here ({show_untrusted(left_out[0].rstrip('.'))})", file=sys.stderr)
     return EXIT_OK
 
 

@@ -49,13 +49,10 @@ from iris_desktop.runtime.hub import (
     DownloadProgress,
     HubClient,
     HubError,
-    discard_partial,
-    download,
     download_record,
     download_target,
     partial_state,
     system_memory_bytes,
-    verified_words,
 )
 from iris_desktop.runtime.remote import server_address
 from iris_desktop.ui import hub_worker
@@ -168,7 +165,7 @@ class DownloadDialog(QDialog):
         self.use_button.clicked.connect(self.use)
         self.discard_button = QPushButton("Remove partial")
         self.discard_button.hide()
-        self.discard_button.clicked.connect(self.discard)
+        self.discard_button.clicked.connect(lambda: self.discard())
 
         top, row = QHBoxLayout(), QHBoxLayout()
         for widget in (self.search_edit, self.search_button, self.sizes_button, self.token_button):
@@ -230,10 +227,11 @@ class DownloadDialog(QDialog):
             self._say(str(exc))
             return
         if record is not None:
-            self.path = target
-            self.use_button.setVisible(True)
+            not_chat = hub_worker.not_for_chat(target)  # (an embedding model: the library leaves it out)
+            self.path = target if not_chat is None else None
+            self.use_button.setVisible(not_chat is None)
             self.download_button.setEnabled(False)
-            self._say(f"Already downloaded and {verified_words(record)}: {target}")
+            self._say(hub_worker.downloaded_words(target, record, not_chat, before=True))
         elif partial is not None:
             self.discard_button.setVisible(True)
             if not partial["mismatch"]:
@@ -245,16 +243,14 @@ class DownloadDialog(QDialog):
             self._say(f"{target} is there, but not as a download of this file; Download checks it "
                       "against the hub's sha256 and keeps it only if it matches.")
 
-    def discard(self) -> None:
+    def discard(self, repo: str | None = None, file: str | None = None) -> None:  # (None: the chosen row's)
         row = self.selected()
-        if row is not None and self.cancel is None:
-            try:
-                discard_partial(self.models_dir, row["repo"], row["file"])
-            except HubError as exc:
-                self._say(str(exc))
-                return
+        if file is None and row is not None:
+            repo, file = row["repo"], row["file"]
+        if repo is not None and file is not None and self.cancel is None:
+            said = hub_worker.remove_partial(self.models_dir, repo, file)
             self._row_chosen()
-            self._say(f"Removed the partial file of {row['file']}.")
+            self._say(said)
 
     # -- asking the hub (only when the user does) --
 
@@ -293,7 +289,7 @@ class DownloadDialog(QDialog):
         while self.repos.count() > 1:
             self.repos.takeItem(1)
         for repo in repos or []:
-            item = QListWidgetItem(show_untrusted(repo.id) + ("  (gated)" if repo.gated else ""))
+            item = QListWidgetItem(show_untrusted(hub_worker.repo_label(repo)))
             item.setData(Qt.ItemDataRole.UserRole, repo.id)
             item.setToolTip(f"{repo.downloads or 0:,} downloads")
             self.repos.addItem(item)
@@ -344,8 +340,9 @@ class DownloadDialog(QDialog):
         repo, file, models_dir = row["repo"], row["file"], self.models_dir
         cancel = self.cancel = threading.Event()
         progressed = self.calls.progressed
-        self._ask("", lambda client: download(client, repo, file, models_dir, cancel=cancel, progress=progressed.emit),
-                  lambda path, error: self._fetched(repo, file, path, error))
+        self._ask("", lambda client: hub_worker.fetch(client, repo, file, models_dir, cancel, progressed.emit),
+                  lambda found, error: self._fetched(repo, file, found, error))
+        self._choosing(False)
         self._say(f"Downloading {file} of {repo}; Stop keeps what arrived, and Resume goes on from there.")
         self.progress.setValue(0)
         self.progress.show()
@@ -356,6 +353,10 @@ class DownloadDialog(QDialog):
         self.stop_button.setEnabled(True)
         self.download_button.setEnabled(False)
         self.use_button.hide()
+
+    def _choosing(self, on: bool) -> None:  # off while a download runs: its row stays the chosen one
+        self.table.setEnabled(on)
+        self.repos.setEnabled(on)
 
     @Slot(object)
     def show_progress(self, p: DownloadProgress) -> None:
@@ -377,18 +378,20 @@ class DownloadDialog(QDialog):
             self.stop_button.setEnabled(False)
             self.progress_label.setText("Stopping…")
 
-    def _fetched(self, repo: str, file: str, path: Path | None, error: BaseException | None) -> None:
+    def _fetched(self, repo: str, file: str, found: tuple[Path, str | None] | None,
+                 error: BaseException | None) -> None:
         self.cancel = None
         self.stale.stop()
         self.stop_button.hide()
-        if error is None and path is not None:
-            self.path = path
+        self._choosing(True)
+        if error is None and found is not None:
+            path, not_chat = found
+            self.path = path if not_chat is None else None
             self.progress.setValue(1000)
             self.progress_label.setText("Done")
-            checked = verified_words(download_record(self.models_dir, repo, file, "main"))
-            self._say(f"Downloaded and {checked}: {path}")
+            self._say(hub_worker.downloaded_words(path, download_record(self.models_dir, repo, file, "main"), not_chat))
             self.download_button.setEnabled(False)
-            self.use_button.show()
+            self.use_button.setVisible(not_chat is None)
             self.use_button.setFocus()
             self.downloaded.emit(str(path))
             return
@@ -396,9 +399,8 @@ class DownloadDialog(QDialog):
         self.progress_label.setText("")
         self._row_chosen()  # "Resume" when a partial file stays
         self._say(_sentence(error))
-        if isinstance(error, HubError) and error.kind != "stopped" and error.partial is not None \
-                and error.partial.exists():
-            self.box = partial_question(self, error, self.discard)
+        if isinstance(error, HubError) and error.kind != "stopped":  # (Remove it: not the row chosen now)
+            self.box = partial_question(self, error, lambda: self.discard(repo, file)) or self.box
 
     def use(self) -> None:
         if self.path is not None:

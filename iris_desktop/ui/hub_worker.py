@@ -18,14 +18,21 @@ from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
 
 from iris_desktop.core.views import tokens
 from iris_desktop.runtime.hub import (
+    CHAT_PIPELINES,
     RECOMMENDED,
     DownloadProgress,
     HubClient,
     HubError,
     HubFile,
-    download_target,
+    HubRepo,
+    discard_partial,
+    download,
     fits_in_memory,
+    name_problem,
+    not_for_chat,
+    not_for_chat_words,
     set_hub_token,
+    verified_words,
 )
 from iris_desktop.runtime.remote import server_address
 from iris_desktop.ui.boxes import plain_box
@@ -115,10 +122,13 @@ def token_dialog(parent: QWidget, hub_url: str, said: Callable[[str], Any]) -> Q
     return dialog
 
 
-def partial_question(parent: QWidget, error: HubError, remove_it: Callable[[], Any]) -> QMessageBox:
+def partial_question(parent: QWidget, error: HubError, remove_it: Callable[[], Any]) -> QMessageBox | None:
     """After a failed download: keep the partial file (to resume, or to look at) or remove
-    it (``remove_it``); the user says."""
-    size = error.partial.stat().st_size if error.partial is not None and error.partial.exists() else 0
+    it (``remove_it``, bound to the failed download's file); the user says. None (nothing
+    asked) when no partial file stayed."""
+    if error.partial is None or not error.partial.exists():
+        return None
+    size = error.partial.stat().st_size
     box = plain_box(QMessageBox(QMessageBox.Icon.Warning, "The download did not finish", str(error),
                                 parent=parent))
     box.setObjectName("partial-question")
@@ -130,6 +140,16 @@ def partial_question(parent: QWidget, error: HubError, remove_it: Callable[[], A
     box.finished.connect(lambda _result: box.clickedButton() is remove and remove_it())
     box.open()
     return box
+
+
+def remove_partial(models_dir: Path, repo: str, file: str) -> str:
+    """Remove the partial file of ``file`` of ``repo``; the sentence that says so, or why
+    not (its download runs in another window or command)."""
+    try:
+        discard_partial(models_dir, repo, file)
+    except HubError as exc:
+        return str(exc)
+    return f"Removed the partial file of {file}."
 
 
 # ---------------------------------------------------------------------------
@@ -183,10 +203,9 @@ def file_rows(repo: str, files: list[HubFile], memory: int | None,
     for f in files:
         if not f.is_gguf:
             continue
-        try:
-            download_target(models_dir, repo, f.path)
-        except HubError as exc:
-            left_out, why = left_out + 1, why or str(exc)
+        problem = name_problem(f.path)
+        if problem is not None:
+            left_out, why = left_out + 1, why or problem
             continue
         if len(rows) < MAX_ROWS:
             rows.append({"repo": repo, "file": f.path, "size": f.size,
@@ -211,6 +230,32 @@ def file_rows(repo: str, files: list[HubFile], memory: int | None,
     if getattr(files, "cut", None):
         said += " " + files.cut
     return rows, said
+
+
+def repo_label(repo: HubRepo) -> str:
+    """A repository in the search's list: its name, and whether it is gated or, by the
+    hub's pipeline tag, not a model to chat with (an embedding model)."""
+    not_chat = repo.pipeline_tag is not None and repo.pipeline_tag not in CHAT_PIPELINES
+    return (repo.id + ("  (gated)" if repo.gated else "")
+            + (f"  (not for chat: {repo.pipeline_tag})" if not_chat else ""))
+
+
+def fetch(client: HubClient, repo: str, file: str, models_dir: Path, cancel: threading.Event,
+          progress: Callable[[DownloadProgress], Any]) -> tuple[Path, str | None]:
+    """Download ``file`` (on the worker thread), and why it is no model to chat with
+    (None: it is one; its header is read here, off the GUI thread)."""
+    path = download(client, repo, file, models_dir, cancel=cancel, progress=progress)
+    return path, not_for_chat(path)
+
+
+def downloaded_words(path: Path, record: dict[str, Any] | None, not_chat: str | None,
+                     before: bool = False) -> str:
+    """The status line for a downloaded file: how it was checked, or that Iris cannot chat
+    with it (an embedding model: no "Use this model")."""
+    done = "Already downloaded" if before else "Downloaded"
+    if not_chat is not None:
+        return f"{done}, but {not_for_chat_words(not_chat)}: {path}"
+    return f"{done} and {verified_words(record)}: {path}"
 
 
 def stale_words(since: float, p: DownloadProgress) -> str | None:

@@ -53,7 +53,8 @@ fill the memory nor hold the dialog.
 Every failure is a :class:`HubError`: one sentence, a ``kind`` (``network``, ``http``,
 ``auth``, ``not_found``, ``no_space``, ``disk_full``, ``checksum``, ``not_gguf``,
 ``stopped``, ``write``, ``address``, ``answer``, ``busy``) and the partial file, kept for
-the user to resume or remove (:func:`discard_partial`).
+the user to resume or remove (:func:`discard_partial`, which takes the download's lock: it
+refuses, kind ``busy``, while that file downloads in another window or command).
 
 The package, one idea a module: :mod:`.client` (the hub's HTTP API, the token, the
 listings and their validation, :class:`HubError`), :mod:`.catalog` (the recommended
@@ -66,18 +67,21 @@ file at a time), :mod:`.downloading` (download, resume, verify, name) and
 from __future__ import annotations
 
 from ..cpu import system_memory_bytes
-from .catalog import RECOMMENDED, Recommended, fits_in_memory
-from .client import HubClient, HubError, HubFile, get_hub_token, set_hub_token
+from .catalog import CHAT_PIPELINES, RECOMMENDED, Recommended, fits_in_memory, not_for_chat, not_for_chat_words
+from .client import HubClient, HubError, HubFile, HubRepo, get_hub_token, set_hub_token
 from .downloading import download
+from .lock import discard_partial
 from .progress import DownloadProgress
-from .records import discard_partial, download_record, download_target, partial_state, verified_words
+from .records import download_record, download_target, name_problem, partial_state, verified_words
 
 __all__ = [
+    "CHAT_PIPELINES",
     "RECOMMENDED",
     "DownloadProgress",
     "HubClient",
     "HubError",
     "HubFile",
+    "HubRepo",
     "Recommended",
     "discard_partial",
     "download",
@@ -85,6 +89,9 @@ __all__ = [
     "download_target",
     "fits_in_memory",
     "get_hub_token",
+    "name_problem",
+    "not_for_chat",
+    "not_for_chat_words",
     "partial_state",
     "set_hub_token",
     "system_memory_bytes",

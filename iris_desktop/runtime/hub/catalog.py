@@ -1,14 +1,16 @@
-"""The chat models Iris suggests (:data:`RECOMMENDED`), described from local data, and
-whether a model fits this computer's memory (:func:`fits_in_memory`)."""
+"""The chat models Iris suggests (:data:`RECOMMENDED`), described from local data,
+whether a model fits this computer's memory (:func:`fits_in_memory`), and whether a
+downloaded file is a model to chat with at all (:func:`not_for_chat`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..gguf import GGUFInfo
-from ..library import DEFAULT_N_CTX, kv_cache_bytes
+from ..gguf import GGUFError, GGUFInfo, read_gguf_info
+from ..library import DEFAULT_N_CTX, kv_cache_bytes, not_a_chat_model
 from .client import quantization_of
 
 #: what the computer's memory must keep free beside a model (the OS, the app, Qt)
@@ -100,3 +102,24 @@ def fits_in_memory(estimate: int | None, total: int | None) -> bool | None:
     if not estimate or not total:
         return None
     return estimate + MEMORY_HEADROOM <= total
+
+
+#: the hub's pipeline tags of models one chats with (another tag: say it in the search)
+CHAT_PIPELINES = frozenset({"text-generation", "text2text-generation", "image-text-to-text",
+                            "conversational", "any-to-any"})
+
+
+def not_for_chat(path: str | os.PathLike[str]) -> str | None:
+    """Why the downloaded GGUF at ``path`` is no model to chat with ("an embedding
+    model"), as the model library sees it (it leaves such a file out); None when it is
+    one, or when its header cannot be read (the download already checked it)."""
+    try:
+        return not_a_chat_model(read_gguf_info(path))
+    except (GGUFError, OSError):
+        return None
+
+
+def not_for_chat_words(why: str) -> str:
+    """The end of "Downloaded, but …" for a file :func:`not_for_chat` refuses."""
+    return (f"it is not a chat model ({why}): Iris cannot chat with it, and the model library "
+            "leaves it out")

@@ -94,6 +94,8 @@ class HubRepo:
     last_modified: str | None = None
     #: False, or how access is gated ("auto", "manual"): a token is needed
     gated: bool | str = False
+    #: what the hub says the model is for ("text-generation", "feature-extraction"), if it says
+    pipeline_tag: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -190,6 +192,14 @@ def _check_repo(repo: str) -> str:
         raise HubError(f"{repo!r} is not a repository name; expected owner/name, such as "
                        "Qwen/Qwen2.5-3B-Instruct-GGUF.", "address")
     return repo
+
+
+def _tag(value: Any) -> str | None:
+    """The hub's pipeline tag of a model when it is one ("text-generation"); None otherwise."""
+    if isinstance(value, str) and 0 < len(value) <= 64 and all(c.isascii() and (c.isalnum() or c == "-")
+                                                               for c in value):
+        return value.lower()
+    return None
 
 
 def _check_file(file: str) -> str:
@@ -330,7 +340,8 @@ class HubClient:
                 continue
             repos.append(HubRepo(rid, _int(item.get("downloads")), _int(item.get("likes")),
                                  item.get("lastModified") if isinstance(item.get("lastModified"), str) else None,
-                                 item.get("gated") if isinstance(item.get("gated"), (bool, str)) else False))
+                                 item.get("gated") if isinstance(item.get("gated"), (bool, str)) else False,
+                                 _tag(item.get("pipeline_tag"))))
         return repos
 
     def files(self, repo: str, revision: str = "main") -> HubFiles:

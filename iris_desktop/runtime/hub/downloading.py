@@ -79,6 +79,14 @@ def _disk_error(exc: OSError, folder: Path, name: str, done: int, total: int, pa
                     "disk_full" if exc.errno == errno.EROFS else "write", partial)
 
 
+def _vanished(name: str) -> HubError:
+    """The partial file was removed while its download ran (not a folder that cannot be
+    written): another window or command, or a person, removed it."""
+    return HubError(f"The partial file of {name} was removed while it was downloading (by another "
+                    "window or command, or by hand), so what arrived is lost; download again to "
+                    "start over.", "write")
+
+
 def _hash_file(path: Path, upto: int, cancel: threading.Event | None, meter: _Meter,
                phase: str = "checking") -> Any:
     digest = hashlib.sha256()
@@ -131,6 +139,8 @@ def download(client: HubClient, repo: str, file: str, models_dir: str | os.PathL
         raise
     except OSError as exc:  # the models folder: not writable, gone, read-only...
         partial = _partial(place.target)
+        if isinstance(exc, FileNotFoundError) and place.target.parent.is_dir() and not partial.exists():
+            raise _vanished(info.name) from None
         raise HubError(f"Cannot write the download in {place.target.parent} ({exc.strerror or exc}); check "
                        "that the models folder is writable.", "write", partial if partial.exists() else None) from None
 
@@ -144,7 +154,7 @@ def _start(client: HubClient, info: HubFile, place: _Place, revision: str, cance
     make_private_dir(target.parent)
     make_private_dir(_records_dir(place))
     meter = _Meter(info.name, info.size, 0, progress, info.sha256 is not None)
-    with _download_lock(place, info, cancel, meter, wait):
+    with _download_lock(place, info.name, cancel, meter, wait):
         if _present(info, place, cancel, meter):
             return target
         for folder in (target.parent, _records_dir(place)):
@@ -421,7 +431,9 @@ def _receive(client: HubClient, response: httpx.Response, info: HubFile, partial
                                "start over.", "answer", partial if partial.exists() else None,
                                start_over=True)
             if fd is None:
-                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                # (resuming: the partial file must still be there; created again, it would be
+                # the end of the file without its start)
+                fd = os.open(partial, os.O_WRONLY | os.O_APPEND | (0 if state.have else os.O_CREAT), 0o600)
             _write_all(fd, block, folder, info, state.have, partial)
             state.digest.update(block)
             state.have += len(block)
@@ -445,6 +457,8 @@ def _write_all(fd: int, block: bytes, folder: Path, info: HubFile, have: int, pa
 
 def _finish(info: HubFile, partial: Path, place: _Place, sha: str, wanted: dict[str, Any]) -> Path:
     target = place.target
+    if not partial.is_file():
+        raise _vanished(info.name)
     if info.sha256 is not None and sha != info.sha256:
         _write_record(target, {**wanted, "mismatch": True})
         raise HubError(f"{info.name} is not the file the hub lists: its sha256 is {sha[:12]}…, "

@@ -1,6 +1,7 @@
 """One download of a file at a time: a lock file beside its record (``flock`` on POSIX,
 ``msvcrt.locking`` on Windows) that a second download (another window or process) waits
-for, saying so."""
+for, saying so; and removing a partial file (:func:`discard_partial`), which takes the
+same lock so that it never removes the partial file of a download under way."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .client import HubError, HubFile
+from iris_desktop.paths import make_private_dir
+
+from .client import HubError
 from .progress import _Meter
-from .records import _lock_file, _Place
+from .records import _discard, _lock_file, _partial, _Place, _place, _record, _records_dir
 
 log = logging.getLogger("iris.runtime.hub")
 
@@ -24,7 +27,7 @@ LOCK_POLL_S = 0.2
 
 
 @contextlib.contextmanager
-def _download_lock(place: _Place, info: HubFile, cancel: threading.Event | None, meter: _Meter,
+def _download_lock(place: _Place, name: str, cancel: threading.Event | None, meter: _Meter | None,
                    wait: bool) -> Any:
     """Hold the lock of the download of ``place``'s file (another process or window
     downloading the same file waits here, reporting "waiting"; ``wait`` False: HubError
@@ -47,14 +50,15 @@ def _download_lock(place: _Place, info: HubFile, cancel: threading.Event | None,
         if locked:
             continue  # the holder removed the name as it finished: lock the new one
         if not wait:
-            raise HubError(f"Another download of {info.name} is running (another Iris window or "
+            raise HubError(f"Another download of {name} is running (another Iris window or "
                            "command); wait for it to end, or stop it first.", "busy")
         if cancel is not None and cancel.is_set():
-            raise HubError(f"Stopped while another download of {info.name} was running; nothing "
+            raise HubError(f"Stopped while another download of {name} was running; nothing "
                            "of this one was written.", "stopped")
         if not waiting:
             log.info("%s: another download of it is running; waiting", target)
-        meter(0, "waiting", force=not waiting)
+        if meter is not None:
+            meter(0, "waiting", force=not waiting)
         waiting = True
         time.sleep(LOCK_POLL_S)
     try:
@@ -65,6 +69,26 @@ def _download_lock(place: _Place, info: HubFile, cancel: threading.Event | None,
                 path.unlink()
         _unlock(fd)
         os.close(fd)
+
+
+def discard_partial(models_dir: str | os.PathLike[str], repo: str, file: str) -> bool:
+    """Remove the partial download of ``file`` (and its record); True when one was there.
+    While ``file`` is being downloaded (another window or command) nothing is removed:
+    HubError ``busy`` (the download would fail, and everything it had would be lost)."""
+    place = _place(models_dir, repo, file)
+    target = place.target
+    if not (_partial(target).exists() or _record(target).exists()):
+        return False
+    make_private_dir(_records_dir(place))
+    try:
+        with _download_lock(place, target.name, None, None, wait=False):
+            return _discard(target)
+    except HubError as exc:
+        if exc.kind != "busy":
+            raise
+        raise HubError(f"A download of {target.name} is running in another window or command, so "
+                       "its partial file was not removed; stop that download first, then remove "
+                       "the partial file.", "busy") from None
 
 
 def _try_lock(fd: int) -> bool:

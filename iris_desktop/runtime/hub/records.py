@@ -62,6 +62,17 @@ def _parts(file: str) -> tuple[str, ...]:
     return parts
 
 
+def name_problem(file: str) -> str | None:
+    """Why ``file`` (a path in a repository) cannot be kept as a file here, in a sentence;
+    None when it can. The rule of :func:`download_target`, for lists of the hub's files
+    (the dialog's table and ``models files`` leave such a name out)."""
+    try:
+        _parts(file)
+    except HubError as exc:
+        return str(exc)
+    return None
+
+
 def download_target(models_dir: str | os.PathLike[str], repo: str, file: str) -> Path:
     """Where ``file`` of ``repo`` is kept: ``<models>/downloads/<org>/<repo>/<path>``, its
     folders in the repository kept (a file at the top: ``<org>/<repo>/<name>``, as
@@ -132,11 +143,6 @@ def partial_state(models_dir: str | os.PathLike[str], repo: str, file: str) -> d
     record = _read_record(target)
     return {"path": str(partial), "done": partial.stat().st_size, "total": record.get("size"),
             "sha256": record.get("sha256"), "mismatch": bool(record.get("mismatch"))}
-
-
-def discard_partial(models_dir: str | os.PathLike[str], repo: str, file: str) -> bool:
-    """Remove the partial download of ``file`` (and its record); True when one was there."""
-    return _discard(download_target(models_dir, repo, file))
 
 
 def _discard(target: Path) -> bool:
