@@ -22,7 +22,6 @@ import pytest
 
 pytest.importorskip("sqlcipher3")
 
-from iris_desktop.cli import main  # noqa: E402
 from iris_desktop.core.store import Store, StoreError, open_store, quick_check  # noqa: E402
 from iris_desktop.core.store.cipher import HEADER, Key, is_encrypted  # noqa: E402
 from iris_desktop.generation import GenerationRequest
@@ -33,6 +32,8 @@ from iris_desktop.storage_key import find_key  # noqa: E402
 
 from conftest import AGENT_FILES, load_corpus  # noqa: E402
 from support.fakes import ScriptedRuntime  # noqa: E402
+from support.helpers import one_sentence
+from support.helpers import run_cli as run
 from support.network import memory_keyring
 
 PASSPHRASE = "correct horse battery staple 4711"
@@ -41,16 +42,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 pytestmark = pytest.mark.usefixtures("no_keyring")
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_sentence(err: str) -> bool:
-    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
 
 
 def files_under(folder: Path) -> dict[Path, bytes]:

@@ -20,12 +20,13 @@ import pytest
 
 pytest.importorskip("sqlcipher3")
 
-from iris_desktop.cli import main  # noqa: E402
 from iris_desktop.core.store import Store, StoreError  # noqa: E402
 from iris_desktop.core.store.cipher import HEADER, Key, is_encrypted  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.storage_key import prepare  # noqa: E402
 
+from support.helpers import one_sentence
+from support.helpers import run_cli as run  # noqa: E402
 from support.network import memory_keyring  # noqa: E402
 
 PASSPHRASE = "correct horse battery staple 4711"
@@ -33,16 +34,6 @@ PHRASE = "aubergine-zeppelin-7731"
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.usefixtures("no_keyring")
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_sentence(err: str) -> bool:
-    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign import CHATGPT, JAN, LM_STUDIO, OPEN_WEBUI, load_conversations
 
 from conftest import AGENT_FILES, FIXTURES
+from support.helpers import one_sentence
 from support.helpers import run_cli as run
 
 FOREIGN = FIXTURES / "foreign"
@@ -29,11 +30,6 @@ OPEN_WEBUI_LIBRECHAT = FOREIGN / "openwebui" / "librechat-openwebui-export.json"
 OPEN_WEBUI_APP = FOREIGN / "openwebui" / "mobileapp-openwebui-chats.json"
 LM_STUDIO_FILE = FOREIGN / "lmstudio" / "1746009600000.conversation.json"
 JAN_THREADS = FOREIGN / "jan" / "threads"
-
-
-
-def one_sentence(err: str) -> bool:
-    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
 
 
 def imported(capsys, source: Path, *extra: str) -> tuple[list[int], str]:

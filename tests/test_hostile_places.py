@@ -25,31 +25,21 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.cli import main
 from iris_desktop.core import store as store_module
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT, load_corpus
 from support.fakes import ScriptedRuntime
 from support.faults import damage_pages
+from support.helpers import one_sentence
+from support.helpers import run_cli as run
 from support.windows import run_gui_recording
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX only")
 IS_ROOT = os.name == "posix" and os.geteuid() == 0
 
 
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def one_sentence(err: str) -> bool:
-    """One line on stderr from the CLI, no traceback."""
-    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ from iris_desktop.core.conversation import ConversationFormatError, read_text_fi
 from iris_desktop.core.store import Store
 from iris_desktop.core.views import load_transcript
 
+from support.helpers import one_sentence
 from support.helpers import run_cli as run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,12 +42,6 @@ DEADLINE_S = 60
 #: the address space a subprocess gets: /dev/zero read to the end fails fast, not the box
 MEMORY_LIMIT = 1 << 30
 POSIX = os.name == "posix"
-
-
-
-def one_sentence(err: str) -> bool:
-    """One line on stderr from the CLI, no traceback."""
-    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
 
 
 def iris(data: Path, *args: str, limit_memory: bool = True) -> subprocess.CompletedProcess:

@@ -23,7 +23,7 @@ from iris_desktop.core.store.cipher import HEADER, Key, file_salt, is_encrypted 
 from iris_desktop.storage_key import KEYRING_SERVICE  # noqa: E402
 
 from conftest import SYNTHETIC_CHAT, load_corpus  # noqa: E402
-from support.helpers import run_cli  # noqa: E402
+from support.helpers import one_sentence, run_cli  # noqa: E402
 from support.network import memory_keyring
 
 PASSPHRASE = "correct horse battery staple 4711"
@@ -31,10 +31,6 @@ TOTAL = len(load_corpus(SYNTHETIC_CHAT))
 
 
 pytestmark = pytest.mark.usefixtures("no_keyring")
-
-
-def one_sentence(err: str) -> bool:
-    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
 
 
 def sha256(path: Path) -> str:

@@ -17,23 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from iris_desktop.cli import main
 from iris_desktop.core import store as store_module
 from iris_desktop.core.store import recovery
 
 from conftest import AGENT_FILES, SYNTHETIC_CHAT, load_corpus
 from support.faults import flip_byte, flip_message_byte, full_disk
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_sentence(err: str) -> bool:
-    """One line on stderr from the CLI, no traceback."""
-    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
+from support.helpers import one_sentence
+from support.helpers import run_cli as run
 
 
 def sha256(path: Path) -> str:

@@ -103,6 +103,11 @@ def run_cli(capsys: Any, *argv: Any) -> tuple[int, str, str]:
     return code, out, err
 
 
+def one_sentence(err: str) -> bool:
+    """One line on stderr from the CLI (``iris-desktop: …``), no traceback."""
+    return err.count("\n") == 1 and err.startswith("iris-desktop: ") and "Traceback" not in err
+
+
 def cmake_flags(cmake_args: str) -> dict[str, str]:
     """``-DNAME=VALUE`` arguments of a CMAKE_ARGS string, by name."""
     return dict(arg[2:].split("=", 1) for arg in cmake_args.split() if arg.startswith("-D"))
