@@ -672,9 +672,9 @@ class Host:
         (``Store.delete_thread``), and every saved KV state of it (a KV state holds the
         conversation's tokens). An open thread is left without saving. Raises KeyError
         for an unknown thread."""
-        if self.cache is not None and self.cache.thread_id == thread_id:
-            self.cache.thread_id = None
         self.store.delete_thread(thread_id)
+        if self.cache is not None and self.cache.thread_id == thread_id:  # (once it is gone:
+            self.cache.thread_id = None  # a delete that failed leaves the chat cached)
         KVStateStore.forget_in(self.paths.kv_cache_dir, thread_id)  # a store made applies its limit
 
     def pending_for_recall(self, thread_id: int, planner: Planner | None = None) -> int:

@@ -173,18 +173,23 @@ def _no_key_kept(path: Path) -> str:
 
 def _kind_file(path: Path) -> Path:
     """Beside the history at ``path``, hidden: what it is encrypted with, "keyring" or
-    "passphrase" (no secret: only which of the two to ask for)."""
+    "passphrase", and the file's salt (no secret: only which of the two to ask for)."""
     return path.with_name(f".{path.name}.key-kind")
 
 
 def _kept_kind(path: Path) -> str | None:
     """"keyring" or "passphrase": what the history at ``path`` was encrypted with; None
-    when that was not recorded (encrypted by an older Iris)."""
+    when that was not recorded (encrypted by an older Iris), or the record is of another
+    file (its salt differs: a copy put back, a conversion cut off; a review found a stale
+    record refused to ask for a passphrase the file did need)."""
     try:
-        kind = _kind_file(path).read_text(encoding="ascii").strip()
+        kind, _, salt = _kind_file(path).read_text(encoding="ascii").strip().partition(" ")
     except (OSError, UnicodeDecodeError):
         return None
-    return kind if kind in ("keyring", "passphrase") else None
+    here = file_salt(path)
+    if kind not in ("keyring", "passphrase") or here is None or salt != here.hex():
+        return None
+    return kind
 
 
 def _keep_kind(path: Path, key: Key | None) -> None:
@@ -192,7 +197,8 @@ def _keep_kind(path: Path, key: Key | None) -> None:
     plain one): written when it is encrypted, or first opened by this version."""
     marker = _kind_file(path)
     try:
-        if key is None:
+        salt = file_salt(path)
+        if key is None or salt is None:
             marker.unlink(missing_ok=True)
             return
         kind = "keyring" if key.kind == "raw" else "passphrase"
@@ -200,7 +206,7 @@ def _keep_kind(path: Path, key: Key | None) -> None:
             return
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(kind + "\n")
+            handle.write(f"{kind} {salt.hex()}\n")
     except OSError as exc:  # only the wording of a later question depends on it
         log.warning("could not record what %s is encrypted with: %s", path, exc)
 

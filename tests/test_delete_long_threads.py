@@ -141,15 +141,30 @@ def test_deleting_a_long_chat_gives_its_space_back_to_the_disk(capsys, tmp_path,
 
 def test_a_small_delete_does_not_rewrite_an_older_large_file(capsys, tmp_path):
     """A rewrite (VACUUM) costs the whole file: a two-message chat deleted beside 5,000
-    messages leaves an older file as it is (counted: it stays non-incremental)."""
+    messages leaves an older file as it is (counted: it stays non-incremental), also one
+    where earlier deletes of the older Iris left most of it free (a review: the free pages
+    of the file were counted, not the ones this delete freed; a refused `chat --new`,
+    deleting its empty chat, rewrote the whole file)."""
     data, db, _ = _filled(tmp_path, 5_000)
     with Store(db) as store:
         small = store.create_thread("small")
         store.add_message(small, Message(role="user", content=f"{PLANTED} small"))
+        freed_before = store.create_thread("deleted by the older Iris")
+        store.add_messages(freed_before, [Message(role="user", content="x " * 2_000)] * 2_000)
     _made_by_an_older_iris(db)
+    conn = sqlite3.connect(db, isolation_level=None)  # its delete: the pages stay free
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("UPDATE messages SET parent_id = NULL WHERE thread_id = ?", (freed_before,))
+    conn.execute("DELETE FROM threads WHERE id = ?", (freed_before,))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    assert _pragma(db, "freelist_count") * 4 > _pragma(db, "page_count")
     code, _, err = run(capsys, "--data-dir", str(data), "delete", str(small), "--yes")
     assert code == 0, err
     assert _pragma(db, "auto_vacuum") == 0
+    with Store(db) as store:  # nothing else happens in a transaction of its caller
+        with store.transaction():
+            assert store.reclaim(10**6) is False
 
 
 class _FullDisk:

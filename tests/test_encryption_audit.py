@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("sqlcipher3")
 
 from iris_desktop.core.store import Store, StoreError  # noqa: E402
-from iris_desktop.core.store.cipher import HEADER, Key, is_encrypted  # noqa: E402
+from iris_desktop.core.store.cipher import HEADER, Key, file_salt, is_encrypted  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.storage_key import prepare  # noqa: E402
 
@@ -197,7 +197,7 @@ def test_encrypting_with_the_keyring_says_the_data_folder_alone_opens_nowhere_el
             "data folder alone cannot be opened on another computer or user account.") in said
     assert run(capsys, "--data-dir", history, "threads", "--no-model")[2] == ""  # once
     marker = history / ".iris.db.key-kind"
-    assert marker.read_text() == "keyring\n"
+    assert marker.read_text() == f"keyring {file_salt(history / 'iris.db').hex()}\n"
     assert stat.S_IMODE(marker.stat().st_mode) == 0o600
 
 
@@ -252,7 +252,7 @@ def test_a_passphrase_history_without_its_passphrase_asks_for_its_passphrase(
     assert code == 1 and one_sentence(err), err
     assert ("is encrypted and it was encrypted with a passphrase: enter it, or set "
             "IRIS_STORAGE_PASSPHRASE") in err
-    assert (history / ".iris.db.key-kind").read_text() == "passphrase\n"
+    assert (history / ".iris.db.key-kind").read_text().startswith("passphrase ")
     asked = []
     found = prepare(app_paths(history), None, {},
                     lambda path, new, problem: asked.append(problem) or PASSPHRASE)
@@ -276,11 +276,45 @@ def test_a_history_encrypted_by_an_older_iris_says_if_a_passphrase_and_records_i
     assert "if Iris kept its key in your desktop keyring, run Iris in your desktop session" in err
     monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", PASSPHRASE)
     assert run(capsys, "--data-dir", history, "threads", "--no-model")[0] == 0
-    assert marker.read_text() == "passphrase\n"
+    assert marker.read_text().startswith("passphrase ")
     # decrypted: no record left of a key it no longer has
     assert run(capsys, "--data-dir", history, "--set", "storage.encrypt=false", "threads",
                "--no-model")[0] == 0
     assert not marker.exists() and is_encrypted(history / "iris.db") is False
+
+
+def test_a_record_of_another_file_is_not_believed(capsys, monkeypatch, history):
+    """A review: the record beside the history was not tied to the file: a database put
+    back from a copy encrypted with a passphrase, beside a record saying "keyring", was
+    refused without asking for its passphrase. The record names the file's salt, and one
+    of another file is not believed: the passphrase is asked for."""
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", PASSPHRASE)
+    assert run(capsys, "--data-dir", history, "--set", "storage.encrypt=true", "threads",
+               "--no-model")[0] == 0
+    monkeypatch.delenv("IRIS_STORAGE_PASSPHRASE")
+    (history / ".iris.db.key-kind").write_text("keyring " + "00" * 16 + "\n")
+    asked = []
+    found = prepare(app_paths(history), None, {},
+                    lambda path, new, problem: asked.append(problem) or PASSPHRASE)
+    assert found.key == Key.passphrase(PASSPHRASE) and asked == [None]
+
+
+def test_a_converted_history_still_gives_a_deleted_chats_space_back(capsys, monkeypatch,
+                                                                     history):
+    """A review: sqlcipher_export made the converted copy with auto_vacuum off, so after
+    encrypting (or decrypting) a delete left its pages in the file again. The copy is
+    made incremental, both ways."""
+    import sqlite3
+
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", PASSPHRASE)
+    assert run(capsys, "--data-dir", history, "--set", "storage.encrypt=true", "threads",
+               "--no-model")[0] == 0
+    with Store(history / "iris.db", key=Key.passphrase(PASSPHRASE)) as store:
+        assert store.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    assert run(capsys, "--data-dir", history, "--set", "storage.encrypt=false", "threads",
+               "--no-model")[0] == 0
+    with sqlite3.connect(history / "iris.db") as conn:
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
 
 
 # -- 4. the note of a one-run override -----------------------------------------------------

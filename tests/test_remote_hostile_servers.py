@@ -399,7 +399,7 @@ def test_an_absurd_rate_is_not_believed(hostile):
     assert stats.tokens_per_s <= 1e5
 
 
-@pytest.mark.parametrize("reported, believed", [(5000.0, False), (9.0, True)])
+@pytest.mark.parametrize("reported, believed", [(5000.0, False), (1.0, True)])
 def test_a_rate_the_replys_own_timing_rules_out_is_not_believed(hostile, reported, believed):
     """Before: any rate up to 10^9 was believed. Now: one above ten times what the
     reply's own timing shows (here 3 tokens over about 0.6 s) gives way to the measured

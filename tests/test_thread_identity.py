@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 
 import pytest
 
@@ -42,7 +41,10 @@ def reuse_ids(store: Store, title: str, messages: list[dict]) -> int:
     and its messages' ids are the deleted ones' (max(id) + 1, the ids' mark forgotten)."""
     if store.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_marks'").fetchone():
         store.conn.execute("DELETE FROM id_marks")
-    return seeded(store, title, messages)
+    made = seeded(store, title, messages)
+    # made later than the deleted chat, whatever the clock's resolution (Windows: 15.6 ms)
+    store.conn.execute("UPDATE threads SET created_at = created_at + 1 WHERE id = ?", (made,))
+    return made
 
 
 def test_a_deleted_chats_ids_are_never_given_again_by_any_process(tmp_path):
@@ -145,7 +147,6 @@ def test_a_chat_given_a_deleted_chats_id_is_another_chat_to_the_planner(tmp_path
         planner.plan(store, alice)
         state = store.thread_state(alice)
         store.delete_thread(alice)
-        time.sleep(0.01)
         # the same head id, status and length: only which chat it is tells them apart
         bob = reuse_ids(store, "bob", [BOB[0], {"role": "assistant", "content": "ok bobby"}])
         assert bob == alice
@@ -213,7 +214,24 @@ def test_a_window_tells_a_chat_given_the_open_chats_id_from_it(make_window, qtbo
     window, db, alice = window_on(make_window, qtbot, data_dir, draft)
     with Store(db) as command:
         command.delete_thread(alice)
-        time.sleep(0.01)
         assert reuse_ids(command, "bob", BOB) == alice
     assert_moved_to_a_new_chat(window, qtbot, alice, draft)
     qtbot.waitUntil(lambda: window.threads.list.count() == 2, timeout=5_000)
+
+
+def test_a_salvage_keeps_the_ids_deleted_chats_had(tmp_path):
+    """A review: a salvage copied the chats into a new file whose marks were empty, so the
+    newest chat deleted before the damage gave its id to the next chat made. The marks are
+    carried over where they can be read."""
+    from iris_desktop.core.store import salvage
+
+    db = tmp_path / "iris.db"
+    with Store(db) as store:
+        kept = seeded(store, "kept", BOB)
+        newest = seeded(store, "secret plans for alice", ALICE)
+        store.delete_thread(newest)
+        store.checkpoint()
+    salvage(db, ["a test: the file is taken for damaged"])
+    with Store(db) as store:
+        assert [t["id"] for t in store.threads()] == [kept]
+        assert store.create_thread("after the salvage") > newest

@@ -80,8 +80,10 @@ def test_a_job_left_in_the_background_ends_with_the_command(root: Path) -> None:
         "run_shell", {"command": "sleep 300 >/dev/null 2>&1 & echo $!"}))
     pid = _pid_in(content)
     try:
-        assert time.monotonic() - started < 5  # it did not wait for the job either
-        deadline = time.monotonic() + 2
+        # it did not wait for the job either (300 s, or the 60 s limit): a ceiling no slow
+        # machine reaches for an echo
+        assert time.monotonic() - started < 30
+        deadline = time.monotonic() + 30  # the kill was sent: only its reaping is waited
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(pid)
@@ -101,7 +103,8 @@ def test_a_detached_process_is_said_and_the_call_ends_at_its_time(root: Path) ->
         "run_shell", {"command": "setsid sleep 300 & echo $!"}))
     pid = _pid_in(content)
     try:
-        assert time.monotonic() - started < 3.5
+        # before, 11 s (5 s more for each of the two pipes): a ceiling well under that
+        assert time.monotonic() - started < 9
         first = content.splitlines()[0]
         assert first == ("error: command timed out after 1 s and was stopped; a process it "
                          "detached may still run: setsid sleep 300 & echo $!")
@@ -189,10 +192,8 @@ def test_the_shell_time_limit_is_a_setting(root: Path) -> None:
     config = SimpleNamespace(allowed_paths=[str(root)], enabled=["run_shell"], shell=True,
                              shell_timeout_s=0.5)
     box = Sandbox.from_config(config, confirm_shell=lambda _: True)
-    started = time.monotonic()
     content = tool_refused(box.run("run_shell", {"command": "sleep 5"}))
     assert content.startswith("error: command timed out after 0.5 s and was stopped")
-    assert time.monotonic() - started < 3
     # the settings reach the sandbox the host builds (a ToolsConfig from the settings)
     from iris_desktop.core.config import ToolsConfig
 

@@ -502,6 +502,9 @@ def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("ATTACH DATABASE ? AS converted KEY ?",
                      (str(copy), target.attach_value() if target else ""))
+        # the copy gives a deleted chat's space back to the disk as a new history does
+        # (sqlcipher_export made it with auto_vacuum off: deletes then left their pages)
+        conn.execute("PRAGMA converted.auto_vacuum = INCREMENTAL")
         _take_alone(conn, path)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]

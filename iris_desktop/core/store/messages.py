@@ -167,6 +167,7 @@ class Messages(Branches):
         WAL, which holds copies of its pages, is checkpointed into the file and
         truncated. Raises KeyError for an unknown thread."""
         self.thread(thread_id)
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
         with self.transaction():
             # the parent links first: a cascade along them is one trigger level per
             # message, and SQLite stops at 1,000 ("too many levels of trigger recursion")
@@ -175,24 +176,27 @@ class Messages(Branches):
             self.conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
             self.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
         self._speakers = None
-        self.reclaim()
+        self.reclaim(self.conn.execute("PRAGMA freelist_count").fetchone()[0] - free)
         self.checkpoint()
 
-    def reclaim(self) -> bool:
+    def reclaim(self, freed: int) -> bool:
         """Give the free pages of the file back to the disk (a deleted chat's space stayed
-        in the file: 20,000 messages kept 18 MB). A file made by this Iris does it at once
-        (``auto_vacuum = INCREMENTAL``); an older one is rewritten once (``VACUUM``, which
-        also makes it incremental) when a quarter of it or more is free, so a small delete
-        in a large history does not rewrite it all. False when it could not be done (a
-        full disk, another process writing): the space stays in the file, nothing of the
-        history changes. The file shrinks at the next checkpoint."""
-        mode, free, pages = (self.conn.execute(f"PRAGMA {name}").fetchone()[0]
-                             for name in ("auto_vacuum", "freelist_count", "page_count"))
+        in the file: 20,000 messages kept 18 MB); ``freed``: the pages the delete just
+        made free. A file made by this Iris does it at once (``auto_vacuum =
+        INCREMENTAL``); an older one is rewritten once (``VACUUM``, which also makes it
+        incremental) when the delete freed a quarter of it or more, so a small delete in a
+        large history does not rewrite it all. False when it was not done (a full disk,
+        another process writing, a transaction open here): the space stays in the file,
+        nothing of the history changes. The file shrinks at the next checkpoint."""
+        if self.conn.in_transaction:  # executescript would commit it
+            return False
+        mode, pages = (self.conn.execute(f"PRAGMA {name}").fetchone()[0]
+                       for name in ("auto_vacuum", "page_count"))
         try:
             if mode == 2:
                 # stepped to its end by executescript: execute() frees one page only
                 self.conn.executescript("PRAGMA incremental_vacuum;")
-            elif free and free * 4 >= pages:
+            elif freed > 0 and freed * 4 >= pages:
                 self.conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self.conn.execute("VACUUM")
         except sqlite3.Error as exc:

@@ -564,6 +564,7 @@ def _copy_all(source: Reader, target: sqlite3.Connection
                 lost[table] = refused
         before = target.execute("SELECT count(*) FROM threads").fetchone()[0]
         _repair_references(target)
+        _carry_id_marks(source, target)
         recreated = target.execute("SELECT count(*) FROM threads").fetchone()[0] - before
         target.execute("COMMIT")
     except BaseException:
@@ -597,6 +598,24 @@ def _copy_table(source: Reader, target: sqlite3.Connection, table: str
         except sqlite3.IntegrityError:  # a damaged value that breaks a constraint
             refused += 1
     return copied, refused, reader.failed
+
+
+def _carry_id_marks(source: Reader, target: sqlite3.Connection) -> None:
+    """The highest ids the history ever gave (schema 16), where they can still be read:
+    a salvage never gives a deleted chat's id, or its messages', to a new one (a review:
+    the new file's marks were empty, so the newest chat deleted before the damage gave
+    its id to the next chat made)."""
+    if _absent(source, "id_marks"):
+        return
+    try:
+        marks = list(source.execute("SELECT name, high FROM id_marks"))
+    except sqlite3.DatabaseError:  # damaged: the ids of the rows recovered stay the floor
+        source.renew()
+        return
+    for name, high in marks:
+        if name in ("threads", "messages") and isinstance(high, int):
+            target.execute("INSERT INTO id_marks(name, high) VALUES (?, ?) ON CONFLICT(name) "
+                           "DO UPDATE SET high = max(high, excluded.high)", (name, high))
 
 
 def _repair_references(conn: sqlite3.Connection) -> None:
