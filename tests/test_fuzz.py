@@ -307,6 +307,17 @@ def scripted_reply(rng: random.Random, outside: Path) -> str:
     return text
 
 
+def _nth_chat(data, n: int) -> str:
+    """The id of the ``n``-th chat made in ``data`` (``n`` itself when there is none: a
+    chat that is not there)."""
+    if not (data / "iris.db").exists():
+        return str(n)
+    with sqlite3.connect(data / "iris.db") as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM threads ORDER BY id")]
+    conn.close()
+    return str(ids[n - 1]) if len(ids) >= n else str(n)
+
+
 def test_fuzz_chat_with_a_scripted_model(capsys, tmp_path, monkeypatch, sandbox_folders):
     allowed, outside = sandbox_folders
     rng = random.Random(SEED + 3)
@@ -322,6 +333,8 @@ def test_fuzz_chat_with_a_scripted_model(capsys, tmp_path, monkeypatch, sandbox_
         message = hostile_text(rng, 200) * rng.choice([1, 1, 3, 2000])
         window = rng.choice([1024, 2048, 8192])
         where = rng.choice([["--new"], ["--thread", "1"], ["--thread", "2"]])
+        if where[0] == "--thread":  # the first or second chat there is (a deleted chat's id
+            where = ["--thread", _nth_chat(data, int(where[1]))]  # is not given again)
         invoke(tally, capsys, "--data-dir", data, *settings, "--set", f"context.window={window}",
                "chat", *where, *(["--json"] if rng.random() < 0.3 else []), message)
     tally.report(capsys)

@@ -190,7 +190,10 @@ def quick_check(path: Path, budget_s: float | None = None, key: Key | None = Non
         if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
             log.warning("%s: quick check stopped after %.1f s; opened unchecked", path, seconds)
             return []
-        if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT"):
+        name = getattr(exc, "sqlite_errorname", "")
+        # a check that writes nothing meets "string or blob too big" only where a damaged
+        # record gives a size no row has: damage (it was "please report this")
+        if name.startswith("SQLITE_CORRUPT") or name == "SQLITE_TOOBIG":
             return [str(exc)]
         raise StoreError(explain(exc, path)) from None
     except UnicodeDecodeError:
