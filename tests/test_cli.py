@@ -225,7 +225,19 @@ def test_the_window_without_a_display_or_its_libraries_is_one_sentence(capsys, m
         "sudo apt-get install libxcb-cursor0)")
     # only a real failure to load counts: a library the search does not see but the loader
     # finds (bundled beside Qt in an installer) refuses nothing
-    assert display_problem({"DISPLAY": ":0"}, "linux", lookup_lib, lambda: None) is None
+    assert display_problem({"DISPLAY": ":0"}, "linux", lookup_lib, lambda: None,
+                           lambda display: True) is None
+    # a DISPLAY no X server answers at (left from another session): one sentence, where
+    # Qt aborted advising libraries that were there (an audit)
+    assert display_problem({"DISPLAY": ":99"}, "linux", lookup_lib, lambda: None,
+                           lambda display: False) == (
+        "there is no display to open the window on: DISPLAY is ':99', but no X server answers "
+        "there (a variable left from another session, or a server that refuses this user): "
+        "start Iris Desktop in a desktop session, or use the command line "
+        "('iris-desktop --help')")
+    # whether the server answers cannot be told (no libxcb, no answer in time): Qt tries
+    assert display_problem({"DISPLAY": ":0"}, "linux", lookup_lib, lambda: None,
+                           lambda display: None) is None
     assert display_problem({"DISPLAY": ":0"}, "linux", lambda name: "x", fails) == (
         "the window needs libraries your system lacks: libxcb-cursor.so.0")
     assert "WAYLAND_DISPLAY names 'wayland-0', which is not there" in display_problem(
@@ -244,6 +256,17 @@ def test_the_window_without_a_display_or_its_libraries_is_one_sentence(capsys, m
             monkeypatch.delenv(name, raising=False)
         code, out, err = run(capsys)
         assert code == 1 and out == "" and err.count("\n") == 1 and "no display to open the window" in err
+
+
+def test_a_display_no_x_server_answers_at_is_told_by_libxcb():
+    """The real check: libxcb's connect to a display number no server listens on."""
+    import ctypes.util
+
+    from iris_desktop.commands import _x_answers
+
+    if ctypes.util.find_library("xcb") is None:
+        pytest.skip("no libxcb here: the check cannot tell, and leaves it to Qt")
+    assert _x_answers(":4711") is False
 
 
 def test_config_set_get_list_reset(capsys, tmp_path):

@@ -55,7 +55,8 @@ XCB_LIBRARIES = {
     "xkbcommon-x11": "libxkbcommon-x11-0"}
 
 
-def display_problem(env, platform: str, find_library=None, load_xcb=None) -> str | None:
+def display_problem(env, platform: str, find_library=None, load_xcb=None,
+                    x_answers=None) -> str | None:
     """Why the window cannot open on Linux, in one sentence, before Qt aborts on it: no
     display at all, or an X display where Qt's xcb plugin cannot load (``load_xcb``, by
     default loading PySide6's libQt6XcbQpa as the dynamic loader would: only a real
@@ -81,6 +82,12 @@ def display_problem(env, platform: str, find_library=None, load_xcb=None) -> str
         return None  # (with its socket missing, Qt falls back to xcb: checked below)
     failure = (load_xcb or _load_xcb)()
     if failure is None:
+        display = env.get("DISPLAY")
+        if display and (x_answers or _x_answers)(display) is False:  # Qt aborted on it
+            return (f"there is no display to open the window on: DISPLAY is {display!r}, but "
+                    "no X server answers there (a variable left from another session, or a "
+                    "server that refuses this user): start Iris Desktop in a desktop session, "
+                    "or use the command line ('iris-desktop --help')")
         return None
     if find_library is None:
         from ctypes.util import find_library
@@ -101,6 +108,43 @@ def _wayland_socket(env) -> str | None:
         return None
     path = name if os.path.isabs(name) else os.path.join(env.get("XDG_RUNTIME_DIR") or "", name)
     return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+#: how long the check waits for an X server to answer (a remote one may be slow)
+X_ANSWER_S = 5.0
+
+
+def _x_answers(display: str) -> bool | None:
+    """Whether an X server answers at ``display`` (libxcb's connect, closed at once); None
+    when that cannot be told here (no libxcb, or no answer within :data:`X_ANSWER_S`: Qt
+    then tries itself). Before, a DISPLAY with no server behind it made Qt abort with
+    advice to install libraries that were there."""
+    import ctypes
+    import ctypes.util
+    import threading
+
+    name = ctypes.util.find_library("xcb")
+    if name is None:
+        return None
+    try:
+        xcb = ctypes.CDLL(name)
+    except OSError:
+        return None
+    xcb.xcb_connect.restype = ctypes.c_void_p
+    xcb.xcb_connect.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    xcb.xcb_connection_has_error.argtypes = [ctypes.c_void_p]
+    xcb.xcb_disconnect.argtypes = [ctypes.c_void_p]
+    answer: list[bool] = []
+
+    def connect() -> None:
+        conn = xcb.xcb_connect(display.encode(), None)
+        answer.append(xcb.xcb_connection_has_error(conn) == 0)
+        xcb.xcb_disconnect(conn)
+
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(X_ANSWER_S)
+    return answer[0] if answer else None
 
 
 def _load_xcb() -> str | None:
