@@ -183,6 +183,13 @@ class Setting:
                     f"{self.key}: an address with a user name or password in it is not "
                     "accepted: it would be kept in plain text in config.toml and written to "
                     f"the log; {instead} instead (the system keyring keeps it)")
+            if _has_query(value):  # ?api_key=… was kept in config.toml, refused only later
+                raise SettingsError(
+                    f"{self.key}: an address with a query string or fragment (after ? or #) "
+                    "is not accepted: Iris does not send it, and a key in it would be kept in "
+                    "plain text in config.toml; remove it (a key goes in the system keyring: "
+                    + ("Model ▸ Download… ▸ Token…)" if self.key == "models.hub_url"
+                       else "Model ▸ Server…)"))
 
     def _convert(self, raw: Any) -> Any:
         if self.kind == "gpu":
@@ -263,6 +270,14 @@ def _has_userinfo(text: str) -> bool:
     from urllib.parse import urlsplit
 
     return "@" in urlsplit(text).netloc
+
+
+def _has_query(text: str) -> bool:
+    """The address has a query string or a fragment (``?api_key=…``)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text.strip())
+    return bool(parts.query or parts.fragment)
 
 
 def _is_http_url(text: str) -> bool:

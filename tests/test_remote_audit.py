@@ -405,6 +405,22 @@ def test_a_base_url_with_a_query_string_is_refused_without_repeating_it():
     assert "sk-secret" not in str(refused.value)
 
 
+@pytest.mark.parametrize("key", ["model.base_url", "models.hub_url"])
+def test_a_query_string_is_refused_by_the_settings_before_it_is_kept(key, tmp_path, capsys):
+    """An audit: `config set model.base_url 'https://…/v1?api_key=sk-…'` was written to
+    config.toml (and shown by `config list`); only a connect refused it. Now the settings
+    refuse it, as an address with a password, without repeating it; nothing is written."""
+    from iris_desktop.cli import main
+
+    data = tmp_path / "home"
+    code = main(["--data-dir", str(data), "config", "set", key,
+                 "https://api.example.com/v1?api_key=sk-secret"])
+    err = capsys.readouterr().err
+    assert code == 2 and "query string or fragment" in err and "sk-secret" not in err
+    assert not (data / "config.toml").exists() or "sk-secret" not in (
+        data / "config.toml").read_text()
+
+
 def test_the_cli_keeps_the_text_of_a_reply_that_failed_midway(server, tmp_path, capsys):
     from iris_desktop.cli import main
 
