@@ -146,7 +146,7 @@ def test_recent_files_and_extra_folders(home, tmp_path):
 def test_a_download_kept_in_a_folder_of_its_repository_is_listed(tmp_path, monkeypatch):
     """Downloads keep their repository's folders (two files of one name in two folders
     overwrote each other): the library finds them there too."""
-    monkeypatch.setattr(library, "_bundled_entry", lambda models, n_ctx: ModelEntry(
+    monkeypatch.setattr(library, "_bundled_entry", lambda models, n_ctx, q8=True: ModelEntry(
         path=models / "bundled.gguf", name="bundled", source="bundled"))
     models = tmp_path / "models"
     nested = tiny_model(models / "downloads/Org/Repo-GGUF/q4/a/model.gguf", "Nested")
@@ -338,7 +338,11 @@ def test_the_real_bundled_qwen_from_its_header(qwen_models_dir, tmp_path):
     assert entry.chat_template is True and entry.base_model is False
     # 24 layers × 2 KV heads × (64 + 64) head size × 2 bytes (f16) × 8192 tokens = 96 MiB
     assert entry.kv_cache_bytes == 24 * 2 * (64 + 64) * 2 * 8192 == 96 * MIB
-    assert entry.memory_estimate_bytes == BUNDLED_MODEL.size - info.header_size + 96 * MIB
+    # as loaded: its Q5_0 weights from the 8-bit copy (model.q8_weights, on), 22 → 34
+    # bytes a block of 32
+    q5 = sum(t.nbytes for t in info.tensors if t.ggml_type == 6)
+    assert entry.memory_estimate_bytes == (BUNDLED_MODEL.size - info.header_size + q5 // 22 * 12
+                                           + 96 * MIB)
 
 
 def test_a_model_trained_for_less_than_the_default_n_ctx_loads_at_its_own(tmp_path, monkeypatch):
@@ -371,3 +375,18 @@ def test_a_model_trained_for_less_than_the_default_n_ctx_loads_at_its_own(tmp_pa
     chosen = load_settings(paths.config_path, {}, {"model.path": str(old), "model.n_ctx": "8192"})
     with pytest.raises(SettingsError, match="more than the model was trained for"):
         load_runtime(chosen, paths)
+
+
+def test_the_memory_estimate_counts_the_8_bit_copy_the_model_is_loaded_from(model_path):
+    """An audit: the bundled model's estimate ("~559 MB at n_ctx 8,192") counted its
+    weights as stored in the file, while ``model.q8_weights`` (on) loads them from an
+    8-bit copy 146 MB larger. The estimate counts the copy when it is on."""
+    from iris_desktop.runtime.weights import expected_size
+
+    info = read_gguf_info(model_path)
+    with_copy = library.describe_model(model_path, n_ctx=8192)
+    as_stored = library.describe_model(model_path, n_ctx=8192, q8_weights=False)
+    grown = with_copy.memory_estimate_bytes - as_stored.memory_estimate_bytes
+    copy_larger = expected_size(info) - model_path.stat().st_size
+    assert copy_larger > 100_000_000  # the bundled model has Q5_0 weights
+    assert abs(grown - copy_larger) < 1 << 20  # the headers differ by a few bytes only

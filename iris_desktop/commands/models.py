@@ -34,7 +34,8 @@ def models(args, overrides) -> int:
         recent = read_recent(host.paths.recent_models_path)
         extra = [] if configured == BUNDLED else [configured]
         entries = discover_models(models_dir=host.paths.models_dir, recent=recent,
-                                  extra_paths=extra, n_ctx=host.settings["model.n_ctx"])
+                                  extra_paths=extra, n_ctx=host.settings["model.n_ctx"],
+                                  q8_weights=host.settings["model.q8_weights"])
     selected = entries[0].path if configured == BUNDLED and entries else Path(configured)
     rows = [{**e.as_json(), "selected": e.path == selected} for e in entries]
     if args.json:
@@ -121,7 +122,8 @@ def _hub_command(args, overrides) -> int:
         # a repository or file name, or an address, that cannot be one: the command's mistake
         raise CliError(str(exc), EXIT_USAGE if exc.kind == "address" else EXIT_FAIL) from None
     _download_line("", True)
-    entry = describe_model(path, source="download", repo=args.repo, n_ctx=settings["model.n_ctx"])
+    entry = describe_model(path, source="download", repo=args.repo, n_ctx=settings["model.n_ctx"],
+                           q8_weights=settings["model.q8_weights"])
     if as_json:
         print(dump_json({"path": str(path), "repo": args.repo, "file": args.file,
                          "revision": args.revision, "model": entry.as_json()}, indent=2))

@@ -306,8 +306,23 @@ def _file_size(path: Path) -> int | None:
         return None
 
 
-def _entry_from(found: _Found, n_ctx: int) -> tuple[ModelEntry, str | None]:
-    """The entry for ``found`` and, for a valid GGUF that is no chat model, why not."""
+#: ggml's Q5_0 type, and the bytes of a 32-weight block in Q5_0 and in Q8_0: with
+#: ``model.q8_weights`` the model is loaded from an exact Q8_0 copy (``runtime.weights``)
+_Q5_0, _Q5_0_BLOCK, _Q8_0_BLOCK = 6, 22, 34
+
+
+def _copy_growth(info: GGUFInfo) -> int:
+    """How many bytes more the 8-bit copy of ``info``'s Q5_0 weights holds than the file."""
+    q5 = sum(t.nbytes or 0 for t in info.tensors if t.ggml_type == _Q5_0)
+    return q5 // _Q5_0_BLOCK * (_Q8_0_BLOCK - _Q5_0_BLOCK)
+
+
+def _entry_from(found: _Found, n_ctx: int, q8_weights: bool = True
+                ) -> tuple[ModelEntry, str | None]:
+    """The entry for ``found`` and, for a valid GGUF that is no chat model, why not. The
+    memory estimate counts the weights as they are loaded: from the 8-bit copy when
+    ``q8_weights`` (an audit: the bundled model's "~559 MB" left out the 146 MB more its
+    copy holds)."""
     parts = _split_parts(found.path)
     common = dict(path=found.path, source=found.source, repo=found.repo, ollama_name=found.ollama_name,
                   split_count=len(parts))
@@ -319,6 +334,8 @@ def _entry_from(found: _Found, n_ctx: int) -> tuple[ModelEntry, str | None]:
     info = infos[0]
     ctx = _effective_ctx(n_ctx, info.context_length)
     weights = sum(i.size_bytes - i.header_size for i in infos)
+    if q8_weights and len(infos) == 1:  # (a split file is loaded as it is)
+        weights += _copy_growth(info)
     kv = kv_cache_bytes(info, ctx)
     entry = ModelEntry(
         name=_display_name(found, info),
@@ -338,20 +355,21 @@ def _entry_from(found: _Found, n_ctx: int) -> tuple[ModelEntry, str | None]:
 
 
 def describe_model(path: str | os.PathLike[str], *, source: str = "file", n_ctx: int = DEFAULT_N_CTX,
-                   repo: str | None = None, ollama_name: str | None = None) -> ModelEntry:
+                   repo: str | None = None, ollama_name: str | None = None,
+                   q8_weights: bool = True) -> ModelEntry:
     """Describe one GGUF from its header. Never raises for a bad file: the entry then
     has ``error`` (also for a valid GGUF that is not a chat model)."""
-    entry, not_chat = _entry_from(_Found(Path(path), source, repo, ollama_name), n_ctx)
+    entry, not_chat = _entry_from(_Found(Path(path), source, repo, ollama_name), n_ctx, q8_weights)
     return replace(entry, error=f"not a chat model: {not_chat}") if not_chat else entry
 
 
-def _bundled_entry(models_dir: Path, n_ctx: int) -> ModelEntry:
+def _bundled_entry(models_dir: Path, n_ctx: int, q8_weights: bool = True) -> ModelEntry:
     """The bundled model, described from its header once verified, else from
     :data:`~.bundled.BUNDLED_MODEL` (weights counted as the whole file)."""
     status = bundled_status(models_dir)
     path = Path(status["path"])
     if status["verified"]:
-        entry = describe_model(path, source="bundled", n_ctx=n_ctx)
+        entry = describe_model(path, source="bundled", n_ctx=n_ctx, q8_weights=q8_weights)
         return replace(entry, name=BUNDLED_MODEL.display_name, verified=True, assembled=True)
     m = BUNDLED_MODEL
     ctx = _effective_ctx(n_ctx, m.context_length)
@@ -663,6 +681,7 @@ def discover_models(
     n_ctx: int = DEFAULT_N_CTX,
     env: Mapping[str, str] | None = None,
     platform: str | None = None,
+    q8_weights: bool = True,
 ) -> list[ModelEntry]:
     """Every model Iris can offer, in this order: the bundled one (with ``models_dir``,
     listed even before it is assembled), downloaded ones (``models_dir/downloads``,
@@ -684,7 +703,7 @@ def discover_models(
     entries: list[ModelEntry] = []
     seen: set[str] = set()
     if models is not None:
-        bundled = _bundled_entry(models, n_ctx)
+        bundled = _bundled_entry(models, n_ctx, q8_weights)
         seen.add(_real(bundled.path))
         entries.append(replace(bundled, recent=_real(bundled.path) in recent_keys))
     from iris_desktop.runtime.hub.records import MAX_FOLDERS  # (hub imports this module)
@@ -704,7 +723,7 @@ def discover_models(
         if key in seen:
             continue
         seen.add(key)
-        entry, not_chat = _entry_from(found, n_ctx)
+        entry, not_chat = _entry_from(found, n_ctx, q8_weights)
         if not_chat:
             log.debug("%s: skipped, %s", found.path, not_chat)
             continue

@@ -268,9 +268,9 @@ class ModelControl(QObject):
 
         def find(_store: Any) -> tuple[list[dict[str, Any]], str]:
             extra = [] if configured == BUNDLED else [configured]
-            entries = discover_models(models_dir=paths.models_dir,
+            entries = discover_models(models_dir=paths.models_dir, extra_paths=extra,
                                       recent=read_recent(paths.recent_models_path),
-                                      extra_paths=extra, n_ctx=settings["model.n_ctx"])
+                                      n_ctx=settings["model.n_ctx"], q8_weights=settings["model.q8_weights"])
             in_use = (str(entries[0].path) if configured == BUNDLED and entries
                       else str(Path(configured)))
             rows = [e.as_json() for e in entries]
