@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                         default=[], help="override a setting for this run (repeatable)")
     parser.add_argument("--self-test", action="store_true",
                         help="check the installation: load the bundled model, answer one "
-                        "prompt, rerank with recall's cross-encoder, build one context, exit")
+                        "prompt, embed once with each embedder, rerank with recall's "
+                        "cross-encoder, build one context, exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
