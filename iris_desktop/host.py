@@ -347,6 +347,9 @@ class Host:
         # a KV save killed mid-write leaves a copy of a chat's tokens: gone at start, not
         # only when a model loads (encryption may have been turned on since)
         clean_leftovers(self.paths.kv_cache_dir, ".*.tmp")
+        # and a killed `config set` or other whole-file write in the data folder (a copy
+        # of config.toml outlived every later start)
+        clean_leftovers(self.paths.data_dir)
         self._ready = runtime
         #: a server on another machine gets nothing of the chat until the face says so
         #: (the window: once the user agreed): set before the runtime is in use, so no

@@ -949,3 +949,17 @@ def test_chat_without_a_terminal_says_nobody_could_approve_a_command(capsys):
     printer.on_tool(ToolFinished(1, 2, "run_shell", "{}", False, "error: nobody could be asked "
                                  "to approve it", "call_1"))
     assert "[tool run_shell: error: nobody could be asked to approve it]" in capsys.readouterr().err
+
+
+def test_a_killed_whole_file_write_in_the_data_folder_is_cleaned_at_the_next_start(capsys,
+                                                                                   tmp_path):
+    """An audit: `config set` killed before its rename left `.config.toml.<pid>-<hex>
+    .iris-tmp` in the data folder for good (a copy of the settings; an export's, a copy of
+    a chat). The next start removes what no live writer holds."""
+    data = tmp_path / "data"
+    assert run(capsys, "--data-dir", str(data), "config", "set", "ui.theme", "dark")[0] == 0
+    left = data / ".config.toml.4242-0badc0de.iris-tmp"
+    left.write_text('[ui]\ntheme = "light"\n')
+    code, _, err = run(capsys, "--data-dir", str(data), "threads", "--no-model")
+    assert code == 0, err
+    assert not left.exists()

@@ -656,3 +656,35 @@ def test_a_chat_cut_by_a_damaged_page_stays_one_chat_on_its_path(tmp_path):
         on_path = [m["id"] for m in store.messages(thread)]
         assert on_path[0] == 1 and on_path[-1] == 2000
         assert len(on_path) == 2000 - recovery.lost["messages"]  # every row kept is shown
+
+
+def test_a_set_aside_cut_off_before_the_database_moved_gives_its_wal_back(capsys, tmp_path):
+    """An audit: `recover` killed after it had moved the history's -wal aside, before the
+    database: the chats committed only in that WAL were lost in silence at the next start
+    (the orphan WAL listed nowhere). The next start gives the WAL back first."""
+    import subprocess
+    import sys as _sys
+    import time as _time
+
+    from iris_desktop.paths import app_paths
+
+    data = tmp_path / "data"
+    build(capsys, data)
+    db = app_paths(data).db_path
+    writer = (f"import os, sys; sys.path[:0] = {_sys.path!r}\n"
+              "from iris_desktop.core.store import Store\n"
+              f"s = Store({str(db)!r}); t = s.create_thread('in the WAL only')\n"
+              "s.add_message(t, {'role': 'user', 'content': 'committed, never checkpointed'})\n"
+              "os._exit(0)  # killed: no checkpoint at close\n")
+    subprocess.run([_sys.executable, "-c", writer], check=True)
+    wal = db.with_name(db.name + "-wal")
+    assert wal.exists() and wal.stat().st_size > 0
+    stamp = _time.strftime("%Y%m%dT%H%M%S", _time.localtime(_time.time() + 2))
+    for suffix in ("-wal", "-shm"):  # moved first, then the kill: the database stayed
+        side = db.with_name(db.name + suffix)
+        if side.exists():
+            side.rename(db.with_name(f"{db.name}.before-restore-{stamp}{suffix}"))
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0, err
+    assert "in the WAL only" in out
+    assert not list(data.glob("iris.db.before-restore-*"))

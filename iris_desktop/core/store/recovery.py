@@ -362,12 +362,41 @@ def _remove_stale_work(path: Path) -> list[Path]:
     return removed
 
 
+def _undo_cut_set_aside(path: Path) -> None:
+    """Give ``path`` back the -wal and -shm a set-aside killed half-way moved (it moves
+    them first, the database last): a set-aside name with a -wal or -shm and no database
+    beside it, ``path`` still there and without its own. Before (an audit), the chats
+    committed only in that WAL were lost in silence: the next start wrote to the
+    database without them, and no listing named the orphan."""
+    if not path.exists():
+        return
+    for mark in ASIDE_MARKS:
+        for side in sorted(path.parent.glob(f"{path.name}{mark}*-wal")) + sorted(
+                path.parent.glob(f"{path.name}{mark}*-shm")):
+            suffix = side.name[-4:]
+            database = side.with_name(side.name[:-4])
+            if database.exists() or _sidecar(path, suffix).exists():
+                continue
+            try:  # path unchanged since the set-aside began: the database the WAL is of
+                stamp = time.mktime(time.strptime(
+                    database.name[len(path.name) + len(mark):][:15], "%Y%m%dT%H%M%S"))
+            except ValueError:
+                continue
+            if path.stat().st_mtime > stamp + 1:
+                continue
+            os.replace(side, _sidecar(path, suffix))
+            log.warning("%s went back to %s: a set-aside was cut off before the database "
+                        "moved", side.name, path.name)
+    fsync_dir(path.parent)
+
+
 def remove_stale_work(path: Path) -> list[Path]:
     """At every open and every ``recover``: remove the work files (copies of the history)
     that a killed salvage, repair or restore left beside ``path``, so none outlives the
     process that made it, and turning encryption on leaves no plain copy behind. Returns
     what was removed (``recover`` lists it); a folder that cannot be read removes nothing."""
     try:
+        _undo_cut_set_aside(path)
         removed = _remove_stale_work(path)
     except OSError as exc:
         log.warning("cannot remove the work files beside %s: %s", path, exc)
