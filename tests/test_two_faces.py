@@ -187,3 +187,26 @@ def test_a_turn_in_a_chat_answering_elsewhere_is_refused_where_it_starts(tmp_pat
         assert len(host.store.messages(thread)) == 2
         host.store.release_turn_lease(thread, "another turn")
         assert not [e for e in host.send(thread, "now?") if isinstance(e, TurnFailed)]
+
+
+def test_a_stored_question_is_never_also_a_draft(tmp_path):
+    """An audit: the window killed within half a second of Enter came back with the stored
+    question in the box as the chat's draft (or New chat's), to be sent twice: the draft
+    went only at the next pause. Now it goes in the question's own transaction; another
+    chat's draft, and a draft that is not what was sent, stay."""
+    data = tmp_path / "data"
+    thread = seed(data)
+    with Host(data, OFF, runtime=ScriptedRuntime(["an answer", "a first answer"])) as host:
+        host.load_model()
+        store = host.store
+        other = store.create_thread("another chat")
+        store.save_draft(thread, "are you there?\n")
+        store.save_draft(other, "are you there?")
+        store.save_draft(None, "something else")
+        list(host.send(thread, "are you there?"))
+        assert store.draft(thread) == "" and store.draft(other) == "are you there?"
+        assert store.draft(None) == "something else"
+        store.save_draft(None, "my first words")  # New chat's draft, sent as a new chat
+        made = store.create_thread()
+        list(host.send(made, "my first words"))
+        assert store.draft(None) == "" and store.draft(made) == ""

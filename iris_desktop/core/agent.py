@@ -207,7 +207,7 @@ class Agent:
                              needed=refusal.needed, allowed=refusal.allowed)
             yield TurnDone(thread_id, "error")
             return
-        user_id = self.store.add_message(thread_id, message)
+        user_id = self.store.add_message(thread_id, message, sent=text)
         if thread["title"] == DEFAULT_TITLE:
             named = text if text.strip() else ", ".join(a.name for a in attachments)
             self.store.rename_thread(thread_id, title_from([{"role": "user", "content": named}]))

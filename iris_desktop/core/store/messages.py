@@ -342,13 +342,22 @@ class Messages(Branches):
     # -- messages ---------------------------------------------------------------------------
 
     def add_message(self, thread_id: int, message: Message, status: str = "complete",
-                    parent_id: Any = HEAD) -> int:
+                    parent_id: Any = HEAD, sent: str | None = None) -> int:
         """Append one message (written now, unless it carries its own timestamp) and
         commit it; it becomes the head of the active branch. ``parent_id``: below the head
         (the default), or below another message (a regenerated reply, an edited user
-        message: a new branch; None: a new first message). Returns its id."""
+        message: a new branch; None: a new first message). ``sent``: the text the user
+        sent, whose draft (the chat's, or New chat's for a chat's first message) goes in
+        the same transaction (an audit: killed just after Enter, the window came back with
+        the stored question in the box, to be sent twice). Returns its id."""
         row = _message_row(message, now_iso())
         with self.transaction():
+            if sent is not None and sent.strip(" \t\n\r"):
+                first = not self.conn.execute("SELECT 1 FROM messages WHERE thread_id = ?",
+                                              (thread_id,)).fetchone()
+                self.conn.execute("DELETE FROM drafts WHERE key IN (?, ?) AND "
+                                  "trim(text, char(32, 9, 10, 13)) = ?",
+                                  (thread_id, 0 if first else thread_id, sent.strip(" \t\n\r")))
             return self._insert(thread_id, row, status, parent_id)
 
     def add_messages(self, thread_id: int, messages: Sequence[Message],
