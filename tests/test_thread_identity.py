@@ -235,3 +235,34 @@ def test_a_salvage_keeps_the_ids_deleted_chats_had(tmp_path):
     with Store(db) as store:
         assert [t["id"] for t in store.threads()] == [kept]
         assert store.create_thread("after the salvage") > newest
+
+
+def test_a_reply_whose_writer_died_is_shown_cut_off_not_being_written(make_window, qtbot,
+                                                                      data_dir):
+    """An audit: a command killed while it wrote a reply in the chat a window showed left
+    the reply "being written" in the window for good (a dead writer commits nothing the
+    window could notice; only a start marked it). The window's poll marks it cut off."""
+    import subprocess
+    import sys as _sys
+
+    db = app_paths(data_dir).ensure().db_path
+    with Store(db) as store:
+        thread = seeded(store, "watched", BOB)
+    window = make_window(ScriptedRuntime([]))
+    window.open_thread(thread)
+    qtbot.waitUntil(lambda: len(window.view.transcript.entries()) == 2, timeout=5_000)
+    gone = subprocess.run([_sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    with Store(db) as command:  # its reply, being written by a process that is gone now
+        reply = command.add_message(thread, {"role": "assistant", "content": "half a rep"},
+                                    status="streaming")
+        command.conn.execute("UPDATE streams SET pid = ?, pid_start = NULL WHERE message_id = ?",
+                             (int(gone.stdout), reply))
+    window.threads_control.poll()
+    qtbot.waitUntil(lambda: [e.status for e in window.view.transcript.entries()][-1:] == ["streaming"],
+                    timeout=10_000)
+    qtbot.waitUntil(lambda: window.view.transcript.entries()[-1].status == "interrupted",
+                    timeout=20_000)
+    with Store(db) as store:
+        assert store.conn.execute("SELECT status FROM messages WHERE id = ?",
+                                  (reply,)).fetchone()[0] == "interrupted"

@@ -37,10 +37,15 @@ class LiveList:
         """Ask the DB thread whether another connection committed since the last look;
         only then read the threads."""
         seen = self._version
+        # a reply listed as being written: its writer may have died (a command killed),
+        # which changes nothing another connection sees; it is marked cut off here, as
+        # at a start (before, the window showed it "being written" for good)
+        streaming = any(row[4] for row in self._rows.values())
 
         def job(store):
+            marked = store.mark_interrupted_streams() if streaming else []
             version = store.data_version()
-            return version, (store.threads() if version != seen else None)
+            return version, (store.threads() if version != seen or marked else None)
 
         self.background.run(job, self._polled, lambda _exc: None, key="data-version")
 
