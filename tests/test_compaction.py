@@ -189,8 +189,8 @@ def test_a_compaction_is_told_in_plain_words(fallback, why):
                            fallback=fallback)
     assert done.plain() == (
         f"Iris summarized turns 1–53 (106 messages) itself, quickly and without the model, "
-        f"because {why}. They stay in the chat, dimmed, and recall brings them back when you "
-        "ask about them.")
+        f"because {why}. They stay in the chat, dimmed, and recall can bring them back when a "
+        "question needs them.")
     model = CompactionEvent("budget", "ok", "chunked", 53, 106, 24_259, 3_069, 8, 222, 95.0,
                             first_turn=1, last_turn=53)
     assert model.plain().startswith("Turns 1–53 (106 messages) are summarized now, in 95 s.")

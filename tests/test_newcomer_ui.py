@@ -793,7 +793,7 @@ def test_a_send_that_waits_for_a_summary_says_so_in_the_transcript(qtbot, data_d
                                         for e in model.entries()), timeout=20_000)
             qtbot.waitUntil(lambda: not window.generating, timeout=20_000)
         else:
-            assert " are summarized now, in " in said[0] and "recall brings them back" in said[0]
+            assert " are summarized now, in " in said[0] and "recall can bring them back" in said[0]
             assert any(e.text == "Sixty-two." for e in window.view.transcript.entries())
         assert "→" not in said[0] and "(budget" not in said[0]
     finally:

@@ -29,6 +29,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from iris_desktop.core.config import ContextParams
@@ -54,6 +55,8 @@ MIN_CLIP_TOKENS = 64
 CLIP_MARKER = ("\n[… output shortened for the model: {shown:,} of {total:,} characters shown; "
                "the full output is stored]")
 TRIGGERS = ("none", "tokens", "budget", "turns")
+#: the shortest summary compaction writes (``compaction.MIN_SUMMARY_TOKENS``, which imports this)
+SHORTEST_SUMMARY = 48
 #: a thread's own system messages are looked for among its first this many messages
 PINNED_LOOKAHEAD = 8
 #: messages read per batch while walking a thread newest-first
@@ -467,7 +470,7 @@ class ContextEngine:
         cursor = self.store.iter_meta_desc(thread_id, self.counter.name, after_id)
         current: Turn | None = None
         while True:
-            batch = [m for m in _take(cursor, _BATCH)
+            batch = [m for m in islice(cursor, _BATCH)
                      if m.id not in skip and m.status != "streaming"]
             if not batch:
                 break
@@ -574,10 +577,13 @@ class ContextEngine:
             fixes.append("turn tools off (tools.enabled)")
         if frame.summary_tokens:
             parts.append(f"the summary ({_tokens(frame.summary_tokens)})")
+        # a send compacts first, re-fitting the summary to the room (before: only these fixes)
+        refit = frame.summary_tokens and frame.history_budget + frame.summary_tokens > SHORTEST_SUMMARY
         raise ConversationTooLargeException(
             f"{' and '.join([', '.join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)} "
             f"alone take{'' if len(parts) > 1 else 's'} the whole {budget:,}-token budget (window {p.window:,} × ratio "
             f"{p.token_budget_ratio}), leaving nothing for the conversation; "
+            f"{'sending a message summarizes the chat again, shorter, to make room for it; or ' if refit else ''}"
             f"{', '.join(fixes)}, or raise context.window",
             # what the fixed parts take, and a token at least for the conversation
             needed=budget - frame.history_budget + 1, allowed=budget)
@@ -635,7 +641,7 @@ class ContextEngine:
             cleared = ("every finished tool output cleared and the result the model just "
                        "asked for shortened")
         elif turns.keep and (steps := needed - self._in_flight_tokens(turns)) > allowed \
-                and self._steps_overflow(turns, allowed):
+                and self._steps_overflow(turns):
             # the steps before the result overflow, not the result (a 31-token one was blamed)
             cleared = ("every finished tool output cleared: its message and the model's steps "
                        f"before the result it just asked for are {_tokens(steps)} alone; "
@@ -698,13 +704,12 @@ class ContextEngine:
         return history, pruned_ids
 
     @staticmethod
-    def _steps_overflow(turns: _TurnSource, allowed: int) -> bool:
-        """The newest turn's steps (two or more) are what does not fit, not its message."""
+    def _steps_overflow(turns: _TurnSource) -> bool:
+        """The newest turn has steps (two or more) that compaction summarizes, whatever its
+        message costs (before: a task message over half the room blamed the result; once
+        summarized, the message is left out of the request when it does not fit)."""
         newest = turns.get(0)
-        if newest is None:
-            return False
-        opening = newest.messages[0].tokens or 0 if newest.messages[0].role == "user" else 0
-        return opening <= allowed // 2 and sum(m.role == "assistant" for m in newest.messages) >= 2
+        return newest is not None and sum(m.role == "assistant" for m in newest.messages) >= 2
 
     @staticmethod
     def _in_flight_tokens(turns: _TurnSource) -> int:
@@ -817,14 +822,16 @@ class ContextEngine:
         budget = limit
         for _ in range(3):  # the full limit; what is left; that less what the message adds
             found = recaller.block(ranking, budget, frozenset(pinned))
+            # matches that do not fit say so, with the room (before: "nothing matches")
+            no_room = f"no room: no match fits in {_tokens(max(min(budget, leftover), 0))}"
             if not found.text:
-                return found, 0
+                return (replace(found, reason=no_room) if found.reason == "no room" else found), 0
             tokens = self.counter.count_message({**message, "content": attach(found.text, content)}) - plain
             if tokens <= leftover:
                 history[index] = {**message, "content": attach(found.text, content)}
                 return found, tokens
             budget = leftover if budget > leftover else budget - (tokens - leftover)
-        return Recall(terms=found.terms, reason="no room"), 0
+        return Recall(terms=found.terms, reason=f"no room: no match fits in {_tokens(leftover)}"), 0
 
     # -- the full picture -----------------------------------------------------------------
 
@@ -888,11 +895,3 @@ def _chain(first: Turn, rest: Iterator[Turn]) -> Iterator[Turn]:
     yield first
     yield from rest
 
-
-def _take(iterator: Iterator[MessageMeta], n: int) -> list[MessageMeta]:
-    out = []
-    for item in iterator:
-        out.append(item)
-        if len(out) >= n:
-            break
-    return out

@@ -54,8 +54,8 @@ class CompactionEvent:
     def describe(self) -> str:
         """One line for logs, the CLI and the GUI."""
         if self.outcome == "ok":
-            return (f"compacted ({self.trigger}, {self.path}): turns {self.first_turn}–"
-                    f"{self.last_turn}, {self.messages_archived:,} messages archived, "
+            return (f"compacted ({self.trigger}, {self.path}): "
+                    f"{turn_span(self.first_turn, self.last_turn)}, {self.messages_archived:,} messages archived, "
                     f"{self.tokens_before:,} → {self.tokens_after:,} tokens, summary "
                     f"{self.summary_tokens:,} tokens, kept {self.kept_turns} "
                     f"{'turn' if self.kept_turns == 1 else 'turns'}, "
@@ -69,20 +69,27 @@ class CompactionEvent:
             return f"The earlier turns were not summarized: {self.error}."
         if self.outcome != "ok":
             return f"The earlier turns could not be summarized: {self.error}. Nothing is lost."
-        turns = f"turns {self.first_turn}–{self.last_turn} ({self.messages_archived:,} messages)"
-        kept = ("They stay in the chat, dimmed, and recall brings them back when you ask "
-                "about them.")
+        n, one = self.messages_archived or 0, self.first_turn == self.last_turn
+        turns = f"{turn_span(self.first_turn, self.last_turn)} ({n:,} message{'' if n == 1 else 's'})"
+        # the event does not know whether recall is on or will have room: "can", not "brings"
+        kept = (f"{'It stays' if one else 'They stay'} in the chat, dimmed, and recall can bring "
+                f"{'it' if one else 'them'} back when a question needs {'it' if one else 'them'}.")
         if self.path == "extractive" and self.fallback:
             why = _FALLBACK_WORDS.get(self.fallback, _FALLBACK_WORDS["failed"])
             return (f"Iris summarized {turns} itself, quickly and without the model, because "
                     f"{why}. {kept}")
         took = self.duration_s or 0
-        text = (f"{turns[0].upper()}{turns[1:]} are summarized now, in "
+        text = (f"{turns[0].upper()}{turns[1:]} {'is' if one else 'are'} summarized now, in "
                 f"{'under a second' if took < 1 else duration_words(took)}. {kept}")
         if self.extracted_last_turn is not None:  # the oldest, beyond the model's parts
-            text += (f" Iris summarized the oldest (turns {self.first_turn}–"
-                     f"{self.extracted_last_turn}) itself, to keep the wait short.")
+            text += (f" Iris summarized the oldest ({turn_span(self.first_turn, self.extracted_last_turn)}) "
+                     "itself, to keep the wait short.")
         return text
+
+
+def turn_span(first: int | None, last: int | None) -> str:
+    """"turns 1–4", or "turn 4" for one (before: "turns 4–4")."""
+    return f"turn {first}" if first == last else f"turns {first}–{last}"
 
 
 #: :attr:`CompactionEvent.fallback` in the window's words ("… because {words}")

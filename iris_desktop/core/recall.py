@@ -478,9 +478,10 @@ class Recaller:
         footer = _footer(ranking.asker)
         chosen = self._choose(ranking.thread_id, ranking.through_id, ranking.ranked, budget,
                               exclude, lines, ranking.strength, footer)
-        if not chosen:
-            return Recall(terms=ranking.terms, reason="nothing summarized matches",
-                          semantic=ranking.semantic)
+        if not chosen:  # matches that are left out fit nowhere (before: "nothing matches")
+            unshown = any(hit_id not in exclude for hit_id in ranking.ranked)
+            return Recall(terms=ranking.terms, semantic=ranking.semantic,
+                          reason="no room" if unshown else "nothing summarized matches")
         return Recall(text=_render(chosen, lines, footer), ids=sorted(chosen), terms=ranking.terms,
                       semantic=ranking.semantic, reranked=ranking.reranked,
                       rerank_reason=ranking.rerank_reason)
