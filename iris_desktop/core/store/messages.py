@@ -184,19 +184,21 @@ class Messages(Branches):
         in the file: 20,000 messages kept 18 MB); ``freed``: the pages the delete just
         made free. A file made by this Iris does it at once (``auto_vacuum =
         INCREMENTAL``); an older one is rewritten once (``VACUUM``, which also makes it
-        incremental) when the delete freed a quarter of it or more, so a small delete in a
-        large history does not rewrite it all. False when it was not done (a full disk,
+        incremental) when the delete freed a quarter of it or more, or half of it is free,
+        so a small delete in a large history does not rewrite it all. False when it was not done (a full disk,
         another process writing, a transaction open here): the space stays in the file,
         nothing of the history changes. The file shrinks at the next checkpoint."""
         if self.conn.in_transaction:  # executescript would commit it
             return False
-        mode, pages = (self.conn.execute(f"PRAGMA {name}").fetchone()[0]
-                       for name in ("auto_vacuum", "page_count"))
+        mode, pages, free = (self.conn.execute(f"PRAGMA {name}").fetchone()[0]
+                             for name in ("auto_vacuum", "page_count", "freelist_count"))
         try:
             if mode == 2:
                 # stepped to its end by executescript: execute() frees one page only
                 self.conn.executescript("PRAGMA incremental_vacuum;")
-            elif freed > 0 and freed * 4 >= pages:
+            # (or half the file free, whoever freed it: a rewrite killed, or one a full
+            # disk refused, is done by a later delete; before, never)
+            elif (freed > 0 and freed * 4 >= pages) or (freed > 0 and free * 2 >= pages):
                 self.conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self.conn.execute("VACUUM")
         except sqlite3.Error as exc:
