@@ -355,7 +355,10 @@ def test_a_chat_with_nothing_worth_compacting_says_so_and_is_not_a_failure(fresh
                               runtime=ScriptedRuntime([llm_json(words=250)]))
     for _ in range(4):
         event = compactor.compact(thread, "manual")
-        assert event.outcome == "skipped" and event.error.startswith("nothing to compact yet: ")
+        assert event.outcome == "skipped" and event.error.startswith("nothing to compact yet (")
+        # one colon in the window's sentence (a newcomer's audit: "…not summarized: nothing
+        # to compact yet: the unsummarized history…")
+        assert event.plain().count(":") == 1
     assert "compaction skipped (manual): nothing to compact yet" in event.describe()
     assert fresh_store.summaries(thread) == [] and not compactor.breaker_open(thread)
 

@@ -461,3 +461,18 @@ def test_a_code_block_the_cut_falls_in_is_closed_and_copies_whole(view, qtbot):
     assert block.code == code  # the block's Copy gives all of it
     assert doc.toPlainText().rstrip().endswith("Copy or File ▸ Export gives all of it]")
     assert "```" not in doc.toPlainText()
+
+
+def test_a_reply_cut_off_at_its_limit_says_so_on_its_card():
+    """A newcomer's first hour (an audit): a reply cut off at model.max_tokens had no mark
+    on its card (a stopped one has "stopped"); only a passing status message said so, and
+    after a switch of chats nothing did. Its card says it, and so does a screen reader."""
+    from iris_desktop.ui.transcript_model import spoken
+    from iris_desktop.ui.transcript_parts import badges
+
+    cut = message(2, "assistant", "Mercury, Venus, Earth,", can_continue=True)
+    assert ("cut off — Continue goes on", "warn") in badges(cut)
+    assert spoken(cut).startswith("Iris (cut off — Continue goes on): Mercury")
+    stopped = message(3, "assistant", "Mercury", status="interrupted", can_continue=True)
+    assert [b for b, _ in badges(stopped)] == ["stopped"]  # said once
+    assert badges(message(4, "assistant", "A whole answer.")) == []

@@ -304,7 +304,8 @@ class Compactor:
                     thread_id, trigger, cancel,
                     renew=lambda: self.store.take_compaction_lease(thread_id, token, lease_s))
             except NothingToCompact as exc:
-                event = CompactionEvent(trigger, "skipped", error=f"nothing to compact yet: {exc}")
+                # (in brackets: the window's sentence ends "…not summarized: {error}.")
+                event = CompactionEvent(trigger, "skipped", error=f"nothing to compact yet ({exc})")
             except CompactionFailed as exc:
                 event.error = str(exc)
                 if closing(cancel):  # not a failure: the next start compacts again

@@ -75,6 +75,8 @@ def badges(entry: Entry) -> list[tuple[str, str]]:
         found.append(("stopped", "warn"))
     elif entry.status == "error":
         found.append(("failed", "error"))
+    elif entry.role == "assistant" and entry.can_continue:  # cut off at model.max_tokens:
+        found.append(("cut off — Continue goes on", "warn"))  # it looked finished (an audit)
     if entry.kind == "tool" and entry.error:
         found.append(("error", "error"))
     return found
