@@ -43,7 +43,7 @@ class LiveList:
         streaming = any(row[4] for row in self._rows.values())
 
         def job(store):
-            marked = store.mark_interrupted_streams() if streaming else []
+            marked = store.mark_interrupted_streams(running=True) if streaming else []
             version = store.data_version()
             return version, (store.threads() if version != seen or marked else None)
 

@@ -435,17 +435,19 @@ class Messages(Branches):
         if status != "streaming":
             self.conn.execute("DELETE FROM streams WHERE message_id = ?", (message_id,))
 
-    def mark_interrupted_streams(self) -> list[int]:
+    def mark_interrupted_streams(self, running: bool = False) -> list[int]:
         """At start-up: replies left 'streaming' by a process that is gone (a crash, a
         kill -9) become 'interrupted'; their ids. Replies a live process is writing are
-        left alone."""
+        left alone. ``running``: asked by this process while it runs (a window's poll), so
+        its own replies are being written, not left by an earlier process of its pid."""
         rows = self.conn.execute(
             """
             SELECT m.id, s.pid, s.pid_start FROM messages m LEFT JOIN streams s ON s.message_id = m.id
             WHERE m.status = 'streaming'
             """
         ).fetchall()
-        dead = [mid for mid, pid, started in rows if pid is None or not _alive(pid, started)]
+        dead = [mid for mid, pid, started in rows if (pid is None or not _alive(pid, started))
+                and not (running and (pid, started) == own_process())]
         if not dead:
             return []  # no write, so a start never waits for another process's write lock
         with self.transaction():
