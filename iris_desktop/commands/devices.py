@@ -65,7 +65,10 @@ def devices(args, overrides) -> int:
         elif check is None:
             checked = " — not checked against the CPU yet (the first load on it does)"
         else:
-            checked = f" — first-use check: {check['detail']}" + (
+            detail = check.get("detail")
+            if not isinstance(detail, str) or not detail:  # a record written by hand, or damaged
+                detail = "it agreed with the CPU" if check["agrees"] else "it did not agree with the CPU"
+            checked = f" — first-use check: {detail}" + (
                 "" if check["agrees"] else " (off for Iris until its driver changes)")
         kind = row["kind"] if row["kind"] == "cpu" else f"{row['kind']}, {row['backend']}{driver}"
         say(f"  {row['name']:<8} {row['description']} ({kind}): {memory}{checked}")

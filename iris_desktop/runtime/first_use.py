@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from . import llama_binding
-from .gpu import GpuChecks, GpuPlan, cpu_plan
-from .loading import device_params
+from .gpu import GpuChecks, GpuPlan, cpu_plan, short_error
+from .loading import DeviceGone, device_params
 
 log = logging.getLogger("iris.runtime")
 
@@ -21,6 +21,11 @@ CHECK_STEPS = 8
 CHECK_CTX = 128
 #: a swap of the top two tokens this close (in the CPU's logits) is a near tie, not a fault
 TIE_LOGITS = 0.5
+
+
+class ComputeFailed(Exception):
+    """The GPU loaded the check's model, then failed to evaluate it (llama.cpp's error,
+    :func:`.gpu.short_error`)."""
 
 
 @dataclass(frozen=True)
@@ -36,26 +41,35 @@ def greedy_steps(path: Path, plan: GpuPlan, threads: int, flash_attn: bool,
                   forced: list[int] | None = None, steps: int = CHECK_STEPS) -> list[Step]:
     """``steps`` greedy steps after :data:`CHECK_PROMPT` with ``plan``'s device and layers;
     ``forced``: feed these tokens instead of the top ones (the CPU's: both runs then see
-    the same text, so their steps compare one to one)."""
-    import llama_cpp
-    import numpy as np
-
+    the same text, so their steps compare one to one). On a GPU, an error after the load
+    is :class:`ComputeFailed`; a GPU llama.cpp no longer has is :class:`.loading.DeviceGone`."""
     llm = llama_binding.load_llama(path, False, None, None, n_ctx=CHECK_CTX, n_batch=CHECK_CTX, n_threads=threads,
                       n_threads_batch=threads, flash_attn=flash_attn, seed=0, **device_params(plan))
     try:
-        llm.eval(llm.tokenize(CHECK_PROMPT.encode("utf-8"), add_bos=True, special=False))
-        n_vocab = llm.n_vocab()
-        out = []
-        for i in range(steps):
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
-            best = np.argsort(logits)[-5:][::-1]
-            token = int(best[0])
-            out.append(Step(token, llm.detokenize([token]).decode("utf-8", "replace"),
-                            tuple((int(t), float(logits[t])) for t in best)))
-            llm.eval([forced[i] if forced is not None else token])
-        return out
+        return _run_steps(llm, forced, steps)
+    except Exception as exc:
+        if not plan.on_gpu:
+            raise
+        raise ComputeFailed(short_error(llama_binding.recent_llama_errors(), str(exc))) from exc
     finally:
         llm.close()
+
+
+def _run_steps(llm: Any, forced: list[int] | None, steps: int) -> list[Step]:
+    import llama_cpp
+    import numpy as np
+
+    llm.eval(llm.tokenize(CHECK_PROMPT.encode("utf-8"), add_bos=True, special=False))
+    n_vocab = llm.n_vocab()
+    out = []
+    for i in range(steps):
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
+        best = np.argsort(logits)[-5:][::-1]
+        token = int(best[0])
+        out.append(Step(token, llm.detokenize([token]).decode("utf-8", "replace"),
+                        tuple((int(t), float(logits[t])) for t in best)))
+        llm.eval([forced[i] if forced is not None else token])
+    return out
 
 
 def compare_steps(cpu: list[Step], gpu: list[Step]) -> tuple[bool, str]:
@@ -96,7 +110,17 @@ def checked_plan(path: Path, plan: GpuPlan, checks: GpuChecks, threads: int, sta
         stage("checking")
     try:
         agrees, detail = first_use_check(path, plan, threads, flash_attn)
-    except Exception as exc:  # the load below tries the GPU again, and says why it cannot
+    except DeviceGone as gone:  # nothing was checked: nothing recorded
+        return gone.cpu()
+    except ComputeFailed as exc:
+        log.warning("%s: %s loaded the first-use check's model but failed to compute (%s)", path.name,
+                    plan.device.label, exc)
+        checks.record(plan.device, False, f"it failed to compute: {exc}", reason=(
+            f"it failed to compute in Iris's first-use check ({exc}); it stays off until its driver changes"))
+        return cpu_plan(plan.total_layers, f"{plan.device.label} failed to compute in Iris's first-use check "
+                        f"({exc}); it stays off for Iris until its driver changes", notice=True,
+                        all_bytes=plan.all_bytes)
+    except Exception as exc:  # a failure to load: the load below tries the GPU again, and says why
         log.warning("%s: the first-use check on %s could not run (%s)", path.name, plan.device.label, exc)
         return plan
     finally:

@@ -476,15 +476,47 @@ def fit_text(plan: GpuPlan | None, devices: Sequence[Device]) -> str:
 GPU_RETRIES = 2
 
 
-def fewer(plan: GpuPlan, tried: int = 0) -> GpuPlan | None:
+_PREFIX = re.compile(r"^[\w:.]+:\s+")
+
+
+def short_error(lines: Sequence[str], fallback: str = "") -> str:
+    """llama.cpp's first error line (or ``fallback``) in a few words: out of device memory
+    and a lost device said plainly, otherwise the message without its source prefixes
+    ("" when there is neither)."""
+    texts = [t.strip() for t in [*lines, fallback] if t and t.strip()]
+    joined = " ".join(texts).lower()
+    if any(w in joined for w in ("outofdevicememory", "out of memory", "outofmemory", "out of device memory")):
+        return "out of device memory"
+    if "devicelost" in joined or "device lost" in joined:
+        return "the driver lost the device"
+    if not texts:
+        return ""
+    text = texts[0]
+    while (match := _PREFIX.match(text)) and match.end() < len(text):
+        text = text[match.end():]
+    return text if len(text) <= 80 else text[:79].rstrip() + "…"
+
+
+def layer_counts(counts: Sequence[int]) -> str:
+    """``[25, 12, 6]`` -> "25, 12 and 6 layers"; ``[1]`` -> "1 layer"."""
+    words = [str(n) for n in counts]
+    head = ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+    return f"{head} layer" + ("" if list(counts) == [1] else "s")
+
+
+def fewer(plan: GpuPlan, tried: int = 0, failed: Sequence[int] = (), why: str = "") -> GpuPlan | None:
     """The plan to try after ``plan`` failed to load (``tried``: retries so far): half the
-    layers, up to :data:`GPU_RETRIES` times, then the CPU; None when ``plan`` was the CPU."""
+    layers, up to :data:`GPU_RETRIES` times, then the CPU; None when ``plan`` was the CPU.
+    The CPU's reason names ``why`` (llama.cpp's first error, :func:`short_error`) and the
+    layer counts ``failed`` (those tried; ``plan``'s alone when not given)."""
     if not plan.on_gpu:
         return None
     layers = min(plan.layers, plan.total_layers) // 2 if tried < GPU_RETRIES else 0
     if layers == 0:
+        counts = layer_counts(list(failed) or [plan.layers])
+        said = f"{why} at {counts}" if why else f"tried with {counts}"
         return cpu_plan(plan.total_layers, f"the model did not load on {plan.device.label} "
-                        f"({plan.layers} layers), so it runs on the CPU", notice=True,
+                        f"({said}), so it runs on the CPU", notice=True,
                         all_bytes=plan.all_bytes)
     return replace(plan, layers=layers, notice=True,
                    reason=f"{plan.layers} layers did not load on {plan.device.label}; trying {layers}")
@@ -550,7 +582,7 @@ def _read_section(path: Path | None, section: str, what: str, instead: str) -> d
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
         log.warning("%s: cannot read %s (%s); %s", path, what, exc, instead)
         return {}
     found = data.get(section) if isinstance(data, dict) else None
@@ -588,19 +620,22 @@ class GpuChecks:
         for device in devices:
             entry = self.result(device)
             if entry is not None and not entry["agrees"]:
-                out[device.label] = entry.get("reason") or "its answers differed from the CPU's"
+                reason = entry.get("reason")
+                ok = isinstance(reason, str) and reason  # a record written by hand, or damaged
+                out[device.label] = reason if ok else "its answers differed from the CPU's"
         return out
 
-    def record(self, device: Device, agrees: bool, detail: str) -> None:
+    def record(self, device: Device, agrees: bool, detail: str, reason: str | None = None) -> None:
         """Remember a check's outcome (written atomically; a failure is logged, never raised:
-        the check then runs again next time)."""
+        the check then runs again next time). ``reason``: why a failing device is off, when
+        it is not that its answers differed."""
         if self.path is None:
             return
         from iris_desktop.files import atomic_write
 
         checks = self._read()
-        reason = ("its answers differed from the CPU's in Iris's first-use check "
-                  f"({detail}); it stays off until its driver changes")
+        reason = reason or ("its answers differed from the CPU's in Iris's first-use check "
+                            f"({detail}); it stays off until its driver changes")
         checks[self.key(device)] = {"device": device.label, "backend": device.backend,
                                     "driver": device.driver, "agrees": agrees, "detail": detail,
                                     "reason": None if agrees else reason,

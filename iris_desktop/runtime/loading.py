@@ -25,6 +25,7 @@ from .gpu import (
     offload_from_log,
     plan_gpu,
     plan_model,
+    short_error,
 )
 from .llama_binding import captured_log, recent_llama_errors
 from .weights import Cancelled as CopyCancelled
@@ -45,11 +46,25 @@ def cpu_only_params() -> dict[str, Any]:
     return dict(n_gpu_layers=0, split_mode=llama_cpp.LLAMA_SPLIT_MODE_NONE, main_gpu=-1, op_offload=False)
 
 
+class DeviceGone(Exception):
+    """``plan``'s GPU was listed, yet llama.cpp has no handle for it now (unplugged, or the
+    list changed): the CPU runs the model (:meth:`cpu`), and no check is recorded for it."""
+
+    def __init__(self, plan: GpuPlan):
+        super().__init__(f"{plan.device.label} is no longer among llama.cpp's devices")
+        self.plan = plan
+
+    def cpu(self) -> GpuPlan:
+        return cpu_plan(self.plan.total_layers, f"{self}, so the CPU runs the model", notice=True,
+                        all_bytes=self.plan.all_bytes)
+
+
 def device_params(plan: GpuPlan) -> dict[str, Any]:
     """llama.cpp's parameters for ``plan``. The CPU: no layer offloaded and no device at
     all (split mode none with main_gpu -1 leaves the model without devices, and op_offload
     off keeps big batches from being sent to a GPU), so no GPU buffer is created. A GPU:
-    its layers, on that one device (``device``: ggml's handle, for the ``devices`` list)."""
+    its layers, on that one device (``device``: ggml's handle, for the ``devices`` list);
+    :class:`DeviceGone` when llama.cpp has no handle for it."""
     import llama_cpp
 
     cpu = {**cpu_only_params(), "device": None}
@@ -59,8 +74,8 @@ def device_params(plan: GpuPlan) -> dict[str, Any]:
 
     handle = device_handle(plan.device)
     if handle is None:  # gone, or never one of ggml's: never "every device" in its place
-        log.warning("%s is not among llama.cpp's devices: loading on the CPU", plan.device.label)
-        return cpu
+        log.warning("%s is not among llama.cpp's devices", plan.device.label)
+        raise DeviceGone(plan)
     return dict(n_gpu_layers=plan.layers, split_mode=llama_cpp.LLAMA_SPLIT_MODE_LAYER, main_gpu=0,
                 op_offload=True, device=handle)
 
@@ -124,19 +139,27 @@ def load_planned(path: Path, plan: GpuPlan, scratch: bool, progress: Any, cancel
     """Load with ``plan``; a load that fails on a GPU is tried with half the layers, then
     on the CPU (:func:`.gpu.fewer`). Returns the Llama and the plan as llama.cpp's log
     says it loaded (:func:`as_loaded`)."""
-    tried = 0
+    failed: list[int] = []
+    first = ""
     while True:
+        try:
+            device = device_params(plan)
+        except DeviceGone as gone:
+            plan = gone.cpu()
+            continue
         with captured_log() as lines:
             try:
-                llm = llama_binding.load_llama(path, scratch, progress, cancel, **params, **device_params(plan))
+                llm = llama_binding.load_llama(path, scratch, progress, cancel, **params, **device)
             except Exception as exc:
-                after = fewer(plan, tried)
-                tried += 1
-                if after is None or (cancel is not None and cancel.is_set()):
-                    raise
-                why = "; ".join(recent_llama_errors()) or str(exc)
+                if not plan.on_gpu or (cancel is not None and cancel.is_set()):
+                    raise  # llama.cpp's errors stay for the caller's sentence
+                errors = recent_llama_errors()
+                first = first or short_error(errors, "" if str(exc).startswith("Failed to load model") else str(exc))
+                failed.append(plan.layers)
+                after = fewer(plan, len(failed) - 1, failed, first)
+                assert after is not None  # a GPU plan always has a next one
                 log.warning("%s: %d layers on %s did not load (%s); now: %s", path.name, plan.layers,
-                            plan.device.label, why, after.describe())
+                            plan.device.label, "; ".join(errors) or str(exc), after.describe())
                 plan = after
                 continue
         return llm, as_loaded(path, plan, offload_from_log(lines))
