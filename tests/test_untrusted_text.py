@@ -87,8 +87,12 @@ def test_the_server_dialog_refuses_an_address_with_a_password_as_it_is_typed(qtb
     assert not ok.isEnabled() and not dialog.test_button.isEnabled()
     assert "API key in Model ▸ Server…" in dialog.warning.text()
     assert "hunter2" not in dialog.warning.text()
-    dialog.url.setText("http://127.0.0.1:8080/v1?token=a@b")  # an @ after the host is no user
+    dialog.url.setText("http://127.0.0.1:8080/v1/a@b")  # an @ after the host is no user
     assert ok.isEnabled() and dialog.warning.text() == ""
+    # a query string is refused as typed too (a key in it would be kept in config.toml)
+    dialog.url.setText("http://127.0.0.1:8080/v1?token=a@b")
+    assert not ok.isEnabled() and "query string" in dialog.warning.text()
+    assert "token=" not in dialog.warning.text()
 
 
 # -- text that draws in another order than stored ------------------------------------------
