@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import re
 import subprocess
@@ -258,14 +259,12 @@ def test_the_window_without_a_display_or_its_libraries_is_one_sentence(capsys, m
         assert code == 1 and out == "" and err.count("\n") == 1 and "no display to open the window" in err
 
 
+@pytest.mark.skipif(ctypes.util.find_library("xcb") is None,
+                    reason="no libxcb here: the check cannot tell, and leaves it to Qt")
 def test_a_display_no_x_server_answers_at_is_told_by_libxcb():
     """The real check: libxcb's connect to a display number no server listens on."""
-    import ctypes.util
-
     from iris_desktop.commands import _x_answers
 
-    if ctypes.util.find_library("xcb") is None:
-        pytest.skip("no libxcb here: the check cannot tell, and leaves it to Qt")
     assert _x_answers(":4711") is False
 
 

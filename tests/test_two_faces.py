@@ -130,15 +130,17 @@ def test_a_send_to_a_chat_deleted_elsewhere_is_refused_and_stores_nothing(tmp_pa
         assert isinstance(events[-1], TurnDone) and host.store.threads() == []
 
 
-def test_a_chat_deleted_while_it_answers_ends_the_turn_in_one_sentence(tmp_path):
+def _deleted_during(tmp_path, when: type, runtime, text: str) -> list:
+    """A turn in a chat another process deletes at the turn's first ``when`` event: it
+    ends in the one "deleted" sentence and leaves no chat; its events."""
     data = tmp_path / "data"
     thread = seed(data)
-    with Host(data, OFF, runtime=ScriptedRuntime(["word " * 400], delay_s=0.01)) as host:
+    with Host(data, OFF, runtime=runtime) as host:
         host.load_model()
         events = []
-        for event in host.send(thread, "tell me a long story"):
+        for event in host.send(thread, text):
             events.append(event)
-            if isinstance(event, ReplyStarted):
+            if isinstance(event, when):
                 with Host(data, OFF) as other:
                     other.delete_thread(thread)
         failed = [e for e in events if isinstance(e, TurnFailed)]
@@ -146,28 +148,20 @@ def test_a_chat_deleted_while_it_answers_ends_the_turn_in_one_sentence(tmp_path)
             ("gone", "The chat was deleted, in another Iris window or by a command, while Iris "
                      "answered; the reply went with it")]
         assert isinstance(events[-1], TurnDone) and host.store.threads() == []
+    return events
+
+
+def test_a_chat_deleted_while_it_answers_ends_the_turn_in_one_sentence(tmp_path):
+    _deleted_during(tmp_path, ReplyStarted, ScriptedRuntime(["word " * 400], delay_s=0.01),
+                    "tell me a long story")
 
 
 def test_a_chat_deleted_while_its_turn_is_prepared_ends_it_in_one_sentence(tmp_path):
     """Before (an audit): deleted after the question was stored, while the turn was
     planned (compaction and recall take seconds on a long chat), the turn ended "an
     internal error in Iris (ThreadGone: no thread 1)" with a traceback in the log."""
-    data = tmp_path / "data"
-    thread = seed(data)
-    with Host(data, OFF, runtime=ScriptedRuntime(["never"])) as host:
-        host.load_model()
-        events = []
-        for event in host.send(thread, "are you there?"):
-            events.append(event)
-            if isinstance(event, UserSaved):
-                with Host(data, OFF) as other:
-                    other.delete_thread(thread)
-        failed = [e for e in events if isinstance(e, TurnFailed)]
-        assert [(e.kind, e.text) for e in failed] == [
-            ("gone", "The chat was deleted, in another Iris window or by a command, while Iris "
-                     "answered; the reply went with it")]
-        assert not [e for e in events if isinstance(e, ReplyStarted)]
-        assert isinstance(events[-1], TurnDone) and host.store.threads() == []
+    events = _deleted_during(tmp_path, UserSaved, ScriptedRuntime(["never"]), "are you there?")
+    assert not [e for e in events if isinstance(e, ReplyStarted)]
 
 
 def test_a_turn_in_a_chat_answering_elsewhere_is_refused_where_it_starts(tmp_path):
