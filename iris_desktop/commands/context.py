@@ -93,6 +93,18 @@ def context_report(host, thread_id: int, draft: str | None = None,
     return report
 
 
+#: a chat with at least this many messages never counted says so before ``context``
+#: counts them for its list (100,000 messages: two silent minutes on two cores)
+SAY_COUNTING = 2_000
+
+
+def _say_counting(host, thread_id: int) -> None:
+    _, uncounted = host.store.thread_token_total(thread_id, host.planner().counter.name)
+    if uncounted >= SAY_COUNTING:
+        say(f"iris-desktop: counting the tokens of thread {thread_id}'s {uncounted:,} messages "
+            "(once: the counts are kept)…", file=sys.stderr)
+
+
 def context(args, overrides) -> int:
     from iris_desktop.core.engine import ConversationTooLargeException
 
@@ -105,6 +117,7 @@ def context(args, overrides) -> int:
             say_where(runtime, "to be counted")  # with its own tokenizer reads the chat
         if host.runtime is not None:
             _index_for_recall(host, args.thread)
+        _say_counting(host, args.thread)
         try:  # a huge newest turn is refused from its size, before it is counted
             report = context_report(host, args.thread, draft, args.show_request)
         except ConversationTooLargeException as exc:

@@ -835,17 +835,17 @@ class ContextEngine:
 
     # -- the full picture -----------------------------------------------------------------
 
-    def describe(self, request: ContextRequest) -> list[dict[str, Any]]:
+    def describe(self, request: ContextRequest, count: bool = True) -> list[dict[str, Any]]:
         """Every stored message of the active branch, in order, with its turn, tokens (as
         stored), state and ``sent_tokens`` (what it costs in the request: a pruned or
-        clipped message as it is sent, 0 when it is not sent)."""
+        clipped message as it is sent, 0 when it is not sent). ``count=False``: the states
+        alone (a message never counted keeps ``tokens`` None; nothing is tokenized)."""
         thread_id = request.thread_id
         last = self.store.head(thread_id) if thread_id > 0 else None
         if last is None:
             return []
-        metas = ensure_counts(
-            self.store, self.counter, self.store.meta_range(thread_id, self.counter.name, last)
-        )
+        metas = self.store.meta_range(thread_id, self.counter.name, last)
+        metas = ensure_counts(self.store, self.counter, metas) if count else metas
         included = set(request.included_ids)
         pruned = set(request.pruned_ids)
         clipped = set(request.clipped_ids)
@@ -874,7 +874,7 @@ class ContextEngine:
             else:
                 state = "dropped"
             cost = (self.pruned_cost(m) if state == "pruned" else sent.get(m.id, 0)
-                    if state == "clipped" else m.tokens if state == "verbatim" else 0)
+                    if state == "clipped" else (m.tokens or 0) if state == "verbatim" else 0)
             result.append(
                 {"id": m.id, "role": m.role, "turn": m.turn, "tokens": m.tokens, "state": state,
                  "sent_tokens": cost, "recalled": m.id in recalled}

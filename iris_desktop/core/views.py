@@ -287,8 +287,9 @@ def load_transcript(store: Store, thread_id: int) -> list[Entry]:
 
 
 def message_states(engine: ContextEngine, request: ContextRequest) -> dict[int, str]:
-    """message id → verbatim | pruned | clipped | summarized | dropped (``describe``)."""
-    return {m["id"]: m["state"] for m in engine.describe(request)}
+    """message id → verbatim | pruned | clipped | summarized | dropped (``describe``),
+    tokenizing nothing: a state needs no count (a long chat's every message was counted)."""
+    return {m["id"]: m["state"] for m in engine.describe(request, count=False)}
 
 
 # -- the budget meter ----------------------------------------------------------------------
