@@ -29,7 +29,9 @@ prompt (Open WebUI's, LM Studio's, a Jan assistant's instructions) becomes its l
 system message, which Iris sends as the chat's system prompt. A document a reply wrote
 (Claude's artifacts, ChatGPT's canvas) is no tool step: it stays in the reply, as a titled
 fenced block (:class:`~iris_desktop.core.foreign_parts.Documents`). ChatGPT's citation
-markers become the cited link, or go.
+markers become the cited link, or go. A reply cut off in the app (ChatGPT's stopped or
+unfinished one, LM Studio's stopped or failed one) is a stopped reply, as Iris's own are;
+an LM Studio chat, which dates no message, is dated by the conversation's times.
 """
 
 from __future__ import annotations
@@ -58,13 +60,15 @@ from iris_desktop.core.foreign_claude import claude_chat
 from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
+from iris_desktop.core.foreign_parts import cut_blocks as _cut_blocks
 from iris_desktop.core.foreign_parts import hashable as _hashable
+from iris_desktop.core.foreign_parts import strip_reasoning as _strip_reasoning
+from iris_desktop.core.foreign_parts import text_message as _message
 from iris_desktop.core.foreign_parts import tree_messages as _tree
 from iris_desktop.core.foreign_parts import usable_title as _title
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.import_twins import StoredThreads
-from iris_desktop.core.store import Store, explain, iso_timestamp
-from iris_desktop.core.store.rows import not_in_future
+from iris_desktop.core.store import Store, explain
 from iris_desktop.tokens import Message
 
 CHATGPT = "ChatGPT export"
@@ -474,57 +478,6 @@ def _short(title: str, limit: int = 40) -> str:
     return repr(_clipped(title, limit))
 
 
-def _message(role: str, text: str, when: Any = None) -> Message:
-    message: Message = {"role": role, "content": text}
-    if isinstance(when, (int, float)) and not isinstance(when, bool) and when > 0:
-        try:
-            message["created_at"] = not_in_future(iso_timestamp(when))
-        except (ValueError, OverflowError, OSError):
-            pass
-    return message
-
-
-def _strip_reasoning(text: str) -> str:
-    """``text`` without its ``<think>…</think>`` blocks."""
-    return _cut_blocks(text, "<think>", "</think>")[0].strip()
-
-
-def _cut_blocks(text: str, opening: str, closing: str,
-                kind: Callable[[str], str | None] = lambda tag: "") -> tuple[str, list[str]]:
-    """``text`` without its blocks from a tag starting ``opening`` (through its ``>``) to
-    the first ``closing`` after it, and the whitespace after each, with each cut block's
-    ``kind(tag)``; a tag whose ``kind`` is None is kept, as is an unclosed block and all
-    after it. One pass over the text: an export of thousands of unclosed tags must not
-    take minutes, as a backtracking regex did (``<think>`` × 40,000: 48 s)."""
-    out: list[str] = []
-    kinds: list[str] = []
-    pos = scan = 0
-    while True:
-        start = text.find(opening, scan)
-        if start < 0:
-            break
-        end = text.find(">", start + len(opening) - 1)
-        if end < 0:
-            break  # no tag closes after here: none of the later ones can either
-        after = text[start + len(opening):start + len(opening) + 1]
-        whole_name = opening.endswith(">") or not (after.isalnum() or after == "_")  # not <detailsx
-        what = kind(text[start:end + 1]) if whole_name else None
-        if what is None:
-            scan = end + 1
-            continue
-        close = text.find(closing, end + 1)
-        if close < 0:
-            break  # unclosed: kept, and so is every later block (none has a closing tag)
-        out.append(text[pos:start])
-        kinds.append(what)
-        pos = close + len(closing)
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        scan = pos
-    out.append(text[pos:])
-    return "".join(out), kinds
-
-
 # -- ChatGPT ------------------------------------------------------------------------------------
 
 _HIDDEN_TYPES = {"thoughts", "reasoning_recap", "user_editable_context",
@@ -606,7 +559,10 @@ def _chatgpt_message(message: Any, tally: _Tally, documents: Documents,
         text = documents.cited(text, meta.get("content_references"))
     if not text.strip():
         return None
-    return _message(role, text, message.get("create_time"))
+    finish = meta.get("finish_details") if isinstance(meta.get("finish_details"), dict) else {}
+    stopped = role == "assistant" and (message.get("status") == "in_progress"
+                                       or finish.get("type") == "interrupted")
+    return _message(role, text, message.get("create_time"), stopped)
 
 
 def _chatgpt_text(content: dict[str, Any], kind: Any, tally: _Tally) -> str:
@@ -743,7 +699,28 @@ def _lmstudio_chat(data: dict[str, Any], tally: _Tally) -> Chat | None:
             nodes[(i, j)] = Node(parent, _lmstudio_version(version, tally), [])
         parent = (i, chosen)
     messages_out = _tree(nodes, parent, system.strip() if system and system.strip() else None, tally)
+    _lmstudio_dated(messages_out, data)
     return Chat(_title(data.get("name")), messages_out)
+
+
+#: the conversation's times, ms since 1970 (LM Studio keeps none per message): for the
+#: shown branch's first message, its last question and its last reply
+_LMSTUDIO_TIMES = ((None, "createdAt"), ("user", "userLastMessagedAt"),
+                   ("assistant", "assistantLastMessagedAt"))
+#: the stop reasons of a reply cut off (the LM Studio SDK's ``LLMPredictionStopReason``)
+_LMSTUDIO_CUT = {"userStopped", "failed", "modelUnloaded"}
+
+
+def _lmstudio_dated(messages: list[Message], data: dict[str, Any]) -> None:
+    """Date the shown branch by the conversation's times (before, a chat of any age was
+    undated, listed as the newest at its import)."""
+    shown = [m for m in messages if m["role"] != "system"
+             and m.get(TREE_KEY, {}).get("active", True)]
+    for role, key in _LMSTUDIO_TIMES:
+        which = shown[:1] if role is None else [m for m in shown if m["role"] == role][-1:]
+        when = _message(role or "user", "", data.get(key)).get("created_at")
+        for message in which if when else []:
+            message["created_at"] = when
 
 
 def _lmstudio_version(version: Any, tally: _Tally) -> Message | None:
@@ -751,10 +728,14 @@ def _lmstudio_version(version: Any, tally: _Tally) -> Message | None:
         return None
     role = version["role"]
     blocks: list[Any] = []
+    stop = None  # why the reply's last generated block ended
     if isinstance(version.get("steps"), list):
         for step in version["steps"]:
             if not isinstance(step, dict) or step.get("type") != "contentBlock":
                 continue
+            info = step.get("genInfo") if isinstance(step.get("genInfo"), dict) else {}
+            stats = info.get("stats") if isinstance(info.get("stats"), dict) else {}
+            stop = stats.get("stopReason", stop)
             style = step.get("style") if isinstance(step.get("style"), dict) else {}
             if style.get("type") == "thinking":
                 continue
@@ -769,7 +750,8 @@ def _lmstudio_version(version: Any, tally: _Tally) -> Message | None:
     text = "\n\n".join(texts)
     if role == "assistant":
         text = _strip_reasoning(text)
-    return _message(role, text) if text.strip() else None
+    stopped = role == "assistant" and isinstance(stop, str) and stop in _LMSTUDIO_CUT
+    return _message(role, text, stopped=stopped) if text.strip() else None
 
 
 def _lmstudio_parts(parts: Any, tally: _Tally) -> Iterable[str]:
