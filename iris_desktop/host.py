@@ -65,6 +65,7 @@ from iris_desktop.files import clean_leftovers
 from iris_desktop.paths import AppPaths, app_paths
 from iris_desktop.reasons import plain_reason as plain_reason
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
+from iris_desktop.runtime.loading import GpuRoom
 from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
 from iris_desktop.settings import BUNDLED, SETTINGS, Settings, SettingsError, load_settings
@@ -169,13 +170,14 @@ def model_problems(settings: Settings, in_force: Settings) -> dict[str, str]:
 
 
 def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[float], Any] | None = None,
-                 cancel: threading.Event | None = None, stage: Callable[[str], Any] | None = None) -> Runtime:
+                 cancel: threading.Event | None = None, stage: Callable[[str], Any] | None = None,
+                 room: GpuRoom | None = None) -> Runtime:
     """The runtime the settings name: the local model (a file of the user's own joins the
     library's recent list), or the server ``model.backend`` openai points at.
     ``progress(fraction)`` follows a local load, ``stage`` hears what it is doing
     ("copying": the first load's 8-bit copy of the weights; "checking": a GPU's first-use
-    check; "loading"), and setting
-    ``cancel`` stops it. Raises
+    check; "loading"), setting ``cancel`` stops it, and ``room`` is the GPU memory of the
+    model it replaces (``runtime.loading.GpuRoom``). Raises
     runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
     if settings["model.backend"] == "openai":
         return connect_server(settings)
@@ -212,6 +214,7 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         progress=progress,
         cancel=cancel,
         stage=stage,
+        room=room,
     )
     log.info("model on %s: %s", model.gpu.describe(), model.gpu.reason)
     if settings["model.path"] != BUNDLED:
@@ -467,20 +470,31 @@ class Host:
                    stage: Callable[[str], Any] | None = None) -> Runtime:
         """Load the runtime ``settings`` (default: the host's) name and make it the one in
         use. The runtime in use keeps running until the new one has loaded, so a load that
-        fails or is cancelled changes nothing (for a moment both are in memory). Raises
+        fails or is cancelled changes nothing (for a moment both are in memory), unless the
+        new one's plan needs the GPU memory it holds: it is closed first then, and loaded
+        again if the new one fails (``runtime.loading.GpuRoom``). Raises
         runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
         settings = settings or self.settings
-        runtime = self._ready if self._ready is not None else load_runtime(
-            settings, self.paths, progress=progress, cancel=cancel, stage=stage)
+        room = GpuRoom.of(self.runtime, self.close_model)
+        try:
+            runtime = self._ready if self._ready is not None else load_runtime(
+                settings, self.paths, progress=progress, cancel=cancel, stage=stage, room=room)
+        except Exception as exc:
+            if room is not None and room.released:  # closed to make room: loaded again, or why not
+                self._use(room.restore(exc, lambda: load_runtime(self._in_use, self.paths)), self._in_use)
+            raise
+        self._use(runtime, settings)
+        return runtime
+
+    def _use(self, runtime: Runtime, settings: Settings) -> None:
         if self.hold_remote and hasattr(runtime, "conversation_allowed") \
                 and not getattr(runtime, "is_loopback", True):
             runtime.conversation_allowed = False  # the window lets it go once agreed to
         self.close_model()
-        self.runtime = runtime
+        self.runtime, self._in_use = runtime, settings  # (the settings it was loaded with)
         self.model_error = None
         self.cache = ThreadCache(KVStateStore(self.paths.kv_cache_dir, self._kv_limit(settings),
                                               self.kv_secret()), runtime, owner_of=self._thread_owner)
-        return runtime
 
     @property
     def settings(self) -> Settings:

@@ -67,8 +67,9 @@ def test_8_gb_leaves_out_the_7b_model_and_prefers_a_permissive_3b():
 def test_a_gpu_with_8_gb_free_runs_the_7b_model_fast():
     rec = recommend(Machine(16 * GiB, 4, gpu(8)), 8192)
     assert rec.model.repo == QWEN_7B and rec.on_gpu and rec.speed == "fast"
-    assert rec.why == ("It fits in your 16 GB of memory with room for an 8,192-token window; it runs "
-                       "fast on your GPU (NVIDIA GeForce RTX 4060, 8 GB free).")
+    assert rec.why == ("It fits in your 16 GB of memory with room for an 8,192-token window; it fits "
+                       "whole in the 8 GB free on your GPU (NVIDIA GeForce RTX 4060), where Iris checks "
+                       "its answers against the CPU's at the first use.")
     # the same computer without the GPU: the CPU decides, and four cores are not enough for 7B
     assert recommend(Machine(16 * GiB, 4), 8192).model.repo != QWEN_7B
 

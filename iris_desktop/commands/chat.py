@@ -415,6 +415,9 @@ def chat(args, overrides) -> int:
                                "off); there is nothing to continue")
         runtime = _load(host)
         say_where(runtime)
+        facts = runtime.describe()
+        if facts.device_notice:  # a GPU found or asked for is not used (fully): the status bar's words
+            say(f"iris-desktop: {facts.device}: {facts.device_notice}", file=sys.stderr)
         if message is not None:
             from iris_desktop.core.attachments import model_text
 
@@ -443,6 +446,10 @@ def chat(args, overrides) -> int:
                     and not host.store.messages(made)):  # refused before it was stored: no
                 host.delete_thread(made)  # empty "New chat" is left behind for each try
                 printer.thread_id = None
+        if getattr(runtime, "gpu_failed", None):  # its GPU is recorded off: the next load plans the CPU
+            tid = printer.thread_id
+            say("iris-desktop: the next run uses the CPU" + (f"; 'iris-desktop chat --thread {tid} --regenerate' "
+                "asks for the reply again" if tid not in (None, -1) else ""), file=sys.stderr)
         if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
             return printer.code
         stats = printer.stats

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["ModelError", "PromptTooLongError", "ServerError"]
+__all__ = ["GpuFailed", "ModelError", "PromptTooLongError", "ServerError"]
 
 
 class ModelError(Exception):
@@ -35,3 +35,16 @@ class PromptTooLongError(ValueError):
 class ServerError(RuntimeError):
     """The server cannot be used, or a request to it failed. The message names the
     server (``host:port``) and says why; it never contains the API key."""
+
+
+class GpuFailed(RuntimeError):
+    """The GPU a model runs on failed while it computed (llama.cpp's decode failed there: its
+    memory, a lost device), in one sentence that names the GPU and llama.cpp's error and says
+    what Iris did: the GPU is recorded off for Iris (:class:`.gpu.GpuChecks`), so the next
+    load plans the CPU. What the reply had said before stays (the caller keeps it)."""
+
+    def __init__(self, device: str, error: str) -> None:
+        self.device = device
+        self.error = error
+        super().__init__(f"{device}, the GPU it runs on, failed during the reply ({error}); Iris has "
+                         "switched that GPU off, and the model runs on the CPU from its next load")

@@ -4,12 +4,14 @@ driver that computes wrong answers is left off (and remembered, :class:`.gpu.Gpu
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import llama_binding
+from .errors import GpuFailed
 from .gpu import GpuChecks, GpuPlan, cpu_plan, short_error
 from .loading import DeviceGone, device_params
 
@@ -135,3 +137,29 @@ def checked_plan(path: Path, plan: GpuPlan, checks: GpuChecks, threads: int, sta
                     f"first-use check ({detail}); it stays off for Iris until its driver changes",
                     notice=True, all_bytes=plan.all_bytes)
 
+
+
+#: how llama-cpp-python says llama_decode failed; -2 (a buffer could not be allocated) and
+#: -3 (the computation failed) are the device's failures, 1 (no room in the KV cache) and 2
+#: (aborted on purpose: Stop, a send preempting a prefill) are not
+_DECODE_FAILED = re.compile(r"llama_decode returned (-?\d+)")
+
+
+def gpu_failure(model: Any, exc: BaseException) -> GpuFailed | None:
+    """What to raise for ``exc``, raised while ``model`` (a :class:`.model.LocalModel`)
+    computed a reply: :class:`~.errors.GpuFailed` when it is llama.cpp's decode failing on
+    the model's GPU, which is then recorded off in its ``gpu_checks`` (as a GPU that failed
+    its first-use check is, so the next load plans the CPU) and said in ``gpu_failed``;
+    None otherwise (``exc`` as it is: the CPU's failures, a prompt too long, a closed model)."""
+    plan: GpuPlan = model.gpu
+    match = _DECODE_FAILED.search(str(exc)) if plan.on_gpu and isinstance(exc, RuntimeError) else None
+    if match is None or int(match[1]) > -2:
+        return None
+    said = short_error(llama_binding.recent_llama_errors(), str(exc))
+    error = said if said == str(exc) else f"{said}; {exc}"
+    log.error("%s failed during a reply (%s); switched off for Iris", plan.device.label, error)
+    GpuChecks(model.gpu_checks).record(plan.device, False, f"it failed during a reply: {error}", reason=(
+        f"it failed during a reply ({error}); it stays off until its driver changes"))
+    failed = GpuFailed(plan.device.label, error)
+    model.gpu_failed = str(failed)
+    return failed

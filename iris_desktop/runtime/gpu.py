@@ -32,6 +32,7 @@ import os
 import re
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -52,12 +53,15 @@ __all__ = [
     "device_line",
     "devices_report",
     "fit_text",
+    "hold",
     "layer_costs",
+    "let_go",
     "memory_text",
     "offload_from_log",
     "plan_gpu",
     "plan_line",
     "plan_model",
+    "with_held",
 ]
 
 AUTO = "auto"
@@ -99,6 +103,9 @@ class Device:
     index: int = -1
     #: the driver's version where it can be told ("" where not)
     driver: str = ""
+    #: of ``free_bytes``, what this process's own open models hold there, counted back as
+    #: free (:func:`with_held`: a load that replaces them gets it back); 0: none counted
+    held_bytes: int = 0
 
     @property
     def is_gpu(self) -> bool:
@@ -273,6 +280,9 @@ class GpuPlan:
     measured_compute: int = 0
     #: the plan's compute buffer came from such a measurement, not the estimate
     compute_measured: bool = False
+    #: what llama.cpp put on the device at this load, from its log (0: not loaded yet, or on
+    #: the CPU): what the model gives back when it is closed (:func:`hold`)
+    device_bytes: int = field(default=0, compare=False)
 
     @property
     def on_gpu(self) -> bool:
@@ -410,10 +420,13 @@ def plan_model(info: GGUFInfo, n_ctx: int, devices: Sequence[Device], setting: s
 
 
 def memory_text(device: Device) -> str:
-    """"7.5 GB free of 8 GB" (memory as it is sold: ``units.memory_size``), or "memory not reported"."""
+    """"7.5 GB free of 8 GB" (memory as it is sold: ``units.memory_size``), with "(with the
+    loaded model's 700 MB)" where that is counted as free (:func:`with_held`), or "memory
+    not reported"."""
     if not device.memory_known:
         return "memory not reported"
-    return f"{memory_size(device.free_bytes)} free of {memory_size(device.total_bytes)}"
+    held = f" (with the loaded model's {memory_size(device.held_bytes)})" if device.held_bytes else ""
+    return f"{memory_size(device.free_bytes)} free of {memory_size(device.total_bytes)}{held}"
 
 
 def device_line(device: Device) -> str:
@@ -469,6 +482,38 @@ def fit_text(plan: GpuPlan | None, devices: Sequence[Device]) -> str:
     if "does not fit" in plan.reason:
         return "CPU only: does not fit"
     return "CPU only: " + plan.reason.split(":")[0].split(";")[0].split(" (")[0]
+
+
+# -- what this process's own models hold on each GPU ------------------------------------------
+
+#: id of an open model -> (its GPU's label, the bytes it holds there): a free figure read
+#: while it is open leaves them out, though loading another model in its place gets them back
+_held: dict[int, tuple[str, int]] = {}
+
+
+def hold(model: object, plan: GpuPlan) -> None:
+    """Count what ``model`` holds on ``plan``'s GPU (what llama.cpp's log said it put there,
+    else the plan's estimate) until :func:`let_go`, or until ``model`` is gone."""
+    if plan.on_gpu:
+        _held[id(model)] = (plan.device.label, plan.device_bytes or plan.needed_bytes)
+        weakref.finalize(model, _held.pop, id(model), None)
+
+
+def let_go(model: object) -> None:
+    """``model`` is closed: what it held is free again."""
+    _held.pop(id(model), None)
+
+
+def with_held(devices: Iterable[Device]) -> list[Device]:
+    """``devices`` with what this process's open models hold on each counted back as free
+    (``held_bytes`` says how much): the memory a model loaded in their place could have, as
+    a reload plans it (:class:`.loading.GpuRoom`). For Preferences, Model ▸ Models… and the
+    recommendation: read while a model is loaded, the driver's figure left its buffers out."""
+    held: dict[str, int] = {}
+    for label, nbytes in list(_held.values()):
+        held[label] = held.get(label, 0) + nbytes
+    return [replace(d, free_bytes=min(d.free_bytes + held[d.label], d.total_bytes), held_bytes=held[d.label])
+            if held.get(d.label) and d.memory_known else d for d in devices]
 
 
 #: a load that fails on a GPU is tried again with half the layers this many times, then

@@ -8,9 +8,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from iris_desktop.units import memory_size
 
 from . import llama_binding
 from .errors import ModelError
@@ -20,8 +23,12 @@ from .gpu import (
     Device,
     GpuChecks,
     GpuPlan,
+    MeasuredCompute,
+    MiB,
+    compute_key,
     cpu_plan,
     fewer,
+    margin,
     offload_from_log,
     plan_gpu,
     plan_model,
@@ -111,12 +118,72 @@ def q8_weights(source: Path, info: GGUFInfo, folder: Path, progress: Any,
     return path, f"Q5_0 read as Q8_0 (the same values; {path})", after
 
 
+@dataclass
+class GpuRoom:
+    """What the model in use holds on its GPU when another is loaded in its place (a reload:
+    the driver's free figure leaves those bytes out, so the new plan counted them as taken
+    and a model that fits went to the CPU), and how to give them back: ``release`` closes
+    the model in use (the host saves its chat's KV state first). :func:`plan_device` counts
+    them as free, and releases them before anything is loaded only when the plan needs them;
+    a load that then fails loads the model in use again (:meth:`restore`)."""
+
+    device: str
+    held: int
+    release: Callable[[], None]
+    #: the model in use's file (named when it does not load again)
+    path: Path
+    released: bool = False
+
+    @classmethod
+    def of(cls, runtime: Any, release: Callable[[], None]) -> GpuRoom | None:
+        """The room the model in use ``runtime`` gives back (None: none is loaded, a server,
+        or it runs on the CPU)."""
+        plan = getattr(runtime, "gpu", None)
+        if not isinstance(plan, GpuPlan) or not plan.on_gpu or getattr(runtime, "closed", True):
+            return None
+        return cls(plan.device.label, plan.device_bytes or plan.needed_bytes, release, Path(runtime.path))
+
+    def counted(self, devices: list[Device]) -> list[Device]:
+        """``devices`` with the held bytes counted as free on their device."""
+        return [replace(d, free_bytes=d.free_bytes + self.held, held_bytes=d.held_bytes + self.held)
+                if d.label == self.device and d.memory_known else d for d in devices]
+
+    def make(self, plan: GpuPlan) -> GpuPlan:
+        """``plan`` (made with :meth:`counted` devices), the model in use closed first when the
+        plan needs what it holds (it does not fit beside it, or the device's memory is not
+        known); the plan's reason then says what was given back."""
+        device = plan.device
+        if not plan.on_gpu or device.label != self.device:
+            return plan
+        if device.memory_known and plan.needed_bytes + margin(device) <= device.free_bytes - self.held:
+            return plan  # it fits beside the model in use, which answers until the swap
+        log.info("closing the model in use first: the plan for %s needs the %d bytes it holds", device.label,
+                 self.held)
+        self.release()
+        self.released = True
+        return replace(plan, reason=f"{plan.reason}, counting the {memory_size(self.held)} the model "
+                       "in use gave back")
+
+    def restore(self, failed: BaseException, load: Callable[[], Any]) -> Any:
+        """The model in use, closed to make room for one that ``failed`` to load, loaded again
+        (``load``); ModelError saying both when it does not load either."""
+        try:
+            return load()
+        except Exception as exc:
+            raise ModelError(self.path, f"it was closed to make room on {self.device} for a model that did "
+                             f"not load ({failed}), and it did not load again ({exc}); no model is loaded; "
+                             "Model ▸ Reload tries again") from None
+
+
 def plan_device(info: GGUFInfo, n_ctx: int, gpu: str | int, devices: list[Device] | None,
-          gpu_checks: str | os.PathLike[str] | None, *, swa_full: bool, flash_attn: bool) -> GpuPlan:
+          gpu_checks: str | os.PathLike[str] | None, *, swa_full: bool, flash_attn: bool,
+          room: GpuRoom | None = None) -> GpuPlan:
     """The device and layers for ``model.gpu`` (:func:`.gpu.plan_gpu`), leaving out a GPU
     the first-use check switched off, with the compute buffer measured at an earlier load of
     the same model and settings on that device where there was one (kept beside
-    ``gpu_checks``). No device is looked for with ``off``."""
+    ``gpu_checks``). No device is looked for with ``off``. ``room``: the model being
+    replaced's GPU memory, counted as free (and given back when the plan needs it,
+    :meth:`GpuRoom.make`)."""
     if gpu == OFF:
         return plan_gpu(info, n_ctx, [], OFF)
     if devices is None:
@@ -128,8 +195,12 @@ def plan_device(info: GGUFInfo, n_ctx: int, gpu: str | int, devices: list[Device
             log.warning("cannot list llama.cpp's devices (%s); the CPU runs the model", exc)
             devices = []
     disabled = GpuChecks(gpu_checks).disabled(devices) if gpu_checks is not None else {}
+    if room is not None:
+        devices = room.counted(devices)
     plan, _ = plan_model(info, n_ctx, devices, gpu, disabled=disabled, swa_full=swa_full, flash_attn=flash_attn,
                          gpu_checks=gpu_checks)
+    if room is not None:
+        plan = room.make(plan)
     log.info("%s at n_ctx %d, model.gpu %s: %s (%s)", info.path.name, n_ctx, gpu, plan.describe(), plan.reason)
     return plan
 
@@ -186,6 +257,15 @@ def load_weights(source: Path, load_path: Path, weights: str, weights_dir: Any, 
     return llm, plan, source, "as published (the 8-bit copy did not load)"
 
 
+def remember_compute(plan: GpuPlan, info: GGUFInfo, n_ctx: int, flash_attn: bool,
+                     gpu_checks: str | os.PathLike[str] | None) -> None:
+    """Keep the compute buffer llama.cpp reserved at this load beside ``gpu_checks``: the
+    next plan with these facts uses it, not the estimate (:class:`.gpu.MeasuredCompute`)."""
+    if plan.on_gpu and plan.measured_compute and gpu_checks is not None:
+        MeasuredCompute.beside(gpu_checks).record(plan.device, compute_key(info, n_ctx, flash_attn),
+                                                  plan.measured_compute)
+
+
 def as_loaded(path: Path, plan: GpuPlan, offload: Any) -> GpuPlan:
     """``plan`` checked against the load log (``offload``: :func:`.gpu.offload_from_log`):
     the layers llama.cpp says it offloaded, and the CPU when it made no buffer on a GPU."""
@@ -201,11 +281,12 @@ def as_loaded(path: Path, plan: GpuPlan, offload: Any) -> GpuPlan:
                         all_bytes=plan.all_bytes)
     if offload.total and offload.total != plan.total_layers:
         log.warning("%s: llama.cpp counts %d layers, the plan %d", path.name, offload.total, plan.total_layers)
+    device_bytes = int(sum(on_device.values()) * MiB)  # what closing the model gives back
     if layers != min(plan.layers, plan.total_layers) or (offload.total and offload.total != plan.total_layers):
         return replace(plan, layers=layers, total_layers=offload.total or plan.total_layers, notice=True,
                        reason=f"{plan.reason}; llama.cpp offloaded {layers}/{offload.total}",
-                       measured_compute=offload.device_compute_bytes())
+                       measured_compute=offload.device_compute_bytes(), device_bytes=device_bytes)
     log.info("%s: offloaded %d/%d layers to %s, as planned (%s)", path.name, layers, offload.total,
              plan.device.label, ", ".join(f"{k} {v:.0f} MiB" for k, v in on_device.items()))
-    return replace(plan, measured_compute=offload.device_compute_bytes())
+    return replace(plan, measured_compute=offload.device_compute_bytes(), device_bytes=device_bytes)
 

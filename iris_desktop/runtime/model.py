@@ -52,13 +52,13 @@ from .chat_format import ChatFormat, select_chat_format
 from .control_text import control_spellings, template_tokens, text_parts
 from .cpu import physical_cores
 from .errors import ModelError, PromptTooLongError
-from .first_use import checked_plan
+from .first_use import checked_plan, gpu_failure
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
-from .gpu import OFF, Device, GpuChecks, GpuPlan, MeasuredCompute, compute_key, cpu_plan
+from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan, hold, let_go
 from .kv_reuse import KVReuse, read_sequence, write_sequence
 from .library import is_base_model, not_a_chat_model
 from .llama_binding import EvalStopped, install_llama_logging, recent_llama_errors
-from .loading import load_weights, plan_device, q8_weights
+from .loading import GpuRoom, load_weights, plan_device, q8_weights, remember_compute
 from .protocol import (
     Capabilities,
     Generation,
@@ -192,6 +192,7 @@ class LocalModel(KVReuse):
         stage: Any = None,
         gpu_checks: str | os.PathLike[str] | None = None,
         devices: list[Device] | None = None,
+        room: GpuRoom | None = None,
     ) -> LocalModel:
         """Validate the GGUF header, then load the model with llama.cpp.
 
@@ -220,7 +221,8 @@ class LocalModel(KVReuse):
         its driver first runs a short greedy generation against the CPU's, and one that
         disagrees is left off (None: no check). The load's log must show the planned
         layers on the device; a load that fails is tried again with half the layers, then
-        on the CPU. :attr:`gpu` holds the plan that loaded.
+        on the CPU. :attr:`gpu` holds the plan that loaded. ``room``: the GPU memory of the
+        model this one replaces, counted as free (:class:`.loading.GpuRoom`).
         """
         p = Path(path)
         info = _chat_model_info(p)
@@ -231,7 +233,8 @@ class LocalModel(KVReuse):
         recent_llama_errors()
         threads = n_threads or physical_cores()
         t0 = time.perf_counter()
-        plan = plan_device(info, n_ctx, gpu, devices, gpu_checks, swa_full=swa_full, flash_attn=flash_attn)
+        plan = plan_device(info, n_ctx, gpu, devices, gpu_checks, swa_full=swa_full, flash_attn=flash_attn,
+                           room=room)
         if plan.on_gpu and gpu_checks is not None:
             plan = checked_plan(p, plan, GpuChecks(gpu_checks), threads, stage, cancel, flash_attn)
         load_path, weights = p, "as published"
@@ -249,17 +252,15 @@ class LocalModel(KVReuse):
             why = "; ".join(recent_llama_errors()) or str(exc)
             raise ModelError(p, f"llama.cpp could not load the model ({why})") from None
         load_s = time.perf_counter() - t0
-        if plan.on_gpu and plan.measured_compute and gpu_checks is not None:
-            # the next plan with these facts uses what llama.cpp reserved, not the estimate
-            MeasuredCompute.beside(gpu_checks).record(plan.device, compute_key(info, n_ctx, flash_attn),
-                                                      plan.measured_compute)
+        remember_compute(plan, info, n_ctx, flash_attn, gpu_checks)
         # the copy's header names its tensor types: a KV state saved with the other
         # weights is read again rather than trusted
         identity = _header_identity(info if load_path == p else read_gguf_info(load_path))
         model = cls(llm, info, chat_format, identity=identity, swa_full=swa_full, seed=seed,
                     kv_shift=kv_shift)
         model.weights = weights
-        model.gpu = plan
+        model.gpu, model.gpu_checks = plan, gpu_checks
+        hold(model, plan)  # what it holds on a GPU is counted back where a load in its place is planned
         model._mapped = _file_state(load_path)
         log.info(
             "%s: loaded %s %s (%s, %.0f MB) in %.2f s; n_ctx %d, chat format %s, "
@@ -279,6 +280,10 @@ class LocalModel(KVReuse):
     weights: str = "as published"
     #: where it runs: the device and layers llama.cpp loaded it with, and why (:mod:`.gpu`)
     gpu: GpuPlan = cpu_plan(0, "loaded without a plan")
+    #: the first-use checks' record, where a GPU that fails during a reply is recorded off;
+    #: and then the sentence that said so (:func:`.first_use.gpu_failure`; None: it did not)
+    gpu_checks: str | os.PathLike[str] | None = None
+    gpu_failed: str | None = None
 
     # -- basics ------------------------------------------------------------
 
@@ -530,8 +535,10 @@ class LocalModel(KVReuse):
             except GeneratorExit:
                 run.finish = "cancelled"
                 raise
-            except BaseException:
+            except BaseException as exc:
                 run.finish = "error"
+                if (failed := gpu_failure(self, exc)) is not None:  # llama.cpp failed on the GPU
+                    raise failed from exc
                 raise
             finally:
                 llm.iris_should_stop = llm.iris_progress = None
@@ -748,6 +755,7 @@ class LocalModel(KVReuse):
                 return
             self._closed = True
             self._finalizer()  # runs llm.close() once
+            let_go(self)
 
     def __enter__(self) -> LocalModel:
         return self

@@ -14,7 +14,8 @@ facts from this computer (:mod:`.cpu`, :mod:`.devices`). How it decides:
    memory must still hold the model with 1 GiB to spare (:func:`.hub.fits_in_memory`), so
    that it runs on the CPU if the GPU cannot. A model that fits a GPU only in part is
    judged as on the CPU.
-2. **Speed class** (a rule, no tokens/s claimed). On the GPU: ``fast``. On the CPU a
+2. **Speed class** (a rule, no tokens/s claimed). On the GPU: ``fast`` (not said: the GPU
+   has not run it yet; the sentence says it fits, and that the first use checks it). On the CPU a
    token reads every weight once, the physical cores sharing the work: up to
    :data:`FAST_BYTES_PER_CORE` (0.3 GB) of file per core is ``fast``, up to
    :data:`USABLE_BYTES_PER_CORE` (0.8 GB) ``usable``, more ``slow``; a file over
@@ -40,7 +41,7 @@ from typing import Any
 from iris_desktop.units import file_size, memory_size
 
 from .cpu import physical_cores, system_memory_bytes
-from .gpu import AUTO, OFF, Device, GpuChecks, margin
+from .gpu import AUTO, OFF, Device, GpuChecks, margin, with_held
 from .hub import RECOMMENDED, Recommended, fits_in_memory
 
 log = logging.getLogger("iris.runtime.recommend")
@@ -91,7 +92,7 @@ class Machine:
             try:
                 from .devices import list_devices
 
-                devices = list_devices()
+                devices = with_held(list_devices())  # the loaded model's GPU memory is the new one's
             except Exception as exc:  # a driver that does not answer: the CPU is judged alone
                 log.info("no device list for the recommendation: %s", exc)
                 devices = []
@@ -224,9 +225,10 @@ def recommend(machine: Machine, n_ctx: int = 8192,
 
 def _why(machine: Machine, n_ctx: int, on_gpu: bool, speed: str) -> str:
     start = f"It fits in your {memory_size(machine.memory_bytes or 0)} of memory with room for {_window(n_ctx)}"
-    if on_gpu:
+    if on_gpu:  # what is known is its memory: how fast it runs there is not (it has not run yet)
         gpu = machine.gpu
-        return f"{start}; it runs fast on your GPU ({gpu.label}, {memory_size(gpu.free_bytes)} free)."
+        return (f"{start}; it fits whole in the {memory_size(gpu.free_bytes)} free on your GPU ({gpu.label}), "
+                "where Iris checks its answers against the CPU's at the first use.")
     cores = f"{machine.cores} CPU core" + ("s" if machine.cores != 1 else "")
     pace = "fast" if speed == "fast" else "at a usable speed"
     return f"{start}; on your {cores} it runs {pace}."

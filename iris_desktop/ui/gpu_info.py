@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QLabel, QVBoxLayout
 
 from iris_desktop.runtime.gguf import GGUFInfo
-from iris_desktop.runtime.gpu import Device, GpuChecks, devices_report, fit_text, plan_model
+from iris_desktop.runtime.gpu import Device, GpuChecks, devices_report, fit_text, plan_model, with_held
 from iris_desktop.settings import BUNDLED, Settings
 from iris_desktop.ui.hub_worker import HubCalls
 
@@ -43,14 +43,17 @@ def forget() -> None:
 
 def cached_devices() -> list[Device]:
     """What llama.cpp found, listed the first time (blocks then: call it off the GUI
-    thread). A list that fails is taken as no device besides what is said in the log."""
+    thread), with what Iris's own loaded model held on a GPU then counted back as free
+    (``runtime.gpu.with_held``: a load in its place gets it back; the driver's figure left
+    it out, and the plans said less fitted than a reload had). A list that fails is taken
+    as no device besides what is said in the log."""
     global _devices
     with _lock:
         if _devices is None:
             from iris_desktop.runtime import devices
 
             try:
-                _devices = devices.list_devices()
+                _devices = with_held(devices.list_devices())
             except Exception as exc:  # a driver that does not answer: the CPU alone
                 log.info("no device list: %s", exc)
                 _devices = []

@@ -22,6 +22,7 @@ from iris_desktop.ui.background import Background
 from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.download_dialog import DownloadDialog
+from iris_desktop.ui.model_follow import reload_reason
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
 from iris_desktop.ui.models_dialog import ModelsDialog
 from iris_desktop.ui.recommend_card import RecommendCard, RecommendControl
@@ -199,7 +200,7 @@ class ModelControl(QObject):
             state.set_settings(rolled_back(state.settings, before, values))
         if self.adopted is not None:  # to a replaced choice that loaded: it answers now
             self._save_choice(self.adopted)
-        info = state.model_info
+        info = state.model_info if self.model.worker.host.runtime is not None else None
         if info is not None:  # the previous model is still loaded and answering
             state.set_model("ready", state.loaded, message)
             self.composer.set_can_send(True)
@@ -373,24 +374,17 @@ class ModelControl(QObject):
             QTimer.singleShot(0, self._follow_server)
 
     def _follow_server(self) -> None:
-        """Connect to the server again when what the planner was made with no longer
-        holds: the server said mid-reply that it now runs another window (restarted
-        with ``-c 512``: every send failed "the prompt is 566 tokens but the context
-        window is 512", the status bar still said 1,024), or the user has just agreed
-        to send it the conversation (its exact counts replace the estimate counted
-        before). A connect only probes the server; nothing of the chat is sent."""
-        runtime, info = self.model.worker.host.runtime, self.info or {}
-        if (self.state != "ready" or self.app_state.generating or self.job is not None
-                or runtime is None or not info.get("base_url")):
+        """Load the model in use again when what the planner was made with no longer holds
+        (:func:`~iris_desktop.ui.model_follow.reload_reason`: its GPU failed during the
+        reply, the server now runs another window, or the user has just agreed to send it
+        the conversation); the reason is said once it has loaded."""
+        runtime = self.model.worker.host.runtime
+        if self.state != "ready" or self.app_state.generating or self.job is not None or runtime is None:
             return
-        planner = self.app_state.planner
-        if runtime.n_ctx != info.get("n_ctx"):
-            self._reconnecting = (f"The server now runs a {runtime.n_ctx:,}-token window "
-                                  f"(it ran {info['n_ctx']:,}); Iris uses it from now on")
-        elif not (runtime.capabilities.exact_counts and planner is not None
-                  and ":estimated:" in planner.counter.name):
-            return
-        self.load()
+        why = reload_reason(runtime, self.info or {}, self.app_state.planner)
+        if why is not None:
+            self._reconnecting = why or None
+            self.load()
 
     def open_server(self) -> ServerDialog:
         """Model ▸ Server…: add a server, test it, choose its model, or remove it."""

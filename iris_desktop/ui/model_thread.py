@@ -170,6 +170,7 @@ class ModelWorker(QObject):
         if job.cancel.is_set():
             self.loadFailed.emit("loading was cancelled", job)
             return
+        before = self.host.runtime
         try:
             if job.settings["model.path"] == BUNDLED:
                 self.loading.emit("Preparing the bundled model…")
@@ -179,6 +180,10 @@ class ModelWorker(QObject):
         except Exception as exc:  # a bad model must never take the app down
             log.error("model: %s", exc)
             self.loadFailed.emit(str(exc), job)
+            again = self.host.runtime
+            if again is not None and again is not before:  # the model in use, closed to make
+                # room on its GPU for this one, loaded again: the window plans for it anew
+                self.loaded.emit(LoadedModel(asdict(again.describe()), self.host.embedder is not None))
             return
         embedder = self.host.load_embedder(job.settings)
         self.loaded.emit(LoadedModel(asdict(runtime.describe()), embedder is not None, job))

@@ -141,7 +141,7 @@ class RecommendControl(QObject):
 
     def _measure(self) -> None:
         """Read this computer once the first load has ended (llama.cpp's devices are then
-        listed, and a GPU's free memory is what the model in use leaves)."""
+        listed; a GPU's free memory counts the model in use's back: the pick replaces it)."""
         if self.machine is not None or self.calls.busy or self.app_state.model_state in ("none", "loading"):
             return
         settings = self.app_state.settings

@@ -1,0 +1,370 @@
+"""Simulated GPU failures beyond the first-use check (audit a12's "not there yet"): a GPU
+that fails in the middle of a reply, a Reload planned against the memory the old model
+still holds, the free memory Preferences and Models… read, and the welcome card's words.
+
+There is no GPU here. A "GPU" load is the real bundled model loaded on this CPU, with the
+lines llama.cpp's log writes for an offload added to it (so the load's own check against
+its plan sees layers and a buffer on the device), and a made-up device whose free memory
+is its total less what the open "GPU" models hold. Everything but the device is real: the
+model, llama.cpp's errors as its log says them, the SQLite history, the window."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+
+import pytest
+
+from iris_desktop.cli import main
+from iris_desktop.generation import GenerationRequest
+from iris_desktop.runtime import llama_binding, loading
+from iris_desktop.runtime.errors import GpuFailed, ModelError
+from iris_desktop.runtime.gpu import Device, GiB, GpuChecks, MiB, device_line
+from iris_desktop.runtime.model import LocalModel
+from iris_desktop.settings import load_settings
+
+from support.windows import settle
+
+CPU = Device("CPU", "Test CPU", "cpu", "CPU", 16 * GiB, 16 * GiB, index=0)
+#: 1.5 GiB: the whole bundled model at n_ctx 1,024 (731 MiB by the plan) fits with the
+#: 512 MiB margin, but not beside a copy of itself (the 720 MiB an open one holds)
+GPU = Device("Vulkan0", "Fake Arc", "gpu", "Vulkan", 1536 * MiB, 1536 * MiB, index=1, driver="Mesa 23.2")
+HELD_MIB = 720
+HI = GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=16, temperature=0)
+LOST = ("Fake Arc, the GPU it runs on, failed during the reply (the driver lost the device; llama_decode "
+        "returned -3); Iris has switched that GPU off, and the model runs on the CPU from its next load")
+
+
+def _llama_errors(*lines: str) -> None:
+    """What llama.cpp's log would have said at an error (as ``recent_llama_errors`` reads it)."""
+    state = llama_binding._log_state["state"]
+    state["errors"] = (state["errors"] + list(lines))[-5:]
+
+
+def _load_log(*lines: str) -> None:
+    """Lines of llama.cpp's log during this thread's load (what ``captured_log`` reads)."""
+    for thread, captured in llama_binding._log_state["state"]["captures"]:
+        if thread == threading.get_ident():
+            captured.extend(lines)
+
+
+class FakeGpu:
+    """The made-up GPU: ``devices()`` lists it with what the open "GPU" loads leave free;
+    ``loads`` are the layer counts asked for; ``fail_after``: evaluations before every
+    next one fails as llama_decode does after ErrorDeviceLost (None: none fails);
+    ``refuse(n_ctx)``: loads at that n_ctx fail as an unknown architecture does."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+        self.loads: list[int] = []
+        self.fail_after: int | None = None
+        self.refused: set[int] = set()
+
+    def devices(self) -> list[Device]:
+        return [CPU, replace(GPU, free_bytes=GPU.total_bytes - len(self.open) * HELD_MIB * MiB)]
+
+    def failing_eval(self, llm) -> None:
+        real, count = llm.eval, [0]
+
+        def evaluate(tokens):
+            count[0] += 1
+            if self.fail_after is not None and count[0] > self.fail_after:
+                _llama_errors("ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
+                              "llama_decode: failed to decode, ret = -3")
+                raise RuntimeError("llama_decode returned -3")
+            return real(tokens)
+
+        llm.eval = evaluate
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    fake = FakeGpu()
+    real = llama_binding.load_llama
+
+    def load(path, scratch, progress, cancel, device=None, **params):
+        layers = params["n_gpu_layers"]
+        fake.loads.append(layers)
+        if params["n_ctx"] in fake.refused:
+            _llama_errors("llama_model_load: error loading model: unknown model architecture: 'x'")
+            raise ValueError("Failed to load model from file")
+        if layers:
+            params.update(loading.cpu_only_params())
+            device = None
+        llm = real(path, scratch, progress, cancel, device=device, **params)
+        fake.failing_eval(llm)
+        if layers and params["n_ctx"] != 128:  # (the first-use check's model: recorded as agreeing)
+            _load_log(f"load_tensors: offloaded {layers}/25 layers to GPU",
+                      f"load_tensors:      Vulkan0 model buffer size =   {HELD_MIB:.2f} MiB")
+            fake.open.add(id(llm))
+            close = llm.close
+            llm.close = lambda: (fake.open.discard(id(llm)), close())
+        return llm
+
+    monkeypatch.setattr(llama_binding, "load_llama", load)
+    monkeypatch.setattr("iris_desktop.runtime.devices.device_handle", lambda device: 0xDEAD)
+    monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", fake.devices)
+    return fake
+
+
+def _checked(data) -> None:
+    """The first-use check already passed on this GPU and driver (it is not what is tested)."""
+    GpuChecks(data / "gpu-checks.json").record(GPU, True, "the same top token at all 8 steps")
+
+
+# -- a GPU that fails in the middle of a reply ----------------------------------------------------
+
+
+def test_a_gpu_that_fails_mid_reply_is_switched_off_and_the_next_load_runs_on_the_cpu(model_path, tmp_path,
+                                                                                       fake_gpu):
+    """Before: "llama_decode returned -3", the GPU kept: every next reply failed the same
+    way, at every start. Now: the reply's text so far came; the sentence names the GPU,
+    llama.cpp's error and what Iris did; the GPU is recorded off; the next load is the CPU's."""
+    record = tmp_path / "gpu-checks.json"
+    _checked(tmp_path)
+    model = LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
+    pieces = []
+    try:
+        assert model.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
+        fake_gpu.fail_after = 3  # the prompt and two tokens
+        with pytest.raises(GpuFailed) as failed:
+            for piece in model.stream(HI):
+                pieces.append(piece)
+        assert pieces and str(failed.value) == LOST and model.gpu_failed == LOST
+    finally:
+        model.close()
+    entry = json.loads(record.read_text())["checks"]["Fake Arc|Mesa 23.2"]
+    assert entry["agrees"] is False
+    assert entry["detail"] == "it failed during a reply: the driver lost the device; llama_decode returned -3"
+    fake_gpu.fail_after = None
+    again = LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
+    try:
+        assert again.gpu.describe() == "CPU" and again.gpu.notice
+        assert again.gpu.reason == ("Fake Arc is off for Iris: it failed during a reply (the driver lost the "
+                                    "device; llama_decode returned -3); it stays off until its driver changes")
+        assert "".join(again.stream(HI))
+    finally:
+        again.close()
+    assert fake_gpu.loads[-1] == 0
+
+
+def test_a_cpu_failure_and_a_stop_on_the_gpu_switch_nothing_off(model_path, tmp_path, fake_gpu):
+    """Only llama.cpp's decode failing on a GPU plan counts: the same error on the CPU is
+    said as it was ("llama_decode returned -3"), and a Stop (llama.cpp aborting the decode
+    on purpose, "returned 2") is a stop."""
+    record = tmp_path / "gpu-checks.json"
+    _checked(tmp_path)
+    cpu = LocalModel.load(model_path, n_ctx=1024, gpu="off", gpu_checks=record)
+    try:
+        fake_gpu.fail_after = 1
+        with pytest.raises(RuntimeError) as failed:
+            "".join(cpu.stream(HI))
+        assert not isinstance(failed.value, GpuFailed) and str(failed.value) == "llama_decode returned -3"
+        assert cpu.gpu_failed is None
+    finally:
+        cpu.close()
+    fake_gpu.fail_after = None
+    model = LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
+    try:
+        stop = threading.Event()
+        generation = model.stream(replace(HI, cancel=stop, progress=lambda done, total: stop.set()))
+        assert "".join(generation) == "" and generation.stats.finish_reason == "cancelled"
+        assert model.gpu_failed is None and "".join(model.stream(HI))  # still on the GPU
+    finally:
+        model.close()
+    assert json.loads(record.read_text())["checks"]["Fake Arc|Mesa 23.2"]["agrees"] is True
+
+
+def test_the_window_keeps_the_reply_says_why_and_reloads_the_model_on_the_cpu(make_window, qtbot, model_path,
+                                                                              data_dir, fake_gpu):
+    """Before: the window kept the GPU model, and every next reply failed the same way
+    until the user found Model ▸ Reload and the next start. Now: the text so far stays
+    (marked failed), the transcript says the sentence, and the model is loaded again on
+    the CPU at once, said in the status bar."""
+    data_dir.mkdir(parents=True)
+    _checked(data_dir)
+    window = make_window(None, overrides={"model.path": str(model_path), "model.n_ctx": "1024",
+                                          "model.q8_weights": "false", "model.max_tokens": "16",
+                                          "model.temperature": "0", "context.recall_semantic": "false"})
+    assert window.models.info["device"] == "GPU: Fake Arc · 25/25 layers"
+    fake_gpu.fail_after = 3
+    window.turns.send("Hi")
+    qtbot.waitUntil(lambda: not window.generating, timeout=60_000)
+    qtbot.waitUntil(lambda: window.model_state == "ready" and window.models.info["device"] == "CPU",
+                    timeout=60_000)
+    settle(qtbot, window)
+    shown = window.view.transcript.entries()
+    reply = next(e for e in shown if e.role == "assistant")
+    assert reply.status == "error" and reply.text
+    assert any(e.kind == "notice" and e.text == f"The model failed: {LOST}" for e in shown)
+    assert "Fake Arc is off for Iris: it failed during a reply" in window.models.info["device_notice"]
+    assert fake_gpu.loads[-1] == 0 and not fake_gpu.open  # the GPU model was closed
+    fake_gpu.fail_after = None
+    window.turns.send("Hi again")  # the next reply runs, on the CPU
+    qtbot.waitUntil(lambda: not window.generating, timeout=60_000)
+    settle(qtbot, window)
+    last = window.view.transcript.entries()[-1]
+    assert last.role == "assistant" and last.status == "complete" and last.text
+
+
+def test_chat_says_the_gpu_failed_and_the_next_run_uses_the_cpu_saying_why(capsys, model_path, tmp_path,
+                                                                           fake_gpu):
+    """Before: "iris-desktop: The model failed: llama_decode returned -3", and the next
+    run failed the same way; a run on the CPU because of a GPU said nothing of it (the
+    window's status bar did). Now: the sentence, that the next run uses the CPU, and at
+    that run the notice, once."""
+    data = tmp_path / "d"
+    data.mkdir()
+    _checked(data)
+    args = ["--data-dir", str(data), "--set", f"model.path={model_path}", "--set", "model.n_ctx=1024",
+            "--set", "model.q8_weights=false", "--set", "context.recall_semantic=false",
+            "--set", "model.max_tokens=16"]
+    fake_gpu.fail_after = 3
+    code = main([*args, "chat", "Hi"])
+    out, err = capsys.readouterr()
+    assert code != 0 and out.strip() and "Traceback" not in err
+    assert f"iris-desktop: The model failed: {LOST}\n" in err
+    assert "iris-desktop: the next run uses the CPU; 'iris-desktop chat --thread 1 --regenerate' asks" in err
+    fake_gpu.fail_after = None
+    code = main([*args, "chat", "--thread", "1", "--regenerate"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.strip()
+    assert err.count("iris-desktop: CPU: Fake Arc is off for Iris: it failed during a reply (the driver lost "
+                     "the device; llama_decode returned -3)") == 1
+    assert fake_gpu.loads[-1] == 0
+
+
+# -- a Reload and the memory the old model holds ----------------------------------------------------
+
+
+def _host(data, model_path, **more):
+    from iris_desktop.host import Host
+
+    return Host(data, {"model.path": str(model_path), "model.n_ctx": "1024", "model.q8_weights": "false",
+                       "context.recall_semantic": "false", **more}, env={})
+
+
+def test_a_reload_counts_the_gpu_memory_the_old_model_gives_back(model_path, tmp_path, fake_gpu):
+    """Before: the reload's plan read the free memory while the old model still held its
+    720 MB, so the model that fitted whole went to the CPU until the next start. Now: that
+    memory is counted as free; the old model is closed before the new one loads (the plan
+    needs it), and the new one runs whole on the GPU."""
+    data = tmp_path / "d"
+    data.mkdir()
+    _checked(data)
+    with _host(data, model_path) as host:
+        first = host.load_model()
+        assert first.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
+        second = host.load_model()  # Model ▸ Reload
+        assert second.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
+        assert second.gpu.reason.endswith("counting the 720 MB the model in use gave back")
+        assert first.closed and len(fake_gpu.open) == 1
+        assert "".join(second.stream(HI))
+
+
+def test_a_reload_that_fails_after_making_room_loads_the_old_model_again(model_path, tmp_path, fake_gpu):
+    """The new model's load fails once the old one was closed for its memory: the old one
+    is loaded again and answers (the error is still said); when it does not load either,
+    one sentence says both, and that no model is loaded."""
+    data = tmp_path / "d"
+    data.mkdir()
+    _checked(data)
+    with _host(data, model_path) as host:
+        old = host.load_model()
+        fake_gpu.refused = {2048}
+        with pytest.raises(ModelError, match="llama.cpp could not load the model"):
+            host.load_model(host.settings.with_overrides({"model.n_ctx": "2048"}))
+        again = host.runtime
+        assert again is not None and again is not old and old.closed
+        assert again.n_ctx == 1024 and again.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
+        assert "".join(again.stream(HI))
+        fake_gpu.refused = {1024, 2048}
+        with pytest.raises(ModelError) as failed:
+            host.load_model(host.settings.with_overrides({"model.n_ctx": "2048"}))
+        assert host.runtime is None
+        said = str(failed.value)
+        assert "it was closed to make room on Fake Arc for a model that did not load" in said
+        assert said.endswith("no model is loaded; Model ▸ Reload tries again") and "\n" not in said
+
+
+def test_the_window_reload_runs_the_model_whole_on_the_gpu(make_window, qtbot, model_path, data_dir, fake_gpu):
+    """Model ▸ Reload in the window: the status bar's device after it (before: on the CPU,
+    "the model does not fit on Fake Arc")."""
+    data_dir.mkdir(parents=True)
+    _checked(data_dir)
+    window = make_window(None, overrides={"model.path": str(model_path), "model.n_ctx": "1024",
+                                          "model.q8_weights": "false", "context.recall_semantic": "false"})
+    assert window.models.info["device"] == "GPU: Fake Arc · 25/25 layers"
+    loaded = window.models.info
+    window.load_model()
+    qtbot.waitUntil(lambda: window.model_state == "ready" and window.models.info is not loaded, timeout=60_000)
+    assert window.models.info["device"] == "GPU: Fake Arc · 25/25 layers"
+    assert len(fake_gpu.open) == 1
+
+
+def test_the_window_goes_on_with_the_model_loaded_again_when_a_reload_fails(make_window, qtbot, model_path,
+                                                                             data_dir, fake_gpu):
+    """A reload that closed the model in use for its GPU memory, then failed: the window
+    says so, and goes on with the model loaded again (its planner follows it: a send runs)."""
+    from PySide6.QtWidgets import QMessageBox
+
+    data_dir.mkdir(parents=True)
+    _checked(data_dir)
+    window = make_window(None, overrides={"model.path": str(model_path), "model.n_ctx": "1024",
+                                          "model.q8_weights": "false", "model.max_tokens": "8",
+                                          "context.recall_semantic": "false"})
+    loaded = window.models.info
+    fake_gpu.refused = {2048}
+    window.app_state.set_settings(window.app_state.settings.with_overrides({"model.n_ctx": "2048"}))
+    window.load_model()
+    qtbot.waitUntil(lambda: window.model_state == "ready" and window.models.info is not loaded, timeout=60_000)
+    box = window.findChild(QMessageBox, "model-error")
+    assert box is not None and "could not be loaded again, so Iris goes on with" in box.text()
+    assert "llama.cpp could not load the model" in box.informativeText()
+    box.reject()
+    assert window.models.info["device"] == "GPU: Fake Arc · 25/25 layers" and window.models.info["n_ctx"] == 1024
+    window.turns.send("Hi")
+    qtbot.waitUntil(lambda: not window.generating, timeout=60_000)
+    settle(qtbot, window)
+    last = window.view.transcript.entries()[-1]
+    assert last.role == "assistant" and last.status == "complete" and last.text
+
+
+# -- what Preferences and Models… read, and the welcome card --------------------------------------
+
+
+def test_the_views_count_the_loaded_models_gpu_memory_as_free(model_path, tmp_path, fake_gpu):
+    """Before: Preferences ▸ Model and Model ▸ Models… planned with the driver's free figure,
+    which leaves out the loaded model's own buffers: "CPU only: does not fit" for the model
+    that runs whole on the GPU. Now: counted back, and said."""
+    from iris_desktop.ui import gpu_info
+
+    settings = load_settings(None, {}, {"model.n_ctx": "1024"})
+    model = LocalModel.load(model_path, n_ctx=1024, gpu="auto", devices=fake_gpu.devices())
+    try:
+        assert model.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
+        gpu_info.forget()
+        found = gpu_info.cached_devices()
+        arc = next(d for d in found if d.label == "Fake Arc")
+        assert device_line(arc) == "Fake Arc (gpu, Vulkan): 1.5 GB free of 1.5 GB (with the loaded model's 720 MB)"
+        assert gpu_info.fit_for(model_path, 1024, found, settings, {}) == "all 25 layers on GPU"
+    finally:
+        model.close()
+        gpu_info.forget()
+    # once it is closed, the driver's figure is the whole story again
+    assert device_line(next(d for d in gpu_info.cached_devices() if d.label == "Fake Arc")) == \
+        "Fake Arc (gpu, Vulkan): 1.5 GB free of 1.5 GB"
+    gpu_info.forget()
+
+
+def test_the_welcome_card_says_what_is_known_of_the_gpu_not_that_it_runs_fast():
+    """Before: "it runs fast on your GPU (…, 8 GB free)", from the free memory alone. Now:
+    that it fits there, and that its first use checks it."""
+    from iris_desktop.runtime.recommend import Machine, recommend
+
+    gpu = Device("Vulkan0", "NVIDIA GeForce RTX 4060", "gpu", "Vulkan", 8 * GiB, 8 * GiB, index=1)
+    rec = recommend(Machine(16 * GiB, 4, gpu), 8192)
+    assert rec.on_gpu and "fast" not in rec.why
+    assert rec.why.endswith("it fits whole in the 8 GB free on your GPU (NVIDIA GeForce RTX 4060), where Iris "
+                            "checks its answers against the CPU's at the first use.")
