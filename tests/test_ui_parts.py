@@ -142,7 +142,9 @@ def test_import_then_export_markdown_and_json(window, qtbot, tmp_path):
     window.threads_control.export_thread(window.thread_id, str(tmp_path / "out.md"), "md")
     qtbot.waitUntil(lambda: window.background.idle, timeout=5_000)
     exported = json.loads((tmp_path / "out.json").read_text())
+    times = {key: exported.pop(key) for key in ("created_at", "updated_at")}  # the chat's place
     assert exported == {"title": "Imported turns", "messages": messages}
+    assert all(isinstance(when, str) and when for when in times.values())
     assert (tmp_path / "out.md").read_text().startswith("# Imported turns")
 
 

@@ -10,7 +10,10 @@ not text (an image, audio, a file) is refused: Iris reads text only.
 
 An export is an object ``{"title": …, "messages": […]}`` (the shape OpenAI's fine-tuning
 files use for a chat), with ``"system_prompt"`` when the thread has its own: import gives
-the chat both back (a plain list, as exports were before, lost them). A thread with
+the chat both back (a plain list, as exports were before, lost them). Its
+``"created_at"`` and ``"updated_at"`` (ISO 8601) are when the thread began and was last
+written to: import puts the chat in the list there, also when its messages carry no
+time (an export without them is dated by its messages, as before). A thread with
 branches (regenerated replies, edited messages) exports every branch, with ``"format":
 "iris-branches"``, its messages each carrying ``"iris": {"id": …, "parent_id": …,
 "active": …}`` (``active``: on the active branch); import rebuilds the same tree with the
@@ -29,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.attachments import NotTextError, decode_text, message_text, record_problem
-from iris_desktop.core.store import ROLES, Store, row_to_message, sent_at_of
+from iris_desktop.core.store import ROLES, Store, iso_timestamp, row_to_message, sent_at_of
 from iris_desktop.core.store.messages import one_line_title
-from iris_desktop.core.store.rows import TIMESTAMP_KEYS, ContentPartsError, parts_text
+from iris_desktop.core.store.rows import TIMESTAMP_KEYS, ContentPartsError, not_in_future, parts_text
 from iris_desktop.files import NotAFileError, TooLargeError, atomic_write, read_regular_file
 from iris_desktop.tokens import Message
 
@@ -53,6 +56,14 @@ class ConversationFormatError(ValueError):
     """A malformed conversation; the message says where."""
 
 
+class DatedMessages(list):
+    """A conversation's messages, and ``times``: when the chat began and was last written
+    to (seconds) as an Iris export says, or None. :func:`import_messages` dates the
+    thread by them (they pass through :mod:`iris_desktop.core.foreign` in the list)."""
+
+    times: tuple[float, float] | None = None
+
+
 def load_conversation(path: str | Path) -> tuple[list[Message], str | None, str | None]:
     """Parse and validate a conversation file. Returns (messages, title from the file, the
     chat's own system prompt from an Iris export), each message's content text (or None):
@@ -61,7 +72,7 @@ def load_conversation(path: str | Path) -> tuple[list[Message], str | None, str 
     path = Path(path)
     text = read_text_file(path, MAX_IMPORT_BYTES)
     try:
-        messages, (title, system_prompt), where = _parse(path, text)
+        messages, (title, system_prompt, times), where = _parse(path, text)
     except RecursionError:
         raise ConversationFormatError(f"{path}: JSON nested too deeply to be a conversation "
                                       f"(more than {sys.getrecursionlimit():,} levels)") from None
@@ -70,7 +81,30 @@ def load_conversation(path: str | Path) -> tuple[list[Message], str | None, str 
         _check_storable(title, f"{path}: title")
     if system_prompt is not None:
         _check_storable(system_prompt, f"{path}: system_prompt")
-    return [_with_text(m) for m in messages], title, system_prompt
+    out = DatedMessages(_with_text(m) for m in messages)
+    out.times = times
+    return out, title, system_prompt
+
+
+def _thread_times(data: dict[str, Any]) -> tuple[float, float] | None:
+    """An export's ``created_at`` and ``updated_at`` (either stands for both), or None
+    where it has neither, or one that is not a time or is in the future (another app's
+    key, a hand-edited file: the messages' dates serve instead)."""
+    said = [data.get(key) for key in ("created_at", "updated_at")]
+    try:
+        stamps = [_seconds(value) for value in said if value is not None]
+    except (ValueError, OverflowError, OSError):
+        return None
+    return (min(stamps), max(stamps)) if stamps else None
+
+
+def _seconds(value: Any) -> float:
+    """A time as :func:`iso_timestamp` reads it, in seconds since the epoch, to the
+    millisecond an export writes. Raises ValueError: not a time, or one in the future."""
+    not_in_future(iso_timestamp(value))
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+    return value / 1000 if value > 1e11 else float(value)
 
 
 def read_text_file(path: Path, limit: int, *, message: bool = False) -> str:
@@ -127,13 +161,14 @@ def _parse(path: Path, text: str):
         except ValueError:  # json raises it for a number too long to convert
             raise ConversationFormatError(f"{path}: {TOO_LONG_NUMBER}") from None
         if isinstance(data, list):
-            return data, (None, None), lambda i: f"{path}: message index {i}"
+            return data, (None, None, None), lambda i: f"{path}: message index {i}"
         if isinstance(data, dict) and isinstance(data.get("messages"), list):
             title, prompt = (data.get(k) if isinstance(data.get(k), str) else None
                              for k in ("title", "system_prompt"))
-            return data["messages"], (title, prompt), lambda i: f"{path}: messages[{i}]"
+            return data["messages"], (title, prompt, _thread_times(data)), \
+                lambda i: f"{path}: messages[{i}]"
         if isinstance(data, dict) and "role" in data:
-            return [data], (None, None), lambda i: f"{path}: line 1"
+            return [data], (None, None, None), lambda i: f"{path}: line 1"
         raise ConversationFormatError(
             f"{path}: expected a JSON array of messages or an object with a 'messages' array"
         )
@@ -171,7 +206,7 @@ def _parse_jsonl(path: Path, text: str):
         except ValueError:  # json raises it for a number too long to convert
             raise ConversationFormatError(f"{path}: line {number}: {TOO_LONG_NUMBER}") from None
         lines.append(number)
-    return messages, (None, None), lambda i: f"{path}: line {lines[i]}"
+    return messages, (None, None, None), lambda i: f"{path}: line {lines[i]}"
 
 
 def validate_messages(messages: list[Any], where=lambda i: f"message index {i}") -> None:
@@ -314,7 +349,10 @@ def export_messages(store: Store, thread_id: int) -> dict[str, Any]:
     """What a JSON export of the thread holds: its title, its own system prompt if it has
     one, and its messages: the active branch's for one branch, every branch (see the
     module docstring) when it has more."""
-    head: dict[str, Any] = {"title": store.thread(thread_id)["title"]}
+    thread = store.thread(thread_id)
+    head: dict[str, Any] = {"title": thread["title"]}
+    for key in ("created_at", "updated_at"):  # (an undated chat's place in the list)
+        head[key] = dt.datetime.fromtimestamp(thread[key]).astimezone().isoformat("T", "milliseconds")
     if prompt := store.system_prompt_of(thread_id):
         head["system_prompt"] = prompt
     if not store.has_branches(thread_id):
@@ -367,8 +405,12 @@ def import_messages(store: Store, messages: list[Message], title: str,
 
 
 def _date(store: Store, thread_id: int, messages: list[Message]) -> None:
-    """The thread's times from its messages' dates, where they give them: an imported chat
-    takes its place in the list by when it was last written to, not by when it came in."""
+    """The thread's times as an Iris export gives them (:class:`DatedMessages`), else from
+    its messages' dates, where they give them: an imported chat takes its place in the
+    list by when it was last written to, not by when it came in."""
+    if times := getattr(messages, "times", None):
+        store.date_thread(thread_id, *times)
+        return
     stamps = []
     latest = dt.datetime.now().timestamp() + 86_400  # a time in the future does not date it
     for message in messages:

@@ -4,7 +4,9 @@ by the day a message was written, by who wrote it. All of them only read."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,9 +22,53 @@ HITS_PER_CHAT = 5
 
 def _unsegmented(term: str) -> bool:
     """A word the full-text index keeps inside longer runs or drops: Chinese, Japanese or
-    Korean text (written without spaces), or a symbol such as an emoji."""
-    return any(not ch.isalnum() and ch not in "-_.'@:#/+" or "\u3040" <= ch <= "\u30ff"
+    Korean text (written without spaces), or a symbol such as an emoji. (ASCII punctuation
+    is looked for as written by :func:`_fts_part` instead.)"""
+    return any(not ch.isalnum() and not ch.isascii() or "\u3040" <= ch <= "\u30ff"
                or "\u3400" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" for ch in term)
+
+
+def _fts_part(term: str) -> tuple[str | None, bool]:
+    """What the full-text index is asked for ``term`` (None: nothing, the term is only
+    punctuation), and whether the messages must hold ``term`` as written too: the
+    tokenizer drops punctuation, so "C++" was the prefix "c"* (every word in c). A word
+    that ends in punctuation is a whole word ("C++": "c"), one that begins with it is
+    found after it as written (".NET", "-v"); punctuation inside a word is a phrase, as
+    before ("node.js", "e-mail", "don't" also find "node js", "e mail", "don’t")."""
+    if not any(ch.isalnum() for ch in term):
+        return None, True
+    edged = not term[0].isalnum() or not term[-1].isalnum()
+    return f'"{term}"' + ("*" if term[-1].isalnum() else ""), edged
+
+
+#: the combining marks the full-text index's tokenizer drops (SQLite's unicode61 with
+#: remove_diacritics=1: sqlite3Fts5UnicodeIsdiacritic, part of U+0300–U+0331)
+_DIACRITICS = frozenset("\u0300\u0301\u0302\u0303\u0304\u0306\u0307\u0308\u0309\u030a"
+                        "\u030b\u030c\u030f\u0311\u031b\u0323\u0324\u0325\u0326\u0327"
+                        "\u0328\u032d\u032e\u0330\u0331")
+
+
+def folded(text: str) -> str:
+    """``text`` compared as the full-text index compares words: case folded, and a Latin
+    letter with one of those marks as the letter alone ("Café" → "cafe", "Ölwechsel" →
+    "olwechsel"); ø, ł, ß, ǖ (two marks), Greek, Cyrillic, Arabic and the vowel signs of
+    Devanagari or Thai stay as they are, as they do in the index."""
+    return text.casefold() if text.isascii() else "".join(map(_folded_char, text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _folded_char(ch: str) -> str:
+    if ch in _DIACRITICS:  # a mark written apart from its letter ("e\u0301")
+        return ""
+    out: list[str] = []
+    for one in unicodedata.normalize("NFC", ch.casefold()):  # (casefold makes "İ" i and ̇)
+        parts = unicodedata.normalize("NFD", one)
+        if len(parts) == 2 and parts[0].isascii() and parts[0].isalpha() and parts[1] in _DIACRITICS:
+            one = parts[0]
+        elif one in _DIACRITICS and out and out[-1].isascii():
+            continue
+        out.append(one)
+    return "".join(out)
 
 
 class Search(Connected):
@@ -129,46 +175,70 @@ class Search(Connected):
         return out
 
     def search(self, query: str, limit: int = 50) -> list[dict[str, Any]]:
-        """Threads whose title holds every word of ``query`` (any order, case folded in
-        every script, taken literally), then messages that match (FTS5), best first. A
-        word the full-text index cannot find inside a longer run (Chinese or Japanese
-        text, an emoji) is looked for as it is written. At most MAX_SEARCH_TERMS words
-        of at most MAX_SEARCH_CHARS characters in all: a pasted page took 40 s."""
-        terms = [t for t in query[:MAX_SEARCH_CHARS].replace('"', " ").split() if t][:MAX_SEARCH_TERMS]
+        """Threads whose title holds every word of ``query`` (any order, taken literally,
+        compared as the full-text index compares: :func:`folded`), then messages that match
+        (FTS5), best first. A word the full-text index cannot find inside a longer run
+        (Chinese or Japanese text, an emoji), or a query of punctuation only, is looked for
+        as it is written; a word with punctuation at its edges ("C++", ".NET") is found
+        where it is written so, punctuation inside a word ("node.js") ranks the messages
+        that write it so first. At most MAX_SEARCH_TERMS words of at most MAX_SEARCH_CHARS
+        characters in all: a pasted page took 40 s."""
+        text = query[:MAX_SEARCH_CHARS]
+        terms = (text.replace('"', " ").split() or text.split())[:MAX_SEARCH_TERMS]
         if not terms:
             return []
-        folded = [t.casefold() for t in terms]
+        words = [folded(t) for t in terms]
         titles = [{"thread_id": r[0], "title": r[1], "message_id": None, "snippet": r[1]}
                   for r in self.conn.execute("SELECT id, title FROM threads ORDER BY updated_at DESC")
-                  if all(t in (r[1] or "").casefold() for t in folded)]
-        if any(_unsegmented(t) for t in terms):
+                  if all(w in folded(r[1] or "") for w in words)]
+        parts = [_fts_part(t) for t in terms]
+        if any(_unsegmented(t) for t in terms) or not any(fts for fts, _ in parts):
             return titles + _spread(self._search_as_written(terms, limit * 4), limit)
-        fts = " ".join(f'"{t}"*' for t in terms)
-        # the best HITS_PER_CHAT of each chat first, then the rest, by rank: chosen in SQL
-        # over every hit (a long chat's 200 best hits hid another chat's one); snippets
-        # only for those chosen
+        fts = " ".join(fts for fts, _ in parts if fts)
+        written = [t for t, (_, edged) in zip(terms, parts) if edged]
+        marked = [t for t in terms if not t.isalnum() and t not in written]
+        return titles + self._matching(fts, written, marked, limit)
+
+    def _matching(self, fts: str, written: list[str], marked: list[str],
+                  limit: int) -> list[dict[str, Any]]:
+        """Messages that match the FTS5 query ``fts`` and hold each of ``written`` as it is
+        written (case folded as SQLite's lower() does), those that hold each of ``marked``
+        so too first, then by rank; the best HITS_PER_CHAT of each chat first, then the
+        rest: chosen in SQL over every hit (a long chat's 200 best hits hid another chat's
+        one); snippets only for those chosen."""
+        holds = "instr(lower(m.content), lower(?)) > 0"
+        where = "".join(f" AND {holds}" for _ in written)
+        # (1: a message that writes a marked word otherwise, "node js" for "node.js")
+        apart = f"NOT ({' AND '.join(holds for _ in marked)})" if marked else "NULL"
         chosen = self.conn.execute(
-            """
-            SELECT id, nth FROM (
-                SELECT m.id, messages_fts.rank AS r,
-                       ROW_NUMBER() OVER (PARTITION BY m.thread_id ORDER BY messages_fts.rank) AS nth
-                FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                WHERE messages_fts MATCH :fts)
-            ORDER BY nth > :per, r LIMIT :limit
-            """, {"fts": fts, "per": HITS_PER_CHAT, "limit": limit}).fetchall()
-        if not chosen:
-            return titles
-        rows = {r["message_id"]: r for r in self.db.query(
             f"""
-            SELECT m.thread_id, t.title, m.id AS message_id,
-                   snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
-            FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-            JOIN threads t ON t.id = m.thread_id
-            WHERE messages_fts MATCH :fts AND messages_fts.rowid IN
-                ({", ".join(str(int(mid)) for mid, _ in chosen)})
-            """, {"fts": fts})}
-        return titles + _grouped([(rows[mid], nth <= HITS_PER_CHAT) for mid, nth in chosen
-                                  if mid in rows])
+            SELECT id, nth FROM (
+                SELECT m.id, messages_fts.rank AS r, {apart} AS apart,
+                       ROW_NUMBER() OVER (PARTITION BY m.thread_id
+                                          ORDER BY {apart}, messages_fts.rank) AS nth
+                FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                WHERE messages_fts MATCH ?{where})
+            ORDER BY nth > ?, apart, r LIMIT ?
+            """, (*marked, *marked, fts, *written, HITS_PER_CHAT, limit)).fetchall()
+        if not chosen:
+            return []
+        picked = ", ".join(str(int(mid)) for mid, _ in chosen)
+        if written:  # the tokenizer's snippet marks "c" of "C++": the term as written
+            rows = {r[2]: {"thread_id": r[0], "title": r[1], "message_id": r[2],
+                           "snippet": _snippet(r[3], written[0])}
+                    for r in self.conn.execute(
+                        f"SELECT m.thread_id, t.title, m.id, m.content FROM messages m JOIN "
+                        f"threads t ON t.id = m.thread_id WHERE m.id IN ({picked})")}
+        else:
+            rows = {r["message_id"]: r for r in self.db.query(
+                f"""
+                SELECT m.thread_id, t.title, m.id AS message_id,
+                       snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
+                FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                JOIN threads t ON t.id = m.thread_id
+                WHERE messages_fts MATCH :fts AND messages_fts.rowid IN ({picked})
+                """, {"fts": fts})}
+        return _grouped([(rows[mid], nth <= HITS_PER_CHAT) for mid, nth in chosen if mid in rows])
 
     def _search_as_written(self, terms: list[str], limit: int) -> list[dict[str, Any]]:
         """Messages holding every term as written (newest first), with a snippet."""
@@ -177,15 +247,18 @@ class Search(Connected):
             f"SELECT m.thread_id, t.title, m.id, m.content FROM messages m "
             f"JOIN threads t ON t.id = m.thread_id WHERE m.content IS NOT NULL AND {where} "
             f"ORDER BY m.id DESC LIMIT ?", (*terms, limit)).fetchall()
-        out = []
-        for thread_id, title, message_id, content in rows:
-            at = content.lower().find(terms[0].lower())
-            start = max(at - 40, 0)
-            snippet = (("…" if start else "") + content[start:at] + "[" + content[at:at + len(terms[0])]
-                       + "]" + content[at + len(terms[0]):at + len(terms[0]) + 40] + "…")
-            out.append({"thread_id": thread_id, "title": title, "message_id": message_id,
-                        "snippet": snippet})
-        return out
+        return [{"thread_id": thread_id, "title": title, "message_id": message_id,
+                 "snippet": _snippet(content, terms[0])}
+                for thread_id, title, message_id, content in rows]
+
+
+def _snippet(content: str, term: str) -> str:
+    """Up to 40 characters either side of ``term``'s first place in ``content`` (in any
+    case), the term marked as the index's snippets mark a word."""
+    at = max(content.lower().find(term.lower()), 0)
+    start = max(at - 40, 0)
+    return (("…" if start else "") + content[start:at] + "[" + content[at:at + len(term)]
+            + "]" + content[at + len(term):at + len(term) + 40] + "…")
 
 
 def _spread(hits: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
