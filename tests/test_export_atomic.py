@@ -73,3 +73,57 @@ def test_an_export_killed_mid_write_leaves_the_earlier_export_whole(big_chat, tm
         child.wait()
         text = target.read_text()
         assert text == "the earlier export\n" or (text.startswith("# ") and "message 1999" in text)
+
+
+#: the real CLI, stopped in its export's last step (the temporary file written, not yet
+#: renamed over the target): ``kill`` kills it there (SIGKILL), ``hold`` prints the
+#: temporary file's name and waits, still writing, until its stdin closes
+_STOPPED = """
+import os, signal, sys
+sys.path[:0] = {paths!r}
+real_replace = os.replace
+
+
+def replace(src, dst, *args, **kwargs):
+    if str(src).endswith(".iris-tmp"):
+        if sys.argv[1] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        print(src, flush=True)
+        sys.stdin.read()
+    real_replace(src, dst, *args, **kwargs)
+
+
+os.replace = replace
+from iris_desktop.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.skipif(not POSIX, reason="kill -9")
+def test_the_next_export_removes_what_a_killed_export_left_and_no_live_ones(big_chat, tmp_path):
+    """Before (the README said so): each killed ``export -o`` left its hidden
+    ``.NAME.<pid>-….iris-tmp`` beside the target for good. The next export to that folder
+    removes those of processes that are gone; one a live export is writing stays."""
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    target, other = folder / "chat.md", folder / "other.md"
+    stopped = [sys.executable, "-c", _STOPPED.format(paths=sys.path)]
+    export = ["--data-dir", str(big_chat), "export", "1", "--format", "md", "-o"]
+    killed = subprocess.run([*stopped, "kill", *export, str(target)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    left = list(folder.glob(".chat.md.*.iris-tmp"))
+    assert len(left) == 1 and not target.exists()  # what a kill -9 leaves
+    live = subprocess.Popen([*stopped, "hold", *export, str(other)], cwd=REPO, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        writing = Path(live.stdout.readline().strip())
+        assert writing.parent == folder and writing.exists()
+        done = iris(*export, str(target))
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert not left[0].exists() and writing.exists()  # the live export's stays
+        assert "message 1999" in target.read_text()
+    finally:
+        live.communicate("", timeout=120)
+    assert live.returncode == 0 and "message 1999" in other.read_text()
+    assert sorted(p.name for p in folder.iterdir()) == ["chat.md", "other.md"]

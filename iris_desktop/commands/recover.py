@@ -25,7 +25,7 @@ def recover(args, overrides) -> int:
     what can be read of the current one into a new database (``--salvage``). Works on
     the files directly: the current database is not opened (nor checked, nor salvaged)
     to list or restore."""
-    from iris_desktop.core.store import StoreError
+    from iris_desktop.core.store import StoreError, told_put_back
     from iris_desktop.core.store.recovery import acknowledge, remove_stale_work, set_aside_files
     from iris_desktop.paths import app_paths
 
@@ -33,12 +33,15 @@ def recover(args, overrides) -> int:
     db = paths.db_path
     key = _HistoryKey(paths)
     try:
-        if args.salvage:
-            return _salvage_now(db, args, key)
         removed = remove_stale_work(db)  # a killed recover's copies of the history
         for leftover in removed:
             say(f"removed {leftover.name}: a copy of the history left by a recovery that did "
                 "not finish", file=sys.stderr)
+        finished = told_put_back(db)  # a put-back a kill cut off, finished just now
+        if finished is not None:
+            say(f"iris-desktop: {finished.describe()}", file=sys.stderr)
+        if args.salvage:
+            return _salvage_now(db, args, key)
         if args.file is None:
             files = set_aside_files(db)
             _list_set_aside(db, files, args.json, key)

@@ -21,8 +21,8 @@ POLL_MS = 2000
 
 class LiveList:
     """Needs ``app_state``, ``panel``, ``composer``, ``background``, ``new_chat``,
-    ``reload_transcript`` and ``search`` of the class it is mixed into; call
-    :meth:`_start_live_list` from its constructor."""
+    ``reload_transcript``, ``search`` and ``_shown`` (:mod:`.unmade_chat`) of the class it
+    is mixed into; call :meth:`_start_live_list` from its constructor."""
 
     def _start_live_list(self) -> None:
         #: the data version last seen, and each thread's row as last listed
@@ -59,7 +59,7 @@ class LiveList:
         """Show ``threads``; reload the open chat when another process changed it."""
         before, self._rows = self._rows, _rows(threads)
         saved_here, self._saved_here = self._saved_here, set()
-        self.panel.show_threads(threads)
+        self.panel.show_threads(self._shown(threads))  # (not a chat made for nothing)
         if self.panel.query() and before != self._rows:  # results of a list that changed
             self.search(self.panel.query())  # (a deleted chat's hits stayed, and opened blank)
         tid = self.app_state.thread_id

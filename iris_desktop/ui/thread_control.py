@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from iris_desktop.core.agent import DEFAULT_TITLE
 from iris_desktop.core.store import ThreadBusy, ThreadGone
+from iris_desktop.core.store.messages import one_line_title
 from iris_desktop.core.views import Entry, load_transcript
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
@@ -27,11 +28,14 @@ from iris_desktop.ui.model_thread import ModelThread
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
 from iris_desktop.ui.transcript_parts import CurrentKeeper
+from iris_desktop.ui.unmade_chat import UnmadeChat
 
 LAST_THREAD_KEY = "chat/last_thread"
+#: why a blank title is refused
+BLANK_TITLE = "A chat's title cannot be empty"
 
 
-class ThreadControl(LiveList, QObject):
+class ThreadControl(LiveList, UnmadeChat, QObject):
     """Which thread is open (``app_state.thread_id``), and everything that changes the
     list of threads."""
 
@@ -53,6 +57,7 @@ class ThreadControl(LiveList, QObject):
         self.export_box: QFileDialog | None = None  # the open Export chat dialog
         self.ui_state = ui_state  # ui-state.ini: the last chat opened
         self._start_live_list()
+        self._start_unmade()
         app_state.threadsChanged.connect(self.refresh_threads)
         app_state.messagesSaved.connect(self._messages_saved)
         app_state.statesChanged.connect(self.apply_states)
@@ -194,6 +199,7 @@ class ThreadControl(LiveList, QObject):
         message, or its settings were saved)."""
         if self.app_state.generating and self.app_state.answering is None:
             self.app_state.answering = thread_id  # the turn's chat, made for it
+            self._made_for_turn(thread_id)  # and gone again if the turn stores nothing
         self.app_state.set_thread_id(thread_id)
         self.app_state.thread_created(thread_id)
         self.panel.current_id = thread_id
@@ -212,11 +218,23 @@ class ThreadControl(LiveList, QObject):
                             lambda title: then(thread_id, title))
 
     def rename_dialog(self, thread_id: int, title: str) -> None:
-        text, ok = QInputDialog.getText(self.parent_widget, "Rename chat", "Title:", text=title)
-        if ok:  # one line, clipped, by the store; a blank title is refused in one sentence
-            self.rename_thread(thread_id, text)
+        """Ask for the chat's new title (one line, clipped, by the store). A blank one is
+        refused in the dialog itself, which asks again saying why; Cancel keeps the title.
+        Before, it went to the DB thread, whose refusal logged a traceback."""
+        label = "Title:"
+        while True:
+            text, ok = QInputDialog.getText(self.parent_widget, "Rename chat", label, text=title)
+            if not ok:
+                return
+            if one_line_title(text):
+                break
+            label = f"{BLANK_TITLE}: type one, or Cancel to keep the one it has.\nTitle:"
+        self.rename_thread(thread_id, text)
 
     def rename_thread(self, thread_id: int, title: str) -> None:
+        if not one_line_title(title):  # said here, never a failed job on the DB thread
+            self.app_state.show_message(f"Not renamed: {BLANK_TITLE.lower()}", 6000)
+            return
         self.background.run(lambda store: store.rename_thread(thread_id, title),
                             lambda _: self.refresh_threads(),
                             lambda exc: self.app_state.show_message(f"Not renamed: {exc}", 6000))
@@ -361,10 +379,13 @@ class ThreadControl(LiveList, QObject):
         A new file is private (0600), as the CLI writes it."""
         def job(store):
             from iris_desktop.core.conversation import export_messages, markdown_export, write_private
+            from iris_desktop.files import clean_leftovers
 
             payload = export_messages(store, thread_id) if fmt == "json" else None
             text = (json.dumps(payload, ensure_ascii=False, indent=2) + "\n" if payload is not None
                     else markdown_export(store, thread_id))
+            if not Path(path).exists() or Path(path).is_file():  # what killed exports left
+                clean_leftovers(Path(path).parent)  # beside it (a live one's stays)
             write_private(Path(path), text)  # (the count: every branch's in JSON; was the shown one's)
             return len(payload["messages"]) if payload is not None else len(store.messages(thread_id))
 

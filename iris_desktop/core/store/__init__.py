@@ -29,10 +29,12 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlite_utils
 
+from iris_desktop.core.store import putback
 from iris_desktop.core.store.base import _alive as _alive
 from iris_desktop.core.store.cipher import Key as Key
 from iris_desktop.core.store.cipher import KeyRejected as KeyRejected
@@ -44,6 +46,7 @@ from iris_desktop.core.store.recovery import (
     SALVAGED_TABLES,
     Recovery,
     _sidecar,
+    acknowledge,
     explain,
     quick_check,
     remove_stale_work,
@@ -215,15 +218,41 @@ def _wal(conn: sqlite3.Connection) -> str:
             time.sleep(0.02)
 
 
+@dataclass(frozen=True)
+class PutBackFinished(Recovery):
+    """A put-back (``iris-desktop recover NAME``) cut off by a kill, finished (or undone)
+    at this start (:mod:`.putback`): :meth:`describe` says which, in one sentence;
+    ``set_aside`` is where the history it replaced is now."""
+
+    note: str = ""
+
+    def describe(self) -> str:
+        return self.note
+
+
+def told_put_back(path: Path) -> PutBackFinished | None:
+    """What this start did to a put-back cut off, said once: the journal goes, and the
+    history it replaced counts as shown (as after a put-back that was not cut off)."""
+    found = putback.note(path)
+    if found is None:
+        return None
+    putback.forget(path)
+    acknowledge(path, [found[1]])
+    return PutBackFinished(path, found[1], [found[1]], [], {}, {}, note=found[0])
+
+
 def open_store(path: str | os.PathLike[str], key: Key | None = None) -> tuple[Store, Recovery | None]:
     """Open the database after a quick check. A damaged one is never written: it is set
     aside and salvaged into a new file, and the Recovery says what was saved. ``key``:
-    it is encrypted with it. Work files a killed recovery left beside it go first."""
+    it is encrypted with it. Work files a killed recovery left beside it go first, and a
+    put-back a kill cut off is finished (a :class:`PutBackFinished` says so, once)."""
     remove_stale_work(Path(path))
     try:
-        return Store(path, check=True, key=key), None
+        store = Store(path, check=True, key=key)
     except DamagedDatabase as exc:
         damage = exc
+    else:
+        return store, told_put_back(Path(path))
     try:
         recovery = salvage(damage.path, damage.problems, key=key)
     except (OSError, sqlite3.Error) as exc:

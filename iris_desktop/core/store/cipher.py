@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.putback import finish as finish_put_back
 from iris_desktop.files import Busy, exclusive_lock, free_bytes
 
 __all__ = [
@@ -392,11 +393,15 @@ def no_conversion(path: Path, wait_s: float = CONVERSION_WAIT_S) -> Iterator[Non
 def tidy(path: Path) -> None:
     """Remove what an interrupted :func:`convert` left beside ``path``: a converted copy
     never renamed (the original is still whole at ``path``), an original not yet
-    shredded (the converted copy is already at ``path``). Nothing while another process
-    converts it (it holds the conversion lock): those files are its work."""
+    shredded (the converted copy is already at ``path``); and finish a put-back a kill
+    cut off (:func:`~iris_desktop.core.store.putback.finish`: before the key is decided,
+    which reads the file). Nothing while another process converts it or puts a database
+    back (it holds the conversion lock): those files are its work. Raises StoreError
+    when a put-back cannot be finished."""
     try:
         with exclusive_lock(_conversion_lock(Path(path))):
             _tidy(Path(path))
+            finish_put_back(Path(path))
     except Busy:
         return
 

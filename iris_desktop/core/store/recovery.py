@@ -33,15 +33,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iris_desktop.core.store import putback
 from iris_desktop.core.store.base import _exists
 from iris_desktop.core.store.branches import rebuild_paths
-from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, convert
+from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, convert, no_conversion
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.core.store.salvage_read import Reader, RowReader, read_only
 from iris_desktop.core.store.salvage_read import absent as _absent
 from iris_desktop.core.store.salvage_read import at_least as _at_least
 from iris_desktop.core.store.salvage_read import held as _held
-from iris_desktop.files import free_bytes, fsync_dir
+from iris_desktop.files import Busy, exclusive_lock, free_bytes, fsync_dir
 
 log = logging.getLogger("iris.store")
 
@@ -323,15 +324,22 @@ def first_problem(problems: Sequence[str]) -> str:
 ASIDE_MARKS = (".corrupt-", ".before-restore-")
 
 
-def _set_aside(path: Path, mark: str = ".corrupt-") -> list[Path]:
-    """Move the file away with its -wal and -shm (those first: a new file must never
-    meet the old WAL). Returns the new names, the database's last."""
+def _aside_name(path: Path, mark: str) -> Path:
+    """A free name to set ``path`` aside as: ``<db><mark><time>``."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
     aside = path.with_name(f"{path.name}{mark}{stamp}")
     n = 1
     while any(_sidecar(aside, s).exists() for s in ("", "-wal", "-shm")):
         n += 1
         aside = path.with_name(f"{path.name}{mark}{stamp}-{n}")
+    return aside
+
+
+def _set_aside(path: Path, mark: str = ".corrupt-", aside: Path | None = None) -> list[Path]:
+    """Move the file away (to ``aside``, else a new name) with its -wal and -shm (those
+    first: a new file must never meet the old WAL). Returns the new names, the
+    database's last."""
+    aside = aside or _aside_name(path, mark)
     moved = []
     for suffix in ("-wal", "-shm", ""):
         if _sidecar(path, suffix).exists():
@@ -352,9 +360,12 @@ def _remove_stale_work(path: Path) -> list[Path]:
     -wal, -shm, and a restore's decrypted copy ``.converting``: copies of the history,
     plain when it was plain, of processes that are gone). Returns what was removed."""
     removed: list[Path] = []
+    swapping = putback.unfinished_work(path)  # the copy a put-back cut off puts in place
     for mark in (".salvage-", ".restoring-", ".repairing-"):
         for leftover in path.parent.glob(f"{path.name}{mark}*"):
             pid = re.split(r"[-.]", leftover.name[len(path.name) + len(mark):])[0]
+            if swapping and leftover.name.startswith(swapping):
+                continue
             if pid.isdigit() and (int(pid) == os.getpid() or not _process_exists(int(pid))):
                 with contextlib.suppress(FileNotFoundError):
                     leftover.unlink()
@@ -394,7 +405,17 @@ def remove_stale_work(path: Path) -> list[Path]:
     """At every open and every ``recover``: remove the work files (copies of the history)
     that a killed salvage, repair or restore left beside ``path``, so none outlives the
     process that made it, and turning encryption on leaves no plain copy behind. Returns
-    what was removed (``recover`` lists it); a folder that cannot be read removes nothing."""
+    what was removed (``recover`` lists it); a folder that cannot be read removes nothing.
+    A put-back cut off is finished first (:func:`~.putback.finish`; StoreError when it
+    cannot be), unless another process holds the conversion lock (a start, which
+    finishes it itself, or the put-back, still running)."""
+    try:
+        with exclusive_lock(_conversion_lock(path)):
+            putback.finish(path)
+    except Busy:
+        pass
+    except OSError as exc:  # a folder that cannot be written: the lock file cannot be made
+        log.warning("cannot look for a put-back cut off beside %s: %s", path, exc)
     try:
         _undo_cut_set_aside(path)
         removed = _remove_stale_work(path)
@@ -517,13 +538,13 @@ def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery
     return Recovery(path, moved[-1], moved, list(problems), recovered, lost, held, recreated)
 
 
-def _swap_in(path: Path, work: Path, mark: str) -> list[Path]:
-    """Set ``path`` aside (with its -wal and -shm) and rename ``work`` in its place; when
-    a rename fails (OSError), the files set aside get their names back and ``work`` is
-    removed. Returns the names moved."""
+def _swap_in(path: Path, work: Path, mark: str, named: Path | None = None) -> list[Path]:
+    """Set ``path`` aside (with its -wal and -shm; as ``named`` when given) and rename
+    ``work`` in its place; when a rename fails (OSError), the files set aside get their
+    names back and ``work`` is removed. Returns the names moved."""
     moved: list[Path] = []
     try:
-        moved = _set_aside(path, mark) if path.exists() else []
+        moved = _set_aside(path, mark, named) if path.exists() else []
         os.replace(work, path)
     except OSError as exc:
         for aside in moved:  # the database last, as it went
@@ -819,10 +840,28 @@ def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = Fals
         _remove_database(work)
         reason = "the disk is full; free some space" if disk_full(path) else str(exc).rstrip(".")
         raise StoreError(f"could not put {file.name} back ({reason}); nothing was changed") from None
+    return _put_in(path, file, work)
+
+
+def _put_in(path: Path, file: Path, work: Path) -> list[Path]:
+    """:func:`restore`'s swap, journaled (:mod:`.putback`): a kill at any step of it is
+    finished by the next start, never an empty history said nowhere. A start waits for
+    it (the conversion lock)."""
+    aside = _aside_name(path, ".before-restore-")
     try:
-        moved = _swap_in(path, work, ".before-restore-")
-    except OSError as exc:
-        raise StoreError(f"could not put {file.name} back ({exc.strerror or exc}); nothing "
-                         "was changed") from None
-    acknowledge(path, moved[-1:])
+        with no_conversion(path):
+            if putback.unfinished_work(path):  # its process gone since recover looked
+                raise StoreError("an earlier put-back was cut off and is not finished yet; "
+                                 "run this again to finish it first")
+            putback.begin(path, file, work, aside)
+            moved = _swap_in(path, work, ".before-restore-", aside)
+            acknowledge(path, moved[-1:])
+            putback.end(path)
+    except (OSError, StoreError) as exc:
+        _remove_database(work)
+        if path.exists() and putback.unfinished_work(path) == work.name:
+            putback.end(path)  # ours, and as it was (a swap that failed undid its moves)
+        why = ((exc.strerror or exc) if isinstance(exc, OSError)
+               else str(exc).rstrip(".").removesuffix("; nothing was changed"))
+        raise StoreError(f"could not put {file.name} back ({why}); nothing was changed") from None
     return moved

@@ -1,0 +1,164 @@
+"""A put-back (``iris-desktop recover NAME``) that a kill cut off: finished at the next
+start, and said once.
+
+A put-back swaps files: the current database is set aside (its -wal and -shm first, the
+database last), then the checked copy of the file put back is renamed in. Before the
+first move it writes a journal beside the history (``<db>.put-back``: the names of the
+copy, of the set-aside and of the file put back) and it removes the journal after the
+last; it holds the conversion lock throughout, so a start waits for it. A start that
+finds a journal (with the lock: its writer is gone) finishes the swap: the copy was
+complete and checked before the journal was written, and the user asked for it. When
+the copy is gone (an older Iris removed it), the history it replaced goes back. The
+journal then says what was done (:func:`note`) until the start that tells the user
+forgets it (:func:`forget`).
+
+Before (an audit): a put-back killed after it set the history aside and before it
+renamed the copy in started the next time with an empty history, and said nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from iris_desktop.core.store.errors import StoreError
+from iris_desktop.files import atomic_write, fsync_dir, move_file, read_json_object
+
+log = logging.getLogger("iris.store")
+
+#: the journal beside the history, while a put-back swaps files (and after a start
+#: finished one, until it is said)
+JOURNAL = ".put-back"
+#: the order a database's files are moved in: its -wal and -shm first (a database must
+#: never meet another's WAL), the database last
+_SIDES = ("-wal", "-shm", "")
+
+
+def _side(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def journal_path(path: Path) -> Path:
+    return _side(path, JOURNAL)
+
+
+def begin(path: Path, file: Path, work: Path, aside: Path) -> None:
+    """Write the journal before the first move: ``work`` (the checked copy of ``file``)
+    goes to ``path``, the current database to ``aside``. Raises OSError."""
+    atomic_write(journal_path(path), json.dumps(
+        {"state": "begun", "file": file.name, "work": work.name, "aside": aside.name}))
+
+
+def end(path: Path) -> None:
+    """Remove the journal: the put-back is done, or nothing of it was moved. Best effort:
+    a journal left over a finished swap is only said once more at the next start."""
+    try:
+        journal_path(path).unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not remove %s: %s", journal_path(path), exc)
+        return
+    fsync_dir(path.parent)
+
+
+def _journal(path: Path) -> dict[str, str]:
+    """The journal's names ({} when there is none, or it is not one): plain file names
+    in the history's folder, never a path elsewhere."""
+    found = read_json_object(journal_path(path))
+    names = {k: v for k, v in found.items() if isinstance(v, str)}
+    if any(Path(names.get(k, "")).name != names.get(k) or not names.get(k)
+           for k in ("state", "file", "work", "aside")):
+        return {}
+    return names
+
+
+def unfinished_work(path: Path) -> str | None:
+    """The name of the checked copy an unfinished put-back is swapping in (it must not be
+    taken for a killed process's leftover), else None."""
+    journal = _journal(path)
+    return journal["work"] if journal.get("state") == "begun" else None
+
+
+def finish(path: Path) -> None:
+    """Finish a put-back a kill cut off (its journal is there): call it with the
+    conversion lock held, before anything else opens or decides about the history.
+    Raises StoreError, saying what to do, when a move fails (nothing is lost: the files
+    keep their names, and the next start tries again)."""
+    journal = _journal(path)
+    if journal.get("state") != "begun":
+        if journal_path(path).exists() and not journal:
+            log.warning("%s is not a put-back's journal; removed", journal_path(path))
+            end(path)
+        return
+    work, aside = path.with_name(journal["work"]), path.with_name(journal["aside"])
+    try:
+        if work.exists():
+            journal["aside"] = _roll_forward(path, work, aside).name
+            journal["state"] = "finished"
+        elif path.exists():  # cut off after its last move
+            journal["state"] = "finished"
+        else:
+            journal["state"] = "undone" if _move_back(aside, path) else "gone"
+        atomic_write(journal_path(path), json.dumps(journal))
+    except OSError as exc:
+        raise StoreError(
+            f"a put-back of {journal['file']} was cut off, and finishing it failed "
+            f"({exc.strerror or exc}); nothing was lost: {work.name} is the copy being put "
+            f"back, {aside.name} (or {path.name}) the history it replaces; free some space "
+            "or make the folder writable, then start Iris again") from None
+    log.warning("a put-back of %s cut off by the end of its process: %s at this start",
+                journal["file"], journal["state"])
+
+
+def _roll_forward(path: Path, work: Path, aside: Path) -> Path:
+    """The rest of the swap: what is left of the current database to ``aside`` (another
+    free name when something holds that one: a file is never overwritten), ``work`` to
+    ``path``. Returns where the current database went."""
+    moving = [s for s in _SIDES if _side(path, s).exists()]
+    base, n = aside, 1
+    while any(_side(base, s).exists() for s in moving):
+        n += 1
+        base = aside.with_name(f"{aside.name}-{n}")
+    for suffix in moving:
+        move_file(_side(path, suffix), _side(base, suffix))
+    move_file(work, path)
+    return base
+
+
+def _move_back(aside: Path, path: Path) -> bool:
+    """The copy is gone: the history set aside goes back to ``path`` (the database last);
+    False when there was none."""
+    if not aside.exists():
+        return False
+    for suffix in _SIDES:
+        if _side(aside, suffix).exists():
+            move_file(_side(aside, suffix), _side(path, suffix))
+    return True
+
+
+def note(path: Path) -> tuple[str, Path] | None:
+    """What the start did to a put-back cut off, in one sentence, and where the history
+    it replaced is; None when it did nothing."""
+    journal = _journal(path)
+    state, file, aside = journal.get("state"), journal.get("file"), journal.get("aside")
+    if state not in ("finished", "undone", "gone") or not file or not aside:
+        return None
+    cut = f"A put-back of {file} ('iris-desktop recover {file}') was cut off before it finished"
+    if state == "finished":
+        there = path.with_name(aside)
+        replaced = (f", and the history it replaced is set aside as {aside} ('iris-desktop "
+                    f"recover {aside}' puts it back)" if there.exists()
+                    else " (there was no history before it)")
+        return f"{cut}; Iris finished it at this start: {file} is the history now{replaced}.", there
+    again = f"'iris-desktop recover {file}' puts {file} back (it is unchanged)"
+    if state == "undone":
+        return (f"{cut}, and the copy it was putting in place is gone; the history it was to "
+                f"replace is back where it was, nothing of it lost; {again}.", path)
+    return (f"{cut}, and the copy it was putting in place is gone; there was no history "
+            f"before it; {again}.", path)
+
+
+def forget(path: Path) -> None:
+    """The note was said: remove the journal (best effort: said again otherwise)."""
+    if _journal(path).get("state") != "begun":
+        end(path)
