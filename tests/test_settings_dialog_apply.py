@@ -11,16 +11,7 @@ pytest.importorskip("pytestqt")
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.settings import write_config_value  # noqa: E402
 
-
-def open_preferences(window, qtbot):
-    """Preferences, with the window's watch of the settings file off: what is tested here
-    is what Apply does on its own."""
-    watch = getattr(window.menus, "config_watch", None)
-    if watch is not None:
-        watch.watcher.blockSignals(True)
-    dialog = window.preferences()
-    qtbot.waitUntil(lambda: dialog.last_preview is not None, timeout=5_000)
-    return dialog
+from support.windows import open_preferences  # noqa: E402
 
 
 def edit_and_wait(dialog, qtbot, edit) -> None:

@@ -36,6 +36,7 @@ from iris_desktop.ui.transcript import PAGE  # noqa: E402
 from iris_desktop.units import file_size  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
+from support.helpers import chat_turns as chat  # noqa: E402
 from support.windows import settle  # noqa: E402
 
 FIELDS = {key: f"{label} of the early conversation" for key, label in SUMMARY_FIELDS}
@@ -67,14 +68,6 @@ def seed_thread(data_dir, messages, title="seeded") -> int:
         thread = store.create_thread(title)
         store.add_messages(thread, messages)
     return thread
-
-
-def chat(turns: int, words: int = 20) -> list[dict]:
-    out = []
-    for i in range(turns):
-        out.append({"role": "user", "content": f"question {i} " + "word " * words})
-        out.append({"role": "assistant", "content": f"answer {i} " + "word " * words})
-    return out
 
 
 # -- sending ----------------------------------------------------------------------------------

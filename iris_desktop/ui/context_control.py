@@ -15,17 +15,18 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QMessageBox
 
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
-from iris_desktop.core.planner import Planner, limit_problems
+from iris_desktop.core.planner import Planner, limit_problems, n_ctx_to_load
 from iris_desktop.core.views import budget_preview, inspector_report, message_states
 from iris_desktop.host import model_problems
 from iris_desktop.settings import Settings
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
-from iris_desktop.ui.boxes import plain_box, plain_tip
+from iris_desktop.ui.boxes import plain_box
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_thread import LoadedModel, ModelThread, PrefillJob
+from iris_desktop.ui.window_words import PreferencesPreview, reload_problems, window_line
 
 log = logging.getLogger("iris.ui.context")
 
@@ -101,15 +102,33 @@ class ContextControl(QObject):
         same_file = settings["model.path"] == current["model.path"]
         return not same_file or settings["model.n_ctx"] != current["model.n_ctx"], same_file
 
-    def limit_problems(self, settings: Settings) -> dict[str, str]:
-        """Candidate settings the model cannot honour (the settings dialog marks them)."""
+    def model_context(self, settings: Settings) -> tuple[int | None, str]:
+        """(the tokens the model holds under candidate ``settings``, whence): the loaded
+        model's n_ctx ("loaded", or "server"), or the n_ctx a candidate ``model.n_ctx``
+        reloads it at, as the load computes it ("reload"; "load" with none loaded now);
+        (None, "other") for another model file, (None, "") with no model loaded."""
         info = self.app_state.model_info or {}
         reload, same_file = self._reloads(settings)
-        n_ctx = (settings["model.n_ctx"] or info.get("context_length")) if reload \
-            else info.get("n_ctx")
-        return {**limit_problems(settings, n_ctx if same_file else None,
-                                 info.get("context_length") if same_file else None),
-                **model_problems(settings, self.app_state.settings)}
+        if not same_file:
+            return None, "other"
+        if reload:  # ("load": no model is loaded now)
+            n_ctx = n_ctx_to_load(settings, info.get("context_length")) or None
+            return n_ctx, "reload" if info.get("n_ctx") else "load"
+        if not info.get("n_ctx"):
+            return None, ""
+        return info["n_ctx"], "server" if info.get("base_url") else "loaded"
+
+    def limit_problems(self, settings: Settings) -> dict[str, str]:
+        """Candidate settings the model cannot honour (the settings dialog marks them); a
+        window above the n_ctx a candidate ``model.n_ctx`` reloads at is said as that."""
+        info = self.app_state.model_info or {}
+        n_ctx, source = self.model_context(settings)
+        same_file = source != "other"
+        problems = limit_problems(settings, n_ctx, info.get("context_length") if same_file else None)
+        if source in ("reload", "load") and problems.pop("context.window", None):
+            problems = {**reload_problems(settings, self.app_state.settings, n_ctx, source),
+                        **problems}
+        return {**problems, **model_problems(settings, self.app_state.settings)}
 
     def candidate(self, settings: Settings) -> Planner:
         """The planner candidate settings would make (the settings dialog's preview):
@@ -135,15 +154,23 @@ class ContextControl(QObject):
 
     def _show_breakdown(self, result: ContextRequest | ConversationTooLargeException) -> None:
         meter, composer = self.meter, self.composer
-        if isinstance(result, ConversationTooLargeException):
-            meter.set_breakdown(None)
-            meter.setToolTip(plain_tip(f"Conversation too large: {result}"))
+        if isinstance(result, ConversationTooLargeException):  # said in the bar, not emptied
+            meter.set_problem(f"Conversation too large: {result}")
             composer.set_draft_tokens(None, (result.needed, result.allowed)
                                       if composer.model_draft() else None)
             return
         meter.set_breakdown(result.breakdown, estimated=not (result.exact or self.planner.counter.exact),
-                            dropped=result.dropped_turns)
+                            dropped=result.dropped_turns, note=self.window_note())
         composer.set_draft_tokens(result.breakdown.draft)
+
+    def window_note(self) -> str:
+        """The model's n_ctx beside a smaller context.window, for the meter's tooltip (the
+        status bar's "8,192-token window" stood beside a meter of 4,096); '' when equal."""
+        n_ctx, source = self.model_context(self.app_state.settings)
+        params = self.planner.params
+        if not n_ctx or params.window >= n_ctx:
+            return ""
+        return window_line(params.window, self.app_state.settings["context.window"], n_ctx, source)
 
     def refresh_meter(self) -> None:
         tid, planner = self.app_state.thread_id, self.planner
@@ -189,8 +216,10 @@ class ContextControl(QObject):
         """For the settings dialog: the live breakdown of ``candidate`` (off the GUI thread)."""
         tid, planner = self.app_state.thread_id, self.candidate(candidate)
         draft = self.composer.model_draft() or None
-        self.background.run(lambda store: budget_preview(store, planner, tid, draft),
-                            callback, self._counting_failed, key="preview")
+        n_ctx, source = self.model_context(candidate)  # said beside the window it budgets
+        self.background.run(lambda store: PreferencesPreview.of(
+            budget_preview(store, planner, tid, draft), n_ctx, source),
+            callback, self._counting_failed, key="preview")
 
     # -- the semantic index --
 

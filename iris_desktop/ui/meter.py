@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPalette
 from PySide6.QtWidgets import QProgressBar, QSizePolicy, QWidget
 
 from iris_desktop.core.views import meter_parts, meter_tooltip, threshold_fraction, tokens
+from iris_desktop.ui.boxes import plain_tip
 
 #: one colour per segment, readable on light and dark palettes
 PART_COLORS = {
@@ -39,6 +40,8 @@ class BudgetMeter(QProgressBar):
         super().__init__(parent)
         self.breakdown: dict[str, Any] | None = None
         self.estimated = False
+        #: why there is no bar (a chat too large for the window, values to fix), drawn in it
+        self.problem = ""
         #: earlier turns the request leaves out (past the budget, until compaction runs)
         self.dropped = 0
         self.setTextVisible(False)
@@ -58,11 +61,14 @@ class BudgetMeter(QProgressBar):
         fm = QFontMetrics(self.font())
         return QSize(fm.horizontalAdvance("0") * 44, fm.height() + 4)
 
-    def set_breakdown(self, breakdown: Any, estimated: bool = False, dropped: int = 0) -> None:
+    def set_breakdown(self, breakdown: Any, estimated: bool = False, dropped: int = 0,
+                      note: str = "") -> None:
         """Draw ``breakdown``; ``estimated`` when the counts are not the model's own;
         ``dropped``: the earlier turns the request leaves out (said first in the tooltip,
         and the budget's mark drawn in red: a chat can be under the compaction mark and
-        still not send its oldest turns)."""
+        still not send its oldest turns); ``note``: a line for the tooltip before the
+        numbers (the model's n_ctx beside a smaller context.window)."""
+        self.problem = ""
         self.breakdown = None if breakdown is None else (
             breakdown.as_dict() if hasattr(breakdown, "as_dict") else dict(breakdown))
         self.estimated = estimated
@@ -70,14 +76,26 @@ class BudgetMeter(QProgressBar):
         left_out = (f"{self.dropped:,} earlier turn{'s are' if self.dropped != 1 else ' is'} not "
                     "sent: past the budget (the dashed line). They are summarized when you send.\n"
                     if self.dropped else "")
-        self.setToolTip(left_out + meter_tooltip(self.breakdown, estimated) if self.breakdown else
-                        "Context budget: no request built yet")
+        note = f"{note}\n" if note else ""
+        self.setToolTip(left_out + note + meter_tooltip(self.breakdown, estimated) if self.breakdown
+                        else "Context budget: no request built yet")
         b = self.breakdown or {"used": 0, "window": 1}
         self.setRange(0, max(int(b["window"]), 1))
         self.setValue(min(int(b["used"]), self.maximum()))
         self.setAccessibleDescription(
             (f"{tokens(b['used'])} of {tokens(b['window'])} tokens used. " if self.breakdown
              else "") + self.toolTip())
+        self.update()
+
+    def set_problem(self, sentence: str, painted: str = "") -> None:
+        """No bar, and ``sentence`` in its place (as much as fits; all of it in the tooltip
+        and the description), or ``painted`` where the whole sentence is shown beside it:
+        a chat too large for the window emptied the meter without a word (only the
+        inspector said why)."""
+        self.set_breakdown(None)
+        self.problem = painted or sentence
+        self.setToolTip(plain_tip(sentence))  # wrapped, word for word
+        self.setAccessibleDescription(sentence)
         self.update()
 
     def parts(self):
@@ -88,7 +106,8 @@ class BudgetMeter(QProgressBar):
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         pal = self.palette()
         fm = QFontMetrics(self.font())
-        label_w = fm.horizontalAdvance("000,000 / 000,000") + 8
+        # a sentence in place of the bar takes the numbers' room too
+        label_w = 0 if self.problem else fm.horizontalAdvance("000,000 / 000,000") + 8
         bar = QRectF(1, 3, self.width() - label_w - 2, self.height() - 6)
         focused = self.hasFocus()  # reached with Tab: the bar is outlined in the focus colour
         painter.setPen(QPen(pal.color(QPalette.ColorRole.Highlight if focused
@@ -96,6 +115,12 @@ class BudgetMeter(QProgressBar):
         painter.setBrush(pal.color(QPalette.ColorRole.Base))
         painter.drawRoundedRect(bar, 3, 3)
         if not self.breakdown:
+            if self.problem:
+                room = bar.adjusted(6, 0, -6, 0)
+                painter.setPen(pal.color(QPalette.ColorRole.WindowText))
+                painter.drawText(room, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                                 fm.elidedText(self.problem, Qt.TextElideMode.ElideRight,
+                                               int(room.width())))
             return
         x = bar.left()
         clip = QPainterPath()

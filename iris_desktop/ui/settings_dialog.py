@@ -17,13 +17,11 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QFrame,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QMessageBox,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -35,14 +33,13 @@ from iris_desktop.core.views import (
     locked_reason,
     parse_fields,
     settings_sections,
-    sum_sentence,
 )
 from iris_desktop.settings import PINNED, SETTINGS, Setting, Settings, SettingsError, write_config_values
 from iris_desktop.ui.accessibility import name_controls
 from iris_desktop.ui.boxes import plain_box
+from iris_desktop.ui.budget_box import BudgetBox
 from iris_desktop.ui.discard import AsksBeforeDiscarding
 from iris_desktop.ui.gpu_info import DevicesBox, GpuFacts
-from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.ui.setting_field import SettingField
 from iris_desktop.ui.theme import apply_appearance
@@ -102,28 +99,8 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         self.tabs.setAccessibleName("Preferences pages")
         self.tabs.tabBar().setAccessibleName("Preferences pages")
 
-        self.breakdown = QLabel("")
-        self.breakdown.setWordWrap(True)
-        self.breakdown.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.breakdown.setObjectName("live-breakdown")
-        self.meter = BudgetMeter()
-        self.meter.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        # the heading wraps and the sentences scroll: the dialog fits the screen at 24 pt
-        box = QGroupBox()
-        heading = QLabel("<b>Token budget for the current thread</b> (live, before Apply)")
-        heading.setWordWrap(True)
-        sentences = QScrollArea()
-        sentences.setObjectName("live-breakdown-scroll")
-        sentences.setWidgetResizable(True)
-        sentences.setFrameShape(QFrame.Shape.NoFrame)
-        sentences.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        sentences.setWidget(self.breakdown)
-        sentences.setMinimumHeight(self.fontMetrics().lineSpacing() * 3)
-        sentences.setAccessibleName("Token budget, in sentences")
-        inner = QVBoxLayout(box)
-        inner.addWidget(heading)
-        inner.addWidget(self.meter)
-        inner.addWidget(sentences, 1)
+        box = BudgetBox(self.fontMetrics().lineSpacing())
+        self.breakdown, self.meter = box.breakdown, box.meter
         self.budget_box = box  # on the pages whose settings spend the window's tokens
         self.tabs.currentChanged.connect(
             lambda i: box.setVisible(self.sections[i] in BUDGET_SECTIONS))
@@ -296,10 +273,9 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
             return
         if self.errors:
             pages = {self.tabs.tabText(self.sections.index(SETTINGS[k].section)) for k in self.errors}
-            self.breakdown.setText(f"Fix the marked values to see the budget ({', '.join(sorted(pages))}).")
             for field in self.fields.values():  # no figure of a window no longer asked for
                 field.editor.set_window(None, {})
-            self.meter.set_breakdown(None)
+            self.budget_box.show_fix(f"Fix the marked values to see the budget ({', '.join(sorted(pages))}).")
             return
         self._preview(self.candidate(), self.show_preview)
 
@@ -310,9 +286,7 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         values = self.candidate().values
         for field in self.fields.values():
             field.editor.set_window(preview.window, values)
-        self.meter.set_breakdown(preview.breakdown, estimated=not preview.counter_exact)
-        total = [] if preview.breakdown is None else [sum_sentence(preview.breakdown)]
-        self.breakdown.setText("\n".join([*total, *preview.lines()]))
+        self.budget_box.show_preview(preview, values)
 
     # -- saving --
 

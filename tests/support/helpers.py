@@ -142,3 +142,12 @@ def link_bundled_model(data: Any, model_path: Any) -> None:
     (data / "models").mkdir(parents=True)
     for name in (model_path.name, model_path.name + ".verified"):
         (data / "models" / name).symlink_to(model_path.parent / name)
+
+
+def chat_turns(turns: int, words: int = 20) -> list[dict]:
+    """``turns`` question/answer pairs of ``words`` filler words each (a chat to seed)."""
+    out = []
+    for i in range(turns):
+        out.append({"role": "user", "content": f"question {i} " + "word " * words})
+        out.append({"role": "assistant", "content": f"answer {i} " + "word " * words})
+    return out

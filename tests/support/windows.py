@@ -132,3 +132,14 @@ def run_gui_recording(monkeypatch, data) -> list[tuple[str, str]]:
     monkeypatch.setattr(app_module, "setup_logging", lambda path: None)
     assert app_module.run_gui(data) == 0
     return shown
+
+
+def open_preferences(window, qtbot, timeout: int = 10_000):
+    """Preferences as the menu opens it, its first budget shown; the window's watch of the
+    settings file off (what is tested is what the dialog does on its own)."""
+    watch = getattr(window.menus, "config_watch", None)
+    if watch is not None:
+        watch.watcher.blockSignals(True)
+    dialog = window.preferences()
+    qtbot.waitUntil(lambda: dialog.last_preview is not None, timeout=timeout)
+    return dialog
