@@ -84,6 +84,8 @@ def test_a_chat_with_branches_keeps_its_place_too(tmp_path):
     {"created_at": 99_999_999_999_999},  # the year 5138
     {"created_at": True},
     {"updated_at": [2024]},
+    {"created_at": 0, "updated_at": 0},  # a placeholder: the chat was listed last, in 1970
+    {"created_at": -86_400},
 ])
 def test_an_export_without_usable_thread_times_is_dated_by_its_messages_as_before(
         capsys, tmp_path, head):

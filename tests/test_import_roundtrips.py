@@ -82,16 +82,16 @@ def test_every_other_apps_file_round_trips_through_an_iris_export_unchanged(caps
         assert exported(capsys, second, again, "md") == exported(capsys, first, thread, "md")
         assert counted(capsys, second, again) == counted(capsys, first, thread)
     def rows(data: Path) -> list[dict]:
-        """The list's rows; a chat's times where its messages give them (one with no dates
-        is dated by its import: an export carries no time Iris did not know)."""
+        """The list's rows, with each chat's times (an export carries them, to the
+        millisecond: an undated chat keeps the place its first import gave it)."""
         keys = ("title", "messages", "branch_messages", "tokens")
-        return [{**{k: t[k] for k in keys}, **({"times": (t["created_at"], t["updated_at"])}
-                                               if t["title"] in dated else {})}
+        return [{**{k: t[k] for k in keys}, "times": (t["created_at"], t["updated_at"])}
                 for t in listed(capsys, data)]
 
-    dated = {json.loads(exported(capsys, first, t))["title"] for t in ids
-             if "created_at" in exported(capsys, first, t)}
-    assert rows(second) == rows(first)
+    got, want = rows(second), rows(first)
+    assert [{**r, "times": None} for r in got] == [{**r, "times": None} for r in want]
+    for row, expected in zip(got, want, strict=True):  # (the export writes milliseconds)
+        assert all(abs(a - b) < 0.002 for a, b in zip(row["times"], expected["times"])), (row, expected)
     # and the original file, imported where its export went, is known as imported before
     code, out, err = run(capsys, "--data-dir", second, "import", source)
     assert code == 0 and out == "" and "imported before" in err
@@ -117,6 +117,23 @@ def test_a_reply_cut_off_in_chatgpt_is_imported_as_stopped_and_can_be_continued(
     with Store(app_paths(data).db_path) as store:
         assert store.stopped_reply(thread) == store.head(thread)  # Continue is offered
 
+
+
+def test_a_chatgpt_reply_that_ended_on_its_own_is_finished_whatever_its_status(capsys, tmp_path):
+    """A reply whose ``finish_details`` say it stopped on its own ("stop") is a finished
+    one, even with a leftover ``"status": "in_progress"`` (a review: the status alone
+    marked it stopped)."""
+    conversation = json.loads(CHATGPT_TREE.read_text())
+    conversation = conversation[0] if isinstance(conversation, list) else conversation
+    cut = next(k for k, n in conversation["mapping"].items()
+               if (n.get("message") or {}).get("status") == "in_progress")
+    conversation["mapping"][cut]["message"]["metadata"]["finish_details"] = {"type": "stop"}
+    conversation["current_node"] = cut
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps([conversation]), encoding="utf-8")
+    [thread] = imported(capsys, tmp_path / "data", source)
+    messages = json.loads(exported(capsys, tmp_path / "data", thread))["messages"]
+    assert not [m for m in messages if m.get("status") == "interrupted"]
 
 def lm_studio(tmp_path: Path, **changes) -> Path:
     conversation = json.loads(LM_STUDIO_FILE.read_text())

@@ -103,8 +103,12 @@ def _seconds(value: Any) -> float:
     millisecond an export writes. Raises ValueError: not a time, or one in the future."""
     not_in_future(iso_timestamp(value))
     if isinstance(value, str):
-        return dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
-    return value / 1000 if value > 1e11 else float(value)
+        seconds = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+    else:
+        seconds = value / 1000 if value > 1e11 else float(value)
+    if seconds <= 0:  # 1970 or before: a placeholder, not when the chat was (listed last)
+        raise ValueError(f"not a chat's time: {value!r}")
+    return seconds
 
 
 def read_text_file(path: Path, limit: int, *, message: bool = False) -> str:

@@ -560,8 +560,10 @@ def _chatgpt_message(message: Any, tally: _Tally, documents: Documents,
     if not text.strip():
         return None
     finish = meta.get("finish_details") if isinstance(meta.get("finish_details"), dict) else {}
-    stopped = role == "assistant" and (message.get("status") == "in_progress"
-                                       or finish.get("type") == "interrupted")
+    # cut off: stopped by the user, or still being written when exported (a reply that
+    # says it ended on its own, "stop", is finished whatever its status says)
+    stopped = role == "assistant" and finish.get("type") != "stop" and (
+        message.get("status") == "in_progress" or finish.get("type") == "interrupted")
     return _message(role, text, message.get("create_time"), stopped)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import re
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -28,17 +29,27 @@ def _unsegmented(term: str) -> bool:
                or "\u3400" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" for ch in term)
 
 
+#: a word whose punctuation at an edge belongs to it, found only where it is written so:
+#: "C++", "C#", "F#" (a word ending in + or #) and ".NET" (a dot and a word); punctuation
+#: at the edge of any other word ("spring.", "error:", "#python", "@bob", "'quoted'") is
+#: the sentence's, dropped as the index drops it (a review found "spring." finding nothing
+#: once every edge was taken as written)
+_AS_WRITTEN = re.compile(r"[^\W_]+[+#]+|\.[^\W_]+")
+
+
 def _fts_part(term: str) -> tuple[str | None, bool]:
     """What the full-text index is asked for ``term`` (None: nothing, the term is only
     punctuation), and whether the messages must hold ``term`` as written too: the
-    tokenizer drops punctuation, so "C++" was the prefix "c"* (every word in c). A word
-    that ends in punctuation is a whole word ("C++": "c"), one that begins with it is
-    found after it as written (".NET", "-v"); punctuation inside a word is a phrase, as
-    before ("node.js", "e-mail", "don't" also find "node js", "e mail", "don’t")."""
+    tokenizer drops punctuation, so "C++" was the prefix "c"* (every word in c). A word of
+    :data:`_AS_WRITTEN`'s shape is found where it is written so ("C++": the word "c" held
+    as "C++"); any other word is a prefix, its punctuation dropped as before ("spring."
+    finds "springtime"; "node.js", "e-mail", "don't" also find "node js", "e mail",
+    "don’t")."""
     if not any(ch.isalnum() for ch in term):
         return None, True
-    edged = not term[0].isalnum() or not term[-1].isalnum()
-    return f'"{term}"' + ("*" if term[-1].isalnum() else ""), edged
+    if _AS_WRITTEN.fullmatch(term):
+        return f'"{term}"' + ("*" if term[-1].isalnum() else ""), True
+    return f'"{term}"*', False
 
 
 #: the combining marks the full-text index's tokenizer drops (SQLite's unicode61 with
