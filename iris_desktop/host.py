@@ -62,6 +62,7 @@ from iris_desktop.core.store.cipher import is_encrypted, no_conversion, salt
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.files import clean_leftovers
+from iris_desktop.host_storage import prepare_privately
 from iris_desktop.paths import AppPaths, app_paths
 from iris_desktop.reasons import plain_reason as plain_reason
 from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
@@ -75,9 +76,7 @@ from iris_desktop.storage_key import (
     Prepared,
     follow_history,
     keep_key,
-    keep_memory_private,
     kv_key,
-    prepare,
 )
 from iris_desktop.untrusted import show_untrusted
 
@@ -320,12 +319,9 @@ class Host:
         # launcher without the shell's IRIS_STORAGE_ENCRYPT) never decrypts the history
         wanted = (bool(self.settings["storage.encrypt"])
                   if self.settings.source("storage.encrypt") != "default" else None)
-        if wanted or (wanted is None and is_encrypted(self.paths.db_path) is True):
-            keep_memory_private()
+        # memory kept private while encrypted, decided again once a put-back cut off is finished
+        self.storage: Prepared = prepare_privately(self.paths, wanted, env, ask_passphrase)
         db = self.paths.db_path
-        with no_conversion(db):
-            pass  # another process's encryption or decryption finishes before the decision
-        self.storage: Prepared = prepare(self.paths, wanted, env, ask_passphrase)
         with no_conversion(db):  # none starts until this connection (and its -wal) is open
             state = is_encrypted(db)
             if (state is True and self.storage.key is None) or (

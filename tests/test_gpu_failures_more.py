@@ -53,13 +53,17 @@ class FakeGpu:
     """The made-up GPU: ``devices()`` lists it with what the open "GPU" loads leave free;
     ``loads`` are the layer counts asked for; ``fail_after``: evaluations before every
     next one fails as llama_decode does after ErrorDeviceLost (None: none fails);
-    ``refuse(n_ctx)``: loads at that n_ctx fail as an unknown architecture does."""
+    ``refuse(n_ctx)``: loads at that n_ctx fail as an unknown architecture does;
+    ``fail_warm_ups``: every evaluation of a prefill (``LocalModel._prefill``: the draft's
+    while the user types, the warm-up after a compaction) fails so, and a reply's do not."""
 
     def __init__(self) -> None:
         self.open: set[int] = set()
         self.loads: list[int] = []
         self.fail_after: int | None = None
         self.refused: set[int] = set()
+        self.fail_warm_ups = False
+        self.warming = False  # a prefill is evaluating now
 
     def devices(self) -> list[Device]:
         return [CPU, replace(GPU, free_bytes=GPU.total_bytes - len(self.open) * HELD_MIB * MiB)]
@@ -69,7 +73,8 @@ class FakeGpu:
 
         def evaluate(tokens):
             count[0] += 1
-            if self.fail_after is not None and count[0] > self.fail_after:
+            if (self.fail_after is not None and count[0] > self.fail_after) or (
+                    self.fail_warm_ups and self.warming):
                 _llama_errors("ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
                               "llama_decode: failed to decode, ret = -3")
                 raise RuntimeError("llama_decode returned -3")
@@ -103,6 +108,16 @@ def fake_gpu(monkeypatch):
         return llm
 
     monkeypatch.setattr(llama_binding, "load_llama", load)
+    prefill = LocalModel._prefill
+
+    def warming(model, *args):
+        fake.warming = True
+        try:
+            yield from prefill(model, *args)
+        finally:
+            fake.warming = False
+
+    monkeypatch.setattr(LocalModel, "_prefill", warming)
     monkeypatch.setattr("iris_desktop.runtime.devices.device_handle", lambda device: 0xDEAD)
     monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", fake.devices)
     return fake
@@ -233,6 +248,117 @@ def test_chat_says_the_gpu_failed_and_the_next_run_uses_the_cpu_saying_why(capsy
     assert err.count("iris-desktop: CPU: Fake Arc is off for Iris: it failed during a reply (the driver lost "
                      "the device; llama_decode returned -3)") == 1
     assert fake_gpu.loads[-1] == 0
+
+
+# -- a GPU that fails during a warm-up --------------------------------------------------------------
+
+WARMING = ("Fake Arc, the GPU it runs on, failed during a warm-up (the driver lost the device; llama_decode "
+           "returned -3); Iris has switched that GPU off, and the model runs on the CPU from its next load")
+WARM_UP_OFF = ("Fake Arc is off for Iris: it failed during a warm-up (the driver lost the device; llama_decode "
+               "returned -3); it stays off until its driver changes")
+RELOADED = "The GPU failed during a warm-up, so Iris loaded the model again on the CPU"
+GPU_OVERRIDES = {"model.n_ctx": "1024", "model.q8_weights": "false", "model.max_tokens": "8",
+                 "model.temperature": "0", "context.recall_semantic": "false"}
+
+
+def test_a_gpu_that_fails_during_a_warm_up_is_switched_off_as_in_a_reply(model_path, tmp_path, fake_gpu):
+    """Before: a prefill's "llama_decode returned -3" was only logged (it is an
+    optimisation), the GPU kept, and the next reply failed on it. Now: recorded off as a
+    reply's failure is, said as a warm-up's; the next load is the CPU's."""
+    record = tmp_path / "gpu-checks.json"
+    _checked(tmp_path)
+    model = LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
+    try:
+        assert "".join(model.stream(HI))  # a reply's evaluations run
+        fake_gpu.fail_warm_ups = True
+        with pytest.raises(GpuFailed) as failed:
+            model.prefill([{"role": "user", "content": "What is the capital of France?"}]).run()
+        assert str(failed.value) == WARMING and model.gpu_failed == WARMING
+    finally:
+        model.close()
+    entry = json.loads(record.read_text())["checks"]["Fake Arc|Mesa 23.2"]
+    assert entry["agrees"] is False
+    assert entry["detail"] == "it failed during a warm-up: the driver lost the device; llama_decode returned -3"
+    again = LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
+    try:
+        assert again.gpu.describe() == "CPU" and again.gpu.reason == WARM_UP_OFF
+    finally:
+        again.close()
+
+
+def _loads_while_generating(window, monkeypatch) -> list[bool]:
+    """Whether a turn was under way at each load the window started on its own."""
+    seen: list[bool] = []
+    load = window.models.load
+    monkeypatch.setattr(window.models, "load", lambda: seen.append(window.generating) or load())
+    return seen
+
+
+def test_the_window_reloads_on_the_cpu_once_the_drafts_prefill_fails_on_the_gpu(
+        make_window, qtbot, model_path, data_dir, fake_gpu, monkeypatch):
+    """Before: the prefill while the user types failed on the GPU, was logged, and the
+    window kept the GPU model: the reply sent next failed on it. Now: the model is loaded
+    again on the CPU as soon as the prefill's failure is seen, said in the status bar; the
+    draft is sent and answered on the CPU."""
+    data_dir.mkdir(parents=True)
+    _checked(data_dir)
+    window = make_window(None, overrides={"model.path": str(model_path), **GPU_OVERRIDES})
+    said: list[str] = []
+    window.app_state.statusMessage.connect(lambda text, _ms: said.append(text))
+    window.turns.send("Hi")  # a chat to type in, answered on the GPU
+    qtbot.waitUntil(lambda: not window.generating, timeout=60_000)
+    settle(qtbot, window)
+    assert window.models.info["device"] == "GPU: Fake Arc · 25/25 layers"
+    loads = _loads_while_generating(window, monkeypatch)
+    fake_gpu.fail_warm_ups = True
+    window.composer.set_text("What is the capital of France?")
+    qtbot.waitUntil(lambda: window.model_state == "ready" and window.models.info["device"] == "CPU",
+                    timeout=60_000)
+    assert RELOADED in said and loads == [False]
+    assert WARM_UP_OFF in window.models.info["device_notice"]
+    assert fake_gpu.loads[-1] == 0 and not fake_gpu.open  # the GPU model was closed
+    window.turns.send("What is the capital of France?")
+    qtbot.waitUntil(lambda: not window.generating, timeout=60_000)
+    settle(qtbot, window)
+    replies = [e for e in window.view.transcript.entries() if e.role == "assistant"]
+    assert [r.status for r in replies] == ["complete", "complete"] and replies[-1].text
+
+
+def test_the_window_reloads_on_the_cpu_after_the_turn_whose_warm_up_failed(
+        make_window, qtbot, model_path, data_dir, fake_gpu, monkeypatch):
+    """The warm-up after a compaction runs once the reply is saved, still in the turn:
+    its GPU failure (before: only logged) reloads the model on the CPU after the turn,
+    never in its middle; the reply itself stays complete."""
+    from iris_desktop.core.store import Store
+    from iris_desktop.paths import app_paths
+
+    from conftest import SYNTHETIC_CHAT
+
+    data_dir.mkdir(parents=True)
+    _checked(data_dir)
+    with Store(app_paths(data_dir).ensure().db_path) as store:
+        thread = store.create_thread("long")
+        store.add_messages(thread, json.loads(SYNTHETIC_CHAT.read_text())["messages"][:60])
+    window = make_window(None, overrides={"model.path": str(model_path), **GPU_OVERRIDES,
+                                          "model.n_ctx": "2048", "model.max_tokens": "4",
+                                          "context.summarizer": "extractive"})
+    assert window.models.info["device"] == "GPU: Fake Arc · 25/25 layers"
+    said: list[str] = []
+    window.app_state.statusMessage.connect(lambda text, _ms: said.append(text))
+    window.open_thread(thread)
+    settle(qtbot, window)
+    loads = _loads_while_generating(window, monkeypatch)
+    fake_gpu.fail_warm_ups = True
+    window.turns.send("What did we talk about?")
+    qtbot.waitUntil(lambda: not window.generating, timeout=120_000)
+    qtbot.waitUntil(lambda: window.model_state == "ready" and window.models.info["device"] == "CPU",
+                    timeout=60_000)
+    assert RELOADED in said and loads == [False]
+    with Store(window.host.paths.db_path) as store:
+        assert store.compaction_events(thread)  # the turn compacted, then warmed up
+    settle(qtbot, window)
+    reply = [e for e in window.view.transcript.entries() if e.role == "assistant"][-1]
+    assert reply.status == "complete" and reply.text
 
 
 # -- a Reload and the memory the old model holds ----------------------------------------------------

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import llama_binding
 from .errors import GpuFailed
@@ -16,6 +17,7 @@ from .gpu import GpuChecks, GpuPlan, cpu_plan, short_error
 from .loading import DeviceGone, device_params
 
 log = logging.getLogger("iris.runtime")
+T = TypeVar("T")
 
 #: a plain-text prompt every model continues (no chat template: the check is about numbers)
 CHECK_PROMPT = "The capital of France is Paris. The capital of Italy is"
@@ -145,21 +147,42 @@ def checked_plan(path: Path, plan: GpuPlan, checks: GpuChecks, threads: int, sta
 _DECODE_FAILED = re.compile(r"llama_decode returned (-?\d+)")
 
 
-def gpu_failure(model: Any, exc: BaseException) -> GpuFailed | None:
+def gpu_failure(model: Any, exc: BaseException, during: str = "a reply") -> GpuFailed | None:
     """What to raise for ``exc``, raised while ``model`` (a :class:`.model.LocalModel`)
-    computed a reply: :class:`~.errors.GpuFailed` when it is llama.cpp's decode failing on
-    the model's GPU, which is then recorded off in its ``gpu_checks`` (as a GPU that failed
-    its first-use check is, so the next load plans the CPU) and said in ``gpu_failed``;
-    None otherwise (``exc`` as it is: the CPU's failures, a prompt too long, a closed model)."""
+    computed ``during`` (a reply, or a warm-up: :data:`WARM_UP`): :class:`~.errors.GpuFailed`
+    when it is llama.cpp's decode failing on the model's GPU, which is then recorded off in
+    its ``gpu_checks`` (as a GPU that failed its first-use check is, so the next load plans
+    the CPU) and said in ``gpu_failed``; None otherwise (``exc`` as it is: the CPU's
+    failures, a prompt too long, a closed model)."""
     plan: GpuPlan = model.gpu
     match = _DECODE_FAILED.search(str(exc)) if plan.on_gpu and isinstance(exc, RuntimeError) else None
     if match is None or int(match[1]) > -2:
         return None
     said = short_error(llama_binding.recent_llama_errors(), str(exc))
     error = said if said == str(exc) else f"{said}; {exc}"
-    log.error("%s failed during a reply (%s); switched off for Iris", plan.device.label, error)
-    GpuChecks(model.gpu_checks).record(plan.device, False, f"it failed during a reply: {error}", reason=(
-        f"it failed during a reply ({error}); it stays off until its driver changes"))
+    log.error("%s failed during %s (%s); switched off for Iris", plan.device.label, during, error)
+    GpuChecks(model.gpu_checks).record(plan.device, False, f"it failed during {during}: {error}", reason=(
+        f"it failed during {during} ({error}); it stays off until its driver changes"))
     failed = GpuFailed(plan.device.label, error)
+    if during != "a reply":  # GpuFailed says "during the reply": say what it was
+        failed.args = (str(failed).replace("during the reply", f"during {during}", 1),)
     model.gpu_failed = str(failed)
     return failed
+
+
+#: what a prefill is, in :func:`gpu_failure`'s words: the draft's while the user types, or
+#: the one after a compaction
+WARM_UP = "a warm-up"
+
+
+def gpu_failures(model: Any, steps: Iterator[T], during: str = WARM_UP) -> Iterator[T]:
+    """``steps`` (a prefill's, of ``model``), with llama.cpp's decode failing on its GPU
+    recorded off and raised as :class:`~.errors.GpuFailed` (:func:`gpu_failure`), as a
+    reply's failure is (before: a warm-up's was only logged, and the next reply failed
+    on the same GPU)."""
+    try:
+        yield from steps
+    except Exception as exc:
+        if (failed := gpu_failure(model, exc, during)) is not None:
+            raise failed from exc
+        raise

@@ -52,7 +52,7 @@ from .chat_format import ChatFormat, select_chat_format
 from .control_text import control_spellings, template_tokens, text_parts
 from .cpu import physical_cores
 from .errors import ModelError, PromptTooLongError
-from .first_use import checked_plan, gpu_failure
+from .first_use import checked_plan, gpu_failure, gpu_failures
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan, hold, let_go
 from .kv_reuse import KVReuse, read_sequence, write_sequence
@@ -280,7 +280,7 @@ class LocalModel(KVReuse):
     weights: str = "as published"
     #: where it runs: the device and layers llama.cpp loaded it with, and why (:mod:`.gpu`)
     gpu: GpuPlan = cpu_plan(0, "loaded without a plan")
-    #: the first-use checks' record, where a GPU that fails during a reply is recorded off;
+    #: the first-use checks' record, where a GPU that fails (a reply, a warm-up) is recorded off;
     #: and then the sentence that said so (:func:`.first_use.gpu_failure`; None: it did not)
     gpu_checks: str | os.PathLike[str] | None = None
     gpu_failed: str | None = None
@@ -660,11 +660,11 @@ class LocalModel(KVReuse):
         :class:`~.protocol.Prefill` yields ``(evaluated, total)`` after each. ``cancel``
         (anything with ``is_set()``) stops it between two graph nodes (a send preempts a
         warm-up this way), and so does closing the Prefill; what was evaluated stays
-        cached. Raises PromptTooLongError (at the first ``next``), and ModelError for a
-        file changed since it was loaded."""
+        cached. Raises PromptTooLongError (at the first ``next``), ModelError for a file
+        changed since it was loaded, and GpuFailed (its GPU recorded off) as a reply does."""
         self._check_open()
         self._check_file()
-        return Prefill(lambda result: self._prefill(result, list(messages), tools, cancel))
+        return Prefill(lambda result: gpu_failures(self, self._prefill(result, list(messages), tools, cancel)))
 
     def _prefill(self, result: Prefill, messages: list[Message], tools: list[dict] | None,
                  cancel: Stop | None) -> Iterator[tuple[int, int]]:

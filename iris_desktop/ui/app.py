@@ -71,8 +71,7 @@ def _tell_recovery(host: Any, log: logging.Logger) -> None:
         QMessageBox.information(None, "Iris Desktop", host.storage_note)
     if host.recovery is not None:
         log.warning("%s", host.recovery.describe())
-        QMessageBox.warning(None, "Iris Desktop recovered a damaged database",
-                            host.recovery.describe())
+        QMessageBox.warning(None, host.recovery.title, host.recovery.describe())
         acknowledge(db, [host.recovery.set_aside], app=True)
     pending = unacknowledged(db, app=True)
     if pending:

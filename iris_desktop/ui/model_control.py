@@ -68,6 +68,7 @@ class ModelControl(QObject):
         #: why the server is being connected to again (said once it is)
         self._reconnecting: str | None = None
         app_state.generatingChanged.connect(self._after_turn)
+        model.worker.gpuFailed.connect(self._follow_server)  # a warm-up's too: never mid-turn
         #: the welcome panel's recommendation (its card, when the window has one), and
         #: Model ▸ Download…'s "Recommended for this computer"
         self.recommend = RecommendControl(parent.findChild(RecommendCard), app_state, paths, self.use_file, self)
@@ -375,9 +376,9 @@ class ModelControl(QObject):
 
     def _follow_server(self) -> None:
         """Load the model in use again when what the planner was made with no longer holds
-        (:func:`~iris_desktop.ui.model_follow.reload_reason`: its GPU failed during the
-        reply, the server now runs another window, or the user has just agreed to send it
-        the conversation); the reason is said once it has loaded."""
+        (:func:`~iris_desktop.ui.model_follow.reload_reason`: its GPU failed during a reply
+        or a warm-up, the server now runs another window, or the user has just agreed to send
+        it the conversation); the reason is said once it has loaded. Not during a turn."""
         runtime = self.model.worker.host.runtime
         if self.state != "ready" or self.app_state.generating or self.job is not None or runtime is None:
             return

@@ -148,6 +148,7 @@ class ModelWorker(QObject):
     shellQuestion = Signal(object)  # ShellQuestion
     cacheStatus = Signal(str)  # CacheStatus.describe(): "Warming up… 1,536 of 4,096 tokens (37%)…"
     cacheEvent = Signal(object)  # the CacheStatus itself, with its numbers (the status bar's)
+    gpuFailed = Signal()  # the runtime's GPU failed (a reply, a warm-up): recorded off for Iris
 
     def __init__(self, host: Host):
         super().__init__()
@@ -234,6 +235,7 @@ class ModelWorker(QObject):
             self._cancel = None
         if thread_id is not None:
             self.turnFinished.emit(thread_id)
+        self._say_gpu_failed()  # the warm-up after a compaction runs after the turn's TurnDone
 
     @Slot(object)
     def prefill(self, job: PrefillJob) -> None:
@@ -246,6 +248,14 @@ class ModelWorker(QObject):
             return
         for event in host.prefill(job.thread_id, job.request, self.give_way):
             self._emit(event)
+        self._say_gpu_failed()
+
+    def _say_gpu_failed(self) -> None:
+        """``gpuFailed`` when the runtime's GPU failed: a warm-up's failure is only logged
+        by the host (it is an optimisation), and the window loads the model again on the
+        CPU once it is seen (before: the next reply failed on that GPU first)."""
+        if getattr(self.host.runtime, "gpu_failed", None):
+            self.gpuFailed.emit()
 
     @Slot(object)
     def compact(self, job: CompactJob) -> None:

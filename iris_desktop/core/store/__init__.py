@@ -225,6 +225,12 @@ class PutBackFinished(Recovery):
     ``set_aside`` is where the history it replaced is now."""
 
     note: str = ""
+    #: the window's box's title: finished, or not (before: "recovered a damaged database")
+    heading: str = ""
+
+    @property
+    def title(self) -> str:
+        return self.heading
 
     def describe(self) -> str:
         return self.note
@@ -237,8 +243,9 @@ def told_put_back(path: Path) -> PutBackFinished | None:
     if found is None:
         return None
     putback.forget(path)
-    acknowledge(path, [found[1]])
-    return PutBackFinished(path, found[1], [found[1]], [], {}, {}, note=found[0])
+    acknowledge(path, [found.replaced])
+    return PutBackFinished(path, found.replaced, [found.replaced], [], {}, {}, note=found.text,
+                           heading=found.title)
 
 
 def open_store(path: str | os.PathLike[str], key: Key | None = None) -> tuple[Store, Recovery | None]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.files import atomic_write, fsync_dir, move_file, read_json_object
@@ -136,9 +137,17 @@ def _move_back(aside: Path, path: Path) -> bool:
     return True
 
 
-def note(path: Path) -> tuple[str, Path] | None:
-    """What the start did to a put-back cut off, in one sentence, and where the history
-    it replaced is; None when it did nothing."""
+class Note(NamedTuple):
+    """What a start did to a put-back cut off: ``title`` in a few words (a message box's),
+    ``text`` in one sentence, and ``replaced``, where the history it replaced is."""
+
+    title: str
+    text: str
+    replaced: Path
+
+
+def note(path: Path) -> Note | None:
+    """What the start did to a put-back cut off (:class:`Note`); None when it did nothing."""
     journal = _journal(path)
     state, file, aside = journal.get("state"), journal.get("file"), journal.get("aside")
     if state not in ("finished", "undone", "gone") or not file or not aside:
@@ -149,13 +158,15 @@ def note(path: Path) -> tuple[str, Path] | None:
         replaced = (f", and the history it replaced is set aside as {aside} ('iris-desktop "
                     f"recover {aside}' puts it back)" if there.exists()
                     else " (there was no history before it)")
-        return f"{cut}; Iris finished it at this start: {file} is the history now{replaced}.", there
+        return Note("Iris Desktop finished putting back a database",
+                    f"{cut}; Iris finished it at this start: {file} is the history now{replaced}.", there)
     again = f"'iris-desktop recover {file}' puts {file} back (it is unchanged)"
+    title = "Iris Desktop could not finish putting back a database"
     if state == "undone":
-        return (f"{cut}, and the copy it was putting in place is gone; the history it was to "
-                f"replace is back where it was, nothing of it lost; {again}.", path)
-    return (f"{cut}, and the copy it was putting in place is gone; there was no history "
-            f"before it; {again}.", path)
+        return Note(title, f"{cut}, and the copy it was putting in place is gone; the history it was "
+                    f"to replace is back where it was, nothing of it lost; {again}.", path)
+    return Note(title, f"{cut}, and the copy it was putting in place is gone; there was no history "
+                f"before it; {again}.", path)
 
 
 def forget(path: Path) -> None:

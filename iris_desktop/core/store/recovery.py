@@ -255,6 +255,14 @@ class Recovery:
     #: threads made up ("Recovered chat <id>") for messages whose thread row was lost
     recreated: int = 0
 
+    @property
+    def title(self) -> str:
+        """What happened, in the few words of the title of the box the window says
+        :meth:`describe` in (before, every Recovery was "recovered a damaged database")."""
+        if self.problems == [SALVAGE_ASKED]:
+            return "Iris Desktop copied the database row by row"
+        return "Iris Desktop recovered a damaged database"
+
     def describe(self) -> str:
         """What happened, where the original is, what was recovered and what was lost (as
         far as it can be told), for the user."""

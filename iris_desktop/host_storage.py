@@ -1,0 +1,30 @@
+"""The history's key at a start (the host's first step), with this process's memory kept
+private while the history is encrypted; :mod:`.storage_key` decides the key."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from iris_desktop.core.store.cipher import is_encrypted, no_conversion
+from iris_desktop.paths import AppPaths
+from iris_desktop.storage_key import AskPassphrase, Prepared, keep_memory_private, prepare
+
+
+def prepare_privately(paths: AppPaths, wanted: bool | None, env: Mapping[str, str] | None,
+                      ask: AskPassphrase | None) -> Prepared:
+    """:func:`~.storage_key.prepare` (``wanted``: ``storage.encrypt`` as set, None at its
+    default), with :func:`~.storage_key.keep_memory_private` before the passphrase is asked
+    and the key derived when the setting or the file says encrypted, and after it when the
+    history it decided on is encrypted all the same: a put-back a kill cut off, finished
+    by prepare, put an encrypted history where there was none or a plain one (before,
+    that start left its memory dumpable). Raises StoreError as prepare does."""
+    db = paths.db_path
+    private = wanted or (wanted is None and is_encrypted(db) is True)
+    if private:
+        keep_memory_private()
+    with no_conversion(db):
+        pass  # another process's encryption or decryption finishes before the decision
+    prepared = prepare(paths, wanted, env, ask)
+    if prepared.key is not None and not private:
+        keep_memory_private()
+    return prepared
