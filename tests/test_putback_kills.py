@@ -9,6 +9,7 @@ nothing said the put-back was cut off.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -220,3 +221,140 @@ def test_a_put_back_whose_copy_vanished_gives_the_history_back(capsys, tmp_path)
     assert code == 0 and titles(out) == {"current", "in the WAL only"}, err
     assert one_sentence(err) and "is gone" in err and "back where it was" in err
     assert before_restore(data) == []
+
+
+#: a start (the CLI's ``threads``) finishing a put-back cut off, paused after its first
+#: move (the history's -shm set aside, the history not yet) until told to go on
+_PAUSED = """
+import sys
+sys.path[:0] = {paths!r}
+from iris_desktop.core.store import putback
+
+real_move, moves = putback.move_file, []
+
+
+def move(source, target):
+    real_move(source, target)
+    moves.append(source)
+    if len(moves) == 1:
+        print("moved", flush=True)
+        sys.stdin.readline()
+
+
+putback.move_file = move
+from iris_desktop.cli import main
+sys.exit(main(["--data-dir", sys.argv[1], "threads", "--no-model"]))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_recover_run_while_a_start_finishes_a_put_back_leaves_its_files_alone(capsys, tmp_path):
+    """A review: ``recover`` in a second process, while a start (holding the lock) was
+    half-way through finishing a put-back, moved the set-aside -wal and -shm back beside
+    the history just before the start moved that history aside and renamed the copy in:
+    the history put back read the old WAL's chats, and the set-aside lost its WAL-only
+    chat. Now nothing beside the history moves while another process holds the lock."""
+    data = tmp_path / "data"
+    prepared(capsys, data)
+    killed_at("moved iris.db-wal", data)
+    start = subprocess.Popen([sys.executable, "-c", _PAUSED.format(paths=sys.path), str(data)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert start.stdout.readline().strip() == "moved"
+        code, out, err = run(capsys, "--data-dir", data, "recover")
+        assert code == 0, err
+        assert not (data / "iris.db-wal").exists() and not (data / "iris.db-shm").exists()
+    finally:
+        out, err = start.communicate("\n", timeout=300)
+    assert start.returncode == 0, err
+    assert titles(out) == {"put back"} and one_sentence(err) and "finished it" in err, (out, err)
+    replaced = before_restore(data)
+    assert len(replaced) == 1
+    assert put_back_again(capsys, data, replaced[0].name) == {"current", "in the WAL only"}
+
+
+#: a set-aside's name as a put-back gives it
+_ASIDE = "iris.db.before-restore-20260101T000000"
+
+
+@pytest.mark.parametrize("journal", [
+    {"state": "begun", "file": ASIDE, "work": "..", "aside": _ASIDE},
+    {"state": "begun", "file": ASIDE, "work": "iris.db", "aside": _ASIDE},
+    {"state": "begun", "file": ASIDE, "work": "iris.db.restoring-1", "aside": "iris.db"},
+    {"state": "begun", "file": "..", "work": "iris.db.restoring-1", "aside": _ASIDE},
+    {"state": "finished", "file": ASIDE, "work": "iris.db.restoring-1", "aside": "iris.db"},
+    {"state": "done", "file": ASIDE, "work": "iris.db.restoring-1", "aside": _ASIDE},
+    "not a journal {",
+], ids=["work ..", "work the history", "aside the history", "file ..", "finished as the history",
+        "no such state", "not JSON"])
+def test_a_journal_no_put_back_wrote_is_removed_and_the_start_goes_on(capsys, tmp_path, journal):
+    """A review: a hand-written or damaged journal ("work": "..") set the history aside
+    and then failed at every start ("…finishing it failed (Device or resource busy)…
+    free some space or make the folder writable") until it was deleted by hand; one
+    naming the history itself as the set-aside was said as a put-back finished. Now a
+    journal whose names are not the ones a put-back gives is removed (one logged line),
+    and the start goes on with the history as it was."""
+    data = tmp_path / "data"
+    prepared(capsys, data)
+    text = json.dumps(journal) if isinstance(journal, dict) else journal
+    (data / "iris.db.put-back").write_text(text, encoding="utf-8")
+    for _ in range(2):
+        code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+        assert code == 0 and err == "" and titles(out) == {"current", "in the WAL only"}, err
+    assert not (data / "iris.db.put-back").exists() and before_restore(data) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+@pytest.mark.parametrize("step", ["journal", "moved iris.db-wal", "moved iris.db-shm"])
+def test_a_copy_removed_before_the_history_moved_is_not_said_finished(capsys, tmp_path, step):
+    """A review: cut off before the history itself moved, and the copy removed since (an
+    older Iris took it for a leftover), the start said "Iris finished it: X is the
+    history now": false, the history was the old one. It now says what happened: the
+    history was never moved, or its -wal and -shm went back beside it."""
+    data = tmp_path / "data"
+    prepared(capsys, data)
+    killed_at(step, data)
+    for copy in data.glob("iris.db.restoring-*"):
+        copy.unlink()
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0 and titles(out) == {"current", "in the WAL only"}, err
+    assert one_sentence(err) and "is gone" in err and "is the history now" not in err, err
+    assert ("was never moved" if step == "journal" else "back where it was") in err
+    assert not list(data.glob("iris.db.before-restore-*"))
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0 and err == "" and titles(out) == {"current", "in the WAL only"}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_put_back_into_an_empty_folder_cut_off_after_its_rename_is_said_finished(capsys, tmp_path):
+    """No history before it, so no set-aside: the journal's record of the copy tells that
+    the history now at its place is the copy."""
+    data = tmp_path / "data"
+    db = app_paths(data).ensure().db_path
+    _history(db.with_name(ASIDE), "put back")
+    code, out, err = run(capsys, "--data-dir", data, "recover")
+    assert code == 0 and not db.exists(), err
+    killed_at("renamed", data)
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0 and titles(out) == {"put back"}, err
+    assert one_sentence(err) and "finished it" in err and "there was no history before it" in err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_copy_removed_and_another_history_made_since_is_said_as_it_is(capsys, tmp_path):
+    """Cut off after the history was set aside, the copy removed and a new history made
+    since (an older Iris): neither "finished" (the history is not the copy) nor "back
+    where it was"; the start says where the history it was to replace is."""
+    data = tmp_path / "data"
+    prepared(capsys, data)
+    killed_at("moved iris.db", data)
+    for copy in data.glob("iris.db.restoring-*"):
+        copy.unlink()
+    _history(data / "iris.db", "made since")
+    code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
+    replaced = before_restore(data)
+    assert code == 0 and "made since" in out and titles(out) == set(), err
+    assert len(replaced) == 1 and one_sentence(err) and "is the history now" not in err, err
+    assert "iris.db is another file" in err and f"set aside as {replaced[0].name}" in err
+    assert put_back_again(capsys, data, replaced[0].name) == {"current", "in the WAL only"}

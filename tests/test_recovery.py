@@ -598,21 +598,27 @@ def test_recover_works_on_an_encrypted_history(capsys, tmp_path, monkeypatch):
     assert code == 0 and listed_messages(out) == total, err
 
 
-def test_recover_refuses_while_another_process_has_the_database_open(capsys, tmp_path):
+def holding_open(db: Path):
+    """A second process (as a window would) with ``db`` open until its stdin closes."""
     import subprocess
     import sys
 
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+         "c.execute('PRAGMA journal_mode = WAL'); c.execute('SELECT count(*) FROM messages'"
+         ").fetchone(); print('ready', flush=True); sys.stdin.read()", str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    return holder
+
+
+def test_recover_refuses_while_another_process_has_the_database_open(capsys, tmp_path):
     data = tmp_path / "data"
     build(capsys, data)
     aside = data / "iris.db.corrupt-20260101T000000"
     aside.write_bytes((data / "iris.db").read_bytes())
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-         "c.execute('PRAGMA journal_mode = WAL'); c.execute('SELECT count(*) FROM messages'"
-         ").fetchone(); print('ready', flush=True); sys.stdin.read()", str(data / "iris.db")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = holding_open(data / "iris.db")
     try:
-        assert holder.stdout.readline().strip() == "ready"
         before = sha256(data / "iris.db")
         for argv in (["recover", "--salvage", "--yes"], ["recover", aside.name, "--yes"]):
             code, out, err = run(capsys, "--data-dir", data, *argv)
@@ -621,6 +627,39 @@ def test_recover_refuses_while_another_process_has_the_database_open(capsys, tmp
         assert sha256(data / "iris.db") == before and len(asides(data)) == 1
     finally:
         holder.communicate("")
+    code, out, err = run(capsys, "--data-dir", data, "recover", aside.name, "--yes")
+    assert code == 0, err
+
+
+def test_a_put_back_is_refused_when_the_history_was_opened_during_its_copy(capsys, tmp_path,
+                                                                            monkeypatch):
+    """A review: "in use" was checked only before the copy (minutes on a large history);
+    a window started meanwhile had the history open when it was set aside and the copy
+    renamed in under it. It is checked again once the put-back holds the lock (a start
+    waits for it), before anything moves: refused, the copy removed, nothing changed."""
+    data = tmp_path / "data"
+    build(capsys, data)
+    aside = data / "iris.db.corrupt-20260101T000000"
+    aside.write_bytes((data / "iris.db").read_bytes())
+    holders = []
+    swap = recovery._put_in
+
+    def opened_during_the_copy(path, file, work):
+        holders.append(holding_open(path))
+        return swap(path, file, work)
+
+    monkeypatch.setattr(recovery, "_put_in", opened_during_the_copy)
+    before = sha256(data / "iris.db")
+    try:
+        code, out, err = run(capsys, "--data-dir", data, "recover", aside.name, "--yes")
+        assert code == 1 and one_sentence(err) and "has" in err and "open" in err, err
+        assert "nothing was changed" in err and len(holders) == 1
+        assert sha256(data / "iris.db") == before and len(asides(data)) == 1
+        assert not list(data.glob("iris.db.restoring-*")) and not (data / "iris.db.put-back").exists()
+    finally:
+        for holder in holders:
+            holder.communicate("")
+    monkeypatch.setattr(recovery, "_put_in", swap)
     code, out, err = run(capsys, "--data-dir", data, "recover", aside.name, "--yes")
     assert code == 0, err
 

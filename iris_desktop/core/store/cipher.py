@@ -358,6 +358,25 @@ def _conversion_lock(path: Path) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
+#: the conversion locks this thread holds (:func:`no_conversion`): a second lock of its
+#: own file would be refused to it (flock: one holder per open file)
+_held = threading.local()
+
+
+@contextmanager
+def conversion_locked(path: Path) -> Iterator[None]:
+    """Hold the conversion lock of ``path`` for the block, without waiting: this thread's
+    own when it holds it already (:func:`no_conversion`, around a start's opening).
+    Raises Busy when another process (or thread) holds it, OSError when the lock file
+    cannot be made."""
+    lock = _conversion_lock(Path(path))
+    if os.path.abspath(lock) in getattr(_held, "locks", ()):
+        yield
+        return
+    with exclusive_lock(lock):
+        yield
+
+
 #: how long a start waits for the conversion lock: another process's opening holds it a
 #: moment; a conversion holds it longer, and is said instead
 CONVERSION_WAIT_S = 5.0
@@ -373,12 +392,17 @@ def no_conversion(path: Path, wait_s: float = CONVERSION_WAIT_S) -> Iterator[Non
     makes (a second process whose setting said nothing imported into the old file during
     an encryption, and its chats were lost with it)."""
     deadline = time.monotonic() + wait_s
+    lock = _conversion_lock(Path(path))
     while True:
         entered = False
         try:
-            with exclusive_lock(_conversion_lock(Path(path))):
+            with exclusive_lock(lock):
                 entered = True
-                yield
+                _held.locks = (*getattr(_held, "locks", ()), os.path.abspath(lock))
+                try:
+                    yield
+                finally:
+                    _held.locks = tuple(n for n in _held.locks if n != os.path.abspath(lock))
             return
         except Busy:
             if entered:  # the block's own

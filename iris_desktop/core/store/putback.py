@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,6 +32,12 @@ log = logging.getLogger("iris.store")
 #: the journal beside the history, while a put-back swaps files (and after a start
 #: finished one, until it is said)
 JOURNAL = ".put-back"
+#: a journal's states: the swap under way (or cut off), then what a start did to it
+STATES = ("begun", "finished", "undone", "kept", "gone", "other")
+#: the names a put-back gives its copy and the set-aside (:func:`~.recovery.restore`;
+#: ``-<n>`` when the name was taken), after the history's own name
+_WORK = r"\.restoring-\d+"
+_ASIDE = r"\.before-restore-\d{8}T\d{6}(-\d+)*"
 #: the order a database's files are moved in: its -wal and -shm first (a database must
 #: never meet another's WAL), the database last
 _SIDES = ("-wal", "-shm", "")
@@ -48,7 +55,18 @@ def begin(path: Path, file: Path, work: Path, aside: Path) -> None:
     """Write the journal before the first move: ``work`` (the checked copy of ``file``)
     goes to ``path``, the current database to ``aside``. Raises OSError."""
     atomic_write(journal_path(path), json.dumps(
-        {"state": "begun", "file": file.name, "work": work.name, "aside": aside.name}))
+        {"state": "begun", "file": file.name, "work": work.name, "aside": aside.name,
+         "copy": _identity(work)}))
+
+
+def _identity(file: Path) -> str:
+    """The file itself: its device and inode (a rename keeps them), size and modification
+    time (a file made since on the inode a removed one freed differs); "" when none."""
+    try:
+        found = file.stat()
+    except OSError:
+        return ""
+    return f"{found.st_dev}:{found.st_ino}:{found.st_size}:{found.st_mtime_ns}"
 
 
 def end(path: Path) -> None:
@@ -63,12 +81,18 @@ def end(path: Path) -> None:
 
 
 def _journal(path: Path) -> dict[str, str]:
-    """The journal's names ({} when there is none, or it is not one): plain file names
-    in the history's folder, never a path elsewhere."""
+    """The journal ({} when there is none, or it is not one): a state of :data:`STATES`,
+    the file put back (a plain name), and the copy and the set-aside named as a put-back
+    names them beside ``path``: never a path elsewhere, "." or "..", nor the history's
+    own name (before, a journal saying "work": ".." set the history aside and failed at
+    every start, with advice that did not help)."""
     found = read_json_object(journal_path(path))
     names = {k: v for k, v in found.items() if isinstance(v, str)}
-    if any(Path(names.get(k, "")).name != names.get(k) or not names.get(k)
-           for k in ("state", "file", "work", "aside")):
+    db = re.escape(path.name)
+    file, work, aside = names.get("file", ""), names.get("work", ""), names.get("aside", "")
+    if (names.get("state") not in STATES or Path(file).name != file
+            or file in ("", ".", "..", path.name) or not re.fullmatch(db + _WORK, work)
+            or not re.fullmatch(db + _ASIDE, aside)):
         return {}
     return names
 
@@ -88,16 +112,15 @@ def finish(path: Path) -> None:
     journal = _journal(path)
     if journal.get("state") != "begun":
         if journal_path(path).exists() and not journal:
-            log.warning("%s is not a put-back's journal; removed", journal_path(path))
-            end(path)
+            _discard(path)
         return
     work, aside = path.with_name(journal["work"]), path.with_name(journal["aside"])
     try:
         if work.exists():
             journal["aside"] = _roll_forward(path, work, aside).name
             journal["state"] = "finished"
-        elif path.exists():  # cut off after its last move
-            journal["state"] = "finished"
+        elif path.exists():
+            journal["state"] = _copy_gone(path, journal.get("copy", ""), aside)
         else:
             journal["state"] = "undone" if _move_back(aside, path) else "gone"
         atomic_write(journal_path(path), json.dumps(journal))
@@ -109,6 +132,34 @@ def finish(path: Path) -> None:
             "or make the folder writable, then start Iris again") from None
     log.warning("a put-back of %s cut off by the end of its process: %s at this start",
                 journal["file"], journal["state"])
+
+
+def _discard(path: Path) -> None:
+    """Remove a journal that is not a put-back's (hand-written, damaged), saying what it
+    held in one logged line: no put-back writes one, so no swap of Iris's is cut off."""
+    try:
+        held = journal_path(path).read_text("utf-8", errors="replace")[:300]
+    except OSError as exc:
+        held = f"unreadable: {exc.strerror or exc}"
+    log.warning("%s is not a put-back's journal (%r); removed, the history left as it is",
+                journal_path(path), held)
+    end(path)
+
+
+def _copy_gone(path: Path, copy: str, aside: Path) -> str:
+    """The state of a put-back whose copy is gone, a history at ``path``: "finished" when
+    that history is the copy (cut off after its last move: the same file, or where the
+    journal does not say, the history set aside); else the copy was removed before the
+    history moved, and its -wal and -shm, when they had moved, go back ("undone"; "kept":
+    nothing had moved; "other": neither is at ``path``, the history is set aside)."""
+    if (_identity(path) == copy) if copy else aside.exists():
+        return "finished"
+    if aside.exists():
+        return "other"
+    moved = [s for s in _SIDES[:2] if _side(aside, s).exists() and not _side(path, s).exists()]
+    for suffix in moved:
+        move_file(_side(aside, suffix), _side(path, suffix))
+    return "undone" if moved else "kept"
 
 
 def _roll_forward(path: Path, work: Path, aside: Path) -> Path:
@@ -150,7 +201,7 @@ def note(path: Path) -> Note | None:
     """What the start did to a put-back cut off (:class:`Note`); None when it did nothing."""
     journal = _journal(path)
     state, file, aside = journal.get("state"), journal.get("file"), journal.get("aside")
-    if state not in ("finished", "undone", "gone") or not file or not aside:
+    if state not in STATES[1:] or not file or not aside:
         return None
     cut = f"A put-back of {file} ('iris-desktop recover {file}') was cut off before it finished"
     if state == "finished":
@@ -162,6 +213,13 @@ def note(path: Path) -> Note | None:
                     f"{cut}; Iris finished it at this start: {file} is the history now{replaced}.", there)
     again = f"'iris-desktop recover {file}' puts {file} back (it is unchanged)"
     title = "Iris Desktop could not finish putting back a database"
+    if state == "kept":
+        return Note(title, f"{cut}, and the copy it was putting in place is gone; the history it was "
+                    f"to replace was never moved, nothing of it lost; {again}.", path)
+    if state == "other":
+        return Note(title, f"{cut}, and the copy it was putting in place is gone; {path.name} is "
+                    f"another file, and the history it was to replace is set aside as {aside} "
+                    f"('iris-desktop recover {aside}' puts it back); {again}.", path.with_name(aside))
     if state == "undone":
         return Note(title, f"{cut}, and the copy it was putting in place is gone; the history it was "
                     f"to replace is back where it was, nothing of it lost; {again}.", path)

@@ -36,13 +36,13 @@ from pathlib import Path
 from iris_desktop.core.store import putback
 from iris_desktop.core.store.base import _exists
 from iris_desktop.core.store.branches import rebuild_paths
-from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, convert, no_conversion
+from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, conversion_locked, convert, no_conversion
 from iris_desktop.core.store.errors import StoreError
 from iris_desktop.core.store.salvage_read import Reader, RowReader, read_only
 from iris_desktop.core.store.salvage_read import absent as _absent
 from iris_desktop.core.store.salvage_read import at_least as _at_least
 from iris_desktop.core.store.salvage_read import held as _held
-from iris_desktop.files import Busy, exclusive_lock, free_bytes, fsync_dir
+from iris_desktop.files import Busy, free_bytes, fsync_dir
 
 log = logging.getLogger("iris.store")
 
@@ -415,15 +415,25 @@ def remove_stale_work(path: Path) -> list[Path]:
     process that made it, and turning encryption on leaves no plain copy behind. Returns
     what was removed (``recover`` lists it); a folder that cannot be read removes nothing.
     A put-back cut off is finished first (:func:`~.putback.finish`; StoreError when it
-    cannot be), unless another process holds the conversion lock (a start, which
-    finishes it itself, or the put-back, still running)."""
+    cannot be). All of it with the conversion lock held (this thread's own, around a
+    start's opening), and nothing while another process holds it (a start finishing a
+    put-back, or a put-back or conversion running): those files are its work, half moved
+    (before, a set-aside's -wal it was moving went back beside the history it was moving
+    aside, and met the copy renamed in)."""
     try:
-        with exclusive_lock(_conversion_lock(path)):
+        with conversion_locked(path):
             putback.finish(path)
+            return _tidy_work(path)
     except Busy:
-        pass
-    except OSError as exc:  # a folder that cannot be written: the lock file cannot be made
+        log.info("left the work files beside %s: another process holds its lock", path)
+        return []
+    except OSError as exc:  # a folder that cannot be written: no lock file, none holds it
         log.warning("cannot look for a put-back cut off beside %s: %s", path, exc)
+    return _tidy_work(path)
+
+
+def _tidy_work(path: Path) -> list[Path]:
+    """:func:`remove_stale_work`'s sweep (a set-aside cut off undone, work files removed)."""
     try:
         _undo_cut_set_aside(path)
         removed = _remove_stale_work(path)
@@ -469,10 +479,14 @@ def in_use_elsewhere(path: Path) -> bool:
         os.close(fd)
 
 
+class _InUse(StoreError):
+    """Another process has the database open: nothing may move under it."""
+
+
 def _refuse_if_in_use(path: Path) -> None:
     if in_use_elsewhere(path):
-        raise StoreError(f"another Iris process (the app, or a chat) has {path} open; close "
-                         "it, then try again; nothing was changed")
+        raise _InUse(f"another Iris process (the app, or a chat) has {path} open; close "
+                     "it, then try again; nothing was changed")
 
 
 def _failure(path: Path, problems: Sequence[str], exc: BaseException) -> StoreError:
@@ -854,13 +868,16 @@ def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = Fals
 def _put_in(path: Path, file: Path, work: Path) -> list[Path]:
     """:func:`restore`'s swap, journaled (:mod:`.putback`): a kill at any step of it is
     finished by the next start, never an empty history said nowhere. A start waits for
-    it (the conversion lock)."""
+    it (the conversion lock), and it is refused, the copy removed, when another process
+    opened the history since :func:`restore` looked (before, the copy, minutes long on a
+    large history, gave a window time to open it, and the files moved under it)."""
     aside = _aside_name(path, ".before-restore-")
     try:
         with no_conversion(path):
             if putback.unfinished_work(path):  # its process gone since recover looked
                 raise StoreError("an earlier put-back was cut off and is not finished yet; "
                                  "run this again to finish it first")
+            _refuse_if_in_use(path)  # none opens it now: a start waits for this lock
             putback.begin(path, file, work, aside)
             moved = _swap_in(path, work, ".before-restore-", aside)
             acknowledge(path, moved[-1:])
@@ -869,6 +886,8 @@ def _put_in(path: Path, file: Path, work: Path) -> list[Path]:
         _remove_database(work)
         if path.exists() and putback.unfinished_work(path) == work.name:
             putback.end(path)  # ours, and as it was (a swap that failed undid its moves)
+        if isinstance(exc, _InUse):
+            raise
         why = ((exc.strerror or exc) if isinstance(exc, OSError)
                else str(exc).rstrip(".").removesuffix("; nothing was changed"))
         raise StoreError(f"could not put {file.name} back ({why}); nothing was changed") from None
