@@ -446,10 +446,11 @@ def chat(args, overrides) -> int:
                     and not host.store.messages(made)):  # refused before it was stored: no
                 host.delete_thread(made)  # empty "New chat" is left behind for each try
                 printer.thread_id = None
-        if getattr(runtime, "gpu_failed", None):  # its GPU is recorded off: the next load plans the CPU
+        if getattr(runtime, "gpu_failed", None):  # off for this run: the next one checks the GPU again
             tid = printer.thread_id
-            say("iris-desktop: the next run uses the CPU" + (f"; 'iris-desktop chat --thread {tid} --regenerate' "
-                "asks for the reply again" if tid not in (None, -1) else ""), file=sys.stderr)
+            say("iris-desktop: the next run checks the GPU again first" + (
+                f"; 'iris-desktop chat --thread {tid} --regenerate' asks for the reply again"
+                if tid not in (None, -1) else ""), file=sys.stderr)
         if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
             return printer.code
         stats = printer.stats

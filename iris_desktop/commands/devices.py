@@ -49,7 +49,7 @@ def devices(args, overrides) -> int:
                                      gpu_checks=checks.path)
         except (GGUFError, ModelError) as exc:
             problem = f"no plan: {exc}"
-    rows = [{**d.as_json(), "check": checks.result(d) if d.is_gpu else None} for d in found]
+    rows = [{**d.as_json(), "check": checks.recorded(d) if d.is_gpu else None} for d in found]
     if args.json:
         print(dump_json({"devices": rows, "model": str(model) if model else None, "n_ctx": n_ctx,
                          "model.gpu": settings["model.gpu"], "plan": plan.as_json() if plan else None,
@@ -68,8 +68,10 @@ def devices(args, overrides) -> int:
             detail = check.get("detail")
             if not isinstance(detail, str) or not detail:  # a record written by hand, or damaged
                 detail = "it agreed with the CPU" if check["agrees"] else "it did not agree with the CPU"
-            checked = f" — first-use check: {detail}" + (
-                "" if check["agrees"] else " (off for Iris until its driver changes)")
+            checked = (f" — {detail} (off for the run of Iris that saw it; the first load of a later run "
+                       "checks it against the CPU again)" if "run" in check else
+                       f" — first-use check: {detail}" + (
+                           "" if check["agrees"] else " (off for Iris until its driver changes)"))
         kind = row["kind"] if row["kind"] == "cpu" else f"{row['kind']}, {row['backend']}{driver}"
         say(f"  {row['name']:<8} {row['description']} ({kind}): {memory}{checked}")
     if plan is None:

@@ -40,11 +40,11 @@ class ServerError(RuntimeError):
 class GpuFailed(RuntimeError):
     """The GPU a model runs on failed while it computed (llama.cpp's decode failed there: its
     memory, a lost device), in one sentence that names the GPU and llama.cpp's error and says
-    what Iris did: the GPU is recorded off for Iris (:class:`.gpu.GpuChecks`), so the next
-    load plans the CPU. What the reply had said before stays (the caller keeps it)."""
+    what Iris did: the GPU is off for the rest of this run (:class:`.gpu.GpuChecks`), and the
+    next start checks it again. What the reply had said before stays (the caller keeps it)."""
 
-    def __init__(self, device: str, error: str) -> None:
+    def __init__(self, device: str, error: str, during: str = "the reply") -> None:
         self.device = device
         self.error = error
-        super().__init__(f"{device}, the GPU it runs on, failed during the reply ({error}); Iris has "
-                         "switched that GPU off, and the model runs on the CPU from its next load")
+        super().__init__(f"{device}, the GPU it runs on, failed during {during} ({error}); Iris runs "
+                         "the model on the CPU until it restarts, and checks the GPU again then")

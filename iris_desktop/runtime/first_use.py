@@ -151,8 +151,9 @@ def gpu_failure(model: Any, exc: BaseException, during: str = "a reply") -> GpuF
     """What to raise for ``exc``, raised while ``model`` (a :class:`.model.LocalModel`)
     computed ``during`` (a reply, or a warm-up: :data:`WARM_UP`): :class:`~.errors.GpuFailed`
     when it is llama.cpp's decode failing on the model's GPU, which is then recorded off in
-    its ``gpu_checks`` (as a GPU that failed its first-use check is, so the next load plans
-    the CPU) and said in ``gpu_failed``; None otherwise (``exc`` as it is: the CPU's
+    its ``gpu_checks`` for this run (the next load plans the CPU; the first load of a later
+    run checks the GPU again, as the failure may be a one-off: another app holding its
+    memory) and said in ``gpu_failed``; None otherwise (``exc`` as it is: the CPU's
     failures, a prompt too long, a closed model)."""
     plan: GpuPlan = model.gpu
     match = _DECODE_FAILED.search(str(exc)) if plan.on_gpu and isinstance(exc, RuntimeError) else None
@@ -160,12 +161,11 @@ def gpu_failure(model: Any, exc: BaseException, during: str = "a reply") -> GpuF
         return None
     said = short_error(llama_binding.recent_llama_errors(), str(exc))
     error = said if said == str(exc) else f"{said}; {exc}"
-    log.error("%s failed during %s (%s); switched off for Iris", plan.device.label, during, error)
+    log.error("%s failed during %s (%s); switched off for this run of Iris", plan.device.label, during, error)
     GpuChecks(model.gpu_checks).record(plan.device, False, f"it failed during {during}: {error}", reason=(
-        f"it failed during {during} ({error}); it stays off until its driver changes"))
-    failed = GpuFailed(plan.device.label, error)
-    if during != "a reply":  # GpuFailed says "during the reply": say what it was
-        failed.args = (str(failed).replace("during the reply", f"during {during}", 1),)
+        f"it failed during {during} ({error}); it stays off until Iris restarts, which checks it again"),
+        this_run=True)
+    failed = GpuFailed(plan.device.label, error, "the reply" if during == "a reply" else during)
     model.gpu_failed = str(failed)
     return failed
 

@@ -636,11 +636,17 @@ def _read_section(path: Path | None, section: str, what: str, instead: str) -> d
 
 # -- the first-use check's record --------------------------------------------------------
 
+#: this process, in the record of a GPU that failed while in use (a reply, a warm-up): off
+#: for the run that saw it, checked again by the first load of a later one
+THIS_RUN = f"{os.getpid()}@{time.time():.6f}"
+
 
 class GpuChecks:
     """What the first-use check found, per device and driver, in a small JSON file in the
     data folder: ``{"checks": {"<description>|<driver>": {"agrees": bool, ...}}}``. A
-    device that disagreed stays off for Iris until its driver changes (another key)."""
+    device that disagreed stays off for Iris until its driver changes (another key); one
+    that failed while in use (``"run"``: :data:`THIS_RUN`) stays off for that run only, as
+    such a failure may be a one-off (another app holding its memory)."""
 
     VERSION = 1
 
@@ -654,10 +660,23 @@ class GpuChecks:
     def _read(self) -> dict[str, Any]:
         return _read_section(self.path, "checks", "the GPU checks", "checking again")
 
-    def result(self, device: Device) -> dict[str, Any] | None:
-        """The recorded check of ``device`` with its driver, or None (never checked)."""
+    def recorded(self, device: Device) -> dict[str, Any] | None:
+        """The record of ``device`` with its driver as written, or None (never checked)."""
         entry = self._read().get(self.key(device))
         return entry if isinstance(entry, dict) and isinstance(entry.get("agrees"), bool) else None
+
+    @staticmethod
+    def earlier_run(entry: dict[str, Any]) -> bool:
+        """Whether ``entry`` is a failure in use that an earlier run of Iris saw (the first
+        load of this one checks the GPU again)."""
+        return "run" in entry and entry["run"] != THIS_RUN
+
+    def result(self, device: Device) -> dict[str, Any] | None:
+        """The recorded check of ``device`` with its driver, or None: never checked, or it
+        failed in use in an earlier run (checked again; before, a one-off failure in a reply
+        switched the GPU off until its driver changed, and nothing could bring it back)."""
+        entry = self.recorded(device)
+        return None if entry is None or self.earlier_run(entry) else entry
 
     def disabled(self, devices: Iterable[Device]) -> dict[str, str]:
         """Description -> why, for the devices that disagreed with this driver."""
@@ -670,10 +689,12 @@ class GpuChecks:
                 out[device.label] = reason if ok else "its answers differed from the CPU's"
         return out
 
-    def record(self, device: Device, agrees: bool, detail: str, reason: str | None = None) -> None:
+    def record(self, device: Device, agrees: bool, detail: str, reason: str | None = None, *,
+               this_run: bool = False) -> None:
         """Remember a check's outcome (written atomically; a failure is logged, never raised:
         the check then runs again next time). ``reason``: why a failing device is off, when
-        it is not that its answers differed."""
+        it is not that its answers differed; ``this_run``: off for this run only (a failure
+        in use, :func:`.first_use.gpu_failure`)."""
         if self.path is None:
             return
         from iris_desktop.files import atomic_write
@@ -684,7 +705,8 @@ class GpuChecks:
         checks[self.key(device)] = {"device": device.label, "backend": device.backend,
                                     "driver": device.driver, "agrees": agrees, "detail": detail,
                                     "reason": None if agrees else reason,
-                                    "checked": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                                    "checked": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                    **({"run": THIS_RUN} if this_run else {})}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, json.dumps({"version": self.VERSION, "checks": checks}, indent=2))

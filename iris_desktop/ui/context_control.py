@@ -10,6 +10,8 @@ one, on the DB thread, where the planner's cache answers repeated asks without a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QMessageBox
@@ -36,6 +38,8 @@ PREFILL_PAUSE_MS = 300
 INDEX_BATCH = 16
 #: messages re-embedded per DB-thread job after a change of embedder (~0.3 s on one core)
 REEMBED_BATCH = 32
+#: what a view's DB-thread job gives when the planner's model was closed meanwhile
+_CLOSED = object()
 
 
 class ContextControl(QObject):
@@ -79,7 +83,7 @@ class ContextControl(QObject):
 
     def _model_changed(self, _state: str) -> None:
         loaded = self.app_state.loaded
-        if loaded is not None and loaded is not self._loaded:
+        if loaded is not self._loaded:  # (None: none is loaded, the last one may be closed)
             self._loaded = loaded
             self.rebuild()
 
@@ -175,9 +179,8 @@ class ContextControl(QObject):
     def refresh_meter(self) -> None:
         tid, planner = self.app_state.thread_id, self.planner
         draft = self.composer.model_draft() or None
-        self.background.run(
-            lambda store: planner.plan_or_error(store, -1 if tid is None else tid, draft),
-            self._show_breakdown, self._counting_failed, key="meter")
+        self._run(planner, lambda store: planner.plan_or_error(store, -1 if tid is None else tid, draft),
+                  self._show_breakdown, "meter")
 
     def refresh_states(self, request: ContextRequest | None = None) -> None:
         tid, planner = self.app_state.thread_id, self.planner
@@ -194,7 +197,7 @@ class ContextControl(QObject):
             if tid == self.app_state.thread_id:
                 self.app_state.show_states(states)
 
-        self.background.run(job, show, self._counting_failed, key="states")
+        self._run(planner, job, show, "states")
 
     def refresh_inspector(self, request: ContextRequest | None = None) -> None:
         inspector = self.inspector
@@ -205,21 +208,18 @@ class ContextControl(QObject):
             inspector.show_report(None)
             return
         draft = self.composer.model_draft() or None  # the next request includes what is typed
-        self.background.run(
-            lambda store: inspector_report(store, planner, tid, draft, request,
-                                           rerank_problem=self.host.reranker_problem,
-                                           embedder_problem=self.host.embedder_problem),
-            lambda r: tid == self.app_state.thread_id and inspector.show_report(r),
-            self._counting_failed, key="inspector")
+        self._run(planner, lambda store: inspector_report(store, planner, tid, draft, request,
+                                                          rerank_problem=self.host.reranker_problem,
+                                                          embedder_problem=self.host.embedder_problem),
+                  lambda r: tid == self.app_state.thread_id and inspector.show_report(r), "inspector")
 
     def preview(self, candidate: Settings, callback) -> None:
         """For the settings dialog: the live breakdown of ``candidate`` (off the GUI thread)."""
         tid, planner = self.app_state.thread_id, self.candidate(candidate)
         draft = self.composer.model_draft() or None
         n_ctx, source = self.model_context(candidate)  # said beside the window it budgets
-        self.background.run(lambda store: PreferencesPreview.of(
-            budget_preview(store, planner, tid, draft), n_ctx, source),
-            callback, self._counting_failed, key="preview")
+        self._run(planner, lambda store: PreferencesPreview.of(budget_preview(store, planner, tid, draft),
+                                                               n_ctx, source), callback, "preview")
 
     # -- the semantic index --
 
@@ -299,8 +299,7 @@ class ContextControl(QObject):
                     and draft == self.composer.model_draft() and not state.generating):
                 self.model.prefill(PrefillJob(tid, planner, request))
 
-        self.background.run(lambda store: planner.plan_or_error(store, tid, draft), prefill,
-                            self._counting_failed, key="prefill")
+        self._run(planner, lambda store: planner.plan_or_error(store, tid, draft), prefill, "prefill")
 
     # -- attachments --
 
@@ -340,10 +339,25 @@ class ContextControl(QObject):
         planner, files = self.planner, list(self.composer.attachments)
         if not files:
             return
-        self.background.run(lambda _store: [planner.counter.count_text(a.block()) for a in files],
-                            lambda counts: files == self.composer.attachments
-                            and self.composer.set_attachment_tokens(counts),
-                            self._counting_failed, key="attachments")
+        self._run(planner, lambda _store: [planner.counter.count_text(a.block()) for a in files],
+                  lambda counts: files == self.composer.attachments
+                  and self.composer.set_attachment_tokens(counts), "attachments")
+
+    def _run(self, planner: Planner, job: Callable[[Any], Any], show: Callable[[Any], Any], key: str) -> None:
+        """``job`` on the DB thread, then ``show`` its result; nothing when ``planner``'s model
+        was closed meanwhile (a load that needs its GPU memory closes it first: each view
+        failed "the model is closed", with a traceback, for the whole load): the views keep
+        their figures until the next model's planner draws them."""
+        def quiet(store: Any) -> Any:
+            try:
+                return job(store)
+            except RuntimeError:
+                if getattr(planner.runtime, "closed", False):
+                    return _CLOSED
+                raise
+
+        self.background.run(quiet, lambda result: result is _CLOSED or show(result), self._counting_failed,
+                            key=key)
 
     @staticmethod
     def _counting_failed(exc: BaseException) -> None:

@@ -136,6 +136,10 @@ class ModelControl(QObject):
     def loaded(self, loaded: LoadedModel) -> None:
         # before the planner is made for it: a server not yet agreed to gets nothing
         hold_conversation(self.model.worker.host.runtime, self.ui_state)
+        if loaded.restored:  # after its load's failure: the planner follows it, a newer load (if
+            self._show_model(loaded.info)  # any) goes on, and no choice is saved for it
+            self.app_state.set_model(self.state, loaded, self.error)
+            return
         if self._superseded(loaded.job):
             # it loaded before its cancel was seen: it answers until the newer load
             # replaces it, so it is the model a failure of that load goes on with

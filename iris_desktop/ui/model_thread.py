@@ -131,6 +131,9 @@ class LoadedModel:
     recall_by_meaning: bool = False
     #: the load that brought it (None: not from a LoadJob)
     job: LoadJob | None = field(default=None, compare=False, repr=False)
+    #: the model in use, loaded again after a load that closed it for its GPU memory failed
+    #: (the window's newer load, if any, goes on; nothing is saved for it)
+    restored: bool = False
 
 
 class ModelWorker(QObject):
@@ -184,7 +187,8 @@ class ModelWorker(QObject):
             again = self.host.runtime
             if again is not None and again is not before:  # the model in use, closed to make
                 # room on its GPU for this one, loaded again: the window plans for it anew
-                self.loaded.emit(LoadedModel(asdict(again.describe()), self.host.embedder is not None))
+                self.loaded.emit(LoadedModel(asdict(again.describe()), self.host.embedder is not None,
+                                             restored=True))
             return
         embedder = self.host.load_embedder(job.settings)
         self.loaded.emit(LoadedModel(asdict(runtime.describe()), embedder is not None, job))
