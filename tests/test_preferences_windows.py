@@ -116,11 +116,15 @@ def test_a_window_below_the_models_n_ctx_is_said_with_it_and_the_meter_is_the_en
                                                             "context.token_budget_ratio": 0.5})
     assert_meter_is_the_engines(dialog.meter, report)
 
-    assert dialog.apply()  # in force: the window's meter, beside "8,192-token window", says both
+    label = window.models.model_label
+    assert label.text().endswith("· 8,192-token window · CPU"), label.text()
+    assert dialog.apply()  # in force: the window's meter and the status bar's label say both
     qtbot.waitUntil(lambda: window.meter.breakdown is not None
                     and window.meter.breakdown["window"] == 4096, timeout=10_000)
     settle(qtbot, window)
     assert line.text() in window.meter.toolTip()
+    # the label beside the meter follows (it said "8,192-token window" beside 4,096)
+    qtbot.waitUntil(lambda: "· 4,096 of 8,192 tokens ·" in label.text(), timeout=10_000)
     dialog.reject()
 
 

@@ -26,11 +26,8 @@ from iris_desktop.ui.model_follow import reload_reason
 from iris_desktop.ui.model_thread import LoadedModel, LoadJob, ModelThread
 from iris_desktop.ui.models_dialog import ModelsDialog
 from iris_desktop.ui.recommend_card import RecommendCard, RecommendControl
-from iris_desktop.ui.server_dialog import (
-    ServerDialog,
-    forget_send_confirmation,
-    hold_conversation,
-)
+from iris_desktop.ui.server_dialog import ServerDialog, forget_send_confirmation, hold_conversation
+from iris_desktop.ui.window_words import window_label
 
 
 class ModelControl(QObject):
@@ -68,6 +65,7 @@ class ModelControl(QObject):
         #: why the server is being connected to again (said once it is)
         self._reconnecting: str | None = None
         app_state.generatingChanged.connect(self._after_turn)
+        app_state.plannerChanged.connect(lambda _planner: self.info and self._show_model(self.info))
         model.worker.gpuFailed.connect(self._follow_server)  # a warm-up's too: never mid-turn
         #: the welcome panel's recommendation (its card, when the window has one), and
         #: Model ▸ Download…'s "Recommended for this computer"
@@ -159,7 +157,7 @@ class ModelControl(QObject):
         quant = info.get("file_type")  # the GGUF's quantization (Q4_K_M); none from a server
         device = info.get("device")  # "GPU: <name> · 28/29 layers" or "CPU" (none for a server)
         # in words, short: the status sentence beside it gets the room (details: tooltip)
-        self.model_label.setText(f"{info['name']} · {info['n_ctx']:,}-token window"
+        self.model_label.setText(f"{info['name']} · {window_label(info['n_ctx'], self.app_state.planner)}"
                                  + (" · base model" if base else "")
                                  + (f" · {device}" if device else ""))
         self.where_label.setText(info.get("where") or "local")

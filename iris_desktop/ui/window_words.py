@@ -52,6 +52,16 @@ def window_line(window: int, configured: Any, n_ctx: int | None, source: str) ->
     return f"{head}; Iris uses {used} ({key})."
 
 
+
+def window_label(n_ctx: int, planner: Any) -> str:
+    """The status bar's words for the window beside the model's name: "8,192-token window",
+    or "4,096 of 8,192 tokens" when ``context.window`` budgets less than the model holds
+    (the label said "8,192-token window" beside a meter of 4,096)."""
+    window = getattr(getattr(planner, "params", None), "window", None)
+    if isinstance(window, int) and 0 < window < n_ctx:
+        return f"{window:,} of {n_ctx:,} tokens"
+    return f"{n_ctx:,}-token window"
+
 def reload_problems(candidate: Any, current: Any, n_ctx: int,
                     verb: str = "reload") -> dict[str, str]:
     """A candidate window above the ``n_ctx`` a candidate ``model.n_ctx`` reloads the model
