@@ -21,35 +21,12 @@ from test_putback_kills import ASIDE, killed_at, prepared
 from iris_desktop.core.store import Store
 
 from support.helpers import run_cli as run
+from support.windows import run_gui_recording
 
 
-def _start_recording(monkeypatch, data) -> list[tuple[str, str, str]]:
-    """Start the real app on ``data``, its message boxes and window recorded (the window
-    quits at once): ``[(kind, title, text), ...]`` in the order they were shown."""
-    from PySide6.QtCore import QTimer
-
-    from iris_desktop.ui import app as app_module
-
-    shown: list[tuple[str, str, str]] = []
-
-    def box(kind):
-        return staticmethod(lambda parent, title, text: shown.append((kind, title, text)))
-
-    class Boxes:
-        warning, critical, information = box("warning"), box("critical"), box("information")
-
-    class Window:
-        def show(self):
-            QTimer.singleShot(0, app_module.QApplication.instance().quit)
-
-        def shutdown(self):
-            pass
-
-    monkeypatch.setattr(app_module, "QMessageBox", Boxes)
-    monkeypatch.setattr(app_module, "main_window", lambda host: shown.append(("window", "", "")) or Window())
-    monkeypatch.setattr(app_module, "setup_logging", lambda path: None)
-    app_module.run_gui(data)
-    return shown
+def _start_recording(monkeypatch, data) -> list[tuple[str, ...]]:
+    """The real app started on ``data``: its boxes ``(kind, title, text)`` and window."""
+    return run_gui_recording(monkeypatch, data, titles=True)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")

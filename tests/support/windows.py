@@ -97,27 +97,23 @@ def code_block_colours(doc, block) -> set[str]:
     return colours
 
 
-def run_gui_recording(monkeypatch, data) -> list[tuple[str, str]]:
+def run_gui_recording(monkeypatch, data, titles: bool = False) -> list[tuple[str, ...]]:
     """Start the real app on ``data`` with its message boxes and main window recorded
-    (the window quits at once): ``[(kind, text), ...]`` in the order they were shown."""
+    (the window quits at once): ``[(kind, text), ...]`` in the order they were shown, or
+    ``(kind, title, text)`` with ``titles`` (the exit code is then not checked: a refused
+    start's is 1)."""
     from PySide6.QtCore import QTimer
 
     from iris_desktop.ui import app as app_module
 
-    shown: list[tuple[str, str]] = []
+    shown: list[tuple[str, ...]] = []
+
+    def box(kind):
+        return staticmethod(lambda parent, title, text: shown.append(
+            (kind, title, text) if titles else (kind, text)))
 
     class Boxes:
-        @staticmethod
-        def warning(parent, title, text):
-            shown.append(("warning", text))
-
-        @staticmethod
-        def critical(parent, title, text):
-            shown.append(("critical", text))
-
-        @staticmethod
-        def information(parent, title, text):
-            shown.append(("information", text))
+        warning, critical, information = box("warning"), box("critical"), box("information")
 
     class Window:
         def show(self):
@@ -128,9 +124,10 @@ def run_gui_recording(monkeypatch, data) -> list[tuple[str, str]]:
 
     monkeypatch.setattr(app_module, "QMessageBox", Boxes)
     monkeypatch.setattr(app_module, "main_window",
-                        lambda session: shown.append(("window", "")) or Window())
+                        lambda session: shown.append(("window", "", "") if titles else ("window", "")) or Window())
     monkeypatch.setattr(app_module, "setup_logging", lambda path: None)
-    assert app_module.run_gui(data) == 0
+    code = app_module.run_gui(data)
+    assert titles or code == 0
     return shown
 
 
