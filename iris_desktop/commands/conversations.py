@@ -72,16 +72,11 @@ def export(args, overrides) -> int:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write an export (``write_private``), or say why not. The hidden temporary files
-    that killed writes left beside it go first (``files.clean_leftovers``: an export's
-    ``.NAME.<pid>-….iris-tmp``; one that a live export is writing stays): before, each
-    kill left one there for good."""
+    """Write an export (``write_private``: what killed exports left beside it goes first),
+    or say why not."""
     from iris_desktop.core.conversation import write_private
-    from iris_desktop.files import clean_leftovers
 
     try:
-        if not path.exists() or path.is_file():  # not beside /dev/stdout, a pipe
-            clean_leftovers(path.parent)
         write_private(path, text)
     except OSError as exc:
         raise CliError(f"cannot write {path} ({exc.strerror or exc}); choose another "

@@ -463,7 +463,11 @@ def write_private(path: Path, text: str) -> None:
     """Write an export atomically (:func:`iris_desktop.files.atomic_write`): a kill or a
     full disk leaves the earlier file whole. A new file is private (0600), an existing
     one keeps its mode. Something that is not a regular file (a pipe, a terminal,
-    ``/dev/stdout``) is written to as it is, never replaced. Raises OSError."""
+    ``/dev/stdout``) is written to as it is, never replaced. Raises OSError. The hidden
+    temporary files killed writes left beside a file go first (``files.clean_leftovers``;
+    one a live export is writing stays): before, each kill left one there for good."""
+    from iris_desktop.files import clean_leftovers
+
     try:
         kind = os.stat(path).st_mode
     except FileNotFoundError:
@@ -472,6 +476,7 @@ def write_private(path: Path, text: str) -> None:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
         return
+    clean_leftovers(path.parent)
     atomic_write(path, text, keep_mode=True)
 
 

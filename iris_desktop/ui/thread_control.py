@@ -379,13 +379,10 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         A new file is private (0600), as the CLI writes it."""
         def job(store):
             from iris_desktop.core.conversation import export_messages, markdown_export, write_private
-            from iris_desktop.files import clean_leftovers
 
             payload = export_messages(store, thread_id) if fmt == "json" else None
             text = (json.dumps(payload, ensure_ascii=False, indent=2) + "\n" if payload is not None
                     else markdown_export(store, thread_id))
-            if not Path(path).exists() or Path(path).is_file():  # what killed exports left
-                clean_leftovers(Path(path).parent)  # beside it (a live one's stays)
             write_private(Path(path), text)  # (the count: every branch's in JSON; was the shown one's)
             return len(payload["messages"]) if payload is not None else len(store.messages(thread_id))
 
