@@ -151,3 +151,24 @@ def test_a_message_sent_again_in_the_refused_new_chat_makes_it_a_chat(make_windo
     assert listed(window) == ["A short question?"]
     with Store(app_paths(data_dir).db_path) as store:
         assert [t["id"] for t in store.threads()] == [made]
+
+
+def test_a_window_closed_on_the_refused_new_chat_leaves_no_empty_chat_for_the_next_start(
+        make_window, qtbot, data_dir, caplog, capfd):
+    caplog.set_level(logging.INFO)
+    capfd.readouterr()
+    window, huge = refused_in_a_new_chat(make_window, qtbot)
+    made = window.app_state.thread_id
+    window.close()  # on the chat made for nothing: before, it was listed at the next start
+    assert window.model.thread.isFinished()
+    with Store(app_paths(data_dir).db_path) as store:
+        assert store.threads() == [] and store.draft_with_files(None)[0] == huge
+        with pytest.raises(KeyError):
+            store.thread(made)
+
+    again = make_window(ScriptedRuntime(["An answer."]))  # the next start
+    settle(qtbot, again)
+    qtbot.wait(2_500)
+    settle(qtbot, again)
+    assert listed(again) == [] and again.composer.text() == huge  # the new chat's draft
+    assert problems(caplog, capfd) == []

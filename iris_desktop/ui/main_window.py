@@ -370,10 +370,12 @@ class MainWindow(QMainWindow):
         if self.turns.shell_box is not None:
             self.turns.shell_box.close()
         self.threads_control.importer.close()
+        self.threads_control.forget_at_close()  # a chat made for a refused first message
         # the DB thread's queued jobs first (a batch of recall's embedding, a meter's
         # count): they use the embedder and the tokenizer, which closing the model
         # releases ("the embedding model is closed" in the log at every such close)
         self.background.close()
+        self.threads_control.delete_forgotten()
         self.model.close(cancel)
 
     def closeEvent(self, event) -> None:

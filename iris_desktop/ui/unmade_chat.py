@@ -8,7 +8,8 @@ no message, the list does not show it: the window stays on it as on a chat not b
 the notice saying why and the box holding what was typed (its draft), and a message
 sent again goes there. Once the window leaves it still empty, it is deleted through the
 model thread, as any delete (its KV state goes too), and what was typed for it becomes
-the new chat's draft."""
+the new chat's draft; so when the window closes on it (before, it was listed at the next
+start)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class UnmadeChat:
         self._made: int | None = None
         #: the thread made for a turn that stored nothing in it (None: none)
         self._unmade: int | None = None
+        #: the thread :meth:`forget_at_close` found unused, deleted after the DB thread
+        self._forgotten: list[int] = []
         self.app_state.generatingChanged.connect(self._turn_over)
         self.app_state.threadChanged.connect(self._left)
 
@@ -69,10 +72,28 @@ class UnmadeChat:
         self._forget(unmade, self.composer.text(),
                      [(a.name, a.text) for a in self.composer.attachments])
 
-    def _forget(self, thread_id: int, text: str, files: list[tuple[str, str]]) -> None:
+    def forget_at_close(self) -> None:
+        """The window is closing on the chat made for nothing: what the box holds becomes
+        the new chat's draft and the thread is deleted, as when the window leaves it. Call
+        before the DB thread closes (it runs the queued jobs), then
+        :meth:`delete_forgotten` after it, before the model thread closes."""
+        if self._unmade is not None and self.app_state.thread_id == self._unmade:
+            unmade, self._unmade = self._unmade, None
+            self._forget(unmade, self.composer.text(),
+                         [(a.name, a.text) for a in self.composer.attachments], closing=True)
+
+    def delete_forgotten(self) -> None:
+        """Queue the deletion of the thread :meth:`forget_at_close` found still unused."""
+        for thread_id in self._forgotten:
+            self.model.delete(thread_id)
+
+    def _forget(self, thread_id: int, text: str, files: list[tuple[str, str]],
+                closing: bool = False) -> None:
         """Delete the thread if it is still unused; its draft (``text`` and ``files``, or
         the one stored) goes to the new chat, unless that has one of its own: then the
-        thread stays, with its draft."""
+        thread stays, with its draft. ``closing``: the DB thread's answer comes after the
+        window's event loop, so the job itself notes the thread for
+        :meth:`delete_forgotten`."""
         def job(store) -> bool:
             with store.transaction():
                 if not _unused(store, thread_id):
@@ -83,6 +104,8 @@ class UnmadeChat:
                     if kept[0].strip() or kept[1]:
                         return False
                     store.save_draft(None, *carried)
+            if closing:
+                self._forgotten.append(thread_id)
             return True
 
         self.background.run(job, lambda unused: unused and self.model.delete(thread_id),
