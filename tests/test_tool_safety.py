@@ -40,19 +40,17 @@ def test_a_huge_repeat_count_is_refused_before_it_compiles(tmp_path):
         if POSIX else ""
     child = _python(f"""
         {limit}
-        import json, time
+        import json
         from iris_desktop.core.tools import Sandbox
         box = Sandbox([{str(tmp_path)!r}])
-        start = time.monotonic()
         result = box.run("search_files", {{"pattern": "a{{1000000000}}"}})
-        print(json.dumps([result.ok, result.content, time.monotonic() - start]))
+        print(json.dumps([result.ok, result.content]))
     """)
     out, _ = child.communicate(timeout=120)
-    ok, content, seconds = json.loads(out)
+    ok, content = json.loads(out)  # refused from the pattern (no time bound: the 2 GB cap)
     assert not ok
     assert content == ("error: the pattern has a repeat count of 1,000,000,000, over the limit "
                        "of 10,000 (the regex engine needs memory for every repeat)")
-    assert seconds < 5
 
 
 @pytest.mark.parametrize("pattern, refused", [
