@@ -204,6 +204,9 @@ class Imported(NamedTuple):
     titles: list[str]
     #: what was left out of the chats stored (None: ``loaded.notes``, all of them stored)
     notes: list[str] | None = None
+    #: the chats not stored because a known thread holds them, in the same order (what
+    #: the window imports again when asked)
+    known_chats: tuple[Chat, ...] = ()
 
     def report(self, loaded: Loaded, hint: str = "", by_title: bool = False) -> list[str]:
         """What a user is told: ``loaded.report()`` for another app's file, with the chats
@@ -243,6 +246,7 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
     ids: list[int] = []
     known: list[int] = []
     stored: list[Chat] = []
+    known_chats: list[Chat] = []
     several = len(loaded.chats) > 1
     threads = StoredThreads(store, again)
     pending = list(reversed(loaded.chats))
@@ -256,6 +260,7 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
                     twin = threads.holding(chat.messages, chat.before)
                     if twin is not None:
                         known.append(twin)
+                        known_chats.append(chat)
                         continue
                     own = chat.title or title_from(chat.messages)
                     name = (f"{title}: {own}" if several else title) if title else own
@@ -269,7 +274,7 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
         reason = explain(exc, store.path) if isinstance(exc, sqlite3.Error) else str(exc)
         raise PartlyImported(Imported(ids, [], []), reason) from exc
     notes = loaded.left_out(stored) if known else None
-    return Imported(ids, known, [threads.titles[t] for t in known], notes)
+    return Imported(ids, known, [threads.titles[t] for t in known], notes, tuple(known_chats))
 
 
 class PartlyImported(Exception):

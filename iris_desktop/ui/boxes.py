@@ -1,4 +1,5 @@
-"""A failure said in a message box, as the CLI says it, and shown as plain text.
+"""A failure said in a message box, as the CLI says it, or a question asked in one,
+shown as plain text.
 
 Qt guesses whether a message box's text is HTML (``Qt.AutoText``): an error that quotes
 a server's error page, a file name or a model name with tags in it was drawn as HTML, its
@@ -8,6 +9,9 @@ and a file error in the CLI's sentence (the file it could not write, and why).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from PySide6 import QtGui
 from PySide6.QtCore import Qt
@@ -34,6 +38,24 @@ def warn(parent: QWidget | None, title: str, text: str) -> QMessageBox:
     """A warning with ``text`` as plain text, open over ``parent`` (not blocking)."""
     box = plain_box(QMessageBox(QMessageBox.Icon.Warning, title, text, parent=parent))
     box.setObjectName("failure")
+    box.open()
+    return box
+
+
+def ask(parent: QWidget | None, title: str, text: str, answers: tuple[str, str],
+        on_yes: Callable[[], Any], name: str, detail: str = "") -> QMessageBox:
+    """A question with ``text`` (and ``detail`` below it) as plain text, open over
+    ``parent`` (not blocking), with two buttons, ``answers``: (yes, no). ``on_yes`` runs on
+    yes; no, the default and Escape, changes nothing."""
+    box = QMessageBox(QMessageBox.Icon.Question, title, text, parent=parent)
+    box.setInformativeText(detail)
+    box = plain_box(box)
+    box.setObjectName(name)
+    yes = box.addButton(answers[0], QMessageBox.ButtonRole.AcceptRole)
+    no = box.addButton(answers[1], QMessageBox.ButtonRole.RejectRole)
+    box.setDefaultButton(no)
+    box.setEscapeButton(no)
+    box.finished.connect(lambda _: box.clickedButton() is yes and on_yes())
     box.open()
     return box
 

@@ -8,21 +8,28 @@ if the user had opened another meanwhile. Now the status bar says what is being 
 until it is done, other chats open, and the first imported chat opens only if the chat
 that was open when the import began still is. (Parsing the file's JSON still holds
 Python's lock for a moment: a 276 MB file stops the window for a few seconds.)
+
+Chats that were imported before are not stored twice; the window then asks once whether
+to import them again, as new copies (the CLI's ``import --again``), from the file as it
+was read the first time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 from iris_desktop.core.store import Stores
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
-from iris_desktop.ui.boxes import failure, warn
+from iris_desktop.ui.boxes import ask, failure, warn
+
+if TYPE_CHECKING:
+    from iris_desktop.core.foreign import Imported, Loaded
 
 
 class ImportControl(QObject):
@@ -37,33 +44,76 @@ class ImportControl(QObject):
         self.refresh = refresh
         self.parent_widget = parent
         self.jobs: Background | None = None
+        #: the last "Import again?" question asked (:meth:`ask_again`)
+        self.again_box: QMessageBox | None = None
 
     def import_file(self, path: str) -> None:
         """Every chat of the file as a thread (``core.foreign``: the CLI's loader), in
-        chunks of one transaction; what was imported and left out is said."""
-        opened = self.app_state.thread_id
-        name = Path(path).name
-        self.app_state.show_message(f"Importing {name}… (other chats can be opened meanwhile)", 0)
-
+        chunks of one transaction; what was imported and left out is said, and chats that
+        were imported before are offered to be imported again (:meth:`ask_again`)."""
         def job(store):
             from iris_desktop.core.foreign import import_conversations, load_conversations
 
             loaded = load_conversations(path)
-            imported = import_conversations(store, loaded)  # a chat there already: opened
-            return imported, imported.report(loaded, by_title=True)
+            return loaded, import_conversations(store, loaded)  # a chat there already: opened
 
-        def done(result: tuple[Any, list[str]]) -> None:
-            imported, report = result
+        self.run(Path(path).name, f"Importing {Path(path).name}…", job)
+
+    def ask_again(self, name: str, loaded: Loaded, imported: Imported) -> QMessageBox:
+        """Whether to import the chats of ``name`` that ``imported`` found imported before
+        again, as new copies ("Keep as is": nothing changes). Before, the window only said
+        they were not imported, and importing them anyway took the CLI's ``--again``."""
+        known = len(imported.known)
+        them, were, copies = ("it", "was", "a new copy") if known == 1 else (
+            "them", "were", "new copies")
+        titles = [f"“{t if len(t) <= 40 else t[:39] + '…'}”" for t in imported.titles[:5]]
+        which = ", ".join(titles) + (", …" if known > 5 else "")
+        box = ask(self.parent_widget, "Import again?",
+                  f"{known:,} chat{'' if known == 1 else 's'} of {name} {were} imported before "
+                  f"({which}). Import {them} again as {copies}?", ("Import again", "Keep as is"),
+                  lambda: self.import_again(name, loaded, imported), "import-again",
+                  "The chats in the list stay as they are; "
+                  + ("the copy is" if known == 1 else "the copies are") + " added beside them.")
+        self.again_box = box
+        return box
+
+    def import_again(self, name: str, loaded: Loaded, imported: Imported) -> None:
+        """Import the chats ``imported`` skipped as imported before, as new threads, from
+        the file as it was read (``loaded``: not read again; the import does not change it)."""
+        known = len(imported.known)
+        def job(store):
+            from iris_desktop.core.foreign import import_conversations
+
+            again = skipped_chats(loaded, imported)
+            return again, import_conversations(store, again, again=True)
+
+        self.run(name, f"Importing {known:,} chat{'' if known == 1 else 's'} of {name} again…",
+                 job)
+
+    def run(self, name: str, saying: str, job: Callable[[Any], tuple[Loaded, Imported]]) -> None:
+        """Run ``job`` (the store → (loaded, imported)) on the import thread, ``saying`` so
+        in the status bar meanwhile; then say what it did, open the first chat if the chat
+        open when it began still is, and ask about the chats it skipped."""
+        opened = self.app_state.thread_id
+        self.app_state.show_message(f"{saying} (other chats can be opened meanwhile)", 0)
+
+        def work(store):
+            loaded, imported = job(store)
+            return loaded, imported, imported.report(loaded, by_title=True)
+
+        def done(result: tuple[Loaded, Imported, list[str]]) -> None:
+            loaded, imported, report = result
             self.refresh()
             for thread_id in imported.ids:
                 self.app_state.messages_saved(thread_id)  # the semantic index takes them
-            first = (imported.ids or imported.known)[0]
             stayed = self.app_state.thread_id == opened
-            if stayed:
-                self.open_thread(first)
+            if stayed and (imported.ids or imported.known):
+                self.open_thread((imported.ids or imported.known)[0])
             said = report[0][:1].upper() + report[0][1:] + "." if report else f"Imported {name}."
             where = [] if stayed else ["They are in the chat list."]
             self.app_state.show_message(" ".join([said, *report[1:], *where]), 10_000)
+            if imported.known:
+                self.ask_again(name, loaded, imported)
 
         def failed(exc: BaseException) -> None:
             from iris_desktop.core.foreign import PartlyImported
@@ -81,7 +131,7 @@ class ImportControl(QObject):
                                         "list.", 10_000)
             warn(self.parent_widget, "Import failed", failure(exc) + ".")
 
-        self.thread_jobs().run(job, done, failed)
+        self.thread_jobs().run(work, done, failed)
 
     def thread_jobs(self) -> Background:
         """The import thread's jobs (the thread is made at the first use)."""
@@ -93,3 +143,12 @@ class ImportControl(QObject):
         """Finish the import under way (it commits in chunks) and stop the thread."""
         if self.jobs is not None:
             self.jobs.close()
+
+
+def skipped_chats(loaded: Loaded, imported: Imported) -> Loaded:
+    """The chats of ``loaded`` that ``imported`` skipped as imported before (a Loaded, its
+    notes on those chats alone)."""
+    from iris_desktop.core.foreign import Loaded
+
+    chats = list(imported.known_chats)
+    return Loaded(loaded.format, chats, Loaded(loaded.format, chats).left_out(chats))
