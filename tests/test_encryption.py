@@ -955,9 +955,8 @@ def test_turning_encryption_on_leaves_no_plain_work_file_of_a_killed_recovery(ca
 LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from iris_desktop.core.store.cipher import _conversion_lock
-    from iris_desktop.files import exclusive_lock
-    with exclusive_lock(_conversion_lock(Path(sys.argv[1]))):
+    from iris_desktop.core.store.cipher import conversion_locked
+    with conversion_locked(Path(sys.argv[1]), "converting"):  # as a conversion holds it
         print("holding", flush=True)
         time.sleep(60)
 """)

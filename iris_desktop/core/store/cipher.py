@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.holders import busy, held, lock_file
 from iris_desktop.core.store.putback import finish as finish_put_back
-from iris_desktop.files import Busy, exclusive_lock, free_bytes
+from iris_desktop.files import Busy, free_bytes
 
 __all__ = [
     "HEADER", "Key", "KeyRejected", "available", "check_key", "connect", "convert", "is_encrypted", "salt",
@@ -355,25 +356,17 @@ def _shred(path: Path) -> None:
 
 def _conversion_lock(path: Path) -> Path:
     """The file whose lock a conversion of ``path`` holds (hidden, beside it, empty)."""
-    return path.with_name(f".{path.name}.lock")
-
-
-#: the conversion locks this thread holds (:func:`no_conversion`): a second lock of its
-#: own file would be refused to it (flock: one holder per open file)
-_held = threading.local()
+    return lock_file(path)
 
 
 @contextmanager
-def conversion_locked(path: Path) -> Iterator[None]:
-    """Hold the conversion lock of ``path`` for the block, without waiting: this thread's
-    own when it holds it already (:func:`no_conversion`, around a start's opening).
-    Raises Busy when another process (or thread) holds it, OSError when the lock file
-    cannot be made."""
-    lock = _conversion_lock(Path(path))
-    if os.path.abspath(lock) in getattr(_held, "locks", ()):
-        yield
-        return
-    with exclusive_lock(lock):
+def conversion_locked(path: Path, word: str) -> Iterator[None]:
+    """Hold the conversion lock of ``path`` for the block, without waiting, saying
+    ``word`` (what this process does: :data:`~.holders.DOING`): this thread's own when
+    it holds it already (:func:`no_conversion`, around a start's opening). Raises Busy
+    when another process (or thread) holds it, OSError when the lock file cannot be
+    made."""
+    with held(Path(path), word):
         yield
 
 
@@ -383,34 +376,33 @@ CONVERSION_WAIT_S = 5.0
 
 
 @contextmanager
-def no_conversion(path: Path, wait_s: float = CONVERSION_WAIT_S) -> Iterator[None]:
-    """Hold the conversion lock of ``path`` for the block: none can start until the block
-    ends, and one another process is running (it holds the lock from its start to its
-    swap) is said, after waiting ``wait_s`` for a lock another process's opening holds.
-    Around the opening of the database, so that a conversion finds this process's
-    connection (its -wal) and refuses, instead of swapping a new file over the writes it
-    makes (a second process whose setting said nothing imported into the old file during
-    an encryption, and its chats were lost with it)."""
-    deadline = time.monotonic() + wait_s
-    lock = _conversion_lock(Path(path))
+def no_conversion(path: Path, wait_s: float | None = None, word: str = "opening",
+                  then: str = "start Iris again when it is done") -> Iterator[None]:
+    """Hold the conversion lock of ``path`` for the block, saying ``word`` (what this
+    process does: :data:`~.holders.DOING`; this thread's own lock when it holds it
+    already): none can start until the block ends, and one another process is running
+    (it holds the lock from its start to its swap) is said, with what it is doing, and
+    ``then`` (what to do), after waiting ``wait_s`` (default :data:`CONVERSION_WAIT_S`)
+    for a lock another process's opening holds. Around the opening of the database, so
+    that a conversion finds this process's connection (its -wal) and refuses, instead of
+    swapping a new file over the writes it makes (a second process whose setting said
+    nothing imported into the old file during an encryption, and its chats were lost
+    with it)."""
+    deadline = time.monotonic() + (CONVERSION_WAIT_S if wait_s is None else wait_s)
     while True:
         entered = False
         try:
-            with exclusive_lock(lock):
+            with held(Path(path), word):
                 entered = True
-                _held.locks = (*getattr(_held, "locks", ()), os.path.abspath(lock))
-                try:
-                    yield
-                finally:
-                    _held.locks = tuple(n for n in _held.locks if n != os.path.abspath(lock))
+                yield
             return
         except Busy:
             if entered:  # the block's own
                 raise
             if time.monotonic() > deadline:
-                raise StoreError(f"another Iris process is converting {path} now (encrypting or "
-                                 "decrypting it); start Iris again when it is done; nothing was "
-                                 "changed") from None
+                # said as what the holder does (before, always "converting": also beside a
+                # put-back or a salvage)
+                raise StoreError(busy(Path(path), f"{then}; nothing was changed")) from None
             time.sleep(0.2)
 
 
@@ -423,7 +415,7 @@ def tidy(path: Path) -> None:
     back (it holds the conversion lock): those files are its work. Raises StoreError
     when a put-back cannot be finished."""
     try:
-        with exclusive_lock(_conversion_lock(Path(path))):
+        with held(Path(path), "tidying"):
             _tidy(Path(path))
             finish_put_back(Path(path))
     except Busy:
@@ -473,11 +465,11 @@ def convert(path: Path, source: Key | None, target: Key | None,
     the original unchanged, when something fails before the rename."""
     path = Path(path)
     try:
-        with exclusive_lock(_conversion_lock(path)):
+        with held(path, "converting"):
             return _convert(path, source, target, step)
     except Busy:
-        raise StoreError(f"another Iris process is converting {path} now (storage.encrypt "
-                         "changed); wait for it to finish, then start Iris again") from None
+        raise StoreError(busy(path, "wait for it to finish, then start Iris again",
+                              why="storage.encrypt changed")) from None
 
 
 def _convert(path: Path, source: Key | None, target: Key | None,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.holders import doing
 from iris_desktop.files import atomic_write, fsync_dir, move_file, read_json_object
 
 log = logging.getLogger("iris.store")
@@ -106,14 +107,21 @@ def unfinished_work(path: Path) -> str | None:
 
 def finish(path: Path) -> None:
     """Finish a put-back a kill cut off (its journal is there): call it with the
-    conversion lock held, before anything else opens or decides about the history.
-    Raises StoreError, saying what to do, when a move fails (nothing is lost: the files
-    keep their names, and the next start tries again)."""
+    conversion lock held, before anything else opens or decides about the history; the
+    lock says "finishing-put-back" meanwhile (:mod:`.holders`). Raises StoreError, saying
+    what to do, when a move fails (nothing is lost: the files keep their names, and the
+    next start tries again)."""
     journal = _journal(path)
     if journal.get("state") != "begun":
         if journal_path(path).exists() and not journal:
             _discard(path)
         return
+    with doing(path, "finishing-put-back"):
+        _finish(path, journal)
+
+
+def _finish(path: Path, journal: dict[str, str]) -> None:
+    """:func:`finish` of a put-back whose journal says "begun"."""
     work, aside = path.with_name(journal["work"]), path.with_name(journal["aside"])
     try:
         if work.exists():

@@ -38,6 +38,8 @@ from iris_desktop.core.store.base import _exists
 from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, conversion_locked, convert, no_conversion
 from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.holders import InUse as _InUse
+from iris_desktop.core.store.holders import refuse_if_in_use as _refuse_if_in_use
 from iris_desktop.core.store.salvage_read import Reader, RowReader, read_only
 from iris_desktop.core.store.salvage_read import absent as _absent
 from iris_desktop.core.store.salvage_read import at_least as _at_least
@@ -421,7 +423,7 @@ def remove_stale_work(path: Path) -> list[Path]:
     (before, a set-aside's -wal it was moving went back beside the history it was moving
     aside, and met the copy renamed in)."""
     try:
-        with conversion_locked(path):
+        with conversion_locked(path, "tidying"):
             putback.finish(path)
             return _tidy_work(path)
     except Busy:
@@ -450,45 +452,6 @@ def _process_exists(pid: int) -> bool:
     return _exists(pid)
 
 
-#: the byte of a -shm every SQLite connection to the database keeps a shared lock on while
-#: it is open (the "DMS" slot: UNIX_SHM_BASE 120 + SQLITE_SHM_NLOCK 8)
-_SHM_DMS = 128
-
-
-def in_use_elsewhere(path: Path) -> bool:
-    """Whether another process has the database open now (POSIX: it holds its lock on the
-    -shm; False where this cannot be told). Call it with no connection of this process
-    open to ``path``: closing the probe drops this process's own locks on the -shm."""
-    shm = _sidecar(path, "-shm")
-    if os.name != "posix" or not shm.exists():
-        return False
-    import fcntl
-
-    try:
-        fd = os.open(shm, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SHM_DMS, os.SEEK_SET)
-    except OSError:
-        return True
-    else:
-        fcntl.lockf(fd, fcntl.LOCK_UN, 1, _SHM_DMS, os.SEEK_SET)
-        return False
-    finally:
-        os.close(fd)
-
-
-class _InUse(StoreError):
-    """Another process has the database open: nothing may move under it."""
-
-
-def _refuse_if_in_use(path: Path) -> None:
-    if in_use_elsewhere(path):
-        raise _InUse(f"another Iris process (the app, or a chat) has {path} open; close "
-                     "it, then try again; nothing was changed")
-
-
 def _failure(path: Path, problems: Sequence[str], exc: BaseException) -> StoreError:
     """The one sentence for a salvage that could not finish (the original untouched)."""
     if disk_full(path) or getattr(exc, "sqlite_errorname", "").startswith("SQLITE_FULL") or (
@@ -512,7 +475,19 @@ def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery
     anything moves: when it cannot be finished (a full disk, an I/O error) or not one
     row could be read, StoreError says so and the original stays where it is, under its
     own name. A file whose header is damaged is read through a copy with the header's
-    fixed fields restored."""
+    fixed fields restored.
+
+    All of it with the conversion lock held (this thread's own at a start), saying
+    "salvaging": a conversion, a put-back, its finish at a start or a second salvage
+    cannot move files under it, nor it under them; when another process holds the lock,
+    StoreError says what that one is doing, and nothing was changed (before, ``recover
+    --salvage`` took no lock, and could swap files under another's work)."""
+    with no_conversion(path, word="salvaging", then="try again when it is done"):
+        return _salvage(path, problems, key)
+
+
+def _salvage(path: Path, problems: list[str], key: Key | None) -> Recovery:
+    """:func:`salvage`, with the conversion lock held."""
     from iris_desktop.core.store import Store  # the package imports this module first
 
     _refuse_if_in_use(path)
@@ -827,7 +802,7 @@ def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = Fals
         raise StoreError(f"{file} is damaged ({first_problem(problems)}); putting it back "
                          "would only have it set aside again at the next start; nothing was "
                          "changed")
-    _refuse_if_in_use(path)
+    _refuse_if_busy(path, file)
     _remove_stale_work(path)
     work = _sidecar(path, f".restoring-{os.getpid()}")
     try:
@@ -865,6 +840,27 @@ def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = Fals
     return _put_in(path, file, work)
 
 
+def _putting_back(path: Path, file: Path) -> contextlib.AbstractContextManager[None]:
+    """The conversion lock of ``path`` for a put-back of ``file`` (StoreError, saying
+    what the holder does, when another process holds it)."""
+    return no_conversion(path, word="putting-back",
+                         then=f"run 'iris-desktop recover {file.name}' again when it is done")
+
+
+def _refuse_if_busy(path: Path, file: Path) -> None:
+    """Before the copy (minutes on a large history): refuse a put-back of ``file`` when
+    another process holds the conversion lock (said as what it does: before, beside a
+    conversion, "has it open") or has the history open, as :func:`_put_in` would."""
+    try:
+        with _putting_back(path, file):
+            _refuse_if_in_use(path)
+    except _InUse:
+        raise
+    except StoreError as exc:
+        why = str(exc).removesuffix("; nothing was changed")
+        raise StoreError(f"could not put {file.name} back ({why}); nothing was changed") from None
+
+
 def _put_in(path: Path, file: Path, work: Path) -> list[Path]:
     """:func:`restore`'s swap, journaled (:mod:`.putback`): a kill at any step of it is
     finished by the next start, never an empty history said nowhere. A start waits for
@@ -873,7 +869,7 @@ def _put_in(path: Path, file: Path, work: Path) -> list[Path]:
     large history, gave a window time to open it, and the files moved under it)."""
     aside = _aside_name(path, ".before-restore-")
     try:
-        with no_conversion(path):
+        with _putting_back(path, file):
             if putback.unfinished_work(path):  # its process gone since recover looked
                 raise StoreError("an earlier put-back was cut off and is not finished yet; "
                                  "run this again to finish it first")
