@@ -157,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="copy every row that can be read of the current database into a new one "
                    "(for damage the start-up check does not see); the old one is set aside")
 
+    p = sub.add_parser("rekey", help="encrypt the encrypted history again with a new key: a "
+                       "passphrase (to open it on another computer) or a new key in the keyring")
+    p.add_argument("--to", choices=("passphrase", "keyring"), default="passphrase",
+                   help="the new key: a passphrase (IRIS_NEW_STORAGE_PASSPHRASE, else asked "
+                   "twice; the default) or a new random key kept in this computer's keyring")
+
     _add_runtime_commands(sub)
     return parser
 

@@ -52,7 +52,8 @@ from iris_desktop.paths import AppPaths
 log = logging.getLogger("iris.storage")
 
 __all__ = [
-    "KEYRING_SERVICE", "PASSPHRASE_ENV", "AskPassphrase", "Found", "Prepared", "find_key",
+    "KEYRING_SERVICE", "NEW_PASSPHRASE_ENV", "PASSPHRASE_ENV", "AskPassphrase", "Found",
+    "Prepared", "change_key", "find_key",
     "follow_history", "keep_key", "kv_key", "prepare", "storage_note",
 ]
 
@@ -497,6 +498,97 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
         log.warning("%d database file(s) set aside earlier are not encrypted (%s); delete them "
                     "once they are no longer needed", len(earlier), ", ".join(earlier))
     return Prepared(key, "encrypted", tuple(earlier))
+
+
+#: the environment variable that supplies the new passphrase of :func:`change_key`
+NEW_PASSPHRASE_ENV = "IRIS_NEW_STORAGE_PASSPHRASE"
+
+
+def change_key(paths: AppPaths, to: str, env: Mapping[str, str] | None = None,
+               ask: AskPassphrase | None = None, step: Callable[[str], None] | None = None
+               ) -> Key:
+    """Encrypt the encrypted history again with a new key (``iris-desktop rekey``):
+    ``to`` "passphrase" (``IRIS_NEW_STORAGE_PASSPHRASE``, else ``ask(path, True, None)``),
+    or "keyring", a new random key kept in this computer's keyring. The conversion is
+    :func:`prepare`'s (a verified copy renamed over the original). A key from the keyring
+    stays filed under the old file's salt, so copies made before (a backup, a database
+    set aside) still open. Returns the new key; raises StoreError, the history unchanged,
+    when it is not encrypted, the current key is not found, another process has it open,
+    or the new key is the one it has."""
+    from iris_desktop.core.store.cipher import no_conversion
+
+    env = os.environ if env is None else env
+    path = paths.db_path
+    tidy(path)
+    if is_encrypted(path) is not True:
+        raise StoreError(f"the chat history at {path} is not encrypted, so it has no key to "
+                         "change; to encrypt it: iris-desktop config set storage.encrypt true")
+    # held throughout: a start or recover meanwhile says what this does (and one under
+    # way is waited for 5 s, then said)
+    with no_conversion(path, word="rekeying", then="run 'iris-desktop rekey' again when it is "
+                       "done; nothing was changed"):
+        return _change_key(paths, to, env, ask, step)
+
+
+def _change_key(paths: AppPaths, to: str, env: Mapping[str, str], ask: AskPassphrase | None,
+                step: Callable[[str], None] | None) -> Key:
+    """:func:`change_key`, with the conversion lock held."""
+    from iris_desktop.core.store.holders import refuse_if_in_use
+
+    path = paths.db_path
+    refuse_if_in_use(path)
+    old = _existing_key(path, env, ask)
+    new = _rekey_target(path, to, env, ask)
+    if new.kind == old.kind and new.secret == old.secret:
+        raise StoreError(f"that passphrase is the one the history at {path} is encrypted with "
+                         "now; nothing was changed")
+    if old.kind == "raw":
+        _keep_for_set_aside(path, old)
+        _file_under_salt(path, old)
+    if new.kind == "raw":  # kept before the switch, by path (the new salt is not known yet):
+        _keyring_keep_as(str(path.resolve()), new.secret)  # a kill after it finds it there
+    _drop_kv_states(paths)  # sealed with a key derived from the old one
+    convert(path, old, new, step)
+    _keep_kind(path, new)
+    if new.kind == "raw":
+        _keyring_keep(path, new.secret)  # filed under the new file's salt, the path forgotten
+    log.info("the chat history's key was changed (now %s)", "the keyring's" if new.kind == "raw"
+             else "a passphrase")
+    return new
+
+
+def _rekey_target(path: Path, to: str, env: Mapping[str, str], ask: AskPassphrase | None) -> Key:
+    """The new key of :func:`change_key`."""
+    if to == "keyring":
+        if not keyring_present():
+            raise StoreError("no keyring can be reached from this session to keep the new key "
+                             "in; run this in your desktop session, or choose a passphrase "
+                             "(--to passphrase); nothing was changed")
+        return Key.raw(secrets.token_bytes(32))
+    text = env.get(NEW_PASSPHRASE_ENV)
+    if text is None and ask is None:
+        raise StoreError(f"no new passphrase: set {NEW_PASSPHRASE_ENV}, or run this on a "
+                         "terminal to be asked; nothing was changed")
+    text = text if text is not None else ask(path, True, None)
+    if not text:
+        raise StoreError("no new passphrase was given; nothing was changed")
+    try:
+        return Key.passphrase(text)
+    except ValueError:
+        raise StoreError("that passphrase cannot be used (it holds a NUL character); nothing "
+                         "was changed") from None
+
+
+def _keyring_keep_as(name: str, key: bytes) -> None:
+    """Keep ``key`` under the keyring's user ``name``, read back; StoreError when the
+    keyring cannot keep it."""
+    try:
+        set_secret(KEYRING_SERVICE, name, key.hex(), f"the storage key of {name}")
+    except Exception:  # no usable keyring: set_secret said why in the log
+        pass
+    if get_secret(KEYRING_SERVICE, name, f"the storage key of {name}") != key.hex():
+        raise StoreError("the keyring did not keep the new key (see the log); nothing was "
+                         "changed")
 
 
 def storage_note(prepared: Prepared, db_path: Path, config_path: Path, source: str) -> str | None:

@@ -26,6 +26,7 @@ from iris_desktop.commands.conversations import delete, export, import_, switch,
 from iris_desktop.commands.devices import devices
 from iris_desktop.commands.models import models
 from iris_desktop.commands.recover import recover
+from iris_desktop.commands.rekey import rekey
 
 __all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_TOO_LARGE", "EXIT_USAGE", "CliError", "say",
            "stdout_gone"]
@@ -179,6 +180,7 @@ COMMANDS = {
     "compact": compact,
     "config": config,
     "recover": recover,
+    "rekey": rekey,
     "devices": devices,
     "gui": gui,
 }

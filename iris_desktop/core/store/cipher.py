@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store.errors import StoreError
-from iris_desktop.core.store.holders import busy, held, lock_file
+from iris_desktop.core.store.holders import busy, held, holds, lock_file
 from iris_desktop.core.store.putback import finish as finish_put_back
 from iris_desktop.files import Busy, free_bytes
 
@@ -464,6 +464,8 @@ def convert(path: Path, source: Key | None, target: Key | None,
     zeros and deleted afterwards). Raises StoreError (KeyRejected for a wrong key), with
     the original unchanged, when something fails before the rename."""
     path = Path(path)
+    if holds(path):  # (a put-back, a rekey: its own word stays said)
+        return _convert(path, source, target, step)
     try:
         with held(path, "converting"):
             return _convert(path, source, target, step)

@@ -34,6 +34,7 @@ DOING = {
                           "(finishing a put-back that was cut off)",
     "salvaging": "salvaging {path} now (copying what can be read of it into a new database)",
     "tidying": "removing the work files a stopped process left beside {path} now",
+    "rekeying": "encrypting {path} again with a new key now ('iris-desktop rekey')",
 }
 #: said when the holder's word cannot be read (gone, unknown, or an older Iris's)
 CHANGING = "changing {path} now (converting it, putting a database back in its place or salvaging it)"
