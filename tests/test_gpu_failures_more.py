@@ -256,6 +256,40 @@ def test_chat_says_the_gpu_failed_and_the_next_run_checks_it_again(capsys, model
     assert fake_gpu.loads[loads:] == [0, 25, 25]  # the first-use check (CPU, GPU), then the model
 
 
+def test_chat_after_a_second_run_failing_in_use_says_the_gpu_stays_off(capsys, model_path, tmp_path,
+                                                                      fake_gpu, monkeypatch):
+    """The second run in a row whose GPU fails in use keeps it off until its driver
+    changes: ``chat`` no longer says "the next run checks the GPU again first" then (it did,
+    and the next run planned the CPU)."""
+    from iris_desktop.runtime import gpu
+
+    data = tmp_path / "d"
+    data.mkdir()
+    _checked(data)
+    args = ["--data-dir", str(data), "--set", f"model.path={model_path}", "--set", "model.n_ctx=1024",
+            "--set", "model.q8_weights=false", "--set", "context.recall_semantic=false",
+            "--set", "model.max_tokens=16"]
+    said = []
+    for run in ("the first run", "the second run"):
+        monkeypatch.setattr(gpu, "THIS_RUN", run, raising=False)  # another process each time
+        fake_gpu.fail_after = 3
+        code = main([*args, "chat", "Hi"])
+        out, err = capsys.readouterr()
+        assert code != 0 and out.strip() and "Traceback" not in err
+        said.append(err)
+    assert "the next run checks the GPU again first" in said[0]
+    assert "the next run checks the GPU again first" not in said[1]
+    assert "in 2 runs of Iris in a row; Iris runs the model on the CPU until the GPU's driver changes" in said[1]
+    assert "'iris-desktop chat --thread 2 --regenerate' asks for the reply again" in said[1]
+    fake_gpu.fail_after = None
+    monkeypatch.setattr(gpu, "THIS_RUN", "the third run", raising=False)
+    loads = len(fake_gpu.loads)
+    code = main([*args, "chat", "--thread", "2", "--regenerate"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.strip()
+    assert fake_gpu.loads[loads:] == [0]  # the CPU at once: no check, no GPU load
+
+
 # -- a GPU that fails during a warm-up --------------------------------------------------------------
 
 WARMING = ("Fake Arc, the GPU it runs on, failed during a warm-up (the driver lost the device; llama_decode "

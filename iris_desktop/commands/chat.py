@@ -446,11 +446,17 @@ def chat(args, overrides) -> int:
                     and not host.store.messages(made)):  # refused before it was stored: no
                 host.delete_thread(made)  # empty "New chat" is left behind for each try
                 printer.thread_id = None
-        if getattr(runtime, "gpu_failed", None):  # off for this run: the next one checks the GPU again
+        failed = getattr(runtime, "gpu_failed", None)
+        if failed:  # off for this run (the next one checks the GPU again), or for good
+            from iris_desktop.runtime.errors import AGAIN_NEXT_RUN
+
             tid = printer.thread_id
-            say("iris-desktop: the next run checks the GPU again first" + (
-                f"; 'iris-desktop chat --thread {tid} --regenerate' asks for the reply again"
-                if tid not in (None, -1) else ""), file=sys.stderr)
+            again = f"'iris-desktop chat --thread {tid} --regenerate' asks for the reply again" \
+                if tid not in (None, -1) else ""
+            first = "the next run checks the GPU again first" if AGAIN_NEXT_RUN in failed else ""
+            said = "; ".join(part for part in (first, again) if part)
+            if said:
+                say(f"iris-desktop: {said}", file=sys.stderr)
         if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
             return printer.code
         stats = printer.stats

@@ -37,14 +37,27 @@ class ServerError(RuntimeError):
     server (``host:port``) and says why; it never contains the API key."""
 
 
+#: how a GPU's first failure in use ends: off for this run only (:class:`GpuFailed`)
+AGAIN_NEXT_RUN = "Iris runs the model on the CPU until it restarts, and checks the GPU again then"
+
+
 class GpuFailed(RuntimeError):
     """The GPU a model runs on failed while it computed (llama.cpp's decode failed there: its
     memory, a lost device), in one sentence that names the GPU and llama.cpp's error and says
     what Iris did: the GPU is off for the rest of this run (:class:`.gpu.GpuChecks`), and the
-    next start checks it again. What the reply had said before stays (the caller keeps it)."""
+    next start checks it again; or, ``runs`` above 1 (it failed in use in that many runs in
+    a row), it is off until its driver changes, and ``again`` says how to check it again.
+    What the reply had said before stays (the caller keeps it)."""
 
-    def __init__(self, device: str, error: str, during: str = "the reply") -> None:
+    def __init__(self, device: str, error: str, during: str = "the reply", *, runs: int = 1,
+                 again: str = "") -> None:
         self.device = device
         self.error = error
-        super().__init__(f"{device}, the GPU it runs on, failed during {during} ({error}); Iris runs "
-                         "the model on the CPU until it restarts, and checks the GPU again then")
+        self.runs = runs
+        if runs > 1:
+            super().__init__(f"{device}, the GPU it runs on, failed during {during} ({error}), in {runs} runs of "
+                             "Iris in a row; Iris runs the model on the CPU until the GPU's driver changes"
+                             + (f" ({again})" if again else ""))
+        else:
+            super().__init__(f"{device}, the GPU it runs on, failed during {during} ({error}); "
+                             + AGAIN_NEXT_RUN)

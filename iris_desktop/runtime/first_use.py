@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from . import llama_binding
 from .errors import GpuFailed
-from .gpu import GpuChecks, GpuPlan, cpu_plan, short_error
+from .gpu import FAILED_RUNS_OFF, GpuChecks, GpuPlan, cpu_plan, short_error
 from .loading import DeviceGone, device_params
 
 log = logging.getLogger("iris.runtime")
@@ -151,23 +151,34 @@ def gpu_failure(model: Any, exc: BaseException, during: str = "a reply") -> GpuF
     """What to raise for ``exc``, raised while ``model`` (a :class:`.model.LocalModel`)
     computed ``during`` (a reply, or a warm-up: :data:`WARM_UP`): :class:`~.errors.GpuFailed`
     when it is llama.cpp's decode failing on the model's GPU, which is then recorded off in
-    its ``gpu_checks`` for this run (the next load plans the CPU; the first load of a later
-    run checks the GPU again, as the failure may be a one-off: another app holding its
-    memory) and said in ``gpu_failed``; None otherwise (``exc`` as it is: the CPU's
-    failures, a prompt too long, a closed model)."""
+    its ``gpu_checks`` (:meth:`.gpu.GpuChecks.failed_in_use`: for this run, as the failure
+    may be a one-off, another app holding its memory, and the first load of a later run
+    checks the GPU again; until its driver changes once it failed in use in
+    :data:`.gpu.FAILED_RUNS_OFF` runs in a row) and said in ``gpu_failed``; None otherwise
+    (``exc`` as it is: the CPU's failures, a prompt too long, a closed model)."""
     plan: GpuPlan = model.gpu
     match = _DECODE_FAILED.search(str(exc)) if plan.on_gpu and isinstance(exc, RuntimeError) else None
     if match is None or int(match[1]) > -2:
         return None
     said = short_error(llama_binding.recent_llama_errors(), str(exc))
     error = said if said == str(exc) else f"{said}; {exc}"
-    log.error("%s failed during %s (%s); switched off for this run of Iris", plan.device.label, during, error)
-    GpuChecks(model.gpu_checks).record(plan.device, False, f"it failed during {during}: {error}", reason=(
-        f"it failed during {during} ({error}); it stays off until Iris restarts, which checks it again"),
-        this_run=True)
-    failed = GpuFailed(plan.device.label, error, "the reply" if during == "a reply" else during)
+    checks = GpuChecks(model.gpu_checks)
+    runs = checks.failed_in_use(plan.device, during, error)
+    log.error("%s failed during %s (%s); switched off %s", plan.device.label, during, error,
+              "for this run of Iris" if runs < FAILED_RUNS_OFF else f"until its driver changes ({runs} runs in a row)")
+    failed = GpuFailed(plan.device.label, error, "the reply" if during == "a reply" else during,
+                       runs=runs if runs >= FAILED_RUNS_OFF else 1, again=checks.again())
     model.gpu_failed = str(failed)
     return failed
+
+
+def gpu_worked(model: Any, finish: str = "stop") -> None:
+    """A reply (``finish``: how it ended) or a warm-up of ``model`` completed: on a GPU, its
+    count of runs that failed in use starts again (:meth:`.gpu.GpuChecks.worked`: once per
+    run, a write only when there was a count). A stopped or failed one proves nothing."""
+    plan: GpuPlan = model.gpu
+    if plan.on_gpu and model.gpu_checks is not None and not model.gpu_failed and finish in ("stop", "length"):
+        GpuChecks(model.gpu_checks).worked(plan.device)
 
 
 #: what a prefill is, in :func:`gpu_failure`'s words: the draft's while the user types, or
@@ -179,10 +190,15 @@ def gpu_failures(model: Any, steps: Iterator[T], during: str = WARM_UP) -> Itera
     """``steps`` (a prefill's, of ``model``), with llama.cpp's decode failing on its GPU
     recorded off and raised as :class:`~.errors.GpuFailed` (:func:`gpu_failure`), as a
     reply's failure is (before: a warm-up's was only logged, and the next reply failed
-    on the same GPU)."""
+    on the same GPU); one that evaluated something and ended is noted (:func:`gpu_worked`)."""
+    evaluated = False
     try:
-        yield from steps
+        for step in steps:
+            evaluated = True
+            yield step
     except Exception as exc:
         if (failed := gpu_failure(model, exc, during)) is not None:
             raise failed from exc
         raise
+    if evaluated:
+        gpu_worked(model)

@@ -639,6 +639,11 @@ def _read_section(path: Path | None, section: str, what: str, instead: str) -> d
 #: this process, in the record of a GPU that failed while in use (a reply, a warm-up): off
 #: for the run that saw it, checked again by the first load of a later one
 THIS_RUN = f"{os.getpid()}@{time.time():.6f}"
+#: runs of Iris in a row in which a GPU failed in use that switch it off until its driver
+#: changes (one may be a one-off; two cost the user a failed reply at every start)
+FAILED_RUNS_OFF = 2
+#: (run, record, device key) whose success in use this run noted (:meth:`GpuChecks.worked`)
+_worked: set[tuple[str, str, str]] = set()
 
 
 class GpuChecks:
@@ -646,7 +651,10 @@ class GpuChecks:
     data folder: ``{"checks": {"<description>|<driver>": {"agrees": bool, ...}}}``. A
     device that disagreed stays off for Iris until its driver changes (another key); one
     that failed while in use (``"run"``: :data:`THIS_RUN`) stays off for that run only, as
-    such a failure may be a one-off (another app holding its memory)."""
+    such a failure may be a one-off (another app holding its memory), unless it failed in
+    use in :data:`FAILED_RUNS_OFF` runs in a row (``"failed_runs"``, kept through the
+    first-use check passing again, cleared by a run in which it worked in use and did not fail
+    after: :meth:`worked`)."""
 
     VERSION = 1
 
@@ -673,8 +681,9 @@ class GpuChecks:
 
     def result(self, device: Device) -> dict[str, Any] | None:
         """The recorded check of ``device`` with its driver, or None: never checked, or it
-        failed in use in an earlier run (checked again; before, a one-off failure in a reply
-        switched the GPU off until its driver changed, and nothing could bring it back)."""
+        failed in use in an earlier run only (checked again; before, a one-off failure in a
+        reply switched the GPU off until its driver changed, and nothing could bring it
+        back); one that failed in use in :data:`FAILED_RUNS_OFF` runs in a row stays off."""
         entry = self.recorded(device)
         return None if entry is None or self.earlier_run(entry) else entry
 
@@ -690,28 +699,98 @@ class GpuChecks:
         return out
 
     def record(self, device: Device, agrees: bool, detail: str, reason: str | None = None, *,
-               this_run: bool = False) -> None:
+               this_run: bool = False, failed_runs: int | None = None) -> None:
         """Remember a check's outcome (written atomically; a failure is logged, never raised:
         the check then runs again next time). ``reason``: why a failing device is off, when
         it is not that its answers differed; ``this_run``: off for this run only (a failure
-        in use, :func:`.first_use.gpu_failure`)."""
+        in use, :func:`.first_use.gpu_failure`); ``failed_runs``: the runs in a row it failed
+        in use, this one the last (None: as recorded, a check does not change it)."""
         if self.path is None:
             return
-        from iris_desktop.files import atomic_write
-
         checks = self._read()
+        key = self.key(device)
+        streak = _streak(checks.get(key)) if failed_runs is None else (
+            {"failed_runs": failed_runs, "last_failed_run": THIS_RUN} if failed_runs else {})
         reason = reason or ("its answers differed from the CPU's in Iris's first-use check "
                             f"({detail}); it stays off until its driver changes")
-        checks[self.key(device)] = {"device": device.label, "backend": device.backend,
-                                    "driver": device.driver, "agrees": agrees, "detail": detail,
-                                    "reason": None if agrees else reason,
-                                    "checked": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                    **({"run": THIS_RUN} if this_run else {})}
+        checks[key] = {"device": device.label, "backend": device.backend,
+                       "driver": device.driver, "agrees": agrees, "detail": detail,
+                       "reason": None if agrees else reason,
+                       "checked": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                       **({"run": THIS_RUN} if this_run else {}), **streak}
+        self._write(checks)
+
+    def _write(self, checks: dict[str, Any]) -> None:
+        from iris_desktop.files import atomic_write
+
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, json.dumps({"version": self.VERSION, "checks": checks}, indent=2))
         except OSError as exc:
             log.warning("%s: cannot record the GPU check (%s)", self.path, exc)
+
+    def failed_in_use(self, device: Device, during: str, error: str) -> int:
+        """Record that ``device`` failed during ``during`` (llama.cpp's ``error``), and
+        return in how many runs of Iris in a row it has (this one counted once): below
+        :data:`FAILED_RUNS_OFF` it is off for this run only, from it until its driver
+        changes, with a reason that says how to check it again (:meth:`again`)."""
+        entry = self.recorded(device)
+        streak = _streak(entry)
+        runs = streak.get("failed_runs", 0) + int(streak.get("last_failed_run") != THIS_RUN)
+        if runs < FAILED_RUNS_OFF:
+            self.record(device, False, f"it failed during {during}: {error}", reason=(
+                f"it failed during {during} ({error}); it stays off until Iris restarts, which checks it again"),
+                this_run=True, failed_runs=runs)
+        else:
+            self.record(device, False, f"it failed in use in {runs} runs of Iris in a row, the last during "
+                        f"{during}: {error}", reason=(
+                            f"it failed in use in {runs} runs of Iris in a row, the last time during {during} "
+                            f"({error}); it stays off until its driver changes ({self.again()})"), failed_runs=runs)
+        return runs
+
+    def again(self) -> str:
+        """How the user has a device switched off here checked again, in a few words."""
+        return f"delete {self.path} to check it again"
+
+    def worked(self, device: Device) -> None:
+        """A reply or a warm-up completed on ``device``: its count of runs that failed in
+        use (:meth:`failed_in_use`) starts again once this run ends without failing in use
+        (``"worked_run"``; a failure later in this run continues the count). Read once per
+        run and device, written only when there is a count: no write per reply."""
+        noted = (THIS_RUN, str(self.path), self.key(device))
+        if self.path is None or noted in _worked:
+            return
+        _worked.add(noted)
+        checks = self._read()
+        entry = checks.get(self.key(device))
+        if not isinstance(entry, dict) or "failed_runs" not in entry or entry.get("agrees") is not True:
+            return
+        streak = _streak(entry)
+        if streak.get("last_failed_run") == THIS_RUN:
+            return  # it failed in this run: this run counts
+        log.info("%s worked in this run: its count of runs that failed in use starts again", device.label)
+        kept = {k: v for k, v in entry.items() if k not in _STREAK_KEYS}
+        checks[self.key(device)] = {**kept, **streak, "worked_run": THIS_RUN} if streak else kept
+        self._write(checks)
+
+
+#: what a record's entry keeps of the runs in a row in which its device failed in use
+_STREAK_KEYS = ("failed_runs", "last_failed_run", "worked_run")
+
+
+def _streak(entry: Any) -> dict[str, Any]:
+    """The count of runs in a row that failed in use of a record's ``entry``, the last of
+    them, and the run that worked since (``"worked_run"``: this one, or the last one that
+    failed); empty: none, a count broken by an earlier run that worked and did not fail
+    after, or a record written by hand, or damaged."""
+    if not isinstance(entry, dict):
+        return {}
+    runs, last, worked = (entry.get(k) for k in _STREAK_KEYS)
+    if not (isinstance(runs, int) and not isinstance(runs, bool) and runs > 0 and isinstance(last, str)):
+        return {}
+    if isinstance(worked, str) and worked not in (last, THIS_RUN):
+        return {}
+    return {"failed_runs": runs, "last_failed_run": last, **({"worked_run": worked} if isinstance(worked, str) else {})}
 
 
 # -- the measured compute buffer ------------------------------------------------------------

@@ -52,7 +52,7 @@ from .chat_format import ChatFormat, select_chat_format
 from .control_text import control_spellings, template_tokens, text_parts
 from .cpu import physical_cores
 from .errors import ModelError, PromptTooLongError
-from .first_use import checked_plan, gpu_failure, gpu_failures
+from .first_use import checked_plan, gpu_failure, gpu_failures, gpu_worked
 from .gguf import GGUFError, GGUFInfo, read_gguf_info
 from .gpu import OFF, Device, GpuChecks, GpuPlan, cpu_plan, hold, let_go
 from .kv_reuse import KVReuse, read_sequence, write_sequence
@@ -532,6 +532,7 @@ class LocalModel(KVReuse):
                                                  dict(temp=temperature, grammar=grammar, **sampling))
                 if run.gen is not None:
                     yield from self._generate(run, should_stop, extra_stop, max_tokens)
+                    gpu_worked(self, run.finish)  # its GPU's count of failing runs starts again
             except GeneratorExit:
                 run.finish = "cancelled"
                 raise
