@@ -206,7 +206,7 @@ def test_a_message_too_large_for_any_request_is_refused_before_it_is_stored(fres
     agent = Agent(fresh_store, planner_for(runtime, ContextParams(window=1024)))
     events = list(agent.send(thread, "x " * 20000))
     error = [e for e in events if isinstance(e, TurnFailed)][0]
-    assert error.kind == "too_large" and "the window allows" in error.text
+    assert error.kind == "too_large" and "the history budget allows" in error.text
     assert error.message_id is None and not [e for e in events if isinstance(e, UserSaved)]
     assert runtime.requests == []
     assert fresh_store.messages(thread) == []  # nothing stored
@@ -230,7 +230,9 @@ def test_a_message_that_fits_alone_but_not_beside_the_system_prompt_is_refused_w
     assert error.message_id is None and fresh_store.messages(thread) == []
     with pytest.raises(ConversationTooLargeException) as planned:
         planner.plan(fresh_store, thread, "word " * 500)
-    assert error.text == f"Not sent: {planned.value}" and "− system " in error.text
+    assert error.text == (f"Not sent: {planned.value}; shorten the message or its attached "
+                          "files, or raise context.window and model.n_ctx")  # what to do, too
+    assert "− system " in error.text
     assert (error.needed, error.allowed) == (planned.value.needed, planned.value.allowed)
     events = list(agent.send(thread, "word " * 20))
     assert fresh_store.messages(thread)[-1]["content"] == "Fine."
@@ -276,7 +278,7 @@ def test_a_message_that_fits_once_compaction_shortens_the_summary_is_sent(fresh_
     events = list(agent.send(thread, "word " * too_many))
     failed = [e for e in events if isinstance(e, TurnFailed)]
     assert failed and failed[0].kind == "too_large" and failed[0].message_id is None
-    assert "even beside the shortest summary compaction writes the window allows" in failed[0].text
+    assert "even beside the shortest summary compaction writes the history budget allows" in failed[0].text
     assert f"− summary {MIN_SUMMARY_TOKENS})" in failed[0].text
 
 

@@ -118,10 +118,10 @@ def test_a_message_certainly_too_large_is_refused_with_the_room_context_gives(tm
         n_bytes = len(draft.strip().encode())
         refusal = certainly_too_large(planner.params, n_bytes, lambda: frame)
         assert refusal == f"conversation too large: {caught.value}"
-        assert f"the window allows {caught.value.allowed:,} (window 1,024 × ratio 0.7 − system " \
+        assert f"the history budget allows {caught.value.allowed:,} (window 1,024 × ratio 0.7 − system " \
             f"{frame.system_tokens:,} − tools" in refusal and frame.system_tokens > 0
         assert certainly_too_large(planner.params, 100, never) is None
-        assert "the window allows at most 716 (window 1,024 × ratio 0.7)" in \
+        assert "the history budget allows at most 716 (window 1,024 × ratio 0.7)" in \
             certainly_too_large(planner.params, n_bytes)
 
 def test_chat_and_the_not_sent_notice_give_the_room_context_gives(capsys, tmp_path, monkeypatch):
@@ -144,11 +144,11 @@ def test_chat_and_the_not_sent_notice_give_the_room_context_gives(capsys, tmp_pa
     allowed = json.loads(out)["allowed"]
     code = main([*home, "chat", "--thread", "1", "--file", str(big)])
     err = capsys.readouterr().err
-    assert code == 3 and f"the window allows {allowed:,} (window 1,024 × ratio 0.7 − system " in err
+    assert code == 3 and f"the history budget allows {allowed:,} (window 1,024 × ratio 0.7 − system " in err
     with Host(tmp_path / "data", {"context.window": 1024, "context.recall_semantic": "false",
                                   "chat.system_prompt": "You answer in one short sentence."},
               runtime=ScriptedRuntime([]), compact=False) as host:
         host.load_model()
         failed = [e for e in host.send(1, "word " * 40_000) if isinstance(e, TurnFailed)]
-    assert f"the window allows {allowed:,} (window 1,024 × ratio 0.7 − system " in failed[0].text
+    assert f"the history budget allows {allowed:,} (window 1,024 × ratio 0.7 − system " in failed[0].text
     assert failed[0].allowed == allowed

@@ -159,7 +159,7 @@ def test_context_too_large_exits_3(capsys, tmp_path):
     code, out, err = run(capsys, "--set", "context.window=2048", "context", out.strip(),
                          "--no-model")
     assert code == 3
-    assert "the newest turn alone is 25,004 tokens" in err and "the window allows" in err
+    assert "the newest turn alone is 25,004 tokens" in err and "the history budget allows" in err
 
 
 def test_unknown_thread_and_bad_set_are_usage_errors(capsys):
@@ -460,7 +460,7 @@ def test_a_new_chat_whose_message_is_refused_is_not_left_behind(capsys, tmp_path
     base = ("--data-dir", str(data), "--set", "context.window=512", "--set", "model.max_tokens=4")
     code, out, err = run(capsys, *base, "chat", "--new", "word " * 340)
     assert code == 3 and "Not sent: the newest turn alone is " in err, err
-    assert "the window allows 333 (window 512 × ratio 0.7 − system " in err
+    assert "the history budget allows 333 (window 512 × ratio 0.7 − system " in err
     assert "[thread" not in err
     code, out, err = run(capsys, *base, "threads", "--json")
     assert code == 0 and json.loads(out) == []

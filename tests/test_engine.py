@@ -141,7 +141,7 @@ def test_too_large_raises_with_numbers_and_writes_nothing(fresh_store):
     with pytest.raises(ConversationTooLargeException) as err:
         engine_for(fresh_store, 2048).build(thread)
     assert "the newest turn alone is 10,004 tokens" in str(err.value)
-    assert "the window allows 1,4" in str(err.value)
+    assert "the history budget allows 1,4" in str(err.value)
     assert err.value.needed > err.value.allowed
     assert snapshot(fresh_store, thread) == before
 
@@ -400,7 +400,7 @@ def test_too_large_says_what_was_tried(fresh_store):
     # a message without tool outputs: nothing to clear, so "even with every tool output
     # cleared" is not said
     assert str(err.value).startswith("the newest turn alone is ")
-    assert "tokens; the window allows " in str(err.value) and "cleared" not in str(err.value)
+    assert "tokens; the history budget allows " in str(err.value) and "cleared" not in str(err.value)
 
 
 def test_the_current_tasks_request_stays_verbatim_when_its_first_steps_are_summarized(fresh_store):

@@ -242,7 +242,7 @@ def test_too_large_message_is_explained_and_kept(make_window, qtbot):
     shown = entries(window)
     notice = shown[-1]
     assert notice.kind == "notice" and notice.text.startswith("Not sent: the newest turn alone is")
-    assert "the window allows 73 (window 512 × ratio 0.2 − system 29 " in notice.text
+    assert "the history budget allows 73 (window 512 × ratio 0.2 − system 29 " in notice.text
     assert runtime.requests == []
     assert window.composer.text() == "long " * 600  # kept in the box, to shorten or split
     from iris_desktop.core.store import Store

@@ -132,3 +132,24 @@ def stored_ids(window) -> list[int]:
 
     with Store(window.host.paths.db_path) as store:
         return [t["id"] for t in store.threads()]
+
+
+def test_a_file_that_is_not_a_conversation_is_refused_without_a_bug_in_the_log(
+        make_window, qtbot, tmp_path, caplog):
+    """Before (an audit): the box said why, but iris.log got "ERROR background job
+    failed" and a 20-line traceback, as if Iris had a bug."""
+    import logging
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Shopping\n\n- eggs\n")
+    window = make_window(None)
+    said = status(window)
+    caplog.set_level(logging.INFO)
+    window.threads_control.import_file(str(notes))
+    qtbot.waitUntil(lambda: any(t.startswith("Nothing was imported") for t in said),
+                    timeout=20_000)
+    settle(qtbot, window)
+    failed = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert failed == []
+    [refused] = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert "not a conversation file" in refused

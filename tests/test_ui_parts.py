@@ -399,6 +399,24 @@ def test_setup_logging_writes_a_rotating_file(tmp_path):
         handler.close()
 
 
+def test_the_app_started_through_the_cli_logs_its_details(tmp_path, monkeypatch):
+    """Before (an audit): started as users start it (``iris-desktop``, whose log handler
+    the app reuses), the root logger stayed at the CLI's WARNING: iris.log had no start,
+    model-load or exit line, only what ``run_gui`` called directly (the tests) wrote."""
+    from iris_desktop.cli import _logging
+    from iris_desktop.ui.app import setup_logging
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", logging.WARNING)  # as a fresh CLI process has it
+    with _logging(str(tmp_path), verbose=False):
+        handler = setup_logging(tmp_path / "logs" / "iris.log")
+        assert getattr(handler, "_iris", False)  # the CLI's own, not a second one
+        logging.getLogger("iris.app").info("Iris Desktop starting (the test)")
+        handler.flush()
+    assert "INFO iris.app [MainThread] Iris Desktop starting (the test)" in (
+        tmp_path / "logs" / "iris.log").read_text()
+
+
 def test_ctrl_c_in_the_terminal_quits_the_window(tmp_path):
     """Before, SIGINT (Ctrl+C in the terminal `make run` runs in) printed a traceback and
     left the window running; only SIGTERM ended it. It now quits as File ▸ Quit does."""

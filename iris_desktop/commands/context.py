@@ -139,6 +139,7 @@ def refuse_if_certainly_too_large(host, n_bytes: int, outcome: str,
     are certainly more than any history budget of this window: they need at least
     store.min_tokens(n_bytes) tokens. Tokenizing 10 MiB takes tens of seconds and over
     a gigabyte, only to reach the same answer."""
+    from iris_desktop.core.agent import TOO_LARGE_REMEDY
     from iris_desktop.core.engine import certainly_too_large
 
     planner = host.planner()
@@ -147,8 +148,7 @@ def refuse_if_certainly_too_large(host, n_bytes: int, outcome: str,
         host.store, recall=False).frame(-1 if thread_id is None else thread_id, tools.text,
                                         tools.native_tokens))
     if refusal:
-        raise CliError(f"{refusal}; {outcome}. Shorten the message, or raise context.window and "
-                       "model.n_ctx", EXIT_TOO_LARGE)
+        raise CliError(f"{refusal}; {outcome}; {TOO_LARGE_REMEDY}", EXIT_TOO_LARGE)
 
 
 def _print_context(r: dict[str, Any]) -> None:

@@ -66,6 +66,9 @@ def export(args, overrides) -> int:
             text = markdown_export(host.store, args.thread)
     if args.output:
         _write_private(Path(args.output), text)
+        what = "JSON, every branch" if args.format == "json" else "Markdown, the branch shown"
+        say(f"iris-desktop: exported thread {args.thread} to {args.output} ({what})",
+            file=sys.stderr)  # (it said nothing: the window says where it wrote)
     else:  # Markdown is exact in a file or a pipe, and shown safely on a terminal
         sys.stdout.write(show_untrusted(text, multiline=True) if sys.stdout.isatty() else text)
     return EXIT_OK
@@ -165,6 +168,7 @@ def threads(args, overrides) -> int:
             if row["uncounted_messages"] else "")
         branches = (f"  (branches: {row['branch_messages']:,} of them on the one shown)"
                     if row["branch_messages"] != row["messages"] else "")
-        print(f"{row['id']:>5}  {row['messages']:>6} messages  {tokens:<46} "
+        count = f"{row['messages']:>6} message{'' if row['messages'] == 1 else 's'}"
+        print(f"{row['id']:>5}  {count:<15}  {tokens:<46} "
               f"{show_untrusted(row['title'])}{branches}")
     return EXIT_OK

@@ -81,6 +81,11 @@ TOO_MANY_CALLS = (f"The model wrote more than {MAX_REPLY_CALLS} tool calls in on
                   "none of them ran; ask again, for fewer steps at a time")
 
 
+#: what to do about a message too large for any request of the window, said with its
+#: refusal (before, the usual refusal named the numbers only)
+TOO_LARGE_REMEDY = "shorten the message or its attached files, or raise context.window and model.n_ctx"
+
+
 class Agent:
     """Runs turns for one store on the planner's runtime. Not thread-safe: one turn at a
     time. Every request it sends is the planner's, and it reports it (``RequestSent``).
@@ -203,7 +208,7 @@ class Agent:
         message = with_attachments(text, attachments, tokens)
         refusal = self._too_large_to_store(thread_id, message)
         if refusal is not None:
-            yield TurnFailed(thread_id, f"Not sent: {refusal}", "too_large",
+            yield TurnFailed(thread_id, f"Not sent: {refusal}; {TOO_LARGE_REMEDY}", "too_large",
                              needed=refusal.needed, allowed=refusal.allowed)
             yield TurnDone(thread_id, "error")
             return
@@ -264,7 +269,7 @@ class Agent:
         p = self.planner.params
         return ConversationTooLargeException(
             f"the newest turn alone is {needed:,} tokens; even beside the shortest summary "
-            f"compaction writes the window allows {allowed:,} (window {p.window:,} × ratio "
+            f"compaction writes the history budget allows {allowed:,} (window {p.window:,} × ratio "
             f"{p.token_budget_ratio} − system {frame.system_tokens:,} − tools "
             f"{frame.tool_tokens:,} − summary {MIN_SUMMARY_TOKENS})", needed, allowed)
 

@@ -268,7 +268,7 @@ def oversized(p: ContextParams, needed: int, n_bytes: int, frame: Frame | None) 
              f"{frame.summary_tokens:,}" if frame else "")
     allowed = max(frame.history_budget, 0) if frame else math.floor(p.window * p.token_budget_ratio)
     return (f"the newest turn alone is at least {_tokens(needed)} ({n_bytes:,} bytes of text); "
-            f"the window allows {'' if frame else 'at most '}{allowed:,} (window {p.window:,} × "
+            f"the history budget allows {'' if frame else 'at most '}{allowed:,} (window {p.window:,} × "
             f"ratio {p.token_budget_ratio}{fixed})")
 
 
@@ -656,8 +656,8 @@ class ContextEngine:
             cleared = ""
         p = self.params
         raise ConversationTooLargeException(
-            f"the newest turn alone is {_tokens(needed)}{f' even with {cleared}' if cleared else ''}; the window "
-            f"allows {allowed:,} (window {p.window:,} × ratio {p.token_budget_ratio} − system "
+            f"the newest turn alone is {_tokens(needed)}{f' even with {cleared}' if cleared else ''}; the history "
+            f"budget allows {allowed:,} (window {p.window:,} × ratio {p.token_budget_ratio} − system "
             f"{frame.system_tokens:,} − tools {frame.tool_tokens:,} − summary "
             f"{frame.summary_tokens:,})",
             needed=needed, allowed=allowed,

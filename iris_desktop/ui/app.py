@@ -22,16 +22,18 @@ __all__ = ["run_gui", "main_window", "MainWindow", "setup_logging"]
 
 def setup_logging(log_path) -> logging.Handler:
     """Log to the data folder's rotating file (once per process; the CLI's when it
-    started the app); folder 0700, files 0600."""
+    started the app), at INFO also then (before, the app started as users start it,
+    through ``iris-desktop``, kept the CLI's WARNING: no start, load or exit line);
+    folder 0700, files 0600."""
     root = logging.getLogger()
+    if root.level == logging.NOTSET or root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+    quiet_http_logs()
     for handler in root.handlers:
         if getattr(handler, "_iris", False):
             return handler
     handler = PrivateLogFile(log_path)
     root.addHandler(handler)
-    if root.level == logging.NOTSET or root.level > logging.INFO:
-        root.setLevel(logging.INFO)
-    quiet_http_logs()
     return handler
 
 

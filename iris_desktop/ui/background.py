@@ -20,9 +20,18 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from iris_desktop.core.attachments import AttachmentError, NotTextError
+from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.store import Store, StoreError, Stores, ThreadGone, explain
 
 log = logging.getLogger("iris.ui.background")
+
+#: what a job raises when it refuses the user's input or cannot reach a file (a file that
+#: is not a conversation, not text, gone, or not readable): the job's on_failure says it,
+#: and the log keeps one line, not a traceback (before, an import of a Markdown file
+#: logged "ERROR background job failed" and 20 lines as if Iris had a bug)
+REFUSALS: tuple[type[BaseException], ...] = (ConversationFormatError, AttachmentError,
+                                            NotTextError, OSError, StoreError)
 
 
 @dataclass
@@ -58,6 +67,9 @@ class _DbRunner(QObject):
             except sqlite3.Error as exc:  # said here: explaining may read the file
                 log.exception("background job failed")
                 job.error = StoreError(explain(exc, self.stores.path))
+            except REFUSALS as exc:  # the user's file or input refused, said by on_failure:
+                log.warning("background job refused: %s", exc)  # not logged as a bug
+                job.error = exc
             except Exception as exc:  # one place for errors: the job's on_failure
                 log.exception("background job failed")
                 job.error = exc

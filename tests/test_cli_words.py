@@ -1,0 +1,30 @@
+"""Small words of the CLI found by a newcomer's audit: ``threads`` said "1 messages", and
+``export -o`` wrote its file without a word (the window says where it wrote)."""
+
+from __future__ import annotations
+
+import json
+
+from support.helpers import run_cli as run
+
+
+def test_threads_says_one_message_and_export_says_where_it_wrote(capsys, tmp_path):
+    data = tmp_path / "data"
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps([{"role": "user", "content": "A single question?"}]))
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps([{"role": "user", "content": "Hi"},
+                               {"role": "assistant", "content": "Hello"}]))
+    for path in (one, two):
+        assert run(capsys, "--data-dir", data, "import", path)[0] == 0
+    code, out, _ = run(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0
+    lines = out.splitlines()
+    assert "     1 message   " in lines[-1] or "     1 message   " in lines[0]
+    assert "1 messages" not in out and "     2 messages  " in out
+    assert len({line.index("≈") for line in lines}) == 1  # the columns still line up
+
+    target = tmp_path / "out.md"
+    code, out, err = run(capsys, "--data-dir", data, "export", "1", "--format", "md", "-o", target)
+    assert code == 0 and out == "" and target.read_text().startswith("#")
+    assert err == f"iris-desktop: exported thread 1 to {target} (Markdown, the branch shown)\n"
