@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="iris-desktop",
         description="Iris Desktop: offline, private chat with a local LLM and an honest "
         "context engine. Without a command, the desktop app starts.",
+        epilog="Environment: IRIS_HOME is the data folder (database, settings, models, logs; "
+        "--data-dir overrides it); IRIS_WEIGHTS_DIR is where the models' 8-bit weight copies "
+        "go; every setting has a variable IRIS_<SECTION>_<KEY> (context.window: "
+        "IRIS_CONTEXT_WINDOW), which wins over the settings file and loses to --set; "
+        "'iris-desktop config list' shows every setting and where its value comes from.",
     )
     parser.add_argument("--version", action="version", version=f"iris-desktop {__version__}")
     parser.add_argument("--data-dir", metavar="DIR", help="use DIR for the database, settings, "

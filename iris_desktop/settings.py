@@ -710,6 +710,17 @@ FOREIGN_ENV = {
     "compaction, a fraction of the trigger tokens; at least one turn is always kept)",
 }
 
+#: names people guess for the data folder's variable, IRIS_HOME: not read, and said so (they
+#: were ignored without a word, and Iris used the platform's folder)
+DATA_DIR_GUESSES = ("IRIS_DATA_DIR", "IRIS_DATA", "IRIS_DIR", "IRIS_DATADIR", "IRIS_DATA_HOME",
+                    "IRIS_DATA_PATH", "IRIS_CONFIG_DIR", "IRIS_CONFIG_HOME", "IRIS_DESKTOP_HOME")
+
+
+def data_dir_guesses(env: Mapping[str, str]) -> list[str]:
+    """A problem for each variable of ``env`` that guesses IRIS_HOME's name (any case)."""
+    return [f"environment {name} is not read; the data folder is set by IRIS_HOME (or --data-dir)"
+            for name in sorted(env) if name.upper() in DATA_DIR_GUESSES]
+
 
 @dataclass
 class Settings:
@@ -953,6 +964,7 @@ def load_settings(
             settings.problems.append(f"environment {name} is ADR-0079's name and is not "
                                      f"read; use {instead}")
     settings.problems.extend(_unknown_env(env))
+    settings.problems.extend(data_dir_guesses(env))
     if cli:
         settings = settings.with_overrides(cli)
     return settings

@@ -10,15 +10,21 @@ from iris_desktop.commands.common import (
     dump_json,
     say,
 )
+from iris_desktop.settings import SettingsError
 from iris_desktop.untrusted import show_untrusted
 
 # -- settings ------------------------------------------------------------------------------
+
+#: the keys of a model's limits (``core.planner.limit_problems``): Preferences refuses a value
+#: the model cannot hold at once, the load at the next start; 'config set' as Preferences does
+LIMIT_KEYS = frozenset({"context.window", "model.n_ctx", "model.path"})
 
 
 def config(args, overrides) -> int:
     from iris_desktop.paths import app_paths
     from iris_desktop.settings import (
         SETTINGS,
+        data_dir_guesses,
         load_settings,
         lookup,
         reset_config,
@@ -26,11 +32,17 @@ def config(args, overrides) -> int:
     )
     from iris_desktop.storage_key import follow_history
 
-    config_path = app_paths(args.data_dir).config_path
+    paths = app_paths(args.data_dir)
+    config_path = paths.config_path
+    if args.action in ("path", "set", "reset"):  # (list and get say every settings problem)
+        for problem in data_dir_guesses(os.environ):  # which folder this is: said, not guessed
+            say(f"iris-desktop: warning: {problem}", file=sys.stderr)
     if args.action == "path":
         print(config_path)
         return EXIT_OK
     if args.action == "set":
+        if args.key in LIMIT_KEYS:
+            _check_limits(paths, args.key, args.value)
         value = write_config_value(config_path, args.key, args.value)
         print(f"{args.key} = {show_untrusted(lookup(args.key).to_text(value))}  ({config_path})")
         _warn_env([lookup(args.key).env_var], "this value")  # saved, but not what is in force here
@@ -82,3 +94,50 @@ def _warn_env(names: list[str], what: str) -> None:
         say(f"iris-desktop: warning: {', '.join(set_here)} {verb} set in this environment "
             f"and {'wins' if len(set_here) == 1 else 'win'} over the settings file; unset "
             f"{'it' if len(set_here) == 1 else 'them'} for {what} to apply", file=sys.stderr)
+
+
+def _check_limits(paths, key: str, raw: str) -> None:
+    """Raise SettingsError (nothing is saved) when ``key = raw`` gives settings the model
+    cannot hold, as the next load will see them (the environment's variables too), in the
+    load's and Preferences' sentence (it was saved, and the next chat refused). A problem
+    the settings had before is left to its own key. Reads the model's GGUF header only;
+    where there is none to read (no file, a server), one line says it was not checked."""
+    from iris_desktop.settings import load_settings
+
+    before = load_settings(paths.config_path)
+    if before.file_unreadable is not None:  # writing it says what is wrong with the file
+        return
+    after = before.with_overrides({key: raw})
+    problems = _limit_problems(after, paths.models_dir)
+    if isinstance(problems, str):
+        say(f"iris-desktop: warning: {key} was not checked against the model's context: "
+            f"{problems}; the model's load checks it", file=sys.stderr)
+        return
+    known = _limit_problems(before, paths.models_dir)
+    new = [text for _, text in sorted(problems.items(), key=lambda item: item[0] != key)
+           if isinstance(known, str) or text not in known.values()]
+    if new:
+        raise SettingsError(new[0])
+
+
+def _limit_problems(settings, models_dir) -> dict[str, str] | str:
+    """``limit_problems`` of ``settings`` as loading their model would meet them (its
+    trained context from the GGUF header, the n_ctx it would be loaded at), or why the
+    model cannot be read. Never loads the model, nor assembles the bundled one: its header's
+    values are recorded (``BUNDLED_MODEL``, checked against the file by the tests)."""
+    from iris_desktop.core.planner import limit_problems, n_ctx_to_load
+    from iris_desktop.host import model_path_for
+    from iris_desktop.runtime.bundled import BUNDLED_MODEL
+    from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
+    from iris_desktop.settings import BUNDLED
+
+    if settings["model.backend"] != "local":
+        return "model.backend is openai (the server's context is checked when Iris reaches it)"
+    if settings["model.path"] == BUNDLED:
+        trained = BUNDLED_MODEL.context_length
+    else:
+        try:
+            trained = read_gguf_info(model_path_for(settings, models_dir)).context_length
+        except GGUFError as exc:
+            return str(exc)
+    return limit_problems(settings, n_ctx_to_load(settings, trained) or None, trained)
