@@ -869,9 +869,11 @@ class Host:
     def warm(self, thread_id: int | None, request: ContextRequest, cancel: Stop | None = None,
              state: str = "warming") -> Iterator[CacheStatus]:
         """Evaluate ``request``'s prompt into the KV cache now, at idle, reporting its
-        progress (``state`` warming or prefilling), then warmed or prefilled unless it was
-        stopped. Nothing happens on a runtime that cannot prefill (a server caches on its
-        own); a failure is logged, never raised: it is an optimisation."""
+        progress (``state`` warming or prefilling), then warmed or prefilled; "stopped"
+        when it gave way or failed after its progress was said (before: nothing, and the
+        window kept "Prefilling… 74%" until the next send). Nothing happens on a runtime
+        that cannot prefill (a server caches on its own); a failure is logged, never
+        raised: it is an optimisation."""
         runtime = self.runtime
         if runtime is None or not runtime.capabilities.prefill:
             return
@@ -886,7 +888,9 @@ class Host:
             stats = work.stats
         except Exception as exc:  # an optimisation: never a failure
             log.info("warm-up skipped: %s", exc)
-            return
+            stats = None
         if stats is not None and not stats.stopped:  # what the cache held, the runtime's count
             yield CacheStatus(thread_id, "prefilled" if state == "prefilling" else "warmed",
                               stats.reused_tokens, stats.prompt_tokens)
+        elif first is not None:
+            yield CacheStatus(thread_id, "stopped")

@@ -121,7 +121,8 @@ class CacheStatus:
 
     ``state``: restored (its saved state was loaded: ``done`` tokens) | warming (the
     prompt after a compaction) | prefilling (the draft's prompt), with ``done`` of
-    ``total`` prompt tokens evaluated | warmed | prefilled.
+    ``total`` prompt tokens evaluated | warmed | prefilled | stopped (it gave way, or
+    failed, after its progress was said).
     """
 
     thread_id: int | None
@@ -139,7 +140,7 @@ class CacheStatus:
             label = "Warming up" if self.state == "warming" else "Prefilling"
             return progress_words(label, self.done, self.total, self.start, self.elapsed_s)
         return {"restored": "Restored from cache", "warmed": "Ready (warmed up)",
-                "prefilled": "Prefilled"}.get(self.state, self.state)
+                "prefilled": "Prefilled", "stopped": "Ready"}.get(self.state, self.state)
 
 
 def seconds_left(done: int, total: int, start: int, elapsed_s: float) -> float | None:

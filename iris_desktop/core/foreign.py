@@ -30,7 +30,9 @@ system message, which Iris sends as the chat's system prompt. A document a reply
 (Claude's artifacts, ChatGPT's canvas) is no tool step: it stays in the reply, as a titled
 fenced block (:class:`~iris_desktop.core.foreign_parts.Documents`). ChatGPT's citation
 markers become the cited link, or go. A reply cut off in the app (ChatGPT's stopped or
-unfinished one, LM Studio's stopped or failed one) is a stopped reply, as Iris's own are;
+unfinished one, LM Studio's stopped or failed one) is a stopped reply, as Iris's own are,
+and one that reached the app's length limit (ChatGPT's ``finish_details`` "max_tokens",
+LM Studio's ``maxPredictedTokensReached`` or ``contextLengthReached``) a cut-off one;
 an LM Studio chat, which dates no message, is dated by the conversation's times.
 """
 
@@ -569,7 +571,8 @@ def _chatgpt_message(message: Any, tally: _Tally, documents: Documents,
     # says it ended on its own, "stop", is finished whatever its status says)
     stopped = role == "assistant" and finish.get("type") != "stop" and (
         message.get("status") == "in_progress" or finish.get("type") == "interrupted")
-    return _message(role, text, message.get("create_time"), stopped)
+    cut = role == "assistant" and finish.get("type") == "max_tokens"  # its length limit
+    return _message(role, text, message.get("create_time"), stopped, cut)
 
 
 def _chatgpt_text(content: dict[str, Any], kind: Any, tally: _Tally) -> str:
@@ -716,6 +719,8 @@ _LMSTUDIO_TIMES = ((None, "createdAt"), ("user", "userLastMessagedAt"),
                    ("assistant", "assistantLastMessagedAt"))
 #: the stop reasons of a reply cut off (the LM Studio SDK's ``LLMPredictionStopReason``)
 _LMSTUDIO_CUT = {"userStopped", "failed", "modelUnloaded"}
+#: and of one that reached its length limit (its ``maxTokens``, or the context's end)
+_LMSTUDIO_LENGTH = {"maxPredictedTokensReached", "contextLengthReached"}
 
 
 def _lmstudio_dated(messages: list[Message], data: dict[str, Any]) -> None:
@@ -758,7 +763,8 @@ def _lmstudio_version(version: Any, tally: _Tally) -> Message | None:
     if role == "assistant":
         text = _strip_reasoning(text)
     stopped = role == "assistant" and isinstance(stop, str) and stop in _LMSTUDIO_CUT
-    return _message(role, text, stopped=stopped) if text.strip() else None
+    cut = role == "assistant" and isinstance(stop, str) and stop in _LMSTUDIO_LENGTH
+    return _message(role, text, stopped=stopped, cut=cut) if text.strip() else None
 
 
 def _lmstudio_parts(parts: Any, tally: _Tally) -> Iterable[str]:

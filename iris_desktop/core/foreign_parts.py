@@ -115,13 +115,18 @@ def hashable(value: Any) -> Hashable:
 # -- a message's text and time ----------------------------------------------------------
 
 
-def text_message(role: str, text: str, when: Any = None, stopped: bool = False) -> Message:
+def text_message(role: str, text: str, when: Any = None, stopped: bool = False,
+                 cut: bool = False) -> Message:
     """A message of ``text``, dated by ``when`` (seconds or milliseconds since 1970, a
     time in the future left out); ``stopped``: a reply cut off in the app (the user
-    stopped it, or it failed), marked as Iris marks its own: Continue, "(stopped)"."""
+    stopped it, or it failed), marked as Iris marks its own: Continue, "(stopped)";
+    ``cut``: one that reached the app's length limit, marked as Iris marks one cut off at
+    model.max_tokens: Continue, "(cut off)"."""
     message: Message = {"role": role, "content": text}
     if stopped:
         message["status"] = "interrupted"
+    elif cut:
+        message["finish_reason"] = "length"
     if isinstance(when, (int, float)) and not isinstance(when, bool) and when > 0:
         try:
             message["created_at"] = not_in_future(iso_timestamp(when))

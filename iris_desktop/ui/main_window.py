@@ -123,7 +123,7 @@ class MainWindow(QMainWindow):
                                    self.model_label, self.where_label, ui_state, self)
         self.turns = TurnControl(s, self.model, self.view, self.composer, ui_state, self)
         self.drafts = DraftControl(s, self.composer, self.background, ui_state, self)
-        self.cache_words = CacheWords()
+        self.cache_words = CacheWords(s, self)
         self.menus = Menus(s, self.menuBar(), host.paths, self.view, self.threads.search,
                            self.inspector, self.context.preview, self.context.limit_problems,
                            self)
@@ -214,8 +214,7 @@ class MainWindow(QMainWindow):
         w.turnEvent.connect(self.turns.on_event)
         w.turnFinished.connect(self.turns.finished)
         w.shellQuestion.connect(self.turns.ask_shell)
-        w.cacheEvent.connect(lambda event: s.generating
-                             or s.show_status(self.cache_words.describe(event)))
+        w.cacheEvent.connect(self.cache_words.show)  # on this thread, when it comes
         s.generatingChanged.connect(self._turn_ended)
         self.composer.sendRequested.connect(self.turns.send)
         self.composer.stopRequested.connect(self.turns.stop)

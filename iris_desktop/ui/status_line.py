@@ -9,7 +9,9 @@ turn's state: while a turn runs it waits, and the latest one is shown when the t
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer
+from typing import Any
+
+from PySide6.QtCore import QObject, QSize, Qt, QTimer, Slot
 from PySide6.QtGui import QFontMetrics, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
@@ -214,15 +216,35 @@ class StatusArea(QWidget):
 
 
 
-class CacheWords:
+class CacheWords(QObject):
     """What the KV cache did, in words that claim no more than happened: a restore says
     how many tokens it brought back, and the evaluation after it how many of the prompt
     were in the cache already (a chat changed since its state was saved reuses few)."""
 
-    def __init__(self) -> None:
+    def __init__(self, app_state: Any = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.app_state = app_state
         self._reading: tuple[int, int] | None = None  # (tokens in the cache, of the prompt)
 
+    @Slot(object)
+    def show(self, event: CacheStatus) -> None:
+        """``event`` in the status bar, unless a turn's state is said there (decided here,
+        on the GUI thread, when the event comes: a send started before it stays said). A
+        warm-up or prefill that gave way (a newer draft, the draft cleared, another chat
+        opened, a send) or failed leaves "Ready" where its progress was (before:
+        "Prefilling… 1,118 of 1,499 tokens (74%)" stayed over a minute, until the next
+        send); while a model loads, the load's own words stay."""
+        state = self.app_state
+        if state.generating:
+            return
+        text = self.describe(event)
+        if event.state != "stopped" or state.model_state == "ready":
+            state.show_status(text)
+
     def describe(self, event: CacheStatus) -> str:
+        if event.state == "stopped":  # its progress words go
+            self._reading = None
+            return "Ready"
         if event.state == "restored":
             return f"Restored {event.done:,} tokens of this chat from its saved cache"
         if event.state in ("warming", "prefilling"):

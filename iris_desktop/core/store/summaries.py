@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from iris_desktop.core.store.base import Connected, _same_process, own_process
-from iris_desktop.core.store.rows import SummaryRow, _summary, _summary_from
+from iris_desktop.core.store.rows import SummaryRow, _json, _summary, _summary_from
 
 #: whether a row's ``head_id`` is on its thread's active path (``{table}``: its alias)
 _HEAD_ON_PATH = ("EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = {table}.thread_id "
@@ -182,17 +182,29 @@ class Summaries(Connected):
                                 "ORDER BY id DESC LIMIT 1", (reply_id,)).fetchone()
         return None if row is None else row[0]
 
+    def cut_off_replies(self, thread_id: int) -> set[int]:
+        """The thread's replies whose request (the latest that wrote each) ended at the
+        token cap, finish reason "length": what an export marks cut off."""
+        return {row[0] for row in self.conn.execute(
+            "SELECT r.reply_id FROM requests r WHERE r.thread_id = ? AND r.finish_reason = 'length' "
+            "AND r.id = (SELECT max(q.id) FROM requests q WHERE q.reply_id = r.reply_id)",
+            (thread_id,))}
+
     def stopped_reply(self, thread_id: int) -> int | None:
         """The active branch's last message when it is a reply that can be continued: an
         assistant message with text and no tool calls that was stopped, failed, or cut off
-        at its token cap (finish reason "length"); None for a reply that ended on its own,
-        or anything else. Raises KeyError for a thread that does not exist."""
+        at its token cap (finish reason "length": its request's, or for an imported reply,
+        which has none, the ``"finish_reason"`` its export gave); None for a reply that
+        ended on its own, or anything else. Raises KeyError for a thread that does not exist."""
         head = self.head(thread_id)
-        row = self.conn.execute("SELECT role, content, tool_calls, status FROM messages WHERE id = ?",
-                                (head,)).fetchone() if head is not None else None
+        row = self.conn.execute("SELECT role, content, tool_calls, status, extra FROM messages "
+                                "WHERE id = ?", (head,)).fetchone() if head is not None else None
         if row is None or row[0] != "assistant" or row[2] or not row[1]:
             return None
-        stopped = row[3] in ("interrupted", "error") or self.finish_reason_of(head) == "length"
+        said = _json(row[4], {})  # an imported message's keys beyond the columns
+        reason = self.finish_reason_of(head) or (said.get("finish_reason")
+                                                 if isinstance(said, dict) else None)
+        stopped = row[3] in ("interrupted", "error") or reason == "length"
         return head if stopped else None
 
     def last_request(self, thread_id: int, since_summary: int | None) -> dict[str, Any] | None:
