@@ -14,23 +14,32 @@ hold the caller.
   for it no longer than ``timeout_s``; at the deadline the request's socket is shut down
   (which wakes a blocked read) and the caller gets :class:`AnswerTooSlow`. A peer that
   answers a byte a second is bounded by that, not only by the per-read timeouts.
+* **Structure.** An answer is parsed by :func:`json_answer`: at most one JSON value per
+  :data:`BYTES_PER_VALUE` bytes of its cap (parsed, each small value costs 20 to 60 times
+  its bytes: 8 MiB of ``{},`` took 190 MB), its text valid Unicode (a lone surrogate
+  escape, ``"\\ud800"``, becomes U+FFFD: UTF-8 cannot store it, and a reply with one was
+  lost).
 * **Redirects** (the hub's only) are followed here without reading their bodies
-  (httpx reads a redirect's whole body before following it).
+  (httpx reads a redirect's whole body before following it), to http:// and https://
+  addresses only (:class:`RedirectRefused`).
 
 Streamed answers (a reply's events, a download) are read by their callers; they use
 :func:`decoded_chunks` for a bounded decoding of a compressed stream.
 
 Nothing here knows a server or a hub: the errors say the cause in words
-(:attr:`AnswerError.cause`), and the caller names the peer.
+(:attr:`AnswerError.cause`, :func:`failure_cause`), and the caller names the peer.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import socket
+import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -39,14 +48,19 @@ __all__ = [
     "ACCEPT_ENCODING",
     "ERROR_BODY_BYTES",
     "AnswerError",
+    "AnswerTooComplex",
     "AnswerTooLarge",
     "AnswerTooSlow",
     "AnswerUndecodable",
     "Inflater",
+    "RedirectRefused",
     "decoded_chunks",
+    "failure_cause",
+    "json_answer",
     "open_following",
     "read_answer",
     "size_words",
+    "valid_text",
 ]
 
 #: the encodings :class:`Inflater` decodes, as a request asks for them
@@ -86,6 +100,23 @@ class AnswerTooSlow(AnswerError):
 
 class AnswerUndecodable(AnswerError):
     """A Content-Encoding Iris did not ask for, or compressed data that does not inflate."""
+
+
+class AnswerTooComplex(AnswerError):
+    """The answer holds more JSON values than its size allows (:func:`json_answer`)."""
+
+    def __init__(self, values: int) -> None:
+        super().__init__(f"sent more than {values:,} JSON values")
+        self.values = values
+
+
+class RedirectRefused(AnswerError):
+    """A redirect to an address that is not http:// or https:// (``file:///etc/passwd``)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"redirected to {shown_address(location)}, which is not an http:// or "
+                         "https:// address, and Iris did not follow it")
+        self.location = location
 
 
 def size_words(n: int) -> str:
@@ -225,8 +256,9 @@ def open_following(client: httpx.Client, request: httpx.Request, *, follow: bool
                    watch: _Watch | None = None) -> httpx.Response:
     """The response to ``request``, its headers read and its body not (close it, or read
     it with :func:`decoded_chunks`); redirects are followed when ``follow`` without
-    reading their bodies, which httpx would read whole. The request to another origin
-    goes without the token, as httpx builds it. Raises httpx.HTTPError."""
+    reading their bodies, which httpx would read whole, to http(s) addresses only
+    (RedirectRefused otherwise). The request to another origin goes without the token,
+    as httpx builds it. Raises httpx.HTTPError."""
     for _ in range(MAX_REDIRECTS + 1):
         response = client.send(request, stream=True, follow_redirects=False)
         if watch is not None:
@@ -235,6 +267,8 @@ def open_following(client: httpx.Client, request: httpx.Request, *, follow: bool
             return response
         request = response.next_request
         response.close()
+        if request.url.scheme not in ("http", "https"):  # before: "cannot be reached
+            raise RedirectRefused(response.headers.get("location", ""))  # (UnsupportedProtocol)"
         if watch is not None and watch.expired.is_set():
             raise AnswerTooSlow(0)  # the caller has gone already
     raise httpx.TooManyRedirects("Exceeded maximum allowed redirects.", request=request)
@@ -315,3 +349,148 @@ def read_answer(client: httpx.Client, request: httpx.Request, *, limit: int, tim
             raise AnswerTooSlow(timeout_s) from None
         raise result
     return result
+
+
+# ---------------------------------------------------------------------------
+# the answer parsed
+
+#: an answer may hold one JSON value per this many bytes of its cap (its brackets and
+#: commas counted, those inside strings too): a real answer has a few per hundred bytes
+BYTES_PER_VALUE = 16
+#: ... and this many whatever its cap
+MIN_VALUES = 1 << 17
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_answer(data: bytes | str, limit: int | None = None,
+                hook: Callable[[list], Any] | None = None, *, values: int | None = None) -> Any:
+    """``data`` (UTF-8; a byte that is not becomes U+FFFD) parsed as JSON, its objects made
+    by ``hook`` (json's ``object_pairs_hook``) when given, its text valid Unicode
+    (:func:`valid_text`). At most ``values`` JSON values (by default one per
+    :data:`BYTES_PER_VALUE` bytes of ``limit``, at least :data:`MIN_VALUES`; neither
+    given: no bound), counted before parsing: more raise AnswerTooComplex (parsed, 8 MiB
+    of ``{},`` took 190 MB). Raises ValueError and RecursionError as ``json.loads``."""
+    text = data.decode("utf-8-sig", "replace") if isinstance(data, bytes | bytearray) else data
+    if values is None and limit is not None:
+        values = max(MIN_VALUES, limit // BYTES_PER_VALUE)
+    if values is not None and text.count(",") + text.count("{") + text.count("[") > values:
+        raise AnswerTooComplex(values)
+    return valid_text(json.loads(text, object_pairs_hook=hook), text)
+
+
+def valid_text(value: Any, source: str) -> Any:
+    """``value``, parsed from the JSON text ``source``, with every lone surrogate in its
+    strings (a ``"\\ud800"`` escape without its pair, which no UTF-8 can hold: storing a
+    reply with one failed and lost it) replaced by U+FFFD, as an invalid byte is. Lists
+    and objects are changed in place; a string is returned new."""
+    if not _SURROGATE_ESCAPE.search(source):  # the usual case: nothing to walk
+        return value
+    root = [value]
+    pending: list[Any] = [root]
+    while pending:  # no recursion: the JSON may be nested as deep as json allows
+        node = pending.pop()
+        items = list(enumerate(node)) if isinstance(node, list) else list(node.items())
+        for key, item in items:
+            if isinstance(item, list | dict):
+                pending.append(item)
+            elif isinstance(item, str):
+                node[key] = _SURROGATE.sub("\ufffd", item)
+            if isinstance(key, str) and _SURROGATE.search(key):
+                node[_SURROGATE.sub("\ufffd", key)] = node.pop(key)
+    return root[0]
+
+
+# ---------------------------------------------------------------------------
+# what went wrong, in words
+
+#: OpenSSL's words when an https:// request reached a server that does not speak TLS
+_NOT_TLS = ("wrong version number", "http request", "packet length too long",
+            "record layer failure", "unknown protocol")
+#: ... and for a certificate it does not trust (the reason in OpenSSL's words, then ours)
+_UNTRUSTED = (
+    ("self-signed", "has a self-signed certificate, which this computer does not trust"),
+    ("self signed", "has a self-signed certificate, which this computer does not trust"),
+    ("local issuer", "has a certificate from an authority this computer does not trust"),
+    ("mismatch", "has a certificate for another name than the one in its address"),
+    ("expired", "has an expired certificate"),
+    ("not yet valid", "has a certificate that is not valid yet (is this computer's clock right?)"),
+)
+#: how long :func:`failure_cause` waits for a TLS handshake with a peer that reset
+TLS_PROBE_S = 3.0
+
+
+def failure_cause(exc: httpx.HTTPError, setting: str, *, tls_probe: bool = True) -> str | None:
+    """What a failed exchange says of the peer, as words that follow its name ("answers
+    with TLS: use https:// in model.base_url"), when it is something the user can put
+    right (TLS asked of a plain server or the reverse, a certificate not trusted) or a
+    peer that does not speak HTTP; None otherwise (the caller says it its own way). Never
+    a repr of what the peer sent (a 16 KB ``bytearray(b'…')`` reached the terminal).
+    ``setting`` names the address to fix; ``tls_probe``: a peer that reset the connection
+    of an http:// request is asked for a TLS handshake (at most :data:`TLS_PROBE_S`) to
+    tell a TLS server (do not, through a proxy: the probe goes direct)."""
+    text = str(exc).lower()
+    url = _url_of(exc)
+    scheme = url.scheme if url is not None else ""
+    if isinstance(exc, httpx.ConnectError) and ("ssl" in text or "certificate" in text):
+        if "certificate verify failed" in text or "certificate_verify_failed" in text:
+            said = next((words for key, words in _UNTRUSTED if key in text),
+                        "has a certificate this computer does not trust")
+            return (f"{said}, so Iris did not connect; give the server a certificate from an "
+                    f"authority this computer trusts, or use http:// in {setting} on a network "
+                    "you trust")
+        if any(words in text for words in _NOT_TLS):
+            return f"does not answer with TLS at that port: use http:// in {setting}"
+        return f"failed the TLS handshake; check that {setting} is its https:// address"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        if "\\x15\\x03" in text or "\\x16\\x03" in text:  # a TLS record for a status line
+            return f"answers with TLS: use https:// in {setting}"
+        if "status line" in text or "response line" in text:
+            return (f"is not an HTTP server (it answered something else); check the port in "
+                    f"{setting}")
+    reset = isinstance(exc, httpx.NetworkError) and "reset" in text
+    silent = isinstance(exc, httpx.RemoteProtocolError) and "without sending a response" in text
+    if (reset or silent) and scheme == "http" and tls_probe and url is not None \
+            and _speaks_tls(url):
+        return f"answers with TLS: use https:// in {setting}"
+    if silent:
+        return (f"closed the connection without an HTTP answer; check that {setting} is the "
+                "address and port of an HTTP server")
+    return None
+
+
+def short_reason(exc: BaseException, chars: int = 120) -> str:
+    """An exception's text as part of a sentence: one line, at most ``chars`` characters,
+    what a peer sent (``bytearray(b'…')``, ``b'…'``) left out."""
+    text = " ".join(str(exc).split())
+    text = re.sub(r"(?:bytearray\()?(?<!\w)b(['\"]).*?\1\)?", "…", text)
+    return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
+def shown_address(url: str, chars: int = 120) -> str:
+    """An address a peer gave, as part of a sentence: one line, its query left out, at
+    most ``chars`` characters."""
+    text = "".join(str(url).split()).split("?", 1)[0].split("#", 1)[0]
+    return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
+def _url_of(exc: httpx.HTTPError) -> httpx.URL | None:
+    try:
+        return exc.request.url
+    except RuntimeError:  # an exception made without its request
+        return None
+
+
+def _speaks_tls(url: httpx.URL) -> bool:
+    """Whether the peer at ``url``'s host and port completes a TLS handshake (any
+    certificate: only the protocol is asked)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((url.host, url.port or 80), timeout=TLS_PROBE_S) as raw, \
+                context.wrap_socket(raw, server_hostname=url.host or None):
+            return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False

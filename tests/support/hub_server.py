@@ -39,7 +39,10 @@ For the hostile-peer tests (``tests/test_hostile_peers.py``):
 * ``resolve_to``: the 302 of ``resolve`` points there (``"loop"``: back at itself);
 * ``next_url``: the tree's ``Link: next`` names this address (with the page's cursor);
 * ``extra_entries``: more entries the tree lists (dicts as the hub writes them);
-* ``answer_fault = "deep"``: the answer is JSON nested ``deep_levels`` deep.
+* ``answer_fault = "deep"``: the answer is JSON nested ``deep_levels`` deep;
+* ``answer_fault = "empties"``: the answer is a list of about ``bomb_bytes`` of empty lists
+  (``[[], [], …]``), with its length;
+* ``answer_fault = "redirect"``: the answer is a 302 to ``redirect_location``.
 
 Every fault is bounded: it stops when the client leaves, after ``max_fault_bytes`` or
 after ``hold_s``.
@@ -137,6 +140,7 @@ class HubServer:
         self.next_url: str | None = None
         self.extra_entries: list[dict[str, Any]] = []
         self.deep_levels = 100_000
+        self.redirect_location = "file:///etc/passwd"
         self.requests: list[dict[str, Any]] = []
         self.delay_s = 0.0
         self.drop_at: list[int] = []
@@ -308,9 +312,24 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
         def _misbehave(self, status: int, body: bytes) -> None:
             self.close_connection = True
             deadline = time.monotonic() + hub.hold_s
+            if hub.answer_fault == "redirect":
+                self.send_response(302)
+                self.send_header("Location", hub.redirect_location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            if hub.answer_fault == "deep":
+            if hub.answer_fault == "empties":  # a piece at a time: little memory of its own
+                piece = b"[], " * 16384
+                pieces = hub.bomb_bytes // len(piece)
+                self.send_header("Content-Length", str(1 + pieces * len(piece) + 3))
+                self.end_headers()
+                self._out(b"[")
+                for _ in range(pieces):
+                    self._out(piece)
+                self._out(b"[]]")
+            elif hub.answer_fault == "deep":
                 deep = b"[" * hub.deep_levels + b"]" * hub.deep_levels
                 self.send_header("Content-Length", str(len(deep)))
                 self.end_headers()

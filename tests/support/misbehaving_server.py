@@ -53,7 +53,23 @@ and then, by ``mode`` (:data:`MODES`):
                         "many"``, ``/v1/chat/completions/input_tokens`` answers
                         ``{"input_tokens": "many"}``, ``/tokenize`` ``{"tokens": 5}``,
                         ``/apply-template`` ``[]``; replies stream as ``normal``
+``llama``               it passes for an older llama.cpp that counts with ``/apply-template``
+                        (the messages' texts joined) and ``/tokenize`` (``tokens_per_char``
+                        token ids per character of the text, at least one); replies stream
+                        as ``normal``
+``flipflop``            after the tokens, a chunk with no text every ``interval_s``, forever,
+                        each with another finish reason (``r0``, ``r1``, …; counted in
+                        ``finishes_sent``), never ``[DONE]``
+``tool_call``           after the tokens, one chunk of tool-call deltas (``calls``), a finish
+                        (``tool_calls``), a usage chunk and ``data: [DONE]``
+``bad_chunk``           chunked; the tokens' chunks, then a chunk header that is not one
+                        (``Z`` and 2,000 ANSI colour codes), then holds
+``not_http``            a streamed request is answered ``SSH-2.0-OpenSSH_9.6`` and closed
 ======================  =================================================================
+
+Text goes out as ``json.dumps`` writes it, so a lone surrogate in ``tokens``, ``calls``
+or ``model`` (``"\\ud800"``) is sent as the escape ``\\ud800``, as a broken server sends it.
+``tls`` (``(certificate file, key file)``) serves every connection over TLS.
 
 Besides the mode, an answer read whole (not streamed) can misbehave too: ``answer_fault``
 makes the answer to ``answer_path`` (default ``/v1/models``; ``/v1/chat/completions``
@@ -64,6 +80,8 @@ is the calibration request ``connect`` sends) one of :data:`ANSWER_FAULTS`:
 ``gzip_bomb``           ``Content-Encoding: gzip``, a few KiB that inflate to ``bomb_bytes``
 ``trickle``             the right answer, its body one byte every ``trickle_delay_s``
 ``trickle_headers``     the status line and headers one byte every ``trickle_delay_s``
+``empties``             a body of about ``bomb_bytes`` of empty JSON values, with its length:
+                        ``{"data": [{}, {}, …]}`` (``/tokenize``: ``{"tokens": [[], [], …]}``)
 ======================  =================================================================
 
 ``usage`` replaces the ``usage`` the server reports (the calibration answer and a
@@ -89,6 +107,7 @@ import functools
 import json
 import select
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -97,8 +116,11 @@ from typing import Any
 
 MODES = ("normal", "finish_then_hold", "silent", "forever", "keepalive", "empty", "dribble",
          "huge_line", "malformed", "slow_headers", "redirect", "bad_counts", "gzip_bomb",
-         "web_page", "garbled_too_long", "json_typed", "tool_flood", "many_calls")
-ANSWER_FAULTS = ("endless", "gzip_bomb", "trickle", "trickle_headers")
+         "web_page", "garbled_too_long", "json_typed", "tool_flood", "many_calls", "llama",
+         "flipflop", "tool_call", "bad_chunk", "not_http")
+ANSWER_FAULTS = ("endless", "gzip_bomb", "trickle", "trickle_headers", "empties")
+#: the modes whose reply ends as ``normal`` does
+FINISHING = ("normal", "finish_then_hold", "bad_counts", "json_typed", "llama")
 
 #: the malformed events mode ``malformed`` can send (a bytes value goes out as the raw
 #: ``data:`` payload, anything else as its JSON)
@@ -163,6 +185,9 @@ class MisbehavingServer:
         trickle_delay_s: float = 0.2,
         bomb_bytes: int = 256 << 20,
         usage: dict | None = None,
+        calls: list[dict] | None = None,
+        tokens_per_char: float = 0.25,
+        tls: tuple[str, str] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
@@ -186,6 +211,11 @@ class MisbehavingServer:
         self.trickle_delay_s = trickle_delay_s
         self.bomb_bytes = bomb_bytes
         self.usage = usage
+        self.calls = list(calls or [])
+        self.tokens_per_char = tokens_per_char
+        self.tls = tls
+        #: finish chunks sent by mode ``flipflop``
+        self.finishes_sent = 0
         #: body bytes of the misbehaving answers read whole
         self.answer_bytes_sent = 0
         self.requests: list[tuple[str, str, Any]] = []
@@ -211,7 +241,8 @@ class MisbehavingServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> MisbehavingServer:
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd = (_TLSServer(("127.0.0.1", 0), _Handler, self.tls) if self.tls
+                 else ThreadingHTTPServer(("127.0.0.1", 0), _Handler))
         httpd.daemon_threads = False  # server_close() joins every handler
         httpd.block_on_close = True
         httpd.owner = self  # type: ignore[attr-defined]
@@ -248,6 +279,25 @@ class MisbehavingServer:
             self.bytes_sent += sent
 
 
+class _TLSServer(ThreadingHTTPServer):
+    """Every connection over TLS (the handshake when it is accepted; one that fails is
+    closed, which a client that spoke plain HTTP sees as a reset)."""
+
+    def __init__(self, address: tuple[str, int], handler: Any, tls: tuple[str, str]) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(*tls)
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        sock.settimeout(5)
+        try:
+            return self.context.wrap_socket(sock, server_side=True), address
+        except (OSError, ValueError):
+            sock.close()
+            raise OSError("the TLS handshake failed") from None
+
+
 class _ClientGone(Exception):
     """The client closed the connection, or the server must stop now."""
 
@@ -273,6 +323,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.owner.mode == "bad_counts" and self.path == "/props":
             self._json(200, BAD_PROPS)
+        elif self.owner.mode == "llama" and self.path == "/props":
+            self._json(200, {"default_generation_settings": {"n_ctx": self.owner.context_length},
+                             "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})
         elif self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [
                 {"id": self.owner.model, "object": "model", "owned_by": "misbehaving",
@@ -294,6 +347,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.owner.mode == "bad_counts" and self.path in BAD_COUNTS:
             self._json(200, BAD_COUNTS[self.path])
+            return
+        if self.owner.mode == "llama" and self.path in ("/apply-template", "/tokenize"):
+            self._json(200, self._llama_count(body if isinstance(body, dict) else {}))
             return
         if self.path != "/v1/chat/completions":
             self._json(404, {"error": {"message": f"no {self.path} here", "code": 404}})
@@ -344,6 +400,12 @@ class _Handler(BaseHTTPRequestHandler):
                              "finish_reason": "stop"}],
                 "usage": self._usage(len(self.owner.tokens))}
 
+    def _llama_count(self, body: dict) -> dict:
+        if self.path == "/apply-template":
+            return {"prompt": "".join(str(m.get("content") or "") for m in body.get("messages") or [])}
+        count = max(1, int(len(str(body.get("content") or "")) * self.owner.tokens_per_char))
+        return {"tokens": [1000 + i % 1000 for i in range(count)]}
+
     def _usage(self, n: int) -> Any:
         if self.owner.usage is not None:
             return self.owner.usage
@@ -379,6 +441,18 @@ class _Handler(BaseHTTPRequestHandler):
             piece = b'{"id": "x", "object": "model"}, ' * 2048
             while True:
                 self._raw(piece)
+        elif fault == "empties":
+            key, empty = (b"tokens", b"[]") if self.path == "/tokenize" else (b"data", b"{}")
+            head, piece, tail = b'{"' + key + b'": [', (empty + b", ") * 16384, empty + b"]}"
+            pieces = owner.bomb_bytes // len(piece)  # sent a piece at a time: the server's own
+            self.send_header("Content-Length",  # memory stays out of what a test measures
+                             str(len(head) + pieces * len(piece) + len(tail)))
+            self.end_headers()
+            self.wfile.flush()
+            self._raw(head)
+            for _ in range(pieces):
+                self._raw(piece)
+            self._raw(tail)
         elif fault == "gzip_bomb":
             bomb = _gzip_bomb(owner.bomb_bytes)
             self.send_header("Content-Encoding", "gzip")
@@ -417,6 +491,12 @@ class _Handler(BaseHTTPRequestHandler):
                                        "message": "the request exceeds the available context size",
                                        "n_prompt_tokens": "x", "n_ctx": "big"}})
             return
+        if mode == "not_http":  # an SSH server's greeting, then it closes
+            self._send(b"SSH-2.0-OpenSSH_9.6\r\n")
+            return
+        if mode == "bad_chunk":
+            self._bad_chunk()
+            return
         if mode == "gzip_bomb":
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -437,7 +517,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._pause(owner.interval_s)
             self._event(self._chunk({"content": token}))
         owner.preamble_sent.set()
-        if mode in ("normal", "finish_then_hold", "bad_counts", "json_typed"):
+        if mode == "tool_call":
+            self._event(self._chunk({"tool_calls": owner.calls}))
+            self._event(self._chunk({}, "tool_calls"))
+            self._send(b"data: [DONE]\n\n")
+        elif mode == "flipflop":  # a finish reason that keeps changing, and never [DONE]
+            while True:
+                self._event(self._chunk({}, f"r{owner.finishes_sent}"))
+                with owner._lock:
+                    owner.finishes_sent += 1
+                self._pause(owner.interval_s)
+        elif mode in FINISHING:
             self._event(self._chunk({}, "stop"))
             n = len(owner.tokens)
             self._event({"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk",
@@ -506,6 +596,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(b"data: " + (bad if isinstance(bad, bytes) else json.dumps(bad).encode())
                        + b"\n\n")
             self._hold()
+
+    def _bad_chunk(self) -> None:
+        """Chunked: each token an event in a chunk of its own, then a chunk header that is
+        none (16 KB of ANSI codes), then holds."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        for token in self.owner.tokens:
+            event = b"data: " + json.dumps(self._chunk({"content": token})).encode() + b"\n\n"
+            self._send(b"%x\r\n" % len(event) + event + b"\r\n")
+        self.owner.preamble_sent.set()
+        self._send(b"Z" + b"\x1b[31m" * 2000 + b"\r\n")
+        self._hold()
 
     def _chunk(self, delta: dict, finish: str | None = None) -> dict:
         return {"id": "chatcmpl-misbehaving", "object": "chat.completion.chunk", "created": 0,

@@ -422,13 +422,16 @@ class Messages(Branches):
         self, message_id: int, content: str, status: str = "streaming",
         tool_calls: list[dict] | None = None,
     ) -> None:
-        """Save a reply that is still being generated (or finish it). Only such rows change."""
+        """Save a reply that is still being generated (or finish it). Only such rows change.
+        Text UTF-8 cannot hold (a lone surrogate a server sent) is saved with U+FFFD in its
+        place: the save never fails on it (it did, and the reply shown was lost)."""
+        calls = _storable_json(tool_calls) if tool_calls else None
         cur = self.conn.execute(
             """
             UPDATE messages SET content = ?, status = ?, tool_calls = ?
             WHERE id = ? AND status = 'streaming'
             """,
-            (content, status, json.dumps(tool_calls) if tool_calls else None, message_id),
+            (_storable(content), status, calls, message_id),
         )
         if cur.rowcount != 1:
             raise StoreError(f"message {message_id} is not a reply in progress")
@@ -656,3 +659,22 @@ def _draft_files(stored: str | None) -> list[tuple[str, str]]:
     return [(f["name"], f["text"]) for f in files
             if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]
             and isinstance(f.get("text"), str)]
+
+
+def _storable(text: str) -> str:
+    """``text`` with every surrogate (which UTF-8, and so SQLite, cannot hold) as U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
+def _storable_json(value: Any) -> str:
+    """``json.dumps(value)``, its strings :func:`_storable` (an ``\\ud800`` escape would
+    come back as the surrogate it stands for, and fail the next request)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        value = json.loads(_storable(json.dumps(value, ensure_ascii=False)))
+    return json.dumps(value)

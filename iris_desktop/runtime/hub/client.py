@@ -21,9 +21,15 @@ from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
 
 from ..http import (
     AnswerError,
+    AnswerTooComplex,
     AnswerTooLarge,
     AnswerTooSlow,
+    RedirectRefused,
+    failure_cause,
+    json_answer,
     read_answer,
+    short_reason,
+    shown_address,
     size_words,
 )
 from ..remote.address import KEYRING_SERVICE, server_address
@@ -37,6 +43,9 @@ READ_TIMEOUT_S = 60.0
 #: tree pages followed at most (Hugging Face pages 1,000 files a time)
 MAX_TREE_PAGES = 20
 SEARCH_LIMIT = 30
+#: a search's answer, read whole: at most this many bytes (decoded). Hugging Face's answer
+#: for 30 repositories is some 10 to 50 KiB (a repository's id, counts, dates and tags)
+MAX_SEARCH_BYTES = 1 << 20
 #: a search or one page of a file list, read whole: at most this many bytes (decoded)…
 MAX_LISTING_BYTES = 16 << 20
 #: …within this long, the whole exchange
@@ -221,8 +230,10 @@ def _describe(exc: httpx.HTTPError) -> str:
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
         return "the connection was lost"
     if isinstance(exc, httpx.ProxyError):
-        return f"the proxy refused ({exc})"
-    return f"{type(exc).__name__}"
+        return f"the proxy refused ({short_reason(exc)})"
+    if isinstance(exc, httpx.UnsupportedProtocol):  # a redirect to file:// and the like
+        return "an address that is not http:// or https://"
+    return f"the request failed: {short_reason(exc)}"  # before: httpx's class name alone
 
 
 class HubClient:
@@ -279,6 +290,10 @@ class HubClient:
             raise _TooLarge(f"The model hub {self.address} sent more than {size_words(exc.limit)} in "
                            f"its answer about {what or url}, so Iris stopped reading it; check that "
                            "models.hub_url is a Hugging Face hub.", "answer") from None
+        except RedirectRefused as exc:  # before: "cannot be reached (UnsupportedProtocol)"
+            raise HubError(f"The model hub {self.address} redirected {what or 'its answer'} to "
+                           f"{shown_address(exc.location, 80)}, which is not an http:// or https:// "
+                           "address; Iris did not follow it (check models.hub_url).", "answer") from None
         except AnswerTooSlow as exc:
             raise HubError(f"The model hub {self.address} did not finish answering about "
                            f"{what or url} within {exc.timeout_s:g} s; try again later, or check "
@@ -287,12 +302,20 @@ class HubClient:
             raise HubError(f"The model hub {self.address} {exc.cause} about {what or url}; check "
                            "models.hub_url.", "answer") from None
         except httpx.HTTPError as exc:
+            cause = failure_cause(exc, "models.hub_url", tls_probe=False)  # maybe by a proxy
+            if cause:
+                raise HubError(f"The model hub {self.address} {cause}.", "network") from None
             raise HubError(f"The model hub {self.address} cannot be reached ({_describe(exc)}); "
                            "check the network or models.hub_url.", "network") from None
         if response.status_code >= 400:
             raise self._status_error(response, what)
-        try:
-            return json.loads(response.content, object_pairs_hook=hook), response
+        try:  # its values bounded by its size (16 MiB of [] took 450 MB), its text valid
+            return json_answer(response.content, limit, hook), response
+        except AnswerTooComplex as exc:
+            raise _TooLarge(f"The model hub {self.address} sent more than {exc.values:,} JSON values "
+                            f"in its answer about {what or url}, more than a real one holds, so Iris "
+                            "did not read it; check that models.hub_url is a Hugging Face hub.",
+                            "answer") from None
         except (ValueError, RecursionError):  # RecursionError: nested deeper than Python recurses
             raise HubError(f"The model hub {self.address} did not answer JSON for {what or url}; "
                            "is models.hub_url a Hugging Face hub?", "answer") from None
@@ -325,7 +348,8 @@ class HubClient:
         data, _ = self._get_json(f"{self.root}/api/models",
                                  {"search": text, "filter": "gguf", "sort": "downloads",
                                   "direction": "-1", "limit": str(limit)},
-                                 f"the search for {text!r}")
+                                 f"the search for {text!r}",
+                                 limit=min(self.answer_limit, MAX_SEARCH_BYTES))
         if not isinstance(data, list):
             raise HubError(f"The model hub {self.address} answered the search with something "
                            "other than a list.", "answer")

@@ -55,9 +55,14 @@ each is read through ``runtime.http.read_answer``, at most :data:`MAX_ANSWER_BYT
 or a gzip bomb stops there, and within :data:`REQUEST_TIMEOUT_S` for the whole exchange,
 so an answer trickled a byte a second cannot hold ``connect``; the ServerError names the
 server and the cause ("the server at http://127.0.0.1:8080 sent more than 8 MiB for its
-model list (/v1/models)…"). Usage numbers a server reports are believed only as token
-counts (whole numbers from 0 to :data:`MAX_REPORTED_TOKENS`; the calibration also only
-within :data:`MIN_CALIBRATION_RATIO` to :data:`MAX_CALIBRATION_RATIO` of the estimate):
+model list (/v1/models)…"). Parsed, an answer holds at most a JSON value per 16 bytes of
+its cap (8 MiB of ``{}`` took 190 MB) and its text is valid Unicode (a lone surrogate
+escape becomes U+FFFD, in a stream too); a ``/tokenize`` answer is bounded by its text
+(a token a byte, and a few), and a count beyond that is the server's fault; a model name
+is at most :data:`~.probe.MAX_MODEL_NAME` characters. Usage numbers a server reports are
+believed only as token counts (whole numbers from 0 to :data:`MAX_REPORTED_TOKENS`; the
+calibration also only within :data:`MIN_CALIBRATION_RATIO` to
+:data:`MAX_CALIBRATION_RATIO` of the estimate):
 anything else is ignored with a note in the log, so a broken report neither breaks a
 turn nor makes the server unusable afterwards.
 

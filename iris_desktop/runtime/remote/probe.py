@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 
 from iris_desktop.tokens import Message
@@ -14,6 +15,8 @@ from iris_desktop.tokens import Message
 from ..errors import ServerError
 from .address import server_address
 from .transport import REQUEST_TIMEOUT_S, _Http, _obj, _whole, server_said
+
+log = logging.getLogger("iris.runtime.remote")
 
 #: probe messages for measuring what one message or the tools add to a prompt
 _PROBE_SYSTEM: Message = {"role": "system", "content": "."}
@@ -101,9 +104,7 @@ def _probe(http: _Http, base_url: str, only: str | None = None) -> ServerInfo:
     props = http.get("/props", missing_ok=True)
     listed = http.get("/v1/models", missing_ok=True)
     listed = listed if isinstance(listed, dict) else {}
-    entries = listed.get("data")
-    data = [d for d in (entries if isinstance(entries, list) else [])
-            if isinstance(d, dict) and isinstance(d.get("id"), str) and d["id"]]
+    data = _named(listed.get("data"), http.address)
     if isinstance(props, dict) and "default_generation_settings" in props:
         identity = [props.get("chat_template"), data[0].get("meta") if data else None]
         fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
@@ -122,14 +123,46 @@ def _probe(http: _Http, base_url: str, only: str | None = None) -> ServerInfo:
     return ServerInfo(base_url, "openai", models, "estimated")
 
 
+#: the longest model name Iris takes from a server, in characters. Real ones are short:
+#: OpenAI's "gpt-4o-mini", a hub's owner/name (at most 96 + 1 + 96), llama.cpp's and
+#: vLLM's a file's path when no alias is given (some tens to a couple of hundred). The
+#: name goes with every request and is stored with every turn: a 4 MiB one grew the
+#: history by 16 MB a turn
+MAX_MODEL_NAME = 1024
+
+
+def _named(entries: object, address: str) -> list[dict]:
+    """The entries of a ``/v1/models`` list that name a model: a non-empty string of at
+    most :data:`MAX_MODEL_NAME` characters (longer ones are left out, said in the log).
+    Raises ServerError when every name is too long: no model can be used."""
+    named = [d for d in (entries if isinstance(entries, list) else [])
+             if isinstance(d, dict) and isinstance(d.get("id"), str) and d["id"]]
+    data = [d for d in named if len(d["id"]) <= MAX_MODEL_NAME]
+    if len(data) < len(named):
+        log.warning("%s lists %d models whose names are longer than %d characters; left out",
+                    address, len(named) - len(data), MAX_MODEL_NAME)
+    if named and not data:
+        longest = max(len(d["id"]) for d in named)
+        several = len(named) > 1
+        raise ServerError(f"{address} names its model{'s' if several else ''} with "
+                          f"{'up to ' if several else ''}{longest:,} characters, more than the "
+                          f"{MAX_MODEL_NAME:,} Iris takes "
+                          "(a name goes with every request and is kept with every turn), so "
+                          "Iris did not connect; give the model a shorter name on the server "
+                          "(llama-server --alias, vllm --served-model-name)")
+    return data
+
+
 def _llama_cpp_models(props: dict, data: list[dict]) -> tuple[ServerModel, ...]:
     """llama.cpp's one model: its window from ``/props`` (newer servers nest it in
     ``default_generation_settings``), its trained length from ``/v1/models`` meta."""
     settings = _obj(props.get("default_generation_settings"))
     window = _whole(settings.get("n_ctx")) or _whole(props.get("n_ctx"))
     meta = _obj(data[0].get("meta")) if data else {}
-    name = (data[0]["id"] if data else None) or props.get("model_alias") or "default"
-    return (ServerModel(str(name), window, _whole(meta.get("n_ctx_train"))),)
+    alias = props.get("model_alias")
+    alias = alias if isinstance(alias, str) and len(alias) <= MAX_MODEL_NAME else None
+    name = (data[0]["id"] if data else None) or alias or "default"
+    return (ServerModel(name, window, _whole(meta.get("n_ctx_train"))),)
 
 
 def _llama_cpp_counting(http: _Http) -> str:

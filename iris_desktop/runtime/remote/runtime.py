@@ -43,11 +43,14 @@ from .probe import _PROBE_SYSTEM, _PROBE_USER, ServerInfo, _probe
 from .sse import MAX_REPORTED_TOKENS, POLL_S, _EventReader, _Reply, _tokens
 from .transport import (
     REQUEST_TIMEOUT_S,
+    TEMPLATE_MARGIN_TOKENS,
+    TEXT_MARGIN_TOKENS,
     ServerRefused,
     _answer_field,
     _Http,
     _obj,
     server_said,
+    tokens_answer_limit,
 )
 
 log = logging.getLogger("iris.runtime.remote")
@@ -397,9 +400,11 @@ class RemoteRuntime:
         try:
             for event, when in reader.events(should_stop):
                 if event is not None:
-                    before = (reply.chunks, reply.finish_reason)
+                    finished, chunks = reply.finish_reason is not None, reply.chunks
                     text = reply.feed(event)
-                    if (reply.chunks, reply.finish_reason) != before:
+                    # new text, or the first finish reason: after that nothing moves the
+                    # grace on (a finish reason that kept changing held the reply for good)
+                    if not finished and (reply.chunks != chunks or reply.finish_reason):
                         heard = when
                     over = reply.chars - CHARS_PER_TOKEN * limit
                     if over > 0:  # never more than the bound: the rest is not shown or kept
@@ -478,8 +483,9 @@ class RemoteRuntime:
         """Raises ServerError when the reply did not start (headers and first text) within
         ``start_timeout_s`` of ``sent``, or went on without new text for
         ``idle_timeout_s`` after ``heard`` (its last); True when it had finished and
-        nothing more came for ``FINISHED_GRACE_S`` (the server kept the connection open
-        after its finish reason: the reply is not held for the whole idle timeout)."""
+        ``FINISHED_GRACE_S`` passed since its first finish reason (``heard`` then: the
+        server kept the connection open after it, or kept sending; the reply is not held
+        for the whole idle timeout, nor for good)."""
         address = self._http.address
         if reply.finish_reason is not None:  # done; a usage chunk may still come
             return now - heard > min(FINISHED_GRACE_S, self.idle_timeout_s)
@@ -596,17 +602,28 @@ class ExactRemoteRuntime(RemoteRuntime):
         way = self.server.counting
         if way == "apply-template":
             prompt = self._post_field("/apply-template", body, "prompt", str)
-            return len(self._tokenize(prompt, special=True))
+            return self._tokenize(prompt, special=True)
         path, key = (("/v1/chat/completions/input_tokens", "input_tokens") if way == "input_tokens"
                      else ("/tokenize", "count"))
-        return self._checked(self._post_field(path, body, key, int), path)
+        size = len(json.dumps(body, ensure_ascii=False).encode("utf-8", "replace"))
+        limit = tokens_answer_limit(size, TEMPLATE_MARGIN_TOKENS) if path == "/tokenize" else None
+        return self._checked(self._post_field(path, body, key, int, limit), path, size,
+                             TEMPLATE_MARGIN_TOKENS)
 
-    def _checked(self, count: int, path: str) -> int:
+    def _checked(self, count: int, path: str, size: int | None = None,
+                 margin: int = TEXT_MARGIN_TOKENS) -> int:
         """``count``, the server's answer at ``path``, when it can be a count: from 0 to
-        :data:`MAX_REPORTED_TOKENS`; else ServerError (a broken server's: never a budget)."""
+        :data:`MAX_REPORTED_TOKENS`, and at most one token per byte of the ``size`` bytes
+        counted and ``margin`` more (no tokenizer makes more: 22 million tokens for
+        "hello" were believed, and blamed on the system prompt); else ServerError naming
+        the server (a broken server's count: never a budget)."""
         if not 0 <= count <= MAX_REPORTED_TOKENS:
             raise ServerError(f"{self._http.address} answered {path} with {count:,} tokens, "
                               "which cannot be a count of this conversation")
+        if size is not None and count > size + margin:
+            raise ServerError(f"{self._http.address} answered {path} with {count:,} tokens for "
+                              f"{size:,} bytes of text, more than any tokenizer makes of them, "
+                              "so the server is broken, not your text; check or restart it")
         return count
 
     def _added(self, more: int, less: int) -> int:
@@ -621,16 +638,25 @@ class ExactRemoteRuntime(RemoteRuntime):
                             "be counts of it")
         return more - less
 
-    def _post_field(self, path: str, body: dict, key: str, wanted: type) -> Any:
-        """The ``key`` of the server's answer to ``body`` at ``path``, a ``wanted``;
-        ServerError naming what is wrong when it is not."""
-        return _answer_field(self._http.post(path, body), key, wanted, self._http.address, path)
+    def _post_field(self, path: str, body: dict, key: str, wanted: type,
+                    limit: int | None = None) -> Any:
+        """The ``key`` of the server's answer to ``body`` at ``path`` (at most ``limit``
+        bytes, when given), a ``wanted``; ServerError naming what is wrong when it is not."""
+        return _answer_field(self._http.post(path, body, limit=limit), key, wanted,
+                             self._http.address, path)
 
-    def _tokenize(self, text: str, special: bool) -> list:
-        """llama.cpp's tokens of ``text``: ``add_special`` (BOS) for a whole prompt, and
-        control-token text always parsed, as the server parses the prompts it evaluates."""
+    def _tokenize(self, text: str, special: bool) -> int:
+        """How many tokens llama.cpp makes of ``text``: ``add_special`` (BOS) for a whole
+        prompt, and control-token text always parsed, as the server parses the prompts it
+        evaluates. Its answer is bounded by the text (:func:`tokens_answer_limit`: before,
+        64 MiB of ``[]`` took 1.7 GB), and checked (:meth:`_checked`)."""
         body = {"content": text, "add_special": special, "parse_special": True}
-        return self._post_field("/tokenize", body, "tokens", list)
+        size = len(text.encode("utf-8", "replace"))
+        tokens = self._post_field("/tokenize", body, "tokens", list, tokens_answer_limit(size))
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise ServerError(f"{self._http.address} answered /tokenize in a way Iris cannot "
+                              "read: 'tokens' holds something other than token ids")
+        return self._checked(len(tokens), "/tokenize", size)
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` alone: no template, no BOS, control-token text parsed as
@@ -641,9 +667,10 @@ class ExactRemoteRuntime(RemoteRuntime):
         self._check_allowed()
         if self.server.counting == "vllm-tokenize":
             body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-            return self._texts.get(text, lambda: self._checked(
-                self._post_field("/tokenize", body, "count", int), "/tokenize"))
-        return self._texts.get(text, lambda: len(self._tokenize(text, special=False)))
+            size = len(text.encode("utf-8", "replace"))
+            return self._texts.get(text, lambda: self._checked(self._post_field(
+                "/tokenize", body, "count", int, tokens_answer_limit(size)), "/tokenize", size))
+        return self._texts.get(text, lambda: self._tokenize(text, special=False))
 
     def count_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> int:
         """The exact number of prompt tokens the server evaluates for this request; the

@@ -24,7 +24,14 @@ import httpx
 from iris_desktop.generation import GenerationStats
 
 from ..errors import PromptTooLongError, ServerError
-from ..http import AnswerUndecodable, decoded_chunks
+from ..http import (
+    AnswerUndecodable,
+    decoded_chunks,
+    failure_cause,
+    json_answer,
+    short_reason,
+    valid_text,
+)
 from .transport import _WANTED, _describe, _http_error, _kind, _read_some, server_said
 
 log = logging.getLogger("iris.runtime.remote")
@@ -186,12 +193,7 @@ class _EventReader:
             if isinstance(item, PromptTooLongError | ServerError):
                 raise item
             if isinstance(item, Exception):
-                why = _describe(item) if isinstance(item, httpx.HTTPError) else repr(item)
-                if self.answered_at is None:  # nothing came back: it was never reached
-                    raise ServerError(f"could not reach the server at {self._address} "
-                                      f"({why}); is it running?") from item
-                raise ServerError(f"{self._address}: the connection was lost mid-reply "
-                                  f"({why})") from item
+                raise self._failed(item) from None
             if item is None:
                 yield None, time.monotonic()
                 continue
@@ -204,6 +206,26 @@ class _EventReader:
                 self.done = True
                 return
             yield event, when
+
+    def _failed(self, exc: Exception) -> ServerError:
+        """The sentence for a stream that failed: a cause the user can put right (TLS, a
+        certificate, not HTTP); "could not reach" only when nothing connected (before, a
+        server that answered "SSH-2.0-…" was "not reached … is it running?"); else the
+        connection lost mid-reply or before the answer. Never what the server sent."""
+        log.info("%s: the stream failed: %s", self._address, short_reason(exc, 300))
+        why = _describe(exc) if isinstance(exc, httpx.HTTPError) else short_reason(exc)
+        if self.answered_at is not None:
+            return ServerError(f"{self._address}: the connection was lost mid-reply ({why})")
+        cause = failure_cause(exc, "model.base_url") if isinstance(exc, httpx.HTTPError) else None
+        if cause:
+            return ServerError(f"the server at {self._address} {cause}")
+        with self._lock:
+            connected = self._socket is not None
+        if not connected:  # nothing came back: it was never reached
+            return ServerError(f"could not reach the server at {self._address} ({why}); "
+                               "is it running?")
+        return ServerError(f"the server at {self._address} took the request but did not "
+                           f"answer it ({why})")
 
     def abort(self) -> None:
         self._aborted.set()
@@ -229,8 +251,8 @@ def _parse_data(payload: str, address: str) -> dict | None:
     and for anything but a JSON object."""
     if payload == "[DONE]":
         return None
-    try:
-        event = json.loads(payload)
+    try:  # a lone surrogate ("\\ud800") becomes U+FFFD: the store could not hold it
+        event = valid_text(json.loads(payload), payload)
     except ValueError:
         raise _unreadable(address, f"an event is not JSON ({payload[:80]!r})") from None
     except RecursionError:  # before: "The model failed: maximum recursion depth exceeded"
@@ -405,7 +427,7 @@ class _Reply:
             call = self.calls[index]
             text = "".join(call["arguments"])
             try:
-                arguments: Any = json.loads(text or "{}")
+                arguments: Any = valid_text(json.loads(text or "{}"), text)
             except ValueError:
                 arguments = _repeated_whole(call["arguments"], text)
             blocks.append("<tool_call>" + json.dumps(
@@ -476,7 +498,7 @@ def _repeated_whole(pieces: list[str], text: str) -> Any:
     whole = [p for p in pieces if p]
     if whole and all(p == whole[0] for p in whole):
         try:
-            value = json.loads(whole[0])
+            value = valid_text(json.loads(whole[0]), whole[0])
         except ValueError:
             return text
         if isinstance(value, dict):
@@ -500,7 +522,7 @@ def _not_a_stream(first: bytes, rest: Iterator[bytes]) -> str:
         if len(body) > 1 << 16:
             break
     try:
-        answer = json.loads(bytes(body))
+        answer = json_answer(bytes(body))
     except (ValueError, RecursionError):  # not JSON, or nested too deeply to read
         return "one whole JSON answer"
     error = answer.get("error") if isinstance(answer, dict) else None

@@ -14,12 +14,18 @@ import httpx
 
 from ..errors import PromptTooLongError, ServerError
 from ..http import (
+    ERROR_BODY_BYTES,
+    MIN_VALUES,
     AnswerError,
+    AnswerTooComplex,
     AnswerTooLarge,
     AnswerTooSlow,
     AnswerUndecodable,
     decoded_chunks,
+    failure_cause,
+    json_answer,
     read_answer,
+    short_reason,
     size_words,
 )
 from .address import clean_api_key, refuse_query, server_address
@@ -44,8 +50,18 @@ REQUEST_TIMEOUT_S = 30.0
 #: after decoding (a gzip body is inflated a step at a time, so a gzip bomb stops here)
 MAX_ANSWER_BYTES = 8 << 20
 #: the same for a count's answer, which grows with the prompt (``/tokenize`` lists every
-#: token, ``/apply-template`` returns the whole prompt)
+#: token, ``/apply-template`` returns the whole prompt); a ``/tokenize`` answer is bounded
+#: by its text as well (:func:`tokens_answer_limit`)
 MAX_COUNT_ANSWER_BYTES = 64 << 20
+#: a count that is one number (``{"input_tokens": 12}``) needs no more than this
+MAX_NUMBER_ANSWER_BYTES = 1 << 16
+#: the most tokens a text can be, beyond one per byte (BOS, EOS, a leading space)
+TEXT_MARGIN_TOKENS = 16
+#: ... and a whole request, beyond one per byte of its JSON: what the template adds (its
+#: turn markers, a default system prompt, the instructions around tools)
+TEMPLATE_MARGIN_TOKENS = 4096
+#: bytes of a ``/tokenize`` answer per token at most (an id of up to 7 digits and a comma)
+BYTES_PER_TOKEN = 16
 
 
 class _Http:
@@ -90,15 +106,19 @@ class _Http:
     def get(self, path: str, *, missing_ok: bool = False) -> Any:
         return self._send("GET", path, None, missing_ok)
 
-    def post(self, path: str, body: dict, *, missing_ok: bool = False) -> Any:
-        return self._send("POST", path, body, missing_ok)
+    def post(self, path: str, body: dict, *, missing_ok: bool = False,
+             limit: int | None = None) -> Any:
+        """As :meth:`get`; ``limit``: the answer's cap in bytes, when less than usual."""
+        return self._send("POST", path, body, missing_ok, limit)
 
-    def _send(self, method: str, path: str, body: dict | None, missing_ok: bool) -> Any:
-        """The JSON answer; None for an endpoint this server does not have (404, 405,
-        501) when ``missing_ok``. Raises ServerError (PromptTooLongError for a prompt the
-        server says does not fit)."""
-        limit = self.answer_limit or (MAX_COUNT_ANSWER_BYTES if path in _COUNT_PATHS
-                                      else MAX_ANSWER_BYTES)
+    def _send(self, method: str, path: str, body: dict | None, missing_ok: bool,
+              limit: int | None = None) -> Any:
+        """The JSON answer (:func:`runtime.http.json_answer`: its values bounded by its
+        cap, its text valid Unicode); None for an endpoint this server does not have (404,
+        405, 501) when ``missing_ok``. Raises ServerError (PromptTooLongError for a prompt
+        the server says does not fit)."""
+        cap = self.answer_limit or _LIMITS.get(path, MAX_ANSWER_BYTES)
+        limit = min(cap, limit) if limit else cap
         try:
             request = self.client.build_request(method, self.url(path), json=body)
             response = read_answer(self.client, request, limit=limit,
@@ -106,13 +126,19 @@ class _Http:
         except AnswerError as exc:
             raise ServerError(self._bound_error(exc, path)) from None
         except httpx.HTTPError as exc:
-            raise ServerError(f"{self.address}: {_describe(exc)}") from None
+            raise ServerError(_failure(self.address, exc)) from None
+        except UnicodeEncodeError:  # a model name that is not text (checked by the probe)
+            raise ServerError(f"{self.address}: the request to {path} holds text that cannot be "
+                              "sent (not valid Unicode)") from None
         if missing_ok and response.status_code in (404, 405, 501):
             return None
         if response.status_code >= 300:
             raise _http_error(self.address, response, path)
         try:
-            return response.json()
+            return json_answer(response.content, limit,
+                               values=MIN_VALUES if path == "/apply-template" else None)
+        except AnswerError as exc:
+            raise ServerError(self._bound_error(exc, path)) from None
         except ValueError:
             raise ServerError(f"{self.address}: {path} did not answer JSON") from None
         except RecursionError:  # a Python error before ("maximum recursion depth exceeded")
@@ -126,6 +152,10 @@ class _Http:
         if isinstance(exc, AnswerTooLarge):
             return (f"{server} sent more than {size_words(exc.limit)} for {what}, so Iris stopped "
                     f"reading it; check that model.base_url is a model server")
+        if isinstance(exc, AnswerTooComplex):  # before: parsed, 8 MiB of {} took 190 MB
+            return (f"{server} sent {what} as more than {exc.values:,} JSON values, more than a "
+                    f"real one holds, so Iris did not read it; check that model.base_url is a "
+                    f"model server")
         if isinstance(exc, AnswerTooSlow):
             return (f"{server} did not finish answering {path} within {exc.timeout_s:g} s, so "
                     f"Iris gave up on it; check that the server is running and not overloaded")
@@ -148,28 +178,61 @@ _ANSWERS = {
     "/tokenize": "a token count",
     "/apply-template": "a templated prompt",
 }
-#: the answers that grow with the prompt counted
-_COUNT_PATHS = frozenset({"/v1/chat/completions/input_tokens", "/tokenize", "/apply-template"})
+#: the caps of the answers that are not :data:`MAX_ANSWER_BYTES`: those that grow with the
+#: prompt counted, and a count that is one number
+_LIMITS = {"/v1/chat/completions/input_tokens": MAX_NUMBER_ANSWER_BYTES,
+           "/tokenize": MAX_COUNT_ANSWER_BYTES, "/apply-template": MAX_COUNT_ANSWER_BYTES}
+
+
+def tokens_answer_limit(text_bytes: int, margin: int = TEXT_MARGIN_TOKENS) -> int:
+    """The most a ``/tokenize`` answer for ``text_bytes`` bytes may hold: a token per byte
+    and ``margin`` more, :data:`BYTES_PER_TOKEN` each (a 64 MiB answer for five
+    characters took 1.7 GB to read)."""
+    return BYTES_PER_TOKEN * (text_bytes + margin) + 4096
+
+
+def _failure(address: str, exc: httpx.HTTPError) -> str:
+    """The sentence for a request to the server at ``address`` that failed on its way:
+    the cause the user can put right when there is one (TLS, a certificate, not HTTP)."""
+    cause = failure_cause(exc, "model.base_url")
+    return f"the server at {address} {cause}" if cause else f"{address}: {_describe(exc)}"
 
 
 def _describe(exc: httpx.HTTPError) -> str:
-    """What went wrong on the way to the server, in words (the OS's text in brackets)."""
-    text = str(exc)
+    """What went wrong on the way to the server, in words (the OS's text in brackets, cut
+    short; never what the server sent: a 16 KB ``bytearray(b'…')`` reached the terminal)."""
+    text, low = short_reason(exc), str(exc).lower()
     if isinstance(exc, httpx.ConnectError):
-        if "refused" in text.lower():
+        if "refused" in low:
             return ("nothing answers at that address (connection refused); check that the "
                     "server is running and the address and port are right")
-        if "name or service not known" in text.lower() or "nodename nor servname" in text.lower() \
-                or "getaddrinfo" in text.lower():
+        if "name or service not known" in low or "nodename nor servname" in low \
+                or "getaddrinfo" in low:
             return f"the host name cannot be found; check the address ({text})"
         return f"cannot connect ({text})"
     if isinstance(exc, httpx.TimeoutException):
         return "the server did not answer in time; check that it is running and not overloaded"
     if isinstance(exc, httpx.RemoteProtocolError):
-        return f"the server broke off the connection or answered something that is not HTTP ({text})"
+        return next((words for key, words in _PROTOCOL_WORDS if key in low),
+                    "the server broke off the connection or answered something that is not HTTP")
     if isinstance(exc, httpx.LocalProtocolError):  # its text can quote a header: the key
         return "Iris could not make a valid HTTP request of it (a header was malformed)"
-    return f"{type(exc).__name__}: {text}"
+    if isinstance(exc, httpx.NetworkError):  # before: "ReadError: [Errno 104] …"
+        return ("the server reset the connection" if "reset" in low
+                else f"the connection failed ({text})")
+    return f"the request failed ({text})"
+
+
+#: what h11 says of a peer's answer that is not valid HTTP, in words (h11 quotes the bytes)
+_PROTOCOL_WORDS = (
+    ("chunk", "the server sent a malformed HTTP chunk"),
+    ("complete message body", "the server closed the connection before its answer was complete"),
+    ("without sending a response", "the server closed the connection without answering"),
+    ("status line", "the server answered something that is not HTTP"),
+    ("response line", "the server answered something that is not HTTP"),
+    ("header", "the server sent a malformed HTTP header"),
+    ("buffer too long", "the server sent HTTP headers larger than Iris reads"),
+)
 
 
 #: the most of a server's own error message an error repeats, in characters
@@ -203,8 +266,8 @@ def _http_error(address: str, response: httpx.Response, path: str = "") -> Excep
     if 300 <= response.status_code < 400:
         return _redirect_error(address, response, path or response.request.url.path)
     try:
-        answer = response.json()
-    except (ValueError, RecursionError):  # not JSON, or nested too deeply to read
+        answer = json_answer(response.content, ERROR_BODY_BYTES)
+    except (ValueError, RecursionError, AnswerError):  # not JSON, or nested too deeply to read
         answer = {}
     # llama.cpp and OpenAI nest {"error": {...}}; vLLM puts "message" at the top
     error = (answer.get("error") or answer) if isinstance(answer, dict) else {}
