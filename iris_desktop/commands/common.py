@@ -101,18 +101,22 @@ def _say_damaged(host) -> None:
             file=sys.stderr)
 
 
-def _terminal_passphrase(path: Path, new: bool, problem: str | None) -> str | None:
+def _terminal_passphrase(path: Path, new: bool, problem: str | None,
+                         words: tuple[str, str] = ("Passphrase of the encrypted history at",
+                                                   "storage.encrypt is on: choose a passphrase for")
+                         ) -> str | None:
     """Ask for the history's passphrase on the terminal, unechoed (``new``: twice, to
-    encrypt it with); None when the user gives none (Ctrl+D, an empty line)."""
+    encrypt it with); None when the user gives none (Ctrl+D, an empty line). ``words``:
+    the two questions' words before the path (the one it has, a new one)."""
     from getpass import getpass
 
     if problem:
         say(f"iris-desktop: {problem}", file=sys.stderr)
     try:
         if not new:
-            return getpass(f"Passphrase of the encrypted history at {path}: ") or None
+            return getpass(f"{words[0]} {path}: ") or None
         for _ in range(3):
-            text = getpass(f"storage.encrypt is on: choose a passphrase for {path}: ")
+            text = getpass(f"{words[1]} {path}: ")
             if not text:
                 return None
             if getpass("The same passphrase again: ") == text:

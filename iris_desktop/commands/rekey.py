@@ -38,20 +38,7 @@ def rekey(args, overrides) -> int:
 def _ask(path: Path, new: bool, problem: str | None) -> str | None:
     """The current passphrase (``new`` False) or the new one, asked twice, on the
     terminal, unechoed; None when none is given."""
-    from getpass import getpass
+    from iris_desktop.commands.common import _terminal_passphrase
 
-    if problem:
-        say(f"iris-desktop: {problem}", file=sys.stderr)
-    try:
-        if not new:
-            return getpass(f"Current passphrase of the encrypted history at {path}: ") or None
-        for _ in range(3):
-            text = getpass(f"New passphrase for {path}: ")
-            if not text:
-                return None
-            if getpass("The same passphrase again: ") == text:
-                return text
-            say("iris-desktop: the two passphrases differ; try again", file=sys.stderr)
-    except EOFError:
-        return None
-    return None
+    return _terminal_passphrase(path, new, problem, ("Current passphrase of the encrypted "
+                                                     "history at", "New passphrase for"))
