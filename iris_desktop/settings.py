@@ -1075,6 +1075,8 @@ def write_config_values(path: Path, changes: Mapping[str, Any | None]) -> dict[s
             if value is None:
                 if table is not None:
                     table.pop(name, None)
+                    if len(table) == 0 and "#" not in table.as_string():  # (a comment stays)
+                        del document[section]  # no empty [section] left behind
             elif table is None:
                 document[section] = table = {name: value}
             else:

@@ -28,3 +28,17 @@ def test_threads_says_one_message_and_export_says_where_it_wrote(capsys, tmp_pat
     code, out, err = run(capsys, "--data-dir", data, "export", "1", "--format", "md", "-o", target)
     assert code == 0 and out == "" and target.read_text().startswith("#")
     assert err == f"iris-desktop: exported thread 1 to {target} (Markdown, the branch shown)\n"
+
+
+def test_config_reset_leaves_no_empty_table_but_keeps_a_commented_one(capsys, tmp_path):
+    """Before (an audit): resetting a section's last key left "[storage]" and "[context]"
+    behind, empty, for good."""
+    data = tmp_path / "data"
+    for key, value in (("model.max_tokens", "48"), ("context.window", "4096"),
+                       ("storage.encrypt", "false")):
+        assert run(capsys, "--data-dir", data, "config", "set", key, value)[0] == 0
+    config = data / "config.toml"
+    config.write_text(config.read_text() + "\n[tools]\n# why the shell is off\nshell = false\n")
+    for key in ("context.window", "storage.encrypt", "tools.shell"):
+        assert run(capsys, "--data-dir", data, "config", "reset", key)[0] == 0
+    assert config.read_text() == "[model]\nmax_tokens = 48\n\n[tools]\n# why the shell is off\n"
