@@ -542,13 +542,25 @@ def _change_key(paths: AppPaths, to: str, env: Mapping[str, str], ask: AskPassph
     if new.kind == old.kind and new.secret == old.secret:
         raise StoreError(f"that passphrase is the one the history at {path} is encrypted with "
                          "now; nothing was changed")
+    salt = file_salt(path)
     if old.kind == "raw":
         _keep_for_set_aside(path, old)
         _file_under_salt(path, old)
+        if salt is None or get_secret(KEYRING_SERVICE, f"database {salt.hex()}",
+                                      "the storage key") != old.secret.hex():
+            raise StoreError("the keyring did not keep the current key under this history's "
+                             "name (see the log), so its entry by path may not be replaced; "
+                             "nothing was changed")
+    by_path = str(path.resolve())
     if new.kind == "raw":  # kept before the switch, by path (the new salt is not known yet):
-        _keyring_keep_as(str(path.resolve()), new.secret)  # a kill after it finds it there
+        _keyring_keep_as(by_path, new.secret)  # a kill after it finds it there
     _drop_kv_states(paths)  # sealed with a key derived from the old one
-    convert(path, old, new, step)
+    try:
+        convert(path, old, new, step)
+    except BaseException:
+        if new.kind == "raw" and file_salt(path) == salt:  # not switched: the new key opens
+            _keyring_delete(by_path)  # nothing (every later start said it did not open it)
+        raise
     _keep_kind(path, new)
     if new.kind == "raw":
         _keyring_keep(path, new.secret)  # filed under the new file's salt, the path forgotten
@@ -571,7 +583,8 @@ def _rekey_target(path: Path, to: str, env: Mapping[str, str], ask: AskPassphras
                          "terminal to be asked; nothing was changed")
     text = text if text is not None else ask(path, True, None)
     if not text:
-        raise StoreError("no new passphrase was given; nothing was changed")
+        raise StoreError("no new passphrase was given (none typed, or the two typed differed "
+                         "three times); nothing was changed")
     try:
         return Key.passphrase(text)
     except ValueError:

@@ -48,7 +48,9 @@ def test_config_set_refuses_what_the_bundled_model_cannot_hold_and_saves_nothing
         assert code == 0 and out.startswith(f"{key} = {value}") and err == "", err
     # lowering n_ctx under the window that is saved now would make the same refusal
     code, out, err = run_cli(capsys, "--data-dir", data, "config", "set", "model.n_ctx", "8192")
-    assert (code, out, err) == (2, "", WINDOW_16K)
+    assert (code, out, err) == (2, "", (  # the other key named, and the order that works
+        "iris-desktop: model.n_ctx = 8192 was not saved: with it, context.window: 16,384 tokens "
+        "is more than the loaded model's n_ctx of 8,192; lower context.window first\n"))
     assert "n_ctx = 0" in (data / "config.toml").read_text()
 
 
@@ -67,8 +69,9 @@ def test_config_set_reads_the_trained_context_from_the_model_files_header(capsys
     small = tiny_model(tmp_path / "small-4k.gguf")
     code, out, err = run_cli(capsys, "--data-dir", data, "config", "set", "model.path", small)
     assert (code, out) == (2, "") and err == (
-        "iris-desktop: model.n_ctx: 16,384 tokens is more than the model was trained for "
-        "(4,096); use at most 4,096, or 0 for that maximum\n")
+        f"iris-desktop: model.path = {small} was not saved: with it, model.n_ctx: 16,384 tokens "
+        "is more than the model was trained for (4,096); lower model.n_ctx first (0: what the "
+        "model was trained for)\n")
     assert (data / "config.toml").read_bytes() == before
 
 
@@ -98,8 +101,9 @@ def test_the_check_sees_the_environment_and_leaves_a_problem_that_was_there(caps
     monkeypatch.setenv("IRIS_CONTEXT_WINDOW", "8192")
     code, out, err = run_cli(capsys, "--data-dir", data, "config", "set", "model.n_ctx", "4096")
     assert (code, out) == (2, "") and err == (
-        "iris-desktop: context.window: 8,192 tokens is more than the loaded model's n_ctx of "
-        "4,096; lower it, or raise model.n_ctx and reload the model\n")
+        "iris-desktop: model.n_ctx = 4096 was not saved: with it, context.window: 8,192 tokens "
+        "is more than the loaded model's n_ctx of 4,096 (set by IRIS_CONTEXT_WINDOW); lower "
+        "context.window first\n")
     monkeypatch.delenv("IRIS_CONTEXT_WINDOW")
     (data / "config.toml").write_text("[model]\nn_ctx = 100000\n")
     code, out, err = run_cli(capsys, "--data-dir", data, "config", "set", "context.window", "4096")

@@ -359,3 +359,17 @@ def test_a_hub_redirect_to_a_file_address_is_named_not_called_unreachable():
                        "for 'qwen' to file:///etc/passwd, which is not an http:// or https:// "
                        "address; Iris did not follow it (check models.hub_url).")
     assert short_sentence(message)
+
+
+def test_commas_inside_strings_are_text_not_values():
+    """Found in review: the bound on JSON values counted the commas of a string, so an
+    /apply-template answer holding a prompt with a pasted CSV (140,400 commas) was refused
+    as "too complex", the server blamed. Values outside strings are still bounded."""
+    from iris_desktop.runtime.http import MIN_VALUES, AnswerTooComplex, json_answer
+
+    prompt = "id,name,price\n" + '1,"a, b",2.5\n' * 50_000 + 'a " quote, and \\ too'
+    answer = json.dumps({"prompt": prompt})
+    assert answer.count(",") > MIN_VALUES
+    assert json_answer(answer, values=MIN_VALUES) == {"prompt": prompt}
+    with pytest.raises(AnswerTooComplex):
+        json_answer("[" + ",".join(["{}"] * (MIN_VALUES + 1)) + "]", values=MIN_VALUES)

@@ -281,3 +281,23 @@ def test_rekey_asks_both_passphrases_on_its_terminal(capsys, monkeypatch, data):
     assert OLD.encode() not in seen and NEW.encode() not in seen  # never echoed
     monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", NEW)
     assert PHRASE in exported(capsys, data)
+
+
+def test_a_rekey_to_the_keyring_that_fails_before_the_switch_leaves_no_key_behind(
+        capsys, monkeypatch, data):
+    """Found in review: the new key, kept by path before the switch, stayed when the
+    conversion failed before it; every later start then said the keyring's key did not
+    open the history (its first page "damaged")."""
+    kept = memory_keyring()
+    encrypt(capsys, monkeypatch, data, OLD)
+    before = digest(data / "iris.db")
+
+    def fail(name: str) -> None:
+        if name == "verified":
+            raise StoreError("the disk is full (a test)")
+
+    with pytest.raises(StoreError, match="a test"):
+        change_key(app_paths(data), "keyring", env={"IRIS_STORAGE_PASSPHRASE": OLD}, step=fail)
+    assert kept == {} and digest(data / "iris.db") == before
+    code, out, err = run(capsys, "--data-dir", data, "export", "1")
+    assert code == 0 and PHRASE in out and err == "", err

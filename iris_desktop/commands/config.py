@@ -102,7 +102,7 @@ def _check_limits(paths, key: str, raw: str) -> None:
     load's and Preferences' sentence (it was saved, and the next chat refused). A problem
     the settings had before is left to its own key. Reads the model's GGUF header only;
     where there is none to read (no file, a server), one line says it was not checked."""
-    from iris_desktop.settings import load_settings
+    from iris_desktop.settings import load_settings, lookup
 
     before = load_settings(paths.config_path)
     if before.file_unreadable is not None:  # writing it says what is wrong with the file
@@ -114,10 +114,20 @@ def _check_limits(paths, key: str, raw: str) -> None:
             f"{problems}; the model's load checks it", file=sys.stderr)
         return
     known = _limit_problems(before, paths.models_dir)
-    new = [text for _, text in sorted(problems.items(), key=lambda item: item[0] != key)
+    new = [(other, text) for other, text in sorted(problems.items(), key=lambda i: i[0] != key)
            if isinstance(known, str) or text not in known.values()]
-    if new:
-        raise SettingsError(new[0])
+    if not new:
+        return
+    other, text = new[0]
+    if other == key:
+        raise SettingsError(text)
+    # another key's value would be refused: name it, and the order that works (the load's
+    # sentence advised raising the n_ctx being lowered, and named no variable)
+    where = f" (set by {lookup(other).env_var})" if after.source(other) == "env" else ""
+    fix = ("lower context.window first" if other == "context.window"
+           else "lower model.n_ctx first (0: what the model was trained for)")
+    raise SettingsError(f"{key} = {raw} was not saved: with it, {text.split(';')[0]}{where}; "
+                        f"{fix}")
 
 
 def _limit_problems(settings, models_dir) -> dict[str, str] | str:

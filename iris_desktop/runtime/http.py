@@ -355,12 +355,15 @@ def read_answer(client: httpx.Client, request: httpx.Request, *, limit: int, tim
 # the answer parsed
 
 #: an answer may hold one JSON value per this many bytes of its cap (its brackets and
-#: commas counted, those inside strings too): a real answer has a few per hundred bytes
+#: commas counted, outside its strings): a real answer has a few per hundred bytes
 BYTES_PER_VALUE = 16
 #: ... and this many whatever its cap
 MIN_VALUES = 1 << 17
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: a JSON string, its escapes included: what the count of values leaves out (a prompt
+#: holding a CSV, an /apply-template answer of one string, has commas that are no values)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -375,9 +378,23 @@ def json_answer(data: bytes | str, limit: int | None = None,
     text = data.decode("utf-8-sig", "replace") if isinstance(data, bytes | bytearray) else data
     if values is None and limit is not None:
         values = max(MIN_VALUES, limit // BYTES_PER_VALUE)
-    if values is not None and text.count(",") + text.count("{") + text.count("[") > values:
+    if values is not None and _values(text, values) > values:
         raise AnswerTooComplex(values)
     return valid_text(json.loads(text, object_pairs_hook=hook), text)
+
+
+def _values(text: str, bound: int | None = None) -> int:
+    """An upper bound of the JSON values in ``text``: its commas and opening brackets
+    outside strings (inside, they are text: a prompt's CSV was refused as "too complex");
+    counted in the strings too first, which is quicker, and that count is the answer when
+    it is within ``bound``."""
+    def count(text: str) -> int:
+        return text.count(",") + text.count("{") + text.count("[")
+
+    rough = count(text)
+    if bound is not None and rough <= bound or '"' not in text:
+        return rough
+    return count(_STRING.sub('""', text))
 
 
 def valid_text(value: Any, source: str) -> Any:

@@ -26,12 +26,13 @@ from iris_desktop.core.store import Store, StoreError, Stores, ThreadGone, expla
 
 log = logging.getLogger("iris.ui.background")
 
-#: what a job raises when it refuses the user's input or cannot reach a file (a file that
-#: is not a conversation, not text, gone, or not readable): the job's on_failure says it,
-#: and the log keeps one line, not a traceback (before, an import of a Markdown file
-#: logged "ERROR background job failed" and 20 lines as if Iris had a bug)
+#: what a job raises when it refuses the user's file (not a conversation, not text, gone,
+#: not readable, a folder): the job's on_failure says it, and the log keeps one line, not
+#: a traceback (before, an import of a Markdown file logged "ERROR background job failed"
+#: and 20 lines as if Iris had a bug); any other error keeps its traceback
 REFUSALS: tuple[type[BaseException], ...] = (ConversationFormatError, AttachmentError,
-                                            NotTextError, OSError, StoreError)
+                                            NotTextError, FileNotFoundError, PermissionError,
+                                            IsADirectoryError)
 
 
 @dataclass

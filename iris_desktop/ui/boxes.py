@@ -56,6 +56,7 @@ def ask(parent: QWidget | None, title: str, text: str, answers: tuple[str, str],
     box.setDefaultButton(no)
     box.setEscapeButton(no)
     box.finished.connect(lambda _: box.clickedButton() is yes and on_yes())
+    box.finished.connect(box.deleteLater)  # and what ``on_yes`` holds with it
     box.open()
     return box
 

@@ -16,6 +16,7 @@ was read the first time.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,20 +72,23 @@ class ImportControl(QObject):
         box = ask(self.parent_widget, "Import again?",
                   f"{known:,} chat{'' if known == 1 else 's'} of {name} {were} imported before "
                   f"({which}). Import {them} again as {copies}?", ("Import again", "Keep as is"),
-                  lambda: self.import_again(name, loaded, imported), "import-again",
+                  functools.partial(self.import_again, name, skipped_chats(loaded, imported)),
+                  "import-again",
                   "The chats in the list stay as they are; "
                   + ("the copy is" if known == 1 else "the copies are") + " added beside them.")
         self.again_box = box
         return box
 
-    def import_again(self, name: str, loaded: Loaded, imported: Imported) -> None:
-        """Import the chats ``imported`` skipped as imported before, as new threads, from
-        the file as it was read (``loaded``: not read again; the import does not change it)."""
-        known = len(imported.known)
+    def import_again(self, name: str, again: Loaded) -> None:
+        """Import ``again`` (the chats an import skipped as imported before:
+        :func:`skipped_chats`, from the file as it was read, not read again) as new
+        threads. The question keeps only those chats, not the whole file (it is deleted
+        once answered)."""
+        known = len(again.chats)
+
         def job(store):
             from iris_desktop.core.foreign import import_conversations
 
-            again = skipped_chats(loaded, imported)
             return again, import_conversations(store, again, again=True)
 
         self.run(name, f"Importing {known:,} chat{'' if known == 1 else 's'} of {name} again…",
