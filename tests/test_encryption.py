@@ -856,37 +856,15 @@ def test_without_a_keyring_the_desktop_app_asks_for_a_new_passphrase_twice(
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal is POSIX")
 def test_the_cli_asks_the_passphrase_on_its_terminal(capsys, monkeypatch, history):
-    import os
-    import pty
-    import select
-    import time
+    from support.helpers import on_a_terminal
 
     data, threads = history
     encrypt_on(monkeypatch)
     assert run(capsys, "--data-dir", data, "threads", "--no-model")[0] == 0
     encrypt_on(monkeypatch, None)
-    pid, fd = pty.fork()  # the child's terminal is ours: getpass reads it
-    if pid == 0:  # pragma: no cover - the child
-        os.execv(sys.executable, [sys.executable, "-m", "iris_desktop.cli", "--data-dir", str(data),
-                                  "threads", "--no-model"])
-    seen, answered, end = b"", False, time.monotonic() + 120
-    while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], 1)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-        if not answered and b"Passphrase of the encrypted history" in seen:
-            os.write(fd, PASSPHRASE.encode() + b"\n")
-            answered = True
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    assert answered and os.waitstatus_to_exitcode(status) == 0, seen
+    code, seen = on_a_terminal(["--data-dir", data, "threads", "--no-model"],
+                               {b"Passphrase of the encrypted history": PASSPHRASE})
+    assert code == 0, seen
     text = seen.decode(errors="replace")
     assert PASSPHRASE not in text  # not echoed
     assert all(title in text for title in threads)

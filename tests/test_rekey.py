@@ -248,35 +248,14 @@ def test_a_start_beside_a_rekey_says_what_the_other_process_does(capsys, monkeyp
 
 def test_rekey_asks_both_passphrases_on_its_terminal(capsys, monkeypatch, data):
     """A real terminal (a pty): the current passphrase, then the new one twice, unechoed."""
-    import os
-    import pty
-    import select
+    from support.helpers import on_a_terminal
 
     encrypt(capsys, monkeypatch, data, OLD)
     monkeypatch.delenv("IRIS_STORAGE_PASSPHRASE")
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.execv(sys.executable, [sys.executable, "-m", "iris_desktop.cli", "--data-dir", str(data),
-                                  "rekey"])
-    answers = {b"Current passphrase of the encrypted history at": OLD,
-               b"New passphrase for": NEW, b"The same passphrase again": NEW}
-    seen, given, end = b"", 0, time.monotonic() + 120
-    while time.monotonic() < end:
-        if not select.select([fd], [], [], 1)[0]:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-        asked = [a for a in answers if seen.count(a) > 0]
-        if len(asked) > given and seen.rstrip().endswith(b":"):
-            os.write(fd, (answers[asked[-1]] + "\n").encode())
-            given = len(asked)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, seen
+    code, seen = on_a_terminal(["--data-dir", data, "rekey"], {
+        b"Current passphrase of the encrypted history at": OLD, b"New passphrase for": NEW,
+        b"The same passphrase again": NEW})
+    assert code == 0, seen
     assert b"is now encrypted with the new passphrase" in seen
     assert OLD.encode() not in seen and NEW.encode() not in seen  # never echoed
     monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", NEW)

@@ -151,3 +151,37 @@ def chat_turns(turns: int, words: int = 20) -> list[dict]:
         out.append({"role": "user", "content": f"question {i} " + "word " * words})
         out.append({"role": "assistant", "content": f"answer {i} " + "word " * words})
     return out
+
+
+def on_a_terminal(args: list[str], answers: dict[bytes, str], timeout_s: float = 120
+                  ) -> tuple[int, bytes]:
+    """Run ``iris-desktop ARGS`` on a real terminal (a pty: getpass reads it), typing each
+    of ``answers``' values once its question (the key) has been asked, in order; returns
+    (the exit code, everything the terminal showed)."""
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execv(sys.executable, [sys.executable, "-m", "iris_desktop.cli", *map(str, args)])
+    pending = list(answers.items())
+    seen, end = b"", time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if not select.select([fd], [], [], 1)[0]:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if pending and seen.count(pending[0][0]) and seen.rstrip().endswith(b":"):
+            os.write(fd, pending.pop(0)[1].encode() + b"\n")
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert not pending, (pending, seen)  # every question was asked and answered
+    return os.waitstatus_to_exitcode(status), seen
