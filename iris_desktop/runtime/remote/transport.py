@@ -26,6 +26,7 @@ from ..http import (
     json_answer,
     read_answer,
     short_reason,
+    shown_address,
     size_words,
 )
 from .address import clean_api_key, refuse_query, server_address
@@ -300,21 +301,14 @@ def _redirect_error(address: str, response: httpx.Response, path: str) -> Server
         target = location
     final = target.split("?", 1)[0].split("#", 1)[0]  # a query may hold a token
     suggestion = f"{final[:-len(path)]}/v1" if path and final.endswith(path) else None
-    return ServerError(f"{address} redirected {path} to {_shown_url(final)}; Iris does not "
+    return ServerError(f"{address} redirected {path} to {shown_address(final, SHOWN_URL_CHARS)}; Iris does not "
                        f"follow redirects, so set model.base_url to the final address"
-                       + (f" ({_shown_url(suggestion)})" if suggestion else ""))
+                       + (f" ({shown_address(suggestion, SHOWN_URL_CHARS)})" if suggestion else ""))
 
 
-#: the most of a URL a server gave that an error repeats, in characters
+#: the most of a URL a server gave that an error repeats, in characters (a 60 KB
+#: ``Location`` was repeated whole)
 SHOWN_URL_CHARS = 200
-
-
-def _shown_url(url: str) -> str:
-    """A URL a server gave, as part of a sentence: on one line and at most
-    :data:`SHOWN_URL_CHARS` characters ("…" where cut; a 60 KB ``Location`` was repeated
-    whole)."""
-    text = "".join(url.split())
-    return text if len(text) <= SHOWN_URL_CHARS else text[:SHOWN_URL_CHARS - 1] + "…"
 
 
 def _read_some(response: httpx.Response, limit: int = 1 << 16) -> httpx.Response:
