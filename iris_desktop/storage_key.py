@@ -25,18 +25,20 @@ import os
 import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store import StoreError
 from iris_desktop.core.store.cipher import (
     Key,
+    KeyChanged,
     KeyRejected,
     check_key,
     convert,
     file_salt,
     is_encrypted,
+    replaced_since,
     tidy,
 )
 from iris_desktop.core.store.recovery import ASIDE_MARKS
@@ -195,10 +197,14 @@ def _kept_kind(path: Path) -> str | None:
 
 def _keep_kind(path: Path, key: Key | None) -> None:
     """Record what the history at ``path`` is encrypted with (remove the record for a
-    plain one): written when it is encrypted, or first opened by this version."""
+    plain one): written when it is encrypted, or first opened by this version. Nothing
+    when the file is not the one ``key`` was found to open (``Key.seen``: another process
+    gave it a new key meanwhile, and recorded it itself)."""
     marker = _kind_file(path)
     try:
         salt = file_salt(path)
+        if key is not None and key.seen is not None and salt != key.seen:
+            return
         if key is None or salt is None:
             marker.unlink(missing_ok=True)
             return
@@ -255,8 +261,10 @@ def _asked(path: Path, new: bool, ask: AskPassphrase | None, problem: str | None
                          "nothing was changed") from None
 
 
-def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) -> Key:
-    """The key that opens the encrypted database at ``path``, checked."""
+def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None,
+                  seen: bytes | None = None) -> Key:
+    """The key that opens the encrypted database at ``path``, checked. ``seen``: the
+    file's salt before (a passphrase is not asked again once another file is there)."""
     key = _env_passphrase(env)
     if key is not None:
         try:
@@ -298,7 +306,7 @@ def _existing_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None)
             check_key(path, key)
             return key
         except KeyRejected as exc:
-            if attempt == ATTEMPTS - 1:
+            if attempt == ATTEMPTS - 1 or replaced_since(path, seen):
                 raise
             problem = str(exc)
     raise AssertionError("unreachable")
@@ -462,7 +470,7 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
     tidy(path)
     state = is_encrypted(path)
     if state is True:
-        key = _existing_key(path, env, ask)
+        key = _decided_key(path, env, ask)
         if encrypt is not False:
             _drop_kv_states(paths, only_plain=True)
             _keep_kind(path, key)  # a history encrypted by an older Iris: from now on
@@ -498,6 +506,24 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
         log.warning("%d database file(s) set aside earlier are not encrypted (%s); delete them "
                     "once they are no longer needed", len(earlier), ", ".join(earlier))
     return Prepared(key, "encrypted", tuple(earlier))
+
+
+def _decided_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) -> Key:
+    """:func:`_existing_key` of a start, which decides it without the conversion lock (a
+    passphrase may be asked for minutes, and the lock would keep every other start and
+    command out meanwhile): the key remembers the salt of the file it opened
+    (``Key.seen``), so that a file another process put in its place meanwhile (``rekey``,
+    a put-back) is said as that, here or when the start opens it (:class:`KeyChanged`),
+    never as a wrong key or a damaged first page (before, a start beside a rekey said
+    "the file's first page is damaged: 'iris-desktop recover' lists copies to put back")."""
+    seen = file_salt(path)
+    try:
+        key = _existing_key(path, env, ask, seen)
+    except KeyRejected:
+        if replaced_since(path, seen):
+            raise KeyChanged(path) from None
+        raise
+    return replace(key, seen=seen)
 
 
 #: the environment variable that supplies the new passphrase of :func:`change_key`

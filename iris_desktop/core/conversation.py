@@ -17,8 +17,10 @@ time (an export without them is dated by its messages, as before). A thread with
 branches (regenerated replies, edited messages) exports every branch, with ``"format":
 "iris-branches"``, its messages each carrying ``"iris": {"id": …, "parent_id": …,
 "active": …}`` (``active``: on the active branch); import rebuilds the same tree with the
-same branch active. A reply that was stopped carries ``"status": "interrupted"``, one cut
-off at its token cap ``"finish_reason": "length"``: imported, either can be continued.
+same branch active. A reply that was stopped carries ``"status": "interrupted"``, one that
+failed (the model or the server failed while it was written) ``"status": "error"``, one
+cut off at its token cap ``"finish_reason": "length"``: imported, each can be continued
+(the store keeps an imported reply's ``"status"``).
 """
 
 from __future__ import annotations
@@ -372,15 +374,18 @@ def export_messages(store: Store, thread_id: int) -> dict[str, Any]:
 def _exported(row: dict[str, Any], cut_off: set[int] | frozenset[int] = frozenset()) -> Message:
     """A stored row as exported: the message as it was imported or written, with the time
     Iris knows it was written as ``created_at`` where it says none, a reply that was
-    stopped marked ``"status": "interrupted"``, and one cut off at its token cap (its id in
-    ``cut_off``) ``"finish_reason": "length"``: import gives all three back (before, an
-    export imported again lost every date Iris had, and Continue on a stopped or cut-off
-    reply)."""
+    stopped marked ``"status": "interrupted"``, one that failed ``"status": "error"`` (the
+    word of the row, which keeps no sentence of the failure), and one cut off at its token
+    cap (its id in ``cut_off``) ``"finish_reason": "length"``: import gives them all back
+    (before, an export imported again lost every date Iris had, and Continue on a stopped,
+    failed or cut-off reply)."""
     message = row_to_message(row)
     if row.get("sent_at") and not any(key in message for key in TIMESTAMP_KEYS):
         message["created_at"] = row["sent_at"]
     if row.get("status") in ("interrupted", "streaming") and "status" not in message:
         message["status"] = "interrupted"  # (a reply still being written is partial too)
+    elif row.get("status") == "error" and "status" not in message:
+        message["status"] = "error"  # (it looked finished: an audit)
     elif row.get("id") in cut_off and "finish_reason" not in message:
         message["finish_reason"] = "length"  # (OpenAI's word for a reply cut at max_tokens)
     return message
@@ -502,8 +507,8 @@ def title_from(messages: list[Message], limit: int = 60) -> str:
 
 def markdown_export(store: Store, thread_id: int) -> str:
     """The Markdown export of a thread (the window's and the CLI's): its active branch,
-    its own system prompt, a stopped or cut-off reply marked, and a note when other branches exist
-    (the JSON export holds them)."""
+    its own system prompt, a stopped, failed or cut-off reply marked, and a note when other
+    branches exist (the JSON export holds them)."""
     rows, cut = store.messages(thread_id), store.cut_off_replies(thread_id)
     return to_markdown(store.thread(thread_id)["title"], [_exported(r, cut) for r in rows],
                        system_prompt=store.system_prompt_of(thread_id),
@@ -557,6 +562,8 @@ def to_markdown(title: str, messages: list[Message], system_prompt: str | None =
             heading += f" ({message['name']})"
         if message.get("status") == "interrupted":
             heading += " (stopped)"
+        elif role == "assistant" and message.get("status") == "error":
+            heading += " (failed)"  # the model or the server failed: Continue goes on
         elif role == "assistant" and message.get("finish_reason") == "length":
             heading += " (cut off)"  # at its token cap: Continue goes on, as after a stop
         out.append(f"## {heading}")

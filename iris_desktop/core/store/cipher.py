@@ -42,8 +42,8 @@ from iris_desktop.core.store.putback import finish as finish_put_back
 from iris_desktop.files import Busy, free_bytes
 
 __all__ = [
-    "HEADER", "Key", "KeyRejected", "available", "check_key", "connect", "convert", "is_encrypted", "salt",
-    "tidy",
+    "HEADER", "Key", "KeyChanged", "KeyRejected", "available", "check_key", "connect", "convert",
+    "is_encrypted", "replaced_since", "salt", "tidy",
 ]
 
 #: the first 16 bytes of every plain SQLite database; an encrypted one starts with its salt
@@ -80,6 +80,26 @@ class KeyRejected(StoreError):
     """The key does not open the encrypted database (nothing was written to it)."""
 
 
+class KeyChanged(KeyRejected):
+    """The key a start found no longer opens the history: another process put another
+    file in its place meanwhile (``iris-desktop rekey``, a put-back), which has another
+    salt. Said as that, not as a wrong key or a damaged first page (a start beside a
+    rekey said "the file's first page is damaged", and the user might have recovered a
+    history that was sound)."""
+
+    def __init__(self, path: Path):
+        super().__init__(
+            f"another Iris process encrypted {path} again with a new key ('iris-desktop rekey'), "
+            "or put another database in its place, while this one was starting; start Iris "
+            "again (with the new passphrase, if it was given one); nothing was changed")
+
+
+def replaced_since(path: Path, seen: bytes | None) -> bool:
+    """Whether the encrypted history at ``path`` is another file than the one whose salt
+    was ``seen`` (None: not known, never)."""
+    return seen is not None and file_salt(path) != seen
+
+
 @dataclass(frozen=True)
 class Key:
     """What opens an encrypted database: a passphrase, or 32 random bytes (kept in the
@@ -90,6 +110,10 @@ class Key:
     #: a passphrase's key per database salt, derived once per process (see :meth:`stretched`)
     _stretched: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False,
                                            hash=False)
+    #: the salt of the history this key was found to open at a start (None: not known): a
+    #: file with another salt that it does not open was put in its place since
+    #: (:class:`KeyChanged`), not a wrong key
+    seen: bytes | None = field(default=None, repr=False, compare=False, hash=False)
 
     @classmethod
     def passphrase(cls, text: str) -> Key:
@@ -278,6 +302,8 @@ def connect(database: str | os.PathLike[str], key: Key | None = None, *, path: P
         if is_encrypted(where) is False:
             raise StoreError(f"{where} is not encrypted, but a key was given to open it; "
                              "nothing was changed") from None
+        if replaced_since(where, key.seen):  # (a rekey between a start's key and its opening)
+            raise KeyChanged(where) from None
         raise KeyRejected(f"{key.what} does not open the encrypted history at {where}; nothing "
                           "was changed; give the right one (IRIS_STORAGE_PASSPHRASE, or enter "
                           "it when asked); if it is the right one, the file's first page is "

@@ -368,9 +368,10 @@ class Messages(Branches):
         first below ``parent_id``: the head by default). An imported message keeps the
         time its source gives (``created_at``, ``create_time`` or ``timestamp``); without
         one, when it was written is unknown (``sent_at`` NULL), not the import time. A
-        message an export marked ``"status": "interrupted"`` (a stopped reply) stays so."""
-        rows = [(_message_row(m, None), "interrupted" if m.get("status") == "interrupted"
-                 else "complete") for m in messages]
+        message an export marked ``"status": "interrupted"`` (a stopped reply) stays so,
+        and a reply it marked ``"status": "error"`` (a failed one) stays failed: either
+        can be continued (before, a failed reply imported again looked finished)."""
+        rows = [(_message_row(m, None), _imported_status(m)) for m in messages]
         with self.transaction():
             ids = []
             for row, status in rows:
@@ -678,3 +679,12 @@ def _storable_json(value: Any) -> str:
     except UnicodeEncodeError:
         value = json.loads(_storable(json.dumps(value, ensure_ascii=False)))
     return json.dumps(value)
+
+
+def _imported_status(message: Message) -> str:
+    """The row status of an imported message: "interrupted" where its export says so,
+    "error" for a reply it says failed, else "complete"."""
+    said = message.get("status")
+    if said == "interrupted" or (said == "error" and message.get("role") == "assistant"):
+        return said
+    return "complete"
