@@ -27,6 +27,9 @@ from iris_desktop.settings import SettingsError, parse_assignments
 #: SQLite's largest integer: a thread or message id above it cannot exist
 MAX_ID = 2**63 - 1
 
+#: the help of ``--json`` where a sub-command repeats its parent's flag
+_JSON_HELP = "print JSON instead of text"
+
 
 def record_id(text: str) -> int:
     """A thread or message id: a whole number from 1 to SQLite's largest integer."""
@@ -200,15 +203,20 @@ def _add_runtime_commands(sub: Any) -> None:
     p = sub.add_parser("models", help="the model library: the bundled model, downloaded models, "
                        "other apps' GGUFs (LM Studio, Ollama, Hugging Face, GPT4All, Jan) and files "
                        "opened before; search and download contact the model hub (models.hub_url)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
     msub = p.add_subparsers(dest="action", metavar="[<action>]")
-    m = msub.add_parser("search", help="search the model hub for repositories with GGUF files")
-    m.add_argument("text", nargs="+")
-    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    m = msub.add_parser("search", help="search the model hub for repositories with GGUF files",
+                        description="Search the model hub (models.hub_url) for repositories with "
+                        "GGUF files whose name matches the words, most downloaded first. Then "
+                        "'models files REPO' lists a repository's files and 'models download "
+                        "REPO FILE' fetches one. Only the words are sent.")
+    m.add_argument("text", nargs="+", metavar="WORDS",
+                   help="words of the repository's name, such as: qwen2.5 coder instruct")
+    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
     m = msub.add_parser("files", help="a repository's GGUF files with their sizes")
     m.add_argument("repo", help="owner/name, such as Qwen/Qwen2.5-3B-Instruct-GGUF")
     m.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
-    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
     m = msub.add_parser("download", help="download a GGUF into the models folder, resumable, "
                         "checked by sha256 and GGUF header before use")
     m.add_argument("repo", help="owner/name, such as Qwen/Qwen2.5-3B-Instruct-GGUF")
@@ -217,7 +225,7 @@ def _add_runtime_commands(sub: Any) -> None:
     m.add_argument("--restart", action="store_true", help="remove a partial download and start over")
     m.add_argument("--remove-partial", action="store_true",
                    help="remove the partial download of FILE and exit (contacts nothing)")
-    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
     m = msub.add_parser("token", help="save a hub token (for gated or private models) in the OS "
                         "keyring, read without echo or from standard input; contacts nothing")
     m.add_argument("--remove", action="store_true", help="forget the saved token")

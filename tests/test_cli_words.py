@@ -42,3 +42,33 @@ def test_config_reset_leaves_no_empty_table_but_keeps_a_commented_one(capsys, tm
     for key in ("context.window", "storage.encrypt", "tools.shell"):
         assert run(capsys, "--data-dir", data, "config", "reset", key)[0] == 0
     assert config.read_text() == "[model]\nmax_tokens = 48\n\n[tools]\n# why the shell is off\n"
+
+
+def _arguments(parser, name="iris-desktop"):
+    """(command, argument, help) for every argument and sub-command of ``parser``."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                yield name, choice.dest, choice.help
+            for sub_name, sub in action.choices.items():
+                yield from _arguments(sub, f"{name} {sub_name}")
+        elif not isinstance(action, argparse._HelpAction):
+            yield name, "/".join(action.option_strings) or action.dest, action.help
+
+
+def test_every_argument_of_every_command_says_what_it_is(capsys):
+    """``models search --help`` listed ``text`` and ``--json`` with no word about them."""
+    from iris_desktop.cli import build_parser
+
+    bare = [f"{command} {argument}" for command, argument, text in _arguments(build_parser())
+            if not text]
+    assert bare == []
+    import pytest
+
+    with pytest.raises(SystemExit) as done:
+        run(capsys, "models", "search", "--help")
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert "WORDS" in out and "qwen2.5 coder instruct" in out and "print JSON" in out
