@@ -240,6 +240,9 @@ def _add_runtime_commands(sub: Any) -> None:
                        "with their free memory, and where model.gpu puts the model at model.n_ctx "
                        "(loads nothing)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--check-again", nargs="?", const=True, metavar="DEVICE",
+                   help="forget what Iris's first-use check recorded of DEVICE (its name or description, "
+                   "as listed), or of every GPU, so the next load checks it against the CPU again")
 
     sub.add_parser("gui", help="start the desktop app (the default)")
 

@@ -4,27 +4,25 @@ memory, must not switch a GPU off for good), the second run in a row that fails 
 it off until its driver changes, saying how to check it again; a run in which it worked
 starts the count again.
 
-There is no GPU here. A "GPU" load is the real bundled model loaded on this CPU, with
-the lines llama.cpp's log writes for an offload added to it, and a made-up device; the
-first-use check's loads (n_ctx 128) really compute, so the check passes; a "run" of
-Iris is :data:`iris_desktop.runtime.gpu.THIS_RUN`, set as a new process would have it."""
+There is no GPU here (:mod:`support.gpu`: the real bundled model loaded on this CPU, a
+made-up device); a "run" of Iris is :data:`iris_desktop.runtime.gpu.THIS_RUN`, set as a
+new process would have it."""
 
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
 from iris_desktop.cli import main
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.runtime import gpu, llama_binding, loading
+from iris_desktop.runtime import gpu
 from iris_desktop.runtime.errors import GpuFailed
-from iris_desktop.runtime.first_use import CHECK_CTX
 from iris_desktop.runtime.gpu import Device, GiB, GpuChecks
 from iris_desktop.runtime.model import LocalModel
 
-CPU = Device("CPU", "Test CPU", "cpu", "CPU", 16 * GiB, 16 * GiB, index=0)
+from support.gpu import CPU, SimulatedGpu, simulate_gpu
+
 GPU = Device("Vulkan0", "Fake Arc", "gpu", "Vulkan", 6 * GiB, 6 * GiB, index=1, driver="Mesa 23.2")
 KEY = "Fake Arc|Mesa 23.2"
 HI = GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0)
@@ -36,77 +34,25 @@ ONCE_OFF = (f"Fake Arc is off for Iris: it failed during a reply ({ERROR}); it s
             "restarts, which checks it again")
 
 
+#: how the user has it checked again (before: "delete <data folder>/gpu-checks.json")
+AGAIN = "run 'iris-desktop devices --check-again \"Fake Arc\"' to check it again"
+
+
 def twice(record) -> str:
     """What the second run in a row's failure says."""
     return (f"Fake Arc, the GPU it runs on, failed during the reply ({ERROR}), in 2 runs of Iris in a row; "
-            f"Iris runs the model on the CPU until the GPU's driver changes (delete {record} to check it again)")
+            f"Iris runs the model on the CPU until the GPU's driver changes ({AGAIN})")
 
 
 def off_for_good(record, last: str = "a reply") -> str:
     """Why the GPU is off at the next load (the plan's reason, the status bar's notice)."""
     return (f"Fake Arc is off for Iris: it failed in use in 2 runs of Iris in a row, the last time during {last} "
-            f"({ERROR}); it stays off until its driver changes (delete {record} to check it again)")
-
-
-class FakeGpu:
-    """The made-up GPU's loads: ``loads`` are the layer counts asked for (the first-use
-    check's two, then the model's); ``failing``: "all" (every evaluation of a model on
-    it fails as llama_decode does after ErrorDeviceLost), "replies" (a reply's do, a
-    warm-up's do not) or None; the first-use check's model always computes."""
-
-    def __init__(self) -> None:
-        self.loads: list[int] = []
-        self.failing: str | None = None
-        self.warming = False
-
-    def attach(self, llm) -> None:
-        real = llm.eval
-
-        def evaluate(tokens):
-            if self.failing == "all" or (self.failing == "replies" and not self.warming):
-                state = llama_binding._log_state["state"]
-                state["errors"] = (state["errors"] + ["ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
-                                                      "llama_decode: failed to decode, ret = -3"])[-5:]
-                raise RuntimeError("llama_decode returned -3")
-            return real(tokens)
-
-        llm.eval = evaluate
+            f"({ERROR}); it stays off until its driver changes ({AGAIN})")
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch):
-    fake = FakeGpu()
-    real = llama_binding.load_llama
-
-    def load(path, scratch, progress, cancel, device=None, **params):
-        layers = params["n_gpu_layers"]
-        fake.loads.append(layers)
-        if layers:
-            params.update(loading.cpu_only_params())
-            device = None
-        llm = real(path, scratch, progress, cancel, device=device, **params)
-        if layers and params["n_ctx"] != CHECK_CTX:
-            fake.attach(llm)
-            for thread, captured in llama_binding._log_state["state"]["captures"]:
-                if thread == threading.get_ident():
-                    captured.extend([f"load_tensors: offloaded {layers}/25 layers to GPU",
-                                     "load_tensors:      Vulkan0 model buffer size =   720.00 MiB"])
-        return llm
-
-    monkeypatch.setattr(llama_binding, "load_llama", load)
-    prefill = LocalModel._prefill
-
-    def warming(model, *args):
-        fake.warming = True
-        try:
-            yield from prefill(model, *args)
-        finally:
-            fake.warming = False
-
-    monkeypatch.setattr(LocalModel, "_prefill", warming)
-    monkeypatch.setattr("iris_desktop.runtime.devices.device_handle", lambda device: 0xDEAD)
-    monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", lambda: [CPU, GPU])
-    return fake
+def fake_gpu(monkeypatch) -> SimulatedGpu:
+    return simulate_gpu(monkeypatch, GPU)
 
 
 def _start(monkeypatch, run: str) -> None:
@@ -185,7 +131,7 @@ def test_a_gpu_that_fails_in_use_in_two_runs_in_a_row_stays_off_until_its_driver
     finally:
         updated.close()
     monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", lambda: [CPU, GPU])
-    record.unlink()  # what the sentence says: the record deleted, the GPU is checked again
+    record.unlink()  # the record deleted by hand: the GPU is checked again (the command: test_gpu_check_again.py)
     loads = len(fake_gpu.loads)
     back = _load(model_path, record)
     try:

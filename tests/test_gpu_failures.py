@@ -16,15 +16,10 @@ from iris_desktop.runtime.gguf import read_gguf_info
 from iris_desktop.runtime.gpu import Device, GiB, GpuChecks, cpu_plan, fewer
 from iris_desktop.runtime.model import LocalModel
 
-CPU = Device("CPU", "Test CPU", "cpu", "CPU", 16 * GiB, 16 * GiB, index=0)
+from support.gpu import CPU, llama_errors
+
 GPU = Device("Vulkan0", "Fake Arc", "gpu", "Vulkan", 6 * GiB, 6 * GiB, index=1, driver="Mesa 23.2")
 HI = GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0)
-
-
-def _llama_errors(*lines: str) -> None:
-    """What llama.cpp's log would have said at an error (as :func:`recent_llama_errors` reads it)."""
-    state = llama_binding._log_state["state"]
-    state["errors"] = (state["errors"] + list(lines))[-5:]
 
 
 @pytest.fixture
@@ -43,8 +38,8 @@ def gpu_that_cannot_compute(monkeypatch):
         llm = real(path, scratch, progress, cancel, device=device, **params)
         if on_gpu:
             def eval_fails(tokens):
-                _llama_errors("ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
-                              "llama_decode: failed to decode, ret = -3")
+                llama_errors("ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
+                             "llama_decode: failed to decode, ret = -3")
                 raise RuntimeError("llama_decode returned -3")
 
             llm.eval = eval_fails
@@ -144,9 +139,9 @@ def test_a_load_that_fails_on_the_gpu_says_why_and_the_layers_tried(model_path, 
     def flaky(path, scratch, progress, cancel, device=None, **params):
         tried.append(params["n_gpu_layers"])
         if params["n_gpu_layers"]:
-            _llama_errors("ggml_vulkan: Device memory allocation of size 1073741824 failed. "
-                          "vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
-                          "llama_model_load: error loading model: unable to allocate Vulkan0 buffer")
+            llama_errors("ggml_vulkan: Device memory allocation of size 1073741824 failed. "
+                         "vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
+                         "llama_model_load: error loading model: unable to allocate Vulkan0 buffer")
             raise ValueError("Failed to load model from file")
         return real(path, scratch, progress, cancel, device=device, **params)
 

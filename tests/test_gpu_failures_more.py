@@ -2,11 +2,10 @@
 that fails in the middle of a reply, a Reload planned against the memory the old model
 still holds, the free memory Preferences and Models… read, and the welcome card's words.
 
-There is no GPU here. A "GPU" load is the real bundled model loaded on this CPU, with the
-lines llama.cpp's log writes for an offload added to it (so the load's own check against
-its plan sees layers and a buffer on the device), and a made-up device whose free memory
-is its total less what the open "GPU" models hold. Everything but the device is real: the
-model, llama.cpp's errors as its log says them, the SQLite history, the window."""
+There is no GPU here: :mod:`support.gpu` simulates one (the real bundled model loaded on
+this CPU, a made-up device whose free memory is its total less what the open "GPU" models
+hold). Everything but the device is real: the model, llama.cpp's errors as its log says
+them, the SQLite history, the window."""
 
 from __future__ import annotations
 
@@ -18,19 +17,18 @@ import pytest
 
 from iris_desktop.cli import main
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.runtime import llama_binding, loading
+from iris_desktop.runtime import llama_binding
 from iris_desktop.runtime.errors import GpuFailed, ModelError
 from iris_desktop.runtime.gpu import Device, GiB, GpuChecks, MiB, device_line
 from iris_desktop.runtime.model import LocalModel
 from iris_desktop.settings import load_settings
 
+from support.gpu import SimulatedGpu, simulate_gpu
 from support.windows import settle
 
-CPU = Device("CPU", "Test CPU", "cpu", "CPU", 16 * GiB, 16 * GiB, index=0)
 #: 1.5 GiB: the whole bundled model at n_ctx 1,024 (731 MiB by the plan) fits with the
 #: 512 MiB margin, but not beside a copy of itself (the 720 MiB an open one holds)
 GPU = Device("Vulkan0", "Fake Arc", "gpu", "Vulkan", 1536 * MiB, 1536 * MiB, index=1, driver="Mesa 23.2")
-HELD_MIB = 720
 HI = GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=16, temperature=0)
 LOST = ("Fake Arc, the GPU it runs on, failed during the reply (the driver lost the device; llama_decode "
         "returned -3); Iris runs the model on the CPU until it restarts, and checks the GPU again then")
@@ -39,91 +37,9 @@ OFF_FOR_THIS_RUN = ("Fake Arc is off for Iris: it failed during a reply (the dri
                     "returned -3); it stays off until Iris restarts, which checks it again")
 
 
-def _llama_errors(*lines: str) -> None:
-    """What llama.cpp's log would have said at an error (as ``recent_llama_errors`` reads it)."""
-    state = llama_binding._log_state["state"]
-    state["errors"] = (state["errors"] + list(lines))[-5:]
-
-
-def _load_log(*lines: str) -> None:
-    """Lines of llama.cpp's log during this thread's load (what ``captured_log`` reads)."""
-    for thread, captured in llama_binding._log_state["state"]["captures"]:
-        if thread == threading.get_ident():
-            captured.extend(lines)
-
-
-class FakeGpu:
-    """The made-up GPU: ``devices()`` lists it with what the open "GPU" loads leave free;
-    ``loads`` are the layer counts asked for; ``fail_after``: evaluations before every
-    next one fails as llama_decode does after ErrorDeviceLost (None: none fails);
-    ``refuse(n_ctx)``: loads at that n_ctx fail as an unknown architecture does;
-    ``fail_warm_ups``: every evaluation of a prefill (``LocalModel._prefill``: the draft's
-    while the user types, the warm-up after a compaction) fails so, and a reply's do not."""
-
-    def __init__(self) -> None:
-        self.open: set[int] = set()
-        self.loads: list[int] = []
-        self.fail_after: int | None = None
-        self.refused: set[int] = set()
-        self.fail_warm_ups = False
-        self.warming = False  # a prefill is evaluating now
-
-    def devices(self) -> list[Device]:
-        return [CPU, replace(GPU, free_bytes=GPU.total_bytes - len(self.open) * HELD_MIB * MiB)]
-
-    def failing_eval(self, llm) -> None:
-        real, count = llm.eval, [0]
-
-        def evaluate(tokens):
-            count[0] += 1
-            if (self.fail_after is not None and count[0] > self.fail_after) or (
-                    self.fail_warm_ups and self.warming):
-                _llama_errors("ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
-                              "llama_decode: failed to decode, ret = -3")
-                raise RuntimeError("llama_decode returned -3")
-            return real(tokens)
-
-        llm.eval = evaluate
-
-
 @pytest.fixture
-def fake_gpu(monkeypatch):
-    fake = FakeGpu()
-    real = llama_binding.load_llama
-
-    def load(path, scratch, progress, cancel, device=None, **params):
-        layers = params["n_gpu_layers"]
-        fake.loads.append(layers)
-        if params["n_ctx"] in fake.refused:
-            _llama_errors("llama_model_load: error loading model: unknown model architecture: 'x'")
-            raise ValueError("Failed to load model from file")
-        if layers:
-            params.update(loading.cpu_only_params())
-            device = None
-        llm = real(path, scratch, progress, cancel, device=device, **params)
-        fake.failing_eval(llm)
-        if layers and params["n_ctx"] != 128:  # (the first-use check's model: recorded as agreeing)
-            _load_log(f"load_tensors: offloaded {layers}/25 layers to GPU",
-                      f"load_tensors:      Vulkan0 model buffer size =   {HELD_MIB:.2f} MiB")
-            fake.open.add(id(llm))
-            close = llm.close
-            llm.close = lambda: (fake.open.discard(id(llm)), close())
-        return llm
-
-    monkeypatch.setattr(llama_binding, "load_llama", load)
-    prefill = LocalModel._prefill
-
-    def warming(model, *args):
-        fake.warming = True
-        try:
-            yield from prefill(model, *args)
-        finally:
-            fake.warming = False
-
-    monkeypatch.setattr(LocalModel, "_prefill", warming)
-    monkeypatch.setattr("iris_desktop.runtime.devices.device_handle", lambda device: 0xDEAD)
-    monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", fake.devices)
-    return fake
+def fake_gpu(monkeypatch) -> SimulatedGpu:
+    return simulate_gpu(monkeypatch, GPU)
 
 
 def _checked(data) -> None:

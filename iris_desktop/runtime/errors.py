@@ -46,8 +46,9 @@ class GpuFailed(RuntimeError):
     memory, a lost device), in one sentence that names the GPU and llama.cpp's error and says
     what Iris did: the GPU is off for the rest of this run (:class:`.gpu.GpuChecks`), and the
     next start checks it again; or, ``runs`` above 1 (it failed in use in that many runs in
-    a row), it is off until its driver changes, and ``again`` says how to check it again.
-    What the reply had said before stays (the caller keeps it)."""
+    a row), it is off until its driver changes, and ``again`` says how to check it again
+    (the command that forgets its record, :meth:`.gpu.GpuChecks.again`). What the reply had
+    said before stays (the caller keeps it)."""
 
     def __init__(self, device: str, error: str, during: str = "the reply", *, runs: int = 1,
                  again: str = "") -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "GpuChecks",
     "GpuPlan",
     "LayerCosts",
+    "check_again_command",
     "cpu_plan",
     "device_line",
     "devices_report",
@@ -618,9 +619,11 @@ def offload_from_log(lines: Iterable[str]) -> Offload:
     return Offload(layers, total, buffers, compute)
 
 
-def _read_section(path: Path | None, section: str, what: str, instead: str) -> dict[str, Any]:
-    """The ``section`` object of the small JSON file ``path`` (empty when there is no file;
-    unreadable or malformed: empty, with a warning that says what happens ``instead``)."""
+def _read_section(path: Path | None, section: str, what: str = "", instead: str = "", *,
+                  quiet: bool = True) -> dict[str, Any]:
+    """The ``section`` object of the small JSON file ``path`` (empty when there is no file,
+    or it holds none); unreadable or malformed: empty, with a warning that says what happens
+    ``instead``, or (not ``quiet``) the OSError, ValueError or RecursionError raised."""
     if path is None:
         return {}
     try:
@@ -628,6 +631,8 @@ def _read_section(path: Path | None, section: str, what: str, instead: str) -> d
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
+        if not quiet:
+            raise
         log.warning("%s: cannot read %s (%s); %s", path, what, exc, instead)
         return {}
     found = data.get(section) if isinstance(data, dict) else None
@@ -660,6 +665,7 @@ class GpuChecks:
 
     def __init__(self, path: str | os.PathLike[str] | None):
         self.path = Path(path) if path is not None else None
+        self._failed: Device | None = None  # the device :meth:`failed_in_use` saw last
 
     @staticmethod
     def key(device: Device) -> str:
@@ -734,6 +740,7 @@ class GpuChecks:
         return in how many runs of Iris in a row it has (this one counted once): below
         :data:`FAILED_RUNS_OFF` it is off for this run only, from it until its driver
         changes, with a reason that says how to check it again (:meth:`again`)."""
+        self._failed = device
         entry = self.recorded(device)
         streak = _streak(entry)
         runs = streak.get("failed_runs", 0) + int(streak.get("last_failed_run") != THIS_RUN)
@@ -745,12 +752,34 @@ class GpuChecks:
             self.record(device, False, f"it failed in use in {runs} runs of Iris in a row, the last during "
                         f"{during}: {error}", reason=(
                             f"it failed in use in {runs} runs of Iris in a row, the last time during {during} "
-                            f"({error}); it stays off until its driver changes ({self.again()})"), failed_runs=runs)
+                            f"({error}); it stays off until its driver changes ({self.again(device)})"),
+                        failed_runs=runs)
         return runs
 
-    def again(self) -> str:
-        """How the user has a device switched off here checked again, in a few words."""
-        return f"delete {self.path} to check it again"
+    def again(self, device: Device | None = None) -> str:
+        """How the user has ``device`` (the one :meth:`failed_in_use` saw last, when not
+        given) checked again, in a few words: the command that forgets its record."""
+        return f"run '{check_again_command(device or self._failed)}' to check it again"
+
+    def entries(self) -> dict[str, Any]:
+        """Every record, by key, as written (none: no file); raises OSError, ValueError or
+        RecursionError where the file cannot be read (:func:`_read_section`)."""
+        return _read_section(self.path, "checks", quiet=False)
+
+    def forget(self, label: str | None = None) -> dict[str, Any]:
+        """Forget the records of the device ``label`` (every driver's), or all (None): the
+        next load on it runs the first-use check again, and its count of runs that failed in
+        use starts again. What was forgotten, by key; the other records are kept as they
+        were. A file that cannot be read or written raises (OSError, ValueError,
+        RecursionError: :meth:`entries`), and nothing is changed."""
+        checks = self.entries()
+        gone = {k: v for k, v in checks.items() if label is None or k.startswith(f"{label}|")}
+        if gone:
+            from iris_desktop.files import atomic_write
+
+            kept = {k: v for k, v in checks.items() if k not in gone}
+            atomic_write(self.path, json.dumps({"version": self.VERSION, "checks": kept}, indent=2))
+        return gone
 
     def worked(self, device: Device) -> None:
         """A reply or a warm-up completed on ``device``: its count of runs that failed in
@@ -772,6 +801,15 @@ class GpuChecks:
         kept = {k: v for k, v in entry.items() if k not in _STREAK_KEYS}
         checks[self.key(device)] = {**kept, **streak, "worked_run": THIS_RUN} if streak else kept
         self._write(checks)
+
+
+def check_again_command(device: Device | None = None) -> str:
+    """The command that has ``device`` (None: every GPU) checked again (:meth:`GpuChecks.forget`),
+    naming it as its record does (ggml's "Vulkan0" may be another GPU once one is added)."""
+    if device is None:
+        return "iris-desktop devices --check-again"
+    name = device.label if '"' not in device.label else device.name
+    return "iris-desktop devices --check-again " + (name if re.fullmatch(r"[\w.+-]+", name) else f'"{name}"')
 
 
 #: what a record's entry keeps of the runs in a row in which its device failed in use
