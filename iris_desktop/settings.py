@@ -319,8 +319,10 @@ _ALL: tuple[Setting, ...] = (
     ),
     Setting(
         "context.token_budget_ratio", "float", 0.70,
-        "Fraction of the context window allocated to conversation history (system prompt "
-        "and tool definitions are subtracted from it).",
+        "The share of the context window one request may fill: the system prompt, the tool "
+        "descriptions, a summary and the conversation itself. The rest is kept for the "
+        "model's reply. Raising it sends more of a long chat word for word before its oldest "
+        "turns wait for a summary, and leaves less room for the reply.",
         minimum=0.1, maximum=0.95, unit="× window",
         label="How much of the window a request may fill",
     ),

@@ -41,6 +41,8 @@ def config(args, overrides) -> int:
         print(config_path)
         return EXIT_OK
     if args.action == "set":
+        if args.key == "model.path":
+            _check_model_file(args.value)
         if args.key in LIMIT_KEYS:
             _check_limits(paths, args.key, args.value)
         value = write_config_value(config_path, args.key, args.value)
@@ -94,6 +96,36 @@ def _warn_env(names: list[str], what: str) -> None:
         say(f"iris-desktop: warning: {', '.join(set_here)} {verb} set in this environment "
             f"and {'wins' if len(set_here) == 1 else 'win'} over the settings file; unset "
             f"{'it' if len(set_here) == 1 else 'them'} for {what} to apply", file=sys.stderr)
+
+
+def _check_model_file(raw: str) -> None:
+    """Raise SettingsError (nothing is saved) unless ``model.path = raw`` names the bundled
+    model or a GGUF model file that is there: saved, a missing file (or a folder, a text
+    file) failed the next start. Reads the file's header only, and opens nothing that is
+    not a regular file (a named pipe would never answer)."""
+    from pathlib import Path
+
+    from iris_desktop.files import file_kind
+    from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
+    from iris_desktop.settings import BUNDLED, lookup
+
+    value = lookup("model.path").parse(raw)  # a relative path is refused first, in its words
+    if value == BUNDLED:
+        return
+    path = Path(value).expanduser()
+    fix = f"give a GGUF model file's full path, or '{BUNDLED}' for the model that came with Iris"
+    try:
+        kind = file_kind(os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise SettingsError(f"model.path: there is no file {path}; {fix}") from None
+    except OSError as exc:
+        raise SettingsError(f"model.path: {path} cannot be read ({exc.strerror or exc}); {fix}") from None
+    if kind:
+        raise SettingsError(f"model.path: {path} is {kind}, not a GGUF model file; {fix}")
+    try:
+        read_gguf_info(path)
+    except GGUFError as exc:
+        raise SettingsError(f"model.path: {path}: {exc.reason}; {fix}") from None
 
 
 def _check_limits(paths, key: str, raw: str) -> None:

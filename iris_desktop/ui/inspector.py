@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, QSettings, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDockWidget,
@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHeaderView,
     QLabel,
+    QMainWindow,
     QScrollArea,
     QSplitter,
     QTableWidget,
@@ -27,6 +28,16 @@ from PySide6.QtWidgets import (
 
 from iris_desktop.core.views import tokens
 from iris_desktop.ui.meter import PromptChart
+
+#: the largest share of the window's width the inspector takes beside the conversation
+INSPECTOR_SHARE = 0.4
+#: its first width, in characters of its text: the next request's columns with the start of
+#: each message, and the three tabs' names (it opened 256 pixels wide at 1400×900: the table
+#: showed no message and "Compactions" was cut)
+FIRST_WIDTH_CHARS = 76
+#: ui-state.ini's mark that the inspector has had its first width: after it, the width is the
+#: one the window's saved state brings back (the user's)
+SIZED_KEY = "inspector/sized"
 
 EVENT_COLUMNS = (
     ("created_at", "When"), ("trigger", "Trigger"), ("outcome", "Outcome"), ("path", "Path"),
@@ -241,3 +252,36 @@ class InspectorDock(QDockWidget):
                 if key == "error" and value:  # a narrow column cuts it: the whole text here
                     item.setToolTip(str(value))
                 self.events.setItem(i, j, item)
+
+
+class InspectorWidth(QObject):
+    """The width of ``dock`` docked beside the conversation in ``window``: the first time it
+    opens in this data folder, :data:`FIRST_WIDTH_CHARS` (marked in ``state``); afterwards
+    the window's saved state's. Never more than :data:`INSPECTOR_SHARE` of the window,
+    whenever it opens or the window is resized, so that the conversation keeps the rest
+    (restored open at 800 pixels, it left the conversation 160)."""
+
+    def __init__(self, window: QMainWindow, dock: QDockWidget, state: QSettings):
+        super().__init__(window)
+        self.window, self.dock, self.state = window, dock, state
+        dock.visibilityChanged.connect(lambda visible: visible and self.fit())
+        window.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if watched is self.window and event.type() == QEvent.Type.Resize:
+            self.fit()
+        return False
+
+    def fit(self) -> None:
+        window, dock = self.window, self.dock
+        beside = window.dockWidgetArea(dock) in (Qt.DockWidgetArea.LeftDockWidgetArea,
+                                                 Qt.DockWidgetArea.RightDockWidgetArea)
+        if not beside or not dock.isVisible() or dock.isFloating():
+            return
+        most = int(window.width() * INSPECTOR_SHARE)
+        width = dock.width()
+        if not self.state.value(SIZED_KEY, False, type=bool):
+            self.state.setValue(SIZED_KEY, True)
+            width = max(width, dock.fontMetrics().averageCharWidth() * FIRST_WIDTH_CHARS)
+        if min(width, most) != dock.width():
+            window.resizeDocks([dock], [min(width, most)], Qt.Orientation.Horizontal)

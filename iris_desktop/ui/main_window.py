@@ -46,7 +46,11 @@ from iris_desktop.ui.background import Background
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.context_control import ContextControl
 from iris_desktop.ui.drafts import DraftControl
-from iris_desktop.ui.inspector import InspectorDock
+from iris_desktop.ui.inspector import (  # noqa: F401 (the tests read INSPECTOR_SHARE here)
+    INSPECTOR_SHARE,
+    InspectorDock,
+    InspectorWidth,
+)
 from iris_desktop.ui.menus import Menus
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
@@ -65,8 +69,6 @@ log = logging.getLogger("iris.ui")
 DEFAULT_SIZE = (1280, 800)
 #: the largest share of the screen's free area a window opens at
 SCREEN_SHARE = 0.9
-#: the largest share of the window's width the inspector takes beside the conversation
-INSPECTOR_SHARE = 0.4
 
 
 def default_geometry(available: QRect, preferred: tuple[int, int] = DEFAULT_SIZE) -> QRect:
@@ -171,6 +173,7 @@ class MainWindow(QMainWindow):
         self.inspector = InspectorDock(self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.inspector)
         self.inspector.hide()
+        self.inspector_width = InspectorWidth(self, self.inspector, self.ui_state)
 
         bar = self.statusBar()
         # the status sentence never runs into the meter: elided at a word, full in its tooltip
@@ -236,7 +239,7 @@ class MainWindow(QMainWindow):
         v.switchRequested.connect(t.switch_branch)
         v.stopRequested.connect(self.turns.stop)
         self.inspector.visibilityChanged.connect(
-            lambda visible: visible and (self.context.refresh_inspector(), self.fit_inspector()))
+            lambda visible: visible and self.context.refresh_inspector())
         for name, slot in (("new-chat", t.new_chat), ("import", t.import_dialog),
                            ("export", t.export_dialog), ("compact-now", self.turns.compact_now),
                            ("chat-settings", lambda: t.settings_dialog()),
@@ -330,21 +333,6 @@ class MainWindow(QMainWindow):
             fitted = fit_geometry(self.geometry(), available)
             if fitted != self.geometry():
                 self.setGeometry(fitted)
-
-    def fit_inspector(self) -> None:
-        """The inspector docked beside the conversation takes at most INSPECTOR_SHARE of
-        the window, so the conversation keeps the rest (restored open at 800 pixels, it
-        left the conversation 160)."""
-        dock = self.inspector
-        most = int(self.width() * INSPECTOR_SHARE)
-        beside = self.dockWidgetArea(dock) in (Qt.DockWidgetArea.LeftDockWidgetArea,
-                                               Qt.DockWidgetArea.RightDockWidgetArea)
-        if beside and dock.isVisible() and not dock.isFloating() and dock.width() > most:
-            self.resizeDocks([dock], [most], Qt.Orientation.Horizontal)
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        super().resizeEvent(event)
-        self.fit_inspector()
 
     def save_state(self) -> None:
         self.ui_state.setValue("window/geometry", self.saveGeometry())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
@@ -24,6 +26,46 @@ TITLE_ROLE = Qt.ItemDataRole.UserRole + 3  # as stored: shown with show_directio
 #: what the empty list says (a newcomer's first look at the panel)
 NO_CHATS = ("No chats yet.\n\nType a message below to start one, or bring chats from "
             "ChatGPT, Claude, Open WebUI, LM Studio or Jan with File ▸ Import conversation…")
+
+
+def told_apart(threads: list[dict[str, Any]], now: float | None = None) -> dict[int, str]:
+    """A second line for each chat whose title another listed chat has too, by id: when it
+    was last written to (two "Python help" rows read as one chat listed twice); its
+    messages too where that is the same, and its number where even those are. A title of
+    its own gets none: the list stays one line a chat."""
+    by_title: dict[str, list[dict[str, Any]]] = {}
+    for thread in threads:  # (spaces the list does not show do not tell them apart)
+        by_title.setdefault(" ".join(str(thread["title"]).split()), []).append(thread)
+    lines: dict[int, str] = {}
+    for same in (group for group in by_title.values() if len(group) > 1):
+        for thread in same:
+            lines[thread["id"]] = _when(thread.get("updated_at"), now)
+        for more in (_messages, lambda thread: f"chat #{thread['id']}"):
+            said = [lines[t["id"]] for t in same]
+            for thread in same:
+                if said.count(lines[thread["id"]]) > 1:
+                    lines[thread["id"]] = ", ".join(filter(None, (lines[thread["id"]], more(thread))))
+    return lines
+
+
+def _when(stamp: float | None, now: float | None = None) -> str:
+    """'today 14:05', 'yesterday 09:30', '7 Dec 14:05', '7 Dec 2024 14:05' (local time)."""
+    if not stamp:
+        return ""
+    day = datetime.fromtimestamp(stamp)
+    today = datetime.fromtimestamp(time.time() if now is None else now).date()
+    clock = day.strftime("%H:%M")
+    if day.date() == today:
+        return f"today {clock}"
+    if day.date() == today - timedelta(days=1):
+        return f"yesterday {clock}"
+    year = "" if day.year == today.year else f" {day.year}"
+    return f"{day.day} {day.strftime('%b')}{year} {clock}"
+
+
+def _messages(thread: dict[str, Any]) -> str:
+    count = thread.get("branch_messages", thread.get("messages")) or 0
+    return f"{count:,} message{'' if count == 1 else 's'}"
 
 
 class _ChatList(QListWidget):
@@ -98,10 +140,12 @@ class ThreadPanel(QWidget):
         cursor = self.list.currentItem()  # the keyboard's place (F2 on another chat)
         cursor = cursor.data(THREAD_ROLE) if cursor is not None and self.list.hasFocus() else None
         self.list.clear()
+        apart = told_apart(threads)
         for thread in threads:
-            item = QListWidgetItem(show_directional(thread["title"]))
+            title = show_directional(thread["title"])
+            item = QListWidgetItem(f"{title}\n   {apart[thread['id']]}" if thread["id"] in apart else title)
             shown, stored = thread.get("branch_messages", thread["messages"]), thread["messages"]
-            item.setToolTip(f"{item.text()}\n{shown:,} messages" + (
+            item.setToolTip(f"{title}\n{shown:,} messages" + (
                 f" on the branch shown, {stored:,} with its other branches" if shown != stored else ""))
             item.setData(TITLE_ROLE, thread["title"])
             item.setData(THREAD_ROLE, thread["id"])

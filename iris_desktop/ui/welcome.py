@@ -1,7 +1,7 @@
 """The welcome panel: what an empty window shows instead of a bare placeholder — what
-Iris is, where the model runs (and, while it is the small bundled one, a larger model for
-this computer: ``recommend_card``), how to read the budget meter, and example prompts that
-go into the composer (never sent by themselves).
+Iris is, where the model runs (and, while it is the small bundled one, what that model is
+and a larger one for this computer: ``recommend_card``), how to read the budget meter,
+and example prompts that go into the composer (never sent by themselves).
 
 ``WelcomeControl`` shows it while no thread is open and the transcript is empty (the
 first run, or New chat), and the transcript as soon as a thread is open or a message is
@@ -65,8 +65,9 @@ WELCOME_TEXT = (
     "<p>Iris is a chat app that works <b>offline</b> and keeps your conversations "
     "<b>private</b>. They are saved on this computer, in one file you can search, export "
     "and delete.</p>"
-    "<p>The model that came with Iris (Qwen2.5-Coder 0.5B Instruct, a small model that "
-    "is good with code) runs <b>on this computer</b>. Nothing you type leaves it, unless "
+    # the model is named once, by the card above while it is the bundled one (the card
+    # and this paragraph both introduced it)
+    "<p>The model runs <b>on this computer</b>. Nothing you type leaves it, unless "
     "you point Iris at a server of your own (Model ▸ Server…); the status bar always says "
     "where your conversation goes.</p>"
     "<p><b>The budget meter</b> at the bottom right shows how the next request fills the "
