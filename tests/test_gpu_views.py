@@ -1,20 +1,25 @@
 """Where the devices and model.gpu's plan are shown (issue #46 item 4): Preferences ▸ Model's
-"Devices" block under model.gpu, and Model ▸ Models…'s GPU column. The real dialogs, with
+"Devices" block under model.gpu (and its "Check … again" button for a GPU that is off),
+and Model ▸ Models…'s GPU column. The real dialogs, with
 llama.cpp's device list replaced by made-up devices (this machine's llama.cpp is CPU-only,
 which is the "no GPU" case as it is), and small GGUF headers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 
+from iris_desktop.host import GPU_CHECKS_FILE
 from iris_desktop.runtime import devices as runtime_devices
 from iris_desktop.runtime.gguf import read_gguf_info
 from iris_desktop.runtime.gpu import (
     NO_GPU,
     Device,
     GiB,
+    GpuChecks,
     MiB,
     device_line,
     fit_text,
@@ -193,3 +198,62 @@ def test_the_views_plan_with_the_compute_buffer_a_load_measured(make_window, qtb
     row = next(r for r in range(library.table.rowCount()) if library.table.item(r, 0).toolTip() == str(model))
     assert library.table.item(row, 10).text() == "all 25 layers on GPU"
     library.reject()
+
+
+# -- Preferences ▸ Model's "Check … again" (the window's `devices --check-again`) --
+
+OFF = ("it failed in use in 2 runs of Iris in a row, the last time during the reply "
+       "(ErrorDeviceLost); it stays off until its driver changes")
+
+
+def buttons(dialog):
+    return {label: button for label, button in dialog.devices_box.buttons.items() if not button.isHidden()}
+
+
+def test_a_gpu_that_is_off_can_be_checked_again_from_preferences(make_window, qtbot, tmp_path, data_dir,
+                                                                 fake_devices):
+    arc = gpu(4 * 1024**3, 8 * 1024**3)
+    fake_devices[:] = [CPU, arc]
+    data_dir.mkdir(parents=True)
+    checks = GpuChecks(data_dir / GPU_CHECKS_FILE)
+    checks.record(arc, False, "failed in use", reason=OFF, failed_runs=2)
+    other = arc.__class__("Vulkan1", "Other GPU", "gpu", "Vulkan", 1, 1, index=2, driver="1.0")
+    checks.record(other, True, "agreed with the CPU")
+    window = make_window(overrides={"model.path": str(model_file(tmp_path)), "model.n_ctx": "2048"})
+    dialog = open_preferences(window, qtbot)
+    assert f"Fake GeForce is off for Iris: {OFF}" in dialog.devices_label.text()
+    shown = buttons(dialog)
+    assert list(shown) == ["Fake GeForce"] and shown["Fake GeForce"].text() == "Check Fake GeForce again"
+
+    qtbot.mouseClick(shown["Fake GeForce"], Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not buttons(dialog), timeout=10_000)  # its record gone, so is the button
+    note = dialog.devices_box.note
+    assert not note.isHidden() and note.text() == (
+        "Forgot the first-use check of Fake GeForce: the next load of a model (Model ▸ Reload, or the "
+        "next start) checks it against the CPU again, and uses it if it agrees.")
+    assert "is off for Iris" not in dialog.devices_label.text()
+    kept = json.loads((data_dir / GPU_CHECKS_FILE).read_text())["checks"]
+    assert list(kept) == [GpuChecks.key(other)]  # the other GPU's record is kept as it was
+    dialog.reject()
+
+
+def test_a_record_that_cannot_be_written_is_said_and_nothing_changes(make_window, qtbot, tmp_path, data_dir,
+                                                                     fake_devices):
+    arc = gpu(4 * 1024**3, 8 * 1024**3)
+    fake_devices[:] = [CPU, arc]
+    data_dir.mkdir(parents=True)
+    GpuChecks(data_dir / GPU_CHECKS_FILE).record(arc, False, "failed in use", reason=OFF, failed_runs=2)
+    before = (data_dir / GPU_CHECKS_FILE).read_bytes()
+    window = make_window(overrides={"model.path": str(model_file(tmp_path)), "model.n_ctx": "2048"})
+    dialog = open_preferences(window, qtbot)
+    button = buttons(dialog)["Fake GeForce"]
+    (data_dir / GPU_CHECKS_FILE).write_bytes(b"{not json")  # damaged after the dialog read it
+    button.click()
+    note = dialog.devices_box.note
+    qtbot.waitUntil(lambda: not note.isHidden(), timeout=10_000)
+    assert note.text().startswith(f"Fake GeForce cannot be checked again: {data_dir / GPU_CHECKS_FILE} "
+                                  "cannot be read or written (")
+    assert note.text().endswith("); nothing was changed.")
+    assert (data_dir / GPU_CHECKS_FILE).read_bytes() == b"{not json" and before
+    assert button.isEnabled()
+    dialog.reject()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QGroupBox, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QGroupBox, QLabel, QPushButton, QVBoxLayout
 
 from iris_desktop.runtime.gguf import GGUFInfo
 from iris_desktop.runtime.gpu import Device, GpuChecks, devices_report, fit_text, plan_model, with_held
@@ -165,9 +165,11 @@ class GpuFacts(QObject):
 
 
 class DevicesBox(QGroupBox):
-    """Preferences ▸ Model's read-only "Devices" block: :meth:`GpuFacts.lines` for the
-    settings ``candidate()`` gives (None: keep the last text), drawn again when the facts
-    are in and whenever :meth:`refresh` is called (the dialog's values changed)."""
+    """Preferences ▸ Model's "Devices" block: :meth:`GpuFacts.lines` for the settings
+    ``candidate()`` gives (None: keep the last text), drawn again when the facts are in
+    and whenever :meth:`refresh` is called (the dialog's values changed); under it, for
+    each GPU that is off for Iris, a "Check … again" button, the window's
+    ``iris-desktop devices --check-again``."""
 
     def __init__(self, facts: GpuFacts, candidate: Callable[[], Settings | None], parent=None):
         super().__init__("Devices", parent)
@@ -179,7 +181,14 @@ class DevicesBox(QGroupBox):
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.label.setAccessibleName("Devices and the GPU plan")
-        QVBoxLayout(self).addWidget(self.label)
+        self.note = QLabel()  # what a "Check … again" did
+        self.note.setObjectName("gpu-check-again-note")
+        self.note.setWordWrap(True)
+        self.note.hide()
+        self.buttons: dict[str, QPushButton] = {}
+        self._layout = layout = QVBoxLayout(self)
+        layout.addWidget(self.label)
+        layout.addWidget(self.note)
         facts.ready.connect(self.refresh)
         self.refresh()
 
@@ -187,3 +196,39 @@ class DevicesBox(QGroupBox):
         candidate = self._candidate()
         if candidate is not None:
             self.label.setText("\n".join(self.facts.lines(candidate)))
+        off = set(self.facts.disabled) if self.facts.checks_path is not None else set()
+        for label in set(self.buttons) - off:
+            self.buttons.pop(label).deleteLater()
+        for label in sorted(off - set(self.buttons)):
+            button = self.buttons[label] = QPushButton(f"Check {label} again")
+            button.setObjectName("gpu-check-again")
+            button.setToolTip(f"Forget what the first-use check recorded of {label}: the next load of "
+                              "a model checks it against the CPU again, and uses it if it agrees "
+                              "(iris-desktop devices --check-again)")
+            button.clicked.connect(lambda _=False, label=label: self.check_again(label))
+            self._layout.insertWidget(self._layout.indexOf(self.note), button)
+
+    def check_again(self, label: str) -> None:
+        """Forget ``label``'s first-use check off the GUI thread (a file write), then say
+        what happens next and read the facts again (its button goes with its record)."""
+        path = self.facts.checks_path
+        for button in self.buttons.values():
+            button.setEnabled(False)
+
+        def done(_gone: Any, error: BaseException | None) -> None:
+            for button in self.buttons.values():
+                button.setEnabled(True)
+            if error is not None:
+                why = error.strerror if isinstance(error, OSError) and error.strerror else error
+                self.note.setText(f"{label} cannot be checked again: {path} cannot be read or written "
+                                  f"({why}); nothing was changed.")
+            else:
+                self.note.setText(f"Forgot the first-use check of {label}: the next load of a model "
+                                  "(Model ▸ Reload, or the next start) checks it against the CPU again, "
+                                  "and uses it if it agrees.")
+                settings = self._candidate()
+                if settings is not None:
+                    self.facts.request(settings)
+            self.note.show()
+
+        self.facts.calls.run(lambda: GpuChecks(path).forget(label), done)
