@@ -14,7 +14,7 @@ import pytest
 
 from iris_desktop.generation import GenerationRequest
 from iris_desktop.paths import app_paths
-from iris_desktop.runtime import gpu
+from iris_desktop.runtime import gpu_records as gpu
 from iris_desktop.runtime.errors import GpuFailed
 from iris_desktop.runtime.gpu import Device, GiB, GpuChecks
 from iris_desktop.runtime.model import LocalModel

@@ -5,7 +5,7 @@ it off until its driver changes, saying how to check it again; a run in which it
 starts the count again.
 
 There is no GPU here (:mod:`support.gpu`: the real bundled model loaded on this CPU, a
-made-up device); a "run" of Iris is :data:`iris_desktop.runtime.gpu.THIS_RUN`, set as a
+made-up device); a "run" of Iris is :data:`iris_desktop.runtime.gpu_records.THIS_RUN`, set as a
 new process would have it."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from iris_desktop.cli import main
 from iris_desktop.generation import GenerationRequest
-from iris_desktop.runtime import gpu
+from iris_desktop.runtime import gpu_records as gpu
 from iris_desktop.runtime.errors import GpuFailed
 from iris_desktop.runtime.gpu import Device, GiB, GpuChecks
 from iris_desktop.runtime.model import LocalModel
@@ -56,7 +56,7 @@ def fake_gpu(monkeypatch) -> SimulatedGpu:
 
 
 def _start(monkeypatch, run: str) -> None:
-    """Iris starts again: another process, another :data:`~iris_desktop.runtime.gpu.THIS_RUN`."""
+    """Iris starts again: another process, another :data:`~iris_desktop.runtime.gpu_records.THIS_RUN`."""
     monkeypatch.setattr(gpu, "THIS_RUN", run)
 
 

@@ -148,7 +148,7 @@ def test_chat_says_the_gpu_failed_and_the_next_run_checks_it_again(capsys, model
     changed, for what may have been a one-off. Now: the sentence (the CPU until Iris
     restarts, the GPU checked again then); the next run checks the GPU against the CPU
     again and, as it agrees, runs on it, with no notice of a GPU off."""
-    from iris_desktop.runtime import gpu
+    from iris_desktop.runtime import gpu_records as gpu
 
     data = tmp_path / "d"
     data.mkdir()
@@ -177,7 +177,7 @@ def test_chat_after_a_second_run_failing_in_use_says_the_gpu_stays_off(capsys, m
     """The second run in a row whose GPU fails in use keeps it off until its driver
     changes: ``chat`` no longer says "the next run checks the GPU again first" then (it did,
     and the next run planned the CPU)."""
-    from iris_desktop.runtime import gpu
+    from iris_desktop.runtime import gpu_records as gpu
 
     data = tmp_path / "d"
     data.mkdir()
@@ -461,7 +461,7 @@ def test_a_gpu_that_failed_mid_reply_is_off_for_this_run_and_checked_again_at_th
     the GPU off for good, "until its driver changes", and nothing could bring it back. Now:
     off for the rest of this run (a Reload plans the CPU, saying until when); `devices` says
     so; the first load of the next run checks the GPU again, and one that agrees runs there."""
-    from iris_desktop.runtime import gpu
+    from iris_desktop.runtime import gpu_records as gpu
 
     record = tmp_path / "gpu-checks.json"
     _checked(tmp_path)

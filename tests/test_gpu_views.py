@@ -257,3 +257,25 @@ def test_a_record_that_cannot_be_written_is_said_and_nothing_changes(make_window
     assert (data_dir / GPU_CHECKS_FILE).read_bytes() == b"{not json" and before
     assert button.isEnabled()
     dialog.reject()
+
+
+def test_a_button_another_process_answered_already_says_so(make_window, qtbot, tmp_path, data_dir, fake_devices):
+    """``devices --check-again`` ran while Preferences showed the button (an audit: the
+    button still said "Forgot …", where the CLI says nothing is recorded)."""
+    arc = gpu(4 * 1024**3, 8 * 1024**3)
+    fake_devices[:] = [CPU, arc]
+    data_dir.mkdir(parents=True)
+    checks = GpuChecks(data_dir / GPU_CHECKS_FILE)
+    checks.record(arc, False, "failed in use", reason=OFF, failed_runs=2)
+    window = make_window(overrides={"model.path": str(model_file(tmp_path)), "model.n_ctx": "2048"})
+    dialog = open_preferences(window, qtbot)
+    button = buttons(dialog)["Fake GeForce"]
+    assert checks.forget("Fake GeForce")  # what the command does in another process
+    button.click()
+    note = dialog.devices_box.note
+    qtbot.waitUntil(lambda: not note.isHidden(), timeout=10_000)
+    assert note.text() == ("No first-use check of Fake GeForce is recorded any more (another Iris process "
+                           "forgot it): the next load of a model (Model ▸ Reload, or the next start) checks "
+                           "it against the CPU again, and uses it if it agrees.")
+    qtbot.waitUntil(lambda: not buttons(dialog), timeout=10_000)
+    dialog.reject()

@@ -215,17 +215,19 @@ class DevicesBox(QGroupBox):
         for button in self.buttons.values():
             button.setEnabled(False)
 
-        def done(_gone: Any, error: BaseException | None) -> None:
+        def done(gone: Any, error: BaseException | None) -> None:
             for button in self.buttons.values():
                 button.setEnabled(True)
             if error is not None:
                 why = error.strerror if isinstance(error, OSError) and error.strerror else error
                 self.note.setText(f"{label} cannot be checked again: {path} cannot be read or written "
                                   f"({why}); nothing was changed.")
-            else:
-                self.note.setText(f"Forgot the first-use check of {label}: the next load of a model "
-                                  "(Model ▸ Reload, or the next start) checks it against the CPU again, "
-                                  "and uses it if it agrees.")
+            else:  # (nothing left to forget: another process had it checked again meanwhile)
+                what = (f"Forgot the first-use check of {label}" if gone else
+                        f"No first-use check of {label} is recorded any more (another Iris process "
+                        "forgot it)")
+                self.note.setText(f"{what}: the next load of a model (Model ▸ Reload, or the next start) "
+                                  "checks it against the CPU again, and uses it if it agrees.")
                 settings = self._candidate()
                 if settings is not None:
                     self.facts.request(settings)
