@@ -17,6 +17,10 @@ How far the model has read a prompt the user waits for cannot be yielded while i
 ``PromptProgress`` events arrive through the operations' ``progress`` callback instead,
 on the same thread.
 
+Which runtime the settings name, and making it (the bundled model's first set-up, a
+server's connect), is :mod:`iris_desktop.host_models`; what a load is doing goes to its
+``stage`` and ``progress`` callbacks, in the same words for both faces.
+
 The CLI (``commands``) is a print loop over them; the GUI's model thread
 (``ui.model_thread``) runs them on its thread and turns each event into a signal. Neither
 loads a model, an embedder or a KV store itself.
@@ -34,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -54,7 +57,7 @@ from iris_desktop.core.events import (
     TurnEvent,
     TurnFailed,
 )
-from iris_desktop.core.planner import FALLBACK_WINDOW, Planner, limit_problems, n_ctx_to_load
+from iris_desktop.core.planner import Planner, n_ctx_to_load
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
@@ -62,6 +65,18 @@ from iris_desktop.core.store.cipher import is_encrypted, no_conversion, salt
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.files import clean_leftovers
+from iris_desktop.host_models import (
+    GPU_CHECKS_FILE,
+    LOAD_STAGES,
+    StageWords,
+    bundled_model_path,
+    connect_server,
+    load_runtime,
+    load_time_words,
+    model_path_for,
+    model_problems,
+    stage_words,
+)
 from iris_desktop.host_storage import prepare_privately
 from iris_desktop.paths import AppPaths, app_paths
 from iris_desktop.reasons import plain_reason as plain_reason
@@ -69,7 +84,7 @@ from iris_desktop.runtime.kv_store import KVStateStore, ThreadCache, can_seal
 from iris_desktop.runtime.loading import GpuRoom
 from iris_desktop.runtime.model import ModelError
 from iris_desktop.runtime.protocol import Runtime
-from iris_desktop.settings import BUNDLED, SETTINGS, Settings, SettingsError, load_settings
+from iris_desktop.settings import SETTINGS, Settings, SettingsError, load_settings
 from iris_desktop.stop import Stop, StopEvent
 from iris_desktop.storage_key import (
     AskPassphrase,
@@ -91,17 +106,8 @@ PLANNERS_KEPT = 8
 
 log = logging.getLogger("iris.host")
 
-#: what a model load is doing (``load_runtime``'s ``stage``), in words: the GUI's status
-#: bar and the CLI's stderr say the same
-LOAD_STAGES = {
-    "copying": "Preparing the model for this computer (once)…",
-    "checking": "Checking the GPU against the CPU (once per driver)…",
-    "loading": "Loading the model…",
-}
-#: the first-use check's record of each GPU and driver (``runtime.gpu.GpuChecks``)
-GPU_CHECKS_FILE = "gpu-checks.json"
-
 __all__ = [
+    "GPU_CHECKS_FILE",
     "Host",
     "LOAD_STAGES",
     "ModelError",
@@ -111,134 +117,12 @@ __all__ = [
     "bundled_model_path",
     "connect_server",
     "load_runtime",
+    "load_time_words",
     "model_path_for",
+    "model_problems",
+    "StageWords",
+    "stage_words",
 ]
-
-
-# -- models --------------------------------------------------------------------------------
-
-
-def bundled_model_path(models_dir: Path) -> Path:
-    """The bundled GGUF (Qwen2.5-Coder-0.5B-Instruct): shipped inside a frozen app, else
-    assembled into ``models_dir`` from its pinned parts on first use, size- and
-    sha256-checked. Raises runtime.model.ModelError naming the package at fault."""
-    from iris_desktop.runtime.bundled import (
-        BUNDLED_MODEL,
-        BundledModelError,
-        ensure_bundled_model,
-    )
-
-    frozen_root = getattr(sys, "_MEIPASS", None)
-    if frozen_root:
-        shipped = Path(frozen_root) / "models" / BUNDLED_MODEL.file_name
-        if shipped.is_file():
-            return shipped
-    try:
-        return ensure_bundled_model(models_dir)
-    except BundledModelError as exc:
-        raise ModelError(exc.path or models_dir / BUNDLED_MODEL.file_name, str(exc)) from None
-
-
-def model_path_for(settings: Settings, models_dir: Path) -> Path:
-    """The GGUF ``model.path`` names; the bundled one is assembled on first use."""
-    configured = settings["model.path"]
-    if configured == BUNDLED:
-        return bundled_model_path(models_dir)
-    return Path(configured).expanduser()
-
-
-def model_problems(settings: Settings, in_force: Settings) -> dict[str, str]:
-    """Model settings being changed that no load could honour, each in a sentence (the
-    settings dialog marks them and saves nothing): a model file that is not there or
-    given by a relative path, a server backend without its address. Saved, they failed
-    the reload, and the next start, with the file holding them."""
-    problems: dict[str, str] = {}
-    path = settings["model.path"]
-    if path != BUNDLED and path != in_force["model.path"]:
-        file = Path(path).expanduser()
-        if not file.is_absolute():
-            problems["model.path"] = (f"model.path: {path} is not a full path; give the file's "
-                                      "full path, or choose it with Model ▸ Models… ▸ Open GGUF…")
-        elif not file.is_file():
-            problems["model.path"] = (f"model.path: there is no file {file}; choose one with "
-                                      "Model ▸ Models… ▸ Open GGUF…")
-    if settings["model.backend"] == "openai" and not settings["model.base_url"]:
-        problems["model.base_url"] = ("model.base_url: the server backend needs the server's "
-                                      "address (http://host:port/v1); Model ▸ Server… tests it")
-    return problems
-
-
-def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[float], Any] | None = None,
-                 cancel: threading.Event | None = None, stage: Callable[[str], Any] | None = None,
-                 room: GpuRoom | None = None) -> Runtime:
-    """The runtime the settings name: the local model (a file of the user's own joins the
-    library's recent list), or the server ``model.backend`` openai points at.
-    ``progress(fraction)`` follows a local load, ``stage`` hears what it is doing
-    ("copying": the first load's 8-bit copy of the weights; "checking": a GPU's first-use
-    check; "loading"), setting ``cancel`` stops it, and ``room`` is the GPU memory of the
-    model it replaces (``runtime.loading.GpuRoom``). Raises
-    runtime.model.ModelError, runtime.remote.ServerError or SettingsError."""
-    if settings["model.backend"] == "openai":
-        return connect_server(settings)
-    from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
-    from iris_desktop.runtime.library import not_a_chat_model, remember_recent
-    from iris_desktop.runtime.model import LocalModel, ModelError
-
-    path = model_path_for(settings, paths.models_dir)
-    try:
-        info = read_gguf_info(path)
-    except GGUFError:
-        trained = None  # LocalModel.load says what is wrong with the file
-    else:
-        trained = info.context_length
-        if why := not_a_chat_model(info):  # first: no n_ctx makes it one (an embedding
-            # model's 512 trained tokens were named, as if a smaller n_ctx would do)
-            raise ModelError(path, f"not a chat model: {why}; it cannot write replies")
-    n_ctx = n_ctx_to_load(settings, trained)  # (an older 4k model: at 4,096, not the default)
-    if n_ctx not in (settings["model.n_ctx"], 0):
-        log.info("%s: loaded at its trained %d tokens, not model.n_ctx's default %d", path.name,
-                 n_ctx, settings["model.n_ctx"])
-    problem = limit_problems(settings, None, trained).get("model.n_ctx")
-    if problem:
-        raise SettingsError(problem)
-    model = LocalModel.load(
-        path,
-        n_ctx=n_ctx,
-        n_threads=settings["model.n_threads"] or None,
-        flash_attn=settings["model.flash_attn"],
-        gpu=settings["model.gpu"],
-        gpu_checks=paths.data_dir / GPU_CHECKS_FILE,
-        kv_shift=settings["model.kv_shift"],
-        weights_dir=paths.weights_dir if settings["model.q8_weights"] else None,
-        progress=progress,
-        cancel=cancel,
-        stage=stage,
-        room=room,
-    )
-    log.info("model on %s: %s", model.gpu.describe(), model.gpu.reason)
-    if settings["model.path"] != BUNDLED:
-        try:
-            remember_recent(paths.recent_models_path, path)
-        except OSError as exc:  # a convenience: never a reason to fail a load
-            log.warning("could not remember %s: %s", path, exc)
-    return model
-
-
-def connect_server(settings: Settings) -> Runtime:
-    """The OpenAI-compatible server ``model.base_url`` names (``model.backend`` openai),
-    with the API key from the OS keyring. Its window is the server's when it tells, else
-    ``model.n_ctx``; a reply ends when no new text came for ``model.stream_idle_timeout_s``.
-    Raises SettingsError (no address) or runtime.remote.ServerError."""
-    from iris_desktop.runtime.remote import RemoteRuntime, get_api_key
-
-    base_url = settings["model.base_url"]
-    if not base_url:
-        raise SettingsError("model.base_url: model.backend is openai but no server address "
-                            "is set; set model.base_url (for example "
-                            "http://127.0.0.1:8080/v1), or model.backend to local")
-    return RemoteRuntime.connect(base_url, settings["model.name"], get_api_key(base_url),
-                                 fallback_window=settings["model.n_ctx"] or FALLBACK_WINDOW,
-                                 idle_timeout_s=settings["model.stream_idle_timeout_s"])
 
 
 # -- what a turn is made of ----------------------------------------------------------------
@@ -511,13 +395,15 @@ class Host:
         return settings["model.kv_cache_mb"] * 2**20
 
     def try_load_model(self, stage: Callable[[str], Any] | None = None, *,
-                       settings_errors: bool = False) -> Runtime | None:
-        """:meth:`load_model` (``stage`` hears its stages), or remember why not in
-        ``model_error`` and return None (the caller stays usable without a model). With
-        ``settings_errors``, settings the model refuses (``model.n_ctx`` beyond what it was
-        trained for) raise SettingsError instead: the CLI's usage error."""
+                       settings_errors: bool = False,
+                       progress: Callable[[float], Any] | None = None) -> Runtime | None:
+        """:meth:`load_model` (``stage`` hears its stages, ``progress`` their fractions), or
+        remember why not in ``model_error`` and return None (the caller stays usable
+        without a model). With ``settings_errors``, settings the model refuses
+        (``model.n_ctx`` beyond what it was trained for) raise SettingsError instead: the
+        CLI's usage error."""
         try:
-            return self.runtime or self.load_model(stage=stage)
+            return self.runtime or self.load_model(stage=stage, progress=progress)
         except Exception as exc:  # a bad model must never take the app down
             if settings_errors and isinstance(exc, SettingsError):
                 raise

@@ -21,7 +21,6 @@ from iris_desktop.commands.common import (
     CliError,
     _index_for_recall,
     _load,
-    _say_stage,
     _thread,
     dump_json,
     open_host,
@@ -29,6 +28,7 @@ from iris_desktop.commands.common import (
     say_where,
     stdout_gone,
     text_argument,
+    try_load,
 )
 from iris_desktop.commands.context import refuse_if_certainly_too_large
 from iris_desktop.core.events import (
@@ -484,7 +484,7 @@ def compact(args, overrides) -> int:
     with open_host(args, overrides) as host:
         _thread(host, args.thread)
         # --no-model: the extractive summarizer, counting without the model's tokenizer
-        if not args.no_model and host.try_load_model(stage=_say_stage) is None:
+        if not args.no_model and try_load(host) is None:
             say(f"iris-desktop: warning: no model ({host.model_error}); "
                 "using the extractive summarizer", file=sys.stderr)
         elif not args.no_model:

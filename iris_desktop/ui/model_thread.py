@@ -30,7 +30,7 @@ from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import StoreError, ThreadGone, explain
 from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
-from iris_desktop.host import LOAD_STAGES, Host
+from iris_desktop.host import LOAD_STAGES, Host, stage_words
 from iris_desktop.settings import BUNDLED, Settings
 from iris_desktop.stop import GAVE_WAY, StopEvent
 from iris_desktop.ui.boxes import failure
@@ -195,7 +195,7 @@ class ModelWorker(QObject):
 
     def _stage(self, stage: str) -> None:
         """The load's stage (``LocalModel.load``), in words for the status bar."""
-        self.loading.emit(LOAD_STAGES.get(stage, LOAD_STAGES["loading"]))
+        self.loading.emit(stage_words(stage))
 
     # -- jobs --
 

@@ -49,22 +49,26 @@ is silent the stream yields ``""`` every :data:`HEARTBEAT_S`, so the agent saves
 came on its one-second cadence even when no token arrives. A compressed stream is
 inflated a step at a time (``runtime.http``), so the line limit holds on what it inflates to.
 
-Nor can it with an answer read whole (the probes, the one-token calibration, the counts):
-each is read through ``runtime.http.read_answer``, at most :data:`MAX_ANSWER_BYTES`
-(:data:`MAX_COUNT_ANSWER_BYTES` for a count) counted after decoding, so an endless body
-or a gzip bomb stops there, and within :data:`REQUEST_TIMEOUT_S` for the whole exchange,
-so an answer trickled a byte a second cannot hold ``connect``; the ServerError names the
-server and the cause ("the server at http://127.0.0.1:8080 sent more than 8 MiB for its
-model list (/v1/models)…"). Parsed, an answer holds at most a JSON value per 16 bytes of
-its cap (8 MiB of ``{}`` took 190 MB) and its text is valid Unicode (a lone surrogate
-escape becomes U+FFFD, in a stream too); a ``/tokenize`` answer is bounded by its text
-(a token a byte, and a few), and a count beyond that is the server's fault; a model name
-is at most :data:`~.probe.MAX_MODEL_NAME` characters. Usage numbers a server reports are
-believed only as token counts (whole numbers from 0 to :data:`MAX_REPORTED_TOKENS`; the
+Nor can it with an answer read whole (the probes, the one-token calibration, the
+counts): each is read through ``runtime.http.read_answer``, at most
+:data:`MAX_ANSWER_BYTES` (:data:`MAX_COUNT_ANSWER_BYTES` for a count) counted after
+decoding, so an endless body or a gzip bomb stops there, and within
+:data:`REQUEST_TIMEOUT_S` for the whole exchange, so an answer trickled a byte a second
+cannot hold ``connect``; all of a connect's answers together end within
+:data:`CONNECT_DEADLINE_S` (:mod:`.deadline`: four slow answers, each within its bound,
+held it for 107 s), and the one awaited is said to the caller (``on_wait``) once
+connecting takes a while. The ServerError names the server and the cause ("the server at
+http://127.0.0.1:8080 sent more than 8 MiB for its model list (/v1/models)…"). Parsed,
+an answer holds at most a JSON value per 16 bytes of its cap (8 MiB of ``{}`` took 190
+MB) and its text is valid Unicode (a lone surrogate escape becomes U+FFFD, in a stream
+too); a ``/tokenize`` answer is bounded by its text (a token a byte, and a few), and a
+count beyond that is the server's fault; a model name is at most
+:data:`~.probe.MAX_MODEL_NAME` characters. Usage numbers a server reports are believed
+only as token counts (whole numbers from 0 to :data:`MAX_REPORTED_TOKENS`; the
 calibration also only within :data:`MIN_CALIBRATION_RATIO` to
-:data:`MAX_CALIBRATION_RATIO` of the estimate):
-anything else is ignored with a note in the log, so a broken report neither breaks a
-turn nor makes the server unusable afterwards.
+:data:`MAX_CALIBRATION_RATIO` of the estimate): anything else is ignored with a note in
+the log, so a broken report neither breaks a turn nor makes the server unusable
+afterwards.
 
 Privacy: every request goes to the base URL's host and nowhere else (proxies from the
 environment are ignored), the API key lives in the OS keyring (:func:`get_api_key`),
@@ -72,10 +76,10 @@ never in the settings or the log, and :attr:`RemoteRuntime.where`, :func:`is_loo
 and :func:`privacy_warning` let the UI say where the conversation goes.
 
 The package, one idea a module: :mod:`.address` (the base URL, where it leads, the API
-key), :mod:`.transport` (requests, bounded answers, errors in words), :mod:`.probe` (what
-a server is), :mod:`.counting` (estimated and exact counts), :mod:`.sse` (a streamed
-reply, read and checked) and :mod:`.runtime` (the two runtimes). The names below are
-the ones used outside it.
+key), :mod:`.transport` (requests, bounded answers, errors in words), :mod:`.probe`
+(what a server is), :mod:`.deadline` (a connect's one deadline), :mod:`.counting`
+(estimated and exact counts), :mod:`.sse` (a streamed reply, read and checked) and
+:mod:`.runtime` (the two runtimes). The names below are the ones used outside it.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ from .address import (
     set_api_key,
 )
 from .counting import SAFETY_MARGIN, UNCALIBRATED_FACTOR
+from .deadline import CONNECT_DEADLINE_S, ConnectCancelled, ConnectExpired
 from .probe import ServerInfo, test_connection
 from .runtime import ExactRemoteRuntime, RemoteRuntime
 from .sse import MAX_LINE_BYTES, MAX_REPORTED_TOKENS, LineTooLong
@@ -98,6 +103,8 @@ from .transport import MAX_ANSWER_BYTES
 __all__ = [
     "ServerError",
     "ServerInfo",
+    "ConnectCancelled",
+    "ConnectExpired",
     "RemoteRuntime",
     "ExactRemoteRuntime",
     "test_connection",
@@ -108,6 +115,7 @@ __all__ = [
     "is_loopback",
     "privacy_warning",
     # limits and factors the tests check against
+    "CONNECT_DEADLINE_S",
     "LineTooLong",
     "MAX_ANSWER_BYTES",
     "MAX_LINE_BYTES",

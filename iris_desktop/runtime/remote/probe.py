@@ -14,6 +14,7 @@ from iris_desktop.tokens import Message
 
 from ..errors import ServerError
 from .address import server_address
+from .deadline import OnWait, connect_clock
 from .transport import REQUEST_TIMEOUT_S, _Http, _obj, _whole, server_said
 
 log = logging.getLogger("iris.runtime.remote")
@@ -84,14 +85,18 @@ DESCRIBED_MODELS = 20
 
 def test_connection(base_url: str, api_key: str | None = None, *,
                     answer_limit_bytes: int | None = None,
-                    answer_timeout_s: float = REQUEST_TIMEOUT_S) -> ServerInfo:
+                    answer_timeout_s: float = REQUEST_TIMEOUT_S,
+                    deadline_s: float | None = None, on_wait: OnWait | None = None) -> ServerInfo:
     """Probe ``base_url``: what kind of server it is, the models it offers with their
     windows, and whether it can count prompts exactly. Sends nothing of a conversation.
     Each answer is bounded as :class:`_Http` says (``answer_limit_bytes``,
-    ``answer_timeout_s``). Raises ServerError (unreachable, key refused, an answer too
-    large or too slow) or ValueError (not a URL)."""
+    ``answer_timeout_s``), all of them together by ``deadline_s`` (None:
+    :data:`~.deadline.CONNECT_DEADLINE_S`); ``on_wait(path, seconds)`` hears what a slow
+    probe waits for. Raises ServerError (unreachable, key refused, an answer too large or
+    too slow, the deadline passed) or ValueError (not a URL)."""
     http = _Http(base_url, api_key, answer_limit=answer_limit_bytes,
                  answer_timeout_s=answer_timeout_s)
+    http.clock = connect_clock(http.root, deadline_s, on_wait)
     try:
         return _probe(http, base_url)
     finally:

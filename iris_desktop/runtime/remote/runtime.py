@@ -39,6 +39,7 @@ from .counting import (
     ServerTokenCounter,
     _calibration,
 )
+from .deadline import ConnectCancelled, ConnectExpired, OnWait, connect_clock
 from .probe import _PROBE_SYSTEM, _PROBE_USER, ServerInfo, _probe
 from .sse import MAX_REPORTED_TOKENS, POLL_S, _EventReader, _Reply, _tokens
 from .transport import (
@@ -180,7 +181,9 @@ class RemoteRuntime:
     def connect(cls, base_url: str, name: str = "", api_key: str | None = None,
                 fallback_window: int = 8192, *, idle_timeout_s: float = STREAM_IDLE_TIMEOUT_S,
                 start_timeout_s: float | None = None, answer_limit_bytes: int | None = None,
-                answer_timeout_s: float = REQUEST_TIMEOUT_S) -> RemoteRuntime:
+                answer_timeout_s: float = REQUEST_TIMEOUT_S, deadline_s: float | None = None,
+                on_wait: OnWait | None = None,
+                cancel: threading.Event | None = None) -> RemoteRuntime:
         """Probe ``base_url`` and return the runtime for model ``name`` (empty: the
         server's first). The window is the server's when it says, else
         ``fallback_window`` (``window_source`` "server" or "config"). A server that cannot
@@ -191,12 +194,17 @@ class RemoteRuntime:
         (the probes, the calibration, the counts) holds at most ``answer_limit_bytes``
         decoded bytes (None: :data:`MAX_ANSWER_BYTES`, :data:`MAX_COUNT_ANSWER_BYTES` for
         a count) and ends within ``answer_timeout_s``, so a broken server cannot hold
-        ``connect`` or fill the memory.
+        ``connect`` or fill the memory; and all of them together end within
+        ``deadline_s`` (None: :data:`~.deadline.CONNECT_DEADLINE_S`; a calibration it
+        leaves no time for is skipped). While an answer is awaited, ``on_wait(path,
+        seconds)`` hears which and for how long (on this thread, once the connect has taken
+        :data:`~.deadline.SAY_WAIT_AFTER_S`), and setting ``cancel`` ends the wait.
         Raises ServerError (unreachable, key refused, unknown model, an answer too large
-        or too slow) or ValueError (not a URL)."""
+        or too slow, the deadline passed, cancelled) or ValueError (not a URL)."""
         started = time.perf_counter()
         http = _Http(base_url, api_key, answer_limit=answer_limit_bytes,
                      answer_timeout_s=answer_timeout_s)
+        http.clock = connect_clock(http.root, deadline_s, on_wait, cancel)
         try:
             server = _probe(http, base_url, only=name or None)
             model = _choose_model(server, name, http.address)
@@ -216,6 +224,8 @@ class RemoteRuntime:
         except BaseException:
             http.close()
             raise
+        finally:
+            http.clock = None  # counts and replies have bounds of their own
         runtime.load_time_s = time.perf_counter() - started
         log.info("connected to %s (%s, model %s): window %d (%s), counts %s, in %.2f s",
                  http.address, server.kind, model, window, source, server.counting,
@@ -232,6 +242,12 @@ class RemoteRuntime:
         body = {**self._chat_body(messages, None), "max_tokens": 1, "temperature": 0.0}
         try:
             answer = self._http.post("/v1/chat/completions", body)
+        except ConnectCancelled:
+            raise
+        except ConnectExpired:  # the probes took the connect's time: the replies calibrate it
+            log.warning("%s: no time was left to calibrate the token estimate while connecting "
+                        "(within %g s)", self.where, self._http.clock.deadline_s)
+            return
         except (ServerError, PromptTooLongError) as exc:
             # an optimisation: the first replies calibrate it too, if the server reports
             log.warning("%s: could not calibrate the token estimate: %s", self.where, exc)

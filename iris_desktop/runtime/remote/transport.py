@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from typing import Any
 
 import httpx
@@ -30,6 +31,7 @@ from ..http import (
     size_words,
 )
 from .address import clean_api_key, refuse_query, server_address
+from .deadline import ConnectClock
 
 
 class ServerRefused(ServerError):
@@ -77,8 +79,13 @@ class _Http:
 
     An answer read whole (:meth:`get`, :meth:`post`) is bounded by ``answer_limit``
     decoded bytes (None: :data:`MAX_ANSWER_BYTES`, :data:`MAX_COUNT_ANSWER_BYTES` for a
-    count) and ``answer_timeout_s`` for the whole exchange (``runtime.http``).
+    count) and ``answer_timeout_s`` for the whole exchange (``runtime.http``); while
+    ``clock`` is set (a connect), by what is left of its deadline too, and waited for
+    through it (:class:`~.deadline.ConnectClock`: what is awaited is said, a cancel heard).
     """
+
+    #: the connect under way, if any (set by the one who connects, then cleared)
+    clock: ConnectClock | None = None
 
     def __init__(self, base_url: str, api_key: str | None, *, answer_limit: int | None = None,
                  answer_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
@@ -120,11 +127,21 @@ class _Http:
         the server says does not fit)."""
         cap = self.answer_limit or _LIMITS.get(path, MAX_ANSWER_BYTES)
         limit = min(cap, limit) if limit else cap
+        clock = self.clock
+        timeout = (self.answer_timeout_s if clock is None
+                   else clock.timeout_for(path, self.answer_timeout_s))
+        sent = time.monotonic()
         try:
             request = self.client.build_request(method, self.url(path), json=body)
-            response = read_answer(self.client, request, limit=limit,
-                                   timeout_s=self.answer_timeout_s)
+
+            def read() -> Any:
+                return read_answer(self.client, request, limit=limit, timeout_s=timeout)
+
+            response = read() if clock is None else clock.wait(path, read)
         except AnswerError as exc:
+            if isinstance(exc, AnswerTooSlow) and clock is not None \
+                    and timeout < self.answer_timeout_s:  # the connect's time ran out, not its own
+                raise clock.expired(path, time.monotonic() - sent) from None
             raise ServerError(self._bound_error(exc, path)) from None
         except httpx.HTTPError as exc:
             raise ServerError(_failure(self.address, exc)) from None
