@@ -227,7 +227,8 @@ def _add_runtime_commands(sub: Any) -> None:
                    help="remove the partial download of FILE and exit (contacts nothing)")
     m.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
     m = msub.add_parser("token", help="save a hub token (for gated or private models) in the OS "
-                        "keyring, read without echo or from standard input; contacts nothing")
+                        "keyring, read without echo or from standard input; contacts nothing (sent instead "
+                        "of HF_TOKEN, which huggingface.co gets otherwise)")
     m.add_argument("--remove", action="store_true", help="forget the saved token")
 
     p = sub.add_parser("compact", help="compact a thread now and print the event")

@@ -45,9 +45,10 @@ def load_corpus(path: Path) -> list[dict]:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch, tmp_path):
-    """No IRIS_* variable leaks in from the developer's shell; IRIS_HOME is a temp dir."""
+    """No IRIS_* variable (nor a hub token, which huggingface.co would get) leaks in from
+    the developer's shell; IRIS_HOME is a temp dir."""
     for key in list(os.environ):
-        if key.startswith("IRIS_"):
+        if key.startswith("IRIS_") or key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("IRIS_HOME", str(tmp_path / "iris-home"))
     # the bundled model's 8-bit copy (model.q8_weights), written once per machine, as

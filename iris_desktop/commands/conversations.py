@@ -142,26 +142,29 @@ def switch(args, overrides) -> int:
 def threads(args, overrides) -> int:
     """Threads with cached token totals (every branch's messages; a chat with branches
     says how many are on the one shown). A listing counts at most LISTING_COUNT_CHARS of
-    text not counted yet (newest first) and says how many messages remain uncounted."""
+    text not counted yet (newest first) and says how many messages remain uncounted.
+    Totals are marked "≈" exactly when the window marks its numbers so
+    (:func:`counted_exactly`)."""
     from iris_desktop.core.engine import ensure_counts
 
     with open_host(args, overrides) as host:
         host.hold_remote = True  # a listing sends no chat to another machine: estimated
         _maybe_load_model(host, args)
-        counter = host.planner().counter
+        planner = host.planner()
+        counter, exact = planner.counter, counted_exactly(planner)
         store = host.store
         ensure_counts(store, counter, store.uncounted(counter.name, LISTING_COUNT_CHARS))
         rows = []
         for thread in store.threads():
             tokens, uncounted = store.thread_token_total(thread["id"], counter.name)
             rows.append({**thread, "tokens": tokens, "uncounted_messages": uncounted,
-                         "counter": counter.name})
+                         "counter": counter.name, "exact": exact})
     if args.json:
         print(dump_json(rows, indent=2))
         return EXIT_OK
     if not rows:
         print("no threads yet")
-    about = "" if getattr(counter, "exact", False) else "≈"  # no model: estimated, as the window marks them
+    about = "" if exact else "≈"
     for row in rows:
         tokens = f"{about}{row['tokens']:,} tokens" + (
             f" (+{row['uncounted_messages']:,} messages not counted yet)"
@@ -172,3 +175,18 @@ def threads(args, overrides) -> int:
         print(f"{row['id']:>5}  {count:<15}  {tokens:<46} "
               f"{show_untrusted(row['title'])}{branches}")
     return EXIT_OK
+
+
+def counted_exactly(planner) -> bool:
+    """Whether the counts of ``planner``'s counter are the model's own, as the window's
+    meter and inspector (and ``context``'s ``prompt_exact``) call them: an exact counter,
+    or the loaded runtime's own tokenizer, with which the planner counts each request
+    whole (``core.planner``; a template's framing goes to the system part, never into a
+    message's count). False ("≈"): the heuristic, tiktoken, or a server's counts scaled
+    from tiktoken. (``threads`` marked a chat "≈" under the bundled model, whose Jinja
+    template makes ``counter.exact`` False, while the meter called the same counts exact.)"""
+    if getattr(planner.counter, "exact", False):
+        return True
+    runtime = planner.runtime
+    return bool(runtime is not None and runtime.capabilities.exact_counts
+                and runtime.counter().name == planner.counter.name)

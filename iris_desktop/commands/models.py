@@ -160,12 +160,13 @@ def _hub_files(files: list, as_json: bool) -> int:
 
 
 def _hub_token(hub_url: str, remove: bool) -> int:
-    """``models token``: the hub's token into the OS keyring (as a server's API key)."""
+    """``models token``: the hub's token into the OS keyring (as a server's API key); when
+    HF_TOKEN (or HUGGING_FACE_HUB_TOKEN) would go to this hub too, which one is sent."""
     from getpass import getpass
 
     from keyring.errors import KeyringError
 
-    from iris_desktop.runtime.hub import set_hub_token
+    from iris_desktop.runtime.hub import set_hub_token, token_variable
 
     token = ""
     if not remove:
@@ -177,8 +178,14 @@ def _hub_token(hub_url: str, remove: bool) -> int:
     except (KeyringError, ValueError) as exc:
         raise CliError(f"the keyring did not keep the token ({exc})", EXIT_FAIL) from None
     # (forgotten, or none was kept, or there is no keyring to keep one: either way, none now)
-    say(f"iris-desktop: no token is kept for {hub_url} now" if remove
-        else f"iris-desktop: saved the token in the keyring for {hub_url}", file=sys.stderr)
+    variable = token_variable(hub_url)  # the environment's token, for huggingface.co only
+    if remove:
+        said = f"no token is kept for {hub_url} now" + (
+            f"; the token in {variable} is sent to it instead" if variable else "")
+    else:
+        said = f"saved the token in the keyring for {hub_url}" + (
+            f" (it is sent instead of the one in {variable})" if variable else "")
+    say(f"iris-desktop: {said}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -14,8 +14,10 @@ Only when the user asks (Model ▸ Download…, ``iris-desktop models search`` a
   (Hugging Face's CDN), with ``Range`` to resume.
 
 What is sent: the search text, the repository and file names, and the token when the user
-saved one (OS keyring, like a server's API key; it goes to the hub only: httpx drops it
-when the redirect leaves the hub's origin). The usual proxy variables (``HTTPS_PROXY``,
+saved one (OS keyring, like a server's API key) or, for https://huggingface.co only and
+when the keyring holds none, the one in ``HF_TOKEN`` (then ``HUGGING_FACE_HUB_TOKEN``), as
+the Hugging Face tools read it (:mod:`.token`); it goes to the hub only: httpx drops it
+when the redirect leaves the hub's origin. The usual proxy variables (``HTTPS_PROXY``,
 ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) are honoured here, for people behind a
 proxy; a local model server (``runtime.remote``) stays proxy-free.
 
@@ -56,23 +58,25 @@ Every failure is a :class:`HubError`: one sentence, a ``kind`` (``network``, ``h
 the user to resume or remove (:func:`discard_partial`, which takes the download's lock: it
 refuses, kind ``busy``, while that file downloads in another window or command).
 
-The package, one idea a module: :mod:`.client` (the hub's HTTP API, the token, the
-listings and their validation, :class:`HubError`), :mod:`.catalog` (the recommended
-models and whether one fits this computer's memory), :mod:`.records` (where a download
-goes, its partial file and what was verified of it), :mod:`.lock` (one download of a
-file at a time), :mod:`.downloading` (download, resume, verify, name) and
-:mod:`.progress` (how far a download is). The names below are the ones used outside it.
+The package, one idea a module: :mod:`.client` (the hub's HTTP API, the listings and
+their validation, :class:`HubError`), :mod:`.token` (the hub's token and where it came
+from), :mod:`.catalog` (the recommended models and whether one fits this computer's
+memory), :mod:`.records` (where a download goes, its partial file and what was verified
+of it), :mod:`.lock` (one download of a file at a time), :mod:`.downloading` (download,
+resume, verify, name) and :mod:`.progress` (how far a download is). The names below are
+the ones used outside it.
 """
 
 from __future__ import annotations
 
 from ..cpu import system_memory_bytes
 from .catalog import CHAT_PIPELINES, RECOMMENDED, Recommended, fits_in_memory, not_for_chat, not_for_chat_words
-from .client import HubClient, HubError, HubFile, HubRepo, get_hub_token, set_hub_token
+from .client import HubClient, HubError, HubFile, HubRepo
 from .downloading import download
 from .lock import discard_partial
 from .progress import DownloadProgress
 from .records import download_record, download_target, name_problem, partial_state, verified_words
+from .token import HubToken, get_hub_token, hub_token, set_hub_token, token_variable
 
 __all__ = [
     "CHAT_PIPELINES",
@@ -82,6 +86,7 @@ __all__ = [
     "HubError",
     "HubFile",
     "HubRepo",
+    "HubToken",
     "Recommended",
     "discard_partial",
     "download",
@@ -89,11 +94,13 @@ __all__ = [
     "download_target",
     "fits_in_memory",
     "get_hub_token",
+    "hub_token",
     "name_problem",
     "not_for_chat",
     "not_for_chat_words",
     "partial_state",
     "set_hub_token",
     "system_memory_bytes",
+    "token_variable",
     "verified_words",
 ]

@@ -1,6 +1,6 @@
-"""The hub's HTTP API (a search, a repository's files, a file's address), the token saved
-for a hub, and what a listing says, checked: a repository or file name that cannot be
-one, a size or sha256 that cannot be right. Every failure of the package is a
+"""The hub's HTTP API (a search, a repository's files, a file's address) with the hub's
+token (:mod:`.token`), and what a listing says, checked: a repository or file name that
+cannot be one, a size or sha256 that cannot be right. Every failure of the package is a
 :class:`HubError`."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from urllib.parse import quote
 import httpx
 
 from iris_desktop import __version__
-from iris_desktop.keyring_secrets import delete_secret, get_secret, set_secret
 
 from ..http import (
     AnswerError,
@@ -32,7 +31,8 @@ from ..http import (
     shown_address,
     size_words,
 )
-from ..remote.address import KEYRING_SERVICE, server_address
+from ..remote.address import server_address
+from .token import HubToken, hub_token
 
 log = logging.getLogger("iris.runtime.hub")
 
@@ -152,39 +152,6 @@ class HubFiles(list):
 
 
 # ---------------------------------------------------------------------------
-# the token
-
-
-def _token_user(hub_url: str) -> str:
-    return f"hub {server_address(hub_url)}"
-
-
-def get_hub_token(hub_url: str) -> str | None:
-    """The token saved for the hub at ``hub_url``; None when there is none or no usable
-    keyring (said in the log)."""
-    try:
-        user = _token_user(hub_url)
-    except ValueError as exc:
-        log.info("keyring: no hub token for %s: %s", hub_url, exc)
-        return None
-    return get_secret(KEYRING_SERVICE, user, f"the token for {user}")
-
-
-def set_hub_token(hub_url: str, token: str) -> None:
-    """Save ``token`` for the hub (empty: forget it). Raises keyring.errors.KeyringError
-    saying why when the keyring refuses, ValueError for an address that is not a URL."""
-    user = _token_user(hub_url)
-    set_secret(KEYRING_SERVICE, user, token, f"the token for {user}")
-
-
-def delete_hub_token(hub_url: str) -> None:
-    """Forget the hub's token (nothing saved: nothing to do; a keyring that cannot be
-    asked is said in the log)."""
-    user = _token_user(hub_url)
-    delete_secret(KEYRING_SERVICE, user, f"the token for {user}")
-
-
-# ---------------------------------------------------------------------------
 # the client
 
 
@@ -237,12 +204,13 @@ def _describe(exc: httpx.HTTPError) -> str:
 
 
 class HubClient:
-    """Requests to one hub: its address, the token (when given) and the environment's
+    """Requests to one hub: its address, the token (when given: a string, or a
+    :class:`~.token.HubToken` that says where it came from) and the environment's
     proxies (``trust_env=True``: unlike a model server's client, the hub needs them
     behind a corporate proxy). Redirects are followed (the file host is another origin,
     and httpx does not send it the token)."""
 
-    def __init__(self, hub_url: str = DEFAULT_HUB_URL, token: str | None = None, *,
+    def __init__(self, hub_url: str = DEFAULT_HUB_URL, token: str | HubToken | None = None, *,
                  answer_limit: int = MAX_LISTING_BYTES,
                  answer_timeout_s: float = LISTING_TIMEOUT_S) -> None:
         self.answer_limit = int(answer_limit)
@@ -257,9 +225,13 @@ class HubClient:
             raise HubError(f"models.hub_url {hub_url!r} is not an http:// or https:// address.",
                            "address") from None
         self.root = url
+        #: the token sent, and where it came from (the sentence of a refusal names it)
+        self.token = HubToken(token) if isinstance(token, str) else token
+        if self.token is not None and not self.token.value:
+            self.token = None
         headers = {"User-Agent": f"iris-desktop/{__version__}"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token.value}"
         try:
             self.client = httpx.Client(
                 headers=headers, trust_env=True, follow_redirects=True,
@@ -270,8 +242,14 @@ class HubClient:
 
     @classmethod
     def for_settings(cls, hub_url: str) -> HubClient:
-        """A client for ``models.hub_url`` with the token saved for it, if any."""
-        return cls(hub_url, get_hub_token(hub_url) if (hub_url or "").strip() else None)
+        """A client for ``models.hub_url`` with its token, if any (:func:`~.token.hub_token`:
+        the keyring's for it, else HF_TOKEN or HUGGING_FACE_HUB_TOKEN for the Hugging Face
+        hub over HTTPS only); HubError (``address``) for a variable that holds no token."""
+        try:
+            token = hub_token(hub_url)
+        except ValueError as exc:
+            raise HubError(f"{exc}.", "address") from None
+        return cls(hub_url, token)
 
     # -- JSON --
 
@@ -322,6 +300,11 @@ class HubClient:
 
     def _status_error(self, response: httpx.Response, what: str, partial: Path | None = None) -> HubError:
         status = response.status_code
+        if status in (401, 403) and self.token is not None:  # which token, and what to do about it
+            return HubError(f"The model hub {self.address} refused access to {what} (HTTP {status}) "
+                            f"with {self.token.words}: the token may be wrong or expired, or the "
+                            "model gated and its license not accepted with that account; accept "
+                            f"it on the hub's page, or {self.token.fix}.", "auth", partial, status)
         if status in (401, 403):
             return HubError(f"The model hub {self.address} refused access to {what} (HTTP {status}): "
                             "the model may be gated or private; accept its license on the hub's "
