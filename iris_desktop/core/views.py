@@ -28,6 +28,7 @@ from iris_desktop.core.engine import (
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.recall import Recall
 from iris_desktop.core.store import Store, SummaryRow, row_to_message
+from iris_desktop.core.store.recovery import set_aside_files
 from iris_desktop.settings import PINNED, SETTINGS, Setting, Settings, SettingsError
 from iris_desktop.tokens import message_text
 
@@ -96,6 +97,9 @@ class Entry:
     attachments: list[tuple[str, int]] = field(default_factory=list)
     #: who spoke, when the message names its speaker (an imported group chat's ``name``)
     name: str = ""
+    #: a message whose stored text is damaged on disk (read with U+FFFD): what is wrong,
+    #: what it means and what can be done, in words for the user; "" when it reads whole
+    damaged: str = ""
 
     @property
     def speaker(self) -> str:
@@ -283,7 +287,24 @@ def load_transcript(store: Store, thread_id: int) -> list[Entry]:
     if (last is not None and last.kind == "message" and last.text
             and store.stopped_reply(thread_id) == last.message_id):  # (an assistant's, no calls)
         last.can_continue = True
+    damage = store.damaged  # found while reading these rows (or earlier on this Store)
+    hurt = [e for e in messages if e.message_id in damage]
+    remedy = damage_remedy(store) if hurt else ""
+    for entry in hurt:
+        entry.damaged = f"{damage[entry.message_id]}. {remedy}"
     return entries
+
+
+def damage_remedy(store: Store) -> str:
+    """What a message damaged on disk means for its chat and what can be done, true of
+    this history: ``recover`` is named only where it lists a copy set aside earlier (it
+    cannot mend a message; before, the user would have been sent to a list of none)."""
+    copies = len(set_aside_files(store.path))
+    remedy = (f"'iris-desktop recover' lists {copies:,} earlier cop{'y' if copies == 1 else 'ies'} "
+              "of the history Iris set aside, which may hold the text whole" if copies else
+              "Iris keeps no second copy of a message: a backup of the data folder, or an "
+              "export of this chat, may hold the text whole")
+    return f"The rest of the chat reads normally; Iris has changed nothing in the history. {remedy}."
 
 
 def message_states(engine: ContextEngine, request: ContextRequest) -> dict[int, str]:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt
 
 from iris_desktop.core.views import ROLE_LABELS, Entry
-from iris_desktop.ui.transcript_parts import badges, stopped_empty
+from iris_desktop.ui.transcript_parts import badges, damage_note, damage_tooltip, stopped_empty
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
 PAGE = 40  # entries laid out at first (a few screens), and revealed per scroll to an edge
@@ -33,6 +33,7 @@ class TranscriptModel(QAbstractListModel):
         self.expanded: set[str] = set()
         self._notices: list[tuple[int, Entry]] = []  # (anchor message id, entry)
         self._notice_seq = itertools.count(1)
+        self._damage_told: set[int] = set()  # damaged messages the chat's note named
 
     # -- Qt ------------------------------------------------------------------------------
 
@@ -49,6 +50,8 @@ class TranscriptModel(QAbstractListModel):
             return entry.copy_text()
         if role == Qt.ItemDataRole.AccessibleTextRole:
             return spoken(entry)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return damage_tooltip(entry)
         return None
 
     # -- reading -------------------------------------------------------------------------
@@ -98,12 +101,14 @@ class TranscriptModel(QAbstractListModel):
         self.beginResetModel()
         self._all, self._offset, self._end = [], 0, 0
         self._notices.clear()
+        self._damage_told.clear()
         self.expanded.clear()
         self.endResetModel()
 
     def set_entries(self, entries: list[Entry]) -> None:
         """Show ``entries`` (plus this session's notices). When the rows are the same
-        ones as now (a reload after a turn), only changed rows repaint: no flicker."""
+        ones as now (a reload after a turn), only changed rows repaint: no flicker.
+        Messages found damaged on disk are named once, in a note (:meth:`_tell_damage`)."""
         merged = self._with_notices(entries)
         if [e.key for e in merged] == [e.key for e in self._all]:
             for i, (old, new) in enumerate(zip(self._all, merged)):
@@ -112,11 +117,21 @@ class TranscriptModel(QAbstractListModel):
                     if self._offset <= i < self._end:
                         index = self.index(i - self._offset)
                         self.dataChanged.emit(index, index)
-            return
-        self.beginResetModel()
-        self._all = merged
-        self._offset, self._end = max(0, len(merged) - PAGE), len(merged)
-        self.endResetModel()
+        else:
+            self.beginResetModel()
+            self._all = merged
+            self._offset, self._end = max(0, len(merged) - PAGE), len(merged)
+            self.endResetModel()
+        self._tell_damage()
+
+    def _tell_damage(self) -> None:
+        """A note, once while the chat is open, naming its messages found damaged on disk
+        that no note named yet (each card has its badge): the user is told which, what
+        it means and what can be done, without a box to dismiss."""
+        new = [e for e in self._all if e.damaged and e.message_id not in self._damage_told]
+        if new:
+            self._damage_told.update(e.message_id for e in new)
+            self.add_notice(damage_note(new), error=False)
 
     def show_span(self, start: int, end: int) -> None:
         """Show the entries from ``start`` to ``end`` (a jump: Home, End, a search hit)."""
@@ -131,8 +146,12 @@ class TranscriptModel(QAbstractListModel):
             self.show_span(len(self._all) - PAGE, len(self._all))
 
     def _with_notices(self, entries: list[Entry]) -> list[Entry]:
+        """``entries`` with this session's notices in place. Notices among them (the rows
+        given again up to a cut: Regenerate, Edit) are left out and put back once: before,
+        each notice above the cut showed twice until the reply was saved."""
         if not self._notices:
             return list(entries)
+        entries = [entry for entry in entries if entry.kind != "notice"]
         out: list[Entry] = []
         pending = sorted(self._notices, key=lambda n: n[0])
         for entry in entries:

@@ -79,7 +79,36 @@ def badges(entry: Entry) -> list[tuple[str, str]]:
         found.append(("cut off — Continue goes on", "warn"))  # it looked finished (an audit)
     if entry.kind == "tool" and entry.error:
         found.append(("error", "error"))
+    if entry.damaged:
+        found.append((DAMAGED_BADGE, "error"))
     return found
+
+
+#: the badge of a message whose stored text is damaged on disk (its tooltip says more)
+DAMAGED_BADGE = "damaged on disk"
+#: how the chat's note names a damaged message, by role
+_WHICH = {"user": "your message", "assistant": "Iris's reply", "tool": "a tool's result",
+          "system": "a system message"}
+
+
+def damage_note(damaged: list[Entry]) -> str:
+    """The one note a chat opened with messages damaged on disk gets (their cards have
+    the badge): which ones, what it means and what can be done (``Entry.damaged``). The
+    app showed � and said nothing (only the CLI named them)."""
+    names = [_WHICH.get(e.role, "a message") + (f" in turn {e.turn}" if e.turn else "")
+             for e in damaged[:5]]
+    if len(damaged) == 1:
+        return f"{names[0][0].upper()}{names[0][1:]} is damaged on disk: {damaged[0].damaged}"
+    more = len(damaged) - len(names)
+    listed = ", ".join(names[:-1]) + (f", {names[-1]} and {more:,} more" if more
+                                      else f" and {names[-1]}")
+    return (f"{len(damaged):,} messages of this chat are damaged on disk (marked on their "
+            f"cards): {listed}; in each, {damaged[0].damaged}")
+
+
+def damage_tooltip(entry: Entry) -> str | None:
+    """What hovering a damaged message's card says; None for a sound one."""
+    return f"Damaged on disk: {entry.damaged}" if entry.damaged else None
 
 
 def paint_badges(painter: QPainter, entry: Entry, x: int, header: QRect, pal: QPalette,
