@@ -50,6 +50,7 @@ from iris_desktop.core.engine import (
     summary_block,
 )
 from iris_desktop.core.events import (
+    ELSEWHERE,
     CompactionEvent,
     CompactionFinished,
     CompactionStarted,
@@ -288,13 +289,13 @@ class Compactor:
         holder = self.store.take_compaction_lease(thread_id, token, lease_s)
         if holder is not None:
             since = time.strftime("%H:%M:%S", time.localtime(holder["acquired_at"]))
-            return self._skip(thread_id, trigger, f"another Iris process (pid {holder['pid']}) "
+            return self._skip(thread_id, trigger, f"{ELSEWHERE} (pid {holder['pid']}) "
                               f"has been compacting this thread since {since}; this one "
                               "skipped, and uses its summary once it is saved")
         try:
             latest = self.store.latest_summary(thread_id)
             if not force and (latest and latest.id) != (seen and seen.id):
-                return self._skip(thread_id, trigger, "another Iris process compacted this "
+                return self._skip(thread_id, trigger, f"{ELSEWHERE} compacted this "
                                   "thread just now; its summary is used")
             event, record = CompactionEvent(trigger), None
             self._thread_id = thread_id

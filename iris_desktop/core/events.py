@@ -17,6 +17,9 @@ from typing import Any
 from iris_desktop.core.engine import ContextRequest
 from iris_desktop.generation import GenerationStats
 
+#: how the reason of a compaction skipped for another process's begins (:attr:`CompactionEvent.elsewhere`)
+ELSEWHERE = "another Iris process"
+
 
 @dataclass
 class CompactionEvent:
@@ -43,6 +46,12 @@ class CompactionEvent:
     last_turn: int | None = None
     fallback: str | None = None
     extracted_last_turn: int | None = None
+
+    @property
+    def elsewhere(self) -> bool:
+        """Skipped because another Iris process compacts (or just compacted) the thread:
+        its summary is the one used, and :attr:`error` says so (:data:`ELSEWHERE`)."""
+        return self.outcome == "skipped" and (self.error or "").startswith(ELSEWHERE)
 
     def row(self) -> dict[str, Any]:
         """The columns stored in ``compaction_events``."""

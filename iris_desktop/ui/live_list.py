@@ -80,7 +80,13 @@ class LiveList:
             self._gone(tid, before[tid][0])
         elif changed:
             self.reload_transcript()
-            self.app_state.report_request(None)  # the meter, states, inspector: planned anew
+            # the meter, states, inspector: planned anew (and the status bar's sentence
+            # about the request planned before goes: "165 older turns are not sent")
+            self.app_state.report_request(None)
+            if _summarized(before.get(tid), self._rows[tid]):  # it was not said anywhere
+                self.app_state.show_background(
+                    f"Another Iris process summarized the earlier turns of “{self._rows[tid][0] or 'Untitled'}”; "
+                    "its summary is used from now on", 12_000)
 
     def _answering(self, thread_id: int) -> bool:
         """This window is answering (or compacting) in ``thread_id``, or in a chat it has
@@ -103,6 +109,12 @@ class LiveList:
         self.composer.add_attachments(files)
         self.app_state.show_message(f"“{title or 'Untitled'}” was deleted in another Iris window "
                                     "or by a command; what you typed for it is kept here", 12_000)
+
+
+def _summarized(before: tuple | None, now: tuple) -> bool:
+    """A new summary in the chat (its newest summary's id grew): another process compacted
+    it (what this window saved itself is not taken for a change)."""
+    return before is not None and now[5] is not None and (before[5] is None or now[5] > before[5])
 
 
 def _rows(threads: list[dict[str, Any]]) -> dict[int, tuple]:

@@ -41,6 +41,7 @@ from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import NO_MODEL, AppState
 from iris_desktop.ui.composer import Composer
 from iris_desktop.ui.model_thread import CompactJob, ModelThread, ShellQuestion, TurnJob
+from iris_desktop.ui.request_status import RequestStatus, compacted_elsewhere
 from iris_desktop.ui.server_dialog import confirm_send, hold_conversation
 from iris_desktop.ui.shell_confirm import ShellConfirm
 from iris_desktop.ui.transcript import TranscriptView
@@ -66,6 +67,7 @@ class TurnControl(QObject, TurnListener):
         self.compacting = False
         self._compacted = ""  # what the last compaction of this turn did, for the status bar
         self._compaction_outcome: str | None = None  # ok | failed | skipped, this turn's
+        self._elsewhere = False  # skipped: another process compacts the chat (it says so)
         self._replied = False  # this turn saved a reply: a compaction now is background work
         self._answer: str | None = None  # the text of the last reply this turn saved
         self._refused = False  # this turn was refused before anything of it was stored
@@ -80,16 +82,8 @@ class TurnControl(QObject, TurnListener):
         self._last_rate: float | None = None
         self._flush_timer = QTimer(self, singleShot=True, interval=STREAM_FLUSH_MS)
         self._flush_timer.timeout.connect(self._flush_tokens)
-        #: the chat the status bar's sentence is about (turns left out, cut off…)
-        self._status_thread: int | None = None
-        app_state.threadChanged.connect(self._thread_changed)
-
-    def _thread_changed(self, thread_id: int | None) -> None:
-        """Another chat opened (or the one shown deleted): a sentence about the one a turn
-        ended in ("9,978 older turns are not sent") no longer holds."""
-        if self._status_thread not in (None, thread_id) and not self.generating:
-            self._status_thread = None
-            self.app_state.show_status(self._idle())
+        #: the status bar's sentence about the chat a turn ended in, until it no longer holds
+        self.request_status = RequestStatus(app_state, self._idle, self)
 
     def _idle(self) -> str:
         """The status bar's word with nothing under way: the model's state, not always
@@ -326,6 +320,7 @@ class TurnControl(QObject, TurnListener):
         self.app_state.busy(None)
         self._compacted = event.event.plain()
         self._compaction_outcome = event.event.outcome
+        self._elsewhere = compacted_elsewhere(event.event)
         if self._summary_notice is not None:  # what the wait was for, said where it was
             self.transcript.reword_notice(self._summary_notice, self._compacted)
             self._summary_notice = None
@@ -341,16 +336,18 @@ class TurnControl(QObject, TurnListener):
         dropped = dropped_status(event.next_request, self._compaction_outcome)
         if event.thread_id not in (state.thread_id, -1):  # another chat is open now: a
             dropped = None  # sentence about the one answered would be read as about it
+        elif self._elsewhere:  # skipped: another process compacts it, and says so (not
+            dropped = self._compacted  # "Compaction skipped: 165 older turns are not sent")
         if not self.compacting:  # what the turn ended with; a compaction says what it did
             cut = cut_off(event.stats, state.settings["model.max_tokens"],
                           (state.model_info or {}).get("n_ctx"))
             empty = None if only_thought(event.stats) else wrote_nothing(
                 self._answer, event.finish_reason)
-            state.show_status({"cancelled": "Stopped", "error": "Not sent" if self._refused
-                               else "Failed"}.get(
+            said = {"cancelled": "Stopped", "error": "Not sent" if self._refused else "Failed"}.get(
                 event.finish_reason, ("Cut off" if cut else "No answer" if empty else None)
-                or dropped or self._compacted or self._rate_text() or self._idle()))
-            self._status_thread = event.thread_id
+                or dropped or self._compacted or self._rate_text() or self._idle())
+            state.show_status(said)  # about the request planned now: it goes once replanned
+            self.request_status.said(event.thread_id, said, said == dropped)
             if cut:  # the whole sentence while it is news; the state stays
                 state.show_message(f"Cut off: {cut}; right-click the reply ▸ Continue goes on",
                                    15_000)
@@ -362,7 +359,7 @@ class TurnControl(QObject, TurnListener):
                                    "the reply, or Shift+F10), or ask again in other words",
                                    15_000)
         self._compacted, self._answer = "", None  # (Compact now ends with a TurnDone too)
-        self._compaction_outcome = None
+        self._compaction_outcome, self._elsewhere = None, False
         state.threads_changed()
         # the new messages join the semantic index, and the open thread's transcript
         state.messages_saved(event.thread_id)
