@@ -197,7 +197,7 @@ def _add_runtime_commands(sub: Any) -> None:
                        help="send the message in place of this earlier message of yours: a new "
                        "branch from there, the old one kept (needs --thread)")
     again.add_argument("--continue", dest="continue_reply", action="store_true",
-                       help="go on with the thread's stopped or cut-off last reply (needs --thread)")
+                       help="go on with the thread's stopped, failed or cut-off last reply (needs --thread)")
     p.add_argument("message", nargs="?", help="the message; '-' reads it from standard input")
 
     p = sub.add_parser("models", help="the model library: the bundled model, downloaded models, "

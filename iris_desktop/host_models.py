@@ -110,6 +110,23 @@ def model_path_for(settings: Settings, models_dir: Path, *,
     return Path(configured).expanduser()
 
 
+def missing_model_words(settings: Settings) -> str:
+    """Why a ``model.path`` with no file behind it cannot load, where it was set, and the
+    way out (before: "file not found", and the next start the same)."""
+    from iris_desktop.settings import lookup
+
+    source, variable = settings.sources.get("model.path"), lookup("model.path").env_var
+    if source == "env":
+        return (f"file not found (model.path from {variable}); set {variable} to a GGUF file that is "
+                "there, or unset it")
+    if source == "cli":
+        return "file not found (model.path from --set or --model); give a GGUF file that is there"
+    where = f" in {settings.config_path}" if source == "file" else ""
+    return (f"file not found (model.path{where}); set model.path to a GGUF file that is there, or "
+            f"back to the model that came with Iris ('iris-desktop config set model.path {BUNDLED}', "
+            "or Model ▸ Models… in the window)")
+
+
 def _set_up(settings: Settings, models_dir: Path, stage: Callable[[str], Any] | None,
             progress: Callable[[float], Any] | None) -> tuple[Path, float]:
     """The GGUF to load, and the seconds it took to set up (0.0: it was there): the
@@ -174,6 +191,8 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
     from iris_desktop.runtime.model import LocalModel
 
     path, setup_s = _set_up(settings, paths.models_dir, stage, progress)
+    if settings["model.path"] != BUNDLED and not path.exists():
+        raise ModelError(path, missing_model_words(settings))
     try:
         info = read_gguf_info(path)
     except GGUFError:

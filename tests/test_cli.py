@@ -185,7 +185,7 @@ def test_an_empty_message_and_a_continue_with_nothing_stopped_are_refused_before
     assert run(capsys, *data, "import", str(source))[0] == 0
     code, out, err = run(capsys, *data, "--set", "model.path=/nonexistent.gguf", "chat", "--thread", "1",
                          "--continue")
-    assert code == 2 and "thread 1's last reply is complete (not stopped or cut off); there is " \
+    assert code == 2 and "thread 1's last reply is complete (not stopped, failed or cut off); there is " \
         "nothing to continue" in err
     code, out, err = run(capsys, *data, "--set", "model.path=/nonexistent.gguf", "chat", "--thread", "1",
                          "--edit", "999", "Hello")

@@ -268,3 +268,30 @@ def test_the_way_back_to_the_bundled_model_still_works(capsys, tmp_path):
     assert code == 0 and out.startswith("model.path = bundled  (the default;") and err == "", err
     code, out, _ = run_cli(capsys, "--data-dir", data, "config", "get", "model.path")
     assert (code, out) == (0, "bundled\n")
+
+
+def test_a_model_path_with_no_file_says_where_it_was_set_and_the_way_back(capsys, tmp_path, monkeypatch):
+    """A settings file an older Iris saved with a missing model (or a variable, or --set):
+    the start said only "cannot load the model: /missing.gguf: file not found"."""
+    data = tmp_path / "data"
+    data.mkdir()
+    config = data / "config.toml"
+    config.write_text('[model]\npath = "/nonexistent/x.gguf"\n')
+    code, out, err = run_cli(capsys, "--data-dir", data, "chat", "Hi")
+    assert code == 1 and out == "" and one_sentence(err)
+    assert err == (f"iris-desktop: cannot load the model: /nonexistent/x.gguf: file not found (model.path "
+                   f"in {config}); set model.path to a GGUF file that is there, or back to the model that "
+                   "came with Iris ('iris-desktop config set model.path bundled', or Model ▸ Models… in "
+                   "the window)\n")
+    monkeypatch.setenv("IRIS_MODEL_PATH", "/nonexistent/y.gguf")
+    code, out, err = run_cli(capsys, "--data-dir", data, "chat", "Hi")
+    assert code == 1 and err == ("iris-desktop: cannot load the model: /nonexistent/y.gguf: file not found "
+                                 "(model.path from IRIS_MODEL_PATH); set IRIS_MODEL_PATH to a GGUF file "
+                                 "that is there, or unset it\n")
+    monkeypatch.delenv("IRIS_MODEL_PATH")
+    code, out, err = run_cli(capsys, "--data-dir", data, "--set", "model.path=/nonexistent/z.gguf", "chat", "Hi")
+    assert code == 1 and err.endswith("/nonexistent/z.gguf: file not found (model.path from --set or --model); "
+                                      "give a GGUF file that is there\n")
+    # the way back the sentence names works, and nothing of the history was touched
+    assert run_cli(capsys, "--data-dir", data, "config", "set", "model.path", "bundled")[0] == 0
+    assert "/nonexistent" not in config.read_text()

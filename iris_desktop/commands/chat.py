@@ -411,7 +411,7 @@ def chat(args, overrides) -> int:
                 raise CliError(f"message {args.edit} is not a message of yours on thread "
                                f"{args.thread}'s active branch; nothing was sent or stored")
             if args.continue_reply and host.store.stopped_reply(args.thread) is None:
-                raise CliError(f"thread {args.thread}'s last reply is complete (not stopped or cut "
+                raise CliError(f"thread {args.thread}'s last reply is complete (not stopped, failed or cut "
                                "off); there is nothing to continue")
         runtime = _load(host)
         say_where(runtime)

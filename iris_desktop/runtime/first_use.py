@@ -167,7 +167,7 @@ def gpu_failure(model: Any, exc: BaseException, during: str = "a reply") -> GpuF
     log.error("%s failed during %s (%s); switched off %s", plan.device.label, during, error,
               "for this run of Iris" if runs < FAILED_RUNS_OFF else f"until its driver changes ({runs} runs in a row)")
     failed = GpuFailed(plan.device.label, error, "the reply" if during == "a reply" else during,
-                       runs=runs if runs >= FAILED_RUNS_OFF else 1, again=checks.again())
+                       runs=runs if runs >= FAILED_RUNS_OFF else 1, again=checks.again(plan.device))
     model.gpu_failed = str(failed)
     return failed
 

@@ -99,7 +99,6 @@ class GpuChecks:
 
     def __init__(self, path: str | os.PathLike[str] | None):
         self.path = Path(path) if path is not None else None
-        self._failed: Device | None = None  # the device :meth:`failed_in_use` saw last
 
     @staticmethod
     def key(device: Device) -> str:
@@ -173,7 +172,6 @@ class GpuChecks:
         return in how many runs of Iris in a row it has (this one counted once): below
         :data:`FAILED_RUNS_OFF` it is off for this run only, from it until its driver
         changes, with a reason that says how to check it again (:meth:`again`)."""
-        self._failed = device
         entry = self.recorded(device)
         streak = _streak(entry)
         runs = streak.get("failed_runs", 0) + int(streak.get("last_failed_run") != THIS_RUN)
@@ -189,10 +187,11 @@ class GpuChecks:
                         failed_runs=runs)
         return runs
 
-    def again(self, device: Device | None = None) -> str:
-        """How the user has ``device`` (the one :meth:`failed_in_use` saw last, when not
-        given) checked again, in a few words: the command that forgets its record."""
-        return f"run '{check_again_command(device or self._failed)}' to check it again"
+    @staticmethod
+    def again(device: Device) -> str:
+        """How the user has ``device`` checked again, in a few words: the command that
+        forgets its record."""
+        return f"run '{check_again_command(device)}' to check it again"
 
     def entries(self) -> dict[str, Any]:
         """Every record, by key, as written (none: no file); raises OSError, ValueError or
