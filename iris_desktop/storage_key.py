@@ -519,6 +519,9 @@ def _decided_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) 
     seen = file_salt(path)
     try:
         key = _existing_key(path, env, ask, seen)
+        if replaced_since(path, seen):  # a rekey ended while it was asked: which file did it open?
+            check_key(path, key)  # (the new passphrase, typed after it: this one)
+            seen = file_salt(path)
     except KeyRejected:
         if replaced_since(path, seen):
             raise KeyChanged(path) from None

@@ -243,3 +243,36 @@ def test_the_window_says_a_connect_s_deadline_in_its_error_box(
     assert text.startswith(f"the server at http://{server.address} did not finish connecting "
                            "within 1.5 s"), text
     assert waited_for(text) == asked[-1]
+
+
+def test_the_server_dialogs_test_connection_says_what_it_waits_for(qtbot, monkeypatch):
+    """Model ▸ Server…'s "Test connection" had the deadline but said only "Connecting to …"
+    however long a request waited."""
+    from iris_desktop.ui.server_dialog import ServerDialog
+
+    say_waits_at_once(monkeypatch)
+    with SlowServer("openai", delay_s=0.0, delays={"/v1/models": 1.5}) as server:
+        dialog = ServerDialog()
+        qtbot.addWidget(dialog)
+        dialog.url.setText(server.base_url)
+        dialog.test()
+        expected = f"Connecting to {server.address}… waiting for /v1/models ("
+        qtbot.waitUntil(lambda: dialog.result.text().startswith(expected), timeout=20_000)
+        qtbot.waitUntil(lambda: dialog.info is not None, timeout=30_000)
+    assert dialog.result.text().startswith("openai server at ")  # the answer replaces the wait
+    dialog.reject()
+
+
+def test_a_cancel_without_words_to_say_does_not_spin(monkeypatch):
+    """A review: with a cancel to watch but no ``on_wait``, the wait looped without
+    sleeping once the time to speak had passed (637,899 turns of the loop in 1.5 s).
+    Counted, not timed: the cancel is looked at about once per CANCEL_POLL_S."""
+    monkeypatch.setattr(connect_deadline, "SAY_WAIT_AFTER_S", 0.0)
+    cancel = threading.Event()
+    looks = []
+    real = cancel.is_set
+    cancel.is_set = lambda: looks.append(1) or real()
+    clock = connect_deadline.connect_clock("http://127.0.0.1:9", 30, cancel=cancel)
+    finished = threading.Event()
+    clock.wait("/v1/models", lambda: finished.wait(1.0))
+    assert len(looks) <= 1.0 / connect_deadline.CANCEL_POLL_S + 3

@@ -51,3 +51,42 @@ def test_two_processes_changing_the_records_lose_nothing(tmp_path):
     assert set(kept) == written  # each writer's every record, the forgotten ones gone
     compute = json.loads(path.with_name("gpu-compute.json").read_text())["compute"]
     assert len(compute) == 2 * ROUNDS
+
+
+def _fails_in_use(path: str, run: str, both_read, counted) -> None:
+    """One run of Iris whose reply fails on the GPU: it reads the count, waits (at most
+    2 s) for the other run to have read it too, then writes its own."""
+    import threading
+
+    from iris_desktop.runtime import gpu_records
+
+    gpu_records.THIS_RUN = run
+    real = GpuChecks.recorded
+
+    def recorded(self, device):
+        entry = real(self, device)
+        try:
+            both_read.wait(2)
+        except threading.BrokenBarrierError:  # the other run waits for the lock meanwhile
+            pass
+        return entry
+
+    GpuChecks.recorded = recorded
+    counted.put(GpuChecks(path).failed_in_use(_device(1), "a reply", "ErrorDeviceLost"))
+
+
+def test_two_runs_failing_at_once_count_two(tmp_path):
+    """A review: the count of runs that failed was read outside the lock, so two runs
+    failing on one GPU at once both counted one, and it was never switched off."""
+    path = tmp_path / "gpu-checks.json"
+    context = multiprocessing.get_context("spawn")
+    both_read, counted = context.Barrier(2), context.Queue()
+    runs = [context.Process(target=_fails_in_use, args=(str(path), f"run {n}", both_read, counted))
+            for n in (1, 2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(60)
+        assert run.exitcode == 0
+    assert sorted(counted.get(timeout=5) for _ in runs) == [1, 2]
+    assert json.loads(path.read_text())["checks"][GpuChecks.key(_device(1))]["failed_runs"] == 2

@@ -295,3 +295,26 @@ def test_a_model_path_with_no_file_says_where_it_was_set_and_the_way_back(capsys
     # the way back the sentence names works, and nothing of the history was touched
     assert run_cli(capsys, "--data-dir", data, "config", "set", "model.path", "bundled")[0] == 0
     assert "/nonexistent" not in config.read_text()
+
+
+def test_chats_dated_with_a_placeholder_are_listed_and_told_apart(make_window, qtbot, data_dir, capsys,
+                                                                  tmp_path):
+    """A review: an export dated with Go's zero time ("0001-01-01T00:00:00Z"), imported
+    twice, emptied the whole chat list (year 0 cannot be shown; the list was cleared
+    first). The placeholder no longer dates a chat, and a stored one is left unsaid."""
+    from iris_desktop.ui.threads import told_apart
+
+    export = tmp_path / "chat.json"
+    export.write_text(json.dumps({"title": "Python help", "messages": [
+        {"role": "user", "content": "hi", "created_at": "0001-01-01T00:00:00Z"},
+        {"role": "assistant", "content": "hello", "created_at": "0001-01-01T00:00:00Z"}]}))
+    for _ in range(2):
+        code, _out, err = run_cli(capsys, "--data-dir", data_dir, "import", "--again", export)
+        assert code == 0, err
+    window = make_window()
+    settle(qtbot, window)
+    assert window.threads.list.count() == 2
+    with Store(app_paths(data_dir).db_path) as store:
+        assert all(thread["updated_at"] > 0 for thread in store.threads())
+    same = [{"id": n, "title": "Python help", "updated_at": -62135596800.0, "messages": 2} for n in (1, 2)]
+    assert told_apart(same) == {1: "2 messages, chat #1", 2: "2 messages, chat #2"}

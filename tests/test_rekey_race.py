@@ -153,3 +153,26 @@ def test_a_start_after_a_rekey_with_the_old_passphrase_is_still_told_it_does_not
     code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
     assert code == 1 and "does not open the encrypted history" in err, err
     assert "another Iris process" not in err
+
+
+def test_a_rekey_that_ends_while_the_passphrase_is_asked_is_not_taken_for_a_later_change(
+        capsys, monkeypatch, data):
+    """A review: the start read the file's salt before asking, so when a rekey ended while
+    the user typed (the new passphrase, which opens it), the key kept the old file's salt,
+    and any later refusal on that file would have been called another rekey. The key now
+    remembers the file it opened."""
+    from iris_desktop.core.store.cipher import file_salt
+    from iris_desktop.paths import app_paths
+    from iris_desktop.storage_key import prepare
+
+    before = file_salt(data / "iris.db")
+
+    def ask(path, new, problem):  # the user types while another process rekeys
+        monkeypatch.setenv("IRIS_NEW_STORAGE_PASSPHRASE", NEW)
+        code, _, err = run(capsys, "--data-dir", data, "rekey", "--to", "passphrase")
+        assert code == 0, err
+        return NEW
+
+    prepared = prepare(app_paths(data), None, env={}, ask=ask)  # (the rekey's IRIS_… is not read)
+    assert file_salt(data / "iris.db") != before
+    assert prepared.key.seen == file_salt(data / "iris.db")

@@ -434,9 +434,9 @@ def _date(store: Store, thread_id: int, messages: list[Message]) -> None:
         except (ValueError, OverflowError, OSError):
             continue
         stamp = dt.datetime.fromisoformat(when).timestamp() if when is not None else None
-        if stamp is not None and stamp <= latest:  # (the year 5138 sorted the chat above
-            stamps.append(stamp)                   # every other for good; the message keeps
-            # the time it gives)
+        if stamp is not None and 0 < stamp <= latest:  # (the year 5138 sorted the chat above
+            stamps.append(stamp)  # every other for good; 0001-01-01, Go's zero time, or 1970:
+            # a placeholder, as in _seconds; the message keeps the time it gives)
     if stamps:
         store.date_thread(thread_id, min(stamps), max(stamps))
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -34,11 +35,20 @@ class Device(Protocol):
     driver: str | None
 
 
+#: the records this thread holds the lock of (:func:`_changing` nests: a count read and the
+#: record written after it are one change)
+_held = threading.local()
+
+
 @contextmanager
 def _changing(path: Path) -> Iterator[None]:
     """Hold ``path``'s lock (``.<name>.lock`` beside it) for one read-change-write, across
-    processes. A lock that cannot be made (a read-only folder) is logged: the write that
-    follows fails and says why itself."""
+    processes; within it, this thread takes it again at once. A lock that cannot be made
+    (a read-only folder) is logged: the write that follows fails and says why itself."""
+    held = _held.__dict__.setdefault("paths", set())
+    if path in held:
+        yield
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = exclusive_lock(path.with_name(f".{path.name}.lock"), wait=True)
@@ -47,9 +57,11 @@ def _changing(path: Path) -> Iterator[None]:
         log.warning("%s: cannot lock it (%s)", path, exc)
         yield
         return
+    held.add(path)
     try:
         yield
     finally:
+        held.discard(path)
         lock.__exit__(None, None, None)
 
 
@@ -171,7 +183,14 @@ class GpuChecks:
         """Record that ``device`` failed during ``during`` (llama.cpp's ``error``), and
         return in how many runs of Iris in a row it has (this one counted once): below
         :data:`FAILED_RUNS_OFF` it is off for this run only, from it until its driver
-        changes, with a reason that says how to check it again (:meth:`again`)."""
+        changes, with a reason that says how to check it again (:meth:`again`). The count is
+        read and written under one lock: two runs failing at once count two."""
+        if self.path is None:
+            return 1
+        with _changing(self.path):
+            return self._failed_in_use(device, during, error)
+
+    def _failed_in_use(self, device: Device, during: str, error: str) -> int:
         entry = self.recorded(device)
         streak = _streak(entry)
         runs = streak.get("failed_runs", 0) + int(streak.get("last_failed_run") != THIS_RUN)

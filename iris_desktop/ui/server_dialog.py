@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.host import connect_words
 from iris_desktop.runtime.remote import (
     ServerError,
     ServerInfo,
@@ -70,6 +71,7 @@ class ServerDialog(QDialog):
     serverRemoved = Signal(str)
     #: a probe's ServerInfo or exception, from the probing thread to the GUI thread
     _tested = Signal(object, object)
+    _waiting = Signal(str, str)  # (the URL probed, what it waits for: host.connect_words)
 
     def __init__(self, base_url: str = "", model: str = "", parent: QWidget | None = None):
         super().__init__(parent)
@@ -103,6 +105,7 @@ class ServerDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         self._tested.connect(self._show_test, Qt.ConnectionType.QueuedConnection)
+        self._waiting.connect(self._show_wait, Qt.ConnectionType.QueuedConnection)
         self._url_changed(base_url)
 
     def _layout(self) -> None:
@@ -159,14 +162,25 @@ class ServerDialog(QDialog):
         self.test_button.setEnabled(False)
         self.result.setText(f"Connecting to {self._address()}…")
 
+        address = self._address()
+
+        def waiting(path: str, waited_s: float) -> None:  # on the probing thread
+            self._waiting.emit(url, connect_words(address, path, waited_s))
+
         def probe() -> None:  # the keyring too is asked here, off the GUI thread
             try:
-                self._tested.emit(url, test_connection(url, typed or get_api_key(url)))
+                self._tested.emit(url, test_connection(url, typed or get_api_key(url), on_wait=waiting))
             except Exception as exc:  # shown in the dialog, whatever it is
                 self._tested.emit(url, exc)
 
         self._probe = threading.Thread(target=probe, name="iris-server-test", daemon=True)
         self._probe.start()
+
+    def _show_wait(self, url: str, words: str) -> None:
+        """What a slow test waits for ("Connecting to …… waiting for /v1/models (12 s)"),
+        while it still runs for the URL shown."""
+        if url == self.base_url() and not self.test_button.isEnabled():
+            self.result.setText(words)
 
     def _show_test(self, url: str, outcome: object) -> None:
         self.test_button.setEnabled(self._address() is not None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,9 +42,9 @@ def told_apart(threads: list[dict[str, Any]], now: float | None = None) -> dict[
         for thread in same:
             lines[thread["id"]] = _when(thread.get("updated_at"), now)
         for more in (_messages, lambda thread: f"chat #{thread['id']}"):
-            said = [lines[t["id"]] for t in same]
+            said = Counter(lines[t["id"]] for t in same)  # (not list.count: 3,000 took 0.2 s)
             for thread in same:
-                if said.count(lines[thread["id"]]) > 1:
+                if said[lines[thread["id"]]] > 1:
                     lines[thread["id"]] = ", ".join(filter(None, (lines[thread["id"]], more(thread))))
     return lines
 
@@ -52,7 +53,10 @@ def _when(stamp: float | None, now: float | None = None) -> str:
     """'today 14:05', 'yesterday 09:30', '7 Dec 14:05', '7 Dec 2024 14:05' (local time)."""
     if not stamp:
         return ""
-    day = datetime.fromtimestamp(stamp)
+    try:
+        day = datetime.fromtimestamp(stamp)
+    except (ValueError, OverflowError, OSError):  # (year 0: one such chat emptied the list)
+        return ""
     today = datetime.fromtimestamp(time.time() if now is None else now).date()
     clock = day.strftime("%H:%M")
     if day.date() == today:

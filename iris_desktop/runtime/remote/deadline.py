@@ -10,6 +10,7 @@ error says which of the two ran out."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -98,6 +99,8 @@ class ConnectClock:
 
         threading.Thread(target=run, name="iris-connect-wait", daemon=True).start()
         say_at = max(self.started + SAY_WAIT_AFTER_S, since + min(SAY_WAIT_EVERY_S, SAY_WAIT_AFTER_S))
+        if self.on_wait is None:  # a cancel to watch, nothing to say (it spun once say_at passed)
+            say_at = math.inf
         while not done.wait(max(0.0, min(say_at - time.monotonic(), CANCEL_POLL_S))):
             if self.cancel is not None and self.cancel.is_set():
                 raise ConnectCancelled(f"connecting to {self.root} was cancelled (it was waiting "
