@@ -110,6 +110,22 @@ def model_path_for(settings: Settings, models_dir: Path, *,
     return Path(configured).expanduser()
 
 
+class _Copying:
+    """Times the first load's 8-bit copy of the weights (``stage("copying")`` until the next
+    stage), passing every stage on to ``stage``."""
+
+    def __init__(self, stage: Callable[[str], Any] | None) -> None:
+        self._stage, self._since, self.took = stage, None, 0.0
+
+    def stage(self, what: str) -> None:
+        now = time.perf_counter()
+        if self._since is not None:
+            self.took += now - self._since
+        self._since = now if what == "copying" else None
+        if self._stage is not None:
+            self._stage(what)
+
+
 def missing_model_words(settings: Settings) -> str:
     """Why a ``model.path`` with no file behind it cannot load, where it was set, and the
     way out (before: "file not found", and the next start the same)."""
@@ -209,6 +225,7 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
     problem = limit_problems(settings, None, trained).get("model.n_ctx")
     if problem:
         raise SettingsError(problem)
+    copying = _Copying(stage)
     model = LocalModel.load(
         path,
         n_ctx=n_ctx,
@@ -220,10 +237,12 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         weights_dir=paths.weights_dir if settings["model.q8_weights"] else None,
         progress=progress,
         cancel=cancel,
-        stage=stage,
+        stage=copying.stage,
         room=room,
     )
-    model.setup_time_s = setup_s
+    # the first load's 8-bit copy is set-up too, done once: "set up in …", not "loaded in …"
+    model.setup_time_s = setup_s + copying.took
+    model.load_time_s = max(0.0, model.load_time_s - copying.took)
     log.info("model on %s: %s", model.gpu.describe(), model.gpu.reason)
     if settings["model.path"] != BUNDLED:
         try:

@@ -73,3 +73,31 @@ def test_the_cli_shows_the_set_up_s_percentage_in_place_on_a_terminal(tmp_path):
     said = percentages(text.split("\r\x1b[K"))
     assert len(set(said)) >= 3 and said == sorted(said) and said[-1] == 100, text
     assert re.search(rf"iris-desktop: {TIMES}", text), text
+
+
+def test_the_first_loads_8_bit_copy_counts_as_set_up_not_as_loading(tmp_path, model_path, monkeypatch):
+    """The first load of the bundled model also writes the exact 8-bit copy of its Q5_0
+    weights (once per computer, "Preparing the model for this computer (once)…"): its
+    time was inside "model loaded in …", so the first start seemed to load slowly and the
+    next ones quickly. Now it is set-up time, and the load's time is the load's."""
+    from iris_desktop.host_models import load_runtime, load_time_words
+    from iris_desktop.paths import app_paths
+    from iris_desktop.settings import load_settings
+
+    monkeypatch.setenv("IRIS_WEIGHTS_DIR", str(tmp_path / "weights"))  # no copy there yet
+    paths = app_paths(tmp_path / "data").ensure()
+    settings = load_settings(paths.config_path, cli={"model.path": str(model_path), "model.n_ctx": "1024"})
+    heard: list[str] = []
+    model = load_runtime(settings, paths, stage=heard.append)
+    try:
+        assert heard.index("copying") < heard.index("loading")
+        assert model.setup_time_s > 0 and model.load_time_s > 0
+        assert load_time_words(model.load_time_s, model.setup_time_s).startswith("set up in ")
+    finally:
+        model.close()
+    again: list[str] = []  # the copy is there: nothing to set up
+    model = load_runtime(settings, paths, stage=again.append)
+    try:
+        assert "copying" not in again and model.setup_time_s == 0.0
+    finally:
+        model.close()
