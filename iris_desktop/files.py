@@ -238,7 +238,10 @@ def exclusive_lock(path: str | os.PathLike[str], wait: bool = False) -> Iterator
     block: one process at a time, across processes, released however the process ends
     (the OS drops the lock with it). ``wait`` False: raise :class:`Busy` at once when
     another process holds it. The lock file itself is left for the next user."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+    # O_NOFOLLOW: a link put in its place is refused (ELOOP), not followed to create or
+    # lock a file elsewhere (an audit)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
     try:
         if fcntl is not None:
             try:
@@ -332,13 +335,17 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
 # -- a JSON record that only helps ----------------------------------------------------
 
 
+#: the largest small JSON record read (records and settings that only help are kilobytes)
+JSON_RECORD_LIMIT = 16 * 2**20
+
+
 def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The JSON object in ``path``; {} when the file is missing or unreadable, is not
     UTF-8 JSON or holds something other than an object. For records and settings files
     that only help (a download's record, another app's settings): a bad one is passed
     over, never a reason to fail."""
-    try:
-        data = json.loads(Path(path).read_text("utf-8"))
-    except (OSError, ValueError):
+    try:  # (a named pipe in its place waited for ever; nesting too deep raised)
+        data = json.loads(read_regular_file(path, JSON_RECORD_LIMIT).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

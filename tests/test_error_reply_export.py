@@ -91,3 +91,33 @@ def test_a_failed_reply_imported_again_can_be_continued(capsys, tmp_path):
     with Store(data / "iris.db") as store:
         continued = store.messages(2)[-1]
     assert (continued["content"], continued["status"]) == (f"{SAID}, and welcome.", "complete")
+
+
+def test_only_a_reply_is_taken_as_stopped_or_failed_and_continue_says_why_not(capsys, tmp_path):
+    """An audit: a file marking the user's message "interrupted" stored it so ("## User
+    (stopped)" in the Markdown), and `--continue` said "last reply is complete" where the
+    chat ended with the user's message, or with a failed reply that wrote nothing."""
+    data = tmp_path / "data"
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"title": "odd", "messages": [
+        {"role": "user", "content": "Stopped?", "status": "interrupted"},
+        {"role": "assistant", "content": "", "status": "error"},
+        {"role": "user", "content": "Still there?", "status": "error"}]}))
+    code, _, err = run_cli(capsys, "--data-dir", data, "import", odd)
+    assert code == 0, err
+    with Store(data / "iris.db") as store:
+        assert [row["status"] for row in store.messages(1)] == ["complete", "error", "complete"]
+    code, out, err = run_cli(capsys, "--data-dir", data, "export", "1", "--format", "md")
+    assert code == 0 and "## User (stopped)" not in out and "## User (failed)" not in out
+    code, _, err = run_cli(capsys, "--data-dir", data, "chat", "--thread", "1", "--continue")
+    assert code == 2 and err == ("iris-desktop: thread 1 ends with a message, not a reply; there is nothing "
+                                 "to continue (send a message with 'iris-desktop chat --thread 1 …')\n")
+
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"title": "empty", "messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "status": "error"}]}))
+    assert run_cli(capsys, "--data-dir", data, "import", empty)[0] == 0
+    code, _, err = run_cli(capsys, "--data-dir", data, "chat", "--thread", "2", "--continue")
+    assert code == 2 and err == ("iris-desktop: thread 2's last reply is empty (it failed before it wrote "
+                                 "anything); there is nothing to continue: 'iris-desktop chat --thread 2 "
+                                 "--regenerate' writes it again\n")

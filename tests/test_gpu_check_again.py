@@ -233,3 +233,31 @@ def test_a_device_named_where_there_is_no_gpu_at_all_says_so(capsys, tmp_path, m
     assert code == 2 and out == "" and one_sentence(err)
     assert err == ("iris-desktop: no GPU is named 'Vulkan0': llama.cpp lists no GPU on this computer and no GPU "
                    "check is recorded, so there is nothing to check again\n")
+
+
+def test_a_named_pipe_or_a_huge_file_in_the_records_place_holds_nothing_up(tmp_path):
+    """An audit: a named pipe (FIFO) at gpu-checks.json held `chat`, `devices` and
+    `devices --check-again` for ever (reading it waited for a writer); a 45 MB record was
+    read whole. Real processes, so that a wait fails the test instead of holding it."""
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "d"
+    data.mkdir()
+    os.mkfifo(data / "gpu-checks.json")
+    env = {**os.environ, "IRIS_HOME": str(data)}
+    command = [sys.executable, "-m", "iris_desktop", "--data-dir", str(data), "devices"]
+    listed = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    again = subprocess.run([*command, "--check-again"], capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 0 and again.stdout == (
+        f"{data / 'gpu-checks.json'} cannot be read (it is a named pipe (FIFO), not a file), so Iris checks "
+        "every GPU against the CPU again at its next load anyway; the file is left as it is, and that load "
+        "writes it anew\n"), again.stderr
+    assert GpuChecks(data / "gpu-checks.json").disabled([GPU]) == {}  # a load's read: nothing, at once
+
+    (data / "gpu-checks.json").unlink()
+    (data / "gpu-checks.json").write_bytes(b" " * (2**20 + 1))
+    again = subprocess.run([*command, "--check-again"], capture_output=True, text=True, timeout=120, env=env)
+    assert "cannot be read (it is larger than 1 MB, more than a GPU record ever is)" in again.stdout

@@ -90,3 +90,15 @@ def test_two_runs_failing_at_once_count_two(tmp_path):
         assert run.exitcode == 0
     assert sorted(counted.get(timeout=5) for _ in runs) == [1, 2]
     assert json.loads(path.read_text())["checks"][GpuChecks.key(_device(1))]["failed_runs"] == 2
+
+
+def test_a_link_in_the_locks_place_is_not_followed(tmp_path):
+    """An audit: a link at ``.gpu-checks.json.lock`` made `devices --check-again` create an
+    empty file where it pointed. The lock refuses a link; the record is still written."""
+    elsewhere = tmp_path / "elsewhere" / "planted"
+    elsewhere.parent.mkdir()
+    path = tmp_path / "gpu-checks.json"
+    (tmp_path / ".gpu-checks.json.lock").symlink_to(elsewhere)
+    GpuChecks(path).record(_device(1), True, "agreed")
+    assert not elsewhere.exists()
+    assert list(json.loads(path.read_text())["checks"]) == [GpuChecks.key(_device(1))]

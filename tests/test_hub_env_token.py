@@ -289,3 +289,18 @@ def test_models_token_says_which_token_is_sent(hub, hugging_face, tmp_path, monk
     monkeypatch.setenv("IRIS_MODELS_HUB_URL", hub.url)  # another hub: HF_TOKEN is not its
     code, _, err = run_cli(capsys, *data, "models", "token", "--remove")
     assert code == 0 and "HF_TOKEN" not in err
+
+
+@pytest.mark.parametrize("hub", ["https://xn--a.co", "https://xn--huggingface-.co",
+                                 "https://\uff48\uff55\uff47\uff47\uff49\uff4e\uff47\uff46\uff41\uff43\uff45.co"])
+def test_a_hub_address_no_name_can_be_is_one_sentence(capsys, tmp_path, monkeypatch, hub):
+    """An audit: an IDNA name that cannot be one printed only idna's words ("Codepoint
+    U+0080 at position 1 …") as if a token variable were bad, and a fullwidth one gave
+    "unexpected error (InvalidURL …); this is a bug in Iris". Nothing is sent."""
+    monkeypatch.setenv("HF_TOKEN", "hf_never_sent")
+    code, out, err = run_cli(capsys, "--data-dir", tmp_path / "d", "--set", f"models.hub_url={hub}",
+                             "models", "search", "llama")
+    assert code == 2 and out == "" and one_sentence(err), err
+    assert err.startswith("iris-desktop: models.hub_url ") and "is not an address Iris can reach (" in err
+    assert err.endswith("set it to the hub's https:// address, such as https://huggingface.co.\n")
+    assert "hf_never_sent" not in err and "bug" not in err

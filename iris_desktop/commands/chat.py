@@ -382,6 +382,22 @@ def _turn_of(args, message: str | None, files) -> Turn:
     return Turn.send(args.thread, message or "", files)
 
 
+def _nothing_to_continue(store, thread: int) -> str:
+    """Why ``--continue`` has nothing to go on with on ``thread``, as its last message is."""
+    head = store.head(thread)
+    row = store.conn.execute("SELECT role, content, status FROM messages WHERE id = ?",
+                             (head,)).fetchone() if head is not None else None
+    if row is None or row[0] != "assistant":
+        return (f"thread {thread} ends with a message, not a reply; there is nothing to continue "
+                f"(send a message with 'iris-desktop chat --thread {thread} …')")
+    if not row[1] and row[2] in ("error", "interrupted"):
+        return (f"thread {thread}'s last reply is empty (it {'failed' if row[2] == 'error' else 'was stopped'} "
+                f"before it wrote anything); there is nothing to continue: 'iris-desktop chat --thread "
+                f"{thread} --regenerate' writes it again")
+    return (f"thread {thread}'s last reply is complete (not stopped, failed or cut off); there is "
+            "nothing to continue")
+
+
 def chat(args, overrides) -> int:
     from iris_desktop.core.store import utf8_length
 
@@ -411,8 +427,7 @@ def chat(args, overrides) -> int:
                 raise CliError(f"message {args.edit} is not a message of yours on thread "
                                f"{args.thread}'s active branch; nothing was sent or stored")
             if args.continue_reply and host.store.stopped_reply(args.thread) is None:
-                raise CliError(f"thread {args.thread}'s last reply is complete (not stopped, failed or cut "
-                               "off); there is nothing to continue")
+                raise CliError(_nothing_to_continue(host.store, args.thread))
         runtime = _load(host)
         say_where(runtime)
         facts = runtime.describe()

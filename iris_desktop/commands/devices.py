@@ -177,6 +177,14 @@ def _why(exc: BaseException) -> str:
         return "it is not UTF-8 text"
     if isinstance(exc, json.JSONDecodeError):
         return f"it is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+    from iris_desktop.files import NotAFileError, TooLargeError
+    from iris_desktop.runtime.gpu_records import RECORD_LIMIT
+    from iris_desktop.units import memory_size
+
+    if isinstance(exc, NotAFileError):
+        return f"it is {exc.kind}, not a file"
+    if isinstance(exc, TooLargeError):
+        return f"it is larger than {memory_size(RECORD_LIMIT)}, more than a GPU record ever is"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__

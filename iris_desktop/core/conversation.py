@@ -560,7 +560,7 @@ def to_markdown(title: str, messages: list[Message], system_prompt: str | None =
         ]
         if role == "tool" and message.get("name"):
             heading += f" ({message['name']})"
-        if message.get("status") == "interrupted":
+        if role == "assistant" and message.get("status") == "interrupted":
             heading += " (stopped)"
         elif role == "assistant" and message.get("status") == "error":
             heading += " (failed)"  # the model or the server failed: Continue goes on

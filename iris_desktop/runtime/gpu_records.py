@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from iris_desktop.files import atomic_write, exclusive_lock
+from iris_desktop.files import atomic_write, exclusive_lock, read_regular_file
 
 log = logging.getLogger("iris.runtime.gpu")
 
@@ -34,6 +34,10 @@ class Device(Protocol):
     backend: str
     driver: str | None
 
+
+#: the largest GPU record read: a few hundred bytes a device and driver (a 45 MB one, made
+#: by hand, was read whole and listed line by line)
+RECORD_LIMIT = 2**20
 
 #: the records this thread holds the lock of (:func:`_changing` nests: a count read and the
 #: record written after it are one change)
@@ -72,8 +76,8 @@ def _read_section(path: Path | None, section: str, what: str = "", instead: str 
     ``instead``, or (not ``quiet``) the OSError, ValueError or RecursionError raised."""
     if path is None:
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # (a named pipe in its place held every load and `devices` for ever)
+        data = json.loads(read_regular_file(path, RECORD_LIMIT).decode("utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep

@@ -183,6 +183,7 @@ class DevicesBox(QGroupBox):
         self.label.setAccessibleName("Devices and the GPU plan")
         self.note = QLabel()  # what a "Check … again" did
         self.note.setObjectName("gpu-check-again-note")
+        self.note.setTextFormat(Qt.TextFormat.PlainText)  # (a path is shown as it is)
         self.note.setWordWrap(True)
         self.note.hide()
         self.buttons: dict[str, QPushButton] = {}

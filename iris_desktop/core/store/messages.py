@@ -682,9 +682,9 @@ def _storable_json(value: Any) -> str:
 
 
 def _imported_status(message: Message) -> str:
-    """The row status of an imported message: "interrupted" where its export says so,
-    "error" for a reply it says failed, else "complete"."""
-    said = message.get("status")
-    if said == "interrupted" or (said == "error" and message.get("role") == "assistant"):
+    """The row status of an imported message: "interrupted" or "error" for a reply its
+    export says was stopped or failed, else "complete"."""
+    said = message.get("status")  # (a user's message "interrupted" was a "(stopped)" user)
+    if said in ("interrupted", "error") and message.get("role") == "assistant":
         return said
     return "complete"

@@ -279,6 +279,10 @@ class HubClient:
         except AnswerError as exc:
             raise HubError(f"The model hub {self.address} {exc.cause} about {what or url}; check "
                            "models.hub_url.", "answer") from None
+        except (httpx.InvalidURL, UnicodeError) as exc:  # a host no DNS name can be (was "a bug")
+            raise HubError(f"models.hub_url {self.address} is not an address Iris can reach ({exc}); "
+                           "set it to the hub's https:// address, such as https://huggingface.co.",
+                           "address") from None
         except httpx.HTTPError as exc:
             cause = failure_cause(exc, "models.hub_url", tls_probe=False)  # maybe by a proxy
             if cause:
@@ -445,7 +449,11 @@ class HubClient:
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     """Scheme, host and port (the default one written out)."""
     default = {"http": 80, "https": 443}.get(url.scheme)
-    return url.scheme, url.host.lower(), url.port or default
+    try:
+        host = url.host.lower()
+    except UnicodeError:  # (an IDNA name that cannot be one: no origin matches it)
+        host = url.netloc.decode("ascii", "replace")
+    return url.scheme, host, url.port or default
 
 
 class _Entries:

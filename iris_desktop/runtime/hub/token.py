@@ -91,13 +91,13 @@ def delete_hub_token(hub_url: str) -> None:
 def is_hugging_face(hub_url: str) -> bool:
     """``hub_url`` is the Hugging Face hub itself over HTTPS (``https://huggingface.co``,
     any case, port 443 written or not): the one hub a token from the environment goes to."""
-    try:
+    try:  # (url.host decodes IDNA: "xn--a.co" raised from here)
         url = httpx.URL((hub_url or "").strip())
-    except (httpx.InvalidURL, ValueError, TypeError):
+        scheme = url.scheme.lower()
+        port = url.port or {"http": 80, "https": 443}.get(scheme)
+        return (scheme, url.host.lower().rstrip("."), port) == HUGGING_FACE
+    except (httpx.InvalidURL, ValueError, TypeError):  # (UnicodeError is a ValueError)
         return False
-    scheme = url.scheme.lower()
-    port = url.port or {"http": 80, "https": 443}.get(scheme)
-    return (scheme, url.host.lower().rstrip("."), port) == HUGGING_FACE
 
 
 def token_variable(hub_url: str) -> str | None:
