@@ -12,20 +12,18 @@ import json
 
 import pytest
 
-from iris_desktop.generation import GenerationRequest
 from iris_desktop.paths import app_paths
 from iris_desktop.runtime import gpu_records as gpu
-from iris_desktop.runtime.errors import GpuFailed
-from iris_desktop.runtime.gpu import Device, GiB, GpuChecks
-from iris_desktop.runtime.model import LocalModel
+from iris_desktop.runtime.gpu import GpuChecks
 
 from support.faults import full_disk
-from support.gpu import CPU, SimulatedGpu, simulate_gpu
+from support.gpu import ARC, CPU, SimulatedGpu, checked_again_on_the_gpu, simulate_gpu
+from support.gpu import load_on_gpu as _load
+from support.gpu import reply_fails as _reply_fails
 from support.helpers import one_sentence, run_cli
 
-GPU = Device("Vulkan0", "Fake Arc", "gpu", "Vulkan", 6 * GiB, 6 * GiB, index=1, driver="Mesa 23.2")
+GPU = ARC
 KEY = "Fake Arc|Mesa 23.2"
-HI = GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0)
 ERROR = "the driver lost the device; llama_decode returned -3"
 COMMAND = 'iris-desktop devices --check-again "Fake Arc"'
 NEXT = ("The next load of a model on Fake Arc (the next start of Iris, or Model ▸ Reload in a running window) "
@@ -38,21 +36,6 @@ OTHER = {"device": "Old Card", "backend": "Vulkan", "driver": "1.0", "agrees": F
 @pytest.fixture
 def fake_gpu(monkeypatch) -> SimulatedGpu:
     return simulate_gpu(monkeypatch, GPU)
-
-
-def _load(model_path, record) -> LocalModel:
-    return LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
-
-
-def _reply_fails(model_path, record) -> str:
-    model = _load(model_path, record)
-    try:
-        assert model.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
-        with pytest.raises(GpuFailed) as failed:
-            "".join(model.stream(HI))
-        return str(failed.value)
-    finally:
-        model.close()
 
 
 def _records(data, *entries: tuple[str, dict]) -> bytes:
@@ -100,13 +83,7 @@ def test_a_gpu_off_after_two_failing_runs_is_checked_again_after_the_command(
     assert "— not checked against the CPU yet (the first load on it does)" in out
     assert "--check-again" not in out
 
-    loads = len(fake_gpu.loads)
-    back = _load(model_path, record)
-    try:
-        assert back.gpu.describe() == "GPU: Fake Arc · 25/25 layers" and "".join(back.stream(HI))
-    finally:
-        back.close()
-    assert fake_gpu.loads[loads:] == [0, 25, 25]  # the first-use check (CPU, GPU), then the model
+    checked_again_on_the_gpu(fake_gpu, model_path, record)
 
     monkeypatch.setattr(gpu, "THIS_RUN", "run 4")
     fake_gpu.failing = "all"

@@ -15,17 +15,16 @@ import json
 import pytest
 
 from iris_desktop.cli import main
-from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime import gpu_records as gpu
 from iris_desktop.runtime.errors import GpuFailed
 from iris_desktop.runtime.gpu import Device, GiB, GpuChecks
-from iris_desktop.runtime.model import LocalModel
 
-from support.gpu import CPU, SimulatedGpu, simulate_gpu
+from support.gpu import ARC, CPU, HI, SimulatedGpu, checked_again_on_the_gpu, simulate_gpu
+from support.gpu import load_on_gpu as _load
+from support.gpu import reply_fails as _reply_fails
 
-GPU = Device("Vulkan0", "Fake Arc", "gpu", "Vulkan", 6 * GiB, 6 * GiB, index=1, driver="Mesa 23.2")
+GPU = ARC
 KEY = "Fake Arc|Mesa 23.2"
-HI = GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0)
 ERROR = "the driver lost the device; llama_decode returned -3"
 #: what the first run's failure says: off until Iris restarts (as before)
 ONCE = (f"Fake Arc, the GPU it runs on, failed during the reply ({ERROR}); Iris runs the model on the "
@@ -58,24 +57,6 @@ def fake_gpu(monkeypatch) -> SimulatedGpu:
 def _start(monkeypatch, run: str) -> None:
     """Iris starts again: another process, another :data:`~iris_desktop.runtime.gpu_records.THIS_RUN`."""
     monkeypatch.setattr(gpu, "THIS_RUN", run)
-
-
-def _load(model_path, record) -> LocalModel:
-    return LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
-
-
-def _reply_fails(model_path, record) -> str:
-    """Load (the first-use check runs first where it must), on the GPU, and fail a reply
-    there; the failure's sentence."""
-    model = _load(model_path, record)
-    try:
-        assert model.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
-        with pytest.raises(GpuFailed) as failed:
-            "".join(model.stream(HI))
-        assert model.gpu_failed == str(failed.value)
-        return str(failed.value)
-    finally:
-        model.close()
 
 
 def _entry(record) -> dict:
@@ -132,13 +113,7 @@ def test_a_gpu_that_fails_in_use_in_two_runs_in_a_row_stays_off_until_its_driver
         updated.close()
     monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", lambda: [CPU, GPU])
     record.unlink()  # the record deleted by hand: the GPU is checked again (the command: test_gpu_check_again.py)
-    loads = len(fake_gpu.loads)
-    back = _load(model_path, record)
-    try:
-        assert back.gpu.describe() == "GPU: Fake Arc · 25/25 layers" and "".join(back.stream(HI))
-    finally:
-        back.close()
-    assert fake_gpu.loads[loads:] == [0, 25, 25]
+    checked_again_on_the_gpu(fake_gpu, model_path, record)
 
 
 def test_a_run_in_which_the_gpu_worked_starts_the_count_again(model_path, tmp_path, fake_gpu, monkeypatch):

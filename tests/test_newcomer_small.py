@@ -26,16 +26,13 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from iris_desktop.core.store import Store  # noqa: E402
-from iris_desktop.host import Host  # noqa: E402
 from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.runtime.bundled import BUNDLED_MODEL  # noqa: E402
 from iris_desktop.settings import SETTINGS  # noqa: E402
-from iris_desktop.ui.main_window import main_window  # noqa: E402
 
-from support.fakes import ScriptedRuntime  # noqa: E402
 from support.gguf_fixtures import tiny_model  # noqa: E402
 from support.helpers import one_sentence, run_cli  # noqa: E402
-from support.windows import open_preferences, settle  # noqa: E402
+from support.windows import open_preferences, settle, window_on  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("system_look_after")
 
@@ -54,19 +51,6 @@ def seed_thread(data_dir, title: str, messages: int, updated: datetime | None = 
         with sqlite3.connect(db_path(data_dir)) as conn:
             conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (updated.timestamp(), thread))
     return thread
-
-
-def window_on(qtbot, data_dir):
-    """(window, host) on ``data_dir`` with a scripted model, ready, at 1400×900."""
-    host = Host(data_dir, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
-                compact=False)
-    window = main_window(host)
-    qtbot.addWidget(window)
-    window.show()
-    window.resize(1400, 900)
-    qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
-    settle(qtbot, window)
-    return window, host
 
 
 # -- 1. the budget ratio in plain words -----------------------------------------------------
@@ -118,7 +102,7 @@ def test_the_inspector_opens_wide_enough_once_and_then_keeps_the_users_width(qtb
     from iris_desktop.ui.main_window import INSPECTOR_SHARE
 
     thread = seed_thread(data_dir, "a chat", 2)
-    window, host = window_on(qtbot, data_dir)
+    window, host = window_on(qtbot, data_dir, (1400, 900))
     try:
         window.open_thread(thread)
         settle(qtbot, window)
@@ -139,7 +123,7 @@ def test_the_inspector_opens_wide_enough_once_and_then_keeps_the_users_width(qtb
     finally:
         window.shutdown()
         host.close()
-    window, host = window_on(qtbot, data_dir)
+    window, host = window_on(qtbot, data_dir, (1400, 900))
     try:
         qtbot.waitUntil(window.inspector.isVisible, timeout=5_000)  # open when it was closed
         qtbot.wait(50)
@@ -176,7 +160,7 @@ def test_two_chats_of_one_title_are_told_apart_in_the_list(qtbot, data_dir):
     same_a = seed_thread(data_dir, "Untitled", 1, datetime(2024, 3, 8, 9, 0))
     same_b = seed_thread(data_dir, "Untitled", 1, datetime(2024, 3, 8, 9, 0))
     same_c = seed_thread(data_dir, "Untitled", 3, datetime(2024, 3, 8, 9, 0))
-    window, host = window_on(qtbot, data_dir)
+    window, host = window_on(qtbot, data_dir, (1400, 900))
     try:
         chats = window.threads.list
         qtbot.waitUntil(lambda: chats.count() == 6, timeout=5_000)

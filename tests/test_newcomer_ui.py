@@ -24,7 +24,7 @@ from iris_desktop.ui.status_line import ELLIPSIS  # noqa: E402
 from iris_desktop.ui.transcript_model import ENTRY_ROLE  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
-from support.windows import settle  # noqa: E402
+from support.windows import settle, window_on  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("system_look_after")
 
@@ -592,17 +592,6 @@ def test_the_chart_axis_and_the_tab_names_are_never_cut(make_window, qtbot, qapp
     assert regions["labels"][0][0] == "1,048,576"
     assert "compaction" in dock.chart_label.text()  # the legend, under the chart
     assert not dock.chart_label.geometry().intersects(chart.geometry())
-
-
-def window_on(qtbot, folder):
-    """(window, host) on ``folder`` with a scripted model, ready."""
-    host = Host(folder, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
-                compact=False)
-    window = main_window(host)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
-    return window, host
 
 
 def test_the_unsent_draft_survives_a_crash_and_a_change_of_chat(qtbot, data_dir):

@@ -29,15 +29,12 @@ import pytest
 
 pytest.importorskip("sqlcipher3")
 
+from test_rekey import NEW, OLD, PHRASE, REPO  # noqa: E402  (the same history as rekey's tests)
+
 from iris_desktop.core.store.cipher import is_encrypted  # noqa: E402
 
 from support.helpers import one_sentence  # noqa: E402
 from support.helpers import run_cli as run  # noqa: E402
-
-OLD = "correct horse battery staple 4711"
-NEW = "a new passphrase for the laptop 2026"
-PHRASE = "quince-harbour-5520"
-REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.usefixtures("no_keyring")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from iris_desktop.generation import GenerationRequest
 from iris_desktop.runtime import llama_binding, loading
 from iris_desktop.runtime.first_use import CHECK_CTX
 from iris_desktop.runtime.gpu import Device, GiB, MiB
@@ -128,3 +129,47 @@ def simulate_gpu(monkeypatch, gpu: Device) -> SimulatedGpu:
     monkeypatch.setattr("iris_desktop.runtime.devices.device_handle", lambda device: 0xDEAD)
     monkeypatch.setattr("iris_desktop.runtime.devices.list_devices", fake.devices)
     return fake
+
+
+# -- the made-up GPU of the tests of failing runs and of `devices --check-again` --------------
+
+#: a GPU with room for the whole bundled model, its record's key "Fake Arc|Mesa 23.2"
+ARC = Device("Vulkan0", "Fake Arc", "gpu", "Vulkan", 6 * GiB, 6 * GiB, index=1, driver="Mesa 23.2")
+#: a short reply to ask for
+HI = GenerationRequest([{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0)
+
+
+def load_on_gpu(model_path, record) -> LocalModel:
+    """The model loaded as the app loads it (``model.gpu`` auto), the first-use checks'
+    record at ``record`` (the check runs first where it must)."""
+    return LocalModel.load(model_path, n_ctx=1024, gpu="auto", gpu_checks=record)
+
+
+def reply_fails(model_path, record) -> str:
+    """Load on :data:`ARC` and fail a reply there; the failure's sentence (the model
+    keeps it too)."""
+    from iris_desktop.runtime.errors import GpuFailed
+
+    model = load_on_gpu(model_path, record)
+    try:
+        assert model.gpu.describe() == "GPU: Fake Arc · 25/25 layers"
+        try:
+            "".join(model.stream(HI))
+        except GpuFailed as failed:
+            assert model.gpu_failed == str(failed)
+            return str(failed)
+        raise AssertionError("the reply did not fail on the GPU")
+    finally:
+        model.close()
+
+
+def checked_again_on_the_gpu(fake: SimulatedGpu, model_path, record) -> None:
+    """The next load runs the first-use check again (CPU, GPU) and then runs on the GPU,
+    where a reply comes."""
+    loads = len(fake.loads)
+    back = load_on_gpu(model_path, record)
+    try:
+        assert back.gpu.describe() == "GPU: Fake Arc · 25/25 layers" and "".join(back.stream(HI))
+    finally:
+        back.close()
+    assert fake.loads[loads:] == [0, 25, 25]  # the first-use check (CPU, GPU), then the model

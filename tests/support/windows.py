@@ -140,3 +140,20 @@ def open_preferences(window, qtbot, timeout: int = 10_000):
     dialog = window.preferences()
     qtbot.waitUntil(lambda: dialog.last_preview is not None, timeout=timeout)
     return dialog
+
+
+def window_on(qtbot, folder, size: tuple[int, int] | None = None):
+    """(window, host) on the data folder ``folder`` with a scripted model, ready (shown at
+    ``size`` when given); the caller shuts both down."""
+    from iris_desktop.host import Host
+    from iris_desktop.ui.main_window import main_window
+
+    host = Host(folder, {"context.recall_semantic": "false"}, runtime=ScriptedRuntime([]),
+                compact=False)
+    window = main_window(host)
+    qtbot.addWidget(window)
+    window.show()
+    if size is not None:
+        window.resize(*size)
+    qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
+    return window, host
