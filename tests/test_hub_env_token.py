@@ -304,3 +304,24 @@ def test_a_hub_address_no_name_can_be_is_one_sentence(capsys, tmp_path, monkeypa
     assert err.startswith("iris-desktop: models.hub_url ") and "is not an address Iris can reach (" in err
     assert err.endswith("set it to the hub's https:// address, such as https://huggingface.co.\n")
     assert "hf_never_sent" not in err and "bug" not in err
+
+
+def test_the_windows_token_dialog_says_when_hf_token_is_sent(qtbot, monkeypatch):
+    """The window could not tell that HF_TOKEN was set (Token… showed the keyring's token
+    only). The dialog says so for huggingface.co, and not for another hub."""
+    from PySide6.QtWidgets import QWidget
+
+    from iris_desktop.ui.hub_worker import token_dialog
+
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    monkeypatch.setenv("HF_TOKEN", "hf_in_the_environment")
+    dialog = token_dialog(parent, "https://huggingface.co", lambda _said: None)
+    assert dialog.labelText().endswith(
+        "\n\nHF_TOKEN is set in Iris's environment: its token is sent to huggingface.co:443 while "
+        "none is saved here; one saved here is sent instead.")
+    assert "hf_in_the_environment" not in dialog.labelText()
+    dialog.reject()
+    other = token_dialog(parent, "https://hub.example.org", lambda _said: None)
+    assert "HF_TOKEN" not in other.labelText()
+    other.reject()
