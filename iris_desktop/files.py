@@ -233,15 +233,16 @@ class Busy(OSError):
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike[str], wait: bool = False) -> Iterator[None]:
+def exclusive_lock(path: str | os.PathLike[str], wait: bool = False, *,
+                   follow: bool = True) -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created private if missing) for the
     block: one process at a time, across processes, released however the process ends
     (the OS drops the lock with it). ``wait`` False: raise :class:`Busy` at once when
-    another process holds it. The lock file itself is left for the next user."""
-    # O_NOFOLLOW: a link put in its place is refused (ELOOP), not followed to create or
-    # lock a file elsewhere (an audit)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0),
-                 0o600)
+    another process holds it. ``follow`` False: a link in its place is refused (OSError,
+    ELOOP), not followed to create or lock a file elsewhere, for a caller that can go on
+    without the lock. The lock file itself is left for the next user."""
+    nofollow = 0 if follow else getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0) | nofollow, 0o600)
     try:
         if fcntl is not None:
             try:

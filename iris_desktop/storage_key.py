@@ -520,8 +520,11 @@ def _decided_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) 
     try:
         key = _existing_key(path, env, ask, seen)
         if replaced_since(path, seen):  # a rekey ended while it was asked: which file did it open?
+            now = file_salt(path)
             check_key(path, key)  # (the new passphrase, typed after it: this one)
-            seen = file_salt(path)
+            if replaced_since(path, now):  # swapped again meanwhile
+                raise KeyChanged(path)
+            seen = now
     except KeyRejected:
         if replaced_since(path, seen):
             raise KeyChanged(path) from None

@@ -118,6 +118,25 @@ def test_only_a_reply_is_taken_as_stopped_or_failed_and_continue_says_why_not(ca
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "status": "error"}]}))
     assert run_cli(capsys, "--data-dir", data, "import", empty)[0] == 0
     code, _, err = run_cli(capsys, "--data-dir", data, "chat", "--thread", "2", "--continue")
-    assert code == 2 and err == ("iris-desktop: thread 2's last reply is empty (it failed before it wrote "
-                                 "anything); there is nothing to continue: 'iris-desktop chat --thread 2 "
+    assert code == 2 and err == ("iris-desktop: thread 2's last reply is empty; there is nothing to continue: "
+                                 "'iris-desktop chat --thread 2 --regenerate' writes it again\n")
+
+
+def test_continue_says_why_on_an_empty_thread_and_after_tool_calls(capsys, tmp_path):
+    """A review: an empty chat was said to end "with a message", and a stopped reply that
+    asked for tools was said to be "complete"."""
+    data = tmp_path / "data"
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps({"title": "tools", "messages": [
+        {"role": "user", "content": "List the files."},
+        {"role": "assistant", "content": "Looking.", "status": "interrupted", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}]}]}))
+    assert run_cli(capsys, "--data-dir", data, "import", tools)[0] == 0
+    code, _, err = run_cli(capsys, "--data-dir", data, "chat", "--thread", "1", "--continue")
+    assert code == 2 and err == ("iris-desktop: thread 1's last reply asked for tools, which a reply cannot go "
+                                 "on from; there is nothing to continue: 'iris-desktop chat --thread 1 "
                                  "--regenerate' writes it again\n")
+    with Store(data / "iris.db") as store:
+        empty = store.create_thread("empty")
+    code, _, err = run_cli(capsys, "--data-dir", data, "chat", "--thread", str(empty), "--continue")
+    assert code == 2 and err == f"iris-desktop: thread {empty} has no messages yet; there is nothing to continue\n"

@@ -325,3 +325,64 @@ def test_the_windows_token_dialog_says_when_hf_token_is_sent(qtbot, monkeypatch)
     other = token_dialog(parent, "https://hub.example.org", lambda _said: None)
     assert "HF_TOKEN" not in other.labelText()
     other.reject()
+
+
+def test_a_redirect_to_an_address_no_name_can_be_is_said_as_the_hubs(tmp_path):
+    """A review: a hub at a sound address redirecting to ``https://xn--a.co`` was said as
+    "models.hub_url … is not an address", and in a download it escaped as a traceback."""
+    import http.server
+    import json as _json
+
+    from iris_desktop.runtime.hub.downloading import download
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if "/tree/" in self.path:  # the file list, then the file: elsewhere
+                body = _json.dumps([{"type": "file", "path": "m.gguf", "size": 10, "oid": "x",
+                                     "lfs": {"oid": "a" * 64, "size": 10}}]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_response(302)
+            self.send_header("Location", "https://xn--a.co" + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hub = f"http://127.0.0.1:{server.server_port}"
+        with HubClient(hub, None) as client, pytest.raises(HubError) as searched:
+            client.search("qwen")
+        assert str(searched.value) == (f"The model hub 127.0.0.1:{server.server_port} redirected the search "
+                                       "for 'qwen' to an address that is not one; Iris did not follow it "
+                                       "(check models.hub_url).")
+        with HubClient(hub, None) as client, pytest.raises(HubError) as fetched:
+            download(client, "a/b", "m.gguf", tmp_path)
+        assert str(fetched.value).startswith("The file host for m.gguf redirected to an address that is not one")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_token_dialog_says_a_variable_that_holds_no_token_is_not_sent(qtbot, monkeypatch):
+    """A review: the dialog said HF_TOKEN's token "is sent" where it holds none that can be."""
+    from PySide6.QtWidgets import QWidget
+
+    from iris_desktop.ui.hub_worker import token_dialog
+
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    monkeypatch.setenv("HF_TOKEN", "hf_with a space")
+    dialog = token_dialog(parent, "https://huggingface.co", lambda _said: None)
+    assert dialog.labelText().endswith(
+        "\n\nHF_TOKEN holds something that is not a token (a space or a character outside printable ASCII), "
+        "so it was not sent; set it to the token as the hub shows it, or unset it.")
+    assert "with a space" not in dialog.labelText()
+    dialog.reject()

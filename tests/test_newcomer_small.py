@@ -302,3 +302,24 @@ def test_chats_dated_with_a_placeholder_are_listed_and_told_apart(make_window, q
         assert all(thread["updated_at"] > 0 for thread in store.threads())
     same = [{"id": n, "title": "Python help", "updated_at": -62135596800.0, "messages": 2} for n in (1, 2)]
     assert told_apart(same) == {1: "2 messages, chat #1", 2: "2 messages, chat #2"}
+
+
+def test_epoch_zero_without_a_time_zone_is_a_placeholder_in_any_zone(capsys, tmp_path, monkeypatch):
+    """A review: "1970-01-01T00:00:00" (no zone) is read as local time, 18,000 s in New
+    York, and dated the chat 1970 there (a placeholder everywhere else)."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        data = tmp_path / "data"
+        export = tmp_path / "epoch.json"
+        export.write_text(json.dumps({"title": "epoch", "messages": [
+            {"role": "user", "content": "hi", "created_at": "1970-01-01T00:00:00"},
+            {"role": "assistant", "content": "hello", "created_at": "1970-01-01T00:00:00"}]}))
+        assert run_cli(capsys, "--data-dir", data, "import", export)[0] == 0
+        with Store(app_paths(data).db_path) as store:
+            assert [t["updated_at"] > 365 * 86_400 for t in store.threads()] == [True]
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -385,15 +385,19 @@ def _turn_of(args, message: str | None, files) -> Turn:
 def _nothing_to_continue(store, thread: int) -> str:
     """Why ``--continue`` has nothing to go on with on ``thread``, as its last message is."""
     head = store.head(thread)
-    row = store.conn.execute("SELECT role, content, status FROM messages WHERE id = ?",
+    row = store.conn.execute("SELECT role, content, status, tool_calls FROM messages WHERE id = ?",
                              (head,)).fetchone() if head is not None else None
-    if row is None or row[0] != "assistant":
+    again = f"'iris-desktop chat --thread {thread} --regenerate' writes it again"
+    if row is None:
+        return f"thread {thread} has no messages yet; there is nothing to continue"
+    if row[0] != "assistant":
         return (f"thread {thread} ends with a message, not a reply; there is nothing to continue "
                 f"(send a message with 'iris-desktop chat --thread {thread} …')")
-    if not row[1] and row[2] in ("error", "interrupted"):
-        return (f"thread {thread}'s last reply is empty (it {'failed' if row[2] == 'error' else 'was stopped'} "
-                f"before it wrote anything); there is nothing to continue: 'iris-desktop chat --thread "
-                f"{thread} --regenerate' writes it again")
+    if row[3]:
+        return (f"thread {thread}'s last reply asked for tools, which a reply cannot go on from; "
+                f"there is nothing to continue: {again}")
+    if not row[1]:
+        return f"thread {thread}'s last reply is empty; there is nothing to continue: {again}"
     return (f"thread {thread}'s last reply is complete (not stopped, failed or cut off); there is "
             "nothing to continue")
 

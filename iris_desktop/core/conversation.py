@@ -101,6 +101,11 @@ def _thread_times(data: dict[str, Any]) -> tuple[float, float] | None:
     return (min(stamps), max(stamps)) if stamps else None
 
 
+#: a chat dated before 1971 is dated with a placeholder (Go's zero time, epoch 0 read in any
+#: time zone: 1970-01-01T00:00:00 without one is 18,000 s in New York)
+PLACEHOLDER_BEFORE = 365 * 86_400
+
+
 def _seconds(value: Any) -> float:
     """A time as :func:`iso_timestamp` reads it, in seconds since the epoch, to the
     millisecond an export writes. Raises ValueError: not a time, or one in the future."""
@@ -109,7 +114,7 @@ def _seconds(value: Any) -> float:
         seconds = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
     else:
         seconds = value / 1000 if value > 1e11 else float(value)
-    if seconds <= 0:  # 1970 or before: a placeholder, not when the chat was (listed last)
+    if seconds < PLACEHOLDER_BEFORE:  # 1970 or before: a placeholder, not when the chat was
         raise ValueError(f"not a chat's time: {value!r}")
     return seconds
 
@@ -434,7 +439,7 @@ def _date(store: Store, thread_id: int, messages: list[Message]) -> None:
         except (ValueError, OverflowError, OSError):
             continue
         stamp = dt.datetime.fromisoformat(when).timestamp() if when is not None else None
-        if stamp is not None and 0 < stamp <= latest:  # (the year 5138 sorted the chat above
+        if stamp is not None and PLACEHOLDER_BEFORE <= stamp <= latest:  # (the year 5138 sorted the chat above
             stamps.append(stamp)  # every other for good; 0001-01-01, Go's zero time, or 1970:
             # a placeholder, as in _seconds; the message keeps the time it gives)
     if stamps:

@@ -55,7 +55,8 @@ def _changing(path: Path) -> Iterator[None]:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = exclusive_lock(path.with_name(f".{path.name}.lock"), wait=True)
+        # (not through a link put in its place: an audit saw one create a file elsewhere)
+        lock = exclusive_lock(path.with_name(f".{path.name}.lock"), wait=True, follow=False)
         lock.__enter__()
     except OSError as exc:
         log.warning("%s: cannot lock it (%s)", path, exc)

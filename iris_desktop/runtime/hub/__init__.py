@@ -76,7 +76,7 @@ from .downloading import download
 from .lock import discard_partial
 from .progress import DownloadProgress
 from .records import download_record, download_target, name_problem, partial_state, verified_words
-from .token import HubToken, get_hub_token, hub_token, set_hub_token, token_variable
+from .token import HubToken, get_hub_token, hub_token, set_hub_token, token_variable, variable_problem
 
 __all__ = [
     "CHAT_PIPELINES",
@@ -102,5 +102,6 @@ __all__ = [
     "set_hub_token",
     "system_memory_bytes",
     "token_variable",
+    "variable_problem",
     "verified_words",
 ]

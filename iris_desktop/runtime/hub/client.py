@@ -280,6 +280,10 @@ class HubClient:
             raise HubError(f"The model hub {self.address} {exc.cause} about {what or url}; check "
                            "models.hub_url.", "answer") from None
         except (httpx.InvalidURL, UnicodeError) as exc:  # a host no DNS name can be (was "a bug")
+            if _reachable_name(self.root):  # then a redirect named it
+                raise HubError(f"The model hub {self.address} redirected {what or 'its answer'} to an "
+                               "address that is not one; Iris did not follow it (check models.hub_url).",
+                               "answer") from None
             raise HubError(f"models.hub_url {self.address} is not an address Iris can reach ({exc}); "
                            "set it to the hub's https:// address, such as https://huggingface.co.",
                            "address") from None
@@ -444,6 +448,16 @@ class HubClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _reachable_name(url: str) -> bool:
+    """Whether ``url``'s host can be a DNS name at all (an IDNA name that cannot be one,
+    "xn--a.co", raises from httpx only when it is used)."""
+    try:
+        httpx.URL(url).host  # noqa: B018 (decoding it is the check)
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        return False
+    return True
 
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:

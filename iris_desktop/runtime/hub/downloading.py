@@ -360,7 +360,8 @@ def _open(client: HubClient, request: httpx.Request, watch: _Watch, info: HubFil
             response = client.client.send(request, stream=True, follow_redirects=False)
             watch.attach(response.extensions.get("network_stream"))
             following = response.next_request
-        except (httpx.InvalidURL, httpx.RemoteProtocolError) as exc:
+        except (httpx.InvalidURL, httpx.RemoteProtocolError, UnicodeError) as exc:  # (an IDNA name
+            # that cannot be one escaped as "a bug")
             if isinstance(exc, httpx.RemoteProtocolError) and "location" not in str(exc).lower():
                 raise
             raise HubError(f"The file host for {info.name} redirected to an address that is not one; "

@@ -120,12 +120,19 @@ def hub_token(hub_url: str) -> HubToken | None:
     name = token_variable(hub_url)
     if name is None:
         return None
-    value = _clean(os.environ.get(name))
-    if not all("!" <= c <= "~" for c in value):
-        raise ValueError(f"{name} holds something that is not a token (a space or a character "
-                         "outside printable ASCII), so it was not sent; set it to the token as "
-                         "the hub shows it, or unset it")
-    return HubToken(value, name)
+    if problem := variable_problem(name):
+        raise ValueError(problem)
+    return HubToken(_clean(os.environ.get(name)), name)
+
+
+def variable_problem(name: str) -> str | None:
+    """Why the variable ``name`` holds no token that can be sent (a space or a character
+    outside printable ASCII), in one clause naming it; None when it can be sent."""
+    if all("!" <= c <= "~" for c in _clean(os.environ.get(name))):
+        return None
+    return (f"{name} holds something that is not a token (a space or a character outside "
+            "printable ASCII), so it was not sent; set it to the token as the hub shows it, or "
+            "unset it")
 
 
 def _clean(value: str | None) -> str:
