@@ -55,7 +55,11 @@ def median_ms(fn):
 
 
 def main():
-    app = QApplication.instance() or QApplication(sys.argv)
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
     side = "new" if hasattr(module, "told_apart") else "old"
     panel = module.ThreadPanel()
     for name, chats in (("A 1,000 chats, 300 of one title", chats_a()),

@@ -384,19 +384,18 @@ def _turn_of(args, message: str | None, files) -> Turn:
 
 def _nothing_to_continue(store, thread: int) -> str:
     """Why ``--continue`` has nothing to go on with on ``thread``, as its last message is."""
-    head = store.head(thread)
-    row = store.conn.execute("SELECT role, content, status, tool_calls FROM messages WHERE id = ?",
-                             (head,)).fetchone() if head is not None else None
+    rows = store.messages(thread)  # (the active branch: its last is the head)
+    row = rows[-1] if rows else None
     again = f"'iris-desktop chat --thread {thread} --regenerate' writes it again"
     if row is None:
         return f"thread {thread} has no messages yet; there is nothing to continue"
-    if row[0] != "assistant":
+    if row["role"] != "assistant":
         return (f"thread {thread} ends with a message, not a reply; there is nothing to continue "
                 f"(send a message with 'iris-desktop chat --thread {thread} …')")
-    if row[3]:
+    if row.get("tool_calls"):
         return (f"thread {thread}'s last reply asked for tools, which a reply cannot go on from; "
                 f"there is nothing to continue: {again}")
-    if not row[1]:
+    if not row.get("content"):
         return f"thread {thread}'s last reply is empty; there is nothing to continue: {again}"
     return (f"thread {thread}'s last reply is complete (not stopped, failed or cut off); there is "
             "nothing to continue")

@@ -109,11 +109,11 @@ def token_dialog(parent: QWidget, hub_url: str, said: Callable[[str], Any]) -> Q
         where = hub_url
     variable = token_variable(hub_url)  # (the window could not tell it was set: an audit)
     problem = variable_problem(variable) if variable else None
-    said = (f"\n\n{problem[0].upper()}{problem[1:]}." if problem else
+    told = (f"\n\n{problem[0].upper()}{problem[1:]}." if problem else
             f"\n\n{variable} is set in Iris's environment: its token is sent to {where} while none "
             "is saved here; one saved here is sent instead." if variable else "")
     dialog.setLabelText(f"A token for {where}, for gated or private models. It is kept in this "
-                        "computer's keyring and sent to the hub only; leave it empty to forget it." + said)
+                        "computer's keyring and sent to the hub only; leave it empty to forget it." + told)
     dialog.setTextEchoMode(QLineEdit.EchoMode.Password)
 
     def save(text: str) -> None:
