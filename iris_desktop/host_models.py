@@ -110,18 +110,26 @@ def model_path_for(settings: Settings, models_dir: Path, *,
     return Path(configured).expanduser()
 
 
-class _Copying:
-    """Times the first load's 8-bit copy of the weights (``stage("copying")`` until the next
-    stage), passing every stage on to ``stage``."""
+class _OnceOnly:
+    """Times a load's once-only work, the bundled model's assembly and the first 8-bit copy
+    of its weights (each from its stage, ``"assembling"`` or ``"copying"``, until the next
+    stage), passing every stage on to ``stage``: "set up in …", not "loaded in …"."""
+
+    TIMED = ("assembling", "copying")
 
     def __init__(self, stage: Callable[[str], Any] | None) -> None:
         self._stage, self._since, self.took = stage, None, 0.0
+
+    @property
+    def timing(self) -> bool:
+        """A once-only stage is under way (said, with no stage after it yet)."""
+        return self._since is not None
 
     def stage(self, what: str) -> None:
         now = time.perf_counter()
         if self._since is not None:
             self.took += now - self._since
-        self._since = now if what == "copying" else None
+        self._since = now if what in self.TIMED else None
         if self._stage is not None:
             self._stage(what)
 
@@ -143,27 +151,16 @@ def missing_model_words(settings: Settings) -> str:
             "or Model ▸ Models… in the window)")
 
 
-def _set_up(settings: Settings, models_dir: Path, stage: Callable[[str], Any] | None,
-            progress: Callable[[float], Any] | None) -> tuple[Path, float]:
-    """The GGUF to load, and the seconds it took to set up (0.0: it was there): the
-    bundled model's first assembly, said as it goes (``stage("assembling")`` and its
-    ``progress``), then ``stage("loading")``."""
-    started, assembled = time.perf_counter(), False
-
-    def staged(what: str) -> None:
-        nonlocal assembled
-        assembled = assembled or what == "assembling"
-        if stage is not None:
-            stage(what)
-
-    path = model_path_for(settings, models_dir, stage=staged, progress=progress)
-    if not assembled:
-        return path, 0.0
-    took = time.perf_counter() - started
-    log.info("%s: set up in %.2f s", path.name, took)
-    if stage is not None:
-        stage("loading")
-    return path, took
+def _set_up(settings: Settings, models_dir: Path, clock: _OnceOnly,
+            progress: Callable[[float], Any] | None) -> Path:
+    """The GGUF to load: the bundled model's first assembly, said as it goes
+    (``stage("assembling")`` and its ``progress``, timed by ``clock``), then
+    ``stage("loading")``."""
+    path = model_path_for(settings, models_dir, stage=clock.stage, progress=progress)
+    if clock.timing:  # assembled now
+        clock.stage("loading")
+        log.info("%s: set up in %.2f s", path.name, clock.took)
+    return path
 
 
 def model_problems(settings: Settings, in_force: Settings) -> dict[str, str]:
@@ -206,7 +203,9 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
     from iris_desktop.runtime.library import not_a_chat_model, remember_recent
     from iris_desktop.runtime.model import LocalModel
 
-    path, setup_s = _set_up(settings, paths.models_dir, stage, progress)
+    clock = _OnceOnly(stage)
+    path = _set_up(settings, paths.models_dir, clock, progress)
+    assembled_s = clock.took
     if settings["model.path"] != BUNDLED and not path.exists():
         raise ModelError(path, missing_model_words(settings))
     try:
@@ -225,7 +224,6 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
     problem = limit_problems(settings, None, trained).get("model.n_ctx")
     if problem:
         raise SettingsError(problem)
-    copying = _Copying(stage)
     model = LocalModel.load(
         path,
         n_ctx=n_ctx,
@@ -237,12 +235,12 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         weights_dir=paths.weights_dir if settings["model.q8_weights"] else None,
         progress=progress,
         cancel=cancel,
-        stage=copying.stage,
+        stage=clock.stage,
         room=room,
     )
     # the first load's 8-bit copy is set-up too, done once: "set up in …", not "loaded in …"
-    model.setup_time_s = setup_s + copying.took
-    model.load_time_s = max(0.0, model.load_time_s - copying.took)
+    model.load_time_s = max(0.0, model.load_time_s - (clock.took - assembled_s))
+    model.setup_time_s = clock.took
     log.info("model on %s: %s", model.gpu.describe(), model.gpu.reason)
     if settings["model.path"] != BUNDLED:
         try:

@@ -306,25 +306,32 @@ def test_a_hub_address_no_name_can_be_is_one_sentence(capsys, tmp_path, monkeypa
     assert "hf_never_sent" not in err and "bug" not in err
 
 
-def test_the_windows_token_dialog_says_when_hf_token_is_sent(qtbot, monkeypatch):
-    """The window could not tell that HF_TOKEN was set (Token… showed the keyring's token
-    only). The dialog says so for huggingface.co, and not for another hub."""
+def token_label(qtbot, hub: str) -> str:
+    """What Model ▸ Download…'s Token… dialog says for the hub at ``hub`` (opened, read,
+    closed)."""
     from PySide6.QtWidgets import QWidget
 
     from iris_desktop.ui.hub_worker import token_dialog
 
     parent = QWidget()
     qtbot.addWidget(parent)
+    dialog = token_dialog(parent, hub, lambda _said: None)
+    try:
+        return dialog.labelText()
+    finally:
+        dialog.reject()
+
+
+def test_the_windows_token_dialog_says_when_hf_token_is_sent(qtbot, monkeypatch):
+    """The window could not tell that HF_TOKEN was set (Token… showed the keyring's token
+    only). The dialog says so for huggingface.co, and not for another hub."""
     monkeypatch.setenv("HF_TOKEN", "hf_in_the_environment")
-    dialog = token_dialog(parent, "https://huggingface.co", lambda _said: None)
-    assert dialog.labelText().endswith(
+    label = token_label(qtbot, "https://huggingface.co")
+    assert label.endswith(
         "\n\nHF_TOKEN is set in Iris's environment: its token is sent to huggingface.co:443 while "
         "none is saved here; one saved here is sent instead.")
-    assert "hf_in_the_environment" not in dialog.labelText()
-    dialog.reject()
-    other = token_dialog(parent, "https://hub.example.org", lambda _said: None)
-    assert "HF_TOKEN" not in other.labelText()
-    other.reject()
+    assert "hf_in_the_environment" not in label
+    assert "HF_TOKEN" not in token_label(qtbot, "https://hub.example.org")
 
 
 def test_a_redirect_to_an_address_no_name_can_be_is_said_as_the_hubs(tmp_path):
@@ -373,16 +380,9 @@ def test_a_redirect_to_an_address_no_name_can_be_is_said_as_the_hubs(tmp_path):
 
 def test_the_token_dialog_says_a_variable_that_holds_no_token_is_not_sent(qtbot, monkeypatch):
     """A review: the dialog said HF_TOKEN's token "is sent" where it holds none that can be."""
-    from PySide6.QtWidgets import QWidget
-
-    from iris_desktop.ui.hub_worker import token_dialog
-
-    parent = QWidget()
-    qtbot.addWidget(parent)
     monkeypatch.setenv("HF_TOKEN", "hf_with a space")
-    dialog = token_dialog(parent, "https://huggingface.co", lambda _said: None)
-    assert dialog.labelText().endswith(
+    label = token_label(qtbot, "https://huggingface.co")
+    assert label.endswith(
         "\n\nHF_TOKEN holds something that is not a token (a space or a character outside printable ASCII), "
         "so it was not sent; set it to the token as the hub shows it, or unset it.")
-    assert "with a space" not in dialog.labelText()
-    dialog.reject()
+    assert "with a space" not in label

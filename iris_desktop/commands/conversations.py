@@ -144,14 +144,16 @@ def threads(args, overrides) -> int:
     says how many are on the one shown). A listing counts at most LISTING_COUNT_CHARS of
     text not counted yet (newest first) and says how many messages remain uncounted.
     Totals are marked "≈" exactly when the window marks its numbers so
-    (:func:`counted_exactly`)."""
+    (``Planner.counts_exactly``, the meter's rule: before, a chat was marked "≈" under the
+    bundled model, whose Jinja template makes ``counter.exact`` False, while the meter
+    called the same counts exact)."""
     from iris_desktop.core.engine import ensure_counts
 
     with open_host(args, overrides) as host:
         host.hold_remote = True  # a listing sends no chat to another machine: estimated
         _maybe_load_model(host, args)
         planner = host.planner()
-        counter, exact = planner.counter, counted_exactly(planner)
+        counter, exact = planner.counter, planner.counts_exactly
         store = host.store
         ensure_counts(store, counter, store.uncounted(counter.name, LISTING_COUNT_CHARS))
         rows = []
@@ -175,18 +177,3 @@ def threads(args, overrides) -> int:
         print(f"{row['id']:>5}  {count:<15}  {tokens:<46} "
               f"{show_untrusted(row['title'])}{branches}")
     return EXIT_OK
-
-
-def counted_exactly(planner) -> bool:
-    """Whether the counts of ``planner``'s counter are the model's own, as the window's
-    meter and inspector (and ``context``'s ``prompt_exact``) call them: an exact counter,
-    or the loaded runtime's own tokenizer, with which the planner counts each request
-    whole (``core.planner``; a template's framing goes to the system part, never into a
-    message's count). False ("≈"): the heuristic, tiktoken, or a server's counts scaled
-    from tiktoken. (``threads`` marked a chat "≈" under the bundled model, whose Jinja
-    template makes ``counter.exact`` False, while the meter called the same counts exact.)"""
-    if getattr(planner.counter, "exact", False):
-        return True
-    runtime = planner.runtime
-    return bool(runtime is not None and runtime.capabilities.exact_counts
-                and runtime.counter().name == planner.counter.name)

@@ -187,6 +187,15 @@ class Planner:
         self._counts_exactly = (runtime is not None and runtime.capabilities.exact_counts
                                 and counter.name == runtime.counter().name)
 
+    @property
+    def counts_exactly(self) -> bool:
+        """Whether its counts are the model's own, as the meter, the inspector and
+        ``context``'s ``prompt_exact`` call them: an exact counter, or the runtime's own
+        tokenizer, with which each request is counted whole (a template's framing goes to
+        the system part, never into a message's count). False ("≈"): the heuristic,
+        tiktoken, or a server's counts scaled from tiktoken."""
+        return bool(getattr(self.counter, "exact", False)) or self._counts_exactly
+
     @classmethod
     def from_settings(cls, settings: Settings, runtime: ChatModel | None = None, *,
                       n_ctx: int | None = None, embedder: TextEmbedder | None = None,
