@@ -205,7 +205,6 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
 
     clock = _OnceOnly(stage)
     path = _set_up(settings, paths.models_dir, clock, progress)
-    assembled_s = clock.took
     if settings["model.path"] != BUNDLED and not path.exists():
         raise ModelError(path, missing_model_words(settings))
     try:
@@ -239,7 +238,7 @@ def load_runtime(settings: Settings, paths: AppPaths, *, progress: Callable[[flo
         room=room,
     )
     # the first load's 8-bit copy is set-up too, done once: "set up in …", not "loaded in …"
-    model.load_time_s = max(0.0, model.load_time_s - (clock.took - assembled_s))
+    # (LocalModel.load leaves it out of load_time_s and its log line)
     model.setup_time_s = clock.took
     log.info("model on %s: %s", model.gpu.describe(), model.gpu.reason)
     if settings["model.path"] != BUNDLED:

@@ -9,6 +9,7 @@ Each test starts on a fresh data folder, so the real parts are really assembled 
 
 from __future__ import annotations
 
+import logging
 import re
 
 from iris_desktop.runtime.bundled import BUNDLED_MODEL, ensure_bundled_model
@@ -75,7 +76,8 @@ def test_the_cli_shows_the_set_up_s_percentage_in_place_on_a_terminal(tmp_path):
     assert re.search(rf"iris-desktop: {TIMES}", text), text
 
 
-def test_the_first_loads_8_bit_copy_counts_as_set_up_not_as_loading(tmp_path, model_path, monkeypatch):
+def test_the_first_loads_8_bit_copy_counts_as_set_up_not_as_loading(tmp_path, model_path, monkeypatch,
+                                                                     caplog):
     """The first load of the bundled model also writes the exact 8-bit copy of its Q5_0
     weights (once per computer, "Preparing the model for this computer (once)…"): its
     time was inside "model loaded in …", so the first start seemed to load slowly and the
@@ -88,16 +90,22 @@ def test_the_first_loads_8_bit_copy_counts_as_set_up_not_as_loading(tmp_path, mo
     paths = app_paths(tmp_path / "data").ensure()
     settings = load_settings(paths.config_path, cli={"model.path": str(model_path), "model.n_ctx": "1024"})
     heard: list[str] = []
+    caplog.set_level(logging.INFO, logger="iris")
     model = load_runtime(settings, paths, stage=heard.append)
     try:
         assert heard.index("copying") < heard.index("loading")
+        # the log's "loaded … in X s" is the load's too, the copy's time named apart
+        loaded = [r.getMessage() for r in caplog.records if ": loaded " in r.getMessage()]
+        assert len(loaded) == 1 and "before it, the 8-bit copy (once) in" in loaded[0], loaded
         assert model.setup_time_s > 0 and model.load_time_s > 0
         assert load_time_words(model.load_time_s, model.setup_time_s).startswith("set up in ")
     finally:
         model.close()
     again: list[str] = []  # the copy is there: nothing to set up
+    caplog.clear()
     model = load_runtime(settings, paths, stage=again.append)
     try:
         assert "copying" not in again and model.setup_time_s == 0.0
+        assert not any("8-bit copy" in r.getMessage() for r in caplog.records)
     finally:
         model.close()

@@ -238,8 +238,11 @@ class LocalModel(KVReuse):
         if plan.on_gpu and gpu_checks is not None:
             plan = checked_plan(p, plan, GpuChecks(gpu_checks), threads, stage, cancel, flash_attn)
         load_path, weights = p, "as published"
+        copy_s = 0.0  # the first load's 8-bit copy is set-up, done once: not the load's time
         if weights_dir is not None and not plan.on_gpu:
+            copying = time.perf_counter()
             load_path, weights, progress = q8_weights(p, info, Path(weights_dir), progress, cancel, stage)
+            copy_s = time.perf_counter() - copying
         scratch = kv_shift and not info.sliding_window
         params = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads,
                       flash_attn=flash_attn, seed=seed, swa_full=swa_full)
@@ -251,7 +254,7 @@ class LocalModel(KVReuse):
                 raise ModelError(p, "loading was cancelled") from None
             why = "; ".join(recent_llama_errors()) or str(exc)
             raise ModelError(p, f"llama.cpp could not load the model ({why})") from None
-        load_s = time.perf_counter() - t0
+        load_s = time.perf_counter() - t0 - copy_s
         remember_compute(plan, info, n_ctx, flash_attn, gpu_checks)
         # the copy's header names its tensor types: a KV state saved with the other
         # weights is read again rather than trusted
@@ -265,10 +268,11 @@ class LocalModel(KVReuse):
         log.info(
             "%s: loaded %s %s (%s, %.0f MB) in %.2f s; n_ctx %d, chat format %s, "
             "sliding window %d (swa_full=%s); %d threads, flash attention %s; weights %s; "
-            "device %s (%s)",
+            "device %s (%s)%s",
             p, info.architecture, info.name or "", info.file_type or "?",
             info.size_bytes / 1e6, load_s, model.n_ctx, chat_format.name, model._n_swa, swa_full,
             threads, "on" if flash_attn else "off", weights, plan.describe(), plan.reason,
+            f"; before it, the 8-bit copy (once) in {copy_s:.2f} s" if copy_s >= 0.01 else "",
         )
         model.load_time_s = load_s
         return model

@@ -31,7 +31,7 @@ from iris_desktop.core.store import StoreError, ThreadGone, explain
 from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.host import LOAD_STAGES, Host, stage_words
-from iris_desktop.settings import BUNDLED, Settings
+from iris_desktop.settings import Settings
 from iris_desktop.stop import GAVE_WAY, StopEvent
 from iris_desktop.ui.boxes import failure
 
@@ -176,8 +176,6 @@ class ModelWorker(QObject):
             return
         before = self.host.runtime
         try:
-            if job.settings["model.path"] == BUNDLED:
-                self.loading.emit("Preparing the bundled model…")
             self.loading.emit(LOAD_STAGES["loading"])
             runtime = self.host.load_model(job.settings, progress=self.loadProgress.emit,
                                            cancel=job.cancel, stage=self._stage)
