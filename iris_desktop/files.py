@@ -258,7 +258,10 @@ def exclusive_lock(path: str | os.PathLike[str], wait: bool = False, *,
                 raise Busy(f"{path} is locked by another process") from None
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        if fcntl is not None:  # released for every copy of the descriptor: a child forked
+            with contextlib.suppress(OSError):  # meanwhile (the search's worker) holds one
+                fcntl.flock(fd, fcntl.LOCK_UN)  # until it ends, and closing ours alone kept
+        os.close(fd)  # the lock held that long (Windows: closing releases it)
 
 
 # -- reading a file that may not be one -----------------------------------------------
