@@ -207,11 +207,11 @@ class LocalModel(KVReuse):
         values, prompts read ~25% faster on CPUs; written once, ~3 s for the bundled
         model); only for a model on the CPU; None loads the file as it is, as does a copy
         that cannot be made or loaded. ``progress(fraction)`` follows the copy and the
-        weights' loading, and ``stage`` is told ``"copying"`` when a copy is being written,
-        ``"checking"`` during a GPU's first-use check and ``"loading"`` after them (a first
-        load takes longer); setting ``cancel`` stops it (:class:`ModelError` "loading was
-        cancelled"). Raises :class:`ModelError` for a missing, truncated or non-GGUF file,
-        for a GGUF that is not a chat model (:func:`_chat_model_info`) and for anything
+        weights' loading, and ``stage`` is told ``"copying"`` when a copy is being written
+        (its time is left out of :attr:`load_time_s`), ``"checking"`` during a GPU's first-use
+        check and ``"loading"`` after them; setting ``cancel`` stops it. Raises
+        :class:`ModelError` for a missing, truncated or non-GGUF file, for a GGUF that is
+        not a chat model (:func:`_chat_model_info`), for a cancel, and for anything
         llama.cpp refuses.
 
         ``gpu`` is ``model.gpu`` ("auto", "off" or a layer count): :func:`.gpu.plan_gpu`
@@ -237,8 +237,7 @@ class LocalModel(KVReuse):
                            room=room)
         if plan.on_gpu and gpu_checks is not None:
             plan = checked_plan(p, plan, GpuChecks(gpu_checks), threads, stage, cancel, flash_attn)
-        load_path, weights = p, "as published"
-        copy_s = 0.0  # the first load's 8-bit copy is set-up, done once: not the load's time
+        load_path, weights, copy_s = p, "as published", 0.0  # the 8-bit copy: not the load's time
         if weights_dir is not None and not plan.on_gpu:
             copying = time.perf_counter()
             load_path, weights, progress = q8_weights(p, info, Path(weights_dir), progress, cancel, stage)
@@ -261,8 +260,7 @@ class LocalModel(KVReuse):
         identity = _header_identity(info if load_path == p else read_gguf_info(load_path))
         model = cls(llm, info, chat_format, identity=identity, swa_full=swa_full, seed=seed,
                     kv_shift=kv_shift)
-        model.weights = weights
-        model.gpu, model.gpu_checks = plan, gpu_checks
+        model.weights, model.gpu, model.gpu_checks, model.load_time_s = weights, plan, gpu_checks, load_s
         hold(model, plan)  # what it holds on a GPU is counted back where a load in its place is planned
         model._mapped = _file_state(load_path)
         log.info(
@@ -274,7 +272,6 @@ class LocalModel(KVReuse):
             threads, "on" if flash_attn else "off", weights, plan.describe(), plan.reason,
             f"; before it, the 8-bit copy (once) in {copy_s:.2f} s" if copy_s >= 0.01 else "",
         )
-        model.load_time_s = load_s
         return model
 
     load_time_s: float = 0.0
