@@ -46,6 +46,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from iris_desktop.core import big_json
 from iris_desktop.core.conversation import (
     MAX_IMPORT_BYTES,
     TOO_LONG_NUMBER,
@@ -143,7 +144,12 @@ def load_conversations(path: str | Path) -> Loaded:
     """Read ``path`` (a file, or a Jan thread folder or threads folder) and return its
     chats. Raises ConversationFormatError, and nothing else, for anything it cannot
     import; the message is one sentence."""
-    path = Path(path)
+    with big_json.kept_apart():  # its parsed values: gone when this returns
+        return _load(Path(path))
+
+
+def _load(path: Path) -> Loaded:
+    """:func:`load_conversations`."""
     try:
         folder = path.is_dir()
     except OSError:
@@ -307,9 +313,9 @@ def _native(path: Path, zipped: bool = False) -> Loaded:
 
 def _json(text: str) -> Any:
     """The parsed JSON, or None when it is not one JSON value (conversation.py, or the
-    JSONL reader, says what is wrong)."""
+    JSONL reader, says what is wrong); read beside the window (:mod:`.big_json`)."""
     try:
-        return json.loads(text)
+        return big_json.parse(text)
     except (ValueError, RecursionError):
         return None
 

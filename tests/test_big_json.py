@@ -1,0 +1,110 @@
+"""A large export is read beside the window: its JSON an item at a time, its values kept
+out of the garbage collector's walks (``core.big_json``).
+
+Before, ``json.loads`` read a whole ChatGPT export in one call, and the collector walked
+its millions of new objects again and again meanwhile: the window beside the import
+stood still for seconds (a 50 MB export: a 2.8 s pause, docs/benchmarks.md). What can be
+counted is counted here: the values (the same as ``json.loads``'s, the same errors), the
+turns another thread gets while an export is read, and the collector's full walks."""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import threading
+
+import pytest
+
+from iris_desktop.core import big_json
+from iris_desktop.core.foreign import load_conversations
+
+SAME = ['[]', ' [ ] ', '[1]', '[ 1 , "a" , {"b": [2, null]} ]\n', '{"a": [1, 2]}', '"text"',
+        '12', '[NaN, Infinity, -0.0, 1e400]', '[[], {}, [[[]]]]', '\t[\r\n"é\\u00e9"\n]\t']
+WRONG = ['[', '[1,]', '[1 2]', '[1] x', '[,1]', '[1,,2]', '', '   ', ']', '[1]]', '[{"a" 1}]',
+         '["\x00"]', '[1]\x00']
+
+
+@pytest.mark.parametrize("text", SAME)
+def test_it_reads_what_json_loads_reads(text):
+    assert big_json.parse(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", WRONG)
+def test_it_refuses_what_json_loads_refuses(text):
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        big_json.parse(text)
+
+
+def test_too_deep_is_a_recursion_error_as_before():
+    with pytest.raises(RecursionError):
+        big_json.parse("[" + "[" * 100_000 + "]" * 100_001)
+
+
+def export(tmp_path, chats: int):
+    """A ChatGPT-shaped export of ``chats`` short conversations (about 1 KB each)."""
+    def chat(n: int) -> dict:
+        mapping = {"root": {"id": "root", "message": None, "parent": None, "children": ["u"]},
+                   "u": {"id": "u", "parent": "root", "children": ["a"], "message": {
+                       "id": "u", "author": {"role": "user"}, "create_time": 1.7e9 + n,
+                       "content": {"content_type": "text", "parts": [f"Question {n} about fig {n}?"]}}},
+                   "a": {"id": "a", "parent": "u", "children": [], "message": {
+                       "id": "a", "author": {"role": "assistant"}, "create_time": 1.7e9 + n + 1,
+                       "content": {"content_type": "text", "parts": [f"Answer {n}: " + "x" * 400]}}}}
+        return {"title": f"Chat {n}", "create_time": 1.7e9 + n, "mapping": mapping,
+                "current_node": "a"}
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chat(n) for n in range(chats)]))
+    return path
+
+
+def test_the_window_s_thread_gets_turns_while_an_export_is_read(tmp_path):
+    """The other thread (the window's) counts its turns while the import's thread reads:
+    one json.loads over the file gave it none from start to end."""
+    path = export(tmp_path, 20_000)
+    reading, done, turns = threading.Event(), threading.Event(), [0]
+
+    text = path.read_text()
+
+    def read() -> None:
+        reading.set()
+        try:
+            with big_json.kept_apart():
+                big_json.parse(text)
+        finally:
+            done.set()
+
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(0.0001)  # turns every 0.1 ms: many, however fast the machine
+    try:
+        text_read = threading.Thread(target=read)
+        text_read.start()
+        reading.wait()
+        while not done.is_set():
+            turns[0] += 1
+            done.wait(0.0001)
+        text_read.join()
+    finally:
+        sys.setswitchinterval(was)
+    assert turns[0] >= 100, turns  # json.loads over the file: 2 to 21 (its call's ends)
+
+
+def test_the_collector_never_walks_an_export_while_it_is_read(tmp_path):
+    path = export(tmp_path, 5_000)
+    walks: list[int] = []
+
+    def heard(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            walks.append(1)
+
+    gc.collect()
+    gc.callbacks.append(heard)
+    try:
+        loaded = load_conversations(path)
+    finally:
+        gc.callbacks.remove(heard)
+    assert len(loaded.chats) == 5_000
+    assert gc.get_freeze_count() == 0  # nothing stays frozen after the read
+    assert walks == []
