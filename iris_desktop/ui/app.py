@@ -4,6 +4,7 @@ command, and what ``make run`` runs)."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import Mapping
@@ -126,7 +127,9 @@ def _quit_on_interrupt(window: Any) -> tuple[Any, QTimer]:
 
 def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) -> int:
     """Open the main window on ``data_dir`` (default: IRIS_HOME / platform folders). A
-    database that had to be salvaged is reported in a message box before the window."""
+    database that had to be salvaged is reported in a message box before the window.
+    File ▸ Change history passphrase… closes the window; the key is changed here, between
+    two windows (no connection to the history open), and a new window opens."""
     from iris_desktop.core.store import StoreError
     from iris_desktop.host import Host
     from iris_desktop.paths import DataDirError
@@ -142,12 +145,30 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
     setup_logging(host.paths.log_path)
     log = logging.getLogger("iris.ui")
     log.info("Iris Desktop %s starting; data dir %s", __version__, host.paths.data_dir)
-    newer = _tell_settings(host, log)
+    said = _tell_settings(host, log)
     _tell_recovery(host, log)
+    while True:
+        code, request = _window_on(app, host, said, log)
+        if request is None:
+            break
+        reopened = _change_key_between_windows(host, request, data_dir, overrides)
+        if reopened is None:
+            return 1
+        host, said = reopened
+        _tell_recovery(host, log)
+    log.info("Iris Desktop exited (%s)", code)
+    return code
+
+
+def _window_on(app: QApplication, host: Any, said: str | None, log: logging.Logger
+               ) -> tuple[int, Any]:
+    """The main window on ``host`` until it closes (``said``: a passing word in its status
+    bar); then the window and the host are closed. Returns the exit code, and the key
+    change the window asked for (None: it quit)."""
     window = main_window(host)
     window.show()
-    if newer and getattr(window, "app_state", None) is not None:  # a passing word, no box
-        window.app_state.show_message(newer, 30_000)
+    if said and getattr(window, "app_state", None) is not None:  # a passing word, no box
+        window.app_state.show_message(said, 30_000)
     before, turn = _quit_on_interrupt(window)
     log.info("window shown (Ctrl+C in this terminal quits)")
     try:
@@ -157,5 +178,36 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
         turn.stop()
         window.shutdown()  # closes the model (model.close()) on its own thread
         host.close()
-    log.info("Iris Desktop exited (%s)", code)
-    return code
+    change = getattr(window, "key_change", None)
+    request = getattr(change, "request", None)
+    if request is not None:
+        window.deleteLater()  # a new one opens
+    return code, request
+
+
+def _change_key_between_windows(host: Any, request: Any, data_dir: Any,
+                                overrides: Mapping[str, str] | None) -> tuple[Any, str] | None:
+    """Change the history's key (``host`` closed), then open a new host on it: with the
+    new key, or on a failure (said in a message box; nothing changed) with the current
+    one, neither asked again. Returns (the host, what the window says of it), or None
+    when the history cannot be opened again (said)."""
+    from iris_desktop.core.store import StoreError
+    from iris_desktop.host import Host
+    from iris_desktop.paths import DataDirError
+    from iris_desktop.storage_key import PASSPHRASE_ENV
+    from iris_desktop.ui.passphrase_dialog import ask_passphrase
+    from iris_desktop.ui.rekey_dialog import change_key_now, reopening
+
+    outcome = change_key_now(host.paths, request)
+    if outcome is not None:
+        QMessageBox.warning(None, "The chat history's key was not changed",
+                            outcome[:1].upper() + outcome[1:].rstrip(".") + ".")
+    ask, said = reopening(request, outcome, ask_passphrase)
+    # the passphrase is handed to the start (an IRIS_STORAGE_PASSPHRASE of the old one
+    # would be refused, and asked no more)
+    env = {name: value for name, value in os.environ.items() if name != PASSPHRASE_ENV}
+    try:
+        return Host(data_dir, dict(overrides or {}), env=env, ask_passphrase=ask), said
+    except (StoreError, DataDirError) as exc:
+        QMessageBox.critical(None, "Iris Desktop cannot start", str(exc))
+        return None

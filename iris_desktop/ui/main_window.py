@@ -55,6 +55,7 @@ from iris_desktop.ui.menus import Menus
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
 from iris_desktop.ui.model_thread import ModelThread, ModelWorker
+from iris_desktop.ui.rekey_dialog import KeyChange
 from iris_desktop.ui.status_line import CacheWords, ElidedLabel, StatusArea
 from iris_desktop.ui.theme import Appearance
 from iris_desktop.ui.thread_control import ThreadControl
@@ -129,6 +130,7 @@ class MainWindow(QMainWindow):
         self.menus = Menus(s, self.menuBar(), host.paths, self.view, self.threads.search,
                            self.inspector, self.context.preview, self.context.limit_problems,
                            self)
+        self.key_change = KeyChange(self)  # File ▸ Change history passphrase… (run_gui does it)
         self.announcer = Announcer(self.state_label, self)
         self._connect()
         self._accessible()
