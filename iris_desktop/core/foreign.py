@@ -38,7 +38,6 @@ an LM Studio chat, which dates no message, is dated by the conversation's times.
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import time
@@ -47,9 +46,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from iris_desktop.core import big_json
+from iris_desktop.core.big_json import read_json as _read_json
+from iris_desktop.core.big_json import read_jsonl as _read_jsonl
+from iris_desktop.core.big_json import value_of as _json
+from iris_desktop.core.big_json import values_of_lines as _jsonl
 from iris_desktop.core.conversation import (
     MAX_IMPORT_BYTES,
-    TOO_LONG_NUMBER,
     TREE_KEY,
     ConversationFormatError,
     import_messages,
@@ -191,8 +193,10 @@ def _load(path: Path) -> Loaded:
             lambda tally: _jan_chat(data, lines, tally)]))
     convert = {CHATGPT: _chatgpt_chat, OPEN_WEBUI: _openwebui_chat, LM_STUDIO: _lmstudio_chat,
                CLAUDE: claude_chat}[kind]
-    return _guard(path, kind, lambda: _finish(path, kind, [
-        (lambda tally, item=item: convert(item, tally)) for item in items]))
+    converters = [(lambda tally, item=item: convert(item, tally)) for item in items]
+    items.clear()  # each chat's parsed values freed once it is converted (_finish), not
+    # all at once at the end (a pause of the window's thread: 0.75 s for 150 MB)
+    return _guard(path, kind, lambda: _finish(path, kind, converters))
 
 
 def _is_file(path: Path) -> bool:
@@ -251,6 +255,12 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
     imports at once store it once. ``title`` names a single chat, or prefixes the titles
     of several. An import that fails after it stored chats raises :class:`PartlyImported`,
     which says so (nothing stored: the error itself)."""
+    with big_json.kept_apart():  # the chats read: out of the collector's walks meanwhile
+        return _store_chats(store, loaded, title, again)
+
+
+def _store_chats(store: Store, loaded: Loaded, title: str | None, again: bool) -> Imported:
+    """:func:`import_conversations`."""
     ids: list[int] = []
     known: list[int] = []
     stored: list[Chat] = []
@@ -309,74 +319,6 @@ def _native(path: Path, zipped: bool = False) -> Loaded:
     messages, title, system_prompt = load_conversation(path)
     fmt = IRIS if any(TREE_KEY in m for m in messages) else OPENAI
     return Loaded(fmt, [Chat(title, messages, system_prompt)])
-
-
-def _json(text: str) -> Any:
-    """The parsed JSON, or None when it is not one JSON value (conversation.py, or the
-    JSONL reader, says what is wrong); read beside the window (:mod:`.big_json`)."""
-    try:
-        return big_json.parse(text)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _jsonl(text: str) -> list[Any] | None:
-    """One JSON value per non-empty line, or None when a line is not one."""
-    values = []
-    for line in text.splitlines():
-        if line.strip():
-            try:
-                values.append(json.loads(line))
-            except (ValueError, RecursionError):
-                return None
-    return values
-
-
-def _read_json(path: Path, soft: bool = False) -> tuple[Any, str | None]:
-    """A JSON file beside the one imported (Jan's thread.json), and what was wrong with it;
-    with ``soft``, (None, None) when it is missing and (None, the reason) when it cannot
-    be read, instead of raising."""
-    try:
-        if soft and not path.is_file():
-            return None, None
-        value = _json(read_text_file(path, MAX_IMPORT_BYTES))
-    except OSError as exc:  # is_file on a folder one may not look into
-        if soft:
-            return None, f"{path}: cannot read it ({exc.strerror or exc})"
-        raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except ConversationFormatError as exc:
-        if soft:
-            return None, str(exc)
-        raise
-    if value is None:
-        if not soft:
-            raise ConversationFormatError(f"{path}: not valid JSON")
-        return None, f"{path}: not valid JSON"
-    if soft and not isinstance(value, dict):
-        return None, f"{path}: not a Jan thread (a JSON object)"
-    return value, None
-
-
-def _read_jsonl(path: Path) -> list[Any]:
-    """Jan's messages.jsonl (none: the thread has no messages yet)."""
-    try:
-        if not path.is_file():
-            return []
-    except OSError:
-        return []
-    text = read_text_file(path, MAX_IMPORT_BYTES)
-    values = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                values.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise ConversationFormatError(f"{path}: line {number} is not valid JSON") from None
-            except ValueError:  # json raises it for a number too long to convert
-                raise ConversationFormatError(f"{path}: line {number}: {TOO_LONG_NUMBER}") from None
-            except RecursionError:
-                raise ConversationFormatError(f"{path}: line {number} is nested too deeply") from None
-    return values
 
 
 def _kind(data: Any) -> tuple[str | None, list[Any]]:
@@ -455,25 +397,9 @@ def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | Non
     before is not stored again, nor counted)."""
     tally, skipped = _Tally(), _Tally()
     chats: list[Chat] = []
-    for number, convert in enumerate(converters, start=1):
-        where = f"{path}: chat {number}" if len(converters) > 1 else str(path)
-        own = _Tally()
-        try:
-            chat = convert(own)
-        except SkippedChat as exc:
-            skipped.skipped.append(f"chat {number} of {path.name}: {exc}")
-            continue
-        except ConversationFormatError as exc:
-            raise ConversationFormatError(f"{where}: {exc}") from None
-        except _SURPRISES as exc:  # named by its chat, not only by the file
-            raise ConversationFormatError(f"{where}: {_unexpected(fmt, exc)}") from None
-        tally.add(own)
-        if chat is None or not any(m.get("role") != "system" for m in chat.messages):
-            skipped.empty += 1  # (a chat's system prompt alone is no conversation)
-            continue
-        label = f"{where} ({_short(chat.title)})" if chat.title else where
-        validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
-        chats.append(chat._replace(tally=own))
+    with big_json.paused():  # the chats made: kept out of the collector's walks
+        for number, convert in enumerate(converters, start=1):
+            _convert(path, fmt, number, convert, converters, tally, skipped, chats)
     if not chats:
         said = [*notes, *(f"{what[:1].upper()}{what[1:]}" for what in skipped.skipped)]
         raise ConversationFormatError(f"{path}: the {fmt} holds no chat with a text message"
@@ -481,6 +407,32 @@ def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | Non
     if fmt == JAN and len(chats) > 1:
         fmt = JAN_FOLDER
     return Loaded(fmt, chats, [*notes, *tally.add(skipped).notes()], notes, skipped)
+
+
+def _convert(path: Path, fmt: str, number: int, convert: Callable[[_Tally], Chat | None],
+             converters: list[Any], tally: _Tally, skipped: _Tally, chats: list[Chat]) -> None:
+    """Chat ``number`` of :func:`_finish`, added to ``chats`` (or counted as skipped); its
+    converter (and so its parsed values) let go of in ``converters`` once it ran."""
+    where = f"{path}: chat {number}" if len(converters) > 1 else str(path)
+    own = _Tally()
+    try:
+        chat = convert(own)
+    except SkippedChat as exc:
+        skipped.skipped.append(f"chat {number} of {path.name}: {exc}")
+        return
+    except ConversationFormatError as exc:
+        raise ConversationFormatError(f"{where}: {exc}") from None
+    except _SURPRISES as exc:  # named by its chat, not only by the file
+        raise ConversationFormatError(f"{where}: {_unexpected(fmt, exc)}") from None
+    finally:
+        converters[number - 1] = None
+    tally.add(own)
+    if chat is None or not any(m.get("role") != "system" for m in chat.messages):
+        skipped.empty += 1  # (a chat's system prompt alone is no conversation)
+        return
+    label = f"{where} ({_short(chat.title)})" if chat.title else where
+    validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
+    chats.append(chat._replace(tally=own))
 
 
 def _clipped(title: str, limit: int = 40) -> str:
