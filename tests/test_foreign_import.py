@@ -322,7 +322,7 @@ def test_gui_file_import_uses_the_same_loader(qtbot, tmp_path, monkeypatch):
     loaded: list[str] = []
     real = foreign.load_conversations
     monkeypatch.setattr(foreign, "load_conversations",
-                        lambda path: loaded.append(str(path)) or real(path))
+                        lambda path, progress=None: loaded.append(str(path)) or real(path, progress))
     monkeypatch.setattr(thread_control.QFileDialog, "getOpenFileName",
                         staticmethod(lambda *a, **k: (str(OPEN_WEBUI_LIBRECHAT), "")))
     host = Host(tmp_path / "data", runtime=ScriptedRuntime([]), compact=False)

@@ -201,7 +201,8 @@ def test_an_import_runs_beside_the_window_and_leaves_the_chat_the_user_opened(
     qtbot.waitUntil(lambda: window.thread_id is None, timeout=5_000)
     gate = threading.Event()
     load = foreign.load_conversations
-    monkeypatch.setattr(foreign, "load_conversations", lambda path: gate.wait(20) and load(path))
+    monkeypatch.setattr(foreign, "load_conversations",
+                        lambda path, progress=None: gate.wait(20) and load(path, progress))
     second = tmp_path / "second.json"
     second.write_text(json.dumps({"title": "Imported later", "messages": [
         {"role": "user", "content": "Question"}, {"role": "assistant", "content": "Answer"}]}))

@@ -37,22 +37,50 @@ def import_(args, overrides) -> int:
     from iris_desktop.core.foreign import PartlyImported, import_conversations, load_conversations
 
     title = text_argument(args.title, "--title") if args.title else None
+    line = _ProgressLine(sys.stderr.isatty())
     try:
-        loaded = load_conversations(args.file)
+        loaded = load_conversations(args.file, progress=line.saying("reading"))
     except ConversationFormatError as exc:
+        line.end()
         raise CliError(f"import refused, nothing was written: {exc}") from None
     with open_host(args, overrides) as host:
         try:
-            imported = import_conversations(host.store, loaded, title, again=args.again)
+            imported = import_conversations(host.store, loaded, title, again=args.again,
+                                            progress=line.saying("storing"))
         except PartlyImported as exc:  # the chats stored before it failed: their ids too
+            line.end()
             for thread_id in exc.imported.ids:
                 print(thread_id)
             raise CliError(str(exc), EXIT_FAIL) from None
+        finally:
+            line.end()
     for thread_id in imported.ids:
         print(thread_id)
     for line in imported.report(loaded, "; --again imports them anyway"):
         say(f"iris-desktop: {line}", file=sys.stderr)
     return EXIT_OK
+
+
+class _ProgressLine:
+    """How far a long import is, on a terminal's one line rewritten in place ("reading,
+    12,000 of 133,082 chats…"; nothing in a pipe or a log), cleared when it ends."""
+
+    def __init__(self, tty: bool):
+        self.tty, self.shown = tty, False
+
+    def saying(self, doing: str):
+        def told(done: int, total: int) -> None:
+            if self.tty:
+                sys.stderr.write(f"\r\x1b[Kiris-desktop: {doing}, {done:,} of {total:,} chats…")
+                sys.stderr.flush()
+                self.shown = True
+        return told
+
+    def end(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
 
 
 def export(args, overrides) -> int:

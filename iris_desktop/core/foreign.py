@@ -142,15 +142,22 @@ class Loaded(tuple):
         return [self.summary(), *self.notes]
 
 
-def load_conversations(path: str | Path) -> Loaded:
+#: told how far an import is: (chats done, chats in all), now and then
+Progress = Callable[[int, int], None]
+#: seconds between two words of how far the chats of an export are converted
+PROGRESS_S = 0.25
+
+
+def load_conversations(path: str | Path, progress: Progress | None = None) -> Loaded:
     """Read ``path`` (a file, or a Jan thread folder or threads folder) and return its
-    chats. Raises ConversationFormatError, and nothing else, for anything it cannot
-    import; the message is one sentence."""
+    chats (``progress``: told as an export's chats are converted). Raises
+    ConversationFormatError, and nothing else, for anything it cannot import; the
+    message is one sentence."""
     with big_json.kept_apart():  # its parsed values: gone when this returns
-        return _load(Path(path))
+        return _load(Path(path), progress)
 
 
-def _load(path: Path) -> Loaded:
+def _load(path: Path, progress: Progress | None = None) -> Loaded:
     """:func:`load_conversations`."""
     try:
         folder = path.is_dir()
@@ -196,7 +203,7 @@ def _load(path: Path) -> Loaded:
     converters = [(lambda tally, item=item: convert(item, tally)) for item in items]
     items.clear()  # each chat's parsed values freed once it is converted (_finish), not
     # all at once at the end (a pause of the window's thread: 0.75 s for 150 MB)
-    return _guard(path, kind, lambda: _finish(path, kind, converters))
+    return _guard(path, kind, lambda: _finish(path, kind, converters, progress=progress))
 
 
 def _is_file(path: Path) -> bool:
@@ -245,7 +252,7 @@ CHUNK_S = 0.25
 
 
 def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
-                         again: bool = False) -> Imported:
+                         again: bool = False, progress: Progress | None = None) -> Imported:
     """Store each chat of ``loaded`` as a new thread, a few chats per transaction (at most
     about :data:`CHUNK_S` each: a killed import keeps the chats stored so far, and running
     it again adds the rest); returns the new threads' ids, and the threads that already
@@ -254,12 +261,14 @@ def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
     a chat is there already is decided in the transaction that would store it, so two
     imports at once store it once. ``title`` names a single chat, or prefixes the titles
     of several. An import that fails after it stored chats raises :class:`PartlyImported`,
-    which says so (nothing stored: the error itself)."""
+    which says so (nothing stored: the error itself). ``progress`` is told after each
+    transaction (chats stored or found there already, of all)."""
     with big_json.kept_apart():  # the chats read: out of the collector's walks meanwhile
-        return _store_chats(store, loaded, title, again)
+        return _store_chats(store, loaded, title, again, progress)
 
 
-def _store_chats(store: Store, loaded: Loaded, title: str | None, again: bool) -> Imported:
+def _store_chats(store: Store, loaded: Loaded, title: str | None, again: bool,
+                 progress: Progress | None) -> Imported:
     """:func:`import_conversations`."""
     ids: list[int] = []
     known: list[int] = []
@@ -286,6 +295,8 @@ def _store_chats(store: Store, loaded: Loaded, title: str | None, again: bool) -
                                   chat))
             ids += [thread for thread, _ in chunk]  # committed
             stored += [chat for _, chat in chunk]
+            if progress is not None and pending:
+                progress(len(loaded.chats) - len(pending), len(loaded.chats))
     except Exception as exc:
         if not ids:
             raise
@@ -390,7 +401,7 @@ def _unexpected(fmt: str, exc: Exception) -> str:
 
 
 def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | None]],
-            notes: Sequence[str] = ()) -> Loaded:
+            notes: Sequence[str] = (), progress: Progress | None = None) -> Loaded:
     """Convert and validate every chat; skip (and count) the ones with no text, and say
     the ones that cannot be read as they are (:class:`SkippedChat`). ``notes``: what
     reading the files left out already. Each chat's tally is its own (a chat imported
@@ -398,8 +409,12 @@ def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | Non
     tally, skipped = _Tally(), _Tally()
     chats: list[Chat] = []
     with big_json.paused():  # the chats made: kept out of the collector's walks
+        told = time.monotonic()
         for number, convert in enumerate(converters, start=1):
             _convert(path, fmt, number, convert, converters, tally, skipped, chats)
+            if progress is not None and time.monotonic() - told >= PROGRESS_S:
+                progress(number, len(converters))
+                told = time.monotonic()
     if not chats:
         said = [*notes, *(f"{what[:1].upper()}{what[1:]}" for what in skipped.skipped)]
         raise ConversationFormatError(f"{path}: the {fmt} holds no chat with a text message"
