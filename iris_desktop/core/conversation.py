@@ -20,7 +20,10 @@ branches (regenerated replies, edited messages) exports every branch, with ``"fo
 same branch active. A reply that was stopped carries ``"status": "interrupted"``, one that
 failed (the model or the server failed while it was written) ``"status": "error"``, one
 cut off at its token cap ``"finish_reason": "length"``: imported, each can be continued
-(the store keeps an imported reply's ``"status"``).
+(the store keeps an imported reply's ``"status"``). A reply imported from another app
+carries ``"imported_from"``: the app (``"ChatGPT"``), which the window and the Markdown
+export name in its place (never sent to a model: the request keeps a message's role,
+content, tool calls and name only); Iris's own replies carry none.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from iris_desktop.tokens import Message
 BRANCHES_FORMAT = "iris-branches"
 #: where a branched export keeps a message's place in the tree
 TREE_KEY = "iris"
+#: where a reply imported from another app keeps the app's name ("ChatGPT", "Claude"):
+#: a key of the store's ``extra``, which no request to a model carries
+IMPORTED_FROM = "imported_from"
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
 #: the deepest a message's values may nest (a message and its tool calls use four
@@ -376,6 +382,13 @@ def export_messages(store: Store, thread_id: int) -> dict[str, Any]:
     return {"format": BRANCHES_FORMAT, **head, "messages": messages}
 
 
+def imported_from(message: Message) -> str:
+    """The app an imported reply was written in ("ChatGPT"), as one short line; "" for
+    Iris's own replies and for any other message."""
+    app = message.get(IMPORTED_FROM) if message.get("role") == "assistant" else None
+    return " ".join(app.split())[:60] if isinstance(app, str) else ""
+
+
 def _exported(row: dict[str, Any], cut_off: set[int] | frozenset[int] = frozenset()) -> Message:
     """A stored row as exported: the message as it was imported or written, with the time
     Iris knows it was written as ``created_at`` where it says none, a reply that was
@@ -571,6 +584,8 @@ def to_markdown(title: str, messages: list[Message], system_prompt: str | None =
             heading += " (failed)"  # the model or the server failed: Continue goes on
         elif role == "assistant" and message.get("finish_reason") == "length":
             heading += " (cut off)"  # at its token cap: Continue goes on, as after a stop
+        if imported_from(message):  # not written by Iris: the app it was written in
+            heading += f" — imported from {imported_from(message)}"
         out.append(f"## {heading}")
         out.append("")
         content = message.get("content")

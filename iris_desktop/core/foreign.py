@@ -62,7 +62,7 @@ from iris_desktop.core.conversation import (
 )
 from iris_desktop.core.export_zip import EXPORT_NAME, zipped_export
 from iris_desktop.core.foreign_claude import claude_chat
-from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat, read_before
+from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat, from_app, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
 from iris_desktop.core.foreign_parts import cut_blocks as _cut_blocks
@@ -447,7 +447,7 @@ def _convert(path: Path, fmt: str, number: int, convert: Callable[[_Tally], Chat
         return
     label = f"{where} ({_short(chat.title)})" if chat.title else where
     validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
-    chats.append(chat._replace(tally=own))
+    chats.append(from_app(chat, fmt)._replace(tally=own))  # (its replies: the app's)
 
 
 def _clipped(title: str, limit: int = 40) -> str:

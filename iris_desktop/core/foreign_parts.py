@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from iris_desktop.core.conversation import ConversationFormatError
+from iris_desktop.core.conversation import IMPORTED_FROM, ConversationFormatError
 from iris_desktop.core.foreign_tree import MERGED_CHARS, Node, tree
 from iris_desktop.core.store import iso_timestamp
 from iris_desktop.core.store.rows import not_in_future
@@ -82,6 +82,23 @@ class Tally:
             notes.append(f"{count(self.empty, 'chat')} with no text message {verb} skipped.")
         notes += [f"{what[:1].upper()}{what[1:]}; it was skipped." for what in self.skipped]
         return notes
+
+
+#: the app each other app's format was written in (:mod:`iris_desktop.core.foreign`'s
+#: format names), which its replies name (:func:`from_app`)
+APPS = {"ChatGPT export": "ChatGPT", "Claude export": "Claude", "Open WebUI export": "Open WebUI",
+        "LM Studio conversation": "LM Studio", "Jan thread": "Jan", "Jan threads folder": "Jan"}
+
+
+def from_app(chat: Chat, fmt: str) -> Chat:
+    """``chat`` with each of its replies (every branch's) marked as written in the app of
+    ``fmt`` (:data:`~iris_desktop.core.conversation.IMPORTED_FROM`): the window and the
+    Markdown export name the app, not Iris, over them; a format of Iris's own marks none."""
+    app = APPS.get(fmt)
+    for message in chat.messages if app else []:
+        if message.get("role") == "assistant":
+            message[IMPORTED_FROM] = app
+    return chat
 
 
 def count(n: int, noun: str) -> str:

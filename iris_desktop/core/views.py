@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iris_desktop.core.attachments import shown
+from iris_desktop.core.conversation import imported_from
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
     Breakdown,
@@ -95,7 +96,8 @@ class Entry:
     can_regenerate: bool = False
     #: files attached to a user message: (name, tokens) for each chip
     attachments: list[tuple[str, int]] = field(default_factory=list)
-    #: who spoke, when the message names its speaker (an imported group chat's ``name``)
+    #: who spoke, when the message names its speaker (an imported group chat's ``name``),
+    #: or the app an imported reply was written in ("ChatGPT": not Iris)
     name: str = ""
     #: a message whose stored text is damaged on disk (read with U+FFFD): what is wrong,
     #: what it means and what can be done, in words for the user; "" when it reads whole
@@ -245,6 +247,7 @@ def transcript_entries(
                       row.get("status") or "complete", attachments=chips)
         if row["role"] in ("user", "assistant") and isinstance(message.get("name"), str):
             entry.name = " ".join(message["name"].split())
+        entry.name = entry.name or imported_from(message)
         if row["role"] == "assistant":
             # the column, not row_to_message: a streamed reply's key list predates its calls
             raw_calls = row.get("tool_calls")
@@ -837,7 +840,8 @@ def _recalled(store: Store, ids: Sequence[int]) -> list[dict[str, Any]]:
         if row is None:
             continue
         message = row_to_message(dict(row))
-        speaker = Entry("message", "", role=row["role"], name=message.get("name") or "").speaker
+        speaker = Entry("message", "", role=row["role"],
+                        name=message.get("name") or imported_from(message)).speaker
         out.append({"id": mid, "role": row["role"], "speaker": speaker,
                     "preview": _preview(message.get("content") or message_text(message), 60)})
     return out
