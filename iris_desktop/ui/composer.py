@@ -23,6 +23,20 @@ from iris_desktop.core.engine import certainly_too_large
 from iris_desktop.core.store import utf8_length
 from iris_desktop.untrusted import show_untrusted
 
+#: the message box is never narrower than this many pixels, nor 20 characters: the chat
+#: list and the inspector give way first (at 800×600 it was left 120 px, a few words a line)
+MIN_WIDTH = 290
+TOKENS_TIP = "Tokens of the draft, counted by the context engine"
+
+
+def too_large_words(needed: int, allowed: int, files: bool) -> str:
+    """Why a draft cannot be sent, and what to do, in one sentence (Send's tooltip, the
+    status bar on Enter). An attached file counts as the text does: attaching the text
+    instead would not make it fit."""
+    what = "the message or its attached files" if files else "the message"
+    return (f"Too large to send: at least {needed:,} tokens, and {allowed:,} fit in this chat; "
+            f"shorten {what}, or choose a larger context window in Preferences (Ctrl+,).")
+
 
 def dropped_files(mime) -> list[str]:
     """The local files of a drag, if it carries any."""
@@ -99,7 +113,10 @@ class Composer(QWidget):
         self.button = QPushButton("Send", self)
         self.button.setDefault(True)
         self.tokens = QLabel("Draft: 0 tokens", self)
-        self.tokens.setToolTip("Tokens of the draft, counted by the context engine")
+        self.tokens.setToolTip(TOKENS_TIP)
+        # under the box, where it may wrap: beside it, "Draft: too large (at least 40,512
+        # tokens; 5,709 fit)" widened the buttons' column and left the box 120 px at 800×600
+        self.tokens.setWordWrap(True)
         self.attach_button = QPushButton("Attach…", self)
         self.attach_button.setToolTip("Attach text files (or drop them here): plain text, "
                                       "Markdown, source code, CSV, JSON")
@@ -113,6 +130,9 @@ class Composer(QWidget):
         self.generating = False
         self._can_send = True
         self._why_not = ""  # why it cannot send (``set_can_send``)
+        #: why this draft cannot be sent: the engine found it too large for the window
+        #: (``set_draft_tokens``); '' when it fits or is not counted yet
+        self._too_large = ""
         self.attachments: list[Attachment] = []
         self._chip_tokens: list[int | None] = []
         #: where each file was read from, where known (not for a draft read back)
@@ -129,10 +149,10 @@ class Composer(QWidget):
         side.addWidget(self.button)
         side.addWidget(self.attach_button)
         side.addStretch(1)
-        side.addWidget(self.tokens)
         box = QVBoxLayout()
         box.addWidget(chips)
         box.addWidget(self.edit, 1)
+        box.addWidget(self.tokens)
         row = QHBoxLayout(self)
         row.setContentsMargins(8, 4, 8, 6)
         row.addLayout(box, 1)
@@ -145,6 +165,7 @@ class Composer(QWidget):
         self._debounce.timeout.connect(lambda: self.draftChanged.emit(self.text()))
         self.edit.textChanged.connect(self._debounce.start)
         self.edit.textChanged.connect(self._fit_height)
+        self.edit.textChanged.connect(self._draft_edited)
         self.edit.submitted.connect(self._submit)
         self.edit.stopRequested.connect(self.stopRequested)
         self.button.clicked.connect(self._clicked)
@@ -158,9 +179,9 @@ class Composer(QWidget):
     def _fit_height(self) -> None:
         """Grow with the draft from 2 to 8 lines, then scroll; empty, as many lines as the
         placeholder takes at this width (at 18 pt it was cut in half). Never narrower
-        than about 20 characters (the buttons beside it gave way last)."""
+        than :data:`MIN_WIDTH` or 20 characters (the panels beside give way first)."""
         edit, doc = self.edit, self.edit.document()
-        if edit.minimumWidth() != (least := edit.fontMetrics().averageCharWidth() * 20):
+        if edit.minimumWidth() != (least := max(edit.fontMetrics().averageCharWidth() * 20, MIN_WIDTH)):
             edit.setMinimumWidth(least)
         lines = 8 if doc.blockCount() >= 8 else doc.lineCount()  # (8 lines at most)
         if not doc.characterCount() > 1 and edit.placeholderText():
@@ -179,6 +200,13 @@ class Composer(QWidget):
 
     def _forget_text(self, *_change) -> None:
         self._text = None
+
+    def _draft_edited(self) -> None:
+        """The draft changed: whether it fits is not known until it is counted again
+        (Send is not held back on a guess)."""
+        if self._too_large:
+            self._too_large = ""
+            self._update_enabled()
 
     def text(self) -> str:
         if self._text is None:
@@ -265,6 +293,7 @@ class Composer(QWidget):
             self._draw_chips()
 
     def _changed(self) -> None:
+        self._draft_edited()
         self._draw_chips()
         self.attachmentsChanged.emit()
         self._debounce.start()
@@ -318,7 +347,6 @@ class Composer(QWidget):
         self.generating = generating
         self.button.setText("Stop" if generating else "Send")
         self.button.setAccessibleName("Stop the reply" if generating else "Send")
-        self.button.setToolTip("Stop generating (Esc)" if generating else "Send (Enter)")
         self._update_enabled()
 
     def set_can_send(self, can: bool, reason: str = "") -> None:
@@ -332,15 +360,31 @@ class Composer(QWidget):
         self._update_enabled()
 
     def _update_enabled(self) -> None:
-        self.button.setEnabled(self.generating or self._can_send)
+        """Send needs a model, and a draft not known to be too large; Stop is always there."""
+        held = "" if self.generating else self._too_large
+        self.button.setEnabled(self.generating or (self._can_send and not held))
+        self.button.setToolTip("Stop generating (Esc)" if self.generating else held or "Send (Enter)")
+        self.button.setAccessibleDescription(held)
 
     def set_draft_tokens(self, count: int | None, too_large: tuple[int, int] | None = None) -> None:
         """The draft's tokens; ``too_large``: (needed, allowed) when the turn it makes does
-        not fit (before, "Draft: – tokens" beside 30,000 pasted words)."""
+        not fit (before, "Draft: – tokens" beside 30,000 pasted words): Send then waits for
+        a shorter draft (before, Enter took it out of the box, and a red "Iris could not
+        answer" card came back with it). A count for a draft typed over since (its new
+        count still to come) holds nothing back."""
         if too_large is not None:
-            self.tokens.setText(f"Draft: too large (at least {too_large[0]:,} tokens; {too_large[1]:,} fit)")
+            needed, allowed = too_large
+            self.tokens.setText(f"Draft: too large (at least {needed:,} tokens; {allowed:,} fit)")
+            why = too_large_words(needed, allowed, bool(self.attachments))
+            self._too_large = "" if self._debounce.isActive() else why
+            self.tokens.setToolTip(why)
+            self.tokens.setAccessibleDescription(why)
         else:
+            self._too_large = ""
             self.tokens.setText("Draft: – tokens" if count is None else f"Draft: {count:,} tokens")
+            self.tokens.setToolTip(TOKENS_TIP)
+            self.tokens.setAccessibleDescription("")
+        self._update_enabled()
 
     def _clicked(self) -> None:
         if self.generating:
@@ -352,6 +396,9 @@ class Composer(QWidget):
         text = self.text()
         if not self.generating and not self._can_send:  # (Enter did nothing, unsaid)
             self.refused.emit(self._why_not)
+            return
+        if not self.generating and self._too_large:  # it stays in the box, as it is
+            self.refused.emit(self._too_large)
             return
         if self.generating or not (text.strip() or self.attachments):
             return

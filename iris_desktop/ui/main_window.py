@@ -243,6 +243,7 @@ class MainWindow(QMainWindow):
         self.inspector.visibilityChanged.connect(
             lambda visible: visible and self.context.refresh_inspector())
         for name, slot in (("new-chat", t.new_chat), ("import", t.import_dialog),
+                           ("import-folder", t.import_folder_dialog),
                            ("export", t.export_dialog), ("compact-now", self.turns.compact_now),
                            ("chat-settings", lambda: t.settings_dialog()),
                            ("rename-chat", lambda: t.with_open_chat("rename it", t.rename_dialog)),

@@ -80,6 +80,8 @@ class Menus(QObject):
         m = bar.addMenu("&File")
         self._action(m, "&New chat", None, "Ctrl+N", "new-chat")
         self._action(m, "&Import conversation…", None, None, "import")
+        # an unzipped ChatGPT or Claude export, Jan's threads (ThreadControl.import_folder_dialog)
+        self._action(m, "Import &folder…", None, None, "import-folder")
         self._action(m, "&Export chat…", None, None, "export")
         self._action(m, "&Compact chat now", None, "Ctrl+Shift+K", "compact-now")
         self._action(m, "Chat &settings…", None, None, "chat-settings")

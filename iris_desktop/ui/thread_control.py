@@ -56,6 +56,7 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         self.chat_settings: QWidget | None = None  # the open Chat settings dialog
         self.export_box: QFileDialog | None = None  # the open Export chat dialog
         self.ui_state = ui_state  # ui-state.ini: the last chat opened
+        self._on_branch: dict[int, int] = {}  # each chat's messages on the branch shown
         self._start_live_list()
         self._start_unmade()
         app_state.threadsChanged.connect(self.refresh_threads)
@@ -71,6 +72,10 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
 
     def refresh_threads(self) -> None:
         self.background.run(lambda store: store.threads(), self._listed, key="threads")
+
+    def _listed(self, threads: list[dict]) -> None:
+        self._on_branch = {t["id"]: t.get("branch_messages", t.get("messages")) for t in threads}
+        super()._listed(threads)
 
     def search(self, query: str) -> None:
         if not query:
@@ -289,8 +294,11 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
     def delete_dialog(self, thread_id: int, title: str) -> QMessageBox:
         """Ask before deleting (Cancel is the default); the chat goes only on Delete."""
         count = self._rows.get(thread_id, (None, None, None))[2]  # every branch, as listed
+        apart = count - self._on_branch.get(thread_id, count) if isinstance(count, int) else 0
         what = f"all its {count:,} messages" if isinstance(count, int) and count > 1 else (
             "its message" if count == 1 else "all its messages")
+        what += f" ({apart:,} of them on other branches)" if apart > 1 else (
+            " (1 of them on another branch)" if apart == 1 else "")
         box = plain_box(QMessageBox(QMessageBox.Icon.Warning, "Delete chat", f"Delete “{title}” "
                                     f"and {what}? This cannot be undone.", parent=self.parent_widget))
         box.setObjectName("delete-confirm")
@@ -391,10 +399,19 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
             lambda exc: warn(self.parent_widget, "Export failed", export_failure(exc, path)))
 
     def import_dialog(self) -> None:
+        """File ▸ Import conversation…: the filter short enough to show its extensions."""
         path, _ = QFileDialog.getOpenFileName(
-            self.parent_widget, "Import conversations", str(Path.home()),
-            "Conversations: OpenAI, Iris, ChatGPT's or Claude's export (.zip or conversations.json), "
-            "Open WebUI, LM Studio, Jan's thread.json (*.json *.jsonl *.zip);;All files (*)")
+            self.parent_widget, "Import chats from ChatGPT, Claude, Open WebUI, LM Studio, Jan "
+            "or Iris", str(Path.home()), "Chat exports (*.json *.jsonl *.zip);;All files (*)")
+        if path:
+            self.import_file(path)
+
+    def import_folder_dialog(self) -> None:
+        """File ▸ Import folder…: an unzipped ChatGPT or Claude export, Jan's threads (the
+        CLI's ``import FOLDER``, by the same loader as a file)."""
+        path = QFileDialog.getExistingDirectory(
+            self.parent_widget, "Import a folder: an unzipped ChatGPT or Claude export, or "
+            "Jan's threads", str(Path.home()))
         if path:
             self.import_file(path)
 
