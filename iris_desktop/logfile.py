@@ -35,3 +35,15 @@ class PrivateLogFile(logging.handlers.RotatingFileHandler):
 
     def handleError(self, record: logging.LogRecord) -> None:
         pass
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError:  # a full disk: what the log holds unwritten is given up
+            pass
+
+    def close(self) -> None:
+        try:
+            super().close()  # (the file is closed even when its last flush fails)
+        except OSError:  # a full disk at exit: the CLI ended with a traceback
+            pass
