@@ -276,7 +276,10 @@ CLI_EMBED_S = 20.0
 def _index_for_recall(host, thread_id: int) -> None:
     """Recall by meaning needs the summarized messages' vectors: embed what is missing,
     for :data:`CLI_EMBED_S` at most (the GUI does it in the background), said first
-    whether or not stderr is a terminal, and what is left after."""
+    whether or not stderr is a terminal, and what is left after (or that a full disk
+    kept the vectors from being saved: recall goes on without them)."""
+    from iris_desktop.core.store.errors import unsaved_note
+
     if host.load_embedder() is None:
         return
     pending = host.pending_for_recall(thread_id)
@@ -297,6 +300,11 @@ def _index_for_recall(host, thread_id: int) -> None:
     if tty and done:
         sys.stderr.write("\r\x1b[K")
     left = max(pending - done, 0)
+    unsaved = unsaved_note(host.store)  # a full disk: recall goes on without new vectors
+    if unsaved is not None:
+        say(f"iris-desktop: {unsaved}; recall finds the {left:,} summarized messages without "
+            "a vector by their words", file=sys.stderr)
+        return
     say(f"iris-desktop: embedded {done:,} summarized messages of thread {thread_id} for recall "
         "by meaning" + (f"; {left:,} wait for the next command or the window (until then "
                         "recall finds them by their words)" if left else ""), file=sys.stderr)

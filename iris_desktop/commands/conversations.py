@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from iris_desktop.commands.common import (
     text_argument,
 )
 from iris_desktop.core.store import ThreadBusy
+from iris_desktop.core.store.errors import room_of
 from iris_desktop.untrusted import show_untrusted
 
 #: the most messages ``switch`` prints (the branch from the alternative switched to on)
@@ -131,9 +133,46 @@ def delete(args, overrides) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 say("iris-desktop: nothing was deleted", file=sys.stderr)
                 return EXIT_OK
-        host.delete_thread(args.thread)
+        room = room_of(host.store.path)  # what a delete may need free (before it writes)
+        try:
+            host.delete_thread(args.thread)
+        except sqlite3.Error as exc:
+            late = _delete_failed(host, args.thread, exc, room)  # raises unless the chat is gone
+        else:
+            late = None
     say(f"deleted {what}")
+    if late:
+        say(f"iris-desktop: warning: {late}", file=sys.stderr)
     return EXIT_OK
+
+
+def _delete_failed(host, thread_id: int, exc: sqlite3.Error, room: str) -> str:
+    """A delete the full disk stopped, in one sentence with the room it needs. The delete
+    is one transaction (the chat's rows go, their pages overwritten with zeros, and the
+    full-text index of every chat rewritten without its words: ``Store.delete_thread``),
+    all written to the -wal first, then copied into the file by a checkpoint, which may
+    grow it: about the history's size (``room``, measured before) in free space, more
+    where the full-text index is most of it. A refused transaction deleted nothing
+    (CliError); a checkpoint refused after the commit leaves the chat deleted but its old
+    pages readable in the file until a later checkpoint: returned, to warn. Any other
+    error is raised as it was (the CLI explains it)."""
+    from iris_desktop.core.store.errors import full_disk_error
+
+    db = host.store.path
+    if not full_disk_error(exc, db):
+        raise exc
+    why = f"the disk holding {db} is full"
+    try:
+        host.store.thread(thread_id)
+    except KeyError:  # committed
+        return (f"{why}: the deleted chat's old pages stay in {db.name} until they are "
+                f"overwritten from the -wal beside it, which needs more free space; free some "
+                f"(about {room}): the next command or start of Iris overwrites them")
+    raise CliError(f"{why}: deleting a chat needs free space of about the history's size "
+                   f"({room}) or more (its pages are overwritten and the full-text index of "
+                   "every chat is rewritten without its words, in the -wal first); nothing "
+                   f"was deleted; free some space, then run 'iris-desktop delete {thread_id}' again",
+                   EXIT_FAIL) from None
 
 
 def switch(args, overrides) -> int:
@@ -176,6 +215,7 @@ def threads(args, overrides) -> int:
     bundled model, whose Jinja template makes ``counter.exact`` False, while the meter
     called the same counts exact)."""
     from iris_desktop.core.engine import ensure_counts
+    from iris_desktop.core.store.errors import unsaved_note
 
     with open_host(args, overrides) as host:
         host.hold_remote = True  # a listing sends no chat to another machine: estimated
@@ -184,6 +224,9 @@ def threads(args, overrides) -> int:
         counter, exact = planner.counter, planner.counts_exactly
         store = host.store
         ensure_counts(store, counter, store.uncounted(counter.name, LISTING_COUNT_CHARS))
+        unsaved = unsaved_note(store)  # a full disk: the counts serve this listing only
+        if unsaved is not None:
+            say(f"iris-desktop: {unsaved}", file=sys.stderr)
         rows = []
         for thread in store.threads():
             tokens, uncounted = store.thread_token_total(thread["id"], counter.name)

@@ -45,6 +45,7 @@ from iris_desktop.core.store import (
     row_to_message,
     utf8_length,
 )
+from iris_desktop.core.store.errors import keep_cache
 from iris_desktop.tokens import Message, TokenCounter
 
 PRUNED_PLACEHOLDER = "[Tool output cleared]"
@@ -286,14 +287,15 @@ def ensure_counts(
 ) -> list[MessageMeta]:
     """Fill in missing token counts (tokenizing only those messages) and cache them;
     a reply still being written is counted for this read but never cached (its text
-    grows; the store refuses such a count too)."""
+    grows; the store refuses such a count too). A cache the full disk (or a read-only
+    database) refuses is not kept: the counts serve this read (``keep_cache``)."""
     missing = [m.id for m in metas if m.tokens is None]
     if not missing:
         return list(metas)
     rows = store.messages_by_id(missing)
     counts = {mid: counter.count_message(wire_message(row_to_message(rows[mid]))) for mid in missing}
-    store.cache_counts(counter.name, {mid: n for mid, n in counts.items()
-                                      if rows[mid].get("status") != "streaming"})
+    keep_cache(store, "token counts", lambda: store.cache_counts(counter.name, {
+        mid: n for mid, n in counts.items() if rows[mid].get("status") != "streaming"}))
     return [
         m if m.tokens is not None else replace(m, tokens=counts[m.id])  # keeps every field
         for m in metas

@@ -52,6 +52,7 @@ import numpy as np
 
 from iris_desktop.core.records import said_from_row
 from iris_desktop.core.store import Store
+from iris_desktop.core.store.errors import keep_cache
 
 log = logging.getLogger("iris.semantic")
 
@@ -245,7 +246,8 @@ class SemanticIndex:
             if not rows:
                 break
             ids = [int(row["id"]) for row in rows]
-            self._save(ids, self.embedder.embed_many([said_from_row(row).text for row in rows]))
+            if not self._save(ids, self.embedder.embed_many([said_from_row(row).text for row in rows])):
+                break  # a full disk: recall goes on without them (by their words)
             if saved is not None:
                 saved(ids)
             done += len(rows)
@@ -257,11 +259,14 @@ class SemanticIndex:
         return self.store.messages_without_vector(thread_id, floor, self.embedder.identity, limit,
                                                   through_id)
 
-    def _save(self, ids: list[int], vectors: np.ndarray) -> None:
-        """Store one batch (replacing stale vectors). A message deleted meanwhile (its
-        thread was) is skipped rather than failing the foreign key."""
+    def _save(self, ids: list[int], vectors: np.ndarray) -> bool:
+        """Store one batch (replacing stale vectors); False when a full disk (or a database
+        that cannot be written) left it unsaved (``keep_cache``: logged, and said by the
+        CLI). A message deleted meanwhile (its thread was) is skipped rather than failing
+        the foreign key."""
         rows = [(mid, np.asarray(vec, dtype="<f4").tobytes()) for mid, vec in zip(ids, vectors)]
-        self.store.save_vectors(self.embedder.identity, rows)
+        return keep_cache(self.store, "recall vectors",
+                          lambda: self.store.save_vectors(self.embedder.identity, rows))
 
     def _advance(self, thread_id: int | None, model: str) -> int:
         """Raise and return the floor of ``thread_id`` (None: all threads) for ``model``.

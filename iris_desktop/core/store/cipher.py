@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.errors import StoreError, room_of
+from iris_desktop.core.store.holders import _words as _held_words  # this thread's own locks
 from iris_desktop.core.store.holders import busy, held, holds, lock_file
 from iris_desktop.core.store.putback import finish as finish_put_back
 from iris_desktop.files import Busy, free_bytes
@@ -480,28 +481,45 @@ def _counts(conn: sqlite3.Connection, schema: str = "main") -> dict[str, int]:
 
 
 def convert(path: Path, source: Key | None, target: Key | None,
-            step: Callable[[str], None] | None = None) -> dict[str, int]:
+            step: Callable[[str], None] | None = None, then: str | None = None) -> dict[str, int]:
     """Rewrite the database at ``path`` from ``source``'s encryption (None: plain) to
     ``target``'s, in place; returns the rows per table. ``step(name)`` is called after
     each stage ("exported", "verified", "synced", "swapped"), so a test can stop there.
+    ``then``: what to do after a failure (a full disk, another process), as the
+    refusal says it; default :func:`next_step` (a start's, or a rekey's).
 
     At every moment one complete database is at ``path``: the copy is made beside it,
     checked, synced, then renamed over it atomically (the original is overwritten with
     zeros and deleted afterwards). Raises StoreError (KeyRejected for a wrong key), with
     the original unchanged, when something fails before the rename."""
     path = Path(path)
+    then = then or next_step(path)
     if holds(path):  # (a put-back, a rekey: its own word stays said)
-        return _convert(path, source, target, step)
+        return _convert(path, source, target, step, then)
     try:
         with held(path, "converting"):
-            return _convert(path, source, target, step)
+            return _convert(path, source, target, step, then)
     except Busy:
         raise StoreError(busy(path, "wait for it to finish, then start Iris again",
                               why="storage.encrypt changed")) from None
 
 
+#: what to do after a conversion failed, by what this thread holds the conversion lock for
+#: (a conversion at a start holds none, or "opening")
+NEXT_STEPS = {"rekeying": "run 'iris-desktop rekey' again"}
+
+
+def next_step(path: Path) -> str:
+    """What the user does to retry a conversion of ``path`` that failed: run the command
+    that is converting it again (a rekey), or start Iris again (``storage.encrypt``
+    changed: the start converts)."""
+    words = _held_words().get(os.path.abspath(lock_file(Path(path))), [])
+    return next((NEXT_STEPS[w] for w in reversed(words) if w in NEXT_STEPS),
+                "start Iris again to convert the database")
+
+
 def _convert(path: Path, source: Key | None, target: Key | None,
-             step: Callable[[str], None] | None) -> dict[str, int]:
+             step: Callable[[str], None] | None, then: str) -> dict[str, int]:
     """:func:`convert`, with the conversion lock held."""
     module = _need_sqlcipher()
     _tidy(path)
@@ -513,7 +531,7 @@ def _convert(path: Path, source: Key | None, target: Key | None,
     else:
         conn = module.connect(path, isolation_level=None, factory=_Connection)
     try:
-        before, version = _export(conn, path, copy, target)
+        before, version = _export(conn, path, copy, target, then)
         step("exported")
         rows = _verify(path, copy, target, before, version)
         step("verified")
@@ -524,8 +542,7 @@ def _convert(path: Path, source: Key | None, target: Key | None,
     conn.close()  # the last connection: its -wal and -shm go with it
     if any(_sibling(path, side).exists() for side in ("-wal", "-shm")):
         _tidy(path)
-        raise StoreError(f"another Iris process has {path} open; close it, then start Iris "
-                         "again to convert the database")
+        raise StoreError(f"another Iris process has {path} open; close it, then {then}")
     _fsync(copy)
     _fsync_dir(path.parent)
     step("synced")
@@ -535,7 +552,7 @@ def _convert(path: Path, source: Key | None, target: Key | None,
     return rows
 
 
-def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
+def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None, then: str
             ) -> tuple[dict[str, int], int]:
     """Write the converted copy (``sqlcipher_export``) with the source's rows counted in
     the same transaction; (counts, user_version). The source is taken in SQLite's
@@ -554,7 +571,7 @@ def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
         # the copy gives a deleted chat's space back to the disk as a new history does
         # (sqlcipher_export made it with auto_vacuum off: deletes then left their pages)
         conn.execute("PRAGMA converted.auto_vacuum = INCREMENTAL")
-        _take_alone(conn, path)
+        _take_alone(conn, path, then)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             conn.execute("SELECT sqlcipher_export('converted')")
@@ -571,13 +588,13 @@ def _export(conn: sqlite3.Connection, path: Path, copy: Path, target: Key | None
         if name.startswith("SQLITE_FULL") or free_bytes(path.parent) == 0 or (
                 name.startswith("SQLITE_IOERR") and (free_bytes(path.parent) or 0) < 1 << 20):
             raise StoreError(f"the disk holding {path} is full: converting it needs room for a "
-                             "second copy of the history; it was not changed; free some "
-                             "space, then start Iris again") from None
+                             f"second copy of the history (about {room_of(path)}); it was not "
+                             f"changed; free some space, then {then}") from None
         raise StoreError(f"converting {path} failed ({exc}); it was not changed") from None
     return before, version
 
 
-def _take_alone(conn: sqlite3.Connection, path: Path) -> None:
+def _take_alone(conn: sqlite3.Connection, path: Path, then: str) -> None:
     """Begin the export's transaction holding the source's exclusive lock, which the
     connection keeps until it closes (``locking_mode = EXCLUSIVE``); StoreError when
     another connection has the database open after :data:`LOCK_WAIT_MS`."""
@@ -588,8 +605,7 @@ def _take_alone(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.OperationalError as exc:
         if not (getattr(exc, "sqlite_errorname", "") or "").startswith("SQLITE_BUSY"):
             raise
-        raise StoreError(f"another Iris process has {path} open; close it, then start Iris "
-                         "again to convert the database") from None
+        raise StoreError(f"another Iris process has {path} open; close it, then {then}") from None
 
 
 def _verify(path: Path, copy: Path, target: Key | None, before: dict[str, int], version: int

@@ -37,14 +37,15 @@ from iris_desktop.core.store import putback
 from iris_desktop.core.store.base import _exists
 from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, conversion_locked, convert, no_conversion
-from iris_desktop.core.store.errors import StoreError
+from iris_desktop.core.store.errors import FULL_DISK_BYTES as FULL_DISK_BYTES
+from iris_desktop.core.store.errors import StoreError, disk_full, room_of
 from iris_desktop.core.store.holders import InUse as _InUse
 from iris_desktop.core.store.holders import refuse_if_in_use as _refuse_if_in_use
 from iris_desktop.core.store.salvage_read import Reader, RowReader, read_only
 from iris_desktop.core.store.salvage_read import absent as _absent
 from iris_desktop.core.store.salvage_read import at_least as _at_least
 from iris_desktop.core.store.salvage_read import held as _held
-from iris_desktop.files import Busy, free_bytes, fsync_dir
+from iris_desktop.files import Busy, fsync_dir
 
 log = logging.getLogger("iris.store")
 
@@ -58,16 +59,6 @@ SALVAGED_TABLES = ("threads", "messages", "summaries", "compaction_events", "req
 
 def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
-
-
-#: free space under which an I/O error is taken for a full disk
-FULL_DISK_BYTES = 1 << 20
-
-
-def disk_full(path: Path) -> bool:
-    """Whether the file system holding ``path`` has (almost) no free space left."""
-    free = free_bytes(path.parent)
-    return free is not None and free < FULL_DISK_BYTES
 
 
 def explain(exc: sqlite3.Error, path: Path) -> str:
@@ -453,15 +444,22 @@ def _process_exists(pid: int) -> bool:
 
 
 def _failure(path: Path, problems: Sequence[str], exc: BaseException) -> StoreError:
-    """The one sentence for a salvage that could not finish (the original untouched)."""
+    """The one sentence for a salvage that could not finish (the original untouched). A
+    salvage the user asked for (``recover --salvage``: the file may be healthy) is retried
+    by asking again; one a start made, by starting again."""
+    asked = list(problems) == [SALVAGE_ASKED]
+    again = "run 'iris-desktop recover --salvage' again" if asked else "start Iris again"
     if disk_full(path) or getattr(exc, "sqlite_errorname", "").startswith("SQLITE_FULL") or (
             isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
-        reason, todo = "the disk is full", "free some space, then start Iris again"
+        reason = f"the disk is full: the copy needs up to about {room_of(path)}"
+        todo = f"free some space, then {again}"
     else:
-        reason, todo = str(exc).rstrip("."), "start Iris again to retry, or move it away"
-    return StoreError(f"{path} is damaged ({first_problem(problems)}) and copying what can be "
-                      f"read out of it failed ({reason}); it was left as it is, under its own "
-                      f"name, and nothing was lost; {todo}")
+        reason, todo = str(exc).rstrip("."), f"{again} to retry, or move it away"
+    what = (f"copying what can be read out of {path} into a new database ('recover "
+            "--salvage') failed" if asked else f"{path} is damaged ({first_problem(problems)}) "
+            "and copying what can be read out of it failed")
+    return StoreError(f"{what} ({reason}); it was left as it is, under its own name, and "
+                      f"nothing was lost; {todo}")
 
 
 def salvage(path: Path, problems: list[str], key: Key | None = None) -> Recovery:
@@ -830,7 +828,7 @@ def restore(path: Path, file: Path, key: Key | None = None, decrypt: bool = Fals
             raise StoreError("the copy does not hold the same rows")
         if decrypt and key is not None:
             try:
-                convert(work, key, None)
+                convert(work, key, None, then=f"run 'iris-desktop recover {file.name}' again")
             finally:
                 _conversion_lock(work).unlink(missing_ok=True)
     except (OSError, sqlite3.Error, StoreError) as exc:
