@@ -52,6 +52,8 @@ from iris_desktop.core.events import (
     CacheStatus,
     CompactionFinished,
     PromptProgress,
+    ReplySaved,
+    ReplyStarted,
     ThreadCreated,
     TurnDone,
     TurnEvent,
@@ -62,6 +64,7 @@ from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
 from iris_desktop.core.store import Store, StoreError, explain, open_stores
 from iris_desktop.core.store.cipher import is_encrypted, no_conversion, salt
+from iris_desktop.core.store.messages import unwritten_ends
 from iris_desktop.core.tools import Sandbox
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.files import clean_leftovers
@@ -219,16 +222,24 @@ class Host:
         if self.recovery is not None:  # the salvaged copy has a salt of its own
             keep_key(self.paths.db_path, self.storage.key, salt(self.store.conn))
         self._kv_secret: bytes | None = None
-        try:
+        try:  # (a full disk or a read-only file leaves them unmarked: read as interrupted)
             interrupted = self.store.mark_interrupted_streams()
+            #: (thread id, title) of the chats whose reply this start found cut off by a crash
+            self.cut_by_crash = self.store.chats_of(interrupted)
+            first = self.store.messages_by_id(interrupted[:1]).get(interrupted[0]) \
+                if interrupted else None
         except sqlite3.Error as exc:
             self.stores.close()
             raise StoreError(explain(exc, self.paths.db_path)) from None
         if interrupted:
             log.warning("%d reply(ies) cut off by an earlier crash marked interrupted",
                         len(interrupted))
-        #: (thread id, title) of the chats whose reply this start found cut off by a crash
-        self.cut_by_crash = self.store.chats_of(interrupted)
+        #: the first cut-off reply has no text yet (cut before its first token): it can be
+        #: answered again, not continued
+        self.cut_empty = first is not None and not first.get("content")
+        #: replies of this process's turns that ended without their last save (a full
+        #: disk): marked when the turn ends, or at the latest when the host is released
+        self._unended: dict[int, str] = {}
         # a KV save killed mid-write leaves a copy of a chat's tokens: gone at start, not
         # only when a model loads (encryption may have been turned on since)
         clean_leftovers(self.paths.kv_cache_dir, ".*.tmp")
@@ -287,6 +298,7 @@ class Host:
         """Close what the model thread owns: the runtime (the open thread's KV state is
         saved first), the embedder and the calling thread's Store. Idempotent."""
         self.close_model()
+        self._mark_ended()
         for embedder in self._embedders.values():
             if embedder is not None:
                 embedder.close()
@@ -296,6 +308,18 @@ class Host:
             self.reranker.close()
             self.reranker = None
         self.stores.release()
+
+    def _mark_ended(self) -> None:
+        """Mark the replies this process knows ended but could not mark (a full disk):
+        its turns' (:meth:`end_replies`) and earlier processes' (the start's). Never
+        raises: the next start marks them otherwise (as cut off)."""
+        if not self._unended and not unwritten_ends(self.paths.db_path):
+            return  # (no Store opened for nothing: release may run after close)
+        try:
+            self.store.end_streams(self._unended)
+        except Exception as exc:  # noqa: BLE001 - best effort, said in the log
+            log.warning("replies that ended without their last save stay unmarked: %s", exc)
+        self._unended.clear()
 
     def follow_history(self, settings: Settings) -> Settings:
         """``settings`` with storage.encrypt, when nothing sets it, as the history is
@@ -309,15 +333,36 @@ class Host:
     def crash_note(self) -> str | None:
         """What an earlier crash (a kill, a power cut) cut off, said once, by the start
         that found it: the window and the CLI said nothing, and the reply looked stopped
-        by the user. None when nothing was."""
+        by the user. Worded for what this start cannot tell apart: a kill, and a turn
+        whose last save a full disk refused (whose process could not mark it either).
+        Said again by each start while a full disk keeps it from being marked. None when
+        nothing was. :meth:`crash_message` adds how to go on."""
         if not self.cut_by_crash:
             return None
         thread_id, title = self.cut_by_crash[0]
         more = len(self.cut_by_crash) - 1
         where = f"“{show_untrusted(title)}” (chat {thread_id})" + (
             f" and {more} other chat{'s' if more > 1 else ''}" if more else "")
-        return (f"The reply in {where} was cut off when Iris closed unexpectedly; what it had "
-                "written is kept")
+        # not "a crash": a reply whose last save a full disk refused looks the same
+        kept = "nothing of it was written yet" if self.cut_empty else "what it had written is kept"
+        return (f"The reply in {where} was cut off before it was finished (Iris was closed or "
+                f"killed, or the disk was full); {kept}")
+
+    def crash_message(self, face: str = "cli") -> str | None:
+        """:attr:`crash_note` with how to go on, in the words of ``face`` ("cli": the
+        command; "window": the context menu): continue the reply, or (none of it was
+        written) answer again (Continue refuses an empty reply). None when nothing was cut."""
+        note = self.crash_note
+        if note is None:
+            return None
+        if face == "window":
+            return note + ("; open it and right-click the reply ▸ Regenerate to answer again"
+                           if self.cut_empty else
+                           "; open it and right-click the reply ▸ Continue to go on")
+        thread_id = self.cut_by_crash[0][0]
+        return note + (f"; 'iris-desktop chat --thread {thread_id} --regenerate' answers again"
+                       if self.cut_empty else
+                       f"; 'iris-desktop chat --thread {thread_id} --continue' goes on with it")
 
     @property
     def storage_note(self) -> str | None:
@@ -578,6 +623,17 @@ class Host:
             self.cache.thread_id = None  # a delete that failed leaves the chat cached)
         KVStateStore.forget_in(self.paths.kv_cache_dir, thread_id)  # a store made applies its limit
 
+    def drop_empty_thread(self, thread_id: int) -> bool:
+        """Delete a chat made for a message that was never stored (refused, or a full
+        disk): only while it holds no message, with its KV state; True when it went. Light
+        enough for a full disk (nothing of a conversation to wipe)."""
+        dropped = self.store.drop_empty_thread(thread_id)
+        if dropped:
+            if self.cache is not None and self.cache.thread_id == thread_id:
+                self.cache.thread_id = None
+            KVStateStore.forget_in(self.paths.kv_cache_dir, thread_id)
+        return dropped
+
     def pending_for_recall(self, thread_id: int, planner: Planner | None = None) -> int:
         """How many of the thread's summarized messages recall by meaning has no vector
         for yet (0 without an embedder or a summary)."""
@@ -655,8 +711,10 @@ class Host:
         cancel = cancel or StopEvent()
         options = options or TurnOptions()
         tid = turn.thread_id
+        writing: set[int] = set()  # replies started and not saved yet
         try:
             planner = self._turn_planner(options.planner)
+            self._mark_ended()  # (what a full disk left unmarked, now that it may have room)
             if tid is None:
                 tid = self.create_thread()
                 yield ThreadCreated(tid)
@@ -671,12 +729,38 @@ class Host:
             compacted = False
             for event in agent.run_turn(turn, tid, cancel):
                 compacted = compacted or isinstance(event, CompactionFinished)
+                if isinstance(event, ReplyStarted):
+                    writing.add(event.message_id)
+                elif isinstance(event, ReplySaved):
+                    writing.discard(event.message_id)
+                elif isinstance(event, TurnDone):  # (the model failed, and so did its save)
+                    self.end_replies(writing, "error")
                 yield event
                 if (isinstance(event, TurnDone) and compacted and event.next_request is not None
                         and not cancel.is_set()):
                     yield from self.warm(tid, event.next_request, options.give_way or cancel)
         except Exception as exc:  # the turn failed outside the agent's own handling
+            self.end_replies(writing, "error")  # (its save failed: a full disk)
             yield from self._failed(tid, exc, "The turn failed")
+        finally:  # left mid-reply (the caller closed the turn): stopped there
+            self.end_replies(writing, "interrupted")
+
+    def end_replies(self, message_ids: set[int], status: str) -> None:
+        """Replies a turn of this process started and will not save (their last save
+        failed: a full disk; or the turn was left) that are still 'streaming' end as
+        ``status`` (the text as last saved), so that the next start does not take them
+        for a crash's; where the disk refuses even that, this process reads them so and
+        marks them at its next turn or its release (before: marked at the next start,
+        which said Iris had closed unexpectedly). Empties ``message_ids``; never raises."""
+        if not message_ids:
+            return
+        ended = dict.fromkeys(message_ids, status)
+        message_ids.clear()
+        try:
+            self.store.end_streams(ended)  # (refused by a full disk: it keeps them itself)
+        except Exception as exc:  # noqa: BLE001 - the turn's own failure is what counts
+            log.warning("replies left unfinished by a failed turn stay unmarked: %s", exc)
+            self._unended.update(ended)
 
     def _turn_planner(self, planner: Planner | None) -> Planner:
         """The planner a turn runs with: the face's snapshot, or the host's; it must plan

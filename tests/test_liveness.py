@@ -174,9 +174,9 @@ def test_a_reply_cut_off_by_a_crash_is_said_once_by_the_cli(tmp_path, capsys):
     thread = _cut_by_a_crash(data)
     assert main(["--data-dir", str(data), "threads", "--no-model"]) == 0
     err = capsys.readouterr().err
-    assert ("The reply in “Trip to Porto” (chat 1) was cut off when Iris closed unexpectedly; "
-            "what it had written is kept; 'iris-desktop chat --thread 1 --continue' goes on "
-            "with it") in err and thread == 1
+    assert ("The reply in “Trip to Porto” (chat 1) was cut off before it was finished (Iris "
+            "was closed or killed, or the disk was full); what it had written is kept; "
+            "'iris-desktop chat --thread 1 --continue' goes on with it") in err and thread == 1
     assert main(["--data-dir", str(data), "threads", "--no-model"]) == 0
     assert "cut off" not in capsys.readouterr().err  # said once
 
@@ -185,6 +185,6 @@ def test_a_reply_cut_off_by_a_crash_is_said_by_the_window(make_window, qtbot, da
     _cut_by_a_crash(data_dir)
     window = make_window()
     message = window.status_area.current_message()
-    assert message.startswith("The reply in “Trip to Porto” (chat 1) was cut off when Iris "
-                              "closed unexpectedly"), message
+    assert message.startswith("The reply in “Trip to Porto” (chat 1) was cut off before it "
+                              "was finished"), message
     assert "Continue" in message

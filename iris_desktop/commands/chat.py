@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import shutil
@@ -52,6 +53,8 @@ from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.core.views import cut_off, only_thought, wrote_nothing
 from iris_desktop.stop import StopEvent
 from iris_desktop.untrusted import show_untrusted
+
+log = logging.getLogger("iris.cli")
 
 # -- the model -----------------------------------------------------------------------------
 
@@ -401,6 +404,17 @@ def _nothing_to_continue(store, thread: int) -> str:
             "nothing to continue")
 
 
+def _drop_empty(host, thread_id: int) -> bool:
+    """Delete the chat ``thread_id`` made for this command's message when it holds no
+    message (the message was refused, or the disk could not store it); True when it went.
+    Never raises: on a disk that refuses even that, the empty chat stays."""
+    try:
+        return host.drop_empty_thread(thread_id)
+    except Exception as exc:  # noqa: BLE001 - the turn's own failure was said
+        log.warning("the empty chat %s made for the message stays: %s", thread_id, exc)
+        return False
+
+
 def chat(args, overrides) -> int:
     from iris_desktop.core.store import utf8_length
 
@@ -460,10 +474,9 @@ def chat(args, overrides) -> int:
                 turn.close()
                 printer.release_unsaved()
             made = printer.thread_id if args.thread is None else None
-            if (printer.code == EXIT_TOO_LARGE and made not in (None, -1)
-                    and not host.store.messages(made)):  # refused before it was stored: no
-                host.delete_thread(made)  # empty "New chat" is left behind for each try
-                printer.thread_id = None
+            if printer.code != EXIT_OK and made not in (None, -1) and _drop_empty(host, made):
+                printer.thread_id = None  # refused or failed (a full disk) before it was
+                # stored: no empty "New chat" is left behind for each try
         failed = getattr(runtime, "gpu_failed", None)
         if failed:  # off for this run (the next one checks the GPU again), or for good
             from iris_desktop.runtime.errors import AGAIN_NEXT_RUN

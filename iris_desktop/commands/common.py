@@ -76,9 +76,8 @@ def open_host(args: Any, overrides: dict[str, str]) -> Iterator[Any]:
             say(f"iris-desktop: warning: {problem}", file=sys.stderr)
         if host.storage_note:
             say(f"iris-desktop: {host.storage_note}", file=sys.stderr)
-        if host.crash_note:  # once: this start marked the reply
-            say(f"iris-desktop: {host.crash_note}; 'iris-desktop chat --thread "
-                f"{host.cut_by_crash[0][0]} --continue' goes on with it", file=sys.stderr)
+        if host.crash_note:  # once: this start marked the reply (or could not: a full disk)
+            say(f"iris-desktop: {host.crash_message('cli')}", file=sys.stderr)
         db = host.paths.db_path
         if host.recovery is not None:  # named again by the next commands, until recover lists it
             say(f"iris-desktop: {host.recovery.describe()}", file=sys.stderr)

@@ -531,7 +531,8 @@ class Agent:
                         saved_len = len(text)
                     last_save = now
         except (sqlite3.Error, StoreError):  # the history took no more (a full disk): the
-            raise  # caller says so; the reply is recovered as stopped at the next start
+            self._save_failed(reply_id, "".join(pieces))  # caller says so
+            raise
         except Exception as exc:  # the model failed mid-reply: keep what came, say why
             log.exception("generation failed")
             try:
@@ -545,6 +546,16 @@ class Agent:
             if generation is not None:
                 generation.close()
         return reply_id, "".join(pieces), generation.stats, None
+
+    def _save_failed(self, reply_id: int, text: str) -> None:
+        """A reply whose save failed (a full disk) is kept as failed, with what came if
+        the disk takes it; where it takes nothing, the host marks it when it can
+        (``Host.end_replies``). Before, it stayed 'streaming', and the next start said
+        Iris had closed unexpectedly."""
+        try:
+            self.store.update_streaming(reply_id, text, status="error")
+        except (sqlite3.Error, StoreError) as saving:
+            log.warning("the reply that failed to save is marked later: %s", saving)
 
     def _saved_so_far(self, reply_id: int, text: str) -> bool:
         """Save the reply so far; False when another process holds the database's write

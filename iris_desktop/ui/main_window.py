@@ -140,8 +140,7 @@ class MainWindow(QMainWindow):
 
         self.background.run(lambda store: store.mark_interrupted_streams())
         if host.crash_note:  # once: the start that marked the reply says so
-            self.app_state.show_message(f"{host.crash_note}; open it and right-click the reply "
-                                        "▸ Continue to go on", 30_000)
+            self.app_state.show_message(host.crash_message("window"), 30_000)
         self.threads_control.refresh_threads()
         self.threads_control.reopen_last()
         self.context.refresh()
