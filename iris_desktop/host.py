@@ -62,7 +62,7 @@ from iris_desktop.core.events import (
 from iris_desktop.core.planner import Planner, n_ctx_to_load
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.semantic import BATCH
-from iris_desktop.core.store import Store, StoreError, explain, open_stores
+from iris_desktop.core.store import Store, StoreError, ThreadGone, explain, open_stores
 from iris_desktop.core.store.cipher import is_encrypted, no_conversion, salt
 from iris_desktop.core.store.messages import unwritten_ends
 from iris_desktop.core.tools import Sandbox
@@ -618,7 +618,18 @@ class Host:
         (``Store.delete_thread``), and every saved KV state of it (a KV state holds the
         conversation's tokens). An open thread is left without saving. Raises KeyError
         for an unknown thread."""
-        self.store.delete_thread(thread_id)
+        try:
+            self.store.delete_thread(thread_id)
+        except sqlite3.Error:
+            try:
+                self.store.thread(thread_id)
+            except ThreadGone:  # committed, then its checkpoint refused (a full disk): the
+                self._forget_kv(thread_id)  # chat is gone, and so go its KV states
+            raise
+        self._forget_kv(thread_id)
+
+    def _forget_kv(self, thread_id: int) -> None:
+        """The KV states of a deleted thread (a KV state holds its tokens)."""
         if self.cache is not None and self.cache.thread_id == thread_id:  # (once it is gone:
             self.cache.thread_id = None  # a delete that failed leaves the chat cached)
         KVStateStore.forget_in(self.paths.kv_cache_dir, thread_id)  # a store made applies its limit

@@ -16,6 +16,7 @@ from pathlib import Path
 from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.store.errors import unsaved_caches
 from iris_desktop.host import Host
+from iris_desktop.paths import app_paths
 
 from conftest import SYNTHETIC_CHAT, load_corpus
 from support.fakes import ScriptedRuntime
@@ -229,10 +230,16 @@ def test_a_delete_whose_checkpoint_the_full_disk_refuses_says_the_chat_is_delete
         data = disk.path / "data"
         history_with_a_large_index(capsys, tmp_path, data)
         assert any(phrase in path.read_bytes() for path in data.glob("iris.db*"))
+        kv = app_paths(data).kv_cache_dir
+        kv.mkdir(parents=True, exist_ok=True)
+        (kv / "2-saved.kv").write_bytes(b"the chat's tokens")  # a KV state of chat 2
+        (kv / "1-saved.kv").write_bytes(b"another chat's tokens")
         disk.fill(leave=1_500_000)
         code, out, err = run(capsys, "--data-dir", data, "delete", "2", "--yes")
         assert code == 0 and out.startswith("deleted thread 2"), err
         assert one_sentence(err) and "warning" in err and "old pages stay in iris.db" in err, err
+        # its KV states go with it (before: kept, the deleted chat's tokens in them)
+        assert sorted(p.name for p in kv.glob("*.kv")) == ["1-saved.kv"]
         disk.free()
         assert thread_ids(data / "iris.db") == [1]
         code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")
