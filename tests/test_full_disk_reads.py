@@ -54,6 +54,7 @@ def test_threads_lists_the_chats_on_a_full_disk_and_says_the_counts_were_not_kep
         code, out, err = run(capsys, "--data-dir", data, "context", "1", "--no-model")
         assert code == 0 and "budget" in out, err
         assert "Traceback" not in err and "nothing more was written" not in err
+        assert one_sentence(err) and "token counts" in err and "not saved" in err, err
         disk.free()
         assert cached_counts(db) == 0  # nothing was written meanwhile
         code, out, err = run(capsys, "--data-dir", data, "threads", "--no-model")

@@ -87,6 +87,11 @@ def open_host(args: Any, overrides: dict[str, str]) -> Iterator[Any]:
             say(f"iris-desktop: warning: {announce(db, pending)}", file=sys.stderr)
         yield host
         _say_damaged(host)
+        from iris_desktop.core.store.errors import unsaved_note
+
+        unsaved = unsaved_note(host.store)  # (said once: a command that said it says nothing)
+        if unsaved is not None:
+            say(f"iris-desktop: {unsaved}", file=sys.stderr)
 
 
 def _say_damaged(host) -> None:
