@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, QSettings, Qt
+from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDockWidget,
@@ -258,19 +258,16 @@ class InspectorWidth(QObject):
     """The width of ``dock`` docked beside the conversation in ``window``: the first time it
     opens in this data folder, :data:`FIRST_WIDTH_CHARS` (marked in ``state``); afterwards
     the window's saved state's. Never more than :data:`INSPECTOR_SHARE` of the window,
-    whenever it opens or the window is resized, so that the conversation keeps the rest
-    (restored open at 800 pixels, it left the conversation 160)."""
+    whenever it opens or the window is resized (the window's ``resizeEvent`` calls
+    :meth:`fit`), so that the conversation keeps the rest (restored open at 800 pixels, it
+    left the conversation 160). No event filter on the window: one ran Python for its every
+    event (two a repaint of any part of it: 614 calls in ui_latency's switch of chats), each
+    one taking the GIL, which it waits for while another thread holds it."""
 
     def __init__(self, window: QMainWindow, dock: QDockWidget, state: QSettings):
         super().__init__(window)
         self.window, self.dock, self.state = window, dock, state
         dock.visibilityChanged.connect(lambda visible: visible and self.fit())
-        window.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
-        if watched is self.window and event.type() == QEvent.Type.Resize:
-            self.fit()
-        return False
 
     def fit(self) -> None:
         window, dock = self.window, self.dock

@@ -310,6 +310,10 @@ class MainWindow(QMainWindow):
     def load_model(self) -> None:
         self.models.load()
 
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self.inspector_width.fit()  # (only on a resize: not a filter of every event)
+
     def preferences(self):
         return self.menus.preferences()
 
