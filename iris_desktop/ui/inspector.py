@@ -168,7 +168,7 @@ class InspectorDock(QDockWidget):
         self.chart_label.setText(
             f"{len(values)} request(s), last {tokens(values[-1])} prompt tokens; "
             f"{len(report['chart']['compactions'])} compaction(s), each an orange line. "
-            "Dashed: the compaction threshold." if values else "")
+            "The red line: the compaction threshold, as on the meter." if values else "")
 
     def _show_request(self, report: dict[str, Any]) -> None:
         b = report.get("breakdown")

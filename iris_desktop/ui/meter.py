@@ -211,8 +211,8 @@ class PromptChart(QWidget):
         for text, rect in regions["labels"]:
             painter.drawText(rect, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
                              text)
-        if self.threshold:
-            painter.setPen(QPen(MARK_RED, 1, Qt.PenStyle.DashLine))
+        if self.threshold:  # solid red, as on the meter (where dashed is the budget)
+            painter.setPen(QPen(MARK_RED, 2))
             y = y_of(self.threshold)
             painter.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
         painter.setPen(QPen(QColor(220, 150, 40), 2))
