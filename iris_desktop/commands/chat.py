@@ -508,6 +508,9 @@ def chat(args, overrides) -> int:
                 print()
             if not printer.gone and printer.thread_id not in (None, -1):  # (none was made)
                 print(f"[thread {printer.thread_id}]", file=sys.stderr)
+                if args.thread is None and sys.stderr.isatty():  # a newcomer's next question
+                    say(f"iris-desktop: a new chat; to go on in it: iris-desktop chat --thread "
+                        f"{printer.thread_id} \"…\"", file=sys.stderr)
         return printer.code
 
 
