@@ -216,3 +216,22 @@ def test_the_delete_question_says_how_many_messages_are_on_other_branches(make_w
         assert box.text() == "Delete “Weeknight pasta” and all its 2 messages? This cannot be undone."
     finally:
         box.reject()
+
+
+def test_a_small_draft_is_not_held_back_when_the_system_prompt_fills_the_budget(make_window, qtbot):
+    """The review of this change: Send was disabled for "hi", its tooltip telling the user
+    to shorten the message, when the system prompt alone filled the budget; the send then
+    says the engine's own sentence (and, with a summary, refits it), as before."""
+    window = make_window(ScriptedRuntime(["ok"]), overrides={
+        "context.window": "1024", "chat.system_prompt": "Be brief and kind. " * 300})
+    composer = window.composer
+    composer.edit.setPlainText("hi")
+    qtbot.wait(800)
+    settle(qtbot, window)
+    assert "too large" in window.meter.toolTip().lower() or window.meter.problem
+    assert composer.button.isEnabled(), composer.button.toolTip()
+    assert "shorten the message" not in composer.button.toolTip()
+    composer.edit.setFocus()
+    qtbot.keyClick(composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: any("system prompt" in e.text for e in window.view.transcript.entries()),
+                    timeout=10_000)

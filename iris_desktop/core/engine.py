@@ -72,10 +72,9 @@ def _tokens(n: int) -> str:
 class ConversationTooLargeException(Exception):
     """Even the newest turn, with every tool output cleared, does not fit the budget."""
 
-    def __init__(self, message: str, needed: int, allowed: int):
-        super().__init__(message)
-        self.needed = needed
-        self.allowed = allowed
+    def __init__(self, message: str, needed: int, allowed: int, about: str = "turn"):
+        super().__init__(message)  # about: "turn", or "frame" (the fixed parts fill the budget)
+        self.needed, self.allowed, self.about = needed, allowed, about
 
 
 @dataclass
@@ -588,7 +587,7 @@ class ContextEngine:
             f"{'sending a message summarizes the chat again, shorter, to make room for it; or ' if refit else ''}"
             f"{', '.join(fixes)}, or raise context.window",
             # what the fixed parts take, and a token at least for the conversation
-            needed=budget - frame.history_budget + 1, allowed=budget)
+            needed=budget - frame.history_budget + 1, allowed=budget, about="frame")
 
     def frame(self, thread_id: int, tools_text: str = "", native_tool_tokens: int = 0,
               reserve: int = 0) -> Frame:

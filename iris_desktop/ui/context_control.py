@@ -160,8 +160,11 @@ class ContextControl(QObject):
         meter, composer = self.meter, self.composer
         if isinstance(result, ConversationTooLargeException):  # said in the bar, not emptied
             meter.set_problem(f"Conversation too large: {result}")
+            # Send waits only for a draft that is itself too large (the system prompt, tools
+            # or summary filling the budget is no reason to shorten it: a send may refit them)
             composer.set_draft_tokens(None, (result.needed, result.allowed)
-                                      if composer.model_draft() else None)
+                                      if composer.model_draft() and result.about == "turn"
+                                      else None)
             return
         meter.set_breakdown(result.breakdown, estimated=not (result.exact or self.planner.counter.exact),
                             dropped=result.dropped_turns, note=self.window_note())
