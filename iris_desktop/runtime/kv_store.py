@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from iris_desktop.files import atomic_write, clean_leftovers
+from iris_desktop.files import atomic_output, clean_leftovers
 
 from .protocol import KVState, Runtime
 
@@ -126,10 +126,13 @@ class KVStateStore:
             "state_bytes": len(blob), "state_sha256": hashlib.sha256(blob).hexdigest(),
         }).encode()
         path = self.path_for(model, thread_id)
-        data = _seal(MAGIC + struct.pack("<I", len(header)) + header + _pack(tokens) + blob, self.secret)
-        if len(data) > self.limit_bytes:  # the whole file counts, not only the state
+        # written in parts: each copy of a state (tens of MB) holds Python's lock, and the
+        # window's thread waits meanwhile (a chat switch's first pause)
+        parts = _sealed_parts(MAGIC + struct.pack("<I", len(header)) + header + _pack(tokens),
+                              blob, self.secret)
+        if sum(len(part) for part in parts) > self.limit_bytes:  # the whole file counts
             return None
-        _write_private(path, data)
+        _write_private(path, parts)
         self._evict(keep=path)
         log.info("saved the KV state of thread %s: %d tokens, %.1f MB", thread_id, len(tokens),
                  len(blob) / 1e6)
@@ -256,11 +259,14 @@ def _check_header(header: object) -> None:
         raise ValueError(f"header version {header['version']} is not 1")
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def _write_private(path: Path, parts: bytes | list[bytes | memoryview]) -> None:
     from iris_desktop.paths import make_private_dir
 
     make_private_dir(path.parent)
-    atomic_write(path, data)
+    parts = [parts] if isinstance(parts, bytes) else parts
+    with atomic_output(path) as handle:
+        for part in parts:
+            handle.write(part)
 
 
 class ThreadCache:
@@ -351,19 +357,26 @@ def _seal(data: bytes, secret: bytes | None) -> bytes:
     """``data`` encrypted with AES-256-GCM under ``secret`` (unchanged when None): in
     chunks, each authenticated with its index and whether it is the last, so a file cut
     short or reordered never decrypts."""
+    return b"".join(_sealed_parts(data, b"", secret))
+
+
+def _sealed_parts(head: bytes, blob: bytes, secret: bytes | None) -> list[bytes | memoryview]:
+    """:func:`_seal` of ``head + blob``, as the parts of the file in order (not joined:
+    no copy of a whole state more than sealing needs; none at all when plain)."""
     if secret is None:
-        return data
+        return [head, blob]
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+    data = memoryview(head + blob)  # (one copy: the chunks below are views of it)
     aead, prefix = AESGCM(secret), os.urandom(8)
-    parts = [SEALED, prefix]
+    parts: list[bytes | memoryview] = [SEALED, prefix]
     count = max(1, -(-len(data) // SEAL_CHUNK))
     for index in range(count):
         chunk = data[index * SEAL_CHUNK:(index + 1) * SEAL_CHUNK]
         label = struct.pack(">I?", index, index == count - 1)
         text = aead.encrypt(prefix + label[:4], chunk, SEALED + label)
         parts += [struct.pack("<I", len(text)), text]
-    return b"".join(parts)
+    return parts
 
 
 def _unseal(data: bytes, secret: bytes | None) -> bytes:
