@@ -537,8 +537,8 @@ NEW_PASSPHRASE_ENV = "IRIS_NEW_STORAGE_PASSPHRASE"
 
 
 def change_key(paths: AppPaths, to: str, env: Mapping[str, str] | None = None,
-               ask: AskPassphrase | None = None, step: Callable[[str], None] | None = None
-               ) -> Key:
+               ask: AskPassphrase | None = None, step: Callable[[str], None] | None = None,
+               again: str = "run 'iris-desktop rekey' again") -> Key:
     """Encrypt the encrypted history again with a new key (``iris-desktop rekey``):
     ``to`` "passphrase" (``IRIS_NEW_STORAGE_PASSPHRASE``, else ``ask(path, True, None)``),
     or "keyring", a new random key kept in this computer's keyring. The conversion is
@@ -557,13 +557,14 @@ def change_key(paths: AppPaths, to: str, env: Mapping[str, str] | None = None,
                          "change; to encrypt it: iris-desktop config set storage.encrypt true")
     # held throughout: a start or recover meanwhile says what this does (and one under
     # way is waited for 5 s, then said)
-    with no_conversion(path, word="rekeying", then="run 'iris-desktop rekey' again when it is "
-                       "done; nothing was changed"):
-        return _change_key(paths, to, env, ask, step)
+    # (``again``: how to retry, as a refusal says it: the window's own menu item there)
+    with no_conversion(path, word="rekeying", then=f"{again} when it is done; nothing was "
+                       "changed"):
+        return _change_key(paths, to, env, ask, step, again)
 
 
 def _change_key(paths: AppPaths, to: str, env: Mapping[str, str], ask: AskPassphrase | None,
-                step: Callable[[str], None] | None) -> Key:
+                step: Callable[[str], None] | None, again: str) -> Key:
     """:func:`change_key`, with the conversion lock held."""
     from iris_desktop.core.store.holders import refuse_if_in_use
 
@@ -588,7 +589,7 @@ def _change_key(paths: AppPaths, to: str, env: Mapping[str, str], ask: AskPassph
         _keyring_keep_as(by_path, new.secret)  # a kill after it finds it there
     _drop_kv_states(paths)  # sealed with a key derived from the old one
     try:
-        convert(path, old, new, step)
+        convert(path, old, new, step, then=again)
     except BaseException:
         if new.kind == "raw" and file_salt(path) == salt:  # not switched: the new key opens
             _keyring_delete(by_path)  # nothing (every later start said it did not open it)

@@ -467,3 +467,28 @@ def test_the_change_between_windows_says_each_stage_and_a_wrong_key_changes_noth
                       "Putting the copy in place of the chat history…"]
     code, out = opens_with(capsys, monkeypatch, folder, NEW)
     assert code == 0 and PHRASE in out
+
+
+def test_a_change_the_disk_refuses_says_to_use_the_window_s_item_again(
+        qapp, capsys, monkeypatch, data):
+    """The review of this change: a full disk during File ▸ Change history passphrase… said
+    "free some space, then run 'iris-desktop rekey' again", a command the user never ran.
+    The copy is refused as a full disk refuses it (the conversion's export, stubbed to
+    raise the sentence the real one raises)."""
+    from iris_desktop.core.store import StoreError, cipher
+    from iris_desktop.paths import app_paths
+    from iris_desktop.ui.rekey_dialog import KeyChangeRequest, change_key_now
+
+    folder, _ = data
+    encrypt(capsys, monkeypatch, folder)
+    before = digest(folder / "iris.db")
+
+    def full(conn, path, copy, target, then):
+        raise StoreError(f"the disk holding {path} is full; it was not changed; free some "
+                         f"space, then {then}")
+
+    monkeypatch.setattr(cipher, "_export", full)
+    outcome = change_key_now(app_paths(folder), KeyChangeRequest("passphrase", OLD, NEW))
+    assert outcome is not None and outcome.endswith(
+        "free some space, then choose File ▸ Change history passphrase… again"), outcome
+    assert "iris-desktop rekey" not in outcome and digest(folder / "iris.db") == before

@@ -338,7 +338,8 @@ def change_key_now(paths: Any, request: KeyChangeRequest) -> str | None:
 
     def work() -> None:
         try:
-            change_key(paths, request.to, env=request.env(), ask=None, step=signals.stage.emit)
+            change_key(paths, request.to, env=request.env(), ask=None, step=signals.stage.emit,
+                       again="choose File ▸ Change history passphrase… again")
             outcome = None
         except StoreError as exc:
             outcome = str(exc)
