@@ -226,3 +226,34 @@ def test_a_message_a_full_disk_refused_leaves_no_empty_chat(capsys, tmp_path, mo
         assert code == 1 and one_sentence(err) and "is full" in err, err
         assert out == ""
         assert _raw(db, "SELECT count(*) FROM threads") == [(0,)]  # no empty "New chat"
+
+
+def test_two_threads_ending_streams_on_a_full_disk_keep_each_other_s_ids(tmp_path, monkeypatch):
+    """The review of this change: the overlay of replies read as ended (not yet marked on a
+    full disk) was read, written and replaced without a lock, so when the model thread and
+    the window's poll ended streams at once, the last to store dropped the other's ids (a
+    reply then showed as still being written). The second store's call is made inside the
+    first's write, as a second thread would; both writes fail as a full disk fails them."""
+    from iris_desktop.core.store import messages
+
+    data = tmp_path / "data"
+    _, first = _cut_by_a_crash(data)
+    with Store(data / "iris.db") as one, Store(data / "iris.db") as two:
+        thread = two.create_thread("Another")
+        second = two.add_message(thread, {"role": "assistant", "content": "Hal"},
+                                 status="streaming")
+
+        def full(self, write):
+            exc = sqlite3.OperationalError("database or disk is full")
+            exc.sqlite_errorname = "SQLITE_FULL"
+            if self is one:  # the other thread ends its own reply meanwhile
+                assert two.end_streams({second: "error"}) is False
+            raise exc
+
+        monkeypatch.setattr(messages.Messages, "_small_write", full)
+        assert one.end_streams({first: "interrupted"}) is False
+        assert messages.unwritten_ends(data / "iris.db") == {first: "interrupted", second: "error"}
+        monkeypatch.undo()
+        assert one.end_streams({}) is True  # room again: both marked, nothing left in memory
+        assert messages.unwritten_ends(data / "iris.db") == {}
+        assert [m["status"] for m in two.messages(thread)][-1] == "error"

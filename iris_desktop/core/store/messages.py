@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -49,6 +50,9 @@ T = TypeVar("T")
 #: could not mark so, the disk being full or the file read-only: by database file, the id
 #: and the status to read them as until a later write marks them (``Messages.end_streams``)
 _UNWRITTEN: dict[str, dict[int, str]] = {}
+#: held while :data:`_UNWRITTEN` is read and changed (the model thread and the window's
+#: poll may end streams at once: neither may drop the other's ids)
+_UNWRITTEN_LOCK = threading.Lock()
 
 
 def _unwritten_key(path: str | os.PathLike[str]) -> str:
@@ -58,7 +62,19 @@ def _unwritten_key(path: str | os.PathLike[str]) -> str:
 def unwritten_ends(path: str | os.PathLike[str]) -> dict[int, str]:
     """The replies of the database ``path`` read as ended though their rows still say
     'streaming' (id → status), waiting for a write to mark them; {} when none."""
-    return dict(_UNWRITTEN.get(_unwritten_key(path), {}))
+    with _UNWRITTEN_LOCK:
+        return dict(_UNWRITTEN.get(_unwritten_key(path), {}))
+
+
+def _forget_unwritten(key: str, ids: Mapping[int, str]) -> None:
+    """``ids`` are marked (or no longer 'streaming'): not read as ended from memory any
+    more; what another thread added meanwhile stays."""
+    with _UNWRITTEN_LOCK:
+        left = _UNWRITTEN.get(key, {})
+        for message_id in ids:
+            left.pop(message_id, None)
+        if not left:
+            _UNWRITTEN.pop(key, None)
 
 
 def one_line_title(title: str) -> str:
@@ -499,7 +515,8 @@ class Messages(Branches):
         call (any ``ended``, {} too) marks them with its own. True when marked (or none
         was left to mark); other errors raise."""
         key = _unwritten_key(self.path)
-        wanted = {**_UNWRITTEN.get(key, {}), **ended}
+        with _UNWRITTEN_LOCK:
+            wanted = merged = {**_UNWRITTEN.get(key, {}), **ended}
         if wanted:  # (those saved meanwhile need no write: no lock taken for nothing)
             marks = ",".join("?" * len(wanted))
             still = {mid for (mid,) in self.conn.execute(
@@ -507,7 +524,7 @@ class Messages(Branches):
                 list(wanted))}
             wanted = {mid: status for mid, status in wanted.items() if mid in still}
         if not wanted:
-            _UNWRITTEN.pop(key, None)
+            _forget_unwritten(key, merged)
             return True
         try:
             self._small_write(lambda: self._end_streams(wanted))
@@ -517,9 +534,10 @@ class Messages(Branches):
                 raise
             log.warning("%s: %d reply(ies) no longer being written stay marked as being "
                         "written until a later write; read as ended meanwhile", why, len(wanted))
-            _UNWRITTEN[key] = wanted
+            with _UNWRITTEN_LOCK:
+                _UNWRITTEN.setdefault(key, {}).update(wanted)
             return False
-        _UNWRITTEN.pop(key, None)
+        _forget_unwritten(key, wanted)
         return True
 
     def _small_write(self, write: Callable[[], T]) -> T:
