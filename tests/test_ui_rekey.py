@@ -492,3 +492,16 @@ def test_a_change_the_disk_refuses_says_to_use_the_window_s_item_again(
     assert outcome is not None and outcome.endswith(
         "free some space, then choose File ▸ Change history passphrase… again"), outcome
     assert "iris-desktop rekey" not in outcome and digest(folder / "iris.db") == before
+
+
+def test_the_passphrases_handed_to_the_start_are_forgotten_after_it():
+    """The review of this change: the passphrase a start did not use (the old one after a
+    change) stayed in the handing-over closure for the second window's whole life."""
+    from iris_desktop.ui.rekey_dialog import KeyChangeRequest, reopening
+
+    asked: list[bool] = []
+    ask, _ = reopening(KeyChangeRequest("passphrase", OLD, NEW), None,
+                       lambda path, new, problem: asked.append(new) or "typed")
+    assert ask(Path("iris.db"), False, None) == NEW  # the start: the new one, not asked
+    ask.forget()
+    assert ask(Path("iris.db"), False, "wrong") == "typed" and asked == [False]  # OLD gone

@@ -152,6 +152,7 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
         if request is None:
             break
         reopened = _change_key_between_windows(host, request, data_dir, overrides)
+        del request  # (its passphrases: not kept for the second window's life)
         if reopened is None:
             return 1
         host, said = reopened
@@ -181,6 +182,7 @@ def _window_on(app: QApplication, host: Any, said: str | None, log: logging.Logg
     change = getattr(window, "key_change", None)
     request = getattr(change, "request", None)
     if request is not None:
+        change.request = None  # (the caller holds it until the change is done)
         window.deleteLater()  # a new one opens
     return code, request
 
@@ -211,3 +213,5 @@ def _change_key_between_windows(host: Any, request: Any, data_dir: Any,
     except (StoreError, DataDirError) as exc:
         QMessageBox.critical(None, "Iris Desktop cannot start", str(exc))
         return None
+    finally:
+        ask.forget()  # the passphrase not used (the other one) is not kept

@@ -374,6 +374,8 @@ def reopening(request: KeyChangeRequest, outcome: str | None,
             return left.pop(0)
         return fallback(path, new, problem)
 
+    ask.forget = left.clear  # (the start is over: no passphrase kept for nothing)
+
     if outcome is not None:
         return ask, "The chat history's key was not changed; it opens with its current key"
     said = ("The chat history's key was changed: it is encrypted with the new passphrase now, "
