@@ -386,7 +386,8 @@ def imported_from(message: Message) -> str:
     """The app an imported reply was written in ("ChatGPT"), as one short line; "" for
     Iris's own replies and for any other message."""
     app = message.get(IMPORTED_FROM) if message.get("role") == "assistant" else None
-    return " ".join(app.split())[:60] if isinstance(app, str) else ""
+    return " ".join(app[:240].split())[:60] if isinstance(app, str) else ""  # (a 10 MB one:
+    # only its start is read, at every transcript build)
 
 
 def _exported(row: dict[str, Any], cut_off: set[int] | frozenset[int] = frozenset()) -> Message:
