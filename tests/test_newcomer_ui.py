@@ -591,6 +591,9 @@ def test_the_chart_axis_and_the_tab_names_are_never_cut(make_window, qtbot, qapp
         assert rect.top() >= 0 and rect.bottom() <= chart.height()
     assert regions["labels"][0][0] == "1,048,576"
     assert "compaction" in dock.chart_label.text()  # the legend, under the chart
+    # the system message named apart ("3 messages" beside "2 verbatim" read as a miscount)
+    assert dock.request_label.text().startswith("the system prompt and "), dock.request_label.text()
+    assert "-token window (" in dock.request_label.text()
     # one style per meaning: solid red as on the meter, where dashed is the budget
     assert "The red line: the compaction threshold" in dock.chart_label.text()
     assert "Dashed" not in dock.chart_label.text()

@@ -81,6 +81,15 @@ def _table(columns: list[str]) -> QTableWidget:
     return table
 
 
+def _messages_words(request: list[dict[str, Any]]) -> str:
+    """What the request holds, the system message named apart ("the system prompt and 2
+    messages": "3 messages" beside "2 verbatim" read as a miscount)."""
+    system = sum(1 for m in request if m.get("role") == "system")
+    rest = len(request) - system
+    said = f"{rest:,} message{'' if rest == 1 else 's'}"
+    return f"the system prompt and {said}" if system else said
+
+
 def _counter_words(name: str) -> str:
     """How the tokens were counted, in words: "the model's own tokenizer" for
     "model:72ed9a0b959e:v2:jinja", "tiktoken (cl100k_base)", "an estimate of about 4
@@ -177,8 +186,8 @@ class InspectorDock(QDockWidget):
         elif b:
             states = ", ".join(f"{n:,} {s}" for s, n in sorted(report["states"].items()))
             text = (
-                f"{len(report['request'])} messages, {tokens(report['predicted_prompt_tokens'])} "
-                f"tokens of a {tokens(b['window'])} window ("
+                f"{_messages_words(report['request'])}, {tokens(report['predicted_prompt_tokens'])} "
+                f"tokens of a {tokens(b['window'])}-token window ("
                 + ("exact, " if report.get("exact") else "estimated, ")
                 + f"counted with {_counter_words(report['counter'])}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
