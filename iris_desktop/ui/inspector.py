@@ -187,7 +187,7 @@ class InspectorDock(QDockWidget):
             states = ", ".join(f"{n:,} {s}" for s, n in sorted(report["states"].items()))
             text = (
                 f"{_messages_words(report['request'])}, {tokens(report['predicted_prompt_tokens'])} "
-                f"tokens of a {tokens(b['window'])}-token window ("
+                f"tokens of the {tokens(b['window'])}-token window ("
                 + ("exact, " if report.get("exact") else "estimated, ")
                 + f"counted with {_counter_words(report['counter'])}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
