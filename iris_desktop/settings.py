@@ -328,7 +328,8 @@ _ALL: tuple[Setting, ...] = (
     ),
     Setting(
         "context.compaction_threshold", "float", 0.75,
-        "Compact when the last request's prompt_tokens reach this fraction of the window.",
+        "Summarize older turns when the last request's size (its prompt tokens) reaches this "
+        "fraction of the window (the meter's red line).",
         minimum=0.2, maximum=0.98, unit="× window",
         label="When older turns are summarized",
     ),

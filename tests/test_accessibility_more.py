@@ -114,7 +114,7 @@ def test_typing_a_number_in_preferences_says_its_error_once_with_the_label(
         qtbot.wait(60)
     qtbot.waitUntil(lambda: "'100'" in field.error.text(), timeout=5_000)
     assert len(heard) == 1 and heard[0][1], heard  # the field became invalid: said at once
-    assert heard[0][0].startswith("Context window: invalid value '1'"), heard
+    assert heard[0][0].startswith("Context window: Invalid value '1'"), heard
     qtbot.waitUntil(lambda: len(heard) == 2, timeout=5_000)  # typing paused: the error now
     assert heard[1] == (heard[0][0].replace("'1'", "'100'"), False)
     qtbot.wait(400)

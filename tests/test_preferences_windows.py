@@ -141,7 +141,7 @@ def test_a_candidate_n_ctx_below_the_window_is_worded_as_the_candidate(
     type_into(qtbot, dialog, n_ctx.editor.spin, "2048")
     qtbot.waitUntil(lambda: not dialog.ok_button.isEnabled(), timeout=10_000)
     assert n_ctx.error.text() == (
-        "model.n_ctx: the model would reload at 2,048 tokens, fewer than context.window's "
+        "The model would reload at 2,048 tokens, fewer than context.window's "
         "4,096; use 4,096 or more, or lower context.window")
     assert not any("loaded model" in error for error in dialog.errors.values())
     assert "context.window" not in dialog.errors  # not edited: the field edited says it

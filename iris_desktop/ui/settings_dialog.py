@@ -226,8 +226,9 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         candidate, self.errors = parse_fields(self.settings, self.raw_values())
         if self._limits is not None:  # what the model cannot honour, with both numbers
             self.errors = {**self._limits(candidate), **self.errors}
-        for key, field in self.fields.items():
-            field.set_error(self.errors.get(key))
+        for key, field in self.fields.items():  # under its label: without the key before it
+            error = (self.errors.get(key) or "").removeprefix(f"{key}: ")
+            field.set_error(error[:1].upper() + error[1:] or None)
         for index, section in enumerate(self.sections):  # a page with an error says so
             title = self.tabs.tabText(index).removesuffix(" ⚠")
             wrong = any(SETTINGS[k].section == section for k in self.errors)
