@@ -563,7 +563,8 @@ def test_an_invalid_value_says_where_it_is_and_to_a_screen_reader(make_window, q
     assert all(page in dialog.breakdown.text() for page in wrong)
     for key in keys:
         described = {c.accessibleDescription() for c in keyboard_controls(dialog.fields[key].editor)}
-        assert described == {dialog.errors[key]}
+        assert described == {dialog.fields[key].error.text()}  # (its key left to its label)
+        assert dialog.errors[key].endswith(dialog.fields[key].error.text()[1:])
     # no figure of the last valid window stands beside the marked values (the ratio's line
     # still said "= 5,734 of 8,192 tokens", the dialog's meter the old budget)
     ratio = dialog.fields["context.token_budget_ratio"].editor
