@@ -20,6 +20,8 @@ from iris_desktop.core import big_json
 from iris_desktop.core.foreign import import_conversations, load_conversations
 from iris_desktop.core.store import Store
 
+from support.helpers import chatgpt_export
+
 SAME = ['[]', ' [ ] ', '[1]', '[ 1 , "a" , {"b": [2, null]} ]\n', '{"a": [1, 2]}', '"text"',
         '12', '[NaN, Infinity, -0.0, 1e400]', '[[], {}, [[[]]]]', '\t[\r\n"é\\u00e9"\n]\t']
 WRONG = ['[', '[1,]', '[1 2]', '[1] x', '[,1]', '[1,,2]', '', '   ', ']', '[1]]', '[{"a" 1}]',
@@ -46,19 +48,7 @@ def test_too_deep_is_a_recursion_error_as_before():
 
 def export(tmp_path, chats: int):
     """A ChatGPT-shaped export of ``chats`` short conversations (about 1 KB each)."""
-    def chat(n: int) -> dict:
-        mapping = {"root": {"id": "root", "message": None, "parent": None, "children": ["u"]},
-                   "u": {"id": "u", "parent": "root", "children": ["a"], "message": {
-                       "id": "u", "author": {"role": "user"}, "create_time": 1.7e9 + n,
-                       "content": {"content_type": "text", "parts": [f"Question {n} about fig {n}?"]}}},
-                   "a": {"id": "a", "parent": "u", "children": [], "message": {
-                       "id": "a", "author": {"role": "assistant"}, "create_time": 1.7e9 + n + 1,
-                       "content": {"content_type": "text", "parts": [f"Answer {n}: " + "x" * 400]}}}}
-        return {"title": f"Chat {n}", "create_time": 1.7e9 + n, "mapping": mapping,
-                "current_node": "a"}
-    path = tmp_path / "conversations.json"
-    path.write_text(json.dumps([chat(n) for n in range(chats)]))
-    return path
+    return chatgpt_export(tmp_path, chats, answer_padding=400)
 
 
 def test_the_window_s_thread_gets_turns_while_an_export_is_read(tmp_path):

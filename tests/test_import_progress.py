@@ -5,7 +5,6 @@ minute with nothing after it. A real export file, a real SQLite file, a real win
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
@@ -13,24 +12,12 @@ import pytest
 from iris_desktop.core import foreign
 from iris_desktop.core.store import Store
 
-from support.helpers import run_cli
+from support.helpers import chatgpt_export, run_cli
 
 
 def export(tmp_path, chats: int):
     """A ChatGPT-shaped export of ``chats`` short conversations."""
-    def chat(n: int) -> dict:
-        mapping = {"root": {"id": "root", "message": None, "parent": None, "children": ["u"]},
-                   "u": {"id": "u", "parent": "root", "children": ["a"], "message": {
-                       "id": "u", "author": {"role": "user"}, "create_time": 1.7e9 + n,
-                       "content": {"content_type": "text", "parts": [f"Question {n}?"]}}},
-                   "a": {"id": "a", "parent": "u", "children": [], "message": {
-                       "id": "a", "author": {"role": "assistant"}, "create_time": 1.7e9 + n + 1,
-                       "content": {"content_type": "text", "parts": [f"Answer {n}."]}}}}
-        return {"title": f"Chat {n}", "create_time": 1.7e9 + n, "mapping": mapping,
-                "current_node": "a"}
-    path = tmp_path / "conversations.json"
-    path.write_text(json.dumps([chat(n) for n in range(chats)]))
-    return path
+    return chatgpt_export(tmp_path, chats)
 
 
 @pytest.fixture
@@ -55,33 +42,22 @@ def test_reading_and_storing_say_how_far_they_are(tmp_path, often):
     assert done == sorted(set(done)) and 0 < done[0] and done[-1] < 300  # (the end: its report)
 
 
-def test_the_window_says_how_far_an_import_is_and_then_what_it_did(qtbot, tmp_path, often):
-    from iris_desktop.host import Host
-    from iris_desktop.ui.main_window import main_window
-
-    from support.fakes import ScriptedRuntime
-
+def test_the_window_says_how_far_an_import_is_and_then_what_it_did(make_window, qtbot, tmp_path,
+                                                                   often):
     path = export(tmp_path, 200)
-    host = Host(tmp_path / "data", runtime=ScriptedRuntime([]), compact=False)
-    window = main_window(host)
-    qtbot.addWidget(window)
-    try:
-        qtbot.waitUntil(lambda: window.model_state == "ready", timeout=10_000)
-        shown: list[str] = []
-        window.app_state.statusMessage.connect(lambda text, _ms: shown.append(text))
-        window.threads_control.import_file(str(path))
-        qtbot.waitUntil(lambda: window.threads.list.count() == 200, timeout=60_000)
-        qtbot.waitUntil(lambda: shown and shown[-1].startswith("Imported 200 chats"), timeout=10_000)
-        reading = [t for t in shown if t.startswith("Importing conversations.json: reading, ")]
-        storing = [t for t in shown if t.startswith("Importing conversations.json: storing, ")]
-        assert reading and reading[-1].startswith(
-            "Importing conversations.json: reading, 200 of 200 chats…"), shown
-        assert storing and all(" of 200 chats…" in t for t in storing), shown
-        last_progress = max(i for i, t in enumerate(shown) if ": storing, " in t)
-        assert all(not t.startswith("Importing") for t in shown[last_progress + 1:]), shown
-    finally:
-        window.shutdown()
-        host.close()
+    window = make_window()
+    shown: list[str] = []
+    window.app_state.statusMessage.connect(lambda text, _ms: shown.append(text))
+    window.threads_control.import_file(str(path))
+    qtbot.waitUntil(lambda: window.threads.list.count() == 200, timeout=60_000)
+    qtbot.waitUntil(lambda: shown and shown[-1].startswith("Imported 200 chats"), timeout=10_000)
+    reading = [t for t in shown if t.startswith("Importing conversations.json: reading, ")]
+    storing = [t for t in shown if t.startswith("Importing conversations.json: storing, ")]
+    assert reading and reading[-1].startswith(
+        "Importing conversations.json: reading, 200 of 200 chats…"), shown
+    assert storing and all(" of 200 chats…" in t for t in storing), shown
+    last_progress = max(i for i, t in enumerate(shown) if ": storing, " in t)
+    assert all(not t.startswith("Importing") for t in shown[last_progress + 1:]), shown
 
 
 def test_a_terminal_shows_how_far_an_import_is_on_one_line(tmp_path, capsys, monkeypatch, often):

@@ -25,6 +25,7 @@ from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.storage_key import change_key, find_key  # noqa: E402
 
 from support.helpers import run_cli as run  # noqa: E402
+from support.holders import hold_encrypted
 from support.network import memory_keyring  # noqa: E402
 
 OLD = "correct horse battery staple 4711"
@@ -160,27 +161,10 @@ def test_a_rekey_that_cannot_be_done_says_why_and_changes_nothing(capsys, monkey
     assert digest(data / "iris.db") == before
 
 
-HOLDER = textwrap.dedent("""
-    import sys
-    sys.path[:0] = [{repo!r}]
-    from iris_desktop.core.store import Store
-    from iris_desktop.core.store.cipher import Key
-
-    store = Store({db!r}, key=Key.passphrase({passphrase!r}))
-    store.threads()
-    print("ready", flush=True)
-    sys.stdin.read()  # holds the history open until told
-    store.close()
-""")
-
-
 def test_a_history_another_process_has_open_is_not_rekeyed(capsys, monkeypatch, data):
     encrypt(capsys, monkeypatch, data, OLD)
     before = digest(data / "iris.db")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER.format(repo=str(REPO), db=str(data / "iris.db"),
-                                             passphrase=OLD)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = hold_encrypted(data / "iris.db", OLD)
     try:
         assert holder.stdout.readline().strip() == "ready"
         monkeypatch.setenv("IRIS_NEW_STORAGE_PASSPHRASE", NEW)

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -33,6 +30,7 @@ from iris_desktop.core.store.cipher import is_encrypted  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
 from support.helpers import run_cli as run  # noqa: E402
+from support.holders import hold_encrypted
 from support.network import memory_keyring  # noqa: E402
 from support.windows import settle  # noqa: E402
 
@@ -40,7 +38,6 @@ OLD = "correct horse battery staple 4711"
 NEW = "a new passphrase for the laptop 2026"
 PHRASE = "quince-harbour-5520"
 TITLES = ("garden", "planted", "trip")
-REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.usefixtures("no_keyring")
 
@@ -262,29 +259,12 @@ def test_the_window_changes_the_passphrase_and_opens_again_with_the_new_one(
             assert OLD.encode() not in content and NEW.encode() not in content, path
 
 
-HOLDER = textwrap.dedent("""
-    import sys
-    sys.path[:0] = [{repo!r}]
-    from iris_desktop.core.store import Store
-    from iris_desktop.core.store.cipher import Key
-
-    store = Store({db!r}, key=Key.passphrase({passphrase!r}))
-    store.threads()
-    print("ready", flush=True)
-    sys.stdin.read()  # holds the history open until told
-    store.close()
-""")
-
-
 def test_another_process_holding_the_history_is_said_and_the_window_opens_on_the_old_key(
         capsys, monkeypatch, data):
     folder, threads = data
     encrypt(capsys, monkeypatch, folder)
     before = digest(folder / "iris.db")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER.format(repo=str(REPO), db=str(folder / "iris.db"),
-                                             passphrase=OLD)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = hold_encrypted(folder / "iris.db", OLD)
     seen: list[str] = []
     boxes: list[str] = []
     said: list[str] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.compaction import CompactionEvent, Compactor
@@ -185,3 +186,23 @@ def on_a_terminal(args: list[str], answers: dict[bytes, str], timeout_s: float =
     os.close(fd)
     assert not pending, (pending, seen)  # every question was asked and answered
     return os.waitstatus_to_exitcode(status), seen
+
+
+def chatgpt_export(folder: Path, chats: int, answer_padding: int = 0) -> Path:
+    """``folder``/conversations.json: a ChatGPT-shaped export of ``chats`` short
+    conversations, a question and an answer each (the answer ``answer_padding`` characters
+    longer)."""
+    def chat(n: int) -> dict:
+        mapping = {"root": {"id": "root", "message": None, "parent": None, "children": ["u"]},
+                   "u": {"id": "u", "parent": "root", "children": ["a"], "message": {
+                       "id": "u", "author": {"role": "user"}, "create_time": 1.7e9 + n,
+                       "content": {"content_type": "text", "parts": [f"Question {n} about fig {n}?"]}}},
+                   "a": {"id": "a", "parent": "u", "children": [], "message": {
+                       "id": "a", "author": {"role": "assistant"}, "create_time": 1.7e9 + n + 1,
+                       "content": {"content_type": "text",
+                                   "parts": [f"Answer {n}: " + "x" * answer_padding]}}}}
+        return {"title": f"Chat {n}", "create_time": 1.7e9 + n, "mapping": mapping,
+                "current_node": "a"}
+    path = Path(folder) / "conversations.json"
+    path.write_text(json.dumps([chat(n) for n in range(chats)]))
+    return path
