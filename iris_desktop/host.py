@@ -640,9 +640,7 @@ class Host:
         enough for a full disk (nothing of a conversation to wipe)."""
         dropped = self.store.drop_empty_thread(thread_id)
         if dropped:
-            if self.cache is not None and self.cache.thread_id == thread_id:
-                self.cache.thread_id = None
-            KVStateStore.forget_in(self.paths.kv_cache_dir, thread_id)
+            self._forget_kv(thread_id)
         return dropped
 
     def pending_for_recall(self, thread_id: int, planner: Planner | None = None) -> int:
