@@ -160,7 +160,45 @@ def say_where(runtime, purpose: str = "") -> None:
         say(f"iris-desktop: warning: {runtime.warning}", file=sys.stderr)
 
 
-class LoadWords:
+class TerminalLine:
+    """One line of stderr rewritten in place on a terminal (clipped to its width, shown
+    safely), then ended (:meth:`end`) or erased (:meth:`clear`); nothing is written
+    through it off a terminal (``tty``: callers say their lines there instead)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.line_open = False
+        self.shown = ""  # the line on the terminal now
+
+    def show(self, text: str) -> None:
+        """``text`` on the line, rewritten in place."""
+        import shutil
+
+        width = shutil.get_terminal_size().columns - 1  # a longer line wraps: not rewritten
+        text = show_untrusted(text)
+        text = text if len(text) <= width else text[:max(width - 1, 1)] + "…"
+        if self.line_open and text == self.shown:  # (a fraction a block: a percent is many)
+            return
+        sys.stderr.write("\r\x1b[K" + text)
+        sys.stderr.flush()
+        self.line_open, self.shown = True, text
+
+    def end(self) -> None:
+        """The line kept, the next output below it."""
+        self._close("\n")
+
+    def clear(self) -> None:
+        """The line erased, the next output in its place."""
+        self._close("\r\x1b[K")
+
+    def _close(self, how: str) -> None:
+        if self.line_open:
+            sys.stderr.write(how)
+            sys.stderr.flush()
+            self.line_open = False
+
+
+class LoadWords(TerminalLine):
     """What a model load is doing, on stderr, in the window's words (``host.LOAD_STAGES``):
     the bundled model's first set-up and the first 8-bit copy are said as they start (the
     set-up's percentage rewritten in place on a terminal); a connect that waits on a slow
@@ -174,11 +212,9 @@ class LoadWords:
     COUNTED = ("assembling",)
 
     def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
+        super().__init__()
         self.words: str | None = None  # the stage whose percentage is said
         self.topic: str | None = None  # the request a connect's wait was said for
-        self.line_open = False
-        self.shown = ""  # the line on the terminal now
 
     @staticmethod
     def _cli(words: str) -> str:
@@ -189,53 +225,34 @@ class LoadWords:
 
         if isinstance(what, StageWords):  # a connect: said once it waits on an answer
             if what.topic and self.tty:
-                self._line(self._cli(what))
+                self.show(self._cli(what))
             elif what.topic and what.topic != self.topic:
                 say(self._cli(what), file=sys.stderr)
             self.topic = what.topic or self.topic
             return
-        self._end_line()
+        self.end()
         words = self._cli(LOAD_STAGES[what]) if what in self.SAID else None
         self.words = words if what in self.COUNTED else None
         if words is not None:
             if self.tty:
-                self._line(words)
+                self.show(words)
             else:
                 say(words, file=sys.stderr)
 
     def progress(self, fraction: float) -> None:
         if self.tty and self.words is not None:
-            self._line(f"{self.words} {int(fraction * 100)}%")
+            self.show(f"{self.words} {int(fraction * 100)}%")
 
     def done(self, runtime: Runtime | None = None) -> None:
         """The load ended (``runtime``: what it loaded): an open line ends, and a set-up
         is said with its time and the load's."""
         from iris_desktop.host import load_time_words
 
-        self._end_line()
+        self.end()
         self.words = None
         setup = getattr(runtime, "setup_time_s", 0.0) if runtime is not None else 0.0
         if setup:  # the window's "Ready (…)" words
             say(f"iris-desktop: {load_time_words(runtime.load_time_s, setup)}", file=sys.stderr)
-
-    def _line(self, text: str) -> None:
-        """``text`` on one line of the terminal, rewritten in place."""
-        import shutil
-
-        width = shutil.get_terminal_size().columns - 1  # a longer line wraps: not rewritten
-        text = show_untrusted(text)
-        text = text if len(text) <= width else text[:max(width - 1, 1)] + "…"
-        if self.line_open and text == self.shown:  # (a fraction a block: a percent is many)
-            return
-        sys.stderr.write("\r\x1b[K" + text)
-        sys.stderr.flush()
-        self.line_open, self.shown = True, text
-
-    def _end_line(self) -> None:
-        if self.line_open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.line_open = False
 
 
 def _load(host) -> Runtime:

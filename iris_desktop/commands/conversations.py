@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from iris_desktop.commands.common import (
@@ -11,6 +12,7 @@ from iris_desktop.commands.common import (
     EXIT_OK,
     LISTING_COUNT_CHARS,
     CliError,
+    TerminalLine,
     _maybe_load_model,
     _thread,
     dump_json,
@@ -39,23 +41,23 @@ def import_(args, overrides) -> int:
     from iris_desktop.core.foreign import PartlyImported, import_conversations, load_conversations
 
     title = text_argument(args.title, "--title") if args.title else None
-    line = _ProgressLine(sys.stderr.isatty())
+    line = _ProgressLine()
     try:
         loaded = load_conversations(args.file, progress=line.saying("reading"))
     except ConversationFormatError as exc:
-        line.end()
+        line.clear()
         raise CliError(f"import refused, nothing was written: {exc}") from None
     with open_host(args, overrides) as host:
         try:
             imported = import_conversations(host.store, loaded, title, again=args.again,
                                             progress=line.saying("storing"))
         except PartlyImported as exc:  # the chats stored before it failed: their ids too
-            line.end()
+            line.clear()
             for thread_id in exc.imported.ids:
                 print(thread_id)
             raise CliError(str(exc), EXIT_FAIL) from None
         finally:
-            line.end()
+            line.clear()
     for thread_id in imported.ids:
         print(thread_id)
     for line in imported.report(loaded, "; --again imports them anyway"):
@@ -63,26 +65,15 @@ def import_(args, overrides) -> int:
     return EXIT_OK
 
 
-class _ProgressLine:
-    """How far a long import is, on a terminal's one line rewritten in place ("reading,
-    12,000 of 133,082 chats…"; nothing in a pipe or a log), cleared when it ends."""
+class _ProgressLine(TerminalLine):
+    """How far a long import is, on a terminal's one line ("reading, 12,000 of 133,082
+    chats…"; nothing in a pipe or a log), erased when it ends."""
 
-    def __init__(self, tty: bool):
-        self.tty, self.shown = tty, False
-
-    def saying(self, doing: str):
+    def saying(self, doing: str) -> Callable[[int, int], None]:
         def told(done: int, total: int) -> None:
             if self.tty:
-                sys.stderr.write(f"\r\x1b[Kiris-desktop: {doing}, {done:,} of {total:,} chats…")
-                sys.stderr.flush()
-                self.shown = True
+                self.show(f"iris-desktop: {doing}, {done:,} of {total:,} chats…")
         return told
-
-    def end(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self.shown = False
 
 
 def export(args, overrides) -> int:
