@@ -25,7 +25,7 @@ from iris_desktop.paths import app_paths  # noqa: E402
 from iris_desktop.storage_key import change_key, find_key  # noqa: E402
 
 from support.helpers import run_cli as run  # noqa: E402
-from support.holders import hold_encrypted
+from support.holders import encrypt_history, hold_encrypted
 from support.network import memory_keyring  # noqa: E402
 
 OLD = "correct horse battery staple 4711"
@@ -50,14 +50,7 @@ def data(tmp_path, capsys, monkeypatch) -> Path:
     return folder
 
 
-def encrypt(capsys, monkeypatch, data: Path, passphrase: str | None) -> None:
-    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "true")
-    if passphrase:
-        monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", passphrase)
-    code, _, err = run(capsys, "--data-dir", data, "threads", "--no-model")
-    assert code == 0, err
-    assert is_encrypted(data / "iris.db") is True
-    monkeypatch.delenv("IRIS_STORAGE_ENCRYPT")  # unset: the setting follows the history
+encrypt = encrypt_history  # (the passphrase left set)
 
 
 def exported(capsys, data: Path) -> str:

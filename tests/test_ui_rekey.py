@@ -30,7 +30,7 @@ from iris_desktop.core.store.cipher import is_encrypted  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
 from support.helpers import run_cli as run  # noqa: E402
-from support.holders import hold_encrypted
+from support.holders import encrypt_history, hold_encrypted
 from support.network import memory_keyring  # noqa: E402
 from support.windows import settle  # noqa: E402
 
@@ -60,13 +60,7 @@ def data(tmp_path, capsys) -> tuple[Path, dict[str, int]]:
 def encrypt(capsys, monkeypatch, folder: Path, passphrase: str | None = OLD) -> None:
     """Encrypted as a user does (storage.encrypt on for one start), then the setting and
     the passphrase gone from the environment: the app asks for it."""
-    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "true")
-    if passphrase:
-        monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", passphrase)
-    code, _, err = run(capsys, "--data-dir", folder, "threads", "--no-model")
-    assert code == 0, err
-    assert is_encrypted(folder / "iris.db") is True
-    monkeypatch.delenv("IRIS_STORAGE_ENCRYPT")
+    encrypt_history(capsys, monkeypatch, folder, passphrase)
     monkeypatch.delenv("IRIS_STORAGE_PASSPHRASE", raising=False)
 
 

@@ -1,5 +1,6 @@
-"""A real second process holding an encrypted history open (a window, a chat), until the
-test tells it to let go: ``holder.communicate("")``."""
+"""An encrypted history for the rekey tests: made as a user makes it
+(:func:`encrypt_history`), and a real second process holding it open (a window, a chat),
+until the test tells it to let go: ``holder.communicate("")``."""
 
 from __future__ import annotations
 
@@ -29,3 +30,20 @@ def hold_encrypted(db: Path, passphrase: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", HOLDER.format(repo=str(REPO), db=str(db), passphrase=passphrase)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def encrypt_history(capsys, monkeypatch, data: Path, passphrase: str | None) -> None:
+    """``data``'s history encrypted as a user does (storage.encrypt on for one start, with
+    ``passphrase``, else the keyring's key); the setting unset after it (it follows the
+    history), the passphrase left set."""
+    from iris_desktop.core.store.cipher import is_encrypted
+
+    from support.helpers import run_cli
+
+    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "true")
+    if passphrase:
+        monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", passphrase)
+    code, _, err = run_cli(capsys, "--data-dir", data, "threads", "--no-model")
+    assert code == 0, err
+    assert is_encrypted(data / "iris.db") is True
+    monkeypatch.delenv("IRIS_STORAGE_ENCRYPT")
