@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -99,9 +100,17 @@ def main() -> int:
     parser.add_argument("--llm-compaction", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-
-    _app = application()  # kept alive for the whole run
+    # a fresh data folder each run (the first phase assembles the model into it), and
+    # removed after: each run writes about 1.1 GB (the model and its 8-bit copy)
     data_dir = Path(tempfile.mkdtemp(prefix="iris-latency-"))
+    try:
+        return measure(args, data_dir)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, data_dir: Path) -> int:
+    _app = application()  # kept alive for the whole run
     session = Host(data_dir, {"model.max_tokens": str(args.tokens), "model.temperature": "0.7",
                                  "context.summarizer": "auto" if args.llm_compaction
                                  else "extractive"})
