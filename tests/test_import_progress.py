@@ -12,7 +12,8 @@ import pytest
 from iris_desktop.core import foreign
 from iris_desktop.core.store import Store
 
-from support.helpers import chatgpt_export, run_cli
+from support.helpers import chatgpt_export, on_a_terminal, run_cli
+from support.holders import encrypt_history
 
 
 def export(tmp_path, chats: int):
@@ -48,6 +49,7 @@ def test_the_window_says_how_far_an_import_is_and_then_what_it_did(make_window, 
     window = make_window()
     shown: list[str] = []
     window.app_state.statusMessage.connect(lambda text, _ms: shown.append(text))
+    window.app_state.backgroundMessage.connect(lambda text, _ms: shown.append(text))
     window.threads_control.import_file(str(path))
     qtbot.waitUntil(lambda: window.threads.list.count() == 200, timeout=60_000)
     qtbot.waitUntil(lambda: shown and shown[-1].startswith("Imported 200 chats"), timeout=10_000)
@@ -58,6 +60,58 @@ def test_the_window_says_how_far_an_import_is_and_then_what_it_did(make_window, 
     assert storing and all(" of 200 chats…" in t for t in storing), shown
     last_progress = max(i for i, t in enumerate(shown) if ": storing, " in t)
     assert all(not t.startswith("Importing") for t in shown[last_progress + 1:]), shown
+
+
+def test_an_import_leaves_a_running_reply_s_state_alone_and_is_not_read_aloud(
+        make_window, qtbot, tmp_path, often):
+    """Its words of how far it is wait behind a reply's state (they hid "Generating…"
+    and its bar for the whole import) and are shown, not spoken four times a second; and
+    once it ended they are not shown later (held back, they came back after its report)."""
+    path = export(tmp_path, 300)
+    window = make_window()
+    area = window.status_area
+    window.app_state.set_generating(True)  # a reply is being written
+    area.show_busy("Generating…")
+    hidden: list[bool] = []
+    window.app_state.backgroundMessage.connect(lambda *_: hidden.append(area.state.isHidden()))
+    window.threads_control.import_file(str(path))
+    qtbot.waitUntil(lambda: window.threads.list.count() == 300, timeout=60_000)
+    qtbot.waitUntil(lambda: area.current_message().startswith("Imported 300 chats"), timeout=10_000)
+    assert len(hidden) > 10 and not any(hidden)
+    assert area.state.text() == "Generating…"
+    spoken = [t for t, _ in window.announcer.announced if ": reading, " in t or ": storing, " in t]
+    assert spoken == []
+    assert any(t.startswith("Importing conversations.json") for t, _ in window.announcer.announced)
+    window.app_state.set_generating(False)  # the reply ends, then the report's time is up
+    area.end_message()
+    assert area.current_message() == ""
+
+
+def test_without_a_reply_an_import_s_progress_is_shown(make_window, qtbot, tmp_path, often):
+    path = export(tmp_path, 300)
+    window = make_window()
+    area = window.status_area
+    shown: list[bool] = []
+    window.app_state.backgroundMessage.connect(
+        lambda text, _ms: shown.append(area.current_message() == text))
+    window.threads_control.import_file(str(path))
+    qtbot.waitUntil(lambda: window.threads.list.count() == 300, timeout=60_000)
+    assert len(shown) > 10 and all(shown)
+
+
+def test_the_passphrase_prompt_after_a_long_read_starts_its_own_line(tmp_path, capsys, monkeypatch):
+    """The "reading" line was left open once the export was read: the passphrase prompt
+    (and any warning or error) of the history it goes into began after its stale count."""
+    data = tmp_path / "data"
+    encrypt_history(capsys, monkeypatch, data, "correct horse battery")
+    monkeypatch.delenv("IRIS_STORAGE_PASSPHRASE")
+    path = export(tmp_path, 6000)  # reading it takes longer than PROGRESS_S: a "reading" line
+    code, seen = on_a_terminal(["--data-dir", data, "import", path],
+                               {b"assphrase": "correct horse battery"})
+    assert code == 0
+    assert b"reading, " in seen
+    assert b"chats\xe2\x80\xa6Passphrase" not in seen, seen[:400]
+    assert b"\r\x1b[KPassphrase" in seen, seen[:400]
 
 
 def test_a_terminal_shows_how_far_an_import_is_on_one_line(tmp_path, capsys, monkeypatch, often):

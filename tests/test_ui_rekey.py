@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (  # noqa: E402
 from iris_desktop.core.store.cipher import is_encrypted  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
+from support.helpers import chatgpt_export  # noqa: E402
 from support.helpers import run_cli as run  # noqa: E402
 from support.holders import encrypt_history, hold_encrypted
 from support.network import memory_keyring  # noqa: E402
@@ -413,6 +414,44 @@ def test_a_reply_being_written_refuses_the_change_with_a_sentence(
     qtbot.waitUntil(lambda: not window.generating, timeout=20_000)
     settle(qtbot, window)
     assert window.isVisible()
+
+
+def test_an_import_under_way_refuses_the_change_with_a_sentence(
+        qtbot, capsys, monkeypatch, data, make_window, tmp_path):
+    """An import cannot be stopped: the closing window waited for it, unanswering, for
+    as long as it took (a minute for a large export)."""
+    from iris_desktop.core import foreign
+
+    folder, _ = data
+    encrypt(capsys, monkeypatch, folder)
+    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", OLD)
+    go, reading = threading.Event(), threading.Event()
+    load = foreign.load_conversations
+
+    def held(*args, **kwargs):
+        reading.set()
+        go.wait(120)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(foreign, "load_conversations", held)
+    window = make_window()
+    window.threads_control.import_file(str(chatgpt_export(tmp_path, 3)))
+    qtbot.waitUntil(reading.is_set, timeout=10_000)
+    try:
+        window.menus.actions["change-key"].trigger()
+        box = window.key_change.refusal
+        assert box is not None and box.isVisible()
+        assert box.text().startswith("An import is under way: let it finish")
+        assert window.key_change.dialog is None and window.key_change.request is None
+        box.accept()
+    finally:
+        go.set()
+    qtbot.waitUntil(lambda: not window.threads_control.importer.under_way, timeout=20_000)
+    settle(qtbot, window)
+    assert window.isVisible()
+    window.menus.actions["change-key"].trigger()  # once it ended: the dialog
+    assert window.key_change.dialog is not None
+    window.key_change.dialog.reject()
 
 
 def test_the_change_between_windows_says_each_stage_and_a_wrong_key_changes_nothing(

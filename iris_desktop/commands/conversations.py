@@ -45,8 +45,9 @@ def import_(args, overrides) -> int:
     try:
         loaded = load_conversations(args.file, progress=line.saying("reading"))
     except ConversationFormatError as exc:
-        line.clear()
         raise CliError(f"import refused, nothing was written: {exc}") from None
+    finally:
+        line.clear()  # before open_host: its passphrase prompt, warnings and errors
     with open_host(args, overrides) as host:
         try:
             imported = import_conversations(host.store, loaded, title, again=args.again,

@@ -29,7 +29,7 @@ Events and requests, emitted on every call:
 * ``statusText(str)``, ``busyChanged(object, object)``, ``statusMessage(str, int)``: the
   status bar's text, its bar (text and fraction done; None hides it) and a passing message;
   ``backgroundMessage(str, int)``: a background job's passing message, which waits while
-  a turn runs.
+  a turn runs; ``backgroundWithdrawn(str)``: that message no longer holds (its job ended).
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ class AppState(QObject):
     busyChanged = Signal(object, object)
     statusMessage = Signal(str, int)
     backgroundMessage = Signal(str, int)
+    backgroundWithdrawn = Signal(str)
     #: said to a screen reader only (what the window shows elsewhere: a note in the chat)
     spoken = Signal(str)
 
@@ -268,6 +269,10 @@ class AppState(QObject):
 
     def show_background(self, text: str, timeout_ms: int = 4000) -> None:
         self.backgroundMessage.emit(text, timeout_ms)
+
+    def withdraw_background(self, text: str) -> None:
+        """A background message that no longer holds (its job ended): not shown later."""
+        self.backgroundWithdrawn.emit(text)
 
     def speak(self, text: str) -> None:
         self.spoken.emit(text)

@@ -54,6 +54,8 @@ class ImportControl(QObject):
         self.again_box: QMessageBox | None = None
         #: imports started and not ended (words of how far one is are shown only then)
         self.under_way = 0
+        #: the last words of how far an import is (withdrawn when the imports end)
+        self.said: str | None = None
         self.told.connect(self._tell)
 
     def import_file(self, path: str) -> None:
@@ -81,7 +83,16 @@ class ImportControl(QObject):
     @Slot(str)
     def _tell(self, words: str) -> None:
         if self.under_way:  # (not after the import's own last word)
-            self.app_state.show_message(words, 0)
+            self.said = words
+            self.app_state.show_background(words, 0)  # a turn's state, a user's message first
+
+    def _ended(self) -> None:
+        """An import ended: when it was the last, its words of how far it was are not shown
+        later (held back behind a reply, they came back after its last word)."""
+        self.under_way -= 1
+        if not self.under_way and self.said is not None:
+            self.app_state.withdraw_background(self.said)
+            self.said = None
 
     def ask_again(self, name: str, loaded: Loaded, imported: Imported) -> QMessageBox:
         """Whether to import the chats of ``name`` that ``imported`` found imported before
@@ -123,7 +134,9 @@ class ImportControl(QObject):
         in the status bar meanwhile; then say what it did, open the first chat if the chat
         open when it began still is, and ask about the chats it skipped."""
         opened = self.app_state.thread_id
-        self.app_state.show_message(f"{saying} (other chats can be opened meanwhile)", 0)
+        self.said = f"{saying} (other chats can be opened meanwhile)"
+        self.app_state.show_background(self.said, 0)
+        self.app_state.speak(saying)  # said once; its progress is not announced
         self.under_way += 1
 
         def work(store):
@@ -131,7 +144,7 @@ class ImportControl(QObject):
             return loaded, imported, imported.report(loaded, by_title=True)
 
         def done(result: tuple[Loaded, Imported, list[str]]) -> None:
-            self.under_way -= 1
+            self._ended()
             loaded, imported, report = result
             self.refresh()
             for thread_id in imported.ids:
@@ -148,7 +161,7 @@ class ImportControl(QObject):
         def failed(exc: BaseException) -> None:
             from iris_desktop.core.foreign import PartlyImported
 
-            self.under_way -= 1
+            self._ended()
             if not isinstance(exc, PartlyImported):
                 self.app_state.show_message(f"Nothing was imported from {name}.", 6000)
                 warn(self.parent_widget, "Import failed", "Nothing was imported.\n\n" + failure(exc))

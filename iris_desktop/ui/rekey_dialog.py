@@ -234,9 +234,9 @@ class KeyChange(QObject):
         self.action.triggered.connect(self.open)
 
     def open(self) -> RekeyDialog | None:
-        """The dialog (non-blocking); None when a reply is being written (said)."""
-        if self.window.app_state.generating:
-            self._refuse()
+        """The dialog (non-blocking); None when a reply is being written or an import is
+        under way (said)."""
+        if self._refused():
             return None
         key = self.window.host.storage.key
         if key is None:  # (the item is disabled then)
@@ -260,20 +260,28 @@ class KeyChange(QObject):
     def _accepted(self, dialog: RekeyDialog) -> None:
         request = dialog.request()
         dialog.clear()
-        if self.window.app_state.generating:
-            self._refuse()
+        if self._refused():
             return
         self.request = request
         log.info("changing the chat history's key: the window closes and opens again")
         self.window.quit_now()  # File ▸ Quit's path: drafts kept, the model closed
 
-    def _refuse(self) -> None:
+    def _refused(self) -> bool:
+        """Whether the change must wait (a reply being written, or an import, which cannot
+        be stopped and held the closing window for as long as it took), said in a box."""
+        if self.window.app_state.generating:
+            why = "A reply is being written: stop it (Esc) or let it finish"
+        elif self.window.threads_control.importer.under_way:
+            why = "An import is under way: let it finish (the status bar says how far it is)"
+        else:
+            return False
         box = QMessageBox(QMessageBox.Icon.Information, "Change the chat history's passphrase",
-                          "A reply is being written: stop it (Esc) or let it finish, then "
-                          "change the passphrase.", QMessageBox.StandardButton.Ok, self.window)
+                          f"{why}, then change the passphrase.", QMessageBox.StandardButton.Ok,
+                          self.window)
         box.setObjectName("rekey-refused")
         self.refusal = box
         box.open()
+        return True
 
 
 # -- between the windows: the change, with progress ----------------------------------------

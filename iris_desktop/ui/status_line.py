@@ -205,6 +205,13 @@ class StatusArea(QWidget):
         self.progress.setVisible(self._busy)
         self._show_pending()
 
+    def withdraw(self, text: str) -> None:
+        """A background message that no longer holds: dropped if waiting, ended if shown."""
+        if self._pending is not None and self._pending[0] == text:
+            self._pending = None
+        if self._background is not None and self._background[0] == text:
+            self.end_message()
+
     def _held(self) -> bool:
         """Must a background message wait (a turn runs, or the user's message is shown)?"""
         return self._working or (not self.message.isHidden() and self._background is None)
