@@ -7,12 +7,15 @@ to another host; a refusal names where the token came from.
 ``HTTPS_PROXY`` points at a proxy on loopback that answers ``CONNECT huggingface.co:443``
 itself, ends TLS with a certificate for that name (signed by an authority of this test,
 which ``SSL_CERT_FILE`` makes the client trust) and passes the requests on to the loopback
-hub (``tests/support/hub_server.py``), whose file host stays another origin. No name is
-looked up and no address outside loopback is connected to (``connects``)."""
+hub (``tests/support/hub_server.py``), whose file host stays another origin, over https
+too (a certificate for 127.0.0.1 from the same authority; reached directly, ``NO_PROXY``:
+an https:// hub's download is never followed to plain http://). No name is looked up and
+no address outside loopback is connected to (``connects``)."""
 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import select
 import socket
 import ssl
@@ -46,8 +49,9 @@ def blob(tmp_path_factory):
 
 
 @pytest.fixture
-def hub(blob):
-    with HubServer({LLAMA: {LLAMA_FILE: blob}}, downloads={LLAMA: 10}) as server:
+def hub(blob, tls_files):
+    with HubServer({LLAMA: {LLAMA_FILE: blob}}, downloads={LLAMA: 10},
+                   files_tls=(tls_files["files_cert"], tls_files["files_key"])) as server:
         server.gated, server.token = {LLAMA}, "hf_env_secret"
         yield server
 
@@ -57,14 +61,15 @@ def hub(blob):
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory) -> dict[str, str]:
-    """A test certificate authority, and a certificate for huggingface.co it signed (PEM)."""
+    """A test certificate authority, and the certificates it signed for huggingface.co and
+    for 127.0.0.1 (the file host), with their keys (PEM)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     now = datetime.datetime.now(datetime.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Iris test authority")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
@@ -76,22 +81,27 @@ def tls_files(tmp_path_factory) -> dict[str, str]:
                                        crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
           .add_extension(ca_ski, critical=False)
           .sign(ca_key, hashes.SHA256()))
-    leaf = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "huggingface.co")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("huggingface.co")]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-            .sign(ca_key, hashes.SHA256()))
     folder = tmp_path_factory.mktemp("tls")
     pem = serialization.Encoding.PEM
     (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (folder / "cert.pem").write_bytes(leaf.public_bytes(pem))
-    (folder / "key.pem").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()))
-    return {name: str(folder / f"{name}.pem") for name in ("ca", "cert", "key")}
+    for prefix, common, alt in (("", "huggingface.co", x509.DNSName("huggingface.co")),
+                                ("files_", "127.0.0.1", x509.IPAddress(ipaddress.ip_address("127.0.0.1")))):
+        key = ec.generate_private_key(ec.SECP256R1())
+        leaf = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=30))
+                .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
+                               critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        (folder / f"{prefix}cert.pem").write_bytes(leaf.public_bytes(pem))
+        (folder / f"{prefix}key.pem").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                                    serialization.NoEncryption()))
+    return {name: str(folder / f"{name}.pem") for name in ("ca", "cert", "key", "files_cert", "files_key")}
 
 
 class HuggingFaceProxy:
@@ -157,6 +167,7 @@ def hugging_face(hub, tls_files, monkeypatch, connects):
     """https://huggingface.co is the loopback hub (through :class:`HuggingFaceProxy`)."""
     proxy = HuggingFaceProxy(hub.hub.server_address[1], tls_files)
     monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the file host, over https, directly
     monkeypatch.setenv("SSL_CERT_FILE", tls_files["ca"])
     yield proxy
     proxy.close()

@@ -42,7 +42,12 @@ For the hostile-peer tests (``tests/test_hostile_peers.py``):
 * ``answer_fault = "deep"``: the answer is JSON nested ``deep_levels`` deep;
 * ``answer_fault = "empties"``: the answer is a list of about ``bomb_bytes`` of empty lists
   (``[[], [], …]``), with its length;
-* ``answer_fault = "redirect"``: the answer is a 302 to ``redirect_location``.
+* ``answer_fault = "redirect"``: the answer is a 302 to ``redirect_location``;
+* ``no_length``: the file host sends no Content-Length (the body ends when it closes the
+  connection), so only the bytes say how long the file is;
+* ``HubServer(..., hub_tls=(cert, key), files_tls=(cert, key))``: the hub, the file host
+  or both speak https (:func:`self_signed` makes a certificate for 127.0.0.1; a client
+  trusts it with ``SSL_CERT_FILE``).
 
 Every fault is bounded: it stops when the client leaves, after ``max_fault_bytes`` or
 after ``hold_s``.
@@ -55,9 +60,12 @@ serves a few small real GGUF files (from ``gguf_fixtures``), and any real GGUF g
 
 from __future__ import annotations
 
+import datetime
 import hashlib
+import ipaddress
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -100,8 +108,51 @@ class MemoryKeyring(keyring.backend.KeyringBackend):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
+    def __init__(self, address: tuple[str, int], handler: Any, tls: tuple[str, str] | None = None) -> None:
+        self.context = None
+        if tls is not None:
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.context.load_cert_chain(*tls)
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        if self.context is None:
+            return sock, address
+        sock.settimeout(5)  # a handshake the client refuses (a certificate it does not trust)
+        try:
+            wrapped = self.context.wrap_socket(sock, server_side=True)
+        except OSError:
+            sock.close()
+            raise
+        wrapped.settimeout(None)
+        return wrapped, address
+
     def handle_error(self, request: Any, client_address: Any) -> None:  # a cut connection: expected
         pass
+
+
+def self_signed(folder: Path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM files in ``folder``)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return str(folder / "cert.pem"), str(folder / "key.pem")
 
 
 def gguf_bytes(folder: Path, name: str = "Tiny Chat", tensor_floats: int = 256 * 1024) -> bytes:
@@ -117,7 +168,8 @@ def gguf_bytes(folder: Path, name: str = "Tiny Chat", tensor_floats: int = 256 *
 class HubServer:
     """The hub and its file host. ``repos``: ``{"org/name": {"file.gguf": bytes}}``."""
 
-    def __init__(self, repos: dict[str, dict[str, bytes]], *, downloads: dict[str, int] | None = None) -> None:
+    def __init__(self, repos: dict[str, dict[str, bytes]], *, downloads: dict[str, int] | None = None,
+                 hub_tls: tuple[str, str] | None = None, files_tls: tuple[str, str] | None = None) -> None:
         self.repos = repos
         self.downloads = downloads or {}
         self.revisions: dict[str, dict[str, dict[str, bytes]]] = {}
@@ -136,6 +188,7 @@ class HubServer:
         self.released = threading.Event()  # set by stop(): every stall ends
         self.portal: str | None = None
         self.blob_extra = 0
+        self.no_length = False
         self.resolve_to: str | None = None
         self.next_url: str | None = None
         self.extra_entries: list[dict[str, Any]] = []
@@ -153,8 +206,8 @@ class HubServer:
         self.gated: set[str] = set()
         self.page_size: int | None = None
         self.lock = threading.Lock()
-        self.hub = _Server(("127.0.0.1", 0), _handler(self, "hub"))
-        self.files = _Server(("127.0.0.1", 0), _handler(self, "files"))
+        self.hub = _Server(("127.0.0.1", 0), _handler(self, "hub"), hub_tls)
+        self.files = _Server(("127.0.0.1", 0), _handler(self, "files"), files_tls)
         self.threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
                         for s in (self.hub, self.files)]
         for thread in self.threads:
@@ -162,11 +215,13 @@ class HubServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.hub.server_address[1]}"
+        scheme = "https" if self.hub.context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.hub.server_address[1]}"
 
     @property
     def files_url(self) -> str:
-        return f"http://127.0.0.1:{self.files.server_address[1]}"
+        scheme = "https" if self.files.context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.files.server_address[1]}"
 
     @property
     def blobs(self) -> dict[str, bytes]:
@@ -412,7 +467,10 @@ def _handler(hub: HubServer, role: str) -> type[BaseHTTPRequestHandler]:
             else:
                 self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(len(data) - start))
+            if hub.no_length:  # the body ends when the connection does
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(len(data) - start))
             self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
             with hub.lock:

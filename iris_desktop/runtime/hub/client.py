@@ -19,6 +19,7 @@ import httpx
 from iris_desktop import __version__
 
 from ..http import (
+    MAX_REDIRECTS,
     AnswerError,
     AnswerTooComplex,
     AnswerTooLarge,
@@ -287,12 +288,15 @@ class HubClient:
             raise HubError(f"models.hub_url {self.address} is not an address Iris can reach ({exc}); "
                            "set it to the hub's https:// address, such as https://huggingface.co.",
                            "address") from None
+        except httpx.TooManyRedirects as exc:  # before: "cannot be reached (the request failed: …)"
+            last = _url_of(exc)
+            raise HubError(f"The model hub {self.address} kept redirecting {what or 'its answer'} (more "
+                           f"than {MAX_REDIRECTS} times"
+                           + (f", last to {shown_address(str(last), 80)}" if last is not None else "")
+                           + "); Iris stopped following it: try again later, or check models.hub_url.",
+                           "answer") from None
         except httpx.HTTPError as exc:
-            cause = failure_cause(exc, "models.hub_url", tls_probe=False)  # maybe by a proxy
-            if cause:
-                raise HubError(f"The model hub {self.address} {cause}.", "network") from None
-            raise HubError(f"The model hub {self.address} cannot be reached ({_describe(exc)}); "
-                           "check the network or models.hub_url.", "network") from None
+            raise self.unreached(exc) from None
         if response.status_code >= 400:
             raise self._status_error(response, what)
         try:  # its values bounded by its size (16 MiB of [] took 450 MB), its text valid
@@ -305,6 +309,15 @@ class HubClient:
         except (ValueError, RecursionError):  # RecursionError: nested deeper than Python recurses
             raise HubError(f"The model hub {self.address} did not answer JSON for {what or url}; "
                            "is models.hub_url a Hugging Face hub?", "answer") from None
+
+    def unreached(self, exc: httpx.HTTPError) -> HubError:
+        """The hub itself could not be reached: why, when it is something to put right (a
+        certificate this computer does not trust, TLS at the wrong port), in a sentence."""
+        cause = failure_cause(exc, "models.hub_url", tls_probe=False)  # maybe by a proxy
+        if cause:
+            return HubError(f"The model hub {self.address} {cause}.", "network")
+        return HubError(f"The model hub {self.address} cannot be reached ({_describe(exc)}); "
+                        "check the network or models.hub_url.", "network")
 
     def _status_error(self, response: httpx.Response, what: str, partial: Path | None = None) -> HubError:
         status = response.status_code
@@ -458,6 +471,14 @@ def _reachable_name(url: str) -> bool:
     except (httpx.InvalidURL, UnicodeError, ValueError):
         return False
     return True
+
+
+def _url_of(exc: httpx.HTTPError) -> httpx.URL | None:
+    """The address of the request that failed (the last redirect's), when it is known."""
+    try:
+        return exc.request.url
+    except RuntimeError:  # an exception made without its request
+        return None
 
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:

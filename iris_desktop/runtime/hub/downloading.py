@@ -7,9 +7,11 @@ shuts the exchange's socket from this side (as ``runtime.http`` does at a deadli
 wakes the blocked read, and the pause before a resume waits on ``cancel`` too. A file
 host that sends nothing for :data:`STALL_S` is named in a sentence (not retried: the next
 download resumes). The hub's redirects are followed here, at most :data:`MAX_REDIRECTS`,
-to http(s) addresses only. A web page (``text/html``: a network's login page) or bytes
-that do not start with ``GGUF`` never become the start of a partial file, and a partial
-file that does not start with ``GGUF`` is not resumed."""
+to http(s) addresses only, and never from an https:// hub to a plain http:// address.
+A file host whose size for the file is not the one the hub lists is named before a byte
+is written (a partial file from before is kept as it is). A web page (``text/html``: a
+network's login page) or bytes that do not start with ``GGUF`` never become the start
+of a partial file, and a partial file that does not start with ``GGUF`` is not resumed."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -32,8 +35,9 @@ from iris_desktop.files import clean_leftovers, commit_partial, read_json_object
 from iris_desktop.paths import make_private_dir
 
 from ..gguf import GGUFError, read_gguf_info
-from ..http import _Watch
-from .client import CONNECT_TIMEOUT_S, HubClient, HubError, HubFile, _describe, _shown
+from ..http import _NOT_TLS, _UNTRUSTED, _Watch
+from ..remote.address import server_address
+from .client import CONNECT_TIMEOUT_S, HubClient, HubError, HubFile, _describe, _origin, _shown, _url_of
 from .lock import _download_lock
 from .progress import DownloadProgress, _mb, _Meter
 from .records import (
@@ -68,6 +72,8 @@ STOP_POLL_S = 0.05
 MAX_REDIRECTS = 10
 #: what every GGUF file starts with
 GGUF_MAGIC = b"GGUF"
+#: the whole file's size in a Content-Range: ``bytes 0-9/10`` or ``bytes */10``
+_RANGE_TOTAL = re.compile(r"^\s*bytes\s+(?:\*|\d+-\d+)\s*/\s*(\d+)\s*$", re.IGNORECASE)
 
 
 def _disk_error(exc: OSError, folder: Path, name: str, done: int, total: int, partial: Path) -> HubError:
@@ -334,8 +340,7 @@ def _fetch(client: HubClient, info: HubFile, partial: Path, state: _State,
             raise _Stopped from None
         kept = partial if partial.exists() else None
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) and state.have == 0:
-            raise HubError(f"The file host for {info.name} cannot be reached ({_describe(exc)}); "
-                           "check the network.", "network") from None
+            raise _unreached(client, info, exc) from None
         if isinstance(exc, httpx.TimeoutException):
             where = f" at {_mb(state.have)} of {_mb(info.size)}" if state.have else ""
             raise HubError(f"The file host for {info.name} sent nothing for {STALL_S:g} s{where}; "
@@ -346,6 +351,33 @@ def _fetch(client: HubClient, info: HubFile, partial: Path, state: _State,
         raise _Stopped
     if state.have < info.size:
         raise _Lost("the file host closed the connection early")
+
+
+def _unreached(client: HubClient, info: HubFile, exc: httpx.HTTPError) -> HubError:
+    """No connection could be made: to the hub (the file's address on it) said as the hub's
+    listing says it; to the file host naming it and why (before: "The file host for x.gguf
+    cannot be reached (cannot connect)" for a certificate this computer does not trust as
+    for anything else, and no host: a firewall or proxy often lets the hub through but not
+    the host it sends downloads to)."""
+    url = _url_of(exc)
+    if url is None or _origin(url) == _origin(httpx.URL(client.root)):
+        return client.unreached(exc)
+    host = server_address(str(url))
+    text = str(exc).lower()
+    if "ssl" in text or "certificate" in text:
+        if "certificate verify failed" in text or "certificate_verify_failed" in text:
+            said = next((words for key, words in _UNTRUSTED if key in text),
+                        "has a certificate this computer does not trust")
+        elif any(words in text for words in _NOT_TLS):
+            said = "does not answer with TLS at that port"
+        else:
+            said = "failed the TLS handshake"
+        return HubError(f"The file host {host} that the model hub {client.address} sends {info.name} "
+                        f"from {said}, so Iris did not connect; check the network (a proxy or firewall "
+                        "that inspects https?), then download again.", "network")
+    return HubError(f"The file host {host} that the model hub {client.address} sends {info.name} from "
+                    f"cannot be reached ({_describe(exc)}); check the network, and that a firewall or "
+                    f"proxy lets {host} through as it does the hub.", "network")
 
 
 def _open(client: HubClient, request: httpx.Request, watch: _Watch, info: HubFile, partial: Path,
@@ -375,10 +407,38 @@ def _open(client: HubClient, request: httpx.Request, watch: _Watch, info: HubFil
             raise HubError(f"The file host for {info.name} redirected to {where}, which is not an "
                            "http:// or https:// address; Iris did not follow it (check models.hub_url).",
                            "http", kept)
+        if following.url.scheme == "http" and httpx.URL(client.root).scheme == "https":
+            raise HubError(f"The model hub {client.address} redirected the download of {info.name} from "
+                           f"https:// to plain http:// ({server_address(str(following.url))}), where it "
+                           "could be read or changed on the way; Iris did not follow it (check "
+                           "models.hub_url, or the network's proxy).", "http", kept)
         request = following
     raise HubError(f"The file host for {info.name} kept redirecting (more than {MAX_REDIRECTS} times, "
                    f"last to {where}); Iris stopped following it: try again later, or check "
                    "models.hub_url.", "http", kept)
+
+
+def _whole_size(response: httpx.Response) -> int | None:
+    """The whole file's size as the file host says it: a Content-Range's (a 206, a 416),
+    else a 200's Content-Length (not when the body is encoded); None when it does not say."""
+    match = _RANGE_TOTAL.match(response.headers.get("content-range", ""))
+    if match:
+        return int(match.group(1))
+    length = response.headers.get("content-length", "").strip()
+    if response.status_code == 200 and length.isdigit() \
+            and response.headers.get("content-encoding", "identity").strip().lower() == "identity":
+        return int(length)
+    return None
+
+
+def _size_differs(client: HubClient, info: HubFile, size: int, partial: Path, state: _State) -> HubError:
+    """The file host's file is not as long as the hub lists it: said before a byte of it is
+    written (before: it was all downloaded, found short, its resume refused, the partial
+    file emptied and the whole file downloaded again, each run, ending with nothing)."""
+    kept = partial if state.have and partial.exists() else None
+    return HubError(f"The file host serves {size:,} bytes for {info.name} where the model hub "
+                    f"{client.address} lists {info.size:,}, so one of them is wrong; Iris did not "
+                    "download it: try again later, or choose another file.", "answer", kept)
 
 
 def _not_gguf(info: HubFile, partial: Path, state: _State, web_page: bool) -> HubError:
@@ -399,7 +459,10 @@ def _receive(client: HubClient, response: httpx.Response, info: HubFile, partial
              cancel: threading.Event | None, meter: _Meter, folder: Path) -> None:
     """The response's bytes, as they arrive, appended to ``partial`` (the first ones only
     once they read ``GGUF``)."""
+    size = _whole_size(response)
     if response.status_code == 416 and state.have:
+        if size is not None and size != info.size:  # (the bytes held may be all it has)
+            raise _size_differs(client, info, size, partial, state)
         state.restart(partial, "a refused range")
         raise _Lost("the file host refused to resume")
     if response.status_code >= 400:  # its body is not read: the status says it
@@ -408,12 +471,17 @@ def _receive(client: HubClient, response: httpx.Response, info: HubFile, partial
     media = response.headers.get("content-type", "").split(";")[0].strip().lower()
     if media in ("text/html", "application/xhtml+xml"):
         raise _not_gguf(info, partial, state, web_page=True)
+    # another size than the hub's: said before a byte is written (after the first bytes
+    # read GGUF, when they must: a login page is said as one)
+    differs = size is not None and size != info.size and response.status_code in (200, 206)
     fresh = bool(state.have) and response.status_code == 200  # a host that ignored Range
+    head, checking = b"", state.have == 0 or fresh
+    if differs and not checking:
+        raise _size_differs(client, info, size, partial, state)
     if state.have and not fresh and not response.headers.get("content-range", "").startswith(
             f"bytes {state.have}-"):
         state.restart(partial, "an unexpected Content-Range")
         raise _Lost("the file host resumed at another place")
-    head, checking = b"", state.have == 0 or fresh
     fd = None
     try:
         for block in response.iter_raw():  # as it arrives: a cut loses nothing received
@@ -423,6 +491,8 @@ def _receive(client: HubClient, response: httpx.Response, info: HubFile, partial
                     continue
                 if not head.startswith(GGUF_MAGIC):
                     raise _not_gguf(info, partial, state, web_page=False)
+                if differs:
+                    raise _size_differs(client, info, size, partial, state)
                 if fresh:
                     state.restart(partial, "a host that ignored Range")
                 block, head, checking = head, b"", False
