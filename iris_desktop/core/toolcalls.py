@@ -39,6 +39,12 @@ _NAME_IN_BROKEN_JSON = re.compile(r'"name"\s*:\s*"([^"\\]{1,100})"')
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "id"})
 _WRAPPER_KEYS = frozenset({"type", "function", "id"})
 _SNIPPET_CHARS = 200
+#: a call's arguments nest at most this deep (a real call's nest a few levels); deeper is a
+#: malformed call: Python's json recurses once per level, and arguments nested 960 deep,
+#: parsed on the agent's thread, failed to show on the window's (six tracebacks, replies
+#: stuck "streaming"). The same as ``runtime.http.MAX_JSON_DEPTH``, the bound a server's
+#: streamed arguments are kept as text past (this layer cannot import that one).
+MAX_ARGUMENT_DEPTH = 100
 
 _decoder = json.JSONDecoder()
 
@@ -245,18 +251,35 @@ def _normalize(item: Any) -> _Found:
 def _with_arguments(name: str, arguments: Any) -> _Found:
     if arguments is None:
         return name, {}, None
+    too_deep = (f"the arguments of {name} are nested too deeply (more than "
+                f"{MAX_ARGUMENT_DEPTH} levels)")
     if isinstance(arguments, str):  # arguments sent as JSON text
         if not arguments.strip():
             return name, {}, None
         try:
             arguments = json.loads(arguments)
         except RecursionError:
-            return name, None, f"the arguments of {name} are nested too deeply"
+            return name, None, too_deep
         except json.JSONDecodeError as exc:
             return name, None, f"the arguments of {name} are not valid JSON: {exc.msg}"
     if not isinstance(arguments, dict):
         return name, None, f"the arguments of {name} must be a JSON object"
+    if _nests_deeper(arguments, MAX_ARGUMENT_DEPTH):
+        return name, None, too_deep
     return name, arguments, None
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (walked
+    without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _malformed(raw: str, error: str) -> _Found:

@@ -140,44 +140,50 @@ def sum_sentence(b: Breakdown) -> str:
             f"{tokens(b.window)}-token window (the bar above)")
 
 
+#: arguments nested too deeply to write again, their text not at hand (json recurses per
+#: level: 960 deep raised six times on the window's thread, replies stayed "streaming")
+TOO_DEEP = "(arguments nested too deeply to show)"
+
+
 def pretty_arguments(raw: Any) -> str:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return raw
-    return json.dumps(raw, ensure_ascii=False, indent=2)
+    """Tool arguments (JSON text, or the value) indented; text not JSON, or nested too
+    deeply to parse or write again, as it is."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        return json.dumps(value, ensure_ascii=False, indent=2)
+    except (ValueError, RecursionError):
+        return raw if isinstance(raw, str) else TOO_DEEP
 
 
 def arguments_text(arguments: str) -> str:
     """Tool arguments for reading: one ``name: value`` per argument, strings unescaped
-    (an edit command shows as the lines it writes, not as one JSON string)."""
+    (an edit command shows as the lines it writes, not as one JSON string); text that is
+    not JSON, or nests too deeply to parse or write again, as it is."""
     try:
         value = json.loads(arguments) if arguments else {}
-    except ValueError:
+        if not isinstance(value, dict):
+            return arguments
+        if not value:
+            return "(no arguments)"
+        return "\n".join(f"{k}: {v}" if isinstance(v, str) else
+                         f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in value.items())
+    except (ValueError, RecursionError):
         return arguments
-    if not isinstance(value, dict):
-        return arguments
-    if not value:
-        return "(no arguments)"
-    return "\n".join(f"{k}: {v}" if isinstance(v, str) else
-                     f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in value.items())
 
 
 def call_label(call: Mapping[str, Any]) -> tuple[str, str]:
+    """(name, arguments on one line) of a stored call (as :func:`pretty_arguments`)."""
     function = call.get("function") or {}
     name = str(function.get("name") or call.get("name") or "?")
     raw = function.get("arguments", call.get("arguments", {}))
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return name, raw
-    if isinstance(raw, dict):
-        short = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in raw.items())
-    else:
-        short = json.dumps(raw, ensure_ascii=False)
-    return name, short
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        if isinstance(value, dict):
+            return name, ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}"
+                                   for k, v in value.items())
+        return name, json.dumps(value, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return name, raw if isinstance(raw, str) else TOO_DEEP
 
 
 def field_text(value: Any) -> str:

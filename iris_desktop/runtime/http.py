@@ -8,7 +8,8 @@ hold the caller.
   time (:class:`Inflater`), never by httpx in one go, so a gzip bomb stops at the cap
   with no more than the cap and one step held. A ``Content-Length`` over the cap is
   refused before a byte is read. Error answers are read for their message only (their
-  first :data:`ERROR_BODY_BYTES`).
+  first :data:`ERROR_BODY_BYTES`, for :data:`ERROR_BODY_WAIT_S` at most: then the status
+  is the answer, with what of the body came).
 * **Time.** One deadline covers the whole exchange (connecting, the headers, every byte
   of the body, redirects): the request runs on a helper thread and the caller waits
   for it no longer than ``timeout_s``; at the deadline the request's socket is shut down
@@ -52,13 +53,17 @@ __all__ = [
     "AnswerTooLarge",
     "AnswerTooSlow",
     "AnswerUndecodable",
+    "ERROR_BODY_WAIT_S",
     "Inflater",
+    "MAX_JSON_DEPTH",
     "RedirectRefused",
     "decoded_chunks",
     "failure_cause",
     "json_answer",
+    "nested_deeper",
     "open_following",
     "read_answer",
+    "read_error_body",
     "size_words",
     "valid_text",
 ]
@@ -67,6 +72,9 @@ __all__ = [
 ACCEPT_ENCODING = "gzip, deflate"
 #: an error answer is read this far for its message
 ERROR_BODY_BYTES = 1 << 16
+#: ... and for this long at most: its status is the answer, and a body that never comes
+#: hid it (a ``500`` whose 200 bytes never came was said as "sent no text within 600 s")
+ERROR_BODY_WAIT_S = 5.0
 #: decoded bytes produced per step at most
 DECODE_STEP = 1 << 16
 #: redirects followed at most (httpx's default)
@@ -213,12 +221,16 @@ def decoded_chunks(response: httpx.Response, step: int = DECODE_STEP) -> Iterato
 
 
 class _Watch:
-    """The socket of one exchange (when known), shut down at its deadline."""
+    """The socket of one exchange (when known), shut down at its deadline; and an error
+    answer once its status came (``refused``) with what of its body came so far
+    (``partial``), which is the answer if the deadline passes before the rest."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sockets: list[Any] = []
         self.expired = threading.Event()
+        self.refused: httpx.Response | None = None
+        self.partial = bytearray()
 
     def trace(self, event: str, info: dict) -> None:
         # a new connection (over TLS the TLS socket replaces the TCP one)
@@ -240,6 +252,10 @@ class _Watch:
 
     def expire(self) -> None:
         self.expired.set()
+        self._shutdown()
+
+    def cut(self) -> None:
+        """Shut the connection down (an error answer's body took too long)."""
         self._shutdown()
 
     def _shutdown(self) -> None:
@@ -275,26 +291,47 @@ def open_following(client: httpx.Client, request: httpx.Request, *, follow: bool
 
 
 def _body(response: httpx.Response, limit: int, watch: _Watch) -> bytes:
-    """The decoded body, at most ``limit`` bytes (an error answer: its first
-    :data:`ERROR_BODY_BYTES`, cut there quietly)."""
-    ok = response.status_code < 300
+    """The decoded body, at most ``limit`` bytes (an error answer: what
+    :func:`read_error_body` reads of it)."""
     if 300 <= response.status_code < 400:
         return b""  # a redirect not followed: only its Location matters
-    cap = limit if ok else min(limit, ERROR_BODY_BYTES)
+    if response.status_code >= 300:
+        watch.refused = response
+        return read_error_body(response, min(limit, ERROR_BODY_BYTES), watch.cut, into=watch.partial)
     length = response.headers.get("content-length", "")
-    if ok and length.strip().isdigit() and int(length) > limit \
+    if length.strip().isdigit() and int(length) > limit \
             and not response.headers.get("content-encoding"):
         raise AnswerTooLarge(limit)
     data = bytearray()
     for piece in decoded_chunks(response):
         if watch.expired.is_set():
             break
-        if len(data) + len(piece) > cap:
-            if ok:
-                raise AnswerTooLarge(limit)
-            data += piece[:cap - len(data)]
-            break
+        if len(data) + len(piece) > limit:
+            raise AnswerTooLarge(limit)
         data += piece
+    return bytes(data)
+
+
+def read_error_body(response: httpx.Response, limit: int, cut: Callable[[], object],
+                    wait_s: float | None = None, into: bytearray | None = None) -> bytes:
+    """The first ``limit`` decoded bytes of an error answer's body (gathered in ``into``
+    as they come, when given), read for ``wait_s`` at most (None:
+    :data:`ERROR_BODY_WAIT_S`): then ``cut()`` shuts the connection down, which wakes the
+    read, and what came is the body. A body broken off or that does not decode is what
+    came of it too: the status says enough."""
+    data = bytearray() if into is None else into
+    timer = threading.Timer(ERROR_BODY_WAIT_S if wait_s is None else wait_s, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        for piece in decoded_chunks(response):
+            data += piece[:limit - len(data)]
+            if len(data) >= limit:
+                break
+    except (httpx.HTTPError, AnswerUndecodable):
+        pass  # cut at its time, broken off, or not decodable
+    finally:
+        timer.cancel()
     return bytes(data)
 
 
@@ -325,12 +362,7 @@ def read_answer(client: httpx.Client, request: httpx.Request, *, limit: int, tim
                 body = _body(response, limit, watch)
             finally:
                 response.close()
-            headers = [(k, v) for k, v in response.headers.multi_items()
-                       if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
-            outcome.append(httpx.Response(
-                response.status_code, headers=headers, content=body, request=response.request,
-                extensions={k: v for k, v in response.extensions.items()
-                            if k in ("http_version", "reason_phrase")}))
+            outcome.append(_read(response, body))
         except BaseException as exc:  # handed to the caller
             outcome.append(exc)
         finally:
@@ -341,6 +373,8 @@ def read_answer(client: httpx.Client, request: httpx.Request, *, limit: int, tim
     thread.start()
     if not done.wait(timeout_s):
         watch.expire()  # wakes the helper; it ends by itself, its result unread
+        if watch.refused is not None:  # an error status came, its body did not: the status
+            return _read(watch.refused, bytes(watch.partial))  # is the answer (before: "too slow")
         raise AnswerTooSlow(timeout_s)
     result = outcome[0]
     if isinstance(result, BaseException):
@@ -349,6 +383,16 @@ def read_answer(client: httpx.Client, request: httpx.Request, *, limit: int, tim
             raise AnswerTooSlow(timeout_s) from None
         raise result
     return result
+
+
+def _read(response: httpx.Response, body: bytes) -> httpx.Response:
+    """``response`` as read: ``body``, decoded, in place of its stream."""
+    headers = [(k, v) for k, v in response.headers.multi_items()
+               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+    return httpx.Response(
+        response.status_code, headers=headers, content=body, request=response.request,
+        extensions={k: v for k, v in response.extensions.items()
+                    if k in ("http_version", "reason_phrase")})
 
 
 # ---------------------------------------------------------------------------
@@ -395,6 +439,36 @@ def _values(text: str, bound: int | None = None) -> int:
     if bound is not None and rough <= bound or '"' not in text:
         return rough
     return count(_STRING.sub('""', text))
+
+
+#: JSON a peer sends that Iris keeps as a value (a tool call's arguments: a real one nests
+#: a few levels) nests at most this deep; deeper is kept as text. Python's json recurses
+#: once per level: arguments nested 5,000 deep ended the turn with "maximum recursion
+#: depth exceeded", and 960 deep parsed here but not again on the window's thread.
+#: ``core.toolcalls.MAX_ARGUMENT_DEPTH`` is the same (core cannot import this module).
+MAX_JSON_DEPTH = 100
+_NESTING = re.compile(r"[\[\]{}]")
+#: a JSON string; one that does not end runs to the end of the text, as a parser reads it
+_STRING_TO_END = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
+
+
+def nested_deeper(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text ``text`` nests lists and objects more than ``limit`` levels
+    deep: its brackets outside strings counted, before any parser recurses into them."""
+    if text.count("[") + text.count("{") <= limit:
+        return False  # the usual case: not that many brackets at all
+    bare = _STRING_TO_END.sub("", text)  # brackets in strings are text
+    if bare.count("[") + bare.count("{") <= limit:
+        return False
+    depth = 0
+    for bracket in _NESTING.findall(bare):
+        if bracket in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif depth:
+            depth -= 1
+    return False
 
 
 def valid_text(value: Any, source: str) -> Any:

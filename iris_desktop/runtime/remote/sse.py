@@ -25,10 +25,12 @@ from iris_desktop.generation import GenerationStats
 
 from ..errors import PromptTooLongError, ServerError
 from ..http import (
+    MAX_JSON_DEPTH,
     AnswerUndecodable,
     decoded_chunks,
     failure_cause,
     json_answer,
+    nested_deeper,
     short_reason,
     valid_text,
 )
@@ -58,13 +60,16 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 def _sse_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[str]:
     """The lines of an event stream (ended by CRLF, CR or LF, as SSE allows), decoded as
     UTF-8. Raises LineTooLong as soon as a line exceeds ``limit`` bytes: no more than
-    ``limit`` and one chunk is ever held."""
+    ``limit`` and one chunk is ever held. Each byte is searched for a line end once (a
+    line that came in 1,024 pieces was searched again from its start for each: 512 MiB
+    searched for a line of 1 MiB)."""
     buffer = bytearray()
+    searched = 0  # the buffer's first bytes, searched already and holding no line end
     for chunk in chunks:
         buffer += chunk
         start = 0
         while True:
-            found = _LINE_END.search(buffer, start)
+            found = _LINE_END.search(buffer, max(start, searched))
             # a CR at the end may be the first half of a CRLF: wait for the next chunk
             if found is None or (found.group() == b"\r" and found.end() == len(buffer)):
                 break
@@ -73,7 +78,9 @@ def _sse_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator
             yield buffer[start:found.start()].decode("utf-8", "replace")
             start = found.end()
         del buffer[:start]
-        if len(buffer) - buffer.endswith(b"\r") > limit:
+        # a CR at the end is searched again: the next chunk may begin with its LF
+        searched = len(buffer) - buffer.endswith(b"\r")
+        if searched > limit:
             raise LineTooLong(len(buffer))
     for line in _LINE_END.split(bytes(buffer)) if buffer else ():
         if line:  # the last line, which the stream ended without a line end
@@ -108,6 +115,9 @@ class _EventReader:
         self.done = False
         #: ``time.monotonic()`` when the response headers came (None: not yet)
         self.answered_at: float | None = None
+        #: the headers came with an error status: its body is read for its message (for
+        #: ``runtime.http.ERROR_BODY_WAIT_S`` at most), and the status is the answer
+        self.refused = False
         self._thread = threading.Thread(target=self._read, args=(client, url, body),
                                         name="iris-remote-stream", daemon=True)
         self._thread.start()
@@ -139,7 +149,8 @@ class _EventReader:
                                extensions={"trace": self._trace}) as response:
                 self.answered_at = time.monotonic()
                 if response.status_code != 200:
-                    self._put(_http_error(self._address, _read_some(response),
+                    self.refused = True
+                    self._put(_http_error(self._address, _read_some(response, self._shutdown),
                                           "/v1/chat/completions"))
                     return
                 try:
@@ -176,7 +187,8 @@ class _EventReader:
         busy judges the server by when it sent, not by when it was read); and ``(None,
         when)`` for every wait of :data:`POLL_S` that brought nothing (then: now) and
         every line that is not an event (a keep-alive comment, a blank line, an
-        ``event:`` or ``id:`` field), so that the caller can check its time limits.
+        ``event:`` or ``id:`` field), so that the caller can check its time limits (not
+        while an error answer's body is read: its status comes next, not a timeout).
         Stops quietly (``stopped``) as soon as ``should_stop()``. Raises ServerError for
         an error event, a malformed one or a failed connection, PromptTooLongError for a
         prompt the server refuses as too long."""
@@ -195,7 +207,8 @@ class _EventReader:
             if isinstance(item, Exception):
                 raise self._failed(item) from None
             if item is None:
-                yield None, time.monotonic()
+                if not self.refused:  # an error's body, read for a few seconds at most, is
+                    yield None, time.monotonic()  # no time limit's: its status is the answer
                 continue
             when, line = item
             if not line.startswith("data:"):
@@ -356,6 +369,8 @@ class _Reply:
         self.finish_reason: str | None = None
         #: the streamed tool calls by index: their name and their arguments' pieces
         self.calls: dict[int, dict[str, Any]] = {}
+        #: a choice came with a ``delta``: the stream is in the chat schema
+        self.deltas = False
 
     def feed(self, event: dict) -> str:
         """Take one chunk in; returns its new text. ``chunks`` grows when it carried
@@ -369,7 +384,11 @@ class _Reply:
                 raise _unreadable(address, f"a choice is {_kind(choice)}, not an object")
             if choice.get("index") not in (None, 0):  # another reply (n > 1): before, the
                 continue  # choices' texts were merged into one ("A0 B1 ")
-            delta = _field(choice.get("delta"), dict, "'delta'", address) or {}
+            delta = _field(choice.get("delta"), dict, "'delta'", address)
+            if delta is None:  # not the chat stream's schema, or a chunk with nothing
+                delta = self._undelta(choice)
+            else:
+                self.deltas = True
             piece = _field(delta.get("content"), str, "'content'", address) or ""
             calls = _field(delta.get("tool_calls"), list, "'tool_calls'", address) or []
             thought = delta.get("reasoning_content") or delta.get("reasoning")
@@ -388,6 +407,18 @@ class _Reply:
                 self.chunks += 1
         self.chars += len(text)
         return text
+
+    def _undelta(self, choice: dict) -> dict:
+        """What a choice without a ``delta`` carries, as one: its ``message`` (the schema of
+        an answer read whole: its content, its calls) or its ``text`` (a completion's);
+        before, their text was dropped and the model blamed for an empty reply. Not once
+        the stream has sent deltas: then a ``message`` is the whole reply again."""
+        if self.deltas:
+            return {}
+        message, text = choice.get("message"), choice.get("text")
+        if isinstance(message, dict):
+            return message
+        return {"content": text} if isinstance(text, str) else {}
 
     def _add_call(self, delta: Any) -> None:
         """OpenAI streams a call as deltas: the name once, the arguments in pieces. Their
@@ -411,7 +442,11 @@ class _Reply:
         entry = self.calls.setdefault(index, {"name": "", "arguments": [], "id": call_id})
         arguments = function.get("arguments")
         if isinstance(arguments, dict):  # some servers send the arguments as an object
-            arguments = json.dumps(arguments, ensure_ascii=False)
+            try:
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            except RecursionError:  # its event only just parsed
+                raise _unreadable(address, "a tool call's arguments are nested too "
+                                           "deeply") from None
         piece = _field(arguments, str, "'arguments'", address) or ""
         entry["name"] = entry["name"] or name
         entry["id"] = entry["id"] or call_id
@@ -421,15 +456,18 @@ class _Reply:
     def tool_call_text(self) -> str:
         """The streamed tool calls as ``<tool_call>{"name", "arguments"}</tool_call>``
         blocks, which ``core.toolcalls.parse_tool_calls`` turns into stored calls (arguments
-        that are not JSON stay a string, and become a malformed call the model hears of)."""
+        that are not JSON, or nest deeper than :data:`MAX_JSON_DEPTH`, stay a string, and
+        become a malformed call the model hears of)."""
         blocks = []
         for index in sorted(self.calls):
             call = self.calls[index]
             text = "".join(call["arguments"])
-            try:
-                arguments: Any = valid_text(json.loads(text or "{}"), text)
-            except ValueError:
-                arguments = _repeated_whole(call["arguments"], text)
+            arguments: Any = text
+            if not nested_deeper(text, MAX_JSON_DEPTH):  # 5,000 deep: "The model failed:
+                try:  # maximum recursion depth exceeded" before; 960: tracebacks in the window
+                    arguments = valid_text(json.loads(text or "{}"), text)
+                except (ValueError, RecursionError):
+                    arguments = _repeated_whole(call["arguments"], text)
             blocks.append("<tool_call>" + json.dumps(
                 {"name": call["name"], "arguments": arguments}, ensure_ascii=False)
                 + "</tool_call>")
@@ -499,7 +537,7 @@ def _repeated_whole(pieces: list[str], text: str) -> Any:
     if whole and all(p == whole[0] for p in whole):
         try:
             value = valid_text(json.loads(whole[0]), whole[0])
-        except ValueError:
+        except (ValueError, RecursionError):
             return text
         if isinstance(value, dict):
             return value

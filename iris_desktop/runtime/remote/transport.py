@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -21,11 +22,10 @@ from ..http import (
     AnswerTooComplex,
     AnswerTooLarge,
     AnswerTooSlow,
-    AnswerUndecodable,
-    decoded_chunks,
     failure_cause,
     json_answer,
     read_answer,
+    read_error_body,
     short_reason,
     shown_address,
     size_words,
@@ -328,20 +328,17 @@ def _redirect_error(address: str, response: httpx.Response, path: str) -> Server
 SHOWN_URL_CHARS = 200
 
 
-def _read_some(response: httpx.Response, limit: int = 1 << 16) -> httpx.Response:
-    """``response`` with at most ``limit`` bytes of its body read (an error answer is
-    read for its message; a server cannot make that hold more)."""
-    data = bytearray()
-    try:
-        for chunk in decoded_chunks(response):
-            data += chunk
-            if len(data) >= limit:
-                break
-    except AnswerUndecodable:
-        pass  # the status alone says enough
+def _read_some(response: httpx.Response, cut: Callable[[], object],
+               limit: int = ERROR_BODY_BYTES) -> httpx.Response:
+    """``response`` with at most ``limit`` bytes of its body read, for at most
+    ``runtime.http.ERROR_BODY_WAIT_S`` (then ``cut()`` shuts its connection down): an
+    error answer is read for its message, and a server can make that neither hold more
+    nor hide the status (a ``500`` whose body never came was said as "sent no text
+    within 600 s")."""
+    data = read_error_body(response, limit, cut)
     headers = {k: v for k, v in response.headers.items()
                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")}
-    return httpx.Response(response.status_code, headers=headers, content=bytes(data[:limit]),
+    return httpx.Response(response.status_code, headers=headers, content=data,
                           request=response.request)
 
 
