@@ -280,6 +280,18 @@ MIGRATIONS: tuple[str, ...] = (
             ON CONFLICT(name) DO UPDATE SET high = max(high, excluded.high);
     END;
     """,
+    # 17: every column that refers to a message, a summary or a chat has an index it
+    # leads: a deleted message's ON DELETE CASCADE (or SET NULL) looks up the rows that
+    # refer to it, and without one SQLite read all of thread_paths (and threads) once per
+    # deleted message: a 1,000-message chat beside 150,000 messages took 12 s to delete, a
+    # 50,000-message one 14 minutes (with the index: 0.4 s and 5 s)
+    """
+    CREATE INDEX IF NOT EXISTS thread_paths_message ON thread_paths(message_id);
+    CREATE INDEX IF NOT EXISTS threads_head ON threads(head_id);
+    CREATE INDEX IF NOT EXISTS summaries_prev ON summaries(prev_id);
+    CREATE INDEX IF NOT EXISTS compaction_events_summary ON compaction_events(summary_id);
+    CREATE INDEX IF NOT EXISTS drafts_thread ON drafts(thread_id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
