@@ -174,6 +174,7 @@ def test_a_database_before_branches_migrates_to_one_branch_per_thread(tmp_path):
         ids = store.add_messages(thread, chat(3))
     conn = sqlite3.connect(path)  # as version 7 wrote it: no parents, no paths, no head
     conn.executescript("DROP TABLE thread_paths; DROP INDEX messages_parent; DROP INDEX requests_reply;"
+                       "DROP INDEX threads_head;"  # (schema 17's, on a column 7 did not have)
                        "ALTER TABLE messages DROP COLUMN parent_id;"
                        "ALTER TABLE threads DROP COLUMN head_id; ALTER TABLE threads DROP COLUMN system_prompt;"
                        "ALTER TABLE requests DROP COLUMN head_id; ALTER TABLE requests DROP COLUMN reply_id;"
