@@ -33,6 +33,11 @@ log = logging.getLogger("iris.ui.background")
 REFUSALS: tuple[type[BaseException], ...] = (ConversationFormatError, AttachmentError,
                                             NotTextError, FileNotFoundError, PermissionError,
                                             IsADirectoryError)
+#: keys of jobs that only read: a newer job of the same key stops one of them mid-query
+#: (a search for "a" ran seconds after the box said "ab", holding every job behind it)
+CANCELLABLE = frozenset({"search"})
+#: SQLite VM steps between two looks at whether a cancellable job is stale
+CHECK_EVERY = 1_000
 
 
 @dataclass
@@ -61,13 +66,16 @@ class _DbRunner(QObject):
             job.skipped = True  # a newer job with the same key is queued: this one is stale
         else:
             try:
-                job.result = job.fn(self.stores.current())
+                job.result = self._call(job)
             except ThreadGone as exc:  # deleted since the job was asked for: no fault here
                 log.info("background job skipped: %s (deleted meanwhile)", exc)
                 job.error = exc
             except sqlite3.Error as exc:  # said here: explaining may read the file
-                log.exception("background job failed")
-                job.error = StoreError(explain(exc, self.stores.path))
+                if isinstance(exc, sqlite3.OperationalError) and self._stale(job):
+                    job.skipped = True  # stopped by its progress handler: a newer one is asked for
+                else:
+                    log.exception("background job failed")
+                    job.error = StoreError(explain(exc, self.stores.path))
             except REFUSALS as exc:  # the user's file or input refused, said by on_failure:
                 log.warning("background job refused: %s", exc)  # not logged as a bug
                 job.error = exc
@@ -75,6 +83,21 @@ class _DbRunner(QObject):
                 log.exception("background job failed")
                 job.error = exc
         self.finished.emit(job)
+
+    def _stale(self, job: Job) -> bool:
+        return job.key in CANCELLABLE and self.latest.get(job.key) != job.seq
+
+    def _call(self, job: Job) -> Any:
+        """``job.fn`` on this thread's Store; a CANCELLABLE job with a progress handler
+        that stops its query once a newer job of its key is asked for."""
+        store = self.stores.current()
+        if job.key not in CANCELLABLE:
+            return job.fn(store)
+        store.conn.set_progress_handler(lambda: self._stale(job), CHECK_EVERY)
+        try:
+            return job.fn(store)
+        finally:
+            store.conn.set_progress_handler(None, 0)
 
     @Slot()
     def stop(self) -> None:
@@ -86,7 +109,8 @@ class Background(QObject):
     """Run ``fn(store)`` on the DB thread; ``on_success(result)`` back on the GUI thread.
 
     Jobs run one at a time in order. Jobs sharing a ``key`` coalesce: only the newest
-    runs (typing in the composer asks for many meter updates; only the last matters).
+    runs (typing in the composer asks for many meter updates; only the last matters); a
+    running job of a CANCELLABLE key ("search") is stopped mid-query by a newer one.
     """
 
     _submit = Signal(object)

@@ -21,6 +21,19 @@ from collections.abc import Iterable
 from iris_desktop.core.store.base import Connected
 from iris_desktop.core.store.errors import ThreadBusy, ThreadGone
 
+#: ``:head`` and its ancestors up to the first on thread ``:t``'s path (``placed``), or
+#: to the first message when none is: a recursive query, one row a message (SQLite sets
+#: no depth limit on it; a 60,000-message chain is tested)
+_UP_TO_PATH = """
+    WITH RECURSIVE up(id, placed) AS (
+        SELECT :head, EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = :t
+                              AND p.message_id = :head)
+        UNION ALL
+        SELECT m.parent_id, EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = :t
+                                    AND p.message_id = m.parent_id)
+        FROM up JOIN messages m ON m.id = up.id
+        WHERE NOT up.placed AND m.parent_id IS NOT NULL)"""
+
 
 class Branches(Connected):
     """The active branch of each thread, and the alternatives along it."""
@@ -107,36 +120,45 @@ class Branches(Connected):
 
     def newest_leaf(self, message_id: int) -> int:
         """The end of the newest branch below ``message_id``: its newest child, that
-        child's newest child, and so on."""
-        current = message_id
-        while True:
-            row = self.conn.execute("SELECT max(id) FROM messages WHERE parent_id = ?",
-                                    (current,)).fetchone()
-            if row[0] is None:
-                return current
-            current = row[0]
+        child's newest child, and so on. One query however long the branch (walked one
+        statement a message, switching back at an old reply of a 50,000-message chat
+        took 200,000 statements and 5 s)."""
+        row = self.conn.execute(
+            """
+            WITH RECURSIVE down(id, next) AS (
+                SELECT :start, (SELECT max(c.id) FROM messages c WHERE c.parent_id = :start)
+                UNION ALL
+                SELECT next, (SELECT max(c.id) FROM messages c WHERE c.parent_id = down.next)
+                FROM down WHERE next IS NOT NULL)
+            SELECT id FROM down WHERE next IS NULL
+            """, {"start": message_id}).fetchone()
+        return row[0]
 
     def set_head(self, thread_id: int, message_id: int | None) -> None:
         """Make the branch ending at ``message_id`` the active one (None: the thread's
         messages are all off the path, as before its first). Only the part of the path
-        below the fork changes: the old branch's messages after it leave, the new one's
-        join. Raises KeyError when ``message_id`` is not a message of ``thread_id``."""
+        below the fork (the nearest of ``message_id`` and its ancestors on the path)
+        changes: the old branch's messages after it leave, the new one's join. A few
+        statements however long either part is (one or more a message before). Raises
+        KeyError when ``message_id`` is not a message of ``thread_id``."""
         if message_id is not None:
             owner = self.conn.execute("SELECT thread_id FROM messages WHERE id = ?",
                                       (message_id,)).fetchone()
             if owner is None or owner[0] != thread_id:
                 raise KeyError(f"no message {message_id} in thread {thread_id}")
         with self.transaction():
-            chain: list[int] = []
-            current = message_id
-            while current is not None and not self.on_path(thread_id, [current]):
-                chain.append(current)
-                current = self.parent_of(current)
-            fork = current if current is not None else 0
+            ids = {"t": thread_id, "head": message_id}
+            fork = 0
+            if message_id is not None:
+                row = self.conn.execute(f"{_UP_TO_PATH} SELECT id FROM up WHERE placed", ids).fetchone()
+                fork = row[0] if row is not None else 0
             self.conn.execute("DELETE FROM thread_paths WHERE thread_id = ? AND message_id > ?",
                               (thread_id, fork))
-            self.conn.executemany("INSERT INTO thread_paths(thread_id, message_id) VALUES (?, ?)",
-                                  [(thread_id, mid) for mid in reversed(chain)])
+            if message_id is not None and message_id != fork:
+                # (the messages below the fork were off the path, and still are: the
+                # chain read again is the one above)
+                self.conn.execute("INSERT INTO thread_paths(thread_id, message_id) "
+                                  f"{_UP_TO_PATH} SELECT :t, id FROM up WHERE NOT placed", ids)
             self.conn.execute("UPDATE threads SET head_id = ? WHERE id = ?", (message_id, thread_id))
 
     def switch_branch(self, thread_id: int, message_id: int, step: int) -> int:

@@ -19,6 +19,13 @@ MAX_SEARCH_CHARS = 1_000
 #: the most message hits of one chat among the first results (one long chat filled all 50
 #: rows, hiding every other chat's); more of it follow only when others have no more
 HITS_PER_CHAT = 5
+#: the most matches of a query that are ranked: its newest ones (ranking all 134,120
+#: messages that hold a word in "a" took 5.6 s and held the window's searches and chat
+#: loads behind it); a query that matches fewer is ranked whole, as before
+MAX_RANKED = 2_000
+#: a word of at most this many letters or digits is a whole word, not a prefix ("a" was
+#: every word in a; "go", "js", "AI" find those words)
+WHOLE_WORD_AT_MOST = 2
 
 
 def _unsegmented(term: str) -> bool:
@@ -44,12 +51,15 @@ def _fts_part(term: str) -> tuple[str | None, bool]:
     :data:`_AS_WRITTEN`'s shape is found where it is written so ("C++": the word "c" held
     as "C++"); any other word is a prefix, its punctuation dropped as before ("spring."
     finds "springtime"; "node.js", "e-mail", "don't" also find "node js", "e mail",
-    "don’t")."""
-    if not any(ch.isalnum() for ch in term):
+    "don’t"). A word of one or two letters or digits ("a", "I", "go") is a whole word: as a
+    prefix it matched nearly every message."""
+    letters = sum(ch.isalnum() for ch in term)
+    if not letters:
         return None, True
+    prefix = "*" if letters > WHOLE_WORD_AT_MOST else ""
     if _AS_WRITTEN.fullmatch(term):
-        return f'"{term}"' + ("*" if term[-1].isalnum() else ""), True
-    return f'"{term}"*', False
+        return f'"{term}"' + (prefix if term[-1].isalnum() else ""), True
+    return f'"{term}"{prefix}', False
 
 
 #: the combining marks the full-text index's tokenizer drops (SQLite's unicode61 with
@@ -193,7 +203,9 @@ class Search(Connected):
         as it is written; a word with punctuation at its edges ("C++", ".NET") is found
         where it is written so, punctuation inside a word ("node.js") ranks the messages
         that write it so first. At most MAX_SEARCH_TERMS words of at most MAX_SEARCH_CHARS
-        characters in all: a pasted page took 40 s."""
+        characters in all: a pasted page took 40 s. A word of one or two letters is a
+        whole word, a longer one a prefix too; a query matching more than MAX_RANKED
+        messages is ranked among its newest MAX_RANKED matches (:meth:`_matching`)."""
         text = query[:MAX_SEARCH_CHARS]
         terms = (text.replace('"', " ").split() or text.split())[:MAX_SEARCH_TERMS]
         if not terms:
@@ -216,7 +228,10 @@ class Search(Connected):
         written (case folded as SQLite's lower() does), those that hold each of ``marked``
         so too first, then by rank; the best HITS_PER_CHAT of each chat first, then the
         rest: chosen in SQL over every hit (a long chat's 200 best hits hid another chat's
-        one); snippets only for those chosen."""
+        one); snippets only for those chosen. A very common word ("the", "I love") is
+        ranked among its newest MAX_RANKED matches only: the rows those are read from
+        are found newest first and the search stops there (ranking every match made a
+        one-letter search take seconds)."""
         holds = "instr(lower(m.content), lower(?)) > 0"
         where = "".join(f" AND {holds}" for _ in written)
         # (1: a message that writes a marked word otherwise, "node js" for "node.js")
@@ -224,13 +239,14 @@ class Search(Connected):
         chosen = self.conn.execute(
             f"""
             SELECT id, nth FROM (
-                SELECT m.id, messages_fts.rank AS r, {apart} AS apart,
-                       ROW_NUMBER() OVER (PARTITION BY m.thread_id
-                                          ORDER BY {apart}, messages_fts.rank) AS nth
-                FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                WHERE messages_fts MATCH ?{where})
+                SELECT id, r, apart,
+                       ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY apart, r) AS nth
+                FROM (SELECT m.id, m.thread_id, messages_fts.rank AS r, {apart} AS apart
+                      FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                      WHERE messages_fts MATCH ?{where}
+                      ORDER BY messages_fts.rowid DESC LIMIT ?))
             ORDER BY nth > ?, apart, r LIMIT ?
-            """, (*marked, *marked, fts, *written, HITS_PER_CHAT, limit)).fetchall()
+            """, (*marked, fts, *written, max(MAX_RANKED, limit), HITS_PER_CHAT, limit)).fetchall()
         if not chosen:
             return []
         picked = ", ".join(str(int(mid)) for mid, _ in chosen)
@@ -247,8 +263,12 @@ class Search(Connected):
                        snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
                 FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
                 JOIN threads t ON t.id = m.thread_id
-                WHERE messages_fts MATCH :fts AND messages_fts.rowid IN ({picked})
-                """, {"fts": fts})}
+                WHERE messages_fts MATCH :fts AND messages_fts.rowid BETWEEN :low AND :high
+                  AND +messages_fts.rowid IN ({picked})
+                """, {"fts": fts, "low": min(mid for mid, _ in chosen),
+                      "high": max(mid for mid, _ in chosen)})}
+            # (one pass over the chosen ones' range: a rowid lookup each set up the query
+            # anew, every word in "the" read 50 times)
         return _grouped([(rows[mid], nth <= HITS_PER_CHAT) for mid, nth in chosen if mid in rows])
 
     def _search_as_written(self, terms: list[str], limit: int) -> list[dict[str, Any]]:
