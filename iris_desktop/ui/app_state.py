@@ -29,7 +29,8 @@ Events and requests, emitted on every call:
 * ``statusText(str)``, ``busyChanged(object, object)``, ``statusMessage(str, int)``: the
   status bar's text, its bar (text and fraction done; None hides it) and a passing message;
   ``backgroundMessage(str, int)``: a background job's passing message, which waits while
-  a turn runs; ``backgroundWithdrawn(str)``: that message no longer holds (its job ended).
+  a turn runs; ``backgroundStarted(str)``: the first one of a job the user just started;
+  ``backgroundWithdrawn(str)``: that message no longer holds (its job ended).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class AppState(QObject):
     statusMessage = Signal(str, int)
     backgroundMessage = Signal(str, int)
     backgroundWithdrawn = Signal(str)
+    backgroundStarted = Signal(str)
     #: said to a screen reader only (what the window shows elsewhere: a note in the chat)
     spoken = Signal(str)
 
@@ -269,6 +271,11 @@ class AppState(QObject):
 
     def show_background(self, text: str, timeout_ms: int = 4000) -> None:
         self.backgroundMessage.emit(text, timeout_ms)
+
+    def start_background(self, text: str) -> None:
+        """The first words of a background job the user just started (an import): they
+        replace a passing message shown before, not a turn's state (then they wait)."""
+        self.backgroundStarted.emit(text)
 
     def withdraw_background(self, text: str) -> None:
         """A background message that no longer holds (its job ended): not shown later."""

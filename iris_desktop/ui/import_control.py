@@ -135,7 +135,7 @@ class ImportControl(QObject):
         open when it began still is, and ask about the chats it skipped."""
         opened = self.app_state.thread_id
         self.said = f"{saying} (other chats can be opened meanwhile)"
-        self.app_state.show_background(self.said, 0)
+        self.app_state.start_background(self.said)
         self.app_state.speak(saying)  # said once; its progress is not announced
         self.under_way += 1
 

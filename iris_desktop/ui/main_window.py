@@ -205,6 +205,7 @@ class MainWindow(QMainWindow):
         s.spoken.connect(self.announcer.say)
         s.backgroundMessage.connect(
             lambda text, ms: self.status_area.show_message(text, ms, background=True))
+        s.backgroundStarted.connect(self.status_area.start_background)
         s.backgroundWithdrawn.connect(self.status_area.withdraw)
         s.generatingChanged.connect(self.composer.set_generating)
         s.generatingChanged.connect(self.status_area.set_working)

@@ -205,6 +205,13 @@ class StatusArea(QWidget):
         self.progress.setVisible(self._busy)
         self._show_pending()
 
+    def start_background(self, text: str) -> None:
+        """A background job the user just started says so: its words replace a passing
+        message (it was held behind "Imported first.json.") but wait behind a turn's state."""
+        if not self._working and self._background is None and not self.message.isHidden():
+            self.end_message()
+        self.show_message(text, 0, background=True)
+
     def withdraw(self, text: str) -> None:
         """A background message that no longer holds: dropped if waiting, ended if shown."""
         if self._pending is not None and self._pending[0] == text:
