@@ -277,14 +277,14 @@ def transcript_entries(
     return entries
 
 
-def load_transcript(store: Store, thread_id: int) -> list[Entry]:
-    """Every stored message of the thread's active branch with its dividers (states not
-    applied yet), and what can be done with its messages: their place among their
-    alternatives, regenerating the newest reply, continuing a stopped or cut-off one."""
-    rows = store.messages(thread_id)
-    entries = transcript_entries(rows, store.summaries(thread_id),
-                                 store.compaction_events(thread_id, branch=True))
-    points = store.branch_points(thread_id)
+def load_transcript(store: Store, thread_id: int, after_id: int = 0, points: Any = None) -> list[Entry]:
+    """Every stored message of the thread's active branch with its dividers (states not applied yet), and what can
+    be done with them: their place among their alternatives (``points(rows)``, default the thread's), regenerating
+    the newest reply, continuing a stopped or cut-off one; ``after_id``: those after it only, without dividers."""
+    rows = store.messages(thread_id, after_id)
+    entries = transcript_entries(rows, *(() if after_id else (
+        store.summaries(thread_id), store.compaction_events(thread_id, branch=True))))
+    points = points(rows) if points else store.branch_points(thread_id)
     messages = [e for e in entries if e.kind in ("message", "tool")]
     for entry in messages:
         entry.branch = points.get(entry.message_id)

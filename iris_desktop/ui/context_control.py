@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from iris_desktop.core.engine import ContextRequest, ConversationTooLargeException
 from iris_desktop.core.planner import Planner, limit_problems, n_ctx_to_load
-from iris_desktop.core.views import budget_preview, inspector_report, message_states
+from iris_desktop.core.turn_delta import StatesBasis, states_since
+from iris_desktop.core.views import budget_preview, inspector_report
 from iris_desktop.host import model_problems
 from iris_desktop.settings import Settings
 from iris_desktop.ui.app_state import AppState
@@ -63,6 +64,8 @@ class ContextControl(QObject):
         self._loaded: LoadedModel | None = None  # the model the planner was made for
         #: the planner a change of embedder re-embeds for, and how many it has re-embedded
         self._reembedding: tuple[Planner | None, int] = (None, 0)
+        #: the states shown last, what they were computed from, for the planner used
+        self._states_basis: tuple[Planner, StatesBasis | None] | None = None
         app_state.set_planner(self.host.planner(app_state.settings, fallback=True))
         # the draft's request is evaluated after a pause in typing, so a send starts at once
         self._prefill_timer = QTimer(self, singleShot=True, interval=PREFILL_PAUSE_MS)
@@ -190,15 +193,18 @@ class ContextControl(QObject):
         if tid is None:
             return
 
-        def job(store):
+        basis = self._states_basis if self._states_basis and self._states_basis[0] is planner else None
+
+        def job(store):  # a turn's states read the turn's messages (and the request's)
             planned = request if request is not None else planner.plan_or_error(store, tid)
             if isinstance(planned, ConversationTooLargeException):
-                return {}
-            return message_states(planner.engine(store), planned)
+                return {}, None
+            return states_since(planner.engine(store), planned, basis and basis[1])
 
-        def show(states: dict[int, str]) -> None:
+        def show(result: tuple[dict[int, str], StatesBasis | None]) -> None:
             if tid == self.app_state.thread_id:
-                self.app_state.show_states(states)
+                self._states_basis = (planner, result[1])
+                self.app_state.show_states(result[0])
 
         self._run(planner, job, show, "states")
 

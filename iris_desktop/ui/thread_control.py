@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 from iris_desktop.core.agent import DEFAULT_TITLE
 from iris_desktop.core.store import ThreadBusy, ThreadGone
 from iris_desktop.core.store.messages import one_line_title
-from iris_desktop.core.views import Entry, load_transcript
+from iris_desktop.core.turn_delta import Loaded, transcript_since
+from iris_desktop.core.views import Entry
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.boxes import export_failure, failure, plain_box, warn
@@ -57,6 +58,7 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         self.export_box: QFileDialog | None = None  # the open Export chat dialog
         self.ui_state = ui_state  # ui-state.ini: the last chat opened
         self._on_branch: dict[int, int] = {}  # each chat's messages on the branch shown
+        self._loaded: Loaded | None = None  # what the transcript shows (a turn reads its own)
         self._start_live_list()
         self._start_unmade()
         app_state.threadsChanged.connect(self.refresh_threads)
@@ -143,24 +145,23 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         self.app_state.thread_opened(thread_id)
 
     def reload_transcript(self, message_id: int | None = None) -> None:
-        tid = self.app_state.thread_id
+        """The open chat's entries again: its last turn's on, when its branch is as loaded."""
+        tid, view = self.app_state.thread_id, self.view
+        loaded = self._loaded if view.transcript.total else None  # (cleared: read it all)
         if tid is None:
             return
-        view = self.view
 
-        def show(entries: list[Entry]) -> None:
+        def show(result: tuple[list[Entry], Loaded, bool]) -> None:
             if tid != self.app_state.thread_id:
                 return
+            entries, self._loaded, whole = result
             for entry in entries:
                 if entry.message_id in self.states:
                     entry.state = self.states[entry.message_id]
-            view.transcript.set_entries(entries)
-            if message_id is not None:
-                view.scroll_to_key(f"m:{message_id}")
-            else:
-                view.follow_bottom()
+            view.transcript.set_entries(entries) if whole else view.transcript.merge_tail(loaded.anchor, entries)
+            view.scroll_to_key(f"m:{message_id}") if message_id is not None else view.follow_bottom()
 
-        self.background.run(lambda store: load_transcript(store, tid), show, key="transcript")
+        self.background.run(lambda store: transcript_since(store, tid, loaded), show, key="transcript")
 
     # -- the last chat --
 
@@ -224,8 +225,7 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
 
     def rename_dialog(self, thread_id: int, title: str) -> None:
         """Ask for the chat's new title (one line, clipped, by the store). A blank one is
-        refused in the dialog itself, which asks again saying why; Cancel keeps the title.
-        Before, it went to the DB thread, whose refusal logged a traceback."""
+        refused in the dialog itself, which asks again saying why; Cancel keeps the title."""
         label = "Title:"
         while True:
             text, ok = QInputDialog.getText(self.parent_widget, "Rename chat", label, text=title)

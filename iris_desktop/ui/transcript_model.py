@@ -122,13 +122,45 @@ class TranscriptModel(QAbstractListModel):
             self._all = merged
             self._offset, self._end = max(0, len(merged) - PAGE), len(merged)
             self.endResetModel()
-        self._tell_damage()
+        self._tell_damage(self._all)
 
-    def _tell_damage(self) -> None:
+    def merge_tail(self, anchor: int, entries: list[Entry]) -> None:
+        """Show ``entries``, the branch's messages from message ``anchor`` on (a turn's
+        reload: the rows before it are the same), in place of the entries from it on: the
+        rows already there (a streamed reply) change in place, new ones are added at the
+        end; work and signals for the turn's rows only, not the whole chat's."""
+        start = len(self._all)
+        while start and (self._all[start - 1].kind == "notice"
+                         or (self._all[start - 1].kind != "divider"
+                             and (self._all[start - 1].message_id or 0) >= anchor)):
+            start -= 1
+        old = self._all[start:]
+        keys = {e.key for e in old}
+        merged = self._with_notices(entries, [n for n in self._notices if n[1].key in keys])
+        if [e.key for e in merged[:len(old)]] != [e.key for e in old]:
+            self.set_entries(self._all[:start] + merged)  # (rows gone: what set_entries does)
+            return
+        for i, (was, new) in enumerate(zip(old, merged), start):
+            if was != new:
+                self._all[i] = new
+                if self._offset <= i < self._end:
+                    self.dataChanged.emit(self.index(i - self._offset), self.index(i - self._offset))
+        added = merged[len(old):]
+        if added and self._end == len(self._all):
+            self.beginInsertRows(QModelIndex(), self.rowCount(), self.rowCount() + len(added) - 1)
+            self._all.extend(added)
+            self._end += len(added)
+            self.endInsertRows()
+            self._drop(top=True)
+        else:
+            self._all.extend(added)
+        self._tell_damage(merged)
+
+    def _tell_damage(self, entries: list[Entry]) -> None:
         """A note, once while the chat is open, naming its messages found damaged on disk
         that no note named yet (each card has its badge): the user is told which, what
         it means and what can be done, without a box to dismiss."""
-        new = [e for e in self._all if e.damaged and e.message_id not in self._damage_told]
+        new = [e for e in entries if e.damaged and e.message_id not in self._damage_told]
         if new:
             self._damage_told.update(e.message_id for e in new)
             self.add_notice(damage_note(new), error=False)
@@ -145,15 +177,17 @@ class TranscriptModel(QAbstractListModel):
         if self.has_newer:
             self.show_span(len(self._all) - PAGE, len(self._all))
 
-    def _with_notices(self, entries: list[Entry]) -> list[Entry]:
-        """``entries`` with this session's notices in place. Notices among them (the rows
-        given again up to a cut: Regenerate, Edit) are left out and put back once: before,
-        each notice above the cut showed twice until the reply was saved."""
-        if not self._notices:
+    def _with_notices(self, entries: list[Entry],
+                      notices: list[tuple[int, Entry]] | None = None) -> list[Entry]:
+        """``entries`` with this session's notices (or ``notices``) in place. Notices among
+        them (the rows given again up to a cut: Regenerate, Edit) are left out and put back
+        once: before, each notice above the cut showed twice until the reply was saved."""
+        notices = self._notices if notices is None else notices
+        if not notices:
             return list(entries)
         entries = [entry for entry in entries if entry.kind != "notice"]
         out: list[Entry] = []
-        pending = sorted(self._notices, key=lambda n: n[0])
+        pending = sorted(notices, key=lambda n: n[0])
         for entry in entries:
             while pending and entry.message_id is not None and pending[0][0] < entry.message_id:
                 out.append(pending.pop(0)[1])
@@ -162,15 +196,22 @@ class TranscriptModel(QAbstractListModel):
         return out
 
     def apply_states(self, states: dict[int, str]) -> None:
-        """Set each message's state (verbatim | pruned | summarized | dropped)."""
+        """Set each message's state (verbatim | pruned | summarized | dropped). States that
+        say which of them changed (``changed``: a turn's) visit the entries from the end
+        back to the oldest changed one only."""
+        changed = getattr(states, "changed", None)
+        low = min(changed, default=None) if changed is not None else 0
         first = last = None
-        for i, entry in enumerate(self._all):
+        for i in range(len(self._all) - 1, -1, -1) if low is not None else ():
+            entry = self._all[i]
+            if entry.message_id is not None and entry.message_id < low:
+                break
             state = states.get(entry.message_id) if entry.message_id is not None else None
             if state is not None and state != entry.state:
                 entry.state = state  # in place: a 5,000-entry thread changes thousands at once
                 if self._offset <= i < self._end:
-                    first = i if first is None else first
-                    last = i
+                    first = i if first is None else min(first, i)
+                    last = i if last is None else max(last, i)
         if first is not None:
             self.dataChanged.emit(self.index(first - self._offset), self.index(last - self._offset))
 
