@@ -216,11 +216,13 @@ class ContextControl(QObject):
         if tid is None:
             inspector.show_report(None)
             return
+        if inspector.thread_id != tid:  # (the chat open before's report went on showing)
+            inspector.show_counting()
         draft = self.composer.model_draft() or None  # the next request includes what is typed
         self._run(planner, lambda store: inspector_report(store, planner, tid, draft, request,
                                                           rerank_problem=self.host.reranker_problem,
                                                           embedder_problem=self.host.embedder_problem),
-                  lambda r: tid == self.app_state.thread_id and inspector.show_report(r), "inspector")
+                  lambda r: tid == self.app_state.thread_id and inspector.show_report(r, tid), "inspector")
 
     def preview(self, candidate: Settings, callback) -> None:
         """For the settings dialog: the live breakdown of ``candidate`` (off the GUI thread)."""

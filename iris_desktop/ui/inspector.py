@@ -106,6 +106,7 @@ class InspectorDock(QDockWidget):
         super().__init__("Context inspector", parent)
         self.setObjectName("inspector")
         self.report: dict[str, Any] | None = None
+        self.thread_id: int | None = None  # the chat ``report`` is of
         self.tabs = QTabWidget()
         # a narrow dock scrolls its tabs rather than cut their names ("Compa…")
         self.tabs.setElideMode(Qt.TextElideMode.ElideNone)
@@ -158,8 +159,9 @@ class InspectorDock(QDockWidget):
         splitter.setStretchFactor(1, 1)
         self.setWidget(splitter)
 
-    def show_report(self, report: dict[str, Any] | None) -> None:
-        self.report = report
+    def show_report(self, report: dict[str, Any] | None, thread_id: int | None = None) -> None:
+        """``report`` (None: no chat open), of chat ``thread_id``."""
+        self.report, self.thread_id = report, thread_id
         if report is None:
             self.request_label.setText("Open a thread to see its next request.")
             for table in (self.request_table, self.events):
@@ -178,6 +180,12 @@ class InspectorDock(QDockWidget):
             f"{len(values)} request(s), last {tokens(values[-1])} prompt tokens; "
             f"{len(report['chart']['compactions'])} compaction(s), each an orange line. "
             "The red line: the compaction threshold, as on the meter." if values else "")
+
+    def show_counting(self) -> None:
+        """Another chat's report is being made: the one shown (of the chat open before)
+        goes, and what is happening is said (a long chat's first count takes seconds)."""
+        self.show_report(None)
+        self.request_label.setText("Counting this chat's messages for its next request…")
 
     def _show_request(self, report: dict[str, Any]) -> None:
         b = report.get("breakdown")
