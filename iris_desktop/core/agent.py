@@ -188,10 +188,21 @@ class Agent:
         return False
 
     def _renew_turn(self, thread_id: int) -> None:
-        """Keep the turn lease while a long reply streams (at most once a minute)."""
+        """Keep the turn lease while a long reply streams (at most every tenth of the
+        lease). Another process holding the write lock past the busy timeout (a large
+        import) skips this renewal while the lease has a third of its time left: the next
+        token tries again (this ended the reply, cut, with exit 1)."""
         now = self.clock()
         if self._turn_token is not None and now - self._lease_renewed >= TURN_LEASE_S / 10:
-            self.store.take_turn_lease(thread_id, self._turn_token, TURN_LEASE_S)
+            try:
+                self.store.take_turn_lease(thread_id, self._turn_token, TURN_LEASE_S)
+            except sqlite3.OperationalError as exc:
+                busy = (getattr(exc, "sqlite_errorname", None) or "").startswith(
+                    ("SQLITE_BUSY", "SQLITE_LOCKED"))
+                if not busy or now - self._lease_renewed > TURN_LEASE_S * 2 / 3:
+                    raise
+                log.warning("the turn lease was not renewed (%s); it is renewed later", exc)
+                return
             self._lease_renewed = now
 
     def send(

@@ -249,6 +249,9 @@ class Imported(NamedTuple):
 #: and lets others write between chunks of chats (one transaction for a whole 279 MB
 #: export held it for 25 s, and a reply the window was writing meanwhile failed)
 CHUNK_S = 0.25
+#: the least time the lock is left free after each chunk: a waiting writer's busy handler
+#: looks again every few ms to 100 ms (one that followed the commit at once never got in)
+YIELD_S = 0.02
 
 
 def import_conversations(store: Store, loaded: Loaded, title: str | None = None,
@@ -277,11 +280,13 @@ def _store_chats(store: Store, loaded: Loaded, title: str | None, again: bool,
     several = len(loaded.chats) > 1
     threads = StoredThreads(store, again)
     pending = list(reversed(loaded.chats))
+    sizes = _sizes(pending)
     try:
         while pending:
+            threads.prepare(sizes, ids)  # (reads: no lock held)
             with store.transaction():
-                threads.catch_up(ids)
                 started, chunk = time.monotonic(), []
+                threads.catch_up(ids)  # (only what was written since: counted in the chunk)
                 while pending and time.monotonic() - started < CHUNK_S:
                     chat = pending.pop()
                     twin = threads.holding(chat.messages, chat.before)
@@ -293,10 +298,13 @@ def _store_chats(store: Store, loaded: Loaded, title: str | None, again: bool,
                     name = (f"{title}: {own}" if several else title) if title else own
                     chunk.append((import_messages(store, chat.messages, name, chat.system_prompt),
                                   chat))
+                threads.seen_own()
             ids += [thread for thread, _ in chunk]  # committed
             stored += [chat for _, chat in chunk]
             if progress is not None and pending:
                 progress(len(loaded.chats) - len(pending), len(loaded.chats))
+            if pending:  # the lock free a while: another process's waiting write gets in
+                time.sleep(max(YIELD_S, (time.monotonic() - started) / 10))
     except Exception as exc:
         if not ids:
             raise
@@ -304,6 +312,11 @@ def _store_chats(store: Store, loaded: Loaded, title: str | None, again: bool,
         raise PartlyImported(Imported(ids, [], []), reason) from exc
     notes = loaded.left_out(stored) if known else None
     return Imported(ids, known, [threads.titles[t] for t in known], notes, tuple(known_chats))
+
+
+def _sizes(chats: Iterable[Chat]) -> set[int]:
+    """The message counts a stored twin of ``chats`` may have."""
+    return {len(form) for chat in chats for form in (chat.messages, chat.before) if form}
 
 
 class PartlyImported(Exception):
