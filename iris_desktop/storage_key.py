@@ -457,20 +457,22 @@ def _drop_kv_states(paths: AppPaths, only_plain: bool = False) -> None:
 
 
 def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None = None,
-            ask: AskPassphrase | None = None, step: Callable[[str], None] | None = None
-            ) -> Prepared:
+            ask: AskPassphrase | None = None, step: Callable[[str], None] | None = None,
+            seen: bytes | None = None) -> Prepared:
     """Decide the key for ``paths.db_path`` and convert the database when ``encrypt``
     (``storage.encrypt`` as set by the user) and the file disagree; None (the setting
     left at its default) keeps the history as it is: an encrypted one is never decrypted
     because a start lacked the setting (a desktop launcher without the shell's
-    ``IRIS_STORAGE_ENCRYPT``). Raises StoreError (KeyRejected for a wrong key) saying
-    what to do; the file is then unchanged."""
+    ``IRIS_STORAGE_ENCRYPT``). ``seen``: the history's salt noted before the start waited
+    for another process's conversion, where the file changed meanwhile (a rekey: its key
+    refused is then :class:`KeyChanged`); None: noted here. Raises StoreError
+    (KeyRejected for a wrong key) saying what to do; the file is then unchanged."""
     env = os.environ if env is None else env
     path = paths.db_path
     tidy(path)
     state = is_encrypted(path)
     if state is True:
-        key = _decided_key(path, env, ask)
+        key = _decided_key(path, env, ask, seen)
         if encrypt is not False:
             _drop_kv_states(paths, only_plain=True)
             _keep_kind(path, key)  # a history encrypted by an older Iris: from now on
@@ -508,15 +510,18 @@ def prepare(paths: AppPaths, encrypt: bool | None, env: Mapping[str, str] | None
     return Prepared(key, "encrypted", tuple(earlier))
 
 
-def _decided_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None) -> Key:
+def _decided_key(path: Path, env: Mapping[str, str], ask: AskPassphrase | None,
+                 before: bytes | None = None) -> Key:
     """:func:`_existing_key` of a start, which decides it without the conversion lock (a
     passphrase may be asked for minutes, and the lock would keep every other start and
     command out meanwhile): the key remembers the salt of the file it opened
     (``Key.seen``), so that a file another process put in its place meanwhile (``rekey``,
     a put-back) is said as that, here or when the start opens it (:class:`KeyChanged`),
     never as a wrong key or a damaged first page (before, a start beside a rekey said
-    "the file's first page is damaged: 'iris-desktop recover' lists copies to put back")."""
-    seen = file_salt(path)
+    "the file's first page is damaged: 'iris-desktop recover' lists copies to put back").
+    ``before``: the salt noted before the start waited for a rekey's lock (the file then
+    found is already the new one; before, a start that waited said it was damaged)."""
+    seen = file_salt(path) if before is None else before
     try:
         key = _existing_key(path, env, ask, seen)
         if replaced_since(path, seen):  # a rekey ended while it was asked: which file did it open?
