@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from iris_desktop import __version__
-from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, say, stdout_gone
+from iris_desktop.commands import COMMANDS, EXIT_FAIL, EXIT_OK, EXIT_USAGE, CliError, gone_sentence, say, stdout_gone
 from iris_desktop.logfile import PrivateLogFile
 from iris_desktop.paths import DataDirError, app_paths
 from iris_desktop.runtime.errors import ServerError
@@ -324,6 +324,13 @@ def _run(args: argparse.Namespace) -> int:
 
         say(f"iris-desktop: {explain(exc, app_paths(args.data_dir).db_path)}", file=sys.stderr)
         return EXIT_FAIL
+    except KeyError as exc:  # ThreadGone: the chat was there when the command began
+        from iris_desktop.core.store import ThreadGone
+
+        if not isinstance(exc, ThreadGone):
+            return _bug(args, exc)
+        say(f"iris-desktop: {gone_sentence(exc.thread_id)}", file=sys.stderr)
+        return EXIT_FAIL
     except ServerError as exc:  # a server the command reached failed it (its counts)
         say(f"iris-desktop: the server could not be used: {exc}", file=sys.stderr)
         log.warning("the server failed the command: %s", exc)
@@ -334,13 +341,18 @@ def _run(args: argparse.Namespace) -> int:
         stdout_gone()
         return EXIT_OK
     except Exception as exc:  # a bug: one sentence here, the traceback in the log
-        log.error("unexpected error", exc_info=True)
-        where = app_paths(args.data_dir).log_path
-        what = " ".join(str(exc).split())[:200]
-        say(f"iris-desktop: unexpected error ({type(exc).__name__}: {what}); this is a bug in "
-            f"Iris: the details are in {where} (run again with -v to see them here)",
-            file=sys.stderr)
-        return EXIT_FAIL
+        return _bug(args, exc)
+
+
+def _bug(args: argparse.Namespace, exc: BaseException) -> int:
+    """A bug: one sentence on stderr, the traceback in the log."""
+    log.error("unexpected error", exc_info=exc)
+    where = app_paths(args.data_dir).log_path
+    what = " ".join(str(exc).split())[:200]
+    say(f"iris-desktop: unexpected error ({type(exc).__name__}: {what}); this is a bug in "
+        f"Iris: the details are in {where} (run again with -v to see them here)",
+        file=sys.stderr)
+    return EXIT_FAIL
 
 
 if __name__ == "__main__":

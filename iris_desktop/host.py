@@ -612,14 +612,15 @@ class Host:
         except KeyError:
             return None
 
-    def delete_thread(self, thread_id: int) -> None:
+    def delete_thread(self, thread_id: int) -> bool:
         """Delete a thread, on the user's explicit request only: its messages, summaries
         and requests with no readable trace left in the database files
-        (``Store.delete_thread``), and every saved KV state of it (a KV state holds the
+        (``Store.delete_thread``: False while another program reading the history keeps
+        its text in the file), and every saved KV state of it (a KV state holds the
         conversation's tokens). An open thread is left without saving. Raises KeyError
         for an unknown thread."""
         try:
-            self.store.delete_thread(thread_id)
+            wiped = self.store.delete_thread(thread_id)
         except sqlite3.Error:
             try:
                 self.store.thread(thread_id)
@@ -627,6 +628,7 @@ class Host:
                 self._forget_kv(thread_id)  # chat is gone, and so go its KV states
             raise
         self._forget_kv(thread_id)
+        return wiped
 
     def _forget_kv(self, thread_id: int) -> None:
         """The KV states of a deleted thread (a KV state holds its tokens)."""

@@ -17,6 +17,7 @@ from iris_desktop.commands.common import (
     EXIT_TOO_LARGE,
     EXIT_USAGE,
     CliError,
+    gone_sentence,
     say,
     stdout_gone,
 )
@@ -28,8 +29,8 @@ from iris_desktop.commands.models import models
 from iris_desktop.commands.recover import recover
 from iris_desktop.commands.rekey import rekey
 
-__all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_TOO_LARGE", "EXIT_USAGE", "CliError", "say",
-           "stdout_gone"]
+__all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_TOO_LARGE", "EXIT_USAGE", "CliError", "gone_sentence",
+           "say", "stdout_gone"]
 
 
 def gui(args, overrides) -> int:

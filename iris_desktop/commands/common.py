@@ -141,6 +141,12 @@ def text_argument(value: str, what: str) -> str:
     return value
 
 
+def gone_sentence(thread_id: int) -> str:
+    """Why a command stopped: its chat, there when it began, was deleted while it ran."""
+    return (f"no thread {thread_id}: it was deleted by another Iris window or command "
+            "meanwhile")
+
+
 def _thread(host, thread_id: int) -> dict[str, Any]:
     try:
         return host.store.thread(thread_id)

@@ -20,8 +20,9 @@ from iris_desktop.commands.common import (
     say,
     text_argument,
 )
-from iris_desktop.core.store import ThreadBusy
+from iris_desktop.core.store import ThreadBusy, ThreadGone
 from iris_desktop.core.store.errors import room_of
+from iris_desktop.core.store.messages import held_back
 from iris_desktop.untrusted import show_untrusted
 
 #: the most messages ``switch`` prints (the branch from the alternative switched to on)
@@ -127,11 +128,11 @@ def delete(args, overrides) -> int:
                 return EXIT_OK
         room = room_of(host.store.path)  # what a delete may need free (before it writes)
         try:
-            host.delete_thread(args.thread)
+            wiped = host.delete_thread(args.thread)
         except sqlite3.Error as exc:
             late = _delete_failed(host, args.thread, exc, room)  # raises unless the chat is gone
-        else:
-            late = None
+        else:  # another program reading kept its old pages in the file (said, not hidden)
+            late = None if wiped else f"the chat is deleted, but {held_back(host.store.path)}"
     say(f"deleted {what}")
     if late:
         say(f"iris-desktop: warning: {late}", file=sys.stderr)
@@ -176,6 +177,8 @@ def switch(args, overrides) -> int:
         try:
             shown = host.switch_branch(args.thread, args.message,
                                        1 if args.direction == "next" else -1)
+        except ThreadGone:  # deleted since it was read above: said as every command says it
+            raise
         except KeyError:
             raise CliError(f"no message {args.message} in thread {args.thread}") from None
         except ValueError as exc:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.attachments import NotTextError, decode_text, message_text, record_problem
-from iris_desktop.core.store import ROLES, Store, iso_timestamp, row_to_message, sent_at_of
+from iris_desktop.core.store import ROLES, Store, ThreadGone, iso_timestamp, row_to_message, sent_at_of
 from iris_desktop.core.store.messages import one_line_title
 from iris_desktop.core.store.rows import TIMESTAMP_KEYS, ContentPartsError, not_in_future, parts_text
 from iris_desktop.files import NotAFileError, TooLargeError, atomic_write, read_regular_file
@@ -375,11 +375,25 @@ def export_messages(store: Store, thread_id: int) -> dict[str, Any]:
         head["system_prompt"] = prompt
     cut = store.cut_off_replies(thread_id)
     if not store.has_branches(thread_id):
-        return {**head, "messages": [_exported(r, cut) for r in store.messages(thread_id)]}
+        messages = [_exported(r, cut) for r in store.messages(thread_id)]
+        _still_there(store, thread_id, thread)
+        return {**head, "messages": messages}
     messages = [{**_exported(r, cut), TREE_KEY: {"id": r["id"], "parent_id": r["parent_id"],
                                                 "active": bool(r["on_path"])}}
                 for r in store.all_messages(thread_id)]
+    _still_there(store, thread_id, thread)
     return {"format": BRANCHES_FORMAT, **head, "messages": messages}
+
+
+def _still_there(store: Store, thread_id: int, thread: dict[str, Any]) -> None:
+    """ThreadGone when the chat read in several statements (its title first, its messages
+    last) was deleted by another window or command between them: each read is its own
+    snapshot, and an export of the title with no message was written as a good one (over
+    an earlier export of the chat, with ``-o``). A delete is one transaction, so a chat
+    still there after the last read (the same chat: made at the same moment) was there
+    for all of them."""
+    if store.thread(thread_id)["created_at"] != thread["created_at"]:
+        raise ThreadGone(thread_id)
 
 
 def imported_from(message: Message) -> str:
@@ -528,10 +542,12 @@ def markdown_export(store: Store, thread_id: int) -> str:
     """The Markdown export of a thread (the window's and the CLI's): its active branch,
     its own system prompt, a stopped, failed or cut-off reply marked, and a note when other
     branches exist (the JSON export holds them)."""
+    thread = store.thread(thread_id)
     rows, cut = store.messages(thread_id), store.cut_off_replies(thread_id)
-    return to_markdown(store.thread(thread_id)["title"], [_exported(r, cut) for r in rows],
-                       system_prompt=store.system_prompt_of(thread_id),
-                       other_branches=store.has_branches(thread_id))
+    prompt, others = store.system_prompt_of(thread_id), store.has_branches(thread_id)
+    _still_there(store, thread_id, thread)
+    return to_markdown(thread["title"], [_exported(r, cut) for r in rows],
+                       system_prompt=prompt, other_branches=others)
 
 
 def _fence(text: str) -> str:

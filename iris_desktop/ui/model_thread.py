@@ -28,6 +28,7 @@ from iris_desktop.core.engine import ContextRequest
 from iris_desktop.core.events import CacheStatus, ThreadCreated, TurnEvent
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.store import StoreError, ThreadGone, explain
+from iris_desktop.core.store.messages import held_back
 from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
 from iris_desktop.host import LOAD_STAGES, Host, stage_words
@@ -282,7 +283,9 @@ class ModelWorker(QObject):
         deleted: the chat stayed listed, and nothing said why."""
         self.give_way.started()
         try:
-            self.host.delete_thread(thread_id)
+            if not self.host.delete_thread(thread_id):  # said as a delete that left a trace
+                self.deleteFailed.emit(thread_id, held_back(self.host.paths.db_path))
+                return
         except ThreadGone:
             log.info("thread %s was already deleted (by another window or a command)", thread_id)
         except sqlite3.Error as exc:

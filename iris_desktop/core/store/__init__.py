@@ -160,6 +160,7 @@ class Store(Messages, Search, Summaries, Vectors):
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         self._migrate()
+        self.wipe_left()  # a deleted chat's pages a reader kept in the file then
 
     def _migrate(self) -> None:
         try:

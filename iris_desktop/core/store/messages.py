@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from iris_desktop.core.store.base import _alive, own_process
@@ -38,6 +39,21 @@ from iris_desktop.core.store.rows import (
 from iris_desktop.tokens import Message
 
 log = logging.getLogger("iris.store")
+
+
+def wipe_mark(db: os.PathLike[str] | str) -> Path:
+    """The empty file beside the history that says a deleted chat's old pages may still be
+    in it (a checkpoint held back): the next open or delete checkpoints, then removes it."""
+    return Path(f"{os.fspath(db)}-wipe")
+
+
+def held_back(db: os.PathLike[str] | str) -> str:
+    """Why a deleted chat's text is still in the file (``delete_thread`` returned False),
+    as the end of a sentence that says it was deleted."""
+    return (f"its text stays readable in {Path(db).name} until another program reading the "
+            "history lets go of it (an Iris window or command, or another app); the next "
+            "command or start of Iris overwrites it then")
+
 
 #: ``parent_id`` of a new message: below the thread's head (the active branch goes on)
 HEAD = object()
@@ -192,14 +208,17 @@ class Messages(Branches):
                                 (thread_id,)).fetchone()
         return row[0] if row else None
 
-    def delete_thread(self, thread_id: int) -> None:
+    def delete_thread(self, thread_id: int) -> bool:
         """Delete a whole thread, on the user's explicit request only, and leave no
         readable trace of it in the database files: its messages, summaries, requests,
         compaction events, token counts and vectors go (by cascade) with their bytes
         overwritten (``secure_delete``); the full-text index is rebuilt without its words
         (an FTS5 index keeps deleted terms in old segments until they are merged); the
         WAL, which holds copies of its pages, is checkpointed into the file and
-        truncated. Raises KeyError for an unknown thread."""
+        truncated. Raises KeyError for an unknown thread. False when that checkpoint
+        could not complete (another connection is reading the history: its snapshot keeps
+        the chat's old pages in the file): the chat is deleted, its text stays readable
+        in the file until the next open here or delete checkpoints (``wipe_left``)."""
         self.thread(thread_id)
         free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
         with self.transaction():
@@ -210,8 +229,12 @@ class Messages(Branches):
             self.conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
             self.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
         self._speakers = None
+        try:  # cleared by the checkpoint that overwrites the old pages (made before it:
+            wipe_mark(self.path).touch(mode=0o600)  # a full disk may refuse it, or a kill
+        except OSError as exc:  # stop it)
+            log.warning("cannot mark %s to be checkpointed at the next open: %s", self.path, exc)
         self.reclaim(self.conn.execute("PRAGMA freelist_count").fetchone()[0] - free)
-        self.checkpoint()
+        return self.checkpoint()
 
     def reclaim(self, freed: int) -> bool:
         """Give the free pages of the file back to the disk (a deleted chat's space stayed
@@ -244,7 +267,26 @@ class Messages(Branches):
         """Copy the WAL into the database file and truncate it to nothing (it waits for
         readers up to the busy timeout). False when another connection kept it busy."""
         busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy:  # the pages of every delete before are overwritten in the file now
+            wipe_mark(self.path).unlink(missing_ok=True)
         return not busy
+
+    def wipe_left(self) -> bool:
+        """At open: overwrite in the file what a delete left readable there (its
+        checkpoint was held back by another program reading the history, or refused by a
+        full disk: ``wipe_mark``), without waiting for a reader still there (the next
+        open tries again). True when nothing is left to overwrite."""
+        if not wipe_mark(self.path).exists():
+            return True
+        wait = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        self.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            return self.checkpoint()
+        except sqlite3.Error as exc:
+            log.warning("a deleted chat's pages stay in %s for now: %s", self.path, exc)
+            return False
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(wait)}")
 
     def threads(self) -> list[dict[str, Any]]:
         """Newest first, with message counts (``messages``: every branch's;
