@@ -1,19 +1,25 @@
 """The chats of a data export still in the zip archive it is downloaded as (ChatGPT's,
 Claude's): the ``conversations.json`` inside, read without unpacking anything to disk
 (no name in the archive is ever a path written to), and never more than the import limit
-of it, whatever the archive's headers claim.
+of it, whatever the archive's headers claim. ChatGPT's exports since early 2026 split the
+chats into ``conversations-000.json``, ``conversations-001.json``…: those are read in turn,
+in the archive or in its unzipped folder (:func:`folder_shards`), and joined into one list.
 """
 
 from __future__ import annotations
 
+import re
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from iris_desktop.core.conversation import MAX_IMPORT_BYTES, ConversationFormatError
 
 #: the file ChatGPT's and Claude's data exports hold the chats in
 EXPORT_NAME = "conversations.json"
+#: a newer ChatGPT export's parts: conversations-000.json, conversations-001.json…
+SHARD = re.compile(r"conversations-(\d+)\.json")
 #: how much is read first, to see that it begins as JSON does
 PREFIX_BYTES = 64 * 1024
 #: chat JSON compresses 5 to 20 times; a member packed far tighter is a zip bomb (500 MB of
@@ -44,9 +50,7 @@ def zipped_export(path: Path) -> str | None:
                              and PurePosixPath(i.filename).name == EXPORT_NAME),
                             key=lambda i: len(i.filename))
             if not inside:
-                raise ConversationFormatError(
-                    f"{path}: a zip archive with no {EXPORT_NAME} in it; unzip it and import "
-                    "the chat file it holds")
+                return _zipped_shards(path, archive)
             if inside[0].file_size > MAX_IMPORT_BYTES:
                 raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is larger than the "
                                               f"limit of {MAX_IMPORT_BYTES:,} bytes")
@@ -67,9 +71,73 @@ def zipped_export(path: Path) -> str | None:
     if len(data) > MAX_IMPORT_BYTES:
         raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is larger than the limit of "
                                       f"{MAX_IMPORT_BYTES:,} bytes")
+    return _text(path, EXPORT_NAME, data)
+
+
+def _text(path: Path, name: str, data: bytes) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is not UTF-8 text (byte "
+        raise ConversationFormatError(f"{path}: its {name} is not UTF-8 text (byte "
                                       f"{exc.start})") from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def _too_large(path: Path, sizes: list[int]) -> None:
+    if sum(sizes) > MAX_IMPORT_BYTES:
+        raise ConversationFormatError(f"{path}: its conversations-*.json files are larger than "
+                                      f"the limit of {MAX_IMPORT_BYTES:,} bytes together")
+
+
+def _zipped_shards(path: Path, archive: zipfile.ZipFile) -> str:
+    """The chats of a newer ChatGPT export's conversations-NNN.json members, as one list
+    (each member checked as a conversations.json is: its size, its packing, its text)."""
+    shards = sorted((i for i in archive.infolist() if not i.is_dir()
+                     and SHARD.fullmatch(PurePosixPath(i.filename).name)),
+                    key=lambda i: (len(PurePosixPath(i.filename).parts), i.filename))
+    shards = [i for i in shards if PurePosixPath(i.filename).parent
+              == PurePosixPath(shards[0].filename).parent] if shards else []
+    if not shards:
+        raise ConversationFormatError(
+            f"{path}: a zip archive with no {EXPORT_NAME} (nor conversations-000.json…) in it; "
+            "unzip it and import the chat file it holds")
+    _too_large(path, [i.file_size for i in shards])
+    texts = []
+    for info in shards:
+        _refuse_a_bomb(path, info)
+        with archive.open(info) as member:
+            data = member.read(MAX_IMPORT_BYTES + 1)
+        texts.append((PurePosixPath(info.filename).name, _text(path, info.filename, data)))
+    _too_large(path, [len(text) for _, text in texts])
+    return joined(path, texts)
+
+
+def folder_shards(folder: Path, read: Callable[[Path, int], str]) -> str | None:
+    """The chats of an unzipped newer ChatGPT export (``folder``/conversations-NNN.json,
+    each read by ``read(file, limit)``), as one list; None when it has none."""
+    try:
+        files = sorted((f for f in folder.iterdir() if SHARD.fullmatch(f.name) and f.is_file()),
+                       key=lambda f: f.name)
+        sizes = [f.stat().st_size for f in files]
+    except OSError:
+        return None
+    if not files:
+        return None
+    _too_large(folder, sizes)
+    texts = [(f.name, read(f, MAX_IMPORT_BYTES)) for f in files]
+    _too_large(folder, [len(text) for _, text in texts])
+    return joined(folder, texts)
+
+
+def joined(path: Path, texts: list[tuple[str, str]]) -> str:
+    """One JSON list of the chats of ``texts`` (name, text), each a JSON list of chats."""
+    parts = []
+    for name, text in texts:
+        body = text.lstrip("\ufeff").strip()
+        if not (body.startswith("[") and body.endswith("]")):
+            raise ConversationFormatError(f"{path}: its {name} is not a list of chats (JSON "
+                                          "between [ and ]); nothing was imported")
+        inner = body[1:-1].strip()
+        if inner:
+            parts.append(inner)
+    return "[" + ",".join(parts) + "]"

@@ -60,7 +60,7 @@ from iris_desktop.core.conversation import (
     title_from,
     validate_messages,
 )
-from iris_desktop.core.export_zip import EXPORT_NAME, zipped_export
+from iris_desktop.core.export_zip import EXPORT_NAME, folder_shards, zipped_export
 from iris_desktop.core.foreign_claude import claude_chat
 from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat, from_app, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
@@ -165,9 +165,11 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
         folder = False
     if folder and _is_file(path / EXPORT_NAME):  # ChatGPT's or Claude's export, unzipped
         path, folder = path / EXPORT_NAME, False
-    if folder:
+    # a newer ChatGPT export, unzipped: its chats in conversations-000.json, -001.json…
+    zipped = folder_shards(path, read_text_file) if folder else None
+    if folder and zipped is None:
         return _guard(path, JAN, lambda: _jan_folder(path))
-    zipped = zipped_export(path)
+    zipped = zipped_export(path) if zipped is None else zipped
     text = read_text_file(path, MAX_IMPORT_BYTES) if zipped is None else zipped
     stripped = text.lstrip()
     if not stripped.startswith("{") and not _SIGNATURE.search(stripped):
