@@ -747,8 +747,8 @@ def test_a_zip_without_conversations_or_damaged_is_one_sentence_and_nothing_is_w
     code, out, err = run(capsys, "import", archive)
     assert code != 0 and out == ""
     assert err.strip() == (f"iris-desktop: import refused, nothing was written: {archive}: a zip "
-                           "archive with no conversations.json in it; unzip it and import the "
-                           "chat file it holds")
+                           "archive with no conversations.json (nor conversations-000.json…) in "
+                           "it; unzip it and import the chat file it holds")
     damaged = tmp_path / "damaged.zip"
     damaged.write_bytes(zipped(tmp_path, CLAUDE).read_bytes()[:200])
     code, out, err = run(capsys, "import", damaged)
