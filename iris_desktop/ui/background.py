@@ -93,11 +93,8 @@ class _DbRunner(QObject):
         store = self.stores.current()
         if job.key not in CANCELLABLE:
             return job.fn(store)
-        store.conn.set_progress_handler(lambda: self._stale(job), CHECK_EVERY)
-        try:
+        with store.stopping_when(lambda: self._stale(job), CHECK_EVERY):
             return job.fn(store)
-        finally:
-            store.conn.set_progress_handler(None, 0)
 
     @Slot()
     def stop(self) -> None:

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
@@ -29,6 +29,17 @@ class Connected:
 
     def close(self) -> None:
         self.conn.close()
+
+    @contextmanager
+    def stopping_when(self, stale: Callable[[], bool], every: int = 1000) -> Iterator[None]:
+        """The statements run inside look at ``stale()`` every ``every`` virtual-machine
+        steps, and one found stale stops (sqlite3.OperationalError "interrupted"): a
+        search the user has typed past (ui.background)."""
+        self.conn.set_progress_handler(stale, every)
+        try:
+            yield
+        finally:
+            self.conn.set_progress_handler(None, 0)
 
     def __enter__(self) -> Self:
         return self
