@@ -18,6 +18,7 @@ from iris_desktop.paths import app_paths
 from iris_desktop.tokens import Message
 
 from support.helpers import run_cli as run
+from support.helpers import vm_steps
 
 #: made-up words: found in a file only if the chat's text is there
 PLANTED = "qorvexillant"
@@ -224,22 +225,6 @@ def test_a_rewrite_cut_off_is_done_by_a_later_delete(capsys, tmp_path):
     assert _pragma(db, "auto_vacuum") == 2 and db.stat().st_size < before / 10
 
 
-def _vm_steps(store: Store, action) -> int:
-    """SQLite's virtual-machine steps ``action`` takes (counted in thousands)."""
-    steps = [0]
-
-    def tick() -> int:
-        steps[0] += 1000
-        return 0
-
-    store.conn.set_progress_handler(tick, 1000)
-    try:
-        action()
-    finally:
-        store.conn.set_progress_handler(None, 0)
-    return steps[0]
-
-
 def test_deleting_a_chat_costs_its_own_messages_not_the_whole_history(tmp_path):
     """Each deleted message's ON DELETE CASCADE into thread_paths (and SET NULL into
     threads.head_id) looked its rows up by message_id, which no index led: SQLite read
@@ -253,7 +238,7 @@ def test_deleting_a_chat_costs_its_own_messages_not_the_whole_history(tmp_path):
     victim = store.create_thread("victim")
     store.add_messages(victim, [{"role": "user" if i % 2 == 0 else "assistant",
                                  "content": f"victim {i}"} for i in range(1_000)])
-    steps = _vm_steps(store, lambda: store.delete_thread(victim))
+    steps, _ = vm_steps(store, lambda: store.delete_thread(victim))
     assert store.message_count(victim) == 0
     # without the indexes: about 150 million steps (1,000 reads of 21,000 path rows)
     assert steps < 10_000_000, f"{steps:,} VM steps to delete 1,000 messages"

@@ -13,6 +13,8 @@ import pytest
 
 from iris_desktop.core.store import Store
 
+from support.helpers import vm_steps
+
 
 def chat(count: int, tag: str = "") -> list[dict]:
     return [{"role": "user" if i % 2 == 0 else "assistant",
@@ -190,20 +192,11 @@ def history(tmp_path_factory) -> Iterator[Store]:
     store.close()
 
 
-def vm_steps(store: Store, query: str) -> tuple[int, list[dict]]:
+def search_steps(store: Store, query: str) -> tuple[int, list[dict]]:
     """SQLite VM steps (in hundreds) :meth:`Store.search` takes for ``query``, and its
     message hits."""
-    steps = [0]
-
-    def count() -> int:
-        steps[0] += 1
-        return 0
-    store.conn.set_progress_handler(count, 100)
-    try:
-        hits = [h for h in store.search(query) if h["message_id"] is not None]
-    finally:
-        store.conn.set_progress_handler(None, 0)
-    return steps[0], hits
+    steps, hits = vm_steps(store, lambda: store.search(query), every=100)
+    return steps // 100, [h for h in hits if h["message_id"] is not None]
 
 
 @pytest.mark.parametrize("query", ["a", "I", "the", "I love", "a cup of", "an"])
@@ -214,7 +207,7 @@ def test_a_one_letter_or_very_common_search_ranks_a_bounded_number_of_matches(hi
     whatever the history's length (the FTS index's own reads are not VM steps)."""
     from iris_desktop.core.store.search import HITS_PER_CHAT, MAX_RANKED, _fts_part
 
-    steps, hits = vm_steps(history, query)
+    steps, hits = search_steps(history, query)
     assert len(hits) == 50
     assert steps * 100 <= 150 * MAX_RANKED, steps  # about 85 steps a ranked match here
     fts = " ".join(_fts_part(word)[0] for word in query.split())
@@ -244,9 +237,9 @@ def test_a_short_word_is_a_whole_word_and_a_longer_one_a_prefix_as_before(fresh_
 def test_a_rare_word_is_still_found_in_the_oldest_part_of_a_long_history(history):
     """Fewer matches than MAX_RANKED: all of them ranked, as before (the one in the
     oldest chat's sixth message, 50,000 messages back)."""
-    steps, hits = vm_steps(history, "needle3zq")
+    steps, hits = search_steps(history, "needle3zq")
     assert [h["snippet"].count("[needle3zq]") for h in hits] == [1] and steps < 100
-    steps, hits = vm_steps(history, "rare7q")  # 1,000 matches, the best the oldest
+    steps, hits = search_steps(history, "rare7q")  # 1,000 matches, the best the oldest
     first = history.conn.execute("SELECT min(id) FROM messages").fetchone()[0]
     assert len(hits) == 50 and hits[0]["message_id"] == first and hits[0]["snippet"] == "[rare7q]"
 

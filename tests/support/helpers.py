@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,20 @@ def chatgpt_export(folder: Path, chats: int, answer_padding: int = 0) -> Path:
     path = Path(folder) / "conversations.json"
     path.write_text(json.dumps([chat(n) for n in range(chats)]))
     return path
+
+
+def vm_steps(store: Any, action: Callable[[], Any], every: int = 1000) -> tuple[int, Any]:
+    """(SQLite virtual-machine steps ``action`` took on ``store``'s connection, counted in
+    ``every``s, and what it returned): work counted, never timed."""
+    calls = [0]
+
+    def tick() -> int:
+        calls[0] += 1
+        return 0
+
+    store.conn.set_progress_handler(tick, every)
+    try:
+        result = action()
+    finally:
+        store.conn.set_progress_handler(None, 0)
+    return calls[0] * every, result
