@@ -512,6 +512,20 @@ _UNTRUSTED = (
 TLS_PROBE_S = 3.0
 
 
+def tls_trouble(exc: httpx.HTTPError) -> tuple[str, str] | None:
+    """A connection TLS failed: (``"untrusted"``, ``"not-tls"`` or ``"handshake"``, what
+    the peer did, as words that follow its name); None for any other failure."""
+    text = str(exc).lower()
+    if not isinstance(exc, httpx.ConnectError) or not ("ssl" in text or "certificate" in text):
+        return None
+    if "certificate verify failed" in text or "certificate_verify_failed" in text:
+        return "untrusted", next((words for key, words in _UNTRUSTED if key in text),
+                                 "has a certificate this computer does not trust")
+    if any(words in text for words in _NOT_TLS):
+        return "not-tls", "does not answer with TLS at that port"
+    return "handshake", "failed the TLS handshake"
+
+
 def failure_cause(exc: httpx.HTTPError, setting: str, *, tls_probe: bool = True) -> str | None:
     """What a failed exchange says of the peer, as words that follow its name ("answers
     with TLS: use https:// in model.base_url"), when it is something the user can put
@@ -524,16 +538,16 @@ def failure_cause(exc: httpx.HTTPError, setting: str, *, tls_probe: bool = True)
     text = str(exc).lower()
     url = _url_of(exc)
     scheme = url.scheme if url is not None else ""
-    if isinstance(exc, httpx.ConnectError) and ("ssl" in text or "certificate" in text):
-        if "certificate verify failed" in text or "certificate_verify_failed" in text:
-            said = next((words for key, words in _UNTRUSTED if key in text),
-                        "has a certificate this computer does not trust")
+    trouble = tls_trouble(exc)
+    if trouble is not None:
+        kind, said = trouble
+        if kind == "untrusted":
             return (f"{said}, so Iris did not connect; give the server a certificate from an "
                     f"authority this computer trusts, or use http:// in {setting} on a network "
                     "you trust")
-        if any(words in text for words in _NOT_TLS):
-            return f"does not answer with TLS at that port: use http:// in {setting}"
-        return f"failed the TLS handshake; check that {setting} is its https:// address"
+        if kind == "not-tls":
+            return f"{said}: use http:// in {setting}"
+        return f"{said}; check that {setting} is its https:// address"
     if isinstance(exc, httpx.RemoteProtocolError):
         if "\\x15\\x03" in text or "\\x16\\x03" in text:  # a TLS record for a status line
             return f"answers with TLS: use https:// in {setting}"

@@ -35,7 +35,7 @@ from iris_desktop.files import clean_leftovers, commit_partial, read_json_object
 from iris_desktop.paths import make_private_dir
 
 from ..gguf import GGUFError, read_gguf_info
-from ..http import _NOT_TLS, _UNTRUSTED, _Watch
+from ..http import _Watch, tls_trouble
 from ..remote.address import server_address
 from .client import CONNECT_TIMEOUT_S, HubClient, HubError, HubFile, _describe, _origin, _shown, _url_of
 from .lock import _download_lock
@@ -363,15 +363,9 @@ def _unreached(client: HubClient, info: HubFile, exc: httpx.HTTPError) -> HubErr
     if url is None or _origin(url) == _origin(httpx.URL(client.root)):
         return client.unreached(exc)
     host = server_address(str(url))
-    text = str(exc).lower()
-    if "ssl" in text or "certificate" in text:
-        if "certificate verify failed" in text or "certificate_verify_failed" in text:
-            said = next((words for key, words in _UNTRUSTED if key in text),
-                        "has a certificate this computer does not trust")
-        elif any(words in text for words in _NOT_TLS):
-            said = "does not answer with TLS at that port"
-        else:
-            said = "failed the TLS handshake"
+    trouble = tls_trouble(exc)
+    if trouble is not None:
+        said = trouble[1]
         return HubError(f"The file host {host} that the model hub {client.address} sends {info.name} "
                         f"from {said}, so Iris did not connect; check the network (a proxy or firewall "
                         "that inspects https?), then download again.", "network")
