@@ -141,9 +141,8 @@ def test_one_chat_with_two_messages_of_one_id_is_skipped_alone(capsys, tmp_path)
     ids, err = imported(capsys, write(tmp_path / "conversations.json", [twice, good]))
     assert len(ids) == 1 and [t["title"] for t in threads(capsys)] == ["Good chat"]
     assert err.splitlines() == [
-        "iris-desktop: imported 1 chat from a Claude export",
-        "iris-desktop: Chat 1 of conversations.json: two of its messages have the same id "
-        "('d'); it was skipped."]
+        "iris-desktop: imported 1 chat from a Claude export; skipped 1 (\u201cBroken chat\u201d: "
+        "two of its messages have the same id ('d'))"]
 
 
 # -- ChatGPT ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from iris_desktop.core.conversation import MAX_IMPORT_BYTES, ConversationFormatError
+from iris_desktop.core.foreign_text import cesu8
 
 #: the file ChatGPT's and Claude's data exports hold the chats in
 EXPORT_NAME = "conversations.json"
@@ -78,8 +79,10 @@ def _text(path: Path, name: str, data: bytes) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConversationFormatError(f"{path}: its {name} is not UTF-8 text (byte "
-                                      f"{exc.start})") from None
+        text = cesu8(data)  # (an emoji as two encoded UTF-16 halves: the emoji)
+        if text is None:
+            raise ConversationFormatError(f"{path}: its {name} is not UTF-8 text (byte "
+                                          f"{exc.start})") from None
     return text[1:] if text.startswith("\ufeff") else text
 
 

@@ -6,8 +6,10 @@ Jan's threads, besides Iris's own exports and OpenAI message lists
 
 :func:`load_conversations` tells the format from the content (never from the file name),
 converts every chat the file holds into Iris's message format and validates each one with
-:func:`~iris_desktop.core.conversation.validate_messages`, so a file is refused whole, in
-one sentence naming the chat, before anything is written. A source's message tree
+:func:`~iris_desktop.core.conversation.validate_messages` before anything is written; a
+chat that cannot be read is skipped and named in the import's sentence, the others
+imported (:mod:`.foreign_chats`; halves of UTF-16 pairs and CESU-8 mended:
+:mod:`.foreign_text`; a loop of parents cut: :func:`.foreign_tree.unloop`). A source's message tree
 (ChatGPT's ``mapping``, Open WebUI's ``history``, LM Studio's versions) becomes Iris
 branches (``"iris": {"id", "parent_id", "active"}``), the branch the app showed last
 active; a chat of one branch stays a plain list. Iris's alternatives are of one role, so a
@@ -56,13 +58,26 @@ from iris_desktop.core.conversation import (
     ConversationFormatError,
     import_messages,
     load_conversation,
-    read_text_file,
     title_from,
-    validate_messages,
 )
 from iris_desktop.core.export_zip import EXPORT_NAME, folder_shards, zipped_export
+from iris_desktop.core.foreign_chats import SURPRISES as _SURPRISES
+from iris_desktop.core.foreign_chats import Converting, raw_title, skipped_said
+from iris_desktop.core.foreign_chats import a as _a
+from iris_desktop.core.foreign_chats import clipped as _clipped
+from iris_desktop.core.foreign_chats import unexpected as _unexpected
 from iris_desktop.core.foreign_claude import claude_chat
-from iris_desktop.core.foreign_parts import Chat, Documents, SkippedChat, from_app, read_before
+from iris_desktop.core.foreign_claude_parts import folder_parts, is_manifest, manifest_parts
+from iris_desktop.core.foreign_formats import (
+    SHAREGPT,
+    SILLYTAVERN,
+    is_sharegpt,
+    is_sillytavern,
+    sharegpt_chat,
+    sillytavern_chat,
+)
+from iris_desktop.core.foreign_llamacpp import LLAMA_CPP, is_llamacpp, llamacpp_chat
+from iris_desktop.core.foreign_parts import Chat, Documents, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
 from iris_desktop.core.foreign_parts import cut_blocks as _cut_blocks
@@ -71,6 +86,8 @@ from iris_desktop.core.foreign_parts import strip_reasoning as _strip_reasoning
 from iris_desktop.core.foreign_parts import text_message as _message
 from iris_desktop.core.foreign_parts import tree_messages as _tree
 from iris_desktop.core.foreign_parts import usable_title as _title
+from iris_desktop.core.foreign_shapes import READS, named_refusal
+from iris_desktop.core.foreign_text import read_text
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.import_twins import StoredThreads
 from iris_desktop.core.store import Store, explain
@@ -87,14 +104,11 @@ OPENAI = "OpenAI message list"
 #: the formats conversation.py reads (no summary is printed for them: nothing is new)
 NATIVE = (IRIS, OPENAI)
 
-UNKNOWN_SHAPE = ("not a conversation Iris knows: it reads OpenAI message lists (JSON or "
-                 "JSONL), its own exports, ChatGPT's and Claude's exports (conversations.json, "
-                 "its folder or the .zip), Open WebUI's chat export, LM Studio's "
-                 ".conversation.json files and Jan's threads")
+UNKNOWN_SHAPE = f"not a conversation Iris knows: it reads {READS}"
 
 #: keys only the foreign formats have; a file that holds none is left to conversation.py
 _SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|'
-                        r'currentlySelected|versions|thread_id|object|chat_messages)"\s*:')
+                        r'currentlySelected|versions|thread_id|object|chat_messages|conv|conversations)"\s*:')
 #: the kinds of Open WebUI's ``<details type="…">`` blocks that hold no reply text
 _DETAILS_TYPE = re.compile(r'\btype="(reasoning|tool_calls|code_interpreter)"')
 _ROLES = ("system", "user", "assistant")
@@ -133,9 +147,12 @@ class Loaded(tuple):
     def foreign(self) -> bool:
         return self.format not in NATIVE
 
-    def summary(self) -> str:
-        """'imported 3 chats from a ChatGPT export'."""
-        return f"imported {_count(len(self.chats), 'chat')} from {_a(self.format)}"
+    def summary(self, stored: int | None = None) -> str:
+        """'imported 3 chats from a ChatGPT export', and the chats skipped whole: '…; skipped
+        1 (“Trip plans”: why)' (``stored``: how many were, if not all)."""
+        said = skipped_said(self.skipped.skipped)
+        return (f"imported {_count(len(self.chats) if stored is None else stored, 'chat')} "
+                f"from {_a(self.format)}{f'; {said}' if said else ''}")
 
     def report(self) -> list[str]:
         """The summary, then the notes: what a user is told after an import."""
@@ -166,11 +183,15 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
     if folder and _is_file(path / EXPORT_NAME):  # ChatGPT's or Claude's export, unzipped
         path, folder = path / EXPORT_NAME, False
     # a newer ChatGPT export, unzipped: its chats in conversations-000.json, -001.json…
-    zipped = folder_shards(path, read_text_file) if folder else None
+    zipped = folder_shards(path, read_text) if folder else None
+    if folder and zipped is None:  # Claude's since 2026: conversations-000.zip (or unzipped)…
+        zipped = folder_parts(path, read_text)
     if folder and zipped is None:
         return _guard(path, JAN, lambda: _jan_folder(path))
     zipped = zipped_export(path) if zipped is None else zipped
-    text = read_text_file(path, MAX_IMPORT_BYTES) if zipped is None else zipped
+    text = read_text(path, MAX_IMPORT_BYTES) if zipped is None else zipped
+    if zipped is None and is_manifest(text):  # its manifest: the parts beside it
+        text = zipped = manifest_parts(path, text, read_text) or text
     stripped = text.lstrip()
     if not stripped.startswith("{") and not _SIGNATURE.search(stripped):
         del text, stripped
@@ -182,8 +203,13 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
             thread, problem = _read_json(path.parent / "thread.json", soft=True)
             return _guard(path, JAN, lambda: _finish(path, JAN, [
                 lambda tally: _jan_chat(thread, lines, tally, problem)]))
-        del text, stripped
-        return _native(path, zipped is not None)
+        if lines is not None and is_sillytavern(lines):
+            return _guard(path, SILLYTAVERN, lambda: _finish(path, SILLYTAVERN, [
+                lambda tally: sillytavern_chat(lines, tally)]))
+        if lines is None or not is_sharegpt(lines):  # (ShareGPT's JSONL: one chat a line)
+            del text, stripped
+            return _native(path, zipped is not None)
+        data = lines
     del text, stripped
     if isinstance(data, dict) and _jan_messages([data]):  # a Jan messages.jsonl of one line
         thread, problem = _read_json(path.parent / "thread.json", soft=True)
@@ -193,7 +219,7 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
     if kind is None:
         if isinstance(data, dict) and not isinstance(data.get("messages"), list) \
                 and "role" not in data:
-            raise ConversationFormatError(f"{path}: {UNKNOWN_SHAPE}")
+            raise ConversationFormatError(named_refusal(path) or f"{path}: {UNKNOWN_SHAPE}")
         del data
         return _native(path, zipped is not None)
     if kind == JAN:
@@ -201,11 +227,13 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
         return _guard(path, JAN, lambda: _finish(path, JAN, [
             lambda tally: _jan_chat(data, lines, tally)]))
     convert = {CHATGPT: _chatgpt_chat, OPEN_WEBUI: _openwebui_chat, LM_STUDIO: _lmstudio_chat,
-               CLAUDE: claude_chat}[kind]
+               CLAUDE: claude_chat, LLAMA_CPP: llamacpp_chat, SHAREGPT: sharegpt_chat}[kind]
     converters = [(lambda tally, item=item: convert(item, tally)) for item in items]
+    names = [raw_title(item) for item in items]  # (a chat that cannot be read: named)
     items.clear()  # each chat's parsed values freed once it is converted (_finish), not
     # all at once at the end (a pause of the window's thread: 0.75 s for 150 MB)
-    return _guard(path, kind, lambda: _finish(path, kind, converters, progress=progress))
+    return _guard(path, kind, lambda: _finish(path, kind, converters, progress=progress,
+                                              names=names))
 
 
 def _is_file(path: Path) -> bool:
@@ -236,8 +264,9 @@ class Imported(NamedTuple):
         lines = loaded.report() if loaded.foreign else []
         if not self.known:
             return lines
-        head = [f"imported {_count(len(self.ids), 'chat')} from {_a(loaded.format)}"] \
-            if self.ids and loaded.foreign else []
+        skipped = skipped_said(loaded.skipped.skipped) if loaded.foreign else ""
+        head = [loaded.summary(len(self.ids))] if self.ids and loaded.foreign else \
+            [skipped] if skipped else []
         names = [f"“{_clipped(t)}”" for t in self.titles] if by_title else [str(t) for t in self.known]
         which = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
         verb = "was" if len(self.known) == 1 else "were"
@@ -342,7 +371,10 @@ def _native(path: Path, zipped: bool = False) -> Loaded:
     if zipped:
         raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is not a ChatGPT or Claude "
                                       "export")
-    messages, title, system_prompt = load_conversation(path)
+    try:
+        messages, title, system_prompt = load_conversation(path)
+    except ConversationFormatError as exc:  # another app's file: said by its name
+        raise ConversationFormatError(named_refusal(path) or str(exc)) from None
     fmt = IRIS if any(TREE_KEY in m for m in messages) else OPENAI
     return Loaded(fmt, [Chat(title, messages, system_prompt)])
 
@@ -361,9 +393,13 @@ def _kind(data: Any) -> tuple[str | None, list[Any]]:
             return OPEN_WEBUI, data
         if any(isinstance(x.get("chat_messages"), list) for x in objects):
             return CLAUDE, data
-        return None, []
+        if any(is_llamacpp(x) for x in objects):
+            return LLAMA_CPP, data
+        return (SHAREGPT, data) if is_sharegpt(objects) else (None, [])
     if not isinstance(data, dict) or "role" in data:
         return None, []
+    if is_llamacpp(data) or is_sharegpt(data):
+        return LLAMA_CPP if is_llamacpp(data) else SHAREGPT, [data]
     if "mapping" in data and ("current_node" in data or "title" in data):
         return CHATGPT, [data]
     if isinstance(data.get("chat"), dict):
@@ -390,11 +426,6 @@ def _jan_messages(lines: list[Any]) -> bool:
 # -- what every format shares -------------------------------------------------------------------
 
 
-def _a(fmt: str) -> str:
-    """'an Open WebUI export', 'an LM Studio conversation', 'a ChatGPT export'."""
-    return f"{'an' if fmt[0] in 'AEIOU' or fmt.startswith('LM ') else 'a'} {fmt}"
-
-
 def _guard(path: Path, fmt: str, build: Callable[[], Loaded]) -> Loaded:
     """Any surprise in a file that looked like ``fmt`` becomes one sentence."""
     try:
@@ -407,70 +438,37 @@ def _guard(path: Path, fmt: str, build: Callable[[], Loaded]) -> Loaded:
         raise ConversationFormatError(f"{path}: {_unexpected(fmt, exc)}") from None
 
 
-#: what a converter raises on a value of a kind it did not expect
-_SURPRISES = (TypeError, AttributeError, KeyError, IndexError, ValueError)
-
-
-def _unexpected(fmt: str, exc: Exception) -> str:
-    return f"looks like {_a(fmt)} but a value is not of the expected kind ({type(exc).__name__})"
-
-
 def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | None]],
-            notes: Sequence[str] = (), progress: Progress | None = None) -> Loaded:
-    """Convert and validate every chat; skip (and count) the ones with no text, and say
-    the ones that cannot be read as they are (:class:`SkippedChat`). ``notes``: what
-    reading the files left out already. Each chat's tally is its own (a chat imported
-    before is not stored again, nor counted)."""
-    tally, skipped = _Tally(), _Tally()
-    chats: list[Chat] = []
+            notes: Sequence[str] = (), progress: Progress | None = None,
+            names: Sequence[str | None] = ()) -> Loaded:
+    """Convert, mend and validate every chat (:class:`~.foreign_chats.Converting`); skip
+    (and count) the ones with no text, and name the ones that cannot be read as they are
+    (``names``: their titles as the app wrote them). ``notes``: what reading the files
+    left out already. Each chat's tally is its own (a chat imported before is not stored
+    again, nor counted). Each converter (and so its parsed values) is let go of in
+    ``converters`` once it ran."""
+    chats = Converting(path, fmt, len(converters), names)
     with big_json.paused():  # the chats made: kept out of the collector's walks
         told = time.monotonic()
         for number, convert in enumerate(converters, start=1):
-            _convert(path, fmt, number, convert, converters, tally, skipped, chats)
+            try:
+                chats.add(number, convert)
+            finally:
+                converters[number - 1] = None
             if progress is not None and time.monotonic() - told >= PROGRESS_S:
                 progress(number, len(converters))
                 told = time.monotonic()
-    if not chats:
-        said = [*notes, *(f"{what[:1].upper()}{what[1:]}" for what in skipped.skipped)]
+    refusal = chats.refusal()
+    if refusal is not None:
+        raise ConversationFormatError(refusal)
+    tally, skipped = chats.tally, chats.skipped
+    if not chats.chats:
+        said = [*notes, *skipped.skipped]
         raise ConversationFormatError(f"{path}: the {fmt} holds no chat with a text message"
                                       + "".join(f" ({note.rstrip('.')})" for note in said))
-    if fmt == JAN and len(chats) > 1:
+    if fmt == JAN and len(chats.chats) > 1:
         fmt = JAN_FOLDER
-    return Loaded(fmt, chats, [*notes, *tally.add(skipped).notes()], notes, skipped)
-
-
-def _convert(path: Path, fmt: str, number: int, convert: Callable[[_Tally], Chat | None],
-             converters: list[Any], tally: _Tally, skipped: _Tally, chats: list[Chat]) -> None:
-    """Chat ``number`` of :func:`_finish`, added to ``chats`` (or counted as skipped); its
-    converter (and so its parsed values) let go of in ``converters`` once it ran."""
-    where = f"{path}: chat {number}" if len(converters) > 1 else str(path)
-    own = _Tally()
-    try:
-        chat = convert(own)
-    except SkippedChat as exc:
-        skipped.skipped.append(f"chat {number} of {path.name}: {exc}")
-        return
-    except ConversationFormatError as exc:
-        raise ConversationFormatError(f"{where}: {exc}") from None
-    except _SURPRISES as exc:  # named by its chat, not only by the file
-        raise ConversationFormatError(f"{where}: {_unexpected(fmt, exc)}") from None
-    finally:
-        converters[number - 1] = None
-    tally.add(own)
-    if chat is None or not any(m.get("role") != "system" for m in chat.messages):
-        skipped.empty += 1  # (a chat's system prompt alone is no conversation)
-        return
-    label = f"{where} ({_short(chat.title)})" if chat.title else where
-    validate_messages(chat.messages, lambda i, label=label: f"{label}: message {i + 1}")
-    chats.append(from_app(chat, fmt)._replace(tally=own))  # (its replies: the app's)
-
-
-def _clipped(title: str, limit: int = 40) -> str:
-    return title if len(title) <= limit else title[: limit - 1] + "…"
-
-
-def _short(title: str, limit: int = 40) -> str:
-    return repr(_clipped(title, limit))
+    return Loaded(fmt, chats.chats, [*notes, *tally.add(skipped).notes()], notes, skipped)
 
 
 # -- ChatGPT ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from iris_desktop.core.conversation import IMPORTED_FROM, ConversationFormatError
+from iris_desktop.core.foreign_text import mended
 from iris_desktop.core.foreign_tree import MERGED_CHARS, Node, tree
 from iris_desktop.core.store import iso_timestamp
 from iris_desktop.core.store.rows import not_in_future
@@ -45,8 +46,15 @@ class Tally:
     unread: list[str] = field(default_factory=list)
     #: messages on branches Iris cannot show beside the active one (``_untangle``)
     unshown: int = 0
-    #: the chats skipped whole (:class:`SkippedChat`), each said: "chat 3: why"
+    #: the chats skipped whole (:class:`SkippedChat`, or unreadable: :mod:`.foreign_chats`),
+    #: each said in the import's sentence: "“Trip plans”: why", "chat 3: why"
     skipped: list[str] = field(default_factory=list)
+    #: halves of UTF-16 surrogate pairs replaced by U+FFFD (:mod:`.foreign_text`)
+    mended: int = 0
+    #: loops of parents cut where the shown branch closes them (:func:`.foreign_tree.unloop`),
+    #: and the messages only a loop reached, left out
+    loops: int = 0
+    looped: int = 0
 
     def add(self, other: Tally | None) -> Tally:
         """Count ``other``'s too; returns self."""
@@ -58,6 +66,9 @@ class Tally:
             self.unshown += other.unshown
             self.unread += other.unread
             self.skipped += other.skipped
+            self.mended += other.mended
+            self.loops += other.loops
+            self.looped += other.looped
         return self
 
     def notes(self) -> list[str]:
@@ -80,14 +91,27 @@ class Tally:
         if self.empty:
             verb = "was" if self.empty == 1 else "were"
             notes.append(f"{count(self.empty, 'chat')} with no text message {verb} skipped.")
-        notes += [f"{what[:1].upper()}{what[1:]}; it was skipped." for what in self.skipped]
-        return notes
+        if self.mended:
+            verb = "was" if self.mended == 1 else "were"
+            notes.append(f"{count(self.mended, 'broken character')} (half of an emoji's or "
+                         f"other character's UTF-16 pair) {verb} replaced with \ufffd.")
+        if self.loops or self.looped:
+            cut = (f"{count(self.loops, 'loop')} of messages that are each other's parents "
+                   f"{'was' if self.loops == 1 else 'were'} cut where the shown branch closes "
+                   "it") if self.loops else ""
+            gone = (f"{count(self.looped, 'message')} only a loop of parents reached "
+                    f"{'was' if self.looped == 1 else 'were'} left out") if self.looped else ""
+            said = "; ".join(part for part in (cut, gone) if part)
+            notes.append(f"{said[:1].upper()}{said[1:]}.")
+        return notes  # (the chats skipped whole: in the import's sentence, skipped_said)
 
 
 #: the app each other app's format was written in (:mod:`iris_desktop.core.foreign`'s
 #: format names), which its replies name (:func:`from_app`)
 APPS = {"ChatGPT export": "ChatGPT", "Claude export": "Claude", "Open WebUI export": "Open WebUI",
-        "LM Studio conversation": "LM Studio", "Jan thread": "Jan", "Jan threads folder": "Jan"}
+        "LM Studio conversation": "LM Studio", "Jan thread": "Jan", "Jan threads folder": "Jan",
+        "llama.cpp web UI export": "llama.cpp", "ShareGPT file": "ShareGPT",
+        "SillyTavern chat": "SillyTavern"}
 
 
 def from_app(chat: Chat, fmt: str) -> Chat:
@@ -106,23 +130,22 @@ def count(n: int, noun: str) -> str:
 
 
 def usable_title(value: Any) -> str | None:
-    """A usable title: text that can be stored (else the first user message names it)."""
+    """A usable title: text that can be stored (else the first user message names it); a
+    lone half of a UTF-16 surrogate pair in it is U+FFFD (:func:`.foreign_text.mended`)."""
     if not isinstance(value, str) or not value.strip():
         return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    return value.strip()
+    return mended(value)[0].strip()
 
 
 def tree_messages(nodes: dict[Hashable, Node], active: Hashable | None, system: str | None = None,
           tally: Tally | None = None) -> list[Message]:
     """:func:`~iris_desktop.core.foreign_tree.tree`, what it left out counted in ``tally``."""
-    messages, left_out = tree(nodes, active, system)
+    made = tree(nodes, active, system)
     if tally is not None:
-        tally.unshown += left_out
-    return messages
+        tally.unshown += made.left_out
+        tally.loops += made.loops
+        tally.looped += made.looped
+    return made.messages
 
 
 def hashable(value: Any) -> Hashable:

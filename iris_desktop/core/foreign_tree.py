@@ -1,8 +1,8 @@
 """Other apps' message trees as Iris branches (:mod:`iris_desktop.core.foreign` builds the
 nodes from each format): the kept messages in order, parents first, with ``TREE_KEY``
 where there is more than one branch; hidden nodes skipped, their children hung from the
-nearest kept ancestor; loops refused; messages Iris cannot show as alternatives merged or
-counted (:func:`untangle`)."""
+nearest kept ancestor; loops of parents cut (:func:`unloop`); messages Iris cannot show as
+alternatives merged or counted (:func:`untangle`)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,26 @@ class Node(NamedTuple):
     children: list[Hashable]  # the source's order of its children (may be empty)
 
 
+class Tree(NamedTuple):
+    """:func:`tree`'s messages, and what it left out or cut."""
+
+    messages: list[Message]
+    #: messages left out where Iris cannot show them (:func:`untangle`)
+    left_out: int = 0
+    #: loops of parents cut, and the messages only a loop reached (:func:`unloop`)
+    loops: int = 0
+    looped: int = 0
+
+
 def tree(nodes: dict[Hashable, Node], active: Hashable | None,
-         system: str | None = None) -> tuple[list[Message], int]:
+         system: str | None = None) -> Tree:
     """The kept messages of a source tree in Iris's format: a plain list when they are one
     branch shown to its end, else every message with ``TREE_KEY`` (parents first,
     siblings in the source's order, ``active`` on the branch ending at ``active``'s
     nearest kept ancestor-or-self). ``system`` becomes a root above all. Also how many
-    messages were left out where Iris cannot show them (:func:`untangle`)."""
+    messages were left out where Iris cannot show them (:func:`untangle`), and the loops
+    of parents cut (:func:`unloop`)."""
+    nodes, loops, looped = unloop(nodes, active)
     if system:
         nodes = {SYSTEM: Node(None, {"role": "system", "content": system}, []), **{
             key: node._replace(parent=SYSTEM) if node.parent is None or node.parent not in nodes
@@ -44,7 +57,7 @@ def tree(nodes: dict[Hashable, Node], active: Hashable | None,
     if len(kept) < sum(n.message is not None for n in nodes.values()):
         raise ConversationFormatError("its messages' parents form a loop")
     if not kept:
-        return [], 0
+        return Tree([], 0, loops, looped)
     parent_of = {k: anchor.get(nodes[k].parent) for k in kept}
     own = next((k for k in kept if parent_of[k] == k), None)
     if own is not None:
@@ -63,11 +76,51 @@ def tree(nodes: dict[Hashable, Node], active: Hashable | None,
     for k in kept:
         children[parent_of[k]] = children.get(parent_of[k], 0) + 1
     if len(on_path) == len(kept) and all(count == 1 for count in children.values()):
-        return [dict(message[k]) for k in kept], left_out
+        return Tree([dict(message[k]) for k in kept], left_out, loops, looped)
     number = {k: i for i, k in enumerate(kept, start=1)}
-    return [{**message[k], TREE_KEY: {
+    return Tree([{**message[k], TREE_KEY: {
         "id": number[k], "parent_id": number.get(parent_of[k]), "active": k in on_path}}
-        for k in kept], left_out
+        for k in kept], left_out, loops, looped)
+
+
+def unloop(nodes: dict[Hashable, Node], active: Hashable | None
+           ) -> tuple[dict[Hashable, Node], int, int]:
+    """``nodes`` with no loop of parents: a message that is its own parent becomes a root;
+    the loop the shown branch (up from ``active``) runs into is cut where it closes (the
+    last message up the branch before it repeats becomes a root, so the whole branch is
+    kept, in order); where no message can be reached from a root at all, the last one of
+    the source's loops is cut so. Nodes only a loop still reaches are left out. Also how
+    many loops were cut and how many messages were left out. Before, any loop refused
+    the chat, and with it the whole export."""
+    fixed = {key: node._replace(parent=None) if node.parent == key else node
+             for key, node in nodes.items()}
+    loops = sum(node.parent == key for key, node in nodes.items())
+    rank = preorder(fixed)
+    if len(rank) == len(fixed):
+        return fixed, loops, 0
+
+    def cut(start: Hashable) -> None:  # the loop up from start, where it closes
+        nonlocal rank, loops
+        chain: list[Hashable] = []
+        seen: set[Hashable] = set()
+        key: Hashable | None = start
+        while key in fixed and key not in seen:
+            seen.add(key)
+            chain.append(key)
+            key = fixed[key].parent
+        if key in seen:
+            fixed[chain[-1]] = fixed[chain[-1]]._replace(parent=None)
+            loops += 1
+            rank = preorder(fixed)
+
+    if active in fixed and active not in rank:
+        cut(active)
+    if not any(k in rank for k, node in fixed.items() if node.message is not None):
+        last = next((k for k in reversed(fixed) if fixed[k].message is not None), None)
+        if last is not None:
+            cut(last)
+    looped = sum(k not in rank and node.message is not None for k, node in fixed.items())
+    return {k: node for k, node in fixed.items() if k in rank}, loops, looped
 
 
 def untangle(kept: list[Hashable], parent_of: dict[Hashable, Hashable | None],

@@ -1,0 +1,139 @@
+"""Two simple, common chat files of other apps, read into Iris's format with the parts
+:mod:`iris_desktop.core.foreign` shares by every format:
+
+- ShareGPT (the ShareGPT site's conversations, and the many chat data sets written in its
+  shape): a list of ``{"id", "conversations": [{"from": "human"|"gpt"|"system"|…,
+  "value": text}]}``, one JSON value or one per line (JSONL). ``human`` and ``user`` ask,
+  ``gpt``, ``assistant``, ``chatgpt``, ``bard``, ``bing``, ``model`` answer, a leading
+  ``system`` is the chat's system prompt; a tool's call or result (``function_call``,
+  ``observation``, ``tool``) is a tool step, counted. ShareGPT dates nothing.
+- SillyTavern's chat file (``<character> - <date>.jsonl``): a header line
+  (``user_name``, ``character_name``, ``create_date``, ``chat_metadata``), then a line per
+  message (``name``, ``is_user``, ``is_system``, ``send_date``, ``mes``, and a reply's
+  ``swipes`` with ``swipe_id`` the one shown). The swipes of a reply are its
+  alternatives, the shown one active, the rest of the chat under it; a message hidden
+  from the prompt (``is_system``) is left out, as SillyTavern does not send it. The chat
+  is titled by the character and the date it began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from datetime import datetime
+from typing import Any
+
+from iris_desktop.core.conversation import ConversationFormatError
+from iris_desktop.core.foreign_parts import (
+    Chat,
+    Tally,
+    strip_reasoning,
+    text_message,
+    tree_messages,
+    usable_title,
+)
+from iris_desktop.core.foreign_tree import Node
+from iris_desktop.tokens import Message
+
+SHAREGPT = "ShareGPT file"
+SILLYTAVERN = "SillyTavern chat"
+
+_ASKS = {"human", "user"}
+_ANSWERS = {"gpt", "assistant", "chatgpt", "bard", "bing", "model", "claude", "llm"}
+_TOOLS = {"function_call", "function_response", "observation", "tool", "tool_call",
+          "tool_response", "ipython"}
+
+
+def _turns(item: Any) -> list[Any] | None:
+    if not isinstance(item, dict):
+        return None
+    turns = item.get("conversations", item.get("items"))
+    return turns if isinstance(turns, list) else None
+
+
+def is_sharegpt(value: Any) -> bool:
+    """Whether ``value`` (a parsed JSON value, or a list of JSONL lines) is ShareGPT's."""
+    items = value if isinstance(value, list) else [value]
+    return any(any(isinstance(t, dict) and "from" in t and "value" in t for t in turns[:20])
+               for turns in map(_turns, items[:50]) if turns)
+
+
+def sharegpt_items(value: Any) -> list[Any]:
+    """The conversations of a ShareGPT file (a list of them, or one)."""
+    return value if isinstance(value, list) else [value]
+
+
+def sharegpt_chat(item: Any, tally: Tally) -> Chat | None:
+    turns = _turns(item)
+    if turns is None:
+        raise ConversationFormatError("a conversation must be an object with 'conversations'")
+    messages: list[Message] = []
+    for number, turn in enumerate(turns, start=1):
+        if not isinstance(turn, dict):
+            raise ConversationFormatError(f"turn {number} is not an object")
+        speaker = str(turn.get("from", "")).lower()
+        text = turn.get("value")
+        if speaker in _TOOLS:
+            tally.tools += 1
+            continue
+        role = "user" if speaker in _ASKS else "assistant" if speaker in _ANSWERS else \
+            "system" if speaker == "system" and not messages else None
+        if role is None or not isinstance(text, str) or not text.strip():
+            continue
+        messages.append(text_message(role, strip_reasoning(text) if role == "assistant" else text))
+    return Chat(usable_title(item.get("title")), messages)
+
+
+def is_sillytavern(lines: list[Any]) -> bool:
+    """Whether JSONL ``lines`` are a SillyTavern chat: its header, or its messages."""
+    dicts = [x for x in lines[:50] if isinstance(x, dict)]
+    return bool(dicts) and (("character_name" in dicts[0] and "user_name" in dicts[0])
+                            or all("mes" in x and "is_user" in x for x in dicts))
+
+
+def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
+    header = lines[0] if lines and isinstance(lines[0], dict) and "mes" not in lines[0] else {}
+    nodes: dict[Hashable, Node] = {}
+    parent: Hashable | None = None
+    for number, line in enumerate(lines, start=1):
+        if line is header:
+            continue
+        if not isinstance(line, dict):
+            raise ConversationFormatError(f"line {number} is not an object")
+        if line.get("is_system") or not isinstance(line.get("mes"), str):
+            continue  # (hidden from the prompt, or no message)
+        role = "user" if line.get("is_user") else "assistant"
+        swipes = line.get("swipes")
+        texts = [s for s in swipes if isinstance(s, str)] \
+            if role == "assistant" and isinstance(swipes, list) and swipes else [line["mes"]]
+        shown = line.get("swipe_id", 0)
+        if not isinstance(shown, int) or isinstance(shown, bool) or not 0 <= shown < len(texts):
+            shown = 0
+        if len(texts) > 1 and texts[shown] != line["mes"]:  # "mes" is the one shown
+            texts[shown] = line["mes"]
+        when = _sent(line.get("send_date"))
+        for j, text in enumerate(texts):
+            text = strip_reasoning(text) if role == "assistant" else text
+            made = text_message(role, text, when) if text.strip() else None
+            nodes[(number, j)] = Node(parent, made, [])
+        parent = (number, shown)
+    character = header.get("character_name") if isinstance(header, dict) else None
+    began = header.get("create_date") if isinstance(header, dict) else None
+    title = usable_title(character)
+    if title and isinstance(began, str) and began.strip():
+        title = f"{title} ({began.strip()})"
+    return Chat(title, tree_messages(nodes, parent, tally=tally))
+
+
+def _sent(value: Any) -> float | None:
+    """A SillyTavern ``send_date`` as seconds since 1970: ms, ISO 8601, or its older
+    "May 1, 2024 12:00pm" (the local time of the machine it was written on)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        return None
+    for parse in (datetime.fromisoformat, lambda v: datetime.strptime(v, "%B %d, %Y %I:%M%p")):
+        try:
+            return parse(value.strip()).timestamp()
+        except (ValueError, OverflowError, OSError):
+            continue
+    return None

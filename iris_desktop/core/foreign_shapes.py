@@ -1,0 +1,82 @@
+"""Other apps' chat files Iris does not import, known by their shape, so that a refusal
+names the app and says what Iris does read (before: "unknown role None", the words of
+the OpenAI-list reader the file fell through to). :func:`named_refusal` is asked only
+once a file has been refused (:mod:`iris_desktop.core.foreign`): it reads it again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from iris_desktop.core.big_json import value_of
+from iris_desktop.core.conversation import MAX_IMPORT_BYTES, ConversationFormatError
+from iris_desktop.core.foreign_text import read_text
+
+#: what Iris imports, truthfully (:mod:`iris_desktop.core.foreign` and conversation.py)
+READS = ("OpenAI message lists (JSON or JSONL), its own exports, ChatGPT's and Claude's "
+         "exports (conversations.json, its folder or the .zip), Open WebUI's chat export, "
+         "LM Studio's .conversation.json files, Jan's threads, llama.cpp's web UI exports, "
+         "ShareGPT files and SillyTavern chats")
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    items = value if isinstance(value, list) else [value]
+    return [x for x in items[:50] if isinstance(x, dict)]
+
+
+def _librechat(value: Any) -> bool:
+    return any(("conversationId" in x and isinstance(x.get("messages"), list)) or
+               ("messageId" in x and "parentMessageId" in x) for x in _dicts(value))
+
+
+def _gemini(value: Any) -> bool:
+    """Google Takeout's My Activity for Gemini Apps (or Bard): ``header``, ``products``."""
+    for item in _dicts(value):
+        products = item.get("products")
+        named = " ".join(map(str, products)) if isinstance(products, list) else ""
+        if "header" in item and ("Gemini" in f"{item.get('header')} {named}"
+                                 or "Bard" in f"{item.get('header')} {named}"):
+            return True
+    return False
+
+
+def _textgen(value: Any) -> bool:
+    """text-generation-webui (oobabooga)'s history: ``internal`` and ``visible`` pairs."""
+    return isinstance(value, dict) and isinstance(value.get("internal"), list) \
+        and isinstance(value.get("visible"), list)
+
+
+def _betterchatgpt(value: Any) -> bool:
+    """BetterChatGPT's export: ``chats`` (each ``messages`` with ``config``), ``folders``."""
+    return isinstance(value, dict) and isinstance(value.get("chats"), list) \
+        and "folders" in value
+
+
+#: each app's name (as the sentence says it) and how its file is known
+SHAPES = (("a LibreChat conversation export", _librechat),
+          ("Google Takeout's My Activity file for Gemini", _gemini),
+          ("a text-generation-webui (oobabooga) chat history", _textgen),
+          ("a BetterChatGPT export", _betterchatgpt))
+
+
+def other_app(value: Any) -> str | None:
+    """The app a parsed file is from, as a sentence names it; None when it is none of
+    them."""
+    for name, looks in SHAPES:
+        if looks(value):
+            return name
+    return None
+
+
+def named_refusal(path: Path) -> str | None:
+    """The sentence refusing ``path`` as another app's file Iris cannot import yet, or
+    None when it looks like none (the refusal already said stands)."""
+    try:
+        text = read_text(path, MAX_IMPORT_BYTES)
+    except ConversationFormatError:
+        return None
+    app = other_app(value_of(text))
+    if app is None:
+        return None
+    return (f"{path}: this looks like {app}, which Iris cannot import yet; it imports "
+            f"{READS}")

@@ -1,0 +1,85 @@
+"""Text another app wrote not quite as UTF-8, repaired where the meaning is certain
+(:mod:`iris_desktop.core.foreign` reads exports through it):
+
+- CESU-8 (MySQL's ``utf8mb3`` dumps, Java's modified UTF-8): a character past U+FFFF (an
+  emoji) written as its two UTF-16 halves, three bytes each. Strict UTF-8 refuses those
+  bytes, and so refused the whole export; they are decoded to the character they stand
+  for (:func:`read_text`, :func:`cesu8`).
+- A lone half of a UTF-16 surrogate pair (``"\\ud83d"`` in the JSON, an emoji cut in two
+  by the app): no text, it cannot be stored, and it refused the whole export. It becomes
+  U+FFFD (�), and a pair of halves the character (:func:`mended`, :func:`mend_chat`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from iris_desktop.core.conversation import ConversationFormatError, read_text_file
+from iris_desktop.files import read_regular_file
+
+#: what stands for a character that is not there
+REPLACEMENT = "\ufffd"
+
+
+def mended(text: str) -> tuple[str, int]:
+    """``text`` with each pair of UTF-16 halves joined into its character and each lone
+    half replaced by U+FFFD; also how many lone halves were replaced."""
+    try:
+        text.encode("utf-8")
+        return text, 0  # (the usual case: one pass in C)
+    except UnicodeEncodeError:
+        pass
+    whole = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return whole, whole.count(REPLACEMENT) - text.count(REPLACEMENT)
+
+
+def mend_value(value: Any) -> tuple[Any, int]:
+    """``value`` (a message: dicts, lists, strings) with every string :func:`mended`, in
+    place where it is a dict or a list; also how many halves were replaced."""
+    if isinstance(value, str):
+        return mended(value)
+    replaced = 0
+    if isinstance(value, dict):
+        for key, item in value.items():
+            value[key], n = mend_value(item)
+            replaced += n
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            value[i], n = mend_value(item)
+            replaced += n
+    return value, replaced
+
+
+def mend_chat(messages: list[Any] | None) -> int:
+    """Mend every message of a chat in place; how many lone halves were replaced."""
+    return mend_value(messages)[1] if messages else 0
+
+
+def cesu8(data: bytes) -> str | None:
+    """The text of ``data`` read as UTF-8 in which characters past U+FFFF may be written
+    as two encoded UTF-16 halves (CESU-8), the halves joined into the character; None
+    when other bytes are not UTF-8 either."""
+    try:
+        text = data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    text = mended(text)[0]
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_text(path: Path, limit: int) -> str:
+    """:func:`~iris_desktop.core.conversation.read_text_file`, and a CESU-8 file read as
+    :func:`cesu8` reads it where UTF-8 refuses it (that refusal stands for other bytes)."""
+    try:
+        return read_text_file(path, limit)
+    except ConversationFormatError as exc:
+        if "not UTF-8 text" not in str(exc):
+            raise
+        try:
+            text = cesu8(read_regular_file(path, limit))
+        except (OSError, ValueError):
+            text = None
+        if text is None:
+            raise
+        return text
