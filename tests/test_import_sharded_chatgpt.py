@@ -58,3 +58,19 @@ def test_a_shard_that_is_not_a_list_is_refused_and_nothing_is_stored(tmp_path, c
     code, _, err = run_cli(capsys, "--data-dir", tmp_path / "data", "import", zipped(folder))
     assert code == 2 and one_sentence(err), err
     assert "conversations-001.json is not a list of chats" in err
+    assert err.count("nothing was") == 1, err  # (said once, not "…; nothing was imported" too)
+
+
+@pytest.mark.parametrize("as_zip", [False, True], ids=["folder", "zip"])
+def test_a_shard_that_is_not_valid_json_is_named(tmp_path, capsys, as_zip):
+    """Before: "its conversations.json is not a ChatGPT or Claude export", naming a file
+    the export does not have, for a part with a stray comma."""
+    folder = sharded(tmp_path, 6, 3)
+    good = (folder / "conversations-002.json").read_text()
+    (folder / "conversations-002.json").write_text(good[:-1] + " ,]")
+    source = zipped(folder) if as_zip else folder
+    code, _, err = run_cli(capsys, "--data-dir", tmp_path / "data", "import", source)
+    assert code == 2 and one_sentence(err), err
+    assert "its conversations-002.json is not valid JSON" in err and "conversations.json" not in err
+    code, out, _ = run_cli(capsys, "--data-dir", tmp_path / "data", "threads", "--json")
+    assert json.loads(out) == []

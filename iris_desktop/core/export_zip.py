@@ -8,6 +8,7 @@ in the archive or in its unzipped folder (:func:`folder_shards`), and joined int
 
 from __future__ import annotations
 
+import json
 import re
 import zipfile
 import zlib
@@ -132,15 +133,43 @@ def folder_shards(folder: Path, read: Callable[[Path, int], str]) -> str | None:
     return joined(folder, texts)
 
 
-def joined(path: Path, texts: list[tuple[str, str]]) -> str:
+class Joined(str):
+    """The chats of several shards joined into one JSON list (:func:`joined`); ``parts``:
+    each shard's name and where its chats lie in the text, so that a shard that is not
+    valid JSON is named (:func:`bad_shard`), not the conversations.json it does not have."""
+
+    parts: tuple[tuple[str, int, int], ...] = ()
+
+
+def joined(path: Path, texts: list[tuple[str, str]]) -> Joined:
     """One JSON list of the chats of ``texts`` (name, text), each a JSON list of chats."""
-    parts = []
+    pieces: list[str] = []
+    parts: list[tuple[str, int, int]] = []
+    at = 1  # (after the "[")
     for name, text in texts:
         body = text.lstrip("\ufeff").strip()
         if not (body.startswith("[") and body.endswith("]")):
             raise ConversationFormatError(f"{path}: its {name} is not a list of chats (JSON "
-                                          "between [ and ]); nothing was imported")
+                                          "between [ and ])")
         inner = body[1:-1].strip()
         if inner:
-            parts.append(inner)
-    return "[" + ",".join(parts) + "]"
+            at += 1 if pieces else 0  # (the comma before it)
+            parts.append((name, at, at + len(inner)))
+            pieces.append(inner)
+            at += len(inner)
+    out = Joined("[" + ",".join(pieces) + "]")
+    out.parts = tuple(parts)
+    return out
+
+
+def bad_shard(text: str) -> str | None:
+    """'its conversations-004.json is not valid JSON (…)' for the first shard of a
+    :class:`Joined` text that does not parse alone; None when each does (or ``text`` was
+    not joined)."""
+    for name, start, end in getattr(text, "parts", ()):
+        try:
+            json.loads("[" + text[start:end] + "]")
+        except ValueError as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            return f"its {name} is not valid JSON ({why})"
+    return None

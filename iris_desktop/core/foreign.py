@@ -60,7 +60,7 @@ from iris_desktop.core.conversation import (
     load_conversation,
     title_from,
 )
-from iris_desktop.core.export_zip import EXPORT_NAME, folder_shards, zipped_export
+from iris_desktop.core.export_zip import EXPORT_NAME, bad_shard, folder_shards, zipped_export
 from iris_desktop.core.foreign_chats import SURPRISES as _SURPRISES
 from iris_desktop.core.foreign_chats import Converting, raw_title, skipped_said
 from iris_desktop.core.foreign_chats import a as _a
@@ -208,6 +208,8 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
                 lambda tally: sillytavern_chat(lines, tally)]))
         if lines is None or not is_sharegpt(lines):  # (ShareGPT's JSONL: one chat a line)
             del text, stripped
+            if (bad := zipped and bad_shard(zipped)):  # (a newer export's part: named)
+                raise ConversationFormatError(f"{path}: {bad}")
             return _native(path, zipped is not None)
         data = lines
     del text, stripped
