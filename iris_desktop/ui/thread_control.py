@@ -16,8 +16,6 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 from iris_desktop.core.agent import DEFAULT_TITLE
 from iris_desktop.core.store import ThreadBusy, ThreadGone
 from iris_desktop.core.store.messages import one_line_title
-from iris_desktop.core.turn_delta import Loaded, transcript_since
-from iris_desktop.core.views import Entry
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
 from iris_desktop.ui.boxes import export_failure, failure, plain_box, warn
@@ -28,6 +26,7 @@ from iris_desktop.ui.live_list import POLL_MS, LiveList
 from iris_desktop.ui.model_thread import ModelThread
 from iris_desktop.ui.threads import ThreadPanel
 from iris_desktop.ui.transcript import TranscriptView
+from iris_desktop.ui.transcript_pages import TranscriptPages
 from iris_desktop.ui.transcript_parts import CurrentKeeper
 from iris_desktop.ui.unmade_chat import UnmadeChat
 
@@ -58,7 +57,7 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         self.export_box: QFileDialog | None = None  # the open Export chat dialog
         self.ui_state = ui_state  # ui-state.ini: the last chat opened
         self._on_branch: dict[int, int] = {}  # each chat's messages on the branch shown
-        self._loaded: Loaded | None = None  # what the transcript shows (a turn reads its own)
+        self.pages = TranscriptPages(self)  # what the transcript shows, read a page at a time
         self._start_live_list()
         self._start_unmade()
         app_state.threadsChanged.connect(self.refresh_threads)
@@ -145,23 +144,9 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         self.app_state.thread_opened(thread_id)
 
     def reload_transcript(self, message_id: int | None = None) -> None:
-        """The open chat's entries again: its last turn's on, when its branch is as loaded."""
-        tid, view = self.app_state.thread_id, self.view
-        loaded = self._loaded if view.transcript.total else None  # (cleared: read it all)
-        if tid is None:
-            return
-
-        def show(result: tuple[list[Entry], Loaded, bool]) -> None:
-            if tid != self.app_state.thread_id:
-                return
-            entries, self._loaded, whole = result
-            for entry in entries:
-                if entry.message_id in self.states:
-                    entry.state = self.states[entry.message_id]
-            view.transcript.set_entries(entries) if whole else view.transcript.merge_tail(loaded.anchor, entries)
-            view.scroll_to_key(f"m:{message_id}") if message_id is not None else view.follow_bottom()
-
-        self.background.run(lambda store: transcript_since(store, tid, loaded), show, key="transcript")
+        """The open chat's entries again: its last turn's on, when its branch is as loaded,
+        else its newest page (:mod:`.transcript_pages`); ``message_id`` then shown."""
+        self.pages.reload(message_id)
 
     # -- the last chat --
 
@@ -197,8 +182,10 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
             self.reload_transcript()
 
     def apply_states(self, states: dict[int, str]) -> None:
-        self.states = states
-        self.view.transcript.apply_states(states)
+        """Each message's state; after a chat change (``self.states`` reset, the entries
+        read without states) every entry's, not only those a turn's states changed."""
+        fresh, self.states = not self.states, states
+        self.view.transcript.apply_states(dict(states) if fresh else states)
 
     def created(self, thread_id: int) -> None:
         """The new chat is ``thread_id`` now (the model thread made it for its first

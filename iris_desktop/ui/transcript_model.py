@@ -2,7 +2,10 @@
 of which a window of at most ``MAX_ROWS`` is shown as rows: the newest ``PAGE`` at first;
 scrolling to the top reveals older pages and, past ``MAX_ROWS``, lets the newest go
 (scrolling down brings them back), so a 20,000-message chat never lays out more than a
-few hundred rows. No painting here (``transcript_delegate``), no widget (``transcript``).
+few hundred rows. A long chat's entries are its newest page at first (``older``: the
+branch's messages before them, not read yet); :mod:`.transcript_pages` puts the pages
+before them in front as the user goes up. No painting here (``transcript_delegate``), no
+widget (``transcript``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class TranscriptModel(QAbstractListModel):
         self._notices: list[tuple[int, Entry]] = []  # (anchor message id, entry)
         self._notice_seq = itertools.count(1)
         self._damage_told: set[int] = set()  # damaged messages the chat's note named
+        self.older = 0  # the branch's messages before the entries, not read yet (pages)
 
     # -- Qt ------------------------------------------------------------------------------
 
@@ -58,7 +62,13 @@ class TranscriptModel(QAbstractListModel):
 
     @property
     def total(self) -> int:
-        return len(self._all)
+        """Entries, and the messages of the branch not read yet (each counted as one)."""
+        return len(self._all) + self.older
+
+    @property
+    def hidden_above(self) -> int:
+        """Entries read that are above the rows shown."""
+        return self._offset
 
     @property
     def has_older(self) -> bool:
@@ -89,6 +99,13 @@ class TranscriptModel(QAbstractListModel):
                 return i
         return None
 
+    def holds_message(self, message_id: int) -> bool:
+        """Whether ``message_id``'s entry is read (looked for from the newest back)."""
+        return any(e.message_id == message_id for e in reversed(self._all))
+
+    def first_message_id(self) -> int | None:
+        return next((e.message_id for e in self._all if e.message_id is not None), None)
+
     def last_message_id(self) -> int:
         for entry in reversed(self._all):
             if entry.message_id is not None:
@@ -99,7 +116,7 @@ class TranscriptModel(QAbstractListModel):
 
     def clear(self) -> None:
         self.beginResetModel()
-        self._all, self._offset, self._end = [], 0, 0
+        self._all, self._offset, self._end, self.older = [], 0, 0, 0
         self._notices.clear()
         self._damage_told.clear()
         self.expanded.clear()
@@ -155,6 +172,15 @@ class TranscriptModel(QAbstractListModel):
         else:
             self._all.extend(added)
         self._tell_damage(merged)
+
+    def prepend(self, entries: list[Entry], older: int) -> None:
+        """Put ``entries``, the page of the branch before the entries, in front of them
+        (not rows yet: scrolling up reveals them); ``older``: the messages before those."""
+        self._all[:0] = entries
+        self._offset += len(entries)
+        self._end += len(entries)
+        self.older = older
+        self._tell_damage(entries)
 
     def _tell_damage(self, entries: list[Entry]) -> None:
         """A note, once while the chat is open, naming its messages found damaged on disk

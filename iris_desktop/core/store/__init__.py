@@ -19,8 +19,9 @@ was recovered and lost); a salvage that cannot finish leaves the original in pla
 
 The parts: :mod:`.schema` (the migrations), :mod:`.rows` (row types and conversion),
 :mod:`.recovery` (the quick check and salvage), and the Store's own parts,
-:mod:`.messages` (threads and messages), :mod:`.search` (recall's queries),
-:mod:`.summaries` (summaries, compaction, requests) and :mod:`.vectors`.
+:mod:`.messages` (threads and messages), :mod:`.pages` (a page of a branch),
+:mod:`.search` (recall's queries), :mod:`.summaries` (summaries, compaction, requests)
+and :mod:`.vectors`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from iris_desktop.core.store.cipher import Key as Key
 from iris_desktop.core.store.cipher import KeyRejected as KeyRejected
 from iris_desktop.core.store.cipher import connect
 from iris_desktop.core.store.errors import DamagedDatabase, StoreError, ThreadBusy, ThreadGone
-from iris_desktop.core.store.messages import Messages
+from iris_desktop.core.store.pages import Pages
 from iris_desktop.core.store.recovery import (
     QUICK_CHECK_S,
     SALVAGED_TABLES,
@@ -110,7 +111,7 @@ def _check_writable(path: Path) -> None:
                              "make it writable, for example chmod u+w, then start Iris again")
 
 
-class Store(Messages, Search, Summaries, Vectors):
+class Store(Pages, Search, Summaries, Vectors):
     """One connection to the database, used by one thread at a time.
 
     Threads that work concurrently (the GUI and its workers) each have their own Store,

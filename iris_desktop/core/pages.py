@@ -1,0 +1,106 @@
+"""A long chat's transcript read a page at a time: opening a 50,000-message chat read its
+whole branch (every row made an Entry, ~1.4 s on the DB thread, and the window took in
+all of them: GUI stalls of 350-450 ms). Now the window reads
+
+* :func:`newest_page`: the branch's newest ``PAGE_MESSAGES`` messages (back to its newest
+  user message at least: a turn's reload reads again from there), with the dividers,
+  alternatives, Regenerate and Continue a whole read gives them;
+* :func:`older_page`: the page just before a message it shows, when the user scrolls up
+  to it (or a search hit, a branch switch, Home needs an older message).
+
+Every page's entries are exactly those a whole read (``views.load_transcript``) gives the
+same messages: the context engine never reads the window (it counts from the store), so
+the meter, the states and the inspector are what they were.
+
+:func:`transcript_page` is ``turn_delta.transcript_since`` with the newest page in place
+of the whole branch. All of it runs on the DB thread, takes a Store and returns plain
+data; no Qt here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from iris_desktop.core.turn_delta import Loaded, transcript_since
+from iris_desktop.core.views import Entry, damage_remedy, transcript_entries
+
+#: messages a page holds (a chat opens on its newest page; scrolling up reads the next)
+PAGE_MESSAGES = 500
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page's entries (oldest first) and how many of the branch's messages are older
+    than it (not read)."""
+
+    entries: list[Entry]
+    older: int
+
+
+def _anchor(entries: Sequence[Entry]) -> int | None:
+    return next((e.message_id for e in reversed(entries) if e.kind == "message" and e.role == "user"), None)
+
+
+def _page(store: Any, thread_id: int, below: int | None, size: int, newest: bool) -> Page:
+    """The page of messages before message ``below`` (None: the newest) as entries."""
+    page = store.branch_page(thread_id, below, size, store.newest_user_message(thread_id) if newest else None)
+    rows = page.rows
+    last = rows[-1]["id"] if rows else 0
+    summaries = [s for s in store.summaries(thread_id)  # the dividers a whole read puts here
+                 if s.covers_through_id >= page.previous and (newest or s.covers_through_id < last)]
+    events = store.compaction_events(thread_id, branch=True) if summaries else ()
+    entries = transcript_entries(rows, summaries, events)
+    points = store.page_branch_points(thread_id, rows[0]["id"] - 1, last) if rows else {}
+    messages = [e for e in entries if e.kind in ("message", "tool")]
+    for entry in messages:
+        entry.branch = points.get(entry.message_id)
+    if newest:  # (as load_transcript: the newest reply, the stopped one)
+        newest_user = max((i for i, e in enumerate(messages) if e.role == "user"), default=None)
+        if newest_user is not None and newest_user + 1 < len(messages):
+            reply = messages[newest_user + 1]
+            reply.can_regenerate = reply.role == "assistant" and reply.status != "streaming"
+        tail = messages[-1] if messages else None
+        if (tail is not None and tail.kind == "message" and tail.text
+                and store.stopped_reply(thread_id) == tail.message_id):
+            tail.can_continue = True
+    damage = store.damaged
+    hurt = [e for e in messages if e.message_id in damage]
+    remedy = damage_remedy(store) if hurt else ""
+    for entry in hurt:
+        entry.damaged = f"{damage[entry.message_id]}. {remedy}"
+    return Page(entries, page.older)
+
+
+def newest_page(store: Any, thread_id: int, size: int = PAGE_MESSAGES) -> Page:
+    """The branch's newest ``size`` messages, back to its newest user message at least."""
+    return _page(store, thread_id, None, size, True)
+
+
+def older_page(store: Any, thread_id: int, below: int, size: int = PAGE_MESSAGES) -> Page:
+    """The ``size`` messages of the branch before message ``below`` (its ancestors)."""
+    return _page(store, thread_id, below, size, False)
+
+
+def _holds(store: Any, thread_id: int, loaded: Loaded | None) -> bool:
+    """``transcript_since`` reads the tail only (what it checks first)."""
+    if loaded is None or loaded.thread_id != thread_id or loaded.anchor is None:
+        return False
+    summaries = store.summaries(thread_id)
+    return (loaded.summaries == tuple(s.id for s in summaries)
+            and not any(s.covers_through_id >= loaded.anchor for s in summaries)
+            and bool(store.on_path(thread_id, [loaded.anchor])))
+
+
+def transcript_page(store: Any, thread_id: int, loaded: Loaded | None,
+                    size: int = PAGE_MESSAGES) -> tuple[list[Entry], Loaded, bool, int]:
+    """(entries, what they show, whole, older): a turn's tail as ``transcript_since``
+    reads it when ``loaded`` still holds (``whole`` False; ``older`` -1: as before), else
+    the newest page (``whole``) and how many of the branch's messages are older than it."""
+    if _holds(store, thread_id, loaded):
+        entries, shown, whole = transcript_since(store, thread_id, loaded)
+        return entries, shown, whole, 0 if whole else -1  # (whole: changed meanwhile, all read)
+    page = newest_page(store, thread_id, size)
+    ids = tuple(s.id for s in store.summaries(thread_id))
+    return page.entries, Loaded(thread_id, _anchor(page.entries), ids), True, page.older
