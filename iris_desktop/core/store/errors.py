@@ -102,13 +102,22 @@ def keep_cache(store: Connected, what: str, write: Callable[[], object]) -> bool
     cannot be written (:func:`cache_not_written`) it is left unwritten: logged, named in
     :func:`unsaved_caches` for the CLI to say, and False is returned, so that the caller
     goes on with what it computed in memory (listing chats and seeing a chat's context
-    work on a full disk, to decide what to delete). Any other error is raised, and so is
+    work on a full disk, to decide what to delete). A history another connection keeps
+    busy leaves it unwritten for now, not noted (made again at the next read). Any other
+    error is raised, and so is
     one met inside the caller's transaction (SQLite may have rolled all of it back)."""
     outer = store.conn.in_transaction
     try:
         write()
         return True
     except sqlite3.Error as exc:
+        if not outer and (getattr(exc, "sqlite_errorname", None) or "").startswith("SQLITE_BUSY"):
+            # another connection wrote since this one's open read began (a lazy cursor of
+            # the caller's: SQLite refuses at once, SQLITE_BUSY_SNAPSHOT), or held the lock
+            # past the busy timeout: the values serve this read and are made again next
+            # time (before, a send in a chat whose counts the meter was writing failed)
+            log.info("%s not saved now (another connection was writing): %s", what, exc)
+            return False
         why = None if outer else cache_not_written(exc, store.path)
         if why is None:
             raise
