@@ -208,9 +208,7 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
                 lambda tally: sillytavern_chat(lines, tally)]))
         if lines is None or not is_sharegpt(lines):  # (ShareGPT's JSONL: one chat a line)
             del text, stripped
-            if (bad := zipped and bad_shard(zipped)):  # (a newer export's part: named)
-                raise ConversationFormatError(f"{path}: {bad}")
-            return _native(path, zipped is not None)
+            return _native(path, zipped is not None, zipped and bad_shard(zipped))
         data = lines
     del text, stripped
     if isinstance(data, dict) and _jan_messages([data]):  # a Jan messages.jsonl of one line
@@ -369,10 +367,11 @@ class PartlyImported(Exception):
 # -- reading --------------------------------------------------------------------------------
 
 
-def _native(path: Path, zipped: bool = False) -> Loaded:
+def _native(path: Path, zipped: bool = False, bad: str | None = None) -> Loaded:
+    """``bad``: why a part of a newer export's chats is not JSON (it is named)."""
     if zipped:
-        raise ConversationFormatError(f"{path}: its {EXPORT_NAME} is not a ChatGPT or Claude "
-                                      "export")
+        raise ConversationFormatError(f"{path}: {bad}" if bad else f"{path}: its {EXPORT_NAME} "
+                                      "is not a ChatGPT or Claude export")
     try:
         messages, title, system_prompt = load_conversation(path)
     except ConversationFormatError as exc:  # another app's file: said by its name
