@@ -96,12 +96,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "cross-encoder, build one context, exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
+    _add_first_commands(sub)  # (listed in the order a newcomer meets them: chat first)
+
+    p = sub.add_parser("context", help="the request that would be sent next, without sending it")
+    p.add_argument("thread", type=record_id, nargs="?",
+                   help="the thread's id (see 'iris-desktop threads'; default: the chat "
+                   "written to last, named on stderr)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--draft", help="include this new user message as the newest turn")
+    p.add_argument("--no-model", action="store_true",
+                   help="do not load the model (headless: config window, non-model counter)")
+    p.add_argument("--show-request", action="store_true",
+                   help="include the exact messages of the request in the output")
 
     p = sub.add_parser("import", help="import conversations: OpenAI chat format (JSON or JSONL), "
                        "an Iris export, ChatGPT's or Claude's export (the .zip, its folder or "
                        "conversations.json), an Open WebUI export, an LM Studio "
-                       ".conversation.json, a Jan thread (or threads) folder; one thread per "
-                       "chat, their ids printed")
+                       ".conversation.json, a Jan thread (or threads) folder, a llama.cpp web "
+                       "UI export, a ShareGPT file, a SillyTavern chat; one thread per chat, "
+                       "their ids printed")
     p.add_argument("file", help="the file, a ChatGPT or Claude export's .zip or folder, or a Jan "
                    "thread folder")
     p.add_argument("--title", help="the new thread's title (with several chats: a prefix)")
@@ -127,20 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a message with alternatives (its id: 'iris-desktop export THREAD')")
     p.add_argument("direction", choices=("next", "previous"), help="which alternative to show")
 
-    p = sub.add_parser("threads", help="list threads with message and token counts")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--no-model", action="store_true",
-                   help="count without loading the model (approximate counter)")
-
-    p = sub.add_parser("context", help="the request that would be sent next, without sending it")
-    p.add_argument("thread", type=record_id, help="the thread's id (see 'iris-desktop threads')")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--draft", help="include this new user message as the newest turn")
-    p.add_argument("--no-model", action="store_true",
-                   help="do not load the model (headless: config window, non-model counter)")
-    p.add_argument("--show-request", action="store_true",
-                   help="include the exact messages of the request in the output")
-
     p = sub.add_parser("config", help="show or change settings")
     csub = p.add_subparsers(dest="action", metavar="<action>", required=True)
     c = csub.add_parser("list", help="every key with its value and where it comes from")
@@ -153,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = csub.add_parser("reset", help="remove one key (or all) from the settings file")
     c.add_argument("key", nargs="?", help="the setting to reset (none: every one)")
     csub.add_parser("path", help="the settings file's path")
+
+    _add_runtime_commands(sub)  # (models, compact, devices)
 
     p = sub.add_parser("recover", help="list the databases Iris set aside (damaged, or replaced "
                        "by a restore), put one back, or salvage the current one")
@@ -171,11 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the new key: a passphrase (IRIS_NEW_STORAGE_PASSPHRASE, else asked "
                    "twice; the default) or a new random key kept in this computer's keyring")
 
-    _add_runtime_commands(sub)
+    sub.add_parser("gui", help="start the desktop app (the default)")
     return parser
 
 
-def _add_runtime_commands(sub: Any) -> None:
+def _add_first_commands(sub: Any) -> None:
+    """``chat`` and ``threads``."""
     p = sub.add_parser("chat", help="send a message and stream the reply")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--thread", type=record_id, help="continue this thread")
@@ -200,6 +202,13 @@ def _add_runtime_commands(sub: Any) -> None:
                        help="go on with the thread's stopped, failed or cut-off last reply (needs --thread)")
     p.add_argument("message", nargs="?", help="the message; '-' reads it from standard input")
 
+    p = sub.add_parser("threads", help="list threads with message and token counts")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--no-model", action="store_true",
+                   help="count without loading the model (approximate counter)")
+
+
+def _add_runtime_commands(sub: Any) -> None:
     p = sub.add_parser("models", help="the model library: the bundled model, downloaded models, "
                        "other apps' GGUFs (LM Studio, Ollama, Hugging Face, GPT4All, Jan) and files "
                        "opened before; search and download contact the model hub (models.hub_url)")
@@ -245,7 +254,6 @@ def _add_runtime_commands(sub: Any) -> None:
                    help="forget what Iris's first-use check recorded of DEVICE (its name or description, "
                    "as listed), or of every GPU, so the next load checks it against the CPU again")
 
-    sub.add_parser("gui", help="start the desktop app (the default)")
 
 
 log = logging.getLogger("iris.cli")

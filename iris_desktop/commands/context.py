@@ -110,6 +110,12 @@ def context(args, overrides) -> int:
 
     draft = text_argument(args.draft, "--draft") if args.draft is not None else None
     with open_host(args, overrides) as host:
+        if args.thread is None:  # the chat written to last, named (a newcomer's first try)
+            args.thread = host.store.newest_thread_id()
+            if args.thread is None:
+                raise CliError("there are no chats yet: start one with 'iris-desktop chat "
+                               "\"Hello\"' (or import one), then 'iris-desktop context'")
+            say(f"iris-desktop: thread {args.thread} (the chat written to last)", file=sys.stderr)
         _thread(host, args.thread)
         _maybe_load_model(host, args)
         runtime = host.runtime

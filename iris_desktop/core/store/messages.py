@@ -312,6 +312,11 @@ class Messages(Branches):
             )
         )
 
+    def newest_thread_id(self) -> int | None:
+        """The chat written to last (the first of :meth:`threads`); None when there is none."""
+        row = self.conn.execute("SELECT id FROM threads ORDER BY updated_at DESC, id DESC LIMIT 1").fetchone()
+        return row[0] if row else None
+
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version``: it changes when another connection (another
         thread's Store, the CLI) commits, and not for this connection's own writes. Costs
