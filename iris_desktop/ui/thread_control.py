@@ -184,8 +184,10 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
     def apply_states(self, states: dict[int, str]) -> None:
         """Each message's state; after a chat change (``self.states`` reset, the entries
         read without states) every entry's, not only those a turn's states changed."""
-        fresh, self.states = not self.states, states
-        self.view.transcript.apply_states(dict(states) if fresh else states)
+        fresh = getattr(self.states, "rule", None) is None  # (reset to {}: not a turn's yet)
+        self.states = states
+        whole = getattr(states, "whole", None)
+        self.view.transcript.apply_states(whole() if fresh and whole is not None else states)
 
     def created(self, thread_id: int) -> None:
         """The new chat is ``thread_id`` now (the model thread made it for its first

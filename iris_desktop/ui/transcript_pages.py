@@ -119,8 +119,9 @@ class TranscriptPages(QObject):
     def _with_states(self, entries: list[Entry]) -> None:
         states = self.control.states
         for entry in entries:
-            if entry.message_id in states:
-                entry.state = states[entry.message_id]
+            state = states.get(entry.message_id)
+            if state is not None:
+                entry.state = state
 
     def _near(self) -> int:
         return QFontMetrics(self.view.font()).height() * 3

@@ -312,6 +312,12 @@ class Messages(Branches):
             )
         )
 
+    def streaming_ids(self, thread_id: int) -> list[int]:
+        """The thread's replies marked as being written (from the partial index of them)."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM messages INDEXED BY messages_streaming WHERE status = 'streaming' "
+            "AND thread_id = ?", (thread_id,))]
+
     def newest_thread_id(self) -> int | None:
         """The chat written to last (the first of :meth:`threads`); None when there is none."""
         row = self.conn.execute("SELECT id FROM threads ORDER BY updated_at DESC, id DESC LIMIT 1").fetchone()
