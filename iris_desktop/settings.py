@@ -312,8 +312,9 @@ _ALL: tuple[Setting, ...] = (
     # -- context ---------------------------------------------------------------------------
     Setting(
         "context.window", "window", AUTO,
-        "Context window in tokens. 'auto' uses the loaded model's n_ctx (without a loaded "
-        "model: model.n_ctx).",
+        "How many tokens Iris plans each request and its reply for. auto: the context "
+        "size the model was loaded with (before a model is loaded: \"Model context size\", "
+        "model.n_ctx).",
         minimum=512, maximum=1_048_576, unit="tokens",
         label="Context window",
     ),
@@ -329,27 +330,32 @@ _ALL: tuple[Setting, ...] = (
     Setting(
         "context.compaction_threshold", "float", 0.75,
         "Summarize older turns when the last request's size (its prompt tokens) reaches this "
-        "fraction of the window (the meter's red line).",
+        "share of the window (the meter's red line), or before, when the oldest turns no "
+        "longer fit the budget (the dashed line): whichever comes first.",
         minimum=0.2, maximum=0.98, unit="× window",
         label="When older turns are summarized",
     ),
     Setting(
         "context.prune_protect_turns", "int", 2,
-        "Number of recent turns whose tool outputs are never pruned.",
+        "The newest this many turns keep their tool output (a file read, a command's "
+        "result) for the model; in older turns the model sees '[Tool output cleared]' "
+        "instead (your history keeps it). When they do not fit, fewer turns keep it.",
         minimum=0, maximum=100, unit="turns",
         label="Recent turns whose tool output is kept",
     ),
     Setting(
         "context.compaction_min_turns", "int", 20,
-        "Count floor: compact once this many unsummarized turns exist (0 = off).",
+        "Also summarize older turns once this many turns are not yet summarized, however "
+        "few tokens they take (0 = never by count).",
         minimum=0, maximum=10_000, unit="turns",
         label="Summarize after this many turns",
     ),
     Setting(
         "context.keep_recent_ratio", "float", 0.5,
-        "After compaction, the verbatim tail is bounded by this fraction of the trigger "
-        "tokens; at least one turn is always kept.",
-        minimum=0.05, maximum=0.95, unit="× trigger tokens",
+        "After a summary, the newest turns stay word for word up to this share of the red "
+        "line's tokens (the window × \"When older turns are summarized\"); the rest goes "
+        "into the summary. The newest turn always stays.",
+        minimum=0.05, maximum=0.95, unit="× red line",
         label="How much recent history stays word for word",
     ),
     Setting(
@@ -421,9 +427,10 @@ _ALL: tuple[Setting, ...] = (
     ),
     Setting(
         "context.token_counter", "choice", AUTO,
-        "How tokens are counted: auto (the model's tokenizer when a model is loaded, else "
-        "the heuristic), model, tiktoken (cl100k_base, offline), heuristic (ceil(chars/4); "
-        "under-counts tool output by ~20%).",
+        "How tokens are counted: auto (the model's own tokenizer when a model is loaded, "
+        "else the estimate), model (the model's own tokenizer), tiktoken (OpenAI's "
+        "tokenizer cl100k_base, offline), heuristic (an estimate from the text's length, "
+        "about 4 characters a token; counts tool output about 20% short).",
         choices=(AUTO, "model", "tiktoken", "heuristic"),
         label="How tokens are counted",
     ),

@@ -199,9 +199,10 @@ def test_tab_on_the_welcome_panel_goes_from_the_chats_to_the_examples_then_the_b
     w = window
     qtbot.waitUntil(w.welcome.isVisible, timeout=5_000)
     seen = tab_from(w, w.threads.list, qtbot, 12)[1:]  # what follows the chat list
-    card = w.welcome.recommend  # a larger model to download, where there is one
-    wanted = [b for b in (card.button, card.stop_button) if b.isVisible()]
-    wanted += [*w.welcome.examples, w.composer.edit]
+    card = w.welcome.recommend  # a larger model to download, where there is one: under
+    wanted = [*w.welcome.examples]  # the examples, so after them
+    wanted += [b for b in (card.button, card.stop_button) if b.isVisible()]
+    wanted += [w.composer.edit]
     assert seen[:len(wanted)] == wanted
 
 

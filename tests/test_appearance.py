@@ -201,7 +201,7 @@ def test_the_welcome_panel_explains_fills_the_composer_and_goes(make_window, qtb
     assert window.welcome_control.showing and panel.isVisible()
     text = panel.text.text()
     for words in ("offline", "private", "on this computer", "server of your own",
-                  "compaction mark", *METER_PARTS):
+                  "whichever comes first", *METER_PARTS):
         assert words in text, words
     button = panel.examples[0]
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
@@ -276,7 +276,7 @@ def test_ctrl_q_while_generating_asks_and_cancel_keeps_the_window(make_window, q
     qtbot.waitUntil(lambda: window.quit_box is not None and window.quit_box.isVisible(),
                     timeout=5_000)
     box = window.quit_box
-    assert box.text() == "Stop the reply and quit?"
+    assert box.text() == "Stop the reply and quit? What it has written so far is kept."
     cancel = box.button(QMessageBox.StandardButton.Cancel)
     qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not box.isVisible(), timeout=5_000)
@@ -558,9 +558,11 @@ def test_an_invalid_value_says_where_it_is_and_to_a_screen_reader(make_window, q
     keys = sorted(dialog.errors)
     assert wrong == sorted({f"{dialog.tabs.tabText(dialog.sections.index(SETTINGS[k].section))}"
                             for k in keys}) and wrong
-    qtbot.waitUntil(lambda: dialog.breakdown.text().startswith(
+    qtbot.waitUntil(lambda: dialog.meter.problem.startswith(
         "Fix the marked values to see the budget ("), timeout=5_000)
-    assert all(page in dialog.breakdown.text() for page in wrong)
+    assert all(page in dialog.meter.problem for page in wrong)  # said once, in the bar's place
+    assert dialog.meter.accessibleDescription() == dialog.meter.problem
+    assert "Fix the marked" not in dialog.breakdown.text()
     for key in keys:
         described = {c.accessibleDescription() for c in keyboard_controls(dialog.fields[key].editor)}
         assert described == {dialog.fields[key].error.text()}  # (its key left to its label)
@@ -681,7 +683,7 @@ def test_the_meter_and_states_follow_a_change_another_process_made_to_the_open_c
     assert window.meter.breakdown["summary"] > 0  # the summary the other process made
     # each message's state comes from the same plan, drawn just after the meter (a busy
     # machine read it between the two)
-    qtbot.waitUntil(lambda: "summarized" in window.threads_control.states.values(),
+    qtbot.waitUntil(lambda: any(e.state == "summarized" for e in window.view.transcript.entries()),
                     timeout=8_000)
     qtbot.waitUntil(lambda: any(e.kind != "message" for e in window.view.transcript.entries()),
                     timeout=8_000)  # the summary's divider, though no message was added

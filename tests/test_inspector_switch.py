@@ -22,14 +22,14 @@ def test_switching_chats_says_the_inspector_is_counting_not_the_old_chat_s_numbe
     window.open_thread(short)
     dock = window.inspector
     qtbot.waitUntil(lambda: dock.report is not None and dock.thread_id == short, timeout=20_000)
-    assert dock.request_label.text().startswith("the system prompt and 6 messages")
+    assert dock.request_label.text().startswith("Next request: the system prompt and 6 messages")
     window.open_thread(long)  # its report is made on the DB thread: meanwhile, said so
     assert dock.report is None and dock.thread_id is None
     assert dock.request_label.text() == "Counting this chat's messages for its next request…"
     assert dock.request_table.rowCount() == 0
     qtbot.waitUntil(lambda: dock.report is not None and dock.thread_id == long, timeout=60_000)
     settle(qtbot, window)
-    assert dock.request_label.text().startswith("the system prompt and ")
+    assert dock.request_label.text().startswith("Next request: the system prompt and ")
     shown = [dock.request_table.item(r, 5).toolTip() or dock.request_table.item(r, 5).text()
              for r in range(dock.request_table.rowCount())]
     assert any("long message 599" in text for text in shown)

@@ -190,7 +190,11 @@ def test_the_meter_says_when_earlier_turns_are_not_sent(make_window, qtbot):
                  "summary": 0, "recall": 0, "history": 5693, "draft": 0, "available": 5709,
                  "threshold": 6144, "used": 5718, "free": 2474}
     meter.set_breakdown(breakdown, dropped=140)
-    assert meter.toolTip().splitlines()[0] == (
+    from PySide6.QtGui import QTextDocument
+
+    shown = QTextDocument()
+    shown.setHtml(meter.toolTip())  # a table of numbers: rich text
+    assert shown.toPlainText().splitlines()[0] == (
         "140 earlier turns are not sent: past the budget (the dashed line). They are "
         "summarized when you send.")
     marked = meter.grab().toImage()
@@ -592,10 +596,10 @@ def test_the_chart_axis_and_the_tab_names_are_never_cut(make_window, qtbot, qapp
     assert regions["labels"][0][0] == "1,048,576"
     assert "compaction" in dock.chart_label.text()  # the legend, under the chart
     # the system message named apart ("3 messages" beside "2 verbatim" read as a miscount)
-    assert dock.request_label.text().startswith("the system prompt and "), dock.request_label.text()
+    assert dock.request_label.text().startswith("Next request: the system prompt and "), dock.request_label.text()
     assert "-token window (" in dock.request_label.text()
     # one style per meaning: solid red as on the meter, where dashed is the budget
-    assert "The red line: the compaction threshold" in dock.chart_label.text()
+    assert "The red line: the meter's red line (compaction is due" in dock.chart_label.text()
     assert "Dashed" not in dock.chart_label.text()
     assert not dock.chart_label.geometry().intersects(chart.geometry())
 

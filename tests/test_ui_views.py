@@ -166,7 +166,7 @@ def test_budget_preview_explains_the_window(fresh_store, tmp_path):
     assert preview.dropped_turns > 0 and preview.compaction_due
     text = "\n".join(preview.lines())
     assert "4,096" in text and "2,048" in text and f"available {b.available:,}" in text
-    assert "Protect:" in text and "Compaction threshold: 3,072" in text
+    assert "Tool output:" in text and "Red line: 3,072" in text
     assert "Recall: up to 1,536 tokens, once a summary exists" in text
     assert "Counted with the text's length (approximate)" in text
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iris_desktop.core.attachments import shown
+from iris_desktop.core.budget_lines import budget_lines, counter_label  # noqa: F401 (said here before)
 from iris_desktop.core.conversation import imported_from
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
@@ -352,22 +353,6 @@ def threshold_fraction(breakdown: Breakdown | Mapping[str, Any]) -> float:
     return int(b["threshold"]) / max(int(b["window"]), 1)
 
 
-def meter_tooltip(breakdown: Breakdown | Mapping[str, Any], estimated: bool = False) -> str:
-    """The numbers, one per line, for the meter's tooltip; says when they are estimates
-    (no model tokenizer, or a server that cannot count)."""
-    b = _b(breakdown)
-    lines = [f"Context window: {tokens(b['window'])} tokens"
-             + (" (counts estimated, not the model's own)" if estimated else " (exact counts)")]
-    for name in METER_PARTS:
-        lines.append(f"{name.capitalize():<8} {tokens(b[name]):>9}")
-    lines.append(f"{'Used':<8} {tokens(b['used']):>9}")
-    lines.append(f"{'Free':<8} {tokens(b['free']):>9}")
-    lines.append(f"Budget: window × {b['ratio']} = {tokens(b['budget'])}; "
-                 f"available for summary + history: {tokens(b['available'])}")
-    lines.append(f"Compaction threshold: {tokens(b['threshold'])} tokens")
-    return "\n".join(lines)
-
-
 # -- the live breakdown under the settings fields ------------------------------------------
 
 
@@ -514,80 +499,8 @@ class BudgetPreview:
     dropped_why: str = ""
 
     def lines(self) -> list[str]:
-        """Plain sentences, one per fact, for the dialog."""
-        budget = int(self.window * self.ratio)
-        out = [f"Window {tokens(self.window)} tokens ({self.window_source}) × ratio "
-               f"{self.ratio:g} = budget {tokens(budget)}"]
-        if self.breakdown is None:
-            out.append(self.error or "No thread is open: only the budget is shown.")
-            return out
-        b = self.breakdown
-        out.append(f"− system {tokens(b.system)} − tools {tokens(b.tools)} = available "
-                   f"{tokens(b.available)} tokens")
-        history_budget = b.available - b.summary
-        if b.summary:
-            out.append(f"− summary {tokens(b.summary)} = {tokens(history_budget)} tokens for "
-                       "verbatim history")
-        if self.unsummarized_turns:
-            fit = ("all of them fit" if not self.dropped_turns else
-                   f"{self.dropped_turns} older turn(s) do not fit")
-            out.append(f"History: {self.history_turns} of {self.unsummarized_turns} unsummarized "
-                       f"turn(s) in the request, {tokens(b.history)} tokens; {fit}")
-            if self.dropped_why:
-                out.append(self.dropped_why)
-        else:
-            out.append("History: this thread has no messages yet")
-        if not self.recall_max:
-            out.append("Recall: off")
-        elif b.recall:
-            out.append(f"Recall: {tokens(b.recall)} tokens, {self.recalled} summarized message(s) "
-                       f"found for the draft (at most {tokens(self.recall_max)}, from what the "
-                       "history leaves free)")
-        elif b.summary:
-            left = max(history_budget - b.history - b.draft, 0)
-            out.append(f"Recall: up to {tokens(min(self.recall_max, left))} tokens of summarized "
-                       "messages that match your next message")
-        else:
-            out.append(f"Recall: up to {tokens(self.recall_max)} tokens, once a summary exists")
-        last = ("" if self.last_prompt_tokens is None
-                else f"; the last request was {tokens(self.last_prompt_tokens)}")
-        due = (f"compaction is due ({', '.join(self.triggers)})" if self.compaction_due
-               else "compaction is not due")
-        out.append(f"Compaction threshold: {tokens(b.threshold)} tokens "
-                   f"({self.threshold_ratio:g} × window){last}; {due}")
-        if self.min_turns:
-            out.append(f"Turn floor: compaction also runs at {self.min_turns} unsummarized turns "
-                       f"(now {self.unsummarized_turns})")
-        if self.protect_turns:
-            shielded = (f"the newest {self.protect_turns} turn(s) keep their tool outputs "
-                        f"({self.protected_outputs} output(s)); {self.pruned_outputs} older "
-                        "output(s) are cleared for the model")
-        else:
-            shielded = (f"no turn is protected: {self.pruned_outputs} finished tool output(s) "
-                        "are cleared for the model")
-        if self.fallback:
-            shielded += (f" — protection fell back from {self.protect_configured} to "
-                         f"{self.protect_turns} turn(s) because they did not fit")
-        out.append("Protect: " + shielded)
-        out.append(f"Counted with {counter_label(self.counter)}"
-                   + ("" if self.counter_exact else " (approximate)"))
-        return out
-
-
-def counter_label(name: str) -> str:
-    """What counts the tokens, in words: a counter's ``name`` is a cache key
-    (``model:2ac093d88508:2:jinja``), not something to show a person."""
-    kind = name.split(":", 1)[0]
-    if kind == "model":
-        return "the model's own tokenizer"
-    if kind == "server":
-        return ("tiktoken, scaled to the server's counts" if ":estimated:" in name
-                else "the server's tokenizer")
-    if kind == "tiktoken":
-        return name.replace(":", " ", 1)  # tiktoken cl100k_base
-    if kind == "heuristic":
-        return "the text's length"
-    return name
+        """Plain sentences, one per fact, for the dialog (``budget_lines``)."""
+        return budget_lines(self)
 
 
 def budget_preview(
@@ -664,7 +577,7 @@ def ratio_meaning(key: str, values: Mapping[str, Any], window: int) -> str:
     value = float(values[key])
     if key == "context.keep_recent_ratio":
         trigger = window * float(values.get("context.compaction_threshold", 0.75))
-        return f"≈ {tokens(value * trigger)} tokens of the {tokens(trigger)}-token trigger"
+        return f"≈ {tokens(value * trigger)} tokens of the {tokens(trigger)}-token red line"
     return f"= {tokens(math.floor(window * value))} of {tokens(window)} tokens"
 
 

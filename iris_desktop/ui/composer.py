@@ -96,6 +96,8 @@ class Composer(QWidget):
     attachmentsChanged = Signal()
     #: Enter while the box cannot send (no model, one loading): why, to show and say
     refused = Signal(str)
+    #: the model became ready with a draft in the box: a sentence for the status bar
+    ready = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -350,7 +352,10 @@ class Composer(QWidget):
         self._update_enabled()
 
     def set_can_send(self, can: bool, reason: str = "") -> None:
-        """Sending needs a loaded model; the reason shows as a tooltip."""
+        """Sending needs a loaded model; the reason shows as a tooltip. A draft typed while
+        it could not send is said to be sendable now, once (``ready``)."""
+        if can and not self._can_send and self.text().strip():
+            self.ready.emit("Ready: press Enter to send your message")
         self._can_send = can
         self._why_not = "" if can else (reason or "No model is loaded")
         self.edit.setPlaceholderText(
@@ -363,6 +368,7 @@ class Composer(QWidget):
         """Send needs a model, and a draft not known to be too large; Stop is always there."""
         held = "" if self.generating else self._too_large
         self.button.setEnabled(self.generating or (self._can_send and not held))
+        held = held or ("" if self.generating or self._can_send else self._why_not)
         self.button.setToolTip("Stop generating (Esc)" if self.generating else held or "Send (Enter)")
         self.button.setAccessibleDescription(held)
 

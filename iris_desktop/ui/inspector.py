@@ -179,7 +179,8 @@ class InspectorDock(QDockWidget):
         self.chart_label.setText(
             f"{len(values)} request(s), last {tokens(values[-1])} prompt tokens; "
             f"{len(report['chart']['compactions'])} compaction(s), each an orange line. "
-            "The red line: the compaction threshold, as on the meter." if values else "")
+            "The red line: the meter's red line (compaction is due once a request reaches it, "
+            "or sooner, when the oldest turns no longer fit the budget)." if values else "")
 
     def show_counting(self) -> None:
         """Another chat's report is being made: the one shown (of the chat open before)
@@ -194,8 +195,8 @@ class InspectorDock(QDockWidget):
         elif b:
             states = ", ".join(f"{n:,} {s}" for s, n in sorted(report["states"].items()))
             text = (
-                f"{_messages_words(report['request'])}, {tokens(report['predicted_prompt_tokens'])} "
-                f"tokens of the {tokens(b['window'])}-token window ("
+                f"Next request: {_messages_words(report['request'])}, "
+                f"{tokens(report['predicted_prompt_tokens'])} of the {tokens(b['window'])}-token window ("
                 + ("exact, " if report.get("exact") else "estimated, ")
                 + f"counted with {_counter_words(report['counter'])}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "

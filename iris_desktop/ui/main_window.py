@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
-    QSizePolicy,
     QSplitter,
     QStackedWidget,
     QVBoxLayout,
@@ -56,7 +55,7 @@ from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
 from iris_desktop.ui.model_thread import ModelThread, ModelWorker
 from iris_desktop.ui.rekey_dialog import KeyChange
-from iris_desktop.ui.status_line import CacheWords, ElidedLabel, StatusArea
+from iris_desktop.ui.status_line import CacheWords, StatusArea, YieldingLabel
 from iris_desktop.ui.theme import Appearance
 from iris_desktop.ui.thread_control import ThreadControl
 from iris_desktop.ui.threads import ThreadPanel
@@ -183,8 +182,7 @@ class MainWindow(QMainWindow):
         # plain text: a server names its own model (Qt would draw tags in it)
         # it elides at a word when the status bar is short of room (a model's name was cut
         # mid-word), full in its tooltip
-        self.model_label = ElidedLabel("No model")
-        self.model_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.model_label = YieldingLabel("No model")  # and gives way to the sentence first
         #: where the conversation goes: "local", or "server: host:port"
         self.where_label = QLabel("", textFormat=Qt.TextFormat.PlainText)
         self.where_label.setObjectName("where")
@@ -192,6 +190,7 @@ class MainWindow(QMainWindow):
         bar.addWidget(self.status_area, 1)
         bar.addPermanentWidget(self.where_label)
         bar.addPermanentWidget(self.model_label)
+        self.status_area.give_way(self.model_label)
         bar.addPermanentWidget(self.meter)
         self.composer.set_can_send(False, "Loading the model…")
 
@@ -200,6 +199,7 @@ class MainWindow(QMainWindow):
         s.statusText.connect(self.state_label.setText)
         s.busyChanged.connect(self._show_busy)
         s.statusMessage.connect(self.status_area.show_message)
+        self.composer.ready.connect(lambda text: s.show_message(text, 6000))  # said, once
         # what the user caused ("Exported 40 messages…", "Open a chat to rename it"): said
         s.statusMessage.connect(lambda text, _ms: self.announcer.say(text))
         s.spoken.connect(self.announcer.say)
@@ -264,8 +264,8 @@ class MainWindow(QMainWindow):
         self.inspector.setAccessibleName("Context inspector")
         t, c, i = self.threads, self.composer, self.inspector
         card = self.welcome.recommend  # the welcome stands in for the conversation
-        order = [t.new_button, t.search, t.list, self.view, card.button, card.stop_button,
-                 *self.welcome.examples, c.edit, c.button, c.attach_button,
+        order = [t.new_button, t.search, t.list, self.view, *self.welcome.examples,
+                 card.button, card.stop_button, c.edit, c.button, c.attach_button,
                  self.meter, i.tabs, i.request_table, i.summaries, i.events,
                  i.chart_scroll]
         for before, after in zip(order, order[1:]):
@@ -384,11 +384,12 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     def ask_quit(self) -> QMessageBox:
-        """"Stop the reply and quit?" (Quit, or Cancel to go on); non-blocking."""
+        """"Stop the reply and quit?" (Quit, or Cancel to go on); non-blocking. What the
+        reply has written is kept (saved as stopped), and the box says so."""
         if self.quit_box is not None and self.quit_box.isVisible():
             return self.quit_box
         box = QMessageBox(QMessageBox.Icon.Question, "Quit Iris Desktop",
-                          "Stop the reply and quit?",
+                          "Stop the reply and quit? What it has written so far is kept.",
                           QMessageBox.StandardButton.Cancel, self)
         box.setObjectName("quit-confirm")
         quit_button = box.addButton("Quit", QMessageBox.ButtonRole.AcceptRole)

@@ -6,13 +6,15 @@ meter's numbers are the engine's own Breakdown, so it can never disagree with th
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QProgressBar, QSizePolicy, QWidget
 
-from iris_desktop.core.views import meter_parts, meter_tooltip, threshold_fraction, tokens
+from iris_desktop.core.meter_words import meter_heading, meter_lines, meter_rows, meter_tooltip
+from iris_desktop.core.views import meter_parts, threshold_fraction, tokens
 from iris_desktop.ui.boxes import plain_tip
 
 #: one colour per segment, readable on light and dark palettes
@@ -28,6 +30,22 @@ PART_COLORS = {
 
 #: the compaction mark (and the budget's while turns are left out; the chart's threshold)
 MARK_RED = QColor(210, 50, 40)
+
+
+def meter_table(breakdown: dict[str, Any], estimated: bool, before: str = "") -> str:
+    """The meter's tooltip as rich text: ``before`` (sentences, one a line), the heading,
+    the numbers in a table (right-aligned in their own column: padded with spaces, they
+    zig-zagged in the tooltip's proportional font), then what the lines mean."""
+    def para(text: str) -> str:
+        return f"<p style='margin:0'>{html.escape(text, quote=False)}</p>"
+
+    rows = "".join(f"<tr><td>{html.escape(label)}</td><td align='right' "
+                   f"style='padding-left:16px'>{number}</td></tr>"
+                   for label, number in meter_rows(breakdown))
+    return ("<qt>" + "".join(para(line) for line in before.splitlines() if line)
+            + para(meter_heading(breakdown, estimated))
+            + f"<table cellspacing='0' cellpadding='1'>{rows}</table>"
+            + "".join(para(line) for line in meter_lines(breakdown)) + "</qt>")
 
 
 class BudgetMeter(QProgressBar):
@@ -77,14 +95,16 @@ class BudgetMeter(QProgressBar):
                     "sent: past the budget (the dashed line). They are summarized when you send.\n"
                     if self.dropped else "")
         note = f"{note}\n" if note else ""
-        self.setToolTip(left_out + note + meter_tooltip(self.breakdown, estimated) if self.breakdown
-                        else "Context budget: no request built yet")
+        plain = (left_out + note + meter_tooltip(self.breakdown, estimated) if self.breakdown
+                 else "Context budget: no request built yet")
+        self.setToolTip(meter_table(self.breakdown, estimated, left_out + note)
+                        if self.breakdown else plain)
         b = self.breakdown or {"used": 0, "window": 1}
         self.setRange(0, max(int(b["window"]), 1))
         self.setValue(min(int(b["used"]), self.maximum()))
-        self.setAccessibleDescription(
+        self.setAccessibleDescription(  # the words, not the table's markup
             (f"{tokens(b['used'])} of {tokens(b['window'])} tokens used. " if self.breakdown
-             else "") + self.toolTip())
+             else "") + plain)
         self.update()
 
     def set_problem(self, sentence: str, painted: str = "") -> None:

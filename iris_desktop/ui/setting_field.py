@@ -51,6 +51,11 @@ class SettingField(QWidget):
         if locked:
             hint.setStyleSheet("color: #b9770e;")
         self.hint = hint
+        #: a note on how this value sits with others (not an error: it stays valid)
+        self.note = QLabel()
+        self.note.setObjectName("setting-note")
+        self.note.setWordWrap(True)
+        self.note.hide()
         self.controls: list[QWidget] = []
         self.editor = make_editor(setting, value)
         self.editor.changed.connect(self.changed)
@@ -70,6 +75,7 @@ class SettingField(QWidget):
         layout.addWidget(self.key_label)
         layout.addWidget(self.editor)
         layout.addWidget(hint)
+        layout.addWidget(self.note)
         layout.addWidget(self.error)
         if locked:
             self.editor.setEnabled(False)
@@ -82,7 +88,7 @@ class SettingField(QWidget):
         dialog is open."""
         small = QFont(self.font())
         small.setPointSizeF(small.pointSizeF() * 0.9)
-        for label in (self.key_label, self.hint):
+        for label in (self.key_label, self.hint, self.note):
             label.setFont(small)
             if label is self.hint and self.locked:
                 continue  # its own colour
@@ -121,11 +127,19 @@ class SettingField(QWidget):
         self.editor.set_invalid(bool(message))
         self._describe()
 
+    def set_note(self, text: str) -> None:
+        """``text`` under the help ('' for none): how the value sits with other values."""
+        if text != self.note.text():
+            self.note.setText(text)
+            self.note.setVisible(bool(text))
+            self._describe()
+
     def _describe(self) -> None:
         """Each control's description: its error, else the help (or why it is locked)
         and what the editor notes (a ratio's figure in tokens)."""
         text = self.error.text() or " ".join(
-            part for part in (self.locked or self.hint.text(), self.editor.note()) if part)
+            part for part in (self.locked or self.hint.text(), self.editor.note(),
+                              self.note.text()) if part)
         for control in self.controls:
             control.setAccessibleDescription(text)
 

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.core.budget_lines import threshold_note
 from iris_desktop.core.views import (
     BudgetPreview,
     changed_keys,
@@ -119,8 +120,8 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
             "Cancel: close without applying")
 
         layout = QVBoxLayout(self)
-        layout.addWidget(self.tabs, 3)
-        layout.addWidget(box, 1)
+        layout.addWidget(self.tabs, 1)
+        layout.addWidget(box)  # as tall as its lines need (``budget_box.Sentences``)
         layout.addWidget(self.buttons)
         self._debounce = QTimer(self, singleShot=True, interval=120)
         self._debounce.timeout.connect(self._request_preview)
@@ -233,6 +234,8 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
             title = self.tabs.tabText(index).removesuffix(" ⚠")
             wrong = any(SETTINGS[k].section == section for k in self.errors)
             self.tabs.setTabText(index, f"{title} ⚠" if wrong else title)
+        if "context.compaction_threshold" in self.fields:  # a red line above the budget
+            self.fields["context.compaction_threshold"].set_note(threshold_note(candidate.values))
         ok = not self.errors
         self.ok_button.setEnabled(ok)
         self.apply_button.setEnabled(ok and bool(self.changed()))

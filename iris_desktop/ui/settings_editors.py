@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QRect, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QCheckBox,
@@ -38,7 +39,7 @@ from iris_desktop.ui.bounded_spin import BoundedDoubleSpinBox, BoundedSpinBox
 RATIO_STEPS = 100
 #: a ratio's line while a marked value leaves the window unknown
 UNKNOWN_MEANING = "In tokens: unknown until the marked values are fixed"
-INVALID_STYLE = "border: 1px solid #c0392b;"
+INVALID_COLOUR, FRAME_MARGIN = "#c0392b", 2  # an invalid value's frame: colour, width
 
 
 class Editor(QWidget):
@@ -50,9 +51,11 @@ class Editor(QWidget):
         super().__init__(parent)
         self.setting = setting
         self.lines = QVBoxLayout(self)  # the row, and a line under it where one is needed
-        self.lines.setContentsMargins(0, 0, 0, 0)
+        m = FRAME_MARGIN
+        self.lines.setContentsMargins(m, m, m, m)
         self.row = QHBoxLayout()
         self.lines.addLayout(self.row)
+        self.invalid = False
 
     def raw(self) -> Any:
         raise NotImplementedError
@@ -61,7 +64,27 @@ class Editor(QWidget):
         raise NotImplementedError
 
     def set_invalid(self, invalid: bool) -> None:
-        self.setStyleSheet(INVALID_STYLE if invalid else "")
+        """A red frame painted around the row's controls: a style sheet's border on the
+        editor made Qt's style stop drawing a spin box's arrows (and a combo box's look)."""
+        self.invalid = invalid
+        self.update()
+
+    def framed(self) -> QRect:
+        """The row's controls, as one rectangle (the frame goes just outside it)."""
+        rect = QRect()
+        for item in (self.row.itemAt(i) for i in range(self.row.count())):
+            widget, layout = item.widget(), item.layout()
+            if (widget is not None and widget.isVisible()) or layout is not None:
+                rect = rect.united(widget.geometry() if widget else layout.contentsRect())
+        return rect
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().paintEvent(event)
+        if self.invalid and not (rect := self.framed()).isNull():
+            painter = QPainter(self)
+            painter.setPen(QPen(QColor(INVALID_COLOUR), FRAME_MARGIN))
+            painter.drawRect(rect.adjusted(-1, -1, 0, 0))
+            painter.end()
 
     def set_window(self, window: int | None, values: dict[str, Any]) -> None:
         """The current window and candidate values (ratios show what they mean); None
@@ -99,14 +122,18 @@ class IntEditor(Editor):
 
 
 class WindowEditor(IntEditor):
-    """'auto' (the loaded model's n_ctx) or a number of tokens: 'auto' is the spin box's
-    special value, -1 (so that a typed 100 stays 100, marked, and never becomes auto)."""
+    """'auto' (the loaded model's context size), the special value -1 (a typed 100 stays
+    100, marked, never auto), or tokens; typed 'auto', an empty box, the Auto button."""
 
     special = -1
 
     def __init__(self, setting: Setting, parent: QWidget | None = None):
         super().__init__(setting, parent)
-        self.spin.setSpecialValueText("auto (the model's n_ctx)")
+        self.spin.setSpecialValueText("auto (the model's context size)")
+        self.auto = QPushButton("Auto")
+        self.auto.setToolTip("Use the context size the model was loaded with")
+        self.auto.clicked.connect(lambda: self.spin.setValue(self.spin.minimum()))
+        self.row.insertWidget(1, self.auto)
 
     def raw(self) -> Any:
         value = self.spin.value()
@@ -316,9 +343,6 @@ class TextEditor(Editor):
     def set_value(self, value: Any) -> None:
         self.text.setPlainText("\n".join(value or []) if self.setting.kind == "list" else str(value))
 
-    def set_invalid(self, invalid: bool) -> None:
-        self.text.setStyleSheet(INVALID_STYLE if invalid else "")
-
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Allow a folder for the tools")
         if folder:
@@ -342,9 +366,6 @@ class LineEditor(Editor):
 
     def set_value(self, value: Any) -> None:
         self.line.setText(str(value))
-
-    def set_invalid(self, invalid: bool) -> None:
-        self.line.setStyleSheet(INVALID_STYLE if invalid else "")
 
 
 class PathEditor(LineEditor):

@@ -61,9 +61,14 @@ class ElidedLabel(QLabel):
         self._details = tip
         self._elide()
 
+    #: called after each new text (the status area asks for room to fit it)
+    changed: Any = None
+
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         super().setText(text)
         self._elide()
+        if self.changed is not None:
+            self.changed()
 
     def shown_text(self) -> str:
         """What is painted now (the full text, or its elided start)."""
@@ -104,8 +109,37 @@ class ElidedLabel(QLabel):
                                   self.foregroundRole())
 
 
+class YieldingLabel(ElidedLabel):
+    """The model's label beside the status sentence: as wide as its text where there is
+    room, the first to give way where there is not (elided at a word, all of it in its
+    tooltip), down to ``FLOOR_CHARS``. At 1024 px its 380 px left a passing message 250
+    ("Imported 40 chats from a ChatGPT…"); the status area (``StatusArea.fit``) now sets
+    its maximum width to what the sentence beside it leaves."""
+
+    FLOOR_CHARS = (14, 28)  # the least it keeps: the model's name, within these
+
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(text, parent)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+
+    def floor(self) -> int:
+        """The least it gives way to: the model's name (what comes before " · "), within
+        FLOOR_CHARS; its whole text when that is shorter."""
+        digit = self.fontMetrics().horizontalAdvance("0")
+        name = self.fontMetrics().horizontalAdvance(self.text().split(" · ")[0]) + 4
+        least, most = (digit * n for n in self.FLOOR_CHARS)
+        return min(self.sizeHint().width(), max(least, min(name, most)))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.changed is not None:  # laid out after the status area: the room is known now
+            self.changed()
+
+
 #: the status sentence's room at least, in characters ("Prefilling… 37%, 12 s left")
 MIN_SENTENCE_CHARS = 26
+#: the most it asks for, in characters, before the labels beside it give way
+WANTED_SENTENCE_CHARS = 64
 
 
 class StatusArea(QWidget):
@@ -127,6 +161,8 @@ class StatusArea(QWidget):
         self.progress.setAccessibleName("Progress")
         self.progress.hide()
         self._busy = False
+        #: the label that gives way to its sentence (``fit``): the model's
+        self.yielding: YieldingLabel | None = None
         self._working = False  # a turn runs: its state is what the status bar says
         #: the background job's message shown now, and its time: it comes back after a turn
         self._background: tuple[str, int] | None = None
@@ -140,6 +176,7 @@ class StatusArea(QWidget):
         row.addWidget(self.state, 1)
         row.addWidget(self.message, 1)
         row.addWidget(self.progress)
+        self.state.changed = self.message.changed = self.fit
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self.end_message)
 
@@ -149,6 +186,35 @@ class StatusArea(QWidget):
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
         return self.minimumSizeHint()  # what is left over is its stretch
+
+    def give_way(self, label: YieldingLabel) -> None:
+        """``label`` gives way to the sentence (``fit``), also when its own text changes."""
+        self.yielding = label
+        label.changed = self.fit
+        self.fit()
+
+    def wanted(self) -> int:
+        """The room its sentence (or passing message) wants, up to WANTED_SENTENCE_CHARS."""
+        shown = self.state if self.message.isHidden() else self.message
+        digit = self.fontMetrics().horizontalAdvance("0")
+        width = shown.fontMetrics().horizontalAdvance(" ".join(shown.text().split())) + digit
+        return max(self.minimumSizeHint().width(), min(width, digit * WANTED_SENTENCE_CHARS))
+
+    def fit(self) -> None:
+        """The model's label beside it (``yielding``) gives way to the sentence shown: the
+        two share the same room (their widths' sum), the sentence takes what it wants
+        first, and the label what is left, down to its floor and up to its whole text."""
+        label = self.yielding
+        if label is None or not self.isVisible():
+            return
+        room = self.width() + label.width()
+        most = max(label.floor(), min(room - self.wanted(), label.sizeHint().width()))
+        if label.maximumWidth() != most:
+            label.setMaximumWidth(most)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self.fit()
 
     def set_status(self, text: str) -> None:
         self.state.setText(text)
@@ -188,6 +254,7 @@ class StatusArea(QWidget):
         self.message.setText(text)
         self.message.show()
         self.state.hide()
+        self.fit()
         self.progress.hide()
         if timeout_ms > 0:
             self._timer.start(timeout_ms)
@@ -202,6 +269,7 @@ class StatusArea(QWidget):
         self._background = None
         self.message.hide()
         self.state.show()
+        self.fit()
         self.progress.setVisible(self._busy)
         self._show_pending()
 

@@ -1,7 +1,7 @@
 """The welcome panel: what an empty window shows instead of a bare placeholder — what
-Iris is, where the model runs (and, while it is the small bundled one, what that model is
-and a larger one for this computer: ``recommend_card``), how to read the budget meter,
-and example prompts that go into the composer (never sent by themselves).
+Iris is, where the model runs, how to read the budget meter, example prompts that go
+into the composer (never sent by themselves) and, under them, while the model is the small
+bundled one, what that model is and a larger one for this computer (``recommend_card``).
 
 ``WelcomeControl`` shows it while no thread is open and the transcript is empty (the
 first run, or New chat), and the transcript as soon as a thread is open or a message is
@@ -65,18 +65,20 @@ WELCOME_TEXT = (
     "<p>Iris is a chat app that works <b>offline</b> and keeps your conversations "
     "<b>private</b>. They are saved on this computer, in one file you can search, export "
     "and delete.</p>"
-    # the model is named once, by the card above while it is the bundled one (the card
-    # and this paragraph both introduced it)
+    # the model is named once, by the card under the examples while it is the bundled one
+    # (the card and this paragraph both introduced it)
     "<p>The model runs <b>on this computer</b>. Nothing you type leaves it, unless "
     "you point Iris at a server of your own (Model ▸ Server…); the status bar always says "
     "where your conversation goes.</p>"
     "<p><b>The budget meter</b> at the bottom right shows how the next request fills the "
     "model's context window, from left to right:</p>"
     + _meter_legend()
-    + "<p>The <span style='color:#d23228'><b>red line</b></span> is the compaction mark: "
-    "when a request reaches it, the oldest turns are summarized so the chat can go on. "
-    "The <b>dashed line</b> is the budget: a long chat's oldest turns past it are not sent "
-    "until they are summarized (it turns red, and the meter's tooltip says how many). "
+    + "<p>The <b>dashed line</b> is the budget: the most of the window a request may fill. "
+    "So that a long chat can go on, its oldest turns are summarized when they no longer "
+    "fit the budget or a request reaches the <span style='color:#d23228'><b>red "
+    "line</b></span>, whichever comes first, or after a set number of turns (Preferences "
+    "▸ Context). Turns past the budget are not sent until then (the dashed line turns red, "
+    "and the meter's tooltip says how many). "
     "Your messages are never changed or lost. A <b>≈</b> before the numbers means they "
     "are estimated. Hover over the meter for the numbers, or open View ▸ Context "
     "inspector to see exactly what the model is sent.</p>"
@@ -105,10 +107,7 @@ class WelcomePanel(QScrollArea):
         self.text.setWordWrap(True)
         self.text.setTextFormat(Qt.TextFormat.RichText)
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        #: a larger model for this computer, one click away (the model control drives it)
-        self.recommend = RecommendCard()
         column.addWidget(self.title)
-        column.addWidget(self.recommend)
         column.addWidget(self.text)
         try_one = QLabel("<b>Try one</b> (it goes into the message box; press Enter to send it):")
         try_one.setWordWrap(True)
@@ -121,6 +120,11 @@ class WelcomePanel(QScrollArea):
             button.clicked.connect(lambda _=False, prompt=prompt: self.promptChosen.emit(prompt))
             column.addWidget(button)
             self.examples.append(button)
+        #: a larger model for this computer, one click away (the model control drives it);
+        #: under the examples (and after them for Tab): above them, it appeared once the
+        #: model was ready and pushed them ~140 px down as a newcomer went to click one
+        self.recommend = RecommendCard()
+        column.addWidget(self.recommend)
         column.addStretch(1)
         body.setMaximumWidth(body.fontMetrics().horizontalAdvance("0") * 96)
         outer = QWidget()
