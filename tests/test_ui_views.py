@@ -168,14 +168,14 @@ def test_budget_preview_explains_the_window(fresh_store, tmp_path):
     assert "4,096" in text and "2,048" in text and f"available {b.available:,}" in text
     assert "Tool output:" in text and "Red line: 3,072" in text
     assert "Recall: up to 1,536 tokens, once a summary exists" in text
-    assert "Counted with the text's length (approximate)" in text
+    assert "Counted with an estimate of about 4 characters a token (approximate)" in text
 
 
 def test_the_counter_is_named_in_words_not_by_its_cache_key():
     assert counter_label("model:2ac093d88508:2:jinja") == "the model's own tokenizer"
     assert counter_label("server:ab12:qwen:fp:chatml") == "the server's tokenizer"
     assert counter_label("server:ab12:estimated:x1.07") == "tiktoken, scaled to the server's counts"
-    assert counter_label("tiktoken:cl100k_base") == "tiktoken cl100k_base"
+    assert counter_label("tiktoken:cl100k_base") == "tiktoken (cl100k_base)"
 
 
 def test_budget_preview_says_what_recall_adds_for_the_draft(fresh_store, tmp_path):

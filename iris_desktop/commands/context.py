@@ -158,10 +158,13 @@ def refuse_if_certainly_too_large(host, n_bytes: int, outcome: str,
 
 
 def _print_context(r: dict[str, Any]) -> None:
+    from iris_desktop.core.budget_lines import counter_label
+
     states: dict[str, int] = {}
     for m in r["messages"]:
         states[m["state"]] = states.get(m["state"], 0) + 1
-    print(f"window      {r['window']:>8,}  ({r['window_source']}; counter {show_untrusted(r['counter'])}"
+    print(f"window      {r['window']:>8,}  ({r['window_source']}; counted with "
+          f"{show_untrusted(counter_label(r['counter']))}"
           + (f"; format {show_untrusted(r['chat_format'])}" if r["chat_format"] else "") + ")")
     print(f"budget      {r['budget']:>8,}  (window × {r['token_budget_ratio']})")
     for label, key in (("system", "system_tokens"), ("tools", "tool_tokens"),

@@ -41,9 +41,9 @@ def counter_label(name: str) -> str:
         return ("tiktoken, scaled to the server's counts" if ":estimated:" in name
                 else "the server's tokenizer")
     if kind == "tiktoken":
-        return name.replace(":", " ", 1)  # tiktoken cl100k_base
+        return f"tiktoken ({name.split(':', 1)[1]})"  # tiktoken (cl100k_base)
     if kind == "heuristic":
-        return "the text's length"
+        return "an estimate of about 4 characters a token"
     return name
 
 

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.core.budget_lines import counter_label
 from iris_desktop.core.views import tokens
 from iris_desktop.ui.meter import PromptChart
 
@@ -88,17 +89,6 @@ def _messages_words(request: list[dict[str, Any]]) -> str:
     rest = len(request) - system
     said = f"{rest:,} message{'' if rest == 1 else 's'}"
     return f"the system prompt and {said}" if system else said
-
-
-def _counter_words(name: str) -> str:
-    """How the tokens were counted, in words: "the model's own tokenizer" for
-    "model:72ed9a0b959e:v2:jinja", "tiktoken (cl100k_base)", "an estimate of about 4
-    characters a token" for the heuristic."""
-    if name.startswith("model:"):
-        return "the model's own tokenizer"
-    if name.startswith("tiktoken:"):
-        return f"tiktoken ({name.split(':', 1)[1]})"
-    return "an estimate of about 4 characters a token" if name == "heuristic" else name
 
 
 class InspectorDock(QDockWidget):
@@ -198,7 +188,7 @@ class InspectorDock(QDockWidget):
                 f"Next request: {_messages_words(report['request'])}, "
                 f"{tokens(report['predicted_prompt_tokens'])} of the {tokens(b['window'])}-token window ("
                 + ("exact, " if report.get("exact") else "estimated, ")
-                + f"counted with {_counter_words(report['counter'])}). "
+                + f"counted with {counter_label(report['counter'])}). "
                 f"System {tokens(b['system'])}, tools {tokens(b['tools'])}, summary "
                 f"{tokens(b['summary'])}, recall {tokens(b.get('recall', 0))}"
                 + (f" ({len(report.get('recalled_ids') or [])} summarized messages: "
