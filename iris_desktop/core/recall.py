@@ -53,6 +53,7 @@ are never changed; the block exists only in the request.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import re
 import threading
@@ -62,6 +63,15 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from iris_desktop.core.clip import (  # noqa: F401 - importable from recall, as before
+    SENTENCE_END_RE,
+    _clip,
+    _pieces,
+    _term_pattern,
+    clip_around,
+    clip_start,
+    holds,
+)
 from iris_desktop.core.extractive import QUESTION_MARKS, STOPWORDS
 from iris_desktop.core.ports import Reranker
 from iris_desktop.core.records import (
@@ -86,7 +96,6 @@ RECALL_FOOTER = "[End of recall]"
 QUESTION_WORDS = {"did", "does", "what", "when", "who", "how", "why", "where", "which", "kind",
                   "type", "has", "have", "tell", "remember", "please", "said", "say"}
 WORD_RE = re.compile(r"[A-Za-z0-9]+")
-SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 #: a word, and a sentence's end, in any script (CJK sentences end without a space after)
 ANY_WORD_RE = re.compile(r"[^\W_]+")
 ANY_SENTENCE_END_RE = re.compile(r"(?<=[.!?\u037e\u055e\u1367])\s+|(?<=[。！？؟])\s*")
@@ -611,8 +620,8 @@ class Recaller:
         words (how many of them each candidate holds; ties in the whole ranking's order).
         Only the candidates are searched, so a part costs one short embedding, not a
         second scan of the thread: recall stays within its bound on long threads."""
-        patterns = [_term_pattern(t) for t in query_terms(part, names)]
-        held = {i: sum(1 for p in patterns if p.search(str(rows.get(i, {}).get("content") or "")))
+        words = query_terms(part, names)
+        held = {i: sum(1 for w in words if holds(str(rows.get(i, {}).get("content") or ""), w))
                 for i in candidates}
         lexical = sorted((i for i in candidates if held[i]), key=lambda i: -held[i])
         by_meaning = self.semantic(thread_id, through_id, part, LEXICAL_HITS, among=candidates) \
@@ -761,8 +770,17 @@ def _statements(ids: list[int], rows: dict[int, dict]) -> list[int]:
 def _asks_only(text: str) -> bool:
     """Is every sentence of ``text`` a question? In any script: "我的猫叫什么名字？你呢？"
     asks only, "我的猫叫米米。你呢？" says something first."""
-    sentences = [s for s in ANY_SENTENCE_END_RE.split(text) if ANY_WORD_RE.search(s)]
-    return bool(sentences) and all(_is_question(s) for s in sentences)
+    # its sentences as ANY_SENTENCE_END_RE.split cuts them, looked at up to the first that
+    # says something (a long message's first sentence, not every one of them)
+    asked, start = False, 0
+    cuts = itertools.chain((m.span() for m in ANY_SENTENCE_END_RE.finditer(text)), [(len(text), 0)])
+    for cut, after in cuts:
+        sentence, start = text[start:cut], after
+        if ANY_WORD_RE.search(sentence):
+            if not _is_question(sentence):
+                return False
+            asked = True
+    return asked
 
 
 def _is_question(sentence: str) -> bool:
@@ -792,70 +810,9 @@ class _Lines:
             if said.id in self.hits:
                 text = clip_around(said.text, self.terms, COUNTING_HIT_CHARS if self.counting else MAX_CHARS)
             else:  # a reply answers from its start
-                text = _clip(" ".join(said.text.split()), FOLLOWER_CHARS)
+                text = clip_start(said.text, FOLLOWER_CHARS)
             line = self._lines[said.id] = f"- {said.speaker}: {resolve_relative(text, said.date)}"
         return line
-
-
-def clip_around(text: str, terms: Sequence[str], limit: int) -> str:
-    """``text`` in at most ``limit`` characters: whole when it fits, else the sentences
-    that hold the most of ``terms`` (crude stems, matched as word prefixes), in their
-    order, with "…" where text was left out; the start when no sentence holds any."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    sentences = [piece for s in SENTENCE_END_RE.split(text) for piece in _pieces(s, limit)]
-    patterns = [_term_pattern(t) for t in terms]
-    scores = [sum(1 for p in patterns if p.search(s)) for s in sentences]
-    if not any(scores):
-        return _clip(text, limit)
-    keep: set[int] = set()
-    room = limit
-    for i in sorted(range(len(sentences)), key=lambda i: (-scores[i], i)):
-        if scores[i] == 0:
-            break
-        cost = len(sentences[i]) + 2  # a space, or an ellipsis
-        if cost <= room:
-            keep.add(i)
-            room -= cost
-    if not keep:  # the best sentence alone is longer than the limit
-        best = max(range(len(sentences)), key=lambda i: (scores[i], -i))
-        return ("… " if best else "") + _clip(sentences[best], limit - 2)
-    out = []
-    for i in sorted(keep):
-        if i > 0 and i - 1 not in keep:
-            out.append("…")
-        out.append(sentences[i])
-    if max(keep) < len(sentences) - 1:
-        out.append("…")
-    return " ".join(out)
-
-
-def _term_pattern(term: str) -> re.Pattern[str]:
-    """A search term as FTS5 matches it (:func:`fts_query`): a stem of four letters or
-    more as a word prefix, a shorter one as a whole word."""
-    return re.compile(rf"\b{re.escape(term)}" + ("" if len(term) >= 4 else r"\b"), re.IGNORECASE)
-
-
-def _pieces(sentence: str, limit: int) -> list[str]:
-    """A sentence longer than ``limit`` (a list run together, a paragraph without stops)
-    in parts of about half the limit, at spaces."""
-    if len(sentence) <= limit:
-        return [sentence]
-    out, part = [], []
-    size = max(limit // 2, 40)
-    for word in sentence.split(" "):
-        if part and sum(len(w) + 1 for w in part) + len(word) > size:
-            out.append(" ".join(part))
-            part = []
-        part.append(word)
-    if part:
-        out.append(" ".join(part))
-    return out
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _footer(asker: str | None) -> str:

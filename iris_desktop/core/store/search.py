@@ -26,6 +26,11 @@ MAX_RANKED = 2_000
 #: a word of at most this many letters or digits is a whole word, not a prefix ("a" was
 #: every word in a; "go", "js", "AI" find those words)
 WHOLE_WORD_AT_MOST = 2
+#: a message longer than this (characters) gets its snippet from the first place of a
+#: searched word, not from FTS5's snippet(): that scores every place a word is found
+#: against every other, and a pasted book or log of 5 MB holding the word 50,000 times
+#: took minutes, and could not be stopped (tests/test_long_message_cost.py)
+LONG_SNIPPET_CHARS = 100_000
 
 
 def _unsegmented(term: str) -> bool:
@@ -220,10 +225,11 @@ class Search(Connected):
         fts = " ".join(fts for fts, _ in parts if fts)
         written = [t for t, (_, edged) in zip(terms, parts) if edged]
         marked = [t for t in terms if not t.isalnum() and t not in written]
-        return titles + self._matching(fts, written, marked, limit)
+        return titles + self._matching(fts, written, marked, limit,
+                                       [t for t, (part, _) in zip(terms, parts) if part])
 
     def _matching(self, fts: str, written: list[str], marked: list[str],
-                  limit: int) -> list[dict[str, Any]]:
+                  limit: int, words: Sequence[str] = ()) -> list[dict[str, Any]]:
         """Messages that match the FTS5 query ``fts`` and hold each of ``written`` as it is
         written (case folded as SQLite's lower() does), those that hold each of ``marked``
         so too first, then by rank; the best HITS_PER_CHAT of each chat first, then the
@@ -231,7 +237,8 @@ class Search(Connected):
         one); snippets only for those chosen. A very common word ("the", "I love") is
         ranked among its newest MAX_RANKED matches only: the rows those are read from
         are found newest first and the search stops there (ranking every match made a
-        one-letter search take seconds)."""
+        one-letter search take seconds). A message over LONG_SNIPPET_CHARS gets its
+        snippet around the first place of one of ``words`` (:func:`_long_snippet`)."""
         holds = "instr(lower(m.content), lower(?)) > 0"
         where = "".join(f" AND {holds}" for _ in written)
         # (1: a message that writes a marked word otherwise, "node js" for "node.js")
@@ -264,11 +271,18 @@ class Search(Connected):
                 FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
                 JOIN threads t ON t.id = m.thread_id
                 WHERE messages_fts MATCH :fts AND messages_fts.rowid BETWEEN :low AND :high
-                  AND +messages_fts.rowid IN ({picked})
+                  AND +messages_fts.rowid IN ({picked}) AND coalesce(length(m.content), 0) <= :long
                 """, {"fts": fts, "low": min(mid for mid, _ in chosen),
-                      "high": max(mid for mid, _ in chosen)})}
+                      "high": max(mid for mid, _ in chosen), "long": LONG_SNIPPET_CHARS})}
             # (one pass over the chosen ones' range: a rowid lookup each set up the query
             # anew, every word in "the" read 50 times)
+            if len(rows) < len(chosen):  # a very long message: its snippet read here
+                rows.update({r[2]: {"thread_id": r[0], "title": r[1], "message_id": r[2],
+                                    "snippet": _long_snippet(r[3], words)}
+                             for r in self.conn.execute(
+                                 f"SELECT m.thread_id, t.title, m.id, m.content FROM messages m "
+                                 f"JOIN threads t ON t.id = m.thread_id WHERE m.id IN ({picked}) "
+                                 f"AND length(m.content) > ?", (LONG_SNIPPET_CHARS,))})
         return _grouped([(rows[mid], nth <= HITS_PER_CHAT) for mid, nth in chosen if mid in rows])
 
     def _search_as_written(self, terms: list[str], limit: int) -> list[dict[str, Any]]:
@@ -290,6 +304,43 @@ def _snippet(content: str, term: str) -> str:
     start = max(at - 40, 0)
     return (("…" if start else "") + content[start:at] + "[" + content[at:at + len(term)]
             + "]" + content[at + len(term):at + len(term) + 40] + "…")
+
+
+def _word_pattern(word: str) -> re.Pattern[str] | None:
+    """``word`` as the full-text index finds it (:func:`_fts_part`): its runs of letters
+    and digits (the tokenizer's words) with anything else between, in any case, a Latin
+    letter with or without the marks the index drops (:func:`folded`); the start of a
+    word when it has more than WHOLE_WORD_AT_MOST letters, else a whole word. None for a
+    word of punctuation only."""
+    runs = re.findall(r"[^\W_]+", folded(word))
+    if not runs:
+        return None
+    body = r"[\W_]+".join("".join(map(_letter, run)) for run in runs)
+    tail = r"[^\W_]*" if sum(map(len, runs)) > WHOLE_WORD_AT_MOST else r"(?![^\W_])"
+    return re.compile(rf"(?<![^\W_]){body}{tail}", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=256)
+def _letter(ch: str) -> str:
+    """A folded letter as a regex: itself or a Latin letter that folds to it, each with
+    any of the marks written apart after it."""
+    same = "".join(c for c in map(chr, range(0xC0, 0x250)) if folded(c) == ch)
+    return f"[{re.escape(ch + same)}][{''.join(sorted(_DIACRITICS))}]*"
+
+
+def _long_snippet(content: str, words: Sequence[str]) -> str:
+    """Up to 40 characters either side of the first place in ``content`` where the index
+    finds one of ``words`` (:func:`_word_pattern`; else where one is written, in any case),
+    marked as the index's snippets mark a word; the start when none is found."""
+    patterns = [p for p in map(_word_pattern, words) if p is not None]
+    places = [m.span() for m in (p.search(content) for p in patterns) if m] or [
+        m.span() for m in (re.search(re.escape(w), content, re.IGNORECASE) for w in words) if m]
+    if not places:
+        return content[:80] + "…"
+    at, end = min(places)
+    start = max(at - 40, 0)
+    return (("…" if start else "") + content[start:at] + "[" + content[at:end] + "]"
+            + content[end:end + 40] + "…")
 
 
 def _spread(hits: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
