@@ -131,21 +131,27 @@ def test_after_a_send_regenerate_edit_and_branch_switch_the_transcript_is_a_full
     _shown_equals_a_full_reload(window)
 
 
-def test_a_turns_states_are_describes(tmp_path):
-    """The states read as a turn's (only the messages after the older planned head, and
-    the request's) are ``describe``'s of every message: as the chat grows, while a reply
-    streams and once it ended, after a branch change and a compaction."""
-    from iris_desktop.core.turn_delta import states_since
-    from iris_desktop.core.views import message_states
+def _small_window_host(tmp_path):
+    """A host of a 2,048-token window (long chats drop most of their turns), no model."""
     from iris_desktop.host import Host
 
     from support.fakes import ScriptedRuntime
 
     host = Host(tmp_path / "data", {"context.window": "2048", "context.recall_semantic": "false"},
                 runtime=ScriptedRuntime([]), compact=False)
+    return host, host.planner(host.settings, fallback=True)
+
+
+def test_a_turns_states_are_describes(tmp_path):
+    """The states read as a turn's (only the messages after the older planned head, and
+    the request's) are ``describe``'s of every message: as the chat grows, while a reply
+    streams and once it ended, after a branch change and a compaction."""
+    from iris_desktop.core.turn_delta import states_since
+    from iris_desktop.core.views import message_states
+
+    host, planner = _small_window_host(tmp_path)
     try:
         store = host.store
-        planner = host.planner(host.settings, fallback=True)
         tid = store.create_thread("chat")
         store.add_messages(tid, _lines(400, "a longer line of words to fill the window"))
         basis, streaming, shapes, before = None, None, [], {}
@@ -188,15 +194,10 @@ def test_a_chats_first_states_read_no_message_rows(tmp_path):
     read none (only the replies still streaming), and are still ``describe``'s."""
     from iris_desktop.core.turn_delta import states_since
     from iris_desktop.core.views import message_states
-    from iris_desktop.host import Host
 
-    from support.fakes import ScriptedRuntime
-
-    host = Host(tmp_path / "data", {"context.window": "2048", "context.recall_semantic": "false"},
-                runtime=ScriptedRuntime([]), compact=False)
+    host, planner = _small_window_host(tmp_path)
     try:
         store = host.store
-        planner = host.planner(host.settings, fallback=True)
         tid = store.create_thread("chat")
         store.add_messages(tid, _lines(6_000, "line"))
         streaming = store.add_message(tid, {"role": "assistant", "content": "so"}, status="streaming")

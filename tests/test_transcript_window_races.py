@@ -17,6 +17,7 @@ import threading
 import pytest
 
 from iris_desktop.core.views import message_states
+
 from support.fakes import ScriptedRuntime
 from support.windows import settle
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from iris_desktop.core.turn_delta import Loaded, transcript_since
-from iris_desktop.core.views import Entry, damage_remedy, transcript_entries
+from iris_desktop.core.views import Entry, mark_entries, transcript_entries
 
 #: messages a page holds (a chat opens on its newest page; scrolling up reads the next)
 PAGE_MESSAGES = 500
@@ -53,23 +53,7 @@ def _page(store: Any, thread_id: int, below: int | None, size: int, newest: bool
     events = store.compaction_events(thread_id, branch=True) if summaries else ()
     entries = transcript_entries(rows, summaries, events)
     points = store.page_branch_points(thread_id, rows[0]["id"] - 1, last) if rows else {}
-    messages = [e for e in entries if e.kind in ("message", "tool")]
-    for entry in messages:
-        entry.branch = points.get(entry.message_id)
-    if newest:  # (as load_transcript: the newest reply, the stopped one)
-        newest_user = max((i for i, e in enumerate(messages) if e.role == "user"), default=None)
-        if newest_user is not None and newest_user + 1 < len(messages):
-            reply = messages[newest_user + 1]
-            reply.can_regenerate = reply.role == "assistant" and reply.status != "streaming"
-        tail = messages[-1] if messages else None
-        if (tail is not None and tail.kind == "message" and tail.text
-                and store.stopped_reply(thread_id) == tail.message_id):
-            tail.can_continue = True
-    damage = store.damaged
-    hurt = [e for e in messages if e.message_id in damage]
-    remedy = damage_remedy(store) if hurt else ""
-    for entry in hurt:
-        entry.damaged = f"{damage[entry.message_id]}. {remedy}"
+    mark_entries(store, thread_id, entries, points, newest)
     return Page(entries, page.older)
 
 

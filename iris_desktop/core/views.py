@@ -285,24 +285,33 @@ def load_transcript(store: Store, thread_id: int, after_id: int = 0, points: Any
     rows = store.messages(thread_id, after_id)
     entries = transcript_entries(rows, *(() if after_id else (
         store.summaries(thread_id), store.compaction_events(thread_id, branch=True))))
-    points = points(rows) if points else store.branch_points(thread_id)
+    mark_entries(store, thread_id, entries, points(rows) if points else store.branch_points(thread_id))
+    return entries
+
+
+def mark_entries(store: Store, thread_id: int, entries: list[Entry], points: Mapping[int, Any],
+                 newest: bool = True) -> None:
+    """What can be done with ``entries`` (a branch's, oldest first): each message's place
+    among its alternatives (``points``), and, when they end at the branch's newest
+    (``newest``), Regenerate on the newest reply and Continue on a stopped one; and the
+    messages found damaged on disk, with what that means."""
     messages = [e for e in entries if e.kind in ("message", "tool")]
     for entry in messages:
         entry.branch = points.get(entry.message_id)
-    newest_user = max((i for i, e in enumerate(messages) if e.role == "user"), default=None)
-    if newest_user is not None and newest_user + 1 < len(messages):
-        reply = messages[newest_user + 1]
-        reply.can_regenerate = reply.role == "assistant" and reply.status != "streaming"
-    last = messages[-1] if messages else None
-    if (last is not None and last.kind == "message" and last.text
-            and store.stopped_reply(thread_id) == last.message_id):  # (an assistant's, no calls)
-        last.can_continue = True
+    if newest:
+        newest_user = max((i for i, e in enumerate(messages) if e.role == "user"), default=None)
+        if newest_user is not None and newest_user + 1 < len(messages):
+            reply = messages[newest_user + 1]
+            reply.can_regenerate = reply.role == "assistant" and reply.status != "streaming"
+        last = messages[-1] if messages else None
+        if (last is not None and last.kind == "message" and last.text
+                and store.stopped_reply(thread_id) == last.message_id):  # (an assistant's, no calls)
+            last.can_continue = True
     damage = store.damaged  # found while reading these rows (or earlier on this Store)
     hurt = [e for e in messages if e.message_id in damage]
     remedy = damage_remedy(store) if hurt else ""
     for entry in hurt:
         entry.damaged = f"{damage[entry.message_id]}. {remedy}"
-    return entries
 
 
 def damage_remedy(store: Store) -> str:
