@@ -356,9 +356,9 @@ class Host:
         if note is None:
             return None
         if face == "window":
-            return note + ("; open it and right-click the reply ▸ Regenerate to answer again"
+            return note + ("; open it and click Regenerate on the reply to answer again"
                            if self.cut_empty else
-                           "; open it and right-click the reply ▸ Continue to go on")
+                           "; open it and click Continue on the reply to go on")
         thread_id = self.cut_by_crash[0][0]
         return note + (f"; 'iris-desktop chat --thread {thread_id} --regenerate' answers again"
                        if self.cut_empty else

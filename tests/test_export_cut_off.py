@@ -35,8 +35,7 @@ def cli(capsys, *argv) -> str:
 
 def offers_continue(data: Path, thread: int) -> bool:
     """What the window and ``chat --continue`` ask: the head is a reply to go on with (the
-    window's transcript then marks it "cut off — Continue goes on" and its menu offers
-    Continue)."""
+    window's transcript then marks it "cut off" and its card and menu offer Continue)."""
     with Store(app_paths(data).db_path) as store:
         head = store.head(thread)
         last = [e for e in load_transcript(store, thread) if e.kind == "message"][-1]

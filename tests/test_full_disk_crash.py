@@ -140,12 +140,12 @@ def test_the_window_words_an_empty_cut_off_reply_with_regenerate(tmp_path):
     _cut_by_a_crash(tmp_path / "empty", text="")
     with Host(tmp_path / "empty") as host:
         assert host.crash_message("window").endswith(
-            "nothing of it was written yet; open it and right-click the reply ▸ Regenerate "
-            "to answer again")
+            "nothing of it was written yet; open it and click Regenerate on the reply to "
+            "answer again")
     _cut_by_a_crash(tmp_path / "begun")
     with Host(tmp_path / "begun") as host:
         assert host.crash_message("window").endswith(
-            "what it had written is kept; open it and right-click the reply ▸ Continue to go on")
+            "what it had written is kept; open it and click Continue on the reply to go on")
 
 
 def _history(data: Path) -> None:

@@ -784,7 +784,7 @@ def test_a_send_that_waits_for_a_summary_says_so_in_the_transcript(qtbot, data_d
             assert stopped.role == "assistant" and stopped.text == "" and stopped.can_regenerate
             shown = view.delegate._doc(stopped, 600).toPlainText()
             assert shown.startswith("Stopped before Iris began to answer. To have it answer, "
-                                    "right-click here and choose Regenerate.")
+                                    "click Regenerate on this card (or right-click it).")
             assert "Stopped before Iris began" in last.data(Qt.ItemDataRole.AccessibleTextRole)
             menu = view.context_menu(last)
             next(a for a in menu.actions() if a.text() == "Regenerate").trigger()

@@ -1120,8 +1120,7 @@ def test_a_reply_cut_off_at_max_tokens_says_so_in_the_status_bar(make_window, qt
     qtbot.waitUntil(lambda: window.status_area.current_message().startswith("Cut off"),
                     timeout=20_000)  # (settle waits for the DB thread, not for the turn)
     assert window.status_area.current_message() == (
-        "Cut off: the reply reached model.max_tokens (3 tokens); right-click the reply ▸ "
-        "Continue goes on")
+        "Cut off: the reply reached model.max_tokens (3 tokens); Continue on the reply goes on")
     assert window.state_label.text() == "Cut off"
     seen: list[str] = []
     window.app_state.generatingChanged.connect(

@@ -38,7 +38,7 @@ def test_an_empty_answer_says_so_in_the_status_bar(make_window, qtbot, tmp_path)
     qtbot.waitUntil(lambda: window.status_area.current_message().startswith("The model ended"),
                     timeout=20_000)
     assert window.status_area.current_message() == (
-        "The model ended its reply without writing anything; Regenerate it (right-click the "
+        "The model ended its reply without writing anything; Regenerate it (the link on the "
         "reply, or Shift+F10), or ask again in other words")
     assert window.state_label.text() == "No answer"
     settle(qtbot, window)

@@ -15,6 +15,7 @@ from PySide6.QtGui import QFontMetrics, QKeySequence, QMouseEvent, QPainter, QPa
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QListView, QMenu
 
 from iris_desktop.core.views import Entry
+from iris_desktop.ui.card_links import LinkedTranscript, message_menu
 from iris_desktop.ui.transcript_delegate import TranscriptDelegate
 from iris_desktop.ui.transcript_model import ENTRY_ROLE, MAX_ROWS, PAGE, TranscriptModel
 from iris_desktop.ui.transcript_text import EditDialog, MessageText
@@ -23,7 +24,9 @@ __all__ = ["PAGE", "TranscriptModel", "TranscriptDelegate", "TranscriptView"]
 
 _CURSORS = {"text": Qt.CursorShape.IBeamCursor, "copy": Qt.CursorShape.PointingHandCursor,
             "code": Qt.CursorShape.PointingHandCursor, "switch": Qt.CursorShape.PointingHandCursor,
-            "toggle": Qt.CursorShape.PointingHandCursor}
+            "toggle": Qt.CursorShape.PointingHandCursor,
+            "continue": Qt.CursorShape.PointingHandCursor,
+            "regenerate": Qt.CursorShape.PointingHandCursor}
 
 
 class TranscriptView(QListView):
@@ -41,7 +44,7 @@ class TranscriptView(QListView):
         self._text_row: QPersistentModelIndex | None = None  # the row the editor is over
         self._pressed: QPersistentModelIndex | None = None
         self._selecting = False  # a press went on to the editor: so do its drag and release
-        self.transcript = TranscriptModel(self)
+        self.transcript = LinkedTranscript(self)
         self.setModel(self.transcript)
         self.delegate = TranscriptDelegate(self)
         self.delegate.copied.connect(self.copied)
@@ -64,7 +67,8 @@ class TranscriptView(QListView):
         self.setAccessibleName("Conversation")
         self.setAccessibleDescription("The messages of this chat; Home and End go to the "
                                       "first and the newest, the context menu has each "
-                                      "message's actions")
+                                      "message's actions; a stopped, failed or cut-off "
+                                      "reply also shows Continue and Regenerate")
         self.edit_dialog: EditDialog | None = None
         self._follow = True
         self._loading = False  # a page is being revealed
@@ -243,33 +247,7 @@ class TranscriptView(QListView):
 
     def context_menu(self, index: QModelIndex) -> QMenu:
         """The menu for the row ``index`` (not shown: ``contextMenuEvent`` shows it)."""
-        entry: Entry = index.data(ENTRY_ROLE)
-        menu = QMenu(self)
-        editor = self.text_editor
-        current = self._text_index()
-        if editor is not None and current.row() == index.row() and editor.has_selection():
-            menu.addAction("Copy selection", editor.copy)
-        menu.addAction("Copy message", lambda: self.delegate.copy(entry))
-        mid = entry.message_id
-        if entry.kind == "message" and mid is not None:
-            if entry.role == "assistant" and entry.can_regenerate:
-                menu.addAction("Regenerate", lambda: self.regenerateRequested.emit(mid))
-            if entry.role == "user":
-                menu.addAction("Edit…", lambda: self.edit_message(entry))
-            if entry.role == "assistant" and entry.can_continue:
-                menu.addAction("Continue", lambda: self.continueRequested.emit(mid))
-            if entry.branch is not None and entry.branch[1] > 1:
-                number, count = entry.branch
-                for label, step, on in (("Previous alternative\tAlt+Left", -1, number > 1),
-                                        ("Next alternative\tAlt+Right", 1, number < count)):
-                    menu.addAction(label, lambda step=step: self.switchRequested.emit(mid, step)
-                                   ).setEnabled(on)
-        if entry.kind in ("tool", "divider"):
-            expanded = entry.key in self.transcript.expanded
-            persistent = QPersistentModelIndex(index)
-            menu.addAction("Collapse" if expanded else "Expand",
-                           lambda: self.toggle(self.transcript.index(persistent.row())))
-        return menu
+        return message_menu(self, index)
 
     def edit_message(self, entry: Entry) -> EditDialog:
         """Ask for the message's new text (non-blocking); ``editRequested`` when it changed
@@ -405,6 +383,10 @@ class TranscriptView(QListView):
         kind, what = self.delegate.target(index, pos)
         if kind == "copy":
             self.delegate.copy(what)
+        elif kind == "continue":
+            self.continueRequested.emit(what.message_id)
+        elif kind == "regenerate":
+            self.regenerateRequested.emit(what.message_id)
         elif kind == "code":
             self.delegate.copy_code(what)
         elif kind == "switch" and what:

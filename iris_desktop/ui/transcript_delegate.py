@@ -1,7 +1,8 @@
 """Lays out and paints the transcript's entries with cached documents (``highlight``:
-markdown for the assistant, highlighted code blocks); says what a click hits (Copy, a
-code block's Copy, the ‹ n/m › switcher, a card to expand, text to select) and makes the
-one selectable editor over a row's text (``transcript_text``)."""
+markdown for the assistant, highlighted code blocks); says what a click hits (the header's
+links: Copy, Continue, Regenerate (``card_links``); a code block's Copy, the ‹ n/m ›
+switcher, a card to expand, text to select) and makes the one selectable editor over a
+row's text (``transcript_text``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QListView, QStyle, QStyledItemDelegate
 
 from iris_desktop.core.views import Entry, arguments_text
+from iris_desktop.ui.card_links import leftmost, link_at, link_rects, paint_header
 from iris_desktop.ui.highlight import (
     CodeBlock,
     CodeTheme,
@@ -35,9 +37,7 @@ from iris_desktop.ui.transcript_model import ENTRY_ROLE, TranscriptModel
 from iris_desktop.ui.transcript_parts import (
     chip_rects,
     column,
-    paint_badges,
     paint_chips,
-    paint_switcher,
     shown_part,
     stopped_empty,
     switcher_rects,
@@ -156,10 +156,9 @@ class TranscriptDelegate(QStyledItemDelegate):
         body = QRect(card.left() + m["pad"], header.bottom() + 1,
                      card.width() - 2 * m["pad"], card.bottom() - header.bottom() - m["pad"])
         fm = QFontMetrics(self.view.font())
-        copy_w = fm.horizontalAdvance("Copy") + u // 2
-        copy = QRect(header.right() - copy_w, header.top(), copy_w, header.height())
-        g = {"card": card, "header": header, "body": body, "copy": copy, **m,
-             "switch": switcher_rects(entry, copy, fm, u)}
+        links = link_rects(entry, header, fm, u)  # Copy, and Continue, Regenerate (card_links)
+        g = {"card": card, "header": header, "body": body, "copy": links["copy"], **m,
+             "links": links, "switch": switcher_rects(entry, leftmost(links), fm, u)}
         if entry.kind != "divider":
             text_h = self._doc(entry, self.body_width()).height()
             g["text"] = QRect(body.left(), body.top(), body.width(), text_h)
@@ -294,25 +293,13 @@ class TranscriptDelegate(QStyledItemDelegate):
         return label
 
     def _paint_header(self, painter, entry: Entry, g: dict, pal: QPalette, option) -> None:
-        header: QRect = g["header"]
-        font = QFont(self.view.font())
-        font.setBold(True)
-        painter.setFont(font)
-        text = pal.color(QPalette.ColorRole.Text)
-        painter.setPen(text)
-        fm = QFontMetrics(font)
-        label = self.header_label(entry, fm, header.width())
-        painter.drawText(header, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
-        x = header.left() + fm.horizontalAdvance(label) + g["u"] // 2
-        paint_badges(painter, entry, x, header, pal, self._small(), g["u"])
-        painter.setFont(self.view.font())
-        if g["switch"] is not None:
-            paint_switcher(painter, entry, g["switch"], pal)
+        bold = QFont(self.view.font())
+        bold.setBold(True)
+        label = self.header_label(entry, QFontMetrics(bold), g["header"].width())
         hovered = bool(option.state & (QStyle.StateFlag.State_MouseOver
                                        | QStyle.StateFlag.State_Selected))
-        if hovered and entry.kind != "notice":
-            painter.setPen(pal.color(QPalette.ColorRole.Link))
-            painter.drawText(g["copy"], Qt.AlignmentFlag.AlignCenter, "Copy")
+        paint_header(painter, entry, g, pal, (self.view.font(), bold, self._small()), label,
+                     hovered)
 
     def _paint_divider(self, painter, entry: Entry, g: dict, pal: QPalette) -> None:
         card: QRect = g["card"]
@@ -350,15 +337,15 @@ class TranscriptDelegate(QStyledItemDelegate):
     # -- clicks ---------------------------------------------------------------------------
 
     def target(self, index, pos) -> tuple[str, object]:
-        """What a click at ``pos`` (viewport coordinates) on row ``index`` hits: ("copy",
-        entry), ("code", CodeBlock), ("switch", ±1 or 0 for an end), ("toggle", entry),
-        ("text", entry) or ("", entry)."""
+        """What a click at ``pos`` (viewport coordinates) on row ``index`` hits: (a link:
+        "copy", "continue" or "regenerate", entry), ("code", CodeBlock), ("switch", ±1 or 0
+        for an end), ("toggle", entry), ("text", entry) or ("", entry)."""
         entry: Entry = index.data(ENTRY_ROLE)
         g = self.geometry(index)
         if entry.kind == "divider":
             return "toggle", entry
-        if entry.kind != "notice" and g["copy"].contains(pos):
-            return "copy", entry
+        if link := link_at(entry, g["links"], pos):
+            return link, entry
         if g["switch"] is not None:
             prev, _, nxt = g["switch"]
             at, count = entry.branch

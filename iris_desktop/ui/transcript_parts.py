@@ -52,8 +52,8 @@ def stopped_empty(entry: Entry) -> str:
     newest reply, how to have it answer."""
     if entry.role != "assistant" or entry.status != "interrupted" or entry.text:
         return ""
-    how = (" To have it answer, right-click here and choose Regenerate. By keyboard: "
-           "Shift+F10 (or the Menu key) on this message, then Regenerate."
+    how = (" To have it answer, click Regenerate on this card (or right-click it). By "
+           "keyboard: Shift+F10 (or the Menu key) on this message, then Regenerate."
            if entry.can_regenerate else "")
     return f"Stopped before Iris began to answer.{how}"
 
@@ -76,7 +76,7 @@ def badges(entry: Entry) -> list[tuple[str, str]]:
     elif entry.status == "error":
         found.append(("failed", "error"))
     elif entry.role == "assistant" and entry.can_continue:  # cut off at model.max_tokens:
-        found.append(("cut off — Continue goes on", "warn"))  # it looked finished (an audit)
+        found.append(("cut off", "warn"))  # it looked finished (an audit); its card shows Continue
     if entry.kind == "tool" and entry.error:
         found.append(("error", "error"))
     if entry.damaged:

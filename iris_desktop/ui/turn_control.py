@@ -349,13 +349,13 @@ class TurnControl(QObject, TurnListener):
             state.show_status(said)  # about the request planned now: it goes once replanned
             self.request_status.said(event.thread_id, said, said == dropped)
             if cut:  # the whole sentence while it is news; the state stays
-                state.show_message(f"Cut off: {cut}; right-click the reply ▸ Continue goes on",
+                state.show_message(f"Cut off: {cut}; Continue on the reply goes on",
                                    15_000)
             elif thought := only_thought(event.stats):
                 state.show_message(f"{thought[0].upper()}{thought[1:]}; send again or rephrase",
                                    15_000)
             elif empty:  # an empty reply and "Ready" said nothing had gone wrong
-                state.show_message(f"{empty[0].upper()}{empty[1:]}; Regenerate it (right-click "
+                state.show_message(f"{empty[0].upper()}{empty[1:]}; Regenerate it (the link on "
                                    "the reply, or Shift+F10), or ask again in other words",
                                    15_000)
         self._compacted, self._answer = "", None  # (Compact now ends with a TurnDone too)
