@@ -118,3 +118,27 @@ def test_sharegpt_conversations_are_imported_one_chat_each(capsys, tmp_path):
     code, out, err = run(capsys, "import", tmp_path / "sharegpt.jsonl", "--again")
     assert code == 0 and len(out.split()) == 2
     assert err.startswith("iris-desktop: imported 2 chats from a ShareGPT file\n")
+
+
+def test_a_sharegpt_list_of_items_chats_is_imported(capsys, tmp_path):
+    """Review: ShareGPT's `items` spelling imported as one object or JSONL, but a JSON list
+    of such chats was refused in the OpenAI reader's words ("unknown role None")."""
+    source = tmp_path / "sharegpt.json"
+    source.write_text(json.dumps([
+        {"id": "q1", "items": [{"from": "human", "value": "2+2?"}, {"from": "gpt", "value": "4"}]},
+        {"id": "q2", "items": [{"from": "human", "value": "3+3?"}, {"from": "gpt", "value": "6"}]}],
+        indent=2))
+    ids, err = imported(capsys, source)
+    assert len(ids) == 2 and "imported 2 chats from a ShareGPT file" in err
+
+
+def test_a_broken_character_in_a_sillytavern_header_is_mended(capsys, tmp_path):
+    """Review: half of a UTF-16 pair in the header's date reached the title unmended and
+    the import ended with "unexpected error (UnicodeEncodeError …); this is a bug"."""
+    header, *lines = SILLYTAVERN.splitlines()
+    header = header.replace('"2024-5-1@12h00m00s"', '"2024-5-1 \\ud83d"')
+    source = tmp_path / "chat.jsonl"
+    source.write_text("\n".join([header, *lines]) + "\n")
+    ids, _ = imported(capsys, source)
+    assert len(ids) == 1
+    assert [t["title"] for t in threads(capsys)] == ["Seraphina (2024-5-1 \ufffd)"]

@@ -217,3 +217,9 @@ def test_a_long_messages_snippet_marks_a_word_the_index_finds_otherwise_as_writt
     thread = fresh_store.create_thread("t")
     fresh_store.add_message(thread, {"role": "user", "content": "x " * 60_000 + "Die Straße ist lang."})
     assert "Die [Straße] ist" in fresh_store.search("straße")[0]["snippet"]
+    # (review: with "STRASSE" written first, the folded pattern marked it, a word the index
+    # does not find for "straße"; the index keeps ß, and so does the pattern now)
+    other = fresh_store.create_thread("u")
+    fresh_store.add_message(other, {"role": "user", "content": "y " * 60_000 + "Erst STRASSE, dann die Straße."})
+    hit = next(h for h in fresh_store.search("straße") if h["thread_id"] == other)
+    assert "die [Straße]" in hit["snippet"] and "[STRASSE]" not in hit["snippet"]

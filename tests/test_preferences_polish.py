@@ -148,7 +148,7 @@ def test_a_typed_number_is_kept_whole_and_named_in_its_error(make_window, qtbot)
         if not spin.isEnabled():  # model.gpu's layers: only with "layers:"
             continue
         dialog.tabs.setCurrentIndex(dialog.sections.index(SETTINGS[key].section))
-        typed = "987654321" if isinstance(spin, BoundedSpinBox) else "98765"
+        typed = "987654321" if isinstance(spin, BoundedSpinBox) else "1234567"  # (was said as 1.23457e+06)
         type_into(qtbot, spin, typed)
         assert str(f.raw()) == typed, (key, spin.text())
         assert f.error.isVisible() and f"'{typed}'" in f.error.text(), (key, f.error.text())

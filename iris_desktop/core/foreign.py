@@ -108,7 +108,7 @@ UNKNOWN_SHAPE = f"not a conversation Iris knows: it reads {READS}"
 
 #: keys only the foreign formats have; a file that holds none is left to conversation.py
 _SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|'
-                        r'currentlySelected|versions|thread_id|object|chat_messages|conv|conversations)"\s*:')
+                        r'currentlySelected|versions|thread_id|object|chat_messages|conv|conversations|items)"\s*:')
 #: the kinds of Open WebUI's ``<details type="…">`` blocks that hold no reply text
 _DETAILS_TYPE = re.compile(r'\btype="(reasoning|tool_calls|code_interpreter)"')
 _ROLES = ("system", "user", "assistant")

@@ -120,7 +120,7 @@ def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
     began = header.get("create_date") if isinstance(header, dict) else None
     title = usable_title(character)
     if title and isinstance(began, str) and began.strip():
-        title = f"{title} ({began.strip()})"
+        title = f"{title} ({usable_title(began.strip())})"  # (its halves of pairs mended too)
     return Chat(title, tree_messages(nodes, parent, tally=tally))
 
 

@@ -203,7 +203,7 @@ class FloatEditor(Editor):
         self.row.addStretch(1)
 
     def raw(self) -> Any:
-        return f"{self.spin.value():g}"
+        return f"{self.spin.value():.10g}"  # (1234567 as typed, not 1.23457e+06)
 
     def set_value(self, value: Any) -> None:
         self.spin.setValue(float(value))

@@ -312,7 +312,9 @@ def _word_pattern(word: str) -> re.Pattern[str] | None:
     letter with or without the marks the index drops (:func:`folded`); the start of a
     word when it has more than WHOLE_WORD_AT_MOST letters, else a whole word. None for a
     word of punctuation only."""
-    runs = re.findall(r"[^\W_]+", folded(word))
+    # (a letter whose full case folding is longer, ß → ss, keeps its simple lower case, as
+    # the index's unicode61 tokenizer does: "straße" finds "Straße", not "STRASSE")
+    runs = re.findall(r"[^\W_]+", "".join(c.lower() if c.casefold() != c.lower() else folded(c) for c in word))
     if not runs:
         return None
     body = r"[\W_]+".join("".join(map(_letter, run)) for run in runs)
