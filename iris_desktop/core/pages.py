@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from iris_desktop.core import big_json
 from iris_desktop.core.turn_delta import Loaded, transcript_since
 from iris_desktop.core.views import Entry, mark_entries, transcript_entries
 
@@ -65,6 +66,26 @@ def newest_page(store: Any, thread_id: int, size: int = PAGE_MESSAGES) -> Page:
 def older_page(store: Any, thread_id: int, below: int, size: int = PAGE_MESSAGES) -> Page:
     """The ``size`` messages of the branch before message ``below`` (its ancestors)."""
     return _page(store, thread_id, below, size, False)
+
+
+def pages_back_to(store: Any, thread_id: int, below: int, target: int | None,
+                  size: int = PAGE_MESSAGES) -> Page:
+    """The pages before message ``below`` back to the one that holds message ``target``
+    (None: back to the branch's first), read in one job and given as one page: a search
+    hit far back or Home in a 50,000-message chat read 99 pages one job at a time, each
+    handed to the window (1.2-1.6 s, 3-4 stalls of 100-170 ms from the collector running
+    while their entries were made). The collector is paused while they are made."""
+    parts: list[list[Entry]] = []
+    with big_json.paused():
+        while True:
+            page = older_page(store, thread_id, below, size)
+            parts.append(page.entries)
+            first = next((e.message_id for e in page.entries if e.message_id is not None), None)
+            if (page.older <= 0 or first is None
+                    or target is not None and any(e.message_id == target for e in page.entries)):
+                break
+            below = first
+    return Page([entry for part in reversed(parts) for entry in part], page.older)
 
 
 def _holds(store: Any, thread_id: int, loaded: Loaded | None) -> bool:

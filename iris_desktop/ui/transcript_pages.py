@@ -16,7 +16,7 @@ from typing import Any
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QFontMetrics
 
-from iris_desktop.core.pages import PAGE_MESSAGES, Page, older_page, transcript_page
+from iris_desktop.core.pages import PAGE_MESSAGES, Page, older_page, pages_back_to, transcript_page
 from iris_desktop.core.store import ThreadGone
 from iris_desktop.core.turn_delta import Loaded
 from iris_desktop.core.views import Entry
@@ -113,8 +113,11 @@ class TranscriptPages(QObject):
             if not isinstance(exc, ThreadGone):  # (a deleted chat: said as such elsewhere)
                 self.control.app_state.show_message(f"Could not read the earlier messages: {exc}", 8000)
 
-        self.control.background.run(lambda store: older_page(store, tid, below, PAGE_MESSAGES),
-                                    put, failed)
+        want = self.want  # a message (or the first) far back: the pages to it in one job
+        target = int(want[2:]) if want and want.startswith("m:") and want[2:].isdigit() else None
+        self.control.background.run(
+            (lambda store: older_page(store, tid, below, PAGE_MESSAGES)) if want is None
+            else (lambda store: pages_back_to(store, tid, below, target)), put, failed)
 
     def _with_states(self, entries: list[Entry]) -> None:
         states = self.control.states
