@@ -47,3 +47,27 @@ def test_a_request_is_built_when_another_connection_writes_while_it_reads(tmp_pa
     finally:
         store.close()
         other.close()
+
+
+def test_the_connection_writes_again_once_the_request_is_built(tmp_path, caplog):
+    """The engine's lazy read of the branch stayed open after the request was built while
+    anything still referred to it (here the log record of the busy cache, as pytest keeps
+    it; a traceback, a reference cycle): its snapshot held, and once another connection
+    had committed, SQLite refused every write of this one ("database is locked",
+    SQLITE_BUSY_SNAPSHOT), a turn's reply and its lease included. The read is closed when
+    the request is built."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    store, other = Store(tmp_path / "iris.db"), Store(tmp_path / "iris.db")
+    try:
+        thread = store.create_thread("long")
+        store.add_messages(thread, [{"role": "user" if i % 2 == 0 else "assistant",
+                                     "content": f"line {i} of a long imported chat"} for i in range(600)])
+        ContextEngine(store, WriterMeanwhile(other), ContextParams(window=4096)).build(thread, draft="And now?")
+        assert any("not saved now" in r.getMessage() for r in caplog.records)  # (the record is held)
+        reply = store.add_message(thread, {"role": "assistant", "content": "written after the build"})
+        assert store.messages_by_id([reply])[reply]["content"] == "written after the build"
+    finally:
+        store.close()
+        other.close()

@@ -33,6 +33,7 @@ from itertools import islice
 from typing import Any
 
 from iris_desktop.core.config import ContextParams
+from iris_desktop.core.counts import ensure_counts, wire_message  # noqa: F401 (imported from here)
 from iris_desktop.core.ports import Reranker
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.records import day_of, names_relative_date
@@ -45,7 +46,6 @@ from iris_desktop.core.store import (
     row_to_message,
     utf8_length,
 )
-from iris_desktop.core.store.errors import keep_cache
 from iris_desktop.tokens import Message, TokenCounter
 
 PRUNED_PLACEHOLDER = "[Tool output cleared]"
@@ -272,35 +272,6 @@ def oversized(p: ContextParams, needed: int, n_bytes: int, frame: Frame | None) 
             f"ratio {p.token_budget_ratio}{fixed})")
 
 
-def wire_message(message: Message) -> Message:
-    """Only the keys a chat template understands."""
-    wire: Message = {"role": message["role"], "content": message.get("content")}
-    for key in ("tool_calls", "tool_call_id", "name"):
-        if message.get(key) is not None:
-            wire[key] = message[key]
-    return wire
-
-
-def ensure_counts(
-    store: Store, counter: TokenCounter, metas: Sequence[MessageMeta]
-) -> list[MessageMeta]:
-    """Fill in missing token counts (tokenizing only those messages) and cache them;
-    a reply still being written is counted for this read but never cached (its text
-    grows; the store refuses such a count too). A cache the full disk (or a read-only
-    database) refuses is not kept: the counts serve this read (``keep_cache``)."""
-    missing = [m.id for m in metas if m.tokens is None]
-    if not missing:
-        return list(metas)
-    rows = store.messages_by_id(missing)
-    counts = {mid: counter.count_message(wire_message(row_to_message(rows[mid]))) for mid in missing}
-    keep_cache(store, "token counts", lambda: store.cache_counts(counter.name, {
-        mid: n for mid, n in counts.items() if rows[mid].get("status") != "streaming"}))
-    return [
-        m if m.tokens is not None else replace(m, tokens=counts[m.id])  # keeps every field
-        for m in metas
-    ]
-
-
 @dataclass
 class Frame:
     """The fixed part of one request and the history budget it leaves."""
@@ -347,6 +318,13 @@ class _TurnSource:
         self.clipped: dict[int, tuple[Message, int]] = {}  # id → (shortened, its tokens)
         newest = self.get(0)
         self.keep.update(m.id for m in in_flight(newest.messages if newest is not None else []))
+
+    def close(self) -> None:
+        """Let go of the history's open read: a lazy cursor left open keeps this
+        connection's snapshot, and once another connection commits, SQLite refuses every
+        write of this one (SQLITE_BUSY_SNAPSHOT: a turn's reply, its lease) until the
+        collector happens to free it."""
+        self._source.close()
 
     def get(self, index: int) -> Turn | None:
         while len(self.loaded) <= index:
@@ -469,23 +447,26 @@ class ContextEngine:
         reply another process is still streaming is not history yet and is left out.
         ``anchor`` (see :meth:`open_turn_anchor`) opens the oldest turn."""
         cursor = self.store.iter_meta_desc(thread_id, self.counter.name, after_id)
-        current: Turn | None = None
-        while True:
-            batch = [m for m in islice(cursor, _BATCH)
-                     if m.id not in skip and m.status != "streaming"]
-            if not batch:
-                break
-            for meta in ensure_counts(self.store, self.counter, batch):
-                if current is not None and meta.turn != current.number:
-                    yield current
-                    current = None
-                if current is None:
-                    current = Turn(meta.turn)
-                current.messages.insert(0, meta)
-        if anchor is not None and current is not None and current.number == anchor.turn:
-            current.messages.insert(0, anchor)
-        if current is not None:
-            yield current
+        try:  # (closed with this generator: see _TurnSource.close)
+            current: Turn | None = None
+            while True:
+                batch = [m for m in islice(cursor, _BATCH)
+                         if m.id not in skip and m.status != "streaming"]
+                if not batch:
+                    break
+                for meta in ensure_counts(self.store, self.counter, batch):
+                    if current is not None and meta.turn != current.number:
+                        yield current
+                        current = None
+                    if current is None:
+                        current = Turn(meta.turn)
+                    current.messages.insert(0, meta)
+            if anchor is not None and current is not None and current.number == anchor.turn:
+                current.messages.insert(0, anchor)
+            if current is not None:
+                yield current
+        finally:
+            cursor.close()
 
     # -- the request ----------------------------------------------------------------------
 
@@ -506,8 +487,7 @@ class ContextEngine:
         self._refuse_oversized(thread_id, frame, draft)
         draft_message = {"role": "user", "content": draft} if draft is not None else None
         turns, protect = self._fit(thread_id, frame, draft_message)
-        included, spent, dropped_turns = self._load(turns, frame, protect)
-        history, pruned_ids = self._prune(included, protect, turns)
+        included, spent, dropped_turns, history, pruned_ids = self._loaded(turns, frame, protect)
         if draft_message is not None:
             history.append(draft_message)
         recall, recall_tokens = self._recall(
@@ -549,6 +529,15 @@ class ContextEngine:
                 m.id == turns.anchor.id for t in included for m in t.messages) else [],
             head_id=self.store.thread_state(thread_id)[0] if thread_id > 0 else None,
         )
+
+    def _loaded(self, turns: _TurnSource, frame: Frame, protect: int) -> tuple[Any, ...]:
+        """:meth:`_load`, then :meth:`_prune`; the history's read closed after
+        (:meth:`_TurnSource.close`)."""
+        try:
+            included, spent, dropped = self._load(turns, frame, protect)
+            return included, spent, dropped, *self._prune(included, protect, turns)
+        finally:
+            turns.close()
 
     def _refuse_oversized(self, thread_id: int, frame: Frame, draft: str | None) -> None:
         """A huge paste is refused before anything tokenizes it: every counter spends a
@@ -614,6 +603,7 @@ class ContextEngine:
         for anchored in (True, False):
             turns = _TurnSource(self, thread_id, frame, draft, anchored)
             if not anchored and turns.anchor_skipped is None:
+                turns.close()
                 break  # there was no anchor to leave out
             try:
                 return turns, self._choose_protection(turns, frame)
@@ -624,6 +614,7 @@ class ContextEngine:
                         return turns, self._choose_protection(turns, frame)
                     except ConversationTooLargeException as clipped:
                         error = clipped
+            turns.close()
         raise error
 
     def _choose_protection(self, turns: _TurnSource, frame: Frame) -> int:

@@ -736,8 +736,11 @@ class Messages(Branches):
             """,
             (counter, thread_id, after_id),
         )
-        for row in cur:
-            yield MessageMeta(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
+        try:  # (a generator closed early closes its cursor: its read ends with it)
+            for row in cur:
+                yield MessageMeta(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
+        finally:
+            cur.close()
 
     def meta_range(
         self, thread_id: int, counter: str, through_id: int | None = None, after_id: int = 0
