@@ -76,7 +76,12 @@ from iris_desktop.core.foreign_formats import (
     sharegpt_chat,
     sillytavern_chat,
 )
-from iris_desktop.core.foreign_llamacpp import LLAMA_CPP, is_llamacpp, llamacpp_chat
+from iris_desktop.core.foreign_llamacpp import (
+    LLAMA_CPP,
+    is_llamacpp,
+    llamacpp_chat,
+    llamacpp_sessions,
+)
 from iris_desktop.core.foreign_parts import Chat, Documents, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
@@ -206,10 +211,10 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
         if lines is not None and is_sillytavern(lines):
             return _guard(path, SILLYTAVERN, lambda: _finish(path, SILLYTAVERN, [
                 lambda tally: sillytavern_chat(lines, tally)]))
-        if lines is None or not is_sharegpt(lines):  # (ShareGPT's JSONL: one chat a line)
+        if (sessions := llamacpp_sessions(lines)) is None and not (lines and is_sharegpt(lines)):
             del text, stripped
             return _native(path, zipped is not None, zipped and bad_shard(zipped))
-        data = lines
+        data = lines if sessions is None else sessions  # (ShareGPT's, or llama.cpp's JSONL)
     del text, stripped
     if isinstance(data, dict) and _jan_messages([data]):  # a Jan messages.jsonl of one line
         thread, problem = _read_json(path.parent / "thread.json", soft=True)

@@ -5,7 +5,8 @@
   shape): a list of ``{"id", "conversations": [{"from": "human"|"gpt"|"system"|…,
   "value": text}]}``, one JSON value or one per line (JSONL). ``human`` and ``user`` ask,
   ``gpt``, ``assistant``, ``chatgpt``, ``bard``, ``bing``, ``model`` answer, a leading
-  ``system`` is the chat's system prompt; a tool's call or result (``function_call``,
+  ``system`` (or the conversation's own ``system``, as FastChat writes it) is the chat's
+  system prompt; a tool's call or result (``function_call``,
   ``observation``, ``tool``) is a tool step, counted. ShareGPT dates nothing.
 - SillyTavern's chat file (``<character> - <date>.jsonl``): a header line
   (``user_name``, ``character_name``, ``create_date``, ``chat_metadata``), then a line per
@@ -18,6 +19,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable
 from datetime import datetime
 from typing import Any
@@ -39,6 +41,8 @@ SILLYTAVERN = "SillyTavern chat"
 
 _ASKS = {"human", "user"}
 _ANSWERS = {"gpt", "assistant", "chatgpt", "bard", "bing", "model", "claude", "llm"}
+_HUMANIZED = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2}) ?@(\d{1,2})h ?(\d{1,2})m ?(\d{1,2})s"
+                        r"(?: ?(\d{1,3})ms)?")
 _TOOLS = {"function_call", "function_response", "observation", "tool", "tool_call",
           "tool_response", "ipython"}
 
@@ -80,6 +84,10 @@ def sharegpt_chat(item: Any, tally: Tally) -> Chat | None:
         if role is None or not isinstance(text, str) or not text.strip():
             continue
         messages.append(text_message(role, strip_reasoning(text) if role == "assistant" else text))
+    system = item.get("system")  # (FastChat's own files: the system prompt beside the turns)
+    if isinstance(system, str) and system.strip() and not any(
+            m["role"] == "system" for m in messages):
+        messages.insert(0, text_message("system", system))
     return Chat(usable_title(item.get("title")), messages)
 
 
@@ -119,18 +127,31 @@ def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
     character = header.get("character_name") if isinstance(header, dict) else None
     began = header.get("create_date") if isinstance(header, dict) else None
     title = usable_title(character)
+    if isinstance(began, (int, float)) and not isinstance(began, bool) and began > 0:
+        try:  # (ms, as its versions of 2023 wrote it; shown as it names a chat's file)
+            began = datetime.fromtimestamp(began / 1000).strftime("%Y-%m-%d@%Hh%Mm%Ss")
+        except (ValueError, OverflowError, OSError):
+            began = None
     if title and isinstance(began, str) and began.strip():
         title = f"{title} ({usable_title(began.strip())})"  # (its halves of pairs mended too)
     return Chat(title, tree_messages(nodes, parent, tally=tally))
 
 
 def _sent(value: Any) -> float | None:
-    """A SillyTavern ``send_date`` as seconds since 1970: ms, ISO 8601, or its older
-    "May 1, 2024 12:00pm" (the local time of the machine it was written on)."""
+    """A SillyTavern ``send_date`` as seconds since 1970: ms, ISO 8601, its older
+    "May 1, 2024 12:00pm", or "2023-4-21 @20h 02m 47s 124ms" (the last two the local time
+    of the machine it was written on)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, str):
         return None
+    humanized = _HUMANIZED.fullmatch(value.strip())
+    if humanized:  # "2023-4-21 @20h 02m 47s 124ms", as its server and older versions write
+        year, month, day, hour, minute, second, ms = (int(x or 0) for x in humanized.groups())
+        try:
+            return datetime(year, month, day, hour, minute, second, ms * 1000).timestamp()
+        except (ValueError, OverflowError, OSError):
+            return None
     for parse in (datetime.fromisoformat, lambda v: datetime.strptime(v, "%B %d, %Y %I:%M%p")):
         try:
             return parse(value.strip()).timestamp()

@@ -1,5 +1,6 @@
 """llama.cpp's own web UI (``llama-server``'s chat page): a conversation downloaded from it
-(``{"conv": {...}, "messages": [...]}``) and its "export all" file (a list of those), read
+(``{"conv": {...}, "messages": [...]}``), its "export all" file (a list of those) and its
+JSONL export (:func:`llamacpp_sessions`), read
 into Iris's format with the parts :mod:`iris_desktop.core.foreign` shares by every format.
 
 The web UI keeps each conversation's messages as a tree in the browser (IndexedDB):
@@ -13,7 +14,9 @@ edits and regenerations are branches, ``currNode``'s the active one (without it,
 newest message's, as the web UI shows). ``thinking`` (the model's reasoning) is dropped,
 as for every app; attachments (``extra``: images, audio, PDFs, text files) are counted,
 not kept; a tool's result (role ``tool``) is a tool step, counted. A conversation the web
-UI downloaded while it was open holds only the branch it showed, with no root.
+UI downloaded while it was open holds only the branch it showed, with no root. The web UI
+of early 2025 numbered its messages (``Date.now()``; ``currNode`` a number, the root's
+``parent`` -1); its first version kept a conversation as one flat list (:func:`_flat`).
 """
 
 from __future__ import annotations
@@ -39,9 +42,38 @@ LLAMA_CPP = "llama.cpp web UI export"
 
 
 def is_llamacpp(value: Any) -> bool:
-    """Whether ``value`` is one conversation of llama.cpp's web UI export."""
-    return isinstance(value, dict) and isinstance(value.get("conv"), dict) \
-        and isinstance(value.get("messages"), list)
+    """Whether ``value`` is one conversation of llama.cpp's web UI export (or of its first
+    version, below)."""
+    return isinstance(value, dict) and isinstance(value.get("messages"), list) and (
+        isinstance(value.get("conv"), dict) or _flat(value))
+
+
+def _flat(value: dict[str, Any]) -> bool:
+    """The web UI's first version kept a conversation as one object, ``{id: "conv-<ms>",
+    lastModified, messages}``, its messages one list in order, without ``parent`` (as its
+    public/demo-conversation.json still is): read as one branch."""
+    return isinstance(value.get("id"), str) and value["id"].startswith("conv-") \
+        and "lastModified" in value and "conv" not in value
+
+
+def llamacpp_sessions(lines: list[Any] | None) -> list[Any] | None:
+    """The conversations of the web UI's JSONL export, as its JSON export gives them
+    (``{"conv", "messages"}`` each); None for other lines. The export writes a line
+    ``{"type": "session", "harness": "llama.app", ...conv}`` for each conversation, then one
+    ``{"type": "message", "message": {...}}`` for each of its messages (``toolCalls``
+    parsed)."""
+    if not lines or not isinstance(lines[0], dict) or lines[0].get("type") != "session" \
+            or "harness" not in lines[0] and "currNode" not in lines[0]:
+        return None
+    chats: list[Any] = []
+    for line in lines:
+        if isinstance(line, dict) and line.get("type") == "session":
+            conv = {k: v for k, v in line.items() if k not in ("type", "harness")}
+            chats.append({"conv": conv, "messages": []})
+        else:  # (a line that is not a message is that chat's error, named by llamacpp_chat)
+            message = line.get("message", line) if isinstance(line, dict) else line
+            chats[-1]["messages"].append(message)
+    return chats
 
 
 def llamacpp_chat(item: Any, tally: Tally) -> Chat | None:
@@ -50,8 +82,10 @@ def llamacpp_chat(item: Any, tally: Tally) -> Chat | None:
     if not is_llamacpp(item):
         raise ConversationFormatError("a conversation must be an object with 'conv' and "
                                       "'messages'")
-    conv = item["conv"]
+    flat = _flat(item)
+    conv = item if flat else item["conv"]
     nodes: dict[Hashable, Node] = {}
+    previous: Hashable | None = None
     system: str | None = None
     newest: tuple[float, Hashable] | None = None
     for number, message in enumerate(item["messages"], start=1):
@@ -60,8 +94,8 @@ def llamacpp_chat(item: Any, tally: Tally) -> Chat | None:
         key = hashable(message.get("id", ("message", number)))
         if key in nodes:  # which one a reply answers cannot be told
             raise SkippedChat(f"two of its messages have the same id ({key!r})")
-        parent = message.get("parent")
-        kids = message.get("children")
+        parent = previous if flat else message.get("parent")
+        kids = [] if flat else message.get("children")
         made = _message(message, tally)
         if message.get("type") == "system" or (made is None and message.get("role") == "system"
                                               and message.get("type") != "root"):
@@ -71,14 +105,17 @@ def llamacpp_chat(item: Any, tally: Tally) -> Chat | None:
             made = None  # (the chat's system prompt, above all)
         nodes[key] = Node(hashable(parent) if parent is not None else None, made,
                           [hashable(k) for k in kids] if isinstance(kids, list) else [])
+        previous = key
         when = message.get("timestamp")
         if made is not None and isinstance(when, (int, float)) and not isinstance(when, bool) \
                 and (newest is None or when >= newest[0]):
             newest = (when, key)
     current = conv.get("currNode")
-    active = hashable(current) if isinstance(current, str) and current else None
+    # (a number in the web UI of early 2025, whose ids were Date.now() values)
+    numbered = isinstance(current, int) and not isinstance(current, bool)
+    active = hashable(current) if (isinstance(current, str) and current) or numbered else None
     if active not in nodes:
-        active = newest[1] if newest is not None else None
+        active = previous if flat else newest[1] if newest is not None else None
     messages = tree_messages(nodes, active, system, tally)
     return Chat(usable_title(conv.get("name")), messages)
 

@@ -131,8 +131,11 @@ class Vectors(Connected):
                    "AND m.id <= :through AND +v.model = :model ORDER BY m.id")
         cursor = self.conn.execute(sql, {"thread": thread_id, "after": after_id, "through": through_id,
                                          "model": model})
-        while rows := cursor.fetchmany(block):
-            yield rows
+        try:  # (a generator let go of early closes its cursor: its read ends with it)
+            while rows := cursor.fetchmany(block):
+                yield rows
+        finally:
+            cursor.close()
 
     def vector_counts(self, model: str) -> tuple[int, int]:
         """(messages with a vector from ``model``, messages with a vector from another model
