@@ -11,21 +11,11 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QRect, Qt  # noqa: E402
 from PySide6.QtGui import QAccessible, QColor  # noqa: E402
+from test_ui_branches import rows, settle  # noqa: E402
 
 from iris_desktop.ui.transcript_model import ENTRY_ROLE  # noqa: E402
 
 from support.fakes import ScriptedRuntime  # noqa: E402
-
-
-def settle(qtbot, w) -> None:
-    qtbot.waitUntil(lambda: not w.generating and w.background.idle, timeout=20_000)
-    qtbot.wait(50)
-    qtbot.waitUntil(lambda: w.background.idle, timeout=20_000)
-
-
-def rows(w) -> list:
-    model = w.view.transcript
-    return [model.index(r).data(ENTRY_ROLE) for r in range(model.rowCount())]
 
 
 def reply_index(w):
