@@ -76,6 +76,10 @@ _START = textwrap.dedent("""
 
 @pytest.fixture
 def data(tmp_path, capsys, monkeypatch) -> Path:
+    return encrypted_history(tmp_path, capsys, monkeypatch)
+
+
+def encrypted_history(tmp_path, capsys, monkeypatch) -> Path:
     """A history encrypted with OLD holding one chat with PHRASE; IRIS_STORAGE_PASSPHRASE
     is OLD (the child's too)."""
     chat = tmp_path / "chat.jsonl"
@@ -127,13 +131,18 @@ def start_beside_a_rekey(capsys, monkeypatch, data: Path, tmp_path: Path, step: 
 def test_a_start_beside_a_rekey_says_the_key_changed_not_that_the_file_is_damaged(
         capsys, monkeypatch, data, tmp_path, step):
     code, err = start_beside_a_rekey(capsys, monkeypatch, data, tmp_path, step)
+    said_the_key_changed_and_nothing_to_recover(capsys, monkeypatch, data, code, err)
+
+
+def said_the_key_changed_and_nothing_to_recover(capsys, monkeypatch, data: Path, code: int,
+                                                 err: str) -> None:
+    """A start beside a rekey was refused saying the key changed (not a damaged file), and
+    the next start with the new passphrase opens the history, nothing set aside."""
     assert code == 1 and one_sentence(err), err
     assert "damaged" not in err and "recover" not in err, err  # before: "first page is damaged"
     assert (f"another Iris process encrypted {data / 'iris.db'} again with a new key "
             "('iris-desktop rekey')") in err, err
     assert "start Iris again (with the new passphrase, if it was given one)" in err, err
-
-    # nothing to recover: the next start with the new passphrase opens the history
     monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", NEW)
     code, out, err = run(capsys, "--data-dir", data, "export", "1")
     assert code == 0 and PHRASE in out, err

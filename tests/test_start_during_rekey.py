@@ -16,7 +16,6 @@ is then waiting). A real SQLCipher history; no keyring (IRIS_STORAGE_PASSPHRASE)
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -31,13 +30,11 @@ import pytest
 pytest.importorskip("sqlcipher3")
 
 from test_rekey import NEW, OLD, PHRASE, REPO  # noqa: E402  (the same history as rekey's tests)
-from test_rekey_race import digests  # noqa: E402
+from test_rekey_race import encrypted_history, said_the_key_changed_and_nothing_to_recover  # noqa: E402
 
 from iris_desktop.core.store import cipher  # noqa: E402
-from iris_desktop.core.store.cipher import is_encrypted  # noqa: E402
 from iris_desktop.files import Busy  # noqa: E402
 
-from support.helpers import one_sentence  # noqa: E402
 from support.helpers import run_cli as run  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_keyring")
@@ -45,18 +42,7 @@ pytestmark = pytest.mark.usefixtures("no_keyring")
 @pytest.fixture
 def history(tmp_path, capsys, monkeypatch) -> Path:
     """A data folder whose history, encrypted with OLD, holds one chat with PHRASE."""
-    chat = tmp_path / "chat.jsonl"
-    chat.write_text(json.dumps({"role": "user", "content": f"Remember {PHRASE}."}) + "\n"
-                    + json.dumps({"role": "assistant", "content": "Noted."}) + "\n")
-    folder = tmp_path / "data"
-    monkeypatch.delenv("IRIS_NEW_STORAGE_PASSPHRASE", raising=False)
-    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", OLD)
-    monkeypatch.setenv("IRIS_STORAGE_ENCRYPT", "true")
-    code, _, err = run(capsys, "--data-dir", folder, "import", chat)
-    assert code == 0, err
-    monkeypatch.delenv("IRIS_STORAGE_ENCRYPT")  # unset: the setting follows the history
-    assert is_encrypted(folder / "iris.db") is True
-    return folder
+    return encrypted_history(tmp_path, capsys, monkeypatch)
 
 
 #: the child: the real ``rekey`` (OLD → NEW), stopped with the conversion lock held, before
@@ -136,17 +122,7 @@ def test_a_start_waiting_for_a_rekey_says_the_key_changed_not_that_the_file_is_d
     code, _, err = start_while_a_rekey_runs(
         monkeypatch, history, tmp_path, dict(os.environ),
         lambda: run(capsys, "--data-dir", history, "threads", "--no-model"))
-    assert code == 1 and one_sentence(err), err
-    assert "damaged" not in err and "recover" not in err, err  # before: "first page is damaged"
-    assert (f"another Iris process encrypted {history / 'iris.db'} again with a new key "
-            "('iris-desktop rekey')") in err, err
-    assert "start Iris again (with the new passphrase, if it was given one)" in err, err
-
-    # nothing to recover: the next start with the new passphrase opens the history
-    monkeypatch.setenv("IRIS_STORAGE_PASSPHRASE", NEW)
-    code, out, err = run(capsys, "--data-dir", history, "export", "1")
-    assert code == 0 and PHRASE in out, err
-    assert [name for name in digests(history) if "corrupt" in name] == []
+    said_the_key_changed_and_nothing_to_recover(capsys, monkeypatch, history, code, err)
 
 
 def test_a_start_waiting_for_a_rekey_with_the_new_passphrase_opens_the_history(

@@ -12,19 +12,18 @@ Every page's entries are exactly those a whole read (``views.load_transcript``) 
 same messages: the context engine never reads the window (it counts from the store), so
 the meter, the states and the inspector are what they were.
 
-:func:`transcript_page` is ``turn_delta.transcript_since`` with the newest page in place
-of the whole branch. All of it runs on the DB thread, takes a Store and returns plain
-data; no Qt here.
+:func:`transcript_page` is a turn's tail (``turn_delta.tail_since``) where the
+transcript still holds, else the newest page. All of it runs on the DB thread, takes a
+Store and returns plain data; no Qt here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from iris_desktop.core import big_json
-from iris_desktop.core.turn_delta import Loaded, transcript_since
+from iris_desktop.core.turn_delta import Loaded, anchor_of, tail_holds, tail_since
 from iris_desktop.core.views import Entry, mark_entries, transcript_entries
 
 #: messages a page holds (a chat opens on its newest page; scrolling up reads the next)
@@ -38,10 +37,6 @@ class Page:
 
     entries: list[Entry]
     older: int
-
-
-def _anchor(entries: Sequence[Entry]) -> int | None:
-    return next((e.message_id for e in reversed(entries) if e.kind == "message" and e.role == "user"), None)
 
 
 def _page(store: Any, thread_id: int, below: int | None, size: int, newest: bool) -> Page:
@@ -88,24 +83,15 @@ def pages_back_to(store: Any, thread_id: int, below: int, target: int | None,
     return Page([entry for part in reversed(parts) for entry in part], page.older)
 
 
-def _holds(store: Any, thread_id: int, loaded: Loaded | None) -> bool:
-    """``transcript_since`` reads the tail only (what it checks first)."""
-    if loaded is None or loaded.thread_id != thread_id or loaded.anchor is None:
-        return False
-    summaries = store.summaries(thread_id)
-    return (loaded.summaries == tuple(s.id for s in summaries)
-            and not any(s.covers_through_id >= loaded.anchor for s in summaries)
-            and bool(store.on_path(thread_id, [loaded.anchor])))
-
-
 def transcript_page(store: Any, thread_id: int, loaded: Loaded | None,
                     size: int = PAGE_MESSAGES) -> tuple[list[Entry], Loaded, bool, int]:
-    """(entries, what they show, whole, older): a turn's tail as ``transcript_since``
-    reads it when ``loaded`` still holds (``whole`` False; ``older`` -1: as before), else
+    """(entries, what they show, whole, older): a turn's tail (``tail_since``) when
+    ``loaded`` still holds (``whole`` False; ``older`` -1: as before), else
     the newest page (``whole``) and how many of the branch's messages are older than it."""
-    if _holds(store, thread_id, loaded):
-        entries, shown, whole = transcript_since(store, thread_id, loaded)
-        return entries, shown, whole, 0 if whole else -1  # (whole: changed meanwhile, all read)
+    summaries = store.summaries(thread_id)
+    ids = tuple(s.id for s in summaries)
+    if tail_holds(store, thread_id, loaded, summaries):
+        entries = tail_since(store, thread_id, loaded)
+        return entries, Loaded(thread_id, anchor_of(entries) or loaded.anchor, ids), False, -1
     page = newest_page(store, thread_id, size)
-    ids = tuple(s.id for s in store.summaries(thread_id))
-    return page.entries, Loaded(thread_id, _anchor(page.entries), ids), True, page.older
+    return page.entries, Loaded(thread_id, anchor_of(page.entries), ids), True, page.older

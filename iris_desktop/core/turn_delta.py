@@ -2,9 +2,10 @@
 the whole chat (a 50,000-message chat read ~150,000 rows and froze the window for
 0.4-0.8 s after every send):
 
-* :func:`transcript_since`: the transcript entries from the newest user message loaded
-  before onwards, when the branch is the one loaded then (that message still on it, no
-  summary made since); otherwise every entry of the branch, as ``load_transcript``.
+* :func:`tail_since`: the transcript entries from the newest user message loaded before
+  onwards, when the branch is the one loaded then (:func:`tail_holds`: that message still
+  on it, no summary made since); otherwise the window reads its newest page again
+  (:mod:`.pages`).
 * :func:`states_since`: each message's state in the next request, reading only the
   messages whose state can have changed since the states computed before; all of them
   (``describe``) after a compaction, a branch change or in another chat.
@@ -34,24 +35,25 @@ class Loaded:
     summaries: tuple[int, ...]
 
 
-def _anchor(entries: Sequence[Any]) -> int | None:
+def anchor_of(entries: Sequence[Any]) -> int | None:
+    """The newest user message among ``entries`` (where a tail read starts again)."""
     return next((e.message_id for e in reversed(entries) if e.kind == "message" and e.role == "user"), None)
 
 
-def transcript_since(store: Any, thread_id: int, loaded: Loaded | None) -> tuple[list, Loaded, bool]:
-    """(entries, what they show, whole): the whole branch (``whole``) unless ``loaded``
-    is this thread's and still holds: its anchor on the active branch (so everything
-    before it is as loaded: a branch is one chain) and the same summaries, none covering
-    the anchor. Then only the messages from the anchor on: its turn again (the reply
-    that can be regenerated, the last that can be continued, a regenerated reply's
-    alternatives) and what came after."""
-    summaries = store.summaries(thread_id)
-    ids = tuple(s.id for s in summaries)
-    if (loaded is None or loaded.thread_id != thread_id or loaded.anchor is None
-            or loaded.summaries != ids or any(s.covers_through_id >= loaded.anchor for s in summaries)
-            or not store.on_path(thread_id, [loaded.anchor])):
-        entries = load_transcript(store, thread_id)
-        return entries, Loaded(thread_id, _anchor(entries), ids), True
+def tail_holds(store: Any, thread_id: int, loaded: Loaded | None, summaries: Sequence[Any]) -> bool:
+    """Whether ``loaded`` is this thread's and still holds (``summaries``: the thread's
+    now): its anchor on the active branch (so everything before it is as loaded: a branch
+    is one chain) and the same summaries, none covering the anchor."""
+    return not (loaded is None or loaded.thread_id != thread_id or loaded.anchor is None
+                or loaded.summaries != tuple(s.id for s in summaries)
+                or any(s.covers_through_id >= loaded.anchor for s in summaries)
+                or not store.on_path(thread_id, [loaded.anchor]))
+
+
+def tail_since(store: Any, thread_id: int, loaded: Loaded) -> list:
+    """The entries from ``loaded``'s anchor on (it holds: :func:`tail_holds`): its turn
+    again (the reply that can be regenerated, the last that can be continued, a
+    regenerated reply's alternatives) and what came after."""
 
     def points(rows: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
         if len(rows) > _FEW:
@@ -63,8 +65,7 @@ def transcript_since(store: Any, thread_id: int, loaded: Loaded | None) -> tuple
                 found[row["id"]] = (alternatives.index(row["id"]) + 1, len(alternatives))
         return found
 
-    entries = load_transcript(store, thread_id, loaded.anchor - 1, points)
-    return entries, Loaded(thread_id, _anchor(entries) or loaded.anchor, ids), False
+    return load_transcript(store, thread_id, loaded.anchor - 1, points)
 
 
 # -- states --------------------------------------------------------------------------------

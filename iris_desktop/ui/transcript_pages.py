@@ -1,12 +1,12 @@
 """Reading the open chat into the transcript a page at a time (:mod:`iris_desktop.core.pages`).
 
 Opening a chat reads its newest page (``PAGE_MESSAGES``); a turn's reload reads the turn
-(``transcript_since``). The pages before it are read on the DB thread when the user
+(``turn_delta.tail_since``). The pages before it are read on the DB thread when the user
 scrolls near the top of what was read (before the rows run out: the next page is there
 when they get to it), and put in front of the entries without moving the rows in view.
 A message that is not read yet (a search hit, the alternative a branch switch shows,
-Home: the chat's first message) is reached by reading page after page, each a short job,
-so the window stays responsive while a 50,000-message chat is read back to its start.
+Home: the chat's first message) is reached by reading the pages back to it in one job on
+the DB thread (``pages_back_to``), put in front of the entries once.
 """
 
 from __future__ import annotations

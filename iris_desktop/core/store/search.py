@@ -301,9 +301,14 @@ def _snippet(content: str, term: str) -> str:
     """Up to 40 characters either side of ``term``'s first place in ``content`` (in any
     case), the term marked as the index's snippets mark a word."""
     at = max(content.lower().find(term.lower()), 0)
+    return _around(content, at, at + len(term))
+
+
+def _around(content: str, at: int, end: int) -> str:
+    """Up to 40 characters either side of ``content[at:end]``, which is marked."""
     start = max(at - 40, 0)
-    return (("…" if start else "") + content[start:at] + "[" + content[at:at + len(term)]
-            + "]" + content[at + len(term):at + len(term) + 40] + "…")
+    return (("…" if start else "") + content[start:at] + "[" + content[at:end] + "]"
+            + content[end:end + 40] + "…")
 
 
 def _word_pattern(word: str) -> re.Pattern[str] | None:
@@ -339,10 +344,7 @@ def _long_snippet(content: str, words: Sequence[str]) -> str:
         m.span() for m in (re.search(re.escape(w), content, re.IGNORECASE) for w in words) if m]
     if not places:
         return content[:80] + "…"
-    at, end = min(places)
-    start = max(at - 40, 0)
-    return (("…" if start else "") + content[start:at] + "[" + content[at:end] + "]"
-            + content[end:end + 40] + "…")
+    return _around(content, *min(places))
 
 
 def _spread(hits: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
