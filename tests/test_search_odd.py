@@ -9,6 +9,7 @@ import pytest
 
 from iris_desktop.core.store import Store
 from iris_desktop.paths import app_paths
+from iris_desktop.ui.search_marks import MARKED_ROLE
 
 from support.windows import settle
 
@@ -145,8 +146,9 @@ def test_the_window_finds_a_title_without_its_accents_cpp_as_written_and_a_dash(
                               check_params_cb=lambda q: q == query):
             qtbot.keyClicks(box, query)
         settle(qtbot, window)
-        return [rows.item(i).text() for i in range(rows.count())]
+        return [rows.item(i).data(MARKED_ROLE) or rows.item(i).text() for i in range(rows.count())]
 
     assert shown("cafe") == ["Le café du coin"]
-    assert shown("C++") == ["Le café du coin\n   I write [C++] every day…"]
-    assert shown("-") == ["Le café du coin\n   a [-] b…"]
+    assert shown("C++") == ["Le café du coin<br>&nbsp;&nbsp;&nbsp;I write <b>C++</b> every day…"]
+    assert shown("-") == ["Le café du coin<br>&nbsp;&nbsp;&nbsp;a <b>-</b> b…"]
+    assert rows.item(0).text() == "Le café du coin\n   a - b…"  # (read aloud without marks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import time
 from collections import Counter
 from datetime import datetime, timedelta
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from iris_desktop.ui.search_marks import MARKED_ROLE, MarkedDelegate, marked_line
 from iris_desktop.untrusted import show_directional
 
 THREAD_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -107,6 +109,7 @@ class ThreadPanel(QWidget):
         self.list.placeholder = NO_CHATS
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setWordWrap(True)
+        self.list.setItemDelegate(MarkedDelegate(self.list))
         self.list.setUniformItemSizes(False)
         # what a screen reader says for each (the Tab order is the layout's: new, search, list)
         self.new_button.setAccessibleName("New chat")
@@ -170,10 +173,14 @@ class ThreadPanel(QWidget):
             item.setFlags(Qt.ItemFlag.NoItemFlags)
             self.list.addItem(item)
         for row in rows:
-            snippet = " ".join((row.get("snippet") or "").split())
-            text = row["title"] if row.get("message_id") is None else f"{row['title']}\n   {snippet}"
-            item = QListWidgetItem(show_directional(text))
-            item.setToolTip(show_directional(snippet))
+            title = show_directional(" ".join(str(row["title"]).split()))
+            item = QListWidgetItem(title)
+            item.setToolTip(title)
+            if row.get("message_id") is not None:  # the found words in bold (search_marks)
+                snippet, rich = marked_line(row.get("text") or "", row.get("marks") or [])
+                item.setText(f"{title}\n   {snippet}")
+                item.setData(MARKED_ROLE, f"{html.escape(title)}<br>&nbsp;&nbsp;&nbsp;{rich}")
+                item.setToolTip(snippet)
             item.setData(TITLE_ROLE, row["title"])
             item.setData(THREAD_ROLE, row["thread_id"])
             item.setData(MESSAGE_ROLE, row.get("message_id"))

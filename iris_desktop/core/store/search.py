@@ -31,6 +31,9 @@ WHOLE_WORD_AT_MOST = 2
 #: against every other, and a pasted book or log of 5 MB holding the word 50,000 times
 #: took minutes, and could not be stopped (tests/test_long_message_cost.py)
 LONG_SNIPPET_CHARS = 100_000
+#: where a snippet's found word starts and ends, while it is made: control characters, so
+#: a bracket the message writes ("a[i]") is not taken for one (:func:`_marked`)
+_OPEN, _CLOSE = "\x02", "\x03"
 
 
 def _unsegmented(term: str) -> bool:
@@ -221,12 +224,12 @@ class Search(Connected):
                   if all(w in folded(r[1] or "") for w in words)]
         parts = [_fts_part(t) for t in terms]
         if any(_unsegmented(t) for t in terms) or not any(fts for fts, _ in parts):
-            return titles + _spread(self._search_as_written(terms, limit * 4), limit)
+            return titles + list(map(_marked, _spread(self._search_as_written(terms, limit * 4), limit)))
         fts = " ".join(fts for fts, _ in parts if fts)
         written = [t for t, (_, edged) in zip(terms, parts) if edged]
         marked = [t for t in terms if not t.isalnum() and t not in written]
-        return titles + self._matching(fts, written, marked, limit,
-                                       [t for t, (part, _) in zip(terms, parts) if part])
+        return titles + list(map(_marked, self._matching(
+            fts, written, marked, limit, [t for t, (part, _) in zip(terms, parts) if part])))
 
     def _matching(self, fts: str, written: list[str], marked: list[str],
                   limit: int, words: Sequence[str] = ()) -> list[dict[str, Any]]:
@@ -267,7 +270,7 @@ class Search(Connected):
             rows = {r["message_id"]: r for r in self.db.query(
                 f"""
                 SELECT m.thread_id, t.title, m.id AS message_id,
-                       snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet
+                       snippet(messages_fts, 0, char(2), char(3), '…', 12) AS snippet
                 FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
                 JOIN threads t ON t.id = m.thread_id
                 WHERE messages_fts MATCH :fts AND messages_fts.rowid BETWEEN :low AND :high
@@ -307,8 +310,34 @@ def _snippet(content: str, term: str) -> str:
 def _around(content: str, at: int, end: int) -> str:
     """Up to 40 characters either side of ``content[at:end]``, which is marked."""
     start = max(at - 40, 0)
-    return (("…" if start else "") + content[start:at] + "[" + content[at:end] + "]"
+    return (("…" if start else "") + content[start:at] + _OPEN + content[at:end] + _CLOSE
             + content[end:end + 40] + "…")
+
+
+def _marked(hit: dict[str, Any]) -> dict[str, Any]:
+    """A message hit as shown: ``text``, its snippet unmarked; ``marks``, the (start,
+    end) of each found word in it, for the window to set in bold; ``snippet``, the words
+    in [brackets] for a plain list. A mark the message itself writes is dropped."""
+    text, marks, start = "", [], None
+    for part in re.split("([\x02\x03])", hit["snippet"] or ""):
+        if part == _OPEN:
+            start = len(text)
+        elif part == _CLOSE:
+            if start is not None:
+                marks.append((start, len(text)))
+            start = None
+        else:
+            text += part
+    return {**hit, "snippet": _bracketed(text, marks), "text": text, "marks": marks}
+
+
+def _bracketed(text: str, marks: list[tuple[int, int]]) -> str:
+    """``text`` with each marked span in [brackets]."""
+    out, at = [], 0
+    for start, end in marks:
+        out += [text[at:start], "[", text[start:end], "]"]
+        at = end
+    return "".join(out) + text[at:]
 
 
 def _word_pattern(word: str) -> re.Pattern[str] | None:
