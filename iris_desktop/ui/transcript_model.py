@@ -180,16 +180,32 @@ class TranscriptModel(QAbstractListModel):
         self._offset += len(entries)
         self._end += len(entries)
         self.older = older
-        self._tell_damage(entries)
+        self._tell_damage(entries, here=False)
 
-    def _tell_damage(self, entries: list[Entry]) -> None:
+    def _tell_damage(self, entries: list[Entry], here: bool = True) -> None:
         """A note, once while the chat is open, naming its messages found damaged on disk
         that no note named yet (each card has its badge): the user is told which, what
-        it means and what can be done, without a box to dismiss."""
+        it means and what can be done, without a box to dismiss. ``here`` False (a page
+        read above the rows, the user reading there): the note goes at the end without
+        moving the rows (``add_notice`` shows the newest page: the user was sent to the
+        chat's end from the page being read)."""
         new = [e for e in entries if e.damaged and e.message_id not in self._damage_told]
-        if new:
-            self._damage_told.update(e.message_id for e in new)
+        if not new:
+            return
+        self._damage_told.update(e.message_id for e in new)
+        if here:
             self.add_notice(damage_note(new), error=False)
+            return
+        entry = Entry("notice", f"n:{next(self._notice_seq)}", text=damage_note(new),
+                      role="notice", error=False)
+        self._notices.append((self.last_message_id(), entry))
+        if self._end == len(self._all):  # the rows reach the end: a row there (below the view)
+            self.beginInsertRows(QModelIndex(), self.rowCount(), self.rowCount())
+            self._all.append(entry)
+            self._end += 1
+            self.endInsertRows()
+        else:
+            self._all.append(entry)
 
     def show_span(self, start: int, end: int) -> None:
         """Show the entries from ``start`` to ``end`` (a jump: Home, End, a search hit)."""
