@@ -105,18 +105,23 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
             self.background.run(lambda store: store.thread(thread_id), None,
                                 lambda exc: self._deleted(exc, thread_id))
             return
-        if self.app_state.generating:  # the branch of a reply being written stays
-            self._open(thread_id, message_id)
-            return
+        writing = self.app_state.generating and self.app_state.answering == thread_id
 
-        def onto_path(store) -> bool:
+        def onto_path(store) -> bool | None:
             store.thread(thread_id)  # ThreadGone: deleted since the hit was listed
             if store.on_path(thread_id, [message_id]):
                 return False
+            if writing:  # the branch of a reply being written stays
+                return None
             store.set_head(thread_id, store.newest_leaf(message_id))
             return True
 
-        def opened(switched: bool) -> None:
+        def opened(switched: bool | None) -> None:
+            if switched is None:  # (looked for, it read every page back to the first)
+                self._open(thread_id)
+                self.app_state.show_message("That message is on another branch of this chat: "
+                                            "it can be shown once the reply is written", 8000)
+                return
             self._open(thread_id, message_id)
             if switched:
                 self.app_state.show_message("Switched to the branch with this message", 6000)

@@ -37,6 +37,10 @@ class TranscriptPages(QObject):
         self.loaded: Loaded | None = None  # what the transcript shows (a turn reads its own)
         self.reading: tuple[int, int] | None = None  # (thread, below): a page being read
         self.want: str | None = None  # the key to show once read (a message, or TOP)
+        #: (thread, message) a reload is to show once read: a reload asked for meanwhile
+        #: (the chat list saw the branch a search hit switched to) shows it too; before,
+        #: that newer job replaced the hit's and the chat opened at its end
+        self.hit: tuple[int, int] | None = None
         self.view.verticalScrollBar().valueChanged.connect(self._scrolled)
         self.view.installEventFilter(self)
 
@@ -51,10 +55,14 @@ class TranscriptPages(QObject):
             and model.holds_message(loaded.anchor) else None
         if tid is None:
             return
+        if message_id is None and self.hit is not None and self.hit[0] == tid:
+            message_id = self.hit[1]
+        self.hit = (tid, message_id) if message_id is not None else None
 
         def show(result: tuple[list[Entry], Loaded, bool, int]) -> None:
             if tid != state.thread_id:
                 return
+            self.hit = None
             entries, self.loaded, whole, older = result
             self._with_states(entries)
             if whole:
