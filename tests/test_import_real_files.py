@@ -12,6 +12,9 @@ from pathlib import Path
 
 from test_foreign_import import exported, imported, threads
 
+from support.helpers import one_sentence
+from support.helpers import run_cli as run
+
 REAL = Path(__file__).parent / "fixtures" / "real"
 
 
@@ -135,3 +138,120 @@ def test_llamacpps_jsonl_export_is_imported_not_refused(capsys, tmp_path):
         ("user", "Open Source in the Age of Automated Synthesis", True),
         ("assistant", "The intersection of open source and synthesis.", True),
         ("assistant", "A regenerated essay.", False)]
+
+
+def test_chatgpts_picture_without_a_type_is_one_image_not_also_a_file(capsys):
+    """A real ChatGPT conversation of June 2025 (aucontraire/echomine's golden master
+    002_with_images/raw.json): the user's picture is an ``image_asset_pointer`` part and,
+    in ``metadata.attachments``, an entry with its id, width and height but no
+    ``mime_type``. Before, that entry was counted as a file besides the image: "1 image
+    and 1 other file were left out", where the user had attached one picture."""
+    ids, err = imported(capsys, REAL / "chatgpt" / "echomine-002_with_images.json")
+    assert len(ids) == 1 and err == ("iris-desktop: imported 1 chat from a ChatGPT export\n"
+                                     "iris-desktop: 1 image was left out: Iris imports text "
+                                     "only.\n")
+    messages = exported(capsys, ids[0])
+    assert [(m["role"], m["content"][:30]) for m in messages] == [
+        ("user", "Interpret this painting "),
+        ("assistant", "This painting presents a surre"),
+        ("user", "Could there also be erotic con"),
+        ("assistant", "Yes — it’s quite plausible tha")]
+    assert messages[0]["created_at"].startswith("2025-06-12T00:23:18")
+    assert threads(capsys)[0]["title"] == "Interpretación pintura surrealista"
+
+
+def test_chatgpts_older_citation_markers_become_the_cited_pages(capsys):
+    """LibreChat's api/server/utils/import/__data__/chatgpt-export.json: two conversations
+    of a ChatGPT export (January 2024, browsing with Bing, and October 2023); the first's
+    replies cite as 2023 to 2024's ChatGPT did, ``【6†source】`` in the text and
+    ``metadata.citations`` giving each marker's place and page. Before, the markers were
+    kept (shown, and sent to the model); now each is the page's link, as LibreChat's own
+    import writes it."""
+    ids, err = imported(capsys, REAL / "chatgpt" / "librechat-chatgpt-export.json")
+    assert len(ids) == 2 and err == (
+        "iris-desktop: imported 2 chats from a ChatGPT export\n"
+        "iris-desktop: 4 tool steps (web searches, code runs, image generation) were left "
+        "out; the replies that used them are kept.\n")
+    browsed = exported(capsys, ids[0])
+    assert [m["role"] for m in browsed] == ["user", "assistant"] * 3
+    assert not any("†" in m["content"] for m in browsed)
+    drive = ("([Volkswagen Transporter Review - Drive](https://www.drive.com.au/reviews/"
+             "volkswagen-transporter-review/))")
+    assert browsed[1]["content"].endswith(
+        "maintenance of the vehicle ([2021 Volkswagen Transporter T6.1 L2H1 2.0 TDI 110HP "
+        "specs, dimensions](https://www.ultimatespecs.com/car-specs/Volkswagen/118424/"
+        f"2021-Volkswagen-Transporter-T61-L2H1-20-TDI-110HP.html)) {drive}.")
+    assert browsed[3]["content"].endswith(
+        "due to the additional weight ([Volkswagen Transporter TDI340 2014 - Pricing & "
+        "Specifications | carsales.com.au](https://www.carsales.com.au/volkswagen/"
+        "transporter/price/2014/tdi340-381631/)).")
+    assert [m["created_at"][:19] for m in browsed[::2]] == [
+        "2024-01-07T12:18:35", "2024-01-07T12:19:21", "2024-01-07T12:20:26"]
+    plain = exported(capsys, ids[1])
+    assert plain[3]["content"].startswith("Certainly! Here's the same logic written in the C#")
+
+
+def test_librechats_branched_export_is_refused_by_its_name(capsys):
+    """LibreChat's api/server/utils/import/__data__/librechat-export.json: a conversation
+    as LibreChat's export writes it with branches and ``recursive``, its messages as a
+    tree under ``messagesTree`` (no ``messages``). Before, it got the refusal of a file
+    nobody made, "not a conversation Iris knows", where LibreChat's files are refused by
+    name."""
+    source = REAL / "librechat" / "librechat-export.json"
+    code, out, err = run(capsys, "import", source)
+    assert code == 2 and out == "" and one_sentence(err)
+    assert err.startswith(f"iris-desktop: import refused, nothing was written: {source}: this "
+                          "looks like a LibreChat conversation export, which Iris cannot "
+                          "import yet; it imports OpenAI message lists")
+    assert threads(capsys) == []
+
+
+def test_text_generation_webuis_2023_history_is_refused_by_its_name(capsys, tmp_path):
+    """text-generation-webui kept a chat's history in early 2023 as ``{"data": [[asked,
+    replied], …], "data_visible": […]}`` (``logs/persistent.json``, ``logs/<character>_
+    persistent.json``; SillyTavern's importer still reads it so). A real one,
+    Nat-Amato/-SaA-Vtuber-AI's text-generation-webui/logs/persistent.json (April 2023), is
+    in a repository that gives no license: only its shape is kept here (its keys, an
+    ``<audio>`` tag the TTS extension put in the visible copy), the texts are this
+    test's. Before, it got "not a conversation Iris knows", where text-generation-webui's
+    histories are refused by name."""
+    asked, replied = "What is the chemical formula of water?", "It is H2O."
+    source = tmp_path / "persistent.json"
+    source.write_text(json.dumps({
+        "data": [["", ""], [asked, replied]],
+        "data_visible": [["", ""], [asked, '<audio src="file/extensions/silero_tts/outputs/'
+                                            'None_1680727413.wav" controls ></audio><br><br>'
+                                            + replied]]}, indent=2))
+    code, out, err = run(capsys, "import", source)
+    assert code == 2 and out == "" and one_sentence(err)
+    assert err.startswith(f"iris-desktop: import refused, nothing was written: {source}: this "
+                          "looks like a text-generation-webui (oobabooga) chat history, which "
+                          "Iris cannot import yet")
+
+
+def test_open_webuis_export_naming_a_deleted_message_shows_its_conversation(capsys, tmp_path):
+    """fractuscontext/openwebui-chat-repair's tests/bad-test-1.json: an Open WebUI export
+    (March 2026, four exchanges with Grok) that its author broke as Open WebUI breaks
+    chats that no longer open (open-webui issues 15189, 19225): ``currentId`` names a
+    message that is not there, a ``childrenIds`` entry names one either, and a stray
+    message's ``parentId`` names a missing one. Before, that stray message, the last one,
+    was made the branch shown, and the whole conversation a hidden branch."""
+    ids, err = imported(capsys, REAL / "openwebui" / "chat-repair-bad-test-1.json")
+    assert len(ids) == 1 and err == "iris-desktop: imported 1 chat from an Open WebUI export\n"
+    messages = exported(capsys, ids[0])
+    shown = [(m["role"], m["content"][:16]) for m in messages if m["iris"]["active"]]
+    assert shown == [("user", "test"), ("assistant", "Test received! 🚀"),
+                     ("user", "hello"), ("assistant", "Hello! 👋 How's i"),
+                     ("user", "bad"), ("assistant", "Aw, sorry to hea"),
+                     ("user", "my friend told m"), ("assistant", "Haha, the classi")]
+    stray = [m["content"] for m in messages if not m["iris"]["active"]]
+    assert stray == ["This node is completely orphaned and should get pruned!"]
+    assert not any("<details" in m["content"] for m in messages)
+    # the same chat with its own system prompt: the stray message hangs from it too
+    chats = json.loads((REAL / "openwebui" / "chat-repair-bad-test-1.json").read_text())
+    chats[0]["chat"]["params"] = {"system": "Answer briefly."}
+    (tmp_path / "chat-export.json").write_text(json.dumps(chats))
+    ids, _ = imported(capsys, tmp_path / "chat-export.json", "--again")
+    messages = exported(capsys, ids[0])
+    assert [m["content"] for m in messages if not m["iris"]["active"]] == stray
+    assert messages[0]["content"] == "Answer briefly." and messages[0]["iris"]["active"]

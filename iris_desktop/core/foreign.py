@@ -549,13 +549,11 @@ def _chatgpt_message(message: Any, tally: _Tally, documents: Documents,
     if role not in ("user", "assistant"):
         return None
     attachments = meta.get("attachments")
-    if isinstance(attachments, list):
-        pictures = sum(isinstance(a, dict) and str(a.get("mime_type", "")).startswith("image/")
-                       for a in attachments)
-        tally.files += len(attachments) - pictures
+    if isinstance(attachments, list):  # (a picture's is counted as its image part)
+        tally.files += sum(not _picture(a, content) for a in attachments)
     text = _chatgpt_text(content, kind, tally)
     if role == "assistant":
-        text = documents.cited(text, meta.get("content_references"))
+        text = documents.cited(text, meta.get("content_references"), meta.get("citations"))
     if not text.strip():
         return None
     finish = meta.get("finish_details") if isinstance(meta.get("finish_details"), dict) else {}
@@ -565,6 +563,19 @@ def _chatgpt_message(message: Any, tally: _Tally, documents: Documents,
         message.get("status") == "in_progress" or finish.get("type") == "interrupted")
     cut = role == "assistant" and finish.get("type") == "max_tokens"  # its length limit
     return _message(role, text, message.get("create_time"), stopped, cut)
+
+
+def _picture(attachment: Any, content: dict[str, Any]) -> bool:
+    """Whether an attachment is a picture the message shows (an image part): an
+    ``image/`` type or, where none is given (a real export of June 2025), the id of an
+    image part's pointer (``file-service://…``, ``sediment://…``) or a width and height."""
+    if not isinstance(attachment, dict):
+        return False
+    parts = content.get("parts") if isinstance(content.get("parts"), list) else []
+    pointers = {str(p.get("asset_pointer", "")).rpartition("/")[2] for p in parts
+                if isinstance(p, dict) and p.get("content_type") in _IMAGE_PARTS}
+    return str(attachment.get("mime_type", "")).startswith("image/") \
+        or str(attachment.get("id")) in pointers or {"width", "height"} <= attachment.keys()
 
 
 def _chatgpt_text(content: dict[str, Any], kind: Any, tally: _Tally) -> str:

@@ -239,11 +239,12 @@ class Documents:
         self.room = MERGED_CHARS
         self.before, self.touched = before, False
 
-    def cited(self, text: str, references: Any) -> str:
-        """A ChatGPT reply's ``text`` without its markers (:func:`without_markers`)."""
+    def cited(self, text: str, references: Any, citations: Any = None) -> str:
+        """A ChatGPT reply's ``text`` without its markers (:func:`without_markers`, and
+        the older ones: :func:`without_old_citations`)."""
         if self.before:
             return text
-        plain = without_markers(text, references)
+        plain = without_markers(without_old_citations(text, citations), references)
         self.touched = self.touched or plain != text
         return plain
 
@@ -373,6 +374,29 @@ def _literal(pattern: str) -> str | None:
         out.append(char)
         i += 1
     return "".join(out)
+
+
+#: an older ChatGPT citation (2023 to 2024): 【7†source】, 【3:0†source】, 【12†L3-L9】
+_OLD_CITATION = re.compile(r"【\d+(?::\d+)*†[^】\n]{0,80}】")
+
+
+def without_old_citations(text: str, citations: Any) -> str:
+    """ChatGPT's older citation markers (``【7†source】``) as the cited page's link, where
+    ``metadata.citations`` gives the page for the marker's place (``start_ix``,
+    ``end_ix``), else gone."""
+    if "†" not in text:
+        return text
+    links: dict[tuple[int, int], str] = {}
+    for cited in citations if isinstance(citations, list) else []:
+        page = cited.get("metadata") if isinstance(cited, dict) else None
+        url = page.get("url") if isinstance(page, dict) else None
+        place = (cited.get("start_ix"), cited.get("end_ix")) if page else None
+        if isinstance(url, str) and url.startswith(("http://", "https://")) \
+                and all(isinstance(ix, int) for ix in place):
+            name = text_of(page.get("title")).strip() or url.split("/")[2]
+            name = " ".join(name.replace("[", "(").replace("]", ")").split())
+            links[place] = f" ([{name}]({url}))"
+    return _OLD_CITATION.sub(lambda match: links.get(match.span(), ""), text)
 
 
 #: a ChatGPT marker: \ue200kind\ue202what\ue201 (a citation, an entity, a file's citation)

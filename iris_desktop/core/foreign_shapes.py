@@ -25,8 +25,12 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
 
 
 def _librechat(value: Any) -> bool:
-    return any(("conversationId" in x and isinstance(x.get("messages"), list)) or
-               ("messageId" in x and "parentMessageId" in x) for x in _dicts(value))
+    """LibreChat's conversation export: ``conversationId`` and its ``messages`` or (a
+    ``recursive`` export, as LibreChat's export writes one now) its ``messagesTree``; or
+    its messages themselves (``messageId``, ``parentMessageId``)."""
+    return any(("conversationId" in x and (isinstance(x.get("messages"), list)
+                                           or isinstance(x.get("messagesTree"), list)))
+               or ("messageId" in x and "parentMessageId" in x) for x in _dicts(value))
 
 
 def _gemini(value: Any) -> bool:
@@ -41,9 +45,11 @@ def _gemini(value: Any) -> bool:
 
 
 def _textgen(value: Any) -> bool:
-    """text-generation-webui (oobabooga)'s history: ``internal`` and ``visible`` pairs."""
-    return isinstance(value, dict) and isinstance(value.get("internal"), list) \
-        and isinstance(value.get("visible"), list)
+    """text-generation-webui (oobabooga)'s history: ``internal`` and ``visible`` pairs, or
+    (its versions of early 2023, ``logs/persistent.json``) ``data`` and ``data_visible``."""
+    return isinstance(value, dict) and any(
+        isinstance(value.get(kept), list) and isinstance(value.get(shown), list)
+        for kept, shown in (("internal", "visible"), ("data", "data_visible")))
 
 
 def _betterchatgpt(value: Any) -> bool:

@@ -65,7 +65,7 @@ def tree(nodes: dict[Hashable, Node], active: Hashable | None,
                                       "own parent)")
     head = anchor.get(active) if active in nodes else None
     if head is None:
-        head = kept[-1]
+        head = largest_end(kept, parent_of)
     message = {k: nodes[k].message for k in kept}
     kept, head, left_out = untangle(kept, parent_of, message, head)
     on_path: set[Hashable] = set()
@@ -81,6 +81,23 @@ def tree(nodes: dict[Hashable, Node], active: Hashable | None,
     return Tree([{**message[k], TREE_KEY: {
         "id": number[k], "parent_id": number.get(parent_of[k]), "active": k in on_path}}
         for k in kept], left_out, loops, looped)
+
+
+def largest_end(kept: list[Hashable], parent_of: dict[Hashable, Hashable | None]) -> Hashable:
+    """Where the source names no shown message, or one it does not hold: the last message
+    (in the source's order) of its largest tree, the last such tree where several are as
+    large. Before, the last message of all was taken, and a stray message whose parent is
+    gone (Open WebUI's broken exports, whose ``currentId`` names a deleted message) became
+    the chat shown, its conversation a hidden branch. (The chat's system prompt, a root
+    above all, is no tree of its own: its children are.)"""
+    root_of: dict[Hashable, Hashable] = {}
+    size: dict[Hashable, int] = {}
+    for key in kept:  # (parents first)
+        parent = parent_of[key]
+        root_of[key] = root_of.get(parent, key) if parent not in (None, SYSTEM) else key
+        size[root_of[key]] = size.get(root_of[key], 0) + (key != SYSTEM)
+    largest = max(reversed(list(size)), key=size.__getitem__)
+    return next(key for key in reversed(kept) if root_of[key] == largest)
 
 
 def unloop(nodes: dict[Hashable, Node], active: Hashable | None
