@@ -7,7 +7,9 @@
   ``gpt``, ``assistant``, ``chatgpt``, ``bard``, ``bing``, ``model`` answer, a leading
   ``system`` (or the conversation's own ``system``, as FastChat writes it) is the chat's
   system prompt; a tool's call or result (``function_call``,
-  ``observation``, ``tool``) is a tool step, counted. ShareGPT dates nothing.
+  ``observation``, ``tool``) is a tool step, counted. A turn of any other speaker (``bot``)
+  skips its chat, named in the import's sentence (its replies were dropped without a word,
+  the chat stored as the questions alone). ShareGPT dates nothing.
 - SillyTavern's chat file (``<character> - <date>.jsonl``): a header line
   (``user_name``, ``character_name``, ``create_date``, ``chat_metadata``), then a line per
   message (``name``, ``is_user``, ``is_system``, ``send_date``, ``mes``, and a reply's
@@ -81,7 +83,13 @@ def sharegpt_chat(item: Any, tally: Tally) -> Chat | None:
             continue
         role = "user" if speaker in _ASKS else "assistant" if speaker in _ANSWERS else \
             "system" if speaker == "system" and not messages else None
-        if role is None or not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or not text.strip():
+            continue
+        if role is None and speaker != "system":  # (its text was dropped without a word)
+            raise ConversationFormatError(
+                f"turn {number}'s speaker {turn.get('from')!r} is not one Iris knows (human or "
+                f"user asks; {', '.join(sorted(_ANSWERS))} answer)")
+        if role is None:
             continue
         messages.append(text_message(role, strip_reasoning(text) if role == "assistant" else text))
     system = item.get("system")  # (FastChat's own files: the system prompt beside the turns)
