@@ -34,6 +34,11 @@ SESSION = dt.date(2023, 7, 12)  # a Wednesday
     ("we plan a reunion next summer", "next summer (summer 2024)"),
     ("This winter was cold", "This winter (winter 2023)"),
     ("last month", "last month (June 2023)"),
+    ("I bought it the day before yesterday", "the day before yesterday (10 July 2023)"),
+    ("we fly the day after tomorrow", "the day after tomorrow (14 July 2023)"),
+    ("We jammed last night!", "last night (11 July 2023)!"),
+    ("I got her a year ago", "a year ago (1 year ago from 12 July 2023, about 2022)"),
+    ("the album dropped on the 11th and it was wild", "on the 11th (11 July 2023) and"),
 ])
 def test_relative_dates_are_anchored_to_the_day_it_was_written(text, expected):
     assert expected in resolve_relative(text, SESSION)
@@ -41,6 +46,17 @@ def test_relative_dates_are_anchored_to_the_day_it_was_written(text, expected):
 
 def test_no_date_leaves_text_alone():
     assert resolve_relative("I went yesterday", None) == "I went yesterday"
+
+
+@pytest.mark.parametrize("text", [
+    "It was the last night of the trip",  # not a day
+    "we live on the 4th floor",  # not a day of the month
+    "on the 3rd of May we met",  # its month is said
+    "in May on the 3rd, we met",
+    "the show is on the 20th",  # this month's or last month's: not guessed
+])
+def test_days_that_are_not_relative_or_not_sure_stay_as_written(text):
+    assert resolve_relative(text, SESSION) == text
 
 
 def stored(store, path, count=None) -> list[Said]:

@@ -301,10 +301,13 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
                           flags=re.IGNORECASE)
 
     lowered = sentence.lower()
-    if "yesterday" in lowered:
-        sub(r"\byesterday\b", fmt_date(today - dt.timedelta(days=1)))
-    if "tomorrow" in lowered:
-        sub(r"\btomorrow\b", fmt_date(today + dt.timedelta(days=1)))
+    for word, step in (("yesterday", -1), ("tomorrow", 1)):
+        if word in lowered:  # "the day before yesterday" is two days back, not yesterday
+            two = re.search(rf"\bthe day (?:before|after) {word}\b", lowered)
+            sub(re.escape(two.group(0)) if two else rf"\b{word}\b",
+                fmt_date(today + dt.timedelta(days=step * (2 if two else 1))))
+    if "last night" in lowered:
+        sub(r"(?<!\bthe )\blast night\b", fmt_date(today - dt.timedelta(days=1)))
     # each pattern is tried only when a word it needs is there: a recall block anchors
     # hundreds of candidate lines per question, and most have no relative date
     if ("today" in lowered or "tonight" in lowered or "this morning" in lowered
@@ -349,7 +352,31 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
         if unit == "day" and count is not None:  # an exact day
             sub(re.escape(match.group(0)), fmt_date(today - dt.timedelta(days=count)))
         elif unit == "year" and count is not None:
-            sub(re.escape(match.group(0)), f"{count} years ago from {anchor}, about {today.year - count}")
+            years = "1 year" if count == 1 else f"{count} years"
+            sub(re.escape(match.group(0)), f"{years} ago from {anchor}, about {today.year - count}")
         else:  # "a few weeks before 12 July 2023": the amount stays, the day is anchored
             sub(re.escape(match.group(0)), f"{match.group(1)} {match.group(2)} before {anchor}")
+    return _day_of_this_month(sentence, today)
+
+
+#: "on the 11th" with no month beside it: not "the 11th of May", "on the 4th floor"
+#: (what follows is an end, a mark or a word that is not a noun)
+_ORDINAL_DAY = re.compile(
+    r"\bon the ([1-9]|[12]\d|3[01])(?:st|nd|rd|th)\b(?=\s*(?:[.,;:!?)]|$|(?:and|but|or|at|when|so|"
+    r"i|we|it|my|our|to|with|in|for|because|after|before|which|too|as|was|is|were|will|the|"
+    r"this|that|he|she|they|you)\b))", re.IGNORECASE)
+
+
+def _day_of_this_month(sentence: str, today: dt.date) -> str:
+    """'dropped on the 11th' written on 13 September: 'on the 11th (11 September 2023)'.
+    Only a day of the month already reached, where "this month" is the one reading: on
+    the 13th, "on the 20th" could be next week or last month's, and stays as written."""
+    if "on the " not in sentence.lower():
+        return sentence
+    for match in _ORDINAL_DAY.finditer(sentence):
+        day = int(match.group(1))
+        before = sentence[max(0, match.start() - 12):match.start()].lower()
+        if day <= today.day and not any(m.lower() in before for m in MONTH_NAMES):
+            end = match.end()
+            return f"{sentence[:end]} ({fmt_date(today.replace(day=day))}){sentence[end:]}"
     return sentence
