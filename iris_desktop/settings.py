@@ -621,7 +621,9 @@ _ALL: tuple[Setting, ...] = (
     Setting(
         "chat.system_prompt", "str",
         "You are Iris, a helpful assistant running locally and offline on the user's computer.",
-        "System prompt sent at the start of every request (unless the thread has its own).",
+        "System prompt sent at the start of every request (unless the thread has its own). "
+        "{{CURRENT_DATE}}, {{CURRENT_TIME}}, {{CURRENT_DATETIME}}, {{CURRENT_WEEKDAY}} and "
+        "{{CURRENT_TIMEZONE}} are filled in when it is sent.",
         multiline=True,
         label="Instructions for every chat (system prompt)",
     ),

@@ -35,6 +35,7 @@ from typing import Any
 from iris_desktop.core.config import ContextParams
 from iris_desktop.core.counts import ensure_counts, wire_message  # noqa: F401 (imported from here)
 from iris_desktop.core.ports import Reranker
+from iris_desktop.core.prompt_vars import filled
 from iris_desktop.core.recall import RankingCache, Recall, Recaller, SemanticSearch, attach
 from iris_desktop.core.records import day_of, names_relative_date
 from iris_desktop.core.store import (
@@ -383,9 +384,9 @@ class ContextEngine:
         leading system message(s), else ``chat.system_prompt``."""
         pinned_ids, thread_system = self.pinned_system(thread_id)
         own = self.store.system_prompt_of(thread_id) if thread_id > 0 else None
-        if own is not None:
-            return pinned_ids, own
-        return pinned_ids, thread_system if thread_system is not None else self.params.system_prompt
+        if own is None:
+            own = thread_system if thread_system is not None else self.params.system_prompt
+        return pinned_ids, filled(own)  # ({{CURRENT_DATE}}: prompt_vars)
 
     def summary_text(self, summary: SummaryRow | None) -> str:
         return summary_block(summary.text) if summary else ""
