@@ -13,9 +13,10 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from test_transcript_pages import _lines, _Reads  # noqa: E402
+
 from support.fakes import ScriptedRuntime  # noqa: E402
 from support.windows import settle  # noqa: E402
-from test_transcript_pages import _lines, _Reads  # noqa: E402
 
 
 def branched_chat(store) -> tuple[int, int]:
@@ -56,16 +57,22 @@ def test_a_hit_is_shown_when_the_chat_is_read_again_before_it(make_window, qtbot
     assert shown(window) == first
 
 
-def test_a_hit_on_another_branch_while_another_chat_answers_switches_and_shows_it(make_window, qtbot):
-    window = make_window(ScriptedRuntime(["A slow reply " * 80], delay_s=0.05))
+def answering(make_window, qtbot, in_the_chat: bool):
+    """A window answering slowly in the branched chat (``in_the_chat``) or in another:
+    (window, the chat, its hidden alternative, what the status bar said)."""
+    window = make_window(ScriptedRuntime(["A slow reply " * 200], delay_s=0.05))
     tid, first = branched_chat(window.host.store)
-    other = window.host.store.create_thread("other")
-    window.open_thread(other)
+    window.open_thread(tid if in_the_chat else window.host.store.create_thread("other"))
     settle(qtbot, window)
-    said = []
+    said: list[str] = []
     window.app_state.statusMessage.connect(lambda text, _ms: said.append(text))
     window.send("Hello?")
     qtbot.waitUntil(lambda: window.generating, timeout=30_000)
+    return window, tid, first, said
+
+
+def test_a_hit_on_another_branch_while_another_chat_answers_switches_and_shows_it(make_window, qtbot):
+    window, tid, first, said = answering(make_window, qtbot, in_the_chat=False)
     with _Reads() as reads:
         window.threads_control.open_thread(tid, first)
         qtbot.waitUntil(lambda: shown(window) == first, timeout=30_000)
@@ -74,14 +81,7 @@ def test_a_hit_on_another_branch_while_another_chat_answers_switches_and_shows_i
 
 
 def test_a_hit_on_another_branch_of_the_chat_answering_is_not_shown_and_says_why(make_window, qtbot):
-    window = make_window(ScriptedRuntime(["A slow reply " * 200], delay_s=0.05))
-    tid, first = branched_chat(window.host.store)
-    window.open_thread(tid)
-    settle(qtbot, window)
-    said = []
-    window.app_state.statusMessage.connect(lambda text, _ms: said.append(text))
-    window.send("One more?")
-    qtbot.waitUntil(lambda: window.generating, timeout=30_000)
+    window, tid, first, said = answering(make_window, qtbot, in_the_chat=True)
     with _Reads() as reads:
         window.threads_control.open_thread(tid, first)
         qtbot.waitUntil(lambda: any("on another branch" in s for s in said), timeout=30_000)
