@@ -1,7 +1,8 @@
 """Other apps' real files (tests/fixtures/real/, each one's source in SOURCES.md there),
 imported through the real CLI in-process into a real SQLite store. The formats' own tests
 use files written after each app's documentation; these are files the apps (or their
-projects) wrote, and each test here failed before the fix it names.
+projects) wrote, and each test here failed before the fix it names (but Jan's threads,
+which a guard keeps imported as they are).
 """
 
 from __future__ import annotations
@@ -255,3 +256,38 @@ def test_open_webuis_export_naming_a_deleted_message_shows_its_conversation(caps
     messages = exported(capsys, ids[0])
     assert [m["content"] for m in messages if not m["iris"]["active"]] == stray
     assert messages[0]["content"] == "Answer briefly." and messages[0]["iris"]["active"]
+
+
+def test_jans_own_upgrade_fixture_threads_import_as_a_folder(capsys):
+    """janhq/jan's src-tauri/tests/fixtures/upgrade/0.8.3/threads: two threads Jan 0.8.3
+    wrote (its upgrade tests' fixture), each a folder of ``thread.json`` (the assistant's
+    ``instructions``, ``created`` in seconds) and ``messages.jsonl`` (``created_at`` in
+    milliseconds, ``content`` as OpenAI's text parts). A guard: the threads folder is
+    imported whole, each thread with its title, its instructions as the system prompt,
+    its messages in order and dated to the second."""
+    ids, err = imported(capsys, REAL / "jan" / "threads")
+    assert len(ids) == 2 and err == "iris-desktop: imported 2 chats from a Jan threads folder\n"
+    instructions = json.loads((REAL / "jan" / "threads" / "784952d3-dc72-474e-ab24-0d78e7035280"
+                               / "thread.json").read_text(encoding="utf-8"))
+    instructions = instructions["assistants"][0]["instructions"]
+    listed = {t["id"]: t for t in threads(capsys)}
+    expected = {"784952d3": ("QA reply at 154646 to Summarize the following conversation into",
+                             "QA thread 1 created on v0.8.3 - confirm mock roundtrip",
+                             "15:46:46", 1789721206948, 1789721206977),
+                "1fa772e9": ("QA reply at 154715 to Summarize the following conversation into",
+                             "QA thread 2 on v0.8.3 - second data point",
+                             "15:47:15", 1789721235436, 1789721235453)}
+    seen = set()
+    for thread_id in ids:
+        messages = exported(capsys, thread_id)
+        key = next(k for k, v in expected.items() if v[1] == messages[1]["content"])
+        title, asked, said, asked_ms, said_ms = expected[key]
+        seen.add(key)
+        assert listed[thread_id]["title"] == title
+        assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+        assert messages[0]["content"] == instructions  # (the assistant's instructions)
+        assert messages[2]["content"] == f"QA reply at {said} to: {asked}"
+        assert messages[2]["imported_from"] == "Jan"
+        dated = [datetime.fromisoformat(m["created_at"]) for m in messages[1:]]
+        assert dated == [datetime.fromtimestamp(ms // 1000, UTC) for ms in (asked_ms, said_ms)]
+    assert seen == set(expected)

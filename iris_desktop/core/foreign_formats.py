@@ -6,17 +6,21 @@
   "value": text}]}``, one JSON value or one per line (JSONL). ``human`` and ``user`` ask,
   ``gpt``, ``assistant``, ``chatgpt``, ``bard``, ``bing``, ``model`` answer, a leading
   ``system`` (or the conversation's own ``system``, as FastChat writes it) is the chat's
-  system prompt; a tool's call or result (``function_call``,
+  system prompt, a later one a system message where it was said; a tool's call or result
+  (``function_call``,
   ``observation``, ``tool``) is a tool step, counted. A turn of any other speaker (``bot``)
   skips its chat, named in the import's sentence (its replies were dropped without a word,
   the chat stored as the questions alone). ShareGPT dates nothing.
 - SillyTavern's chat file (``<character> - <date>.jsonl``): a header line
-  (``user_name``, ``character_name``, ``create_date``, ``chat_metadata``), then a line per
+  (``user_name``, ``character_name``, ``create_date``, ``chat_metadata``; its newer
+  versions write ``chat_metadata`` first, the names "unused" and no date), then a line per
   message (``name``, ``is_user``, ``is_system``, ``send_date``, ``mes``, and a reply's
   ``swipes`` with ``swipe_id`` the one shown). The swipes of a reply are its
   alternatives, the shown one active, the rest of the chat under it; a message hidden
-  from the prompt (``is_system``) is left out, as SillyTavern does not send it. The chat
-  is titled by the character and the date it began.
+  from the prompt (``is_system``) is left out and counted (SillyTavern shows it but never
+  sends it; Iris has no message it keeps but does not send). The chat is titled by the
+  character and the date it began (the first reply's ``name`` and the first
+  ``send_date`` where the header does not say).
 """
 
 from __future__ import annotations
@@ -82,27 +86,31 @@ def sharegpt_chat(item: Any, tally: Tally) -> Chat | None:
             tally.tools += 1
             continue
         role = "user" if speaker in _ASKS else "assistant" if speaker in _ANSWERS else \
-            "system" if speaker == "system" and not messages else None
+            "system" if speaker == "system" else None
         if not isinstance(text, str) or not text.strip():
             continue
-        if role is None and speaker != "system":  # (its text was dropped without a word)
+        if role is None:  # (its text was dropped without a word)
             raise ConversationFormatError(
                 f"turn {number}'s speaker {turn.get('from')!r} is not one Iris knows (human or "
                 f"user asks; {', '.join(sorted(_ANSWERS))} answer)")
-        if role is None:
-            continue
         messages.append(text_message(role, strip_reasoning(text) if role == "assistant" else text))
     system = item.get("system")  # (FastChat's own files: the system prompt beside the turns)
-    if isinstance(system, str) and system.strip() and not any(
-            m["role"] == "system" for m in messages):
+    if isinstance(system, str) and system.strip() and not (
+            messages and messages[0]["role"] == "system"):
         messages.insert(0, text_message("system", system))
-    return Chat(usable_title(item.get("title")), messages)
+    # a system turn after the first message is kept where it was said (a chat template such
+    # as Qwen2.5's shows it there); the Iris before this dropped it: its imports are known
+    before = [m for i, m in enumerate(messages) if i == 0 or m["role"] != "system"]
+    return Chat(usable_title(item.get("title")), messages,
+                before=before if len(before) < len(messages) else None)
 
 
 def is_sillytavern(lines: list[Any]) -> bool:
-    """Whether JSONL ``lines`` are a SillyTavern chat: its header, or its messages."""
+    """Whether JSONL ``lines`` are a SillyTavern chat: its header (its newer versions write
+    ``chat_metadata`` first, or alone), or its messages."""
     dicts = [x for x in lines[:50] if isinstance(x, dict)]
     return bool(dicts) and (("character_name" in dicts[0] and "user_name" in dicts[0])
+                            or isinstance(dicts[0].get("chat_metadata"), dict)
                             or all("mes" in x and "is_user" in x for x in dicts))
 
 
@@ -115,8 +123,11 @@ def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
             continue
         if not isinstance(line, dict):
             raise ConversationFormatError(f"line {number} is not an object")
-        if line.get("is_system") or not isinstance(line.get("mes"), str):
-            continue  # (hidden from the prompt, or no message)
+        if not isinstance(line.get("mes"), str):
+            continue  # (no message)
+        if line.get("is_system"):  # hidden from the prompt: shown, never sent; Iris would
+            tally.hidden += bool(line["mes"].strip())  # send it, so it is left out, counted
+            continue
         role = "user" if line.get("is_user") else "assistant"
         swipes = line.get("swipes")
         texts = [s for s in swipes if isinstance(s, str)] \
@@ -132,17 +143,36 @@ def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
             made = text_message(role, text, when) if text.strip() else None
             nodes[(number, j)] = Node(parent, made, [])
         parent = (number, shown)
-    character = header.get("character_name") if isinstance(header, dict) else None
-    began = header.get("create_date") if isinstance(header, dict) else None
-    title = usable_title(character)
+    return Chat(_sillytavern_title(header, lines), tree_messages(nodes, parent, tally=tally))
+
+
+#: the names SillyTavern's newer versions write in a header in place of the real ones
+_UNNAMED = {"unused", ""}
+
+
+def _sillytavern_title(header: Any, lines: list[Any]) -> str | None:
+    """The character and the date the chat began: the header's, or (where its names are
+    "unused" and it gives no ``create_date``, as SillyTavern writes it since 2025) the
+    first reply's ``name`` and the first message's ``send_date``."""
+    header = header if isinstance(header, dict) else {}
+    said = [x for x in lines if isinstance(x, dict) and x is not header and "mes" in x]
+    character = header.get("character_name")
+    if not isinstance(character, str) or character.strip() in _UNNAMED:
+        character = next((x.get("name") for x in said
+                          if not x.get("is_user") and not x.get("is_system")), None)
+    began = header.get("create_date")
+    if began is None or began == "":
+        sent = next((_sent(x.get("send_date")) for x in said if x.get("send_date")), None)
+        began = sent if sent is None or sent > 1e11 else sent * 1000  # (ms, as below)
     if isinstance(began, (int, float)) and not isinstance(began, bool) and began > 0:
         try:  # (ms, as its versions of 2023 wrote it; shown as it names a chat's file)
             began = datetime.fromtimestamp(began / 1000).strftime("%Y-%m-%d@%Hh%Mm%Ss")
         except (ValueError, OverflowError, OSError):
             began = None
+    title = usable_title(character)
     if title and isinstance(began, str) and began.strip():
         title = f"{title} ({usable_title(began.strip())})"  # (its halves of pairs mended too)
-    return Chat(title, tree_messages(nodes, parent, tally=tally))
+    return title
 
 
 def _sent(value: Any) -> float | None:

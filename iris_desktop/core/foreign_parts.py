@@ -55,6 +55,9 @@ class Tally:
     #: and the messages only a loop reached, left out
     loops: int = 0
     looped: int = 0
+    #: messages the app showed but hid from the model's prompt (SillyTavern's ``is_system``),
+    #: left out: Iris would send them
+    hidden: int = 0
 
     def add(self, other: Tally | None) -> Tally:
         """Count ``other``'s too; returns self."""
@@ -69,6 +72,7 @@ class Tally:
             self.mended += other.mended
             self.loops += other.loops
             self.looped += other.looped
+            self.hidden += other.hidden
         return self
 
     def notes(self) -> list[str]:
@@ -88,6 +92,10 @@ class Tally:
             notes.append(f"{count(self.unshown, 'message')} on branches that start with a "
                          f"different role than the active one {verb} left out: Iris shows "
                          "alternatives of one role side by side.")
+        if self.hidden:
+            verb, them = ("was", "it") if self.hidden == 1 else ("were", "them")
+            notes.append(f"{count(self.hidden, 'message')} SillyTavern hid from the prompt {verb} "
+                         f"left out: Iris would send {them} to the model.")
         if self.empty:
             verb = "was" if self.empty == 1 else "were"
             notes.append(f"{count(self.empty, 'chat')} with no text message {verb} skipped.")

@@ -53,9 +53,15 @@ def _textgen(value: Any) -> bool:
 
 
 def _betterchatgpt(value: Any) -> bool:
-    """BetterChatGPT's export: ``chats`` (each ``messages`` with ``config``), ``folders``."""
-    return isinstance(value, dict) and isinstance(value.get("chats"), list) \
-        and "folders" in value
+    """BetterChatGPT's export: ``chats`` (each ``messages`` with ``config``), ``folders``; or
+    (its exports of March and April 2023, before folders, which it still imports) the
+    chats alone, a list of ``{title, messages, config, titleSet}``."""
+    if isinstance(value, dict):
+        return isinstance(value.get("chats"), list) and "folders" in value
+    chats = _dicts(value)
+    return isinstance(value, list) and len(chats) == len(value[:50]) > 0 and all(
+        "title" in chat and isinstance(chat.get("messages"), list)
+        and ("config" in chat or "titleSet" in chat) for chat in chats)
 
 
 #: each app's name (as the sentence says it) and how its file is known
