@@ -1,5 +1,5 @@
-"""An audit of attached files and ``chat --file``: one reading for both (UTF-16 named as
-such, a NUL refused, every line ending ``\\n``), a folder named by its name, and a
+"""An audit of attached files and ``chat --file``: one reading for both (UTF-16 read by
+its mark, a NUL refused, every line ending ``\\n``), a folder named by its name, and a
 message too large for the window refused with the room ``context`` gives."""
 
 from __future__ import annotations
@@ -25,17 +25,22 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("encoding,kind", [("utf-16", "UTF-16"), ("utf-16-be", "UTF-16"),
-                                           ("utf-32", "UTF-32")])
-def test_a_utf16_or_utf32_file_is_named_so_by_attach_as_by_file(capsys, tmp_path, encoding, kind):
-    """Before: ``--attach utf16.txt`` (and the window's attach) said "utf16.txt is not a
-    text file (binary data at byte 3)", the NUL of its second character, while ``--file``
-    said it is UTF-16; a UTF-32 file was called UTF-16 by ``--file``. Now both name the
-    encoding its byte-order mark gives and say to save the file as UTF-8."""
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_utf16_or_utf32_file_with_its_mark_is_read_as_its_text(capsys, tmp_path, encoding):
+    """Windows PowerShell's ``>`` and older Notepad's "Unicode" write UTF-16 with a
+    byte-order mark: the mark says what the bytes are, so they are read (before: "notes.txt
+    is UTF-16 text; Iris reads UTF-8 (save the file as UTF-8)"; earlier still, "not a text
+    file (binary data at byte 3)", the NUL of its second character)."""
     path = tmp_path / "notes.txt"
-    data = "Buy basil.\n".encode(encoding)
+    data = "Buy basil 🌿.\r\n".encode(encoding)
     path.write_bytes(data if encoding != "utf-16-be" else b"\xfe\xff" + data)
-    words = f"{kind} text; Iris reads UTF-8 (save the file as UTF-8)"
+    assert read_attachment(path).text == "Buy basil 🌿.\n"
+
+
+def test_a_file_that_starts_as_utf16_but_is_not_is_named_so(capsys, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"\xff\xfe" + "Buy".encode("utf-16-le") + b"\x00\xd8")  # a lone half at the end
+    words = "not UTF-16 text, though it starts as UTF-16 does (byte 8)"
     with pytest.raises(AttachmentError) as caught:
         read_attachment(path)
     assert str(caught.value) == f"notes.txt is {words}"

@@ -383,15 +383,17 @@ def test_thousands_of_unclosed_reasoning_tags_import_in_one_pass(tmp_path):
     assert any("1 tool step" in note for note in loaded.notes)
 
 
-def test_a_byte_order_mark_is_read_and_utf16_is_named(capsys, tmp_path):
+def test_a_byte_order_mark_is_read_and_utf16_too(capsys, tmp_path):
     source = tmp_path / "bom.json"
     source.write_bytes(b"\xef\xbb\xbf" + CHATGPT_TREE.read_bytes())
     assert load_conversations(source).format == CHATGPT
     source.write_bytes(b"\xef\xbb\xbf" + b'[{"role": "user", "content": "hi"}]')
     assert load_conversations(source).chats[0].messages == [{"role": "user", "content": "hi"}]
-    source.write_bytes('[{"role": "user", "content": "hi"}]'.encode("utf-16"))
+    source.write_bytes('[{"role": "user", "content": "hi 🌿"}]'.encode("utf-16"))  # PowerShell's ">"
+    assert load_conversations(source).chats[0].messages == [{"role": "user", "content": "hi 🌿"}]
+    source.write_bytes(b"\xff\xfe" + '[{"role": "user"'.encode("utf-16-le") + b"\x00")
     code, _, err = run(capsys, "import", source)
-    assert code == 2 and one_sentence(err) and "UTF-16 text; Iris reads UTF-8" in err
+    assert code == 2 and one_sentence(err) and "not UTF-16 text, though it starts as UTF-16 does" in err
 
 
 def test_a_syntax_error_in_a_pretty_printed_file_is_placed_where_it_is(tmp_path):

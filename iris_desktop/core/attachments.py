@@ -45,29 +45,35 @@ class AttachmentError(ValueError):
 
 
 class NotTextError(ValueError):
-    """Bytes that are not UTF-8 text; the message says what they are, as a clause ("not
-    UTF-8 text (byte 5)"); ``encoded``: the encoding a byte-order mark names (the clause
-    then says how to save the file), else None."""
+    """Bytes that are not text; the message says what they are, as a clause ("not
+    UTF-8 text (byte 5)"); ``encoded``: the encoding a byte-order mark names, else None."""
 
     def __init__(self, clause: str, encoded: str | None = None) -> None:
         super().__init__(clause)
         self.encoded = encoded
 
 
-#: byte-order marks of the encodings Iris does not read (UTF-32's first: its
-#: little-endian mark starts with UTF-16's)
-_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
-               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+#: byte-order marks of UTF-16 and UTF-32 (UTF-32's first: its little-endian mark starts
+#: with UTF-16's), and the codec each names
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32", "utf-32-le"), (b"\x00\x00\xfe\xff", "UTF-32", "utf-32-be"),
+               (b"\xff\xfe", "UTF-16", "utf-16-le"), (b"\xfe\xff", "UTF-16", "utf-16-be"))
 
 
 def decode_text(data: bytes, *, nul: bool = True) -> str:
-    """The UTF-8 text of a file's bytes, without a byte-order mark; NotTextError for a
-    UTF-16 or UTF-32 file (known by its mark, before its NUL bytes are taken for binary
-    data), a NUL byte unless ``nul``, or other bytes."""
-    for bom, encoding in _OTHER_BOMS:
+    """The text of a file's bytes, without a byte-order mark: UTF-8, or UTF-16 or UTF-32
+    where a byte-order mark says so (Windows PowerShell's ``>`` and older Notepad's
+    "Unicode" write UTF-16: such a file was refused, "save the file as UTF-8");
+    NotTextError for a NUL character unless ``nul``, or bytes that are not that text."""
+    for bom, name, codec in _OTHER_BOMS:
         if data.startswith(bom):
-            raise NotTextError(f"{encoding} text; Iris reads UTF-8 (save the file as UTF-8)",
-                               encoding)
+            try:
+                text = data[len(bom):].decode(codec)
+            except UnicodeDecodeError as exc:
+                raise NotTextError(f"not {name} text, though it starts as {name} does (byte "
+                                   f"{exc.start + len(bom):,})", name) from None
+            if not nul and "\0" in text:
+                raise NotTextError(f"not a text file (binary data at character {text.index(chr(0)):,})")
+            return text
     if not nul and b"\0" in data:
         raise NotTextError(f"not a text file (binary data at byte {data.index(0):,})")
     try:
