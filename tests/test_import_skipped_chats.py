@@ -205,3 +205,29 @@ def test_the_window_says_which_chats_it_skipped(make_window, qtbot, tmp_path):
     assert said.startswith("Imported 2 chats from a ChatGPT export; skipped 1 (“Trip plans”: "
                            "node 'u' of its 'mapping' is not an object).")
     assert sorted(t["title"] for t in window.host.store.threads()) == ["Soup", "Tea"]
+
+
+def test_an_iris_export_or_message_list_is_mended_as_another_apps_file_is(capsys, tmp_path):
+    """Before: an OpenAI message list or an Iris export holding a lone surrogate escape
+    was refused ("holds \\ud83d, half of a UTF-16 surrogate pair, which is not text; fix
+    that escape in the file"), and one in CESU-8 too ("not UTF-8 text"): other apps'
+    files were mended, Iris's own were not. Now both are read as other apps' files are,
+    and the note says so; a clean file says nothing."""
+    export = write(tmp_path / "iris.json", {
+        "title": "Half \udfff title", "system_prompt": "be \ud83d brief",
+        "messages": [{"role": "user", "content": "bad \ud83d half, whole \ud83c\udf89"},
+                     {"role": "assistant", "content": "fine"}]})
+    ids, err = imported(capsys, export)
+    assert len(ids) == 1
+    assert err == ("iris-desktop: 3 broken characters (half of an emoji's or other character's "
+                   "UTF-16 pair) were replaced with \ufffd.\n")
+    assert contents(capsys, ids[0]) == [f"bad \ufffd half, whole {EMOJI}", "fine"]
+    listed = next(t for t in threads(capsys) if t["id"] == ids[0])
+    assert listed["title"] == "Half \ufffd title"
+    plain = tmp_path / "list.json"
+    plain.write_bytes(cesu8(json.dumps([{"role": "user", "content": f"party {EMOJI}"}], ensure_ascii=False)))
+    ids, err = imported(capsys, plain)
+    assert err == "" and contents(capsys, ids[0]) == [f"party {EMOJI}"]
+    again = write(tmp_path / "again.json", [{"role": "user", "content": "clean"}])
+    ids, err = imported(capsys, again)
+    assert len(ids) == 1 and err == ""

@@ -34,6 +34,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,27 +72,38 @@ class DatedMessages(list):
     thread by them (they pass through :mod:`iris_desktop.core.foreign` in the list)."""
 
     times: tuple[float, float] | None = None
+    #: characters :func:`load_conversation`'s ``mend`` replaced
+    mended: int = 0
 
 
-def load_conversation(path: str | Path) -> tuple[list[Message], str | None, str | None]:
-    """Parse and validate a conversation file. Returns (messages, title from the file, the
-    chat's own system prompt from an Iris export), each message's content text (or None):
-    content parts become the text they hold. Raises ConversationFormatError, and nothing
-    else, for any file."""
+def load_conversation(path: str | Path, text: str | None = None,
+                      mend: Callable[[Any], tuple[Any, int]] | None = None
+                      ) -> tuple[list[Message], str | None, str | None]:
+    """Parse and validate a conversation file (``text``: its text, already read).
+    Returns (messages, title from the file, the chat's own system prompt from an Iris
+    export), each message's content text (or None): content parts become the text they
+    hold. ``mend``: a value → (the value mended, how many characters were replaced) run
+    over the messages, title and prompt before they are checked (an import's halves of
+    UTF-16 pairs, :func:`~iris_desktop.core.foreign_text.mend_value`); the messages'
+    ``mended`` says how many. Raises ConversationFormatError, and nothing else, for any
+    file."""
     path = Path(path)
-    text = read_text_file(path, MAX_IMPORT_BYTES)
+    text = read_text_file(path, MAX_IMPORT_BYTES) if text is None else text
     try:
         messages, (title, system_prompt, times), where = _parse(path, text)
     except RecursionError:
         raise ConversationFormatError(f"{path}: JSON nested too deeply to be a conversation "
                                       f"(more than {sys.getrecursionlimit():,} levels)") from None
+    replaced = 0
+    if mend is not None:
+        (messages, title, system_prompt), replaced = mend([messages, title, system_prompt])
     validate_messages(messages, where)
     if title is not None:
         _check_storable(title, f"{path}: title")
     if system_prompt is not None:
         _check_storable(system_prompt, f"{path}: system_prompt")
     out = DatedMessages(_with_text(m) for m in messages)
-    out.times = times
+    out.times, out.mended = times, replaced
     return out, title, system_prompt
 
 

@@ -92,7 +92,7 @@ from iris_desktop.core.foreign_parts import text_message as _message
 from iris_desktop.core.foreign_parts import tree_messages as _tree
 from iris_desktop.core.foreign_parts import usable_title as _title
 from iris_desktop.core.foreign_shapes import READS, named_refusal
-from iris_desktop.core.foreign_text import read_text
+from iris_desktop.core.foreign_text import mend_value, read_text
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.core.import_twins import StoredThreads
 from iris_desktop.core.store import Store, explain
@@ -266,7 +266,8 @@ class Imported(NamedTuple):
         """What a user is told: ``loaded.report()`` for another app's file, with the chats
         that were there already said, by thread id or (``by_title``: the app, which shows
         no ids) by title, and ``hint``: how to import them anyway."""
-        lines = loaded.report() if loaded.foreign else []
+        # (a native file has no summary line: only its notes, its characters mended)
+        lines = loaded.report() if loaded.foreign else loaded.left_out(loaded.chats)
         if not self.known:
             return lines
         skipped = skipped_said(loaded.skipped.skipped) if loaded.foreign else ""
@@ -277,7 +278,7 @@ class Imported(NamedTuple):
         verb = "was" if len(self.known) == 1 else "were"
         return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before "
                        f"({'' if by_title else 'thread '}{which}) and {verb} not imported "
-                       f"again{hint}", *((lines[1:] if self.notes is None else self.notes)
+                       f"again{hint}", *((lines[loaded.foreign:] if self.notes is None else self.notes)
                                          if self.ids else [])]  # (left-out notes: of chats stored now)
 
 
@@ -377,12 +378,14 @@ def _native(path: Path, zipped: bool = False, bad: str | None = None) -> Loaded:
     if zipped:
         raise ConversationFormatError(f"{path}: {bad}" if bad else f"{path}: its {EXPORT_NAME} "
                                       "is not a ChatGPT or Claude export")
-    try:
-        messages, title, system_prompt = load_conversation(path)
+    try:  # (read as other apps' files are: CESU-8, halves of UTF-16 pairs mended)
+        messages, title, system_prompt = load_conversation(path, read_text(path, MAX_IMPORT_BYTES),
+                                                           mend_value)
     except ConversationFormatError as exc:  # another app's file: said by its name
         raise ConversationFormatError(named_refusal(path) or str(exc)) from None
     fmt = IRIS if any(TREE_KEY in m for m in messages) else OPENAI
-    return Loaded(fmt, [Chat(title, messages, system_prompt)])
+    mended = _Tally(mended=messages.mended) if messages.mended else None
+    return Loaded(fmt, [Chat(title, messages, system_prompt, mended)])
 
 
 def _kind(data: Any) -> tuple[str | None, list[Any]]:
