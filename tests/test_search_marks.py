@@ -65,3 +65,30 @@ def test_the_window_lists_a_hit_with_its_word_in_bold(make_window, qtbot, data_d
     plain = panel.viewport().grab(panel.visualItemRect(item)).toImage()
     assert bold != plain  # the delegate drew it, and drew it otherwise than plain text
     assert panel.visualItemRect(item).height() > 2 * panel.fontMetrics().height()  # both lines
+
+
+def test_hits_of_two_chats_of_one_title_are_told_apart_and_each_title_said_once(make_window, qtbot, data_dir):
+    """A newcomer's audit: two chats that began with the same question both listed every
+    hit under the same bare title, so no hit could be told to be of which chat (the list
+    itself says "today 18:02, 2 messages, chat #3"); now each chat's first hit says the
+    list's words, and its further hits go under it without the title again."""
+    with Store(app_paths(data_dir).ensure().db_path) as store:
+        for _ in range(2):
+            thread = store.create_thread("Python tuples")
+            store.add_messages(thread, [{"role": "user", "content": "What is a tuple?"},
+                                        {"role": "assistant", "content": "A tuple is an immutable list."}])
+    window = make_window(ScriptedRuntime([]))
+    panel = window.threads.list
+    qtbot.waitUntil(lambda: panel.count() == 2, timeout=5_000)
+    listed = sorted(panel.item(i).text() for i in range(2))
+    assert listed[0] != listed[1] and all("chat #" in text for text in listed)
+    window.threads.search.setText("tuple")
+    qtbot.waitUntil(lambda: panel.count() == 6, timeout=5_000)
+    texts = [panel.item(i).text() for i in range(panel.count())]
+    assert texts[0] != texts[1] and all("chat #" in text for text in texts[:2])  # the titles, told apart
+    hits = texts[2:]
+    heads = [t.split("\n")[0] for t in hits if not t.startswith("   ")]
+    assert len(heads) == 2 and heads[0] != heads[1] and all("chat #" in h for h in heads)
+    assert [t.startswith("   ") for t in hits] == [False, True, False, True]  # further hits under the first
+    spoken = [panel.item(i).data(Qt.ItemDataRole.AccessibleTextRole) for i in range(2, 6)]
+    assert all(s.startswith("Python tuples · ") for s in spoken)

@@ -59,6 +59,8 @@ class MarkedDelegate(QStyledItemDelegate):
         style = opt.widget.style() if opt.widget is not None else QApplication.style()
         style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
         area = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, opt.widget)
+        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, opt.widget) + 1
+        area = area.adjusted(margin, 0, -margin, 0)  # (where the style draws an item's text)
         doc = self._document(opt, rich, area.width())
         context = QAbstractTextDocumentLayout.PaintContext()
         selected = bool(opt.state & QStyle.StateFlag.State_Selected)
@@ -79,6 +81,6 @@ class MarkedDelegate(QStyledItemDelegate):
             return size
         opt = QStyleOptionViewItem(option)
         self.initStyleOption(opt, index)
-        width = (opt.widget.viewport().width() if opt.widget is not None else size.width()) - 8
+        width = (opt.widget.viewport().width() if opt.widget is not None else size.width()) - 14
         doc = self._document(opt, rich, width)
         return QSize(size.width(), max(size.height(), int(doc.size().height()) + 6))

@@ -124,6 +124,7 @@ class ThreadPanel(QWidget):
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
         self.current_id: int | None = None
+        self._apart: dict[int, str] = {}  # the list's second lines (told_apart), for results
         self._debounce = QTimer(self, singleShot=True, interval=200)
         self._debounce.timeout.connect(lambda: self.searchChanged.emit(self.query()))
         self.search.textChanged.connect(self._debounce.start)
@@ -147,7 +148,7 @@ class ThreadPanel(QWidget):
         cursor = self.list.currentItem()  # the keyboard's place (F2 on another chat)
         cursor = cursor.data(THREAD_ROLE) if cursor is not None and self.list.hasFocus() else None
         self.list.clear()
-        apart = told_apart(threads)
+        apart = self._apart = told_apart(threads)
         for thread in threads:
             title = show_directional(thread["title"])
             item = QListWidgetItem(f"{title}\n   {apart[thread['id']]}" if thread["id"] in apart else title)
@@ -172,17 +173,23 @@ class ThreadPanel(QWidget):
             item = QListWidgetItem(f"No match for “{query}”")
             item.setFlags(Qt.ItemFlag.NoItemFlags)
             self.list.addItem(item)
+        before = None  # a chat's further hits under its first: its title said once
         for row in rows:
+            tid = row["thread_id"]
             title = show_directional(" ".join(str(row["title"]).split()))
+            title += f" · {self._apart[tid]}" if tid in self._apart else ""  # (two of one title)
             item = QListWidgetItem(title)
             item.setToolTip(title)
             if row.get("message_id") is not None:  # the found words in bold (search_marks)
                 snippet, rich = marked_line(row.get("text") or "", row.get("marks") or [])
-                item.setText(f"{title}\n   {snippet}")
-                item.setData(MARKED_ROLE, f"{html.escape(title)}<br>&nbsp;&nbsp;&nbsp;{rich}")
-                item.setToolTip(snippet)
+                head, rich_head = ("", "") if before == tid else (f"{title}\n", f"{html.escape(title)}<br>")
+                item.setText(f"{head}   {snippet}")
+                item.setData(MARKED_ROLE, f"{rich_head}&nbsp;&nbsp;&nbsp;{rich}")
+                item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{title}: {snippet}")
+                item.setToolTip(f"{title}\n{snippet}")
+            before = tid if row.get("message_id") is not None else None
             item.setData(TITLE_ROLE, row["title"])
-            item.setData(THREAD_ROLE, row["thread_id"])
+            item.setData(THREAD_ROLE, tid)
             item.setData(MESSAGE_ROLE, row.get("message_id"))
             self.list.addItem(item)
 
