@@ -59,6 +59,9 @@ def _hint(message: str, argv: Sequence[str]) -> str:
     """What an argparse error most likely means, for the mistakes people make: a
     ``--set KEY VALUE`` (its value read as the command), ``--set a=1 b=2`` (one --set for
     two), a global option after the command."""
+    if "invalid choice" in message and any(a in ("doctor", "check", "selftest", "self-test", "test")
+                                           for a in argv):
+        return "; to check the installation: iris-desktop --self-test"
     if "invalid choice" in message:
         for i, arg in enumerate(argv[:-1]):
             if arg == "--set" and "=" not in argv[i + 1]:

@@ -84,10 +84,10 @@ class Setting:
     def describe_allowed(self) -> str:
         """The allowed values in words, for error messages and the dialog."""
         if self.kind == "window":
-            return f"'auto' or an integer from {int(self.minimum)} to {int(self.maximum)}"
+            return f"'auto' or an integer from {int(self.minimum):,} to {int(self.maximum):,}"
         if self.kind == "gpu":
-            return (f"'{AUTO}', '{OFF}' or a number of layers from {int(self.minimum)} to "
-                    f"{int(self.maximum)} (more than the model has: all of them)")
+            return (f"'{AUTO}', '{OFF}' or a number of layers from {int(self.minimum):,} to "
+                    f"{int(self.maximum):,} (more than the model has: all of them)")
         if self.kind in ("int", "float"):
             noun = "an integer" if self.kind == "int" else "a number"
             zero = f"0 ({self.zero_means}) or " if self.zero_means else ""
@@ -303,7 +303,7 @@ def _shown(value: Any, limit: int = 80) -> str:
 def _fmt(number: float | None) -> str:
     if number is None:
         return "?"
-    return str(int(number)) if float(number).is_integer() else str(number)
+    return f"{int(number):,}" if float(number).is_integer() else str(number)  # (as every count is said)
 
 
 TOOL_CHOICES = ("read_file", "list_directory", "search_files", "run_shell")

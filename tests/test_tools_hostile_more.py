@@ -187,7 +187,7 @@ def test_the_shell_time_limit_is_a_setting(root: Path) -> None:
     setting = SETTINGS["tools.shell_timeout_s"]
     assert defaults()["tools.shell_timeout_s"] == 60
     assert setting.parse("5") == 5
-    with pytest.raises(SettingsError, match="from 1 to 3600"):
+    with pytest.raises(SettingsError, match="from 1 to 3,600"):
         setting.parse("0")
     config = SimpleNamespace(allowed_paths=[str(root)], enabled=["run_shell"], shell=True,
                              shell_timeout_s=0.5)

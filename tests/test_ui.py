@@ -417,6 +417,8 @@ def test_rename_and_delete_a_thread(make_window, qtbot, data_dir):
     assert window.threads.list.item(0).text() == "x" * 199 + "…"
     window.threads_control.delete_thread(thread)
     qtbot.waitUntil(lambda: window.threads.list.count() == 0, timeout=5_000)
+    # (a newcomer's audit: the status bar kept its last words, and said nothing of it)
+    assert window.status_area.current_message() == "Deleted “" + "x" * 199 + "…”"
 
 
 def test_a_long_chat_deleted_in_the_window_gives_its_space_back(make_window, qtbot, data_dir):

@@ -40,6 +40,7 @@ def import_(args, overrides) -> int:
     chats it stored, and says how many (importing the file again adds only the rest)."""
     from iris_desktop.core.conversation import ConversationFormatError
     from iris_desktop.core.foreign import PartlyImported, import_conversations, load_conversations
+    from iris_desktop.core.foreign_parts import count
 
     title = text_argument(args.title, "--title") if args.title else None
     line = _ProgressLine()
@@ -62,8 +63,14 @@ def import_(args, overrides) -> int:
             line.clear()
     for thread_id in imported.ids:
         print(thread_id)
-    for line in imported.report(loaded, "; --again imports them anyway"):
-        say(f"iris-desktop: {line}", file=sys.stderr)
+    said = imported.report(loaded, "; --again imports them anyway")
+    if not loaded.foreign and imported.ids and line.tty:  # (a bare "5" told a newcomer nothing)
+        chats, ids = len(imported.ids), ", ".join(map(str, imported.ids))
+        messages = sum(len(chat.messages) for chat in loaded.chats)
+        said.insert(0, f"imported {count(chats, 'chat')} ({count(messages, 'message')}) as "
+                       f"{'chat' if chats == 1 else 'chats'} {ids}")
+    for words in said:
+        say(f"iris-desktop: {words}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -16,8 +16,9 @@ from typing import Any
 from iris_desktop.core.engine import Breakdown
 from iris_desktop.core.views import METER_PARTS, tokens
 
-#: what "Free" is: window − used, where the reply is written
-FREE_LABEL = "Free (room for the reply)"
+#: what "Free" is: window − used, where the reply is written (up to model.max_tokens of it:
+#: "room for the reply" read as the reply's length, 7,999 beside a cap of 1,024)
+FREE_LABEL = "Free (the reply is written here, up to model.max_tokens)"
 
 #: when summaries start, true to the engine's triggers (the red line alone was said)
 WHEN_SUMMARIZED = ("Summaries start when the oldest turns no longer fit the budget (the dashed "

@@ -56,7 +56,7 @@ BGE_SMALL = OnnxModelFiles(
     display_name="BAAI/bge-small-en-v1.5 (recall embeddings)",
     license_url="https://huggingface.co/BAAI/bge-small-en-v1.5",
     license_resource="resources/licenses/bge-small-en-v1.5-LICENSE.txt",
-    via=f"via {_PACKAGE} {_VERSION}, Apache-2.0",
+    via=f"shipped in the {_PACKAGE} {_VERSION} package (Apache-2.0)",
     dimensions=384,
     query_prefix=QUERY_PREFIX,
 )

@@ -54,7 +54,7 @@ RERANKER = OnnxModelFiles(
     display_name="cross-encoder/ms-marco-MiniLM-L-12-v2 (recall reranker)",
     license_url="https://huggingface.co/cross-encoder/ms-marco-MiniLM-L-12-v2",
     license_resource="resources/licenses/ms-marco-MiniLM-L-12-v2-LICENSE.txt",
-    via=f"via {_PACKAGE} {_VERSION}, Apache-2.0",
+    via=f"shipped in the {_PACKAGE} {_VERSION} package (Apache-2.0)",
 )
 
 

@@ -108,7 +108,7 @@ class InspectorDock(QDockWidget):
         self.request_label = QLabel("Open a thread to see its next request.")
         self.request_label.setWordWrap(True)
         self.request_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.request_table = _table(["#", "Role", "Turn", "State", "Tokens", "Content"])
+        self.request_table = _table(["Id", "Role", "Turn", "State", "Tokens", "Content"])
         self.request_table.setAccessibleName("Next request, message by message")
         layout = QVBoxLayout(request_page)
         layout.addWidget(self.request_label)

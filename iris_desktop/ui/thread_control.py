@@ -318,7 +318,10 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         self.model.delete(thread_id)
 
     def deleted(self, thread_id: int) -> None:
-        """The model thread deleted a thread (or found it deleted already)."""
+        """The model thread deleted a thread (or found it deleted already): said (the status
+        bar kept its last words, "Exported 2 messages…"), the list read again."""
+        title = self._rows.get(thread_id, ("",))[0] or "Untitled"
+        self.app_state.show_message(f"Deleted “{title}”", 6000)
         self.refresh_threads()
 
     def delete_failed(self, thread_id: int, reason: str) -> None:

@@ -73,15 +73,13 @@ WELCOME_TEXT = (
     "<p><b>The budget meter</b> at the bottom right shows how the next request fills the "
     "model's context window, from left to right:</p>"
     + _meter_legend()
-    + "<p>The <b>dashed line</b> is the budget: the most of the window a request may fill. "
-    "So that a long chat can go on, its oldest turns are summarized when they no longer "
-    "fit the budget or a request reaches the <span style='color:#d23228'><b>red "
-    "line</b></span>, whichever comes first, or after a set number of turns (Preferences "
-    "▸ Context). Turns past the budget are not sent until then (the dashed line turns red, "
-    "and the meter's tooltip says how many). "
-    "Your messages are never changed or lost. A <b>≈</b> before the numbers means they "
-    "are estimated. Hover over the meter for the numbers, or open View ▸ Context "
-    "inspector to see exactly what the model is sent.</p>"
+    # (a newcomer's audit: the mechanics, every trigger and what is not sent, were a wall
+    # of words before a first message; the meter's tooltip says them)
+    + "<p>When a chat grows long, Iris <b>summarizes its oldest turns</b> so it can go on: "
+    "when they no longer fit the budget (the <b>dashed line</b>) or a request reaches the "
+    "<span style='color:#d23228'><b>red line</b></span>, whichever comes first. Your "
+    "messages are never changed or lost. Hover over the meter for the numbers (≈: "
+    "estimated), or open View ▸ Context inspector to see exactly what the model is sent.</p>"
 )
 
 
