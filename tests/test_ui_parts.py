@@ -511,3 +511,17 @@ def test_qt_calls_keep_the_references_of_none_and_true(qtbot):
         emitter.fired.emit(True)
     assert sys.getrefcount(None) >= none_before - 100
     assert sys.getrefcount(True) >= true_before - 100
+
+
+def test_the_window_opens_the_imported_chat_listed_first(window, qtbot, tmp_path):
+    """A newcomer's audit: importing an export opened its first chat, the oldest, listed
+    last ("Chat 0" at the bottom of the list); now the one the list shows first."""
+    from support.helpers import chatgpt_export
+
+    source = chatgpt_export(tmp_path, 5)  # chat n written at 1.7e9 + n: the last is the newest
+    window.threads_control.import_file(str(source))
+    qtbot.waitUntil(lambda: window.threads.list.count() == 5 and window.thread_id is not None,
+                    timeout=10_000)
+    first = window.threads.list.item(0).text()
+    assert window.threads.list.currentItem().text() == first
+    assert window.host.store.thread(window.thread_id)["title"] == first

@@ -141,17 +141,19 @@ class ImportControl(QObject):
 
         def work(store):
             loaded, imported = job(store)
-            return loaded, imported, imported.report(loaded, by_title=True)
+            # the imported chat listed first is opened (the file's first chat was, listed last)
+            first = store.newest_thread_id(imported.ids) if imported.ids else None
+            return loaded, imported, imported.report(loaded, by_title=True), first
 
-        def done(result: tuple[Loaded, Imported, list[str]]) -> None:
+        def done(result: tuple[Loaded, Imported, list[str], int | None]) -> None:
             self._ended()
-            loaded, imported, report = result
+            loaded, imported, report, first = result
             self.refresh()
             for thread_id in imported.ids:
                 self.app_state.messages_saved(thread_id)  # the semantic index takes them
             stayed = self.app_state.thread_id == opened
             if stayed and (imported.ids or imported.known):
-                self.open_thread((imported.ids or imported.known)[0])
+                self.open_thread(first or (imported.ids or imported.known)[0])
             said = report[0][:1].upper() + report[0][1:] + "." if report else f"Imported {name}."
             where = [] if stayed else ["They are in the chat list."]
             self.app_state.show_message(" ".join([said, *report[1:], *where]), 10_000)

@@ -318,10 +318,16 @@ class Messages(Branches):
             "SELECT id FROM messages INDEXED BY messages_streaming WHERE status = 'streaming' "
             "AND thread_id = ?", (thread_id,))]
 
-    def newest_thread_id(self) -> int | None:
-        """The chat written to last (the first of :meth:`threads`); None when there is none."""
-        row = self.conn.execute("SELECT id FROM threads ORDER BY updated_at DESC, id DESC LIMIT 1").fetchone()
-        return row[0] if row else None
+    def newest_thread_id(self, among: Sequence[int] = ()) -> int | None:
+        """The chat written to last (the first of :meth:`threads`), or the first of them
+        ``among`` those (an import's: the one listed first); None when there is none."""
+        if not among:
+            row = self.conn.execute("SELECT id FROM threads ORDER BY updated_at DESC, id DESC LIMIT 1").fetchone()
+            return row[0] if row else None
+        wanted = set(among)
+        rows = self.conn.execute("SELECT id FROM threads WHERE id BETWEEN ? AND ? "
+                                 "ORDER BY updated_at DESC, id DESC", (min(wanted), max(wanted)))
+        return next((row[0] for row in rows if row[0] in wanted), None)
 
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version``: it changes when another connection (another
