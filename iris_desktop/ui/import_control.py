@@ -142,7 +142,8 @@ class ImportControl(QObject):
         def work(store):
             loaded, imported = job(store)
             # the imported chat listed first is opened (the file's first chat was, listed last)
-            first = store.newest_thread_id(imported.ids) if imported.ids else None
+            shown = imported.ids or imported.known  # (else the chats there already)
+            first = store.newest_thread_id(shown) if shown else None
             return loaded, imported, imported.report(loaded, by_title=True), first
 
         def done(result: tuple[Loaded, Imported, list[str], int | None]) -> None:
