@@ -55,13 +55,14 @@ class _Parser(argparse.ArgumentParser):
                               f"(see '{self.prog} --help')\n")
 
 
+#: commands people try for a check of the installation (it is --self-test)
+_CHECK_WORDS = ("doctor", "check", "selftest", "self-test", "test")
+
+
 def _hint(message: str, argv: Sequence[str]) -> str:
     """What an argparse error most likely means, for the mistakes people make: a
     ``--set KEY VALUE`` (its value read as the command), ``--set a=1 b=2`` (one --set for
     two), a global option after the command."""
-    if "invalid choice" in message and any(a in ("doctor", "check", "selftest", "self-test", "test")
-                                           for a in argv):
-        return "; to check the installation: iris-desktop --self-test"
     if "invalid choice" in message:
         for i, arg in enumerate(argv[:-1]):
             if arg == "--set" and "=" not in argv[i + 1]:
@@ -69,6 +70,9 @@ def _hint(message: str, argv: Sequence[str]) -> str:
                 return f"; --set takes KEY=VALUE as one argument (--set {argv[i + 1]}={value})"
             if arg == "--set" and i + 2 < len(argv) and "=" in argv[i + 2]:  # --set a=1 b=2
                 return f"; repeat --set for each setting (--set {argv[i + 1]} --set {argv[i + 2]})"
+        # the word refused as the command, not any argument ("chta test" is no check)
+        if any(f"invalid choice: '{word}'" in message for word in _CHECK_WORDS):
+            return "; to check the installation: iris-desktop --self-test"
     if "unrecognized arguments" in message:
         late = [a for a in message.split(":", 1)[-1].split()
                 if a in ("-v", "--verbose", "--set", "--data-dir") or a.startswith(("--set=", "--data-dir="))]

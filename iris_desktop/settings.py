@@ -243,9 +243,17 @@ def _absolute(path: str) -> bool:
     return posixpath.isabs(path) or ntpath.isabs(path)
 
 
+#: an integer with thousands separators (1,048,576), as :func:`_fmt` writes one
+_GROUPED = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
+
+
 def _number(kind: type, text: str) -> Any:
     """``int(text)`` or ``float(text)``; a ValueError without Python's own wording ("invalid
-    literal for int() with base 10"): the message says what is expected instead."""
+    literal for int() with base 10"): the message says what is expected instead. An
+    integer may be written with thousands separators, as the allowed range is said
+    ("4,096"; not "4,09", nor a float's "0,5")."""
+    if kind is int and _GROUPED.fullmatch(text):
+        text = text.replace(",", "")
     try:
         return kind(text)
     except ValueError:
@@ -623,7 +631,8 @@ _ALL: tuple[Setting, ...] = (
         "You are Iris, a helpful assistant running locally and offline on the user's computer.",
         "System prompt sent at the start of every request (unless the thread has its own). "
         "{{CURRENT_DATE}}, {{CURRENT_TIME}}, {{CURRENT_DATETIME}}, {{CURRENT_WEEKDAY}} and "
-        "{{CURRENT_TIMEZONE}} are filled in when it is sent.",
+        "{{CURRENT_TIMEZONE}} are filled in when it is sent (a time changes the prompt every "
+        "request, so the model reads the whole chat again each turn).",
         multiline=True,
         label="Instructions for every chat (system prompt)",
     ),

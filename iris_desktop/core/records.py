@@ -301,9 +301,9 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
                           flags=re.IGNORECASE)
 
     lowered = sentence.lower()
-    for word, step in (("yesterday", -1), ("tomorrow", 1)):
+    for word, step, further in (("yesterday", -1, "before"), ("tomorrow", 1, "after")):
         if word in lowered:  # "the day before yesterday" is two days back, not yesterday
-            two = re.search(rf"\bthe day (?:before|after) {word}\b", lowered)
+            two = re.search(rf"\bthe day {further} {word}\b", lowered)
             sub(re.escape(two.group(0)) if two else rf"\b{word}\b",
                 fmt_date(today + dt.timedelta(days=step * (2 if two else 1))))
     if "last night" in lowered:

@@ -76,8 +76,12 @@ class TranscriptPages(QObject):
             else:
                 self.view.follow_bottom()
 
+        def failed(_exc: BaseException) -> None:  # (a hit left pending took a later reload there)
+            if self.hit is not None and self.hit[0] == tid:
+                self.hit = None
+
         self.control.background.run(lambda store: transcript_page(store, tid, loaded), show,
-                                    key="transcript")
+                                    failed, key="transcript")
 
     def show_key(self, key: str) -> None:
         """Scroll to the entry ``key`` (TOP: the first), reading the pages back to it."""

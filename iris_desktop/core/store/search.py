@@ -34,6 +34,8 @@ LONG_SNIPPET_CHARS = 100_000
 #: where a snippet's found word starts and ends, while it is made: control characters, so
 #: a bracket the message writes ("a[i]") is not taken for one (:func:`_marked`)
 _OPEN, _CLOSE = "\x02", "\x03"
+#: those characters where a message writes them (a space each): not taken for marks
+_UNMARKED = str.maketrans({_OPEN: " ", _CLOSE: " "})
 
 
 def _unsegmented(term: str) -> bool:
@@ -275,17 +277,20 @@ class Search(Connected):
                 JOIN threads t ON t.id = m.thread_id
                 WHERE messages_fts MATCH :fts AND messages_fts.rowid BETWEEN :low AND :high
                   AND +messages_fts.rowid IN ({picked}) AND coalesce(length(m.content), 0) <= :long
+                  AND coalesce(instr(m.content, char(2)) + instr(m.content, char(3)), 0) = 0
                 """, {"fts": fts, "low": min(mid for mid, _ in chosen),
                       "high": max(mid for mid, _ in chosen), "long": LONG_SNIPPET_CHARS})}
             # (one pass over the chosen ones' range: a rowid lookup each set up the query
             # anew, every word in "the" read 50 times)
-            if len(rows) < len(chosen):  # a very long message: its snippet read here
+            # a very long message, or one that writes the marks' characters: its snippet read here
+            if len(rows) < len(chosen):
                 rows.update({r[2]: {"thread_id": r[0], "title": r[1], "message_id": r[2],
                                     "snippet": _long_snippet(r[3], words)}
                              for r in self.conn.execute(
                                  f"SELECT m.thread_id, t.title, m.id, m.content FROM messages m "
                                  f"JOIN threads t ON t.id = m.thread_id WHERE m.id IN ({picked}) "
-                                 f"AND length(m.content) > ?", (LONG_SNIPPET_CHARS,))})
+                                 f"AND (length(m.content) > ? OR instr(m.content, char(2)) > 0 "
+                                 f"OR instr(m.content, char(3)) > 0)", (LONG_SNIPPET_CHARS,))})
         return _grouped([(rows[mid], nth <= HITS_PER_CHAT) for mid, nth in chosen if mid in rows])
 
     def _search_as_written(self, terms: list[str], limit: int) -> list[dict[str, Any]]:
@@ -310,8 +315,9 @@ def _snippet(content: str, term: str) -> str:
 def _around(content: str, at: int, end: int) -> str:
     """Up to 40 characters either side of ``content[at:end]``, which is marked."""
     start = max(at - 40, 0)
-    return (("…" if start else "") + content[start:at] + _OPEN + content[at:end] + _CLOSE
-            + content[end:end + 40] + "…")
+    return (("…" if start else "") + content[start:at].translate(_UNMARKED) + _OPEN
+            + content[at:end].translate(_UNMARKED) + _CLOSE
+            + content[end:end + 40].translate(_UNMARKED) + "…")
 
 
 def _marked(hit: dict[str, Any]) -> dict[str, Any]:
@@ -372,7 +378,7 @@ def _long_snippet(content: str, words: Sequence[str]) -> str:
     places = [m.span() for m in (p.search(content) for p in patterns) if m] or [
         m.span() for m in (re.search(re.escape(w), content, re.IGNORECASE) for w in words) if m]
     if not places:
-        return content[:80] + "…"
+        return content[:80].translate(_UNMARKED) + "…"
     return _around(content, *min(places))
 
 
