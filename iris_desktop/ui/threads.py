@@ -177,8 +177,9 @@ class ThreadPanel(QWidget):
         for row in rows:
             tid = row["thread_id"]
             title = show_directional(" ".join(str(row["title"]).split()))
-            title += f" · {self._apart[tid]}" if tid in self._apart else ""  # (two of one title)
-            item = QListWidgetItem(title)
+            words = self._apart.get(tid)  # (two chats of one title: as the list tells them apart)
+            item = QListWidgetItem(f"{title}\n   {words}" if words else title)
+            title += f" · {words}" if words else ""
             item.setToolTip(title)
             if row.get("message_id") is not None:  # the found words in bold (search_marks)
                 snippet, rich = marked_line(row.get("text") or "", row.get("marks") or [])
