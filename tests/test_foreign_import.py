@@ -345,7 +345,8 @@ def test_gui_file_import_uses_the_same_loader(qtbot, tmp_path, monkeypatch):
         window.menus.actions["import"].trigger()
         qtbot.waitUntil(lambda: any("were imported before (“" in text for text in shown), timeout=10_000)
         assert window.threads.list.count() == 3 and len(loaded) == 2
-        qtbot.waitUntil(lambda: window.thread_id == ids[0], timeout=10_000)  # the file's first chat
+        listed_first = host.store.newest_thread_id(ids)  # (the file's first chat, before)
+        qtbot.waitUntil(lambda: window.thread_id == listed_first, timeout=10_000)
     finally:
         window.shutdown()
         host.close()
