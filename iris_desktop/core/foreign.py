@@ -199,8 +199,8 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
         text = zipped = manifest_parts(path, text, read_text) or text
     stripped = text.lstrip()
     if not stripped.startswith("{") and not _SIGNATURE.search(stripped):
-        del text, stripped
-        return _native(path, zipped is not None)
+        del stripped
+        return _native(path, zipped is not None, text=text)  # (read once, not again there)
     data = _json(text)
     if data is None:
         lines = _jsonl(text)
@@ -212,8 +212,8 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
             return _guard(path, SILLYTAVERN, lambda: _finish(path, SILLYTAVERN, [
                 lambda tally: sillytavern_chat(lines, tally)]))
         if (sessions := llamacpp_sessions(lines)) is None and not (lines and is_sharegpt(lines)):
-            del text, stripped
-            return _native(path, zipped is not None, zipped and bad_shard(zipped))
+            del stripped
+            return _native(path, zipped is not None, zipped and bad_shard(zipped), text)
         data = lines if sessions is None else sessions  # (ShareGPT's, or llama.cpp's JSONL)
     del text, stripped
     if isinstance(data, dict) and _jan_messages([data]):  # a Jan messages.jsonl of one line
@@ -276,10 +276,10 @@ class Imported(NamedTuple):
         names = [f"“{_clipped(t)}”" for t in self.titles] if by_title else [str(t) for t in self.known]
         which = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
         verb = "was" if len(self.known) == 1 else "were"
+        notes = (lines[1:] if loaded.foreign else lines) if self.notes is None else self.notes
         return [*head, f"{_count(len(self.known), 'chat')} {verb} imported before "
                        f"({'' if by_title else 'thread '}{which}) and {verb} not imported "
-                       f"again{hint}", *((lines[loaded.foreign:] if self.notes is None else self.notes)
-                                         if self.ids else [])]  # (left-out notes: of chats stored now)
+                       f"again{hint}", *(notes if self.ids else [])]  # (left-out notes: of chats stored now)
 
 
 #: the longest an import holds the database's write lock at once, in seconds: it commits
@@ -373,14 +373,16 @@ class PartlyImported(Exception):
 # -- reading --------------------------------------------------------------------------------
 
 
-def _native(path: Path, zipped: bool = False, bad: str | None = None) -> Loaded:
-    """``bad``: why a part of a newer export's chats is not JSON (it is named)."""
+def _native(path: Path, zipped: bool = False, bad: str | None = None,
+            text: str | None = None) -> Loaded:
+    """``bad``: why a part of a newer export's chats is not JSON (it is named); ``text``:
+    the file's, where it was read already (else it is read here)."""
     if zipped:
         raise ConversationFormatError(f"{path}: {bad}" if bad else f"{path}: its {EXPORT_NAME} "
                                       "is not a ChatGPT or Claude export")
     try:  # (read as other apps' files are: CESU-8, halves of UTF-16 pairs mended)
-        messages, title, system_prompt = load_conversation(path, read_text(path, MAX_IMPORT_BYTES),
-                                                           mend_value)
+        text = read_text(path, MAX_IMPORT_BYTES) if text is None else text
+        messages, title, system_prompt = load_conversation(path, text, mend_value)
     except ConversationFormatError as exc:  # another app's file: said by its name
         raise ConversationFormatError(named_refusal(path) or str(exc)) from None
     fmt = IRIS if any(TREE_KEY in m for m in messages) else OPENAI
