@@ -37,6 +37,7 @@ from iris_desktop.core.views import (
     pretty_arguments,
     wrote_nothing,
 )
+from iris_desktop.runtime.speed import slow_words
 from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import NO_MODEL, AppState
 from iris_desktop.ui.composer import Composer
@@ -399,9 +400,10 @@ class TurnControl(QObject, TurnListener):
             elapsed = time.monotonic() - (self._stream_t0 or time.monotonic())
             n = self._stream_tokens
             rate = (n - 1) / elapsed if elapsed > 0 and n > 1 else 0
-            return f"Generating… {rate:.1f} tok/s" if rate else "Generating…"
-        rate = self._last_rate
-        return f"Ready · last reply {rate:.1f} tok/s" if rate else ""
+            slow = slow_words(rate, self.app_state.model_info)
+            return f"Generating… {rate:.1f} tok/s{slow}" if rate else "Generating…"
+        rate, slow = self._last_rate, slow_words(self._last_rate, self.app_state.model_info)
+        return f"Ready · last reply {rate:.1f} tok/s{slow}" if rate else ""
 
     # -- shell confirmation --
 

@@ -1,0 +1,54 @@
+"""A slow reply says why (a newcomer's hour: "Generating… 0.3 tok/s" said nothing of the
+busy computer behind it). The words come from ``runtime.speed.slow_words``; the window adds
+them to its live rate and to "Ready · last reply …"."""
+
+from __future__ import annotations
+
+from iris_desktop.runtime.speed import SLOW_RATE, slow_words
+
+from support.fakes import ScriptedRuntime
+
+SMALL = {"where": "local", "device": "CPU", "size_bytes": 491_000_000}
+
+
+def test_a_rate_people_can_read_along_with_says_nothing_more():
+    assert slow_words(SLOW_RATE, SMALL, load=9.0, processors=2, cores=2) == ""
+    assert slow_words(25.0, SMALL, load=0.1, processors=2, cores=2) == ""
+    assert slow_words(0.0, SMALL, load=9.0, processors=2, cores=2) == ""  # no rate yet
+    assert slow_words(None, SMALL, load=9.0, processors=2, cores=2) == ""
+
+
+def test_a_busy_processor_is_named_with_its_load():
+    words = slow_words(0.3, SMALL, load=4.2, processors=2, cores=2)
+    assert words == (" · slow: other programs keep the processor busy (load 4.2 on 2 "
+                     "processors); replies speed up when they finish")
+    # the reply's own threads load the processors up to their number: not "other programs"
+    assert "other programs" not in slow_words(0.3, SMALL, load=2.5, processors=2, cores=2)
+
+
+def test_a_model_large_for_the_computer_is_named_and_a_smaller_one_offered():
+    big = {**SMALL, "size_bytes": 8_000_000_000}
+    assert slow_words(1.0, big, load=1.0, processors=4, cores=2) == (
+        " · slow: this model is large for 2 processor cores; Models… suggests one that fits")
+    # the same file held whole by a GPU is not blamed; nor is the bundled model's size
+    assert "large" not in slow_words(1.0, {**big, "device": "GPU: Radeon · 33/33 layers"},
+                                     load=1.0, processors=4, cores=2)
+    assert slow_words(1.0, SMALL, load=1.0, processors=4, cores=2) == " · slow on this computer now"
+
+
+def test_a_server_is_not_blamed_on_this_computer():
+    served = {"where": "server: 127.0.0.1:8080", "size_bytes": 0}
+    assert slow_words(0.5, served, load=9.0, processors=2, cores=2) == \
+        " · slow: the server writes at this pace"
+
+
+def test_the_window_says_a_slow_reply_is_slow(make_window, qtbot):
+    """A real window, a reply streamed at about one token a second (a slower machine only
+    makes it slower): its live rate is followed by why it is slow."""
+    w = make_window(ScriptedRuntime(["one two three four five"], delay_s=0.8))
+    shown: list[str] = []
+    w.app_state.statusText.connect(shown.append)
+    w.send("Count to five")
+    qtbot.waitUntil(lambda: not w.generating and any("tok/s" in t for t in shown), timeout=30_000)
+    live = [t for t in shown if t.startswith("Generating…") and "tok/s" in t]
+    assert live and all(" · slow" in t for t in live), live
