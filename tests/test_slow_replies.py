@@ -7,6 +7,8 @@ from __future__ import annotations
 from iris_desktop.runtime.speed import SLOW_RATE, slow_words
 
 from support.fakes import ScriptedRuntime
+from support.helpers import on_a_terminal, run_cli
+from support.network import ScriptedSocketServer, event_stream, openai_answers
 
 SMALL = {"where": "local", "device": "CPU", "size_bytes": 491_000_000}
 
@@ -20,7 +22,7 @@ def test_a_rate_people_can_read_along_with_says_nothing_more():
 
 def test_a_busy_processor_is_named_with_its_load():
     words = slow_words(0.3, SMALL, load=4.2, processors=2, cores=2)
-    assert words == (" · slow: other programs keep the processor busy (load 4.2 on 2 "
+    assert words == ("slow: other programs keep the processor busy (load 4.2 on 2 "
                      "processors); replies speed up when they finish")
     # the reply's own threads load the processors up to their number: not "other programs"
     assert "other programs" not in slow_words(0.3, SMALL, load=2.5, processors=2, cores=2)
@@ -29,17 +31,17 @@ def test_a_busy_processor_is_named_with_its_load():
 def test_a_model_large_for_the_computer_is_named_and_a_smaller_one_offered():
     big = {**SMALL, "size_bytes": 8_000_000_000}
     assert slow_words(1.0, big, load=1.0, processors=4, cores=2) == (
-        " · slow: this model is large for 2 processor cores; Models… suggests one that fits")
+        "slow: this model is large for 2 processor cores; a smaller one writes faster")
     # the same file held whole by a GPU is not blamed; nor is the bundled model's size
     assert "large" not in slow_words(1.0, {**big, "device": "GPU: Radeon · 33/33 layers"},
                                      load=1.0, processors=4, cores=2)
-    assert slow_words(1.0, SMALL, load=1.0, processors=4, cores=2) == " · slow on this computer now"
+    assert slow_words(1.0, SMALL, load=1.0, processors=4, cores=2) == "slow on this computer now"
 
 
 def test_a_server_is_not_blamed_on_this_computer():
     served = {"where": "server: 127.0.0.1:8080", "size_bytes": 0}
     assert slow_words(0.5, served, load=9.0, processors=2, cores=2) == \
-        " · slow: the server writes at this pace"
+        "slow: the server writes at this pace"
 
 
 def test_the_window_says_a_slow_reply_is_slow(make_window, qtbot):
@@ -52,3 +54,25 @@ def test_the_window_says_a_slow_reply_is_slow(make_window, qtbot):
     qtbot.waitUntil(lambda: not w.generating and any("tok/s" in t for t in shown), timeout=30_000)
     live = [t for t in shown if t.startswith("Generating…") and "tok/s" in t]
     assert live and all(" · slow" in t for t in live), live
+
+
+def test_the_cli_on_a_terminal_says_a_slow_reply_is_slow_and_a_pipe_hears_nothing(tmp_path, capsys):
+    """A real loopback server that reports writing 0.5 tokens a second (llama.cpp's
+    ``timings``), the real CLI on a real terminal (a pty): the reply is followed by its
+    rate and why; a pipe's stderr stays as it was."""
+    words = "one two three four five six seven eight nine ten eleven twelve".split()
+    stream = event_stream(*[{"choices": [{"index": 0, "delta": {"content": w + " "}}]} for w in words],
+                          {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 20, "completion_tokens": 12},
+                           "timings": {"predicted_per_second": 0.5, "predicted_n": 12}})
+    with ScriptedSocketServer(openai_answers(stream)) as server:
+        where = ["--data-dir", tmp_path / "data", "--set", "model.backend=openai",
+                 "--set", f"model.base_url={server.base_url}"]
+        code, seen = on_a_terminal([*where, "chat", "Count to twelve."], {})
+        text = seen.decode("utf-8", "replace")
+        assert code == 0, text
+        assert ("iris-desktop: this reply came at 0.5 tokens a second (slow: the server writes "
+                "at this pace)") in text, text
+        code, _, err = run_cli(capsys, *where, "chat", "--thread", "1", "Again.")
+    assert code == 0, err
+    assert "tokens a second" not in err

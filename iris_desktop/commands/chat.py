@@ -279,6 +279,18 @@ class _ChatPrinter(TurnListener):
               "goes on with it]", file=sys.stderr)
 
 
+def _say_if_slow(stats: Any, facts: Any) -> None:
+    """On a terminal, a reply of a few words or more that came under 2 tokens a second is
+    followed by its rate and the likely cause, as the window's status bar says it."""
+    from dataclasses import asdict
+
+    from iris_desktop.runtime.speed import slow_words
+
+    rate = getattr(stats, "tokens_per_s", None)
+    if (getattr(stats, "completion_tokens", 0) or 0) >= 8 and (words := slow_words(rate, asdict(facts))):
+        say(f"iris-desktop: this reply came at {rate:.1f} tokens a second ({words})", file=sys.stderr)
+
+
 def _is_terminal(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -491,6 +503,8 @@ def chat(args, overrides) -> int:
         if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
             return printer.code
         stats = printer.stats
+        if not args.json and _is_terminal(sys.stderr):
+            _say_if_slow(stats, facts)
         if args.json:
             print(dump_json({
                 "thread_id": printer.thread_id,

@@ -2,7 +2,8 @@
 
 A newcomer who saw "Generating… 0.3 tok/s" had no way to tell why: the computer was busy
 with other work, and nothing said so. Below :data:`SLOW_RATE` (slower than people read:
-about 5 tokens a second) the rate is followed by its likely cause, from what can be known
+about 5 tokens a second) the rate is followed by its likely cause (the window's status bar; the CLI's stderr on a
+terminal, after the reply), from what can be known
 without guessing:
 
 - **a server** writes at its own pace: that is said, nothing local is blamed;
@@ -10,7 +11,7 @@ without guessing:
   processors the computer has plus one. A reply's own threads count in the load too (one per
   physical core at most), so a load that high means other work is competing with them;
 - **a model large for the computer**: the file's speed class (``runtime.recommend``'s
-  rule, bytes per physical core) is "slow", and Models… can suggest one that fits;
+  rule, bytes per physical core) is "slow": a smaller one writes faster;
 - else it is only said to be slow (a GPU that holds the model is not blamed).
 """
 
@@ -45,23 +46,23 @@ def _load() -> float | None:
 def slow_words(rate: float | None, facts: Mapping[str, Any] | None, *,
                load: float | None = None, processors: int | None = None,
                cores: int | None = None) -> str:
-    """" · slow: <why>" for a rate under :data:`SLOW_RATE` tokens a second, else "".
+    """"slow: <why>" for a rate under :data:`SLOW_RATE` tokens a second, else "".
     ``facts`` are the model's (``ModelFacts`` as a dict); ``load``, ``processors`` and
     ``cores`` are this computer's unless given (tests)."""
     if not rate or rate >= SLOW_RATE:
         return ""
     facts = facts or {}
     if facts.get("where", "local") != "local":
-        return " · slow: the server writes at this pace"
+        return "slow: the server writes at this pace"
     load = _load() if load is None else load
     processors = processors or os.cpu_count() or 1
     if load is not None and load >= processors + 1:
-        return (f" · slow: other programs keep the processor busy (load {load:.1f} on "
+        return (f"slow: other programs keep the processor busy (load {load:.1f} on "
                 f"{processors} processors); replies speed up when they finish")
     on_gpu = str(facts.get("device", "")).startswith("GPU")
     cores = cores or _cores()
     size = int(facts.get("size_bytes") or 0)
     if size and speed_class(size, cores, on_gpu) == "slow":
-        return (f" · slow: this model is large for {cores} processor cores; "
-                "Models… suggests one that fits")
-    return " · slow on this computer now"
+        return (f"slow: this model is large for {cores} processor cores; "
+                "a smaller one writes faster")
+    return "slow on this computer now"

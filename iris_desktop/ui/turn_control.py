@@ -400,9 +400,12 @@ class TurnControl(QObject, TurnListener):
             elapsed = time.monotonic() - (self._stream_t0 or time.monotonic())
             n = self._stream_tokens
             rate = (n - 1) / elapsed if elapsed > 0 and n > 1 else 0
-            slow = slow_words(rate, self.app_state.model_info)
+        else:
+            rate = self._last_rate
+        slow = slow_words(rate, self.app_state.model_info)
+        slow = f" · {slow}" if slow else ""
+        if live:
             return f"Generating… {rate:.1f} tok/s{slow}" if rate else "Generating…"
-        rate, slow = self._last_rate, slow_words(self._last_rate, self.app_state.model_info)
         return f"Ready · last reply {rate:.1f} tok/s{slow}" if rate else ""
 
     # -- shell confirmation --
