@@ -13,9 +13,6 @@ from pathlib import Path
 
 from test_foreign_import import exported, imported, threads
 
-from support.helpers import one_sentence
-from support.helpers import run_cli as run
-
 REAL = Path(__file__).parent / "fixtures" / "real"
 
 
@@ -192,30 +189,34 @@ def test_chatgpts_older_citation_markers_become_the_cited_pages(capsys):
     assert plain[3]["content"].startswith("Certainly! Here's the same logic written in the C#")
 
 
-def test_librechats_branched_export_is_refused_by_its_name(capsys):
+def test_librechats_branched_export_is_imported(capsys):
     """LibreChat's api/server/utils/import/__data__/librechat-export.json: a conversation
     as LibreChat's export writes it with branches and ``recursive``, its messages as a
     tree under ``messagesTree`` (no ``messages``). Before, it got the refusal of a file
-    nobody made, "not a conversation Iris knows", where LibreChat's files are refused by
-    name."""
-    source = REAL / "librechat" / "librechat-export.json"
-    code, out, err = run(capsys, "import", source)
-    assert code == 2 and out == "" and one_sentence(err)
-    assert err.startswith(f"iris-desktop: import refused, nothing was written: {source}: this "
-                          "looks like a LibreChat conversation export, which Iris cannot "
-                          "import yet; it imports OpenAI message lists")
-    assert threads(capsys) == []
+    nobody made, "not a conversation Iris knows", then (where LibreChat's files were
+    refused by name) "which Iris cannot import yet"; now it is imported (its tree is one
+    branch: three questions, three replies)."""
+    ids, err = imported(capsys, REAL / "librechat" / "librechat-export.json")
+    assert len(ids) == 1 and err == "iris-desktop: imported 1 chat from a LibreChat export\n"
+    messages = exported(capsys, ids[0])
+    assert [(m["role"], m["content"][:28]) for m in messages] == [
+        ("user", "What is the fuel consumption"), ("assistant", "The fuel consumption of a Vo"),
+        ("user", "What about 10 year old model"), ("assistant", "The fuel consumption of a 20"),
+        ("user", "Is it for fully loaded    ca"), ("assistant", "The fuel consumption figures")]
+    assert messages[0]["created_at"] == "2024-04-09T14:32:05+00:00"
+    assert threads(capsys)[0]["title"] == "Conversation 1. Web Search"
 
 
-def test_text_generation_webuis_2023_history_is_refused_by_its_name(capsys, tmp_path):
+def test_text_generation_webuis_2023_history_is_imported(capsys, tmp_path):
     """text-generation-webui kept a chat's history in early 2023 as ``{"data": [[asked,
     replied], …], "data_visible": […]}`` (``logs/persistent.json``, ``logs/<character>_
     persistent.json``; SillyTavern's importer still reads it so). A real one,
     Nat-Amato/-SaA-Vtuber-AI's text-generation-webui/logs/persistent.json (April 2023), is
     in a repository that gives no license: only its shape is kept here (its keys, an
     ``<audio>`` tag the TTS extension put in the visible copy), the texts are this
-    test's. Before, it got "not a conversation Iris knows", where text-generation-webui's
-    histories are refused by name."""
+    test's. Before, it got "not a conversation Iris knows", then (where
+    text-generation-webui's histories were refused by name) "which Iris cannot import
+    yet"; now the model's copy (``data``) is imported, the visible one's markup not."""
     asked, replied = "What is the chemical formula of water?", "It is H2O."
     source = tmp_path / "persistent.json"
     source.write_text(json.dumps({
@@ -223,11 +224,11 @@ def test_text_generation_webuis_2023_history_is_refused_by_its_name(capsys, tmp_
         "data_visible": [["", ""], [asked, '<audio src="file/extensions/silero_tts/outputs/'
                                             'None_1680727413.wav" controls ></audio><br><br>'
                                             + replied]]}, indent=2))
-    code, out, err = run(capsys, "import", source)
-    assert code == 2 and out == "" and one_sentence(err)
-    assert err.startswith(f"iris-desktop: import refused, nothing was written: {source}: this "
-                          "looks like a text-generation-webui (oobabooga) chat history, which "
-                          "Iris cannot import yet")
+    ids, err = imported(capsys, source)
+    assert len(ids) == 1 and err == ("iris-desktop: imported 1 chat from a text-generation-webui "
+                                     "chat history\n")
+    assert [(m["role"], m["content"]) for m in exported(capsys, ids[0])] == [
+        ("user", asked), ("assistant", replied)]
 
 
 def test_open_webuis_export_naming_a_deleted_message_shows_its_conversation(capsys, tmp_path):

@@ -82,6 +82,7 @@ from iris_desktop.core.foreign_llamacpp import (
     llamacpp_chat,
     llamacpp_sessions,
 )
+from iris_desktop.core.foreign_local import READERS, local_kind
 from iris_desktop.core.foreign_parts import Chat, Documents, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
@@ -112,8 +113,8 @@ NATIVE = (IRIS, OPENAI)
 UNKNOWN_SHAPE = f"not a conversation Iris knows: it reads {READS}"
 
 #: keys only the foreign formats have; a file that holds none is left to conversation.py
-_SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|'
-                        r'currentlySelected|versions|thread_id|object|chat_messages|conv|conversations|items)"\s*:')
+_SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|chat_messages|conv|titleSet|'
+                        r'currentlySelected|versions|thread_id|object|conversations|items|parentMessageId)"\s*:')
 #: the kinds of Open WebUI's ``<details type="…">`` blocks that hold no reply text
 _DETAILS_TYPE = re.compile(r'\btype="(reasoning|tool_calls|code_interpreter)"')
 _ROLES = ("system", "user", "assistant")
@@ -232,7 +233,7 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
         return _guard(path, JAN, lambda: _finish(path, JAN, [
             lambda tally: _jan_chat(data, lines, tally)]))
     convert = {CHATGPT: _chatgpt_chat, OPEN_WEBUI: _openwebui_chat, LM_STUDIO: _lmstudio_chat,
-               CLAUDE: claude_chat, LLAMA_CPP: llamacpp_chat, SHAREGPT: sharegpt_chat}[kind]
+               CLAUDE: claude_chat, LLAMA_CPP: llamacpp_chat, SHAREGPT: sharegpt_chat, **READERS}[kind]
     converters = [(lambda tally, item=item: convert(item, tally)) for item in items]
     names = [raw_title(item) for item in items]  # (a chat that cannot be read: named)
     items.clear()  # each chat's parsed values freed once it is converted (_finish), not
@@ -406,7 +407,7 @@ def _kind(data: Any) -> tuple[str | None, list[Any]]:
             return CLAUDE, data
         if any(is_llamacpp(x) for x in objects):
             return LLAMA_CPP, data
-        return (SHAREGPT, data) if is_sharegpt(objects) else (None, [])
+        return (SHAREGPT, data) if is_sharegpt(objects) else local_kind(data)
     if not isinstance(data, dict) or "role" in data:
         return None, []
     if is_llamacpp(data) or is_sharegpt(data):
@@ -426,7 +427,7 @@ def _kind(data: Any) -> tuple[str | None, list[Any]]:
         return JAN, [data]
     if isinstance(data.get("chat_messages"), list):
         return CLAUDE, [data]
-    return None, []
+    return local_kind(data)  # LibreChat, text-generation-webui, BetterChatGPT
 
 
 def _jan_messages(lines: list[Any]) -> bool:

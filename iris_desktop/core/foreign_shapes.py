@@ -16,21 +16,13 @@ from iris_desktop.core.foreign_text import read_text
 READS = ("OpenAI message lists (JSON or JSONL), its own exports, ChatGPT's and Claude's "
          "exports (conversations.json, its folder or the .zip), Open WebUI's chat export, "
          "LM Studio's .conversation.json files, Jan's threads, llama.cpp's web UI exports, "
-         "ShareGPT files and SillyTavern chats")
+         "ShareGPT files, SillyTavern chats, LibreChat's conversation exports, "
+         "text-generation-webui's chat histories and BetterChatGPT's exports")
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:
     items = value if isinstance(value, list) else [value]
     return [x for x in items[:50] if isinstance(x, dict)]
-
-
-def _librechat(value: Any) -> bool:
-    """LibreChat's conversation export: ``conversationId`` and its ``messages`` or (a
-    ``recursive`` export, as LibreChat's export writes one now) its ``messagesTree``; or
-    its messages themselves (``messageId``, ``parentMessageId``)."""
-    return any(("conversationId" in x and (isinstance(x.get("messages"), list)
-                                           or isinstance(x.get("messagesTree"), list)))
-               or ("messageId" in x and "parentMessageId" in x) for x in _dicts(value))
 
 
 def _gemini(value: Any) -> bool:
@@ -44,31 +36,10 @@ def _gemini(value: Any) -> bool:
     return False
 
 
-def _textgen(value: Any) -> bool:
-    """text-generation-webui (oobabooga)'s history: ``internal`` and ``visible`` pairs, or
-    (its versions of early 2023, ``logs/persistent.json``) ``data`` and ``data_visible``."""
-    return isinstance(value, dict) and any(
-        isinstance(value.get(kept), list) and isinstance(value.get(shown), list)
-        for kept, shown in (("internal", "visible"), ("data", "data_visible")))
-
-
-def _betterchatgpt(value: Any) -> bool:
-    """BetterChatGPT's export: ``chats`` (each ``messages`` with ``config``), ``folders``; or
-    (its exports of March and April 2023, before folders, which it still imports) the
-    chats alone, a list of ``{title, messages, config, titleSet}``."""
-    if isinstance(value, dict):
-        return isinstance(value.get("chats"), list) and "folders" in value
-    chats = _dicts(value)
-    return isinstance(value, list) and len(chats) == len(value[:50]) > 0 and all(
-        "title" in chat and isinstance(chat.get("messages"), list)
-        and ("config" in chat or "titleSet" in chat) for chat in chats)
-
-
 #: each app's name (as the sentence says it) and how its file is known
-SHAPES = (("a LibreChat conversation export", _librechat),
-          ("Google Takeout's My Activity file for Gemini", _gemini),
-          ("a text-generation-webui (oobabooga) chat history", _textgen),
-          ("a BetterChatGPT export", _betterchatgpt))
+#: (LibreChat's, text-generation-webui's and BetterChatGPT's files were refused here too;
+#: :mod:`iris_desktop.core.foreign_local` imports them now)
+SHAPES = (("Google Takeout's My Activity file for Gemini", _gemini),)
 
 
 def other_app(value: Any) -> str | None:
