@@ -356,10 +356,14 @@ def chat_message(args) -> str:
         raise CliError("give the message as an argument, as '-' to read standard input, "
                        "or with --file PATH (exactly one of them)")
     if args.file is not None:
+        said: list[str] = []  # (a Windows-1252 file: read as that, and said)
         try:
-            return read_text_file(Path(args.file), MAX_IMPORT_BYTES, message=True).rstrip("\n")
+            text = read_text_file(Path(args.file), MAX_IMPORT_BYTES, message=True, said=said)
         except ConversationFormatError as exc:
             raise CliError(f"--file: {exc}") from None
+        for clause in said:
+            say(f"iris-desktop: --file: {show_untrusted(args.file)} was {clause}", file=sys.stderr)
+        return text.rstrip("\n")
     if args.message != "-":
         if args.attach and " " not in args.message and Path(args.message).is_file():
             # `--attach a.md b.md`: the second file was read as the message
@@ -380,9 +384,14 @@ def _attachments(args) -> list:
     from iris_desktop.core.attachments import AttachmentError, read_attachment
 
     try:
-        return [read_attachment(path) for path in args.attach]
+        files = [read_attachment(path) for path in args.attach]
     except AttachmentError as exc:
         raise CliError(f"--attach: {exc}; nothing was sent or stored") from None
+    for file in files:  # (a Windows-1252 file: read as that, and said)
+        if file.read_as:
+            say(f"iris-desktop: --attach: {show_untrusted(file.name)} was {file.read_as}",
+                file=sys.stderr)
+    return files
 
 
 def _turn_of(args, message: str | None, files) -> Turn:

@@ -38,7 +38,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.attachments import NotTextError, decode_text, message_text, record_problem
+from iris_desktop.core.attachments import (
+    NotTextError,
+    decode_text,
+    message_text,
+    read_as,
+    read_message_text,
+    record_problem,
+)
 from iris_desktop.core.store import ROLES, Store, ThreadGone, iso_timestamp, row_to_message, sent_at_of
 from iris_desktop.core.store.messages import one_line_title
 from iris_desktop.core.store.rows import TIMESTAMP_KEYS, ContentPartsError, not_in_future, parts_text
@@ -137,12 +144,14 @@ def _seconds(value: Any) -> float:
     return seconds
 
 
-def read_text_file(path: Path, limit: int, *, message: bool = False) -> str:
+def read_text_file(path: Path, limit: int, *, message: bool = False,
+                   said: list[str] | None = None) -> str:
     """A UTF-8 text file of at most ``limit`` bytes; ConversationFormatError for
     anything else (a folder, a device, a named pipe, an unreadable file, a UTF-16 file,
     other bytes). ``message``: the text of a message (``chat --file``), read as an
-    attached file is (:func:`~iris_desktop.core.attachments.message_text`: a NUL byte
-    refused, line endings ``\\n``). Never blocks and never reads more than ``limit`` + 1
+    attached file is (:func:`~iris_desktop.core.attachments.read_message_text`: a NUL
+    byte refused, line endings ``\\n``; with ``said``, Windows-1252 text read as that,
+    which is added to ``said`` as a clause). Never blocks and never reads more than ``limit`` + 1
     bytes (:func:`~iris_desktop.files.read_regular_file`)."""
     try:
         data = read_regular_file(path, limit)
@@ -160,9 +169,14 @@ def read_text_file(path: Path, limit: int, *, message: bool = False) -> str:
     except OSError as exc:
         raise ConversationFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     try:
-        return message_text(data) if message else decode_text(data)
+        if not message or said is None:
+            return message_text(data) if message else decode_text(data)
+        text, encoding = read_message_text(data)
     except NotTextError as exc:
         raise ConversationFormatError(f"{path}: {exc}") from None
+    if encoding and said is not None:
+        said.append(read_as(encoding))
+    return text
 
 
 def json_error(exc: json.JSONDecodeError, text: str) -> str:

@@ -5,6 +5,10 @@
   emoji) written as its two UTF-16 halves, three bytes each. Strict UTF-8 refuses those
   bytes, and so refused the whole export; they are decoded to the character they stand
   for (:func:`read_text`, :func:`cesu8`).
+- Windows-1252 (or Latin-1) text, which an attached file may be
+  (:func:`.attachments.windows_1252`), is not imported: its refusal says what it looks
+  like and how to import it (:func:`read_text`). (A wrong guess would store every chat of
+  an export garbled, and the import would have to say it read the file so.)
 - A lone half of a UTF-16 surrogate pair (``"\\ud83d"`` in the JSON, an emoji cut in two
   by the app): no text, it cannot be stored, and it refused the whole export. It becomes
   U+FFFD (�), and a pair of halves the character (:func:`mended`, :func:`mend_chat`).
@@ -15,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from iris_desktop.core.attachments import windows_1252
 from iris_desktop.core.conversation import ConversationFormatError, read_text_file
 from iris_desktop.files import read_regular_file
 
@@ -70,16 +75,22 @@ def cesu8(data: bytes) -> str | None:
 
 def read_text(path: Path, limit: int) -> str:
     """:func:`~iris_desktop.core.conversation.read_text_file`, and a CESU-8 file read as
-    :func:`cesu8` reads it where UTF-8 refuses it (that refusal stands for other bytes)."""
+    :func:`cesu8` reads it where UTF-8 refuses it (that refusal stands for other bytes,
+    and says how to import a file of Windows-1252 text: :func:`.attachments.windows_1252`)."""
     try:
         return read_text_file(path, limit)
     except ConversationFormatError as exc:
         if "not UTF-8 text" not in str(exc):
             raise
         try:
-            text = cesu8(read_regular_file(path, limit))
+            data = read_regular_file(path, limit)
         except (OSError, ValueError):
-            text = None
+            raise exc from None
+        text = cesu8(data)
+        if text is None and b"\0" not in data and windows_1252(data) is not None:
+            raise ConversationFormatError(f"{exc}: it looks like Windows-1252 text, which Iris "
+                                          "does not import; save it as UTF-8 and import that "
+                                          "file") from None
         if text is None:
             raise
         return text

@@ -311,7 +311,8 @@ class Composer(QWidget):
             chip = QToolButton(self)
             chip.setObjectName("attachment-chip")
             chip.setText(f"{names[i]} · {size}  ✕")
-            chip.setToolTip(f"{names[i]}: {attachment.size:,} bytes, sent with the "
+            read_as = f" ({attachment.read_as})" if attachment.read_as else ""  # (Windows-1252)
+            chip.setToolTip(f"{names[i]}: {attachment.size:,} bytes{read_as}, sent with the "
                             "message. Click to remove it.")
             chip.clicked.connect(lambda _=False, i=i: self.remove_attachment(i))
             chip.setAccessibleName(f"Remove the attached file {names[i]} ({size})")

@@ -30,6 +30,7 @@ from iris_desktop.ui.inspector import InspectorDock
 from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_thread import LoadedModel, ModelThread, PrefillJob
 from iris_desktop.ui.window_words import PreferencesPreview, reload_problems, window_line
+from iris_desktop.untrusted import show_untrusted
 
 log = logging.getLogger("iris.ui.context")
 
@@ -337,6 +338,9 @@ class ContextControl(QObject):
                                 "file, or raise context.window and model.n_ctx")
                 read = []
         composer.add_attachments(read)
+        said = [f"{show_untrusted(a.name)} was {a.read_as}." for a in read if a.read_as]
+        if said:  # (a Windows-1252 file: read as that, and said)
+            self.app_state.show_message(" ".join(said), 10_000)
         if problems:
             box = plain_box(QMessageBox(QMessageBox.Icon.Warning, "Not attached",
                                         "\n\n".join(problems), parent=self.parent_widget))
