@@ -20,7 +20,12 @@
   from the prompt (``is_system``) is left out and counted (SillyTavern shows it but never
   sends it; Iris has no message it keeps but does not send). The chat is titled by the
   character and the date it began (the first reply's ``name`` and the first
-  ``send_date`` where the header does not say).
+  ``send_date`` where the header does not say). A group chat (its replies under two or
+  more ``name``s; SillyTavern writes it with no header, or one that names no character)
+  marks each reply with its character, ``**Alice:** `` before its text (Iris has one
+  assistant; the Iris before this lost who said what), says so in the import's sentence
+  (:attr:`~iris_desktop.core.foreign_parts.Tally.speakers`), and is titled by its
+  characters; a chat that Iris imported unmarked is known by its messages as they were.
 """
 
 from __future__ import annotations
@@ -116,7 +121,10 @@ def is_sillytavern(lines: list[Any]) -> bool:
 
 def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
     header = lines[0] if lines and isinstance(lines[0], dict) and "mes" not in lines[0] else {}
+    speakers = _speakers(lines, header)
+    group = len(speakers) > 1  # (its replies marked with their names; unmarked: before)
     nodes: dict[Hashable, Node] = {}
+    unmarked: dict[Hashable, Node] = {}
     parent: Hashable | None = None
     for number, line in enumerate(lines, start=1):
         if line is header:
@@ -126,7 +134,11 @@ def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
         if not isinstance(line.get("mes"), str):
             continue  # (no message)
         if line.get("is_system"):  # hidden from the prompt: shown, never sent; Iris would
-            tally.hidden += bool(line["mes"].strip())  # send it, so it is left out, counted
+            # send it, so it is left out, counted (SillyTavern's own notice that opens a group
+            # chat, "Group chat created…", is no message: not counted)
+            extra = line.get("extra")
+            notice = isinstance(extra, dict) and extra.get("type") == "group"
+            tally.hidden += bool(line["mes"].strip()) and not notice
             continue
         role = "user" if line.get("is_user") else "assistant"
         swipes = line.get("swipes")
@@ -138,25 +150,63 @@ def sillytavern_chat(lines: list[Any], tally: Tally) -> Chat | None:
         if len(texts) > 1 and texts[shown] != line["mes"]:  # "mes" is the one shown
             texts[shown] = line["mes"]
         when = _sent(line.get("send_date"))
+        name = _speaker(line.get("name")) if group and role == "assistant" else None
         for j, text in enumerate(texts):
             text = strip_reasoning(text) if role == "assistant" else text
             made = text_message(role, text, when) if text.strip() else None
             nodes[(number, j)] = Node(parent, made, [])
+            if group:
+                unmarked[(number, j)] = Node(parent, made and dict(made), [])
+                if made is not None and name:
+                    made["content"] = f"**{name}:** {text}"
         parent = (number, shown)
-    return Chat(_sillytavern_title(header, lines), tree_messages(nodes, parent, tally=tally))
+    messages = tree_messages(nodes, parent, tally=tally)
+    tally.speakers += len(speakers) if group else 0
+    title = _sillytavern_title(header, lines, speakers if group else None)
+    return Chat(title, messages, before=tree_messages(unmarked, parent) if group else None)
+
+
+def _speaker(value: Any) -> str | None:
+    """A reply's ``name`` as it marks the reply: one line, at most 100 characters."""
+    name = " ".join(value.split())[:100] if isinstance(value, str) else ""
+    return name or None
+
+
+def _speakers(lines: list[Any], header: Any) -> list[str]:
+    """The characters who said something in the chat (``name`` of the messages neither
+    the user's nor hidden that hold text), in the order they first spoke; the narrator
+    (SillyTavern's ``/sys``: ``extra.type`` "narrator") is none of them."""
+    names: dict[str, None] = {}
+    for line in lines:
+        if (line is header or not isinstance(line, dict) or line.get("is_user")
+                or line.get("is_system") or not isinstance(line.get("mes"), str)
+                or not line["mes"].strip()):
+            continue
+        extra = line.get("extra")
+        if isinstance(extra, dict) and extra.get("type") == "narrator":
+            continue
+        name = _speaker(line.get("name"))
+        if name:
+            names[name] = None
+    return list(names)
 
 
 #: the names SillyTavern's newer versions write in a header in place of the real ones
 _UNNAMED = {"unused", ""}
 
 
-def _sillytavern_title(header: Any, lines: list[Any]) -> str | None:
+def _sillytavern_title(header: Any, lines: list[Any], group: list[str] | None = None
+                       ) -> str | None:
     """The character and the date the chat began: the header's, or (where its names are
     "unused" and it gives no ``create_date``, as SillyTavern writes it since 2025) the
-    first reply's ``name`` and the first message's ``send_date``."""
+    first reply's ``name`` and the first message's ``send_date``; a ``group`` chat's
+    characters ("Alice, Bob and Carol", the first three, "and 2 more")."""
     header = header if isinstance(header, dict) else {}
     said = [x for x in lines if isinstance(x, dict) and x is not header and "mes" in x]
     character = header.get("character_name")
+    if group and (not isinstance(character, str) or character.strip() in _UNNAMED):
+        more = f"{len(group) - 3:,} more" if len(group) > 3 else group[-1]
+        character = f"{', '.join(group[:min(3, len(group) - 1)])} and {more}"
     if not isinstance(character, str) or character.strip() in _UNNAMED:
         character = next((x.get("name") for x in said
                           if not x.get("is_user") and not x.get("is_system")), None)

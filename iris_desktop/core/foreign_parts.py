@@ -58,6 +58,9 @@ class Tally:
     #: messages the app showed but hid from the model's prompt (SillyTavern's ``is_system``),
     #: left out: Iris would send them
     hidden: int = 0
+    #: the characters whose replies were marked with their names ("**Alice:** …"): a
+    #: SillyTavern group chat's, where several answer and Iris has one assistant
+    speakers: int = 0
 
     def add(self, other: Tally | None) -> Tally:
         """Count ``other``'s too; returns self."""
@@ -73,6 +76,7 @@ class Tally:
             self.loops += other.loops
             self.looped += other.looped
             self.hidden += other.hidden
+            self.speakers += other.speakers
         return self
 
     def notes(self) -> list[str]:
@@ -96,6 +100,9 @@ class Tally:
             verb, them = ("was", "it") if self.hidden == 1 else ("were", "them")
             notes.append(f"{count(self.hidden, 'message')} SillyTavern hid from the prompt {verb} "
                          f"left out: Iris would send {them} to the model.")
+        if self.speakers:
+            notes.append(f"{count(self.speakers, 'character')}' replies are marked with their "
+                         "names (“**Name:**” first): Iris has one assistant.")
         if self.empty:
             verb = "was" if self.empty == 1 else "were"
             notes.append(f"{count(self.empty, 'chat')} with no text message {verb} skipped.")
