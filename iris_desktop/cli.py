@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sqlite3
 import sys
 import threading
@@ -71,7 +72,8 @@ def _hint(message: str, argv: Sequence[str]) -> str:
             if arg == "--set" and i + 2 < len(argv) and "=" in argv[i + 2]:  # --set a=1 b=2
                 return f"; repeat --set for each setting (--set {argv[i + 1]} --set {argv[i + 2]})"
         # the word refused as the command, not any argument ("chta test" is no check)
-        if any(f"invalid choice: '{word}'" in message for word in _CHECK_WORDS):
+        refused = re.match(r"argument <command>: invalid choice: '([^']*)'", message)
+        if refused and refused.group(1).lower() in _CHECK_WORDS:
             return "; to check the installation: iris-desktop --self-test"
     if "unrecognized arguments" in message:
         late = [a for a in message.split(":", 1)[-1].split()

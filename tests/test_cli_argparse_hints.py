@@ -15,6 +15,9 @@ from support.helpers import one_sentence, run_cli
     (["--set", "chat.system_prompt", "check", "chat"],
      "; --set takes KEY=VALUE as one argument (--set chat.system_prompt=check)"),
     (["chta", "test"], None),  # a typo of 'chat': not a check command
+    # an option's value or a subcommand's action (session 66's review: both got the hint)
+    (["export", "--format", "test", "1"], None),
+    (["config", "check"], None),
 ])
 def test_the_self_test_hint_is_only_for_a_check_command(capsys, argv, hint):
     with pytest.raises(SystemExit) as ended:
@@ -26,7 +29,7 @@ def test_the_self_test_hint_is_only_for_a_check_command(capsys, argv, hint):
         assert hint in err, err
 
 
-@pytest.mark.parametrize("word", ["doctor", "check", "selftest", "self-test", "test"])
+@pytest.mark.parametrize("word", ["doctor", "check", "selftest", "self-test", "test", "Doctor"])
 def test_a_check_command_still_points_to_the_self_test(capsys, word):
     with pytest.raises(SystemExit) as ended:
         run_cli(capsys, "--set", "ui.theme=dark", word, "now")
