@@ -155,9 +155,12 @@ class ImportControl(QObject):
             stayed = self.app_state.thread_id == opened
             if stayed and (imported.ids or imported.known):
                 self.open_thread(first or (imported.ids or imported.known)[0])
-            said = report[0][:1].upper() + report[0][1:] + "." if report else f"Imported {name}."
+            said = [line[:1].upper() + line[1:] + ("" if line.endswith((".", "?", "!")) else ".")
+                    for line in report]  # (a native file's notes are sentences already)
+            if not said or (imported.ids and not loaded.foreign):
+                said.insert(0, f"Imported {name}.")
             where = [] if stayed else ["They are in the chat list."]
-            self.app_state.show_message(" ".join([said, *report[1:], *where]), 10_000)
+            self.app_state.show_message(" ".join([*said, *where]), 10_000)
             if imported.known:
                 self.ask_again(name, loaded, imported)
 
