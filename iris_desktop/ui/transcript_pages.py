@@ -60,6 +60,8 @@ class TranscriptPages(QObject):
         self.hit = (tid, message_id) if message_id is not None else None
 
         def show(result: tuple[list[Entry], Loaded, bool, int]) -> None:
+            if self.hit is not None and self.hit[0] == tid:
+                self.hit = None  # shown, or left with its chat (New chat meanwhile): not later
             if tid != state.thread_id:
                 return
             self.hit = None
