@@ -304,10 +304,13 @@ def resolve_relative(sentence: str, today: dt.date | None) -> str:
     for word, step, further in (("yesterday", -1, "before"), ("tomorrow", 1, "after")):
         if word in lowered:  # "the day before yesterday" is two days back, not yesterday
             two = re.search(rf"\bthe day {further} {word}\b", lowered)
-            sub(re.escape(two.group(0)) if two else rf"\b{word}\b",
-                fmt_date(today + dt.timedelta(days=step * (2 if two else 1))))
-    if "last night" in lowered:
-        sub(r"(?<!\bthe )\blast night\b", fmt_date(today - dt.timedelta(days=1)))
+            if two:
+                sub(re.escape(two.group(0)), fmt_date(today + dt.timedelta(days=2 * step)))
+            if not two or re.search(rf"(?<!the day {further} )\b{word}\b", lowered):
+                sub(rf"(?<!the day {further} )\b{word}\b", fmt_date(today + dt.timedelta(days=step)))
+    night = "last night" in lowered and re.search(r"(\w+)?\W*\blast night\b", lowered)
+    if night and night.group(1) not in _NOT_YESTERDAY_NIGHT:  # "our last night in Lisbon"
+        sub(r"\blast night\b", fmt_date(today - dt.timedelta(days=1)))
     # each pattern is tried only when a word it needs is there: a recall block anchors
     # hundreds of candidate lines per question, and most have no relative date
     if ("today" in lowered or "tonight" in lowered or "this morning" in lowered
@@ -367,16 +370,32 @@ _ORDINAL_DAY = re.compile(
     r"this|that|he|she|they|you)\b))", re.IGNORECASE)
 
 
+#: the word before "last night" that makes it a night of something else: "our last night
+#: in Lisbon", "at last night fell" (not the night before the message)
+_NOT_YESTERDAY_NIGHT = {"the", "our", "my", "your", "his", "her", "their", "its", "that", "one",
+                        "every", "a", "at", "this", "whose"}
+#: a sentence that names a month or a year (or was anchored to one: "last month (November
+#: 2023)") says which month its "on the 3rd" is in, maybe not this one
+_NAMED_MONTH = re.compile(r"\b(?:" + "|".join(MONTH_NAMES) + r"|(?:19|20)\d\d)\b", re.IGNORECASE)
+#: words before "on the 5th" in its clause that make it a day to come or one that recurs
+#: ("I'll call on the 5th", "rent is due on the 1st", "I may arrive on the 3rd")
+_NOT_PAST = re.compile(r"\b(?:will|shall|'ll|going to|gonna|due|every|each|is|are|am|'re|'m|"
+                       r"until|till|may|might|can|could|would|should|must|plan(?:ning)?|hope|"
+                       r"want|need|next)\b", re.IGNORECASE)
+
+
 def _day_of_this_month(sentence: str, today: dt.date) -> str:
     """'dropped on the 11th' written on 13 September: 'on the 11th (11 September 2023)'.
     Only a day of the month already reached, where "this month" is the one reading: on
-    the 13th, "on the 20th" could be next week or last month's, and stays as written."""
-    if "on the " not in sentence.lower():
+    the 13th, "on the 20th" could be next week or last month's, and stays as written; so
+    does one in a sentence that names a month or a year, or one its clause says is to come
+    or recurs (:data:`_NOT_PAST`)."""
+    if "on the " not in sentence.lower() or _NAMED_MONTH.search(sentence):
         return sentence
     for match in _ORDINAL_DAY.finditer(sentence):
         day = int(match.group(1))
-        before = sentence[max(0, match.start() - 12):match.start()].lower()
-        if day <= today.day and not any(m.lower() in before for m in MONTH_NAMES):
+        clause = re.split(r"[.;!?]", sentence[:match.start()])[-1]
+        if day <= today.day and not _NOT_PAST.search(clause.replace("\u2019", "'")):
             end = match.end()
             return f"{sentence[:end]} ({fmt_date(today.replace(day=day))}){sentence[end:]}"
     return sentence
