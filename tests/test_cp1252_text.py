@@ -91,6 +91,10 @@ def test_a_utf8_file_is_read_as_before_and_nothing_is_said(capsys, tmp_path, mod
     ("Grüße aus Köln, café".encode().replace(b"\xc3\xb6", b"\xf6"), "not UTF-8 text (byte 13)"),
     # another script's 8-bit encoding (Windows-1251's Russian): not Windows-1252's accents
     ("Привет, как дела?".encode("cp1251"), "not UTF-8 text (byte 0)"),
+    # UTF-8 text with two Windows-1252 apostrophes pasted in (session 66's review: it was
+    # read as Windows-1252, "Meeting notes â€” ZÃ¼rich" stored and sent)
+    ("Meeting notes — Zürich\nAction: it".encode() + b"\x92s Anna\x92s turn\n", "not UTF-8 text (byte 36)"),
+    ("café".encode() + b" it\x92s", "not UTF-8 text (byte 8)"),
 ])
 def test_binary_damaged_utf8_and_other_scripts_are_still_refused(capsys, tmp_path, data, words):
     path = tmp_path / "notes.txt"

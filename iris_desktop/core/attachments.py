@@ -124,15 +124,15 @@ _ASCII = bytes(range(0x80))
 def windows_1252(data: bytes) -> str | None:
     """The text of ``data`` (bytes that are not UTF-8 and start with no byte-order mark)
     read as Windows-1252, each byte a character; None where they do not look like such
-    text: UTF-8 with damage (more whole UTF-8 characters than other bytes above 0x7F, or
-    a UTF-8 byte-order mark), another script's 8-bit encoding (:data:`MAX_HIGH_RUNS`) or
+    text: UTF-8 with damage (half or more of its bytes above 0x7F in whole UTF-8
+    characters: "— Zürich" beside two Windows-1252 apostrophes was read as "â€” ZÃ¼rich";
+    or a UTF-8 byte-order mark), another script's 8-bit encoding (:data:`MAX_HIGH_RUNS`) or
     binary data (:data:`MAX_CONTROLS`)."""
     high = len(data.translate(None, _ASCII))
     if not high or data.startswith(b"\xef\xbb\xbf"):
         return None
-    whole = _UTF8_CHARACTER.findall(data)
-    if len(whole) > high - sum(map(len, whole)):
-        return None
+    if 2 * sum(map(len, _UTF8_CHARACTER.findall(data))) >= high:
+        return None  # half its bytes above 0x7F or more are UTF-8's characters: UTF-8, damaged
     if sum(map(len, _HIGH_RUN.findall(data))) > MAX_HIGH_RUNS * high:
         return None
     text = codecs.charmap_decode(data, "strict", _CP1252)[0]
