@@ -19,21 +19,24 @@ from iris_desktop.core.big_json import _deep, parse
 TREE = Path(__file__).parent / "fixtures" / "local-apps" / "librechat" / "librechat-tree.json"
 
 
-def recursive_export(count: int) -> str:
+def recursive_export(count: int, indent: int = 0) -> str:
     """LibreChat's own test export (its fields, its options), its chat made ``count``
-    messages long, each nested in the one before, as LibreChat writes it."""
+    messages long, each nested in the one before, as LibreChat writes it; with ``indent``
+    spaces a level, as its export indents it (each message two levels deeper)."""
     source = json.loads(TREE.read_text(encoding="utf-8"))
     fields = {k: v for k, v in source["messages"][0].items() if k != "children"}
-    parts = []
+    head, tail = [], []
     for i in range(count):
         message = {**fields, "messageId": f"m{i}", "isCreatedByUser": i % 2 == 0,
                    "parentMessageId": f"m{i - 1}" if i else "00000000-0000-0000-0000-000000000000",
                    "text": f"message {i} of the long chat"}
-        text = json.dumps(message)
-        parts.append(text[:-1] + ', "children": [')  # its reply goes inside it
-    closing = "]}" * count
-    head = json.dumps({**source, "title": "A long LibreChat chat", "messages": None})
-    return head.replace('"messages": null', '"messages": [' + "".join(parts) + closing + "]")
+        pad = "\n" + " " * (indent * (2 * i + 2)) if indent else ""
+        inner = pad + " " * indent if indent else ""
+        head.append("{" + ",".join(f"{inner}{json.dumps(k)}: {json.dumps(v)}" for k, v in message.items())
+                    + f',{inner}"children": [' + (inner + " " * indent if indent else ""))
+        tail.append(f"{inner}]{pad}}}")
+    document = json.dumps({**source, "title": "A long LibreChat chat", "messages": None}, indent=indent or None)
+    return document.replace('"messages": null', '"messages": [' + "".join(head) + "".join(reversed(tail)) + "]")
 
 
 def test_a_long_recursive_librechat_export_imports_whole(capsys, tmp_path):
@@ -85,3 +88,22 @@ def test_depth_is_no_limit_and_the_recursion_limit_is_left_alone():
     while value:
         value, depth = value[0], depth + 1
     assert depth == 199_999 and sys.getrecursionlimit() == limit
+
+
+def test_an_indented_recursive_export_over_the_limit_is_read_without_its_indentation(
+        capsys, tmp_path, monkeypatch):
+    """LibreChat indents its export, and a "recursive" one nests each reply a level deeper:
+    the file grows with the square of the chat (4,000 messages of 600 characters: 580 MB,
+    over the import's 512 MB limit; session 66's review). Such a file is read without its
+    lines' indentation where that fits the limit: here a 1,000-message export of ~30 MB
+    under a limit of 4 MB (the JSON itself is ~1 MB), imported whole."""
+    import iris_desktop.core.foreign as foreign
+
+    monkeypatch.setattr(foreign, "MAX_IMPORT_BYTES", 4_000_000)
+    source = tmp_path / "indented.json"
+    source.write_text(recursive_export(1_000, indent=2), encoding="utf-8")
+    assert source.stat().st_size > 25_000_000
+    ids, err = imported(capsys, source)
+    assert err == "iris-desktop: imported 1 chat from a LibreChat export\n", err
+    said = [m["content"] for m in exported(capsys, ids[0])[1:]]
+    assert len(said) == 1_000 and said[-1] == "message 999 of the long chat"

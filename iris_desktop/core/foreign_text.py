@@ -16,13 +16,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from iris_desktop.core.attachments import windows_1252
+from iris_desktop.core.attachments import NotTextError, decode_text, windows_1252
 from iris_desktop.core.conversation import ConversationFormatError, read_text_file
 from iris_desktop.files import read_regular_file
 
+#: the bytes of a refused file looked at to say it looks like Windows-1252 text (its first
+#: lines: decoding all of a 512 MB file to word the refusal took 2.5 GB)
+_LOOKED_AT = 1 << 20
 #: what stands for a character that is not there
 REPLACEMENT = "\ufffd"
 
@@ -76,10 +80,17 @@ def cesu8(data: bytes) -> str | None:
 def read_text(path: Path, limit: int) -> str:
     """:func:`~iris_desktop.core.conversation.read_text_file`, and a CESU-8 file read as
     :func:`cesu8` reads it where UTF-8 refuses it (that refusal stands for other bytes,
-    and says how to import a file of Windows-1252 text: :func:`.attachments.windows_1252`)."""
+    and says how to import a file of Windows-1252 text: :func:`.attachments.windows_1252`);
+    a JSON file over ``limit`` read without its lines' indentation where that fits
+    (:func:`squeezed`)."""
     try:
         return read_text_file(path, limit)
     except ConversationFormatError as exc:
+        if "is larger than the limit" in str(exc):
+            text = squeezed(path, limit)
+            if text is None:
+                raise
+            return text
         if "not UTF-8 text" not in str(exc):
             raise
         try:
@@ -87,10 +98,52 @@ def read_text(path: Path, limit: int) -> str:
         except (OSError, ValueError):
             raise exc from None
         text = cesu8(data)
-        if text is None and b"\0" not in data and windows_1252(data) is not None:
+        head = data[:_LOOKED_AT]  # (enough to say what it looks like: not a copy of it all)
+        head = head[:head.rfind(b"\n") + 1 or None] if len(data) > _LOOKED_AT else head
+        if text is None and b"\0" not in data and windows_1252(head) is not None:
             raise ConversationFormatError(f"{exc}: it looks like Windows-1252 text, which Iris "
                                           "does not import; save it as UTF-8 and import that "
                                           "file") from None
         if text is None:
             raise
         return text
+
+
+#: a line's end and the indentation of the next: never inside a JSON string (a string holds
+#: no raw line break), so taking it out leaves the same JSON
+_INDENT = re.compile(rb"\r?\n[ \t]*")
+#: the largest file :func:`squeezed` reads
+SQUEEZE_MAX_BYTES = 8 << 30
+_CHUNK = 1 << 24
+
+
+def squeezed(path: Path, limit: int) -> str | None:
+    """The text of a JSON file over ``limit`` bytes read without its line breaks and
+    indentation, if that fits ``limit``; None when it does not, when the file is not
+    JSON in UTF-8 (UTF-16's line breaks are two bytes), or over :data:`SQUEEZE_MAX_BYTES`.
+    LibreChat's "recursive" export (its default) nests each reply inside the message
+    before it and indents each level, so the file grows with the square of the chat's
+    length: 4,000 messages of 600 characters were 580 MB, over the import's limit, of
+    which the JSON itself is 3 MB. Read in chunks of 16 MiB, each cut at a line break."""
+    try:
+        if path.stat().st_size > SQUEEZE_MAX_BYTES:
+            return None
+        parts: list[bytes] = []
+        kept, carry = 0, b""
+        with path.open("rb") as file:
+            while chunk := file.read(_CHUNK):
+                chunk = carry + chunk
+                if not parts and not chunk.removeprefix(b"\xef\xbb\xbf").lstrip().startswith((b"{", b"[")):
+                    return None
+                cut = chunk.rfind(b"\n")
+                chunk, carry = (chunk[:cut], chunk[cut:]) if cut >= 0 else (b"", chunk)
+                parts.append(_INDENT.sub(b"", chunk))
+                kept += len(parts[-1])
+                if kept + len(carry) > limit + _CHUNK:  # (a line longer than a chunk: carried)
+                    return None
+        parts.append(_INDENT.sub(b"", carry))
+        if sum(map(len, parts)) > limit:
+            return None
+        return decode_text(b"".join(parts))
+    except (OSError, NotTextError):
+        return None
