@@ -114,7 +114,7 @@ UNKNOWN_SHAPE = f"not a conversation Iris knows: it reads {READS}"
 
 #: keys only the foreign formats have; a file that holds none is left to conversation.py
 _SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|chat_messages|conv|titleSet|'
-                        r'currentlySelected|versions|thread_id|object|conversations|items|parentMessageId)"\s*:')
+                        r'currentlySelected|versions|thread_id|object|conversations|items|parentMessageId|config)"\s*:')
 #: the kinds of Open WebUI's ``<details type="…">`` blocks that hold no reply text
 _DETAILS_TYPE = re.compile(r'\btype="(reasoning|tool_calls|code_interpreter)"')
 _ROLES = ("system", "user", "assistant")
