@@ -36,6 +36,9 @@ def test_a_model_large_for_the_computer_is_named_and_a_smaller_one_offered():
     assert "large" not in slow_words(1.0, {**big, "device": "GPU: Radeon · 33/33 layers"},
                                      load=1.0, processors=4, cores=2)
     assert slow_words(1.0, SMALL, load=1.0, processors=4, cores=2) == "slow on this computer now"
+    # a GPU that holds some of its layers leaves the rest to the cores (session 66's review)
+    assert "large" in slow_words(1.0, {**big, "device": "GPU: GeForce RTX 3050 · 3/81 layers"},
+                                 load=1.0, processors=4, cores=2)
 
 
 def test_a_server_is_not_blamed_on_this_computer():

@@ -12,13 +12,15 @@ without guessing:
   physical core at most), so a load that high means other work is competing with them;
 - **a model large for the computer**: the file's speed class (``runtime.recommend``'s
   rule, bytes per physical core) is "slow": a smaller one writes faster;
-- else it is only said to be slow (a GPU that holds the model is not blamed).
+- else it is only said to be slow (a GPU that holds the whole model is not blamed; one
+  that holds some layers leaves the rest to the cores, which are judged as above).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +45,13 @@ def _load() -> float | None:
         return None
 
 
+def _whole_on_gpu(device: str) -> bool:
+    """Whether the device words ("GPU: <name> · 28/29 layers") say a GPU holds every layer;
+    one that holds some of them leaves the rest to the processor's cores."""
+    layers = re.search(r"(\d+)/(\d+) layers", device)
+    return device.startswith("GPU") and (layers is None or layers.group(1) == layers.group(2))
+
+
 def slow_words(rate: float | None, facts: Mapping[str, Any] | None, *,
                load: float | None = None, processors: int | None = None,
                cores: int | None = None) -> str:
@@ -59,7 +68,7 @@ def slow_words(rate: float | None, facts: Mapping[str, Any] | None, *,
     if load is not None and load >= processors + 1:
         return (f"slow: other programs keep the processor busy (load {load:.1f} on "
                 f"{processors} processors); replies speed up when they finish")
-    on_gpu = str(facts.get("device", "")).startswith("GPU")
+    on_gpu = _whole_on_gpu(str(facts.get("device", "")))
     cores = cores or _cores()
     size = int(facts.get("size_bytes") or 0)
     if size and speed_class(size, cores, on_gpu) == "slow":
