@@ -22,3 +22,18 @@ def test_a_2023_export_without_title_set_is_imported(capsys, tmp_path):
     assert [(m["role"], m["content"]) for m in messages] == [
         ("system", "You are ChatGPT"), ("user", "What should I pack?"), ("assistant", "Layers.")]
     assert threads(capsys)[0]["title"] == "Packing list"
+
+
+def test_a_chat_that_cannot_be_read_is_named_by_its_place_in_the_file(capsys, tmp_path):
+    """BetterChatGPT lists its newest chat first: its chats are stored oldest first (the
+    file's first on top of Iris's list) but read, and counted in a refusal, in the file's
+    order (a fix of the order had the refusal count from the file's end: "chat 3" for its
+    first)."""
+    source = tmp_path / "export.json"
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+            "config": {}}
+    source.write_text(json.dumps({"chats": [{"messages": "no", "config": {}}, {**good, "title": "Middle"},
+                                            {**good, "title": "Oldest"}], "folders": {}, "version": 1}))
+    ids, err = imported(capsys, source)
+    assert "skipped 1 (chat 1: " in err, err
+    assert [t["title"] for t in threads(capsys)] == ["Middle", "Oldest"]

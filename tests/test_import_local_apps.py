@@ -159,7 +159,8 @@ def test_text_generation_webuis_history_keeps_versions_dates_and_the_real_text(c
     the character's greeting (asked by ``<|BEGIN-VISIBLE-CHAT|>``), ``internal`` read (the
     model's text; ``visible`` is HTML-escaped: "&amp;", "&#x27;"), a regenerated reply's
     ``versions`` as alternatives (``current_version_index`` active), each message dated by
-    its ``metadata`` timestamp (this computer's time), a reply's ``<think>`` dropped, an
+    its ``metadata`` timestamp (this computer's time), each version by its own (the
+    reply's is the newest version's: the app rewrites it), a reply's ``<think>`` dropped, an
     attached file counted. (Its history of early 2023, ``data`` and ``data_visible``:
     test_import_real_files.py.)"""
     ids, err = imported(capsys, LOCAL / "textgen" / "20250105-14-30-12.json")
@@ -177,11 +178,36 @@ def test_text_generation_webuis_history_keeps_versions_dates_and_the_real_text(c
         ("user", "Und auf Deutsch? 🙂", 5, True),
         ("assistant", "Post, dann Bäckerei, dann die Bank.", 6, True)]
     assert [m["created_at"] for m in messages] == [
-        local(2025, 1, 5, 14, 30), local(2025, 1, 5, 14, 31), local(2025, 1, 5, 14, 31),
+        local(2025, 1, 5, 14, 30), local(2025, 1, 5, 14, 31), local(2025, 1, 5, 14, 32),
         local(2025, 1, 5, 14, 32), local(2025, 1, 5, 14, 35), local(2025, 1, 5, 14, 35),
         local(2025, 1, 5, 14, 40), local(2025, 1, 5, 14, 40)]
     assert messages[0]["imported_from"] == "text-generation-webui"
     assert threads(capsys)[0]["title"] == "What's 2 & 3 <together>?"
+
+
+def test_each_version_of_a_regenerated_reply_is_dated_by_its_own_timestamp(capsys, tmp_path):
+    """text-generation-webui rewrites a reply's ``timestamp`` as each generation of it
+    starts (``update_message_metadata`` in ``chatbot_wrapper``), regenerations too, so it
+    is the newest version's; each version keeps its own. Before, the first version was
+    dated by the reply's: "Red." (14:50) showed 15:10, the time "Green." was written."""
+    rows = [["<|BEGIN-VISIBLE-CHAT|>", "Hi!"], ["Name a colour.", "Green."]]
+    source = tmp_path / "20250105-14-30-00.json"
+    source.write_text(json.dumps({"internal": rows, "visible": rows, "metadata": {
+        "assistant_0": {"timestamp": "Jan 05, 2025 14:30"},
+        "user_1": {"timestamp": "Jan 05, 2025 14:31"},
+        "assistant_1": {"timestamp": "Jan 05, 2025 15:10", "model_name": "m", "versions": [
+            {"content": "Red.", "visible_content": "Red.", "timestamp": "Jan 05, 2025 14:50"},
+            {"content": "Blue.", "visible_content": "Blue.", "timestamp": "Jan 05, 2025 14:50"},
+            {"content": "Green.", "visible_content": "Green.",
+             "timestamp": "Jan 05, 2025 15:10"}], "current_version_index": 2}}}, indent=4))
+    ids, _ = imported(capsys, source)
+    messages = exported(capsys, ids[0])
+    assert [(m["content"], m["created_at"], m["iris"]["active"]) for m in messages] == [
+        ("Hi!", local(2025, 1, 5, 14, 30), True),
+        ("Name a colour.", local(2025, 1, 5, 14, 31), True),
+        ("Red.", local(2025, 1, 5, 14, 50), False),
+        ("Blue.", local(2025, 1, 5, 14, 50), False),
+        ("Green.", local(2025, 1, 5, 15, 10), True)]
 
 
 @pytest.mark.parametrize("value,why", [
@@ -232,10 +258,56 @@ def test_betterchatgpts_2023_export_and_its_newer_content_parts(capsys, tmp_path
     ids, err = imported(capsys, source)
     assert err == ("iris-desktop: imported 2 chats from a BetterChatGPT export\n"
                    "iris-desktop: 1 image was left out: Iris imports text only.\n")
-    assert [(m["role"], m["content"]) for m in exported(capsys, ids[0])] == [
+    listed = {t["title"]: t["id"] for t in threads(capsys)}  # (imported from the last)
+    assert sorted(ids) == sorted(listed.values())
+    assert [(m["role"], m["content"]) for m in exported(capsys, listed["New Chat"])] == [
         ("system", "You are ChatGPT."), ("user", "hi"), ("assistant", "Hello!")]
-    assert [(m["role"], m["content"]) for m in exported(capsys, ids[1])] == [
+    assert [(m["role"], m["content"]) for m in exported(capsys, listed["Picture"])] == [
         ("user", "What is this?"), ("assistant", "A cat.")]
+
+
+def betterchatgpt_export(titles: list[str], legacy: bool = False) -> str:
+    """BetterChatGPT's export of chats ``titles``, newest first as it keeps them (its
+    ``useAddChat`` puts a new chat in front: ``updatedChats.unshift``); ``legacy``: its
+    export of 2023, the chats alone."""
+    chats = [{"id": f"id{n}", "title": title, "messages": [
+        {"role": "user", "content": f"q {title}"}, {"role": "assistant", "content": f"a {title}"}],
+        "config": {}, "titleSet": True} for n, title in enumerate(titles)]
+    return json.dumps(chats if legacy else {"chats": chats, "folders": {}, "version": 1})
+
+
+TITLES = ["Newest", "Middle", "Oldest"]  # as BetterChatGPT lists them, top first
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["export", "export-of-2023"])
+def test_betterchatgpts_chats_are_listed_as_betterchatgpt_listed_them(capsys, tmp_path, legacy):
+    """The export has no dates: Iris lists the chat imported last on top, so the chats are
+    imported from the file's last; before, the list showed them upside down."""
+    source = tmp_path / "BetterChatGPT.json"
+    source.write_text(betterchatgpt_export(TITLES, legacy))
+    ids, _ = imported(capsys, source)
+    assert len(ids) == 3
+    assert [t["title"] for t in threads(capsys)] == TITLES
+    assert [exported(capsys, t["id"])[0]["content"] for t in threads(capsys)] == [
+        f"q {title}" for title in TITLES]
+
+
+def test_the_window_opens_betterchatgpts_newest_chat_after_its_import(request, tmp_path):
+    """File ▸ Import… opens the chat it lists first: BetterChatGPT's first (its newest)."""
+    pytest.importorskip("pytestqt")
+    from iris_desktop.ui.threads import THREAD_ROLE, TITLE_ROLE
+
+    from support.windows import settle
+
+    qtbot, window = request.getfixturevalue("qtbot"), request.getfixturevalue("make_window")()
+    source = tmp_path / "BetterChatGPT.json"
+    source.write_text(betterchatgpt_export(TITLES))
+    window.threads_control.import_file(str(source))
+    qtbot.waitUntil(lambda: window.threads.list.count() == 3, timeout=20_000)
+    settle(qtbot, window)
+    qtbot.waitUntil(lambda: window.app_state.thread_id is not None, timeout=20_000)
+    assert [window.threads.list.item(i).data(TITLE_ROLE) for i in range(3)] == TITLES
+    assert window.threads.list.item(0).data(THREAD_ROLE) == window.app_state.thread_id
 
 
 def test_a_broken_betterchatgpt_export_is_refused_in_one_sentence(capsys, tmp_path):

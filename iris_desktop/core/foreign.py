@@ -82,7 +82,7 @@ from iris_desktop.core.foreign_llamacpp import (
     llamacpp_chat,
     llamacpp_sessions,
 )
-from iris_desktop.core.foreign_local import READERS, local_kind
+from iris_desktop.core.foreign_local import NEWEST_FIRST, READERS, local_kind
 from iris_desktop.core.foreign_parts import Chat, Documents, read_before
 from iris_desktop.core.foreign_parts import Tally as _Tally
 from iris_desktop.core.foreign_parts import count as _count
@@ -480,7 +480,8 @@ def _finish(path: Path, fmt: str, converters: list[Callable[[_Tally], Chat | Non
                                       + "".join(f" ({note.rstrip('.')})" for note in said))
     if fmt == JAN and len(chats.chats) > 1:
         fmt = JAN_FOLDER
-    return Loaded(fmt, chats.chats, [*notes, *tally.add(skipped).notes()], notes, skipped)
+    made = chats.chats[::-1] if fmt in NEWEST_FIRST else chats.chats
+    return Loaded(fmt, made, [*notes, *tally.add(skipped).notes()], notes, skipped)
 
 
 # -- ChatGPT ------------------------------------------------------------------------------------

@@ -56,6 +56,14 @@ _HUMANIZED = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2}) ?@(\d{1,2})h ?(\d{1,2})m ?
                         r"(?: ?(\d{1,3})ms)?")
 _TOOLS = {"function_call", "function_response", "observation", "tool", "tool_call",
           "tool_response", "ipython"}
+#: the English months (full, and their three letters), as SillyTavern and
+#: text-generation-webui write them whatever the computer's language: ``strptime`` reads
+#: the names of the language the desktop sets (on a German one, "May" was no month)
+_MONTHS = {name: number for number, month in enumerate((
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december"), start=1) for name in (month, month[:3])}
+_ENGLISH_TIME = re.compile(r"([a-z]+)\s+(\d{1,2})\s*,\s*(\d{4})\s+(\d{1,2}):(\d{1,2})"
+                           r"(?::(\d{1,2})(?:\.(\d{1,3}))?)?\s*([ap]m)?", re.IGNORECASE)
 
 
 def _turns(item: Any) -> list[Any] | None:
@@ -240,9 +248,32 @@ def _sent(value: Any) -> float | None:
             return datetime(year, month, day, hour, minute, second, ms * 1000).timestamp()
         except (ValueError, OverflowError, OSError):
             return None
-    for parse in (datetime.fromisoformat, lambda v: datetime.strptime(v, "%B %d, %Y %I:%M%p")):
-        try:
-            return parse(value.strip()).timestamp()
-        except (ValueError, OverflowError, OSError):
-            continue
-    return None
+    try:
+        return datetime.fromisoformat(value.strip()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return english_time(value)  # "June 19, 2023 2:20pm", as its getMessageTimeStamp wrote
+
+
+def english_time(value: Any) -> float | None:
+    """A date written in English whatever the computer's language, as seconds since 1970:
+    SillyTavern's older ``send_date`` ("June 19, 2023 2:20pm") and text-generation-webui's
+    ``timestamp`` ("Jan 05, 2025 14:30"), both the local time of the machine they were
+    written on (read as this computer's). A month's full name or its three letters, any
+    case; a 12-hour clock with "am"/"pm" (12am is midnight, 12pm noon) or a 24-hour one.
+    Not ``strptime``: it reads the month names (and "am"/"pm") of the language the
+    desktop sets for the window, so on a German desktop every such date was lost."""
+    match = _ENGLISH_TIME.fullmatch(value.strip()) if isinstance(value, str) else None
+    month = _MONTHS.get(match.group(1).lower()) if match else None
+    if match is None or month is None:
+        return None
+    day, year, hour, minute, second = (int(x or 0) for x in match.groups()[1:6])
+    fraction, meridiem = match.group(7) or "", (match.group(8) or "").lower()
+    if meridiem:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if meridiem == "pm" else 0)
+    try:
+        return datetime(year, month, day, hour, minute, second,
+                        int(fraction.ljust(3, "0")) * 1000).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None

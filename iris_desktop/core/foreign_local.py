@@ -28,15 +28,19 @@ apart; each converter makes one :class:`~.foreign_parts.Chat`):
   text as the model read it (``visible`` is HTML-escaped and extensions' markup: not
   read); a row asked by ``<|BEGIN-VISIBLE-CHAT|>`` (or by nothing) is the character's
   opening message alone. ``metadata`` gives ``user_<row>`` and ``assistant_<row>``: a
-  ``timestamp`` ("Jan 05, 2025 14:30", this computer's time), ``versions`` of an
-  edited or regenerated message (alternatives, ``current_version_index`` the one shown,
-  the rest of the chat under it) and ``attachments`` (counted). A reply's ``<think>`` and
+  ``timestamp`` ("Jan 05, 2025 14:30", this computer's time, English month names in
+  any language; a reply's is rewritten as each generation of it starts: the newest
+  version's), ``versions`` of an edited or regenerated message (alternatives, each with
+  its own ``timestamp``; ``current_version_index`` the one shown, the rest of the chat
+  under it) and ``attachments`` (counted). A reply's ``<think>`` and
   ``<seed:think>`` blocks, and gpt-oss's analysis channel, are dropped. No title: the
   first question names the chat.
 - BetterChatGPT's export (``{chats, folders, version}``; its exports of March and April
   2023: the chats alone): each chat ``{id, title, folder, messages: [{role, content}],
   config, titleSet}``, one branch, no dates; ``content`` is text, or (its newer versions)
-  ``text`` and ``image_url`` parts (images counted). Folders are not kept.
+  ``text`` and ``image_url`` parts (images counted). Folders are not kept. Its newest
+  chat is its first (its ``useAddChat`` puts a new chat in front): the chats are
+  imported from the last, so Iris's list shows them as BetterChatGPT did.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from datetime import datetime
 from typing import Any
 
 from iris_desktop.core.conversation import ConversationFormatError
+from iris_desktop.core.foreign_formats import english_time
 from iris_desktop.core.foreign_parts import (
     APPS,
     Chat,
@@ -63,6 +68,10 @@ from iris_desktop.tokens import Message
 LIBRECHAT = "LibreChat export"
 TEXTGEN = "text-generation-webui chat history"
 BETTERCHATGPT = "BetterChatGPT export"
+#: the formats that list their chats newest first, with no dates (BetterChatGPT adds a new
+#: chat at the front): stored oldest first (:mod:`.foreign`), as Iris lists the chat
+#: stored last on top; read in the file's order, so a refusal's "chat N" counts as it does
+NEWEST_FIRST = frozenset({BETTERCHATGPT})
 # the app each format's replies were written in (:func:`~.foreign_parts.from_app`)
 APPS.update({LIBRECHAT: "LibreChat", TEXTGEN: "text-generation-webui",
              BETTERCHATGPT: "BetterChatGPT"})
@@ -278,9 +287,12 @@ def _textgen_message(nodes: dict[Hashable, Node], parent: Hashable | None, key: 
     if not (isinstance(shown, int) and not isinstance(shown, bool) and 0 <= shown < len(versions)):
         shown = len(versions) - 1 if versions else 0
     texts = [v.get("content") if isinstance(v.get("content"), str) else "" for v in versions]
-    times = [v.get("timestamp") for v in versions] or [None]
-    times[0] = meta.get("timestamp", times[0])  # (the first version's: when it was written;
-    texts = texts or [said]  # the version it keeps is dated when the second was asked for)
+    # each version is dated by its own timestamp; the message's is rewritten as each
+    # generation starts (a regenerated reply's: its newest version's), so it dates only a
+    # message with no versions. (The first version of a regenerated reply is dated when the
+    # second was asked for: the app keeps no earlier time for it.)
+    times = [v.get("timestamp") for v in versions] or [meta.get("timestamp")]
+    texts = texts or [said]
     texts[shown] = said  # (``internal`` holds the version shown)
     attachments = meta.get("attachments")
     for attachment in attachments if isinstance(attachments, list) else []:
@@ -290,7 +302,7 @@ def _textgen_message(nodes: dict[Hashable, Node], parent: Hashable | None, key: 
         tally.files += not image
     for j, (text, when) in enumerate(zip(texts, times)):
         text = _textgen_reply(text) if role == "assistant" else text
-        made = text_message(role, text, _textgen_time(when)) if text.strip() else None
+        made = text_message(role, text, english_time(when)) if text.strip() else None
         nodes[(*key, j)] = Node(parent, made, [])
     return (*key, shown)
 
@@ -304,18 +316,6 @@ def _textgen_reply(text: str) -> str:
     elif "<|channel|>analysis<|message|>" in text:
         return ""  # (its reasoning alone: no reply was written)
     return strip_reasoning(cut_blocks(text, "<seed:think>", "</seed:think>")[0])
-
-
-def _textgen_time(value: Any) -> float | None:
-    """text-generation-webui's ``timestamp``: "Jan 05, 2025 14:30" (this computer's time)."""
-    if not isinstance(value, str):
-        return None
-    for form in ("%b %d, %Y %H:%M", "%B %d, %Y %H:%M"):
-        try:
-            return datetime.strptime(value.strip(), form).timestamp()
-        except (ValueError, OverflowError, OSError):
-            continue
-    return None
 
 
 # -- BetterChatGPT ------------------------------------------------------------------------------
