@@ -24,7 +24,9 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from iris_desktop.files import _READ_FLAGS, file_kind
 
 __all__ = [
     "FILE_TYPES",
@@ -52,6 +54,9 @@ MAX_STRING_IN_METADATA = 1024
 #: a chat template, are megabytes): a length past it is a damaged header, not a file cut
 #: short ("truncated … needs byte 7818421948897766972" sent users after a bad download)
 MAX_HEADER_ITEM = 1 << 30
+#: how deep arrays of arrays may nest in the metadata (llama.cpp refuses nested arrays;
+#: 2,000 levels in a 24 KB file ran Python out of stack)
+MAX_ARRAY_DEPTH = 8
 
 # GGUF metadata value types
 _UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _FLOAT32, _BOOL = range(8)
@@ -303,8 +308,9 @@ class _Reader:
         self._need(n, what)
         self.pos += n
 
-    def value(self, vtype: int, key: str, keep: bool) -> Any:
-        """Read (keep=True) or skip (keep=False, returns None) one metadata value."""
+    def value(self, vtype: int, key: str, keep: bool, depth: int = 0) -> Any:
+        """Read (keep=True) or skip (keep=False, returns None) one metadata value;
+        ``depth``: how many arrays hold it."""
         if vtype in _SCALAR_FORMATS:
             return self.scalar(vtype, f"the value of {key!r}")
         if vtype == _STRING:
@@ -350,9 +356,12 @@ class _Reader:
                 self.pos = pos
                 return None
             if etype == _ARRAY:
+                if depth + 1 >= MAX_ARRAY_DEPTH:
+                    raise GGUFError(self.path, f"corrupt header: arrays nested more than "
+                                               f"{MAX_ARRAY_DEPTH} deep in {key!r}")
                 result = []
                 for _ in range(count):
-                    result.append(self.value(_ARRAY, key, keep))
+                    result.append(self.value(_ARRAY, key, keep, depth + 1))
                 return result if keep else None
             raise GGUFError(self.path, f"unknown array element type {etype} for key {key!r}")
         raise GGUFError(self.path, f"unknown metadata value type {vtype} for key {key!r}")
@@ -373,11 +382,10 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
         raise GGUFError(p, "file not found") from None
     except OSError as exc:
         raise GGUFError(p, f"cannot access the file ({exc.strerror or exc})") from None
-    if p.is_dir():
-        raise GGUFError(p, "is a directory, not a GGUF file")
+    _refuse_kind(p, st.st_mode)  # a named pipe would wait for a writer for ever
     size = st.st_size
     try:
-        with open(p, "rb") as fh:
+        with open_regular_file(p) as fh:
             magic = fh.read(4)
             if magic != GGUF_MAGIC:
                 if not magic:
@@ -392,6 +400,30 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
         raise
     except OSError as exc:
         raise GGUFError(p, f"cannot read the file ({exc.strerror or exc})") from None
+
+
+def _refuse_kind(p: Path, mode: int) -> None:
+    kind = file_kind(mode)
+    if kind:
+        shown = "a directory" if kind == "a folder" else kind
+        raise GGUFError(p, f"is {shown}, not a GGUF file")
+
+
+def open_regular_file(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened for reading in binary, when it is a regular file. The open does
+    not block (a named pipe swapped in after a check cannot wait for a writer) and the
+    open file is checked again; raises :class:`GGUFError` for anything else, OSError
+    when it cannot be opened."""
+    p = Path(path)
+    fd = os.open(p, _READ_FLAGS)
+    try:
+        _refuse_kind(p, os.fstat(fd).st_mode)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _parse(p: Path, buf: Any, size: int) -> GGUFInfo:
