@@ -205,3 +205,27 @@ def test_at_1024_px_a_passing_message_gets_the_room_and_the_model_label_gives_wa
     assert window.meter.mapTo(bar, QPoint(window.meter.width(), 0)).x() <= bar.width()
     window.status_area.end_message()  # the message goes: the label has its room back
     qtbot.waitUntil(lambda: label.shown_text() == MODEL, timeout=2_000)
+
+
+
+#: a sentence of 100 characters (an import's, a slow reply's cause)
+SLOW = ("Imported 1 chat from a text-generation-webui chat history. 1 other file was left out: "
+        "see the note.")
+
+
+def test_at_the_default_size_a_long_sentence_is_read_whole_and_the_model_label_gives_way(
+        make_window, qtbot):
+    """A newcomer audit (session 66): at 1280×800 the sentences that say why or what to do
+    were cut at 64 characters ("…3 characters' replies are marked with their…", the slow
+    hint's cause: "…keep the processor busy (load 4.0 on 2…"), while the model's label kept
+    its whole width. Now a sentence takes up to 120 characters' room first."""
+    window = make_window()
+    window.resize(1280, 800)
+    window.model_label.setText(MODEL)
+    qtbot.wait(100)
+    state = window.status_area.state
+    window.app_state.show_status(SLOW)
+    qtbot.waitUntil(lambda: state.shown_text() == SLOW, timeout=2_000)
+    qtbot.wait(50)
+    assert state.shown_text() == SLOW
+    assert window.model_label.shown_text().startswith("Qwen2.5-Coder-0.5B-Instruct")

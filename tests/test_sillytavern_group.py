@@ -42,8 +42,7 @@ GROUP = [NOTICE,
               swipes=["In the glade.", "In the forest."]),
          said("Kael", "Safe, for now.", 4),
          said("Mira", "<think>be brief</think>Hello!", 5)]
-SENTENCE = ("iris-desktop: 3 characters' replies are marked with their names (“**Name:**” "
-            "first): Iris has one assistant.\n")
+SENTENCE = "iris-desktop: 3 characters' replies start with their names (“**Name:**”): Iris has one assistant.\n"
 
 
 def write(path, lines) -> None:
@@ -87,8 +86,7 @@ def test_a_newer_group_chat_with_a_header_is_marked_too(capsys, tmp_path):
     write(source, [header, *GROUP[1:4]])
     ids, err = imported(capsys, source)
     assert err == ("iris-desktop: imported 1 chat from a SillyTavern chat\niris-desktop: 2 "
-                   "characters' replies are marked with their names (“**Name:**” first): Iris "
-                   "has one assistant.\n")
+                   "characters' replies start with their names (“**Name:**”): Iris has one assistant.\n")
     assert threads(capsys)[0]["title"] == "Seraphina and Kael (2024-05-01@12h01m00s)"
     assert [m["content"] for m in exported(capsys, ids[0])] == [
         "**Seraphina:** Greetings, traveller.", "**Kael:** *nods* Welcome to the glade.",

@@ -4,7 +4,7 @@ them to its live rate and to "Ready · last reply …"."""
 
 from __future__ import annotations
 
-from iris_desktop.runtime.speed import SLOW_RATE, slow_words
+from iris_desktop.runtime.speed import SLOW_RATE, per_second, slow_words
 
 from support.fakes import ScriptedRuntime
 from support.helpers import on_a_terminal, run_cli
@@ -22,8 +22,7 @@ def test_a_rate_people_can_read_along_with_says_nothing_more():
 
 def test_a_busy_processor_is_named_with_its_load():
     words = slow_words(0.3, SMALL, load=4.2, processors=2, cores=2)
-    assert words == ("slow: other programs keep the processor busy (load 4.2 on 2 "
-                     "processors); replies speed up when they finish")
+    assert words == "slow: other programs are using the processor (load 4.2 on 2)"
     # the reply's own threads load the processors up to their number: not "other programs"
     assert "other programs" not in slow_words(0.3, SMALL, load=2.5, processors=2, cores=2)
 
@@ -79,3 +78,9 @@ def test_the_cli_on_a_terminal_says_a_slow_reply_is_slow_and_a_pipe_hears_nothin
         code, _, err = run_cli(capsys, *where, "chat", "--thread", "1", "Again.")
     assert code == 0, err
     assert "tokens a second" not in err
+
+
+def test_a_rate_under_a_tenth_is_not_said_as_nothing():
+    """A newcomer saw "Generating… 0.0 tok/s" on a starved processor, as if nothing came."""
+    assert per_second(0.04) == "< 0.1 tok/s" and per_second(0.05) == "0.1 tok/s"
+    assert per_second(6.24) == "6.2 tok/s"

@@ -101,8 +101,8 @@ class Tally:
             notes.append(f"{count(self.hidden, 'message')} SillyTavern hid from the prompt {verb} "
                          f"left out: Iris would send {them} to the model.")
         if self.speakers:
-            notes.append(f"{count(self.speakers, 'character')}' replies are marked with their "
-                         "names (“**Name:**” first): Iris has one assistant.")
+            notes.append(f"{count(self.speakers, 'character')}' replies start with their names "
+                         "(“**Name:**”): Iris has one assistant.")
         if self.empty:
             verb = "was" if self.empty == 1 else "were"
             notes.append(f"{count(self.empty, 'chat')} with no text message {verb} skipped.")

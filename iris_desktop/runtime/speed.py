@@ -45,6 +45,12 @@ def _load() -> float | None:
         return None
 
 
+def per_second(rate: float) -> str:
+    """A rate as the status bar says it: "6.2 tok/s"; "< 0.1 tok/s" under 0.05 (it read
+    "0.0 tok/s", as if nothing came)."""
+    return f"{rate:.1f} tok/s" if rate >= 0.05 else "< 0.1 tok/s"
+
+
 def _whole_on_gpu(device: str) -> bool:
     """Whether the device words ("GPU: <name> · 28/29 layers") say a GPU holds every layer;
     one that holds some of them leaves the rest to the processor's cores."""
@@ -66,8 +72,7 @@ def slow_words(rate: float | None, facts: Mapping[str, Any] | None, *,
     load = _load() if load is None else load
     processors = processors or os.cpu_count() or 1
     if load is not None and load >= processors + 1:
-        return (f"slow: other programs keep the processor busy (load {load:.1f} on "
-                f"{processors} processors); replies speed up when they finish")
+        return f"slow: other programs are using the processor (load {load:.1f} on {processors})"
     on_gpu = _whole_on_gpu(str(facts.get("device", "")))
     cores = cores or _cores()
     size = int(facts.get("size_bytes") or 0)

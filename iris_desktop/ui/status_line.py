@@ -138,8 +138,11 @@ class YieldingLabel(ElidedLabel):
 
 #: the status sentence's room at least, in characters ("Prefilling… 37%, 12 s left")
 MIN_SENTENCE_CHARS = 26
-#: the most it asks for, in characters, before the labels beside it give way
-WANTED_SENTENCE_CHARS = 64
+#: the most it asks for, in characters, before the labels beside it give way (64 cut
+#: the sentences that say why or what to do: "…3 characters' replies are marked with
+#: their…", "Generating… 0.2 tok/s · slow: other programs keep the processor busy (load
+#: 4.0 on 2…", while the model's label kept its whole width; a newcomer audit)
+WANTED_SENTENCE_CHARS = 120
 
 
 class StatusArea(QWidget):

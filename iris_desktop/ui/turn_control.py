@@ -37,7 +37,7 @@ from iris_desktop.core.views import (
     pretty_arguments,
     wrote_nothing,
 )
-from iris_desktop.runtime.speed import slow_words
+from iris_desktop.runtime.speed import per_second, slow_words
 from iris_desktop.stop import StopEvent
 from iris_desktop.ui.app_state import NO_MODEL, AppState
 from iris_desktop.ui.composer import Composer
@@ -405,8 +405,8 @@ class TurnControl(QObject, TurnListener):
         slow = slow_words(rate, self.app_state.model_info)
         slow = f" · {slow}" if slow else ""
         if live:
-            return f"Generating… {rate:.1f} tok/s{slow}" if rate else "Generating…"
-        return f"Ready · last reply {rate:.1f} tok/s{slow}" if rate else ""
+            return f"Generating… {per_second(rate)}{slow}" if rate else "Generating…"
+        return f"Ready · last reply {per_second(rate)}{slow}" if rate else ""
 
     # -- shell confirmation --
 
