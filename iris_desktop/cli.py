@@ -118,12 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-request", action="store_true",
                    help="include the exact messages of the request in the output")
 
-    p = sub.add_parser("import", help="import conversations: OpenAI chat format (JSON or JSONL), "
-                       "an Iris export, ChatGPT's or Claude's export (the .zip, its folder or "
-                       "conversations.json), an Open WebUI export, an LM Studio "
-                       ".conversation.json, a Jan thread (or threads) folder, a llama.cpp web "
-                       "UI export, a ShareGPT file, a SillyTavern chat; one thread per chat, "
-                       "their ids printed")
+    p = sub.add_parser("import", help="import conversations: OpenAI chat format (JSON or JSONL), an Iris "
+                       "export, ChatGPT's or Claude's export (the .zip, its folder or conversations.json), an "
+                       "Open WebUI export, an LM Studio .conversation.json, a Jan thread (or threads) folder, "
+                       "a llama.cpp web UI export, a ShareGPT file, a SillyTavern chat, a LibreChat "
+                       "conversation export, a text-generation-webui chat history, a BetterChatGPT export; "
+                       "one thread per chat, their ids printed")
     p.add_argument("file", help="the file, a ChatGPT or Claude export's .zip or folder, or a Jan "
                    "thread folder")
     p.add_argument("--title", help="the new thread's title (with several chats: a prefix)")
@@ -308,11 +308,55 @@ def _logging(data_dir: str | None, verbose: bool) -> Iterator[None]:
             each.close()
 
 
+class StdoutFailed(OSError):
+    """Standard output could not be written (a full disk, a quota, an I/O error)."""
+
+
+class _GuardedStdout:
+    """sys.stdout, whose write errors (but a reader that left: BrokenPipeError) are
+    :class:`StdoutFailed`: said as stdout's, not as a bug in Iris."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def _guard(self, call: Any, *args: Any) -> Any:
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutFailed(exc.errno, exc.strerror or str(exc)) from exc
+
+    def write(self, text: str) -> int:
+        return self._guard(self.stream.write, text)
+
+    def writelines(self, lines: Any) -> None:
+        self._guard(self.stream.writelines, lines)
+
+    def flush(self) -> None:
+        self._guard(self.stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def _guarded_stdout() -> Iterator[None]:
+    real = sys.stdout
+    if real is not None:
+        sys.stdout = _GuardedStdout(real)
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, _GuardedStdout):
+            sys.stdout = sys.stdout.stream
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    with _logging(args.data_dir, args.verbose):
+    with _logging(args.data_dir, args.verbose), _guarded_stdout():
         return _run(args)
 
 
@@ -357,6 +401,11 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader left (``| head``): nothing more to say to it
         stdout_gone()
         return EXIT_OK
+    except StdoutFailed as exc:  # a full disk under ``> file``: what is buffered is dropped
+        stdout_gone()  # (Python's flush at exit would fail again)
+        say(f"iris-desktop: could not write to standard output ({exc.strerror})",
+            file=sys.stderr)
+        return EXIT_FAIL
     except Exception as exc:  # a bug: one sentence here, the traceback in the log
         return _bug(args, exc)
 
@@ -364,7 +413,10 @@ def _run(args: argparse.Namespace) -> int:
 def _bug(args: argparse.Namespace, exc: BaseException) -> int:
     """A bug: one sentence on stderr, the traceback in the log."""
     log.error("unexpected error", exc_info=exc)
-    where = app_paths(args.data_dir).log_path
+    try:  # (it must not raise: a data folder that cannot be resolved was a second traceback)
+        where: object = app_paths(args.data_dir).log_path
+    except Exception:  # noqa: BLE001
+        where = "the log file"
     what = " ".join(str(exc).split())[:200]
     say(f"iris-desktop: unexpected error ({type(exc).__name__}: {what}); this is a bug in "
         f"Iris: the details are in {where} (run again with -v to see them here)",

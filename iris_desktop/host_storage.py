@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from iris_desktop.core.store.cipher import file_salt, is_encrypted, no_conversion
+from iris_desktop.core.store.cipher import check_place, file_salt, is_encrypted, no_conversion
 from iris_desktop.paths import AppPaths
 from iris_desktop.storage_key import AskPassphrase, Prepared, keep_memory_private, prepare
 
@@ -21,8 +21,10 @@ def prepare_privately(paths: AppPaths, wanted: bool | None, env: Mapping[str, st
     another process's conversion: a start that waited for a rekey is told the history got
     a new key meanwhile (:class:`~.core.store.cipher.KeyChanged`), not that its first page
     is damaged (before, the salt was noted after the wait: already the new file's). Raises
-    StoreError as prepare does."""
+    StoreError as prepare does, and for a history's place that holds no file
+    (:func:`~.core.store.cipher.check_place`: a folder, a named pipe, a loop)."""
     db = paths.db_path
+    check_place(db)  # a folder or a named pipe there is said, and nothing waits on a pipe
     private = wanted or (wanted is None and is_encrypted(db) is True)
     if private:
         keep_memory_private()

@@ -28,13 +28,19 @@ def make_private_dir(folder: Path) -> None:
     path on the way is a file or cannot be created."""
     missing: list[Path] = []
     probe = folder
-    while not probe.is_dir():
-        # (a folder another process made since the look above is no file in the way)
-        if (probe.exists() or probe.is_symlink()) and not probe.is_dir():
-            raise DataDirError(f"{probe} is not a folder; move it away or choose another "
-                               "--data-dir (or IRIS_HOME)")
-        missing.append(probe)
-        probe = probe.parent
+    try:
+        while not probe.is_dir():
+            # (a folder another process made since the look above is no file in the way)
+            if (probe.exists() or probe.is_symlink()) and not probe.is_dir():
+                raise DataDirError(f"{probe} is not a folder; move it away or choose another "
+                                   "--data-dir (or IRIS_HOME)")
+            missing.append(probe)
+            probe = probe.parent
+    except DataDirError:
+        raise
+    except OSError as exc:  # a name too long, a folder that cannot be looked into
+        raise DataDirError(f"cannot use the folder {folder} ({exc.strerror or exc}); choose "
+                           "another --data-dir (or IRIS_HOME)") from None
     for path in reversed(missing):
         try:
             path.mkdir(mode=0o700, exist_ok=True)
@@ -105,7 +111,12 @@ def app_paths(root: str | os.PathLike[str] | None = None) -> AppPaths:
     if root is None:
         root = os.environ.get("IRIS_HOME") or None
     if root is not None:
-        base = Path(root).expanduser().resolve()
+        try:
+            base = Path(root).expanduser().resolve()
+        except (OSError, RuntimeError) as exc:  # a folder on the way cannot be looked into
+            what = getattr(exc, "strerror", None) or exc  # (before: a raw traceback, twice)
+            raise DataDirError(f"cannot use the folder {root} ({what}); choose another "
+                               "--data-dir (or IRIS_HOME)") from None
         return AppPaths(data_dir=base, config_dir=base, log_dir=base / "logs")
     return AppPaths(
         data_dir=Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)),

@@ -50,7 +50,7 @@ from iris_desktop.core.events import (
 )
 from iris_desktop.core.tools import ToolError
 from iris_desktop.core.turns import Turn, TurnOptions
-from iris_desktop.core.views import cut_off, only_thought, wrote_nothing
+from iris_desktop.core.views import CONTENT_FILTERED, cut_off, only_thought, wrote_nothing
 from iris_desktop.stop import StopEvent
 from iris_desktop.untrusted import show_untrusted
 
@@ -120,6 +120,8 @@ class _ChatPrinter(TurnListener):
         #: set when stdout's reader leaves: the reply stops as Stop stops it
         self.cancel: threading.Event | None = None
         self.stdout_closed = False
+        #: why stdout refused the reply (a full disk, a quota, an I/O error); None: it did not
+        self.stdout_error: str | None = None
         #: reply text was printed on stdout (a line to end before an error, and at the end)
         self.written = False
         #: the reply's last line has no line break yet (a progress line must not clear it)
@@ -135,7 +137,10 @@ class _ChatPrinter(TurnListener):
 
     def _out(self, text: str) -> None:
         """Reply text on stdout. A reader that left (``| head``) stops the reply as Stop
-        does: it is saved as far as it was generated, and nothing more is printed."""
+        does: it is saved as far as it was generated, and nothing more is printed. A stdout
+        that cannot be written (a full disk, a quota, an I/O error) stops the printing
+        only: the reply goes on and is saved whole, and the command says so at its end
+        (before, the OSError broke the turn off: the reply was lost, said as a bug)."""
         if self.stdout_closed:
             return
         try:
@@ -150,6 +155,19 @@ class _ChatPrinter(TurnListener):
             stdout_gone()
             if self.cancel is not None:
                 self.cancel.set()
+        except OSError as exc:  # what is buffered goes to the null device, not to exit's flush
+            self.stdout_closed = True
+            self.stdout_error = exc.strerror or type(exc).__name__
+            stdout_gone()
+
+    def unwritten(self) -> int:
+        """Stdout refused the reply (:attr:`stdout_error`): said in one sentence, with the
+        thread that keeps it; the exit code."""
+        where = (f"; it is saved in thread {self.thread_id}"
+                 if self.thread_id not in (None, -1) and not self.gone else "")
+        say(f"iris-desktop: could not write the reply to standard output "
+            f"({self.stdout_error}){where}", file=sys.stderr)
+        return EXIT_FAIL
 
     def on_thread_created(self, event: ThreadCreated) -> None:
         self.thread_id = event.thread_id
@@ -270,11 +288,13 @@ class _ChatPrinter(TurnListener):
             say(f"iris-desktop: {empty}; 'iris-desktop chat --thread {event.thread_id} "
                 "--regenerate' asks for another reply, or ask again in other words",
                 file=sys.stderr)
-        if self.stdout_closed or (event.finish_reason != "cancelled" and not cut):
+        filtered = event.finish_reason == "content_filter"  # (a server's: said, not finished)
+        if self.stdout_closed or (event.finish_reason != "cancelled" and not cut and not filtered):
             return
         if self.reply_open:  # the reply's line ends on stdout, where it is
             self._out("\n")
         print("[stopped]" if event.finish_reason == "cancelled" else
+              f"[cut off: {CONTENT_FILTERED}]" if filtered else
               f"[cut off: {cut}; 'iris-desktop chat --thread {event.thread_id} --continue' "
               "goes on with it]", file=sys.stderr)
 
@@ -510,7 +530,7 @@ def chat(args, overrides) -> int:
             if said:
                 say(f"iris-desktop: {said}", file=sys.stderr)
         if printer.stdout_closed:  # the reader left (``| head``): the reply is saved, stop quietly
-            return printer.code
+            return printer.unwritten() if printer.stdout_error else printer.code  # (or: said)
         stats = printer.stats
         if not args.json and _is_terminal(sys.stderr):
             _say_if_slow(stats, facts)

@@ -223,6 +223,10 @@ def _restore(db: Path, args, overrides, key: _HistoryKey) -> int:
         raise CliError(f"no set-aside database {args.file} (see 'iris-desktop recover')")
     encrypted = is_encrypted(file) is True
     found = key.found(file, ask_hard=True) if encrypted else None
+    if encrypted and found is None and not named:  # (before: "notes.txt is encrypted")
+        raise CliError(f"{file} is not a database Iris set aside (see 'iris-desktop recover'), "
+                       "nor a plain SQLite database, nor an encrypted one a key of this "
+                       "history opens; nothing was changed", EXIT_FAIL)
     if encrypted and found is None:
         raise CliError(f"{file.name} is encrypted and cannot be put back yet: {_no_key(file)}, "
                        f"then run 'iris-desktop recover {file.name}' again; nothing was changed",

@@ -412,6 +412,10 @@ def dropped_report(request: ContextRequest, described: Sequence[Mapping[str, Any
             "why": f"{what} {after}"}
 
 
+#: a reply a server's content filter cut short (finish reason "content_filter"), as a clause
+CONTENT_FILTERED = "the server's content filter stopped the reply"
+
+
 def cut_off(stats: Any, max_tokens: int, n_ctx: int | None = None) -> str | None:
     """Why a reply ended before the model finished it, in a clause (None: it finished,
     or was stopped or failed, which are said otherwise): the length limit, a window
@@ -420,6 +424,8 @@ def cut_off(stats: Any, max_tokens: int, n_ctx: int | None = None) -> str | None
     8,192). A reply that was all thinking (``thought_chars``: a server's reasoning,
     neither shown nor kept) says so: it looked empty. Before, a reply cut mid-sentence
     was shown as if complete."""
+    if stats is not None and stats.finish_reason == "content_filter":  # (a server's: it cut
+        return CONTENT_FILTERED  # the reply short; it was stored as finished, unsaid)
     if stats is None or stats.finish_reason != "length":
         return None
     thought = getattr(stats, "thought_chars", 0)

@@ -91,11 +91,16 @@ class AnswerError(Exception):
 
 
 class AnswerTooLarge(AnswerError):
-    """The decoded body grew past the cap (or its Content-Length says it would)."""
+    """The decoded body grew past the cap (or its Content-Length, ``announced``, says it
+    would: said as announced, not as sent; before, a 60-byte body that announced 2 GB
+    was said to have sent more than 8 MiB)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"sent more than {size_words(limit)}")
+    def __init__(self, limit: int, announced: int | None = None) -> None:
+        super().__init__(f"sent more than {size_words(limit)}" if announced is None else
+                         f"announced an answer of {size_words(announced)} (Content-Length), "
+                         f"more than the {size_words(limit)} Iris reads")
         self.limit = limit
+        self.announced = announced
 
 
 class AnswerTooSlow(AnswerError):
@@ -301,7 +306,7 @@ def _body(response: httpx.Response, limit: int, watch: _Watch) -> bytes:
     length = response.headers.get("content-length", "")
     if length.strip().isdigit() and int(length) > limit \
             and not response.headers.get("content-encoding"):
-        raise AnswerTooLarge(limit)
+        raise AnswerTooLarge(limit, int(length))
     data = bytearray()
     for piece in decoded_chunks(response):
         if watch.expired.is_set():

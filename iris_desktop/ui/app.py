@@ -125,6 +125,17 @@ def _quit_on_interrupt(window: Any) -> tuple[Any, QTimer]:
     return signal.signal(signal.SIGINT, lambda *_: QTimer.singleShot(0, quit_now)), turn
 
 
+def _start_failure(exc: BaseException) -> str:
+    """One sentence for what stopped the start: StoreError and DataDirError say it
+    themselves; an OSError (a place the history or the data folder cannot be) says
+    which file and why, not ``[Errno 21] …``."""
+    if not isinstance(exc, OSError):
+        return str(exc)
+    where = f"{exc.filename} " if exc.filename else ""
+    return (f"Iris Desktop cannot use {where}({exc.strerror or exc}); move it away or fix "
+            "it, and start again")
+
+
 def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) -> int:
     """Open the main window on ``data_dir`` (default: IRIS_HOME / platform folders). A
     database that had to be salvaged is reported in a message box before the window.
@@ -139,8 +150,8 @@ def run_gui(data_dir: Any = None, overrides: Mapping[str, str] | None = None) ->
     try:
         # an encrypted history's passphrase is asked in a dialog when no keyring holds its key
         host = Host(data_dir, dict(overrides or {}), ask_passphrase=ask_passphrase)
-    except (StoreError, DataDirError) as exc:
-        QMessageBox.critical(None, "Iris Desktop cannot start", str(exc))
+    except (StoreError, DataDirError, OSError) as exc:  # (a launcher shows no stderr)
+        QMessageBox.critical(None, "Iris Desktop cannot start", _start_failure(exc))
         return 1
     setup_logging(host.paths.log_path)
     log = logging.getLogger("iris.ui")

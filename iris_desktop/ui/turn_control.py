@@ -29,6 +29,7 @@ from iris_desktop.core.events import (
 )
 from iris_desktop.core.turns import Turn
 from iris_desktop.core.views import (
+    CONTENT_FILTERED,
     Entry,
     call_label,
     cut_off,
@@ -350,8 +351,8 @@ class TurnControl(QObject, TurnListener):
             state.show_status(said)  # about the request planned now: it goes once replanned
             self.request_status.said(event.thread_id, said, said == dropped)
             if cut:  # the whole sentence while it is news; the state stays
-                state.show_message(f"Cut off: {cut}; Continue on the reply goes on",
-                                   15_000)
+                state.show_message(f"Cut off: {cut}" + ("" if cut == CONTENT_FILTERED else
+                                   "; Continue on the reply goes on"), 15_000)
             elif thought := only_thought(event.stats):
                 state.show_message(f"{thought[0].upper()}{thought[1:]}; send again or rephrase",
                                    15_000)

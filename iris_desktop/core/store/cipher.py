@@ -163,12 +163,42 @@ class Key:
         return f"x'{self.stretched(salt).hex()}{salt.hex()}'"
 
 
+def check_place(path: Path) -> None:
+    """Raise StoreError, in one sentence that says what to do, when the history's place
+    ``path`` holds what no database can be: a folder, a named pipe, a device, a symbolic
+    link that loops, a path that cannot be looked at. A missing file is fine (a new
+    history). Nothing is opened: a named pipe would wait for a writer (before, a folder
+    there was said as a bug in Iris, and a named pipe held every start for ever)."""
+    from iris_desktop.files import file_kind
+
+    try:
+        kind = file_kind(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        import errno
+
+        what = ("a symbolic link that loops" if exc.errno == errno.ELOOP else
+                f"a place that cannot be read ({exc.strerror or exc})")
+        raise StoreError(f"the history {path} is {what}, not a database; move it away and "
+                         "start again") from exc
+    if kind:
+        raise StoreError(f"the history {path} is {kind}, not a database; move it away and "
+                         "start again")
+
+
+def _head(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of ``path``, opened without waiting (a named pipe)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb") as handle:
+        return handle.read(size) or b""
+
+
 def file_salt(path: Path) -> bytes | None:
     """The salt an encrypted database starts with; None for a plain, empty or missing
     file (a new database gets its salt from SQLCipher when it is first written)."""
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(SALT_BYTES)
+        head = _head(path, SALT_BYTES)
     except OSError:
         return None
     return head if len(head) == SALT_BYTES and head != HEADER else None
@@ -187,8 +217,7 @@ def is_encrypted(path: Path) -> bool | None:
     passphrase never chosen, and the salvage refused it); True: anything else (an
     encrypted database has no header, only its random salt)."""
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(MIN_ENCRYPTED_BYTES)
+        head = _head(path, MIN_ENCRYPTED_BYTES)
     except FileNotFoundError:
         return None
     if not head:

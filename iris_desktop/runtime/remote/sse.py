@@ -520,7 +520,9 @@ class _Reply:
         rate = _rate(timings.get("predicted_per_second"), address, completion, span)
         if not rate and completion > 1 and self.first and self.last and self.last > self.first:
             rate = (completion - 1) / (self.last - self.first)
-        finish = outcome or ("length" if self.finish_reason == "length" else "stop")
+        # "content_filter": the server's filter cut the reply (before, stored as finished)
+        finish = outcome or (self.finish_reason if self.finish_reason in ("length", "content_filter")
+                             else "stop")
         return ServerGenerationStats(
             prompt_tokens=prompt, reused_tokens=reused, evaluated_tokens=evaluated,
             completion_tokens=completion,

@@ -167,7 +167,12 @@ class _Http:
         """One sentence naming the server and the bound its answer to ``path`` broke."""
         what = f"{_ANSWERS.get(path, 'its answer')} ({path})"
         server = f"the server at {self.root}"
-        if isinstance(exc, AnswerTooLarge):
+        if isinstance(exc, AnswerTooLarge):  # a Content-Length: said as announced, not sent
+            if exc.announced is not None:
+                return (f"{server} announced an answer of {size_words(exc.announced)} "
+                        f"(Content-Length) for {what}, more than the {size_words(exc.limit)} "
+                        f"Iris reads, so Iris did not read it; check that model.base_url is a "
+                        f"model server")
             return (f"{server} sent more than {size_words(exc.limit)} for {what}, so Iris stopped "
                     f"reading it; check that model.base_url is a model server")
         if isinstance(exc, AnswerTooComplex):  # before: parsed, 8 MiB of {} took 190 MB
@@ -296,6 +301,11 @@ def _http_error(address: str, response: httpx.Response, path: str = "") -> Excep
         if prompt and window:  # else a broken report: said as the HTTP error it is
             return PromptTooLongError(prompt, window)
     if response.status_code in (401, 403):
+        if not response.request.headers.get("authorization"):  # none was sent: none is set
+            return ServerError(f"{address} needs an API key and none is set (HTTP "
+                               f"{response.status_code}); type it in Model ▸ Server… in the "
+                               f"window (it is kept in the system keyring, where the "
+                               f"iris-desktop command finds it too)")
         return ServerError(f"{address} refused the API key (HTTP {response.status_code})")
     message = (error.get("message") or (None if answer else response.text[:1000])
                or response.reason_phrase)  # a JSON answer without a message: the status
