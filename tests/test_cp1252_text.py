@@ -83,18 +83,24 @@ def test_a_utf8_file_is_read_as_before_and_nothing_is_said(capsys, tmp_path, mod
     assert read_attachment(path).read_as is None and read_attachment(path).encoding is None
 
 
+#: a UTF-8 file with stray bytes (a newcomer audit, session 66: it said "not UTF-8 text
+#: (byte 232); attach text: plain text, Markdown, …" of a Markdown file)
+DAMAGED = ("UTF-8 text with a few bytes that are not (the first on line {}), perhaps pasted from "
+           "another program; save it again as UTF-8 in your editor")
+
+
 @pytest.mark.parametrize("data,words", [
     (b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", "not a text file (binary data at byte 8)"),
     # binary data with no NUL: controls, bytes above 0x7F in runs (gzip's header, no NUL)
     (bytes([0x1f, 0x8b, 0x08, 0x08, 0x9a, 0xc1, 0xf1, 0x65, 0x02, 0x03]) * 20, "not UTF-8 text (byte 1)"),
     # UTF-8 with one damaged byte: its other characters are UTF-8, not Windows-1252's "Ã©"
-    ("Grüße aus Köln, café".encode().replace(b"\xc3\xb6", b"\xf6"), "not UTF-8 text (byte 13)"),
+    ("Grüße aus Köln, café".encode().replace(b"\xc3\xb6", b"\xf6"), DAMAGED.format(1)),
     # another script's 8-bit encoding (Windows-1251's Russian): not Windows-1252's accents
     ("Привет, как дела?".encode("cp1251"), "not UTF-8 text (byte 0)"),
     # UTF-8 text with two Windows-1252 apostrophes pasted in (session 66's review: it was
     # read as Windows-1252, "Meeting notes â€” ZÃ¼rich" stored and sent)
-    ("Meeting notes — Zürich\nAction: it".encode() + b"\x92s Anna\x92s turn\n", "not UTF-8 text (byte 36)"),
-    ("café".encode() + b" it\x92s", "not UTF-8 text (byte 8)"),
+    ("Meeting notes — Zürich\nAction: it".encode() + b"\x92s Anna\x92s turn\n", DAMAGED.format(2)),
+    ("café".encode() + b" it\x92s", DAMAGED.format(1)),
 ])
 def test_binary_damaged_utf8_and_other_scripts_are_still_refused(capsys, tmp_path, data, words):
     path = tmp_path / "notes.txt"
@@ -128,8 +134,8 @@ def test_an_import_in_windows_1252_is_refused_saying_how_to_import_it(capsys, tm
     code, out, err = run(capsys, "import", path)
     assert code == 2 and out == "" and one_sentence(err)
     assert err == (f"iris-desktop: import refused, nothing was written: {path}: not UTF-8 text "
-                   "(byte 36): it looks like Windows-1252 "
-                   "text, which Iris does not import; save it as UTF-8 and import that file\n")
+                   "(byte 36): it looks like Windows-1252 text; open it in a text editor, save "
+                   "it as UTF-8 and import that copy\n")
     path.write_bytes(json.dumps(chat, ensure_ascii=False).encode("utf-8"))
     assert run(capsys, "import", path)[0] == 0
 

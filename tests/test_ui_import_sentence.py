@@ -36,3 +36,21 @@ def test_a_plain_message_list_is_said_as_before(make_window, qtbot, tmp_path):
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
     assert imported_sentence(make_window(), qtbot, plain, "Imported") == "Imported plain.json."
+
+
+def test_a_refused_import_says_why_in_a_box_of_whole_sentences(make_window, qtbot, tmp_path):
+    """A newcomer audit (session 66): the box for a Windows-1252 file read "…save it as
+    UTF-8 and import that file" with no full stop, and in words that did not say how."""
+    from PySide6.QtWidgets import QMessageBox
+
+    source = tmp_path / "cp1252-chats.json"
+    source.write_bytes(json.dumps([{"role": "user", "content": "Un café ?"}], ensure_ascii=False)
+                       .encode("cp1252"))
+    window = make_window()
+    window.threads_control.import_file(str(source))
+    qtbot.waitUntil(lambda: bool(window.findChildren(QMessageBox, "failure")), timeout=20_000)
+    box = window.findChildren(QMessageBox, "failure")[-1]
+    assert box.windowTitle() == "Import failed"
+    assert box.text().endswith("it looks like Windows-1252 text; open it in a text editor, save it "
+                               "as UTF-8 and import that copy."), box.text()
+    box.close()

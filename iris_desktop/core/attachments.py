@@ -55,10 +55,12 @@ class NotTextError(ValueError):
     ``eight_bit``: bytes with no byte-order mark that are not UTF-8 (they may be text in
     an older 8-bit encoding: :func:`windows_1252`)."""
 
-    def __init__(self, clause: str, encoded: str | None = None, eight_bit: bool = False) -> None:
+    def __init__(self, clause: str, encoded: str | None = None, eight_bit: bool = False,
+                 at: int = 0) -> None:
         super().__init__(clause)
         self.encoded = encoded
         self.eight_bit = eight_bit
+        self.at = at  # (eight_bit: the first byte that is not UTF-8)
 
 
 #: byte-order marks of UTF-16 and UTF-32 (UTF-32's first: its little-endian mark starts
@@ -87,7 +89,8 @@ def decode_text(data: bytes, *, nul: bool = True) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise NotTextError(f"not UTF-8 text (byte {exc.start:,})", eight_bit=True) from None
+        raise NotTextError(f"not UTF-8 text (byte {exc.start:,})", eight_bit=True,
+                           at=exc.start) from None
     return text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is no content
 
 
@@ -129,16 +132,23 @@ def windows_1252(data: bytes) -> str | None:
     or a UTF-8 byte-order mark), another script's 8-bit encoding (:data:`MAX_HIGH_RUNS`) or
     binary data (:data:`MAX_CONTROLS`)."""
     high = len(data.translate(None, _ASCII))
-    if not high or data.startswith(b"\xef\xbb\xbf"):
+    if not high or data.startswith(b"\xef\xbb\xbf") or damaged_utf8(data):
         return None
-    if 2 * sum(map(len, _UTF8_CHARACTER.findall(data))) >= high:
-        return None  # half its bytes above 0x7F or more are UTF-8's characters: UTF-8, damaged
     if sum(map(len, _HIGH_RUN.findall(data))) > MAX_HIGH_RUNS * high:
         return None
     text = codecs.charmap_decode(data, "strict", _CP1252)[0]
     if len(_CONTROLS.findall(text)) > MAX_CONTROLS * len(text):
         return None
     return text
+
+
+def damaged_utf8(data: bytes) -> bool:
+    """Whether bytes that are not UTF-8 are UTF-8 text with a few stray bytes in it: half
+    or more of their bytes above 0x7F are in whole UTF-8 characters, or a UTF-8
+    byte-order mark starts them."""
+    high = len(data.translate(None, _ASCII))
+    return data.startswith(b"\xef\xbb\xbf") or (
+        high > 0 and 2 * sum(map(len, _UTF8_CHARACTER.findall(data))) >= high)
 
 
 def read_message_text(data: bytes) -> tuple[str, str | None]:
@@ -149,6 +159,11 @@ def read_message_text(data: bytes) -> tuple[str, str | None]:
         return message_text(data), None
     except NotTextError as exc:
         text = windows_1252(data) if exc.eight_bit and b"\0" not in data else None
+        if text is None and exc.eight_bit and b"\0" not in data and damaged_utf8(data):
+            line = data.count(b"\n", 0, exc.at) + 1
+            raise NotTextError(  # (it said "not UTF-8 text (byte 232); attach text: … Markdown")
+                f"UTF-8 text with a few bytes that are not (the first on line {line:,}), perhaps "
+                "pasted from another program; save it again as UTF-8 in your editor", "UTF-8") from None
         if text is None:
             raise
         return text.replace("\r\n", "\n").replace("\r", "\n"), WINDOWS_1252

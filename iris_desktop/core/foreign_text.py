@@ -101,9 +101,9 @@ def read_text(path: Path, limit: int) -> str:
         head = data[:_LOOKED_AT]  # (enough to say what it looks like: not a copy of it all)
         head = head[:head.rfind(b"\n") + 1 or None] if len(data) > _LOOKED_AT else head
         if text is None and b"\0" not in data and windows_1252(head) is not None:
-            raise ConversationFormatError(f"{exc}: it looks like Windows-1252 text, which Iris "
-                                          "does not import; save it as UTF-8 and import that "
-                                          "file") from None
+            raise ConversationFormatError(f"{exc}: it looks like Windows-1252 text; open it "
+                                          "in a text editor, save it as UTF-8 and import that "
+                                          "copy") from None
         if text is None:
             raise
         return text

@@ -170,7 +170,9 @@ class ImportControl(QObject):
             self._ended()
             if not isinstance(exc, PartlyImported):
                 self.app_state.show_message(f"Nothing was imported from {name}.", 6000)
-                warn(self.parent_widget, "Import failed", "Nothing was imported.\n\n" + failure(exc))
+                why = failure(exc)  # (a sentence: it ended without its full stop)
+                warn(self.parent_widget, "Import failed", "Nothing was imported.\n\n" + why
+                     + ("" if why.endswith((".", "?", "!")) else "."))
                 return
             self.refresh()  # the chats stored before it failed are in the list
             for thread_id in exc.imported.ids:

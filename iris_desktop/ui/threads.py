@@ -28,7 +28,8 @@ MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 2
 TITLE_ROLE = Qt.ItemDataRole.UserRole + 3  # as stored: shown with show_directional
 #: what the empty list says (a newcomer's first look at the panel)
 NO_CHATS = ("No chats yet.\n\nType a message below to start one, or bring chats from "
-            "ChatGPT, Claude, Open WebUI, LM Studio or Jan with File ▸ Import conversation…")
+            "ChatGPT, Claude, Open WebUI, LM Studio, Jan, LibreChat, SillyTavern and other "
+            "chat apps with File ▸ Import conversation…")
 
 
 def told_apart(threads: list[dict[str, Any]], now: float | None = None) -> dict[int, str]:
