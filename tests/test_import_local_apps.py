@@ -161,19 +161,22 @@ def test_text_generation_webuis_history_keeps_versions_dates_and_the_real_text(c
     ``versions`` as alternatives (``current_version_index`` active), each message dated by
     its ``metadata`` timestamp (this computer's time), each version by its own (the
     reply's is the newest version's: the app rewrites it), a reply's ``<think>`` dropped, an
-    attached file counted. (Its history of early 2023, ``data`` and ``data_visible``:
+    attached text file attached as Iris attaches one (it was counted, "1 other file was left
+    out: Iris imports text only", of a text file whose text the export holds). (Its
+    history of early 2023, ``data`` and ``data_visible``:
     test_import_real_files.py.)"""
     ids, err = imported(capsys, LOCAL / "textgen" / "20250105-14-30-12.json")
-    assert len(ids) == 1 and err == (
-        "iris-desktop: imported 1 chat from a text-generation-webui chat history\n"
-        "iris-desktop: 1 other file was left out: Iris imports text only.\n")
+    assert len(ids) == 1 and err == "iris-desktop: imported 1 chat from a text-generation-webui chat history\n"
     messages = exported(capsys, ids[0])
+    assert messages[4]["attachments"] == {"text_chars": 47, "files": [{"name": "notes.txt", "bytes": 38}]}
+    assert messages[4]["content"].endswith(
+        '\n\n<file name="notes.txt">\nbank (closes 4 pm)\npost office\nbakery\n\n</file>')
     assert shape(messages) == [
         ("assistant", "How can I help you today?", None, True),
         ("user", "What's 2 & 3 <together>?", 0, True),
         ("assistant", "5.", 1, False),
         ("assistant", "2 & 3 together make 5.", 1, True),
-        ("user", "Sort the errands in notes.txt — shortest first.", 3, True),
+        ("user", messages[4]["content"], 3, True),
         ("assistant", "Post office, then bakery, then the bank (it closes at 4 pm).", 4, True),
         ("user", "Und auf Deutsch? 🙂", 5, True),
         ("assistant", "Post, dann Bäckerei, dann die Bank.", 6, True)]

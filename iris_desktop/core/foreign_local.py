@@ -32,7 +32,8 @@ apart; each converter makes one :class:`~.foreign_parts.Chat`):
   any language; a reply's is rewritten as each generation of it starts: the newest
   version's), ``versions`` of an edited or regenerated message (alternatives, each with
   its own ``timestamp``; ``current_version_index`` the one shown, the rest of the chat
-  under it) and ``attachments`` (counted). A reply's ``<think>`` and
+  under it) and ``attachments`` (a text file's ``content`` attached as Iris attaches
+  a file; pictures and other files counted). A reply's ``<think>`` and
   ``<seed:think>`` blocks, and gpt-oss's analysis channel, are dropped. No title: the
   first question names the chat.
 - BetterChatGPT's export (``{chats, folders, version}``; its exports of March and April
@@ -49,6 +50,7 @@ from collections.abc import Callable, Hashable
 from datetime import datetime
 from typing import Any
 
+from iris_desktop.core.attachments import Attachment, with_attachments
 from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign_formats import english_time
 from iris_desktop.core.foreign_parts import (
@@ -294,17 +296,31 @@ def _textgen_message(nodes: dict[Hashable, Node], parent: Hashable | None, key: 
     times = [v.get("timestamp") for v in versions] or [meta.get("timestamp")]
     texts = texts or [said]
     texts[shown] = said  # (``internal`` holds the version shown)
-    attachments = meta.get("attachments")
+    files = _textgen_files(meta.get("attachments"), tally) if role == "user" else []
+    for j, (text, when) in enumerate(zip(texts, times)):
+        text = _textgen_reply(text) if role == "assistant" else text
+        made = text_message(role, text, english_time(when)) if text.strip() or files else None
+        if made is not None and files:  # (its text files as Iris attaches them: shown, sent)
+            made = {**made, **with_attachments(text, files)}
+        nodes[(*key, j)] = Node(parent, made, [])
+    return (*key, shown)
+
+
+def _textgen_files(attachments: Any, tally: Tally) -> list[Attachment]:
+    """A question's attached text files (their ``content``), as Iris's attachments; its
+    pictures and other files counted (the import said "1 other file was left out: Iris
+    imports text only" of a text file whose text the export holds)."""
+    files = []
     for attachment in attachments if isinstance(attachments, list) else []:
-        kind = attachment.get("type") if isinstance(attachment, dict) else None
+        item = attachment if isinstance(attachment, dict) else {}
+        kind, content = item.get("type"), item.get("content")
+        if isinstance(content, str) and content.strip() and not str(kind).startswith("image"):
+            files.append(Attachment(str(item.get("name") or "attached.txt"), content))
+            continue
         image = isinstance(kind, str) and (kind == "image" or kind.startswith("image/"))
         tally.images += image
         tally.files += not image
-    for j, (text, when) in enumerate(zip(texts, times)):
-        text = _textgen_reply(text) if role == "assistant" else text
-        made = text_message(role, text, english_time(when)) if text.strip() else None
-        nodes[(*key, j)] = Node(parent, made, [])
-    return (*key, shown)
+    return files
 
 
 def _textgen_reply(text: str) -> str:
