@@ -45,6 +45,17 @@ def _load() -> float | None:
         return None
 
 
+def busy_processor(load: float | None = None, processors: int | None = None) -> str:
+    """"other programs are using the processor (load 9.8 on 2)" where the one-minute load
+    is at least the processors plus one, else "" (also where the system has no load
+    average); ``load`` and ``processors`` are this computer's unless given (tests)."""
+    load = _load() if load is None else load
+    processors = processors or os.cpu_count() or 1
+    if load is not None and load >= processors + 1:
+        return f"other programs are using the processor (load {load:.1f} on {processors})"
+    return ""
+
+
 def per_second(rate: float) -> str:
     """A rate as the status bar says it: "6.2 tok/s"; "< 0.1 tok/s" under 0.05 (it read
     "0.0 tok/s", as if nothing came)."""
@@ -69,10 +80,9 @@ def slow_words(rate: float | None, facts: Mapping[str, Any] | None, *,
     facts = facts or {}
     if facts.get("where", "local") != "local":
         return "slow: the server writes at this pace"
-    load = _load() if load is None else load
-    processors = processors or os.cpu_count() or 1
-    if load is not None and load >= processors + 1:
-        return f"slow: other programs are using the processor (load {load:.1f} on {processors})"
+    busy = busy_processor(load, processors)
+    if busy:
+        return f"slow: {busy}"
     on_gpu = _whole_on_gpu(str(facts.get("device", "")))
     cores = cores or _cores()
     size = int(facts.get("size_bytes") or 0)

@@ -55,6 +55,7 @@ from iris_desktop.ui.meter import BudgetMeter
 from iris_desktop.ui.model_control import ModelControl
 from iris_desktop.ui.model_thread import ModelThread, ModelWorker
 from iris_desktop.ui.rekey_dialog import KeyChange
+from iris_desktop.ui.stall_watch import StallWatch
 from iris_desktop.ui.status_line import CacheWords, StatusArea, YieldingLabel
 from iris_desktop.ui.theme import Appearance
 from iris_desktop.ui.thread_control import ThreadControl
@@ -198,6 +199,7 @@ class MainWindow(QMainWindow):
         s, w = self.app_state, self.model.worker
         s.statusText.connect(self.state_label.setText)
         s.busyChanged.connect(self._show_busy)
+        self.stall_watch = StallWatch(s, self)  # a prompt read that stands still says why
         s.statusMessage.connect(self.status_area.show_message)
         self.composer.ready.connect(lambda text: s.show_message(text, 6000))  # said, once
         # what the user caused ("Exported 40 messages…", "Open a chat to rename it"): said
