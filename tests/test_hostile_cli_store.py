@@ -381,3 +381,27 @@ def test_the_window_says_a_filtered_reply_was_cut_and_offers_no_continue():
     filtered = SimpleNamespace(finish_reason="content_filter", completion_tokens=2, prompt_tokens=9)
     assert cut_off(filtered, 512, 8192) == CONTENT_FILTERED == "the server's content filter stopped the reply"
     assert cut_off(SimpleNamespace(finish_reason="stop", completion_tokens=2, prompt_tokens=9), 512) is None
+
+
+def test_a_model_hub_whose_content_length_lies_is_said_as_announced():
+    """The hub's answers too (session 66: the server's were said so, the hub's still read
+    "sent more than 8 MiB" of a 2-byte body that announced 2 GB)."""
+    from iris_desktop.runtime.hub import HubClient, HubError
+
+    from support.network import ScriptedSocketServer, http_answer
+
+    class AnyQuery(dict):  # (the search's path holds its query)
+        def get(self, path, default=None):
+            return super().get(path.split("?")[0], default)
+
+    answers = AnyQuery({"/api/models": http_answer("200 OK", b"[]", length=2_000_000_000)})
+    with ScriptedSocketServer(answers) as hub, HubClient(hub.base_url.removesuffix("/v1")) as client, \
+            pytest.raises(HubError) as caught:
+        client.search("qwen")
+    said = str(caught.value)
+    assert "announced 1.9 GiB (Content-Length), more than the" in said and "sent more than" not in said, said
+    with ScriptedSocketServer({}) as other, HubClient(other.base_url.removesuffix("/v1")) as client, \
+            pytest.raises(HubError) as caught:  # a hub address that is no hub: its search is 404
+        client.search("qwen")
+    assert "answered HTTP 404 (Not Found) to the search for 'qwen'; check that models.hub_url is a " \
+        "Hugging Face hub." in str(caught.value), str(caught.value)

@@ -266,9 +266,12 @@ class HubClient:
             response = read_answer(self.client, request, limit=limit,
                                    timeout_s=self.answer_timeout_s, follow_redirects=True)
         except AnswerTooLarge as exc:
-            raise _TooLarge(f"The model hub {self.address} sent more than {size_words(exc.limit)} in "
-                           f"its answer about {what or url}, so Iris stopped reading it; check that "
-                           "models.hub_url is a Hugging Face hub.", "answer") from None
+            said = f"sent more than {size_words(exc.limit)} in" if exc.announced is None else \
+                f"announced {size_words(exc.announced)} (Content-Length), more than the " \
+                f"{size_words(exc.limit)} Iris reads, for"  # (a 60-byte body "sent more than 8 MiB")
+            raise _TooLarge(f"The model hub {self.address} {said} its answer about {what or url}, so "
+                            "Iris stopped reading it; check that models.hub_url is a Hugging Face "
+                            "hub.", "answer") from None
         except RedirectRefused as exc:  # before: "cannot be reached (UnsupportedProtocol)"
             raise HubError(f"The model hub {self.address} redirected {what or 'its answer'} to "
                            f"{shown_address(exc.location, 80)}, which is not an http:// or https:// "
@@ -330,6 +333,9 @@ class HubClient:
             return HubError(f"The model hub {self.address} refused access to {what} (HTTP {status}): "
                             "the model may be gated or private; accept its license on the hub's "
                             "page and save a token.", "auth", partial, status)
+        if status == 404 and what.startswith("the search"):  # (it read "has no the search for")
+            return HubError(f"The model hub {self.address} answered HTTP 404 (Not Found) to {what}; "
+                            "check that models.hub_url is a Hugging Face hub.", "not_found", partial, status)
         if status == 404:
             return HubError(f"The model hub {self.address} has no {what} (HTTP 404); check the "
                             "name and the revision.", "not_found", partial, status)
