@@ -398,9 +398,8 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
     def import_dialog(self) -> None:
         """File ▸ Import conversation…: the filter short enough to show its extensions."""
         path, _ = QFileDialog.getOpenFileName(
-            self.parent_widget, "Import chats from ChatGPT, Claude, Open WebUI, LM Studio, Jan, "
-            "LibreChat, SillyTavern, another chat app or Iris", str(Path.home()),
-            "Chat exports (*.json *.jsonl *.zip);;All files (*)")
+            self.parent_widget, "Import chats from ChatGPT, Claude, Open WebUI, Jan, LibreChat, "
+            "other apps or Iris", str(Path.home()), "Chat exports (*.json *.jsonl *.zip);;All files (*)")
         if path:
             self.import_file(path)
 
