@@ -399,7 +399,7 @@ class ThreadControl(LiveList, UnmadeChat, QObject):
         """File ▸ Import conversation…: the filter short enough to show its extensions."""
         path, _ = QFileDialog.getOpenFileName(
             self.parent_widget, "Import chats from ChatGPT, Claude, Open WebUI, Jan, LibreChat, "
-            "other apps or Iris", str(Path.home()), "Chat exports (*.json *.jsonl *.zip);;All files (*)")
+            "Iris and more", str(Path.home()), "Chat exports (*.json *.jsonl *.zip);;All files (*)")
         if path:
             self.import_file(path)
 
