@@ -158,12 +158,14 @@ def read_message_text(data: bytes) -> tuple[str, str | None]:
     try:
         return message_text(data), None
     except NotTextError as exc:
-        text = windows_1252(data) if exc.eight_bit and b"\0" not in data else None
-        if text is None and exc.eight_bit and b"\0" not in data and damaged_utf8(data):
+        if not exc.eight_bit or b"\0" in data:
+            raise
+        if damaged_utf8(data):
             line = data.count(b"\n", 0, exc.at) + 1
             raise NotTextError(  # (it said "not UTF-8 text (byte 232); attach text: … Markdown")
                 f"UTF-8 text with a few bytes that are not (the first on line {line:,}), perhaps "
                 "pasted from another program; save it again as UTF-8 in your editor", "UTF-8") from None
+        text = windows_1252(data)
         if text is None:
             raise
         return text.replace("\r\n", "\n").replace("\r", "\n"), WINDOWS_1252

@@ -86,10 +86,8 @@ def read_text(path: Path, limit: int) -> str:
     try:
         return read_text_file(path, limit)
     except ConversationFormatError as exc:
-        if "is larger than the limit" in str(exc):
-            text = squeezed(path, limit)
-            if text is None:
-                raise
+        text = squeezed(path, limit)  # (None unless a JSON file over the limit that fits squeezed)
+        if text is not None:
             return text
         if "not UTF-8 text" not in str(exc):
             raise
@@ -120,13 +118,14 @@ _CHUNK = 1 << 24
 def squeezed(path: Path, limit: int) -> str | None:
     """The text of a JSON file over ``limit`` bytes read without its line breaks and
     indentation, if that fits ``limit``; None when it does not, when the file is not
-    JSON in UTF-8 (UTF-16's line breaks are two bytes), or over :data:`SQUEEZE_MAX_BYTES`.
+    JSON in UTF-8 (UTF-16's line breaks are two bytes), not over ``limit`` (it is read as
+    it is) or over :data:`SQUEEZE_MAX_BYTES`.
     LibreChat's "recursive" export (its default) nests each reply inside the message
     before it and indents each level, so the file grows with the square of the chat's
     length: 4,000 messages of 600 characters were 580 MB, over the import's limit, of
     which the JSON itself is 3 MB. Read in chunks of 16 MiB, each cut at a line break."""
     try:
-        if path.stat().st_size > SQUEEZE_MAX_BYTES:
+        if not limit < path.stat().st_size <= SQUEEZE_MAX_BYTES:
             return None
         parts: list[bytes] = []
         kept, carry = 0, b""

@@ -72,6 +72,12 @@ def failure(exc: BaseException) -> str:
     return text[:1].upper() + text[1:]
 
 
+def whole_sentence(text: str) -> str:
+    """``text`` capitalized and ended by a full stop, unless it ends in one already (or in
+    "?" or "!")."""
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "?", "!")) else ".")
+
+
 def export_failure(exc: BaseException, path: str) -> str:
     """Why an export to ``path`` failed: the file that could not be written (not the
     temporary file beside it that failed first), or the history that could not be read."""

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 from iris_desktop.core.store import Stores
 from iris_desktop.ui.app_state import AppState
 from iris_desktop.ui.background import Background
-from iris_desktop.ui.boxes import ask, failure, warn
+from iris_desktop.ui.boxes import ask, failure, warn, whole_sentence
 
 if TYPE_CHECKING:
     from iris_desktop.core.foreign import Imported, Loaded
@@ -155,8 +155,7 @@ class ImportControl(QObject):
             stayed = self.app_state.thread_id == opened
             if stayed and (imported.ids or imported.known):
                 self.open_thread(first or (imported.ids or imported.known)[0])
-            said = [line[:1].upper() + line[1:] + ("" if line.endswith((".", "?", "!")) else ".")
-                    for line in report]  # (a native file's notes are sentences already)
+            said = [whole_sentence(line) for line in report]  # (a native file's notes end in ".")
             if not said or (imported.ids and not loaded.foreign):
                 said.insert(0, f"Imported {name}.")
             where = [] if stayed else ["They are in the chat list."]
@@ -170,9 +169,8 @@ class ImportControl(QObject):
             self._ended()
             if not isinstance(exc, PartlyImported):
                 self.app_state.show_message(f"Nothing was imported from {name}.", 6000)
-                why = failure(exc)  # (a sentence: it ended without its full stop)
-                warn(self.parent_widget, "Import failed", "Nothing was imported.\n\n" + why
-                     + ("" if why.endswith((".", "?", "!")) else "."))
+                warn(self.parent_widget, "Import failed",
+                     "Nothing was imported.\n\n" + whole_sentence(failure(exc)))
                 return
             self.refresh()  # the chats stored before it failed are in the list
             for thread_id in exc.imported.ids:
