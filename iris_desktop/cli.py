@@ -49,6 +49,21 @@ class _Parser(argparse.ArgumentParser):
     #: the arguments being parsed (for a hint at what went wrong)
     argv: Sequence[str] = ()
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """argparse's, which drops a write error without a word (``--help > /dev/full``
+        said nothing and exited 0): here a full disk is said, exit 1."""
+        stream = file or sys.stderr
+        try:
+            stream.write(message)
+            stream.flush()
+        except BrokenPipeError:
+            pass  # a reader that left (``--help | head``): nothing to say
+        except OSError as exc:
+            where = "standard output" if stream is sys.stdout else "standard error"
+            print(f"iris-desktop: could not write to {where} ({exc.strerror or exc})",
+                  file=sys.stderr)
+            raise SystemExit(1) from None
+
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("iris-desktop").strip()
         where = f"{command}: " if command else ""

@@ -103,6 +103,25 @@ def test_any_command_whose_stdout_is_full_says_so_in_one_sentence(tmp_path, caps
     assert no_bug(done.stderr), done.stderr
 
 
+@pytest.mark.parametrize("args", [["--help"], ["threads", "--help"], ["--version"]])
+def test_help_and_version_on_a_full_stdout_say_so(tmp_path, args):
+    """argparse drops its own write errors: ``--help > /dev/full`` said nothing, exit 0."""
+    with open("/dev/full", "w") as full:
+        done = iris(tmp_path / "home", *args, stdout=full)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ("iris-desktop: could not write to standard output (No space "
+                           "left on device)\n"), done.stderr
+
+
+def test_help_to_a_reader_that_left_is_quiet(tmp_path):
+    reader = subprocess.Popen([sys.executable, "-m", "iris_desktop", "--help"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                              env={**os.environ, "IRIS_HOME": str(tmp_path / "home")})
+    reader.stdout.close()  # like `| head -0`: the reader is gone before the help is written
+    _out, err = reader.communicate(timeout=60)
+    assert reader.returncode in (0, 1) and no_bug(err.decode()), err
+
+
 # -- B. the history's place holds a folder, a loop, a named pipe -----------------------------
 
 
