@@ -377,6 +377,16 @@ def test_recover_of_a_text_file_says_it_is_no_set_aside_database(tmp_path, capsy
     assert "is encrypted" not in err
 
 
+def test_recover_of_a_short_text_file_is_refused_before_any_question(tmp_path, capsys):
+    """A file under one page (a plain file's size) was met by "add --yes (nobody to ask)"
+    or, on a terminal, by the question whether to put it back, and refused only after."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    code, _out, err = run_cli(capsys, "recover", notes)  # no --yes, no terminal
+    assert code == 1 and one_sentence(err), err
+    assert f"{notes} is not a database Iris set aside" in err and "--yes" not in err
+
+
 def test_the_import_help_names_every_format_that_imports(capsys, monkeypatch):
     from iris_desktop.cli import build_parser
 

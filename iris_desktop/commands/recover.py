@@ -212,7 +212,7 @@ def _confirm(question: str, args) -> bool:
 
 
 def _restore(db: Path, args, overrides, key: _HistoryKey) -> int:
-    from iris_desktop.core.store.cipher import is_encrypted
+    from iris_desktop.core.store.cipher import is_encrypted, is_sqlite
     from iris_desktop.core.store.recovery import restore, set_aside_files
     from iris_desktop.settings import load_settings
     from iris_desktop.storage_key import keep_key
@@ -227,6 +227,9 @@ def _restore(db: Path, args, overrides, key: _HistoryKey) -> int:
         raise CliError(f"{file} is not a database Iris set aside (see 'iris-desktop recover'), "
                        "nor a plain SQLite database, nor an encrypted one a key of this "
                        "history opens; nothing was changed", EXIT_FAIL)
+    if not encrypted and not named and not is_sqlite(file):  # said before asking to put it back
+        raise CliError(f"{file} is not a database Iris set aside (see 'iris-desktop recover'), "
+                       "nor a SQLite database; nothing was changed", EXIT_FAIL)
     if encrypted and found is None:
         raise CliError(f"{file.name} is encrypted and cannot be put back yet: {_no_key(file)}, "
                        f"then run 'iris-desktop recover {file.name}' again; nothing was changed",

@@ -208,6 +208,14 @@ def file_salt(path: Path) -> bytes | None:
 MIN_ENCRYPTED_BYTES = 512
 
 
+def is_sqlite(path: Path) -> bool:
+    """Whether ``path`` starts as a plain SQLite database does (its 16-byte header)."""
+    try:
+        return _head(path, len(HEADER)) == HEADER
+    except OSError:
+        return False
+
+
 def is_encrypted(path: Path) -> bool | None:
     """None: no database yet (missing or empty); False: a plain SQLite file (a header one
     byte off is a damaged plain file, for the salvage to repair: a random salt is that
