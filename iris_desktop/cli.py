@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "export, ChatGPT's or Claude's export (the .zip, its folder or conversations.json), an "
                        "Open WebUI export, an LM Studio .conversation.json, a Jan thread (or threads) folder, "
                        "a llama.cpp web UI export, a ShareGPT file, a SillyTavern chat, a LibreChat "
-                       "conversation export, a text-generation-webui chat history, a BetterChatGPT export; "
+                       "conversation export, a text-generation-webui chat history, a BetterChatGPT export, "
+                       "Google Takeout's Gemini activity (MyActivity.json); "
                        "one thread per chat, their ids printed")
     p.add_argument("file", help="the file, a ChatGPT or Claude export's .zip or folder, or a Jan "
                    "thread folder")

@@ -395,7 +395,8 @@ def test_the_import_help_names_every_format_that_imports(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
     said = " ".join(capsys.readouterr().out.split())
-    for name in ("LibreChat", "text-generation-webui", "BetterChatGPT", "SillyTavern"):
+    for name in ("LibreChat", "text-generation-webui", "BetterChatGPT", "SillyTavern",
+                 "Gemini activity (MyActivity.json)"):
         assert name in said, name
 
 

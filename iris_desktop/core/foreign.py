@@ -114,7 +114,8 @@ UNKNOWN_SHAPE = f"not a conversation Iris knows: it reads {READS}"
 
 #: keys only the foreign formats have; a file that holds none is left to conversation.py
 _SIGNATURE = re.compile(r'"(mapping|current_node|currentId|childrenIds|history|chat|chat_messages|conv|titleSet|'
-                        r'currentlySelected|versions|thread_id|object|conversations|items|parentMessageId|config)"\s*:')
+                        r'currentlySelected|versions|thread_id|object|conversations|items|parentMessageId|config|'
+                        r'safeHtmlItem|header)"\s*:')
 #: the kinds of Open WebUI's ``<details type="…">`` blocks that hold no reply text
 _DETAILS_TYPE = re.compile(r'\btype="(reasoning|tool_calls|code_interpreter)"')
 _ROLES = ("system", "user", "assistant")
@@ -239,7 +240,7 @@ def _load(path: Path, progress: Progress | None = None) -> Loaded:
     items.clear()  # each chat's parsed values freed once it is converted (_finish), not
     # all at once at the end (a pause of the window's thread: 0.75 s for 150 MB)
     return _guard(path, kind, lambda: _finish(path, kind, converters, progress=progress,
-                                              names=names))
+                                              names=names, notes=getattr(items, "notes", ())))
 
 
 def _is_file(path: Path) -> bool:

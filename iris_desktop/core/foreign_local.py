@@ -53,6 +53,7 @@ from typing import Any
 from iris_desktop.core.attachments import Attachment, with_attachments
 from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign_formats import english_time
+from iris_desktop.core.foreign_gemini import GEMINI, gemini_chat, gemini_chats, is_gemini
 from iris_desktop.core.foreign_parts import (
     APPS,
     Chat,
@@ -109,6 +110,8 @@ def local_kind(data: Any) -> tuple[str | None, list[Any]]:
             "title" in x and isinstance(x.get("messages"), list)
             and ("config" in x or "titleSet" in x) for x in dicts):
         return BETTERCHATGPT, data  # (its exports of 2023: the chats alone)
+    if is_gemini(dicts):  # (Google Takeout's activity: its questions put into chats)
+        return GEMINI, gemini_chats(data)
     return None, []
 
 
@@ -375,4 +378,5 @@ def _betterchatgpt_parts(parts: Any, tally: Tally) -> str:
 
 #: each format's converter of one chat, as :mod:`iris_desktop.core.foreign` looks them up
 READERS: dict[str, Callable[[Any, Tally], Chat | None]] = {
-    LIBRECHAT: librechat_chat, TEXTGEN: textgen_chat, BETTERCHATGPT: betterchatgpt_chat}
+    LIBRECHAT: librechat_chat, TEXTGEN: textgen_chat, BETTERCHATGPT: betterchatgpt_chat,
+    GEMINI: gemini_chat}
