@@ -136,10 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("import", help="import conversations: OpenAI chat format (JSON or JSONL), an Iris "
                        "export, ChatGPT's or Claude's export (the .zip, its folder or conversations.json), an "
                        "Open WebUI export, an LM Studio .conversation.json, a Jan thread (or threads) folder, "
-                       "a llama.cpp web UI export, a ShareGPT file, a SillyTavern chat, a LibreChat "
-                       "conversation export, a text-generation-webui chat history, a BetterChatGPT export, "
-                       "Google Takeout's Gemini activity (MyActivity.json); "
-                       "one thread per chat, their ids printed")
+                       "a llama.cpp web UI export, a ShareGPT file, a SillyTavern chat, a LibreChat conversation "
+                       "export, a text-generation-webui chat history, a BetterChatGPT export, Google Takeout's "
+                       "Gemini activity (MyActivity.json); one thread per chat, their ids printed")
     p.add_argument("file", help="the file, a ChatGPT or Claude export's .zip or folder, or a Jan "
                    "thread folder")
     p.add_argument("--title", help="the new thread's title (with several chats: a prefix)")
