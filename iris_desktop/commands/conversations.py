@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -208,6 +209,16 @@ def switch(args, overrides) -> int:
     return EXIT_OK
 
 
+def _listed_day(stamp: float) -> str:
+    """When a chat was last written to, the time the list is ordered by (an imported
+    chat's: its newest message's, as the app it came from dated it), as local
+    'YYYY-MM-DD HH:MM'; "" for one that cannot be shown (year 0)."""
+    try:
+        return dt.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return ""
+
+
 def threads(args, overrides) -> int:
     """Threads with cached token totals (every branch's messages; a chat with branches
     says how many are on the one shown). A listing counts at most LISTING_COUNT_CHARS of
@@ -247,6 +258,6 @@ def threads(args, overrides) -> int:
         branches = (f"  (branches: {row['branch_messages']:,} of them on the one shown)"
                     if row["branch_messages"] != row["messages"] else "")
         count = f"{row['messages']:>6} message{'' if row['messages'] == 1 else 's'}"
-        print(f"{row['id']:>5}  {count:<15}  {tokens:<46} "
+        print(f"{row['id']:>5}  {_listed_day(row['updated_at']):<16}  {count:<15}  {tokens:<46} "
               f"{show_untrusted(row['title'])}{branches}")
     return EXIT_OK

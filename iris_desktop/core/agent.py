@@ -31,7 +31,7 @@ from typing import Any
 
 from iris_desktop.core.attachments import Attachment, edited, shown, with_attachments
 from iris_desktop.core.compaction import MIN_SUMMARY_TOKENS, Compactor
-from iris_desktop.core.conversation import title_from
+from iris_desktop.core.conversation import IMPORTED_FROM, imported_from, title_from
 from iris_desktop.core.engine import (
     ContextRequest,
     ConversationTooLargeException,
@@ -511,8 +511,8 @@ class Agent:
         ``continuing`` another starts with its text, beside it (the same parent)."""
         start = continuing["content"] if continuing else ""
         reply_id = self.store.add_message(
-            thread_id, {"role": "assistant", "content": start}, status="streaming",
-            **({"parent_id": continuing["parent_id"]} if continuing else {}),
+            thread_id, {"role": "assistant", "content": start, **_continued_from(continuing)},
+            status="streaming", **({"parent_id": continuing["parent_id"]} if continuing else {}),
         )
         yield ReplyStarted(thread_id, reply_id, start, continuing["id"] if continuing else None)
         pieces: list[str] = [start]
@@ -621,3 +621,21 @@ class Agent:
                 finish_reason=stats.finish_reason,
             )
         self.store.add_request(thread_id, row)
+
+
+#: what a reply imported from another app and continued here is said to come from, after
+#: the app's name: its start was written there, the rest by the model here
+CONTINUED_HERE = ", continued in Iris"
+
+
+def _continued_from(continuing: dict | None) -> dict[str, str]:
+    """Who a reply that continues ``continuing`` (a stored row) is said to be from: for
+    an imported reply ``imported_from`` "LibreChat, continued in Iris", and the speaker's
+    ``name`` it had (an imported group chat's character). Before, the continued reply,
+    most of it written in LibreChat, was headed "Iris" and exported as Iris's own."""
+    said = row_to_message(continuing) if continuing else {}
+    app = imported_from(said)
+    if not app:
+        return {}
+    name = {"name": said["name"]} if isinstance(said.get("name"), str) else {}
+    return {**name, IMPORTED_FROM: app if app.endswith(CONTINUED_HERE) else app + CONTINUED_HERE}

@@ -20,7 +20,8 @@ branches (regenerated replies, edited messages) exports every branch, with ``"fo
 same branch active. A reply that was stopped carries ``"status": "interrupted"``, one that
 failed (the model or the server failed while it was written) ``"status": "error"``, one
 cut off at its token cap ``"finish_reason": "length"``: imported, each can be continued
-(the store keeps an imported reply's ``"status"``). A reply imported from another app
+(the store keeps an imported reply's ``"status"``); one a server's content filter cut
+carries ``"finish_reason": "content_filter"`` (kept on import, not continued). A reply imported from another app
 carries ``"imported_from"``: the app (``"ChatGPT"``), which the window and the Markdown
 export name in its place (never sent to a model: the request keeps a message's role,
 content, tool calls and name only); Iris's own replies carry none.
@@ -34,8 +35,9 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from iris_desktop.core.attachments import (
@@ -59,6 +61,9 @@ TREE_KEY = "iris"
 #: where a reply imported from another app keeps the app's name ("ChatGPT", "Claude"):
 #: a key of the store's ``extra``, which no request to a model carries
 IMPORTED_FROM = "imported_from"
+#: a reply a server's content filter cut short (finish reason "content_filter"), as a
+#: clause: the window's status line, the CLI and the Markdown export say it so
+CONTENT_FILTERED = "the server's content filter stopped the reply"
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024
 #: the deepest a message's values may nest (a message and its tool calls use four
@@ -430,14 +435,15 @@ def imported_from(message: Message) -> str:
     # only its start is read, at every transcript build)
 
 
-def _exported(row: dict[str, Any], cut_off: set[int] | frozenset[int] = frozenset()) -> Message:
+def _exported(row: dict[str, Any], cut_off: Mapping[int, str] = MappingProxyType({})) -> Message:
     """A stored row as exported: the message as it was imported or written, with the time
     Iris knows it was written as ``created_at`` where it says none, a reply that was
     stopped marked ``"status": "interrupted"``, one that failed ``"status": "error"`` (the
     word of the row, which keeps no sentence of the failure), and one cut off at its token
-    cap (its id in ``cut_off``) ``"finish_reason": "length"``: import gives them all back
+    cap (its id in ``cut_off``) ``"finish_reason": "length"``, one a server's content
+    filter cut ``"finish_reason": "content_filter"``: import gives them all back
     (before, an export imported again lost every date Iris had, and Continue on a stopped,
-    failed or cut-off reply)."""
+    failed or cut-off reply; the content filter's cut was not said at all)."""
     message = row_to_message(row)
     if row.get("sent_at") and not any(key in message for key in TIMESTAMP_KEYS):
         message["created_at"] = row["sent_at"]
@@ -446,7 +452,8 @@ def _exported(row: dict[str, Any], cut_off: set[int] | frozenset[int] = frozense
     elif row.get("status") == "error" and "status" not in message:
         message["status"] = "error"  # (it looked finished: an audit)
     elif row.get("id") in cut_off and "finish_reason" not in message:
-        message["finish_reason"] = "length"  # (OpenAI's word for a reply cut at max_tokens)
+        # OpenAI's words: "length" (cut at max_tokens), "content_filter" (a server's filter)
+        message["finish_reason"] = cut_off[row["id"]]
     return message
 
 
@@ -627,6 +634,8 @@ def to_markdown(title: str, messages: list[Message], system_prompt: str | None =
             heading += " (failed)"  # the model or the server failed: Continue goes on
         elif role == "assistant" and message.get("finish_reason") == "length":
             heading += " (cut off)"  # at its token cap: Continue goes on, as after a stop
+        elif role == "assistant" and message.get("finish_reason") == "content_filter":
+            heading += f" (cut off: {CONTENT_FILTERED})"  # as the window said it
         if imported_from(message):  # not written by Iris: the app it was written in
             heading += f" — imported from {imported_from(message)}"
         out.append(f"## {heading}")

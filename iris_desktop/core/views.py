@@ -19,7 +19,7 @@ from typing import Any
 
 from iris_desktop.core.attachments import shown
 from iris_desktop.core.budget_lines import budget_lines, counter_label  # noqa: F401 (said here before)
-from iris_desktop.core.conversation import imported_from
+from iris_desktop.core.conversation import CONTENT_FILTERED, imported_from
 from iris_desktop.core.engine import (
     PRUNED_PLACEHOLDER,
     Breakdown,
@@ -103,6 +103,9 @@ class Entry:
     #: a message whose stored text is damaged on disk (read with U+FFFD): what is wrong,
     #: what it means and what can be done, in words for the user; "" when it reads whole
     damaged: str = ""
+    #: a reply a server's content filter cut short (its request's finish reason, or the
+    #: ``"finish_reason"`` of an imported export): its card says so, as the export does
+    filtered: bool = False
 
     @property
     def speaker(self) -> str:
@@ -256,6 +259,7 @@ def transcript_entries(
             entry.name = " ".join(message["name"].split())
         entry.name = entry.name or imported_from(message)
         if row["role"] == "assistant":
+            entry.filtered = message.get("finish_reason") == "content_filter"
             # the column, not row_to_message: a streamed reply's key list predates its calls
             raw_calls = row.get("tool_calls")
             tool_calls = json.loads(raw_calls) if isinstance(raw_calls, str) else (
@@ -296,8 +300,10 @@ def mark_entries(store: Store, thread_id: int, entries: list[Entry], points: Map
     (``newest``), Regenerate on the newest reply and Continue on a stopped one; and the
     messages found damaged on disk, with what that means."""
     messages = [e for e in entries if e.kind in ("message", "tool")]
+    filtered = store.filtered_replies([e.message_id for e in messages if e.role == "assistant"])
     for entry in messages:
         entry.branch = points.get(entry.message_id)
+        entry.filtered = entry.filtered or entry.message_id in filtered
     if newest:
         newest_user = max((i for i, e in enumerate(messages) if e.role == "user"), default=None)
         if newest_user is not None and newest_user + 1 < len(messages):
@@ -410,10 +416,6 @@ def dropped_report(request: ContextRequest, described: Sequence[Mapping[str, Any
     return {"turns": [turn_numbers[0], turn_numbers[-1]] if turn_numbers else None,
             "count": count, "messages": len(dropped), "tokens": spent,
             "why": f"{what} {after}"}
-
-
-#: a reply a server's content filter cut short (finish reason "content_filter"), as a clause
-CONTENT_FILTERED = "the server's content filter stopped the reply"
 
 
 def cut_off(stats: Any, max_tokens: int, n_ctx: int | None = None) -> str | None:

@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from iris_desktop.ui.search_marks import MARKED_ROLE, MarkedDelegate, marked_line
+from iris_desktop.ui.chat_dates import DATE_ROLE, DatedDelegate, full_day, list_day
+from iris_desktop.ui.search_marks import MARKED_ROLE, marked_line
 from iris_desktop.untrusted import show_directional
 
 THREAD_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -110,7 +111,7 @@ class ThreadPanel(QWidget):
         self.list.placeholder = NO_CHATS
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setWordWrap(True)
-        self.list.setItemDelegate(MarkedDelegate(self.list))
+        self.list.setItemDelegate(DatedDelegate(self.list))  # (its date at the right)
         self.list.setUniformItemSizes(False)
         # what a screen reader says for each (the Tab order is the layout's: new, search, list)
         self.new_button.setAccessibleName("New chat")
@@ -154,8 +155,12 @@ class ThreadPanel(QWidget):
             title = show_directional(thread["title"])
             item = QListWidgetItem(f"{title}\n   {apart[thread['id']]}" if thread["id"] in apart else title)
             shown, stored = thread.get("branch_messages", thread["messages"]), thread["messages"]
-            item.setToolTip(f"{title}\n{shown:,} messages" + (
+            when = full_day(thread.get("updated_at"))  # the time the list is ordered by
+            item.setToolTip(f"{title}\n" + (f"Last written to {when}\n" if when else "")
+                            + f"{shown:,} messages" + (
                 f" on the branch shown, {stored:,} with its other branches" if shown != stored else ""))
+            if thread["id"] not in apart:  # (its second line says when, to the minute)
+                item.setData(DATE_ROLE, list_day(thread.get("updated_at")))
             item.setData(TITLE_ROLE, thread["title"])
             item.setData(THREAD_ROLE, thread["id"])
             self.list.addItem(item)

@@ -77,6 +77,8 @@ def badges(entry: Entry) -> list[tuple[str, str]]:
         found.append(("failed", "error"))
     elif entry.role == "assistant" and entry.can_continue:  # cut off at model.max_tokens:
         found.append(("cut off", "warn"))  # it looked finished (an audit); its card shows Continue
+    elif entry.role == "assistant" and entry.filtered:  # said once in the status line, then
+        found.append(("cut off by the content filter", "warn"))  # not again
     if entry.kind == "tool" and entry.error:
         found.append(("error", "error"))
     if entry.damaged:

@@ -222,7 +222,7 @@ class Search(Connected):
             return []
         words = [folded(t) for t in terms]
         titles = [{"thread_id": r[0], "title": r[1], "message_id": None, "snippet": r[1]}
-                  for r in self.conn.execute("SELECT id, title FROM threads ORDER BY updated_at DESC")
+                  for r in self.conn.execute("SELECT id, title FROM threads ORDER BY updated_at DESC, id DESC")
                   if all(w in folded(r[1] or "") for w in words)]
         parts = [_fts_part(t) for t in terms]
         if any(_unsegmented(t) for t in terms) or not any(fts for fts, _ in parts):

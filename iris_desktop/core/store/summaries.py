@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from iris_desktop.core.store.base import Connected, _same_process, own_process
@@ -182,13 +183,27 @@ class Summaries(Connected):
                                 "ORDER BY id DESC LIMIT 1", (reply_id,)).fetchone()
         return None if row is None else row[0]
 
-    def cut_off_replies(self, thread_id: int) -> set[int]:
-        """The thread's replies whose request (the latest that wrote each) ended at the
-        token cap, finish reason "length": what an export marks cut off."""
-        return {row[0] for row in self.conn.execute(
-            "SELECT r.reply_id FROM requests r WHERE r.thread_id = ? AND r.finish_reason = 'length' "
+    def cut_off_replies(self, thread_id: int) -> dict[int, str]:
+        """The thread's replies whose request (the latest that wrote each) was cut off, by
+        id, with its finish reason: "length" (the token cap) or "content_filter" (a
+        server's content filter stopped it; its reply is stored as written, complete):
+        what an export marks cut off. Before, the content filter's went unsaid."""
+        return {row[0]: row[1] for row in self.conn.execute(
+            "SELECT r.reply_id, r.finish_reason FROM requests r WHERE r.thread_id = ? "
+            "AND r.finish_reason IN ('length', 'content_filter') "
             "AND r.id = (SELECT max(q.id) FROM requests q WHERE q.reply_id = r.reply_id)",
             (thread_id,))}
+
+    def filtered_replies(self, reply_ids: Sequence[int]) -> set[int]:
+        """Those of ``reply_ids`` whose request (the latest that wrote each) a server's
+        content filter ended (finish reason "content_filter"): read by the requests'
+        index of replies, so a page of the transcript costs its own rows, not the chat's."""
+        return {row[0] for row in self.conn.execute(
+            "SELECT r.reply_id FROM requests r INDEXED BY requests_reply "
+            "WHERE r.reply_id IN (SELECT value FROM json_each(?)) "
+            "AND r.finish_reason = 'content_filter' "
+            "AND r.id = (SELECT max(q.id) FROM requests q WHERE q.reply_id = r.reply_id)",
+            (json.dumps(list(reply_ids)),))}
 
     def stopped_reply(self, thread_id: int) -> int | None:
         """The active branch's last message when it is a reply that can be continued: an
