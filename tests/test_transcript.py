@@ -476,3 +476,19 @@ def test_a_reply_cut_off_at_its_limit_says_so_on_its_card():
     stopped = message(3, "assistant", "Mercury", status="interrupted", can_continue=True)
     assert [b for b, _ in badges(stopped)] == ["stopped"]  # said once
     assert badges(message(4, "assistant", "A whole answer.")) == []
+
+
+def test_the_edit_dialog_says_what_sending_the_edit_does(view, qtbot):
+    """It said "Save", and the later turns vanished without a word (a newcomer's audit)."""
+    show(view, qtbot, [message(7, "user", "first"), message(8, "assistant", "answer"),
+                       message(9, "user", "second"), message(10, "assistant", "answer 2")])
+    dialog = view.edit_message(view.transcript.entry(0))
+    save = dialog.buttons.button(QDialogButtonBox.StandardButton.Save)
+    assert save.text() == "Send as a new version"
+    assert dialog.note.text() == ("Iris answers the edited message as a new version of the chat "
+                                  "from here; this version and the 3 messages after it stay "
+                                  "behind the ‹ › switcher on the message.")
+    dialog.reject()
+    dialog = view.edit_message(view.transcript.entry(2))
+    assert "this version and the 1 message after it stay" in dialog.note.text()
+    dialog.reject()

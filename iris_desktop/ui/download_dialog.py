@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -59,6 +59,7 @@ from iris_desktop.ui import hub_worker
 from iris_desktop.ui.boxes import plain_tip
 from iris_desktop.ui.hub_worker import HubCalls, gb, partial_question, token_dialog
 from iris_desktop.ui.hub_worker import sentence as _sentence
+from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.untrusted import show_untrusted
 
 COLUMNS = ("Model", "File", "Quantization", "Size", "Trained context", "Memory at n_ctx",
@@ -178,7 +179,7 @@ class DownloadDialog(QDialog):
         layout = QVBoxLayout(self)
         for part in (self.privacy, top, split, self.status, row, buttons):
             layout.addLayout(part) if isinstance(part, QHBoxLayout) else layout.addWidget(part, int(part is split))
-        self.resize(zero * 160, self.fontMetrics().height() * 30)
+        fit_to_screen(self, QSize(zero * 160, self.fontMetrics().height() * 30))  # (2,400 px at 18 pt)
         self.repos.setCurrentRow(0)
 
     # -- what the table shows --

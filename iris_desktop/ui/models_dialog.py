@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from iris_desktop.core.views import tokens
+from iris_desktop.ui.screen_fit import fit_to_screen
 from iris_desktop.units import file_size, memory_size
 
 COLUMNS = ("Name", "Source", "Architecture", "Parameters", "Quantization", "Size",
@@ -129,8 +130,8 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.status)
         layout.addLayout(row)
         layout.addWidget(buttons)
-        fm = self.fontMetrics()
-        self.resize(fm.horizontalAdvance("0") * 150, fm.height() * 28)
+        fm = self.fontMetrics()  # at most the screen (it was 2,250 px wide at 18 pt)
+        fit_to_screen(self, QSize(fm.horizontalAdvance("0") * 150, fm.height() * 28))
 
     # -- the list --
 

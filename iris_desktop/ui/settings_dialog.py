@@ -130,6 +130,7 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
         self._look_timer = QTimer(self, singleShot=True, interval=150)
         self._look_timer.timeout.connect(self.show_look)
         self.last_preview: BudgetPreview | None = None
+        self._asked = 0  # the budgets asked for (_request_preview)
         self._finished = False
         self.shown = self.raw_values(every=True)
         self.touched.clear()  # what setting up the editors emitted
@@ -275,13 +276,15 @@ class SettingsDialog(AsksBeforeDiscarding, QDialog):
     def _request_preview(self) -> None:
         if self._preview is None:
             return
+        self._asked += 1  # an answer to an earlier request is not shown (values since changed)
         if self.errors:
             pages = {self.tabs.tabText(self.sections.index(SETTINGS[k].section)) for k in self.errors}
             for field in self.fields.values():  # no figure of a window no longer asked for
                 field.editor.set_window(None, {})
             self.budget_box.show_fix(f"Fix the marked values to see the budget ({', '.join(sorted(pages))}).")
             return
-        self._preview(self.candidate(), self.show_preview)
+        asked = self._asked
+        self._preview(self.candidate(), lambda preview: asked == self._asked and self.show_preview(preview))
 
     def show_preview(self, preview: BudgetPreview) -> None:
         if self._finished:

@@ -34,7 +34,7 @@ OTHER_KEYS = (
     ("Transcript", "Alt+Left", "The previous alternative of the message"),
     ("Transcript", "Alt+Right", "The next alternative of the message"),
     ("Transcript", "Esc", "Stop the reply"),
-    ("Edit message", "Ctrl+Enter", "Save the edited message"),
+    ("Edit message", "Ctrl+Enter", "Send the edited message as a new version"),
 )
 
 

@@ -254,7 +254,10 @@ class TranscriptView(QListView):
         and is not blank."""
         if self.edit_dialog is not None:
             self.edit_dialog.deleteLater()
-        dialog = self.edit_dialog = EditDialog(entry.text, self)
+        loaded = self.transcript.entries()  # (every message after one shown is loaded)
+        at = next((i for i, e in enumerate(loaded) if e.key == entry.key), len(loaded))
+        later = sum(e.kind in ("message", "tool") for e in loaded[at + 1:])
+        dialog = self.edit_dialog = EditDialog(entry.text, self, later)
         mid, old = entry.message_id, entry.text
 
         def saved() -> None:

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QFrame,
+    QLabel,
     QPlainTextEdit,
     QTextEdit,
     QVBoxLayout,
@@ -94,26 +95,37 @@ class MessageText(QTextEdit):
 
 
 class EditDialog(AsksBeforeDiscarding, QDialog):
-    """Asks for a message's new text: a multi-line field prefilled with it, Save, Cancel
-    (which asks first when the text was changed)."""
+    """Asks for a message's new text: a multi-line field prefilled with it, a line saying
+    what sending it does, "Send as a new version" (the box's Save button), Cancel (which
+    asks first when the text was changed). ``later``: the messages shown after this one,
+    which go behind the switcher (None: more than are loaded). Before, it said only
+    "Save", and the later turns vanished without a word (a newcomer's audit)."""
 
     changes_name = "your edit of this message"
 
-    def __init__(self, text: str, parent: QWidget | None = None):
+    def __init__(self, text: str, parent: QWidget | None = None, later: int | None = 0):
         super().__init__(parent)
         self.original = text
         self.setWindowTitle("Edit message")
         self.editor = QPlainTextEdit(text)
         self.editor.setAccessibleName("The message's new text")
-        self.editor.setAccessibleDescription("Ctrl+Enter saves; Tab goes on to Save")
+        self.editor.setAccessibleDescription("Ctrl+Enter sends it; Tab goes on to the buttons")
         self.editor.setTabChangesFocus(True)  # Tab went into the message as a tab character
+        after = ("" if later == 0 else " and the messages after it" if later is None
+                 else f" and the {later} message{'s' if later != 1 else ''} after it")
+        self.note = QLabel(f"Iris answers the edited message as a new version of the chat "
+                           f"from here; this version{after} stay{'s' if not after else ''} "
+                           "behind the ‹ › switcher on the message.")
+        self.note.setWordWrap(True)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
                                         | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.button(QDialogButtonBox.StandardButton.Save).setText("Send as a new version")
         self.editor.installEventFilter(self)  # Ctrl+Enter saves (the box takes a shortcut's)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.editor)
+        layout.addWidget(self.note)
         layout.addWidget(self.buttons)
         self.resize(560, 320)
 
