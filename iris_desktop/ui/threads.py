@@ -8,7 +8,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QPainter, QShortcut
 from PySide6.QtWidgets import (
     QLineEdit,
@@ -116,8 +116,9 @@ class ThreadPanel(QWidget):
         # what a screen reader says for each (the Tab order is the layout's: new, search, list)
         self.new_button.setAccessibleName("New chat")
         self.search.setAccessibleName("Search chats")
-        self.search.setAccessibleDescription("Finds titles and messages; Enter or a click "
-                                             "on a result opens it")
+        self.search.setAccessibleDescription("Finds titles and messages; Enter opens the "
+                                             "first result, Down goes to the results, "
+                                             "Escape clears the search")
         self.list.setAccessibleName("Chats")
         self.list.setAccessibleDescription("Enter opens a chat, F2 renames it, Delete deletes it")
         layout = QVBoxLayout(self)
@@ -130,6 +131,8 @@ class ThreadPanel(QWidget):
         self._debounce = QTimer(self, singleShot=True, interval=200)
         self._debounce.timeout.connect(lambda: self.searchChanged.emit(self.query()))
         self.search.textChanged.connect(self._debounce.start)
+        self._open_first = False  # Enter before the results came: the first opens then
+        self.search.installEventFilter(self)  # Enter, Down, Escape (they did nothing)
         self.new_button.clicked.connect(self.newChat)
         self.list.itemActivated.connect(self._chosen)
         self.list.itemClicked.connect(self._chosen)
@@ -143,6 +146,45 @@ class ThreadPanel(QWidget):
 
     def query(self) -> str:
         return self.search.text().strip()
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        """In the search box: Enter opens the first result (once they come, when typed
+        just now), Down goes to the results, Escape clears a search (and, with none,
+        does what it does elsewhere)."""
+        if watched is not self.search or event.type() not in (QEvent.Type.KeyPress,
+                                                               QEvent.Type.ShortcutOverride):
+            return super().eventFilter(watched, event)
+        key = event.key()
+        if key == Qt.Key.Key_Escape and self.search.text():
+            if event.type() == QEvent.Type.KeyPress:
+                self.search.clear()
+            event.accept()  # (an override accepted: the key comes here, not to a shortcut)
+            return event.type() == QEvent.Type.KeyPress
+        if event.type() != QEvent.Type.KeyPress or not self.query():
+            return False
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if self._debounce.isActive():  # the results are not those of what is typed yet
+                self._debounce.stop()
+                self._open_first = True
+                self.searchChanged.emit(self.query())
+            else:
+                self._choose_first()
+            return True
+        if key == Qt.Key.Key_Down and self._first() is not None:
+            self.list.setCurrentItem(self._first())
+            self.list.setFocus(Qt.FocusReason.TabFocusReason)
+            return True
+        return False
+
+    def _first(self) -> QListWidgetItem | None:
+        return next((self.list.item(i) for i in range(self.list.count())
+                     if self.list.item(i).data(THREAD_ROLE) is not None), None)
+
+    def _choose_first(self) -> None:
+        first = self._first()
+        if first is not None:
+            self.list.setCurrentItem(first)
+            self._chosen(first)
 
     def show_threads(self, threads: list[dict[str, Any]]) -> None:
         if self.query():
@@ -174,6 +216,7 @@ class ThreadPanel(QWidget):
     def show_results(self, query: str, rows: list[dict[str, Any]]) -> None:
         if query != self.query():
             return
+        opening, self._open_first = self._open_first, False
         self.list.clear()
         if not rows:
             item = QListWidgetItem(f"No match for “{query}”")
@@ -199,6 +242,8 @@ class ThreadPanel(QWidget):
             item.setData(THREAD_ROLE, tid)
             item.setData(MESSAGE_ROLE, row.get("message_id"))
             self.list.addItem(item)
+        if opening:
+            self._choose_first()
 
     def select(self, thread_id: int | None) -> None:
         self.current_id = thread_id
