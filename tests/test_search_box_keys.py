@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 
 from iris_desktop.core.store import Store
 from iris_desktop.paths import app_paths
+
 from support.fakes import ScriptedRuntime
 
 

@@ -32,6 +32,7 @@ from iris_desktop.core.conversation import (
     ConversationFormatError,
     read_text_file,
 )
+from iris_desktop.core.conversation import deep_loads as _deep
 
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -52,90 +53,6 @@ def parse(text: str) -> Any:
             return _array(text, _SPACE.match(text, start + 1).end())
         except RecursionError:  # deeper than Python's recursion limit (about 1,000)
             return _deep(text)
-
-
-#: JSON's numbers and the constants json.loads accepts, as it reads them
-_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_CONSTANTS = (("null", None), ("true", True), ("false", False), ("NaN", float("nan")),
-              ("Infinity", float("inf")), ("-Infinity", float("-inf")))
-
-
-def _deep(text: str) -> Any:
-    """``text`` as JSON, as ``json.loads`` reads it, at any depth: LibreChat's export (a
-    "recursive" one, its export dialog's default) nests each reply inside the message
-    before it, so a chat of 500 messages is 1,000 levels deep, past what ``json.loads``
-    reads (Python's recursion limit; before, such a chat was refused, "nested too deeply").
-    One loop and a stack of the open arrays and objects, no recursion; strings by json's
-    own scanner. Used only where ``json.loads`` gave up: it is slower (about 10 MB a
-    second). Long because one loop reads every kind of value; its parts share the stack."""
-    stack: list[tuple[list[Any] | dict[str, Any], str]] = []
-    at = _SPACE.match(text).end()
-    while True:
-        if text.startswith("{", at):
-            at = _SPACE.match(text, at + 1).end()
-            if not text.startswith("}", at):
-                key, at = _key(text, at)
-                stack.append(({}, key))
-                continue
-            value: Any = {}
-            at += 1
-        elif text.startswith("[", at):
-            at = _SPACE.match(text, at + 1).end()
-            if not text.startswith("]", at):
-                stack.append(([], ""))
-                continue
-            value, at = [], at + 1
-        else:
-            value, at = _leaf(text, at)
-        while True:  # the value goes into the innermost open array or object
-            at = _SPACE.match(text, at).end()
-            if not stack:
-                if at != len(text):
-                    raise json.JSONDecodeError("Extra data", text, at)
-                return value
-            container, key = stack[-1]
-            if isinstance(container, list):
-                container.append(value)
-            else:
-                container[key] = value
-            if text.startswith(",", at):
-                at = _SPACE.match(text, at + 1).end()
-                if isinstance(container, dict):
-                    key, at = _key(text, at)
-                    stack[-1] = (container, key)
-                break
-            if not text.startswith("]" if isinstance(container, list) else "}", at):
-                raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
-            at += 1
-            stack.pop()
-            value = container
-
-
-def _key(text: str, at: int) -> tuple[str, int]:
-    """An object's key at ``at`` and where its value starts (after the colon)."""
-    if not text.startswith('"', at):
-        raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, at)
-    key, at = json.decoder.scanstring(text, at + 1)
-    at = _SPACE.match(text, at).end()
-    if not text.startswith(":", at):
-        raise json.JSONDecodeError("Expecting ':' delimiter", text, at)
-    return key, _SPACE.match(text, at + 1).end()
-
-
-def _leaf(text: str, at: int) -> tuple[Any, int]:
-    """A string, number or constant at ``at``, and where it ends."""
-    if text.startswith('"', at):
-        return json.decoder.scanstring(text, at + 1)
-    number = _NUMBER.match(text, at)
-    if number and not text.startswith("-Infinity", at):
-        whole, fraction, exponent = number.groups()
-        if fraction or exponent:
-            return float(number.group()), number.end()
-        return int(whole), number.end()  # (ValueError past Python's digit limit, as json's)
-    for name, value in _CONSTANTS:
-        if text.startswith(name, at):
-            return value, at + len(name)
-    raise json.JSONDecodeError("Expecting value", text, at)
 
 
 @contextlib.contextmanager

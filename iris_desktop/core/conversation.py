@@ -101,15 +101,15 @@ def load_conversation(path: str | Path, text: str | None = None,
     file."""
     path = Path(path)
     text = read_text_file(path, MAX_IMPORT_BYTES) if text is None else text
-    try:
-        messages, (title, system_prompt, times), where = _parse(path, text)
-    except RecursionError:
-        raise ConversationFormatError(f"{path}: JSON nested too deeply to be a conversation "
-                                      f"(more than {sys.getrecursionlimit():,} levels)") from None
     replaced = 0
-    if mend is not None:
-        (messages, title, system_prompt), replaced = mend([messages, title, system_prompt])
-    validate_messages(messages, where)
+    try:  # (a text of any depth is read: _loads; its values, walked here, may be too deep)
+        messages, (title, system_prompt, times), where = _parse(path, text)
+        if mend is not None:
+            (messages, title, system_prompt), replaced = mend([messages, title, system_prompt])
+        validate_messages(messages, where)
+    except RecursionError:
+        raise ConversationFormatError(f"{path}: JSON nested too deeply to be a "
+                                      "conversation") from None
     if title is not None:
         _check_storable(title, f"{path}: title")
     if system_prompt is not None:
@@ -187,12 +187,35 @@ def read_text_file(path: Path, limit: int, *, message: bool = False,
 def json_error(exc: json.JSONDecodeError, text: str) -> str:
     """Where and what a JSON syntax error is, as a sentence: "the file ends early (line
     215)", "a string that starts at line 3, column 9 is not closed", "invalid JSON at line
-    4, column 5: Expecting ',' delimiter"."""
+    4, column 5: Expecting ',' delimiter", "… a NUL character (U+0000) inside a string".
+    A file over the size limit read without its line breaks and indentation (``text`` a
+    :class:`~iris_desktop.core.foreign_text.Squeezed`) has no lines and columns of its own:
+    where is said as a character of that text, and that it was read so."""
+    squeezed = getattr(text, "squeezed", False)
+    where = (f"character {exc.pos + 1:,} of the file read without its line breaks and "
+             "indentation (as a file over the size limit is read)") if squeezed \
+        else f"line {exc.lineno}, column {exc.colno}"
     if not text[exc.pos:].strip():
-        return f"the file ends early (line {exc.lineno})"
+        return "the file ends early" + ("" if squeezed else f" (line {exc.lineno})")
     if exc.msg.startswith("Unterminated string"):
-        return f"a string that starts at line {exc.lineno}, column {exc.colno} is not closed"
-    return f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        return f"a string that starts at {where} is not closed"
+    return f"invalid JSON at {where}: {json_what(exc)}"
+
+
+#: the control characters a JSON string may hold only as an escape, as a sentence names them
+_CONTROLS = {"\0": "a NUL character", "\t": "a tab", "\n": "a line break", "\r": "a carriage return"}
+
+
+def json_what(exc: json.JSONDecodeError) -> str:
+    """What a JSON syntax error is: json's own words, but a control character in a string
+    named ("a NUL character (U+0000) inside a string…", not "Invalid control character
+    at")."""
+    if not exc.msg.startswith("Invalid control character") or exc.pos >= len(exc.doc):
+        return exc.msg
+    char = exc.doc[exc.pos]
+    name = _CONTROLS.get(char, "a control character")
+    return (f"{name} (U+{ord(char):04X}) inside a string, which JSON allows only as an "
+            f"escape (\\u{ord(char):04x})")
 
 
 def _parse(path: Path, text: str):
@@ -201,7 +224,7 @@ def _parse(path: Path, text: str):
         raise ConversationFormatError(f"{path}: the file is empty")
     if stripped[0] in "[{":
         try:
-            data = json.loads(text)
+            data = _loads(text)
         except json.JSONDecodeError as exc:
             if stripped[0] == "{" and "\n" in stripped.strip() and _first_line_parses(stripped):
                 return _parse_jsonl(path, text)  # JSONL whose first line is an object
@@ -224,11 +247,109 @@ def _parse(path: Path, text: str):
     return _parse_jsonl(path, text)
 
 
+def _loads(text: str) -> Any:
+    """``json.loads``, and a text nested deeper than it reads (Python's recursion limit)
+    read by :func:`deep_loads` at any depth: its syntax errors are said as a shallow
+    file's (before, any such file, an export cut short too, was "nested too deeply")."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return deep_loads(text)
+
+
+#: the whitespace JSON allows between its tokens
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+#: JSON's numbers and the constants json.loads accepts, as it reads them
+_JSON_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_JSON_CONSTANTS = (("null", None), ("true", True), ("false", False), ("NaN", float("nan")),
+              ("Infinity", float("inf")), ("-Infinity", float("-inf")))
+
+
+def deep_loads(text: str) -> Any:
+    """``text`` as JSON, as ``json.loads`` reads it, at any depth: LibreChat's export (a
+    "recursive" one, its export dialog's default) nests each reply inside the message
+    before it, so a chat of 500 messages is 1,000 levels deep, past what ``json.loads``
+    reads (Python's recursion limit; before, such a chat was refused, "nested too deeply").
+    One loop and a stack of the open arrays and objects, no recursion; strings by json's
+    own scanner. Used only where ``json.loads`` gave up: it is slower (about 10 MB a
+    second). Long because one loop reads every kind of value; its parts share the stack.
+    (Here, not in :mod:`.big_json`, which reads through it: :func:`_loads` reads a single
+    conversation file with it, and big_json imports this module.)"""
+    stack: list[tuple[list[Any] | dict[str, Any], str]] = []
+    at = _JSON_SPACE.match(text).end()
+    while True:
+        if text.startswith("{", at):
+            at = _JSON_SPACE.match(text, at + 1).end()
+            if not text.startswith("}", at):
+                key, at = _key(text, at)
+                stack.append(({}, key))
+                continue
+            value: Any = {}
+            at += 1
+        elif text.startswith("[", at):
+            at = _JSON_SPACE.match(text, at + 1).end()
+            if not text.startswith("]", at):
+                stack.append(([], ""))
+                continue
+            value, at = [], at + 1
+        else:
+            value, at = _leaf(text, at)
+        while True:  # the value goes into the innermost open array or object
+            at = _JSON_SPACE.match(text, at).end()
+            if not stack:
+                if at != len(text):
+                    raise json.JSONDecodeError("Extra data", text, at)
+                return value
+            container, key = stack[-1]
+            if isinstance(container, list):
+                container.append(value)
+            else:
+                container[key] = value
+            if text.startswith(",", at):
+                at = _JSON_SPACE.match(text, at + 1).end()
+                if isinstance(container, dict):
+                    key, at = _key(text, at)
+                    stack[-1] = (container, key)
+                break
+            if not text.startswith("]" if isinstance(container, list) else "}", at):
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+            at += 1
+            stack.pop()
+            value = container
+
+
+def _key(text: str, at: int) -> tuple[str, int]:
+    """An object's key at ``at`` and where its value starts (after the colon)."""
+    if not text.startswith('"', at):
+        raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, at)
+    key, at = json.decoder.scanstring(text, at + 1)
+    at = _JSON_SPACE.match(text, at).end()
+    if not text.startswith(":", at):
+        raise json.JSONDecodeError("Expecting ':' delimiter", text, at)
+    return key, _JSON_SPACE.match(text, at + 1).end()
+
+
+def _leaf(text: str, at: int) -> tuple[Any, int]:
+    """A string, number or constant at ``at``, and where it ends."""
+    if text.startswith('"', at):
+        return json.decoder.scanstring(text, at + 1)
+    number = _JSON_NUMBER.match(text, at)
+    if number and not text.startswith("-Infinity", at):
+        whole, fraction, exponent = number.groups()
+        if fraction or exponent:
+            return float(number.group()), number.end()
+        return int(whole), number.end()  # (ValueError past Python's digit limit, as json's)
+    for name, value in _JSON_CONSTANTS:
+        if text.startswith(name, at):
+            return value, at + len(name)
+    raise json.JSONDecodeError("Expecting value", text, at)
+
+
 def _first_line_parses(text: str) -> bool:
     """Is the first line of ``text`` a JSON value by itself (JSONL, not a pretty-printed
     object that opens with a lone "{")?"""
     try:
-        json.loads(text.split("\n", 1)[0])
+        _loads(text.split("\n", 1)[0])
     except ValueError:
         return False
     return True
@@ -241,7 +362,7 @@ def _parse_jsonl(path: Path, text: str):
         if not line.strip():
             continue
         try:
-            messages.append(json.loads(line))
+            messages.append(_loads(line))
         except json.JSONDecodeError as exc:
             if not messages and not line.lstrip().startswith(("{", "[", '"')):
                 # not JSON from its first line on: plain text, a document, another format
@@ -250,7 +371,7 @@ def _parse_jsonl(path: Path, text: str):
                     "exports in JSON or JSONL: OpenAI messages, its own exports, ChatGPT, "
                     "Claude, Open WebUI, LM Studio, Jan)") from None
             raise ConversationFormatError(
-                f"{path}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
+                f"{path}: line {number}: invalid JSON at column {exc.colno}: {json_what(exc)}"
             ) from None
         except ValueError:  # json raises it for a number too long to convert
             raise ConversationFormatError(f"{path}: line {number}: {TOO_LONG_NUMBER}") from None

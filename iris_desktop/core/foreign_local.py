@@ -50,7 +50,14 @@ from collections.abc import Callable, Hashable
 from datetime import datetime
 from typing import Any
 
-from iris_desktop.core.attachments import Attachment, with_attachments
+from iris_desktop.core.attachments import (
+    MAX_ATTACHMENT_BYTES,
+    MAX_FILES,
+    MAX_NAME_CHARS,
+    Attachment,
+    model_text,
+    with_attachments,
+)
 from iris_desktop.core.conversation import ConversationFormatError
 from iris_desktop.core.foreign_formats import english_time
 from iris_desktop.core.foreign_gemini import GEMINI, gemini_chat, gemini_chats, is_gemini
@@ -65,6 +72,7 @@ from iris_desktop.core.foreign_parts import (
     tree_messages,
     usable_title,
 )
+from iris_desktop.core.foreign_text import mended
 from iris_desktop.core.foreign_tree import Node
 from iris_desktop.tokens import Message
 
@@ -299,31 +307,56 @@ def _textgen_message(nodes: dict[Hashable, Node], parent: Hashable | None, key: 
     times = [v.get("timestamp") for v in versions] or [meta.get("timestamp")]
     texts = texts or [said]
     texts[shown] = said  # (``internal`` holds the version shown)
-    files = _textgen_files(meta.get("attachments"), tally) if role == "user" else []
+    files, kept = _textgen_files(meta.get("attachments"), tally) if role == "user" else ([], [])
     for j, (text, when) in enumerate(zip(texts, times)):
         text = _textgen_reply(text) if role == "assistant" else text
-        made = text_message(role, text, english_time(when)) if text.strip() or files else None
-        if made is not None and files:  # (its text files as Iris attaches them: shown, sent)
+        made = text_message(role, text, english_time(when)) \
+            if text.strip() or files or kept else None
+        text = model_text(text, kept) if kept else text  # (files Iris cannot record: in its text)
+        if made is not None and (files or kept):  # (its text files as Iris attaches them: shown, sent)
             made = {**made, **with_attachments(text, files)}
         nodes[(*key, j)] = Node(parent, made, [])
     return (*key, shown)
 
 
-def _textgen_files(attachments: Any, tally: Tally) -> list[Attachment]:
-    """A question's attached text files (their ``content``), as Iris's attachments; its
-    pictures and other files counted (the import said "1 other file was left out: Iris
-    imports text only" of a text file whose text the export holds)."""
-    files = []
+def _textgen_files(attachments: Any, tally: Tally) -> tuple[list[Attachment], list[Attachment]]:
+    """A question's attached text files (their ``content``), as Iris's attachments, and
+    those Iris cannot record as attached (over :data:`~.attachments.MAX_ATTACHMENT_BYTES`,
+    past the :data:`~.attachments.MAX_FILES` th), whose text the message keeps as the model
+    read it, shown as its text; its pictures and other files counted (the import said "1
+    other file was left out: Iris imports text only" of a text file whose text the export
+    holds). A name is the file's own (a path's last part, no NUL, at most
+    :data:`~.attachments.MAX_NAME_CHARS` characters: a file's name as Iris records it);
+    halves of UTF-16 pairs in a name or a text are mended and counted (before, one
+    refused the history, as did a file or a name Iris could not record, with advice to
+    fix the record)."""
+    files: list[Attachment] = []
+    kept: list[Attachment] = []
     for attachment in attachments if isinstance(attachments, list) else []:
         item = attachment if isinstance(attachment, dict) else {}
         kind, content = item.get("type"), item.get("content")
         if isinstance(content, str) and content.strip() and not str(kind).startswith("image"):
-            files.append(Attachment(str(item.get("name") or "attached.txt"), content))
+            (name, halves), (content, more) = mended(str(item.get("name") or "")), mended(content)
+            tally.mended += halves + more
+            made = Attachment(_file_name(name), content)
+            fits = made.size <= MAX_ATTACHMENT_BYTES and len(files) < MAX_FILES
+            (files if fits else kept).append(made)
             continue
         image = isinstance(kind, str) and (kind == "image" or kind.startswith("image/"))
         tally.images += image
         tally.files += not image
-    return files
+    return files, kept
+
+
+def _file_name(name: str) -> str:
+    """An attached file's name as Iris records it: the last part of a path, without NUL
+    characters, cut to :data:`~.attachments.MAX_NAME_CHARS` (its extension kept)."""
+    name = name.replace("\0", "").rsplit("/", 1)[-1].strip() or "attached.txt"
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    stem, dot, extension = name.rpartition(".")
+    extension = f".{extension}" if dot and stem and len(extension) < 16 else ""
+    return name[:MAX_NAME_CHARS - len(extension)] + extension
 
 
 def _textgen_reply(text: str) -> str:

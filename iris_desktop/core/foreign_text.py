@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -107,19 +108,61 @@ def read_text(path: Path, limit: int) -> str:
         return text
 
 
-#: a line's end and the indentation of the next: never inside a JSON string (a string holds
-#: no raw line break), so taking it out leaves the same JSON
+#: a line's end and the indentation of the next: outside JSON strings in valid JSON (a
+#: string holds no raw line break), so taking it out leaves the same JSON. In a file that is
+#: not valid JSON it could join a string's raw line break: :func:`_quotes_closed` checks that
+#: no line leaves a string open first.
 _INDENT = re.compile(rb"\r?\n[ \t]*")
 #: the largest file :func:`squeezed` reads
 SQUEEZE_MAX_BYTES = 8 << 30
 _CHUNK = 1 << 24
 
 
-def squeezed(path: Path, limit: int) -> str | None:
+class Squeezed(str):
+    """A JSON file's text read without its line breaks and indentation (:func:`squeezed`):
+    its errors are said without the lines and columns of this text, which are not the
+    file's (:func:`~iris_desktop.core.conversation.json_error` looks for ``squeezed``)."""
+
+    squeezed = True
+
+
+def _quotes_closed(lines: bytes) -> bool:
+    """Does every line of ``lines`` close each string it opens (an even number of quotes
+    that are not escaped)? Where every line does, no line break :data:`_INDENT` takes out
+    is inside a string of the JSON read without them (its strings are the same), so a
+    file that is not JSON (a string with a raw line break) is not made JSON by it. In
+    C, a few passes: a chunk's lines are not walked one by one."""
+    bare = lines.replace(b"\\\\", b"").replace(b'\\"', b"")  # (escaped backslashes, then quotes)
+    # its quotes and line breaks alone, each line's pairs of quotes taken out: a quote left
+    # is a line's odd one
+    return b'"' not in bare.translate(None, _NOT_QUOTES).replace(b'""', b"")
+
+
+#: every byte but a quote and a line break
+_NOT_QUOTES = bytes(b for b in range(256) if b not in b'"\n')
+
+
+def _indented(head: bytes) -> bool:
+    """Does ``head`` (a file's first chunk) start as JSON written over several lines: an
+    object or array whose first line is not a JSON value by itself (JSONL's is: joined,
+    its lines are no JSON)?"""
+    head = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not head.startswith((b"{", b"[")):
+        return False
+    try:
+        json.loads(head.split(b"\n", 1)[0])
+    except (ValueError, RecursionError):
+        return True
+    return False
+
+
+def squeezed(path: Path, limit: int) -> Squeezed | None:
     """The text of a JSON file over ``limit`` bytes read without its line breaks and
     indentation, if that fits ``limit``; None when it does not, when the file is not
-    JSON in UTF-8 (UTF-16's line breaks are two bytes), not over ``limit`` (it is read as
-    it is) or over :data:`SQUEEZE_MAX_BYTES`.
+    JSON in UTF-8 (UTF-16's line breaks are two bytes), is JSONL (its first line a JSON
+    value by itself: joined, its lines are no JSON), has a line that leaves a string open
+    (not JSON: the squeeze would join that string's line break), is not over ``limit``
+    (it is read as it is) or is over :data:`SQUEEZE_MAX_BYTES`.
     LibreChat's "recursive" export (its default) nests each reply inside the message
     before it and indents each level, so the file grows with the square of the chat's
     length: 4,000 messages of 600 characters were 580 MB, over the import's limit, of
@@ -132,17 +175,25 @@ def squeezed(path: Path, limit: int) -> str | None:
         with path.open("rb") as file:
             while chunk := file.read(_CHUNK):
                 chunk = carry + chunk
-                if not parts and not chunk.removeprefix(b"\xef\xbb\xbf").lstrip().startswith((b"{", b"[")):
-                    return None
                 cut = chunk.rfind(b"\n")
+                if not parts and (cut < 0 or not _indented(chunk)):
+                    return None  # (a first line over a chunk: not an indented file)
                 chunk, carry = (chunk[:cut], chunk[cut:]) if cut >= 0 else (b"", chunk)
+                if not _quotes_closed(chunk):
+                    return None
                 parts.append(_INDENT.sub(b"", chunk))
                 kept += len(parts[-1])
                 if kept + len(carry) > limit + _CHUNK:  # (a line longer than a chunk: carried)
                     return None
+        if not _quotes_closed(carry):
+            return None
         parts.append(_INDENT.sub(b"", carry))
         if sum(map(len, parts)) > limit:
             return None
-        return decode_text(b"".join(parts))
+        data = b"".join(parts)
+        del parts
+        text = decode_text(data)
+        del data
+        return Squeezed(text)
     except (OSError, NotTextError):
         return None
