@@ -49,7 +49,8 @@ def plain_messages(db: Path) -> int:
 
 
 def listed_messages(out: str) -> int:
-    return sum(int(m.replace(",", "")) for m in re.findall(r"^\s*\d+\s+([\d,]+) messages", out, re.M))
+    listed = re.findall(r"^\s*\d+\s+(?:[\d-]+ [\d:]+\s+)?([\d,]+) messages", out, re.M)
+    return sum(int(m.replace(",", "")) for m in listed)
 
 
 def encrypted_history_set_aside(capsys, monkeypatch, tmp_path, passphrase: str | None = PASSPHRASE

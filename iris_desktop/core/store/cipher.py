@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from iris_desktop.core.store.errors import StoreError, room_of
+from iris_desktop.core.store.heads import head
 from iris_desktop.core.store.holders import _words as _held_words  # this thread's own locks
 from iris_desktop.core.store.holders import busy, held, holds, lock_file
 from iris_desktop.core.store.putback import finish as finish_put_back
@@ -188,10 +189,10 @@ def check_place(path: Path) -> None:
 
 
 def _head(path: Path, size: int) -> bytes:
-    """The first ``size`` bytes of ``path``, opened without waiting (a named pipe)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with open(fd, "rb") as handle:
-        return handle.read(size) or b""
+    """The first ``size`` bytes of ``path``, opened without waiting (a named pipe), and
+    without dropping this process's SQLite locks on it (:mod:`.heads`: every encrypted
+    connection reads its file's salt here, while the others are open)."""
+    return head(path, size)
 
 
 def file_salt(path: Path) -> bytes | None:

@@ -39,6 +39,7 @@ from iris_desktop.core.store.branches import rebuild_paths
 from iris_desktop.core.store.cipher import Key, _conversion_lock, connect, conversion_locked, convert, no_conversion
 from iris_desktop.core.store.errors import FULL_DISK_BYTES as FULL_DISK_BYTES
 from iris_desktop.core.store.errors import StoreError, disk_full, room_of
+from iris_desktop.core.store.heads import head as first_bytes
 from iris_desktop.core.store.holders import InUse as _InUse
 from iris_desktop.core.store.holders import refuse_if_in_use as _refuse_if_in_use
 from iris_desktop.core.store.salvage_read import Reader, RowReader, read_only
@@ -117,9 +118,8 @@ def header_problems(path: Path) -> list[str]:
     database, though every row may still be there. Only fields that hold the same values
     in every sound file are checked: the header in the file may be older than the one in
     the -wal."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(100)
+    try:  # (never opened and closed: that drops this process's locks on it, :mod:`.heads`)
+        head = first_bytes(path, 100)
     except OSError:
         return []
     zeroed = len(set(head[:16])) == 1  # a first page a power cut zeroed: still SQLite's

@@ -54,6 +54,10 @@ def _unsegmented(term: str) -> bool:
 _AS_WRITTEN = re.compile(r"[^\W_]+[+#]+|\.[^\W_]+")
 
 
+#: the control characters a search leaves out (C0, DEL, C1)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _fts_part(term: str) -> tuple[str | None, bool]:
     """What the full-text index is asked for ``term`` (None: nothing, the term is only
     punctuation), and whether the messages must hold ``term`` as written too: the
@@ -216,7 +220,9 @@ class Search(Connected):
         characters in all: a pasted page took 40 s. A word of one or two letters is a
         whole word, a longer one a prefix too; a query matching more than MAX_RANKED
         messages is ranked among its newest MAX_RANKED matches (:meth:`_matching`)."""
-        text = query[:MAX_SEARCH_CHARS]
+        # control characters are no words: a NUL ended FTS5's reading of its quoted term
+        # ("unterminated string"; a failed search's explanation then read the file: s67)
+        text = _CONTROL.sub(" ", query[:MAX_SEARCH_CHARS])
         terms = (text.replace('"', " ").split() or text.split())[:MAX_SEARCH_TERMS]
         if not terms:
             return []
