@@ -85,8 +85,9 @@ def test_the_activity_file_becomes_chats_by_conversation_and_by_time(capsys):
     assert chats[3][1]["content"] == (  # (two safeHtmlItem, joined; the script's gone)
         "## Day 1: Cortina\n\n- Morning: **Lago di Sorapis**\n- Afternoon: rest\n\n"
         "## Day 2 & 3\n\n1. Passo Giau\n2. Seceda\n  - take the cable car")
-    assert chats[3][3]["content"] == ("Here they are:\n\nPass | Length\nRifugio Lagazuoi | 4.2 km\n"
-                                      "Passo Giau | 3.1 km\nPasso Sella | 2.8 km")
+    assert chats[3][3]["content"] == ("Here they are:\n\n| Pass | Length |\n|---|---|\n"
+                                      "| Rifugio Lagazuoi | 4.2 km |\n| Passo Giau | 3.1 km |\n"
+                                      "| Passo Sella | 2.8 km |")  # (a Markdown table, shown so)
     assert {m.get("imported_from") for chat in chats for m in chat if m["role"] == "assistant"} == {"Gemini"}
     titles = {t["id"]: t["title"] for t in threads(capsys)}
     assert [titles[thread] for thread in ids] == [

@@ -244,6 +244,7 @@ class _Text(HTMLParser):
         self.lists: list[list[Any]] = []  # [tag, items so far]
         self.link: tuple[int, str] | None = None  # where the outermost link's text starts
         self.cells = self.quotes = 0
+        self.rows = 0  # a table's rows so far (its first: the header, a rule under it)
         self.images = 0
 
     def write(self, text: str) -> None:
@@ -299,8 +300,11 @@ class _Text(HTMLParser):
         elif tag == "hr":
             self.write("---")
             self.block()
+        elif tag == "table":
+            self.rows = 0
         elif tag == "tr":
             self.cells = 0
+            self.write("| ")
         elif tag == "pre":
             self.pre += 1
             if self.pre == 1:
@@ -350,7 +354,9 @@ class _Text(HTMLParser):
                 self._close_fence()
         elif tag in _BLOCKS:
             self.quotes -= tag == "blockquote" and self.quotes > 0
-            if tag == "tr":
+            if tag == "tr":  # a Markdown table's row, the rule under its first
+                self.write(" |" + ("\n|" + "---|" * max(self.cells, 1) if not self.rows else ""))
+                self.rows += 1
                 self.line()
             else:
                 self.block()
