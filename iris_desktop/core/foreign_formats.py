@@ -254,6 +254,17 @@ def _sent(value: Any) -> float | None:
         return english_time(value)  # "June 19, 2023 2:20pm", as its getMessageTimeStamp wrote
 
 
+def iso_seconds(value: Any) -> float | None:
+    """An ISO 8601 time ("2024-05-01T16:35:11.530Z": LibreChat's ``createdAt``, Google
+    Takeout's ``time``) as seconds since 1970; None for anything else."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        return datetime.fromisoformat(value.strip()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def english_time(value: Any) -> float | None:
     """A date written in English whatever the computer's language, as seconds since 1970:
     SillyTavern's older ``send_date`` ("June 19, 2023 2:20pm") and text-generation-webui's

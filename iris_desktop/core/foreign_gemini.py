@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable
-from datetime import datetime
 from html.parser import HTMLParser
 from typing import Any
 
 from iris_desktop.core.conversation import ConversationFormatError
+from iris_desktop.core.foreign_formats import iso_seconds
 from iris_desktop.core.foreign_parts import APPS, Chat, Tally, count, text_message
 
 GEMINI = "Google Takeout Gemini activity file"
@@ -83,7 +83,7 @@ def gemini_chats(data: list[Any]) -> GeminiChats:
         if not isinstance(record, dict) or _said(record) is None:
             other += 1
             continue
-        when = _seconds(record.get("time"))
+        when = iso_seconds(record.get("time"))
         asked.append((when is None, when or 0.0, -index, _conversations(record), record))
     asked.sort(key=lambda item: item[:3])  # (oldest first; the file's order where times tie)
     named: dict[str, dict[str, Any]] = {}
@@ -126,7 +126,7 @@ def gemini_chat(chat: Any, tally: Tally) -> Chat | None:
         raise ConversationFormatError("a chat of the Gemini activity file must list its records")
     messages = []
     for record in records:
-        when = _seconds(record.get("time"))
+        when = iso_seconds(record.get("time"))
         said = _said(record) or ""
         _count_files(record, tally)
         if said.strip():
@@ -200,17 +200,6 @@ def _conversations(record: dict[str, Any]) -> list[str]:
         if found and found.group(1) not in ids:
             ids.append(found.group(1))
     return ids
-
-
-def _seconds(value: Any) -> float | None:
-    """A record's ``time`` (ISO 8601, UTC: "2026-07-26T06:07:57.773Z") as seconds since
-    1970; None for anything else."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        return datetime.fromisoformat(value.strip()).timestamp()
-    except (ValueError, OverflowError, OSError):
-        return None
 
 
 # -- a reply's HTML as text ---------------------------------------------------------------------

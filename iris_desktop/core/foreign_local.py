@@ -47,7 +47,6 @@ apart; each converter makes one :class:`~.foreign_parts.Chat`):
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from datetime import datetime
 from typing import Any
 
 from iris_desktop.core.attachments import (
@@ -59,7 +58,7 @@ from iris_desktop.core.attachments import (
     with_attachments,
 )
 from iris_desktop.core.conversation import ConversationFormatError
-from iris_desktop.core.foreign_formats import english_time
+from iris_desktop.core.foreign_formats import english_time, iso_seconds
 from iris_desktop.core.foreign_gemini import GEMINI, gemini_chat, gemini_chats, is_gemini
 from iris_desktop.core.foreign_parts import (
     APPS,
@@ -208,7 +207,7 @@ def _librechat_message(message: dict[str, Any], tally: Tally) -> Message | None:
         return None
     finish = message.get("finish_reason")
     stopped = role == "assistant" and (message.get("unfinished") is True or finish == "incomplete")
-    made = text_message(role, text, _seconds(message.get("createdAt")), stopped=stopped,
+    made = text_message(role, text, iso_seconds(message.get("createdAt")), stopped=stopped,
                         cut=role == "assistant" and finish == "length")
     if role == "assistant" and message.get("error") is True and not stopped:
         made["status"] = "error"  # (its text: the error LibreChat showed in its place)
@@ -242,17 +241,6 @@ def _without_thinking(text: str) -> str:
         return text
     end = text.find("\n:::", start + len(":::thinking"))
     return text if end < 0 else text[end + len("\n:::"):].lstrip()
-
-
-def _seconds(value: Any) -> float | None:
-    """An ISO 8601 time (LibreChat's ``createdAt``: "2024-05-01T16:35:11.530Z") as seconds
-    since 1970; None for anything else."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        return datetime.fromisoformat(value.strip()).timestamp()
-    except (ValueError, OverflowError, OSError):
-        return None
 
 
 # -- text-generation-webui ----------------------------------------------------------------------
