@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sqlite3
 import threading
 import time
 import uuid
@@ -62,7 +63,7 @@ from iris_desktop.core.extractive import ExtractiveSummarizer, merge_files, path
 from iris_desktop.core.planner import Planner
 from iris_desktop.core.ports import ChatModel
 from iris_desktop.core.records import Said, fmt_date, said_from_row
-from iris_desktop.core.store import MessageMeta, Store, in_flight
+from iris_desktop.core.store import MessageMeta, Store, explain, in_flight
 from iris_desktop.core.summary import (
     FIELD_MEANINGS,
     FIELDS,
@@ -273,9 +274,11 @@ class Compactor:
 
     def compact(self, thread_id: int, trigger: str = "manual", force: bool = False,
                 cancel: threading.Event | None = None) -> CompactionEvent:
-        """Compact now. Returns the event (also stored). Never raises for a failed summary.
-        ``cancel`` (the user's Stop) ends a model-written summary early: the extractive
-        summary is used instead, so the context still shrinks."""
+        """Compact now. Returns the event (also stored). Never raises for a failed summary,
+        nor for a database that refuses its writes (a full disk): the event, not stored,
+        says so in the store's words (before, a full disk after a reply failed the turn
+        whose reply was saved). ``cancel`` (the user's Stop) ends a model-written summary
+        early: the extractive summary is used instead, so the context still shrinks."""
         started = self.clock()
         if not force and self.breaker_open(thread_id):
             return self._skip(
@@ -286,7 +289,10 @@ class Compactor:
         seen = self.store.latest_summary(thread_id)
         token = uuid.uuid4().hex
         lease_s = max(LEASE_MIN_S, LEASE_TIMEOUTS * self.settings.timeout_s)
-        holder = self.store.take_compaction_lease(thread_id, token, lease_s)
+        try:
+            holder = self.store.take_compaction_lease(thread_id, token, lease_s)
+        except sqlite3.OperationalError as exc:  # a full disk: nothing can be kept now
+            return self._unsaved(thread_id, CompactionEvent(trigger), exc)
         if holder is not None:
             since = time.strftime("%H:%M:%S", time.localtime(holder["acquired_at"]))
             return self._skip(thread_id, trigger, f"{ELSEWHERE} (pid {holder['pid']}) "
@@ -311,27 +317,52 @@ class Compactor:
                 event.error = str(exc)
                 if closing(cancel):  # not a failure: the next start compacts again
                     event.outcome = "skipped"
+            except sqlite3.Error as exc:  # a full disk, a write lock held: the store's words
+                event.error = explain(exc, self.store.path)
+                log.warning("compaction failed: %s", event.error)
             except Exception as exc:  # a bug must not lose history either: record and go on
                 log.exception("compaction crashed")
                 event.error = f"{type(exc).__name__}: {exc}"
             event.duration_s = round(self.clock() - started, 3)
+            self._save(thread_id, event, record, head)
+        finally:  # (one the disk refuses to delete is this process's to take over)
+            self.store.release_compaction_lease(thread_id, token)
+        log.info("compaction thread=%s %s", thread_id, event.describe())
+        return event
+
+    def _save(self, thread_id: int, event: CompactionEvent, record: dict | None = None,
+              head: int | None = None) -> CompactionEvent:
+        """Store ``event`` with the summary ``record`` it made, atomically (``head``: the
+        branch it compacted; None: the thread's active one). A database that refuses the
+        write (a full disk, another process's write lock) keeps neither: :meth:`_unsaved`;
+        a chat deleted meanwhile raises, as a turn says it (IntegrityError)."""
+        try:
             with self.store.transaction():
                 if record is not None:
                     event.summary_id = self.store.add_summary(thread_id, record)
                 event.id = self.store.add_compaction_event(thread_id, {**event.row(),
                                                                        "head_id": head})
-        finally:
-            self.store.release_compaction_lease(thread_id, token)
-        log.info("compaction thread=%s %s", thread_id, event.describe())
+        except sqlite3.OperationalError as exc:
+            return self._unsaved(thread_id, event, exc)
+        return event
+
+    def _unsaved(self, thread_id: int, event: CompactionEvent, exc: sqlite3.Error
+                 ) -> CompactionEvent:
+        """``event``, which the database refused to store (a full disk): a compaction that
+        had worked failed (its summary is not kept), in the store's words; a failure or
+        a skip keeps its own reason."""
+        event.id = event.summary_id = None
+        why = explain(exc, self.store.path)
+        if event.outcome == "ok" or not event.error:
+            event.outcome, event.error = "failed", why
+        log.warning("compaction thread=%s not recorded: %s", thread_id, why)
         return event
 
     def _skip(self, thread_id: int, trigger: str, why: str) -> CompactionEvent:
         """A compaction that did not run, recorded and logged (a skip is not a failure:
         the circuit breaker does not count it)."""
-        event = CompactionEvent(trigger, "skipped", error=why)
-        event.id = self.store.add_compaction_event(thread_id, event.row())
         log.warning("compaction thread=%s skipped: %s", thread_id, why)
-        return event
+        return self._save(thread_id, CompactionEvent(trigger, "skipped", error=why))
 
     def _compact(self, thread_id: int, trigger: str, cancel: threading.Event | None = None,
                  renew: Callable[[], object] | None = None) -> tuple[CompactionEvent, dict]:

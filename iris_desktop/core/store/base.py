@@ -71,7 +71,19 @@ class Connected:
 
     @contextmanager
     def trial(self) -> Iterator[None]:
-        """A savepoint that is always rolled back: try a change, look, leave no trace."""
+        """A change tried and always rolled back: try it, look, leave no trace. Outside a
+        transaction it is one (BEGIN … ROLLBACK), inside one a savepoint. Before, it was a
+        savepoint everywhere, and a savepoint's RELEASE outside a transaction is a COMMIT:
+        on a full disk it failed and left the connection inside a transaction for good, so
+        every later write of the process looked saved and was lost at its end (s67)."""
+        if not self.conn.in_transaction:
+            self.conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                if self.conn.in_transaction:  # (SQLite rolls back itself after some errors)
+                    self.conn.execute("ROLLBACK")
+            return
         self.conn.execute("SAVEPOINT trial")
         try:
             yield

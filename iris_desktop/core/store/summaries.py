@@ -10,6 +10,10 @@ active path (a summary of one branch never stands in for messages of another).
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +27,16 @@ _HEAD_ON_PATH = ("EXISTS (SELECT 1 FROM thread_paths p WHERE p.thread_id = {tabl
 #: summaries whose last covered message is on the active branch: ``s`` is summaries
 _ON_PATH = ("summaries s JOIN thread_paths p ON p.thread_id = s.thread_id "
             "AND p.message_id = s.covers_through_id")
+
+log = logging.getLogger("iris.store")
+
+#: leases this process is done with but could not delete (the disk was full, or another
+#: process held the write lock): by (database file, table), {thread id: token}. They hold
+#: nothing against this process (:meth:`Summaries._holder`), and its next take of a lease
+#: in that file deletes them (before, the row stayed, and this process's own next turn
+#: in the chat was refused as "answering in another Iris window", for TURN_LEASE_S)
+_LEFT_BEHIND: dict[tuple[str, str], dict[int, str]] = {}
+_LEFT_LOCK = threading.Lock()
 
 
 class Summaries(Connected):
@@ -104,35 +118,73 @@ class Summaries(Connected):
     def _take_lease(self, table: str, thread_id: int, token: str, seconds: float
                     ) -> dict[str, Any] | None:
         now = time.time()
+        left = self._left_behind(table)
         with self.transaction():
+            # (this process's leases a full disk kept: gone with this write, or kept with it)
+            self.conn.executemany(f"DELETE FROM {table} WHERE thread_id = ? AND token = ?",
+                                  list(left.items()))
             holder, acquired = self._holder(table, thread_id, token)
-            if holder is not None:
-                return holder
-            self.conn.execute(
-                f"INSERT OR REPLACE INTO {table}(thread_id, token, pid, pid_start, "
-                "acquired_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, token, *own_process(), acquired or now, now + seconds))
-        return None
+            if holder is None:
+                self.conn.execute(
+                    f"INSERT OR REPLACE INTO {table}(thread_id, token, pid, pid_start, "
+                    "acquired_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (thread_id, token, *own_process(), acquired or now, now + seconds))
+        if left:
+            self._left_behind(table, forget=left)
+        return holder
 
     def _holder(self, table: str, thread_id: int, token: str | None = None
                 ) -> tuple[dict[str, Any] | None, float | None]:
         """(another's live lease on the thread: ``pid``, ``acquired_at``, ``expires_at``,
         or None; when ``token``'s own, when it was taken). A lease whose time is up, or
-        whose pid now names another process (reused), holds nothing."""
+        whose pid now names another process (reused), holds nothing; nor does one this
+        process is done with but could not delete (a full disk refused its release)."""
         row = self.conn.execute(f"SELECT token, pid, acquired_at, expires_at, pid_start FROM {table} "
                                 "WHERE thread_id = ?", (thread_id,)).fetchone()
         if row is None:
             return None, None
         if row[0] == token:
             return None, row[2]
+        if row[0] == self._left_behind(table).get(thread_id):
+            return None, None
         if row[3] > time.time() and _same_process(row[1], row[4]):
             return {"pid": row[1], "acquired_at": row[2], "expires_at": row[3]}, None
         return None, None
 
     def _release_lease(self, table: str, thread_id: int, token: str) -> None:
-        with self.transaction():
-            self.conn.execute(f"DELETE FROM {table} WHERE thread_id = ? AND token = ?",
-                              (thread_id, token))
+        """Delete the lease ``token`` took. Never raises for the database (before, a full
+        disk just after a reply was saved failed that turn, after its TurnDone): a lease
+        the database refuses to delete is remembered, holds nothing against this process,
+        and goes at its next take of a lease, in any chat; another process finds it free
+        once this one ends, or when its time is up."""
+        try:
+            with self.transaction():
+                self.conn.execute(f"DELETE FROM {table} WHERE thread_id = ? AND token = ?",
+                                  (thread_id, token))
+        except sqlite3.Error as exc:
+            log.warning("the %s of thread %s was not released (%s); this process takes it "
+                        "over at its next turn or compaction", table[:-1].replace("_", " "),
+                        thread_id, exc)
+            with _LEFT_LOCK:
+                _LEFT_BEHIND.setdefault(self._lease_file(table), {})[thread_id] = token
+
+    def _left_behind(self, table: str, forget: dict[int, str] | None = None) -> dict[int, str]:
+        """This process's leases in ``table`` of this file that a release could not
+        delete, {thread id: token} (a copy); ``forget``: those deleted now."""
+        if not _LEFT_BEHIND:
+            return {}  # (as nearly always: no file name made for every look)
+        key = self._lease_file(table)
+        with _LEFT_LOCK:
+            left = _LEFT_BEHIND.get(key, {})
+            for thread_id, token in (forget or {}).items():
+                if left.get(thread_id) == token:
+                    del left[thread_id]
+            if not left:
+                _LEFT_BEHIND.pop(key, None)
+            return dict(left)
+
+    def _lease_file(self, table: str) -> tuple[str, str]:
+        return os.path.realpath(self.path), table
 
     def add_compaction_event(self, thread_id: int, event: dict[str, Any]) -> int:
         """Record a compaction of the branch ending at ``event["head_id"]`` (default: the
