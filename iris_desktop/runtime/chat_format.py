@@ -32,14 +32,16 @@ model without a template gets the format of its family, chosen by architecture.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import re
-import threading
 from typing import Any, Protocol, runtime_checkable
 
 from .gguf import GGUFInfo
+from .template_sandbox import (
+    BoundedTemplate,
+    TemplateError,
+    TemplateTooCostly,
+)
 
 log = logging.getLogger("iris.runtime")
 
@@ -269,216 +271,8 @@ class ChatMLFormat(_TurnFormat):
         return ["<|im_end|>", "<|im_start|>", "<|endoftext|>"]
 
 
-# ---------------------------------------------------------------------------
-# a bounded sandbox for the model's own template
-
-#: the work one rendering of a model's template may do: the items of every ``range``,
-#: every loop step and every call together (a long conversation with tools takes a few
-#: thousand; jinja2's sandbox caps each range at 100,000 items but not their nesting)
-TEMPLATE_STEPS = 1_000_000
-#: the longest text (or list) a template may make, its whole output included
-TEMPLATE_TEXT = 64 << 20
-#: the most a template may repeat a text or a list (``'x' * n``) to, in items
-TEMPLATE_REPEAT = 1 << 20
-#: the largest whole number a template may pass to a call or a filter (a width, an indent)
-TEMPLATE_ARGUMENT = 100_000
-#: a width or precision of 7 digits or more in a format string
-_WIDE_FORMAT = re.compile(r"\d{7,}")
-
-
-class TemplateError(ValueError):
-    """The model's chat template refused a conversation (its ``raise_exception``, an
-    error of its own, or it did not finish)."""
-
-
-class TemplateTooCostly(TemplateError):
-    """The template's rendering ran past its budget (:data:`TEMPLATE_STEPS`, or a text
-    larger than :data:`TEMPLATE_TEXT`)."""
-
-
-def _measure(value: Any) -> int:
-    """The length of a text; of a list or tuple, its items' lengths (one level deep)."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, (list, tuple)):
-        return len(value) + sum(len(v) for v in value if isinstance(v, str))
-    return 0
-
-
-def _check_arguments(args: Any) -> None:
-    for arg in args:
-        if type(arg) is int and abs(arg) > TEMPLATE_ARGUMENT:
-            raise TemplateTooCostly(f"it asked for a size of {arg:,}")
-    if sum(_measure(arg) for arg in args) > TEMPLATE_TEXT:
-        raise TemplateTooCostly(f"it made a text of more than {TEMPLATE_TEXT >> 20} MiB")
-
-
-def _checked_result(value: Any) -> Any:
-    if _measure(value) > TEMPLATE_TEXT:
-        raise TemplateTooCostly(f"it made a text of more than {TEMPLATE_TEXT >> 20} MiB")
-    return value
-
-
-class _BoundedMixin:
-    """What the sandbox adds to jinja2's ``ImmutableSandboxedEnvironment``: a step budget
-    per rendering (ranges, loop steps, calls), checked sizes for ``*``, ``**``, ``+``,
-    ``%``, ``~``, calls and filters, and a bounded output."""
-
-    intercepted_binops = frozenset({"*", "**", "+", "%"})
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._budget = threading.local()
-        plain_range = self.globals["range"]
-
-        def bounded_range(*args: Any) -> range:
-            numbers = plain_range(*args)
-            self.charge(len(numbers))
-            return numbers
-
-        self.globals["range"] = bounded_range
-        self.concat = self.bounded_join
-        for name, fn in list(self.filters.items()):
-            self.filters[name] = _bounded_filter(fn)
-
-    def charge(self, steps: int) -> None:
-        left = getattr(self._budget, "left", None)
-        if left is None:
-            return
-        self._budget.left = left - steps
-        if left - steps < 0:
-            raise TemplateTooCostly(f"it took more than {TEMPLATE_STEPS:,} steps")
-
-    def steps(self, iterable: Any) -> Any:
-        """A loop's iterable, each step charged."""
-        for item in iterable:
-            self.charge(1)
-            yield item
-
-    def bounded_join(self, parts: Any) -> str:
-        parts = list(parts)
-        _check_arguments(parts)
-        return "".join(parts)
-
-    def str_join(self, parts: Any) -> str:
-        return self.bounded_join([str(p) for p in parts])
-
-    def call_binop(self, context: Any, operator_: str, left: Any, right: Any) -> Any:
-        self.charge(1)
-        sizes = [len(v) for v in (left, right) if isinstance(v, (str, list, tuple))]
-        counts = [v for v in (left, right) if type(v) is int]
-        if operator_ == "*" and sizes and counts and sizes[0] * counts[0] > TEMPLATE_REPEAT:
-            raise TemplateTooCostly(f"it repeated a text {counts[0]:,} times")
-        if operator_ in ("*", "**") and len(counts) == 2:
-            bits = left.bit_length() * (right if operator_ == "**" else 1) + right.bit_length()
-            if bits > 4096:
-                raise TemplateTooCostly("it made a number too large")
-        if operator_ == "%" and isinstance(left, str):
-            if _WIDE_FORMAT.search(left):
-                raise TemplateTooCostly("it formatted a text too wide")
-            _check_arguments(right if isinstance(right, tuple) else (right,))
-        return _checked_result(self.binop_table[operator_](left, right))
-
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        __self.charge(1)
-        _check_arguments((*args, *kwargs.values()))
-        return _checked_result(super().call(__context, __obj, *args, **kwargs))
-
-    def wrap_str_format(self, value: Any) -> Any:
-        wrapped = super().wrap_str_format(value)
-        if wrapped is not None and _WIDE_FORMAT.search(value.__self__):
-            raise TemplateTooCostly("it formatted a text too wide")
-        return wrapped
-
-    def _parse(self, source: str, name: Any, filename: Any) -> Any:
-        from jinja2 import nodes
-
-        tree = super()._parse(source, name, filename)
-        for loop in tree.find_all(nodes.For):
-            loop.iter = nodes.Call(nodes.EnvironmentAttribute("steps"), [loop.iter], [],
-                                   None, None, lineno=loop.lineno)
-        return tree
-
-    def render_bounded(self, template: Any, **context: Any) -> str:
-        """``template`` rendered within :data:`TEMPLATE_STEPS` and :data:`TEMPLATE_TEXT`."""
-        self._budget.left = TEMPLATE_STEPS
-        parts: list[str] = []
-        size = 0
-        try:
-            for part in template.generate(**context):
-                size += len(part)
-                if size > TEMPLATE_TEXT:
-                    raise TemplateTooCostly(f"it wrote more than {TEMPLATE_TEXT >> 20} MiB")
-                parts.append(part)
-        finally:
-            self._budget.left = None
-        return "".join(parts)
-
-
-def _bounded_filter(fn: Any) -> Any:
-    @functools.wraps(fn)
-    def bounded(*args: Any, **kwargs: Any) -> Any:
-        values = [a for a in (*args, *kwargs.values()) if not hasattr(a, "environment")]
-        _check_arguments(values)
-        if fn.__name__ == "do_format" and values and isinstance(values[0], str) \
-                and _WIDE_FORMAT.search(values[0]):
-            raise TemplateTooCostly("it formatted a text too wide")
-        if fn.__name__ == "do_replace" and len(values) >= 3 and isinstance(values[0], str):
-            grows = values[0].count(str(values[1])) * len(str(values[2]))
-            if grows > TEMPLATE_TEXT:
-                raise TemplateTooCostly(f"it made a text of more than {TEMPLATE_TEXT >> 20} MiB")
-        return _checked_result(fn(*args, **kwargs))
-
-    return bounded
-
-
-@functools.lru_cache(maxsize=1)
-def _environment_class() -> type:
-    from jinja2.compiler import CodeGenerator
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Generator(CodeGenerator):
-        def visit_Concat(self, node: Any, frame: Any) -> None:  # ``a ~ b``: a checked join
-            self.write("environment.str_join((")
-            for arg in node.nodes:
-                self.visit(arg, frame)
-                self.write(", ")
-            self.write("))")
-
-    class Bounded(_BoundedMixin, ImmutableSandboxedEnvironment):
-        code_generator_class = Generator
-
-    return Bounded
-
-
-class _BoundedTemplate:
-    """A chat template compiled as llama-cpp-python's ``Jinja2ChatFormatter`` compiles it
-    (its options, extensions and ``tojson``; the same names when rendering), in the bounded
-    sandbox."""
-
-    def __init__(self, template: str, bos_token: str, eos_token: str) -> None:
-        import jinja2
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        self._env = _environment_class()(
-            loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True,
-            extensions=[Jinja2ChatFormatter.IgnoreGenerationTags, jinja2.ext.loopcontrols])
-        self._env.filters["tojson"] = _bounded_filter(Jinja2ChatFormatter.tojson)
-        self._template = self._env.from_string(template)
-        self._names = dict(eos_token=eos_token, bos_token=bos_token,
-                           raise_exception=_raise_exception, functions=None,
-                           function_call=None, tool_choice=None,
-                           strftime_now=Jinja2ChatFormatter.strftime_now)
-
-    def render(self, messages: list[Message], add_generation_prompt: bool,
-               tools: list[dict] | None) -> str:
-        return self._env.render_bounded(self._template, messages=messages, tools=tools,
-                                        add_generation_prompt=add_generation_prompt,
-                                        **self._names)
-
-
-def _raise_exception(message: str) -> None:
-    raise ValueError(message)
+# the model's own template runs in a bounded sandbox (template_sandbox)
+_BoundedTemplate = BoundedTemplate
 
 
 class JinjaFormat:
