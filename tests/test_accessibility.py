@@ -494,6 +494,6 @@ def test_a_rows_state_a_divider_and_a_wait_for_a_summary_are_spoken():
     failed = Entry("message", "m:3", 3, "assistant", text="partial", status="error")
     assert "(failed): partial" in spoken(failed)
     waiting = Entry("message", "m:4", 4, "user", text="old question", state="dropped")
-    assert "(not sent — waiting for compaction): old question" in spoken(waiting)
+    assert "(not sent — waiting to be summarized): old question" in spoken(waiting)
     tool = Entry("tool", "t:5", 5, "tool", text="Traceback…", tool_name="run_shell", error=True)
     assert spoken(tool).startswith("Tool run_shell (error): Traceback")

@@ -83,7 +83,8 @@ def paint_header(painter: QPainter, entry: Entry, g: dict, pal: QPalette,
     painter.setPen(pal.color(QPalette.ColorRole.Text))
     painter.drawText(header, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
     x = header.left() + QFontMetrics(bold).horizontalAdvance(label) + g["u"] // 2
-    paint_badges(painter, entry, x, header, pal, small, g["u"])
+    right = (g["switch"][0] if g["switch"] is not None else leftmost(g["links"])).left()
+    paint_badges(painter, entry, x, header, pal, small, g["u"], right - g["u"] // 3)
     painter.setFont(font)
     if g["switch"] is not None:
         paint_switcher(painter, entry, g["switch"], pal)

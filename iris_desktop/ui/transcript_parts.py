@@ -68,7 +68,7 @@ def badges(entry: Entry) -> list[tuple[str, str]]:
     elif entry.state == "summarized":
         found.append(("summarized", "dim"))
     elif entry.state == "dropped":
-        found.append(("not sent — waiting for compaction", "warn"))
+        found.append(("not sent — waiting to be summarized", "warn"))
     if entry.status == "streaming":
         found.append(("generating…", "info"))
     elif entry.status == "interrupted":
@@ -114,8 +114,12 @@ def damage_tooltip(entry: Entry) -> str | None:
 
 
 def paint_badges(painter: QPainter, entry: Entry, x: int, header: QRect, pal: QPalette,
-                 small: QFont, u: int) -> None:
-    """The badges as pills from ``x`` along the header's middle."""
+                 small: QFont, u: int, right: int | None = None) -> None:
+    """The badges as pills from ``x`` along the header's middle, none past ``right`` (the
+    switcher's or the links' left edge): the last that does not fit is elided ("not sent
+    — waiting…"), and those after it are left out (they ran past the card's edge, cut
+    mid-word, at a large font in a narrow window: a newcomer's audit)."""
+    right = header.right() if right is None else right
     painter.setFont(small)
     sfm = QFontMetrics(small)
     base, text = pal.color(QPalette.ColorRole.Base), pal.color(QPalette.ColorRole.Text)
@@ -124,6 +128,11 @@ def paint_badges(painter: QPainter, entry: Entry, x: int, header: QRect, pal: QP
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)  # small pills: cheap
     for badge, tone in badges(entry):
         w = sfm.horizontalAdvance(badge) + u // 2
+        if x + w > right:  # elided to the room left, or not drawn when even "…" is too wide
+            badge = sfm.elidedText(badge, Qt.TextElideMode.ElideRight, right - x - u // 2)
+            if badge in ("", "…"):
+                break
+            w = sfm.horizontalAdvance(badge) + u // 2
         h = sfm.height() + 2
         r = QRectF(x, header.center().y() - h / 2, w, h)
         color = tones[tone]
