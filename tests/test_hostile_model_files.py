@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import threading
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from iris_desktop.runtime.chat_format import (
 from iris_desktop.runtime.gguf import GGUFError, read_gguf_info
 
 from support.gguf_fixtures import tiny_metadata, tiny_model, write_gguf
-from support.helpers import run_cli
+from support.helpers import finished_within, run_cli
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 
@@ -36,18 +35,7 @@ BOUND_S = 120
 
 def _finished(call):
     """``call()`` in a daemon thread: (finished, its result or exception)."""
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as exc:  # noqa: BLE001 - the test looks at it
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(BOUND_S)
-    return not worker.is_alive(), (outcome[0] if outcome else None)
+    return finished_within(call, BOUND_S)
 
 
 def _release(fifo: Path) -> None:

@@ -12,7 +12,6 @@ hanging; what is asserted is the step or size refusal, never a time.
 from __future__ import annotations
 
 import logging
-import threading
 import tracemalloc
 
 import pytest
@@ -28,6 +27,7 @@ from iris_desktop.runtime.chat_format import (
 from iris_desktop.runtime.gguf import read_gguf_info
 
 from support.gguf_fixtures import CHATML, tiny_metadata, write_gguf
+from support.helpers import finished_within
 
 #: generous for a slow, shared machine: a bounded rendering ends in about a second
 BOUND_S = 120
@@ -40,18 +40,7 @@ HI = [{"role": "user", "content": "hi"}]
 
 def _finished(call):
     """``call()`` in a daemon thread: (finished, its result or exception)."""
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as exc:  # noqa: BLE001 - the test looks at it
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(BOUND_S)
-    return not worker.is_alive(), (outcome[0] if outcome else None)
+    return finished_within(call, BOUND_S)
 
 
 @pytest.mark.parametrize("bomb", [

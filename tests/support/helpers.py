@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,21 @@ def vm_steps(store: Any, action: Callable[[], Any], every: int = 1000) -> tuple[
     finally:
         store.conn.set_progress_handler(None, 0)
     return calls[0] * every, result
+
+
+def finished_within(call: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
+    """``call()`` in a daemon thread, waited for up to ``seconds``: (whether it finished,
+    its result or the exception it raised). A call that never ends is a False, not a hung
+    test run (the bound is generous: a slow machine never fails it)."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive(), (outcome[0] if outcome else None)
